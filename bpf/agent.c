@@ -1,0 +1,276 @@
+//go:build ignore
+
+/* agent.c: the azgate host agent data plane (XDP).
+ *
+ * xdp_agent_underlay, on the host's underlay interface: NVGRE from an edge
+ * for an EIP hosted here is decapsulated, its destination translated 1:1
+ * from the EIP to the guest's private address, and delivered to the guest.
+ * xdp_agent_guest, on the host side of each guest interface: a guest's
+ * packet to the outside gets its source translated back to the EIP and is
+ * encapsulated in NVGRE to one of the region's edges. */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lib/consts.h"
+#include "lib/structs.h"
+#include "lib/csum.h"
+#include "lib/parse.h"
+#include "lib/hash.h"
+#include "lib/stats.h"
+#include "lib/nvgre.h"
+#include "lib/icmp.h"
+#include "lib/fib.h"
+#include "lib/nat.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* EIP -> local guest it is bound to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct eip_key);
+	__type(value, struct agent_eip);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_eips SEC(".maps");
+
+/* Guest private address -> its EIP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct eip_key);
+	__type(value, struct agent_guest);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_guests SEC(".maps");
+
+/* Per-EIP counters, indexed by stats_idx. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct eip_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_stats SEC(".maps");
+
+/* Underlay addresses of the edges replies are spread over (n_edges used). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EDGE_MAX);
+	__type(key, __u32);
+	__type(value, struct ip_addr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_edges SEC(".maps");
+
+/* The same edges as a set: NVGRE is only accepted from them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EDGE_MAX);
+	__type(key, struct eip_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_edge_set SEC(".maps");
+
+/* Destinations guests reach without the edge (never encapsulated). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, LOCAL_PREFIX_MAX);
+	__type(key, struct lpm4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_local SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agent_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_cfg SEC(".maps");
+
+static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, __u64 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct bpf_fib_lookup fib;
+	struct eip_key k;
+	struct pkt in;
+	__u32 vsid;
+	int rc;
+
+	eip_key4(&k, o->saddr);
+	if (!bpf_map_lookup_elem(&agent_edge_set, &k))
+		return count_drop(STAT_DROP_SPOOF, len);
+	rc = nvgre_pull(data, data_end, o, &in, &vsid);
+	if (rc)
+		return count_drop(rc, len);
+
+	eip_key4(&k, in.daddr);
+	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, &k);
+	if (!e || e->vsid != vsid)
+		return count_drop(STAT_DROP_UNKNOWN, len);
+	__be32 priv = e->private_addr.a[0];
+	__u32 idx = e->stats_idx;
+
+	rc = fib4(ctx, &fib, in.saddr, priv, in.ip_len, in.proto, in.tos);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return count_drop(STAT_DROP_TOO_BIG, len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return count_drop(STAT_DROP_FIB, len);
+
+	if (nat4(data, data_end, &in, 1, priv))
+		return count_drop(STAT_DROP_INNER_BAD, len);
+
+	struct ethhdr *oeth = data;
+	if ((void *)(oeth + 1) > data_end)
+		return count_drop(STAT_DROP_ETH_TRUNC, len);
+	__u8 ours[ETH_ALEN_], peer[ETH_ALEN_];
+	__builtin_memcpy(ours, oeth->h_dest, ETH_ALEN_);
+	__builtin_memcpy(peer, oeth->h_source, ETH_ALEN_);
+	__u16 ip_len = in.ip_len;
+	if (nvgre_strip(ctx, &in))
+		return count_drop(STAT_DROP_HEADROOM, len);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return count_drop(STAT_DROP_HEADROOM, len);
+
+	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	if (es) {
+		es->rx_packets++;
+		es->rx_bytes += ip_len;
+	}
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		__builtin_memcpy(eth->h_dest, ours, ETH_ALEN_);
+		__builtin_memcpy(eth->h_source, peer, ETH_ALEN_);
+		stat_add(STAT_DECAP_PASS, len);
+		return XDP_PASS;
+	}
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN_);
+	stat_add(STAT_DECAP_TX, len);
+	return xmit(ctx, fib.ifindex);
+}
+
+SEC("xdp")
+int xdp_agent_underlay(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct pkt p;
+	__u32 zero = 0;
+	int rc;
+
+	rc = parse_eth(data, data_end, &p);
+	if (rc)
+		return count_drop(rc, len);
+	if (p.eth_proto == ETH_P_IPV6_)
+		return count_pass(STAT_PASS_IPV6, len);
+	if (p.eth_proto != ETH_P_IP_)
+		return count_pass(STAT_PASS_NON_IP, len);
+	rc = parse_ipv4(data, data_end, &p);
+	if (rc)
+		return count_drop(rc, len);
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
+		return agent_from_edge(ctx, &p, len);
+	return count_pass(STAT_PASS_NOT_OURS, len);
+}
+
+SEC("xdp")
+int xdp_agent_guest(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct bpf_fib_lookup fib;
+	struct eip_key k;
+	struct pkt p;
+	__u32 zero = 0;
+	int rc;
+
+	rc = parse_eth(data, data_end, &p);
+	if (rc)
+		return count_drop(rc, len);
+	if (p.eth_proto == ETH_P_IPV6_)
+		return count_pass(STAT_PASS_IPV6, len);
+	if (p.eth_proto != ETH_P_IP_)
+		return count_pass(STAT_PASS_NON_IP, len);
+	rc = parse_ipv4(data, data_end, &p);
+	if (rc)
+		return count_drop(rc, len);
+
+	eip_key4(&k, p.saddr);
+	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, &k);
+	if (!g)
+		return count_pass(STAT_PASS_NOT_OURS, len);
+	if (g->ifindex && g->ifindex != ctx->ingress_ifindex)
+		return count_drop(STAT_DROP_SPOOF, len);
+	struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
+	if (bpf_map_lookup_elem(&agent_local, &lk))
+		return count_pass(STAT_PASS_NOT_OURS, len);
+
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	__u32 n = cfg->n_edges;
+	if (n == 0 || n > EDGE_MAX)
+		return count_drop(STAT_DROP_NO_EDGE, len);
+	__be32 eip = g->eip.a[0];
+	__u32 hash = flow_hash4(eip, p.daddr, p.ports, p.proto, cfg->hash_seed);
+	__u32 slot = hash % n;
+	struct ip_addr *edge = bpf_map_lookup_elem(&agent_edges, &slot);
+	if (!edge || !edge->a[0])
+		return count_drop(STAT_DROP_NO_EDGE, len);
+
+	rc = fib4(ctx, &fib, cfg->underlay.a[0], edge->a[0], p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		if (!p.df)
+			return count_drop(STAT_DROP_TOO_BIG, len);
+		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
+		rc = icmp4_error(ctx, &p, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu, cfg->icmp_src.a[0],
+				 cfg->icmp_rate, cfg->icmp_burst);
+		if (rc == ICMP_SENT) {
+			stat_add(STAT_ICMP_FRAG_TX, len);
+			return XDP_TX;
+		}
+		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(fib_reason(rc), len);
+
+	if (nat4(data, data_end, &p, 0, eip))
+		return count_drop(STAT_DROP_L4_TRUNC, len);
+
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return count_drop(STAT_DROP_ETH_TRUNC, len);
+	struct nvgre_spec s;
+	__builtin_memcpy(s.odst, fib.dmac, ETH_ALEN_);
+	__builtin_memcpy(s.osrc, fib.smac, ETH_ALEN_);
+	__builtin_memcpy(s.idst, cfg->gw_mac, ETH_ALEN_);
+	__builtin_memcpy(s.isrc, eth->h_source, ETH_ALEN_);
+	s.saddr = cfg->underlay.a[0];
+	s.daddr = edge->a[0];
+	s.key = (g->vsid << 8) | (hash & 0xff);
+	s.tos = p.tos;
+	__u32 idx = g->stats_idx;
+	__u16 ip_len = p.ip_len;
+	if (nvgre_push(ctx, p.l3_off, ip_len, &s))
+		return count_drop(STAT_DROP_HEADROOM, len);
+
+	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	if (es) {
+		es->tx_packets++;
+		es->tx_bytes += ip_len;
+	}
+	stat_add(STAT_ENCAP_TX, len);
+	return xmit(ctx, fib.ifindex);
+}

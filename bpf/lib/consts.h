@@ -1,0 +1,71 @@
+/* consts.h: limits and protocol constants shared by every azgate XDP program. */
+#ifndef AZG_CONSTS_H
+#define AZG_CONSTS_H
+
+/* Capacity of the EIP route map and of its per-EIP counter array. The loader
+ * may resize both at load time; this is the default (1M routes, the
+ * control-plane load target, with headroom to 2^20). */
+#ifndef EIP_MAX
+#define EIP_MAX (1 << 20)
+#endif
+
+/* Edge underlay addresses an agent spreads its encapsulated replies over. */
+#ifndef EDGE_MAX
+#define EDGE_MAX 64
+#endif
+
+/* Prefixes an agent treats as local (never encapsulated). */
+#ifndef LOCAL_PREFIX_MAX
+#define LOCAL_PREFIX_MAX 256
+#endif
+
+#define ETH_P_IP_ 0x0800
+#define ETH_P_IPV6_ 0x86DD
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88A8
+#define ETH_ALEN_ 6
+#define ETH_HLEN_ 14
+#define MAX_VLAN_DEPTH 2
+
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+#define IPPROTO_GRE_ 47
+
+#define IP_DF_ 0x4000
+#define IP_MF_ 0x2000
+#define IP_OFFMASK_ 0x1FFF
+
+#define AF_INET_ 2
+#define AF_INET6_ 10
+
+/* NVGRE, RFC 7637: GRE (RFC 2890) with the Key bit set, protocol
+ * Transparent Ethernet Bridging, key = VSID (24 bits) << 8 | FlowID. */
+#define GRE_FLAG_K 0x2000
+#define GRE_PROTO_TEB 0x6558
+#define GRE_HLEN_KEY 8
+#define VSID_MAX 0xFFFFFF
+
+/* Bytes NVGRE adds to an IPv4 packet: outer IPv4 (20) + GRE with key (8) +
+ * inner Ethernet (14). The outer Ethernet header replaces the original. */
+#define NVGRE_OVERHEAD 42
+/* Full header stack written in front of the inner IP header. */
+#define NVGRE_STACK_LEN (ETH_HLEN_ + 20 + GRE_HLEN_KEY + ETH_HLEN_)
+
+#define OUTER_TTL 64
+#define ICMP_TTL 64
+
+#define ICMP_ECHOREPLY_ 0
+#define ICMP_DEST_UNREACH_ 3
+#define ICMP_SOURCE_QUENCH_ 4
+#define ICMP_REDIRECT_ 5
+#define ICMP_ECHO_ 8
+#define ICMP_TIME_EXCEEDED_ 11
+#define ICMP_PARAMETERPROB_ 12
+#define ICMP_FRAG_NEEDED_ 4
+#define ICMP_EXC_TTL_ 0
+
+/* config flags */
+#define CFG_F_ICMP_TTL 0x1 /* answer expired TTLs with ICMP time exceeded */
+
+#endif

@@ -1,0 +1,134 @@
+/* nvgre.h: NVGRE (RFC 7637) encapsulation and decapsulation of IPv4 frames.
+ *
+ * On the wire: outer Ethernet | outer IPv4 (protocol 47) | GRE, K bit set,
+ * protocol 0x6558, key = VSID << 8 | FlowID | inner Ethernet | inner IPv4. */
+#ifndef AZG_NVGRE_H
+#define AZG_NVGRE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "consts.h"
+#include "csum.h"
+#include "parse.h"
+
+struct gre_key_hdr {
+	__be16 flags; /* C R K S, reserved0, version: only K may be set */
+	__be16 proto; /* 0x6558 */
+	__be32 key;   /* VSID << 8 | FlowID */
+};
+
+/* Addresses and fields of the headers nvgre_push writes. */
+struct nvgre_spec {
+	__u8 odst[6]; /* outer Ethernet */
+	__u8 osrc[6];
+	__u8 idst[6]; /* inner Ethernet */
+	__u8 isrc[6];
+	__be32 saddr; /* outer IPv4 */
+	__be32 daddr;
+	__u32 key;    /* host order: VSID << 8 | FlowID */
+	__u8 tos;
+};
+
+/* Replaces everything in front of the IPv4 packet at l3_off (ip_len bytes)
+ * with a full NVGRE header stack, dropping Ethernet padding behind the
+ * packet. Returns 0, or -1 when the frame cannot be resized. */
+static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
+				      const struct nvgre_spec *s)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	int have = data_end - data;
+	int want = (int)l3_off + ip_len;
+
+	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
+		return -1;
+	if (bpf_xdp_adjust_head(ctx, (int)l3_off - NVGRE_STACK_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + NVGRE_STACK_LEN > data_end)
+		return -1;
+
+	struct ethhdr *oeth = data;
+	struct iphdr *oip = data + ETH_HLEN_;
+	struct gre_key_hdr *gre = data + ETH_HLEN_ + sizeof(struct iphdr);
+	struct ethhdr *ieth = data + ETH_HLEN_ + sizeof(struct iphdr) + GRE_HLEN_KEY;
+
+	__builtin_memcpy(oeth->h_dest, s->odst, ETH_ALEN_);
+	__builtin_memcpy(oeth->h_source, s->osrc, ETH_ALEN_);
+	oeth->h_proto = bpf_htons(ETH_P_IP_);
+
+	oip->version = 4;
+	oip->ihl = 5;
+	oip->tos = s->tos;
+	oip->tot_len = bpf_htons(ip_len + NVGRE_OVERHEAD);
+	oip->id = 0;
+	oip->frag_off = bpf_htons(IP_DF_);
+	oip->ttl = OUTER_TTL;
+	oip->protocol = IPPROTO_GRE_;
+	oip->check = 0;
+	oip->saddr = s->saddr;
+	oip->daddr = s->daddr;
+	oip->check = ipv4_csum20(oip);
+
+	gre->flags = bpf_htons(GRE_FLAG_K);
+	gre->proto = bpf_htons(GRE_PROTO_TEB);
+	gre->key = bpf_htonl(s->key);
+
+	__builtin_memcpy(ieth->h_dest, s->idst, ETH_ALEN_);
+	__builtin_memcpy(ieth->h_source, s->isrc, ETH_ALEN_);
+	ieth->h_proto = bpf_htons(ETH_P_IP_);
+	return 0;
+}
+
+/* Validates an NVGRE packet whose outer IPv4 header (o) is already parsed,
+ * then the inner Ethernet and IPv4 headers (into in). Returns 0 with the
+ * VSID, or a drop reason. */
+static __always_inline int nvgre_pull(void *data, void *data_end, const struct pkt *o,
+				      struct pkt *in, __u32 *vsid)
+{
+	if (o->frag)
+		return STAT_DROP_GRE_BAD; /* tunnel packets are never reassembled here */
+	struct gre_key_hdr *gre = data + o->l4_off;
+	if ((void *)(gre + 1) > data_end)
+		return STAT_DROP_GRE_BAD;
+	if (gre->flags != bpf_htons(GRE_FLAG_K) || gre->proto != bpf_htons(GRE_PROTO_TEB))
+		return STAT_DROP_GRE_BAD;
+	*vsid = bpf_ntohl(gre->key) >> 8;
+
+	__u32 inner_eth = o->l4_off + GRE_HLEN_KEY;
+	struct ethhdr *ieth = data + inner_eth;
+	if ((void *)(ieth + 1) > data_end)
+		return STAT_DROP_INNER_BAD;
+	if (ieth->h_proto != bpf_htons(ETH_P_IP_))
+		return STAT_DROP_INNER_BAD; /* IPv4 only; RFC 7637 forbids inner 802.1Q */
+	in->l3_off = inner_eth + ETH_HLEN_;
+	if (parse_ipv4(data, data_end, in))
+		return STAT_DROP_INNER_BAD;
+	/* The inner packet must lie inside the outer one. */
+	if (in->l3_off + in->ip_len > o->l3_off + o->ip_len)
+		return STAT_DROP_INNER_BAD;
+	return 0;
+}
+
+/* Removes the outer headers of a pulled NVGRE frame so the inner Ethernet
+ * frame starts at ctx->data, and drops outer padding. Returns 0 or -1. */
+static __always_inline int nvgre_strip(struct xdp_md *ctx, const struct pkt *in)
+{
+	__u32 inner_eth = in->l3_off - ETH_HLEN_;
+	if (bpf_xdp_adjust_head(ctx, inner_eth))
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	int have = data_end - data;
+	int want = ETH_HLEN_ + in->ip_len;
+	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
+		return -1;
+	return 0;
+}
+
+#endif

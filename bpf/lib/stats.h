@@ -1,0 +1,77 @@
+/* stats.h: the per-reason counter array and the per-CPU ICMP token bucket,
+ * defined once for every program that includes it. */
+#ifndef AZG_STATS_H
+#define AZG_STATS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "structs.h"
+
+/* Packets and bytes per outcome (enum azg_stat), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, enum azg_stat);
+	__type(value, struct stat_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} stats SEC(".maps");
+
+/* Token bucket limiting the ICMP errors this program generates, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct icmp_bucket);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} icmp_buckets SEC(".maps");
+
+static __always_inline void stat_add(__u32 idx, __u64 bytes)
+{
+	struct stat_entry *s = bpf_map_lookup_elem(&stats, &idx);
+	if (s) {
+		s->packets++;
+		s->bytes += bytes;
+	}
+}
+
+static __always_inline int count_drop(__u32 reason, __u64 bytes)
+{
+	stat_add(reason, bytes);
+	return XDP_DROP;
+}
+
+static __always_inline int count_pass(__u32 reason, __u64 bytes)
+{
+	stat_add(reason, bytes);
+	return XDP_PASS;
+}
+
+/* One token per error; rate tokens per second, burst tokens at most. */
+static __always_inline int icmp_allow(__u32 rate, __u32 burst)
+{
+	const __u64 one = 1000000000ULL;
+	__u32 zero = 0;
+
+	if (!rate)
+		return 0;
+	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_buckets, &zero);
+	if (!b)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 elapsed = now - b->last_ns;
+	if (elapsed > 10 * one)
+		elapsed = 10 * one;
+	__u64 t = b->tokens + elapsed * rate;
+	__u64 cap = (__u64)(burst ? burst : 1) * one;
+	if (t > cap)
+		t = cap;
+	b->last_ns = now;
+	if (t < one) {
+		b->tokens = t;
+		return 0;
+	}
+	b->tokens = t - one;
+	return 1;
+}
+
+#endif

@@ -1,0 +1,141 @@
+/* structs.h: every map key and value, the single source of truth for the Go
+ * side (bpf2go -type generates the Go types from these definitions). */
+#ifndef AZG_STRUCTS_H
+#define AZG_STRUCTS_H
+
+#include <linux/types.h>
+
+/* An IPv4 or IPv6 address in network byte order. IPv4 uses a[0] and leaves
+ * a[1..3] zero; the family travels next to it. */
+struct ip_addr {
+	__be32 a[4];
+};
+
+/* Key of the EIP route map (edge) and of the agent's EIP and guest maps. */
+struct eip_key {
+	struct ip_addr addr;
+	__u8 family; /* AF_INET or AF_INET6 */
+	__u8 pad[3];
+};
+
+/* Edge: where an EIP lives. One entry per bound EIP. */
+struct eip_route {
+	struct ip_addr host; /* underlay address of the AZ host the EIP is bound to */
+	__u32 vsid;          /* NVGRE virtual subnet of the guest */
+	__u32 stats_idx;     /* slot in eip_stats */
+	__u8 family;         /* family of host */
+	__u8 flags;
+	__u16 pad;
+};
+
+/* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet. */
+struct eip_stats {
+	__u64 rx_packets;
+	__u64 rx_bytes;
+	__u64 tx_packets;
+	__u64 tx_bytes;
+};
+
+/* One slot of the per-reason counter array (per CPU). */
+struct stat_entry {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Edge configuration, one entry, written by the edge daemon. */
+struct edge_config {
+	struct ip_addr underlay; /* source of encapsulated packets; decap destination */
+	struct ip_addr icmp_src; /* source of ICMP errors sent to the Internet */
+	__u32 hash_seed;         /* cluster-wide flow hash seed */
+	__u32 icmp_rate;         /* ICMP errors per second per CPU (0: never send) */
+	__u32 icmp_burst;
+	__u32 flags;             /* CFG_F_* */
+	__u8 gw_mac[6];          /* inner Ethernet source: the edge's virtual router MAC */
+	__u16 pad;
+};
+
+/* Agent: an EIP hosted on this host, keyed by the EIP. */
+struct agent_eip {
+	struct ip_addr private_addr; /* guest address the EIP is translated to */
+	__u32 vsid;
+	__u32 stats_idx;
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* Agent: a local guest with an EIP, keyed by its private address. */
+struct agent_guest {
+	struct ip_addr eip;
+	__u32 vsid;
+	__u32 stats_idx;
+	__u32 ifindex; /* host-side interface the guest must send from (anti-spoofing) */
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* Agent configuration, one entry, written by the agent daemon. */
+struct agent_config {
+	struct ip_addr underlay; /* this host's underlay address */
+	struct ip_addr icmp_src; /* source of ICMP errors sent to guests */
+	__u32 hash_seed;
+	__u32 n_edges; /* valid entries in agent_edges */
+	__u32 icmp_rate;
+	__u32 icmp_burst;
+	__u32 flags;
+	__u8 gw_mac[6];
+	__u16 pad;
+};
+
+/* Key of an IPv4 LPM trie. */
+struct lpm4_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+
+/* Per-CPU token bucket for ICMP errors. */
+struct icmp_bucket {
+	__u64 tokens; /* scaled by 1e9 */
+	__u64 last_ns;
+};
+
+/* Traffic generator template (bench.c). */
+struct gen_config {
+	__u8 tmpl[64];   /* Ethernet+IPv4+UDP header written over every frame */
+	__u32 tmpl_len;
+	__u32 flows;     /* source ports cycle over this many flows */
+	__u16 sport_base;
+	__u16 pad;
+};
+
+/* Counter indices of the stats array. Keep in step with the names in
+ * internal/dataplane (a test holds them together). */
+enum azg_stat {
+	STAT_PASS_NON_IP = 0,      /* not IPv4/IPv6: to the kernel */
+	STAT_PASS_IPV6,       /* IPv6: to the kernel (no IPv6 EIPs yet) */
+	STAT_PASS_NOT_OURS,   /* IPv4 not for an EIP / not NVGRE to us: to the kernel */
+	STAT_ENCAP_TX,        /* edge: Internet -> host encapsulated; agent: guest -> edge */
+	STAT_DECAP_TX,        /* edge: host -> Internet; agent: edge -> guest */
+	STAT_DECAP_PASS,      /* decapsulated, handed to the kernel to resolve a neighbour */
+	STAT_ICMP_TTL_TX,     /* ICMP time exceeded sent */
+	STAT_ICMP_FRAG_TX,    /* ICMP fragmentation needed sent */
+	STAT_DROP_ETH_TRUNC,  /* shorter than an Ethernet header, or bad VLAN stack */
+	STAT_DROP_IP_TRUNC,   /* IPv4 header or total length beyond the frame */
+	STAT_DROP_IP_BAD,     /* version, IHL or total length invalid */
+	STAT_DROP_IP_CSUM,    /* IPv4 header checksum wrong */
+	STAT_DROP_IP_MARTIAN, /* source is 0/8, 127/8, multicast or broadcast */
+	STAT_DROP_L4_TRUNC,   /* TCP/UDP/ICMP header cut short in a first fragment */
+	STAT_DROP_GRE_BAD,    /* GRE to us that is not NVGRE (flags, version, protocol) */
+	STAT_DROP_INNER_BAD,  /* malformed inner frame in NVGRE */
+	STAT_DROP_SPOOF,      /* inner source not an EIP bound to the sender */
+	STAT_DROP_UNKNOWN,    /* NVGRE for an EIP/VSID not hosted here */
+	STAT_DROP_TTL,        /* TTL expired (ICMP sent or rate limited) */
+	STAT_DROP_TOO_BIG,    /* does not fit the underlay MTU and DF is clear */
+	STAT_DROP_FIB,        /* no route, blackhole, forwarding disabled */
+	STAT_DROP_NO_NEIGH,   /* next hop not resolved */
+	STAT_DROP_HEADROOM,   /* could not grow or shrink the frame */
+	STAT_DROP_ICMP_LIMIT, /* ICMP error suppressed by the rate limit */
+	STAT_DROP_NO_EDGE,    /* agent: no edge configured to send replies to */
+	STAT_MAX,
+};
+
+#endif

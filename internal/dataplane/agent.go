@@ -1,0 +1,273 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Agent is a loaded host-agent data plane: xdp_agent_underlay on the
+// underlay interface, xdp_agent_guest on guest interfaces, shared maps.
+type Agent struct {
+	objs   agentObjects
+	pinDir string
+	links  map[string]link.Link
+}
+
+var _ AgentMaps = (*Agent)(nil)
+
+// LoadAgent loads the agent programs and maps (reusing pinned ones).
+func LoadAgent(o LoadOptions) (*Agent, error) {
+	spec, err := loadAgent()
+	if err != nil {
+		return nil, err
+	}
+	opts, err := prepare(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{pinDir: o.PinDir, links: map[string]link.Link{}}
+	if err := spec.LoadAndAssign(&a.objs, opts); err != nil {
+		return nil, loadErr("agent", err)
+	}
+	return a, nil
+}
+
+// UnderlayProgram decapsulates NVGRE from edges.
+func (a *Agent) UnderlayProgram() *ebpf.Program { return a.objs.XdpAgentUnderlay }
+
+// GuestProgram encapsulates guests' replies.
+func (a *Agent) GuestProgram() *ebpf.Program { return a.objs.XdpAgentGuest }
+
+// AttachUnderlay attaches the decapsulating program to the underlay interface.
+func (a *Agent) AttachUnderlay(ifname string) error {
+	return a.attach(a.objs.XdpAgentUnderlay, ifname)
+}
+
+// AttachGuest attaches the encapsulating program to a guest interface.
+func (a *Agent) AttachGuest(ifname string) error {
+	return a.attach(a.objs.XdpAgentGuest, ifname)
+}
+
+func (a *Agent) attach(p *ebpf.Program, ifname string) error {
+	l, err := attachXDP(p, ifname, a.pinDir)
+	if l != nil {
+		a.links[ifname] = l
+	}
+	return err
+}
+
+// Detach removes the program from an interface.
+func (a *Agent) Detach(ifname string) error {
+	if l, ok := a.links[ifname]; ok {
+		delete(a.links, ifname)
+		return l.Close()
+	}
+	if a.pinDir == "" {
+		return nil
+	}
+	return detachXDP(ifname, a.pinDir)
+}
+
+// Attached lists the interfaces holding a pinned agent link.
+func (a *Agent) Attached() []string { return attachedLinks(a.pinDir) }
+
+// Close releases the daemon's handles; pinned links and maps stay.
+func (a *Agent) Close() error {
+	for _, l := range a.links {
+		l.Close()
+	}
+	return a.objs.Close()
+}
+
+// SetConfig writes the configuration, the edge list and the edge set.
+func (a *Agent) SetConfig(c AgentConfig) error {
+	if len(c.Edges) > int(a.objs.AgentEdges.MaxEntries()) {
+		return fmt.Errorf("%d edges: the agent data plane holds at most %d", len(c.Edges), a.objs.AgentEdges.MaxEntries())
+	}
+	var v agentAgentConfig
+	if c.Underlay.IsValid() {
+		u, _, err := addrTo(c.Underlay)
+		if err != nil {
+			return err
+		}
+		v.Underlay = agentIpAddr(u)
+	}
+	if c.ICMPSource.IsValid() {
+		s, _, err := addrTo(c.ICMPSource)
+		if err != nil {
+			return err
+		}
+		v.IcmpSrc = agentIpAddr(s)
+	}
+	v.HashSeed = c.HashSeed
+	v.IcmpRate = c.ICMPRate
+	v.IcmpBurst = c.ICMPBurst
+	v.GwMac = macTo(c.GatewayMAC)
+
+	// Order matters for packets in flight: add new edges to the set and the
+	// array first, publish the count, then remove what is gone.
+	want := map[edgeEipKey]bool{}
+	for i, e := range c.Edges {
+		k, err := keyOf(e)
+		if err != nil {
+			return fmt.Errorf("edge %v: %w", e, err)
+		}
+		want[k] = true
+		if err := a.objs.AgentEdgeSet.Update(akey(k), uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write edge set: %w", err)
+		}
+		if err := a.objs.AgentEdges.Update(uint32(i), agentIpAddr(k.Addr), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write edge list: %w", err)
+		}
+	}
+	v.N_edges = uint32(len(c.Edges))
+	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
+	var k agentEipKey
+	var one uint32
+	var stale []agentEipKey
+	it := a.objs.AgentEdgeSet.Iterate()
+	for it.Next(&k, &one) {
+		if !want[ekey(k)] {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		if err := a.objs.AgentEdgeSet.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return it.Err()
+}
+
+// SetLocalPrefixes replaces the prefixes guests reach without the edge.
+func (a *Agent) SetLocalPrefixes(prefixes []netip.Prefix) error {
+	want := map[agentLpm4Key]bool{}
+	for _, p := range prefixes {
+		if !p.Addr().Is4() {
+			return fmt.Errorf("local prefix %v: only IPv4 is supported", p)
+		}
+		b := p.Masked().Addr().As4()
+		k := agentLpm4Key{Prefixlen: uint32(p.Bits()), Addr: binary.LittleEndian.Uint32(b[:])}
+		want[k] = true
+		if err := a.objs.AgentLocal.Update(k, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write local prefix %v: %w", p, err)
+		}
+	}
+	var k agentLpm4Key
+	var v uint32
+	var stale []agentLpm4Key
+	it := a.objs.AgentLocal.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		if err := a.objs.AgentLocal.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return it.Err()
+}
+
+// PutEIP adds or replaces an EIP hosted here (both directions).
+func (a *Agent) PutEIP(e AgentEIP) error {
+	ek, err := keyOf(e.EIP)
+	if err != nil {
+		return err
+	}
+	pk, err := keyOf(e.Private)
+	if err != nil {
+		return fmt.Errorf("private address: %w", err)
+	}
+	if e.VSID > 0xFFFFFF {
+		return fmt.Errorf("VSID %d does not fit 24 bits", e.VSID)
+	}
+	// If the EIP moved to another guest, drop the old reverse entry.
+	var old agentAgentEip
+	if err := a.objs.AgentEips.Lookup(akey(ek), &old); err == nil {
+		if oldPriv := addrFrom(edgeIpAddr(old.PrivateAddr), old.Family); oldPriv != e.Private {
+			ok, _ := keyOf(oldPriv)
+			a.objs.AgentGuests.Delete(akey(ok))
+		}
+	}
+	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family}
+	if err := a.objs.AgentGuests.Update(akey(pk), &g, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write guest %v: %w", e.Private, err)
+	}
+	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family}
+	if err := a.objs.AgentEips.Update(akey(ek), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write EIP %v: %w", e.EIP, err)
+	}
+	return nil
+}
+
+// DeleteEIP removes an EIP and its guest entry.
+func (a *Agent) DeleteEIP(eip netip.Addr) error {
+	ek, err := keyOf(eip)
+	if err != nil {
+		return err
+	}
+	var old agentAgentEip
+	if err := a.objs.AgentEips.Lookup(akey(ek), &old); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return err
+	}
+	if err := a.objs.AgentEips.Delete(akey(ek)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete EIP %v: %w", eip, err)
+	}
+	pk, _ := keyOf(addrFrom(edgeIpAddr(old.PrivateAddr), old.Family))
+	if err := a.objs.AgentGuests.Delete(akey(pk)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete guest of %v: %w", eip, err)
+	}
+	return nil
+}
+
+// EIPs lists the EIPs programmed, joined with their guest entries.
+func (a *Agent) EIPs() (map[netip.Addr]AgentEIP, error) {
+	out := map[netip.Addr]AgentEIP{}
+	var k agentEipKey
+	var v agentAgentEip
+	it := a.objs.AgentEips.Iterate()
+	for it.Next(&k, &v) {
+		e := AgentEIP{
+			EIP:      addrFrom(edgeIpAddr(k.Addr), k.Family),
+			Private:  addrFrom(edgeIpAddr(v.PrivateAddr), v.Family),
+			VSID:     v.Vsid,
+			StatsIdx: v.StatsIdx,
+		}
+		pk, _ := keyOf(e.Private)
+		var g agentAgentGuest
+		if err := a.objs.AgentGuests.Lookup(akey(pk), &g); err == nil {
+			e.Ifindex = g.Ifindex
+		}
+		out[e.EIP] = e
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list agent EIPs: %w", err)
+	}
+	return out, nil
+}
+
+func (a *Agent) ResetEIPStats(idx uint32) error { return resetEIPStats(a.objs.EipStats, idx) }
+
+func (a *Agent) EIPStats(idx uint32) (Counters, error) { return readEIPStats(a.objs.EipStats, idx) }
+
+func (a *Agent) Stats() (map[string]Count, error) { return readStats(a.objs.Stats) }
+
+func akey(k edgeEipKey) agentEipKey {
+	return agentEipKey{Addr: agentIpAddr(k.Addr), Family: k.Family}
+}
+
+func ekey(k agentEipKey) edgeEipKey {
+	return edgeEipKey{Addr: edgeIpAddr(k.Addr), Family: k.Family}
+}

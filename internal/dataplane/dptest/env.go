@@ -1,0 +1,180 @@
+// Package dptest is the test bed for running the data-plane programs with
+// BPF_PROG_TEST_RUN: a namespace with the edge's (or a host's) interfaces,
+// addresses, routes and permanent neighbours, so bpf_fib_lookup inside the
+// program resolves next hops exactly as on a real node, with fixed MACs for
+// byte-exact expectations.
+package dptest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/azgate/azgate/internal/netlab"
+)
+
+// Addresses and MACs of the test bed (RFC 2544 benchmarking and RFC 5737
+// documentation ranges).
+const (
+	ExtDev     = "ext0" // Internet side of the node under test
+	ExtMAC     = "02:aa:00:00:00:01"
+	RtrMAC     = "02:aa:00:00:00:02" // upstream router
+	ExtAddr    = "198.18.100.1"
+	RtrAddr    = "198.18.100.0"
+	UlDev      = "ul0" // underlay side
+	UlMAC      = "02:bb:00:00:00:01"
+	FabMAC     = "02:bb:00:00:00:02" // underlay router
+	UlAddr     = "198.18.0.1"
+	FabAddr    = "198.18.0.254"
+	DeadGW     = "198.18.0.253" // gateway with no neighbour entry
+	NoNeighNet = "198.19.250.0/24"
+	HoleNet    = "198.19.251.0/24"
+	GuestDev   = "g1" // host side of a guest link (agent bed)
+	GuestMAC   = "02:cc:00:00:00:01"
+	VMMAC      = "02:cc:00:00:00:02" // the guest itself
+	GuestGW    = "198.19.21.0"
+	GuestAddr  = "198.19.21.1"
+)
+
+// Env is a namespace holding the node under test and one holding its peers.
+type Env struct {
+	Node *netlab.Node
+	Peer *netlab.Node
+}
+
+var seq atomic.Uint32
+
+// New builds the test bed. The node has ext0 (to the router, default route),
+// ul0 (to the underlay router, 198.18.0.0/15 and a guest link g1, all at
+// MTU 1500; forwarding on.
+func New() (*Env, error) {
+	id := seq.Add(1)
+	base := fmt.Sprintf("azgt-%d-%d", os.Getpid()%100000, id)
+	node, err := netlab.NewNode(base + "n")
+	if err != nil {
+		return nil, err
+	}
+	peer, err := netlab.NewNode(base + "p")
+	if err != nil {
+		node.Delete()
+		return nil, err
+	}
+	e := &Env{Node: node, Peer: peer}
+	if err := e.build(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) build() error {
+	n, p := e.Node, e.Peer
+	steps := []func() error{
+		func() error {
+			return netlab.Veth(netlab.End{Node: n, Dev: ExtDev, MAC: ExtMAC}, netlab.End{Node: p, Dev: "rtr", MAC: RtrMAC}, 1500)
+		},
+		func() error {
+			return netlab.Veth(netlab.End{Node: n, Dev: UlDev, MAC: UlMAC}, netlab.End{Node: p, Dev: "fab", MAC: FabMAC}, 1500)
+		},
+		func() error {
+			return netlab.Veth(netlab.End{Node: n, Dev: GuestDev, MAC: GuestMAC}, netlab.End{Node: p, Dev: "vm", MAC: VMMAC}, 1500)
+		},
+		func() error { return n.Addr(ExtDev, ExtAddr+"/31") },
+		func() error { return n.Addr(UlDev, UlAddr+"/24") },
+		func() error { return n.Addr(GuestDev, GuestGW+"/31") },
+		func() error { return n.Route("default", RtrAddr, ExtDev) },
+		func() error { return n.Route("198.18.0.0/15", FabAddr, UlDev) },
+		func() error { return n.Route(NoNeighNet, DeadGW, UlDev) },
+		func() error { return n.Blackhole(HoleNet) },
+		func() error { return n.Neigh(ExtDev, RtrAddr, RtrMAC) },
+		func() error { return n.Neigh(UlDev, FabAddr, FabMAC) },
+		func() error { return n.Neigh(GuestDev, GuestAddr, VMMAC) },
+		n.Forwarding,
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close removes both namespaces and everything in them.
+func (e *Env) Close() {
+	if e.Node != nil {
+		e.Node.Delete()
+	}
+	if e.Peer != nil {
+		e.Peer.Delete()
+	}
+}
+
+// xdpMd mirrors struct xdp_md for BPF_PROG_TEST_RUN's context.
+type xdpMd struct {
+	Data, DataEnd, DataMeta      uint32
+	IngressIfindex, RxQueueIndex uint32
+	EgressIfindex                uint32
+}
+
+// Result of one program run.
+type Result struct {
+	Action uint32
+	Out    []byte
+}
+
+// Run runs prog once on data as if it arrived on dev of the node.
+func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
+	idx, err := e.Node.Ifindex(dev)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err = e.Node.Do(func() error {
+		opts := &ebpf.RunOptions{
+			Data:    data,
+			DataOut: make([]byte, len(data)+512),
+			Context: xdpMd{DataEnd: uint32(len(data)), IngressIfindex: uint32(idx)},
+		}
+		ret, err := prog.Run(opts)
+		if err != nil {
+			return err
+		}
+		res = Result{Action: ret, Out: opts.DataOut}
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
+	}
+	return res, nil
+}
+
+// Time runs prog repeat times on data (BPF_PROG_TEST_RUN Repeat) and
+// returns the kernel's mean time per run.
+func (e *Env) Time(prog *ebpf.Program, dev string, data []byte, repeat uint32) (time.Duration, uint32, error) {
+	idx, err := e.Node.Ifindex(dev)
+	if err != nil {
+		return 0, 0, err
+	}
+	var d time.Duration
+	var ret uint32
+	err = e.Node.Do(func() error {
+		var err error
+		ret, d, err = prog.Benchmark(data, int(repeat), nil)
+		_ = idx
+		return err
+	})
+	return d, ret, err
+}
+
+// MustMAC parses a MAC constant.
+func MustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}

@@ -1,0 +1,215 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Edge is a loaded edge data plane.
+type Edge struct {
+	objs   edgeObjects
+	pinDir string
+	links  map[string]link.Link // only when not pinned
+}
+
+var _ EdgeMaps = (*Edge)(nil)
+
+// LoadEdge loads the edge program and its maps (reusing pinned ones).
+func LoadEdge(o LoadOptions) (*Edge, error) {
+	spec, err := loadEdge()
+	if err != nil {
+		return nil, err
+	}
+	if o.EIPMax > 0 {
+		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
+		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
+	}
+	opts, err := prepare(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
+	if err := spec.LoadAndAssign(&e.objs, opts); err != nil {
+		return nil, loadErr("edge", err)
+	}
+	return e, nil
+}
+
+// Program is the XDP program (for attaching and BPF_PROG_TEST_RUN).
+func (e *Edge) Program() *ebpf.Program { return e.objs.XdpEdge }
+
+// Attach attaches the edge program to an interface (atomically replacing a
+// previous version of it).
+func (e *Edge) Attach(ifname string) error {
+	l, err := attachXDP(e.objs.XdpEdge, ifname, e.pinDir)
+	if l != nil {
+		e.links[ifname] = l
+	}
+	return err
+}
+
+// Detach removes the program from an interface.
+func (e *Edge) Detach(ifname string) error {
+	if l, ok := e.links[ifname]; ok {
+		delete(e.links, ifname)
+		return l.Close()
+	}
+	if e.pinDir == "" {
+		return nil
+	}
+	return detachXDP(ifname, e.pinDir)
+}
+
+// Attached lists the interfaces holding a pinned edge link.
+func (e *Edge) Attached() []string { return attachedLinks(e.pinDir) }
+
+// Close releases the daemon's handles. Pinned links and maps stay: the
+// program keeps forwarding.
+func (e *Edge) Close() error {
+	for _, l := range e.links {
+		l.Close()
+	}
+	return e.objs.Close()
+}
+
+// SetConfig writes the configuration entry.
+func (e *Edge) SetConfig(c EdgeConfig) error {
+	var v edgeEdgeConfig
+	var err error
+	if c.Underlay.IsValid() {
+		if v.Underlay, _, err = addrTo(c.Underlay); err != nil {
+			return err
+		}
+	}
+	if c.ICMPSource.IsValid() {
+		if v.IcmpSrc, _, err = addrTo(c.ICMPSource); err != nil {
+			return err
+		}
+	}
+	v.HashSeed = c.HashSeed
+	v.IcmpRate = c.ICMPRate
+	v.IcmpBurst = c.ICMPBurst
+	if c.ICMPTimeExceeded {
+		v.Flags |= 1
+	}
+	v.GwMac = macTo(c.GatewayMAC)
+	if err := e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write edge config: %w", err)
+	}
+	return nil
+}
+
+func routeTo(r Route) (edgeEipRoute, error) {
+	h, fam, err := addrTo(r.Host)
+	if err != nil {
+		return edgeEipRoute{}, fmt.Errorf("route host: %w", err)
+	}
+	if r.VSID > 0xFFFFFF {
+		return edgeEipRoute{}, fmt.Errorf("VSID %d does not fit 24 bits", r.VSID)
+	}
+	return edgeEipRoute{Host: h, Vsid: r.VSID, StatsIdx: r.StatsIdx, Family: fam}, nil
+}
+
+// batchSize bounds one BPF_MAP_UPDATE_BATCH call.
+const batchSize = 8192
+
+// PutRoutes adds or replaces routes, in batches.
+func (e *Edge) PutRoutes(routes map[netip.Addr]Route) error {
+	keys := make([]edgeEipKey, 0, min(len(routes), batchSize))
+	vals := make([]edgeEipRoute, 0, cap(keys))
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		_, err := e.objs.EipRoutes.BatchUpdate(keys, vals, &ebpf.BatchOptions{})
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			for i := range keys {
+				if err := e.objs.EipRoutes.Update(&keys[i], &vals[i], ebpf.UpdateAny); err != nil {
+					return err
+				}
+			}
+			err = nil
+		}
+		keys, vals = keys[:0], vals[:0]
+		if err != nil {
+			return fmt.Errorf("write EIP routes: %w", err)
+		}
+		return nil
+	}
+	for a, r := range routes {
+		k, err := keyOf(a)
+		if err != nil {
+			return err
+		}
+		v, err := routeTo(r)
+		if err != nil {
+			return fmt.Errorf("route for %v: %w", a, err)
+		}
+		keys = append(keys, k)
+		vals = append(vals, v)
+		if len(keys) == batchSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// DeleteRoutes removes routes; missing ones are ignored.
+func (e *Edge) DeleteRoutes(addrs []netip.Addr) error {
+	for _, a := range addrs {
+		k, err := keyOf(a)
+		if err != nil {
+			return err
+		}
+		if err := e.objs.EipRoutes.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete route %v: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// Routes lists every route in the map.
+func (e *Edge) Routes() (map[netip.Addr]Route, error) {
+	out := map[netip.Addr]Route{}
+	var k edgeEipKey
+	var v edgeEipRoute
+	it := e.objs.EipRoutes.Iterate()
+	for it.Next(&k, &v) {
+		out[addrFrom(k.Addr, k.Family)] = Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list EIP routes: %w", err)
+	}
+	return out, nil
+}
+
+// Route reads one route.
+func (e *Edge) Route(a netip.Addr) (Route, bool, error) {
+	k, err := keyOf(a)
+	if err != nil {
+		return Route{}, false, err
+	}
+	var v edgeEipRoute
+	if err := e.objs.EipRoutes.Lookup(&k, &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Route{}, false, nil
+		}
+		return Route{}, false, err
+	}
+	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
+}
+
+func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.EipStats, idx) }
+
+func (e *Edge) EIPStats(idx uint32) (Counters, error) { return readEIPStats(e.objs.EipStats, idx) }
+
+func (e *Edge) Stats() (map[string]Count, error) { return readStats(e.objs.Stats) }
+
+// RouteCapacity is the size of the route map.
+func (e *Edge) RouteCapacity() uint32 { return e.objs.EipRoutes.MaxEntries() }

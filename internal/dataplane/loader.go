@@ -1,0 +1,197 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// BPFFS is where bpffs is expected; EnsureBPFFS mounts it when it is not.
+const BPFFS = "/sys/fs/bpf"
+
+// EnsureBPFFS mounts bpffs on BPFFS unless it is already there.
+func EnsureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(BPFFS, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll(BPFFS, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpf", BPFFS, "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mount bpffs on %s: %w", BPFFS, err)
+	}
+	return nil
+}
+
+// NodePinDir is the pin directory of one node's data plane.
+func NodePinDir(node string) string { return filepath.Join(BPFFS, "azgate", node) }
+
+// LoadOptions controls how a data plane is loaded.
+type LoadOptions struct {
+	// PinDir holds the maps (by name) and the XDP links (links/IFNAME).
+	// Existing pinned maps are reused, so state survives a restart. Empty:
+	// nothing is pinned and everything goes away on Close (tests).
+	PinDir string
+	// EIPMax overrides the capacity of the edge's route and counter maps.
+	EIPMax uint32
+}
+
+func prepare(spec *ebpf.CollectionSpec, o LoadOptions) (*ebpf.CollectionOptions, error) {
+	opts := &ebpf.CollectionOptions{}
+	if o.PinDir == "" {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+		return opts, nil
+	}
+	if err := EnsureBPFFS(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(o.PinDir, "links"), 0o700); err != nil {
+		return nil, fmt.Errorf("pin dir: %w", err)
+	}
+	opts.Maps.PinPath = o.PinDir
+	return opts, nil
+}
+
+func loadErr(what string, err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("load %s: verifier rejected the program: %+v", what, ve)
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return fmt.Errorf("load %s: a pinned map no longer matches this version's definition "+
+			"(remove the node's pin directory to start with empty maps): %w", what, err)
+	}
+	return fmt.Errorf("load %s: %w", what, err)
+}
+
+// attachXDP attaches prog to the interface, replacing whatever azgate
+// program the pinned link there held (an atomic swap: no packet goes
+// unprocessed). With an empty pinDir the link lives as long as the
+// returned Link.
+func attachXDP(prog *ebpf.Program, ifname, pinDir string) (link.Link, error) {
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("attach to %s: %w", ifname, err)
+	}
+	var pin string
+	if pinDir != "" {
+		pin = filepath.Join(pinDir, "links", ifname)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			if info, ierr := l.Info(); ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == iface.Index {
+				if uerr := l.Update(prog); uerr == nil {
+					l.Close()
+					return nil, nil
+				}
+			}
+			// Stale link (interface recreated, or update refused): replace it.
+			l.Unpin()
+			l.Close()
+		}
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: iface.Index})
+	if err != nil {
+		return nil, fmt.Errorf("attach XDP to %s: %w", ifname, err)
+	}
+	if pin == "" {
+		return l, nil
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("pin XDP link of %s: %w", ifname, err)
+	}
+	l.Close() // the pin keeps it attached
+	return nil, nil
+}
+
+// detachXDP removes the pinned link of an interface, detaching the program.
+func detachXDP(ifname, pinDir string) error {
+	pin := filepath.Join(pinDir, "links", ifname)
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("detach %s: %w", ifname, err)
+	}
+	defer l.Close()
+	return l.Unpin()
+}
+
+// attachedLinks lists the interfaces with a pinned link under pinDir.
+func attachedLinks(pinDir string) []string {
+	ents, _ := os.ReadDir(filepath.Join(pinDir, "links"))
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// RemovePins detaches every program pinned under dir and removes the maps:
+// the node's data plane is gone afterwards.
+func RemovePins(dir string) error {
+	for _, ifname := range attachedLinks(dir) {
+		if err := detachXDP(ifname, dir); err != nil {
+			return err
+		}
+	}
+	if !strings.HasPrefix(filepath.Clean(dir), BPFFS+"/") {
+		return fmt.Errorf("refusing to remove %s: not under %s", dir, BPFFS)
+	}
+	return os.RemoveAll(dir)
+}
+
+// sumPerCPUStats folds per-CPU counter slots.
+func sumStats(vals []edgeStatEntry) Count {
+	var c Count
+	for _, v := range vals {
+		c.Packets += v.Packets
+		c.Bytes += v.Bytes
+	}
+	return c
+}
+
+func readStats(m *ebpf.Map) (map[string]Count, error) {
+	out := make(map[string]Count, len(statNames))
+	var vals []edgeStatEntry
+	for i, name := range statNames {
+		if err := m.Lookup(uint32(i), &vals); err != nil {
+			return nil, fmt.Errorf("read stat %s: %w", name, err)
+		}
+		out[name] = sumStats(vals)
+	}
+	return out, nil
+}
+
+func readEIPStats(m *ebpf.Map, idx uint32) (Counters, error) {
+	var vals []edgeEipStats
+	if err := m.Lookup(idx, &vals); err != nil {
+		return Counters{}, fmt.Errorf("read EIP counters slot %d: %w", idx, err)
+	}
+	var c Counters
+	for _, v := range vals {
+		c.RxPackets += v.RxPackets
+		c.RxBytes += v.RxBytes
+		c.TxPackets += v.TxPackets
+		c.TxBytes += v.TxBytes
+	}
+	return c, nil
+}
+
+func resetEIPStats(m *ebpf.Map, idx uint32) error {
+	zero := make([]edgeEipStats, ebpf.MustPossibleCPU())
+	if err := m.Update(idx, zero, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("reset EIP counters slot %d: %w", idx, err)
+	}
+	return nil
+}

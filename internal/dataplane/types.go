@@ -1,0 +1,182 @@
+// Package dataplane loads azgate's XDP programs, attaches them and reads and
+// writes their maps. The maps are pinned under a per-node directory in
+// bpffs and the programs attached through pinned bpf_links, so a daemon can
+// exit and come back without the data plane missing a packet.
+//
+// Reconcilers program the data plane through the EdgeMaps and AgentMaps
+// interfaces; Fake implementations let them be tested without a kernel.
+package dataplane
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// Stat names, in the order of enum azg_stat in bpf/lib/structs.h.
+var statNames = [...]string{
+	"pass_non_ip",
+	"pass_ipv6",
+	"pass_not_ours",
+	"encap_tx",
+	"decap_tx",
+	"decap_pass",
+	"icmp_ttl_tx",
+	"icmp_frag_tx",
+	"drop_eth_trunc",
+	"drop_ip_trunc",
+	"drop_ip_bad",
+	"drop_ip_csum",
+	"drop_ip_martian",
+	"drop_l4_trunc",
+	"drop_gre_bad",
+	"drop_inner_bad",
+	"drop_spoof",
+	"drop_unknown",
+	"drop_ttl",
+	"drop_too_big",
+	"drop_fib",
+	"drop_no_neigh",
+	"drop_headroom",
+	"drop_icmp_limit",
+	"drop_no_edge",
+}
+
+// StatNames lists every per-reason counter in index order.
+func StatNames() []string { return append([]string(nil), statNames[:]...) }
+
+// StatIndex returns the index of a named counter.
+func StatIndex(name string) (int, bool) {
+	for i, n := range statNames {
+		if n == name {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// Count is a packet and byte count.
+type Count struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Counters are one EIP's packets and bytes in each direction
+// (rx: Internet to guest, tx: guest to Internet), summed over CPUs.
+type Counters struct {
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	TxBytes   uint64 `json:"tx_bytes"`
+}
+
+// Route is where the edge sends an EIP's traffic.
+type Route struct {
+	Host     netip.Addr // underlay address of the AZ host
+	VSID     uint32
+	StatsIdx uint32
+}
+
+// EdgeConfig is the edge program's configuration.
+type EdgeConfig struct {
+	Underlay         netip.Addr // decap destination, encap source
+	ICMPSource       netip.Addr // source of ICMP errors sent to the Internet
+	HashSeed         uint32
+	ICMPRate         uint32 // errors per second per CPU; 0 sends none
+	ICMPBurst        uint32
+	ICMPTimeExceeded bool // answer expired TTLs (otherwise count and drop)
+	GatewayMAC       net.HardwareAddr
+}
+
+// AgentEIP is an EIP hosted on an agent's host.
+type AgentEIP struct {
+	EIP      netip.Addr
+	Private  netip.Addr // guest address
+	VSID     uint32
+	StatsIdx uint32
+	Ifindex  uint32 // host-side interface of the guest; 0 skips the check
+}
+
+// AgentConfig is the agent programs' configuration.
+type AgentConfig struct {
+	Underlay   netip.Addr
+	ICMPSource netip.Addr
+	HashSeed   uint32
+	Edges      []netip.Addr // replies are spread over these by flow hash
+	ICMPRate   uint32
+	ICMPBurst  uint32
+	GatewayMAC net.HardwareAddr
+}
+
+// EdgeMaps is what the edge reconciler needs from a data plane.
+type EdgeMaps interface {
+	SetConfig(EdgeConfig) error
+	// PutRoutes adds or replaces routes.
+	PutRoutes(map[netip.Addr]Route) error
+	DeleteRoutes([]netip.Addr) error
+	// Routes lists every programmed route.
+	Routes() (map[netip.Addr]Route, error)
+	// ResetEIPStats zeroes a counter slot before it is reused.
+	ResetEIPStats(idx uint32) error
+	EIPStats(idx uint32) (Counters, error)
+	Stats() (map[string]Count, error)
+}
+
+// AgentMaps is what the agent reconciler needs from a data plane.
+type AgentMaps interface {
+	SetConfig(AgentConfig) error
+	SetLocalPrefixes([]netip.Prefix) error
+	PutEIP(AgentEIP) error
+	DeleteEIP(eip netip.Addr) error
+	EIPs() (map[netip.Addr]AgentEIP, error)
+	ResetEIPStats(idx uint32) error
+	EIPStats(idx uint32) (Counters, error)
+	Stats() (map[string]Count, error)
+}
+
+func addrTo(a netip.Addr) (edgeIpAddr, uint8, error) {
+	var out edgeIpAddr
+	switch {
+	case a.Is4():
+		b := a.As4()
+		out.A[0] = binary.LittleEndian.Uint32(b[:])
+		return out, 2, nil
+	case a.Is6():
+		b := a.As16()
+		for i := range 4 {
+			out.A[i] = binary.LittleEndian.Uint32(b[i*4:])
+		}
+		return out, 10, nil
+	}
+	return out, 0, fmt.Errorf("invalid address %v", a)
+}
+
+func addrFrom(x edgeIpAddr, family uint8) netip.Addr {
+	if family == 10 {
+		var b [16]byte
+		for i := range 4 {
+			binary.LittleEndian.PutUint32(b[i*4:], x.A[i])
+		}
+		return netip.AddrFrom16(b)
+	}
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], x.A[0])
+	return netip.AddrFrom4(b)
+}
+
+func keyOf(a netip.Addr) (edgeEipKey, error) {
+	ip, fam, err := addrTo(a)
+	if err != nil {
+		return edgeEipKey{}, err
+	}
+	if fam != 2 {
+		return edgeEipKey{}, fmt.Errorf("%v: only IPv4 EIPs are supported by this data plane", a)
+	}
+	return edgeEipKey{Addr: ip, Family: fam}, nil
+}
+
+func macTo(m net.HardwareAddr) (out [6]uint8) {
+	copy(out[:], m)
+	return out
+}
