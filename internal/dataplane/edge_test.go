@@ -238,7 +238,7 @@ func TestEdgeFixtures(t *testing.T) {
 		{name: "packet that just fits the underlay MTU", dev: dptest.ExtDev, in: fromInet(fits), action: xdpRedirect,
 			out: encapOf(t, fits, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
 		{name: "ethernet padding is not encapsulated", dev: dptest.ExtDev, in: padded, action: xdpRedirect,
-			out: encapOf(t, flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 3, dport: 4, payload: []byte{}}, hostAddr, vsid),
+			out:   encapOf(t, flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 3, dport: 4, payload: []byte{}}, hostAddr, vsid),
 			stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
 		{name: "vlan tagged packet to EIP", dev: dptest.ExtDev, in: vlan, action: xdpRedirect,
 			out: encapOf(t, udp, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},

@@ -1,0 +1,37 @@
+// Command azgate is the whole system in one binary: the roles (controller,
+// edge, agent), the CLI nouns that talk to the controller's API, the lab
+// and the benchmarks. main only wires flags to packages.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	root := &cobra.Command{
+		Use:           "azgate",
+		Short:         "azgate: software edge gateway for multi-AZ clouds",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	addGlobalFlags(root)
+	for _, add := range commands {
+		root.AddCommand(add())
+	}
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "azgate:", err)
+		os.Exit(1)
+	}
+}
+
+// commands are registered by each noun's file in init().
+var commands []func() *cobra.Command
+
+func register(f func() *cobra.Command) { commands = append(commands, f) }

@@ -1,0 +1,94 @@
+package model
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Document is a declarative description of (part of) a region: what
+// `azgate apply -f` reads. Objects in it replace the stored ones of the same
+// key; objects not in it are left alone.
+type Document struct {
+	AZs      []AZ      `json:"azs,omitempty"`
+	Hosts    []Host    `json:"hosts,omitempty"`
+	EdgeSets []EdgeSet `json:"edgesets,omitempty"`
+	EIPs     []EIP     `json:"eips,omitempty"`
+}
+
+// ParseDocument reads a YAML or JSON document, rejecting unknown fields and
+// objects that are invalid on their own (every error names its place, e.g.
+// "hosts[2].underlay").
+func ParseDocument(data []byte) (*Document, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	var d Document
+	if string(js) == "null" {
+		return &d, nil
+	}
+	if err := strictJSON(js, &d); err != nil {
+		return nil, err
+	}
+	var es Errors
+	seen := map[string]string{}
+	for _, po := range d.Placed() {
+		o, place := po.Obj, po.Place
+		kind := KindOf(o)
+		for _, fe := range o.Validate() {
+			es = append(es, FieldError{Field: place + "." + fe.Field, Msg: fe.Msg})
+		}
+		id := kind + "/" + o.Key()
+		if prev, dup := seen[id]; dup && o.Key() != "" {
+			es = append(es, FieldError{Field: place, Msg: fmt.Sprintf("%s %s also appears at %s", singular(kind), o.Key(), prev)})
+		}
+		seen[id] = place
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	return &d, nil
+}
+
+// PlacedObject is an object with its position in the document.
+type PlacedObject struct {
+	Obj   Object
+	Place string // e.g. "eips[3]"
+}
+
+// Placed lists the objects in dependency order with their positions.
+func (d *Document) Placed() []PlacedObject {
+	var out []PlacedObject
+	for i := range d.AZs {
+		out = append(out, PlacedObject{&d.AZs[i], fmt.Sprintf("azs[%d]", i)})
+	}
+	for i := range d.Hosts {
+		out = append(out, PlacedObject{&d.Hosts[i], fmt.Sprintf("hosts[%d]", i)})
+	}
+	for i := range d.EdgeSets {
+		out = append(out, PlacedObject{&d.EdgeSets[i], fmt.Sprintf("edgesets[%d]", i)})
+	}
+	for i := range d.EIPs {
+		out = append(out, PlacedObject{&d.EIPs[i], fmt.Sprintf("eips[%d]", i)})
+	}
+	return out
+}
+
+// Objects lists the document's objects in dependency order.
+func (d *Document) Objects() []Object {
+	var out []Object
+	for i := range d.AZs {
+		out = append(out, &d.AZs[i])
+	}
+	for i := range d.Hosts {
+		out = append(out, &d.Hosts[i])
+	}
+	for i := range d.EdgeSets {
+		out = append(out, &d.EdgeSets[i])
+	}
+	for i := range d.EIPs {
+		out = append(out, &d.EIPs[i])
+	}
+	return out
+}

@@ -1,0 +1,336 @@
+// Package model holds azgate's API objects, their validation and the
+// in-memory State the controller checks every change against. It is pure:
+// no I/O, no etcd, no kernel.
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Kinds of objects, also the path segment of their API and store keys.
+const (
+	KindAZ      = "azs"
+	KindHost    = "hosts"
+	KindEdgeSet = "edgesets"
+	KindEIP     = "eips"
+)
+
+// Kinds in dependency order: an object only refers to kinds before it.
+var Kinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP}
+
+// VSID range usable by tenants: RFC 7637 section 3.2 reserves
+// 0x000000-0x000FFF and 0xFFFFFF.
+const (
+	VSIDMin = 0x001000
+	VSIDMax = 0xFFFFFE
+)
+
+// AZ is an availability zone.
+type AZ struct {
+	Name        string `json:"name"`
+	Region      string `json:"region,omitempty"`
+	Description string `json:"description,omitempty"`
+}
+
+// Guest is a VM or container on a host, reachable at a private address in
+// a virtual subnet (VSID).
+type Guest struct {
+	Name    string     `json:"name"`
+	Address netip.Addr `json:"address"`
+	VSID    uint32     `json:"vsid"`
+}
+
+// Host is an AZ host running the agent.
+type Host struct {
+	Name     string     `json:"name"`
+	AZ       string     `json:"az"`
+	Underlay netip.Addr `json:"underlay"`
+	Guests   []Guest    `json:"guests,omitempty"`
+}
+
+// EdgeNode is one edge of an edge set.
+type EdgeNode struct {
+	Name     string     `json:"name"`
+	Underlay netip.Addr `json:"underlay"`
+}
+
+// EdgeSet is a group of edges that announce the same prefixes (ECMP).
+type EdgeSet struct {
+	Name     string         `json:"name"`
+	Prefixes []netip.Prefix `json:"prefixes"`
+	Edges    []EdgeNode     `json:"edges"`
+}
+
+// Binding ties an EIP to a guest on a host.
+type Binding struct {
+	Host  string `json:"host"`
+	Guest string `json:"guest"`
+}
+
+// EIP is a public address; bound, it reaches its guest through the edge.
+type EIP struct {
+	Address     netip.Addr `json:"address"`
+	Description string     `json:"description,omitempty"`
+	Binding     *Binding   `json:"binding,omitempty"`
+}
+
+// Name returns the object's key within its kind.
+func (a *AZ) Key() string      { return a.Name }
+func (h *Host) Key() string    { return h.Name }
+func (s *EdgeSet) Key() string { return s.Name }
+func (e *EIP) Key() string     { return e.Address.String() }
+
+// FieldError names the field at fault.
+type FieldError struct {
+	Field string `json:"field"`
+	Msg   string `json:"message"`
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Errors is a list of field errors; it is nil-safe.
+type Errors []FieldError
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Err returns nil for an empty list.
+func (es Errors) Err() error {
+	if len(es) == 0 {
+		return nil
+	}
+	return es
+}
+
+func (es *Errors) add(field, format string, args ...any) {
+	*es = append(*es, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func checkName(es *Errors, field, name string) {
+	if name == "" {
+		es.add(field, "required")
+	} else if !nameRE.MatchString(name) {
+		es.add(field, "%q is not a valid name (lower-case letters, digits and '-', 1-63 characters, starting and ending alphanumeric)", name)
+	}
+}
+
+// publicUnicast4 checks an address is a usable IPv4 unicast address.
+func checkUnicast4(es *Errors, field string, a netip.Addr) {
+	switch {
+	case !a.IsValid():
+		es.add(field, "required")
+	case !a.Is4():
+		es.add(field, "%v: only IPv4 is supported for now", a)
+	case a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		es.add(field, "%v is not a unicast address", a)
+	case a.As4()[0] >= 240:
+		es.add(field, "%v is in the reserved 240.0.0.0/4 range", a)
+	}
+}
+
+// Validate checks the AZ on its own.
+func (a *AZ) Validate() Errors {
+	var es Errors
+	checkName(&es, "name", a.Name)
+	if a.Region != "" {
+		checkName(&es, "region", a.Region)
+	}
+	if len(a.Description) > 1024 {
+		es.add("description", "longer than 1024 characters")
+	}
+	return es
+}
+
+// Validate checks the host on its own.
+func (h *Host) Validate() Errors {
+	var es Errors
+	checkName(&es, "name", h.Name)
+	checkName(&es, "az", h.AZ)
+	checkUnicast4(&es, "underlay", h.Underlay)
+	names := map[string]bool{}
+	addrs := map[netip.Addr]bool{}
+	for i, g := range h.Guests {
+		f := fmt.Sprintf("guests[%d]", i)
+		checkName(&es, f+".name", g.Name)
+		if names[g.Name] {
+			es.add(f+".name", "guest %q appears twice", g.Name)
+		}
+		names[g.Name] = true
+		checkUnicast4(&es, f+".address", g.Address)
+		if addrs[g.Address] {
+			es.add(f+".address", "%v is used by another guest on this host", g.Address)
+		}
+		addrs[g.Address] = true
+		if g.VSID < VSIDMin || g.VSID > VSIDMax {
+			es.add(f+".vsid", "%d is outside %d-%d (RFC 7637 reserves the rest)", g.VSID, VSIDMin, VSIDMax)
+		}
+	}
+	return es
+}
+
+// Guest returns the named guest.
+func (h *Host) Guest(name string) (Guest, bool) {
+	for _, g := range h.Guests {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return Guest{}, false
+}
+
+// Validate checks the edge set on its own.
+func (s *EdgeSet) Validate() Errors {
+	var es Errors
+	checkName(&es, "name", s.Name)
+	if len(s.Prefixes) == 0 {
+		es.add("prefixes", "at least one prefix is required")
+	}
+	for i, p := range s.Prefixes {
+		f := fmt.Sprintf("prefixes[%d]", i)
+		switch {
+		case !p.IsValid():
+			es.add(f, "invalid prefix")
+		case !p.Addr().Is4():
+			es.add(f, "%v: only IPv4 is supported for now", p)
+		case p.Masked() != p:
+			es.add(f, "%v has host bits set (did you mean %v?)", p, p.Masked())
+		case p.Bits() < 8:
+			es.add(f, "%v is shorter than /8", p)
+		}
+	}
+	names := map[string]bool{}
+	addrs := map[netip.Addr]bool{}
+	for i, e := range s.Edges {
+		f := fmt.Sprintf("edges[%d]", i)
+		checkName(&es, f+".name", e.Name)
+		if names[e.Name] {
+			es.add(f+".name", "edge %q appears twice", e.Name)
+		}
+		names[e.Name] = true
+		checkUnicast4(&es, f+".underlay", e.Underlay)
+		if addrs[e.Underlay] {
+			es.add(f+".underlay", "%v is used by another edge of this set", e.Underlay)
+		}
+		addrs[e.Underlay] = true
+	}
+	return es
+}
+
+// Contains reports whether one of the set's prefixes covers a.
+func (s *EdgeSet) Contains(a netip.Addr) bool {
+	for _, p := range s.Prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the EIP on its own.
+func (e *EIP) Validate() Errors {
+	var es Errors
+	checkUnicast4(&es, "address", e.Address)
+	if len(e.Description) > 1024 {
+		es.add("description", "longer than 1024 characters")
+	}
+	if e.Binding != nil {
+		checkName(&es, "binding.host", e.Binding.Host)
+		checkName(&es, "binding.guest", e.Binding.Guest)
+	}
+	return es
+}
+
+// Object is any API object.
+type Object interface {
+	Key() string
+	Validate() Errors
+}
+
+// New returns an empty object of a kind.
+func New(kind string) (Object, error) {
+	switch kind {
+	case KindAZ:
+		return &AZ{}, nil
+	case KindHost:
+		return &Host{}, nil
+	case KindEdgeSet:
+		return &EdgeSet{}, nil
+	case KindEIP:
+		return &EIP{}, nil
+	}
+	return nil, fmt.Errorf("unknown kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
+}
+
+// KindOf returns an object's kind.
+func KindOf(o Object) string {
+	switch o.(type) {
+	case *AZ:
+		return KindAZ
+	case *Host:
+		return KindHost
+	case *EdgeSet:
+		return KindEdgeSet
+	case *EIP:
+		return KindEIP
+	}
+	return ""
+}
+
+// Decode parses a JSON object of a kind, rejecting unknown fields.
+func Decode(kind string, data []byte) (Object, error) {
+	o, err := New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := strictJSON(data, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return describeJSONError(err)
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the JSON object")
+	}
+	return nil
+}
+
+func describeJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	if ok := asErr(err, &te); ok {
+		return FieldError{Field: te.Field, Msg: fmt.Sprintf("cannot be a JSON %s (want %v)", te.Value, te.Type)}
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "json: unknown field ") {
+		return FieldError{Field: strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), Msg: "unknown field"}
+	}
+	// netip's text unmarshalers name the bad value, not the field.
+	return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

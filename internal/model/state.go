@@ -1,0 +1,421 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+)
+
+type guestRef struct{ host, guest string }
+
+// State is the whole desired state with the indexes the referential checks
+// need. Put and Delete check a change against everything else and apply it,
+// returning an undo function so a batch can be rolled back whole.
+type State struct {
+	AZs      map[string]*AZ
+	Hosts    map[string]*Host
+	EdgeSets map[string]*EdgeSet
+	EIPs     map[string]*EIP
+
+	bound     map[guestRef]string  // guest -> EIP bound to it
+	hostEIPs  map[string]int       // host -> number of EIPs bound to it
+	underlays map[netip.Addr]string // underlay address -> owner ("host X", "edge S/E")
+	edges     map[string]string     // edge name -> set
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{
+		AZs: map[string]*AZ{}, Hosts: map[string]*Host{}, EdgeSets: map[string]*EdgeSet{}, EIPs: map[string]*EIP{},
+		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
+	}
+}
+
+// Get returns an object by kind and key.
+func (s *State) Get(kind, key string) (Object, bool) {
+	switch kind {
+	case KindAZ:
+		o, ok := s.AZs[key]
+		return o, ok
+	case KindHost:
+		o, ok := s.Hosts[key]
+		return o, ok
+	case KindEdgeSet:
+		o, ok := s.EdgeSets[key]
+		return o, ok
+	case KindEIP:
+		o, ok := s.EIPs[key]
+		return o, ok
+	}
+	return nil, false
+}
+
+// Keys lists the keys of a kind in order.
+func (s *State) Keys(kind string) []string {
+	switch kind {
+	case KindAZ:
+		return sortedKeys(s.AZs)
+	case KindHost:
+		return sortedKeys(s.Hosts)
+	case KindEdgeSet:
+		return sortedKeys(s.EdgeSets)
+	case KindEIP:
+		keys := make([]netip.Addr, 0, len(s.EIPs))
+		for _, e := range s.EIPs {
+			keys = append(keys, e.Address)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+		out := make([]string, len(keys))
+		for i, k := range keys {
+			out[i] = k.String()
+		}
+		return out
+	}
+	return nil
+}
+
+// Len is the number of objects of a kind.
+func (s *State) Len(kind string) int {
+	switch kind {
+	case KindAZ:
+		return len(s.AZs)
+	case KindHost:
+		return len(s.Hosts)
+	case KindEdgeSet:
+		return len(s.EdgeSets)
+	case KindEIP:
+		return len(s.EIPs)
+	}
+	return 0
+}
+
+// BoundEIP returns the EIP bound to a guest.
+func (s *State) BoundEIP(host, guest string) (string, bool) {
+	e, ok := s.bound[guestRef{host, guest}]
+	return e, ok
+}
+
+// EdgeSetOf returns the set an edge belongs to and the edge.
+func (s *State) EdgeSetOf(edge string) (*EdgeSet, EdgeNode, bool) {
+	set, ok := s.edges[edge]
+	if !ok {
+		return nil, EdgeNode{}, false
+	}
+	es := s.EdgeSets[set]
+	for _, e := range es.Edges {
+		if e.Name == edge {
+			return es, e, true
+		}
+	}
+	return nil, EdgeNode{}, false
+}
+
+func (s *State) covered(a netip.Addr) bool {
+	for _, es := range s.EdgeSets {
+		if es.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Put checks o against the state and stores it. On failure the state is
+// unchanged and the errors name the fields at fault.
+func (s *State) Put(o Object) (undo func(), err error) {
+	if es := o.Validate(); len(es) > 0 {
+		return nil, es
+	}
+	switch o := o.(type) {
+	case *AZ:
+		return s.putAZ(o)
+	case *Host:
+		return s.putHost(o)
+	case *EdgeSet:
+		return s.putEdgeSet(o)
+	case *EIP:
+		return s.putEIP(o)
+	}
+	return nil, fmt.Errorf("unknown object %T", o)
+}
+
+func (s *State) putAZ(a *AZ) (func(), error) {
+	old, had := s.AZs[a.Name]
+	s.AZs[a.Name] = a
+	return func() {
+		if had {
+			s.AZs[a.Name] = old
+		} else {
+			delete(s.AZs, a.Name)
+		}
+	}, nil
+}
+
+func (s *State) putHost(h *Host) (func(), error) {
+	var es Errors
+	if _, ok := s.AZs[h.AZ]; !ok {
+		es.add("az", "AZ %q does not exist", h.AZ)
+	}
+	if owner, ok := s.underlays[h.Underlay]; ok && owner != "host "+h.Name {
+		es.add("underlay", "%v is already the underlay address of %s", h.Underlay, owner)
+	}
+	old, had := s.Hosts[h.Name]
+	if had {
+		for _, g := range old.Guests {
+			if eip, bound := s.bound[guestRef{h.Name, g.Name}]; bound {
+				if _, still := h.Guest(g.Name); !still {
+					es.add("guests", "guest %q is bound to EIP %s: unbind it before removing the guest", g.Name, eip)
+				}
+			}
+		}
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	if had {
+		delete(s.underlays, old.Underlay)
+	}
+	s.underlays[h.Underlay] = "host " + h.Name
+	s.Hosts[h.Name] = h
+	return func() {
+		delete(s.underlays, h.Underlay)
+		if had {
+			s.Hosts[h.Name] = old
+			s.underlays[old.Underlay] = "host " + old.Name
+		} else {
+			delete(s.Hosts, h.Name)
+		}
+	}, nil
+}
+
+func (s *State) putEdgeSet(set *EdgeSet) (func(), error) {
+	var es Errors
+	for i, e := range set.Edges {
+		if other, ok := s.edges[e.Name]; ok && other != set.Name {
+			es.add(fmt.Sprintf("edges[%d].name", i), "edge %q already belongs to set %q", e.Name, other)
+		}
+		if owner, ok := s.underlays[e.Underlay]; ok && owner != "edge "+set.Name+"/"+e.Name {
+			es.add(fmt.Sprintf("edges[%d].underlay", i), "%v is already the underlay address of %s", e.Underlay, owner)
+		}
+	}
+	for i, p := range set.Prefixes {
+		for _, other := range s.EdgeSets {
+			if other.Name == set.Name {
+				continue
+			}
+			for _, q := range other.Prefixes {
+				if p == q {
+					es.add(fmt.Sprintf("prefixes[%d]", i), "%v is already announced by set %q", p, other.Name)
+				}
+			}
+		}
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	old, had := s.EdgeSets[set.Name]
+	s.indexEdges(old, false)
+	s.EdgeSets[set.Name] = set
+	s.indexEdges(set, true)
+	undo := func() {
+		s.indexEdges(set, false)
+		if had {
+			s.EdgeSets[set.Name] = old
+			s.indexEdges(old, true)
+		} else {
+			delete(s.EdgeSets, set.Name)
+		}
+	}
+	// Shrinking the prefixes must not strand an EIP.
+	if had {
+		for _, e := range s.EIPs {
+			if old.Contains(e.Address) && !s.covered(e.Address) {
+				undo()
+				return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("EIP %s would no longer be covered by any edge set", e.Address)}}
+			}
+		}
+	}
+	return undo, nil
+}
+
+func (s *State) indexEdges(set *EdgeSet, add bool) {
+	if set == nil {
+		return
+	}
+	for _, e := range set.Edges {
+		if add {
+			s.edges[e.Name] = set.Name
+			s.underlays[e.Underlay] = "edge " + set.Name + "/" + e.Name
+		} else {
+			delete(s.edges, e.Name)
+			delete(s.underlays, e.Underlay)
+		}
+	}
+}
+
+func (s *State) putEIP(e *EIP) (func(), error) {
+	var es Errors
+	key := e.Key()
+	if !s.covered(e.Address) {
+		es.add("address", "%v is not inside a prefix of any edge set", e.Address)
+	}
+	if b := e.Binding; b != nil {
+		h, ok := s.Hosts[b.Host]
+		if !ok {
+			es.add("binding.host", "host %q does not exist", b.Host)
+		} else if _, ok := h.Guest(b.Guest); !ok {
+			es.add("binding.guest", "host %q has no guest %q", b.Host, b.Guest)
+		} else if other, ok := s.bound[guestRef{b.Host, b.Guest}]; ok && other != key {
+			es.add("binding.guest", "guest %s/%s is already bound to EIP %s", b.Host, b.Guest, other)
+		}
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	old, had := s.EIPs[key]
+	s.unbindIndex(old)
+	s.EIPs[key] = e
+	s.bindIndex(e)
+	return func() {
+		s.unbindIndex(e)
+		if had {
+			s.EIPs[key] = old
+			s.bindIndex(old)
+		} else {
+			delete(s.EIPs, key)
+		}
+	}, nil
+}
+
+func (s *State) bindIndex(e *EIP) {
+	if e == nil || e.Binding == nil {
+		return
+	}
+	s.bound[guestRef{e.Binding.Host, e.Binding.Guest}] = e.Key()
+	s.hostEIPs[e.Binding.Host]++
+}
+
+func (s *State) unbindIndex(e *EIP) {
+	if e == nil || e.Binding == nil {
+		return
+	}
+	delete(s.bound, guestRef{e.Binding.Host, e.Binding.Guest})
+	if s.hostEIPs[e.Binding.Host]--; s.hostEIPs[e.Binding.Host] <= 0 {
+		delete(s.hostEIPs, e.Binding.Host)
+	}
+}
+
+// Delete checks that nothing refers to the object and removes it.
+func (s *State) Delete(kind, key string) (undo func(), err error) {
+	o, ok := s.Get(kind, key)
+	if !ok {
+		return nil, &NotFoundError{Kind: kind, Key: key}
+	}
+	switch o := o.(type) {
+	case *AZ:
+		for _, h := range s.Hosts {
+			if h.AZ == key {
+				return nil, &ConflictError{Msg: fmt.Sprintf("AZ %s still has host %s", key, h.Name)}
+			}
+		}
+		delete(s.AZs, key)
+		return func() { s.AZs[key] = o }, nil
+	case *Host:
+		if n := s.hostEIPs[key]; n > 0 {
+			for _, e := range s.EIPs {
+				if e.Binding != nil && e.Binding.Host == key {
+					return nil, &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), e.g. %s: unbind them first", key, n, e.Address)}
+				}
+			}
+		}
+		delete(s.Hosts, key)
+		delete(s.underlays, o.Underlay)
+		return func() { s.Hosts[key] = o; s.underlays[o.Underlay] = "host " + key }, nil
+	case *EdgeSet:
+		s.indexEdges(o, false)
+		delete(s.EdgeSets, key)
+		undo := func() { s.EdgeSets[key] = o; s.indexEdges(o, true) }
+		for _, e := range s.EIPs {
+			if o.Contains(e.Address) && !s.covered(e.Address) {
+				undo()
+				return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering EIP %s", key, e.Address)}
+			}
+		}
+		return undo, nil
+	case *EIP:
+		s.unbindIndex(o)
+		delete(s.EIPs, key)
+		return func() { s.EIPs[key] = o; s.bindIndex(o) }, nil
+	}
+	return nil, fmt.Errorf("unknown kind %q", kind)
+}
+
+// NotFoundError: no such object.
+type NotFoundError struct{ Kind, Key string }
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", singular(e.Kind), e.Key) }
+
+// ConflictError: the change contradicts other objects.
+type ConflictError struct{ Msg string }
+
+func (e *ConflictError) Error() string { return e.Msg }
+
+func singular(kind string) string {
+	switch kind {
+	case KindAZ:
+		return "AZ"
+	case KindHost:
+		return "host"
+	case KindEdgeSet:
+		return "edge set"
+	case KindEIP:
+		return "EIP"
+	}
+	return kind
+}
+
+// Singular names a kind in messages.
+func Singular(kind string) string { return singular(kind) }
+
+// Set stores an object without referential checks, keeping the indexes
+// right: for state read back from the store, which was checked on write.
+func (s *State) Set(o Object) {
+	switch o := o.(type) {
+	case *AZ:
+		s.AZs[o.Name] = o
+	case *Host:
+		if old, ok := s.Hosts[o.Name]; ok {
+			delete(s.underlays, old.Underlay)
+		}
+		s.Hosts[o.Name] = o
+		s.underlays[o.Underlay] = "host " + o.Name
+	case *EdgeSet:
+		s.indexEdges(s.EdgeSets[o.Name], false)
+		s.EdgeSets[o.Name] = o
+		s.indexEdges(o, true)
+	case *EIP:
+		s.unbindIndex(s.EIPs[o.Key()])
+		s.EIPs[o.Key()] = o
+		s.bindIndex(o)
+	}
+}
+
+// Remove deletes an object without checks (see Set).
+func (s *State) Remove(kind, key string) {
+	o, ok := s.Get(kind, key)
+	if !ok {
+		return
+	}
+	switch o := o.(type) {
+	case *AZ:
+		delete(s.AZs, key)
+	case *Host:
+		delete(s.Hosts, key)
+		delete(s.underlays, o.Underlay)
+	case *EdgeSet:
+		s.indexEdges(o, false)
+		delete(s.EdgeSets, key)
+	case *EIP:
+		s.unbindIndex(o)
+		delete(s.EIPs, key)
+	}
+}

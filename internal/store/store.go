@@ -1,0 +1,267 @@
+// Package store keeps azgate's desired state in etcd: one key per object
+// under /azgate/v1/KIND/KEY holding its JSON. Writes are optimistic
+// transactions guarded by the revision the writer's view was taken at;
+// readers load the whole state at one revision and then follow the watch
+// stream (see Follow), so nothing polls.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+// Key prefixes.
+const (
+	Root       = "/azgate/v1/"
+	StatusRoot = "/azgate/status/"
+	// CommitKey is rewritten by every commit, so "nothing changed since
+	// revision R" is one key's mod revision compared with R (a compare over
+	// the whole prefix would cost a scan of every object per write).
+	CommitKey = "/azgate/meta/commit"
+)
+
+// ErrConflict means the state changed since the writer's revision.
+var ErrConflict = errors.New("store: state changed concurrently")
+
+// Key is the etcd key of an object.
+func Key(kind, key string) string { return Root + kind + "/" + key }
+
+// ParseKey splits an etcd key into kind and object key.
+func ParseKey(k string) (kind, key string, ok bool) {
+	rest, ok := strings.CutPrefix(k, Root)
+	if !ok {
+		return "", "", false
+	}
+	kind, key, ok = strings.Cut(rest, "/")
+	return kind, key, ok && key != ""
+}
+
+// Store is a client of the state store.
+type Store struct {
+	Client *clientv3.Client
+	// TxnOps bounds the operations in one transaction (etcd's
+	// --max-txn-ops, 128 by default; the embedded server allows more).
+	TxnOps int
+	Log    *slog.Logger
+}
+
+// Options to connect.
+type Options struct {
+	Endpoints []string
+	TxnOps    int
+	Log       *slog.Logger
+}
+
+// Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
+// or unix:///path sockets.
+func Connect(o Options) (*Store, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, errors.New("store: no etcd endpoints")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.TxnOps <= 0 {
+		o.TxnOps = 128
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:          o.Endpoints,
+		DialTimeout:        5 * time.Second,
+		Logger:             zap.NewNop(),
+		MaxCallRecvMsgSize: 256 << 20,
+		MaxCallSendMsgSize: 64 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log}, nil
+}
+
+// Close closes the client.
+func (s *Store) Close() error { return s.Client.Close() }
+
+// Ping checks the store answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.Client.Get(ctx, Root+"ping", clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// Encode serializes an object for the store.
+func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
+
+// Load reads the whole state at one revision, page by page. Values that
+// do not decode are logged and skipped (and counted in the return).
+func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
+	st := model.NewState()
+	var rev int64
+	bad := 0
+	for _, kind := range model.Kinds {
+		prefix := Root + kind + "/"
+		end := clientv3.GetPrefixRangeEnd(prefix)
+		from := prefix
+		for {
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(10000)}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			resp, err := s.Client.Get(ctx, from, opts...)
+			if err != nil {
+				return nil, 0, fmt.Errorf("store: load %s: %w", kind, err)
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			for _, kv := range resp.Kvs {
+				_, key, _ := ParseKey(string(kv.Key))
+				o, err := model.Decode(kind, kv.Value)
+				if err != nil || o.Key() != key {
+					bad++
+					s.Log.Warn("skipping undecodable object in the store", "key", string(kv.Key), "err", err)
+					continue
+				}
+				st.Set(o)
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	return st, rev, nil
+}
+
+// Op is one write: Value nil deletes.
+type Op struct {
+	Kind, Key string
+	Value     []byte
+}
+
+// Commit writes ops if no commit happened after rev, in
+// transactions of at most TxnOps operations (each one atomic; a batch
+// larger than one transaction is applied chunk by chunk). It returns the
+// revision after the last chunk.
+func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) {
+	if len(ops) == 0 {
+		return rev, nil
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), max(s.TxnOps-1, 1)) // one op is the commit marker
+		chunk := ops[:n]
+		ops = ops[n:]
+		eops := make([]clientv3.Op, len(chunk))
+		for i, o := range chunk {
+			if o.Value == nil {
+				eops[i] = clientv3.OpDelete(Key(o.Kind, o.Key))
+			} else {
+				eops[i] = clientv3.OpPut(Key(o.Kind, o.Key), string(o.Value))
+			}
+		}
+		resp, err := s.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)).
+			Then(append(eops, clientv3.OpPut(CommitKey, time.Now().UTC().Format(time.RFC3339Nano)))...).Commit()
+		if err != nil {
+			return rev, fmt.Errorf("store: commit: %w", err)
+		}
+		if !resp.Succeeded {
+			return rev, ErrConflict
+		}
+		rev = resp.Header.Revision
+	}
+	return rev, nil
+}
+
+// Event is one change seen on the watch stream.
+type Event struct {
+	Kind, Key string
+	Obj       model.Object // nil: deleted
+}
+
+// Handler receives the state after every change. On resync (first load,
+// or after the watch lost history) events is nil and the whole state must
+// be reconciled. It runs on Follow's goroutine and must not keep st.
+type Handler func(st *model.State, rev int64, events []Event, resync bool)
+
+// Follow loads the state, hands it to h, then applies every watched change
+// and hands it over again, until ctx ends. A compacted or broken watch
+// leads to a full reload (resync).
+func (s *Store) Follow(ctx context.Context, h Handler) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		st, rev, err := s.Load(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			s.Log.Warn("store load failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		h(st, rev, nil, true)
+		err = s.follow(ctx, st, rev, h)
+		if ctx.Err() != nil {
+			break
+		}
+		s.Log.Warn("watch ended; reloading the whole state", "err", err)
+	}
+	return ctx.Err()
+}
+
+func (s *Store) follow(ctx context.Context, st *model.State, rev int64, h Handler) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wc := s.Client.Watch(wctx, Root, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for resp := range wc {
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return fmt.Errorf("history compacted at %d", resp.CompactRevision)
+			}
+			return err
+		}
+		if resp.IsProgressNotify() || len(resp.Events) == 0 {
+			continue
+		}
+		evs := make([]Event, 0, len(resp.Events))
+		for _, e := range resp.Events {
+			kind, key, ok := ParseKey(string(e.Kv.Key))
+			if !ok {
+				continue
+			}
+			if e.Type == clientv3.EventTypeDelete {
+				st.Remove(kind, key)
+				evs = append(evs, Event{Kind: kind, Key: key})
+				continue
+			}
+			o, err := model.Decode(kind, e.Kv.Value)
+			if err != nil || o.Key() != key {
+				s.Log.Warn("skipping undecodable object in the store", "key", string(e.Kv.Key), "err", err)
+				continue
+			}
+			st.Set(o)
+			evs = append(evs, Event{Kind: kind, Key: key, Obj: o})
+		}
+		rev = resp.Header.Revision
+		h(st, rev, evs, false)
+	}
+	return errors.New("watch channel closed")
+}
