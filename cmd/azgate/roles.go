@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/agent"
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// defaultEtcd is where the controller's embedded etcd listens by default.
+const defaultEtcd = "unix:///var/lib/azgate/etcd.sock"
+
+func roleLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// daemonFlags are shared by the data-plane roles.
+type daemonFlags struct {
+	name          string
+	etcd          string
+	pinDir        string
+	hashSeed      uint32
+	icmpRate      uint32
+	icmpBurst     uint32
+	metricsListen string
+	logLevel      string
+}
+
+func (d *daemonFlags) add(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&d.name, "name", "", "node name (an edge of an edge set, or a host)")
+	f.StringVar(&d.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
+	f.StringVar(&d.pinDir, "pin-dir", "", "bpffs directory for this node's maps and links (default /sys/fs/bpf/azgate/NAME)")
+	f.Uint32Var(&d.hashSeed, "hash-seed", edge.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
+	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
+	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
+	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
+	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
+	if d.name == "" {
+		return nil, nil, dataplane.LoadOptions{}, fmt.Errorf("--name is required")
+	}
+	log, err := roleLogger(d.logLevel)
+	if err != nil {
+		return nil, nil, dataplane.LoadOptions{}, err
+	}
+	st, err := store.Connect(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log})
+	if err != nil {
+		return nil, nil, dataplane.LoadOptions{}, err
+	}
+	pin := d.pinDir
+	if pin == "" {
+		pin = dataplane.NodePinDir(d.name)
+	}
+	return log.With("node", d.name), st, dataplane.LoadOptions{PinDir: pin}, nil
+}
+
+func init() {
+	register(func() *cobra.Command {
+		var df daemonFlags
+		var attach []string
+		var icmpSource string
+		var noTTL bool
+		var eipMax uint32
+		c := &cobra.Command{
+			Use:   "edge",
+			Short: "Run the edge role: XDP EIP routing between the Internet and the AZ underlay",
+			Long: `Runs the edge role. The XDP program is attached to every --attach interface
+and its maps and links are pinned under --pin-dir: when this process stops,
+forwarding continues with the last state, and a restart takes over
+without interruption. The node must be an edge of an edge set.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				log, st, load, err := df.open()
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				load.EIPMax = eipMax
+				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log}
+				if icmpSource != "" {
+					a, err := netip.ParseAddr(icmpSource)
+					if err != nil {
+						return fmt.Errorf("--icmp-source: %w", err)
+					}
+					cfg.ICMPSource = a
+				}
+				ctx, cancel := signalContext()
+				defer cancel()
+				err = edge.Run(ctx, cfg, st, load, df.metricsListen)
+				if ctx.Err() != nil {
+					log.Info("edge stopping; the data plane keeps forwarding")
+					return nil
+				}
+				return err
+			},
+		}
+		df.add(c)
+		c.Flags().StringSliceVar(&attach, "attach", nil, "interfaces to attach the edge program to (Internet side and underlay side)")
+		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
+		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
+		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
+		return c
+	})
+	register(func() *cobra.Command {
+		var df daemonFlags
+		var underlay string
+		var local []string
+		c := &cobra.Command{
+			Use:   "agent",
+			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				log, st, load, err := df.open()
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+					ICMPBurst: df.icmpBurst, Version: version, Log: log}
+				for _, p := range local {
+					pp, err := netip.ParsePrefix(p)
+					if err != nil {
+						return fmt.Errorf("--local-prefix %q: %w", p, err)
+					}
+					cfg.LocalPrefixes = append(cfg.LocalPrefixes, pp.Masked())
+				}
+				ctx, cancel := signalContext()
+				defer cancel()
+				err = agent.Run(ctx, cfg, st, load, df.metricsListen)
+				if ctx.Err() != nil {
+					log.Info("agent stopping; the data plane keeps forwarding")
+					return nil
+				}
+				return err
+			},
+		}
+		df.add(c)
+		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
+		c.Flags().StringSliceVar(&local, "local-prefix", nil, "destinations guests reach without the edge (never encapsulated), repeatable")
+		return c
+	})
+	register(func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "dataplane-reset NODE",
+			Short: "Detach a node's XDP programs and remove its pinned maps (forwarding stops)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return dataplane.RemovePins(dataplane.NodePinDir(args[0]))
+			},
+		}
+	})
+}

@@ -1,0 +1,385 @@
+// Package agent is the host-agent role: it follows the desired state and
+// programs the agent data plane for the EIPs bound to guests on its host
+// (decapsulation and 1:1 NAT to the guest, encapsulation of the guest's
+// replies to the edges). Like the edge, it can restart without the data
+// plane missing a packet.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Want is one EIP the host must serve.
+type Want struct {
+	EIP     netip.Addr
+	Private netip.Addr
+	VSID    uint32
+	Guest   string
+}
+
+// Desired returns the host's underlay address, the edges replies go to
+// (every edge of every set, in a stable order) and the EIPs bound here.
+func Desired(st *model.State, host string) (netip.Addr, []netip.Addr, map[netip.Addr]Want, error) {
+	h, ok := st.Hosts[host]
+	if !ok {
+		return netip.Addr{}, nil, nil, fmt.Errorf("host %q does not exist: create it (azgate host create %s --az AZ --underlay ADDR)", host, host)
+	}
+	var sets []string
+	for name := range st.EdgeSets {
+		sets = append(sets, name)
+	}
+	sort.Strings(sets)
+	var edges []netip.Addr
+	for _, name := range sets {
+		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
+		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
+		for _, e := range es {
+			edges = append(edges, e.Underlay)
+		}
+	}
+	eips := map[netip.Addr]Want{}
+	for _, e := range st.EIPs {
+		if e.Binding == nil || e.Binding.Host != host {
+			continue
+		}
+		g, ok := h.Guest(e.Binding.Guest)
+		if !ok {
+			continue
+		}
+		eips[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
+	}
+	return h.Underlay, edges, eips, nil
+}
+
+// Links is what the reconciler needs from the host's network stack.
+type Links interface {
+	// GuestInterface finds the interface a guest address is routed through.
+	GuestInterface(addr netip.Addr) (ifname string, ifindex int, err error)
+	AttachGuest(ifname string) error
+	DetachGuest(ifname string) error
+	// KeepResolved keeps next hops toward these addresses resolved.
+	KeepResolved(addrs []netip.Addr)
+}
+
+// Config of an agent.
+type Config struct {
+	Name           string // host name
+	Underlay       string // underlay interface
+	LocalPrefixes  []netip.Prefix
+	HashSeed       uint32
+	ICMPRate       uint32
+	ICMPBurst      uint32
+	StatusInterval time.Duration
+	Version        string
+	Log            *slog.Logger
+}
+
+// Reconciler keeps AgentMaps equal to the desired state.
+type Reconciler struct {
+	cfg   Config
+	maps  dataplane.AgentMaps
+	links Links
+	log   *slog.Logger
+
+	mu         sync.Mutex
+	programmed map[netip.Addr]dataplane.AgentEIP
+	guestIfs   map[string]int // attached guest interfaces -> EIPs using them
+	free       []uint32
+	next       uint32
+	rev        int64
+	errs       []string
+	cfgKey     string
+	OnApplied  func(rev int64)
+}
+
+// NewReconciler adopts what the maps already hold.
+func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconciler, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cur, err := maps.EIPs()
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]int{}}
+	used := map[uint32]bool{}
+	for _, e := range cur {
+		used[e.StatsIdx] = true
+		if e.StatsIdx >= r.next {
+			r.next = e.StatsIdx + 1
+		}
+	}
+	for i := uint32(0); i < r.next; i++ {
+		if !used[i] {
+			r.free = append(r.free, i)
+		}
+	}
+	if err := maps.SetLocalPrefixes(cfg.LocalPrefixes); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Reconciler) alloc() (uint32, error) {
+	if n := len(r.free); n > 0 {
+		idx := r.free[n-1]
+		r.free = r.free[:n-1]
+		return idx, r.maps.ResetEIPStats(idx)
+	}
+	idx := r.next
+	r.next++
+	return idx, r.maps.ResetEIPStats(idx)
+}
+
+// Handle is a store.Handler. Every change recomputes the host's (small)
+// desired state in full.
+func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = nil
+	underlay, edges, want, err := Desired(st, r.cfg.Name)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if err := r.configure(underlay, edges); err != nil {
+		r.fail(err)
+		return
+	}
+	r.sync(want)
+	r.rev = rev
+	if r.OnApplied != nil {
+		r.OnApplied(rev)
+	}
+}
+
+func (r *Reconciler) fail(err error) {
+	r.errs = append(r.errs, err.Error())
+	r.log.Error("reconcile failed; the data plane keeps its previous state", "err", err)
+}
+
+func (r *Reconciler) configure(underlay netip.Addr, edges []netip.Addr) error {
+	key := fmt.Sprint(underlay, edges)
+	if key == r.cfgKey {
+		return nil
+	}
+	if err := r.maps.SetConfig(dataplane.AgentConfig{Underlay: underlay, ICMPSource: underlay, HashSeed: r.cfg.HashSeed,
+		Edges: edges, ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, GatewayMAC: edge.GatewayMAC}); err != nil {
+		return err
+	}
+	r.links.KeepResolved(edges)
+	r.log.Info("agent configured", "underlay", underlay, "edges", edges)
+	r.cfgKey = key
+	return nil
+}
+
+// sync programs want; a guest whose interface cannot be found yet is
+// reported and retried on the next change.
+func (r *Reconciler) sync(want map[netip.Addr]Want) {
+	used := map[string]int{}
+	var resolve []netip.Addr
+	for a, w := range want {
+		ifname, ifindex, err := r.links.GuestInterface(w.Private)
+		if err != nil {
+			r.fail(fmt.Errorf("EIP %v: guest %s (%v): %w", a, w.Guest, w.Private, err))
+			continue
+		}
+		if _, ok := r.guestIfs[ifname]; !ok {
+			if err := r.links.AttachGuest(ifname); err != nil {
+				r.fail(fmt.Errorf("EIP %v: attach to %s: %w", a, ifname, err))
+				continue
+			}
+			r.guestIfs[ifname] = 0
+		}
+		used[ifname]++
+		resolve = append(resolve, w.Private)
+		cur, had := r.programmed[a]
+		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(ifindex)}
+		if had && cur == next {
+			continue
+		}
+		if !had {
+			idx, err := r.alloc()
+			if err != nil {
+				r.fail(err)
+				continue
+			}
+			next.StatsIdx = idx
+		}
+		if err := r.maps.PutEIP(next); err != nil {
+			r.fail(err)
+			continue
+		}
+		r.programmed[a] = next
+	}
+	for a, cur := range r.programmed {
+		if _, ok := want[a]; ok {
+			continue
+		}
+		if err := r.maps.DeleteEIP(a); err != nil {
+			r.fail(err)
+			continue
+		}
+		r.free = append(r.free, cur.StatsIdx)
+		delete(r.programmed, a)
+	}
+	for ifname := range r.guestIfs {
+		if used[ifname] == 0 {
+			if err := r.links.DetachGuest(ifname); err != nil {
+				r.fail(fmt.Errorf("detach from %s: %w", ifname, err))
+				continue
+			}
+			delete(r.guestIfs, ifname)
+		}
+	}
+	for ifname, n := range used {
+		r.guestIfs[ifname] = n
+	}
+	r.links.KeepResolved(resolve)
+}
+
+// Status builds the node status.
+func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := append([]string{r.cfg.Underlay}, sortedKeys(r.guestIfs)...)
+	s := model.NodeStatus{Role: "agent", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
+		AppliedRevision: r.rev, Interfaces: all, Routes: len(r.programmed), Errors: r.errs, EIPs: map[string]model.EIPCounters{}}
+	if c, err := r.maps.Stats(); err == nil {
+		s.Counters = map[string]model.Count{}
+		for k, v := range c {
+			s.Counters[k] = model.Count(v)
+		}
+	}
+	for a, e := range r.programmed {
+		if c, err := r.maps.EIPStats(e.StatsIdx); err == nil {
+			s.EIPs[a.String()] = model.EIPCounters(c)
+		}
+	}
+	return s
+}
+
+// Programmed returns a copy of what the maps hold.
+func (r *Reconciler) Programmed() map[netip.Addr]dataplane.AgentEIP {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[netip.Addr]dataplane.AgentEIP{}
+	for a, e := range r.programmed {
+		out[a] = e
+	}
+	return out
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// kernelLinks implements Links with netlink and the loaded data plane.
+type kernelLinks struct {
+	dp   *dataplane.Agent
+	log  *slog.Logger
+	done map[netip.Addr]bool
+}
+
+func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return "", 0, err
+	}
+	defer h.Close()
+	idx, _, err := netlab.RouteGet(h, a)
+	if err != nil {
+		return "", 0, err
+	}
+	l, err := h.LinkByIndex(idx)
+	if err != nil {
+		return "", 0, err
+	}
+	return l.Attrs().Name, idx, nil
+}
+
+func (k *kernelLinks) AttachGuest(ifname string) error { return k.dp.AttachGuest(ifname) }
+func (k *kernelLinks) DetachGuest(ifname string) error { return k.dp.Detach(ifname) }
+
+func (k *kernelLinks) KeepResolved(addrs []netip.Addr) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return
+	}
+	defer h.Close()
+	for _, a := range addrs {
+		if k.done[a] {
+			continue
+		}
+		idx, nh, err := netlab.RouteGet(h, a)
+		if err != nil {
+			k.log.Warn("no route", "to", a, "err", err)
+			continue
+		}
+		if err := netlab.EnsureManagedNeigh(h, idx, nh); err != nil {
+			k.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
+			continue
+		}
+		k.done[a] = true
+	}
+}
+
+// Run loads (or re-adopts) the agent data plane and follows the store.
+func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Underlay == "" {
+		return fmt.Errorf("agent: no underlay interface (--underlay-if)")
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = 2 * time.Second
+	}
+	dp, err := dataplane.LoadAgent(load)
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
+		return err
+	}
+	links := &kernelLinks{dp: dp, log: cfg.Log, done: map[netip.Addr]bool{}}
+	rec, err := NewReconciler(cfg, dp, links)
+	if err != nil {
+		return err
+	}
+	// Interfaces attached by a previous run stay attached until the first
+	// reconcile decides.
+	for _, ifname := range dp.Attached() {
+		if ifname != cfg.Underlay {
+			rec.guestIfs[ifname] = 0
+		}
+	}
+	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
+	started := time.Now().UTC()
+	status := func() model.NodeStatus { return rec.Status(started, nil) }
+	go edge.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
+	if metricsListen != "" {
+		go edge.ServeMetrics(ctx, metricsListen, "agent", status, cfg.Log)
+	}
+	return st.Follow(ctx, rec.Handle)
+}

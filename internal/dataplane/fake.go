@@ -1,0 +1,184 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+)
+
+// FakeEdge is an in-memory EdgeMaps for testing reconcilers without a
+// kernel.
+type FakeEdge struct {
+	mu       sync.Mutex
+	Config   EdgeConfig
+	RouteMap map[netip.Addr]Route
+	Counters map[uint32]Counters
+	Capacity int // 0: unlimited
+}
+
+var _ EdgeMaps = (*FakeEdge)(nil)
+
+// NewFakeEdge returns an empty fake.
+func NewFakeEdge() *FakeEdge {
+	return &FakeEdge{RouteMap: map[netip.Addr]Route{}, Counters: map[uint32]Counters{}}
+}
+
+func (f *FakeEdge) SetConfig(c EdgeConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Config = c
+	return nil
+}
+
+func (f *FakeEdge) PutRoutes(rs map[netip.Addr]Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for a, r := range rs {
+		if _, ok := f.RouteMap[a]; !ok && f.Capacity > 0 && len(f.RouteMap) >= f.Capacity {
+			return fmt.Errorf("route map full (%d)", f.Capacity)
+		}
+		f.RouteMap[a] = r
+	}
+	return nil
+}
+
+func (f *FakeEdge) DeleteRoutes(as []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range as {
+		delete(f.RouteMap, a)
+	}
+	return nil
+}
+
+func (f *FakeEdge) Routes() (map[netip.Addr]Route, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[netip.Addr]Route, len(f.RouteMap))
+	for a, r := range f.RouteMap {
+		out[a] = r
+	}
+	return out, nil
+}
+
+func (f *FakeEdge) ResetEIPStats(idx uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.Counters, idx)
+	return nil
+}
+
+func (f *FakeEdge) EIPStats(idx uint32) (Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Counters[idx], nil
+}
+
+func (f *FakeEdge) Stats() (map[string]Count, error) { return map[string]Count{}, nil }
+
+// ErrInjected is the error Faulty maps return.
+var ErrInjected = errors.New("injected data-plane failure")
+
+// FaultyEdge wraps an EdgeMaps and fails writes while Fail is set.
+type FaultyEdge struct {
+	EdgeMaps
+	mu   sync.Mutex
+	fail bool
+}
+
+// SetFail turns failures on or off.
+func (f *FaultyEdge) SetFail(v bool) {
+	f.mu.Lock()
+	f.fail = v
+	f.mu.Unlock()
+}
+
+func (f *FaultyEdge) failing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail
+}
+
+func (f *FaultyEdge) PutRoutes(rs map[netip.Addr]Route) error {
+	if f.failing() {
+		return ErrInjected
+	}
+	return f.EdgeMaps.PutRoutes(rs)
+}
+
+func (f *FaultyEdge) DeleteRoutes(as []netip.Addr) error {
+	if f.failing() {
+		return ErrInjected
+	}
+	return f.EdgeMaps.DeleteRoutes(as)
+}
+
+// FakeAgent is an in-memory AgentMaps.
+type FakeAgent struct {
+	mu       sync.Mutex
+	Config   AgentConfig
+	Local    []netip.Prefix
+	EIPMap   map[netip.Addr]AgentEIP
+	Counters map[uint32]Counters
+}
+
+var _ AgentMaps = (*FakeAgent)(nil)
+
+// NewFakeAgent returns an empty fake.
+func NewFakeAgent() *FakeAgent {
+	return &FakeAgent{EIPMap: map[netip.Addr]AgentEIP{}, Counters: map[uint32]Counters{}}
+}
+
+func (f *FakeAgent) SetConfig(c AgentConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Config = c
+	return nil
+}
+
+func (f *FakeAgent) SetLocalPrefixes(p []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Local = p
+	return nil
+}
+
+func (f *FakeAgent) PutEIP(e AgentEIP) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.EIPMap[e.EIP] = e
+	return nil
+}
+
+func (f *FakeAgent) DeleteEIP(a netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.EIPMap, a)
+	return nil
+}
+
+func (f *FakeAgent) EIPs() (map[netip.Addr]AgentEIP, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[netip.Addr]AgentEIP{}
+	for a, e := range f.EIPMap {
+		out[a] = e
+	}
+	return out, nil
+}
+
+func (f *FakeAgent) ResetEIPStats(idx uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.Counters, idx)
+	return nil
+}
+
+func (f *FakeAgent) EIPStats(idx uint32) (Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Counters[idx], nil
+}
+
+func (f *FakeAgent) Stats() (map[string]Count, error) { return map[string]Count{}, nil }

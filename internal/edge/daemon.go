@@ -1,0 +1,209 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vishvananda/netlink"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Run loads (or re-adopts) the edge data plane, attaches it to the
+// interfaces and follows the store until ctx ends. On return the program
+// stays attached and keeps forwarding with the last state.
+func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string) error {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+		cfg.Log = log
+	}
+	if len(cfg.Interfaces) == 0 {
+		return errors.New("edge: no interfaces to attach to (--attach)")
+	}
+	if !cfg.ICMPSource.IsValid() {
+		a, err := firstIPv4(cfg.Interfaces[0])
+		if err != nil {
+			return fmt.Errorf("edge: ICMP source: %w (set --icmp-source)", err)
+		}
+		cfg.ICMPSource = a
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = 2 * time.Second
+	}
+	dp, err := dataplane.LoadEdge(load)
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	rec, err := NewReconciler(cfg, dp)
+	if err != nil {
+		return err
+	}
+	for _, ifname := range cfg.Interfaces {
+		if err := dp.Attach(ifname); err != nil {
+			return err
+		}
+	}
+	log.Info("edge data plane attached", "interfaces", cfg.Interfaces, "routes_kept", len(rec.Programmed()), "pins", load.PinDir)
+
+	nb := newNeighbours(log)
+	applied := make(chan struct{}, 1)
+	rec.OnApplied = func(int64) {
+		select {
+		case applied <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-applied:
+				nb.ensure(rec.Hosts())
+			}
+		}
+	}()
+
+	started := time.Now().UTC()
+	status := func() model.NodeStatus { return rec.Status(started, cfg.Interfaces) }
+	go PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
+	if metricsListen != "" {
+		go serveMetrics(ctx, metricsListen, "edge", status, log)
+	}
+	return st.Follow(ctx, rec.Handle)
+}
+
+func firstIPv4(ifname string) (netip.Addr, error) {
+	ifc, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifname)
+}
+
+// neighbours keeps the next hops of the underlay hosts (and the default
+// gateways) resolved, as managed neighbour entries: bpf_fib_lookup only
+// reads the neighbour table, and with XDP forwarding everything the kernel
+// would otherwise never see a packet that makes it resolve them.
+type neighbours struct {
+	log  *slog.Logger
+	done map[netip.Addr]bool
+}
+
+func newNeighbours(log *slog.Logger) *neighbours {
+	return &neighbours{log: log, done: map[netip.Addr]bool{}}
+}
+
+func (n *neighbours) ensure(hosts []netip.Addr) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		n.log.Warn("netlink", "err", err)
+		return
+	}
+	defer h.Close()
+	targets := append([]netip.Addr(nil), hosts...)
+	if rs, err := h.RouteList(nil, netlink.FAMILY_V4); err == nil {
+		for _, r := range rs {
+			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
+				if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+					targets = append(targets, gw.Unmap())
+				}
+			}
+		}
+	}
+	for _, t := range targets {
+		if n.done[t] {
+			continue
+		}
+		ifindex, nh, err := netlab.RouteGet(h, t)
+		if err != nil {
+			n.log.Warn("no route to underlay host", "host", t, "err", err)
+			continue
+		}
+		if n.done[nh] {
+			n.done[t] = true
+			continue
+		}
+		if err := netlab.EnsureManagedNeigh(h, ifindex, nh); err != nil {
+			n.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
+			continue
+		}
+		n.done[t], n.done[nh] = true, true
+	}
+}
+
+// serveMetrics exposes the node status as Prometheus metrics.
+func serveMetrics(ctx context.Context, addr, role string, get func() model.NodeStatus, log *slog.Logger) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: role, get: get})
+	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("metrics listener", "addr", addr, "err", err)
+	}
+}
+
+// ServeMetrics is serveMetrics for other roles.
+func ServeMetrics(ctx context.Context, addr, role string, get func() model.NodeStatus, log *slog.Logger) {
+	serveMetrics(ctx, addr, role, get, log)
+}
+
+type statusCollector struct {
+	role string
+	get  func() model.NodeStatus
+}
+
+var (
+	descPackets = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descBytes   = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descRoutes  = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
+	descRev     = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
+	descEIP     = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
+)
+
+func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP} {
+		ch <- d
+	}
+}
+
+func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.get()
+	for k, v := range s.Counters {
+		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(v.Packets), c.role, k)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v.Bytes), c.role, k)
+	}
+	ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(s.Routes), c.role)
+	ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(s.AppliedRevision), c.role)
+	for e, v := range s.EIPs {
+		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
+		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")
+	}
+}
