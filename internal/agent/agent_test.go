@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func a(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// fakeLinks routes 198.19.H.x/31 pairs to interfaces gN.
+type fakeLinks struct {
+	attached map[string]bool
+	resolved map[netip.Addr]bool
+	missing  map[netip.Addr]bool
+}
+
+func newFakeLinks() *fakeLinks {
+	return &fakeLinks{attached: map[string]bool{}, resolved: map[netip.Addr]bool{}, missing: map[netip.Addr]bool{}}
+}
+
+func (f *fakeLinks) GuestInterface(x netip.Addr) (string, int, error) {
+	if f.missing[x] {
+		return "", 0, fmt.Errorf("no route to %v", x)
+	}
+	n := int(x.As4()[3]+1) / 2
+	return fmt.Sprintf("g%d", n), 100 + n, nil
+}
+func (f *fakeLinks) AttachGuest(ifname string) error { f.attached[ifname] = true; return nil }
+func (f *fakeLinks) DetachGuest(ifname string) error { delete(f.attached, ifname); return nil }
+func (f *fakeLinks) KeepResolved(as []netip.Addr) {
+	for _, x := range as {
+		f.resolved[x] = true
+	}
+}
+
+func state(t *testing.T) *model.State {
+	st := model.NewState()
+	for _, o := range []model.Object{
+		&model.AZ{Name: "az1"},
+		&model.Host{Name: "az1-h1", AZ: "az1", Underlay: a("198.18.11.1"), Guests: []model.Guest{
+			{Name: "g1", Address: a("198.19.11.1"), VSID: 5111}, {Name: "g2", Address: a("198.19.11.3"), VSID: 5112}}},
+		&model.Host{Name: "az1-h2", AZ: "az1", Underlay: a("198.18.12.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.12.1"), VSID: 5121}}},
+		&model.EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+			Edges: []model.EdgeNode{{Name: "edge-b2", Underlay: a("198.18.0.5")}, {Name: "edge-b1", Underlay: a("198.18.0.3")}}},
+		&model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+			Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1")}}},
+		&model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}},
+		&model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}},
+	} {
+		if _, err := st.Put(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func TestAgentReconcile(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	links := newFakeLinks()
+	r, err := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Log: quiet}, fake, links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Handle(st, 3, nil, true)
+	if fake.Config.Underlay != a("198.18.11.1") {
+		t.Fatalf("underlay %v", fake.Config.Underlay)
+	}
+	// Edges in a stable order: sets by name, edges by name.
+	want := []netip.Addr{a("198.18.0.1"), a("198.18.0.3"), a("198.18.0.5")}
+	if fmt.Sprint(fake.Config.Edges) != fmt.Sprint(want) {
+		t.Fatalf("edges %v, want %v", fake.Config.Edges, want)
+	}
+	if len(fake.EIPMap) != 1 {
+		t.Fatalf("EIPs %v, want only the one bound to this host", fake.EIPMap)
+	}
+	e := fake.EIPMap[a("198.51.100.7")]
+	if e.Private != a("198.19.11.1") || e.VSID != 5111 || e.Ifindex != 101 || !links.attached["g1"] {
+		t.Fatalf("EIP %+v attached %v", e, links.attached)
+	}
+	if !links.resolved[a("198.19.11.1")] || !links.resolved[a("198.18.0.3")] {
+		t.Fatalf("next hops not kept resolved: %v", links.resolved)
+	}
+
+	// Move the EIP to g2 on the same host: g1 is detached, g2 attached.
+	st.Put(&model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g2"}})
+	r.Handle(st, 4, nil, false)
+	e2 := fake.EIPMap[a("198.51.100.7")]
+	if e2.Private != a("198.19.11.3") || e2.StatsIdx != e.StatsIdx || links.attached["g1"] || !links.attached["g2"] {
+		t.Fatalf("after move %+v attached %v", e2, links.attached)
+	}
+
+	// Drift to another host: the EIP leaves this agent.
+	for _, e := range []*model.EIP{{Address: a("198.51.100.8")},
+		{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}}} {
+		if _, err := st.Put(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Handle(st, 5, nil, false)
+	if len(fake.EIPMap) != 0 || len(links.attached) != 0 {
+		t.Fatalf("left over: %v %v", fake.EIPMap, links.attached)
+	}
+}
+
+func TestAgentMissingGuestInterface(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	links := newFakeLinks()
+	links.missing[a("198.19.11.1")] = true
+	r, _ := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, links)
+	r.Handle(st, 3, nil, true)
+	if len(r.errs) == 0 || len(fake.EIPMap) != 0 {
+		t.Fatalf("errs %v map %v", r.errs, fake.EIPMap)
+	}
+	delete(links.missing, a("198.19.11.1"))
+	r.Handle(st, 4, nil, false)
+	if len(fake.EIPMap) != 1 || len(r.errs) != 0 {
+		t.Fatalf("did not recover: %v %v", fake.EIPMap, r.errs)
+	}
+}
+
+func TestAgentUnknownHost(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	fake.EIPMap[a("198.51.100.7")] = dataplane.AgentEIP{EIP: a("198.51.100.7")}
+	r, _ := NewReconciler(Config{Name: "nope", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r.Handle(st, 3, nil, true)
+	if len(r.errs) == 0 || len(fake.EIPMap) != 1 {
+		t.Fatal("an agent that is not a known host must report and leave its maps alone")
+	}
+}
