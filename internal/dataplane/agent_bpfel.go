@@ -76,6 +76,13 @@ const (
 	agentAzgStatSTAT_MAX             agentAzgStat = 25
 )
 
+type agentBenchFrame struct {
+	_    structs.HostLayout
+	Data [128]uint8
+	Len  uint32
+	Pad  uint32
+}
+
 type agentEipKey struct {
 	_      structs.HostLayout
 	Addr   agentIpAddr
@@ -118,17 +125,20 @@ type agentStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	agentMapAgentCfg          = "agent_cfg"
-	agentMapAgentEdgeSet      = "agent_edge_set"
-	agentMapAgentEdges        = "agent_edges"
-	agentMapAgentEips         = "agent_eips"
-	agentMapAgentGuests       = "agent_guests"
-	agentMapAgentLocal        = "agent_local"
-	agentMapEipStats          = "eip_stats"
-	agentMapIcmpBuckets       = "icmp_buckets"
-	agentMapStats             = "stats"
-	agentProgXdpAgentGuest    = "xdp_agent_guest"
-	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
+	agentMapAgentCfg               = "agent_cfg"
+	agentMapAgentEdgeSet           = "agent_edge_set"
+	agentMapAgentEdges             = "agent_edges"
+	agentMapAgentEips              = "agent_eips"
+	agentMapAgentGuests            = "agent_guests"
+	agentMapAgentLocal             = "agent_local"
+	agentMapBenchFrame             = "bench_frame"
+	agentMapEipStats               = "eip_stats"
+	agentMapIcmpBuckets            = "icmp_buckets"
+	agentMapStats                  = "stats"
+	agentProgXdpAgentGuest         = "xdp_agent_guest"
+	agentProgXdpAgentGuestBench    = "xdp_agent_guest_bench"
+	agentProgXdpAgentUnderlay      = "xdp_agent_underlay"
+	agentProgXdpAgentUnderlayBench = "xdp_agent_underlay_bench"
 )
 
 // loadAgent returns the embedded CollectionSpec for agent.
@@ -173,8 +183,10 @@ type agentSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentProgramSpecs struct {
-	XdpAgentGuest    *ebpf.ProgramSpec `ebpf:"xdp_agent_guest"`
-	XdpAgentUnderlay *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay"`
+	XdpAgentGuest         *ebpf.ProgramSpec `ebpf:"xdp_agent_guest"`
+	XdpAgentGuestBench    *ebpf.ProgramSpec `ebpf:"xdp_agent_guest_bench"`
+	XdpAgentUnderlay      *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay"`
+	XdpAgentUnderlayBench *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay_bench"`
 }
 
 // agentMapSpecs contains maps before they are loaded into the kernel.
@@ -187,6 +199,7 @@ type agentMapSpecs struct {
 	AgentEips    *ebpf.MapSpec `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.MapSpec `ebpf:"agent_guests"`
 	AgentLocal   *ebpf.MapSpec `ebpf:"agent_local"`
+	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -224,6 +237,7 @@ type agentMaps struct {
 	AgentEips    *ebpf.Map `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.Map `ebpf:"agent_guests"`
 	AgentLocal   *ebpf.Map `ebpf:"agent_local"`
+	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -237,6 +251,7 @@ func (m *agentMaps) Close() error {
 		m.AgentEips,
 		m.AgentGuests,
 		m.AgentLocal,
+		m.BenchFrame,
 		m.EipStats,
 		m.IcmpBuckets,
 		m.Stats,
@@ -253,14 +268,18 @@ type agentVariables struct {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentPrograms struct {
-	XdpAgentGuest    *ebpf.Program `ebpf:"xdp_agent_guest"`
-	XdpAgentUnderlay *ebpf.Program `ebpf:"xdp_agent_underlay"`
+	XdpAgentGuest         *ebpf.Program `ebpf:"xdp_agent_guest"`
+	XdpAgentGuestBench    *ebpf.Program `ebpf:"xdp_agent_guest_bench"`
+	XdpAgentUnderlay      *ebpf.Program `ebpf:"xdp_agent_underlay"`
+	XdpAgentUnderlayBench *ebpf.Program `ebpf:"xdp_agent_underlay_bench"`
 }
 
 func (p *agentPrograms) Close() error {
 	return _AgentClose(
 		p.XdpAgentGuest,
+		p.XdpAgentGuestBench,
 		p.XdpAgentUnderlay,
+		p.XdpAgentUnderlayBench,
 	)
 }
 

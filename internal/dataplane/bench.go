@@ -74,3 +74,43 @@ func (b *Bench) FlowHash() *ebpf.Program { return b.objs.XdpFlowhash }
 func (b *Bench) SetHashSeed(seed uint32) error {
 	return b.objs.HashSeed.Update(uint32(0), seed, ebpf.UpdateAny)
 }
+
+// Restore is xdp_restore: the per-repeat restore alone (see
+// bpf/lib/benchmode.h).
+func (b *Bench) Restore() *ebpf.Program { return b.objs.XdpRestore }
+
+// BareEncap pushes a constant NVGRE header stack: the encapsulation floor.
+func (b *Bench) BareEncap() *ebpf.Program { return b.objs.XdpBareEncap }
+
+// SetBenchFrame sets the frame the restore puts back before every repeat.
+func (b *Bench) SetBenchFrame(frame []byte) error { return setBenchFrame(b.objs.BenchFrame, frame) }
+
+// BenchProgram is xdp_edge_bench: restore, then the edge path.
+func (e *Edge) BenchProgram() *ebpf.Program { return e.objs.XdpEdgeBench }
+
+// SetBenchFrame sets the frame xdp_edge_bench restores.
+func (e *Edge) SetBenchFrame(frame []byte) error { return setBenchFrame(e.objs.BenchFrame, frame) }
+
+// UnderlayBenchProgram and GuestBenchProgram: restore, then the path.
+func (a *Agent) UnderlayBenchProgram() *ebpf.Program { return a.objs.XdpAgentUnderlayBench }
+func (a *Agent) GuestBenchProgram() *ebpf.Program    { return a.objs.XdpAgentGuestBench }
+
+// SetBenchFrame sets the frame the agent's bench programs restore.
+func (a *Agent) SetBenchFrame(frame []byte) error { return setBenchFrame(a.objs.BenchFrame, frame) }
+
+// BenchFrameMin is the shortest frame the bench programs accept.
+const BenchFrameMin = 128
+
+func setBenchFrame(m *ebpf.Map, frame []byte) error {
+	if len(frame) < BenchFrameMin {
+		return fmt.Errorf("bench frame is %d bytes, at least %d needed", len(frame), BenchFrameMin)
+	}
+	var v struct {
+		Data [BenchFrameMin]byte
+		Len  uint32
+		Pad  uint32
+	}
+	copy(v.Data[:], frame)
+	v.Len = uint32(len(frame))
+	return m.Update(uint32(0), &v, ebpf.UpdateAny)
+}

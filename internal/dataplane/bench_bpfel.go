@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type benchBenchFrame struct {
+	_    structs.HostLayout
+	Data [128]uint8
+	Len  uint32
+	Pad  uint32
+}
+
 type benchGenConfig struct {
 	_         structs.HostLayout
 	Tmpl      [64]uint8
@@ -32,15 +39,18 @@ type benchStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchMapGenCfg       = "gen_cfg"
-	benchMapGenSeq       = "gen_seq"
-	benchMapHashSeed     = "hash_seed"
-	benchMapSinkCount    = "sink_count"
-	benchProgXdpFloor    = "xdp_floor"
-	benchProgXdpFlowhash = "xdp_flowhash"
-	benchProgXdpGen      = "xdp_gen"
-	benchProgXdpPass     = "xdp_pass"
-	benchProgXdpSink     = "xdp_sink"
+	benchMapBenchFrame    = "bench_frame"
+	benchMapGenCfg        = "gen_cfg"
+	benchMapGenSeq        = "gen_seq"
+	benchMapHashSeed      = "hash_seed"
+	benchMapSinkCount     = "sink_count"
+	benchProgXdpBareEncap = "xdp_bare_encap"
+	benchProgXdpFloor     = "xdp_floor"
+	benchProgXdpFlowhash  = "xdp_flowhash"
+	benchProgXdpGen       = "xdp_gen"
+	benchProgXdpPass      = "xdp_pass"
+	benchProgXdpRestore   = "xdp_restore"
+	benchProgXdpSink      = "xdp_sink"
 )
 
 // loadBench returns the embedded CollectionSpec for bench.
@@ -85,21 +95,24 @@ type benchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
-	XdpFloor    *ebpf.ProgramSpec `ebpf:"xdp_floor"`
-	XdpFlowhash *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
-	XdpGen      *ebpf.ProgramSpec `ebpf:"xdp_gen"`
-	XdpPass     *ebpf.ProgramSpec `ebpf:"xdp_pass"`
-	XdpSink     *ebpf.ProgramSpec `ebpf:"xdp_sink"`
+	XdpBareEncap *ebpf.ProgramSpec `ebpf:"xdp_bare_encap"`
+	XdpFloor     *ebpf.ProgramSpec `ebpf:"xdp_floor"`
+	XdpFlowhash  *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
+	XdpGen       *ebpf.ProgramSpec `ebpf:"xdp_gen"`
+	XdpPass      *ebpf.ProgramSpec `ebpf:"xdp_pass"`
+	XdpRestore   *ebpf.ProgramSpec `ebpf:"xdp_restore"`
+	XdpSink      *ebpf.ProgramSpec `ebpf:"xdp_sink"`
 }
 
 // benchMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
-	GenCfg    *ebpf.MapSpec `ebpf:"gen_cfg"`
-	GenSeq    *ebpf.MapSpec `ebpf:"gen_seq"`
-	HashSeed  *ebpf.MapSpec `ebpf:"hash_seed"`
-	SinkCount *ebpf.MapSpec `ebpf:"sink_count"`
+	BenchFrame *ebpf.MapSpec `ebpf:"bench_frame"`
+	GenCfg     *ebpf.MapSpec `ebpf:"gen_cfg"`
+	GenSeq     *ebpf.MapSpec `ebpf:"gen_seq"`
+	HashSeed   *ebpf.MapSpec `ebpf:"hash_seed"`
+	SinkCount  *ebpf.MapSpec `ebpf:"sink_count"`
 }
 
 // benchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -128,14 +141,16 @@ func (o *benchObjects) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
-	GenCfg    *ebpf.Map `ebpf:"gen_cfg"`
-	GenSeq    *ebpf.Map `ebpf:"gen_seq"`
-	HashSeed  *ebpf.Map `ebpf:"hash_seed"`
-	SinkCount *ebpf.Map `ebpf:"sink_count"`
+	BenchFrame *ebpf.Map `ebpf:"bench_frame"`
+	GenCfg     *ebpf.Map `ebpf:"gen_cfg"`
+	GenSeq     *ebpf.Map `ebpf:"gen_seq"`
+	HashSeed   *ebpf.Map `ebpf:"hash_seed"`
+	SinkCount  *ebpf.Map `ebpf:"sink_count"`
 }
 
 func (m *benchMaps) Close() error {
 	return _BenchClose(
+		m.BenchFrame,
 		m.GenCfg,
 		m.GenSeq,
 		m.HashSeed,
@@ -153,19 +168,23 @@ type benchVariables struct {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
-	XdpFloor    *ebpf.Program `ebpf:"xdp_floor"`
-	XdpFlowhash *ebpf.Program `ebpf:"xdp_flowhash"`
-	XdpGen      *ebpf.Program `ebpf:"xdp_gen"`
-	XdpPass     *ebpf.Program `ebpf:"xdp_pass"`
-	XdpSink     *ebpf.Program `ebpf:"xdp_sink"`
+	XdpBareEncap *ebpf.Program `ebpf:"xdp_bare_encap"`
+	XdpFloor     *ebpf.Program `ebpf:"xdp_floor"`
+	XdpFlowhash  *ebpf.Program `ebpf:"xdp_flowhash"`
+	XdpGen       *ebpf.Program `ebpf:"xdp_gen"`
+	XdpPass      *ebpf.Program `ebpf:"xdp_pass"`
+	XdpRestore   *ebpf.Program `ebpf:"xdp_restore"`
+	XdpSink      *ebpf.Program `ebpf:"xdp_sink"`
 }
 
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
+		p.XdpBareEncap,
 		p.XdpFloor,
 		p.XdpFlowhash,
 		p.XdpGen,
 		p.XdpPass,
+		p.XdpRestore,
 		p.XdpSink,
 	)
 }

@@ -44,6 +44,13 @@ const (
 	edgeAzgStatSTAT_MAX             edgeAzgStat = 25
 )
 
+type edgeBenchFrame struct {
+	_    structs.HostLayout
+	Data [128]uint8
+	Len  uint32
+	Pad  uint32
+}
+
 type edgeEdgeConfig struct {
 	_         structs.HostLayout
 	Underlay  edgeIpAddr
@@ -102,12 +109,14 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapEdgeCfg     = "edge_cfg"
-	edgeMapEipRoutes   = "eip_routes"
-	edgeMapEipStats    = "eip_stats"
-	edgeMapIcmpBuckets = "icmp_buckets"
-	edgeMapStats       = "stats"
-	edgeProgXdpEdge    = "xdp_edge"
+	edgeMapBenchFrame    = "bench_frame"
+	edgeMapEdgeCfg       = "edge_cfg"
+	edgeMapEipRoutes     = "eip_routes"
+	edgeMapEipStats      = "eip_stats"
+	edgeMapIcmpBuckets   = "icmp_buckets"
+	edgeMapStats         = "stats"
+	edgeProgXdpEdge      = "xdp_edge"
+	edgeProgXdpEdgeBench = "xdp_edge_bench"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -152,13 +161,15 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
-	XdpEdge *ebpf.ProgramSpec `ebpf:"xdp_edge"`
+	XdpEdge      *ebpf.ProgramSpec `ebpf:"xdp_edge"`
+	XdpEdgeBench *ebpf.ProgramSpec `ebpf:"xdp_edge_bench"`
 }
 
 // edgeMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
+	BenchFrame  *ebpf.MapSpec `ebpf:"bench_frame"`
 	EdgeCfg     *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats    *ebpf.MapSpec `ebpf:"eip_stats"`
@@ -192,6 +203,7 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
+	BenchFrame  *ebpf.Map `ebpf:"bench_frame"`
 	EdgeCfg     *ebpf.Map `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.Map `ebpf:"eip_routes"`
 	EipStats    *ebpf.Map `ebpf:"eip_stats"`
@@ -201,6 +213,7 @@ type edgeMaps struct {
 
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
+		m.BenchFrame,
 		m.EdgeCfg,
 		m.EipRoutes,
 		m.EipStats,
@@ -219,12 +232,14 @@ type edgeVariables struct {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
-	XdpEdge *ebpf.Program `ebpf:"xdp_edge"`
+	XdpEdge      *ebpf.Program `ebpf:"xdp_edge"`
+	XdpEdgeBench *ebpf.Program `ebpf:"xdp_edge_bench"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
 		p.XdpEdge,
+		p.XdpEdgeBench,
 	)
 }
 

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/bench"
+)
+
+func init() {
+	register(func() *cobra.Command {
+		c := &cobra.Command{
+			Use:   "bench",
+			Short: "Benchmarks: each result next to a baseline measured in the same run",
+		}
+		var dp bench.DataplaneOptions
+		d := &cobra.Command{
+			Use:   "dataplane",
+			Short: "ns/packet of every edge and agent path (BPF_PROG_TEST_RUN repeat mode) next to the XDP_TX floor",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				rs, err := bench.Dataplane(dp)
+				if err != nil {
+					return fmt.Errorf("bench dataplane: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		d.Flags().IntVar(&dp.Repeat, "repeat", 2_000_000, "runs per measurement")
+		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (median reported)")
+		c.AddCommand(d)
+		return c
+	})
+}

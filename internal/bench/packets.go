@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"net"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func serialize(ls ...gopacket.SerializableLayer) []byte {
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		panic(err)
+	}
+	return append([]byte(nil), buf.Bytes()...)
+}
+
+// tcpFrame is an Ethernet/IPv4/TCP frame of exactly size bytes.
+func tcpFrame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, Flags: layers.IPv4DontFragment,
+		SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: 1, Ack: 1, ACK: true, Window: 65535}
+	tcp.SetNetworkLayerForChecksum(ip)
+	pay := make([]byte, max(size-14-20-20, 0))
+	return serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, tcp, gopacket.Payload(pay))
+}
+
+// udpFrame is an Ethernet/IPv4/UDP frame of exactly size bytes with no UDP
+// checksum (so a generator may change ports without fixing it).
+func udpFrame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	pay := make([]byte, max(size-14-20-8, 0))
+	b := serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(pay))
+	b[14+20+6], b[14+20+7] = 0, 0
+	return b
+}
+
+// nvgreFrame wraps an inner frame in outer Ethernet/IPv4/GRE.
+func nvgreFrame(srcMAC, dstMAC, src, dst string, key uint32, inner []byte) []byte {
+	return serialize(
+		&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE,
+			SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()},
+		&layers.GRE{KeyPresent: true, Protocol: layers.EthernetTypeTransparentEthernetBridging, Key: key},
+		gopacket.Payload(inner))
+}
