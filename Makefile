@@ -1,0 +1,66 @@
+# azgate. `make help` lists the targets.
+GO      ?= go
+BIN     := bin/azgate
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+export PATH := /usr/local/go/bin:$(PATH)
+export GOFLAGS := -buildvcs=false
+
+GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
+
+.PHONY: help build generate check-generated vet test test-e2e demo lab-down bench bench-dataplane bench-lab bench-control fuzz clean
+
+help:
+	@echo "build            build $(BIN)"
+	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
+	@echo "check-generated  fail if the committed BPF objects differ from the sources"
+	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
+	@echo "demo             lab up + lab demo (as root)"
+	@echo "bench            every benchmark suite (results go in BENCHMARKS.md)"
+	@echo "fuzz             long fuzzing runs (FUZZTIME=10m)"
+
+build: $(BIN)
+
+$(BIN): $(GO_SOURCES)
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/azgate
+
+generate:
+	cd internal/dataplane && $(GO) generate ./...
+
+check-generated: generate
+	@git diff --exit-code --stat -- internal/dataplane || \
+		{ echo "the committed BPF objects do not match bpf/: run make generate and commit"; exit 1; }
+
+vet:
+	@test -z "$$(gofmt -l cmd internal)" || { gofmt -l cmd internal; echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+test: vet check-generated build
+	$(GO) test -count=1 -timeout 25m -p 2 ./...
+
+demo: build
+	-./$(BIN) lab down >/dev/null 2>&1
+	./$(BIN) lab up
+	./$(BIN) lab demo
+
+lab-down: build
+	./$(BIN) lab down
+
+bench: bench-dataplane bench-lab bench-control
+
+bench-dataplane: build
+	./$(BIN) bench dataplane
+
+bench-lab: build
+	./$(BIN) bench lab
+
+bench-control: build
+	./$(BIN) bench control
+
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzEdge -fuzztime $(FUZZTIME) ./internal/dataplane
+	$(GO) test -run '^$$' -fuzz FuzzParseDocument -fuzztime $(FUZZTIME) ./internal/model
+
+clean:
+	rm -rf bin

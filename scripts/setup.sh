@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# setup.sh: make a fresh Debian machine (as root) ready for azgate, then run
+# one Make target. Installs only what is missing; safe to run again.
+#
+#   scripts/setup.sh demo    # the lab demo
+#   scripts/setup.sh test    # every test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=${1:-test}
+
+if [ "$(id -u)" != 0 ]; then
+	echo "setup.sh: run as root (network namespaces, XDP and apt need it)" >&2
+	exit 1
+fi
+
+# command -> Debian package
+declare -A need=(
+	[make]=make
+	[clang]=clang
+	[llc]=llvm
+	[bpftool]=bpftool
+	[ip]=iproute2
+	[ethtool]=ethtool
+	[nsenter]=util-linux
+	[etcd]=etcd-server
+	[curl]=curl
+	[git]=git
+)
+missing=()
+for cmd in "${!need[@]}"; do
+	command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+[ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
+[ -e /usr/include/x86_64-linux-gnu/asm/types.h ] || [ -e /usr/include/asm/types.h ] || missing+=(linux-libc-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "setup.sh: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Go: the machine's, or /usr/local/go.
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		export PATH=/usr/local/go/bin:$PATH
+	else
+		echo "setup.sh: Go 1.26 or newer is needed (https://go.dev/dl/, unpacked in /usr/local/go)" >&2
+		exit 1
+	fi
+fi
+
+# bpffs, where the data plane pins its maps and links.
+if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
+	mount -t bpf bpf /sys/fs/bpf
+fi
+
+exec make "$target"
