@@ -4,9 +4,13 @@
 package model
 
 import (
+	"bytes"
+	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -91,7 +95,12 @@ type FieldError struct {
 	Msg   string `json:"message"`
 }
 
-func (e FieldError) Error() string { return e.Field + ": " + e.Msg }
+func (e FieldError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
 
 // Errors is a list of field errors; it is nil-safe.
 type Errors []FieldError
@@ -300,10 +309,21 @@ func Decode(kind string, data []byte) (Object, error) {
 	return o, nil
 }
 
+// UnmarshalStrict decodes one JSON value into v like json.Unmarshal, but
+// rejects unknown fields and trailing data, and its errors name the place
+// at fault ("guests[1].address").
+func UnmarshalStrict(data []byte, v any) error { return strictJSON(data, v) }
+
 func strictJSON(data []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if fe := locateJSONError(data, reflect.TypeOf(v)); fe != nil {
+			if fe.Field == "" {
+				return errors.New(fe.Msg)
+			}
+			return *fe
+		}
 		return describeJSONError(err)
 	}
 	if dec.More() {
@@ -321,8 +341,142 @@ func describeJSONError(err error) error {
 	if strings.HasPrefix(msg, "json: unknown field ") {
 		return FieldError{Field: strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), Msg: "unknown field"}
 	}
-	// netip's text unmarshalers name the bad value, not the field.
 	return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// locateJSONError finds the first value in data that does not fit type t
+// and names its place ("guests[1].address"): encoding/json reports neither
+// array indexes nor, for text values such as addresses, the field at all.
+// It returns nil when data is not even JSON (the decoder's own message says
+// where) or when it finds nothing wrong.
+func locateJSONError(data []byte, t reflect.Type) *FieldError {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil
+	}
+	return walkJSON(v, t, "")
+}
+
+func walkJSON(v any, t reflect.Type, place string) *FieldError {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return checkLeaf(v, t, place)
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return &FieldError{Field: place, Msg: fmt.Sprintf("must be a JSON object, not %s", jsonKind(v))}
+		}
+		for _, k := range sortedKeys(m) {
+			f, ok := jsonField(t, k)
+			if !ok {
+				return &FieldError{Field: join(place, k), Msg: "unknown field"}
+			}
+			if fe := walkJSON(m[k], f.Type, join(place, k)); fe != nil {
+				return fe
+			}
+		}
+		return nil
+	case reflect.Slice, reflect.Array:
+		a, ok := v.([]any)
+		if !ok {
+			return &FieldError{Field: place, Msg: fmt.Sprintf("must be a JSON array, not %s", jsonKind(v))}
+		}
+		for i, e := range a {
+			if fe := walkJSON(e, t.Elem(), fmt.Sprintf("%s[%d]", place, i)); fe != nil {
+				return fe
+			}
+		}
+		return nil
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return &FieldError{Field: place, Msg: fmt.Sprintf("must be a JSON object, not %s", jsonKind(v))}
+		}
+		for _, k := range sortedKeys(m) {
+			if fe := walkJSON(m[k], t.Elem(), join(place, k)); fe != nil {
+				return fe
+			}
+		}
+		return nil
+	}
+	return checkLeaf(v, t, place)
+}
+
+// checkLeaf decodes one value on its own into a fresh t.
+func checkLeaf(v any, t reflect.Type, place string) *FieldError {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	err = json.Unmarshal(b, reflect.New(t).Interface())
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return &FieldError{Field: place, Msg: fmt.Sprintf("must not be %s (want %v)", jsonKind(v), t)}
+	}
+	return &FieldError{Field: place, Msg: strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+// jsonField finds the struct field a JSON key decodes into, matching the
+// way encoding/json does (exact name first, then case-insensitively).
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var fold reflect.StructField
+	found := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if !found && strings.EqualFold(name, key) {
+			fold, found = f, true
+		}
+	}
+	return fold, found
+}
+
+func jsonKind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "the number " + v.String()
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func join(place, field string) string {
+	if place == "" {
+		return field
+	}
+	return place + "." + field
 }
 
 // sortedKeys returns a map's keys in order.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 )
@@ -17,8 +18,8 @@ type State struct {
 	EdgeSets map[string]*EdgeSet
 	EIPs     map[string]*EIP
 
-	bound     map[guestRef]string  // guest -> EIP bound to it
-	hostEIPs  map[string]int       // host -> number of EIPs bound to it
+	bound     map[guestRef]string   // guest -> EIP bound to it
+	hostEIPs  map[string]int        // host -> number of EIPs bound to it
 	underlays map[netip.Addr]string // underlay address -> owner ("host X", "edge S/E")
 	edges     map[string]string     // edge name -> set
 }
@@ -28,6 +29,16 @@ func NewState() *State {
 	return &State{
 		AZs: map[string]*AZ{}, Hosts: map[string]*Host{}, EdgeSets: map[string]*EdgeSet{}, EIPs: map[string]*EIP{},
 		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
+	}
+}
+
+// Clone returns a copy of the state that shares the objects (which are
+// never modified in place: a change replaces the object) but none of the
+// maps, so either copy can change without affecting the other.
+func (s *State) Clone() *State {
+	return &State{
+		AZs: maps.Clone(s.AZs), Hosts: maps.Clone(s.Hosts), EdgeSets: maps.Clone(s.EdgeSets), EIPs: maps.Clone(s.EIPs),
+		bound: maps.Clone(s.bound), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
 	}
 }
 
@@ -352,7 +363,9 @@ func (s *State) Delete(kind, key string) (undo func(), err error) {
 // NotFoundError: no such object.
 type NotFoundError struct{ Kind, Key string }
 
-func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", singular(e.Kind), e.Key) }
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%s %q not found", singular(e.Kind), e.Key)
+}
 
 // ConflictError: the change contradicts other objects.
 type ConflictError struct{ Msg string }

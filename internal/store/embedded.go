@@ -2,10 +2,13 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -17,6 +20,7 @@ type Embedded struct {
 	etcd *embed.Etcd
 	// ClientURLs are where clients reach it.
 	ClientURLs []string
+	closing    *atomic.Bool // silences etcd's logs while it shuts down
 }
 
 // EmbeddedTxnOps is the transaction size the embedded server accepts.
@@ -26,6 +30,11 @@ const EmbeddedTxnOps = 4096
 // clientURLs (http://127.0.0.1:PORT or unix:///path). Peers talk over a
 // unix socket in dir, so no TCP port is taken for them.
 func StartEmbedded(dir string, clientURLs []string) (*Embedded, error) {
+	return StartEmbeddedWithLog(dir, clientURLs, slog.Default())
+}
+
+// StartEmbeddedWithLog is StartEmbedded with etcd's errors going to log.
+func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*Embedded, error) {
 	if len(clientURLs) == 0 {
 		return nil, fmt.Errorf("embedded etcd: no client URL")
 	}
@@ -37,6 +46,8 @@ func StartEmbedded(dir string, clientURLs []string) (*Embedded, error) {
 	cfg.Dir = filepath.Join(dir, "etcd")
 	cfg.LogLevel = "error"
 	cfg.Logger = "zap"
+	closing := new(atomic.Bool)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(log, closing))
 	var curls []url.URL
 	for _, s := range clientURLs {
 		u, err := url.Parse(s)
@@ -75,11 +86,12 @@ func StartEmbedded(dir string, clientURLs []string) (*Embedded, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: not ready after 60s")
 	}
-	return &Embedded{etcd: e, ClientURLs: clientURLs}, nil
+	return &Embedded{etcd: e, ClientURLs: slices.Clone(clientURLs), closing: closing}, nil
 }
 
 // Close stops the server.
 func (e *Embedded) Close() {
+	e.closing.Store(true)
 	e.etcd.Close()
 	for _, s := range e.ClientURLs {
 		if p, ok := strings.CutPrefix(s, "unix://"); ok {
