@@ -1,0 +1,85 @@
+// Package api holds the wire types of the controller's REST API (under
+// /v1) that are not model objects: list and write envelopes, apply results,
+// status and errors. The controller encodes them and the client decodes
+// them, so both sides share one definition.
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+// RevisionHeader carries the store revision a response reflects: the
+// revision after a write, or the revision of the controller's view for a read.
+const RevisionHeader = "Azgate-Revision"
+
+// Error is the body of every error response.
+type Error struct {
+	Error  string             `json:"error"`
+	Fields []model.FieldError `json:"fields,omitempty"`
+}
+
+// List is the body of GET /v1/KIND: the objects ordered by key.
+type List struct {
+	Revision int64           `json:"revision"`
+	Items    json.RawMessage `json:"items"`
+}
+
+// Write is the body answering a create, replace, bind, unbind or guest
+// change: the revision after it and the object as stored. Object is absent
+// after a delete.
+type Write struct {
+	Revision int64           `json:"revision"`
+	Action   string          `json:"action"` // created, updated, unchanged, deleted
+	Object   json.RawMessage `json:"object,omitempty"`
+}
+
+// Actions reported by writes and apply.
+const (
+	Created   = "created"
+	Updated   = "updated"
+	Unchanged = "unchanged"
+	Deleted   = "deleted"
+)
+
+// Bind is the body of POST /v1/eips/{addr}/bind.
+type Bind struct {
+	Host  string `json:"host"`
+	Guest string `json:"guest"`
+}
+
+// AppliedObject is one object of an applied document.
+type AppliedObject struct {
+	Kind   string `json:"kind"`
+	Key    string `json:"key"`
+	Action string `json:"action"`
+}
+
+// ApplyResult is the body answering POST /v1/apply.
+type ApplyResult struct {
+	Revision  int64           `json:"revision"`
+	Created   int             `json:"created"`
+	Updated   int             `json:"updated"`
+	Unchanged int             `json:"unchanged"`
+	Objects   []AppliedObject `json:"objects"`
+}
+
+// Controller describes the controller answering.
+type Controller struct {
+	Version  string         `json:"version"`
+	Started  time.Time      `json:"started"`
+	Revision int64          `json:"revision"`
+	Store    string         `json:"store"` // "embedded" or "external"
+	Objects  map[string]int `json:"objects"`
+}
+
+// Status is the body of GET /v1/status: the controller and every node
+// status found under /azgate/status/, grouped by role and ordered by name.
+type Status struct {
+	Controller Controller                    `json:"controller"`
+	Nodes      map[string][]model.NodeStatus `json:"nodes"`
+	// Errors lists status entries that could not be read.
+	Errors []string `json:"errors,omitempty"`
+}

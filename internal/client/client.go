@@ -1,0 +1,313 @@
+// Package client is the Go client of the controller's REST API, used by
+// the CLI and the lab.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/azgate/azgate/internal/api"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// Client talks to one controller.
+type Client struct {
+	base  string // scheme://host, without a trailing slash
+	token string
+	hc    *http.Client
+	err   error // a bad base URL, reported by every call
+}
+
+// New returns a client of the API at baseURL, http(s)://HOST:PORT or
+// unix:///path/to/api.sock, authenticating with token.
+func New(baseURL, token string) *Client {
+	c := &Client{token: token}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	u, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		c.err = fmt.Errorf("API URL %q: %w", baseURL, err)
+	case u.Scheme == "unix":
+		if u.Path == "" {
+			c.err = fmt.Errorf("API URL %q: want unix:///path/to/api.sock", baseURL)
+		}
+		path := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		c.base = "http://unix"
+	case u.Scheme == "http" || u.Scheme == "https":
+		if u.Host == "" {
+			c.err = fmt.Errorf("API URL %q: no host", baseURL)
+		}
+		c.base = u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")
+	default:
+		c.err = fmt.Errorf("API URL %q: want http://HOST:PORT, https://HOST:PORT or unix:///path", baseURL)
+	}
+	c.hc = &http.Client{Transport: tr}
+	return c
+}
+
+// APIError is an error answered by the controller.
+type APIError struct {
+	Status  int
+	Message string
+	Fields  []model.FieldError
+}
+
+// Error prints the message and, one per line, every field error the
+// message does not already spell out.
+func (e *APIError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	for _, f := range e.Fields {
+		if !strings.Contains(e.Message, f.Error()) {
+			b.WriteString("\n  ")
+			b.WriteString(f.Error())
+		}
+	}
+	return b.String()
+}
+
+// IsNotFound reports whether err is the API's 404.
+func IsNotFound(err error) bool {
+	ae, ok := err.(*APIError)
+	return ok && ae.Status == http.StatusNotFound
+}
+
+// do sends a request and decodes the JSON answer into out (if not nil).
+// It returns the revision the answer reflects.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int64, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encoding the request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("controller API: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return 0, readError(resp)
+	}
+	rev, _ := strconv.ParseInt(resp.Header.Get(api.RevisionHeader), 10, 64)
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return 0, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return rev, nil
+}
+
+func readError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	var e api.Error
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return &APIError{Status: resp.StatusCode, Message: e.Error, Fields: e.Fields}
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	return &APIError{Status: resp.StatusCode, Message: fmt.Sprintf("%s (HTTP %d)", msg, resp.StatusCode)}
+}
+
+// Result says what a write did.
+type Result struct {
+	Revision int64  // store revision after the write
+	Action   string // created, updated, unchanged or deleted
+}
+
+func (c *Client) write(ctx context.Context, method, path string, in any, stored any) (Result, error) {
+	var w api.Write
+	if _, err := c.do(ctx, method, path, in, &w); err != nil {
+		return Result{}, err
+	}
+	if stored != nil && len(w.Object) > 0 {
+		if err := json.Unmarshal(w.Object, stored); err != nil {
+			return Result{}, fmt.Errorf("%s %s: decoding the stored object: %w", method, path, err)
+		}
+	}
+	return Result{Revision: w.Revision, Action: w.Action}, nil
+}
+
+func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }
+
+// list decodes GET /v1/KIND into items (a pointer to a slice).
+func (c *Client) list(ctx context.Context, kind string, items any) (int64, error) {
+	var l api.List
+	if _, err := c.do(ctx, http.MethodGet, "/v1/"+kind, nil, &l); err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(l.Items, items); err != nil {
+		return 0, fmt.Errorf("decoding the %s: %w", kind, err)
+	}
+	return l.Revision, nil
+}
+
+// List returns every object of a kind, ordered by key.
+func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
+	var out []model.Object
+	var err error
+	switch kind {
+	case model.KindAZ:
+		var l []model.AZ
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
+	case model.KindHost:
+		var l []model.Host
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
+	case model.KindEdgeSet:
+		var l []model.EdgeSet
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
+	case model.KindEIP:
+		var l []model.EIP
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
+	default:
+		_, err = model.New(kind)
+	}
+	return out, err
+}
+
+// Get returns one object.
+func (c *Client) Get(ctx context.Context, kind, key string) (model.Object, error) {
+	o, err := model.New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.do(ctx, http.MethodGet, objectPath(kind, key), nil, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Create stores a new object; it fails with 409 if one with the same key exists.
+func (c *Client) Create(ctx context.Context, o model.Object) (Result, error) {
+	return c.write(ctx, http.MethodPost, "/v1/"+model.KindOf(o), o, nil)
+}
+
+// Put creates or replaces an object.
+func (c *Client) Put(ctx context.Context, o model.Object) (Result, error) {
+	return c.write(ctx, http.MethodPut, objectPath(model.KindOf(o), o.Key()), o, nil)
+}
+
+// Delete removes an object.
+func (c *Client) Delete(ctx context.Context, kind, key string) (Result, error) {
+	return c.write(ctx, http.MethodDelete, objectPath(kind, key), nil, nil)
+}
+
+// AZs lists the AZs.
+func (c *Client) AZs(ctx context.Context) ([]model.AZ, error) {
+	var l []model.AZ
+	_, err := c.list(ctx, model.KindAZ, &l)
+	return l, err
+}
+
+// Hosts lists the hosts.
+func (c *Client) Hosts(ctx context.Context) ([]model.Host, error) {
+	var l []model.Host
+	_, err := c.list(ctx, model.KindHost, &l)
+	return l, err
+}
+
+// EdgeSets lists the edge sets.
+func (c *Client) EdgeSets(ctx context.Context) ([]model.EdgeSet, error) {
+	var l []model.EdgeSet
+	_, err := c.list(ctx, model.KindEdgeSet, &l)
+	return l, err
+}
+
+// EIPs lists the EIPs in address order.
+func (c *Client) EIPs(ctx context.Context) ([]model.EIP, error) {
+	var l []model.EIP
+	_, err := c.list(ctx, model.KindEIP, &l)
+	return l, err
+}
+
+// GetEIP returns one EIP.
+func (c *Client) GetEIP(ctx context.Context, addr string) (*model.EIP, error) {
+	var e model.EIP
+	if _, err := c.do(ctx, http.MethodGet, objectPath(model.KindEIP, addr), nil, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// BindEIP binds an EIP to a guest of a host (moving it if it was bound
+// elsewhere).
+func (c *Client) BindEIP(ctx context.Context, addr, host, guest string) (Result, error) {
+	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/bind", api.Bind{Host: host, Guest: guest}, nil)
+}
+
+// UnbindEIP removes an EIP's binding.
+func (c *Client) UnbindEIP(ctx context.Context, addr string) (Result, error) {
+	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/unbind", nil, nil)
+}
+
+// AddGuest adds a guest to a host.
+func (c *Client) AddGuest(ctx context.Context, host string, g model.Guest) (Result, error) {
+	return c.write(ctx, http.MethodPost, objectPath(model.KindHost, host)+"/guests", g, nil)
+}
+
+// RemoveGuest removes a guest (not bound to an EIP) from a host.
+func (c *Client) RemoveGuest(ctx context.Context, host, guest string) (Result, error) {
+	return c.write(ctx, http.MethodDelete, objectPath(model.KindHost, host)+"/guests/"+url.PathEscape(guest), nil, nil)
+}
+
+// ApplyResult says what an apply did to each object.
+type ApplyResult = api.ApplyResult
+
+// Apply stores a whole document (all or nothing).
+func (c *Client) Apply(ctx context.Context, doc *model.Document) (ApplyResult, error) {
+	var res ApplyResult
+	_, err := c.do(ctx, http.MethodPost, "/v1/apply", doc, &res)
+	return res, err
+}
+
+// Status is the controller's and the nodes' status.
+type Status = api.Status
+
+// Status returns the controller's summary and every node's status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var st Status
+	if _, err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}

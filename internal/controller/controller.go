@@ -1,0 +1,463 @@
+// Package controller is the controller role: it serves the REST API under
+// /v1, checks every change against the whole desired state and writes it
+// to the store (etcd, embedded by default).
+//
+// The controller keeps a view of the state (a model.State and the store
+// revision it reflects) fed by store.Follow, so reads never touch etcd.
+// Writes are serialized by one mutex: a write applies its change to the
+// view with State.Put/Delete (which check references and return undo
+// functions), then commits the changed objects at the view's revision.
+// store.Commit fails with ErrConflict if anyone committed after that
+// revision (another controller, another tool); the write then undoes its
+// change, waits until the view has caught up with the newer commit and
+// tries again, a bounded number of times. Any other commit error undoes
+// the change and forces a full reload, since the store may or may not have
+// taken it. The watch delivers the controller's own commits too: changes
+// at or below the view's revision are already in it and are skipped.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Defaults.
+const (
+	DefaultDataDir      = "/var/lib/azgate"
+	DefaultListen       = "127.0.0.1:7080"
+	DefaultMaxBodyBytes = 512 << 20 // a million-EIP document is about 70 MiB of JSON
+	// TokenFile is the token's file name inside the data directory.
+	TokenFile = "token"
+)
+
+// Config of the controller. The zero value serves the API on
+// 127.0.0.1:7080 with an embedded etcd in /var/lib/azgate.
+type Config struct {
+	// DataDir holds the token and, for the embedded store, etcd's data.
+	DataDir string
+	// Listen is the API's TCP address. Empty means DefaultListen, unless
+	// ListenUnix is set: then the API is served on the socket alone. Any
+	// address given here is used as is, loopback or not: exposing the API
+	// is an explicit choice.
+	Listen string
+	// ListenUnix is an optional unix socket path for the API.
+	ListenUnix string
+	// TLSCert and TLSKey (PEM files, both or neither) make the TCP
+	// listener serve HTTPS.
+	TLSCert, TLSKey string
+	// EtcdEndpoints of an external etcd cluster. Empty: start an embedded
+	// single-node etcd with its data in DataDir, reachable at
+	// unix://DataDir/etcd.sock (and EtcdListen, if given).
+	EtcdEndpoints []string
+	// EtcdListen is an extra client URL (http://127.0.0.1:2379) for the
+	// embedded etcd, for roles that cannot reach the socket.
+	EtcdListen string
+	// TxnOps bounds the operations per etcd transaction: 0 means
+	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
+	// for an external one. It must not exceed the server's --max-txn-ops.
+	TxnOps int
+	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// Version is reported by /v1/status.
+	Version string
+	// Logger receives the controller's logs (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// check turns the user's config into the one the controller runs with,
+// filling defaults; every error names the setting at fault.
+func (c Config) check() (Config, error) {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return c, fmt.Errorf("data dir %q: %w", c.DataDir, err)
+	}
+	c.DataDir = dir
+	if c.Listen == "" && c.ListenUnix == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return c, fmt.Errorf("listen address %q: %w", c.Listen, err)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return c, errors.New("TLS needs both a certificate and a key file (--tls-cert and --tls-key)")
+	}
+	if c.TLSCert != "" && c.Listen == "" {
+		return c, errors.New("TLS certificate given but no TCP listen address")
+	}
+	for i, e := range c.EtcdEndpoints {
+		if strings.TrimSpace(e) == "" {
+			return c, fmt.Errorf("etcd endpoint %d is empty", i+1)
+		}
+	}
+	if c.EtcdListen != "" {
+		if len(c.EtcdEndpoints) > 0 {
+			return c, errors.New("etcd listen URL is for the embedded etcd; it cannot be used with external etcd endpoints")
+		}
+		u, err := url.Parse(c.EtcdListen)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "unix") || (u.Scheme == "http" && u.Port() == "") {
+			return c, fmt.Errorf("etcd listen URL %q: want http://HOST:PORT or unix:///path", c.EtcdListen)
+		}
+	}
+	switch {
+	case c.TxnOps < 0:
+		return c, fmt.Errorf("etcd max txn ops %d: must be positive", c.TxnOps)
+	case c.TxnOps == 1:
+		return c, errors.New("etcd max txn ops 1: a transaction needs at least 2 operations (one is the commit marker)")
+	case c.TxnOps == 0 && len(c.EtcdEndpoints) == 0:
+		c.TxnOps = store.EmbeddedTxnOps
+	case c.TxnOps > store.EmbeddedTxnOps && len(c.EtcdEndpoints) == 0:
+		return c, fmt.Errorf("etcd max txn ops %d: the embedded etcd accepts at most %d", c.TxnOps, store.EmbeddedTxnOps)
+	}
+	if c.MaxBodyBytes < 0 {
+		return c, fmt.Errorf("max body bytes %d: must be positive", c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Server is a running controller.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	token    string
+	started  time.Time
+	embedded *store.Embedded
+	store    *store.Store
+	view     *view
+	metrics  *metrics
+
+	writeMu sync.Mutex // serializes writes (see the package doc)
+	// beforeCommit, if set (by tests), runs before each commit attempt.
+	beforeCommit func(attempt int)
+
+	reloadMu sync.Mutex
+	reload   context.CancelFunc // ends the current Follow, which then reloads
+
+	tcp, unix  net.Listener
+	servers    []*http.Server
+	stop       context.CancelFunc
+	followDone chan struct{}
+	fatal      chan error
+	closeOnce  sync.Once
+}
+
+// Run runs the controller until ctx ends or it fails.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-s.fatal:
+		s.log.Error("controller failed", "err", err)
+	}
+	s.Close()
+	return err
+}
+
+// Start starts the store (or connects to it), loads the state, creates or
+// reads the token and serves the API. ctx bounds the start only; the
+// server runs until Close.
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	cfg, err = cfg.check()
+	if err != nil {
+		return nil, fmt.Errorf("controller config: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.token, err = loadToken(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	s.view = newView()
+	s.metrics = newMetrics(s.view)
+	var runCtx context.Context
+	runCtx, s.stop = context.WithCancel(context.Background())
+	go s.follow(runCtx)
+	if err := s.view.waitReady(ctx, 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
+	}
+	if err := s.serve(); err != nil {
+		return nil, err
+	}
+	s.log.Info("controller started", "version", cfg.Version, "api", s.URL(), "unix", cfg.ListenUnix,
+		"store", s.storeKind(), "rev", s.view.revision(), "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+func (s *Server) openStore(ctx context.Context) error {
+	endpoints := s.cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		urls := []string{"unix://" + filepath.Join(s.cfg.DataDir, "etcd.sock")}
+		if s.cfg.EtcdListen != "" {
+			urls = append(urls, s.cfg.EtcdListen)
+		}
+		e, err := store.StartEmbeddedWithLog(s.cfg.DataDir, urls, s.log)
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		s.embedded = e
+		endpoints = urls[:1]
+		go func() {
+			if err := <-e.Err(); err != nil {
+				s.fatal <- fmt.Errorf("embedded etcd: %w", err)
+			}
+		}()
+	}
+	st, err := store.Connect(store.Options{Endpoints: endpoints, TxnOps: s.cfg.TxnOps, Log: s.log})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	s.store = st
+	if err := st.Ping(ctx); err != nil {
+		return fmt.Errorf("controller: etcd at %s does not answer: %w", strings.Join(endpoints, ","), err)
+	}
+	return nil
+}
+
+func (s *Server) storeKind() string {
+	if s.embedded != nil {
+		return "embedded"
+	}
+	return "external"
+}
+
+// follow keeps the view fed; forceReload ends the current Follow so the
+// next one starts with a full load.
+func (s *Server) follow(ctx context.Context) {
+	defer close(s.followDone)
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithCancel(ctx)
+		s.reloadMu.Lock()
+		s.reload = cancel
+		s.reloadMu.Unlock()
+		s.store.Follow(fctx, s.view.handle)
+		cancel()
+	}
+}
+
+func (s *Server) forceReload() {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.reload != nil {
+		s.reload()
+	}
+}
+
+func (s *Server) serve() error {
+	h := s.handler()
+	if s.cfg.Listen != "" {
+		ln, err := net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("controller: listen on %s: %w", s.cfg.Listen, err)
+		}
+		if !isLoopback(s.cfg.Listen) {
+			s.log.Warn("the API is reachable from other machines", "listen", s.cfg.Listen, "tls", s.cfg.TLSCert != "")
+		}
+		if s.cfg.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+			if err != nil {
+				ln.Close()
+				return fmt.Errorf("controller: TLS certificate %s / key %s: %w", s.cfg.TLSCert, s.cfg.TLSKey, err)
+			}
+			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		}
+		s.tcp = ln
+		s.start(ln, h)
+	}
+	if p := s.cfg.ListenUnix; p != "" {
+		if err := removeStaleSocket(p); err != nil {
+			return fmt.Errorf("controller: unix socket %s: %w", p, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("controller: unix socket %s: %w", p, err)
+		}
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			return fmt.Errorf("controller: listen on %s: %w", p, err)
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("controller: unix socket %s: %w", p, err)
+		}
+		s.unix = ln
+		s.start(ln, h)
+	}
+	return nil
+}
+
+func (s *Server) start(ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	s.servers = append(s.servers, srv)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.fatal <- fmt.Errorf("serving the API on %s: %w", ln.Addr(), err)
+		}
+	}()
+}
+
+func removeStaleSocket(p string) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return errors.New("exists and is not a socket")
+	}
+	return os.Remove(p)
+}
+
+func isLoopback(hostport string) bool {
+	host, _, _ := net.SplitHostPort(hostport)
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Addr is the API's TCP address ("" without a TCP listener).
+func (s *Server) Addr() string {
+	if s.tcp == nil {
+		return ""
+	}
+	return s.tcp.Addr().String()
+}
+
+// URL is the API's base URL: http(s)://ADDR, or unix:///path without TCP.
+func (s *Server) URL() string {
+	switch {
+	case s.tcp != nil && s.cfg.TLSCert != "":
+		return "https://" + s.Addr()
+	case s.tcp != nil:
+		return "http://" + s.Addr()
+	case s.unix != nil:
+		return "unix://" + s.cfg.ListenUnix
+	}
+	return ""
+}
+
+// Token is the API's bearer token.
+func (s *Server) Token() string { return s.token }
+
+// TokenFile is the file holding the token.
+func (s *Server) TokenFile() string { return filepath.Join(s.cfg.DataDir, TokenFile) }
+
+// Store is the controller's store client.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Close stops serving and releases the store. It is safe to call twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, srv := range s.servers {
+			if err := srv.Shutdown(ctx); err != nil {
+				srv.Close()
+			}
+		}
+		if s.stop != nil {
+			s.stop()
+			<-s.followDone
+		}
+		if s.store != nil {
+			s.store.Close()
+		}
+		if s.embedded != nil {
+			s.embedded.Close()
+		}
+		if s.unix != nil {
+			os.Remove(s.cfg.ListenUnix)
+		}
+		s.log.Info("controller stopped")
+	})
+	return nil
+}
+
+// loadToken reads the API token from dir/token, creating it (32 random
+// bytes, hex, mode 0600, in a 0700 directory) on first start. A token
+// file others can read is refused rather than used.
+func loadToken(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("controller: data dir: %w", err)
+	}
+	p := filepath.Join(dir, TokenFile)
+	b, err := os.ReadFile(p)
+	if err == nil {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("controller: token: %w", err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			return "", fmt.Errorf("controller: token file %s has mode %#o: others may read it; chmod 600 it (or remove it to make a new token)", p, perm)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("controller: token file %s is empty; remove it to make a new token", p)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("controller: token: %w", err)
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	tok := hex.EncodeToString(raw)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("controller: token: %w", err)
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		os.Remove(p)
+		return "", fmt.Errorf("controller: token: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(p)
+		return "", fmt.Errorf("controller: token: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("controller: token: %w", err)
+	}
+	return tok, nil
+}

@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/azgate/azgate/internal/api"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// handlerFunc is an API handler; an error it returns becomes the JSON
+// error response (see writeError).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handler builds the API's routes: /healthz and /metrics are open, every
+// /v1 route needs the bearer token.
+func (s *Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	v1 := func(pattern string, h handlerFunc) { mux.Handle(pattern, s.authorized(h)) }
+	v1("GET /v1/status", s.status)
+	v1("POST /v1/apply", s.apply)
+	for _, kind := range model.Kinds {
+		v1("GET /v1/"+kind, s.list(kind))
+		v1("POST /v1/"+kind, s.create(kind))
+		v1("GET /v1/"+kind+"/{key}", s.get(kind))
+		v1("PUT /v1/"+kind+"/{key}", s.replace(kind))
+		v1("DELETE /v1/"+kind+"/{key}", s.remove(kind))
+	}
+	v1("POST /v1/eips/{key}/bind", s.bind)
+	v1("POST /v1/eips/{key}/unbind", s.unbind)
+	v1("POST /v1/hosts/{key}/guests", s.addGuest)
+	v1("DELETE /v1/hosts/{key}/guests/{guest}", s.removeGuest)
+	return s.instrument(mux)
+}
+
+// statusRecorder remembers the status code written.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// instrument counts and logs every request by its route pattern (set by
+// the mux on the request it was handed).
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		if rec.code == 0 {
+			rec.code = http.StatusOK
+		}
+		d := time.Since(start)
+		s.metrics.observe(route, rec.code, d.Seconds())
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "route", route, "code", rec.code, "dur", d)
+	})
+}
+
+// authorized checks the bearer token (in constant time) before h.
+func (s *Server) authorized(h handlerFunc) http.Handler {
+	want := []byte("Bearer " + s.token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Authorization")
+		if got == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate"`)
+			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
+				msg: fmt.Sprintf("missing Authorization header: send \"Authorization: Bearer TOKEN\" with the token in %s", s.TokenFile())})
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate", error="invalid_token"`)
+			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
+				msg: fmt.Sprintf("wrong bearer token: use the one in %s on the controller", s.TokenFile())})
+			return
+		}
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// httpError is an error with its HTTP status.
+type httpError struct {
+	status int
+	msg    string
+	fields []model.FieldError
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// invalid describes errors of a change to one object.
+func invalid(kind, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var es model.Errors
+	if errors.As(err, &es) {
+		return &httpError{status: http.StatusUnprocessableEntity, fields: es,
+			msg: fmt.Sprintf("invalid %s %q: %v", model.Singular(kind), key, es)}
+	}
+	return err
+}
+
+// writeError maps an error to its status and JSON body.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	body := api.Error{Error: err.Error()}
+	status := http.StatusInternalServerError
+	var (
+		he *httpError
+		nf *model.NotFoundError
+		ce *model.ConflictError
+		se *errStore
+		es model.Errors
+		fe model.FieldError
+	)
+	switch {
+	case errors.As(err, &he):
+		status, body.Fields = he.status, he.fields
+	case errors.As(err, &nf):
+		status = http.StatusNotFound
+	case errors.As(err, &ce):
+		status = http.StatusConflict
+	case errors.As(err, &se):
+		status = http.StatusServiceUnavailable
+	case errors.As(err, &es):
+		status, body.Fields = http.StatusUnprocessableEntity, es
+	case errors.As(err, &fe):
+		status, body.Fields = http.StatusBadRequest, []model.FieldError{fe}
+	}
+	if status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status, "err", err)
+	}
+	writeJSON(w, status, 0, body)
+}
+
+// writeJSON writes v with the revision header (when rev > 0).
+func writeJSON(w http.ResponseWriter, status int, rev int64, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if rev > 0 {
+		w.Header().Set(api.RevisionHeader, strconv.FormatInt(rev, 10))
+	}
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v) // a write error means the client went away
+}
+
+// readBody reads the whole body within the configured limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, &httpError{status: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("request body is larger than %d bytes (the controller's --max-body-bytes)", mbe.Limit)}
+	case err != nil:
+		return nil, badRequest("reading the request body: %v", err)
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, badRequest("request body is empty: expected %s", what)
+	}
+	return b, nil
+}

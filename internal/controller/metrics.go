@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+// metrics of one controller, in a registry of its own so several
+// controllers can run in one process (tests).
+type metrics struct {
+	reg           *prometheus.Registry
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	commits       *prometheus.CounterVec
+	commitSeconds prometheus.Histogram
+	conflicts     prometheus.Counter
+}
+
+func newMetrics(v *view) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "azgate_controller_http_requests_total",
+			Help: "API requests by route pattern, method and status code.",
+		}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "azgate_controller_http_request_duration_seconds",
+			Help:    "API request latency by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5ms .. ~131s
+		}, []string{"route"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "azgate_controller_commits_total",
+			Help: "Store commits by result: ok, conflict (retried) or error.",
+		}, []string{"result"}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "azgate_controller_commit_duration_seconds",
+			Help:    "Time to commit one change to the store.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "azgate_controller_commit_conflicts_total",
+			Help: "Commits that found the store changed by another writer.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.commits, m.commitSeconds, m.conflicts,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_store_revision",
+		Help: "Store revision of the last commit the controller's view reflects.",
+	}, func() float64 { return float64(v.revision()) }))
+	for i, kind := range model.Kinds {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "azgate_controller_objects",
+			Help:        "Objects in the desired state by kind.",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 { return float64(v.pubCount[i].Load()) }))
+	}
+	return m
+}
+
+func (m *metrics) observe(route string, code int, seconds float64) {
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(route).Observe(seconds)
+}

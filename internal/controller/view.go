@@ -1,0 +1,260 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/azgate/azgate/internal/api"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// view is the controller's copy of the desired state and the revision of
+// the last commit it reflects. Objects in it are never modified in place:
+// a change replaces them, so a reader may keep an object after unlocking.
+type view struct {
+	mu      sync.RWMutex
+	st      *model.State
+	rev     int64
+	changed chan struct{} // closed (and replaced) whenever rev moves
+
+	ready     chan struct{} // closed by the first load
+	readyOnce sync.Once
+
+	// Copies for metrics and status, which must not wait behind a long
+	// write holding mu.
+	pubRev   atomic.Int64
+	pubCount [4]atomic.Int64 // by model.Kinds index
+}
+
+func newView() *view {
+	return &view{st: model.NewState(), changed: make(chan struct{}), ready: make(chan struct{})}
+}
+
+// handle is the store.Handler feeding the view. A resync replaces the
+// whole view (even with an older revision: the watch then replays what
+// followed). Other changes are applied unless the view already has them:
+// the controller's own commits are applied before the watch reports them.
+func (v *view) handle(st *model.State, rev int64, events []store.Event, resync bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if resync {
+		v.st = st.Clone() // Follow keeps changing st
+		v.setRev(rev)
+		v.readyOnce.Do(func() { close(v.ready) })
+		return
+	}
+	latest := v.rev
+	for _, e := range events {
+		if e.Rev <= v.rev {
+			continue
+		}
+		if e.Obj == nil {
+			v.st.Remove(e.Kind, e.Key)
+		} else {
+			v.st.Set(e.Obj)
+		}
+		latest = max(latest, e.Rev)
+	}
+	if latest != v.rev {
+		v.setRev(latest)
+	}
+}
+
+// setRev moves the revision and wakes waiters; v.mu must be held.
+func (v *view) setRev(rev int64) {
+	v.rev = rev
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.publish()
+}
+
+// publish copies the revision and object counts for lock-free readers;
+// v.mu must be held.
+func (v *view) publish() {
+	v.pubRev.Store(v.rev)
+	for i, k := range model.Kinds {
+		v.pubCount[i].Store(int64(v.st.Len(k)))
+	}
+}
+
+func (v *view) revision() int64 { return v.pubRev.Load() }
+
+func (v *view) counts() map[string]int {
+	m := make(map[string]int, len(model.Kinds))
+	for i, k := range model.Kinds {
+		m[k] = int(v.pubCount[i].Load())
+	}
+	return m
+}
+
+func (v *view) waitReady(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-v.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("no state after %v", timeout)
+	}
+}
+
+// waitFor waits until the view reflects revision rev.
+func (v *view) waitFor(ctx context.Context, rev int64, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		v.mu.RLock()
+		cur, ch := v.rev, v.changed
+		v.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return fmt.Errorf("the controller's view is at revision %d, not %d, after %v", cur, rev, timeout)
+		}
+	}
+}
+
+// txn is one write being planned on the view: the changes are applied to
+// the state as they are made, with what undoes them and the store
+// operations that commit them.
+type txn struct {
+	st   *model.State
+	undo []func()
+	ops  []store.Op
+}
+
+// put stores o, unless it is the same as the stored object, and says
+// whether it was created, updated or unchanged.
+func (t *txn) put(o model.Object) (string, error) {
+	kind := model.KindOf(o)
+	val, err := store.Encode(o)
+	if err != nil {
+		return "", fmt.Errorf("encoding %s %q: %w", model.Singular(kind), o.Key(), err)
+	}
+	old, had := t.st.Get(kind, o.Key())
+	if had {
+		if b, err := store.Encode(old); err == nil && bytes.Equal(b, val) {
+			return api.Unchanged, nil
+		}
+	}
+	undo, err := t.st.Put(o)
+	if err != nil {
+		return "", err
+	}
+	t.undo = append(t.undo, undo)
+	t.ops = append(t.ops, store.Op{Kind: kind, Key: o.Key(), Value: val})
+	if had {
+		return api.Updated, nil
+	}
+	return api.Created, nil
+}
+
+// delete removes an object nothing refers to.
+func (t *txn) delete(kind, key string) error {
+	undo, err := t.st.Delete(kind, key)
+	if err != nil {
+		return err
+	}
+	t.undo = append(t.undo, undo)
+	t.ops = append(t.ops, store.Op{Kind: kind, Key: key})
+	return nil
+}
+
+func (t *txn) rollback() {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		t.undo[i]()
+	}
+	t.undo, t.ops = nil, nil
+}
+
+// Write retries after a conflict.
+const (
+	maxAttempts  = 5
+	catchUpLimit = 10 * time.Second
+)
+
+// errStore marks failures of the store itself (503 to the client).
+type errStore struct{ err error }
+
+func (e *errStore) Error() string { return e.err.Error() }
+func (e *errStore) Unwrap() error { return e.err }
+
+// write runs plan against the view and commits what it changed (see the
+// package doc). plan runs again from scratch after a conflict, so it must
+// not keep results of an earlier run. It returns the revision after the
+// commit, or the view's revision when plan changed nothing.
+func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	v := s.view
+	for attempt := 1; ; attempt++ {
+		v.mu.Lock()
+		t := &txn{st: v.st}
+		if err := plan(t); err != nil {
+			t.rollback()
+			v.mu.Unlock()
+			return 0, err
+		}
+		if len(t.ops) == 0 {
+			rev := v.rev
+			v.mu.Unlock()
+			return rev, nil
+		}
+		if s.beforeCommit != nil {
+			s.beforeCommit(attempt)
+		}
+		start := time.Now()
+		cctx, cancel := commitContext(ctx, len(t.ops))
+		rev, err := s.store.Commit(cctx, v.rev, t.ops)
+		cancel()
+		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+		if err == nil {
+			v.setRev(rev)
+			v.mu.Unlock()
+			s.metrics.commits.WithLabelValues("ok").Inc()
+			return rev, nil
+		}
+		t.rollback()
+		v.publish()
+		v.mu.Unlock()
+		if !errors.Is(err, store.ErrConflict) {
+			s.metrics.commits.WithLabelValues("error").Inc()
+			s.log.Error("commit failed; reloading the state", "ops", len(t.ops), "err", err)
+			s.forceReload()
+			return 0, &errStore{fmt.Errorf("the store did not take the change (it may have been partly written; the controller reloads the state): %w", err)}
+		}
+		s.metrics.commits.WithLabelValues("conflict").Inc()
+		s.metrics.conflicts.Inc()
+		if attempt == maxAttempts {
+			return 0, &errStore{fmt.Errorf("gave up after %d conflicting concurrent writes; retry", attempt)}
+		}
+		latest, err := s.store.CommitRevision(ctx)
+		if err != nil {
+			return 0, &errStore{err}
+		}
+		s.log.Info("commit conflict; catching up and retrying", "attempt", attempt, "rev", latest)
+		if err := v.waitFor(ctx, latest, catchUpLimit); err != nil {
+			return 0, &errStore{err}
+		}
+	}
+}
+
+// commitContext gives a commit time in proportion to its size and keeps it
+// going if the client goes away: an interrupted commit would leave the
+// store partly written.
+func commitContext(ctx context.Context, ops int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second+time.Duration(ops)*100*time.Microsecond)
+}
