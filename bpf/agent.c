@@ -92,7 +92,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_cfg SEC(".maps");
 
-static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, __u64 len)
+static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, const struct agent_config *cfg, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -116,7 +116,7 @@ static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, __
 	__be32 priv = e->private_addr.a[0];
 	__u32 idx = e->stats_idx;
 
-	rc = fib4(ctx, &fib, in.saddr, priv, in.ip_len, in.proto, in.tos);
+	rc = fib4c(ctx, &fib, cfg->nh_gen, in.saddr, priv, in.ip_len, in.proto, in.tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -180,7 +180,7 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
-		return agent_from_edge(ctx, &p, len);
+		return agent_from_edge(ctx, &p, cfg, len);
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }
 
@@ -229,7 +229,7 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (!edge || !edge->a[0])
 		return count_drop(STAT_DROP_NO_EDGE, len);
 
-	rc = fib4(ctx, &fib, cfg->underlay.a[0], edge->a[0], p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], edge->a[0], p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		if (!p.df)
 			return count_drop(STAT_DROP_TOO_BIG, len);

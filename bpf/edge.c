@@ -76,7 +76,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
 	}
 
-	rc = fib4(ctx, &fib, cfg->underlay.a[0], r->host.a[0], p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], r->host.a[0], p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		if (!p->df)
 			return count_drop(STAT_DROP_TOO_BIG, len);
@@ -128,7 +128,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 }
 
 /* Host -> Internet: decapsulate NVGRE from an AZ host. */
-static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, __u64 len)
+static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, const struct edge_config *cfg, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -149,7 +149,7 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, __u
 	if (in.ttl <= 1)
 		return count_drop(STAT_DROP_TTL, len);
 
-	rc = fib4(ctx, &fib, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
+	rc = fib4c(ctx, &fib, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -220,7 +220,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
-		return edge_from_host(ctx, &p, len);
+		return edge_from_host(ctx, &p, cfg, len);
 
 	struct eip_key k;
 	eip_key4(&k, p.daddr);

@@ -14,6 +14,15 @@
 #define EDGE_MAX 64
 #endif
 
+/* Next-hop cache: entries per CPU, and how long an entry may be used
+ * without asking the FIB again (routing changes invalidate it at once
+ * through the config's nh_gen; the TTL bounds staleness when the daemon
+ * that bumps nh_gen is away). */
+#ifndef NH_CACHE_MAX
+#define NH_CACHE_MAX 65536
+#endif
+#define NH_CACHE_TTL_NS 1000000000ULL
+
 /* Prefixes an agent treats as local (never encapsulated). */
 #ifndef LOCAL_PREFIX_MAX
 #define LOCAL_PREFIX_MAX 256

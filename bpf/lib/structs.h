@@ -50,6 +50,7 @@ struct edge_config {
 	__u32 icmp_rate;         /* ICMP errors per second per CPU (0: never send) */
 	__u32 icmp_burst;
 	__u32 flags;             /* CFG_F_* */
+	__u32 nh_gen;            /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];          /* inner Ethernet source: the edge's virtual router MAC */
 	__u16 pad;
 };
@@ -82,8 +83,25 @@ struct agent_config {
 	__u32 icmp_rate;
 	__u32 icmp_burst;
 	__u32 flags;
+	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
 	__u16 pad;
+};
+
+/* Key of the next-hop cache: a destination as seen from an interface. */
+struct nh_key {
+	__be32 dst;
+	__u32 ifindex; /* ingress interface of the lookup */
+};
+
+/* A bpf_fib_lookup result, cached per CPU (see lib/fib.h). */
+struct nh_entry {
+	__u8 smac[6];
+	__u8 dmac[6];
+	__u32 ifindex; /* egress */
+	__u32 mtu;     /* route MTU */
+	__u32 gen;     /* config nh_gen when cached */
+	__u64 expires; /* coarse monotonic ns */
 };
 
 /* Key of an IPv4 LPM trie. */

@@ -362,6 +362,13 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return err
 	}
+	if err := netlab.WatchRouting(ctx, func() {
+		if err := dp.InvalidateNextHops(); err != nil {
+			cfg.Log.Warn("cannot invalidate cached next hops", "err", err)
+		}
+	}); err != nil {
+		return err
+	}
 	links := &kernelLinks{dp: dp, log: cfg.Log, done: map[netip.Addr]bool{}}
 	rec, err := NewReconciler(cfg, dp, links)
 	if err != nil {

@@ -126,6 +126,10 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		}
 	}
 	v.N_edges = uint32(len(c.Edges))
+	var old agentAgentConfig
+	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
+		v.NhGen = old.NhGen + 1
+	}
 	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write agent config: %w", err)
 	}
@@ -144,6 +148,17 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		}
 	}
 	return it.Err()
+}
+
+// InvalidateNextHops makes the programs ask the FIB again for every next
+// hop (call it when routes, neighbours or links change).
+func (a *Agent) InvalidateNextHops() error {
+	var v agentAgentConfig
+	if err := a.objs.AgentCfg.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	v.NhGen++
+	return a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny)
 }
 
 // SetLocalPrefixes replaces the prefixes guests reach without the edge.

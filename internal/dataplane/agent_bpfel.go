@@ -22,6 +22,7 @@ type agentAgentConfig struct {
 	IcmpRate  uint32
 	IcmpBurst uint32
 	Flags     uint32
+	NhGen     uint32
 	GwMac     [6]uint8
 	Pad       uint16
 }
@@ -115,6 +116,22 @@ type agentLpm4Key struct {
 	Addr      uint32
 }
 
+type agentNhEntry struct {
+	_       structs.HostLayout
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Ifindex uint32
+	Mtu     uint32
+	Gen     uint32
+	Expires uint64
+}
+
+type agentNhKey struct {
+	_       structs.HostLayout
+	Dst     uint32
+	Ifindex uint32
+}
+
 type agentStatEntry struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -134,6 +151,7 @@ const (
 	agentMapBenchFrame             = "bench_frame"
 	agentMapEipStats               = "eip_stats"
 	agentMapIcmpBuckets            = "icmp_buckets"
+	agentMapNhCache                = "nh_cache"
 	agentMapStats                  = "stats"
 	agentProgXdpAgentGuest         = "xdp_agent_guest"
 	agentProgXdpAgentGuestBench    = "xdp_agent_guest_bench"
@@ -202,6 +220,7 @@ type agentMapSpecs struct {
 	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
@@ -240,6 +259,7 @@ type agentMaps struct {
 	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
+	NhCache      *ebpf.Map `ebpf:"nh_cache"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
@@ -254,6 +274,7 @@ func (m *agentMaps) Close() error {
 		m.BenchFrame,
 		m.EipStats,
 		m.IcmpBuckets,
+		m.NhCache,
 		m.Stats,
 	)
 }

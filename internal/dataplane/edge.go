@@ -97,10 +97,25 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 		v.Flags |= 1
 	}
 	v.GwMac = macTo(c.GatewayMAC)
+	var old edgeEdgeConfig
+	if err := e.objs.EdgeCfg.Lookup(uint32(0), &old); err == nil {
+		v.NhGen = old.NhGen + 1 // a new config invalidates cached next hops
+	}
 	if err := e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write edge config: %w", err)
 	}
 	return nil
+}
+
+// InvalidateNextHops makes the program ask the FIB again for every next
+// hop (call it when routes, neighbours or links change).
+func (e *Edge) InvalidateNextHops() error {
+	var v edgeEdgeConfig
+	if err := e.objs.EdgeCfg.Lookup(uint32(0), &v); err != nil {
+		return err
+	}
+	v.NhGen++
+	return e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny)
 }
 
 func routeTo(r Route) (edgeEipRoute, error) {

@@ -59,6 +59,7 @@ type edgeEdgeConfig struct {
 	IcmpRate  uint32
 	IcmpBurst uint32
 	Flags     uint32
+	NhGen     uint32
 	GwMac     [6]uint8
 	Pad       uint16
 }
@@ -99,6 +100,22 @@ type edgeIpAddr struct {
 	A [4]uint32
 }
 
+type edgeNhEntry struct {
+	_       structs.HostLayout
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Ifindex uint32
+	Mtu     uint32
+	Gen     uint32
+	Expires uint64
+}
+
+type edgeNhKey struct {
+	_       structs.HostLayout
+	Dst     uint32
+	Ifindex uint32
+}
+
 type edgeStatEntry struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -114,6 +131,7 @@ const (
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapIcmpBuckets   = "icmp_buckets"
+	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
 	edgeProgXdpEdge      = "xdp_edge"
 	edgeProgXdpEdgeBench = "xdp_edge_bench"
@@ -174,6 +192,7 @@ type edgeMapSpecs struct {
 	EipRoutes   *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats    *ebpf.MapSpec `ebpf:"eip_stats"`
 	IcmpBuckets *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	NhCache     *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
 
@@ -208,6 +227,7 @@ type edgeMaps struct {
 	EipRoutes   *ebpf.Map `ebpf:"eip_routes"`
 	EipStats    *ebpf.Map `ebpf:"eip_stats"`
 	IcmpBuckets *ebpf.Map `ebpf:"icmp_buckets"`
+	NhCache     *ebpf.Map `ebpf:"nh_cache"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 }
 
@@ -218,6 +238,7 @@ func (m *edgeMaps) Close() error {
 		m.EipRoutes,
 		m.EipStats,
 		m.IcmpBuckets,
+		m.NhCache,
 		m.Stats,
 	)
 }

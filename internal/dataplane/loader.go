@@ -195,3 +195,12 @@ func resetEIPStats(m *ebpf.Map, idx uint32) error {
 	}
 	return nil
 }
+
+// AttachUnpinned attaches prog to an interface of the current namespace;
+// closing the returned link detaches it.
+func AttachUnpinned(prog *ebpf.Program, ifname string) (link.Link, error) {
+	return attachXDP(prog, ifname, "")
+}
+
+// DetachPinned detaches the program whose link is pinned for ifname.
+func DetachPinned(pinDir, ifname string) error { return detachXDP(ifname, pinDir) }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -58,6 +59,14 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	}
 	log.Info("edge data plane attached", "interfaces", cfg.Interfaces, "routes_kept", len(rec.Programmed()), "pins", load.PinDir)
 
+	// Cached next hops must follow the kernel's routes and neighbours.
+	if err := netlab.WatchRouting(ctx, func() {
+		if err := dp.InvalidateNextHops(); err != nil {
+			log.Warn("cannot invalidate cached next hops", "err", err)
+		}
+	}); err != nil {
+		return err
+	}
 	nb := newNeighbours(log)
 	applied := make(chan struct{}, 1)
 	rec.OnApplied = func(int64) {
@@ -73,6 +82,9 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 				return
 			case <-applied:
 				nb.ensure(rec.Hosts())
+				if err := ensureDiscard(rec.Prefixes()); err != nil {
+					log.Warn("cannot install discard routes for the set's prefixes", "err", err)
+				}
 			}
 		}
 	}()
@@ -206,4 +218,40 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")
 	}
+}
+
+// rtprotAzgate marks the routes the edge installs (iproute2 shows it as
+// "proto 169").
+const rtprotAzgate = 169
+
+// ensureDiscard makes the kernel answer traffic to addresses of the set's
+// prefixes that are not bound EIPs with ICMP unreachable, instead of
+// sending it back along the default route (a loop with the upstream
+// router that announces the prefix to us): the aggregate discard route
+// every router announcing an aggregate installs.
+func ensureDiscard(prefixes []netip.Prefix) error {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	want := map[string]bool{}
+	for _, p := range prefixes {
+		want[p.String()] = true
+		_, ipn, _ := net.ParseCIDR(p.String())
+		r := &netlink.Route{Dst: ipn, Type: unix.RTN_UNREACHABLE, Protocol: rtprotAzgate}
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("unreachable %v: %w", p, err)
+		}
+	}
+	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: rtprotAzgate}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.Dst != nil && !want[r.Dst.String()] {
+			h.RouteDel(&r)
+		}
+	}
+	return nil
 }

@@ -92,6 +92,7 @@ type Reconciler struct {
 	next       uint32                         // next never-used slot
 	rev        int64
 	underlay   netip.Addr
+	prefixes   []netip.Prefix // the edge set's prefixes
 	errs       []string
 	dirty      bool            // a write failed: the next change resyncs in full
 	OnApplied  func(rev int64) // called after each successful apply
@@ -181,10 +182,11 @@ func (r *Reconciler) fail(err error) {
 }
 
 func (r *Reconciler) applyConfig(st *model.State) error {
-	_, me, ok := st.EdgeSetOf(r.cfg.Name)
+	set, me, ok := st.EdgeSetOf(r.cfg.Name)
 	if !ok {
 		return fmt.Errorf("edge %q is not a member of any edge set: add it to one (azgate set create ... --edge name=%s,underlay=ADDR)", r.cfg.Name, r.cfg.Name)
 	}
+	r.prefixes = append(r.prefixes[:0], set.Prefixes...)
 	if me.Underlay == r.underlay {
 		return nil
 	}
@@ -295,6 +297,13 @@ func (r *Reconciler) Programmed() map[netip.Addr]dataplane.Route {
 		out[a] = rt
 	}
 	return out
+}
+
+// Prefixes returns the prefixes of the edge's set.
+func (r *Reconciler) Prefixes() []netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]netip.Prefix(nil), r.prefixes...)
 }
 
 // Hosts returns the distinct underlay addresses routes point at.

@@ -4,11 +4,13 @@
 package netlab
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -281,5 +283,55 @@ func EnsureManagedNeigh(h *netlink.Handle, ifindex int, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("managed neighbour %v on ifindex %d: %w", ip, ifindex, err)
 	}
+	return nil
+}
+
+// WatchRouting calls changed (at most every 20ms, after the burst) whenever
+// a route, neighbour or link of the current namespace changes, until ctx
+// ends. It is how the data-plane daemons learn that cached next hops may
+// be stale.
+func WatchRouting(ctx context.Context, changed func()) error {
+	done := make(chan struct{})
+	go func() { <-ctx.Done(); close(done) }()
+	routes := make(chan netlink.RouteUpdate, 256)
+	neighs := make(chan netlink.NeighUpdate, 256)
+	links := make(chan netlink.LinkUpdate, 256)
+	if err := netlink.RouteSubscribe(routes, done); err != nil {
+		return fmt.Errorf("subscribe to routes: %w", err)
+	}
+	if err := netlink.NeighSubscribe(neighs, done); err != nil {
+		return fmt.Errorf("subscribe to neighbours: %w", err)
+	}
+	if err := netlink.LinkSubscribe(links, done); err != nil {
+		return fmt.Errorf("subscribe to links: %w", err)
+	}
+	go func() {
+		var timer <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-routes:
+				if !ok {
+					return
+				}
+			case _, ok := <-neighs:
+				if !ok {
+					return
+				}
+			case _, ok := <-links:
+				if !ok {
+					return
+				}
+			case <-timer:
+				timer = nil
+				changed()
+				continue
+			}
+			if timer == nil {
+				timer = time.After(20 * time.Millisecond)
+			}
+		}
+	}()
 	return nil
 }
