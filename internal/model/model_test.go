@@ -1,0 +1,155 @@
+package model
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// fields lists the fields named by errs.
+func fields(es Errors) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Field)
+	}
+	return out
+}
+
+// checkErrors compares the fields named by es with want; a want entry
+// "field~text" also requires the message to contain text.
+func checkErrors(t *testing.T, es Errors, want []string) {
+	t.Helper()
+	if len(es) != len(want) {
+		t.Fatalf("errors %v, want fields %v", es, want)
+	}
+	for i, w := range want {
+		f, text, _ := strings.Cut(w, "~")
+		if es[i].Field != f || !strings.Contains(es[i].Msg, text) {
+			t.Errorf("error %d is %q, want field %q saying %q", i, es[i], f, text)
+		}
+	}
+}
+
+func TestValidateAZ(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		az   AZ
+		want []string
+	}{
+		{"ok", AZ{Name: "az1", Region: "r1"}, nil},
+		{"no name", AZ{}, []string{"name~required"}},
+		{"upper case", AZ{Name: "AZ1"}, []string{"name~not a valid name"}},
+		{"trailing dash", AZ{Name: "az-"}, []string{"name"}},
+		{"64 characters", AZ{Name: strings.Repeat("a", 64)}, []string{"name"}},
+		{"63 characters", AZ{Name: strings.Repeat("a", 63)}, nil},
+		{"bad region", AZ{Name: "az1", Region: "R 1"}, []string{"region"}},
+		{"long description", AZ{Name: "az1", Description: strings.Repeat("x", 1025)}, []string{"description~1024"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.az.Validate(), tc.want) })
+	}
+}
+
+func TestValidateHost(t *testing.T) {
+	g := func(name, a string, vsid uint32) Guest { return Guest{Name: name, Address: addr(a), VSID: vsid} }
+	for _, tc := range []struct {
+		name string
+		h    Host
+		want []string
+	}{
+		{"ok", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 5001)}}, nil},
+		{"nothing", Host{}, []string{"name~required", "az~required", "underlay~required"}},
+		{"IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1")}, []string{"underlay~only IPv4"}},
+		{"loopback underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("127.0.0.1")}, []string{"underlay~not a unicast"}},
+		{"multicast underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("224.0.0.5")}, []string{"underlay~not a unicast"}},
+		{"class E underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("240.0.0.1")}, []string{"underlay~240.0.0.0/4"}},
+		{"guest name", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("G 1", "198.19.1.1", 5001)}}, []string{"guests[0].name"}},
+		{"guest twice", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 5001), g("g1", "198.19.1.2", 5001)}},
+			[]string{"guests[1].name~appears twice"}},
+		{"guest address twice", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 5001), g("g2", "198.19.1.1", 5001)}},
+			[]string{"guests[1].address~another guest"}},
+		{"guest without address", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{{Name: "g1", VSID: 5001}}}, []string{"guests[0].address~required"}},
+		{"reserved low vsid", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 0xFFF)}}, []string{"guests[0].vsid~RFC 7637"}},
+		{"reserved high vsid", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 0xFFFFFF)}}, []string{"guests[0].vsid"}},
+		{"vsid bounds ok", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", VSIDMin), g("g2", "198.19.1.2", VSIDMax)}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.h.Validate(), tc.want) })
+	}
+}
+
+func TestValidateEdgeSet(t *testing.T) {
+	e := func(name, a string) EdgeNode { return EdgeNode{Name: name, Underlay: addr(a)} }
+	for _, tc := range []struct {
+		name string
+		s    EdgeSet
+		want []string
+	}{
+		{"ok", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("edge-a1", "198.18.0.1")}}, nil},
+		{"no prefix", EdgeSet{Name: "pop-a"}, []string{"prefixes~at least one"}},
+		{"host bits", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.1/24")}}, []string{"prefixes[0]~did you mean 198.51.100.0/24"}},
+		{"IPv6", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("2001:db8::/32")}}, []string{"prefixes[0]~only IPv4"}},
+		{"too short", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("0.0.0.0/0")}}, []string{"prefixes[0]~shorter than /8"}},
+		{"invalid prefix", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{{}}}, []string{"prefixes[0]~invalid"}},
+		{"edge twice", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("e1", "198.18.0.1"), e("e1", "198.18.0.2")}},
+			[]string{"edges[1].name~appears twice"}},
+		{"underlay twice", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("e1", "198.18.0.1"), e("e2", "198.18.0.1")}},
+			[]string{"edges[1].underlay~another edge"}},
+		{"edge without underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1"}}}, []string{"edges[0].underlay~required"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.s.Validate(), tc.want) })
+	}
+}
+
+func TestValidateEIP(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		e    EIP
+		want []string
+	}{
+		{"ok", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g1"}}, nil},
+		{"no address", EIP{}, []string{"address~required"}},
+		{"IPv6", EIP{Address: addr("2001:db8::7")}, []string{"address~only IPv4"}},
+		{"broadcast", EIP{Address: addr("255.255.255.255")}, []string{"address~not a unicast"}},
+		{"unspecified", EIP{Address: addr("0.0.0.0")}, []string{"address"}},
+		{"link local", EIP{Address: addr("169.254.1.1")}, []string{"address"}},
+		{"empty binding", EIP{Address: addr("198.51.100.7"), Binding: &Binding{}}, []string{"binding.host~required", "binding.guest~required"}},
+		{"bad binding names", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "H", Guest: "g_1"}}, []string{"binding.host", "binding.guest"}},
+		{"long description", EIP{Address: addr("198.51.100.7"), Description: strings.Repeat("é", 600)}, []string{"description"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.e.Validate(), tc.want) })
+	}
+}
+
+func TestDecode(t *testing.T) {
+	for _, tc := range []struct {
+		kind, json string
+		want       string // error text, "" for none
+	}{
+		{KindHost, `{"name": "h1", "az": "az1", "underlay": "198.18.1.1", "guests": [{"name": "g1", "address": "198.19.1.1", "vsid": 5001}]}`, ""},
+		{KindHost, `{"name": "h1", "colour": "red"}`, "colour: unknown field"},
+		{KindHost, `{"name": "h1", "guests": [{"name": "g1"}, {"name": "g2", "adress": "x"}]}`, "guests[1].adress: unknown field"},
+		{KindHost, `{"name": "h1", "underlay": "198.18.1"}`, `underlay: ParseAddr("198.18.1")`},
+		{KindHost, `{"name": "h1", "guests": [{"name": "g1", "vsid": -1}]}`, "guests[0].vsid: must not be the number -1 (want uint32)"},
+		{KindHost, `{"name": "h1", "guests": {"name": "g1"}}`, "guests: must be a JSON array, not an object"},
+		{KindHost, `{"name": 7}`, "name: must not be the number 7"},
+		{KindEdgeSet, `{"name": "p", "prefixes": ["198.51.100.0/33"]}`, "prefixes[0]: netip.ParsePrefix"},
+		{KindEIP, `{"address": "198.51.100.7", "binding": {"host": "h1", "guest": "g1", "port": 80}}`, "binding.port: unknown field"},
+		{KindEIP, `["198.51.100.7"]`, "must be a JSON object, not an array"},
+		{KindEIP, `{"address": "198.51.100.7"} {}`, "trailing data"},
+		{KindEIP, `{"address": `, "invalid JSON"},
+		{KindAZ, `{"NAME": "az1"}`, ""}, // encoding/json matches keys without case
+		{"services", `{}`, `unknown kind "services"`},
+	} {
+		t.Run(tc.json, func(t *testing.T) {
+			_, err := Decode(tc.kind, []byte(tc.json))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,254 @@
+package model
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// region is a small consistent state: two AZs, two hosts with guests, an
+// edge set for 198.51.100.0/24 and one bound EIP.
+func region(t *testing.T) *State {
+	t.Helper()
+	s := NewState()
+	for _, o := range []Object{
+		&AZ{Name: "az1"},
+		&AZ{Name: "az2"},
+		&Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.1.1"), VSID: 5001}, {Name: "g2", Address: addr("198.19.1.2"), VSID: 5001}}},
+		&Host{Name: "h2", AZ: "az2", Underlay: addr("198.18.2.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.2.1"), VSID: 5002}}},
+		&EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "edge-a1", Underlay: addr("198.18.0.1")}}},
+		&EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g1"}},
+		&EIP{Address: addr("198.51.100.8")},
+	} {
+		if _, err := s.Put(o); err != nil {
+			t.Fatalf("%s %s: %v", KindOf(o), o.Key(), err)
+		}
+	}
+	return s
+}
+
+// wantErr checks err names field (for Errors) and says text.
+func wantErr(t *testing.T, err error, field, text string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want %s: %s", field, text)
+	}
+	var es Errors
+	if field != "" {
+		if !errors.As(err, &es) {
+			t.Fatalf("error %v (%T) is not a field error list", err, err)
+		}
+		if es[0].Field != field {
+			t.Errorf("error %v names %q, want %q", err, es[0].Field, field)
+		}
+	}
+	if !strings.Contains(err.Error(), text) {
+		t.Errorf("error %q does not say %q", err, text)
+	}
+}
+
+func TestPutReferences(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		obj         Object
+		field, text string
+	}{
+		{"host in a missing AZ", &Host{Name: "h3", AZ: "az9", Underlay: addr("198.18.3.1")}, "az", `AZ "az9" does not exist`},
+		{"host on another host's underlay", &Host{Name: "h3", AZ: "az1", Underlay: addr("198.18.1.1")}, "underlay", "underlay address of host h1"},
+		{"host on an edge's underlay", &Host{Name: "h3", AZ: "az1", Underlay: addr("198.18.0.1")}, "underlay", "edge pop-a/edge-a1"},
+		{"edge on a host's underlay", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-b1", Underlay: addr("198.18.2.1")}}},
+			"edges[0].underlay", "host h2"},
+		{"edge in two sets", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-a1", Underlay: addr("198.18.0.9")}}},
+			"edges[0].name", `already belongs to set "pop-a"`},
+		{"prefix of another set", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}}, "prefixes[0]", `announced by set "pop-a"`},
+		{"EIP outside every set", &EIP{Address: addr("192.0.2.1")}, "address", "not inside a prefix"},
+		{"EIP on a missing host", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h9", Guest: "g1"}}, "binding.host", `host "h9" does not exist`},
+		{"EIP on a missing guest", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h2", Guest: "g9"}}, "binding.guest", `host "h2" has no guest "g9"`},
+		{"guest already bound", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h1", Guest: "g1"}}, "binding.guest", "already bound to EIP 198.51.100.7"},
+		{"removing a bound guest", &Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1")}, "guests", `guest "g1" is bound to EIP 198.51.100.7`},
+		{"shrinking a set under an EIP", &EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}}, "prefixes", "EIP 198.51.100.7 would no longer be covered"},
+		{"invalid on its own", &AZ{Name: "AZ"}, "name", "not a valid name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := region(t)
+			before := region(t)
+			_, err := s.Put(tc.obj)
+			wantErr(t, err, tc.field, tc.text)
+			if !reflect.DeepEqual(s, before) {
+				t.Error("a refused Put changed the state")
+			}
+		})
+	}
+}
+
+func TestPutAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		obj  Object
+	}{
+		{"rebinding the same EIP to its guest", &EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g1"}, Description: "x"}},
+		{"moving an EIP to another AZ", &EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"}}},
+		{"host keeping its underlay", &Host{Name: "h2", AZ: "az1", Underlay: addr("198.18.2.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.2.1"), VSID: 5002}}}},
+		{"host moving its underlay", &Host{Name: "h2", AZ: "az2", Underlay: addr("198.18.2.9"), Guests: []Guest{{Name: "g1", Address: addr("198.19.2.1"), VSID: 5002}}}},
+		{"removing an unbound guest", &Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.1.1"), VSID: 5001}}}},
+		{"set growing", &EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24"), prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-a1", Underlay: addr("198.18.0.1")}}}},
+		{"a /32 set inside another set's /24", &EdgeSet{Name: "hot", Prefixes: []netip.Prefix{prefix("198.51.100.7/32")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := region(t)
+			before := region(t)
+			undo, err := s.Put(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := s.Get(KindOf(tc.obj), tc.obj.Key()); got != tc.obj {
+				t.Error("Put did not store the object")
+			}
+			undo()
+			if !reflect.DeepEqual(s, before) {
+				t.Error("undo did not restore the state exactly")
+			}
+		})
+	}
+}
+
+func TestDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name, kind, key string
+		text            string // "" when allowed
+	}{
+		{"AZ with hosts", KindAZ, "az1", "AZ az1 still has host h1"},
+		{"host with bound EIPs", KindHost, "h1", "host h1 has 1 bound EIP(s), e.g. 198.51.100.7"},
+		{"the only set covering EIPs", KindEdgeSet, "pop-a", "edge set pop-a is the only one covering EIP"},
+		{"missing", KindHost, "h9", `host "h9" not found`},
+		{"host without bound EIPs", KindHost, "h2", ""},
+		{"bound EIP", KindEIP, "198.51.100.7", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := region(t)
+			before := region(t)
+			undo, err := s.Delete(tc.kind, tc.key)
+			if tc.text != "" {
+				wantErr(t, err, "", tc.text)
+				var ce *ConflictError
+				var nf *NotFoundError
+				if !errors.As(err, &ce) && !errors.As(err, &nf) {
+					t.Errorf("error %T, want a ConflictError or NotFoundError", err)
+				}
+				if !reflect.DeepEqual(s, before) {
+					t.Error("a refused Delete changed the state")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := s.Get(tc.kind, tc.key); ok {
+				t.Error("still there")
+			}
+			undo()
+			if !reflect.DeepEqual(s, before) {
+				t.Error("undo did not restore the state exactly")
+			}
+		})
+	}
+
+	t.Run("a second set covering the EIPs", func(t *testing.T) {
+		s := region(t)
+		if _, err := s.Put(&EdgeSet{Name: "hot", Prefixes: []netip.Prefix{prefix("198.51.100.7/32"), prefix("198.51.100.8/32")}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Delete(KindEdgeSet, "pop-a"); err != nil {
+			t.Errorf("deleting a set whose EIPs another set covers: %v", err)
+		}
+	})
+	t.Run("freed indexes", func(t *testing.T) {
+		s := region(t)
+		if _, err := s.Delete(KindEIP, "198.51.100.7"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(&EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h1", Guest: "g1"}}); err != nil {
+			t.Errorf("the guest of a deleted EIP is still taken: %v", err)
+		}
+		if _, err := s.Delete(KindHost, "h2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(&Host{Name: "h3", AZ: "az2", Underlay: addr("198.18.2.1")}); err != nil {
+			t.Errorf("the underlay of a deleted host is still taken: %v", err)
+		}
+	})
+}
+
+// TestUndoBatch applies a batch and undoes it in reverse, as the
+// controller does when a commit fails.
+func TestUndoBatch(t *testing.T) {
+	s := region(t)
+	before := region(t)
+	var undos []func()
+	step := func(undo func(), err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		undos = append(undos, undo)
+	}
+	step(s.Put(&AZ{Name: "az3"}))
+	step(s.Put(&Host{Name: "h3", AZ: "az3", Underlay: addr("198.18.3.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.3.1"), VSID: 5003}}}))
+	step(s.Put(&EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h3", Guest: "g1"}}))
+	step(s.Put(&EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h1", Guest: "g1"}}))
+	step(s.Delete(KindEIP, "198.51.100.8"))
+	step(s.Put(&EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "edge-a9", Underlay: addr("198.18.0.9")}}}))
+	step(s.Delete(KindHost, "h2"))
+	step(s.Put(&Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.0.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.1.1"), VSID: 5001}}}))
+	for i := len(undos) - 1; i >= 0; i-- {
+		undos[i]()
+	}
+	if !reflect.DeepEqual(s, before) {
+		t.Errorf("state after undoing the batch:\n%+v\nwant\n%+v", s, before)
+	}
+}
+
+func TestSetRemoveClone(t *testing.T) {
+	s := region(t)
+	c := s.Clone()
+	if !reflect.DeepEqual(s, c) {
+		t.Fatal("clone differs")
+	}
+	// Set and Remove (no checks) keep the indexes right.
+	c.Set(&EIP{Address: addr("198.51.100.7")})
+	c.Remove(KindHost, "h2")
+	c.Set(&Host{Name: "h4", AZ: "az1", Underlay: addr("198.18.2.1")})
+	if _, ok := c.BoundEIP("h1", "g1"); ok {
+		t.Error("binding index not updated by Set")
+	}
+	if _, err := c.Put(&EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h1", Guest: "g1"}}); err != nil {
+		t.Error(err)
+	}
+	if _, err := c.Put(&Host{Name: "h5", AZ: "az1", Underlay: addr("198.18.2.1")}); err == nil {
+		t.Error("underlay index not updated by Set")
+	}
+	// The original is untouched.
+	if !reflect.DeepEqual(s, region(t)) {
+		t.Error("changing the clone changed the original")
+	}
+	if got := s.Keys(KindEIP); strings.Join(got, " ") != "198.51.100.7 198.51.100.8" || s.Len(KindEIP) != 2 {
+		t.Errorf("keys %v", got)
+	}
+}
+
+func TestKeysOrder(t *testing.T) {
+	s := region(t)
+	for _, a := range []string{"198.51.100.10", "198.51.100.9", "198.51.100.100"} {
+		if _, err := s.Put(&EIP{Address: addr(a)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Join(s.Keys(KindEIP), " "); got != "198.51.100.7 198.51.100.8 198.51.100.9 198.51.100.10 198.51.100.100" {
+		t.Errorf("EIPs in numeric order: %s", got)
+	}
+	if got := strings.Join(s.Keys(KindHost), " "); got != "h1 h2" {
+		t.Errorf("hosts: %s", got)
+	}
+}
