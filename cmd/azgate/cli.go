@@ -1,6 +1,18 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/model"
+)
 
 // globals are the flags every CLI noun shares.
 var globals struct {
@@ -14,4 +26,163 @@ func addGlobalFlags(root *cobra.Command) {
 	f.StringVar(&globals.api, "api", "", "controller API URL: http://HOST:PORT or unix:///path (default: $AZGATE_API, the lab's context, or http://127.0.0.1:7080)")
 	f.StringVar(&globals.tokenFile, "token-file", "", "file holding the API bearer token (default: $AZGATE_TOKEN_FILE, the lab's context, or /var/lib/azgate/token)")
 	f.BoolVar(&globals.json, "json", false, "print JSON instead of tables")
+}
+
+// apiClient is a client of the controller chosen by the global flags.
+func apiClient() (*client.Client, error) {
+	url, token, err := client.Resolve(globals.api, globals.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(url, token), nil
+}
+
+// printJSON prints v indented.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// newTable starts an aligned table; call Flush when done.
+func newTable(w io.Writer, header ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(header) > 0 {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	return tw
+}
+
+func row(tw *tabwriter.Writer, cells ...any) {
+	for i, c := range cells {
+		if i > 0 {
+			fmt.Fprint(tw, "\t")
+		}
+		s := fmt.Sprint(c)
+		if s == "" {
+			s = "-"
+		}
+		fmt.Fprint(tw, s)
+	}
+	fmt.Fprintln(tw)
+}
+
+// writeResult reports a write: the stored object's JSON with --json,
+// else one line.
+func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) error {
+	if globals.json {
+		return printJSON(cmd.OutOrStdout(), struct {
+			Revision int64  `json:"revision"`
+			Action   string `json:"action"`
+			Object   any    `json:"object,omitempty"`
+		}{res.Revision, res.Action, obj})
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (revision %d)\n", what, res.Action, res.Revision)
+	return err
+}
+
+// objectCommands adds get, list and delete for a kind.
+func objectCommands(kind string, describe func(io.Writer, model.Object), table func(io.Writer, []model.Object)) []*cobra.Command {
+	name := model.Singular(kind)
+	key := "NAME"
+	if kind == model.KindEIP {
+		key = "ADDRESS"
+	}
+	return []*cobra.Command{
+		{
+			Use:   "get " + key,
+			Short: "Show one " + name,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := apiClient()
+				if err != nil {
+					return err
+				}
+				o, err := c.Get(cmd.Context(), kind, args[0])
+				if err != nil {
+					return err
+				}
+				if globals.json {
+					return printJSON(cmd.OutOrStdout(), o)
+				}
+				describe(cmd.OutOrStdout(), o)
+				return nil
+			},
+		},
+		{
+			Use:     "list",
+			Aliases: []string{"ls"},
+			Short:   "List every " + name,
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := apiClient()
+				if err != nil {
+					return err
+				}
+				objs, err := c.List(cmd.Context(), kind)
+				if err != nil {
+					return err
+				}
+				if globals.json {
+					if objs == nil {
+						objs = []model.Object{}
+					}
+					return printJSON(cmd.OutOrStdout(), objs)
+				}
+				table(cmd.OutOrStdout(), objs)
+				return nil
+			},
+		},
+		{
+			Use:     "delete " + key,
+			Aliases: []string{"rm"},
+			Short:   "Delete a " + name + " (refused while other objects refer to it)",
+			Args:    cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := apiClient()
+				if err != nil {
+					return err
+				}
+				res, err := c.Delete(cmd.Context(), kind, args[0])
+				if err != nil {
+					return err
+				}
+				return writeResult(cmd, name+" "+args[0], res, nil)
+			},
+		},
+	}
+}
+
+// keyValues parses a flag value of the form "k1=v1,k2=v2" with the keys
+// allowed; every error names the flag and the value.
+func keyValues(flag, value string, allowed ...string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, part := range strings.Split(value, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("--%s %q: %q is not KEY=VALUE (keys: %s)", flag, value, part, strings.Join(allowed, ", "))
+		}
+		known := false
+		for _, a := range allowed {
+			known = known || a == k
+		}
+		if !known {
+			return nil, fmt.Errorf("--%s %q: unknown key %q (keys: %s)", flag, value, k, strings.Join(allowed, ", "))
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("--%s %q: %s given twice", flag, value, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// parseAddr parses an address named by what in errors.
+func parseAddr(what, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return a, fmt.Errorf("%s %q is not an IP address", what, s)
+	}
+	return a, nil
 }

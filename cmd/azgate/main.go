@@ -14,6 +14,14 @@ import (
 var version = "dev"
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "azgate:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot builds the command tree; tests run it in-process.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "azgate",
 		Short:         "azgate: software edge gateway for multi-AZ clouds",
@@ -25,10 +33,7 @@ func main() {
 	for _, add := range commands {
 		root.AddCommand(add())
 	}
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "azgate:", err)
-		os.Exit(1)
-	}
+	return root
 }
 
 // commands are registered by each noun's file in init().

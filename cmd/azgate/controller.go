@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/controller"
+)
+
+func init() {
+	register(func() *cobra.Command {
+		var cfg controller.Config
+		var etcd, logLevel string
+		c := &cobra.Command{
+			Use:   "controller",
+			Short: "Run the controller: the REST API, validation and the desired state in etcd",
+			Long: `Runs the controller until SIGINT or SIGTERM. By default it starts an
+embedded single-node etcd with its data in --data-dir, reachable by the
+other roles at unix://DATA_DIR/etcd.sock; --etcd-endpoints uses an external
+etcd cluster instead. The API token is created in DATA_DIR/token (mode 0600)
+on first start. The API listens on loopback unless --listen names another
+address; --listen "" with --listen-unix serves the unix socket alone.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				log, err := roleLogger(logLevel)
+				if err != nil {
+					return err
+				}
+				if etcd != "" {
+					cfg.EtcdEndpoints = strings.Split(etcd, ",")
+				}
+				cfg.Version, cfg.Logger = version, log
+				ctx, cancel := signalContext()
+				defer cancel()
+				return controller.Run(ctx, cfg)
+			},
+		}
+		f := c.Flags()
+		f.StringVar(&cfg.DataDir, "data-dir", controller.DefaultDataDir, "directory for the token and the embedded etcd's data")
+		f.StringVar(&cfg.Listen, "listen", controller.DefaultListen, `API address (HOST:PORT; "" for none, with --listen-unix)`)
+		f.StringVar(&cfg.ListenUnix, "listen-unix", "", "also serve the API on this unix socket")
+		f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate: serve HTTPS on --listen")
+		f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM key of --tls-cert")
+		f.StringVar(&etcd, "etcd-endpoints", "", "external etcd endpoints, comma-separated (default: start an embedded etcd)")
+		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client URL of the embedded etcd, e.g. http://127.0.0.1:2379")
+		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
+		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted")
+		f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+		return c
+	})
+}

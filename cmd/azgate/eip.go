@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/model"
+)
+
+func init() {
+	register(func() *cobra.Command {
+		c := &cobra.Command{Use: "eip", Short: "Elastic IPs: public addresses bound to guests on AZ hosts"}
+		var desc string
+		create := &cobra.Command{
+			Use:   "create ADDRESS [--description D]",
+			Short: "Create an (unbound) EIP inside a prefix of an edge set",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				a, err := parseAddr("EIP address", args[0])
+				if err != nil {
+					return err
+				}
+				cl, err := apiClient()
+				if err != nil {
+					return err
+				}
+				e := &model.EIP{Address: a, Description: desc}
+				res, err := cl.Create(cmd.Context(), e)
+				if err != nil {
+					return err
+				}
+				return writeResult(cmd, "EIP "+e.Key(), res, e)
+			},
+		}
+		create.Flags().StringVar(&desc, "description", "", "free text")
+		var host, guest string
+		bind := &cobra.Command{
+			Use:   "bind ADDRESS --host HOST --guest GUEST",
+			Short: "Bind an EIP to a guest (moving it if it is bound elsewhere)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cl, err := apiClient()
+				if err != nil {
+					return err
+				}
+				res, err := cl.BindEIP(cmd.Context(), args[0], host, guest)
+				if err != nil {
+					return err
+				}
+				return writeEIP(cmd, args[0], res)
+			},
+		}
+		bind.Flags().StringVar(&host, "host", "", "host of the guest")
+		bind.Flags().StringVar(&guest, "guest", "", "guest to bind to")
+		bind.MarkFlagRequired("host")
+		bind.MarkFlagRequired("guest")
+		unbind := &cobra.Command{
+			Use:   "unbind ADDRESS",
+			Short: "Remove an EIP's binding",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cl, err := apiClient()
+				if err != nil {
+					return err
+				}
+				res, err := cl.UnbindEIP(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return writeEIP(cmd, args[0], res)
+			},
+		}
+		c.AddCommand(create, bind, unbind)
+		c.AddCommand(objectCommands(model.KindEIP, describeEIP, eipTable)...)
+		return c
+	})
+}
+
+// writeEIP reports a bind or unbind with the EIP as now stored.
+func writeEIP(cmd *cobra.Command, addr string, res client.Result) error {
+	var e model.EIP
+	if err := json.Unmarshal(res.Object, &e); err != nil {
+		return fmt.Errorf("EIP %s: decoding the stored EIP: %w", addr, err)
+	}
+	if globals.json {
+		return writeResult(cmd, "", res, &e)
+	}
+	to := "unbound"
+	if e.Binding != nil {
+		to = "bound to " + e.Binding.Host + "/" + e.Binding.Guest
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "EIP %s %s: %s (revision %d)\n", addr, res.Action, to, res.Revision)
+	return err
+}
+
+func describeEIP(w io.Writer, o model.Object) {
+	e := o.(*model.EIP)
+	tw := newTable(w)
+	row(tw, "address:", e.Address)
+	row(tw, "description:", e.Description)
+	if e.Binding != nil {
+		row(tw, "bound to:", e.Binding.Host+"/"+e.Binding.Guest)
+	} else {
+		row(tw, "bound to:", "(unbound)")
+	}
+	tw.Flush()
+}
+
+func eipTable(w io.Writer, objs []model.Object) {
+	tw := newTable(w, "ADDRESS", "HOST", "GUEST", "DESCRIPTION")
+	for _, o := range objs {
+		e := o.(*model.EIP)
+		var host, guest string
+		if e.Binding != nil {
+			host, guest = e.Binding.Host, e.Binding.Guest
+		}
+		row(tw, e.Address, host, guest, e.Description)
+	}
+	tw.Flush()
+	if len(objs) == 0 {
+		fmt.Fprintln(w, "(no EIPs)")
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/model"
+)
+
+func init() {
+	register(func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "status",
+			Short: "Show the controller and every edge and agent that reports to the store",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cl, err := apiClient()
+				if err != nil {
+					return err
+				}
+				st, err := cl.Status(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if globals.json {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				printStatus(cmd.OutOrStdout(), st, time.Now())
+				return nil
+			},
+		}
+	})
+}
+
+func printStatus(w io.Writer, st *client.Status, now time.Time) {
+	c := st.Controller
+	tw := newTable(w)
+	row(tw, "controller:", fmt.Sprintf("version %s, %s store, revision %d, up %s", c.Version, c.Store, c.Revision, ago(now, c.Started)))
+	var counts []string
+	for _, k := range model.Kinds {
+		counts = append(counts, fmt.Sprintf("%d %s", c.Objects[k], k))
+	}
+	row(tw, "objects:", strings.Join(counts, ", "))
+	tw.Flush()
+	fmt.Fprintln(w)
+
+	var nodes []model.NodeStatus
+	for _, ns := range st.Nodes {
+		nodes = append(nodes, ns...)
+	}
+	sort.Slice(nodes, func(i, j int) bool {
+		if nodes[i].Role != nodes[j].Role {
+			return nodes[i].Role < nodes[j].Role
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+	if len(nodes) == 0 {
+		fmt.Fprintln(w, "no node reports its status")
+	} else {
+		tw = newTable(w, "ROLE", "NAME", "REVISION", "INTERFACES", "ROUTES", "UPDATED", "ENCAP_TX", "DECAP_TX", "DROPS", "ERRORS")
+		for _, n := range nodes {
+			var drops uint64
+			for name, cnt := range n.Counters {
+				if strings.HasPrefix(name, "drop_") {
+					drops += cnt.Packets
+				}
+			}
+			row(tw, n.Role, n.Name, n.AppliedRevision, strings.Join(n.Interfaces, ","), n.Routes, ago(now, n.Updated)+" ago",
+				n.Counters["encap_tx"].Packets, n.Counters["decap_tx"].Packets, drops, len(n.Errors))
+		}
+		tw.Flush()
+	}
+	for _, n := range nodes {
+		for _, e := range n.Errors {
+			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, e)
+		}
+	}
+	for _, e := range st.Errors {
+		fmt.Fprintln(w, "warning:", e)
+	}
+}
+
+// ago is how long ago t was, rounded for people.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
