@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"net"
 	"testing"
 
 	"github.com/google/gopacket/layers"
@@ -398,4 +399,42 @@ func TestEdgeICMPRateLimit(t *testing.T) {
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
 		{name: "time exceeded disabled", dev: dptest.ExtDev, in: in, action: xdpDrop, stats: map[string]uint64{"drop_ttl": 1}},
 	})
+}
+
+// TestNextHopCache: next hops are cached per CPU; a neighbour change is
+// seen once the daemon invalidates the cache (it watches netlink).
+func TestNextHopCache(t *testing.T) {
+	b := newEdgeBed(t)
+	syn := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, syn: true}
+	in := syn.frame(t, dptest.RtrMAC, dptest.ExtMAC)
+	run := func() []byte {
+		t.Helper()
+		res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, in)
+		if err != nil || res.Action != xdpRedirect {
+			t.Fatalf("action %d err %v", res.Action, err)
+		}
+		return res.Out
+	}
+	if got := mac2(run()); got != dptest.FabMAC {
+		t.Fatalf("next hop MAC %s, want %s", got, dptest.FabMAC)
+	}
+	const moved = "02:bb:00:00:00:99"
+	if err := b.env.Node.Neigh(dptest.UlDev, dptest.FabAddr, moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac2(run()); got != dptest.FabMAC {
+		t.Fatalf("cache not used: MAC %s right after the change", got)
+	}
+	if err := b.edge.InvalidateNextHops(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac2(run()); got != moved {
+		t.Fatalf("after invalidation MAC %s, want %s", got, moved)
+	}
+}
+
+func mac2(frame []byte) string { return mac6(frame[0:6]) }
+
+func mac6(b []byte) string {
+	return net.HardwareAddr(b).String()
 }
