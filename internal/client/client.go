@@ -141,19 +141,16 @@ func readError(resp *http.Response) error {
 type Result struct {
 	Revision int64  // store revision after the write
 	Action   string // created, updated, unchanged or deleted
+	// Object is the object as stored (JSON; empty after a delete).
+	Object json.RawMessage
 }
 
-func (c *Client) write(ctx context.Context, method, path string, in any, stored any) (Result, error) {
+func (c *Client) write(ctx context.Context, method, path string, in any) (Result, error) {
 	var w api.Write
 	if _, err := c.do(ctx, method, path, in, &w); err != nil {
 		return Result{}, err
 	}
-	if stored != nil && len(w.Object) > 0 {
-		if err := json.Unmarshal(w.Object, stored); err != nil {
-			return Result{}, fmt.Errorf("%s %s: decoding the stored object: %w", method, path, err)
-		}
-	}
-	return Result{Revision: w.Revision, Action: w.Action}, nil
+	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object}, nil
 }
 
 func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }
@@ -219,17 +216,17 @@ func (c *Client) Get(ctx context.Context, kind, key string) (model.Object, error
 
 // Create stores a new object; it fails with 409 if one with the same key exists.
 func (c *Client) Create(ctx context.Context, o model.Object) (Result, error) {
-	return c.write(ctx, http.MethodPost, "/v1/"+model.KindOf(o), o, nil)
+	return c.write(ctx, http.MethodPost, "/v1/"+model.KindOf(o), o)
 }
 
 // Put creates or replaces an object.
 func (c *Client) Put(ctx context.Context, o model.Object) (Result, error) {
-	return c.write(ctx, http.MethodPut, objectPath(model.KindOf(o), o.Key()), o, nil)
+	return c.write(ctx, http.MethodPut, objectPath(model.KindOf(o), o.Key()), o)
 }
 
 // Delete removes an object.
 func (c *Client) Delete(ctx context.Context, kind, key string) (Result, error) {
-	return c.write(ctx, http.MethodDelete, objectPath(kind, key), nil, nil)
+	return c.write(ctx, http.MethodDelete, objectPath(kind, key), nil)
 }
 
 // AZs lists the AZs.
@@ -272,22 +269,22 @@ func (c *Client) GetEIP(ctx context.Context, addr string) (*model.EIP, error) {
 // BindEIP binds an EIP to a guest of a host (moving it if it was bound
 // elsewhere).
 func (c *Client) BindEIP(ctx context.Context, addr, host, guest string) (Result, error) {
-	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/bind", api.Bind{Host: host, Guest: guest}, nil)
+	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/bind", api.Bind{Host: host, Guest: guest})
 }
 
 // UnbindEIP removes an EIP's binding.
 func (c *Client) UnbindEIP(ctx context.Context, addr string) (Result, error) {
-	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/unbind", nil, nil)
+	return c.write(ctx, http.MethodPost, objectPath(model.KindEIP, addr)+"/unbind", nil)
 }
 
 // AddGuest adds a guest to a host.
 func (c *Client) AddGuest(ctx context.Context, host string, g model.Guest) (Result, error) {
-	return c.write(ctx, http.MethodPost, objectPath(model.KindHost, host)+"/guests", g, nil)
+	return c.write(ctx, http.MethodPost, objectPath(model.KindHost, host)+"/guests", g)
 }
 
 // RemoveGuest removes a guest (not bound to an EIP) from a host.
 func (c *Client) RemoveGuest(ctx context.Context, host, guest string) (Result, error) {
-	return c.write(ctx, http.MethodDelete, objectPath(model.KindHost, host)+"/guests/"+url.PathEscape(guest), nil, nil)
+	return c.write(ctx, http.MethodDelete, objectPath(model.KindHost, host)+"/guests/"+url.PathEscape(guest), nil)
 }
 
 // ApplyResult says what an apply did to each object.

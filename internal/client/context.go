@@ -18,6 +18,9 @@ const (
 	DefaultContextFile = "/run/azgate/context.json"
 )
 
+// defaultContextFile is DefaultContextFile; tests point it elsewhere.
+var defaultContextFile = DefaultContextFile
+
 // Context tells the CLI which controller to talk to; the lab writes one
 // so that `azgate` commands reach the lab's controller without flags.
 type Context struct {
@@ -87,7 +90,7 @@ func Resolve(apiFlag, tokenFileFlag string) (baseURL, token string, err error) {
 	if baseURL == "" || tokenFile == "" {
 		path, named := os.Getenv("AZGATE_CONTEXT"), true
 		if path == "" {
-			path, named = DefaultContextFile, false
+			path, named = defaultContextFile, false
 		}
 		c, err := ReadContext(path)
 		switch {
