@@ -3,10 +3,19 @@ package controller
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -806,4 +815,66 @@ func BenchmarkApply(b *testing.B) {
 	if res.Created != len(doc.Objects()) {
 		b.Fatalf("created %d of %d", res.Created, len(doc.Objects()))
 	}
+}
+
+// TestTLSAndBodyLimit serves HTTPS with a self-signed certificate and
+// refuses a body over the configured limit with 413.
+func TestTLSAndBodyLimit(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	s := startServer(t, Config{DataDir: dir, TLSCert: certFile, TLSKey: keyFile, MaxBodyBytes: 1024})
+	if !strings.HasPrefix(s.URL(), "https://") {
+		t.Fatalf("URL %s", s.URL())
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest("POST", s.URL()+"/v1/apply", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+s.Token())
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("azs:\n  - name: az1\n"); code != 200 {
+		t.Errorf("apply over TLS: HTTP %d %s", code, body)
+	}
+	if code, body := post("azs:\n" + strings.Repeat("  - name: az1\n", 100)); code != 413 || !strings.Contains(body, "larger than 1024 bytes") {
+		t.Errorf("large body: HTTP %d %s", code, body)
+	}
+	if _, err := http.Get(s.URL() + "/healthz"); err == nil {
+		t.Error("an unknown certificate was trusted")
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "azgate test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
