@@ -137,9 +137,15 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	__u32 vsid;
 	int rc;
 
+	/* NVGRE is only taken from the underlay: from the Internet side a
+	 * forged host address must not get a packet past anti-spoofing. */
+	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
+		return count_drop(STAT_DROP_SPOOF, len);
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
 		return count_drop(rc, len);
+	if (ipv4_martian_dst(in.daddr))
+		return count_drop(STAT_DROP_BAD_DST, len);
 
 	struct eip_key k;
 	eip_key4(&k, in.saddr);
@@ -154,6 +160,10 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return count_drop(STAT_DROP_FIB, len);
+	/* A guest must not reach the underlay through the edge (the lookup
+	 * names the egress interface with NO_NEIGH too). */
+	if (fib.ifindex == ctx->ingress_ifindex || fib.ifindex == cfg->ul_ifindex)
+		return count_drop(STAT_DROP_BAD_DST, len);
 
 	__u32 idx = r->stats_idx;
 	__u16 ip_len = in.ip_len;

@@ -88,6 +88,14 @@ static __always_inline int ipv4_martian_src(__be32 saddr)
 	return first == 0 || first == 127 || first >= 224;
 }
 
+/* Destinations a router must never forward (RFC 1812 5.3.7): 0/8, 127/8,
+ * multicast, class E and the limited broadcast. */
+static __always_inline int ipv4_martian_dst(__be32 daddr)
+{
+	__u8 first = bpf_ntohl(daddr) >> 24;
+	return first == 0 || first == 127 || first >= 224;
+}
+
 /* Parses and validates the IPv4 header at p->l3_off and the first bytes of
  * its L4 header. Returns 0 or a drop reason. */
 static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)

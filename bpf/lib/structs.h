@@ -51,6 +51,8 @@ struct edge_config {
 	__u32 icmp_burst;
 	__u32 flags;             /* CFG_F_* */
 	__u32 nh_gen;            /* bumped on routing changes: invalidates nh_cache */
+	__u32 ul_ifindex;        /* the underlay interface: NVGRE is only taken from it,
+				  * decapsulated packets never go back out of it */
 	__u8 gw_mac[6];          /* inner Ethernet source: the edge's virtual router MAC */
 	__u16 pad;
 };
@@ -153,6 +155,9 @@ enum azg_stat {
 	STAT_DROP_HEADROOM,   /* could not grow or shrink the frame */
 	STAT_DROP_ICMP_LIMIT, /* ICMP error suppressed by the rate limit */
 	STAT_DROP_NO_EDGE,    /* agent: no edge configured to send replies to */
+	STAT_DROP_BAD_DST,    /* decapsulated packet to a destination never forwarded
+			       * (0/8, 127/8, multicast, broadcast, class E) or back
+			       * into the underlay */
 	STAT_MAX,
 };
 

@@ -31,27 +31,33 @@ type Want struct {
 	Guest   string
 }
 
-// Desired returns the host's underlay address, the edges replies go to
-// (every edge of every set, in a stable order) and the EIPs bound here.
-func Desired(st *model.State, host string) (netip.Addr, []netip.Addr, map[netip.Addr]Want, error) {
+// HostWant is everything an agent must program for its host.
+type HostWant struct {
+	Underlay netip.Addr
+	Edges    []netip.Addr // every edge of every set, in a stable order
+	Guests   []model.Guest
+	EIPs     map[netip.Addr]Want // EIPs bound to guests of this host
+}
+
+// Desired computes what the agent of host must program.
+func Desired(st *model.State, host string) (HostWant, error) {
 	h, ok := st.Hosts[host]
 	if !ok {
-		return netip.Addr{}, nil, nil, fmt.Errorf("host %q does not exist: create it (azgate host create %s --az AZ --underlay ADDR)", host, host)
+		return HostWant{}, fmt.Errorf("host %q does not exist: create it (azgate host create %s --az AZ --underlay ADDR)", host, host)
 	}
 	var sets []string
 	for name := range st.EdgeSets {
 		sets = append(sets, name)
 	}
 	sort.Strings(sets)
-	var edges []netip.Addr
+	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{}}
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
 		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
 		for _, e := range es {
-			edges = append(edges, e.Underlay)
+			w.Edges = append(w.Edges, e.Underlay)
 		}
 	}
-	eips := map[netip.Addr]Want{}
 	for _, e := range st.EIPs {
 		if e.Binding == nil || e.Binding.Host != host {
 			continue
@@ -60,9 +66,9 @@ func Desired(st *model.State, host string) (netip.Addr, []netip.Addr, map[netip.
 		if !ok {
 			continue
 		}
-		eips[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
+		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
 	}
-	return h.Underlay, edges, eips, nil
+	return w, nil
 }
 
 // Links is what the reconciler needs from the host's network stack.
@@ -97,7 +103,7 @@ type Reconciler struct {
 
 	mu         sync.Mutex
 	programmed map[netip.Addr]dataplane.AgentEIP
-	guestIfs   map[string]int // attached guest interfaces -> EIPs using them
+	guestIfs   map[string]bool // guest interfaces the program is attached to
 	free       []uint32
 	next       uint32
 	rev        int64
@@ -115,7 +121,7 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]int{}}
+	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]bool{}}
 	used := map[uint32]bool{}
 	for _, e := range cur {
 		used[e.StatsIdx] = true
@@ -151,12 +157,12 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errs = nil
-	underlay, edges, want, err := Desired(st, r.cfg.Name)
+	want, err := Desired(st, r.cfg.Name)
 	if err != nil {
 		r.fail(err)
 		return
 	}
-	if err := r.configure(underlay, edges); err != nil {
+	if err := r.configure(want.Underlay, want.Edges); err != nil {
 		r.fail(err)
 		return
 	}
@@ -187,28 +193,44 @@ func (r *Reconciler) configure(underlay netip.Addr, edges []netip.Addr) error {
 	return nil
 }
 
-// sync programs want; a guest whose interface cannot be found yet is
+type guestLink struct {
+	ifname  string
+	ifindex int
+}
+
+// sync attaches the guest program to the interface of every guest of the
+// host (bound or not: binding an EIP later then only writes maps) and
+// programs the EIPs. A guest whose interface cannot be found yet is
 // reported and retried on the next change.
-func (r *Reconciler) sync(want map[netip.Addr]Want) {
-	used := map[string]int{}
+func (r *Reconciler) sync(want HostWant) {
+	links := map[netip.Addr]guestLink{}
+	used := map[string]bool{}
 	var resolve []netip.Addr
-	for a, w := range want {
-		ifname, ifindex, err := r.links.GuestInterface(w.Private)
+	for _, g := range want.Guests {
+		ifname, ifindex, err := r.links.GuestInterface(g.Address)
 		if err != nil {
-			r.fail(fmt.Errorf("EIP %v: guest %s (%v): %w", a, w.Guest, w.Private, err))
+			r.fail(fmt.Errorf("guest %s (%v): %w", g.Name, g.Address, err))
 			continue
 		}
-		if _, ok := r.guestIfs[ifname]; !ok {
+		if !r.guestIfs[ifname] {
 			if err := r.links.AttachGuest(ifname); err != nil {
-				r.fail(fmt.Errorf("EIP %v: attach to %s: %w", a, ifname, err))
+				r.fail(fmt.Errorf("guest %s: attach to %s: %w", g.Name, ifname, err))
 				continue
 			}
-			r.guestIfs[ifname] = 0
+			r.guestIfs[ifname] = true
 		}
-		used[ifname]++
-		resolve = append(resolve, w.Private)
+		used[ifname] = true
+		links[g.Address] = guestLink{ifname, ifindex}
+		resolve = append(resolve, g.Address)
+	}
+	r.links.KeepResolved(resolve)
+	for a, w := range want.EIPs {
+		gl, ok := links[w.Private]
+		if !ok {
+			continue // reported above
+		}
 		cur, had := r.programmed[a]
-		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(ifindex)}
+		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex)}
 		if had && cur == next {
 			continue
 		}
@@ -227,7 +249,7 @@ func (r *Reconciler) sync(want map[netip.Addr]Want) {
 		r.programmed[a] = next
 	}
 	for a, cur := range r.programmed {
-		if _, ok := want[a]; ok {
+		if _, ok := want.EIPs[a]; ok {
 			continue
 		}
 		if err := r.maps.DeleteEIP(a); err != nil {
@@ -238,18 +260,15 @@ func (r *Reconciler) sync(want map[netip.Addr]Want) {
 		delete(r.programmed, a)
 	}
 	for ifname := range r.guestIfs {
-		if used[ifname] == 0 {
-			if err := r.links.DetachGuest(ifname); err != nil {
-				r.fail(fmt.Errorf("detach from %s: %w", ifname, err))
-				continue
-			}
-			delete(r.guestIfs, ifname)
+		if used[ifname] {
+			continue
 		}
+		if err := r.links.DetachGuest(ifname); err != nil {
+			r.fail(fmt.Errorf("detach from %s: %w", ifname, err))
+			continue
+		}
+		delete(r.guestIfs, ifname)
 	}
-	for ifname, n := range used {
-		r.guestIfs[ifname] = n
-	}
-	r.links.KeepResolved(resolve)
 }
 
 // Status builds the node status.
@@ -284,7 +303,7 @@ func (r *Reconciler) Programmed() map[netip.Addr]dataplane.AgentEIP {
 	return out
 }
 
-func sortedKeys(m map[string]int) []string {
+func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -378,7 +397,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	// reconcile decides.
 	for _, ifname := range dp.Attached() {
 		if ifname != cfg.Underlay {
-			rec.guestIfs[ifname] = 0
+			rec.guestIfs[ifname] = true
 		}
 	}
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)

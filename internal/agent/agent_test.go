@@ -83,19 +83,29 @@ func TestAgentReconcile(t *testing.T) {
 		t.Fatalf("EIPs %v, want only the one bound to this host", fake.EIPMap)
 	}
 	e := fake.EIPMap[a("198.51.100.7")]
-	if e.Private != a("198.19.11.1") || e.VSID != 5111 || e.Ifindex != 101 || !links.attached["g1"] {
+	if e.Private != a("198.19.11.1") || e.VSID != 5111 || e.Ifindex != 101 || !links.attached["g1"] || !links.attached["g2"] {
 		t.Fatalf("EIP %+v attached %v", e, links.attached)
 	}
 	if !links.resolved[a("198.19.11.1")] || !links.resolved[a("198.18.0.3")] {
 		t.Fatalf("next hops not kept resolved: %v", links.resolved)
 	}
 
-	// Move the EIP to g2 on the same host: g1 is detached, g2 attached.
+	// Move the EIP to g2 on the same host: both guests stay attached.
 	st.Put(&model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g2"}})
 	r.Handle(st, 4, nil, false)
 	e2 := fake.EIPMap[a("198.51.100.7")]
-	if e2.Private != a("198.19.11.3") || e2.StatsIdx != e.StatsIdx || links.attached["g1"] || !links.attached["g2"] {
-		t.Fatalf("after move %+v attached %v", e2, links.attached)
+	if e2.Private != a("198.19.11.3") || e2.StatsIdx != e.StatsIdx || e2.Ifindex != 102 {
+		t.Fatalf("after move %+v", e2)
+	}
+	// A guest removed from the host is detached.
+	h := *st.Hosts["az1-h1"]
+	h.Guests = h.Guests[1:]
+	if _, err := st.Put(&h); err != nil {
+		t.Fatal(err)
+	}
+	r.Handle(st, 5, nil, false)
+	if links.attached["g1"] || !links.attached["g2"] {
+		t.Fatalf("attached %v after removing g1", links.attached)
 	}
 
 	// Drift to another host: the EIP leaves this agent.
@@ -105,9 +115,9 @@ func TestAgentReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.Handle(st, 5, nil, false)
-	if len(fake.EIPMap) != 0 || len(links.attached) != 0 {
-		t.Fatalf("left over: %v %v", fake.EIPMap, links.attached)
+	r.Handle(st, 6, nil, false)
+	if len(fake.EIPMap) != 0 {
+		t.Fatalf("left over: %v", fake.EIPMap)
 	}
 }
 

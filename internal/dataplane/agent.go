@@ -105,6 +105,9 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		v.IcmpSrc = agentIpAddr(s)
 	}
 	v.HashSeed = c.HashSeed
+	if c.ICMPRate > MaxICMPRate {
+		return fmt.Errorf("ICMP rate %d/s: at most %d", c.ICMPRate, MaxICMPRate)
+	}
 	v.IcmpRate = c.ICMPRate
 	v.IcmpBurst = c.ICMPBurst
 	v.GwMac = macTo(c.GatewayMAC)

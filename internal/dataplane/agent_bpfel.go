@@ -74,7 +74,8 @@ const (
 	agentAzgStatSTAT_DROP_HEADROOM   agentAzgStat = 22
 	agentAzgStatSTAT_DROP_ICMP_LIMIT agentAzgStat = 23
 	agentAzgStatSTAT_DROP_NO_EDGE    agentAzgStat = 24
-	agentAzgStatSTAT_MAX             agentAzgStat = 25
+	agentAzgStatSTAT_DROP_BAD_DST    agentAzgStat = 25
+	agentAzgStatSTAT_MAX             agentAzgStat = 26
 )
 
 type agentBenchFrame struct {

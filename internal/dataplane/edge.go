@@ -91,6 +91,10 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 		}
 	}
 	v.HashSeed = c.HashSeed
+	if c.ICMPRate > MaxICMPRate {
+		return fmt.Errorf("ICMP rate %d/s: at most %d", c.ICMPRate, MaxICMPRate)
+	}
+	v.UlIfindex = c.UnderlayIfindex
 	v.IcmpRate = c.ICMPRate
 	v.IcmpBurst = c.ICMPBurst
 	if c.ICMPTimeExceeded {

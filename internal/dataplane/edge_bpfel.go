@@ -41,7 +41,8 @@ const (
 	edgeAzgStatSTAT_DROP_HEADROOM   edgeAzgStat = 22
 	edgeAzgStatSTAT_DROP_ICMP_LIMIT edgeAzgStat = 23
 	edgeAzgStatSTAT_DROP_NO_EDGE    edgeAzgStat = 24
-	edgeAzgStatSTAT_MAX             edgeAzgStat = 25
+	edgeAzgStatSTAT_DROP_BAD_DST    edgeAzgStat = 25
+	edgeAzgStatSTAT_MAX             edgeAzgStat = 26
 )
 
 type edgeBenchFrame struct {
@@ -60,6 +61,7 @@ type edgeEdgeConfig struct {
 	IcmpBurst uint32
 	Flags     uint32
 	NhGen     uint32
+	UlIfindex uint32
 	GwMac     [6]uint8
 	Pad       uint16
 }

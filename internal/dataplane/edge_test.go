@@ -43,9 +43,13 @@ func newEdgeBed(t *testing.T) *edgeBed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
+	ul, err := env.Node.Ifindex(dptest.UlDev)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := e.SetConfig(EdgeConfig{
 		Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), HashSeed: testSeed,
-		ICMPRate: 1000, ICMPBurst: 1000, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
+		ICMPRate: 1000, ICMPBurst: 1000, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC), UnderlayIfindex: uint32(ul),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +304,10 @@ func TestEdgeDecapFixtures(t *testing.T) {
 	innerLong[14+2], innerLong[14+3] = byte((len(innerLong)-14)>>8), byte(len(innerLong)-14)
 	setIPCsum(innerLong[14:])
 
-	toNoNeigh := flow{src: eip, dst: "198.19.250.5", proto: layers.IPProtocolUDP, sport: 1, dport: 2}
+	toNoNeigh := flow{src: eip, dst: "198.19.249.5", proto: layers.IPProtocolUDP, sport: 1, dport: 2}
+	toDst := func(dst string) flow {
+		return flow{src: eip, dst: dst, proto: layers.IPProtocolUDP, sport: 1, dport: 2}
+	}
 	noNeighOut := ethFrame(t, dptest.FabMAC, dptest.UlMAC, toNoNeigh.ip(t))
 
 	fixtures := []fixture{
@@ -328,6 +335,19 @@ func TestEdgeDecapFixtures(t *testing.T) {
 		{name: "unresolved next hop hands the inner packet to the kernel", dev: dptest.UlDev,
 			in: fromHost(hostAddr, key, inner(toNoNeigh)), action: xdpPass, out: noNeighOut,
 			stats: map[string]uint64{"decap_pass": 1}, eipSlot: slot, eipTx: 1},
+		{name: "nvgre arriving from the Internet side", dev: dptest.ExtDev,
+			in:     nvgre(t, dptest.RtrMAC, dptest.ExtMAC, hostAddr, dptest.UlAddr, key, 0, inner(reply)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "guest cannot reach the underlay router", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(toDst(dptest.FabAddr))),
+			action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
+		{name: "guest cannot reach the underlay behind an unresolved hop", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(toDst("198.19.250.5"))),
+			action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
+		{name: "limited broadcast destination", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(toDst("255.255.255.255"))),
+			action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
+		{name: "multicast destination", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(toDst("224.0.0.1"))),
+			action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
+		{name: "this-network destination", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(toDst("0.1.2.3"))),
+			action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
 	}
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
 }

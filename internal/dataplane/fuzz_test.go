@@ -203,6 +203,8 @@ func outcomeCoverage(dev, counter string) int {
 		n = 24
 	case "drop_no_edge":
 		n = 25
+	case "drop_bad_dst":
+		n = 26
 	}
 	if dev == dptest.UlDev {
 		switch {
@@ -249,7 +251,8 @@ func newFuzzEdgeBed(tb testing.TB) *fuzzEdgeBed {
 	tb.Cleanup(func() { e.Close() })
 	if err := e.SetConfig(EdgeConfig{
 		Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), HashSeed: testSeed,
-		ICMPRate: 1 << 24, ICMPBurst: 1 << 24, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
+		ICMPRate: MaxICMPRate, ICMPBurst: 1 << 24, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
+		UnderlayIfindex: uint32(fuzzUlIfindex(tb, env)),
 	}); err != nil {
 		tb.Fatal(err)
 	}
@@ -853,6 +856,8 @@ func edgeFuzzSeeds(tb testing.TB) []fuzzSeed {
 	ul(fromHost(hostAddr, key, inner(flow{src: eip, dst: dptest.GuestAddr, proto: layers.IPProtocolUDP, sport: 1, dport: 2})))
 	ul(fromHost(hostAddr, key, inner(flow{src: eip, dst: dptest.FabAddr, proto: layers.IPProtocolUDP, sport: 1, dport: 2})))
 	ul(fromHost(hostAddr, key, inner(flow{src: eip, dst: "198.19.250.5", proto: layers.IPProtocolUDP, sport: 1, dport: 2})))
+	ul(fromHost(hostAddr, key, inner(flow{src: eip, dst: "198.19.249.5", proto: layers.IPProtocolUDP, sport: 1, dport: 2})))
+	ul(fromHost(hostAddr, key, inner(flow{src: eip, dst: "255.255.255.255", proto: layers.IPProtocolUDP, sport: 1, dport: 2})))
 	ul(fromHost(hostAddr, key, inner(flow{src: "198.51.100.77", dst: client, proto: layers.IPProtocolTCP, sport: 1, dport: 2})))
 	ul(fromHost(otherHost, key, inner(reply)))
 	ul(fromHost(hostAddr, 6000<<8, inner(reply)))
@@ -920,7 +925,7 @@ func TestFuzzEdgeSeedOutcomes(t *testing.T) {
 	for _, want := range []string{"encap_tx", "decap_tx", "decap_pass", "icmp_ttl_tx", "icmp_frag_tx",
 		"pass_not_ours", "pass_non_ip", "pass_ipv6", "drop_eth_trunc", "drop_ip_trunc", "drop_ip_bad",
 		"drop_ip_csum", "drop_ip_martian", "drop_l4_trunc", "drop_gre_bad", "drop_inner_bad", "drop_spoof",
-		"drop_ttl", "drop_too_big", "drop_fib", "drop_no_neigh"} {
+		"drop_ttl", "drop_too_big", "drop_fib", "drop_no_neigh", "drop_bad_dst"} {
 		if got[want] == 0 {
 			t.Errorf("no seed ends in %s", want)
 		}
@@ -1000,4 +1005,12 @@ func TestFuzzFixUp(t *testing.T) {
 			t.Errorf("%s: fixUp without fix-up bits changed the frame", name)
 		}
 	}
+}
+
+func fuzzUlIfindex(tb testing.TB, env *dptest.Env) int {
+	i, err := env.Node.Ifindex(dptest.UlDev)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return i
 }

@@ -41,7 +41,12 @@ var statNames = [...]string{
 	"drop_headroom",
 	"drop_icmp_limit",
 	"drop_no_edge",
+	"drop_bad_dst",
 }
+
+// MaxICMPRate bounds the configurable ICMP error rate (per second per
+// CPU); the token bucket's arithmetic is exact up to far beyond it.
+const MaxICMPRate = 1_000_000
 
 // StatNames lists every per-reason counter in index order.
 func StatNames() []string { return append([]string(nil), statNames[:]...) }
@@ -86,7 +91,10 @@ type EdgeConfig struct {
 	ICMPRate         uint32 // errors per second per CPU; 0 sends none
 	ICMPBurst        uint32
 	ICMPTimeExceeded bool // answer expired TTLs (otherwise count and drop)
-	GatewayMAC       net.HardwareAddr
+	// UnderlayIfindex is the underlay interface: NVGRE is only accepted
+	// from it and decapsulated packets never leave through it (0: any).
+	UnderlayIfindex uint32
+	GatewayMAC      net.HardwareAddr
 }
 
 // AgentEIP is an EIP hosted on an agent's host.

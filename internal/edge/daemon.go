@@ -43,6 +43,9 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = 2 * time.Second
 	}
+	if cfg.IfindexOf == nil {
+		cfg.IfindexOf = ifindexOf
+	}
 	dp, err := dataplane.LoadEdge(load)
 	if err != nil {
 		return err
@@ -96,6 +99,25 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 		go serveMetrics(ctx, metricsListen, "edge", status, log)
 	}
 	return st.Follow(ctx, rec.Handle)
+}
+
+// ifindexOf finds the interface that holds an address.
+func ifindexOf(a netip.Addr) (uint32, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, x := range addrs {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+					return uint32(ifc.Index), nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface holds %v: configure it on the underlay interface", a)
 }
 
 func firstIPv4(ifname string) (netip.Addr, error) {

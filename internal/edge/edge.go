@@ -75,8 +75,11 @@ type Config struct {
 	ICMPBurst        uint32
 	ICMPTimeExceeded bool
 	StatusInterval   time.Duration
-	Version          string
-	Log              *slog.Logger
+	// IfindexOf finds the interface holding an address (the underlay
+	// interface holds the edge's underlay address); nil: not checked.
+	IfindexOf func(netip.Addr) (uint32, error)
+	Version   string
+	Log       *slog.Logger
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is the part
@@ -190,15 +193,22 @@ func (r *Reconciler) applyConfig(st *model.State) error {
 	if me.Underlay == r.underlay {
 		return nil
 	}
+	var ul uint32
+	if r.cfg.IfindexOf != nil {
+		var err error
+		if ul, err = r.cfg.IfindexOf(me.Underlay); err != nil {
+			return fmt.Errorf("underlay address %v of edge %s: %w", me.Underlay, r.cfg.Name, err)
+		}
+	}
 	err := r.maps.SetConfig(dataplane.EdgeConfig{
 		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, HashSeed: r.cfg.HashSeed,
 		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPTimeExceeded: r.cfg.ICMPTimeExceeded,
-		GatewayMAC: GatewayMAC,
+		GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
 	})
 	if err != nil {
 		return err
 	}
-	r.log.Info("edge configured", "underlay", me.Underlay, "icmp_source", r.cfg.ICMPSource)
+	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource)
 	r.underlay = me.Underlay
 	return nil
 }

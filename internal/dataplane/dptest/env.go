@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/netlab"
 )
@@ -20,24 +21,26 @@ import (
 // Addresses and MACs of the test bed (RFC 2544 benchmarking and RFC 5737
 // documentation ranges).
 const (
-	ExtDev     = "ext0" // Internet side of the node under test
-	ExtMAC     = "02:aa:00:00:00:01"
-	RtrMAC     = "02:aa:00:00:00:02" // upstream router
-	ExtAddr    = "198.18.100.1"
-	RtrAddr    = "198.18.100.0"
-	UlDev      = "ul0" // underlay side
-	UlMAC      = "02:bb:00:00:00:01"
-	FabMAC     = "02:bb:00:00:00:02" // underlay router
-	UlAddr     = "198.18.0.1"
-	FabAddr    = "198.18.0.254"
-	DeadGW     = "198.18.0.253" // gateway with no neighbour entry
-	NoNeighNet = "198.19.250.0/24"
-	HoleNet    = "198.19.251.0/24"
-	GuestDev   = "g1" // host side of a guest link (agent bed)
-	GuestMAC   = "02:cc:00:00:00:01"
-	VMMAC      = "02:cc:00:00:00:02" // the guest itself
-	GuestGW    = "198.19.21.0"
-	GuestAddr  = "198.19.21.1"
+	ExtDev      = "ext0" // Internet side of the node under test
+	ExtMAC      = "02:aa:00:00:00:01"
+	RtrMAC      = "02:aa:00:00:00:02" // upstream router
+	ExtAddr     = "198.18.100.1"
+	RtrAddr     = "198.18.100.0"
+	UlDev       = "ul0" // underlay side
+	UlMAC       = "02:bb:00:00:00:01"
+	FabMAC      = "02:bb:00:00:00:02" // underlay router
+	UlAddr      = "198.18.0.1"
+	FabAddr     = "198.18.0.254"
+	DeadGW      = "198.18.0.253"    // gateway with no neighbour entry
+	NoNeighNet  = "198.19.250.0/24" // via DeadGW on the underlay
+	DeadExtGW   = "198.18.101.254"  // on the Internet side, never resolved
+	NoNeighInet = "198.19.249.0/24" // via DeadExtGW
+	HoleNet     = "198.19.251.0/24"
+	GuestDev    = "g1" // host side of a guest link (agent bed)
+	GuestMAC    = "02:cc:00:00:00:01"
+	VMMAC       = "02:cc:00:00:00:02" // the guest itself
+	GuestGW     = "198.19.21.0"
+	GuestAddr   = "198.19.21.1"
 )
 
 // Env is a namespace holding the node under test and one holding its peers.
@@ -84,11 +87,13 @@ func (e *Env) build() error {
 			return netlab.Veth(netlab.End{Node: n, Dev: GuestDev, MAC: GuestMAC}, netlab.End{Node: p, Dev: "vm", MAC: VMMAC}, 1500)
 		},
 		func() error { return n.Addr(ExtDev, ExtAddr+"/31") },
+		func() error { return n.Addr(ExtDev, "198.18.101.1/24") },
 		func() error { return n.Addr(UlDev, UlAddr+"/24") },
 		func() error { return n.Addr(GuestDev, GuestGW+"/31") },
 		func() error { return n.Route("default", RtrAddr, ExtDev) },
 		func() error { return n.Route("198.18.0.0/15", FabAddr, UlDev) },
 		func() error { return n.Route(NoNeighNet, DeadGW, UlDev) },
+		func() error { return n.Route(NoNeighInet, DeadExtGW, ExtDev) },
 		func() error { return n.Blackhole(HoleNet) },
 		func() error { return n.Neigh(ExtDev, RtrAddr, RtrMAC) },
 		func() error { return n.Neigh(UlDev, FabAddr, FabMAC) },
@@ -134,6 +139,16 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 	}
 	var res Result
 	err = e.Node.Do(func() error {
+		// Always the same CPU: per-CPU state (counters, the ICMP token
+		// bucket, the next-hop cache) then carries from run to run.
+		var old unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err == nil {
+			var one unix.CPUSet
+			one.Set(0)
+			if unix.SchedSetaffinity(0, &one) == nil {
+				defer unix.SchedSetaffinity(0, &old)
+			}
+		}
 		opts := &ebpf.RunOptions{
 			Data:    data,
 			DataOut: make([]byte, len(data)+512),

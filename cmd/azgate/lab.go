@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/lab"
+)
+
+// labContextFile is where `lab up` tells the CLI how to reach the lab.
+const labContextFile = "/run/azgate/context.json"
+
+func init() {
+	register(func() *cobra.Command {
+		cfg := lab.Config{}
+		c := &cobra.Command{
+			Use:   "lab",
+			Short: "A whole region on this machine, in network namespaces",
+			Long: `The lab builds an Internet client, an upstream router, an edge, an underlay
+router and three AZs of two hosts with two guests each, all in network
+namespaces joined by veth pairs, and runs the controller (embedded etcd),
+the edge and the agents in them. It is sealed from the machine's network.`,
+		}
+		c.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix, "prefix of the lab's namespaces and pins")
+		c.PersistentFlags().StringVar(&cfg.StateDir, "state-dir", lab.DefaultStateDir, "controller data, logs and lab state")
+		ctxFile := func() string {
+			if cfg.Prefix == lab.DefaultPrefix {
+				return labContextFile
+			}
+			return ""
+		}
+		c.AddCommand(&cobra.Command{
+			Use:   "up",
+			Short: "Build the lab and start every role",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cfg.Out = cmd.OutOrStdout()
+				cfg.ContextFile = ctxFile()
+				ctx, cancel := signalContext()
+				defer cancel()
+				_, err := lab.Up(ctx, cfg)
+				return err
+			},
+		})
+		c.AddCommand(&cobra.Command{
+			Use:   "down",
+			Short: "Remove every namespace, link, pinned program and process of the lab",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cfg.ContextFile = ctxFile()
+				if err := lab.Down(cfg); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "lab is down")
+				return nil
+			},
+		})
+		c.AddCommand(&cobra.Command{
+			Use:   "status",
+			Short: "List every lab node: namespace, role, AZ, addresses, process",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				l, err := lab.Open(cfg)
+				if err != nil {
+					return err
+				}
+				ctx, cancel := signalContext()
+				defer cancel()
+				v := l.Status(ctx)
+				if globals.json {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(v)
+				}
+				printLabStatus(cmd, v)
+				return nil
+			},
+		})
+		demo := &cobra.Command{
+			Use:   "demo",
+			Short: "Bind an EIP, reach its guest from the Internet, drift it to AZ 3 under traffic, unbind",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cfg.Out = cmd.OutOrStdout()
+				cfg.ContextFile = ctxFile()
+				ctx, cancel := signalContext()
+				defer cancel()
+				l, err := lab.Open(cfg)
+				if err != nil {
+					if l, err = lab.Up(ctx, cfg); err != nil {
+						return err
+					}
+				}
+				return l.Demo(ctx)
+			},
+		}
+		c.AddCommand(demo)
+		c.AddCommand(&cobra.Command{
+			Use:   "exec NODE -- CMD [ARGS...]",
+			Short: "Run a command inside a lab node (e.g. lab exec inet -- curl http://198.51.100.7/)",
+			Args:  cobra.MinimumNArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				l, err := lab.Open(cfg)
+				if err != nil {
+					return err
+				}
+				x := l.Exec(args[0], args[1:])
+				if x == nil {
+					return fmt.Errorf("no lab node %q (see azgate lab status)", args[0])
+				}
+				err = x.Run()
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					os.Exit(ee.ExitCode())
+				}
+				return err
+			},
+		})
+		var name, listen string
+		serve := &cobra.Command{
+			Use:    "serve",
+			Short:  "The guests' web server (answers GET / with its name)",
+			Hidden: true,
+			Args:   cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				return lab.Serve(ctx, name, listen)
+			},
+		}
+		serve.Flags().StringVar(&name, "name", "guest", "name to answer with")
+		serve.Flags().StringVar(&listen, "listen", "0.0.0.0:80", "address")
+		c.AddCommand(serve)
+		return c
+	})
+}
+
+func printLabStatus(cmd *cobra.Command, v lab.View) {
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+	ctl := "stopped"
+	if v.Controller {
+		ctl = "running"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "controller %s, API %s, token %s\n\n", ctl, v.API, v.TokenFile)
+	fmt.Fprintln(w, "NODE\tNAMESPACE\tROLE\tAZ\tADDRESSES\tPROCESS\tSTATUS")
+	for _, n := range v.Nodes {
+		var addrs []string
+		for dev, a := range n.Addresses {
+			addrs = append(addrs, dev+"="+a)
+		}
+		sort.Strings(addrs)
+		proc := "-"
+		if n.Process != nil {
+			proc = "stopped"
+			if n.Running {
+				proc = fmt.Sprintf("running (pid %d)", n.Process.PID)
+			}
+		}
+		st := "-"
+		if n.Status != nil {
+			st = fmt.Sprintf("rev %d, %d routes, updated %s ago", n.Status.AppliedRevision, n.Status.Routes,
+				time.Since(n.Status.Updated).Round(time.Second))
+			if len(n.Status.Errors) > 0 {
+				st += ", errors: " + strings.Join(n.Status.Errors, "; ")
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Netns, n.Role, n.AZ, strings.Join(addrs, " "), proc, st)
+	}
+	w.Flush()
+}

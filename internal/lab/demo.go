@@ -1,0 +1,183 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// DriftReport is what a stream of requests saw while an EIP moved.
+type DriftReport struct {
+	EIP      string `json:"eip"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Requests int    `json:"requests"`
+	Failed   int    `json:"failed"`
+	// Answered by the old guest after the API call returned, and by the
+	// new one: together they show traffic following the EIP.
+	OldAfterMove int `json:"old_after_move"`
+	NewAnswers   int `json:"new_answers"`
+	// FirstNew is the time from the bind call returning to the first
+	// request that started afterwards and was answered by the new guest.
+	FirstNew time.Duration `json:"first_new_ns"`
+	// LastOld is how long after the call returned the last request that
+	// the old guest answered started.
+	LastOld time.Duration `json:"last_old_ns"`
+	// FailureWindow spans the first to the last failed request (0: none).
+	FailureWindow time.Duration `json:"failure_window_ns"`
+	BindCall      time.Duration `json:"bind_call_ns"`
+	Errors        []string      `json:"errors,omitempty"`
+}
+
+// Drift streams requests to eip from the Internet node, moves the EIP to
+// toHost/toGuest with one API call halfway through and reports what the
+// stream saw.
+func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, after time.Duration, workers int) (DriftReport, error) {
+	c, err := l.Client()
+	if err != nil {
+		return DriftReport{}, err
+	}
+	cur, err := c.GetEIP(ctx, eip)
+	if err != nil {
+		return DriftReport{}, err
+	}
+	rep := DriftReport{EIP: eip, To: toHost + "/" + toGuest}
+	if cur.Binding != nil {
+		rep.From = cur.Binding.Host + "/" + cur.Binding.Guest
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan []Sample, 1)
+	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", workers, time.Second) }()
+	select {
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	case <-time.After(before):
+	}
+	t0 := time.Now()
+	if _, err := c.BindEIP(ctx, eip, toHost, toGuest); err != nil {
+		cancel()
+		<-done
+		return rep, fmt.Errorf("bind %s to %s/%s: %w", eip, toHost, toGuest, err)
+	}
+	t1 := time.Now()
+	rep.BindCall = t1.Sub(t0)
+	select {
+	case <-ctx.Done():
+	case <-time.After(after):
+	}
+	cancel()
+	samples := <-done
+	sort.Slice(samples, func(i, j int) bool { return samples[i].Start.Before(samples[j].Start) })
+	wantNew := "hello from " + toHost + "-" + toGuest
+	var firstFail, lastFail time.Time
+	errs := map[string]int{}
+	for _, s := range samples {
+		rep.Requests++
+		switch {
+		case s.Err != "":
+			rep.Failed++
+			errs[s.Err]++
+			if firstFail.IsZero() {
+				firstFail = s.Start
+			}
+			lastFail = s.End
+		case s.Answer == wantNew:
+			rep.NewAnswers++
+			if s.Start.After(t1) && rep.FirstNew == 0 {
+				rep.FirstNew = s.End.Sub(t1)
+			}
+		case s.Start.After(t1):
+			rep.OldAfterMove++
+			rep.LastOld = s.Start.Sub(t1)
+		}
+	}
+	if !firstFail.IsZero() {
+		rep.FailureWindow = lastFail.Sub(firstFail)
+	}
+	for e, n := range errs {
+		rep.Errors = append(rep.Errors, fmt.Sprintf("%d× %s", n, e))
+	}
+	sort.Strings(rep.Errors)
+	return rep, nil
+}
+
+// Demo runs the README's scenario on a lab that is up.
+func (l *Lab) Demo(ctx context.Context) error {
+	c, err := l.Client()
+	if err != nil {
+		return err
+	}
+	const eip = "198.51.100.7"
+	url := "http://" + eip + "/"
+	l.say("\n== 1. bind EIP %s to guest g1 on az1-h1 (azgate eip bind %s --host az1-h1 --guest g1)", eip, eip)
+	if _, err := c.BindEIP(ctx, eip, "az1-h1", "g1"); err != nil {
+		return err
+	}
+	body, err := l.WaitAnswer(ctx, url, "hello from az1-h1-g1", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	l.say("   inet$ curl %s  ->  %q", url, body)
+
+	l.say("\n== 2. drift the EIP to AZ 3 (az3-h1/g1) with one API call, under a stream of requests")
+	rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 4)
+	if err != nil {
+		return err
+	}
+	l.say("   %d requests (new TCP connection each), %d failed, failure window %v", rep.Requests, rep.Failed, rep.FailureWindow.Round(time.Millisecond))
+	l.say("   bind call took %v; first answer from az3-h1-g1 %v after it returned; %d answers from the old guest after the call",
+		rep.BindCall.Round(time.Millisecond), rep.FirstNew.Round(time.Millisecond), rep.OldAfterMove)
+	for _, e := range rep.Errors {
+		l.say("   error: %s", e)
+	}
+	body, err = l.Get(ctx, "inet", url, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	l.say("   inet$ curl %s  ->  %q", url, body)
+
+	l.say("\n== 3. per-EIP counters on the edge")
+	if st, err := l.NodeStatuses(ctx); err == nil {
+		if e, ok := st["edge-a1"]; ok {
+			ec := e.EIPs[eip]
+			l.say("   edge-a1 %s: rx %d packets / %d bytes, tx %d packets / %d bytes; encap_tx %d decap_tx %d",
+				eip, ec.RxPackets, ec.RxBytes, ec.TxPackets, ec.TxBytes, e.Counters["encap_tx"].Packets, e.Counters["decap_tx"].Packets)
+		}
+	}
+
+	l.say("\n== 4. unbind: the EIP stops answering")
+	if _, err := c.UnbindEIP(ctx, eip); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := l.Get(ctx, "inet", url, 500*time.Millisecond)
+		if err != nil {
+			l.say("   inet$ curl %s  ->  %v", url, err)
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still answers 5s after unbind", eip)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.say("\nDone. Poke around: azgate lab status; azgate lab exec inet -- ping -c1 198.51.100.8; azgate status")
+	return nil
+}
+
+func (l *Lab) WaitAnswer(ctx context.Context, url, want string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	var last string
+	var lastErr error
+	for time.Now().Before(deadline) {
+		body, err := l.Get(ctx, "inet", url, time.Second)
+		if err == nil && body == want {
+			return body, nil
+		}
+		last, lastErr = body, err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", fmt.Errorf("%s did not answer %q within %v (last: %q, %v)", url, want, timeout, last, lastErr)
+}

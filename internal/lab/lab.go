@@ -1,0 +1,523 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/netns"
+)
+
+// Config of a lab.
+type Config struct {
+	Prefix        string // namespace and pin-name prefix
+	StateDir      string // controller data, logs, lab.json, api socket
+	Binary        string // the azgate binary to run the roles with
+	AZs           int
+	HostsPerAZ    int
+	GuestsPerHost int
+	// ContextFile, when set, is written on Up so the CLI finds the lab's
+	// API and token without flags (and removed on Down).
+	ContextFile string
+	Out         io.Writer // progress messages
+}
+
+// Defaults for the lab the README's demo runs.
+const (
+	DefaultPrefix   = "azg-"
+	DefaultStateDir = "/run/azgate-lab"
+)
+
+func (c *Config) defaults() error {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.Binary == "" {
+		b, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		c.Binary = b
+	}
+	if c.AZs == 0 {
+		c.AZs = 3
+	}
+	if c.HostsPerAZ == 0 {
+		c.HostsPerAZ = 2
+	}
+	if c.GuestsPerHost == 0 {
+		c.GuestsPerHost = 2
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	return nil
+}
+
+// Lab is a running lab.
+type Lab struct {
+	Cfg  Config
+	Topo *Topology
+	API  string // base URL of the controller API
+	tok  string
+}
+
+func (l *Lab) say(format string, a ...any) { fmt.Fprintf(l.Cfg.Out, format+"\n", a...) }
+
+func (l *Lab) stateFile() string { return filepath.Join(l.Cfg.StateDir, "lab.json") }
+func (l *Lab) dataDir() string   { return filepath.Join(l.Cfg.StateDir, "controller") }
+func (l *Lab) apiSock() string   { return filepath.Join(l.Cfg.StateDir, "api.sock") }
+func (l *Lab) etcdURL() string   { return "unix://" + filepath.Join(l.dataDir(), "etcd.sock") }
+func (l *Lab) tokenFile() string { return filepath.Join(l.dataDir(), "token") }
+func (l *Lab) logDir() string    { return filepath.Join(l.Cfg.StateDir, "logs") }
+func (l *Lab) pinDir(n string) string {
+	return dataplane.NodePinDir(l.Cfg.Prefix + n)
+}
+
+// Client returns an API client for the lab's controller.
+func (l *Lab) Client() (*client.Client, error) {
+	if l.tok == "" {
+		b, err := os.ReadFile(l.tokenFile())
+		if err != nil {
+			return nil, fmt.Errorf("lab token: %w", err)
+		}
+		l.tok = strings.TrimSpace(string(b))
+	}
+	return client.New(l.API, l.tok), nil
+}
+
+// Up builds the lab and starts every role. On failure everything made so
+// far is removed again.
+func Up(ctx context.Context, cfg Config) (*Lab, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab needs root (network namespaces, XDP)")
+	}
+	l := &Lab{Cfg: cfg, Topo: Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)}
+	l.API = "unix://" + l.apiSock()
+	if existing, _ := netns.List(cfg.Prefix); len(existing) > 0 {
+		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate lab down` first", cfg.Prefix, len(existing))
+	}
+	if err := dataplane.EnsureBPFFS(); err != nil {
+		return nil, err
+	}
+	if err := l.up(ctx); err != nil {
+		l.say("lab up failed: %v; cleaning up", err)
+		Down(cfg)
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) up(ctx context.Context) error {
+	for _, d := range []string{l.Cfg.StateDir, l.logDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	l.say("building %d namespaces", len(l.Topo.Nodes))
+	if err := l.buildNetwork(); err != nil {
+		return err
+	}
+	if err := l.save(); err != nil {
+		return err
+	}
+	l.say("starting the controller (embedded etcd in %s)", l.dataDir())
+	if err := l.startController(ctx); err != nil {
+		return err
+	}
+	c, err := l.Client()
+	if err != nil {
+		return err
+	}
+	if _, err := c.Apply(ctx, l.Region()); err != nil {
+		return fmt.Errorf("apply the lab region: %w", err)
+	}
+	l.say("starting edge and agents")
+	for _, n := range l.Topo.NodesByRole("edge") {
+		if err := l.startEdge(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range l.Topo.NodesByRole("host") {
+		if err := l.startAgent(n); err != nil {
+			return err
+		}
+	}
+	l.say("starting a web server in every guest")
+	for _, n := range l.Topo.NodesByRole("guest") {
+		if err := l.start(n, "serve", "lab", "serve", "--name", n.Name, "--listen", "0.0.0.0:80"); err != nil {
+			return err
+		}
+	}
+	if err := l.save(); err != nil {
+		return err
+	}
+	if err := l.waitNodes(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	if l.Cfg.ContextFile != "" {
+		if err := client.WriteContext(l.Cfg.ContextFile, client.Context{API: l.API, TokenFile: l.tokenFile()}); err != nil {
+			return err
+		}
+	}
+	l.say("lab is up: %d nodes; try `azgate lab status` and `azgate lab demo`", len(l.Topo.Nodes))
+	return nil
+}
+
+func (l *Lab) buildNetwork() error {
+	nodes := map[string]*netlab.Node{}
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	for _, n := range l.Topo.Nodes {
+		nn, err := netlab.NewNode(n.Netns)
+		if err != nil {
+			return err
+		}
+		nodes[n.Name] = nn
+		if n.Role != "guest" && n.Role != "internet" {
+			if err := nn.Forwarding(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, lk := range l.Topo.links {
+		a, b := nodes[lk.a], nodes[lk.b]
+		if err := netlab.Veth(netlab.End{Node: a, Dev: lk.aDev}, netlab.End{Node: b, Dev: lk.bDev}, lk.mtu); err != nil {
+			return err
+		}
+		for _, e := range []struct {
+			n         *netlab.Node
+			dev, addr string
+		}{{a, lk.aDev, lk.aAddr}, {b, lk.bDev, lk.bAddr}} {
+			if e.addr != "" {
+				if err := e.n.Addr(e.dev, e.addr); err != nil {
+					return err
+				}
+			}
+			// XDP_TX and XDP_REDIRECT into a veth only deliver when the
+			// peer runs NAPI: GRO on (or an XDP program) turns it on.
+			// TX checksum offload off: a veth never computes offloaded
+			// checksums, so without this a kernel's TCP segment crosses
+			// the lab with a partial checksum, which XDP then forwards
+			// (and translates) as if it were final, as a real NIC's
+			// wire would never show it.
+			if out, err := e.n.Cmd("ethtool", "-K", e.dev, "gro", "on", "tx", "off").CombinedOutput(); err != nil {
+				return fmt.Errorf("%s/%s: ethtool -K gro on tx off: %v: %s", e.n.Name, e.dev, err, out)
+			}
+		}
+	}
+	for _, r := range l.Topo.routes {
+		if err := nodes[r.node].Route(r.dst, r.gw, r.dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Region is the declarative description of the lab region.
+func (l *Lab) Region() *model.Document {
+	d := &model.Document{}
+	for az := 1; az <= l.Cfg.AZs; az++ {
+		d.AZs = append(d.AZs, model.AZ{Name: fmt.Sprintf("az%d", az), Region: "lab"})
+		for i := 1; i <= l.Cfg.HostsPerAZ; i++ {
+			h := model.Host{Name: HostName(az, i), AZ: fmt.Sprintf("az%d", az), Underlay: HostUnderlay(az, i)}
+			for g := 1; g <= l.Cfg.GuestsPerHost; g++ {
+				h.Guests = append(h.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: GuestAddr(az, i, g), VSID: GuestVSID(az, i, g)})
+			}
+			d.Hosts = append(d.Hosts, h)
+		}
+	}
+	d.EdgeSets = []model.EdgeSet{{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix(EIPPrefix)},
+		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: netip.MustParseAddr(EdgeUnderlay)}}}}
+	for i := 7; i <= 9; i++ {
+		d.EIPs = append(d.EIPs, model.EIP{Address: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})})
+	}
+	return d
+}
+
+// start runs the azgate binary inside a node's namespace, detached, with
+// its output in the lab's log directory.
+func (l *Lab) start(n *Node, what string, args ...string) error {
+	logPath := filepath.Join(l.logDir(), n.Name+"-"+what+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	cmd := netns.Command(n.Netns, append([]string{l.Cfg.Binary}, args...)...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s on %s: %w", what, n.Name, err)
+	}
+	n.Process = &Proc{Cmd: strings.Join(args, " "), PID: cmd.Process.Pid, Log: logPath}
+	go cmd.Wait() // reap; the lab tracks liveness by pid
+	return nil
+}
+
+func (l *Lab) startController(ctx context.Context) error {
+	logPath := filepath.Join(l.logDir(), "controller.log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	cmd := exec.Command(l.Cfg.Binary, controllerArgs(l.dataDir(), l.apiSock())...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start controller: %w", err)
+	}
+	go cmd.Wait()
+	if err := os.WriteFile(filepath.Join(l.Cfg.StateDir, "controller.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if c, err := l.Client(); err == nil {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = c.Status(sctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("controller did not answer within 60s (log: %s)", logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) startEdge(n *Node) error {
+	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdURL(),
+		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100")
+}
+
+func (l *Lab) startAgent(n *Node) error {
+	return l.start(n, "agent", "agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdURL(),
+		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15")
+}
+
+// RestartRole stops and starts the role process of a node (edge or agent),
+// as an operator upgrading it would.
+func (l *Lab) RestartRole(name string) error {
+	n := l.Topo.Node(name)
+	if n == nil || n.Process == nil {
+		return fmt.Errorf("no role process on %q", name)
+	}
+	if err := StopRole(l, name); err != nil {
+		return err
+	}
+	return l.StartRole(name)
+}
+
+// StopRole stops a node's role process (its data plane stays).
+func StopRole(l *Lab, name string) error {
+	n := l.Topo.Node(name)
+	if n == nil || n.Process == nil {
+		return fmt.Errorf("no role process on %q", name)
+	}
+	killWait(n.Process.PID, 10*time.Second)
+	return nil
+}
+
+// StartRole starts a node's role process again.
+func (l *Lab) StartRole(name string) error {
+	n := l.Topo.Node(name)
+	var err error
+	switch n.Role {
+	case "edge":
+		err = l.startEdge(n)
+	case "host":
+		err = l.startAgent(n)
+	default:
+		return fmt.Errorf("%s runs no role", name)
+	}
+	if err != nil {
+		return err
+	}
+	return l.save()
+}
+
+// waitNodes waits until every edge and agent reports a status.
+func (l *Lab) waitNodes(ctx context.Context, timeout time.Duration) error {
+	want := len(l.Topo.NodesByRole("edge")) + len(l.Topo.NodesByRole("host"))
+	deadline := time.Now().Add(timeout)
+	for {
+		if l.countNodes(ctx) >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d edges and agents reported within %v (logs in %s)", l.countNodes(ctx), want, timeout, l.logDir())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) save() error {
+	b, err := json.MarshalIndent(l.Topo.Nodes, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(l.stateFile(), b, 0o600)
+}
+
+// Open attaches to a running lab.
+func Open(cfg Config) (*Lab, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	l := &Lab{Cfg: cfg}
+	l.API = "unix://" + l.apiSock()
+	b, err := os.ReadFile(l.stateFile())
+	if err != nil {
+		return nil, fmt.Errorf("no lab is up (reading %s: %w); run `azgate lab up`", l.stateFile(), err)
+	}
+	l.Topo = Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)
+	var nodes []*Node
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.stateFile(), err)
+	}
+	for _, n := range nodes {
+		if t := l.Topo.Node(n.Name); t != nil {
+			t.Process = n.Process
+		}
+	}
+	return l, nil
+}
+
+// Down removes every namespace, link, pinned program and process of the
+// lab. It works on a partial lab and is safe to repeat.
+func Down(cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	var errs []error
+	names, _ := netns.List(cfg.Prefix)
+	// Every process inside a lab namespace (roles, services, anything
+	// started with lab exec) goes, then the controller.
+	killInNamespaces(names)
+	if b, err := os.ReadFile(filepath.Join(cfg.StateDir, "controller.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isAzgate(pid) {
+			killWait(pid, 10*time.Second)
+		}
+	}
+	pins, _ := filepath.Glob(filepath.Join(dataplane.BPFFS, "azgate", cfg.Prefix+"*"))
+	for _, p := range pins {
+		if err := dataplane.RemovePins(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range names {
+		if err := netns.Delete(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.ContextFile != "" {
+		os.Remove(cfg.ContextFile)
+	}
+	if err := os.RemoveAll(cfg.StateDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isAzgate(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "azgate")
+}
+
+// killInNamespaces kills every process whose network namespace is one of
+// the named ones.
+func killInNamespaces(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	inodes := map[uint64]bool{}
+	for _, n := range names {
+		var st syscall.Stat_t
+		if err := syscall.Stat(netns.Path(n), &st); err == nil {
+			inodes[st.Ino] = true
+		}
+	}
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err == nil && inodes[st.Ino] {
+			pids = append(pids, pid)
+		}
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pids {
+		for alive(p) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(p) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie is as good as gone.
+	f := strings.Fields(string(b))
+	return len(f) < 3 || f[2] != "Z"
+}
+
+func killWait(pid int, timeout time.Duration) {
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(timeout)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if alive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,117 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netns"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// controllerArgs starts the controller serving the API on a unix socket
+// only (the lab takes no TCP port on the machine).
+func controllerArgs(dataDir, apiSock string) []string {
+	return []string{"controller", "--data-dir", dataDir, "--listen", "", "--listen-unix", apiSock}
+}
+
+// NodeStatuses reads the statuses edges and agents publish, by name.
+func (l *Lab) NodeStatuses(ctx context.Context) (map[string]model.NodeStatus, error) {
+	st, err := store.Connect(store.Options{Endpoints: []string{l.etcdURL()}})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := st.Client.Get(ctx, store.StatusRoot, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]model.NodeStatus{}
+	for _, kv := range resp.Kvs {
+		var s model.NodeStatus
+		if json.Unmarshal(kv.Value, &s) == nil {
+			out[s.Name] = s
+		}
+	}
+	return out, nil
+}
+
+func (l *Lab) countNodes(ctx context.Context) int {
+	s, err := l.NodeStatuses(ctx)
+	if err != nil {
+		return 0
+	}
+	return len(s)
+}
+
+// NodeView is one line of `lab status`.
+type NodeView struct {
+	*Node
+	Running bool              `json:"running"`
+	Status  *model.NodeStatus `json:"status,omitempty"`
+}
+
+// View is the whole lab status.
+type View struct {
+	Prefix     string     `json:"prefix"`
+	StateDir   string     `json:"state_dir"`
+	API        string     `json:"api"`
+	TokenFile  string     `json:"token_file"`
+	Controller bool       `json:"controller_running"`
+	Nodes      []NodeView `json:"nodes"`
+}
+
+// Status describes every node with its namespace, role, AZ, addresses and
+// whether its process runs.
+func (l *Lab) Status(ctx context.Context) View {
+	v := View{Prefix: l.Cfg.Prefix, StateDir: l.Cfg.StateDir, API: l.API, TokenFile: l.tokenFile()}
+	if b, err := os.ReadFile(filepath.Join(l.Cfg.StateDir, "controller.pid")); err == nil {
+		var pid int
+		fmt.Sscan(string(b), &pid)
+		v.Controller = alive(pid)
+	}
+	st, _ := l.NodeStatuses(ctx)
+	for _, n := range l.Topo.Nodes {
+		nv := NodeView{Node: n}
+		if n.Process != nil {
+			nv.Running = alive(n.Process.PID)
+		}
+		if s, ok := st[n.Name]; ok {
+			nv.Status = &s
+		}
+		v.Nodes = append(v.Nodes, nv)
+	}
+	sort.SliceStable(v.Nodes, func(i, j int) bool { return roleOrder(v.Nodes[i].Role) < roleOrder(v.Nodes[j].Role) })
+	return v
+}
+
+func roleOrder(r string) int {
+	for i, x := range []string{"internet", "router", "edge", "underlay", "host", "guest"} {
+		if r == x {
+			return i
+		}
+	}
+	return 99
+}
+
+// Exec runs a command inside a lab node's namespace, attached to the
+// caller's terminal.
+func (l *Lab) Exec(node string, argv []string) *exec.Cmd {
+	n := l.Topo.Node(node)
+	if n == nil {
+		return nil
+	}
+	cmd := netns.Command(n.Netns, argv...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	return cmd
+}

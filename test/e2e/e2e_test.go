@@ -1,0 +1,246 @@
+// Package e2e runs azgate end to end in a lab of network namespaces: real
+// XDP on veth, the real controller with its embedded etcd, real edge and
+// agent processes, real TCP from the Internet namespace.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/netns"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped: the lab needs root (namespaces, XDP)")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "azgate-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "azgate")
+	out, err := exec.Command("go", "build", "-o", binary, "../../cmd/azgate").CombinedOutput()
+	if err != nil {
+		fmt.Printf("e2e: build azgate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// upLab brings up a lab of its own (prefix aze-) and removes it when the
+// test ends, failing the test if anything is left behind.
+func upLab(t *testing.T) *lab.Lab {
+	t.Helper()
+	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: binary, Out: testWriter{t}}
+	lab.Down(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(cfg); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		if left, _ := netns.List(cfg.Prefix); len(left) > 0 {
+			t.Errorf("namespaces left behind: %v", left)
+		}
+		if pins, _ := filepath.Glob("/sys/fs/bpf/azgate/" + cfg.Prefix + "*"); len(pins) > 0 {
+			t.Errorf("pins left behind: %v", pins)
+		}
+	})
+	return l
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+const eip = "198.51.100.7"
+
+func TestEIPLifecycle(t *testing.T) {
+	l := upLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + eip + "/"
+
+	// Unbound: nothing answers.
+	if body, err := l.Get(ctx, "inet", url, 500*time.Millisecond); err == nil {
+		t.Fatalf("unbound EIP answered %q", body)
+	}
+
+	// Bound: a TCP connection from the Internet reaches the guest.
+	if _, err := c.BindEIP(ctx, eip, "az1-h1", "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.WaitAnswer(ctx, url, "hello from az1-h1-g1", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("drift under a stream of requests", func(t *testing.T) {
+		rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("drift az1-h1/g1 -> az3-h1/g1: %d requests, %d failed, failure window %v, bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
+			rep.Requests, rep.Failed, rep.FailureWindow, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
+		for _, e := range rep.Errors {
+			t.Logf("  %s", e)
+		}
+		if rep.NewAnswers == 0 {
+			t.Fatal("no request reached the new guest")
+		}
+		if rep.Requests < 100 {
+			t.Fatalf("only %d requests in 5s: the stream itself is broken", rep.Requests)
+		}
+		if rep.FirstNew > time.Second {
+			t.Errorf("traffic followed the EIP only after %v", rep.FirstNew)
+		}
+		if rep.LastOld > time.Second {
+			t.Errorf("the old guest still answered a request started %v after the move", rep.LastOld)
+		}
+		if float64(rep.Failed) > 0.02*float64(rep.Requests) || rep.FailureWindow > time.Second {
+			t.Errorf("%d of %d requests failed over %v", rep.Failed, rep.Requests, rep.FailureWindow)
+		}
+	})
+
+	t.Run("too big with DF gets fragmentation needed", func(t *testing.T) {
+		mtu, err := pathMTU(l, eip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mtu != 1500-42 {
+			t.Fatalf("path MTU to the EIP %d, want %d (underlay 1500 minus NVGRE's 42)", mtu, 1500-42)
+		}
+	})
+
+	t.Run("unbind: the EIP stops answering", func(t *testing.T) {
+		if _, err := c.UnbindEIP(ctx, eip); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			_, err := l.Get(ctx, "inet", url, 300*time.Millisecond)
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the EIP still answers 3s after unbind")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// And it stays silent.
+		time.Sleep(500 * time.Millisecond)
+		if body, err := l.Get(ctx, "inet", url, 500*time.Millisecond); err == nil {
+			t.Fatalf("unbound EIP answered %q", body)
+		}
+	})
+}
+
+// TestRestartsDoNotInterrupt restarts the edge and an agent while requests
+// stream: pinned maps and links keep forwarding without their daemons.
+func TestRestartsDoNotInterrupt(t *testing.T) {
+	l := upLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BindEIP(ctx, eip, "az2-h1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.WaitAnswer(ctx, "http://"+eip+"/", "hello from az2-h1-g2", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan []lab.Sample, 1)
+	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", 2, time.Second) }()
+	time.Sleep(time.Second)
+	for _, node := range []string{"edge-a1", "az2-h1"} {
+		if err := lab.StopRole(l, node); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // forwarding with no daemon at all
+		if err := l.StartRole(node); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	stop()
+	samples := <-done
+	failed := 0
+	for _, s := range samples {
+		if s.Err != "" {
+			failed++
+			t.Logf("failed at %v: %s", s.Start.Format("15:04:05.000"), s.Err)
+		}
+	}
+	t.Logf("%d requests across two daemon restarts, %d failed", len(samples), failed)
+	if len(samples) < 100 || failed > 0 {
+		t.Fatalf("%d requests, %d failed: restarts interrupted forwarding", len(samples), failed)
+	}
+	// The restarted daemons took over: a new binding is programmed.
+	if _, err := c.BindEIP(ctx, eip, "az2-h2", "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.WaitAnswer(ctx, "http://"+eip+"/", "hello from az2-h2-g1", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pathMTU sends a 1500-byte datagram with DF set from the Internet node to
+// dst and returns the path MTU the kernel learnt from the ICMP reply.
+func pathMTU(l *lab.Lab, dst string) (int, error) {
+	n := l.Topo.Node("inet")
+	var mtu int
+	err := netns.Do(n.Netns, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return err
+		}
+		sa := &unix.SockaddrInet4{Port: 9}
+		copy(sa.Addr[:], []byte{198, 51, 100, 7})
+		if err := unix.Connect(fd, sa); err != nil {
+			return err
+		}
+		buf := make([]byte, 1500-28)
+		for i := 0; i < 20; i++ {
+			unix.Write(fd, buf) // EMSGSIZE once the ICMP arrived
+			time.Sleep(50 * time.Millisecond)
+			if m, err := unix.GetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU); err == nil && m < 1500 {
+				mtu = m
+				return nil
+			}
+		}
+		m, err := unix.GetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU)
+		mtu = m
+		return err
+	})
+	return mtu, err
+}
