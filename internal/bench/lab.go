@@ -87,11 +87,11 @@ func Lab(ctx context.Context, o LabOptions) ([]Result, error) {
 	}
 	defer edgeNode.Close()
 
-	sink, err := attachIn(fab, "edge-a1", b)
-	if err != nil {
-		return nil, err
+	// The sink replaces the lab's XDP_PASS program on the underlay
+	// router's side of the edge's underlay link (the lab goes afterwards).
+	if err := fab.Do(func() error { return dataplane.AttachPinned(b.Sink(), "edge-a1", l.PassPinDir("fab")) }); err != nil {
+		return nil, fmt.Errorf("attach the sink: %w", err)
 	}
-	defer sink.Close()
 
 	src, err := rtr.MAC("edge-a1")
 	if err != nil {
@@ -157,20 +157,6 @@ func Lab(ctx context.Context, o LabOptions) ([]Result, error) {
 		{Suite: "lab", Name: "edge_xdp_eip_encap (64B UDP to an EIP)", Value: xv, Unit: "packets/s",
 			Baseline: "kernel_forwarding", BaselineValue: kv, Ratio: xv / kv, Target: ">= 3x"},
 	}, nil
-}
-
-type closer interface{ Close() error }
-
-// attachIn attaches the bench sink to dev inside node (not pinned: it goes
-// when the returned link is closed).
-func attachIn(node *netlab.Node, dev string, b *dataplane.Bench) (closer, error) {
-	var l closer
-	err := node.Do(func() error {
-		var err error
-		l, err = dataplane.AttachUnpinned(b.Sink(), dev)
-		return err
-	})
-	return l, err
 }
 
 func detachEdge(node *netlab.Node, pin, dev string) error {

@@ -204,3 +204,14 @@ func AttachUnpinned(prog *ebpf.Program, ifname string) (link.Link, error) {
 
 // DetachPinned detaches the program whose link is pinned for ifname.
 func DetachPinned(pinDir, ifname string) error { return detachXDP(ifname, pinDir) }
+
+// AttachPinned attaches prog to an interface of the current namespace with
+// a link pinned under pinDir/links (see attachXDP): it stays attached after
+// the caller exits, until RemovePins(pinDir).
+func AttachPinned(prog *ebpf.Program, ifname, pinDir string) error {
+	if err := os.MkdirAll(filepath.Join(pinDir, "links"), 0o700); err != nil {
+		return err
+	}
+	_, err := attachXDP(prog, ifname, pinDir)
+	return err
+}

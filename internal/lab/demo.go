@@ -24,8 +24,13 @@ type DriftReport struct {
 	// LastOld is how long after the call returned the last request that
 	// the old guest answered started.
 	LastOld time.Duration `json:"last_old_ns"`
-	// FailureWindow spans the first to the last failed request (0: none).
+	// FailureWindow spans the starts of the first and the last failed
+	// request (0: none): how long a new request could fail. A request in
+	// flight at the move can still time out later (client timeout).
 	FailureWindow time.Duration `json:"failure_window_ns"`
+	// LastFailStart is when, relative to the bind call returning, the
+	// last failed request started (negative: before the call returned).
+	LastFailStart time.Duration `json:"last_fail_start_ns"`
 	BindCall      time.Duration `json:"bind_call_ns"`
 	Errors        []string      `json:"errors,omitempty"`
 }
@@ -33,7 +38,7 @@ type DriftReport struct {
 // Drift streams requests to eip from the Internet node, moves the EIP to
 // toHost/toGuest with one API call halfway through and reports what the
 // stream saw.
-func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, after time.Duration, workers int) (DriftReport, error) {
+func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, after, interval time.Duration) (DriftReport, error) {
 	c, err := l.Client()
 	if err != nil {
 		return DriftReport{}, err
@@ -49,7 +54,7 @@ func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, af
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan []Sample, 1)
-	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", workers, time.Second) }()
+	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", interval, time.Second) }()
 	select {
 	case <-ctx.Done():
 		return rep, ctx.Err()
@@ -82,7 +87,7 @@ func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, af
 			if firstFail.IsZero() {
 				firstFail = s.Start
 			}
-			lastFail = s.End
+			lastFail = s.Start
 		case s.Answer == wantNew:
 			rep.NewAnswers++
 			if s.Start.After(t1) && rep.FirstNew == 0 {
@@ -95,6 +100,7 @@ func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, af
 	}
 	if !firstFail.IsZero() {
 		rep.FailureWindow = lastFail.Sub(firstFail)
+		rep.LastFailStart = lastFail.Sub(t1)
 	}
 	for e, n := range errs {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("%d× %s", n, e))
@@ -121,12 +127,13 @@ func (l *Lab) Demo(ctx context.Context) error {
 	}
 	l.say("   inet$ curl %s  ->  %q", url, body)
 
-	l.say("\n== 2. drift the EIP to AZ 3 (az3-h1/g1) with one API call, under a stream of requests")
-	rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 4)
+	l.say("\n== 2. drift the EIP to AZ 3 (az3-h1/g1) with one API call, under a stream of requests (one every 2ms)")
+	rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 2*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	l.say("   %d requests (new TCP connection each), %d failed, failure window %v", rep.Requests, rep.Failed, rep.FailureWindow.Round(time.Millisecond))
+	l.say("   %d requests (new TCP connection each), %d failed; failed requests started within %v of each other, the last %v after the call returned",
+		rep.Requests, rep.Failed, rep.FailureWindow.Round(time.Millisecond), rep.LastFailStart.Round(time.Millisecond))
 	l.say("   bind call took %v; first answer from az3-h1-g1 %v after it returned; %d answers from the old guest after the call",
 		rep.BindCall.Round(time.Millisecond), rep.FirstNew.Round(time.Millisecond), rep.OldAfterMove)
 	for _, e := range rep.Errors {

@@ -234,6 +234,41 @@ func (l *Lab) buildNetwork() error {
 			return err
 		}
 	}
+	return l.attachPass(nodes)
+}
+
+// passRoles are the nodes whose interfaces get an XDP_PASS program: every
+// node but the edges and hosts (whose daemons attach azgate's programs).
+// A veth only kicks its peer's NAPI after XDP_TX when the peer has an XDP
+// program (GRO alone delivers redirected frames but leaves XDP_TX'd ones
+// in the ring until other traffic arrives): with it, the edge's and the
+// agents' ICMP errors leave at once, as from a real NIC.
+var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true}
+
+func (l *Lab) passPinDir(node string) string { return dataplane.NodePinDir(l.Cfg.Prefix + "lab-" + node) }
+
+// PassPinDir is where the XDP_PASS link of a node's interfaces is pinned
+// (swap the program with dataplane.AttachPinned on that directory).
+func (l *Lab) PassPinDir(node string) string { return l.passPinDir(node) }
+
+func (l *Lab) attachPass(nodes map[string]*netlab.Node) error {
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		return err
+	}
+	defer b.Close() // the pinned links keep the program
+	for _, lk := range l.Topo.links {
+		for _, e := range []struct{ node, dev string }{{lk.a, lk.aDev}, {lk.b, lk.bDev}} {
+			n := l.Topo.Node(e.node)
+			if !passRoles[n.Role] {
+				continue
+			}
+			err := nodes[e.node].Do(func() error { return dataplane.AttachPinned(b.Pass(), e.dev, l.passPinDir(e.node)) })
+			if err != nil {
+				return fmt.Errorf("%s/%s: attach xdp_pass: %w", e.node, e.dev, err)
+			}
+		}
+	}
 	return nil
 }
 

@@ -70,47 +70,47 @@ type Sample struct {
 	Err        string
 }
 
-// Stream sends requests to url from node with workers concurrent clients,
-// each request on a new TCP connection, until ctx ends.
-func (l *Lab) Stream(ctx context.Context, node, url string, workers int, timeout time.Duration) []Sample {
+// Stream starts a request to url from node every interval, each on a new
+// TCP connection and in its own goroutine (so one slow request does not
+// delay the next: the samples are a timeline), until ctx ends; requests
+// still in flight then are waited for.
+func (l *Lab) Stream(ctx context.Context, node, url string, interval, timeout time.Duration) []Sample {
 	n := l.Topo.Node(node)
+	hc := HTTPClient(n.Netns, timeout)
 	var mu sync.Mutex
 	var out []Sample
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return out
+		case <-t.C:
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hc := HTTPClient(n.Netns, timeout)
-			for ctx.Err() == nil {
-				s := Sample{Start: time.Now()}
-				req, _ := http.NewRequest(http.MethodGet, url, nil)
-				resp, err := hc.Do(req)
-				if err == nil {
-					b, rerr := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if rerr == nil && resp.StatusCode == http.StatusOK {
-						s.Answer = strings.TrimSpace(string(b))
-					} else {
-						err = fmt.Errorf("HTTP %d %v", resp.StatusCode, rerr)
-					}
-				}
-				if err != nil {
-					s.Err = err.Error()
-					if ctx.Err() != nil {
-						return // cut short by the end of the stream, not a failure
-					}
-				}
-				s.End = time.Now()
-				mu.Lock()
-				out = append(out, s)
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
+			s := Sample{Start: time.Now()}
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			resp, err := hc.Do(req)
+			if err == nil {
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if rerr == nil && resp.StatusCode == http.StatusOK {
+					s.Answer = strings.TrimSpace(string(b))
+				} else {
+					err = fmt.Errorf("HTTP %d %v", resp.StatusCode, rerr)
 				}
 			}
+			if err != nil {
+				s.Err = err.Error()
+			}
+			s.End = time.Now()
+			mu.Lock()
+			out = append(out, s)
+			mu.Unlock()
 		}()
 	}
-	wg.Wait()
-	return out
 }

@@ -284,7 +284,11 @@ func (s *Store) follow(ctx context.Context, st *model.State, rev int64, h Handle
 			st.Set(o)
 			evs = append(evs, Event{Kind: kind, Key: key, Obj: o, Rev: e.Kv.ModRevision})
 		}
-		rev = resp.Header.Revision
+		// The header's revision may already count changes later
+		// responses carry: the state reflects the last event's.
+		for _, e := range resp.Events {
+			rev = max(rev, e.Kv.ModRevision)
+		}
 		h(st, rev, evs, false)
 	}
 	return errors.New("watch channel closed")

@@ -99,19 +99,19 @@ func TestEIPLifecycle(t *testing.T) {
 	}
 
 	t.Run("drift under a stream of requests", func(t *testing.T) {
-		rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 4)
+		rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 2*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("drift az1-h1/g1 -> az3-h1/g1: %d requests, %d failed, failure window %v, bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
-			rep.Requests, rep.Failed, rep.FailureWindow, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
+		t.Logf("drift az1-h1/g1 -> az3-h1/g1: %d requests, %d failed (started within %v, the last %v after the bind returned), bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
+			rep.Requests, rep.Failed, rep.FailureWindow, rep.LastFailStart, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
 		for _, e := range rep.Errors {
 			t.Logf("  %s", e)
 		}
 		if rep.NewAnswers == 0 {
 			t.Fatal("no request reached the new guest")
 		}
-		if rep.Requests < 100 {
+		if rep.Requests < 1000 {
 			t.Fatalf("only %d requests in 5s: the stream itself is broken", rep.Requests)
 		}
 		if rep.FirstNew > time.Second {
@@ -120,8 +120,11 @@ func TestEIPLifecycle(t *testing.T) {
 		if rep.LastOld > time.Second {
 			t.Errorf("the old guest still answered a request started %v after the move", rep.LastOld)
 		}
-		if float64(rep.Failed) > 0.02*float64(rep.Requests) || rep.FailureWindow > time.Second {
-			t.Errorf("%d of %d requests failed over %v", rep.Failed, rep.Requests, rep.FailureWindow)
+		// Requests in flight at the move may break (their handshake or
+		// reply crosses the switch); a request started once the move has
+		// propagated must not.
+		if float64(rep.Failed) > 0.01*float64(rep.Requests) || rep.LastFailStart > 300*time.Millisecond {
+			t.Errorf("%d of %d requests failed, the last started %v after the move", rep.Failed, rep.Requests, rep.LastFailStart)
 		}
 	})
 
@@ -176,7 +179,7 @@ func TestRestartsDoNotInterrupt(t *testing.T) {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan []lab.Sample, 1)
-	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", 2, time.Second) }()
+	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", 5*time.Millisecond, time.Second) }()
 	time.Sleep(time.Second)
 	for _, node := range []string{"edge-a1", "az2-h1"} {
 		if err := lab.StopRole(l, node); err != nil {
