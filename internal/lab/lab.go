@@ -245,7 +245,9 @@ func (l *Lab) buildNetwork() error {
 // agents' ICMP errors leave at once, as from a real NIC.
 var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true}
 
-func (l *Lab) passPinDir(node string) string { return dataplane.NodePinDir(l.Cfg.Prefix + "lab-" + node) }
+func (l *Lab) passPinDir(node string) string {
+	return dataplane.NodePinDir(l.Cfg.Prefix + "lab-" + node)
+}
 
 // PassPinDir is where the XDP_PASS link of a node's interfaces is pinned
 // (swap the program with dataplane.AttachPinned on that directory).
