@@ -238,11 +238,9 @@ func (s *State) putEdgeSet(set *EdgeSet) (func(), error) {
 	}
 	// Shrinking the prefixes must not strand an EIP.
 	if had {
-		for _, e := range s.EIPs {
-			if old.Contains(e.Address) && !s.covered(e.Address) {
-				undo()
-				return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("EIP %s would no longer be covered by any edge set", e.Address)}}
-			}
+		if n, low := s.eipsWhere(func(e *EIP) bool { return old.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
+			undo()
+			return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("%d EIP(s) would no longer be covered by any edge set, the lowest %s", n, low)}}
 		}
 	}
 	return undo, nil
@@ -323,20 +321,17 @@ func (s *State) Delete(kind, key string) (undo func(), err error) {
 	}
 	switch o := o.(type) {
 	case *AZ:
-		for _, h := range s.Hosts {
-			if h.AZ == key {
-				return nil, &ConflictError{Msg: fmt.Sprintf("AZ %s still has host %s", key, h.Name)}
+		for _, name := range sortedKeys(s.Hosts) {
+			if s.Hosts[name].AZ == key {
+				return nil, &ConflictError{Msg: fmt.Sprintf("AZ %s still has host %s", key, name)}
 			}
 		}
 		delete(s.AZs, key)
 		return func() { s.AZs[key] = o }, nil
 	case *Host:
-		if n := s.hostEIPs[key]; n > 0 {
-			for _, e := range s.EIPs {
-				if e.Binding != nil && e.Binding.Host == key {
-					return nil, &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), e.g. %s: unbind them first", key, n, e.Address)}
-				}
-			}
+		if s.hostEIPs[key] > 0 {
+			n, low := s.eipsWhere(func(e *EIP) bool { return e.Binding != nil && e.Binding.Host == key })
+			return nil, &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), the lowest %s: unbind them first", key, n, low)}
 		}
 		delete(s.Hosts, key)
 		delete(s.underlays, o.Underlay)
@@ -345,11 +340,9 @@ func (s *State) Delete(kind, key string) (undo func(), err error) {
 		s.indexEdges(o, false)
 		delete(s.EdgeSets, key)
 		undo := func() { s.EdgeSets[key] = o; s.indexEdges(o, true) }
-		for _, e := range s.EIPs {
-			if o.Contains(e.Address) && !s.covered(e.Address) {
-				undo()
-				return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering EIP %s", key, e.Address)}
-			}
+		if n, low := s.eipsWhere(func(e *EIP) bool { return o.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
+			undo()
+			return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering %d EIP(s), the lowest %s", key, n, low)}
 		}
 		return undo, nil
 	case *EIP:
@@ -431,4 +424,18 @@ func (s *State) Remove(kind, key string) {
 		s.unbindIndex(o)
 		delete(s.EIPs, key)
 	}
+}
+
+// eipsWhere counts the EIPs matching f and returns the lowest of them, so
+// messages name the same EIP whatever the map order.
+func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
+	for _, e := range s.EIPs {
+		if f(e) {
+			n++
+			if !lowest.IsValid() || e.Address.Less(lowest) {
+				lowest = e.Address
+			}
+		}
+	}
+	return n, lowest
 }

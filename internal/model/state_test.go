@@ -68,7 +68,7 @@ func TestPutReferences(t *testing.T) {
 		{"EIP on a missing guest", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h2", Guest: "g9"}}, "binding.guest", `host "h2" has no guest "g9"`},
 		{"guest already bound", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h1", Guest: "g1"}}, "binding.guest", "already bound to EIP 198.51.100.7"},
 		{"removing a bound guest", &Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1")}, "guests", `guest "g1" is bound to EIP 198.51.100.7`},
-		{"shrinking a set under an EIP", &EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}}, "prefixes", "EIP 198.51.100.7 would no longer be covered"},
+		{"shrinking a set under an EIP", &EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}}, "prefixes", "would no longer be covered by any edge set, the lowest 198.51.100.7"},
 		{"invalid on its own", &AZ{Name: "AZ"}, "name", "not a valid name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,8 +120,8 @@ func TestDelete(t *testing.T) {
 		text            string // "" when allowed
 	}{
 		{"AZ with hosts", KindAZ, "az1", "AZ az1 still has host h1"},
-		{"host with bound EIPs", KindHost, "h1", "host h1 has 1 bound EIP(s), e.g. 198.51.100.7"},
-		{"the only set covering EIPs", KindEdgeSet, "pop-a", "edge set pop-a is the only one covering EIP"},
+		{"host with bound EIPs", KindHost, "h1", "host h1 has 1 bound EIP(s), the lowest 198.51.100.7"},
+		{"the only set covering EIPs", KindEdgeSet, "pop-a", "edge set pop-a is the only one covering 2 EIP(s), the lowest 198.51.100.7"},
 		{"missing", KindHost, "h9", `host "h9" not found`},
 		{"host without bound EIPs", KindHost, "h2", ""},
 		{"bound EIP", KindEIP, "198.51.100.7", ""},
