@@ -18,10 +18,12 @@
  * without asking the FIB again (routing changes invalidate it at once
  * through the config's nh_gen; the TTL bounds staleness when the daemon
  * that bumps nh_gen is away). */
-#ifndef NH_CACHE_MAX
-#define NH_CACHE_MAX 65536
+#ifndef NH_CACHE_SLOTS
+#define NH_CACHE_SLOTS 4096 /* a power of two */
 #endif
-#define NH_CACHE_TTL_NS 1000000000ULL
+/* 100 jiffies: at most 1 s whatever CONFIG_HZ (100 at least); jiffies
+ * cost a memory read where a clock costs about 10 ns a packet. */
+#define NH_CACHE_TTL_JIFFIES 100
 
 /* Prefixes an agent treats as local (never encapsulated). */
 #ifndef LOCAL_PREFIX_MAX

@@ -90,20 +90,16 @@ struct agent_config {
 	__u16 pad;
 };
 
-/* Key of the next-hop cache: a destination as seen from an interface. */
-struct nh_key {
-	__be32 dst;
-	__u32 ifindex; /* ingress interface of the lookup */
-};
-
-/* A bpf_fib_lookup result, cached per CPU (see lib/fib.h). */
+/* One slot of the next-hop cache: a bpf_fib_lookup result (see lib/fib.h). */
 struct nh_entry {
+	__be32 dst;        /* what was looked up ... */
+	__u32 ifindex_in;  /* ... from which interface */
 	__u8 smac[6];
 	__u8 dmac[6];
-	__u32 ifindex; /* egress */
-	__u32 mtu;     /* route MTU */
-	__u32 gen;     /* config nh_gen when cached */
-	__u64 expires; /* coarse monotonic ns */
+	__u32 ifindex;     /* egress */
+	__u32 mtu;         /* route MTU */
+	__u32 gen;         /* config nh_gen when cached */
+	__u64 expires;     /* jiffies */
 };
 
 /* Key of an IPv4 LPM trie. */

@@ -28,7 +28,7 @@ func init() {
 			},
 		}
 		d.Flags().IntVar(&dp.Repeat, "repeat", 2_000_000, "runs per measurement")
-		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (median reported)")
+		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (the fastest is reported)")
 		c.AddCommand(d)
 		return c
 	})

@@ -69,3 +69,14 @@ func percentile(xs []float64, p float64) float64 {
 	i := int(p / 100 * float64(len(s)-1))
 	return s[i]
 }
+
+func minOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = min(m, x)
+	}
+	return m
+}

@@ -118,19 +118,15 @@ type agentLpm4Key struct {
 }
 
 type agentNhEntry struct {
-	_       structs.HostLayout
-	Smac    [6]uint8
-	Dmac    [6]uint8
-	Ifindex uint32
-	Mtu     uint32
-	Gen     uint32
-	Expires uint64
-}
-
-type agentNhKey struct {
-	_       structs.HostLayout
-	Dst     uint32
-	Ifindex uint32
+	_         structs.HostLayout
+	Dst       uint32
+	IfindexIn uint32
+	Smac      [6]uint8
+	Dmac      [6]uint8
+	Ifindex   uint32
+	Mtu       uint32
+	Gen       uint32
+	Expires   uint64
 }
 
 type agentStatEntry struct {

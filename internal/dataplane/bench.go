@@ -114,3 +114,6 @@ func setBenchFrame(m *ebpf.Map, frame []byte) error {
 	v.Len = uint32(len(frame))
 	return m.Update(uint32(0), &v, ebpf.UpdateAny)
 }
+
+// Adjust2 grows and shrinks the head by 42 bytes (see bench.c).
+func (b *Bench) Adjust2() *ebpf.Program { return b.objs.XdpAdjust2 }

@@ -44,6 +44,7 @@ const (
 	benchMapGenSeq        = "gen_seq"
 	benchMapHashSeed      = "hash_seed"
 	benchMapSinkCount     = "sink_count"
+	benchProgXdpAdjust2   = "xdp_adjust2"
 	benchProgXdpBareEncap = "xdp_bare_encap"
 	benchProgXdpFloor     = "xdp_floor"
 	benchProgXdpFlowhash  = "xdp_flowhash"
@@ -95,6 +96,7 @@ type benchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
+	XdpAdjust2   *ebpf.ProgramSpec `ebpf:"xdp_adjust2"`
 	XdpBareEncap *ebpf.ProgramSpec `ebpf:"xdp_bare_encap"`
 	XdpFloor     *ebpf.ProgramSpec `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
@@ -168,6 +170,7 @@ type benchVariables struct {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
+	XdpAdjust2   *ebpf.Program `ebpf:"xdp_adjust2"`
 	XdpBareEncap *ebpf.Program `ebpf:"xdp_bare_encap"`
 	XdpFloor     *ebpf.Program `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.Program `ebpf:"xdp_flowhash"`
@@ -179,6 +182,7 @@ type benchPrograms struct {
 
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
+		p.XdpAdjust2,
 		p.XdpBareEncap,
 		p.XdpFloor,
 		p.XdpFlowhash,

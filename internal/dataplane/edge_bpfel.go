@@ -103,19 +103,15 @@ type edgeIpAddr struct {
 }
 
 type edgeNhEntry struct {
-	_       structs.HostLayout
-	Smac    [6]uint8
-	Dmac    [6]uint8
-	Ifindex uint32
-	Mtu     uint32
-	Gen     uint32
-	Expires uint64
-}
-
-type edgeNhKey struct {
-	_       structs.HostLayout
-	Dst     uint32
-	Ifindex uint32
+	_         structs.HostLayout
+	Dst       uint32
+	IfindexIn uint32
+	Smac      [6]uint8
+	Dmac      [6]uint8
+	Ifindex   uint32
+	Mtu       uint32
+	Gen       uint32
+	Expires   uint64
 }
 
 type edgeStatEntry struct {
