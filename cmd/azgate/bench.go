@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +31,27 @@ func init() {
 		d.Flags().IntVar(&dp.Repeat, "repeat", 2_000_000, "runs per measurement")
 		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (the fastest is reported)")
 		c.AddCommand(d)
+
+		var lo bench.LabOptions
+		l := &cobra.Command{
+			Use:   "lab",
+			Short: "Packets/s one edge forwards Internet -> underlay (live-frames generator) next to kernel forwarding",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				lo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.Lab(ctx, lo)
+				if err != nil {
+					return fmt.Errorf("bench lab: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		l.Flags().DurationVar(&lo.Duration, "duration", 5*time.Second, "per measurement")
+		l.Flags().IntVar(&lo.Rounds, "rounds", 3, "measurements of each (the median is reported)")
+		l.Flags().Uint32Var(&lo.Flows, "flows", 1024, "flows (UDP source ports) the generator cycles through")
+		c.AddCommand(l)
 		return c
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/netlab"
@@ -55,6 +56,10 @@ func (g *Generator) Run(d time.Duration) (uint64, error) {
 	var sent uint64
 	deadline := time.Now().Add(d)
 	err = g.node.Do(func() error {
+		// One core for the generator; the others are the forwarding's.
+		var one unix.CPUSet
+		one.Set(0)
+		unix.SchedSetaffinity(0, &one)
 		for time.Now().Before(deadline) {
 			_, err := g.b.Gen().Run(&ebpf.RunOptions{
 				Data:      g.frame,

@@ -39,6 +39,7 @@ func udpFrame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []
 	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP,
 		SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
 	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	udp.SetNetworkLayerForChecksum(ip)
 	pay := make([]byte, max(size-14-20-8, 0))
 	b := serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(pay))
 	b[14+20+6], b[14+20+7] = 0, 0

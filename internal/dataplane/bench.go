@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/cilium/ebpf"
 )
@@ -117,3 +118,16 @@ func setBenchFrame(m *ebpf.Map, frame []byte) error {
 
 // Adjust2 grows and shrinks the head by 42 bytes (see bench.c).
 func (b *Bench) Adjust2() *ebpf.Program { return b.objs.XdpAdjust2 }
+
+// Fwd rewrites MACs and redirects everything to one interface (see
+// SetFwd): the simplest XDP forwarder.
+func (b *Bench) Fwd() *ebpf.Program { return b.objs.XdpFwd }
+
+// SetFwd points xdp_fwd at an interface and next hop.
+func (b *Bench) SetFwd(ifindex int, src, dst net.HardwareAddr) error {
+	var c benchFwdConfig
+	c.Ifindex = uint32(ifindex)
+	copy(c.Smac[:], src)
+	copy(c.Dmac[:], dst)
+	return b.objs.FwdCfg.Update(uint32(0), &c, ebpf.UpdateAny)
+}

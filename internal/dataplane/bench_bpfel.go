@@ -20,6 +20,13 @@ type benchBenchFrame struct {
 	Pad  uint32
 }
 
+type benchFwdConfig struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Smac    [6]uint8
+	Dmac    [6]uint8
+}
+
 type benchGenConfig struct {
 	_         structs.HostLayout
 	Tmpl      [64]uint8
@@ -40,6 +47,7 @@ type benchStatEntry struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	benchMapBenchFrame    = "bench_frame"
+	benchMapFwdCfg        = "fwd_cfg"
 	benchMapGenCfg        = "gen_cfg"
 	benchMapGenSeq        = "gen_seq"
 	benchMapHashSeed      = "hash_seed"
@@ -48,6 +56,7 @@ const (
 	benchProgXdpBareEncap = "xdp_bare_encap"
 	benchProgXdpFloor     = "xdp_floor"
 	benchProgXdpFlowhash  = "xdp_flowhash"
+	benchProgXdpFwd       = "xdp_fwd"
 	benchProgXdpGen       = "xdp_gen"
 	benchProgXdpPass      = "xdp_pass"
 	benchProgXdpRestore   = "xdp_restore"
@@ -100,6 +109,7 @@ type benchProgramSpecs struct {
 	XdpBareEncap *ebpf.ProgramSpec `ebpf:"xdp_bare_encap"`
 	XdpFloor     *ebpf.ProgramSpec `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
+	XdpFwd       *ebpf.ProgramSpec `ebpf:"xdp_fwd"`
 	XdpGen       *ebpf.ProgramSpec `ebpf:"xdp_gen"`
 	XdpPass      *ebpf.ProgramSpec `ebpf:"xdp_pass"`
 	XdpRestore   *ebpf.ProgramSpec `ebpf:"xdp_restore"`
@@ -111,6 +121,7 @@ type benchProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
 	BenchFrame *ebpf.MapSpec `ebpf:"bench_frame"`
+	FwdCfg     *ebpf.MapSpec `ebpf:"fwd_cfg"`
 	GenCfg     *ebpf.MapSpec `ebpf:"gen_cfg"`
 	GenSeq     *ebpf.MapSpec `ebpf:"gen_seq"`
 	HashSeed   *ebpf.MapSpec `ebpf:"hash_seed"`
@@ -144,6 +155,7 @@ func (o *benchObjects) Close() error {
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
 	BenchFrame *ebpf.Map `ebpf:"bench_frame"`
+	FwdCfg     *ebpf.Map `ebpf:"fwd_cfg"`
 	GenCfg     *ebpf.Map `ebpf:"gen_cfg"`
 	GenSeq     *ebpf.Map `ebpf:"gen_seq"`
 	HashSeed   *ebpf.Map `ebpf:"hash_seed"`
@@ -153,6 +165,7 @@ type benchMaps struct {
 func (m *benchMaps) Close() error {
 	return _BenchClose(
 		m.BenchFrame,
+		m.FwdCfg,
 		m.GenCfg,
 		m.GenSeq,
 		m.HashSeed,
@@ -174,6 +187,7 @@ type benchPrograms struct {
 	XdpBareEncap *ebpf.Program `ebpf:"xdp_bare_encap"`
 	XdpFloor     *ebpf.Program `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.Program `ebpf:"xdp_flowhash"`
+	XdpFwd       *ebpf.Program `ebpf:"xdp_fwd"`
 	XdpGen       *ebpf.Program `ebpf:"xdp_gen"`
 	XdpPass      *ebpf.Program `ebpf:"xdp_pass"`
 	XdpRestore   *ebpf.Program `ebpf:"xdp_restore"`
@@ -186,6 +200,7 @@ func (p *benchPrograms) Close() error {
 		p.XdpBareEncap,
 		p.XdpFloor,
 		p.XdpFlowhash,
+		p.XdpFwd,
 		p.XdpGen,
 		p.XdpPass,
 		p.XdpRestore,
