@@ -52,6 +52,26 @@ func init() {
 		l.Flags().IntVar(&lo.Rounds, "rounds", 3, "measurements of each (the median is reported)")
 		l.Flags().Uint32Var(&lo.Flows, "flows", 1024, "flows (UDP source ports) the generator cycles through")
 		c.AddCommand(l)
+
+		var co bench.ControlOptions
+		ctl := &cobra.Command{
+			Use:   "control",
+			Short: "Bind-to-edge-map latency in the lab; apply and edge load of many EIPs",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				co.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.Control(ctx, co)
+				if err != nil {
+					return fmt.Errorf("bench control: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		ctl.Flags().IntVar(&co.Binds, "binds", 200, "bind calls to time")
+		ctl.Flags().IntVar(&co.EIPs, "eips", 1_000_000, "bound EIPs for the load test (0: skip)")
+		c.AddCommand(ctl)
 		return c
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,3 +216,51 @@ func AttachPinned(prog *ebpf.Program, ifname, pinDir string) error {
 	_, err := attachXDP(prog, ifname, pinDir)
 	return err
 }
+
+// CountPinnedRoutes counts the routes of a pinned edge route map (batch
+// lookups of 64k entries).
+func CountPinnedRoutes(pinDir string) (int, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, edgeMapEipRoutes), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	keys := make([]edgeEipKey, 65536)
+	vals := make([]edgeEipRoute, 65536)
+	var cursor ebpf.MapBatchCursor
+	total := 0
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		total += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// PinnedRoute reads one route from a pinned edge route map.
+func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, edgeMapEipRoutes), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return Route{}, false, err
+	}
+	defer m.Close()
+	k, err := keyOf(a)
+	if err != nil {
+		return Route{}, false, err
+	}
+	var v edgeEipRoute
+	if err := m.Lookup(&k, &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Route{}, false, nil
+		}
+		return Route{}, false, err
+	}
+	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
+}
+
+// RouteMapPath is the pinned route map of an edge pin directory.
+func RouteMapPath(pinDir string) string { return filepath.Join(pinDir, edgeMapEipRoutes) }

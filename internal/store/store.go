@@ -31,6 +31,11 @@ const (
 	CommitKey = "/azgate/meta/commit"
 )
 
+// TxnBytes bounds the keys and values written in one transaction, under
+// etcd's default request limit of 1.5 MiB (an object larger than it goes
+// alone; the embedded server accepts up to 32 MiB).
+const TxnBytes = 1 << 20
+
 // ErrConflict means the state changed since the writer's revision.
 var ErrConflict = errors.New("store: state changed concurrently")
 
@@ -112,11 +117,21 @@ func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
 const loadPage = 50000
 
 // Load reads the whole state at one revision, page by page. Values that
-// do not decode are logged and skipped (and counted in the return).
+// do not decode are logged and skipped.
 func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
-	st := model.NewState()
+	ss := &stateSink{st: model.NewState(), log: s.Log}
+	rev, err := s.loadInto(ctx, ss)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ss.st, rev, nil
+}
+
+// loadInto streams every object at one revision into sink (Reset, then
+// Put page by page) and returns the revision; the caller commits.
+func (s *Store) loadInto(ctx context.Context, sink Sink) (int64, error) {
 	var rev int64
-	bad := 0
+	sink.Reset()
 	for _, kind := range model.Kinds {
 		prefix := Root + kind + "/"
 		end := clientv3.GetPrefixRangeEnd(prefix)
@@ -128,20 +143,14 @@ func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
 			}
 			resp, err := s.Client.Get(ctx, from, opts...)
 			if err != nil {
-				return nil, 0, fmt.Errorf("store: load %s: %w", kind, err)
+				return 0, fmt.Errorf("store: load %s: %w", kind, err)
 			}
 			if rev == 0 {
 				rev = resp.Header.Revision
 			}
 			for _, kv := range resp.Kvs {
 				_, key, _ := ParseKey(string(kv.Key))
-				o, err := model.Decode(kind, kv.Value)
-				if err != nil || o.Key() != key {
-					bad++
-					s.Log.Warn("skipping undecodable object in the store", "key", string(kv.Key), "err", err)
-					continue
-				}
-				st.Set(o)
+				sink.Put(kind, key, kv.Value, kv.ModRevision)
 			}
 			if !resp.More || len(resp.Kvs) == 0 {
 				break
@@ -149,7 +158,7 @@ func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
 			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
-	return st, rev, nil
+	return rev, nil
 }
 
 // Op is one write: Value nil deletes.
@@ -167,7 +176,18 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 		return rev, nil
 	}
 	for len(ops) > 0 {
-		n := min(len(ops), max(s.TxnOps-1, 1)) // one op is the commit marker
+		// At most TxnOps operations (one is the commit marker) and
+		// TxnBytes of keys and values: etcd refuses larger requests
+		// (--max-request-bytes, 1.5 MiB by default).
+		n, size := 0, 0
+		for n < len(ops) && n < max(s.TxnOps-1, 1) {
+			sz := len(Root) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
+			if n > 0 && size+sz > TxnBytes {
+				break
+			}
+			size += sz
+			n++
+		}
 		chunk := ops[:n]
 		ops = ops[n:]
 		eops := make([]clientv3.Op, len(chunk))
@@ -205,6 +225,121 @@ func (s *Store) CommitRevision(ctx context.Context) (int64, error) {
 	return resp.Kvs[0].ModRevision, nil
 }
 
+// Sink receives the store's contents as raw values, for followers that
+// keep their own (smaller) representation: a full load is Reset, Put for
+// every object, Commit(rev, true); then each watched batch of changes is
+// Put/Delete calls and Commit(rev, false). All calls come from one
+// goroutine.
+type Sink interface {
+	Reset()
+	Put(kind, key string, value []byte, rev int64) // rev: the object's mod revision
+	Delete(kind, key string, rev int64)
+	Commit(rev int64, resync bool)
+}
+
+// FollowSink streams the store into sink until ctx ends; a compacted or
+// broken watch leads to a full reload.
+func (s *Store) FollowSink(ctx context.Context, sink Sink) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		rev, err := s.loadInto(ctx, sink)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			s.Log.Warn("store load failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		sink.Commit(rev, true)
+		err = s.watchInto(ctx, rev, sink)
+		if ctx.Err() != nil {
+			break
+		}
+		s.Log.Warn("watch ended; reloading the whole state", "err", err)
+	}
+	return ctx.Err()
+}
+
+func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wc := s.Client.Watch(wctx, Root, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for resp := range wc {
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return fmt.Errorf("history compacted at %d", resp.CompactRevision)
+			}
+			return err
+		}
+		if resp.IsProgressNotify() || len(resp.Events) == 0 {
+			continue
+		}
+		for _, e := range resp.Events {
+			kind, key, ok := ParseKey(string(e.Kv.Key))
+			if !ok {
+				continue
+			}
+			if e.Type == clientv3.EventTypeDelete {
+				sink.Delete(kind, key, e.Kv.ModRevision)
+			} else {
+				sink.Put(kind, key, e.Kv.Value, e.Kv.ModRevision)
+			}
+			// The header's revision may already count changes later
+			// responses carry: the state reflects the last event's.
+			rev = max(rev, e.Kv.ModRevision)
+		}
+		sink.Commit(rev, false)
+	}
+	return errors.New("watch channel closed")
+}
+
+// stateSink keeps a model.State and hands it to a Handler.
+type stateSink struct {
+	st      *model.State
+	log     *slog.Logger
+	h       Handler
+	evs     []Event
+	loading bool // a full load: no events, the handler resyncs
+}
+
+func (ss *stateSink) Reset() { ss.st, ss.evs, ss.loading = model.NewState(), nil, true }
+
+func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
+	o, err := model.Decode(kind, value)
+	if err != nil || o.Key() != key {
+		ss.log.Warn("skipping undecodable object in the store", "kind", kind, "key", key, "err", err)
+		return
+	}
+	ss.st.Set(o)
+	if !ss.loading {
+		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Obj: o, Rev: rev})
+	}
+}
+
+func (ss *stateSink) Delete(kind, key string, rev int64) {
+	ss.st.Remove(kind, key)
+	if !ss.loading {
+		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Rev: rev})
+	}
+}
+
+func (ss *stateSink) Commit(rev int64, resync bool) {
+	evs := ss.evs
+	ss.evs, ss.loading = nil, false
+	if resync {
+		evs = nil
+	}
+	if ss.h != nil {
+		ss.h(ss.st, rev, evs, resync)
+	}
+}
+
 // Event is one change seen on the watch stream.
 type Event struct {
 	Kind, Key string
@@ -225,71 +360,5 @@ type Handler func(st *model.State, rev int64, events []Event, resync bool)
 // and hands it over again, until ctx ends. A compacted or broken watch
 // leads to a full reload (resync).
 func (s *Store) Follow(ctx context.Context, h Handler) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		st, rev, err := s.Load(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			s.Log.Warn("store load failed; retrying", "err", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		h(st, rev, nil, true)
-		err = s.follow(ctx, st, rev, h)
-		if ctx.Err() != nil {
-			break
-		}
-		s.Log.Warn("watch ended; reloading the whole state", "err", err)
-	}
-	return ctx.Err()
-}
-
-func (s *Store) follow(ctx context.Context, st *model.State, rev int64, h Handler) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wc := s.Client.Watch(wctx, Root, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range wc {
-		if err := resp.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return fmt.Errorf("history compacted at %d", resp.CompactRevision)
-			}
-			return err
-		}
-		if resp.IsProgressNotify() || len(resp.Events) == 0 {
-			continue
-		}
-		evs := make([]Event, 0, len(resp.Events))
-		for _, e := range resp.Events {
-			kind, key, ok := ParseKey(string(e.Kv.Key))
-			if !ok {
-				continue
-			}
-			if e.Type == clientv3.EventTypeDelete {
-				st.Remove(kind, key)
-				evs = append(evs, Event{Kind: kind, Key: key, Rev: e.Kv.ModRevision})
-				continue
-			}
-			o, err := model.Decode(kind, e.Kv.Value)
-			if err != nil || o.Key() != key {
-				s.Log.Warn("skipping undecodable object in the store", "key", string(e.Kv.Key), "err", err)
-				continue
-			}
-			st.Set(o)
-			evs = append(evs, Event{Kind: kind, Key: key, Obj: o, Rev: e.Kv.ModRevision})
-		}
-		// The header's revision may already count changes later
-		// responses carry: the state reflects the last event's.
-		for _, e := range resp.Events {
-			rev = max(rev, e.Kv.ModRevision)
-		}
-		h(st, rev, evs, false)
-	}
-	return errors.New("watch channel closed")
+	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h})
 }
