@@ -193,19 +193,33 @@ func (e *Edge) DeleteRoutes(addrs []netip.Addr) error {
 	return nil
 }
 
-// Routes lists every route in the map.
+// RangeRoutes walks the route map in batches.
+func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
+	keys := make([]edgeEipKey, 8192)
+	vals := make([]edgeEipRoute, 8192)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.EipRoutes.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			k, v := keys[i], vals[i]
+			if !f(addrFrom(k.Addr, k.Family), Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}) {
+				return nil
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list EIP routes: %w", err)
+		}
+	}
+}
+
+// Routes lists every route in the map (for tests and small tables).
 func (e *Edge) Routes() (map[netip.Addr]Route, error) {
 	out := map[netip.Addr]Route{}
-	var k edgeEipKey
-	var v edgeEipRoute
-	it := e.objs.EipRoutes.Iterate()
-	for it.Next(&k, &v) {
-		out[addrFrom(k.Addr, k.Family)] = Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list EIP routes: %w", err)
-	}
-	return out, nil
+	err := e.RangeRoutes(func(a netip.Addr, r Route) bool { out[a] = r; return true })
+	return out, err
 }
 
 // Route reads one route.

@@ -52,14 +52,31 @@ func (f *FakeEdge) DeleteRoutes(as []netip.Addr) error {
 	return nil
 }
 
-func (f *FakeEdge) Routes() (map[netip.Addr]Route, error) {
+func (f *FakeEdge) RangeRoutes(fn func(netip.Addr, Route) bool) error {
+	for a, r := range f.Routes() {
+		if !fn(a, r) {
+			break
+		}
+	}
+	return nil
+}
+
+func (f *FakeEdge) Route(a netip.Addr) (Route, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.RouteMap[a]
+	return r, ok, nil
+}
+
+// Routes returns a copy of the routes.
+func (f *FakeEdge) Routes() map[netip.Addr]Route {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make(map[netip.Addr]Route, len(f.RouteMap))
 	for a, r := range f.RouteMap {
 		out[a] = r
 	}
-	return out, nil
+	return out
 }
 
 func (f *FakeEdge) ResetEIPStats(idx uint32) error {

@@ -123,8 +123,11 @@ type EdgeMaps interface {
 	// PutRoutes adds or replaces routes.
 	PutRoutes(map[netip.Addr]Route) error
 	DeleteRoutes([]netip.Addr) error
-	// Routes lists every programmed route.
-	Routes() (map[netip.Addr]Route, error)
+	// RangeRoutes calls f for every programmed route until f returns
+	// false (millions of routes: no map of them all is built).
+	RangeRoutes(f func(netip.Addr, Route) bool) error
+	// Route reads one route.
+	Route(netip.Addr) (Route, bool, error)
 	// ResetEIPStats zeroes a counter slot before it is reused.
 	ResetEIPStats(idx uint32) error
 	EIPStats(idx uint32) (Counters, error)

@@ -51,16 +51,13 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 		return err
 	}
 	defer dp.Close()
-	rec, err := NewReconciler(cfg, dp)
-	if err != nil {
-		return err
-	}
+	rec := NewReconciler(cfg, dp)
 	for _, ifname := range cfg.Interfaces {
 		if err := dp.Attach(ifname); err != nil {
 			return err
 		}
 	}
-	log.Info("edge data plane attached", "interfaces", cfg.Interfaces, "routes_kept", len(rec.Programmed()), "pins", load.PinDir)
+	log.Info("edge data plane attached", "interfaces", cfg.Interfaces, "pins", load.PinDir)
 
 	// Cached next hops must follow the kernel's routes and neighbours.
 	if err := netlab.WatchRouting(ctx, func() {
@@ -98,7 +95,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	if metricsListen != "" {
 		go serveMetrics(ctx, metricsListen, "edge", status, log)
 	}
-	return st.Follow(ctx, rec.Handle)
+	return st.FollowSink(ctx, rec)
 }
 
 // ifindexOf finds the interface that holds an address.

@@ -37,34 +37,6 @@ type Want struct {
 	VSID uint32
 }
 
-// Desired computes every route the edge must hold: one per bound EIP whose
-// host and guest exist. Every edge holds every binding (sets only decide
-// which prefixes an edge announces), so any edge can decapsulate any reply.
-func Desired(st *model.State) map[netip.Addr]Want {
-	out := make(map[netip.Addr]Want, len(st.EIPs))
-	for _, e := range st.EIPs {
-		if w, ok := want(st, e); ok {
-			out[e.Address] = w
-		}
-	}
-	return out
-}
-
-func want(st *model.State, e *model.EIP) (Want, bool) {
-	if e == nil || e.Binding == nil {
-		return Want{}, false
-	}
-	h, ok := st.Hosts[e.Binding.Host]
-	if !ok {
-		return Want{}, false
-	}
-	g, ok := h.Guest(e.Binding.Guest)
-	if !ok {
-		return Want{}, false
-	}
-	return Want{Host: h.Underlay, VSID: g.VSID}, true
-}
-
 // Config of an edge daemon.
 type Config struct {
 	Name             string
@@ -82,110 +54,118 @@ type Config struct {
 	Log       *slog.Logger
 }
 
-// Reconciler keeps an EdgeMaps equal to the desired state. It is the part
-// of the edge that is tested without a kernel (with dataplane fakes).
+// Reconciler keeps an EdgeMaps equal to the desired state. It is a
+// store.Sink: it keeps the compact index of what an edge needs and, at
+// each commit, programs what changed (everything after a reload, a host
+// change or a failed write). It is tested without a kernel, on the
+// dataplane fakes.
 type Reconciler struct {
 	cfg  Config
 	maps dataplane.EdgeMaps
 	log  *slog.Logger
 
-	mu         sync.Mutex
-	programmed map[netip.Addr]dataplane.Route // mirror of the route map
-	free       []uint32                       // counter slots to reuse
-	next       uint32                         // next never-used slot
-	rev        int64
-	underlay   netip.Addr
-	prefixes   []netip.Prefix // the edge set's prefixes
-	errs       []string
-	dirty      bool            // a write failed: the next change resyncs in full
-	OnApplied  func(rev int64) // called after each successful apply
+	mu       sync.Mutex
+	idx      *index
+	loading  bool
+	pending  map[netip.Addr]struct{} // EIPs changed since the last commit
+	full     bool                    // next commit resyncs everything
+	slots    slots
+	routes   int // routes programmed
+	rev      int64
+	underlay netip.Addr
+	prefixes []netip.Prefix // the edge set's prefixes
+	errs     []string
+	// OnApplied is called after each successful commit.
+	OnApplied func(rev int64)
 }
 
-// NewReconciler reads what the maps already hold (after a restart they
-// hold the previous state), so counter slots and routes carry over.
-func NewReconciler(cfg Config, maps dataplane.EdgeMaps) (*Reconciler, error) {
+var _ store.Sink = (*Reconciler)(nil)
+
+// NewReconciler returns a reconciler for maps; the first commit (a full
+// load) adopts what the maps already hold, so routes and their counter
+// slots carry over a restart.
+func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log}
-	cur, err := maps.Routes()
-	if err != nil {
-		return nil, err
-	}
-	r.programmed = cur
-	used := make(map[uint32]bool, len(cur))
-	for _, rt := range cur {
-		used[rt.StatsIdx] = true
-		if rt.StatsIdx >= r.next {
-			r.next = rt.StatsIdx + 1
-		}
-	}
-	for i := uint32(0); i < r.next; i++ {
-		if !used[i] {
-			r.free = append(r.free, i)
-		}
-	}
-	return r, nil
+	return &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true}
 }
 
-func (r *Reconciler) alloc() (uint32, error) {
-	if n := len(r.free); n > 0 {
-		idx := r.free[n-1]
-		r.free = r.free[:n-1]
-		return idx, r.maps.ResetEIPStats(idx)
-	}
-	idx := r.next
-	r.next++
-	return idx, r.maps.ResetEIPStats(idx)
-}
-
-// Handle is a store.Handler: it applies a change (or a full resync).
-func (r *Reconciler) Handle(st *model.State, rev int64, events []store.Event, resync bool) {
+// Reset starts a full load.
+func (r *Reconciler) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.idx, r.loading = newIndex(), true
+	clear(r.pending)
+}
+
+// Put records a stored object.
+func (r *Reconciler) Put(kind, key string, value []byte, _ int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.idx.put(kind, key, value)
+	if err != nil {
+		r.log.Warn("skipping undecodable object in the store", "kind", kind, "key", key, "err", err)
+		return
+	}
+	r.note(c)
+}
+
+// Delete records a removed object.
+func (r *Reconciler) Delete(kind, key string, _ int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.note(r.idx.delete(kind, key))
+}
+
+func (r *Reconciler) note(c change) {
+	if r.loading {
+		return
+	}
+	if c.routes {
+		r.full = true
+	}
+	if c.eip.IsValid() {
+		r.pending[c.eip] = struct{}{}
+	}
+}
+
+// Commit programs the maps.
+func (r *Reconciler) Commit(rev int64, resync bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loading = false
 	r.errs = nil
-	if err := r.applyConfig(st); err != nil {
+	if err := r.applyConfig(); err != nil {
 		r.fail(err)
 		return
 	}
-	full := resync || r.dirty
-	var changed []netip.Addr
-	for _, e := range events {
-		if e.Kind != model.KindEIP {
-			full = true // a host or set change can touch many routes
-			break
-		}
-		a, err := netip.ParseAddr(e.Key)
-		if err != nil {
-			continue
-		}
-		changed = append(changed, a)
-	}
 	var err error
-	if full {
-		err = r.sync(Desired(st))
+	if resync || r.full {
+		err = r.sync()
 	} else {
-		err = r.update(st, changed)
+		err = r.update()
 	}
 	if err != nil {
 		r.fail(err)
 		return
 	}
+	clear(r.pending)
+	r.full = false
 	r.rev = rev
-	r.dirty = false
 	if r.OnApplied != nil {
 		r.OnApplied(rev)
 	}
 }
 
 func (r *Reconciler) fail(err error) {
-	r.dirty = true
+	r.full = true // the next commit resyncs in full
 	r.errs = append(r.errs, err.Error())
 	r.log.Error("reconcile failed; the data plane keeps its previous state", "err", err)
 }
 
-func (r *Reconciler) applyConfig(st *model.State) error {
-	set, me, ok := st.EdgeSetOf(r.cfg.Name)
+func (r *Reconciler) applyConfig() error {
+	set, me, ok := r.idx.edgeSetOf(r.cfg.Name)
 	if !ok {
 		return fmt.Errorf("edge %q is not a member of any edge set: add it to one (azgate set create ... --edge name=%s,underlay=ADDR)", r.cfg.Name, r.cfg.Name)
 	}
@@ -213,100 +193,148 @@ func (r *Reconciler) applyConfig(st *model.State) error {
 	return nil
 }
 
-// sync makes the maps equal to want.
-func (r *Reconciler) sync(want map[netip.Addr]Want) error {
-	put := map[netip.Addr]dataplane.Route{}
-	var del []netip.Addr
-	for a, w := range want {
-		cur, ok := r.programmed[a]
-		if ok && cur.Host == w.Host && cur.VSID == w.VSID {
+// cur is a programmed route, compactly.
+type cur struct {
+	host [4]byte
+	vsid uint32
+	slot uint32
+}
+
+// sync makes the maps equal to the index: it reads what they hold (its
+// counter slots are kept), writes what differs in batches and deletes the
+// rest.
+func (r *Reconciler) sync() error {
+	have := make(map[[4]byte]cur, len(r.idx.eips))
+	r.slots.reset()
+	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
+		if a.Is4() && rt.Host.Is4() {
+			have[a.As4()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			r.slots.use(rt.StatsIdx)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	b := r.newBatch()
+	n := 0
+	for k := range r.idx.eips {
+		w, ok := r.idx.want(k)
+		if !ok {
 			continue
 		}
-		idx := cur.StatsIdx
-		if !ok {
-			var err error
-			if idx, err = r.alloc(); err != nil {
-				return err
+		n++
+		c, had := have[k]
+		if had {
+			delete(have, k) // what stays in have is deleted below
+			if c.host == w.Host.As4() && c.vsid == w.VSID {
+				continue
 			}
 		}
-		put[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: idx}
-	}
-	for a := range r.programmed {
-		if _, ok := want[a]; !ok {
-			del = append(del, a)
+		if err := b.put(netip.AddrFrom4(k), w, c.slot, had); err != nil {
+			return err
 		}
 	}
-	return r.write(put, del)
+	for k, c := range have {
+		if err := b.del(netip.AddrFrom4(k), c.slot); err != nil {
+			return err
+		}
+	}
+	if err := b.flush(); err != nil {
+		return err
+	}
+	r.routes = n
+	return nil
 }
 
-// update applies the changes of a few EIPs.
-func (r *Reconciler) update(st *model.State, addrs []netip.Addr) error {
-	want := make(map[netip.Addr]Want, len(addrs))
-	for _, a := range addrs {
-		if w, ok := want1(st, a); ok {
-			want[a] = w
+// update programs the EIPs changed since the last commit.
+func (r *Reconciler) update() error {
+	b := r.newBatch()
+	for a := range r.pending {
+		c, had, err := r.maps.Route(a)
+		if err != nil {
+			return err
 		}
-	}
-	put := map[netip.Addr]dataplane.Route{}
-	var del []netip.Addr
-	for _, a := range addrs {
-		w, ok := want[a]
-		cur, had := r.programmed[a]
+		w, ok := r.idx.want(a.As4())
 		switch {
 		case !ok && had:
-			del = append(del, a)
-		case ok && had && cur.Host == w.Host && cur.VSID == w.VSID:
-		case ok:
-			idx := cur.StatsIdx
-			if !had {
-				var err error
-				if idx, err = r.alloc(); err != nil {
-					return err
-				}
+			if err := b.del(a, c.StatsIdx); err != nil {
+				return err
 			}
-			put[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: idx}
+			r.routes--
+		case ok && had && c.Host == w.Host && c.VSID == w.VSID:
+		case ok:
+			if err := b.put(a, w, c.StatsIdx, had); err != nil {
+				return err
+			}
+			if !had {
+				r.routes++
+			}
 		}
 	}
-	return r.write(put, del)
+	return b.flush()
 }
 
-func want1(st *model.State, a netip.Addr) (Want, bool) {
-	return want(st, st.EIPs[a.String()])
+// batch collects route writes and deletes.
+type batch struct {
+	r    *Reconciler
+	puts map[netip.Addr]dataplane.Route
+	dels []netip.Addr
+	// slots of deleted routes are freed only once the delete is written
+	freed []uint32
 }
 
-func (r *Reconciler) write(put map[netip.Addr]dataplane.Route, del []netip.Addr) error {
-	if len(put) > 0 {
-		if err := r.maps.PutRoutes(put); err != nil {
+const batchMax = 8192
+
+func (r *Reconciler) newBatch() *batch {
+	return &batch{r: r, puts: make(map[netip.Addr]dataplane.Route, batchMax)}
+}
+
+func (b *batch) put(a netip.Addr, w Want, slot uint32, had bool) error {
+	if !had {
+		var err error
+		if slot, err = b.r.alloc(); err != nil {
 			return err
 		}
-		for a, rt := range put {
-			r.programmed[a] = rt
-		}
 	}
-	if len(del) > 0 {
-		if err := r.maps.DeleteRoutes(del); err != nil {
-			return err
-		}
-		for _, a := range del {
-			r.free = append(r.free, r.programmed[a].StatsIdx)
-			delete(r.programmed, a)
-		}
-	}
-	if len(put)+len(del) > 0 {
-		r.log.Debug("routes programmed", "put", len(put), "deleted", len(del), "total", len(r.programmed))
+	b.puts[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: slot}
+	if len(b.puts) >= batchMax {
+		return b.flush()
 	}
 	return nil
 }
 
-// Programmed returns a copy of the routes the maps hold.
-func (r *Reconciler) Programmed() map[netip.Addr]dataplane.Route {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[netip.Addr]dataplane.Route, len(r.programmed))
-	for a, rt := range r.programmed {
-		out[a] = rt
+func (b *batch) del(a netip.Addr, slot uint32) error {
+	b.dels = append(b.dels, a)
+	b.freed = append(b.freed, slot)
+	if len(b.dels) >= batchMax {
+		return b.flush()
 	}
-	return out
+	return nil
+}
+
+func (b *batch) flush() error {
+	if len(b.puts) > 0 {
+		if err := b.r.maps.PutRoutes(b.puts); err != nil {
+			return err
+		}
+		clear(b.puts)
+	}
+	if len(b.dels) > 0 {
+		if err := b.r.maps.DeleteRoutes(b.dels); err != nil {
+			return err
+		}
+		for _, s := range b.freed {
+			b.r.slots.free(s)
+		}
+		b.dels, b.freed = b.dels[:0], b.freed[:0]
+	}
+	return nil
+}
+
+func (r *Reconciler) alloc() (uint32, error) {
+	idx := r.slots.alloc()
+	return idx, r.maps.ResetEIPStats(idx)
 }
 
 // Prefixes returns the prefixes of the edge's set.
@@ -316,17 +344,13 @@ func (r *Reconciler) Prefixes() []netip.Prefix {
 	return append([]netip.Prefix(nil), r.prefixes...)
 }
 
-// Hosts returns the distinct underlay addresses routes point at.
+// Hosts returns the underlay addresses of the hosts EIPs may be bound to.
 func (r *Reconciler) Hosts() []netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := map[netip.Addr]bool{}
-	for _, rt := range r.programmed {
-		seen[rt.Host] = true
-	}
-	out := make([]netip.Addr, 0, len(seen))
-	for a := range seen {
-		out = append(out, a)
+	out := make([]netip.Addr, 0, len(r.idx.hosts))
+	for _, h := range r.idx.hosts {
+		out = append(out, h.underlay)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
@@ -340,16 +364,21 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := model.NodeStatus{Role: "edge", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
-		AppliedRevision: r.rev, Interfaces: ifaces, Routes: len(r.programmed), Errors: r.errs}
+		AppliedRevision: r.rev, Interfaces: ifaces, Routes: r.routes, Errors: r.errs}
 	if c, err := r.maps.Stats(); err == nil {
 		s.Counters = map[string]model.Count{}
 		for k, v := range c {
 			s.Counters[k] = model.Count(v)
 		}
 	}
-	if len(r.programmed) <= maxStatusEIPs {
+	if r.routes <= maxStatusEIPs {
 		s.EIPs = map[string]model.EIPCounters{}
-		for a, rt := range r.programmed {
+		for k := range r.idx.eips {
+			a := netip.AddrFrom4(k)
+			rt, ok, err := r.maps.Route(a)
+			if err != nil || !ok {
+				continue
+			}
 			if c, err := r.maps.EIPStats(rt.StatsIdx); err == nil {
 				s.EIPs[a.String()] = model.EIPCounters(c)
 			}

@@ -15,11 +15,9 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func a(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-// region builds a small consistent state.
-func region(t *testing.T) *model.State {
-	t.Helper()
-	st := model.NewState()
-	objs := []model.Object{
+// region is a small consistent region.
+func region() []model.Object {
+	return []model.Object{
 		&model.AZ{Name: "az1"}, &model.AZ{Name: "az2"},
 		&model.Host{Name: "az1-h1", AZ: "az1", Underlay: a("198.18.11.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.11.1"), VSID: 5001}}},
 		&model.Host{Name: "az2-h1", AZ: "az2", Underlay: a("198.18.21.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.21.1"), VSID: 6001}}},
@@ -28,145 +26,203 @@ func region(t *testing.T) *model.State {
 		&model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}},
 		&model.EIP{Address: a("198.51.100.8")},
 	}
+}
+
+func put(t *testing.T, s store.Sink, rev int64, objs ...model.Object) {
+	t.Helper()
 	for _, o := range objs {
-		if _, err := st.Put(o); err != nil {
+		b, err := store.Encode(o)
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.Put(model.KindOf(o), o.Key(), b, rev)
 	}
-	return st
+}
+
+// load feeds a full load, as the store does after (re)connecting.
+func load(t *testing.T, s store.Sink, rev int64, objs ...model.Object) {
+	t.Helper()
+	s.Reset()
+	put(t, s, rev, objs...)
+	s.Commit(rev, true)
+}
+
+// watched feeds one watched batch.
+func watched(t *testing.T, s store.Sink, rev int64, objs ...model.Object) {
+	t.Helper()
+	put(t, s, rev, objs...)
+	s.Commit(rev, false)
 }
 
 func TestReconcileFullAndIncremental(t *testing.T) {
-	st := region(t)
 	fake := dataplane.NewFakeEdge()
-	r, err := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Handle(st, 10, nil, true)
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	load(t, r, 10, region()...)
 	if got := fake.Config.Underlay; got != a("198.18.0.1") {
 		t.Fatalf("underlay %v", got)
 	}
-	if len(fake.RouteMap) != 1 {
-		t.Fatalf("routes %v, want only the bound EIP", fake.RouteMap)
+	routes := fake.Routes()
+	if len(routes) != 1 {
+		t.Fatalf("routes %v, want only the bound EIP", routes)
 	}
-	rt := fake.RouteMap[a("198.51.100.7")]
+	rt := routes[a("198.51.100.7")]
 	if rt.Host != a("198.18.11.1") || rt.VSID != 5001 {
 		t.Fatalf("route %+v", rt)
 	}
 	slot := rt.StatsIdx
 
 	// Drift: one EIP event moves the route and keeps its counter slot.
-	e := &model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}}
-	if _, err := st.Put(e); err != nil {
-		t.Fatal(err)
-	}
-	r.Handle(st, 11, []store.Event{{Kind: model.KindEIP, Key: "198.51.100.7", Obj: e}}, false)
-	rt = fake.RouteMap[a("198.51.100.7")]
+	watched(t, r, 11, &model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
+	rt = fake.Routes()[a("198.51.100.7")]
 	if rt.Host != a("198.18.21.1") || rt.VSID != 6001 || rt.StatsIdx != slot {
 		t.Fatalf("after drift %+v (slot was %d)", rt, slot)
 	}
 
 	// Bind the second EIP: a new slot.
-	e2 := &model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}}
-	if _, err := st.Put(e2); err != nil {
-		t.Fatal(err)
-	}
-	r.Handle(st, 12, []store.Event{{Kind: model.KindEIP, Key: "198.51.100.8", Obj: e2}}, false)
-	if s := fake.RouteMap[a("198.51.100.8")].StatsIdx; s == slot {
+	watched(t, r, 12, &model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
+	if s := fake.Routes()[a("198.51.100.8")].StatsIdx; s == slot {
 		t.Fatalf("two EIPs share counter slot %d", s)
 	}
 
-	// Host underlay change: a host event leads to a full sync.
-	h := *st.Hosts["az2-h1"]
-	h.Underlay = a("198.18.21.9")
-	if _, err := st.Put(&h); err != nil {
-		t.Fatal(err)
-	}
-	r.Handle(st, 13, []store.Event{{Kind: model.KindHost, Key: "az2-h1", Obj: &h}}, false)
-	if got := fake.RouteMap[a("198.51.100.7")].Host; got != a("198.18.21.9") {
+	// A host's underlay moves: every route to it follows.
+	watched(t, r, 13, &model.Host{Name: "az2-h1", AZ: "az2", Underlay: a("198.18.21.9"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.21.1"), VSID: 6001}}})
+	if got := fake.Routes()[a("198.51.100.7")].Host; got != a("198.18.21.9") {
 		t.Fatalf("host move not followed: %v", got)
 	}
 
-	// Unbind: the route goes, its slot is reused by the next EIP.
-	un := &model.EIP{Address: a("198.51.100.7")}
-	st.Put(un)
-	r.Handle(st, 14, []store.Event{{Kind: model.KindEIP, Key: "198.51.100.7", Obj: un}}, false)
-	if _, ok := fake.RouteMap[a("198.51.100.7")]; ok {
+	// Unbind: the route goes and its slot is the next one handed out.
+	watched(t, r, 14, &model.EIP{Address: a("198.51.100.7")})
+	if _, ok := fake.Routes()[a("198.51.100.7")]; ok {
 		t.Fatal("unbound EIP still routed")
 	}
-	if r.rev != 14 {
-		t.Fatalf("rev %d", r.rev)
+	watched(t, r, 15, &model.EIP{Address: a("198.51.100.9"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
+	if s := fake.Routes()[a("198.51.100.9")].StatsIdx; s != slot {
+		t.Fatalf("freed slot %d not reused (got %d)", slot, s)
+	}
+
+	// A deleted EIP goes too.
+	r.Delete(model.KindEIP, "198.51.100.8", 16)
+	r.Commit(16, false)
+	if _, ok := fake.Routes()[a("198.51.100.8")]; ok || r.rev != 16 || r.routes != 1 {
+		t.Fatalf("after delete: routes %v rev %d count %d", fake.Routes(), r.rev, r.routes)
 	}
 }
 
 func TestRestartAdoptsMaps(t *testing.T) {
-	st := region(t)
 	fake := dataplane.NewFakeEdge()
-	r1, _ := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
-	r1.Handle(st, 5, nil, true)
-	before := fake.RouteMap[a("198.51.100.7")]
+	load(t, NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake), 5, region()...)
+	before := fake.Routes()[a("198.51.100.7")]
 	fake.Counters[before.StatsIdx] = dataplane.Counters{RxPackets: 42}
 
 	// A new daemon on the same (pinned) maps changes nothing and keeps
 	// the counters.
-	r2, err := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2.Handle(st, 5, nil, true)
-	if after := fake.RouteMap[a("198.51.100.7")]; after != before {
+	load(t, NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake), 5, region()...)
+	if after := fake.Routes()[a("198.51.100.7")]; after != before {
 		t.Fatalf("route changed across restart: %+v -> %+v", before, after)
 	}
 	if fake.Counters[before.StatsIdx].RxPackets != 42 {
 		t.Fatal("counters lost across restart")
 	}
-	// Stale routes left by a previous run are removed.
+	// Stale routes left by a previous run are removed; a slot in use by
+	// an adopted route is never handed out again.
 	fake.RouteMap[a("198.51.100.99")] = dataplane.Route{Host: a("198.18.11.1"), VSID: 5001, StatsIdx: 77}
-	r3, _ := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
-	r3.Handle(st, 6, nil, true)
-	if _, ok := fake.RouteMap[a("198.51.100.99")]; ok {
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	objs := append(region(), &model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
+	load(t, r, 6, objs...)
+	routes := fake.Routes()
+	if _, ok := routes[a("198.51.100.99")]; ok {
 		t.Fatal("stale route kept")
+	}
+	if routes[a("198.51.100.8")].StatsIdx == before.StatsIdx {
+		t.Fatal("a new EIP got the slot of an adopted one")
 	}
 }
 
 func TestFailureKeepsStateAndRecovers(t *testing.T) {
-	st := region(t)
 	faulty := &dataplane.FaultyEdge{EdgeMaps: dataplane.NewFakeEdge()}
-	r, _ := NewReconciler(Config{Name: "edge-a1", Log: quiet}, faulty)
-	r.Handle(st, 1, nil, true)
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, faulty)
+	load(t, r, 1, region()...)
 	faulty.SetFail(true)
-	e := &model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}}
-	st.Put(e)
-	r.Handle(st, 2, []store.Event{{Kind: model.KindEIP, Key: e.Key(), Obj: e}}, false)
+	watched(t, r, 2, &model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
 	if len(r.errs) == 0 || r.rev != 1 {
 		t.Fatalf("failure not reported (errs %v, rev %d)", r.errs, r.rev)
 	}
-	got, _ := faulty.Routes()
-	if got[a("198.51.100.7")].Host != a("198.18.11.1") {
+	if rt, _, _ := faulty.Route(a("198.51.100.7")); rt.Host != a("198.18.11.1") {
 		t.Fatal("failed write changed the route")
 	}
 	faulty.SetFail(false)
 	// The next change, whatever it is, resyncs everything.
-	e8 := &model.EIP{Address: a("198.51.100.8"), Description: "touched"}
-	st.Put(e8)
-	r.Handle(st, 3, []store.Event{{Kind: model.KindEIP, Key: e8.Key(), Obj: e8}}, false)
-	got, _ = faulty.Routes()
-	if got[a("198.51.100.7")].Host != a("198.18.21.1") || r.rev != 3 || len(r.errs) != 0 {
-		t.Fatalf("did not recover: %+v rev %d errs %v", got, r.rev, r.errs)
+	watched(t, r, 3, &model.EIP{Address: a("198.51.100.8"), Description: "touched"})
+	if rt, _, _ := faulty.Route(a("198.51.100.7")); rt.Host != a("198.18.21.1") || r.rev != 3 || len(r.errs) != 0 {
+		t.Fatalf("did not recover: %+v rev %d errs %v", rt, r.rev, r.errs)
 	}
 }
 
 func TestNotInAnyEdgeSet(t *testing.T) {
-	st := region(t)
 	fake := dataplane.NewFakeEdge()
 	fake.RouteMap[a("198.51.100.7")] = dataplane.Route{Host: a("198.18.11.1"), VSID: 5001}
-	r, _ := NewReconciler(Config{Name: "edge-zz", Log: quiet}, fake)
-	r.Handle(st, 1, nil, true)
+	r := NewReconciler(Config{Name: "edge-zz", Log: quiet}, fake)
+	load(t, r, 1, region()...)
 	if len(r.errs) == 0 {
 		t.Fatal("no error for an edge outside every set")
 	}
 	if len(fake.RouteMap) != 1 {
 		t.Fatal("routes wiped although the edge's identity is unknown")
+	}
+}
+
+func TestSlots(t *testing.T) {
+	var s slots
+	for i := uint32(0); i < 200; i++ {
+		if got := s.alloc(); got != i {
+			t.Fatalf("alloc %d, want %d", got, i)
+		}
+	}
+	s.free(3)
+	s.free(130)
+	if got := s.alloc(); got != 3 {
+		t.Fatalf("alloc %d, want the freed 3", got)
+	}
+	if got := s.alloc(); got != 130 {
+		t.Fatalf("alloc %d, want the freed 130", got)
+	}
+	if got := s.alloc(); got != 200 {
+		t.Fatalf("alloc %d, want 200", got)
+	}
+}
+
+// TestIndexMemory holds the edge's state for a million EIPs to a budget
+// (the edge's RSS target is 512 MB with the data plane's maps outside it).
+func TestIndexMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: builds a million-EIP index")
+	}
+	x := newIndex()
+	before := heapAlloc()
+	for h := 0; h < 1000; h++ {
+		host := &model.Host{Name: "h" + itoa(h), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, byte(h >> 8), byte(h)})}
+		for g := 0; g < 1000; g++ {
+			host.Guests = append(host.Guests, model.Guest{Name: "g" + itoa(g), Address: netip.AddrFrom4([4]byte{198, 19, byte(g >> 8), byte(g)}), VSID: uint32(model.VSIDMin + g)})
+		}
+		b, _ := store.Encode(host)
+		if _, err := x.put(model.KindHost, host.Name, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 1_000_000; i++ {
+		e := &model.EIP{Address: netip.AddrFrom4([4]byte{100, 64 | byte(i>>16), byte(i >> 8), byte(i)}),
+			Binding: &model.Binding{Host: "h" + itoa(i/1000), Guest: "g" + itoa(i%1000)}}
+		b, _ := store.Encode(e)
+		if _, err := x.put(model.KindEIP, e.Key(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mb := float64(heapAlloc()-before) / 1e6
+	t.Logf("index of 1000 hosts x 1000 guests and 1M bound EIPs: %.0f MB", mb)
+	if mb > 200 {
+		t.Fatalf("index takes %.0f MB, budget 200", mb)
+	}
+	if w, ok := x.want(netip.MustParseAddr("100.64.3.232").As4()); !ok || w.VSID != model.VSIDMin {
+		t.Fatalf("want %+v %v", w, ok)
 	}
 }

@@ -1,0 +1,141 @@
+package edge
+
+import (
+	"encoding/json"
+	"net/netip"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+// index is the part of the desired state an edge needs, kept small enough
+// for millions of EIPs: an IPv4 EIP costs a map entry of 4 bytes of key and
+// two interned strings (about 50 bytes with the map's overhead), where a
+// full model.State costs over 300.
+type index struct {
+	hosts map[string]*hostEntry
+	sets  map[string]*model.EdgeSet
+	eips  map[[4]byte]binding // bound EIPs only
+	names map[string]string   // interned host and guest names
+}
+
+type hostEntry struct {
+	underlay netip.Addr
+	guests   map[string]uint32 // guest name -> VSID
+}
+
+type binding struct{ host, guest string }
+
+func newIndex() *index {
+	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
+		eips: map[[4]byte]binding{}, names: map[string]string{}}
+}
+
+func (x *index) intern(s string) string {
+	if v, ok := x.names[s]; ok {
+		return v
+	}
+	x.names[s] = s
+	return s
+}
+
+// eipDoc is the part of a stored EIP the edge reads (the controller
+// validated the whole object on write).
+type eipDoc struct {
+	Address netip.Addr     `json:"address"`
+	Binding *model.Binding `json:"binding"`
+}
+
+// change says what a stored change touched.
+type change struct {
+	eip    netip.Addr // one EIP (valid when set)
+	routes bool       // many routes may change (a host)
+	config bool       // the edge sets changed
+}
+
+func (x *index) put(kind, key string, value []byte) (change, error) {
+	switch kind {
+	case model.KindEIP:
+		var d eipDoc
+		if err := json.Unmarshal(value, &d); err != nil {
+			return change{}, err
+		}
+		if !d.Address.Is4() {
+			return change{}, nil // IPv4 data plane
+		}
+		k := d.Address.As4()
+		if d.Binding == nil {
+			delete(x.eips, k)
+		} else {
+			x.eips[k] = binding{x.intern(d.Binding.Host), x.intern(d.Binding.Guest)}
+		}
+		return change{eip: d.Address}, nil
+	case model.KindHost:
+		o, err := model.Decode(kind, value)
+		if err != nil {
+			return change{}, err
+		}
+		h := o.(*model.Host)
+		e := &hostEntry{underlay: h.Underlay, guests: make(map[string]uint32, len(h.Guests))}
+		for _, g := range h.Guests {
+			e.guests[x.intern(g.Name)] = g.VSID
+		}
+		x.hosts[x.intern(h.Name)] = e
+		return change{routes: true}, nil
+	case model.KindEdgeSet:
+		o, err := model.Decode(kind, value)
+		if err != nil {
+			return change{}, err
+		}
+		x.sets[key] = o.(*model.EdgeSet)
+		return change{config: true}, nil
+	}
+	return change{}, nil
+}
+
+func (x *index) delete(kind, key string) change {
+	switch kind {
+	case model.KindEIP:
+		a, err := netip.ParseAddr(key)
+		if err != nil || !a.Is4() {
+			return change{}
+		}
+		delete(x.eips, a.As4())
+		return change{eip: a}
+	case model.KindHost:
+		delete(x.hosts, key)
+		return change{routes: true}
+	case model.KindEdgeSet:
+		delete(x.sets, key)
+		return change{config: true}
+	}
+	return change{}
+}
+
+// want is the route an EIP must have, if any.
+func (x *index) want(k [4]byte) (Want, bool) {
+	b, ok := x.eips[k]
+	if !ok {
+		return Want{}, false
+	}
+	h, ok := x.hosts[b.host]
+	if !ok {
+		return Want{}, false
+	}
+	vsid, ok := h.guests[b.guest]
+	if !ok {
+		return Want{}, false
+	}
+	return Want{Host: h.underlay, VSID: vsid}, true
+}
+
+// edgeSetOf finds the set an edge belongs to.
+func (x *index) edgeSetOf(name string) (*model.EdgeSet, model.EdgeNode, bool) {
+	for _, s := range x.sets {
+		for _, e := range s.Edges {
+			if e.Name == name {
+				return s, e, true
+			}
+		}
+	}
+	return nil, model.EdgeNode{}, false
+}
