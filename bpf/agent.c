@@ -92,8 +92,74 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_cfg SEC(".maps");
 
-static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, const struct agent_config *cfg, __u64 len)
+/* Service backends on this host: (VIP, guest, port) -> backend port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct svc_key);
+	__type(value, struct svc_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_svc SEC(".maps");
+
+/* Their replies: (guest, backend port) -> VIP and port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct svc_rkey);
+	__type(value, struct svc_rentry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_svc_rev SEC(".maps");
+
+/* The service entry for a packet to a VIP: the guest the edge chose is in
+ * the inner destination MAC (02:01 + its address); the port is the
+ * packet's destination port, or for an ICMP error the source port of the
+ * packet it quotes. */
+static __always_inline struct svc_entry *svc_lookup(void *data, void *data_end, const struct pkt *in,
+						     struct svc_key *k, __be16 *vport, int *icmp)
 {
+	struct ethhdr *ieth = data + OFF(in->l3_off - ETH_HLEN_);
+	if ((void *)(ieth + 1) > data_end)
+		return NULL;
+	if (ieth->h_dest[0] != SVC_MAC0 || ieth->h_dest[1] != SVC_MAC1)
+		return NULL;
+	__builtin_memset(k, 0, sizeof(*k));
+	k->vip = in->daddr;
+	__builtin_memcpy(&k->guest, &ieth->h_dest[2], 4);
+	k->proto = in->proto;
+	*icmp = 0;
+	*vport = (__be16)(in->ports >> 16);
+	if (in->proto == IPPROTO_ICMP_ && in->l4_ok) {
+		struct icmphdr_ *ih = data + OFF(in->l4_off);
+		if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
+			return NULL;
+		__be32 qs, qd;
+		__be16 qsp, qdp;
+		__u8 qp;
+		if (icmp_quoted_flow(ih, data_end, &qs, &qd, &qsp, &qdp, &qp) || qs != in->daddr)
+			return NULL;
+		k->proto = qp;
+		*vport = qsp;
+		*icmp = 1;
+	}
+	k->vport = *vport;
+	struct svc_entry *e = bpf_map_lookup_elem(&agent_svc, k);
+	if (e)
+		return e;
+	k->vport = 0;
+	return bpf_map_lookup_elem(&agent_svc, k);
+}
+
+/* A global (separately verified) function: inlined, its service and NAT
+ * branches multiplied the verifier's states past its limit. */
+__noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
+{
+	__u32 zero = 0;
+	if (!ctx || !o)
+		return XDP_ABORTED;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	__u64 len = (long)ctx->data_end - (long)ctx->data;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct bpf_fib_lookup fib;
@@ -111,10 +177,24 @@ static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, co
 
 	eip_key4(&k, in.daddr);
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, &k);
-	if (!e || e->vsid != vsid)
-		return count_drop(STAT_DROP_UNKNOWN, len);
-	__be32 priv = e->private_addr.a[0];
-	__u32 idx = e->stats_idx;
+	__be32 priv;
+	__u32 idx = 0;
+	__be16 bport = 0, vport = 0;
+	int svc = 0, icmp = 0;
+	if (e) {
+		if (e->vsid != vsid)
+			return count_drop(STAT_DROP_UNKNOWN, len);
+		priv = e->private_addr.a[0];
+		idx = e->stats_idx;
+	} else {
+		struct svc_key sk;
+		struct svc_entry *se = svc_lookup(data, data_end, &in, &sk, &vport, &icmp);
+		if (!se || se->vsid != vsid)
+			return count_drop(STAT_DROP_UNKNOWN, len);
+		priv = sk.guest;
+		bport = se->bport;
+		svc = 1;
+	}
 
 	rc = fib4c(ctx, &fib, cfg->nh_gen, in.saddr, priv, in.ip_len, in.proto, in.tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
@@ -124,6 +204,12 @@ static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, co
 
 	if (nat4(data, data_end, &in, 1, priv))
 		return count_drop(STAT_DROP_INNER_BAD, len);
+	if (bport) {
+		int bad = icmp ? nat_icmp_quote_port(data + OFF(in.l4_off), data_end, 0, vport, bport)
+			       : nat4_port(data, data_end, &in, 1, bport);
+		if (bad)
+			return count_drop(STAT_DROP_INNER_BAD, len);
+	}
 
 	struct ethhdr *oeth = data;
 	if ((void *)(oeth + 1) > data_end)
@@ -140,7 +226,7 @@ static __always_inline int agent_from_edge(struct xdp_md *ctx, struct pkt *o, co
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(STAT_DROP_HEADROOM, len);
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	struct eip_stats *es = svc ? NULL : bpf_map_lookup_elem(&eip_stats, &idx);
 	if (es) {
 		es->rx_packets++;
 		es->rx_bytes += ip_len;
@@ -180,7 +266,7 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
-		return agent_from_edge(ctx, &p, cfg, len);
+		return agent_from_edge(ctx, &p);
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }
 
@@ -206,11 +292,26 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (rc)
 		return count_drop(rc, len);
 
-	eip_key4(&k, p.saddr);
-	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, &k);
-	if (!g)
+	/* Whose source is this: a service backend's port first, then the
+	 * guest's EIP, then an any-port service the guest serves. */
+	struct agent_guest *g = NULL;
+	struct svc_rentry *sr = NULL;
+	struct svc_rkey rk = {.guest = p.saddr, .bport = (__be16)(p.ports & 0xffff), .proto = p.proto};
+	int l4 = p.l4_ok && (p.proto == IPPROTO_TCP_ || p.proto == IPPROTO_UDP_);
+	if (l4)
+		sr = bpf_map_lookup_elem(&agent_svc_rev, &rk);
+	if (!sr) {
+		eip_key4(&k, p.saddr);
+		g = bpf_map_lookup_elem(&agent_guests, &k);
+		if (!g && l4) {
+			rk.bport = 0;
+			sr = bpf_map_lookup_elem(&agent_svc_rev, &rk);
+		}
+	}
+	if (!g && !sr)
 		return count_pass(STAT_PASS_NOT_OURS, len);
-	if (g->ifindex && g->ifindex != ctx->ingress_ifindex)
+	__u32 ifx = g ? g->ifindex : sr->ifindex;
+	if (ifx && ifx != ctx->ingress_ifindex)
 		return count_drop(STAT_DROP_SPOOF, len);
 	struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
 	if (bpf_map_lookup_elem(&agent_local, &lk))
@@ -222,8 +323,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__u32 n = cfg->n_edges;
 	if (n == 0 || n > EDGE_MAX)
 		return count_drop(STAT_DROP_NO_EDGE, len);
-	__be32 eip = g->eip.a[0];
-	__u32 hash = flow_hash4(eip, p.daddr, p.ports, p.proto, cfg->hash_seed);
+	__be32 eip = g ? g->eip.a[0] : sr->vip;
+	__be16 vport = g ? 0 : sr->vport;
+	__u32 vsid = g ? g->vsid : sr->vsid;
+	__u32 idx = g ? g->stats_idx : 0;
+	__be32 ports = vport ? ((p.ports & 0xffff0000) | vport) : p.ports;
+	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
 	__u32 slot = hash % n;
 	struct ip_addr *edge = bpf_map_lookup_elem(&agent_edges, &slot);
 	if (!edge || !edge->a[0])
@@ -247,6 +352,8 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 
 	if (nat4(data, data_end, &p, 0, eip))
 		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (vport && nat4_port(data, data_end, &p, 0, vport))
+		return count_drop(STAT_DROP_L4_TRUNC, len);
 
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
@@ -258,14 +365,13 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__builtin_memcpy(s.isrc, eth->h_source, ETH_ALEN_);
 	s.saddr = cfg->underlay.a[0];
 	s.daddr = edge->a[0];
-	s.key = (g->vsid << 8) | (hash & 0xff);
+	s.key = (vsid << 8) | (hash & 0xff);
 	s.tos = p.tos;
-	__u32 idx = g->stats_idx;
 	__u16 ip_len = p.ip_len;
 	if (nvgre_push(ctx, p.l3_off, ip_len, &s))
 		return count_drop(STAT_DROP_HEADROOM, len);
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	struct eip_stats *es = g ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;
 	if (es) {
 		es->tx_packets++;
 		es->tx_bytes += ip_len;

@@ -3,13 +3,15 @@
 /* edge.c: the azgate edge data plane (XDP), attached to the edge's
  * Internet-facing and underlay interfaces.
  *
- * Internet -> host: a packet for an EIP is encapsulated in NVGRE to the
- * underlay address of the AZ host the EIP is bound to.
- * Host -> Internet: NVGRE addressed to this edge is decapsulated and
+ * Lookup order for a packet from the Internet, most specific first:
+ * (VIP, protocol, port) then (VIP, protocol, any port): a load-balanced
+ * service (lib/lb.h); the destination /32: an EIP, encapsulated in NVGRE to
+ * the AZ host it is bound to; a reply of a nat-mode backend: translated
+ * back to its VIP; else the kernel, untouched.
+ * From the underlay: NVGRE addressed to this edge is decapsulated and
  * forwarded, but only if its inner source is an EIP bound to the host that
- * sent it (anti-spoofing).
- * Everything else well-formed goes to the kernel untouched; anything
- * malformed is counted and dropped. */
+ * sent it, or a VIP whose flow that host's guest serves (anti-spoofing).
+ * Anything malformed is counted and dropped. */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -26,6 +28,8 @@
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
 #include "lib/fib.h"
+#include "lib/nat.h"
+#include "lib/lb.h"
 #include "lib/benchmode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -57,82 +61,263 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg SEC(".maps");
 
-/* Internet -> host: encapsulate toward the EIP's host. */
-static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					 const struct eip_route *r, __u64 len)
+/* Answers an expired TTL, as a router hop must. */
+static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
 {
-	struct bpf_fib_lookup fib;
-	int rc;
-
-	if (p->ttl <= 1) {
-		if (!(cfg->flags & CFG_F_ICMP_TTL))
-			return count_drop(STAT_DROP_TTL, len);
-		rc = icmp4_error(ctx, p, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0, cfg->icmp_src.a[0],
-				 cfg->icmp_rate, cfg->icmp_burst);
-		if (rc == ICMP_SENT) {
-			stat_add(STAT_ICMP_TTL_TX, len);
-			return XDP_TX;
-		}
-		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
+	if (!(cfg->flags & CFG_F_ICMP_TTL))
+		return count_drop(STAT_DROP_TTL, len);
+	int rc = icmp4_error(ctx, p, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0, cfg->icmp_src.a[0], cfg->icmp_rate,
+			     cfg->icmp_burst);
+	if (rc == ICMP_SENT) {
+		stat_add(STAT_ICMP_TTL_TX, len);
+		return XDP_TX;
 	}
+	return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
+}
 
-	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], r->host.a[0], p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		if (!p->df)
-			return count_drop(STAT_DROP_TOO_BIG, len);
-		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
-		rc = icmp4_error(ctx, p, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu, cfg->icmp_src.a[0],
-				 cfg->icmp_rate, cfg->icmp_burst);
-		if (rc == ICMP_SENT) {
-			stat_add(STAT_ICMP_FRAG_TX, len);
-			return XDP_TX;
-		}
-		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
+/* Answers a packet that does not fit the next hop's MTU. */
+static __always_inline int too_big(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u16 mtu,
+				   __u64 len)
+{
+	if (!p->df)
+		return count_drop(STAT_DROP_TOO_BIG, len);
+	int rc = icmp4_error(ctx, p, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu, cfg->icmp_src.a[0], cfg->icmp_rate,
+			     cfg->icmp_burst);
+	if (rc == ICMP_SENT) {
+		stat_add(STAT_ICMP_FRAG_TX, len);
+		return XDP_TX;
 	}
+	return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
+}
+
+/* Encapsulates the IPv4 packet p in NVGRE toward host with key, inner
+ * destination MAC imac. Returns an XDP action; *sent is set when the
+ * packet was transmitted. */
+static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
+				  struct bpf_fib_lookup *fibp, __be32 host, __u32 key, const __u8 *imac, __u32 stat,
+				  __u64 len, int *sent)
+{
+	*sent = 0;
+	if (p->ttl <= 1)
+		return ttl_expired(ctx, p, cfg, len);
+	int rc = fib4c(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
+			       len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(fib_reason(rc), len);
 
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct iphdr *iph = data + p->l3_off;
+	struct iphdr *iph = data + OFF(p->l3_off);
 	if ((void *)(iph + 1) > data_end)
 		return count_drop(STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 
 	struct nvgre_spec s;
-	__builtin_memcpy(s.odst, fib.dmac, ETH_ALEN_);
-	__builtin_memcpy(s.osrc, fib.smac, ETH_ALEN_);
-	/* Inner destination: a locally administered MAC derived from the EIP
-	 * (the agent rewrites it on delivery); source: the virtual router. */
-	s.idst[0] = 0x02;
-	s.idst[1] = 0x00;
-	__builtin_memcpy(&s.idst[2], &p->daddr, 4);
+	__builtin_memcpy(s.odst, fibp->dmac, ETH_ALEN_);
+	__builtin_memcpy(s.osrc, fibp->smac, ETH_ALEN_);
+	__builtin_memcpy(s.idst, imac, ETH_ALEN_);
 	__builtin_memcpy(s.isrc, cfg->gw_mac, ETH_ALEN_);
 	s.saddr = cfg->underlay.a[0];
-	s.daddr = r->host.a[0];
-	s.key = (r->vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
+	s.daddr = host;
+	s.key = key;
 	s.tos = p->tos;
-
-	__u32 idx = r->stats_idx;
-	__u16 ip_len = p->ip_len;
-	if (nvgre_push(ctx, p->l3_off, ip_len, &s))
+	if (nvgre_push(ctx, p->l3_off, p->ip_len, &s))
 		return count_drop(STAT_DROP_HEADROOM, len);
-
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
-	if (es) {
-		es->rx_packets++;
-		es->rx_bytes += ip_len;
-	}
-	stat_add(STAT_ENCAP_TX, len);
-	return xmit(ctx, fib.ifindex);
+	stat_add(stat, len);
+	*sent = 1;
+	return xmit(ctx, fibp->ifindex);
 }
 
-/* Host -> Internet: decapsulate NVGRE from an AZ host. */
-static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, const struct edge_config *cfg, __u64 len)
+/* Internet -> host: encapsulate toward the EIP's host. */
+static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
+					 struct bpf_fib_lookup *fib, const struct eip_route *r, __u64 len)
+{
+	__u8 imac[ETH_ALEN_] = {0x02, 0x00};
+	__builtin_memcpy(&imac[2], &p->daddr, 4);
+	__u32 key = (r->vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
+	__u32 idx = r->stats_idx;
+	__u16 ip_len = p->ip_len;
+	int sent;
+	int act = tunnel(ctx, p, cfg, fib, r->host.a[0], key, imac, STAT_ENCAP_TX, len, &sent);
+	if (sent) {
+		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+		if (es) {
+			es->rx_packets++;
+			es->rx_bytes += ip_len;
+		}
+	}
+	return act;
+}
+
+/* Forwards an IPv4 packet (already translated) to its next hop,
+ * decrementing the TTL: the nat-mode paths. */
+static __always_inline int route_out(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
+				     struct bpf_fib_lookup *fib, __be32 dst, __u32 stat, __u64 len)
+{
+	int rc = fib4c(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return too_big(ctx, p, cfg, fib->mtu_result, len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(fib_reason(rc), len);
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *iph = data + OFF(p->l3_off);
+	if ((void *)(eth + 1) > data_end || (void *)(iph + 1) > data_end)
+		return count_drop(STAT_DROP_IP_TRUNC, len);
+	ipv4_dec_ttl(iph);
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	stat_add(stat, len);
+	return xmit(ctx, fib->ifindex);
+}
+
+/* Internet -> a VIP: the load balancer. A global (separately verified)
+ * function: the service paths would otherwise multiply the verifier's
+ * states of the whole program. */
+__noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib)
+{
+	__u32 zero = 0;
+	if (!ctx || !p || !fib)
+		return XDP_ABORTED;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
+	if (!cfg || !lbc)
+		return XDP_PASS;
+
+	struct lb_flow f = {.client = p->saddr, .vip = p->daddr, .proto = p->proto, .tcp_flags = p->tcp_flags};
+	if (p->proto == IPPROTO_ICMP_ && p->l4_ok) {
+		/* An ICMP error about a flow to the VIP quotes VIP -> client. */
+		struct icmphdr_ *ih = data + OFF(p->l4_off);
+		if ((void *)(ih + 1) > data_end)
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		if (!icmp_is_error(ih->type))
+			return count_drop(STAT_DROP_LB_NO_PORT, len);
+		__be32 qs, qd;
+		__be16 qsp, qdp;
+		__u8 qp;
+		if (icmp_quoted_flow(ih, data_end, &qs, &qd, &qsp, &qdp, &qp) || qs != p->daddr)
+			return count_drop(STAT_DROP_LB_NO_PORT, len);
+		f.client = qd;
+		f.proto = qp;
+		f.cport = qdp;
+		f.vport = qsp;
+		f.icmp = 1;
+	} else {
+		f.cport = (__be16)(p->ports & 0xffff);
+		f.vport = (__be16)(p->ports >> 16);
+	}
+	struct lb_listener *lp = lb_listener_for(f.vip, f.proto, f.vport);
+	if (!lp)
+		return count_drop(STAT_DROP_LB_NO_PORT, len);
+	__be32 ports = (__u32)f.cport | ((__u32)f.vport << 16);
+	f.hash = flow_hash4(f.client, f.vip, ports, f.proto, cfg->hash_seed);
+
+	long bi = lb_decide(lbc, lp, &f, !f.icmp);
+	if (bi < 0)
+		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
+	__u32 idx = bi;
+	struct lb_backend *bp = bpf_map_lookup_elem(&lb_backends, &idx);
+	if (!bp)
+		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
+	__u16 ip_len = p->ip_len;
+	__u32 stat = f.icmp ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX;
+	int act;
+
+	__u32 lstats = lp->stats;
+	__be32 baddr = bp->addr;
+	__be16 bport = bp->port;
+	if (lp->mode == LB_MODE_ENCAP) {
+		__u8 imac[ETH_ALEN_] = {SVC_MAC0, SVC_MAC1};
+		__builtin_memcpy(&imac[2], &bp->guest, 4);
+		int sent;
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | (f.hash & 0xff), imac, stat, len, &sent);
+		if (sent) {
+			lb_count(&lb_stats, lstats, ip_len, 0);
+			lb_count(&lb_be_stats, idx, ip_len, 0);
+		}
+		return act;
+	}
+
+	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
+	if (p->ttl <= 1)
+		return ttl_expired(ctx, p, cfg, len);
+	if (nat4(data, data_end, p, 1, baddr))
+		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (bport) {
+		if (f.icmp) {
+			if (nat_icmp_quote_port(data + OFF(p->l4_off), data_end, 0, f.vport, bport))
+				return count_drop(STAT_DROP_L4_TRUNC, len);
+		} else if (nat4_port(data, data_end, p, 1, bport)) {
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		}
+	}
+	p->daddr = baddr;
+	act = route_out(ctx, p, cfg, fib, baddr, f.icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
+	if (act == XDP_TX || act == XDP_REDIRECT) {
+		lb_count(&lb_stats, lstats, ip_len, 0);
+		lb_count(&lb_be_stats, idx, ip_len, 0);
+	}
+	return act;
+}
+
+/* A reply of a nat-mode backend: SNAT back to its VIP and port. */
+static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
+					struct bpf_fib_lookup *fib, const struct nat_rentry *r, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct bpf_fib_lookup fib;
+	if (p->ttl <= 1)
+		return ttl_expired(ctx, p, cfg, len);
+	if (nat4(data, data_end, p, 0, r->vip))
+		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (r->vport && nat4_port(data, data_end, p, 0, r->vport))
+		return count_drop(STAT_DROP_L4_TRUNC, len);
+	p->saddr = r->vip;
+	return route_out(ctx, p, cfg, fib, p->daddr, STAT_LB_REPLY_TX, len);
+}
+
+/* Whether a decapsulated packet from host (VIP -> client) belongs to a flow
+ * the connection table, or else the VIP's table, gave to a backend on that
+ * host in that VSID. */
+static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 vsid)
+{
+	__u32 zero = 0;
+	struct lb_flow f = {.client = in->daddr, .vip = in->saddr, .proto = in->proto, .tcp_flags = in->tcp_flags,
+			    .cport = (__be16)(in->ports >> 16), .vport = (__be16)(in->ports & 0xffff)};
+	struct ct_key k = {.src = f.client, .dst = f.vip, .sport = f.cport, .dport = f.vport, .proto = f.proto};
+	__u32 idx;
+	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
+	if (e) {
+		idx = e->backend;
+		if (in->tcp_flags & (TCP_FIN_ | TCP_RST_))
+			e->state = CT_FIN;
+	} else {
+		struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+		struct lb_listener *l = lb_listener_for(f.vip, f.proto, f.vport);
+		if (!cfg || !l)
+			return 0;
+		__be32 ports = (__u32)f.cport | ((__u32)f.vport << 16);
+		long bi = lb_pick(l, flow_hash4(f.client, f.vip, ports, f.proto, cfg->hash_seed));
+		if (bi < 0)
+			return 0;
+		idx = bi;
+	}
+	struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &idx);
+	return be && be->addr == host && be->vsid == vsid;
+}
+
+/* Host -> Internet: decapsulate NVGRE from an AZ host. */
+static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, const struct edge_config *cfg,
+					   struct bpf_fib_lookup *fibp, __u64 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	struct pkt in;
 	__u32 vsid;
 	int rc;
@@ -150,22 +335,30 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	struct eip_key k;
 	eip_key4(&k, in.saddr);
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
-	if (!r || r->host.a[0] != o->saddr || r->vsid != vsid)
-		return count_drop(STAT_DROP_SPOOF, len);
+	__u32 idx = 0;
+	__u32 out_stat = STAT_DECAP_TX;
+	if (r) {
+		if (r->host.a[0] != o->saddr || r->vsid != vsid)
+			return count_drop(STAT_DROP_SPOOF, len);
+		idx = r->stats_idx;
+	} else {
+		if (!bpf_map_lookup_elem(&lb_vips, &in.saddr) || !lb_reply_ok(&in, o->saddr, vsid))
+			return count_drop(STAT_DROP_SPOOF, len);
+		out_stat = STAT_LB_REPLY_TX;
+	}
 	if (in.ttl <= 1)
 		return count_drop(STAT_DROP_TTL, len);
 
-	rc = fib4c(ctx, &fib, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
+	rc = fib4c(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return count_drop(STAT_DROP_FIB, len);
 	/* A guest must not reach the underlay through the edge (the lookup
 	 * names the egress interface with NO_NEIGH too). */
-	if (fib.ifindex == ctx->ingress_ifindex || fib.ifindex == cfg->ul_ifindex)
+	if (fibp->ifindex == ctx->ingress_ifindex || fibp->ifindex == cfg->ul_ifindex)
 		return count_drop(STAT_DROP_BAD_DST, len);
 
-	__u32 idx = r->stats_idx;
 	__u16 ip_len = in.ip_len;
 	struct ethhdr *oeth = data;
 	if ((void *)(oeth + 1) > data_end)
@@ -175,7 +368,7 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	__builtin_memcpy(peer, oeth->h_source, ETH_ALEN_);
 
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-		struct iphdr *iph = data + in.l3_off;
+		struct iphdr *iph = data + OFF(in.l3_off);
 		if ((void *)(iph + 1) > data_end)
 			return count_drop(STAT_DROP_INNER_BAD, len);
 		ipv4_dec_ttl(iph);
@@ -188,10 +381,12 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(STAT_DROP_HEADROOM, len);
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
-	if (es) {
-		es->tx_packets++;
-		es->tx_bytes += ip_len;
+	if (r) {
+		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+		if (es) {
+			es->tx_packets++;
+			es->tx_bytes += ip_len;
+		}
 	}
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* Let the kernel forward this one and resolve the neighbour. */
@@ -200,10 +395,54 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		stat_add(STAT_DECAP_PASS, len);
 		return XDP_PASS;
 	}
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN_);
-	stat_add(STAT_DECAP_TX, len);
-	return xmit(ctx, fib.ifindex);
+	__builtin_memcpy(eth->h_dest, fibp->dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fibp->smac, ETH_ALEN_);
+	stat_add(out_stat, len);
+	return xmit(ctx, fibp->ifindex);
+}
+
+struct arp_ipv4 {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 op;
+	__u8 sha[6];
+	__be32 spa;
+	__u8 tha[6];
+	__be32 tpa;
+} __attribute__((packed));
+
+/* Answers an ARP request for a VIP on an interface configured for it (a
+ * VIP on a segment the clients share with the edge). */
+static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct arp_iface *ai = bpf_map_lookup_elem(&arp_ifaces, &ifindex);
+	if (!ai || p->l3_off != ETH_HLEN_)
+		return count_pass(STAT_PASS_NON_IP, len);
+	struct ethhdr *eth = data;
+	struct arp_ipv4 *a = data + ETH_HLEN_;
+	if ((void *)(a + 1) > data_end)
+		return count_pass(STAT_PASS_NON_IP, len);
+	if (a->htype != bpf_htons(1) || a->ptype != bpf_htons(ETH_P_IP_) || a->hlen != 6 || a->plen != 4 ||
+	    a->op != bpf_htons(1))
+		return count_pass(STAT_PASS_NON_IP, len);
+	__be32 vip = a->tpa;
+	if (!bpf_map_lookup_elem(&lb_vips, &vip))
+		return count_pass(STAT_PASS_NON_IP, len);
+	__be32 spa = a->spa;
+	__builtin_memcpy(a->tha, a->sha, 6);
+	__builtin_memcpy(a->sha, ai->mac, 6);
+	a->tpa = spa;
+	a->spa = vip;
+	a->op = bpf_htons(2);
+	__builtin_memcpy(eth->h_dest, a->tha, 6);
+	__builtin_memcpy(eth->h_source, ai->mac, 6);
+	stat_add(STAT_ARP_REPLY, len);
+	return XDP_TX;
 }
 
 static __always_inline int edge_main(struct xdp_md *ctx)
@@ -211,6 +450,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 len = data_end - data;
+	struct bpf_fib_lookup fib;
 	struct pkt p;
 	__u32 zero = 0;
 	int rc;
@@ -220,6 +460,8 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		return count_drop(rc, len);
 	if (p.eth_proto == ETH_P_IPV6_)
 		return count_pass(STAT_PASS_IPV6, len);
+	if (p.eth_proto == 0x0806)
+		return arp_reply(ctx, &p, len);
 	if (p.eth_proto != ETH_P_IP_)
 		return count_pass(STAT_PASS_NON_IP, len);
 	rc = parse_ipv4(data, data_end, &p);
@@ -230,14 +472,28 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
-		return edge_from_host(ctx, &p, cfg, len);
+		return edge_from_host(ctx, &p, cfg, &fib, len);
+	if (bpf_map_lookup_elem(&lb_vips, &p.daddr))
+		return lb_ingress(ctx, &p, &fib);
 
 	struct eip_key k;
 	eip_key4(&k, p.daddr);
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
-	if (!r)
-		return count_pass(STAT_PASS_NOT_OURS, len);
-	return edge_to_host(ctx, &p, cfg, r, len);
+	if (r)
+		return edge_to_host(ctx, &p, cfg, &fib, r, len);
+
+	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
+	if (lbc && (lbc->flags & LB_CFG_NAT) && p.l4_ok) {
+		struct nat_rkey rk = {.addr = p.saddr, .port = (__be16)(p.ports & 0xffff), .proto = p.proto};
+		struct nat_rentry *re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
+		if (!re) {
+			rk.port = 0;
+			re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
+		}
+		if (re)
+			return lb_nat_reply(ctx, &p, cfg, &fib, re, len);
+	}
+	return count_pass(STAT_PASS_NOT_OURS, len);
 }
 
 SEC("xdp")

@@ -25,10 +25,50 @@
  * cost a memory read where a clock costs about 10 ns a packet. */
 #define NH_CACHE_TTL_JIFFIES 100
 
+/* Load balancer sizes. */
+#ifndef LB_LISTENERS_MAX
+#define LB_LISTENERS_MAX (1 << 18)
+#endif
+#ifndef LB_VIPS_MAX
+#define LB_VIPS_MAX 65536
+#endif
+#ifndef LB_TABLES_MAX
+#define LB_TABLES_MAX 4096
+#endif
+#ifndef LB_BACKENDS_MAX
+#define LB_BACKENDS_MAX 65536
+#endif
+#ifndef CT_MAX
+#define CT_MAX (1 << 20)
+#endif
+
+#define LB_MODE_ENCAP 1
+#define LB_MODE_NAT 2
+
+#define LB_BE_DOWN 0x1 /* failed its health checks: its connections are rerouted */
+
+#define CT_SYN 1
+#define CT_EST 2
+#define CT_FIN 3
+#define CT_UDP 4
+
+
+#define LB_CFG_NAT 0x1 /* some service is in nat mode: look replies up */
+
+/* Inner destination MAC of service traffic: 02:01 + the guest's private
+ * IPv4 address, so the host's agent knows which guest the edge chose. */
+#define SVC_MAC0 0x02
+#define SVC_MAC1 0x01
+
 /* Prefixes an agent treats as local (never encapsulated). */
 #ifndef LOCAL_PREFIX_MAX
 #define LOCAL_PREFIX_MAX 256
 #endif
+
+/* Bounds a header offset for the verifier (no real offset reaches 255):
+ * offsets read back from memory (a struct pkt passed to a function) carry
+ * no bounds of their own. */
+#define OFF(x) ((x) & 0xff)
 
 #define ETH_P_IP_ 0x0800
 #define ETH_P_IPV6_ 0x86DD

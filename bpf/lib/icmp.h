@@ -34,7 +34,7 @@ static __always_inline int icmp4_may_answer(void *data, void *data_end, const st
 	if ((bpf_ntohl(p->daddr) >> 24) >= 224)
 		return 0;
 	if (p->proto == IPPROTO_ICMP_) {
-		struct icmphdr_ *ih = data + p->l4_off;
+		struct icmphdr_ *ih = data + OFF(p->l4_off);
 		if ((void *)(ih + 1) > data_end)
 			return 0;
 		if (ih->type != ICMP_ECHO_ && ih->type != ICMP_ECHOREPLY_ && ih->type != 13 &&

@@ -66,7 +66,7 @@ static __always_inline int nat_icmp_quote(void *l4, void *data_end, int which, _
  * packet p from -> to. Returns 0 or -1 on a bounds failure. */
 static __always_inline int nat4(void *data, void *data_end, const struct pkt *p, int dst, __be32 to)
 {
-	struct iphdr *iph = data + p->l3_off;
+	struct iphdr *iph = data + OFF(p->l3_off);
 	if ((void *)(iph + 1) > data_end)
 		return -1;
 	__be32 from = dst ? iph->daddr : iph->saddr;
@@ -77,7 +77,7 @@ static __always_inline int nat4(void *data, void *data_end, const struct pkt *p,
 	iph->check = csum_replace4(iph->check, from, to);
 	if (!p->l4_ok)
 		return 0; /* later fragment: no L4 header to fix */
-	void *l4 = data + p->l4_off;
+	void *l4 = data + OFF(p->l4_off);
 	if (p->proto == IPPROTO_ICMP_) {
 		struct icmphdr_ *ih = l4;
 		if ((void *)(ih + 1) > data_end)
@@ -88,6 +88,84 @@ static __always_inline int nat4(void *data, void *data_end, const struct pkt *p,
 		return 0;
 	}
 	return nat_l4_csum(l4, data_end, p->proto, from, to);
+}
+
+/* Rewrites the destination (dst=1) or source port of the TCP/UDP packet p,
+ * fixing its checksum. Other protocols and later fragments are left. */
+static __always_inline int nat4_port(void *data, void *data_end, const struct pkt *p, int dst, __be16 to)
+{
+	if (!p->l4_ok)
+		return 0;
+	void *l4 = data + OFF(p->l4_off);
+	if (p->proto == IPPROTO_TCP_) {
+		struct tcphdr *th = l4;
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		__be16 from = dst ? th->dest : th->source;
+		if (dst)
+			th->dest = to;
+		else
+			th->source = to;
+		th->check = csum_replace2(th->check, from, to);
+	} else if (p->proto == IPPROTO_UDP_) {
+		struct udphdr *uh = l4;
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		__be16 from = dst ? uh->dest : uh->source;
+		if (dst)
+			uh->dest = to;
+		else
+			uh->source = to;
+		if (uh->check) {
+			__u16 c = csum_replace2(uh->check, from, to);
+			uh->check = c ? c : 0xffff;
+		}
+	}
+	return 0;
+}
+
+/* In an ICMP error at l4, rewrites the quoted packet's source (which=0) or
+ * destination port from -> to, fixing the ICMP checksum. */
+static __always_inline int nat_icmp_quote_port(void *l4, void *data_end, int which, __be16 from, __be16 to)
+{
+	struct icmphdr_ *ih = l4;
+	struct iphdr *q = (void *)(ih + 1);
+	if ((void *)(q + 1) > data_end)
+		return -1;
+	__u32 qhl = q->ihl * 4;
+	if (qhl < 20 || qhl > 60)
+		return -1;
+	__be16 *pp = (void *)q + qhl + (which ? 2 : 0);
+	if ((void *)(pp + 1) > data_end)
+		return -1;
+	if (*pp != from)
+		return 0;
+	*pp = to;
+	ih->checksum = csum_replace2(ih->checksum, from, to);
+	return 0;
+}
+
+/* The flow an ICMP error at l4 is about, as (src, dst, sport, dport) of the
+ * quoted packet. Returns 0, or -1 when the quote is too short. */
+static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __be32 *src, __be32 *dst, __be16 *sport,
+					    __be16 *dport, __u8 *proto)
+{
+	struct icmphdr_ *ih = l4;
+	struct iphdr *q = (void *)(ih + 1);
+	if ((void *)(q + 1) > data_end)
+		return -1;
+	__u32 qhl = q->ihl * 4;
+	if (qhl < 20 || qhl > 60)
+		return -1;
+	__be16 *pp = (void *)q + qhl;
+	if ((void *)(pp + 2) > data_end)
+		return -1;
+	*src = q->saddr;
+	*dst = q->daddr;
+	*proto = q->protocol;
+	*sport = pp[0];
+	*dport = pp[1];
+	return 0;
 }
 
 #endif

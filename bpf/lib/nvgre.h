@@ -93,7 +93,7 @@ static __always_inline int nvgre_pull(void *data, void *data_end, const struct p
 {
 	if (o->frag)
 		return STAT_DROP_GRE_BAD; /* tunnel packets are never reassembled here */
-	struct gre_key_hdr *gre = data + o->l4_off;
+	struct gre_key_hdr *gre = data + OFF(o->l4_off);
 	if ((void *)(gre + 1) > data_end)
 		return STAT_DROP_GRE_BAD;
 	if (gre->flags != bpf_htons(GRE_FLAG_K) || gre->proto != bpf_htons(GRE_PROTO_TEB))
@@ -101,7 +101,7 @@ static __always_inline int nvgre_pull(void *data, void *data_end, const struct p
 	*vsid = bpf_ntohl(gre->key) >> 8;
 
 	__u32 inner_eth = o->l4_off + GRE_HLEN_KEY;
-	struct ethhdr *ieth = data + inner_eth;
+	struct ethhdr *ieth = data + OFF(inner_eth);
 	if ((void *)(ieth + 1) > data_end)
 		return STAT_DROP_INNER_BAD;
 	if (ieth->h_proto != bpf_htons(ETH_P_IP_))

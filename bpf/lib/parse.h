@@ -100,7 +100,7 @@ static __always_inline int ipv4_martian_dst(__be32 daddr)
  * its L4 header. Returns 0 or a drop reason. */
 static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)
 {
-	struct iphdr *iph = data + p->l3_off;
+	struct iphdr *iph = data + OFF(p->l3_off);
 
 	if ((void *)(iph + 1) > data_end)
 		return STAT_DROP_IP_TRUNC;

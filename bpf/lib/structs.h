@@ -154,7 +154,141 @@ enum azg_stat {
 	STAT_DROP_BAD_DST,    /* decapsulated packet to a destination never forwarded
 			       * (0/8, 127/8, multicast, broadcast, class E) or back
 			       * into the underlay */
+	STAT_LB_ENCAP_TX,     /* to a service backend in NVGRE */
+	STAT_LB_NAT_TX,       /* to a service backend, DNAT */
+	STAT_LB_REPLY_TX,     /* service reply back to the client (SNAT or decap) */
+	STAT_LB_ICMP_TX,      /* ICMP error steered to the backend owning the flow */
+	STAT_ARP_REPLY,       /* ARP reply for a VIP */
+	STAT_DROP_LB_NO_BACKEND, /* listener with no usable backend */
+	STAT_DROP_LB_NO_PORT, /* VIP without a listener for this protocol and port */
 	STAT_MAX,
+};
+
+/* Service listener key: a VIP, protocol and port (port 0: any port). */
+struct lb_key {
+	__be32 vip;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* What a listener does. */
+struct lb_listener {
+	__u32 table; /* slot in lb_tables */
+	__u32 m;     /* size of that table (a prime) */
+	__u32 stats; /* slot in lb_stats */
+	__u8 mode;   /* LB_MODE_* */
+	__u8 pad[3];
+};
+
+/* A backend of any service, indexed by the daemon. */
+struct lb_backend {
+	__be32 addr;   /* nat: the backend's address; encap: the host's underlay address */
+	__be32 guest;  /* encap: the guest's private address (carried in the inner MAC) */
+	__u32 vsid;    /* encap: the guest's VSID */
+	__be16 port;   /* nat: backend port (0: the listener's port) */
+	__u16 gen;     /* bumped when the slot is given to another backend */
+	__u8 flags;    /* LB_BE_* */
+	__u8 pad[3];
+};
+
+/* Connection table key: a flow as the edge sees it. */
+struct ct_key {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* Connection table entry (client -> VIP flows): the backend the flow was
+ * given. Replies need no entry: in nat mode the translation back is a
+ * function of the backend (lb_nat_rev), in encap mode the agent knows it. */
+struct ct_entry {
+	__u32 backend;
+	__u32 last;  /* jiffies (low 32 bits) when last seen */
+	__u16 gen;   /* backend generation at insert */
+	__u8 state;  /* CT_* */
+	__u8 flags;
+};
+
+/* nat mode: a backend's (address, port, protocol), port 0 for backends of
+ * any-port listeners. */
+struct nat_rkey {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* ... and what its replies are translated back to. */
+struct nat_rentry {
+	__be32 vip;
+	__be16 vport; /* 0: keep the port */
+	__u16 pad;
+};
+
+/* Service settings, one entry. Timeouts in jiffies. */
+struct lb_config {
+	__u32 hz;            /* jiffies per second */
+	__u32 to_syn;        /* TCP until the handshake completes */
+	__u32 to_est;        /* TCP established */
+	__u32 to_fin;        /* TCP after FIN or RST */
+	__u32 to_udp;        /* UDP and other protocols */
+	__u32 insert_rate;   /* new connection entries per second per CPU (0: no cap) */
+	__u32 insert_burst;
+	__u32 flags;         /* LB_CFG_* */
+};
+
+/* Per-CPU token bucket capping connection-table inserts. */
+struct ct_bucket {
+	__u64 tokens; /* scaled by hz */
+	__u64 last;   /* jiffies */
+};
+
+/* Per-listener and per-backend counters (per CPU). */
+struct lb_counters {
+	__u64 packets;
+	__u64 bytes;
+	__u64 conns; /* connection entries created */
+};
+
+/* ARP answering: the MAC to answer with on an interface. */
+struct arp_iface {
+	__u8 mac[6];
+	__u16 pad;
+};
+
+/* Agent: a service backend guest on this host, by (VIP, guest, port). */
+struct svc_key {
+	__be32 vip;
+	__be32 guest;
+	__be16 vport; /* 0: any port */
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_entry {
+	__be16 bport; /* 0: keep the port */
+	__u16 pad;
+	__u32 vsid;
+};
+
+/* Agent: replies of a backend guest, by (guest, backend port). */
+struct svc_rkey {
+	__be32 guest;
+	__be16 bport;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_rentry {
+	__be32 vip;
+	__be16 vport; /* 0: keep the port (any-port listeners) */
+	__u16 pad;
+	__u32 vsid;
+	__u32 ifindex; /* host-side interface of the guest (anti-spoofing) */
 };
 
 #endif

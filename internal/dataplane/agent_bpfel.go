@@ -49,33 +49,40 @@ type agentAgentGuest struct {
 type agentAzgStat uint32
 
 const (
-	agentAzgStatSTAT_PASS_NON_IP     agentAzgStat = 0
-	agentAzgStatSTAT_PASS_IPV6       agentAzgStat = 1
-	agentAzgStatSTAT_PASS_NOT_OURS   agentAzgStat = 2
-	agentAzgStatSTAT_ENCAP_TX        agentAzgStat = 3
-	agentAzgStatSTAT_DECAP_TX        agentAzgStat = 4
-	agentAzgStatSTAT_DECAP_PASS      agentAzgStat = 5
-	agentAzgStatSTAT_ICMP_TTL_TX     agentAzgStat = 6
-	agentAzgStatSTAT_ICMP_FRAG_TX    agentAzgStat = 7
-	agentAzgStatSTAT_DROP_ETH_TRUNC  agentAzgStat = 8
-	agentAzgStatSTAT_DROP_IP_TRUNC   agentAzgStat = 9
-	agentAzgStatSTAT_DROP_IP_BAD     agentAzgStat = 10
-	agentAzgStatSTAT_DROP_IP_CSUM    agentAzgStat = 11
-	agentAzgStatSTAT_DROP_IP_MARTIAN agentAzgStat = 12
-	agentAzgStatSTAT_DROP_L4TRUNC    agentAzgStat = 13
-	agentAzgStatSTAT_DROP_GRE_BAD    agentAzgStat = 14
-	agentAzgStatSTAT_DROP_INNER_BAD  agentAzgStat = 15
-	agentAzgStatSTAT_DROP_SPOOF      agentAzgStat = 16
-	agentAzgStatSTAT_DROP_UNKNOWN    agentAzgStat = 17
-	agentAzgStatSTAT_DROP_TTL        agentAzgStat = 18
-	agentAzgStatSTAT_DROP_TOO_BIG    agentAzgStat = 19
-	agentAzgStatSTAT_DROP_FIB        agentAzgStat = 20
-	agentAzgStatSTAT_DROP_NO_NEIGH   agentAzgStat = 21
-	agentAzgStatSTAT_DROP_HEADROOM   agentAzgStat = 22
-	agentAzgStatSTAT_DROP_ICMP_LIMIT agentAzgStat = 23
-	agentAzgStatSTAT_DROP_NO_EDGE    agentAzgStat = 24
-	agentAzgStatSTAT_DROP_BAD_DST    agentAzgStat = 25
-	agentAzgStatSTAT_MAX             agentAzgStat = 26
+	agentAzgStatSTAT_PASS_NON_IP        agentAzgStat = 0
+	agentAzgStatSTAT_PASS_IPV6          agentAzgStat = 1
+	agentAzgStatSTAT_PASS_NOT_OURS      agentAzgStat = 2
+	agentAzgStatSTAT_ENCAP_TX           agentAzgStat = 3
+	agentAzgStatSTAT_DECAP_TX           agentAzgStat = 4
+	agentAzgStatSTAT_DECAP_PASS         agentAzgStat = 5
+	agentAzgStatSTAT_ICMP_TTL_TX        agentAzgStat = 6
+	agentAzgStatSTAT_ICMP_FRAG_TX       agentAzgStat = 7
+	agentAzgStatSTAT_DROP_ETH_TRUNC     agentAzgStat = 8
+	agentAzgStatSTAT_DROP_IP_TRUNC      agentAzgStat = 9
+	agentAzgStatSTAT_DROP_IP_BAD        agentAzgStat = 10
+	agentAzgStatSTAT_DROP_IP_CSUM       agentAzgStat = 11
+	agentAzgStatSTAT_DROP_IP_MARTIAN    agentAzgStat = 12
+	agentAzgStatSTAT_DROP_L4TRUNC       agentAzgStat = 13
+	agentAzgStatSTAT_DROP_GRE_BAD       agentAzgStat = 14
+	agentAzgStatSTAT_DROP_INNER_BAD     agentAzgStat = 15
+	agentAzgStatSTAT_DROP_SPOOF         agentAzgStat = 16
+	agentAzgStatSTAT_DROP_UNKNOWN       agentAzgStat = 17
+	agentAzgStatSTAT_DROP_TTL           agentAzgStat = 18
+	agentAzgStatSTAT_DROP_TOO_BIG       agentAzgStat = 19
+	agentAzgStatSTAT_DROP_FIB           agentAzgStat = 20
+	agentAzgStatSTAT_DROP_NO_NEIGH      agentAzgStat = 21
+	agentAzgStatSTAT_DROP_HEADROOM      agentAzgStat = 22
+	agentAzgStatSTAT_DROP_ICMP_LIMIT    agentAzgStat = 23
+	agentAzgStatSTAT_DROP_NO_EDGE       agentAzgStat = 24
+	agentAzgStatSTAT_DROP_BAD_DST       agentAzgStat = 25
+	agentAzgStatSTAT_LB_ENCAP_TX        agentAzgStat = 26
+	agentAzgStatSTAT_LB_NAT_TX          agentAzgStat = 27
+	agentAzgStatSTAT_LB_REPLY_TX        agentAzgStat = 28
+	agentAzgStatSTAT_LB_ICMP_TX         agentAzgStat = 29
+	agentAzgStatSTAT_ARP_REPLY          agentAzgStat = 30
+	agentAzgStatSTAT_DROP_LB_NO_BACKEND agentAzgStat = 31
+	agentAzgStatSTAT_DROP_LB_NO_PORT    agentAzgStat = 32
+	agentAzgStatSTAT_MAX                agentAzgStat = 33
 )
 
 type agentBenchFrame struct {
@@ -135,6 +142,39 @@ type agentStatEntry struct {
 	Bytes   uint64
 }
 
+type agentSvcEntry struct {
+	_     structs.HostLayout
+	Bport uint16
+	Pad   uint16
+	Vsid  uint32
+}
+
+type agentSvcKey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Guest uint32
+	Vport uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type agentSvcRentry struct {
+	_       structs.HostLayout
+	Vip     uint32
+	Vport   uint16
+	Pad     uint16
+	Vsid    uint32
+	Ifindex uint32
+}
+
+type agentSvcRkey struct {
+	_     structs.HostLayout
+	Guest uint32
+	Bport uint16
+	Proto uint8
+	Pad   uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -145,6 +185,8 @@ const (
 	agentMapAgentEips              = "agent_eips"
 	agentMapAgentGuests            = "agent_guests"
 	agentMapAgentLocal             = "agent_local"
+	agentMapAgentSvc               = "agent_svc"
+	agentMapAgentSvcRev            = "agent_svc_rev"
 	agentMapBenchFrame             = "bench_frame"
 	agentMapEipStats               = "eip_stats"
 	agentMapIcmpBuckets            = "icmp_buckets"
@@ -214,6 +256,8 @@ type agentMapSpecs struct {
 	AgentEips    *ebpf.MapSpec `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.MapSpec `ebpf:"agent_guests"`
 	AgentLocal   *ebpf.MapSpec `ebpf:"agent_local"`
+	AgentSvc     *ebpf.MapSpec `ebpf:"agent_svc"`
+	AgentSvcRev  *ebpf.MapSpec `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
@@ -253,6 +297,8 @@ type agentMaps struct {
 	AgentEips    *ebpf.Map `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.Map `ebpf:"agent_guests"`
 	AgentLocal   *ebpf.Map `ebpf:"agent_local"`
+	AgentSvc     *ebpf.Map `ebpf:"agent_svc"`
+	AgentSvcRev  *ebpf.Map `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
@@ -268,6 +314,8 @@ func (m *agentMaps) Close() error {
 		m.AgentEips,
 		m.AgentGuests,
 		m.AgentLocal,
+		m.AgentSvc,
+		m.AgentSvcRev,
 		m.BenchFrame,
 		m.EipStats,
 		m.IcmpBuckets,

@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -130,4 +133,35 @@ func (b *Bench) SetFwd(ifindex int, src, dst net.HardwareAddr) error {
 	copy(c.Smac[:], src)
 	copy(c.Dmac[:], dst)
 	return b.objs.FwdCfg.Update(uint32(0), &c, ebpf.UpdateAny)
+}
+
+// MeasureHZ returns the kernel's CONFIG_HZ (jiffies per second), read off
+// bpf_jiffies64 200 ms apart and rounded to the usual values.
+func (b *Bench) MeasureHZ() (uint32, error) {
+	frame := make([]byte, 64)
+	read := func() (uint64, error) {
+		_, out, err := b.objs.XdpJiffies.Test(frame)
+		if err != nil {
+			return 0, err
+		}
+		return binary.LittleEndian.Uint64(out[:8]), nil
+	}
+	j0, err := read()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	j1, err := read()
+	if err != nil {
+		return 0, err
+	}
+	hz := float64(j1-j0) / time.Since(t0).Seconds()
+	best := uint32(100)
+	for _, c := range []uint32{100, 250, 300, 1000} {
+		if math.Abs(hz-float64(c)) < math.Abs(hz-float64(best)) {
+			best = c
+		}
+	}
+	return best, nil
 }

@@ -58,6 +58,7 @@ const (
 	benchProgXdpFlowhash  = "xdp_flowhash"
 	benchProgXdpFwd       = "xdp_fwd"
 	benchProgXdpGen       = "xdp_gen"
+	benchProgXdpJiffies   = "xdp_jiffies"
 	benchProgXdpPass      = "xdp_pass"
 	benchProgXdpRestore   = "xdp_restore"
 	benchProgXdpSink      = "xdp_sink"
@@ -111,6 +112,7 @@ type benchProgramSpecs struct {
 	XdpFlowhash  *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
 	XdpFwd       *ebpf.ProgramSpec `ebpf:"xdp_fwd"`
 	XdpGen       *ebpf.ProgramSpec `ebpf:"xdp_gen"`
+	XdpJiffies   *ebpf.ProgramSpec `ebpf:"xdp_jiffies"`
 	XdpPass      *ebpf.ProgramSpec `ebpf:"xdp_pass"`
 	XdpRestore   *ebpf.ProgramSpec `ebpf:"xdp_restore"`
 	XdpSink      *ebpf.ProgramSpec `ebpf:"xdp_sink"`
@@ -189,6 +191,7 @@ type benchPrograms struct {
 	XdpFlowhash  *ebpf.Program `ebpf:"xdp_flowhash"`
 	XdpFwd       *ebpf.Program `ebpf:"xdp_fwd"`
 	XdpGen       *ebpf.Program `ebpf:"xdp_gen"`
+	XdpJiffies   *ebpf.Program `ebpf:"xdp_jiffies"`
 	XdpPass      *ebpf.Program `ebpf:"xdp_pass"`
 	XdpRestore   *ebpf.Program `ebpf:"xdp_restore"`
 	XdpSink      *ebpf.Program `ebpf:"xdp_sink"`
@@ -202,6 +205,7 @@ func (p *benchPrograms) Close() error {
 		p.XdpFlowhash,
 		p.XdpFwd,
 		p.XdpGen,
+		p.XdpJiffies,
 		p.XdpPass,
 		p.XdpRestore,
 		p.XdpSink,

@@ -13,36 +13,49 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type edgeArpIface struct {
+	_   structs.HostLayout
+	Mac [6]uint8
+	Pad uint16
+}
+
 type edgeAzgStat uint32
 
 const (
-	edgeAzgStatSTAT_PASS_NON_IP     edgeAzgStat = 0
-	edgeAzgStatSTAT_PASS_IPV6       edgeAzgStat = 1
-	edgeAzgStatSTAT_PASS_NOT_OURS   edgeAzgStat = 2
-	edgeAzgStatSTAT_ENCAP_TX        edgeAzgStat = 3
-	edgeAzgStatSTAT_DECAP_TX        edgeAzgStat = 4
-	edgeAzgStatSTAT_DECAP_PASS      edgeAzgStat = 5
-	edgeAzgStatSTAT_ICMP_TTL_TX     edgeAzgStat = 6
-	edgeAzgStatSTAT_ICMP_FRAG_TX    edgeAzgStat = 7
-	edgeAzgStatSTAT_DROP_ETH_TRUNC  edgeAzgStat = 8
-	edgeAzgStatSTAT_DROP_IP_TRUNC   edgeAzgStat = 9
-	edgeAzgStatSTAT_DROP_IP_BAD     edgeAzgStat = 10
-	edgeAzgStatSTAT_DROP_IP_CSUM    edgeAzgStat = 11
-	edgeAzgStatSTAT_DROP_IP_MARTIAN edgeAzgStat = 12
-	edgeAzgStatSTAT_DROP_L4TRUNC    edgeAzgStat = 13
-	edgeAzgStatSTAT_DROP_GRE_BAD    edgeAzgStat = 14
-	edgeAzgStatSTAT_DROP_INNER_BAD  edgeAzgStat = 15
-	edgeAzgStatSTAT_DROP_SPOOF      edgeAzgStat = 16
-	edgeAzgStatSTAT_DROP_UNKNOWN    edgeAzgStat = 17
-	edgeAzgStatSTAT_DROP_TTL        edgeAzgStat = 18
-	edgeAzgStatSTAT_DROP_TOO_BIG    edgeAzgStat = 19
-	edgeAzgStatSTAT_DROP_FIB        edgeAzgStat = 20
-	edgeAzgStatSTAT_DROP_NO_NEIGH   edgeAzgStat = 21
-	edgeAzgStatSTAT_DROP_HEADROOM   edgeAzgStat = 22
-	edgeAzgStatSTAT_DROP_ICMP_LIMIT edgeAzgStat = 23
-	edgeAzgStatSTAT_DROP_NO_EDGE    edgeAzgStat = 24
-	edgeAzgStatSTAT_DROP_BAD_DST    edgeAzgStat = 25
-	edgeAzgStatSTAT_MAX             edgeAzgStat = 26
+	edgeAzgStatSTAT_PASS_NON_IP        edgeAzgStat = 0
+	edgeAzgStatSTAT_PASS_IPV6          edgeAzgStat = 1
+	edgeAzgStatSTAT_PASS_NOT_OURS      edgeAzgStat = 2
+	edgeAzgStatSTAT_ENCAP_TX           edgeAzgStat = 3
+	edgeAzgStatSTAT_DECAP_TX           edgeAzgStat = 4
+	edgeAzgStatSTAT_DECAP_PASS         edgeAzgStat = 5
+	edgeAzgStatSTAT_ICMP_TTL_TX        edgeAzgStat = 6
+	edgeAzgStatSTAT_ICMP_FRAG_TX       edgeAzgStat = 7
+	edgeAzgStatSTAT_DROP_ETH_TRUNC     edgeAzgStat = 8
+	edgeAzgStatSTAT_DROP_IP_TRUNC      edgeAzgStat = 9
+	edgeAzgStatSTAT_DROP_IP_BAD        edgeAzgStat = 10
+	edgeAzgStatSTAT_DROP_IP_CSUM       edgeAzgStat = 11
+	edgeAzgStatSTAT_DROP_IP_MARTIAN    edgeAzgStat = 12
+	edgeAzgStatSTAT_DROP_L4TRUNC       edgeAzgStat = 13
+	edgeAzgStatSTAT_DROP_GRE_BAD       edgeAzgStat = 14
+	edgeAzgStatSTAT_DROP_INNER_BAD     edgeAzgStat = 15
+	edgeAzgStatSTAT_DROP_SPOOF         edgeAzgStat = 16
+	edgeAzgStatSTAT_DROP_UNKNOWN       edgeAzgStat = 17
+	edgeAzgStatSTAT_DROP_TTL           edgeAzgStat = 18
+	edgeAzgStatSTAT_DROP_TOO_BIG       edgeAzgStat = 19
+	edgeAzgStatSTAT_DROP_FIB           edgeAzgStat = 20
+	edgeAzgStatSTAT_DROP_NO_NEIGH      edgeAzgStat = 21
+	edgeAzgStatSTAT_DROP_HEADROOM      edgeAzgStat = 22
+	edgeAzgStatSTAT_DROP_ICMP_LIMIT    edgeAzgStat = 23
+	edgeAzgStatSTAT_DROP_NO_EDGE       edgeAzgStat = 24
+	edgeAzgStatSTAT_DROP_BAD_DST       edgeAzgStat = 25
+	edgeAzgStatSTAT_LB_ENCAP_TX        edgeAzgStat = 26
+	edgeAzgStatSTAT_LB_NAT_TX          edgeAzgStat = 27
+	edgeAzgStatSTAT_LB_REPLY_TX        edgeAzgStat = 28
+	edgeAzgStatSTAT_LB_ICMP_TX         edgeAzgStat = 29
+	edgeAzgStatSTAT_ARP_REPLY          edgeAzgStat = 30
+	edgeAzgStatSTAT_DROP_LB_NO_BACKEND edgeAzgStat = 31
+	edgeAzgStatSTAT_DROP_LB_NO_PORT    edgeAzgStat = 32
+	edgeAzgStatSTAT_MAX                edgeAzgStat = 33
 )
 
 type edgeBenchFrame struct {
@@ -50,6 +63,31 @@ type edgeBenchFrame struct {
 	Data [128]uint8
 	Len  uint32
 	Pad  uint32
+}
+
+type edgeCtBucket struct {
+	_      structs.HostLayout
+	Tokens uint64
+	Last   uint64
+}
+
+type edgeCtEntry struct {
+	_       structs.HostLayout
+	Backend uint32
+	Last    uint32
+	Gen     uint16
+	State   uint8
+	Flags   uint8
+}
+
+type edgeCtKey struct {
+	_     structs.HostLayout
+	Src   uint32
+	Dst   uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
 }
 
 type edgeEdgeConfig struct {
@@ -102,6 +140,68 @@ type edgeIpAddr struct {
 	A [4]uint32
 }
 
+type edgeLbBackend struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Guest uint32
+	Vsid  uint32
+	Port  uint16
+	Gen   uint16
+	Flags uint8
+	Pad   [3]uint8
+}
+
+type edgeLbConfig struct {
+	_           structs.HostLayout
+	Hz          uint32
+	ToSyn       uint32
+	ToEst       uint32
+	ToFin       uint32
+	ToUdp       uint32
+	InsertRate  uint32
+	InsertBurst uint32
+	Flags       uint32
+}
+
+type edgeLbCounters struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	Conns   uint64
+}
+
+type edgeLbKey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type edgeLbListener struct {
+	_     structs.HostLayout
+	Table uint32
+	M     uint32
+	Stats uint32
+	Mode  uint8
+	Pad   [3]uint8
+}
+
+type edgeNatRentry struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Vport uint16
+	Pad   uint16
+}
+
+type edgeNatRkey struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type edgeNhEntry struct {
 	_         structs.HostLayout
 	Dst       uint32
@@ -124,11 +224,23 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	edgeMapArpIfaces     = "arp_ifaces"
 	edgeMapBenchFrame    = "bench_frame"
+	edgeMapCtBuckets     = "ct_buckets"
 	edgeMapEdgeCfg       = "edge_cfg"
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapIcmpBuckets   = "icmp_buckets"
+	edgeMapLbBackends    = "lb_backends"
+	edgeMapLbBeStats     = "lb_be_stats"
+	edgeMapLbCfg         = "lb_cfg"
+	edgeMapLbConns       = "lb_conns"
+	edgeMapLbInfo        = "lb_info"
+	edgeMapLbListeners   = "lb_listeners"
+	edgeMapLbNatRev      = "lb_nat_rev"
+	edgeMapLbStats       = "lb_stats"
+	edgeMapLbTables      = "lb_tables"
+	edgeMapLbVips        = "lb_vips"
 	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
 	edgeProgXdpEdge      = "xdp_edge"
@@ -185,11 +297,23 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
+	ArpIfaces   *ebpf.MapSpec `ebpf:"arp_ifaces"`
 	BenchFrame  *ebpf.MapSpec `ebpf:"bench_frame"`
+	CtBuckets   *ebpf.MapSpec `ebpf:"ct_buckets"`
 	EdgeCfg     *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats    *ebpf.MapSpec `ebpf:"eip_stats"`
 	IcmpBuckets *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	LbBackends  *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbBeStats   *ebpf.MapSpec `ebpf:"lb_be_stats"`
+	LbCfg       *ebpf.MapSpec `ebpf:"lb_cfg"`
+	LbConns     *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbInfo      *ebpf.MapSpec `ebpf:"lb_info"`
+	LbListeners *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbNatRev    *ebpf.MapSpec `ebpf:"lb_nat_rev"`
+	LbStats     *ebpf.MapSpec `ebpf:"lb_stats"`
+	LbTables    *ebpf.MapSpec `ebpf:"lb_tables"`
+	LbVips      *ebpf.MapSpec `ebpf:"lb_vips"`
 	NhCache     *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -220,22 +344,46 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
+	ArpIfaces   *ebpf.Map `ebpf:"arp_ifaces"`
 	BenchFrame  *ebpf.Map `ebpf:"bench_frame"`
+	CtBuckets   *ebpf.Map `ebpf:"ct_buckets"`
 	EdgeCfg     *ebpf.Map `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.Map `ebpf:"eip_routes"`
 	EipStats    *ebpf.Map `ebpf:"eip_stats"`
 	IcmpBuckets *ebpf.Map `ebpf:"icmp_buckets"`
+	LbBackends  *ebpf.Map `ebpf:"lb_backends"`
+	LbBeStats   *ebpf.Map `ebpf:"lb_be_stats"`
+	LbCfg       *ebpf.Map `ebpf:"lb_cfg"`
+	LbConns     *ebpf.Map `ebpf:"lb_conns"`
+	LbInfo      *ebpf.Map `ebpf:"lb_info"`
+	LbListeners *ebpf.Map `ebpf:"lb_listeners"`
+	LbNatRev    *ebpf.Map `ebpf:"lb_nat_rev"`
+	LbStats     *ebpf.Map `ebpf:"lb_stats"`
+	LbTables    *ebpf.Map `ebpf:"lb_tables"`
+	LbVips      *ebpf.Map `ebpf:"lb_vips"`
 	NhCache     *ebpf.Map `ebpf:"nh_cache"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
+		m.ArpIfaces,
 		m.BenchFrame,
+		m.CtBuckets,
 		m.EdgeCfg,
 		m.EipRoutes,
 		m.EipStats,
 		m.IcmpBuckets,
+		m.LbBackends,
+		m.LbBeStats,
+		m.LbCfg,
+		m.LbConns,
+		m.LbInfo,
+		m.LbListeners,
+		m.LbNatRev,
+		m.LbStats,
+		m.LbTables,
+		m.LbVips,
 		m.NhCache,
 		m.Stats,
 	)

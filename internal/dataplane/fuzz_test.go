@@ -205,6 +205,20 @@ func outcomeCoverage(dev, counter string) int {
 		n = 25
 	case "drop_bad_dst":
 		n = 26
+	case "lb_encap_tx":
+		n = 27
+	case "lb_nat_tx":
+		n = 28
+	case "lb_reply_tx":
+		n = 29
+	case "lb_icmp_tx":
+		n = 30
+	case "arp_reply":
+		n = 31
+	case "drop_lb_no_backend":
+		n = 32
+	case "drop_lb_no_port":
+		n = 33
 	}
 	if dev == dptest.UlDev {
 		switch {

@@ -30,3 +30,13 @@ func TestLoadVerifies(t *testing.T) {
 	}
 	b.Close()
 }
+
+// TestStatNamesMatchEnum holds the Go counter names to enum azg_stat.
+func TestStatNamesMatchEnum(t *testing.T) {
+	if len(statNames) != int(edgeAzgStatSTAT_MAX) {
+		t.Fatalf("%d stat names, enum azg_stat has %d: keep types.go in step with bpf/lib/structs.h", len(statNames), edgeAzgStatSTAT_MAX)
+	}
+	if i, _ := StatIndex("drop_lb_no_port"); i != int(edgeAzgStatSTAT_DROP_LB_NO_PORT) {
+		t.Fatalf("drop_lb_no_port is %d in Go, %d in C", i, edgeAzgStatSTAT_DROP_LB_NO_PORT)
+	}
+}

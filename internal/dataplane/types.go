@@ -42,6 +42,13 @@ var statNames = [...]string{
 	"drop_icmp_limit",
 	"drop_no_edge",
 	"drop_bad_dst",
+	"lb_encap_tx",
+	"lb_nat_tx",
+	"lb_reply_tx",
+	"lb_icmp_tx",
+	"arp_reply",
+	"drop_lb_no_backend",
+	"drop_lb_no_port",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

@@ -1,0 +1,316 @@
+/* lb.h: the edge's L4 load balancer: listeners (VIP, protocol, port or any
+ * port), Maglev tables swapped in whole through a map of maps, a shared
+ * LRU connection table for per-connection consistency (PCC), NAT mode
+ * (DNAT in, SNAT back) and ICMP errors steered to the backend owning the
+ * flow. Included by edge.c after its maps. */
+#ifndef AZG_LB_H
+#define AZG_LB_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "consts.h"
+#include "structs.h"
+#include "csum.h"
+#include "parse.h"
+#include "hash.h"
+#include "stats.h"
+#include "nvgre.h"
+#include "fib.h"
+#include "nat.h"
+
+/* VIPs with at least one listener (one lookup for all other traffic). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_VIPS_MAX);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_vips SEC(".maps");
+
+/* (VIP, protocol, port) -> listener; port 0 is the any-port listener. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_LISTENERS_MAX);
+	__type(key, struct lb_key);
+	__type(value, struct lb_listener);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_listeners SEC(".maps");
+
+/* A Maglev table: slot -> backend index. Tables of any prime size share
+ * the outer map (BPF_F_INNER_MAP). */
+struct lb_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65537);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+/* Maglev tables by slot; the daemon builds a new inner map and swaps it in
+ * with one update, so a table changes atomically. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, LB_TABLES_MAX);
+	__type(key, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct lb_table);
+} lb_tables SEC(".maps");
+
+/* Backends of every service by index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__type(key, __u32);
+	__type(value, struct lb_backend);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_backends SEC(".maps");
+
+/* The connection table, shared by all services (sized by the daemon). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_cfg SEC(".maps");
+
+/* Caps connection-table inserts per CPU (SYN floods fall back to the
+ * table alone, with no state). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct_bucket);
+} ct_buckets SEC(".maps");
+
+/* Per-listener counters (index lb_listener.stats). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_LISTENERS_MAX);
+	__type(key, __u32);
+	__type(value, struct lb_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_stats SEC(".maps");
+
+/* Per-backend counters (index = backend index). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__type(key, __u32);
+	__type(value, struct lb_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_be_stats SEC(".maps");
+
+/* nat mode: replies of a backend -> the VIP and port they leave with. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__type(key, struct nat_rkey);
+	__type(value, struct nat_rentry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_nat_rev SEC(".maps");
+
+/* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct arp_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_ifaces SEC(".maps");
+
+/* Informational counters (not outcomes): see enum lb_info. */
+enum lb_info {
+	LBI_CT_HIT = 0,
+	LBI_CT_MISS,
+	LBI_CT_INSERT,
+	LBI_CT_INSERT_LIMITED, /* over the insert cap: forwarded by the table alone */
+	LBI_CT_STALE,          /* expired, or its backend gone or down */
+	LBI_SYN_REPICK,        /* a SYN that did not reuse an existing entry */
+	LBI_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LBI_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_info SEC(".maps");
+
+static __always_inline void info_inc(__u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(&lb_info, &i);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline void lb_count(void *map, __u32 idx, __u64 bytes, int conn)
+{
+	struct lb_counters *c = bpf_map_lookup_elem(map, &idx);
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+		c->conns += conn;
+	}
+}
+
+#define TCP_FIN_ 0x01
+#define TCP_SYN_ 0x02
+#define TCP_RST_ 0x04
+#define TCP_ACK_ 0x10
+
+static __always_inline __u32 ct_timeout(const struct lb_config *c, __u8 state)
+{
+	switch (state) {
+	case CT_SYN:
+		return c->to_syn;
+	case CT_EST:
+		return c->to_est;
+	case CT_FIN:
+		return c->to_fin;
+	}
+	return c->to_udp;
+}
+
+/* State after seeing tcp flags in state s (UDP and others stay CT_UDP). */
+static __always_inline __u8 ct_next(__u8 s, __u8 proto, __u8 flags)
+{
+	if (proto != IPPROTO_TCP_)
+		return CT_UDP;
+	if (flags & (TCP_FIN_ | TCP_RST_))
+		return CT_FIN;
+	if (s == CT_SYN && (flags & TCP_ACK_))
+		return CT_EST;
+	return s ? s : CT_SYN;
+}
+
+static __always_inline int ct_insert_allowed(const struct lb_config *c, __u32 now)
+{
+	if (!c->insert_rate)
+		return 1;
+	__u32 zero = 0;
+	struct ct_bucket *b = bpf_map_lookup_elem(&ct_buckets, &zero);
+	if (!b)
+		return 1;
+	__u64 hz = c->hz ? c->hz : 250;
+	__u64 elapsed = (__u32)(now - (__u32)b->last);
+	if (elapsed > 10 * hz)
+		elapsed = 10 * hz;
+	/* tokens are scaled by hz: one insert costs hz */
+	__u64 t = b->tokens + elapsed * c->insert_rate;
+	__u64 cap = (__u64)(c->insert_burst ? c->insert_burst : c->insert_rate) * hz;
+	if (t > cap)
+		t = cap;
+	b->last = now;
+	if (t < hz) {
+		b->tokens = t;
+		return 0;
+	}
+	b->tokens = t - hz;
+	return 1;
+}
+
+/* The flow the load balancer decides on (client -> VIP). */
+struct lb_flow {
+	__be32 client;
+	__be32 vip;
+	__be16 cport;
+	__be16 vport;
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 icmp;     /* an ICMP error about the flow, found through its quote */
+	__u8 pad;
+	__u32 hash;
+};
+
+/* Finds the listener for a flow: the exact port first, then any port. */
+static __always_inline struct lb_listener *lb_listener_for(__be32 vip, __u8 proto, __be16 port)
+{
+	struct lb_key k = {.vip = vip, .port = port, .proto = proto};
+	struct lb_listener *l = bpf_map_lookup_elem(&lb_listeners, &k);
+	if (l)
+		return l;
+	k.port = 0;
+	return bpf_map_lookup_elem(&lb_listeners, &k);
+}
+
+/* Picks the backend of a flow from its listener's table. Returns the
+ * backend index or -1. */
+static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
+{
+	__u32 t = l->table;
+	void *tbl = bpf_map_lookup_elem(&lb_tables, &t);
+	if (!tbl || !l->m)
+		return -1;
+	__u32 slot = hash % l->m;
+	__u32 *be = bpf_map_lookup_elem(tbl, &slot);
+	if (!be || *be >= LB_BACKENDS_MAX)
+		return -1;
+	return *be;
+}
+
+/* Decides the backend of a flow through the connection table, creating
+ * or refreshing the entry. On success *gen holds the backend generation.
+ * insert=0 never creates an entry (RST, ICMP errors). */
+static __always_inline long lb_decide(const struct lb_config *c, const struct lb_listener *l, const struct lb_flow *f,
+				      int insert)
+{
+	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
+	__u32 now = (__u32)bpf_jiffies64();
+	int syn = f->proto == IPPROTO_TCP_ && (f->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
+	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
+
+	if (e) {
+		__u32 idx = e->backend;
+		struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &idx);
+		int live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
+		if (live && !syn) {
+			info_inc(LBI_CT_HIT);
+			e->last = now;
+			if (!f->icmp)
+				e->state = ct_next(e->state, f->proto, f->tcp_flags);
+			return idx;
+		}
+		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
+	} else {
+		info_inc(LBI_CT_MISS);
+	}
+
+	long idx = lb_pick(l, f->hash);
+	if (idx < 0)
+		return -1;
+	__u32 i = idx;
+	struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &i);
+	if (!be)
+		return -1;
+	if (!insert || (f->proto == IPPROTO_TCP_ && (f->tcp_flags & TCP_RST_)))
+		return idx;
+	if (!ct_insert_allowed(c, now)) {
+		info_inc(LBI_CT_INSERT_LIMITED);
+		return idx;
+	}
+	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now,
+			     .state = ct_next(0, f->proto, f->tcp_flags)};
+	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
+	info_inc(LBI_CT_INSERT);
+	lb_count(&lb_be_stats, i, 0, 1);
+	return idx;
+}
+
+#endif

@@ -1,0 +1,374 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Load-balancer modes (bpf/lib/consts.h).
+const (
+	ModeEncap = 1
+	ModeNAT   = 2
+)
+
+// IP protocols.
+const (
+	ProtoTCP = 6
+	ProtoUDP = 17
+)
+
+// LBConfig is the load balancer's configuration.
+type LBConfig struct {
+	HZ                      uint32 // the kernel's jiffies per second (MeasureHZ)
+	SYN, Established, FIN   time.Duration
+	UDP                     time.Duration
+	InsertRate, InsertBurst uint32 // connection-table inserts per second per CPU (0: no cap)
+	NAT                     bool   // some service is in nat mode
+}
+
+// Listener is a listener key: VIP, protocol, port (0: any port).
+type Listener struct {
+	VIP   netip.Addr
+	Proto uint8
+	Port  uint16
+}
+
+// ListenerValue says where a listener's flows go.
+type ListenerValue struct {
+	Table uint32 // slot in the table map
+	M     uint32 // that table's size
+	Stats uint32 // counter slot
+	Mode  uint8
+}
+
+// LBBackend is a backend slot.
+type LBBackend struct {
+	Addr  netip.Addr // nat: the backend; encap: its host's underlay address
+	Guest netip.Addr // encap: the guest's private address
+	VSID  uint32
+	Port  uint16 // nat: backend port (0: the listener's)
+	Gen   uint16 // bumped when the slot is given to another backend
+	Down  bool   // failed its health checks
+}
+
+// NATReverse translates a nat-mode backend's replies back to its VIP.
+type NATReverse struct {
+	Addr  netip.Addr
+	Port  uint16 // 0: any-port backend
+	Proto uint8
+}
+
+// LBCounters count a listener's or backend's traffic.
+type LBCounters struct {
+	Packets, Bytes, Conns uint64
+}
+
+// LBInfo names the informational counters (bpf/lib/lb.h enum lb_info).
+var LBInfo = []string{"ct_hit", "ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick"}
+
+// LBMaps is what the service reconciler needs from a data plane.
+type LBMaps interface {
+	SetLBConfig(LBConfig) error
+	PutVIP(netip.Addr) error
+	DeleteVIP(netip.Addr) error
+	VIPs() ([]netip.Addr, error)
+	PutListener(Listener, ListenerValue) error
+	DeleteListener(Listener) error
+	Listeners() (map[Listener]ListenerValue, error)
+	// SetTable swaps in a whole Maglev table (its size is len(entries)).
+	SetTable(slot uint32, entries []uint32) error
+	DeleteTable(slot uint32) error
+	SetBackend(idx uint32, b LBBackend) error
+	Backend(idx uint32) (LBBackend, error)
+	PutNATReverse(NATReverse, netip.Addr, uint16) error
+	DeleteNATReverse(NATReverse) error
+	NATReverses() (map[NATReverse]netip.AddrPort, error)
+	SetARP(ifindex int, mac net.HardwareAddr) error
+	BackendCounters(idx uint32) (LBCounters, error)
+	ListenerCounters(idx uint32) (LBCounters, error)
+	ResetBackendCounters(idx uint32) error
+}
+
+var _ LBMaps = (*Edge)(nil)
+
+func be16(p uint16) uint16 { return p<<8 | p>>8 }
+
+func ip4word(a netip.Addr) uint32 {
+	if !a.Is4() {
+		return 0
+	}
+	b := a.As4()
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+func wordIP4(w uint32) netip.Addr {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], w)
+	return netip.AddrFrom4(b)
+}
+
+func (e *Edge) SetLBConfig(c LBConfig) error {
+	hz := c.HZ
+	if hz == 0 {
+		hz = 250
+	}
+	j := func(d time.Duration) uint32 { return uint32(d.Seconds()*float64(hz) + 0.5) }
+	v := edgeLbConfig{Hz: hz, ToSyn: j(c.SYN), ToEst: j(c.Established), ToFin: j(c.FIN), ToUdp: j(c.UDP),
+		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst}
+	if c.NAT {
+		v.Flags |= 1
+	}
+	return e.objs.LbCfg.Update(uint32(0), &v, ebpf.UpdateAny)
+}
+
+func (e *Edge) PutVIP(a netip.Addr) error {
+	if !a.Is4() {
+		return fmt.Errorf("VIP %v: only IPv4", a)
+	}
+	return e.objs.LbVips.Update(ip4word(a), uint32(1), ebpf.UpdateAny)
+}
+
+func (e *Edge) DeleteVIP(a netip.Addr) error {
+	err := e.objs.LbVips.Delete(ip4word(a))
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *Edge) VIPs() ([]netip.Addr, error) {
+	var out []netip.Addr
+	var k, v uint32
+	it := e.objs.LbVips.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, wordIP4(k))
+	}
+	return out, it.Err()
+}
+
+func lkey(l Listener) edgeLbKey {
+	return edgeLbKey{Vip: ip4word(l.VIP), Port: be16(l.Port), Proto: l.Proto}
+}
+
+func (e *Edge) PutListener(l Listener, v ListenerValue) error {
+	k := lkey(l)
+	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M, Stats: v.Stats, Mode: v.Mode}, ebpf.UpdateAny)
+}
+
+func (e *Edge) DeleteListener(l Listener) error {
+	k := lkey(l)
+	err := e.objs.LbListeners.Delete(&k)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
+	out := map[Listener]ListenerValue{}
+	var k edgeLbKey
+	var v edgeLbListener
+	it := e.objs.LbListeners.Iterate()
+	for it.Next(&k, &v) {
+		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M, Stats: v.Stats, Mode: v.Mode}
+	}
+	return out, it.Err()
+}
+
+// SetTable builds a new inner array map holding entries and swaps it into
+// slot with one update: flows see the old table or the new one, never a
+// mix.
+func (e *Edge) SetTable(slot uint32, entries []uint32) error {
+	if len(entries) == 0 {
+		return e.DeleteTable(slot)
+	}
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Name: "lb_table", Type: ebpf.Array, KeySize: 4, ValueSize: 4,
+		MaxEntries: uint32(len(entries)), Flags: 0x1000 /* BPF_F_INNER_MAP */})
+	if err != nil {
+		return fmt.Errorf("table %d: create: %w", slot, err)
+	}
+	defer inner.Close()
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
+		return fmt.Errorf("table %d: fill: %w", slot, err)
+	}
+	if err := e.objs.LbTables.Update(slot, inner, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("table %d: swap in: %w", slot, err)
+	}
+	return nil
+}
+
+func (e *Edge) DeleteTable(slot uint32) error {
+	err := e.objs.LbTables.Delete(slot)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Table reads a table back (for tests and checksums of what the data
+// plane really holds).
+func (e *Edge) Table(slot uint32) ([]uint32, error) {
+	var id ebpf.MapID
+	if err := e.objs.LbTables.Lookup(slot, &id); err != nil {
+		return nil, err
+	}
+	m, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	out := make([]uint32, m.MaxEntries())
+	keys := make([]uint32, len(out))
+	var cursor ebpf.MapBatchCursor
+	n, err := m.BatchLookup(&cursor, keys, out, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, err
+	}
+	return out[:n], nil
+}
+
+func (e *Edge) SetBackend(idx uint32, b LBBackend) error {
+	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen}
+	if b.Down {
+		v.Flags |= 1
+	}
+	return e.objs.LbBackends.Update(idx, &v, ebpf.UpdateAny)
+}
+
+func (e *Edge) Backend(idx uint32) (LBBackend, error) {
+	var v edgeLbBackend
+	if err := e.objs.LbBackends.Lookup(idx, &v); err != nil {
+		return LBBackend{}, err
+	}
+	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0}
+	if v.Guest != 0 {
+		b.Guest = wordIP4(v.Guest)
+	}
+	return b, nil
+}
+
+func nkey(r NATReverse) edgeNatRkey {
+	return edgeNatRkey{Addr: ip4word(r.Addr), Port: be16(r.Port), Proto: r.Proto}
+}
+
+func (e *Edge) PutNATReverse(r NATReverse, vip netip.Addr, vport uint16) error {
+	k := nkey(r)
+	return e.objs.LbNatRev.Update(&k, &edgeNatRentry{Vip: ip4word(vip), Vport: be16(vport)}, ebpf.UpdateAny)
+}
+
+func (e *Edge) DeleteNATReverse(r NATReverse) error {
+	k := nkey(r)
+	err := e.objs.LbNatRev.Delete(&k)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *Edge) NATReverses() (map[NATReverse]netip.AddrPort, error) {
+	out := map[NATReverse]netip.AddrPort{}
+	var k edgeNatRkey
+	var v edgeNatRentry
+	it := e.objs.LbNatRev.Iterate()
+	for it.Next(&k, &v) {
+		out[NATReverse{Addr: wordIP4(k.Addr), Port: be16(k.Port), Proto: k.Proto}] = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
+	}
+	return out, it.Err()
+}
+
+func (e *Edge) SetARP(ifindex int, mac net.HardwareAddr) error {
+	if mac == nil {
+		err := e.objs.ArpIfaces.Delete(uint32(ifindex))
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return err
+	}
+	var v edgeArpIface
+	copy(v.Mac[:], mac)
+	return e.objs.ArpIfaces.Update(uint32(ifindex), &v, ebpf.UpdateAny)
+}
+
+func readLBCounters(m *ebpf.Map, idx uint32) (LBCounters, error) {
+	var vals []edgeLbCounters
+	if err := m.Lookup(idx, &vals); err != nil {
+		return LBCounters{}, err
+	}
+	var c LBCounters
+	for _, v := range vals {
+		c.Packets += v.Packets
+		c.Bytes += v.Bytes
+		c.Conns += v.Conns
+	}
+	return c, nil
+}
+
+func (e *Edge) BackendCounters(idx uint32) (LBCounters, error) { return readLBCounters(e.objs.LbBeStats, idx) }
+
+func (e *Edge) ListenerCounters(idx uint32) (LBCounters, error) { return readLBCounters(e.objs.LbStats, idx) }
+
+func (e *Edge) ResetBackendCounters(idx uint32) error {
+	zero := make([]edgeLbCounters, ebpf.MustPossibleCPU())
+	return e.objs.LbBeStats.Update(idx, zero, ebpf.UpdateAny)
+}
+
+// LBInfoCounters reads the informational counters.
+func (e *Edge) LBInfoCounters() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for i, name := range LBInfo {
+		var vals []uint64
+		if err := e.objs.LbInfo.Lookup(uint32(i), &vals); err != nil {
+			return nil, err
+		}
+		var s uint64
+		for _, v := range vals {
+			s += v
+		}
+		out[name] = s
+	}
+	return out, nil
+}
+
+// Conn is a connection-table entry.
+type Conn struct {
+	Src, Dst     netip.Addr
+	Sport, Dport uint16
+	Proto        uint8
+	Backend      uint32
+	State        uint8
+}
+
+// Conns walks the connection table.
+func (e *Edge) Conns(f func(Conn) bool) error {
+	keys := make([]edgeCtKey, 4096)
+	vals := make([]edgeCtEntry, 4096)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.LbConns.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			k, v := keys[i], vals[i]
+			if !f(Conn{Src: wordIP4(k.Src), Dst: wordIP4(k.Dst), Sport: be16(k.Sport), Dport: be16(k.Dport), Proto: k.Proto, Backend: v.Backend, State: v.State}) {
+				return nil
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// ConnCapacity is the size of the connection table.
+func (e *Edge) ConnCapacity() uint32 { return e.objs.LbConns.MaxEntries() }
