@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -82,7 +83,10 @@ func init() {
 		var attach []string
 		var icmpSource string
 		var noTTL bool
-		var eipMax uint32
+		var eipMax, ctMax uint32
+		var arpIfaces []string
+		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
+			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
 			Use:   "edge",
 			Short: "Run the edge role: XDP EIP routing between the Internet and the AZ underlay",
@@ -98,8 +102,9 @@ without interruption. The node must be an edge of an edge set.`,
 				}
 				defer st.Close()
 				load.EIPMax = eipMax
+				load.ConnMax = ctMax
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log}
+					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb}
 				if icmpSource != "" {
 					a, err := netip.ParseAddr(icmpSource)
 					if err != nil {
@@ -109,7 +114,7 @@ without interruption. The node must be an edge of an edge set.`,
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				err = edge.Run(ctx, cfg, st, load, df.metricsListen)
+				err = edge.Run(ctx, cfg, st, load, df.metricsListen, arpIfaces)
 				if ctx.Err() != nil {
 					log.Info("edge stopping; the data plane keeps forwarding")
 					return nil
@@ -122,6 +127,14 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
+		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection table (default 1048576)")
+		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes")
+		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection")
+		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST")
+		c.Flags().DurationVar(&lb.UDP, "ct-udp-timeout", lb.UDP, "connection-table timeout of UDP (and other) flows")
+		c.Flags().Uint32Var(&lb.InsertRate, "ct-insert-rate", lb.InsertRate, "new connection entries per second per CPU; beyond it (a SYN flood) flows are forwarded by the table alone (0: no cap)")
+		c.Flags().Uint32Var(&lb.InsertBurst, "ct-insert-burst", lb.InsertBurst, "burst of new connection entries per CPU")
+		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
 		return c
 	})
 	register(func() *cobra.Command {

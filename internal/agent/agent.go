@@ -37,6 +37,10 @@ type HostWant struct {
 	Edges    []netip.Addr // every edge of every set, in a stable order
 	Guests   []model.Guest
 	EIPs     map[netip.Addr]Want // EIPs bound to guests of this host
+	// Services are the encap-mode service backends among the guests
+	// (Ifindex left to the reconciler).
+	Services []dataplane.AgentService
+	Problems []string
 }
 
 // Desired computes what the agent of host must program.
@@ -68,7 +72,57 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		}
 		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
 	}
+	for _, name := range sortedNames(st.Services) {
+		svc := st.Services[name]
+		if svc.Mode != model.ModeEncap {
+			continue
+		}
+		for _, l := range svc.Listeners {
+			pool, _ := svc.Pool(l.Pool)
+			if pool == nil {
+				continue
+			}
+			proto := uint8(dataplane.ProtoTCP)
+			if l.Protocol == "udp" {
+				proto = dataplane.ProtoUDP
+			}
+			for _, b := range pool.Backends {
+				if b.Host != host {
+					continue
+				}
+				g, ok := h.Guest(b.Guest)
+				if !ok {
+					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s: no guest %q on this host", name, b.Key(), b.Guest))
+					continue
+				}
+				if b.Port != 0 && (l.AnyPort() || l.Last() != l.Port) {
+					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s has a port but listener %s covers several", name, b.Key(), l))
+					continue
+				}
+				ports := []uint16{0}
+				if !l.AnyPort() {
+					ports = ports[:0]
+					for p := int(l.Port); p <= int(l.Last()); p++ {
+						ports = append(ports, uint16(p))
+					}
+				}
+				for _, p := range ports {
+					w.Services = append(w.Services, dataplane.AgentService{VIP: svc.VIP, Guest: g.Address, Proto: proto,
+						VPort: p, BPort: b.Port, VSID: g.VSID})
+				}
+			}
+		}
+	}
 	return w, nil
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Links is what the reconciler needs from the host's network stack.
@@ -104,6 +158,7 @@ type Reconciler struct {
 	mu         sync.Mutex
 	programmed map[netip.Addr]dataplane.AgentEIP
 	guestIfs   map[string]bool // guest interfaces the program is attached to
+	services   int             // service backend entries programmed
 	free       []uint32
 	next       uint32
 	rev        int64
@@ -259,6 +314,7 @@ func (r *Reconciler) sync(want HostWant) {
 		r.free = append(r.free, cur.StatsIdx)
 		delete(r.programmed, a)
 	}
+	r.syncServices(want, links)
 	for ifname := range r.guestIfs {
 		if used[ifname] {
 			continue
@@ -269,6 +325,50 @@ func (r *Reconciler) sync(want HostWant) {
 		}
 		delete(r.guestIfs, ifname)
 	}
+}
+
+// syncServices programs the service backends among the guests.
+func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink) {
+	for _, p := range want.Problems {
+		r.fail(fmt.Errorf("%s", p))
+	}
+	type key struct {
+		vip, guest   netip.Addr
+		proto        uint8
+		vport, bport uint16
+	}
+	wanted := map[key]dataplane.AgentService{}
+	for _, s := range want.Services {
+		gl, ok := links[s.Guest]
+		if !ok {
+			continue // its guest's interface is not found: reported
+		}
+		s.Ifindex = uint32(gl.ifindex)
+		wanted[key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}] = s
+	}
+	have, err := r.maps.Services()
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	for _, s := range have {
+		k := key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}
+		if w, ok := wanted[k]; ok && w == s {
+			delete(wanted, k)
+			continue
+		}
+		if _, ok := wanted[k]; !ok {
+			if err := r.maps.DeleteService(s); err != nil {
+				r.fail(err)
+			}
+		}
+	}
+	for _, s := range wanted {
+		if err := r.maps.PutService(s); err != nil {
+			r.fail(err)
+		}
+	}
+	r.services = len(want.Services)
 }
 
 // Status builds the node status.

@@ -289,3 +289,75 @@ func akey(k edgeEipKey) agentEipKey {
 func ekey(k agentEipKey) edgeEipKey {
 	return edgeEipKey{Addr: edgeIpAddr(k.Addr), Family: k.Family}
 }
+
+// AgentService is a service backend guest on this host: traffic for VIP
+// (protocol, port; 0 any) that the edge sends to guest is translated to
+// the guest's backend port, and the guest's replies from that port back.
+type AgentService struct {
+	VIP     netip.Addr
+	Guest   netip.Addr
+	Proto   uint8
+	VPort   uint16 // 0: any port
+	BPort   uint16 // 0: keep the port
+	VSID    uint32
+	Ifindex uint32
+}
+
+func svcKeys(s AgentService) (agentSvcKey, agentSvcRkey) {
+	k := agentSvcKey{Vip: ip4word(s.VIP), Guest: ip4word(s.Guest), Vport: be16(s.VPort), Proto: s.Proto}
+	bp := s.BPort
+	if bp == 0 {
+		bp = s.VPort
+	}
+	rk := agentSvcRkey{Guest: ip4word(s.Guest), Bport: be16(bp), Proto: s.Proto}
+	return k, rk
+}
+
+// PutService programs a service backend guest.
+func (a *Agent) PutService(s AgentService) error {
+	if !s.VIP.Is4() || !s.Guest.Is4() {
+		return fmt.Errorf("service %v -> %v: only IPv4", s.VIP, s.Guest)
+	}
+	k, rk := svcKeys(s)
+	if err := a.objs.AgentSvc.Update(&k, &agentSvcEntry{Bport: be16(s.BPort), Vsid: s.VSID}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("service %v:%d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
+	}
+	r := agentSvcRentry{Vip: ip4word(s.VIP), Vport: be16(s.VPort), Vsid: s.VSID, Ifindex: s.Ifindex}
+	if s.BPort == 0 {
+		r.Vport = 0 // the port is kept both ways
+	}
+	if err := a.objs.AgentSvcRev.Update(&rk, &r, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("service replies of %v: %w", s.Guest, err)
+	}
+	return nil
+}
+
+// DeleteService removes a service backend guest.
+func (a *Agent) DeleteService(s AgentService) error {
+	k, rk := svcKeys(s)
+	if err := a.objs.AgentSvc.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	if err := a.objs.AgentSvcRev.Delete(&rk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Services lists the programmed service backends.
+func (a *Agent) Services() ([]AgentService, error) {
+	var out []AgentService
+	var k agentSvcKey
+	var v agentSvcEntry
+	it := a.objs.AgentSvc.Iterate()
+	for it.Next(&k, &v) {
+		s := AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid}
+		_, rk := svcKeys(s)
+		var r agentSvcRentry
+		if a.objs.AgentSvcRev.Lookup(&rk, &r) == nil {
+			s.Ifindex = r.Ifindex
+		}
+		out = append(out, s)
+	}
+	return out, it.Err()
+}

@@ -28,6 +28,9 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
 		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
 	}
+	if o.ConnMax > 0 {
+		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
+	}
 	opts, err := prepare(spec, o)
 	if err != nil {
 		return nil, err

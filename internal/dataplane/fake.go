@@ -134,6 +134,7 @@ func (f *FaultyEdge) DeleteRoutes(as []netip.Addr) error {
 // FakeAgent is an in-memory AgentMaps.
 type FakeAgent struct {
 	mu       sync.Mutex
+	Svc      map[AgentService]bool
 	Config   AgentConfig
 	Local    []netip.Prefix
 	EIPMap   map[netip.Addr]AgentEIP
@@ -144,7 +145,7 @@ var _ AgentMaps = (*FakeAgent)(nil)
 
 // NewFakeAgent returns an empty fake.
 func NewFakeAgent() *FakeAgent {
-	return &FakeAgent{EIPMap: map[netip.Addr]AgentEIP{}, Counters: map[uint32]Counters{}}
+	return &FakeAgent{EIPMap: map[netip.Addr]AgentEIP{}, Counters: map[uint32]Counters{}, Svc: map[AgentService]bool{}}
 }
 
 func (f *FakeAgent) SetConfig(c AgentConfig) error {
@@ -199,3 +200,27 @@ func (f *FakeAgent) EIPStats(idx uint32) (Counters, error) {
 }
 
 func (f *FakeAgent) Stats() (map[string]Count, error) { return map[string]Count{}, nil }
+
+func (f *FakeAgent) PutService(s AgentService) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Svc[s] = true
+	return nil
+}
+
+func (f *FakeAgent) DeleteService(s AgentService) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.Svc, s)
+	return nil
+}
+
+func (f *FakeAgent) Services() ([]AgentService, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []AgentService
+	for s := range f.Svc {
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -43,6 +43,8 @@ type LoadOptions struct {
 	PinDir string
 	// EIPMax overrides the capacity of the edge's route and counter maps.
 	EIPMax uint32
+	// ConnMax overrides the capacity of the edge's connection table.
+	ConnMax uint32
 }
 
 func prepare(spec *ebpf.CollectionSpec, o LoadOptions) (*ebpf.CollectionOptions, error) {

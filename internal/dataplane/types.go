@@ -146,6 +146,9 @@ type AgentMaps interface {
 	SetConfig(AgentConfig) error
 	SetLocalPrefixes([]netip.Prefix) error
 	PutEIP(AgentEIP) error
+	PutService(AgentService) error
+	DeleteService(AgentService) error
+	Services() ([]AgentService, error)
 	DeleteEIP(eip netip.Addr) error
 	EIPs() (map[netip.Addr]AgentEIP, error)
 	ResetEIPStats(idx uint32) error

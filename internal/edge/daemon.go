@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/store"
@@ -24,7 +25,7 @@ import (
 // Run loads (or re-adopts) the edge data plane, attaches it to the
 // interfaces and follows the store until ctx ends. On return the program
 // stays attached and keeps forwarding with the last state.
-func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string) error {
+func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string, arpIfaces []string) error {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -46,12 +47,25 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	if cfg.IfindexOf == nil {
 		cfg.IfindexOf = ifindexOf
 	}
+	if cfg.LB.HZ == 0 {
+		hz, err := measureHZ()
+		if err != nil {
+			return fmt.Errorf("edge: measure HZ: %w", err)
+		}
+		cfg.LB.HZ = hz
+	}
 	dp, err := dataplane.LoadEdge(load)
 	if err != nil {
 		return err
 	}
 	defer dp.Close()
 	rec := NewReconciler(cfg, dp)
+	hm := health.NewManager(ctx, &health.EtcdPublisher{Ctx: ctx, Client: st.Client, Edge: cfg.Name}, log)
+	rec.OnTargets = hm.Update
+	arp, err := newARP(dp, arpIfaces, log)
+	if err != nil {
+		return err
+	}
 	for _, ifname := range cfg.Interfaces {
 		if err := dp.Attach(ifname); err != nil {
 			return err
@@ -82,6 +96,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 				return
 			case <-applied:
 				nb.ensure(rec.Hosts())
+				arp.announce(rec.VIPs())
 				if err := ensureDiscard(rec.Prefixes()); err != nil {
 					log.Warn("cannot install discard routes for the set's prefixes", "err", err)
 				}
@@ -273,4 +288,14 @@ func ensureDiscard(prefixes []netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// measureHZ reads the kernel's CONFIG_HZ off bpf_jiffies64.
+func measureHZ() (uint32, error) {
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	return b.MeasureHZ()
 }

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -50,6 +51,8 @@ type Config struct {
 	// IfindexOf finds the interface holding an address (the underlay
 	// interface holds the edge's underlay address); nil: not checked.
 	IfindexOf func(netip.Addr) (uint32, error)
+	// LB holds the connection-table settings (HZ is measured by Run).
+	LB dataplane.LBConfig
 	Version   string
 	Log       *slog.Logger
 }
@@ -75,8 +78,14 @@ type Reconciler struct {
 	underlay netip.Addr
 	prefixes []netip.Prefix // the edge set's prefixes
 	errs     []string
+	lb       *lbState // nil when the data plane has no load balancer
+	lbDirty  bool
+	lbCfg    *dataplane.LBConfig // as programmed
 	// OnApplied is called after each successful commit.
 	OnApplied func(rev int64)
+	// OnTargets receives the backends to health-check after each change
+	// of the services.
+	OnTargets func([]health.Target)
 }
 
 var _ store.Sink = (*Reconciler)(nil)
@@ -88,7 +97,11 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true}
+	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true}
+	if lbm, ok := maps.(dataplane.LBMaps); ok {
+		r.lb = newLBState(lbm, cfg.HashSeed)
+	}
+	return r
 }
 
 // Reset starts a full load.
@@ -119,6 +132,9 @@ func (r *Reconciler) Delete(kind, key string, _ int64) {
 }
 
 func (r *Reconciler) note(c change) {
+	if c.lb {
+		r.lbDirty = true
+	}
 	if r.loading {
 		return
 	}
@@ -150,12 +166,45 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 		r.fail(err)
 		return
 	}
+	if r.lb != nil && (r.lbDirty || resync) {
+		if err := r.syncLB(); err != nil {
+			r.fail(err)
+			return
+		}
+	}
 	clear(r.pending)
 	r.full = false
 	r.rev = rev
 	if r.OnApplied != nil {
 		r.OnApplied(rev)
 	}
+}
+
+// syncLB programs the services; problems with single services are
+// reported in the status without failing the commit.
+func (r *Reconciler) syncLB() error {
+	problems, err := r.lb.sync(r.idx)
+	if err != nil {
+		r.lbDirty = true
+		return err
+	}
+	r.errs = append(r.errs, problems...)
+	for _, p := range problems {
+		r.log.Warn("service not fully programmed", "problem", p)
+	}
+	if r.OnTargets != nil {
+		r.OnTargets(r.lb.targets)
+	}
+	want := r.cfg.LB
+	want.NAT = r.lb.nat
+	if r.lbCfg == nil || *r.lbCfg != want {
+		if err := r.lb.maps.SetLBConfig(want); err != nil {
+			return err
+		}
+		r.lbCfg = &want
+	}
+	r.lbDirty = false
+	return nil
 }
 
 func (r *Reconciler) fail(err error) {
@@ -344,6 +393,17 @@ func (r *Reconciler) Prefixes() []netip.Prefix {
 	return append([]netip.Prefix(nil), r.prefixes...)
 }
 
+// VIPs returns the services' VIPs.
+func (r *Reconciler) VIPs() []netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []netip.Addr
+	for _, s := range r.idx.services {
+		out = append(out, s.VIP)
+	}
+	return out
+}
+
 // Hosts returns the underlay addresses of the hosts EIPs may be bound to.
 func (r *Reconciler) Hosts() []netip.Addr {
 	r.mu.Lock()
@@ -370,6 +430,9 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 		for k, v := range c {
 			s.Counters[k] = model.Count(v)
 		}
+	}
+	if r.lb != nil && len(r.lb.tables) > 0 {
+		s.Tables = r.lb.tableStatus()
 	}
 	if r.routes <= maxStatusEIPs {
 		s.EIPs = map[string]model.EIPCounters{}

@@ -12,22 +12,30 @@ import (
 // two interned strings (about 50 bytes with the map's overhead), where a
 // full model.State costs over 300.
 type index struct {
-	hosts map[string]*hostEntry
-	sets  map[string]*model.EdgeSet
-	eips  map[[4]byte]binding // bound EIPs only
-	names map[string]string   // interned host and guest names
+	hosts    map[string]*hostEntry
+	sets     map[string]*model.EdgeSet
+	eips     map[[4]byte]binding // bound EIPs only
+	services map[string]*model.Service
+	health   map[string]*model.Health
+	names    map[string]string // interned host and guest names
 }
 
 type hostEntry struct {
 	underlay netip.Addr
-	guests   map[string]uint32 // guest name -> VSID
+	guest    map[string]guestInfo // by guest name
+}
+
+type guestInfo struct {
+	addr [4]byte // IPv4 (guests are IPv4); netip.Addr would add 60 MB per million guests
+	vsid uint32
 }
 
 type binding struct{ host, guest string }
 
 func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
-		eips: map[[4]byte]binding{}, names: map[string]string{}}
+		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
+		names: map[string]string{}}
 }
 
 func (x *index) intern(s string) string {
@@ -50,6 +58,7 @@ type change struct {
 	eip    netip.Addr // one EIP (valid when set)
 	routes bool       // many routes may change (a host)
 	config bool       // the edge sets changed
+	lb     bool       // services, their health or hosts changed
 }
 
 func (x *index) put(kind, key string, value []byte) (change, error) {
@@ -75,12 +84,14 @@ func (x *index) put(kind, key string, value []byte) (change, error) {
 			return change{}, err
 		}
 		h := o.(*model.Host)
-		e := &hostEntry{underlay: h.Underlay, guests: make(map[string]uint32, len(h.Guests))}
+		e := &hostEntry{underlay: h.Underlay, guest: make(map[string]guestInfo, len(h.Guests))}
 		for _, g := range h.Guests {
-			e.guests[x.intern(g.Name)] = g.VSID
+			if g.Address.Is4() {
+				e.guest[x.intern(g.Name)] = guestInfo{addr: g.Address.As4(), vsid: g.VSID}
+			}
 		}
 		x.hosts[x.intern(h.Name)] = e
-		return change{routes: true}, nil
+		return change{routes: true, lb: len(x.services) > 0}, nil
 	case model.KindEdgeSet:
 		o, err := model.Decode(kind, value)
 		if err != nil {
@@ -88,6 +99,20 @@ func (x *index) put(kind, key string, value []byte) (change, error) {
 		}
 		x.sets[key] = o.(*model.EdgeSet)
 		return change{config: true}, nil
+	case model.KindService:
+		o, err := model.Decode(kind, value)
+		if err != nil {
+			return change{}, err
+		}
+		x.services[key] = o.(*model.Service)
+		return change{lb: true}, nil
+	case model.KindHealth:
+		o, err := model.Decode(kind, value)
+		if err != nil {
+			return change{}, err
+		}
+		x.health[key] = o.(*model.Health)
+		return change{lb: true}, nil
 	}
 	return change{}, nil
 }
@@ -103,10 +128,16 @@ func (x *index) delete(kind, key string) change {
 		return change{eip: a}
 	case model.KindHost:
 		delete(x.hosts, key)
-		return change{routes: true}
+		return change{routes: true, lb: len(x.services) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
 		return change{config: true}
+	case model.KindService:
+		delete(x.services, key)
+		return change{lb: true}
+	case model.KindHealth:
+		delete(x.health, key)
+		return change{lb: true}
 	}
 	return change{}
 }
@@ -121,11 +152,11 @@ func (x *index) want(k [4]byte) (Want, bool) {
 	if !ok {
 		return Want{}, false
 	}
-	vsid, ok := h.guests[b.guest]
+	g, ok := h.guest[b.guest]
 	if !ok {
 		return Want{}, false
 	}
-	return Want{Host: h.underlay, VSID: vsid}, true
+	return Want{Host: h.underlay, VSID: g.vsid}, true
 }
 
 // edgeSetOf finds the set an edge belongs to.
