@@ -313,9 +313,13 @@ func readLBCounters(m *ebpf.Map, idx uint32) (LBCounters, error) {
 	return c, nil
 }
 
-func (e *Edge) BackendCounters(idx uint32) (LBCounters, error) { return readLBCounters(e.objs.LbBeStats, idx) }
+func (e *Edge) BackendCounters(idx uint32) (LBCounters, error) {
+	return readLBCounters(e.objs.LbBeStats, idx)
+}
 
-func (e *Edge) ListenerCounters(idx uint32) (LBCounters, error) { return readLBCounters(e.objs.LbStats, idx) }
+func (e *Edge) ListenerCounters(idx uint32) (LBCounters, error) {
+	return readLBCounters(e.objs.LbStats, idx)
+}
 
 func (e *Edge) ResetBackendCounters(idx uint32) error {
 	zero := make([]edgeLbCounters, ebpf.MustPossibleCPU())

@@ -52,9 +52,9 @@ type Config struct {
 	// interface holds the edge's underlay address); nil: not checked.
 	IfindexOf func(netip.Addr) (uint32, error)
 	// LB holds the connection-table settings (HZ is measured by Run).
-	LB dataplane.LBConfig
-	Version   string
-	Log       *slog.Logger
+	LB      dataplane.LBConfig
+	Version string
+	Log     *slog.Logger
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a
