@@ -1,0 +1,402 @@
+package dataplane
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/azgate/azgate/internal/dataplane/dptest"
+	"github.com/azgate/azgate/internal/flowhash"
+	"github.com/azgate/azgate/internal/maglev"
+)
+
+const (
+	vipNAT   = "198.51.100.20"
+	vipEncap = "198.51.100.21"
+	beA      = "198.19.100.1" // nat backends, behind the underlay router
+	beB      = "198.19.100.2"
+	beC      = "198.19.100.3"
+	lbM      = 307
+)
+
+// lbBed is the edge bed with services: vipNAT tcp:80 -> pool A (nat, to
+// port 8080), any tcp port -> pool B (nat, port kept); vipEncap tcp:443 ->
+// one encap backend (guest 198.19.21.1 on host 198.18.21.1).
+type lbBed struct {
+	*edgeBed
+	idx map[string]uint32 // backend slots
+}
+
+func newLBBed(t *testing.T) *lbBed {
+	b := &lbBed{edgeBed: newEdgeBed(t), idx: map[string]uint32{}}
+	e := b.edge
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(e.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
+	backends := []struct {
+		name string
+		be   LBBackend
+	}{
+		{"a", LBBackend{Addr: addr(beA), Port: 8080, Gen: 1}},
+		{"b", LBBackend{Addr: addr(beB), Gen: 1}},
+		{"c", LBBackend{Addr: addr(beC), Port: 8080, Gen: 1}},
+		{"g", LBBackend{Addr: addr(hostAddr), Guest: addr("198.19.21.1"), VSID: vsid, Gen: 1}},
+	}
+	for i, x := range backends {
+		b.idx[x.name] = uint32(i)
+		must(e.SetBackend(uint32(i), x.be))
+	}
+	b.table(t, 0, "a")
+	b.table(t, 1, "b")
+	b.table(t, 2, "g")
+	must(e.PutVIP(addr(vipNAT)))
+	must(e.PutVIP(addr(vipEncap)))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM, Stats: 0, Mode: ModeNAT}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM, Stats: 1, Mode: ModeNAT}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM, Stats: 2, Mode: ModeEncap}))
+	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
+	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
+	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
+	must(e.SetARP(mustIfindex(t, b.env, dptest.ExtDev), mac(dptest.ExtMAC)))
+	return b
+}
+
+func mustIfindex(t *testing.T, env *dptest.Env, dev string) int {
+	i, err := env.Node.Ifindex(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// table fills a table slot with a Maglev table over the named backends.
+func (b *lbBed) table(t *testing.T, slot uint32, names ...string) {
+	t.Helper()
+	var mb []maglev.Backend
+	for _, n := range names {
+		mb = append(mb, maglev.Backend{Key: n, Weight: 1})
+	}
+	tbl, err := maglev.Build(mb, lbM, testSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := make([]uint32, len(tbl.Entry))
+	for i, e := range tbl.Entry {
+		entries[i] = b.idx[tbl.Backends[e].Key]
+	}
+	if err := b.edge.SetTable(slot, entries); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.edge.Table(slot)
+	if err != nil || len(got) != len(entries) {
+		t.Fatalf("table %d read back: %d entries, %v", slot, len(got), err)
+	}
+}
+
+func tcpTo(dst string, dport uint16, flags string) flow {
+	f := flow{src: client, dst: dst, proto: layers.IPProtocolTCP, sport: 40000, dport: dport, ttl: 64}
+	switch flags {
+	case "syn":
+		f.syn = true
+	case "rst":
+		f.rst = true
+	}
+	return f
+}
+
+// natOut is what the edge sends for f after DNAT to dst:dport.
+func natOut(t *testing.T, f flow, dst string, dport uint16, srcMAC, dstMAC string) []byte {
+	g := f
+	g.dst, g.dport = dst, dport
+	g.ttl--
+	return ethFrame(t, srcMAC, dstMAC, g.ip(t))
+}
+
+func TestLBFixtures(t *testing.T) {
+	b := newLBBed(t)
+	fromInet := func(f flow) []byte { return f.frame(t, dptest.RtrMAC, dptest.ExtMAC) }
+	fromUl := func(f flow) []byte { return f.frame(t, dptest.FabMAC, dptest.UlMAC) }
+
+	syn80 := tcpTo(vipNAT, 80, "syn")
+	syn8000 := tcpTo(vipNAT, 8000, "syn")
+	reply := flow{src: beA, dst: client, proto: layers.IPProtocolTCP, sport: 8080, dport: 40000, ttl: 64}
+	replyAny := flow{src: beB, dst: client, proto: layers.IPProtocolTCP, sport: 8000, dport: 40000, ttl: 64}
+	wantReply := func(f flow, src string, sport uint16) []byte {
+		g := f
+		g.src, g.sport = src, sport
+		g.ttl--
+		return ethFrame(t, dptest.ExtMAC, dptest.RtrMAC, g.ip(t))
+	}
+	udp53 := flow{src: client, dst: vipNAT, proto: layers.IPProtocolUDP, sport: 1, dport: 53}
+	ping := flow{src: client, dst: vipNAT, proto: layers.IPProtocolICMPv4}
+
+	encap := tcpTo(vipEncap, 443, "syn")
+	tuple := flowhash.Tuple{Src: addr(client), Dst: addr(vipEncap), SrcPort: 40000, DstPort: 443, Proto: 6}
+	key := uint32(vsid<<8) | uint32(flowhash.FlowID(tuple, testSeed))
+	innerEncap := ethFrame(t, gwMAC, "02:01:c6:13:15:01", decTTL(encap.ip(t)))
+	wantEncap := nvgre(t, dptest.UlMAC, dptest.FabMAC, dptest.UlAddr, hostAddr, key, 0, innerEncap)
+
+	arpReq := ser(t, &layers.Ethernet{SrcMAC: mac(dptest.RtrMAC), DstMAC: mac("ff:ff:ff:ff:ff:ff"), EthernetType: layers.EthernetTypeARP},
+		&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+			Operation: layers.ARPRequest, SourceHwAddress: mac(dptest.RtrMAC), SourceProtAddress: ip4(client),
+			DstHwAddress: make([]byte, 6), DstProtAddress: ip4(vipNAT)})
+	arpOther := ser(t, &layers.Ethernet{SrcMAC: mac(dptest.RtrMAC), DstMAC: mac("ff:ff:ff:ff:ff:ff"), EthernetType: layers.EthernetTypeARP},
+		&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+			Operation: layers.ARPRequest, SourceHwAddress: mac(dptest.RtrMAC), SourceProtAddress: ip4(client),
+			DstHwAddress: make([]byte, 6), DstProtAddress: ip4("198.51.100.99")})
+
+	fixtures := []fixture{
+		{name: "port 80 goes to pool A with DNAT to 8080", dev: dptest.ExtDev, in: fromInet(syn80), action: xdpRedirect,
+			out: natOut(t, syn80, beA, 8080, dptest.UlMAC, dptest.FabMAC), check: checksumsOK, stats: map[string]uint64{"lb_nat_tx": 1}},
+		{name: "another port goes to the any-port pool, port kept", dev: dptest.ExtDev, in: fromInet(syn8000), action: xdpRedirect,
+			out: natOut(t, syn8000, beB, 8000, dptest.UlMAC, dptest.FabMAC), check: checksumsOK, stats: map[string]uint64{"lb_nat_tx": 1}},
+		{name: "no udp listener", dev: dptest.ExtDev, in: fromInet(udp53), action: xdpDrop, stats: map[string]uint64{"drop_lb_no_port": 1}},
+		{name: "ping to a VIP", dev: dptest.ExtDev, in: fromInet(ping), action: xdpDrop, stats: map[string]uint64{"drop_lb_no_port": 1}},
+		{name: "reply of backend A is translated back to the VIP", dev: dptest.UlDev, in: fromUl(reply), action: xdpRedirect,
+			out: wantReply(reply, vipNAT, 80), check: checksumsOK, stats: map[string]uint64{"lb_reply_tx": 1}},
+		{name: "reply of an any-port backend keeps its port", dev: dptest.UlDev, in: fromUl(replyAny), action: xdpRedirect,
+			out: wantReply(replyAny, vipNAT, 8000), check: checksumsOK, stats: map[string]uint64{"lb_reply_tx": 1}},
+		{name: "encap-mode VIP is tunnelled to the guest's host", dev: dptest.ExtDev, in: fromInet(encap), action: xdpRedirect,
+			out: wantEncap, stats: map[string]uint64{"lb_encap_tx": 1}},
+		{name: "ARP for a VIP is answered", dev: dptest.ExtDev, in: arpReq, action: xdpTX, check: arpCheck(vipNAT),
+			stats: map[string]uint64{"arp_reply": 1}},
+		{name: "ARP for anything else goes to the kernel", dev: dptest.ExtDev, in: arpOther, action: xdpPass,
+			stats: map[string]uint64{"pass_non_ip": 1}},
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
+}
+
+// checksumsOK recomputes every checksum of the output with gopacket.
+func checksumsOK(t *testing.T, out []byte) {
+	t.Helper()
+	p := decode(out)
+	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	if ip == nil {
+		t.Fatalf("no IPv4:\n%s", p.Dump())
+	}
+	if csum(out[14:14+int(ip.IHL)*4]) != 0 {
+		t.Errorf("IP checksum wrong")
+	}
+	var l4 gopacket.SerializableLayer
+	var got uint16
+	switch x := p.TransportLayer().(type) {
+	case *layers.TCP:
+		got = x.Checksum
+		x.SetNetworkLayerForChecksum(ip)
+		l4 = x
+	case *layers.UDP:
+		got = x.Checksum
+		x.SetNetworkLayerForChecksum(ip)
+		l4 = x
+	default:
+		return
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, l4, gopacket.Payload(p.TransportLayer().LayerPayload())); err != nil {
+		t.Fatal(err)
+	}
+	var want uint16
+	switch x := p.TransportLayer().(type) {
+	case *layers.TCP:
+		want = x.Checksum
+	case *layers.UDP:
+		want = x.Checksum
+	}
+	if got != want {
+		t.Errorf("L4 checksum %#04x, recomputed %#04x", got, want)
+	}
+}
+
+func arpCheck(vip string) func(t *testing.T, out []byte) {
+	return func(t *testing.T, out []byte) {
+		t.Helper()
+		a, _ := decode(out).Layer(layers.LayerTypeARP).(*layers.ARP)
+		if a == nil {
+			t.Fatal("not ARP")
+		}
+		if a.Operation != layers.ARPReply || net.IP(a.SourceProtAddress).String() != vip ||
+			net.HardwareAddr(a.SourceHwAddress).String() != dptest.ExtMAC || net.IP(a.DstProtAddress).String() != client {
+			t.Errorf("ARP reply %+v", a)
+		}
+	}
+}
+
+// natBackendOf runs a packet of f and returns the backend it was DNATed to.
+func natBackendOf(t *testing.T, b *lbBed, f flow) string {
+	t.Helper()
+	res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Action != xdpRedirect {
+		t.Fatalf("action %s", actionNames[res.Action])
+	}
+	ip, _ := decode(res.Out).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	return ip.DstIP.String()
+}
+
+func TestConnTable(t *testing.T) {
+	b := newLBBed(t)
+	syn := tcpTo(vipNAT, 80, "syn")
+	ack := tcpTo(vipNAT, 80, "ack")
+	if got := natBackendOf(t, b, syn); got != beA {
+		t.Fatalf("SYN went to %s", got)
+	}
+	// The pool changes: the table now names C only. The established flow
+	// keeps A (per-connection consistency); a new flow goes to C.
+	b.table(t, 0, "c")
+	if got := natBackendOf(t, b, ack); got != beA {
+		t.Fatalf("established flow moved to %s after a pool change", got)
+	}
+	other := ack
+	other.sport = 40001
+	if got := natBackendOf(t, b, other); got != beC {
+		t.Fatalf("new flow went to %s, want the new pool's %s", got, beC)
+	}
+	// A SYN never reuses the old entry: the same 5-tuple starting again
+	// is a new connection.
+	if got := natBackendOf(t, b, syn); got != beC {
+		t.Fatalf("SYN reused the old entry (%s)", got)
+	}
+	if got := natBackendOf(t, b, ack); got != beC {
+		t.Fatalf("after the new SYN the flow goes to %s", got)
+	}
+	// A RST on a miss creates no entry.
+	rst := tcpTo(vipNAT, 80, "rst")
+	rst.sport = 40002
+	before := countConns(t, b)
+	natBackendOf(t, b, rst)
+	if after := countConns(t, b); after != before {
+		t.Fatalf("RST created an entry (%d -> %d)", before, after)
+	}
+	// A failed backend loses its connections: they go by the table.
+	flow3 := tcpTo(vipNAT, 80, "syn")
+	flow3.sport = 40003
+	if got := natBackendOf(t, b, flow3); got != beC {
+		t.Fatal(got)
+	}
+	b.table(t, 0, "a")
+	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Addr: addr(beC), Port: 8080, Gen: 1, Down: true}); err != nil {
+		t.Fatal(err)
+	}
+	flow3.syn = false
+	if got := natBackendOf(t, b, flow3); got != beA {
+		t.Fatalf("connection of a failed backend still goes to %s", got)
+	}
+	// A backend slot given to another backend (new generation) makes old
+	// entries stale.
+	flow4 := tcpTo(vipNAT, 80, "syn")
+	flow4.sport = 40004
+	if got := natBackendOf(t, b, flow4); got != beA {
+		t.Fatal(got)
+	}
+	b.table(t, 0, "c")
+	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Addr: addr(beC), Port: 8080, Gen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.edge.SetBackend(b.idx["a"], LBBackend{Addr: addr(beA), Port: 8080, Gen: 2}); err != nil {
+		t.Fatal(err)
+	}
+	flow4.syn = false
+	if got := natBackendOf(t, b, flow4); got != beC {
+		t.Fatalf("entry of a reused slot still honoured (%s)", got)
+	}
+	info, err := b.edge.LBInfoCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info["ct_hit"] == 0 || info["ct_miss"] == 0 || info["syn_repick"] == 0 || info["ct_stale"] < 2 {
+		t.Fatalf("info counters %v", info)
+	}
+}
+
+func countConns(t *testing.T, b *lbBed) int {
+	n := 0
+	if err := b.edge.Conns(func(Conn) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestConnInsertCap(t *testing.T) {
+	b := newLBBed(t)
+	if err := b.edge.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
+		InsertRate: 1, InsertBurst: 1, NAT: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		f := tcpTo(vipNAT, 80, "syn")
+		f.sport = uint16(50000 + i)
+		if got := natBackendOf(t, b, f); got != beA {
+			t.Fatalf("flow %d went to %s: over the cap flows still go by the table", i, got)
+		}
+	}
+	info, _ := b.edge.LBInfoCounters()
+	if n := countConns(t, b); n != 1 || info["ct_insert_limited"] != 4 {
+		t.Fatalf("%d entries, %d limited: want 1 and 4", n, info["ct_insert_limited"])
+	}
+}
+
+func TestLBICMPSteering(t *testing.T) {
+	b := newLBBed(t)
+	syn := tcpTo(vipNAT, 80, "syn")
+	if got := natBackendOf(t, b, syn); got != beA {
+		t.Fatal(got)
+	}
+	// A router on the client's side says the reply VIP:80 -> client was
+	// too big: the error goes to the flow's backend, quote translated.
+	quoted := flow{src: vipNAT, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, df: true}.ip(t)[:28]
+	errPkt := icmpError(t, "203.0.113.1", vipNAT, 3, 4, 1400, quoted)
+	in := ethFrame(t, dptest.RtrMAC, dptest.ExtMAC, errPkt)
+	res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Action != xdpRedirect {
+		t.Fatalf("action %s", actionNames[res.Action])
+	}
+	p := decode(res.Out)
+	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	ic, _ := p.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+	if ip == nil || ic == nil || ip.DstIP.String() != beA {
+		t.Fatalf("not steered to %s:\n%s", beA, p.Dump())
+	}
+	icmp := res.Out[14+20 : 14+int(ip.Length)]
+	if csum(icmp) != 0 || csum(res.Out[14:34]) != 0 {
+		t.Fatal("checksums wrong")
+	}
+	q := icmp[8:]
+	if net.IP(q[12:16]).String() != beA || uint16(q[20])<<8|uint16(q[21]) != 8080 || csum(q[:20]) != 0 {
+		t.Fatalf("quote not translated to %s:8080: %x", beA, q)
+	}
+}
+
+func TestLBDecapAntiSpoofing(t *testing.T) {
+	b := newLBBed(t)
+	syn := tcpTo(vipEncap, 443, "syn")
+	if res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, syn.frame(t, dptest.RtrMAC, dptest.ExtMAC)); err != nil || res.Action != xdpRedirect {
+		t.Fatalf("%v %v", res.Action, err)
+	}
+	reply := flow{src: vipEncap, dst: client, proto: layers.IPProtocolTCP, sport: 443, dport: 40000, ttl: 64}
+	inner := ethFrame(t, "02:cc:00:00:00:02", gwMAC, reply.ip(t))
+	fromHost := func(host string, key uint32) []byte {
+		return nvgre(t, dptest.FabMAC, dptest.UlMAC, host, dptest.UlAddr, key, 0, inner)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "reply from the backend's host", dev: dptest.UlDev, in: fromHost(hostAddr, vsid<<8), action: xdpRedirect,
+			out: ethFrame(t, dptest.ExtMAC, dptest.RtrMAC, decTTL(reply.ip(t))), stats: map[string]uint64{"lb_reply_tx": 1}},
+		{name: "reply from another host", dev: dptest.UlDev, in: fromHost(otherHost, vsid<<8), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "reply in another VSID", dev: dptest.UlDev, in: fromHost(hostAddr, 6000<<8), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof": 1}},
+	})
+	_ = netip.Addr{}
+}
