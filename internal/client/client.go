@@ -196,6 +196,18 @@ func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) 
 		for i := range l {
 			out = append(out, &l[i])
 		}
+	case model.KindService:
+		var l []model.Service
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
+	case model.KindHealth:
+		var l []model.Health
+		_, err = c.list(ctx, kind, &l)
+		for i := range l {
+			out = append(out, &l[i])
+		}
 	default:
 		_, err = model.New(kind)
 	}

@@ -78,6 +78,9 @@ type Config struct {
 	Version string
 	// Logger receives the controller's logs (nil: slog.Default()).
 	Logger *slog.Logger
+	// HealthDebounce is how long health verdicts wait after a change in
+	// the edges' reports (0: DefaultHealthDebounce).
+	HealthDebounce time.Duration
 }
 
 // check turns the user's config into the one the controller runs with,
@@ -154,6 +157,7 @@ type Server struct {
 	store    *store.Store
 	view     *view
 	metrics  *metrics
+	health   *healthAgg
 
 	writeMu sync.Mutex // serializes writes (see the package doc)
 	// beforeCommit, if set (by tests), runs before each commit attempt.
@@ -166,6 +170,7 @@ type Server struct {
 	servers    []*http.Server
 	stop       context.CancelFunc
 	followDone chan struct{}
+	healthDone chan struct{}
 	fatal      chan error
 	closeOnce  sync.Once
 }
@@ -207,12 +212,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.view = newView()
 	s.metrics = newMetrics(s.view)
+	s.health = newHealthAgg(s)
+	s.view.onServices = s.health.poke
 	var runCtx context.Context
 	runCtx, s.stop = context.WithCancel(context.Background())
 	go s.follow(runCtx)
 	if err := s.view.waitReady(ctx, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
 	}
+	s.healthDone = s.health.start(runCtx)
 	if err := s.serve(); err != nil {
 		return nil, err
 	}
@@ -398,6 +406,9 @@ func (s *Server) Close() error {
 		if s.stop != nil {
 			s.stop()
 			<-s.followDone
+			if s.healthDone != nil {
+				<-s.healthDone
+			}
 		}
 		if s.store != nil {
 			s.store.Close()

@@ -78,10 +78,19 @@ func (s *Server) decodeObject(w http.ResponseWriter, r *http.Request, kind strin
 	if err != nil {
 		return nil, decodeError(model.Singular(kind)+" in the request body", err)
 	}
+	defaults(o)
 	if es := o.Validate(); len(es) > 0 {
 		return nil, invalid(kind, o.Key(), es)
 	}
 	return o, nil
+}
+
+// defaults completes an object with its defaults (services), so that what
+// is stored says explicitly what the nodes do.
+func defaults(o model.Object) {
+	if d, ok := o.(interface{ Defaults() }); ok {
+		d.Defaults()
+	}
 }
 
 // decodeError is a 400 naming what was decoded and the field at fault.
@@ -151,7 +160,15 @@ func (s *Server) replace(kind string) handlerFunc {
 func (s *Server) remove(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key := r.PathValue("key")
-		rev, err := s.write(r.Context(), func(t *txn) error { return t.delete(kind, key) })
+		rev, err := s.write(r.Context(), func(t *txn) error {
+			if err := t.delete(kind, key); err != nil {
+				return err
+			}
+			if kind == model.KindService {
+				t.removeHealth(key) // the verdict goes with its service
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
@@ -260,6 +277,9 @@ func (s *Server) removeGuest(w http.ResponseWriter, r *http.Request) error {
 		if eip, bound := st.BoundEIP(h.Name, name); bound {
 			return &model.ConflictError{Msg: fmt.Sprintf("guest %s/%s is bound to EIP %s: unbind it first", h.Name, name, eip)}
 		}
+		if svcs := st.BackendOf(h.Name, name); len(svcs) > 0 {
+			return &model.ConflictError{Msg: fmt.Sprintf("guest %s/%s is a backend of service %s: remove it from the pools first", h.Name, name, strings.Join(svcs, ", "))}
+		}
 		h.Guests = slices.DeleteFunc(h.Guests, func(g model.Guest) bool { return g.Name == name })
 		return nil
 	})
@@ -297,6 +317,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) error {
 		return decodeError("document", err)
 	}
 	placed := doc.Placed()
+	for _, p := range placed {
+		defaults(p.Obj)
+	}
 	var objs []api.AppliedObject
 	rev, err := s.write(r.Context(), func(t *txn) error {
 		objs = make([]api.AppliedObject, len(placed))

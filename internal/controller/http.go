@@ -33,7 +33,7 @@ func (s *Server) handler() http.Handler {
 	v1 := func(pattern string, h handlerFunc) { mux.Handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
 	v1("POST /v1/apply", s.apply)
-	for _, kind := range model.Kinds {
+	for _, kind := range model.UserKinds {
 		v1("GET /v1/"+kind, s.list(kind))
 		v1("POST /v1/"+kind, s.create(kind))
 		v1("GET /v1/"+kind+"/{key}", s.get(kind))
@@ -44,6 +44,13 @@ func (s *Server) handler() http.Handler {
 	v1("POST /v1/eips/{key}/unbind", s.unbind)
 	v1("POST /v1/hosts/{key}/guests", s.addGuest)
 	v1("DELETE /v1/hosts/{key}/guests/{guest}", s.removeGuest)
+	// Health objects are the controller's: read only.
+	v1("GET /v1/"+model.KindHealth, s.list(model.KindHealth))
+	v1("GET /v1/"+model.KindHealth+"/{key}", s.get(model.KindHealth))
+	v1("POST /v1/services/{key}/pools/{pool}/backends", s.addBackend)
+	v1("DELETE /v1/services/{key}/pools/{pool}/backends/{backend}", s.removeBackend)
+	v1("POST /v1/services/{key}/pools/{pool}/backends/{backend}/weight", s.setWeight)
+	v1("GET /v1/services/{key}/status", s.serviceStatus)
 	return s.instrument(mux)
 }
 

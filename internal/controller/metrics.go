@@ -18,6 +18,9 @@ type metrics struct {
 	commits       *prometheus.CounterVec
 	commitSeconds prometheus.Histogram
 	conflicts     prometheus.Counter
+	backendsDown  *prometheus.GaugeVec
+	healthReports prometheus.Gauge
+	healthWrites  prometheus.Counter
 }
 
 func newMetrics(v *view) *metrics {
@@ -45,8 +48,20 @@ func newMetrics(v *view) *metrics {
 			Name: "azgate_controller_commit_conflicts_total",
 			Help: "Commits that found the store changed by another writer.",
 		}),
+		backendsDown: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "azgate_controller_backends_down",
+			Help: "Backends the majority of the edges' health checks finds down, by service (as last written).",
+		}, []string{"service"}),
+		healthReports: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "azgate_controller_health_reports",
+			Help: "Health reports (one per edge and backend) the controller currently sees.",
+		}),
+		healthWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "azgate_controller_health_writes_total",
+			Help: "Health objects written or deleted because the majority view changed.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.commits, m.commitSeconds, m.conflicts,
+	m.reg.MustRegister(m.requests, m.latency, m.commits, m.commitSeconds, m.conflicts, m.backendsDown, m.healthReports, m.healthWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "azgate_controller_store_revision",

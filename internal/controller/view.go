@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +30,17 @@ type view struct {
 	// Copies for metrics and status, which must not wait behind a long
 	// write holding mu.
 	pubRev   atomic.Int64
-	pubCount [4]atomic.Int64 // by model.Kinds index
+	pubCount []atomic.Int64 // by model.Kinds index
+
+	// onServices, if set, is called (with mu held; it must not block)
+	// when a change from the watch touches services or health objects,
+	// and after every resync.
+	onServices func()
 }
 
 func newView() *view {
-	return &view{st: model.NewState(), changed: make(chan struct{}), ready: make(chan struct{})}
+	return &view{st: model.NewState(), changed: make(chan struct{}), ready: make(chan struct{}),
+		pubCount: make([]atomic.Int64, len(model.Kinds))}
 }
 
 // handle is the store.Handler feeding the view. A resync replaces the
@@ -47,12 +54,18 @@ func (v *view) handle(st *model.State, rev int64, events []store.Event, resync b
 		v.st = st.Clone() // Follow keeps changing st
 		v.setRev(rev)
 		v.readyOnce.Do(func() { close(v.ready) })
+		if v.onServices != nil {
+			v.onServices()
+		}
 		return
 	}
 	latest := v.rev
 	for _, e := range events {
 		if e.Rev <= v.rev {
 			continue
+		}
+		if (e.Kind == model.KindService || e.Kind == model.KindHealth) && v.onServices != nil {
+			v.onServices()
 		}
 		if e.Obj == nil {
 			v.st.Remove(e.Kind, e.Key)
@@ -173,6 +186,42 @@ func (t *txn) delete(kind, key string) error {
 	return nil
 }
 
+// setHealth stores a Health object (the controller's own verdict: no
+// reference checks, see model.State.Set) unless it equals the stored one.
+func (t *txn) setHealth(h *model.Health) error {
+	val, err := store.Encode(h)
+	if err != nil {
+		return fmt.Errorf("encoding the health of service %q: %w", h.Service, err)
+	}
+	old, had := t.st.Health[h.Service]
+	if had {
+		if b, err := store.Encode(old); err == nil && bytes.Equal(b, val) {
+			return nil
+		}
+	}
+	t.st.Set(h)
+	t.undo = append(t.undo, func() {
+		if had {
+			t.st.Set(old)
+		} else {
+			t.st.Remove(model.KindHealth, h.Service)
+		}
+	})
+	t.ops = append(t.ops, store.Op{Kind: model.KindHealth, Key: h.Service, Value: val})
+	return nil
+}
+
+// removeHealth deletes a service's Health object, if there is one.
+func (t *txn) removeHealth(service string) {
+	old, had := t.st.Health[service]
+	if !had {
+		return
+	}
+	t.st.Remove(model.KindHealth, service)
+	t.undo = append(t.undo, func() { t.st.Set(old) })
+	t.ops = append(t.ops, store.Op{Kind: model.KindHealth, Key: service})
+}
+
 func (t *txn) rollback() {
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		t.undo[i]()
@@ -225,6 +274,9 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 			v.setRev(rev)
 			v.mu.Unlock()
 			s.metrics.commits.WithLabelValues("ok").Inc()
+			if s.health != nil && slices.ContainsFunc(t.ops, func(o store.Op) bool { return o.Kind == model.KindService }) {
+				s.health.poke()
+			}
 			return rev, nil
 		}
 		t.rollback()

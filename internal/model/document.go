@@ -15,6 +15,7 @@ type Document struct {
 	Hosts    []Host    `json:"hosts,omitempty"`
 	EdgeSets []EdgeSet `json:"edgesets,omitempty"`
 	EIPs     []EIP     `json:"eips,omitempty"`
+	Services []Service `json:"services,omitempty"`
 }
 
 // ParseDocument reads a YAML or JSON document, rejecting unknown fields and
@@ -77,6 +78,9 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.EIPs {
 		out = append(out, PlacedObject{&d.EIPs[i], fmt.Sprintf("eips[%d]", i)})
 	}
+	for i := range d.Services {
+		out = append(out, PlacedObject{&d.Services[i], fmt.Sprintf("services[%d]", i)})
+	}
 	return out
 }
 
@@ -94,6 +98,9 @@ func (d *Document) Objects() []Object {
 	}
 	for i := range d.EIPs {
 		out = append(out, &d.EIPs[i])
+	}
+	for i := range d.Services {
+		out = append(out, &d.Services[i])
 	}
 	return out
 }

@@ -22,7 +22,7 @@ func TestParseDocument(t *testing.T) {
 			[]string{"azs[1].name", "hosts[1].underlay"}},
 		{"duplicates", "eips:\n  - address: 198.51.100.7\n  - address: 198.51.100.8\n  - address: 198.51.100.7\n", []string{"eips[2]"}},
 		{"same key, other kinds", "azs:\n  - name: x1\nhosts:\n  - {name: x1, az: x1, underlay: 198.18.1.1}\n", nil},
-		{"unknown list", "services:\n  - name: web\n", []string{"services: unknown field"}},
+		{"unknown list", "firewalls:\n  - name: web\n", []string{"firewalls: unknown field"}},
 		{"unknown field in place", "hosts:\n  - name: h1\n    guests:\n      - name: g1\n        vsid: 5001\n        mac: 02:00:00:00:00:01\n", []string{"hosts[0].guests[0].mac: unknown field"}},
 		{"bad address in place", "eips:\n  - address: 198.51.100.7\n  - address: 198.51.100.\n", []string{"eips[1].address"}},
 		{"bad prefix in place", "edgesets:\n  - name: p\n    prefixes: [198.51.100.0/24, 10.0.0.0/99]\n", []string{"edgesets[0].prefixes[1]"}},

@@ -25,7 +25,12 @@ const (
 )
 
 // Kinds in dependency order: an object only refers to kinds before it.
-var Kinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP}
+// KindService and KindHealth are defined in service.go; Health objects are
+// written by the controller only (see UserKinds).
+var Kinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP, KindService, KindHealth}
+
+// UserKinds are the kinds users write through the API and documents.
+var UserKinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP, KindService}
 
 // VSID range usable by tenants: RFC 7637 section 3.2 reserves
 // 0x000000-0x000FFF and 0xFFFFFF.
@@ -278,6 +283,10 @@ func New(kind string) (Object, error) {
 		return &EdgeSet{}, nil
 	case KindEIP:
 		return &EIP{}, nil
+	case KindService:
+		return &Service{}, nil
+	case KindHealth:
+		return &Health{}, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
 }
@@ -293,6 +302,10 @@ func KindOf(o Object) string {
 		return KindEdgeSet
 	case *EIP:
 		return KindEIP
+	case *Service:
+		return KindService
+	case *Health:
+		return KindHealth
 	}
 	return ""
 }

@@ -140,7 +140,12 @@ func TestDecode(t *testing.T) {
 		{KindEIP, `{"address": "198.51.100.7"} {}`, "trailing data"},
 		{KindEIP, `{"address": `, "invalid JSON"},
 		{KindAZ, `{"NAME": "az1"}`, ""}, // encoding/json matches keys without case
-		{"services", `{}`, `unknown kind "services"`},
+		{"firewalls", `{}`, `unknown kind "firewalls"`},
+		{KindService, `{"name": "web", "pools": [{"name": "p", "backends": [{"host": "h1", "guest": "g1", "weight": -1}]}]}`, "pools[0].backends[0].weight: must not be the number -1"},
+		{KindService, `{"name": "web", "pools": [{"name": "p", "health": {"type": "tcp", "interval": 2}}]}`, `pools[0].health.interval: a duration is a string such as "2s"`},
+		{KindService, `{"name": "web", "pools": [{"name": "p", "health": {"type": "tcp", "interval": "2 s"}}]}`, `pools[0].health.interval: duration "2 s"`},
+		{KindService, `{"name": "web", "listeners": [{"protocol": "tcp", "port": 70000}]}`, "listeners[0].port: must not be the number 70000 (want uint16)"},
+		{KindHealth, `{"service": "web", "down": {"p": ["h1/g1"]}}`, ""},
 	} {
 		t.Run(tc.json, func(t *testing.T) {
 			_, err := Decode(tc.kind, []byte(tc.json))

@@ -17,18 +17,28 @@ type State struct {
 	Hosts    map[string]*Host
 	EdgeSets map[string]*EdgeSet
 	EIPs     map[string]*EIP
+	Services map[string]*Service
+	// Health holds the controller's verdicts by service name; it is
+	// changed with Set and Remove only (Put and Delete refuse it).
+	Health map[string]*Health
 
 	bound     map[guestRef]string   // guest -> EIP bound to it
 	hostEIPs  map[string]int        // host -> number of EIPs bound to it
 	underlays map[netip.Addr]string // underlay address -> owner ("host X", "edge S/E")
 	edges     map[string]string     // edge name -> set
+	vips      map[netip.Addr]string // VIP -> service
+	// backendOf: guest -> service -> how many of the service's backends
+	// are that guest (inner maps are never empty).
+	backendOf map[guestRef]map[string]int
 }
 
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{
 		AZs: map[string]*AZ{}, Hosts: map[string]*Host{}, EdgeSets: map[string]*EdgeSet{}, EIPs: map[string]*EIP{},
+		Services: map[string]*Service{}, Health: map[string]*Health{},
 		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
+		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{},
 	}
 }
 
@@ -36,10 +46,16 @@ func NewState() *State {
 // never modified in place: a change replaces the object) but none of the
 // maps, so either copy can change without affecting the other.
 func (s *State) Clone() *State {
-	return &State{
+	c := &State{
 		AZs: maps.Clone(s.AZs), Hosts: maps.Clone(s.Hosts), EdgeSets: maps.Clone(s.EdgeSets), EIPs: maps.Clone(s.EIPs),
+		Services: maps.Clone(s.Services), Health: maps.Clone(s.Health),
 		bound: maps.Clone(s.bound), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
+		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)),
 	}
+	for g, m := range s.backendOf {
+		c.backendOf[g] = maps.Clone(m)
+	}
+	return c
 }
 
 // Get returns an object by kind and key.
@@ -57,6 +73,12 @@ func (s *State) Get(kind, key string) (Object, bool) {
 	case KindEIP:
 		o, ok := s.EIPs[key]
 		return o, ok
+	case KindService:
+		o, ok := s.Services[key]
+		return o, ok
+	case KindHealth:
+		o, ok := s.Health[key]
+		return o, ok
 	}
 	return nil, false
 }
@@ -70,6 +92,10 @@ func (s *State) Keys(kind string) []string {
 		return sortedKeys(s.Hosts)
 	case KindEdgeSet:
 		return sortedKeys(s.EdgeSets)
+	case KindService:
+		return sortedKeys(s.Services)
+	case KindHealth:
+		return sortedKeys(s.Health)
 	case KindEIP:
 		keys := make([]netip.Addr, 0, len(s.EIPs))
 		for _, e := range s.EIPs {
@@ -96,6 +122,10 @@ func (s *State) Len(kind string) int {
 		return len(s.EdgeSets)
 	case KindEIP:
 		return len(s.EIPs)
+	case KindService:
+		return len(s.Services)
+	case KindHealth:
+		return len(s.Health)
 	}
 	return 0
 }
@@ -145,6 +175,10 @@ func (s *State) Put(o Object) (undo func(), err error) {
 		return s.putEdgeSet(o)
 	case *EIP:
 		return s.putEIP(o)
+	case *Service:
+		return s.putService(o)
+	case *Health:
+		return nil, &ConflictError{Msg: fmt.Sprintf("health of service %s: health objects are written by the controller only", o.Service)}
 	}
 	return nil, fmt.Errorf("unknown object %T", o)
 }
@@ -172,10 +206,14 @@ func (s *State) putHost(h *Host) (func(), error) {
 	old, had := s.Hosts[h.Name]
 	if had {
 		for _, g := range old.Guests {
+			if _, still := h.Guest(g.Name); still {
+				continue
+			}
 			if eip, bound := s.bound[guestRef{h.Name, g.Name}]; bound {
-				if _, still := h.Guest(g.Name); !still {
-					es.add("guests", "guest %q is bound to EIP %s: unbind it before removing the guest", g.Name, eip)
-				}
+				es.add("guests", "guest %q is bound to EIP %s: unbind it before removing the guest", g.Name, eip)
+			}
+			if svc, n := s.serviceOfGuest(h.Name, g.Name); n > 0 {
+				es.add("guests", "guest %q is a backend of service %s%s: remove it from the pools first", g.Name, svc, more(n))
 			}
 		}
 	}
@@ -242,6 +280,10 @@ func (s *State) putEdgeSet(set *EdgeSet) (func(), error) {
 			undo()
 			return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("%d EIP(s) would no longer be covered by any edge set, the lowest %s", n, low)}}
 		}
+		if n, low := s.servicesWhere(func(v *Service) bool { return old.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
+			undo()
+			return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("the VIP of %d service(s) would no longer be covered by any edge set, the first %s (%v)", n, low, s.Services[low].VIP)}}
+		}
 	}
 	return undo, nil
 }
@@ -266,6 +308,9 @@ func (s *State) putEIP(e *EIP) (func(), error) {
 	key := e.Key()
 	if !s.covered(e.Address) {
 		es.add("address", "%v is not inside a prefix of any edge set", e.Address)
+	}
+	if svc, ok := s.vips[e.Address]; ok {
+		es.add("address", "%v is the VIP of service %s", e.Address, svc)
 	}
 	if b := e.Binding; b != nil {
 		h, ok := s.Hosts[b.Host]
@@ -333,6 +378,9 @@ func (s *State) Delete(kind, key string) (undo func(), err error) {
 			n, low := s.eipsWhere(func(e *EIP) bool { return e.Binding != nil && e.Binding.Host == key })
 			return nil, &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), the lowest %s: unbind them first", key, n, low)}
 		}
+		if svc, n := s.serviceOfHost(o); n > 0 {
+			return nil, &ConflictError{Msg: fmt.Sprintf("host %s has guests that are backends of service %s%s: remove them from the pools first", key, svc, more(n))}
+		}
 		delete(s.Hosts, key)
 		delete(s.underlays, o.Underlay)
 		return func() { s.Hosts[key] = o; s.underlays[o.Underlay] = "host " + key }, nil
@@ -344,11 +392,21 @@ func (s *State) Delete(kind, key string) (undo func(), err error) {
 			undo()
 			return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering %d EIP(s), the lowest %s", key, n, low)}
 		}
+		if n, low := s.servicesWhere(func(v *Service) bool { return o.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
+			undo()
+			return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering the VIP of %d service(s), the first %s (%v)", key, n, low, s.Services[low].VIP)}
+		}
 		return undo, nil
 	case *EIP:
 		s.unbindIndex(o)
 		delete(s.EIPs, key)
 		return func() { s.EIPs[key] = o; s.bindIndex(o) }, nil
+	case *Service:
+		s.indexService(o, false)
+		delete(s.Services, key)
+		return func() { s.Services[key] = o; s.indexService(o, true) }, nil
+	case *Health:
+		return nil, &ConflictError{Msg: fmt.Sprintf("health of service %s: health objects are written by the controller only", key)}
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -375,6 +433,10 @@ func singular(kind string) string {
 		return "edge set"
 	case KindEIP:
 		return "EIP"
+	case KindService:
+		return "service"
+	case KindHealth:
+		return "health"
 	}
 	return kind
 }
@@ -402,6 +464,12 @@ func (s *State) Set(o Object) {
 		s.unbindIndex(s.EIPs[o.Key()])
 		s.EIPs[o.Key()] = o
 		s.bindIndex(o)
+	case *Service:
+		s.indexService(s.Services[o.Name], false)
+		s.Services[o.Name] = o
+		s.indexService(o, true)
+	case *Health:
+		s.Health[o.Service] = o
 	}
 }
 
@@ -423,6 +491,11 @@ func (s *State) Remove(kind, key string) {
 	case *EIP:
 		s.unbindIndex(o)
 		delete(s.EIPs, key)
+	case *Service:
+		s.indexService(o, false)
+		delete(s.Services, key)
+	case *Health:
+		delete(s.Health, key)
 	}
 }
 
@@ -438,4 +511,140 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 		}
 	}
 	return n, lowest
+}
+
+func (s *State) putService(v *Service) (func(), error) {
+	var es Errors
+	if !s.covered(v.VIP) {
+		es.add("vip", "%v is not inside a prefix of any edge set", v.VIP)
+	}
+	if _, ok := s.EIPs[v.VIP.String()]; ok {
+		es.add("vip", "%v is an EIP; a VIP must not be one", v.VIP)
+	}
+	if other, ok := s.vips[v.VIP]; ok && other != v.Name {
+		es.add("vip", "%v is already the VIP of service %s (one service per VIP)", v.VIP, other)
+	}
+	if v.Mode == ModeEncap {
+		for i, p := range v.Pools {
+			for j, b := range p.Backends {
+				f := fmt.Sprintf("pools[%d].backends[%d]", i, j)
+				h, ok := s.Hosts[b.Host]
+				if !ok {
+					es.add(f+".host", "host %q does not exist", b.Host)
+				} else if _, ok := h.Guest(b.Guest); !ok {
+					es.add(f+".guest", "host %q has no guest %q", b.Host, b.Guest)
+				}
+			}
+		}
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	old, had := s.Services[v.Name]
+	s.indexService(old, false)
+	s.Services[v.Name] = v
+	s.indexService(v, true)
+	return func() {
+		s.indexService(v, false)
+		if had {
+			s.Services[v.Name] = old
+			s.indexService(old, true)
+		} else {
+			delete(s.Services, v.Name)
+		}
+	}, nil
+}
+
+// indexService adds or removes a service's VIP and encap backends in the
+// indexes.
+func (s *State) indexService(v *Service, add bool) {
+	if v == nil {
+		return
+	}
+	if add {
+		s.vips[v.VIP] = v.Name
+	} else if s.vips[v.VIP] == v.Name {
+		delete(s.vips, v.VIP)
+	}
+	if v.Mode != ModeEncap {
+		return
+	}
+	for _, p := range v.Pools {
+		for _, b := range p.Backends {
+			g := guestRef{b.Host, b.Guest}
+			m := s.backendOf[g]
+			if add {
+				if m == nil {
+					m = map[string]int{}
+					s.backendOf[g] = m
+				}
+				m[v.Name]++
+				continue
+			}
+			if m[v.Name]--; m[v.Name] <= 0 {
+				delete(m, v.Name)
+			}
+			if len(m) == 0 {
+				delete(s.backendOf, g)
+			}
+		}
+	}
+}
+
+// ServiceOfVIP returns the service whose VIP is a.
+func (s *State) ServiceOfVIP(a netip.Addr) (string, bool) {
+	v, ok := s.vips[a]
+	return v, ok
+}
+
+// BackendOf lists, in order, the services that have a guest among their
+// backends.
+func (s *State) BackendOf(host, guest string) []string {
+	return sortedKeys(s.backendOf[guestRef{host, guest}])
+}
+
+// serviceOfGuest returns the first (by name) service a guest is a backend
+// of and how many services it is a backend of.
+func (s *State) serviceOfGuest(host, guest string) (string, int) {
+	m := s.backendOf[guestRef{host, guest}]
+	if len(m) == 0 {
+		return "", 0
+	}
+	return sortedKeys(m)[0], len(m)
+}
+
+// serviceOfHost does the same for any guest of a host.
+func (s *State) serviceOfHost(h *Host) (string, int) {
+	all := map[string]bool{}
+	for _, g := range h.Guests {
+		for svc := range s.backendOf[guestRef{h.Name, g.Name}] {
+			all[svc] = true
+		}
+	}
+	if len(all) == 0 {
+		return "", 0
+	}
+	return sortedKeys(all)[0], len(all)
+}
+
+// servicesWhere counts the services matching f and returns the first by
+// name.
+func (s *State) servicesWhere(f func(*Service) bool) (n int, first string) {
+	for name, v := range s.Services {
+		if f(v) {
+			n++
+			if first == "" || name < first {
+				first = name
+			}
+		}
+	}
+	return n, first
+}
+
+// more says how many others there are, if any.
+func more(n int) string {
+	if n > 1 {
+		return fmt.Sprintf(" (and %d more)", n-1)
+	}
+	return ""
 }

@@ -32,4 +32,19 @@ type NodeStatus struct {
 	Counters        map[string]Count       `json:"counters"`         // per-reason data-plane counters
 	EIPs            map[string]EIPCounters `json:"eips,omitempty"`   // per-EIP counters (bound EIPs)
 	Errors          []string               `json:"errors,omitempty"` // reconcile problems
+	// Tables are the service tables the edge's data plane holds, by
+	// TableKey(service, pool) (edges only).
+	Tables map[string]TableStatus `json:"tables,omitempty"`
 }
+
+// TableStatus describes one pool's Maglev table on an edge, so operators
+// can see that every edge holds the same one.
+type TableStatus struct {
+	Checksum string `json:"checksum"` // maglev Table.Checksum of the slots, formatted "%016x"
+	Backends int    `json:"backends"` // backends in the table
+	Healthy  int    `json:"healthy"`  // of which not failed (down or drained)
+	M        uint64 `json:"m"`        // table size
+}
+
+// TableKey is the key of a pool's table in NodeStatus.Tables: "service/pool".
+func TableKey(service, pool string) string { return service + "/" + pool }

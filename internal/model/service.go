@@ -1,0 +1,648 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/azgate/azgate/internal/maglev"
+)
+
+// KindService is the kind of load-balanced services.
+const KindService = "services"
+
+// Forwarding modes of a service.
+const (
+	// ModeEncap tunnels to the backend's host in NVGRE, as for EIPs; the
+	// host's agent translates VIP:port to the guest and back.
+	ModeEncap = "encap"
+	// ModeNAT translates VIP:port to the backend's address and port at the
+	// edge (DNAT in, SNAT back): for plain servers that know nothing of
+	// tunnels (the DMZ case).
+	ModeNAT = "nat"
+)
+
+// DefaultTableSize is the default Maglev table size (a prime).
+const DefaultTableSize = 65537
+
+// Service is a VIP whose listeners send traffic to pools of backends that
+// may sit in any AZ.
+type Service struct {
+	Name        string     `json:"name"`
+	VIP         netip.Addr `json:"vip"`
+	Mode        string     `json:"mode"` // encap or nat
+	Description string     `json:"description,omitempty"`
+	// TableSize is the Maglev table size M of each pool: a prime of at
+	// least 100 x the pool's backends (0: DefaultTableSize).
+	TableSize uint32     `json:"tableSize,omitempty"`
+	Listeners []Listener `json:"listeners"`
+	Pools     []Pool     `json:"pools"`
+}
+
+// Listener sends a protocol and port (or range, or any port) of the VIP to
+// a pool. Port 0 without PortEnd is any port; PortEnd > Port is a range.
+type Listener struct {
+	Protocol string `json:"protocol"` // tcp or udp
+	Port     uint16 `json:"port,omitempty"`
+	PortEnd  uint16 `json:"portEnd,omitempty"`
+	Pool     string `json:"pool"`
+}
+
+// Pool is a set of backends with a health check.
+type Pool struct {
+	Name     string       `json:"name"`
+	Backends []Backend    `json:"backends"`
+	Health   *HealthCheck `json:"health,omitempty"`
+}
+
+// Backend is one server of a pool. In encap mode it is a guest on an AZ
+// host; in nat mode a plain address. Port 0 means the listener's port.
+type Backend struct {
+	Host    string     `json:"host,omitempty"`
+	Guest   string     `json:"guest,omitempty"`
+	Address netip.Addr `json:"address,omitzero"`
+	Port    uint16     `json:"port,omitempty"`
+	// Weight: relative share of new flows; 0 drains the backend (it keeps
+	// its established connections and gets no new ones). Omitted: 1.
+	Weight *uint32 `json:"weight,omitempty"`
+}
+
+// W returns the backend's weight (1 when omitted).
+func (b Backend) W() uint32 {
+	if b.Weight == nil {
+		return 1
+	}
+	return *b.Weight
+}
+
+// Key identifies a backend within its pool, stably: it orders the
+// backends of a Maglev table (every node must agree) and names the
+// backend in health results. encap: "host/guest[:port]"; nat:
+// "address[:port]".
+func (b Backend) Key() string {
+	k := b.Address.String()
+	if b.Host != "" {
+		k = b.Host + "/" + b.Guest
+	}
+	if b.Port != 0 {
+		k += fmt.Sprintf(":%d", b.Port)
+	}
+	return k
+}
+
+// HealthCheck says how edges probe a pool's backends.
+type HealthCheck struct {
+	Type     string   `json:"type"`           // tcp, http, https, udp, command
+	Port     uint16   `json:"port,omitempty"` // 0: the backend's port
+	Path     string   `json:"path,omitempty"` // http(s): GET path (default /)
+	Status   int      `json:"status,omitempty"`
+	Send     string   `json:"send,omitempty"`    // udp: payload (a reply means up)
+	Command  []string `json:"command,omitempty"` // command: argv; exit 0 means up
+	Interval Duration `json:"interval,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	Rise     int      `json:"rise,omitempty"` // consecutive successes to go up
+	Fall     int      `json:"fall,omitempty"` // consecutive failures to go down
+}
+
+// Duration is a time.Duration written as "2s" in JSON and YAML.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"2s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %v", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (s *Service) Key() string { return s.Name }
+
+// Health is the controller's verdict on backends, from the majority of the
+// edges' health checks: stored under KindHealth with the service's name,
+// written by the controller only.
+type Health struct {
+	Service string `json:"service"`
+	// Down lists the keys of backends the majority finds down, per pool.
+	Down map[string][]string `json:"down,omitempty"`
+}
+
+// KindHealth is the kind of Health objects.
+const KindHealth = "health"
+
+// Limits of a service.
+const (
+	// MaxWeight bounds a backend's weight.
+	MaxWeight = 1_000_000
+	// SlotsPerBackend: a pool's table has at least this many slots per
+	// backend, which keeps Maglev's imbalance and disruption low (NSDI'16,
+	// section 5.3).
+	SlotsPerBackend = maglev.SlotsPerBackend
+	// MaxTableSize bounds TableSize: every edge holds M 4-byte slots per
+	// pool (16 MiB at the maximum). It is the largest prime below 2^22.
+	MaxTableSize = 4194301
+	// MaxPoolBackends follows: 41,943 backends in one pool.
+	MaxPoolBackends = MaxTableSize / SlotsPerBackend
+	// MaxPools bounds the pools of a service.
+	MaxPools = 256
+	// MaxListeners bounds the listeners of a service.
+	MaxListeners = 1024
+	// MaxServicePorts bounds the data-plane entries a service's listeners
+	// expand to: one per single-port or any-port listener, one per port of
+	// each range (tcp:1-65535 alone is 65,535 entries).
+	MaxServicePorts = 65536
+)
+
+// Listener protocols.
+const (
+	ProtoTCP = "tcp"
+	ProtoUDP = "udp"
+)
+
+// Health check types.
+const (
+	CheckTCP     = "tcp"     // a TCP connection is accepted
+	CheckHTTP    = "http"    // GET Path answers Status
+	CheckHTTPS   = "https"   // the same over TLS (the certificate is not verified)
+	CheckUDP     = "udp"     // Send gets a reply
+	CheckCommand = "command" // Command exits 0
+)
+
+// Health check defaults and bounds (see HealthCheck).
+const (
+	DefaultHealthInterval = 2 * time.Second
+	DefaultHealthTimeout  = time.Second // or half the interval, if shorter
+	MinHealthInterval     = 100 * time.Millisecond
+	MaxHealthInterval     = time.Hour
+	DefaultHealthRise     = 2
+	DefaultHealthFall     = 3
+	MaxHealthRiseFall     = 10
+	DefaultHealthStatus   = 200
+)
+
+// AnyPort reports whether the listener takes every port of its protocol
+// that no more specific listener of the service takes.
+func (l Listener) AnyPort() bool { return l.Port == 0 && l.PortEnd == 0 }
+
+// Last is the last port the listener covers (Port for a single port).
+func (l Listener) Last() uint16 {
+	if l.PortEnd > l.Port {
+		return l.PortEnd
+	}
+	return l.Port
+}
+
+// Entries is the number of data-plane entries the listener expands to:
+// one per port of a range, else one.
+func (l Listener) Entries() int { return int(l.Last()) - int(l.Port) + 1 }
+
+// Covers reports whether the listener is specific to port (a single port
+// or a range holding it); any-port listeners cover nothing specifically.
+func (l Listener) Covers(port uint16) bool { return !l.AnyPort() && port >= l.Port && port <= l.Last() }
+
+// String writes the listener as the CLI reads it, without the pool:
+// "tcp:80", "tcp:8000-8100", "udp:any".
+func (l Listener) String() string {
+	switch {
+	case l.AnyPort():
+		return l.Protocol + ":any"
+	case l.Last() != l.Port:
+		return fmt.Sprintf("%s:%d-%d", l.Protocol, l.Port, l.Last())
+	}
+	return fmt.Sprintf("%s:%d", l.Protocol, l.Port)
+}
+
+// ListenerFor returns the listener that takes a protocol and destination
+// port in the data plane: a single port or range holding it first, else
+// the protocol's any-port listener.
+func (s *Service) ListenerFor(proto string, port uint16) (Listener, bool) {
+	var anyL *Listener
+	for i, l := range s.Listeners {
+		if l.Protocol != proto {
+			continue
+		}
+		if l.Covers(port) {
+			return l, true
+		}
+		if l.AnyPort() && anyL == nil {
+			anyL = &s.Listeners[i]
+		}
+	}
+	if anyL != nil {
+		return *anyL, true
+	}
+	return Listener{}, false
+}
+
+// Pool returns the named pool (a pointer into s.Pools) and its index.
+func (s *Service) Pool(name string) (*Pool, int) {
+	for i := range s.Pools {
+		if s.Pools[i].Name == name {
+			return &s.Pools[i], i
+		}
+	}
+	return nil, -1
+}
+
+// Backend returns the index of the backend with a key.
+func (p *Pool) Backend(key string) (int, bool) {
+	for i, b := range p.Backends {
+		if b.Key() == key {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+// Clone returns a deep copy, except for the Weight pointers, which are
+// shared: their values are never changed in place (a new weight is a new
+// pointer).
+func (s *Service) Clone() *Service {
+	c := *s
+	c.Listeners = slices.Clone(s.Listeners)
+	if s.Pools != nil {
+		c.Pools = make([]Pool, len(s.Pools))
+		for i, p := range s.Pools {
+			p.Backends = slices.Clone(p.Backends)
+			if p.Health != nil {
+				h := *p.Health
+				h.Command = slices.Clone(h.Command)
+				p.Health = &h
+			}
+			c.Pools[i] = p
+		}
+	}
+	return &c
+}
+
+// Defaults fills every omitted setting with its default, in place, so the
+// stored object says explicitly what the data plane and the checkers do:
+// TableSize (DefaultTableSize, or the smallest prime of at least 100 x the
+// largest pool's backends when that is more), each backend's Weight (1),
+// and a health check's Path ("/") and Status (200) for http(s), Interval
+// (2s), Timeout (1s, or half the interval when that is shorter), Rise (2)
+// and Fall (3). A listener whose PortEnd equals its Port becomes a single
+// port (PortEnd 0). The controller calls it before storing a service;
+// Validate judges a service as Defaults would complete it.
+func (s *Service) Defaults() {
+	if s.TableSize == 0 {
+		s.TableSize = DefaultTableSize
+		if need := uint64(SlotsPerBackend) * uint64(s.largestPool()); need > DefaultTableSize && need <= MaxTableSize {
+			s.TableSize = uint32(nextPrime(need))
+		}
+	}
+	for i := range s.Listeners {
+		if l := &s.Listeners[i]; l.PortEnd == l.Port {
+			l.PortEnd = 0
+		}
+	}
+	for i := range s.Pools {
+		p := &s.Pools[i]
+		for j := range p.Backends {
+			if p.Backends[j].Weight == nil {
+				one := uint32(1)
+				p.Backends[j].Weight = &one
+			}
+		}
+		if h := p.Health; h != nil {
+			if h.Type == CheckHTTP || h.Type == CheckHTTPS {
+				if h.Path == "" {
+					h.Path = "/"
+				}
+				if h.Status == 0 {
+					h.Status = DefaultHealthStatus
+				}
+			}
+			if h.Interval == 0 {
+				h.Interval = Duration(DefaultHealthInterval)
+			}
+			if h.Timeout == 0 && h.Interval > 0 {
+				h.Timeout = min(Duration(DefaultHealthTimeout), h.Interval/2)
+			}
+			if h.Rise == 0 {
+				h.Rise = DefaultHealthRise
+			}
+			if h.Fall == 0 {
+				h.Fall = DefaultHealthFall
+			}
+		}
+	}
+}
+
+func (s *Service) largestPool() int {
+	n := 0
+	for _, p := range s.Pools {
+		n = max(n, len(p.Backends))
+	}
+	return n
+}
+
+// Validate checks the service on its own, as Defaults would complete it
+// (so a service with omitted settings and the same service as stored get
+// the same verdict).
+func (s *Service) Validate() Errors {
+	c := s.Clone()
+	c.Defaults()
+	return c.validate()
+}
+
+func (s *Service) validate() Errors {
+	var es Errors
+	checkName(&es, "name", s.Name)
+	checkUnicast4(&es, "vip", s.VIP)
+	switch s.Mode {
+	case ModeEncap, ModeNAT:
+	case "":
+		es.add("mode", "required (encap or nat)")
+	default:
+		es.add("mode", "%q: want encap or nat", s.Mode)
+	}
+	if len(s.Description) > 1024 {
+		es.add("description", "longer than 1024 characters")
+	}
+
+	pools := map[string]int{}
+	switch {
+	case len(s.Pools) == 0:
+		es.add("pools", "at least one pool is required")
+	case len(s.Pools) > MaxPools:
+		es.add("pools", "%d pools: a service may have at most %d", len(s.Pools), MaxPools)
+	}
+	largest, largestPool := 0, ""
+	for i, p := range s.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		checkName(&es, f+".name", p.Name)
+		if j, dup := pools[p.Name]; dup && p.Name != "" {
+			es.add(f+".name", "pool %q appears twice (also pools[%d])", p.Name, j)
+		} else {
+			pools[p.Name] = i
+		}
+		s.validateBackends(&es, f, &p)
+		if len(p.Backends) > largest {
+			largest, largestPool = len(p.Backends), p.Name
+		}
+		if p.Health != nil {
+			p.Health.validate(&es, f+".health")
+		}
+	}
+	if largest <= MaxPoolBackends {
+		need := uint64(SlotsPerBackend) * uint64(largest)
+		m := uint64(s.TableSize)
+		switch {
+		case m > MaxTableSize:
+			es.add("tableSize", "%d is above the maximum %d", m, MaxTableSize)
+		case !isPrime(m):
+			es.add("tableSize", "%d is not a prime (try %d)", m, nextPrime(max(m, need)))
+		case m < need:
+			es.add("tableSize", "%d is less than %d x the %d backends of pool %q (try %d)", m, SlotsPerBackend, largest, largestPool, nextPrime(need))
+		}
+	}
+
+	switch {
+	case len(s.Listeners) == 0:
+		es.add("listeners", "at least one listener is required")
+	case len(s.Listeners) > MaxListeners:
+		es.add("listeners", "%d listeners: a service may have at most %d (use port ranges)", len(s.Listeners), MaxListeners)
+	}
+	type span struct {
+		lo, hi uint16
+		i      int
+	}
+	spans := map[string][]span{}
+	anyAt := map[string]int{}
+	entries := 0
+	for i, l := range s.Listeners {
+		f := fmt.Sprintf("listeners[%d]", i)
+		ok := true
+		switch l.Protocol {
+		case ProtoTCP, ProtoUDP:
+		case "":
+			es.add(f+".protocol", "required (tcp or udp)")
+			ok = false
+		default:
+			es.add(f+".protocol", "%q: want tcp or udp", l.Protocol)
+			ok = false
+		}
+		switch {
+		case l.Port == 0 && l.PortEnd != 0:
+			es.add(f+".port", "a range needs its first port (1-65535); port 0 without portEnd means any port")
+			ok = false
+		case l.PortEnd != 0 && l.PortEnd < l.Port:
+			es.add(f+".portEnd", "%d is below port %d", l.PortEnd, l.Port)
+			ok = false
+		}
+		if l.Pool == "" {
+			es.add(f+".pool", "required")
+		} else if _, found := pools[l.Pool]; !found {
+			es.add(f+".pool", "pool %q is not one of the service's pools", l.Pool)
+		}
+		if !ok {
+			continue
+		}
+		entries += l.Entries()
+		if l.AnyPort() {
+			if j, dup := anyAt[l.Protocol]; dup {
+				es.add(f, "%s overlaps listeners[%d] (%s)", l, j, s.Listeners[j])
+			} else {
+				anyAt[l.Protocol] = i
+			}
+			continue
+		}
+		spans[l.Protocol] = append(spans[l.Protocol], span{l.Port, l.Last(), i})
+	}
+	for _, proto := range sortedKeys(spans) {
+		sp := spans[proto]
+		sort.Slice(sp, func(a, b int) bool {
+			if sp[a].lo != sp[b].lo {
+				return sp[a].lo < sp[b].lo
+			}
+			return sp[a].i < sp[b].i
+		})
+		far := sp[0] // the span reaching furthest so far
+		for _, x := range sp[1:] {
+			if x.lo <= far.hi {
+				a, b := far.i, x.i
+				if a > b {
+					a, b = b, a
+				}
+				es.add(fmt.Sprintf("listeners[%d]", b), "%s overlaps listeners[%d] (%s)", s.Listeners[b], a, s.Listeners[a])
+			}
+			if x.hi > far.hi {
+				far = x
+			}
+		}
+	}
+	if entries > MaxServicePorts {
+		es.add("listeners", "the listeners expand to %d data-plane entries (one per port of a range); a service may have at most %d", entries, MaxServicePorts)
+	}
+	return es
+}
+
+func (s *Service) validateBackends(es *Errors, f string, p *Pool) {
+	switch {
+	case len(p.Backends) == 0:
+		es.add(f+".backends", "at least one backend is required (a weight of 0 drains one)")
+	case len(p.Backends) > MaxPoolBackends:
+		es.add(f+".backends", "%d backends: a pool may have at most %d (%d table slots each, tables of at most %d slots)",
+			len(p.Backends), MaxPoolBackends, SlotsPerBackend, MaxTableSize)
+	}
+	keys := map[string]int{}
+	for j, b := range p.Backends {
+		bf := fmt.Sprintf("%s.backends[%d]", f, j)
+		switch s.Mode {
+		case ModeEncap:
+			checkName(es, bf+".host", b.Host)
+			checkName(es, bf+".guest", b.Guest)
+			if b.Address.IsValid() {
+				es.add(bf+".address", "an encap backend is a guest (host and guest), not an address")
+			}
+		case ModeNAT:
+			checkUnicast4(es, bf+".address", b.Address)
+			if b.Host != "" {
+				es.add(bf+".host", "a nat backend is an address; host and guest are for encap services")
+			} else if b.Guest != "" {
+				es.add(bf+".guest", "a nat backend is an address; host and guest are for encap services")
+			}
+		}
+		if b.Weight != nil && *b.Weight > MaxWeight {
+			es.add(bf+".weight", "%d is above the maximum %d", *b.Weight, MaxWeight)
+		}
+		k := b.Key()
+		if j0, dup := keys[k]; dup {
+			es.add(bf, "backend %s appears twice (also backends[%d])", k, j0)
+		} else {
+			keys[k] = j
+		}
+	}
+}
+
+func (h *HealthCheck) validate(es *Errors, f string) {
+	web := h.Type == CheckHTTP || h.Type == CheckHTTPS
+	switch h.Type {
+	case CheckTCP, CheckHTTP, CheckHTTPS, CheckUDP, CheckCommand:
+	case "":
+		es.add(f+".type", "required (tcp, http, https, udp or command)")
+	default:
+		es.add(f+".type", "%q: want tcp, http, https, udp or command", h.Type)
+	}
+	if web {
+		switch {
+		case !strings.HasPrefix(h.Path, "/"):
+			es.add(f+".path", "%q must start with /", h.Path)
+		case strings.ContainsFunc(h.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			es.add(f+".path", "%q has spaces or control characters (escape them: %%20)", h.Path)
+		case len(h.Path) > 1024:
+			es.add(f+".path", "longer than 1024 characters")
+		}
+		if h.Status < 100 || h.Status > 599 {
+			es.add(f+".status", "%d is not an HTTP status (100-599)", h.Status)
+		}
+	} else {
+		if h.Path != "" {
+			es.add(f+".path", "only http and https checks have a path")
+		}
+		if h.Status != 0 {
+			es.add(f+".status", "only http and https checks have a status")
+		}
+	}
+	if h.Send != "" && h.Type != CheckUDP {
+		es.add(f+".send", "only udp checks send a payload")
+	}
+	if len(h.Send) > 1024 {
+		es.add(f+".send", "longer than 1024 bytes")
+	}
+	if h.Type == CheckCommand {
+		if len(h.Command) == 0 || h.Command[0] == "" {
+			es.add(f+".command", "required for a command check: the program and its arguments")
+		}
+	} else if len(h.Command) > 0 {
+		es.add(f+".command", "only command checks run a command")
+	}
+	iv, to := time.Duration(h.Interval), time.Duration(h.Timeout)
+	switch {
+	case iv < MinHealthInterval:
+		es.add(f+".interval", "%v is shorter than the minimum %v", iv, MinHealthInterval)
+	case iv > MaxHealthInterval:
+		es.add(f+".interval", "%v is longer than the maximum %v", iv, MaxHealthInterval)
+	}
+	switch {
+	case to <= 0:
+		es.add(f+".timeout", "%v: must be positive", to)
+	case to >= iv:
+		es.add(f+".timeout", "%v is not shorter than the interval %v", to, iv)
+	}
+	if h.Rise < 1 || h.Rise > MaxHealthRiseFall {
+		es.add(f+".rise", "%d is outside 1-%d", h.Rise, MaxHealthRiseFall)
+	}
+	if h.Fall < 1 || h.Fall > MaxHealthRiseFall {
+		es.add(f+".fall", "%d is outside 1-%d", h.Fall, MaxHealthRiseFall)
+	}
+}
+
+func isPrime(n uint64) bool { return maglev.IsPrime(n) }
+
+// nextPrime is the smallest prime >= n.
+func nextPrime(n uint64) uint64 {
+	for !isPrime(n) {
+		n++
+	}
+	return n
+}
+
+// NextPrime is the smallest prime of at least n: a table size to suggest.
+func NextPrime(n uint64) uint64 { return nextPrime(n) }
+
+// Validate checks a Health object on its own.
+func (h *Health) Validate() Errors {
+	var es Errors
+	checkName(&es, "service", h.Service)
+	for _, pool := range sortedKeys(h.Down) {
+		checkName(&es, "down."+pool, pool)
+		for i, k := range h.Down[pool] {
+			if k == "" {
+				es.add(fmt.Sprintf("down.%s[%d]", pool, i), "empty backend key")
+			}
+		}
+	}
+	return es
+}
+
+// IsDown reports whether the majority finds a pool's backend down.
+func (h *Health) IsDown(pool, key string) bool {
+	return h != nil && slices.Contains(h.Down[pool], key)
+}
+
+// DownSet returns the down backends of a pool as a set (empty, not nil).
+func (h *Health) DownSet(pool string) map[string]bool {
+	out := map[string]bool{}
+	if h != nil {
+		for _, k := range h.Down[pool] {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// DownCount is the number of down backends over all pools.
+func (h *Health) DownCount() int {
+	n := 0
+	if h != nil {
+		for _, ks := range h.Down {
+			n += len(ks)
+		}
+	}
+	return n
+}
+
+// Key is the service's name.
+func (h *Health) Key() string { return h.Service }
