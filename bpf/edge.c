@@ -34,7 +34,8 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* EIP -> the host it is bound to. Written by the edge daemon from etcd. */
+/* EIP -> the host it is bound to; a VIP -> a route flagged ROUTE_F_VIP
+ * (its service is in lib/lb.h). Written by the edge daemon from etcd. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EIP_MAX);
@@ -215,32 +216,28 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	struct lb_listener *lp = lb_listener_for(f.vip, f.proto, f.vport);
 	if (!lp)
 		return count_drop(STAT_DROP_LB_NO_PORT, len);
-	__be32 ports = (__u32)f.cport | ((__u32)f.vport << 16);
-	f.hash = flow_hash4(f.client, f.vip, ports, f.proto, cfg->hash_seed);
 
-	long bi = lb_decide(lbc, lp, &f, !f.icmp);
-	if (bi < 0)
-		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
-	__u32 idx = bi;
-	struct lb_backend *bp = bpf_map_lookup_elem(&lb_backends, &idx);
+	__u32 idx;
+	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx);
 	if (!bp)
 		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
 	__u32 stat = f.icmp ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX;
 	int act;
 
-	__u32 lstats = lp->stats;
 	__be32 baddr = bp->addr;
 	__be16 bport = bp->port;
 	if (lp->mode == LB_MODE_ENCAP) {
 		__u8 imac[ETH_ALEN_] = {SVC_MAC0, SVC_MAC1};
 		__builtin_memcpy(&imac[2], &bp->guest, 4);
 		int sent;
-		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | (f.hash & 0xff), imac, stat, len, &sent);
-		if (sent) {
-			lb_count(&lb_stats, lstats, ip_len, 0);
+		/* FlowID: any function of the flow keeps it on one underlay
+		 * path; the hash is only computed on a miss, so fold the
+		 * client's address and port instead. */
+		__u32 fid = f.client ^ (f.client >> 16) ^ f.cport ^ (f.cport >> 8);
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | (fid & 0xff), imac, stat, len, &sent);
+		if (sent)
 			lb_count(&lb_be_stats, idx, ip_len, 0);
-		}
 		return act;
 	}
 
@@ -259,10 +256,8 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	}
 	p->daddr = baddr;
 	act = route_out(ctx, p, cfg, fib, baddr, f.icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
-	if (act == XDP_TX || act == XDP_REDIRECT) {
-		lb_count(&lb_stats, lstats, ip_len, 0);
+	if (act == XDP_TX || act == XDP_REDIRECT)
 		lb_count(&lb_be_stats, idx, ip_len, 0);
-	}
 	return act;
 }
 
@@ -337,14 +332,17 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
 	__u32 idx = 0;
 	__u32 out_stat = STAT_DECAP_TX;
-	if (r) {
+	if (!r)
+		return count_drop(STAT_DROP_SPOOF, len);
+	if (r->flags & ROUTE_F_VIP) {
+		if (!lb_reply_ok(&in, o->saddr, vsid))
+			return count_drop(STAT_DROP_SPOOF, len);
+		out_stat = STAT_LB_REPLY_TX;
+		r = NULL;
+	} else {
 		if (r->host.a[0] != o->saddr || r->vsid != vsid)
 			return count_drop(STAT_DROP_SPOOF, len);
 		idx = r->stats_idx;
-	} else {
-		if (!bpf_map_lookup_elem(&lb_vips, &in.saddr) || !lb_reply_ok(&in, o->saddr, vsid))
-			return count_drop(STAT_DROP_SPOOF, len);
-		out_stat = STAT_LB_REPLY_TX;
 	}
 	if (in.ttl <= 1)
 		return count_drop(STAT_DROP_TTL, len);
@@ -431,7 +429,10 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	    a->op != bpf_htons(1))
 		return count_pass(STAT_PASS_NON_IP, len);
 	__be32 vip = a->tpa;
-	if (!bpf_map_lookup_elem(&lb_vips, &vip))
+	struct eip_key k;
+	eip_key4(&k, vip);
+	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
+	if (!r || !(r->flags & ROUTE_F_VIP))
 		return count_pass(STAT_PASS_NON_IP, len);
 	__be32 spa = a->spa;
 	__builtin_memcpy(a->tha, a->sha, 6);
@@ -450,7 +451,6 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 len = data_end - data;
-	struct bpf_fib_lookup fib;
 	struct pkt p;
 	__u32 zero = 0;
 	int rc;
@@ -469,18 +469,21 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		return count_drop(rc, len);
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	if (!cfg)
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!cfg || !fib)
 		return XDP_PASS;
 	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
-		return edge_from_host(ctx, &p, cfg, &fib, len);
-	if (bpf_map_lookup_elem(&lb_vips, &p.daddr))
-		return lb_ingress(ctx, &p, &fib);
+		return edge_from_host(ctx, &p, cfg, fib, len);
 
+	/* One lookup on the destination: a VIP, an EIP, or neither. */
 	struct eip_key k;
 	eip_key4(&k, p.daddr);
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
-	if (r)
-		return edge_to_host(ctx, &p, cfg, &fib, r, len);
+	if (r) {
+		if (r->flags & ROUTE_F_VIP)
+			return lb_ingress(ctx, &p, fib);
+		return edge_to_host(ctx, &p, cfg, fib, r, len);
+	}
 
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	if (lbc && (lbc->flags & LB_CFG_NAT) && p.l4_ok) {
@@ -491,7 +494,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 			re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
 		}
 		if (re)
-			return lb_nat_reply(ctx, &p, cfg, &fib, re, len);
+			return lb_nat_reply(ctx, &p, cfg, fib, re, len);
 	}
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }

@@ -42,6 +42,10 @@
 #define CT_MAX (1 << 20)
 #endif
 
+/* eip_route.flags: the address is a service VIP, not an EIP (one lookup
+ * on the destination serves both, and everything else pays just one). */
+#define ROUTE_F_VIP 0x1
+
 #define LB_MODE_ENCAP 1
 #define LB_MODE_NAT 2
 

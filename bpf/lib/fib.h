@@ -25,6 +25,27 @@ struct {
 	__type(value, struct nh_entry);
 } nh_cache SEC(".maps");
 
+/* Per-CPU room for a bpf_fib_lookup request (64 bytes): kept off the
+ * stack, which the main program and its global functions share (512
+ * bytes in all). */
+struct fib_room {
+	__u64 b[8]; /* a struct bpf_fib_lookup (bpf2go cannot type its unions) */
+};
+_Static_assert(sizeof(struct fib_room) == sizeof(struct bpf_fib_lookup), "fib_room must hold a bpf_fib_lookup");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fib_room);
+} fib_scratch SEC(".maps");
+
+static __always_inline struct bpf_fib_lookup *fib_room(void)
+{
+	__u32 zero = 0;
+	return (struct bpf_fib_lookup *)bpf_map_lookup_elem(&fib_scratch, &zero);
+}
+
 /* Looks dst up in the kernel FIB from the ingress interface's point of view
  * (forwarding must be enabled on it), checking tot_len against the route
  * MTU. Returns a BPF_FIB_LKUP_RET_* code; on FRAG_NEEDED fib->mtu_result

@@ -24,15 +24,6 @@
 #include "fib.h"
 #include "nat.h"
 
-/* VIPs with at least one listener (one lookup for all other traffic). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_VIPS_MAX);
-	__type(key, __be32);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_vips SEC(".maps");
-
 /* (VIP, protocol, port) -> listener; port 0 is the any-port listener. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -97,15 +88,6 @@ struct {
 	__type(value, struct ct_bucket);
 } ct_buckets SEC(".maps");
 
-/* Per-listener counters (index lb_listener.stats). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LB_LISTENERS_MAX);
-	__type(key, __u32);
-	__type(value, struct lb_counters);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_stats SEC(".maps");
-
 /* Per-backend counters (index = backend index). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -135,8 +117,7 @@ struct {
 
 /* Informational counters (not outcomes): see enum lb_info. */
 enum lb_info {
-	LBI_CT_HIT = 0,
-	LBI_CT_MISS,
+	LBI_CT_MISS = 0,
 	LBI_CT_INSERT,
 	LBI_CT_INSERT_LIMITED, /* over the insert cap: forwarded by the table alone */
 	LBI_CT_STALE,          /* expired, or its backend gone or down */
@@ -265,52 +246,57 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 }
 
 /* Decides the backend of a flow through the connection table, creating
- * or refreshing the entry. On success *gen holds the backend generation.
- * insert=0 never creates an entry (RST, ICMP errors). */
-static __always_inline long lb_decide(const struct lb_config *c, const struct lb_listener *l, const struct lb_flow *f,
-				      int insert)
+ * or refreshing the entry, and returns it (NULL: no usable backend) with
+ * its index in *idx. insert=0 never creates an entry (RST and ICMP errors
+ * do not either). The flow hash is only computed on a miss. */
+static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, const struct lb_listener *l,
+						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx)
 {
 	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
 	__u32 now = (__u32)bpf_jiffies64();
 	int syn = f->proto == IPPROTO_TCP_ && (f->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
+	struct lb_backend *be;
 
 	if (e) {
-		__u32 idx = e->backend;
-		struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &idx);
-		int live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+		__u32 i = e->backend;
+		be = bpf_map_lookup_elem(&lb_backends, &i);
+		int live = be && (__u8)be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
 			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
 		if (live && !syn) {
-			info_inc(LBI_CT_HIT);
 			e->last = now;
 			if (!f->icmp)
 				e->state = ct_next(e->state, f->proto, f->tcp_flags);
-			return idx;
+			*idx = i;
+			return be;
 		}
 		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
 	} else {
 		info_inc(LBI_CT_MISS);
 	}
 
-	long idx = lb_pick(l, f->hash);
-	if (idx < 0)
-		return -1;
-	__u32 i = idx;
-	struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &i);
+	__be32 ports = (__u32)f->cport | ((__u32)f->vport << 16);
+	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
+	long pick = lb_pick(l, f->hash);
+	if (pick < 0)
+		return NULL;
+	__u32 i = pick;
+	be = bpf_map_lookup_elem(&lb_backends, &i);
 	if (!be)
-		return -1;
+		return NULL;
+	*idx = i;
 	if (!insert || (f->proto == IPPROTO_TCP_ && (f->tcp_flags & TCP_RST_)))
-		return idx;
+		return be;
 	if (!ct_insert_allowed(c, now)) {
 		info_inc(LBI_CT_INSERT_LIMITED);
-		return idx;
+		return be;
 	}
-	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now,
+	struct ct_entry n = {.backend = i, .gen = (__u8)be->gen, .last = now,
 			     .state = ct_next(0, f->proto, f->tcp_flags)};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);
-	return idx;
+	return be;
 }
 
 #endif

@@ -176,7 +176,6 @@ struct lb_key {
 struct lb_listener {
 	__u32 table; /* slot in lb_tables */
 	__u32 m;     /* size of that table (a prime) */
-	__u32 stats; /* slot in lb_stats */
 	__u8 mode;   /* LB_MODE_* */
 	__u8 pad[3];
 };
@@ -206,11 +205,10 @@ struct ct_key {
  * given. Replies need no entry: in nat mode the translation back is a
  * function of the backend (lb_nat_rev), in encap mode the agent knows it. */
 struct ct_entry {
-	__u32 backend;
-	__u32 last;  /* jiffies (low 32 bits) when last seen */
-	__u16 gen;   /* backend generation at insert */
-	__u8 state;  /* CT_* */
-	__u8 flags;
+	__u16 backend; /* < LB_BACKENDS_MAX */
+	__u8 state;    /* CT_* */
+	__u8 gen;      /* low byte of the backend's generation at insert */
+	__u32 last;    /* jiffies (low 32 bits) when last seen */
 };
 
 /* nat mode: a backend's (address, port, protocol), port 0 for backends of
@@ -247,7 +245,7 @@ struct ct_bucket {
 	__u64 last;   /* jiffies */
 };
 
-/* Per-listener and per-backend counters (per CPU). */
+/* Per-backend counters (per CPU). */
 struct lb_counters {
 	__u64 packets;
 	__u64 bytes;

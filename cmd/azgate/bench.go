@@ -53,6 +53,25 @@ func init() {
 		l.Flags().Uint32Var(&lo.Flows, "flows", 1024, "flows (UDP source ports) the generator cycles through")
 		c.AddCommand(l)
 
+		var lbo bench.LBOptions
+		lbc := &cobra.Command{
+			Use:   "lb",
+			Short: "Maglev properties, load-balancer ns/packet next to the XDP_TX floor, a large connection table",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				lbo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.LB(lbo)
+				if err != nil {
+					return fmt.Errorf("bench lb: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		lbc.Flags().IntVar(&lbo.Repeat, "repeat", 2_000_000, "runs per measurement")
+		lbc.Flags().IntVar(&lbo.Rounds, "rounds", 9, "measurements per path (the fastest is reported)")
+		lbc.Flags().Uint32Var(&lbo.BigTable, "conn-table", 10_000_000, "entries of the large connection table to build and serve (0: skip)")
+		c.AddCommand(lbc)
+
 		var co bench.ControlOptions
 		ctl := &cobra.Command{
 			Use:   "control",

@@ -55,3 +55,14 @@ func nvgreFrame(srcMAC, dstMAC, src, dst string, key uint32, inner []byte) []byt
 		&layers.GRE{KeyPresent: true, Protocol: layers.EthernetTypeTransparentEthernetBridging, Key: key},
 		gopacket.Payload(inner))
 }
+
+// tcpFrameFlags is tcpFrame with "syn", "ack" or "rst".
+func tcpFrameFlags(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int, flags string) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, Flags: layers.IPv4DontFragment,
+		SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: 1, Window: 65535,
+		SYN: flags == "syn", ACK: flags == "ack", RST: flags == "rst"}
+	tcp.SetNetworkLayerForChecksum(ip)
+	pay := make([]byte, max(size-14-20-20, 0))
+	return serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, tcp, gopacket.Payload(pay))
+}

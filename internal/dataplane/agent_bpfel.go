@@ -107,6 +107,11 @@ type agentEipStats struct {
 	TxBytes   uint64
 }
 
+type agentFibRoom struct {
+	_ structs.HostLayout
+	B [8]uint64
+}
+
 type agentIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
@@ -189,6 +194,7 @@ const (
 	agentMapAgentSvcRev            = "agent_svc_rev"
 	agentMapBenchFrame             = "bench_frame"
 	agentMapEipStats               = "eip_stats"
+	agentMapFibScratch             = "fib_scratch"
 	agentMapIcmpBuckets            = "icmp_buckets"
 	agentMapNhCache                = "nh_cache"
 	agentMapStats                  = "stats"
@@ -260,6 +266,7 @@ type agentMapSpecs struct {
 	AgentSvcRev  *ebpf.MapSpec `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -301,6 +308,7 @@ type agentMaps struct {
 	AgentSvcRev  *ebpf.Map `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -318,6 +326,7 @@ func (m *agentMaps) Close() error {
 		m.AgentSvcRev,
 		m.BenchFrame,
 		m.EipStats,
+		m.FibScratch,
 		m.IcmpBuckets,
 		m.NhCache,
 		m.Stats,

@@ -135,6 +135,15 @@ func (b *Bench) SetFwd(ifindex int, src, dst net.HardwareAddr) error {
 	return b.objs.FwdCfg.Update(uint32(0), &c, ebpf.UpdateAny)
 }
 
+// Jiffies reads the kernel's jiffies.
+func (b *Bench) Jiffies() (uint64, error) {
+	_, out, err := b.objs.XdpJiffies.Test(make([]byte, 64))
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(out[:8]), nil
+}
+
 // MeasureHZ returns the kernel's CONFIG_HZ (jiffies per second), read off
 // bpf_jiffies64 200 ms apart and rounded to the usual values.
 func (b *Bench) MeasureHZ() (uint32, error) {

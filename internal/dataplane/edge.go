@@ -196,16 +196,18 @@ func (e *Edge) DeleteRoutes(addrs []netip.Addr) error {
 	return nil
 }
 
-// RangeRoutes walks the route map in batches.
-func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
+// routeVIP is ROUTE_F_VIP: a VIP's mark in the route map.
+const routeVIP = 1
+
+// rangeRaw walks the route map in batches.
+func (e *Edge) rangeRaw(f func(edgeEipKey, edgeEipRoute) bool) error {
 	keys := make([]edgeEipKey, 8192)
 	vals := make([]edgeEipRoute, 8192)
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := e.objs.EipRoutes.BatchLookup(&cursor, keys, vals, nil)
 		for i := 0; i < n; i++ {
-			k, v := keys[i], vals[i]
-			if !f(addrFrom(k.Addr, k.Family), Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}) {
+			if !f(keys[i], vals[i]) {
 				return nil
 			}
 		}
@@ -216,6 +218,16 @@ func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
 			return fmt.Errorf("list EIP routes: %w", err)
 		}
 	}
+}
+
+// RangeRoutes walks the EIP routes (VIP marks are skipped).
+func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
+	return e.rangeRaw(func(k edgeEipKey, v edgeEipRoute) bool {
+		if v.Flags&routeVIP != 0 {
+			return true
+		}
+		return f(addrFrom(k.Addr, k.Family), Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx})
+	})
 }
 
 // Routes lists every route in the map (for tests and small tables).
@@ -237,6 +249,9 @@ func (e *Edge) Route(a netip.Addr) (Route, bool, error) {
 			return Route{}, false, nil
 		}
 		return Route{}, false, err
+	}
+	if v.Flags&routeVIP != 0 {
+		return Route{}, false, nil // a VIP, not an EIP
 	}
 	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
 }

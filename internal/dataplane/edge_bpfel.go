@@ -73,11 +73,10 @@ type edgeCtBucket struct {
 
 type edgeCtEntry struct {
 	_       structs.HostLayout
-	Backend uint32
-	Last    uint32
-	Gen     uint16
+	Backend uint16
 	State   uint8
-	Flags   uint8
+	Gen     uint8
+	Last    uint32
 }
 
 type edgeCtKey struct {
@@ -127,6 +126,11 @@ type edgeEipStats struct {
 	RxBytes   uint64
 	TxPackets uint64
 	TxBytes   uint64
+}
+
+type edgeFibRoom struct {
+	_ structs.HostLayout
+	B [8]uint64
 }
 
 type edgeIcmpBucket struct {
@@ -182,7 +186,6 @@ type edgeLbListener struct {
 	_     structs.HostLayout
 	Table uint32
 	M     uint32
-	Stats uint32
 	Mode  uint8
 	Pad   [3]uint8
 }
@@ -230,6 +233,7 @@ const (
 	edgeMapEdgeCfg       = "edge_cfg"
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
+	edgeMapFibScratch    = "fib_scratch"
 	edgeMapIcmpBuckets   = "icmp_buckets"
 	edgeMapLbBackends    = "lb_backends"
 	edgeMapLbBeStats     = "lb_be_stats"
@@ -238,9 +242,7 @@ const (
 	edgeMapLbInfo        = "lb_info"
 	edgeMapLbListeners   = "lb_listeners"
 	edgeMapLbNatRev      = "lb_nat_rev"
-	edgeMapLbStats       = "lb_stats"
 	edgeMapLbTables      = "lb_tables"
-	edgeMapLbVips        = "lb_vips"
 	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
 	edgeProgXdpEdge      = "xdp_edge"
@@ -303,6 +305,7 @@ type edgeMapSpecs struct {
 	EdgeCfg     *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats    *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch  *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBuckets *ebpf.MapSpec `ebpf:"icmp_buckets"`
 	LbBackends  *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbBeStats   *ebpf.MapSpec `ebpf:"lb_be_stats"`
@@ -311,9 +314,7 @@ type edgeMapSpecs struct {
 	LbInfo      *ebpf.MapSpec `ebpf:"lb_info"`
 	LbListeners *ebpf.MapSpec `ebpf:"lb_listeners"`
 	LbNatRev    *ebpf.MapSpec `ebpf:"lb_nat_rev"`
-	LbStats     *ebpf.MapSpec `ebpf:"lb_stats"`
 	LbTables    *ebpf.MapSpec `ebpf:"lb_tables"`
-	LbVips      *ebpf.MapSpec `ebpf:"lb_vips"`
 	NhCache     *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -350,6 +351,7 @@ type edgeMaps struct {
 	EdgeCfg     *ebpf.Map `ebpf:"edge_cfg"`
 	EipRoutes   *ebpf.Map `ebpf:"eip_routes"`
 	EipStats    *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch  *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBuckets *ebpf.Map `ebpf:"icmp_buckets"`
 	LbBackends  *ebpf.Map `ebpf:"lb_backends"`
 	LbBeStats   *ebpf.Map `ebpf:"lb_be_stats"`
@@ -358,9 +360,7 @@ type edgeMaps struct {
 	LbInfo      *ebpf.Map `ebpf:"lb_info"`
 	LbListeners *ebpf.Map `ebpf:"lb_listeners"`
 	LbNatRev    *ebpf.Map `ebpf:"lb_nat_rev"`
-	LbStats     *ebpf.Map `ebpf:"lb_stats"`
 	LbTables    *ebpf.Map `ebpf:"lb_tables"`
-	LbVips      *ebpf.Map `ebpf:"lb_vips"`
 	NhCache     *ebpf.Map `ebpf:"nh_cache"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 }
@@ -373,6 +373,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCfg,
 		m.EipRoutes,
 		m.EipStats,
+		m.FibScratch,
 		m.IcmpBuckets,
 		m.LbBackends,
 		m.LbBeStats,
@@ -381,9 +382,7 @@ func (m *edgeMaps) Close() error {
 		m.LbInfo,
 		m.LbListeners,
 		m.LbNatRev,
-		m.LbStats,
 		m.LbTables,
-		m.LbVips,
 		m.NhCache,
 		m.Stats,
 	)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -43,7 +46,6 @@ type Listener struct {
 type ListenerValue struct {
 	Table uint32 // slot in the table map
 	M     uint32 // that table's size
-	Stats uint32 // counter slot
 	Mode  uint8
 }
 
@@ -64,13 +66,13 @@ type NATReverse struct {
 	Proto uint8
 }
 
-// LBCounters count a listener's or backend's traffic.
+// LBCounters count a backend's traffic.
 type LBCounters struct {
 	Packets, Bytes, Conns uint64
 }
 
 // LBInfo names the informational counters (bpf/lib/lb.h enum lb_info).
-var LBInfo = []string{"ct_hit", "ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick"}
+var LBInfo = []string{"ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick"}
 
 // LBMaps is what the service reconciler needs from a data plane.
 type LBMaps interface {
@@ -91,7 +93,6 @@ type LBMaps interface {
 	NATReverses() (map[NATReverse]netip.AddrPort, error)
 	SetARP(ifindex int, mac net.HardwareAddr) error
 	BackendCounters(idx uint32) (LBCounters, error)
-	ListenerCounters(idx uint32) (LBCounters, error)
 	ResetBackendCounters(idx uint32) error
 }
 
@@ -127,29 +128,48 @@ func (e *Edge) SetLBConfig(c LBConfig) error {
 	return e.objs.LbCfg.Update(uint32(0), &v, ebpf.UpdateAny)
 }
 
+// PutVIP marks a VIP in the route map (a route flagged ROUTE_F_VIP): the
+// data plane's one lookup on a destination tells VIPs, EIPs and the rest
+// apart.
 func (e *Edge) PutVIP(a netip.Addr) error {
-	if !a.Is4() {
-		return fmt.Errorf("VIP %v: only IPv4", a)
+	k, err := keyOf(a)
+	if err != nil {
+		return fmt.Errorf("VIP: %w", err)
 	}
-	return e.objs.LbVips.Update(ip4word(a), uint32(1), ebpf.UpdateAny)
+	var cur edgeEipRoute
+	if err := e.objs.EipRoutes.Lookup(&k, &cur); err == nil && cur.Flags&routeVIP == 0 {
+		return fmt.Errorf("VIP %v is programmed as an EIP", a)
+	}
+	return e.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2}, ebpf.UpdateAny)
 }
 
+// DeleteVIP removes a VIP mark (never an EIP's route).
 func (e *Edge) DeleteVIP(a netip.Addr) error {
-	err := e.objs.LbVips.Delete(ip4word(a))
+	k, err := keyOf(a)
+	if err != nil {
+		return err
+	}
+	var cur edgeEipRoute
+	if err := e.objs.EipRoutes.Lookup(&k, &cur); err != nil || cur.Flags&routeVIP == 0 {
+		return nil
+	}
+	err = e.objs.EipRoutes.Delete(&k)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}
 	return err
 }
 
+// VIPs lists the VIP marks.
 func (e *Edge) VIPs() ([]netip.Addr, error) {
 	var out []netip.Addr
-	var k, v uint32
-	it := e.objs.LbVips.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, wordIP4(k))
-	}
-	return out, it.Err()
+	err := e.rangeRaw(func(k edgeEipKey, v edgeEipRoute) bool {
+		if v.Flags&routeVIP != 0 {
+			out = append(out, addrFrom(k.Addr, k.Family))
+		}
+		return true
+	})
+	return out, err
 }
 
 func lkey(l Listener) edgeLbKey {
@@ -158,7 +178,7 @@ func lkey(l Listener) edgeLbKey {
 
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
 	k := lkey(l)
-	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M, Stats: v.Stats, Mode: v.Mode}, ebpf.UpdateAny)
+	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M, Mode: v.Mode}, ebpf.UpdateAny)
 }
 
 func (e *Edge) DeleteListener(l Listener) error {
@@ -176,7 +196,7 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	var v edgeLbListener
 	it := e.objs.LbListeners.Iterate()
 	for it.Next(&k, &v) {
-		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M, Stats: v.Stats, Mode: v.Mode}
+		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M, Mode: v.Mode}
 	}
 	return out, it.Err()
 }
@@ -317,10 +337,6 @@ func (e *Edge) BackendCounters(idx uint32) (LBCounters, error) {
 	return readLBCounters(e.objs.LbBeStats, idx)
 }
 
-func (e *Edge) ListenerCounters(idx uint32) (LBCounters, error) {
-	return readLBCounters(e.objs.LbStats, idx)
-}
-
 func (e *Edge) ResetBackendCounters(idx uint32) error {
 	zero := make([]edgeLbCounters, ebpf.MustPossibleCPU())
 	return e.objs.LbBeStats.Update(idx, zero, ebpf.UpdateAny)
@@ -361,7 +377,7 @@ func (e *Edge) Conns(f func(Conn) bool) error {
 		n, err := e.objs.LbConns.BatchLookup(&cursor, keys, vals, nil)
 		for i := 0; i < n; i++ {
 			k, v := keys[i], vals[i]
-			if !f(Conn{Src: wordIP4(k.Src), Dst: wordIP4(k.Dst), Sport: be16(k.Sport), Dport: be16(k.Dport), Proto: k.Proto, Backend: v.Backend, State: v.State}) {
+			if !f(Conn{Src: wordIP4(k.Src), Dst: wordIP4(k.Dst), Sport: be16(k.Sport), Dport: be16(k.Dport), Proto: k.Proto, Backend: uint32(v.Backend), State: v.State}) {
 				return nil
 			}
 		}
@@ -376,3 +392,52 @@ func (e *Edge) Conns(f func(Conn) bool) error {
 
 // ConnCapacity is the size of the connection table.
 func (e *Edge) ConnCapacity() uint32 { return e.objs.LbConns.MaxEntries() }
+
+// FillFlow is the client side of the i-th flow FillConns writes: clients
+// from 203.0.113.0/24, ports from 1024.
+func FillFlow(i uint32) (netip.Addr, uint16) {
+	return netip.AddrFrom4([4]byte{203, 0, 113, byte(i / 60000)}), uint16(1024 + i%60000)
+}
+
+// FillConns writes n established connection entries, flow i (FillFlow)
+// to vip:vport going to backend i % backends, last seen at jiffies now
+// (benchmarks: a large table that must serve).
+func (e *Edge) FillConns(n uint32, vip netip.Addr, vport uint16, backends uint32, now uint64) error {
+	const chunk = 65536
+	keys := make([]edgeCtKey, 0, chunk)
+	vals := make([]edgeCtEntry, 0, chunk)
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		_, err := e.objs.LbConns.BatchUpdate(keys, vals, nil)
+		keys, vals = keys[:0], vals[:0]
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		c, p := FillFlow(i)
+		keys = append(keys, edgeCtKey{Src: ip4word(c), Dst: ip4word(vip), Sport: be16(p), Dport: be16(vport), Proto: ProtoTCP})
+		vals = append(vals, edgeCtEntry{Backend: uint16(i % backends), Last: uint32(now), Gen: 1, State: 2})
+		if len(keys) == chunk {
+			if err := flush(); err != nil {
+				return fmt.Errorf("fill connection table: %w", err)
+			}
+		}
+	}
+	return flush()
+}
+
+// ConnTableMemory is the kernel memory charged to the connection table
+// (the map's memlock in fdinfo).
+func (e *Edge) ConnTableMemory() (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", e.objs.LbConns.FD()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no memlock in fdinfo")
+}

