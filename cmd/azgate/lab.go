@@ -125,20 +125,22 @@ the edge and the agents in them. It is sealed from the machine's network.`,
 				return err
 			},
 		})
-		var name, listen string
+		var name, echoAddr string
+		var httpAddrs []string
 		serve := &cobra.Command{
 			Use:    "serve",
-			Short:  "The guests' web server (answers GET / with its name)",
+			Short:  "The lab's servers: HTTP answering with their name, and a line echo",
 			Hidden: true,
 			Args:   cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, cancel := signalContext()
 				defer cancel()
-				return lab.Serve(ctx, name, listen)
+				return lab.Serve(ctx, name, httpAddrs, echoAddr)
 			},
 		}
 		serve.Flags().StringVar(&name, "name", "guest", "name to answer with")
-		serve.Flags().StringVar(&listen, "listen", "0.0.0.0:80", "address")
+		serve.Flags().StringSliceVar(&httpAddrs, "http", []string{"0.0.0.0:80", "0.0.0.0:443"}, "HTTP addresses")
+		serve.Flags().StringVar(&echoAddr, "echo", "0.0.0.0:7000", "line echo address (empty: none)")
 		c.AddCommand(serve)
 		return c
 	})

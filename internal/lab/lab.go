@@ -163,9 +163,9 @@ func (l *Lab) up(ctx context.Context) error {
 			return err
 		}
 	}
-	l.say("starting a web server in every guest")
-	for _, n := range l.Topo.NodesByRole("guest") {
-		if err := l.start(n, "serve", "lab", "serve", "--name", n.Name, "--listen", "0.0.0.0:80"); err != nil {
+	l.say("starting a server (HTTP on 80 and 443, echo on 7000) in every guest and DMZ server")
+	for _, n := range append(l.Topo.NodesByRole("guest"), l.Topo.NodesByRole("server")...) {
+		if err := l.StartServer(n.Name); err != nil {
 			return err
 		}
 	}
@@ -197,7 +197,7 @@ func (l *Lab) buildNetwork() error {
 			return err
 		}
 		nodes[n.Name] = nn
-		if n.Role != "guest" && n.Role != "internet" {
+		if n.Role != "guest" && n.Role != "internet" && n.Role != "server" {
 			if err := nn.Forwarding(); err != nil {
 				return err
 			}
@@ -243,7 +243,7 @@ func (l *Lab) buildNetwork() error {
 // program (GRO alone delivers redirected frames but leaves XDP_TX'd ones
 // in the ring until other traffic arrives): with it, the edge's and the
 // agents' ICMP errors leave at once, as from a real NIC.
-var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true}
+var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true, "server": true}
 
 func (l *Lab) passPinDir(node string) string {
 	return dataplane.NodePinDir(l.Cfg.Prefix + "lab-" + node)
@@ -361,6 +361,28 @@ func (l *Lab) startEdge(n *Node) error {
 func (l *Lab) startAgent(n *Node) error {
 	return l.start(n, "agent", "agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdURL(),
 		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15")
+}
+
+// StartServer starts the lab server of a guest or DMZ server.
+func (l *Lab) StartServer(name string) error {
+	n := l.Topo.Node(name)
+	if n == nil || (n.Role != "guest" && n.Role != "server") {
+		return fmt.Errorf("%q is not a guest or a server", name)
+	}
+	if err := l.start(n, "serve", "lab", "serve", "--name", n.Name); err != nil {
+		return err
+	}
+	return l.save()
+}
+
+// StopServer stops a server: a backend dies (its connections close).
+func (l *Lab) StopServer(name string) error {
+	n := l.Topo.Node(name)
+	if n == nil || n.Process == nil {
+		return fmt.Errorf("no server on %q", name)
+	}
+	killWait(n.Process.PID, 10*time.Second)
+	return nil
 }
 
 // RestartRole stops and starts the role process of a node (edge or agent),

@@ -64,6 +64,8 @@ type Topology struct {
 
 // Fixed lab addresses.
 const (
+	ClientNet    = "203.0.113.0/24"
+	DMZServers   = 3
 	ClientAddr   = "203.0.113.10"
 	EIPPrefix    = "198.51.100.0/24"
 	EdgeUnderlay = "198.18.0.1"
@@ -85,6 +87,9 @@ func HostUnderlay(az, i int) netip.Addr {
 func GuestAddr(az, i, g int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 19, byte(hostNet(az, i)), byte(2*g - 1)})
 }
+
+// DMZAddr is the address of DMZ server i (1-based).
+func DMZAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 200, byte(2*i - 1)}) }
 
 // GuestVSID is the virtual subnet of a guest.
 func GuestVSID(az, i, g int) uint32 { return uint32(5000 + 100*az + 10*i + g) }
@@ -108,14 +113,27 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 		route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"},
 		route{"edge-a1", "default", "198.18.100.0", "ext0"},
 		route{"edge-a1", "198.18.0.0/15", "198.18.0.0", "ul0"},
+		// Replies of the DMZ servers (nat-mode backends) go back through
+		// the edge, which translates them back to the VIP.
+		route{"fab", ClientNet, EdgeUnderlay, "edge-a1"},
 	)
+	// DMZ servers: plain servers on the underlay router, no agent, for
+	// nat-mode services.
+	for i := 1; i <= DMZServers; i++ {
+		name := fmt.Sprintf("dmz%d", i)
+		add(name, "server", "", "")
+		t.link("fab", name, fmt.Sprintf("198.19.200.%d/31", 2*i-2), name, "eth0", DMZAddr(i).String()+"/31", 1500)
+		t.routes = append(t.routes, route{name, "default", fmt.Sprintf("198.19.200.%d", 2*i-2), "eth0"})
+	}
 	for az := 1; az <= azs; az++ {
 		for i := 1; i <= hostsPerAZ; i++ {
 			h := HostName(az, i)
 			n := hostNet(az, i)
 			add(h, "host", fmt.Sprintf("az%d", az), "")
 			t.link("fab", h, fmt.Sprintf("198.18.%d.0/31", n), h, "ul0", fmt.Sprintf("198.18.%d.1/31", n), 1500)
-			t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"})
+			t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"},
+				// The edge health-checks guests over the underlay.
+				route{"fab", fmt.Sprintf("198.19.%d.0/24", n), fmt.Sprintf("198.18.%d.1", n), h})
 			for g := 1; g <= guestsPerHost; g++ {
 				gn := fmt.Sprintf("%s-g%d", h, g)
 				add(gn, "guest", fmt.Sprintf("az%d", az), h)
