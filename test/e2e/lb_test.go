@@ -1,0 +1,330 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/model"
+)
+
+const (
+	vipWeb = "198.51.100.20" // encap: 80 -> web (g1 guests), 443 -> tls (g2 guests), 7000 -> echo
+	vipDMZ = "198.51.100.30" // nat: 80 -> the DMZ servers
+)
+
+func encapBackends(guest string, hosts ...string) []model.Backend {
+	var out []model.Backend
+	for _, h := range hosts {
+		out = append(out, model.Backend{Host: h, Guest: guest})
+	}
+	return out
+}
+
+var allHosts = []string{"az1-h1", "az2-h1", "az3-h1", "az1-h2", "az2-h2", "az3-h2"}
+
+func services(t *testing.T, ctx context.Context, c *client.Client) {
+	t.Helper()
+	web := &model.Service{Name: "web", VIP: netip.MustParseAddr(vipWeb), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "tcp", Port: 443, Pool: "tls"}, {Protocol: "tcp", Port: 7000, Pool: "echo"}},
+		Pools: []model.Pool{
+			{Name: "web", Backends: encapBackends("g1", "az1-h1", "az2-h1", "az3-h1")},
+			{Name: "tls", Backends: encapBackends("g2", "az1-h2", "az2-h2", "az3-h2")},
+			{Name: "echo", Backends: encapBackends("g1", allHosts...),
+				Health: &model.HealthCheck{Type: "tcp", Interval: model.Duration(300 * time.Millisecond), Timeout: model.Duration(200 * time.Millisecond), Rise: 1, Fall: 2}},
+		}}
+	var dmz []model.Backend
+	for i := 1; i <= lab.DMZServers; i++ {
+		dmz = append(dmz, model.Backend{Address: lab.DMZAddr(i)})
+	}
+	nat := &model.Service{Name: "dmz", VIP: netip.MustParseAddr(vipDMZ), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools:     []model.Pool{{Name: "web", Backends: dmz}}}
+	for _, s := range []*model.Service{web, nat} {
+		if _, err := c.PutService(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// answers fetches url n times and counts the answers by body.
+func answers(t *testing.T, ctx context.Context, l *lab.Lab, url string, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for i := 0; i < n; i++ {
+		body, err := l.Get(ctx, "inet", url, 2*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		out[body]++
+	}
+	return out
+}
+
+func TestServices(t *testing.T) {
+	l := upLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	services(t, ctx, c)
+	waitServing(t, ctx, l, "http://"+vipWeb+"/")
+
+	t.Run("port dispatch 80 and 443", func(t *testing.T) {
+		got80 := answers(t, ctx, l, "http://"+vipWeb+"/", 60)
+		got443 := answers(t, ctx, l, "http://"+vipWeb+":443/", 60)
+		t.Logf("port 80: %v; port 443: %v", got80, got443)
+		for body := range got80 {
+			if !strings.HasSuffix(body, "-g1") || strings.Contains(body, "-h2-") {
+				t.Errorf("port 80 answered by %q, not the web pool (the h1 hosts' g1)", body)
+			}
+		}
+		for body := range got443 {
+			if !strings.HasSuffix(body, "-g2:443") || strings.Contains(body, "-h1-") {
+				t.Errorf("port 443 answered by %q, not the tls pool (the h2 hosts' g2)", body)
+			}
+		}
+		if len(got80) < 2 || len(got443) < 2 {
+			t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
+		}
+	})
+
+	t.Run("nat mode with plain backends", func(t *testing.T) {
+		waitServing(t, ctx, l, "http://"+vipDMZ+"/")
+		got := answers(t, ctx, l, "http://"+vipDMZ+"/", 60)
+		t.Logf("nat VIP: %v", got)
+		for body := range got {
+			if !strings.HasPrefix(body, "hello from dmz") {
+				t.Errorf("nat VIP answered by %q", body)
+			}
+		}
+		if len(got) < 2 {
+			t.Errorf("60 new connections reached %d DMZ servers", len(got))
+		}
+	})
+
+	t.Run("long-lived connections: a failure breaks only its own, an added backend none", func(t *testing.T) {
+		const n = 1000
+		conns := openEcho(t, ctx, l, vipWeb+":7000", n)
+		defer func() {
+			for _, cn := range conns {
+				cn.c.Close()
+			}
+		}()
+		per := map[string]int{}
+		for _, cn := range conns {
+			per[cn.backend]++
+		}
+		t.Logf("%d connections: %v", n, per)
+		if len(per) != len(allHosts) {
+			t.Fatalf("connections reached %d of %d backends", len(per), len(allHosts))
+		}
+		victim := "az2-h1-g1"
+		if err := l.StopServer(victim); err != nil {
+			t.Fatal(err)
+		}
+		alive, dead := probe(conns)
+		var wrong []string
+		for b, k := range dead {
+			if b != victim {
+				wrong = append(wrong, fmt.Sprintf("%s: %d", b, k))
+			}
+		}
+		t.Logf("after stopping %s: %d connections broke (it had %d), %d alive", victim, dead[victim], per[victim], alive)
+		if len(wrong) > 0 {
+			t.Fatalf("connections of healthy backends broke: %v", wrong)
+		}
+		if dead[victim] != per[victim] {
+			t.Fatalf("%d of %s's %d connections broke", dead[victim], victim, per[victim])
+		}
+		waitDown(t, ctx, c, "web", "echo", "az2-h1/g1")
+		// New connections avoid the failed backend.
+		fresh := openEcho(t, ctx, l, vipWeb+":7000", 60)
+		for _, cn := range fresh {
+			if cn.backend == victim {
+				t.Errorf("a new connection reached the failed %s", victim)
+			}
+			cn.c.Close()
+		}
+
+		// A planned change: a seventh backend joins. No established
+		// connection breaks (they keep their backend through the
+		// connection table); new ones reach it.
+		survivors := conns[:0]
+		for _, cn := range conns {
+			if cn.backend != victim {
+				survivors = append(survivors, cn)
+			}
+		}
+		before := tableChecksum(t, ctx, c, "web", "echo")
+		if _, err := c.AddBackend(ctx, "web", "echo", model.Backend{Host: "az1-h1", Guest: "g2"}); err != nil {
+			t.Fatal(err)
+		}
+		waitChecksumChange(t, ctx, c, "web", "echo", before)
+		alive, dead = probe(survivors)
+		t.Logf("after adding az1-h1/g2: %d alive, broken %v", alive, dead)
+		if alive != len(survivors) {
+			t.Fatalf("%d of %d established connections broke when a backend was added", len(survivors)-alive, len(survivors))
+		}
+		fresh = openEcho(t, ctx, l, vipWeb+":7000", 100)
+		reached := false
+		for _, cn := range fresh {
+			reached = reached || cn.backend == "az1-h1-g2"
+			cn.c.Close()
+		}
+		if !reached {
+			t.Error("none of 100 new connections reached the added backend")
+		}
+	})
+}
+
+func waitServing(t *testing.T, ctx context.Context, l *lab.Lab, url string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := l.Get(ctx, "inet", url, time.Second); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not answer", url)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type echoConn struct {
+	c       net.Conn
+	r       *bufio.Reader
+	backend string
+}
+
+// openEcho opens n echo connections from the Internet node; each learns
+// its backend from the server's first line.
+func openEcho(t *testing.T, ctx context.Context, l *lab.Lab, addr string, n int) []*echoConn {
+	t.Helper()
+	dial := lab.Dialer(l.Topo.Node("inet").Netns)
+	out := make([]*echoConn, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	sem := make(chan struct{}, 32)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			c, err := dial(dctx, "tcp", addr)
+			if err == nil {
+				c.SetDeadline(time.Now().Add(3 * time.Second))
+				r := bufio.NewReader(c)
+				var line string
+				if line, err = r.ReadString('\n'); err == nil {
+					c.SetDeadline(time.Time{})
+					out[i] = &echoConn{c: c, r: r, backend: strings.TrimSpace(line)}
+					return
+				}
+				c.Close()
+			}
+			mu.Lock()
+			errs = append(errs, err.Error())
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d connections failed to open: %v", len(errs), n, errs[0])
+	}
+	return out
+}
+
+// probe sends a line on every connection and counts those that echo it.
+func probe(conns []*echoConn) (alive int, dead map[string]int) {
+	dead = map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, cn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := fmt.Sprintf("probe %d", i)
+			cn.c.SetDeadline(time.Now().Add(3 * time.Second))
+			_, err := fmt.Fprintf(cn.c, "%s\n", msg)
+			var line string
+			if err == nil {
+				line, err = cn.r.ReadString('\n')
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil && strings.TrimSpace(line) == msg {
+				alive++
+			} else {
+				dead[cn.backend]++
+			}
+		}()
+	}
+	wg.Wait()
+	return alive, dead
+}
+
+func waitDown(t *testing.T, ctx context.Context, c *client.Client, svc, pool, key string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := c.ServiceStatus(ctx, svc)
+		if err == nil && st.Health != nil && st.Health.IsDown(pool, key) {
+			for _, p := range st.Pools {
+				// the edge's table counts one backend fewer healthy
+				if p.Name == pool && p.Agree && len(p.Tables) > 0 && p.Tables[0].Healthy == p.Tables[0].Backends-1 {
+					return
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s/%s %s never marked down and programmed", svc, pool, key)
+}
+
+func tableChecksum(t *testing.T, ctx context.Context, c *client.Client, svc, pool string) string {
+	t.Helper()
+	st, err := c.ServiceStatus(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Pools {
+		if p.Name == pool && len(p.Tables) > 0 {
+			return p.Tables[0].Checksum
+		}
+	}
+	return ""
+}
+
+func waitChecksumChange(t *testing.T, ctx context.Context, c *client.Client, svc, pool, before string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cs := tableChecksum(t, ctx, c, svc, pool); cs != "" && cs != before {
+			// and every edge agrees
+			st, _ := c.ServiceStatus(ctx, svc)
+			for _, p := range st.Pools {
+				if p.Name == pool && p.Agree {
+					return
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("the table of %s/%s did not change", svc, pool)
+}
