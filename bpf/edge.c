@@ -178,17 +178,16 @@ static __always_inline int route_out(struct xdp_md *ctx, struct pkt *p, const st
 /* Internet -> a VIP: the load balancer. A global (separately verified)
  * function: the service paths would otherwise multiply the verifier's
  * states of the whole program. */
-__noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib)
+__noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, struct edge_config *cfg)
 {
 	__u32 zero = 0;
-	if (!ctx || !p || !fib)
+	if (!ctx || !p || !fib || !cfg)
 		return XDP_ABORTED;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 len = data_end - data;
-	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
-	if (!cfg || !lbc)
+	if (!lbc)
 		return XDP_PASS;
 
 	struct lb_flow f = {.client = p->saddr, .vip = p->daddr, .proto = p->proto, .tcp_flags = p->tcp_flags};
@@ -481,7 +480,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
 	if (r) {
 		if (r->flags & ROUTE_F_VIP)
-			return lb_ingress(ctx, &p, fib);
+			return lb_ingress(ctx, &p, fib, cfg);
 		return edge_to_host(ctx, &p, cfg, fib, r, len);
 	}
 

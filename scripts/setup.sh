@@ -25,6 +25,7 @@ declare -A need=(
 	[nsenter]=util-linux
 	[etcd]=etcd-server
 	[curl]=curl
+	[nft]=nftables
 	[git]=git
 )
 missing=()

@@ -264,9 +264,15 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 		int live = be && (__u8)be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
 			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
 		if (live && !syn) {
-			e->last = now;
-			if (!f->icmp)
-				e->state = ct_next(e->state, f->proto, f->tcp_flags);
+			/* Write only what changed: the entry's cache line stays
+			 * clean for the many packets of a jiffy. */
+			if (e->last != now)
+				e->last = now;
+			if (!f->icmp) {
+				__u8 st = ct_next(e->state, f->proto, f->tcp_flags);
+				if (st != e->state)
+					e->state = st;
+			}
 			*idx = i;
 			return be;
 		}

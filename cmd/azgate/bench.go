@@ -54,6 +54,7 @@ func init() {
 		c.AddCommand(l)
 
 		var lbo bench.LBOptions
+		var lbLab bool
 		lbc := &cobra.Command{
 			Use:   "lb",
 			Short: "Maglev properties, load-balancer ns/packet next to the XDP_TX floor, a large connection table",
@@ -64,12 +65,22 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("bench lb: %w", err)
 				}
+				if lbLab {
+					ctx, cancel := signalContext()
+					defer cancel()
+					lr, err := bench.LBLab(ctx, bench.LabOptions{Out: lbo.Out})
+					if err != nil {
+						return fmt.Errorf("bench lb (lab): %w", err)
+					}
+					rs = append(rs, lr...)
+				}
 				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
 			},
 		}
 		lbc.Flags().IntVar(&lbo.Repeat, "repeat", 2_000_000, "runs per measurement")
 		lbc.Flags().IntVar(&lbo.Rounds, "rounds", 9, "measurements per path (the fastest is reported)")
 		lbc.Flags().Uint32Var(&lbo.BigTable, "conn-table", 10_000_000, "entries of the large connection table to build and serve (0: skip)")
+		lbc.Flags().BoolVar(&lbLab, "lab", true, "also measure a nat VIP through one edge in a lab, next to an nftables DNAT load balancer")
 		c.AddCommand(lbc)
 
 		var co bench.ControlOptions
