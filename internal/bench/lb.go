@@ -314,4 +314,3 @@ func bigConnTable(n uint32, say func(string, ...any)) ([]Result, error) {
 		{Suite: "lb", Name: fmt.Sprintf("conn_table_%d_entries_fill", n), Value: fillS, Unit: "s"},
 	}, nil
 }
-
