@@ -3,8 +3,13 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
+	"strings"
 	"time"
+
+	"github.com/azgate/azgate/internal/client"
+	"github.com/azgate/azgate/internal/model"
 )
 
 // DriftReport is what a stream of requests saw while an EIP moved.
@@ -170,8 +175,125 @@ func (l *Lab) Demo(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	l.say("\nDone. Poke around: azgate lab status; azgate lab exec inet -- ping -c1 198.51.100.8; azgate status")
+	if err := l.demoServices(ctx); err != nil {
+		return err
+	}
+	l.say("\nDone. Poke around: azgate lab status; azgate status; azgate service status web;")
+	l.say("azgate service lookup web --flow tcp:203.0.113.10:40000-198.51.100.20:80; azgate lab exec inet -- curl -s http://198.51.100.20/")
 	return nil
+}
+
+// Lab services of the demo.
+const (
+	DemoVIP    = "198.51.100.20" // encap: 80 -> pool web, 443 -> pool tls
+	DemoNATVIP = "198.51.100.30" // nat: 80 -> the DMZ servers
+)
+
+func (l *Lab) demoServices(ctx context.Context) error {
+	c, err := l.Client()
+	if err != nil {
+		return err
+	}
+	check := &model.HealthCheck{Type: "http", Path: "/", Interval: model.Duration(500 * time.Millisecond), Rise: 2, Fall: 2}
+	var web, tls []model.Backend
+	for az := 1; az <= l.Cfg.AZs; az++ {
+		web = append(web, model.Backend{Host: HostName(az, 1), Guest: "g1"})
+		tls = append(tls, model.Backend{Host: HostName(az, min(2, l.Cfg.HostsPerAZ)), Guest: "g2"})
+	}
+	svc := &model.Service{Name: "web", VIP: netip.MustParseAddr(DemoVIP), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "tcp", Port: 443, Pool: "tls"}},
+		Pools:     []model.Pool{{Name: "web", Backends: web, Health: check}, {Name: "tls", Backends: tls, Health: check}}}
+	l.say("\n== 5. a load-balanced service: VIP %s, port 80 -> pool web (g1 of az1-h1, az2-h1, az3-h1), 443 -> pool tls (g2 of the h2 hosts)", DemoVIP)
+	l.say("   azgate service create web --vip %s --mode encap --listener tcp:80=web --listener tcp:443=tls --backend web=az1-h1/g1 ... --health web=http:/", DemoVIP)
+	if _, err := c.PutService(ctx, svc); err != nil {
+		return err
+	}
+	for _, port := range []string{"", ":443"} {
+		url := "http://" + DemoVIP + port + "/"
+		if _, err := l.WaitAnswer(ctx, url, "", 10*time.Second); err != nil {
+			return err
+		}
+		l.say("   10 new connections to %s: %s", url, l.spread(ctx, url, 10))
+	}
+
+	l.say("\n== 6. a backend fails: stop the server of az2-h1-g1")
+	if err := l.StopServer("az2-h1-g1"); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := l.waitHealth(ctx, c, "web", "web", "az2-h1/g1", true, 20*time.Second); err != nil {
+		return err
+	}
+	l.say("   marked down by the edge's health checks and programmed %v later (the table repoints only its slots)", time.Since(t0).Round(100*time.Millisecond))
+	l.say("   10 new connections to http://%s/: %s", DemoVIP, l.spread(ctx, "http://"+DemoVIP+"/", 10))
+	if err := l.StartServer("az2-h1-g1"); err != nil {
+		return err
+	}
+	if err := l.waitHealth(ctx, c, "web", "web", "az2-h1/g1", false, 20*time.Second); err != nil {
+		return err
+	}
+	l.say("   server back: marked up again")
+
+	var dmz []model.Backend
+	for i := 1; i <= DMZServers; i++ {
+		dmz = append(dmz, model.Backend{Address: DMZAddr(i)})
+	}
+	nat := &model.Service{Name: "dmz", VIP: netip.MustParseAddr(DemoNATVIP), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: []model.Pool{{Name: "web", Backends: dmz}}}
+	l.say("\n== 7. nat mode: VIP %s -> plain servers dmz1..dmz3 that know nothing of tunnels (DNAT in, SNAT back)", DemoNATVIP)
+	if _, err := c.PutService(ctx, nat); err != nil {
+		return err
+	}
+	url := "http://" + DemoNATVIP + "/"
+	if _, err := l.WaitAnswer(ctx, url, "", 10*time.Second); err != nil {
+		return err
+	}
+	l.say("   10 new connections to %s: %s", url, l.spread(ctx, url, 10))
+	return nil
+}
+
+// spread fetches url n times (a new connection each) and summarises who
+// answered.
+func (l *Lab) spread(ctx context.Context, url string, n int) string {
+	got := map[string]int{}
+	for i := 0; i < n; i++ {
+		body, err := l.Get(ctx, "inet", url, 2*time.Second)
+		if err != nil {
+			body = "error: " + err.Error()
+		}
+		got[strings.TrimPrefix(body, "hello from ")]++
+	}
+	var parts []string
+	for k, v := range got {
+		parts = append(parts, fmt.Sprintf("%s x%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// waitHealth waits until the controller's verdict on a backend is down
+// (or up) and every edge holds a table that reflects it.
+func (l *Lab) waitHealth(ctx context.Context, c *client.Client, svc, pool, key string, down bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		st, err := c.ServiceStatus(ctx, svc)
+		if err == nil && (st.Health != nil && st.Health.IsDown(pool, key)) == down {
+			for _, p := range st.Pools {
+				if p.Name != pool || !p.Agree || len(p.Tables) == 0 {
+					continue
+				}
+				healthy := p.Tables[0].Backends
+				if down {
+					healthy--
+				}
+				if p.Tables[0].Healthy == healthy {
+					return nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s/%s %s: not marked down=%v within %v", svc, pool, key, down, timeout)
 }
 
 func (l *Lab) WaitAnswer(ctx context.Context, url, want string, timeout time.Duration) (string, error) {
@@ -180,7 +302,7 @@ func (l *Lab) WaitAnswer(ctx context.Context, url, want string, timeout time.Dur
 	var lastErr error
 	for time.Now().Before(deadline) {
 		body, err := l.Get(ctx, "inet", url, time.Second)
-		if err == nil && body == want {
+		if err == nil && (body == want || want == "") {
 			return body, nil
 		}
 		last, lastErr = body, err
