@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 )
@@ -224,3 +225,124 @@ func (f *FakeAgent) Services() ([]AgentService, error) {
 	}
 	return out, nil
 }
+
+// FakeLB is an in-memory LBMaps (with FakeEdge's EdgeMaps).
+type FakeLB struct {
+	*FakeEdge
+	LB        LBConfig
+	VIPSet    map[netip.Addr]bool
+	ListenerM map[Listener]ListenerValue
+	Tables    map[uint32][]uint32
+	BackendM  map[uint32]LBBackend
+	NAT       map[NATReverse]netip.AddrPort
+	ARP       map[int]string
+}
+
+var _ LBMaps = (*FakeLB)(nil)
+
+// NewFakeLB returns an empty fake with load balancing.
+func NewFakeLB() *FakeLB {
+	return &FakeLB{FakeEdge: NewFakeEdge(), VIPSet: map[netip.Addr]bool{}, ListenerM: map[Listener]ListenerValue{},
+		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, NAT: map[NATReverse]netip.AddrPort{}, ARP: map[int]string{}}
+}
+
+func (f *FakeLB) SetLBConfig(c LBConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.LB = c
+	return nil
+}
+func (f *FakeLB) PutVIP(a netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.VIPSet[a] = true
+	return nil
+}
+func (f *FakeLB) DeleteVIP(a netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.VIPSet, a)
+	return nil
+}
+func (f *FakeLB) VIPs() ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []netip.Addr
+	for a := range f.VIPSet {
+		out = append(out, a)
+	}
+	return out, nil
+}
+func (f *FakeLB) PutListener(l Listener, v ListenerValue) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ListenerM[l] = v
+	return nil
+}
+func (f *FakeLB) DeleteListener(l Listener) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.ListenerM, l)
+	return nil
+}
+func (f *FakeLB) Listeners() (map[Listener]ListenerValue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[Listener]ListenerValue{}
+	for k, v := range f.ListenerM {
+		out[k] = v
+	}
+	return out, nil
+}
+func (f *FakeLB) SetTable(slot uint32, entries []uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Tables[slot] = append([]uint32(nil), entries...)
+	return nil
+}
+func (f *FakeLB) DeleteTable(slot uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.Tables, slot)
+	return nil
+}
+func (f *FakeLB) SetBackend(idx uint32, b LBBackend) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.BackendM[idx] = b
+	return nil
+}
+func (f *FakeLB) Backend(idx uint32) (LBBackend, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.BackendM[idx], nil
+}
+func (f *FakeLB) PutNATReverse(r NATReverse, vip netip.Addr, port uint16) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.NAT[r] = netip.AddrPortFrom(vip, port)
+	return nil
+}
+func (f *FakeLB) DeleteNATReverse(r NATReverse) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.NAT, r)
+	return nil
+}
+func (f *FakeLB) NATReverses() (map[NATReverse]netip.AddrPort, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[NATReverse]netip.AddrPort{}
+	for k, v := range f.NAT {
+		out[k] = v
+	}
+	return out, nil
+}
+func (f *FakeLB) SetARP(ifindex int, mac net.HardwareAddr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ARP[ifindex] = mac.String()
+	return nil
+}
+func (f *FakeLB) BackendCounters(uint32) (LBCounters, error) { return LBCounters{}, nil }
+func (f *FakeLB) ResetBackendCounters(uint32) error          { return nil }

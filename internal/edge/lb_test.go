@@ -1,0 +1,112 @@
+package edge
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/maglev"
+	"github.com/azgate/azgate/internal/model"
+)
+
+func svcRegion() []model.Object {
+	hosts := []model.Object{
+		&model.Host{Name: "az1-h1", AZ: "az1", Underlay: a("198.18.11.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.11.1"), VSID: 5001}}},
+		&model.Host{Name: "az2-h1", AZ: "az2", Underlay: a("198.18.21.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.21.1"), VSID: 6001}}},
+	}
+	web := &model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "tcp", Port: 8000, PortEnd: 8002, Pool: "web"}},
+		Pools: []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}, {Host: "az2-h1", Guest: "g1"}},
+			Health: &model.HealthCheck{Type: "tcp"}}}}
+	dmz := &model.Service{Name: "dmz", VIP: a("198.51.100.30"), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "udp", Pool: "p"}, {Protocol: "tcp", Port: 443, Pool: "q"}},
+		Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1")}}},
+			{Name: "q", Backends: []model.Backend{{Address: a("198.19.200.3"), Port: 8443}}}}}
+	return append(append(region(), hosts[1]), web, dmz)
+}
+
+func TestServicesProgrammed(t *testing.T) {
+	fake := dataplane.NewFakeLB()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	var checks []health.Target
+	r.OnTargets = func(ts []health.Target) { checks = ts }
+	load(t, r, 1, svcRegion()...)
+	if len(r.errs) != 0 {
+		t.Fatalf("errors %v", r.errs)
+	}
+	if !fake.VIPSet[a("198.51.100.20")] || !fake.VIPSet[a("198.51.100.30")] || !fake.LB.NAT {
+		t.Fatalf("VIPs %v, nat %v", fake.VIPSet, fake.LB.NAT)
+	}
+	// tcp:80, the range 8000-8002 and udp any port, tcp:443.
+	if len(fake.ListenerM) != 1+3+1+1 {
+		t.Fatalf("listeners %v", fake.ListenerM)
+	}
+	web := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8001}]
+	if web.Mode != dataplane.ModeEncap || web.M != model.DefaultTableSize || len(fake.Tables[web.Table]) != model.DefaultTableSize {
+		t.Fatalf("web listener %+v", web)
+	}
+	if l, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.30"), Proto: dataplane.ProtoUDP}]; !ok || l.Mode != dataplane.ModeNAT {
+		t.Fatal("any-port nat listener missing")
+	}
+	// The table is the Maglev table every node computes.
+	want, _ := maglev.Build([]maglev.Backend{{Key: "az1-h1/g1", Weight: 1}, {Key: "az2-h1/g1", Weight: 1}}, model.DefaultTableSize, 7)
+	got := fake.Tables[web.Table]
+	for j, e := range want.Entry {
+		b := fake.BackendM[got[j]]
+		if (want.Backends[e].Key == "az1-h1/g1") != (b.Addr == a("198.18.11.1")) {
+			t.Fatalf("slot %d: backend %+v, want %s", j, b, want.Backends[e].Key)
+		}
+	}
+	// Encap backends carry host, guest and VSID; nat ones address and port.
+	for _, b := range fake.BackendM {
+		if b.Addr == a("198.18.21.1") && (b.Guest != a("198.19.21.1") || b.VSID != 6001) {
+			t.Fatalf("encap backend %+v", b)
+		}
+	}
+	if v := fake.NAT[dataplane.NATReverse{Addr: a("198.19.200.3"), Port: 8443, Proto: dataplane.ProtoTCP}]; v != netip.MustParseAddrPort("198.51.100.30:443") {
+		t.Fatalf("nat reverse %v", fake.NAT)
+	}
+	if v, ok := fake.NAT[dataplane.NATReverse{Addr: a("198.19.200.1"), Proto: dataplane.ProtoUDP}]; !ok || v.Port() != 0 {
+		t.Fatalf("any-port nat reverse %v", fake.NAT)
+	}
+	if len(checks) != 2 || checks[0].Addr.Port() != 80 {
+		t.Fatalf("health targets %+v", checks)
+	}
+	status := r.Status(want0(), nil)
+	if status.Tables["web/web"].Checksum == "" || status.Tables["web/web"].Healthy != 2 {
+		t.Fatalf("status tables %+v", status.Tables)
+	}
+	before := status.Tables["web/web"].Checksum
+
+	// The majority finds az2-h1/g1 down: its slots go to az1-h1/g1, its
+	// backend is flagged down (its connections move), nothing else moves.
+	watched(t, r, 2, &model.Health{Service: "web", Down: map[string][]string{"web": {"az2-h1/g1"}}})
+	after := r.Status(want0(), nil).Tables["web/web"]
+	if after.Checksum == before || after.Healthy != 1 {
+		t.Fatalf("after failure: %+v", after)
+	}
+	for idx, b := range fake.BackendM {
+		if b.Addr == a("198.18.21.1") && !b.Down {
+			t.Fatalf("failed backend %d not flagged down", idx)
+		}
+	}
+	for j, idx := range fake.Tables[web.Table] {
+		if fake.BackendM[idx].Addr != a("198.18.11.1") {
+			t.Fatalf("slot %d still names the failed backend", j)
+		}
+	}
+
+	// The service goes: listeners, VIP, table go; the nat one stays.
+	r.Delete(model.KindService, "web", 3)
+	r.Commit(3, false)
+	if fake.VIPSet[a("198.51.100.20")] || len(fake.ListenerM) != 2 {
+		t.Fatalf("after delete: VIPs %v listeners %v", fake.VIPSet, fake.ListenerM)
+	}
+	if _, ok := fake.Tables[web.Table]; ok {
+		t.Fatal("table of a deleted service kept")
+	}
+}
+
+func want0() time.Time { return time.Time{} }

@@ -1,0 +1,157 @@
+package health
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+func addrOf(t *testing.T, s string) netip.AddrPort {
+	t.Helper()
+	a, err := netip.ParseAddrPort(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestProbes(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer ok.Close()
+	httpAddr := addrOf(t, ok.Listener.Addr().String())
+
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udp.WriteTo(buf[:n], from)
+		}
+	}()
+	// A port nothing listens on.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := addrOf(t, l.Addr().String())
+	l.Close()
+	silentUDP, _ := net.ListenPacket("udp", "127.0.0.1:0")
+	defer silentUDP.Close()
+
+	cases := []struct {
+		name string
+		addr netip.AddrPort
+		c    model.HealthCheck
+		up   bool
+	}{
+		{"tcp open", httpAddr, model.HealthCheck{Type: "tcp"}, true},
+		{"tcp refused", closed, model.HealthCheck{Type: "tcp"}, false},
+		{"http status matches", httpAddr, model.HealthCheck{Type: "http", Path: "/healthz", Status: 200}, true},
+		{"http status differs", httpAddr, model.HealthCheck{Type: "http", Path: "/", Status: 200}, false},
+		{"http expecting 503", httpAddr, model.HealthCheck{Type: "http", Path: "/", Status: 503}, true},
+		{"udp answers", addrOf(t, udp.LocalAddr().String()), model.HealthCheck{Type: "udp", Send: "ping"}, true},
+		{"udp silent", addrOf(t, silentUDP.LocalAddr().String()), model.HealthCheck{Type: "udp"}, false},
+		{"command exits 0", httpAddr, model.HealthCheck{Type: "command", Command: []string{"sh", "-c", `test "$AZGATE_BACKEND_ADDR" = 127.0.0.1`}}, true},
+		{"command fails", httpAddr, model.HealthCheck{Type: "command", Command: []string{"false"}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			err := Probe(ctx, c.addr, c.c)
+			if (err == nil) != c.up {
+				t.Fatalf("probe says %v, want up=%v", err, c.up)
+			}
+		})
+	}
+}
+
+type memPub struct {
+	mu  sync.Mutex
+	got []model.HealthReport
+}
+
+func (m *memPub) Publish(_ context.Context, _ Target, r model.HealthReport) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.got = append(m.got, r)
+	return nil
+}
+
+func (m *memPub) reports() []model.HealthReport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]model.HealthReport(nil), m.got...)
+}
+
+// TestRiseFall: a verdict is published once per change of state, after
+// rise successes or fall failures in a row.
+func TestRiseFall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	target := Target{Service: "s", Pool: "p", Backend: "b", Addr: addrOf(t, ln.Addr().String()),
+		Check: model.HealthCheck{Type: "tcp", Interval: model.Duration(20 * time.Millisecond), Timeout: model.Duration(10 * time.Millisecond), Rise: 2, Fall: 3}}
+	pub := &memPub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := NewManager(ctx, pub, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.Update([]Target{target})
+	waitFor(t, func() bool { return len(pub.reports()) == 1 })
+	if r := pub.reports()[0]; !r.Up {
+		t.Fatalf("first verdict %+v, want up", r)
+	}
+	ln.Close()
+	waitFor(t, func() bool { return len(pub.reports()) == 2 })
+	if r := pub.reports()[1]; r.Up || r.Detail == "" {
+		t.Fatalf("second verdict %+v, want down with a reason", r)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(pub.reports()); n != 2 {
+		t.Fatalf("%d reports: a steady state must not be republished", n)
+	}
+	m.Update(nil)
+	if m.Targets() != 0 {
+		t.Fatal("checker not stopped")
+	}
+}
+
+func waitFor(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
