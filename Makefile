@@ -8,7 +8,7 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test test-e2e demo lab-down bench bench-dataplane bench-lab bench-control fuzz clean
+.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb fuzz clean
 
 help:
 	@echo "build            build $(BIN)"
@@ -46,7 +46,7 @@ demo: build
 lab-down: build
 	./$(BIN) lab down
 
-bench: bench-dataplane bench-lab bench-control
+bench: bench-dataplane bench-lab bench-control bench-lb
 
 bench-dataplane: build
 	./$(BIN) bench dataplane
@@ -57,10 +57,14 @@ bench-lab: build
 bench-control: build
 	./$(BIN) bench control
 
+bench-lb: build
+	./$(BIN) bench lb
+
 FUZZTIME ?= 10m
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEdge -fuzztime $(FUZZTIME) ./internal/dataplane
 	$(GO) test -run '^$$' -fuzz FuzzParseDocument -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev
 
 clean:
 	rm -rf bin

@@ -148,3 +148,39 @@ func TestAgentUnknownHost(t *testing.T) {
 		t.Fatal("an agent that is not a known host must report and leave its maps alone")
 	}
 }
+
+func TestAgentServices(t *testing.T) {
+	st := state(t)
+	svc := &model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "udp", Pool: "dns"}},
+		Pools: []model.Pool{
+			{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 8080}, {Host: "az1-h2", Guest: "g1"}}},
+			{Name: "dns", Backends: []model.Backend{{Host: "az1-h1", Guest: "g2"}}},
+		}}
+	nat := &model.Service{Name: "dmz", VIP: a("198.51.100.30"), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
+		Pools:     []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1")}}}}}
+	st.Set(svc)
+	st.Set(nat)
+	fake := dataplane.NewFakeAgent()
+	r, _ := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r.Handle(st, 1, nil, true)
+	want := map[dataplane.AgentService]bool{
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111, Ifindex: 101}: true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112, Ifindex: 102}:    true,
+	}
+	if len(fake.Svc) != len(want) {
+		t.Fatalf("services %v, want %v (only this host's encap backends)", fake.Svc, want)
+	}
+	for s := range want {
+		if !fake.Svc[s] {
+			t.Fatalf("missing %+v in %v", s, fake.Svc)
+		}
+	}
+	// The service goes: so do its entries.
+	st.Remove(model.KindService, "web")
+	r.Handle(st, 2, nil, false)
+	if len(fake.Svc) != 0 {
+		t.Fatalf("left over %v", fake.Svc)
+	}
+}
