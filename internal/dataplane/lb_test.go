@@ -31,8 +31,12 @@ type lbBed struct {
 	idx map[string]uint32 // backend slots
 }
 
-func newLBBed(t *testing.T) *lbBed {
-	b := &lbBed{edgeBed: newEdgeBed(t), idx: map[string]uint32{}}
+func newLBBed(t *testing.T) *lbBed { return withServices(t, newEdgeBed(t)) }
+
+// withServices programs lbBed's services into an edge bed (newLBBed, and
+// FuzzEdge's bed).
+func withServices(t testing.TB, eb *edgeBed) *lbBed {
+	b := &lbBed{edgeBed: eb, idx: map[string]uint32{}}
 	e := b.edge
 	must := func(err error) {
 		t.Helper()
@@ -69,7 +73,7 @@ func newLBBed(t *testing.T) *lbBed {
 	return b
 }
 
-func mustIfindex(t *testing.T, env *dptest.Env, dev string) int {
+func mustIfindex(t testing.TB, env *dptest.Env, dev string) int {
 	i, err := env.Node.Ifindex(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +82,7 @@ func mustIfindex(t *testing.T, env *dptest.Env, dev string) int {
 }
 
 // table fills a table slot with a Maglev table over the named backends.
-func (b *lbBed) table(t *testing.T, slot uint32, names ...string) {
+func (b *lbBed) table(t testing.TB, slot uint32, names ...string) {
 	t.Helper()
 	var mb []maglev.Backend
 	for _, n := range names {
