@@ -92,6 +92,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_cfg SEC(".maps");
 
+/* Source addresses each guest interface may send from (every guest of the
+ * host, whether it has an EIP or not): anything else is spoofing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct if_addr);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_ifaddrs SEC(".maps");
+
 /* Service backends on this host: (VIP, guest, port) -> backend port. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -291,6 +301,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	rc = parse_ipv4(data, data_end, &p);
 	if (rc)
 		return count_drop(rc, len);
+
+	/* A guest sends from its own address or not at all: no forged
+	 * sources reach the host's kernel or the underlay. */
+	struct if_addr ia = {.ifindex = ctx->ingress_ifindex, .addr = p.saddr};
+	if (!bpf_map_lookup_elem(&agent_ifaddrs, &ia))
+		return count_drop(STAT_DROP_SPOOF, len);
 
 	/* Whose source is this: a service backend's port first, then the
 	 * guest's EIP, then an any-port service the guest serves. */

@@ -152,16 +152,37 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 	return act;
 }
 
-/* Forwards an IPv4 packet (already translated) to its next hop,
- * decrementing the TTL: the nat-mode paths. */
-static __always_inline int route_out(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-				     struct bpf_fib_lookup *fib, __be32 dst, __u32 stat, __u64 len)
+/* Routing a packet the edge translates (nat mode), in two halves. The
+ * first resolves the next hop before the packet changes, so an ICMP error
+ * about it quotes what the sender sent: it returns ROUTE_ON (fib holds the
+ * next hop), ROUTE_KERNEL (no neighbour yet: the kernel will forward it
+ * and resolve one) or the XDP action already decided. */
+#define ROUTE_ON (-1)
+#define ROUTE_KERNEL (-2)
+
+static __always_inline int route_prepare(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
+					 struct bpf_fib_lookup *fib, __be32 dst, __u64 len)
 {
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fib->mtu_result, len);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return ROUTE_KERNEL;
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(fib_reason(rc), len);
+	return ROUTE_ON;
+}
+
+/* The second half, after the translation: TTL, MACs, transmit. */
+static __always_inline int route_finish(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, int how,
+					__u32 stat, __u64 len)
+{
+	if (how == ROUTE_KERNEL) {
+		/* The frame is still addressed to us: the kernel routes it
+		 * (and resolves the next hop, so the next packet is ours). */
+		stat_add(STAT_LB_NAT_PASS, len);
+		return XDP_PASS;
+	}
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
@@ -226,7 +247,9 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 
 	__be32 baddr = bp->addr;
 	__be16 bport = bp->port;
-	if (lp->mode == LB_MODE_ENCAP) {
+	/* The backend's mode: an established flow keeps the mode it started
+	 * with even if its service changed since. */
+	if (bp->mode == LB_MODE_ENCAP) {
 		__u8 imac[ETH_ALEN_] = {SVC_MAC0, SVC_MAC1};
 		__builtin_memcpy(&imac[2], &bp->guest, 4);
 		int sent;
@@ -243,6 +266,9 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
+	int how = route_prepare(ctx, p, cfg, fib, baddr, len);
+	if (how != ROUTE_ON && how != ROUTE_KERNEL)
+		return how;
 	if (nat4(data, data_end, p, 1, baddr))
 		return count_drop(STAT_DROP_L4_TRUNC, len);
 	if (bport) {
@@ -253,27 +279,38 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 			return count_drop(STAT_DROP_L4_TRUNC, len);
 		}
 	}
-	p->daddr = baddr;
-	act = route_out(ctx, p, cfg, fib, baddr, f.icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
+	act = route_finish(ctx, p, fib, how, f.icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
 	if (act == XDP_TX || act == XDP_REDIRECT)
 		lb_count(&lb_be_stats, idx, ip_len, 0);
 	return act;
 }
 
-/* A reply of a nat-mode backend: SNAT back to its VIP and port. */
+/* A reply of a nat-mode backend: SNAT back to its VIP and port. Only from
+ * the side the backend really is on (the route to it leaves through the
+ * interface the reply came in on): from anywhere else a forged backend
+ * source would be reflected out with the VIP's. */
 static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 					struct bpf_fib_lookup *fib, const struct nat_rentry *r, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__be32 vip = r->vip;
+	__be16 vport = r->vport;
+	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
+		return count_drop(STAT_DROP_SPOOF, len);
+	if (ipv4_martian_dst(p->daddr))
+		return count_drop(STAT_DROP_BAD_DST, len);
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
-	if (nat4(data, data_end, p, 0, r->vip))
+	int how = route_prepare(ctx, p, cfg, fib, p->daddr, len);
+	if (how != ROUTE_ON && how != ROUTE_KERNEL)
+		return how;
+	if (nat4(data, data_end, p, 0, vip))
 		return count_drop(STAT_DROP_L4_TRUNC, len);
-	if (r->vport && nat4_port(data, data_end, p, 0, r->vport))
+	if (vport && nat4_port(data, data_end, p, 0, vport))
 		return count_drop(STAT_DROP_L4_TRUNC, len);
-	p->saddr = r->vip;
-	return route_out(ctx, p, cfg, fib, p->daddr, STAT_LB_REPLY_TX, len);
+	return route_finish(ctx, p, fib, how, STAT_LB_REPLY_TX, len);
 }
 
 /* Whether a decapsulated packet from host (VIP -> client) belongs to a flow
@@ -285,13 +322,18 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 	struct lb_flow f = {.client = in->daddr, .vip = in->saddr, .proto = in->proto, .tcp_flags = in->tcp_flags,
 			    .cport = (__be16)(in->ports >> 16), .vport = (__be16)(in->ports & 0xffff)};
 	struct ct_key k = {.src = f.client, .dst = f.vip, .sport = f.cport, .dport = f.vport, .proto = f.proto};
-	__u32 idx;
+	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
-	if (e) {
-		idx = e->backend;
-		if (in->tcp_flags & (TCP_FIN_ | TCP_RST_))
-			e->state = CT_FIN;
-	} else {
+	struct lb_backend *be = NULL;
+	if (e && lbc) {
+		__u32 i = e->backend;
+		be = bpf_map_lookup_elem(&lb_backends, &i);
+		__u32 now = (__u32)bpf_jiffies64();
+		if (be && ((__u8)be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
+			   (__u32)(now - e->last) > ct_timeout(lbc, e->state)))
+			be = NULL; /* stale: the table decides, as for requests */
+	}
+	if (!be) {
 		struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 		struct lb_listener *l = lb_listener_for(f.vip, f.proto, f.vport);
 		if (!cfg || !l)
@@ -300,10 +342,16 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 		long bi = lb_pick(l, flow_hash4(f.client, f.vip, ports, f.proto, cfg->hash_seed));
 		if (bi < 0)
 			return 0;
-		idx = bi;
+		__u32 i = bi;
+		be = bpf_map_lookup_elem(&lb_backends, &i);
+		e = NULL;
 	}
-	struct lb_backend *be = bpf_map_lookup_elem(&lb_backends, &idx);
-	return be && be->addr == host && be->vsid == vsid;
+	if (!be || be->addr != host || be->vsid != vsid)
+		return 0;
+	/* Only a genuine reply may move the connection's state. */
+	if (e && (in->tcp_flags & (TCP_FIN_ | TCP_RST_)))
+		e->state = CT_FIN;
+	return 1;
 }
 
 /* Host -> Internet: decapsulate NVGRE from an AZ host. */

@@ -62,6 +62,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_backends SEC(".maps");
 
+/* The daemon's record of which pool each table slot serves (a hash of its
+ * identity), so a restarted daemon swaps tables into the slots listeners
+ * already point at. Never read by the data plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_TABLES_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_table_owner SEC(".maps");
+
 /* The connection table, shared by all services (sized by the daemon). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -291,9 +302,15 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 	if (!be)
 		return NULL;
 	*idx = i;
-	if (!insert || (f->proto == IPPROTO_TCP_ && (f->tcp_flags & TCP_RST_)))
+	/* No entry: when told not to (ICMP errors), for a RST, and for a
+	 * backend that is down (every backend of the pool is: the packet
+	 * goes to one anyway, but no state is written for it per packet). */
+	if (!insert || (f->proto == IPPROTO_TCP_ && (f->tcp_flags & TCP_RST_)) || (be->flags & LB_BE_DOWN))
 		return be;
-	if (!ct_insert_allowed(c, now)) {
+	/* A SYN replacing an existing entry does not grow the table: it needs
+	 * no token, and must not leave the old entry to catch the rest of the
+	 * new connection. */
+	if (!e && !ct_insert_allowed(c, now)) {
 		info_inc(LBI_CT_INSERT_LIMITED);
 		return be;
 	}

@@ -161,6 +161,7 @@ enum azg_stat {
 	STAT_ARP_REPLY,       /* ARP reply for a VIP */
 	STAT_DROP_LB_NO_BACKEND, /* listener with no usable backend */
 	STAT_DROP_LB_NO_PORT, /* VIP without a listener for this protocol and port */
+	STAT_LB_NAT_PASS,     /* nat mode, translated, handed to the kernel to resolve a neighbour */
 	STAT_MAX,
 };
 
@@ -172,12 +173,10 @@ struct lb_key {
 	__u8 pad;
 };
 
-/* What a listener does. */
+/* Where a listener's new flows go. */
 struct lb_listener {
 	__u32 table; /* slot in lb_tables */
 	__u32 m;     /* size of that table (a prime) */
-	__u8 mode;   /* LB_MODE_* */
-	__u8 pad[3];
 };
 
 /* A backend of any service, indexed by the daemon. */
@@ -188,7 +187,10 @@ struct lb_backend {
 	__be16 port;   /* nat: backend port (0: the listener's port) */
 	__u16 gen;     /* bumped when the slot is given to another backend */
 	__u8 flags;    /* LB_BE_* */
-	__u8 pad[3];
+	__u8 mode;     /* LB_MODE_* of its service */
+	__u16 pad;
+	__u64 owner;   /* the daemon's: a hash of the backend's identity, so a
+			* restarted daemon finds the slots it had */
 };
 
 /* Connection table key: a flow as the edge sees it. */
@@ -256,6 +258,12 @@ struct lb_counters {
 struct arp_iface {
 	__u8 mac[6];
 	__u16 pad;
+};
+
+/* Agent: an address a guest interface may send from. */
+struct if_addr {
+	__u32 ifindex;
+	__be32 addr;
 };
 
 /* Agent: a service backend guest on this host, by (VIP, guest, port). */

@@ -146,6 +146,7 @@ type Config struct {
 	StatusInterval time.Duration
 	Version        string
 	Log            *slog.Logger
+	NoRetry        bool // tests: no background retries
 }
 
 // Reconciler keeps AgentMaps equal to the desired state.
@@ -158,7 +159,9 @@ type Reconciler struct {
 	mu         sync.Mutex
 	programmed map[netip.Addr]dataplane.AgentEIP
 	guestIfs   map[string]bool // guest interfaces the program is attached to
-	services   int             // service backend entries programmed
+	want       *HostWant   // the last desired state (retried after failures)
+	retry      *time.Timer // pending retry
+	backoff    time.Duration
 	free       []uint32
 	next       uint32
 	rev        int64
@@ -211,21 +214,49 @@ func (r *Reconciler) alloc() (uint32, error) {
 func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.errs = nil
 	want, err := Desired(st, r.cfg.Name)
 	if err != nil {
+		r.errs = nil
 		r.fail(err)
 		return
 	}
-	if err := r.configure(want.Underlay, want.Edges); err != nil {
+	r.want, r.backoff = &want, 0
+	r.apply(rev)
+}
+
+// apply programs r.want; a failure schedules another try (a guest's
+// interface may appear later, a write may succeed next time) with backoff.
+func (r *Reconciler) apply(rev int64) {
+	r.errs = nil
+	if err := r.configure(r.want.Underlay, r.want.Edges); err != nil {
 		r.fail(err)
+	} else {
+		r.sync(*r.want)
+	}
+	if len(r.errs) > 0 {
+		r.scheduleRetry(rev)
 		return
 	}
-	r.sync(want)
 	r.rev = rev
 	if r.OnApplied != nil {
 		r.OnApplied(rev)
 	}
+}
+
+func (r *Reconciler) scheduleRetry(rev int64) {
+	if r.retry != nil || r.cfg.NoRetry {
+		return
+	}
+	r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
+	want := r.want
+	r.retry = time.AfterFunc(r.backoff, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.retry = nil
+		if r.want == want { // nothing newer came in meanwhile
+			r.apply(rev)
+		}
+	})
 }
 
 func (r *Reconciler) fail(err error) {
@@ -279,6 +310,26 @@ func (r *Reconciler) sync(want HostWant) {
 		resolve = append(resolve, g.Address)
 	}
 	r.links.KeepResolved(resolve)
+	var ifaddrs []dataplane.IfAddr
+	for addr, gl := range links {
+		ifaddrs = append(ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
+	}
+	if err := r.maps.SetIfAddrs(ifaddrs); err != nil {
+		r.fail(err)
+	}
+	// Deletes first: an EIP leaving a guest another EIP now takes must not
+	// remove the newcomer's entry.
+	for a, cur := range r.programmed {
+		if _, ok := want.EIPs[a]; ok {
+			continue
+		}
+		if err := r.maps.DeleteEIP(a); err != nil {
+			r.fail(err)
+			continue
+		}
+		r.free = append(r.free, cur.StatsIdx)
+		delete(r.programmed, a)
+	}
 	for a, w := range want.EIPs {
 		gl, ok := links[w.Private]
 		if !ok {
@@ -302,17 +353,6 @@ func (r *Reconciler) sync(want HostWant) {
 			continue
 		}
 		r.programmed[a] = next
-	}
-	for a, cur := range r.programmed {
-		if _, ok := want.EIPs[a]; ok {
-			continue
-		}
-		if err := r.maps.DeleteEIP(a); err != nil {
-			r.fail(err)
-			continue
-		}
-		r.free = append(r.free, cur.StatsIdx)
-		delete(r.programmed, a)
 	}
 	r.syncServices(want, links)
 	for ifname := range r.guestIfs {
@@ -368,7 +408,6 @@ func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink)
 			r.fail(err)
 		}
 	}
-	r.services = len(want.Services)
 }
 
 // Status builds the node status.

@@ -66,7 +66,7 @@ func TestAgentReconcile(t *testing.T) {
 	st := state(t)
 	fake := dataplane.NewFakeAgent()
 	links := newFakeLinks()
-	r, err := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Log: quiet}, fake, links)
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Log: quiet}, fake, links)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestAgentMissingGuestInterface(t *testing.T) {
 	fake := dataplane.NewFakeAgent()
 	links := newFakeLinks()
 	links.missing[a("198.19.11.1")] = true
-	r, _ := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, links)
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, links)
 	r.Handle(st, 3, nil, true)
 	if len(r.errs) == 0 || len(fake.EIPMap) != 0 {
 		t.Fatalf("errs %v map %v", r.errs, fake.EIPMap)
@@ -142,7 +142,7 @@ func TestAgentUnknownHost(t *testing.T) {
 	st := state(t)
 	fake := dataplane.NewFakeAgent()
 	fake.EIPMap[a("198.51.100.7")] = dataplane.AgentEIP{EIP: a("198.51.100.7")}
-	r, _ := NewReconciler(Config{Name: "nope", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "nope", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
 	r.Handle(st, 3, nil, true)
 	if len(r.errs) == 0 || len(fake.EIPMap) != 1 {
 		t.Fatal("an agent that is not a known host must report and leave its maps alone")
@@ -163,7 +163,7 @@ func TestAgentServices(t *testing.T) {
 	st.Set(svc)
 	st.Set(nat)
 	fake := dataplane.NewFakeAgent()
-	r, _ := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
 	r.Handle(st, 1, nil, true)
 	want := map[dataplane.AgentService]bool{
 		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111, Ifindex: 101}: true,

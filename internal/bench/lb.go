@@ -202,7 +202,7 @@ func setupLB(e *dataplane.Edge, n int) error {
 	var mb []maglev.Backend
 	for i := 0; i < n; i++ {
 		a := netip.AddrFrom4([4]byte{198, 19, 100, byte(i + 1)})
-		if err := e.SetBackend(uint32(i), dataplane.LBBackend{Addr: a, Port: 8080, Gen: 1}); err != nil {
+		if err := e.SetBackend(uint32(i), dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: a, Port: 8080, Gen: 1}); err != nil {
 			return err
 		}
 		if err := e.PutNATReverse(dataplane.NATReverse{Addr: a, Port: 8080, Proto: dataplane.ProtoTCP}, netip.MustParseAddr(lbVIP), 80); err != nil {
@@ -223,7 +223,7 @@ func setupLB(e *dataplane.Edge, n int) error {
 		return err
 	}
 	g := uint32(n)
-	if err := e.SetBackend(g, dataplane.LBBackend{Addr: netip.MustParseAddr(benchHost), Guest: netip.MustParseAddr("198.19.21.1"), VSID: benchVSID, Gen: 1}); err != nil {
+	if err := e.SetBackend(g, dataplane.LBBackend{Mode: dataplane.ModeEncap, Addr: netip.MustParseAddr(benchHost), Guest: netip.MustParseAddr("198.19.21.1"), VSID: benchVSID, Gen: 1}); err != nil {
 		return err
 	}
 	one := make([]uint32, 307)
@@ -239,11 +239,11 @@ func setupLB(e *dataplane.Edge, n int) error {
 		}
 	}
 	if err := e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIP), Proto: dataplane.ProtoTCP, Port: 80},
-		dataplane.ListenerValue{Table: 0, M: 65537, Mode: dataplane.ModeNAT}); err != nil {
+		dataplane.ListenerValue{Table: 0, M: 65537}); err != nil {
 		return err
 	}
 	return e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIPEnc), Proto: dataplane.ProtoTCP, Port: 443},
-		dataplane.ListenerValue{Table: 1, M: 307, Mode: dataplane.ModeEncap})
+		dataplane.ListenerValue{Table: 1, M: 307})
 }
 
 // bigConnTable loads an edge with an n-entry connection table, fills it,

@@ -208,12 +208,12 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 	if e.VSID > 0xFFFFFF {
 		return fmt.Errorf("VSID %d does not fit 24 bits", e.VSID)
 	}
-	// If the EIP moved to another guest, drop the old reverse entry.
+	// If the EIP moved to another guest, drop the old guest's entry,
+	// unless it already belongs to another EIP.
 	var old agentAgentEip
 	if err := a.objs.AgentEips.Lookup(akey(ek), &old); err == nil {
 		if oldPriv := addrFrom(edgeIpAddr(old.PrivateAddr), old.Family); oldPriv != e.Private {
-			ok, _ := keyOf(oldPriv)
-			a.objs.AgentGuests.Delete(akey(ok))
+			a.deleteGuestOf(oldPriv, ek)
 		}
 	}
 	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family}
@@ -243,11 +243,57 @@ func (a *Agent) DeleteEIP(eip netip.Addr) error {
 	if err := a.objs.AgentEips.Delete(akey(ek)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete EIP %v: %w", eip, err)
 	}
-	pk, _ := keyOf(addrFrom(edgeIpAddr(old.PrivateAddr), old.Family))
+	return a.deleteGuestOf(addrFrom(edgeIpAddr(old.PrivateAddr), old.Family), ek)
+}
+
+// deleteGuestOf removes a guest's entry if it still names eip (another EIP
+// may have been bound to the guest since).
+func (a *Agent) deleteGuestOf(priv netip.Addr, eip edgeEipKey) error {
+	pk, err := keyOf(priv)
+	if err != nil {
+		return err
+	}
+	var g agentAgentGuest
+	if err := a.objs.AgentGuests.Lookup(akey(pk), &g); err != nil || g.Eip != agentIpAddr(eip.Addr) {
+		return nil
+	}
 	if err := a.objs.AgentGuests.Delete(akey(pk)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete guest of %v: %w", eip, err)
+		return fmt.Errorf("delete guest %v: %w", priv, err)
 	}
 	return nil
+}
+
+// IfAddr is an address a guest interface may send from.
+type IfAddr struct {
+	Ifindex uint32
+	Addr    netip.Addr
+}
+
+// SetIfAddrs replaces the addresses guest interfaces may send from.
+func (a *Agent) SetIfAddrs(want []IfAddr) error {
+	keep := map[agentIfAddr]bool{}
+	for _, w := range want {
+		k := agentIfAddr{Ifindex: w.Ifindex, Addr: ip4word(w.Addr)}
+		keep[k] = true
+		if err := a.objs.AgentIfaddrs.Update(&k, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("guest address %v on ifindex %d: %w", w.Addr, w.Ifindex, err)
+		}
+	}
+	var k agentIfAddr
+	var v uint32
+	var stale []agentIfAddr
+	it := a.objs.AgentIfaddrs.Iterate()
+	for it.Next(&k, &v) {
+		if !keep[k] {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		if err := a.objs.AgentIfaddrs.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return it.Err()
 }
 
 // EIPs lists the EIPs programmed, joined with their guest entries.

@@ -82,7 +82,8 @@ const (
 	agentAzgStatSTAT_ARP_REPLY          agentAzgStat = 30
 	agentAzgStatSTAT_DROP_LB_NO_BACKEND agentAzgStat = 31
 	agentAzgStatSTAT_DROP_LB_NO_PORT    agentAzgStat = 32
-	agentAzgStatSTAT_MAX                agentAzgStat = 33
+	agentAzgStatSTAT_LB_NAT_PASS        agentAzgStat = 33
+	agentAzgStatSTAT_MAX                agentAzgStat = 34
 )
 
 type agentBenchFrame struct {
@@ -116,6 +117,12 @@ type agentIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
 	LastNs uint64
+}
+
+type agentIfAddr struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Addr    uint32
 }
 
 type agentIpAddr struct {
@@ -189,6 +196,7 @@ const (
 	agentMapAgentEdges             = "agent_edges"
 	agentMapAgentEips              = "agent_eips"
 	agentMapAgentGuests            = "agent_guests"
+	agentMapAgentIfaddrs           = "agent_ifaddrs"
 	agentMapAgentLocal             = "agent_local"
 	agentMapAgentSvc               = "agent_svc"
 	agentMapAgentSvcRev            = "agent_svc_rev"
@@ -261,6 +269,7 @@ type agentMapSpecs struct {
 	AgentEdges   *ebpf.MapSpec `ebpf:"agent_edges"`
 	AgentEips    *ebpf.MapSpec `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.MapSpec `ebpf:"agent_guests"`
+	AgentIfaddrs *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
 	AgentLocal   *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentSvc     *ebpf.MapSpec `ebpf:"agent_svc"`
 	AgentSvcRev  *ebpf.MapSpec `ebpf:"agent_svc_rev"`
@@ -303,6 +312,7 @@ type agentMaps struct {
 	AgentEdges   *ebpf.Map `ebpf:"agent_edges"`
 	AgentEips    *ebpf.Map `ebpf:"agent_eips"`
 	AgentGuests  *ebpf.Map `ebpf:"agent_guests"`
+	AgentIfaddrs *ebpf.Map `ebpf:"agent_ifaddrs"`
 	AgentLocal   *ebpf.Map `ebpf:"agent_local"`
 	AgentSvc     *ebpf.Map `ebpf:"agent_svc"`
 	AgentSvcRev  *ebpf.Map `ebpf:"agent_svc_rev"`
@@ -321,6 +331,7 @@ func (m *agentMaps) Close() error {
 		m.AgentEdges,
 		m.AgentEips,
 		m.AgentGuests,
+		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentSvc,
 		m.AgentSvcRev,

@@ -60,6 +60,11 @@ func newAgentBed(t *testing.T) (*dptest.Env, *Agent) {
 			t.Fatal(err)
 		}
 	}
+	// The guest device may send from its own addresses only.
+	// 198.19.21.99 is a second address of the port, without an EIP.
+	if err := a.SetIfAddrs([]IfAddr{{Ifindex: uint32(g1), Addr: addr(dptest.GuestAddr)}, {Ifindex: uint32(g1), Addr: addr("198.19.21.99")}}); err != nil {
+		t.Fatal(err)
+	}
 	return env, a
 }
 
@@ -169,8 +174,10 @@ func TestAgentGuestFixtures(t *testing.T) {
 			action: xdpRedirect, out: encap(udp), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "local destination is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withDst(udp, "198.18.5.5")),
 			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
-		{name: "guest without an EIP is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.99")),
+		{name: "guest address without an EIP is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.99")),
 			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
+		{name: "an address no guest of this port has is spoofing", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.77")),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "another guest's address on this port is spoofing", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.3")),
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "too big for the tunnel gets fragmentation needed", dev: dptest.GuestDev, in: fromGuest(big),
@@ -209,6 +216,43 @@ func guestICMPCheck(f flow, mtu uint16) func(t *testing.T, out []byte) {
 		}
 		if got := uint16(icmp[6])<<8 | uint16(icmp[7]); got != mtu {
 			t.Errorf("MTU %d, want %d", got, mtu)
+		}
+	}
+}
+
+// TestAgentEIPSwap: two EIPs trading guests leave each guest with its new
+// EIP's entry, whatever the order of the writes.
+func TestAgentEIPSwap(t *testing.T) {
+	requireRoot(t)
+	a, err := LoadAgent(LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	x, y := addr("198.51.100.7"), addr("198.51.100.8")
+	g1, g2 := addr("198.19.21.1"), addr("198.19.21.3")
+	for _, order := range [][2]netipAddr{{x, y}, {y, x}} {
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(a.PutEIP(AgentEIP{EIP: x, Private: g1, VSID: vsid}))
+		must(a.PutEIP(AgentEIP{EIP: y, Private: g2, VSID: vsid}))
+		for _, e := range order {
+			priv := g1
+			if e == x {
+				priv = g2
+			}
+			must(a.PutEIP(AgentEIP{EIP: e, Private: priv, VSID: vsid}))
+		}
+		for priv, want := range map[netipAddr]netipAddr{g1: y, g2: x} {
+			k, _ := keyOf(priv)
+			var g agentAgentGuest
+			if err := a.objs.AgentGuests.Lookup(akey(k), &g); err != nil || addrFrom(edgeIpAddr(g.Eip), g.Family) != want {
+				t.Fatalf("order %v: guest %v -> %+v (%v), want %v", order, priv, g, err, want)
+			}
 		}
 	}
 }

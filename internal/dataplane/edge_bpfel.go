@@ -55,7 +55,8 @@ const (
 	edgeAzgStatSTAT_ARP_REPLY          edgeAzgStat = 30
 	edgeAzgStatSTAT_DROP_LB_NO_BACKEND edgeAzgStat = 31
 	edgeAzgStatSTAT_DROP_LB_NO_PORT    edgeAzgStat = 32
-	edgeAzgStatSTAT_MAX                edgeAzgStat = 33
+	edgeAzgStatSTAT_LB_NAT_PASS        edgeAzgStat = 33
+	edgeAzgStatSTAT_MAX                edgeAzgStat = 34
 )
 
 type edgeBenchFrame struct {
@@ -152,7 +153,10 @@ type edgeLbBackend struct {
 	Port  uint16
 	Gen   uint16
 	Flags uint8
-	Pad   [3]uint8
+	Mode  uint8
+	Pad   uint16
+	_     [4]byte
+	Owner uint64
 }
 
 type edgeLbConfig struct {
@@ -186,8 +190,6 @@ type edgeLbListener struct {
 	_     structs.HostLayout
 	Table uint32
 	M     uint32
-	Mode  uint8
-	Pad   [3]uint8
 }
 
 type edgeNatRentry struct {
@@ -242,6 +244,7 @@ const (
 	edgeMapLbInfo        = "lb_info"
 	edgeMapLbListeners   = "lb_listeners"
 	edgeMapLbNatRev      = "lb_nat_rev"
+	edgeMapLbTableOwner  = "lb_table_owner"
 	edgeMapLbTables      = "lb_tables"
 	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
@@ -299,24 +302,25 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
-	ArpIfaces   *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	BenchFrame  *ebpf.MapSpec `ebpf:"bench_frame"`
-	CtBuckets   *ebpf.MapSpec `ebpf:"ct_buckets"`
-	EdgeCfg     *ebpf.MapSpec `ebpf:"edge_cfg"`
-	EipRoutes   *ebpf.MapSpec `ebpf:"eip_routes"`
-	EipStats    *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch  *ebpf.MapSpec `ebpf:"fib_scratch"`
-	IcmpBuckets *ebpf.MapSpec `ebpf:"icmp_buckets"`
-	LbBackends  *ebpf.MapSpec `ebpf:"lb_backends"`
-	LbBeStats   *ebpf.MapSpec `ebpf:"lb_be_stats"`
-	LbCfg       *ebpf.MapSpec `ebpf:"lb_cfg"`
-	LbConns     *ebpf.MapSpec `ebpf:"lb_conns"`
-	LbInfo      *ebpf.MapSpec `ebpf:"lb_info"`
-	LbListeners *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbNatRev    *ebpf.MapSpec `ebpf:"lb_nat_rev"`
-	LbTables    *ebpf.MapSpec `ebpf:"lb_tables"`
-	NhCache     *ebpf.MapSpec `ebpf:"nh_cache"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
+	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
+	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
+	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EipRoutes    *ebpf.MapSpec `ebpf:"eip_routes"`
+	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
+	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	LbBackends   *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbBeStats    *ebpf.MapSpec `ebpf:"lb_be_stats"`
+	LbCfg        *ebpf.MapSpec `ebpf:"lb_cfg"`
+	LbConns      *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbInfo       *ebpf.MapSpec `ebpf:"lb_info"`
+	LbListeners  *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbNatRev     *ebpf.MapSpec `ebpf:"lb_nat_rev"`
+	LbTableOwner *ebpf.MapSpec `ebpf:"lb_table_owner"`
+	LbTables     *ebpf.MapSpec `ebpf:"lb_tables"`
+	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -345,24 +349,25 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
-	ArpIfaces   *ebpf.Map `ebpf:"arp_ifaces"`
-	BenchFrame  *ebpf.Map `ebpf:"bench_frame"`
-	CtBuckets   *ebpf.Map `ebpf:"ct_buckets"`
-	EdgeCfg     *ebpf.Map `ebpf:"edge_cfg"`
-	EipRoutes   *ebpf.Map `ebpf:"eip_routes"`
-	EipStats    *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch  *ebpf.Map `ebpf:"fib_scratch"`
-	IcmpBuckets *ebpf.Map `ebpf:"icmp_buckets"`
-	LbBackends  *ebpf.Map `ebpf:"lb_backends"`
-	LbBeStats   *ebpf.Map `ebpf:"lb_be_stats"`
-	LbCfg       *ebpf.Map `ebpf:"lb_cfg"`
-	LbConns     *ebpf.Map `ebpf:"lb_conns"`
-	LbInfo      *ebpf.Map `ebpf:"lb_info"`
-	LbListeners *ebpf.Map `ebpf:"lb_listeners"`
-	LbNatRev    *ebpf.Map `ebpf:"lb_nat_rev"`
-	LbTables    *ebpf.Map `ebpf:"lb_tables"`
-	NhCache     *ebpf.Map `ebpf:"nh_cache"`
-	Stats       *ebpf.Map `ebpf:"stats"`
+	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
+	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
+	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
+	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
+	EipRoutes    *ebpf.Map `ebpf:"eip_routes"`
+	EipStats     *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
+	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
+	LbBackends   *ebpf.Map `ebpf:"lb_backends"`
+	LbBeStats    *ebpf.Map `ebpf:"lb_be_stats"`
+	LbCfg        *ebpf.Map `ebpf:"lb_cfg"`
+	LbConns      *ebpf.Map `ebpf:"lb_conns"`
+	LbInfo       *ebpf.Map `ebpf:"lb_info"`
+	LbListeners  *ebpf.Map `ebpf:"lb_listeners"`
+	LbNatRev     *ebpf.Map `ebpf:"lb_nat_rev"`
+	LbTableOwner *ebpf.Map `ebpf:"lb_table_owner"`
+	LbTables     *ebpf.Map `ebpf:"lb_tables"`
+	NhCache      *ebpf.Map `ebpf:"nh_cache"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -382,6 +387,7 @@ func (m *edgeMaps) Close() error {
 		m.LbInfo,
 		m.LbListeners,
 		m.LbNatRev,
+		m.LbTableOwner,
 		m.LbTables,
 		m.NhCache,
 		m.Stats,

@@ -136,6 +136,7 @@ func (f *FaultyEdge) DeleteRoutes(as []netip.Addr) error {
 type FakeAgent struct {
 	mu       sync.Mutex
 	Svc      map[AgentService]bool
+	IfAddrs  []IfAddr
 	Config   AgentConfig
 	Local    []netip.Prefix
 	EIPMap   map[netip.Addr]AgentEIP
@@ -234,6 +235,7 @@ type FakeLB struct {
 	ListenerM map[Listener]ListenerValue
 	Tables    map[uint32][]uint32
 	BackendM  map[uint32]LBBackend
+	TableOwn  map[uint32]uint64
 	NAT       map[NATReverse]netip.AddrPort
 	ARP       map[int]string
 }
@@ -243,7 +245,7 @@ var _ LBMaps = (*FakeLB)(nil)
 // NewFakeLB returns an empty fake with load balancing.
 func NewFakeLB() *FakeLB {
 	return &FakeLB{FakeEdge: NewFakeEdge(), VIPSet: map[netip.Addr]bool{}, ListenerM: map[Listener]ListenerValue{},
-		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, NAT: map[NATReverse]netip.AddrPort{}, ARP: map[int]string{}}
+		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, TableOwn: map[uint32]uint64{}, NAT: map[NATReverse]netip.AddrPort{}, ARP: map[int]string{}}
 }
 
 func (f *FakeLB) SetLBConfig(c LBConfig) error {
@@ -317,6 +319,34 @@ func (f *FakeLB) Backend(idx uint32) (LBBackend, error) {
 	defer f.mu.Unlock()
 	return f.BackendM[idx], nil
 }
+func (f *FakeLB) Backends() (map[uint32]LBBackend, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[uint32]LBBackend{}
+	for k, v := range f.BackendM {
+		if v.Owner != 0 {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+func (f *FakeLB) SetTableOwner(slot uint32, owner uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.TableOwn[slot] = owner
+	return nil
+}
+func (f *FakeLB) TableOwners() (map[uint32]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[uint32]uint64{}
+	for k, v := range f.TableOwn {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
 func (f *FakeLB) PutNATReverse(r NATReverse, vip netip.Addr, port uint16) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -346,3 +376,10 @@ func (f *FakeLB) SetARP(ifindex int, mac net.HardwareAddr) error {
 }
 func (f *FakeLB) BackendCounters(uint32) (LBCounters, error) { return LBCounters{}, nil }
 func (f *FakeLB) ResetBackendCounters(uint32) error          { return nil }
+
+func (f *FakeAgent) SetIfAddrs(a []IfAddr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.IfAddrs = append([]IfAddr(nil), a...)
+	return nil
+}

@@ -314,6 +314,8 @@ func outcomeCoverage(dev, counter string) int {
 		n = 32
 	case "drop_lb_no_port":
 		n = 33
+	case "lb_nat_pass":
+		n = 34
 	}
 	if dev == dptest.UlDev {
 		switch {
@@ -405,12 +407,12 @@ func newFuzzEdgeBed(tb testing.TB) *fuzzEdgeBed {
 		}
 	}
 	lb.idx["d"] = uint32(len(lb.idx))
-	must(e.SetBackend(lb.idx["d"], LBBackend{Addr: addr(beD), Port: 5353, Gen: 1}))
+	must(e.SetBackend(lb.idx["d"], LBBackend{Mode: ModeNAT, Addr: addr(beD), Port: 5353, Gen: 1}))
 	lb.table(tb, 0, "a", "c")
 	lb.table(tb, 3, "d")
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3, M: lbM, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9, M: lbM, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2, M: lbM, Mode: ModeEncap}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2, M: lbM}))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beD), Port: 5353, Proto: ProtoUDP}, addr(vipNAT), 53))
 	if fb.lb, err = loadLBModel(e); err != nil {
 		tb.Fatal(err)
@@ -719,6 +721,10 @@ func (fb *fuzzEdgeBed) check(t *testing.T, dev string, in []byte) (string, []byt
 		case counter == "decap_pass":
 			if err := fb.checkDecap(in, res.Out, true); err != nil {
 				fail("decapsulated frame handed to the kernel: %v", err)
+			}
+		case counter == "lb_nat_pass":
+			if err := fb.checkLBNATPass(in, res.Out); err != nil {
+				fail("translated frame handed to the kernel: %v", err)
 			}
 		case strings.HasPrefix(counter, "pass_"):
 			if !bytes.Equal(in, res.Out) {
@@ -1042,7 +1048,7 @@ func (fb *fuzzEdgeBed) vipReplyBound(o ipv4At, vsid uint32, inner ipv4At) error 
 	if fails != "" {
 		return fmt.Errorf("reply of a flow the VIP's listeners give no backend (%s)", fails)
 	}
-	if p.lis.Mode != ModeEncap {
+	if p.be.Mode != ModeEncap {
 		return fmt.Errorf("reply of a flow of a nat-mode listener (%v) decapsulated: only a guest of an encap-mode backend may send it", p)
 	}
 	if p.be.Addr != o.src() || p.be.VSID != vsid {
@@ -1187,7 +1193,7 @@ func (fb *fuzzEdgeBed) checkICMP(in, out []byte) error {
 // translates (nat mode, both ways).
 func (fb *fuzzEdgeBed) fragMTU(in []byte) uint16 {
 	if orig, err := inputIPv4(in); err == nil {
-		if p, _, err := fb.lbIngress(orig); err == nil && p.lis.Mode == ModeNAT {
+		if p, _, err := fb.lbIngress(orig); err == nil && p.be.Mode == ModeNAT {
 			return 1500
 		}
 		if _, err := fb.natReplyOf(orig); err == nil {
@@ -1400,7 +1406,7 @@ func (fb *fuzzEdgeBed) checkLBNAT(in, out []byte) error {
 		return fmt.Errorf("the services give this input no backend (%s: %s)", fails, p)
 	case p.flow.icmp:
 		return errors.New("input is an ICMP error about a service flow")
-	case p.lis.Mode != ModeNAT:
+	case p.be.Mode != ModeNAT:
 		return fmt.Errorf("listener of %s is not in nat mode", p)
 	}
 	ip, err := forwardedFrame(in, orig, out)
@@ -1411,6 +1417,50 @@ func (fb *fuzzEdgeBed) checkLBNAT(in, out []byte) error {
 		return fmt.Errorf("DNAT of %s: %v", p, err)
 	}
 	return nil
+}
+
+// checkLBNATPass: a nat-mode translation (checkLBNAT, checkLBReply or
+// checkLBICMP) whose next hop has no neighbour yet, handed to the kernel
+// to forward: the frame as it came (its Ethernet header, VLAN tags
+// included, untouched, the TTL not yet decremented) with the translation
+// done. It is checked as the frame the edge would have sent: the same
+// packet, TTL - 1, from a next hop's Ethernet header.
+func (fb *fuzzEdgeBed) checkLBNATPass(in, out []byte) error {
+	orig, err := inputIPv4(in)
+	if err != nil {
+		return fmt.Errorf("input: %v", err)
+	}
+	if len(out) != len(in) {
+		return fmt.Errorf("%d bytes, the input has %d", len(out), len(in))
+	}
+	if !bytes.Equal(out[:orig.off], in[:orig.off]) {
+		return fmt.Errorf("link header %x changed to %x", in[:orig.off], out[:orig.off])
+	}
+	if orig.proto() == 47 {
+		return errors.New("input is GRE: a decapsulated frame is decap_pass")
+	}
+	ip := append([]byte(nil), out[orig.off:]...)
+	if len(ip) < 20 || len(ip) < int(ip[0]&0xf)*4 || ip[8] == 0 {
+		return errors.New("no IPv4 header with a TTL to forward")
+	}
+	if hs := ^sum16(ip[:int(ip[0]&0xf)*4]); hs != 0 {
+		return fmt.Errorf("IPv4 header checksum wrong (off by %#04x)", hs)
+	}
+	ip[8]--
+	ip[10], ip[11] = 0, 0
+	binary.BigEndian.PutUint16(ip[10:], ^sum16(ip[:int(ip[0]&0xf)*4]))
+	fwd := append(append(append([]byte(nil), mac(dptest.RtrMAC)...), mac(dptest.ExtMAC)...), 0x08, 0x00)
+	fwd = append(fwd, ip...)
+	var why []string
+	for name, c := range map[string]func(in, out []byte) error{"lb_nat_tx": fb.checkLBNAT, "lb_reply_tx": fb.checkLBReply, "lb_icmp_tx": fb.checkLBICMP} {
+		err := c(in, fwd)
+		if err == nil {
+			return nil
+		}
+		why = append(why, fmt.Sprintf("as %s: %v", name, err))
+	}
+	slices.Sort(why)
+	return errors.New(strings.Join(why, "; "))
 }
 
 // checkLBReply: a service's reply to its client, either a nat backend's
@@ -1480,7 +1530,7 @@ func (fb *fuzzEdgeBed) checkLBEncap(in, out []byte) error {
 		return fmt.Errorf("the services give this input no backend (%s: %s)", fails, p)
 	case p.flow.icmp:
 		return errors.New("input is an ICMP error about a service flow")
-	case p.lis.Mode != ModeEncap:
+	case p.be.Mode != ModeEncap:
 		return fmt.Errorf("listener of %s is not in encap mode", p)
 	}
 	return lbTunnel(out, orig, p)
@@ -1505,7 +1555,7 @@ func (fb *fuzzEdgeBed) checkLBICMP(in, out []byte) error {
 	case !p.flow.icmp:
 		return errors.New("input is no ICMP error about a service flow")
 	}
-	if p.lis.Mode == ModeEncap {
+	if p.be.Mode == ModeEncap {
 		return lbTunnel(out, orig, p)
 	}
 	ip, err := forwardedFrame(in, orig, out)
@@ -1653,7 +1703,7 @@ func (fb *fuzzEdgeBed) checkConns(pr *ctProbe, counter string) error {
 	switch {
 	case has && !pr.had && !pr.insert:
 		return fmt.Errorf("%s created an entry for %s", what, pr.pick)
-	case !has && pr.insert && (counter == "lb_nat_tx" || counter == "lb_encap_tx"):
+	case !has && pr.insert && (counter == "lb_nat_tx" || counter == "lb_encap_tx" || counter == "lb_nat_pass"):
 		return fmt.Errorf("no entry after %s went to its backend (%s)", what, pr.pick)
 	case has && (uint32(e.Backend) != pr.pick.idx || e.Gen != uint8(pr.pick.be.Gen)):
 		return fmt.Errorf("entry names backend %d generation %d, the table picks %s", e.Backend, e.Gen, pr.pick)
@@ -1939,7 +1989,7 @@ func TestFuzzEdgeSeedOutcomes(t *testing.T) {
 		"pass_not_ours", "pass_non_ip", "pass_ipv6", "drop_eth_trunc", "drop_ip_trunc", "drop_ip_bad",
 		"drop_ip_csum", "drop_ip_martian", "drop_l4_trunc", "drop_gre_bad", "drop_inner_bad", "drop_spoof",
 		"drop_ttl", "drop_too_big", "drop_fib", "drop_no_neigh", "drop_bad_dst", "lb_encap_tx", "lb_nat_tx",
-		"lb_reply_tx", "lb_icmp_tx", "arp_reply", "drop_lb_no_backend", "drop_lb_no_port"} {
+		"lb_reply_tx", "lb_icmp_tx", "arp_reply", "drop_lb_no_backend", "drop_lb_no_port", "lb_nat_pass"} {
 		if got[want] == 0 {
 			t.Errorf("no seed ends in %s", want)
 		}
@@ -1971,6 +2021,8 @@ func TestFuzzEdgeCheckersRejectCorruption(t *testing.T) {
 			checker = func(out []byte) error { return fb.checkLBReply(s.frame, out) }
 		case "lb_icmp_tx":
 			checker = func(out []byte) error { return fb.checkLBICMP(s.frame, out) }
+		case "lb_nat_pass":
+			checker = func(out []byte) error { return fb.checkLBNATPass(s.frame, out) }
 		case "arp_reply":
 			checker = func(out []byte) error { return fb.checkARP(s.dev, s.frame, out) }
 		default:

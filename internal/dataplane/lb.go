@@ -46,7 +46,6 @@ type Listener struct {
 type ListenerValue struct {
 	Table uint32 // slot in the table map
 	M     uint32 // that table's size
-	Mode  uint8
 }
 
 // LBBackend is a backend slot.
@@ -57,6 +56,8 @@ type LBBackend struct {
 	Port  uint16 // nat: backend port (0: the listener's)
 	Gen   uint16 // bumped when the slot is given to another backend
 	Down  bool   // failed its health checks
+	Mode  uint8  // ModeEncap or ModeNAT
+	Owner uint64 // the daemon's hash of the backend's identity (restarts)
 }
 
 // NATReverse translates a nat-mode backend's replies back to its VIP.
@@ -87,7 +88,12 @@ type LBMaps interface {
 	SetTable(slot uint32, entries []uint32) error
 	DeleteTable(slot uint32) error
 	SetBackend(idx uint32, b LBBackend) error
-	Backend(idx uint32) (LBBackend, error)
+	// Backends lists the slots in use (an owner set), for adoption.
+	Backends() (map[uint32]LBBackend, error)
+	// SetTableOwner records which pool a table slot serves; TableOwners
+	// reads the record back after a restart.
+	SetTableOwner(slot uint32, owner uint64) error
+	TableOwners() (map[uint32]uint64, error)
 	PutNATReverse(NATReverse, netip.Addr, uint16) error
 	DeleteNATReverse(NATReverse) error
 	NATReverses() (map[NATReverse]netip.AddrPort, error)
@@ -178,7 +184,7 @@ func lkey(l Listener) edgeLbKey {
 
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
 	k := lkey(l)
-	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M, Mode: v.Mode}, ebpf.UpdateAny)
+	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M}, ebpf.UpdateAny)
 }
 
 func (e *Edge) DeleteListener(l Listener) error {
@@ -196,7 +202,7 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	var v edgeLbListener
 	it := e.objs.LbListeners.Iterate()
 	for it.Next(&k, &v) {
-		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M, Mode: v.Mode}
+		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M}
 	}
 	return out, it.Err()
 }
@@ -258,7 +264,7 @@ func (e *Edge) Table(slot uint32) ([]uint32, error) {
 }
 
 func (e *Edge) SetBackend(idx uint32, b LBBackend) error {
-	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen}
+	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen, Mode: b.Mode, Owner: b.Owner}
 	if b.Down {
 		v.Flags |= 1
 	}
@@ -270,11 +276,55 @@ func (e *Edge) Backend(idx uint32) (LBBackend, error) {
 	if err := e.objs.LbBackends.Lookup(idx, &v); err != nil {
 		return LBBackend{}, err
 	}
-	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0}
+	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
 	if v.Guest != 0 {
 		b.Guest = wordIP4(v.Guest)
 	}
 	return b, nil
+}
+
+func (e *Edge) Backends() (map[uint32]LBBackend, error) {
+	out := map[uint32]LBBackend{}
+	keys := make([]uint32, 4096)
+	vals := make([]edgeLbBackend, 4096)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.LbBackends.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			v := vals[i]
+			if v.Owner == 0 {
+				continue
+			}
+			b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
+			if v.Guest != 0 {
+				b.Guest = wordIP4(v.Guest)
+			}
+			out[keys[i]] = b
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (e *Edge) SetTableOwner(slot uint32, owner uint64) error {
+	return e.objs.LbTableOwner.Update(slot, owner, ebpf.UpdateAny)
+}
+
+func (e *Edge) TableOwners() (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	var k uint32
+	var v uint64
+	it := e.objs.LbTableOwner.Iterate()
+	for it.Next(&k, &v) {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out, it.Err()
 }
 
 func nkey(r NATReverse) edgeNatRkey {

@@ -49,10 +49,10 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 		name string
 		be   LBBackend
 	}{
-		{"a", LBBackend{Addr: addr(beA), Port: 8080, Gen: 1}},
-		{"b", LBBackend{Addr: addr(beB), Gen: 1}},
-		{"c", LBBackend{Addr: addr(beC), Port: 8080, Gen: 1}},
-		{"g", LBBackend{Addr: addr(hostAddr), Guest: addr("198.19.21.1"), VSID: vsid, Gen: 1}},
+		{"a", LBBackend{Mode: ModeNAT, Addr: addr(beA), Port: 8080, Gen: 1}},
+		{"b", LBBackend{Mode: ModeNAT, Addr: addr(beB), Gen: 1}},
+		{"c", LBBackend{Mode: ModeNAT, Addr: addr(beC), Port: 8080, Gen: 1}},
+		{"g", LBBackend{Mode: ModeEncap, Addr: addr(hostAddr), Guest: addr("198.19.21.1"), VSID: vsid, Gen: 1}},
 	}
 	for i, x := range backends {
 		b.idx[x.name] = uint32(i)
@@ -63,9 +63,9 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 	b.table(t, 2, "g")
 	must(e.PutVIP(addr(vipNAT)))
 	must(e.PutVIP(addr(vipEncap)))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM, Mode: ModeNAT}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM, Mode: ModeEncap}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM}))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
@@ -287,7 +287,7 @@ func TestConnTable(t *testing.T) {
 		t.Fatal(got)
 	}
 	b.table(t, 0, "a")
-	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Addr: addr(beC), Port: 8080, Gen: 1, Down: true}); err != nil {
+	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Mode: ModeNAT, Addr: addr(beC), Port: 8080, Gen: 1, Down: true}); err != nil {
 		t.Fatal(err)
 	}
 	flow3.syn = false
@@ -302,10 +302,10 @@ func TestConnTable(t *testing.T) {
 		t.Fatal(got)
 	}
 	b.table(t, 0, "c")
-	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Addr: addr(beC), Port: 8080, Gen: 1}); err != nil {
+	if err := b.edge.SetBackend(b.idx["c"], LBBackend{Mode: ModeNAT, Addr: addr(beC), Port: 8080, Gen: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.edge.SetBackend(b.idx["a"], LBBackend{Addr: addr(beA), Port: 8080, Gen: 2}); err != nil {
+	if err := b.edge.SetBackend(b.idx["a"], LBBackend{Mode: ModeNAT, Addr: addr(beA), Port: 8080, Gen: 2}); err != nil {
 		t.Fatal(err)
 	}
 	flow4.syn = false

@@ -49,6 +49,7 @@ var statNames = [...]string{
 	"arp_reply",
 	"drop_lb_no_backend",
 	"drop_lb_no_port",
+	"lb_nat_pass",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -146,6 +147,7 @@ type AgentMaps interface {
 	SetConfig(AgentConfig) error
 	SetLocalPrefixes([]netip.Prefix) error
 	PutEIP(AgentEIP) error
+	SetIfAddrs([]IfAddr) error
 	PutService(AgentService) error
 	DeleteService(AgentService) error
 	Services() ([]AgentService, error)

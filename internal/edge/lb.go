@@ -2,6 +2,7 @@ package edge
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"sort"
 
@@ -58,6 +59,67 @@ type lbState struct {
 	freeTable   []uint32
 	nat         bool            // some service is in nat mode
 	targets     []health.Target // backends to health-check
+	// Slots a previous run of the daemon left, by owner hash: the first
+	// sync takes them back (same slot, same generation), so connections
+	// survive a restart; the rest are freed.
+	adopted       bool
+	oldBackends   map[uint64]uint32
+	oldTables     map[uint64]uint32
+	oldBackendVal map[uint32]dataplane.LBBackend
+}
+
+// owner hashes an identity ("service/pool[/key]") for the data plane's
+// slot records (FNV-1a 64; never 0).
+func owner(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
+}
+
+// adopt reads the slots a previous run left in the (pinned) maps.
+func (s *lbState) adopt() error {
+	bs, err := s.maps.Backends()
+	if err != nil {
+		return err
+	}
+	ts, err := s.maps.TableOwners()
+	if err != nil {
+		return err
+	}
+	s.oldBackends, s.oldTables, s.oldBackendVal = map[uint64]uint32{}, map[uint64]uint32{}, bs
+	for idx, b := range bs {
+		s.oldBackends[b.Owner] = idx
+		s.gens[idx] = b.Gen
+		s.nextBackend = max(s.nextBackend, idx+1)
+	}
+	for slot, o := range ts {
+		s.oldTables[o] = slot
+		s.nextTable = max(s.nextTable, slot+1)
+	}
+	s.adopted = true
+	return nil
+}
+
+// release frees the slots of the previous run nobody took back: their
+// backends' connections drain; those tables are gone.
+func (s *lbState) release() error {
+	for _, idx := range s.oldBackends {
+		s.freeBackend = append(s.freeBackend, idx)
+	}
+	for _, slot := range s.oldTables {
+		if err := s.maps.DeleteTable(slot); err != nil {
+			return err
+		}
+		if err := s.maps.SetTableOwner(slot, 0); err != nil {
+			return err
+		}
+		s.freeTable = append(s.freeTable, slot)
+	}
+	s.oldBackends, s.oldTables, s.oldBackendVal = nil, nil, nil
+	return nil
 }
 
 func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
@@ -65,7 +127,11 @@ func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
 		gens: map[uint32]uint16{}}
 }
 
-func (s *lbState) allocBackend() (uint32, error) {
+func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, error) {
+	if idx, ok := s.oldBackends[o]; ok {
+		delete(s.oldBackends, o)
+		return idx, s.oldBackendVal[idx], nil
+	}
 	var idx uint32
 	switch {
 	case s.nextBackend < lbBackendsMax:
@@ -75,13 +141,17 @@ func (s *lbState) allocBackend() (uint32, error) {
 		idx = s.freeBackend[0]
 		s.freeBackend = s.freeBackend[1:]
 	default:
-		return 0, fmt.Errorf("all %d backend slots are in use", lbBackendsMax)
+		return 0, dataplane.LBBackend{}, fmt.Errorf("all %d backend slots are in use", lbBackendsMax)
 	}
 	s.gens[idx]++
-	return idx, s.maps.ResetBackendCounters(idx)
+	return idx, dataplane.LBBackend{}, s.maps.ResetBackendCounters(idx)
 }
 
-func (s *lbState) allocTable() (uint32, error) {
+func (s *lbState) allocTable(o uint64) (uint32, error) {
+	if slot, ok := s.oldTables[o]; ok {
+		delete(s.oldTables, o)
+		return slot, nil
+	}
 	if n := len(s.freeTable); n > 0 {
 		t := s.freeTable[n-1]
 		s.freeTable = s.freeTable[:n-1]
@@ -114,8 +184,19 @@ func backendTarget(x *index, svc *model.Service, b model.Backend) (dataplane.LBB
 
 // sync programs every service of the index. Problems with one service are
 // returned together; the others are programmed regardless.
-func (s *lbState) sync(x *index) ([]string, error) {
-	var problems []string
+func (s *lbState) sync(x *index) (problems []string, err error) {
+	if !s.adopted {
+		if err := s.adopt(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if s.oldBackends != nil {
+				if err := s.release(); err != nil {
+					problems = append(problems, err.Error())
+				}
+			}
+		}()
+	}
 	wantTables := map[string]bool{}
 	wantBackends := map[string]bool{}
 	wantListeners := map[dataplane.Listener]dataplane.ListenerValue{}
@@ -173,16 +254,21 @@ func (s *lbState) sync(x *index) ([]string, error) {
 				wantBackends[bk] = true
 				pb, ok := s.backends[bk]
 				if !ok {
-					idx, err := s.allocBackend()
+					idx, cur, err := s.allocBackend(owner(bk))
 					if err != nil {
 						return problems, err
 					}
-					pb = &programmedBackend{idx: idx}
+					pb = &programmedBackend{idx: idx, want: cur}
 					s.backends[bk] = pb
 				}
 				want := targets[b.Key]
 				want.Gen = s.gens[pb.idx]
 				want.Down = down[b.Key]
+				want.Owner = owner(bk)
+				want.Mode = dataplane.ModeEncap
+				if svc.Mode == model.ModeNAT {
+					want.Mode = dataplane.ModeNAT
+				}
 				if !want.Down && b.Weight > 0 {
 					healthy++
 				}
@@ -196,8 +282,11 @@ func (s *lbState) sync(x *index) ([]string, error) {
 			}
 			pt := s.tables[tk]
 			if pt == nil {
-				slot, err := s.allocTable()
+				slot, err := s.allocTable(owner(tk))
 				if err != nil {
+					return problems, err
+				}
+				if err := s.maps.SetTableOwner(slot, owner(tk)); err != nil {
 					return problems, err
 				}
 				pt = &programmedTable{slot: slot}
@@ -235,11 +324,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 				continue // its pool failed to build: reported above
 			}
 			proto := protoNum[l.Protocol]
-			mode := uint8(dataplane.ModeEncap)
-			if svc.Mode == model.ModeNAT {
-				mode = dataplane.ModeNAT
-			}
-			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m), Mode: mode}
+			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m)}
 			forPorts(l, func(port uint16) {
 				wantListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
 			})
@@ -320,6 +405,9 @@ func (s *lbState) sync(x *index) ([]string, error) {
 	for tk, pt := range s.tables {
 		if !wantTables[tk] {
 			if err := s.maps.DeleteTable(pt.slot); err != nil {
+				return problems, err
+			}
+			if err := s.maps.SetTableOwner(pt.slot, 0); err != nil {
 				return problems, err
 			}
 			s.freeTable = append(s.freeTable, pt.slot)

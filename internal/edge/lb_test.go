@@ -44,10 +44,10 @@ func TestServicesProgrammed(t *testing.T) {
 		t.Fatalf("listeners %v", fake.ListenerM)
 	}
 	web := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8001}]
-	if web.Mode != dataplane.ModeEncap || web.M != model.DefaultTableSize || len(fake.Tables[web.Table]) != model.DefaultTableSize {
+	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || web.M != model.DefaultTableSize || len(fake.Tables[web.Table]) != model.DefaultTableSize {
 		t.Fatalf("web listener %+v", web)
 	}
-	if l, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.30"), Proto: dataplane.ProtoUDP}]; !ok || l.Mode != dataplane.ModeNAT {
+	if l, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.30"), Proto: dataplane.ProtoUDP}]; !ok || fake.BackendM[fake.Tables[l.Table][0]].Mode != dataplane.ModeNAT {
 		t.Fatal("any-port nat listener missing")
 	}
 	// The table is the Maglev table every node computes.
@@ -110,3 +110,56 @@ func TestServicesProgrammed(t *testing.T) {
 }
 
 func want0() time.Time { return time.Time{} }
+
+// TestServicesAdoptedAfterRestart: a restarted edge daemon keeps every
+// backend's slot and generation and every pool's table slot, so the
+// connections the data plane holds keep their backends.
+func TestServicesAdoptedAfterRestart(t *testing.T) {
+	fake := dataplane.NewFakeLB()
+	load(t, NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake), 1, svcRegion()...)
+	backends := map[uint32]dataplane.LBBackend{}
+	for k, v := range fake.BackendM {
+		backends[k] = v
+	}
+	listeners, _ := fake.Listeners()
+
+	// A new daemon; meanwhile a service was created before "web" in
+	// order, which would take slot 0 first if nothing were adopted.
+	extra := &model.Service{Name: "aaa", VIP: a("198.51.100.40"), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
+		Pools:     []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.9")}}}}}
+	r2 := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	load(t, r2, 2, append(svcRegion(), extra)...)
+	for k, v := range backends {
+		if got := fake.BackendM[k]; got != v {
+			t.Fatalf("slot %d changed across a restart: %+v -> %+v", k, v, got)
+		}
+	}
+	for l, v := range listeners {
+		if got := fake.ListenerM[l]; got != v {
+			t.Fatalf("listener %+v moved to another table: %+v -> %+v", l, v, got)
+		}
+	}
+	// The new service got fresh slots.
+	for k, v := range fake.BackendM {
+		if v.Addr == a("198.19.200.9") {
+			if _, old := backends[k]; old {
+				t.Fatalf("new backend took an adopted slot %d", k)
+			}
+		}
+	}
+	// A backend gone while the daemon was away: its slot is freed (kept
+	// as it was for its connections), reused last.
+	r3 := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	regions := svcRegion()
+	for _, o := range regions {
+		if s, ok := o.(*model.Service); ok && s.Name == "dmz" {
+			s.Pools = s.Pools[:1]
+			s.Listeners = s.Listeners[:1]
+		}
+	}
+	load(t, r3, 3, regions...)
+	if len(r3.lb.freeBackend) == 0 {
+		t.Fatal("the slot of a removed backend was not freed")
+	}
+}
