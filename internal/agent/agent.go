@@ -159,8 +159,8 @@ type Reconciler struct {
 	mu         sync.Mutex
 	programmed map[netip.Addr]dataplane.AgentEIP
 	guestIfs   map[string]bool // guest interfaces the program is attached to
-	want       *HostWant   // the last desired state (retried after failures)
-	retry      *time.Timer // pending retry
+	want       *HostWant       // the last desired state (retried after failures)
+	retry      *time.Timer     // pending retry
 	backoff    time.Duration
 	free       []uint32
 	next       uint32

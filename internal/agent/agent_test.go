@@ -167,7 +167,7 @@ func TestAgentServices(t *testing.T) {
 	r.Handle(st, 1, nil, true)
 	want := map[dataplane.AgentService]bool{
 		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111, Ifindex: 101}: true,
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112, Ifindex: 102}:    true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112, Ifindex: 102}:     true,
 	}
 	if len(fake.Svc) != len(want) {
 		t.Fatalf("services %v, want %v (only this host's encap backends)", fake.Svc, want)
