@@ -29,9 +29,6 @@
 #ifndef LB_LISTENERS_MAX
 #define LB_LISTENERS_MAX (1 << 18)
 #endif
-#ifndef LB_VIPS_MAX
-#define LB_VIPS_MAX 65536
-#endif
 #ifndef LB_TABLES_MAX
 #define LB_TABLES_MAX 4096
 #endif

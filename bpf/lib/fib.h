@@ -46,24 +46,6 @@ static __always_inline struct bpf_fib_lookup *fib_room(void)
 	return (struct bpf_fib_lookup *)bpf_map_lookup_elem(&fib_scratch, &zero);
 }
 
-/* Looks dst up in the kernel FIB from the ingress interface's point of view
- * (forwarding must be enabled on it), checking tot_len against the route
- * MTU. Returns a BPF_FIB_LKUP_RET_* code; on FRAG_NEEDED fib->mtu_result
- * holds the MTU. */
-static __always_inline int fib4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __be32 src,
-				__be32 dst, __u16 tot_len, __u8 proto, __u8 tos)
-{
-	__builtin_memset(fib, 0, sizeof(*fib));
-	fib->family = AF_INET_;
-	fib->tos = tos;
-	fib->l4_protocol = proto;
-	fib->tot_len = tot_len;
-	fib->ifindex = ctx->ingress_ifindex;
-	fib->ipv4_src = src;
-	fib->ipv4_dst = dst;
-	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
-}
-
 static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex)
 {
 	/* Fibonacci hashing: good enough to spread addresses over slots. */
@@ -101,8 +83,11 @@ __noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 g
 	return rc;
 }
 
-/* Resolves dst (arguments as fib4) through the cache. The result's MACs,
- * egress ifindex and, on FRAG_NEEDED, mtu_result are set as by fib4. */
+/* Looks dst up in the kernel FIB from the ingress interface's point of view
+ * (forwarding must be enabled on it), through the cache, checking tot_len
+ * against the route MTU. Returns a BPF_FIB_LKUP_RET_* code; the result's
+ * MACs and egress ifindex are set, and on FRAG_NEEDED fib->mtu_result
+ * holds the MTU. */
 static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __be32 src,
 				 __be32 dst, __u16 tot_len, __u8 proto, __u8 tos)
 {

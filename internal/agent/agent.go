@@ -131,8 +131,9 @@ type Links interface {
 	GuestInterface(addr netip.Addr) (ifname string, ifindex int, err error)
 	AttachGuest(ifname string) error
 	DetachGuest(ifname string) error
-	// KeepResolved keeps next hops toward these addresses resolved.
-	KeepResolved(addrs []netip.Addr)
+	// KeepResolved keeps next hops toward the group's addresses resolved
+	// (the set replaces the group's previous one).
+	KeepResolved(group string, addrs []netip.Addr)
 }
 
 // Config of an agent.
@@ -273,7 +274,7 @@ func (r *Reconciler) configure(underlay netip.Addr, edges []netip.Addr) error {
 		Edges: edges, ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, GatewayMAC: edge.GatewayMAC}); err != nil {
 		return err
 	}
-	r.links.KeepResolved(edges)
+	r.links.KeepResolved("edges", edges)
 	r.log.Info("agent configured", "underlay", underlay, "edges", edges)
 	r.cfgKey = key
 	return nil
@@ -309,7 +310,7 @@ func (r *Reconciler) sync(want HostWant) {
 		links[g.Address] = guestLink{ifname, ifindex}
 		resolve = append(resolve, g.Address)
 	}
-	r.links.KeepResolved(resolve)
+	r.links.KeepResolved("guests", resolve)
 	var ifaddrs []dataplane.IfAddr
 	for addr, gl := range links {
 		ifaddrs = append(ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
@@ -453,9 +454,8 @@ func sortedKeys(m map[string]bool) []string {
 
 // kernelLinks implements Links with netlink and the loaded data plane.
 type kernelLinks struct {
-	dp   *dataplane.Agent
-	log  *slog.Logger
-	done map[netip.Addr]bool
+	dp *dataplane.Agent
+	nb *netlab.Resolver
 }
 
 func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
@@ -478,28 +478,7 @@ func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
 func (k *kernelLinks) AttachGuest(ifname string) error { return k.dp.AttachGuest(ifname) }
 func (k *kernelLinks) DetachGuest(ifname string) error { return k.dp.Detach(ifname) }
 
-func (k *kernelLinks) KeepResolved(addrs []netip.Addr) {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return
-	}
-	defer h.Close()
-	for _, a := range addrs {
-		if k.done[a] {
-			continue
-		}
-		idx, nh, err := netlab.RouteGet(h, a)
-		if err != nil {
-			k.log.Warn("no route", "to", a, "err", err)
-			continue
-		}
-		if err := netlab.EnsureManagedNeigh(h, idx, nh); err != nil {
-			k.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
-			continue
-		}
-		k.done[a] = true
-	}
-}
+func (k *kernelLinks) KeepResolved(group string, addrs []netip.Addr) { k.nb.Keep(group, addrs) }
 
 // Run loads (or re-adopts) the agent data plane and follows the store.
 func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string) error {
@@ -520,14 +499,17 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return err
 	}
-	if err := netlab.WatchRouting(ctx, func() {
+	nb := netlab.NewResolver(cfg.Log)
+	defer nb.Stop()
+	if err := netlab.WatchRouting(ctx, cfg.Log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			cfg.Log.Warn("cannot invalidate cached next hops", "err", err)
 		}
+		nb.Refresh(time.Second)
 	}); err != nil {
 		return err
 	}
-	links := &kernelLinks{dp: dp, log: cfg.Log, done: map[netip.Addr]bool{}}
+	links := &kernelLinks{dp: dp, nb: nb}
 	rec, err := NewReconciler(cfg, dp, links)
 	if err != nil {
 		return err

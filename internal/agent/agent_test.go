@@ -35,7 +35,7 @@ func (f *fakeLinks) GuestInterface(x netip.Addr) (string, int, error) {
 }
 func (f *fakeLinks) AttachGuest(ifname string) error { f.attached[ifname] = true; return nil }
 func (f *fakeLinks) DetachGuest(ifname string) error { delete(f.attached, ifname); return nil }
-func (f *fakeLinks) KeepResolved(as []netip.Addr) {
+func (f *fakeLinks) KeepResolved(_ string, as []netip.Addr) {
 	for _, x := range as {
 		f.resolved[x] = true
 	}

@@ -96,7 +96,9 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 	if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP), Private: netip.MustParseAddr(dptest.GuestAddr), VSID: benchVSID, StatsIdx: 1}); err != nil {
 		return nil, err
 	}
-	_ = g1
+	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
+		return nil, err
+	}
 
 	b, err := dataplane.LoadBench()
 	if err != nil {

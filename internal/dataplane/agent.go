@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -16,6 +17,7 @@ type Agent struct {
 	objs   agentObjects
 	pinDir string
 	links  map[string]link.Link
+	cfgMu  sync.Mutex // the config entry is read, modified and written
 }
 
 var _ AgentMaps = (*Agent)(nil)
@@ -130,6 +132,8 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 	}
 	v.N_edges = uint32(len(c.Edges))
 	var old agentAgentConfig
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
 	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
 		v.NhGen = old.NhGen + 1
 	}
@@ -156,6 +160,8 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 // InvalidateNextHops makes the programs ask the FIB again for every next
 // hop (call it when routes, neighbours or links change).
 func (a *Agent) InvalidateNextHops() error {
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
 	var v agentAgentConfig
 	if err := a.objs.AgentCfg.Lookup(uint32(0), &v); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -14,6 +15,7 @@ type Edge struct {
 	objs   edgeObjects
 	pinDir string
 	links  map[string]link.Link // only when not pinned
+	cfgMu  sync.Mutex           // the config entry is read, modified and written
 }
 
 var _ EdgeMaps = (*Edge)(nil)
@@ -105,6 +107,8 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	}
 	v.GwMac = macTo(c.GatewayMAC)
 	var old edgeEdgeConfig
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
 	if err := e.objs.EdgeCfg.Lookup(uint32(0), &old); err == nil {
 		v.NhGen = old.NhGen + 1 // a new config invalidates cached next hops
 	}
@@ -117,6 +121,8 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 // InvalidateNextHops makes the program ask the FIB again for every next
 // hop (call it when routes, neighbours or links change).
 func (e *Edge) InvalidateNextHops() error {
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
 	var v edgeEdgeConfig
 	if err := e.objs.EdgeCfg.Lookup(uint32(0), &v); err != nil {
 		return err
@@ -262,5 +268,3 @@ func (e *Edge) EIPStats(idx uint32) (Counters, error) { return readEIPStats(e.ob
 
 func (e *Edge) Stats() (map[string]Count, error) { return readStats(e.objs.Stats) }
 
-// RouteCapacity is the size of the route map.
-func (e *Edge) RouteCapacity() uint32 { return e.objs.EipRoutes.MaxEntries() }

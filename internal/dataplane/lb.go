@@ -440,8 +440,6 @@ func (e *Edge) Conns(f func(Conn) bool) error {
 	}
 }
 
-// ConnCapacity is the size of the connection table.
-func (e *Edge) ConnCapacity() uint32 { return e.objs.LbConns.MaxEntries() }
 
 // FillFlow is the client side of the i-th flow FillConns writes: clients
 // from 203.0.113.0/24, ports from 1024.

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"encoding/binary"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -401,7 +400,6 @@ func TestLBDecapAntiSpoofing(t *testing.T) {
 		{name: "reply in another VSID", dev: dptest.UlDev, in: fromHost(hostAddr, 6000<<8), action: xdpDrop,
 			stats: map[string]uint64{"drop_spoof": 1}},
 	})
-	_ = netip.Addr{}
 }
 
 // lbFlowID is the FlowID the edge gives service traffic (edge.c): the

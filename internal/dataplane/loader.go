@@ -199,12 +199,6 @@ func resetEIPStats(m *ebpf.Map, idx uint32) error {
 	return nil
 }
 
-// AttachUnpinned attaches prog to an interface of the current namespace;
-// closing the returned link detaches it.
-func AttachUnpinned(prog *ebpf.Program, ifname string) (link.Link, error) {
-	return attachXDP(prog, ifname, "")
-}
-
 // DetachPinned detaches the program whose link is pinned for ifname.
 func DetachPinned(pinDir, ifname string) error { return detachXDP(ifname, pinDir) }
 
@@ -264,5 +258,3 @@ func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
 	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
 }
 
-// RouteMapPath is the pinned route map of an edge pin directory.
-func RouteMapPath(pinDir string) string { return filepath.Join(pinDir, edgeMapEipRoutes) }

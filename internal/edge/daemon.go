@@ -60,6 +60,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	}
 	defer dp.Close()
 	rec := NewReconciler(cfg, dp)
+	defer rec.Stop()
 	hm := health.NewManager(ctx, &health.EtcdPublisher{Ctx: ctx, Client: st.Client, Edge: cfg.Name}, log)
 	rec.OnTargets = hm.Update
 	arp, err := newARP(dp, arpIfaces, log)
@@ -73,15 +74,18 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	}
 	log.Info("edge data plane attached", "interfaces", cfg.Interfaces, "pins", load.PinDir)
 
-	// Cached next hops must follow the kernel's routes and neighbours.
-	if err := netlab.WatchRouting(ctx, func() {
+	// Cached next hops must follow the kernel's routes and neighbours, and
+	// the hosts' next hops stay resolved whichever way routing goes.
+	nb := netlab.NewResolver(log)
+	defer nb.Stop()
+	if err := netlab.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}
+		nb.Refresh(time.Second)
 	}); err != nil {
 		return err
 	}
-	nb := newNeighbours(log)
 	applied := make(chan struct{}, 1)
 	rec.OnApplied = func(int64) {
 		select {
@@ -95,7 +99,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 			case <-ctx.Done():
 				return
 			case <-applied:
-				nb.ensure(rec.Hosts())
+				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 				arp.announce(rec.VIPs())
 				if err := ensureDiscard(rec.Prefixes()); err != nil {
 					log.Warn("cannot install discard routes for the set's prefixes", "err", err)
@@ -151,55 +155,22 @@ func firstIPv4(ifname string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifname)
 }
 
-// neighbours keeps the next hops of the underlay hosts (and the default
-// gateways) resolved, as managed neighbour entries: bpf_fib_lookup only
-// reads the neighbour table, and with XDP forwarding everything the kernel
-// would otherwise never see a packet that makes it resolve them.
-type neighbours struct {
-	log  *slog.Logger
-	done map[netip.Addr]bool
-}
-
-func newNeighbours(log *slog.Logger) *neighbours {
-	return &neighbours{log: log, done: map[netip.Addr]bool{}}
-}
-
-func (n *neighbours) ensure(hosts []netip.Addr) {
-	h, err := netlink.NewHandle()
+// defaultGateways are the next hops of the default routes: the edge sends
+// most of its traffic there, so they stay resolved as well.
+func defaultGateways() []netip.Addr {
+	rs, err := netlink.RouteList(nil, netlink.FAMILY_V4)
 	if err != nil {
-		n.log.Warn("netlink", "err", err)
-		return
+		return nil
 	}
-	defer h.Close()
-	targets := append([]netip.Addr(nil), hosts...)
-	if rs, err := h.RouteList(nil, netlink.FAMILY_V4); err == nil {
-		for _, r := range rs {
-			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
-				if gw, ok := netip.AddrFromSlice(r.Gw); ok {
-					targets = append(targets, gw.Unmap())
-				}
+	var out []netip.Addr
+	for _, r := range rs {
+		if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
+			if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+				out = append(out, gw.Unmap())
 			}
 		}
 	}
-	for _, t := range targets {
-		if n.done[t] {
-			continue
-		}
-		ifindex, nh, err := netlab.RouteGet(h, t)
-		if err != nil {
-			n.log.Warn("no route to underlay host", "host", t, "err", err)
-			continue
-		}
-		if n.done[nh] {
-			n.done[t] = true
-			continue
-		}
-		if err := netlab.EnsureManagedNeigh(h, ifindex, nh); err != nil {
-			n.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
-			continue
-		}
-		n.done[t], n.done[nh] = true, true
-	}
+	return out
 }
 
 // serveMetrics exposes the node status as Prometheus metrics.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -77,10 +78,15 @@ type Reconciler struct {
 	rev      int64
 	underlay netip.Addr
 	prefixes []netip.Prefix // the edge set's prefixes
-	errs     []string
+	errs     []string // of the last commit
+	lbErrs   []string // services not fully programmed, as of the last service sync
 	lb       *lbState // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
+	lastRev  int64               // the revision the last commit was asked for
+	retry    *time.Timer         // pending retry of a failed commit
+	backoff  time.Duration
+	stopped  bool
 	// OnApplied is called after each successful commit.
 	OnApplied func(rev int64)
 	// OnTargets receives the backends to health-check after each change
@@ -146,37 +152,93 @@ func (r *Reconciler) note(c change) {
 	}
 }
 
-// Commit programs the maps.
+// Commit programs the maps. A failure keeps the data plane's previous
+// state and is retried with backoff (100 ms doubling to 5 s) until a
+// commit succeeds: nothing waits for the next change in the store.
 func (r *Reconciler) Commit(rev int64, resync bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.loading = false
+	r.lastRev = rev
+	if resync {
+		r.full, r.lbDirty = true, true
+	}
+	r.commit()
+}
+
+// commit applies what is pending for r.lastRev. EIP routes and services
+// fail separately: a service that cannot be programmed makes the next try
+// redo the services only.
+func (r *Reconciler) commit() {
 	r.errs = nil
+	ok := true
 	if err := r.applyConfig(); err != nil {
 		r.fail(err)
-		return
-	}
-	var err error
-	if resync || r.full {
-		err = r.sync()
+		r.full = true
+		ok = false
 	} else {
-		err = r.update()
-	}
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	if r.lb != nil && (r.lbDirty || resync) {
-		if err := r.syncLB(); err != nil {
+		var err error
+		if r.full {
+			err = r.sync()
+		} else {
+			err = r.update()
+		}
+		if err != nil {
 			r.fail(err)
-			return
+			r.full = true
+			ok = false
+		} else {
+			clear(r.pending)
+			r.full = false
 		}
 	}
-	clear(r.pending)
-	r.full = false
-	r.rev = rev
+	if r.lb != nil && r.lbDirty {
+		if err := r.syncLB(); err != nil {
+			r.fail(err)
+			r.lbDirty = true
+			ok = false
+		}
+	}
+	if !ok {
+		r.scheduleRetry()
+		return
+	}
+	r.backoff = 0
+	if r.retry != nil {
+		r.retry.Stop()
+		r.retry = nil
+	}
+	r.rev = r.lastRev
 	if r.OnApplied != nil {
-		r.OnApplied(rev)
+		r.OnApplied(r.rev)
+	}
+}
+
+func (r *Reconciler) scheduleRetry() {
+	if r.stopped || r.retry != nil {
+		return
+	}
+	r.backoff = min(max(2*r.backoff, 100*time.Millisecond), 5*time.Second)
+	r.retry = time.AfterFunc(r.backoff, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.retry = nil
+		if r.stopped || r.loading {
+			return // a full load is under way: its commit applies everything
+		}
+		r.log.Info("retrying the failed commit", "revision", r.lastRev)
+		r.commit()
+	})
+}
+
+// Stop cancels pending retries; the data plane keeps its state.
+func (r *Reconciler) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.retry != nil {
+		r.retry.Stop()
+		r.retry = nil
 	}
 }
 
@@ -188,7 +250,7 @@ func (r *Reconciler) syncLB() error {
 		r.lbDirty = true
 		return err
 	}
-	r.errs = append(r.errs, problems...)
+	r.lbErrs = problems
 	for _, p := range problems {
 		r.log.Warn("service not fully programmed", "problem", p)
 	}
@@ -208,7 +270,6 @@ func (r *Reconciler) syncLB() error {
 }
 
 func (r *Reconciler) fail(err error) {
-	r.full = true // the next commit resyncs in full
 	r.errs = append(r.errs, err.Error())
 	r.log.Error("reconcile failed; the data plane keeps its previous state", "err", err)
 }
@@ -424,7 +485,7 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := model.NodeStatus{Role: "edge", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
-		AppliedRevision: r.rev, Interfaces: ifaces, Routes: r.routes, Errors: r.errs}
+		AppliedRevision: r.rev, Interfaces: ifaces, Routes: r.routes, Errors: append(slices.Clip(r.errs), r.lbErrs...)}
 	if c, err := r.maps.Stats(); err == nil {
 		s.Counters = map[string]model.Count{}
 		for k, v := range c {

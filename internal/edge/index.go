@@ -57,7 +57,6 @@ type eipDoc struct {
 type change struct {
 	eip    netip.Addr // one EIP (valid when set)
 	routes bool       // many routes may change (a host)
-	config bool       // the edge sets changed
 	lb     bool       // services, their health or hosts changed
 }
 
@@ -98,7 +97,7 @@ func (x *index) put(kind, key string, value []byte) (change, error) {
 			return change{}, err
 		}
 		x.sets[key] = o.(*model.EdgeSet)
-		return change{config: true}, nil
+		return change{}, nil // applyConfig reads the sets at every commit
 	case model.KindService:
 		o, err := model.Decode(kind, value)
 		if err != nil {
@@ -131,7 +130,7 @@ func (x *index) delete(kind, key string) change {
 		return change{routes: true, lb: len(x.services) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{config: true}
+		return change{}
 	case model.KindService:
 		delete(x.services, key)
 		return change{lb: true}

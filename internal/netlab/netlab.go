@@ -4,13 +4,11 @@
 package netlab
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -261,24 +259,15 @@ func RouteGet(h *netlink.Handle, dst netip.Addr) (ifindex int, nexthop netip.Add
 	return rs[0].LinkIndex, nh, nil
 }
 
-// EnsureManagedNeigh asks the kernel to keep a neighbour entry resolved
+// setManagedNeigh asks the kernel to keep a neighbour entry resolved
 // (NTF_EXT_MANAGED, Linux 5.16+), so XDP's bpf_fib_lookup always finds the
 // next hop's MAC without the kernel ever seeing a packet to it.
-func EnsureManagedNeigh(h *netlink.Handle, ifindex int, ip netip.Addr) error {
+func setManagedNeigh(h *netlink.Handle, ifindex int, ip netip.Addr) error {
 	fam := unix.AF_INET
 	if ip.Is6() {
 		fam = unix.AF_INET6
 	}
-	cur, err := h.NeighList(ifindex, fam)
-	if err == nil {
-		for _, n := range cur {
-			if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip &&
-				(n.FlagsExt&netlink.NTF_EXT_MANAGED != 0 || n.State&netlink.NUD_PERMANENT != 0) {
-				return nil
-			}
-		}
-	}
-	err = h.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: fam, IP: ip.AsSlice(),
+	err := h.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: fam, IP: ip.AsSlice(),
 		Flags: netlink.NTF_USE, FlagsExt: netlink.NTF_EXT_MANAGED, State: netlink.NUD_NONE})
 	if err != nil {
 		return fmt.Errorf("managed neighbour %v on ifindex %d: %w", ip, ifindex, err)
@@ -286,52 +275,3 @@ func EnsureManagedNeigh(h *netlink.Handle, ifindex int, ip netip.Addr) error {
 	return nil
 }
 
-// WatchRouting calls changed (at most every 20ms, after the burst) whenever
-// a route, neighbour or link of the current namespace changes, until ctx
-// ends. It is how the data-plane daemons learn that cached next hops may
-// be stale.
-func WatchRouting(ctx context.Context, changed func()) error {
-	done := make(chan struct{})
-	go func() { <-ctx.Done(); close(done) }()
-	routes := make(chan netlink.RouteUpdate, 256)
-	neighs := make(chan netlink.NeighUpdate, 256)
-	links := make(chan netlink.LinkUpdate, 256)
-	if err := netlink.RouteSubscribe(routes, done); err != nil {
-		return fmt.Errorf("subscribe to routes: %w", err)
-	}
-	if err := netlink.NeighSubscribe(neighs, done); err != nil {
-		return fmt.Errorf("subscribe to neighbours: %w", err)
-	}
-	if err := netlink.LinkSubscribe(links, done); err != nil {
-		return fmt.Errorf("subscribe to links: %w", err)
-	}
-	go func() {
-		var timer <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-routes:
-				if !ok {
-					return
-				}
-			case _, ok := <-neighs:
-				if !ok {
-					return
-				}
-			case _, ok := <-links:
-				if !ok {
-					return
-				}
-			case <-timer:
-				timer = nil
-				changed()
-				continue
-			}
-			if timer == nil {
-				timer = time.After(20 * time.Millisecond)
-			}
-		}
-	}()
-	return nil
-}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -167,23 +166,6 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 	return res, nil
 }
 
-// Time runs prog repeat times on data (BPF_PROG_TEST_RUN Repeat) and
-// returns the kernel's mean time per run.
-func (e *Env) Time(prog *ebpf.Program, dev string, data []byte, repeat uint32) (time.Duration, uint32, error) {
-	idx, err := e.Node.Ifindex(dev)
-	if err != nil {
-		return 0, 0, err
-	}
-	var d time.Duration
-	var ret uint32
-	err = e.Node.Do(func() error {
-		var err error
-		ret, d, err = prog.Benchmark(data, int(repeat), nil)
-		_ = idx
-		return err
-	})
-	return d, ret, err
-}
 
 // MustMAC parses a MAC constant.
 func MustMAC(s string) net.HardwareAddr {

@@ -1,0 +1,232 @@
+package netlab
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Resolver keeps the next hops toward sets of addresses resolved, as
+// managed neighbour entries: bpf_fib_lookup only reads the neighbour
+// table, and with XDP forwarding everything the kernel would otherwise
+// never see a packet that makes it resolve them. Each group (the agent's
+// edges, its guests; the edge's hosts) is a set the caller replaces;
+// Refresh re-checks every group after routing changed (a host reached
+// through another next hop, a neighbour entry flushed).
+type Resolver struct {
+	log    *slog.Logger
+	mu     sync.Mutex
+	groups map[string][]netip.Addr
+	timer  *time.Timer
+}
+
+// NewResolver returns an empty Resolver.
+func NewResolver(log *slog.Logger) *Resolver {
+	return &Resolver{log: log, groups: map[string][]netip.Addr{}}
+}
+
+// Keep makes addrs the group's set and resolves their next hops now.
+func (r *Resolver) Keep(group string, addrs []netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups[group] = slices.Clone(addrs)
+	r.ensure(addrs)
+}
+
+// Refresh re-checks every group within delay (calls in between coalesce).
+func (r *Resolver) Refresh(delay time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		return
+	}
+	r.timer = time.AfterFunc(delay, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.timer = nil
+		var all []netip.Addr
+		for _, g := range r.groups {
+			all = append(all, g...)
+		}
+		r.ensure(all)
+	})
+}
+
+// Stop cancels a pending refresh.
+func (r *Resolver) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// ensure resolves the next hop of every address: one route lookup each
+// and one neighbour listing per interface.
+func (r *Resolver) ensure(addrs []netip.Addr) {
+	if len(addrs) == 0 {
+		return
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		r.log.Warn("netlink", "err", err)
+		return
+	}
+	defer h.Close()
+	kept := map[int]map[netip.Addr]bool{} // ifindex -> next hops managed or permanent
+	for _, a := range addrs {
+		ifindex, nh, err := RouteGet(h, a)
+		if err != nil {
+			r.log.Warn("no route to a next hop to keep resolved", "to", a, "err", err)
+			continue
+		}
+		have, ok := kept[ifindex]
+		if !ok {
+			have = managedNeighs(h, ifindex)
+			kept[ifindex] = have
+		}
+		if have[nh] {
+			continue
+		}
+		if err := setManagedNeigh(h, ifindex, nh); err != nil {
+			r.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
+			continue
+		}
+		have[nh] = true
+	}
+}
+
+func managedNeighs(h *netlink.Handle, ifindex int) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	cur, err := h.NeighList(ifindex, unix.AF_INET)
+	if err != nil {
+		return out
+	}
+	for _, n := range cur {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && (n.FlagsExt&netlink.NTF_EXT_MANAGED != 0 || n.State&netlink.NUD_PERMANENT != 0) {
+			out[a.Unmap()] = true
+		}
+	}
+	return out
+}
+
+// WatchRouting calls changed (at most every 20ms, after the burst) whenever
+// a route, neighbour or link of the current namespace changes, until ctx
+// ends. It is how the data-plane daemons learn that cached next hops may
+// be stale. When the kernel drops the subscription (a full socket buffer:
+// events were lost) it subscribes again and calls changed.
+func WatchRouting(ctx context.Context, log *slog.Logger, changed func()) error {
+	sub, err := subscribeRouting(ctx)
+	if err != nil {
+		return err
+	}
+	go func() {
+		var timer <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				sub.close()
+				return
+			case <-sub.lost:
+				sub.close()
+				log.Warn("routing subscription lost; subscribing again")
+				for {
+					if sub, err = subscribeRouting(ctx); err == nil {
+						break
+					}
+					log.Warn("cannot subscribe to routing changes", "err", err)
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(time.Second):
+					}
+				}
+				changed() // what happened meanwhile is unknown
+				continue
+			case <-sub.event:
+			case <-timer:
+				timer = nil
+				changed()
+				continue
+			}
+			if timer == nil {
+				timer = time.After(20 * time.Millisecond)
+			}
+		}
+	}()
+	return nil
+}
+
+type routingSub struct {
+	done  chan struct{}
+	event chan struct{}
+	lost  chan struct{}
+	once  sync.Once
+}
+
+func (s *routingSub) close() { s.once.Do(func() { close(s.done) }) }
+
+// subscribeRouting merges route, neighbour and link updates into one
+// event channel; lost is closed when any of the three subscriptions ends.
+func subscribeRouting(ctx context.Context) (*routingSub, error) {
+	s := &routingSub{done: make(chan struct{}), event: make(chan struct{}, 1), lost: make(chan struct{})}
+	routes := make(chan netlink.RouteUpdate, 256)
+	neighs := make(chan netlink.NeighUpdate, 256)
+	links := make(chan netlink.LinkUpdate, 256)
+	// A larger receive buffer makes a lost subscription (ENOBUFS during an
+	// event storm) rare; when it happens the channel closes and lost says so.
+	const rcvbuf = 1 << 20
+	if err := netlink.RouteSubscribeWithOptions(routes, s.done, netlink.RouteSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe to routes: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(neighs, s.done, netlink.NeighSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe to neighbours: %w", err)
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, s.done, netlink.LinkSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("subscribe to links: %w", err)
+	}
+	var lostOnce sync.Once
+	pump := func(ok bool) bool {
+		if !ok {
+			lostOnce.Do(func() { close(s.lost) })
+			return false
+		}
+		select {
+		case s.event <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-routes:
+				if !pump(ok) {
+					return
+				}
+			case _, ok := <-neighs:
+				if !pump(ok) {
+					return
+				}
+			case _, ok := <-links:
+				if !pump(ok) {
+					return
+				}
+			}
+		}
+	}()
+	return s, nil
+}
