@@ -267,4 +267,3 @@ func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.Eip
 func (e *Edge) EIPStats(idx uint32) (Counters, error) { return readEIPStats(e.objs.EipStats, idx) }
 
 func (e *Edge) Stats() (map[string]Count, error) { return readStats(e.objs.Stats) }
-

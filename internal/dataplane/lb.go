@@ -440,7 +440,6 @@ func (e *Edge) Conns(f func(Conn) bool) error {
 	}
 }
 
-
 // FillFlow is the client side of the i-th flow FillConns writes: clients
 // from 203.0.113.0/24, ports from 1024.
 func FillFlow(i uint32) (netip.Addr, uint16) {

@@ -257,4 +257,3 @@ func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
 	}
 	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
 }
-

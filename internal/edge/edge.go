@@ -78,9 +78,9 @@ type Reconciler struct {
 	rev      int64
 	underlay netip.Addr
 	prefixes []netip.Prefix // the edge set's prefixes
-	errs     []string // of the last commit
-	lbErrs   []string // services not fully programmed, as of the last service sync
-	lb       *lbState // nil when the data plane has no load balancer
+	errs     []string       // of the last commit
+	lbErrs   []string       // services not fully programmed, as of the last service sync
+	lb       *lbState       // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
 	lastRev  int64               // the revision the last commit was asked for

@@ -274,4 +274,3 @@ func setManagedNeigh(h *netlink.Handle, ifindex int, ip netip.Addr) error {
 	}
 	return nil
 }
-

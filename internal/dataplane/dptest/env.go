@@ -166,7 +166,6 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 	return res, nil
 }
 
-
 // MustMAC parses a MAC constant.
 func MustMAC(s string) net.HardwareAddr {
 	m, err := net.ParseMAC(s)
