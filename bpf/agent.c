@@ -145,7 +145,7 @@ static __always_inline struct svc_entry *svc_lookup(void *data, void *data_end, 
 		__be32 qs, qd;
 		__be16 qsp, qdp;
 		__u8 qp;
-		if (icmp_quoted_flow(ih, data_end, &qs, &qd, &qsp, &qdp, &qp) || qs != in->daddr)
+		if (icmp_quoted_flow(ih, data_end, in->ip_len - (in->l4_off - in->l3_off), &qs, &qd, &qsp, &qdp, &qp) || qs != in->daddr)
 			return NULL;
 		k->proto = qp;
 		*vport = qsp;

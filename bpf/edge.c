@@ -156,14 +156,20 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
  * first resolves the next hop before the packet changes, so an ICMP error
  * about it quotes what the sender sent: it returns ROUTE_ON (fib holds the
  * next hop), ROUTE_KERNEL (no neighbour yet: the kernel will forward it
- * and resolve one) or the XDP action already decided. */
+ * and resolve one), ROUTE_LOCAL or the XDP action already decided (TTL
+ * expired, too big, no route). */
 #define ROUTE_ON (-1)
 #define ROUTE_KERNEL (-2)
+#define ROUTE_LOCAL (-3) /* dst is an address of this node: not forwarded */
 
 static __always_inline int route_prepare(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 					 struct bpf_fib_lookup *fib, __be32 dst, __u64 len)
 {
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos);
+	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)
+		return ROUTE_LOCAL;
+	if (p->ttl <= 1)
+		return ttl_expired(ctx, p, cfg, len);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fib->mtu_result, len);
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -183,15 +189,21 @@ static __always_inline int route_finish(struct xdp_md *ctx, struct pkt *p, struc
 		stat_add(STAT_LB_NAT_PASS, len);
 		return XDP_PASS;
 	}
+	/* VLAN tags of the ingress link mean nothing on the egress one: the
+	 * frame leaves untagged, as the tunnel paths' frames do. */
+	__u32 tags = OFF(p->l3_off) - sizeof(struct ethhdr);
+	if (tags && bpf_xdp_adjust_head(ctx, (int)tags))
+		return count_drop(STAT_DROP_HEADROOM, len);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct iphdr *iph = data + OFF(p->l3_off);
-	if ((void *)(eth + 1) > data_end || (void *)(iph + 1) > data_end)
+	struct iphdr *iph = (void *)(eth + 1);
+	if ((void *)(iph + 1) > data_end)
 		return count_drop(STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	eth->h_proto = bpf_htons(ETH_P_IP_);
 	stat_add(stat, len);
 	return xmit(ctx, fib->ifindex);
 }
@@ -222,7 +234,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		__be32 qs, qd;
 		__be16 qsp, qdp;
 		__u8 qp;
-		if (icmp_quoted_flow(ih, data_end, &qs, &qd, &qsp, &qdp, &qp) || qs != p->daddr)
+		if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp) || qs != p->daddr)
 			return count_drop(STAT_DROP_LB_NO_PORT, len);
 		f.client = qd;
 		f.proto = qp;
@@ -264,9 +276,9 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	}
 
 	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
-	if (p->ttl <= 1)
-		return ttl_expired(ctx, p, cfg, len);
 	int how = route_prepare(ctx, p, cfg, fib, baddr, len);
+	if (how == ROUTE_LOCAL)
+		return count_drop(STAT_DROP_FIB, len); /* a backend address of our own */
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
 	if (nat4(data, data_end, p, 1, baddr))
@@ -301,9 +313,13 @@ static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const
 		return count_drop(STAT_DROP_SPOOF, len);
 	if (ipv4_martian_dst(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
-	if (p->ttl <= 1)
-		return ttl_expired(ctx, p, cfg, len);
 	int how = route_prepare(ctx, p, cfg, fib, p->daddr, len);
+	if (how == ROUTE_LOCAL) {
+		/* To the edge itself (a health check's answer): not a reply
+		 * to translate. */
+		stat_add(STAT_PASS_NOT_OURS, len);
+		return XDP_PASS;
+	}
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
 	if (nat4(data, data_end, p, 0, vip))
@@ -346,7 +362,7 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 		be = bpf_map_lookup_elem(&lb_backends, &i);
 		e = NULL;
 	}
-	if (!be || be->addr != host || be->vsid != vsid)
+	if (!be || be->mode != LB_MODE_ENCAP || be->addr != host || be->vsid != vsid)
 		return 0;
 	/* Only a genuine reply may move the connection's state. */
 	if (e && (in->tcp_flags & (TCP_FIN_ | TCP_RST_)))

@@ -146,9 +146,10 @@ static __always_inline int nat_icmp_quote_port(void *l4, void *data_end, int whi
 }
 
 /* The flow an ICMP error at l4 is about, as (src, dst, sport, dport) of the
- * quoted packet. Returns 0, or -1 when the quote is too short. */
-static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __be32 *src, __be32 *dst, __be16 *sport,
-					    __be16 *dport, __u8 *proto)
+ * quoted packet; room is the length of the IPv4 packet from l4 on. Returns
+ * 0, or -1 when the quote is too short. */
+static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __u32 room, __be32 *src, __be32 *dst,
+					    __be16 *sport, __be16 *dport, __u8 *proto)
 {
 	struct icmphdr_ *ih = l4;
 	struct iphdr *q = (void *)(ih + 1);
@@ -156,6 +157,10 @@ static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __be32 *sr
 		return -1;
 	__u32 qhl = q->ihl * 4;
 	if (qhl < 20 || qhl > 60)
+		return -1;
+	/* The quote must hold the ports within the packet: what follows the
+	 * IPv4 packet in the frame (Ethernet padding) is not part of it. */
+	if (sizeof(*ih) + qhl + 4 > room)
 		return -1;
 	__be16 *pp = (void *)q + qhl;
 	if ((void *)(pp + 2) > data_end)

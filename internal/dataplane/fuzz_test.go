@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
@@ -340,7 +341,8 @@ type fuzzEdgeBed struct {
 	lb     *lbModel             // the services, as loaded
 	seed   uint32
 	run    func(dev string, data []byte) (dptest.Result, error)
-	last   map[string]Count // counters after the previous input
+	last   map[string]Count    // counters after the previous input
+	local  map[netip.Addr]bool // addresses the bed's kernel does not forward (asked once each)
 }
 
 // Services of the fuzz bed beyond newLBBed's (withServices).
@@ -1292,10 +1294,36 @@ func (fb *fuzzEdgeBed) checkNotOurs(in []byte) error {
 	if _, ok := fb.routes[orig.dst()]; ok || fb.lb.vips[orig.dst()] {
 		return fmt.Errorf("pass_not_ours for a packet to %v, an EIP or a VIP", orig.dst())
 	}
-	if r, err := fb.natReplyOf(orig); err == nil {
+	if r, err := fb.natReplyOf(orig); err == nil && !fb.notForwarded(orig.dst()) {
 		return fmt.Errorf("pass_not_ours for a reply of a nat backend (to be translated to %v)", r)
 	}
 	return nil
+}
+
+// notForwarded tells whether the bed's kernel delivers packets to a
+// locally (an address of its own, a subnet broadcast): a nat backend's
+// packet there (a health check's answer) is no reply to translate.
+func (fb *fuzzEdgeBed) notForwarded(a netip.Addr) bool {
+	if v, ok := fb.local[a]; ok {
+		return v
+	}
+	var local bool
+	err := fb.env.Node.Do(func() error {
+		rs, err := netlink.RouteGet(a.AsSlice())
+		if err != nil {
+			return err
+		}
+		local = len(rs) > 0 && (rs[0].Type == unix.RTN_LOCAL || rs[0].Type == unix.RTN_BROADCAST)
+		return nil
+	})
+	if err != nil {
+		local = false
+	}
+	if fb.local == nil {
+		fb.local = map[netip.Addr]bool{}
+	}
+	fb.local[a] = local
+	return local
 }
 
 // forwardedFrame checks a frame the edge routes itself (nat mode, both

@@ -155,7 +155,18 @@ func TestLBFixtures(t *testing.T) {
 			Operation: layers.ARPRequest, SourceHwAddress: mac(dptest.RtrMAC), SourceProtAddress: ip4(client),
 			DstHwAddress: make([]byte, 6), DstProtAddress: ip4("198.51.100.99")})
 
+	vlanSyn := ser(t,
+		&layers.Ethernet{SrcMAC: mac(dptest.RtrMAC), DstMAC: mac(dptest.ExtMAC), EthernetType: layers.EthernetTypeDot1Q},
+		&layers.Dot1Q{VLANIdentifier: 42, Type: layers.EthernetTypeIPv4},
+		&layersPayload{syn80.ip(t)})
+	// A backend's answer to the edge's own address (a health check's).
+	toEdge := flow{src: beA, dst: dptest.UlAddr, proto: layers.IPProtocolTCP, sport: 8080, dport: 41000, ttl: 64}
+
 	fixtures := []fixture{
+		{name: "a VLAN-tagged request leaves untagged", dev: dptest.ExtDev, in: vlanSyn, action: xdpRedirect,
+			out: natOut(t, syn80, beA, 8080, dptest.UlMAC, dptest.FabMAC), check: checksumsOK, stats: map[string]uint64{"lb_nat_tx": 1}},
+		{name: "a backend's packet to the edge itself is not a reply", dev: dptest.UlDev, in: fromUl(toEdge), action: xdpPass,
+			stats: map[string]uint64{"pass_not_ours": 1}},
 		{name: "port 80 goes to pool A with DNAT to 8080", dev: dptest.ExtDev, in: fromInet(syn80), action: xdpRedirect,
 			out: natOut(t, syn80, beA, 8080, dptest.UlMAC, dptest.FabMAC), check: checksumsOK, stats: map[string]uint64{"lb_nat_tx": 1}},
 		{name: "another port goes to the any-port pool, port kept", dev: dptest.ExtDev, in: fromInet(syn8000), action: xdpRedirect,
