@@ -47,7 +47,11 @@ func services(t *testing.T, ctx context.Context, c *client.Client) {
 	}
 	nat := &model.Service{Name: "dmz", VIP: netip.MustParseAddr(vipDMZ), Mode: model.ModeNAT,
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
-		Pools:     []model.Pool{{Name: "web", Backends: dmz}}}
+		// Health-checked: the checks' answers come back to the edges
+		// from the backends' service port and must not be taken for
+		// replies to translate.
+		Pools: []model.Pool{{Name: "web", Backends: dmz,
+			Health: &model.HealthCheck{Type: "http", Path: "/", Interval: model.Duration(300 * time.Millisecond), Timeout: model.Duration(200 * time.Millisecond), Rise: 1, Fall: 2}}}}
 	for _, s := range []*model.Service{web, nat} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			t.Fatal(err)
@@ -110,6 +114,29 @@ func TestServices(t *testing.T) {
 		}
 		if len(got) < 2 {
 			t.Errorf("60 new connections reached %d DMZ servers", len(got))
+		}
+		// Every edge's checks see every DMZ server up.
+		var last string
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			st, err := c.ServiceStatus(ctx, "dmz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := st.Health == nil && len(st.Pools) == 1 && len(st.Pools[0].Backends) == lab.DMZServers
+			last = fmt.Sprintf("health %v", st.Health)
+			for _, b := range st.Pools[0].Backends {
+				ok = ok && b.DownVotes == 0 && b.UpVotes == len(st.Pools[0].Tables) && b.UpVotes > 0
+				last += fmt.Sprintf("; %s up %d down %d of %d edges", b.Key, b.UpVotes, b.DownVotes, len(st.Pools[0].Tables))
+			}
+			if ok {
+				t.Logf("health-checked nat backends: %s", last)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nat backends not all seen up by every edge within 15 s: %s", last)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 
