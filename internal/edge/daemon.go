@@ -61,7 +61,9 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	defer dp.Close()
 	rec := NewReconciler(cfg, dp)
 	defer rec.Stop()
-	hm := health.NewManager(ctx, &health.EtcdPublisher{Ctx: ctx, Client: st.Client, Edge: cfg.Name}, log)
+	pub := &health.EtcdPublisher{Ctx: ctx, Client: st.Client, Edge: cfg.Name, Log: log}
+	defer pub.Close() // revokes the reports' lease while st is still open
+	hm := health.NewManager(ctx, pub, log)
 	rec.OnTargets = hm.Update
 	arp, err := newARP(dp, arpIfaces, log)
 	if err != nil {

@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -33,9 +31,13 @@ type Target struct {
 
 func (t Target) id() string { return t.Service + "/" + t.Pool + "/" + t.Backend }
 
-// Publisher stores a verdict (nil: the store).
+// Publisher stores verdicts (EtcdPublisher: in the store).
 type Publisher interface {
+	// Publish makes r t's current verdict. It fails if ctx has ended.
 	Publish(ctx context.Context, t Target, r model.HealthReport) error
+	// Remove deletes t's verdict: t is no longer checked. It must not
+	// block (the Manager calls it holding its lock).
+	Remove(t Target)
 }
 
 // Manager keeps one checker per target.
@@ -52,23 +54,36 @@ type checker struct {
 	cancel context.CancelFunc
 }
 
-// NewManager returns a manager publishing through pub until ctx ends.
+// NewManager returns a manager publishing through pub until ctx ends;
+// then it stops its checkers and removes their verdicts.
 func NewManager(ctx context.Context, pub Publisher, log *slog.Logger) *Manager {
-	return &Manager{pub: pub, log: log, ctx: ctx, runs: map[string]*checker{}}
+	m := &Manager{pub: pub, log: log, ctx: ctx, runs: map[string]*checker{}}
+	context.AfterFunc(ctx, func() { m.Update(nil) })
+	return m
 }
 
-// Update starts checkers for new or changed targets and stops the others.
+// Update starts checkers for new or changed targets and stops the others,
+// removing the verdicts of the targets that are gone. A changed target
+// keeps its verdict until its new checker reaches one. After the
+// manager's ctx has ended it only stops and removes.
 func (m *Manager) Update(targets []Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	want := map[string]Target{}
-	for _, t := range targets {
-		want[t.id()] = t
+	if m.ctx.Err() == nil {
+		for _, t := range targets {
+			want[t.id()] = t
+		}
 	}
 	for id, c := range m.runs {
-		if t, ok := want[id]; !ok || !same(t, c.t) {
-			c.cancel()
-			delete(m.runs, id)
+		t, ok := want[id]
+		if ok && same(t, c.t) {
+			continue
+		}
+		c.cancel() // before Remove: a Publish of the stopped checker then fails
+		delete(m.runs, id)
+		if !ok {
+			m.pub.Remove(c.t)
 		}
 	}
 	for id, t := range want {
@@ -136,7 +151,11 @@ func (m *Manager) run(ctx context.Context, t Target) {
 				detail = err.Error()
 			}
 			r := model.HealthReport{Up: *up, Since: time.Now().UTC(), Detail: detail}
-			if perr := m.pub.Publish(ctx, t, r); perr != nil && ctx.Err() == nil {
+			perr := m.pub.Publish(ctx, t, r)
+			if ctx.Err() != nil {
+				return // stopped: the verdict is removed, not published
+			}
+			if perr != nil {
 				m.log.Warn("health report not published", "backend", t.id(), "err", perr)
 				up = nil // try again next time
 			} else {
@@ -226,66 +245,4 @@ func trim(b []byte) string {
 		b = b[:200]
 	}
 	return string(b)
-}
-
-// EtcdPublisher writes reports with one lease for the edge, kept alive
-// while the edge runs: the reports of a vanished edge expire.
-type EtcdPublisher struct {
-	Ctx    context.Context // the lease lives until it ends
-	Client *clientv3.Client
-	Edge   string
-	TTL    time.Duration
-
-	mu    sync.Mutex
-	lease clientv3.LeaseID
-}
-
-func (p *EtcdPublisher) leaseID(ctx context.Context) (clientv3.LeaseID, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.lease != 0 {
-		return p.lease, nil
-	}
-	ttl := p.TTL
-	if ttl == 0 {
-		ttl = model.DefaultHealthReportTTL
-	}
-	g, err := p.Client.Grant(ctx, int64(ttl/time.Second))
-	if err != nil {
-		return 0, err
-	}
-	ka, err := p.Client.KeepAlive(p.Ctx, g.ID)
-	if err != nil {
-		return 0, err
-	}
-	go func() {
-		for range ka {
-		}
-		p.mu.Lock()
-		if p.lease == g.ID {
-			p.lease = 0 // expired or lost: the next report takes a new one
-		}
-		p.mu.Unlock()
-	}()
-	p.lease = g.ID
-	return g.ID, nil
-}
-
-// Publish writes one report.
-func (p *EtcdPublisher) Publish(ctx context.Context, t Target, r model.HealthReport) error {
-	id, err := p.leaseID(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = p.Client.Put(ctx, model.HealthReportKey(p.Edge, t.Service, t.Pool, t.Backend), string(b), clientv3.WithLease(id))
-	if err != nil {
-		p.mu.Lock()
-		p.lease = 0
-		p.mu.Unlock()
-	}
-	return err
 }

@@ -86,8 +86,21 @@ func TestProbes(t *testing.T) {
 }
 
 type memPub struct {
-	mu  sync.Mutex
-	got []model.HealthReport
+	mu      sync.Mutex
+	got     []model.HealthReport
+	removed []string // Target.id()s
+}
+
+func (m *memPub) Remove(t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.removed = append(m.removed, t.id())
+}
+
+func (m *memPub) removals() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.removed...)
 }
 
 func (m *memPub) Publish(_ context.Context, _ Target, r model.HealthReport) error {
@@ -153,5 +166,35 @@ func waitFor(t *testing.T, f func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestManagerRemoves: a target Update drops has its verdict removed; a
+// changed one does not (its new checker replaces it); when the manager's
+// context ends every target's verdict is removed.
+func TestManagerRemoves(t *testing.T) {
+	pub := &memPub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := NewManager(ctx, pub, slog.New(slog.DiscardHandler))
+	mk := func(b string) Target {
+		return Target{Service: "s", Pool: "p", Backend: b, Addr: addrOf(t, "127.0.0.1:1"),
+			Check: model.HealthCheck{Type: "tcp", Interval: model.Duration(time.Hour)}}
+	}
+	a, b, c := mk("a"), mk("b"), mk("c")
+	m.Update([]Target{a, b, c})
+	m.Update([]Target{a, c})
+	if got := pub.removals(); len(got) != 1 || got[0] != b.id() {
+		t.Fatalf("removed %v, want b", got)
+	}
+	c.Check.Rise = 3
+	m.Update([]Target{a, c})
+	if got := pub.removals(); len(got) != 1 {
+		t.Fatalf("removed %v: a changed target keeps its verdict", got)
+	}
+	cancel()
+	waitFor(t, func() bool { return len(pub.removals()) == 3 })
+	if m.Targets() != 0 {
+		t.Fatal("checkers left after the manager stopped")
 	}
 }
