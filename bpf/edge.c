@@ -311,7 +311,7 @@ static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
 		return count_drop(STAT_DROP_SPOOF, len);
-	if (ipv4_martian_dst(p->daddr))
+	if (ipv4_martian(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
 	int how = route_prepare(ctx, p, cfg, fib, p->daddr, len);
 	if (how == ROUTE_LOCAL) {
@@ -387,7 +387,7 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
 		return count_drop(rc, len);
-	if (ipv4_martian_dst(in.daddr))
+	if (ipv4_martian(in.daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
 
 	struct eip_key k;

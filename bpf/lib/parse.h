@@ -80,19 +80,12 @@ static __always_inline int parse_eth(void *data, void *data_end, struct pkt *p)
 	return 0;
 }
 
-/* Source addresses a router must never forward (RFC 1812 5.3.7):
- * 0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/4 and above (multicast, class E, broadcast). */
-static __always_inline int ipv4_martian_src(__be32 saddr)
+/* Addresses a router must never forward from or to (RFC 1812 5.3.7):
+ * 0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/4 and above (multicast, which the
+ * edge does not route, class E and the limited broadcast). */
+static __always_inline int ipv4_martian(__be32 a)
 {
-	__u8 first = bpf_ntohl(saddr) >> 24;
-	return first == 0 || first == 127 || first >= 224;
-}
-
-/* Destinations a router must never forward (RFC 1812 5.3.7): 0/8, 127/8,
- * multicast, class E and the limited broadcast. */
-static __always_inline int ipv4_martian_dst(__be32 daddr)
-{
-	__u8 first = bpf_ntohl(daddr) >> 24;
+	__u8 first = bpf_ntohl(a) >> 24;
 	return first == 0 || first == 127 || first >= 224;
 }
 
@@ -116,7 +109,7 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)
 		return STAT_DROP_IP_TRUNC;
 	if (!ipv4_csum_ok(iph, hlen, data_end))
 		return STAT_DROP_IP_CSUM;
-	if (ipv4_martian_src(iph->saddr))
+	if (ipv4_martian(iph->saddr))
 		return STAT_DROP_IP_MARTIAN;
 
 	__u16 fo = bpf_ntohs(iph->frag_off);

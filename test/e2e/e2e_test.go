@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,8 +228,11 @@ func pathMTU(l *lab.Lab, dst string) (int, error) {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
 			return err
 		}
-		sa := &unix.SockaddrInet4{Port: 9}
-		copy(sa.Addr[:], []byte{198, 51, 100, 7})
+		a, err := netip.ParseAddr(dst)
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("path MTU to %q: not an IPv4 address", dst)
+		}
+		sa := &unix.SockaddrInet4{Port: 9, Addr: a.As4()}
 		if err := unix.Connect(fd, sa); err != nil {
 			return err
 		}

@@ -184,15 +184,20 @@ func TestServices(t *testing.T) {
 			cn.c.Close()
 		}
 
-		// A planned change: a seventh backend joins. No established
-		// connection breaks (they keep their backend through the
-		// connection table); new ones reach it.
 		survivors := conns[:0]
 		for _, cn := range conns {
 			if cn.backend != victim {
 				survivors = append(survivors, cn)
 			}
 		}
+		// The table without the failed backend moved no healthy flow.
+		if alive, dead := probe(survivors); alive != len(survivors) {
+			t.Fatalf("after the table dropped %s: %d of %d survivors alive, broken %v", victim, alive, len(survivors), dead)
+		}
+
+		// A planned change: a seventh backend joins. No established
+		// connection breaks (they keep their backend through the
+		// connection table); new ones reach it.
 		before := tableChecksum(t, ctx, c, "web", "echo")
 		if _, err := c.AddBackend(ctx, "web", "echo", model.Backend{Host: "az1-h1", Guest: "g2"}); err != nil {
 			t.Fatal(err)
