@@ -6,6 +6,7 @@
 package dptest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -138,16 +139,29 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 	}
 	var res Result
 	err = e.Node.Do(func() error {
-		// Always the same CPU: per-CPU state (counters, the ICMP token
-		// bucket, the next-hop cache) then carries from run to run.
+		// Always the same CPU (the first one this process may use):
+		// per-CPU state (counters, the ICMP token bucket, the next-hop
+		// cache) then carries from run to run, which the fixtures rely on.
 		var old unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err == nil {
-			var one unix.CPUSet
-			one.Set(0)
-			if unix.SchedSetaffinity(0, &one) == nil {
-				defer unix.SchedSetaffinity(0, &old)
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return fmt.Errorf("CPU affinity: %w", err)
+		}
+		first := -1
+		for c := 0; c < 1024; c++ {
+			if old.IsSet(c) {
+				first = c
+				break
 			}
 		}
+		if first < 0 {
+			return errors.New("CPU affinity: no CPU allowed")
+		}
+		var one unix.CPUSet
+		one.Set(first)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return fmt.Errorf("pin to CPU %d: %w", first, err)
+		}
+		defer unix.SchedSetaffinity(0, &old)
 		opts := &ebpf.RunOptions{
 			Data:    data,
 			DataOut: make([]byte, len(data)+512),
