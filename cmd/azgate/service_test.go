@@ -20,7 +20,7 @@ func TestServiceCLI(t *testing.T) {
 	must(t, s, "apply", "-f", "testdata/region.yaml")
 
 	out := must(t, s, "service", "create", "web", "--vip", "198.51.100.20", "--mode", "encap",
-		"--listener", "tcp:80=web", "--listener", "tcp:8000-8100=web", "--listener", "udp:any=dns",
+		"--listener", "tcp:80=web", "--listener", "tcp:8000-8100=dns", "--listener", "udp:any=dns",
 		"--backend", "web=az1-h1/g1:8080", "--backend", "web=az2-h1/g1:8080@2", "--backend", "dns=az1-h1/g2",
 		"--health", "web=http:/healthz,interval=1s,fall=2")
 	if !strings.Contains(out, "service web created (revision") {
@@ -42,7 +42,7 @@ func TestServiceCLI(t *testing.T) {
 		}
 	}
 	out = must(t, s, "service", "list")
-	if !strings.Contains(out, "tcp:80=web,tcp:8000-8100=web,udp:any=dns") || !strings.Contains(out, "encap") {
+	if !strings.Contains(out, "tcp:80=web,tcp:8000-8100=dns,udp:any=dns") || !strings.Contains(out, "encap") {
 		t.Errorf("list:\n%s", out)
 	}
 
@@ -156,16 +156,16 @@ func TestServiceCLI(t *testing.T) {
 		failed := built.Fail(map[string]bool{down: true})
 		moved := 0
 		for sport := uint16(40000); sport < 40040; sport++ {
-			tuple := flowhash.Tuple{Src: netip.MustParseAddr("203.0.113.10"), Dst: netip.MustParseAddr("198.51.100.20"), SrcPort: sport, DstPort: 8050, Proto: 6}
+			tuple := flowhash.Tuple{Src: netip.MustParseAddr("203.0.113.10"), Dst: netip.MustParseAddr("198.51.100.20"), SrcPort: sport, DstPort: 80, Proto: 6}
 			hash := flowhash.Hash4(tuple, edge.DefaultHashSeed)
 			want, _ := failed.Lookup(hash)
 			first, _ := built.Lookup(hash)
 			var res lookupResult
-			flow := fmt.Sprintf("tcp:203.0.113.10:%d-198.51.100.20:8050", sport)
+			flow := fmt.Sprintf("tcp:203.0.113.10:%d-198.51.100.20:80", sport)
 			if err := json.Unmarshal([]byte(must(t, s, "service", "lookup", "web", "--flow", flow, "--json")), &res); err != nil {
 				t.Fatal(err)
 			}
-			if res.Backend != want.Key || res.Hash != hash || res.Slot != uint64(hash)%m || res.Listener != "tcp:8000-8100" || res.Target != "guest az1-h1/g1 port 8080 (NVGRE to its host)" {
+			if res.Backend != want.Key || res.Hash != hash || res.Slot != uint64(hash)%m || res.Listener != "tcp:80" || res.Target != "guest az1-h1/g1 port 8080 (NVGRE to its host)" {
 				t.Errorf("%s: %+v, want %s", flow, res, want.Key)
 			}
 			if first.Key == down {

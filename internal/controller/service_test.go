@@ -20,7 +20,7 @@ import (
 // webJSON is a service on testdata/region.yaml's hosts, as a user writes
 // it (no defaults).
 const webJSON = `{"name": "web", "vip": "198.51.100.20", "mode": "encap",
- "listeners": [{"protocol": "tcp", "port": 80, "pool": "web"}, {"protocol": "tcp", "port": 8000, "portEnd": 8100, "pool": "web"}],
+ "listeners": [{"protocol": "tcp", "port": 80, "pool": "web"}],
  "pools": [{"name": "web", "backends": [{"host": "az1-h1", "guest": "g1", "port": 8080}, {"host": "az2-h1", "guest": "g1", "port": 8080}],
             "health": {"type": "http", "path": "/healthz"}}]}`
 

@@ -485,7 +485,36 @@ func (s *Service) validate() Errors {
 	if entries > MaxServicePorts {
 		es.add("listeners", "the listeners expand to %d data-plane entries (one per port of a range); a service may have at most %d", entries, MaxServicePorts)
 	}
+	s.validateFixedPorts(&es)
+	s.validateReplies(&es)
 	return es
+}
+
+// validateFixedPorts refuses a backend with a fixed port behind a listener
+// of several ports (a range or any port), in either mode: its replies are
+// translated back by its (address or guest, port) to one (VIP, port), so
+// the VIP ports folded onto its one port could not be told apart. Port 0
+// (keep the client's port) is what such listeners need.
+func (s *Service) validateFixedPorts(es *Errors) {
+	reported := map[[2]int]bool{}
+	for i, l := range s.Listeners {
+		if !l.wellFormed() || !l.several() {
+			continue
+		}
+		p, pi := s.Pool(l.Pool)
+		if p == nil {
+			continue
+		}
+		for j, b := range p.Backends {
+			if b.Port == 0 || reported[[2]int{pi, j}] {
+				continue
+			}
+			reported[[2]int{pi, j}] = true
+			es.add(fmt.Sprintf("pools[%d].backends[%d].port", pi, j),
+				"backend %s of pool %s has a fixed port, but listeners[%d] (%s) sends it several ports: its replies from port %d could not be translated back to the right VIP port (omit the port to keep the client's, or serve %s from a pool without fixed ports)",
+				b.Key(), p.Name, i, l, b.Port, l)
+		}
+	}
 }
 
 func (s *Service) validateBackends(es *Errors, f string, p *Pool) {

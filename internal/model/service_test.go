@@ -14,20 +14,22 @@ import (
 
 func w(n uint32) *uint32 { return &n }
 
-// webService is a valid encap service on region's hosts: tcp:80 and a
-// range to "web", udp any port to "dns".
+// webService is a valid encap service on region's hosts: tcp:80 to
+// "web" (one backend with a fixed port), udp any port to "dns", a tcp
+// range to "bulk" (no fixed ports: see validateFixedPorts).
 func webService() *Service {
 	return &Service{
 		Name: "web", VIP: addr("198.51.100.20"), Mode: ModeEncap,
 		Listeners: []Listener{
 			{Protocol: "tcp", Port: 80, Pool: "web"},
-			{Protocol: "tcp", Port: 8000, PortEnd: 8100, Pool: "web"},
+			{Protocol: "tcp", Port: 8000, PortEnd: 8100, Pool: "bulk"},
 			{Protocol: "udp", Pool: "dns"},
 		},
 		Pools: []Pool{
 			{Name: "web", Backends: []Backend{{Host: "h1", Guest: "g1", Port: 8080}, {Host: "h2", Guest: "g1", Weight: w(3)}},
 				Health: &HealthCheck{Type: "http", Path: "/healthz"}},
 			{Name: "dns", Backends: []Backend{{Host: "h1", Guest: "g2"}}},
+			{Name: "bulk", Backends: []Backend{{Host: "h1", Guest: "g2"}}},
 		},
 	}
 }
@@ -84,25 +86,25 @@ func TestValidateService(t *testing.T) {
 		},
 			[]string{"listeners[3]~overlaps listeners[0]"}},
 		{"overlap after a long range", func(s *Service) {
-			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 1000, Pool: "web"}, {Protocol: "tcp", Port: 500, Pool: "web"}, {Protocol: "tcp", Port: 900, Pool: "web"}}
+			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 1000, Pool: "bulk"}, {Protocol: "tcp", Port: 500, Pool: "bulk"}, {Protocol: "tcp", Port: 900, Pool: "bulk"}}
 		}, []string{"listeners[1]~overlaps listeners[0]", "listeners[2]~overlaps listeners[0]"}},
 		{"adjacent ranges", func(s *Service) {
 			s.Listeners = append(s.Listeners, Listener{Protocol: "tcp", Port: 8101, PortEnd: 8200, Pool: "dns"})
 		}, nil},
 		{"same port, other protocol", func(s *Service) { s.Listeners = append(s.Listeners, Listener{Protocol: "udp", Port: 80, Pool: "dns"}) }, nil},
 		{"any port with specific ones", func(s *Service) { s.Listeners = append(s.Listeners, Listener{Protocol: "tcp", Pool: "dns"}) }, nil},
-		{"two any-port listeners", func(s *Service) { s.Listeners = append(s.Listeners, Listener{Protocol: "udp", Pool: "web"}) },
+		{"two any-port listeners", func(s *Service) { s.Listeners = append(s.Listeners, Listener{Protocol: "udp", Pool: "bulk"}) },
 			[]string{"listeners[3]~udp:any overlaps listeners[2] (udp:any)"}},
 		{"every port", func(s *Service) {
-			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "web"}, {Protocol: "tcp", Pool: "web"}}
+			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "bulk"}, {Protocol: "tcp", Pool: "bulk"}}
 		}, nil},
 		{"too many expanded ports", func(s *Service) {
-			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "web"}, {Protocol: "udp", Port: 1, PortEnd: 2, Pool: "web"}}
+			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "bulk"}, {Protocol: "udp", Port: 1, PortEnd: 2, Pool: "bulk"}}
 		}, []string{"listeners~expand to 65537 data-plane entries"}},
 		{"too many listeners", func(s *Service) {
 			s.Listeners = nil
 			for p := 1; p <= MaxListeners+1; p++ {
-				s.Listeners = append(s.Listeners, Listener{Protocol: "tcp", Port: uint16(p), Pool: "web"})
+				s.Listeners = append(s.Listeners, Listener{Protocol: "tcp", Port: uint16(p), Pool: "bulk"})
 			}
 		}, []string{"listeners~1025 listeners"}},
 		// Pools and backends.
@@ -121,11 +123,11 @@ func TestValidateService(t *testing.T) {
 		{"weight too large", func(s *Service) { s.Pools[0].Backends[0].Weight = w(MaxWeight + 1) }, []string{"pools[0].backends[0].weight~above the maximum 1000000"}},
 		{"weight 0 (drained)", func(s *Service) { s.Pools[0].Backends[0].Weight = w(0) }, nil},
 		{"too many backends", func(s *Service) {
-			s.Pools[1].Backends = nil
+			s.Pools[0].Backends = nil
 			for i := range MaxPoolBackends + 1 {
-				s.Pools[1].Backends = append(s.Pools[1].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(i + 1)})
+				s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(i + 1)})
 			}
-		}, []string{"pools[1].backends~41944 backends: a pool may have at most 41943"}},
+		}, []string{"pools[0].backends~41944 backends: a pool may have at most 41943"}},
 		// Health checks.
 		{"bad check type", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "icmp"} }, []string{`pools[0].health.type~"icmp": want tcp`}},
 		{"no check type", func(s *Service) { s.Pools[0].Health = &HealthCheck{} }, []string{"pools[0].health.type~required"}},
@@ -185,6 +187,110 @@ func TestValidateNATService(t *testing.T) {
 	}
 }
 
+// lst and pool build services compactly in the reply tests: lst("tcp:80=a"),
+// lst("tcp:8000-8100=a"), lst("udp:any=a"); nat backends "198.19.11.1:8443"
+// or "198.19.11.1", encap backends "h1/g1:8080" or "h1/g1".
+func lst(specs ...string) []Listener {
+	var out []Listener
+	for _, sp := range specs {
+		proto, rest, _ := strings.Cut(sp, ":")
+		ports, pool, _ := strings.Cut(rest, "=")
+		l := Listener{Protocol: proto, Pool: pool}
+		if ports != "any" {
+			lo, hi, _ := strings.Cut(ports, "-")
+			fmt.Sscan(lo, &l.Port)
+			if hi != "" {
+				fmt.Sscan(hi, &l.PortEnd)
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func pool(name string, backends ...string) Pool {
+	p := Pool{Name: name}
+	for _, s := range backends {
+		var b Backend
+		k, port, ok := strings.Cut(s, ":")
+		if ok {
+			fmt.Sscan(port, &b.Port)
+		}
+		if host, guest, encap := strings.Cut(k, "/"); encap {
+			b.Host, b.Guest = host, guest
+		} else {
+			b.Address = addr(k)
+		}
+		p.Backends = append(p.Backends, b)
+	}
+	return p
+}
+
+func svc(name, vip, mode string, ls []Listener, pools ...Pool) *Service {
+	return &Service{Name: name, VIP: addr(vip), Mode: mode, Listeners: ls, Pools: pools}
+}
+
+// TestValidateServiceReplies: the rules that keep a backend's replies
+// translatable within one service (see replies.go): no fixed backend port
+// behind a listener of several ports, and no backend port (nat: address,
+// encap: guest) that would answer for two VIP ports.
+func TestValidateServiceReplies(t *testing.T) {
+	const vip = "198.51.100.30"
+	const x = "198.19.11.1"
+	nat := func(ls []Listener, pools ...Pool) *Service { return svc("dmz", vip, ModeNAT, ls, pools...) }
+	encap := func(ls []Listener, pools ...Pool) *Service { return svc("web", vip, ModeEncap, ls, pools...) }
+	for _, tc := range []struct {
+		name string
+		s    *Service
+		want []string
+	}{
+		// 1. Fixed ports and listeners of several ports.
+		{"nat: fixed port behind a range", nat(lst("tcp:8000-8100=a"), pool("a", x+":8443")),
+			[]string{"pools[0].backends[0].port~backend 198.19.11.1:8443 of pool a has a fixed port, but listeners[0] (tcp:8000-8100) sends it several ports: its replies from port 8443 could not be translated back"}},
+		{"nat: fixed port behind any port", nat(lst("udp:any=a"), pool("a", x+":53")),
+			[]string{"pools[0].backends[0].port~backend 198.19.11.1:53 of pool a has a fixed port, but listeners[0] (udp:any)"}},
+		{"encap: fixed port behind a range", encap(lst("tcp:80=a", "tcp:8000-8100=a"), pool("a", "h1/g1", "h2/g1:8080")),
+			[]string{"pools[0].backends[1].port~backend h2/g1:8080 of pool a has a fixed port, but listeners[1] (tcp:8000-8100)"}},
+		{"encap: fixed port behind any port, reported once", encap(lst("udp:any=a", "tcp:any=a"), pool("a", "h1/g1:53")),
+			[]string{"pools[0].backends[0].port~listeners[0] (udp:any)"}},
+		{"nat: keep-port behind a range and any port", nat(lst("tcp:8000-8100=a", "tcp:any=a", "udp:any=a"), pool("a", x, "198.19.11.2")), nil},
+		{"encap: keep-port behind a range and any port", encap(lst("tcp:8000-8100=a", "udp:any=a"), pool("a", "h1/g1", "h2/g1")), nil},
+		{"fixed port behind a range of one port", nat(lst("tcp:443-443=a"), pool("a", x+":8443")), nil},
+		{"fixed port behind a single port", nat(lst("tcp:443=a"), pool("a", x+":8443")), nil},
+
+		// 2. nat: one (address, backend port, protocol), one VIP port.
+		{"nat: two listeners, one pool, one backend port", nat(lst("tcp:443=a", "tcp:444=a"), pool("a", x+":8443")),
+			[]string{"pools[0].backends[0]~replies from 198.19.11.1 tcp port 8443 would have to leave from 198.51.100.30:443 for listeners[0] (tcp:443) -> pool a, backend 198.19.11.1:8443, and from 198.51.100.30:444 for listeners[1] (tcp:444) -> pool a, backend 198.19.11.1:8443: a backend port answers for one VIP port only"}},
+		{"nat: two pools, one backend port", nat(lst("tcp:443=a", "tcp:444=b"), pool("a", x+":8443"), pool("b", "198.19.11.2", x+":8443")),
+			[]string{"pools[1].backends[1]~replies from 198.19.11.1 tcp port 8443 would have to leave from 198.51.100.30:443 for listeners[0] (tcp:443) -> pool a, backend 198.19.11.1:8443, and from 198.51.100.30:444 for listeners[1] (tcp:444) -> pool b"}},
+		{"nat: fixed port onto a keep-port listener's port", nat(lst("tcp:443=a", "tcp:8443=b"), pool("a", x+":8443"), pool("b", x)),
+			[]string{"pools[0].backends[0]~replies from 198.19.11.1 tcp port 8443 would have to leave from 198.51.100.30:8443 for listeners[1] (tcp:8443) -> pool b, backend 198.19.11.1, and from 198.51.100.30:443 for listeners[0] (tcp:443)"}},
+		{"nat: fixed port inside a keep-port range", nat(lst("tcp:8000-8100=b", "tcp:80=a"), pool("a", x+":8050"), pool("b", x)),
+			[]string{"pools[0].backends[0]~replies from 198.19.11.1 tcp port 8050 would have to leave from 198.51.100.30:8050 for listeners[0] (tcp:8000-8100) -> pool b, backend 198.19.11.1, and from 198.51.100.30:80 for listeners[1] (tcp:80) -> pool a, backend 198.19.11.1:8050"}},
+		{"nat: fixed port onto a port of the any-port listener", nat(lst("tcp:443=a", "tcp:any=b"), pool("a", x+":8443"), pool("b", x)),
+			[]string{"pools[0].backends[0]~replies from 198.19.11.1 tcp port 8443 would have to leave from 198.51.100.30:8443 for listeners[1] (tcp:any) -> pool b, backend 198.19.11.1, and from 198.51.100.30:443"}},
+		{"nat: fixed port onto a port a specific listener takes from the any-port one",
+			nat(lst("tcp:443=a", "tcp:8443=c", "tcp:any=b"), pool("a", x+":8443"), pool("b", x), pool("c", "198.19.11.2")), nil},
+		{"nat: same address, other backend ports", nat(lst("tcp:443=a", "tcp:444=b"), pool("a", x+":8443"), pool("b", x+":8444")), nil},
+		{"nat: same address and port, other protocol", nat(lst("tcp:53=a", "udp:54=a"), pool("a", x+":5353")), nil},
+		{"nat: same backend, same VIP port, through two pools", nat(lst("tcp:80=a", "tcp:any=b"), pool("a", x+":80"), pool("b", x)), nil},
+		{"nat: keep-port backend behind several listeners", nat(lst("tcp:80=a", "tcp:81=b", "tcp:8000-8100=a", "tcp:any=b"), pool("a", x), pool("b", x)), nil},
+		{"nat: port 0 on a single port", nat(lst("tcp:80=a"), pool("a", x)), nil},
+		{"nat: the same port, fixed and kept (one translation)", nat(lst("tcp:80=a"), pool("a", x+":80", x)), nil},
+
+		// 3. encap: one (guest, backend port, protocol), one VIP port.
+		{"encap: two listeners, one guest port", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h2/g1", "h1/g1:8080")),
+			[]string{"pools[1].backends[1]~replies from guest h1/g1 tcp port 8080 would have to leave from 198.51.100.30:80 for listeners[0] (tcp:80) -> pool a, backend h1/g1:8080, and from 198.51.100.30:81 for listeners[1] (tcp:81) -> pool b, backend h1/g1:8080: a backend port answers for one VIP port only (replies are translated back by the backend's guest, port and protocol alone)"}},
+		{"encap: fixed port onto the any-port listener", encap(lst("udp:53=a", "udp:any=b"), pool("a", "h1/g1:5353"), pool("b", "h1/g1")),
+			[]string{"pools[0].backends[0]~replies from guest h1/g1 udp port 5353 would have to leave from 198.51.100.30:5353 for listeners[1] (udp:any)"}},
+		{"encap: same guest name on another host", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h2/g1:8080")), nil},
+		{"encap: other guests of a host", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h1/g2:8080")), nil},
+		{"encap: same guest, other ports", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h1/g1:8081")), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.s.Validate(), tc.want) })
+	}
+}
+
 func TestServiceDefaults(t *testing.T) {
 	s := webService()
 	orig := webService()
@@ -236,8 +342,8 @@ func TestServiceDefaults(t *testing.T) {
 	}
 	// A large pool gets a table of at least 100 slots per backend.
 	big := webService()
-	for i := range 1000 {
-		big.Pools[1].Backends = append(big.Pools[1].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(1000 + i)})
+	for i := range 999 { // and its 2
+		big.Pools[0].Backends = append(big.Pools[0].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(1000 + i)})
 	}
 	big.Defaults()
 	if big.TableSize != 100103 { // the first prime after 100 x 1001
@@ -315,7 +421,14 @@ func TestServiceReferences(t *testing.T) {
 			"pools[0].backends[0].host", `host "h9" does not exist`},
 		{"missing guest", func() Object { v := webService(); v.Pools[1].Backends[0].Guest = "g7"; return v }(),
 			"pools[1].backends[0].guest", `host "h1" has no guest "g7"`},
-		{"nat backends need no hosts", withVIP(func() *Service { v := natService(); v.Name = "dmz2"; return v }(), "198.51.100.31"), "", ""},
+		{"nat backends need no hosts", withVIP(func() *Service {
+			v := natService()
+			v.Name = "dmz2"
+			for i := range v.Pools[0].Backends {
+				v.Pools[0].Backends[i].Port = 9443 // 8443 answers for dmz
+			}
+			return v
+		}(), "198.51.100.31"), "", ""},
 		{"VIP outside every set", withVIP(webService(), "192.0.2.20"), "vip", "192.0.2.20 is not inside a prefix of any edge set"},
 		{"VIP that is an EIP", withVIP(webService(), "198.51.100.8"), "vip", "198.51.100.8 is an EIP"},
 		{"VIP of another service", withVIP(webService(), "198.51.100.30"), "vip", "198.51.100.30 is already the VIP of service dmz"},
@@ -416,6 +529,11 @@ func TestServiceDelete(t *testing.T) {
 		s := serviceRegion(t)
 		v := webService()
 		v.Name, v.VIP = "web2", addr("198.51.100.40")
+		// Other backend ports than web's: a guest's port answers for
+		// one VIP only.
+		v.Listeners = []Listener{{Protocol: "tcp", Port: 81, Pool: "web"}}
+		v.Pools = v.Pools[:1]
+		v.Pools[0].Backends[0].Port = 8081
 		v.Defaults()
 		if _, err := s.Put(v); err != nil {
 			t.Fatal(err)
@@ -529,7 +647,7 @@ services:
       - {protocol: udp, pool: web}
     pools:
       - name: web
-        backends: [{host: h1, guest: g1, port: 8080, weight: 2}]
+        backends: [{host: h1, guest: g1, weight: 2}]
         health: {type: http, path: /healthz, interval: 1s, timeout: 300ms}
 `
 	d, err := ParseDocument([]byte(doc))

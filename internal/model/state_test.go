@@ -252,3 +252,164 @@ func TestKeysOrder(t *testing.T) {
 		t.Errorf("hosts: %s", got)
 	}
 }
+
+// TestServiceReplyConflicts: across services, one backend port (nat: the
+// address, encap: the guest) answers for one VIP only. serviceRegion has
+// web (encap, 198.51.100.20: tcp:80 -> h1/g1:8080 and h2/g1, tcp:8000-8100
+// -> h1/g2, udp:any -> h1/g2) and dmz (nat, 198.51.100.30: tcp:443 ->
+// 198.19.11.1:8443 and 198.19.11.2:8443).
+func TestServiceReplyConflicts(t *testing.T) {
+	const vip = "198.51.100.31"
+	nat := func(ls []Listener, pools ...Pool) *Service { return svc("other", vip, ModeNAT, ls, pools...) }
+	encap := func(ls []Listener, pools ...Pool) *Service { return svc("other", vip, ModeEncap, ls, pools...) }
+	for _, tc := range []struct {
+		name        string
+		pre         []*Service // stored first
+		obj         *Service
+		field, text string // "": allowed
+	}{
+		// nat: lb_nat_rev is keyed by (address, backend port, protocol).
+		{"nat: same backend and port", nil, nat(lst("tcp:443=p"), pool("p", "198.19.11.9", "198.19.11.1:8443")),
+			"pools[0].backends[1]", "replies from 198.19.11.1 tcp port 8443 would belong to two services: to 198.51.100.31:443 for listeners[0] (tcp:443) -> pool p, backend 198.19.11.1:8443, and to service dmz's 198.51.100.30:443 for its listeners[0] (tcp:443) -> pool tls, backend 198.19.11.1:8443"},
+		{"nat: same backend port for another VIP port", nil, nat(lst("tcp:80=p"), pool("p", "198.19.11.2:8443")),
+			"pools[0].backends[0]", "replies from 198.19.11.2 tcp port 8443 would belong to two services: to 198.51.100.31:80"},
+		{"nat: keep-port onto a backend port in use", nil, nat(lst("tcp:8443=p"), pool("p", "198.19.11.1")),
+			"pools[0].backends[0]", "replies from 198.19.11.1 tcp port 8443 would belong to two services: to 198.51.100.31:8443 for listeners[0] (tcp:8443) -> pool p, backend 198.19.11.1, and to service dmz's 198.51.100.30:443"},
+		{"nat: keep-port range over a backend port in use", nil, nat(lst("tcp:8000-9000=p"), pool("p", "198.19.11.1")),
+			"pools[0].backends[0]", "replies from 198.19.11.1 tcp port 8443 would belong to two services"},
+		{"nat: any port onto an address in use", nil, nat(lst("tcp:any=p"), pool("p", "198.19.11.1")),
+			"pools[0].backends[0]", "replies from 198.19.11.1 tcp port 8443 would belong to two services: to 198.51.100.31:8443 for listeners[0] (tcp:any) -> pool p, backend 198.19.11.1, and to service dmz's 198.51.100.30:443 for its listeners[0] (tcp:443) -> pool tls, backend 198.19.11.1:8443 (a keep-port backend of an any-port listener claims every port of its address)"},
+		{"nat: an address another service takes any port of",
+			[]*Service{svc("all", "198.51.100.32", ModeNAT, lst("tcp:any=p"), pool("p", "198.19.12.1"))},
+			nat(lst("tcp:80=p"), pool("p", "198.19.12.1:8080")),
+			"pools[0].backends[0]", "replies from 198.19.12.1 tcp port 8080 would belong to two services: to 198.51.100.31:80 for listeners[0] (tcp:80) -> pool p, backend 198.19.12.1:8080, and to service all's 198.51.100.32:8080 for its listeners[0] (tcp:any) -> pool p, backend 198.19.12.1 (a keep-port backend"},
+		{"nat: two any-port listeners on an address",
+			[]*Service{svc("all", "198.51.100.32", ModeNAT, lst("udp:any=p"), pool("p", "198.19.12.1"))},
+			nat(lst("udp:any=p"), pool("p", "198.19.12.1")),
+			"pools[0].backends[0]", "replies from 198.19.12.1 over udp would belong to two services: to 198.51.100.31 (the port kept) for listeners[0] (udp:any) -> pool p, backend 198.19.12.1, and to service all's 198.51.100.32 (the port kept)"},
+		{"nat: same address, other port", nil, nat(lst("tcp:443=p"), pool("p", "198.19.11.1:9443")), "", ""},
+		{"nat: same address and port, other protocol", nil, nat(lst("udp:443=p"), pool("p", "198.19.11.1:8443")), "", ""},
+		{"nat: keep-port range beside a backend port in use", nil, nat(lst("tcp:9000-9100=p", "tcp:8000-8442=p"), pool("p", "198.19.11.1")), "", ""},
+		{"nat: any port of another protocol", nil, nat(lst("udp:any=p"), pool("p", "198.19.11.1")), "", ""},
+		{"nat: a guest's address is not a nat backend", nil, nat(lst("tcp:80=p"), pool("p", "198.19.1.1:8080")), "", ""},
+		// encap: the host agent's agent_svc_rev is keyed by (guest, backend port, protocol).
+		{"encap: same guest and port", nil, encap(lst("tcp:80=p"), pool("p", "h1/g1:8080")),
+			"pools[0].backends[0]", "replies from guest h1/g1 tcp port 8080 would belong to two services: to 198.51.100.31:80 for listeners[0] (tcp:80) -> pool p, backend h1/g1:8080, and to service web's 198.51.100.20:80 for its listeners[0] (tcp:80) -> pool web, backend h1/g1:8080"},
+		{"encap: same guest, keep-port on the same port", nil, encap(lst("tcp:80=p"), pool("p", "h2/g1")),
+			"pools[0].backends[0]", "replies from guest h2/g1 tcp port 80 would belong to two services: to 198.51.100.31:80"},
+		{"encap: fixed port inside another service's range", nil, encap(lst("tcp:443=p"), pool("p", "h1/g2:8050")),
+			"pools[0].backends[0]", "replies from guest h1/g2 tcp port 8050 would belong to two services: to 198.51.100.31:443 for listeners[0] (tcp:443) -> pool p, backend h1/g2:8050, and to service web's 198.51.100.20:8050 for its listeners[1] (tcp:8000-8100) -> pool bulk, backend h1/g2"},
+		{"encap: a guest another service takes any port of", nil, encap(lst("udp:53=p"), pool("p", "h1/g2")),
+			"pools[0].backends[0]", "replies from guest h1/g2 udp port 53 would belong to two services: to 198.51.100.31:53 for listeners[0] (udp:53) -> pool p, backend h1/g2, and to service web's 198.51.100.20:53 for its listeners[2] (udp:any) -> pool dns, backend h1/g2 (a keep-port backend of an any-port listener claims every port of its guest)"},
+		{"encap: same guest, other port", nil, encap(lst("tcp:80=p"), pool("p", "h1/g1:8081", "h2/g1:8080")), "", ""},
+		{"encap: same guest, keep-port on other ports", nil, encap(lst("tcp:81=p", "tcp:9000-9100=p"), pool("p", "h2/g1", "h1/g2")), "", ""},
+		{"encap: same guest name on another host", nil, encap(lst("udp:any=p"), pool("p", "h2/g1")), "", ""},
+		// Replacing a service: its own claims are no conflict.
+		{"web again, with another description", nil, func() *Service { v := webService(); v.Description = "x"; return v }(), "", ""},
+		{"dmz moving to other ports", nil, func() *Service { v := natService(); v.Listeners = lst("tcp:8443=tls", "tcp:444=tls"); return v }(),
+			"pools[0].backends[0]", "replies from 198.19.11.1 tcp port 8443 would have to leave from"}, // its own rule, by Validate
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := serviceRegion(t)
+			before := serviceRegion(t)
+			for _, v := range tc.pre {
+				for _, st := range []*State{s, before} {
+					if _, err := st.Put(v.Clone()); err != nil {
+						t.Fatalf("service %s: %v", v.Name, err)
+					}
+				}
+			}
+			tc.obj.Defaults()
+			undo, err := s.Put(tc.obj)
+			if tc.text == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				undo()
+				if !reflect.DeepEqual(s, before) {
+					t.Error("undo did not restore the state exactly")
+				}
+				return
+			}
+			wantErr(t, err, tc.field, tc.text)
+			if !reflect.DeepEqual(s, before) {
+				t.Error("a refused Put changed the state")
+			}
+		})
+	}
+}
+
+// TestServiceReplyClaimsFreed: replacing, deleting and removing a service
+// frees its backend ports; undo and Clone keep the index right.
+func TestServiceReplyClaimsFreed(t *testing.T) {
+	taker := func() *Service {
+		v := svc("other", "198.51.100.31", ModeNAT, lst("tcp:443=p"), pool("p", "198.19.11.1:8443"))
+		v.Defaults()
+		return v
+	}
+	conflict := "198.19.11.1 tcp port 8443 would belong to two services"
+	s := serviceRegion(t)
+	if _, err := s.Put(taker()); err == nil || !strings.Contains(err.Error(), conflict) {
+		t.Fatalf("error %v, want %q", err, conflict)
+	}
+
+	// dmz moves to 9443: 8443 is free, and taken again on undo.
+	moved := natService()
+	for i := range moved.Pools[0].Backends {
+		moved.Pools[0].Backends[i].Port = 9443
+	}
+	moved.Defaults()
+	undoMove, err := s.Put(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undoTake, err := s.Put(taker())
+	if err != nil {
+		t.Fatalf("8443 of a moved service is still taken: %v", err)
+	}
+	if _, err := s.Put(natService()); err == nil || !strings.Contains(err.Error(), "to service other's 198.51.100.31:443") {
+		t.Errorf("dmz moving back onto other's port: %v", err)
+	}
+	undoTake()
+	undoMove()
+	if !reflect.DeepEqual(s, serviceRegion(t)) {
+		t.Fatal("undo did not restore the state exactly")
+	}
+	if _, err := s.Put(taker()); err == nil {
+		t.Fatal("8443 free again after undoing the move")
+	}
+
+	// Deleting dmz frees it; undoing the delete takes it again.
+	undoDel, err := s.Delete(KindService, "dmz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Clone()
+	undoDel()
+	if _, err := s.Put(taker()); err == nil {
+		t.Error("8443 free after undoing the delete")
+	}
+	if _, err := c.Put(taker()); err != nil {
+		t.Errorf("8443 of a deleted service is still taken (on a clone): %v", err)
+	}
+	if _, err := s.Put(taker()); err == nil {
+		t.Error("a Put on a clone reached the original's index")
+	}
+
+	// Set and Remove (no checks) keep the index as well.
+	r := serviceRegion(t)
+	r.Remove(KindService, "dmz")
+	if _, err := r.Put(taker()); err != nil {
+		t.Errorf("8443 of a removed service is still taken: %v", err)
+	}
+	dmz := natService()
+	dmz.Defaults()
+	r.Set(dmz) // no checks: both claim 8443 now
+	r.Remove(KindService, "other")
+	if _, err := r.Put(taker()); err == nil {
+		t.Error("8443 of a service stored with Set is free")
+	}
+	if !reflect.DeepEqual(r, serviceRegion(t)) {
+		t.Error("Set and Remove left the indexes other than Put does")
+	}
+}
