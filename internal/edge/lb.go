@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/netip"
 	"sort"
 
@@ -21,6 +23,14 @@ const lbBackendsMax = 65536
 
 // lbTablesMax is the size of the data plane's table map.
 const lbTablesMax = 4096
+
+// Sizes of the listener and nat-reverse maps (LB_LISTENERS_MAX and
+// LB_BACKENDS_MAX in bpf/lib/consts.h): a service that would overflow
+// them is left out and reported, the others are programmed.
+const (
+	lbListenersMax = 1 << 18
+	lbNATRevMax    = 65536
+)
 
 // programmedTable is what a table slot holds.
 type programmedTable struct {
@@ -141,7 +151,7 @@ func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, error) {
 		idx = s.freeBackend[0]
 		s.freeBackend = s.freeBackend[1:]
 	default:
-		return 0, dataplane.LBBackend{}, fmt.Errorf("all %d backend slots are in use", lbBackendsMax)
+		return 0, dataplane.LBBackend{}, fmt.Errorf("all %d backend slots are in use: %w", lbBackendsMax, errSlotsFull)
 	}
 	s.gens[idx]++
 	return idx, dataplane.LBBackend{}, s.maps.ResetBackendCounters(idx)
@@ -158,11 +168,13 @@ func (s *lbState) allocTable(o uint64) (uint32, error) {
 		return t, nil
 	}
 	if s.nextTable >= lbTablesMax {
-		return 0, fmt.Errorf("all %d table slots are in use", lbTablesMax)
+		return 0, fmt.Errorf("all %d table slots are in use: %w", lbTablesMax, errSlotsFull)
 	}
 	s.nextTable++
 	return s.nextTable - 1, nil
 }
+
+var errSlotsFull = errors.New("the data plane is full")
 
 var protoNum = map[string]uint8{"tcp": dataplane.ProtoTCP, "udp": dataplane.ProtoUDP}
 
@@ -249,12 +261,18 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 			// Backend slots, then the table in terms of them.
 			idxOf := make([]uint32, len(tbl.Backends))
 			healthy := 0
+			full := false
 			for i, b := range tbl.Backends {
 				bk := tk + "/" + b.Key
 				wantBackends[bk] = true
 				pb, ok := s.backends[bk]
 				if !ok {
 					idx, cur, err := s.allocBackend(owner(bk))
+					if errors.Is(err, errSlotsFull) {
+						problems = append(problems, fmt.Sprintf("service %s pool %s: backend %s: %v", name, pool.Name, b.Key, err))
+						full = true
+						break
+					}
 					if err != nil {
 						return problems, err
 					}
@@ -280,9 +298,16 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 				}
 				idxOf[i] = pb.idx
 			}
+			if full {
+				continue // the pool gets no table: its listeners are left out
+			}
 			pt := s.tables[tk]
 			if pt == nil {
 				slot, err := s.allocTable(owner(tk))
+				if errors.Is(err, errSlotsFull) {
+					problems = append(problems, fmt.Sprintf("service %s pool %s: %v", name, pool.Name, err))
+					continue
+				}
 				if err != nil {
 					return problems, err
 				}
@@ -318,6 +343,8 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 				checks = append(checks, ts...)
 			}
 		}
+		svcListeners := map[dataplane.Listener]dataplane.ListenerValue{}
+		svcNAT := map[dataplane.NATReverse]netip.AddrPort{}
 		for _, l := range svc.Listeners {
 			pt := poolSlot[l.Pool]
 			if pt == nil {
@@ -326,7 +353,7 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 			proto := protoNum[l.Protocol]
 			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m)}
 			forPorts(l, func(port uint16) {
-				wantListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
+				svcListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
 			})
 			if svc.Mode == model.ModeNAT {
 				pool, _ := svc.Pool(l.Pool)
@@ -336,15 +363,27 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 				for _, b := range pool.Backends {
 					if b.Port != 0 {
 						// One backend port for one listener port.
-						wantNAT[dataplane.NATReverse{Addr: b.Address, Port: b.Port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, l.Port)
+						svcNAT[dataplane.NATReverse{Addr: b.Address, Port: b.Port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, l.Port)
 						continue
 					}
 					forPorts(l, func(port uint16) {
-						wantNAT[dataplane.NATReverse{Addr: b.Address, Port: port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, 0)
+						svcNAT[dataplane.NATReverse{Addr: b.Address, Port: port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, 0)
 					})
 				}
 			}
 		}
+		if n := len(wantListeners) + len(svcListeners); n > lbListenersMax {
+			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d listener entries would take the edge to %d, the data plane holds %d",
+				name, len(svcListeners), n, lbListenersMax))
+			continue
+		}
+		if n := len(wantNAT) + len(svcNAT); n > lbNATRevMax {
+			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d nat reply entries (one per backend and listener port) would take the edge to %d, the data plane holds %d",
+				name, len(svcNAT), n, lbNATRevMax))
+			continue
+		}
+		maps.Copy(wantListeners, svcListeners)
+		maps.Copy(wantNAT, svcNAT)
 		wantVIPs[svc.VIP] = true
 	}
 

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,5 +162,41 @@ func TestServicesAdoptedAfterRestart(t *testing.T) {
 	load(t, r3, 3, regions...)
 	if len(r3.lb.freeBackend) == 0 {
 		t.Fatal("the slot of a removed backend was not freed")
+	}
+}
+
+// A service too big for the data plane's nat reply map is left out and
+// reported; the others are programmed.
+func TestServiceOverCapacityReported(t *testing.T) {
+	fake := dataplane.NewFakeLB()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	t.Cleanup(r.Stop)
+	var many []model.Backend
+	for i := 0; i < 100; i++ {
+		many = append(many, model.Backend{Address: netip.AddrFrom4([4]byte{198, 19, 201, byte(i + 1)})})
+	}
+	// 100 port-keeping backends x 1000 ports: 100,000 reply entries.
+	big := &model.Service{Name: "big", VIP: a("198.51.100.40"), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 10000, PortEnd: 10999, Pool: "p"}},
+		Pools:     []model.Pool{{Name: "p", Backends: many}}}
+	load(t, r, 1, append(svcRegion(), big)...)
+	st := r.Status(time.Now(), nil)
+	found := false
+	for _, e := range st.Errors {
+		if strings.Contains(e, "service big: not programmed") && strings.Contains(e, "nat reply entries") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no problem reported for the oversized service: %v", st.Errors)
+	}
+	if _, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.40"), Proto: dataplane.ProtoTCP, Port: 10000}]; ok || fake.VIPSet[a("198.51.100.40")] {
+		t.Fatal("the oversized service was programmed")
+	}
+	if !fake.VIPSet[a("198.51.100.20")] || !fake.VIPSet[a("198.51.100.30")] {
+		t.Fatalf("the other services were not programmed: VIPs %v", fake.VIPSet)
+	}
+	if len(fake.NAT) > lbNATRevMax {
+		t.Fatalf("%d nat reply entries programmed", len(fake.NAT))
 	}
 }
