@@ -551,6 +551,16 @@ func (s *Service) validateBackends(es *Errors, f string, p *Pool) {
 			es.add(bf, "backend %s appears twice (also backends[%d])", k, j0)
 		} else {
 			keys[k] = j
+			if s.Mode == ModeEncap && b.Host != "" && b.Guest != "" {
+				// The host's agent knows a flow's port on the guest by
+				// (VIP, guest, VIP port): one guest, one port per pool.
+				g := "guest " + b.Host + "/" + b.Guest
+				if j0, dup := keys[g]; dup {
+					es.add(bf+".port", "guest %s/%s is already backends[%d] of this pool, on another port: a guest serves a pool on one port", b.Host, b.Guest, j0)
+				} else {
+					keys[g] = j
+				}
+			}
 		}
 	}
 }

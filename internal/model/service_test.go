@@ -116,7 +116,8 @@ func TestValidateService(t *testing.T) {
 			s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: "h1", Guest: "g1", Port: 8080, Weight: w(2)})
 		},
 			[]string{"pools[0].backends[2]~backend h1/g1:8080 appears twice (also backends[0])"}},
-		{"same guest, other port", func(s *Service) { s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: "h1", Guest: "g1"}) }, nil},
+		{"same guest, other port", func(s *Service) { s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: "h1", Guest: "g1"}) },
+			[]string{"pools[0].backends[2].port~guest h1/g1 is already backends[0] of this pool, on another port"}},
 		{"encap backend with an address", func(s *Service) { s.Pools[0].Backends[0].Address = addr("198.19.1.1") },
 			[]string{"pools[0].backends[0].address~an encap backend is a guest"}},
 		{"encap backend without a guest", func(s *Service) { s.Pools[0].Backends[0].Guest = "" }, []string{"pools[0].backends[0].guest~required"}},
@@ -125,7 +126,7 @@ func TestValidateService(t *testing.T) {
 		{"too many backends", func(s *Service) {
 			s.Pools[0].Backends = nil
 			for i := range MaxPoolBackends + 1 {
-				s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(i + 1)})
+				s.Pools[0].Backends = append(s.Pools[0].Backends, Backend{Host: fmt.Sprintf("x%d", i), Guest: "g1", Port: 8080})
 			}
 		}, []string{"pools[0].backends~41944 backends: a pool may have at most 41943"}},
 		// Health checks.
@@ -343,7 +344,7 @@ func TestServiceDefaults(t *testing.T) {
 	// A large pool gets a table of at least 100 slots per backend.
 	big := webService()
 	for i := range 999 { // and its 2
-		big.Pools[0].Backends = append(big.Pools[0].Backends, Backend{Host: "h1", Guest: "g1", Port: uint16(1000 + i)})
+		big.Pools[0].Backends = append(big.Pools[0].Backends, Backend{Host: fmt.Sprintf("x%d", i), Guest: "g1", Port: 8080})
 	}
 	big.Defaults()
 	if big.TableSize != 100103 { // the first prime after 100 x 1001
