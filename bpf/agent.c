@@ -302,12 +302,6 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (rc)
 		return count_drop(rc, len);
 
-	/* A guest sends from its own address or not at all: no forged
-	 * sources reach the host's kernel or the underlay. */
-	struct if_addr ia = {.ifindex = ctx->ingress_ifindex, .addr = p.saddr};
-	if (!bpf_map_lookup_elem(&agent_ifaddrs, &ia))
-		return count_drop(STAT_DROP_SPOOF, len);
-
 	/* Whose source is this: a service backend's port first, then the
 	 * guest's EIP, then an any-port service the guest serves. */
 	struct agent_guest *g = NULL;
@@ -324,11 +318,21 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 			sr = bpf_map_lookup_elem(&agent_svc_rev, &rk);
 		}
 	}
-	if (!g && !sr)
-		return count_pass(STAT_PASS_NOT_OURS, len);
-	__u32 ifx = g ? g->ifindex : sr->ifindex;
+	/* A guest sends from its own address or not at all: no forged
+	 * source reaches the host's kernel or the underlay. An EIP's or a
+	 * service's entry names the guest's interface; anything else must be
+	 * an address agent_ifaddrs lists for the interface (one more lookup,
+	 * off the fast path). */
+	__u32 ifx = g ? g->ifindex : sr ? sr->ifindex : 0;
 	if (ifx && ifx != ctx->ingress_ifindex)
 		return count_drop(STAT_DROP_SPOOF, len);
+	if (!ifx) {
+		struct if_addr ia = {.ifindex = ctx->ingress_ifindex, .addr = p.saddr};
+		if (!bpf_map_lookup_elem(&agent_ifaddrs, &ia))
+			return count_drop(STAT_DROP_SPOOF, len);
+	}
+	if (!g && !sr)
+		return count_pass(STAT_PASS_NOT_OURS, len);
 	struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
 	if (bpf_map_lookup_elem(&agent_local, &lk))
 		return count_pass(STAT_PASS_NOT_OURS, len);

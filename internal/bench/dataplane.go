@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"net/netip"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -29,6 +28,7 @@ type DataplaneOptions struct {
 type dpCase struct {
 	name   string
 	prog   *ebpf.Program
+	dev    string // the interface the frame arrives on
 	frame  []byte
 	action uint32
 	// restore: the program restores the frame every run (a *_bench
@@ -93,17 +93,10 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		HashSeed: 1, Edges: []netip.Addr{netip.MustParseAddr(benchEdge)}, ICMPRate: 1000, ICMPBurst: 100}); err != nil {
 		return nil, err
 	}
-	if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP), Private: netip.MustParseAddr(dptest.GuestAddr), VSID: benchVSID, StatsIdx: 1}); err != nil {
+	if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP), Private: netip.MustParseAddr(dptest.GuestAddr), VSID: benchVSID, StatsIdx: 1, Ifindex: uint32(g1)}); err != nil {
 		return nil, err
 	}
-	// Repeat-mode runs without a context arrive on the namespace's
-	// loopback device: the guest's address is allowed there as on its
-	// own interface.
-	lo, err := env.Node.Ifindex("lo")
-	if err != nil {
-		return nil, err
-	}
-	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}, {Ifindex: uint32(lo), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
+	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
 		return nil, err
 	}
 
@@ -131,25 +124,25 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		redirect = 4
 	)
 	cases := []dpCase{
-		{name: "xdp_floor (MAC swap, XDP_TX)", prog: b.Floor(), frame: inetTCP, action: tx},
-		{name: "bare_nvgre_encap", prog: b.BareEncap(), frame: inetTCP, action: tx, restore: true, setup: b.SetBenchFrame},
-		{name: "edge_encap (Internet to EIP, TCP)", prog: e.BenchProgram(), frame: inetTCP, action: redirect, restore: true, setup: e.SetBenchFrame, target: "<= 4x"},
-		{name: "edge_decap (host to Internet)", prog: e.BenchProgram(), frame: fromHost, action: redirect, restore: true, setup: e.SetBenchFrame},
-		{name: "edge_pass (not an EIP)", prog: e.Program(), frame: notOurs, action: pass},
-		{name: "edge_drop (bad IP checksum)", prog: e.Program(), frame: badCsum, action: drop},
-		{name: "agent_decap_dnat (edge to guest)", prog: a.UnderlayBenchProgram(), frame: toAgent, action: redirect, restore: true, setup: a.SetBenchFrame},
-		{name: "agent_snat_encap (guest to edge)", prog: a.GuestBenchProgram(), frame: fromGuest, action: redirect, restore: true, setup: a.SetBenchFrame},
+		{name: "xdp_floor (MAC swap, XDP_TX)", prog: b.Floor(), dev: dptest.ExtDev, frame: inetTCP, action: tx},
+		{name: "bare_nvgre_encap", prog: b.BareEncap(), dev: dptest.ExtDev, frame: inetTCP, action: tx, restore: true, setup: b.SetBenchFrame},
+		{name: "edge_encap (Internet to EIP, TCP)", prog: e.BenchProgram(), dev: dptest.ExtDev, frame: inetTCP, action: redirect, restore: true, setup: e.SetBenchFrame, target: "<= 4x"},
+		{name: "edge_decap (host to Internet)", prog: e.BenchProgram(), dev: dptest.UlDev, frame: fromHost, action: redirect, restore: true, setup: e.SetBenchFrame},
+		{name: "edge_pass (not an EIP)", prog: e.Program(), dev: dptest.ExtDev, frame: notOurs, action: pass},
+		{name: "edge_drop (bad IP checksum)", prog: e.Program(), dev: dptest.ExtDev, frame: badCsum, action: drop},
+		{name: "agent_decap_dnat (edge to guest)", prog: a.UnderlayBenchProgram(), dev: dptest.UlDev, frame: toAgent, action: redirect, restore: true, setup: a.SetBenchFrame},
+		{name: "agent_snat_encap (guest to edge)", prog: a.GuestBenchProgram(), dev: dptest.GuestDev, frame: fromGuest, action: redirect, restore: true, setup: a.SetBenchFrame},
 	}
 	samples := make([][]float64, len(cases))
 	restoreNs := map[int][]float64{}
 	var passNs, adj2Ns []float64
 	for round := 0; round < o.Rounds; round++ {
-		p, err := timeProg(env, b.Pass(), inetTCP, o.Repeat, pass)
+		p, err := timeProg(env, b.Pass(), dptest.ExtDev, inetTCP, o.Repeat, pass)
 		if err != nil {
 			return nil, fmt.Errorf("xdp_pass: %w", err)
 		}
 		passNs = append(passNs, p)
-		a, err := timeProg(env, b.Adjust2(), inetTCP, o.Repeat, tx)
+		a, err := timeProg(env, b.Adjust2(), dptest.ExtDev, inetTCP, o.Repeat, tx)
 		if err != nil {
 			return nil, fmt.Errorf("xdp_adjust2: %w", err)
 		}
@@ -163,13 +156,13 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 				if err := b.SetBenchFrame(c.frame); err != nil {
 					return nil, err
 				}
-				r, err := timeProg(env, b.Restore(), c.frame, o.Repeat, tx)
+				r, err := timeProg(env, b.Restore(), c.dev, c.frame, o.Repeat, tx)
 				if err != nil {
 					return nil, fmt.Errorf("restore for %s: %w", c.name, err)
 				}
 				restoreNs[i] = append(restoreNs[i], r)
 			}
-			ns, err := timeProg(env, c.prog, c.frame, o.Repeat, c.action)
+			ns, err := timeProg(env, c.prog, c.dev, c.frame, o.Repeat, c.action)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -195,21 +188,15 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 	return out, nil
 }
 
-// timeProg runs prog repeat times on frame inside the bed's namespace and
-// returns ns per run, checking the program took the intended path.
-func timeProg(env *dptest.Env, prog *ebpf.Program, frame []byte, repeat int, want uint32) (float64, error) {
-	var d time.Duration
-	var ret uint32
-	err := env.Node.Do(func() error {
-		var err error
-		ret, d, err = prog.Benchmark(frame, repeat, nil)
-		return err
-	})
+// timeProg runs prog repeat times on frame as if it arrived on dev of the
+// bed and returns ns per run, checking the program took the intended path.
+func timeProg(env *dptest.Env, prog *ebpf.Program, dev string, frame []byte, repeat int, want uint32) (float64, error) {
+	ns, ret, err := env.Time(prog, dev, frame, uint32(repeat))
 	if err != nil {
 		return 0, err
 	}
 	if ret != want {
 		return 0, fmt.Errorf("program returned action %d, want %d: it is not taking the measured path", ret, want)
 	}
-	return float64(d.Nanoseconds()), nil
+	return ns, nil
 }

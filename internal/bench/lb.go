@@ -132,31 +132,32 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	const tx, pass, redirect = 3, 2, 4
 	cases := []struct {
 		name   string
+		dev    string
 		frame  []byte
 		action uint32
 		moves  bool
 		target string
 	}{
-		{"lb_ct_hit_nat (established flow, DNAT)", ack, redirect, false, "<= 6x"},
-		{"lb_syn_miss_maglev_nat (new flow, table lookup, entry insert)", syn, redirect, false, "<= 12x"},
-		{"lb_nat_reply (SNAT back to the VIP)", reply, redirect, false, ""},
-		{"lb_ct_hit_encap (established flow, NVGRE)", encAck, redirect, true, ""},
+		{"lb_ct_hit_nat (established flow, DNAT)", dptest.ExtDev, ack, redirect, false, "<= 6x"},
+		{"lb_syn_miss_maglev_nat (new flow, table lookup, entry insert)", dptest.ExtDev, syn, redirect, false, "<= 12x"},
+		{"lb_nat_reply (SNAT back to the VIP)", dptest.UlDev, reply, redirect, false, ""},
+		{"lb_ct_hit_encap (established flow, NVGRE)", dptest.ExtDev, encAck, redirect, true, ""},
 	}
 	var floor, passNs, adj2 []float64
 	samples := make([][]float64, len(cases))
 	restoreNs := make([][]float64, len(cases))
 	for r := 0; r < o.Rounds; r++ {
-		f, err := timeProg(env, b.Floor(), ack, o.Repeat, tx)
+		f, err := timeProg(env, b.Floor(), dptest.ExtDev, ack, o.Repeat, tx)
 		if err != nil {
 			return nil, err
 		}
 		floor = append(floor, f)
-		p, err := timeProg(env, b.Pass(), ack, o.Repeat, pass)
+		p, err := timeProg(env, b.Pass(), dptest.ExtDev, ack, o.Repeat, pass)
 		if err != nil {
 			return nil, err
 		}
 		passNs = append(passNs, p)
-		a, err := timeProg(env, b.Adjust2(), ack, o.Repeat, tx)
+		a, err := timeProg(env, b.Adjust2(), dptest.ExtDev, ack, o.Repeat, tx)
 		if err != nil {
 			return nil, err
 		}
@@ -168,12 +169,12 @@ func lbPackets(o LBOptions) ([]Result, error) {
 			if err := b.SetBenchFrame(c.frame); err != nil {
 				return nil, err
 			}
-			rr, err := timeProg(env, b.Restore(), c.frame, o.Repeat, tx)
+			rr, err := timeProg(env, b.Restore(), c.dev, c.frame, o.Repeat, tx)
 			if err != nil {
 				return nil, err
 			}
 			restoreNs[i] = append(restoreNs[i], rr)
-			v, err := timeProg(env, e.BenchProgram(), c.frame, o.Repeat, c.action)
+			v, err := timeProg(env, e.BenchProgram(), c.dev, c.frame, o.Repeat, c.action)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
