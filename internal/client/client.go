@@ -169,47 +169,34 @@ func (c *Client) list(ctx context.Context, kind string, items any) (int64, error
 
 // List returns every object of a kind, ordered by key.
 func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
-	var out []model.Object
-	var err error
 	switch kind {
 	case model.KindAZ:
-		var l []model.AZ
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
+		return listOf[model.AZ](ctx, c, kind)
 	case model.KindHost:
-		var l []model.Host
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
+		return listOf[model.Host](ctx, c, kind)
 	case model.KindEdgeSet:
-		var l []model.EdgeSet
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
+		return listOf[model.EdgeSet](ctx, c, kind)
 	case model.KindEIP:
-		var l []model.EIP
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
+		return listOf[model.EIP](ctx, c, kind)
 	case model.KindService:
-		var l []model.Service
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
+		return listOf[model.Service](ctx, c, kind)
 	case model.KindHealth:
-		var l []model.Health
-		_, err = c.list(ctx, kind, &l)
-		for i := range l {
-			out = append(out, &l[i])
-		}
-	default:
-		_, err = model.New(kind)
+		return listOf[model.Health](ctx, c, kind)
+	}
+	_, err := model.New(kind) // names the unknown kind
+	return nil, err
+}
+
+// listOf lists a kind whose objects are *T.
+func listOf[T any, P interface {
+	*T
+	model.Object
+}](ctx context.Context, c *Client, kind string) ([]model.Object, error) {
+	var l []T
+	_, err := c.list(ctx, kind, &l)
+	out := make([]model.Object, 0, len(l))
+	for i := range l {
+		out = append(out, P(&l[i]))
 	}
 	return out, err
 }
