@@ -124,23 +124,36 @@ static __always_inline int nat4_port(void *data, void *data_end, const struct pk
 	return 0;
 }
 
+/* The quoted packet of an ICMP error at l4 and its ports (source,
+ * destination), or NULL when the quote is too short for them. */
+static __always_inline __be16 *icmp_quote_ports(void *l4, void *data_end, struct iphdr **quote)
+{
+	struct icmphdr_ *ih = l4;
+	struct iphdr *q = (void *)(ih + 1);
+	if ((void *)(q + 1) > data_end)
+		return NULL;
+	__u32 qhl = q->ihl * 4;
+	if (qhl < 20 || qhl > 60)
+		return NULL;
+	__be16 *pp = (void *)q + qhl;
+	if ((void *)(pp + 2) > data_end)
+		return NULL;
+	*quote = q;
+	return pp;
+}
+
 /* In an ICMP error at l4, rewrites the quoted packet's source (which=0) or
  * destination port from -> to, fixing the ICMP checksum. */
 static __always_inline int nat_icmp_quote_port(void *l4, void *data_end, int which, __be16 from, __be16 to)
 {
 	struct icmphdr_ *ih = l4;
-	struct iphdr *q = (void *)(ih + 1);
-	if ((void *)(q + 1) > data_end)
+	struct iphdr *q;
+	__be16 *pp = icmp_quote_ports(l4, data_end, &q);
+	if (!pp)
 		return -1;
-	__u32 qhl = q->ihl * 4;
-	if (qhl < 20 || qhl > 60)
-		return -1;
-	__be16 *pp = (void *)q + qhl + (which ? 2 : 0);
-	if ((void *)(pp + 1) > data_end)
-		return -1;
-	if (*pp != from)
+	if (pp[which ? 1 : 0] != from)
 		return 0;
-	*pp = to;
+	pp[which ? 1 : 0] = to;
 	ih->checksum = csum_replace2(ih->checksum, from, to);
 	return 0;
 }
@@ -151,19 +164,13 @@ static __always_inline int nat_icmp_quote_port(void *l4, void *data_end, int whi
 static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __u32 room, __be32 *src, __be32 *dst,
 					    __be16 *sport, __be16 *dport, __u8 *proto)
 {
-	struct icmphdr_ *ih = l4;
-	struct iphdr *q = (void *)(ih + 1);
-	if ((void *)(q + 1) > data_end)
-		return -1;
-	__u32 qhl = q->ihl * 4;
-	if (qhl < 20 || qhl > 60)
+	struct iphdr *q;
+	__be16 *pp = icmp_quote_ports(l4, data_end, &q);
+	if (!pp)
 		return -1;
 	/* The quote must hold the ports within the packet: what follows the
 	 * IPv4 packet in the frame (Ethernet padding) is not part of it. */
-	if (sizeof(*ih) + qhl + 4 > room)
-		return -1;
-	__be16 *pp = (void *)q + qhl;
-	if ((void *)(pp + 2) > data_end)
+	if (sizeof(struct icmphdr_) + q->ihl * 4 + 4 > room)
 		return -1;
 	*src = q->saddr;
 	*dst = q->daddr;
