@@ -1422,26 +1422,36 @@ func natFrom(out, orig ipv4At, dst bool, to netip.Addr, port uint16) error {
 	return nil
 }
 
+// lbForwarded: the input is a VIP's flow (not an ICMP error) the services
+// give to a backend in mode.
+func (fb *fuzzEdgeBed) lbForwarded(in []byte, mode uint8) (ipv4At, lbPick, error) {
+	orig, err := inputIPv4(in)
+	if err != nil {
+		return orig, lbPick{}, fmt.Errorf("input: %v", err)
+	}
+	p, fails, err := fb.lbIngress(orig)
+	switch {
+	case err != nil:
+		return orig, p, err
+	case fails != "":
+		return orig, p, fmt.Errorf("the services give this input no backend (%s: %s)", fails, p)
+	case p.flow.icmp:
+		return orig, p, errors.New("input is an ICMP error about a service flow")
+	case p.be.Mode != mode:
+		return orig, p, fmt.Errorf("backend of %s is in mode %d, not %d", p, p.be.Mode, mode)
+	}
+	return orig, p, nil
+}
+
 // checkLBNAT: a VIP's flow (not an ICMP error) to a nat-mode listener,
 // DNATed to the backend the table picks: destination its address, TCP/UDP
 // destination port its port (the input's for a backend of port 0; the
 // ports of a fragment are unknown and its L4 header, if any, keeps them),
 // TTL - 1, checksums right, nothing else changed.
 func (fb *fuzzEdgeBed) checkLBNAT(in, out []byte) error {
-	orig, err := inputIPv4(in)
+	orig, p, err := fb.lbForwarded(in, ModeNAT)
 	if err != nil {
-		return fmt.Errorf("input: %v", err)
-	}
-	p, fails, err := fb.lbIngress(orig)
-	switch {
-	case err != nil:
 		return err
-	case fails != "":
-		return fmt.Errorf("the services give this input no backend (%s: %s)", fails, p)
-	case p.flow.icmp:
-		return errors.New("input is an ICMP error about a service flow")
-	case p.be.Mode != ModeNAT:
-		return fmt.Errorf("listener of %s is not in nat mode", p)
 	}
 	ip, err := forwardedFrame(in, orig, out)
 	if err != nil {
@@ -1552,20 +1562,9 @@ func lbTunnel(out []byte, orig ipv4At, p lbPick) error {
 // checkLBEncap: a VIP's flow (not an ICMP error) to an encap-mode
 // listener, tunnelled to the backend the table picks (lbTunnel).
 func (fb *fuzzEdgeBed) checkLBEncap(in, out []byte) error {
-	orig, err := inputIPv4(in)
+	orig, p, err := fb.lbForwarded(in, ModeEncap)
 	if err != nil {
-		return fmt.Errorf("input: %v", err)
-	}
-	p, fails, err := fb.lbIngress(orig)
-	switch {
-	case err != nil:
 		return err
-	case fails != "":
-		return fmt.Errorf("the services give this input no backend (%s: %s)", fails, p)
-	case p.flow.icmp:
-		return errors.New("input is an ICMP error about a service flow")
-	case p.be.Mode != ModeEncap:
-		return fmt.Errorf("listener of %s is not in encap mode", p)
 	}
 	return lbTunnel(out, orig, p)
 }
