@@ -169,36 +169,14 @@ func (c *Client) list(ctx context.Context, kind string, items any) (int64, error
 
 // List returns every object of a kind, ordered by key.
 func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
-	switch kind {
-	case model.KindAZ:
-		return listOf[model.AZ](ctx, c, kind)
-	case model.KindHost:
-		return listOf[model.Host](ctx, c, kind)
-	case model.KindEdgeSet:
-		return listOf[model.EdgeSet](ctx, c, kind)
-	case model.KindEIP:
-		return listOf[model.EIP](ctx, c, kind)
-	case model.KindService:
-		return listOf[model.Service](ctx, c, kind)
-	case model.KindHealth:
-		return listOf[model.Health](ctx, c, kind)
+	if _, err := model.New(kind); err != nil {
+		return nil, err // names the unknown kind
 	}
-	_, err := model.New(kind) // names the unknown kind
-	return nil, err
-}
-
-// listOf lists a kind whose objects are *T.
-func listOf[T any, P interface {
-	*T
-	model.Object
-}](ctx context.Context, c *Client, kind string) ([]model.Object, error) {
-	var l []T
-	_, err := c.list(ctx, kind, &l)
-	out := make([]model.Object, 0, len(l))
-	for i := range l {
-		out = append(out, P(&l[i]))
+	var l api.List
+	if _, err := c.do(ctx, http.MethodGet, "/v1/"+kind, nil, &l); err != nil {
+		return nil, err
 	}
-	return out, err
+	return model.DecodeList(kind, l.Items)
 }
 
 // Get returns one object.

@@ -47,7 +47,7 @@ func ParseDocument(data []byte) (*Document, error) {
 		}
 		id := kind + "/" + o.Key()
 		if prev, dup := seen[id]; dup && o.Key() != "" {
-			es = append(es, FieldError{Field: place, Msg: fmt.Sprintf("%s %s also appears at %s", singular(kind), o.Key(), prev)})
+			es = append(es, FieldError{Field: place, Msg: fmt.Sprintf("%s %s also appears at %s", Singular(kind), o.Key(), prev)})
 		}
 		seen[id] = place
 	}

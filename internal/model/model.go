@@ -24,13 +24,8 @@ const (
 	KindEIP     = "eips"
 )
 
-// Kinds in dependency order: an object only refers to kinds before it.
-// KindService and KindHealth are defined in service.go; Health objects are
-// written by the controller only (see UserKinds).
-var Kinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP, KindService, KindHealth}
-
-// UserKinds are the kinds users write through the API and documents.
-var UserKinds = []string{KindAZ, KindHost, KindEdgeSet, KindEIP, KindService}
+// Kinds and UserKinds, their order and everything else about each kind
+// are in the registry (kinds.go).
 
 // VSID range usable by tenants: RFC 7637 section 3.2 reserves
 // 0x000000-0x000FFF and 0xFFFFFF.
@@ -270,44 +265,6 @@ func (e *EIP) Validate() Errors {
 type Object interface {
 	Key() string
 	Validate() Errors
-}
-
-// New returns an empty object of a kind.
-func New(kind string) (Object, error) {
-	switch kind {
-	case KindAZ:
-		return &AZ{}, nil
-	case KindHost:
-		return &Host{}, nil
-	case KindEdgeSet:
-		return &EdgeSet{}, nil
-	case KindEIP:
-		return &EIP{}, nil
-	case KindService:
-		return &Service{}, nil
-	case KindHealth:
-		return &Health{}, nil
-	}
-	return nil, fmt.Errorf("unknown kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
-}
-
-// KindOf returns an object's kind.
-func KindOf(o Object) string {
-	switch o.(type) {
-	case *AZ:
-		return KindAZ
-	case *Host:
-		return KindHost
-	case *EdgeSet:
-		return KindEdgeSet
-	case *EIP:
-		return KindEIP
-	case *Service:
-		return KindService
-	case *Health:
-		return KindHealth
-	}
-	return ""
 }
 
 // Decode parses a JSON object of a kind, rejecting unknown fields.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"sort"
 )
 
 type guestRef struct{ host, guest string }
@@ -38,12 +37,14 @@ type State struct {
 
 // NewState returns an empty state.
 func NewState() *State {
-	return &State{
-		AZs: map[string]*AZ{}, Hosts: map[string]*Host{}, EdgeSets: map[string]*EdgeSet{}, EIPs: map[string]*EIP{},
-		Services: map[string]*Service{}, Health: map[string]*Health{},
+	s := &State{
 		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
 		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{}, replies: map[replyKey]map[string][]portSpan{},
 	}
+	for _, k := range registry {
+		k.initState(s)
+	}
+	return s
 }
 
 // Clone returns a copy of the state that shares the objects (which are
@@ -51,11 +52,12 @@ func NewState() *State {
 // maps, so either copy can change without affecting the other.
 func (s *State) Clone() *State {
 	c := &State{
-		AZs: maps.Clone(s.AZs), Hosts: maps.Clone(s.Hosts), EdgeSets: maps.Clone(s.EdgeSets), EIPs: maps.Clone(s.EIPs),
-		Services: maps.Clone(s.Services), Health: maps.Clone(s.Health),
 		bound: maps.Clone(s.bound), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
 		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)),
 		replies: make(map[replyKey]map[string][]portSpan, len(s.replies)),
+	}
+	for _, k := range registry {
+		k.cloneInto(c, s)
 	}
 	for g, m := range s.backendOf {
 		c.backendOf[g] = maps.Clone(m)
@@ -69,74 +71,30 @@ func (s *State) Clone() *State {
 
 // Get returns an object by kind and key.
 func (s *State) Get(kind, key string) (Object, bool) {
-	switch kind {
-	case KindAZ:
-		o, ok := s.AZs[key]
-		return o, ok
-	case KindHost:
-		o, ok := s.Hosts[key]
-		return o, ok
-	case KindEdgeSet:
-		o, ok := s.EdgeSets[key]
-		return o, ok
-	case KindEIP:
-		o, ok := s.EIPs[key]
-		return o, ok
-	case KindService:
-		o, ok := s.Services[key]
-		return o, ok
-	case KindHealth:
-		o, ok := s.Health[key]
-		return o, ok
+	k, err := lookupKind(kind)
+	if err != nil {
+		return nil, false
 	}
-	return nil, false
+	return k.get(s, key)
 }
 
-// Keys lists the keys of a kind in order.
+// Keys lists the keys of a kind in order (EIPs by address, the others by
+// name).
 func (s *State) Keys(kind string) []string {
-	switch kind {
-	case KindAZ:
-		return sortedKeys(s.AZs)
-	case KindHost:
-		return sortedKeys(s.Hosts)
-	case KindEdgeSet:
-		return sortedKeys(s.EdgeSets)
-	case KindService:
-		return sortedKeys(s.Services)
-	case KindHealth:
-		return sortedKeys(s.Health)
-	case KindEIP:
-		keys := make([]netip.Addr, 0, len(s.EIPs))
-		for _, e := range s.EIPs {
-			keys = append(keys, e.Address)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-		out := make([]string, len(keys))
-		for i, k := range keys {
-			out[i] = k.String()
-		}
-		return out
+	k, err := lookupKind(kind)
+	if err != nil {
+		return nil
 	}
-	return nil
+	return k.keys(s)
 }
 
 // Len is the number of objects of a kind.
 func (s *State) Len(kind string) int {
-	switch kind {
-	case KindAZ:
-		return len(s.AZs)
-	case KindHost:
-		return len(s.Hosts)
-	case KindEdgeSet:
-		return len(s.EdgeSets)
-	case KindEIP:
-		return len(s.EIPs)
-	case KindService:
-		return len(s.Services)
-	case KindHealth:
-		return len(s.Health)
+	k, err := lookupKind(kind)
+	if err != nil {
+		return 0
 	}
-	return 0
+	return k.count(s)
 }
 
 // BoundEIP returns the EIP bound to a guest.
@@ -175,36 +133,16 @@ func (s *State) Put(o Object) (undo func(), err error) {
 	if es := o.Validate(); len(es) > 0 {
 		return nil, es
 	}
-	switch o := o.(type) {
-	case *AZ:
-		return s.putAZ(o)
-	case *Host:
-		return s.putHost(o)
-	case *EdgeSet:
-		return s.putEdgeSet(o)
-	case *EIP:
-		return s.putEIP(o)
-	case *Service:
-		return s.putService(o)
-	case *Health:
-		return nil, &ConflictError{Msg: fmt.Sprintf("health of service %s: health objects are written by the controller only", o.Service)}
+	k := kindOfObject(o)
+	if k == nil {
+		return nil, fmt.Errorf("unknown object %T", o)
 	}
-	return nil, fmt.Errorf("unknown object %T", o)
+	return k.put(s, o)
 }
 
-func (s *State) putAZ(a *AZ) (func(), error) {
-	old, had := s.AZs[a.Name]
-	s.AZs[a.Name] = a
-	return func() {
-		if had {
-			s.AZs[a.Name] = old
-		} else {
-			delete(s.AZs, a.Name)
-		}
-	}, nil
-}
-
-func (s *State) putHost(h *Host) (func(), error) {
+// checkHost: a host's AZ exists, its underlay address is its own, and no
+// guest it drops is still bound to an EIP or a backend of a service.
+func (s *State) checkHost(h, old *Host, had bool) Errors {
 	var es Errors
 	if _, ok := s.AZs[h.AZ]; !ok {
 		es.add("az", "AZ %q does not exist", h.AZ)
@@ -212,7 +150,6 @@ func (s *State) putHost(h *Host) (func(), error) {
 	if owner, ok := s.underlays[h.Underlay]; ok && owner != "host "+h.Name {
 		es.add("underlay", "%v is already the underlay address of %s", h.Underlay, owner)
 	}
-	old, had := s.Hosts[h.Name]
 	if had {
 		for _, g := range old.Guests {
 			if _, still := h.Guest(g.Name); still {
@@ -226,26 +163,41 @@ func (s *State) putHost(h *Host) (func(), error) {
 			}
 		}
 	}
-	if len(es) > 0 {
-		return nil, es
-	}
-	if had {
-		delete(s.underlays, old.Underlay)
-	}
-	s.underlays[h.Underlay] = "host " + h.Name
-	s.Hosts[h.Name] = h
-	return func() {
-		delete(s.underlays, h.Underlay)
-		if had {
-			s.Hosts[h.Name] = old
-			s.underlays[old.Underlay] = "host " + old.Name
-		} else {
-			delete(s.Hosts, h.Name)
-		}
-	}, nil
+	return es
 }
 
-func (s *State) putEdgeSet(set *EdgeSet) (func(), error) {
+// indexHost keeps the underlay index.
+func (s *State) indexHost(h *Host, add bool) {
+	if add {
+		s.underlays[h.Underlay] = "host " + h.Name
+	} else {
+		delete(s.underlays, h.Underlay)
+	}
+}
+
+func (s *State) checkDeleteAZ(a *AZ) error {
+	for _, name := range sortedKeys(s.Hosts) {
+		if s.Hosts[name].AZ == a.Name {
+			return &ConflictError{Msg: fmt.Sprintf("AZ %s still has host %s", a.Name, name)}
+		}
+	}
+	return nil
+}
+
+func (s *State) checkDeleteHost(h *Host) error {
+	if s.hostEIPs[h.Name] > 0 {
+		n, low := s.eipsWhere(func(e *EIP) bool { return e.Binding != nil && e.Binding.Host == h.Name })
+		return &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), the lowest %s: unbind them first", h.Name, n, low)}
+	}
+	if svc, n := s.serviceOfHost(h); n > 0 {
+		return &ConflictError{Msg: fmt.Sprintf("host %s has guests that are backends of service %s%s: remove them from the pools first", h.Name, svc, more(n))}
+	}
+	return nil
+}
+
+// checkEdgeSet: an edge belongs to one set, underlay addresses are unique,
+// and no prefix is announced by two sets.
+func (s *State) checkEdgeSet(set, _ *EdgeSet, _ bool) Errors {
 	var es Errors
 	for i, e := range set.Edges {
 		if other, ok := s.edges[e.Name]; ok && other != set.Name {
@@ -267,40 +219,35 @@ func (s *State) putEdgeSet(set *EdgeSet) (func(), error) {
 			}
 		}
 	}
-	if len(es) > 0 {
-		return nil, es
+	return es
+}
+
+// afterPutEdgeSet: shrinking the prefixes must not strand an EIP or a VIP.
+func (s *State) afterPutEdgeSet(_, old *EdgeSet, had bool) error {
+	if !had {
+		return nil
 	}
-	old, had := s.EdgeSets[set.Name]
-	s.indexEdges(old, false)
-	s.EdgeSets[set.Name] = set
-	s.indexEdges(set, true)
-	undo := func() {
-		s.indexEdges(set, false)
-		if had {
-			s.EdgeSets[set.Name] = old
-			s.indexEdges(old, true)
-		} else {
-			delete(s.EdgeSets, set.Name)
-		}
+	if n, low := s.eipsWhere(func(e *EIP) bool { return old.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
+		return Errors{{Field: "prefixes", Msg: fmt.Sprintf("%d EIP(s) would no longer be covered by any edge set, the lowest %s", n, low)}}
 	}
-	// Shrinking the prefixes must not strand an EIP.
-	if had {
-		if n, low := s.eipsWhere(func(e *EIP) bool { return old.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
-			undo()
-			return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("%d EIP(s) would no longer be covered by any edge set, the lowest %s", n, low)}}
-		}
-		if n, low := s.servicesWhere(func(v *Service) bool { return old.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
-			undo()
-			return nil, Errors{{Field: "prefixes", Msg: fmt.Sprintf("the VIP of %d service(s) would no longer be covered by any edge set, the first %s (%v)", n, low, s.Services[low].VIP)}}
-		}
+	if n, low := s.servicesWhere(func(v *Service) bool { return old.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
+		return Errors{{Field: "prefixes", Msg: fmt.Sprintf("the VIP of %d service(s) would no longer be covered by any edge set, the first %s (%v)", n, low, s.Services[low].VIP)}}
 	}
-	return undo, nil
+	return nil
+}
+
+// afterDeleteEdgeSet: the last set covering an EIP or a VIP stays.
+func (s *State) afterDeleteEdgeSet(o *EdgeSet) error {
+	if n, low := s.eipsWhere(func(e *EIP) bool { return o.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
+		return &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering %d EIP(s), the lowest %s", o.Name, n, low)}
+	}
+	if n, low := s.servicesWhere(func(v *Service) bool { return o.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
+		return &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering the VIP of %d service(s), the first %s (%v)", o.Name, n, low, s.Services[low].VIP)}
+	}
+	return nil
 }
 
 func (s *State) indexEdges(set *EdgeSet, add bool) {
-	if set == nil {
-		return
-	}
 	for _, e := range set.Edges {
 		if add {
 			s.edges[e.Name] = set.Name
@@ -312,7 +259,9 @@ func (s *State) indexEdges(set *EdgeSet, add bool) {
 	}
 }
 
-func (s *State) putEIP(e *EIP) (func(), error) {
+// checkEIP: an EIP lies in an edge set's prefix, is no VIP, and is bound
+// to an existing guest that has no other EIP.
+func (s *State) checkEIP(e, _ *EIP, _ bool) Errors {
 	var es Errors
 	key := e.Key()
 	if !s.covered(e.Address) {
@@ -331,22 +280,16 @@ func (s *State) putEIP(e *EIP) (func(), error) {
 			es.add("binding.guest", "guest %s/%s is already bound to EIP %s", b.Host, b.Guest, other)
 		}
 	}
-	if len(es) > 0 {
-		return nil, es
-	}
-	old, had := s.EIPs[key]
-	s.unbindIndex(old)
-	s.EIPs[key] = e
-	s.bindIndex(e)
-	return func() {
+	return es
+}
+
+// indexEIP keeps the binding indexes.
+func (s *State) indexEIP(e *EIP, add bool) {
+	if add {
+		s.bindIndex(e)
+	} else {
 		s.unbindIndex(e)
-		if had {
-			s.EIPs[key] = old
-			s.bindIndex(old)
-		} else {
-			delete(s.EIPs, key)
-		}
-	}, nil
+	}
 }
 
 func (s *State) bindIndex(e *EIP) {
@@ -369,62 +312,22 @@ func (s *State) unbindIndex(e *EIP) {
 
 // Delete checks that nothing refers to the object and removes it.
 func (s *State) Delete(kind, key string) (undo func(), err error) {
-	o, ok := s.Get(kind, key)
+	k, err := lookupKind(kind)
+	if err != nil {
+		return nil, err
+	}
+	o, ok := k.get(s, key)
 	if !ok {
 		return nil, &NotFoundError{Kind: kind, Key: key}
 	}
-	switch o := o.(type) {
-	case *AZ:
-		for _, name := range sortedKeys(s.Hosts) {
-			if s.Hosts[name].AZ == key {
-				return nil, &ConflictError{Msg: fmt.Sprintf("AZ %s still has host %s", key, name)}
-			}
-		}
-		delete(s.AZs, key)
-		return func() { s.AZs[key] = o }, nil
-	case *Host:
-		if s.hostEIPs[key] > 0 {
-			n, low := s.eipsWhere(func(e *EIP) bool { return e.Binding != nil && e.Binding.Host == key })
-			return nil, &ConflictError{Msg: fmt.Sprintf("host %s has %d bound EIP(s), the lowest %s: unbind them first", key, n, low)}
-		}
-		if svc, n := s.serviceOfHost(o); n > 0 {
-			return nil, &ConflictError{Msg: fmt.Sprintf("host %s has guests that are backends of service %s%s: remove them from the pools first", key, svc, more(n))}
-		}
-		delete(s.Hosts, key)
-		delete(s.underlays, o.Underlay)
-		return func() { s.Hosts[key] = o; s.underlays[o.Underlay] = "host " + key }, nil
-	case *EdgeSet:
-		s.indexEdges(o, false)
-		delete(s.EdgeSets, key)
-		undo := func() { s.EdgeSets[key] = o; s.indexEdges(o, true) }
-		if n, low := s.eipsWhere(func(e *EIP) bool { return o.Contains(e.Address) && !s.covered(e.Address) }); n > 0 {
-			undo()
-			return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering %d EIP(s), the lowest %s", key, n, low)}
-		}
-		if n, low := s.servicesWhere(func(v *Service) bool { return o.Contains(v.VIP) && !s.covered(v.VIP) }); n > 0 {
-			undo()
-			return nil, &ConflictError{Msg: fmt.Sprintf("edge set %s is the only one covering the VIP of %d service(s), the first %s (%v)", key, n, low, s.Services[low].VIP)}
-		}
-		return undo, nil
-	case *EIP:
-		s.unbindIndex(o)
-		delete(s.EIPs, key)
-		return func() { s.EIPs[key] = o; s.bindIndex(o) }, nil
-	case *Service:
-		s.indexService(o, false)
-		delete(s.Services, key)
-		return func() { s.Services[key] = o; s.indexService(o, true) }, nil
-	case *Health:
-		return nil, &ConflictError{Msg: fmt.Sprintf("health of service %s: health objects are written by the controller only", key)}
-	}
-	return nil, fmt.Errorf("unknown kind %q", kind)
+	return k.del(s, o)
 }
 
 // NotFoundError: no such object.
 type NotFoundError struct{ Kind, Key string }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("%s %q not found", singular(e.Kind), e.Key)
+	return fmt.Sprintf("%s %q not found", Singular(e.Kind), e.Key)
 }
 
 // ConflictError: the change contradicts other objects.
@@ -432,79 +335,22 @@ type ConflictError struct{ Msg string }
 
 func (e *ConflictError) Error() string { return e.Msg }
 
-func singular(kind string) string {
-	switch kind {
-	case KindAZ:
-		return "AZ"
-	case KindHost:
-		return "host"
-	case KindEdgeSet:
-		return "edge set"
-	case KindEIP:
-		return "EIP"
-	case KindService:
-		return "service"
-	case KindHealth:
-		return "health"
-	}
-	return kind
-}
-
-// Singular names a kind in messages.
-func Singular(kind string) string { return singular(kind) }
-
 // Set stores an object without referential checks, keeping the indexes
 // right: for state read back from the store, which was checked on write.
 func (s *State) Set(o Object) {
-	switch o := o.(type) {
-	case *AZ:
-		s.AZs[o.Name] = o
-	case *Host:
-		if old, ok := s.Hosts[o.Name]; ok {
-			delete(s.underlays, old.Underlay)
-		}
-		s.Hosts[o.Name] = o
-		s.underlays[o.Underlay] = "host " + o.Name
-	case *EdgeSet:
-		s.indexEdges(s.EdgeSets[o.Name], false)
-		s.EdgeSets[o.Name] = o
-		s.indexEdges(o, true)
-	case *EIP:
-		s.unbindIndex(s.EIPs[o.Key()])
-		s.EIPs[o.Key()] = o
-		s.bindIndex(o)
-	case *Service:
-		s.indexService(s.Services[o.Name], false)
-		s.Services[o.Name] = o
-		s.indexService(o, true)
-	case *Health:
-		s.Health[o.Service] = o
+	if k := kindOfObject(o); k != nil {
+		k.set(s, o)
 	}
 }
 
 // Remove deletes an object without checks (see Set).
 func (s *State) Remove(kind, key string) {
-	o, ok := s.Get(kind, key)
-	if !ok {
+	k, err := lookupKind(kind)
+	if err != nil {
 		return
 	}
-	switch o := o.(type) {
-	case *AZ:
-		delete(s.AZs, key)
-	case *Host:
-		delete(s.Hosts, key)
-		delete(s.underlays, o.Underlay)
-	case *EdgeSet:
-		s.indexEdges(o, false)
-		delete(s.EdgeSets, key)
-	case *EIP:
-		s.unbindIndex(o)
-		delete(s.EIPs, key)
-	case *Service:
-		s.indexService(o, false)
-		delete(s.Services, key)
-	case *Health:
-		delete(s.Health, key)
+	if o, ok := k.get(s, key); ok {
+		k.remove(s, o)
 	}
 }
 
@@ -522,7 +368,10 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 	return n, lowest
 }
 
-func (s *State) putService(v *Service) (func(), error) {
+// checkService: the VIP lies in an edge set's prefix, is no EIP and no
+// other service's, encap backends are existing guests, and no backend
+// answers for two services.
+func (s *State) checkService(v, _ *Service, _ bool) Errors {
 	var es Errors
 	if !s.covered(v.VIP) {
 		es.add("vip", "%v is not inside a prefix of any edge set", v.VIP)
@@ -547,22 +396,7 @@ func (s *State) putService(v *Service) (func(), error) {
 		}
 	}
 	s.checkReplies(&es, v)
-	if len(es) > 0 {
-		return nil, es
-	}
-	old, had := s.Services[v.Name]
-	s.indexService(old, false)
-	s.Services[v.Name] = v
-	s.indexService(v, true)
-	return func() {
-		s.indexService(v, false)
-		if had {
-			s.Services[v.Name] = old
-			s.indexService(old, true)
-		} else {
-			delete(s.Services, v.Name)
-		}
-	}, nil
+	return es
 }
 
 // checkReplies refuses a service whose backends would answer for the
@@ -644,9 +478,6 @@ func overlap(a, b []portSpan) bool {
 // indexService adds or removes a service's VIP, encap backends and reply
 // claims in the indexes.
 func (s *State) indexService(v *Service, add bool) {
-	if v == nil {
-		return
-	}
 	if add {
 		s.vips[v.VIP] = v.Name
 	} else if s.vips[v.VIP] == v.Name {
