@@ -5,19 +5,14 @@
 package edge
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"sort"
 	"sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
@@ -30,8 +25,8 @@ import (
 const DefaultHashSeed = 0x61a9a7e5
 
 // GatewayMAC is the inner Ethernet source of encapsulated frames: the
-// virtual router of every tenant subnet.
-var GatewayMAC = net.HardwareAddr{0x02, 0xa2, 0x9a, 0x7e, 0x00, 0x01}
+// virtual router of every tenant subnet (dataplane.GatewayMAC).
+var GatewayMAC = dataplane.GatewayMAC
 
 // Want is what the edge must hold for one EIP.
 type Want struct {
@@ -509,44 +504,6 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 		}
 	}
 	return s
-}
-
-// PublishStatus writes the status under /azgate/status/ROLE/NAME with a
-// lease, every interval, until ctx ends.
-func PublishStatus(ctx context.Context, s *store.Store, role, name string, every time.Duration, get func() model.NodeStatus, log *slog.Logger) {
-	key := store.StatusRoot + role + "/" + name
-	ttl := int64(max(3*every/time.Second, 5))
-	var lease clientv3.LeaseID
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		b, _ := json.Marshal(get())
-		if lease == 0 {
-			if l, err := s.Client.Grant(ctx, ttl); err == nil {
-				lease = l.ID
-			}
-		}
-		if lease != 0 {
-			if _, err := s.Client.Put(ctx, key, string(b), clientv3.WithLease(lease)); err != nil {
-				if ctx.Err() == nil {
-					log.Warn("status publish failed", "err", err)
-				}
-				lease = 0
-			} else if _, err := s.Client.KeepAliveOnce(ctx, lease); err != nil {
-				lease = 0
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if lease != 0 {
-				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				s.Client.Revoke(rctx, lease)
-				cancel()
-			}
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // ErrStop is returned when the daemon is asked to stop.
