@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +60,8 @@ type Store struct {
 	// --max-txn-ops, 128 by default; the embedded server allows more).
 	TxnOps int
 	Log    *slog.Logger
+	auth   ClientAuth  // to explain authentication errors
+	tls    *tls.Config // as given to the client (nil: none)
 }
 
 // Options to connect.
@@ -66,10 +69,15 @@ type Options struct {
 	Endpoints []string
 	TxnOps    int
 	Log       *slog.Logger
+	// Auth holds the TLS and user/password settings (none: plaintext,
+	// anonymous, as the embedded etcd's socket in its 0700 dir is).
+	Auth ClientAuth
 }
 
 // Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
-// or unix:///path sockets.
+// or unix(s):///path sockets. With TLS settings every endpoint must be
+// https:// (or unixs://); a plaintext endpoint off this machine is
+// logged as a warning.
 func Connect(o Options) (*Store, error) {
 	if len(o.Endpoints) == 0 {
 		return nil, errors.New("store: no etcd endpoints")
@@ -80,17 +88,31 @@ func Connect(o Options) (*Store, error) {
 	if o.TxnOps <= 0 {
 		o.TxnOps = 128
 	}
+	if err := checkEndpoints(o.Endpoints, o.Auth, o.Log); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	tc, err := o.Auth.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	pw, err := o.Auth.password()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:          o.Endpoints,
 		DialTimeout:        5 * time.Second,
 		Logger:             zap.NewNop(),
 		MaxCallRecvMsgSize: 256 << 20,
 		MaxCallSendMsgSize: 64 << 20,
+		TLS:                tc,
+		Username:           o.Auth.User,
+		Password:           pw,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), err)
+		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), explain(err, o.Auth))
 	}
-	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log}, nil
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc}, nil
 }
 
 // Close closes the client.
@@ -102,10 +124,51 @@ func (s *Store) Ping(ctx context.Context) error {
 	defer cancel()
 	_, err := s.Client.Get(ctx, Root+"ping", clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("store: %w", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// gRPC retries a failed TLS handshake until the deadline and
+			// keeps the reason to itself: ask the endpoints directly.
+			if terr := probeTLS(s.Client.Endpoints(), s.tls); terr != nil {
+				err = fmt.Errorf("%w: %w", err, terr)
+			}
+		}
+		return fmt.Errorf("store: %w", explain(err, s.auth))
 	}
 	return nil
 }
+
+// explain adds what to do to the errors a missing or wrong credential
+// gives, which etcd and gRPC word for their own developers.
+func explain(err error, a ClientAuth) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, rpctypes.ErrUserEmpty), strings.Contains(msg, "user name is empty"):
+		return credErr("etcd requires authentication: give --etcd-user and --etcd-password-file (%w)", err)
+	case errors.Is(err, rpctypes.ErrAuthFailed), strings.Contains(msg, "authentication failed"):
+		return credErr("etcd refused user %q: wrong user or password (%w)", a.User, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return credErr("etcd user %q may not read or write azgate's keys: grant it a role with readwrite on /azgate/ (%w)", a.User, err)
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
+		return credErr("etcd requires a client certificate: give --etcd-cert and --etcd-key signed by its trusted CA (%w)", err)
+	case strings.Contains(msg, "x509:"), strings.Contains(msg, "tls:"):
+		return credErr("TLS with etcd failed: check --etcd-cacert and the endpoint's host name (%w)", err)
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return credErr("etcd answers in plaintext: use http:// without TLS settings (%w)", err)
+	case strings.Contains(msg, "http2: frame too large"), strings.Contains(msg, "malformed HTTP response"):
+		return credErr("etcd expects TLS: use https:// with --etcd-cacert (%w)", err)
+	}
+	return err
+}
+
+// CredentialError is a refusal of the client's credentials or TLS
+// settings: a configuration error, not worth retrying.
+type CredentialError struct{ err error }
+
+func credErr(format string, args ...any) error {
+	return &CredentialError{fmt.Errorf(format, args...)}
+}
+
+func (e *CredentialError) Error() string { return e.err.Error() }
+func (e *CredentialError) Unwrap() error { return e.err }
 
 // Encode serializes an object for the store.
 func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
