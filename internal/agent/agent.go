@@ -523,7 +523,11 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
 	started := time.Now().UTC()
-	status := func() model.NodeStatus { return rec.Status(started, nil) }
+	status := func() model.NodeStatus {
+		ns := rec.Status(started, nil)
+		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
+		return ns
+	}
 	go store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "agent", status, cfg.Log)

@@ -394,6 +394,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Nodes[n.Role] = append(out.Nodes[n.Role], n.Status)
 	}
+	// Objects in the store that fail validation (written past the API):
+	// left out of the view, so the API neither serves nor counts them.
+	if inv, n := s.store.Invalid(); n > 0 {
+		for _, o := range inv {
+			out.Errors = append(out.Errors, fmt.Sprintf("store: %s %q is invalid and ignored: %s", o.Kind, o.Key, o.Reason))
+		}
+		if n > len(inv) {
+			out.Errors = append(out.Errors, fmt.Sprintf("store: and %d more invalid objects", n-len(inv)))
+		}
+	}
 	for _, ns := range out.Nodes {
 		sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
 	}

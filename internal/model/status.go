@@ -38,7 +38,9 @@ type NodeStatus struct {
 	// Invalid lists the objects read from the store that failed
 	// validation (written past the API, straight into etcd): they are not
 	// programmed until a valid write of the same key replaces them.
-	Invalid []InvalidObject `json:"invalid,omitempty"`
+	// (at most 100, sorted by kind and key; InvalidTotal counts them all).
+	Invalid      []InvalidObject `json:"invalid,omitempty"`
+	InvalidTotal int             `json:"invalid_total,omitempty"`
 }
 
 // InvalidObject is one stored object a node refused to program.

@@ -65,6 +65,8 @@ type Leases interface {
 type Follower interface {
 	FollowSink(ctx context.Context, sink Sink) error
 	Follow(ctx context.Context, h Handler) error
+	// Invalid lists the objects Follow refused as invalid.
+	Invalid() ([]model.InvalidObject, int)
 }
 
 // Node is what an edge or an agent needs of the store.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -62,6 +63,9 @@ type Store struct {
 	Log    *slog.Logger
 	auth   ClientAuth  // to explain authentication errors
 	tls    *tls.Config // as given to the client (nil: none)
+
+	invalidOnce sync.Once
+	invalid     *Invalid // what Follow refused
 }
 
 // Options to connect.
@@ -182,7 +186,7 @@ const loadPage = 50000
 // Load reads the whole state at one revision, page by page. Values that
 // do not decode are logged and skipped.
 func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
-	ss := &stateSink{st: model.NewState(), log: s.Log}
+	ss := &stateSink{st: model.NewState(), log: s.Log, invalid: &Invalid{Log: s.Log}}
 	rev, err := s.loadInto(ctx, ss)
 	if err != nil {
 		return nil, 0, err
@@ -366,19 +370,26 @@ func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
 type stateSink struct {
 	st      *model.State
 	log     *slog.Logger
+	invalid *Invalid
 	h       Handler
 	evs     []Event
 	loading bool // a full load: no events, the handler resyncs
 }
 
-func (ss *stateSink) Reset() { ss.st, ss.evs, ss.loading = model.NewState(), nil, true }
+func (ss *stateSink) Reset() {
+	ss.st, ss.evs, ss.loading = model.NewState(), nil, true
+	ss.invalid.Reset()
+}
 
 func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
-	o, err := model.Decode(kind, value)
-	if err != nil || o.Key() != key {
-		ss.log.Warn("skipping undecodable object in the store", "kind", kind, "key", key, "err", err)
+	o, err := model.DecodeStored(kind, key, value)
+	if err != nil {
+		// Refused: it counts as absent (see Invalid).
+		ss.invalid.Refuse(kind, key, err)
+		ss.remove(kind, key, rev)
 		return
 	}
+	ss.invalid.Clear(kind, key)
 	ss.st.Set(o)
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Obj: o, Rev: rev})
@@ -386,6 +397,11 @@ func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
 }
 
 func (ss *stateSink) Delete(kind, key string, rev int64) {
+	ss.invalid.Clear(kind, key)
+	ss.remove(kind, key, rev)
+}
+
+func (ss *stateSink) remove(kind, key string, rev int64) {
 	ss.st.Remove(kind, key)
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Rev: rev})
@@ -422,6 +438,18 @@ type Handler func(st *model.State, rev int64, events []Event, resync bool)
 // Follow loads the state, hands it to h, then applies every watched change
 // and hands it over again, until ctx ends. A compacted or broken watch
 // leads to a full reload (resync).
+//
+// Objects that fail validation are left out of st (see Invalid); Invalid
+// lists them.
 func (s *Store) Follow(ctx context.Context, h Handler) error {
-	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h})
+	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h, invalid: s.invalidSet()})
+}
+
+// Invalid lists the objects Follow refused (at most MaxInvalidShown) and
+// how many there are.
+func (s *Store) Invalid() ([]model.InvalidObject, int) { return s.invalidSet().List() }
+
+func (s *Store) invalidSet() *Invalid {
+	s.invalidOnce.Do(func() { s.invalid = &Invalid{Log: s.Log} })
+	return s.invalid
 }
