@@ -47,6 +47,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
 		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted")
 		f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+		addEtcdAuthFlags(c, &cfg.EtcdAuth)
 		return c
 	})
 }

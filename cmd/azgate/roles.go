@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -44,6 +45,7 @@ type daemonFlags struct {
 	icmpBurst     uint32
 	metricsListen string
 	logLevel      string
+	etcdAuth      store.ClientAuth
 }
 
 func (d *daemonFlags) add(c *cobra.Command) {
@@ -56,6 +58,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
+	addEtcdAuthFlags(c, &d.etcdAuth)
 }
 
 func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
@@ -66,9 +69,19 @@ func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions,
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}
-	st, err := store.Connect(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log})
+	st, err := store.Connect(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth})
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
+	}
+	// A refused credential is a configuration error: say so now rather
+	// than retry the first load forever. An etcd not up yet is waited for.
+	if err := st.Ping(context.Background()); err != nil {
+		var ce *store.CredentialError
+		if errors.As(err, &ce) {
+			st.Close()
+			return nil, nil, dataplane.LoadOptions{}, fmt.Errorf("etcd at %s: %w", d.etcd, err)
+		}
+		log.Warn("etcd does not answer yet; following it anyway", "endpoints", d.etcd, "err", err)
 	}
 	pin := d.pinDir
 	if pin == "" {

@@ -17,9 +17,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/azgate/azgate/internal/dataplane"
-	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -271,7 +271,7 @@ func (r *Reconciler) configure(underlay netip.Addr, edges []netip.Addr) error {
 		return nil
 	}
 	if err := r.maps.SetConfig(dataplane.AgentConfig{Underlay: underlay, ICMPSource: underlay, HashSeed: r.cfg.HashSeed,
-		Edges: edges, ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, GatewayMAC: edge.GatewayMAC}); err != nil {
+		Edges: edges, ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}); err != nil {
 		return err
 	}
 	r.links.KeepResolved("edges", edges)
@@ -481,7 +481,7 @@ func (k *kernelLinks) DetachGuest(ifname string) error { return k.dp.Detach(ifna
 func (k *kernelLinks) KeepResolved(group string, addrs []netip.Addr) { k.nb.Keep(group, addrs) }
 
 // Run loads (or re-adopts) the agent data plane and follows the store.
-func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string) error {
+func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string) error {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -523,10 +523,14 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	}
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
 	started := time.Now().UTC()
-	status := func() model.NodeStatus { return rec.Status(started, nil) }
-	go edge.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
+	status := func() model.NodeStatus {
+		ns := rec.Status(started, nil)
+		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
+		return ns
+	}
+	go store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
 	if metricsListen != "" {
-		go edge.ServeMetrics(ctx, metricsListen, "agent", status, cfg.Log)
+		go nodemetrics.Serve(ctx, metricsListen, "agent", status, cfg.Log)
 	}
 	return st.Follow(ctx, rec.Handle)
 }

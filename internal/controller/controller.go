@@ -68,6 +68,9 @@ type Config struct {
 	// EtcdListen is an extra client URL (http://127.0.0.1:2379) for the
 	// embedded etcd, for roles that cannot reach the socket.
 	EtcdListen string
+	// EtcdAuth holds the TLS and user/password settings for
+	// EtcdEndpoints (the embedded etcd's socket needs none).
+	EtcdAuth store.ClientAuth
 	// TxnOps bounds the operations per etcd transaction: 0 means
 	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
 	// for an external one. It must not exceed the server's --max-txn-ops.
@@ -112,6 +115,9 @@ func (c Config) check() (Config, error) {
 		if strings.TrimSpace(e) == "" {
 			return c, fmt.Errorf("etcd endpoint %d is empty", i+1)
 		}
+	}
+	if c.EtcdAuth != (store.ClientAuth{}) && len(c.EtcdEndpoints) == 0 {
+		return c, errors.New("etcd TLS and user settings are for an external etcd (--etcd-endpoints); the embedded one is reached through its socket in the data dir")
 	}
 	if c.EtcdListen != "" {
 		if len(c.EtcdEndpoints) > 0 {
@@ -248,7 +254,11 @@ func (s *Server) openStore(ctx context.Context) error {
 			}
 		}()
 	}
-	st, err := store.Connect(store.Options{Endpoints: endpoints, TxnOps: s.cfg.TxnOps, Log: s.log})
+	auth := s.cfg.EtcdAuth
+	if s.embedded != nil {
+		auth = store.ClientAuth{}
+	}
+	st, err := store.Connect(store.Options{Endpoints: endpoints, TxnOps: s.cfg.TxnOps, Log: s.log, Auth: auth})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

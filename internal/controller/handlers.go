@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -385,29 +383,25 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	resp, err := s.store.Client.Get(ctx, store.StatusRoot, clientv3.WithPrefix())
+	nodes, err := store.NodeStatuses(ctx, s.store, "")
 	if err != nil {
-		out.Errors = append(out.Errors, fmt.Sprintf("reading node statuses from the store: %v", err))
-	} else {
-		for _, kv := range resp.Kvs {
-			k := string(kv.Key)
-			role, name, ok := strings.Cut(strings.TrimPrefix(k, store.StatusRoot), "/")
-			if !ok || role == "" || name == "" {
-				out.Errors = append(out.Errors, fmt.Sprintf("%s: not a ROLE/NAME status key", k))
-				continue
-			}
-			var ns model.NodeStatus
-			if err := json.Unmarshal(kv.Value, &ns); err != nil {
-				out.Errors = append(out.Errors, fmt.Sprintf("%s: %v", k, err))
-				continue
-			}
-			if ns.Role == "" {
-				ns.Role = role
-			}
-			if ns.Name == "" {
-				ns.Name = name
-			}
-			out.Nodes[role] = append(out.Nodes[role], ns)
+		out.Errors = append(out.Errors, err.Error())
+	}
+	for _, n := range nodes {
+		if n.Err != nil {
+			out.Errors = append(out.Errors, n.Err.Error())
+			continue
+		}
+		out.Nodes[n.Role] = append(out.Nodes[n.Role], n.Status)
+	}
+	// Objects in the store that fail validation (written past the API):
+	// left out of the view, so the API neither serves nor counts them.
+	if inv, n := s.store.Invalid(); n > 0 {
+		for _, o := range inv {
+			out.Errors = append(out.Errors, fmt.Sprintf("store: %s %q is invalid and ignored: %s", o.Kind, o.Key, o.Reason))
+		}
+		if n > len(inv) {
+			out.Errors = append(out.Errors, fmt.Sprintf("store: and %d more invalid objects", n-len(inv)))
 		}
 	}
 	for _, ns := range out.Nodes {

@@ -3,17 +3,13 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
 )
 
 // DefaultHealthDebounce is how long the health aggregator waits after a
@@ -74,10 +70,10 @@ func (a *healthAgg) start(ctx context.Context) (done chan struct{}) {
 // read, then the watch from the next revision; a broken or compacted watch
 // reads everything again.
 func (a *healthAgg) watch(ctx context.Context) {
-	cli := a.s.store.Client
+	st := a.s.store
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		resp, err := cli.Get(ctx, model.HealthRoot, clientv3.WithPrefix())
+		kvs, rev, err := st.GetPrefix(ctx, model.HealthRoot)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -90,44 +86,28 @@ func (a *healthAgg) watch(ctx context.Context) {
 		backoff = 100 * time.Millisecond
 		a.mu.Lock()
 		a.reports, a.bad = map[reportKey]model.HealthReport{}, map[string]string{}
-		for _, kv := range resp.Kvs {
-			a.put(string(kv.Key), kv.Value)
+		for _, kv := range kvs {
+			a.put(kv.Key, kv.Value)
 		}
 		a.mu.Unlock()
 		a.poke()
-		err = a.follow(ctx, resp.Header.Revision+1)
+		err = st.WatchPrefix(ctx, model.HealthRoot, rev+1, func(cs []store.Change) {
+			a.mu.Lock()
+			for _, c := range cs {
+				if c.Delete {
+					a.del(c.Key)
+				} else {
+					a.put(c.Key, c.Value)
+				}
+			}
+			a.mu.Unlock()
+			a.poke()
+		})
 		if ctx.Err() != nil {
 			return
 		}
 		a.log.Warn("health report watch ended; reading every report again", "err", err)
 	}
-}
-
-func (a *healthAgg) follow(ctx context.Context, from int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range a.s.store.Client.Watch(wctx, model.HealthRoot, clientv3.WithPrefix(), clientv3.WithRev(from)) {
-		if err := resp.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return fmt.Errorf("history compacted at %d", resp.CompactRevision)
-			}
-			return err
-		}
-		if len(resp.Events) == 0 {
-			continue
-		}
-		a.mu.Lock()
-		for _, e := range resp.Events {
-			if e.Type == clientv3.EventTypeDelete {
-				a.del(string(e.Kv.Key))
-			} else {
-				a.put(string(e.Kv.Key), e.Kv.Value)
-			}
-		}
-		a.mu.Unlock()
-		a.poke()
-	}
-	return errors.New("watch channel closed")
 }
 
 // put records one report; a.mu must be held.

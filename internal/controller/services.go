@@ -2,15 +2,12 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
@@ -167,19 +164,16 @@ func (s *Server) serviceStatus(w http.ResponseWriter, r *http.Request) error {
 	edges := map[string]model.NodeStatus{}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	prefix := store.StatusRoot + "edge/"
-	resp, err := s.store.Client.Get(ctx, prefix, clientv3.WithPrefix())
+	nodes, err := store.NodeStatuses(ctx, s.store, "edge")
 	if err != nil {
-		out.Errors = append(out.Errors, fmt.Sprintf("reading edge statuses from the store: %v", err))
-	} else {
-		for _, kv := range resp.Kvs {
-			var ns model.NodeStatus
-			if err := json.Unmarshal(kv.Value, &ns); err != nil {
-				out.Errors = append(out.Errors, fmt.Sprintf("%s: %v", kv.Key, err))
-				continue
-			}
-			edges[strings.TrimPrefix(string(kv.Key), prefix)] = ns
+		out.Errors = append(out.Errors, err.Error())
+	}
+	for _, n := range nodes {
+		if n.Err != nil {
+			out.Errors = append(out.Errors, n.Err.Error())
+			continue
 		}
+		edges[n.Name] = n.Status
 	}
 
 	out.Agree = true

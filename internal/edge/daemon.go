@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -19,13 +16,14 @@ import (
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/store"
 )
 
 // Run loads (or re-adopts) the edge data plane, attaches it to the
 // interfaces and follows the store until ctx ends. On return the program
 // stays attached and keeps forwarding with the last state.
-func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOptions, metricsListen string, arpIfaces []string) error {
+func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string, arpIfaces []string) error {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -61,7 +59,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 	defer dp.Close()
 	rec := NewReconciler(cfg, dp)
 	defer rec.Stop()
-	pub := &health.EtcdPublisher{Ctx: ctx, Client: st.Client, Edge: cfg.Name, Log: log}
+	pub := &health.StorePublisher{Ctx: ctx, Store: st, Edge: cfg.Name, Log: log}
 	defer pub.Close() // revokes the reports' lease while st is still open
 	hm := health.NewManager(ctx, pub, log)
 	rec.OnTargets = hm.Update
@@ -112,9 +110,9 @@ func Run(ctx context.Context, cfg Config, st *store.Store, load dataplane.LoadOp
 
 	started := time.Now().UTC()
 	status := func() model.NodeStatus { return rec.Status(started, cfg.Interfaces) }
-	go PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
+	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
 	if metricsListen != "" {
-		go serveMetrics(ctx, metricsListen, "edge", status, log)
+		go nodemetrics.Serve(ctx, metricsListen, "edge", status, log)
 	}
 	return st.FollowSink(ctx, rec)
 }
@@ -173,58 +171,6 @@ func defaultGateways() []netip.Addr {
 		}
 	}
 	return out
-}
-
-// serveMetrics exposes the node status as Prometheus metrics.
-func serveMetrics(ctx context.Context, addr, role string, get func() model.NodeStatus, log *slog.Logger) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: role, get: get})
-	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("metrics listener", "addr", addr, "err", err)
-	}
-}
-
-// ServeMetrics is serveMetrics for other roles.
-func ServeMetrics(ctx context.Context, addr, role string, get func() model.NodeStatus, log *slog.Logger) {
-	serveMetrics(ctx, addr, role, get, log)
-}
-
-type statusCollector struct {
-	role string
-	get  func() model.NodeStatus
-}
-
-var (
-	descPackets = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
-	descBytes   = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
-	descRoutes  = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
-	descRev     = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
-	descEIP     = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
-)
-
-func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP} {
-		ch <- d
-	}
-}
-
-func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.get()
-	for k, v := range s.Counters {
-		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(v.Packets), c.role, k)
-		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v.Bytes), c.role, k)
-	}
-	ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(s.Routes), c.role)
-	ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(s.AppliedRevision), c.role)
-	for e, v := range s.EIPs {
-		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
-		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")
-	}
 }
 
 // rtprotAzgate marks the routes the edge installs (iproute2 shows it as

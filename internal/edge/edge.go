@@ -5,19 +5,14 @@
 package edge
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"sort"
 	"sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
@@ -30,8 +25,8 @@ import (
 const DefaultHashSeed = 0x61a9a7e5
 
 // GatewayMAC is the inner Ethernet source of encapsulated frames: the
-// virtual router of every tenant subnet.
-var GatewayMAC = net.HardwareAddr{0x02, 0xa2, 0x9a, 0x7e, 0x00, 0x01}
+// virtual router of every tenant subnet (dataplane.GatewayMAC).
+var GatewayMAC = dataplane.GatewayMAC
 
 // Want is what the edge must hold for one EIP.
 type Want struct {
@@ -80,6 +75,7 @@ type Reconciler struct {
 	prefixes []netip.Prefix // the edge set's prefixes
 	errs     []string       // of the last commit
 	lbErrs   []string       // services not fully programmed, as of the last service sync
+	invalid  *store.Invalid // stored objects refused by validation
 	lb       *lbState       // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
@@ -103,7 +99,8 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true}
+	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true,
+		invalid: &store.Invalid{Log: cfg.Log}}
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
 	}
@@ -116,26 +113,36 @@ func (r *Reconciler) Reset() {
 	defer r.mu.Unlock()
 	r.idx, r.loading = newIndex(), true
 	clear(r.pending)
+	r.invalid.Reset()
 }
 
-// Put records a stored object.
+// Put records a stored object. One that fails the model's validation
+// (written straight into etcd) counts as absent and is listed in the
+// status until a valid write replaces it (store.Invalid).
 func (r *Reconciler) Put(kind, key string, value []byte, _ int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, err := r.idx.put(kind, key, value)
+	o, err := model.DecodeStored(kind, key, value)
 	if err != nil {
-		r.log.Warn("skipping undecodable object in the store", "kind", kind, "key", key, "err", err)
+		r.invalid.Refuse(kind, key, err)
+		r.note(r.idx.delete(kind, key))
 		return
 	}
-	r.note(c)
+	r.invalid.Clear(kind, key)
+	r.note(r.idx.put(kind, key, o))
 }
 
 // Delete records a removed object.
 func (r *Reconciler) Delete(kind, key string, _ int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.invalid.Clear(kind, key)
 	r.note(r.idx.delete(kind, key))
 }
+
+// Invalid lists the stored objects refused as invalid (at most
+// store.MaxInvalidShown) and how many there are.
+func (r *Reconciler) Invalid() ([]model.InvalidObject, int) { return r.invalid.List() }
 
 func (r *Reconciler) note(c change) {
 	if c.lb {
@@ -495,6 +502,7 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	if r.lb != nil && len(r.lb.tables) > 0 {
 		s.Tables = r.lb.tableStatus()
 	}
+	r.invalid.Into(&s)
 	if r.routes <= maxStatusEIPs {
 		s.EIPs = map[string]model.EIPCounters{}
 		for k := range r.idx.eips {
@@ -509,44 +517,6 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 		}
 	}
 	return s
-}
-
-// PublishStatus writes the status under /azgate/status/ROLE/NAME with a
-// lease, every interval, until ctx ends.
-func PublishStatus(ctx context.Context, s *store.Store, role, name string, every time.Duration, get func() model.NodeStatus, log *slog.Logger) {
-	key := store.StatusRoot + role + "/" + name
-	ttl := int64(max(3*every/time.Second, 5))
-	var lease clientv3.LeaseID
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		b, _ := json.Marshal(get())
-		if lease == 0 {
-			if l, err := s.Client.Grant(ctx, ttl); err == nil {
-				lease = l.ID
-			}
-		}
-		if lease != 0 {
-			if _, err := s.Client.Put(ctx, key, string(b), clientv3.WithLease(lease)); err != nil {
-				if ctx.Err() == nil {
-					log.Warn("status publish failed", "err", err)
-				}
-				lease = 0
-			} else if _, err := s.Client.KeepAliveOnce(ctx, lease); err != nil {
-				lease = 0
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if lease != 0 {
-				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				s.Client.Revoke(rctx, lease)
-				cancel()
-			}
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // ErrStop is returned when the daemon is asked to stop.

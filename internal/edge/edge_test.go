@@ -226,17 +226,21 @@ func TestIndexMemory(t *testing.T) {
 			host.Guests = append(host.Guests, model.Guest{Name: "g" + itoa(g), Address: netip.AddrFrom4([4]byte{198, 19, byte(g >> 8), byte(g)}), VSID: uint32(model.VSIDMin + g)})
 		}
 		b, _ := store.Encode(host)
-		if _, err := x.put(model.KindHost, host.Name, b); err != nil {
+		o, err := model.DecodeStored(model.KindHost, host.Name, b)
+		if err != nil {
 			t.Fatal(err)
 		}
+		x.put(model.KindHost, host.Name, o)
 	}
 	for i := 0; i < 1_000_000; i++ {
 		e := &model.EIP{Address: netip.AddrFrom4([4]byte{100, 64 | byte(i>>16), byte(i >> 8), byte(i)}),
 			Binding: &model.Binding{Host: "h" + itoa(i/1000), Guest: "g" + itoa(i%1000)}}
 		b, _ := store.Encode(e)
-		if _, err := x.put(model.KindEIP, e.Key(), b); err != nil {
+		o, err := model.DecodeStored(model.KindEIP, e.Key(), b)
+		if err != nil {
 			t.Fatal(err)
 		}
+		x.put(model.KindEIP, e.Key(), o)
 	}
 	mb := float64(heapAlloc()-before) / 1e6
 	t.Logf("index of 1000 hosts x 1000 guests and 1M bound EIPs: %.0f MB", mb)

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"encoding/json"
 	"net/netip"
 
 	"github.com/azgate/azgate/internal/model"
@@ -46,13 +45,6 @@ func (x *index) intern(s string) string {
 	return s
 }
 
-// eipDoc is the part of a stored EIP the edge reads (the controller
-// validated the whole object on write).
-type eipDoc struct {
-	Address netip.Addr     `json:"address"`
-	Binding *model.Binding `json:"binding"`
-}
-
 // change says what a stored change touched.
 type change struct {
 	eip    netip.Addr // one EIP (valid when set)
@@ -60,60 +52,40 @@ type change struct {
 	lb     bool       // services, their health or hosts changed
 }
 
-func (x *index) put(kind, key string, value []byte) (change, error) {
-	switch kind {
-	case model.KindEIP:
-		var d eipDoc
-		if err := json.Unmarshal(value, &d); err != nil {
-			return change{}, err
+// put records a validated object (model.DecodeStored).
+func (x *index) put(kind, key string, o model.Object) change {
+	switch o := o.(type) {
+	case *model.EIP:
+		if !o.Address.Is4() {
+			return change{} // IPv4 data plane
 		}
-		if !d.Address.Is4() {
-			return change{}, nil // IPv4 data plane
-		}
-		k := d.Address.As4()
-		if d.Binding == nil {
+		k := o.Address.As4()
+		if o.Binding == nil {
 			delete(x.eips, k)
 		} else {
-			x.eips[k] = binding{x.intern(d.Binding.Host), x.intern(d.Binding.Guest)}
+			x.eips[k] = binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
 		}
-		return change{eip: d.Address}, nil
-	case model.KindHost:
-		o, err := model.Decode(kind, value)
-		if err != nil {
-			return change{}, err
-		}
-		h := o.(*model.Host)
-		e := &hostEntry{underlay: h.Underlay, guest: make(map[string]guestInfo, len(h.Guests))}
-		for _, g := range h.Guests {
+		return change{eip: o.Address}
+	case *model.Host:
+		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
+		for _, g := range o.Guests {
 			if g.Address.Is4() {
 				e.guest[x.intern(g.Name)] = guestInfo{addr: g.Address.As4(), vsid: g.VSID}
 			}
 		}
-		x.hosts[x.intern(h.Name)] = e
-		return change{routes: true, lb: len(x.services) > 0}, nil
-	case model.KindEdgeSet:
-		o, err := model.Decode(kind, value)
-		if err != nil {
-			return change{}, err
-		}
-		x.sets[key] = o.(*model.EdgeSet)
-		return change{}, nil // applyConfig reads the sets at every commit
-	case model.KindService:
-		o, err := model.Decode(kind, value)
-		if err != nil {
-			return change{}, err
-		}
-		x.services[key] = o.(*model.Service)
-		return change{lb: true}, nil
-	case model.KindHealth:
-		o, err := model.Decode(kind, value)
-		if err != nil {
-			return change{}, err
-		}
-		x.health[key] = o.(*model.Health)
-		return change{lb: true}, nil
+		x.hosts[x.intern(o.Name)] = e
+		return change{routes: true, lb: len(x.services) > 0}
+	case *model.EdgeSet:
+		x.sets[key] = o
+		return change{} // applyConfig reads the sets at every commit
+	case *model.Service:
+		x.services[key] = o
+		return change{lb: true}
+	case *model.Health:
+		x.health[key] = o
+		return change{lb: true}
 	}
-	return change{}, nil
+	return change{}
 }
 
 func (x *index) delete(kind, key string) change {

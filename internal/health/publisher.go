@@ -10,13 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
 )
 
-// Timings of the EtcdPublisher.
+// Timings of the StorePublisher.
 const (
 	// publishOpTimeout bounds one grant or write.
 	publishOpTimeout = 5 * time.Second
@@ -34,7 +32,7 @@ const (
 // stopped (Ctx ended or Close).
 var ErrPublisherStopped = errors.New("health publisher stopped")
 
-// EtcdPublisher writes reports with one lease for the edge, kept alive
+// StorePublisher writes reports with one lease for the edge, kept alive
 // while the edge runs: the reports of a vanished edge expire.
 //
 // It remembers the latest report of every target it was given and keeps
@@ -47,12 +45,12 @@ var ErrPublisherStopped = errors.New("health publisher stopped")
 //
 // One goroutine does all the store writes, in order, so a Remove is never
 // undone by an older Publish still in flight.
-type EtcdPublisher struct {
-	Ctx    context.Context // the lease lives until it ends
-	Client *clientv3.Client
-	Edge   string
-	TTL    time.Duration
-	Log    *slog.Logger // nil: slog.Default()
+type StorePublisher struct {
+	Ctx   context.Context // the lease lives until it ends
+	Store store.Leases
+	Edge  string
+	TTL   time.Duration
+	Log   *slog.Logger // nil: slog.Default()
 
 	once   sync.Once
 	ctx    context.Context // Ctx, also ended by Close
@@ -63,12 +61,12 @@ type EtcdPublisher struct {
 	mu      sync.Mutex
 	reports map[string]string       // key -> JSON: the latest report of every current target
 	dirty   map[string][]chan error // keys the store may not have right yet -> Publish calls waiting for them
-	lease   clientv3.LeaseID        // the lease reports are written with (0: none)
+	lease   store.LeaseID           // the lease reports are written with (0: none)
 	kaStop  context.CancelFunc      // ends the current lease's keepalive
 	closed  bool
 }
 
-func (p *EtcdPublisher) init() {
+func (p *StorePublisher) init() {
 	p.once.Do(func() {
 		parent := p.Ctx
 		if parent == nil {
@@ -86,21 +84,21 @@ func (p *EtcdPublisher) init() {
 	})
 }
 
-func (p *EtcdPublisher) poke() {
+func (p *StorePublisher) poke() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (p *EtcdPublisher) key(t Target) string {
+func (p *StorePublisher) key(t Target) string {
 	return model.HealthReportKey(p.Edge, t.Service, t.Pool, t.Backend)
 }
 
 // Publish makes r t's report and returns once it has been tried on the
 // store: the error is that attempt's. A failed write is retried in the
 // background until it succeeds or is superseded.
-func (p *EtcdPublisher) Publish(ctx context.Context, t Target, r model.HealthReport) error {
+func (p *StorePublisher) Publish(ctx context.Context, t Target, r model.HealthReport) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -140,7 +138,7 @@ func (p *EtcdPublisher) Publish(ctx context.Context, t Target, r model.HealthRep
 
 // Remove forgets t's report and deletes it from the store. It does not
 // block: the delete is done (and retried) in the background.
-func (p *EtcdPublisher) Remove(t Target) {
+func (p *StorePublisher) Remove(t Target) {
 	p.init()
 	k := p.key(t)
 	p.mu.Lock()
@@ -161,7 +159,7 @@ func (p *EtcdPublisher) Remove(t Target) {
 // Close revokes the lease, which deletes this edge's reports, and returns
 // when the publisher's goroutines have ended (within a few seconds even if
 // etcd does not answer). Ending Ctx does the same without the wait.
-func (p *EtcdPublisher) Close() {
+func (p *StorePublisher) Close() {
 	p.init()
 	p.cancel()
 	<-p.done
@@ -169,13 +167,13 @@ func (p *EtcdPublisher) Close() {
 
 // leaseState is the loop's current lease.
 type leaseState struct {
-	id   clientv3.LeaseID
+	id   store.LeaseID
 	lost <-chan struct{} // closed when its keepalive has ended
 	stop context.CancelFunc
 }
 
 // loop owns the lease and does every store write.
-func (p *EtcdPublisher) loop() {
+func (p *StorePublisher) loop() {
 	defer close(p.done)
 	var (
 		cur     leaseState
@@ -226,7 +224,7 @@ func (p *EtcdPublisher) loop() {
 					p.revoke(old)
 					old = nil
 				}
-			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			case errors.Is(err, store.ErrLeaseNotFound):
 				dropLease()
 			case p.ctx.Err() == nil:
 				p.Log.Warn("health reports not written; retrying", "edge", p.Edge, "err", err)
@@ -252,42 +250,36 @@ func (p *EtcdPublisher) loop() {
 }
 
 // pending tells whether there is anything to write.
-func (p *EtcdPublisher) pending() bool {
+func (p *StorePublisher) pending() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.dirty) > 0 || len(p.reports) > 0
 }
 
 // grant takes a lease and starts its keepalive.
-func (p *EtcdPublisher) grant() (leaseState, error) {
+func (p *StorePublisher) grant() (leaseState, error) {
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = model.DefaultHealthReportTTL
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, publishOpTimeout)
 	defer cancel()
-	g, err := p.Client.Grant(ctx, max(int64(ttl/time.Second), 1))
+	id, err := p.Store.Grant(ctx, ttl)
 	if err != nil {
 		return leaseState{}, err
 	}
 	kctx, stop := context.WithCancel(p.ctx)
-	ka, err := p.Client.KeepAlive(kctx, g.ID)
+	lost, err := p.Store.KeepAlive(kctx, id)
 	if err != nil {
 		stop()
-		p.revoke([]leaseState{{id: g.ID}})
+		p.revoke([]leaseState{{id: id}})
 		return leaseState{}, err
 	}
-	lost := make(chan struct{})
-	go func() {
-		defer close(lost)
-		for range ka { // closed on expiry, revocation, or when kctx ends
-		}
-	}()
-	return leaseState{id: g.ID, lost: lost, stop: stop}, nil
+	return leaseState{id: id, lost: lost, stop: stop}, nil
 }
 
 // fail answers the waiting Publish calls with err; their keys stay to do.
-func (p *EtcdPublisher) fail(err error) {
+func (p *StorePublisher) fail(err error) {
 	p.mu.Lock()
 	var ws []chan error
 	for k, w := range p.dirty {
@@ -302,7 +294,7 @@ func (p *EtcdPublisher) fail(err error) {
 
 // flush writes the keys to do with the lease, in transactions of at most
 // publishTxnOps: a report is put, a removed target's key deleted.
-func (p *EtcdPublisher) flush(lease clientv3.LeaseID) error {
+func (p *StorePublisher) flush(lease store.LeaseID) error {
 	type item struct {
 		key     string
 		value   string
@@ -320,16 +312,15 @@ func (p *EtcdPublisher) flush(lease clientv3.LeaseID) error {
 	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.key, b.key) })
 	for len(items) > 0 {
 		chunk := items[:min(len(items), publishTxnOps)]
-		ops := make([]clientv3.Op, len(chunk))
+		kvs := make([]store.KV, len(chunk))
 		for i, it := range chunk {
+			kvs[i] = store.KV{Key: it.key}
 			if it.put {
-				ops[i] = clientv3.OpPut(it.key, it.value, clientv3.WithLease(lease))
-			} else {
-				ops[i] = clientv3.OpDelete(it.key)
+				kvs[i].Value = []byte(it.value)
 			}
 		}
 		ctx, cancel := context.WithTimeout(p.ctx, publishOpTimeout)
-		_, err := p.Client.Txn(ctx).Then(ops...).Commit()
+		err := p.Store.WriteLeased(ctx, lease, kvs)
 		cancel()
 		if err != nil {
 			// These and the rest are to do again (unless changed since,
@@ -360,14 +351,14 @@ func (p *EtcdPublisher) flush(lease clientv3.LeaseID) error {
 
 // revoke revokes leases, best effort, and waits (bounded) for their
 // keepalives to end.
-func (p *EtcdPublisher) revoke(ls []leaseState) {
+func (p *StorePublisher) revoke(ls []leaseState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), revokeTimeout)
 	defer cancel()
 	for _, l := range ls {
 		if l.stop != nil {
 			l.stop()
 		}
-		if _, err := p.Client.Revoke(ctx, l.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if err := p.Store.Revoke(ctx, l.id); err != nil && !errors.Is(err, store.ErrLeaseNotFound) {
 			p.Log.Debug("cannot revoke a replaced health report lease; it expires by itself", "edge", p.Edge, "lease", int64(l.id), "err", err)
 		}
 	}
@@ -385,7 +376,7 @@ func (p *EtcdPublisher) revoke(ls []leaseState) {
 
 // shutdown refuses further reports and revokes the leases: etcd deletes
 // every report written with them.
-func (p *EtcdPublisher) shutdown(cur leaseState, old []leaseState) {
+func (p *StorePublisher) shutdown(cur leaseState, old []leaseState) {
 	p.mu.Lock()
 	p.closed = true
 	p.lease, p.kaStop = 0, nil

@@ -48,10 +48,10 @@ func etcdClient(t *testing.T) *clientv3.Client {
 
 // newPublisher returns a publisher living until the test ends (closed
 // before the client is).
-func newPublisher(t *testing.T, cli *clientv3.Client, edge string) *EtcdPublisher {
+func newPublisher(t *testing.T, cli *clientv3.Client, edge string) *StorePublisher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &EtcdPublisher{Ctx: ctx, Client: cli, Edge: edge, TTL: 3 * time.Second, Log: quiet}
+	p := &StorePublisher{Ctx: ctx, Store: &store.Store{Client: cli, Log: quiet}, Edge: edge, TTL: 3 * time.Second, Log: quiet}
 	t.Cleanup(func() { cancel(); p.Close() })
 	return p
 }
@@ -127,7 +127,8 @@ func publisherGoroutines() int {
 	}
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "health.(*EtcdPublisher)") {
+		// The keepalive's goroutine runs in the store.
+		if strings.Contains(g, "health.(*StorePublisher)") || strings.Contains(g, "store.(*Store).KeepAlive") {
 			n++
 		}
 	}
@@ -136,13 +137,13 @@ func publisherGoroutines() int {
 
 // countingPub counts the verdicts the manager hands to the publisher.
 type countingPub struct {
-	*EtcdPublisher
+	*StorePublisher
 	n atomic.Int64
 }
 
 func (c *countingPub) Publish(ctx context.Context, t Target, r model.HealthReport) error {
 	c.n.Add(1)
-	return c.EtcdPublisher.Publish(ctx, t, r)
+	return c.StorePublisher.Publish(ctx, t, r)
 }
 
 // listenTCP accepts (and closes) connections until the test ends.
@@ -175,7 +176,7 @@ func tcpTarget(t *testing.T, backend, addr string) Target {
 // again with a new lease, promptly, though no verdict changed.
 func TestPublisherRepublishesAfterLeaseLoss(t *testing.T) {
 	cli := etcdClient(t)
-	pub := &countingPub{EtcdPublisher: newPublisher(t, cli, "e1")}
+	pub := &countingPub{StorePublisher: newPublisher(t, cli, "e1")}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	m := NewManager(ctx, pub, quiet)
@@ -344,7 +345,7 @@ func TestPublisherStopRevokes(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			edge := "e-" + how
-			p := &EtcdPublisher{Ctx: ctx, Client: cli, Edge: edge, TTL: 3 * time.Second, Log: quiet}
+			p := &StorePublisher{Ctx: ctx, Store: &store.Store{Client: cli, Log: quiet}, Edge: edge, TTL: 3 * time.Second, Log: quiet}
 			for i := range 3 {
 				if err := p.Publish(ctx, Target{Service: "s", Pool: "p", Backend: fmt.Sprint("b", i)}, model.HealthReport{Up: i%2 == 0}); err != nil {
 					t.Fatal(err)

@@ -2,15 +2,12 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netns"
@@ -32,15 +29,14 @@ func (l *Lab) NodeStatuses(ctx context.Context) (map[string]model.NodeStatus, er
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := st.Client.Get(ctx, store.StatusRoot, clientv3.WithPrefix())
+	nodes, err := store.NodeStatuses(ctx, st, "")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]model.NodeStatus{}
-	for _, kv := range resp.Kvs {
-		var s model.NodeStatus
-		if json.Unmarshal(kv.Value, &s) == nil {
-			out[s.Name] = s
+	for _, n := range nodes {
+		if n.Err == nil {
+			out[n.Status.Name] = n.Status
 		}
 	}
 	return out, nil

@@ -35,6 +35,19 @@ type NodeStatus struct {
 	// Tables are the service tables the edge's data plane holds, by
 	// TableKey(service, pool) (edges only).
 	Tables map[string]TableStatus `json:"tables,omitempty"`
+	// Invalid lists the objects read from the store that failed
+	// validation (written past the API, straight into etcd): they are not
+	// programmed until a valid write of the same key replaces them.
+	// (at most 100, sorted by kind and key; InvalidTotal counts them all).
+	Invalid      []InvalidObject `json:"invalid,omitempty"`
+	InvalidTotal int             `json:"invalid_total,omitempty"`
+}
+
+// InvalidObject is one stored object a node refused to program.
+type InvalidObject struct {
+	Kind   string `json:"kind"`
+	Key    string `json:"key"`
+	Reason string `json:"reason"`
 }
 
 // TableStatus describes one pool's Maglev table on an edge, so operators

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,8 +28,12 @@ type Embedded struct {
 const EmbeddedTxnOps = 4096
 
 // StartEmbedded starts etcd with its data in dir, serving clients on
-// clientURLs (http://127.0.0.1:PORT or unix:///path). Peers talk over a
-// unix socket in dir, so no TCP port is taken for them.
+// clientURLs (unix:///path, or http://LOOPBACK:PORT: a non-loopback TCP
+// URL is refused, since the embedded etcd has no authentication). dir is
+// made mode 0700, which is what keeps other local users from the sockets
+// inside it: the client socket belongs there, and the peer listener (a
+// single node has no peers, but etcd insists on one) is a filesystem
+// socket there too, so no TCP port and no abstract socket is opened.
 func StartEmbedded(dir string, clientURLs []string) (*Embedded, error) {
 	return StartEmbeddedWithLog(dir, clientURLs, slog.Default())
 }
@@ -38,8 +43,17 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 	if len(clientURLs) == 0 {
 		return nil, fmt.Errorf("embedded etcd: no client URL")
 	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: data dir: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	// The sockets inside are guarded only by the directory's mode: enforce
+	// it even when the directory already existed with a wider one.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd: data dir %s: %w", dir, err)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = "azgate"
@@ -54,19 +68,39 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 		if err != nil {
 			return nil, fmt.Errorf("embedded etcd: client URL %q: %w", s, err)
 		}
-		if u.Scheme == "unix" {
+		switch u.Scheme {
+		case "unix":
+			if u.Host != "" || u.Path == "" {
+				return nil, fmt.Errorf("embedded etcd: client URL %q: want unix:///absolute/path", s)
+			}
+			if !strings.HasPrefix(u.Path, dir+"/") {
+				log.Warn("embedded etcd client socket outside the data dir: whoever can reach the path can read and write the store without credentials", "url", s, "data_dir", dir)
+			}
 			os.MkdirAll(filepath.Dir(u.Path), 0o755)
 			os.Remove(u.Path) // a stale socket from a crash
+		case "http":
+			if !isLoopback(u.Hostname()) {
+				return nil, fmt.Errorf("embedded etcd: client URL %q: the embedded etcd has no authentication, so a TCP listener must be on loopback (127.0.0.1, ::1 or localhost)", s)
+			}
+			log.Warn("embedded etcd listens on loopback TCP without authentication: every local user can read and write the store through it; prefer the unix socket in the data dir", "url", s)
+		default:
+			return nil, fmt.Errorf("embedded etcd: client URL %q: want http://LOOPBACK:PORT or unix:///path", s)
 		}
 		curls = append(curls, *u)
 	}
 	cfg.ListenClientUrls = curls
 	cfg.AdvertiseClientUrls = curls
+	// A single node has no peers, but etcd needs a peer URL to name the
+	// member. etcd listens on a peer URL's host alone: unix:///path has an
+	// empty host, which the kernel turns into an autobound abstract socket
+	// that every local user can reach (issue 7: forged raft messages were
+	// committed through it). So the listener's URL carries the path as its
+	// host, a filesystem socket inside the 0700 data dir; the advertised
+	// URL is the ordinary form of the same path.
 	peer := filepath.Join(dir, "etcd-peer.sock")
 	os.Remove(peer)
-	pu, _ := url.Parse("unix://" + peer)
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.ListenPeerUrls = []url.URL{{Scheme: "unix", Host: peer}}
+	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "unix", Path: peer}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.MaxTxnOps = EmbeddedTxnOps
 	cfg.MaxRequestBytes = 32 << 20
@@ -87,6 +121,16 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 		return nil, fmt.Errorf("embedded etcd: not ready after 60s")
 	}
 	return &Embedded{etcd: e, ClientURLs: slices.Clone(clientURLs), closing: closing}, nil
+}
+
+// isLoopback tells whether host (an IP literal or "localhost") is a
+// loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 // Close stops the server.

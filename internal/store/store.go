@@ -7,11 +7,13 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -59,6 +61,11 @@ type Store struct {
 	// --max-txn-ops, 128 by default; the embedded server allows more).
 	TxnOps int
 	Log    *slog.Logger
+	auth   ClientAuth  // to explain authentication errors
+	tls    *tls.Config // as given to the client (nil: none)
+
+	invalidOnce sync.Once
+	invalid     *Invalid // what Follow refused
 }
 
 // Options to connect.
@@ -66,10 +73,15 @@ type Options struct {
 	Endpoints []string
 	TxnOps    int
 	Log       *slog.Logger
+	// Auth holds the TLS and user/password settings (none: plaintext,
+	// anonymous, as the embedded etcd's socket in its 0700 dir is).
+	Auth ClientAuth
 }
 
 // Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
-// or unix:///path sockets.
+// or unix(s):///path sockets. With TLS settings every endpoint must be
+// https:// (or unixs://); a plaintext endpoint off this machine is
+// logged as a warning.
 func Connect(o Options) (*Store, error) {
 	if len(o.Endpoints) == 0 {
 		return nil, errors.New("store: no etcd endpoints")
@@ -80,17 +92,31 @@ func Connect(o Options) (*Store, error) {
 	if o.TxnOps <= 0 {
 		o.TxnOps = 128
 	}
+	if err := checkEndpoints(o.Endpoints, o.Auth, o.Log); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	tc, err := o.Auth.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	pw, err := o.Auth.password()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:          o.Endpoints,
 		DialTimeout:        5 * time.Second,
 		Logger:             zap.NewNop(),
 		MaxCallRecvMsgSize: 256 << 20,
 		MaxCallSendMsgSize: 64 << 20,
+		TLS:                tc,
+		Username:           o.Auth.User,
+		Password:           pw,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), err)
+		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), explain(err, o.Auth))
 	}
-	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log}, nil
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc}, nil
 }
 
 // Close closes the client.
@@ -102,10 +128,51 @@ func (s *Store) Ping(ctx context.Context) error {
 	defer cancel()
 	_, err := s.Client.Get(ctx, Root+"ping", clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("store: %w", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// gRPC retries a failed TLS handshake until the deadline and
+			// keeps the reason to itself: ask the endpoints directly.
+			if terr := probeTLS(s.Client.Endpoints(), s.tls); terr != nil {
+				err = fmt.Errorf("%w: %w", err, terr)
+			}
+		}
+		return fmt.Errorf("store: %w", explain(err, s.auth))
 	}
 	return nil
 }
+
+// explain adds what to do to the errors a missing or wrong credential
+// gives, which etcd and gRPC word for their own developers.
+func explain(err error, a ClientAuth) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, rpctypes.ErrUserEmpty), strings.Contains(msg, "user name is empty"):
+		return credErr("etcd requires authentication: give --etcd-user and --etcd-password-file (%w)", err)
+	case errors.Is(err, rpctypes.ErrAuthFailed), strings.Contains(msg, "authentication failed"):
+		return credErr("etcd refused user %q: wrong user or password (%w)", a.User, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return credErr("etcd user %q may not read or write azgate's keys: grant it a role with readwrite on /azgate/ (%w)", a.User, err)
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
+		return credErr("etcd requires a client certificate: give --etcd-cert and --etcd-key signed by its trusted CA (%w)", err)
+	case strings.Contains(msg, "x509:"), strings.Contains(msg, "tls:"):
+		return credErr("TLS with etcd failed: check --etcd-cacert and the endpoint's host name (%w)", err)
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return credErr("etcd answers in plaintext: use http:// without TLS settings (%w)", err)
+	case strings.Contains(msg, "http2: frame too large"), strings.Contains(msg, "malformed HTTP response"):
+		return credErr("etcd expects TLS: use https:// with --etcd-cacert (%w)", err)
+	}
+	return err
+}
+
+// CredentialError is a refusal of the client's credentials or TLS
+// settings: a configuration error, not worth retrying.
+type CredentialError struct{ err error }
+
+func credErr(format string, args ...any) error {
+	return &CredentialError{fmt.Errorf(format, args...)}
+}
+
+func (e *CredentialError) Error() string { return e.err.Error() }
+func (e *CredentialError) Unwrap() error { return e.err }
 
 // Encode serializes an object for the store.
 func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
@@ -119,7 +186,7 @@ const loadPage = 50000
 // Load reads the whole state at one revision, page by page. Values that
 // do not decode are logged and skipped.
 func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
-	ss := &stateSink{st: model.NewState(), log: s.Log}
+	ss := &stateSink{st: model.NewState(), log: s.Log, invalid: &Invalid{Log: s.Log}}
 	rev, err := s.loadInto(ctx, ss)
 	if err != nil {
 		return nil, 0, err
@@ -303,19 +370,26 @@ func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
 type stateSink struct {
 	st      *model.State
 	log     *slog.Logger
+	invalid *Invalid
 	h       Handler
 	evs     []Event
 	loading bool // a full load: no events, the handler resyncs
 }
 
-func (ss *stateSink) Reset() { ss.st, ss.evs, ss.loading = model.NewState(), nil, true }
+func (ss *stateSink) Reset() {
+	ss.st, ss.evs, ss.loading = model.NewState(), nil, true
+	ss.invalid.Reset()
+}
 
 func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
-	o, err := model.Decode(kind, value)
-	if err != nil || o.Key() != key {
-		ss.log.Warn("skipping undecodable object in the store", "kind", kind, "key", key, "err", err)
+	o, err := model.DecodeStored(kind, key, value)
+	if err != nil {
+		// Refused: it counts as absent (see Invalid).
+		ss.invalid.Refuse(kind, key, err)
+		ss.remove(kind, key, rev)
 		return
 	}
+	ss.invalid.Clear(kind, key)
 	ss.st.Set(o)
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Obj: o, Rev: rev})
@@ -323,6 +397,11 @@ func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
 }
 
 func (ss *stateSink) Delete(kind, key string, rev int64) {
+	ss.invalid.Clear(kind, key)
+	ss.remove(kind, key, rev)
+}
+
+func (ss *stateSink) remove(kind, key string, rev int64) {
 	ss.st.Remove(kind, key)
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Rev: rev})
@@ -359,6 +438,18 @@ type Handler func(st *model.State, rev int64, events []Event, resync bool)
 // Follow loads the state, hands it to h, then applies every watched change
 // and hands it over again, until ctx ends. A compacted or broken watch
 // leads to a full reload (resync).
+//
+// Objects that fail validation are left out of st (see Invalid); Invalid
+// lists them.
 func (s *Store) Follow(ctx context.Context, h Handler) error {
-	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h})
+	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h, invalid: s.invalidSet()})
+}
+
+// Invalid lists the objects Follow refused (at most MaxInvalidShown) and
+// how many there are.
+func (s *Store) Invalid() ([]model.InvalidObject, int) { return s.invalidSet().List() }
+
+func (s *Store) invalidSet() *Invalid {
+	s.invalidOnce.Do(func() { s.invalid = &Invalid{Log: s.Log} })
+	return s.invalid
 }

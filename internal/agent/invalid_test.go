@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// TestInvalidStoredObjectsIgnored: an EIP written straight into etcd that
+// fails the model's validation is not programmed on the agent and is
+// listed in its status; a later valid write of the same key is
+// programmed. The valid EIP beside it is programmed throughout.
+func TestInvalidStoredObjectsIgnored(t *testing.T) {
+	dir, err := os.MkdirTemp("", "aza") // short: the unix socket path is limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var ops []store.Op
+	st := state(t)
+	for _, k := range model.Kinds {
+		for _, key := range st.Keys(k) {
+			o, _ := st.Get(k, key)
+			b, _ := store.Encode(o)
+			ops = append(ops, store.Op{Kind: k, Key: o.Key(), Value: b})
+		}
+	}
+	if _, err := s.Commit(ctx, 1<<40, ops); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(kind, key, value string) int64 {
+		t.Helper()
+		resp, err := s.Client.Put(ctx, store.Key(kind, key), value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	rev := raw(model.KindEIP, "198.51.100.9", `{"address":"198.51.100.9","description":"`+strings.Repeat("x", 2000)+`","binding":{"host":"az1-h1","guest":"g2"}}`)
+
+	fake := dataplane.NewFakeAgent()
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The handler waits for the test to look after each change, so the
+	// fake maps are read while nothing writes them.
+	type step struct {
+		rev int64
+		ack chan struct{}
+	}
+	steps := make(chan step)
+	go s.Follow(ctx, func(st *model.State, rev int64, evs []store.Event, resync bool) {
+		r.Handle(st, rev, evs, resync)
+		ack := make(chan struct{})
+		select {
+		case steps <- step{rev, ack}:
+			<-ack
+		case <-ctx.Done():
+		}
+	})
+	at := func(rev int64, check func()) {
+		t.Helper()
+		for {
+			select {
+			case s := <-steps:
+				if s.rev >= rev {
+					check()
+					close(s.ack)
+					return
+				}
+				close(s.ack)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("revision %d not handled in 10s", rev)
+			}
+		}
+	}
+	status := func() model.NodeStatus {
+		ns := r.Status(time.Now(), nil)
+		store.ReportInvalid(&ns, s.Invalid) // as Run does
+		return ns
+	}
+	at(rev, func() {
+		if _, ok := fake.EIPMap[netip.MustParseAddr("198.51.100.7")]; !ok {
+			t.Errorf("the valid EIP is not programmed: %v", fake.EIPMap)
+		}
+		if e, ok := fake.EIPMap[netip.MustParseAddr("198.51.100.9")]; ok {
+			t.Errorf("the invalid EIP is programmed: %+v", e)
+		}
+		ns := status()
+		if ns.InvalidTotal != 1 || ns.Invalid[0].Kind != model.KindEIP || ns.Invalid[0].Key != "198.51.100.9" ||
+			!strings.Contains(ns.Invalid[0].Reason, "description") {
+			t.Errorf("status lists %+v", ns.Invalid)
+		}
+	})
+	rev = raw(model.KindEIP, "198.51.100.9", `{"address":"198.51.100.9","binding":{"host":"az1-h1","guest":"g2"}}`)
+	at(rev, func() {
+		if e, ok := fake.EIPMap[netip.MustParseAddr("198.51.100.9")]; !ok || e.Private != netip.MustParseAddr("198.19.11.3") {
+			t.Errorf("the corrected EIP is not programmed: %v", fake.EIPMap)
+		}
+		if ns := status(); ns.InvalidTotal != 0 {
+			t.Errorf("status still lists %+v", ns.Invalid)
+		}
+	})
+}

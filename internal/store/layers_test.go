@@ -1,0 +1,54 @@
+package store
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLayers holds issue 7's layering: no package but internal/store
+// imports the etcd client (tests may), and the agent does not import the
+// edge. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+func TestLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == "testdata" || strings.HasPrefix(n, ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if strings.HasPrefix(p, "go.etcd.io/") && rel != "internal/store" {
+				t.Errorf("%s imports %s: only internal/store may reach etcd", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
+				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
