@@ -44,7 +44,10 @@ struct lb_table {
 };
 
 /* Maglev tables by slot; the daemon builds a new inner map and swaps it in
- * with one update, so a table changes atomically. */
+ * with one update, so a table changes atomically: the table's size M is
+ * the inner map's own max_entries (lb_table_m), so the one value swapped
+ * names both the slots and their number. A packet never indexes a new
+ * table with an old M, or the reverse. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, LB_TABLES_MAX);
@@ -241,15 +244,31 @@ static __always_inline struct lb_listener *lb_listener_for(__be32 vip, __u8 prot
 	return bpf_map_lookup_elem(&lb_listeners, &k);
 }
 
+/* The kernel's struct bpf_map, reduced to the field read here; CO-RE
+ * relocates the offset against the running kernel's BTF. */
+struct bpf_map {
+	__u32 max_entries;
+} __attribute__((preserve_access_index));
+
+/* The size M of a Maglev table: the inner map's max_entries, read from
+ * the map the lookup returned (one load, no extra lookup). */
+static __always_inline __u32 lb_table_m(void *tbl)
+{
+	return ((struct bpf_map *)tbl)->max_entries;
+}
+
 /* Picks the backend of a flow from its listener's table. Returns the
  * backend index or -1. */
 static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 {
 	__u32 t = l->table;
 	void *tbl = bpf_map_lookup_elem(&lb_tables, &t);
-	if (!tbl || !l->m)
+	if (!tbl)
 		return -1;
-	__u32 slot = hash % l->m;
+	__u32 m = lb_table_m(tbl);
+	if (!m)
+		return -1;
+	__u32 slot = hash % m;
 	__u32 *be = bpf_map_lookup_elem(tbl, &slot);
 	if (!be || *be >= LB_BACKENDS_MAX)
 		return -1;

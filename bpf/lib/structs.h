@@ -175,8 +175,8 @@ struct lb_key {
 
 /* Where a listener's new flows go. */
 struct lb_listener {
-	__u32 table; /* slot in lb_tables */
-	__u32 m;     /* size of that table (a prime) */
+	__u32 table; /* slot in lb_tables (the table's size M is its inner
+		      * map's max_entries: see lib/lb.h) */
 };
 
 /* A backend of any service, indexed by the daemon. */

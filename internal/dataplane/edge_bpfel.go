@@ -189,7 +189,6 @@ type edgeLbKey struct {
 type edgeLbListener struct {
 	_     structs.HostLayout
 	Table uint32
-	M     uint32
 }
 
 type edgeNatRentry struct {

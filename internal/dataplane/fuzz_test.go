@@ -412,9 +412,9 @@ func newFuzzEdgeBed(tb testing.TB) *fuzzEdgeBed {
 	must(e.SetBackend(lb.idx["d"], LBBackend{Mode: ModeNAT, Addr: addr(beD), Port: 5353, Gen: 1}))
 	lb.table(tb, 0, "a", "c")
 	lb.table(tb, 3, "d")
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2}))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beD), Port: 5353, Proto: ProtoUDP}, addr(vipNAT), 53))
 	if fb.lb, err = loadLBModel(e); err != nil {
 		tb.Fatal(err)
@@ -547,11 +547,12 @@ func (m *lbModel) pick(f lbFlow, seed uint32) (p lbPick, fails string) {
 	}
 	p.lis = l
 	t, ok := m.tables[l.Table]
-	if !ok || l.M == 0 {
+	if !ok || len(t) == 0 {
 		return p, "drop_lb_no_backend"
 	}
+	// The table's size M is the table's own (its inner map's size).
 	h := flowhash.Hash4(flowhash.Tuple{Src: f.client, Dst: f.vip, SrcPort: f.cport, DstPort: f.vport, Proto: f.proto}, seed)
-	slot := h % l.M
+	slot := h % uint32(len(t))
 	if int(slot) >= len(t) || t[slot] >= 65536 {
 		return p, "drop_lb_no_backend"
 	}

@@ -44,8 +44,9 @@ type Listener struct {
 
 // ListenerValue says where a listener's flows go.
 type ListenerValue struct {
-	Table uint32 // slot in the table map
-	M     uint32 // that table's size
+	Table uint32 // slot in the table map; the table's size M travels
+	// with the table itself (its inner map's size), so the two change
+	// together in one swap (SetTable)
 }
 
 // LBBackend is a backend slot.
@@ -184,7 +185,7 @@ func lkey(l Listener) edgeLbKey {
 
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
 	k := lkey(l)
-	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M}, ebpf.UpdateAny)
+	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
 }
 
 func (e *Edge) DeleteListener(l Listener) error {
@@ -202,7 +203,7 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	var v edgeLbListener
 	it := e.objs.LbListeners.Iterate()
 	for it.Next(&k, &v) {
-		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M}
+		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table}
 	}
 	return out, it.Err()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
 )
 
@@ -62,9 +63,9 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 	b.table(t, 2, "g")
 	must(e.PutVIP(addr(vipNAT)))
 	must(e.PutVIP(addr(vipEncap)))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2}))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
 	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
@@ -419,4 +420,39 @@ func lbFlowID(client string, port uint16) uint32 {
 	c := binary.LittleEndian.Uint32(ip4(client))
 	p := uint32(port>>8 | port<<8)
 	return (c ^ c>>16 ^ p ^ p>>8) & 0xff
+}
+
+// TestTableSizeTravelsWithTable: a table of another size swapped into a
+// listener's slot is indexed with its own size at once (M is the inner
+// map's size, one value with the table), the listener untouched.
+func TestTableSizeTravelsWithTable(t *testing.T) {
+	b := newLBBed(t)
+	names := map[uint32]string{b.idx["a"]: beA, b.idx["c"]: beC}
+	for _, m := range []int{17, 13, lbM} {
+		entries := make([]uint32, m)
+		for i := range entries {
+			// A pattern that tells M apart: slot i's backend depends on i.
+			entries[i] = b.idx["a"]
+			if i%3 == 1 {
+				entries[i] = b.idx["c"]
+			}
+		}
+		if err := b.edge.SetTable(0, entries); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for i := 0; i < 24; i++ {
+			f := tcpTo(vipNAT, 80, "syn")
+			f.sport = uint16(41000 + 100*m + i)
+			h := flowhash.Hash4(flowhash.Tuple{Src: addr(client), Dst: addr(vipNAT), Proto: ProtoTCP, SrcPort: f.sport, DstPort: 80}, testSeed)
+			want := names[entries[h%uint32(m)]]
+			if got := natBackendOf(t, b, f); got != want {
+				t.Fatalf("M=%d flow %d: went to %s, table slot %d names %s", m, i, got, h%uint32(m), want)
+			}
+			seen[want]++
+		}
+		if len(seen) != 2 {
+			t.Fatalf("M=%d: the flows did not cover both backends (%v): the test proves nothing", m, seen)
+		}
+	}
 }

@@ -351,7 +351,7 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 				continue // its pool failed to build: reported above
 			}
 			proto := protoNum[l.Protocol]
-			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m)}
+			v := dataplane.ListenerValue{Table: pt.slot}
 			forPorts(l, func(port uint16) {
 				svcListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
 			})

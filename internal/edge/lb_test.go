@@ -45,7 +45,7 @@ func TestServicesProgrammed(t *testing.T) {
 		t.Fatalf("listeners %v", fake.ListenerM)
 	}
 	web := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8001}]
-	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || web.M != model.DefaultTableSize || len(fake.Tables[web.Table]) != model.DefaultTableSize {
+	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || len(fake.Tables[web.Table]) != model.DefaultTableSize {
 		t.Fatalf("web listener %+v", web)
 	}
 	if l, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.30"), Proto: dataplane.ProtoUDP}]; !ok || fake.BackendM[fake.Tables[l.Table][0]].Mode != dataplane.ModeNAT {
