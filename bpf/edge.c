@@ -250,7 +250,8 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		return count_drop(STAT_DROP_LB_NO_PORT, len);
 
 	__u32 idx;
-	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx);
+	__u8 fid = 0;
+	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx, &fid);
 	if (!bp)
 		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
@@ -265,11 +266,10 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		__u8 imac[ETH_ALEN_] = {SVC_MAC0, SVC_MAC1};
 		__builtin_memcpy(&imac[2], &bp->guest, 4);
 		int sent;
-		/* FlowID: any function of the flow keeps it on one underlay
-		 * path; the hash is only computed on a miss, so fold the
-		 * client's address and port instead. */
-		__u32 fid = f.client ^ (f.client >> 16) ^ f.cport ^ (f.cport >> 8);
-		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | (fid & 0xff), imac, stat, len, &sent);
+		/* FlowID: the flow hash's low byte, as for EIPs (the entry
+		 * keeps it, so a hit computes no hash); an ICMP error about
+		 * the flow gets the flow's. */
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, len, &sent);
 		if (sent)
 			lb_count(&lb_be_stats, idx, ip_len, 0);
 		return act;
@@ -345,7 +345,7 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 		__u32 i = e->backend;
 		be = bpf_map_lookup_elem(&lb_backends, &i);
 		__u32 now = (__u32)bpf_jiffies64();
-		if (be && ((__u8)be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
+		if (be && (be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
 			   (__u32)(now - e->last) > ct_timeout(lbc, e->state)))
 			be = NULL; /* stale: the table decides, as for requests */
 	}

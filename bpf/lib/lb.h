@@ -277,10 +277,12 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 
 /* Decides the backend of a flow through the connection table, creating
  * or refreshing the entry, and returns it (NULL: no usable backend) with
- * its index in *idx. insert=0 never creates an entry (RST and ICMP errors
- * do not either). The flow hash is only computed on a miss. */
+ * its index in *idx and the flow's FlowID (the flow hash's low byte, as
+ * EIP traffic gets) in *fid. insert=0 never creates an entry (RST and
+ * ICMP errors do not either). The flow hash is only computed on a miss:
+ * a hit reads the FlowID the entry kept. */
 static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, const struct lb_listener *l,
-						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx)
+						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx, __u8 *fid)
 {
 	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
 	__u32 now = (__u32)bpf_jiffies64();
@@ -291,7 +293,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 	if (e) {
 		__u32 i = e->backend;
 		be = bpf_map_lookup_elem(&lb_backends, &i);
-		int live = be && (__u8)be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+		int live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
 			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
 		if (live && !syn) {
 			/* Write only what changed: the entry's cache line stays
@@ -304,6 +306,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 					e->state = st;
 			}
 			*idx = i;
+			*fid = e->fid;
 			return be;
 		}
 		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
@@ -313,6 +316,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 
 	__be32 ports = (__u32)f->cport | ((__u32)f->vport << 16);
 	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
+	*fid = (__u8)f->hash;
 	long pick = lb_pick(l, f->hash);
 	if (pick < 0)
 		return NULL;
@@ -333,7 +337,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 		info_inc(LBI_CT_INSERT_LIMITED);
 		return be;
 	}
-	struct ct_entry n = {.backend = i, .gen = (__u8)be->gen, .last = now,
+	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
 			     .state = ct_next(0, f->proto, f->tcp_flags)};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
 	info_inc(LBI_CT_INSERT);

@@ -208,8 +208,13 @@ struct ct_key {
  * function of the backend (lb_nat_rev), in encap mode the agent knows it. */
 struct ct_entry {
 	__u16 backend; /* < LB_BACKENDS_MAX */
+	__u16 gen;     /* the backend's generation at insert (all of it: a
+			* narrower copy would take a slot reused 256 times
+			* for the backend the entry was made for) */
 	__u8 state;    /* CT_* */
-	__u8 gen;      /* low byte of the backend's generation at insert */
+	__u8 fid;      /* NVGRE FlowID of the flow: the flow hash's low byte,
+			* kept so a hit needs no hash */
+	__u16 pad;
 	__u32 last;    /* jiffies (low 32 bits) when last seen */
 };
 

@@ -75,8 +75,10 @@ type edgeCtBucket struct {
 type edgeCtEntry struct {
 	_       structs.HostLayout
 	Backend uint16
+	Gen     uint16
 	State   uint8
-	Gen     uint8
+	Fid     uint8
+	Pad     uint16
 	Last    uint32
 }
 

@@ -1538,7 +1538,7 @@ func (fb *fuzzEdgeBed) checkLBReply(in, out []byte) error {
 }
 
 // lbTunnel checks an NVGRE frame to a service's encap backend: to its
-// host, in its VSID, FlowID folded from the client's address and port,
+// host, in its VSID, FlowID the flow hash's low byte (as for EIPs),
 // inner destination MAC 02:01 and the guest's address, carrying the input
 // with its TTL decremented.
 func lbTunnel(out []byte, orig ipv4At, p lbPick) error {
@@ -1549,8 +1549,9 @@ func lbTunnel(out []byte, orig ipv4At, p lbPick) error {
 	if o.dst() != p.be.Addr || key>>8 != p.be.VSID {
 		return fmt.Errorf("sent to %v VSID %d, but the flow's backend is %s", o.dst(), key>>8, p)
 	}
-	if fid := lbFlowID(p.flow.client.String(), p.flow.cport); key&0xff != fid {
-		return fmt.Errorf("FlowID %#02x, want %#02x for client %v port %d", key&0xff, fid, p.flow.client, p.flow.cport)
+	f := p.flow
+	if fid := uint32(flowhash.FlowID(flowhash.Tuple{Src: f.client, Dst: f.vip, SrcPort: f.cport, DstPort: f.vport, Proto: f.proto}, testSeed)); key&0xff != fid {
+		return fmt.Errorf("FlowID %#02x, want the flow hash's low byte %#02x for %v:%d -> %v:%d", key&0xff, fid, f.client, f.cport, f.vip, f.vport)
 	}
 	const innerEth = 14 + 20 + 8
 	g := p.be.Guest.As4()
@@ -1739,7 +1740,7 @@ func (fb *fuzzEdgeBed) checkConns(pr *ctProbe, counter string) error {
 		return fmt.Errorf("%s created an entry for %s", what, pr.pick)
 	case !has && pr.insert && (counter == "lb_nat_tx" || counter == "lb_encap_tx" || counter == "lb_nat_pass"):
 		return fmt.Errorf("no entry after %s went to its backend (%s)", what, pr.pick)
-	case has && (uint32(e.Backend) != pr.pick.idx || e.Gen != uint8(pr.pick.be.Gen)):
+	case has && (uint32(e.Backend) != pr.pick.idx || e.Gen != pr.pick.be.Gen):
 		return fmt.Errorf("entry names backend %d generation %d, the table picks %s", e.Backend, e.Gen, pr.pick)
 	case counter == "drop_spoof" && (has != pr.had || e != pr.entry):
 		return fmt.Errorf("%s dropped as spoofed changed the entry of %s: %+v -> %+v", what, pr.pick, pr.entry, e)

@@ -449,7 +449,8 @@ func FillFlow(i uint32) (netip.Addr, uint16) {
 
 // FillConns writes n established connection entries, flow i (FillFlow)
 // to vip:vport going to backend i % backends, last seen at jiffies now
-// (benchmarks: a large table that must serve).
+// (benchmarks: a large table that must serve). Their FlowID is 0, not the
+// flow hash's: only the spread of their tunnels over ECMP paths differs.
 func (e *Edge) FillConns(n uint32, vip netip.Addr, vport uint16, backends uint32, now uint64) error {
 	const chunk = 65536
 	keys := make([]edgeCtKey, 0, chunk)

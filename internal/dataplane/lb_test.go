@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -143,7 +142,7 @@ func TestLBFixtures(t *testing.T) {
 	ping := flow{src: client, dst: vipNAT, proto: layers.IPProtocolICMPv4}
 
 	encap := tcpTo(vipEncap, 443, "syn")
-	key := uint32(vsid<<8) | lbFlowID(client, 40000)
+	key := uint32(vsid<<8) | lbFlowID(client, 40000, vipEncap, 443)
 	innerEncap := ethFrame(t, gwMAC, "02:01:c6:13:15:01", decTTL(encap.ip(t)))
 	wantEncap := nvgre(t, dptest.UlMAC, dptest.FabMAC, dptest.UlAddr, hostAddr, key, 0, innerEncap)
 
@@ -414,12 +413,87 @@ func TestLBDecapAntiSpoofing(t *testing.T) {
 	})
 }
 
-// lbFlowID is the FlowID the edge gives service traffic (edge.c): the
-// client's address and port folded, as the data plane loads them.
-func lbFlowID(client string, port uint16) uint32 {
-	c := binary.LittleEndian.Uint32(ip4(client))
-	p := uint32(port>>8 | port<<8)
-	return (c ^ c>>16 ^ p ^ p>>8) & 0xff
+// lbFlowID is the FlowID the edge gives a TCP flow to a service: the low
+// byte of the flow hash, as for EIPs.
+func lbFlowID(client string, cport uint16, vip string, vport uint16) uint32 {
+	return uint32(flowhash.FlowID(flowhash.Tuple{Src: addr(client), Dst: addr(vip), Proto: ProtoTCP, SrcPort: cport, DstPort: vport}, testSeed))
+}
+
+// TestLBEncapFlowID: the FlowID of encap-mode service traffic is the flow
+// hash's low byte on the miss that creates the entry, on the hits that
+// follow, and for flows the insert cap leaves without an entry.
+func TestLBEncapFlowID(t *testing.T) {
+	b := newLBBed(t)
+	keyOf := func(f flow) uint32 {
+		t.Helper()
+		res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+		if err != nil || res.Action != xdpRedirect {
+			t.Fatalf("action %v, %v", res.Action, err)
+		}
+		p := decode(res.Out)
+		g, _ := p.Layer(layers.LayerTypeGRE).(*layers.GRE)
+		if g == nil {
+			t.Fatalf("not NVGRE:\n%s", p.Dump())
+		}
+		return g.Key
+	}
+	ids := map[uint32]bool{}
+	for i := uint16(0); i < 16; i++ {
+		syn := tcpTo(vipEncap, 443, "syn")
+		syn.sport = 42000 + i
+		ack := tcpTo(vipEncap, 443, "ack")
+		ack.sport = syn.sport
+		want := uint32(vsid<<8) | lbFlowID(client, syn.sport, vipEncap, 443)
+		if got := keyOf(syn); got != want {
+			t.Fatalf("flow %d SYN (miss): key %#x, want %#x", i, got, want)
+		}
+		if got := keyOf(ack); got != want {
+			t.Fatalf("flow %d ACK (connection-table hit): key %#x, want %#x", i, got, want)
+		}
+		ids[want&0xff] = true
+	}
+	if len(ids) < 8 {
+		t.Fatalf("16 flows gave only %d FlowIDs", len(ids))
+	}
+	// Over the insert cap: no entry, FlowID still the hash's.
+	if err := b.edge.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
+		InsertRate: 1, InsertBurst: 1, NAT: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint16(0); i < 4; i++ {
+		syn := tcpTo(vipEncap, 443, "syn")
+		syn.sport = 43000 + i
+		if got, want := keyOf(syn), uint32(vsid<<8)|lbFlowID(client, syn.sport, vipEncap, 443); got != want {
+			t.Fatalf("capped flow %d: key %#x, want %#x", i, got, want)
+		}
+	}
+}
+
+// TestConnGenerationWide: a backend generation above 255 is kept whole in
+// the connection entry: the entry is honoured while the generation stands,
+// and stale once the slot moves on by 256 (which an 8-bit copy would miss).
+func TestConnGenerationWide(t *testing.T) {
+	b := newLBBed(t)
+	setA := func(gen uint16) {
+		t.Helper()
+		if err := b.edge.SetBackend(b.idx["a"], LBBackend{Mode: ModeNAT, Addr: addr(beA), Port: 8080, Gen: gen}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setA(300)
+	syn := tcpTo(vipNAT, 80, "syn")
+	ack := tcpTo(vipNAT, 80, "ack")
+	if got := natBackendOf(t, b, syn); got != beA {
+		t.Fatal(got)
+	}
+	b.table(t, 0, "c")
+	if got := natBackendOf(t, b, ack); got != beA {
+		t.Fatalf("entry made at generation 300 not honoured: %s", got)
+	}
+	setA(300 + 256)
+	if got := natBackendOf(t, b, ack); got != beC {
+		t.Fatalf("entry of generation 300 honoured at generation 556: %s", got)
+	}
 }
 
 // TestTableSizeTravelsWithTable: a table of another size swapped into a
