@@ -19,6 +19,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+/* The edge's next-hop cache holds NH_BUCKETS slots per destination (ECMP,
+ * lib/fib.h): four times the default, so as many destinations fit
+ * (16384 x 40 B = 640 KiB per CPU). */
+#define NH_CACHE_SLOTS 16384
+
 #include "lib/consts.h"
 #include "lib/structs.h"
 #include "lib/csum.h"
@@ -101,7 +106,12 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
-	int rc = fib4c(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	/* The FlowID stands for the flow's ports in the lookup, so ECMP
+	 * spreads one host's tunnels (with the L4 multipath hash policy) as
+	 * the underlay's routers do by the key. */
+	__u32 fid = key & 0xff;
+	int rc = fib4f(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
+		       bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
 			       len);
@@ -153,7 +163,8 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 }
 
 /* Routing a packet the edge translates (nat mode), in two halves. The
- * first resolves the next hop before the packet changes, so an ICMP error
+ * first resolves the next hop (of the flow: ports as they will leave, fh a
+ * hash of the flow for ECMP) before the packet changes, so an ICMP error
  * about it quotes what the sender sent: it returns ROUTE_ON (fib holds the
  * next hop), ROUTE_KERNEL (no neighbour yet: the kernel will forward it
  * and resolve one), ROUTE_LOCAL or the XDP action already decided (TTL
@@ -163,9 +174,9 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 #define ROUTE_LOCAL (-3) /* dst is an address of this node: not forwarded */
 
 static __always_inline int route_prepare(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					 struct bpf_fib_lookup *fib, __be32 dst, __u64 len)
+					 struct bpf_fib_lookup *fib, __be32 dst, __be32 ports, __u32 fh, __u64 len)
 {
-	int rc = fib4c(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos);
+	int rc = fib4f(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos, ports, fh);
 	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)
 		return ROUTE_LOCAL;
 	if (p->ttl <= 1)
@@ -276,7 +287,8 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	}
 
 	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
-	int how = route_prepare(ctx, p, cfg, fib, baddr, len);
+	__be32 oports = f.icmp ? 0 : (__u32)f.cport | ((__u32)(bport ? bport : f.vport) << 16);
+	int how = route_prepare(ctx, p, cfg, fib, baddr, oports, fid, len);
 	if (how == ROUTE_LOCAL)
 		return count_drop(STAT_DROP_FIB, len); /* a backend address of our own */
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
@@ -313,7 +325,8 @@ static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const
 		return count_drop(STAT_DROP_SPOOF, len);
 	if (ipv4_martian(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
-	int how = route_prepare(ctx, p, cfg, fib, p->daddr, len);
+	__be32 oports = vport ? (p->ports & 0xffff0000) | vport : p->ports;
+	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ p->ports, len);
 	if (how == ROUTE_LOCAL) {
 		/* To the edge itself (a health check's answer): not a reply
 		 * to translate. */
@@ -410,7 +423,8 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if (in.ttl <= 1)
 		return count_drop(STAT_DROP_TTL, len);
 
-	rc = fib4c(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
+	rc = fib4f(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos, in.ports,
+		   in.saddr ^ in.daddr ^ in.ports);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)

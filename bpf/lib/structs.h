@@ -99,6 +99,8 @@ struct nh_entry {
 	__u32 ifindex;     /* egress */
 	__u32 mtu;         /* route MTU */
 	__u32 gen;         /* config nh_gen when cached */
+	__u8 bucket;       /* ... for which flow-hash bucket (ECMP: lib/fib.h) */
+	__u8 pad[3];
 	__u64 expires;     /* jiffies */
 };
 

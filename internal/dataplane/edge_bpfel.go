@@ -217,6 +217,9 @@ type edgeNhEntry struct {
 	Ifindex   uint32
 	Mtu       uint32
 	Gen       uint32
+	Bucket    uint8
+	Pad       [3]uint8
+	_         [4]byte
 	Expires   uint64
 }
 
