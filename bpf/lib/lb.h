@@ -33,6 +33,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_listeners SEC(".maps");
 
+/* (VIP, protocol) -> its port-range listeners and any-port listener: a
+ * range is one entry whatever its length. Allocated as used (a set is 528
+ * bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_RANGE_SETS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb_rkey);
+	__type(value, struct lb_ranges);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_ranges SEC(".maps");
+
 /* A Maglev table: slot -> backend index. Tables of any prime size share
  * the outer map (BPF_F_INNER_MAP). */
 struct lb_table {
@@ -233,15 +245,49 @@ struct lb_flow {
 	__u32 hash;
 };
 
-/* Finds the listener for a flow: the exact port first, then any port. */
+/* The range of rs holding port hp (host order): its index, or -1. A
+ * binary search bounded by LB_RANGES_MAX; a global (separately verified)
+ * function, so its loop is verified once and not at every call site. */
+__noinline int lb_range_find(const struct lb_ranges *rs, __u32 hp)
+{
+	if (!rs)
+		return -1;
+	__u32 lo = 0, hi = rs->n; /* the range holding hp, if any, is in [lo, hi) */
+	if (hi > LB_RANGES_MAX)
+		hi = LB_RANGES_MAX;
+	for (int i = 0; i < __builtin_ctz(LB_RANGES_MAX) + 1 && lo < hi; i++) {
+		__u32 mid = ((lo + hi) / 2) & (LB_RANGES_MAX - 1);
+		const struct lb_range *r = &rs->r[mid];
+		if (hp < r->lo)
+			hi = mid;
+		else if (hp > r->hi)
+			lo = mid + 1;
+		else
+			return mid;
+	}
+	return -1;
+}
+
+/* Finds the listener for a flow: the exact port first (one lookup: the
+ * common case costs what it did), then the (VIP, protocol)'s ranges, then
+ * its any-port listener. Port 0 (later fragments) only matches any-port
+ * listeners. */
 static __always_inline struct lb_listener *lb_listener_for(__be32 vip, __u8 proto, __be16 port)
 {
 	struct lb_key k = {.vip = vip, .port = port, .proto = proto};
 	struct lb_listener *l = bpf_map_lookup_elem(&lb_listeners, &k);
 	if (l)
 		return l;
-	k.port = 0;
-	return bpf_map_lookup_elem(&lb_listeners, &k);
+	struct lb_rkey rk = {.vip = vip, .proto = proto};
+	struct lb_ranges *rs = bpf_map_lookup_elem(&lb_ranges, &rk);
+	if (!rs)
+		return NULL;
+	if (port) {
+		int i = lb_range_find(rs, bpf_ntohs(port));
+		if (i >= 0)
+			return &rs->r[i & (LB_RANGES_MAX - 1)].l;
+	}
+	return rs->has_any ? &rs->any : NULL;
 }
 
 /* The kernel's struct bpf_map, reduced to the field read here; CO-RE

@@ -4,6 +4,7 @@
 #define AZG_STRUCTS_H
 
 #include <linux/types.h>
+#include "consts.h"
 
 /* An IPv4 or IPv6 address in network byte order. IPv4 uses a[0] and leaves
  * a[1..3] zero; the family travels next to it. */
@@ -167,7 +168,8 @@ enum azg_stat {
 	STAT_MAX,
 };
 
-/* Service listener key: a VIP, protocol and port (port 0: any port). */
+/* Service listener key: a VIP, protocol and port (one-port listeners;
+ * ranges and any-port listeners are in struct lb_ranges). */
 struct lb_key {
 	__be32 vip;
 	__be16 port;
@@ -179,6 +181,30 @@ struct lb_key {
 struct lb_listener {
 	__u32 table; /* slot in lb_tables (the table's size M is its inner
 		      * map's max_entries: see lib/lb.h) */
+};
+
+/* Port ranges of a (VIP, protocol): key of lb_ranges. */
+struct lb_rkey {
+	__be32 vip;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* One range listener: ports lo..hi (host order, inclusive). */
+struct lb_range {
+	__u16 lo;
+	__u16 hi;
+	struct lb_listener l;
+};
+
+/* The range listeners of a (VIP, protocol), sorted by lo and disjoint,
+ * searched with a bounded binary search; and its any-port listener. */
+struct lb_ranges {
+	__u32 n;       /* ranges in r */
+	__u32 has_any; /* any is the any-port listener */
+	struct lb_listener any;
+	__u32 pad;
+	struct lb_range r[LB_RANGES_MAX];
 };
 
 /* A backend of any service, indexed by the daemon. */

@@ -193,6 +193,29 @@ type edgeLbListener struct {
 	Table uint32
 }
 
+type edgeLbRange struct {
+	_  structs.HostLayout
+	Lo uint16
+	Hi uint16
+	L  edgeLbListener
+}
+
+type edgeLbRanges struct {
+	_      structs.HostLayout
+	N      uint32
+	HasAny uint32
+	Any    edgeLbListener
+	Pad    uint32
+	R      [64]edgeLbRange
+}
+
+type edgeLbRkey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Proto uint8
+	Pad   [3]uint8
+}
+
 type edgeNatRentry struct {
 	_     structs.HostLayout
 	Vip   uint32
@@ -248,6 +271,7 @@ const (
 	edgeMapLbInfo        = "lb_info"
 	edgeMapLbListeners   = "lb_listeners"
 	edgeMapLbNatRev      = "lb_nat_rev"
+	edgeMapLbRanges      = "lb_ranges"
 	edgeMapLbTableOwner  = "lb_table_owner"
 	edgeMapLbTables      = "lb_tables"
 	edgeMapNhCache       = "nh_cache"
@@ -321,6 +345,7 @@ type edgeMapSpecs struct {
 	LbInfo       *ebpf.MapSpec `ebpf:"lb_info"`
 	LbListeners  *ebpf.MapSpec `ebpf:"lb_listeners"`
 	LbNatRev     *ebpf.MapSpec `ebpf:"lb_nat_rev"`
+	LbRanges     *ebpf.MapSpec `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.MapSpec `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.MapSpec `ebpf:"lb_tables"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
@@ -368,6 +393,7 @@ type edgeMaps struct {
 	LbInfo       *ebpf.Map `ebpf:"lb_info"`
 	LbListeners  *ebpf.Map `ebpf:"lb_listeners"`
 	LbNatRev     *ebpf.Map `ebpf:"lb_nat_rev"`
+	LbRanges     *ebpf.Map `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.Map `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.Map `ebpf:"lb_tables"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
@@ -391,6 +417,7 @@ func (m *edgeMaps) Close() error {
 		m.LbInfo,
 		m.LbListeners,
 		m.LbNatRev,
+		m.LbRanges,
 		m.LbTableOwner,
 		m.LbTables,
 		m.NhCache,

@@ -538,7 +538,13 @@ func replyFlow(ip ipv4At) lbFlow {
 // the drop counter when there is none.
 func (m *lbModel) pick(f lbFlow, seed uint32) (p lbPick, fails string) {
 	p.flow = f
+	// The exact port, then a range holding it, then any port.
 	l, ok := m.listeners[Listener{VIP: f.vip, Proto: f.proto, Port: f.vport}]
+	for k, v := range m.listeners {
+		if !ok && f.vport != 0 && k.VIP == f.vip && k.Proto == f.proto && k.IsRange() && k.Port <= f.vport && f.vport <= k.Last {
+			l, ok = v, true
+		}
+	}
 	if !ok {
 		l, ok = m.listeners[Listener{VIP: f.vip, Proto: f.proto}]
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +36,23 @@ type LBConfig struct {
 	NAT                     bool   // some service is in nat mode
 }
 
-// Listener is a listener key: VIP, protocol, port (0: any port).
+// Listener is a listener key: VIP, protocol, port (0: any port) and, for
+// a range, its last port (0 for one port). One port is one entry of the
+// exact-port map; a range, whatever its length, one entry of its (VIP,
+// protocol)'s range set, as is the any-port listener.
 type Listener struct {
 	VIP   netip.Addr
 	Proto uint8
 	Port  uint16
+	Last  uint16
 }
+
+// IsRange reports whether l is a range of several ports.
+func (l Listener) IsRange() bool { return l.Port != 0 && l.Last > l.Port }
+
+// LBRangesMax is how many port ranges one (VIP, protocol) may have
+// (LB_RANGES_MAX in bpf/lib/consts.h).
+const LBRangesMax = 64
 
 // ListenerValue says where a listener's flows go.
 type ListenerValue struct {
@@ -183,14 +195,81 @@ func lkey(l Listener) edgeLbKey {
 	return edgeLbKey{Vip: ip4word(l.VIP), Port: be16(l.Port), Proto: l.Proto}
 }
 
+// PutListener programs a listener: one port in the exact-port map; a
+// range or the any-port listener in its (VIP, protocol)'s range set, which
+// is rewritten whole (readers see the old set or the new one). A range
+// replaces the ranges it overlaps: they are what a changed listener had
+// before (the reconciler removes what is gone after adding what is new).
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
-	k := lkey(l)
-	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
+	if l.Port != 0 && !l.IsRange() {
+		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
+		return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
+	}
+	rk, set, err := e.rangeSet(l)
+	if err != nil {
+		return err
+	}
+	if l.Port == 0 {
+		set.HasAny, set.Any = 1, edgeLbListener{Table: v.Table}
+	} else {
+		keep := set.R[:0:0]
+		for _, r := range set.R[:set.N] {
+			if r.Hi < l.Port || r.Lo > l.Last {
+				keep = append(keep, r)
+			}
+		}
+		if len(keep) >= LBRangesMax {
+			return fmt.Errorf("listener %v %d %d-%d: the VIP already has %d port ranges for the protocol, the data plane holds %d",
+				l.VIP, l.Proto, l.Port, l.Last, len(keep), LBRangesMax)
+		}
+		keep = append(keep, edgeLbRange{Lo: l.Port, Hi: l.Last, L: edgeLbListener{Table: v.Table}})
+		slices.SortFunc(keep, func(a, b edgeLbRange) int { return int(a.Lo) - int(b.Lo) })
+		set.N = uint32(copy(set.R[:], keep))
+		clear(set.R[set.N:])
+	}
+	return e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+}
+
+// rangeSet reads the range set of l's (VIP, protocol) (empty if none).
+func (e *Edge) rangeSet(l Listener) (edgeLbRkey, edgeLbRanges, error) {
+	rk := edgeLbRkey{Vip: ip4word(l.VIP), Proto: l.Proto}
+	var set edgeLbRanges
+	if err := e.objs.LbRanges.Lookup(&rk, &set); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return rk, set, fmt.Errorf("listener %v proto %d: read its ranges: %w", l.VIP, l.Proto, err)
+	}
+	return rk, set, nil
 }
 
 func (e *Edge) DeleteListener(l Listener) error {
-	k := lkey(l)
-	err := e.objs.LbListeners.Delete(&k)
+	if l.Port != 0 && !l.IsRange() {
+		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
+		err := e.objs.LbListeners.Delete(&k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return err
+	}
+	rk, set, err := e.rangeSet(l)
+	if err != nil {
+		return err
+	}
+	if l.Port == 0 {
+		set.HasAny, set.Any = 0, edgeLbListener{}
+	} else {
+		keep := set.R[:0:0]
+		for _, r := range set.R[:set.N] {
+			if r.Lo != l.Port || r.Hi != l.Last {
+				keep = append(keep, r)
+			}
+		}
+		set.N = uint32(copy(set.R[:], keep))
+		clear(set.R[set.N:])
+	}
+	if set.N == 0 && set.HasAny == 0 {
+		err = e.objs.LbRanges.Delete(&rk)
+	} else {
+		err = e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+	}
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}
@@ -205,7 +284,44 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	for it.Next(&k, &v) {
 		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table}
 	}
-	return out, it.Err()
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	var rk edgeLbRkey
+	var set edgeLbRanges
+	rit := e.objs.LbRanges.Iterate()
+	for rit.Next(&rk, &set) {
+		vip := wordIP4(rk.Vip)
+		if set.HasAny != 0 {
+			out[Listener{VIP: vip, Proto: rk.Proto}] = ListenerValue{Table: set.Any.Table}
+		}
+		for _, r := range set.R[:min(int(set.N), len(set.R))] {
+			out[Listener{VIP: vip, Proto: rk.Proto, Port: r.Lo, Last: r.Hi}] = ListenerValue{Table: r.L.Table}
+		}
+	}
+	return out, rit.Err()
+}
+
+// ListenerEntries counts the entries of the exact-port listener map and of the
+// range-set map (tests: a range costs one whatever its length).
+func (e *Edge) ListenerEntries() (exact, rangeSets, ranges int, err error) {
+	var k edgeLbKey
+	var v edgeLbListener
+	it := e.objs.LbListeners.Iterate()
+	for it.Next(&k, &v) {
+		exact++
+	}
+	if err := it.Err(); err != nil {
+		return 0, 0, 0, err
+	}
+	var rk edgeLbRkey
+	var set edgeLbRanges
+	rit := e.objs.LbRanges.Iterate()
+	for rit.Next(&rk, &set) {
+		rangeSets++
+		ranges += int(set.N)
+	}
+	return exact, rangeSets, ranges, rit.Err()
 }
 
 // SetTable builds a new inner array map holding entries and swaps it into

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -528,5 +529,114 @@ func TestTableSizeTravelsWithTable(t *testing.T) {
 		if len(seen) != 2 {
 			t.Fatalf("M=%d: the flows did not cover both backends (%v): the test proves nothing", m, seen)
 		}
+	}
+}
+
+// TestListenerRanges: port ranges are one entry each whatever their
+// length, match at both ends and not outside, come before the any-port
+// listener and after the exact port.
+func TestListenerRanges(t *testing.T) {
+	b := newLBBed(t)
+	e := b.edge
+	b.table(t, 3, "c")
+	vip := addr(vipNAT)
+	put := func(l Listener, table uint32) {
+		t.Helper()
+		if err := e.PutListener(l, ListenerValue{Table: table}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A 1000-port range to pool A (DNAT to 8080), a 60000-port range to
+	// pool C, an exact port inside the second one to pool A.
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2999}, 0)
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}, 3)
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 5000}, 0)
+	exact, sets, ranges, err := e.ListenerEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bed's tcp:80 and tcp:443 (on two VIPs) and 5000; one range set
+	// (vipNAT tcp: the two ranges and the bed's any-port listener).
+	if exact != 3 || sets != 1 || ranges != 2 {
+		t.Fatalf("61,000 ports of ranges took %d exact entries, %d range sets, %d ranges: want 3, 1, 2", exact, sets, ranges)
+	}
+	proto := layers.IPProtocolTCP
+	check := func(port uint16, want string) {
+		t.Helper()
+		f := tcpTo(vipNAT, port, "syn")
+		f.proto = proto
+		f.sport = 45000 + port%1000
+		res, err := b.env.Run(e.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "drop"
+		if res.Action == xdpRedirect {
+			ip, _ := decode(res.Out).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			got = ip.DstIP.String()
+		}
+		if got != want {
+			t.Fatalf("port %d went to %s, want %s", port, got, want)
+		}
+	}
+	for _, c := range []struct {
+		port uint16
+		want string
+	}{
+		{1999, beB}, {2000, beA}, {2500, beA}, {2999, beA}, // 1000-port range, any port around it
+		{3000, beC}, {33333, beC}, {62999, beC}, {63000, beB}, // 60000-port range
+		{5000, beA}, {80, beA}, {65535, beB}, // exact ports first; the last port
+	} {
+		check(c.port, c.want)
+	}
+	// Without the any-port listener, ports outside every range match nothing.
+	if err := e.DeleteListener(Listener{VIP: vip, Proto: ProtoTCP}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint16{1, 1999, 63000, 65535} {
+		check(p, "drop")
+	}
+	check(2000, beA)
+	check(62999, beC)
+	// A changed range replaces the one it overlaps.
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2500}, 3)
+	check(2000, beC)
+	check(2501, "drop")
+	ls, err := e.Listeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ls[Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2999}]; ok {
+		t.Fatal("the overlapped range is still listed")
+	}
+	if v, ok := ls[Listener{VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}]; !ok || v.Table != 3 {
+		t.Fatalf("listeners read back: %v", ls)
+	}
+	// Deleting a range removes it; the last one gone removes the set.
+	for _, l := range []Listener{{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2500}, {VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}} {
+		if err := e.DeleteListener(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(3000, "drop")
+	if _, sets, _, _ := e.ListenerEntries(); sets != 0 {
+		t.Fatalf("%d range sets left", sets)
+	}
+	// At most LBRangesMax ranges per VIP and protocol, with a clear error.
+	for i := 0; i < LBRangesMax; i++ {
+		put(Listener{VIP: vip, Proto: ProtoUDP, Port: uint16(10000 + 10*i), Last: uint16(10005 + 10*i)}, 3)
+	}
+	// The binary search finds every one of them at both ends, and not the
+	// gaps between.
+	proto = layers.IPProtocolUDP
+	for i := 0; i < LBRangesMax; i++ {
+		check(uint16(10000+10*i), beC)
+		check(uint16(10005+10*i), beC)
+		check(uint16(10006+10*i), "drop")
+	}
+	check(9999, "drop")
+	err = e.PutListener(Listener{VIP: vip, Proto: ProtoUDP, Port: 20000, Last: 20001}, ListenerValue{Table: 3})
+	if err == nil || !strings.Contains(err.Error(), "port ranges") {
+		t.Fatalf("range %d accepted or unclear error: %v", LBRangesMax+1, err)
 	}
 }

@@ -351,10 +351,12 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 				continue // its pool failed to build: reported above
 			}
 			proto := protoNum[l.Protocol]
-			v := dataplane.ListenerValue{Table: pt.slot}
-			forPorts(l, func(port uint16) {
-				svcListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
-			})
+			// One entry per listener: a range is looked up as a range.
+			dl := dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: l.Port}
+			if l.Last() > l.Port {
+				dl.Last = l.Last()
+			}
+			svcListeners[dl] = dataplane.ListenerValue{Table: pt.slot}
 			if svc.Mode == model.ModeNAT {
 				pool, _ := svc.Pool(l.Pool)
 				if pool == nil {
@@ -375,6 +377,11 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 		if n := len(wantListeners) + len(svcListeners); n > lbListenersMax {
 			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d listener entries would take the edge to %d, the data plane holds %d",
 				name, len(svcListeners), n, lbListenersMax))
+			continue
+		}
+		if vp, n := rangesOver(wantListeners, svcListeners); n > 0 {
+			problems = append(problems, fmt.Sprintf("service %s: not programmed: %s would have %d port ranges, the data plane holds %d per VIP and protocol",
+				name, vp, n, dataplane.LBRangesMax))
 			continue
 		}
 		if n := len(wantNAT) + len(svcNAT); n > lbNATRevMax {
@@ -503,6 +510,30 @@ func checkTargets(x *index, svc *model.Service, pool model.Pool) ([]health.Targe
 			Addr: netip.AddrPortFrom(addr, port), Check: *pool.Health})
 	}
 	return out, nil
+}
+
+// rangesOver finds a (VIP, protocol) that the listeners of have and add
+// together give more port ranges than the data plane holds: it and the
+// count, or n = 0.
+func rangesOver(have, add map[dataplane.Listener]dataplane.ListenerValue) (string, int) {
+	type vp struct {
+		vip   netip.Addr
+		proto uint8
+	}
+	count := map[vp]int{}
+	for _, m := range []map[dataplane.Listener]dataplane.ListenerValue{have, add} {
+		for l := range m {
+			if l.IsRange() {
+				count[vp{l.VIP, l.Proto}]++
+			}
+		}
+	}
+	for l := range add {
+		if n := count[vp{l.VIP, l.Proto}]; l.IsRange() && n > dataplane.LBRangesMax {
+			return fmt.Sprintf("%v protocol %d", l.VIP, l.Proto), n
+		}
+	}
+	return "", 0
 }
 
 // forPorts calls f for every data-plane port of a listener (0: any port).

@@ -40,11 +40,15 @@ func TestServicesProgrammed(t *testing.T) {
 	if !fake.VIPSet[a("198.51.100.20")] || !fake.VIPSet[a("198.51.100.30")] || !fake.LB.NAT {
 		t.Fatalf("VIPs %v, nat %v", fake.VIPSet, fake.LB.NAT)
 	}
-	// tcp:80, the range 8000-8002 and udp any port, tcp:443.
-	if len(fake.ListenerM) != 1+3+1+1 {
+	// tcp:80, the range 8000-8002 (one entry: ranges are not expanded)
+	// and udp any port, tcp:443.
+	if len(fake.ListenerM) != 1+1+1+1 {
 		t.Fatalf("listeners %v", fake.ListenerM)
 	}
-	web := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8001}]
+	web, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8000, Last: 8002}]
+	if !ok {
+		t.Fatalf("range listener missing: %v", fake.ListenerM)
+	}
 	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || len(fake.Tables[web.Table]) != model.DefaultTableSize {
 		t.Fatalf("web listener %+v", web)
 	}
