@@ -6,8 +6,9 @@
  * Lookup order for a packet from the Internet, most specific first:
  * (VIP, protocol, port) then (VIP, protocol, any port): a load-balanced
  * service (lib/lb.h); the destination /32: an EIP, encapsulated in NVGRE to
- * the AZ host it is bound to; a reply of a nat-mode backend: translated
- * back to its VIP; else the kernel, untouched.
+ * the AZ host it is bound to; a reply of a nat-mode connection (or an ICMP
+ * error about one): translated back to its VIP; else the kernel,
+ * untouched.
  * From the underlay: NVGRE addressed to this edge is decapsulated and
  * forwarded, but only if its inner source is an EIP bound to the host that
  * sent it, or a VIP whose flow that host's guest serves (anti-spoofing).
@@ -309,24 +310,78 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	return act;
 }
 
-/* A reply of a nat-mode backend: SNAT back to its VIP and port. Only from
- * the side the backend really is on (the route to it leaves through the
- * interface the reply came in on): from anywhere else a forged backend
- * source would be reflected out with the VIP's. */
-static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					struct bpf_fib_lookup *fib, const struct nat_rentry *r, __u64 len)
+/* lb_nat_reverse's answer for a packet that is no nat reply. */
+#define NAT_NOT_OURS (-1)
+
+/* A reply of a nat-mode connection, or an ICMP error about one (from its
+ * backend, or a router between the edge and it): SNAT back to the VIP and
+ * port the connection's entry installed (lb_nat_conns), the error's quote
+ * included. No entry (a backend's own connection, anything else): not
+ * ours, the kernel gets it untouched. Only from the side the backend
+ * really is on (the route to the sender leaves through the interface the
+ * reply came in on): from anywhere else a forged backend source would be
+ * reflected out with the VIP's. A global (separately verified) function,
+ * as lb_ingress. Later fragments carry no ports: only the first fragment
+ * of a reply is translated. */
+__noinline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, struct edge_config *cfg)
 {
+	if (!ctx || !p || !fib || !cfg)
+		return XDP_ABORTED;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	if (!p->l4_ok)
+		return NAT_NOT_OURS;
+	struct nat_rkey k = {.proto = p->proto};
+	__be32 ports = p->ports;
+	int icmp = 0;
+	if (p->proto == IPPROTO_ICMP_) {
+		struct icmphdr_ *ih = data + OFF(p->l4_off);
+		if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
+			return NAT_NOT_OURS;
+		__be32 qs, qd;
+		__be16 qsp, qdp;
+		__u8 qp;
+		if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp))
+			return NAT_NOT_OURS;
+		/* The quote is what the backend got (client -> backend), and
+		 * the error goes to that client. */
+		if (qs != p->daddr)
+			return NAT_NOT_OURS;
+		k.baddr = qd;
+		k.caddr = qs;
+		k.bport = qdp;
+		k.cport = qsp;
+		k.proto = qp;
+		icmp = 1;
+	} else {
+		/* The parser leaves a first fragment's ports out (every
+		 * fragment of a datagram hashes alike); a reply's first
+		 * fragment is translated by them too. */
+		if (p->frag && (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)) {
+			__be32 *pp = data + OFF(p->l4_off);
+			if ((void *)(pp + 1) > data_end)
+				return NAT_NOT_OURS;
+			ports = *pp;
+		}
+		k.baddr = p->saddr;
+		k.caddr = p->daddr;
+		k.bport = (__be16)(ports & 0xffff);
+		k.cport = (__be16)(ports >> 16);
+	}
+	struct nat_rentry *r = bpf_map_lookup_elem(&lb_nat_conns, &k);
+	if (!r)
+		return NAT_NOT_OURS;
 	__be32 vip = r->vip;
 	__be16 vport = r->vport;
+
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
 		return count_drop(STAT_DROP_SPOOF, len);
 	if (ipv4_martian(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
-	__be32 oports = vport ? (p->ports & 0xffff0000) | vport : p->ports;
-	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ p->ports, len);
+	__be32 oports = icmp ? 0 : (ports & 0xffff0000) | vport;
+	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ ports, len);
 	if (how == ROUTE_LOCAL) {
 		/* To the edge itself (a health check's answer): not a reply
 		 * to translate. */
@@ -335,10 +390,32 @@ static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const
 	}
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
-	if (nat4(data, data_end, p, 0, vip))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
-	if (vport && nat4_port(data, data_end, p, 0, vport))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (icmp) {
+		void *l4 = data + OFF(p->l4_off);
+		/* From the backend: its address leaves as the VIP's (nat4
+		 * fixes the quote's destination too); from a router on the
+		 * way: only the quote is the connection's. */
+		if (p->saddr == k.baddr) {
+			if (nat4(data, data_end, p, 0, vip))
+				return count_drop(STAT_DROP_L4_TRUNC, len);
+		} else if (nat_icmp_quote(l4, data_end, 1, k.baddr, vip)) {
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		}
+		if (k.bport != vport && nat_icmp_quote_port(l4, data_end, 1, k.bport, vport))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+	} else {
+		if (nat4(data, data_end, p, 0, vip))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		if (k.bport != vport && nat4_port(data, data_end, p, 0, vport))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		/* The backend ends the connection: so does its entry. */
+		if (p->tcp_flags & (TCP_FIN_ | TCP_RST_)) {
+			struct ct_key fk = {.src = k.caddr, .dst = vip, .sport = k.cport, .dport = vport, .proto = k.proto};
+			struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &fk);
+			if (e)
+				e->state = CT_FIN;
+		}
+	}
 	return route_finish(ctx, p, fib, how, STAT_LB_REPLY_TX, len);
 }
 
@@ -564,14 +641,9 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	if (lbc && (lbc->flags & LB_CFG_NAT) && p.l4_ok) {
-		struct nat_rkey rk = {.addr = p.saddr, .port = (__be16)(p.ports & 0xffff), .proto = p.proto};
-		struct nat_rentry *re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
-		if (!re) {
-			rk.port = 0;
-			re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
-		}
-		if (re)
-			return lb_nat_reply(ctx, &p, cfg, fib, re, len);
+		int act = lb_nat_reverse(ctx, &p, fib, cfg);
+		if (act != NAT_NOT_OURS)
+			return act;
 	}
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }

@@ -123,14 +123,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_be_stats SEC(".maps");
 
-/* nat mode: replies of a backend -> the VIP and port they leave with. */
+/* nat mode, stateful: each connection's reply tuple (backend -> client) ->
+ * the VIP and port its replies leave with, installed with the connection's
+ * entry (sized as the connection table, by the daemon). A backend's own
+ * connections (no entry) are not translated; one backend port may serve
+ * any number of VIPs and ports. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_BACKENDS_MAX);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
 	__type(key, struct nat_rkey);
 	__type(value, struct nat_rentry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_nat_rev SEC(".maps");
+} lb_nat_conns SEC(".maps");
 
 /* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
 struct {
@@ -386,6 +390,13 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
 			     .state = ct_next(0, f->proto, f->tcp_flags)};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
+	if (be->mode == LB_MODE_NAT) {
+		/* The reply tuple after DNAT, back to the VIP's. */
+		struct nat_rkey rk = {.baddr = be->addr, .caddr = f->client, .bport = be->port ? be->port : f->vport,
+				      .cport = f->cport, .proto = f->proto};
+		struct nat_rentry rv = {.vip = f->vip, .vport = f->vport};
+		bpf_map_update_elem(&lb_nat_conns, &rk, &rv, BPF_ANY);
+	}
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);
 	return be;

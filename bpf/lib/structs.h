@@ -232,8 +232,9 @@ struct ct_key {
 };
 
 /* Connection table entry (client -> VIP flows): the backend the flow was
- * given. Replies need no entry: in nat mode the translation back is a
- * function of the backend (lb_nat_rev), in encap mode the agent knows it. */
+ * given. In nat mode its replies are translated back by the reverse entry
+ * the connection installed (lb_nat_conns); in encap mode the agent knows
+ * them. */
 struct ct_entry {
 	__u16 backend; /* < LB_BACKENDS_MAX */
 	__u16 gen;     /* the backend's generation at insert (all of it: a
@@ -246,19 +247,21 @@ struct ct_entry {
 	__u32 last;    /* jiffies (low 32 bits) when last seen */
 };
 
-/* nat mode: a backend's (address, port, protocol), port 0 for backends of
- * any-port listeners. */
+/* nat mode: a connection's replies as they leave the backend (backend ->
+ * client), installed when the connection's entry is made ... */
 struct nat_rkey {
-	__be32 addr;
-	__be16 port;
+	__be32 baddr;
+	__be32 caddr;
+	__be16 bport;
+	__be16 cport;
 	__u8 proto;
-	__u8 pad;
+	__u8 pad[3];
 };
 
-/* ... and what its replies are translated back to. */
+/* ... and the VIP and port they are translated back to. */
 struct nat_rentry {
 	__be32 vip;
-	__be16 vport; /* 0: keep the port */
+	__be16 vport;
 	__u16 pad;
 };
 

@@ -225,10 +225,12 @@ type edgeNatRentry struct {
 
 type edgeNatRkey struct {
 	_     structs.HostLayout
-	Addr  uint32
-	Port  uint16
+	Baddr uint32
+	Caddr uint32
+	Bport uint16
+	Cport uint16
 	Proto uint8
-	Pad   uint8
+	Pad   [3]uint8
 }
 
 type edgeNhEntry struct {
@@ -270,7 +272,7 @@ const (
 	edgeMapLbConns       = "lb_conns"
 	edgeMapLbInfo        = "lb_info"
 	edgeMapLbListeners   = "lb_listeners"
-	edgeMapLbNatRev      = "lb_nat_rev"
+	edgeMapLbNatConns    = "lb_nat_conns"
 	edgeMapLbRanges      = "lb_ranges"
 	edgeMapLbTableOwner  = "lb_table_owner"
 	edgeMapLbTables      = "lb_tables"
@@ -344,7 +346,7 @@ type edgeMapSpecs struct {
 	LbConns      *ebpf.MapSpec `ebpf:"lb_conns"`
 	LbInfo       *ebpf.MapSpec `ebpf:"lb_info"`
 	LbListeners  *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbNatRev     *ebpf.MapSpec `ebpf:"lb_nat_rev"`
+	LbNatConns   *ebpf.MapSpec `ebpf:"lb_nat_conns"`
 	LbRanges     *ebpf.MapSpec `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.MapSpec `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.MapSpec `ebpf:"lb_tables"`
@@ -392,7 +394,7 @@ type edgeMaps struct {
 	LbConns      *ebpf.Map `ebpf:"lb_conns"`
 	LbInfo       *ebpf.Map `ebpf:"lb_info"`
 	LbListeners  *ebpf.Map `ebpf:"lb_listeners"`
-	LbNatRev     *ebpf.Map `ebpf:"lb_nat_rev"`
+	LbNatConns   *ebpf.Map `ebpf:"lb_nat_conns"`
 	LbRanges     *ebpf.Map `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.Map `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.Map `ebpf:"lb_tables"`
@@ -416,7 +418,7 @@ func (m *edgeMaps) Close() error {
 		m.LbConns,
 		m.LbInfo,
 		m.LbListeners,
-		m.LbNatRev,
+		m.LbNatConns,
 		m.LbRanges,
 		m.LbTableOwner,
 		m.LbTables,

@@ -73,11 +73,12 @@ type LBBackend struct {
 	Owner uint64 // the daemon's hash of the backend's identity (restarts)
 }
 
-// NATReverse translates a nat-mode backend's replies back to its VIP.
-type NATReverse struct {
-	Addr  netip.Addr
-	Port  uint16 // 0: any-port backend
-	Proto uint8
+// NATConn is a nat-mode connection's reverse entry: replies from Backend
+// to Client over Proto leave as from VIP. The data plane installs one per
+// new connection; PutNATConn is for tests and benchmarks.
+type NATConn struct {
+	Backend, Client, VIP netip.AddrPort
+	Proto                uint8
 }
 
 // LBCounters count a backend's traffic.
@@ -107,9 +108,6 @@ type LBMaps interface {
 	// reads the record back after a restart.
 	SetTableOwner(slot uint32, owner uint64) error
 	TableOwners() (map[uint32]uint64, error)
-	PutNATReverse(NATReverse, netip.Addr, uint16) error
-	DeleteNATReverse(NATReverse) error
-	NATReverses() (map[NATReverse]netip.AddrPort, error)
 	SetARP(ifindex int, mac net.HardwareAddr) error
 	BackendCounters(idx uint32) (LBCounters, error)
 	ResetBackendCounters(idx uint32) error
@@ -444,33 +442,27 @@ func (e *Edge) TableOwners() (map[uint32]uint64, error) {
 	return out, it.Err()
 }
 
-func nkey(r NATReverse) edgeNatRkey {
-	return edgeNatRkey{Addr: ip4word(r.Addr), Port: be16(r.Port), Proto: r.Proto}
+// PutNATConn writes a nat connection's reverse entry, as the data plane
+// does on a connection's first packet (tests, benchmarks).
+func (e *Edge) PutNATConn(c NATConn) error {
+	k := edgeNatRkey{Baddr: ip4word(c.Backend.Addr()), Caddr: ip4word(c.Client.Addr()), Bport: be16(c.Backend.Port()),
+		Cport: be16(c.Client.Port()), Proto: c.Proto}
+	return e.objs.LbNatConns.Update(&k, &edgeNatRentry{Vip: ip4word(c.VIP.Addr()), Vport: be16(c.VIP.Port())}, ebpf.UpdateAny)
 }
 
-func (e *Edge) PutNATReverse(r NATReverse, vip netip.Addr, vport uint16) error {
-	k := nkey(r)
-	return e.objs.LbNatRev.Update(&k, &edgeNatRentry{Vip: ip4word(vip), Vport: be16(vport)}, ebpf.UpdateAny)
-}
-
-func (e *Edge) DeleteNATReverse(r NATReverse) error {
-	k := nkey(r)
-	err := e.objs.LbNatRev.Delete(&k)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil
-	}
-	return err
-}
-
-func (e *Edge) NATReverses() (map[NATReverse]netip.AddrPort, error) {
-	out := map[NATReverse]netip.AddrPort{}
+// NATConns walks the nat reverse entries.
+func (e *Edge) NATConns(f func(NATConn) bool) error {
 	var k edgeNatRkey
 	var v edgeNatRentry
-	it := e.objs.LbNatRev.Iterate()
+	it := e.objs.LbNatConns.Iterate()
 	for it.Next(&k, &v) {
-		out[NATReverse{Addr: wordIP4(k.Addr), Port: be16(k.Port), Proto: k.Proto}] = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
+		c := NATConn{Backend: netip.AddrPortFrom(wordIP4(k.Baddr), be16(k.Bport)), Client: netip.AddrPortFrom(wordIP4(k.Caddr), be16(k.Cport)),
+			VIP: netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport)), Proto: k.Proto}
+		if !f(c) {
+			return nil
+		}
 	}
-	return out, it.Err()
+	return it.Err()
 }
 
 func (e *Edge) SetARP(ifindex int, mac net.HardwareAddr) error {
@@ -594,8 +586,14 @@ func (e *Edge) FillConns(n uint32, vip netip.Addr, vport uint16, backends uint32
 
 // ConnTableMemory is the kernel memory charged to the connection table
 // (the map's memlock in fdinfo).
-func (e *Edge) ConnTableMemory() (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", e.objs.LbConns.FD()))
+func (e *Edge) ConnTableMemory() (uint64, error) { return memlock(e.objs.LbConns) }
+
+// NATConnMemory is the kernel memory charged to the nat reverse table.
+func (e *Edge) NATConnMemory() (uint64, error) { return memlock(e.objs.LbNatConns) }
+
+// memlock reads a map's memlock from fdinfo.
+func memlock(m *ebpf.Map) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
 	if err != nil {
 		return 0, err
 	}

@@ -66,9 +66,6 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0}))
 	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1}))
 	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2}))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
 	must(e.SetARP(mustIfindex(t, b.env, dptest.ExtDev), mac(dptest.ExtMAC)))
 	return b
 }
