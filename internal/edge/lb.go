@@ -491,17 +491,6 @@ func rangesOver(have, add map[dataplane.Listener]dataplane.ListenerValue) (strin
 	return "", 0
 }
 
-// forPorts calls f for every data-plane port of a listener (0: any port).
-func forPorts(l model.Listener, f func(uint16)) {
-	if l.AnyPort() {
-		f(0)
-		return
-	}
-	for p := int(l.Port); p <= int(l.Last()); p++ {
-		f(uint16(p))
-	}
-}
-
 // tableStatus describes the programmed tables for the node status.
 func (s *lbState) tableStatus() map[string]model.TableStatus {
 	out := map[string]model.TableStatus{}
