@@ -6,8 +6,9 @@
  * Lookup order for a packet from the Internet, most specific first:
  * (VIP, protocol, port) then (VIP, protocol, any port): a load-balanced
  * service (lib/lb.h); the destination /32: an EIP, encapsulated in NVGRE to
- * the AZ host it is bound to; a reply of a nat-mode backend: translated
- * back to its VIP; else the kernel, untouched.
+ * the AZ host it is bound to; a reply of a nat-mode connection (or an ICMP
+ * error about one): translated back to its VIP; else the kernel,
+ * untouched.
  * From the underlay: NVGRE addressed to this edge is decapsulated and
  * forwarded, but only if its inner source is an EIP bound to the host that
  * sent it, or a VIP whose flow that host's guest serves (anti-spoofing).
@@ -18,6 +19,11 @@
 #include <linux/ip.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+
+/* The edge's next-hop cache holds NH_BUCKETS slots per destination (ECMP,
+ * lib/fib.h): four times the default, so as many destinations fit
+ * (16384 x 40 B = 640 KiB per CPU). */
+#define NH_CACHE_SLOTS 16384
 
 #include "lib/consts.h"
 #include "lib/structs.h"
@@ -101,7 +107,12 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
-	int rc = fib4c(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	/* The FlowID stands for the flow's ports in the lookup, so ECMP
+	 * spreads one host's tunnels (with the L4 multipath hash policy) as
+	 * the underlay's routers do by the key. */
+	__u32 fid = key & 0xff;
+	int rc = fib4f(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
+		       bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
 			       len);
@@ -153,7 +164,8 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 }
 
 /* Routing a packet the edge translates (nat mode), in two halves. The
- * first resolves the next hop before the packet changes, so an ICMP error
+ * first resolves the next hop (of the flow: ports as they will leave, fh a
+ * hash of the flow for ECMP) before the packet changes, so an ICMP error
  * about it quotes what the sender sent: it returns ROUTE_ON (fib holds the
  * next hop), ROUTE_KERNEL (no neighbour yet: the kernel will forward it
  * and resolve one), ROUTE_LOCAL or the XDP action already decided (TTL
@@ -163,9 +175,9 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 #define ROUTE_LOCAL (-3) /* dst is an address of this node: not forwarded */
 
 static __always_inline int route_prepare(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					 struct bpf_fib_lookup *fib, __be32 dst, __u64 len)
+					 struct bpf_fib_lookup *fib, __be32 dst, __be32 ports, __u32 fh, __u64 len)
 {
-	int rc = fib4c(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos);
+	int rc = fib4f(ctx, fib, cfg->nh_gen, p->saddr, dst, p->ip_len, p->proto, p->tos, ports, fh);
 	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)
 		return ROUTE_LOCAL;
 	if (p->ttl <= 1)
@@ -250,7 +262,8 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		return count_drop(STAT_DROP_LB_NO_PORT, len);
 
 	__u32 idx;
-	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx);
+	__u8 fid = 0;
+	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx, &fid);
 	if (!bp)
 		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
@@ -265,18 +278,18 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		__u8 imac[ETH_ALEN_] = {SVC_MAC0, SVC_MAC1};
 		__builtin_memcpy(&imac[2], &bp->guest, 4);
 		int sent;
-		/* FlowID: any function of the flow keeps it on one underlay
-		 * path; the hash is only computed on a miss, so fold the
-		 * client's address and port instead. */
-		__u32 fid = f.client ^ (f.client >> 16) ^ f.cport ^ (f.cport >> 8);
-		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | (fid & 0xff), imac, stat, len, &sent);
+		/* FlowID: the flow hash's low byte, as for EIPs (the entry
+		 * keeps it, so a hit computes no hash); an ICMP error about
+		 * the flow gets the flow's. */
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, len, &sent);
 		if (sent)
 			lb_count(&lb_be_stats, idx, ip_len, 0);
 		return act;
 	}
 
 	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
-	int how = route_prepare(ctx, p, cfg, fib, baddr, len);
+	__be32 oports = f.icmp ? 0 : (__u32)f.cport | ((__u32)(bport ? bport : f.vport) << 16);
+	int how = route_prepare(ctx, p, cfg, fib, baddr, oports, fid, len);
 	if (how == ROUTE_LOCAL)
 		return count_drop(STAT_DROP_FIB, len); /* a backend address of our own */
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
@@ -297,23 +310,76 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	return act;
 }
 
-/* A reply of a nat-mode backend: SNAT back to its VIP and port. Only from
- * the side the backend really is on (the route to it leaves through the
- * interface the reply came in on): from anywhere else a forged backend
- * source would be reflected out with the VIP's. */
-static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					struct bpf_fib_lookup *fib, const struct nat_rentry *r, __u64 len)
+/* lb_nat_reverse's answer for a packet that is no nat reply. */
+#define NAT_NOT_OURS (-1)
+
+/* A reply of a nat-mode connection, or an ICMP error about one (from its
+ * backend, or a router between the edge and it): SNAT back to the VIP and
+ * port the connection's entry installed (lb_nat_conns), the error's quote
+ * included. No entry (a backend's own connection, anything else): not
+ * ours, the kernel gets it untouched. Only from the side the backend
+ * really is on (the route to the sender leaves through the interface the
+ * reply came in on): from anywhere else a forged backend source would be
+ * reflected out with the VIP's. Inlined: as a global function its call
+ * cost the reply path about 7 ns. Later fragments carry no ports: only the
+ * first fragment of a reply is translated. */
+static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, struct edge_config *cfg)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	if (!p->l4_ok)
+		return NAT_NOT_OURS;
+	struct nat_rkey k = {.proto = p->proto};
+	__be32 ports = p->ports;
+	int icmp = 0;
+	if (p->proto == IPPROTO_ICMP_) {
+		struct icmphdr_ *ih = data + OFF(p->l4_off);
+		if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
+			return NAT_NOT_OURS;
+		__be32 qs, qd;
+		__be16 qsp, qdp;
+		__u8 qp;
+		if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp))
+			return NAT_NOT_OURS;
+		/* The quote is what the backend got (client -> backend), and
+		 * the error goes to that client. */
+		if (qs != p->daddr)
+			return NAT_NOT_OURS;
+		k.baddr = qd;
+		k.caddr = qs;
+		k.bport = qdp;
+		k.cport = qsp;
+		k.proto = qp;
+		icmp = 1;
+	} else {
+		/* The parser leaves a first fragment's ports out (every
+		 * fragment of a datagram hashes alike); a reply's first
+		 * fragment is translated by them too. */
+		if (p->frag && (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)) {
+			__be32 *pp = data + OFF(p->l4_off);
+			if ((void *)(pp + 1) > data_end)
+				return NAT_NOT_OURS;
+			ports = *pp;
+		}
+		k.baddr = p->saddr;
+		k.caddr = p->daddr;
+		k.bport = (__be16)(ports & 0xffff);
+		k.cport = (__be16)(ports >> 16);
+	}
+	struct nat_rentry *r = bpf_map_lookup_elem(&lb_nat_conns, &k);
+	if (!r)
+		return NAT_NOT_OURS;
 	__be32 vip = r->vip;
 	__be16 vport = r->vport;
+
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
 		return count_drop(STAT_DROP_SPOOF, len);
 	if (ipv4_martian(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
-	int how = route_prepare(ctx, p, cfg, fib, p->daddr, len);
+	__be32 oports = icmp ? 0 : (ports & 0xffff0000) | vport;
+	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ ports, len);
 	if (how == ROUTE_LOCAL) {
 		/* To the edge itself (a health check's answer): not a reply
 		 * to translate. */
@@ -322,10 +388,32 @@ static __always_inline int lb_nat_reply(struct xdp_md *ctx, struct pkt *p, const
 	}
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
-	if (nat4(data, data_end, p, 0, vip))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
-	if (vport && nat4_port(data, data_end, p, 0, vport))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (icmp) {
+		void *l4 = data + OFF(p->l4_off);
+		/* From the backend: its address leaves as the VIP's (nat4
+		 * fixes the quote's destination too); from a router on the
+		 * way: only the quote is the connection's. */
+		if (p->saddr == k.baddr) {
+			if (nat4(data, data_end, p, 0, vip))
+				return count_drop(STAT_DROP_L4_TRUNC, len);
+		} else if (nat_icmp_quote(l4, data_end, 1, k.baddr, vip)) {
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		}
+		if (k.bport != vport && nat_icmp_quote_port(l4, data_end, 1, k.bport, vport))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+	} else {
+		if (nat4(data, data_end, p, 0, vip))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		if (k.bport != vport && nat4_port(data, data_end, p, 0, vport))
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+		/* The backend ends the connection: so does its entry. */
+		if (p->tcp_flags & (TCP_FIN_ | TCP_RST_)) {
+			struct ct_key fk = {.src = k.caddr, .dst = vip, .sport = k.cport, .dport = vport, .proto = k.proto};
+			struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &fk);
+			if (e)
+				e->state = CT_FIN;
+		}
+	}
 	return route_finish(ctx, p, fib, how, STAT_LB_REPLY_TX, len);
 }
 
@@ -345,7 +433,7 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 		__u32 i = e->backend;
 		be = bpf_map_lookup_elem(&lb_backends, &i);
 		__u32 now = (__u32)bpf_jiffies64();
-		if (be && ((__u8)be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
+		if (be && (be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
 			   (__u32)(now - e->last) > ct_timeout(lbc, e->state)))
 			be = NULL; /* stale: the table decides, as for requests */
 	}
@@ -410,7 +498,8 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if (in.ttl <= 1)
 		return count_drop(STAT_DROP_TTL, len);
 
-	rc = fib4c(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos);
+	rc = fib4f(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos, in.ports,
+		   in.saddr ^ in.daddr ^ in.ports);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -550,14 +639,9 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	if (lbc && (lbc->flags & LB_CFG_NAT) && p.l4_ok) {
-		struct nat_rkey rk = {.addr = p.saddr, .port = (__be16)(p.ports & 0xffff), .proto = p.proto};
-		struct nat_rentry *re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
-		if (!re) {
-			rk.port = 0;
-			re = bpf_map_lookup_elem(&lb_nat_rev, &rk);
-		}
-		if (re)
-			return lb_nat_reply(ctx, &p, cfg, fib, re, len);
+		int act = lb_nat_reverse(ctx, &p, fib, cfg);
+		if (act != NAT_NOT_OURS)
+			return act;
 	}
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }

@@ -38,6 +38,11 @@
 #ifndef CT_MAX
 #define CT_MAX (1 << 20)
 #endif
+/* Port-range listeners per (VIP, protocol) (a power of two: the data plane
+ * binary-searches them), and (VIP, protocol) pairs with ranges or an
+ * any-port listener. */
+#define LB_RANGES_MAX 64
+#define LB_RANGE_SETS_MAX 65536
 
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */

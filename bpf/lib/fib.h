@@ -9,7 +9,19 @@
  * the daemon bumps the config's nh_gen (it watches netlink for route,
  * neighbour and link changes) or for NH_CACHE_TTL_JIFFIES at most. A hit costs
  * an array lookup and a compare; a hash map (even LRU) cost four times
- * that. */
+ * that.
+ *
+ * ECMP: a destination may have several next hops, and the kernel picks one
+ * per flow by its multipath hash (of the addresses, or with
+ * net.ipv4.fib_multipath_hash_policy=1 of the ports and protocol too). So
+ * the cache is keyed by (destination, ingress interface, bucket), the
+ * bucket being NH_BUCKETS-way bits of the flow hash, and a miss asks the
+ * FIB with the flow's own fields (addresses, protocol, ports): each bucket
+ * holds the next hop the kernel chose for a flow of it, and a
+ * destination's flows spread over its next hops as its buckets do, at a
+ * granularity of 1/NH_BUCKETS (resilient next-hop groups work the same
+ * way). A cache keyed by destination alone pinned every flow of a
+ * destination to the first next hop it saw. */
 #ifndef AZG_FIB_H
 #define AZG_FIB_H
 
@@ -46,10 +58,24 @@ static __always_inline struct bpf_fib_lookup *fib_room(void)
 	return (struct bpf_fib_lookup *)bpf_map_lookup_elem(&fib_scratch, &zero);
 }
 
-static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex)
+/* Buckets of a destination in the cache (a power of two). */
+#ifndef NH_BUCKETS
+#define NH_BUCKETS 16
+#endif
+
+/* The bucket of a flow, from any hash of it (the bits above the FlowID's
+ * low nibble count too, for hashes that vary only there). */
+static __always_inline __u32 nh_bucket(__u32 fh)
 {
-	/* Fibonacci hashing: good enough to spread addresses over slots. */
-	return ((dst ^ (ifindex << 16)) * 2654435761u) >> (32 - __builtin_ctz(NH_CACHE_SLOTS));
+	return (fh ^ (fh >> 4) ^ (fh >> 12) ^ (fh >> 20) ^ (fh >> 28)) & (NH_BUCKETS - 1);
+}
+
+static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex, __u32 bucket)
+{
+	/* Fibonacci hashing: good enough to spread addresses over slots; a
+	 * destination's buckets are consecutive slots. */
+	return ((((dst ^ (ifindex << 16)) * 2654435761u) >> (32 - __builtin_ctz(NH_CACHE_SLOTS))) + bucket) &
+	       (NH_CACHE_SLOTS - 1);
 }
 
 /* The cache miss: asks the FIB for the request in fib (prepared by fib4c)
@@ -57,7 +83,7 @@ static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex)
  * this packet's size, and stores a successful answer in the slot. A
  * global, separately verified function: inlined at every call site its
  * branches multiplied the verifier's states past its limit. */
-__noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen)
+__noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __u32 bucket)
 {
 	if (!ctx || !fib)
 		return BPF_FIB_LKUP_RET_NOT_FWDED;
@@ -68,11 +94,13 @@ __noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 g
 	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
-	__u32 slot = nh_slot(dst, in);
+	bucket &= NH_BUCKETS - 1;
+	__u32 slot = nh_slot(dst, in, bucket);
 	struct nh_entry *e = bpf_map_lookup_elem(&nh_cache, &slot);
 	if (e) {
 		e->dst = dst;
 		e->ifindex_in = in;
+		e->bucket = bucket;
 		__builtin_memcpy(e->smac, fib->smac, 6);
 		__builtin_memcpy(e->dmac, fib->dmac, 6);
 		e->ifindex = fib->ifindex;
@@ -83,20 +111,22 @@ __noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 g
 	return rc;
 }
 
-/* Looks dst up in the kernel FIB from the ingress interface's point of view
- * (forwarding must be enabled on it), through the cache, checking tot_len
- * against the route MTU. Returns a BPF_FIB_LKUP_RET_* code; the result's
- * MACs and egress ifindex are set, and on FRAG_NEEDED fib->mtu_result
- * holds the MTU. */
-static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __be32 src,
-				 __be32 dst, __u16 tot_len, __u8 proto, __u8 tos)
+/* Looks the flow (src, dst, proto, ports: as on the wire) up in the kernel
+ * FIB from the ingress interface's point of view (forwarding must be
+ * enabled on it), through the cache, checking tot_len against the route
+ * MTU. fh is any hash of the flow: it picks the cache bucket (see ECMP
+ * above). Returns a BPF_FIB_LKUP_RET_* code; the result's MACs and egress
+ * ifindex are set, and on FRAG_NEEDED fib->mtu_result holds the MTU. */
+static __always_inline int fib4f(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __be32 src,
+				 __be32 dst, __u16 tot_len, __u8 proto, __u8 tos, __be32 ports, __u32 fh)
 {
 	__u32 in = ctx->ingress_ifindex;
-	__u32 slot = nh_slot(dst, in);
+	__u32 bucket = nh_bucket(fh);
+	__u32 slot = nh_slot(dst, in, bucket);
 	struct nh_entry *e = bpf_map_lookup_elem(&nh_cache, &slot);
 	__u32 mtu;
 
-	if (e && e->dst == dst && e->ifindex_in == in && e->gen == gen &&
+	if (e && e->dst == dst && e->ifindex_in == in && e->bucket == bucket && e->gen == gen &&
 	    bpf_jiffies64() < e->expires) {
 		__builtin_memcpy(fib->smac, e->smac, 6);
 		__builtin_memcpy(fib->dmac, e->dmac, 6);
@@ -109,7 +139,9 @@ static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 		fib->l4_protocol = proto;
 		fib->ipv4_src = src;
 		fib->ipv4_dst = dst;
-		int rc = fib4_miss(ctx, fib, gen);
+		fib->sport = (__be16)(ports & 0xffff);
+		fib->dport = (__be16)(ports >> 16);
+		int rc = fib4_miss(ctx, fib, gen, bucket);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 			return rc;
 		mtu = fib->mtu_result;
@@ -119,6 +151,14 @@ static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 	}
 	return BPF_FIB_LKUP_RET_SUCCESS;
+}
+
+/* fib4f for a flow without ports or hash: bucket 0, as a cache keyed by
+ * destination alone (the agent's paths). */
+static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __be32 src,
+				 __be32 dst, __u16 tot_len, __u8 proto, __u8 tos)
+{
+	return fib4f(ctx, fib, gen, src, dst, tot_len, proto, tos, 0, 0);
 }
 
 /* Drop reason for a failed lookup that is neither FRAG_NEEDED nor NO_NEIGH. */

@@ -33,6 +33,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_listeners SEC(".maps");
 
+/* (VIP, protocol) -> its port-range listeners and any-port listener: a
+ * range is one entry whatever its length. Allocated as used (a set is 528
+ * bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_RANGE_SETS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb_rkey);
+	__type(value, struct lb_ranges);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_ranges SEC(".maps");
+
 /* A Maglev table: slot -> backend index. Tables of any prime size share
  * the outer map (BPF_F_INNER_MAP). */
 struct lb_table {
@@ -44,7 +56,10 @@ struct lb_table {
 };
 
 /* Maglev tables by slot; the daemon builds a new inner map and swaps it in
- * with one update, so a table changes atomically. */
+ * with one update, so a table changes atomically: the table's size M is
+ * the inner map's own max_entries (lb_table_m), so the one value swapped
+ * names both the slots and their number. A packet never indexes a new
+ * table with an old M, or the reverse. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, LB_TABLES_MAX);
@@ -108,14 +123,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_be_stats SEC(".maps");
 
-/* nat mode: replies of a backend -> the VIP and port they leave with. */
+/* nat mode, stateful: each connection's reply tuple (backend -> client) ->
+ * the VIP and port its replies leave with, installed with the connection's
+ * entry (sized as the connection table, by the daemon). A backend's own
+ * connections (no entry) are not translated; one backend port may serve
+ * any number of VIPs and ports. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_BACKENDS_MAX);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
 	__type(key, struct nat_rkey);
 	__type(value, struct nat_rentry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_nat_rev SEC(".maps");
+} lb_nat_conns SEC(".maps");
 
 /* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
 struct {
@@ -230,15 +249,62 @@ struct lb_flow {
 	__u32 hash;
 };
 
-/* Finds the listener for a flow: the exact port first, then any port. */
+/* The range of rs holding port hp (host order): its index, or -1. A
+ * binary search bounded by LB_RANGES_MAX; a global (separately verified)
+ * function, so its loop is verified once and not at every call site. */
+__noinline int lb_range_find(const struct lb_ranges *rs, __u32 hp)
+{
+	if (!rs)
+		return -1;
+	__u32 lo = 0, hi = rs->n; /* the range holding hp, if any, is in [lo, hi) */
+	if (hi > LB_RANGES_MAX)
+		hi = LB_RANGES_MAX;
+	for (int i = 0; i < __builtin_ctz(LB_RANGES_MAX) + 1 && lo < hi; i++) {
+		__u32 mid = ((lo + hi) / 2) & (LB_RANGES_MAX - 1);
+		const struct lb_range *r = &rs->r[mid];
+		if (hp < r->lo)
+			hi = mid;
+		else if (hp > r->hi)
+			lo = mid + 1;
+		else
+			return mid;
+	}
+	return -1;
+}
+
+/* Finds the listener for a flow: the exact port first (one lookup: the
+ * common case costs what it did), then the (VIP, protocol)'s ranges, then
+ * its any-port listener. Port 0 (later fragments) only matches any-port
+ * listeners. */
 static __always_inline struct lb_listener *lb_listener_for(__be32 vip, __u8 proto, __be16 port)
 {
 	struct lb_key k = {.vip = vip, .port = port, .proto = proto};
 	struct lb_listener *l = bpf_map_lookup_elem(&lb_listeners, &k);
 	if (l)
 		return l;
-	k.port = 0;
-	return bpf_map_lookup_elem(&lb_listeners, &k);
+	struct lb_rkey rk = {.vip = vip, .proto = proto};
+	struct lb_ranges *rs = bpf_map_lookup_elem(&lb_ranges, &rk);
+	if (!rs)
+		return NULL;
+	if (port) {
+		int i = lb_range_find(rs, bpf_ntohs(port));
+		if (i >= 0)
+			return &rs->r[i & (LB_RANGES_MAX - 1)].l;
+	}
+	return rs->has_any ? &rs->any : NULL;
+}
+
+/* The kernel's struct bpf_map, reduced to the field read here; CO-RE
+ * relocates the offset against the running kernel's BTF. */
+struct bpf_map {
+	__u32 max_entries;
+} __attribute__((preserve_access_index));
+
+/* The size M of a Maglev table: the inner map's max_entries, read from
+ * the map the lookup returned (one load, no extra lookup). */
+static __always_inline __u32 lb_table_m(void *tbl)
+{
+	return ((struct bpf_map *)tbl)->max_entries;
 }
 
 /* Picks the backend of a flow from its listener's table. Returns the
@@ -247,9 +313,12 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 {
 	__u32 t = l->table;
 	void *tbl = bpf_map_lookup_elem(&lb_tables, &t);
-	if (!tbl || !l->m)
+	if (!tbl)
 		return -1;
-	__u32 slot = hash % l->m;
+	__u32 m = lb_table_m(tbl);
+	if (!m)
+		return -1;
+	__u32 slot = hash % m;
 	__u32 *be = bpf_map_lookup_elem(tbl, &slot);
 	if (!be || *be >= LB_BACKENDS_MAX)
 		return -1;
@@ -258,10 +327,12 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 
 /* Decides the backend of a flow through the connection table, creating
  * or refreshing the entry, and returns it (NULL: no usable backend) with
- * its index in *idx. insert=0 never creates an entry (RST and ICMP errors
- * do not either). The flow hash is only computed on a miss. */
+ * its index in *idx and the flow's FlowID (the flow hash's low byte, as
+ * EIP traffic gets) in *fid. insert=0 never creates an entry (RST and
+ * ICMP errors do not either). The flow hash is only computed on a miss:
+ * a hit reads the FlowID the entry kept. */
 static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, const struct lb_listener *l,
-						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx)
+						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx, __u8 *fid)
 {
 	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
 	__u32 now = (__u32)bpf_jiffies64();
@@ -272,7 +343,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 	if (e) {
 		__u32 i = e->backend;
 		be = bpf_map_lookup_elem(&lb_backends, &i);
-		int live = be && (__u8)be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+		int live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
 			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
 		if (live && !syn) {
 			/* Write only what changed: the entry's cache line stays
@@ -285,6 +356,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 					e->state = st;
 			}
 			*idx = i;
+			*fid = e->fid;
 			return be;
 		}
 		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
@@ -294,6 +366,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 
 	__be32 ports = (__u32)f->cport | ((__u32)f->vport << 16);
 	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
+	*fid = (__u8)f->hash;
 	long pick = lb_pick(l, f->hash);
 	if (pick < 0)
 		return NULL;
@@ -314,9 +387,16 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 		info_inc(LBI_CT_INSERT_LIMITED);
 		return be;
 	}
-	struct ct_entry n = {.backend = i, .gen = (__u8)be->gen, .last = now,
+	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
 			     .state = ct_next(0, f->proto, f->tcp_flags)};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
+	if (be->mode == LB_MODE_NAT) {
+		/* The reply tuple after DNAT, back to the VIP's. */
+		struct nat_rkey rk = {.baddr = be->addr, .caddr = f->client, .bport = be->port ? be->port : f->vport,
+				      .cport = f->cport, .proto = f->proto};
+		struct nat_rentry rv = {.vip = f->vip, .vport = f->vport};
+		bpf_map_update_elem(&lb_nat_conns, &rk, &rv, BPF_ANY);
+	}
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);
 	return be;

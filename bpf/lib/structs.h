@@ -4,6 +4,7 @@
 #define AZG_STRUCTS_H
 
 #include <linux/types.h>
+#include "consts.h"
 
 /* An IPv4 or IPv6 address in network byte order. IPv4 uses a[0] and leaves
  * a[1..3] zero; the family travels next to it. */
@@ -99,6 +100,8 @@ struct nh_entry {
 	__u32 ifindex;     /* egress */
 	__u32 mtu;         /* route MTU */
 	__u32 gen;         /* config nh_gen when cached */
+	__u8 bucket;       /* ... for which flow-hash bucket (ECMP: lib/fib.h) */
+	__u8 pad[3];
 	__u64 expires;     /* jiffies */
 };
 
@@ -165,7 +168,8 @@ enum azg_stat {
 	STAT_MAX,
 };
 
-/* Service listener key: a VIP, protocol and port (port 0: any port). */
+/* Service listener key: a VIP, protocol and port (one-port listeners;
+ * ranges and any-port listeners are in struct lb_ranges). */
 struct lb_key {
 	__be32 vip;
 	__be16 port;
@@ -175,8 +179,32 @@ struct lb_key {
 
 /* Where a listener's new flows go. */
 struct lb_listener {
-	__u32 table; /* slot in lb_tables */
-	__u32 m;     /* size of that table (a prime) */
+	__u32 table; /* slot in lb_tables (the table's size M is its inner
+		      * map's max_entries: see lib/lb.h) */
+};
+
+/* Port ranges of a (VIP, protocol): key of lb_ranges. */
+struct lb_rkey {
+	__be32 vip;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* One range listener: ports lo..hi (host order, inclusive). */
+struct lb_range {
+	__u16 lo;
+	__u16 hi;
+	struct lb_listener l;
+};
+
+/* The range listeners of a (VIP, protocol), sorted by lo and disjoint,
+ * searched with a bounded binary search; and its any-port listener. */
+struct lb_ranges {
+	__u32 n;       /* ranges in r */
+	__u32 has_any; /* any is the any-port listener */
+	struct lb_listener any;
+	__u32 pad;
+	struct lb_range r[LB_RANGES_MAX];
 };
 
 /* A backend of any service, indexed by the daemon. */
@@ -204,28 +232,36 @@ struct ct_key {
 };
 
 /* Connection table entry (client -> VIP flows): the backend the flow was
- * given. Replies need no entry: in nat mode the translation back is a
- * function of the backend (lb_nat_rev), in encap mode the agent knows it. */
+ * given. In nat mode its replies are translated back by the reverse entry
+ * the connection installed (lb_nat_conns); in encap mode the agent knows
+ * them. */
 struct ct_entry {
 	__u16 backend; /* < LB_BACKENDS_MAX */
+	__u16 gen;     /* the backend's generation at insert (all of it: a
+			* narrower copy would take a slot reused 256 times
+			* for the backend the entry was made for) */
 	__u8 state;    /* CT_* */
-	__u8 gen;      /* low byte of the backend's generation at insert */
+	__u8 fid;      /* NVGRE FlowID of the flow: the flow hash's low byte,
+			* kept so a hit needs no hash */
+	__u16 pad;
 	__u32 last;    /* jiffies (low 32 bits) when last seen */
 };
 
-/* nat mode: a backend's (address, port, protocol), port 0 for backends of
- * any-port listeners. */
+/* nat mode: a connection's replies as they leave the backend (backend ->
+ * client), installed when the connection's entry is made ... */
 struct nat_rkey {
-	__be32 addr;
-	__be16 port;
+	__be32 baddr;
+	__be32 caddr;
+	__be16 bport;
+	__be16 cport;
 	__u8 proto;
-	__u8 pad;
+	__u8 pad[3];
 };
 
-/* ... and what its replies are translated back to. */
+/* ... and the VIP and port they are translated back to. */
 struct nat_rentry {
 	__be32 vip;
-	__be16 vport; /* 0: keep the port */
+	__be16 vport;
 	__u16 pad;
 };
 

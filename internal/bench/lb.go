@@ -206,7 +206,10 @@ func setupLB(e *dataplane.Edge, n int) error {
 		if err := e.SetBackend(uint32(i), dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: a, Port: 8080, Gen: 1}); err != nil {
 			return err
 		}
-		if err := e.PutNATReverse(dataplane.NATReverse{Addr: a, Port: 8080, Proto: dataplane.ProtoTCP}, netip.MustParseAddr(lbVIP), 80); err != nil {
+		// The reverse entry the reply path measures (nat is stateful: the
+		// data plane writes one per connection).
+		if err := e.PutNATConn(dataplane.NATConn{Backend: netip.AddrPortFrom(a, 8080), Client: netip.MustParseAddrPort(benchClient + ":40000"),
+			VIP: netip.MustParseAddrPort(lbVIP + ":80"), Proto: dataplane.ProtoTCP}); err != nil {
 			return err
 		}
 		mb = append(mb, maglev.Backend{Key: strconv.Itoa(i), Weight: 1})
@@ -240,11 +243,11 @@ func setupLB(e *dataplane.Edge, n int) error {
 		}
 	}
 	if err := e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIP), Proto: dataplane.ProtoTCP, Port: 80},
-		dataplane.ListenerValue{Table: 0, M: 65537}); err != nil {
+		dataplane.ListenerValue{Table: 0}); err != nil {
 		return err
 	}
 	return e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIPEnc), Proto: dataplane.ProtoTCP, Port: 443},
-		dataplane.ListenerValue{Table: 1, M: 307})
+		dataplane.ListenerValue{Table: 1})
 }
 
 // bigConnTable loads an edge with an n-entry connection table, fills it,

@@ -145,6 +145,9 @@ type agentNhEntry struct {
 	Ifindex   uint32
 	Mtu       uint32
 	Gen       uint32
+	Bucket    uint8
+	Pad       [3]uint8
+	_         [4]byte
 	Expires   uint64
 }
 

@@ -32,6 +32,7 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	}
 	if o.ConnMax > 0 {
 		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
+		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax // a reverse entry per nat connection
 	}
 	opts, err := prepare(spec, o)
 	if err != nil {

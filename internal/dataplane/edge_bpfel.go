@@ -75,8 +75,10 @@ type edgeCtBucket struct {
 type edgeCtEntry struct {
 	_       structs.HostLayout
 	Backend uint16
+	Gen     uint16
 	State   uint8
-	Gen     uint8
+	Fid     uint8
+	Pad     uint16
 	Last    uint32
 }
 
@@ -189,7 +191,29 @@ type edgeLbKey struct {
 type edgeLbListener struct {
 	_     structs.HostLayout
 	Table uint32
-	M     uint32
+}
+
+type edgeLbRange struct {
+	_  structs.HostLayout
+	Lo uint16
+	Hi uint16
+	L  edgeLbListener
+}
+
+type edgeLbRanges struct {
+	_      structs.HostLayout
+	N      uint32
+	HasAny uint32
+	Any    edgeLbListener
+	Pad    uint32
+	R      [64]edgeLbRange
+}
+
+type edgeLbRkey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Proto uint8
+	Pad   [3]uint8
 }
 
 type edgeNatRentry struct {
@@ -201,10 +225,12 @@ type edgeNatRentry struct {
 
 type edgeNatRkey struct {
 	_     structs.HostLayout
-	Addr  uint32
-	Port  uint16
+	Baddr uint32
+	Caddr uint32
+	Bport uint16
+	Cport uint16
 	Proto uint8
-	Pad   uint8
+	Pad   [3]uint8
 }
 
 type edgeNhEntry struct {
@@ -216,6 +242,9 @@ type edgeNhEntry struct {
 	Ifindex   uint32
 	Mtu       uint32
 	Gen       uint32
+	Bucket    uint8
+	Pad       [3]uint8
+	_         [4]byte
 	Expires   uint64
 }
 
@@ -243,7 +272,8 @@ const (
 	edgeMapLbConns       = "lb_conns"
 	edgeMapLbInfo        = "lb_info"
 	edgeMapLbListeners   = "lb_listeners"
-	edgeMapLbNatRev      = "lb_nat_rev"
+	edgeMapLbNatConns    = "lb_nat_conns"
+	edgeMapLbRanges      = "lb_ranges"
 	edgeMapLbTableOwner  = "lb_table_owner"
 	edgeMapLbTables      = "lb_tables"
 	edgeMapNhCache       = "nh_cache"
@@ -316,7 +346,8 @@ type edgeMapSpecs struct {
 	LbConns      *ebpf.MapSpec `ebpf:"lb_conns"`
 	LbInfo       *ebpf.MapSpec `ebpf:"lb_info"`
 	LbListeners  *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbNatRev     *ebpf.MapSpec `ebpf:"lb_nat_rev"`
+	LbNatConns   *ebpf.MapSpec `ebpf:"lb_nat_conns"`
+	LbRanges     *ebpf.MapSpec `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.MapSpec `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.MapSpec `ebpf:"lb_tables"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
@@ -363,7 +394,8 @@ type edgeMaps struct {
 	LbConns      *ebpf.Map `ebpf:"lb_conns"`
 	LbInfo       *ebpf.Map `ebpf:"lb_info"`
 	LbListeners  *ebpf.Map `ebpf:"lb_listeners"`
-	LbNatRev     *ebpf.Map `ebpf:"lb_nat_rev"`
+	LbNatConns   *ebpf.Map `ebpf:"lb_nat_conns"`
+	LbRanges     *ebpf.Map `ebpf:"lb_ranges"`
 	LbTableOwner *ebpf.Map `ebpf:"lb_table_owner"`
 	LbTables     *ebpf.Map `ebpf:"lb_tables"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
@@ -386,7 +418,8 @@ func (m *edgeMaps) Close() error {
 		m.LbConns,
 		m.LbInfo,
 		m.LbListeners,
-		m.LbNatRev,
+		m.LbNatConns,
+		m.LbRanges,
 		m.LbTableOwner,
 		m.LbTables,
 		m.NhCache,

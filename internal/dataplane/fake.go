@@ -236,7 +236,6 @@ type FakeLB struct {
 	Tables    map[uint32][]uint32
 	BackendM  map[uint32]LBBackend
 	TableOwn  map[uint32]uint64
-	NAT       map[NATReverse]netip.AddrPort
 	ARP       map[int]string
 }
 
@@ -245,7 +244,7 @@ var _ LBMaps = (*FakeLB)(nil)
 // NewFakeLB returns an empty fake with load balancing.
 func NewFakeLB() *FakeLB {
 	return &FakeLB{FakeEdge: NewFakeEdge(), VIPSet: map[netip.Addr]bool{}, ListenerM: map[Listener]ListenerValue{},
-		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, TableOwn: map[uint32]uint64{}, NAT: map[NATReverse]netip.AddrPort{}, ARP: map[int]string{}}
+		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, TableOwn: map[uint32]uint64{}, ARP: map[int]string{}}
 }
 
 func (f *FakeLB) SetLBConfig(c LBConfig) error {
@@ -344,27 +343,6 @@ func (f *FakeLB) TableOwners() (map[uint32]uint64, error) {
 		if v != 0 {
 			out[k] = v
 		}
-	}
-	return out, nil
-}
-func (f *FakeLB) PutNATReverse(r NATReverse, vip netip.Addr, port uint16) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.NAT[r] = netip.AddrPortFrom(vip, port)
-	return nil
-}
-func (f *FakeLB) DeleteNATReverse(r NATReverse) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.NAT, r)
-	return nil
-}
-func (f *FakeLB) NATReverses() (map[NATReverse]netip.AddrPort, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[NATReverse]netip.AddrPort{}
-	for k, v := range f.NAT {
-		out[k] = v
 	}
 	return out, nil
 }

@@ -412,10 +412,9 @@ func newFuzzEdgeBed(tb testing.TB) *fuzzEdgeBed {
 	must(e.SetBackend(lb.idx["d"], LBBackend{Mode: ModeNAT, Addr: addr(beD), Port: 5353, Gen: 1}))
 	lb.table(tb, 0, "a", "c")
 	lb.table(tb, 3, "d")
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2, M: lbM}))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beD), Port: 5353, Proto: ProtoUDP}, addr(vipNAT), 53))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 53}, ListenerValue{Table: 3}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoUDP, Port: 9}, ListenerValue{Table: 9}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoUDP, Port: 0}, ListenerValue{Table: 2}))
 	if fb.lb, err = loadLBModel(e); err != nil {
 		tb.Fatal(err)
 	}
@@ -430,7 +429,7 @@ type lbModel struct {
 	listeners map[Listener]ListenerValue
 	tables    map[uint32][]uint32 // slot -> backend indices
 	backends  map[uint32]LBBackend
-	reverse   map[NATReverse]netip.AddrPort
+	edge      *Edge // nat reverse entries are per connection: read live
 }
 
 func loadLBModel(e *Edge) (*lbModel, error) {
@@ -462,9 +461,7 @@ func loadLBModel(e *Edge) (*lbModel, error) {
 			}
 		}
 	}
-	if m.reverse, err = e.NATReverses(); err != nil {
-		return nil, err
-	}
+	m.edge = e
 	return m, nil
 }
 
@@ -538,7 +535,13 @@ func replyFlow(ip ipv4At) lbFlow {
 // the drop counter when there is none.
 func (m *lbModel) pick(f lbFlow, seed uint32) (p lbPick, fails string) {
 	p.flow = f
+	// The exact port, then a range holding it, then any port.
 	l, ok := m.listeners[Listener{VIP: f.vip, Proto: f.proto, Port: f.vport}]
+	for k, v := range m.listeners {
+		if !ok && f.vport != 0 && k.VIP == f.vip && k.Proto == f.proto && k.IsRange() && k.Port <= f.vport && f.vport <= k.Last {
+			l, ok = v, true
+		}
+	}
 	if !ok {
 		l, ok = m.listeners[Listener{VIP: f.vip, Proto: f.proto}]
 	}
@@ -547,11 +550,12 @@ func (m *lbModel) pick(f lbFlow, seed uint32) (p lbPick, fails string) {
 	}
 	p.lis = l
 	t, ok := m.tables[l.Table]
-	if !ok || l.M == 0 {
+	if !ok || len(t) == 0 {
 		return p, "drop_lb_no_backend"
 	}
+	// The table's size M is the table's own (its inner map's size).
 	h := flowhash.Hash4(flowhash.Tuple{Src: f.client, Dst: f.vip, SrcPort: f.cport, DstPort: f.vport, Proto: f.proto}, seed)
-	slot := h % l.M
+	slot := h % uint32(len(t))
 	if int(slot) >= len(t) || t[slot] >= 65536 {
 		return p, "drop_lb_no_backend"
 	}
@@ -560,23 +564,57 @@ func (m *lbModel) pick(f lbFlow, seed uint32) (p lbPick, fails string) {
 	return p, ""
 }
 
-// reverseFor is the nat translation back for a packet from a nat backend
-// (the edge looks its source, source port and protocol up, then the source
-// and protocol with port 0), for a packet with an L4 header.
-func (m *lbModel) reverseFor(ip ipv4At) (netip.AddrPort, bool) {
-	if ip.frag()&0x1fff != 0 {
-		return netip.AddrPort{}, false
-	}
-	var sport uint16
-	if p := ip.proto(); (p == 6 || p == 17) && !ip.fragmented() && len(ip.l4()) >= 2 {
-		sport = binary.BigEndian.Uint16(ip.l4())
-	}
-	r, ok := m.reverse[NATReverse{Addr: ip.src(), Port: sport, Proto: ip.proto()}]
-	if !ok {
-		r, ok = m.reverse[NATReverse{Addr: ip.src(), Proto: ip.proto()}]
-	}
-	return r, ok
+// natRev is what the edge translates a nat reply (or an ICMP error about a
+// nat connection) back to, and the backend's address and port it replaces.
+type natRev struct {
+	vip     netip.AddrPort
+	backend netip.AddrPort
+	icmp    bool // an ICMP error: the quote is translated
 }
+
+// reverseFor is the nat translation back for a packet: the reverse entry
+// of its connection (nat is stateful: connections install them; read from
+// the data plane as it is now), looked up by its reply tuple, or for an
+// ICMP error by the connection it quotes (client -> backend, the error
+// going to that client). Later fragments carry no ports: none.
+func (m *lbModel) reverseFor(ip ipv4At) (natRev, bool) {
+	if ip.frag()&0x1fff != 0 {
+		return natRev{}, false
+	}
+	l4 := ip.l4()
+	var k edgeNatRkey
+	var r natRev
+	switch p := ip.proto(); {
+	case (p == 6 || p == 17) && len(l4) >= 4:
+		k = edgeNatRkey{Baddr: ip4word(ip.src()), Caddr: ip4word(ip.dst()), Bport: binary.LittleEndian.Uint16(l4[0:2]),
+			Cport: binary.LittleEndian.Uint16(l4[2:4]), Proto: p}
+	case p == 1 && len(l4) >= 8+20 && icmpErrorType(l4[0]):
+		q := l4[8:]
+		qhl := int(q[0]&0xf) * 4
+		if qhl < 20 || len(q) < qhl+4 || 8+qhl+4 > len(l4) {
+			return natRev{}, false
+		}
+		qs, qd := netip.AddrFrom4([4]byte(q[12:16])), netip.AddrFrom4([4]byte(q[16:20]))
+		if qs != ip.dst() {
+			return natRev{}, false
+		}
+		k = edgeNatRkey{Baddr: ip4word(qd), Caddr: ip4word(qs), Bport: binary.LittleEndian.Uint16(q[qhl+2:]),
+			Cport: binary.LittleEndian.Uint16(q[qhl:]), Proto: q[9]}
+		r.icmp = true
+	default:
+		return natRev{}, false
+	}
+	var v edgeNatRentry
+	if err := m.edge.objs.LbNatConns.Lookup(&k, &v); err != nil {
+		return natRev{}, false
+	}
+	r.vip = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
+	r.backend = netip.AddrPortFrom(wordIP4(k.Baddr), be16(k.Bport))
+	return r, true
+}
+
+// icmpErrorType: the ICMP types that quote a packet (nat.h icmp_is_error).
+func icmpErrorType(t uint8) bool { return t == 3 || t == 11 || t == 12 || t == 4 || t == 5 }
 
 // nsRunner runs the program with BPF_PROG_TEST_RUN exactly as Env.Run
 // does, but from one OS thread parked in the node's namespace for the whole
@@ -1230,16 +1268,16 @@ func (fb *fuzzEdgeBed) lbIngress(orig ipv4At) (p lbPick, fails string, err error
 // natReplyOf is the translation back of an input the edge takes as a nat
 // backend's reply (to neither a VIP nor an EIP nor the edge's NVGRE
 // endpoint, from a backend's address, port and protocol).
-func (fb *fuzzEdgeBed) natReplyOf(orig ipv4At) (netip.AddrPort, error) {
+func (fb *fuzzEdgeBed) natReplyOf(orig ipv4At) (natRev, error) {
 	if orig.proto() == 47 && orig.dst() == addr(dptest.UlAddr) {
-		return netip.AddrPort{}, errors.New("input is NVGRE to the edge")
+		return natRev{}, errors.New("input is NVGRE to the edge")
 	}
 	if _, ok := fb.routes[orig.dst()]; ok || fb.lb.vips[orig.dst()] {
-		return netip.AddrPort{}, fmt.Errorf("input destination %v is an EIP or a VIP", orig.dst())
+		return natRev{}, fmt.Errorf("input destination %v is an EIP or a VIP", orig.dst())
 	}
 	r, ok := fb.lb.reverseFor(orig)
 	if !ok {
-		return netip.AddrPort{}, fmt.Errorf("input %v is not from a nat backend", orig)
+		return natRev{}, fmt.Errorf("input %v is no reply of a nat connection", orig)
 	}
 	return r, nil
 }
@@ -1295,7 +1333,7 @@ func (fb *fuzzEdgeBed) checkNotOurs(in []byte) error {
 		return fmt.Errorf("pass_not_ours for a packet to %v, an EIP or a VIP", orig.dst())
 	}
 	if r, err := fb.natReplyOf(orig); err == nil && !fb.notForwarded(orig.dst()) {
-		return fmt.Errorf("pass_not_ours for a reply of a nat backend (to be translated to %v)", r)
+		return fmt.Errorf("pass_not_ours for a reply of a nat connection (to be translated to %v)", r.vip)
 	}
 	return nil
 }
@@ -1530,14 +1568,64 @@ func (fb *fuzzEdgeBed) checkLBReply(in, out []byte) error {
 	if martianDst(ip.dst()) {
 		return fmt.Errorf("destination %v is one a router must not forward", ip.dst())
 	}
-	if err := natFrom(ip, orig, false, r.Addr(), r.Port()); err != nil {
-		return fmt.Errorf("SNAT to %v: %v", r, err)
+	if r.icmp {
+		if err := natICMPFrom(ip, orig, r); err != nil {
+			return fmt.Errorf("ICMP error about a nat connection, back to %v: %v", r.vip, err)
+		}
+		return nil
+	}
+	port := r.vip.Port()
+	if port == r.backend.Port() {
+		port = 0
+	}
+	if err := natFrom(ip, orig, false, r.vip.Addr(), port); err != nil {
+		return fmt.Errorf("SNAT to %v: %v", r.vip, err)
+	}
+	return nil
+}
+
+// natICMPFrom checks an ICMP error about a nat connection translated back:
+// the input with its TTL decremented, its source the VIP if it was the
+// backend, the quote's destination address and port the VIP's, and the
+// IPv4 and ICMP checksums right.
+func natICMPFrom(out, orig ipv4At, r natRev) error {
+	if orig.ttl() <= 1 || out.ttl() != orig.ttl()-1 {
+		return fmt.Errorf("TTL %d forwarded as %d", orig.ttl(), out.ttl())
+	}
+	if len(out.pkt) != len(orig.pkt) || out.hl != orig.hl {
+		return fmt.Errorf("packet of %d bytes forwarded as %d", len(orig.pkt), len(out.pkt))
+	}
+	want := append([]byte(nil), orig.pkt...)
+	want[8]--
+	v := r.vip.Addr().As4()
+	if orig.src() == r.backend.Addr() {
+		copy(want[12:16], v[:])
+	}
+	q := want[orig.hl+8:]
+	qhl := int(q[0]&0xf) * 4
+	copy(q[16:20], v[:])
+	binary.BigEndian.PutUint16(q[qhl+2:], r.vip.Port())
+	got := append([]byte(nil), out.pkt...)
+	for _, b := range [][]byte{want, got} {
+		b[10], b[11] = 0, 0                     // IP checksum
+		b[orig.hl+2], b[orig.hl+3] = 0, 0       // ICMP checksum
+		b[orig.hl+8+10], b[orig.hl+8+11] = 0, 0 // quoted IP checksum
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("translated error differs from the expected one beyond checksums: %s", diffBytes(want, got))
+	}
+	if csum(out.pkt[:out.hl]) != 0 {
+		return errors.New("IPv4 checksum wrong")
+	}
+	// The ICMP checksum is updated, not recomputed: right if it was.
+	if csum(orig.pkt[orig.hl:]) == 0 && csum(out.pkt[out.hl:]) != 0 {
+		return errors.New("ICMP checksum wrong")
 	}
 	return nil
 }
 
 // lbTunnel checks an NVGRE frame to a service's encap backend: to its
-// host, in its VSID, FlowID folded from the client's address and port,
+// host, in its VSID, FlowID the flow hash's low byte (as for EIPs),
 // inner destination MAC 02:01 and the guest's address, carrying the input
 // with its TTL decremented.
 func lbTunnel(out []byte, orig ipv4At, p lbPick) error {
@@ -1548,8 +1636,9 @@ func lbTunnel(out []byte, orig ipv4At, p lbPick) error {
 	if o.dst() != p.be.Addr || key>>8 != p.be.VSID {
 		return fmt.Errorf("sent to %v VSID %d, but the flow's backend is %s", o.dst(), key>>8, p)
 	}
-	if fid := lbFlowID(p.flow.client.String(), p.flow.cport); key&0xff != fid {
-		return fmt.Errorf("FlowID %#02x, want %#02x for client %v port %d", key&0xff, fid, p.flow.client, p.flow.cport)
+	f := p.flow
+	if fid := uint32(flowhash.FlowID(flowhash.Tuple{Src: f.client, Dst: f.vip, SrcPort: f.cport, DstPort: f.vport, Proto: f.proto}, testSeed)); key&0xff != fid {
+		return fmt.Errorf("FlowID %#02x, want the flow hash's low byte %#02x for %v:%d -> %v:%d", key&0xff, fid, f.client, f.cport, f.vip, f.vport)
 	}
 	const innerEth = 14 + 20 + 8
 	g := p.be.Guest.As4()
@@ -1738,7 +1827,7 @@ func (fb *fuzzEdgeBed) checkConns(pr *ctProbe, counter string) error {
 		return fmt.Errorf("%s created an entry for %s", what, pr.pick)
 	case !has && pr.insert && (counter == "lb_nat_tx" || counter == "lb_encap_tx" || counter == "lb_nat_pass"):
 		return fmt.Errorf("no entry after %s went to its backend (%s)", what, pr.pick)
-	case has && (uint32(e.Backend) != pr.pick.idx || e.Gen != uint8(pr.pick.be.Gen)):
+	case has && (uint32(e.Backend) != pr.pick.idx || e.Gen != pr.pick.be.Gen):
 		return fmt.Errorf("entry names backend %d generation %d, the table picks %s", e.Backend, e.Gen, pr.pick)
 	case counter == "drop_spoof" && (has != pr.had || e != pr.entry):
 		return fmt.Errorf("%s dropped as spoofed changed the entry of %s: %+v -> %+v", what, pr.pick, pr.entry, e)
@@ -1942,11 +2031,24 @@ func lbFuzzSeeds(tb testing.TB) []fuzzSeed {
 	ipOpts.options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
 	ext(icmpErr(3, 4, 62, ipOpts))
 
-	// Replies of the nat backends, a source port with no translation, an
-	// expired TTL, an unresolved next hop.
+	// Replies of the nat connections (the requests above installed them),
+	// a source port with no connection (a backend's own), an expired TTL,
+	// an unresolved next hop (its client's request first), a first
+	// fragment, ICMP errors from a backend and from no connection.
 	natReply := func(be string, proto layers.IPProtocol, sport, dport uint16) flow {
 		return flow{src: be, dst: client, proto: proto, sport: sport, dport: dport, ttl: 64}
 	}
+	ext(fromInet(flow{src: "198.19.249.5", dst: vipNAT, proto: layers.IPProtocolTCP, sport: 40000, dport: 8000, syn: true, ttl: 64}))
+	ul(fromUl(flow{src: beB, dst: client, proto: layers.IPProtocolTCP, sport: 8000, dport: 40000, mf: true, payload: make([]byte, 64)}))
+	beErr := func(from string, quoted flow) []byte {
+		q := quoted.ip(tb)[:28]
+		return ser(tb, &layers.Ethernet{SrcMAC: mac(dptest.FabMAC), DstMAC: mac(dptest.UlMAC), EthernetType: layers.EthernetTypeIPv4},
+			&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: ip4(from), DstIP: ip4(quoted.src)},
+			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 3)}, gopacket.Payload(q))
+	}
+	ul(beErr(beD, flow{src: client, dst: beD, proto: layers.IPProtocolUDP, sport: 40000, dport: 5353, ttl: 63}))
+	ul(beErr(dptest.FabAddr, flow{src: client, dst: beA, proto: layers.IPProtocolTCP, sport: 40000, dport: 8080, ttl: 63}))
+	ul(beErr(beD, flow{src: client, dst: beD, proto: layers.IPProtocolUDP, sport: 41999, dport: 5353, ttl: 63}))
 	ul(fromUl(natReply(beA, layers.IPProtocolTCP, 8080, 40000)))
 	ul(fromUl(natReply(beC, layers.IPProtocolTCP, 8080, 40001)))
 	ul(fromUl(natReply(beB, layers.IPProtocolTCP, 8000, 40000)))

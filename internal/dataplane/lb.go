@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,17 +36,29 @@ type LBConfig struct {
 	NAT                     bool   // some service is in nat mode
 }
 
-// Listener is a listener key: VIP, protocol, port (0: any port).
+// Listener is a listener key: VIP, protocol, port (0: any port) and, for
+// a range, its last port (0 for one port). One port is one entry of the
+// exact-port map; a range, whatever its length, one entry of its (VIP,
+// protocol)'s range set, as is the any-port listener.
 type Listener struct {
 	VIP   netip.Addr
 	Proto uint8
 	Port  uint16
+	Last  uint16
 }
+
+// IsRange reports whether l is a range of several ports.
+func (l Listener) IsRange() bool { return l.Port != 0 && l.Last > l.Port }
+
+// LBRangesMax is how many port ranges one (VIP, protocol) may have
+// (LB_RANGES_MAX in bpf/lib/consts.h).
+const LBRangesMax = 64
 
 // ListenerValue says where a listener's flows go.
 type ListenerValue struct {
-	Table uint32 // slot in the table map
-	M     uint32 // that table's size
+	Table uint32 // slot in the table map; the table's size M travels
+	// with the table itself (its inner map's size), so the two change
+	// together in one swap (SetTable)
 }
 
 // LBBackend is a backend slot.
@@ -60,11 +73,12 @@ type LBBackend struct {
 	Owner uint64 // the daemon's hash of the backend's identity (restarts)
 }
 
-// NATReverse translates a nat-mode backend's replies back to its VIP.
-type NATReverse struct {
-	Addr  netip.Addr
-	Port  uint16 // 0: any-port backend
-	Proto uint8
+// NATConn is a nat-mode connection's reverse entry: replies from Backend
+// to Client over Proto leave as from VIP. The data plane installs one per
+// new connection; PutNATConn is for tests and benchmarks.
+type NATConn struct {
+	Backend, Client, VIP netip.AddrPort
+	Proto                uint8
 }
 
 // LBCounters count a backend's traffic.
@@ -94,9 +108,6 @@ type LBMaps interface {
 	// reads the record back after a restart.
 	SetTableOwner(slot uint32, owner uint64) error
 	TableOwners() (map[uint32]uint64, error)
-	PutNATReverse(NATReverse, netip.Addr, uint16) error
-	DeleteNATReverse(NATReverse) error
-	NATReverses() (map[NATReverse]netip.AddrPort, error)
 	SetARP(ifindex int, mac net.HardwareAddr) error
 	BackendCounters(idx uint32) (LBCounters, error)
 	ResetBackendCounters(idx uint32) error
@@ -182,14 +193,81 @@ func lkey(l Listener) edgeLbKey {
 	return edgeLbKey{Vip: ip4word(l.VIP), Port: be16(l.Port), Proto: l.Proto}
 }
 
+// PutListener programs a listener: one port in the exact-port map; a
+// range or the any-port listener in its (VIP, protocol)'s range set, which
+// is rewritten whole (readers see the old set or the new one). A range
+// replaces the ranges it overlaps: they are what a changed listener had
+// before (the reconciler removes what is gone after adding what is new).
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
-	k := lkey(l)
-	return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table, M: v.M}, ebpf.UpdateAny)
+	if l.Port != 0 && !l.IsRange() {
+		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
+		return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
+	}
+	rk, set, err := e.rangeSet(l)
+	if err != nil {
+		return err
+	}
+	if l.Port == 0 {
+		set.HasAny, set.Any = 1, edgeLbListener{Table: v.Table}
+	} else {
+		keep := set.R[:0:0]
+		for _, r := range set.R[:set.N] {
+			if r.Hi < l.Port || r.Lo > l.Last {
+				keep = append(keep, r)
+			}
+		}
+		if len(keep) >= LBRangesMax {
+			return fmt.Errorf("listener %v %d %d-%d: the VIP already has %d port ranges for the protocol, the data plane holds %d",
+				l.VIP, l.Proto, l.Port, l.Last, len(keep), LBRangesMax)
+		}
+		keep = append(keep, edgeLbRange{Lo: l.Port, Hi: l.Last, L: edgeLbListener{Table: v.Table}})
+		slices.SortFunc(keep, func(a, b edgeLbRange) int { return int(a.Lo) - int(b.Lo) })
+		set.N = uint32(copy(set.R[:], keep))
+		clear(set.R[set.N:])
+	}
+	return e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+}
+
+// rangeSet reads the range set of l's (VIP, protocol) (empty if none).
+func (e *Edge) rangeSet(l Listener) (edgeLbRkey, edgeLbRanges, error) {
+	rk := edgeLbRkey{Vip: ip4word(l.VIP), Proto: l.Proto}
+	var set edgeLbRanges
+	if err := e.objs.LbRanges.Lookup(&rk, &set); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return rk, set, fmt.Errorf("listener %v proto %d: read its ranges: %w", l.VIP, l.Proto, err)
+	}
+	return rk, set, nil
 }
 
 func (e *Edge) DeleteListener(l Listener) error {
-	k := lkey(l)
-	err := e.objs.LbListeners.Delete(&k)
+	if l.Port != 0 && !l.IsRange() {
+		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
+		err := e.objs.LbListeners.Delete(&k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return err
+	}
+	rk, set, err := e.rangeSet(l)
+	if err != nil {
+		return err
+	}
+	if l.Port == 0 {
+		set.HasAny, set.Any = 0, edgeLbListener{}
+	} else {
+		keep := set.R[:0:0]
+		for _, r := range set.R[:set.N] {
+			if r.Lo != l.Port || r.Hi != l.Last {
+				keep = append(keep, r)
+			}
+		}
+		set.N = uint32(copy(set.R[:], keep))
+		clear(set.R[set.N:])
+	}
+	if set.N == 0 && set.HasAny == 0 {
+		err = e.objs.LbRanges.Delete(&rk)
+	} else {
+		err = e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+	}
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}
@@ -202,9 +280,46 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	var v edgeLbListener
 	it := e.objs.LbListeners.Iterate()
 	for it.Next(&k, &v) {
-		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table, M: v.M}
+		out[Listener{VIP: wordIP4(k.Vip), Proto: k.Proto, Port: be16(k.Port)}] = ListenerValue{Table: v.Table}
 	}
-	return out, it.Err()
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	var rk edgeLbRkey
+	var set edgeLbRanges
+	rit := e.objs.LbRanges.Iterate()
+	for rit.Next(&rk, &set) {
+		vip := wordIP4(rk.Vip)
+		if set.HasAny != 0 {
+			out[Listener{VIP: vip, Proto: rk.Proto}] = ListenerValue{Table: set.Any.Table}
+		}
+		for _, r := range set.R[:min(int(set.N), len(set.R))] {
+			out[Listener{VIP: vip, Proto: rk.Proto, Port: r.Lo, Last: r.Hi}] = ListenerValue{Table: r.L.Table}
+		}
+	}
+	return out, rit.Err()
+}
+
+// ListenerEntries counts the entries of the exact-port listener map and of the
+// range-set map (tests: a range costs one whatever its length).
+func (e *Edge) ListenerEntries() (exact, rangeSets, ranges int, err error) {
+	var k edgeLbKey
+	var v edgeLbListener
+	it := e.objs.LbListeners.Iterate()
+	for it.Next(&k, &v) {
+		exact++
+	}
+	if err := it.Err(); err != nil {
+		return 0, 0, 0, err
+	}
+	var rk edgeLbRkey
+	var set edgeLbRanges
+	rit := e.objs.LbRanges.Iterate()
+	for rit.Next(&rk, &set) {
+		rangeSets++
+		ranges += int(set.N)
+	}
+	return exact, rangeSets, ranges, rit.Err()
 }
 
 // SetTable builds a new inner array map holding entries and swaps it into
@@ -327,33 +442,27 @@ func (e *Edge) TableOwners() (map[uint32]uint64, error) {
 	return out, it.Err()
 }
 
-func nkey(r NATReverse) edgeNatRkey {
-	return edgeNatRkey{Addr: ip4word(r.Addr), Port: be16(r.Port), Proto: r.Proto}
+// PutNATConn writes a nat connection's reverse entry, as the data plane
+// does on a connection's first packet (tests, benchmarks).
+func (e *Edge) PutNATConn(c NATConn) error {
+	k := edgeNatRkey{Baddr: ip4word(c.Backend.Addr()), Caddr: ip4word(c.Client.Addr()), Bport: be16(c.Backend.Port()),
+		Cport: be16(c.Client.Port()), Proto: c.Proto}
+	return e.objs.LbNatConns.Update(&k, &edgeNatRentry{Vip: ip4word(c.VIP.Addr()), Vport: be16(c.VIP.Port())}, ebpf.UpdateAny)
 }
 
-func (e *Edge) PutNATReverse(r NATReverse, vip netip.Addr, vport uint16) error {
-	k := nkey(r)
-	return e.objs.LbNatRev.Update(&k, &edgeNatRentry{Vip: ip4word(vip), Vport: be16(vport)}, ebpf.UpdateAny)
-}
-
-func (e *Edge) DeleteNATReverse(r NATReverse) error {
-	k := nkey(r)
-	err := e.objs.LbNatRev.Delete(&k)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil
-	}
-	return err
-}
-
-func (e *Edge) NATReverses() (map[NATReverse]netip.AddrPort, error) {
-	out := map[NATReverse]netip.AddrPort{}
+// NATConns walks the nat reverse entries.
+func (e *Edge) NATConns(f func(NATConn) bool) error {
 	var k edgeNatRkey
 	var v edgeNatRentry
-	it := e.objs.LbNatRev.Iterate()
+	it := e.objs.LbNatConns.Iterate()
 	for it.Next(&k, &v) {
-		out[NATReverse{Addr: wordIP4(k.Addr), Port: be16(k.Port), Proto: k.Proto}] = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
+		c := NATConn{Backend: netip.AddrPortFrom(wordIP4(k.Baddr), be16(k.Bport)), Client: netip.AddrPortFrom(wordIP4(k.Caddr), be16(k.Cport)),
+			VIP: netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport)), Proto: k.Proto}
+		if !f(c) {
+			return nil
+		}
 	}
-	return out, it.Err()
+	return it.Err()
 }
 
 func (e *Edge) SetARP(ifindex int, mac net.HardwareAddr) error {
@@ -448,7 +557,8 @@ func FillFlow(i uint32) (netip.Addr, uint16) {
 
 // FillConns writes n established connection entries, flow i (FillFlow)
 // to vip:vport going to backend i % backends, last seen at jiffies now
-// (benchmarks: a large table that must serve).
+// (benchmarks: a large table that must serve). Their FlowID is 0, not the
+// flow hash's: only the spread of their tunnels over ECMP paths differs.
 func (e *Edge) FillConns(n uint32, vip netip.Addr, vport uint16, backends uint32, now uint64) error {
 	const chunk = 65536
 	keys := make([]edgeCtKey, 0, chunk)
@@ -476,8 +586,14 @@ func (e *Edge) FillConns(n uint32, vip netip.Addr, vport uint16, backends uint32
 
 // ConnTableMemory is the kernel memory charged to the connection table
 // (the map's memlock in fdinfo).
-func (e *Edge) ConnTableMemory() (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", e.objs.LbConns.FD()))
+func (e *Edge) ConnTableMemory() (uint64, error) { return memlock(e.objs.LbConns) }
+
+// NATConnMemory is the kernel memory charged to the nat reverse table.
+func (e *Edge) NATConnMemory() (uint64, error) { return memlock(e.objs.LbNatConns) }
+
+// memlock reads a map's memlock from fdinfo.
+func memlock(m *ebpf.Map) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
 	if err != nil {
 		return 0, err
 	}

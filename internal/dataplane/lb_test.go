@@ -1,8 +1,8 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
 )
 
@@ -62,12 +63,9 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 	b.table(t, 2, "g")
 	must(e.PutVIP(addr(vipNAT)))
 	must(e.PutVIP(addr(vipEncap)))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1, M: lbM}))
-	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2, M: lbM}))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beA), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beC), Port: 8080, Proto: ProtoTCP}, addr(vipNAT), 80))
-	must(e.PutNATReverse(NATReverse{Addr: addr(beB), Port: 0, Proto: ProtoTCP}, addr(vipNAT), 0))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 0}))
+	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1}))
+	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2}))
 	must(e.SetARP(mustIfindex(t, b.env, dptest.ExtDev), mac(dptest.ExtMAC)))
 	return b
 }
@@ -142,7 +140,7 @@ func TestLBFixtures(t *testing.T) {
 	ping := flow{src: client, dst: vipNAT, proto: layers.IPProtocolICMPv4}
 
 	encap := tcpTo(vipEncap, 443, "syn")
-	key := uint32(vsid<<8) | lbFlowID(client, 40000)
+	key := uint32(vsid<<8) | lbFlowID(client, 40000, vipEncap, 443)
 	innerEncap := ethFrame(t, gwMAC, "02:01:c6:13:15:01", decTTL(encap.ip(t)))
 	wantEncap := nvgre(t, dptest.UlMAC, dptest.FabMAC, dptest.UlAddr, hostAddr, key, 0, innerEncap)
 
@@ -413,10 +411,229 @@ func TestLBDecapAntiSpoofing(t *testing.T) {
 	})
 }
 
-// lbFlowID is the FlowID the edge gives service traffic (edge.c): the
-// client's address and port folded, as the data plane loads them.
-func lbFlowID(client string, port uint16) uint32 {
-	c := binary.LittleEndian.Uint32(ip4(client))
-	p := uint32(port>>8 | port<<8)
-	return (c ^ c>>16 ^ p ^ p>>8) & 0xff
+// lbFlowID is the FlowID the edge gives a TCP flow to a service: the low
+// byte of the flow hash, as for EIPs.
+func lbFlowID(client string, cport uint16, vip string, vport uint16) uint32 {
+	return uint32(flowhash.FlowID(flowhash.Tuple{Src: addr(client), Dst: addr(vip), Proto: ProtoTCP, SrcPort: cport, DstPort: vport}, testSeed))
+}
+
+// TestLBEncapFlowID: the FlowID of encap-mode service traffic is the flow
+// hash's low byte on the miss that creates the entry, on the hits that
+// follow, and for flows the insert cap leaves without an entry.
+func TestLBEncapFlowID(t *testing.T) {
+	b := newLBBed(t)
+	keyOf := func(f flow) uint32 {
+		t.Helper()
+		res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+		if err != nil || res.Action != xdpRedirect {
+			t.Fatalf("action %v, %v", res.Action, err)
+		}
+		p := decode(res.Out)
+		g, _ := p.Layer(layers.LayerTypeGRE).(*layers.GRE)
+		if g == nil {
+			t.Fatalf("not NVGRE:\n%s", p.Dump())
+		}
+		return g.Key
+	}
+	ids := map[uint32]bool{}
+	for i := uint16(0); i < 16; i++ {
+		syn := tcpTo(vipEncap, 443, "syn")
+		syn.sport = 42000 + i
+		ack := tcpTo(vipEncap, 443, "ack")
+		ack.sport = syn.sport
+		want := uint32(vsid<<8) | lbFlowID(client, syn.sport, vipEncap, 443)
+		if got := keyOf(syn); got != want {
+			t.Fatalf("flow %d SYN (miss): key %#x, want %#x", i, got, want)
+		}
+		if got := keyOf(ack); got != want {
+			t.Fatalf("flow %d ACK (connection-table hit): key %#x, want %#x", i, got, want)
+		}
+		ids[want&0xff] = true
+	}
+	if len(ids) < 8 {
+		t.Fatalf("16 flows gave only %d FlowIDs", len(ids))
+	}
+	// Over the insert cap: no entry, FlowID still the hash's.
+	if err := b.edge.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
+		InsertRate: 1, InsertBurst: 1, NAT: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint16(0); i < 4; i++ {
+		syn := tcpTo(vipEncap, 443, "syn")
+		syn.sport = 43000 + i
+		if got, want := keyOf(syn), uint32(vsid<<8)|lbFlowID(client, syn.sport, vipEncap, 443); got != want {
+			t.Fatalf("capped flow %d: key %#x, want %#x", i, got, want)
+		}
+	}
+}
+
+// TestConnGenerationWide: a backend generation above 255 is kept whole in
+// the connection entry: the entry is honoured while the generation stands,
+// and stale once the slot moves on by 256 (which an 8-bit copy would miss).
+func TestConnGenerationWide(t *testing.T) {
+	b := newLBBed(t)
+	setA := func(gen uint16) {
+		t.Helper()
+		if err := b.edge.SetBackend(b.idx["a"], LBBackend{Mode: ModeNAT, Addr: addr(beA), Port: 8080, Gen: gen}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setA(300)
+	syn := tcpTo(vipNAT, 80, "syn")
+	ack := tcpTo(vipNAT, 80, "ack")
+	if got := natBackendOf(t, b, syn); got != beA {
+		t.Fatal(got)
+	}
+	b.table(t, 0, "c")
+	if got := natBackendOf(t, b, ack); got != beA {
+		t.Fatalf("entry made at generation 300 not honoured: %s", got)
+	}
+	setA(300 + 256)
+	if got := natBackendOf(t, b, ack); got != beC {
+		t.Fatalf("entry of generation 300 honoured at generation 556: %s", got)
+	}
+}
+
+// TestTableSizeTravelsWithTable: a table of another size swapped into a
+// listener's slot is indexed with its own size at once (M is the inner
+// map's size, one value with the table), the listener untouched.
+func TestTableSizeTravelsWithTable(t *testing.T) {
+	b := newLBBed(t)
+	names := map[uint32]string{b.idx["a"]: beA, b.idx["c"]: beC}
+	for _, m := range []int{17, 13, lbM} {
+		entries := make([]uint32, m)
+		for i := range entries {
+			// A pattern that tells M apart: slot i's backend depends on i.
+			entries[i] = b.idx["a"]
+			if i%3 == 1 {
+				entries[i] = b.idx["c"]
+			}
+		}
+		if err := b.edge.SetTable(0, entries); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for i := 0; i < 24; i++ {
+			f := tcpTo(vipNAT, 80, "syn")
+			f.sport = uint16(41000 + 100*m + i)
+			h := flowhash.Hash4(flowhash.Tuple{Src: addr(client), Dst: addr(vipNAT), Proto: ProtoTCP, SrcPort: f.sport, DstPort: 80}, testSeed)
+			want := names[entries[h%uint32(m)]]
+			if got := natBackendOf(t, b, f); got != want {
+				t.Fatalf("M=%d flow %d: went to %s, table slot %d names %s", m, i, got, h%uint32(m), want)
+			}
+			seen[want]++
+		}
+		if len(seen) != 2 {
+			t.Fatalf("M=%d: the flows did not cover both backends (%v): the test proves nothing", m, seen)
+		}
+	}
+}
+
+// TestListenerRanges: port ranges are one entry each whatever their
+// length, match at both ends and not outside, come before the any-port
+// listener and after the exact port.
+func TestListenerRanges(t *testing.T) {
+	b := newLBBed(t)
+	e := b.edge
+	b.table(t, 3, "c")
+	vip := addr(vipNAT)
+	put := func(l Listener, table uint32) {
+		t.Helper()
+		if err := e.PutListener(l, ListenerValue{Table: table}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A 1000-port range to pool A (DNAT to 8080), a 60000-port range to
+	// pool C, an exact port inside the second one to pool A.
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2999}, 0)
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}, 3)
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 5000}, 0)
+	exact, sets, ranges, err := e.ListenerEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bed's tcp:80 and tcp:443 (on two VIPs) and 5000; one range set
+	// (vipNAT tcp: the two ranges and the bed's any-port listener).
+	if exact != 3 || sets != 1 || ranges != 2 {
+		t.Fatalf("61,000 ports of ranges took %d exact entries, %d range sets, %d ranges: want 3, 1, 2", exact, sets, ranges)
+	}
+	proto := layers.IPProtocolTCP
+	check := func(port uint16, want string) {
+		t.Helper()
+		f := tcpTo(vipNAT, port, "syn")
+		f.proto = proto
+		f.sport = 45000 + port%1000
+		res, err := b.env.Run(e.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "drop"
+		if res.Action == xdpRedirect {
+			ip, _ := decode(res.Out).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			got = ip.DstIP.String()
+		}
+		if got != want {
+			t.Fatalf("port %d went to %s, want %s", port, got, want)
+		}
+	}
+	for _, c := range []struct {
+		port uint16
+		want string
+	}{
+		{1999, beB}, {2000, beA}, {2500, beA}, {2999, beA}, // 1000-port range, any port around it
+		{3000, beC}, {33333, beC}, {62999, beC}, {63000, beB}, // 60000-port range
+		{5000, beA}, {80, beA}, {65535, beB}, // exact ports first; the last port
+	} {
+		check(c.port, c.want)
+	}
+	// Without the any-port listener, ports outside every range match nothing.
+	if err := e.DeleteListener(Listener{VIP: vip, Proto: ProtoTCP}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint16{1, 1999, 63000, 65535} {
+		check(p, "drop")
+	}
+	check(2000, beA)
+	check(62999, beC)
+	// A changed range replaces the one it overlaps.
+	put(Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2500}, 3)
+	check(2000, beC)
+	check(2501, "drop")
+	ls, err := e.Listeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ls[Listener{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2999}]; ok {
+		t.Fatal("the overlapped range is still listed")
+	}
+	if v, ok := ls[Listener{VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}]; !ok || v.Table != 3 {
+		t.Fatalf("listeners read back: %v", ls)
+	}
+	// Deleting a range removes it; the last one gone removes the set.
+	for _, l := range []Listener{{VIP: vip, Proto: ProtoTCP, Port: 2000, Last: 2500}, {VIP: vip, Proto: ProtoTCP, Port: 3000, Last: 62999}} {
+		if err := e.DeleteListener(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(3000, "drop")
+	if _, sets, _, _ := e.ListenerEntries(); sets != 0 {
+		t.Fatalf("%d range sets left", sets)
+	}
+	// At most LBRangesMax ranges per VIP and protocol, with a clear error.
+	for i := 0; i < LBRangesMax; i++ {
+		put(Listener{VIP: vip, Proto: ProtoUDP, Port: uint16(10000 + 10*i), Last: uint16(10005 + 10*i)}, 3)
+	}
+	// The binary search finds every one of them at both ends, and not the
+	// gaps between.
+	proto = layers.IPProtocolUDP
+	for i := 0; i < LBRangesMax; i++ {
+		check(uint16(10000+10*i), beC)
+		check(uint16(10005+10*i), beC)
+		check(uint16(10006+10*i), "drop")
+	}
+	check(9999, "drop")
+	err = e.PutListener(Listener{VIP: vip, Proto: ProtoUDP, Port: 20000, Last: 20001}, ListenerValue{Table: 3})
+	if err == nil || !strings.Contains(err.Error(), "port ranges") {
+		t.Fatalf("range %d accepted or unclear error: %v", LBRangesMax+1, err)
+	}
 }

@@ -24,13 +24,10 @@ const lbBackendsMax = 65536
 // lbTablesMax is the size of the data plane's table map.
 const lbTablesMax = 4096
 
-// Sizes of the listener and nat-reverse maps (LB_LISTENERS_MAX and
-// LB_BACKENDS_MAX in bpf/lib/consts.h): a service that would overflow
-// them is left out and reported, the others are programmed.
-const (
-	lbListenersMax = 1 << 18
-	lbNATRevMax    = 65536
-)
+// Size of the single-port listener map (LB_LISTENERS_MAX in
+// bpf/lib/consts.h): a service that would overflow it is left out and
+// reported, the others are programmed.
+const lbListenersMax = 1 << 18
 
 // programmedTable is what a table slot holds.
 type programmedTable struct {
@@ -213,7 +210,6 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 	wantBackends := map[string]bool{}
 	wantListeners := map[dataplane.Listener]dataplane.ListenerValue{}
 	wantVIPs := map[netip.Addr]bool{}
-	wantNAT := map[dataplane.NATReverse]netip.AddrPort{}
 	nat := false
 	var checks []health.Target
 
@@ -344,46 +340,30 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 			}
 		}
 		svcListeners := map[dataplane.Listener]dataplane.ListenerValue{}
-		svcNAT := map[dataplane.NATReverse]netip.AddrPort{}
 		for _, l := range svc.Listeners {
 			pt := poolSlot[l.Pool]
 			if pt == nil {
 				continue // its pool failed to build: reported above
 			}
 			proto := protoNum[l.Protocol]
-			v := dataplane.ListenerValue{Table: pt.slot, M: uint32(pt.m)}
-			forPorts(l, func(port uint16) {
-				svcListeners[dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: port}] = v
-			})
-			if svc.Mode == model.ModeNAT {
-				pool, _ := svc.Pool(l.Pool)
-				if pool == nil {
-					continue
-				}
-				for _, b := range pool.Backends {
-					if b.Port != 0 {
-						// One backend port for one listener port.
-						svcNAT[dataplane.NATReverse{Addr: b.Address, Port: b.Port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, l.Port)
-						continue
-					}
-					forPorts(l, func(port uint16) {
-						svcNAT[dataplane.NATReverse{Addr: b.Address, Port: port, Proto: proto}] = netip.AddrPortFrom(svc.VIP, 0)
-					})
-				}
+			// One entry per listener: a range is looked up as a range.
+			dl := dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: l.Port}
+			if l.Last() > l.Port {
+				dl.Last = l.Last()
 			}
+			svcListeners[dl] = dataplane.ListenerValue{Table: pt.slot}
 		}
 		if n := len(wantListeners) + len(svcListeners); n > lbListenersMax {
 			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d listener entries would take the edge to %d, the data plane holds %d",
 				name, len(svcListeners), n, lbListenersMax))
 			continue
 		}
-		if n := len(wantNAT) + len(svcNAT); n > lbNATRevMax {
-			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d nat reply entries (one per backend and listener port) would take the edge to %d, the data plane holds %d",
-				name, len(svcNAT), n, lbNATRevMax))
+		if vp, n := rangesOver(wantListeners, svcListeners); n > 0 {
+			problems = append(problems, fmt.Sprintf("service %s: not programmed: %s would have %d port ranges, the data plane holds %d per VIP and protocol",
+				name, vp, n, dataplane.LBRangesMax))
 			continue
 		}
 		maps.Copy(wantListeners, svcListeners)
-		maps.Copy(wantNAT, svcNAT)
 		wantVIPs[svc.VIP] = true
 	}
 
@@ -409,17 +389,6 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 			return problems, err
 		}
 	}
-	haveNAT, err := s.maps.NATReverses()
-	if err != nil {
-		return problems, err
-	}
-	for k, v := range wantNAT {
-		if cur, ok := haveNAT[k]; !ok || cur != v {
-			if err := s.maps.PutNATReverse(k, v.Addr(), v.Port()); err != nil {
-				return problems, err
-			}
-		}
-	}
 	for l := range have {
 		if _, ok := wantListeners[l]; !ok {
 			if err := s.maps.DeleteListener(l); err != nil {
@@ -430,13 +399,6 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 	for _, v := range haveVIPs {
 		if !wantVIPs[v] {
 			if err := s.maps.DeleteVIP(v); err != nil {
-				return problems, err
-			}
-		}
-	}
-	for k := range haveNAT {
-		if _, ok := wantNAT[k]; !ok {
-			if err := s.maps.DeleteNATReverse(k); err != nil {
 				return problems, err
 			}
 		}
@@ -505,15 +467,28 @@ func checkTargets(x *index, svc *model.Service, pool model.Pool) ([]health.Targe
 	return out, nil
 }
 
-// forPorts calls f for every data-plane port of a listener (0: any port).
-func forPorts(l model.Listener, f func(uint16)) {
-	if l.AnyPort() {
-		f(0)
-		return
+// rangesOver finds a (VIP, protocol) that the listeners of have and add
+// together give more port ranges than the data plane holds: it and the
+// count, or n = 0.
+func rangesOver(have, add map[dataplane.Listener]dataplane.ListenerValue) (string, int) {
+	type vp struct {
+		vip   netip.Addr
+		proto uint8
 	}
-	for p := int(l.Port); p <= int(l.Last()); p++ {
-		f(uint16(p))
+	count := map[vp]int{}
+	for _, m := range []map[dataplane.Listener]dataplane.ListenerValue{have, add} {
+		for l := range m {
+			if l.IsRange() {
+				count[vp{l.VIP, l.Proto}]++
+			}
+		}
 	}
+	for l := range add {
+		if n := count[vp{l.VIP, l.Proto}]; l.IsRange() && n > dataplane.LBRangesMax {
+			return fmt.Sprintf("%v protocol %d", l.VIP, l.Proto), n
+		}
+	}
+	return "", 0
 }
 
 // tableStatus describes the programmed tables for the node status.

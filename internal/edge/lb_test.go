@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +39,16 @@ func TestServicesProgrammed(t *testing.T) {
 	if !fake.VIPSet[a("198.51.100.20")] || !fake.VIPSet[a("198.51.100.30")] || !fake.LB.NAT {
 		t.Fatalf("VIPs %v, nat %v", fake.VIPSet, fake.LB.NAT)
 	}
-	// tcp:80, the range 8000-8002 and udp any port, tcp:443.
-	if len(fake.ListenerM) != 1+3+1+1 {
+	// tcp:80, the range 8000-8002 (one entry: ranges are not expanded)
+	// and udp any port, tcp:443.
+	if len(fake.ListenerM) != 1+1+1+1 {
 		t.Fatalf("listeners %v", fake.ListenerM)
 	}
-	web := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8001}]
-	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || web.M != model.DefaultTableSize || len(fake.Tables[web.Table]) != model.DefaultTableSize {
+	web, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.20"), Proto: dataplane.ProtoTCP, Port: 8000, Last: 8002}]
+	if !ok {
+		t.Fatalf("range listener missing: %v", fake.ListenerM)
+	}
+	if fake.BackendM[fake.Tables[web.Table][0]].Mode != dataplane.ModeEncap || len(fake.Tables[web.Table]) != model.DefaultTableSize {
 		t.Fatalf("web listener %+v", web)
 	}
 	if l, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.30"), Proto: dataplane.ProtoUDP}]; !ok || fake.BackendM[fake.Tables[l.Table][0]].Mode != dataplane.ModeNAT {
@@ -66,11 +69,12 @@ func TestServicesProgrammed(t *testing.T) {
 			t.Fatalf("encap backend %+v", b)
 		}
 	}
-	if v := fake.NAT[dataplane.NATReverse{Addr: a("198.19.200.3"), Port: 8443, Proto: dataplane.ProtoTCP}]; v != netip.MustParseAddrPort("198.51.100.30:443") {
-		t.Fatalf("nat reverse %v", fake.NAT)
-	}
-	if v, ok := fake.NAT[dataplane.NATReverse{Addr: a("198.19.200.1"), Proto: dataplane.ProtoUDP}]; !ok || v.Port() != 0 {
-		t.Fatalf("any-port nat reverse %v", fake.NAT)
+	// nat replies need nothing from the daemon: each connection installs
+	// its own reverse entry in the data plane.
+	for _, b := range fake.BackendM {
+		if b.Addr == a("198.19.200.3") && (b.Port != 8443 || b.Mode != dataplane.ModeNAT) {
+			t.Fatalf("nat backend %+v", b)
+		}
 	}
 	if len(checks) != 2 || checks[0].Addr.Port() != 80 {
 		t.Fatalf("health targets %+v", checks)
@@ -165,38 +169,33 @@ func TestServicesAdoptedAfterRestart(t *testing.T) {
 	}
 }
 
-// A service too big for the data plane's nat reply map is left out and
-// reported; the others are programmed.
+// A service with more port ranges on its VIP than the data plane holds is
+// left out and reported; the others are programmed.
 func TestServiceOverCapacityReported(t *testing.T) {
 	fake := dataplane.NewFakeLB()
 	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
 	t.Cleanup(r.Stop)
-	var many []model.Backend
-	for i := 0; i < 100; i++ {
-		many = append(many, model.Backend{Address: netip.AddrFrom4([4]byte{198, 19, 201, byte(i + 1)})})
+	var ranges []model.Listener
+	for i := 0; i <= dataplane.LBRangesMax; i++ {
+		ranges = append(ranges, model.Listener{Protocol: "tcp", Port: uint16(10000 + 10*i), PortEnd: uint16(10001 + 10*i), Pool: "p"})
 	}
-	// 100 port-keeping backends x 1000 ports: 100,000 reply entries.
-	big := &model.Service{Name: "big", VIP: a("198.51.100.40"), Mode: model.ModeNAT,
-		Listeners: []model.Listener{{Protocol: "tcp", Port: 10000, PortEnd: 10999, Pool: "p"}},
-		Pools:     []model.Pool{{Name: "p", Backends: many}}}
+	big := &model.Service{Name: "big", VIP: a("198.51.100.40"), Mode: model.ModeNAT, Listeners: ranges,
+		Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.201.1")}}}}}
 	load(t, r, 1, append(svcRegion(), big)...)
 	st := r.Status(time.Now(), nil)
 	found := false
 	for _, e := range st.Errors {
-		if strings.Contains(e, "service big: not programmed") && strings.Contains(e, "nat reply entries") {
+		if strings.Contains(e, "service big: not programmed") && strings.Contains(e, "port ranges") {
 			found = true
 		}
 	}
 	if !found {
 		t.Fatalf("no problem reported for the oversized service: %v", st.Errors)
 	}
-	if _, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.40"), Proto: dataplane.ProtoTCP, Port: 10000}]; ok || fake.VIPSet[a("198.51.100.40")] {
+	if _, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.40"), Proto: dataplane.ProtoTCP, Port: 10000, Last: 10001}]; ok || fake.VIPSet[a("198.51.100.40")] {
 		t.Fatal("the oversized service was programmed")
 	}
 	if !fake.VIPSet[a("198.51.100.20")] || !fake.VIPSet[a("198.51.100.30")] {
 		t.Fatalf("the other services were not programmed: VIPs %v", fake.VIPSet)
-	}
-	if len(fake.NAT) > lbNATRevMax {
-		t.Fatalf("%d nat reply entries programmed", len(fake.NAT))
 	}
 }

@@ -6,13 +6,12 @@ import (
 	"sort"
 )
 
-// Replies of backends. The data planes translate a backend's replies back
-// to the VIP by the backend alone, without per-connection state:
+// Replies of backends. nat mode is stateful: the edge translates replies
+// back by the connection they belong to (lb_nat_conns, written by each new
+// connection), so nat backends claim nothing here: a nat backend's port
+// may serve any number of VIP ports and services. encap mode translates
+// them by the backend alone, without per-connection state:
 //
-//   - nat: the edge's lb_nat_rev maps (backend address, backend port,
-//     protocol) to (VIP, VIP port); a keep-port backend of an any-port
-//     listener is entered with port 0, the fallback for ports with no entry
-//     of their own.
 //   - encap: the host agent's agent_svc_rev maps (guest, backend port,
 //     protocol) to (VIP, VIP port) in the same way, per host.
 //
@@ -76,8 +75,8 @@ func (l Listener) several() bool { return l.AnyPort() || l.Last() != l.Port }
 // of several ports), so it can run on an invalid service.
 func claimsOf(s *Service) replyClaims {
 	var rc replyClaims
-	if s.Mode != ModeNAT && s.Mode != ModeEncap {
-		return rc
+	if s.Mode != ModeEncap {
+		return rc // nat: replies go by their connection, no claims
 	}
 	// The key of each pool's backends (-1: none), computed once.
 	ids := map[replyKey]int32{}
@@ -101,9 +100,7 @@ func claimsOf(s *Service) replyClaims {
 			b := &p.Backends[bi]
 			var k replyKey
 			switch {
-			case s.Mode == ModeNAT && b.Address.IsValid():
-				k.addr = b.Address
-			case s.Mode == ModeEncap && b.Host != "" && b.Guest != "":
+			case b.Host != "" && b.Guest != "":
 				k.host, k.guest = b.Host, b.Guest
 			default:
 				keyOf[pi][bi] = -1

@@ -82,12 +82,28 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 	}
 	defer h.Close()
 	kept := map[int]map[netip.Addr]bool{} // ifindex -> next hops managed or permanent
+	type hop struct {
+		ifindex int
+		nh      netip.Addr
+	}
+	var hops []hop
 	for _, a := range addrs {
 		ifindex, nh, err := RouteGet(h, a)
 		if err != nil {
 			r.log.Warn("no route to a next hop to keep resolved", "to", a, "err", err)
 			continue
 		}
+		hops = append(hops, hop{ifindex, nh})
+	}
+	// Multipath routes: the route lookup above names the one next hop the
+	// kernel picks for the address alone, but flows to it spread over
+	// every next hop of the route (bpf_fib_lookup too, by flow): keep
+	// them all resolved.
+	for _, nh := range multipathHops(h, addrs) {
+		hops = append(hops, hop{nh.LinkIndex, nh.gw})
+	}
+	for _, x := range hops {
+		ifindex, nh := x.ifindex, x.nh
 		have, ok := kept[ifindex]
 		if !ok {
 			have = managedNeighs(h, ifindex)
@@ -102,6 +118,45 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 		}
 		have[nh] = true
 	}
+}
+
+type pathHop struct {
+	LinkIndex int
+	gw        netip.Addr
+}
+
+// multipathHops lists the next hops of every IPv4 multipath route holding
+// one of addrs (a more specific route may still win for an address: then
+// a next hop is kept resolved for nothing, which costs an ARP entry).
+func multipathHops(h *netlink.Handle, addrs []netip.Addr) []pathHop {
+	rs, err := h.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil
+	}
+	var out []pathHop
+	for _, r := range rs {
+		if len(r.MultiPath) == 0 {
+			continue
+		}
+		pfx := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if r.Dst != nil {
+			a, ok := netip.AddrFromSlice(r.Dst.IP)
+			ones, _ := r.Dst.Mask.Size()
+			if !ok {
+				continue
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), ones)
+		}
+		if !slices.ContainsFunc(addrs, pfx.Contains) {
+			continue
+		}
+		for _, p := range r.MultiPath {
+			if gw, ok := netip.AddrFromSlice(p.Gw); ok && p.Gw != nil {
+				out = append(out, pathHop{p.LinkIndex, gw.Unmap()})
+			}
+		}
+	}
+	return out
 }
 
 func managedNeighs(h *netlink.Handle, ifindex int) map[netip.Addr]bool {

@@ -14,11 +14,13 @@ import (
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/lab"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netns"
 )
 
 const (
-	vipWeb = "198.51.100.20" // encap: 80 -> web (g1 guests), 443 -> tls (g2 guests), 7000 -> echo
-	vipDMZ = "198.51.100.30" // nat: 80 -> the DMZ servers
+	vipWeb  = "198.51.100.20" // encap: 80 -> web (g1 guests), 443 -> tls (g2 guests), 7000 -> echo
+	vipDMZ  = "198.51.100.30" // nat: 80 -> the DMZ servers, udp 5353 -> nothing listening
+	vipDMZ2 = "198.51.100.31" // nat: 8080 -> the same DMZ servers' port 80
 )
 
 func encapBackends(guest string, hosts ...string) []model.Backend {
@@ -46,13 +48,24 @@ func services(t *testing.T, ctx context.Context, c *client.Client) {
 		dmz = append(dmz, model.Backend{Address: lab.DMZAddr(i)})
 	}
 	nat := &model.Service{Name: "dmz", VIP: netip.MustParseAddr(vipDMZ), Mode: model.ModeNAT,
-		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		// udp:5353 keeps its port: nothing listens there, so the DMZ
+		// servers answer with ICMP port unreachable.
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "udp", Port: 5353, Pool: "web"}},
 		// Health-checked: the checks' answers come back to the edges
 		// from the backends' service port and must not be taken for
 		// replies to translate.
 		Pools: []model.Pool{{Name: "web", Backends: dmz,
 			Health: &model.HealthCheck{Type: "http", Path: "/", Interval: model.Duration(300 * time.Millisecond), Timeout: model.Duration(200 * time.Millisecond), Rise: 1, Fall: 2}}}}
-	for _, s := range []*model.Service{web, nat} {
+	// The same DMZ servers' port 80 behind a second VIP, on port 8080:
+	// nat replies go by their connection, so one backend:port serves both.
+	var dmz80 []model.Backend
+	for _, b := range dmz {
+		b.Port = 80
+		dmz80 = append(dmz80, b)
+	}
+	nat2 := &model.Service{Name: "dmz2", VIP: netip.MustParseAddr(vipDMZ2), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 8080, Pool: "web"}}, Pools: []model.Pool{{Name: "web", Backends: dmz80}}}
+	for _, s := range []*model.Service{web, nat, nat2} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +150,83 @@ func TestServices(t *testing.T) {
 				t.Fatalf("nat backends not all seen up by every edge within 15 s: %s", last)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("nat is stateful: two VIPs on one backend port, own connections, ICMP errors", func(t *testing.T) {
+		// One backend:port (each DMZ server's :80) serves vipDMZ:80 and
+		// vipDMZ2:8080; every reply leaves from its own connection's VIP.
+		waitServing(t, ctx, l, "http://"+vipDMZ2+":8080/")
+		for _, url := range []string{"http://" + vipDMZ + "/", "http://" + vipDMZ2 + ":8080/"} {
+			got := answers(t, ctx, l, url, 20)
+			for body := range got {
+				if !strings.HasPrefix(body, "hello from dmz") {
+					t.Errorf("%s answered by %q", url, body)
+				}
+			}
+			t.Logf("%s: %v", url, got)
+		}
+
+		// A DMZ server's own datagram from a service port (udp 5353, a
+		// listener's port) to the client is its own: it arrives from the
+		// server's address, not translated to the VIP.
+		inetNS := l.Topo.Node("inet").Netns
+		var pc net.PacketConn
+		if err := netns.Do(inetNS, func() error {
+			var err error
+			pc, err = net.ListenPacket("udp4", lab.ClientAddr+":9999")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		dmzNS := l.Topo.Node("dmz1").Netns
+		if err := netns.Do(dmzNS, func() error {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: lab.DMZAddr(1).AsSlice(), Port: 5353}, &net.UDPAddr{IP: net.ParseIP(lab.ClientAddr), Port: 9999})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("own"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 64)
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("the DMZ server's own datagram did not arrive: %v", err)
+		}
+		if want := lab.DMZAddr(1).String() + ":5353"; from.String() != want || string(buf[:n]) != "own" {
+			t.Fatalf("own datagram arrived from %v (%q), want %s untranslated", from, buf[:n], want)
+		}
+
+		// A datagram to udp:5353 of the VIP reaches a DMZ server where
+		// nothing listens: its ICMP port unreachable comes back from the
+		// VIP, quote translated, so the client's connected socket sees
+		// the refusal.
+		var uc net.Conn
+		if err := netns.Do(inetNS, func() error {
+			var err error
+			uc, err = net.Dial("udp4", vipDMZ+":5353")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer uc.Close()
+		refused := false
+		for i := 0; i < 5 && !refused; i++ {
+			uc.Write([]byte("ping"))
+			uc.SetReadDeadline(time.Now().Add(time.Second))
+			_, err := uc.Read(buf)
+			refused = err != nil && strings.Contains(err.Error(), "connection refused")
+			if !refused {
+				t.Logf("try %d: %v", i, err)
+			}
+		}
+		if !refused {
+			t.Fatal("no ICMP port unreachable reached the client's socket for the VIP: the error was not translated back")
 		}
 	})
 

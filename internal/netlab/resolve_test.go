@@ -1,0 +1,63 @@
+package netlab
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+)
+
+// TestResolverMultipath: every next hop of a multipath route toward a kept
+// address is kept resolved (a managed neighbour), not only the one a route
+// lookup of the address alone picks: flows spread over all of them.
+func TestResolverMultipath(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: network namespaces need root")
+	}
+	n, err := NewNode("azgt-mp-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Delete()
+	p, err := NewNode("azgt-mp-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Delete()
+	if err := Veth(End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:00:01"}, End{Node: p, Dev: "fab", MAC: "02:bb:00:00:00:02"}, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Addr("ul0", "198.18.0.1/24"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.Cmd("ip", "route", "add", "198.19.100.0/24", "nexthop", "via", "198.18.0.254", "dev", "ul0",
+		"nexthop", "via", "198.18.0.252", "dev", "ul0").CombinedOutput(); err != nil {
+		t.Fatalf("multipath route: %v: %s", err, out)
+	}
+	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var managed map[netip.Addr]bool
+	if err := n.Do(func() error {
+		r.Keep("hosts", []netip.Addr{netip.MustParseAddr("198.19.100.7")})
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		l, err := h.LinkByName("ul0")
+		if err != nil {
+			return err
+		}
+		managed = managedNeighs(h, l.Attrs().Index)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []string{"198.18.0.254", "198.18.0.252"} {
+		if !managed[netip.MustParseAddr(gw)] {
+			t.Errorf("next hop %s not kept resolved: managed %v", gw, managed)
+		}
+	}
+}
