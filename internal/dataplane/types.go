@@ -50,6 +50,8 @@ var statNames = [...]string{
 	"drop_lb_no_backend",
 	"drop_lb_no_port",
 	"lb_nat_pass",
+	"drop_no_eip",
+	"flow_new",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -112,6 +114,10 @@ type AgentEIP struct {
 	VSID     uint32
 	StatsIdx uint32
 	Ifindex  uint32 // host-side interface of the guest; 0 skips the check
+	// Service: the guest is an encap-mode service backend too, so its
+	// replies are looked up in the flow table before they fall back to
+	// the EIP (a guest without is spared the lookup).
+	Service bool
 }
 
 // AgentConfig is the agent programs' configuration.
