@@ -6,21 +6,24 @@ import (
 	"sort"
 )
 
-// Replies of backends. The data planes translate a backend's replies back
-// to the VIP by the backend alone, without per-connection state:
+// Replies of backends.
 //
-//   - nat: the edge's lb_nat_rev maps (backend address, backend port,
-//     protocol) to (VIP, VIP port); a keep-port backend of an any-port
-//     listener is entered with port 0, the fallback for ports with no entry
-//     of their own.
-//   - encap: the host agent's agent_svc_rev maps (guest, backend port,
-//     protocol) to (VIP, VIP port) in the same way, per host.
+//   - nat: the edge translates a backend's replies back to the VIP by the
+//     backend alone, without per-connection state: lb_nat_rev maps
+//     (backend address, backend port, protocol) to (VIP, VIP port); a
+//     keep-port backend of an any-port listener is entered with port 0,
+//     the fallback for ports with no entry of their own.
+//   - encap: the host agent translates each reply by its own flow (the
+//     agent_flows entry written when the flow came in, bpf/lib/agentflow.h),
+//     so a guest's port may answer for any number of VIP ports, VIPs and
+//     its EIP at once: encap services claim nothing here (issue 7,
+//     section 2).
 //
-// So one backend port of one address or guest can answer for one VIP port
-// only: claimsOf says which backend ports each listener of a service uses,
-// and Validate (within a service) and State.Put (across services, with
-// the State's replies index) refuse two different translations of the
-// same port.
+// So in nat mode one backend port of one address can answer for one VIP
+// port only: claimsOf says which backend ports each listener of a service
+// uses, and Validate (within a service) and State.Put (across services,
+// with the State's replies index) refuse two different translations of
+// the same port.
 
 // replyKey is whose replies: a nat backend's address or an encap backend's
 // guest, over a protocol.
@@ -76,8 +79,8 @@ func (l Listener) several() bool { return l.AnyPort() || l.Last() != l.Port }
 // of several ports), so it can run on an invalid service.
 func claimsOf(s *Service) replyClaims {
 	var rc replyClaims
-	if s.Mode != ModeNAT && s.Mode != ModeEncap {
-		return rc
+	if s.Mode != ModeNAT {
+		return rc // encap replies go by flow (see above)
 	}
 	// The key of each pool's backends (-1: none), computed once.
 	ids := map[replyKey]int32{}

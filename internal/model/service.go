@@ -490,12 +490,16 @@ func (s *Service) validate() Errors {
 	return es
 }
 
-// validateFixedPorts refuses a backend with a fixed port behind a listener
-// of several ports (a range or any port), in either mode: its replies are
-// translated back by its (address or guest, port) to one (VIP, port), so
-// the VIP ports folded onto its one port could not be told apart. Port 0
-// (keep the client's port) is what such listeners need.
+// validateFixedPorts refuses, in nat mode, a backend with a fixed port
+// behind a listener of several ports (a range or any port): its replies
+// are translated back by its (address, port) to one (VIP, port), so the
+// VIP ports folded onto its one port could not be told apart. Port 0
+// (keep the client's port) is what such listeners need. In encap mode the
+// agent translates each reply by its own flow, so a fixed port is fine.
 func (s *Service) validateFixedPorts(es *Errors) {
+	if s.Mode == ModeEncap {
+		return
+	}
 	reported := map[[2]int]bool{}
 	for i, l := range s.Listeners {
 		if !l.wellFormed() || !l.several() {
