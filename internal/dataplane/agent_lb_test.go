@@ -235,3 +235,33 @@ func innerChecksumsOK(t *testing.T, out []byte) {
 	t.Helper()
 	checksumsOK(t, out[42:])
 }
+
+// TestAgentFlowMemory reports what a flow entry costs in kernel memory (the
+// map's memlock figure, LRU bookkeeping and hash buckets included) and
+// holds it under 128 bytes.
+func TestAgentFlowMemory(t *testing.T) {
+	requireRoot(t)
+	const n = 1 << 20
+	a, err := LoadAgent(LoadOptions{AgentFlowMax: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := a.FlowCapacity(); got != n {
+		t.Fatalf("capacity %d, want %d", got, n)
+	}
+	info, err := a.objs.AgentFlows.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, ok := info.Memlock()
+	if !ok {
+		t.Skip("the kernel does not report map memory")
+	}
+	per := float64(mem) / n
+	t.Logf("agent_flows: %d entries, key %d B, value %d B, %d bytes in all: %.1f bytes per flow", n,
+		info.KeySize, info.ValueSize, mem, per)
+	if per > 128 {
+		t.Errorf("%.1f bytes per flow entry", per)
+	}
+}
