@@ -14,8 +14,9 @@ import (
 // (BPF_PROG_TEST_RUN repeat mode through the bench entry points, which
 // restore the frame before every run; the restore's own cost, measured
 // alone, is subtracted), the fastest of AZGATE_ROUNDS rounds (default 5)
-// of AZGATE_REPEAT runs (default 200000). It only logs: run it with -v,
-// under the same load, before and after a change. Skipped in -short.
+// of AZGATE_REPEAT runs (default 200000). It only logs, so it runs only
+// when AZGATE_TIMING is set: run it with -v, under the same load, before
+// and after a change.
 //
 //   - eip_*: a guest with an EIP that serves no VIP (no flow lookup);
 //   - svc_eip_*: a guest with an EIP that serves a VIP too, on an EIP flow
@@ -23,8 +24,8 @@ import (
 //   - vip_*: a VIP flow (decap: an entry that is already right, refreshed
 //     by a lookup, no write; reply: translated by its entry).
 func TestAgentPathCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: no timing")
+	if os.Getenv("AZGATE_TIMING") == "" {
+		t.Skip("timing only with AZGATE_TIMING=1")
 	}
 	env, a := newAgentBed(t)
 	g1 := uint32(mustIfindex(t, env, dptest.GuestDev))
