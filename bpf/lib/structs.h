@@ -90,7 +90,7 @@ struct agent_config {
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
 	__u16 pad;
-	__u32 edges_gen; /* bumped when the edge list changes: flows remember an
+	__u32 edges_gen; /* bumped when an edge leaves the set: flows remember an
 			  * edge only while it is the same generation */
 };
 

@@ -134,18 +134,6 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		}
 	}
 	v.N_edges = uint32(len(c.Edges))
-	var old agentAgentConfig
-	a.cfgMu.Lock()
-	defer a.cfgMu.Unlock()
-	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
-		v.NhGen = old.NhGen + 1
-		// Flows remember the edge they came from only under the edge
-		// list they were learnt with (an edge may have left it).
-		v.EdgesGen = old.EdgesGen + 1
-	}
-	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write agent config: %w", err)
-	}
 	var k agentEipKey
 	var one uint32
 	var stale []agentEipKey
@@ -155,12 +143,30 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 			stale = append(stale, k)
 		}
 	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read edge set: %w", err)
+	}
+	var old agentAgentConfig
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
+		v.NhGen = old.NhGen + 1
+		// Flows remember the edge they came from only while no edge has
+		// left the set since (a restart or a new edge keeps them).
+		v.EdgesGen = old.EdgesGen
+		if len(stale) > 0 {
+			v.EdgesGen++
+		}
+	}
+	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
 	for _, k := range stale {
 		if err := a.objs.AgentEdgeSet.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
 	}
-	return it.Err()
+	return nil
 }
 
 // InvalidateNextHops makes the programs ask the FIB again for every next

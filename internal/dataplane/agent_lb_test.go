@@ -182,15 +182,23 @@ func TestAgentFlows(t *testing.T) {
 			action: xdpRedirect, out: b.encap(public(rFixed, eip, 8443), "", eip, 6, 8443, 40002), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 	})
 
-	// A new edge list: flows no longer trust the edge they remember.
+	// The same edges in another order, one more: flows keep their edge.
 	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
-		Edges: []netipAddr{addr(edgeB), addr(edgeA)}, GatewayMAC: mac(gwMAC)}); err != nil {
+		Edges: []netipAddr{addr(edgeB), addr("198.18.1.3"), addr(edgeA)}, GatewayMAC: mac(gwMAC)}); err != nil {
 		t.Fatal(err)
 	}
-	h := flowhash.Hash4(flowhash.Tuple{Src: addr(vipEncap), Dst: addr(client), Proto: 17, SrcPort: 7777, DstPort: 5000}, testSeed)
 	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{
-		{name: "after an edge change the flow hash picks the edge", dev: dptest.GuestDev, in: fromGuest(rAny),
-			action: xdpRedirect, out: b.encap(public(rAny, vipEncap, 7777), []string{edgeB, edgeA}[h%2], vipEncap, 17, 7777, 5000), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "a new edge in the set: the flow keeps its edge", dev: dptest.GuestDev, in: fromGuest(rAny),
+			action: xdpRedirect, out: b.encap(public(rAny, vipEncap, 7777), edgeA, vipEncap, 17, 7777, 5000), stats: map[string]uint64{"encap_tx": 1}},
+	})
+	// edgeA leaves the set: its flows go to an edge by flow hash.
+	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
+		Edges: []netipAddr{addr(edgeB)}, GatewayMAC: mac(gwMAC)}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{
+		{name: "its edge left: the flow hash picks one", dev: dptest.GuestDev, in: fromGuest(rAny),
+			action: xdpRedirect, out: b.encap(public(rAny, vipEncap, 7777), edgeB, vipEncap, 17, 7777, 5000), stats: map[string]uint64{"encap_tx": 1}},
 	})
 }
 
