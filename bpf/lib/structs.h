@@ -89,9 +89,9 @@ struct agent_config {
 	__u32 flags;
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
-	__u16 pad;
-	__u32 edges_gen; /* bumped when an edge leaves the set: flows remember an
-			  * edge only while it is the same generation */
+	__u16 edges_gen; /* bumped when an edge leaves the set: flows remember an
+			  * edge only while it is the same generation (in the
+			  * old padding: pinned maps of earlier versions fit) */
 };
 
 /* One slot of the next-hop cache: a bpf_fib_lookup result (see lib/fib.h). */
@@ -305,10 +305,9 @@ struct agent_flow {
 	__be32 pub;       /* the EIP or VIP the flow was sent to */
 	__be32 edge;      /* underlay address of the edge that sent it */
 	__be16 pport;     /* the public port it was sent to */
-	__u16 pad;
+	__u16 edges_gen;  /* agent_config.edges_gen when edge was learnt */
 	__u32 vsid;       /* the guest's VSID */
 	__u32 ifindex;    /* host-side interface of the guest (0: unknown) */
-	__u32 edges_gen;  /* agent_config.edges_gen when edge was learnt */
 };
 
 #endif

@@ -24,8 +24,7 @@ type agentAgentConfig struct {
 	Flags     uint32
 	NhGen     uint32
 	GwMac     [6]uint8
-	Pad       uint16
-	EdgesGen  uint32
+	EdgesGen  uint16
 }
 
 type agentAgentEip struct {
@@ -43,10 +42,9 @@ type agentAgentFlow struct {
 	Pub      uint32
 	Edge     uint32
 	Pport    uint16
-	Pad      uint16
+	EdgesGen uint16
 	Vsid     uint32
 	Ifindex  uint32
-	EdgesGen uint32
 }
 
 type agentAgentFlowKey struct {
