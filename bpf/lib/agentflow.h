@@ -62,8 +62,7 @@ static __always_inline int flow_learn(const struct agent_flow_key *k, const stru
 		*cur = *v;
 		return 1;
 	}
-	bpf_map_update_elem(&agent_flows, k, v, BPF_ANY);
-	return 1;
+	return bpf_map_update_elem(&agent_flows, k, v, BPF_ANY) == 0;
 }
 
 /* A flow to the guest's EIP: an entry left by an earlier flow to a VIP on
