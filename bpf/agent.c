@@ -29,7 +29,6 @@
 #include "lib/icmp.h"
 #include "lib/fib.h"
 #include "lib/nat.h"
-#include "lib/agentflow.h"
 #include "lib/benchmode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -115,6 +114,9 @@ struct {
 	__type(value, struct svc_entry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_svc SEC(".maps");
+
+/* The flow table (uses agent_cfg). */
+#include "lib/agentflow.h"
 
 /* The service entry for a packet to a VIP: the guest the edge chose is in
  * the inner destination MAC (02:01 + its address); the port is the
@@ -212,24 +214,9 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	/* The flow's replies must leave from where it came in: a VIP flow is
 	 * recorded, an EIP flow of a guest that also serves a VIP takes over
 	 * the entry of an earlier VIP flow on its 5-tuple. */
-	if ((svc || also_svc) && flow_ported(&in)) {
-		__be16 dport = (__be16)(in.ports >> 16);
-		struct agent_flow_key fk = {
-			.guest = priv,
-			.remote = in.saddr,
-			.gport = bport ? bport : dport,
-			.rport = (__be16)(in.ports & 0xffff),
-			.proto = in.proto,
-		};
-		struct agent_flow fv = {
-			.pub = in.daddr,
-			.edge = o->saddr,
-			.pport = dport,
-			.vsid = vsid,
-			.ifindex = rc == BPF_FIB_LKUP_RET_SUCCESS ? fib.ifindex : 0,
-			.edges_gen = cfg->edges_gen,
-		};
-		if (svc ? flow_learn(&fk, &fv) : flow_claim(&fk, &fv))
+	if (svc || also_svc) {
+		__u64 ifx_ok = (__u64)fib.ifindex << 32 | (rc == BPF_FIB_LKUP_RET_SUCCESS) << 1 | svc;
+		if (flow_note_in(&in, priv, o->saddr, (__u64)vsid << 32 | bport, ifx_ok))
 			stat_add(STAT_FLOW_NEW, len);
 	}
 
@@ -331,8 +318,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	struct agent_flow *f = NULL;
 	struct agent_flow_key fk;
 	int quoted = 0;
-	if (!g || (g->flags & AGENT_F_SVC))
-		f = flow_of_reply(data, data_end, &p, &fk, &quoted);
+	if (!g || (g->flags & AGENT_F_SVC)) {
+		int how = flow_reply_key(ctx, &p, &fk);
+		if (how != FLOW_NONE)
+			f = bpf_map_lookup_elem(&agent_flows, &fk);
+		quoted = how == FLOW_QUOTED;
+	}
 	/* A guest sends from its own address or not at all: no forged
 	 * source reaches the host's kernel or the underlay. The EIP's entry
 	 * and the flow's name the guest's interface; an EIP on another

@@ -51,71 +51,98 @@ static __always_inline int flow_same(const struct agent_flow *a, const struct ag
 	       a->ifindex == b->ifindex && a->edges_gen == b->edges_gen;
 }
 
-/* Records v for k (a flow to a VIP) unless the entry already says the
- * same. Returns 1 when it wrote. */
-static __always_inline int flow_learn(const struct agent_flow_key *k, const struct agent_flow *v)
+/* Records, for the decapsulated packet in (to the guest priv, from the
+ * edge at underlay address edge), where its flow came in: a flow to a VIP
+ * (learn) is written unless its entry already says the same; a flow to the
+ * guest's EIP (!learn) rewrites an entry an earlier VIP flow left on its
+ * 5-tuple and creates none (a reply without one leaves through the EIP).
+ * vsid_bport: the guest's VSID << 32 | the backend port the packet is
+ * translated to (0: kept); ifx: the guest's interface << 32 | 2 when the
+ * FIB resolved it | learn. Returns 1 when it wrote. A global (separately
+ * verified) function, as is flow_reply_key: inlined, their branches
+ * multiplied the callers' verifier states (and five arguments is all a
+ * BPF call takes, hence the packing). */
+__noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u64 vsid_bport, __u64 ifx)
 {
-	struct agent_flow *cur = bpf_map_lookup_elem(&agent_flows, k);
+	__u32 zero = 0;
+	if (!in || !flow_ported(in))
+		return 0;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return 0;
+	__be16 dport = (__be16)(in->ports >> 16);
+	__be16 bport = (__be16)(vsid_bport & 0xffff);
+	struct agent_flow_key k = {
+		.guest = priv,
+		.remote = in->saddr,
+		.gport = bport ? bport : dport,
+		.rport = (__be16)(in->ports & 0xffff),
+		.proto = in->proto,
+	};
+	struct agent_flow v = {
+		.pub = in->daddr,
+		.edge = edge,
+		.pport = dport,
+		.edges_gen = cfg->edges_gen,
+		.vsid = vsid_bport >> 32,
+		.ifindex = (ifx & 2) ? ifx >> 32 : 0,
+	};
+	struct agent_flow *cur = bpf_map_lookup_elem(&agent_flows, &k);
 	if (cur) {
-		if (flow_same(cur, v))
+		if (flow_same(cur, &v))
 			return 0;
-		*cur = *v;
+		*cur = v;
 		return 1;
 	}
-	return bpf_map_update_elem(&agent_flows, k, v, BPF_ANY) == 0;
-}
-
-/* A flow to the guest's EIP: an entry left by an earlier flow to a VIP on
- * the same 5-tuple is rewritten to the EIP; no entry is created (a reply
- * without one leaves through the EIP). Returns 1 when it wrote. */
-static __always_inline int flow_claim(const struct agent_flow_key *k, const struct agent_flow *v)
-{
-	struct agent_flow *cur = bpf_map_lookup_elem(&agent_flows, k);
-	if (!cur || flow_same(cur, v))
+	if (!(ifx & 1))
 		return 0;
-	*cur = *v;
-	return 1;
+	return bpf_map_update_elem(&agent_flows, &k, &v, BPF_ANY) == 0;
 }
 
-/* The flow entry a guest's packet p belongs to, or NULL: a TCP or UDP
- * packet by its own 5-tuple (a SYN without ACK opens a connection of the
- * guest's own and never belongs to an entry); an ICMP error by the flow it
- * quotes, which must be a packet from the error's destination to its
- * source (the guest), with *quoted set. */
-static __always_inline struct agent_flow *flow_of_reply(void *data, void *data_end, const struct pkt *p,
-							struct agent_flow_key *k, int *quoted)
+#define FLOW_NONE 0   /* no flow entry can hold this packet */
+#define FLOW_PORTED 1 /* TCP or UDP: looked up by its own 5-tuple */
+#define FLOW_QUOTED 2 /* ICMP error: looked up by the flow it quotes */
+
+/* The key of the flow a guest's packet p belongs to: a TCP or UDP packet
+ * by its own 5-tuple (a SYN without ACK opens a connection of the guest's
+ * own and never belongs to an entry); an ICMP error by the flow it quotes,
+ * which must be a packet from the error's destination to its source (the
+ * guest). Returns FLOW_*. */
+__noinline int flow_reply_key(struct xdp_md *ctx, const struct pkt *p, struct agent_flow_key *k)
 {
-	*quoted = 0;
+	if (!ctx || !p || !k)
+		return FLOW_NONE;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	__builtin_memset(k, 0, sizeof(*k));
 	if (flow_ported(p)) {
 		if (p->proto == IPPROTO_TCP_ && (p->tcp_flags & 0x12) == 0x02)
-			return NULL;
+			return FLOW_NONE;
 		k->guest = p->saddr;
 		k->remote = p->daddr;
 		k->gport = (__be16)(p->ports & 0xffff);
 		k->rport = (__be16)(p->ports >> 16);
 		k->proto = p->proto;
-		return bpf_map_lookup_elem(&agent_flows, k);
+		return FLOW_PORTED;
 	}
 	if (p->proto != IPPROTO_ICMP_ || !p->l4_ok || p->frag)
-		return NULL;
+		return FLOW_NONE;
 	struct icmphdr_ *ih = data + OFF(p->l4_off);
 	if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
-		return NULL;
+		return FLOW_NONE;
 	__be32 qs, qd;
 	__be16 qsp, qdp;
 	__u8 qp;
 	if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp))
-		return NULL;
+		return FLOW_NONE;
 	if (qd != p->saddr || qs != p->daddr || (qp != IPPROTO_TCP_ && qp != IPPROTO_UDP_))
-		return NULL;
+		return FLOW_NONE;
 	k->guest = qd;
 	k->remote = qs;
 	k->gport = qdp;
 	k->rport = qsp;
 	k->proto = qp;
-	*quoted = 1;
-	return bpf_map_lookup_elem(&agent_flows, k);
+	return FLOW_QUOTED;
 }
 
 #endif
