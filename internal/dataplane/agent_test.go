@@ -28,7 +28,7 @@ func (p agentProg) prog() *ebpfProgram {
 	return p.a.UnderlayProgram()
 }
 
-func newAgentBed(t *testing.T) (*dptest.Env, *Agent) {
+func newAgentBed(t testing.TB) (*dptest.Env, *Agent) {
 	t.Helper()
 	requireRoot(t)
 	env, err := dptest.New()
@@ -133,7 +133,7 @@ func TestAgentUnderlayFixtures(t *testing.T) {
 }
 
 // icmpError builds an ICMP error IPv4 packet quoting q.
-func icmpError(t *testing.T, src, dst string, typ, code uint8, mtu uint16, q []byte) []byte {
+func icmpError(t testing.TB, src, dst string, typ, code uint8, mtu uint16, q []byte) []byte {
 	body := make([]byte, 8+len(q))
 	body[0], body[1] = typ, code
 	body[6], body[7] = byte(mtu>>8), byte(mtu)
