@@ -125,7 +125,9 @@ type AgentConfig struct {
 	Underlay   netip.Addr
 	ICMPSource netip.Addr
 	HashSeed   uint32
-	Edges      []netip.Addr // replies are spread over these by flow hash
+	// Edges: a flow's replies go back to the edge it came from while no
+	// edge has left this list since; the rest are spread by flow hash.
+	Edges      []netip.Addr
 	ICMPRate   uint32
 	ICMPBurst  uint32
 	GatewayMAC net.HardwareAddr
