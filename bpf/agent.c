@@ -368,7 +368,7 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__be32 ports = vport && !quoted ? ((p.ports & 0xffff0000) | vport) : p.ports;
 	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
 	/* Back to the edge the flow came from (its connection table knows
-	 * the flow) while the edge list is the one it was learnt under; by
+	 * the flow) while no edge has left the set since it was learnt; by
 	 * the flow hash otherwise. */
 	__be32 to;
 	if (f && f->edge && f->edges_gen == cfg->edges_gen) {
