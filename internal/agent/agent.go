@@ -114,12 +114,14 @@ func Desired(st *model.State, host string) (HostWant, error) {
 	// A guest's replies are translated by their flow entries, so the
 	// same port may serve its EIP and any number of VIPs; the EIP's entry
 	// says whether the flow table needs a look.
+	backends := map[netip.Addr]bool{}
 	for _, s := range w.Services {
-		for a, e := range w.EIPs {
-			if e.Private == s.Guest && !e.Service {
-				e.Service = true
-				w.EIPs[a] = e
-			}
+		backends[s.Guest] = true
+	}
+	for a, e := range w.EIPs {
+		if backends[e.Private] {
+			e.Service = true
+			w.EIPs[a] = e
 		}
 	}
 	return w, nil
