@@ -63,6 +63,7 @@ bench-lb: build
 FUZZTIME ?= 10m
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEdge -fuzztime $(FUZZTIME) ./internal/dataplane
+	$(GO) test -run '^$$' -fuzz FuzzAgentGuest -fuzztime $(FUZZTIME) ./internal/dataplane
 	$(GO) test -run '^$$' -fuzz FuzzParseDocument -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev
 

@@ -4,10 +4,14 @@
  *
  * xdp_agent_underlay, on the host's underlay interface: NVGRE from an edge
  * for an EIP hosted here is decapsulated, its destination translated 1:1
- * from the EIP to the guest's private address, and delivered to the guest.
+ * from the EIP to the guest's private address, and delivered to the guest;
+ * NVGRE for a VIP goes to the backend guest the edge chose, and the flow is
+ * recorded in agent_flows (lib/agentflow.h).
  * xdp_agent_guest, on the host side of each guest interface: a guest's
- * packet to the outside gets its source translated back to the EIP and is
- * encapsulated in NVGRE to one of the region's edges. */
+ * packet to the outside is translated by its flow entry (back to the VIP
+ * or EIP it came in through) or, with none, to the guest's EIP, and is
+ * encapsulated in NVGRE to one of the region's edges. A guest without an
+ * EIP opens no connection of its own to the outside. */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -111,14 +115,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_svc SEC(".maps");
 
-/* Their replies: (guest, backend port) -> VIP and port. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct svc_rkey);
-	__type(value, struct svc_rentry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_svc_rev SEC(".maps");
+/* The flow table (uses agent_cfg). */
+#include "lib/agentflow.h"
 
 /* The service entry for a packet to a VIP: the guest the edge chose is in
  * the inner destination MAC (02:01 + its address); the port is the
@@ -190,12 +188,13 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	__be32 priv;
 	__u32 idx = 0;
 	__be16 bport = 0, vport = 0;
-	int svc = 0, icmp = 0;
+	int svc = 0, icmp = 0, also_svc = 0;
 	if (e) {
 		if (e->vsid != vsid)
 			return count_drop(STAT_DROP_UNKNOWN, len);
 		priv = e->private_addr.a[0];
 		idx = e->stats_idx;
+		also_svc = e->flags & AGENT_F_SVC;
 	} else {
 		struct svc_key sk;
 		struct svc_entry *se = svc_lookup(data, data_end, &in, &sk, &vport, &icmp);
@@ -211,6 +210,15 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 		return count_drop(STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return count_drop(STAT_DROP_FIB, len);
+
+	/* The flow's replies must leave from where it came in: a VIP flow is
+	 * recorded, an EIP flow of a guest that also serves a VIP takes over
+	 * the entry of an earlier VIP flow on its 5-tuple. */
+	if (svc || also_svc) {
+		__u64 ifx_ok = (__u64)fib.ifindex << 32 | (rc == BPF_FIB_LKUP_RET_SUCCESS) << 1 | svc;
+		if (flow_note_in(&in, priv, o->saddr, (__u64)vsid << 32 | bport, ifx_ok))
+			stat_add(STAT_FLOW_NEW, len);
+	}
 
 	if (nat4(data, data_end, &in, 1, priv))
 		return count_drop(STAT_DROP_INNER_BAD, len);
@@ -302,40 +310,48 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (rc)
 		return count_drop(rc, len);
 
-	/* Whose source is this: a service backend's port first, then the
-	 * guest's EIP, then an any-port service the guest serves. */
-	struct agent_guest *g = NULL;
-	struct svc_rentry *sr = NULL;
-	struct svc_rkey rk = {.guest = p.saddr, .bport = (__be16)(p.ports & 0xffff), .proto = p.proto};
-	int l4 = p.l4_ok && (p.proto == IPPROTO_TCP_ || p.proto == IPPROTO_UDP_);
-	if (l4)
-		sr = bpf_map_lookup_elem(&agent_svc_rev, &rk);
-	if (!sr) {
-		eip_key4(&k, p.saddr);
-		g = bpf_map_lookup_elem(&agent_guests, &k);
-		if (!g && l4) {
-			rk.bport = 0;
-			sr = bpf_map_lookup_elem(&agent_svc_rev, &rk);
-		}
+	/* Whose packet is this: a guest with an EIP (one lookup: the pure
+	 * EIP path stays as it was), then the flow it belongs to, for guests
+	 * that serve a VIP or have no EIP (lib/agentflow.h). */
+	eip_key4(&k, p.saddr);
+	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, &k);
+	struct agent_flow *f = NULL;
+	struct agent_flow_key fk;
+	int quoted = 0;
+	if (!g || (g->flags & AGENT_F_SVC)) {
+		int how = flow_reply_key(ctx, &p, &fk);
+		if (how != FLOW_NONE)
+			f = bpf_map_lookup_elem(&agent_flows, &fk);
+		quoted = how == FLOW_QUOTED;
 	}
 	/* A guest sends from its own address or not at all: no forged
-	 * source reaches the host's kernel or the underlay. An EIP's or a
-	 * service's entry names the guest's interface; anything else must be
-	 * an address agent_ifaddrs lists for the interface (one more lookup,
-	 * off the fast path). */
-	__u32 ifx = g ? g->ifindex : sr ? sr->ifindex : 0;
-	if (ifx && ifx != ctx->ingress_ifindex)
-		return count_drop(STAT_DROP_SPOOF, len);
-	if (!ifx) {
-		struct if_addr ia = {.ifindex = ctx->ingress_ifindex, .addr = p.saddr};
+	 * source reaches the host's kernel or the underlay. The EIP's entry
+	 * and the flow's name the guest's interface; an EIP on another
+	 * interface is spoofing, a flow whose interface differs (the route to
+	 * the guest moved) and anything else must be an address agent_ifaddrs
+	 * lists for the interface (one more lookup, off the fast path). */
+	__u32 ifx = f ? f->ifindex : g ? g->ifindex : 0;
+	/* (barrier: clang would keep &ctx->ingress_ifindex for fib4c's
+	 * read, a modified ctx pointer the verifier refuses.) */
+	__u32 ingress = ctx->ingress_ifindex;
+	barrier_var(ctx);
+	if (ifx != ingress) {
+		if (ifx && !f)
+			return count_drop(STAT_DROP_SPOOF, len);
+		struct if_addr ia = {.ifindex = ingress, .addr = p.saddr};
 		if (!bpf_map_lookup_elem(&agent_ifaddrs, &ia))
 			return count_drop(STAT_DROP_SPOOF, len);
 	}
-	if (!g && !sr)
-		return count_pass(STAT_PASS_NOT_OURS, len);
-	struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
-	if (bpf_map_lookup_elem(&agent_local, &lk))
-		return count_pass(STAT_PASS_NOT_OURS, len);
+	if (!f) {
+		/* Not a reply of a recorded flow: local destinations are the
+		 * kernel's, the rest leaves through the guest's EIP or not at
+		 * all (a flow entry's remote came from the edge: never local). */
+		struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
+		if (bpf_map_lookup_elem(&agent_local, &lk))
+			return count_pass(STAT_PASS_NOT_OURS, len);
+		if (!g)
+			return count_drop(STAT_DROP_NO_EIP, len);
+	}
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
@@ -343,18 +359,29 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__u32 n = cfg->n_edges;
 	if (n == 0 || n > EDGE_MAX)
 		return count_drop(STAT_DROP_NO_EDGE, len);
-	__be32 eip = g ? g->eip.a[0] : sr->vip;
-	__be16 vport = g ? 0 : sr->vport;
-	__u32 vsid = g ? g->vsid : sr->vsid;
+	__be32 eip = f ? f->pub : g ? g->eip.a[0] : 0;
+	__be16 gport = quoted ? fk.gport : (__be16)(p.ports & 0xffff);
+	__be16 vport = f && f->pport != gport ? f->pport : 0;
+	__u32 vsid = f ? f->vsid : g ? g->vsid : 0;
 	__u32 idx = g ? g->stats_idx : 0;
-	__be32 ports = vport ? ((p.ports & 0xffff0000) | vport) : p.ports;
+	int count_eip = g && eip == g->eip.a[0];
+	__be32 ports = vport && !quoted ? ((p.ports & 0xffff0000) | vport) : p.ports;
 	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
-	__u32 slot = hash % n;
-	struct ip_addr *edge = bpf_map_lookup_elem(&agent_edges, &slot);
-	if (!edge || !edge->a[0])
-		return count_drop(STAT_DROP_NO_EDGE, len);
+	/* Back to the edge the flow came from (its connection table knows
+	 * the flow) while no edge has left the set since it was learnt; by
+	 * the flow hash otherwise. */
+	__be32 to;
+	if (f && f->edge && f->edges_gen == cfg->edges_gen) {
+		to = f->edge;
+	} else {
+		__u32 slot = hash % n;
+		struct ip_addr *edge = bpf_map_lookup_elem(&agent_edges, &slot);
+		if (!edge || !edge->a[0])
+			return count_drop(STAT_DROP_NO_EDGE, len);
+		to = edge->a[0];
+	}
 
-	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], edge->a[0], p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], to, p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		if (!p.df)
 			return count_drop(STAT_DROP_TOO_BIG, len);
@@ -372,8 +399,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 
 	if (nat4(data, data_end, &p, 0, eip))
 		return count_drop(STAT_DROP_L4_TRUNC, len);
-	if (vport && nat4_port(data, data_end, &p, 0, vport))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
+	if (vport) {
+		int bad = quoted ? nat_icmp_quote_port(data + OFF(p.l4_off), data_end, 1, gport, vport)
+				 : nat4_port(data, data_end, &p, 0, vport);
+		if (bad)
+			return count_drop(STAT_DROP_L4_TRUNC, len);
+	}
 
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
@@ -384,14 +415,14 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__builtin_memcpy(s.idst, cfg->gw_mac, ETH_ALEN_);
 	__builtin_memcpy(s.isrc, eth->h_source, ETH_ALEN_);
 	s.saddr = cfg->underlay.a[0];
-	s.daddr = edge->a[0];
+	s.daddr = to;
 	s.key = (vsid << 8) | (hash & 0xff);
 	s.tos = p.tos;
 	__u16 ip_len = p.ip_len;
 	if (nvgre_push(ctx, p.l3_off, ip_len, &s))
 		return count_drop(STAT_DROP_HEADROOM, len);
 
-	struct eip_stats *es = g ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;
+	struct eip_stats *es = count_eip ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;
 	if (es) {
 		es->tx_packets++;
 		es->tx_bytes += ip_len;

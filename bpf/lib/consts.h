@@ -125,4 +125,14 @@
 /* config flags */
 #define CFG_F_ICMP_TTL 0x1 /* answer expired TTLs with ICMP time exceeded */
 
+/* Agent flow table (agent_flows): one entry per flow that came in through
+ * a VIP (and per EIP flow that replaced one). The loader may resize it. */
+#ifndef AGENT_FLOW_MAX
+#define AGENT_FLOW_MAX (1 << 20)
+#endif
+
+/* agent_eip.flags, agent_guest.flags: the guest is an encap-mode service
+ * backend as well, so its replies are looked up in agent_flows. */
+#define AGENT_F_SVC 0x1
+
 #endif

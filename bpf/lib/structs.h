@@ -64,7 +64,8 @@ struct agent_eip {
 	__u32 vsid;
 	__u32 stats_idx;
 	__u8 family;
-	__u8 pad[3];
+	__u8 flags;  /* AGENT_F_*: AGENT_F_SVC, the guest is a service backend too */
+	__u8 pad[2];
 };
 
 /* Agent: a local guest with an EIP, keyed by its private address. */
@@ -74,7 +75,8 @@ struct agent_guest {
 	__u32 stats_idx;
 	__u32 ifindex; /* host-side interface the guest must send from (anti-spoofing) */
 	__u8 family;
-	__u8 pad[3];
+	__u8 flags;    /* AGENT_F_*: AGENT_F_SVC, look its replies up in agent_flows */
+	__u8 pad[2];
 };
 
 /* Agent configuration, one entry, written by the agent daemon. */
@@ -88,7 +90,9 @@ struct agent_config {
 	__u32 flags;
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
-	__u16 pad;
+	__u16 edges_gen; /* bumped when an edge leaves the set: flows remember an
+			  * edge only while it is the same generation (in the
+			  * old padding: pinned maps of earlier versions fit) */
 };
 
 /* One slot of the next-hop cache: a bpf_fib_lookup result (see lib/fib.h). */
@@ -165,6 +169,9 @@ enum azg_stat {
 	STAT_DROP_LB_NO_BACKEND, /* listener with no usable backend */
 	STAT_DROP_LB_NO_PORT, /* VIP without a listener for this protocol and port */
 	STAT_LB_NAT_PASS,     /* nat mode, translated, handed to the kernel to resolve a neighbour */
+	STAT_DROP_NO_EIP,     /* agent: a guest without an EIP sent to the outside what no flow
+			       * entry translates (a new connection of its own, a later fragment) */
+	STAT_FLOW_NEW,        /* agent: a decapsulated packet wrote its flow entry (new or changed) */
 	STAT_MAX,
 };
 
@@ -317,20 +324,26 @@ struct svc_entry {
 	__u32 vsid;
 };
 
-/* Agent: replies of a backend guest, by (guest, backend port). */
-struct svc_rkey {
+/* Agent flow table key: a flow as the guest's replies carry it (the guest's
+ * address and port, the remote's address and port, the protocol). */
+struct agent_flow_key {
 	__be32 guest;
-	__be16 bport;
+	__be32 remote;
+	__be16 gport;
+	__be16 rport;
 	__u8 proto;
-	__u8 pad;
+	__u8 pad[3];
 };
 
-struct svc_rentry {
-	__be32 vip;
-	__be16 vport; /* 0: keep the port (any-port listeners) */
-	__u16 pad;
-	__u32 vsid;
-	__u32 ifindex; /* host-side interface of the guest (anti-spoofing) */
+/* Agent flow table entry: the public side the flow came in through, for its
+ * replies (see bpf/lib/agentflow.h). */
+struct agent_flow {
+	__be32 pub;       /* the EIP or VIP the flow was sent to */
+	__be32 edge;      /* underlay address of the edge that sent it */
+	__be16 pport;     /* the public port it was sent to */
+	__u16 edges_gen;  /* agent_config.edges_gen when edge was learnt */
+	__u32 vsid;       /* the guest's VSID */
+	__u32 ifindex;    /* host-side interface of the guest (0: unknown) */
 };
 
 #endif

@@ -154,6 +154,7 @@ without interruption. The node must be an edge of an edge set.`,
 		var df daemonFlags
 		var underlay string
 		var local []string
+		var flowMax uint32
 		c := &cobra.Command{
 			Use:   "agent",
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
@@ -164,6 +165,7 @@ without interruption. The node must be an edge of an edge set.`,
 					return err
 				}
 				defer st.Close()
+				load.AgentFlowMax = flowMax
 				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, Version: version, Log: log}
 				for _, p := range local {
@@ -186,6 +188,7 @@ without interruption. The node must be an edge of an edge set.`,
 		df.add(c)
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
 		c.Flags().StringSliceVar(&local, "local-prefix", nil, "destinations guests reach without the edge (never encapsulated), repeatable")
+		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size needs the node's pins removed: azgate dataplane-reset)")
 		return c
 	})
 	register(func() *cobra.Command {

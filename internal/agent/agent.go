@@ -29,6 +29,9 @@ type Want struct {
 	Private netip.Addr
 	VSID    uint32
 	Guest   string
+	// Service: the guest is an encap-mode service backend too (its
+	// replies are then looked up in the agent's flow table first).
+	Service bool
 }
 
 // HostWant is everything an agent must program for its host.
@@ -37,8 +40,7 @@ type HostWant struct {
 	Edges    []netip.Addr // every edge of every set, in a stable order
 	Guests   []model.Guest
 	EIPs     map[netip.Addr]Want // EIPs bound to guests of this host
-	// Services are the encap-mode service backends among the guests
-	// (Ifindex left to the reconciler).
+	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
 	Problems []string
 }
@@ -95,10 +97,6 @@ func Desired(st *model.State, host string) (HostWant, error) {
 					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s: no guest %q on this host", name, b.Key(), b.Guest))
 					continue
 				}
-				if b.Port != 0 && (l.AnyPort() || l.Last() != l.Port) {
-					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s has a port but listener %s covers several", name, b.Key(), l))
-					continue
-				}
 				ports := []uint16{0}
 				if !l.AnyPort() {
 					ports = ports[:0]
@@ -111,6 +109,19 @@ func Desired(st *model.State, host string) (HostWant, error) {
 						VPort: p, BPort: b.Port, VSID: g.VSID})
 				}
 			}
+		}
+	}
+	// A guest's replies are translated by their flow entries, so the
+	// same port may serve its EIP and any number of VIPs; the EIP's entry
+	// says whether the flow table needs a look.
+	backends := map[netip.Addr]bool{}
+	for _, s := range w.Services {
+		backends[s.Guest] = true
+	}
+	for a, e := range w.EIPs {
+		if backends[e.Private] {
+			e.Service = true
+			w.EIPs[a] = e
 		}
 	}
 	return w, nil
@@ -337,7 +348,7 @@ func (r *Reconciler) sync(want HostWant) {
 			continue // reported above
 		}
 		cur, had := r.programmed[a]
-		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex)}
+		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex), Service: w.Service}
 		if had && cur == next {
 			continue
 		}
@@ -380,11 +391,9 @@ func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink)
 	}
 	wanted := map[key]dataplane.AgentService{}
 	for _, s := range want.Services {
-		gl, ok := links[s.Guest]
-		if !ok {
+		if _, ok := links[s.Guest]; !ok {
 			continue // its guest's interface is not found: reported
 		}
-		s.Ifindex = uint32(gl.ifindex)
 		wanted[key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}] = s
 	}
 	have, err := r.maps.Services()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -151,8 +152,10 @@ func TestAgentUnknownHost(t *testing.T) {
 
 func TestAgentServices(t *testing.T) {
 	st := state(t)
+	// g1 of az1-h1 has EIP 198.51.100.7 and serves the VIP too; a fixed
+	// backend port behind a range is fine now that replies go by flow.
 	svc := &model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeEncap,
-		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "udp", Pool: "dns"}},
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "udp", Pool: "dns"}, {Protocol: "tcp", Port: 9000, PortEnd: 9001, Pool: "web"}},
 		Pools: []model.Pool{
 			{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 8080}, {Host: "az1-h2", Guest: "g1"}}},
 			{Name: "dns", Backends: []model.Backend{{Host: "az1-h1", Guest: "g2"}}},
@@ -166,8 +169,10 @@ func TestAgentServices(t *testing.T) {
 	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
 	r.Handle(st, 1, nil, true)
 	want := map[dataplane.AgentService]bool{
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111, Ifindex: 101}: true,
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112, Ifindex: 102}:     true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111}:   true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9000, BPort: 8080, VSID: 5111}: true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9001, BPort: 8080, VSID: 5111}: true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112}:       true,
 	}
 	if len(fake.Svc) != len(want) {
 		t.Fatalf("services %v, want %v (only this host's encap backends)", fake.Svc, want)
@@ -177,10 +182,20 @@ func TestAgentServices(t *testing.T) {
 			t.Fatalf("missing %+v in %v", s, fake.Svc)
 		}
 	}
-	// The service goes: so do its entries.
+	if errs := r.Status(time.Now(), nil).Errors; len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	// The EIP's guest serves the VIP: its replies look their flows up.
+	if e := fake.EIPMap[a("198.51.100.7")]; !e.Service {
+		t.Fatalf("EIP of a service backend guest: %+v, want Service set", e)
+	}
+	// The service goes: so do its entries, and the EIP's flag.
 	st.Remove(model.KindService, "web")
 	r.Handle(st, 2, nil, false)
 	if len(fake.Svc) != 0 {
 		t.Fatalf("left over %v", fake.Svc)
+	}
+	if e := fake.EIPMap[a("198.51.100.7")]; e.Service {
+		t.Fatalf("EIP of a guest that serves nothing: %+v, want Service clear", e)
 	}
 }

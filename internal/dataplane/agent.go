@@ -32,6 +32,9 @@ func LoadAgent(o LoadOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.AgentFlowMax > 0 {
+		spec.Maps[agentMapAgentFlows].MaxEntries = o.AgentFlowMax
+	}
 	a := &Agent{pinDir: o.PinDir, links: map[string]link.Link{}}
 	if err := spec.LoadAndAssign(&a.objs, opts); err != nil {
 		return nil, loadErr("agent", err)
@@ -131,15 +134,6 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		}
 	}
 	v.N_edges = uint32(len(c.Edges))
-	var old agentAgentConfig
-	a.cfgMu.Lock()
-	defer a.cfgMu.Unlock()
-	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
-		v.NhGen = old.NhGen + 1
-	}
-	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write agent config: %w", err)
-	}
 	var k agentEipKey
 	var one uint32
 	var stale []agentEipKey
@@ -149,12 +143,30 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 			stale = append(stale, k)
 		}
 	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read edge set: %w", err)
+	}
+	var old agentAgentConfig
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
+		v.NhGen = old.NhGen + 1
+		// Flows remember the edge they came from only while no edge has
+		// left the set since (a restart or a new edge keeps them).
+		v.EdgesGen = old.EdgesGen
+		if len(stale) > 0 {
+			v.EdgesGen++
+		}
+	}
+	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
 	for _, k := range stale {
 		if err := a.objs.AgentEdgeSet.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
 	}
-	return it.Err()
+	return nil
 }
 
 // InvalidateNextHops makes the programs ask the FIB again for every next
@@ -222,11 +234,15 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 			a.deleteGuestOf(oldPriv, ek)
 		}
 	}
-	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family}
+	var flags uint8
+	if e.Service {
+		flags = agentFSvc
+	}
+	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: flags}
 	if err := a.objs.AgentGuests.Update(akey(pk), &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write guest %v: %w", e.Private, err)
 	}
-	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family}
+	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family, Flags: flags}
 	if err := a.objs.AgentEips.Update(akey(ek), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write EIP %v: %w", e.EIP, err)
 	}
@@ -314,6 +330,7 @@ func (a *Agent) EIPs() (map[netip.Addr]AgentEIP, error) {
 			Private:  addrFrom(edgeIpAddr(v.PrivateAddr), v.Family),
 			VSID:     v.Vsid,
 			StatsIdx: v.StatsIdx,
+			Service:  v.Flags&agentFSvc != 0,
 		}
 		pk, _ := keyOf(e.Private)
 		var g agentAgentGuest
@@ -342,27 +359,26 @@ func ekey(k agentEipKey) edgeEipKey {
 	return edgeEipKey{Addr: edgeIpAddr(k.Addr), Family: k.Family}
 }
 
+// agentFSvc is AGENT_F_SVC (bpf/lib/consts.h): the guest of an EIP is an
+// encap-mode service backend too, so its replies are looked up in
+// agent_flows before they fall back to the EIP.
+const agentFSvc = 0x1
+
 // AgentService is a service backend guest on this host: traffic for VIP
 // (protocol, port; 0 any) that the edge sends to guest is translated to
-// the guest's backend port, and the guest's replies from that port back.
+// the guest's backend port. Its replies need no entry: each flow is
+// recorded in agent_flows as it comes in and translated back by it.
 type AgentService struct {
-	VIP     netip.Addr
-	Guest   netip.Addr
-	Proto   uint8
-	VPort   uint16 // 0: any port
-	BPort   uint16 // 0: keep the port
-	VSID    uint32
-	Ifindex uint32
+	VIP   netip.Addr
+	Guest netip.Addr
+	Proto uint8
+	VPort uint16 // 0: any port
+	BPort uint16 // 0: keep the port
+	VSID  uint32
 }
 
-func svcKeys(s AgentService) (agentSvcKey, agentSvcRkey) {
-	k := agentSvcKey{Vip: ip4word(s.VIP), Guest: ip4word(s.Guest), Vport: be16(s.VPort), Proto: s.Proto}
-	bp := s.BPort
-	if bp == 0 {
-		bp = s.VPort
-	}
-	rk := agentSvcRkey{Guest: ip4word(s.Guest), Bport: be16(bp), Proto: s.Proto}
-	return k, rk
+func svcKey(s AgentService) agentSvcKey {
+	return agentSvcKey{Vip: ip4word(s.VIP), Guest: ip4word(s.Guest), Vport: be16(s.VPort), Proto: s.Proto}
 }
 
 // PutService programs a service backend guest.
@@ -370,28 +386,19 @@ func (a *Agent) PutService(s AgentService) error {
 	if !s.VIP.Is4() || !s.Guest.Is4() {
 		return fmt.Errorf("service %v -> %v: only IPv4", s.VIP, s.Guest)
 	}
-	k, rk := svcKeys(s)
+	k := svcKey(s)
 	if err := a.objs.AgentSvc.Update(&k, &agentSvcEntry{Bport: be16(s.BPort), Vsid: s.VSID}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("service %v:%d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
-	}
-	r := agentSvcRentry{Vip: ip4word(s.VIP), Vport: be16(s.VPort), Vsid: s.VSID, Ifindex: s.Ifindex}
-	if s.BPort == 0 {
-		r.Vport = 0 // the port is kept both ways
-	}
-	if err := a.objs.AgentSvcRev.Update(&rk, &r, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("service replies of %v: %w", s.Guest, err)
 	}
 	return nil
 }
 
-// DeleteService removes a service backend guest.
+// DeleteService removes a service backend guest. Its flows' entries stay
+// until the LRU evicts them: their replies still leave from the VIP.
 func (a *Agent) DeleteService(s AgentService) error {
-	k, rk := svcKeys(s)
+	k := svcKey(s)
 	if err := a.objs.AgentSvc.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
-	}
-	if err := a.objs.AgentSvcRev.Delete(&rk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return err
+		return fmt.Errorf("delete service %v:%d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
 	}
 	return nil
 }
@@ -403,13 +410,47 @@ func (a *Agent) Services() ([]AgentService, error) {
 	var v agentSvcEntry
 	it := a.objs.AgentSvc.Iterate()
 	for it.Next(&k, &v) {
-		s := AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid}
-		_, rk := svcKeys(s)
-		var r agentSvcRentry
-		if a.objs.AgentSvcRev.Lookup(&rk, &r) == nil {
-			s.Ifindex = r.Ifindex
-		}
-		out = append(out, s)
+		out = append(out, AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid})
 	}
 	return out, it.Err()
 }
+
+// AgentFlow is one entry of the agent's flow table: a flow that came in
+// through Public (a VIP and port, or an EIP) to Guest, as its replies
+// carry it.
+type AgentFlow struct {
+	Guest, Remote netip.AddrPort
+	Proto         uint8
+	Public        netip.AddrPort
+	Edge          netip.Addr // underlay address of the edge it came from
+	VSID          uint32
+	Ifindex       uint32
+}
+
+// Flows lists up to max entries of the flow table (0: all), for status
+// and tests.
+func (a *Agent) Flows(max int) ([]AgentFlow, error) {
+	var out []AgentFlow
+	var k agentAgentFlowKey
+	var v agentAgentFlow
+	it := a.objs.AgentFlows.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, AgentFlow{
+			Guest:  netip.AddrPortFrom(wordIP4(k.Guest), be16(k.Gport)),
+			Remote: netip.AddrPortFrom(wordIP4(k.Remote), be16(k.Rport)),
+			Proto:  k.Proto,
+			Public: netip.AddrPortFrom(wordIP4(v.Pub), be16(v.Pport)),
+			Edge:   wordIP4(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex,
+		})
+		if max > 0 && len(out) >= max {
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list agent flows: %w", err)
+	}
+	return out, nil
+}
+
+// FlowCapacity is the size of the flow table.
+func (a *Agent) FlowCapacity() uint32 { return a.objs.AgentFlows.MaxEntries() }

@@ -24,7 +24,7 @@ type agentAgentConfig struct {
 	Flags     uint32
 	NhGen     uint32
 	GwMac     [6]uint8
-	Pad       uint16
+	EdgesGen  uint16
 }
 
 type agentAgentEip struct {
@@ -33,7 +33,28 @@ type agentAgentEip struct {
 	Vsid        uint32
 	StatsIdx    uint32
 	Family      uint8
-	Pad         [3]uint8
+	Flags       uint8
+	Pad         [2]uint8
+}
+
+type agentAgentFlow struct {
+	_        structs.HostLayout
+	Pub      uint32
+	Edge     uint32
+	Pport    uint16
+	EdgesGen uint16
+	Vsid     uint32
+	Ifindex  uint32
+}
+
+type agentAgentFlowKey struct {
+	_      structs.HostLayout
+	Guest  uint32
+	Remote uint32
+	Gport  uint16
+	Rport  uint16
+	Proto  uint8
+	Pad    [3]uint8
 }
 
 type agentAgentGuest struct {
@@ -43,7 +64,8 @@ type agentAgentGuest struct {
 	StatsIdx uint32
 	Ifindex  uint32
 	Family   uint8
-	Pad      [3]uint8
+	Flags    uint8
+	Pad      [2]uint8
 }
 
 type agentAzgStat uint32
@@ -83,7 +105,9 @@ const (
 	agentAzgStatSTAT_DROP_LB_NO_BACKEND agentAzgStat = 31
 	agentAzgStatSTAT_DROP_LB_NO_PORT    agentAzgStat = 32
 	agentAzgStatSTAT_LB_NAT_PASS        agentAzgStat = 33
-	agentAzgStatSTAT_MAX                agentAzgStat = 34
+	agentAzgStatSTAT_DROP_NO_EIP        agentAzgStat = 34
+	agentAzgStatSTAT_FLOW_NEW           agentAzgStat = 35
+	agentAzgStatSTAT_MAX                agentAzgStat = 36
 )
 
 type agentBenchFrame struct {
@@ -173,23 +197,6 @@ type agentSvcKey struct {
 	Pad   uint8
 }
 
-type agentSvcRentry struct {
-	_       structs.HostLayout
-	Vip     uint32
-	Vport   uint16
-	Pad     uint16
-	Vsid    uint32
-	Ifindex uint32
-}
-
-type agentSvcRkey struct {
-	_     structs.HostLayout
-	Guest uint32
-	Bport uint16
-	Proto uint8
-	Pad   uint8
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -198,11 +205,11 @@ const (
 	agentMapAgentEdgeSet           = "agent_edge_set"
 	agentMapAgentEdges             = "agent_edges"
 	agentMapAgentEips              = "agent_eips"
+	agentMapAgentFlows             = "agent_flows"
 	agentMapAgentGuests            = "agent_guests"
 	agentMapAgentIfaddrs           = "agent_ifaddrs"
 	agentMapAgentLocal             = "agent_local"
 	agentMapAgentSvc               = "agent_svc"
-	agentMapAgentSvcRev            = "agent_svc_rev"
 	agentMapBenchFrame             = "bench_frame"
 	agentMapEipStats               = "eip_stats"
 	agentMapFibScratch             = "fib_scratch"
@@ -271,11 +278,11 @@ type agentMapSpecs struct {
 	AgentEdgeSet *ebpf.MapSpec `ebpf:"agent_edge_set"`
 	AgentEdges   *ebpf.MapSpec `ebpf:"agent_edges"`
 	AgentEips    *ebpf.MapSpec `ebpf:"agent_eips"`
+	AgentFlows   *ebpf.MapSpec `ebpf:"agent_flows"`
 	AgentGuests  *ebpf.MapSpec `ebpf:"agent_guests"`
 	AgentIfaddrs *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
 	AgentLocal   *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentSvc     *ebpf.MapSpec `ebpf:"agent_svc"`
-	AgentSvcRev  *ebpf.MapSpec `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
@@ -314,11 +321,11 @@ type agentMaps struct {
 	AgentEdgeSet *ebpf.Map `ebpf:"agent_edge_set"`
 	AgentEdges   *ebpf.Map `ebpf:"agent_edges"`
 	AgentEips    *ebpf.Map `ebpf:"agent_eips"`
+	AgentFlows   *ebpf.Map `ebpf:"agent_flows"`
 	AgentGuests  *ebpf.Map `ebpf:"agent_guests"`
 	AgentIfaddrs *ebpf.Map `ebpf:"agent_ifaddrs"`
 	AgentLocal   *ebpf.Map `ebpf:"agent_local"`
 	AgentSvc     *ebpf.Map `ebpf:"agent_svc"`
-	AgentSvcRev  *ebpf.Map `ebpf:"agent_svc_rev"`
 	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
@@ -333,11 +340,11 @@ func (m *agentMaps) Close() error {
 		m.AgentEdgeSet,
 		m.AgentEdges,
 		m.AgentEips,
+		m.AgentFlows,
 		m.AgentGuests,
 		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentSvc,
-		m.AgentSvcRev,
 		m.BenchFrame,
 		m.EipStats,
 		m.FibScratch,

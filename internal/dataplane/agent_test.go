@@ -28,7 +28,7 @@ func (p agentProg) prog() *ebpfProgram {
 	return p.a.UnderlayProgram()
 }
 
-func newAgentBed(t *testing.T) (*dptest.Env, *Agent) {
+func newAgentBed(t testing.TB) (*dptest.Env, *Agent) {
 	t.Helper()
 	requireRoot(t)
 	env, err := dptest.New()
@@ -133,7 +133,7 @@ func TestAgentUnderlayFixtures(t *testing.T) {
 }
 
 // icmpError builds an ICMP error IPv4 packet quoting q.
-func icmpError(t *testing.T, src, dst string, typ, code uint8, mtu uint16, q []byte) []byte {
+func icmpError(t testing.TB, src, dst string, typ, code uint8, mtu uint16, q []byte) []byte {
 	body := make([]byte, 8+len(q))
 	body[0], body[1] = typ, code
 	body[6], body[7] = byte(mtu>>8), byte(mtu)
@@ -174,7 +174,9 @@ func TestAgentGuestFixtures(t *testing.T) {
 			action: xdpRedirect, out: encap(udp), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "local destination is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withDst(udp, "198.18.5.5")),
 			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
-		{name: "guest address without an EIP is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.99")),
+		{name: "guest address without an EIP opens no connection to the outside", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.99")),
+			action: xdpDrop, stats: map[string]uint64{"drop_no_eip": 1}},
+		{name: "guest address without an EIP reaches local destinations", dev: dptest.GuestDev, in: fromGuest(withDst(withSrc(udp, "198.19.21.99"), "198.18.5.5")),
 			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
 		{name: "an address no guest of this port has is spoofing", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.77")),
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},

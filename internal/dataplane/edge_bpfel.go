@@ -56,7 +56,9 @@ const (
 	edgeAzgStatSTAT_DROP_LB_NO_BACKEND edgeAzgStat = 31
 	edgeAzgStatSTAT_DROP_LB_NO_PORT    edgeAzgStat = 32
 	edgeAzgStatSTAT_LB_NAT_PASS        edgeAzgStat = 33
-	edgeAzgStatSTAT_MAX                edgeAzgStat = 34
+	edgeAzgStatSTAT_DROP_NO_EIP        edgeAzgStat = 34
+	edgeAzgStatSTAT_FLOW_NEW           edgeAzgStat = 35
+	edgeAzgStatSTAT_MAX                edgeAzgStat = 36
 )
 
 type edgeBenchFrame struct {

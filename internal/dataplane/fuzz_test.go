@@ -317,6 +317,10 @@ func outcomeCoverage(dev, counter string) int {
 		n = 33
 	case "lb_nat_pass":
 		n = 34
+	case "drop_no_eip": // agent only: the edge never counts it
+		n = 35
+	case "flow_new": // agent only
+		n = 36
 	}
 	if dev == dptest.UlDev {
 		switch {

@@ -45,6 +45,9 @@ type LoadOptions struct {
 	EIPMax uint32
 	// ConnMax overrides the capacity of the edge's connection table.
 	ConnMax uint32
+	// AgentFlowMax overrides the capacity of the agent's flow table
+	// (AGENT_FLOW_MAX, 1M entries, by default).
+	AgentFlowMax uint32
 }
 
 func prepare(spec *ebpf.CollectionSpec, o LoadOptions) (*ebpf.CollectionOptions, error) {

@@ -50,6 +50,8 @@ var statNames = [...]string{
 	"drop_lb_no_backend",
 	"drop_lb_no_port",
 	"lb_nat_pass",
+	"drop_no_eip",
+	"flow_new",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -112,6 +114,10 @@ type AgentEIP struct {
 	VSID     uint32
 	StatsIdx uint32
 	Ifindex  uint32 // host-side interface of the guest; 0 skips the check
+	// Service: the guest is an encap-mode service backend too, so its
+	// replies are looked up in the flow table before they fall back to
+	// the EIP (a guest without is spared the lookup).
+	Service bool
 }
 
 // AgentConfig is the agent programs' configuration.
@@ -119,7 +125,9 @@ type AgentConfig struct {
 	Underlay   netip.Addr
 	ICMPSource netip.Addr
 	HashSeed   uint32
-	Edges      []netip.Addr // replies are spread over these by flow hash
+	// Edges: a flow's replies go back to the edge it came from while no
+	// edge has left this list since; the rest are spread by flow hash.
+	Edges      []netip.Addr
 	ICMPRate   uint32
 	ICMPBurst  uint32
 	GatewayMAC net.HardwareAddr

@@ -169,8 +169,9 @@ func TestServicesAdoptedAfterRestart(t *testing.T) {
 	}
 }
 
-// A service with more port ranges on its VIP than the data plane holds is
-// left out and reported; the others are programmed.
+// A service with more port ranges on its VIP than the data plane holds
+// (model.MaxRanges, held equal to LB_RANGES_MAX) fails validation: read
+// from the store, it is left out and reported; the others are programmed.
 func TestServiceOverCapacityReported(t *testing.T) {
 	fake := dataplane.NewFakeLB()
 	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
@@ -183,14 +184,17 @@ func TestServiceOverCapacityReported(t *testing.T) {
 		Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.201.1")}}}}}
 	load(t, r, 1, append(svcRegion(), big)...)
 	st := r.Status(time.Now(), nil)
+	if model.MaxRanges != dataplane.LBRangesMax {
+		t.Fatalf("model.MaxRanges %d, the data plane holds %d ranges per VIP and protocol", model.MaxRanges, dataplane.LBRangesMax)
+	}
 	found := false
-	for _, e := range st.Errors {
-		if strings.Contains(e, "service big: not programmed") && strings.Contains(e, "port ranges") {
+	for _, e := range st.Invalid {
+		if e.Kind == model.KindService && e.Key == "big" && strings.Contains(e.Reason, "port ranges") {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("no problem reported for the oversized service: %v", st.Errors)
+		t.Fatalf("no problem reported for the oversized service: %v %v", st.Errors, st.Invalid)
 	}
 	if _, ok := fake.ListenerM[dataplane.Listener{VIP: a("198.51.100.40"), Proto: dataplane.ProtoTCP, Port: 10000, Last: 10001}]; ok || fake.VIPSet[a("198.51.100.40")] {
 		t.Fatal("the oversized service was programmed")

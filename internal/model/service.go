@@ -157,10 +157,10 @@ const (
 	MaxPools = 256
 	// MaxListeners bounds the listeners of a service.
 	MaxListeners = 1024
-	// MaxServicePorts bounds the data-plane entries a service's listeners
-	// expand to: one per single-port or any-port listener, one per port of
-	// each range (tcp:1-65535 alone is 65,535 entries).
-	MaxServicePorts = 65536
+	// MaxRanges bounds a service's range listeners per protocol: the edge
+	// keeps a (VIP, protocol)'s ranges as one sorted set and binary-searches
+	// it (LB_RANGES_MAX in bpf/lib/consts.h; a test holds the two equal).
+	MaxRanges = 64
 )
 
 // Listener protocols.
@@ -201,10 +201,6 @@ func (l Listener) Last() uint16 {
 	}
 	return l.Port
 }
-
-// Entries is the number of data-plane entries the listener expands to:
-// one per port of a range, else one.
-func (l Listener) Entries() int { return int(l.Last()) - int(l.Port) + 1 }
 
 // Covers reports whether the listener is specific to port (a single port
 // or a range holding it); any-port listeners cover nothing specifically.
@@ -420,7 +416,7 @@ func (s *Service) validate() Errors {
 	}
 	spans := map[string][]span{}
 	anyAt := map[string]int{}
-	entries := 0
+	ranges := map[string]int{} // range listeners by protocol
 	for i, l := range s.Listeners {
 		f := fmt.Sprintf("listeners[%d]", i)
 		ok := true
@@ -449,7 +445,9 @@ func (s *Service) validate() Errors {
 		if !ok {
 			continue
 		}
-		entries += l.Entries()
+		if !l.AnyPort() && l.Last() != l.Port {
+			ranges[l.Protocol]++
+		}
 		if l.AnyPort() {
 			if j, dup := anyAt[l.Protocol]; dup {
 				es.add(f, "%s overlaps listeners[%d] (%s)", l, j, s.Listeners[j])
@@ -482,43 +480,12 @@ func (s *Service) validate() Errors {
 			}
 		}
 	}
-	if entries > MaxServicePorts {
-		es.add("listeners", "the listeners expand to %d data-plane entries (one per port of a range); a service may have at most %d", entries, MaxServicePorts)
+	for _, proto := range sortedKeys(ranges) {
+		if n := ranges[proto]; n > MaxRanges {
+			es.add("listeners", "%d %s port ranges: a service may have at most %d per protocol (the edge searches them as one set)", n, proto, MaxRanges)
+		}
 	}
-	s.validateFixedPorts(&es)
-	s.validateReplies(&es)
 	return es
-}
-
-// validateFixedPorts refuses, in encap mode, a backend with a fixed port
-// behind a listener of several ports (a range or any port): its replies
-// are translated back by its (guest, port) to one (VIP, port), so the VIP
-// ports folded onto its one port could not be told apart. Port 0 (keep the
-// client's port) is what such listeners need. nat mode translates replies
-// by their connection, which knows its VIP port: no such rule.
-func (s *Service) validateFixedPorts(es *Errors) {
-	if s.Mode == ModeNAT {
-		return
-	}
-	reported := map[[2]int]bool{}
-	for i, l := range s.Listeners {
-		if !l.wellFormed() || !l.several() {
-			continue
-		}
-		p, pi := s.Pool(l.Pool)
-		if p == nil {
-			continue
-		}
-		for j, b := range p.Backends {
-			if b.Port == 0 || reported[[2]int{pi, j}] {
-				continue
-			}
-			reported[[2]int{pi, j}] = true
-			es.add(fmt.Sprintf("pools[%d].backends[%d].port", pi, j),
-				"backend %s of pool %s has a fixed port, but listeners[%d] (%s) sends it several ports: its replies from port %d could not be translated back to the right VIP port (omit the port to keep the client's, or serve %s from a pool without fixed ports)",
-				b.Key(), p.Name, i, l, b.Port, l)
-		}
-	}
 }
 
 func (s *Service) validateBackends(es *Errors, f string, p *Pool) {

@@ -98,9 +98,22 @@ func TestValidateService(t *testing.T) {
 		{"every port", func(s *Service) {
 			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "bulk"}, {Protocol: "tcp", Pool: "bulk"}}
 		}, nil},
-		{"too many expanded ports", func(s *Service) {
-			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "bulk"}, {Protocol: "udp", Port: 1, PortEnd: 2, Pool: "bulk"}}
-		}, []string{"listeners~expand to 65537 data-plane entries"}},
+		{"every port of both protocols", func(s *Service) {
+			s.Listeners = []Listener{{Protocol: "tcp", Port: 1, PortEnd: 65535, Pool: "bulk"}, {Protocol: "udp", Port: 1, PortEnd: 65535, Pool: "bulk"}}
+		}, nil},
+		{"64 ranges per protocol", func(s *Service) {
+			s.Listeners = nil
+			for i := range MaxRanges {
+				s.Listeners = append(s.Listeners, Listener{Protocol: "tcp", Port: uint16(1000 + 10*i), PortEnd: uint16(1005 + 10*i), Pool: "bulk"},
+					Listener{Protocol: "udp", Port: uint16(1000 + 10*i), PortEnd: uint16(1005 + 10*i), Pool: "bulk"})
+			}
+		}, nil},
+		{"too many ranges", func(s *Service) {
+			s.Listeners = nil
+			for i := range MaxRanges + 1 {
+				s.Listeners = append(s.Listeners, Listener{Protocol: "udp", Port: uint16(1000 + 10*i), PortEnd: uint16(1005 + 10*i), Pool: "bulk"})
+			}
+		}, []string{"listeners~65 udp port ranges: a service may have at most 64 per protocol"}},
 		{"too many listeners", func(s *Service) {
 			s.Listeners = nil
 			for p := 1; p <= MaxListeners+1; p++ {
@@ -231,10 +244,11 @@ func svc(name, vip, mode string, ls []Listener, pools ...Pool) *Service {
 	return &Service{Name: name, VIP: addr(vip), Mode: mode, Listeners: ls, Pools: pools}
 }
 
-// TestValidateServiceReplies: the rules that keep a backend's replies
-// translatable within one service (see replies.go): no fixed backend port
-// behind a listener of several ports, and no backend port (nat: address,
-// encap: guest) that would answer for two VIP ports.
+// TestValidateServiceReplies: the data planes translate replies by their
+// connection (nat: the edge's lb_nat_conns) or flow (encap: the agent's
+// agent_flows), so a backend port may answer for any number of VIP ports,
+// and a fixed backend port may sit behind a listener of several ports. The
+// model used to refuse all of these (issue 7, sections 2 and 3).
 func TestValidateServiceReplies(t *testing.T) {
 	const vip = "198.51.100.30"
 	const x = "198.19.11.1"
@@ -248,10 +262,8 @@ func TestValidateServiceReplies(t *testing.T) {
 		// 1. Fixed ports and listeners of several ports.
 		{"nat: fixed port behind a range", nat(lst("tcp:8000-8100=a"), pool("a", x+":8443")), nil},
 		{"nat: fixed port behind any port", nat(lst("udp:any=a"), pool("a", x+":53")), nil},
-		{"encap: fixed port behind a range", encap(lst("tcp:80=a", "tcp:8000-8100=a"), pool("a", "h1/g1", "h2/g1:8080")),
-			[]string{"pools[0].backends[1].port~backend h2/g1:8080 of pool a has a fixed port, but listeners[1] (tcp:8000-8100)"}},
-		{"encap: fixed port behind any port, reported once", encap(lst("udp:any=a", "tcp:any=a"), pool("a", "h1/g1:53")),
-			[]string{"pools[0].backends[0].port~listeners[0] (udp:any)"}},
+		{"encap: fixed port behind a range", encap(lst("tcp:80=a", "tcp:8000-8100=a"), pool("a", "h1/g1", "h2/g1:8080")), nil},
+		{"encap: fixed port behind any port", encap(lst("udp:any=a", "tcp:any=a"), pool("a", "h1/g1:53")), nil},
 		{"nat: keep-port behind a range and any port", nat(lst("tcp:8000-8100=a", "tcp:any=a", "udp:any=a"), pool("a", x, "198.19.11.2")), nil},
 		{"encap: keep-port behind a range and any port", encap(lst("tcp:8000-8100=a", "udp:any=a"), pool("a", "h1/g1", "h2/g1")), nil},
 		{"fixed port behind a range of one port", nat(lst("tcp:443-443=a"), pool("a", x+":8443")), nil},
@@ -274,11 +286,10 @@ func TestValidateServiceReplies(t *testing.T) {
 		{"nat: port 0 on a single port", nat(lst("tcp:80=a"), pool("a", x)), nil},
 		{"nat: the same port, fixed and kept (one translation)", nat(lst("tcp:80=a"), pool("a", x+":80", x)), nil},
 
-		// 3. encap: one (guest, backend port, protocol), one VIP port.
-		{"encap: two listeners, one guest port", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h2/g1", "h1/g1:8080")),
-			[]string{"pools[1].backends[1]~replies from guest h1/g1 tcp port 8080 would have to leave from 198.51.100.30:80 for listeners[0] (tcp:80) -> pool a, backend h1/g1:8080, and from 198.51.100.30:81 for listeners[1] (tcp:81) -> pool b, backend h1/g1:8080: a backend port answers for one VIP port only (replies are translated back by the backend's guest, port and protocol alone)"}},
-		{"encap: fixed port onto the any-port listener", encap(lst("udp:53=a", "udp:any=b"), pool("a", "h1/g1:5353"), pool("b", "h1/g1")),
-			[]string{"pools[0].backends[0]~replies from guest h1/g1 udp port 5353 would have to leave from 198.51.100.30:5353 for listeners[1] (udp:any)"}},
+		// 3. encap: replies go by flow, a guest port may answer for several
+		// VIP ports.
+		{"encap: two listeners, one guest port", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h2/g1", "h1/g1:8080")), nil},
+		{"encap: fixed port onto the any-port listener", encap(lst("udp:53=a", "udp:any=b"), pool("a", "h1/g1:5353"), pool("b", "h1/g1")), nil},
 		{"encap: same guest name on another host", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h2/g1:8080")), nil},
 		{"encap: other guests of a host", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h1/g2:8080")), nil},
 		{"encap: same guest, other ports", encap(lst("tcp:80=a", "tcp:81=b"), pool("a", "h1/g1:8080"), pool("b", "h1/g1:8081")), nil},

@@ -29,17 +29,13 @@ type State struct {
 	// backendOf: guest -> service -> how many of the service's backends
 	// are that guest (inner maps are never empty).
 	backendOf map[guestRef]map[string]int
-	// replies: backend address or guest and protocol -> service -> the
-	// backend ports whose replies the service's listeners translate back
-	// to its VIP (inner maps are never empty; see replies.go).
-	replies map[replyKey]map[string][]portSpan
 }
 
 // NewState returns an empty state.
 func NewState() *State {
 	s := &State{
 		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
-		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{}, replies: map[replyKey]map[string][]portSpan{},
+		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{},
 	}
 	for _, k := range registry {
 		k.initState(s)
@@ -54,17 +50,12 @@ func (s *State) Clone() *State {
 	c := &State{
 		bound: maps.Clone(s.bound), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
 		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)),
-		replies: make(map[replyKey]map[string][]portSpan, len(s.replies)),
 	}
 	for _, k := range registry {
 		k.cloneInto(c, s)
 	}
 	for g, m := range s.backendOf {
 		c.backendOf[g] = maps.Clone(m)
-	}
-	// The span slices are never changed in place: sharing them is safe.
-	for k, m := range s.replies {
-		c.replies[k] = maps.Clone(m)
 	}
 	return c
 }
@@ -369,8 +360,10 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 }
 
 // checkService: the VIP lies in an edge set's prefix, is no EIP and no
-// other service's, encap backends are existing guests, and no backend
-// answers for two services.
+// other service's, and encap backends are existing guests. A backend may
+// serve any number of services and VIP ports: the data planes translate
+// replies by their connection (nat: the edge's lb_nat_conns) or flow
+// (encap: the agent's agent_flows), not by the backend.
 func (s *State) checkService(v, _ *Service, _ bool) Errors {
 	var es Errors
 	if !s.covered(v.VIP) {
@@ -395,108 +388,16 @@ func (s *State) checkService(v, _ *Service, _ bool) Errors {
 			}
 		}
 	}
-	s.checkReplies(&es, v)
 	return es
 }
 
-// checkReplies refuses a service whose backends would answer for the
-// same backend port as another service's (nat: the same address, port
-// and protocol; encap: the same guest, port and protocol): the data
-// planes translate replies back by the backend alone, to one VIP. A
-// keep-port backend of an any-port listener claims every port of its
-// address or guest (the data plane's port-0 fallback), so no other
-// service may use that address or guest over the protocol at all.
-func (s *State) checkReplies(es *Errors, v *Service) {
-	shared := false
-	for k, sp := range replySpans(v) {
-		for name, theirs := range s.replies[k] {
-			if name != v.Name && overlap(sp, theirs) {
-				shared = true
-			}
-		}
-	}
-	if !shared {
-		return
-	}
-	// The claims of the services in the way, by key, as needed.
-	type claimsByKey struct {
-		rc    replyClaims
-		byKey map[replyKey][]replyClaim
-	}
-	others := map[string]claimsByKey{}
-	mine := claimsOf(v)
-	reported := map[[2]int32]bool{}
-	for _, c := range mine.claims {
-		k := mine.keys[c.key]
-		if reported[[2]int32{c.pool, c.backend}] {
-			continue
-		}
-	names:
-		for _, name := range sortedKeys(s.replies[k]) {
-			o := s.Services[name]
-			if name == v.Name || o == nil || o.VIP == v.VIP || !spansMeet(s.replies[k][name], c.lo, c.hi) {
-				continue // a shared VIP is the VIP check's to report
-			}
-			ob, ok := others[name]
-			if !ok {
-				ob = claimsByKey{rc: claimsOf(o), byKey: map[replyKey][]replyClaim{}}
-				for _, oc := range ob.rc.claims {
-					okey := ob.rc.keys[oc.key]
-					ob.byKey[okey] = append(ob.byKey[okey], oc)
-				}
-				others[name] = ob
-			}
-			for _, oc := range ob.byKey[k] {
-				if oc.hi < c.lo || oc.lo > c.hi {
-					continue
-				}
-				port := max(c.lo, oc.lo)
-				reported[[2]int32{c.pool, c.backend}] = true
-				es.add(c.field(), "%s would belong to two services: to %s for %s, and to service %s's %s for its %s%s",
-					replier(k, port), c.target(v.VIP, port), c.origin(v), name, oc.target(o.VIP, port), oc.origin(o), anyNote(k, c, oc))
-				break names
-			}
-		}
-	}
-}
-
-// overlap reports whether two sorted, merged span lists share a port.
-func overlap(a, b []portSpan) bool {
-	for i, j := 0, 0; i < len(a) && j < len(b); {
-		switch {
-		case a[i].hi < b[j].lo:
-			i++
-		case b[j].hi < a[i].lo:
-			j++
-		default:
-			return true
-		}
-	}
-	return false
-}
-
-// indexService adds or removes a service's VIP, encap backends and reply
-// claims in the indexes.
+// indexService adds or removes a service's VIP and encap backends in the
+// indexes.
 func (s *State) indexService(v *Service, add bool) {
 	if add {
 		s.vips[v.VIP] = v.Name
 	} else if s.vips[v.VIP] == v.Name {
 		delete(s.vips, v.VIP)
-	}
-	for k, sp := range replySpans(v) {
-		m := s.replies[k]
-		if add {
-			if m == nil {
-				m = map[string][]portSpan{}
-				s.replies[k] = m
-			}
-			m[v.Name] = sp
-			continue
-		}
-		delete(m, v.Name)
-		if len(m) == 0 {
-			delete(s.replies, k)
-		}
 	}
 	if v.Mode != ModeEncap {
 		return

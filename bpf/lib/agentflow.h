@@ -1,0 +1,148 @@
+/* agentflow.h: the host agent's flow table (agent_flows, an LRU hash).
+ *
+ * A guest can be reached through its EIP and, as an encap-mode service
+ * backend, through one or more VIPs, on the same port. Its replies carry
+ * only its own address, so the agent remembers per flow which public
+ * address and port the flow came in through (issue 7, section 2):
+ *
+ *   - xdp_agent_underlay writes an entry when it decapsulates a TCP or UDP
+ *     packet to a VIP (key: the reply's 5-tuple as the guest sends it;
+ *     value: the VIP and port, the edge that sent it, the guest's VSID and
+ *     interface). An EIP packet to a guest that is also a service backend
+ *     rewrites an existing entry that names another address; it creates
+ *     none, because a guest's EIP is the fallback of every reply anyway.
+ *   - xdp_agent_guest translates a reply by its own entry first, and an
+ *     ICMP error the guest sends by the entry of the flow it quotes.
+ *
+ * The hot path writes nothing when nothing changed: an entry is compared
+ * before it is written (Katran and Cilium update their tables only when
+ * needed), and the LRU's own bookkeeping on lookup keeps live flows from
+ * eviction, so there is no per-packet timestamp to write. */
+#ifndef AZG_AGENTFLOW_H
+#define AZG_AGENTFLOW_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "consts.h"
+#include "structs.h"
+#include "parse.h"
+#include "nat.h"
+
+/* Flows that came in through a VIP: reply 5-tuple -> public side. One
+ * table for every guest of the host, evicted least recently used. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, AGENT_FLOW_MAX);
+	__type(key, struct agent_flow_key);
+	__type(value, struct agent_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_flows SEC(".maps");
+
+/* TCP or UDP with its ports: unfragmented (parse_ipv4 leaves ports zero in
+ * every fragment, the first one included). */
+static __always_inline int flow_ported(const struct pkt *p)
+{
+	return p->l4_ok && !p->frag && (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_);
+}
+
+static __always_inline int flow_same(const struct agent_flow *a, const struct agent_flow *b)
+{
+	return a->pub == b->pub && a->pport == b->pport && a->edge == b->edge && a->vsid == b->vsid &&
+	       a->ifindex == b->ifindex && a->edges_gen == b->edges_gen;
+}
+
+/* Records, for the decapsulated packet in (to the guest priv, from the
+ * edge at underlay address edge), where its flow came in: a flow to a VIP
+ * (learn) is written unless its entry already says the same; a flow to the
+ * guest's EIP (!learn) rewrites an entry an earlier VIP flow left on its
+ * 5-tuple and creates none (a reply without one leaves through the EIP).
+ * vsid_bport: the guest's VSID << 32 | the backend port the packet is
+ * translated to (0: kept); ifx: the guest's interface << 32 | 2 when the
+ * FIB resolved it | learn. Returns 1 when it wrote. A global (separately
+ * verified) function, as is flow_reply_key: inlined, their branches
+ * multiplied the callers' verifier states (and five arguments is all a
+ * BPF call takes, hence the packing). */
+__noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u64 vsid_bport, __u64 ifx)
+{
+	__u32 zero = 0;
+	if (!in || !flow_ported(in))
+		return 0;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return 0;
+	__be16 dport = (__be16)(in->ports >> 16);
+	__be16 bport = (__be16)(vsid_bport & 0xffff);
+	struct agent_flow_key k = {
+		.guest = priv,
+		.remote = in->saddr,
+		.gport = bport ? bport : dport,
+		.rport = (__be16)(in->ports & 0xffff),
+		.proto = in->proto,
+	};
+	struct agent_flow v = {
+		.pub = in->daddr,
+		.edge = edge,
+		.pport = dport,
+		.edges_gen = cfg->edges_gen,
+		.vsid = vsid_bport >> 32,
+		.ifindex = (ifx & 2) ? ifx >> 32 : 0,
+	};
+	struct agent_flow *cur = bpf_map_lookup_elem(&agent_flows, &k);
+	if (cur) {
+		if (flow_same(cur, &v))
+			return 0;
+		*cur = v;
+		return 1;
+	}
+	if (!(ifx & 1))
+		return 0;
+	return bpf_map_update_elem(&agent_flows, &k, &v, BPF_ANY) == 0;
+}
+
+#define FLOW_NONE 0   /* no flow entry can hold this packet */
+#define FLOW_PORTED 1 /* TCP or UDP: looked up by its own 5-tuple */
+#define FLOW_QUOTED 2 /* ICMP error: looked up by the flow it quotes */
+
+/* The key of the flow a guest's packet p belongs to: a TCP or UDP packet
+ * by its own 5-tuple (a SYN without ACK opens a connection of the guest's
+ * own and never belongs to an entry); an ICMP error by the flow it quotes,
+ * which must be a packet from the error's destination to its source (the
+ * guest). Returns FLOW_*. */
+__noinline int flow_reply_key(struct xdp_md *ctx, const struct pkt *p, struct agent_flow_key *k)
+{
+	if (!ctx || !p || !k)
+		return FLOW_NONE;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__builtin_memset(k, 0, sizeof(*k));
+	if (flow_ported(p)) {
+		if (p->proto == IPPROTO_TCP_ && (p->tcp_flags & 0x12) == 0x02)
+			return FLOW_NONE;
+		k->guest = p->saddr;
+		k->remote = p->daddr;
+		k->gport = (__be16)(p->ports & 0xffff);
+		k->rport = (__be16)(p->ports >> 16);
+		k->proto = p->proto;
+		return FLOW_PORTED;
+	}
+	if (p->proto != IPPROTO_ICMP_ || !p->l4_ok || p->frag)
+		return FLOW_NONE;
+	struct icmphdr_ *ih = data + OFF(p->l4_off);
+	if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
+		return FLOW_NONE;
+	__be32 qs, qd;
+	__be16 qsp, qdp;
+	__u8 qp;
+	if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp))
+		return FLOW_NONE;
+	if (qd != p->saddr || qs != p->daddr || (qp != IPPROTO_TCP_ && qp != IPPROTO_UDP_))
+		return FLOW_NONE;
+	k->guest = qd;
+	k->remote = qs;
+	k->gport = qdp;
+	k->rport = qsp;
+	k->proto = qp;
+	return FLOW_QUOTED;
+}
+
+#endif

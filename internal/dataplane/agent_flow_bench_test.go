@@ -1,0 +1,121 @@
+package dataplane
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/azgate/azgate/internal/dataplane/dptest"
+)
+
+// TestAgentPathCost measures the agent's paths in ns/packet
+// (BPF_PROG_TEST_RUN repeat mode through the bench entry points, which
+// restore the frame before every run; the restore's own cost, measured
+// alone, is subtracted), the fastest of AZGATE_ROUNDS rounds (default 5)
+// of AZGATE_REPEAT runs (default 200000). It only logs, so it runs only
+// when AZGATE_TIMING is set: run it with -v, under the same load, before
+// and after a change.
+//
+//   - eip_*: a guest with an EIP that serves no VIP (no flow lookup);
+//   - svc_eip_*: a guest with an EIP that serves a VIP too, on an EIP flow
+//     (a flow lookup that misses, then the EIP);
+//   - vip_*: a VIP flow (decap: an entry that is already right, refreshed
+//     by a lookup, no write; reply: translated by its entry).
+func TestAgentPathCost(t *testing.T) {
+	if os.Getenv("AZGATE_TIMING") == "" {
+		t.Skip("timing only with AZGATE_TIMING=1")
+	}
+	env, a := newAgentBed(t)
+	g1 := uint32(mustIfindex(t, env, dptest.GuestDev))
+	bench, err := LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bench.Close()
+	repeat, rounds := uint32(200000), 5
+	if v, err := strconv.Atoi(os.Getenv("AZGATE_REPEAT")); err == nil && v > 0 {
+		repeat = uint32(v)
+	}
+	if v, err := strconv.Atoi(os.Getenv("AZGATE_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	pad := make([]byte, 74) // frames of 128 bytes (guest) and more (tunnel)
+	key := uint32(vsid<<8 | 0x21)
+	tunnel := func(mac string, f flow) []byte {
+		f.payload = pad
+		return nvgre(t, dptest.FabMAC, dptest.UlMAC, edgeA, dptest.UlAddr, key, 0, ethFrame(t, gwMAC, mac, f.ip(t)))
+	}
+	guest := func(f flow) []byte { f.payload = pad; return f.frame(t, dptest.VMMAC, dptest.GuestMAC) }
+	toEIP := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, ttl: 63}
+	toVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40001, dport: 80, ttl: 63}
+	fromEIP := flow{src: dptest.GuestAddr, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000}
+	fromVIP := flow{src: dptest.GuestAddr, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40001}
+
+	type pathCase struct {
+		name  string
+		guest bool
+		frame []byte
+		want  uint32
+	}
+	measure := func(phase string, cases []pathCase) {
+		for _, c := range cases {
+			prog, dev := a.UnderlayBenchProgram(), dptest.UlDev
+			if c.guest {
+				prog, dev = a.GuestBenchProgram(), dptest.GuestDev
+			}
+			if err := a.SetBenchFrame(c.frame); err != nil {
+				t.Fatal(err)
+			}
+			if err := bench.SetBenchFrame(c.frame); err != nil {
+				t.Fatal(err)
+			}
+			best, restore := 0.0, 0.0
+			for r := 0; r < rounds; r++ {
+				ns, ret, err := env.Time(prog, dev, c.frame, repeat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ret != c.want {
+					t.Fatalf("%s: action %d, want %d: not the measured path", c.name, ret, c.want)
+				}
+				rs, _, err := env.Time(bench.Restore(), dev, c.frame, repeat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r == 0 || ns < best {
+					best = ns
+				}
+				if r == 0 || rs < restore {
+					restore = rs
+				}
+			}
+			t.Logf("%-26s %-12s %6.1f ns/packet (restore %.1f ns subtracted)", c.name, phase, best-restore, restore)
+		}
+	}
+	const redirect = 4
+	measure("eip-only", []pathCase{
+		{"eip_decap", false, tunnel("02:00:c6:33:64:07", toEIP), redirect},
+		{"eip_reply", true, guest(fromEIP), redirect},
+	})
+	// The guest serves a VIP too.
+	svcEIP := AgentEIP{EIP: addr(eip), Private: addr(dptest.GuestAddr), VSID: vsid, StatsIdx: agentIdx, Ifindex: g1}
+	agentFlowBenchMarkService(&svcEIP)
+	if err := a.PutEIP(svcEIP); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PutService(agentFlowBenchService(addr(vipEncap), addr(dptest.GuestAddr), g1)); err != nil {
+		t.Fatal(err)
+	}
+	vipIn := tunnel("02:01:c6:13:15:01", toVIP)
+	if res, err := env.Run(a.UnderlayProgram(), dptest.UlDev, vipIn); err != nil || res.Action != redirect {
+		t.Fatalf("VIP flow: %v %v", res.Action, err)
+	}
+	measure("svc guest", []pathCase{
+		{"svc_eip_decap", false, tunnel("02:00:c6:33:64:07", toEIP), redirect},
+		{"svc_eip_reply", true, guest(fromEIP), redirect},
+		{"vip_decap", false, vipIn, redirect},
+		{"vip_reply", true, guest(fromVIP), redirect},
+	})
+}
