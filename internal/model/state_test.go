@@ -336,4 +336,3 @@ func TestServiceReplyConflicts(t *testing.T) {
 		})
 	}
 }
-
