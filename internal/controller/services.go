@@ -178,7 +178,13 @@ func (s *Server) serviceStatus(w http.ResponseWriter, r *http.Request) error {
 				out.Errors = append(out.Errors, fmt.Sprintf("%s: %v", kv.Key, err))
 				continue
 			}
-			edges[strings.TrimPrefix(string(kv.Key), prefix)] = ns
+			e := strings.TrimPrefix(string(kv.Key), prefix)
+			edges[e] = ns
+			for _, msg := range ns.Errors { // e.g. a health command the edge does not list
+				if strings.HasPrefix(msg, "service "+name+" ") {
+					out.Errors = append(out.Errors, "edge "+e+": "+msg)
+				}
+			}
 		}
 	}
 
