@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -57,8 +58,14 @@ func (s *Server) handler() http.Handler {
 // statusRecorder remembers the status code written.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code    int
+	timeout time.Duration // Config.WriteTimeout, for writeJSON
 }
+
+func (r *statusRecorder) writeTimeout() time.Duration { return r.timeout }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.code == 0 {
@@ -79,7 +86,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
 		next.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
@@ -138,12 +145,30 @@ func invalid(kind, key string, err error) error {
 	var es model.Errors
 	if errors.As(err, &es) {
 		return &httpError{status: http.StatusUnprocessableEntity, fields: es,
-			msg: fmt.Sprintf("invalid %s %q: %v", model.Singular(kind), key, es)}
+			msg: fmt.Sprintf("invalid %s %q: %s", model.Singular(kind), key, shortList(es))}
 	}
 	return err
 }
 
-// writeError maps an error to its status and JSON body.
+// maxErrorFields caps the field errors of one answer: a million-object
+// document with one mistake in each would otherwise answer with a body
+// larger than itself.
+const maxErrorFields = 100
+
+// maxErrorMessage caps an error answer's message (the fields carry the
+// details).
+const maxErrorMessage = 16 << 10
+
+// shortList is the errors joined, or their summary when there are many.
+func shortList(es model.Errors) string {
+	if len(es) <= 3 {
+		return es.Error()
+	}
+	return summary(es)
+}
+
+// writeError maps an error to its status and JSON body; the field errors
+// are capped at maxErrorFields (Omitted counts the rest).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
@@ -169,14 +194,28 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &fe):
 		status, body.Fields = http.StatusBadRequest, []model.FieldError{fe}
 	}
+	if n := len(body.Fields); n > maxErrorFields {
+		body.Fields = body.Fields[:maxErrorFields:maxErrorFields]
+		body.Omitted = n - maxErrorFields
+		body.Error = fmt.Sprintf("%s (%d field errors; the first %d are listed, and %d more)", body.Error, n, maxErrorFields, n-maxErrorFields)
+	}
+	if len(body.Error) > maxErrorMessage {
+		body.Error = strings.ToValidUTF8(body.Error[:maxErrorMessage], "") + fmt.Sprintf("... (%d more bytes)", len(body.Error)-maxErrorMessage)
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status, "err", err)
 	}
 	writeJSON(w, status, 0, body)
 }
 
-// writeJSON writes v with the revision header (when rev > 0).
+// writeJSON writes v with the revision header (when rev > 0). The write
+// deadline (Config.WriteTimeout) counts from here, not from the end of the
+// request's headers: a write that waited for a long commit still gets the
+// whole timeout to send its answer.
 func writeJSON(w http.ResponseWriter, status int, rev int64, v any) {
+	if d, ok := w.(interface{ writeTimeout() time.Duration }); ok && d.writeTimeout() > 0 {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d.writeTimeout()))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if rev > 0 {
 		w.Header().Set(api.RevisionHeader, strconv.FormatInt(rev, 10))
@@ -194,7 +233,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (
 	switch {
 	case errors.As(err, &mbe):
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is larger than %d bytes (the controller's --max-body-bytes)", mbe.Limit)}
+			msg: fmt.Sprintf("request body is larger than %d bytes (%d MiB), the controller's --max-body-bytes: split the document, or raise the limit", mbe.Limit, mbe.Limit>>20)}
 	case err != nil:
 		return nil, badRequest("reading the request body: %v", err)
 	case len(bytes.TrimSpace(b)) == 0:
