@@ -178,3 +178,26 @@ func TestManagerCommands(t *testing.T) {
 		t.Error("the unlisted command ran")
 	}
 }
+
+// FuzzParseCommand: whatever a --health-command flag or a commands file
+// line holds, ParseCommand either refuses it or returns a valid name, a
+// clean absolute path and arguments without blanks.
+func FuzzParseCommand(f *testing.F) {
+	for _, s := range []string{"check-dns=/usr/bin/dig +short example.org", "x=/bin/true", "=", "a=b", "a=/", "A=/x", "a= /x\t-v "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseCommand(s)
+		if err != nil {
+			return
+		}
+		if !model.ValidCommandName(c.Name) || !filepath.IsAbs(c.Path) || filepath.Clean(c.Path) != c.Path {
+			t.Fatalf("%q gave %+v", s, c)
+		}
+		for _, a := range c.Args {
+			if a == "" || strings.ContainsAny(a, " \t\n") {
+				t.Fatalf("%q gave argument %q", s, a)
+			}
+		}
+	})
+}
