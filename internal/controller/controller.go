@@ -37,6 +37,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -343,6 +345,11 @@ func (s *Server) forceReload() {
 func (s *Server) serve() error {
 	h := s.handler()
 	s.conns = newConnLimit(s.cfg.MaxConns)
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_api_connections", Help: "Open API connections (at most --max-conns).",
+	}, func() float64 { return float64(s.conns.open.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_api_connections_waiting", Help: "Accepted API connections waiting for a slot under --max-conns.",
+	}, func() float64 { return float64(s.conns.waiting.Load()) }))
 	if s.cfg.Listen != "" {
 		tl, err := net.Listen("tcp", s.cfg.Listen)
 		if err != nil {

@@ -79,6 +79,17 @@ func TestConnectionCap(t *testing.T) {
 	if n := s.conns.open.Load(); n != 2 {
 		t.Errorf("%d open connections, want 2", n)
 	}
+	// The metrics say so, read over a held connection.
+	io.WriteString(held[0], "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(held[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "azgate_controller_api_connections 2") {
+		t.Errorf("metrics lack azgate_controller_api_connections 2")
+	}
 	tcp := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 	unix := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -1,7 +1,7 @@
 // Package health runs an edge's health checks of service backends (TCP
 // connect, HTTP(S) status, UDP reply, a command the edge's configuration
-// lists) with interval, timeout,
-// rise and fall, and publishes each backend's verdict under
+// lists) with interval, timeout, rise and fall, and publishes each
+// backend's verdict under
 // model.HealthReportKey with a lease of the edge's: the controller turns
 // the majority of the edges' verdicts into the service's Health object.
 package health
