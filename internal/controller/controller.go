@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,6 +213,10 @@ type Server struct {
 	health   *healthAgg
 
 	writeMu sync.Mutex // serializes writes (see the package doc)
+	// largeBodies holds the one slot of requests with large bodies (see
+	// largeBody).
+	largeBodies  chan struct{}
+	largeWaiting atomic.Int64 // requests waiting for it
 	// beforeCommit, if set (by tests), runs before each commit attempt.
 	beforeCommit func(attempt int)
 
@@ -251,7 +256,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{}),
+		largeBodies: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			s.Close()

@@ -118,10 +118,48 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: fmt.Sprintf("wrong bearer token: use the one in %s on the controller", s.TokenFile())})
 			return
 		}
+		if large(r) {
+			release, err := s.takeLargeBody(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			defer release()
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// largeBody: a request body larger than this (or of unknown length) is
+// large. Large requests are served one at a time (their bodies are held in
+// memory, parsed and planned; writes are serialized anyway), so
+// --max-conns connections cost at most one body of --max-body-bytes and
+// the others of 16 MiB at most.
+const largeBody = 16 << 20
+
+func large(r *http.Request) bool {
+	return r.ContentLength > largeBody || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+// takeLargeBody waits for the one slot of large requests, until the
+// client goes away.
+func (s *Server) takeLargeBody(r *http.Request) (release func(), err error) {
+	select {
+	case s.largeBodies <- struct{}{}:
+		return func() { <-s.largeBodies }, nil
+	default:
+	}
+	s.largeWaiting.Add(1)
+	defer s.largeWaiting.Add(-1)
+	select {
+	case s.largeBodies <- struct{}{}:
+		return func() { <-s.largeBodies }, nil
+	case <-r.Context().Done():
+		return nil, &httpError{status: http.StatusServiceUnavailable,
+			msg: "gave up waiting for another large request to finish (large requests are served one at a time)"}
+	}
 }
 
 // httpError is an error with its HTTP status.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,6 +202,9 @@ func TestReadDuringCommit(t *testing.T) {
 	}
 	before := s.view.revision()
 	inCommit, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the server's: a failure must not leave the commit held
 	s.beforeCommit = func(int) {
 		close(inCommit)
 		<-release
@@ -214,7 +218,6 @@ func TestReadDuringCommit(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+s.Token())
 		resp, err := hc.Do(req)
 		if err != nil {
-			close(release)
 			t.Fatalf("GET %s while a commit is in flight: %v", path, err)
 		}
 		defer resp.Body.Close()
@@ -236,7 +239,7 @@ func TestReadDuringCommit(t *testing.T) {
 		t.Fatalf("the write finished while held: HTTP %d", r.code)
 	default:
 	}
-	close(release)
+	letGo()
 	r := <-done
 	s.beforeCommit = nil
 	if r.code != 201 {
@@ -288,5 +291,39 @@ func TestStaleReloadIgnored(t *testing.T) {
 	v.handle(state("az9"), 12, nil, true)
 	if _, ok := v.st.Get(model.KindAZ, "az9"); v.rev != 12 || !ok || v.st.Len(model.KindAZ) != 1 {
 		t.Errorf("a newer reload did not replace the view: rev %d, %d AZs", v.rev, v.st.Len(model.KindAZ))
+	}
+}
+
+// TestLargeBodiesOneAtATime: while one request with a large body is being
+// served (its commit held), a second large one waits; reads go on.
+func TestLargeBodiesOneAtATime(t *testing.T) {
+	s := startServer(t, Config{})
+	pad := func(doc string) string { return doc + "#" + strings.Repeat("x", largeBody) + "\n" }
+	inCommit, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the server's: a failure must not leave the commit held
+	first := true
+	s.beforeCommit = func(int) {
+		if first {
+			first = false
+			close(inCommit)
+			<-release
+		}
+	}
+	a, b := make(chan reply, 1), make(chan reply, 1)
+	go func() { a <- call(t, s, "POST", "/v1/apply", pad("azs:\n  - name: az1\n")) }()
+	<-inCommit
+	go func() { b <- call(t, s, "POST", "/v1/apply", pad("azs:\n  - name: az2\n")) }()
+	waitFor(t, func() bool { return s.largeWaiting.Load() == 1 })
+	if r := call(t, s, "GET", "/v1/azs", nil); r.code != 200 {
+		t.Errorf("read: HTTP %d", r.code)
+	}
+	letGo()
+	if r := <-a; r.code != 200 {
+		t.Errorf("first: HTTP %d %s", r.code, r.body)
+	}
+	if r := <-b; r.code != 200 {
+		t.Errorf("second: HTTP %d %s", r.code, r.body)
 	}
 }
