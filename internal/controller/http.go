@@ -188,6 +188,14 @@ func invalid(kind, key string, err error) error {
 	return err
 }
 
+// byteSize writes n in bytes, with MiB when it is that large.
+func byteSize(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d bytes (%d MiB)", n, n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 // maxErrorFields caps the field errors of one answer: a million-object
 // document with one mistake in each would otherwise answer with a body
 // larger than itself.
@@ -271,7 +279,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (
 	switch {
 	case errors.As(err, &mbe):
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is larger than %d bytes (%d MiB), the controller's --max-body-bytes: split the document, or raise the limit", mbe.Limit, mbe.Limit>>20)}
+			msg: fmt.Sprintf("request body is larger than %s, the controller's --max-body-bytes: split the document, or raise the limit", byteSize(mbe.Limit))}
 	case err != nil:
 		return nil, badRequest("reading the request body: %v", err)
 	case len(bytes.TrimSpace(b)) == 0:
