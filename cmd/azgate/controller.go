@@ -45,7 +45,12 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.StringVar(&etcd, "etcd-endpoints", "", "external etcd endpoints, comma-separated (default: start an embedded etcd)")
 		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client URL of the embedded etcd, e.g. http://127.0.0.1:2379")
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
-		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted")
+		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 (the default fits a 1M-EIP document about 3 times)")
+		f.IntVar(&cfg.MaxConns, "max-conns", controller.DefaultMaxConns, "concurrent API connections (TCP and unix socket together); more wait")
+		f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", controller.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+		f.DurationVar(&cfg.ReadTimeout, "read-timeout", controller.DefaultReadTimeout, "time a client has to send a whole request, body included")
+		f.DurationVar(&cfg.WriteTimeout, "write-timeout", controller.DefaultWriteTimeout, "time to send an answer, from when it starts")
+		f.DurationVar(&cfg.IdleTimeout, "idle-timeout", controller.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 		f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 		addEtcdAuthFlags(c, &cfg.EtcdAuth)
 		return c

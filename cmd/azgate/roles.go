@@ -17,6 +17,7 @@ import (
 	"github.com/azgate/azgate/internal/agent"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -97,7 +98,8 @@ func init() {
 		var icmpSource string
 		var noTTL bool
 		var eipMax, ctMax uint32
-		var arpIfaces []string
+		var arpIfaces, healthCmds []string
+		var healthCmdFile string
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -116,8 +118,12 @@ without interruption. The node must be an edge of an edge set.`,
 				defer st.Close()
 				load.EIPMax = eipMax
 				load.ConnMax = ctMax
+				cmds, err := healthCommands(healthCmds, healthCmdFile)
+				if err != nil {
+					return err
+				}
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb}
+					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds}
 				if icmpSource != "" {
 					a, err := netip.ParseAddr(icmpSource)
 					if err != nil {
@@ -147,6 +153,8 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().DurationVar(&lb.UDP, "ct-udp-timeout", lb.UDP, "connection-table timeout of UDP (and other) flows")
 		c.Flags().Uint32Var(&lb.InsertRate, "ct-insert-rate", lb.InsertRate, "new connection entries per second per CPU; beyond it (a SYN flood) flows are forwarded by the table alone (0: no cap)")
 		c.Flags().Uint32Var(&lb.InsertBurst, "ct-insert-burst", lb.InsertBurst, "burst of new connection entries per CPU")
+		c.Flags().StringArrayVar(&healthCmds, "health-command", nil, `a command that command health checks may run, by NAME (repeatable): "NAME=/abs/path [args...]", split on spaces, no shell; it gets AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT, exit 0 means up`)
+		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
 		return c
 	})
@@ -201,4 +209,25 @@ without interruption. The node must be an edge of an edge set.`,
 			},
 		}
 	})
+}
+
+// healthCommands builds the edge's list of health-check commands from
+// --health-command and --health-commands; a name given twice is an error.
+func healthCommands(specs []string, file string) (health.Commands, error) {
+	var list []health.Command
+	for _, s := range specs {
+		c, err := health.ParseCommand(s)
+		if err != nil {
+			return nil, fmt.Errorf("--health-command: %w", err)
+		}
+		list = append(list, c)
+	}
+	if file != "" {
+		more, err := health.LoadCommandsFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--health-commands: %w", err)
+		}
+		list = append(list, more...)
+	}
+	return health.NewCommands(list)
 }

@@ -120,7 +120,7 @@ func serviceCreateCommand() *cobra.Command {
 	f.StringArrayVar(&listeners, "listener", nil, "PROTO:PORTS=POOL: tcp:80=web, tcp:8000-8100=web, udp:any=dns (repeatable)")
 	f.StringArrayVar(&pools, "pool", nil, "declare a pool (pools named by --listener, --backend and --health are declared too)")
 	f.StringArrayVar(&backends, "backend", nil, "POOL=BACKEND: web=HOST/GUEST[:PORT][@WEIGHT] (encap) or web=ADDR[:PORT][@WEIGHT] (nat) (repeatable)")
-	f.StringArrayVar(&checks, "health", nil, "POOL=TYPE[:ARG][,KEY=VALUE...]: web=http:/healthz,interval=2s; tls=tcp; dns=udp:ping; x=command:/usr/bin/check --fast")
+	f.StringArrayVar(&checks, "health", nil, "POOL=TYPE[:ARG][,KEY=VALUE...]: web=http:/healthz,interval=2s; tls=tcp; dns=udp:ping; x=command:NAME (a command the edges list with --health-command)")
 	f.BoolVar(&replace, "replace", false, "replace the service if it exists (PUT) instead of failing")
 	create.MarkFlagRequired("vip")
 	create.MarkFlagRequired("mode")
@@ -202,8 +202,9 @@ func parseBackend(s string) (model.Backend, error) {
 }
 
 // parseHealth parses POOL=TYPE[:ARG][,KEY=VALUE...]. ARG is the path of an
-// http(s) check, the payload of a udp check and the command line (split
-// on spaces) of a command check; it ends at the first comma.
+// http(s) check, the payload of a udp check and the name of a command
+// check's command (one the edges list with --health-command); it ends at
+// the first comma.
 func parseHealth(s string) (string, *model.HealthCheck, error) {
 	pool, spec, ok := strings.Cut(s, "=")
 	if !ok || pool == "" || spec == "" {
@@ -219,7 +220,7 @@ func parseHealth(s string) (string, *model.HealthCheck, error) {
 		case model.CheckUDP:
 			h.Send = arg
 		case model.CheckCommand:
-			h.Command = strings.Fields(arg)
+			h.Command = model.CommandName(arg)
 		default:
 			return "", nil, fmt.Errorf("--health %q: a %s check takes no :ARG", s, typ)
 		}
@@ -421,8 +422,8 @@ func describeCheck(h *model.HealthCheck) string {
 		s += ":" + h.Path
 	case h.Send != "":
 		s += ":" + h.Send
-	case len(h.Command) > 0:
-		s += ":" + strings.Join(h.Command, " ")
+	case h.Command != "":
+		s += ":" + string(h.Command)
 	}
 	if h.Port != 0 {
 		s += fmt.Sprintf(",port=%d", h.Port)

@@ -17,8 +17,10 @@ const RevisionHeader = "Azgate-Revision"
 
 // Error is the body of every error response.
 type Error struct {
-	Error  string             `json:"error"`
-	Fields []model.FieldError `json:"fields,omitempty"`
+	Error string `json:"error"`
+	// Fields are the field errors, at most 100; Omitted counts the rest.
+	Fields  []model.FieldError `json:"fields,omitempty"`
+	Omitted int                `json:"omitted,omitempty"`
 }
 
 // List is the body of GET /v1/KIND: the objects ordered by key.

@@ -22,7 +22,9 @@ type ServiceStatus struct {
 	Pools  []PoolStatus  `json:"pools"`
 	// Agree: every pool's Agree.
 	Agree bool `json:"agree"`
-	// Errors lists edge statuses or reports that could not be read.
+	// Errors lists edge statuses or reports that could not be read, and
+	// the edges' problems with the service (a health check command an
+	// edge does not list).
 	Errors []string `json:"errors,omitempty"`
 }
 

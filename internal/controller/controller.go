@@ -6,14 +6,17 @@
 // revision it reflects) fed by store.Follow, so reads never touch etcd.
 // Writes are serialized by one mutex: a write applies its change to the
 // view with State.Put/Delete (which check references and return undo
-// functions), then commits the changed objects at the view's revision.
-// store.Commit fails with ErrConflict if anyone committed after that
+// functions), takes it back out (so readers never see an uncommitted
+// change nor wait for the store), commits the changed objects at the
+// view's revision and, once the store took them, puts them in the view
+// again with the new revision. store.Commit fails with ErrConflict if anyone committed after that
 // revision (another controller, another tool); the write then undoes its
 // change, waits until the view has caught up with the newer commit and
 // tries again, a bounded number of times. Any other commit error undoes
 // the change and forces a full reload, since the store may or may not have
 // taken it. The watch delivers the controller's own commits too: changes
-// at or below the view's revision are already in it and are skipped.
+// at or below the view's revision are already in it and are skipped, and
+// a full reload older than the view is ignored.
 package controller
 
 import (
@@ -32,16 +35,34 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/azgate/azgate/internal/store"
 )
 
 // Defaults.
 const (
-	DefaultDataDir      = "/var/lib/azgate"
-	DefaultListen       = "127.0.0.1:7080"
-	DefaultMaxBodyBytes = 512 << 20 // a million-EIP document is about 70 MiB of JSON
+	DefaultDataDir = "/var/lib/azgate"
+	DefaultListen  = "127.0.0.1:7080"
+	// DefaultMaxBodyBytes fits the largest document the benchmarks apply
+	// (1,000 hosts x 1,000 guests and 1,000,000 bound EIPs, as
+	// internal/bench/control.go builds it) with margin: 116 MiB of compact
+	// JSON (what the CLI sends), 117 MiB of YAML, 218 MiB of JSON indented
+	// by two spaces (TestBodyLimitFitsMillionEIPs measures the first).
+	// A body is held in memory while it is parsed, so the limit is also
+	// what one request may cost.
+	DefaultMaxBodyBytes = 384 << 20
+	// DefaultMaxConns caps the API's concurrent connections (TCP and unix
+	// socket together); more wait to be accepted.
+	DefaultMaxConns = 256
+	// HTTP timeouts (see Config).
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 5 * time.Minute
+	DefaultWriteTimeout      = 2 * time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
 	// TokenFile is the token's file name inside the data directory.
 	TokenFile = "token"
 )
@@ -75,8 +96,21 @@ type Config struct {
 	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
 	// for an external one. It must not exceed the server's --max-txn-ops.
 	TxnOps int
-	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes).
+	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes); a
+	// larger one is refused with 413.
 	MaxBodyBytes int64
+	// MaxConns caps the API's concurrent connections, over the TCP and
+	// unix listeners together (0: DefaultMaxConns). A connection beyond
+	// it waits in the listen backlog until one closes.
+	MaxConns int
+	// ReadHeaderTimeout bounds reading a request's headers (a client that
+	// trickles them, slowloris, is cut off); ReadTimeout the whole
+	// request, body included (a 384 MiB body needs 1.3 MB/s under the
+	// default); WriteTimeout writing a response, counted from when the
+	// handler starts writing it (a long commit does not eat into it);
+	// IdleTimeout how long a kept-alive connection may wait for its next
+	// request. 0 means the default.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Version is reported by /v1/status.
 	Version string
 	// Logger receives the controller's logs (nil: slog.Default()).
@@ -144,6 +178,25 @@ func (c Config) check() (Config, error) {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxConns < 0 {
+		return c, fmt.Errorf("max connections %d: must be positive", c.MaxConns)
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"read header timeout", &c.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {"read timeout", &c.ReadTimeout, DefaultReadTimeout},
+		{"write timeout", &c.WriteTimeout, DefaultWriteTimeout}, {"idle timeout", &c.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%s %v: must be positive", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -166,6 +219,10 @@ type Server struct {
 	health   *healthAgg
 
 	writeMu sync.Mutex // serializes writes (see the package doc)
+	// largeBodies holds the one slot of requests with large bodies (see
+	// largeBody).
+	largeBodies  chan struct{}
+	largeWaiting atomic.Int64 // requests waiting for it
 	// beforeCommit, if set (by tests), runs before each commit attempt.
 	beforeCommit func(attempt int)
 
@@ -173,6 +230,7 @@ type Server struct {
 	reload   context.CancelFunc // ends the current Follow, which then reloads
 
 	tcp, unix  net.Listener
+	conns      *connLimit // shared by both listeners
 	servers    []*http.Server
 	stop       context.CancelFunc
 	followDone chan struct{}
@@ -204,7 +262,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{}),
+		largeBodies: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -217,6 +276,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.view = newView()
+	s.view.log = s.log
 	s.metrics = newMetrics(s.view)
 	s.health = newHealthAgg(s)
 	s.view.onServices = s.health.poke
@@ -300,11 +360,19 @@ func (s *Server) forceReload() {
 
 func (s *Server) serve() error {
 	h := s.handler()
+	s.conns = newConnLimit(s.cfg.MaxConns)
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_api_connections", Help: "Open API connections (at most --max-conns).",
+	}, func() float64 { return float64(s.conns.open.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_api_connections_waiting", Help: "Accepted API connections waiting for a slot under --max-conns.",
+	}, func() float64 { return float64(s.conns.waiting.Load()) }))
 	if s.cfg.Listen != "" {
-		ln, err := net.Listen("tcp", s.cfg.Listen)
+		tl, err := net.Listen("tcp", s.cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("controller: listen on %s: %w", s.cfg.Listen, err)
 		}
+		// The cap counts TLS handshakes too: it wraps the TCP listener.
+		ln := s.conns.listener(tl)
 		if !isLoopback(s.cfg.Listen) {
 			s.log.Warn("the API is reachable from other machines", "listen", s.cfg.Listen, "tls", s.cfg.TLSCert != "")
 		}
@@ -326,14 +394,15 @@ func (s *Server) serve() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("controller: unix socket %s: %w", p, err)
 		}
-		ln, err := net.Listen("unix", p)
+		ul, err := net.Listen("unix", p)
 		if err != nil {
 			return fmt.Errorf("controller: listen on %s: %w", p, err)
 		}
 		if err := os.Chmod(p, 0o600); err != nil {
-			ln.Close()
+			ul.Close()
 			return fmt.Errorf("controller: unix socket %s: %w", p, err)
 		}
+		ln := s.conns.listener(ul)
 		s.unix = ln
 		s.start(ln, h)
 	}
@@ -341,7 +410,9 @@ func (s *Server) serve() error {
 }
 
 func (s *Server) start(ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.servers = append(s.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -205,6 +205,8 @@ func TestConfig(t *testing.T) {
 		{"etcd listen with external", Config{EtcdEndpoints: []string{"127.0.0.1:2379"}, EtcdListen: "http://127.0.0.1:2380"}, "embedded"},
 		{"etcd listen without port", Config{EtcdListen: "http://127.0.0.1"}, "etcd listen URL"},
 		{"negative body limit", Config{MaxBodyBytes: -1}, "max body bytes"},
+		{"negative connection cap", Config{MaxConns: -1}, "max connections"},
+		{"negative write timeout", Config{WriteTimeout: -time.Second}, "write timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := tc.cfg.check()

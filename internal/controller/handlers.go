@@ -80,6 +80,11 @@ func (s *Server) decodeObject(w http.ResponseWriter, r *http.Request, kind strin
 	if es := o.Validate(); len(es) > 0 {
 		return nil, invalid(kind, o.Key(), es)
 	}
+	if svc, ok := o.(*model.Service); ok {
+		if err := s.checkCommands(r.Context(), []placedService{{svc: svc}}, nil); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
 }
 
@@ -315,8 +320,19 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) error {
 		return decodeError("document", err)
 	}
 	placed := doc.Placed()
+	var svcs []placedService
+	var sets []*model.EdgeSet
 	for _, p := range placed {
 		defaults(p.Obj)
+		switch o := p.Obj.(type) {
+		case *model.Service:
+			svcs = append(svcs, placedService{p.Place, o})
+		case *model.EdgeSet:
+			sets = append(sets, o)
+		}
+	}
+	if err := s.checkCommands(r.Context(), svcs, sets); err != nil {
+		return err
 	}
 	var objs []api.AppliedObject
 	rev, err := s.write(r.Context(), func(t *txn) error {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -57,8 +58,14 @@ func (s *Server) handler() http.Handler {
 // statusRecorder remembers the status code written.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code    int
+	timeout time.Duration // Config.WriteTimeout, for writeJSON
 }
+
+func (r *statusRecorder) writeTimeout() time.Duration { return r.timeout }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.code == 0 {
@@ -79,7 +86,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
 		next.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
@@ -111,10 +118,48 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: fmt.Sprintf("wrong bearer token: use the one in %s on the controller", s.TokenFile())})
 			return
 		}
+		if large(r) {
+			release, err := s.takeLargeBody(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			defer release()
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// largeBody: a request body larger than this (or of unknown length) is
+// large. Large requests are served one at a time (their bodies are held in
+// memory, parsed and planned; writes are serialized anyway), so
+// --max-conns connections cost at most one body of --max-body-bytes and
+// the others of 16 MiB at most.
+const largeBody = 16 << 20
+
+func large(r *http.Request) bool {
+	return r.ContentLength > largeBody || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+// takeLargeBody waits for the one slot of large requests, until the
+// client goes away.
+func (s *Server) takeLargeBody(r *http.Request) (release func(), err error) {
+	select {
+	case s.largeBodies <- struct{}{}:
+		return func() { <-s.largeBodies }, nil
+	default:
+	}
+	s.largeWaiting.Add(1)
+	defer s.largeWaiting.Add(-1)
+	select {
+	case s.largeBodies <- struct{}{}:
+		return func() { <-s.largeBodies }, nil
+	case <-r.Context().Done():
+		return nil, &httpError{status: http.StatusServiceUnavailable,
+			msg: "gave up waiting for another large request to finish (large requests are served one at a time)"}
+	}
 }
 
 // httpError is an error with its HTTP status.
@@ -138,12 +183,38 @@ func invalid(kind, key string, err error) error {
 	var es model.Errors
 	if errors.As(err, &es) {
 		return &httpError{status: http.StatusUnprocessableEntity, fields: es,
-			msg: fmt.Sprintf("invalid %s %q: %v", model.Singular(kind), key, es)}
+			msg: fmt.Sprintf("invalid %s %q: %s", model.Singular(kind), key, shortList(es))}
 	}
 	return err
 }
 
-// writeError maps an error to its status and JSON body.
+// byteSize writes n in bytes, with MiB when it is that large.
+func byteSize(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d bytes (%d MiB)", n, n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// maxErrorFields caps the field errors of one answer: a million-object
+// document with one mistake in each would otherwise answer with a body
+// larger than itself.
+const maxErrorFields = 100
+
+// maxErrorMessage caps an error answer's message (the fields carry the
+// details).
+const maxErrorMessage = 16 << 10
+
+// shortList is the errors joined, or their summary when there are many.
+func shortList(es model.Errors) string {
+	if len(es) <= 3 {
+		return es.Error()
+	}
+	return summary(es)
+}
+
+// writeError maps an error to its status and JSON body; the field errors
+// are capped at maxErrorFields (Omitted counts the rest).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
@@ -169,14 +240,28 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &fe):
 		status, body.Fields = http.StatusBadRequest, []model.FieldError{fe}
 	}
+	if n := len(body.Fields); n > maxErrorFields {
+		body.Fields = body.Fields[:maxErrorFields:maxErrorFields]
+		body.Omitted = n - maxErrorFields
+		body.Error = fmt.Sprintf("%s (%d field errors; the first %d are listed, and %d more)", body.Error, n, maxErrorFields, n-maxErrorFields)
+	}
+	if len(body.Error) > maxErrorMessage {
+		body.Error = strings.ToValidUTF8(body.Error[:maxErrorMessage], "") + fmt.Sprintf("... (%d more bytes)", len(body.Error)-maxErrorMessage)
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status, "err", err)
 	}
 	writeJSON(w, status, 0, body)
 }
 
-// writeJSON writes v with the revision header (when rev > 0).
+// writeJSON writes v with the revision header (when rev > 0). The write
+// deadline (Config.WriteTimeout) counts from here, not from the end of the
+// request's headers: a write that waited for a long commit still gets the
+// whole timeout to send its answer.
 func writeJSON(w http.ResponseWriter, status int, rev int64, v any) {
+	if d, ok := w.(interface{ writeTimeout() time.Duration }); ok && d.writeTimeout() > 0 {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d.writeTimeout()))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if rev > 0 {
 		w.Header().Set(api.RevisionHeader, strconv.FormatInt(rev, 10))
@@ -194,7 +279,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (
 	switch {
 	case errors.As(err, &mbe):
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is larger than %d bytes (the controller's --max-body-bytes)", mbe.Limit)}
+			msg: fmt.Sprintf("request body is larger than %s, the controller's --max-body-bytes: split the document, or raise the limit", byteSize(mbe.Limit))}
 	case err != nil:
 		return nil, badRequest("reading the request body: %v", err)
 	case len(bytes.TrimSpace(b)) == 0:

@@ -166,12 +166,17 @@ func (s *Server) serviceStatus(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	nodes, err := store.NodeStatuses(ctx, s.store, "edge")
 	if err != nil {
-		out.Errors = append(out.Errors, err.Error())
+		out.Errors = append(out.Errors, fmt.Sprintf("reading edge statuses from the store: %v", err))
 	}
 	for _, n := range nodes {
 		if n.Err != nil {
 			out.Errors = append(out.Errors, n.Err.Error())
 			continue
+		}
+		for _, msg := range n.Status.Errors { // e.g. a health command the edge does not list
+			if strings.HasPrefix(msg, "service "+name+" ") {
+				out.Errors = append(out.Errors, "edge "+n.Name+": "+msg)
+			}
 		}
 		edges[n.Name] = n.Status
 	}

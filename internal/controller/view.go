@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,13 @@ import (
 // the last commit it reflects. Objects in it are never modified in place:
 // a change replaces them, so a reader may keep an object after unlocking.
 type view struct {
+	// applyMu is held by whatever changes st apart from planning: the
+	// watch (handle) and a write from its planning to the end of its
+	// commit. A write releases mu while it commits, so readers keep
+	// serving the last committed state; holding applyMu meanwhile keeps
+	// the watch from showing half of a commit that the store splits into
+	// several transactions. Lock order: applyMu, then mu.
+	applyMu sync.Mutex
 	mu      sync.RWMutex
 	st      *model.State
 	rev     int64
@@ -36,6 +44,11 @@ type view struct {
 	// when a change from the watch touches services or health objects,
 	// and after every resync.
 	onServices func()
+
+	// staleReloads counts full reloads ignored for being older than the
+	// view; log (if set) says so.
+	staleReloads atomic.Int64
+	log          *slog.Logger
 }
 
 func newView() *view {
@@ -44,12 +57,25 @@ func newView() *view {
 }
 
 // handle is the store.Handler feeding the view. A resync replaces the
-// whole view (even with an older revision: the watch then replays what
-// followed). Other changes are applied unless the view already has them:
-// the controller's own commits are applied before the watch reports them.
+// whole view, unless it is older than the view: a reload served by a
+// lagging etcd member (or racing the controller's own commit) must not
+// take back what the view already showed; the watch that follows it
+// replays what came after, and the changes the view already has are
+// skipped. Other changes are applied unless the view already has them: the
+// controller's own commits are applied before the watch reports them.
 func (v *view) handle(st *model.State, rev int64, events []store.Event, resync bool) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if resync && rev < v.rev {
+		v.staleReloads.Add(1)
+		if v.log != nil {
+			v.log.Warn("ignoring a reload older than the view (a lagging store member, or the store was reset: then restart the controller)",
+				"reload_rev", rev, "view_rev", v.rev)
+		}
+		return
+	}
 	if resync {
 		v.st = st.Clone() // Follow keeps changing st
 		v.setRev(rev)
@@ -147,6 +173,28 @@ type txn struct {
 	st   *model.State
 	undo []func()
 	ops  []store.Op
+	objs []model.Object // per op: the object stored, nil for a delete (see redo)
+}
+
+// undoAll takes the changes back out of the state but keeps the ops (and
+// objects) to commit.
+func (t *txn) undoAll() {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		t.undo[i]()
+	}
+	t.undo = nil
+}
+
+// redo applies the committed ops to st, as the watch would (Set and Remove:
+// the references were checked when planning, against the same state).
+func (t *txn) redo(st *model.State) {
+	for i, op := range t.ops {
+		if o := t.objs[i]; o != nil {
+			st.Set(o)
+		} else {
+			st.Remove(op.Kind, op.Key)
+		}
+	}
 }
 
 // put stores o, unless it is the same as the stored object, and says
@@ -169,6 +217,7 @@ func (t *txn) put(o model.Object) (string, error) {
 	}
 	t.undo = append(t.undo, undo)
 	t.ops = append(t.ops, store.Op{Kind: kind, Key: o.Key(), Value: val})
+	t.objs = append(t.objs, o)
 	if had {
 		return api.Updated, nil
 	}
@@ -183,6 +232,7 @@ func (t *txn) delete(kind, key string) error {
 	}
 	t.undo = append(t.undo, undo)
 	t.ops = append(t.ops, store.Op{Kind: kind, Key: key})
+	t.objs = append(t.objs, nil)
 	return nil
 }
 
@@ -208,6 +258,7 @@ func (t *txn) setHealth(h *model.Health) error {
 		}
 	})
 	t.ops = append(t.ops, store.Op{Kind: model.KindHealth, Key: h.Service, Value: val})
+	t.objs = append(t.objs, h)
 	return nil
 }
 
@@ -220,13 +271,14 @@ func (t *txn) removeHealth(service string) {
 	t.st.Remove(model.KindHealth, service)
 	t.undo = append(t.undo, func() { t.st.Set(old) })
 	t.ops = append(t.ops, store.Op{Kind: model.KindHealth, Key: service})
+	t.objs = append(t.objs, nil)
 }
 
 func (t *txn) rollback() {
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		t.undo[i]()
 	}
-	t.undo, t.ops = nil, nil
+	t.undo, t.ops, t.objs = nil, nil, nil
 }
 
 // Write retries after a conflict.
@@ -245,43 +297,53 @@ func (e *errStore) Unwrap() error { return e.err }
 // package doc). plan runs again from scratch after a conflict, so it must
 // not keep results of an earlier run. It returns the revision after the
 // commit, or the view's revision when plan changed nothing.
+//
+// Readers wait for the planning only, never for the store: the planned
+// changes are taken back out of the view before the commit and put in
+// again once it succeeded, so while the commit is in flight GETs serve the
+// last committed state (TestReadDuringCommit).
 func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	v := s.view
 	for attempt := 1; ; attempt++ {
+		v.applyMu.Lock()
 		v.mu.Lock()
 		t := &txn{st: v.st}
 		if err := plan(t); err != nil {
 			t.rollback()
 			v.mu.Unlock()
+			v.applyMu.Unlock()
 			return 0, err
 		}
+		base := v.rev
+		t.undoAll()
+		v.mu.Unlock()
 		if len(t.ops) == 0 {
-			rev := v.rev
-			v.mu.Unlock()
-			return rev, nil
+			v.applyMu.Unlock()
+			return base, nil
 		}
 		if s.beforeCommit != nil {
 			s.beforeCommit(attempt)
 		}
 		start := time.Now()
 		cctx, cancel := commitContext(ctx, len(t.ops))
-		rev, err := s.store.Commit(cctx, v.rev, t.ops)
+		rev, err := s.store.Commit(cctx, base, t.ops)
 		cancel()
 		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
 		if err == nil {
+			v.mu.Lock()
+			t.redo(v.st) // applyMu held: v.st is still the state planned on
 			v.setRev(rev)
 			v.mu.Unlock()
+			v.applyMu.Unlock()
 			s.metrics.commits.WithLabelValues("ok").Inc()
 			if s.health != nil && slices.ContainsFunc(t.ops, func(o store.Op) bool { return o.Kind == model.KindService }) {
 				s.health.poke()
 			}
 			return rev, nil
 		}
-		t.rollback()
-		v.publish()
-		v.mu.Unlock()
+		v.applyMu.Unlock()
 		if !errors.Is(err, store.ErrConflict) {
 			s.metrics.commits.WithLabelValues("error").Inc()
 			s.log.Error("commit failed; reloading the state", "ops", len(t.ops), "err", err)

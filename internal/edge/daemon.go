@@ -62,6 +62,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	pub := &health.StorePublisher{Ctx: ctx, Store: st, Edge: cfg.Name, Log: log}
 	defer pub.Close() // revokes the reports' lease while st is still open
 	hm := health.NewManager(ctx, pub, log)
+	hm.SetCommands(cfg.HealthCommands)
 	rec.OnTargets = hm.Update
 	arp, err := newARP(dp, arpIfaces, log)
 	if err != nil {
@@ -109,7 +110,14 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}()
 
 	started := time.Now().UTC()
-	status := func() model.NodeStatus { return rec.Status(started, cfg.Interfaces) }
+	status := func() model.NodeStatus {
+		ns := rec.Status(started, cfg.Interfaces)
+		// The names only (never the paths): the controller refuses a
+		// service naming a command that a live edge does not list.
+		ns.HealthCommands = cfg.HealthCommands.Names()
+		ns.Errors = append(ns.Errors, hm.Problems()...)
+		return ns
+	}
 	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "edge", status, log)

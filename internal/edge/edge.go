@@ -51,6 +51,10 @@ type Config struct {
 	LB      dataplane.LBConfig
 	Version string
 	Log     *slog.Logger
+
+	// HealthCommands are the only commands command health checks may run
+	// (--health-command, --health-commands): a service names one.
+	HealthCommands health.Commands
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a

@@ -1,6 +1,7 @@
 // Package health runs an edge's health checks of service backends (TCP
-// connect, HTTP(S) status, UDP reply, a command) with interval, timeout,
-// rise and fall, and publishes each backend's verdict under
+// connect, HTTP(S) status, UDP reply, a command the edge's configuration
+// lists) with interval, timeout, rise and fall, and publishes each
+// backend's verdict under
 // model.HealthReportKey with a lease of the edge's: the controller turns
 // the majority of the edges' verdicts into the service's Health object.
 package health
@@ -14,8 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
-	"strconv"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ type Target struct {
 
 func (t Target) id() string { return t.Service + "/" + t.Pool + "/" + t.Backend }
 
-// Publisher stores verdicts (EtcdPublisher: in the store).
+// Publisher stores verdicts (StorePublisher: in the store).
 type Publisher interface {
 	// Publish makes r t's current verdict. It fails if ctx has ended.
 	Publish(ctx context.Context, t Target, r model.HealthReport) error
@@ -47,6 +48,10 @@ type Manager struct {
 	ctx  context.Context
 	mu   sync.Mutex
 	runs map[string]*checker
+	cmds Commands
+	// problems: targets not checked here (a command this edge does not
+	// list), one line per service and pool.
+	problems []string
 }
 
 type checker struct {
@@ -62,6 +67,23 @@ func NewManager(ctx context.Context, pub Publisher, log *slog.Logger) *Manager {
 	return m
 }
 
+// SetCommands sets the commands this edge may run for command checks
+// (call it before the first Update). A check naming any other command is
+// never run: Problems reports it.
+func (m *Manager) SetCommands(c Commands) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cmds = c
+}
+
+// Problems lists the service pools whose checks this edge cannot run
+// (their command is not listed here), for the node status.
+func (m *Manager) Problems() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.problems)
+}
+
 // Update starts checkers for new or changed targets and stops the others,
 // removing the verdicts of the targets that are gone. A changed target
 // keeps its verdict until its new checker reaches one. After the
@@ -70,11 +92,30 @@ func (m *Manager) Update(targets []Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	want := map[string]Target{}
+	var problems []string
+	seen := map[string]bool{}
 	if m.ctx.Err() == nil {
 		for _, t := range targets {
+			if t.Check.Type == model.CheckCommand {
+				if _, ok := m.cmds[string(t.Check.Command)]; !ok {
+					// Never run: no verdict from this edge (it
+					// abstains), a problem in its status instead.
+					if p := unlisted(t); !seen[p] {
+						seen[p] = true
+						problems = append(problems, p)
+						if slices.Contains(m.problems, p) {
+							continue // already logged
+						}
+						m.log.Warn("health check names a command this edge does not list", "service", t.Service, "pool", t.Pool, "command", string(t.Check.Command))
+					}
+					continue
+				}
+			}
 			want[t.id()] = t
 		}
 	}
+	sort.Strings(problems)
+	m.problems = problems
 	for id, c := range m.runs {
 		t, ok := want[id]
 		if ok && same(t, c.t) {
@@ -125,7 +166,7 @@ func (m *Manager) run(ctx context.Context, t Target) {
 	defer tick.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		err := Probe(pctx, t.Addr, c)
+		err := m.probe(pctx, t)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -170,8 +211,28 @@ func (m *Manager) run(ctx context.Context, t Target) {
 	}
 }
 
-// Probe runs one check against addr.
-func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck) error {
+// probe runs one check of t; a command's output goes to the debug log
+// only.
+func (m *Manager) probe(ctx context.Context, t Target) error {
+	if t.Check.Type != model.CheckCommand {
+		return Probe(ctx, t.Addr, t.Check, nil)
+	}
+	m.mu.Lock()
+	c, ok := m.cmds[string(t.Check.Command)]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("command %q is not listed on this edge", string(t.Check.Command))
+	}
+	out, err := runCommand(ctx, c, t.Addr)
+	if err != nil && m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("health command failed", "backend", t.id(), "err", err, "output_bytes", out.total, "output_head", string(out.buf))
+	}
+	return err
+}
+
+// Probe runs one check against addr. A command check runs the command of
+// cmds it names, and fails if cmds does not list it.
+func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck, cmds Commands) error {
 	switch c.Type {
 	case "tcp":
 		var d net.Dialer
@@ -227,22 +288,12 @@ func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck) error 
 		}
 		return nil
 	case "command":
-		if len(c.Command) == 0 {
-			return fmt.Errorf("no command")
+		cmd, ok := cmds[string(c.Command)]
+		if !ok {
+			return fmt.Errorf("command %q is not listed on this edge", string(c.Command))
 		}
-		cmd := exec.CommandContext(ctx, c.Command[0], c.Command[1:]...)
-		cmd.Env = append(cmd.Environ(), "AZGATE_BACKEND_ADDR="+addr.Addr().String(), "AZGATE_BACKEND_PORT="+strconv.Itoa(int(addr.Port())))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %s", err, trim(out))
-		}
-		return nil
+		_, err := runCommand(ctx, cmd, addr)
+		return err
 	}
 	return fmt.Errorf("unknown check type %q", c.Type)
-}
-
-func trim(b []byte) string {
-	if len(b) > 200 {
-		b = b[:200]
-	}
-	return string(b)
 }

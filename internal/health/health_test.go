@@ -70,14 +70,18 @@ func TestProbes(t *testing.T) {
 		{"http expecting 503", httpAddr, model.HealthCheck{Type: "http", Path: "/", Status: 503}, true},
 		{"udp answers", addrOf(t, udp.LocalAddr().String()), model.HealthCheck{Type: "udp", Send: "ping"}, true},
 		{"udp silent", addrOf(t, silentUDP.LocalAddr().String()), model.HealthCheck{Type: "udp"}, false},
-		{"command exits 0", httpAddr, model.HealthCheck{Type: "command", Command: []string{"sh", "-c", `test "$AZGATE_BACKEND_ADDR" = 127.0.0.1`}}, true},
-		{"command fails", httpAddr, model.HealthCheck{Type: "command", Command: []string{"false"}}, false},
+		{"command exits 0", httpAddr, model.HealthCheck{Type: "command", Command: "addr-is-local"}, true},
+		{"command fails", httpAddr, model.HealthCheck{Type: "command", Command: "fails"}, false},
+		{"command not listed", httpAddr, model.HealthCheck{Type: "command", Command: "true"}, false},
 	}
+	cmds := testCommands(t,
+		`addr-is-local=/bin/sh -c test${IFS}"$AZGATE_BACKEND_ADDR"${IFS}=${IFS}127.0.0.1`,
+		"fails=/bin/false")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
-			err := Probe(ctx, c.addr, c.c)
+			err := Probe(ctx, c.addr, c.c, cmds)
 			if (err == nil) != c.up {
 				t.Fatalf("probe says %v, want up=%v", err, c.up)
 			}

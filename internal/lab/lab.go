@@ -353,9 +353,28 @@ func (l *Lab) startController(ctx context.Context) error {
 	}
 }
 
+// HealthCommand is the command the lab's edges list for command health
+// checks: a TCP connect to the backend's check port, by a script in the
+// state dir (a wrapper script is how a check with shell syntax is given).
+const HealthCommand = "tcp-open"
+
+const healthScript = `#!/bin/bash
+# azgate lab: health command ` + HealthCommand + `: exit 0 if the backend accepts a TCP connection.
+exec 3<>"/dev/tcp/$AZGATE_BACKEND_ADDR/$AZGATE_BACKEND_PORT"
+`
+
 func (l *Lab) startEdge(n *Node) error {
+	dir, err := filepath.Abs(l.Cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	script := filepath.Join(dir, "health-"+HealthCommand)
+	if err := os.WriteFile(script, []byte(healthScript), 0o755); err != nil {
+		return fmt.Errorf("lab: health command script: %w", err)
+	}
 	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdURL(),
-		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100")
+		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
+		"--health-command", HealthCommand+"="+script)
 }
 
 func (l *Lab) startAgent(n *Node) error {

@@ -1,9 +1,12 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -96,16 +99,47 @@ func (b Backend) Key() string {
 
 // HealthCheck says how edges probe a pool's backends.
 type HealthCheck struct {
-	Type     string   `json:"type"`           // tcp, http, https, udp, command
-	Port     uint16   `json:"port,omitempty"` // 0: the backend's port
-	Path     string   `json:"path,omitempty"` // http(s): GET path (default /)
-	Status   int      `json:"status,omitempty"`
-	Send     string   `json:"send,omitempty"`    // udp: payload (a reply means up)
-	Command  []string `json:"command,omitempty"` // command: argv; exit 0 means up
-	Interval Duration `json:"interval,omitempty"`
-	Timeout  Duration `json:"timeout,omitempty"`
-	Rise     int      `json:"rise,omitempty"` // consecutive successes to go up
-	Fall     int      `json:"fall,omitempty"` // consecutive failures to go down
+	Type   string `json:"type"`           // tcp, http, https, udp, command
+	Port   uint16 `json:"port,omitempty"` // 0: the backend's port
+	Path   string `json:"path,omitempty"` // http(s): GET path (default /)
+	Status int    `json:"status,omitempty"`
+	Send   string `json:"send,omitempty"` // udp: payload (a reply means up)
+	// Command names a command of the edges' own configuration
+	// (--health-command NAME=/path args, see CommandName); exit 0 means
+	// up. The API never carries a program or its arguments.
+	Command  CommandName `json:"command,omitempty"`
+	Interval Duration    `json:"interval,omitempty"`
+	Timeout  Duration    `json:"timeout,omitempty"`
+	Rise     int         `json:"rise,omitempty"` // consecutive successes to go up
+	Fall     int         `json:"fall,omitempty"` // consecutive failures to go down
+}
+
+// CommandName names a health-check command that an edge's own
+// configuration lists (azgate edge --health-command NAME=/abs/path args,
+// or --health-commands FILE): 1-32 of a-z, 0-9 and '-'. Checks used to
+// carry an argv taken from the API and run it as root on every edge, so
+// anyone holding an API token could run code there (issue 7). Now the API
+// only picks among commands an edge's operator chose.
+type CommandName string
+
+var commandNameRE = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
+
+// ValidCommandName reports whether s is a valid CommandName.
+func ValidCommandName(s string) bool { return commandNameRE.MatchString(s) }
+
+// UnmarshalJSON takes a JSON string; it refuses the former argv (a JSON
+// list) with an error that says what to do instead.
+func (c *CommandName) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '[' {
+		return errors.New("a command check no longer carries a program and its arguments (a list): give the name of a command the edges list with --health-command NAME=/path (see docs/services.md)")
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New("must be a string: the name of a command the edges list with --health-command")
+	}
+	*c = CommandName(s)
+	return nil
 }
 
 // Duration is a time.Duration written as "2s" in JSON and YAML.
@@ -272,7 +306,6 @@ func (s *Service) Clone() *Service {
 			p.Backends = slices.Clone(p.Backends)
 			if p.Health != nil {
 				h := *p.Health
-				h.Command = slices.Clone(h.Command)
 				p.Health = &h
 			}
 			c.Pools[i] = p
@@ -572,10 +605,13 @@ func (h *HealthCheck) validate(es *Errors, f string) {
 		es.add(f+".send", "longer than 1024 bytes")
 	}
 	if h.Type == CheckCommand {
-		if len(h.Command) == 0 || h.Command[0] == "" {
-			es.add(f+".command", "required for a command check: the program and its arguments")
+		switch {
+		case h.Command == "":
+			es.add(f+".command", "required for a command check: the name of a command the edges list (--health-command NAME=/path)")
+		case !commandNameRE.MatchString(string(h.Command)):
+			es.add(f+".command", "%q is not a command name (1-32 of a-z, 0-9 and '-'): a command check names a command the edges list with --health-command, it does not carry a program", string(h.Command))
 		}
-	} else if len(h.Command) > 0 {
+	} else if h.Command != "" {
 		es.add(f+".command", "only command checks run a command")
 	}
 	iv, to := time.Duration(h.Interval), time.Duration(h.Timeout)

@@ -154,9 +154,15 @@ func TestValidateService(t *testing.T) {
 		{"udp check", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "udp", Send: "ping"} }, nil},
 		{"command without a command", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "command"} }, []string{"pools[0].health.command~required"}},
 		{"command", func(s *Service) {
-			s.Pools[0].Health = &HealthCheck{Type: "command", Command: []string{"/bin/check", "--fast"}}
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "check-fast"}
 		}, nil},
-		{"command on an http check", func(s *Service) { s.Pools[0].Health.Command = []string{"true"} }, []string{"pools[0].health.command~only command"}},
+		{"command that is a path", func(s *Service) {
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "/bin/true"}
+		}, []string{`pools[0].health.command~"/bin/true" is not a command name`}},
+		{"command name too long", func(s *Service) {
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: CommandName(strings.Repeat("a", 33))}
+		}, []string{"pools[0].health.command~is not a command name"}},
+		{"command on an http check", func(s *Service) { s.Pools[0].Health.Command = "true" }, []string{"pools[0].health.command~only command"}},
 		{"interval too short", func(s *Service) { s.Pools[0].Health.Interval = Duration(50 * time.Millisecond) },
 			[]string{"pools[0].health.interval~50ms is shorter than the minimum 100ms"}},
 		{"interval too long", func(s *Service) { s.Pools[0].Health.Interval = Duration(2 * time.Hour) }, []string{"pools[0].health.interval~longer"}},
@@ -731,5 +737,29 @@ func TestServicesSeed(t *testing.T) {
 	}
 	if st.Len(KindService) != 2 {
 		t.Errorf("%d services", st.Len(KindService))
+	}
+}
+
+// TestCommandArgvRefused: a service written for the former API, whose
+// command check carried an argv, is refused with an error naming the
+// field and saying what to give instead (issue 7).
+func TestCommandArgvRefused(t *testing.T) {
+	old := `{"name":"web","vip":"203.0.113.10","mode":"nat","listeners":[{"protocol":"tcp","port":80,"pool":"p"}],
+	"pools":[{"name":"p","backends":[{"address":"192.0.2.10"}],"health":{"type":"command","command":["/bin/sh","-c","id"]}}]}`
+	_, err := Decode(KindService, []byte(old))
+	var fe FieldError
+	if !errors.As(err, &fe) || fe.Field != "pools[0].health.command" || !strings.Contains(fe.Msg, "--health-command") {
+		t.Fatalf("got %v (%#v), want a field error on pools[0].health.command naming --health-command", err, err)
+	}
+	ok := strings.Replace(old, `["/bin/sh","-c","id"]`, `"check-web"`, 1)
+	o, err := Decode(KindService, []byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.(*Service).Pools[0].Health.Command; got != "check-web" {
+		t.Errorf("command %q", got)
+	}
+	if _, err := ParseDocument([]byte("services:\n- name: web\n  vip: 203.0.113.10\n  mode: nat\n  listeners: [{protocol: tcp, port: 80, pool: p}]\n  pools:\n  - name: p\n    backends: [{address: 192.0.2.10}]\n    health: {type: command, command: [/bin/true]}\n")); err == nil || !strings.Contains(err.Error(), "services[0].pools[0].health.command") {
+		t.Errorf("YAML document with an argv: %v", err)
 	}
 }

@@ -32,6 +32,10 @@ type NodeStatus struct {
 	Counters        map[string]Count       `json:"counters"`         // per-reason data-plane counters
 	EIPs            map[string]EIPCounters `json:"eips,omitempty"`   // per-EIP counters (bound EIPs)
 	Errors          []string               `json:"errors,omitempty"` // reconcile problems
+	// HealthCommands are the names of the commands the edge's
+	// configuration lets command health checks run (edges only; never
+	// their paths or arguments).
+	HealthCommands []string `json:"health_commands,omitempty"`
 	// Tables are the service tables the edge's data plane holds, by
 	// TableKey(service, pool) (edges only).
 	Tables map[string]TableStatus `json:"tables,omitempty"`

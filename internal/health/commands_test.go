@@ -1,0 +1,203 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+// testCommands lists commands given as --health-command would take them.
+func testCommands(t *testing.T, specs ...string) Commands {
+	t.Helper()
+	var list []Command
+	for _, s := range specs {
+		c, err := ParseCommand(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, c)
+	}
+	cmds, err := NewCommands(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmds
+}
+
+func TestParseCommand(t *testing.T) {
+	for _, tc := range []struct {
+		spec, err string
+		want      Command
+	}{
+		{spec: "check-dns=/usr/bin/dig +short example.org", want: Command{Name: "check-dns", Path: "/usr/bin/dig", Args: []string{"+short", "example.org"}}},
+		{spec: "x=/bin/true", want: Command{Name: "x", Path: "/bin/true", Args: []string{}}},
+		{spec: "/bin/true", err: "want NAME=/abs/path"},
+		{spec: "Check=/bin/true", err: `name "Check" is not`},
+		{spec: strings.Repeat("a", 33) + "=/bin/true", err: "is not 1-32"},
+		{spec: "x=", err: "no program"},
+		{spec: "x=true", err: "not a clean absolute path"},
+		{spec: "x=/bin/../bin/true", err: "not a clean absolute path"},
+	} {
+		got, err := ParseCommand(tc.spec)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.spec, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.Name != tc.want.Name || got.Path != tc.want.Path || strings.Join(got.Args, " ") != strings.Join(tc.want.Args, " ") {
+			t.Errorf("%q: %+v, %v; want %+v", tc.spec, got, err, tc.want)
+		}
+	}
+	if _, err := NewCommands([]Command{{Name: "a", Path: "/bin/true"}, {Name: "a", Path: "/bin/false"}}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, err := NewCommands([]Command{{Name: "a", Path: "/nonexistent/check"}}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing program: %v", err)
+	}
+	plain := filepath.Join(t.TempDir(), "plain")
+	os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644)
+	if _, err := NewCommands([]Command{{Name: "a", Path: plain}}); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("not executable: %v", err)
+	}
+}
+
+func TestLoadCommandsFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "commands")
+	os.WriteFile(p, []byte("# health commands\n\ncheck-a=/bin/true\n  check-b = /bin/sh -c exit\n"), 0o644)
+	list, err := LoadCommandsFile(p)
+	if err != nil || len(list) != 2 || list[1].Name != "check-b" || list[1].Path != "/bin/sh" || len(list[1].Args) != 2 {
+		t.Fatalf("%+v, %v", list, err)
+	}
+	os.WriteFile(p, []byte("check-a=/bin/true\nbad line\n"), 0o644)
+	if _, err := LoadCommandsFile(p); err == nil || !strings.Contains(err.Error(), p+":2:") {
+		t.Errorf("bad line: %v, want the file and line", err)
+	}
+	os.Chmod(p, 0o666)
+	if _, err := LoadCommandsFile(p); err == nil || !strings.Contains(err.Error(), "others may change") {
+		t.Errorf("world-writable file: %v", err)
+	}
+}
+
+// TestCommandBounded: a command that prints megabytes is read to its end
+// without keeping more than MaxCommandOutput, and one that hangs (with a
+// child holding its output open) is killed at the timeout.
+func TestCommandBounded(t *testing.T) {
+	addr := netip.MustParseAddrPort("192.0.2.10:80")
+	loud := Command{Name: "loud", Path: "/bin/sh", Args: []string{"-c", "head -c 8000000 /dev/zero; echo done >&2"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, err := runCommand(ctx, loud, addr)
+	cancel()
+	if err != nil {
+		t.Fatalf("loud command: %v", err)
+	}
+	if out.total < 8000000 || len(out.buf) != MaxCommandOutput {
+		t.Errorf("read %d bytes, kept %d: want all read, %d kept", out.total, len(out.buf), MaxCommandOutput)
+	}
+
+	hang := Command{Name: "hang", Path: "/bin/sh", Args: []string{"-c", "sleep 60 & sleep 60"}}
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	start := time.Now()
+	_, err = runCommand(ctx, hang, addr)
+	cancel()
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("hanging command: %v, want a timeout", err)
+	}
+	// The timeout plus at most the wait delay for the pipes.
+	if took > 300*time.Millisecond+commandWaitDelay+time.Second {
+		t.Errorf("hanging command took %v", took)
+	}
+
+	// The environment is minimal: nothing of the edge's own leaks in.
+	t.Setenv("AZGATE_SECRET", "x")
+	env := Command{Name: "env", Path: "/bin/sh", Args: []string{"-c", `test -z "$AZGATE_SECRET" && test "$AZGATE_BACKEND_PORT" = 80 && test "$(pwd)" = /`}}
+	if _, err := runCommand(context.Background(), env, addr); err != nil {
+		t.Errorf("environment: %v", err)
+	}
+	if _, err := runCommand(context.Background(), Command{Name: "three", Path: "/bin/sh", Args: []string{"-c", "exit 3"}}, addr); err == nil || err.Error() != "command three exited with status 3" {
+		t.Errorf("exit 3: %v", err)
+	}
+}
+
+// TestManagerCommands: a listed command runs and its verdict is
+// published, without its output; an unlisted one is never run and is a
+// problem of its service.
+func TestManagerCommands(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	pub := &memPub{}
+	m := NewManager(t.Context(), pub, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.SetCommands(testCommands(t, "up=/bin/sh -c echo${IFS}SECRET-OUTPUT;exit${IFS}0", "down=/bin/sh -c echo${IFS}SECRET-OUTPUT;exit${IFS}1"))
+	check := func(name string) model.HealthCheck {
+		return model.HealthCheck{Type: "command", Command: model.CommandName(name), Interval: model.Duration(100 * time.Millisecond),
+			Timeout: model.Duration(50 * time.Millisecond), Rise: 1, Fall: 1}
+	}
+	a := netip.MustParseAddrPort("192.0.2.10:80")
+	m.Update([]Target{
+		{Service: "web", Pool: "p", Backend: "192.0.2.10", Addr: a, Check: check("up")},
+		{Service: "web", Pool: "q", Backend: "192.0.2.11", Addr: a, Check: check("down")},
+		{Service: "db", Pool: "p", Backend: "192.0.2.12", Addr: a, Check: model.HealthCheck{Type: "command", Command: "touch-ran",
+			Interval: model.Duration(100 * time.Millisecond), Timeout: model.Duration(50 * time.Millisecond), Rise: 1, Fall: 1}},
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pub.reports()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ups := map[bool]int{}
+	for _, r := range pub.reports() {
+		ups[r.Up]++
+		b, _ := json.Marshal(r)
+		if strings.Contains(string(b), "SECRET-OUTPUT") {
+			t.Errorf("a report carries the command's output: %s", b)
+		}
+		if !r.Up && r.Detail != "command down exited with status 1" {
+			t.Errorf("detail %q", r.Detail)
+		}
+	}
+	if ups[true] != 1 || ups[false] != 1 {
+		t.Errorf("reports %+v: want one up, one down", pub.reports())
+	}
+	if m.Targets() != 2 {
+		t.Errorf("%d checkers, want 2 (the unlisted command is not run)", m.Targets())
+	}
+	p := m.Problems()
+	if len(p) != 1 || !strings.Contains(p[0], `service db pool p: health check command "touch-ran" is not listed`) {
+		t.Errorf("problems %q", p)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the unlisted command ran")
+	}
+}
+
+// FuzzParseCommand: whatever a --health-command flag or a commands file
+// line holds, ParseCommand either refuses it or returns a valid name, a
+// clean absolute path and arguments without blanks.
+func FuzzParseCommand(f *testing.F) {
+	for _, s := range []string{"check-dns=/usr/bin/dig +short example.org", "x=/bin/true", "=", "a=b", "a=/", "A=/x", "a= /x\t-v "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseCommand(s)
+		if err != nil {
+			return
+		}
+		if !model.ValidCommandName(c.Name) || !filepath.IsAbs(c.Path) || filepath.Clean(c.Path) != c.Path {
+			t.Fatalf("%q gave %+v", s, c)
+		}
+		for _, a := range c.Args {
+			if a == "" || strings.ContainsAny(a, " \t\n") {
+				t.Fatalf("%q gave argument %q", s, a)
+			}
+		}
+	})
+}
