@@ -174,3 +174,7 @@ func (b *Bench) MeasureHZ() (uint32, error) {
 	}
 	return best, nil
 }
+
+// Calls4 makes four calls of a function that is not inlined: with Pass,
+// it gives the cost of one call and return on this CPU.
+func (b *Bench) Calls4() *ebpf.Program { return b.objs.XdpCalls4 }
