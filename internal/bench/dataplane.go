@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"strings"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -27,6 +28,9 @@ type DataplaneOptions struct {
 	// edge_bpfel.o and agent_bpfel.o: every path is also timed with them,
 	// interleaved with this version's, and reported as before/cut.
 	BaselineObjects string
+	// Only times the paths whose name contains it (for profiling one path
+	// with perf while the suite runs it).
+	Only string
 }
 
 // Dataplane measures ns/packet of every edge and agent path with
@@ -97,13 +101,14 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
+	n.only = o.Only
 	// bare encap restores by itself: time the restore alone with its frame.
 	cases[0].before = func(*side) error { return b.SetBenchFrame(inetTCP) }
 	out, err := n.run("dataplane", o.Rounds, sides, cases)
 	if err != nil {
 		return nil, err
 	}
-	for r := 0; r < o.Rounds; r++ {
+	for r := 0; r < o.Rounds && strings.Contains(cases[0].name, o.Only); r++ {
 		if err := b.SetBenchFrame(inetTCP); err != nil {
 			return nil, err
 		}
@@ -114,7 +119,7 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		n.add("restore", v)
 	}
 	for i := range out {
-		if out[i].Name == cases[0].name {
+		if out[i].Name == cases[0].name && n.s["restore"] != nil {
 			out[i].Value += n.min("pass") - n.min("restore") - n.adjust()
 			out[i].AboveFloor = out[i].Value - out[i].Floor
 			out[i].Ratio = out[i].Value / out[i].Floor

@@ -17,8 +17,9 @@ type LBOptions struct {
 	Repeat   int
 	Rounds   int
 	BigTable uint32 // entries of the large connection table (0: skip)
-	// BaselineObjects: as DataplaneOptions'.
+	// BaselineObjects and Only: as DataplaneOptions'.
 	BaselineObjects string
+	Only            string
 	Out             func(format string, a ...any)
 }
 
@@ -196,7 +197,9 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		{name: "lb_nat_reply (SNAT back to the VIP)", prog: "edge", dev: dptest.UlDev, frame: reply, action: actRedirect, chain: true},
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
 	}
-	return newNSBed(env, b, o.Repeat).run("lb", o.Rounds, sides, cases)
+	n := newNSBed(env, b, o.Repeat)
+	n.only = o.Only
+	return n.run("lb", o.Rounds, sides, cases)
 }
 
 // lbConfig is the suite's load-balancer configuration, with an insert cap

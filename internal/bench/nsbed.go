@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -71,6 +72,7 @@ const (
 )
 
 type nsBed struct {
+	only   string // time only the cases whose name contains it (profiling)
 	env    *dptest.Env
 	b      *dataplane.Bench
 	repeat int
@@ -182,6 +184,18 @@ func (n *nsBed) adjust() float64 { return max(n.min("adjust2")-n.min("pass"), 0)
 // run times every case on every side, rounds times, interleaved, and
 // returns the harness, floor and call figures followed by every case.
 func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]Result, error) {
+	if n.only != "" {
+		var keep []nsCase
+		for _, c := range cases {
+			if strings.Contains(c.name, n.only) {
+				keep = append(keep, c)
+			}
+		}
+		if len(keep) == 0 {
+			return nil, fmt.Errorf("no %s path matches %q", suite, n.only)
+		}
+		cases = keep
+	}
 	for r := 0; r < rounds; r++ {
 		if err := n.calibrate(cases[0].frame); err != nil {
 			return nil, err
