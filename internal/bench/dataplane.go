@@ -2,8 +2,8 @@ package bench
 
 import (
 	"fmt"
-	"strings"
 	"net/netip"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
