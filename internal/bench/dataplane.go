@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -31,6 +32,8 @@ type DataplaneOptions struct {
 	// Only times the paths whose name contains it (for profiling one path
 	// with perf while the suite runs it).
 	Only string
+	// Soak: after the timings, run the Only paths alone this long.
+	Soak time.Duration
 }
 
 // Dataplane measures ns/packet of every edge and agent path with
@@ -101,7 +104,7 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
-	n.only = o.Only
+	n.only, n.soak = o.Only, o.Soak
 	// bare encap restores by itself: time the restore alone with its frame.
 	cases[0].before = func(*side) error { return b.SetBenchFrame(inetTCP) }
 	out, err := n.run("dataplane", o.Rounds, sides, cases)

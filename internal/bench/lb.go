@@ -20,6 +20,7 @@ type LBOptions struct {
 	// BaselineObjects and Only: as DataplaneOptions'.
 	BaselineObjects string
 	Only            string
+	Soak            time.Duration
 	Out             func(format string, a ...any)
 }
 
@@ -198,7 +199,7 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
-	n.only = o.Only
+	n.only, n.soak = o.Only, o.Soak
 	return n.run("lb", o.Rounds, sides, cases)
 }
 

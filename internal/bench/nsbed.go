@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -72,7 +73,8 @@ const (
 )
 
 type nsBed struct {
-	only   string // time only the cases whose name contains it (profiling)
+	only   string        // time only the cases whose name contains it (profiling)
+	soak   time.Duration // then run them alone this long (for perf), untimed
 	env    *dptest.Env
 	b      *dataplane.Bench
 	repeat int
@@ -159,6 +161,49 @@ func (n *nsBed) timeCase(s *side, c nsCase) error {
 	return n.b.SetVary(false)
 }
 
+// soakCase runs c alone for n.soak, nothing else in between but its hooks,
+// so a profiler sampling the CPU sees the path and the harness only.
+func (n *nsBed) soakCase(s *side, c nsCase) error {
+	fmt.Fprintf(os.Stderr, "soak: %s alone for %s\n", c.name, n.soak)
+	prog := s.progs[c.prog]
+	if c.chain {
+		if err := n.b.SetBenchFrame(c.frame); err != nil {
+			return err
+		}
+		if err := n.b.SetChainTarget(prog); err != nil {
+			return err
+		}
+		prog = n.b.Chain()
+	}
+	repeat := n.repeat
+	if c.repeat > 0 {
+		repeat = min(repeat, c.repeat)
+	}
+	for end := time.Now().Add(n.soak); time.Now().Before(end); {
+		if c.before != nil {
+			if err := c.before(s); err != nil {
+				return err
+			}
+		}
+		if err := n.b.SetVary(c.vary); err != nil {
+			return err
+		}
+		if _, err := timeProg(n.env, prog, c.dev, c.frame, repeat, c.action); err != nil {
+			return err
+		}
+		if c.after != nil {
+			runs, err := n.b.VaryRuns()
+			if err != nil {
+				return err
+			}
+			if err := c.after(s, runs); err != nil {
+				return err
+			}
+		}
+	}
+	return n.b.SetVary(false)
+}
+
 func sideName(s *side) string {
 	if s.name == "" {
 		return "this version's"
@@ -205,6 +250,13 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 				if err := n.timeCase(s, c); err != nil {
 					return nil, err
 				}
+			}
+		}
+	}
+	if n.soak > 0 {
+		for _, c := range cases {
+			if err := n.soakCase(sides[0], c); err != nil {
+				return nil, err
 			}
 		}
 	}
