@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,53 @@ func TestZZProbeHold(t *testing.T) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestZZVerifierStats(t *testing.T) {
+	if os.Getenv("PROBE") == "" {
+		t.Skip("probe")
+	}
+	for _, f := range []string{"../dataplane/edge_bpfel.o", "../dataplane/agent_bpfel.o", os.Getenv("BASEDIR") + "/edge_bpfel.o"} {
+		spec, err := ebpf.LoadCollectionSpec(f)
+		if err != nil {
+			t.Log(err)
+			continue
+		}
+		for _, m := range spec.Maps {
+			m.Pinning = 0
+		}
+		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range coll.Programs {
+			info, _ := p.Info()
+			insns, _ := info.Instructions()
+			log := p.VerifierLog
+			if i := strings.Index(log, "processed"); i >= 0 {
+				log = log[i:]
+			}
+			t.Logf("%s %s: xlated %d insns; %s", f, name, len(insns), strings.TrimSpace(log))
+		}
+		coll.Close()
+	}
+}
+
+func TestZZRepeats(t *testing.T) {
+	if os.Getenv("PROBE") == "" {
+		t.Skip("probe")
+	}
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	frame := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIP, 40000, 80, 128)
+	for r := 0; r < 3; r++ {
+		for _, rep := range []int{10_000, 100_000, 2_000_000, 20_000_000} {
+			_, d, _ := b.Pass().Benchmark(frame, rep, nil)
+			t.Logf("repeat %d: %d ns", rep, d.Nanoseconds())
+		}
 	}
 }
