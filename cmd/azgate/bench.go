@@ -33,6 +33,7 @@ func init() {
 		d.Flags().StringVar(&dp.BaselineObjects, "baseline-objects", "", "directory with an earlier version's edge_bpfel.o and agent_bpfel.o, timed in the same run (before/cut columns; scripts/baseline-objects.sh REV DIR extracts them)")
 		d.Flags().StringVar(&dp.Only, "only", "", "time only the paths whose name contains this (to profile one path with perf)")
 		d.Flags().DurationVar(&dp.Soak, "soak", 0, "with --only: then run those paths alone this long, untimed (for perf)")
+		d.Flags().StringVar(&dp.JITLines, "jit-lines", "", "with --soak: write the program's JIT address to source line table to this file")
 		c.AddCommand(d)
 
 		var lo bench.LabOptions
@@ -84,6 +85,7 @@ func init() {
 		lbc.Flags().IntVar(&lbo.Rounds, "rounds", 9, "measurements per path (the fastest is reported)")
 		lbc.Flags().StringVar(&lbo.Only, "only", "", "time only the packet paths whose name contains this (to profile one path with perf)")
 		lbc.Flags().DurationVar(&lbo.Soak, "soak", 0, "with --only: then run those paths alone this long, untimed (for perf)")
+		lbc.Flags().StringVar(&lbo.JITLines, "jit-lines", "", "with --soak: write the program's JIT address to source line table to this file")
 		lbc.Flags().StringVar(&lbo.BaselineObjects, "baseline-objects", "", "directory with an earlier version's edge_bpfel.o, timed in the same run (before/cut columns)")
 		lbc.Flags().Uint32Var(&lbo.BigTable, "conn-table", 10_000_000, "entries of the large connection table to build and serve (0: skip)")
 		lbc.Flags().BoolVar(&lbLab, "lab", true, "also measure a nat VIP through one edge in a lab, next to an nftables DNAT load balancer")

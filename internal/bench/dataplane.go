@@ -34,6 +34,9 @@ type DataplaneOptions struct {
 	Only string
 	// Soak: after the timings, run the Only paths alone this long.
 	Soak time.Duration
+	// JITLines: with Soak, write the soaked programs' JIT address ->
+	// source line table to this file.
+	JITLines string
 }
 
 // Dataplane measures ns/packet of every edge and agent path with
@@ -104,7 +107,7 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
-	n.only, n.soak = o.Only, o.Soak
+	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
 	// bare encap restores by itself: time the restore alone with its frame.
 	cases[0].before = func(*side) error { return b.SetBenchFrame(inetTCP) }
 	out, err := n.run("dataplane", o.Rounds, sides, cases)

@@ -21,6 +21,7 @@ type LBOptions struct {
 	BaselineObjects string
 	Only            string
 	Soak            time.Duration
+	JITLines        string
 	Out             func(format string, a ...any)
 }
 
@@ -199,7 +200,7 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
-	n.only, n.soak = o.Only, o.Soak
+	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
 	return n.run("lb", o.Rounds, sides, cases)
 }
 

@@ -75,6 +75,7 @@ const (
 type nsBed struct {
 	only   string        // time only the cases whose name contains it (profiling)
 	soak   time.Duration // then run them alone this long (for perf), untimed
+	lines  string        // with soak: write the soaked programs' JIT line table here
 	env    *dptest.Env
 	b      *dataplane.Bench
 	repeat int
@@ -164,8 +165,13 @@ func (n *nsBed) timeCase(s *side, c nsCase) error {
 // soakCase runs c alone for n.soak, nothing else in between but its hooks,
 // so a profiler sampling the CPU sees the path and the harness only.
 func (n *nsBed) soakCase(s *side, c nsCase) error {
-	fmt.Fprintf(os.Stderr, "soak: %s alone for %s\n", c.name, n.soak)
 	prog := s.progs[c.prog]
+	if n.lines != "" {
+		if err := writeJITLines(n.lines, prog); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "soak: %s alone for %s\n", c.name, n.soak)
 	if c.chain {
 		if err := n.b.SetBenchFrame(c.frame); err != nil {
 			return err
@@ -305,4 +311,29 @@ func guardMissing(missing dataplane.Missing, err *error) {
 		*err = fmt.Errorf("baseline objects lack %v, which this version's setup fills (%v): "+
 			"compare with the earlier version's own binary instead", missing, r)
 	}
+}
+
+// writeJITLines writes, for prog and the functions JITed with it, one line
+// per BTF line record: the JITed address (hex), file:line and the source
+// text, so a profiler's sample addresses map to source lines
+// (scripts/profile-path.sh).
+func writeJITLines(path string, prog *ebpf.Program) error {
+	info, err := prog.Info()
+	if err != nil {
+		return err
+	}
+	lines, err := info.LineInfos()
+	if err != nil {
+		return fmt.Errorf("line info of %s: %w", prog, err)
+	}
+	addrs, ok := info.JitedLineInfos()
+	if !ok || len(addrs) != len(lines) {
+		return fmt.Errorf("JIT line info of %s: %d addresses for %d lines", prog, len(addrs), len(lines))
+	}
+	var b strings.Builder
+	for i, l := range lines {
+		fmt.Fprintf(&b, "%x\t%s:%d\t%s\n", addrs[i], filepath.Base(l.Line.FileName()), l.Line.LineNumber(),
+			strings.Join(strings.Fields(l.Line.Line()), " "))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
