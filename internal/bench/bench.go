@@ -88,7 +88,10 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		o.BaselineValue, o.Ratio = f(r.BaselineValue), f(r.Ratio)
 	}
 	if r.PerPacket {
-		o.Harness, o.Floor, o.AboveFloor = f(r.Harness), f(r.Floor), f(r.AboveFloor)
+		o.Floor, o.AboveFloor = f(r.Floor), f(r.AboveFloor)
+		if r.Harness > 0 { // the lab's per-packet figures have none of their own
+			o.Harness = f(r.Harness)
+		}
 	}
 	if r.HasBefore {
 		o.Before, o.CutPct = f(r.Before), f(r.CutPct())
@@ -162,7 +165,7 @@ func Report(w io.Writer, rs []Result, asJSON bool) error {
 		return err
 	}
 	for i, r := range rs {
-		if r.PerPacket {
+		if r.PerPacket && r.Harness > 0 {
 			fmt.Fprintf(w, "\nharness (XDP_PASS) %.2f ns/run, floor (MAC swap + XDP_TX) %.2f ns; ABOVE FLOOR = VALUE - floor\n", rs[i].Harness, rs[i].Floor)
 			break
 		}
