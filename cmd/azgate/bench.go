@@ -91,6 +91,23 @@ func init() {
 		lbc.Flags().BoolVar(&lbLab, "lab", true, "also measure a nat VIP through one edge in a lab, next to an nftables DNAT load balancer")
 		c.AddCommand(lbc)
 
+		var before, after []string
+		cmp := &cobra.Command{
+			Use:   "compare --before FILE... --after FILE...",
+			Short: "Per-packet results of two builds' runs (--json output, alternated), the fastest of each, with the cuts",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				rs, err := bench.Compare(before, after)
+				if err != nil {
+					return fmt.Errorf("bench compare: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		cmp.Flags().StringArrayVar(&before, "before", nil, "JSON output of a run of the earlier build (repeatable)")
+		cmp.Flags().StringArrayVar(&after, "after", nil, "JSON output of a run of this build (repeatable)")
+		c.AddCommand(cmp)
+
 		var co bench.ControlOptions
 		ctl := &cobra.Command{
 			Use:   "control",
