@@ -137,3 +137,40 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareTakesFastestOfEachBuild: compare reads what Report writes,
+// keeps the fastest run of each build per path, and cuts only paths.
+func TestCompareTakesFastestOfEachBuild(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, path, floor float64) string {
+		var buf bytes.Buffer
+		rs := []Result{
+			{Suite: "lb", Name: "xdp_floor", Value: floor, Unit: "ns/packet", PerPacket: true, Harness: 20, Floor: floor},
+			{Suite: "lb", Name: "hit", Value: path, Unit: "ns/packet", PerPacket: true, Harness: 20, Floor: floor, AboveFloor: path - floor,
+				Baseline: "xdp_floor", BaselineValue: floor, Ratio: path / floor},
+			{Suite: "lb", Name: "maglev", Value: 1, Unit: "%"},
+		}
+		if err := Report(&buf, rs, true); err != nil {
+			t.Fatal(err)
+		}
+		f := dir + "/" + name
+		if err := os.WriteFile(f, append([]byte("progress line\n"), buf.Bytes()...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	rs, err := Compare([]string{write("b1", 120, 30), write("b2", 100, 25)}, []string{write("a1", 80, 30), write("a2", 90, 25)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d results, want the floor and the path: %+v", len(rs), rs)
+	}
+	hit := rs[1]
+	if hit.Value != 80 || hit.AboveFloor != 50 || !hit.HasBefore || hit.Before != 100 || hit.BeforeAboveFloor != 75 {
+		t.Errorf("path: %+v", hit)
+	}
+	if rs[0].HasBefore {
+		t.Errorf("the floor row got a cut: %+v", rs[0])
+	}
+}
