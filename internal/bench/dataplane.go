@@ -200,6 +200,10 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	s.progs["edge"] = e.Program()
 	s.progs["agent_underlay"] = a.UnderlayProgram()
 	s.progs["agent_guest"] = a.GuestProgram()
+	s.maps = map[string]map[string]*ebpf.Map{"edge": e.Maps(), "agent_underlay": a.Maps(), "agent_guest": a.Maps()}
+	if s.specs, err = progSpecs(edgeFile, agentFile); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -214,4 +218,37 @@ func timeProg(env *dptest.Env, prog *ebpf.Program, dev string, frame []byte, rep
 		return 0, fmt.Errorf("program returned action %d, want %d: it is not taking the measured path", ret, want)
 	}
 	return ns, nil
+}
+
+// progSpecs are the compiled programs under test by progs key: this
+// build's, or those of the given object files.
+func progSpecs(edgeFile, agentFile string) (map[string]*ebpf.ProgramSpec, error) {
+	all := map[string]*ebpf.ProgramSpec{}
+	if edgeFile == "" {
+		specs, err := dataplane.ProgramSpecs()
+		if err != nil {
+			return nil, err
+		}
+		all = specs
+	} else {
+		for _, f := range []string{edgeFile, agentFile} {
+			if f == "" {
+				continue
+			}
+			cs, err := ebpf.LoadCollectionSpec(f)
+			if err != nil {
+				return nil, err
+			}
+			for k, p := range cs.Programs {
+				all[k] = p
+			}
+		}
+	}
+	out := map[string]*ebpf.ProgramSpec{}
+	for key, name := range map[string]string{"edge": "xdp_edge", "agent_underlay": "xdp_agent_underlay", "agent_guest": "xdp_agent_guest"} {
+		if p := all[name]; p != nil {
+			out[key] = p
+		}
+	}
+	return out, nil
 }

@@ -265,6 +265,10 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err er
 		return nil, fmt.Errorf("connection table holds %d entries after the fill, want at least %d", n, lbConnFill)
 	}
 	s.progs["edge"] = e.Program()
+	s.maps = map[string]map[string]*ebpf.Map{"edge": e.Maps()}
+	if s.specs, err = progSpecs(edgeFile, ""); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/dataplane/dptest"
@@ -35,6 +37,10 @@ import (
 type side struct {
 	name  string // "" for this build, "before" for the baseline
 	progs map[string]*ebpf.Program
+	// maps and compiled instructions of each program (by progs key), for
+	// the instruction count
+	maps  map[string]map[string]*ebpf.Map
+	specs map[string]*ebpf.ProgramSpec
 	edge  *dataplane.Edge // the load-balancer suite's, for its hooks
 	close []func() error
 }
@@ -73,6 +79,7 @@ const (
 )
 
 type nsBed struct {
+	suite  string
 	only   string        // time only the cases whose name contains it (profiling)
 	soak   time.Duration // then run them alone this long (for perf), untimed
 	lines  string        // with soak: write the soaked programs' JIT line table here
@@ -210,6 +217,21 @@ func (n *nsBed) soakCase(s *side, c nsCase) error {
 	return n.b.SetVary(false)
 }
 
+// firstCPU is the CPU the timings run on (dptest pins them to the first
+// CPU the process may use).
+func firstCPU() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0
+	}
+	for c := 0; c < 1024; c++ {
+		if set.IsSet(c) {
+			return c
+		}
+	}
+	return 0
+}
+
 func sideName(s *side) string {
 	if s.name == "" {
 		return "this version's"
@@ -235,6 +257,7 @@ func (n *nsBed) adjust() float64 { return max(n.min("adjust2")-n.min("pass"), 0)
 // run times every case on every side, rounds times, interleaved, and
 // returns the harness, floor and call figures followed by every case.
 func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]Result, error) {
+	n.suite = suite
 	if n.only != "" {
 		var keep []nsCase
 		for _, c := range cases {
@@ -266,6 +289,10 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 			}
 		}
 	}
+	counts, err := n.countCases(sides, cases)
+	if err != nil {
+		return nil, err
+	}
 	pass, floor := n.min("pass"), n.min("floor")
 	pp := func(r Result) Result {
 		r.Suite, r.Unit, r.PerPacket, r.Harness, r.Floor, r.AboveFloor = suite, "ns/packet", true, pass, floor, r.Value-floor
@@ -283,6 +310,82 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 		if len(sides) > 1 {
 			b := n.value(sides[1], c)
 			r.HasBefore, r.Before, r.BeforeAboveFloor = true, b, b-floor
+		}
+		out = append(out, r)
+	}
+	return append(out, counts...), nil
+}
+
+// countCases replays each case's program once on its frame (countInsns)
+// and checks the replay against a real run of the same frame; the result
+// is the instructions the path executes, as compiled, and its calls.
+func (n *nsBed) countCases(sides []*side, cases []nsCase) ([]Result, error) {
+	var out []Result
+	for _, c := range cases {
+		var counts []insnCount
+		for _, s := range sides {
+			spec := s.specs[c.prog]
+			if spec == nil {
+				break
+			}
+			if c.before != nil {
+				if err := c.before(s); err != nil {
+					return nil, err
+				}
+			}
+			idx, err := n.env.Node.Ifindex(c.dev)
+			if err != nil {
+				return nil, err
+			}
+			// A real run first, so the per-CPU next-hop cache is as
+			// the timings had it (its entries expire); a new flow's
+			// entry goes again.
+			if _, err := n.env.Run(s.progs[c.prog], c.dev, c.frame); err != nil {
+				return nil, err
+			}
+			if c.vary && s.edge != nil {
+				if err := s.edge.DeleteFlowOf(c.frame); err != nil {
+					return nil, err
+				}
+			}
+			jiffies, err := n.b.Jiffies()
+			if err != nil {
+				return nil, err
+			}
+			got, err := countInsns(spec, emuEnv{maps: s.maps[c.prog], cpu: firstCPU(), ifindex: uint32(idx), jiffies: jiffies}, c.frame)
+			if err != nil {
+				return nil, fmt.Errorf("instruction count of %s (%s): %w", c.name, sideName(s), err)
+			}
+			want, err := n.env.Run(s.progs[c.prog], c.dev, c.frame)
+			if err != nil {
+				return nil, err
+			}
+			if c.vary && s.edge != nil {
+				if err := s.edge.DeleteFlowOf(c.frame); err != nil {
+					return nil, err
+				}
+			}
+			if c.after != nil {
+				if err := c.after(s, 0); err != nil {
+					return nil, err
+				}
+			}
+			if got.Action != want.Action || !bytes.Equal(got.Out, want.Out) {
+				return nil, fmt.Errorf("instruction count of %s (%s): the replay ends with action %d and %d bytes, the kernel with %d and %d bytes",
+					c.name, sideName(s), got.Action, len(got.Out), want.Action, len(want.Out))
+			}
+			counts = append(counts, got)
+		}
+		if len(counts) == 0 {
+			continue
+		}
+		r := Result{Suite: n.suite, Name: "insns " + c.name, Value: float64(counts[0].Insns), Unit: "BPF insns",
+			Note: "executed by one packet, as compiled (before the verifier's rewrites): " + counts[0].String()}
+		if len(counts) > 1 {
+			r.HasBefore, r.Before = true, float64(counts[1].Insns)
+			if b := counts[1].String(); b != counts[0].String() {
+				r.Note += "; before: " + b
+			}
 		}
 		out = append(out, r)
 	}

@@ -108,3 +108,46 @@ func loadAvailable(spec *ebpf.CollectionSpec, to any) (Missing, error) {
 	walk(reflect.ValueOf(to).Elem())
 	return missing, nil
 }
+
+// Maps returns the edge's maps by name (the benchmarks' instruction-count
+// replay reads them).
+func (e *Edge) Maps() map[string]*ebpf.Map { return mapsOf(&e.objs) }
+
+// Maps returns the agent's maps by name.
+func (a *Agent) Maps() map[string]*ebpf.Map { return mapsOf(&a.objs) }
+
+// ProgramSpecs returns this build's edge and agent programs as compiled
+// (before the verifier), by program name.
+func ProgramSpecs() (map[string]*ebpf.ProgramSpec, error) {
+	out := map[string]*ebpf.ProgramSpec{}
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadEdge, loadAgent} {
+		spec, err := load()
+		if err != nil {
+			return nil, err
+		}
+		for n, p := range spec.Programs {
+			out[n] = p
+		}
+	}
+	return out, nil
+}
+
+func mapsOf(objs any) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f, fv := t.Field(i), v.Field(i)
+			if f.Anonymous && fv.Kind() == reflect.Struct {
+				walk(fv)
+				continue
+			}
+			if m, ok := fv.Interface().(*ebpf.Map); ok && m != nil {
+				out[f.Tag.Get("ebpf")] = m
+			}
+		}
+	}
+	walk(reflect.ValueOf(objs).Elem())
+	return out
+}

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -275,4 +276,20 @@ func (e *Edge) ConnCount() (int, error) {
 		n++
 	}
 	return n, it.Err()
+}
+
+// DeleteFlowOf removes the connection entry of the flow an Ethernet +
+// option-less IPv4 + TCP/UDP frame belongs to, if there is one.
+func (e *Edge) DeleteFlowOf(frame []byte) error {
+	if len(frame) < 38 || frame[14]>>4 != 4 || frame[14]&0xf != 5 {
+		return fmt.Errorf("not an option-less IPv4 frame")
+	}
+	k := edgeCtKey{
+		Src: binary.LittleEndian.Uint32(frame[26:30]), Dst: binary.LittleEndian.Uint32(frame[30:34]),
+		Sport: binary.LittleEndian.Uint16(frame[34:36]), Dport: binary.LittleEndian.Uint16(frame[36:38]), Proto: frame[23],
+	}
+	if err := e.objs.LbConns.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
 }
