@@ -15,7 +15,8 @@ import (
 // the way to compare across versions whose maps changed layout, where
 // --baseline-objects cannot load the old objects with this version's Go
 // code: each build sets up its own objects (scripts/bench-compare-rev.sh).
-// Only ns/packet results are compared (lower is better).
+// Only ns/packet and instruction-count results are compared (lower is
+// better).
 func Compare(before, after []string) ([]Result, error) {
 	b, _, err := readRuns(before)
 	if err != nil {
@@ -28,18 +29,18 @@ func Compare(before, after []string) ([]Result, error) {
 	var out []Result
 	for _, key := range order {
 		r := a[key]
-		if r.Unit != "ns/packet" {
+		if r.Unit != "ns/packet" && r.Unit != "BPF insns" {
 			continue
 		}
 		// Paths only: the harness and floor rows have no cost above the
 		// floor to cut.
-		if p, ok := b[key]; ok && r.Baseline != "" {
+		if p, ok := b[key]; ok && (r.Baseline != "" || r.Unit == "BPF insns") {
 			r.HasBefore, r.Before, r.BeforeAboveFloor = true, p.Value, p.AboveFloor
 		}
 		out = append(out, r)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no ns/packet result in the after runs")
+		return nil, fmt.Errorf("no ns/packet or BPF insns result in the after runs")
 	}
 	return out, nil
 }
