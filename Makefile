@@ -8,7 +8,7 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb fuzz clean
+.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-compare bench-compare-rev fuzz clean
 
 help:
 	@echo "build            build $(BIN)"
@@ -17,6 +17,8 @@ help:
 	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
 	@echo "demo             lab up + lab demo (as root)"
 	@echo "bench            every benchmark suite (results go in BENCHMARKS.md)"
+	@echo "bench-compare    per-packet suites, this build against BASE's objects (BASE=git revision, default HEAD)"
+	@echo "bench-compare-rev  the same against BASE's own build, alternated (when map layouts changed)"
 	@echo "fuzz             long fuzzing runs (FUZZTIME=10m)"
 
 build: $(BIN)
@@ -59,6 +61,21 @@ bench-control: build
 
 bench-lb: build
 	./$(BIN) bench lb
+
+# Before/after in one run: the data-plane and load-balancer per-packet paths
+# timed with this build's objects and with BASE's, interleaved.
+BASE ?= HEAD
+bench-compare: build
+	rm -rf bin/baseline-objects
+	scripts/baseline-objects.sh $(BASE) bin/baseline-objects
+	./$(BIN) bench dataplane --rounds 9 --baseline-objects bin/baseline-objects
+	./$(BIN) bench lb --rounds 9 --conn-table 0 --lab=false --baseline-objects bin/baseline-objects
+
+# The same when BASE's maps have another layout: BASE's own build and this
+# one, run alternately (RUNS times), compared by name.
+RUNS ?= 3
+bench-compare-rev: build
+	scripts/bench-compare-rev.sh $(BASE) $(RUNS)
 
 FUZZTIME ?= 10m
 fuzz:

@@ -243,3 +243,107 @@ int xdp_jiffies(struct xdp_md *ctx)
 	__builtin_memcpy(data, &j, 8);
 	return XDP_TX;
 }
+
+/* --- Chained measurement (tail call into the program under test) ---
+ *
+ * xdp_chain restores the frame (as xdp_restore), optionally gives the run
+ * a client of its own, then tail-calls bench_target[0]: the real entry
+ * point of the program under test (xdp_edge, xdp_agent_*), from this
+ * version or from an older object file. The same chain into xdp_pass is
+ * the calibration subtracted from every chained figure. Because the
+ * program under test needs no bench entry point of its own, objects of any
+ * earlier version can be measured the same way (--baseline-objects). */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} bench_target SEC(".maps");
+
+/* bench_vary_cfg[0].on != 0: every run rewrites the client of a TCP/IPv4
+ * frame (the last byte of the source address and the source port, both
+ * checksums updated incrementally) from the per-CPU run counter
+ * bench_vary_seq, so each run is a flow no earlier run had: n gives the
+ * client (n & 0xff) and the port 1024 + (n >> 8) % 64512, 16.5 million
+ * distinct flows. */
+struct bench_vary {
+	__u32 on;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bench_vary);
+} bench_vary_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bench_vary_seq SEC(".maps");
+
+static __always_inline int bench_vary(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct bench_vary *v = bpf_map_lookup_elem(&bench_vary_cfg, &zero);
+	if (!v || !v->on)
+		return 0;
+	__u64 *seq = bpf_map_lookup_elem(&bench_vary_seq, &zero);
+	if (!seq)
+		return -1;
+	__u32 n = (__u32)(*seq)++;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + ETH_HLEN_;
+	if ((void *)(iph + 1) > data_end || iph->ihl != 5 || iph->protocol != IPPROTO_TCP_)
+		return -1;
+	struct tcphdr *th = (void *)(iph + 1);
+	if ((void *)(th + 1) > data_end)
+		return -1;
+	__be16 *sa = (__be16 *)&iph->saddr;
+	__be16 old_lo = sa[1], old_port = th->source;
+	__be16 new_lo = (old_lo & bpf_htons(0xff00)) | bpf_htons(n & 0xff);
+	__be16 new_port = bpf_htons(1024 + (n >> 8) % 64512);
+	sa[1] = new_lo;
+	th->source = new_port;
+	iph->check = csum_replace2(iph->check, old_lo, new_lo);
+	th->check = csum_replace2(csum_replace2(th->check, old_lo, new_lo), old_port, new_port);
+	return 0;
+}
+
+SEC("xdp")
+int xdp_chain(struct xdp_md *ctx)
+{
+	if (bench_restore(ctx))
+		return XDP_ABORTED;
+	if (bench_vary(ctx))
+		return XDP_ABORTED;
+	bpf_tail_call(ctx, &bench_target, 0);
+	return XDP_ABORTED;
+}
+
+/* xdp_calls4: four calls of a function that is not inlined, then XDP_PASS.
+ * (xdp_calls4 - xdp_pass) / 4 is what one call and return cost on this
+ * CPU: with the SRSO "Safe RET" mitigation of AMD Zen every return goes
+ * through a thunk (srso_return_thunk) whose return is mispredicted, which
+ * is most of the harness's own per-run cost there (BENCHMARKS.md). Each
+ * call takes the previous result, so clang cannot merge them. */
+static __attribute__((noinline)) int bench_leaf(int x)
+{
+	asm volatile("" : "+r"(x));
+	return x + 1;
+}
+
+SEC("xdp")
+int xdp_calls4(struct xdp_md *ctx)
+{
+	int r = bench_leaf(0);
+	r = bench_leaf(r);
+	r = bench_leaf(r);
+	r = bench_leaf(r);
+	return r == 4 ? XDP_PASS : XDP_DROP;
+}

@@ -30,6 +30,10 @@ func init() {
 		}
 		d.Flags().IntVar(&dp.Repeat, "repeat", 2_000_000, "runs per measurement")
 		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (the fastest is reported)")
+		d.Flags().StringVar(&dp.BaselineObjects, "baseline-objects", "", "directory with an earlier version's edge_bpfel.o and agent_bpfel.o, timed in the same run (before/cut columns; scripts/baseline-objects.sh REV DIR extracts them)")
+		d.Flags().StringVar(&dp.Only, "only", "", "time only the paths whose name contains this (to profile one path with perf)")
+		d.Flags().DurationVar(&dp.Soak, "soak", 0, "with --only: then run those paths alone this long, untimed (for perf)")
+		d.Flags().StringVar(&dp.JITLines, "jit-lines", "", "with --soak: write the program's JIT address to source line table to this file")
 		c.AddCommand(d)
 
 		var lo bench.LabOptions
@@ -79,9 +83,30 @@ func init() {
 		}
 		lbc.Flags().IntVar(&lbo.Repeat, "repeat", 2_000_000, "runs per measurement")
 		lbc.Flags().IntVar(&lbo.Rounds, "rounds", 9, "measurements per path (the fastest is reported)")
+		lbc.Flags().StringVar(&lbo.Only, "only", "", "time only the packet paths whose name contains this (to profile one path with perf)")
+		lbc.Flags().DurationVar(&lbo.Soak, "soak", 0, "with --only: then run those paths alone this long, untimed (for perf)")
+		lbc.Flags().StringVar(&lbo.JITLines, "jit-lines", "", "with --soak: write the program's JIT address to source line table to this file")
+		lbc.Flags().StringVar(&lbo.BaselineObjects, "baseline-objects", "", "directory with an earlier version's edge_bpfel.o, timed in the same run (before/cut columns)")
 		lbc.Flags().Uint32Var(&lbo.BigTable, "conn-table", 10_000_000, "entries of the large connection table to build and serve (0: skip)")
 		lbc.Flags().BoolVar(&lbLab, "lab", true, "also measure a nat VIP through one edge in a lab, next to an nftables DNAT load balancer")
 		c.AddCommand(lbc)
+
+		var before, after []string
+		cmp := &cobra.Command{
+			Use:   "compare --before FILE... --after FILE...",
+			Short: "Per-packet results of two builds' runs (--json output, alternated), the fastest of each, with the cuts",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				rs, err := bench.Compare(before, after)
+				if err != nil {
+					return fmt.Errorf("bench compare: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		cmp.Flags().StringArrayVar(&before, "before", nil, "JSON output of a run of the earlier build (repeatable)")
+		cmp.Flags().StringArrayVar(&after, "after", nil, "JSON output of a run of this build (repeatable)")
+		c.AddCommand(cmp)
 
 		var co bench.ControlOptions
 		ctl := &cobra.Command{

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -23,30 +24,24 @@ const (
 type DataplaneOptions struct {
 	Repeat int // runs per measurement (BPF_PROG_TEST_RUN repeat)
 	Rounds int // measurements per path; the fastest is reported
-}
-
-type dpCase struct {
-	name   string
-	prog   *ebpf.Program
-	dev    string // the interface the frame arrives on
-	frame  []byte
-	action uint32
-	// restore: the program restores the frame every run (a *_bench
-	// program). What is reported is what a run would cost without the
-	// restore: bench - restore_only + pass - adjust, where restore_only
-	// (xdp_restore) and pass (xdp_pass) both carry the harness's own
-	// per-run cost, so every figure includes it once, as the floor's
-	// does; and adjust is the one head adjustment the restore makes to
-	// undo the path's (half of xdp_adjust2 over xdp_pass).
-	restore bool
-	setup   func([]byte) error
-	target  string
+	// BaselineObjects is a directory holding an earlier version's
+	// edge_bpfel.o and agent_bpfel.o: every path is also timed with them,
+	// interleaved with this version's, and reported as before/cut.
+	BaselineObjects string
+	// Only times the paths whose name contains it (for profiling one path
+	// with perf while the suite runs it).
+	Only string
+	// Soak: after the timings, run the Only paths alone this long.
+	Soak time.Duration
+	// JITLines: with Soak, write the soaked programs' JIT address ->
+	// source line table to this file.
+	JITLines string
 }
 
 // Dataplane measures ns/packet of every edge and agent path with
-// BPF_PROG_TEST_RUN repeat mode, next to the XDP_TX MAC-swap floor measured
-// in the same run, inside a namespace whose routes and neighbours make
-// bpf_fib_lookup succeed as on a real node.
+// BPF_PROG_TEST_RUN repeat mode, next to the harness's own cost and the
+// XDP_TX MAC-swap floor measured in the same run, inside a namespace whose
+// routes and neighbours make bpf_fib_lookup succeed as on a real node.
 func Dataplane(o DataplaneOptions) ([]Result, error) {
 	if o.Repeat == 0 {
 		o.Repeat = 2_000_000
@@ -59,12 +54,121 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		return nil, err
 	}
 	defer env.Close()
-
-	e, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1 << 20})
+	b, err := dataplane.LoadBench()
 	if err != nil {
 		return nil, err
 	}
-	defer e.Close()
+	defer b.Close()
+
+	cur, err := dataplaneSide(env, "", "", "")
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close()
+	sides := []*side{cur}
+	if o.BaselineObjects != "" {
+		ef, af, err := baselineFiles(o.BaselineObjects)
+		if err != nil {
+			return nil, err
+		}
+		base, err := dataplaneSide(env, "before", ef, af)
+		if err != nil {
+			return nil, err
+		}
+		defer base.Close()
+		sides = append(sides, base)
+	}
+
+	const size = 128
+	inetTCP := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIP, 40000, 80, size)
+	notOurs := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, "198.51.100.99", 40000, 80, size)
+	badCsum := append([]byte(nil), inetTCP...)
+	badCsum[14+10] ^= 0xff
+	reply := tcpFrame("02:cc:00:00:00:02", "02:00:00:00:00:fe", benchEIP, benchClient, 80, 40000, size)
+	fromHost := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7, reply)
+	toAgent := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
+	fromGuest := tcpFrame(dptest.VMMAC, dptest.GuestMAC, dptest.GuestAddr, benchClient, 80, 40000, size)
+
+	// bench.c's, the same for both sides.
+	for _, sd := range sides {
+		sd.progs["bare_encap"] = b.BareEncap()
+	}
+	cases := []nsCase{
+		// xdp_bare_encap restores the frame itself (bench_restore): its
+		// figure is bare - restore_only + pass - adjust, as before.
+		{name: "bare_nvgre_encap (constant headers, no lookups)", prog: "bare_encap", dev: dptest.ExtDev, frame: inetTCP, action: actTX},
+		{name: "edge_encap (Internet to EIP, TCP)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP, action: actRedirect, chain: true, moves: true, target: "<= 4x"},
+		{name: "edge_decap (host to Internet)", prog: "edge", dev: dptest.UlDev, frame: fromHost, action: actRedirect, chain: true, moves: true},
+		{name: "edge_pass (not an EIP)", prog: "edge", dev: dptest.ExtDev, frame: notOurs, action: actPass},
+		{name: "edge_drop (bad IP checksum)", prog: "edge", dev: dptest.ExtDev, frame: badCsum, action: actDrop},
+		{name: "agent_decap_dnat (edge to guest)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent, action: actRedirect, chain: true, moves: true},
+		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
+	}
+	n := newNSBed(env, b, o.Repeat)
+	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
+	// Bare encap restores the frame itself (bench_restore): the restore
+	// alone is timed with it, in the same round.
+	cases[0].before = func(*side) error {
+		if err := b.SetBenchFrame(inetTCP); err != nil {
+			return err
+		}
+		v, err := timeProg(env, b.Restore(), dptest.ExtDev, inetTCP, o.Repeat, actTX)
+		if err != nil {
+			return fmt.Errorf("xdp_restore: %w", err)
+		}
+		n.add("restore", v)
+		return nil
+	}
+	out, err := n.run("dataplane", o.Rounds, sides, cases)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].Name == cases[0].name && n.s["restore"] != nil {
+			out[i].Value += n.min("pass") - n.min("restore") - n.adjust()
+			out[i].AboveFloor = out[i].Value - out[i].Floor
+			out[i].Ratio = out[i].Value / out[i].Floor
+			out[i].HasBefore = false
+		}
+	}
+	return out, nil
+}
+
+// dataplaneSide loads and programs an edge (100,001 routes) and an agent
+// (one EIP), from this build or from the given object files.
+func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, err error) {
+	s = &side{name: name, progs: map[string]*ebpf.Program{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	var e *dataplane.Edge
+	var a *dataplane.Agent
+	var missing dataplane.Missing
+	if edgeFile == "" {
+		if e, err = dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1 << 20}); err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, e.Close)
+		if a, err = dataplane.LoadAgent(dataplane.LoadOptions{}); err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, a.Close)
+	} else {
+		var m2 dataplane.Missing
+		if e, missing, err = dataplane.LoadEdgeObject(edgeFile, dataplane.LoadOptions{EIPMax: 1 << 20}); err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, e.Close)
+		if a, m2, err = dataplane.LoadAgentObject(agentFile); err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, a.Close)
+		missing = append(missing, m2...)
+		defer guardMissing(missing, &err)
+	}
 	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), ICMPSource: netip.MustParseAddr(dptest.ExtAddr),
 		HashSeed: 1, ICMPRate: 1000, ICMPBurst: 100, ICMPTimeExceeded: true, GatewayMAC: dptest.MustMAC("02:00:00:00:00:fe")}); err != nil {
 		return nil, err
@@ -79,12 +183,6 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 	if err := e.PutRoutes(routes); err != nil {
 		return nil, err
 	}
-
-	a, err := dataplane.LoadAgent(dataplane.LoadOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer a.Close()
 	g1, err := env.Node.Ifindex(dptest.GuestDev)
 	if err != nil {
 		return nil, err
@@ -99,93 +197,14 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
 		return nil, err
 	}
-
-	b, err := dataplane.LoadBench()
-	if err != nil {
+	s.progs["edge"] = e.Program()
+	s.progs["agent_underlay"] = a.UnderlayProgram()
+	s.progs["agent_guest"] = a.GuestProgram()
+	s.maps = map[string]map[string]*ebpf.Map{"edge": e.Maps(), "agent_underlay": a.Maps(), "agent_guest": a.Maps()}
+	if s.specs, err = progSpecs(edgeFile, agentFile); err != nil {
 		return nil, err
 	}
-	defer b.Close()
-
-	const size = 128
-	inetTCP := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIP, 40000, 80, size)
-	notOurs := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, "198.51.100.99", 40000, 80, size)
-	badCsum := append([]byte(nil), inetTCP...)
-	badCsum[14+10] ^= 0xff
-	reply := tcpFrame("02:cc:00:00:00:02", "02:00:00:00:00:fe", benchEIP, benchClient, 80, 40000, size)
-	fromHost := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7, reply)
-	toAgent := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
-		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
-	fromGuest := tcpFrame(dptest.VMMAC, dptest.GuestMAC, dptest.GuestAddr, benchClient, 80, 40000, size)
-
-	const (
-		drop     = 1
-		pass     = 2
-		tx       = 3
-		redirect = 4
-	)
-	cases := []dpCase{
-		{name: "xdp_floor (MAC swap, XDP_TX)", prog: b.Floor(), dev: dptest.ExtDev, frame: inetTCP, action: tx},
-		{name: "bare_nvgre_encap", prog: b.BareEncap(), dev: dptest.ExtDev, frame: inetTCP, action: tx, restore: true, setup: b.SetBenchFrame},
-		{name: "edge_encap (Internet to EIP, TCP)", prog: e.BenchProgram(), dev: dptest.ExtDev, frame: inetTCP, action: redirect, restore: true, setup: e.SetBenchFrame, target: "<= 4x"},
-		{name: "edge_decap (host to Internet)", prog: e.BenchProgram(), dev: dptest.UlDev, frame: fromHost, action: redirect, restore: true, setup: e.SetBenchFrame},
-		{name: "edge_pass (not an EIP)", prog: e.Program(), dev: dptest.ExtDev, frame: notOurs, action: pass},
-		{name: "edge_drop (bad IP checksum)", prog: e.Program(), dev: dptest.ExtDev, frame: badCsum, action: drop},
-		{name: "agent_decap_dnat (edge to guest)", prog: a.UnderlayBenchProgram(), dev: dptest.UlDev, frame: toAgent, action: redirect, restore: true, setup: a.SetBenchFrame},
-		{name: "agent_snat_encap (guest to edge)", prog: a.GuestBenchProgram(), dev: dptest.GuestDev, frame: fromGuest, action: redirect, restore: true, setup: a.SetBenchFrame},
-	}
-	samples := make([][]float64, len(cases))
-	restoreNs := map[int][]float64{}
-	var passNs, adj2Ns []float64
-	for round := 0; round < o.Rounds; round++ {
-		p, err := timeProg(env, b.Pass(), dptest.ExtDev, inetTCP, o.Repeat, pass)
-		if err != nil {
-			return nil, fmt.Errorf("xdp_pass: %w", err)
-		}
-		passNs = append(passNs, p)
-		a, err := timeProg(env, b.Adjust2(), dptest.ExtDev, inetTCP, o.Repeat, tx)
-		if err != nil {
-			return nil, fmt.Errorf("xdp_adjust2: %w", err)
-		}
-		adj2Ns = append(adj2Ns, a)
-		for i, c := range cases {
-			var ns float64
-			if c.restore {
-				if err := c.setup(c.frame); err != nil {
-					return nil, fmt.Errorf("%s: %w", c.name, err)
-				}
-				if err := b.SetBenchFrame(c.frame); err != nil {
-					return nil, err
-				}
-				r, err := timeProg(env, b.Restore(), c.dev, c.frame, o.Repeat, tx)
-				if err != nil {
-					return nil, fmt.Errorf("restore for %s: %w", c.name, err)
-				}
-				restoreNs[i] = append(restoreNs[i], r)
-			}
-			ns, err := timeProg(env, c.prog, c.dev, c.frame, o.Repeat, c.action)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			samples[i] = append(samples[i], ns)
-		}
-	}
-	// The fastest of the rounds: on a shared machine noise only ever adds
-	// time, so the minimum is the steadiest estimate of a path's own cost.
-	floor := minOf(samples[0])
-	adjust := max(minOf(adj2Ns)-minOf(passNs), 0) / 2
-	var out []Result
-	for i, c := range cases {
-		v := minOf(samples[i])
-		if c.restore {
-			v += minOf(passNs) - minOf(restoreNs[i]) - adjust
-		}
-		r := Result{Suite: "dataplane", Name: c.name, Value: v, Unit: "ns/packet", Target: c.target}
-		if i > 0 {
-			r.Baseline, r.BaselineValue, r.Ratio = "xdp_floor", floor, v/floor
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return s, nil
 }
 
 // timeProg runs prog repeat times on frame as if it arrived on dev of the
@@ -199,4 +218,37 @@ func timeProg(env *dptest.Env, prog *ebpf.Program, dev string, frame []byte, rep
 		return 0, fmt.Errorf("program returned action %d, want %d: it is not taking the measured path", ret, want)
 	}
 	return ns, nil
+}
+
+// progSpecs are the compiled programs under test by progs key: this
+// build's, or those of the given object files.
+func progSpecs(edgeFile, agentFile string) (map[string]*ebpf.ProgramSpec, error) {
+	all := map[string]*ebpf.ProgramSpec{}
+	if edgeFile == "" {
+		specs, err := dataplane.ProgramSpecs()
+		if err != nil {
+			return nil, err
+		}
+		all = specs
+	} else {
+		for _, f := range []string{edgeFile, agentFile} {
+			if f == "" {
+				continue
+			}
+			cs, err := ebpf.LoadCollectionSpec(f)
+			if err != nil {
+				return nil, err
+			}
+			for k, p := range cs.Programs {
+				all[k] = p
+			}
+		}
+	}
+	out := map[string]*ebpf.ProgramSpec{}
+	for key, name := range map[string]string{"edge": "xdp_edge", "agent_underlay": "xdp_agent_underlay", "agent_guest": "xdp_agent_guest"} {
+		if p := all[name]; p != nil {
+			out[key] = p
+		}
+	}
+	return out, nil
 }

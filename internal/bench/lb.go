@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/cilium/ebpf"
 	"net/netip"
 	"strconv"
 	"time"
@@ -16,7 +17,12 @@ type LBOptions struct {
 	Repeat   int
 	Rounds   int
 	BigTable uint32 // entries of the large connection table (0: skip)
-	Out      func(format string, a ...any)
+	// BaselineObjects and Only: as DataplaneOptions'.
+	BaselineObjects string
+	Only            string
+	Soak            time.Duration
+	JITLines        string
+	Out             func(format string, a ...any)
 }
 
 const (
@@ -91,6 +97,21 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// The load-balancer suite's connection table for the per-packet paths:
+// lbConnMax entries of capacity holding lbConnFill established flows
+// (FillConns: from user space, BatchUpdate) before any path is timed.
+const (
+	lbConnMax  = 1 << 21
+	lbConnFill = 1_000_000
+	// The clients of the new-flow cases: xdp_chain gives every run its own
+	// (192.0.2.0/24, ports 1024-65535), none of them among the filled
+	// flows (203.0.113.0/24).
+	lbNewClient = "192.0.2.1"
+	// Runs per new-flow timing: the table grows to lbConnFill + this,
+	// well inside its capacity, so the LRU evicts nothing meanwhile.
+	lbNewFlowRuns = 500_000
+)
+
 // lbPackets times the load balancer's paths in repeat mode, with the same
 // accounting as the dataplane suite.
 func lbPackets(o LBOptions) ([]Result, error) {
@@ -99,11 +120,125 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		return nil, err
 	}
 	defer env.Close()
-	e, err := dataplane.LoadEdge(dataplane.LoadOptions{})
+	b, err := dataplane.LoadBench()
 	if err != nil {
 		return nil, err
 	}
-	defer e.Close()
+	defer b.Close()
+	now, err := b.Jiffies()
+	if err != nil {
+		return nil, err
+	}
+	say := o.Out
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	cur, err := lbSide(env, "", "", now)
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close()
+	sides := []*side{cur}
+	if o.BaselineObjects != "" {
+		ef, _, err := baselineFiles(o.BaselineObjects)
+		if err != nil {
+			return nil, err
+		}
+		base, err := lbSide(env, "before", ef, now)
+		if err != nil {
+			return nil, err
+		}
+		defer base.Close()
+		sides = append(sides, base)
+	}
+	say("connection tables filled: %d flows each (BatchUpdate), capacity %d", lbConnFill, lbConnMax)
+
+	const size = 128
+	ack := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, size, "ack")
+	newSyn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIP, 1024, 80, size, "syn")
+	reply := tcpFrameFlags(dptest.FabMAC, dptest.UlMAC, lbBackend, benchClient, 8080, 40000, size, "ack")
+	encAck := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, size, "ack")
+
+	// After a new-flow timing: every run must have inserted its flow
+	// (or, capped, none may have); the entries go again, so every timing
+	// starts from the same lbConnFill-entry table.
+	cleanup := func(wantInserted bool) func(s *side, runs uint64) error {
+		return func(s *side, runs uint64) error {
+			if runs >= dataplane.VaryFlows {
+				return fmt.Errorf("%d runs: more than the %d distinct flows the chain gives", runs, dataplane.VaryFlows)
+			}
+			n, err := s.edge.DeleteVaryConns(netip.MustParseAddr(lbNewClient), netip.MustParseAddr(lbVIP), 80, uint32(runs))
+			if err != nil {
+				return err
+			}
+			// The LRU may have evicted a few of them already.
+			if wantInserted && uint64(n) < runs*99/100 {
+				return fmt.Errorf("%d runs inserted only %d connection entries: not the new-flow path", runs, n)
+			}
+			if !wantInserted && n > 2 {
+				return fmt.Errorf("%d runs over the insert cap inserted %d entries", runs, n)
+			}
+			return nil
+		}
+	}
+	capOn := func(on bool) func(s *side) error {
+		return func(s *side) error { return s.edge.SetLBConfig(lbConfig(on)) }
+	}
+	cases := []nsCase{
+		{name: "lb_ct_hit_nat (established flow, DNAT)", prog: "edge", dev: dptest.ExtDev, frame: ack, action: actRedirect, chain: true, target: "<= 6x"},
+		{name: "lb_new_flow_nat (miss in a 1M-entry table, Maglev, insert)", prog: "edge", dev: dptest.ExtDev, frame: newSyn, action: actRedirect, chain: true, vary: true, repeat: lbNewFlowRuns,
+			before: capOn(false), after: cleanup(true), target: "<= 12x",
+			note: fmt.Sprintf("a SYN of a distinct client every run (xdp_chain), none in the table, which holds %d flows filled from user space (BatchUpdate), capacity %d; %d runs per timing, whose entries are deleted after it", lbConnFill, lbConnMax, lbNewFlowRuns)},
+		{name: "lb_new_flow_insert_capped (over the insert rate: table alone, no entry)", prog: "edge", dev: dptest.ExtDev, frame: newSyn, action: actRedirect, chain: true, vary: true, repeat: lbNewFlowRuns,
+			before: capOn(true), after: func(s *side, runs uint64) error {
+				if err := cleanup(false)(s, runs); err != nil {
+					return err
+				}
+				return capOn(false)(s)
+			}, note: "as lb_new_flow_nat with an insert rate of 1/s: every run past the first is forwarded by the Maglev table without an entry"},
+		{name: "lb_nat_reply (SNAT back to the VIP)", prog: "edge", dev: dptest.UlDev, frame: reply, action: actRedirect, chain: true},
+		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
+	}
+	n := newNSBed(env, b, o.Repeat)
+	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
+	return n.run("lb", o.Rounds, sides, cases)
+}
+
+// lbConfig is the suite's load-balancer configuration, with an insert cap
+// of 1 per second (so a timing inserts at most one entry) or none.
+func lbConfig(insertCap bool) dataplane.LBConfig {
+	c := dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}
+	if insertCap {
+		c.InsertRate, c.InsertBurst = 1, 1
+	}
+	return c
+}
+
+// lbSide loads an edge (this build's, or an object file's) with a nat VIP
+// of 100 backends and an encap VIP, fills its connection table with
+// lbConnFill flows and establishes the timed flows through the program.
+func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err error) {
+	s = &side{name: name, progs: map[string]*ebpf.Program{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	opts := dataplane.LoadOptions{ConnMax: lbConnMax}
+	var e *dataplane.Edge
+	if edgeFile == "" {
+		if e, err = dataplane.LoadEdge(opts); err != nil {
+			return nil, err
+		}
+	} else {
+		var missing dataplane.Missing
+		if e, missing, err = dataplane.LoadEdgeObject(edgeFile, opts); err != nil {
+			return nil, err
+		}
+		defer guardMissing(missing, &err)
+	}
+	s.close = append(s.close, e.Close)
+	s.edge = e
 	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), ICMPSource: netip.MustParseAddr(dptest.ExtAddr),
 		HashSeed: 1, GatewayMAC: dptest.MustMAC("02:00:00:00:00:fe")}); err != nil {
 		return nil, err
@@ -111,93 +246,36 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	if err := setupLB(e, 100); err != nil {
 		return nil, err
 	}
-	b, err := dataplane.LoadBench()
-	if err != nil {
+	if err := e.FillConns(lbConnFill, netip.MustParseAddr(lbVIP), 80, 100, now); err != nil {
 		return nil, err
 	}
-	defer b.Close()
-
-	const size = 128
-	ack := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, size, "ack")
-	syn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40001, 80, size, "syn")
-	reply := tcpFrameFlags(dptest.FabMAC, dptest.UlMAC, lbBackend, benchClient, 8080, 40000, size, "ack")
-	encAck := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, size, "ack")
-	// Insert the established flows' entries.
-	for _, f := range [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, size, "syn"),
-		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, size, "syn")} {
+	// The established flows, inserted by the program (after the fill,
+	// which could otherwise overwrite them).
+	for _, f := range [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, 128, "syn"),
+		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, 128, "syn")} {
 		if _, err := env.Run(e.Program(), dptest.ExtDev, f); err != nil {
 			return nil, err
 		}
 	}
-	const tx, pass, redirect = 3, 2, 4
-	cases := []struct {
-		name   string
-		dev    string
-		frame  []byte
-		action uint32
-		moves  bool
-		target string
-	}{
-		{"lb_ct_hit_nat (established flow, DNAT)", dptest.ExtDev, ack, redirect, false, "<= 6x"},
-		{"lb_syn_miss_maglev_nat (new flow, table lookup, entry insert)", dptest.ExtDev, syn, redirect, false, "<= 12x"},
-		{"lb_nat_reply (SNAT back to the VIP)", dptest.UlDev, reply, redirect, false, ""},
-		{"lb_ct_hit_encap (established flow, NVGRE)", dptest.ExtDev, encAck, redirect, true, ""},
+	n, err := e.ConnCount()
+	if err != nil {
+		return nil, err
 	}
-	var floor, passNs, adj2 []float64
-	samples := make([][]float64, len(cases))
-	restoreNs := make([][]float64, len(cases))
-	for r := 0; r < o.Rounds; r++ {
-		f, err := timeProg(env, b.Floor(), dptest.ExtDev, ack, o.Repeat, tx)
-		if err != nil {
-			return nil, err
-		}
-		floor = append(floor, f)
-		p, err := timeProg(env, b.Pass(), dptest.ExtDev, ack, o.Repeat, pass)
-		if err != nil {
-			return nil, err
-		}
-		passNs = append(passNs, p)
-		a, err := timeProg(env, b.Adjust2(), dptest.ExtDev, ack, o.Repeat, tx)
-		if err != nil {
-			return nil, err
-		}
-		adj2 = append(adj2, a)
-		for i, c := range cases {
-			if err := e.SetBenchFrame(c.frame); err != nil {
-				return nil, err
-			}
-			if err := b.SetBenchFrame(c.frame); err != nil {
-				return nil, err
-			}
-			rr, err := timeProg(env, b.Restore(), c.dev, c.frame, o.Repeat, tx)
-			if err != nil {
-				return nil, err
-			}
-			restoreNs[i] = append(restoreNs[i], rr)
-			v, err := timeProg(env, e.BenchProgram(), c.dev, c.frame, o.Repeat, c.action)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			samples[i] = append(samples[i], v)
-		}
+	if n < lbConnFill {
+		return nil, fmt.Errorf("connection table holds %d entries after the fill, want at least %d", n, lbConnFill)
 	}
-	fl := minOf(floor)
-	adjust := max(minOf(adj2)-minOf(passNs), 0) / 2
-	out := []Result{{Suite: "lb", Name: "xdp_floor (MAC swap, XDP_TX)", Value: fl, Unit: "ns/packet"}}
-	for i, c := range cases {
-		v := minOf(samples[i]) - minOf(restoreNs[i]) + minOf(passNs)
-		if c.moves {
-			v -= adjust
-		}
-		out = append(out, Result{Suite: "lb", Name: c.name, Value: v, Unit: "ns/packet", Baseline: "xdp_floor", BaselineValue: fl, Ratio: v / fl, Target: c.target})
+	s.progs["edge"] = e.Program()
+	s.maps = map[string]map[string]*ebpf.Map{"edge": e.Maps()}
+	if s.specs, err = progSpecs(edgeFile, ""); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return s, nil
 }
 
 // setupLB programs one nat VIP (tcp:80 -> n backends on port 8080) and one
 // encap VIP (tcp:443 -> one guest).
 func setupLB(e *dataplane.Edge, n int) error {
-	if err := e.SetLBConfig(dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}); err != nil {
+	if err := e.SetLBConfig(lbConfig(false)); err != nil {
 		return err
 	}
 	var mb []maglev.Backend
@@ -289,7 +367,7 @@ func bigConnTable(n uint32, say func(string, ...any)) ([]Result, error) {
 		return nil, err
 	}
 	fillS := time.Since(t1).Seconds()
-	say("connection table of %d entries: created in %.1f s, %d filled in %.1f s", n, loadS, fill, fillS)
+	say("connection table of %d entries: created in %.1f s, %d flows written from user space (BatchUpdate) in %.1f s", n, loadS, fill, fillS)
 	mem, err := e.ConnTableMemory()
 	if err != nil {
 		return nil, err
@@ -315,6 +393,7 @@ func bigConnTable(n uint32, say func(string, ...any)) ([]Result, error) {
 	return []Result{
 		{Suite: "lb", Name: fmt.Sprintf("conn_table_%d_entries_memory", n), Value: float64(mem) / float64(n), Unit: "bytes/entry", Target: "<= 100 B"},
 		{Suite: "lb", Name: fmt.Sprintf("conn_table_%d_entries_create", n), Value: loadS, Unit: "s"},
-		{Suite: "lb", Name: fmt.Sprintf("conn_table_%d_entries_fill", n), Value: fillS, Unit: "s"},
+		{Suite: "lb", Name: fmt.Sprintf("conn_table_%d_entries_fill_batchupdate", n), Value: fillS, Unit: "s",
+			Note: fmt.Sprintf("%d flows written from user space with BatchUpdate (FillConns), not through the program; 4 of them then served by the program from their entries", fill)},
 	}, nil
 }

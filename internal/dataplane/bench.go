@@ -2,9 +2,11 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -173,4 +175,121 @@ func (b *Bench) MeasureHZ() (uint32, error) {
 		}
 	}
 	return best, nil
+}
+
+// Calls4 makes four calls of a function that is not inlined: with Pass,
+// it gives the cost of one call and return on this CPU.
+func (b *Bench) Calls4() *ebpf.Program { return b.objs.XdpCalls4 }
+
+// Chain is xdp_chain: restore the frame (SetBenchFrame), give the run its
+// own client when SetVary is on, then tail-call the target (SetChainTarget).
+func (b *Bench) Chain() *ebpf.Program { return b.objs.XdpChain }
+
+// SetChainTarget makes xdp_chain tail-call prog: an XDP program of this or
+// of an earlier version's object.
+func (b *Bench) SetChainTarget(prog *ebpf.Program) error {
+	if err := b.objs.BenchTarget.Update(uint32(0), prog, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bench_target: %w", err)
+	}
+	return nil
+}
+
+// SetVary turns the per-run client of xdp_chain on or off and restarts its
+// run counter on every CPU: run n gets VaryFlow(base, n).
+func (b *Bench) SetVary(on bool) error {
+	zero := make([]uint64, ebpf.MustPossibleCPU())
+	if err := b.objs.BenchVarySeq.Update(uint32(0), zero, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bench_vary_seq: %w", err)
+	}
+	var v benchBenchVary
+	if on {
+		v.On = 1
+	}
+	return b.objs.BenchVaryCfg.Update(uint32(0), &v, ebpf.UpdateAny)
+}
+
+// VaryRuns is the number of runs xdp_chain has counted since SetVary,
+// over all CPUs.
+func (b *Bench) VaryRuns() (uint64, error) {
+	var vals []uint64
+	if err := b.objs.BenchVarySeq.Lookup(uint32(0), &vals); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, v := range vals {
+		n += v
+	}
+	return n, nil
+}
+
+// VaryFlows is how many distinct clients xdp_chain's counter gives.
+const VaryFlows = 256 * 64512
+
+// VaryFlow is the client of run n of xdp_chain for a frame from base: the
+// last byte of the address and the source port (bpf/bench.c).
+func VaryFlow(base netip.Addr, n uint32) (netip.Addr, uint16) {
+	a := base.As4()
+	a[3] = byte(n)
+	return netip.AddrFrom4(a), uint16(1024 + (n>>8)%64512)
+}
+
+// DeleteVaryConns removes the connection entries runs 0..n-1 of
+// xdp_chain created for TCP flows from base to vip:vport, and returns how
+// many there were: the table is back to what it held before.
+func (e *Edge) DeleteVaryConns(base, vip netip.Addr, vport uint16, n uint32) (int, error) {
+	const chunk = 65536
+	keys := make([]edgeCtKey, 0, chunk)
+	deleted := 0
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		// BatchDelete stops at the first key it does not find: delete
+		// one by one, counting what was there.
+		for i := range keys {
+			if err := e.objs.LbConns.Delete(&keys[i]); err == nil {
+				deleted++
+			}
+		}
+		keys = keys[:0]
+		return nil
+	}
+	for i := uint32(0); i < n; i++ {
+		c, p := VaryFlow(base, i)
+		keys = append(keys, edgeCtKey{Src: ip4word(c), Dst: ip4word(vip), Sport: be16(p), Dport: be16(vport), Proto: ProtoTCP})
+		if len(keys) == chunk {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+		}
+	}
+	return deleted, flush()
+}
+
+// ConnCount counts the connection table's entries (a full walk).
+func (e *Edge) ConnCount() (int, error) {
+	var k edgeCtKey
+	var v edgeCtEntry
+	n := 0
+	it := e.objs.LbConns.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// DeleteFlowOf removes the connection entry of the flow an Ethernet +
+// option-less IPv4 + TCP/UDP frame belongs to, if there is one.
+func (e *Edge) DeleteFlowOf(frame []byte) error {
+	if len(frame) < 38 || frame[14]>>4 != 4 || frame[14]&0xf != 5 {
+		return fmt.Errorf("not an option-less IPv4 frame")
+	}
+	k := edgeCtKey{
+		Src: binary.LittleEndian.Uint32(frame[26:30]), Dst: binary.LittleEndian.Uint32(frame[30:34]),
+		Sport: binary.LittleEndian.Uint16(frame[34:36]), Dport: binary.LittleEndian.Uint16(frame[36:38]), Proto: frame[23],
+	}
+	if err := e.objs.LbConns.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
 }

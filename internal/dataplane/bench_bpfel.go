@@ -20,6 +20,12 @@ type benchBenchFrame struct {
 	Pad  uint32
 }
 
+type benchBenchVary struct {
+	_   structs.HostLayout
+	On  uint32
+	Pad uint32
+}
+
 type benchFwdConfig struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -47,6 +53,9 @@ type benchStatEntry struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	benchMapBenchFrame    = "bench_frame"
+	benchMapBenchTarget   = "bench_target"
+	benchMapBenchVaryCfg  = "bench_vary_cfg"
+	benchMapBenchVarySeq  = "bench_vary_seq"
 	benchMapFwdCfg        = "fwd_cfg"
 	benchMapGenCfg        = "gen_cfg"
 	benchMapGenSeq        = "gen_seq"
@@ -54,6 +63,8 @@ const (
 	benchMapSinkCount     = "sink_count"
 	benchProgXdpAdjust2   = "xdp_adjust2"
 	benchProgXdpBareEncap = "xdp_bare_encap"
+	benchProgXdpCalls4    = "xdp_calls4"
+	benchProgXdpChain     = "xdp_chain"
 	benchProgXdpFloor     = "xdp_floor"
 	benchProgXdpFlowhash  = "xdp_flowhash"
 	benchProgXdpFwd       = "xdp_fwd"
@@ -108,6 +119,8 @@ type benchSpecs struct {
 type benchProgramSpecs struct {
 	XdpAdjust2   *ebpf.ProgramSpec `ebpf:"xdp_adjust2"`
 	XdpBareEncap *ebpf.ProgramSpec `ebpf:"xdp_bare_encap"`
+	XdpCalls4    *ebpf.ProgramSpec `ebpf:"xdp_calls4"`
+	XdpChain     *ebpf.ProgramSpec `ebpf:"xdp_chain"`
 	XdpFloor     *ebpf.ProgramSpec `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.ProgramSpec `ebpf:"xdp_flowhash"`
 	XdpFwd       *ebpf.ProgramSpec `ebpf:"xdp_fwd"`
@@ -122,12 +135,15 @@ type benchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
-	BenchFrame *ebpf.MapSpec `ebpf:"bench_frame"`
-	FwdCfg     *ebpf.MapSpec `ebpf:"fwd_cfg"`
-	GenCfg     *ebpf.MapSpec `ebpf:"gen_cfg"`
-	GenSeq     *ebpf.MapSpec `ebpf:"gen_seq"`
-	HashSeed   *ebpf.MapSpec `ebpf:"hash_seed"`
-	SinkCount  *ebpf.MapSpec `ebpf:"sink_count"`
+	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
+	BenchTarget  *ebpf.MapSpec `ebpf:"bench_target"`
+	BenchVaryCfg *ebpf.MapSpec `ebpf:"bench_vary_cfg"`
+	BenchVarySeq *ebpf.MapSpec `ebpf:"bench_vary_seq"`
+	FwdCfg       *ebpf.MapSpec `ebpf:"fwd_cfg"`
+	GenCfg       *ebpf.MapSpec `ebpf:"gen_cfg"`
+	GenSeq       *ebpf.MapSpec `ebpf:"gen_seq"`
+	HashSeed     *ebpf.MapSpec `ebpf:"hash_seed"`
+	SinkCount    *ebpf.MapSpec `ebpf:"sink_count"`
 }
 
 // benchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -156,17 +172,23 @@ func (o *benchObjects) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
-	BenchFrame *ebpf.Map `ebpf:"bench_frame"`
-	FwdCfg     *ebpf.Map `ebpf:"fwd_cfg"`
-	GenCfg     *ebpf.Map `ebpf:"gen_cfg"`
-	GenSeq     *ebpf.Map `ebpf:"gen_seq"`
-	HashSeed   *ebpf.Map `ebpf:"hash_seed"`
-	SinkCount  *ebpf.Map `ebpf:"sink_count"`
+	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
+	BenchTarget  *ebpf.Map `ebpf:"bench_target"`
+	BenchVaryCfg *ebpf.Map `ebpf:"bench_vary_cfg"`
+	BenchVarySeq *ebpf.Map `ebpf:"bench_vary_seq"`
+	FwdCfg       *ebpf.Map `ebpf:"fwd_cfg"`
+	GenCfg       *ebpf.Map `ebpf:"gen_cfg"`
+	GenSeq       *ebpf.Map `ebpf:"gen_seq"`
+	HashSeed     *ebpf.Map `ebpf:"hash_seed"`
+	SinkCount    *ebpf.Map `ebpf:"sink_count"`
 }
 
 func (m *benchMaps) Close() error {
 	return _BenchClose(
 		m.BenchFrame,
+		m.BenchTarget,
+		m.BenchVaryCfg,
+		m.BenchVarySeq,
 		m.FwdCfg,
 		m.GenCfg,
 		m.GenSeq,
@@ -187,6 +209,8 @@ type benchVariables struct {
 type benchPrograms struct {
 	XdpAdjust2   *ebpf.Program `ebpf:"xdp_adjust2"`
 	XdpBareEncap *ebpf.Program `ebpf:"xdp_bare_encap"`
+	XdpCalls4    *ebpf.Program `ebpf:"xdp_calls4"`
+	XdpChain     *ebpf.Program `ebpf:"xdp_chain"`
 	XdpFloor     *ebpf.Program `ebpf:"xdp_floor"`
 	XdpFlowhash  *ebpf.Program `ebpf:"xdp_flowhash"`
 	XdpFwd       *ebpf.Program `ebpf:"xdp_fwd"`
@@ -201,6 +225,8 @@ func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.XdpAdjust2,
 		p.XdpBareEncap,
+		p.XdpCalls4,
+		p.XdpChain,
 		p.XdpFloor,
 		p.XdpFlowhash,
 		p.XdpFwd,

@@ -41,6 +41,9 @@ func Create(name string) error {
 	if err := os.MkdirAll(Dir, 0o755); err != nil {
 		return fmt.Errorf("netns: %w", err)
 	}
+	if err := ensureSharedDir(); err != nil {
+		return err
+	}
 	path := Path(name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
@@ -79,6 +82,54 @@ func Create(name string) error {
 	return Do(name, func() error {
 		return exec.Command("ip", "link", "set", "lo", "up").Run()
 	})
+}
+
+// ensureSharedDir makes Dir a mount point with shared propagation before a
+// namespace is mounted in it, as iproute2's `ip netns add` does. Otherwise
+// the first `ip netns add` anyone runs while our namespaces exist
+// bind-mounts Dir over itself: our namespace mounts stay underneath, out of
+// reach, and deleting one fails with "device or resource busy".
+//
+// When Dir has to be made a mount point here while namespaces are already
+// mounted in it (made by an earlier version, or by anything else that
+// mounts without this step), the recursive bind copies them onto the new
+// mount and the originals underneath are unmounted through a handle on the
+// directory taken before the bind: each namespace then has exactly one
+// mount, which Delete can remove.
+func ensureSharedDir() error {
+	err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) { // EINVAL: not a mount point yet
+		return fmt.Errorf("netns: make %s a shared mount: %w", Dir, err)
+	}
+	under, err := unix.Open(Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	defer unix.Close(under)
+	if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("netns: bind-mount %s on itself: %w", Dir, err)
+	}
+	if err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("netns: make %s a shared mount: %w", Dir, err)
+	}
+	base := fmt.Sprintf("/proc/self/fd/%d", under)
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	for _, e := range ents {
+		var st unix.Statfs_t
+		p := filepath.Join(base, e.Name())
+		if unix.Statfs(p, &st) == nil && st.Type == unix.NSFS_MAGIC {
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("netns: unmount the shadowed mount of %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // Delete removes the named namespace. Processes still inside keep it alive

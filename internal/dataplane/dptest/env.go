@@ -139,29 +139,11 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 	}
 	var res Result
 	err = e.Node.Do(func() error {
-		// Always the same CPU (the first one this process may use):
-		// per-CPU state (counters, the ICMP token bucket, the next-hop
-		// cache) then carries from run to run, which the fixtures rely on.
-		var old unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return fmt.Errorf("CPU affinity: %w", err)
+		restore, err := pinFirstCPU()
+		if err != nil {
+			return err
 		}
-		first := -1
-		for c := 0; c < 1024; c++ {
-			if old.IsSet(c) {
-				first = c
-				break
-			}
-		}
-		if first < 0 {
-			return errors.New("CPU affinity: no CPU allowed")
-		}
-		var one unix.CPUSet
-		one.Set(first)
-		if err := unix.SchedSetaffinity(0, &one); err != nil {
-			return fmt.Errorf("pin to CPU %d: %w", first, err)
-		}
-		defer unix.SchedSetaffinity(0, &old)
+		defer restore()
 		opts := &ebpf.RunOptions{
 			Data:    data,
 			DataOut: make([]byte, len(data)+512),
@@ -178,6 +160,34 @@ func (e *Env) Run(prog *ebpf.Program, dev string, data []byte) (Result, error) {
 		return Result{}, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
 	}
 	return res, nil
+}
+
+// pinFirstCPU pins the calling thread (locked by netlab's Do) to the first
+// CPU this process may use and returns how to undo it. Always the same CPU:
+// per-CPU state (counters, the ICMP token bucket, the next-hop cache, the
+// bench programs' run counter) then carries from run to run, which the
+// fixtures and the benchmarks' distinct flows rely on.
+func pinFirstCPU() (func(), error) {
+	var old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, fmt.Errorf("CPU affinity: %w", err)
+	}
+	first := -1
+	for c := 0; c < 1024; c++ {
+		if old.IsSet(c) {
+			first = c
+			break
+		}
+	}
+	if first < 0 {
+		return nil, errors.New("CPU affinity: no CPU allowed")
+	}
+	var one unix.CPUSet
+	one.Set(first)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return nil, fmt.Errorf("pin to CPU %d: %w", first, err)
+	}
+	return func() { unix.SchedSetaffinity(0, &old) }, nil
 }
 
 // MustMAC parses a MAC constant.

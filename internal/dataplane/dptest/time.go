@@ -26,7 +26,8 @@ const bpfProgTestRun = 10
 // (BPF_PROG_TEST_RUN repeat mode with an xdp_md context naming dev, which
 // cilium/ebpf's Benchmark cannot pass) and returns the kernel's mean time
 // per run in ns and the program's last action. The kernel excludes the
-// time the loop was preempted.
+// time the loop was preempted. The thread is pinned to the first CPU the
+// process may use (as Run does).
 func (e *Env) Time(prog *ebpf.Program, dev string, data []byte, repeat uint32) (float64, uint32, error) {
 	idx, err := e.Node.Ifindex(dev)
 	if err != nil {
@@ -35,6 +36,14 @@ func (e *Env) Time(prog *ebpf.Program, dev string, data []byte, repeat uint32) (
 	var ns float64
 	var ret uint32
 	err = e.Node.Do(func() error {
+		// On the CPU Run uses: per-CPU state carries between fixtures,
+		// runs and timings, and a per-CPU run counter never restarts
+		// on another CPU halfway through a measurement.
+		restore, err := pinFirstCPU()
+		if err != nil {
+			return err
+		}
+		defer restore()
 		in := append([]byte(nil), data...)
 		out := make([]byte, len(data)+512)
 		ctx := xdpMd{DataEnd: uint32(len(data)), IngressIfindex: uint32(idx)}

@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/dataplane/dptest"
+)
+
+func TestPercentileNearestRank(t *testing.T) {
+	var xs []float64
+	for i := 100; i >= 1; i-- {
+		xs = append(xs, float64(i))
+	}
+	for _, c := range []struct{ p, want float64 }{{50, 50}, {99, 99}, {100, 100}, {1, 1}, {0, 1}} {
+		if got := percentile(xs, c.p); got != c.want {
+			t.Errorf("p%v of 1..100 = %v, want %v", c.p, got, c.want)
+		}
+	}
+	// 50 samples: p99 is the largest (rank ceil(49.5) = 50), not the second largest.
+	if got := percentile(xs[50:], 99); got != 50 {
+		t.Errorf("p99 of 1..50 = %v, want 50", got)
+	}
+	if got := percentile([]float64{3, 1, 2}, 50); got != 2 {
+		t.Errorf("p50 of {1,2,3} = %v, want 2", got)
+	}
+}
+
+func TestJSONKeepsZeroRatioAndFloorFields(t *testing.T) {
+	var buf bytes.Buffer
+	rs := []Result{
+		{Suite: "lb", Name: "collateral", Value: 0, Unit: "%", Baseline: "rebuild", BaselineValue: 0.5, Ratio: 0},
+		{Suite: "dataplane", Name: "path", Value: 30, Unit: "ns/packet", PerPacket: true, Harness: 22, Floor: 25, AboveFloor: 5,
+			Baseline: "xdp_floor", BaselineValue: 25, Ratio: 1.2, HasBefore: true, Before: 35, BeforeAboveFloor: 10},
+		{Suite: "control", Name: "plain", Value: 1, Unit: "s"},
+	}
+	if err := Report(&buf, rs, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var m []map[string]any
+	for _, l := range lines {
+		var x map[string]any
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			t.Fatal(err)
+		}
+		m = append(m, x)
+	}
+	if r, ok := m[0]["ratio"]; !ok || r.(float64) != 0 {
+		t.Errorf("zero ratio dropped: %s", lines[0])
+	}
+	for k, want := range map[string]float64{"harness_ns": 22, "floor_ns": 25, "above_floor_ns": 5, "before": 35, "cut_pct": 100 * 5.0 / 35, "cut_above_floor_pct": 50} {
+		if got, ok := m[1][k]; !ok || got.(float64) != want {
+			t.Errorf("%s = %v, want %v: %s", k, got, want, lines[1])
+		}
+	}
+	for _, k := range []string{"ratio", "baseline_value", "harness_ns", "before"} {
+		if _, ok := m[2][k]; ok {
+			t.Errorf("%s present in a result without it: %s", k, lines[2])
+		}
+	}
+	buf.Reset()
+	if err := Report(&buf, rs, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "ABOVE FLOOR") || !strings.Contains(buf.String(), "harness (XDP_PASS) 22.00") {
+		t.Errorf("text output lacks the floor columns:\n%s", buf.String())
+	}
+}
+
+// TestChainVaryGivesDistinctFlows runs xdp_chain into the edge on SYNs to
+// a nat VIP: every run must insert its own connection entry (distinct
+// clients, checksums still valid: the edge drops bad IP checksums), and
+// an insert cap of 1/s must stop all but one.
+func TestChainVaryGivesDistinctFlows(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, namespaces)")
+	}
+	env, err := dptest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := setupLB(e, 10); err != nil {
+		t.Fatal(err)
+	}
+	syn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIP, 1024, 80, 128, "syn")
+	if err := b.SetBenchFrame(syn); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetChainTarget(e.Program()); err != nil {
+		t.Fatal(err)
+	}
+	for _, capped := range []bool{false, true} {
+		if err := e.SetLBConfig(lbConfig(capped)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetVary(true); err != nil {
+			t.Fatal(err)
+		}
+		const runs = 3000
+		if _, err := timeProg(env, b.Chain(), dptest.ExtDev, syn, runs, actRedirect); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.VaryRuns()
+		if err != nil || got != runs {
+			t.Fatalf("chain counted %d runs (%v), want %d", got, err, runs)
+		}
+		n, err := e.ConnCount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		del, err := e.DeleteVaryConns(netip.MustParseAddr(lbNewClient), netip.MustParseAddr(lbVIP), 80, runs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !capped && (n != runs || del != runs) {
+			t.Errorf("uncapped: %d runs left %d entries, %d of them the runs' flows; want %d distinct new flows", runs, n, del, runs)
+		}
+		if capped && (n > 1 || del > 1) {
+			t.Errorf("capped at 1/s: %d runs left %d entries", runs, n)
+		}
+	}
+}
+
+// TestCompareTakesFastestOfEachBuild: compare reads what Report writes,
+// keeps the fastest run of each build per path, and cuts only paths.
+func TestCompareTakesFastestOfEachBuild(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, path, floor float64) string {
+		var buf bytes.Buffer
+		rs := []Result{
+			{Suite: "lb", Name: "xdp_floor", Value: floor, Unit: "ns/packet", PerPacket: true, Harness: 20, Floor: floor},
+			{Suite: "lb", Name: "hit", Value: path, Unit: "ns/packet", PerPacket: true, Harness: 20, Floor: floor, AboveFloor: path - floor,
+				Baseline: "xdp_floor", BaselineValue: floor, Ratio: path / floor},
+			{Suite: "lb", Name: "maglev", Value: 1, Unit: "%"},
+		}
+		if err := Report(&buf, rs, true); err != nil {
+			t.Fatal(err)
+		}
+		f := dir + "/" + name
+		if err := os.WriteFile(f, append([]byte("progress line\n"), buf.Bytes()...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	rs, err := Compare([]string{write("b1", 120, 30), write("b2", 100, 25)}, []string{write("a1", 80, 30), write("a2", 90, 25)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d results, want the floor and the path: %+v", len(rs), rs)
+	}
+	hit := rs[1]
+	if hit.Value != 80 || hit.AboveFloor != 50 || !hit.HasBefore || hit.Before != 100 || hit.BeforeAboveFloor != 75 {
+		t.Errorf("path: %+v", hit)
+	}
+	if rs[0].HasBefore {
+		t.Errorf("the floor row got a cut: %+v", rs[0])
+	}
+}
