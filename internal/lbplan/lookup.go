@@ -1,12 +1,17 @@
 package lbplan
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
 )
+
+// ErrNoListener: no listener takes the flow; the edge passes such packets
+// to its kernel.
+var ErrNoListener = errors.New("no listener: the edge passes such packets to its kernel")
 
 // Choice is where a new flow goes.
 type Choice struct {
@@ -28,7 +33,7 @@ type Choice struct {
 func (p *Plan) Lookup(t flowhash.Tuple) (*Choice, error) {
 	l, ok := p.listenerFor(t.Dst, t.Proto, t.DstPort)
 	if !ok {
-		return nil, fmt.Errorf("no programmed listener for %v protocol %d port %d: the edge passes such packets to its kernel", t.Dst, t.Proto, t.DstPort)
+		return nil, fmt.Errorf("%v protocol %d port %d: %w", t.Dst, t.Proto, t.DstPort, ErrNoListener)
 	}
 	pl := p.Pool(p.Listeners[l])
 	if pl == nil {
@@ -69,4 +74,33 @@ func (p *Plan) listenerFor(vip netip.Addr, proto uint8, port uint16) (Listener, 
 	l.Port = 0
 	_, ok := p.Listeners[l]
 	return l, ok
+}
+
+// String writes the listener as the CLI reads it: "tcp:80",
+// "tcp:8000-8100", "udp:any".
+func (l Listener) String() string {
+	proto := fmt.Sprint(l.Proto)
+	for name, n := range protoNum {
+		if n == l.Proto {
+			proto = name
+		}
+	}
+	switch {
+	case l.Port == 0:
+		return proto + ":any"
+	case l.IsRange():
+		return fmt.Sprintf("%s:%d-%d", proto, l.Port, l.Last)
+	}
+	return fmt.Sprintf("%s:%d", proto, l.Port)
+}
+
+// ServicePools lists the pools of one service in the plan.
+func (p *Plan) ServicePools(service string) []*Pool {
+	var out []*Pool
+	for _, pl := range p.Pools {
+		if pl.Service == service {
+			out = append(out, pl)
+		}
+	}
+	return out
 }
