@@ -110,9 +110,15 @@ func (s *lbState) adopt() error {
 	}
 	s.oldBackends, s.oldTables, s.oldBackendVal = map[uint64]uint32{}, map[uint64]uint32{}, bs
 	for idx, b := range bs {
-		s.oldBackends[b.Owner] = idx
 		s.gens[idx] = b.Gen
 		s.nextBackend = max(s.nextBackend, idx+1)
+		// A backend removed and added again holds two slots (the first
+		// one draining): the lower is taken back, the other freed.
+		if o, dup := s.oldBackends[b.Owner]; dup {
+			s.freeBackend = append(s.freeBackend, max(o, idx))
+			idx = min(o, idx)
+		}
+		s.oldBackends[b.Owner] = idx
 	}
 	for slot, o := range ts {
 		s.oldTables[o] = slot
