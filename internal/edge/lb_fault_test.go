@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/lbplan"
@@ -351,5 +352,41 @@ func TestDiffOps(t *testing.T) {
 		if err := s.apply(ops); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReconcilerRetriesFailedLBWrite: through the reconciler, a failed
+// table write fails the commit (reported, revision not applied) and the
+// reconciler's own retry converges to the plan with no change in the
+// store.
+func TestReconcilerRetriesFailedLBWrite(t *testing.T) {
+	fake := dataplane.NewFakeLB()
+	faults := dataplane.NewFaults()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, dataplane.NewFaultyLB(fake, faults))
+	t.Cleanup(r.Stop)
+	faults.FailNth("SetTable", 2)
+	load(t, r, 1, svcRegion()...)
+	r.mu.Lock()
+	errs, rev := slices.Clone(r.errs), r.rev
+	r.mu.Unlock()
+	if len(errs) == 0 || rev != 0 {
+		t.Fatalf("failure not reported (errs %v, rev %d)", errs, rev)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		errs, rev = slices.Clone(r.errs), r.rev
+		var err error
+		if rev == 1 {
+			err = checkConverged(fake, planOf(r.idx, 7))
+		}
+		r.mu.Unlock()
+		if rev == 1 && len(errs) == 0 && err == nil && fake.LB.NAT {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged within 10 s: rev %d errs %v: %v", rev, errs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
