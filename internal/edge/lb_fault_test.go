@@ -25,8 +25,9 @@ func lbWorld(r *rand.Rand) (*index, []model.Object) {
 	}
 	sizes := []uint32{307, 311, 401} // primes of at least 100 x 3 backends
 	for i := range 1 + r.IntN(4) {
-		name := fmt.Sprintf("s%d", r.IntN(5))
-		vip := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + r.IntN(6))})
+		n := r.IntN(5)
+		name := fmt.Sprintf("s%d", n)
+		vip := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + n)}) // one service per VIP
 		svc := &model.Service{Name: name, VIP: vip, Mode: model.ModeNAT, TableSize: sizes[r.IntN(len(sizes))]}
 		if r.IntN(2) == 0 {
 			svc.Mode = model.ModeEncap
