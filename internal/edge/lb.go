@@ -203,18 +203,29 @@ func (s *lbState) sync(x *index) ([]string, error) {
 		}
 	}
 	p := planOf(x, s.seed)
-	have, err := s.maps.Listeners()
-	if err != nil {
-		return p.Problems, err
-	}
-	haveVIPs, err := s.maps.VIPs()
-	if err != nil {
-		return p.Problems, err
-	}
-	ops, problems := s.diff(p, have, haveVIPs)
-	problems = append(slices.Clip(p.Problems), problems...)
-	if err := s.apply(ops); err != nil {
-		return problems, err
+	var problems []string
+	for pass := 0; ; pass++ {
+		have, err := s.maps.Listeners()
+		if err != nil {
+			return p.Problems, err
+		}
+		haveVIPs, err := s.maps.VIPs()
+		if err != nil {
+			return p.Problems, err
+		}
+		ops, full := s.diff(p, have, haveVIPs)
+		problems = append(slices.Clip(p.Problems), full...)
+		if err := s.apply(ops); err != nil {
+			return problems, err
+		}
+		// A pool that found no slot while others were being freed (the
+		// plan fits, but the slots it needs were released by this very
+		// pass) gets a second pass: the data plane is full, so reusing a
+		// slot at once is the lesser evil.
+		freed := slices.ContainsFunc(ops, func(op lbOp) bool { return op.kind == opFreeBackend || op.kind == opClearTableOwner })
+		if len(full) == 0 || !freed || pass == 1 {
+			break
+		}
 	}
 	s.oldBackends, s.oldTables, s.oldBackendVal = nil, nil, nil // all released by now
 	for _, pl := range p.Pools {

@@ -391,3 +391,33 @@ func TestReconcilerRetriesFailedLBWrite(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSlotsFreedInTheSameSync: every table slot is in use and all the
+// services are replaced by others in one change. The plan fits, but the
+// slots the new pools need are only freed by the sync that programs them:
+// a second pass takes them, so nothing is left out.
+func TestSlotsFreedInTheSameSync(t *testing.T) {
+	world := func(prefix string) *index {
+		x := newIndex()
+		for i := range lbTablesMax / model.MaxPools {
+			s := &model.Service{Name: fmt.Sprintf("%s%02d", prefix, i), VIP: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), Mode: model.ModeNAT, TableSize: 101,
+				Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p0"}}}
+			for j := range model.MaxPools {
+				s.Pools = append(s.Pools, model.Pool{Name: fmt.Sprintf("p%d", j), Backends: []model.Backend{{Address: a("198.19.200.1")}}})
+			}
+			x.put(model.KindService, s.Name, s)
+		}
+		return x
+	}
+	fake := dataplane.NewFakeLB()
+	s := newLBState(fake, 7)
+	for _, x := range []*index{world("a"), world("b")} {
+		problems, err := s.sync(x)
+		if err != nil || len(problems) != 0 {
+			t.Fatalf("problems %q, err %v", problems, err)
+		}
+		if err := checkConverged(fake, planOf(x, 7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
