@@ -529,6 +529,9 @@ func sortedListeners(m map[dataplane.Listener]dataplane.ListenerValue) []datapla
 func (s *lbState) tableStatus() map[string]model.TableStatus {
 	out := map[string]model.TableStatus{}
 	for tk, pt := range s.tables {
+		if pt.m == 0 {
+			continue // reserved by a failed sync, not written yet
+		}
 		out[tk] = model.TableStatus{Checksum: fmt.Sprintf("%016x", pt.checksum), Backends: pt.backends, Healthy: pt.healthy, M: pt.m}
 	}
 	return out
