@@ -558,7 +558,7 @@ func printServiceStatus(w io.Writer, st *client.ServiceStatus, plan *lbplan.Plan
 	for _, p := range st.Pools {
 		want := ""
 		if pl := plan.Pool(v.Name + "/" + p.Name); pl != nil {
-			want = fmt.Sprintf("%016x", pl.Table.Checksum())
+			want = fmt.Sprintf("%016x", pl.Checksum)
 		}
 		for _, t := range p.Tables {
 			if t.Missing != "" {

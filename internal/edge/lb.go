@@ -60,6 +60,7 @@ type programmedBackend struct {
 type lbState struct {
 	maps dataplane.LBMaps
 	seed uint32
+	memo *lbplan.Tables // the current pools' tables, reused while unchanged
 
 	tables   map[string]*programmedTable   // by pool ID "service/pool"
 	backends map[string]*programmedBackend // by backend ID "service/pool/key"
@@ -94,7 +95,7 @@ func owner(id string) uint64 {
 }
 
 func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
-	return &lbState{maps: maps, seed: seed, tables: map[string]*programmedTable{}, backends: map[string]*programmedBackend{},
+	return &lbState{maps: maps, seed: seed, memo: lbplan.NewTables(), tables: map[string]*programmedTable{}, backends: map[string]*programmedBackend{},
 		gens: map[uint32]uint16{}}
 }
 
@@ -187,9 +188,14 @@ func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
 	return lbplan.Placement{Underlay: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
 }
 
-// planOf computes the index's plan.
-func planOf(x *index, seed uint32) *lbplan.Plan {
-	return lbplan.Build(lbplan.Input{Services: x.services, Health: x.health, Hosts: resolver{x}, Seed: seed})
+// planOf computes the index's plan (memo: the tables of the previous
+// plan, or nil).
+func planOf(x *index, seed uint32, memo ...*lbplan.Tables) *lbplan.Plan {
+	in := lbplan.Input{Services: x.services, Health: x.health, Hosts: resolver{x}, Seed: seed}
+	if len(memo) > 0 {
+		in.Tables = memo[0]
+	}
+	return lbplan.Build(in)
 }
 
 // sync programs every service of the index. Problems with one service are
@@ -202,7 +208,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 			return nil, err
 		}
 	}
-	p := planOf(x, s.seed)
+	p := planOf(x, s.seed, s.memo)
 	var problems []string
 	for pass := 0; ; pass++ {
 		have, err := s.maps.Listeners()
@@ -414,7 +420,7 @@ func (s *lbState) diffPool(pl *lbplan.Pool, wantBackends map[string]bool) ([]lbO
 	if !pt.owned {
 		ops = append(ops, lbOp{kind: opSetTableOwner, id: pl.ID, slot: pt.slot, owner: owner(pl.ID)})
 	}
-	if sum := pl.Table.Checksum(); sum != pt.checksum || pt.m != pl.M {
+	if sum := pl.Checksum; sum != pt.checksum || pt.m != pl.M {
 		entries := make([]uint32, len(pl.Table.Entry))
 		for j, e := range pl.Table.Entry {
 			if e < 0 {

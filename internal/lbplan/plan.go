@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/azgate/azgate/internal/maglev"
 	"github.com/azgate/azgate/internal/model"
@@ -106,8 +108,10 @@ type Pool struct {
 	Name    string
 	M       uint64
 	// Built is the table before failures, Table after the down backends
-	// were failed (Table.Fail): the one the data plane holds.
+	// were failed (Table.Fail): the one the data plane holds; Checksum is
+	// Table's.
 	Built, Table *maglev.Table
+	Checksum     uint64
 	// Backends in the order of Table.Backends (Table.Entry indexes them).
 	Backends []Backend
 	Healthy  int // backends neither down nor drained
@@ -203,6 +207,79 @@ type Input struct {
 	Health   map[string]*model.Health // by service name; absent: all up
 	Hosts    Resolver
 	Seed     uint32 // the cluster's flow hash seed (also seeds Maglev)
+	// Tables, if set, memoizes the pools' tables across builds: a pool
+	// whose backends, weights, M, seed and down set are unchanged reuses
+	// its tables instead of rebuilding them (a table of M = 65537 costs a
+	// few ms; an edge replans every pool on every change).
+	Tables *Tables
+}
+
+// Tables memoizes Maglev tables by everything they are built from. Build
+// keeps the entries the plan used and drops the rest, so it holds the
+// current pools' tables only. Tables are never modified once built.
+type Tables struct {
+	mu        sync.Mutex
+	cur, next map[string]tables
+}
+
+type tables struct {
+	built, failed *maglev.Table
+	sum           uint64
+}
+
+// NewTables returns an empty memo.
+func NewTables() *Tables { return &Tables{cur: map[string]tables{}} }
+
+// get returns the tables of a pool, building them on a miss.
+func (c *Tables) get(bs []maglev.Backend, m uint64, seed uint32, down map[string]bool) (tables, error) {
+	build := func() (tables, error) {
+		built, err := maglev.Build(bs, m, seed)
+		if err != nil {
+			return tables{}, err
+		}
+		t := tables{built: built, failed: built}
+		if len(down) > 0 {
+			t.failed = built.Fail(down)
+		}
+		t.sum = t.failed.Checksum()
+		return t, nil
+	}
+	if c == nil {
+		return build()
+	}
+	var k strings.Builder
+	fmt.Fprintf(&k, "%d/%d", m, seed)
+	for _, b := range bs {
+		fmt.Fprintf(&k, "|%q:%d:%t", b.Key, b.Weight, down[b.Key])
+	}
+	key := k.String()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.cur[key]
+	if !ok {
+		var err error
+		if t, err = build(); err != nil {
+			return t, err
+		}
+	}
+	if c.next == nil {
+		c.next = map[string]tables{}
+	}
+	c.next[key] = t
+	return t, nil
+}
+
+// sweep keeps what the last build used.
+func (c *Tables) sweep() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur, c.next = c.next, nil
+	if c.cur == nil {
+		c.cur = map[string]tables{}
+	}
 }
 
 // Build computes the plan. Services are taken in name order; one that
@@ -221,7 +298,7 @@ func Build(in Input) *Plan {
 	backends := 0
 	for _, name := range names {
 		svc := in.Services[name]
-		pools, listeners, problems := buildService(svc, in.Health[name], in.Hosts, in.Seed)
+		pools, listeners, problems := buildService(svc, in.Health[name], in.Hosts, in.Seed, in.Tables)
 		p.Problems = append(p.Problems, problems...)
 		n := 0
 		for l := range listeners {
@@ -273,13 +350,14 @@ func Build(in Input) *Plan {
 		}
 	}
 	sort.Slice(p.Pools, func(i, j int) bool { return p.Pools[i].ID < p.Pools[j].ID })
+	in.Tables.sweep()
 	return p
 }
 
 // buildService builds a service's pools and listeners. A pool that cannot
 // be built (all its backends unresolvable is not such a case: it gets an
 // empty table) is reported and its listeners left out.
-func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint32) ([]*Pool, map[Listener]string, []string) {
+func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint32, memo *Tables) ([]*Pool, map[Listener]string, []string) {
 	var problems []string
 	m := uint64(svc.TableSize)
 	if m == 0 {
@@ -305,19 +383,16 @@ func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint
 			targets[b.Key()] = Backend{ID: pl.ID + "/" + b.Key(), Spec: b, Weight: b.W(), Target: t}
 			mb = append(mb, maglev.Backend{Key: b.Key(), Weight: b.W()})
 		}
-		tbl, err := maglev.Build(mb, m, seed)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("service %s pool %s: %v", svc.Name, pool.Name, err))
-			continue
-		}
-		pl.Built, pl.Table = tbl, tbl
 		down := map[string]bool{}
 		if h != nil {
 			down = h.DownSet(pool.Name)
 		}
-		if len(down) > 0 {
-			pl.Table = tbl.Fail(down)
+		tbl, err := memo.get(mb, m, seed, down)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("service %s pool %s: %v", svc.Name, pool.Name, err))
+			continue
 		}
+		pl.Built, pl.Table, pl.Checksum = tbl.built, tbl.failed, tbl.sum
 		for _, b := range pl.Table.Backends {
 			be := targets[b.Key]
 			be.Target.Down = down[b.Key]

@@ -198,3 +198,69 @@ func TestLookup(t *testing.T) {
 		t.Error("no flow had the down backend as first choice")
 	}
 }
+
+// benchServices: n nat services of 2 pools of 10 backends, default M.
+func benchServices(n int) map[string]*model.Service {
+	svcs := map[string]*model.Service{}
+	for i := range n {
+		s := &model.Service{Name: fmt.Sprintf("s%03d", i), VIP: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), Mode: model.ModeNAT,
+			Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "a"}, {Protocol: "tcp", Port: 443, Pool: "b"}}}
+		for _, p := range []string{"a", "b"} {
+			pool := model.Pool{Name: p}
+			for j := range 10 {
+				pool.Backends = append(pool.Backends, model.Backend{Address: netip.AddrFrom4([4]byte{198, 19, byte(i), byte(j)}), Port: 8080})
+			}
+			s.Pools = append(s.Pools, pool)
+		}
+		svcs[s.Name] = s
+	}
+	return svcs
+}
+
+// BenchmarkBuild: the plan of 100 services (200 pools of 10 backends,
+// M = 65537), which an edge computes on every change of a service, a
+// verdict or a host, and the CLI on every lookup.
+func BenchmarkBuild(b *testing.B) {
+	svcs := benchServices(100)
+	for b.Loop() {
+		Build(Input{Services: svcs, Seed: 7})
+	}
+}
+
+// TestTablesMemo: with a memo, an unchanged pool reuses its tables, a
+// changed one (a backend down) is rebuilt, and every plan equals the one
+// built without a memo; the memo keeps the last plan's tables only.
+func TestTablesMemo(t *testing.T) {
+	memo := NewTables()
+	svcs := services()
+	p1 := Build(Input{Services: svcs, Hosts: hosts(), Seed: 7, Tables: memo})
+	h := map[string]*model.Health{"web": {Service: "web", Down: map[string][]string{"web": {"az2-h1/g1"}}}}
+	p2 := Build(Input{Services: svcs, Health: h, Hosts: hosts(), Seed: 7, Tables: memo})
+	plain := Build(Input{Services: svcs, Health: h, Hosts: hosts(), Seed: 7})
+	if p2.Pool("dmz/q").Table != p1.Pool("dmz/q").Table {
+		t.Error("an unchanged pool's table was rebuilt")
+	}
+	if p2.Pool("web/web").Table == p1.Pool("web/web").Table || p2.Pool("web/web").Built == p1.Pool("web/web").Built {
+		t.Error("a changed pool's table was reused")
+	}
+	for _, pl := range plain.Pools {
+		got := p2.Pool(pl.ID)
+		if got.Checksum != pl.Checksum || got.Checksum != got.Table.Checksum() || got.Built.Checksum() != pl.Built.Checksum() {
+			t.Errorf("pool %s: the memo's tables differ from a plain build", pl.ID)
+		}
+	}
+	if len(memo.cur) != 2 {
+		t.Errorf("the memo holds %d entries, want the 2 pools of the last plan", len(memo.cur))
+	}
+}
+
+// BenchmarkBuildMemo: the same plan again with a memo (an edge's replan
+// after a change to one service).
+func BenchmarkBuildMemo(b *testing.B) {
+	svcs := benchServices(100)
+	memo := NewTables()
+	Build(Input{Services: svcs, Seed: 7, Tables: memo})
+	for b.Loop() {
+		Build(Input{Services: svcs, Seed: 7, Tables: memo})
+	}
+}
