@@ -13,6 +13,9 @@
  * encapsulated in NVGRE to one of the region's edges. A guest without an
  * EIP opens no connection of its own to the outside. */
 
+/* The agent's maps (lib/maps.h). */
+#define AZG_PROG_AGENT 1
+
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -21,6 +24,7 @@
 
 #include "lib/consts.h"
 #include "lib/structs.h"
+#include "lib/maps.h"
 #include "lib/csum.h"
 #include "lib/parse.h"
 #include "lib/hash.h"
@@ -33,89 +37,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* EIP -> local guest it is bound to. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct eip_key);
-	__type(value, struct agent_eip);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_eips SEC(".maps");
-
-/* Guest private address -> its EIP. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct eip_key);
-	__type(value, struct agent_guest);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_guests SEC(".maps");
-
-/* Per-EIP counters, indexed by stats_idx. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct eip_stats);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} eip_stats SEC(".maps");
-
-/* Underlay addresses of the edges replies are spread over (n_edges used). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, EDGE_MAX);
-	__type(key, __u32);
-	__type(value, struct ip_addr);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_edges SEC(".maps");
-
-/* The same edges as a set: NVGRE is only accepted from them. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, EDGE_MAX);
-	__type(key, struct eip_key);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_edge_set SEC(".maps");
-
-/* Destinations guests reach without the edge (never encapsulated). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, LOCAL_PREFIX_MAX);
-	__type(key, struct lpm4_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_local SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct agent_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_cfg SEC(".maps");
-
-/* Source addresses each guest interface may send from (every guest of the
- * host, whether it has an EIP or not): anything else is spoofing. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct if_addr);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_ifaddrs SEC(".maps");
-
-/* Service backends on this host: (VIP, guest, port) -> backend port. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct svc_key);
-	__type(value, struct svc_entry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_svc SEC(".maps");
-
-/* The flow table (uses agent_cfg). */
+/* The flow table. */
 #include "lib/agentflow.h"
 
 /* The service entry for a packet to a VIP: the guest the edge chose is in

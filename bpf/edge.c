@@ -20,13 +20,12 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-/* The edge's next-hop cache holds NH_BUCKETS slots per destination (ECMP,
- * lib/fib.h): four times the default, so as many destinations fit
- * (16384 x 40 B = 640 KiB per CPU). */
-#define NH_CACHE_SLOTS 16384
+/* The edge's maps (lib/maps.h). */
+#define AZG_PROG_EDGE 1
 
 #include "lib/consts.h"
 #include "lib/structs.h"
+#include "lib/maps.h"
 #include "lib/csum.h"
 #include "lib/parse.h"
 #include "lib/hash.h"
@@ -39,34 +38,6 @@
 #include "lib/benchmode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* EIP -> the host it is bound to; a VIP -> a route flagged ROUTE_F_VIP
- * (its service is in lib/lb.h). Written by the edge daemon from etcd. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, EIP_MAX);
-	__type(key, struct eip_key);
-	__type(value, struct eip_route);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} eip_routes SEC(".maps");
-
-/* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EIP_MAX);
-	__type(key, __u32);
-	__type(value, struct eip_stats);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} eip_stats SEC(".maps");
-
-/* The edge's own addresses and settings (one entry). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct edge_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} edge_cfg SEC(".maps");
 
 /* Answers an expired TTL, as a router hop must. */
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)

@@ -25,18 +25,9 @@
 #include <bpf/bpf_helpers.h>
 #include "consts.h"
 #include "structs.h"
+#include "maps.h"
 #include "parse.h"
 #include "nat.h"
-
-/* Flows that came in through a VIP: reply 5-tuple -> public side. One
- * table for every guest of the host, evicted least recently used. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, AGENT_FLOW_MAX);
-	__type(key, struct agent_flow_key);
-	__type(value, struct agent_flow);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_flows SEC(".maps");
 
 /* TCP or UDP with its ports: unfragmented (parse_ipv4 leaves ports zero in
  * every fragment, the first one included). */

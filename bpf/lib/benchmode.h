@@ -11,21 +11,8 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include "maps.h"
 
-#define BENCH_COPY 128
-
-struct bench_frame {
-	__u8 data[BENCH_COPY]; /* the frame's first bytes */
-	__u32 len;             /* the frame's length */
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bench_frame);
-} bench_frame SEC(".maps");
 
 /* Frames must be at least BENCH_COPY bytes. Returns 0 or -1. */
 static __always_inline int bench_restore(struct xdp_md *ctx)

@@ -19,7 +19,14 @@
  * through the config's nh_gen; the TTL bounds staleness when the daemon
  * that bumps nh_gen is away). */
 #ifndef NH_CACHE_SLOTS
+#ifdef AZG_PROG_EDGE
+/* The edge's cache holds NH_BUCKETS slots per destination (ECMP,
+ * lib/fib.h): four times the default, so as many destinations fit
+ * (16384 x 40 B = 640 KiB per CPU). */
+#define NH_CACHE_SLOTS 16384
+#else
 #define NH_CACHE_SLOTS 4096 /* a power of two */
+#endif
 #endif
 /* 100 jiffies: at most 1 s whatever CONFIG_HZ (100 at least); jiffies
  * cost a memory read where a clock costs about 10 ns a packet. */
@@ -43,6 +50,23 @@
  * any-port listener. */
 #define LB_RANGES_MAX 64
 #define LB_RANGE_SETS_MAX 65536
+/* The inner-map template of lb_tables (model.DefaultTableSize): the daemon
+ * creates each table with its own size M. */
+#define LB_TABLE_DEFAULT_M 65537
+/* Interfaces on which the edge answers ARP for its VIPs. */
+#define ARP_IFACES_MAX 64
+
+/* Agent sizes, per host: EIPs hosted (and their counters), guests with an
+ * EIP, (interface, address) pairs guests may send from, service backends
+ * (VIP, guest, port). */
+#define AGENT_EIP_MAX 65536
+#define AGENT_GUEST_MAX 65536
+#define AGENT_IFADDR_MAX 65536
+#define AGENT_SVC_MAX 65536
+
+/* Bytes of a frame the benchmarks restore before each run
+ * (lib/benchmode.h). */
+#define BENCH_COPY 128
 
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */

@@ -29,28 +29,8 @@
 #include <bpf/bpf_helpers.h>
 #include "consts.h"
 #include "structs.h"
+#include "maps.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NH_CACHE_SLOTS);
-	__type(key, __u32);
-	__type(value, struct nh_entry);
-} nh_cache SEC(".maps");
-
-/* Per-CPU room for a bpf_fib_lookup request (64 bytes): kept off the
- * stack, which the main program and its global functions share (512
- * bytes in all). */
-struct fib_room {
-	__u64 b[8]; /* a struct bpf_fib_lookup (bpf2go cannot type its unions) */
-};
-_Static_assert(sizeof(struct fib_room) == sizeof(struct bpf_fib_lookup), "fib_room must hold a bpf_fib_lookup");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct fib_room);
-} fib_scratch SEC(".maps");
 
 static __always_inline struct bpf_fib_lookup *fib_room(void)
 {

@@ -2,7 +2,7 @@
  * port), Maglev tables swapped in whole through a map of maps, a shared
  * LRU connection table for per-connection consistency (PCC), NAT mode
  * (DNAT in, SNAT back) and ICMP errors steered to the backend owning the
- * flow. Included by edge.c after its maps. */
+ * flow. Its maps are in maps.h. */
 #ifndef AZG_LB_H
 #define AZG_LB_H
 
@@ -16,6 +16,7 @@
 
 #include "consts.h"
 #include "structs.h"
+#include "maps.h"
 #include "csum.h"
 #include "parse.h"
 #include "hash.h"
@@ -24,144 +25,7 @@
 #include "fib.h"
 #include "nat.h"
 
-/* (VIP, protocol, port) -> listener; port 0 is the any-port listener. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_LISTENERS_MAX);
-	__type(key, struct lb_key);
-	__type(value, struct lb_listener);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_listeners SEC(".maps");
 
-/* (VIP, protocol) -> its port-range listeners and any-port listener: a
- * range is one entry whatever its length. Allocated as used (a set is 528
- * bytes). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_RANGE_SETS_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lb_rkey);
-	__type(value, struct lb_ranges);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_ranges SEC(".maps");
-
-/* A Maglev table: slot -> backend index. Tables of any prime size share
- * the outer map (BPF_F_INNER_MAP). */
-struct lb_table {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 65537);
-	__uint(map_flags, BPF_F_INNER_MAP);
-	__type(key, __u32);
-	__type(value, __u32);
-};
-
-/* Maglev tables by slot; the daemon builds a new inner map and swaps it in
- * with one update, so a table changes atomically: the table's size M is
- * the inner map's own max_entries (lb_table_m), so the one value swapped
- * names both the slots and their number. A packet never indexes a new
- * table with an old M, or the reverse. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, LB_TABLES_MAX);
-	__type(key, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-	__array(values, struct lb_table);
-} lb_tables SEC(".maps");
-
-/* Backends of every service by index. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, LB_BACKENDS_MAX);
-	__type(key, __u32);
-	__type(value, struct lb_backend);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_backends SEC(".maps");
-
-/* The daemon's record of which pool each table slot serves (a hash of its
- * identity), so a restarted daemon swaps tables into the slots listeners
- * already point at. Never read by the data plane. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, LB_TABLES_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_table_owner SEC(".maps");
-
-/* The connection table, shared by all services (sized by the daemon). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, CT_MAX);
-	__type(key, struct ct_key);
-	__type(value, struct ct_entry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_conns SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lb_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_cfg SEC(".maps");
-
-/* Caps connection-table inserts per CPU (SYN floods fall back to the
- * table alone, with no state). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ct_bucket);
-} ct_buckets SEC(".maps");
-
-/* Per-backend counters (index = backend index). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LB_BACKENDS_MAX);
-	__type(key, __u32);
-	__type(value, struct lb_counters);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_be_stats SEC(".maps");
-
-/* nat mode, stateful: each connection's reply tuple (backend -> client) ->
- * the VIP and port its replies leave with, installed with the connection's
- * entry (sized as the connection table, by the daemon). A backend's own
- * connections (no entry) are not translated; one backend port may serve
- * any number of VIPs and ports. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, CT_MAX);
-	__type(key, struct nat_rkey);
-	__type(value, struct nat_rentry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_nat_conns SEC(".maps");
-
-/* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, struct arp_iface);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} arp_ifaces SEC(".maps");
-
-/* Informational counters (not outcomes): see enum lb_info. */
-enum lb_info {
-	LBI_CT_MISS = 0,
-	LBI_CT_INSERT,
-	LBI_CT_INSERT_LIMITED, /* over the insert cap: forwarded by the table alone */
-	LBI_CT_STALE,          /* expired, or its backend gone or down */
-	LBI_SYN_REPICK,        /* a SYN that did not reuse an existing entry */
-	LBI_MAX,
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LBI_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_info SEC(".maps");
 
 static __always_inline void info_inc(__u32 i)
 {

@@ -6,24 +6,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "structs.h"
-
-/* Packets and bytes per outcome (enum azg_stat), per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, enum azg_stat);
-	__type(value, struct stat_entry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} stats SEC(".maps");
-
-/* Token bucket limiting the ICMP errors this program generates, per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct icmp_bucket);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} icmp_buckets SEC(".maps");
+#include "maps.h"
 
 static __always_inline void stat_add(__u32 idx, __u64 bytes)
 {

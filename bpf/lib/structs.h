@@ -4,6 +4,7 @@
 #define AZG_STRUCTS_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 #include "consts.h"
 
 /* An IPv4 or IPv6 address in network byte order. IPv4 uses a[0] and leaves
@@ -345,5 +346,31 @@ struct agent_flow {
 	__u32 vsid;       /* the guest's VSID */
 	__u32 ifindex;    /* host-side interface of the guest (0: unknown) */
 };
+
+/* Informational counters (not outcomes): see enum lb_info. */
+enum lb_info {
+	LBI_CT_MISS = 0,
+	LBI_CT_INSERT,
+	LBI_CT_INSERT_LIMITED, /* over the insert cap: forwarded by the table alone */
+	LBI_CT_STALE,          /* expired, or its backend gone or down */
+	LBI_SYN_REPICK,        /* a SYN that did not reuse an existing entry */
+	LBI_MAX,
+};
+
+
+/* A frame saved for the benchmarks' restore (bench_frame). */
+struct bench_frame {
+	__u8 data[BENCH_COPY]; /* the frame's first bytes */
+	__u32 len;             /* the frame's length */
+	__u32 pad;
+};
+
+/* Per-CPU room for a bpf_fib_lookup request (64 bytes): kept off the
+ * stack, which the main program and its global functions share (512
+ * bytes in all). */
+struct fib_room {
+	__u64 b[8]; /* a struct bpf_fib_lookup (bpf2go cannot type its unions) */
+};
+_Static_assert(sizeof(struct fib_room) == sizeof(struct bpf_fib_lookup), "fib_room must hold a bpf_fib_lookup");
 
 #endif

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -14,7 +16,7 @@ import (
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
-	"github.com/azgate/azgate/internal/maglev"
+	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -472,7 +474,11 @@ func serviceStatusCommand() *cobra.Command {
 			if globals.json {
 				return printJSON(cmd.OutOrStdout(), st)
 			}
-			printServiceStatus(cmd.OutOrStdout(), st, seed, time.Now())
+			p, err := servicePlan(cmd.Context(), cl, st.Service, st.Health, seed)
+			if err != nil {
+				return err
+			}
+			printServiceStatus(cmd.OutOrStdout(), st, p, time.Now())
 			return nil
 		},
 	}
@@ -480,30 +486,45 @@ func serviceStatusCommand() *cobra.Command {
 	return c
 }
 
-// expectedTable builds a pool's table as every edge should: backends by
-// key with their weights, the service's M, the seed, the down backends
-// failed.
-func expectedTable(v *model.Service, p *model.Pool, h *model.Health, seed uint32) (*maglev.Table, *maglev.Table, error) {
-	bs := make([]maglev.Backend, len(p.Backends))
-	for i, b := range p.Backends {
-		bs[i] = maglev.Backend{Key: b.Key(), Weight: b.W()}
-	}
-	m := uint64(v.TableSize)
-	if m == 0 {
-		m = model.DefaultTableSize
-	}
-	built, err := maglev.Build(bs, m, seed)
+// servicePlan computes what every edge programs, with the function the
+// edges use (lbplan.Build): every service (the ones before this one in
+// name order may leave it out for capacity), the hosts that place encap
+// backends, this service's health verdicts and the seed.
+func servicePlan(ctx context.Context, cl *client.Client, v *model.Service, h *model.Health, seed uint32) (*lbplan.Plan, error) {
+	svcs, err := cl.Services(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("service %s pool %s: %w", v.Name, p.Name, err)
+		return nil, err
 	}
-	failed := built
-	if down := h.DownSet(p.Name); len(down) > 0 {
-		failed = built.Fail(down)
+	hosts, err := cl.Hosts(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return built, failed, nil
+	return planOf(svcs, hosts, v, h, seed), nil
 }
 
-func printServiceStatus(w io.Writer, st *client.ServiceStatus, seed uint32, now time.Time) {
+// planOf builds the plan of the services with v as given and h its
+// health.
+func planOf(svcs []model.Service, hosts []model.Host, v *model.Service, h *model.Health, seed uint32) *lbplan.Plan {
+	in := lbplan.Input{Services: map[string]*model.Service{}, Health: map[string]*model.Health{v.Name: h}, Hosts: lbplan.NewHosts(hosts), Seed: seed}
+	for i := range svcs {
+		in.Services[svcs[i].Name] = &svcs[i]
+	}
+	in.Services[v.Name] = v
+	return lbplan.Build(in)
+}
+
+// serviceProblems are the plan's problems that concern service name.
+func serviceProblems(p *lbplan.Plan, name string) []string {
+	var out []string
+	for _, pr := range p.Problems {
+		if strings.HasPrefix(pr, "service "+name+":") || strings.HasPrefix(pr, "service "+name+" ") {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+func printServiceStatus(w io.Writer, st *client.ServiceStatus, plan *lbplan.Plan, now time.Time) {
 	v := st.Service
 	fmt.Fprintf(w, "service %s: VIP %v, %s, revision %d, %d backend(s) down\n\n", v.Name, v.VIP, v.Mode, st.Revision, st.Health.DownCount())
 	tw := newTable(w, "POOL", "BACKEND", "WEIGHT", "HEALTH", "REPORTS", "DETAIL")
@@ -534,15 +555,11 @@ func printServiceStatus(w io.Writer, st *client.ServiceStatus, seed uint32, now 
 	fmt.Fprintln(w)
 
 	tw = newTable(w, "POOL", "EDGE", "CHECKSUM", "M", "BACKENDS", "HEALTHY", "REVISION", "UPDATED", "AGREE")
-	var notes []string
+	notes := serviceProblems(plan, v.Name)
 	for _, p := range st.Pools {
 		want := ""
-		if pool, _ := v.Pool(p.Name); pool != nil {
-			if _, t, err := expectedTable(v, pool, st.Health, seed); err != nil {
-				notes = append(notes, err.Error())
-			} else {
-				want = fmt.Sprintf("%016x", t.Checksum())
-			}
+		if pl := plan.Pool(v.Name + "/" + p.Name); pl != nil {
+			want = fmt.Sprintf("%016x", pl.Checksum)
 		}
 		for _, t := range p.Tables {
 			if t.Missing != "" {
@@ -558,7 +575,7 @@ func printServiceStatus(w io.Writer, st *client.ServiceStatus, seed uint32, now 
 		if len(p.Tables) == 0 {
 			row(tw, p.Name, "(no edge)", "-", "-", "-", "-", "-", "-", "no")
 		}
-		notes = append(notes, fmt.Sprintf("pool %s: expected checksum %s (seed %#x); edges agree with each other: %s", p.Name, orDash(want), seed, yesNo(p.Agree)))
+		notes = append(notes, fmt.Sprintf("pool %s: expected checksum %s (seed %#x); edges agree with each other: %s", p.Name, orDash(want), plan.Seed, yesNo(p.Agree)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -637,7 +654,11 @@ func serviceLookupCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := lookup(v, h, tuple, proto, seed)
+			plan, err := servicePlan(ctx, cl, v, h, seed)
+			if err != nil {
+				return err
+			}
+			res, err := lookup(plan, v, tuple, proto)
 			if err != nil {
 				return err
 			}
@@ -701,51 +722,44 @@ func parseFlow(s string) (flowhash.Tuple, string, error) {
 	return flowhash.Tuple{Src: sa.Addr(), Dst: da.Addr(), SrcPort: sa.Port(), DstPort: da.Port(), Proto: num}, proto, nil
 }
 
-// lookup computes where a new flow goes, as an edge does: the listener
-// for its protocol and port, its pool's Maglev table (backends ordered by
-// key, weights, M, seed) with the down backends failed, the slot of the
-// flow hash. The same seed serves the table and the flow hash, as on the
-// edges.
-func lookup(v *model.Service, h *model.Health, t flowhash.Tuple, proto string, seed uint32) (*lookupResult, error) {
+// lookup says where a new flow to service v goes, from the plan every
+// edge programs (lbplan.Plan.Lookup: the listener for its protocol and
+// port, its pool's Maglev table with the down backends failed, the slot
+// of the flow hash; the same seed serves the table and the hash).
+func lookup(plan *lbplan.Plan, v *model.Service, t flowhash.Tuple, proto string) (*lookupResult, error) {
 	if t.Dst != v.VIP {
 		return nil, fmt.Errorf("the flow goes to %v, not to service %s's VIP %v", t.Dst, v.Name, v.VIP)
 	}
-	l, ok := v.ListenerFor(proto, t.DstPort)
-	if !ok {
+	if _, ok := plan.Services[v.Name]; !ok {
+		return nil, fmt.Errorf("service %s is not programmed on the edges: %s", v.Name, strings.Join(serviceProblems(plan, v.Name), "; "))
+	}
+	c, err := plan.Lookup(t)
+	if errors.Is(err, lbplan.ErrNoListener) {
 		return nil, fmt.Errorf("service %s has no listener for %s port %d: the edge passes such packets to its kernel", v.Name, proto, t.DstPort)
 	}
-	p, _ := v.Pool(l.Pool)
-	if p == nil {
-		return nil, fmt.Errorf("service %s: listener %s names pool %q, which it does not have", v.Name, l, l.Pool)
+	if c == nil {
+		return nil, fmt.Errorf("service %s: %w", v.Name, err)
 	}
-	built, tbl, err := expectedTable(v, p, h, seed)
+	if c.Pool.Service != v.Name {
+		return nil, fmt.Errorf("the flow reaches service %s, which shares the VIP, not %s", c.Pool.Service, v.Name)
+	}
 	if err != nil {
 		return nil, err
 	}
-	hash := flowhash.Hash4(t, seed)
 	res := &lookupResult{
 		Flow:     fmt.Sprintf("%s %v:%d -> %v:%d", proto, t.Src, t.SrcPort, t.Dst, t.DstPort),
-		Listener: l.String(), Pool: p.Name, Seed: seed, Hash: hash, M: tbl.M, Slot: uint64(hash) % tbl.M,
+		Listener: c.Listener.String(), Pool: c.Pool.Name, Seed: plan.Seed, Hash: c.Hash, M: c.Pool.M, Slot: c.Slot,
+		Backend: c.Backend.Spec.Key(), Weight: c.Backend.Weight, FirstChoice: c.FirstChoice,
 	}
-	b, ok := tbl.Lookup(hash)
-	if !ok {
-		return nil, fmt.Errorf("pool %s of service %s has no backend to send the flow to (all drained or down)", p.Name, v.Name)
+	be := c.Backend.Spec
+	port := be.Port
+	if port == 0 {
+		port = t.DstPort
 	}
-	res.Backend, res.Weight = b.Key, b.Weight
-	if first, ok := built.Lookup(hash); ok && first.Key != b.Key {
-		res.FirstChoice = first.Key
-	}
-	if i, ok := p.Backend(b.Key); ok {
-		be := p.Backends[i]
-		port := be.Port
-		if port == 0 {
-			port = t.DstPort
-		}
-		if v.Mode == model.ModeNAT {
-			res.Target = netip.AddrPortFrom(be.Address, port).String()
-		} else {
-			res.Target = fmt.Sprintf("guest %s/%s port %d (NVGRE to its host)", be.Host, be.Guest, port)
-		}
+	if v.Mode == model.ModeNAT {
+		res.Target = netip.AddrPortFrom(be.Address, port).String()
+	} else {
+		res.Target = fmt.Sprintf("guest %s/%s port %d (NVGRE to its host)", be.Host, be.Guest, port)
 	}
 	return res, nil
 }

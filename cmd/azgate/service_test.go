@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/api"
+	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
@@ -108,11 +110,15 @@ func TestServiceCLI(t *testing.T) {
 		v := get()
 		p, _ := v.Pool("web")
 		health := &model.Health{Service: "web", Down: map[string][]string{"web": {down}}}
-		_, tbl, err := expectedTable(v, p, health, edge.DefaultHashSeed)
-		if err != nil {
+		var hosts []model.Host
+		if err := json.Unmarshal([]byte(must(t, s, "host", "list", "--json")), &hosts); err != nil {
 			t.Fatal(err)
 		}
-		sum := fmt.Sprintf("%016x", tbl.Checksum())
+		pl := planOf(nil, hosts, v, health, edge.DefaultHashSeed).Pool("web/" + p.Name)
+		if pl == nil {
+			t.Fatal("pool web/web is not in the plan")
+		}
+		sum := fmt.Sprintf("%016x", pl.Table.Checksum())
 		for e, cs := range map[string]string{"edge-a1": sum, "edge-a2": "0000000000000001"} {
 			b, _ := json.Marshal(model.NodeStatus{Role: "edge", Name: e, AppliedRevision: 12, Updated: time.Now(),
 				Tables: map[string]model.TableStatus{"web/web": {Checksum: cs, Backends: 2, Healthy: 1, M: 65537}}})
@@ -264,5 +270,28 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 15s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServicePlanProblems: lookup and status use the edges' plan, so a
+// backend the edges leave out (its host does not exist) is never chosen
+// and the status says why.
+func TestServicePlanProblems(t *testing.T) {
+	v := &model.Service{Name: "web", VIP: netip.MustParseAddr("198.51.100.20"), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools:     []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}, {Host: "gone", Guest: "g1"}}}}}
+	hosts := []model.Host{{Name: "az1-h1", Underlay: netip.MustParseAddr("198.18.11.1"), Guests: []model.Guest{{Name: "g1", Address: netip.MustParseAddr("198.19.11.1"), VSID: 1}}}}
+	plan := planOf(nil, hosts, v, nil, 7)
+	for sport := uint16(1); sport < 50; sport++ {
+		tuple := flowhash.Tuple{Src: netip.MustParseAddr("203.0.113.10"), Dst: v.VIP, SrcPort: sport, DstPort: 80, Proto: 6}
+		res, err := lookup(plan, v, tuple, "tcp")
+		if err != nil || res.Backend != "az1-h1/g1" {
+			t.Fatalf("lookup: %+v %v", res, err)
+		}
+	}
+	var out strings.Builder
+	printServiceStatus(&out, &client.ServiceStatus{Service: v, Pools: []api.PoolStatus{{Name: "web"}}}, plan, time.Now())
+	if !strings.Contains(out.String(), `backend gone/g1: host "gone" does not exist`) {
+		t.Errorf("status does not say why a backend is left out:\n%s", out.String())
 	}
 }

@@ -227,117 +227,115 @@ func (f *FakeAgent) Services() ([]AgentService, error) {
 	return out, nil
 }
 
-// FakeLB is an in-memory LBMaps (with FakeEdge's EdgeMaps).
+// FakeLB is an in-memory LBMaps (with FakeEdge's EdgeMaps), one fake per
+// map.
 type FakeLB struct {
 	*FakeEdge
-	LB        LBConfig
-	VIPSet    map[netip.Addr]bool
-	ListenerM map[Listener]ListenerValue
-	Tables    map[uint32][]uint32
-	BackendM  map[uint32]LBBackend
-	TableOwn  map[uint32]uint64
-	ARP       map[int]string
+	*FakeVIPs
+	*FakeListeners
+	*FakeTables
+	*FakeBackends
+	*FakeLBConfig
 }
 
 var _ LBMaps = (*FakeLB)(nil)
 
 // NewFakeLB returns an empty fake with load balancing.
 func NewFakeLB() *FakeLB {
-	return &FakeLB{FakeEdge: NewFakeEdge(), VIPSet: map[netip.Addr]bool{}, ListenerM: map[Listener]ListenerValue{},
-		Tables: map[uint32][]uint32{}, BackendM: map[uint32]LBBackend{}, TableOwn: map[uint32]uint64{}, ARP: map[int]string{}}
+	return &FakeLB{FakeEdge: NewFakeEdge(), FakeVIPs: &FakeVIPs{VIPSet: map[netip.Addr]bool{}},
+		FakeListeners: &FakeListeners{ListenerM: map[Listener]ListenerValue{}},
+		FakeTables:    &FakeTables{Tables: map[uint32][]uint32{}, TableOwn: map[uint32]uint64{}},
+		FakeBackends:  &FakeBackends{BackendM: map[uint32]LBBackend{}}, FakeLBConfig: &FakeLBConfig{ARP: map[int]string{}}}
 }
 
-func (f *FakeLB) SetLBConfig(c LBConfig) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.LB = c
-	return nil
+// FakeVIPs is an in-memory VIPMap.
+type FakeVIPs struct {
+	vmu    sync.Mutex
+	VIPSet map[netip.Addr]bool
 }
-func (f *FakeLB) PutVIP(a netip.Addr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+
+func (f *FakeVIPs) PutVIP(a netip.Addr) error {
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
 	f.VIPSet[a] = true
 	return nil
 }
-func (f *FakeLB) DeleteVIP(a netip.Addr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeVIPs) DeleteVIP(a netip.Addr) error {
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
 	delete(f.VIPSet, a)
 	return nil
 }
-func (f *FakeLB) VIPs() ([]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeVIPs) VIPs() ([]netip.Addr, error) {
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
 	var out []netip.Addr
 	for a := range f.VIPSet {
 		out = append(out, a)
 	}
 	return out, nil
 }
-func (f *FakeLB) PutListener(l Listener, v ListenerValue) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+
+// FakeListeners is an in-memory ListenerMap.
+type FakeListeners struct {
+	lmu       sync.Mutex
+	ListenerM map[Listener]ListenerValue
+}
+
+func (f *FakeListeners) PutListener(l Listener, v ListenerValue) error {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	f.ListenerM[l] = v
 	return nil
 }
-func (f *FakeLB) DeleteListener(l Listener) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeListeners) DeleteListener(l Listener) error {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	delete(f.ListenerM, l)
 	return nil
 }
-func (f *FakeLB) Listeners() (map[Listener]ListenerValue, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeListeners) Listeners() (map[Listener]ListenerValue, error) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	out := map[Listener]ListenerValue{}
 	for k, v := range f.ListenerM {
 		out[k] = v
 	}
 	return out, nil
 }
-func (f *FakeLB) SetTable(slot uint32, entries []uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+
+// FakeTables is an in-memory TableMap.
+type FakeTables struct {
+	tmu      sync.Mutex
+	Tables   map[uint32][]uint32
+	TableOwn map[uint32]uint64
+}
+
+func (f *FakeTables) SetTable(slot uint32, entries []uint32) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	if len(entries) == 0 {
+		delete(f.Tables, slot)
+		return nil
+	}
 	f.Tables[slot] = append([]uint32(nil), entries...)
 	return nil
 }
-func (f *FakeLB) DeleteTable(slot uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeTables) DeleteTable(slot uint32) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
 	delete(f.Tables, slot)
 	return nil
 }
-func (f *FakeLB) SetBackend(idx uint32, b LBBackend) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.BackendM[idx] = b
-	return nil
-}
-func (f *FakeLB) Backend(idx uint32) (LBBackend, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.BackendM[idx], nil
-}
-func (f *FakeLB) Backends() (map[uint32]LBBackend, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[uint32]LBBackend{}
-	for k, v := range f.BackendM {
-		if v.Owner != 0 {
-			out[k] = v
-		}
-	}
-	return out, nil
-}
-func (f *FakeLB) SetTableOwner(slot uint32, owner uint64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeTables) SetTableOwner(slot uint32, owner uint64) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
 	f.TableOwn[slot] = owner
 	return nil
 }
-func (f *FakeLB) TableOwners() (map[uint32]uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *FakeTables) TableOwners() (map[uint32]uint64, error) {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
 	out := map[uint32]uint64{}
 	for k, v := range f.TableOwn {
 		if v != 0 {
@@ -346,14 +344,57 @@ func (f *FakeLB) TableOwners() (map[uint32]uint64, error) {
 	}
 	return out, nil
 }
-func (f *FakeLB) SetARP(ifindex int, mac net.HardwareAddr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+
+// FakeBackends is an in-memory BackendMap.
+type FakeBackends struct {
+	bmu      sync.Mutex
+	BackendM map[uint32]LBBackend
+}
+
+func (f *FakeBackends) SetBackend(idx uint32, b LBBackend) error {
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	f.BackendM[idx] = b
+	return nil
+}
+func (f *FakeBackends) Backend(idx uint32) (LBBackend, error) {
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	return f.BackendM[idx], nil
+}
+func (f *FakeBackends) Backends() (map[uint32]LBBackend, error) {
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	out := map[uint32]LBBackend{}
+	for k, v := range f.BackendM {
+		if v.Owner != 0 {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+func (f *FakeBackends) BackendCounters(uint32) (LBCounters, error) { return LBCounters{}, nil }
+func (f *FakeBackends) ResetBackendCounters(uint32) error          { return nil }
+
+// FakeLBConfig is an in-memory LBConfigMap.
+type FakeLBConfig struct {
+	cmu sync.Mutex
+	LB  LBConfig
+	ARP map[int]string
+}
+
+func (f *FakeLBConfig) SetLBConfig(c LBConfig) error {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	f.LB = c
+	return nil
+}
+func (f *FakeLBConfig) SetARP(ifindex int, mac net.HardwareAddr) error {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
 	f.ARP[ifindex] = mac.String()
 	return nil
 }
-func (f *FakeLB) BackendCounters(uint32) (LBCounters, error) { return LBCounters{}, nil }
-func (f *FakeLB) ResetBackendCounters(uint32) error          { return nil }
 
 func (f *FakeAgent) SetIfAddrs(a []IfAddr) error {
 	f.mu.Lock()

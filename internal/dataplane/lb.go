@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/azgate/azgate/internal/lbplan"
 )
 
 // Load-balancer modes (bpf/lib/consts.h).
 const (
-	ModeEncap = 1
-	ModeNAT   = 2
+	ModeEncap = lbplan.ModeEncap
+	ModeNAT   = lbplan.ModeNAT
 )
 
 // IP protocols.
@@ -39,20 +41,13 @@ type LBConfig struct {
 // Listener is a listener key: VIP, protocol, port (0: any port) and, for
 // a range, its last port (0 for one port). One port is one entry of the
 // exact-port map; a range, whatever its length, one entry of its (VIP,
-// protocol)'s range set, as is the any-port listener.
-type Listener struct {
-	VIP   netip.Addr
-	Proto uint8
-	Port  uint16
-	Last  uint16
-}
-
-// IsRange reports whether l is a range of several ports.
-func (l Listener) IsRange() bool { return l.Port != 0 && l.Last > l.Port }
+// protocol)'s range set, as is the any-port listener. It is the plan's
+// type (internal/lbplan), so plans need no conversion.
+type Listener = lbplan.Listener
 
 // LBRangesMax is how many port ranges one (VIP, protocol) may have
 // (LB_RANGES_MAX in bpf/lib/consts.h).
-const LBRangesMax = 64
+const LBRangesMax = lbplan.RangesMax
 
 // ListenerValue says where a listener's flows go.
 type ListenerValue struct {
@@ -89,28 +84,62 @@ type LBCounters struct {
 // LBInfo names the informational counters (bpf/lib/lb.h enum lb_info).
 var LBInfo = []string{"ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick"}
 
-// LBMaps is what the service reconciler needs from a data plane.
-type LBMaps interface {
-	SetLBConfig(LBConfig) error
+// The load balancer's maps, one small interface per map (after Cilium's
+// pkg/loadbalancer maps), each with a fake (FakeLB's parts) and a
+// fault-injecting wrapper (FaultyLB's parts): the reconciler is tested
+// against failures of any one operation without a kernel.
+
+// VIPMap marks service VIPs in the route map (eip_routes, ROUTE_F_VIP).
+type VIPMap interface {
 	PutVIP(netip.Addr) error
 	DeleteVIP(netip.Addr) error
 	VIPs() ([]netip.Addr, error)
+}
+
+// ListenerMap holds the listeners: single ports in lb_listeners, ranges
+// and any-port in the (VIP, protocol)'s set in lb_ranges.
+type ListenerMap interface {
 	PutListener(Listener, ListenerValue) error
 	DeleteListener(Listener) error
 	Listeners() (map[Listener]ListenerValue, error)
+}
+
+// TableMap holds the Maglev tables (lb_tables, an array of maps) and
+// their owner records (lb_table_owner).
+type TableMap interface {
 	// SetTable swaps in a whole Maglev table (its size is len(entries)).
 	SetTable(slot uint32, entries []uint32) error
 	DeleteTable(slot uint32) error
-	SetBackend(idx uint32, b LBBackend) error
-	// Backends lists the slots in use (an owner set), for adoption.
-	Backends() (map[uint32]LBBackend, error)
 	// SetTableOwner records which pool a table slot serves; TableOwners
 	// reads the record back after a restart.
 	SetTableOwner(slot uint32, owner uint64) error
 	TableOwners() (map[uint32]uint64, error)
-	SetARP(ifindex int, mac net.HardwareAddr) error
+}
+
+// BackendMap holds the backend slots (lb_backends) and their counters
+// (lb_be_stats).
+type BackendMap interface {
+	SetBackend(idx uint32, b LBBackend) error
+	// Backends lists the slots in use (an owner set), for adoption.
+	Backends() (map[uint32]LBBackend, error)
 	BackendCounters(idx uint32) (LBCounters, error)
 	ResetBackendCounters(idx uint32) error
+}
+
+// LBConfigMap holds the load balancer's configuration (lb_cfg) and the
+// interfaces that answer ARP for VIPs (arp_ifaces).
+type LBConfigMap interface {
+	SetLBConfig(LBConfig) error
+	SetARP(ifindex int, mac net.HardwareAddr) error
+}
+
+// LBMaps is what the service reconciler needs from a data plane.
+type LBMaps interface {
+	VIPMap
+	ListenerMap
+	TableMap
+	BackendMap
+	LBConfigMap
 }
 
 var _ LBMaps = (*Edge)(nil)

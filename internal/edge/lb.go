@@ -1,16 +1,16 @@
 package edge
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
-	"github.com/azgate/azgate/internal/maglev"
+	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -18,20 +18,16 @@ import (
 // drained): the data plane drops those flows (drop_lb_no_backend).
 const noBackend = ^uint32(0)
 
-// lbBackendsMax is the size of the data plane's backend array.
-const lbBackendsMax = 65536
-
-// lbTablesMax is the size of the data plane's table map.
-const lbTablesMax = 4096
-
-// Size of the single-port listener map (LB_LISTENERS_MAX in
-// bpf/lib/consts.h): a service that would overflow it is left out and
-// reported, the others are programmed.
-const lbListenersMax = 1 << 18
+// Data-plane capacities (defined once in lbplan, held to the C ones).
+const (
+	lbBackendsMax = lbplan.BackendsMax
+	lbTablesMax   = lbplan.TablesMax
+)
 
 // programmedTable is what a table slot holds.
 type programmedTable struct {
 	slot     uint32
+	owned    bool // its owner record is written
 	m        uint64
 	checksum uint64
 	backends int
@@ -40,22 +36,34 @@ type programmedTable struct {
 
 // programmedBackend is a backend slot.
 type programmedBackend struct {
-	idx  uint32
-	want dataplane.LBBackend
+	idx   uint32
+	reset bool // its counters were zeroed for this backend
+	want  dataplane.LBBackend
 }
 
-// lbState programs the services: VIPs, listeners, Maglev tables (built
-// with internal/maglev from the pools, failed backends repointed with
-// Table.Fail from the controller's Health verdicts), backend slots, the
-// nat-mode reverse translations. It recomputes everything from the index
-// on every change of a service, a health verdict or a host (services are
-// few; tables only go to the data plane when their checksum changes).
+// lbState programs the services in three steps:
+//
+//   - plan (lbplan.Build, pure): what the services want from the index,
+//     the health verdicts and the seed; `azgate service lookup` and
+//     `status` compute the same plan;
+//   - diff (lbState.diff, no I/O): the writes that take the maps from what
+//     this state records as programmed to the plan, in an order that keeps
+//     every intermediate state consistent for packets (see diff); it
+//     reserves slots for new backends and pools;
+//   - apply (lbState.apply): the writes, each booked as done only once it
+//     succeeded, so after a failure the next sync's diff redoes exactly
+//     what is missing.
+//
+// It recomputes everything on every change of a service, a health verdict
+// or a host (services are few; tables only go to the data plane when
+// their checksum changes).
 type lbState struct {
 	maps dataplane.LBMaps
 	seed uint32
+	memo *lbplan.Tables // the current pools' tables, reused while unchanged
 
-	tables   map[string]*programmedTable   // "service/pool"
-	backends map[string]*programmedBackend // "service/pool/key"
+	tables   map[string]*programmedTable   // by pool ID "service/pool"
+	backends map[string]*programmedBackend // by backend ID "service/pool/key"
 	// slot allocators: never-used slots first, freed ones last, so a
 	// backend slot (which old connections may still point at) is reused
 	// as late as possible; its generation changes when it is.
@@ -86,6 +94,11 @@ func owner(id string) uint64 {
 	return 1
 }
 
+func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
+	return &lbState{maps: maps, seed: seed, memo: lbplan.NewTables(), tables: map[string]*programmedTable{}, backends: map[string]*programmedBackend{},
+		gens: map[uint32]uint16{}}
+}
+
 // adopt reads the slots a previous run left in the (pinned) maps.
 func (s *lbState) adopt() error {
 	bs, err := s.maps.Backends()
@@ -98,9 +111,15 @@ func (s *lbState) adopt() error {
 	}
 	s.oldBackends, s.oldTables, s.oldBackendVal = map[uint64]uint32{}, map[uint64]uint32{}, bs
 	for idx, b := range bs {
-		s.oldBackends[b.Owner] = idx
 		s.gens[idx] = b.Gen
 		s.nextBackend = max(s.nextBackend, idx+1)
+		// A backend removed and added again holds two slots (the first
+		// one draining): the lower is taken back, the other freed.
+		if o, dup := s.oldBackends[b.Owner]; dup {
+			s.freeBackend = append(s.freeBackend, max(o, idx))
+			idx = min(o, idx)
+		}
+		s.oldBackends[b.Owner] = idx
 	}
 	for slot, o := range ts {
 		s.oldTables[o] = slot
@@ -110,34 +129,13 @@ func (s *lbState) adopt() error {
 	return nil
 }
 
-// release frees the slots of the previous run nobody took back: their
-// backends' connections drain; those tables are gone.
-func (s *lbState) release() error {
-	for _, idx := range s.oldBackends {
-		s.freeBackend = append(s.freeBackend, idx)
-	}
-	for _, slot := range s.oldTables {
-		if err := s.maps.DeleteTable(slot); err != nil {
-			return err
-		}
-		if err := s.maps.SetTableOwner(slot, 0); err != nil {
-			return err
-		}
-		s.freeTable = append(s.freeTable, slot)
-	}
-	s.oldBackends, s.oldTables, s.oldBackendVal = nil, nil, nil
-	return nil
-}
-
-func newLBState(maps dataplane.LBMaps, seed uint32) *lbState {
-	return &lbState{maps: maps, seed: seed, tables: map[string]*programmedTable{}, backends: map[string]*programmedBackend{},
-		gens: map[uint32]uint16{}}
-}
-
-func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, error) {
+// allocBackend reserves a slot for a new backend: the one a previous run
+// left it (adopted, with its contents), else a never-used one, else the
+// oldest freed one with a new generation.
+func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, bool, error) {
 	if idx, ok := s.oldBackends[o]; ok {
 		delete(s.oldBackends, o)
-		return idx, s.oldBackendVal[idx], nil
+		return idx, s.oldBackendVal[idx], true, nil
 	}
 	var idx uint32
 	switch {
@@ -148,353 +146,398 @@ func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, error) {
 		idx = s.freeBackend[0]
 		s.freeBackend = s.freeBackend[1:]
 	default:
-		return 0, dataplane.LBBackend{}, fmt.Errorf("all %d backend slots are in use: %w", lbBackendsMax, errSlotsFull)
+		return 0, dataplane.LBBackend{}, false, fmt.Errorf("all %d backend slots are in use: %w", lbBackendsMax, errSlotsFull)
 	}
 	s.gens[idx]++
-	return idx, dataplane.LBBackend{}, s.maps.ResetBackendCounters(idx)
+	return idx, dataplane.LBBackend{}, false, nil
 }
 
-func (s *lbState) allocTable(o uint64) (uint32, error) {
+// allocTable reserves a table slot: the one a previous run left the pool
+// (adopted: its owner record is there), else a free one.
+func (s *lbState) allocTable(o uint64) (uint32, bool, error) {
 	if slot, ok := s.oldTables[o]; ok {
 		delete(s.oldTables, o)
-		return slot, nil
+		return slot, true, nil
 	}
 	if n := len(s.freeTable); n > 0 {
 		t := s.freeTable[n-1]
 		s.freeTable = s.freeTable[:n-1]
-		return t, nil
+		return t, false, nil
 	}
 	if s.nextTable >= lbTablesMax {
-		return 0, fmt.Errorf("all %d table slots are in use: %w", lbTablesMax, errSlotsFull)
+		return 0, false, fmt.Errorf("all %d table slots are in use: %w", lbTablesMax, errSlotsFull)
 	}
 	s.nextTable++
-	return s.nextTable - 1, nil
+	return s.nextTable - 1, false, nil
 }
 
 var errSlotsFull = errors.New("the data plane is full")
 
-var protoNum = map[string]uint8{"tcp": dataplane.ProtoTCP, "udp": dataplane.ProtoUDP}
+// resolver places encap backends from the index.
+type resolver struct{ x *index }
 
-// backendTarget resolves a backend to its data-plane form.
-func backendTarget(x *index, svc *model.Service, b model.Backend) (dataplane.LBBackend, error) {
-	if svc.Mode == model.ModeNAT {
-		return dataplane.LBBackend{Addr: b.Address, Port: b.Port}, nil
-	}
-	h, ok := x.hosts[b.Host]
+func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
+	h, ok := r.x.hosts[host]
 	if !ok {
-		return dataplane.LBBackend{}, fmt.Errorf("service %s: backend %s: host %q does not exist", svc.Name, b.Key(), b.Host)
+		return lbplan.Placement{}, lbplan.ErrNoHost
 	}
-	g, ok := h.guest[b.Guest]
+	g, ok := h.guest[guest]
 	if !ok {
-		return dataplane.LBBackend{}, fmt.Errorf("service %s: backend %s: host %s has no guest %q", svc.Name, b.Key(), b.Host, b.Guest)
+		return lbplan.Placement{}, lbplan.ErrNoGuest
 	}
-	return dataplane.LBBackend{Addr: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
+	return lbplan.Placement{Underlay: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
+}
+
+// planOf computes the index's plan (memo: the tables of the previous
+// plan, or nil).
+func planOf(x *index, seed uint32, memo ...*lbplan.Tables) *lbplan.Plan {
+	in := lbplan.Input{Services: x.services, Health: x.health, Hosts: resolver{x}, Seed: seed}
+	if len(memo) > 0 {
+		in.Tables = memo[0]
+	}
+	return lbplan.Build(in)
 }
 
 // sync programs every service of the index. Problems with one service are
-// returned together; the others are programmed regardless.
-func (s *lbState) sync(x *index) (problems []string, err error) {
+// returned together; the others are programmed regardless. An error (a
+// map write failed) leaves the bookkeeping true to what was written: the
+// next sync converges.
+func (s *lbState) sync(x *index) ([]string, error) {
 	if !s.adopted {
 		if err := s.adopt(); err != nil {
 			return nil, err
 		}
-		defer func() {
-			if s.oldBackends != nil {
-				if err := s.release(); err != nil {
-					problems = append(problems, err.Error())
-				}
-			}
-		}()
 	}
-	wantTables := map[string]bool{}
-	wantBackends := map[string]bool{}
-	wantListeners := map[dataplane.Listener]dataplane.ListenerValue{}
-	wantVIPs := map[netip.Addr]bool{}
-	nat := false
-	var checks []health.Target
-
-	names := make([]string, 0, len(x.services))
-	for n := range x.services {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		svc := x.services[name]
-		health := x.health[name]
-		if svc.Mode == model.ModeNAT {
-			nat = true
+	p := planOf(x, s.seed, s.memo)
+	var problems []string
+	for pass := 0; ; pass++ {
+		have, err := s.maps.Listeners()
+		if err != nil {
+			return p.Problems, err
 		}
-		m := uint64(svc.TableSize)
-		if m == 0 {
-			m = model.DefaultTableSize
+		haveVIPs, err := s.maps.VIPs()
+		if err != nil {
+			return p.Problems, err
 		}
-		poolSlot := map[string]*programmedTable{}
-		for _, pool := range svc.Pools {
-			tk := name + "/" + pool.Name
-			var mb []maglev.Backend
-			targets := map[string]dataplane.LBBackend{}
-			for _, b := range pool.Backends {
-				t, err := backendTarget(x, svc, b)
-				if err != nil {
-					problems = append(problems, err.Error())
-					continue // an unresolvable backend gets no slots
-				}
-				targets[b.Key()] = t
-				mb = append(mb, maglev.Backend{Key: b.Key(), Weight: b.W()})
-			}
-			tbl, err := maglev.Build(mb, m, s.seed)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("service %s pool %s: %v", name, pool.Name, err))
-				continue
-			}
-			down := map[string]bool{}
-			if health != nil {
-				down = health.DownSet(pool.Name)
-			}
-			if len(down) > 0 {
-				tbl = tbl.Fail(down)
-			}
-			// Backend slots, then the table in terms of them.
-			idxOf := make([]uint32, len(tbl.Backends))
-			healthy := 0
-			full := false
-			for i, b := range tbl.Backends {
-				bk := tk + "/" + b.Key
-				wantBackends[bk] = true
-				pb, ok := s.backends[bk]
-				if !ok {
-					idx, cur, err := s.allocBackend(owner(bk))
-					if errors.Is(err, errSlotsFull) {
-						problems = append(problems, fmt.Sprintf("service %s pool %s: backend %s: %v", name, pool.Name, b.Key, err))
-						full = true
-						break
-					}
-					if err != nil {
-						return problems, err
-					}
-					pb = &programmedBackend{idx: idx, want: cur}
-					s.backends[bk] = pb
-				}
-				want := targets[b.Key]
-				want.Gen = s.gens[pb.idx]
-				want.Down = down[b.Key]
-				want.Owner = owner(bk)
-				want.Mode = dataplane.ModeEncap
-				if svc.Mode == model.ModeNAT {
-					want.Mode = dataplane.ModeNAT
-				}
-				if !want.Down && b.Weight > 0 {
-					healthy++
-				}
-				if want != pb.want {
-					if err := s.maps.SetBackend(pb.idx, want); err != nil {
-						return problems, err
-					}
-					pb.want = want
-				}
-				idxOf[i] = pb.idx
-			}
-			if full {
-				continue // the pool gets no table: its listeners are left out
-			}
-			pt := s.tables[tk]
-			if pt == nil {
-				slot, err := s.allocTable(owner(tk))
-				if errors.Is(err, errSlotsFull) {
-					problems = append(problems, fmt.Sprintf("service %s pool %s: %v", name, pool.Name, err))
-					continue
-				}
-				if err != nil {
-					return problems, err
-				}
-				if err := s.maps.SetTableOwner(slot, owner(tk)); err != nil {
-					return problems, err
-				}
-				pt = &programmedTable{slot: slot}
-				s.tables[tk] = pt
-			}
-			sum := tbl.Checksum()
-			if sum != pt.checksum || pt.m != m {
-				entries := make([]uint32, len(tbl.Entry))
-				for j, e := range tbl.Entry {
-					if e < 0 {
-						entries[j] = noBackend
-					} else {
-						entries[j] = idxOf[e]
-					}
-				}
-				if err := s.maps.SetTable(pt.slot, entries); err != nil {
-					return problems, err
-				}
-				pt.checksum, pt.m = sum, m
-			}
-			pt.backends, pt.healthy = len(tbl.Backends), healthy
-			wantTables[tk] = true
-			poolSlot[pool.Name] = pt
-			if pool.Health != nil {
-				ts, err := checkTargets(x, svc, pool)
-				if err != nil {
-					problems = append(problems, err.Error())
-				}
-				checks = append(checks, ts...)
-			}
-		}
-		svcListeners := map[dataplane.Listener]dataplane.ListenerValue{}
-		for _, l := range svc.Listeners {
-			pt := poolSlot[l.Pool]
-			if pt == nil {
-				continue // its pool failed to build: reported above
-			}
-			proto := protoNum[l.Protocol]
-			// One entry per listener: a range is looked up as a range.
-			dl := dataplane.Listener{VIP: svc.VIP, Proto: proto, Port: l.Port}
-			if l.Last() > l.Port {
-				dl.Last = l.Last()
-			}
-			svcListeners[dl] = dataplane.ListenerValue{Table: pt.slot}
-		}
-		if n := len(wantListeners) + len(svcListeners); n > lbListenersMax {
-			problems = append(problems, fmt.Sprintf("service %s: not programmed: its %d listener entries would take the edge to %d, the data plane holds %d",
-				name, len(svcListeners), n, lbListenersMax))
-			continue
-		}
-		if vp, n := rangesOver(wantListeners, svcListeners); n > 0 {
-			problems = append(problems, fmt.Sprintf("service %s: not programmed: %s would have %d port ranges, the data plane holds %d per VIP and protocol",
-				name, vp, n, dataplane.LBRangesMax))
-			continue
-		}
-		maps.Copy(wantListeners, svcListeners)
-		wantVIPs[svc.VIP] = true
-	}
-
-	// Listeners, VIPs and reverse translations: add and change first, then
-	// remove what is gone.
-	have, err := s.maps.Listeners()
-	if err != nil {
-		return problems, err
-	}
-	for l, v := range wantListeners {
-		if cur, ok := have[l]; !ok || cur != v {
-			if err := s.maps.PutListener(l, v); err != nil {
-				return problems, err
-			}
-		}
-	}
-	haveVIPs, err := s.maps.VIPs()
-	if err != nil {
-		return problems, err
-	}
-	for v := range wantVIPs {
-		if err := s.maps.PutVIP(v); err != nil {
+		ops, full := s.diff(p, have, haveVIPs)
+		problems = append(slices.Clip(p.Problems), full...)
+		if err := s.apply(ops); err != nil {
 			return problems, err
 		}
-	}
-	for l := range have {
-		if _, ok := wantListeners[l]; !ok {
-			if err := s.maps.DeleteListener(l); err != nil {
-				return problems, err
-			}
-		}
-	}
-	for _, v := range haveVIPs {
-		if !wantVIPs[v] {
-			if err := s.maps.DeleteVIP(v); err != nil {
-				return problems, err
-			}
-		}
-	}
-	for tk, pt := range s.tables {
-		if !wantTables[tk] {
-			if err := s.maps.DeleteTable(pt.slot); err != nil {
-				return problems, err
-			}
-			if err := s.maps.SetTableOwner(pt.slot, 0); err != nil {
-				return problems, err
-			}
-			s.freeTable = append(s.freeTable, pt.slot)
-			delete(s.tables, tk)
-		}
-	}
-	// A removed backend keeps its slot contents: connections it already
-	// had keep reaching it (planned removal drains); the slot is reused
-	// last, with a new generation that makes those entries stale.
-	for bk, pb := range s.backends {
-		if !wantBackends[bk] {
-			s.freeBackend = append(s.freeBackend, pb.idx)
-			delete(s.backends, bk)
-		}
-	}
-	s.nat = nat
-	s.targets = checks
-	return problems, nil
-}
-
-// checkTargets lists the health-check targets of a pool: the backend's
-// address (nat) or its guest's (encap), on the check's port, else the
-// backend's, else the port of the first single-port or range listener of
-// the pool.
-func checkTargets(x *index, svc *model.Service, pool model.Pool) ([]health.Target, error) {
-	var lport uint16
-	for _, l := range svc.Listeners {
-		if l.Pool == pool.Name && !l.AnyPort() {
-			lport = l.Port
+		// A pool that found no slot while others were being freed (the
+		// plan fits, but the slots it needs were released by this very
+		// pass) gets a second pass: the data plane is full, so reusing a
+		// slot at once is the lesser evil.
+		freed := slices.ContainsFunc(ops, func(op lbOp) bool { return op.kind == opFreeBackend || op.kind == opClearTableOwner })
+		if len(full) == 0 || !freed || pass == 1 {
 			break
 		}
 	}
-	var out []health.Target
-	for _, b := range pool.Backends {
-		port := pool.Health.Port
-		if port == 0 {
-			port = b.Port
+	s.oldBackends, s.oldTables, s.oldBackendVal = nil, nil, nil // all released by now
+	for _, pl := range p.Pools {
+		if pt := s.tables[pl.ID]; pt != nil {
+			pt.backends, pt.healthy = len(pl.Backends), pl.Healthy
 		}
-		if port == 0 {
-			port = lport
-		}
-		if port == 0 {
-			return out, fmt.Errorf("service %s pool %s: the health check needs a port (the pool only has any-port listeners)", svc.Name, pool.Name)
-		}
-		addr := b.Address
-		if svc.Mode == model.ModeEncap {
-			t, err := backendTarget(x, svc, b)
-			if err != nil {
-				continue // reported by sync
-			}
-			addr = t.Guest
-		}
-		out = append(out, health.Target{Service: svc.Name, Pool: pool.Name, Backend: b.Key(),
-			Addr: netip.AddrPortFrom(addr, port), Check: *pool.Health})
 	}
-	return out, nil
+	s.nat = p.NAT
+	s.targets = s.targets[:0:0]
+	for _, c := range p.Checks {
+		s.targets = append(s.targets, health.Target{Service: c.Service, Pool: c.Pool, Backend: c.Backend, Addr: c.Addr, Check: c.Check})
+	}
+	return problems, nil
 }
 
-// rangesOver finds a (VIP, protocol) that the listeners of have and add
-// together give more port ranges than the data plane holds: it and the
-// count, or n = 0.
-func rangesOver(have, add map[dataplane.Listener]dataplane.ListenerValue) (string, int) {
-	type vp struct {
-		vip   netip.Addr
-		proto uint8
+// opKind is a step of a diff.
+type opKind uint8
+
+const (
+	opResetCounters opKind = iota // zero a new backend slot's counters
+	opSetBackend
+	opSetTableOwner
+	opSetTable
+	opPutListener
+	opPutVIP
+	opDeleteVIP
+	opDeleteListener
+	opDeleteTable
+	opClearTableOwner // books the table slot free
+	opFreeBackend     // no write: books the backend slot free
+)
+
+var opNames = [...]string{"ResetBackendCounters", "SetBackend", "SetTableOwner", "SetTable", "PutListener", "PutVIP", "DeleteVIP",
+	"DeleteListener", "DeleteTable", "ClearTableOwner", "FreeBackend"}
+
+func (k opKind) String() string { return opNames[k] }
+
+// lbOp is one write of a diff and what it books once it succeeded.
+type lbOp struct {
+	kind     opKind
+	id       string // backend or pool ID ("" for a slot a previous run left)
+	slot     uint32 // backend index or table slot
+	owner    uint64
+	sum      uint64 // a table's checksum
+	backend  dataplane.LBBackend
+	entries  []uint32
+	listener dataplane.Listener
+	value    dataplane.ListenerValue
+	vip      netip.Addr
+}
+
+// diff lists the writes that take the maps to plan p, in this order:
+//
+//  1. per pool, its backend slots (counters zeroed, contents), then its
+//     table's owner record and the table itself: a table only ever names
+//     written backend slots;
+//  2. listeners added or changed: a listener only ever names a filled
+//     table (a pool keeps its table slot for life, and the table swaps
+//     whole);
+//  3. new VIPs, after all their listeners: a VIP is never marked before
+//     its listeners are complete;
+//  4. VIPs gone, then listeners gone (so still no VIP without its
+//     listeners), then tables no listener names any more, and the slots
+//     of a previous run nobody took back;
+//  5. backend slots no table names any more are booked free (their
+//     contents stay for the connections they hold: removal drains; the
+//     slot is reused last, with a new generation).
+//
+// A pool that gets no slot (the data plane is full) leaves its whole
+// service out (reported). diff does no I/O; it reserves the slots of new
+// backends and pools in s, so a retry after a failed apply reuses them.
+func (s *lbState) diff(p *lbplan.Plan, have map[dataplane.Listener]dataplane.ListenerValue, haveVIPs []netip.Addr) ([]lbOp, []string) {
+	var ops []lbOp
+	var problems []string
+	left := map[string]bool{} // services left out
+	wantTables := map[string]bool{}
+	wantBackends := map[string]bool{}
+	for _, pl := range p.Pools {
+		if left[pl.Service] {
+			continue
+		}
+		pops, err := s.diffPool(pl, wantBackends)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("service %s pool %s: not programmed: %v", pl.Service, pl.Name, err))
+			left[pl.Service] = true
+			continue
+		}
+		wantTables[pl.ID] = true
+		ops = append(ops, pops...)
 	}
-	count := map[vp]int{}
-	for _, m := range []map[dataplane.Listener]dataplane.ListenerValue{have, add} {
-		for l := range m {
-			if l.IsRange() {
-				count[vp{l.VIP, l.Proto}]++
+	want := map[dataplane.Listener]dataplane.ListenerValue{}
+	for l, id := range p.Listeners {
+		pl := p.Pool(id)
+		if pl == nil || left[pl.Service] {
+			continue
+		}
+		want[l] = dataplane.ListenerValue{Table: s.tables[id].slot}
+	}
+	wantVIPs := map[netip.Addr]bool{}
+	for name, vip := range p.Services {
+		if !left[name] {
+			wantVIPs[vip] = true
+		}
+	}
+	for _, l := range sortedListeners(want) {
+		if cur, ok := have[l]; !ok || cur != want[l] {
+			ops = append(ops, lbOp{kind: opPutListener, listener: l, value: want[l]})
+		}
+	}
+	haveVIP := map[netip.Addr]bool{}
+	for _, v := range haveVIPs {
+		haveVIP[v] = true
+	}
+	for _, v := range sortedAddrs(wantVIPs) {
+		if !haveVIP[v] {
+			ops = append(ops, lbOp{kind: opPutVIP, vip: v})
+		}
+	}
+	slices.SortFunc(haveVIPs, netip.Addr.Compare)
+	for _, v := range haveVIPs {
+		if !wantVIPs[v] {
+			ops = append(ops, lbOp{kind: opDeleteVIP, vip: v})
+		}
+	}
+	for _, l := range sortedListeners(have) {
+		if _, ok := want[l]; !ok {
+			ops = append(ops, lbOp{kind: opDeleteListener, listener: l})
+		}
+	}
+	for _, id := range sortedKeys(s.tables) {
+		if !wantTables[id] {
+			slot := s.tables[id].slot
+			ops = append(ops, lbOp{kind: opDeleteTable, slot: slot}, lbOp{kind: opClearTableOwner, id: id, slot: slot})
+		}
+	}
+	for _, o := range sortedKeys(s.oldTables) {
+		slot := s.oldTables[o]
+		ops = append(ops, lbOp{kind: opDeleteTable, slot: slot}, lbOp{kind: opClearTableOwner, slot: slot, owner: o})
+	}
+	for _, o := range sortedKeys(s.oldBackends) {
+		ops = append(ops, lbOp{kind: opFreeBackend, slot: s.oldBackends[o], owner: o})
+	}
+	for _, id := range sortedKeys(s.backends) {
+		if !wantBackends[id] {
+			ops = append(ops, lbOp{kind: opFreeBackend, id: id, slot: s.backends[id].idx})
+		}
+	}
+	return ops, problems
+}
+
+// diffPool reserves a pool's slots and lists the writes of step 1.
+func (s *lbState) diffPool(pl *lbplan.Pool, wantBackends map[string]bool) ([]lbOp, error) {
+	var ops []lbOp
+	idxOf := make([]uint32, len(pl.Backends))
+	for i, b := range pl.Backends {
+		pb := s.backends[b.ID]
+		if pb == nil {
+			idx, cur, adopted, err := s.allocBackend(owner(b.ID))
+			if err != nil {
+				return nil, fmt.Errorf("backend %s: %w", b.Spec.Key(), err)
+			}
+			pb = &programmedBackend{idx: idx, reset: adopted, want: cur}
+			s.backends[b.ID] = pb
+		}
+		wantBackends[b.ID] = true
+		t := b.Target
+		want := dataplane.LBBackend{Addr: t.Addr, Guest: t.Guest, VSID: t.VSID, Port: t.Port, Gen: s.gens[pb.idx], Down: t.Down,
+			Mode: t.Mode, Owner: owner(b.ID)}
+		if !pb.reset {
+			ops = append(ops, lbOp{kind: opResetCounters, id: b.ID, slot: pb.idx})
+		}
+		if want != pb.want {
+			ops = append(ops, lbOp{kind: opSetBackend, id: b.ID, slot: pb.idx, backend: want})
+		}
+		idxOf[i] = pb.idx
+	}
+	pt := s.tables[pl.ID]
+	if pt == nil {
+		slot, adopted, err := s.allocTable(owner(pl.ID))
+		if err != nil {
+			return nil, err
+		}
+		pt = &programmedTable{slot: slot, owned: adopted}
+		s.tables[pl.ID] = pt
+	}
+	if !pt.owned {
+		ops = append(ops, lbOp{kind: opSetTableOwner, id: pl.ID, slot: pt.slot, owner: owner(pl.ID)})
+	}
+	if sum := pl.Checksum; sum != pt.checksum || pt.m != pl.M {
+		entries := make([]uint32, len(pl.Table.Entry))
+		for j, e := range pl.Table.Entry {
+			if e < 0 {
+				entries[j] = noBackend
+			} else {
+				entries[j] = idxOf[e]
 			}
 		}
+		ops = append(ops, lbOp{kind: opSetTable, id: pl.ID, slot: pt.slot, sum: sum, entries: entries})
 	}
-	for l := range add {
-		if n := count[vp{l.VIP, l.Proto}]; l.IsRange() && n > dataplane.LBRangesMax {
-			return fmt.Sprintf("%v protocol %d", l.VIP, l.Proto), n
+	return ops, nil
+}
+
+// apply writes ops in order and books each one that succeeded; it stops
+// at the first failure.
+func (s *lbState) apply(ops []lbOp) error {
+	for _, op := range ops {
+		if err := s.write(op); err != nil {
+			return fmt.Errorf("load balancer: %v: %w", op.kind, err)
 		}
+		s.book(op)
 	}
-	return "", 0
+	return nil
+}
+
+func (s *lbState) write(op lbOp) error {
+	m := s.maps
+	switch op.kind {
+	case opResetCounters:
+		return m.ResetBackendCounters(op.slot)
+	case opSetBackend:
+		return m.SetBackend(op.slot, op.backend)
+	case opSetTableOwner:
+		return m.SetTableOwner(op.slot, op.owner)
+	case opSetTable:
+		return m.SetTable(op.slot, op.entries)
+	case opPutListener:
+		return m.PutListener(op.listener, op.value)
+	case opPutVIP:
+		return m.PutVIP(op.vip)
+	case opDeleteVIP:
+		return m.DeleteVIP(op.vip)
+	case opDeleteListener:
+		return m.DeleteListener(op.listener)
+	case opDeleteTable:
+		return m.DeleteTable(op.slot)
+	case opClearTableOwner:
+		return m.SetTableOwner(op.slot, 0)
+	}
+	return nil
+}
+
+// book records a successful write.
+func (s *lbState) book(op lbOp) {
+	switch op.kind {
+	case opResetCounters:
+		s.backends[op.id].reset = true
+	case opSetBackend:
+		s.backends[op.id].want = op.backend
+	case opSetTableOwner:
+		s.tables[op.id].owned = true
+	case opSetTable:
+		pt := s.tables[op.id]
+		pt.checksum, pt.m = op.sum, uint64(len(op.entries))
+	case opClearTableOwner:
+		if op.id != "" {
+			delete(s.tables, op.id)
+		} else {
+			delete(s.oldTables, op.owner)
+		}
+		s.freeTable = append(s.freeTable, op.slot)
+	case opFreeBackend:
+		if op.id != "" {
+			delete(s.backends, op.id)
+		} else {
+			delete(s.oldBackends, op.owner)
+		}
+		s.freeBackend = append(s.freeBackend, op.slot)
+	}
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func sortedListeners(m map[dataplane.Listener]dataplane.ListenerValue) []dataplane.Listener {
+	out := make([]dataplane.Listener, 0, len(m))
+	for l := range m {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b dataplane.Listener) int {
+		return cmp.Or(a.VIP.Compare(b.VIP), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Last, b.Last))
+	})
+	return out
 }
 
 // tableStatus describes the programmed tables for the node status.
 func (s *lbState) tableStatus() map[string]model.TableStatus {
 	out := map[string]model.TableStatus{}
 	for tk, pt := range s.tables {
+		if pt.m == 0 {
+			continue // reserved by a failed sync, not written yet
+		}
 		out[tk] = model.TableStatus{Checksum: fmt.Sprintf("%016x", pt.checksum), Backends: pt.backends, Healthy: pt.healthy, M: pt.m}
 	}
 	return out

@@ -1,0 +1,337 @@
+/* maps.h: every BPF map of the azgate programs, with a comment each; their
+ * sizes are the #defines of consts.h, their keys and values the structs of
+ * structs.h (after Katran's balancer_maps.h). One header for all programs:
+ * a program defines which one it is before its includes (AZG_PROG_EDGE in
+ * edge.c, AZG_PROG_AGENT in agent.c) and gets its maps; bench.c, the
+ * benchmark harness, defines neither and gets bench_frame only (its own
+ * generator maps stay in bench.c). Go holds its capacity constants to
+ * these (internal/dataplane TestCapacitiesMatchC). */
+#ifndef AZG_MAPS_H
+#define AZG_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "consts.h"
+#include "structs.h"
+
+#if defined(AZG_PROG_EDGE) && defined(AZG_PROG_AGENT)
+#error "define one of AZG_PROG_EDGE and AZG_PROG_AGENT"
+#endif
+
+/* ---- every program (lib/benchmode.h) ---- */
+
+/* The frame a *_bench entry point restores before each run (lib/benchmode.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bench_frame);
+} bench_frame SEC(".maps");
+
+#if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
+
+/* ---- edge and agent: counters (lib/stats.h), next hops (lib/fib.h) ---- */
+
+/* Packets and bytes per outcome (enum azg_stat), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, enum azg_stat);
+	__type(value, struct stat_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} stats SEC(".maps");
+
+/* Token bucket limiting the ICMP errors this program generates, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct icmp_bucket);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} icmp_buckets SEC(".maps");
+
+/* Next-hop cache (lib/fib.h): (destination, ingress interface, ECMP bucket) slot -> next hop, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NH_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nh_entry);
+} nh_cache SEC(".maps");
+
+/* Per-CPU room for a bpf_fib_lookup request, off the 512-byte stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fib_room);
+} fib_scratch SEC(".maps");
+
+#endif
+
+#ifdef AZG_PROG_EDGE
+
+/* ---- edge: EIPs (edge.c) ---- */
+
+/* EIP -> the host it is bound to; a VIP -> a route flagged ROUTE_F_VIP
+ * (its service is in lib/lb.h). Written by the edge daemon from etcd. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_MAX);
+	__type(key, struct eip_key);
+	__type(value, struct eip_route);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_routes SEC(".maps");
+
+/* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EIP_MAX);
+	__type(key, __u32);
+	__type(value, struct eip_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_stats SEC(".maps");
+
+/* The edge's own addresses and settings (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct edge_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_cfg SEC(".maps");
+
+/* ---- edge: services (lib/lb.h) ---- */
+
+/* (VIP, protocol, port) -> listener; port 0 is the any-port listener. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_LISTENERS_MAX);
+	__type(key, struct lb_key);
+	__type(value, struct lb_listener);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_listeners SEC(".maps");
+
+/* (VIP, protocol) -> its port-range listeners and any-port listener: a
+ * range is one entry whatever its length. Allocated as used (a set is 528
+ * bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_RANGE_SETS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb_rkey);
+	__type(value, struct lb_ranges);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_ranges SEC(".maps");
+
+/* A Maglev table: slot -> backend index. Tables of any prime size share
+ * the outer map (BPF_F_INNER_MAP). */
+struct lb_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_TABLE_DEFAULT_M);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+/* Maglev tables by slot; the daemon builds a new inner map and swaps it in
+ * with one update, so a table changes atomically: the table's size M is
+ * the inner map's own max_entries (lb_table_m), so the one value swapped
+ * names both the slots and their number. A packet never indexes a new
+ * table with an old M, or the reverse. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, LB_TABLES_MAX);
+	__type(key, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct lb_table);
+} lb_tables SEC(".maps");
+
+/* Backends of every service by index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__type(key, __u32);
+	__type(value, struct lb_backend);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_backends SEC(".maps");
+
+/* The daemon's record of which pool each table slot serves (a hash of its
+ * identity), so a restarted daemon swaps tables into the slots listeners
+ * already point at. Never read by the data plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_TABLES_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_table_owner SEC(".maps");
+
+/* The connection table, shared by all services (sized by the daemon). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_conns SEC(".maps");
+
+/* The load balancer's settings: timeouts in jiffies, insert cap, nat flag (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_cfg SEC(".maps");
+
+/* Caps connection-table inserts per CPU (SYN floods fall back to the
+ * table alone, with no state). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct_bucket);
+} ct_buckets SEC(".maps");
+
+/* Per-backend counters (index = backend index). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__type(key, __u32);
+	__type(value, struct lb_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_be_stats SEC(".maps");
+
+/* nat mode, stateful: each connection's reply tuple (backend -> client) ->
+ * the VIP and port its replies leave with, installed with the connection's
+ * entry (sized as the connection table, by the daemon). A backend's own
+ * connections (no entry) are not translated; one backend port may serve
+ * any number of VIPs and ports. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
+	__type(key, struct nat_rkey);
+	__type(value, struct nat_rentry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_nat_conns SEC(".maps");
+
+/* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ARP_IFACES_MAX);
+	__type(key, __u32);
+	__type(value, struct arp_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_ifaces SEC(".maps");
+
+/* Informational counters by enum lb_info, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LBI_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_info SEC(".maps");
+
+#endif /* AZG_PROG_EDGE */
+
+#ifdef AZG_PROG_AGENT
+
+/* ---- agent (agent.c, lib/agentflow.h) ---- */
+
+/* EIP -> local guest it is bound to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_EIP_MAX);
+	__type(key, struct eip_key);
+	__type(value, struct agent_eip);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_eips SEC(".maps");
+
+/* Guest private address -> its EIP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_GUEST_MAX);
+	__type(key, struct eip_key);
+	__type(value, struct agent_guest);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_guests SEC(".maps");
+
+/* Per-EIP counters, indexed by stats_idx. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, AGENT_EIP_MAX);
+	__type(key, __u32);
+	__type(value, struct eip_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_stats SEC(".maps");
+
+/* Underlay addresses of the edges replies are spread over (n_edges used). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EDGE_MAX);
+	__type(key, __u32);
+	__type(value, struct ip_addr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_edges SEC(".maps");
+
+/* The same edges as a set: NVGRE is only accepted from them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EDGE_MAX);
+	__type(key, struct eip_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_edge_set SEC(".maps");
+
+/* Destinations guests reach without the edge (never encapsulated). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, LOCAL_PREFIX_MAX);
+	__type(key, struct lpm4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_local SEC(".maps");
+
+/* The agent's own addresses and settings (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agent_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_cfg SEC(".maps");
+
+/* Source addresses each guest interface may send from (every guest of the
+ * host, whether it has an EIP or not): anything else is spoofing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_IFADDR_MAX);
+	__type(key, struct if_addr);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_ifaddrs SEC(".maps");
+
+/* Service backends on this host: (VIP, guest, port) -> backend port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_SVC_MAX);
+	__type(key, struct svc_key);
+	__type(value, struct svc_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_svc SEC(".maps");
+
+/* Flows that came in through a VIP: reply 5-tuple -> public side. One
+ * table for every guest of the host, evicted least recently used. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, AGENT_FLOW_MAX);
+	__type(key, struct agent_flow_key);
+	__type(value, struct agent_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_flows SEC(".maps");
+
+#endif /* AZG_PROG_AGENT */
+
+#endif
