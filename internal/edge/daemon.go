@@ -62,7 +62,24 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	pub := &health.StorePublisher{Ctx: ctx, Store: st, Edge: cfg.Name, Log: log}
 	defer pub.Close() // revokes the reports' lease while st is still open
 	hm := health.NewManager(ctx, pub, log)
-	rec.OnTargets = hm.Update
+	// The health-check address goes into the programs before they are
+	// attached (a restarted edge's new programs start with none).
+	if err := dp.SetHealthAddress(cfg.HealthSource); err != nil {
+		return err
+	}
+	if cfg.HealthSource.IsValid() {
+		if err := setupHealthDevice(cfg.HealthSource, cfg.Interfaces, log); err != nil {
+			return err
+		}
+		if err := dp.AttachHealth(HCDevice); err != nil {
+			return err
+		}
+		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "device", HCDevice)
+	} else {
+		log.Warn("no --health-source: encap-mode backends are probed directly at their private addresses, not through the tunnel")
+	}
+	hct := newHCTunnel(dp, cfg.HealthSource, log)
+	rec.OnTargets = func(ts []health.Target) { hm.Update(hct.assign(ts)) }
 	arp, err := newARP(dp, arpIfaces, log)
 	if err != nil {
 		return err

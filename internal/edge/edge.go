@@ -51,6 +51,11 @@ type Config struct {
 	LB      dataplane.LBConfig
 	Version string
 	Log     *slog.Logger
+
+	// HealthSource is the edge's health-check address: encap-mode
+	// backends are checked from it through the tunnel (hc.go). Invalid:
+	// they are probed directly at their private addresses.
+	HealthSource netip.Addr
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a

@@ -430,7 +430,8 @@ func (s *lbState) sync(x *index) (problems []string, err error) {
 }
 
 // checkTargets lists the health-check targets of a pool: the backend's
-// address (nat) or its guest's (encap), on the check's port, else the
+// address (nat) or its guest's, reached through its host (encap), on the
+// check's port, else the
 // backend's, else the port of the first single-port or range listener of
 // the pool.
 func checkTargets(x *index, svc *model.Service, pool model.Pool) ([]health.Target, error) {
@@ -454,15 +455,17 @@ func checkTargets(x *index, svc *model.Service, pool model.Pool) ([]health.Targe
 			return out, fmt.Errorf("service %s pool %s: the health check needs a port (the pool only has any-port listeners)", svc.Name, pool.Name)
 		}
 		addr := b.Address
+		var tun *health.Tunnel
 		if svc.Mode == model.ModeEncap {
 			t, err := backendTarget(x, svc, b)
 			if err != nil {
 				continue // reported by sync
 			}
 			addr = t.Guest
+			tun = &health.Tunnel{Host: t.Addr, VSID: t.VSID} // through its host (hc.go)
 		}
 		out = append(out, health.Target{Service: svc.Name, Pool: pool.Name, Backend: b.Key(),
-			Addr: netip.AddrPortFrom(addr, port), Check: *pool.Health})
+			Addr: netip.AddrPortFrom(addr, port), Check: *pool.Health, Tunnel: tun})
 	}
 	return out, nil
 }

@@ -27,6 +27,9 @@ type Target struct {
 	Service, Pool, Backend string // Backend: model.Backend.Key()
 	Addr                   netip.AddrPort
 	Check                  model.HealthCheck
+	// Tunnel, for an encap-mode backend, says how the probe reaches the
+	// guest through NVGRE (tunnel.go); nil: Addr is reached directly.
+	Tunnel *Tunnel
 }
 
 func (t Target) id() string { return t.Service + "/" + t.Pool + "/" + t.Backend }
@@ -99,7 +102,7 @@ func (m *Manager) Update(targets []Target) {
 func same(a, b Target) bool {
 	ja, _ := json.Marshal(a.Check)
 	jb, _ := json.Marshal(b.Check)
-	return a.Addr == b.Addr && string(ja) == string(jb)
+	return a.Addr == b.Addr && string(ja) == string(jb) && sameTunnel(a.Tunnel, b.Tunnel)
 }
 
 // Targets returns the checked targets.
@@ -125,7 +128,7 @@ func (m *Manager) run(ctx context.Context, t Target) {
 	defer tick.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		err := Probe(pctx, t.Addr, c)
+		err := ProbeWith(pctx, t.dial, t.Addr, c)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -172,10 +175,16 @@ func (m *Manager) run(ctx context.Context, t Target) {
 
 // Probe runs one check against addr.
 func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck) error {
+	var d net.Dialer
+	return ProbeWith(ctx, d.DialContext, addr, c)
+}
+
+// ProbeWith runs one check against addr, opening its connections with
+// dial (Target.dial: through the tunnel).
+func ProbeWith(ctx context.Context, dial func(ctx context.Context, network, address string) (net.Conn, error), addr netip.AddrPort, c model.HealthCheck) error {
 	switch c.Type {
 	case "tcp":
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr.String())
+		conn, err := dial(ctx, "tcp", addr.String())
 		if err != nil {
 			return err
 		}
@@ -189,7 +198,7 @@ func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck) error 
 		if want == 0 {
 			want = http.StatusOK
 		}
-		tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // a check, not a client: any certificate
+		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // a check, not a client: any certificate
 		defer tr.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Type+"://"+addr.String()+path, nil)
 		if err != nil {
@@ -205,8 +214,7 @@ func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck) error 
 		}
 		return nil
 	case "udp":
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "udp", addr.String())
+		conn, err := dial(ctx, "udp", addr.String())
 		if err != nil {
 			return err
 		}
