@@ -77,7 +77,7 @@ const (
 	// EdgeHealth is edge-a1's health-check address (edge --health-source):
 	// its checks of encap-mode backends leave from it through the tunnel.
 	EdgeHealth = "198.18.255.1"
-	GuestMTU     = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
+	GuestMTU   = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
 )
 
 // HostName names the i-th host (1-based) of an AZ.
