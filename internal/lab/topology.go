@@ -74,11 +74,12 @@ const (
 	ClientAddr   = "203.0.113.10"
 	EIPPrefix    = "198.51.100.0/24"
 	EdgeUnderlay = "198.18.0.1"
-	// EdgeHealth is edge-a1's health-check address (edge --health-source):
-	// its checks of encap-mode backends leave from it through the tunnel.
-	EdgeHealth = "198.18.255.1"
-	GuestMTU   = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
+	GuestMTU     = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
 )
+
+// EdgeHealth is edge-a1's health-check address (edge --health-source): its
+// checks of encap-mode backends leave from it through the tunnel.
+const EdgeHealth = "198.18.255.1"
 
 // HostName names the i-th host (1-based) of an AZ.
 func HostName(az, i int) string { return fmt.Sprintf("az%d-h%d", az, i) }
