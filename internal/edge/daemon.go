@@ -126,7 +126,16 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}()
 
 	started := time.Now().UTC()
-	status := func() model.NodeStatus { return rec.Status(started, cfg.Interfaces) }
+	status := func() model.NodeStatus {
+		s := rec.Status(started, cfg.Interfaces)
+		// The tunnel health checks' counters (hc_*) beside the others.
+		if hs, err := dp.HealthStats(); err == nil && s.Counters != nil {
+			for k, v := range hs {
+				s.Counters[k] = model.Count(v)
+			}
+		}
+		return s
+	}
 	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "edge", status, log)
