@@ -3,6 +3,8 @@ package health
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"syscall"
@@ -22,7 +24,7 @@ func TestTunnelDial(t *testing.T) {
 		t.Skip("skipped: SO_MARK needs CAP_NET_ADMIN (run as root)")
 	}
 	const mark = 0xa2700042
-	src := netip.MustParseAddr("127.0.0.1")
+	src := netip.MustParseAddr("127.0.0.2") // not what the kernel would choose
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -67,5 +69,25 @@ func TestTunnelDial(t *testing.T) {
 	}()
 	if err := ProbeWith(ctx, tg.dial, netip.MustParseAddrPort(ln.Addr().String()), model.HealthCheck{Type: "tcp"}); err != nil {
 		t.Errorf("tcp check through the dialer: %v", err)
+	}
+	// http and https: the transport dials through it too (the server sees
+	// the health-check address as the client).
+	for _, typ := range []string{"http", "https"} {
+		var from string
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { from = r.RemoteAddr })
+		srv := httptest.NewUnstartedServer(h)
+		if typ == "https" {
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
+		ap := netip.MustParseAddrPort(srv.Listener.Addr().String())
+		if err := ProbeWith(ctx, tg.dial, ap, model.HealthCheck{Type: typ}); err != nil {
+			t.Errorf("%s check through the dialer: %v", typ, err)
+		}
+		if fa, _ := netip.ParseAddrPort(from); fa.Addr() != src {
+			t.Errorf("%s check came from %q, want %v", typ, from, src)
+		}
+		srv.Close()
 	}
 }
