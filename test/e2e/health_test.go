@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"net/netip"
 	"strings"
@@ -34,8 +35,10 @@ func TestHealthThroughTunnel(t *testing.T) {
 	}
 	// Not reachable outside the tunnel: the edge itself cannot reach the
 	// address over the underlay.
-	if out, err := l.Exec("edge-a1", []string{"curl", "-s", "-m", "2", "http://" + a.String() + "/"}).CombinedOutput(); err == nil {
+	if out, err := inNode(l, "edge-a1", "curl", "-s", "-m", "2", "http://"+a.String()+"/"); err == nil {
 		t.Fatalf("the edge reached %v over the underlay: %s", a, out)
+	} else if !strings.Contains(err.Error(), "exit status") {
+		t.Fatalf("curl in edge-a1: %v", err)
 	}
 
 	fast := func(typ string) *model.HealthCheck {
@@ -80,6 +83,29 @@ func TestHealthThroughTunnel(t *testing.T) {
 			t.Errorf("the VIP answered %q after az2-h1-g1 stopped", body)
 		}
 	}
+
+	// A restarted edge adopts its health-check device and swaps the
+	// program of its pinned TCX link: the checks go on, and the server's
+	// return is seen through the tunnel.
+	if err := l.RestartRole("edge-a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartServer("az2-h1-g1"); err != nil {
+		t.Fatal(err)
+	}
+	waitVerdicts(t, ctx, c, "twins", pools, map[string]bool{keys[0]: true, keys[1]: true})
+	if out, err := inNode(l, "edge-a1", "ip", "rule", "show", "table", "2599"); err != nil || strings.Count(out, "lookup") != 1 {
+		t.Errorf("after a restart the health-check rules are %q (%v), want one", out, err)
+	}
+}
+
+// inNode runs a command in a lab node and returns its output.
+func inNode(l *lab.Lab, node string, argv ...string) (string, error) {
+	cmd := l.Exec(node, argv)
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, &out, &out
+	err := cmd.Run()
+	return out.String(), err
 }
 
 // waitVerdicts waits until, in every pool, each backend of want has an
