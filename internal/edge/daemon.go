@@ -117,6 +117,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 				return
 			case <-applied:
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
+				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
 				arp.announce(rec.VIPs())
 				if err := ensureDiscard(rec.Prefixes()); err != nil {
 					log.Warn("cannot install discard routes for the set's prefixes", "err", err)

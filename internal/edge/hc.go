@@ -238,3 +238,22 @@ func (h *hcTunnel) alloc() uint32 {
 	}
 	return 0
 }
+
+var hcWarned sync.Map
+
+// warnHealthSource says (once per prefix) when the health-check address
+// lies in a prefix the edge set announces: an address the Internet can
+// send to, which should be a tenant's EIP, not the edge's own.
+func warnHealthSource(log *slog.Logger, src netip.Addr, prefixes []netip.Prefix) {
+	if !src.IsValid() {
+		return
+	}
+	for _, p := range prefixes {
+		if p.Contains(src) {
+			if _, seen := hcWarned.LoadOrStore(p, true); !seen {
+				log.Warn("the health-check address lies in a prefix of the edge set: use one no client reaches (e.g. from 198.18.0.0/15)",
+					"health_source", src, "prefix", p)
+			}
+		}
+	}
+}
