@@ -34,7 +34,7 @@ check-generated: generate
 		{ echo "the committed BPF objects do not match bpf/: run make generate and commit"; exit 1; }
 
 vet:
-	@test -z "$$(gofmt -l cmd internal)" || { gofmt -l cmd internal; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
 test: vet check-generated build

@@ -39,6 +39,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* The flow table. */
 #include "lib/agentflow.h"
+/* Health checks from the edges (lib/agenthc.h). */
+#include "lib/agenthc.h"
 
 /* The service entry for a packet to a VIP: the guest the edge chose is in
  * the inner destination MAC (02:01 + its address); the port is the
@@ -120,10 +122,17 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	} else {
 		struct svc_key sk;
 		struct svc_entry *se = svc_lookup(data, data_end, &in, &sk, &vport, &icmp);
-		if (!se || se->vsid != vsid)
+		if (se && se->vsid == vsid) {
+			priv = sk.guest;
+			bport = se->bport;
+		} else if (hc_guest_ok(in.daddr, vsid)) {
+			/* An edge's health check, to the guest's own address:
+			 * delivered as it is, its flow recorded so the answer
+			 * goes back to that edge untranslated. */
+			priv = in.daddr;
+		} else {
 			return count_drop(STAT_DROP_UNKNOWN, len);
-		priv = sk.guest;
-		bport = se->bport;
+		}
 		svc = 1;
 	}
 

@@ -36,6 +36,7 @@
 #include "lib/nat.h"
 #include "lib/lb.h"
 #include "lib/benchmode.h"
+#include "lib/hc.h" /* health checks through the tunnel */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -454,8 +455,14 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
 	__u32 idx = 0;
 	__u32 out_stat = STAT_DECAP_TX;
-	if (!r)
+	if (!r) {
+		/* Not from an EIP or VIP: a guest's answer to this edge's
+		 * health check (lib/hc.h), or spoofed. */
+		__be32 hc = hc_addr();
+		if (hc && in.daddr == hc)
+			return hc_reply(ctx, o->saddr, in.saddr, vsid, in.l3_off << 16 | in.ip_len);
 		return count_drop(STAT_DROP_SPOOF, len);
+	}
 	if (r->flags & ROUTE_F_VIP) {
 		if (!lb_reply_ok(&in, o->saddr, vsid))
 			return count_drop(STAT_DROP_SPOOF, len);
@@ -613,6 +620,12 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		int act = lb_nat_reverse(ctx, &p, fib, cfg);
 		if (act != NAT_NOT_OURS)
 			return act;
+	}
+	/* The health-check address only takes answers from the tunnel. */
+	__be32 hc = hc_addr();
+	if (hc && p.daddr == hc) {
+		hc_count(HC_STAT_DROP_DIRECT, len);
+		return count_drop(STAT_DROP_SPOOF, len);
 	}
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }

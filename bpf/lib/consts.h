@@ -159,4 +159,9 @@
  * backend as well, so its replies are looked up in agent_flows. */
 #define AGENT_F_SVC 0x1
 
+/* Health checks through the tunnel: marks (backends checked) per edge,
+ * guests per host (lib/hc.h, lib/agenthc.h). */
+#define HC_MARKS_MAX 65536
+#define AGENT_HC_GUEST_MAX 65536
+
 #endif

@@ -233,6 +233,34 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_info SEC(".maps");
 
+/* ---- health checks through the tunnel (lib/hc.h) ---- */
+/* mark -> backend, written by the edge daemon with each target set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HC_MARKS_MAX);
+	__type(key, __u32);
+	__type(value, struct hc_target);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hc_marks SEC(".maps");
+
+/* (host, guest, VSID) -> 1: the backends replies may come from. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HC_MARKS_MAX);
+	__type(key, struct hc_peer);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hc_peers SEC(".maps");
+
+/* Health-check path outcomes by enum hc_stat, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HC_STAT_MAX);
+	__type(key, __u32);
+	__type(value, struct stat_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hc_stats SEC(".maps");
+
 #endif /* AZG_PROG_EDGE */
 
 #ifdef AZG_PROG_AGENT
@@ -331,6 +359,17 @@ struct {
 	__type(value, struct agent_flow);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_flows SEC(".maps");
+
+/* ---- health checks from the edges (lib/agenthc.h) ---- */
+/* Every guest of this host: private address -> its VSID. Written by the
+ * agent daemon from the host's guests. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_HC_GUEST_MAX);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_hc_guests SEC(".maps");
 
 #endif /* AZG_PROG_AGENT */
 

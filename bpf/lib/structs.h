@@ -373,4 +373,35 @@ struct fib_room {
 };
 _Static_assert(sizeof(struct fib_room) == sizeof(struct bpf_fib_lookup), "fib_room must hold a bpf_fib_lookup");
 
+/* ---- health checks through the tunnel (lib/hc.h) ---- */
+/* What a health-check socket's mark stands for: the backend to reach. */
+struct hc_target {
+	__be32 host;  /* underlay address of the backend's host */
+	__be32 guest; /* the guest's private address */
+	__u32 vsid;   /* the guest's VSID */
+	__u32 pad;
+};
+
+/* A backend a reply to HC may come from (the reverse of hc_marks). */
+struct hc_peer {
+	__be32 host;
+	__be32 guest;
+	__u32 vsid;
+};
+
+/* Outcomes of the health-check path, per CPU (hc_stats). Keep in step with
+ * hcStatNames in internal/dataplane/hc.go (a test holds them together). */
+enum hc_stat {
+	HC_STAT_PROBE_TX = 0,  /* a probe packet encapsulated toward its host */
+	HC_STAT_REPLY_PASS,    /* a reply to HC decapsulated and passed up */
+	HC_STAT_DROP_NO_MARK,  /* from HC with a mark hc_marks does not know */
+	HC_STAT_DROP_BAD,      /* not an IPv4 packet from HC to the mark's guest */
+	HC_STAT_DROP_FIB,      /* no route to the host through the underlay */
+	HC_STAT_DROP_HEADROOM, /* could not make room for the headers */
+	HC_STAT_DROP_PEER,     /* NVGRE to HC from a (host, VSID, guest) not checked */
+	HC_STAT_DROP_DIRECT,   /* a packet to HC outside the tunnel */
+	HC_STAT_MAX,
+};
+
+
 #endif

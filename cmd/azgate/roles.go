@@ -95,7 +95,7 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource string
+		var icmpSource, healthSource string
 		var noTTL bool
 		var eipMax, ctMax uint32
 		var arpIfaces, healthCmds []string
@@ -131,6 +131,13 @@ without interruption. The node must be an edge of an edge set.`,
 					}
 					cfg.ICMPSource = a
 				}
+				if healthSource != "" {
+					a, err := netip.ParseAddr(healthSource)
+					if err != nil || !a.Is4() {
+						return fmt.Errorf("--health-source %q: not an IPv4 address", healthSource)
+					}
+					cfg.HealthSource = a
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				err = edge.Run(ctx, cfg, st, load, df.metricsListen, arpIfaces)
@@ -144,6 +151,7 @@ without interruption. The node must be an edge of an edge set.`,
 		df.add(c)
 		c.Flags().StringSliceVar(&attach, "attach", nil, "interfaces to attach the edge program to (Internet side and underlay side)")
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
+		c.Flags().StringVar(&healthSource, "health-source", "", "the edge's own health-check address (e.g. from 198.18.0.0/15; never an EIP or VIP): encap-mode backends are checked from it through the NVGRE tunnel (default: none, they are probed directly at their private addresses)")
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection table (default 1048576)")

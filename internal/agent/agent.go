@@ -329,6 +329,19 @@ func (r *Reconciler) sync(want HostWant) {
 	if err := r.maps.SetIfAddrs(ifaddrs); err != nil {
 		r.fail(err)
 	}
+	// Every guest an edge's health check may reach through the tunnel:
+	// its own address on its VSID (bpf/lib/agenthc.h).
+	if hg, ok := r.maps.(dataplane.HealthGuests); ok {
+		guests := map[netip.Addr]uint32{}
+		for _, g := range want.Guests {
+			if _, ok := links[g.Address]; ok {
+				guests[g.Address] = g.VSID
+			}
+		}
+		if err := hg.SetHealthGuests(guests); err != nil {
+			r.fail(err)
+		}
+	}
 	// Deletes first: an EIP leaving a guest another EIP now takes must not
 	// remove the newcomer's entry.
 	for a, cur := range r.programmed {

@@ -207,6 +207,7 @@ const (
 	agentMapAgentEips              = "agent_eips"
 	agentMapAgentFlows             = "agent_flows"
 	agentMapAgentGuests            = "agent_guests"
+	agentMapAgentHcGuests          = "agent_hc_guests"
 	agentMapAgentIfaddrs           = "agent_ifaddrs"
 	agentMapAgentLocal             = "agent_local"
 	agentMapAgentSvc               = "agent_svc"
@@ -274,21 +275,22 @@ type agentProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentMapSpecs struct {
-	AgentCfg     *ebpf.MapSpec `ebpf:"agent_cfg"`
-	AgentEdgeSet *ebpf.MapSpec `ebpf:"agent_edge_set"`
-	AgentEdges   *ebpf.MapSpec `ebpf:"agent_edges"`
-	AgentEips    *ebpf.MapSpec `ebpf:"agent_eips"`
-	AgentFlows   *ebpf.MapSpec `ebpf:"agent_flows"`
-	AgentGuests  *ebpf.MapSpec `ebpf:"agent_guests"`
-	AgentIfaddrs *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
-	AgentLocal   *ebpf.MapSpec `ebpf:"agent_local"`
-	AgentSvc     *ebpf.MapSpec `ebpf:"agent_svc"`
-	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
-	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
-	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
-	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	AgentCfg      *ebpf.MapSpec `ebpf:"agent_cfg"`
+	AgentEdgeSet  *ebpf.MapSpec `ebpf:"agent_edge_set"`
+	AgentEdges    *ebpf.MapSpec `ebpf:"agent_edges"`
+	AgentEips     *ebpf.MapSpec `ebpf:"agent_eips"`
+	AgentFlows    *ebpf.MapSpec `ebpf:"agent_flows"`
+	AgentGuests   *ebpf.MapSpec `ebpf:"agent_guests"`
+	AgentHcGuests *ebpf.MapSpec `ebpf:"agent_hc_guests"`
+	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
+	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
+	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
+	BenchFrame    *ebpf.MapSpec `ebpf:"bench_frame"`
+	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
+	IcmpBuckets   *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // agentVariableSpecs contains global variables before they are loaded into the kernel.
@@ -317,21 +319,22 @@ func (o *agentObjects) Close() error {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentMaps struct {
-	AgentCfg     *ebpf.Map `ebpf:"agent_cfg"`
-	AgentEdgeSet *ebpf.Map `ebpf:"agent_edge_set"`
-	AgentEdges   *ebpf.Map `ebpf:"agent_edges"`
-	AgentEips    *ebpf.Map `ebpf:"agent_eips"`
-	AgentFlows   *ebpf.Map `ebpf:"agent_flows"`
-	AgentGuests  *ebpf.Map `ebpf:"agent_guests"`
-	AgentIfaddrs *ebpf.Map `ebpf:"agent_ifaddrs"`
-	AgentLocal   *ebpf.Map `ebpf:"agent_local"`
-	AgentSvc     *ebpf.Map `ebpf:"agent_svc"`
-	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
-	EipStats     *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
-	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
-	NhCache      *ebpf.Map `ebpf:"nh_cache"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	AgentCfg      *ebpf.Map `ebpf:"agent_cfg"`
+	AgentEdgeSet  *ebpf.Map `ebpf:"agent_edge_set"`
+	AgentEdges    *ebpf.Map `ebpf:"agent_edges"`
+	AgentEips     *ebpf.Map `ebpf:"agent_eips"`
+	AgentFlows    *ebpf.Map `ebpf:"agent_flows"`
+	AgentGuests   *ebpf.Map `ebpf:"agent_guests"`
+	AgentHcGuests *ebpf.Map `ebpf:"agent_hc_guests"`
+	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
+	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
+	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
+	BenchFrame    *ebpf.Map `ebpf:"bench_frame"`
+	EipStats      *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
+	IcmpBuckets   *ebpf.Map `ebpf:"icmp_buckets"`
+	NhCache       *ebpf.Map `ebpf:"nh_cache"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *agentMaps) Close() error {
@@ -342,6 +345,7 @@ func (m *agentMaps) Close() error {
 		m.AgentEips,
 		m.AgentFlows,
 		m.AgentGuests,
+		m.AgentHcGuests,
 		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentSvc,

@@ -138,6 +138,21 @@ type edgeFibRoom struct {
 	B [8]uint64
 }
 
+type edgeHcPeer struct {
+	_     structs.HostLayout
+	Host  uint32
+	Guest uint32
+	Vsid  uint32
+}
+
+type edgeHcTarget struct {
+	_     structs.HostLayout
+	Host  uint32
+	Guest uint32
+	Vsid  uint32
+	Pad   uint32
+}
+
 type edgeIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
@@ -267,6 +282,9 @@ const (
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapFibScratch    = "fib_scratch"
+	edgeMapHcMarks       = "hc_marks"
+	edgeMapHcPeers       = "hc_peers"
+	edgeMapHcStats       = "hc_stats"
 	edgeMapIcmpBuckets   = "icmp_buckets"
 	edgeMapLbBackends    = "lb_backends"
 	edgeMapLbBeStats     = "lb_be_stats"
@@ -280,8 +298,10 @@ const (
 	edgeMapLbTables      = "lb_tables"
 	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
+	edgeProgTcEdgeHc     = "tc_edge_hc"
 	edgeProgXdpEdge      = "xdp_edge"
 	edgeProgXdpEdgeBench = "xdp_edge_bench"
+	edgeVarHcAddress     = "hc_address"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -326,6 +346,7 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
+	TcEdgeHc     *ebpf.ProgramSpec `ebpf:"tc_edge_hc"`
 	XdpEdge      *ebpf.ProgramSpec `ebpf:"xdp_edge"`
 	XdpEdgeBench *ebpf.ProgramSpec `ebpf:"xdp_edge_bench"`
 }
@@ -341,6 +362,9 @@ type edgeMapSpecs struct {
 	EipRoutes    *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
+	HcMarks      *ebpf.MapSpec `ebpf:"hc_marks"`
+	HcPeers      *ebpf.MapSpec `ebpf:"hc_peers"`
+	HcStats      *ebpf.MapSpec `ebpf:"hc_stats"`
 	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
 	LbBackends   *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbBeStats    *ebpf.MapSpec `ebpf:"lb_be_stats"`
@@ -360,6 +384,7 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
+	HcAddress *ebpf.VariableSpec `ebpf:"hc_address"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -389,6 +414,9 @@ type edgeMaps struct {
 	EipRoutes    *ebpf.Map `ebpf:"eip_routes"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
+	HcMarks      *ebpf.Map `ebpf:"hc_marks"`
+	HcPeers      *ebpf.Map `ebpf:"hc_peers"`
+	HcStats      *ebpf.Map `ebpf:"hc_stats"`
 	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
 	LbBackends   *ebpf.Map `ebpf:"lb_backends"`
 	LbBeStats    *ebpf.Map `ebpf:"lb_be_stats"`
@@ -413,6 +441,9 @@ func (m *edgeMaps) Close() error {
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
+		m.HcMarks,
+		m.HcPeers,
+		m.HcStats,
 		m.IcmpBuckets,
 		m.LbBackends,
 		m.LbBeStats,
@@ -433,18 +464,21 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
+	HcAddress *ebpf.Variable `ebpf:"hc_address"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
+	TcEdgeHc     *ebpf.Program `ebpf:"tc_edge_hc"`
 	XdpEdge      *ebpf.Program `ebpf:"xdp_edge"`
 	XdpEdgeBench *ebpf.Program `ebpf:"xdp_edge_bench"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
+		p.TcEdgeHc,
 		p.XdpEdge,
 		p.XdpEdgeBench,
 	)

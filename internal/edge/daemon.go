@@ -63,7 +63,24 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	defer pub.Close() // revokes the reports' lease while st is still open
 	hm := health.NewManager(ctx, pub, log)
 	hm.SetCommands(cfg.HealthCommands)
-	rec.OnTargets = hm.Update
+	// The health-check address goes into the programs before they are
+	// attached (a restarted edge's new programs start with none).
+	if err := dp.SetHealthAddress(cfg.HealthSource); err != nil {
+		return err
+	}
+	if cfg.HealthSource.IsValid() {
+		if err := setupHealthDevice(cfg.HealthSource, cfg.Interfaces, log); err != nil {
+			return err
+		}
+		if err := dp.AttachHealth(HCDevice); err != nil {
+			return err
+		}
+		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "device", HCDevice)
+	} else {
+		log.Warn("no --health-source: encap-mode backends are probed directly at their private addresses, not through the tunnel")
+	}
+	hct := newHCTunnel(dp, cfg.HealthSource, log)
+	rec.OnTargets = func(ts []health.Target) { hm.Update(hct.assign(ts)) }
 	arp, err := newARP(dp, arpIfaces, log)
 	if err != nil {
 		return err
@@ -101,6 +118,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 				return
 			case <-applied:
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
+				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
 				arp.announce(rec.VIPs())
 				if err := ensureDiscard(rec.Prefixes()); err != nil {
 					log.Warn("cannot install discard routes for the set's prefixes", "err", err)
@@ -116,6 +134,12 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		// service naming a command that a live edge does not list.
 		ns.HealthCommands = cfg.HealthCommands.Names()
 		ns.Errors = append(ns.Errors, hm.Problems()...)
+		// The tunnel health checks' counters (hc_*) beside the others.
+		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
+			for k, v := range hs {
+				ns.Counters[k] = model.Count(v)
+			}
+		}
 		return ns
 	}
 	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)

@@ -55,6 +55,10 @@ type Config struct {
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.
 	HealthCommands health.Commands
+	// HealthSource is the edge's health-check address: encap-mode
+	// backends are checked from it through the tunnel (hc.go). Invalid:
+	// they are probed directly at their private addresses.
+	HealthSource netip.Addr
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a

@@ -242,7 +242,11 @@ func (s *lbState) sync(x *index) ([]string, error) {
 	s.nat = p.NAT
 	s.targets = s.targets[:0:0]
 	for _, c := range p.Checks {
-		s.targets = append(s.targets, health.Target{Service: c.Service, Pool: c.Pool, Backend: c.Backend, Addr: c.Addr, Check: c.Check})
+		t := health.Target{Service: c.Service, Pool: c.Pool, Backend: c.Backend, Addr: c.Addr, Check: c.Check}
+		if c.Mode == model.ModeEncap {
+			t.Tunnel = &health.Tunnel{Host: c.Underlay, VSID: c.VSID} // through its host (hc.go)
+		}
+		s.targets = append(s.targets, t)
 	}
 	return problems, nil
 }

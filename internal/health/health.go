@@ -28,6 +28,9 @@ type Target struct {
 	Service, Pool, Backend string // Backend: model.Backend.Key()
 	Addr                   netip.AddrPort
 	Check                  model.HealthCheck
+	// Tunnel, for an encap-mode backend, says how the probe reaches the
+	// guest through NVGRE (tunnel.go); nil: Addr is reached directly.
+	Tunnel *Tunnel
 }
 
 func (t Target) id() string { return t.Service + "/" + t.Pool + "/" + t.Backend }
@@ -140,7 +143,7 @@ func (m *Manager) Update(targets []Target) {
 func same(a, b Target) bool {
 	ja, _ := json.Marshal(a.Check)
 	jb, _ := json.Marshal(b.Check)
-	return a.Addr == b.Addr && string(ja) == string(jb)
+	return a.Addr == b.Addr && string(ja) == string(jb) && sameTunnel(a.Tunnel, b.Tunnel)
 }
 
 // Targets returns the checked targets.
@@ -211,11 +214,11 @@ func (m *Manager) run(ctx context.Context, t Target) {
 	}
 }
 
-// probe runs one check of t; a command's output goes to the debug log
-// only.
+// probe runs one check of t, through the tunnel where t has one (t.dial);
+// a command's output goes to the debug log only.
 func (m *Manager) probe(ctx context.Context, t Target) error {
 	if t.Check.Type != model.CheckCommand {
-		return Probe(ctx, t.Addr, t.Check, nil)
+		return ProbeWith(ctx, t.dial, t.Addr, t.Check, nil)
 	}
 	m.mu.Lock()
 	c, ok := m.cmds[string(t.Check.Command)]
@@ -233,10 +236,16 @@ func (m *Manager) probe(ctx context.Context, t Target) error {
 // Probe runs one check against addr. A command check runs the command of
 // cmds it names, and fails if cmds does not list it.
 func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck, cmds Commands) error {
+	var d net.Dialer
+	return ProbeWith(ctx, d.DialContext, addr, c, cmds)
+}
+
+// ProbeWith runs one check against addr, opening its connections with
+// dial (Target.dial: through the tunnel).
+func ProbeWith(ctx context.Context, dial func(ctx context.Context, network, address string) (net.Conn, error), addr netip.AddrPort, c model.HealthCheck, cmds Commands) error {
 	switch c.Type {
 	case "tcp":
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr.String())
+		conn, err := dial(ctx, "tcp", addr.String())
 		if err != nil {
 			return err
 		}
@@ -250,7 +259,7 @@ func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck, cmds C
 		if want == 0 {
 			want = http.StatusOK
 		}
-		tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // a check, not a client: any certificate
+		tr := &http.Transport{DialContext: dial, DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // a check, not a client: any certificate
 		defer tr.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Type+"://"+addr.String()+path, nil)
 		if err != nil {
@@ -266,8 +275,7 @@ func Probe(ctx context.Context, addr netip.AddrPort, c model.HealthCheck, cmds C
 		}
 		return nil
 	case "udp":
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "udp", addr.String())
+		conn, err := dial(ctx, "udp", addr.String())
 		if err != nil {
 			return err
 		}

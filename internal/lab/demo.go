@@ -225,6 +225,7 @@ func (l *Lab) demoServices(ctx context.Context) error {
 		return err
 	}
 	l.say("   marked down by the edge's health checks and programmed %v later (the table repoints only its slots)", time.Since(t0).Round(100*time.Millisecond))
+	l.say("   (the checks travel the NVGRE tunnel from %s: az1-h1-g1 has the same private address %v and stays up)", EdgeHealth, GuestAddr(1, 1, 1))
 	l.say("   10 new connections to http://%s/: %s", DemoVIP, l.spread(ctx, "http://"+DemoVIP+"/", 10))
 	if err := l.StartServer("az2-h1-g1"); err != nil {
 		return err

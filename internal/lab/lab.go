@@ -374,7 +374,7 @@ func (l *Lab) startEdge(n *Node) error {
 	}
 	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdURL(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
-		"--health-command", HealthCommand+"="+script)
+		"--health-command", HealthCommand+"="+script, "--health-source", EdgeHealth)
 }
 
 func (l *Lab) startAgent(n *Node) error {

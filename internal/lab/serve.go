@@ -19,7 +19,9 @@ var ServePorts = struct{ HTTP, HTTPAlt, Echo uint16 }{80, 443, 7000}
 
 // Serve runs a lab server until ctx ends: GET / on the HTTP ports answers
 // "hello from NAME" (":443" appended on 443); a connection to the echo
-// port first receives "NAME\n" and then every line it sends, back.
+// port first receives "NAME\n" and then every line it sends, back; a UDP
+// datagram to the echo port is answered with "NAME: " and the datagram
+// (UDP health checks and probes tell the servers apart by it).
 func Serve(ctx context.Context, name string, httpAddrs []string, echoAddr string) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, len(httpAddrs)+1)
@@ -67,6 +69,26 @@ func Serve(ctx context.Context, name string, httpAddrs []string, echoAddr string
 					return
 				}
 				go echo(ctx, c, name)
+			}
+		}()
+		pc, err := net.ListenPacket("udp", echoAddr)
+		if err != nil {
+			return err
+		}
+		go func() {
+			<-ctx.Done()
+			pc.Close()
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(append([]byte(name+": "), buf[:n]...), from)
 			}
 		}()
 	}

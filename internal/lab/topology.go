@@ -14,6 +14,11 @@
 //	   |  \
 //	  g1   g2                guests, 198.19.0.0/16 private addresses
 //
+// Guests are reachable only through the tunnels: the underlay routes no
+// guest address, and az2-h1's guests have az1-h1's private addresses
+// (another tenant with the same address plan), told apart by their hosts
+// and VSIDs, as tenants' overlapping addresses are in a real cloud.
+//
 // Everything is sealed: no link to the machine's interfaces, no default
 // route out; addresses come from RFC 5737 and RFC 2544 ranges.
 package lab
@@ -72,6 +77,10 @@ const (
 	GuestMTU     = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
 )
 
+// EdgeHealth is edge-a1's health-check address (edge --health-source): its
+// checks of encap-mode backends leave from it through the tunnel.
+const EdgeHealth = "198.18.255.1"
+
 // HostName names the i-th host (1-based) of an AZ.
 func HostName(az, i int) string { return fmt.Sprintf("az%d-h%d", az, i) }
 
@@ -83,9 +92,22 @@ func HostUnderlay(az, i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18, byte(hostNet(az, i)), 1})
 }
 
+// guestNet is the third octet of a host's guests' private addresses: the
+// host's own, but az2-h1 reuses az1-h1's (SharedGuestHosts).
+func guestNet(az, i int) int {
+	if az == 2 && i == 1 {
+		return hostNet(1, 1)
+	}
+	return hostNet(az, i)
+}
+
+// SharedGuestHosts are two hosts in different AZs whose guests have the
+// same private addresses (az1-h1/g1 and az2-h1/g1 are both 198.19.11.1).
+var SharedGuestHosts = [2]string{"az1-h1", "az2-h1"}
+
 // GuestAddr is the private address of guest g (1-based) on a host.
 func GuestAddr(az, i, g int) netip.Addr {
-	return netip.AddrFrom4([4]byte{198, 19, byte(hostNet(az, i)), byte(2*g - 1)})
+	return netip.AddrFrom4([4]byte{198, 19, byte(guestNet(az, i)), byte(2*g - 1)})
 }
 
 // DMZAddr is the address of DMZ server i (1-based).
@@ -131,13 +153,13 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 			n := hostNet(az, i)
 			add(h, "host", fmt.Sprintf("az%d", az), "")
 			t.link("fab", h, fmt.Sprintf("198.18.%d.0/31", n), h, "ul0", fmt.Sprintf("198.18.%d.1/31", n), 1500)
-			t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"},
-				// The edge health-checks guests over the underlay.
-				route{"fab", fmt.Sprintf("198.19.%d.0/24", n), fmt.Sprintf("198.18.%d.1", n), h})
+			// No route to the guests on the underlay: they are reached
+			// through the tunnels only (health checks too).
+			t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"})
 			for g := 1; g <= guestsPerHost; g++ {
 				gn := fmt.Sprintf("%s-g%d", h, g)
 				add(gn, "guest", fmt.Sprintf("az%d", az), h)
-				gw := fmt.Sprintf("198.19.%d.%d", n, 2*g-2)
+				gw := fmt.Sprintf("198.19.%d.%d", guestNet(az, i), 2*g-2)
 				t.link(h, fmt.Sprintf("g%d", g), gw+"/31", gn, "eth0", GuestAddr(az, i, g).String()+"/31", GuestMTU)
 				t.routes = append(t.routes, route{gn, "default", gw, "eth0"})
 			}

@@ -171,4 +171,3 @@ func agentCounter(t *testing.T, ctx context.Context, l *lab.Lab, node, name stri
 	}
 	return s.Counters[name].Packets
 }
-

@@ -1,0 +1,224 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Health checks that travel the tunnel (bpf/lib/hc.h, bpf/lib/agenthc.h):
+// the edge's checker marks its socket per backend, tc_edge_hc encapsulates
+// what leaves the health-check device by that mark, and xdp_edge passes
+// the guest's replies to the health-check address up to the kernel.
+
+// HealthTarget is what a health-check mark stands for: an encap-mode
+// backend, reached in NVGRE to its host.
+type HealthTarget struct {
+	Host  netip.Addr // the host's underlay address
+	Guest netip.Addr // the guest's private address
+	VSID  uint32
+}
+
+// HealthMaps is what the edge's tunnel health checks need from the data
+// plane (the Edge implements it; a separate interface so EdgeMaps and its
+// fakes stay as they are).
+type HealthMaps interface {
+	// SetHealthAddress sets the health-check address (the invalid Addr:
+	// tunnel checks off).
+	SetHealthAddress(netip.Addr) error
+	// SetHealthTargets replaces the marks and the backends replies may
+	// come from.
+	SetHealthTargets(map[uint32]HealthTarget) error
+}
+
+var _ HealthMaps = (*Edge)(nil)
+
+// hcStatNames name the hc_stats slots, in the order of enum hc_stat.
+var hcStatNames = []string{
+	"hc_probe_tx",
+	"hc_reply_pass",
+	"hc_drop_no_mark",
+	"hc_drop_bad",
+	"hc_drop_fib",
+	"hc_drop_headroom",
+	"hc_drop_peer",
+	"hc_drop_direct",
+}
+
+// HealthProgram is the TCX egress program of the health-check device.
+func (e *Edge) HealthProgram() *ebpf.Program { return e.objs.TcEdgeHc }
+
+// SetHealthAddress writes the health-check address into the loaded
+// programs (a global: set it before attaching them, as Run does).
+func (e *Edge) SetHealthAddress(a netip.Addr) error {
+	var w uint32
+	if a.IsValid() {
+		if !a.Is4() {
+			return fmt.Errorf("health-check address %v: IPv4 only", a)
+		}
+		w = ip4word(a)
+	}
+	if err := e.objs.HcAddress.Set(w); err != nil {
+		return fmt.Errorf("set the health-check address %v: %w", a, err)
+	}
+	return nil
+}
+
+// SetHealthTargets replaces hc_marks with targets and hc_peers with their
+// (host, guest, VSID).
+func (e *Edge) SetHealthTargets(targets map[uint32]HealthTarget) error {
+	peers := map[edgeHcPeer]bool{}
+	for mark, t := range targets {
+		if !t.Host.Is4() || !t.Guest.Is4() {
+			return fmt.Errorf("health target of mark %#x: host %v and guest %v must be IPv4", mark, t.Host, t.Guest)
+		}
+		v := edgeHcTarget{Host: ip4word(t.Host), Guest: ip4word(t.Guest), Vsid: t.VSID}
+		if err := e.objs.HcMarks.Update(mark, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("health target of mark %#x (%v on %v): %w", mark, t.Guest, t.Host, err)
+		}
+		p := edgeHcPeer{Host: v.Host, Guest: v.Guest, Vsid: t.VSID}
+		if !peers[p] {
+			peers[p] = true
+			if err := e.objs.HcPeers.Update(&p, uint32(1), ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("health peer %v on %v: %w", t.Guest, t.Host, err)
+			}
+		}
+	}
+	var mark uint32
+	var tv edgeHcTarget
+	var staleMarks []uint32
+	it := e.objs.HcMarks.Iterate()
+	for it.Next(&mark, &tv) {
+		if _, ok := targets[mark]; !ok {
+			staleMarks = append(staleMarks, mark)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, m := range staleMarks {
+		if err := e.objs.HcMarks.Delete(m); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete health mark %#x: %w", m, err)
+		}
+	}
+	var p edgeHcPeer
+	var one uint32
+	var stalePeers []edgeHcPeer
+	pit := e.objs.HcPeers.Iterate()
+	for pit.Next(&p, &one) {
+		if !peers[p] {
+			stalePeers = append(stalePeers, p)
+		}
+	}
+	if err := pit.Err(); err != nil {
+		return err
+	}
+	for _, p := range stalePeers {
+		if err := e.objs.HcPeers.Delete(&p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete health peer: %w", err)
+		}
+	}
+	return nil
+}
+
+// HealthStats reads the health-check path's counters.
+func (e *Edge) HealthStats() (map[string]Count, error) {
+	out := make(map[string]Count, len(hcStatNames))
+	var vals []edgeStatEntry
+	for i, name := range hcStatNames {
+		if err := e.objs.HcStats.Lookup(uint32(i), &vals); err != nil {
+			return nil, fmt.Errorf("read health stat %s: %w", name, err)
+		}
+		out[name] = sumStats(vals)
+	}
+	return out, nil
+}
+
+// AttachHealth attaches tc_edge_hc to the egress of the health-check
+// device (TCX), replacing the program of a pinned link (pinned under
+// PIN_DIR/tc, apart from the XDP links) so a restart swaps it atomically.
+func (e *Edge) AttachHealth(ifname string) error {
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return fmt.Errorf("attach health-check program to %s: %w", ifname, err)
+	}
+	var pin string
+	if e.pinDir != "" {
+		if err := os.MkdirAll(filepath.Join(e.pinDir, "tc"), 0o700); err != nil {
+			return err
+		}
+		pin = filepath.Join(e.pinDir, "tc", ifname)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			if info, ierr := l.Info(); ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == iface.Index {
+				if uerr := l.Update(e.objs.TcEdgeHc); uerr == nil {
+					l.Close()
+					return nil
+				}
+			}
+			l.Unpin()
+			l.Close()
+		}
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: e.objs.TcEdgeHc, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		return fmt.Errorf("attach TCX egress to %s: %w", ifname, err)
+	}
+	if pin == "" {
+		e.links["tc/"+ifname] = l
+		return nil
+	}
+	defer l.Close() // the pin keeps it attached
+	if err := l.Pin(pin); err != nil {
+		return fmt.Errorf("pin the TCX link of %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// HealthGuests is what the agent's side of tunnel health checks needs (the
+// Agent implements it; separate from AgentMaps so its fakes stay as they
+// are).
+type HealthGuests interface {
+	// SetHealthGuests replaces the guests of the host an edge's health
+	// check may reach: private address -> VSID.
+	SetHealthGuests(map[netip.Addr]uint32) error
+}
+
+var _ HealthGuests = (*Agent)(nil)
+
+// SetHealthGuests replaces agent_hc_guests.
+func (a *Agent) SetHealthGuests(guests map[netip.Addr]uint32) error {
+	keep := map[uint32]bool{}
+	for g, vsid := range guests {
+		if !g.Is4() {
+			return fmt.Errorf("guest %v: IPv4 only", g)
+		}
+		k := ip4word(g)
+		keep[k] = true
+		if err := a.objs.AgentHcGuests.Update(k, vsid, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("health-check guest %v (VSID %d): %w", g, vsid, err)
+		}
+	}
+	var k, v uint32
+	var stale []uint32
+	it := a.objs.AgentHcGuests.Iterate()
+	for it.Next(&k, &v) {
+		if !keep[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := a.objs.AgentHcGuests.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete health-check guest: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/health"
+)
+
+// Health checks that travel the tunnel (issue 7, section 4; bpf/lib/hc.h,
+// docs/services.md "Health checks"). An encap-mode backend's guest is
+// checked through NVGRE to its host, as its clients reach it:
+//
+//   - the checker's socket is bound to the edge's health-check address
+//     (--health-source) and marked (SO_MARK) with its backend's mark;
+//   - the rule "from HC lookup HCTable" routes everything from that address
+//     to the health-check device (a veth, HCDevice, ARP off: the kernel
+//     needs no neighbour), whose TCX egress program encapsulates by the
+//     mark (hc_marks) and redirects out of the underlay interface;
+//     anything from HC without a known mark (a kernel RST) is dropped there;
+//   - the answer, in NVGRE to the edge, is passed up by xdp_edge on the
+//     underlay interface to HC, where the socket takes it.
+const (
+	// HCDevice is the health-check device; its veth peer (HCDevice's
+	// name with 1) only keeps it up and receives nothing.
+	HCDevice = "azghc0"
+	hcPeer   = "azghc1"
+	// HCTable is the routing table of the health-check address.
+	HCTable = 2599
+	// hcRulePref orders the rule before the main table's (32766).
+	hcRulePref = 1000
+	// hcMarkBase is the first mark (a mark is per backend; only the tc
+	// program reads it, the rule matches the source address).
+	hcMarkBase = 0xa2700000
+	hcMarkMax  = 0xfffff
+)
+
+// setupHealthDevice creates (or adopts) the health-check device, puts the
+// health-check address on it and routes the address's traffic to it; the
+// device's MTU leaves room for NVGRE on the smallest of ifaces (the
+// interfaces the edge is attached to). On those interfaces a strict
+// reverse-path filter becomes loose: an answer arrives there from a guest
+// address the edge routes elsewhere (or nowhere but its default route).
+func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error {
+	mtu := 1500
+	for _, name := range ifaces {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("health-check device: interface %s: %w", name, err)
+		}
+		mtu = min(mtu, l.Attrs().MTU)
+		if err := looseRPFilter(name, log); err != nil {
+			return err
+		}
+	}
+	mtu -= 42 // NVGRE
+	dev, err := netlink.LinkByName(HCDevice)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			return fmt.Errorf("health-check device %s: %w", HCDevice, err)
+		}
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: HCDevice, MTU: mtu}, PeerName: hcPeer}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("create the health-check device %s: %w", HCDevice, err)
+		}
+		if dev, err = netlink.LinkByName(HCDevice); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{HCDevice, hcPeer} {
+		// No router solicitations or DAD out of a device that only
+		// carries checks (the tc program would count them as drops).
+		_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1"), 0o644)
+	}
+	if err := netlink.LinkSetMTU(dev, mtu); err != nil {
+		return fmt.Errorf("health-check device %s: MTU %d: %w", HCDevice, mtu, err)
+	}
+	if err := netlink.LinkSetARPOff(dev); err != nil {
+		return fmt.Errorf("health-check device %s: arp off: %w", HCDevice, err)
+	}
+	if peer, err := netlink.LinkByName(hcPeer); err == nil {
+		if err := netlink.LinkSetUp(peer); err != nil {
+			return fmt.Errorf("health-check device %s: %w", hcPeer, err)
+		}
+	}
+	if err := netlink.LinkSetUp(dev); err != nil {
+		return fmt.Errorf("health-check device %s: %w", HCDevice, err)
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := netlink.AddrReplace(dev, a); err != nil {
+		return fmt.Errorf("health-check address %v on %s: %w", src, HCDevice, err)
+	}
+	_, all, _ := net.ParseCIDR("0.0.0.0/0")
+	r := &netlink.Route{LinkIndex: dev.Attrs().Index, Dst: all, Table: HCTable, Scope: netlink.SCOPE_LINK, Src: src.AsSlice()}
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("health-check route (table %d via %s): %w", HCTable, HCDevice, err)
+	}
+	rules, err := netlink.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list routing rules: %w", err)
+	}
+	have := false
+	for _, ru := range rules {
+		if ru.Table != HCTable {
+			continue
+		}
+		if ru.Src != nil && ru.Src.IP.Equal(src.AsSlice()) && ru.Priority == hcRulePref {
+			have = true
+			continue
+		}
+		rr := ru
+		netlink.RuleDel(&rr) // another health-check address's
+	}
+	if !have {
+		ru := netlink.NewRule()
+		ru.Family = unix.AF_INET
+		ru.Src = &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(32, 32)}
+		ru.Table = HCTable
+		ru.Priority = hcRulePref
+		if err := netlink.RuleAdd(ru); err != nil {
+			return fmt.Errorf("health-check rule (from %v lookup %d): %w", src, HCTable, err)
+		}
+	}
+	return nil
+}
+
+// looseRPFilter makes a strict reverse-path filter on an interface loose
+// (the kernel applies the larger of "all" and the interface's value).
+func looseRPFilter(ifname string, log *slog.Logger) error {
+	read := func(name string) int {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + name + "/rp_filter")
+		if err != nil {
+			return 0
+		}
+		v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return v
+	}
+	if max(read("all"), read(ifname)) != 1 {
+		return nil
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+ifname+"/rp_filter", []byte("2"), 0o644); err != nil {
+		return fmt.Errorf("health checks: loose rp_filter on %s: %w", ifname, err)
+	}
+	log.Info("reverse-path filter made loose for health-check answers", "interface", ifname)
+	return nil
+}
+
+// hcTunnel gives each encap-mode backend checked through the tunnel a mark
+// and keeps the data plane's marks and peers equal to the targets.
+type hcTunnel struct {
+	maps dataplane.HealthMaps // nil: tunnel checks off
+	src  netip.Addr
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	marks map[dataplane.HealthTarget]uint32
+	next  uint32
+}
+
+func newHCTunnel(maps dataplane.HealthMaps, src netip.Addr, log *slog.Logger) *hcTunnel {
+	return &hcTunnel{maps: maps, src: src, log: log, marks: map[dataplane.HealthTarget]uint32{}}
+}
+
+// assign fills in the tunnel of each encap-mode target (its mark and the
+// health-check address) and programs the marks. Without a health-check
+// address the targets are probed directly, as before tunnel checks (the
+// guest's private address must then be routed to the edge, which real
+// clouds do not do).
+func (h *hcTunnel) assign(ts []health.Target) []health.Target {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]health.Target, 0, len(ts))
+	want := map[uint32]dataplane.HealthTarget{}
+	used := map[dataplane.HealthTarget]bool{}
+	for _, t := range ts {
+		if t.Tunnel == nil {
+			out = append(out, t)
+			continue
+		}
+		if h.maps == nil || !h.src.IsValid() {
+			t.Tunnel = nil
+			out = append(out, t)
+			continue
+		}
+		ht := dataplane.HealthTarget{Host: t.Tunnel.Host, Guest: t.Addr.Addr(), VSID: t.Tunnel.VSID}
+		m, ok := h.marks[ht]
+		if !ok {
+			m = h.alloc()
+			if m == 0 {
+				h.log.Warn("no health-check mark left: backend not checked", "service", t.Service, "backend", t.Backend)
+				continue
+			}
+			h.marks[ht] = m
+		}
+		used[ht] = true
+		want[m] = ht
+		tu := *t.Tunnel
+		tu.Mark, tu.Source = m, h.src
+		t.Tunnel = &tu
+		out = append(out, t)
+	}
+	for ht := range h.marks {
+		if !used[ht] {
+			delete(h.marks, ht)
+		}
+	}
+	if h.maps != nil && h.src.IsValid() {
+		if err := h.maps.SetHealthTargets(want); err != nil {
+			h.log.Warn("health-check marks not programmed", "err", err)
+		}
+	}
+	return out
+}
+
+// alloc returns a mark no backend holds, 0 when all are taken.
+func (h *hcTunnel) alloc() uint32 {
+	taken := map[uint32]bool{}
+	for _, m := range h.marks {
+		taken[m] = true
+	}
+	for range hcMarkMax {
+		h.next = h.next%hcMarkMax + 1
+		if m := hcMarkBase | h.next; !taken[m] {
+			return m
+		}
+	}
+	return 0
+}
+
+var hcWarned sync.Map
+
+// warnHealthSource says (once per prefix) when the health-check address
+// lies in a prefix the edge set announces: an address the Internet can
+// send to, which should be a tenant's EIP, not the edge's own.
+func warnHealthSource(log *slog.Logger, src netip.Addr, prefixes []netip.Prefix) {
+	if !src.IsValid() {
+		return
+	}
+	for _, p := range prefixes {
+		if p.Contains(src) {
+			if _, seen := hcWarned.LoadOrStore(p, true); !seen {
+				log.Warn("the health-check address lies in a prefix of the edge set: use one no client reaches (e.g. from 198.18.0.0/15)",
+					"health_source", src, "prefix", p)
+			}
+		}
+	}
+}
