@@ -422,6 +422,13 @@ func (s *Service) validate() Errors {
 		}
 		if p.Health != nil {
 			p.Health.validate(&es, f+".health")
+			// An encap backend is a guest whose private address means
+			// nothing on the edge's network: tcp, http(s) and udp checks
+			// reach it through its tunnel (docs/services.md); a command is
+			// a program on the edge and cannot be given the tunnel.
+			if s.Mode == ModeEncap && p.Health.Type == CheckCommand {
+				es.add(f+".health.type", "a command check runs on the edge, which reaches an encap backend only through its tunnel: use tcp, http, https or udp (they travel the tunnel), or a nat-mode service")
+			}
 		}
 	}
 	if largest <= MaxPoolBackends {

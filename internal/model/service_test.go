@@ -17,6 +17,19 @@ func w(n uint32) *uint32 { return &n }
 // webService is a valid encap service on region's hosts: tcp:80 to
 // "web" (one backend with a fixed port), udp any port to "dns", a tcp
 // range to "bulk" (no fixed ports: see validateFixedPorts).
+// toNAT turns a service into nat mode, each backend an address of its own.
+func toNAT(s *Service) {
+	s.Mode = ModeNAT
+	n := 0
+	for i := range s.Pools {
+		for j := range s.Pools[i].Backends {
+			b := &s.Pools[i].Backends[j]
+			n++
+			b.Address, b.Host, b.Guest = netip.AddrFrom4([4]byte{198, 19, 201, byte(n)}), "", ""
+		}
+	}
+}
+
 func webService() *Service {
 	return &Service{
 		Name: "web", VIP: addr("198.51.100.20"), Mode: ModeEncap,
@@ -152,14 +165,20 @@ func TestValidateService(t *testing.T) {
 		{"status on a udp check", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "udp", Status: 200} }, []string{"pools[0].health.status~only http"}},
 		{"send on a tcp check", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "tcp", Send: "x"} }, []string{"pools[0].health.send~only udp"}},
 		{"udp check", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "udp", Send: "ping"} }, nil},
-		{"command without a command", func(s *Service) { s.Pools[0].Health = &HealthCheck{Type: "command"} }, []string{"pools[0].health.command~required"}},
+		{"command without a command", func(s *Service) { toNAT(s); s.Pools[0].Health = &HealthCheck{Type: "command"} }, []string{"pools[0].health.command~required"}},
 		{"command", func(s *Service) {
+			toNAT(s)
 			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "check-fast"}
 		}, nil},
+		{"command on an encap pool", func(s *Service) {
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "check-fast"}
+		}, []string{"pools[0].health.type~a command check runs on the edge, which reaches an encap backend only through its tunnel"}},
 		{"command that is a path", func(s *Service) {
+			toNAT(s)
 			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "/bin/true"}
 		}, []string{`pools[0].health.command~"/bin/true" is not a command name`}},
 		{"command name too long", func(s *Service) {
+			toNAT(s)
 			s.Pools[0].Health = &HealthCheck{Type: "command", Command: CommandName(strings.Repeat("a", 33))}
 		}, []string{"pools[0].health.command~is not a command name"}},
 		{"command on an http check", func(s *Service) { s.Pools[0].Health.Command = "true" }, []string{"pools[0].health.command~only command"}},

@@ -57,9 +57,13 @@ func TestHealthCommands(t *testing.T) {
 		return &model.HealthCheck{Type: "command", Command: model.CommandName(name), Interval: model.Duration(300 * time.Millisecond),
 			Timeout: model.Duration(200 * time.Millisecond), Rise: 1, Fall: 1}
 	}
-	// g1 serves port 80; nothing listens on 81 of az3-h1's g1.
-	backends := []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 80}, {Host: "az2-h1", Guest: "g1", Port: 80}, {Host: "az3-h1", Guest: "g1", Port: 81}}
-	svc := &model.Service{Name: "cmd", VIP: netip.MustParseAddr(vipWeb), Mode: model.ModeEncap,
+	// The DMZ servers (nat backends on the fabric) serve port 80; nothing
+	// listens on 81 of the third. A command check is a program on the
+	// edge: it is for nat backends (an encap guest is reached only through
+	// its tunnel, which tcp/http/udp checks travel: TestHealthThroughTunnel).
+	backends := []model.Backend{{Address: lab.DMZAddr(1), Port: 80}, {Address: lab.DMZAddr(2), Port: 80}, {Address: lab.DMZAddr(3), Port: 81}}
+	dead := backends[2].Key()
+	svc := &model.Service{Name: "cmd", VIP: netip.MustParseAddr(vipDMZ), Mode: model.ModeNAT,
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
 		Pools:     []model.Pool{{Name: "web", Backends: backends, Health: check("rm-rf")}}}
 	_, err = c.PutService(ctx, svc)
@@ -82,7 +86,7 @@ func TestHealthCommands(t *testing.T) {
 		if strings.Contains(string(b), "Connection refused") || strings.Contains(string(b), "/dev/tcp") {
 			t.Fatalf("the command's output reached the API: %s", b)
 		}
-		if st.Health != nil && slices.Equal(st.Health.Down["web"], []string{"az3-h1/g1:81"}) && st.Health.DownCount() == 1 {
+		if st.Health != nil && slices.Equal(st.Health.Down["web"], []string{dead}) && st.Health.DownCount() == 1 {
 			detail := ""
 			for _, bs := range st.Pools[0].Backends {
 				for _, r := range bs.Reports {
@@ -98,9 +102,18 @@ func TestHealthCommands(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no verdict of az3-h1/g1:81 alone down: %s", b)
+			t.Fatalf("no verdict of %s alone down: %s", dead, b)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	waitServing(t, ctx, l, "http://"+vipWeb+"/")
+	waitServing(t, ctx, l, "http://"+vipDMZ+"/")
+
+	// An encap pool cannot name a command: the edge could not reach the
+	// guest with it.
+	enc := &model.Service{Name: "cmd-encap", VIP: netip.MustParseAddr(vipWeb), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools:     []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}}, Health: check(lab.HealthCommand)}}}
+	if _, err := c.PutService(ctx, enc); !errors.As(err, &ae) || ae.Status != 422 || !strings.Contains(err.Error(), "pools[0].health.type") {
+		t.Fatalf("an encap pool with a command check: %v", err)
+	}
 }
