@@ -50,6 +50,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_routes SEC(".maps");
 
+/* The route generation: bumped by the edge daemon after every write to
+ * eip_routes (internal/dataplane: PutRoutes, DeleteRoutes, PutVIP,
+ * DeleteVIP); it invalidates every eip_cache slot at once. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_route_gen SEC(".maps");
+
+/* A direct-mapped per-CPU cache of eip_routes (IPv4), a slot per address
+ * hash: a hit is an inlined array lookup and two compares, where the hash
+ * lookup is a call of __htab_map_lookup_elem with three more returns inside
+ * (about 30 ns on a CPU with the SRSO mitigation, see BENCHMARKS.md). A
+ * colliding address takes the slot over. Only found routes are cached. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EIP_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct eip_centry);
+} eip_cache SEC(".maps");
+
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -67,6 +90,38 @@ struct {
 	__type(value, struct edge_config);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg SEC(".maps");
+
+/* The route of an IPv4 destination or source (an EIP, or a VIP flagged
+ * ROUTE_F_VIP), through eip_cache; NULL when eip_routes has none. The
+ * generation is read before the route: a route written after that read
+ * bumps it after, so the slot filled here is not used again. */
+static __always_inline struct eip_centry *eip_route4(__be32 addr)
+{
+	__u32 zero = 0;
+	__u64 *gp = bpf_map_lookup_elem(&eip_route_gen, &zero);
+	if (!gp)
+		return NULL;
+	__u64 tag = *gp + 1;
+	__u32 slot = ((__u32)addr * 2654435761u) >> (32 - __builtin_ctz(EIP_CACHE_SLOTS));
+	struct eip_centry *c = bpf_map_lookup_elem(&eip_cache, &slot);
+	if (!c)
+		return NULL;
+	if (c->gen == tag && c->addr == addr)
+		return c;
+	struct eip_key k;
+	eip_key4(&k, addr);
+	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
+	if (!r)
+		return NULL;
+	c->addr = addr;
+	c->host = r->host.a[0];
+	c->vsid = r->vsid;
+	c->stats_idx = r->stats_idx;
+	c->flags = r->flags;
+	c->lgen = r->lgen;
+	c->gen = tag;
+	return c;
+}
 
 /* Answers an expired TTL, as a router hop must. */
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
@@ -144,7 +199,7 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 
 /* Internet -> host: encapsulate toward the EIP's host. */
 static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
-					 struct bpf_fib_lookup *fib, const struct eip_route *r, __u64 len)
+					 struct bpf_fib_lookup *fib, const struct eip_centry *r, __u64 len)
 {
 	__u8 imac[ETH_ALEN_] = {0x02, 0x00};
 	__builtin_memcpy(&imac[2], &p->daddr, 4);
@@ -152,7 +207,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 	__u32 idx = r->stats_idx;
 	__u16 ip_len = p->ip_len;
 	int sent;
-	int act = tunnel(ctx, p, cfg, fib, r->host.a[0], key, imac, STAT_ENCAP_TX, len, &sent);
+	int act = tunnel(ctx, p, cfg, fib, r->host, key, imac, STAT_ENCAP_TX, len, &sent);
 	if (sent) {
 		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
 		if (es) {
@@ -223,7 +278,8 @@ static __always_inline int route_finish(struct xdp_md *ctx, struct pkt *p, struc
 /* Internet -> a VIP: the load balancer. A global (separately verified)
  * function: the service paths would otherwise multiply the verifier's
  * states of the whole program. */
-__noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, struct edge_config *cfg)
+__noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_lookup *fib, struct edge_config *cfg,
+			  __u16 lgen)
 {
 	__u32 zero = 0;
 	if (!ctx || !p || !fib || !cfg)
@@ -257,15 +313,12 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		f.cport = (__be16)(p->ports & 0xffff);
 		f.vport = (__be16)(p->ports >> 16);
 	}
-	struct lb_listener *lp = lb_listener_for(f.vip, f.proto, f.vport);
-	if (!lp)
-		return count_drop(STAT_DROP_LB_NO_PORT, len);
-
 	__u32 idx;
 	__u8 fid = 0;
-	struct lb_backend *bp = lb_decide(lbc, lp, &f, cfg->hash_seed, !f.icmp, &idx, &fid);
+	int nolst;
+	struct lb_backend *bp = lb_decide(lbc, &f, lgen, cfg->hash_seed, !f.icmp, &idx, &fid, &nolst);
 	if (!bp)
-		return count_drop(STAT_DROP_LB_NO_BACKEND, len);
+		return count_drop(nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
 	__u32 stat = f.icmp ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX;
 	int act;
@@ -478,9 +531,7 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if (ipv4_martian(in.daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
 
-	struct eip_key k;
-	eip_key4(&k, in.saddr);
-	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
+	struct eip_centry *r = eip_route4(in.saddr);
 	__u32 idx = 0;
 	__u32 out_stat = STAT_DECAP_TX;
 	if (!r)
@@ -491,7 +542,7 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		out_stat = STAT_LB_REPLY_TX;
 		r = NULL;
 	} else {
-		if (r->host.a[0] != o->saddr || r->vsid != vsid)
+		if (r->host != o->saddr || r->vsid != vsid)
 			return count_drop(STAT_DROP_SPOOF, len);
 		idx = r->stats_idx;
 	}
@@ -628,12 +679,10 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		return edge_from_host(ctx, &p, cfg, fib, len);
 
 	/* One lookup on the destination: a VIP, an EIP, or neither. */
-	struct eip_key k;
-	eip_key4(&k, p.daddr);
-	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
+	struct eip_centry *r = eip_route4(p.daddr);
 	if (r) {
 		if (r->flags & ROUTE_F_VIP)
-			return lb_ingress(ctx, &p, fib, cfg);
+			return lb_ingress(ctx, &p, fib, cfg, r->lgen);
 		return edge_to_host(ctx, &p, cfg, fib, r, len);
 	}
 

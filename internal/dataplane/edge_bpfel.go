@@ -80,7 +80,7 @@ type edgeCtEntry struct {
 	Gen     uint16
 	State   uint8
 	Fid     uint8
-	Pad     uint16
+	Lgen    uint16
 	Last    uint32
 }
 
@@ -108,6 +108,19 @@ type edgeEdgeConfig struct {
 	Pad       uint16
 }
 
+type edgeEipCentry struct {
+	_        structs.HostLayout
+	Addr     uint32
+	Host     uint32
+	Vsid     uint32
+	StatsIdx uint32
+	Gen      uint64
+	Flags    uint8
+	Pad      uint8
+	Lgen     uint16
+	Pad2     uint32
+}
+
 type edgeEipKey struct {
 	_      structs.HostLayout
 	Addr   edgeIpAddr
@@ -122,7 +135,7 @@ type edgeEipRoute struct {
 	StatsIdx uint32
 	Family   uint8
 	Flags    uint8
-	Pad      uint16
+	Lgen     uint16
 }
 
 type edgeEipStats struct {
@@ -264,6 +277,8 @@ const (
 	edgeMapBenchFrame    = "bench_frame"
 	edgeMapCtBuckets     = "ct_buckets"
 	edgeMapEdgeCfg       = "edge_cfg"
+	edgeMapEipCache      = "eip_cache"
+	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapFibScratch    = "fib_scratch"
@@ -338,6 +353,8 @@ type edgeMapSpecs struct {
 	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipRouteGen  *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes    *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
@@ -386,6 +403,8 @@ type edgeMaps struct {
 	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
+	EipCache     *ebpf.Map `ebpf:"eip_cache"`
+	EipRouteGen  *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes    *ebpf.Map `ebpf:"eip_routes"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
@@ -410,6 +429,8 @@ func (m *edgeMaps) Close() error {
 		m.BenchFrame,
 		m.CtBuckets,
 		m.EdgeCfg,
+		m.EipCache,
+		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
