@@ -36,7 +36,6 @@
 #include "lib/fib.h"
 #include "lib/nat.h"
 #include "lib/lb.h"
-#include "lib/benchmode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -701,11 +700,3 @@ int xdp_edge(struct xdp_md *ctx)
 	return edge_main(ctx);
 }
 
-/* Timing entry point (see lib/benchmode.h); never attached. */
-SEC("xdp")
-int xdp_edge_bench(struct xdp_md *ctx)
-{
-	if (bench_restore(ctx))
-		return XDP_ABORTED;
-	return edge_main(ctx);
-}

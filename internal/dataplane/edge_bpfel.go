@@ -61,13 +61,6 @@ const (
 	edgeAzgStatSTAT_MAX                edgeAzgStat = 36
 )
 
-type edgeBenchFrame struct {
-	_    structs.HostLayout
-	Data [128]uint8
-	Len  uint32
-	Pad  uint32
-}
-
 type edgeCtBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
@@ -273,30 +266,28 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapArpIfaces     = "arp_ifaces"
-	edgeMapBenchFrame    = "bench_frame"
-	edgeMapCtBuckets     = "ct_buckets"
-	edgeMapEdgeCfg       = "edge_cfg"
-	edgeMapEipCache      = "eip_cache"
-	edgeMapEipRouteGen   = "eip_route_gen"
-	edgeMapEipRoutes     = "eip_routes"
-	edgeMapEipStats      = "eip_stats"
-	edgeMapFibScratch    = "fib_scratch"
-	edgeMapIcmpBuckets   = "icmp_buckets"
-	edgeMapLbBackends    = "lb_backends"
-	edgeMapLbBeStats     = "lb_be_stats"
-	edgeMapLbCfg         = "lb_cfg"
-	edgeMapLbConns       = "lb_conns"
-	edgeMapLbInfo        = "lb_info"
-	edgeMapLbListeners   = "lb_listeners"
-	edgeMapLbNatConns    = "lb_nat_conns"
-	edgeMapLbRanges      = "lb_ranges"
-	edgeMapLbTableOwner  = "lb_table_owner"
-	edgeMapLbTables      = "lb_tables"
-	edgeMapNhCache       = "nh_cache"
-	edgeMapStats         = "stats"
-	edgeProgXdpEdge      = "xdp_edge"
-	edgeProgXdpEdgeBench = "xdp_edge_bench"
+	edgeMapArpIfaces    = "arp_ifaces"
+	edgeMapCtBuckets    = "ct_buckets"
+	edgeMapEdgeCfg      = "edge_cfg"
+	edgeMapEipCache     = "eip_cache"
+	edgeMapEipRouteGen  = "eip_route_gen"
+	edgeMapEipRoutes    = "eip_routes"
+	edgeMapEipStats     = "eip_stats"
+	edgeMapFibScratch   = "fib_scratch"
+	edgeMapIcmpBuckets  = "icmp_buckets"
+	edgeMapLbBackends   = "lb_backends"
+	edgeMapLbBeStats    = "lb_be_stats"
+	edgeMapLbCfg        = "lb_cfg"
+	edgeMapLbConns      = "lb_conns"
+	edgeMapLbInfo       = "lb_info"
+	edgeMapLbListeners  = "lb_listeners"
+	edgeMapLbNatConns   = "lb_nat_conns"
+	edgeMapLbRanges     = "lb_ranges"
+	edgeMapLbTableOwner = "lb_table_owner"
+	edgeMapLbTables     = "lb_tables"
+	edgeMapNhCache      = "nh_cache"
+	edgeMapStats        = "stats"
+	edgeProgXdpEdge     = "xdp_edge"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -341,8 +332,7 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
-	XdpEdge      *ebpf.ProgramSpec `ebpf:"xdp_edge"`
-	XdpEdgeBench *ebpf.ProgramSpec `ebpf:"xdp_edge_bench"`
+	XdpEdge *ebpf.ProgramSpec `ebpf:"xdp_edge"`
 }
 
 // edgeMapSpecs contains maps before they are loaded into the kernel.
@@ -350,7 +340,6 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
@@ -400,7 +389,6 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
-	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
 	EipCache     *ebpf.Map `ebpf:"eip_cache"`
@@ -426,7 +414,6 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.ArpIfaces,
-		m.BenchFrame,
 		m.CtBuckets,
 		m.EdgeCfg,
 		m.EipCache,
@@ -460,14 +447,12 @@ type edgeVariables struct {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
-	XdpEdge      *ebpf.Program `ebpf:"xdp_edge"`
-	XdpEdgeBench *ebpf.Program `ebpf:"xdp_edge_bench"`
+	XdpEdge *ebpf.Program `ebpf:"xdp_edge"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
 		p.XdpEdge,
-		p.XdpEdgeBench,
 	)
 }
 
