@@ -43,6 +43,10 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	if err := spec.LoadAndAssign(&e.objs, opts); err != nil {
 		return nil, loadErr("edge", err)
 	}
+	if err := e.startListenerGens(); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -163,6 +167,39 @@ func (e *Edge) bumpRouteGen() error {
 	}
 	if err := e.objs.EipRouteGen.Update(uint32(0), g+1, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("bump eip_route_gen: %w", err)
+	}
+	return nil
+}
+
+// startListenerGens gives every VIP of a pinned route map written by an
+// earlier version (listener generation 0, its former padding) generation
+// 1: connection entries of that version (generation 0) are then used only
+// after their listener is found (see lb_decide), never on the strength of
+// a generation no listener change of theirs ever moved. PutVIP never
+// gives 0.
+func (e *Edge) startListenerGens() (err error) {
+	var olds []edgeEipKey
+	if err := e.rangeRaw(func(k edgeEipKey, r edgeEipRoute) bool {
+		if r.Flags&routeVIP != 0 && r.Lgen == 0 {
+			olds = append(olds, k)
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("read VIP listener generations: %w", err)
+	}
+	if len(olds) == 0 {
+		return nil
+	}
+	defer e.routesWritten(&err)
+	for i := range olds {
+		var r edgeEipRoute
+		if err := e.objs.EipRoutes.Lookup(&olds[i], &r); err != nil {
+			continue // gone meanwhile
+		}
+		r.Lgen = 1
+		if err := e.objs.EipRoutes.Update(&olds[i], &r, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("set a VIP's listener generation: %w", err)
+		}
 	}
 	return nil
 }

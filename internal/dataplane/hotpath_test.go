@@ -154,3 +154,35 @@ func TestListenerRemovalEndsHits(t *testing.T) {
 		t.Fatalf("new flow went to %s, want the any-port pool's %s", got, beB)
 	}
 }
+
+// A VIP route of an earlier version (listener generation 0, its former
+// padding) gets generation 1 when the edge is loaded, so connection
+// entries of that version (generation 0) have their listener checked once.
+func TestListenerGenerationOfEarlierVIPs(t *testing.T) {
+	b := newEdgeBed(t)
+	k, err := keyOf(addr(vipNAT))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.edge.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2}, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.edge.startListenerGens(); err != nil {
+		t.Fatal(err)
+	}
+	var r edgeEipRoute
+	if err := b.edge.objs.EipRoutes.Lookup(&k, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lgen != 1 || r.Flags != routeVIP {
+		t.Fatalf("VIP route after load: %+v, want listener generation 1", r)
+	}
+	// A VIP put by this version never has generation 0.
+	if err := b.edge.PutVIP(addr(vipEncap)); err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := keyOf(addr(vipEncap))
+	if err := b.edge.objs.EipRoutes.Lookup(&k2, &r); err != nil || r.Lgen == 0 {
+		t.Fatalf("new VIP: %+v %v", r, err)
+	}
+}

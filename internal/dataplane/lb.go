@@ -168,7 +168,11 @@ func (e *Edge) PutVIP(a netip.Addr) (err error) {
 	if err != nil {
 		return err
 	}
-	return e.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2, Lgen: uint16(lgen + 1)}, ebpf.UpdateAny)
+	gen := uint16(lgen + 1)
+	if gen == 0 {
+		gen = 1 // 0 is an earlier version's (startListenerGens)
+	}
+	return e.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2, Lgen: gen}, ebpf.UpdateAny)
 }
 
 // listenerNarrowed bumps the listener generation of l's VIP after a
@@ -186,7 +190,9 @@ func (e *Edge) listenerNarrowed(l Listener) (err error) {
 		return nil
 	}
 	defer e.routesWritten(&err)
-	cur.Lgen++
+	if cur.Lgen++; cur.Lgen == 0 {
+		cur.Lgen = 1 // 0 is an earlier version's (startListenerGens)
+	}
 	if err := e.objs.EipRoutes.Update(&k, &cur, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("listener %v: bump the VIP's listener generation: %w", l.VIP, err)
 	}
