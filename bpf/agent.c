@@ -33,7 +33,6 @@
 #include "lib/icmp.h"
 #include "lib/fib.h"
 #include "lib/nat.h"
-#include "lib/benchmode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -371,22 +370,5 @@ int xdp_agent_underlay(struct xdp_md *ctx)
 SEC("xdp")
 int xdp_agent_guest(struct xdp_md *ctx)
 {
-	return agent_guest_main(ctx);
-}
-
-/* Timing entry points (see lib/benchmode.h); never attached. */
-SEC("xdp")
-int xdp_agent_underlay_bench(struct xdp_md *ctx)
-{
-	if (bench_restore(ctx))
-		return XDP_ABORTED;
-	return agent_underlay_main(ctx);
-}
-
-SEC("xdp")
-int xdp_agent_guest_bench(struct xdp_md *ctx)
-{
-	if (bench_restore(ctx))
-		return XDP_ABORTED;
 	return agent_guest_main(ctx);
 }

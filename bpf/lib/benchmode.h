@@ -1,11 +1,13 @@
 /* benchmode.h: lets BPF_PROG_TEST_RUN's repeat mode time programs that move
  * headers. Repeat mode runs the program again and again on the same buffer;
  * a program that pushes 42 bytes of headers runs out of the 256-byte
- * headroom after a few runs and would then only time its error path. The
- * *_bench entry points first put the frame back as it was (head offset and
- * its first BENCH_COPY bytes, from bench_frame) and then run the real path;
- * the cost of the restore alone is measured by bench.c's xdp_restore and
- * subtracted. They are never attached to an interface. */
+ * headroom after a few runs and would then only time its error path.
+ * bench.c's xdp_chain first puts the frame back as it was (head offset and
+ * its first BENCH_COPY bytes, from bench_frame), then tail-calls the real
+ * entry point; the cost of the restore alone is measured by xdp_restore.
+ * (The edge and agent objects had *_bench entry points of their own until
+ * 2026-12-03: unused since xdp_chain, they cost about 600k verifier
+ * instructions at every load.) */
 #ifndef AZG_BENCHMODE_H
 #define AZG_BENCHMODE_H
 

@@ -32,6 +32,12 @@
  * cost a memory read where a clock costs about 10 ns a packet. */
 #define NH_CACHE_TTL_JIFFIES 100
 
+/* EIP route cache (edge.c): slots per CPU, a power of two (32 bytes
+ * each: 512 KiB per CPU). */
+#ifndef EIP_CACHE_SLOTS
+#define EIP_CACHE_SLOTS 16384
+#endif
+
 /* Load balancer sizes. */
 #ifndef LB_LISTENERS_MAX
 #define LB_LISTENERS_MAX (1 << 18)

@@ -190,25 +190,45 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 }
 
 /* Decides the backend of a flow through the connection table, creating
- * or refreshing the entry, and returns it (NULL: no usable backend) with
- * its index in *idx and the flow's FlowID (the flow hash's low byte, as
- * EIP traffic gets) in *fid. insert=0 never creates an entry (RST and
- * ICMP errors do not either). The flow hash is only computed on a miss:
- * a hit reads the FlowID the entry kept. */
-static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, const struct lb_listener *l,
-						    struct lb_flow *f, __u32 seed, int insert, __u32 *idx, __u8 *fid)
+ * or refreshing the entry, and returns it (NULL: no usable backend; *nolst
+ * set: the flow's port has no listener) with its index in *idx and the
+ * flow's FlowID (the flow hash's low byte, as EIP traffic gets) in *fid.
+ * insert=0 never creates an entry (RST and ICMP errors do not either). The
+ * flow hash is only computed on a miss: a hit reads the FlowID the entry
+ * kept.
+ *
+ * The listener is looked up only when needed: a live entry made under the
+ * VIP's current listener generation lgen (eip_route.lgen, bumped by the
+ * daemon after it removes or narrows a listener of the VIP) needs none, its
+ * port was listened when the generation began and still is. Any other
+ * entry is used only if the listener is still there (as before), and then
+ * takes the current generation. A hit costs one hash lookup (lb_conns)
+ * where it cost two. */
+static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, struct lb_flow *f, __u16 lgen,
+						    __u32 seed, int insert, __u32 *idx, __u8 *fid, int *nolst)
 {
 	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
 	__u32 now = (__u32)bpf_jiffies64();
 	int syn = f->proto == IPPROTO_TCP_ && (f->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
-	struct lb_backend *be;
+	struct lb_listener *l = NULL;
+	struct lb_backend *be = NULL;
+	int live = 0;
 
+	*nolst = 0;
 	if (e) {
 		__u32 i = e->backend;
 		be = bpf_map_lookup_elem(&lb_backends, &i);
-		int live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
-			   (__u32)(now - e->last) <= ct_timeout(c, e->state);
+		live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+		       (__u32)(now - e->last) <= ct_timeout(c, e->state);
+		if (live && !syn && e->lgen != lgen) {
+			l = lb_listener_for(f->vip, f->proto, f->vport);
+			if (!l) {
+				*nolst = 1;
+				return NULL;
+			}
+			e->lgen = lgen;
+		}
 		if (live && !syn) {
 			/* Write only what changed: the entry's cache line stays
 			 * clean for the many packets of a jiffy. */
@@ -223,10 +243,17 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 			*fid = e->fid;
 			return be;
 		}
-		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
-	} else {
-		info_inc(LBI_CT_MISS);
 	}
+	if (!l)
+		l = lb_listener_for(f->vip, f->proto, f->vport);
+	if (!l) {
+		*nolst = 1;
+		return NULL;
+	}
+	if (e)
+		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
+	else
+		info_inc(LBI_CT_MISS);
 
 	__be32 ports = (__u32)f->cport | ((__u32)f->vport << 16);
 	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
@@ -252,7 +279,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, c
 		return be;
 	}
 	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
-			     .state = ct_next(0, f->proto, f->tcp_flags)};
+			     .state = ct_next(0, f->proto, f->tcp_flags), .lgen = lgen};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
 	if (be->mode == LB_MODE_NAT) {
 		/* The reply tuple after DNAT, back to the VIP's. */

@@ -18,15 +18,17 @@
 #error "define one of AZG_PROG_EDGE and AZG_PROG_AGENT"
 #endif
 
-/* ---- every program (lib/benchmode.h) ---- */
+/* ---- the benchmark harness (bench.c, lib/benchmode.h) ---- */
+#if !defined(AZG_PROG_EDGE) && !defined(AZG_PROG_AGENT)
 
-/* The frame a *_bench entry point restores before each run (lib/benchmode.h). */
+/* The frame xdp_chain (bench.c) restores before each run (lib/benchmode.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct bench_frame);
 } bench_frame SEC(".maps");
+#endif
 
 #if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
 
@@ -81,6 +83,29 @@ struct {
 	__type(value, struct eip_route);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_routes SEC(".maps");
+
+/* The route generation: bumped by the edge daemon after every write to
+ * eip_routes (internal/dataplane: PutRoutes, DeleteRoutes, PutVIP,
+ * DeleteVIP); it invalidates every eip_cache slot at once. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_route_gen SEC(".maps");
+
+/* A direct-mapped per-CPU cache of eip_routes (IPv4), a slot per address
+ * hash: a hit is an inlined array lookup and two compares, where the hash
+ * lookup is a call of __htab_map_lookup_elem with three more returns inside
+ * (about 30 ns on a CPU with the SRSO mitigation, see BENCHMARKS.md). A
+ * colliding address takes the slot over. Only found routes are cached. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EIP_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct eip_centry);
+} eip_cache SEC(".maps");
 
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {

@@ -27,7 +27,24 @@ struct eip_route {
 	__u32 stats_idx;     /* slot in eip_stats */
 	__u8 family;         /* family of host */
 	__u8 flags;
-	__u16 pad;
+	__u16 lgen;          /* a VIP's listener generation: bumped after a
+			      * listener of the VIP is removed or narrowed (see
+			      * lb_decide); 0 for an EIP */
+};
+
+/* Edge: a slot of the per-CPU EIP route cache (edge.c, eip_route4): an
+ * IPv4 route copied out of eip_routes, valid while gen equals the route
+ * generation + 1 (eip_route_gen; a zeroed slot never matches). */
+struct eip_centry {
+	__be32 addr;      /* the EIP or VIP */
+	__be32 host;      /* eip_route.host.a[0] */
+	__u32 vsid;
+	__u32 stats_idx;
+	__u64 gen;        /* eip_route_gen + 1 when copied */
+	__u8 flags;       /* eip_route.flags */
+	__u8 pad;
+	__u16 lgen;       /* eip_route.lgen */
+	__u32 pad2;
 };
 
 /* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet. */
@@ -251,7 +268,8 @@ struct ct_entry {
 	__u8 state;    /* CT_* */
 	__u8 fid;      /* NVGRE FlowID of the flow: the flow hash's low byte,
 			* kept so a hit needs no hash */
-	__u16 pad;
+	__u16 lgen;    /* the VIP's listener generation (eip_route.lgen) when
+			* the entry was made or last found with its listener */
 	__u32 last;    /* jiffies (low 32 bits) when last seen */
 };
 

@@ -135,6 +135,12 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 				return val{}, nil
 			}
 		}
+		if a.r.m != nil && a.r.buf == nil && o == 0 && size == 4 {
+			// A map pointer read through bpf/lib/lb.h's CO-RE struct
+			// bpf_map, whose only field is max_entries (lb_table_m): the
+			// instructions are replayed as compiled, before relocation.
+			return val{n: uint64(a.r.m.MaxEntries())}, nil
+		}
 		if a.r == p && (o < data || o+int64(size) > dataEnd) {
 			return val{}, fmt.Errorf("packet read at %d+%d outside [%d,%d)", o, size, data, dataEnd)
 		}

@@ -219,9 +219,10 @@ func lbConfig(insertCap bool) dataplane.LBConfig {
 // lbConnFill flows and establishes the timed flows through the program.
 func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err error) {
 	s = &side{name: name, progs: map[string]*ebpf.Program{}}
+	built := s // what to close on an error (s is nil by then)
 	defer func() {
 		if err != nil {
-			s.Close()
+			built.Close()
 		}
 	}()
 	opts := dataplane.LoadOptions{ConnMax: lbConnMax}

@@ -110,13 +110,6 @@ const (
 	agentAzgStatSTAT_MAX                agentAzgStat = 36
 )
 
-type agentBenchFrame struct {
-	_    structs.HostLayout
-	Data [128]uint8
-	Len  uint32
-	Pad  uint32
-}
-
 type agentEipKey struct {
 	_      structs.HostLayout
 	Addr   agentIpAddr
@@ -201,26 +194,23 @@ type agentSvcKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	agentMapAgentCfg               = "agent_cfg"
-	agentMapAgentEdgeSet           = "agent_edge_set"
-	agentMapAgentEdges             = "agent_edges"
-	agentMapAgentEips              = "agent_eips"
-	agentMapAgentFlows             = "agent_flows"
-	agentMapAgentGuests            = "agent_guests"
-	agentMapAgentHcGuests          = "agent_hc_guests"
-	agentMapAgentIfaddrs           = "agent_ifaddrs"
-	agentMapAgentLocal             = "agent_local"
-	agentMapAgentSvc               = "agent_svc"
-	agentMapBenchFrame             = "bench_frame"
-	agentMapEipStats               = "eip_stats"
-	agentMapFibScratch             = "fib_scratch"
-	agentMapIcmpBuckets            = "icmp_buckets"
-	agentMapNhCache                = "nh_cache"
-	agentMapStats                  = "stats"
-	agentProgXdpAgentGuest         = "xdp_agent_guest"
-	agentProgXdpAgentGuestBench    = "xdp_agent_guest_bench"
-	agentProgXdpAgentUnderlay      = "xdp_agent_underlay"
-	agentProgXdpAgentUnderlayBench = "xdp_agent_underlay_bench"
+	agentMapAgentCfg          = "agent_cfg"
+	agentMapAgentEdgeSet      = "agent_edge_set"
+	agentMapAgentEdges        = "agent_edges"
+	agentMapAgentEips         = "agent_eips"
+	agentMapAgentFlows        = "agent_flows"
+	agentMapAgentGuests       = "agent_guests"
+	agentMapAgentHcGuests     = "agent_hc_guests"
+	agentMapAgentIfaddrs      = "agent_ifaddrs"
+	agentMapAgentLocal        = "agent_local"
+	agentMapAgentSvc          = "agent_svc"
+	agentMapEipStats          = "eip_stats"
+	agentMapFibScratch        = "fib_scratch"
+	agentMapIcmpBuckets       = "icmp_buckets"
+	agentMapNhCache           = "nh_cache"
+	agentMapStats             = "stats"
+	agentProgXdpAgentGuest    = "xdp_agent_guest"
+	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
 )
 
 // loadAgent returns the embedded CollectionSpec for agent.
@@ -265,10 +255,8 @@ type agentSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentProgramSpecs struct {
-	XdpAgentGuest         *ebpf.ProgramSpec `ebpf:"xdp_agent_guest"`
-	XdpAgentGuestBench    *ebpf.ProgramSpec `ebpf:"xdp_agent_guest_bench"`
-	XdpAgentUnderlay      *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay"`
-	XdpAgentUnderlayBench *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay_bench"`
+	XdpAgentGuest    *ebpf.ProgramSpec `ebpf:"xdp_agent_guest"`
+	XdpAgentUnderlay *ebpf.ProgramSpec `ebpf:"xdp_agent_underlay"`
 }
 
 // agentMapSpecs contains maps before they are loaded into the kernel.
@@ -285,7 +273,6 @@ type agentMapSpecs struct {
 	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
-	BenchFrame    *ebpf.MapSpec `ebpf:"bench_frame"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBuckets   *ebpf.MapSpec `ebpf:"icmp_buckets"`
@@ -329,7 +316,6 @@ type agentMaps struct {
 	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
-	BenchFrame    *ebpf.Map `ebpf:"bench_frame"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBuckets   *ebpf.Map `ebpf:"icmp_buckets"`
@@ -349,7 +335,6 @@ func (m *agentMaps) Close() error {
 		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentSvc,
-		m.BenchFrame,
 		m.EipStats,
 		m.FibScratch,
 		m.IcmpBuckets,
@@ -368,18 +353,14 @@ type agentVariables struct {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentPrograms struct {
-	XdpAgentGuest         *ebpf.Program `ebpf:"xdp_agent_guest"`
-	XdpAgentGuestBench    *ebpf.Program `ebpf:"xdp_agent_guest_bench"`
-	XdpAgentUnderlay      *ebpf.Program `ebpf:"xdp_agent_underlay"`
-	XdpAgentUnderlayBench *ebpf.Program `ebpf:"xdp_agent_underlay_bench"`
+	XdpAgentGuest    *ebpf.Program `ebpf:"xdp_agent_guest"`
+	XdpAgentUnderlay *ebpf.Program `ebpf:"xdp_agent_underlay"`
 }
 
 func (p *agentPrograms) Close() error {
 	return _AgentClose(
 		p.XdpAgentGuest,
-		p.XdpAgentGuestBench,
 		p.XdpAgentUnderlay,
-		p.XdpAgentUnderlayBench,
 	)
 }
 

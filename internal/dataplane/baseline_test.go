@@ -42,10 +42,6 @@ func TestLoadObjectFiles(t *testing.T) {
 	if !slices.Contains(missing, "xdp_edge") || !slices.Contains(missing, "lb_conns") || e.objs.LbConns != nil {
 		t.Errorf("bench object loaded as an edge: missing %v", missing)
 	}
-	// bench_frame is in both: assigned, not missing.
-	if slices.Contains(missing, "bench_frame") || e.objs.BenchFrame == nil {
-		t.Errorf("bench_frame not taken from the object: missing %v", missing)
-	}
 
 	if _, _, err := LoadEdgeObject(filepath.Join(t.TempDir(), "none.o"), LoadOptions{}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing file: %v", err)

@@ -91,19 +91,6 @@ func (b *Bench) BareEncap() *ebpf.Program { return b.objs.XdpBareEncap }
 // SetBenchFrame sets the frame the restore puts back before every repeat.
 func (b *Bench) SetBenchFrame(frame []byte) error { return setBenchFrame(b.objs.BenchFrame, frame) }
 
-// BenchProgram is xdp_edge_bench: restore, then the edge path.
-func (e *Edge) BenchProgram() *ebpf.Program { return e.objs.XdpEdgeBench }
-
-// SetBenchFrame sets the frame xdp_edge_bench restores.
-func (e *Edge) SetBenchFrame(frame []byte) error { return setBenchFrame(e.objs.BenchFrame, frame) }
-
-// UnderlayBenchProgram and GuestBenchProgram: restore, then the path.
-func (a *Agent) UnderlayBenchProgram() *ebpf.Program { return a.objs.XdpAgentUnderlayBench }
-func (a *Agent) GuestBenchProgram() *ebpf.Program    { return a.objs.XdpAgentGuestBench }
-
-// SetBenchFrame sets the frame the agent's bench programs restore.
-func (a *Agent) SetBenchFrame(frame []byte) error { return setBenchFrame(a.objs.BenchFrame, frame) }
-
 // BenchFrameMin is the shortest frame the bench programs accept.
 const BenchFrameMin = 128
 

@@ -16,6 +16,7 @@ type Edge struct {
 	pinDir string
 	links  map[string]link.Link // only when not pinned
 	cfgMu  sync.Mutex           // the config entry is read, modified and written
+	genMu  sync.Mutex           // eip_route_gen is read, incremented and written
 }
 
 var _ EdgeMaps = (*Edge)(nil)
@@ -41,6 +42,10 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
 	if err := spec.LoadAndAssign(&e.objs, opts); err != nil {
 		return nil, loadErr("edge", err)
+	}
+	if err := e.startListenerGens(); err != nil {
+		e.Close()
+		return nil, err
 	}
 	return e, nil
 }
@@ -146,8 +151,82 @@ func routeTo(r Route) (edgeEipRoute, error) {
 // batchSize bounds one BPF_MAP_UPDATE_BATCH call.
 const batchSize = 8192
 
+// bumpRouteGen invalidates the program's per-CPU route cache (eip_cache,
+// bpf/edge.c) after a write to eip_routes. Deferred by every writer, so it
+// runs after the write whatever it returned. An object without the map
+// (an earlier version's, loaded for a benchmark) caches nothing.
+func (e *Edge) bumpRouteGen() error {
+	if e.objs.EipRouteGen == nil {
+		return nil
+	}
+	e.genMu.Lock()
+	defer e.genMu.Unlock()
+	var g uint64
+	if err := e.objs.EipRouteGen.Lookup(uint32(0), &g); err != nil {
+		return fmt.Errorf("read eip_route_gen: %w", err)
+	}
+	if err := e.objs.EipRouteGen.Update(uint32(0), g+1, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bump eip_route_gen: %w", err)
+	}
+	return nil
+}
+
+// startListenerGens gives every VIP of a pinned route map written by an
+// earlier version (listener generation 0, its former padding) generation
+// 1: connection entries of that version (generation 0) are then used only
+// after their listener is found (see lb_decide), never on the strength of
+// a generation no listener change of theirs ever moved. PutVIP never
+// gives 0.
+func (e *Edge) startListenerGens() (err error) {
+	var olds []edgeEipKey
+	if err := e.rangeRaw(func(k edgeEipKey, r edgeEipRoute) bool {
+		if r.Flags&routeVIP != 0 && r.Lgen == 0 {
+			olds = append(olds, k)
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("read VIP listener generations: %w", err)
+	}
+	if len(olds) == 0 {
+		return nil
+	}
+	defer e.routesWritten(&err)
+	for i := range olds {
+		var r edgeEipRoute
+		if err := e.objs.EipRoutes.Lookup(&olds[i], &r); err != nil {
+			continue // gone meanwhile
+		}
+		r.Lgen = 1
+		if err := e.objs.EipRoutes.Update(&olds[i], &r, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("set a VIP's listener generation: %w", err)
+		}
+	}
+	return nil
+}
+
+// routeGen reads eip_route_gen (0 for an object without it).
+func (e *Edge) routeGen() (uint64, error) {
+	var g uint64
+	if e.objs.EipRouteGen == nil {
+		return 0, nil
+	}
+	if err := e.objs.EipRouteGen.Lookup(uint32(0), &g); err != nil {
+		return 0, fmt.Errorf("read eip_route_gen: %w", err)
+	}
+	return g, nil
+}
+
+// routesWritten bumps the route generation after a write, keeping the
+// write's error first.
+func (e *Edge) routesWritten(err *error) {
+	if gerr := e.bumpRouteGen(); gerr != nil && *err == nil {
+		*err = gerr
+	}
+}
+
 // PutRoutes adds or replaces routes, in batches.
-func (e *Edge) PutRoutes(routes map[netip.Addr]Route) error {
+func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
+	defer e.routesWritten(&err)
 	keys := make([]edgeEipKey, 0, min(len(routes), batchSize))
 	vals := make([]edgeEipRoute, 0, cap(keys))
 	flush := func() error {
@@ -190,7 +269,8 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) error {
 }
 
 // DeleteRoutes removes routes; missing ones are ignored.
-func (e *Edge) DeleteRoutes(addrs []netip.Addr) error {
+func (e *Edge) DeleteRoutes(addrs []netip.Addr) (err error) {
+	defer e.routesWritten(&err)
 	for _, a := range addrs {
 		k, err := keyOf(a)
 		if err != nil {

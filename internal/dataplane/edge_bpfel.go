@@ -61,13 +61,6 @@ const (
 	edgeAzgStatSTAT_MAX                edgeAzgStat = 36
 )
 
-type edgeBenchFrame struct {
-	_    structs.HostLayout
-	Data [128]uint8
-	Len  uint32
-	Pad  uint32
-}
-
 type edgeCtBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
@@ -80,7 +73,7 @@ type edgeCtEntry struct {
 	Gen     uint16
 	State   uint8
 	Fid     uint8
-	Pad     uint16
+	Lgen    uint16
 	Last    uint32
 }
 
@@ -108,6 +101,19 @@ type edgeEdgeConfig struct {
 	Pad       uint16
 }
 
+type edgeEipCentry struct {
+	_        structs.HostLayout
+	Addr     uint32
+	Host     uint32
+	Vsid     uint32
+	StatsIdx uint32
+	Gen      uint64
+	Flags    uint8
+	Pad      uint8
+	Lgen     uint16
+	Pad2     uint32
+}
+
 type edgeEipKey struct {
 	_      structs.HostLayout
 	Addr   edgeIpAddr
@@ -122,7 +128,7 @@ type edgeEipRoute struct {
 	StatsIdx uint32
 	Family   uint8
 	Flags    uint8
-	Pad      uint16
+	Lgen     uint16
 }
 
 type edgeEipStats struct {
@@ -275,33 +281,33 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapArpIfaces     = "arp_ifaces"
-	edgeMapBenchFrame    = "bench_frame"
-	edgeMapCtBuckets     = "ct_buckets"
-	edgeMapEdgeCfg       = "edge_cfg"
-	edgeMapEipRoutes     = "eip_routes"
-	edgeMapEipStats      = "eip_stats"
-	edgeMapFibScratch    = "fib_scratch"
-	edgeMapHcMarks       = "hc_marks"
-	edgeMapHcPeers       = "hc_peers"
-	edgeMapHcStats       = "hc_stats"
-	edgeMapIcmpBuckets   = "icmp_buckets"
-	edgeMapLbBackends    = "lb_backends"
-	edgeMapLbBeStats     = "lb_be_stats"
-	edgeMapLbCfg         = "lb_cfg"
-	edgeMapLbConns       = "lb_conns"
-	edgeMapLbInfo        = "lb_info"
-	edgeMapLbListeners   = "lb_listeners"
-	edgeMapLbNatConns    = "lb_nat_conns"
-	edgeMapLbRanges      = "lb_ranges"
-	edgeMapLbTableOwner  = "lb_table_owner"
-	edgeMapLbTables      = "lb_tables"
-	edgeMapNhCache       = "nh_cache"
-	edgeMapStats         = "stats"
-	edgeProgTcEdgeHc     = "tc_edge_hc"
-	edgeProgXdpEdge      = "xdp_edge"
-	edgeProgXdpEdgeBench = "xdp_edge_bench"
-	edgeVarHcAddress     = "hc_address"
+	edgeMapArpIfaces    = "arp_ifaces"
+	edgeMapCtBuckets    = "ct_buckets"
+	edgeMapEdgeCfg      = "edge_cfg"
+	edgeMapEipCache     = "eip_cache"
+	edgeMapEipRouteGen  = "eip_route_gen"
+	edgeMapEipRoutes    = "eip_routes"
+	edgeMapEipStats     = "eip_stats"
+	edgeMapFibScratch   = "fib_scratch"
+	edgeMapHcMarks      = "hc_marks"
+	edgeMapHcPeers      = "hc_peers"
+	edgeMapHcStats      = "hc_stats"
+	edgeMapIcmpBuckets  = "icmp_buckets"
+	edgeMapLbBackends   = "lb_backends"
+	edgeMapLbBeStats    = "lb_be_stats"
+	edgeMapLbCfg        = "lb_cfg"
+	edgeMapLbConns      = "lb_conns"
+	edgeMapLbInfo       = "lb_info"
+	edgeMapLbListeners  = "lb_listeners"
+	edgeMapLbNatConns   = "lb_nat_conns"
+	edgeMapLbRanges     = "lb_ranges"
+	edgeMapLbTableOwner = "lb_table_owner"
+	edgeMapLbTables     = "lb_tables"
+	edgeMapNhCache      = "nh_cache"
+	edgeMapStats        = "stats"
+	edgeProgTcEdgeHc    = "tc_edge_hc"
+	edgeProgXdpEdge     = "xdp_edge"
+	edgeVarHcAddress    = "hc_address"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -346,9 +352,8 @@ type edgeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeProgramSpecs struct {
-	TcEdgeHc     *ebpf.ProgramSpec `ebpf:"tc_edge_hc"`
-	XdpEdge      *ebpf.ProgramSpec `ebpf:"xdp_edge"`
-	XdpEdgeBench *ebpf.ProgramSpec `ebpf:"xdp_edge_bench"`
+	TcEdgeHc *ebpf.ProgramSpec `ebpf:"tc_edge_hc"`
+	XdpEdge  *ebpf.ProgramSpec `ebpf:"xdp_edge"`
 }
 
 // edgeMapSpecs contains maps before they are loaded into the kernel.
@@ -356,9 +361,10 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	BenchFrame   *ebpf.MapSpec `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipRouteGen  *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes    *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
@@ -408,9 +414,10 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
-	BenchFrame   *ebpf.Map `ebpf:"bench_frame"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
+	EipCache     *ebpf.Map `ebpf:"eip_cache"`
+	EipRouteGen  *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes    *ebpf.Map `ebpf:"eip_routes"`
 	EipStats     *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
@@ -435,9 +442,10 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.ArpIfaces,
-		m.BenchFrame,
 		m.CtBuckets,
 		m.EdgeCfg,
+		m.EipCache,
+		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
@@ -471,16 +479,14 @@ type edgeVariables struct {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgePrograms struct {
-	TcEdgeHc     *ebpf.Program `ebpf:"tc_edge_hc"`
-	XdpEdge      *ebpf.Program `ebpf:"xdp_edge"`
-	XdpEdgeBench *ebpf.Program `ebpf:"xdp_edge_bench"`
+	TcEdgeHc *ebpf.Program `ebpf:"tc_edge_hc"`
+	XdpEdge  *ebpf.Program `ebpf:"xdp_edge"`
 }
 
 func (p *edgePrograms) Close() error {
 	return _EdgeClose(
 		p.TcEdgeHc,
 		p.XdpEdge,
-		p.XdpEdgeBench,
 	)
 }
 

@@ -177,20 +177,60 @@ func (e *Edge) SetLBConfig(c LBConfig) error {
 // PutVIP marks a VIP in the route map (a route flagged ROUTE_F_VIP): the
 // data plane's one lookup on a destination tells VIPs, EIPs and the rest
 // apart.
-func (e *Edge) PutVIP(a netip.Addr) error {
+func (e *Edge) PutVIP(a netip.Addr) (err error) {
 	k, err := keyOf(a)
 	if err != nil {
 		return fmt.Errorf("VIP: %w", err)
 	}
 	var cur edgeEipRoute
-	if err := e.objs.EipRoutes.Lookup(&k, &cur); err == nil && cur.Flags&routeVIP == 0 {
-		return fmt.Errorf("VIP %v is programmed as an EIP", a)
+	if err := e.objs.EipRoutes.Lookup(&k, &cur); err == nil {
+		if cur.Flags&routeVIP == 0 {
+			return fmt.Errorf("VIP %v is programmed as an EIP", a)
+		}
+		return nil // there, with its listener generation
 	}
-	return e.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2}, ebpf.UpdateAny)
+	defer e.routesWritten(&err)
+	// A new VIP starts a listener generation no earlier VIP at this address
+	// had (connection entries of a deleted VIP may linger in the LRU): the
+	// route generation's low bits, which every route write moves.
+	lgen, err := e.routeGen()
+	if err != nil {
+		return err
+	}
+	gen := uint16(lgen + 1)
+	if gen == 0 {
+		gen = 1 // 0 is an earlier version's (startListenerGens)
+	}
+	return e.objs.EipRoutes.Update(&k, &edgeEipRoute{Flags: routeVIP, Family: 2, Lgen: gen}, ebpf.UpdateAny)
+}
+
+// listenerNarrowed bumps the listener generation of l's VIP after a
+// listener was removed or a range set rewritten: connection entries made
+// before then are used again only after their listener is found (see
+// lb_decide in bpf/lib/lb.h). A VIP without a route mark has nothing to
+// bump.
+func (e *Edge) listenerNarrowed(l Listener) (err error) {
+	k, err := keyOf(l.VIP)
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	var cur edgeEipRoute
+	if err := e.objs.EipRoutes.Lookup(&k, &cur); err != nil || cur.Flags&routeVIP == 0 {
+		return nil
+	}
+	defer e.routesWritten(&err)
+	if cur.Lgen++; cur.Lgen == 0 {
+		cur.Lgen = 1 // 0 is an earlier version's (startListenerGens)
+	}
+	if err := e.objs.EipRoutes.Update(&k, &cur, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("listener %v: bump the VIP's listener generation: %w", l.VIP, err)
+	}
+	return nil
 }
 
 // DeleteVIP removes a VIP mark (never an EIP's route).
-func (e *Edge) DeleteVIP(a netip.Addr) error {
+func (e *Edge) DeleteVIP(a netip.Addr) (err error) {
+	defer e.routesWritten(&err)
 	k, err := keyOf(a)
 	if err != nil {
 		return err
@@ -249,10 +289,16 @@ func (e *Edge) PutListener(l Listener, v ListenerValue) error {
 			return fmt.Errorf("listener %v %d %d-%d: the VIP already has %d port ranges for the protocol, the data plane holds %d",
 				l.VIP, l.Proto, l.Port, l.Last, len(keep), LBRangesMax)
 		}
+		narrowed := len(keep) < int(set.N)
 		keep = append(keep, edgeLbRange{Lo: l.Port, Hi: l.Last, L: edgeLbListener{Table: v.Table}})
 		slices.SortFunc(keep, func(a, b edgeLbRange) int { return int(a.Lo) - int(b.Lo) })
 		set.N = uint32(copy(set.R[:], keep))
 		clear(set.R[set.N:])
+		if err := e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny); err != nil || !narrowed {
+			return err
+		}
+		// Ranges it overlapped are gone (the new one may be narrower).
+		return e.listenerNarrowed(l)
 	}
 	return e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
 }
@@ -267,7 +313,16 @@ func (e *Edge) rangeSet(l Listener) (edgeLbRkey, edgeLbRanges, error) {
 	return rk, set, nil
 }
 
+// DeleteListener removes a listener, then bumps its VIP's listener
+// generation (in that order: see listenerNarrowed).
 func (e *Edge) DeleteListener(l Listener) error {
+	if err := e.deleteListener(l); err != nil {
+		return err
+	}
+	return e.listenerNarrowed(l)
+}
+
+func (e *Edge) deleteListener(l Listener) error {
 	if l.Port != 0 && !l.IsRange() {
 		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
 		err := e.objs.LbListeners.Delete(&k)
