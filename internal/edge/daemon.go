@@ -75,6 +75,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		if err := dp.AttachHealth(HCDevice); err != nil {
 			return err
 		}
+		rec.OnUnderlay = underlayRPFilter(log)
 		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "device", HCDevice)
 	} else {
 		log.Warn("no --health-source: encap-mode backends are probed directly at their private addresses, not through the tunnel")

@@ -96,6 +96,10 @@ type Reconciler struct {
 	// OnTargets receives the backends to health-check after each change
 	// of the services.
 	OnTargets func([]health.Target)
+	// OnUnderlay is called with the underlay interface's index when the
+	// edge's underlay address is first configured or moves (only with
+	// IfindexOf); an error fails the configuration, which is retried.
+	OnUnderlay func(ifindex uint32) error
 }
 
 var _ store.Sink = (*Reconciler)(nil)
@@ -312,6 +316,11 @@ func (r *Reconciler) applyConfig() error {
 	})
 	if err != nil {
 		return err
+	}
+	if r.OnUnderlay != nil && ul != 0 {
+		if err := r.OnUnderlay(ul); err != nil {
+			return err
+		}
 	}
 	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource)
 	r.underlay = me.Underlay
