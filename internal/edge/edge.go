@@ -55,6 +55,9 @@ type Config struct {
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.
 	HealthCommands health.Commands
+	// HealthCommandConcurrency bounds the commands running at once
+	// (0: health.DefaultCommandConcurrency).
+	HealthCommandConcurrency int
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.

@@ -162,7 +162,10 @@ func (w *capWriter) Write(p []byte) (int, error) {
 }
 
 // runCommand runs c for a backend until ctx ends: no shell, in its own
-// process group (killed whole at the deadline), with stdin from
+// process group (killed whole at the deadline, and after the command
+// exits: what it left running in the background dies with it, so checks
+// cannot pile up processes; a child that leaves the group with setsid or
+// setpgid escapes this), with stdin from
 // /dev/null, working directory /, and an environment of PATH plus
 // AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT only. It returns nil on exit
 // 0; the error says only how it ended (exit status, signal, timeout),
@@ -184,6 +187,13 @@ func runCommand(ctx context.Context, c Command, addr netip.AddrPort) (out *capWr
 	cmd.WaitDelay = commandWaitDelay
 	start := time.Now()
 	err = cmd.Run()
+	if cmd.Process != nil {
+		// The group outlives its leader while any member lives, and its
+		// ID (the leader's PID) is not reused meanwhile; with none left
+		// this is ESRCH (the PID, just freed, is not handed out again
+		// this soon: PIDs are allocated in sequence).
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return out, fmt.Errorf("command %s timed out after %v", c.Name, time.Since(start).Round(time.Millisecond))
