@@ -329,3 +329,67 @@ func TestCommandIntervalFloor(t *testing.T) {
 		t.Errorf("%d runs in 1.5 s at a 100 ms interval, want 1 or 2 (held to %v)", n, model.MinCommandInterval)
 	}
 }
+
+// TestCommandOwnership: a program, or a directory above it, that group or
+// others may write, or that another user owns, is refused with an error
+// naming it; a sticky world-writable directory (like /tmp) is not.
+func TestCommandOwnership(t *testing.T) {
+	base := t.TempDir()
+	write := func(dir string, dirMode, mode os.FileMode) string {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "check")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	load := func(p string) error {
+		_, err := NewCommands([]Command{{Name: "check", Path: p}})
+		return err
+	}
+	if err := load(write(filepath.Join(base, "ok"), 0o755, 0o755)); err != nil {
+		t.Errorf("0755 program in a 0755 directory: %v", err)
+	}
+	if err := load(write(filepath.Join(base, "sticky"), 0o777|os.ModeSticky, 0o755)); err != nil {
+		t.Errorf("program in a sticky 1777 directory: %v", err)
+	}
+	p := write(filepath.Join(base, "gw"), 0o755, 0o775)
+	if err := load(p); err == nil || !strings.Contains(err.Error(), "program "+p+" has mode 0775") {
+		t.Errorf("group-writable program: %v", err)
+	}
+	d := filepath.Join(base, "open")
+	if err := load(write(filepath.Join(d, "sub"), 0o755, 0o755)); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o777)
+	if err := load(filepath.Join(d, "sub", "check")); err == nil || !strings.Contains(err.Error(), "directory "+d+" has mode 0777") {
+		t.Errorf("program under a world-writable directory: %v", err)
+	}
+	// Through a symlink from a safe place to an unsafe one.
+	link := filepath.Join(base, "ok", "link")
+	if err := os.Symlink(filepath.Join(d, "sub", "check"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := load(link); err == nil || !strings.Contains(err.Error(), "directory "+d+" has mode 0777") {
+		t.Errorf("symlink to a program under a world-writable directory: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the owner case is not tested (it needs chown)")
+		return
+	}
+	p = write(filepath.Join(base, "nobody"), 0o755, 0o755)
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := load(p); err == nil || !strings.Contains(err.Error(), "program "+p+" is owned by uid 65534") {
+		t.Errorf("program of another user: %v", err)
+	}
+}
