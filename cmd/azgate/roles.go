@@ -100,6 +100,7 @@ func init() {
 		var eipMax, ctMax uint32
 		var arpIfaces, healthCmds []string
 		var healthCmdFile string
+		var healthCmdConc int
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -122,8 +123,12 @@ without interruption. The node must be an edge of an edge set.`,
 				if err != nil {
 					return err
 				}
+				if healthCmdConc < 0 {
+					return fmt.Errorf("--health-command-concurrency %d: must be positive (0: twice the CPUs)", healthCmdConc)
+				}
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds}
+					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
+					HealthCommandConcurrency: healthCmdConc}
 				if icmpSource != "" {
 					a, err := netip.ParseAddr(icmpSource)
 					if err != nil {
@@ -163,6 +168,7 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().Uint32Var(&lb.InsertBurst, "ct-insert-burst", lb.InsertBurst, "burst of new connection entries per CPU")
 		c.Flags().StringArrayVar(&healthCmds, "health-command", nil, `a command that command health checks may run, by NAME (repeatable): "NAME=/abs/path [args...]", split on spaces, no shell; it gets AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT, exit 0 means up`)
 		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
+		c.Flags().IntVar(&healthCmdConc, "health-command-concurrency", 0, "health-check commands run at once, over all backends; more wait their turn (0: twice the CPUs)")
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
 		return c
 	})

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
@@ -25,6 +26,13 @@ type Client struct {
 	hc    *http.Client
 	err   error // a bad base URL, reported by every call
 }
+
+// transports holds one transport per base URL, shared by the clients of
+// a process: a process that makes clients one after another (the lab, the
+// CLI's tests) would otherwise leave each one's kept-alive connections
+// open until the controller's idle timeout, and the controller caps the
+// connections of one source address (--max-conns-per-source).
+var transports sync.Map // base URL -> *http.Transport
 
 // New returns a client of the API at baseURL, http(s)://HOST:PORT or
 // unix:///path/to/api.sock, authenticating with token.
@@ -52,6 +60,10 @@ func New(baseURL, token string) *Client {
 		c.base = u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")
 	default:
 		c.err = fmt.Errorf("API URL %q: want http://HOST:PORT, https://HOST:PORT or unix:///path", baseURL)
+	}
+	if c.err == nil {
+		t, _ := transports.LoadOrStore(baseURL, tr)
+		tr = t.(*http.Transport)
 	}
 	c.hc = &http.Client{Transport: tr}
 	return c

@@ -55,9 +55,13 @@ const (
 	// A body is held in memory while it is parsed, so the limit is also
 	// what one request may cost.
 	DefaultMaxBodyBytes = 384 << 20
-	// DefaultMaxConns caps the API's concurrent connections (TCP and unix
-	// socket together); more wait to be accepted.
+	// DefaultMaxConns caps the API's concurrent connections on each
+	// listener (TCP, unix socket); more wait to be accepted.
 	DefaultMaxConns = 256
+	// MinMaxConnsPerSource is the least per-source cap the default
+	// (MaxConns/8) gives: loopback clients (the CLI, the lab's) all come
+	// from 127.0.0.1.
+	MinMaxConnsPerSource = 8
 	// HTTP timeouts (see Config).
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 5 * time.Minute
@@ -99,10 +103,16 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes); a
 	// larger one is refused with 413.
 	MaxBodyBytes int64
-	// MaxConns caps the API's concurrent connections, over the TCP and
-	// unix listeners together (0: DefaultMaxConns). A connection beyond
-	// it waits in the listen backlog until one closes.
+	// MaxConns caps the API's concurrent connections on each listener:
+	// the TCP one and the unix socket have a cap each, so that TCP
+	// clients (whose connections count before any token is checked)
+	// cannot lock out the local admin (0: DefaultMaxConns). A connection
+	// beyond it waits in the listen backlog until one closes.
 	MaxConns int
+	// MaxConnsPerSource caps the TCP connections from one source address
+	// (0: max(MinMaxConnsPerSource, MaxConns/8)); one beyond it is closed
+	// at once. It must not exceed MaxConns.
+	MaxConnsPerSource int
 	// ReadHeaderTimeout bounds reading a request's headers (a client that
 	// trickles them, slowloris, is cut off); ReadTimeout the whole
 	// request, body included (a 384 MiB body needs 1.3 MB/s under the
@@ -184,6 +194,15 @@ func (c Config) check() (Config, error) {
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
 	}
+	if c.MaxConnsPerSource < 0 {
+		return c, fmt.Errorf("max connections per source %d: must be positive", c.MaxConnsPerSource)
+	}
+	if c.MaxConnsPerSource == 0 {
+		c.MaxConnsPerSource = min(c.MaxConns, max(MinMaxConnsPerSource, c.MaxConns/8))
+	}
+	if c.MaxConnsPerSource > c.MaxConns {
+		return c, fmt.Errorf("max connections per source %d: more than max connections %d", c.MaxConnsPerSource, c.MaxConns)
+	}
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -230,7 +249,8 @@ type Server struct {
 	reload   context.CancelFunc // ends the current Follow, which then reloads
 
 	tcp, unix  net.Listener
-	conns      *connLimit // shared by both listeners
+	conns      *connLimit // the TCP listener's
+	unixConns  *connLimit // the unix socket's
 	servers    []*http.Server
 	stop       context.CancelFunc
 	followDone chan struct{}
@@ -360,12 +380,22 @@ func (s *Server) forceReload() {
 
 func (s *Server) serve() error {
 	h := s.handler()
-	s.conns = newConnLimit(s.cfg.MaxConns)
-	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "azgate_controller_api_connections", Help: "Open API connections (at most --max-conns).",
-	}, func() float64 { return float64(s.conns.open.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "azgate_controller_api_connections_waiting", Help: "Accepted API connections waiting for a slot under --max-conns.",
-	}, func() float64 { return float64(s.conns.waiting.Load()) }))
+	s.conns = newConnLimit(s.cfg.MaxConns, s.cfg.MaxConnsPerSource)
+	s.unixConns = newConnLimit(s.cfg.MaxConns, 0)
+	for _, l := range []struct {
+		name string
+		c    *connLimit
+	}{{"tcp", s.conns}, {"unix", s.unixConns}} {
+		labels := prometheus.Labels{"listener": l.name}
+		s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "azgate_controller_api_connections", Help: "Open API connections (at most --max-conns per listener).", ConstLabels: labels,
+		}, func() float64 { return float64(l.c.open.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "azgate_controller_api_connections_waiting", Help: "Accepted API connections waiting for a slot under --max-conns.", ConstLabels: labels,
+		}, func() float64 { return float64(l.c.waiting.Load()) }))
+	}
+	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "azgate_controller_api_connections_refused_total", Help: "TCP API connections closed at accept: their source address held --max-conns-per-source already.",
+	}, func() float64 { return float64(s.conns.refused.Load()) }))
 	if s.cfg.Listen != "" {
 		tl, err := net.Listen("tcp", s.cfg.Listen)
 		if err != nil {
@@ -402,7 +432,7 @@ func (s *Server) serve() error {
 			ul.Close()
 			return fmt.Errorf("controller: unix socket %s: %w", p, err)
 		}
-		ln := s.conns.listener(ul)
+		ln := s.unixConns.listener(ul)
 		s.unix = ln
 		s.start(ln, h)
 	}

@@ -21,7 +21,7 @@ import (
 const cmdJSON = `{"name": "web", "vip": "198.51.100.20", "mode": "nat",
  "listeners": [{"protocol": "tcp", "port": 80, "pool": "web"}],
  "pools": [{"name": "web", "backends": [{"address": "198.19.1.1", "port": 8080}, {"address": "198.19.2.1", "port": 8080}],
-            "health": {"type": "command", "command": "check-app", "interval": "200ms", "timeout": "100ms", "rise": 1, "fall": 1}}]}`
+            "health": {"type": "command", "command": "check-app", "interval": "1s", "timeout": "100ms", "rise": 1, "fall": 1}}]}`
 
 func putEdgeStatus(t *testing.T, s *Server, edge string, cmds ...string) {
 	t.Helper()

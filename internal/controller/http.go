@@ -87,6 +87,13 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
+		if !s.tokenOK(r) {
+			// A request without the token (/healthz, /metrics, a 401)
+			// ends its connection: connections are capped before any
+			// token is checked, and an unauthenticated client must not
+			// keep slots by keep-alive (the idle timeout is minutes).
+			w.Header().Set("Connection", "close")
+		}
 		next.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
@@ -101,9 +108,14 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	})
 }
 
-// authorized checks the bearer token (in constant time) before h.
+// tokenOK says whether r carries the bearer token (compared in constant
+// time).
+func (s *Server) tokenOK(r *http.Request) bool {
+	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) == 1
+}
+
+// authorized checks the bearer token before h.
 func (s *Server) authorized(h handlerFunc) http.Handler {
-	want := []byte("Bearer " + s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if got == "" {
@@ -112,7 +124,7 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: fmt.Sprintf("missing Authorization header: send \"Authorization: Bearer TOKEN\" with the token in %s", s.TokenFile())})
 			return
 		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		if !s.tokenOK(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate", error="invalid_token"`)
 			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
 				msg: fmt.Sprintf("wrong bearer token: use the one in %s on the controller", s.TokenFile())})

@@ -55,44 +55,40 @@ func TestSlowloris(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: with MaxConns 2 held by two clients, a third waits
-// (over TCP and over the unix socket: the cap is shared) until one of
-// them closes.
-func TestConnectionCap(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "api.sock")
-	s := startServer(t, Config{MaxConns: 2, Listen: "127.0.0.1:0", ListenUnix: sock})
-	// Two kept-alive connections that have been served: accepted and held.
-	var held []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("held connection: %v %v", resp, err)
-		}
-		resp.Body.Close()
-		held = append(held, c)
-	}
-	if n := s.conns.open.Load(); n != 2 {
-		t.Errorf("%d open connections, want 2", n)
-	}
-	// The metrics say so, read over a held connection.
-	io.WriteString(held[0], "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(held[0]), nil)
+// holdConn opens a TCP connection from local (nil: any) that has been
+// served one authenticated request and stays kept alive.
+func holdConn(t *testing.T, s *Server, local net.Addr) net.Conn {
+	t.Helper()
+	c, err := (&net.Dialer{LocalAddr: local}).Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", s.Token())
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("held connection: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), "azgate_controller_api_connections 2") {
-		t.Errorf("metrics lack azgate_controller_api_connections 2")
+	c.SetReadDeadline(time.Time{})
+	return c
+}
+
+// TestConnectionCap: with MaxConns 2 held by two TCP clients, a third
+// TCP one waits until one of them closes; the unix socket has its own
+// cap and serves meanwhile (the local admin is never locked out by TCP
+// clients).
+func TestConnectionCap(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	s := startServer(t, Config{MaxConns: 2, Listen: "127.0.0.1:0", ListenUnix: sock})
+	held := []net.Conn{holdConn(t, s, nil), holdConn(t, s, nil)}
+	if n := s.conns.open.Load(); n != 2 {
+		t.Errorf("%d open connections, want 2", n)
 	}
 	tcp := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
-	unix := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true,
+	unix := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}}
@@ -100,9 +96,14 @@ func TestConnectionCap(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a third TCP connection was served beyond the cap")
 	}
-	if resp, err := unix.Get("http://unix/healthz"); err == nil {
-		resp.Body.Close()
-		t.Fatal("a third connection was served on the unix socket beyond the cap")
+	resp, err := unix.Get("http://unix/metrics")
+	if err != nil {
+		t.Fatalf("the unix socket is locked out by TCP connections: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `azgate_controller_api_connections{listener="tcp"} 2`) {
+		t.Errorf("metrics lack azgate_controller_api_connections{listener=\"tcp\"} 2")
 	}
 	held[0].Close()
 	waitFor(t, func() bool {
@@ -113,7 +114,27 @@ func TestConnectionCap(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	held[1].Close()
+}
+
+// TestConnectionCapUnix: the unix socket's own cap holds too.
+func TestConnectionCapUnix(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	s := startServer(t, Config{MaxConns: 1, ListenUnix: sock})
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, func() bool { return s.unixConns.open.Load() == 1 })
+	unix := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	if resp, err := unix.Get("http://unix/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("a second unix connection was served beyond the cap of 1")
+	}
+	c.Close()
 	waitFor(t, func() bool {
 		resp, err := unix.Get("http://unix/healthz")
 		if err != nil {
@@ -122,6 +143,88 @@ func TestConnectionCap(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+}
+
+// TestConnectionCapPerSource: a source address at its cap has its next
+// connection closed at once (counted), while another source is served.
+func TestConnectionCapPerSource(t *testing.T) {
+	s := startServer(t, Config{MaxConns: 8, MaxConnsPerSource: 2})
+	holdConn(t, s, nil)
+	holdConn(t, s, nil)
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("third connection from 127.0.0.1: read %d bytes, %v; want it closed (EOF)", n, err)
+	}
+	if n := s.conns.refused.Load(); n != 1 {
+		t.Errorf("%d refused connections, want 1", n)
+	}
+	// 127.0.0.2 is another source (all of 127/8 is loopback).
+	holdConn(t, s, &net.TCPAddr{IP: net.ParseIP("127.0.0.2")})
+	if n := s.conns.open.Load(); n != 3 {
+		t.Errorf("%d open connections, want 3", n)
+	}
+}
+
+// TestConnectionCapPerSourceDefault: max(8, MaxConns/8), at most MaxConns.
+func TestConnectionCapPerSourceDefault(t *testing.T) {
+	for _, c := range []struct{ max, want int }{{256, 32}, {16, 8}, {4, 4}, {1000, 125}} {
+		cfg, err := Config{MaxConns: c.max}.check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxConnsPerSource != c.want {
+			t.Errorf("MaxConns %d: per source %d, want %d", c.max, cfg.MaxConnsPerSource, c.want)
+		}
+	}
+	if _, err := (Config{MaxConns: 4, MaxConnsPerSource: 5}).check(); err == nil || !strings.Contains(err.Error(), "max connections per source 5") {
+		t.Errorf("per source above the cap: %v", err)
+	}
+}
+
+// TestUnauthenticatedCloses: a request without the token (/healthz,
+// /metrics, a 401) ends its connection, so that keep-alive cannot pin
+// slots; one with the token keeps it.
+func TestUnauthenticatedCloses(t *testing.T) {
+	s := startServer(t, Config{})
+	for _, req := range []string{
+		"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n",
+		"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, req)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if !resp.Close {
+			t.Errorf("%q: HTTP %d without Connection: close", strings.Fields(req)[1], resp.StatusCode)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("%q: connection still open after the answer (%v)", strings.Fields(req)[1], err)
+		}
+		c.Close()
+	}
+	c := holdConn(t, s, nil)
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", s.Token())
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.Close {
+		t.Errorf("authenticated /healthz: %v, close %v", err, resp != nil && resp.Close)
+	}
 }
 
 // TestBodyLimit: a body of the limit is taken, one byte more is a 413

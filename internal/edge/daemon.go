@@ -63,6 +63,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	defer pub.Close() // revokes the reports' lease while st is still open
 	hm := health.NewManager(ctx, pub, log)
 	hm.SetCommands(cfg.HealthCommands)
+	hm.SetCommandConcurrency(cfg.HealthCommandConcurrency)
 	// The health-check address goes into the programs before they are
 	// attached (a restarted edge's new programs start with none).
 	if err := dp.SetHealthAddress(cfg.HealthSource); err != nil {
@@ -75,6 +76,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		if err := dp.AttachHealth(HCDevice); err != nil {
 			return err
 		}
+		rec.OnUnderlay = underlayRPFilter(log)
 		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "device", HCDevice)
 	} else {
 		log.Warn("no --health-source: encap-mode backends are probed directly at their private addresses, not through the tunnel")

@@ -55,6 +55,9 @@ type Config struct {
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.
 	HealthCommands health.Commands
+	// HealthCommandConcurrency bounds the commands running at once
+	// (0: health.DefaultCommandConcurrency).
+	HealthCommandConcurrency int
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
@@ -96,6 +99,10 @@ type Reconciler struct {
 	// OnTargets receives the backends to health-check after each change
 	// of the services.
 	OnTargets func([]health.Target)
+	// OnUnderlay is called with the underlay interface's index when the
+	// edge's underlay address is first configured or moves (only with
+	// IfindexOf); an error fails the configuration, which is retried.
+	OnUnderlay func(ifindex uint32) error
 }
 
 var _ store.Sink = (*Reconciler)(nil)
@@ -312,6 +319,11 @@ func (r *Reconciler) applyConfig() error {
 	})
 	if err != nil {
 		return err
+	}
+	if r.OnUnderlay != nil && ul != 0 {
+		if err := r.OnUnderlay(ul); err != nil {
+			return err
+		}
 	}
 	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource)
 	r.underlay = me.Underlay

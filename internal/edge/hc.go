@@ -49,9 +49,9 @@ const (
 // setupHealthDevice creates (or adopts) the health-check device, puts the
 // health-check address on it and routes the address's traffic to it; the
 // device's MTU leaves room for NVGRE on the smallest of ifaces (the
-// interfaces the edge is attached to). On those interfaces a strict
-// reverse-path filter becomes loose: an answer arrives there from a guest
-// address the edge routes elsewhere (or nowhere but its default route).
+// interfaces the edge is attached to). The reverse-path filter is left
+// alone here: only the underlay interface's is loosened, once the edge
+// knows it (underlayRPFilter).
 func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error {
 	mtu := 1500
 	for _, name := range ifaces {
@@ -60,9 +60,6 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 			return fmt.Errorf("health-check device: interface %s: %w", name, err)
 		}
 		mtu = min(mtu, l.Attrs().MTU)
-		if err := looseRPFilter(name, log); err != nil {
-			return err
-		}
 	}
 	mtu -= 42 // NVGRE
 	dev, err := netlink.LinkByName(HCDevice)
@@ -136,9 +133,45 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 	return nil
 }
 
+// underlayRPFilter returns the Reconciler's OnUnderlay hook for tunnel
+// health checks: it makes the underlay interface's strict reverse-path
+// filter loose, since the answers arrive there (decapsulated by the XDP
+// program) from a guest address the edge routes elsewhere, or nowhere but
+// its default route. Only that interface: on the others (the Internet
+// side) strict rp_filter is the only source check of the packets the XDP
+// program passes to the kernel. When the underlay moves to another
+// interface, the one it leaves gets its strict filter back.
+func underlayRPFilter(log *slog.Logger) func(ifindex uint32) error {
+	var loosened string // the interface made loose, if any
+	return func(ifindex uint32) error {
+		l, err := netlink.LinkByIndex(int(ifindex))
+		if err != nil {
+			return fmt.Errorf("health checks: underlay interface %d: %w", ifindex, err)
+		}
+		name := l.Attrs().Name
+		if name == loosened {
+			return nil
+		}
+		if loosened != "" {
+			if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+loosened+"/rp_filter", []byte("1"), 0o644); err != nil {
+				log.Warn("could not make the reverse-path filter strict again on the former underlay interface", "interface", loosened, "err", err)
+			}
+			loosened = ""
+		}
+		changed, err := looseRPFilter(name, log)
+		if err != nil {
+			return err
+		}
+		if changed {
+			loosened = name
+		}
+		return nil
+	}
+}
+
 // looseRPFilter makes a strict reverse-path filter on an interface loose
 // (the kernel applies the larger of "all" and the interface's value).
-func looseRPFilter(ifname string, log *slog.Logger) error {
+func looseRPFilter(ifname string, log *slog.Logger) (changed bool, err error) {
 	read := func(name string) int {
 		b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + name + "/rp_filter")
 		if err != nil {
@@ -148,13 +181,13 @@ func looseRPFilter(ifname string, log *slog.Logger) error {
 		return v
 	}
 	if max(read("all"), read(ifname)) != 1 {
-		return nil
+		return false, nil
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+ifname+"/rp_filter", []byte("2"), 0o644); err != nil {
-		return fmt.Errorf("health checks: loose rp_filter on %s: %w", ifname, err)
+		return false, fmt.Errorf("health checks: loose rp_filter on %s: %w", ifname, err)
 	}
-	log.Info("reverse-path filter made loose for health-check answers", "interface", ifname)
-	return nil
+	log.Info("reverse-path filter made loose on the underlay interface for health-check answers", "interface", ifname)
+	return true, nil
 }
 
 // hcTunnel gives each encap-mode backend checked through the tunnel a mark

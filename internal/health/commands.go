@@ -123,7 +123,8 @@ func LoadCommandsFile(path string) ([]Command, error) {
 }
 
 // NewCommands checks a list of commands (a name once; a program that
-// exists and is an executable regular file) and indexes it.
+// exists, is an executable regular file and is safe from others, see
+// checkOwnership) and indexes it.
 func NewCommands(list []Command) (Commands, error) {
 	out := Commands{}
 	for _, c := range list {
@@ -139,10 +140,76 @@ func NewCommands(list []Command) (Commands, error) {
 		case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
 			return nil, fmt.Errorf("health command %s: %s is not an executable file", c.Name, c.Path)
 		}
+		if err := checkOwnership(c.Path); err != nil {
+			return nil, fmt.Errorf("health command %s: %w", c.Name, err)
+		}
 		c.Args = slices.Clone(c.Args)
 		out[c.Name] = c
 	}
 	return out, nil
+}
+
+// checkOwnership refuses a program that someone other than root or the
+// edge's user could change: the program (followed through symlinks) and
+// every directory above it up to / (of the path as given and of the
+// resolved one) must be owned by root or the edge's user and not be
+// writable by group or others. A directory writable by all with the
+// sticky bit (/tmp) is accepted: there others cannot rename or remove what
+// they do not own. The edge runs the program as its own user, often root:
+// whoever can change it would run code as the edge.
+func checkOwnership(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	me := uint32(os.Geteuid())
+	check := func(p string, fi fs.FileInfo) error {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		what := "program"
+		if fi.IsDir() {
+			what = "directory"
+		}
+		if st.Uid != 0 && st.Uid != me {
+			return fmt.Errorf("%s %s is owned by uid %d, not root or the edge's user (uid %d): its owner could change what the edge runs", what, p, st.Uid, me)
+		}
+		perm := fi.Mode().Perm()
+		if perm&0o022 != 0 && !(fi.IsDir() && fi.Mode()&fs.ModeSticky != 0) {
+			return fmt.Errorf("%s %s has mode %#o: group or others may change what the edge runs; chmod go-w it", what, p, perm)
+		}
+		return nil
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return err
+	}
+	if err := check(real, fi); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, start := range []string{path, real} {
+		for d := filepath.Dir(start); !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			fi, err := os.Lstat(d)
+			if err != nil {
+				return err
+			}
+			// A symlink's own mode means nothing (its directory, checked
+			// next, says who may replace it; where it points is the
+			// resolved path's chain).
+			if fi.Mode()&fs.ModeSymlink == 0 {
+				if err := check(d, fi); err != nil {
+					return err
+				}
+			}
+			if d == "/" {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // capWriter keeps the first max bytes written to it and drops the rest,
@@ -162,7 +229,10 @@ func (w *capWriter) Write(p []byte) (int, error) {
 }
 
 // runCommand runs c for a backend until ctx ends: no shell, in its own
-// process group (killed whole at the deadline), with stdin from
+// process group (killed whole at the deadline, and after the command
+// exits: what it left running in the background dies with it, so checks
+// cannot pile up processes; a child that leaves the group with setsid or
+// setpgid escapes this), with stdin from
 // /dev/null, working directory /, and an environment of PATH plus
 // AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT only. It returns nil on exit
 // 0; the error says only how it ended (exit status, signal, timeout),
@@ -184,6 +254,13 @@ func runCommand(ctx context.Context, c Command, addr netip.AddrPort) (out *capWr
 	cmd.WaitDelay = commandWaitDelay
 	start := time.Now()
 	err = cmd.Run()
+	if cmd.Process != nil {
+		// The group outlives its leader while any member lives, and its
+		// ID (the leader's PID) is not reused meanwhile; with none left
+		// this is ESRCH (the PID, just freed, is not handed out again
+		// this soon: PIDs are allocated in sequence).
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return out, fmt.Errorf("command %s timed out after %v", c.Name, time.Since(start).Round(time.Millisecond))

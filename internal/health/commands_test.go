@@ -3,12 +3,15 @@ package health
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,4 +203,193 @@ func FuzzParseCommand(f *testing.F) {
 			}
 		}
 	})
+}
+
+// alive says whether the process pid exists and is not a zombie (a
+// reparented child that nobody reaps yet is dead for this purpose).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestCommandLeavesNoChildren: a command that starts a child in the
+// background and exits 0 passes, and the child (found by the PID the
+// script wrote, never by name) does not outlive the run.
+func TestCommandLeavesNoChildren(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "bg.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n(sleep 30 >/dev/null 2>&1) &\necho $! > \"$1\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "pid")
+	c := Command{Name: "bg", Path: script, Args: []string{pidFile}}
+	if _, err := runCommand(context.Background(), c, netip.MustParseAddrPort("192.0.2.10:80")); err != nil {
+		t.Fatalf("the command failed: %v", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		t.Fatalf("pid file %q", b)
+	}
+	t.Cleanup(func() {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL) // the one this test started
+		}
+	})
+	deadline := time.Now().Add(3 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's background child %d is still running after the check", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCommandConcurrencyCap: with 2 command slots and 8 targets whose
+// command takes 300 ms, never more than 2 run at once (each run holds a
+// file named by its PID while it runs), and all targets get verdicts.
+func TestCommandConcurrencyCap(t *testing.T) {
+	dir := t.TempDir()
+	running := filepath.Join(dir, "running")
+	if err := os.Mkdir(running, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "slow.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch \"$1/$$\"\nsleep 0.3\nrm -f \"$1/$$\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pub := &memPub{}
+	m := NewManager(t.Context(), pub, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.SetCommands(testCommands(t, "slow="+script+" "+running))
+	m.SetCommandConcurrency(2)
+	var targets []Target
+	for i := range 8 {
+		targets = append(targets, Target{Service: "web", Pool: "p", Backend: fmt.Sprintf("192.0.2.%d", i+1),
+			Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}), 80),
+			Check: model.HealthCheck{Type: "command", Command: "slow", Interval: model.Duration(time.Second),
+				Timeout: model.Duration(900 * time.Millisecond), Rise: 1, Fall: 1}})
+	}
+	m.Update(targets)
+	most := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pub.reports()) < len(targets) && time.Now().Before(deadline) {
+		es, _ := os.ReadDir(running)
+		most = max(most, len(es))
+		time.Sleep(5 * time.Millisecond)
+	}
+	m.Update(nil)
+	if most > 2 {
+		t.Errorf("%d commands ran at once, want at most 2", most)
+	}
+	if most == 0 {
+		t.Error("never saw a command running")
+	}
+	if n := len(pub.reports()); n < len(targets) {
+		t.Errorf("%d verdicts, want %d", n, len(targets))
+	}
+	for _, r := range pub.reports() {
+		if !r.Up {
+			t.Errorf("a verdict is down (%s): waiting for a slot must not count against the timeout", r.Detail)
+		}
+	}
+	if m.CommandWaits() == 0 {
+		t.Error("no run waited for a slot")
+	}
+	t.Logf("at most %d at once; %d runs waited", most, m.CommandWaits())
+}
+
+// TestCommandIntervalFloor: a command check below model.MinCommandInterval
+// (stored without the API's validation) runs at that minimum.
+func TestCommandIntervalFloor(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "count.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho x >> \"$1\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs := filepath.Join(dir, "runs")
+	pub := &memPub{}
+	m := NewManager(t.Context(), pub, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.SetCommands(testCommands(t, "count="+script+" "+runs))
+	m.Update([]Target{{Service: "web", Pool: "p", Backend: "192.0.2.1", Addr: netip.MustParseAddrPort("192.0.2.1:80"),
+		Check: model.HealthCheck{Type: "command", Command: "count", Interval: model.Duration(100 * time.Millisecond),
+			Timeout: model.Duration(50 * time.Millisecond), Rise: 1, Fall: 1}}})
+	time.Sleep(1500 * time.Millisecond)
+	m.Update(nil)
+	b, _ := os.ReadFile(runs)
+	if n := strings.Count(string(b), "x"); n < 1 || n > 2 {
+		t.Errorf("%d runs in 1.5 s at a 100 ms interval, want 1 or 2 (held to %v)", n, model.MinCommandInterval)
+	}
+}
+
+// TestCommandOwnership: a program, or a directory above it, that group or
+// others may write, or that another user owns, is refused with an error
+// naming it; a sticky world-writable directory (like /tmp) is not.
+func TestCommandOwnership(t *testing.T) {
+	base := t.TempDir()
+	write := func(dir string, dirMode, mode os.FileMode) string {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "check")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	load := func(p string) error {
+		_, err := NewCommands([]Command{{Name: "check", Path: p}})
+		return err
+	}
+	if err := load(write(filepath.Join(base, "ok"), 0o755, 0o755)); err != nil {
+		t.Errorf("0755 program in a 0755 directory: %v", err)
+	}
+	if err := load(write(filepath.Join(base, "sticky"), 0o777|os.ModeSticky, 0o755)); err != nil {
+		t.Errorf("program in a sticky 1777 directory: %v", err)
+	}
+	p := write(filepath.Join(base, "gw"), 0o755, 0o775)
+	if err := load(p); err == nil || !strings.Contains(err.Error(), "program "+p+" has mode 0775") {
+		t.Errorf("group-writable program: %v", err)
+	}
+	d := filepath.Join(base, "open")
+	if err := load(write(filepath.Join(d, "sub"), 0o755, 0o755)); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o777)
+	if err := load(filepath.Join(d, "sub", "check")); err == nil || !strings.Contains(err.Error(), "directory "+d+" has mode 0777") {
+		t.Errorf("program under a world-writable directory: %v", err)
+	}
+	// Through a symlink from a safe place to an unsafe one.
+	link := filepath.Join(base, "ok", "link")
+	if err := os.Symlink(filepath.Join(d, "sub", "check"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := load(link); err == nil || !strings.Contains(err.Error(), "directory "+d+" has mode 0777") {
+		t.Errorf("symlink to a program under a world-writable directory: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the owner case is not tested (it needs chown)")
+		return
+	}
+	p = write(filepath.Join(base, "nobody"), 0o755, 0o755)
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := load(p); err == nil || !strings.Contains(err.Error(), "program "+p+" is owned by uid 65534") {
+		t.Errorf("program of another user: %v", err)
+	}
 }

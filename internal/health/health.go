@@ -15,9 +15,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/model"
@@ -55,7 +57,17 @@ type Manager struct {
 	// problems: targets not checked here (a command this edge does not
 	// list), one line per service and pool.
 	problems []string
+	// cmdSlots bounds the commands running at once, over all targets
+	// (SetCommandConcurrency).
+	cmdSlots chan struct{}
+	// cmdWaits counts command runs that waited for a slot.
+	cmdWaits atomic.Int64
 }
+
+// DefaultCommandConcurrency is how many health-check commands an edge runs
+// at once by default: twice its CPUs. A check whose turn comes while all
+// run waits for one (its interval stretches; it never runs twice at once).
+func DefaultCommandConcurrency() int { return 2 * runtime.NumCPU() }
 
 type checker struct {
 	t      Target
@@ -65,7 +77,8 @@ type checker struct {
 // NewManager returns a manager publishing through pub until ctx ends;
 // then it stops its checkers and removes their verdicts.
 func NewManager(ctx context.Context, pub Publisher, log *slog.Logger) *Manager {
-	m := &Manager{pub: pub, log: log, ctx: ctx, runs: map[string]*checker{}}
+	m := &Manager{pub: pub, log: log, ctx: ctx, runs: map[string]*checker{},
+		cmdSlots: make(chan struct{}, DefaultCommandConcurrency())}
 	context.AfterFunc(ctx, func() { m.Update(nil) })
 	return m
 }
@@ -78,6 +91,20 @@ func (m *Manager) SetCommands(c Commands) {
 	defer m.mu.Unlock()
 	m.cmds = c
 }
+
+// SetCommandConcurrency sets how many commands may run at once (n < 1:
+// DefaultCommandConcurrency); call it before the first Update.
+func (m *Manager) SetCommandConcurrency(n int) {
+	if n < 1 {
+		n = DefaultCommandConcurrency()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cmdSlots = make(chan struct{}, n)
+}
+
+// CommandWaits is how many command runs have waited for a free slot.
+func (m *Manager) CommandWaits() int64 { return m.cmdWaits.Load() }
 
 // Problems lists the service pools whose checks this edge cannot run
 // (their command is not listed here), for the node status.
@@ -159,18 +186,44 @@ func (m *Manager) run(ctx context.Context, t Target) {
 	if interval <= 0 {
 		interval = 2 * time.Second
 	}
+	if c.Type == model.CheckCommand && interval < model.MinCommandInterval {
+		// The model refuses it; a stored object that bypassed the API
+		// is held to the same minimum here.
+		interval = model.MinCommandInterval
+	}
 	if timeout <= 0 || timeout >= interval {
 		timeout = min(time.Second, interval/2)
 	}
+	m.mu.Lock()
+	slots := m.cmdSlots
+	m.mu.Unlock()
 	rise, fall := max(c.Rise, 1), max(c.Fall, 1)
 	var up *bool // unknown until rise or fall successive results
 	okRun, badRun := 0, 0
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		// One probe of a target at a time: the next starts after this one
+		// ends (the ticker drops the ticks in between). A command first
+		// takes one of the edge's command slots; its timeout starts then.
+		release := func() {}
+		if c.Type == model.CheckCommand {
+			select {
+			case slots <- struct{}{}:
+			default:
+				m.cmdWaits.Add(1)
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			release = func() { <-slots }
+		}
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		err := m.probe(pctx, t)
 		cancel()
+		release()
 		if ctx.Err() != nil {
 			return
 		}

@@ -224,6 +224,12 @@ const (
 	DefaultHealthStatus   = 200
 )
 
+// MinCommandInterval is the shortest interval of a command check: each
+// run is a fork and exec on every edge (65,536 backends at the general
+// minimum would be 655,360 a second); the edges also run at most a few
+// commands at once (health.DefaultCommandConcurrency).
+const MinCommandInterval = time.Second
+
 // AnyPort reports whether the listener takes every port of its protocol
 // that no more specific listener of the service takes.
 func (l Listener) AnyPort() bool { return l.Port == 0 && l.PortEnd == 0 }
@@ -625,6 +631,8 @@ func (h *HealthCheck) validate(es *Errors, f string) {
 	switch {
 	case iv < MinHealthInterval:
 		es.add(f+".interval", "%v is shorter than the minimum %v", iv, MinHealthInterval)
+	case h.Type == CheckCommand && iv < MinCommandInterval:
+		es.add(f+".interval", "%v is shorter than the minimum %v of a command check (each run is a program started on every edge)", iv, MinCommandInterval)
 	case iv > MaxHealthInterval:
 		es.add(f+".interval", "%v is longer than the maximum %v", iv, MaxHealthInterval)
 	}

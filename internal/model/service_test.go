@@ -181,6 +181,14 @@ func TestValidateService(t *testing.T) {
 			toNAT(s)
 			s.Pools[0].Health = &HealthCheck{Type: "command", Command: CommandName(strings.Repeat("a", 33))}
 		}, []string{"pools[0].health.command~is not a command name"}},
+		{"command every 500ms", func(s *Service) {
+			toNAT(s)
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "check-fast", Interval: Duration(500 * time.Millisecond)}
+		}, []string{"pools[0].health.interval~500ms is shorter than the minimum 1s of a command check"}},
+		{"command every second", func(s *Service) {
+			toNAT(s)
+			s.Pools[0].Health = &HealthCheck{Type: "command", Command: "check-fast", Interval: Duration(time.Second)}
+		}, nil},
 		{"command on an http check", func(s *Service) { s.Pools[0].Health.Command = "true" }, []string{"pools[0].health.command~only command"}},
 		{"interval too short", func(s *Service) { s.Pools[0].Health.Interval = Duration(50 * time.Millisecond) },
 			[]string{"pools[0].health.interval~50ms is shorter than the minimum 100ms"}},

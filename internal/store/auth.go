@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -62,7 +63,9 @@ func (a ClientAuth) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// password reads the first line of PasswordFile.
+// password reads the first line of PasswordFile, which only its owner may
+// read or write (like ssh's private keys): a password that others can read
+// is no longer a secret, and one they can write lets them choose it.
 func (a ClientAuth) password() (string, error) {
 	if a.User == "" {
 		if a.PasswordFile != "" {
@@ -73,7 +76,22 @@ func (a ClientAuth) password() (string, error) {
 	if a.PasswordFile == "" {
 		return "", fmt.Errorf("etcd user %q needs a password file (--etcd-password-file)", a.User)
 	}
-	b, err := os.ReadFile(a.PasswordFile)
+	f, err := os.Open(a.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("etcd password file (--etcd-password-file): %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat() // of the file opened: no swap after the check
+	if err != nil {
+		return "", fmt.Errorf("etcd password file (--etcd-password-file): %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("etcd password file %s (--etcd-password-file): not a regular file", a.PasswordFile)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("etcd password file %s (--etcd-password-file) has mode %#o: group or others may read or write it; chmod 600 it", a.PasswordFile, perm)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
 		return "", fmt.Errorf("etcd password file (--etcd-password-file): %w", err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -200,5 +201,34 @@ func TestPlaintextWarning(t *testing.T) {
 		if got := strings.Contains(buf.String(), "plaintext etcd endpoint"); got != tc.warn {
 			t.Errorf("%s: warned %v, want %v: %s", tc.endpoint, got, tc.warn, buf.String())
 		}
+	}
+}
+
+// TestPasswordFileMode: a password file that group or others may read or
+// write is refused with a message naming it and its mode; 0600 and 0400
+// are read.
+func TestPasswordFileMode(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o640, false}, {0o604, false}, {0o620, false}, {0o666, false}} {
+		p := filepath.Join(dir, fmt.Sprintf("pw-%o", c.mode))
+		if err := os.WriteFile(p, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		pw, err := ClientAuth{User: "azgate", PasswordFile: p}.password()
+		switch {
+		case c.ok && (err != nil || pw != "s3cret"):
+			t.Errorf("mode %#o: %q, %v", c.mode, pw, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), fmt.Sprintf("mode %#o", c.mode))):
+			t.Errorf("mode %#o: %v, want a refusal naming the file and its mode", c.mode, err)
+		}
+	}
+	if _, err := (ClientAuth{User: "azgate", PasswordFile: dir}).password(); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory as password file: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ func TestHealthCommands(t *testing.T) {
 	}
 
 	check := func(name string) *model.HealthCheck {
-		return &model.HealthCheck{Type: "command", Command: model.CommandName(name), Interval: model.Duration(300 * time.Millisecond),
+		return &model.HealthCheck{Type: "command", Command: model.CommandName(name), Interval: model.Duration(model.MinCommandInterval),
 			Timeout: model.Duration(200 * time.Millisecond), Rise: 1, Fall: 1}
 	}
 	// The DMZ servers (nat backends on the fabric) serve port 80; nothing
