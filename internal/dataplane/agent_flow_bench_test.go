@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"os"
-	"strconv"
 	"testing"
 
 	"github.com/google/gopacket/layers"
@@ -10,23 +9,26 @@ import (
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 )
 
-// TestAgentPathCost measures the agent's paths in ns/packet
+// BenchmarkAgentPaths measures the agent's paths in ns/packet
 // (BPF_PROG_TEST_RUN repeat mode through xdp_chain, which restores the
 // frame before every run and tail-calls the path; the same chain into
-// XDP_PASS is subtracted), the fastest of AZGATE_ROUNDS rounds (default 5)
-// of AZGATE_REPEAT runs (default 200000). It only logs, so it runs only
-// when AZGATE_TIMING is set: run it with -v, under the same load, before
-// and after a change.
+// XDP_PASS, timed right after, is subtracted and reported as chain_ns):
+//
+//	go test -run '^$' -bench AgentPaths -count 5 ./internal/dataplane
+//
+// Each sub-benchmark's ns/op is one packet; b.N is the repeat count of
+// one BPF_PROG_TEST_RUN call.
 //
 //   - eip_*: a guest with an EIP that serves no VIP (no flow lookup);
 //   - svc_eip_*: a guest with an EIP that serves a VIP too, on an EIP flow
 //     (a flow lookup that misses, then the EIP);
 //   - vip_*: a VIP flow (decap: an entry that is already right, refreshed
 //     by a lookup, no write; reply: translated by its entry).
-func TestAgentPathCost(t *testing.T) {
-	if os.Getenv("AZGATE_TIMING") == "" {
-		t.Skip("timing only with AZGATE_TIMING=1")
+func BenchmarkAgentPaths(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("BPF_PROG_TEST_RUN needs root")
 	}
+	var t testing.TB = b
 	env, a := newAgentBed(t)
 	g1 := uint32(mustIfindex(t, env, dptest.GuestDev))
 	bench, err := LoadBench()
@@ -34,13 +36,6 @@ func TestAgentPathCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bench.Close()
-	repeat, rounds := uint32(200000), 5
-	if v, err := strconv.Atoi(os.Getenv("AZGATE_REPEAT")); err == nil && v > 0 {
-		repeat = uint32(v)
-	}
-	if v, err := strconv.Atoi(os.Getenv("AZGATE_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
 	pad := make([]byte, 74) // frames of 128 bytes (guest) and more (tunnel)
 	key := uint32(vsid<<8 | 0x21)
 	tunnel := func(mac string, f flow) []byte {
@@ -65,36 +60,31 @@ func TestAgentPathCost(t *testing.T) {
 			if c.guest {
 				target, dev = a.GuestProgram(), dptest.GuestDev
 			}
-			if err := bench.SetBenchFrame(c.frame); err != nil {
-				t.Fatal(err)
-			}
-			best, restore := 0.0, 0.0
-			for r := 0; r < rounds; r++ {
-				if err := bench.SetChainTarget(target); err != nil {
-					t.Fatal(err)
+			b.Run(phase+"/"+c.name, func(b *testing.B) {
+				if err := bench.SetBenchFrame(c.frame); err != nil {
+					b.Fatal(err)
 				}
-				ns, ret, err := env.Time(bench.Chain(), dev, c.frame, repeat)
+				if err := bench.SetChainTarget(target); err != nil {
+					b.Fatal(err)
+				}
+				ns, ret, err := env.Time(bench.Chain(), dev, c.frame, uint32(b.N))
 				if err != nil {
-					t.Fatal(err)
+					b.Fatal(err)
 				}
 				if ret != c.want {
-					t.Fatalf("%s: action %d, want %d: not the measured path", c.name, ret, c.want)
+					b.Fatalf("%s: action %d, want %d: not the measured path", c.name, ret, c.want)
 				}
 				if err := bench.SetChainTarget(bench.Pass()); err != nil {
-					t.Fatal(err)
+					b.Fatal(err)
 				}
-				rs, _, err := env.Time(bench.Chain(), dev, c.frame, repeat)
+				chain, _, err := env.Time(bench.Chain(), dev, c.frame, uint32(b.N))
 				if err != nil {
-					t.Fatal(err)
+					b.Fatal(err)
 				}
-				if r == 0 || ns < best {
-					best = ns
-				}
-				if r == 0 || rs < restore {
-					restore = rs
-				}
-			}
-			t.Logf("%-26s %-12s %6.1f ns/packet (the chain into XDP_PASS, %.1f ns, subtracted)", c.name, phase, best-restore, restore)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(ns-chain, "ns/packet")
+				b.ReportMetric(chain, "chain_ns")
+			})
 		}
 	}
 	const redirect = 4
