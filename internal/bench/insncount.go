@@ -113,6 +113,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 		return r
 	}
 	c := insnCount{Calls: map[string]int{}}
+	var bss *region // .bss, made on first use
 	fr := &frame{stack: &region{name: "stack", buf: make([]byte, 512)}}
 	fr.regs[1] = val{r: ctx}
 	fr.regs[10] = val{r: fr.stack, n: 512}
@@ -287,6 +288,15 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 		case op.IsDWordLoad():
 			if ins.IsLoadFromMap() {
 				m := env.maps[ins.Reference()]
+				if m == nil && ins.Src == asm.PseudoMapValue && ins.Reference() == ".bss" {
+					// Zero-initialised globals (hc_address): the beds
+					// never set them, so they hold zeros, as here.
+					if bss == nil {
+						bss = &region{name: "global data .bss", buf: make([]byte, 4096)}
+					}
+					*dst = val{r: bss, n: uint64(ins.Constant) >> 32}
+					break
+				}
 				if m == nil {
 					return c, fmt.Errorf("no map %q", ins.Reference())
 				}

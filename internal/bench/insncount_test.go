@@ -54,4 +54,18 @@ func TestReplayMatchesKernel(t *testing.T) {
 	if got.Action != want.Action || !bytes.Equal(got.Out, want.Out[:len(got.Out)]) {
 		t.Errorf("replay: action %d, %x\nkernel: action %d, %x", got.Action, got.Out, want.Action, want.Out)
 	}
+
+	// Not an EIP: the pass path reads the global hc_address (.bss) too.
+	pass := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, "198.51.100.250", 40000, 80, 128)
+	want, err = env.Run(s.progs["edge"], dptest.ExtDev, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = countInsns(specs["xdp_edge"], emuEnv{maps: s.maps["edge"], cpu: firstCPU(), ifindex: uint32(idx), jiffies: j}, pass)
+	if err != nil {
+		t.Fatalf("edge pass: %v", err)
+	}
+	if got.Action != want.Action {
+		t.Errorf("edge pass: replay action %d, kernel %d", got.Action, want.Action)
+	}
 }
