@@ -404,4 +404,14 @@ enum hc_stat {
 };
 
 
+/* Agent: a port an edge's health check reaches a guest on through the
+ * tunnel (agent_hc_guests): the guest's private address, the checked port
+ * and the protocol (TCP or UDP). */
+struct hc_guest_key {
+	__be32 guest;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 #endif

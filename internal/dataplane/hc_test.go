@@ -209,7 +209,23 @@ func TestAgentHealthCheck(t *testing.T) {
 	if err := a.PutEIP(AgentEIP{EIP: addr(eip), Private: addr(hcGuest), VSID: vsid, StatsIdx: agentIdx, Ifindex: uint32(g1), Service: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetHealthGuests(map[netip.Addr]uint32{addr(hcGuest): vsid}); err != nil {
+	// Its checked ports: tcp/80 (an http check) and udp/7000.
+	if err := a.SetHealthGuests([]HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP, Port: 80},
+		{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoUDP, Port: 7000}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: 1, Port: 80}, {Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP}} {
+		if err := a.SetHealthGuests([]HealthGuest{bad}); err == nil {
+			t.Errorf("SetHealthGuests(%+v): no error", bad)
+		}
+	}
+	if err := a.SetHealthGuests([]HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP, Port: 80},
+		{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoUDP, Port: 7000}}); err != nil {
+		t.Fatal(err)
+	}
+	// A guest of the host that is no checked backend (no EIP, no
+	// service): nothing reaches its private address through the tunnel.
+	if err := a.SetIfAddrs([]IfAddr{{Ifindex: uint32(g1), Addr: addr(hcGuest)}, {Ifindex: uint32(g1), Addr: addr("198.19.21.3")}}); err != nil {
 		t.Fatal(err)
 	}
 	probe := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolTCP, sport: 40123, dport: 80, syn: true}
@@ -218,11 +234,34 @@ func TestAgentHealthCheck(t *testing.T) {
 	fromEdge := func(edge string, key uint32, f flow) []byte {
 		return nvgre(t, dptest.FabMAC, dptest.UlMAC, edge, dptest.UlAddr, key, 0, ethFrame(t, gwMAC, innerDst, f.ip(t)))
 	}
+	probeAck := probe
+	probeAck.syn = false
+	udpProbe := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolUDP, sport: 40124, dport: 7000}
+	ssh := flow{src: "203.0.113.9", dst: hcGuest, proto: layers.IPProtocolTCP, sport: 40125, dport: 22, syn: true}
+	udpTo80 := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolUDP, sport: 40126, dport: 80}
+	ping := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolICMPv4}
+	frag := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolTCP, fragOff: 10}
 	synack := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 40123}
 
 	fixtures := []fixture{
 		{name: "probe delivered as it is", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, probe), action: xdpRedirect,
 			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, probe.ip(t)), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
+		{name: "a probe's ACK writes no entry", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, probeAck), action: xdpRedirect,
+			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, probeAck.ip(t)), stats: map[string]uint64{"decap_tx": 1}},
+		{name: "udp probe to the checked udp port", dev: dptest.UlDev, in: fromEdge(edgeA, vsid<<8|7, udpProbe), action: xdpRedirect,
+			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, udpProbe.ip(t)), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
+		{name: "the Internet's address to port 22 of a checked guest", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, ssh), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "udp to the checked tcp port", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, udpTo80), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a ping to a checked guest", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, ping), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a fragment to a checked port", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, frag), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "port 22 of a guest that is no checked backend", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(ssh, "198.19.21.3")), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "the checked port of a guest that is no checked backend", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(probe, "198.19.21.3")), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
 		{name: "probe on another VSID", dev: dptest.UlDev, in: fromEdge(edgeB, 6000<<8|7, probe), action: xdpDrop,
 			stats: map[string]uint64{"drop_unknown": 1}},
 		{name: "probe to an address that is no guest here", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(probe, "198.19.21.5")),
@@ -247,6 +286,10 @@ func TestAgentHealthCheck(t *testing.T) {
 				}
 			}},
 	}
-	runFixtures(t, env, agentProg{a: a}, a, fixtures[:4])
-	runFixtures(t, env, agentProg{a: a, guest: true}, a, fixtures[4:])
+	n := len(fixtures) - 1
+	runFixtures(t, env, agentProg{a: a}, a, fixtures[:n])
+	runFixtures(t, env, agentProg{a: a, guest: true}, a, fixtures[n:])
+	if flows, err := a.Flows(0); err != nil || len(flows) != 2 {
+		t.Fatalf("flows %+v %v, want the tcp and the udp probe's", flows, err)
+	}
 }
