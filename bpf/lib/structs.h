@@ -400,6 +400,7 @@ enum hc_stat {
 	HC_STAT_DROP_HEADROOM, /* could not make room for the headers */
 	HC_STAT_DROP_PEER,     /* NVGRE to HC from a (host, VSID, guest) not checked */
 	HC_STAT_DROP_DIRECT,   /* a packet to HC outside the tunnel */
+	HC_STAT_DROP_NO_SOCK,  /* a checked backend's packet to HC no probe socket is connected for */
 	HC_STAT_MAX,
 };
 

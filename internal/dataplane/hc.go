@@ -49,6 +49,7 @@ var hcStatNames = []string{
 	"hc_drop_headroom",
 	"hc_drop_peer",
 	"hc_drop_direct",
+	"hc_drop_no_sock",
 }
 
 // HealthProgram is the TCX egress program of the health-check device.
