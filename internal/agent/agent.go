@@ -46,7 +46,7 @@ type HostWant struct {
 	// Checked are the ports the edges health-check encap-mode backends
 	// among the guests on, through the tunnel: the only way to a guest's
 	// private address from an edge (bpf/lib/agenthc.h).
-	Checked []dataplane.HealthGuest
+	Checked  []dataplane.HealthGuest
 	Problems []string
 }
 
