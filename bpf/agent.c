@@ -124,9 +124,9 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 		if (se && se->vsid == vsid) {
 			priv = sk.guest;
 			bport = se->bport;
-		} else if (hc_guest_ok(in.daddr, vsid)) {
-			/* An edge's health check, to the guest's own address:
-			 * delivered as it is, its flow recorded so the answer
+		} else if (hc_guest_ok(&in, vsid)) {
+			/* An edge's health check, to a checked port of the
+			 * guest's own address: delivered as it is, its flow recorded so the answer
 			 * goes back to that edge untranslated. */
 			priv = in.daddr;
 		} else {

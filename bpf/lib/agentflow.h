@@ -5,12 +5,25 @@
  * only its own address, so the agent remembers per flow which public
  * address and port the flow came in through (issue 7, section 2):
  *
- *   - xdp_agent_underlay writes an entry when it decapsulates a TCP or UDP
- *     packet to a VIP (key: the reply's 5-tuple as the guest sends it;
- *     value: the VIP and port, the edge that sent it, the guest's VSID and
- *     interface). An EIP packet to a guest that is also a service backend
- *     rewrites an existing entry that names another address; it creates
- *     none, because a guest's EIP is the fallback of every reply anyway.
+ *   - xdp_agent_underlay writes an entry when it decapsulates the first
+ *     packet of a TCP or UDP flow to a VIP (key: the reply's 5-tuple as the
+ *     guest sends it; value: the VIP and port, the edge that sent it, the
+ *     guest's VSID and interface). Only a first packet writes one: a TCP
+ *     SYN without ACK, a UDP packet with no entry yet. A TCP packet with
+ *     no entry that is not a SYN creates nothing (a bare ACK or a spoofed
+ *     segment from the Internet cannot fill the table; the replies of a
+ *     flow without an entry leave through the guest's EIP, as an evicted
+ *     flow's). An entry that names another public address is rewritten
+ *     only by a TCP SYN (a new connection on the same 5-tuple): a spoofed
+ *     packet to the guest's EIP on a VIP flow's tuple, or to a VIP on an
+ *     EIP flow's, does not flip it; a UDP entry is never rewritten to
+ *     another address (it ends when the LRU evicts it: UDP has no SYN to
+ *     tell a new flow from a forged one). A packet through the entry's
+ *     own address and port may refresh its edge, interface and edge-set
+ *     generation (where its replies go, never what they carry).
+ *     An EIP packet to a guest that is also a service backend creates no
+ *     entry (a guest's EIP is the fallback of every reply anyway); its SYN
+ *     rewrites an entry an earlier VIP flow left on its 5-tuple.
  *   - xdp_agent_guest translates a reply by its own entry first, and an
  *     ICMP error the guest sends by the entry of the flow it quotes.
  *
@@ -43,16 +56,18 @@ static __always_inline int flow_same(const struct agent_flow *a, const struct ag
 }
 
 /* Records, for the decapsulated packet in (to the guest priv, from the
- * edge at underlay address edge), where its flow came in: a flow to a VIP
- * (learn) is written unless its entry already says the same; a flow to the
- * guest's EIP (!learn) rewrites an entry an earlier VIP flow left on its
- * 5-tuple and creates none (a reply without one leaves through the EIP).
- * vsid_bport: the guest's VSID << 32 | the backend port the packet is
- * translated to (0: kept); ifx: the guest's interface << 32 | 2 when the
- * FIB resolved it | learn. Returns 1 when it wrote. A global (separately
- * verified) function, as is flow_reply_key: inlined, their branches
- * multiplied the callers' verifier states (and five arguments is all a
- * BPF call takes, hence the packing). */
+ * edge at underlay address edge), where its flow came in: the first packet
+ * of a flow to a VIP (learn: a TCP SYN without ACK, any UDP packet) writes
+ * its entry; a packet through the entry's own public address and port
+ * refreshes where the replies go when that changed; only a TCP SYN moves an
+ * entry to another public address (a flow to the guest's EIP, !learn,
+ * creates none: a reply without one leaves through the EIP). See the head
+ * of this file. vsid_bport: the guest's VSID << 32 | the backend port the
+ * packet is translated to (0: kept); ifx: the guest's interface << 32 | 2
+ * when the FIB resolved it | learn. Returns 1 when it wrote. A global
+ * (separately verified) function, as is flow_reply_key: inlined, their
+ * branches multiplied the callers' verifier states (and five arguments is
+ * all a BPF call takes, hence the packing). */
 __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u64 vsid_bport, __u64 ifx)
 {
 	__u32 zero = 0;
@@ -61,6 +76,8 @@ __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u6
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return 0;
+	int tcp = in->proto == IPPROTO_TCP_;
+	int syn = tcp && (in->tcp_flags & 0x12) == 0x02;
 	__be16 dport = (__be16)(in->ports >> 16);
 	__be16 bport = (__be16)(vsid_bport & 0xffff);
 	struct agent_flow_key k = {
@@ -82,10 +99,14 @@ __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u6
 	if (cur) {
 		if (flow_same(cur, &v))
 			return 0;
+		/* Another public address: only a new connection takes the
+		 * 5-tuple over (a forged packet must not flip the replies). */
+		if ((cur->pub != v.pub || cur->pport != v.pport) && !syn)
+			return 0;
 		*cur = v;
 		return 1;
 	}
-	if (!(ifx & 1))
+	if (!(ifx & 1) || (tcp && !syn))
 		return 0;
 	return bpf_map_update_elem(&agent_flows, &k, &v, BPF_ANY) == 0;
 }

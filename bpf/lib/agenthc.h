@@ -4,25 +4,34 @@
  * An edge checks an encap-mode backend by sending NVGRE whose inner
  * destination is the guest's private address itself (neither an EIP nor a
  * VIP: the probe's source is the edge's own health-check address). The
- * agent delivers it when the address is a guest of this host on the
- * packet's VSID (agent_hc_guests), untranslated, and records the flow in
- * agent_flows as a VIP flow is recorded (public address = the private one,
- * so the reply is not translated: no SNAT), so the guest's answer goes back
- * in NVGRE to the edge that sent the probe. NVGRE is only taken from the
- * edges (agent_edge_set) as for every other path. */
+ * agent delivers it only when it is TCP or UDP (unfragmented) to a port
+ * an edge checks on a backend of this host on the packet's VSID
+ * (agent_hc_guests: (address, port, protocol) -> VSID, which the agent
+ * fills from the services' health checks only: a guest that is no checked
+ * backend, another port, ICMP are not reachable this way), untranslated,
+ * and records the flow in agent_flows as a VIP flow is recorded (public
+ * address = the private one, so the reply is not translated: no SNAT), so
+ * the guest's answer goes back in NVGRE to the edge that sent the probe.
+ * NVGRE is only taken from the edges (agent_edge_set) as for every other
+ * path. The inner source is not checked: the edges' health-check
+ * addresses are not in the store (docs/dataplane.md, Known limits). */
 #ifndef AZG_AGENTHC_H
 #define AZG_AGENTHC_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include "agentflow.h"
 
 /* Its map (agent_hc_guests) is in maps.h. */
 
-/* Whether addr is a guest of this host on vsid (a health check's
- * destination). */
-static __always_inline int hc_guest_ok(__be32 addr, __u32 vsid)
+/* Whether in is a health check of an edge: TCP or UDP to a checked port of
+ * a guest of this host on vsid. */
+static __always_inline int hc_guest_ok(const struct pkt *in, __u32 vsid)
 {
-	__u32 *v = bpf_map_lookup_elem(&agent_hc_guests, &addr);
+	if (!flow_ported(in))
+		return 0;
+	struct hc_guest_key k = {.guest = in->daddr, .port = (__be16)(in->ports >> 16), .proto = in->proto};
+	__u32 *v = bpf_map_lookup_elem(&agent_hc_guests, &k);
 	return v && *v == vsid;
 }
 

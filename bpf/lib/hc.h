@@ -21,7 +21,14 @@
  *     the underlay only, and only when hc_peers holds its (host, VSID,
  *     guest), the outer headers are stripped and the inner packet goes up
  *     to the kernel, where the checker's socket takes it by its 4-tuple
- *     (two guests with one private address differ in the socket's port).
+ *     (two guests with one private address differ in the socket's port),
+ *     but only when such a socket exists (hc_sock_ok): a TCP socket of the
+ *     edge's own on the 4-tuple that is not a listener, or a UDP socket
+ *     connected to the guest's address and port. A checked host cannot
+ *     reach the edge kernel's other ports (sshd, snmpd: listeners and
+ *     unconnected sockets on the wildcard address) through HC; ICMP and
+ *     fragments to HC are dropped too (a check's answer fits one packet;
+ *     an ICMP error only makes a probe fail sooner than its timeout).
  *     Anything else to HC (another inner destination never gets here; a
  *     plain packet to HC, an unknown peer) is dropped and counted.
  */
@@ -63,11 +70,62 @@ static __always_inline __be32 hc_addr(void)
 	return *(volatile __be32 *)&hc_address;
 }
 
+/* Whether the frame (an inner packet to HC, its outer headers stripped:
+ * the IPv4 header right after Ethernet) is TCP or UDP for a probe socket of
+ * this edge: bpf_skc_lookup_tcp finds a socket on the 4-tuple that must
+ * not be a listener (a request or time-wait socket is a probe's too);
+ * bpf_sk_lookup_udp a socket that must be connected to the packet's source
+ * (a UDP check dials: a socket bound to the wildcard is a service of the
+ * edge's). The lookup is in the namespace of the receiving device, the
+ * checker's. A global (separately verified) function: the socket
+ * references it takes are released before it returns, and xdp_edge's
+ * verification does not grow with its branches. */
+__noinline int hc_sock_ok(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + ETH_HLEN_;
+	if ((void *)(iph + 1) > data_end || iph->version != 4 || iph->ihl < 5)
+		return 0;
+	if (iph->frag_off & bpf_htons(IP_MF_ | IP_OFFMASK_))
+		return 0;
+	__u8 proto = iph->protocol;
+	if (proto != IPPROTO_TCP_ && proto != IPPROTO_UDP_)
+		return 0;
+	__u32 ihl = (iph->ihl & 0xf) * 4;
+	__be16 *pp = (void *)iph + ihl;
+	if ((void *)(pp + 2) > data_end)
+		return 0;
+	struct bpf_sock_tuple t = {};
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
+	t.ipv4.sport = pp[0];
+	t.ipv4.dport = pp[1];
+	struct bpf_sock *sk;
+	int ok;
+	if (proto == IPPROTO_TCP_) {
+		sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return 0;
+		ok = sk->state != BPF_TCP_LISTEN;
+	} else {
+		sk = bpf_sk_lookup_udp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return 0;
+		ok = sk->dst_ip4 == t.ipv4.saddr && sk->dst_port == t.ipv4.sport;
+	}
+	bpf_sk_release(sk);
+	return ok;
+}
+
 /* XDP, NVGRE from a host whose inner destination is HC (host: the outer
  * source, already taken from the underlay interface only; guest: the
- * inner source). A reply of a checked backend goes up to the kernel without its
- * outer headers, addressed to the MAC the outer frame was sent to (the
- * underlay interface's) so the stack takes it; anything else is dropped. */
+ * inner source). A reply of a checked backend to a probe socket
+ * (hc_sock_ok) goes up to the kernel without its outer headers, addressed
+ * to the MAC the outer frame was sent to (the underlay interface's) so the
+ * stack takes it; anything else is dropped. */
 static __noinline int hc_reply(struct xdp_md *ctx, __be32 host, __be32 guest, __u32 vsid, __u32 l3_len)
 {
 	/* Not inlined, and given scalars (l3_len: the inner packet's l3_off
@@ -98,6 +156,10 @@ static __noinline int hc_reply(struct xdp_md *ctx, __be32 host, __be32 guest, __
 		return count_drop(STAT_DROP_HEADROOM, len);
 	__builtin_memcpy(eth->h_dest, ours, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, peer, ETH_ALEN_);
+	if (!hc_sock_ok(ctx)) {
+		hc_count(HC_STAT_DROP_NO_SOCK, len);
+		return count_drop(STAT_DROP_SPOOF, len);
+	}
 	hc_count(HC_STAT_REPLY_PASS, len);
 	return XDP_PASS;
 }

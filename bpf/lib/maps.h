@@ -386,12 +386,13 @@ struct {
 } agent_flows SEC(".maps");
 
 /* ---- health checks from the edges (lib/agenthc.h) ---- */
-/* Every guest of this host: private address -> its VSID. Written by the
- * agent daemon from the host's guests. */
+/* The health-checked ports of this host's encap-mode backends: (private
+ * address, port, protocol) -> the guest's VSID. Written by the agent daemon
+ * from the services (only backends of a pool with a health check). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, AGENT_HC_GUEST_MAX);
-	__type(key, __be32);
+	__type(key, struct hc_guest_key);
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_hc_guests SEC(".maps");

@@ -418,8 +418,19 @@ enum hc_stat {
 	HC_STAT_DROP_HEADROOM, /* could not make room for the headers */
 	HC_STAT_DROP_PEER,     /* NVGRE to HC from a (host, VSID, guest) not checked */
 	HC_STAT_DROP_DIRECT,   /* a packet to HC outside the tunnel */
+	HC_STAT_DROP_NO_SOCK,  /* a checked backend's packet to HC no probe socket is connected for */
 	HC_STAT_MAX,
 };
 
+
+/* Agent: a port an edge's health check reaches a guest on through the
+ * tunnel (agent_hc_guests): the guest's private address, the checked port
+ * and the protocol (TCP or UDP). */
+struct hc_guest_key {
+	__be32 guest;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
 
 #endif

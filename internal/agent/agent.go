@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
@@ -42,6 +43,10 @@ type HostWant struct {
 	EIPs     map[netip.Addr]Want // EIPs bound to guests of this host
 	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
+	// Checked are the ports the edges health-check encap-mode backends
+	// among the guests on, through the tunnel: the only way to a guest's
+	// private address from an edge (bpf/lib/agenthc.h).
+	Checked  []dataplane.HealthGuest
 	Problems []string
 }
 
@@ -74,6 +79,9 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		}
 		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
 	}
+	// A backend is checked once per pool, whatever its listeners.
+	type checkKey struct{ svc, pool, backend string }
+	seen := map[checkKey]bool{}
 	for _, name := range sortedNames(st.Services) {
 		svc := st.Services[name]
 		if svc.Mode != model.ModeEncap {
@@ -96,6 +104,13 @@ func Desired(st *model.State, host string) (HostWant, error) {
 				if !ok {
 					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s: no guest %q on this host", name, b.Key(), b.Guest))
 					continue
+				}
+				if pool.Health != nil && !seen[checkKey{name, pool.Name, b.Key()}] {
+					seen[checkKey{name, pool.Name, b.Key()}] = true
+					port, proto := lbplan.CheckPort(svc, pool, b), lbplan.CheckProto(pool.Health)
+					if port != 0 && proto != 0 {
+						w.Checked = append(w.Checked, dataplane.HealthGuest{Guest: g.Address, VSID: g.VSID, Proto: proto, Port: port})
+					}
 				}
 				ports := []uint16{0}
 				if !l.AnyPort() {
@@ -329,16 +344,17 @@ func (r *Reconciler) sync(want HostWant) {
 	if err := r.maps.SetIfAddrs(ifaddrs); err != nil {
 		r.fail(err)
 	}
-	// Every guest an edge's health check may reach through the tunnel:
-	// its own address on its VSID (bpf/lib/agenthc.h).
+	// The checked ports of the encap backends among the guests: what an
+	// edge's health check may reach through the tunnel, and nothing else
+	// (bpf/lib/agenthc.h).
 	if hg, ok := r.maps.(dataplane.HealthGuests); ok {
-		guests := map[netip.Addr]uint32{}
-		for _, g := range want.Guests {
-			if _, ok := links[g.Address]; ok {
-				guests[g.Address] = g.VSID
+		var checked []dataplane.HealthGuest
+		for _, c := range want.Checked {
+			if _, ok := links[c.Guest]; ok {
+				checked = append(checked, c)
 			}
 		}
-		if err := hg.SetHealthGuests(guests); err != nil {
+		if err := hg.SetHealthGuests(checked); err != nil {
 			r.fail(err)
 		}
 	}

@@ -199,3 +199,46 @@ func TestAgentServices(t *testing.T) {
 		t.Fatalf("EIP of a guest that serves nothing: %+v, want Service clear", e)
 	}
 }
+
+// Only the checked ports of encap backends with a health check are
+// reachable through the tunnel at their private addresses (issue 7
+// review): not every guest of the host, not a pool without a check, not
+// another host's backend, not a command check.
+func TestAgentHealthGuests(t *testing.T) {
+	st := state(t)
+	h := *st.Hosts["az1-h1"]
+	h.Guests = append(append([]model.Guest(nil), h.Guests...), model.Guest{Name: "g3", Address: a("198.19.11.5"), VSID: 5113},
+		model.Guest{Name: "g4", Address: a("198.19.11.7"), VSID: 5114})
+	if _, err := st.Put(&h); err != nil {
+		t.Fatal(err)
+	}
+	svc := &model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}, {Protocol: "tcp", Port: 81, Pool: "web"},
+			{Protocol: "udp", Port: 53, Pool: "dns"}, {Protocol: "tcp", Port: 443, Pool: "plain"}},
+		Pools: []model.Pool{
+			{Name: "web", Health: &model.HealthCheck{Type: model.CheckHTTP},
+				Backends: []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 8080}, {Host: "az1-h2", Guest: "g1"}}},
+			{Name: "dns", Health: &model.HealthCheck{Type: model.CheckUDP, Port: 5353, Send: "x"},
+				Backends: []model.Backend{{Host: "az1-h1", Guest: "g2"}}},
+			{Name: "plain", Backends: []model.Backend{{Host: "az1-h1", Guest: "g3"}}},
+		}}
+	st.Set(svc)
+	fake := dataplane.NewFakeAgent()
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r.Handle(st, 1, nil, true)
+	want := []dataplane.HealthGuest{
+		{Guest: a("198.19.11.1"), VSID: 5111, Proto: dataplane.ProtoTCP, Port: 8080},
+		{Guest: a("198.19.11.3"), VSID: 5112, Proto: dataplane.ProtoUDP, Port: 5353},
+	}
+	if fmt.Sprint(fake.HealthGuests) != fmt.Sprint(want) {
+		t.Fatalf("health guests %+v, want %+v", fake.HealthGuests, want)
+	}
+	// The checks go: nothing is reachable any more.
+	svc2 := *svc
+	svc2.Pools = []model.Pool{{Name: "web", Backends: svc.Pools[0].Backends}, {Name: "dns", Backends: svc.Pools[1].Backends}, svc.Pools[2]}
+	st.Set(&svc2)
+	r.Handle(st, 2, nil, false)
+	if len(fake.HealthGuests) != 0 {
+		t.Fatalf("health guests %+v after the checks went, want none", fake.HealthGuests)
+	}
+}

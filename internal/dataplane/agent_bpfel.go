@@ -130,6 +130,14 @@ type agentFibRoom struct {
 	B [8]uint64
 }
 
+type agentHcGuestKey struct {
+	_     structs.HostLayout
+	Guest uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type agentIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64

@@ -47,8 +47,8 @@ func FuzzAgentGuest(f *testing.F) {
 		}
 	}
 	in := []flow{
-		{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, ttl: 63},
-		{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40002, dport: 443, ttl: 63},
+		{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, ttl: 63, syn: true},
+		{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40002, dport: 443, ttl: 63, syn: true},
 		{src: client, dst: vipEncap, proto: layers.IPProtocolUDP, sport: 5000, dport: 7777, ttl: 63},
 	}
 	for _, fl := range in {

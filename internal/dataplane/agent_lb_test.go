@@ -80,16 +80,22 @@ func (b *agentFlowT) encap(ip []byte, edge string, pub string, proto uint8, spor
 func TestAgentFlows(t *testing.T) {
 	b, a := agentFlowBed(t)
 	slot := ptr[uint32](agentIdx)
-	viaVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, ttl: 63}
-	viaEIP := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40001, dport: 80, ttl: 63}
-	viaVIPFixed := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40002, dport: 443, ttl: 63}
+	viaVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, ttl: 63, syn: true}
+	viaVIPAck := viaVIP
+	viaVIPAck.syn = false
+	viaEIP := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40001, dport: 80, ttl: 63, syn: true}
+	viaVIPFixed := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40002, dport: 443, ttl: 63, syn: true}
+	// A bare ACK to the VIP with no entry (a spoofed or mid-flow segment).
+	bareAck := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40009, dport: 80, ttl: 63}
 	dnsVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolUDP, sport: 5001, dport: 53, ttl: 63}
 	udpAny := flow{src: client, dst: vipEncap, proto: layers.IPProtocolUDP, sport: 5000, dport: 7777, ttl: 63}
 	runFixtures(t, b.env, agentProg{a: a}, a, []fixture{
-		{name: "VIP flow to port 80 is delivered and recorded", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIP),
+		{name: "a bare ACK to the VIP is delivered and creates nothing", dev: dptest.UlDev, in: b.fromEdge(edgeA, bareAck),
+			action: xdpRedirect, out: b.deliver(bareAck, 0), stats: map[string]uint64{"decap_tx": 1}},
+		{name: "a SYN to VIP port 80 is delivered and recorded", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIP),
 			action: xdpRedirect, out: b.deliver(viaVIP, 0), check: checksumsOK, stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
-		{name: "the same flow again writes nothing", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIP),
-			action: xdpRedirect, out: b.deliver(viaVIP, 0), stats: map[string]uint64{"decap_tx": 1}},
+		{name: "the same flow again writes nothing", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIPAck),
+			action: xdpRedirect, out: b.deliver(viaVIPAck, 0), stats: map[string]uint64{"decap_tx": 1}},
 		{name: "EIP flow to the same port needs no entry", dev: dptest.UlDev, in: b.fromEdge(edgeB, viaEIP),
 			action: xdpRedirect, out: b.deliver(viaEIP, 0), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipRx: 1},
 		{name: "VIP flow to a fixed backend port", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIPFixed),
@@ -160,12 +166,32 @@ func TestAgentFlows(t *testing.T) {
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 	})
 
-	// An EIP flow on the 5-tuple of an earlier VIP flow takes the entry
-	// over: its replies leave from the EIP.
-	sameTuple := withDst(viaVIP, eip)
+	// A forged packet to the EIP on the 5-tuple of a VIP flow (an ACK, or
+	// UDP) does not flip the entry: the VIP flow's replies still leave
+	// from the VIP. A SYN to the EIP on that tuple is a new connection:
+	// it takes the entry over; a forged ACK to the VIP does not flip it
+	// back.
+	sameTuple := withDst(viaVIPAck, eip)
+	sameTupleSyn := withDst(viaVIP, eip)
+	udpOnEIP := withDst(dnsVIP, eip)
+	udpOnEIP.dport = 5353
 	runFixtures(t, b.env, agentProg{a: a}, a, []fixture{
-		{name: "EIP flow on a VIP flow's tuple rewrites the entry", dev: dptest.UlDev, in: b.fromEdge(edgeB, sameTuple),
-			action: xdpRedirect, out: b.deliver(sameTuple, 0), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}, eipSlot: slot, eipRx: 1},
+		{name: "a spoofed EIP ACK on a VIP flow's tuple does not flip it", dev: dptest.UlDev, in: b.fromEdge(edgeB, sameTuple),
+			action: xdpRedirect, out: b.deliver(sameTuple, 0), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipRx: 1},
+		{name: "a spoofed EIP udp packet on a udp VIP flow's tuple does not flip it", dev: dptest.UlDev, in: b.fromEdge(edgeA, udpOnEIP),
+			action: xdpRedirect, out: b.deliver(udpOnEIP, 0), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipRx: 1},
+	})
+	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{
+		{name: "the VIP flow's reply still leaves from the VIP", dev: dptest.GuestDev, in: fromGuest(rVIP),
+			action: xdpRedirect, out: b.encap(public(rVIP, vipEncap, 80), edgeA, vipEncap, 6, 80, 40000), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "the udp VIP flow's reply still leaves from VIP:53", dev: dptest.GuestDev, in: fromGuest(rDNS),
+			action: xdpRedirect, out: b.encap(public(rDNS, vipEncap, 53), edgeB, vipEncap, 17, 53, 5001), stats: map[string]uint64{"encap_tx": 1}},
+	})
+	runFixtures(t, b.env, agentProg{a: a}, a, []fixture{
+		{name: "an EIP SYN on a VIP flow's tuple rewrites the entry", dev: dptest.UlDev, in: b.fromEdge(edgeB, sameTupleSyn),
+			action: xdpRedirect, out: b.deliver(sameTupleSyn, 0), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}, eipSlot: slot, eipRx: 1},
+		{name: "a spoofed VIP ACK on the EIP flow's tuple does not flip it back", dev: dptest.UlDev, in: b.fromEdge(edgeA, viaVIPAck),
+			action: xdpRedirect, out: b.deliver(viaVIPAck, 0), stats: map[string]uint64{"decap_tx": 1}},
 	})
 	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{
 		{name: "its reply now leaves from the EIP", dev: dptest.GuestDev, in: fromGuest(rVIP),
@@ -209,7 +235,7 @@ func TestAgentFlowsNoEIP(t *testing.T) {
 	if err := a.DeleteEIP(addr(eip)); err != nil {
 		t.Fatal(err)
 	}
-	viaVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 41000, dport: 80, ttl: 63}
+	viaVIP := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 41000, dport: 80, ttl: 63, syn: true}
 	runFixtures(t, b.env, agentProg{a: a}, a, []fixture{
 		{name: "VIP flow is delivered and recorded", dev: dptest.UlDev, in: b.fromEdge(edgeB, viaVIP),
 			action: xdpRedirect, out: b.deliver(viaVIP, 0), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},

@@ -141,9 +141,20 @@ type FakeAgent struct {
 	Local    []netip.Prefix
 	EIPMap   map[netip.Addr]AgentEIP
 	Counters map[uint32]Counters
+	// HealthGuests: the last SetHealthGuests.
+	HealthGuests []HealthGuest
 }
 
 var _ AgentMaps = (*FakeAgent)(nil)
+var _ HealthGuests = (*FakeAgent)(nil)
+
+// SetHealthGuests records the checked ports.
+func (f *FakeAgent) SetHealthGuests(g []HealthGuest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.HealthGuests = append([]HealthGuest(nil), g...)
+	return nil
+}
 
 // NewFakeAgent returns an empty fake.
 func NewFakeAgent() *FakeAgent {

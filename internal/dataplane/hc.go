@@ -49,6 +49,7 @@ var hcStatNames = []string{
 	"hc_drop_headroom",
 	"hc_drop_peer",
 	"hc_drop_direct",
+	"hc_drop_no_sock",
 }
 
 // HealthProgram is the TCX egress program of the health-check device.
@@ -180,32 +181,50 @@ func (e *Edge) AttachHealth(ifname string) error {
 	return nil
 }
 
+// HealthGuest is a port an edge's health check reaches a guest of the
+// host on through the tunnel: the guest's private address, its VSID, the
+// checked port and protocol (ProtoTCP or ProtoUDP).
+type HealthGuest struct {
+	Guest netip.Addr
+	VSID  uint32
+	Proto uint8
+	Port  uint16
+}
+
 // HealthGuests is what the agent's side of tunnel health checks needs (the
 // Agent implements it; separate from AgentMaps so its fakes stay as they
 // are).
 type HealthGuests interface {
-	// SetHealthGuests replaces the guests of the host an edge's health
-	// check may reach: private address -> VSID.
-	SetHealthGuests(map[netip.Addr]uint32) error
+	// SetHealthGuests replaces the checked ports of the host's guests an
+	// edge's health check may reach (nothing else reaches a private
+	// address through the tunnel).
+	SetHealthGuests([]HealthGuest) error
 }
 
 var _ HealthGuests = (*Agent)(nil)
 
 // SetHealthGuests replaces agent_hc_guests.
-func (a *Agent) SetHealthGuests(guests map[netip.Addr]uint32) error {
-	keep := map[uint32]bool{}
-	for g, vsid := range guests {
-		if !g.Is4() {
-			return fmt.Errorf("guest %v: IPv4 only", g)
+func (a *Agent) SetHealthGuests(guests []HealthGuest) error {
+	keep := map[agentHcGuestKey]bool{}
+	for _, g := range guests {
+		if !g.Guest.Is4() {
+			return fmt.Errorf("health-check guest %v: IPv4 only", g.Guest)
 		}
-		k := ip4word(g)
+		if g.Proto != ProtoTCP && g.Proto != ProtoUDP {
+			return fmt.Errorf("health-check guest %v port %d: protocol %d, want TCP or UDP", g.Guest, g.Port, g.Proto)
+		}
+		if g.Port == 0 {
+			return fmt.Errorf("health-check guest %v: port 0", g.Guest)
+		}
+		k := agentHcGuestKey{Guest: ip4word(g.Guest), Port: be16(g.Port), Proto: g.Proto}
 		keep[k] = true
-		if err := a.objs.AgentHcGuests.Update(k, vsid, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("health-check guest %v (VSID %d): %w", g, vsid, err)
+		if err := a.objs.AgentHcGuests.Update(&k, g.VSID, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("health-check guest %v port %d/%d (VSID %d): %w", g.Guest, g.Port, g.Proto, g.VSID, err)
 		}
 	}
-	var k, v uint32
-	var stale []uint32
+	var k agentHcGuestKey
+	var v uint32
+	var stale []agentHcGuestKey
 	it := a.objs.AgentHcGuests.Iterate()
 	for it.Next(&k, &v) {
 		if !keep[k] {
@@ -216,7 +235,7 @@ func (a *Agent) SetHealthGuests(guests map[netip.Addr]uint32) error {
 		return err
 	}
 	for _, k := range stale {
-		if err := a.objs.AgentHcGuests.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := a.objs.AgentHcGuests.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete health-check guest: %w", err)
 		}
 	}

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"io"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -140,11 +142,14 @@ func TestHealthProbeEncap(t *testing.T) {
 }
 
 // The guest's answer in NVGRE from its host goes up to the kernel without
-// the outer headers; an answer from a backend not checked, an answer to
-// another address and a packet to the health-check address outside the
-// tunnel are dropped.
+// the outer headers when a probe socket takes it; an answer from a backend
+// not checked, an answer to another address, a packet to the health-check
+// address outside the tunnel, and a checked guest's packet to a port of the
+// edge no probe socket is connected on (a listener's, a wildcard UDP
+// socket's, none) are dropped.
 func TestHealthReplyFixtures(t *testing.T) {
 	b := newHCEdgeBed(t)
+	hcSockets(t, b.env)
 	key := uint32(vsid<<8 | 0x21)
 	reply := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 40123, ttl: 64}
 	inner := func(f flow) []byte { return ethFrame(t, "02:cc:00:00:00:02", gwMAC, f.ip(t)) }
@@ -154,12 +159,28 @@ func TestHealthReplyFixtures(t *testing.T) {
 	// Up to the kernel as if it arrived on the underlay interface.
 	up := ethFrame(t, dptest.FabMAC, dptest.UlMAC, reply.ip(t))
 	udpReply := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolUDP, sport: 7000, dport: 40124}
+	sshSyn := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 22, syn: true}
+	snmp := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolUDP, sport: 7000, dport: 161}
+	noSock := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 40199}
+	udpOtherPort := udpReply
+	udpOtherPort.sport = 7001
+	ping := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolICMPv4}
 
 	fixtures := []fixture{
 		{name: "reply of a checked backend goes up", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(reply)),
 			action: xdpPass, out: up},
 		{name: "udp reply of a checked backend goes up", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(udpReply)),
 			action: xdpPass, out: ethFrame(t, dptest.FabMAC, dptest.UlMAC, udpReply.ip(t))},
+		{name: "a checked guest's SYN to the edge's sshd", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(sshSyn)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "a checked guest's udp to the edge's snmpd", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(snmp)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "a checked guest's tcp to a port with no socket", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(noSock)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "udp from another port of the checked guest", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(udpOtherPort)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "a checked guest's ping to the health-check address", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(ping)),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "same guest address from another host", dev: dptest.UlDev, in: fromHost(otherHost, key, inner(reply)),
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "same guest and host, another VSID", dev: dptest.UlDev, in: fromHost(hostAddr, 6000<<8, inner(reply)),
@@ -179,6 +200,9 @@ func TestHealthReplyFixtures(t *testing.T) {
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
 	if n := hcStat(t, b.edge, "hc_reply_pass"); n != 2 {
 		t.Errorf("hc_reply_pass %d, want 2", n)
+	}
+	if n := hcStat(t, b.edge, "hc_drop_no_sock"); n != 5 {
+		t.Errorf("hc_drop_no_sock %d, want 5", n)
 	}
 	if n := hcStat(t, b.edge, "hc_drop_peer"); n != 3 {
 		t.Errorf("hc_drop_peer %d, want 3", n)
@@ -209,7 +233,23 @@ func TestAgentHealthCheck(t *testing.T) {
 	if err := a.PutEIP(AgentEIP{EIP: addr(eip), Private: addr(hcGuest), VSID: vsid, StatsIdx: agentIdx, Ifindex: uint32(g1), Service: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetHealthGuests(map[netip.Addr]uint32{addr(hcGuest): vsid}); err != nil {
+	// Its checked ports: tcp/80 (an http check) and udp/7000.
+	if err := a.SetHealthGuests([]HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP, Port: 80},
+		{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoUDP, Port: 7000}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: 1, Port: 80}, {Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP}} {
+		if err := a.SetHealthGuests([]HealthGuest{bad}); err == nil {
+			t.Errorf("SetHealthGuests(%+v): no error", bad)
+		}
+	}
+	if err := a.SetHealthGuests([]HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP, Port: 80},
+		{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoUDP, Port: 7000}}); err != nil {
+		t.Fatal(err)
+	}
+	// A guest of the host that is no checked backend (no EIP, no
+	// service): nothing reaches its private address through the tunnel.
+	if err := a.SetIfAddrs([]IfAddr{{Ifindex: uint32(g1), Addr: addr(hcGuest)}, {Ifindex: uint32(g1), Addr: addr("198.19.21.3")}}); err != nil {
 		t.Fatal(err)
 	}
 	probe := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolTCP, sport: 40123, dport: 80, syn: true}
@@ -218,11 +258,34 @@ func TestAgentHealthCheck(t *testing.T) {
 	fromEdge := func(edge string, key uint32, f flow) []byte {
 		return nvgre(t, dptest.FabMAC, dptest.UlMAC, edge, dptest.UlAddr, key, 0, ethFrame(t, gwMAC, innerDst, f.ip(t)))
 	}
+	probeAck := probe
+	probeAck.syn = false
+	udpProbe := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolUDP, sport: 40124, dport: 7000}
+	ssh := flow{src: "203.0.113.9", dst: hcGuest, proto: layers.IPProtocolTCP, sport: 40125, dport: 22, syn: true}
+	udpTo80 := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolUDP, sport: 40126, dport: 80}
+	ping := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolICMPv4}
+	frag := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolTCP, fragOff: 10}
 	synack := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 40123}
 
 	fixtures := []fixture{
 		{name: "probe delivered as it is", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, probe), action: xdpRedirect,
 			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, probe.ip(t)), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
+		{name: "a probe's ACK writes no entry", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, probeAck), action: xdpRedirect,
+			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, probeAck.ip(t)), stats: map[string]uint64{"decap_tx": 1}},
+		{name: "udp probe to the checked udp port", dev: dptest.UlDev, in: fromEdge(edgeA, vsid<<8|7, udpProbe), action: xdpRedirect,
+			out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, udpProbe.ip(t)), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
+		{name: "the Internet's address to port 22 of a checked guest", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, ssh), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "udp to the checked tcp port", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, udpTo80), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a ping to a checked guest", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, ping), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a fragment to a checked port", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, frag), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "port 22 of a guest that is no checked backend", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(ssh, "198.19.21.3")), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "the checked port of a guest that is no checked backend", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(probe, "198.19.21.3")), action: xdpDrop,
+			stats: map[string]uint64{"drop_unknown": 1}},
 		{name: "probe on another VSID", dev: dptest.UlDev, in: fromEdge(edgeB, 6000<<8|7, probe), action: xdpDrop,
 			stats: map[string]uint64{"drop_unknown": 1}},
 		{name: "probe to an address that is no guest here", dev: dptest.UlDev, in: fromEdge(edgeB, vsid<<8|7, withDst(probe, "198.19.21.5")),
@@ -247,6 +310,70 @@ func TestAgentHealthCheck(t *testing.T) {
 				}
 			}},
 	}
-	runFixtures(t, env, agentProg{a: a}, a, fixtures[:4])
-	runFixtures(t, env, agentProg{a: a, guest: true}, a, fixtures[4:])
+	n := len(fixtures) - 1
+	runFixtures(t, env, agentProg{a: a}, a, fixtures[:n])
+	runFixtures(t, env, agentProg{a: a, guest: true}, a, fixtures[n:])
+	if flows, err := a.Flows(0); err != nil || len(flows) != 2 {
+		t.Fatalf("flows %+v %v, want the tcp and the udp probe's", flows, err)
+	}
+}
+
+// hcSockets gives the edge bed's namespace what a checking edge has: a
+// TCP probe connected from the health-check address port 40123 to the
+// guest's port 80, a UDP probe from port 40124 connected to its port 7000
+// (both addresses local on lo, so the connection is real), and services of
+// the edge's own on the health-check address: a TCP listener on port 22
+// and a UDP socket on the wildcard address port 161.
+func hcSockets(t *testing.T, env *dptest.Env) {
+	t.Helper()
+	for _, a := range []string{hcAddr + "/32", hcGuest + "/32"} {
+		if err := env.Node.Addr("lo", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lo, err := env.Node.Handle().LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Node.Handle().LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	var closers []io.Closer
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	})
+	err = env.Node.Do(func() error {
+		web, err := net.Listen("tcp4", hcGuest+":80")
+		if err != nil {
+			return err
+		}
+		closers = append(closers, web)
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(hcAddr), Port: 40123}}
+		c, err := d.Dial("tcp4", hcGuest+":80")
+		if err != nil {
+			return err
+		}
+		closers = append(closers, c)
+		u, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(hcAddr), Port: 40124}, &net.UDPAddr{IP: net.ParseIP(hcGuest), Port: 7000})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, u)
+		ssh, err := net.Listen("tcp4", "0.0.0.0:22")
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ssh)
+		snmp, err := net.ListenPacket("udp4", "0.0.0.0:161")
+		if err != nil {
+			return err
+		}
+		closers = append(closers, snmp)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("health-check sockets: %v", err)
+	}
 }

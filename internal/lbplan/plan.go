@@ -440,18 +440,46 @@ func target(hosts Resolver, svc *model.Service, b model.Backend) (Target, error)
 	return Target{Addr: pl.Underlay, Guest: pl.Guest, VSID: pl.VSID}, nil
 }
 
+// CheckPort is the port the edges check backend b of pool on (the check's
+// port, else the backend's, else the first fixed-port listener's of the
+// pool; 0: none). The agent uses it too: an encap backend is reachable
+// through the tunnel on its checked ports only (bpf/lib/agenthc.h).
+func CheckPort(svc *model.Service, pool *model.Pool, b model.Backend) uint16 {
+	if pool.Health == nil {
+		return 0
+	}
+	if pool.Health.Port != 0 {
+		return pool.Health.Port
+	}
+	if b.Port != 0 {
+		return b.Port
+	}
+	for _, l := range svc.Listeners {
+		if l.Pool == pool.Name && !l.AnyPort() {
+			return l.Port
+		}
+	}
+	return 0
+}
+
+// CheckProto is the IP protocol of a check through the tunnel: 17 for a
+// udp check, 6 for tcp, http and https, 0 for a command (which runs on the
+// edge and never reaches an encap backend).
+func CheckProto(h *model.HealthCheck) uint8 {
+	switch h.Type {
+	case model.CheckUDP:
+		return 17
+	case model.CheckTCP, model.CheckHTTP, model.CheckHTTPS:
+		return 6
+	}
+	return 0
+}
+
 // checks lists the health-check targets of a pool with a check.
 func checks(svc *model.Service, pl *Pool) ([]Check, error) {
 	pool, _ := svc.Pool(pl.Name)
 	if pool == nil || pool.Health == nil {
 		return nil, nil
-	}
-	var lport uint16
-	for _, l := range svc.Listeners {
-		if l.Pool == pool.Name && !l.AnyPort() {
-			lport = l.Port
-			break
-		}
 	}
 	resolved := map[string]Target{}
 	for _, b := range pl.Backends {
@@ -459,13 +487,7 @@ func checks(svc *model.Service, pl *Pool) ([]Check, error) {
 	}
 	var out []Check
 	for _, b := range pool.Backends {
-		port := pool.Health.Port
-		if port == 0 {
-			port = b.Port
-		}
-		if port == 0 {
-			port = lport
-		}
+		port := CheckPort(svc, pool, b)
 		if port == 0 {
 			return out, fmt.Errorf("service %s pool %s: the health check needs a port (the pool only has any-port listeners)", svc.Name, pool.Name)
 		}
