@@ -23,6 +23,7 @@ declare -A need=(
 	[ip]=iproute2
 	[ethtool]=ethtool
 	[nsenter]=util-linux
+	[setpriv]=util-linux
 	[etcd]=etcd-server
 	[curl]=curl
 	[nft]=nftables

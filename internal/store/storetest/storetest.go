@@ -87,7 +87,10 @@ func StartEtcd(t *testing.T, scheme string, extra ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		t.Skip("no etcd binary (apt-get install etcd-server): skipping the external etcd tests")
+		if os.Geteuid() == 0 {
+			t.Fatal("no etcd binary: scripts/setup.sh installs it (apt-get install etcd-server)")
+		}
+		t.Skip("no etcd binary (apt-get install etcd-server) and not root: skipping the external etcd tests")
 	}
 	client := strings.Replace(freeURL(t), "http://", scheme+"://", 1)
 	peer := freeURL(t)
