@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store/storetest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -38,38 +36,11 @@ func embedded(t *testing.T) *Store {
 	return s
 }
 
-// external starts Debian's etcd (package etcd-server) on loopback ports.
+// external starts Debian's etcd (package etcd-server) on loopback ports
+// and connects to it.
 func external(t *testing.T) *Store {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if _, err := os.Stat("/usr/bin/etcd"); err != nil {
-			if os.Geteuid() == 0 {
-				t.Fatal("no etcd binary: scripts/setup.sh installs it (apt-get install etcd-server)")
-			}
-			t.Skip("no etcd binary (apt-get install etcd-server) and not root: skipping the external etcd tests")
-		}
-		bin = "/usr/bin/etcd"
-	}
-	client, peer := freePort(t), freePort(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--name", "test", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "test="+peer, "--log-level", "error", "--logger", "zap")
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-	})
+	client := storetest.StartEtcd(t, "http")
 	s, err := Connect(Options{Endpoints: []string{client}, Log: quiet}) // etcd's default: 128 ops per txn
 	if err != nil {
 		t.Fatal(err)
@@ -77,21 +48,10 @@ func external(t *testing.T) *Store {
 	t.Cleanup(func() { s.Close() })
 	for deadline := time.Now().Add(20 * time.Second); s.Ping(context.Background()) != nil; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			t.Fatalf("etcd at %s did not answer in 20s:\n%s", client, b)
+			t.Fatalf("etcd at %s did not answer in 20s", client)
 		}
 	}
 	return s
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
 }
 
 func TestEmbedded(t *testing.T) { suite(t, embedded(t)) }
