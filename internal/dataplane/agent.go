@@ -196,21 +196,7 @@ func (a *Agent) SetLocalPrefixes(prefixes []netip.Prefix) error {
 			return fmt.Errorf("write local prefix %v: %w", p, err)
 		}
 	}
-	var k agentLpm4Key
-	var v uint32
-	var stale []agentLpm4Key
-	it := a.objs.AgentLocal.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
-			stale = append(stale, k)
-		}
-	}
-	for _, k := range stale {
-		if err := a.objs.AgentLocal.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	return it.Err()
+	return deleteStale[agentLpm4Key, uint32](a.objs.AgentLocal, func(k agentLpm4Key) bool { return want[k] })
 }
 
 // PutEIP adds or replaces an EIP hosted here (both directions).
@@ -301,21 +287,7 @@ func (a *Agent) SetIfAddrs(want []IfAddr) error {
 			return fmt.Errorf("guest address %v on ifindex %d: %w", w.Addr, w.Ifindex, err)
 		}
 	}
-	var k agentIfAddr
-	var v uint32
-	var stale []agentIfAddr
-	it := a.objs.AgentIfaddrs.Iterate()
-	for it.Next(&k, &v) {
-		if !keep[k] {
-			stale = append(stale, k)
-		}
-	}
-	for _, k := range stale {
-		if err := a.objs.AgentIfaddrs.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	return it.Err()
+	return deleteStale[agentIfAddr, uint32](a.objs.AgentIfaddrs, func(k agentIfAddr) bool { return keep[k] })
 }
 
 // EIPs lists the EIPs programmed, joined with their guest entries.

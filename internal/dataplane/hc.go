@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -91,41 +90,10 @@ func (e *Edge) SetHealthTargets(targets map[uint32]HealthTarget) error {
 			}
 		}
 	}
-	var mark uint32
-	var tv edgeHcTarget
-	var staleMarks []uint32
-	it := e.objs.HcMarks.Iterate()
-	for it.Next(&mark, &tv) {
-		if _, ok := targets[mark]; !ok {
-			staleMarks = append(staleMarks, mark)
-		}
-	}
-	if err := it.Err(); err != nil {
+	if err := deleteStale[uint32, edgeHcTarget](e.objs.HcMarks, func(m uint32) bool { _, ok := targets[m]; return ok }); err != nil {
 		return err
 	}
-	for _, m := range staleMarks {
-		if err := e.objs.HcMarks.Delete(m); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete health mark %#x: %w", m, err)
-		}
-	}
-	var p edgeHcPeer
-	var one uint32
-	var stalePeers []edgeHcPeer
-	pit := e.objs.HcPeers.Iterate()
-	for pit.Next(&p, &one) {
-		if !peers[p] {
-			stalePeers = append(stalePeers, p)
-		}
-	}
-	if err := pit.Err(); err != nil {
-		return err
-	}
-	for _, p := range stalePeers {
-		if err := e.objs.HcPeers.Delete(&p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete health peer: %w", err)
-		}
-	}
-	return nil
+	return deleteStale[edgeHcPeer, uint32](e.objs.HcPeers, func(p edgeHcPeer) bool { return peers[p] })
 }
 
 // HealthStats reads the health-check path's counters.
@@ -222,22 +190,5 @@ func (a *Agent) SetHealthGuests(guests []HealthGuest) error {
 			return fmt.Errorf("health-check guest %v port %d/%d (VSID %d): %w", g.Guest, g.Port, g.Proto, g.VSID, err)
 		}
 	}
-	var k agentHcGuestKey
-	var v uint32
-	var stale []agentHcGuestKey
-	it := a.objs.AgentHcGuests.Iterate()
-	for it.Next(&k, &v) {
-		if !keep[k] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for _, k := range stale {
-		if err := a.objs.AgentHcGuests.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete health-check guest: %w", err)
-		}
-	}
-	return nil
+	return deleteStale[agentHcGuestKey, uint32](a.objs.AgentHcGuests, func(k agentHcGuestKey) bool { return keep[k] })
 }

@@ -260,3 +260,28 @@ func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
 	}
 	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
 }
+
+// deleteStale deletes every entry of m whose key keep rejects: the second
+// half of replacing a map's contents (write the wanted entries first, then
+// drop the rest, so a reader never sees a wanted entry missing). K and V
+// are the map's key and value types.
+func deleteStale[K comparable, V any](m *ebpf.Map, keep func(K) bool) error {
+	var k K
+	var v V
+	var stale []K
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !keep(k) {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading %v: %w", m, err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting %+v from %v: %w", k, m, err)
+		}
+	}
+	return nil
+}
