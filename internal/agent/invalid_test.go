@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
 // TestInvalidStoredObjectsIgnored: an EIP written straight into etcd that
@@ -19,21 +18,7 @@ import (
 // listed in its status; a later valid write of the same key is
 // programmed. The valid EIP beside it is programmed throughout.
 func TestInvalidStoredObjectsIgnored(t *testing.T) {
-	dir, err := os.MkdirTemp("", "aza") // short: the unix socket path is limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := embeddedtest.Store(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

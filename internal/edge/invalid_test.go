@@ -2,8 +2,6 @@ package edge
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,28 +9,8 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
-
-// embeddedStore starts an embedded etcd for the test.
-func embeddedStore(t *testing.T) *store.Store {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "aze") // short: the unix socket path is limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // rawPut writes a value straight into etcd, past the API's validation.
 func rawPut(t *testing.T, s *store.Store, kind, key, value string) {
@@ -66,7 +44,7 @@ func until(t *testing.T, r *Reconciler, what string, cond func() bool) {
 // are programmed as usual. An invalid write over a valid object withdraws
 // it.
 func TestInvalidStoredObjectsIgnored(t *testing.T) {
-	s := embeddedStore(t)
+	s := embeddedtest.Store(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var ops []store.Op

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -21,30 +19,13 @@ import (
 
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
 // etcdClient starts an embedded etcd for the test and returns a client.
-func etcdClient(t *testing.T) *clientv3.Client {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "azh") // short: the unix socket path is limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s.Client
-}
+func etcdClient(t *testing.T) *clientv3.Client { return embeddedtest.Store(t).Client }
 
 // newPublisher returns a publisher living until the test ends (closed
 // before the client is).
