@@ -70,42 +70,28 @@ func loadAvailable(spec *ebpf.CollectionSpec, to any) (Missing, error) {
 	}
 	defer coll.Close()
 	var missing Missing
-	var walk func(v reflect.Value)
-	walk = func(v reflect.Value) {
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			f, fv := t.Field(i), v.Field(i)
-			if f.Anonymous && fv.Kind() == reflect.Struct {
-				walk(fv)
-				continue
+	eachTagged(to, func(name string, fv reflect.Value) {
+		switch fv.Type() {
+		case reflect.TypeOf((*ebpf.Map)(nil)):
+			if m := coll.DetachMap(name); m != nil {
+				fv.Set(reflect.ValueOf(m))
+				return
 			}
-			name := f.Tag.Get("ebpf")
-			if name == "" {
-				continue
+		case reflect.TypeOf((*ebpf.Program)(nil)):
+			if p := coll.DetachProgram(name); p != nil {
+				fv.Set(reflect.ValueOf(p))
+				return
 			}
-			switch f.Type {
-			case reflect.TypeOf((*ebpf.Map)(nil)):
-				if m := coll.DetachMap(name); m != nil {
-					fv.Set(reflect.ValueOf(m))
-					continue
-				}
-			case reflect.TypeOf((*ebpf.Program)(nil)):
-				if p := coll.DetachProgram(name); p != nil {
-					fv.Set(reflect.ValueOf(p))
-					continue
-				}
-			case reflect.TypeOf((*ebpf.Variable)(nil)):
-				if x, ok := coll.Variables[name]; ok {
-					fv.Set(reflect.ValueOf(x))
-					continue
-				}
-			default:
-				continue
+		case reflect.TypeOf((*ebpf.Variable)(nil)):
+			if x, ok := coll.Variables[name]; ok {
+				fv.Set(reflect.ValueOf(x))
+				return
 			}
-			missing = append(missing, name)
+		default:
+			return
 		}
-	}
-	walk(reflect.ValueOf(to).Elem())
+		missing = append(missing, name)
+	})
 	return missing, nil
 }
 
@@ -134,6 +120,18 @@ func ProgramSpecs() (map[string]*ebpf.ProgramSpec, error) {
 
 func mapsOf(objs any) map[string]*ebpf.Map {
 	out := map[string]*ebpf.Map{}
+	eachTagged(objs, func(name string, fv reflect.Value) {
+		if m, ok := fv.Interface().(*ebpf.Map); ok && m != nil {
+			out[name] = m
+		}
+	})
+	return out
+}
+
+// eachTagged calls fn with every `ebpf:"name"` field of objs, a pointer to
+// a bpf2go objects struct (its embedded maps and programs structs
+// included).
+func eachTagged(objs any, fn func(name string, fv reflect.Value)) {
 	var walk func(v reflect.Value)
 	walk = func(v reflect.Value) {
 		t := v.Type()
@@ -143,11 +141,10 @@ func mapsOf(objs any) map[string]*ebpf.Map {
 				walk(fv)
 				continue
 			}
-			if m, ok := fv.Interface().(*ebpf.Map); ok && m != nil {
-				out[f.Tag.Get("ebpf")] = m
+			if name := f.Tag.Get("ebpf"); name != "" {
+				fn(name, fv)
 			}
 		}
 	}
 	walk(reflect.ValueOf(objs).Elem())
-	return out
 }
