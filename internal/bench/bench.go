@@ -60,30 +60,33 @@ func pct(a, b float64) float64 {
 	return 100 * a / b
 }
 
+// resultJSON is Result as MarshalJSON writes it (and `bench compare`
+// reads it back).
+type resultJSON struct {
+	Suite            string   `json:"suite"`
+	Name             string   `json:"name"`
+	Value            float64  `json:"value"`
+	Unit             string   `json:"unit"`
+	Baseline         string   `json:"baseline,omitempty"`
+	BaselineValue    *float64 `json:"baseline_value,omitempty"`
+	Ratio            *float64 `json:"ratio,omitempty"`
+	Harness          *float64 `json:"harness_ns,omitempty"`
+	Floor            *float64 `json:"floor_ns,omitempty"`
+	AboveFloor       *float64 `json:"above_floor_ns,omitempty"`
+	Before           *float64 `json:"before,omitempty"`
+	BeforeAboveFloor *float64 `json:"before_above_floor_ns,omitempty"`
+	CutPct           *float64 `json:"cut_pct,omitempty"`
+	CutAboveFloorPct *float64 `json:"cut_above_floor_pct,omitempty"`
+	Note             string   `json:"note,omitempty"`
+}
+
 // MarshalJSON writes the fields that apply: baseline_value and ratio
 // whenever there is a baseline (a ratio of 0 is a result, not an absent
 // one), the harness, floor and above-floor figures for per-packet results,
 // the earlier objects' figures and the cuts when they were measured.
 func (r Result) MarshalJSON() ([]byte, error) {
 	f := func(x float64) *float64 { return &x }
-	type out struct {
-		Suite            string   `json:"suite"`
-		Name             string   `json:"name"`
-		Value            float64  `json:"value"`
-		Unit             string   `json:"unit"`
-		Baseline         string   `json:"baseline,omitempty"`
-		BaselineValue    *float64 `json:"baseline_value,omitempty"`
-		Ratio            *float64 `json:"ratio,omitempty"`
-		Harness          *float64 `json:"harness_ns,omitempty"`
-		Floor            *float64 `json:"floor_ns,omitempty"`
-		AboveFloor       *float64 `json:"above_floor_ns,omitempty"`
-		Before           *float64 `json:"before,omitempty"`
-		BeforeAboveFloor *float64 `json:"before_above_floor_ns,omitempty"`
-		CutPct           *float64 `json:"cut_pct,omitempty"`
-		CutAboveFloorPct *float64 `json:"cut_above_floor_pct,omitempty"`
-		Note             string   `json:"note,omitempty"`
-	}
-	o := out{Suite: r.Suite, Name: r.Name, Value: r.Value, Unit: r.Unit, Baseline: r.Baseline, Note: r.Note}
+	o := resultJSON{Suite: r.Suite, Name: r.Name, Value: r.Value, Unit: r.Unit, Baseline: r.Baseline, Note: r.Note}
 	if r.Baseline != "" {
 		o.BaselineValue, o.Ratio = f(r.BaselineValue), f(r.Ratio)
 	}

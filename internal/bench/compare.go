@@ -45,21 +45,6 @@ func Compare(before, after []string) ([]Result, error) {
 	return out, nil
 }
 
-// jsonResult is Result as MarshalJSON writes it.
-type jsonResult struct {
-	Suite         string   `json:"suite"`
-	Name          string   `json:"name"`
-	Value         float64  `json:"value"`
-	Unit          string   `json:"unit"`
-	Baseline      string   `json:"baseline"`
-	BaselineValue *float64 `json:"baseline_value"`
-	Ratio         *float64 `json:"ratio"`
-	Harness       *float64 `json:"harness_ns"`
-	Floor         *float64 `json:"floor_ns"`
-	AboveFloor    *float64 `json:"above_floor_ns"`
-	Note          string   `json:"note"`
-}
-
 // readRuns reads JSON-lines files and keeps, per suite and name, the
 // result with the lowest value (noise only adds time), in first-seen order.
 func readRuns(files []string) (map[string]Result, []string, error) {
@@ -98,7 +83,7 @@ func readResults(r io.Reader, fn func(Result)) error {
 		if len(b) == 0 || b[0] != '{' {
 			continue // progress messages mixed in
 		}
-		var j jsonResult
+		var j resultJSON
 		if err := json.Unmarshal(b, &j); err != nil {
 			return fmt.Errorf("line %d: %w", line, err)
 		}
