@@ -43,7 +43,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate: serve HTTPS on --listen")
 		f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM key of --tls-cert")
 		f.StringVar(&etcd, "etcd-endpoints", "", "external etcd endpoints, comma-separated (default: start an embedded etcd)")
-		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client URL of the embedded etcd, e.g. http://127.0.0.1:2379")
+		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client socket of the embedded etcd, unix:///path (no TCP: it has no authentication)")
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
 		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 (the default fits a 1M-EIP document about 3 times)")
 		f.IntVar(&cfg.MaxConns, "max-conns", controller.DefaultMaxConns, "concurrent API connections on each listener (TCP, unix socket); more wait")

@@ -90,8 +90,10 @@ type Config struct {
 	// single-node etcd with its data in DataDir, reachable at
 	// unix://DataDir/etcd.sock (and EtcdListen, if given).
 	EtcdEndpoints []string
-	// EtcdListen is an extra client URL (http://127.0.0.1:2379) for the
-	// embedded etcd, for roles that cannot reach the socket.
+	// EtcdListen is an extra client socket (unix:///path) of the embedded
+	// etcd, for roles that reach the store through another path (a socket
+	// bind-mounted into a container, say). No TCP: the embedded etcd has no
+	// authentication.
 	EtcdListen string
 	// EtcdAuth holds the TLS and user/password settings for
 	// EtcdEndpoints (the embedded etcd's socket needs none).
@@ -168,8 +170,8 @@ func (c Config) check() (Config, error) {
 			return c, errors.New("etcd listen URL is for the embedded etcd; it cannot be used with external etcd endpoints")
 		}
 		u, err := url.Parse(c.EtcdListen)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "unix") || (u.Scheme == "http" && u.Port() == "") {
-			return c, fmt.Errorf("etcd listen URL %q: want http://HOST:PORT or unix:///path", c.EtcdListen)
+		if err != nil || u.Scheme != "unix" || u.Host != "" || u.Path == "" {
+			return c, fmt.Errorf("etcd listen URL %q: want unix:///path (the embedded etcd has no authentication: no TCP, which every local user could use)", c.EtcdListen)
 		}
 	}
 	switch {

@@ -28,8 +28,8 @@ type Embedded struct {
 const EmbeddedTxnOps = 4096
 
 // StartEmbedded starts etcd with its data in dir, serving clients on
-// clientURLs (unix:///path, or http://LOOPBACK:PORT: a non-loopback TCP
-// URL is refused, since the embedded etcd has no authentication). dir is
+// clientURLs (unix:///path only: the embedded etcd has no authentication,
+// and a TCP port, even on loopback, would be open to every local user). dir is
 // made mode 0700, which is what keeps other local users from the sockets
 // inside it: the client socket belongs there, and the peer listener (a
 // single node has no peers, but etcd insists on one) is a filesystem
@@ -78,13 +78,13 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 			}
 			os.MkdirAll(filepath.Dir(u.Path), 0o755)
 			os.Remove(u.Path) // a stale socket from a crash
-		case "http":
-			if !isLoopback(u.Hostname()) {
-				return nil, fmt.Errorf("embedded etcd: client URL %q: the embedded etcd has no authentication, so a TCP listener must be on loopback (127.0.0.1, ::1 or localhost)", s)
-			}
-			log.Warn("embedded etcd listens on loopback TCP without authentication: every local user can read and write the store through it; prefer the unix socket in the data dir", "url", s)
+		case "http", "https":
+			// Even on loopback, every local user could read and write
+			// the store through a TCP port of an etcd without
+			// authentication: only sockets, guarded by file modes.
+			return nil, fmt.Errorf("embedded etcd: client URL %q: the embedded etcd has no authentication, so it listens on unix sockets only (every local user could use a TCP port); roles on other machines use an external etcd with TLS and authentication", s)
 		default:
-			return nil, fmt.Errorf("embedded etcd: client URL %q: want http://LOOPBACK:PORT or unix:///path", s)
+			return nil, fmt.Errorf("embedded etcd: client URL %q: want unix:///path", s)
 		}
 		curls = append(curls, *u)
 	}
