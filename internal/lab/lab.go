@@ -138,6 +138,10 @@ func (l *Lab) up(ctx context.Context) error {
 	if err := l.buildNetwork(); err != nil {
 		return err
 	}
+	l.say("starting BIRD in rtr (one BGP session per edge, ECMP)")
+	if err := l.startRouter(); err != nil {
+		return err
+	}
 	if err := l.save(); err != nil {
 		return err
 	}
@@ -152,7 +156,7 @@ func (l *Lab) up(ctx context.Context) error {
 	if _, err := c.Apply(ctx, l.Region()); err != nil {
 		return fmt.Errorf("apply the lab region: %w", err)
 	}
-	l.say("starting edge and agents")
+	l.say("starting %d edges and the agents", len(l.Topo.NodesByRole("edge")))
 	for _, n := range l.Topo.NodesByRole("edge") {
 		if err := l.startEdge(n); err != nil {
 			return err
@@ -287,8 +291,7 @@ func (l *Lab) Region() *model.Document {
 			d.Hosts = append(d.Hosts, h)
 		}
 	}
-	d.EdgeSets = []model.EdgeSet{{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix(EIPPrefix)},
-		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: netip.MustParseAddr(EdgeUnderlay)}}}}
+	d.EdgeSets = EdgeSets()
 	for i := 7; i <= 9; i++ {
 		d.EIPs = append(d.EIPs, model.EIP{Address: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})})
 	}
@@ -298,19 +301,25 @@ func (l *Lab) Region() *model.Document {
 // start runs the azgate binary inside a node's namespace, detached, with
 // its output in the lab's log directory.
 func (l *Lab) start(n *Node, what string, args ...string) error {
+	return l.startCmd(n, what, append([]string{l.Cfg.Binary}, args...)...)
+}
+
+// startCmd runs argv inside a node's namespace, detached, with its output
+// in the lab's log directory, and records it as the node's process.
+func (l *Lab) startCmd(n *Node, what string, argv ...string) error {
 	logPath := filepath.Join(l.logDir(), n.Name+"-"+what+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer lf.Close()
-	cmd := netns.Command(n.Netns, append([]string{l.Cfg.Binary}, args...)...)
+	cmd := netns.Command(n.Netns, argv...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s on %s: %w", what, n.Name, err)
 	}
-	n.Process = &Proc{Cmd: strings.Join(args, " "), PID: cmd.Process.Pid, Log: logPath}
+	n.Process = &Proc{Cmd: strings.Join(argv[1:], " "), PID: cmd.Process.Pid, Log: logPath}
 	go cmd.Wait() // reap; the lab tracks liveness by pid
 	return nil
 }
@@ -374,7 +383,7 @@ func (l *Lab) startEdge(n *Node) error {
 	}
 	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdURL(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
-		"--health-command", HealthCommand+"="+script, "--health-source", EdgeHealth)
+		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String())
 }
 
 func (l *Lab) startAgent(n *Node) error {

@@ -1,17 +1,19 @@
 // Package lab builds a whole azgate region on one Linux machine out of
 // network namespaces and veth pairs, runs every role in it against the
-// embedded store, and drives scenarios (EIP drift between AZs).
+// embedded store, and drives scenarios (EIP drift between AZs, ECMP across
+// an edge set, pull-out, quarantine, edge failover).
 //
-//	         inet            Internet client, 203.0.113.10
-//	           |
-//	          rtr            upstream router (static route to the EIP prefix)
-//	           |
-//	        edge-a1          XDP edge: ext0 (Internet side), ul0 (underlay)
-//	           |
-//	          fab            underlay router, 198.18.0.0/16
-//	    /   /  |  \   \   \
-//	az1-h1 az1-h2 ... az3-h2 hosts running the agent (XDP on ul0 and guest links)
-//	   |  \
+//	                     inet            Internet client, 203.0.113.10
+//	                      |
+//	                     rtr             upstream router: BIRD 2, one eBGP session
+//	     _________________|___________   per edge, ECMP (merge paths, L4 hash)
+//	    /       /      \       \   \   //	edge-a1 edge-a2 edge-b1 edge-b2 edge-d1 edge-q1   XDP edges: ext0 (Internet
+//	\___ POP a ___/ \___ POP b ___/  dedicated quarantine  side), ul0 (underlay)
+//	 \______ set prefix-ab ______/   set        set
+//	    \       \      /       /   /   /
+//	                     fab             underlay router, 198.18.0.0/16
+//	    /   /  |  \   \   \    //	az1-h1 az1-h2 ... az3-h2   dmz1..3   hosts running the agent (XDP on ul0
+//	   |  \                              and guest links); plain DMZ servers
 //	  g1   g2                guests, 198.19.0.0/16 private addresses
 //
 // Guests are reachable only through the tunnels: the underlay routes no
@@ -35,6 +37,8 @@ type Node struct {
 	Role      string            `json:"role"` // internet, router, edge, underlay, host, guest
 	AZ        string            `json:"az,omitempty"`
 	Host      string            `json:"host,omitempty"` // for guests
+	POP       string            `json:"pop,omitempty"`  // for edges
+	Set       string            `json:"set,omitempty"`  // for edges: their edge set
 	Addresses map[string]string `json:"addresses"`      // interface -> CIDR
 	Process   *Proc             `json:"process,omitempty"`
 }
@@ -81,6 +85,91 @@ const (
 // checks of encap-mode backends leave from it through the tunnel.
 const EdgeHealth = "198.18.255.1"
 
+// The lab's edge sets.
+const (
+	// PrefixSet announces EIPPrefix from both POPs: one set spanning POP
+	// a and POP b, so losing a POP shrinks the ECMP group instead of
+	// taking the prefix away (docs/lab.md, "Edge sets").
+	PrefixSet = "prefix-ab"
+	// DedicatedSet takes the /32 of EIPs and VIPs pulled out into it.
+	DedicatedSet = "dedicated"
+	// QuarantineSet is the region's quarantine set.
+	QuarantineSet = "quarantine"
+)
+
+// BGP of the lab: private ASNs (RFC 6996), the router's and one per set,
+// and timers short enough that a killed edge leaves the ECMP group within
+// a few seconds.
+const (
+	RouterASN    = 64512
+	HoldTime     = 3 // seconds
+	Keepalive    = 1
+	MD5Password  = "azgate-lab-md5" // on the sessions of POP b's edges
+	prefixSetASN = 65001
+	dedicatedASN = 65002
+	quarASN      = 65003
+)
+
+// EdgeSpec is one edge of the lab.
+type EdgeSpec struct {
+	Name string
+	POP  string // "a", "b"; "" for the dedicated and quarantine edges
+	Set  string
+	// MD5: the edge's BGP session is signed with MD5Password.
+	MD5 bool
+}
+
+// Edges are the lab's edges, in the order their addresses are numbered:
+// two POPs of two edges in the prefix set, the dedicated set's edge and
+// the quarantine set's edge.
+var Edges = []EdgeSpec{
+	{Name: "edge-a1", POP: "a", Set: PrefixSet},
+	{Name: "edge-a2", POP: "a", Set: PrefixSet},
+	{Name: "edge-b1", POP: "b", Set: PrefixSet, MD5: true},
+	{Name: "edge-b2", POP: "b", Set: PrefixSet, MD5: true},
+	{Name: "edge-d1", Set: DedicatedSet},
+	{Name: "edge-q1", Set: QuarantineSet},
+}
+
+// EdgesOf lists the names of a set's edges.
+func EdgesOf(set string) []string {
+	var out []string
+	for _, e := range Edges {
+		if e.Set == set {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+func edgeIndex(name string) int {
+	for i, e := range Edges {
+		if e.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Addresses of the k-th edge (0-based, Edges order): its underlay link
+// 198.18.0.2k/31 to fab (the edge has .2k+1), its Internet-side link
+// 198.18.100.2k/31 to rtr (the edge has .2k+1), its health-check source
+// 198.18.255.k+1. edge-a1 keeps the addresses the one-edge lab had.
+func edgeUnderlay(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 0, byte(2*k + 1)}) }
+func edgeExt(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 100, byte(2*k + 1)}) }
+func rtrSide(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 100, byte(2 * k)}) }
+func edgeHealth(k int) netip.Addr   { return netip.AddrFrom4([4]byte{198, 18, 255, byte(k + 1)}) }
+
+// EdgeUnderlayOf is an edge's underlay address.
+func EdgeUnderlayOf(name string) netip.Addr { return edgeUnderlay(edgeIndex(name)) }
+
+// EdgeExtOf is an edge's Internet-side address: the next hop it announces.
+func EdgeExtOf(name string) netip.Addr { return edgeExt(edgeIndex(name)) }
+
+// RouterSideOf is the router's address on its link to an edge: the edge's
+// BGP peer.
+func RouterSideOf(name string) netip.Addr { return rtrSide(edgeIndex(name)) }
+
 // HostName names the i-th host (1-based) of an AZ.
 func HostName(az, i int) string { return fmt.Sprintf("az%d-h%d", az, i) }
 
@@ -125,18 +214,33 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	}
 	add("inet", "internet", "", "")
 	add("rtr", "router", "", "")
-	add("edge-a1", "edge", "", "")
+	for _, e := range Edges {
+		add(e.Name, "edge", "", "")
+		t.Node(e.Name).POP, t.Node(e.Name).Set = e.POP, e.Set
+	}
 	add("fab", "underlay", "", "")
 	t.link("inet", "eth0", ClientAddr+"/24", "rtr", "inet0", "203.0.113.1/24", 1500)
-	t.link("rtr", "edge-a1", "198.18.100.0/31", "edge-a1", "ext0", "198.18.100.1/31", 1500)
-	t.link("edge-a1", "ul0", EdgeUnderlay+"/31", "fab", "edge-a1", "198.18.0.0/31", 1500)
+	t.routes = append(t.routes, route{"inet", "default", "203.0.113.1", "eth0"})
+	for k, e := range Edges {
+		// Devices on rtr and fab are named after the edge.
+		t.link("rtr", e.Name, rtrSide(k).String()+"/31", e.Name, "ext0", edgeExt(k).String()+"/31", 1500)
+		t.link(e.Name, "ul0", edgeUnderlay(k).String()+"/31", "fab", e.Name, edgeUnderlay(k).Prev().String()+"/31", 1500)
+		t.routes = append(t.routes,
+			route{e.Name, "default", rtrSide(k).String(), "ext0"},
+			route{e.Name, "198.18.0.0/15", edgeUnderlay(k).Prev().String(), "ul0"},
+		)
+	}
 	t.routes = append(t.routes,
-		route{"inet", "default", "203.0.113.1", "eth0"},
+		// Until the edges announce with BGP, a static route sends the
+		// EIP prefix to edge-a1 (BIRD's sessions wait meanwhile).
 		route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"},
-		route{"edge-a1", "default", "198.18.100.0", "ext0"},
-		route{"edge-a1", "198.18.0.0/15", "198.18.0.0", "ul0"},
 		// Replies of the DMZ servers (nat-mode backends) go back through
-		// the edge, which translates them back to the VIP.
+		// one edge of the prefix set, which translates them back to the
+		// VIP: the nat connection table lives on the edge that took the
+		// connection, so a nat connection that ECMP sends to another
+		// member works only once members share their tables (connection
+		// sync) or the servers' gateway moves to an ARP-owned address on
+		// a shared segment (docs/lab.md, "The DMZ").
 		route{"fab", ClientNet, EdgeUnderlay, "edge-a1"},
 	)
 	// DMZ servers: plain servers on the underlay router, no agent, for
