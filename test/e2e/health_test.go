@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -139,16 +140,30 @@ func verdictsAre(st *api.ServiceStatus, pools []string, want map[string]bool) (b
 		if !ok {
 			return false, "no pool " + pool
 		}
+		healthy := 0
 		for _, b := range p.Backends {
 			up, ok := want[b.Key]
 			if !ok {
 				continue
+			}
+			if up {
+				healthy++
 			}
 			if up && (b.Down || b.UpVotes == 0 || b.DownVotes != 0) {
 				return false, pool + "/" + b.Key + " not up"
 			}
 			if !up && (!b.Down || b.DownVotes == 0) {
 				return false, pool + "/" + b.Key + " not down"
+			}
+		}
+		// The verdict reached every edge's table: with several edges the
+		// verdict can read "up" (no down votes) while edges still hold
+		// the table they built before the majority was in.
+		if len(p.Backends) == len(want) {
+			for _, tb := range p.Tables {
+				if tb.Missing != "" || tb.Healthy != healthy {
+					return false, fmt.Sprintf("pool %s: edge %s's table has %d healthy backends (missing %q), want %d", pool, tb.Edge, tb.Healthy, tb.Missing, healthy)
+				}
 			}
 		}
 	}
