@@ -120,7 +120,7 @@ func (l *Lab) Sessions(ctx context.Context) (map[string]string, error) {
 		if e, ok := names[f[0]]; ok {
 			info := f[3]
 			if len(f) >= 6 {
-				info = f[len(f)-1]
+				info = f[5]
 			}
 			got[e] = info
 		}

@@ -110,6 +110,11 @@ const (
 	quarASN      = 65003
 )
 
+// StaticUpstream: the router sends the EIP prefix to edge-a1 by a static
+// route instead of learning it from the edges over BGP (the edges of this
+// build do not announce yet), and the demo skips its fleet part.
+const StaticUpstream = true
+
 // EdgeSpec is one edge of the lab.
 type EdgeSpec struct {
 	Name string
@@ -231,9 +236,6 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 		)
 	}
 	t.routes = append(t.routes,
-		// Until the edges announce with BGP, a static route sends the
-		// EIP prefix to edge-a1 (BIRD's sessions wait meanwhile).
-		route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"},
 		// Replies of the DMZ servers (nat-mode backends) go back through
 		// one edge of the prefix set, which translates them back to the
 		// VIP: the nat connection table lives on the edge that took the
@@ -243,6 +245,9 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 		// a shared segment (docs/lab.md, "The DMZ").
 		route{"fab", ClientNet, EdgeUnderlay, "edge-a1"},
 	)
+	if StaticUpstream {
+		t.routes = append(t.routes, route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"})
+	}
 	// DMZ servers: plain servers on the underlay router, no agent, for
 	// nat-mode services.
 	for i := 1; i <= DMZServers; i++ {

@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/lab"
+)
+
+// The fleet tests run against the lab's real router: BIRD 2 in rtr, one
+// eBGP session per edge (hold 3 s, keepalive 1 s, MD5 on POP b's), its
+// routes merged into one multipath kernel route.
+
+func needBGP(t *testing.T) {
+	t.Helper()
+	if lab.StaticUpstream {
+		t.Skip("the lab's router still has a static route: the edges of this build do not announce with BGP")
+	}
+}
+
+var eipNet = netip.MustParsePrefix(lab.EIPPrefix)
+
+func without(edges []string, e string) []string {
+	return slices.DeleteFunc(slices.Clone(edges), func(x string) bool { return x == e })
+}
+
+// TestFleetRoutes: the router's kernel table holds one multipath route to
+// the EIP prefix with every healthy member of the prefix set; a
+// pulled-out and a quarantined EIP's /32 appear via their sets' edges and
+// go; a member's routes are withdrawn on drain, on SIGTERM (before the
+// process ends), on SIGKILL, when it hangs (the hold timer) and when its
+// links go down, and come back when it does.
+func TestFleetRoutes(t *testing.T) {
+	needBGP(t)
+	l := upLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	all := lab.EdgesOf(lab.PrefixSet)
+	hold := time.Duration(lab.HoldTime) * time.Second
+
+	t.Run("one multipath route with every member", func(t *testing.T) {
+		if _, err := l.WaitRoute(ctx, eipNet, all, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := l.RouterRoutes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, via := range rs {
+			if p != eipNet {
+				t.Errorf("unexpected route %v via %v", p, via)
+			}
+		}
+		st, err := l.Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range lab.Edges {
+			if st[e.Name] != "Established" {
+				t.Errorf("session with %s: %q", e.Name, st[e.Name])
+			}
+		}
+	})
+
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pulled, quarantined = "198.51.100.8", "198.51.100.9"
+	t.Run("pull-out and quarantine /32s appear and go", func(t *testing.T) {
+		for _, m := range []struct {
+			eip, set string
+			on, off  func() error
+		}{
+			{pulled, lab.DedicatedSet, func() error { return l.PullOut(ctx, pulled, lab.DedicatedSet) }, func() error { return l.PullOut(ctx, pulled, "") }},
+			{quarantined, lab.QuarantineSet, func() error { return l.Quarantine(ctx, quarantined, true) }, func() error { return l.Quarantine(ctx, quarantined, false) }},
+		} {
+			p := netip.PrefixFrom(netip.MustParseAddr(m.eip), 32)
+			if err := m.on(); err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.WaitRoute(ctx, p, lab.EdgesOf(m.set), 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%v via %v %v after the call", p, lab.EdgesOf(m.set), d)
+			// The prefix route is untouched.
+			if _, err := l.WaitRoute(ctx, eipNet, all, 0); err != nil {
+				t.Error(err)
+			}
+			if err := m.off(); err != nil {
+				t.Fatal(err)
+			}
+			if d, err = l.WaitRoute(ctx, p, nil, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%v withdrawn %v after the call", p, d)
+		}
+		// The /32 is served: bound, pulled out, the EIP answers through
+		// the dedicated edge.
+		if _, err := c.BindEIP(ctx, pulled, "az1-h1", "g2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.PullOut(ctx, pulled, lab.DedicatedSet); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.WaitRoute(ctx, netip.PrefixFrom(netip.MustParseAddr(pulled), 32), lab.EdgesOf(lab.DedicatedSet), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		spread, failed, err := l.SpreadByEdge(ctx, pulled, "http://"+pulled+"/", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if failed > 0 || len(spread) != 1 || spread["edge-d1"] == 0 {
+			t.Errorf("pulled-out EIP: %d of 20 requests failed, packets by edge %v (want edge-d1 only)", failed, spread)
+		}
+		if err := l.PullOut(ctx, pulled, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// Each failure takes the edge out of the multipath route within the
+	// bound given, and the edge's return puts it back.
+	for _, f := range []struct {
+		cause, edge string
+		within      time.Duration
+		notBefore   time.Duration
+	}{
+		{lab.CauseDrain, "edge-a2", 3 * time.Second, 0},
+		{lab.CauseSIGTERM, "edge-b2", 5 * time.Second, 0},
+		{lab.CauseSIGKILL, "edge-b1", hold + time.Second, 0},
+		{lab.CauseHang, "edge-a2", hold + time.Second, hold - 1500*time.Millisecond},
+		{lab.CauseLinkDown, "edge-b2", hold + time.Second, 0},
+	} {
+		t.Run(fmt.Sprintf("%s withdraws %s", f.cause, f.edge), func(t *testing.T) {
+			if _, err := l.WaitRoute(ctx, eipNet, all, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var pid int
+			if f.cause == lab.CauseSIGTERM {
+				pid = l.Topo.Node(f.edge).Process.PID
+			}
+			t0 := time.Now()
+			restore, err := l.FailEdge(ctx, f.edge, f.cause)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.WaitRoute(ctx, eipNet, without(all, f.edge), f.within)
+			if err != nil {
+				t.Error(err)
+			} else {
+				t.Logf("%s: %s left the route %v after the failure", f.cause, f.edge, d)
+				if d < f.notBefore {
+					t.Errorf("%s: withdrawn after %v: sooner than the hold timer allows (hold %v)", f.cause, d, hold)
+				}
+			}
+			if f.cause == lab.CauseSIGTERM {
+				// Withdrawn before the process ended.
+				if err := lab.WaitGone(pid, 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if gone := time.Since(t0); err == nil && gone < d {
+					t.Errorf("SIGTERM: the process ended %v after the signal, before its route was withdrawn (%v)", gone, d)
+				}
+			}
+			if err := restore(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d, err = l.WaitRoute(ctx, eipNet, all, 60*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s back in the route %v after its return", f.edge, d)
+		})
+	}
+}
+
+// TestFleetFailover: 1,000 long-lived TCP connections through an EIP, an
+// encap service and a nat service, spread by the router's ECMP, and UDP
+// probe flows that time the traffic gap. One edge is killed (SIGKILL),
+// then its links are taken down; another is drained, then stopped with
+// SIGTERM. No connection may be lost.
+func TestFleetFailover(t *testing.T) {
+	needBGP(t)
+	l := upLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BindEIP(ctx, eip, "az2-h1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.PutFleetServices(ctx); err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{eip + ":7000", lab.FleetVIP + ":7000", lab.FleetNATVIP + ":7000"}
+	if _, err := l.WaitAnswer(ctx, "http://"+eip+"/", "hello from az2-h1-g2", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := l.EIPRxByEdge(ctx, eip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perTarget = 334 // 1,002 connections
+	var conns *lab.Conns
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conns, err = l.OpenConns(ctx, targets, perTarget, time.Second)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second) // the services' tables may still be on their way
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	t.Logf("%d connections open", conns.Len())
+	time.Sleep(3 * time.Second)
+	after, _, err := l.EIPRxByEdge(ctx, eip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range lab.EdgesOf(lab.PrefixSet) {
+		if after[e] <= before[e] {
+			t.Errorf("ECMP: %s forwarded nothing of the EIP's connections (rx %d -> %d)", e, before[e], after[e])
+		}
+	}
+	probes := []string{eip + ":7000", lab.FleetVIP + ":7000", lab.FleetNATVIP + ":7000"}
+	hold := time.Duration(lab.HoldTime) * time.Second
+	for _, f := range []struct {
+		cause, edge string
+		maxGap      time.Duration
+		zeroLoss    bool
+	}{
+		{lab.CauseSIGKILL, "edge-b1", hold + 200*time.Millisecond, false},
+		{lab.CauseLinkDown, "edge-b1", 100 * time.Millisecond, false},
+		{lab.CauseDrain, "edge-a2", 0, true},
+		{lab.CauseSIGTERM, "edge-a2", 0, true},
+	} {
+		t.Run(f.cause+" "+f.edge, func(t *testing.T) {
+			r, err := l.MeasureFailover(ctx, lab.FailoverOptions{Edge: f.edge, Cause: f.cause, ProbeTargets: probes,
+				Flows: 32, Interval: 10 * time.Millisecond, Conns: conns})
+			logFailover(t, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := r.LostConns(); n > 0 {
+				t.Errorf("%d connections lost: %+v", n, r.ConnsLost)
+			}
+			if f.zeroLoss && (r.Lost() > 0 || r.ReturnLost() > 0) {
+				t.Errorf("%s lost %d probe datagrams (and %d on the return): want 0", f.cause, r.Lost(), r.ReturnLost())
+			}
+			if f.maxGap > 0 && r.Gap() > f.maxGap {
+				t.Errorf("%s: traffic gap %v, target <= %v", f.cause, r.Gap(), f.maxGap)
+			}
+		})
+	}
+	if alive := conns.Alive(); alive != conns.Len() {
+		t.Errorf("%d of %d connections alive at the end", alive, conns.Len())
+	}
+}
+
+func logFailover(t *testing.T, r lab.Failover) {
+	t.Helper()
+	t.Logf("%s %s (hold %d s, keepalive %d s): route withdrawn after %v; gap %v, %d datagrams lost; rejoined %v later, return gap %v, %d lost; connections lost %d",
+		r.Cause, r.Edge, r.BGP.HoldTime, r.BGP.Keepalive, r.Withdrawn.Round(time.Millisecond), r.Gap(), r.Lost(),
+		r.Rejoined.Round(time.Millisecond), r.ReturnGap(), r.ReturnLost(), r.LostConns())
+	for _, p := range append(r.Probes, r.ReturnProbes...) {
+		t.Logf("  probes %s: %d flows, %d sent, %d lost, gap %v, %d flows hit", p.Target, p.Flows, p.Sent, p.Lost, p.Gap, p.FlowsHit)
+	}
+}
