@@ -78,8 +78,12 @@ func birdName(edge string) string { return strings.ReplaceAll(edge, "-", "_") }
 // in it, in the foreground so the lab tracks its pid.
 func (l *Lab) startRouter() error {
 	n := l.Topo.Node("rtr")
-	if err := netns.Sysctl(n.Netns, "net.ipv4.fib_multipath_hash_policy", "1"); err != nil {
-		return fmt.Errorf("rtr: %w", err)
+	// L4 hashing; and no next hop on a link without carrier (Linux
+	// keeps using such next hops unless told, a router does not).
+	for k, v := range map[string]string{"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.conf.all.ignore_routes_with_linkdown": "1"} {
+		if err := netns.Sysctl(n.Netns, k, v); err != nil {
+			return fmt.Errorf("rtr: %w", err)
+		}
 	}
 	if err := os.WriteFile(l.birdConf(), []byte(BirdConfig()), 0o600); err != nil {
 		return err

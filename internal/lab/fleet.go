@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/netns"
 )
 
@@ -148,7 +149,8 @@ func WaitGone(pid int, timeout time.Duration) error {
 
 // SetEdgeLinks takes an edge's two links (Internet side and underlay)
 // down or up, from the edge's side: its peers see the carrier go, as when
-// a cable is pulled or the machine loses power.
+// a cable is pulled or the machine loses power. Taking them up restores
+// the edge's routes, which the kernel removed with the links.
 func (l *Lab) SetEdgeLinks(edge string, up bool) error {
 	n := l.Topo.Node(edge)
 	if n == nil || n.Role != "edge" {
@@ -161,6 +163,21 @@ func (l *Lab) SetEdgeLinks(edge string, up bool) error {
 	for _, dev := range []string{"ext0", "ul0"} {
 		if out, err := netns.Command(n.Netns, "ip", "link", "set", dev, state).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: ip link set %s %s: %v: %s", edge, dev, state, err, out)
+		}
+	}
+	if !up {
+		return nil
+	}
+	nn, err := netlab.OpenNode(n.Netns)
+	if err != nil {
+		return err
+	}
+	defer nn.Close()
+	for _, r := range l.Topo.routes {
+		if r.node == edge {
+			if err := nn.Route(r.dst, r.gw, r.dev); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -248,8 +248,11 @@ type ProbeStats struct {
 	// two datagrams answered with every datagram between them lost: how
 	// long the path of that flow was broken (to within one interval).
 	Gap time.Duration `json:"gap_ns"`
-	// FlowsHit counts the flows that lost at least one datagram.
-	FlowsHit int `json:"flows_hit"`
+	// FlowsHit counts the flows that lost at least one datagram;
+	// Unrecovered those whose replies had stopped for good (none in the
+	// last second): their outage is not in Gap.
+	FlowsHit    int `json:"flows_hit"`
+	Unrecovered int `json:"unrecovered"`
 }
 
 // StartProbes opens flows UDP flows to each target (ADDR:PORT) and starts
@@ -352,6 +355,7 @@ func (p *Probes) receive(f *probeFlow) {
 func (p *Probes) Stop() []ProbeStats {
 	p.cancel()
 	p.send.Wait()
+	stopped := time.Now()
 	time.Sleep(300 * time.Millisecond) // replies in flight
 	p.closeAll()
 	p.rx.Wait()
@@ -373,6 +377,9 @@ func (p *Probes) Stop() []ProbeStats {
 		// answered also count as a gap.
 		if f.holes > 0 || f.recv < f.sent {
 			s.FlowsHit++
+		}
+		if f.lastSent.Before(stopped.Add(-time.Second)) {
+			s.Unrecovered++
 		}
 		if f.gap > s.Gap {
 			s.Gap = f.gap

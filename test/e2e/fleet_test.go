@@ -273,6 +273,6 @@ func logFailover(t *testing.T, r lab.Failover) {
 		r.Cause, r.Edge, r.BGP.HoldTime, r.BGP.Keepalive, r.Withdrawn.Round(time.Millisecond), r.Gap(), r.Lost(),
 		r.Rejoined.Round(time.Millisecond), r.ReturnGap(), r.ReturnLost(), r.LostConns())
 	for _, p := range append(r.Probes, r.ReturnProbes...) {
-		t.Logf("  probes %s: %d flows, %d sent, %d lost, gap %v, %d flows hit", p.Target, p.Flows, p.Sent, p.Lost, p.Gap, p.FlowsHit)
+		t.Logf("  probes %s: %d flows, %d sent, %d lost, gap %v, %d flows hit, %d unrecovered", p.Target, p.Flows, p.Sent, p.Lost, p.Gap, p.FlowsHit, p.Unrecovered)
 	}
 }
