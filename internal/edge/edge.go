@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +86,7 @@ type Reconciler struct {
 	underlay netip.Addr
 	prefixes []netip.Prefix // the edge set's prefixes
 	errs     []string       // of the last commit
+	syncErr  error          // nil: the maps hold the desired state (verify)
 	lbErrs   []string       // services not fully programmed, as of the last service sync
 	invalid  *store.Invalid // stored objects refused by validation
 	lb       *lbState       // nil when the data plane has no load balancer
@@ -115,7 +117,7 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 		cfg.Log = slog.Default()
 	}
 	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true,
-		invalid: &store.Invalid{Log: cfg.Log}}
+		invalid: &store.Invalid{Log: cfg.Log}, syncErr: errNoCommit}
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
 	}
@@ -222,9 +224,11 @@ func (r *Reconciler) commit() {
 		}
 	}
 	if !ok {
+		r.syncErr = fmt.Errorf("the last commit failed: %s", strings.Join(r.errs, "; "))
 		r.scheduleRetry()
 		return
 	}
+	r.syncErr = r.verify()
 	r.backoff = 0
 	if r.retry != nil {
 		r.retry.Stop()

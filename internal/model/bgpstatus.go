@@ -1,6 +1,9 @@
 package model
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // BGPStatus is what an edge's BGP speaker reports in its NodeStatus: its
 // sessions to the upstream routers, the prefixes it advertises and, when
@@ -28,4 +31,15 @@ type BGPSession struct {
 	Since      time.Time `json:"since,omitzero"`
 	Received   uint64    `json:"received"`   // prefixes received from the peer (all rejected)
 	Advertised uint64    `json:"advertised"` // prefixes advertised to the peer
+}
+
+// Announcement is what an edge writes, with a short lease, while it
+// announces its set's routes: the agents pick the set's live members
+// from these (store.AnnounceKey).
+type Announcement struct {
+	Set      string         `json:"set"`
+	Edge     string         `json:"edge"`
+	Underlay netip.Addr     `json:"underlay"`
+	Prefixes []netip.Prefix `json:"prefixes"`
+	Since    time.Time      `json:"since"` // when the edge started announcing
 }
