@@ -105,9 +105,10 @@ func (c *AnnounceConfig) defaults() {
 	}
 }
 
-type condition struct {
-	name string
-	ok   func() bool
+// Condition is a named condition of announcing (Config.Conditions).
+type Condition struct {
+	Name string
+	OK   func() bool // must not block
 }
 
 // Announcer decides whether the edge announces its set's routes: only
@@ -126,7 +127,7 @@ type Announcer struct {
 	dataplane func() error
 
 	mu         sync.Mutex
-	extra      []condition
+	extra      []Condition
 	lastStore  time.Time // the store's last answer
 	okSince    time.Time // all conditions hold since (zero: they do not)
 	told       bool      // the speaker has been told at least once
@@ -159,7 +160,7 @@ func NewAnnouncer(cfg AnnounceConfig, spk Speaker, leases store.Leases, plan fun
 func (a *Announcer) AddCondition(name string, ok func() bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.extra = append(a.extra, condition{name, ok})
+	a.extra = append(a.extra, Condition{name, ok})
 }
 
 // Kick asks for an evaluation now (the desired state changed).
@@ -229,8 +230,8 @@ func (a *Announcer) results(p Plan, now time.Time) (failing []string) {
 		fail(CondMaps, p.InSync)
 	}
 	for _, c := range a.extra {
-		if !c.ok() {
-			fail(c.name, nil)
+		if !c.OK() {
+			fail(c.Name, nil)
 		}
 	}
 	return failing

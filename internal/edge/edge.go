@@ -59,6 +59,16 @@ type Config struct {
 	// HealthCommandConcurrency bounds the commands running at once
 	// (0: health.DefaultCommandConcurrency).
 	HealthCommandConcurrency int
+	// StoreGrace: how long the edge keeps announcing its routes without
+	// reaching the store (0: DefaultStoreGrace). It forwards regardless.
+	StoreGrace time.Duration
+	// AnnounceSettle: how long every condition must hold before the edge
+	// announces (again) (0: DefaultSettle).
+	AnnounceSettle time.Duration
+	// Conditions are added to the announcer's (Announcer.AddCondition):
+	// the edge announces only while each holds.
+	Conditions []Condition
+
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
