@@ -7,6 +7,8 @@ package bgptest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"log/slog"
 	"net/netip"
 	"testing"
@@ -178,5 +180,124 @@ func TestSetECMPDrainShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.WaitNextHops(t, setPrefix, nil, 2*time.Second)
+	waitKeys(t, s)
+}
+
+// A pulled-out /32 is announced by the dedicated set's edge only, and a
+// quarantined /32 by the quarantine set's edge only; the prefix set keeps
+// its /24. Both go away when the address returns or is released.
+func TestPullOutAndQuarantine(t *testing.T) {
+	prefixEdge, dedicated, quarantine := edgeAddrs[0], netip.MustParseAddr("192.0.2.4"), netip.MustParseAddr("192.0.2.5")
+	r := birdtest.New(t, "r")
+	r.Link(t, "up0", "azgtebgp1", netip.PrefixFrom(routerAddr, 24),
+		netip.PrefixFrom(prefixEdge, 24), netip.PrefixFrom(dedicated, 24), netip.PrefixFrom(quarantine, 24))
+	var peers []birdtest.Peer
+	for i, a := range []netip.Addr{prefixEdge, dedicated, quarantine} {
+		peers = append(peers, birdtest.Peer{Name: []string{"edge_a1", "edge_d1", "edge_q1"}[i], Address: a, ASN: setASN})
+	}
+	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: 3, Peers: peers})
+
+	nodeBGP := func(a netip.Addr) *model.NodeBGP {
+		return &model.NodeBGP{RouterID: a, NextHop: a, Peers: []model.BGPPeer{{Address: routerAddr, ASN: routerASN}}}
+	}
+	sb := &model.SetBGP{ASN: setASN, HoldTime: 3, Keepalive: 1}
+	objs := []model.Object{
+		&model.AZ{Name: "az1"},
+		&model.Host{Name: "az1-h1", AZ: "az1", Underlay: netip.MustParseAddr("198.18.11.1"),
+			Guests: []model.Guest{{Name: "g1", Address: netip.MustParseAddr("198.19.11.1"), VSID: 5001}}},
+		&model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{setPrefix}, BGP: sb,
+			Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: netip.MustParseAddr("198.18.0.1"), BGP: nodeBGP(prefixEdge)}}},
+		&model.EdgeSet{Name: "hot", Role: model.RoleDedicated, BGP: sb,
+			Edges: []model.EdgeNode{{Name: "edge-d1", Underlay: netip.MustParseAddr("198.18.0.4"), BGP: nodeBGP(dedicated)}}},
+		&model.EdgeSet{Name: "quar", Role: model.RoleQuarantine, BGP: sb,
+			Edges: []model.EdgeNode{{Name: "edge-q1", Underlay: netip.MustParseAddr("198.18.0.5"), BGP: nodeBGP(quarantine)}}},
+		&model.EIP{Address: hotEIP, Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}},
+		&model.EIP{Address: netip.MustParseAddr("198.51.100.8")},
+	}
+	s := embeddedtest.Store(t)
+	write(t, s, objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runEdge(ctx, t, s, "edge-a1", prefixEdge)
+	runEdge(ctx, t, s, "edge-d1", dedicated)
+	runEdge(ctx, t, s, "edge-q1", quarantine)
+	r.WaitNextHops(t, setPrefix, []netip.Addr{prefixEdge}, 20*time.Second)
+	hot32 := netip.PrefixFrom(hotEIP, 32)
+	attacked := netip.MustParseAddr("198.51.100.8")
+	att32 := netip.PrefixFrom(attacked, 32)
+
+	write(t, s, &model.EIP{Address: hotEIP, Set: "hot", Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
+	d := r.WaitNextHops(t, hot32, []netip.Addr{dedicated}, 10*time.Second)
+	t.Logf("pulled-out /32 in the router %v after the write:\n%s", d, r.IPRoute())
+	write(t, s, &model.Quarantine{Address: attacked, Reason: "test"})
+	r.WaitNextHops(t, att32, []netip.Addr{quarantine}, 10*time.Second)
+	if got, _ := r.NextHops(setPrefix); len(got) != 1 || got[0] != prefixEdge {
+		t.Fatalf("the /24 changed: %v", got)
+	}
+
+	write(t, s, &model.EIP{Address: hotEIP, Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
+	r.WaitNextHops(t, hot32, nil, 5*time.Second)
+	if _, err := s.Commit(ctx, 1<<40, []store.Op{{Kind: model.KindQuarantine, Key: attacked.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitNextHops(t, att32, nil, 5*time.Second)
+	r.WaitNextHops(t, setPrefix, []netip.Addr{prefixEdge}, time.Second)
+}
+
+// The edge daemon itself (real XDP data plane on the test's veth): its
+// routes are gone from the router by the time it returns from SIGTERM
+// (its context ending), and withdrawn when its data plane is unloaded
+// under it.
+func TestDaemonSIGTERMAndUnload(t *testing.T) {
+	r := birdtest.New(t, "r")
+	// The veth is both its Internet side and (holding its underlay
+	// address) its underlay side.
+	r.Link(t, "up0", "azgtebgp2", netip.PrefixFrom(routerAddr, 24), netip.PrefixFrom(edgeAddrs[0], 24),
+		netip.MustParsePrefix("198.18.0.1/32"))
+	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: 3, Peers: []birdtest.Peer{
+		{Name: "edge_a1", Address: edgeAddrs[0], ASN: setASN, Password: "md5-pw"},
+	}})
+	s := embeddedtest.Store(t)
+	objs := region(nil)
+	set := objs[2].(*model.EdgeSet)
+	set.Edges = set.Edges[:1]
+	write(t, s, objs...)
+
+	pins := dataplane.NodePinDir(fmt.Sprintf("azgt-edgebgp-%d", os.Getpid()))
+	t.Cleanup(func() { dataplane.RemovePins(pins) })
+	cfg := edge.Config{Name: "edge-a1", Interfaces: []string{"azgtebgp2"}, HashSeed: edge.DefaultHashSeed, Log: quiet,
+		StatusInterval: 200 * time.Millisecond, AnnounceSettle: 100 * time.Millisecond}
+	run := func() (context.CancelFunc, chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- edge.Run(ctx, cfg, s, dataplane.LoadOptions{PinDir: pins}, "", nil) }()
+		t.Cleanup(func() { cancel(); <-errc })
+		return cancel, errc
+	}
+
+	stop, errc := run()
+	d := r.WaitNextHops(t, setPrefix, edgeAddrs[:1], 20*time.Second)
+	t.Logf("daemon's route in the router after %v", d)
+	waitKeys(t, s, "edge-a1")
+	stop() // what SIGTERM does
+	if err := <-errc; err != nil && err != context.Canceled {
+		t.Fatalf("edge.Run: %v", err)
+	}
+	errc <- nil // for the cleanup
+	if got, _ := r.NextHops(setPrefix); len(got) != 0 {
+		t.Fatalf("route still in the router when the daemon returned: %v", got)
+	}
+	waitKeys(t, s)
+	if _, err := os.Stat(pins); err != nil {
+		t.Fatalf("pins gone after SIGTERM: %v", err)
+	}
+
+	run()
+	r.WaitNextHops(t, setPrefix, edgeAddrs[:1], 20*time.Second)
+	if err := dataplane.RemovePins(pins); err != nil {
+		t.Fatal(err)
+	}
+	d = r.WaitNextHops(t, setPrefix, nil, 5*time.Second)
+	t.Logf("route withdrawn %v after the data plane was unloaded", d)
 	waitKeys(t, s)
 }
