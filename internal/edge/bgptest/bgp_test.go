@@ -8,9 +8,9 @@ package bgptest
 import (
 	"context"
 	"fmt"
-	"os"
 	"log/slog"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
