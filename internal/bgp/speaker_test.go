@@ -347,3 +347,35 @@ func TestValidate(t *testing.T) {
 		t.Fatal("an IPv6 prefix was accepted")
 	}
 }
+
+// A stopped speaker (the edge lost its BGP settings) can be configured
+// again: its sessions and routes come back.
+func TestStopThenConfigure(t *testing.T) {
+	r := router(t, "", spkA)
+	c := config(spkA, "")
+	s := speaker(t, c)
+	ctx := context.Background()
+	if err := s.Announce(ctx, []netip.Prefix{setPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
+	s.Stop()
+	r.WaitNextHops(t, setPrefix, nil, 3*time.Second)
+	if st := s.Status(ctx); len(st.Sessions) != 0 || len(st.Advertised) != 0 {
+		t.Fatalf("status of a stopped speaker: %+v", st)
+	}
+	if err := s.Configure(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Announce is declarative and remembered: the routes come back.
+	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
+	// A new router ID restarts the sessions, routes included.
+	c.RouterID = netip.MustParseAddr("192.0.2.22")
+	if err := s.Configure(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
+	if st := s.Status(ctx); st.RouterID != "192.0.2.22" {
+		t.Fatalf("router ID after reconfiguring: %+v", st)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -447,26 +446,22 @@ func (a *Announcer) Status(ctx context.Context) *model.BGPStatus {
 	return st
 }
 
-// condNames returns the names of failing conditions (without reasons).
-func condNames(failing []string) []string {
-	out := make([]string, len(failing))
-	for i, f := range failing {
-		out[i], _, _ = strings.Cut(f, ":")
-	}
-	return out
-}
-
 // AnnouncePlan is what the announcer needs of the desired state and the
-// maps (it is called at every evaluation: cheap, no map reads).
-func (r *Reconciler) AnnouncePlan() Plan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// maps, as of the last commit (the plan changes only at commits). It
+// takes no lock: the announcer reads it every evaluation, and a long
+// commit (a full load of a million EIPs) must not hold up a withdrawal
+// for another reason.
+func (r *Reconciler) AnnouncePlan() Plan { return *r.plan.Load() }
+
+// publishPlan computes the announcer's plan; called at the end of every
+// commit with r.mu held.
+func (r *Reconciler) publishPlan() {
 	in := r.idx.setplan()
-	set, me, ok := in.SetOf(r.cfg.Name)
-	if !ok {
-		return Plan{InSync: r.syncErr}
+	p := Plan{InSync: r.syncErr}
+	if set, me, ok := in.SetOf(r.cfg.Name); ok {
+		p = Plan{Member: true, Set: set.Name, Node: me, SetBGP: set.BGP, Prefixes: in.Announcements(r.cfg.Name), InSync: r.syncErr}
 	}
-	return Plan{Member: true, Set: set.Name, Node: me, SetBGP: set.BGP, Prefixes: in.Announcements(r.cfg.Name), InSync: r.syncErr}
+	r.plan.Store(&p)
 }
 
 // errNoCommit: nothing has been programmed yet.

@@ -366,3 +366,12 @@ func TestAnnouncePlanPullOut(t *testing.T) {
 		t.Fatalf("released address still announced: %v", p.Prefixes)
 	}
 }
+
+// condNames returns the names of failing conditions (without reasons).
+func condNames(failing []string) []string {
+	out := make([]string, len(failing))
+	for i, f := range failing {
+		out[i], _, _ = strings.Cut(f, ":")
+	}
+	return out
+}

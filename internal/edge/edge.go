@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -94,12 +95,13 @@ type Reconciler struct {
 	routes   int // routes programmed
 	rev      int64
 	underlay netip.Addr
-	prefixes []netip.Prefix // the edge set's prefixes
-	errs     []string       // of the last commit
-	syncErr  error          // nil: the maps hold the desired state (verify)
-	lbErrs   []string       // services not fully programmed, as of the last service sync
-	invalid  *store.Invalid // stored objects refused by validation
-	lb       *lbState       // nil when the data plane has no load balancer
+	prefixes []netip.Prefix       // the edge set's prefixes
+	errs     []string             // of the last commit
+	syncErr  error                // nil: the maps hold the desired state (verify)
+	plan     atomic.Pointer[Plan] // for the announcer, as of the last commit
+	lbErrs   []string             // services not fully programmed, as of the last service sync
+	invalid  *store.Invalid       // stored objects refused by validation
+	lb       *lbState             // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
 	lastRev  int64               // the revision the last commit was asked for
@@ -131,6 +133,7 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
 	}
+	r.plan.Store(&Plan{InSync: errNoCommit})
 	return r
 }
 
@@ -226,7 +229,8 @@ func (r *Reconciler) commit() {
 			r.full = false
 		}
 	}
-	if r.lb != nil && r.lbDirty {
+	lbSynced := r.lb != nil && r.lbDirty
+	if lbSynced {
 		if err := r.syncLB(); err != nil {
 			r.fail(err)
 			r.lbDirty = true
@@ -235,10 +239,14 @@ func (r *Reconciler) commit() {
 	}
 	if !ok {
 		r.syncErr = fmt.Errorf("the last commit failed: %s", strings.Join(r.errs, "; "))
+		r.publishPlan()
 		r.scheduleRetry()
 		return
 	}
-	r.syncErr = r.verify()
+	if lbSynced || r.syncErr != nil {
+		r.syncErr = r.verify()
+	}
+	r.publishPlan()
 	r.backoff = 0
 	if r.retry != nil {
 		r.retry.Stop()
