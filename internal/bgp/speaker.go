@@ -399,9 +399,9 @@ func (s *Speaker) markPending(ctx context.Context) {
 		if advertisedTo(p) == 0 {
 			return
 		}
-		if _, ok := s.pending[a]; !ok {
-			s.pending[a] = p.GetState().GetMessages().GetSent().GetUpdate()
-		}
+		// The latest count: an UPDATE after it is one queued no earlier
+		// than this withdrawal.
+		s.pending[a] = p.GetState().GetMessages().GetSent().GetUpdate()
 	})
 }
 
@@ -419,7 +419,9 @@ func advertisedTo(p *api.Peer) uint64 {
 // they were withdrawn (GoBGP counts a message as sent once written). A
 // peer whose session is down needs nothing: it has dropped our routes.
 // It gives up after timeout (or when ctx ends) with an error naming the
-// peers still waiting.
+// peers still waiting. GoBGP does not expose its send queue, so an UPDATE
+// queued just before the withdrawal can be the one counted: the wait is
+// exact when the speaker was quiet before withdrawing, as on SIGTERM.
 func (s *Speaker) WaitWithdrawn(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
