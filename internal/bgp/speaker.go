@@ -236,6 +236,15 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	return errors.Join(errs...)
 }
 
+// startMu serializes StartBgp: GoBGP writes its route-selection options
+// to package variables there (table.SelectionOptions,
+// table.UseMultiplePaths), which races when two speakers of one process
+// start at once. An edge runs one speaker. (Tests that run several still
+// show, under -race, StartBgp's write against another server's read of
+// those variables: always the same defaults, but GoBGP v3 offers no way
+// around it.)
+var startMu sync.Mutex
+
 // start starts BGP on the speaker's one GoBGP server (made on first use:
 // its Serve goroutine lives as long as the process, StopBgp and StartBgp
 // reuse it).
@@ -245,6 +254,8 @@ func (s *Speaker) start(ctx context.Context, c Config) error {
 		go s.srv.Serve()
 	}
 	srv := s.srv
+	startMu.Lock()
+	defer startMu.Unlock()
 	err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn:      c.ASN,
 		RouterId: c.RouterID.String(),
