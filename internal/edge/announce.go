@@ -222,8 +222,9 @@ func (a *Announcer) results(p Plan, now time.Time) (failing []string) {
 	}
 	if a.lastStore.IsZero() {
 		fail(CondStore, errors.New("not reached yet"))
-	} else if d := now.Sub(a.lastStore); d > a.cfg.StoreGrace {
-		fail(CondStore, fmt.Errorf("unreachable for %v (grace %v)", d.Round(time.Millisecond), a.cfg.StoreGrace))
+	} else if now.Sub(a.lastStore) > a.cfg.StoreGrace {
+		// Stable text: the list is logged when it changes.
+		fail(CondStore, fmt.Errorf("no answer since %s (grace %v)", a.lastStore.UTC().Format(time.RFC3339), a.cfg.StoreGrace))
 	}
 	if p.InSync != nil {
 		fail(CondMaps, p.InSync)
