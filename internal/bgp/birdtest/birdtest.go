@@ -245,22 +245,35 @@ func (r *Router) write(cfg Config) error {
 		cfg.HoldTime = 3
 	}
 	r.cfg = cfg
+	return os.WriteFile(r.conf, []byte(cfg.Render(filepath.Join(r.dir, "bird.log"))), 0o600)
+}
+
+// Render returns the BIRD 2 configuration: one passive eBGP session per
+// peer importing everything and exporting nothing, and a kernel protocol
+// that installs what is learnt, equal routes from several peers merged
+// into one multipath route (`merge paths on`). logFile "" logs to syslog.
+func (cfg Config) Render(logFile string) string {
+	hold := cfg.HoldTime
+	if hold == 0 {
+		hold = 3
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "log %q all;\nrouter id %v;\n", filepath.Join(r.dir, "bird.log"), cfg.RouterID)
+	if logFile != "" {
+		fmt.Fprintf(&b, "log %q all;\n", logFile)
+	}
+	fmt.Fprintf(&b, "router id %v;\n", cfg.RouterID)
 	b.WriteString("protocol device { scan time 1; }\n")
-	// Every learnt route into the kernel; equal BGP routes from several
-	// peers become one multipath route.
 	b.WriteString("protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n")
 	for _, p := range cfg.Peers {
 		fmt.Fprintf(&b, "protocol bgp %s {\n\tlocal as %d;\n\tneighbor %v as %d;\n", p.Name, cfg.ASN, p.Address, p.ASN)
 		// The speakers dial; they do not listen.
-		fmt.Fprintf(&b, "\tpassive on;\n\thold time %d;\n\tconnect retry time 1;\n\terror wait time 1, 2;\n", cfg.HoldTime)
+		fmt.Fprintf(&b, "\tpassive on;\n\thold time %d;\n\tconnect retry time 1;\n\terror wait time 1, 2;\n", hold)
 		if p.Password != "" {
 			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
 		}
 		b.WriteString("\tipv4 { import all; export none; };\n}\n")
 	}
-	return os.WriteFile(r.conf, []byte(b.String()), 0o600)
+	return b.String()
 }
 
 func (r *Router) birdc(args ...string) (string, error) {
