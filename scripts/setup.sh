@@ -30,6 +30,8 @@ declare -A need=(
 	[curl]=curl
 	[nft]=nftables
 	[git]=git
+	[bird]=bird2
+	[birdc]=bird2
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -101,6 +101,7 @@ func init() {
 		var arpIfaces, healthCmds []string
 		var healthCmdFile string
 		var healthCmdConc int
+		var storeGrace, settle time.Duration
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -109,7 +110,14 @@ func init() {
 			Long: `Runs the edge role. The XDP program is attached to every --attach interface
 and its maps and links are pinned under --pin-dir: when this process stops,
 forwarding continues with the last state, and a restart takes over
-without interruption. The node must be an edge of an edge set.`,
+without interruption. The node must be an edge of an edge set.
+
+With BGP settings on its set and on itself (azgate set bgp, azgate set
+edge-bgp), the edge announces its set's routes to its upstream routers,
+dialling out only (it never listens for BGP), while it is well: data plane
+attached, not drained (azgate edge drain), store reached within
+--store-grace, maps equal to the desired state. On SIGTERM it withdraws,
+waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				log, st, load, err := df.open()
@@ -128,7 +136,10 @@ without interruption. The node must be an edge of an edge set.`,
 				}
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
-					HealthCommandConcurrency: healthCmdConc}
+					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle}
+				if storeGrace <= 0 || settle <= 0 {
+					return fmt.Errorf("--store-grace %v and --announce-settle %v must be positive", storeGrace, settle)
+				}
 				if icmpSource != "" {
 					a, err := netip.ParseAddr(icmpSource)
 					if err != nil {
@@ -170,6 +181,9 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
 		c.Flags().IntVar(&healthCmdConc, "health-command-concurrency", 0, "health-check commands run at once, over all backends; more wait their turn (0: twice the CPUs)")
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
+		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless)")
+		c.Flags().DurationVar(&settle, "announce-settle", edge.DefaultSettle, "how long every condition must hold before the edge announces (again); withdrawal is immediate")
+		c.AddCommand(edgeAdminCommands()...)
 		return c
 	})
 	register(func() *cobra.Command {

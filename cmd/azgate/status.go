@@ -76,6 +76,7 @@ func printStatus(w io.Writer, st *client.Status, now time.Time) {
 		}
 		tw.Flush()
 	}
+	printBGP(w, nodes, now)
 	for _, n := range nodes {
 		for _, e := range n.Errors {
 			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, e)
@@ -99,4 +100,39 @@ func ago(now, t time.Time) string {
 		return d.Round(time.Second).String()
 	}
 	return d.Round(time.Minute).String()
+}
+
+// printBGP lists each edge's BGP: whether it announces (or which
+// conditions fail), what it advertises and its sessions.
+func printBGP(w io.Writer, nodes []model.NodeStatus, now time.Time) {
+	first := true
+	for _, n := range nodes {
+		b := n.BGP
+		if b == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		state := "announcing"
+		if !b.Announcing {
+			state = "withdrawn"
+			if len(b.Failing) > 0 {
+				state += " (" + strings.Join(b.Failing, "; ") + ")"
+			}
+		}
+		adv := "nothing"
+		if len(b.Advertised) > 0 {
+			adv = strings.Join(b.Advertised, ", ")
+		}
+		fmt.Fprintf(w, "bgp %s: %s, advertising %s\n", n.Name, state, adv)
+		for _, ss := range b.Sessions {
+			up := ""
+			if !ss.Since.IsZero() {
+				up = " for " + ago(now, ss.Since)
+			}
+			fmt.Fprintf(w, "  peer %s AS%d %s%s, %d received, %d advertised\n", ss.Peer, ss.ASN, ss.State, up, ss.Received, ss.Advertised)
+		}
+	}
 }

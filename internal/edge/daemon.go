@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/azgate/azgate/internal/bgp"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
@@ -106,6 +107,26 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}); err != nil {
 		return err
 	}
+	// BGP: announce the set's routes while the edge is well (announce.go).
+	spk := bgp.New(log.With("component", "bgp"))
+	ann := NewAnnouncer(AnnounceConfig{Name: cfg.Name, StoreGrace: cfg.StoreGrace, Settle: cfg.AnnounceSettle, Log: log},
+		spk, st, rec.AnnouncePlan, selfCheck(dp, cfg.Interfaces))
+	for _, c := range cfg.Conditions {
+		ann.AddCondition(c.Name, c.OK)
+	}
+	ann.Start(ctx)
+	defer func() {
+		// SIGTERM (ctx ended): withdraw, wait until every peer was sent
+		// the withdrawal, delete the announce key; XDP stays attached.
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ann.Shutdown(sctx); err != nil {
+			log.Warn("withdrawal on shutdown incomplete", "err", err)
+		} else {
+			log.Info("routes withdrawn")
+		}
+	}()
+
 	applied := make(chan struct{}, 1)
 	rec.OnApplied = func(int64) {
 		select {
@@ -119,6 +140,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 			case <-ctx.Done():
 				return
 			case <-applied:
+				ann.Kick()
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
 				arp.announce(rec.VIPs())
@@ -136,6 +158,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		// service naming a command that a live edge does not list.
 		ns.HealthCommands = cfg.HealthCommands.Names()
 		ns.Errors = append(ns.Errors, hm.Problems()...)
+		ns.BGP = ann.Status(ctx)
 		// The tunnel health checks' counters (hc_*) beside the others.
 		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
 			for k, v := range hs {
@@ -251,4 +274,32 @@ func measureHZ() (uint32, error) {
 	}
 	defer b.Close()
 	return b.MeasureHZ()
+}
+
+// selfCheck is the data plane's check before the edge announces: the
+// edge program is attached to every --attach interface (the one this
+// daemon loaded, by program ID) and the maps answer.
+func selfCheck(dp *dataplane.Edge, ifaces []string) func() error {
+	var id uint32
+	if info, err := dp.Program().Info(); err == nil {
+		if v, ok := info.ID(); ok {
+			id = uint32(v)
+		}
+	}
+	return func() error {
+		for _, n := range ifaces {
+			l, err := netlink.LinkByName(n)
+			if err != nil {
+				return fmt.Errorf("interface %s: %w", n, err)
+			}
+			x := l.Attrs().Xdp
+			if x == nil || !x.Attached || id != 0 && x.ProgId != id {
+				return fmt.Errorf("interface %s: the edge program is not attached", n)
+			}
+		}
+		if _, err := dp.Stats(); err != nil {
+			return fmt.Errorf("maps unreadable: %w", err)
+		}
+		return nil
+	}
 }

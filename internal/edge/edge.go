@@ -11,7 +11,9 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -58,6 +60,16 @@ type Config struct {
 	// HealthCommandConcurrency bounds the commands running at once
 	// (0: health.DefaultCommandConcurrency).
 	HealthCommandConcurrency int
+	// StoreGrace: how long the edge keeps announcing its routes without
+	// reaching the store (0: DefaultStoreGrace). It forwards regardless.
+	StoreGrace time.Duration
+	// AnnounceSettle: how long every condition must hold before the edge
+	// announces (again) (0: DefaultSettle).
+	AnnounceSettle time.Duration
+	// Conditions are added to the announcer's (Announcer.AddCondition):
+	// the edge announces only while each holds.
+	Conditions []Condition
+
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
@@ -83,11 +95,13 @@ type Reconciler struct {
 	routes   int // routes programmed
 	rev      int64
 	underlay netip.Addr
-	prefixes []netip.Prefix // the edge set's prefixes
-	errs     []string       // of the last commit
-	lbErrs   []string       // services not fully programmed, as of the last service sync
-	invalid  *store.Invalid // stored objects refused by validation
-	lb       *lbState       // nil when the data plane has no load balancer
+	prefixes []netip.Prefix       // the edge set's prefixes
+	errs     []string             // of the last commit
+	syncErr  error                // nil: the maps hold the desired state (verify)
+	plan     atomic.Pointer[Plan] // for the announcer, as of the last commit
+	lbErrs   []string             // services not fully programmed, as of the last service sync
+	invalid  *store.Invalid       // stored objects refused by validation
+	lb       *lbState             // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
 	lastRev  int64               // the revision the last commit was asked for
@@ -115,10 +129,11 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 		cfg.Log = slog.Default()
 	}
 	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true,
-		invalid: &store.Invalid{Log: cfg.Log}}
+		invalid: &store.Invalid{Log: cfg.Log}, syncErr: errNoCommit}
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
 	}
+	r.plan.Store(&Plan{InSync: errNoCommit})
 	return r
 }
 
@@ -214,7 +229,8 @@ func (r *Reconciler) commit() {
 			r.full = false
 		}
 	}
-	if r.lb != nil && r.lbDirty {
+	lbSynced := r.lb != nil && r.lbDirty
+	if lbSynced {
 		if err := r.syncLB(); err != nil {
 			r.fail(err)
 			r.lbDirty = true
@@ -222,9 +238,15 @@ func (r *Reconciler) commit() {
 		}
 	}
 	if !ok {
+		r.syncErr = fmt.Errorf("the last commit failed: %s", strings.Join(r.errs, "; "))
+		r.publishPlan()
 		r.scheduleRetry()
 		return
 	}
+	if lbSynced || r.syncErr != nil {
+		r.syncErr = r.verify()
+	}
+	r.publishPlan()
 	r.backoff = 0
 	if r.retry != nil {
 		r.retry.Stop()

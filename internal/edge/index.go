@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 )
 
 // index is the part of the desired state an edge needs, kept small enough
@@ -17,6 +18,11 @@ type index struct {
 	services map[string]*model.Service
 	health   map[string]*model.Health
 	names    map[string]string // interned host and guest names
+	// What the BGP announcement needs beyond the sets and services
+	// (setplan): the EIPs pulled out into a dedicated set (few) and the
+	// quarantined addresses.
+	pulled      map[[4]byte]string
+	quarantined map[[4]byte]bool
 }
 
 type hostEntry struct {
@@ -34,7 +40,7 @@ type binding struct{ host, guest string }
 func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
-		names: map[string]string{}}
+		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{}}
 }
 
 func (x *index) intern(s string) string {
@@ -60,6 +66,11 @@ func (x *index) put(kind, key string, o model.Object) change {
 			return change{} // IPv4 data plane
 		}
 		k := o.Address.As4()
+		if o.Set != "" {
+			x.pulled[k] = x.intern(o.Set)
+		} else {
+			delete(x.pulled, k)
+		}
 		if o.Binding == nil {
 			delete(x.eips, k)
 		} else {
@@ -84,6 +95,11 @@ func (x *index) put(kind, key string, o model.Object) change {
 	case *model.Health:
 		x.health[key] = o
 		return change{lb: true}
+	case *model.Quarantine:
+		if o.Address.Is4() {
+			x.quarantined[o.Address.As4()] = true
+		}
+		return change{}
 	}
 	return change{}
 }
@@ -96,6 +112,7 @@ func (x *index) delete(kind, key string) change {
 			return change{}
 		}
 		delete(x.eips, a.As4())
+		delete(x.pulled, a.As4())
 		return change{eip: a}
 	case model.KindHost:
 		delete(x.hosts, key)
@@ -109,8 +126,31 @@ func (x *index) delete(kind, key string) change {
 	case model.KindHealth:
 		delete(x.health, key)
 		return change{lb: true}
+	case model.KindQuarantine:
+		if a, err := netip.ParseAddr(key); err == nil && a.Is4() {
+			delete(x.quarantined, a.As4())
+		}
+		return change{}
 	}
 	return change{}
+}
+
+// setplan is the input of setplan (what each set announces) from the
+// index.
+func (x *index) setplan() setplan.Input {
+	in := setplan.Input{Sets: x.sets, PulledOut: make(map[netip.Addr]string, len(x.pulled)), Quarantined: make(map[netip.Addr]bool, len(x.quarantined))}
+	for k, set := range x.pulled {
+		in.PulledOut[netip.AddrFrom4(k)] = set
+	}
+	for _, v := range x.services {
+		if v.Set != "" {
+			in.PulledOut[v.VIP] = v.Set
+		}
+	}
+	for k := range x.quarantined {
+		in.Quarantined[netip.AddrFrom4(k)] = true
+	}
+	return in
 }
 
 // want is the route an EIP must have, if any.

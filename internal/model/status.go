@@ -45,6 +45,9 @@ type NodeStatus struct {
 	// (at most 100, sorted by kind and key; InvalidTotal counts them all).
 	Invalid      []InvalidObject `json:"invalid,omitempty"`
 	InvalidTotal int             `json:"invalid_total,omitempty"`
+	// BGP is the edge's speaker: sessions, advertised prefixes and the
+	// conditions that keep it from announcing (edges only).
+	BGP *BGPStatus `json:"bgp,omitempty"`
 }
 
 // InvalidObject is one stored object a node refused to program.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,10 +44,16 @@ var (
 	descRev     = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
 	descEIP     = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
 	descInvalid = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
+	// BGP (edges): whether the edge announces, why not, its sessions.
+	descAnnouncing = prometheus.NewDesc("azgate_bgp_announcing", "1 while the edge announces its set's routes.", []string{"role"}, nil)
+	descFailing    = prometheus.NewDesc("azgate_bgp_condition_failing", "1 for each condition that keeps the edge from announcing.", []string{"role", "condition"}, nil)
+	descSession    = prometheus.NewDesc("azgate_bgp_session_established", "1 while the BGP session to the peer is established.", []string{"role", "peer"}, nil)
+	descAdvertised = prometheus.NewDesc("azgate_bgp_advertised_prefixes", "Prefixes the edge's speaker advertises.", []string{"role"}, nil)
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descInvalid} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descInvalid,
+		descAnnouncing, descFailing, descSession, descAdvertised} {
 		ch <- d
 	}
 }
@@ -64,4 +71,22 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")
 	}
+	if b := s.BGP; b != nil {
+		ch <- prometheus.MustNewConstMetric(descAnnouncing, prometheus.GaugeValue, b01(b.Announcing), c.role)
+		ch <- prometheus.MustNewConstMetric(descAdvertised, prometheus.GaugeValue, float64(len(b.Advertised)), c.role)
+		for _, f := range b.Failing {
+			name, _, _ := strings.Cut(f, ":") // "name: why"
+			ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, 1, c.role, name)
+		}
+		for _, ss := range b.Sessions {
+			ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, b01(ss.State == "established"), c.role, ss.Peer)
+		}
+	}
+}
+
+func b01(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestLayers holds issue 7's layering: no package but internal/store
-// imports the etcd client (tests may), and the agent does not import the
+// imports the etcd client (tests may), none but internal/bgp imports
+// GoBGP, and the agent does not import the
 // edge. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -41,6 +42,9 @@ func TestLayers(t *testing.T) {
 			p, _ := strconv.Unquote(im.Path.Value)
 			if strings.HasPrefix(p, "go.etcd.io/") && rel != "internal/store" {
 				t.Errorf("%s imports %s: only internal/store may reach etcd", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if strings.HasPrefix(p, "github.com/osrg/gobgp/") && rel != "internal/bgp" {
+				t.Errorf("%s imports %s: only internal/bgp may reach GoBGP", filepath.Join(rel, filepath.Base(path)), p)
 			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))

@@ -1,0 +1,41 @@
+package nodemetrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+func TestBGPMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus {
+		return model.NodeStatus{BGP: &model.BGPStatus{Failing: []string{"drained", "store: unreachable for 12s (grace 10s)"},
+			Sessions: []model.BGPSession{{Peer: "192.0.2.1", State: "established"}, {Peer: "192.0.2.9", State: "active"}}}}
+	}})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "role" {
+					k += "," + l.GetValue()
+				}
+			}
+			got[k] = m.GetGauge().GetValue()
+		}
+	}
+	for k, v := range map[string]float64{
+		"azgate_bgp_announcing": 0, "azgate_bgp_condition_failing,drained": 1, "azgate_bgp_condition_failing,store": 1,
+		"azgate_bgp_session_established,192.0.2.1": 1, "azgate_bgp_session_established,192.0.2.9": 0,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}
