@@ -97,6 +97,8 @@ type Failover struct {
 	// ConnsLost: long-lived TCP connections that failed during the
 	// failure or the return, by target.
 	ConnsLost []ConnsLost `json:"conns_lost,omitempty"`
+	// When each step happened, to place the probes' losses.
+	FailedAt, WithdrawnAt, RestoredAt, RejoinedAt time.Time `json:"-"`
 }
 
 // Gap is the longest traffic gap any probe flow saw in the failure.
@@ -180,6 +182,7 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 	}
 	time.Sleep(o.Settle)
 	t0 := time.Now()
+	r.FailedAt = t0
 	restore, err := l.FailEdge(ctx, o.Edge, o.Cause)
 	if err != nil {
 		p.Stop()
@@ -190,9 +193,11 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 		r.Withdrawn = -1
 	} else {
 		r.Withdrawn = time.Since(t0)
+		r.WithdrawnAt = time.Now()
 	}
 	time.Sleep(o.Settle)
 	r.Probes = p.Stop()
+	r.RestoredAt = time.Now()
 	if err := restore(ctx); err != nil {
 		return r, fmt.Errorf("bring %s back: %w", o.Edge, err)
 	}
@@ -203,6 +208,7 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 		return r, err
 	}
 	rj, err := l.WaitRoute(ctx, prefix, all, 60*time.Second)
+	r.RejoinedAt = time.Now()
 	time.Sleep(o.Settle)
 	r.ReturnProbes = p.Stop()
 	if err != nil {

@@ -111,9 +111,15 @@ const (
 )
 
 // StaticUpstream: the router sends the EIP prefix to edge-a1 by a static
-// route instead of learning it from the edges over BGP (the edges of this
-// build do not announce yet), and the demo skips its fleet part.
-const StaticUpstream = true
+// route instead of learning it from the edges over BGP, and the demo
+// skips its fleet part (the lab before its edges announced).
+const StaticUpstream = false
+
+// NATPinned are the lab's nat VIPs (the demo's, the tests'): rtr routes
+// them to edge-a1 with a static route, longer than the set's prefix, so
+// their connections always reach the edge that holds their nat state and
+// that fab sends the DMZ servers' replies to (docs/lab.md, "The DMZ").
+const NATPinned = "198.51.100.30/31"
 
 // EdgeSpec is one edge of the lab.
 type EdgeSpec struct {
@@ -247,6 +253,8 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	)
 	if StaticUpstream {
 		t.routes = append(t.routes, route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"})
+	} else {
+		t.routes = append(t.routes, route{"rtr", NATPinned, "198.18.100.1", "edge-a1"})
 	}
 	// DMZ servers: plain servers on the underlay router, no agent, for
 	// nat-mode services.

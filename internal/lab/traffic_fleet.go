@@ -235,6 +235,9 @@ type probeFlow struct {
 	lastSent time.Time
 	gap      time.Duration
 	holes    int
+	// firstLoss, lastLoss: send times of the first and the last datagram
+	// lost in a hole (approximately: the one after the last answered).
+	firstLoss, lastLoss time.Time
 }
 
 // ProbeStats is what the flows to one target saw.
@@ -253,6 +256,10 @@ type ProbeStats struct {
 	// last second): their outage is not in Gap.
 	FlowsHit    int `json:"flows_hit"`
 	Unrecovered int `json:"unrecovered"`
+	// FirstLoss and LastLoss bound the send times of the datagrams lost
+	// in holes, over the flows (zero: none), to place the loss in time.
+	FirstLoss time.Time `json:"first_loss,omitzero"`
+	LastLoss  time.Time `json:"last_loss,omitzero"`
 }
 
 // StartProbes opens flows UDP flows to each target (ADDR:PORT) and starts
@@ -343,6 +350,10 @@ func (p *Probes) receive(f *probeFlow) {
 				if g := sent.Sub(f.lastSent); g > f.gap {
 					f.gap = g
 				}
+				if f.firstLoss.IsZero() {
+					f.firstLoss = f.lastSent
+				}
+				f.lastLoss = sent
 			}
 			f.lastSeq, f.lastSent = seq, sent
 		}
@@ -379,7 +390,20 @@ func (p *Probes) Stop() []ProbeStats {
 			s.FlowsHit++
 		}
 		if f.lastSent.Before(stopped.Add(-time.Second)) {
+			// Replies stopped for good: the gap is at least the time
+			// since the last answered datagram.
 			s.Unrecovered++
+			f.gap = max(f.gap, stopped.Sub(f.lastSent))
+			if f.firstLoss.IsZero() {
+				f.firstLoss = f.lastSent
+			}
+			f.lastLoss = stopped
+		}
+		if !f.firstLoss.IsZero() && (s.FirstLoss.IsZero() || f.firstLoss.Before(s.FirstLoss)) {
+			s.FirstLoss = f.firstLoss
+		}
+		if f.lastLoss.After(s.LastLoss) {
+			s.LastLoss = f.lastLoss
 		}
 		if f.gap > s.Gap {
 			s.Gap = f.gap
