@@ -150,12 +150,16 @@ func (l *Lab) Demo(ctx context.Context) error {
 	}
 	l.say("   inet$ curl %s  ->  %q", url, body)
 
-	l.say("\n== 3. per-EIP counters on the edge")
+	l.say("\n== 3. per-EIP counters on the edges (the router spreads connections over the set's members; replies leave by any member)")
 	if st, err := l.NodeStatuses(ctx); err == nil {
-		if e, ok := st["edge-a1"]; ok {
+		for _, n := range l.Topo.NodesByRole("edge") {
+			e, ok := st[n.Name]
+			if !ok {
+				continue
+			}
 			ec := e.EIPs[eip]
-			l.say("   edge-a1 %s: rx %d packets / %d bytes, tx %d packets / %d bytes; encap_tx %d decap_tx %d",
-				eip, ec.RxPackets, ec.RxBytes, ec.TxPackets, ec.TxBytes, e.Counters["encap_tx"].Packets, e.Counters["decap_tx"].Packets)
+			l.say("   %s %s: rx %d packets / %d bytes, tx %d packets / %d bytes; encap_tx %d decap_tx %d",
+				n.Name, eip, ec.RxPackets, ec.RxBytes, ec.TxPackets, ec.TxBytes, e.Counters["encap_tx"].Packets, e.Counters["decap_tx"].Packets)
 		}
 	}
 
@@ -211,6 +215,9 @@ func (l *Lab) demoServices(ctx context.Context) error {
 	l.say("\n== 5. a load-balanced service: VIP %s, port 80 -> pool web (g1 of az1-h1, az2-h1, az3-h1), 443 -> pool tls (g2 of the h2 hosts)", DemoVIP)
 	l.say("   azgate service create web --vip %s --mode encap --listener tcp:80=web --listener tcp:443=tls --backend web=az1-h1/g1 ... --health web=http:/", DemoVIP)
 	if _, err := c.PutService(ctx, svc); err != nil {
+		return err
+	}
+	if err := l.waitTables(ctx, c, "web", 20*time.Second); err != nil {
 		return err
 	}
 	for _, port := range []string{"", ":443"} {
@@ -302,6 +309,40 @@ func (l *Lab) waitHealth(ctx context.Context, c *client.Client, svc, pool, key s
 	return fmt.Errorf("%s/%s %s: not marked down=%v within %v", svc, pool, key, down, timeout)
 }
 
+// waitTables waits until every edge holds every pool of a service with
+// all its backends healthy and the same table: with several edges, the
+// checks' first verdicts (backends start down until they rise) reach the
+// edges' tables at different times.
+func (l *Lab) waitTables(ctx context.Context, c *client.Client, svc string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		st, err := c.ServiceStatus(ctx, svc)
+		if err != nil {
+			why = err.Error()
+		} else {
+			why = ""
+			for _, p := range st.Pools {
+				if !p.Agree {
+					why = fmt.Sprintf("pool %s: the edges' tables differ", p.Name)
+				}
+				for _, t := range p.Tables {
+					if t.Missing != "" || t.Healthy != t.Backends {
+						why = fmt.Sprintf("pool %s: %s has %d of %d backends healthy (%s)", p.Name, t.Edge, t.Healthy, t.Backends, t.Missing)
+					}
+				}
+			}
+			if why == "" {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("service %s not served by every edge within %v: %s", svc, timeout, why)
+}
+
+// WaitAnswer fetches url from the Internet node until it answers want
+// (any answer if want is empty).
 func (l *Lab) WaitAnswer(ctx context.Context, url, want string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	var last string

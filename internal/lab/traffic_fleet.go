@@ -286,7 +286,9 @@ func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (
 				cancel()
 				return nil, fmt.Errorf("probe flow to %s: %w", t, err)
 			}
-			p.flows = append(p.flows, &probeFlow{target: t, c: c})
+			// Sequence numbers start at 1: a first reply numbered
+			// higher is a hole from the start.
+			p.flows = append(p.flows, &probeFlow{target: t, c: c, lastSent: time.Now()})
 		}
 	}
 	for _, f := range p.flows {
@@ -345,7 +347,7 @@ func (p *Probes) receive(f *probeFlow) {
 		f.mu.Lock()
 		f.recv++
 		if seq > f.lastSeq {
-			if f.lastSeq != 0 && seq > f.lastSeq+1 {
+			if seq > f.lastSeq+1 {
 				f.holes++
 				if g := sent.Sub(f.lastSent); g > f.gap {
 					f.gap = g
