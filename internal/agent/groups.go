@@ -106,7 +106,11 @@ func (r *Reconciler) SetAnnouncements(a store.Announcements) {
 	if r.want == nil {
 		return
 	}
-	r.syncGroups(*r.want, r.fail)
+	failed := false
+	r.syncGroups(*r.want, func(err error) { failed = true; r.fail(err) })
+	if failed {
+		r.scheduleRetry(r.rev) // the full apply writes the groups again
+	}
 }
 
 // syncGroups gives every set of w a slot and writes the groups whose
