@@ -22,24 +22,45 @@ import (
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
-// bedLinks is the dptest bed's guest link: every guest is on g1.
-type bedLinks struct{ ifindex int }
+// bedLinks is the dptest bed's guest link: every guest is on g1; live,
+// the guest program is attached to it.
+type bedLinks struct {
+	ifindex int
+	env     *dptest.Env
+	dp      *dataplane.Agent
+	live    bool
+}
 
 func (b bedLinks) GuestInterface(netip.Addr) (string, int, error) {
 	return dptest.GuestDev, b.ifindex, nil
 }
-func (bedLinks) AttachGuest(string) error          { return nil }
+
+func (b bedLinks) AttachGuest(ifname string) error {
+	if !b.live {
+		return nil
+	}
+	return b.env.Node.Do(func() error { return b.dp.AttachGuest(ifname) })
+}
+
 func (bedLinks) DetachGuest(string) error          { return nil }
 func (bedLinks) KeepResolved(string, []netip.Addr) {}
 
 // TestAgentSetsDataPlane is the whole agent side of issue 8 in one
 // namespace: a real store with the edges' announce keys, the reconciler,
 // the real agent data plane, and guest replies run through
-// xdp_agent_guest. The replies of an EIP go to the announcing members of
-// the set that serves it and nowhere else: a member whose key is revoked
-// is never chosen again; pulled out, they go to the dedicated set's
-// members; quarantined, to the quarantine set's.
-func TestAgentSetsDataPlane(t *testing.T) {
+// xdp_agent_guest (BPF_PROG_TEST_RUN). The replies of an EIP go to the
+// announcing members of the set that serves it and nowhere else: a member
+// whose key is revoked is never chosen again; pulled out, they go to the
+// dedicated set's members; quarantined, to the quarantine set's.
+func TestAgentSetsDataPlane(t *testing.T) { setsScenario(t, false) }
+
+// TestAgentSetsLive is the same with live packets: the guest program is
+// attached to the guest's link, the guest's frames are sent into it from
+// the guest's side and the tunnelled replies are read where the underlay
+// router would forward them to the edges.
+func TestAgentSetsLive(t *testing.T) { setsScenario(t, true) }
+
+func setsScenario(t *testing.T, live bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (BPF, network namespaces)")
 	}
@@ -76,7 +97,15 @@ func TestAgentSetsDataPlane(t *testing.T) {
 	}
 
 	s := embeddedtest.Store(t)
-	r, err := NewReconciler(Config{NoRetry: true, Name: "h1", Underlay: dptest.UlDev, Log: quiet}, dp, bedLinks{g1})
+	var wire *liveWire
+	if live {
+		if wire, err = newLiveWire(env); err != nil {
+			t.Fatal(err)
+		}
+		defer wire.Close()
+		defer env.Node.Do(func() error { return dp.Detach(dptest.GuestDev) })
+	}
+	r, err := NewReconciler(Config{NoRetry: true, Name: "h1", Underlay: dptest.UlDev, Log: quiet}, dp, bedLinks{ifindex: g1, env: env, dp: dp, live: live})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +149,12 @@ func TestAgentSetsDataPlane(t *testing.T) {
 		t.Helper()
 		seen := map[string]bool{}
 		for port := 1; port <= 64; port++ {
+			if live {
+				for _, e := range wire.send(t, guestFrame(t, uint16(40000+port))) {
+					seen[e] = true
+				}
+				continue
+			}
 			out := guestReply(t, env, dp, uint16(40000+port))
 			seen[out] = true
 		}
@@ -173,9 +208,8 @@ func TestAgentSetsDataPlane(t *testing.T) {
 	expect("back in pop, e3 announcing now", "198.18.1.1", "198.18.1.3")
 }
 
-// guestReply runs one UDP reply of the bed's guest to client port dport
-// through xdp_agent_guest and returns the outer destination (the edge).
-func guestReply(t *testing.T, env *dptest.Env, dp *dataplane.Agent, dport uint16) string {
+// guestFrame is a UDP reply of the bed's guest to client port dport.
+func guestFrame(t *testing.T, dport uint16) []byte {
 	t.Helper()
 	buf := gopacket.NewSerializeBuffer()
 	udp := &layers.UDP{SrcPort: 53, DstPort: layers.UDPPort(dport)}
@@ -186,7 +220,14 @@ func guestReply(t *testing.T, env *dptest.Env, dp *dataplane.Agent, dport uint16
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload("hello")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := env.Run(dp.GuestProgram(), dptest.GuestDev, buf.Bytes())
+	return buf.Bytes()
+}
+
+// guestReply runs one UDP reply of the bed's guest to client port dport
+// through xdp_agent_guest and returns the outer destination (the edge).
+func guestReply(t *testing.T, env *dptest.Env, dp *dataplane.Agent, dport uint16) string {
+	t.Helper()
+	res, err := env.Run(dp.GuestProgram(), dptest.GuestDev, guestFrame(t, dport))
 	if err != nil {
 		t.Fatal(err)
 	}
