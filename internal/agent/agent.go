@@ -215,11 +215,12 @@ type Reconciler struct {
 	// Edge groups (groups.go): the announcements last read, the slot of
 	// each set, what each slot holds, the sets that fell back to members
 	// that are not live and how many times one did.
-	ann       store.Announcements
-	groupSlot map[string]uint16
-	groups    map[uint16]dataplane.AgentGroup
-	fallback  map[string]bool
-	fallbacks uint64
+	ann         Announcing
+	badAnnounce uint64 // malformed announce keys read
+	groupSlot   map[string]uint16
+	groups      map[uint16]dataplane.AgentGroup
+	fallback    map[string]bool
+	fallbacks   uint64
 }
 
 // NewReconciler adopts what the maps already hold.
@@ -621,10 +622,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	// does not shrink and regrow the groups.
 	first := make(chan struct{})
 	var once sync.Once
-	go store.WatchAnnouncements(ctx, st, cfg.Log, func(a store.Announcements) {
-		rec.SetAnnouncements(a)
-		once.Do(func() { close(first) })
-	})
+	go WatchAnnouncements(ctx, st, rec, cfg.Log, func() { once.Do(func() { close(first) }) })
 	select {
 	case <-first:
 	case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -42,7 +43,7 @@ func TestAgentAnnounceKeyRemoved(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); store.WatchAnnouncements(ctx, s, quiet, r.SetAnnouncements) }()
+	go func() { defer close(done); WatchAnnouncements(ctx, s, r, quiet, nil) }()
 	defer func() { cancel(); <-done }()
 
 	members := map[string]string{"edge-h1": "198.18.0.21", "edge-h2": "198.18.0.22"}
@@ -52,7 +53,7 @@ func TestAgentAnnounceKeyRemoved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, _ := json.Marshal(store.Announcement{Set: "hot", Edge: edge, Underlay: a(members[edge])})
+		v, _ := json.Marshal(model.Announcement{Set: "hot", Edge: edge, Underlay: a(members[edge])})
 		if err := s.WriteLeased(ctx, id, []store.KV{{Key: store.AnnounceKey("hot", edge), Value: v}}); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func TestAgentAnnounceKeyRemoved(t *testing.T) {
 		// group writes that led there.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			r.mu.Lock()
-			both := r.ann.Announcing("hot", "edge-h1") && r.ann.Announcing("hot", "edge-h2")
+			both := r.ann.has("hot", "edge-h1") && r.ann.has("hot", "edge-h2")
 			r.mu.Unlock()
 			if both {
 				break
@@ -125,6 +126,33 @@ func TestAgentAnnounceKeyRemoved(t *testing.T) {
 	t.Logf("announce key revoked -> group written: min %v, median %v, max %v (n=%d)", lat[0], lat[len(lat)/2], lat[len(lat)-1], len(lat))
 	if lat[len(lat)-1] > time.Second {
 		t.Errorf("a revoked member left its group after %v, want well under a second", lat[len(lat)-1])
+	}
+
+	// A malformed key (its value names another edge) makes no member
+	// live: counted, the group stays as it is.
+	badLease, err := s.Grant(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteLeased(ctx, badLease, []store.KV{{Key: store.AnnounceKey("hot", "edge-h2"), Value: []byte(`{"set":"hot","edge":"edge-h9"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		bad := r.badAnnounce
+		r.mu.Unlock()
+		if bad > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the malformed announce key was not counted")
+		}
+	}
+	if g := hotGroup(); fmt.Sprint(g.Members) != "[198.18.0.21]" {
+		t.Fatalf("a malformed key changed the group: %+v", g)
+	}
+	if err := s.Revoke(ctx, badLease); err != nil {
+		t.Fatal(err)
 	}
 
 	// edge-h1 dies: its keepalives stop, its lease expires. With no

@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -33,6 +36,25 @@ import (
 // likely to have lost the store than to be down (they keep forwarding
 // while the store is away). Each fallback is logged and counted.
 
+// Announcing is the edges that keep their announce key, by set and edge
+// name.
+type Announcing map[string]map[string]bool
+
+func (a Announcing) has(set, edge string) bool { return a[set][edge] }
+
+// AnnouncingFrom reads what store.WatchAnnouncements hands over (valid
+// announcements by key: the key's set and edge are the value's).
+func AnnouncingFrom(all map[string]model.Announcement) Announcing {
+	out := Announcing{}
+	for _, an := range all {
+		if out[an.Set] == nil {
+			out[an.Set] = map[string]bool{}
+		}
+		out[an.Set][an.Edge] = true
+	}
+	return out
+}
+
 // GroupPlan is the members each group gets.
 type GroupPlan struct {
 	Sets map[string][]netip.Addr // set -> live members, in name order
@@ -43,7 +65,7 @@ type GroupPlan struct {
 
 // PlanGroups computes the groups from the desired state's sets and the
 // announcements.
-func PlanGroups(sets map[string][]model.EdgeNode, ann store.Announcements) GroupPlan {
+func PlanGroups(sets map[string][]model.EdgeNode, ann Announcing) GroupPlan {
 	p := GroupPlan{Sets: map[string][]netip.Addr{}}
 	names := make([]string, 0, len(sets))
 	for n := range sets {
@@ -70,7 +92,7 @@ func PlanGroups(sets map[string][]model.EdgeNode, ann store.Announcements) Group
 // LiveMembers returns the underlay addresses of set's live members (see
 // the head of this file), at most MaxGroupMembers, and whether the set
 // fell back to members that are not live.
-func LiveMembers(set string, members []model.EdgeNode, ann store.Announcements) (live []netip.Addr, fellBack bool) {
+func LiveMembers(set string, members []model.EdgeNode, ann Announcing) (live []netip.Addr, fellBack bool) {
 	var notDrained, all []netip.Addr
 	for _, m := range members {
 		all = append(all, m.Underlay)
@@ -78,7 +100,7 @@ func LiveMembers(set string, members []model.EdgeNode, ann store.Announcements) 
 			continue
 		}
 		notDrained = append(notDrained, m.Underlay)
-		if m.BGP == nil || ann.Announcing(set, m.Name) {
+		if m.BGP == nil || ann.has(set, m.Name) {
 			live = append(live, m.Underlay)
 		}
 	}
@@ -99,10 +121,11 @@ func LiveMembers(set string, members []model.EdgeNode, ann store.Announcements) 
 // and rewrites the groups they change at once: a member whose key
 // vanished leaves its group (its generation moves, so the flows it held
 // go to the others by flow hash).
-func (r *Reconciler) SetAnnouncements(a store.Announcements) {
+func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
+	ann := AnnouncingFrom(all)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ann = a
+	r.ann = ann
 	if r.want == nil {
 		return
 	}
@@ -214,4 +237,45 @@ func (r *Reconciler) Groups() (map[string]dataplane.AgentGroup, uint64) {
 		}
 	}
 	return out, r.fallbacks
+}
+
+// WatchAnnouncements follows the edges' announce keys into r until ctx
+// ends: a full read, then the watch (store.WatchAnnouncements); a store
+// failure is retried with backoff (the groups keep their members
+// meanwhile). Malformed keys are logged once each and counted. first, if
+// not nil, is called after the first read.
+func WatchAnnouncements(ctx context.Context, st store.PrefixReader, r *Reconciler, log *slog.Logger, first func()) {
+	backoff := 100 * time.Millisecond
+	seenBad := map[string]bool{}
+	for ctx.Err() == nil {
+		read := false
+		err := store.WatchAnnouncements(ctx, st, func(all map[string]model.Announcement) {
+			r.SetAnnouncements(all)
+			if !read {
+				read, backoff = true, 100*time.Millisecond
+				if first != nil {
+					first()
+					first = nil
+				}
+			}
+		}, func(e store.AnnounceEntry) {
+			r.mu.Lock()
+			r.badAnnounce++
+			r.mu.Unlock()
+			if !seenBad[e.Key] {
+				seenBad[e.Key] = true
+				log.Warn("malformed announce key ignored: its edge does not count as live", "key", e.Key, "err", e.Err)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("watching the announcements failed; reading them again", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }

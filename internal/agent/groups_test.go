@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,25 +96,14 @@ func TestDesiredServingSets(t *testing.T) {
 	}
 }
 
-func ann(keys ...string) store.Announcements {
-	out := store.Announcements{BySet: map[string]map[string]store.Announcement{}}
+// ann is what the announce keys set/edge (each "SET/EDGE") give.
+func ann(keys ...string) map[string]model.Announcement {
+	out := map[string]model.Announcement{}
 	for _, k := range keys {
-		set, edge, _ := cut(k)
-		if out.BySet[set] == nil {
-			out.BySet[set] = map[string]store.Announcement{}
-		}
-		out.BySet[set][edge] = store.Announcement{Set: set, Edge: edge}
+		set, edge, _ := strings.Cut(k, "/")
+		out[store.AnnounceKey(set, edge)] = model.Announcement{Set: set, Edge: edge}
 	}
 	return out
-}
-
-func cut(k string) (string, string, bool) {
-	for i := range k {
-		if k[i] == '/' {
-			return k[:i], k[i+1:], true
-		}
-	}
-	return k, "", false
 }
 
 // TestLiveMembers: static members are live, BGP members while they
@@ -129,7 +119,7 @@ func TestLiveMembers(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		members  []model.EdgeNode
-		ann      store.Announcements
+		ann      map[string]model.Announcement
 		want     string
 		fellBack bool
 	}{
@@ -144,7 +134,7 @@ func TestLiveMembers(t *testing.T) {
 		{"mixed: the static member is live", mixed, ann(), "[198.18.0.2]", false},
 		{"no members", nil, ann(), "[]", false},
 	} {
-		live, fb := LiveMembers("s", c.members, c.ann)
+		live, fb := LiveMembers("s", c.members, AnnouncingFrom(c.ann))
 		if fmt.Sprint(live) != c.want || fb != c.fellBack {
 			t.Errorf("%s: %v fell back %v, want %s %v", c.name, live, fb, c.want, c.fellBack)
 		}

@@ -112,7 +112,7 @@ func setsScenario(t *testing.T, live bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); store.WatchAnnouncements(ctx, s, quiet, r.SetAnnouncements) }()
+	go func() { defer close(done); WatchAnnouncements(ctx, s, r, quiet, nil) }()
 	defer func() { cancel(); <-done }()
 	leases := map[string]store.LeaseID{}
 	announce := func(set, edge, underlay string) {
@@ -121,7 +121,7 @@ func setsScenario(t *testing.T, live bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, _ := json.Marshal(store.Announcement{Set: set, Edge: edge, Underlay: a(underlay)})
+		v, _ := json.Marshal(model.Announcement{Set: set, Edge: edge, Underlay: a(underlay)})
 		if err := s.WriteLeased(ctx, id, []store.KV{{Key: store.AnnounceKey(set, edge), Value: v}}); err != nil {
 			t.Fatal(err)
 		}

@@ -3,143 +3,107 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
-	"net/netip"
+	"maps"
+	"sort"
 	"strings"
-	"time"
+
+	"github.com/azgate/azgate/internal/model"
 )
 
-// AnnounceRoot is where each edge keeps a leased key while it announces
-// its set's routes with BGP (issue 8): AnnounceRoot + SET + "/" + EDGE,
-// TTL about 2 s, so the key vanishes within that when the edge stops
-// announcing, dies or loses the store. The agents read these keys to know
-// which members of a set are live (docs/roles.md, "Agent").
+// AnnounceRoot holds one key per edge that announces its set's routes,
+// AnnounceKey(set, edge), written with a short lease: it vanishes within
+// the lease TTL of the edge's death, or at once when the edge withdraws.
 const AnnounceRoot = "/azgate/announce/"
 
-// Announcement is the value of an announce key.
-type Announcement struct {
-	Set      string         `json:"set"`
-	Edge     string         `json:"edge"`
-	Underlay netip.Addr     `json:"underlay"`
-	Prefixes []netip.Prefix `json:"prefixes"`
-}
-
-// AnnounceKey is the key edge of set keeps while it announces.
+// AnnounceKey is where an announcing edge keeps its model.Announcement.
 func AnnounceKey(set, edge string) string { return AnnounceRoot + set + "/" + edge }
 
-// ParseAnnounce reads one announce key and value: the key must be
-// AnnounceRoot/SET/EDGE and the value's set and edge must be the key's.
-func ParseAnnounce(key string, value []byte) (Announcement, error) {
-	rest, ok := strings.CutPrefix(key, AnnounceRoot)
-	set, edge, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 || set == "" || edge == "" || strings.Contains(edge, "/") {
-		return Announcement{}, fmt.Errorf("%s: not a %sSET/EDGE key", key, AnnounceRoot)
-	}
-	if len(value) > 64<<10 {
-		return Announcement{}, fmt.Errorf("%s: value of %d bytes", key, len(value))
-	}
-	var a Announcement
-	if err := json.Unmarshal(value, &a); err != nil {
-		return Announcement{}, fmt.Errorf("%s: %w", key, err)
-	}
-	if a.Set != set || a.Edge != edge {
-		return Announcement{}, fmt.Errorf("%s: the value names set %q edge %q", key, a.Set, a.Edge)
-	}
-	return a, nil
+// AnnounceEntry is one announcement read back, or why it could not be.
+type AnnounceEntry struct {
+	Key          string
+	Announcement model.Announcement
+	Err          error // malformed key or value
 }
 
-// Announcements is every announce key read, by set and edge, and how many
-// keys were malformed (skipped).
-type Announcements struct {
-	BySet map[string]map[string]Announcement
-	Bad   int
-}
-
-// Announcing reports whether edge of set has its announce key.
-func (a Announcements) Announcing(set, edge string) bool {
-	_, ok := a.BySet[set][edge]
-	return ok
-}
-
-func (a Announcements) clone() Announcements {
-	out := Announcements{BySet: make(map[string]map[string]Announcement, len(a.BySet)), Bad: a.Bad}
-	for s, es := range a.BySet {
-		m := make(map[string]Announcement, len(es))
-		for e, v := range es {
-			m[e] = v
-		}
-		out.BySet[s] = m
+// Announcements reads every announcement, sorted by key (set, then edge),
+// and the revision they were read at (to watch from).
+func Announcements(ctx context.Context, s PrefixReader) ([]AnnounceEntry, int64, error) {
+	kvs, rev, err := s.GetPrefix(ctx, AnnounceRoot)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: reading announcements: %w", err)
 	}
-	return out
+	out := make([]AnnounceEntry, 0, len(kvs))
+	for _, kv := range kvs {
+		out = append(out, decodeAnnouncement(kv.Key, kv.Value))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, rev, nil
 }
 
-// WatchAnnouncements hands h every announcement after each change: a full
-// read first, then one call per watch response (a key deleted or expired
-// is gone from the next call), until ctx ends. A broken or compacted
-// watch reads everything again. Malformed keys are skipped, logged and
-// counted (Bad). h runs on the watching goroutine: it must not block.
-func WatchAnnouncements(ctx context.Context, r PrefixReader, log *slog.Logger, h func(Announcements)) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		kvs, rev, err := r.GetPrefix(ctx, AnnounceRoot)
+func decodeAnnouncement(key string, value []byte) AnnounceEntry {
+	e := AnnounceEntry{Key: key}
+	set, edge, ok := strings.Cut(strings.TrimPrefix(key, AnnounceRoot), "/")
+	if !ok || set == "" || edge == "" || strings.Contains(edge, "/") {
+		e.Err = fmt.Errorf("%s: not a SET/EDGE announce key", key)
+		return e
+	}
+	if err := json.Unmarshal(value, &e.Announcement); err != nil {
+		e.Err = fmt.Errorf("%s: %w", key, err)
+		return e
+	}
+	if e.Announcement.Set != set || e.Announcement.Edge != edge {
+		e.Err = fmt.Errorf("%s: names set %q edge %q, not its key's", key, e.Announcement.Set, e.Announcement.Edge)
+	}
+	return e
+}
+
+// WatchAnnouncements calls fn with every announcement (valid ones, by
+// key; a copy fn may keep) at once and again after each change, until
+// ctx ends or the store fails (the error says why). A compacted history
+// is read again. fn runs on the caller's goroutine; malformed entries go
+// to bad (may be nil).
+func WatchAnnouncements(ctx context.Context, s PrefixReader, fn func(map[string]model.Announcement), bad func(AnnounceEntry)) error {
+	for {
+		es, rev, err := Announcements(ctx, s)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("reading announcements failed; retrying", "err", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
+			return err
 		}
-		backoff = 100 * time.Millisecond
-		cur := Announcements{BySet: map[string]map[string]Announcement{}}
-		bad := map[string]bool{}
-		put := func(k string, v []byte) {
-			if set, edge, ok := strings.Cut(strings.TrimPrefix(k, AnnounceRoot), "/"); ok {
-				delete(cur.BySet[set], edge)
-			}
-			a, err := ParseAnnounce(k, v)
-			if err != nil {
-				if !bad[k] {
-					log.Warn("malformed announce key skipped", "err", err)
+		cur := map[string]model.Announcement{}
+		for _, e := range es {
+			if e.Err != nil {
+				if bad != nil {
+					bad(e)
 				}
-				bad[k] = true
-				cur.Bad = len(bad)
-				return
+				continue
 			}
-			delete(bad, k)
-			cur.Bad = len(bad)
-			if cur.BySet[a.Set] == nil {
-				cur.BySet[a.Set] = map[string]Announcement{}
-			}
-			cur.BySet[a.Set][a.Edge] = a
+			cur[e.Key] = e.Announcement
 		}
-		for _, kv := range kvs {
-			put(kv.Key, kv.Value)
-		}
-		h(cur.clone())
-		err = r.WatchPrefix(ctx, AnnounceRoot, rev+1, func(cs []Change) {
+		fn(maps.Clone(cur))
+		err = s.WatchPrefix(ctx, AnnounceRoot, rev+1, func(cs []Change) {
 			for _, c := range cs {
 				if c.Delete {
-					delete(bad, c.Key)
-					cur.Bad = len(bad)
-					if set, edge, ok := strings.Cut(strings.TrimPrefix(c.Key, AnnounceRoot), "/"); ok {
-						delete(cur.BySet[set], edge)
+					delete(cur, c.Key)
+					continue
+				}
+				e := decodeAnnouncement(c.Key, c.Value)
+				if e.Err != nil {
+					delete(cur, c.Key)
+					if bad != nil {
+						bad(e)
 					}
 					continue
 				}
-				put(c.Key, c.Value)
+				cur[c.Key] = e.Announcement
 			}
-			h(cur.clone())
+			fn(maps.Clone(cur))
 		})
 		if ctx.Err() != nil {
-			return
+			return ctx.Err()
 		}
-		log.Warn("announcement watch ended; reading every announcement again", "err", err)
+		if !errors.Is(err, ErrCompacted) {
+			return err
+		}
 	}
 }
