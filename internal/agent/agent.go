@@ -37,6 +37,10 @@ type Want struct {
 	// Set is the edge set that serves the EIP (setplan.Serving; "": none,
 	// its replies go to group 0, every set's live edges).
 	Set string
+	// Covering is the prefix set whose prefix covers the EIP: where
+	// upstream sends its traffic when no member of a dedicated or
+	// quarantine Set announces its /32 any more.
+	Covering string
 }
 
 // HostWant is everything an agent must program for its host.
@@ -46,8 +50,9 @@ type HostWant struct {
 	// Sets: every edge set's members in name order, from which the edge
 	// groups are made (Groups, with the announcements).
 	Sets map[string][]model.EdgeNode
-	// VIPSets: the edge set that serves each VIP of Services ("": none).
-	VIPSets map[netip.Addr]string
+	// VIPSets: the edge set that serves each VIP of Services ("": none),
+	// VIPCovering the prefix set that covers it (see Want.Covering).
+	VIPSets, VIPCovering map[netip.Addr]string
 	Guests  []model.Guest
 	EIPs    map[netip.Addr]Want // EIPs bound to guests of this host
 	// Services are the encap-mode service backends among the guests.
@@ -71,7 +76,7 @@ func Desired(st *model.State, host string) (HostWant, error) {
 	}
 	sort.Strings(sets)
 	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{},
-		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}}
+		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}}
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
 		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
@@ -81,6 +86,7 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		w.Sets[name] = es
 	}
 	plan := setplan.FromState(st)
+	prefixes := setplan.Input{Sets: st.EdgeSets} // without pull-outs and quarantines
 	for _, e := range st.EIPs {
 		if e.Binding == nil || e.Binding.Host != host {
 			continue
@@ -90,7 +96,8 @@ func Desired(st *model.State, host string) (HostWant, error) {
 			continue
 		}
 		set, _, _ := plan.Serving(e.Address)
-		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name, Set: set}
+		covering, _, _ := prefixes.Serving(e.Address)
+		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering}
 	}
 	// A backend is checked once per pool, whatever its listeners.
 	type checkKey struct{ svc, pool, backend string }
@@ -134,6 +141,7 @@ func Desired(st *model.State, host string) (HostWant, error) {
 				}
 				if _, ok := w.VIPSets[svc.VIP]; !ok {
 					w.VIPSets[svc.VIP], _, _ = plan.Serving(svc.VIP)
+					w.VIPCovering[svc.VIP], _, _ = prefixes.Serving(svc.VIP)
 				}
 				for _, p := range ports {
 					w.Services = append(w.Services, dataplane.AgentService{VIP: svc.VIP, Guest: g.Address, Proto: proto,
@@ -427,7 +435,7 @@ func (r *Reconciler) sync(want HostWant) {
 		}
 		cur, had := r.programmed[a]
 		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex), Service: w.Service,
-			Group: r.groupOf(w.Set)}
+			Group: r.groupOf(w.Set, w.Covering)}
 		if had && cur == next {
 			continue
 		}
@@ -473,7 +481,7 @@ func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink)
 		if _, ok := links[s.Guest]; !ok {
 			continue // its guest's interface is not found: reported
 		}
-		s.Group = r.groupOf(want.VIPSets[s.VIP])
+		s.Group = r.groupOf(want.VIPSets[s.VIP], want.VIPCovering[s.VIP])
 		wanted[key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}] = s
 	}
 	have, err := r.maps.Services()

@@ -30,11 +30,15 @@ import (
 //   - a member without BGP is statically routed (today's lab, the e2e
 //     tests): always live.
 //
-// A set with members none of which is live falls back to its members that
-// are not drained, or with none, to all of them: dropping every reply
-// helps nobody, and a set whose members all stopped announcing is more
-// likely to have lost the store than to be down (they keep forwarding
-// while the store is away). Each fallback is logged and counted.
+// A dedicated or quarantine set none of whose members is live announces
+// the address's /32 no more: upstream, the covering prefix set's route
+// takes its traffic again, so its replies go to that prefix set's group
+// (unless it has no live member either). Any other set with members none
+// of which is live falls back to its members that are not drained, or
+// with none, to all of them: dropping every reply helps nobody, and a
+// set whose members all stopped announcing is more likely to have lost
+// the store than to be down (they keep forwarding while the store is
+// away). Each fallback is logged and counted.
 
 // Announcing is the edges that keep their announce key, by set and edge
 // name.
@@ -129,10 +133,17 @@ func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 	if r.want == nil {
 		return
 	}
+	before := fmt.Sprint(sortedKeys(r.fallback))
 	failed := false
 	r.syncGroups(*r.want, func(err error) { failed = true; r.fail(err) })
+	if fmt.Sprint(sortedKeys(r.fallback)) != before {
+		// A set lost (or regained) its last live member: the addresses
+		// it serves may change group (groupOf).
+		r.sync(*r.want)
+		failed = failed || len(r.errs) > 0
+	}
 	if failed {
-		r.scheduleRetry(r.rev) // the full apply writes the groups again
+		r.scheduleRetry(r.rev) // the full apply writes everything again
 	}
 }
 
@@ -216,11 +227,18 @@ func (r *Reconciler) clearStaleGroups(w HostWant) {
 	}
 }
 
-// groupOf is the slot of the set that serves an address (0: none, or the
-// set has no slot).
-func (r *Reconciler) groupOf(set string) uint16 {
+// groupOf is the slot of the set that serves an address: set, or the
+// prefix set covering the address while set (a dedicated or quarantine
+// set) has no live member and the covering set has some (0: no set, or
+// the set has no slot).
+func (r *Reconciler) groupOf(set, covering string) uint16 {
 	if set == "" {
 		return 0
+	}
+	if r.fallback[set] && covering != "" && covering != set && !r.fallback[covering] {
+		if slot, ok := r.groupSlot[covering]; ok {
+			return slot
+		}
 	}
 	return r.groupSlot[set]
 }

@@ -222,6 +222,18 @@ func TestAgentGroupsReconcile(t *testing.T) {
 			t.Fatalf("VIP backend %+v: want pop-a's group %d", s, slot("pop-a"))
 		}
 	}
+	// No member of hot announces: its /32 is withdrawn upstream, pop-a's
+	// /24 takes the traffic, and the EIP's replies follow; back when one
+	// announces again.
+	r.SetAnnouncements(ann())
+	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("pop-a") {
+		t.Fatalf("pulled-out EIP, hot dead: group %d, want pop-a's %d", e.Group, slot("pop-a"))
+	}
+	r.SetAnnouncements(ann("hot/edge-h2"))
+	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("hot") || members("hot") != "[198.18.0.22]" {
+		t.Fatalf("pulled-out EIP, edge-h2 back: group %d (want hot's %d), hot %s", e.Group, slot("hot"), members("hot"))
+	}
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2"))
 	// Drain edge-a1 (pop-a's only member): with no live member left the
 	// set falls back to it.
 	popA := *st.EdgeSets["pop-a"]

@@ -194,6 +194,34 @@ func setsScenario(t *testing.T, live bool) {
 	r.Handle(st, 2, nil, true)
 	expect("pulled out into hot", "198.18.2.1", "198.18.2.2")
 
+	// Both of hot's members withdraw: upstream, pop's /24 takes the
+	// EIP's traffic again, and so do pop's live members its replies.
+	for _, e := range []string{"hot/h1", "hot/h2"} {
+		if err := s.Revoke(ctx, leases[e]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitEIPGroup := func(set string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			r.mu.Lock()
+			want := r.groupSlot[set]
+			r.mu.Unlock()
+			if e := r.Programmed()[eip]; e.Group == want && want != 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the EIP's group is %d, want %s's %d", r.Programmed()[eip].Group, set, want)
+			}
+		}
+	}
+	waitEIPGroup("pop")
+	expect("hot has no live member: back to pop's", "198.18.1.1")
+	announce("hot", "h2", "198.18.2.2")
+	waitEIPGroup("hot")
+	waitGroup("hot", "198.18.2.2")
+	expect("h2 announces again", "198.18.2.2")
+
 	put(t, st, &model.Quarantine{Address: eip})
 	r.Handle(st, 3, nil, true)
 	expect("quarantined", "198.18.3.1")
