@@ -53,8 +53,8 @@ type HostWant struct {
 	// VIPSets: the edge set that serves each VIP of Services ("": none),
 	// VIPCovering the prefix set that covers it (see Want.Covering).
 	VIPSets, VIPCovering map[netip.Addr]string
-	Guests  []model.Guest
-	EIPs    map[netip.Addr]Want // EIPs bound to guests of this host
+	Guests               []model.Guest
+	EIPs                 map[netip.Addr]Want // EIPs bound to guests of this host
 	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
 	// Checked are the ports the edges health-check encap-mode backends
