@@ -50,11 +50,12 @@ type HostWant struct {
 	// Sets: every edge set's members in name order, from which the edge
 	// groups are made (Groups, with the announcements).
 	Sets map[string][]model.EdgeNode
-	// VIPSets: the edge set that serves each VIP of Services ("": none),
-	// VIPCovering the prefix set that covers it (see Want.Covering).
-	VIPSets, VIPCovering map[netip.Addr]string
-	Guests               []model.Guest
-	EIPs                 map[netip.Addr]Want // EIPs bound to guests of this host
+	// VIPSets: the edge set that serves each VIP of Services ("": none);
+	// VIPCovering: the prefix set that covers it (see Want.Covering).
+	VIPSets     map[netip.Addr]string
+	VIPCovering map[netip.Addr]string
+	Guests      []model.Guest
+	EIPs        map[netip.Addr]Want // EIPs bound to guests of this host
 	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
 	// Checked are the ports the edges health-check encap-mode backends
