@@ -60,6 +60,9 @@ func TestDesiredServingSets(t *testing.T) {
 		if got := [3]string{w.EIPs[a("198.51.100.7")].Set, w.EIPs[a("192.0.2.9")].Set, w.VIPSets[a("198.51.100.20")]}; got != [3]string{eip7, eip9, vip} {
 			t.Errorf("%s: sets of 198.51.100.7, 192.0.2.9, the VIP: %q, want %q", what, got, [3]string{eip7, eip9, vip})
 		}
+		if c := [3]string{w.EIPs[a("198.51.100.7")].Covering, w.EIPs[a("192.0.2.9")].Covering, w.VIPCovering[a("198.51.100.20")]}; c != [3]string{"pop-a", "pop-b", "pop-a"} {
+			t.Errorf("%s: covering prefix sets %q, want pop-a, pop-b, pop-a whatever serves them", what, c)
+		}
 		if len(w.Sets) != 4 || len(w.Sets["hot"]) != 2 || w.Sets["hot"][0].Name != "edge-h1" {
 			t.Errorf("%s: sets %v: want all four, members in name order", what, w.Sets)
 		}
