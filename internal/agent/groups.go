@@ -208,7 +208,7 @@ func (r *Reconciler) writeGroup(slot uint16, g dataplane.AgentGroup, fail func(e
 		return
 	}
 	r.groups[slot] = g
-	r.log.Debug("edge group written", "slot", slot, "set", g.Set, "members", g.Members)
+	r.log.Info("edge group written", "slot", slot, "set", g.Set, "members", g.Members)
 }
 
 // clearStaleGroups empties the slots of sets that no longer exist (after
