@@ -319,16 +319,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_stats SEC(".maps");
 
-/* Underlay addresses of the edges replies are spread over (n_edges used). */
+/* Edge groups: index -> the live members of one edge set (group 0: of
+ * every set, for addresses no set serves). agent_eips, agent_guests,
+ * agent_svc and agent_flows entries name their group; replies go to a
+ * live member of it (bpf/agent.c). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, EDGE_MAX);
+	__uint(max_entries, AGENT_GROUP_MAX);
 	__type(key, __u32);
-	__type(value, struct ip_addr);
+	__type(value, struct agent_group);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_edges SEC(".maps");
+} agent_groups SEC(".maps");
 
-/* The same edges as a set: NVGRE is only accepted from them. */
+/* Every edge of every set, live or not: NVGRE is only accepted from them
+ * (a drained or dying member still delivers what reaches it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EDGE_MAX);
