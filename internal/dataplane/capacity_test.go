@@ -57,6 +57,7 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"dataplane.LBRangesMax", LBRangesMax, "LB_RANGES_MAX"},
 		{"the lb_ranges struct's array", uint64(len(edgeLbRanges{}.R)), "LB_RANGES_MAX"},
 		{"model.DefaultTableSize", model.DefaultTableSize, "LB_TABLE_DEFAULT_M"},
+		{"dataplane.ARPAddrsMax", ARPAddrsMax, "ARP_ADDRS_MAX"},
 		{"lbplan.ModeEncap", lbplan.ModeEncap, "LB_MODE_ENCAP"},
 		{"lbplan.ModeNAT", lbplan.ModeNAT, "LB_MODE_NAT"},
 	} {
@@ -91,6 +92,8 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{edge, "edge", "lb_conns", "CT_MAX", 0},
 		{edge, "edge", "lb_nat_conns", "CT_MAX", 0},
 		{edge, "edge", "arp_ifaces", "ARP_IFACES_MAX", 0},
+		{edge, "edge", "arp_addrs", "ARP_ADDRS_MAX", 0},
+		{edge, "edge", "arp_owner", "", 1},
 		{edge, "edge", "lb_info", "", uint64(len(LBInfo))},
 		{edge, "edge", "stats", "", uint64(len(statNames))},
 		{edge, "edge", "nh_cache", "", 16384},

@@ -62,6 +62,8 @@ type Config struct {
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
 	HealthSource netip.Addr
+	// ARP is the ARP answering on shared segments (arp.go).
+	ARP ARPConfig
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a
@@ -490,6 +492,20 @@ func (r *Reconciler) VIPs() []netip.Addr {
 		out = append(out, s.VIP)
 	}
 	return out
+}
+
+// ARPScope is the ownership scope of ARP answering this edge campaigns
+// for: its set's name, or "" when it is in no set.
+func (r *Reconciler) ARPScope() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set, _, ok := r.idx.edgeSetOf(r.cfg.Name)
+	if !ok {
+		return ""
+	}
+	// TODO(issue 8, part 3): a drained member gives its ARP ownership up:
+	// return "" when me.Drained (model.EdgeNode.Drained, on main soon).
+	return set.Name
 }
 
 // Hosts returns the underlay addresses of the hosts EIPs may be bound to.

@@ -55,7 +55,8 @@ const (
 	DefaultOwnerMargin = 500 * time.Millisecond
 )
 
-func (o ClaimOptions) check() (ClaimOptions, error) {
+// Check fills the defaults in and validates o.
+func (o ClaimOptions) Check() (ClaimOptions, error) {
 	if o.TTL == 0 {
 		o.TTL = DefaultOwnerTTL
 	}
@@ -178,7 +179,7 @@ func (s *Store) Holder(ctx context.Context, key string) (string, error) {
 // without revoking: the lease lapses) or Release. See Claim for the
 // timing argument.
 func (s *Store) Campaign(ctx context.Context, key, holder string, o ClaimOptions) (*Claim, error) {
-	o, err := o.check()
+	o, err := o.Check()
 	if err != nil {
 		return nil, err
 	}

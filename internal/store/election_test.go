@@ -277,11 +277,11 @@ func TestClaimStoreFrozen(t *testing.T) {
 func TestClaimOptions(t *testing.T) {
 	for _, o := range []ClaimOptions{{TTL: 500 * time.Millisecond}, {TTL: 2 * time.Second, Margin: 2 * time.Second},
 		{TTL: 2 * time.Second, Margin: -time.Second}} {
-		if _, err := o.check(); err == nil {
+		if _, err := o.Check(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
 	}
-	o, err := ClaimOptions{TTL: 2500 * time.Millisecond}.check()
+	o, err := ClaimOptions{TTL: 2500 * time.Millisecond}.Check()
 	if err != nil || o.TTL != 2*time.Second || o.Margin != DefaultOwnerMargin {
 		t.Errorf("got %+v, %v", o, err)
 	}

@@ -1,0 +1,415 @@
+package edge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/netns"
+	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
+)
+
+// killableARP is an edge data plane's ARP maps whose daemon can be
+// "killed": after kill, nothing writes them any more, as after a SIGKILL
+// (the program stays attached with the deadline it holds).
+type killableARP struct {
+	dataplane.ARPMap
+	dead atomic.Bool
+}
+
+func (k *killableARP) SetARPOwner(t time.Time) error {
+	if k.dead.Load() {
+		return errors.New("killed")
+	}
+	return k.ARPMap.SetARPOwner(t)
+}
+
+// arpEvent is one ARP frame seen by the client.
+type arpEvent struct {
+	at       time.Time
+	op       uint16
+	dst, sha net.HardwareAddr
+	spa, tpa netip.Addr
+}
+
+// arpClient sends ARP requests from the client namespace and records
+// every ARP frame it sees there. Request n asks from sender address
+// seqAddr(n), which the answer carries back as its target: each answer
+// belongs to exactly one request.
+type arpClient struct {
+	fd      int
+	ifindex int
+	mac     net.HardwareAddr
+	mu      sync.Mutex
+	events  []arpEvent
+	sent    map[netip.Addr]time.Time
+}
+
+func seqAddr(n int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(n >> 8), byte(n)}) }
+
+func openARPClient(t *testing.T, ns, dev string) *arpClient {
+	c := &arpClient{sent: map[netip.Addr]time.Time{}}
+	err := netns.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		c.ifindex, c.mac = ifc.Index, ifc.HardwareAddr
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
+		if err != nil {
+			return err
+		}
+		c.fd = fd
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
+	unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	return c
+}
+
+func (c *arpClient) request(target netip.Addr, n int) error {
+	f := make([]byte, 42)
+	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(f[6:12], c.mac)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_ARP)
+	a := f[14:]
+	binary.BigEndian.PutUint16(a[0:], 1)
+	binary.BigEndian.PutUint16(a[2:], 0x0800)
+	a[4], a[5] = 6, 4
+	binary.BigEndian.PutUint16(a[6:], 1)
+	copy(a[8:14], c.mac)
+	spa := seqAddr(n).As4()
+	copy(a[14:18], spa[:])
+	tpa := target.As4()
+	copy(a[24:28], tpa[:])
+	c.mu.Lock()
+	c.sent[seqAddr(n)] = time.Now()
+	c.mu.Unlock()
+	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: c.ifindex, Halen: 6}
+	copy(sa.Addr[:], f[0:6])
+	return unix.Sendto(c.fd, f, 0, sa)
+}
+
+func (c *arpClient) receive(ctx context.Context) {
+	buf := make([]byte, 1500)
+	for ctx.Err() == nil {
+		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		if err != nil || n < 42 {
+			continue
+		}
+		a := buf[14:42]
+		if binary.BigEndian.Uint16(a[2:]) != 0x0800 {
+			continue
+		}
+		e := arpEvent{at: time.Now(), op: binary.BigEndian.Uint16(a[6:]),
+			dst: net.HardwareAddr(append([]byte(nil), buf[0:6]...)), sha: net.HardwareAddr(append([]byte(nil), a[8:14]...)),
+			spa: netip.AddrFrom4([4]byte(a[14:18])), tpa: netip.AddrFrom4([4]byte(a[24:28]))}
+		c.mu.Lock()
+		c.events = append(c.events, e)
+		c.mu.Unlock()
+	}
+}
+
+// answers returns the replies to requests (not gratuitous), in order.
+func (c *arpClient) answers() []arpEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []arpEvent
+	for _, e := range c.events {
+		if _, ok := c.sent[e.tpa]; ok && e.op == 2 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// gratuitous returns the gratuitous ARPs (broadcast, sender = target).
+func (c *arpClient) gratuitous() []arpEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []arpEvent
+	for _, e := range c.events {
+		if e.spa == e.tpa && e.dst.String() == "ff:ff:ff:ff:ff:ff" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestARPOneOwnerOnASegment: two edges (real XDP on veths into one
+// bridge) and a client on one segment; the edges elect their set's ARP
+// owner through a real store. Exactly one answers each request, for the
+// VIP and the gateway address; when the owner's daemon is killed (its
+// program keeps running with the deadline it holds, its lease lapses) the
+// other answers within the lease TTL plus etcd's expiry check, after a
+// gratuitous ARP; the killed member, back, does not take ownership back;
+// when the owner stops gracefully, the returning one takes over at once.
+// At no time do two edges answer one request.
+func TestARPOneOwnerOnASegment(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces and XDP")
+	}
+	const (
+		vip = "198.51.100.80"
+		gw  = "198.51.100.254"
+	)
+	ttl, margin := 2*time.Second, 500*time.Millisecond
+	prefix := fmt.Sprintf("azgt-arp-%d-", os.Getpid())
+	node := func(name string) *netlab.Node {
+		n, err := netlab.NewNode(prefix + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Delete() })
+		return n
+	}
+	br, cl := node("br"), node("cl")
+	edges := []*netlab.Node{node("e1"), node("e2")}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	bridge := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+	must(br.Handle().LinkAdd(bridge))
+	// A veth delivers XDP_TX'd frames only when its peer runs an XDP
+	// program (GRO alone leaves them in the ring): XDP_PASS on the ports.
+	pass, err := dataplane.LoadBench()
+	must(err)
+	t.Cleanup(func() { pass.Close() })
+	port := func(dev string) {
+		l, err := br.Handle().LinkByName(dev)
+		must(err)
+		must(br.Handle().LinkSetMaster(l, bridge))
+		must(br.Do(func() error {
+			xl, err := link.AttachXDP(link.XDPOptions{Program: pass.Pass(), Interface: l.Attrs().Index})
+			if err == nil {
+				t.Cleanup(func() { xl.Close() })
+			}
+			return err
+		}))
+	}
+	macs := []string{"02:00:00:00:01:01", "02:00:00:00:02:01"}
+	for i, e := range edges {
+		must(netlab.Veth(netlab.End{Node: e, Dev: "dmz0", MAC: macs[i]}, netlab.End{Node: br, Dev: fmt.Sprintf("p%d", i)}, 0))
+		port(fmt.Sprintf("p%d", i))
+	}
+	must(netlab.Veth(netlab.End{Node: cl, Dev: "eth0", MAC: "02:00:00:00:03:01"}, netlab.End{Node: br, Dev: "pc"}, 0))
+	port("pc")
+	bl, err := br.Handle().LinkByName("br0")
+	must(err)
+	must(br.Handle().LinkSetUp(bl))
+
+	st := embeddedtest.Store(t)
+	quiet := slog.New(slog.DiscardHandler)
+	clientOf := func() *store.Store {
+		s, err := store.Connect(store.Options{Endpoints: st.Client.Endpoints(), Log: quiet})
+		must(err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	dps := make([]*dataplane.Edge, len(edges))
+	for i, e := range edges {
+		dp, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1024, ConnMax: 1024})
+		must(err)
+		t.Cleanup(func() { dp.Close() })
+		must(e.Do(func() error { return dp.Attach("dmz0") }))
+		must(dp.PutVIP(netip.MustParseAddr(vip)))
+		dps[i] = dp
+	}
+	type member struct {
+		a      *arpOwner
+		dp     *killableARP
+		s      *store.Store
+		cancel func()
+		done   chan struct{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// start runs edge i's ARP owner with its own store connection.
+	start := func(i int) *member {
+		m := &member{dp: &killableARP{ARPMap: dps[i]}, s: clientOf(), done: make(chan struct{})}
+		cfg := ARPConfig{Ifaces: []string{"dmz0"}, Gateway: netip.MustParseAddr(gw), TTL: ttl, Margin: margin}
+		must(edges[i].Do(func() error {
+			var err error
+			m.a, err = newARPOwner(m.dp, m.s, fmt.Sprintf("e%d", i+1), cfg, []string{"dmz0"}, quiet)
+			return err
+		}))
+		ns := edges[i].Name
+		m.a.send = func(ifc *net.Interface, ip netip.Addr) error {
+			return netns.Do(ns, func() error { return gratuitousARP(ifc, ip) })
+		}
+		m.a.update("dmz-set", []netip.Addr{netip.MustParseAddr(vip)})
+		mctx, mcancel := context.WithCancel(ctx)
+		m.cancel = mcancel
+		go func() {
+			defer close(m.done)
+			m.a.run(mctx)
+		}()
+		return m
+	}
+
+	c := openARPClient(t, cl.Name, "eth0")
+	defer unix.Close(c.fd)
+	go c.receive(ctx)
+	var seq atomic.Int64
+	go func() {
+		tk := time.NewTicker(10 * time.Millisecond)
+		defer tk.Stop()
+		for ctx.Err() == nil {
+			<-tk.C
+			n := int(seq.Add(1))
+			target := vip
+			if n%5 == 0 {
+				target = gw
+			}
+			c.request(netip.MustParseAddr(target), n)
+		}
+	}()
+	// answeredBy waits until the last requests are answered by mac.
+	answeredBy := func(mac string, within time.Duration) time.Time {
+		t.Helper()
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			as := c.answers()
+			if n := len(as); n >= 3 && as[n-1].sha.String() == mac && as[n-2].sha.String() == mac && as[n-3].sha.String() == mac {
+				for i := n - 1; i >= 0; i-- {
+					if as[i].sha.String() != mac {
+						return as[i+1].at
+					}
+				}
+				return as[0].at
+			}
+		}
+		t.Fatalf("%s does not answer within %v", mac, within)
+		return time.Time{}
+	}
+	ms := []*member{start(0), start(1)}
+	var owner int
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if as := c.answers(); len(as) > 0 {
+			owner = map[string]int{macs[0]: 0, macs[1]: 1}[as[len(as)-1].sha.String()]
+			break
+		}
+		if time.Now().After(end) {
+			c.mu.Lock()
+			n := len(c.events)
+			c.mu.Unlock()
+			for i, m := range ms {
+				u, err := dps[i].ARPOwner()
+				st, _ := dps[i].Stats()
+				t.Logf("e%d: %+v, data plane until %v (%v), stats %v", i+1, m.a.Status(), u, err, st)
+			}
+			t.Fatalf("nobody answers ARP for the VIP (%d ARP frames seen, %d requests sent)", n, seq.Load())
+		}
+	}
+	other := 1 - owner
+	answeredBy(macs[owner], time.Second)
+	time.Sleep(500 * time.Millisecond)
+	if s := ms[owner].a.Status(); !s.Owner || s.Scope != "dmz-set" {
+		t.Errorf("the owner's status %+v", s)
+	}
+	if s := ms[other].a.Status(); s.Owner || s.Scope != "dmz-set" {
+		t.Errorf("the other's status %+v", s)
+	}
+	announced := func(mac string, after time.Time) map[string]bool {
+		got := map[string]bool{}
+		for _, e := range c.gratuitous() {
+			if e.sha.String() == mac && e.at.After(after) {
+				got[e.spa.String()] = true
+			}
+		}
+		return got
+	}
+	if g := announced(macs[owner], time.Time{}); !g[vip] || !g[gw] {
+		t.Errorf("the first owner announced %v; want the VIP and the gateway", g)
+	}
+	if g := announced(macs[other], time.Time{}); len(g) != 0 {
+		t.Errorf("the non-owner announced %v", g)
+	}
+
+	// Kill the owner's daemon: nothing renews its lease or touches its maps.
+	ms[owner].dp.dead.Store(true)
+	ms[owner].s.Close()
+	killAt := time.Now()
+	took := answeredBy(macs[other], ttl+margin+3*time.Second)
+	last := time.Time{}
+	for _, e := range c.answers() {
+		if e.sha.String() == macs[owner] {
+			last = e.at
+		}
+	}
+	t.Logf("takeover after a kill: the new owner answers %v after the kill; the old one answered last %v after it (silence %v)",
+		took.Sub(killAt).Round(time.Millisecond), last.Sub(killAt).Round(time.Millisecond), took.Sub(last).Round(time.Millisecond))
+	if d := took.Sub(killAt); d > ttl+margin+time.Second {
+		t.Errorf("takeover took %v; want at most TTL %v + margin %v + 1 s of etcd's expiry check and the campaign", d, ttl, margin)
+	}
+	if took.Sub(last) < margin/2 {
+		t.Errorf("the new owner answered %v after the old one's last answer: want about the margin %v", took.Sub(last), margin)
+	}
+	if g := announced(macs[other], killAt); !g[vip] || !g[gw] {
+		t.Errorf("the new owner announced %v; want the VIP and the gateway", g)
+	}
+
+	// The killed member returns: no preemption.
+	ms[owner].cancel()
+	<-ms[owner].done
+	ms[owner] = start(owner)
+	back := time.Now()
+	time.Sleep(2 * ttl)
+	for _, e := range c.answers() {
+		if e.at.After(back) && e.sha.String() != macs[other] {
+			t.Fatalf("the returning member answered at %v", e.at)
+		}
+	}
+	if s := ms[owner].a.Status(); s.Owner {
+		t.Errorf("the returning member's status %+v", s)
+	}
+
+	// The owner stops gracefully: it stops answering and revokes its claim;
+	// the other takes over at once.
+	stopAt := time.Now()
+	ms[other].cancel()
+	<-ms[other].done
+	took = answeredBy(macs[owner], 3*time.Second)
+	t.Logf("takeover after a graceful stop: %v", took.Sub(stopAt).Round(time.Millisecond))
+	if d := took.Sub(stopAt); d > time.Second {
+		t.Errorf("takeover after a graceful stop took %v", d)
+	}
+	if g := announced(macs[owner], stopAt); !g[vip] || !g[gw] {
+		t.Errorf("the returning owner announced %v; want the VIP and the gateway", g)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+
+	// Never two answers to one request.
+	per := map[netip.Addr][]string{}
+	for _, e := range c.answers() {
+		per[e.tpa] = append(per[e.tpa], e.sha.String())
+	}
+	for a, by := range per {
+		if len(by) > 1 {
+			t.Errorf("request from %v answered %d times, by %v", a, len(by), by)
+		}
+	}
+	t.Logf("%d requests, %d answered once", seq.Load(), len(per))
+}
