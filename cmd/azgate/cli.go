@@ -86,7 +86,7 @@ func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) er
 func objectCommands(kind string, describe func(io.Writer, model.Object), table func(io.Writer, []model.Object)) []*cobra.Command {
 	name := model.Singular(kind)
 	key := "NAME"
-	if kind == model.KindEIP {
+	if kind == model.KindEIP || kind == model.KindQuarantine {
 		key = "ADDRESS"
 	}
 	return []*cobra.Command{

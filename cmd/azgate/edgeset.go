@@ -15,12 +15,18 @@ func init() {
 	register(func() *cobra.Command {
 		c := &cobra.Command{Use: "set", Aliases: []string{"edgeset"}, Short: "Edge sets: edges that announce the same prefixes (ECMP)"}
 		var prefixes, edges []string
+		var role string
+		var sb model.SetBGP
 		create := &cobra.Command{
-			Use:   "create NAME --prefix P [--prefix P ...] --edge name=edge-a1,underlay=198.18.0.1 [--edge ...]",
-			Short: "Create an edge set",
+			Use:   "create NAME [--role dedicated|quarantine] [--prefix P ...] --edge name=edge-a1,underlay=198.18.0.1 [--edge ...] [--asn N]",
+			Short: "Create an edge set (a prefix set by default; dedicated and quarantine sets announce /32s)",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				s := &model.EdgeSet{Name: args[0], Prefixes: []netip.Prefix{}, Edges: []model.EdgeNode{}}
+				s := &model.EdgeSet{Name: args[0], Role: role, Prefixes: []netip.Prefix{}, Edges: []model.EdgeNode{}}
+				if sb.ASN != 0 || sb.HoldTime != 0 || sb.Keepalive != 0 {
+					b := sb
+					s.BGP = &b
+				}
 				for _, p := range prefixes {
 					pp, err := netip.ParsePrefix(p)
 					if err != nil {
@@ -50,10 +56,11 @@ func init() {
 				return writeResult(cmd, "edge set "+s.Name, res, s)
 			},
 		}
-		create.Flags().StringArrayVar(&prefixes, "prefix", nil, "a prefix the set announces (repeatable)")
+		create.Flags().StringArrayVar(&prefixes, "prefix", nil, "a prefix the set announces (repeatable; prefix sets only)")
 		create.Flags().StringArrayVar(&edges, "edge", nil, "an edge: name=NAME,underlay=ADDR (repeatable)")
-		create.MarkFlagRequired("prefix")
-		c.AddCommand(create)
+		create.Flags().StringVar(&role, "role", "", "dedicated (takes pulled-out EIPs and VIPs) or quarantine (the region's one quarantine set); empty: a prefix set")
+		bgpFlags(create, &sb)
+		c.AddCommand(create, setBGPCommand(), edgeBGPCommand())
 		c.AddCommand(objectCommands(model.KindEdgeSet, describeEdgeSet, edgeSetTable)...)
 		return c
 	})
@@ -63,29 +70,54 @@ func describeEdgeSet(w io.Writer, o model.Object) {
 	s := o.(*model.EdgeSet)
 	tw := newTable(w)
 	row(tw, "name:", s.Name)
+	row(tw, "role:", roleName(s.Role))
 	row(tw, "prefixes:", joinPrefixes(s.Prefixes))
+	if s.BGP != nil {
+		hold, ka := s.BGP.Timers()
+		row(tw, "bgp:", fmt.Sprintf("AS %d, hold %d s, keepalive %d s", s.BGP.ASN, hold, ka))
+	}
 	tw.Flush()
 	if len(s.Edges) == 0 {
 		fmt.Fprintln(w, "edges: none")
 		return
 	}
 	fmt.Fprintln(w, "edges:")
-	tw = newTable(w, "  NAME", "UNDERLAY")
+	tw = newTable(w, "  NAME", "UNDERLAY", "STATE", "ROUTER-ID", "NEXT-HOP", "PEERS")
 	for _, e := range s.Edges {
-		row(tw, "  "+e.Name, e.Underlay)
+		state := "in service"
+		if e.Drained {
+			state = "drained"
+		}
+		var rid, nh, peers string
+		if e.BGP != nil {
+			rid, nh = e.BGP.RouterID.String(), e.BGP.NextHop.String()
+			var ps []string
+			for _, p := range e.BGP.Peers {
+				md5 := ""
+				if p.Password != "" {
+					md5 = "+md5"
+				}
+				ps = append(ps, fmt.Sprintf("%v/AS%d%s", p.Address, p.ASN, md5))
+			}
+			peers = strings.Join(ps, ",")
+		}
+		row(tw, "  "+e.Name, e.Underlay, state, rid, nh, peers)
 	}
 	tw.Flush()
 }
 
 func edgeSetTable(w io.Writer, objs []model.Object) {
-	tw := newTable(w, "NAME", "PREFIXES", "EDGES")
+	tw := newTable(w, "NAME", "ROLE", "PREFIXES", "EDGES")
 	for _, o := range objs {
 		s := o.(*model.EdgeSet)
 		names := make([]string, len(s.Edges))
 		for i, e := range s.Edges {
 			names[i] = e.Name
+			if e.Drained {
+				names[i] += "(drained)"
+			}
 		}
-		row(tw, s.Name, joinPrefixes(s.Prefixes), strings.Join(names, ","))
+		row(tw, s.Name, roleName(s.Role), joinPrefixes(s.Prefixes), strings.Join(names, ","))
 	}
 	tw.Flush()
 	if len(objs) == 0 {

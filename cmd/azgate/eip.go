@@ -75,6 +75,7 @@ func init() {
 			},
 		}
 		c.AddCommand(create, bind, unbind)
+		c.AddCommand(pullOutCommands(model.KindEIP)...)
 		c.AddCommand(objectCommands(model.KindEIP, describeEIP, eipTable)...)
 		return c
 	})
@@ -106,6 +107,9 @@ func describeEIP(w io.Writer, o model.Object) {
 		row(tw, "bound to:", e.Binding.Host+"/"+e.Binding.Guest)
 	} else {
 		row(tw, "bound to:", "(unbound)")
+	}
+	if e.Set != "" {
+		row(tw, "pulled out into:", e.Set)
 	}
 	tw.Flush()
 }

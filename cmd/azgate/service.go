@@ -25,6 +25,7 @@ func init() {
 		c := &cobra.Command{Use: "service", Aliases: []string{"svc"}, Short: "Load-balanced services: a VIP, listeners and pools of backends in any AZ"}
 		c.AddCommand(serviceCreateCommand(), serviceBackendCommand(), serviceDrainCommand(), serviceWeightCommand(),
 			serviceStatusCommand(), serviceLookupCommand())
+		c.AddCommand(pullOutCommands(model.KindService)...)
 		c.AddCommand(objectCommands(model.KindService, describeService, serviceTable)...)
 		return c
 	})

@@ -16,6 +16,9 @@ type Document struct {
 	EdgeSets []EdgeSet `json:"edgesets,omitempty"`
 	EIPs     []EIP     `json:"eips,omitempty"`
 	Services []Service `json:"services,omitempty"`
+	// Quarantines are usually made by the API or by DDoS detection; a
+	// document may hold them too.
+	Quarantines []Quarantine `json:"quarantines,omitempty"`
 }
 
 // ParseDocument reads a YAML or JSON document, rejecting unknown fields and
@@ -81,6 +84,9 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.Services {
 		out = append(out, PlacedObject{&d.Services[i], fmt.Sprintf("services[%d]", i)})
 	}
+	for i := range d.Quarantines {
+		out = append(out, PlacedObject{&d.Quarantines[i], fmt.Sprintf("quarantines[%d]", i)})
+	}
 	return out
 }
 
@@ -101,6 +107,9 @@ func (d *Document) Objects() []Object {
 	}
 	for i := range d.Services {
 		out = append(out, &d.Services[i])
+	}
+	for i := range d.Quarantines {
+		out = append(out, &d.Quarantines[i])
 	}
 	return out
 }

@@ -61,13 +61,26 @@ type Host struct {
 type EdgeNode struct {
 	Name     string     `json:"name"`
 	Underlay netip.Addr `json:"underlay"`
+	// Drained: the edge withdraws its routes (upstream ECMP stops sending
+	// to it) but keeps forwarding what still arrives (azgate edge drain).
+	Drained bool `json:"drained,omitempty"`
+	// BGP: the edge's speaker (sets.go); nil: it announces nothing.
+	BGP *NodeBGP `json:"bgp,omitempty"`
 }
 
-// EdgeSet is a group of edges that announce the same prefixes (ECMP).
+// EdgeSet is a group of edges that announce the same routes (ECMP). A
+// prefix set (Role "") announces its prefixes; a dedicated set announces
+// the /32 of every EIP and VIP pulled out into it; the region's one
+// quarantine set announces the /32 of every quarantined address. The
+// longest prefix wins upstream, so a /32 takes its address's traffic away
+// from the prefix set and from no other address.
 type EdgeSet struct {
 	Name     string         `json:"name"`
+	Role     string         `json:"role,omitempty"`
 	Prefixes []netip.Prefix `json:"prefixes"`
 	Edges    []EdgeNode     `json:"edges"`
+	// BGP settings every edge of the set shares (sets.go).
+	BGP *SetBGP `json:"bgp,omitempty"`
 }
 
 // Binding ties an EIP to a guest on a host.
@@ -81,6 +94,9 @@ type EIP struct {
 	Address     netip.Addr `json:"address"`
 	Description string     `json:"description,omitempty"`
 	Binding     *Binding   `json:"binding,omitempty"`
+	// Set names the dedicated edge set the EIP is pulled out into ("":
+	// served by the prefix set that covers it).
+	Set string `json:"set,omitempty"`
 }
 
 // Name returns the object's key within its kind.
@@ -203,8 +219,17 @@ func (h *Host) Guest(name string) (Guest, bool) {
 func (s *EdgeSet) Validate() Errors {
 	var es Errors
 	checkName(&es, "name", s.Name)
-	if len(s.Prefixes) == 0 {
-		es.add("prefixes", "at least one prefix is required")
+	switch s.Role {
+	case RolePrefix:
+		if len(s.Prefixes) == 0 {
+			es.add("prefixes", "at least one prefix is required")
+		}
+	case RoleDedicated, RoleQuarantine:
+		if len(s.Prefixes) > 0 {
+			es.add("prefixes", "a %s set announces the /32s assigned to it and has no prefixes", s.Role)
+		}
+	default:
+		es.add("role", "%q is not a set role (want %q for a prefix set, %q or %q)", s.Role, RolePrefix, RoleDedicated, RoleQuarantine)
 	}
 	for i, p := range s.Prefixes {
 		f := fmt.Sprintf("prefixes[%d]", i)
@@ -233,6 +258,15 @@ func (s *EdgeSet) Validate() Errors {
 			es.add(f+".underlay", "%v is used by another edge of this set", e.Underlay)
 		}
 		addrs[e.Underlay] = true
+		if e.BGP != nil {
+			e.BGP.validate(&es, f+".bgp", s.BGP != nil)
+		}
+	}
+	if len(s.Edges) > MaxSetEdges {
+		es.add("edges", "%d edges: a set has at most %d", len(s.Edges), MaxSetEdges)
+	}
+	if s.BGP != nil {
+		s.BGP.validate(&es, "bgp")
 	}
 	return es
 }
@@ -257,6 +291,9 @@ func (e *EIP) Validate() Errors {
 	if e.Binding != nil {
 		checkName(&es, "binding.host", e.Binding.Host)
 		checkName(&es, "binding.guest", e.Binding.Guest)
+	}
+	if e.Set != "" {
+		checkName(&es, "set", e.Set)
 	}
 	return es
 }

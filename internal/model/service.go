@@ -44,6 +44,9 @@ type Service struct {
 	TableSize uint32     `json:"tableSize,omitempty"`
 	Listeners []Listener `json:"listeners"`
 	Pools     []Pool     `json:"pools"`
+	// Set names the dedicated edge set the VIP is pulled out into ("":
+	// served by the prefix set that covers it).
+	Set string `json:"set,omitempty"`
 }
 
 // Listener sends a protocol and port (or range, or any port) of the VIP to
@@ -395,6 +398,9 @@ func (s *Service) validate() Errors {
 	var es Errors
 	checkName(&es, "name", s.Name)
 	checkUnicast4(&es, "vip", s.VIP)
+	if s.Set != "" {
+		checkName(&es, "set", s.Set)
+	}
 	switch s.Mode {
 	case ModeEncap, ModeNAT:
 	case "":

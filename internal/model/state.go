@@ -17,6 +17,8 @@ type State struct {
 	EdgeSets map[string]*EdgeSet
 	EIPs     map[string]*EIP
 	Services map[string]*Service
+	// Quarantines by address (sets.go).
+	Quarantines map[string]*Quarantine
 	// Health holds the controller's verdicts by service name; it is
 	// changed with Set and Remove only (Put and Delete refuse it).
 	Health map[string]*Health
@@ -188,8 +190,9 @@ func (s *State) checkDeleteHost(h *Host) error {
 
 // checkEdgeSet: an edge belongs to one set, underlay addresses are unique,
 // and no prefix is announced by two sets.
-func (s *State) checkEdgeSet(set, _ *EdgeSet, _ bool) Errors {
+func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 	var es Errors
+	s.checkSetRoles(&es, set, old, had)
 	for i, e := range set.Edges {
 		if other, ok := s.edges[e.Name]; ok && other != set.Name {
 			es.add(fmt.Sprintf("edges[%d].name", i), "edge %q already belongs to set %q", e.Name, other)
@@ -258,6 +261,7 @@ func (s *State) checkEIP(e, _ *EIP, _ bool) Errors {
 	if !s.covered(e.Address) {
 		es.add("address", "%v is not inside a prefix of any edge set", e.Address)
 	}
+	s.checkPullOut(&es, e.Set)
 	if svc, ok := s.vips[e.Address]; ok {
 		es.add("address", "%v is the VIP of service %s", e.Address, svc)
 	}
@@ -364,8 +368,14 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 // serve any number of services and VIP ports: the data planes translate
 // replies by their connection (nat: the edge's lb_nat_conns) or flow
 // (encap: the agent's agent_flows), not by the backend.
-func (s *State) checkService(v, _ *Service, _ bool) Errors {
+func (s *State) checkService(v, old *Service, had bool) Errors {
 	var es Errors
+	s.checkPullOut(&es, v.Set)
+	if had && old.VIP != v.VIP {
+		if _, ok := s.Quarantines[old.VIP.String()]; ok {
+			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)
+		}
+	}
 	if !s.covered(v.VIP) {
 		es.add("vip", "%v is not inside a prefix of any edge set", v.VIP)
 	}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLISets: dedicated and quarantine sets, BGP settings, pull-out and
+// return, quarantine and release, through the CLI against a controller.
+func TestCLISets(t *testing.T) {
+	s := startController(t)
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	must(t, s, "eip", "create", "198.51.100.30")
+
+	must(t, s, "set", "create", "hot", "--role", "dedicated", "--edge", "name=edge-h1,underlay=198.18.0.31", "--asn", "64512", "--hold-time", "3")
+	pw := filepath.Join(t.TempDir(), "md5")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s, "set", "edge-bgp", "hot", "edge-h1", "--router-id", "198.18.0.31", "--next-hop", "198.18.101.1",
+		"--peer", "address=198.18.101.0,asn=64501,password-file="+pw)
+	out := must(t, s, "set", "get", "hot")
+	for _, w := range []string{"role:", "dedicated", "AS 64512, hold 3 s, keepalive 1 s", "198.18.101.0/AS64501+md5"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("set get hot: no %q in\n%s", w, out)
+		}
+	}
+	if out := must(t, s, "--json", "set", "get", "hot"); !strings.Contains(out, `"password": "s3cret"`) {
+		t.Errorf("the password read from the file is not stored:\n%s", out)
+	}
+	if out, err := azgate(t, s, "", "set", "create", "bad", "--role", "dedicated", "--prefix", "192.0.2.0/24"); err == nil || !strings.Contains(out+err.Error(), "has no prefixes") {
+		t.Errorf("a dedicated set with a prefix: %v\n%s", err, out)
+	}
+
+	must(t, s, "eip", "pullout", "198.51.100.30", "--set", "hot")
+	if out := must(t, s, "eip", "get", "198.51.100.30"); !strings.Contains(out, "pulled out into:") {
+		t.Errorf("eip get after pullout:\n%s", out)
+	}
+	if out, err := azgate(t, s, "", "set", "delete", "hot"); err == nil || !strings.Contains(out+err.Error(), "return them first") {
+		t.Errorf("deleting a set with a pulled-out EIP: %v\n%s", err, out)
+	}
+	must(t, s, "eip", "return", "198.51.100.30")
+
+	if out, err := azgate(t, s, "", "quarantine", "add", "198.51.100.30"); err == nil || !strings.Contains(out+err.Error(), "no quarantine set") {
+		t.Errorf("quarantine without a quarantine set: %v\n%s", err, out)
+	}
+	must(t, s, "set", "create", "quar", "--role", "quarantine", "--edge", "name=edge-q1,underlay=198.18.0.32")
+	must(t, s, "quarantine", "add", "198.51.100.30", "--reason", "test flood")
+	if out := must(t, s, "quarantine", "list"); !strings.Contains(out, "198.51.100.30") || !strings.Contains(out, "test flood") {
+		t.Errorf("quarantine list:\n%s", out)
+	}
+	must(t, s, "quarantine", "release", "198.51.100.30")
+	if out := must(t, s, "quarantine", "list"); !strings.Contains(out, "no quarantined") {
+		t.Errorf("quarantine list after release:\n%s", out)
+	}
+}

@@ -1,0 +1,106 @@
+package setplan
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/azgate/azgate/internal/model"
+)
+
+func a(s string) netip.Addr   { return netip.MustParseAddr(s) }
+func p(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func ps(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range s {
+		out = append(out, p(x))
+	}
+	return out
+}
+
+// region: two prefix sets (one /24 inside the other's /16), a dedicated
+// set and the quarantine set, built through the model's checks.
+func region(t *testing.T) *model.State {
+	t.Helper()
+	st := model.NewState()
+	for _, o := range []model.Object{
+		&model.EdgeSet{Name: "pop-a", Prefixes: ps("198.51.0.0/16"), Edges: []model.EdgeNode{{Name: "a1", Underlay: a("198.18.0.1")}, {Name: "a2", Underlay: a("198.18.0.2")}}},
+		&model.EdgeSet{Name: "pop-b", Prefixes: ps("198.51.100.0/24"), Edges: []model.EdgeNode{{Name: "b1", Underlay: a("198.18.0.3")}}},
+		&model.EdgeSet{Name: "hot", Role: model.RoleDedicated, Edges: []model.EdgeNode{{Name: "d1", Underlay: a("198.18.0.4")}}},
+		&model.EdgeSet{Name: "quar", Role: model.RoleQuarantine, Edges: []model.EdgeNode{{Name: "q1", Underlay: a("198.18.0.5")}}},
+		&model.EIP{Address: a("198.51.100.7")},
+		&model.EIP{Address: a("198.51.100.8"), Set: "hot"},
+		&model.EIP{Address: a("198.51.7.9")},
+		&model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeNAT, Set: "hot",
+			Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
+			Pools:     []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1")}}}}},
+	} {
+		if _, err := st.Put(o); err != nil {
+			t.Fatalf("%s %s: %v", model.KindOf(o), o.Key(), err)
+		}
+	}
+	return st
+}
+
+func TestServing(t *testing.T) {
+	st := region(t)
+	check := func(addr, set, why, route string) {
+		t.Helper()
+		gs, gw, gr := FromState(st).Serving(a(addr))
+		if gs != set || gw != why || (route != "" && gr != p(route)) || (route == "" && gr.IsValid()) {
+			t.Errorf("Serving(%s) = %s, %s, %v; want %s, %s, %s", addr, gs, gw, gr, set, why, route)
+		}
+	}
+	check("198.51.100.7", "pop-b", ByPrefix, "198.51.100.0/24") // longest prefix
+	check("198.51.7.9", "pop-a", ByPrefix, "198.51.0.0/16")
+	check("198.51.100.8", "hot", ByPullOut, "198.51.100.8/32")
+	check("198.51.100.20", "hot", ByPullOut, "198.51.100.20/32")
+	check("192.0.2.1", "", "", "")
+
+	if _, err := st.Put(&model.Quarantine{Address: a("198.51.100.8")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(&model.Quarantine{Address: a("198.51.100.7")}); err != nil {
+		t.Fatal(err)
+	}
+	check("198.51.100.8", "quar", ByQuarantine, "198.51.100.8/32") // quarantine beats pull-out
+	check("198.51.100.7", "quar", ByQuarantine, "198.51.100.7/32")
+}
+
+func TestAnnouncements(t *testing.T) {
+	st := region(t)
+	ann := func(edge string) []netip.Prefix { return FromState(st).Announcements(edge) }
+	want := func(edge string, w []netip.Prefix) {
+		t.Helper()
+		if got := ann(edge); !slices.Equal(got, w) {
+			t.Errorf("%s announces %v, want %v", edge, got, w)
+		}
+	}
+	want("a1", ps("198.51.0.0/16"))
+	want("a2", ps("198.51.0.0/16"))
+	want("b1", ps("198.51.100.0/24"))
+	want("d1", ps("198.51.100.8/32", "198.51.100.20/32"))
+	want("q1", nil)
+	want("nobody", nil)
+
+	// Quarantine moves exactly one /32, from the dedicated set to the
+	// quarantine set; nobody else's announcements change.
+	if _, err := st.Put(&model.Quarantine{Address: a("198.51.100.8")}); err != nil {
+		t.Fatal(err)
+	}
+	want("d1", ps("198.51.100.20/32"))
+	want("q1", ps("198.51.100.8/32"))
+	want("b1", ps("198.51.100.0/24"))
+	// Back again: the pull-out returns to the prefix set.
+	if _, err := st.Delete(model.KindQuarantine, "198.51.100.8"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(&model.EIP{Address: a("198.51.100.8")}); err != nil {
+		t.Fatal(err)
+	}
+	want("d1", ps("198.51.100.20/32"))
+	want("q1", nil)
+	if set, why, _ := FromState(st).Serving(a("198.51.100.8")); set != "pop-b" || why != ByPrefix {
+		t.Errorf("returned EIP served by %s (%s), want pop-b by prefix", set, why)
+	}
+}
