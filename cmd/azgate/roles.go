@@ -180,6 +180,7 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
 		c.Flags().IntVar(&healthCmdConc, "health-command-concurrency", 0, "health-check commands run at once, over all backends; more wait their turn (0: twice the CPUs)")
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "--attach interfaces on a segment shared with clients or servers: the one member of the edge set that owns the set's ARP (elected through the store) answers ARP there for the VIPs and announces them with gratuitous ARP on takeover")
+		c.Flags().StringVar(&cfgARP.Scope, "arp-scope", "", "name of the ARP ownership the edge campaigns for (default: its edge set's name); edges of several sets on one segment must share one")
 		c.Flags().StringVar(&arpGateway, "arp-gateway", "", "an address the ARP owner also answers for on the --arp-iface segments: the default gateway of nat-mode servers there, so their replies go through the owner")
 		c.Flags().DurationVar(&cfgARP.TTL, "arp-lease-ttl", store.DefaultOwnerTTL, "lease of the ARP ownership in the store (whole seconds): a dead owner is replaced about this long after it stopped renewing")
 		c.Flags().DurationVar(&cfgARP.Margin, "arp-lease-margin", store.DefaultOwnerMargin, "the ARP owner stops answering this long before its lease could expire in the store (covers clock-rate differences and its time to stop)")

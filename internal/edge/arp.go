@@ -26,6 +26,11 @@ type ARPConfig struct {
 	// must be an --attach interface (the XDP program answers). None: the
 	// edge answers no ARP and takes no part in the election.
 	Ifaces []string
+	// Scope names the ownership (--arp-scope): by default the edge set,
+	// so one member of each set answers. Members of several sets on one
+	// segment must share a scope, or each set's owner would answer for
+	// every VIP there.
+	Scope string
 	// Gateway, if valid, is answered beside the VIPs (--arp-gateway): the
 	// default gateway of nat-mode servers on the segment, so that their
 	// replies go through the member that owns the segment.

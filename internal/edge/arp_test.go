@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 	"github.com/azgate/azgate/internal/store/storetest"
@@ -202,5 +203,32 @@ func TestARPOwnerStoreFrozen(t *testing.T) {
 	}
 	if m.a.Status().Owner {
 		t.Fatal("status still says owner")
+	}
+}
+
+// TestARPScope: the set's name, the configured scope instead, none for a
+// drained edge or one in no set.
+func TestARPScope(t *testing.T) {
+	set := func(drained bool) *model.EdgeSet {
+		return &model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+			Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1"), Drained: drained}}}
+	}
+	for _, c := range []struct {
+		name, scope, edge string
+		drained           bool
+		want              string
+	}{
+		{"member", "", "edge-a1", false, "pop-a"},
+		{"configured scope", "dmz1", "edge-a1", false, "dmz1"},
+		{"drained", "dmz1", "edge-a1", true, ""},
+		{"in no set", "", "edge-b1", false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewReconciler(Config{Name: c.edge, Log: quiet, ARP: ARPConfig{Scope: c.scope}}, dataplane.NewFakeEdge())
+			load(t, r, 1, set(c.drained))
+			if got := r.ARPScope(); got != c.want {
+				t.Fatalf("ARPScope = %q, want %q", got, c.want)
+			}
+		})
 	}
 }

@@ -495,16 +495,18 @@ func (r *Reconciler) VIPs() []netip.Addr {
 }
 
 // ARPScope is the ownership scope of ARP answering this edge campaigns
-// for: its set's name, or "" when it is in no set.
+// for: ARPConfig.Scope, or by default its set's name; "" (none) when it
+// is in no set or drained, so a drained owner gives ownership up.
 func (r *Reconciler) ARPScope() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set, _, ok := r.idx.edgeSetOf(r.cfg.Name)
-	if !ok {
+	set, me, ok := r.idx.edgeSetOf(r.cfg.Name)
+	if !ok || me.Drained {
 		return ""
 	}
-	// TODO(issue 8, part 3): a drained member gives its ARP ownership up:
-	// return "" when me.Drained (model.EdgeNode.Drained, on main soon).
+	if r.cfg.ARP.Scope != "" {
+		return r.cfg.ARP.Scope
+	}
 	return set.Name
 }
 
