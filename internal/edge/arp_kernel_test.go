@@ -401,10 +401,17 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 
-	// Never two answers to one request.
+	// Never two answers to one request; the gateway answered like the VIP.
 	per := map[netip.Addr][]string{}
+	gwBy := map[string]bool{}
 	for _, e := range c.answers() {
 		per[e.tpa] = append(per[e.tpa], e.sha.String())
+		if e.spa.String() == gw {
+			gwBy[e.sha.String()] = true
+		}
+	}
+	if !gwBy[macs[0]] || !gwBy[macs[1]] {
+		t.Errorf("the gateway address was answered by %v; want each edge while it owned the segment", gwBy)
 	}
 	for a, by := range per {
 		if len(by) > 1 {
