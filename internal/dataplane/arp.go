@@ -19,7 +19,11 @@ import (
 // program itself, so an owner whose daemon dies stops answering on time),
 // and the addresses it answers for besides the VIPs (SetARPAddrs).
 type ARPMap interface {
+	// SetARP answers on ifindex with mac (nil: not on ifindex).
 	SetARP(ifindex int, mac net.HardwareAddr) error
+	// ARPIfaces lists the interfaces answered on (a restarted daemon
+	// removes those no longer configured).
+	ARPIfaces() (map[int]net.HardwareAddr, error)
 	// SetARPOwner lets the program answer until the given time (the zero
 	// time or a past one: not at all).
 	SetARPOwner(until time.Time) error
@@ -42,6 +46,20 @@ func monoNow() (uint64, error) {
 		return 0, err
 	}
 	return uint64(ts.Nano()), nil
+}
+
+func (e *Edge) ARPIfaces() (map[int]net.HardwareAddr, error) {
+	out := map[int]net.HardwareAddr{}
+	var k uint32
+	var v edgeArpIface
+	it := e.objs.ArpIfaces.Iterate()
+	for it.Next(&k, &v) {
+		out[int(k)] = net.HardwareAddr(slices.Clone(v.Mac[:]))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("arp_ifaces: %w", err)
+	}
+	return out, nil
 }
 
 func (e *Edge) SetARPOwner(until time.Time) error {
@@ -128,6 +146,16 @@ func (f *FakeARP) SetARP(ifindex int, mac net.HardwareAddr) error {
 		f.Ifaces[ifindex] = mac.String()
 	}
 	return nil
+}
+
+func (f *FakeARP) ARPIfaces() (map[int]net.HardwareAddr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int]net.HardwareAddr{}
+	for i, m := range f.Ifaces {
+		out[i], _ = net.ParseMAC(m)
+	}
+	return out, nil
 }
 
 func (f *FakeARP) SetARPOwner(until time.Time) error {

@@ -75,4 +75,17 @@ func TestARPOwnership(t *testing.T) {
 	if err := e.SetARPAddrs([]netip.Addr{netip.MustParseAddr("2001:db8::1")}); err == nil {
 		t.Error("an IPv6 extra address was accepted")
 	}
+	// The interfaces answered on are listed, and removed one by one.
+	ext := mustIfindex(t, b.env, dptest.ExtDev)
+	ifs, err := e.ARPIfaces()
+	if err != nil || len(ifs) != 1 || ifs[ext].String() != dptest.ExtMAC {
+		t.Fatalf("ARPIfaces = %v, %v; want %s on %d", ifs, err, dptest.ExtMAC, ext)
+	}
+	if err := e.SetARP(ext, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ifs, err := e.ARPIfaces(); err != nil || len(ifs) != 0 {
+		t.Fatalf("ARPIfaces = %v, %v after removal", ifs, err)
+	}
+	runFixtures(t, b.env, edgeProg{e}, e, []fixture{passed("an interface no longer configured: a VIP", vipNAT)})
 }

@@ -40,6 +40,10 @@ type ARPConfig struct {
 	TTL, Margin time.Duration
 }
 
+// AnnounceInterval separates a new owner's two gratuitous ARPs of each
+// address.
+var AnnounceInterval = 2 * time.Second
+
 // arpOwner makes the data plane answer ARP for the set's VIPs (and the
 // gateway) on the ARP interfaces only while this edge owns its set's ARP
 // scope in the store (store.Claim): with several members of a set on one
@@ -95,6 +99,10 @@ func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConf
 	if err := dp.SetARPAddrs(extra); err != nil {
 		return nil, fmt.Errorf("--arp-gateway: %w", err)
 	}
+	stale, err := dp.ARPIfaces()
+	if err != nil {
+		return nil, fmt.Errorf("arp: %w", err)
+	}
 	for _, n := range cfg.Ifaces {
 		if !slices.Contains(attached, n) {
 			return nil, fmt.Errorf("--arp-iface %s: not an --attach interface (the XDP program answers ARP)", n)
@@ -106,8 +114,14 @@ func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConf
 		if err := dp.SetARP(ifc.Index, ifc.HardwareAddr); err != nil {
 			return nil, fmt.Errorf("--arp-iface %s: %w", n, err)
 		}
+		delete(stale, ifc.Index)
 		a.ifaces = append(a.ifaces, ifc)
 		a.status.Interfaces = append(a.status.Interfaces, n)
+	}
+	for ifindex := range stale { // configured by a previous run, no longer
+		if err := dp.SetARP(ifindex, nil); err != nil {
+			return nil, fmt.Errorf("arp: interface %d: %w", ifindex, err)
+		}
 	}
 	a.status.Since = time.Now().UTC()
 	return a, nil
@@ -241,8 +255,17 @@ func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
 	a.setStatus(scope, true)
 	a.log.Info("ARP owner: answering for the set's VIPs", "scope", scope, "deadline", cl.Deadline().Format(time.StampMilli))
 	a.announce()
+	// Announce once more, as RFC 5227 section 2.3 does (ANNOUNCE_NUM 2,
+	// ANNOUNCE_INTERVAL 2 s): one lost broadcast leaves no cache behind.
+	again := time.NewTimer(AnnounceInterval)
+	defer again.Stop()
 	for {
 		select {
+		case <-again.C:
+			a.mu.Lock()
+			clear(a.announced)
+			a.mu.Unlock()
+			a.announce()
 		case <-ctx.Done():
 			a.stop()
 			a.release(cl)

@@ -144,7 +144,15 @@ func TestARPOwnerHandsOver(t *testing.T) {
 	if !stopped.After(left) {
 		t.Fatal("the old owner was not told to stop")
 	}
-	waitFor(t, time.Second, "the new owner announces", func() bool { return len(other.announced()) == 3 })
+	waitFor(t, time.Second, "the new owner announces", func() bool { return len(other.announced()) >= 3 })
+	if got := sorted(other.announced()[:3]); !slices.Equal(got, []netip.Addr{vip1, vip2, gwAddr}) {
+		t.Fatalf("the new owner announced %v first; want both VIPs and the gateway", got)
+	}
+	// And once more, AnnounceInterval later (RFC 5227's two announcements).
+	time.Sleep(AnnounceInterval + 500*time.Millisecond)
+	if got := sorted(other.announced()); !slices.Equal(got, []netip.Addr{vip1, vip1, vip2, vip2, gwAddr, gwAddr}) {
+		t.Fatalf("the new owner announced %v; want each address twice", got)
+	}
 	if s := owner.a.Status(); s.Owner || s.Scope != "" {
 		t.Fatalf("the drained member's status %+v", s)
 	}
