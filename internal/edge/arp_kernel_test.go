@@ -2,21 +2,18 @@ package edge
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/netlab"
@@ -38,121 +35,6 @@ func (k *killableARP) SetARPOwner(t time.Time) error {
 		return errors.New("killed")
 	}
 	return k.ARPMap.SetARPOwner(t)
-}
-
-// arpEvent is one ARP frame seen by the client.
-type arpEvent struct {
-	at       time.Time
-	op       uint16
-	dst, sha net.HardwareAddr
-	spa, tpa netip.Addr
-}
-
-// arpClient sends ARP requests from the client namespace and records
-// every ARP frame it sees there. Request n asks from sender address
-// seqAddr(n), which the answer carries back as its target: each answer
-// belongs to exactly one request.
-type arpClient struct {
-	fd      int
-	ifindex int
-	mac     net.HardwareAddr
-	mu      sync.Mutex
-	events  []arpEvent
-	sent    map[netip.Addr]time.Time
-}
-
-func seqAddr(n int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(n >> 8), byte(n)}) }
-
-func openARPClient(t *testing.T, ns, dev string) *arpClient {
-	c := &arpClient{sent: map[netip.Addr]time.Time{}}
-	err := netns.Do(ns, func() error {
-		ifc, err := net.InterfaceByName(dev)
-		if err != nil {
-			return err
-		}
-		c.ifindex, c.mac = ifc.Index, ifc.HardwareAddr
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
-			return err
-		}
-		c.fd = fd
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
-	unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	return c
-}
-
-func (c *arpClient) request(target netip.Addr, n int) error {
-	f := make([]byte, 42)
-	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	copy(f[6:12], c.mac)
-	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_ARP)
-	a := f[14:]
-	binary.BigEndian.PutUint16(a[0:], 1)
-	binary.BigEndian.PutUint16(a[2:], 0x0800)
-	a[4], a[5] = 6, 4
-	binary.BigEndian.PutUint16(a[6:], 1)
-	copy(a[8:14], c.mac)
-	spa := seqAddr(n).As4()
-	copy(a[14:18], spa[:])
-	tpa := target.As4()
-	copy(a[24:28], tpa[:])
-	c.mu.Lock()
-	c.sent[seqAddr(n)] = time.Now()
-	c.mu.Unlock()
-	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: c.ifindex, Halen: 6}
-	copy(sa.Addr[:], f[0:6])
-	return unix.Sendto(c.fd, f, 0, sa)
-}
-
-func (c *arpClient) receive(ctx context.Context) {
-	buf := make([]byte, 1500)
-	for ctx.Err() == nil {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
-		if err != nil || n < 42 {
-			continue
-		}
-		a := buf[14:42]
-		if binary.BigEndian.Uint16(a[2:]) != 0x0800 {
-			continue
-		}
-		e := arpEvent{at: time.Now(), op: binary.BigEndian.Uint16(a[6:]),
-			dst: net.HardwareAddr(append([]byte(nil), buf[0:6]...)), sha: net.HardwareAddr(append([]byte(nil), a[8:14]...)),
-			spa: netip.AddrFrom4([4]byte(a[14:18])), tpa: netip.AddrFrom4([4]byte(a[24:28]))}
-		c.mu.Lock()
-		c.events = append(c.events, e)
-		c.mu.Unlock()
-	}
-}
-
-// answers returns the replies to requests (not gratuitous), in order.
-func (c *arpClient) answers() []arpEvent {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []arpEvent
-	for _, e := range c.events {
-		if _, ok := c.sent[e.tpa]; ok && e.op == 2 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// gratuitous returns the gratuitous ARPs (broadcast, sender = target).
-func (c *arpClient) gratuitous() []arpEvent {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []arpEvent
-	for _, e := range c.events {
-		if e.spa == e.tpa && e.dst.String() == "ff:ff:ff:ff:ff:ff" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // TestARPOneOwnerOnASegment: two edges (real XDP on veths into one
@@ -269,9 +151,10 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 		return m
 	}
 
-	c := openARPClient(t, cl.Name, "eth0")
-	defer unix.Close(c.fd)
-	go c.receive(ctx)
+	c, err := netlab.OpenARPProbe(cl.Name, "eth0")
+	must(err)
+	defer c.Close()
+	go c.Run(ctx)
 	var seq atomic.Int64
 	go func() {
 		tk := time.NewTicker(10 * time.Millisecond)
@@ -283,21 +166,21 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 			if n%5 == 0 {
 				target = gw
 			}
-			c.request(netip.MustParseAddr(target), n)
+			c.Request(netip.MustParseAddr(target), n)
 		}
 	}()
 	// answeredBy waits until the last requests are answered by mac.
 	answeredBy := func(mac string, within time.Duration) time.Time {
 		t.Helper()
 		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-			as := c.answers()
-			if n := len(as); n >= 3 && as[n-1].sha.String() == mac && as[n-2].sha.String() == mac && as[n-3].sha.String() == mac {
+			as := c.Answers()
+			if n := len(as); n >= 3 && as[n-1].SHA.String() == mac && as[n-2].SHA.String() == mac && as[n-3].SHA.String() == mac {
 				for i := n - 1; i >= 0; i-- {
-					if as[i].sha.String() != mac {
-						return as[i+1].at
+					if as[i].SHA.String() != mac {
+						return as[i+1].At
 					}
 				}
-				return as[0].at
+				return as[0].At
 			}
 		}
 		t.Fatalf("%s does not answer within %v", mac, within)
@@ -306,14 +189,12 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	ms := []*member{start(0), start(1)}
 	var owner int
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if as := c.answers(); len(as) > 0 {
-			owner = map[string]int{macs[0]: 0, macs[1]: 1}[as[len(as)-1].sha.String()]
+		if as := c.Answers(); len(as) > 0 {
+			owner = map[string]int{macs[0]: 0, macs[1]: 1}[as[len(as)-1].SHA.String()]
 			break
 		}
 		if time.Now().After(end) {
-			c.mu.Lock()
-			n := len(c.events)
-			c.mu.Unlock()
+			n := c.Seen()
 			for i, m := range ms {
 				u, err := dps[i].ARPOwner()
 				st, _ := dps[i].Stats()
@@ -333,9 +214,9 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	}
 	announced := func(mac string, after time.Time) map[string]bool {
 		got := map[string]bool{}
-		for _, e := range c.gratuitous() {
-			if e.sha.String() == mac && e.at.After(after) {
-				got[e.spa.String()] = true
+		for _, e := range c.Gratuitous() {
+			if e.SHA.String() == mac && e.At.After(after) {
+				got[e.SPA.String()] = true
 			}
 		}
 		return got
@@ -353,9 +234,9 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	killAt := time.Now()
 	took := answeredBy(macs[other], ttl+margin+3*time.Second)
 	last := time.Time{}
-	for _, e := range c.answers() {
-		if e.sha.String() == macs[owner] {
-			last = e.at
+	for _, e := range c.Answers() {
+		if e.SHA.String() == macs[owner] {
+			last = e.At
 		}
 	}
 	t.Logf("takeover after a kill: the new owner answers %v after the kill; the old one answered last %v after it (silence %v)",
@@ -376,9 +257,9 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	ms[owner] = start(owner)
 	back := time.Now()
 	time.Sleep(2 * ttl)
-	for _, e := range c.answers() {
-		if e.at.After(back) && e.sha.String() != macs[other] {
-			t.Fatalf("the returning member answered at %v", e.at)
+	for _, e := range c.Answers() {
+		if e.At.After(back) && e.SHA.String() != macs[other] {
+			t.Fatalf("the returning member answered at %v", e.At)
 		}
 	}
 	if s := ms[owner].a.Status(); s.Owner {
@@ -404,10 +285,10 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	// Never two answers to one request; the gateway answered like the VIP.
 	per := map[netip.Addr][]string{}
 	gwBy := map[string]bool{}
-	for _, e := range c.answers() {
-		per[e.tpa] = append(per[e.tpa], e.sha.String())
-		if e.spa.String() == gw {
-			gwBy[e.sha.String()] = true
+	for _, e := range c.Answers() {
+		per[e.TPA] = append(per[e.TPA], e.SHA.String())
+		if e.SPA.String() == gw {
+			gwBy[e.SHA.String()] = true
 		}
 	}
 	if !gwBy[macs[0]] || !gwBy[macs[1]] {
