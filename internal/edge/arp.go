@@ -363,6 +363,8 @@ func (a *arpOwner) announce() {
 		for _, ifc := range a.ifaces {
 			if err := a.send(ifc, v); err != nil {
 				a.log.Warn("gratuitous ARP failed", "addr", v, "iface", ifc.Name, "err", err)
+			} else {
+				a.log.Debug("gratuitous ARP sent", "addr", v, "iface", ifc.Name)
 			}
 		}
 	}
