@@ -212,11 +212,16 @@ func TestARPOneOwnerOnASegment(t *testing.T) {
 	if s := ms[other].a.Status(); s.Owner || s.Scope != "dmz-set" {
 		t.Errorf("the other's status %+v", s)
 	}
+	// announced returns what mac announced after a time, waiting up to
+	// 2 s for both addresses (the gratuitous ARPs follow the first
+	// answers by a scheduling delay on a busy machine).
 	announced := func(mac string, after time.Time) map[string]bool {
 		got := map[string]bool{}
-		for _, e := range c.Gratuitous() {
-			if e.SHA.String() == mac && e.At.After(after) {
-				got[e.SPA.String()] = true
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && !(got[vip] && got[gw]); time.Sleep(20 * time.Millisecond) {
+			for _, e := range c.Gratuitous() {
+				if e.SHA.String() == mac && e.At.After(after) {
+					got[e.SPA.String()] = true
+				}
 			}
 		}
 		return got
