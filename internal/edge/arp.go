@@ -294,6 +294,9 @@ func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
 func (a *arpOwner) take(cl *store.Claim) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := cl.Err(); err != nil {
+		return err // ended as it was won (its key deleted, say)
+	}
 	if err := a.dp.SetARPOwner(cl.Deadline()); err != nil {
 		return err
 	}
