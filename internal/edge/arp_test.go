@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -238,5 +239,54 @@ func TestARPScope(t *testing.T) {
 				t.Fatalf("ARPScope = %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// failingARP refuses to start answering (a map write that fails).
+type failingARP struct {
+	*dataplane.FakeARP
+	mu    sync.Mutex
+	tries int
+}
+
+func (f *failingARP) SetARPOwner(t time.Time) error {
+	if !t.IsZero() {
+		f.mu.Lock()
+		f.tries++
+		f.mu.Unlock()
+		return errors.New("injected: arp_owner update refused")
+	}
+	return f.FakeARP.SetARPOwner(t)
+}
+
+// TestARPOwnerCannotAnswer: a member whose data plane refuses the
+// deadline gives the ownership it won up, so another member answers.
+func TestARPOwnerCannotAnswer(t *testing.T) {
+	st := embeddedtest.Store(t)
+	cfg := ARPConfig{Ifaces: []string{"lo"}, TTL: 2 * time.Second, Margin: 500 * time.Millisecond}
+	bad := &failingARP{FakeARP: dataplane.NewFakeARP()}
+	a, err := newARPOwner(bad, st, "bad", cfg, []string{"lo"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.send = func(*net.Interface, netip.Addr) error { t.Error("the failing member announced"); return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	a.update("s1", []netip.Addr{vip1})
+	waitFor(t, 5*time.Second, "the failing member wins and fails", func() bool {
+		bad.mu.Lock()
+		defer bad.mu.Unlock()
+		return bad.tries > 0
+	})
+	good := startFake(t, st, "good", cfg)
+	good.a.update("s1", []netip.Addr{vip1})
+	waitFor(t, 3*time.Second, "the other member takes over", good.answering)
+	if a.Status().Owner {
+		t.Fatal("the failing member says it owns the scope")
+	}
+	if u, _ := bad.ARPOwner(); !u.IsZero() {
+		t.Fatal("the failing member's data plane answers")
 	}
 }
