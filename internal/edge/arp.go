@@ -244,7 +244,7 @@ func (a *arpOwner) campaign(ctx context.Context, scope string, opts store.ClaimO
 func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
 	if err := a.take(cl); err != nil {
 		a.log.Error("cannot answer ARP as the set's owner; giving ownership up", "scope", scope, "err", err)
-		a.stop()
+		a.stop(scope)
 		a.release(cl)
 		select {
 		case <-ctx.Done():
@@ -267,11 +267,11 @@ func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
 			a.mu.Unlock()
 			a.announce()
 		case <-ctx.Done():
-			a.stop()
+			a.stop(scope)
 			a.release(cl)
 			return
 		case <-cl.Done():
-			a.stop()
+			a.stop(scope)
 			if ctx.Err() != nil {
 				a.release(cl) // the claim ended with ctx: revoke it all the same
 				return
@@ -279,8 +279,8 @@ func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
 			a.log.Warn("ARP owner: lost the set's ARP ownership; stopped answering", "scope", scope, "err", cl.Err())
 			return
 		case <-a.changed:
-			if a.wanted() != scope {
-				a.stop()
+			if now := a.wanted(); now != scope {
+				a.stop(now)
 				a.release(cl)
 				a.log.Info("ARP owner: gave ownership up", "scope", scope, "now", a.wanted())
 				return
@@ -319,15 +319,17 @@ func (a *arpOwner) renewed(deadline time.Time) {
 	}
 }
 
-// stop makes the data plane stop answering. A failed write is logged:
-// the data plane stops at the deadline it holds all the same.
-func (a *arpOwner) stop() {
+// stop makes the data plane stop answering, and the status say so (for
+// scope, the one now wanted). A failed write is logged: the data plane
+// stops at the deadline it holds all the same.
+func (a *arpOwner) stop(scope string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.active = false
 	if err := a.dp.SetARPOwner(time.Time{}); err != nil {
 		a.log.Error("ARP owner: cannot stop answering now; the data plane stops at its deadline", "err", err)
 	}
+	a.mu.Unlock()
+	a.setStatus(scope, false)
 }
 
 func (a *arpOwner) release(cl *store.Claim) {
