@@ -82,6 +82,8 @@
 #define LB_TABLE_DEFAULT_M 65537
 /* Interfaces on which the edge answers ARP for its VIPs. */
 #define ARP_IFACES_MAX 64
+/* Addresses answered on them besides the VIPs (a set's gateway). */
+#define ARP_ADDRS_MAX 16
 
 /* Agent sizes, per host: EIPs hosted (and their counters), guests with an
  * EIP, (interface, address) pairs guests may send from, service backends

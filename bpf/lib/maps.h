@@ -249,6 +249,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } arp_ifaces SEC(".maps");
 
+/* Until when this edge owns ARP for its set (index 0; see struct
+ * arp_owner). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct arp_owner);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_owner SEC(".maps");
+
+/* Addresses the owner answers ARP for besides the VIPs, e.g. the gateway
+ * nat-mode servers on the segment route their replies through (value
+ * unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ARP_ADDRS_MAX);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_addrs SEC(".maps");
+
 /* Informational counters by enum lb_info, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -333,6 +333,15 @@ struct arp_iface {
 	__u16 pad;
 };
 
+/* ARP ownership (issue 8, part 6): the edge answers ARP only while
+ * bpf_ktime_get_ns() < until_ns, the deadline of its claim on its set's
+ * ARP scope (0: another member owns it). Enforced here and not only by
+ * the daemon, so an owner whose daemon dies or freezes stops answering
+ * by itself before another member can take over. */
+struct arp_owner {
+	__u64 until_ns;
+};
+
 /* Agent: an address a guest interface may send from. */
 struct if_addr {
 	__u32 ifindex;
