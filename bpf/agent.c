@@ -10,7 +10,8 @@
  * xdp_agent_guest, on the host side of each guest interface: a guest's
  * packet to the outside is translated by its flow entry (back to the VIP
  * or EIP it came in through) or, with none, to the guest's EIP, and is
- * encapsulated in NVGRE to one of the region's edges. A guest without an
+ * encapsulated in NVGRE to a live member of the edge set that serves that
+ * address (its edge group, agent_groups). A guest without an
  * EIP opens no connection of its own to the outside. */
 
 /* The agent's maps (lib/maps.h). */
@@ -111,6 +112,7 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	__be32 priv;
 	__u32 idx = 0;
 	__be16 bport = 0, vport = 0;
+	__u64 group = 0;
 	int svc = 0, icmp = 0, also_svc = 0;
 	if (e) {
 		if (e->vsid != vsid)
@@ -118,17 +120,20 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 		priv = e->private_addr.a[0];
 		idx = e->stats_idx;
 		also_svc = e->flags & AGENT_F_SVC;
+		group = e->group;
 	} else {
 		struct svc_key sk;
 		struct svc_entry *se = svc_lookup(data, data_end, &in, &sk, &vport, &icmp);
 		if (se && se->vsid == vsid) {
 			priv = sk.guest;
 			bport = se->bport;
+			group = se->group;
 		} else if (hc_guest_ok(&in, vsid)) {
 			/* An edge's health check, to a checked port of the
 			 * guest's own address: delivered as it is, its flow recorded so the answer
-			 * goes back to that edge untranslated. */
+			 * goes back to that edge untranslated, whatever its group. */
 			priv = in.daddr;
+			group = AGENT_GROUP_PIN;
 		} else {
 			return count_drop(STAT_DROP_UNKNOWN, len);
 		}
@@ -145,7 +150,7 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	 * recorded, an EIP flow of a guest that also serves a VIP takes over
 	 * the entry of an earlier VIP flow on its 5-tuple. */
 	if (svc || also_svc) {
-		__u64 ifx_ok = (__u64)fib.ifindex << 32 | (rc == BPF_FIB_LKUP_RET_SUCCESS) << 1 | svc;
+		__u64 ifx_ok = (__u64)fib.ifindex << 32 | group << 16 | (rc == BPF_FIB_LKUP_RET_SUCCESS) << 1 | svc;
 		if (flow_note_in(&in, priv, o->saddr, (__u64)vsid << 32 | bport, ifx_ok))
 			stat_add(STAT_FLOW_NEW, len);
 	}
@@ -286,9 +291,6 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	__u32 n = cfg->n_edges;
-	if (n == 0 || n > EDGE_MAX)
-		return count_drop(STAT_DROP_NO_EDGE, len);
 	__be32 eip = f ? f->pub : g ? g->eip.a[0] : 0;
 	__be16 gport = quoted ? fk.gport : (__be16)(p.ports & 0xffff);
 	__be16 vport = f && f->pport != gport ? f->pport : 0;
@@ -297,19 +299,34 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	int count_eip = g && eip == g->eip.a[0];
 	__be32 ports = vport && !quoted ? ((p.ports & 0xffff0000) | vport) : p.ports;
 	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
-	/* Back to the edge the flow came from (its connection table knows
-	 * the flow) while no edge has left the set since it was learnt; by
-	 * the flow hash otherwise. */
-	__be32 to;
-	if (f && f->edge && f->edges_gen == cfg->edges_gen) {
-		to = f->edge;
+	/* To a live member of the edge set that serves the public address
+	 * (its group): back to the edge the flow came from (its connection
+	 * table knows the flow) while no member has left the group since it
+	 * was learnt, by the flow hash otherwise. A health check's answer goes
+	 * back to the edge that checked, whatever. */
+	__u32 gi = f ? f->group : g ? g->group : 0;
+	__be32 to = 0;
+	if (gi == AGENT_GROUP_PIN) {
+		to = f ? f->edge : 0;
 	} else {
-		__u32 slot = hash % n;
-		struct ip_addr *edge = bpf_map_lookup_elem(&agent_edges, &slot);
-		if (!edge || !edge->a[0])
+		struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+		if (!grp)
 			return count_drop(STAT_DROP_NO_EDGE, len);
-		to = edge->a[0];
+		if (f && f->edge && f->gen == grp->gen) {
+			to = f->edge;
+		} else {
+			__u32 n = grp->n;
+			if (n == 0 || n > EDGE_SET_MAX)
+				return count_drop(STAT_DROP_NO_EDGE, len);
+			__u32 slot = hash % n;
+			/* (clang knows slot < n <= EDGE_SET_MAX and would drop a
+			 * bound check; the verifier does not know: mask it.) */
+			barrier_var(slot);
+			to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+		}
 	}
+	if (!to)
+		return count_drop(STAT_DROP_NO_EDGE, len);
 
 	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], to, p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {

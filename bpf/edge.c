@@ -572,15 +572,20 @@ struct arp_ipv4 {
 	__be32 tpa;
 } __attribute__((packed));
 
-/* Answers an ARP request for a VIP on an interface configured for it (a
- * VIP on a segment the clients share with the edge). */
+/* Answers an ARP request for a VIP (or an address of arp_addrs) on an
+ * interface configured for it (a VIP on a segment the clients share with
+ * the edge), while this edge owns its set's ARP scope (struct arp_owner). */
 static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 ifindex = ctx->ingress_ifindex;
+	__u32 zero = 0;
 	struct arp_iface *ai = bpf_map_lookup_elem(&arp_ifaces, &ifindex);
 	if (!ai || p->l3_off != ETH_HLEN_)
+		return count_pass(STAT_PASS_NON_IP, len);
+	struct arp_owner *own = bpf_map_lookup_elem(&arp_owner, &zero);
+	if (!own || bpf_ktime_get_ns() >= own->until_ns)
 		return count_pass(STAT_PASS_NON_IP, len);
 	struct ethhdr *eth = data;
 	struct arp_ipv4 *a = data + ETH_HLEN_;
@@ -593,7 +598,7 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	struct eip_key k;
 	eip_key4(&k, vip);
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
-	if (!r || !(r->flags & ROUTE_F_VIP))
+	if ((!r || !(r->flags & ROUTE_F_VIP)) && !bpf_map_lookup_elem(&arp_addrs, &vip))
 		return count_pass(STAT_PASS_NON_IP, len);
 	__be32 spa = a->spa;
 	__builtin_memcpy(a->tha, a->sha, 6);

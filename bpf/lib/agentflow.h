@@ -19,8 +19,8 @@
  *     EIP flow's, does not flip it; a UDP entry is never rewritten to
  *     another address (it ends when the LRU evicts it: UDP has no SYN to
  *     tell a new flow from a forged one). A packet through the entry's
- *     own address and port may refresh its edge, interface and edge-set
- *     generation (where its replies go, never what they carry).
+ *     own address and port may refresh its edge, interface, edge group and
+ *     the group's generation (where its replies go, never what they carry).
  *     An EIP packet to a guest that is also a service backend creates no
  *     entry (a guest's EIP is the fallback of every reply anyway); its SYN
  *     rewrites an entry an earlier VIP flow left on its 5-tuple.
@@ -52,7 +52,7 @@ static __always_inline int flow_ported(const struct pkt *p)
 static __always_inline int flow_same(const struct agent_flow *a, const struct agent_flow *b)
 {
 	return a->pub == b->pub && a->pport == b->pport && a->edge == b->edge && a->vsid == b->vsid &&
-	       a->ifindex == b->ifindex && a->edges_gen == b->edges_gen;
+	       a->ifindex == b->ifindex && a->gen == b->gen && a->group == b->group;
 }
 
 /* Records, for the decapsulated packet in (to the guest priv, from the
@@ -63,19 +63,25 @@ static __always_inline int flow_same(const struct agent_flow *a, const struct ag
  * entry to another public address (a flow to the guest's EIP, !learn,
  * creates none: a reply without one leaves through the EIP). See the head
  * of this file. vsid_bport: the guest's VSID << 32 | the backend port the
- * packet is translated to (0: kept); ifx: the guest's interface << 32 | 2
- * when the FIB resolved it | learn. Returns 1 when it wrote. A global
+ * packet is translated to (0: kept); ifx: the guest's interface << 32 |
+ * the edge group of the public address (agent_groups index or
+ * AGENT_GROUP_PIN) << 16 | 2 when the FIB resolved it | learn. The entry
+ * keeps the group's generation: its replies go back to edge while no
+ * member has left the group since. Returns 1 when it wrote. A global
  * (separately verified) function, as is flow_reply_key: inlined, their
  * branches multiplied the callers' verifier states (and five arguments is
  * all a BPF call takes, hence the packing). */
 __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u64 vsid_bport, __u64 ifx)
 {
-	__u32 zero = 0;
 	if (!in || !flow_ported(in))
 		return 0;
-	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
-	if (!cfg)
-		return 0;
+	__u32 gi = (ifx >> 16) & 0xffff;
+	__u16 gen = 0;
+	if (gi != AGENT_GROUP_PIN) {
+		struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+		if (grp)
+			gen = grp->gen;
+	}
 	int tcp = in->proto == IPPROTO_TCP_;
 	int syn = tcp && (in->tcp_flags & 0x12) == 0x02;
 	__be16 dport = (__be16)(in->ports >> 16);
@@ -91,9 +97,10 @@ __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u6
 		.pub = in->daddr,
 		.edge = edge,
 		.pport = dport,
-		.edges_gen = cfg->edges_gen,
+		.gen = gen,
 		.vsid = vsid_bport >> 32,
 		.ifindex = (ifx & 2) ? ifx >> 32 : 0,
+		.group = gi,
 	};
 	struct agent_flow *cur = bpf_map_lookup_elem(&agent_flows, &k);
 	if (cur) {

@@ -9,10 +9,31 @@
 #define EIP_MAX (1 << 20)
 #endif
 
-/* Edge underlay addresses an agent spreads its encapsulated replies over. */
+/* Edge underlay addresses an agent accepts NVGRE from (agent_edge_set):
+ * every edge of every set of the region (100 sets of 32 on paper, with
+ * headroom). */
 #ifndef EDGE_MAX
-#define EDGE_MAX 64
+#define EDGE_MAX 4096
 #endif
+
+/* Members of one edge set (model.MaxSetEdges): upstream routers spread a
+ * prefix over at most this many equal-cost paths, and an agent's edge
+ * group holds at most this many live members. */
+#ifndef EDGE_SET_MAX
+#define EDGE_SET_MAX 32 /* a power of two (bpf/agent.c masks by it) */
+#endif
+
+/* Edge groups an agent holds (agent_groups): group 0 (every edge, for
+ * addresses no set serves) and one per edge set of the region. */
+#ifndef AGENT_GROUP_MAX
+#define AGENT_GROUP_MAX 256
+#endif
+/* The group of a flow that goes back to the edge it came from whatever
+ * that edge's state (an edge's health check: only that edge wants the
+ * answer). Never an index of agent_groups. */
+#define AGENT_GROUP_PIN 65535 /* 0xffff */
+/* Bytes of an edge set's name in its group (names are at most 63). */
+#define SET_NAME_LEN 64
 
 /* Next-hop cache: entries per CPU, and how long an entry may be used
  * without asking the FIB again (routing changes invalidate it at once
@@ -61,6 +82,8 @@
 #define LB_TABLE_DEFAULT_M 65537
 /* Interfaces on which the edge answers ARP for its VIPs. */
 #define ARP_IFACES_MAX 64
+/* Addresses answered on them besides the VIPs (a set's gateway). */
+#define ARP_ADDRS_MAX 16
 
 /* Agent sizes, per host: EIPs hosted (and their counters), guests with an
  * EIP, (interface, address) pairs guests may send from, service backends

@@ -249,6 +249,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } arp_ifaces SEC(".maps");
 
+/* Until when this edge owns ARP for its set (index 0; see struct
+ * arp_owner). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct arp_owner);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_owner SEC(".maps");
+
+/* Addresses the owner answers ARP for besides the VIPs, e.g. the gateway
+ * nat-mode servers on the segment route their replies through (value
+ * unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ARP_ADDRS_MAX);
+	__type(key, __be32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_addrs SEC(".maps");
+
 /* Informational counters by enum lb_info, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -319,16 +340,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_stats SEC(".maps");
 
-/* Underlay addresses of the edges replies are spread over (n_edges used). */
+/* Edge groups: index -> the live members of one edge set (group 0: of
+ * every set, for addresses no set serves). agent_eips, agent_guests,
+ * agent_svc and agent_flows entries name their group; replies go to a
+ * live member of it (bpf/agent.c). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, EDGE_MAX);
+	__uint(max_entries, AGENT_GROUP_MAX);
 	__type(key, __u32);
-	__type(value, struct ip_addr);
+	__type(value, struct agent_group);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} agent_edges SEC(".maps");
+} agent_groups SEC(".maps");
 
-/* The same edges as a set: NVGRE is only accepted from them. */
+/* Every edge of every set, live or not: NVGRE is only accepted from them
+ * (a drained or dying member still delivers what reaches it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EDGE_MAX);

@@ -83,7 +83,7 @@ struct agent_eip {
 	__u32 stats_idx;
 	__u8 family;
 	__u8 flags;  /* AGENT_F_*: AGENT_F_SVC, the guest is a service backend too */
-	__u8 pad[2];
+	__u16 group; /* agent_groups index: the edges of the set that serves the EIP */
 };
 
 /* Agent: a local guest with an EIP, keyed by its private address. */
@@ -94,7 +94,7 @@ struct agent_guest {
 	__u32 ifindex; /* host-side interface the guest must send from (anti-spoofing) */
 	__u8 family;
 	__u8 flags;    /* AGENT_F_*: AGENT_F_SVC, look its replies up in agent_flows */
-	__u8 pad[2];
+	__u16 group;   /* agent_groups index: the edges its EIP's replies go to */
 };
 
 /* Agent configuration, one entry, written by the agent daemon. */
@@ -102,15 +102,26 @@ struct agent_config {
 	struct ip_addr underlay; /* this host's underlay address */
 	struct ip_addr icmp_src; /* source of ICMP errors sent to guests */
 	__u32 hash_seed;
-	__u32 n_edges; /* valid entries in agent_edges */
 	__u32 icmp_rate;
 	__u32 icmp_burst;
 	__u32 flags;
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
-	__u16 edges_gen; /* bumped when an edge leaves the set: flows remember an
-			  * edge only while it is the same generation (in the
-			  * old padding: pinned maps of earlier versions fit) */
+	__u16 pad;
+};
+
+/* Agent: the live members of one edge set, which the replies of the
+ * addresses the set serves are spread over by flow hash (agent_groups,
+ * issue 8). Written whole by the agent daemon. */
+struct agent_group {
+	__u32 n;                    /* live members: edges[0..n) */
+	__u16 gen;                  /* bumped when a member leaves (or the slot
+				     * changes set): a flow keeps its edge only
+				     * while its generation is the group's */
+	__u16 pad;
+	__be32 edges[EDGE_SET_MAX]; /* underlay addresses, in a stable order */
+	__u8 set[SET_NAME_LEN];     /* the set's name, NUL-padded (the daemon
+				     * adopts its slots by it after a restart) */
 };
 
 /* One slot of the next-hop cache: a bpf_fib_lookup result (see lib/fib.h). */
@@ -322,6 +333,15 @@ struct arp_iface {
 	__u16 pad;
 };
 
+/* ARP ownership (issue 8, part 6): the edge answers ARP only while
+ * bpf_ktime_get_ns() < until_ns, the deadline of its claim on its set's
+ * ARP scope (0: another member owns it). Enforced here and not only by
+ * the daemon, so an owner whose daemon dies or freezes stops answering
+ * by itself before another member can take over. */
+struct arp_owner {
+	__u64 until_ns;
+};
+
 /* Agent: an address a guest interface may send from. */
 struct if_addr {
 	__u32 ifindex;
@@ -339,7 +359,7 @@ struct svc_key {
 
 struct svc_entry {
 	__be16 bport; /* 0: keep the port */
-	__u16 pad;
+	__u16 group;  /* agent_groups index: the edges of the set that serves the VIP */
 	__u32 vsid;
 };
 
@@ -360,9 +380,12 @@ struct agent_flow {
 	__be32 pub;       /* the EIP or VIP the flow was sent to */
 	__be32 edge;      /* underlay address of the edge that sent it */
 	__be16 pport;     /* the public port it was sent to */
-	__u16 edges_gen;  /* agent_config.edges_gen when edge was learnt */
+	__u16 gen;        /* the group's generation when edge was learnt */
 	__u32 vsid;       /* the guest's VSID */
 	__u32 ifindex;    /* host-side interface of the guest (0: unknown) */
+	__u16 group;      /* agent_groups index of the set serving pub, or
+			   * AGENT_GROUP_PIN (a health check: back to edge) */
+	__u16 pad;
 };
 
 /* Informational counters (not outcomes): see enum lb_info. */

@@ -95,10 +95,11 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource, healthSource string
+		var icmpSource, healthSource, arpGateway string
 		var noTTL bool
 		var eipMax, ctMax uint32
 		var arpIfaces, healthCmds []string
+		var cfgARP edge.ARPConfig
 		var healthCmdFile string
 		var healthCmdConc int
 		var storeGrace, settle time.Duration
@@ -156,7 +157,16 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				err = edge.Run(ctx, cfg, st, load, df.metricsListen, arpIfaces)
+				cfg.ARP = cfgARP
+				cfg.ARP.Ifaces = arpIfaces
+				if arpGateway != "" {
+					a, err := netip.ParseAddr(arpGateway)
+					if err != nil || !a.Is4() {
+						return fmt.Errorf("--arp-gateway %q: not an IPv4 address", arpGateway)
+					}
+					cfg.ARP.Gateway = a
+				}
+				err = edge.Run(ctx, cfg, st, load, df.metricsListen)
 				if ctx.Err() != nil {
 					log.Info("edge stopping; the data plane keeps forwarding")
 					return nil
@@ -180,7 +190,11 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringArrayVar(&healthCmds, "health-command", nil, `a command that command health checks may run, by NAME (repeatable): "NAME=/abs/path [args...]", split on spaces, no shell; it gets AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT, exit 0 means up`)
 		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
 		c.Flags().IntVar(&healthCmdConc, "health-command-concurrency", 0, "health-check commands run at once, over all backends; more wait their turn (0: twice the CPUs)")
-		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
+		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "--attach interfaces on a segment shared with clients or servers: the one member of the edge set that owns the set's ARP (elected through the store) answers ARP there for the VIPs and announces them with gratuitous ARP on takeover")
+		c.Flags().StringVar(&cfgARP.Scope, "arp-scope", "", "name of the ARP ownership the edge campaigns for (default: its edge set's name); edges of several sets on one segment must share one")
+		c.Flags().StringVar(&arpGateway, "arp-gateway", "", "an address the ARP owner also answers for on the --arp-iface segments: the default gateway of nat-mode servers there, so their replies go through the owner")
+		c.Flags().DurationVar(&cfgARP.TTL, "arp-lease-ttl", store.DefaultOwnerTTL, "lease of the ARP ownership in the store (whole seconds): a dead owner is replaced about this long after it stopped renewing")
+		c.Flags().DurationVar(&cfgARP.Margin, "arp-lease-margin", store.DefaultOwnerMargin, "the ARP owner stops answering this long before its lease could expire in the store (covers clock-rate differences and its time to stop)")
 		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless)")
 		c.Flags().DurationVar(&settle, "announce-settle", edge.DefaultSettle, "how long every condition must hold before the edge announces (again); withdrawal is immediate")
 		c.AddCommand(edgeAdminCommands()...)

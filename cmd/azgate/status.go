@@ -78,6 +78,11 @@ func printStatus(w io.Writer, st *client.Status, now time.Time) {
 	}
 	printBGP(w, nodes, now)
 	for _, n := range nodes {
+		if n.ARP != nil {
+			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, arpLine(n.ARP, now))
+		}
+	}
+	for _, n := range nodes {
 		for _, e := range n.Errors {
 			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, e)
 		}
@@ -85,6 +90,18 @@ func printStatus(w io.Writer, st *client.Status, now time.Time) {
 	for _, e := range st.Errors {
 		fmt.Fprintln(w, "warning:", e)
 	}
+}
+
+// arpLine says whether an edge answers ARP on its shared segments.
+func arpLine(a *model.ARPStatus, now time.Time) string {
+	on := strings.Join(a.Interfaces, ",")
+	switch {
+	case a.Owner:
+		return fmt.Sprintf("ARP owner of %s on %s for %s", a.Scope, on, ago(now, a.Since))
+	case a.Scope == "":
+		return fmt.Sprintf("answers no ARP on %s (in no set, or drained) for %s", on, ago(now, a.Since))
+	}
+	return fmt.Sprintf("ARP standby for %s on %s (another member owns it) for %s", a.Scope, on, ago(now, a.Since))
 }
 
 // ago is how long ago t was, rounded for people.

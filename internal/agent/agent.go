@@ -21,6 +21,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -33,14 +34,28 @@ type Want struct {
 	// Service: the guest is an encap-mode service backend too (its
 	// replies are then looked up in the agent's flow table first).
 	Service bool
+	// Set is the edge set that serves the EIP (setplan.Serving; "": none,
+	// its replies go to group 0, every set's live edges).
+	Set string
+	// Covering is the prefix set whose prefix covers the EIP: where
+	// upstream sends its traffic when no member of a dedicated or
+	// quarantine Set announces its /32 any more.
+	Covering string
 }
 
 // HostWant is everything an agent must program for its host.
 type HostWant struct {
 	Underlay netip.Addr
 	Edges    []netip.Addr // every edge of every set, in a stable order
-	Guests   []model.Guest
-	EIPs     map[netip.Addr]Want // EIPs bound to guests of this host
+	// Sets: every edge set's members in name order, from which the edge
+	// groups are made (Groups, with the announcements).
+	Sets map[string][]model.EdgeNode
+	// VIPSets: the edge set that serves each VIP of Services ("": none);
+	// VIPCovering: the prefix set that covers it (see Want.Covering).
+	VIPSets     map[netip.Addr]string
+	VIPCovering map[netip.Addr]string
+	Guests      []model.Guest
+	EIPs        map[netip.Addr]Want // EIPs bound to guests of this host
 	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
 	// Checked are the ports the edges health-check encap-mode backends
@@ -61,14 +76,18 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		sets = append(sets, name)
 	}
 	sort.Strings(sets)
-	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{}}
+	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{},
+		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}}
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
 		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
 		for _, e := range es {
 			w.Edges = append(w.Edges, e.Underlay)
 		}
+		w.Sets[name] = es
 	}
+	plan := setplan.FromState(st)
+	prefixes := setplan.Input{Sets: st.EdgeSets} // without pull-outs and quarantines
 	for _, e := range st.EIPs {
 		if e.Binding == nil || e.Binding.Host != host {
 			continue
@@ -77,7 +96,9 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		if !ok {
 			continue
 		}
-		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name}
+		set, _, _ := plan.Serving(e.Address)
+		covering, _, _ := prefixes.Serving(e.Address)
+		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering}
 	}
 	// A backend is checked once per pool, whatever its listeners.
 	type checkKey struct{ svc, pool, backend string }
@@ -118,6 +139,10 @@ func Desired(st *model.State, host string) (HostWant, error) {
 					for p := int(l.Port); p <= int(l.Last()); p++ {
 						ports = append(ports, uint16(p))
 					}
+				}
+				if _, ok := w.VIPSets[svc.VIP]; !ok {
+					w.VIPSets[svc.VIP], _, _ = plan.Serving(svc.VIP)
+					w.VIPCovering[svc.VIP], _, _ = prefixes.Serving(svc.VIP)
 				}
 				for _, p := range ports {
 					w.Services = append(w.Services, dataplane.AgentService{VIP: svc.VIP, Guest: g.Address, Proto: proto,
@@ -195,6 +220,16 @@ type Reconciler struct {
 	errs       []string
 	cfgKey     string
 	OnApplied  func(rev int64)
+
+	// Edge groups (groups.go): the announcements last read, the slot of
+	// each set, what each slot holds, the sets that fell back to members
+	// that are not live and how many times one did.
+	ann         Announcing
+	badAnnounce uint64 // malformed announce keys read
+	groupSlot   map[string]uint16
+	groups      map[uint16]dataplane.AgentGroup
+	fallback    map[string]bool
+	fallbacks   uint64
 }
 
 // NewReconciler adopts what the maps already hold.
@@ -206,7 +241,24 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]bool{}}
+	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]bool{},
+		groupSlot: map[string]uint16{}, groups: map[uint16]dataplane.AgentGroup{}, fallback: map[string]bool{}}
+	// The groups a previous run left: each set keeps its slot, so the
+	// EIPs' and flows' entries stay right meanwhile.
+	gs, err := maps.Groups()
+	if err != nil {
+		return nil, err
+	}
+	for slot, g := range gs {
+		if slot != 0 && g.Set == "" {
+			continue
+		}
+		if slot != 0 {
+			r.groupSlot[g.Set] = slot
+		}
+		g.Gen = 0
+		r.groups[slot] = g
+	}
 	used := map[uint32]bool{}
 	for _, e := range cur {
 		used[e.StatsIdx] = true
@@ -258,7 +310,13 @@ func (r *Reconciler) apply(rev int64) {
 	if err := r.configure(r.want.Underlay, r.want.Edges); err != nil {
 		r.fail(err)
 	} else {
+		// Groups first (a new set's slot exists before an EIP names
+		// it), the slots of sets gone last.
+		r.syncGroups(*r.want, r.fail)
 		r.sync(*r.want)
+		if len(r.errs) == 0 {
+			r.clearStaleGroups(*r.want)
+		}
 	}
 	if len(r.errs) > 0 {
 		r.scheduleRetry(rev)
@@ -377,7 +435,8 @@ func (r *Reconciler) sync(want HostWant) {
 			continue // reported above
 		}
 		cur, had := r.programmed[a]
-		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex), Service: w.Service}
+		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex), Service: w.Service,
+			Group: r.groupOf(w.Set, w.Covering)}
 		if had && cur == next {
 			continue
 		}
@@ -423,6 +482,7 @@ func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink)
 		if _, ok := links[s.Guest]; !ok {
 			continue // its guest's interface is not found: reported
 		}
+		s.Group = r.groupOf(want.VIPSets[s.VIP], want.VIPCovering[s.VIP])
 		wanted[key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}] = s
 	}
 	have, err := r.maps.Services()
@@ -565,6 +625,19 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		ns := rec.Status(started, nil)
 		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
 		return ns
+	}
+	// The edges' announcements decide which members of each set are live
+	// (groups.go): read them before the first reconcile, so a restart
+	// does not shrink and regrow the groups.
+	first := make(chan struct{})
+	var once sync.Once
+	go WatchAnnouncements(ctx, st, rec, cfg.Log, func() { once.Do(func() { close(first) }) })
+	select {
+	case <-first:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Second):
+		cfg.Log.Warn("announcements not read yet: sets with BGP use all their members until they are")
 	}
 	go store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
 	if metricsListen != "" {

@@ -168,11 +168,16 @@ func TestAgentServices(t *testing.T) {
 	fake := dataplane.NewFakeAgent()
 	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
 	r.Handle(st, 1, nil, true)
+	// The VIP is in pop-a's prefix: its replies go to pop-a's group.
+	popA := r.groupSlot["pop-a"]
+	if popA == 0 {
+		t.Fatalf("pop-a has no group slot: %v", r.groupSlot)
+	}
 	want := map[dataplane.AgentService]bool{
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111}:   true,
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9000, BPort: 8080, VSID: 5111}: true,
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9001, BPort: 8080, VSID: 5111}: true,
-		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112}:       true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 80, BPort: 8080, VSID: 5111, Group: popA}:   true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9000, BPort: 8080, VSID: 5111, Group: popA}: true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.1"), Proto: dataplane.ProtoTCP, VPort: 9001, BPort: 8080, VSID: 5111, Group: popA}: true,
+		{VIP: a("198.51.100.20"), Guest: a("198.19.11.3"), Proto: dataplane.ProtoUDP, VPort: 0, BPort: 0, VSID: 5112, Group: popA}:       true,
 	}
 	if len(fake.Svc) != len(want) {
 		t.Fatalf("services %v, want %v (only this host's encap backends)", fake.Svc, want)

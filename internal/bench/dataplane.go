@@ -191,6 +191,9 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 		HashSeed: 1, Edges: []netip.Addr{netip.MustParseAddr(benchEdge)}, ICMPRate: 1000, ICMPBurst: 100}); err != nil {
 		return nil, err
 	}
+	if err := a.SetGroup(0, dataplane.AgentGroup{Members: []netip.Addr{netip.MustParseAddr(benchEdge)}}); err != nil {
+		return nil, err
+	}
 	if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP), Private: netip.MustParseAddr(dptest.GuestAddr), VSID: benchVSID, StatsIdx: 1, Ifindex: uint32(g1)}); err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 package dataplane
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -89,10 +91,11 @@ func (a *Agent) Close() error {
 	return a.objs.Close()
 }
 
-// SetConfig writes the configuration, the edge list and the edge set.
+// SetConfig writes the configuration and the set of edges NVGRE is
+// accepted from (every edge of every set).
 func (a *Agent) SetConfig(c AgentConfig) error {
-	if len(c.Edges) > int(a.objs.AgentEdges.MaxEntries()) {
-		return fmt.Errorf("%d edges: the agent data plane holds at most %d", len(c.Edges), a.objs.AgentEdges.MaxEntries())
+	if len(c.Edges) > int(a.objs.AgentEdgeSet.MaxEntries()) {
+		return fmt.Errorf("%d edges: the agent data plane holds at most %d", len(c.Edges), a.objs.AgentEdgeSet.MaxEntries())
 	}
 	var v agentAgentConfig
 	if c.Underlay.IsValid() {
@@ -117,10 +120,10 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 	v.IcmpBurst = c.ICMPBurst
 	v.GwMac = macTo(c.GatewayMAC)
 
-	// Order matters for packets in flight: add new edges to the set and the
-	// array first, publish the count, then remove what is gone.
+	// New edges are accepted before the config is published, gone ones
+	// refused after.
 	want := map[edgeEipKey]bool{}
-	for i, e := range c.Edges {
+	for _, e := range c.Edges {
 		k, err := keyOf(e)
 		if err != nil {
 			return fmt.Errorf("edge %v: %w", e, err)
@@ -129,44 +132,102 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		if err := a.objs.AgentEdgeSet.Update(akey(k), uint32(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write edge set: %w", err)
 		}
-		if err := a.objs.AgentEdges.Update(uint32(i), agentIpAddr(k.Addr), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("write edge list: %w", err)
-		}
-	}
-	v.N_edges = uint32(len(c.Edges))
-	var k agentEipKey
-	var one uint32
-	var stale []agentEipKey
-	it := a.objs.AgentEdgeSet.Iterate()
-	for it.Next(&k, &one) {
-		if !want[ekey(k)] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read edge set: %w", err)
 	}
 	var old agentAgentConfig
 	a.cfgMu.Lock()
 	defer a.cfgMu.Unlock()
 	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
 		v.NhGen = old.NhGen + 1
-		// Flows remember the edge they came from only while no edge has
-		// left the set since (a restart or a new edge keeps them).
-		v.EdgesGen = old.EdgesGen
-		if len(stale) > 0 {
-			v.EdgesGen++
-		}
 	}
 	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write agent config: %w", err)
 	}
-	for _, k := range stale {
-		if err := a.objs.AgentEdgeSet.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
+	return deleteStale[agentEipKey, uint32](a.objs.AgentEdgeSet, func(k agentEipKey) bool { return want[ekey(k)] })
+}
+
+// GroupGen is the generation a group slot takes when g replaces old: the
+// same while every member of old stays and the set is the same (a flow
+// keeps its edge), the next one when a member leaves or the slot changes
+// set (flows of the slot are spread again by flow hash).
+func GroupGen(old, g AgentGroup) uint16 {
+	if old.Set != g.Set {
+		return old.Gen + 1
+	}
+	for _, m := range old.Members {
+		if !slices.Contains(g.Members, m) {
+			return old.Gen + 1
 		}
 	}
+	return old.Gen
+}
+
+// SetGroup writes slot idx of agent_groups: the live members of one edge
+// set (an empty AgentGroup clears the slot). The generation is bumped
+// when a member leaves (GroupGen). The value is written whole; a packet
+// reading it meanwhile may see the old members with the new count, at
+// worst one reply to a member that just left (or a zero address: counted
+// in drop_no_edge).
+func (a *Agent) SetGroup(idx uint16, g AgentGroup) error {
+	if uint32(idx) >= a.objs.AgentGroups.MaxEntries() {
+		return fmt.Errorf("edge group %d (set %q): the agent data plane holds %d groups", idx, g.Set, a.objs.AgentGroups.MaxEntries())
+	}
+	if len(g.Members) > MaxGroupMembers {
+		return fmt.Errorf("edge group %d (set %q): %d members, at most %d", idx, g.Set, len(g.Members), MaxGroupMembers)
+	}
+	var v agentAgentGroup
+	if len(g.Set) >= len(v.Set) {
+		return fmt.Errorf("edge group %d: set name %q longer than %d bytes", idx, g.Set, len(v.Set)-1)
+	}
+	for i, m := range g.Members {
+		if !m.Is4() {
+			return fmt.Errorf("edge group %d (set %q): member %v: only IPv4 underlay addresses", idx, g.Set, m)
+		}
+		v.Edges[i] = ip4word(m)
+	}
+	v.N = uint32(len(g.Members))
+	copy(v.Set[:], g.Set)
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	var old agentAgentGroup
+	if err := a.objs.AgentGroups.Lookup(uint32(idx), &old); err != nil {
+		return fmt.Errorf("read edge group %d: %w", idx, err)
+	}
+	v.Gen = GroupGen(groupFrom(&old), g)
+	if err := a.objs.AgentGroups.Update(uint32(idx), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write edge group %d (set %q): %w", idx, g.Set, err)
+	}
 	return nil
+}
+
+func groupFrom(v *agentAgentGroup) AgentGroup {
+	g := AgentGroup{Gen: v.Gen}
+	if i := bytes.IndexByte(v.Set[:], 0); i >= 0 {
+		g.Set = string(v.Set[:i])
+	} else {
+		g.Set = string(v.Set[:])
+	}
+	for i := uint32(0); i < v.N && i < MaxGroupMembers; i++ {
+		g.Members = append(g.Members, wordIP4(v.Edges[i]))
+	}
+	return g
+}
+
+// Groups reads back the slots of agent_groups in use (a set name or
+// members).
+func (a *Agent) Groups() (map[uint16]AgentGroup, error) {
+	out := map[uint16]AgentGroup{}
+	var k uint32
+	var v agentAgentGroup
+	it := a.objs.AgentGroups.Iterate()
+	for it.Next(&k, &v) {
+		if g := groupFrom(&v); g.Set != "" || len(g.Members) > 0 {
+			out[uint16(k)] = g
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read edge groups: %w", err)
+	}
+	return out, nil
 }
 
 // InvalidateNextHops makes the programs ask the FIB again for every next
@@ -224,11 +285,14 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 	if e.Service {
 		flags = agentFSvc
 	}
-	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: flags}
+	if e.Group == AgentGroupPin {
+		return fmt.Errorf("EIP %v: edge group %d is reserved", e.EIP, e.Group)
+	}
+	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: flags, Group: e.Group}
 	if err := a.objs.AgentGuests.Update(akey(pk), &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write guest %v: %w", e.Private, err)
 	}
-	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family, Flags: flags}
+	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family, Flags: flags, Group: e.Group}
 	if err := a.objs.AgentEips.Update(akey(ek), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write EIP %v: %w", e.EIP, err)
 	}
@@ -303,6 +367,7 @@ func (a *Agent) EIPs() (map[netip.Addr]AgentEIP, error) {
 			VSID:     v.Vsid,
 			StatsIdx: v.StatsIdx,
 			Service:  v.Flags&agentFSvc != 0,
+			Group:    v.Group,
 		}
 		pk, _ := keyOf(e.Private)
 		var g agentAgentGuest
@@ -347,6 +412,9 @@ type AgentService struct {
 	VPort uint16 // 0: any port
 	BPort uint16 // 0: keep the port
 	VSID  uint32
+	// Group is the agent_groups slot of the edge set that serves the
+	// VIP: the flows' replies go to that set's live members.
+	Group uint16
 }
 
 func svcKey(s AgentService) agentSvcKey {
@@ -358,8 +426,11 @@ func (a *Agent) PutService(s AgentService) error {
 	if !s.VIP.Is4() || !s.Guest.Is4() {
 		return fmt.Errorf("service %v -> %v: only IPv4", s.VIP, s.Guest)
 	}
+	if s.Group == AgentGroupPin {
+		return fmt.Errorf("service %v -> %v: edge group %d is reserved", s.VIP, s.Guest, s.Group)
+	}
 	k := svcKey(s)
-	if err := a.objs.AgentSvc.Update(&k, &agentSvcEntry{Bport: be16(s.BPort), Vsid: s.VSID}, ebpf.UpdateAny); err != nil {
+	if err := a.objs.AgentSvc.Update(&k, &agentSvcEntry{Bport: be16(s.BPort), Vsid: s.VSID, Group: s.Group}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("service %v:%d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
 	}
 	return nil
@@ -382,7 +453,7 @@ func (a *Agent) Services() ([]AgentService, error) {
 	var v agentSvcEntry
 	it := a.objs.AgentSvc.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid})
+		out = append(out, AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid, Group: v.Group})
 	}
 	return out, it.Err()
 }
@@ -397,6 +468,8 @@ type AgentFlow struct {
 	Edge          netip.Addr // underlay address of the edge it came from
 	VSID          uint32
 	Ifindex       uint32
+	Group         uint16 // the edge group of Public (AgentGroupPin: a health check)
+	Gen           uint16 // the group's generation when Edge was learnt
 }
 
 // Flows lists up to max entries of the flow table (0: all), for status
@@ -412,7 +485,7 @@ func (a *Agent) Flows(max int) ([]AgentFlow, error) {
 			Remote: netip.AddrPortFrom(wordIP4(k.Remote), be16(k.Rport)),
 			Proto:  k.Proto,
 			Public: netip.AddrPortFrom(wordIP4(v.Pub), be16(v.Pport)),
-			Edge:   wordIP4(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex,
+			Edge:   wordIP4(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex, Group: v.Group, Gen: v.Gen,
 		})
 		if max > 0 && len(out) >= max {
 			break

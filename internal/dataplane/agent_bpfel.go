@@ -18,13 +18,12 @@ type agentAgentConfig struct {
 	Underlay  agentIpAddr
 	IcmpSrc   agentIpAddr
 	HashSeed  uint32
-	N_edges   uint32
 	IcmpRate  uint32
 	IcmpBurst uint32
 	Flags     uint32
 	NhGen     uint32
 	GwMac     [6]uint8
-	EdgesGen  uint16
+	Pad       uint16
 }
 
 type agentAgentEip struct {
@@ -34,17 +33,19 @@ type agentAgentEip struct {
 	StatsIdx    uint32
 	Family      uint8
 	Flags       uint8
-	Pad         [2]uint8
+	Group       uint16
 }
 
 type agentAgentFlow struct {
-	_        structs.HostLayout
-	Pub      uint32
-	Edge     uint32
-	Pport    uint16
-	EdgesGen uint16
-	Vsid     uint32
-	Ifindex  uint32
+	_       structs.HostLayout
+	Pub     uint32
+	Edge    uint32
+	Pport   uint16
+	Gen     uint16
+	Vsid    uint32
+	Ifindex uint32
+	Group   uint16
+	Pad     uint16
 }
 
 type agentAgentFlowKey struct {
@@ -57,6 +58,15 @@ type agentAgentFlowKey struct {
 	Pad    [3]uint8
 }
 
+type agentAgentGroup struct {
+	_     structs.HostLayout
+	N     uint32
+	Gen   uint16
+	Pad   uint16
+	Edges [32]uint32
+	Set   [64]uint8
+}
+
 type agentAgentGuest struct {
 	_        structs.HostLayout
 	Eip      agentIpAddr
@@ -65,7 +75,7 @@ type agentAgentGuest struct {
 	Ifindex  uint32
 	Family   uint8
 	Flags    uint8
-	Pad      [2]uint8
+	Group    uint16
 }
 
 type agentAzgStat uint32
@@ -185,7 +195,7 @@ type agentStatEntry struct {
 type agentSvcEntry struct {
 	_     structs.HostLayout
 	Bport uint16
-	Pad   uint16
+	Group uint16
 	Vsid  uint32
 }
 
@@ -204,9 +214,9 @@ type agentSvcKey struct {
 const (
 	agentMapAgentCfg          = "agent_cfg"
 	agentMapAgentEdgeSet      = "agent_edge_set"
-	agentMapAgentEdges        = "agent_edges"
 	agentMapAgentEips         = "agent_eips"
 	agentMapAgentFlows        = "agent_flows"
+	agentMapAgentGroups       = "agent_groups"
 	agentMapAgentGuests       = "agent_guests"
 	agentMapAgentHcGuests     = "agent_hc_guests"
 	agentMapAgentIfaddrs      = "agent_ifaddrs"
@@ -273,9 +283,9 @@ type agentProgramSpecs struct {
 type agentMapSpecs struct {
 	AgentCfg      *ebpf.MapSpec `ebpf:"agent_cfg"`
 	AgentEdgeSet  *ebpf.MapSpec `ebpf:"agent_edge_set"`
-	AgentEdges    *ebpf.MapSpec `ebpf:"agent_edges"`
 	AgentEips     *ebpf.MapSpec `ebpf:"agent_eips"`
 	AgentFlows    *ebpf.MapSpec `ebpf:"agent_flows"`
+	AgentGroups   *ebpf.MapSpec `ebpf:"agent_groups"`
 	AgentGuests   *ebpf.MapSpec `ebpf:"agent_guests"`
 	AgentHcGuests *ebpf.MapSpec `ebpf:"agent_hc_guests"`
 	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
@@ -316,9 +326,9 @@ func (o *agentObjects) Close() error {
 type agentMaps struct {
 	AgentCfg      *ebpf.Map `ebpf:"agent_cfg"`
 	AgentEdgeSet  *ebpf.Map `ebpf:"agent_edge_set"`
-	AgentEdges    *ebpf.Map `ebpf:"agent_edges"`
 	AgentEips     *ebpf.Map `ebpf:"agent_eips"`
 	AgentFlows    *ebpf.Map `ebpf:"agent_flows"`
+	AgentGroups   *ebpf.Map `ebpf:"agent_groups"`
 	AgentGuests   *ebpf.Map `ebpf:"agent_guests"`
 	AgentHcGuests *ebpf.Map `ebpf:"agent_hc_guests"`
 	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
@@ -335,9 +345,9 @@ func (m *agentMaps) Close() error {
 	return _AgentClose(
 		m.AgentCfg,
 		m.AgentEdgeSet,
-		m.AgentEdges,
 		m.AgentEips,
 		m.AgentFlows,
+		m.AgentGroups,
 		m.AgentGuests,
 		m.AgentHcGuests,
 		m.AgentIfaddrs,

@@ -213,6 +213,9 @@ func TestAgentFlows(t *testing.T) {
 		Edges: []netipAddr{addr(edgeB), addr("198.18.1.3"), addr(edgeA)}, GatewayMAC: mac(gwMAC)}); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.SetGroup(0, AgentGroup{Members: []netipAddr{addr(edgeB), addr("198.18.1.3"), addr(edgeA)}}); err != nil {
+		t.Fatal(err)
+	}
 	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{
 		{name: "a new edge in the set: the flow keeps its edge", dev: dptest.GuestDev, in: fromGuest(rAny),
 			action: xdpRedirect, out: b.encap(public(rAny, vipEncap, 7777), edgeA, vipEncap, 17, 7777, 5000), stats: map[string]uint64{"encap_tx": 1}},
@@ -220,6 +223,9 @@ func TestAgentFlows(t *testing.T) {
 	// edgeA leaves the set: its flows go to an edge by flow hash.
 	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
 		Edges: []netipAddr{addr(edgeB)}, GatewayMAC: mac(gwMAC)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetGroup(0, AgentGroup{Members: []netipAddr{addr(edgeB)}}); err != nil {
 		t.Fatal(err)
 	}
 	runFixtures(t, b.env, agentProg{a: a, guest: true}, a, []fixture{

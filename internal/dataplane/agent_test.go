@@ -45,6 +45,10 @@ func newAgentBed(t testing.TB) (*dptest.Env, *Agent) {
 		Edges: []netip.Addr{addr(edgeA), addr(edgeB)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}); err != nil {
 		t.Fatal(err)
 	}
+	// Group 0 (the EIPs' and services' below): both edges.
+	if err := a.SetGroup(0, AgentGroup{Members: []netip.Addr{addr(edgeA), addr(edgeB)}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.SetLocalPrefixes([]netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +193,9 @@ func TestAgentGuestFixtures(t *testing.T) {
 
 	// With no edge to send to, replies are counted drops.
 	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), HashSeed: testSeed}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetGroup(0, AgentGroup{}); err != nil {
 		t.Fatal(err)
 	}
 	runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{

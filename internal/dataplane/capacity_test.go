@@ -57,8 +57,14 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"dataplane.LBRangesMax", LBRangesMax, "LB_RANGES_MAX"},
 		{"the lb_ranges struct's array", uint64(len(edgeLbRanges{}.R)), "LB_RANGES_MAX"},
 		{"model.DefaultTableSize", model.DefaultTableSize, "LB_TABLE_DEFAULT_M"},
+		{"dataplane.ARPAddrsMax", ARPAddrsMax, "ARP_ADDRS_MAX"},
 		{"lbplan.ModeEncap", lbplan.ModeEncap, "LB_MODE_ENCAP"},
 		{"lbplan.ModeNAT", lbplan.ModeNAT, "LB_MODE_NAT"},
+		{"model.MaxSetEdges", model.MaxSetEdges, "EDGE_SET_MAX"},
+		{"dataplane.MaxGroupMembers", MaxGroupMembers, "EDGE_SET_MAX"},
+		{"the agent_group struct's array", uint64(len(agentAgentGroup{}.Edges)), "EDGE_SET_MAX"},
+		{"dataplane.AgentGroupPin", AgentGroupPin, "AGENT_GROUP_PIN"},
+		{"dataplane.AgentGroupMax", AgentGroupMax, "AGENT_GROUP_MAX"},
 	} {
 		if v, ok := c[k.define]; !ok || v != k.goVal {
 			t.Errorf("%s = %d, %s = %d (defined: %v)", k.name, k.goVal, k.define, v, ok)
@@ -91,6 +97,8 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{edge, "edge", "lb_conns", "CT_MAX", 0},
 		{edge, "edge", "lb_nat_conns", "CT_MAX", 0},
 		{edge, "edge", "arp_ifaces", "ARP_IFACES_MAX", 0},
+		{edge, "edge", "arp_addrs", "ARP_ADDRS_MAX", 0},
+		{edge, "edge", "arp_owner", "", 1},
 		{edge, "edge", "lb_info", "", uint64(len(LBInfo))},
 		{edge, "edge", "stats", "", uint64(len(statNames))},
 		{edge, "edge", "nh_cache", "", 16384},
@@ -99,7 +107,7 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{agent, "agent", "agent_guests", "AGENT_GUEST_MAX", 0},
 		{agent, "agent", "agent_ifaddrs", "AGENT_IFADDR_MAX", 0},
 		{agent, "agent", "agent_svc", "AGENT_SVC_MAX", 0},
-		{agent, "agent", "agent_edges", "EDGE_MAX", 0},
+		{agent, "agent", "agent_groups", "AGENT_GROUP_MAX", 0},
 		{agent, "agent", "agent_edge_set", "EDGE_MAX", 0},
 		{agent, "agent", "agent_local", "LOCAL_PREFIX_MAX", 0},
 		{agent, "agent", "agent_flows", "AGENT_FLOW_MAX", 0},

@@ -19,6 +19,11 @@ type edgeArpIface struct {
 	Pad uint16
 }
 
+type edgeArpOwner struct {
+	_       structs.HostLayout
+	UntilNs uint64
+}
+
 type edgeAzgStat uint32
 
 const (
@@ -281,7 +286,9 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	edgeMapArpAddrs     = "arp_addrs"
 	edgeMapArpIfaces    = "arp_ifaces"
+	edgeMapArpOwner     = "arp_owner"
 	edgeMapCtBuckets    = "ct_buckets"
 	edgeMapEdgeCfg      = "edge_cfg"
 	edgeMapEipCache     = "eip_cache"
@@ -360,7 +367,9 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
+	ArpAddrs     *ebpf.MapSpec `ebpf:"arp_addrs"`
 	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
+	ArpOwner     *ebpf.MapSpec `ebpf:"arp_owner"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
@@ -413,7 +422,9 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
+	ArpAddrs     *ebpf.Map `ebpf:"arp_addrs"`
 	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
+	ArpOwner     *ebpf.Map `ebpf:"arp_owner"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
 	EipCache     *ebpf.Map `ebpf:"eip_cache"`
@@ -441,7 +452,9 @@ type edgeMaps struct {
 
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
+		m.ArpAddrs,
 		m.ArpIfaces,
+		m.ArpOwner,
 		m.CtBuckets,
 		m.EdgeCfg,
 		m.EipCache,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -143,6 +144,48 @@ type FakeAgent struct {
 	Counters map[uint32]Counters
 	// HealthGuests: the last SetHealthGuests.
 	HealthGuests []HealthGuest
+	// GroupMap: the edge groups in use; OnGroup is called after each
+	// SetGroup (tests time it).
+	GroupMap map[uint16]AgentGroup
+	OnGroup  func(idx uint16, g AgentGroup)
+}
+
+// SetGroup writes a group slot, its generation as the data plane's.
+func (f *FakeAgent) SetGroup(idx uint16, g AgentGroup) error {
+	if len(g.Members) > MaxGroupMembers {
+		return fmt.Errorf("edge group %d: %d members, at most %d", idx, len(g.Members), MaxGroupMembers)
+	}
+	f.mu.Lock()
+	if f.GroupMap == nil {
+		f.GroupMap = map[uint16]AgentGroup{}
+	}
+	g.Members = slices.Clone(g.Members)
+	g.Gen = GroupGen(f.GroupMap[idx], g)
+	if g.Set == "" && len(g.Members) == 0 {
+		// An empty slot keeps its generation for the next set.
+		f.GroupMap[idx] = AgentGroup{Gen: g.Gen}
+	} else {
+		f.GroupMap[idx] = g
+	}
+	on := f.OnGroup
+	f.mu.Unlock()
+	if on != nil {
+		on(idx, g)
+	}
+	return nil
+}
+
+// Groups returns the slots in use.
+func (f *FakeAgent) Groups() (map[uint16]AgentGroup, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[uint16]AgentGroup{}
+	for i, g := range f.GroupMap {
+		if g.Set != "" || len(g.Members) > 0 {
+			out[i] = g
+		}
+	}
+	return out, nil
 }
 
 var _ AgentMaps = (*FakeAgent)(nil)

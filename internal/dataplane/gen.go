@@ -9,5 +9,5 @@ package dataplane
 // identical where the C type is the same).
 //
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type ip_addr -type lb_range -go-package dataplane edge ../../bpf/edge.c -- -I../../bpf -I/usr/include/x86_64-linux-gnu
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -go-package dataplane agent ../../bpf/agent.c -- -I../../bpf -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type ip_addr -go-package dataplane agent ../../bpf/agent.c -- -I../../bpf -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -go-package dataplane bench ../../bpf/bench.c -- -I../../bpf -I/usr/include/x86_64-linux-gnu

@@ -67,6 +67,7 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 	must(e.PutListener(Listener{VIP: addr(vipNAT), Proto: ProtoTCP, Port: 0}, ListenerValue{Table: 1}))
 	must(e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2}))
 	must(e.SetARP(mustIfindex(t, b.env, dptest.ExtDev), mac(dptest.ExtMAC)))
+	must(e.SetARPOwner(time.Now().Add(24 * time.Hour))) // owner of its set's ARP scope
 	return b
 }
 

@@ -118,15 +118,43 @@ type AgentEIP struct {
 	// replies are looked up in the flow table before they fall back to
 	// the EIP (a guest without is spared the lookup).
 	Service bool
+	// Group is the agent_groups slot of the edge set that serves the EIP:
+	// its guest's replies go to that set's live members.
+	Group uint16
 }
+
+// AgentGroup is the live members of one edge set as an agent holds them
+// (agent_groups): the replies of the addresses the set serves are spread
+// over Members by flow hash; a flow goes back to the member it came from
+// while Gen has not changed since.
+type AgentGroup struct {
+	Set     string       // the edge set ("" in slot 0: every set's edges)
+	Members []netip.Addr // underlay addresses, at most MaxGroupMembers
+	// Gen is the slot's generation (read back; SetGroup bumps it when a
+	// member leaves or the slot changes set).
+	Gen uint16
+}
+
+// MaxGroupMembers is EDGE_SET_MAX (bpf/lib/consts.h): the members one
+// group holds, model.MaxSetEdges.
+const MaxGroupMembers = 32
+
+// AgentGroupMax is AGENT_GROUP_MAX: the slots of agent_groups (slot 0
+// and one per edge set).
+const AgentGroupMax = 256
+
+// AgentGroupPin is AGENT_GROUP_PIN: a flow whose group it is goes back to
+// its own edge whatever happens to the sets (an edge's health check).
+const AgentGroupPin = 0xffff
 
 // AgentConfig is the agent programs' configuration.
 type AgentConfig struct {
 	Underlay   netip.Addr
 	ICMPSource netip.Addr
 	HashSeed   uint32
-	// Edges: a flow's replies go back to the edge it came from while no
-	// edge has left this list since; the rest are spread by flow hash.
+	// Edges: every edge of every set, live or not; NVGRE is only
+	// accepted from them. Where replies go is the groups' business
+	// (SetGroup).
 	Edges      []netip.Addr
 	ICMPRate   uint32
 	ICMPBurst  uint32
@@ -153,6 +181,10 @@ type EdgeMaps interface {
 // AgentMaps is what the agent reconciler needs from a data plane.
 type AgentMaps interface {
 	SetConfig(AgentConfig) error
+	// SetGroup writes slot idx of agent_groups (an empty group clears
+	// it); Groups reads back the slots in use (a set name or members).
+	SetGroup(idx uint16, g AgentGroup) error
+	Groups() (map[uint16]AgentGroup, error)
 	SetLocalPrefixes([]netip.Prefix) error
 	PutEIP(AgentEIP) error
 	SetIfAddrs([]IfAddr) error

@@ -1,32 +1,112 @@
 package edge
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
 )
 
-// arpAnswerer makes the data plane answer ARP for VIPs on interfaces the
-// clients share with the edge (the DMZ case), and announces every VIP
-// there with a gratuitous ARP when this edge starts serving it, so a
-// takeover from another node is seen at once.
-type arpAnswerer struct {
-	ifaces    []*net.Interface
-	log       *slog.Logger
-	mu        sync.Mutex
-	announced map[netip.Addr]bool
+// ARPConfig is the edge's ARP answering on segments it shares with
+// clients or servers (the DMZ case, issue 8 part 6).
+type ARPConfig struct {
+	// Ifaces are the interfaces it answers ARP on (--arp-iface); each
+	// must be an --attach interface (the XDP program answers). None: the
+	// edge answers no ARP and takes no part in the election.
+	Ifaces []string
+	// Scope names the ownership (--arp-scope): by default the edge set,
+	// so one member of each set answers. Members of several sets on one
+	// segment must share a scope, or each set's owner would answer for
+	// every VIP there.
+	Scope string
+	// Gateway, if valid, is answered beside the VIPs (--arp-gateway): the
+	// default gateway of nat-mode servers on the segment, so that their
+	// replies go through the member that owns the segment.
+	Gateway netip.Addr
+	// TTL and Margin of the ownership claim (0: store.DefaultOwnerTTL and
+	// store.DefaultOwnerMargin).
+	TTL, Margin time.Duration
 }
 
-func newARP(dp *dataplane.Edge, names []string, log *slog.Logger) (*arpAnswerer, error) {
-	a := &arpAnswerer{log: log, announced: map[netip.Addr]bool{}}
-	for _, n := range names {
+// AnnounceInterval separates a new owner's two gratuitous ARPs of each
+// address.
+var AnnounceInterval = 2 * time.Second
+
+// arpOwner makes the data plane answer ARP for the set's VIPs (and the
+// gateway) on the ARP interfaces only while this edge owns its set's ARP
+// scope in the store (store.Claim): with several members of a set on one
+// segment, exactly one answers. The data plane enforces the claim's
+// deadline itself (dataplane.ARPMap.SetARPOwner), so an owner whose
+// daemon dies or freezes stops answering before another member can take
+// over. A new owner announces every address with a gratuitous ARP so the
+// segment's caches move at once. There is no preemption: a returning
+// member waits until the owner gives up or fails. A drained member, or
+// one no longer in a set, gives ownership up.
+type arpOwner struct {
+	cfg    ARPConfig
+	name   string
+	dp     dataplane.ARPMap
+	el     store.Elector
+	ifaces []*net.Interface
+	log    *slog.Logger
+	// send is the gratuitous ARP sender (tests capture it).
+	send func(ifc *net.Interface, ip netip.Addr) error
+
+	mu        sync.Mutex
+	scope     string       // wanted: the set to own ARP for ("": none)
+	vips      []netip.Addr // the VIPs to answer for
+	changed   chan struct{}
+	active    bool // answering: the data plane holds the claim's deadline
+	announced map[netip.Addr]bool
+	status    model.ARPStatus
+}
+
+func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConfig, attached []string, log *slog.Logger) (*arpOwner, error) {
+	a := &arpOwner{cfg: cfg, name: name, dp: dp, el: el, log: log, send: gratuitousARP, changed: make(chan struct{}, 1),
+		announced: map[netip.Addr]bool{}}
+	if cfg.Gateway.IsValid() && !cfg.Gateway.Is4() {
+		return nil, fmt.Errorf("--arp-gateway %v: not an IPv4 address", cfg.Gateway)
+	}
+	if cfg.Gateway.IsValid() && len(cfg.Ifaces) == 0 {
+		return nil, errors.New("--arp-gateway needs --arp-iface")
+	}
+	o, err := store.ClaimOptions{TTL: cfg.TTL, Margin: cfg.Margin}.Check()
+	if err != nil {
+		return nil, fmt.Errorf("--arp-lease-ttl, --arp-lease-margin: %w", err)
+	}
+	a.cfg.TTL, a.cfg.Margin = o.TTL, o.Margin
+	// Whatever a previous run left, this one answers nothing until it
+	// holds the claim.
+	if err := dp.SetARPOwner(time.Time{}); err != nil {
+		return nil, fmt.Errorf("arp: %w", err)
+	}
+	var extra []netip.Addr
+	if cfg.Gateway.IsValid() {
+		extra = append(extra, cfg.Gateway)
+	}
+	if err := dp.SetARPAddrs(extra); err != nil {
+		return nil, fmt.Errorf("--arp-gateway: %w", err)
+	}
+	stale, err := dp.ARPIfaces()
+	if err != nil {
+		return nil, fmt.Errorf("arp: %w", err)
+	}
+	for _, n := range cfg.Ifaces {
+		if !slices.Contains(attached, n) {
+			return nil, fmt.Errorf("--arp-iface %s: not an --attach interface (the XDP program answers ARP)", n)
+		}
 		ifc, err := net.InterfaceByName(n)
 		if err != nil {
 			return nil, fmt.Errorf("--arp-iface %s: %w", n, err)
@@ -34,34 +114,263 @@ func newARP(dp *dataplane.Edge, names []string, log *slog.Logger) (*arpAnswerer,
 		if err := dp.SetARP(ifc.Index, ifc.HardwareAddr); err != nil {
 			return nil, fmt.Errorf("--arp-iface %s: %w", n, err)
 		}
+		delete(stale, ifc.Index)
 		a.ifaces = append(a.ifaces, ifc)
+		a.status.Interfaces = append(a.status.Interfaces, n)
 	}
+	for ifindex := range stale { // configured by a previous run, no longer
+		if err := dp.SetARP(ifindex, nil); err != nil {
+			return nil, fmt.Errorf("arp: interface %d: %w", ifindex, err)
+		}
+	}
+	a.status.Since = time.Now().UTC()
 	return a, nil
 }
 
-// announce sends a gratuitous ARP for each VIP not announced yet.
-func (a *arpAnswerer) announce(vips []netip.Addr) {
+// update hands over the edge's scope ("": not a member, or drained) and
+// its VIPs after a commit.
+func (a *arpOwner) update(scope string, vips []netip.Addr) {
 	if len(a.ifaces) == 0 {
 		return
 	}
 	a.mu.Lock()
+	a.scope, a.vips = scope, vips
+	a.mu.Unlock()
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Status is the ownership state for the node status (nil without ARP
+// interfaces).
+func (a *arpOwner) Status() *model.ARPStatus {
+	if len(a.ifaces) == 0 {
+		return nil
+	}
+	a.mu.Lock()
 	defer a.mu.Unlock()
-	want := map[netip.Addr]bool{}
-	for _, v := range vips {
-		want[v] = true
-		if a.announced[v] || !v.Is4() {
+	s := a.status
+	s.Interfaces = slices.Clone(s.Interfaces)
+	return &s
+}
+
+func (a *arpOwner) wanted() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.scope
+}
+
+func (a *arpOwner) setStatus(scope string, owner bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status.Scope != scope || a.status.Owner != owner {
+		a.status.Since = time.Now().UTC()
+	}
+	a.status.Scope, a.status.Owner = scope, owner
+}
+
+// run campaigns for the wanted scope and answers while it holds it,
+// until ctx ends; then it stops answering and gives the scope up.
+func (a *arpOwner) run(ctx context.Context) {
+	if len(a.ifaces) == 0 {
+		return
+	}
+	opts := store.ClaimOptions{TTL: a.cfg.TTL, Margin: a.cfg.Margin, OnRenew: a.renewed}
+	for ctx.Err() == nil {
+		scope := a.wanted()
+		a.setStatus(scope, false)
+		if scope == "" {
+			select {
+			case <-ctx.Done():
+			case <-a.changed:
+			}
 			continue
 		}
-		for _, ifc := range a.ifaces {
-			if err := gratuitousARP(ifc, v); err != nil {
-				a.log.Warn("gratuitous ARP failed", "vip", v, "iface", ifc.Name, "err", err)
+		cl, stopCampaign, err := a.campaign(ctx, scope, opts)
+		if err != nil {
+			a.log.Warn("ARP owner campaign failed", "scope", scope, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if cl != nil {
+			a.hold(ctx, scope, cl)
+		}
+		stopCampaign()
+	}
+}
+
+// campaign waits until this edge holds scope (a claim, and the function
+// that ends the claim's context after it is released), or the wanted
+// scope changes or ctx ends (no claim).
+func (a *arpOwner) campaign(ctx context.Context, scope string, opts store.ClaimOptions) (*store.Claim, func(), error) {
+	type result struct {
+		cl  *store.Claim
+		err error
+	}
+	cctx, cancel := context.WithCancel(ctx) // the claim lives in it
+	won := make(chan result, 1)
+	go func() {
+		cl, err := a.el.Campaign(cctx, store.OwnerKey("arp", scope), a.name, opts)
+		won <- result{cl, err}
+	}()
+	for {
+		select {
+		case r := <-won:
+			if r.err != nil && ctx.Err() == nil {
+				cancel()
+				return nil, nil, r.err
+			}
+			return r.cl, cancel, nil
+		case <-ctx.Done():
+		case <-a.changed:
+			if a.wanted() == scope {
+				continue // the VIPs changed
 			}
 		}
+		cancel()
+		if r := <-won; r.cl != nil {
+			a.release(r.cl) // won as it gave up
+		}
+		return nil, cancel, nil
+	}
+}
+
+// hold answers for scope while cl holds, and until the scope changes or
+// ctx ends.
+func (a *arpOwner) hold(ctx context.Context, scope string, cl *store.Claim) {
+	if err := a.take(cl); err != nil {
+		a.log.Error("cannot answer ARP as the set's owner; giving ownership up", "scope", scope, "err", err)
+		a.stop(scope)
+		a.release(cl)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return
+	}
+	a.setStatus(scope, true)
+	a.log.Info("ARP owner: answering for the set's VIPs", "scope", scope, "deadline", cl.Deadline().Format(time.StampMilli))
+	a.announce()
+	// Announce once more, as RFC 5227 section 2.3 does (ANNOUNCE_NUM 2,
+	// ANNOUNCE_INTERVAL 2 s): one lost broadcast leaves no cache behind.
+	again := time.NewTimer(AnnounceInterval)
+	defer again.Stop()
+	for {
+		select {
+		case <-again.C:
+			a.mu.Lock()
+			clear(a.announced)
+			a.mu.Unlock()
+			a.announce()
+		case <-ctx.Done():
+			a.stop(scope)
+			a.release(cl)
+			return
+		case <-cl.Done():
+			a.stop(scope)
+			if ctx.Err() != nil {
+				a.release(cl) // the claim ended with ctx: revoke it all the same
+				return
+			}
+			a.log.Warn("ARP owner: lost the set's ARP ownership; stopped answering", "scope", scope, "err", cl.Err())
+			return
+		case <-a.changed:
+			if now := a.wanted(); now != scope {
+				a.stop(now)
+				a.release(cl)
+				a.log.Info("ARP owner: gave ownership up", "scope", scope, "now", a.wanted())
+				return
+			}
+			a.announce() // new VIPs
+		}
+	}
+}
+
+// take makes the data plane answer until the claim's deadline.
+func (a *arpOwner) take(cl *store.Claim) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := cl.Err(); err != nil {
+		return err // ended as it was won (its key deleted, say)
+	}
+	if err := a.dp.SetARPOwner(cl.Deadline()); err != nil {
+		return err
+	}
+	a.active = true
+	clear(a.announced)
+	return nil
+}
+
+// renewed moves the data plane's deadline forward after a renewal (the
+// claim's OnRenew). It writes only while answering: after stop, a late
+// renewal must not turn answering back on.
+func (a *arpOwner) renewed(deadline time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.active {
+		return
+	}
+	if err := a.dp.SetARPOwner(deadline); err != nil {
+		a.log.Warn("ARP owner: cannot move the data plane's deadline forward; it stops answering at the previous one", "err", err)
+	}
+}
+
+// stop makes the data plane stop answering, and the status say so (for
+// scope, the one now wanted). A failed write is logged: the data plane
+// stops at the deadline it holds all the same.
+func (a *arpOwner) stop(scope string) {
+	a.mu.Lock()
+	a.active = false
+	if err := a.dp.SetARPOwner(time.Time{}); err != nil {
+		a.log.Error("ARP owner: cannot stop answering now; the data plane stops at its deadline", "err", err)
+	}
+	a.mu.Unlock()
+	a.setStatus(scope, false)
+}
+
+func (a *arpOwner) release(cl *store.Claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := cl.Release(ctx); err != nil {
+		a.log.Warn("ARP owner: cannot revoke the claim's lease; it lapses", "err", err)
+	}
+}
+
+// announce sends a gratuitous ARP for each address not announced since
+// this edge became the owner: every VIP and the gateway.
+func (a *arpOwner) announce() {
+	a.mu.Lock()
+	addrs := slices.Clone(a.vips)
+	if a.cfg.Gateway.IsValid() {
+		addrs = append(addrs, a.cfg.Gateway)
+	}
+	var todo []netip.Addr
+	want := map[netip.Addr]bool{}
+	for _, v := range addrs {
+		want[v] = true
+		if a.announced[v] || !v.Is4() || !a.active {
+			continue
+		}
+		todo = append(todo, v)
 		a.announced[v] = true
 	}
 	for v := range a.announced {
 		if !want[v] {
 			delete(a.announced, v)
+		}
+	}
+	a.mu.Unlock()
+	for _, v := range todo {
+		for _, ifc := range a.ifaces {
+			if err := a.send(ifc, v); err != nil {
+				a.log.Warn("gratuitous ARP failed", "addr", v, "iface", ifc.Name, "err", err)
+			} else {
+				a.log.Debug("gratuitous ARP sent", "addr", v, "iface", ifc.Name)
+			}
 		}
 	}
 }

@@ -21,10 +21,18 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
+// Store is what the edge needs of the store: to follow it and publish
+// leased keys, and to elect its set's ARP owner.
+type Store interface {
+	store.Node
+	store.Elector
+}
+
 // Run loads (or re-adopts) the edge data plane, attaches it to the
 // interfaces and follows the store until ctx ends. On return the program
-// stays attached and keeps forwarding with the last state.
-func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string, arpIfaces []string) error {
+// stays attached and keeps forwarding with the last state (but answers
+// ARP no more: another member of the set takes that over).
+func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, metricsListen string) error {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -84,10 +92,16 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}
 	hct := newHCTunnel(dp, cfg.HealthSource, log)
 	rec.OnTargets = func(ts []health.Target) { hm.Update(hct.assign(ts)) }
-	arp, err := newARP(dp, arpIfaces, log)
+	arp, err := newARPOwner(dp, st, cfg.Name, cfg.ARP, cfg.Interfaces, log)
 	if err != nil {
 		return err
 	}
+	arpDone := make(chan struct{})
+	go func() {
+		defer close(arpDone)
+		arp.run(ctx)
+	}()
+	defer func() { <-arpDone }() // it stops answering and gives its scope up first
 	for _, ifname := range cfg.Interfaces {
 		if err := dp.Attach(ifname); err != nil {
 			return err
@@ -143,7 +157,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 				ann.Kick()
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
-				arp.announce(rec.VIPs())
+				arp.update(rec.ARPScope(), rec.VIPs())
 				if err := ensureDiscard(rec.Prefixes()); err != nil {
 					log.Warn("cannot install discard routes for the set's prefixes", "err", err)
 				}
@@ -159,6 +173,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		ns.HealthCommands = cfg.HealthCommands.Names()
 		ns.Errors = append(ns.Errors, hm.Problems()...)
 		ns.BGP = ann.Status(ctx)
+		ns.ARP = arp.Status()
 		// The tunnel health checks' counters (hc_*) beside the others.
 		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
 			for k, v := range hs {

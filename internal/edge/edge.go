@@ -74,6 +74,8 @@ type Config struct {
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
 	HealthSource netip.Addr
+	// ARP is the ARP answering on shared segments (arp.go).
+	ARP ARPConfig
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a
@@ -512,6 +514,22 @@ func (r *Reconciler) VIPs() []netip.Addr {
 		out = append(out, s.VIP)
 	}
 	return out
+}
+
+// ARPScope is the ownership scope of ARP answering this edge campaigns
+// for: ARPConfig.Scope, or by default its set's name; "" (none) when it
+// is in no set or drained, so a drained owner gives ownership up.
+func (r *Reconciler) ARPScope() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set, me, ok := r.idx.edgeSetOf(r.cfg.Name)
+	if !ok || me.Drained {
+		return ""
+	}
+	if r.cfg.ARP.Scope != "" {
+		return r.cfg.ARP.Scope
+	}
+	return set.Name
 }
 
 // Hosts returns the underlay addresses of the hosts EIPs may be bound to.

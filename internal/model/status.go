@@ -48,6 +48,21 @@ type NodeStatus struct {
 	// BGP is the edge's speaker: sessions, advertised prefixes and the
 	// conditions that keep it from announcing (edges only).
 	BGP *BGPStatus `json:"bgp,omitempty"`
+	// ARP is the edge's ARP ownership on a shared segment (edges with
+	// --arp-iface only): exactly one member of a set answers ARP there.
+	ARP *ARPStatus `json:"arp,omitempty"`
+}
+
+// ARPStatus says whether an edge answers ARP for its set's VIPs (and its
+// gateway address) on its ARP interfaces.
+type ARPStatus struct {
+	// Scope is the edge set whose ARP ownership the edge holds or waits
+	// for ("": none, as it is in no set or drained).
+	Scope string `json:"scope"`
+	Owner bool   `json:"owner"`
+	// Since is when Scope or Owner last changed.
+	Since      time.Time `json:"since"`
+	Interfaces []string  `json:"interfaces"`
 }
 
 // InvalidObject is one stored object a node refused to program.

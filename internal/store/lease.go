@@ -69,10 +69,13 @@ type Follower interface {
 	Invalid() ([]model.InvalidObject, int)
 }
 
-// Node is what an edge or an agent needs of the store.
+// Node is what an edge or an agent needs of the store: the desired
+// state, leases, and keys outside it (an agent reads the edges' announce
+// keys, announce.go).
 type Node interface {
 	Follower
 	Leases
+	PrefixReader
 }
 
 var _ Node = (*Store)(nil)

@@ -270,7 +270,7 @@ func TestDaemonSIGTERMAndUnload(t *testing.T) {
 	run := func() (context.CancelFunc, chan error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
-		go func() { errc <- edge.Run(ctx, cfg, s, dataplane.LoadOptions{PinDir: pins}, "", nil) }()
+		go func() { errc <- edge.Run(ctx, cfg, s, dataplane.LoadOptions{PinDir: pins}, "") }()
 		t.Cleanup(func() { cancel(); <-errc })
 		return cancel, errc
 	}

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,6 +86,14 @@ func NewPKI(t *testing.T, dir string) PKI {
 // client port accepts connections; it returns the client URL.
 func StartEtcd(t *testing.T, scheme string, extra ...string) string {
 	t.Helper()
+	url, _ := StartEtcdProcess(t, scheme, extra...)
+	return url
+}
+
+// StartEtcdProcess is StartEtcd that also returns the server's process,
+// for tests that stop or freeze it (SIGSTOP) to cut the store.
+func StartEtcdProcess(t *testing.T, scheme string, extra ...string) (string, *os.Process) {
+	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		if os.Geteuid() == 0 {
@@ -106,6 +115,7 @@ func StartEtcd(t *testing.T, scheme string, extra ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT) // a frozen process dies only once thawed
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
@@ -119,7 +129,7 @@ func StartEtcd(t *testing.T, scheme string, extra ...string) string {
 			t.Fatalf("etcd at %s did not listen in 20s:\n%s", client, log.String())
 		}
 	}
-	return client
+	return client, cmd.Process
 }
 
 // freeURL returns http://127.0.0.1:PORT with a port free right now.

@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Edge groups (issue 8, agents and sets). The replies and egress of an
+// EIP or VIP go to a live member of the edge set that serves it
+// (setplan.Serving): each set is a group of the data plane
+// (agent_groups), the EIPs and VIPs name theirs, and group 0 holds every
+// set's live members for addresses no set serves.
+//
+// Who is live:
+//   - a drained member is not (the operator takes it out of service; it
+//     still forwards what reaches it, and NVGRE from it is still taken);
+//   - a member with BGP (EdgeNode.BGP set) is live while its announce key
+//     (store.AnnounceKey) exists: it announces the set's routes, so
+//     upstream sends it traffic; the key is leased (about 2 s), so a dead
+//     edge's vanishes by itself;
+//   - a member without BGP is statically routed (today's lab, the e2e
+//     tests): always live.
+//
+// A dedicated or quarantine set none of whose members is live announces
+// the address's /32 no more: upstream, the covering prefix set's route
+// takes its traffic again, so its replies go to that prefix set's group
+// (unless it has no live member either). Any other set with members none
+// of which is live falls back to its members that are not drained, or
+// with none, to all of them: dropping every reply helps nobody, and a
+// set whose members all stopped announcing is more likely to have lost
+// the store than to be down (they keep forwarding while the store is
+// away). Each fallback is logged and counted.
+
+// Announcing is the edges that keep their announce key, by set and edge
+// name.
+type Announcing map[string]map[string]bool
+
+func (a Announcing) has(set, edge string) bool { return a[set][edge] }
+
+// AnnouncingFrom reads what store.WatchAnnouncements hands over (valid
+// announcements by key: the key's set and edge are the value's).
+func AnnouncingFrom(all map[string]model.Announcement) Announcing {
+	out := Announcing{}
+	for _, an := range all {
+		if out[an.Set] == nil {
+			out[an.Set] = map[string]bool{}
+		}
+		out[an.Set][an.Edge] = true
+	}
+	return out
+}
+
+// GroupPlan is the members each group gets.
+type GroupPlan struct {
+	Sets map[string][]netip.Addr // set -> live members, in name order
+	All  []netip.Addr            // group 0: every set's live members (the first MaxGroupMembers)
+	// Fallback lists the sets with no live member, in name order.
+	Fallback []string
+}
+
+// PlanGroups computes the groups from the desired state's sets and the
+// announcements.
+func PlanGroups(sets map[string][]model.EdgeNode, ann Announcing) GroupPlan {
+	p := GroupPlan{Sets: map[string][]netip.Addr{}}
+	names := make([]string, 0, len(sets))
+	for n := range sets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	seen := map[netip.Addr]bool{}
+	for _, name := range names {
+		live, fellBack := LiveMembers(name, sets[name], ann)
+		if fellBack {
+			p.Fallback = append(p.Fallback, name)
+		}
+		p.Sets[name] = live
+		for _, a := range live {
+			if !seen[a] && len(p.All) < dataplane.MaxGroupMembers {
+				seen[a] = true
+				p.All = append(p.All, a)
+			}
+		}
+	}
+	return p
+}
+
+// LiveMembers returns the underlay addresses of set's live members (see
+// the head of this file), at most MaxGroupMembers, and whether the set
+// fell back to members that are not live.
+func LiveMembers(set string, members []model.EdgeNode, ann Announcing) (live []netip.Addr, fellBack bool) {
+	var notDrained, all []netip.Addr
+	for _, m := range members {
+		all = append(all, m.Underlay)
+		if m.Drained {
+			continue
+		}
+		notDrained = append(notDrained, m.Underlay)
+		if m.BGP == nil || ann.has(set, m.Name) {
+			live = append(live, m.Underlay)
+		}
+	}
+	switch {
+	case len(live) > 0:
+	case len(notDrained) > 0:
+		live, fellBack = notDrained, true
+	default:
+		live, fellBack = all, len(all) > 0
+	}
+	if len(live) > dataplane.MaxGroupMembers {
+		live = live[:dataplane.MaxGroupMembers] // the model allows no more
+	}
+	return live, fellBack
+}
+
+// SetAnnouncements takes the edges' announcements (store.WatchAnnouncements)
+// and rewrites the groups they change at once: a member whose key
+// vanished leaves its group (its generation moves, so the flows it held
+// go to the others by flow hash).
+func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
+	ann := AnnouncingFrom(all)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ann = ann
+	if r.want == nil {
+		return
+	}
+	before := fmt.Sprint(sortedKeys(r.fallback))
+	failed := false
+	r.syncGroups(*r.want, func(err error) { failed = true; r.fail(err) })
+	if fmt.Sprint(sortedKeys(r.fallback)) != before {
+		// A set lost (or regained) its last live member: the addresses
+		// it serves may change group (groupOf).
+		r.sync(*r.want)
+		failed = failed || len(r.errs) > 0
+	}
+	if failed {
+		r.scheduleRetry(r.rev) // the full apply writes everything again
+	}
+}
+
+// syncGroups gives every set of w a slot and writes the groups whose
+// members changed.
+func (r *Reconciler) syncGroups(w HostWant, fail func(error)) {
+	plan := PlanGroups(w.Sets, r.ann)
+	fb := map[string]bool{}
+	for _, s := range plan.Fallback {
+		fb[s] = true
+		if !r.fallback[s] {
+			r.fallbacks++
+			r.log.Warn("no member of the edge set is live: its replies go to every member", "set", s, "members", plan.Sets[s])
+		}
+	}
+	for s := range r.fallback {
+		if !fb[s] {
+			r.log.Info("the edge set has live members again", "set", s, "live", plan.Sets[s])
+		}
+	}
+	r.fallback = fb
+	names := make([]string, 0, len(w.Sets))
+	for n := range w.Sets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		slot, ok := r.groupSlot[name]
+		if !ok {
+			if slot = r.freeSlot(); slot == 0 {
+				fail(fmt.Errorf("edge set %s: no edge group left (the data plane holds %d): its addresses' replies go to group 0", name, dataplane.AgentGroupMax-1))
+				continue
+			}
+			r.groupSlot[name] = slot
+		}
+		r.writeGroup(slot, dataplane.AgentGroup{Set: name, Members: plan.Sets[name]}, fail)
+	}
+	r.writeGroup(0, dataplane.AgentGroup{Members: plan.All}, fail)
+}
+
+// freeSlot returns the lowest slot no set holds (0: none left).
+func (r *Reconciler) freeSlot() uint16 {
+	used := map[uint16]bool{}
+	for _, s := range r.groupSlot {
+		used[s] = true
+	}
+	for s := uint16(1); s < dataplane.AgentGroupMax; s++ {
+		if !used[s] {
+			return s
+		}
+	}
+	return 0
+}
+
+func (r *Reconciler) writeGroup(slot uint16, g dataplane.AgentGroup, fail func(error)) {
+	if cur, ok := r.groups[slot]; ok && cur.Set == g.Set && slices.Equal(cur.Members, g.Members) {
+		return
+	}
+	if err := r.maps.SetGroup(slot, g); err != nil {
+		delete(r.groups, slot) // unknown now: written again next time
+		fail(err)
+		return
+	}
+	r.groups[slot] = g
+	r.log.Info("edge group written", "slot", slot, "set", g.Set, "members", g.Members)
+}
+
+// clearStaleGroups empties the slots of sets that no longer exist (after
+// the EIPs and services moved off them).
+func (r *Reconciler) clearStaleGroups(w HostWant) {
+	for name, slot := range r.groupSlot {
+		if _, ok := w.Sets[name]; ok {
+			continue
+		}
+		if err := r.maps.SetGroup(slot, dataplane.AgentGroup{}); err != nil {
+			r.fail(err)
+			continue
+		}
+		delete(r.groupSlot, name)
+		delete(r.groups, slot)
+	}
+}
+
+// groupOf is the slot of the set that serves an address: set, or the
+// prefix set covering the address while set (a dedicated or quarantine
+// set) has no live member and the covering set has some (0: no set, or
+// the set has no slot).
+func (r *Reconciler) groupOf(set, covering string) uint16 {
+	if set == "" {
+		return 0
+	}
+	if r.fallback[set] && covering != "" && covering != set && !r.fallback[covering] {
+		if slot, ok := r.groupSlot[covering]; ok {
+			return slot
+		}
+	}
+	return r.groupSlot[set]
+}
+
+// Groups returns the groups as programmed, by set ("" for group 0), and
+// how many times a set fell back to members that are not live.
+func (r *Reconciler) Groups() (map[string]dataplane.AgentGroup, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]dataplane.AgentGroup{}
+	for slot, g := range r.groups {
+		if slot == 0 || g.Set != "" {
+			out[g.Set] = g
+		}
+	}
+	return out, r.fallbacks
+}
+
+// WatchAnnouncements follows the edges' announce keys into r until ctx
+// ends: a full read, then the watch (store.WatchAnnouncements); a store
+// failure is retried with backoff (the groups keep their members
+// meanwhile). Malformed keys are logged once each and counted. first, if
+// not nil, is called after the first read.
+func WatchAnnouncements(ctx context.Context, st store.PrefixReader, r *Reconciler, log *slog.Logger, first func()) {
+	backoff := 100 * time.Millisecond
+	seenBad := map[string]bool{}
+	for ctx.Err() == nil {
+		read := false
+		err := store.WatchAnnouncements(ctx, st, func(all map[string]model.Announcement) {
+			r.SetAnnouncements(all)
+			if !read {
+				read, backoff = true, 100*time.Millisecond
+				if first != nil {
+					first()
+					first = nil
+				}
+			}
+		}, func(e store.AnnounceEntry) {
+			r.mu.Lock()
+			r.badAnnounce++
+			r.mu.Unlock()
+			if !seenBad[e.Key] {
+				seenBad[e.Key] = true
+				log.Warn("malformed announce key ignored: its edge does not count as live", "key", e.Key, "err", e.Err)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("watching the announcements failed; reading them again", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
