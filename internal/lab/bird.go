@@ -132,6 +132,23 @@ func (l *Lab) Sessions(ctx context.Context) (map[string]string, error) {
 	return got, nil
 }
 
+// SessionInfo is the router's line on an edge's BGP session after its
+// state and time: e.g. "Established", or "Passive  BGP Error: Hold timer
+// expired" (why the last session ended).
+func (l *Lab) SessionInfo(ctx context.Context, edge string) (string, error) {
+	out, err := l.Birdc(ctx, "show", "protocols", birdName(edge))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[0] == birdName(edge) && f[1] == "BGP" {
+			return strings.Join(f[5:], " "), nil
+		}
+	}
+	return "", fmt.Errorf("birdc: no session %s in %q", birdName(edge), out)
+}
+
 // RouterRoutes returns the router's kernel routes to the EIP prefix and to
 // any longer prefix inside it, each with the edges it points to (sorted):
 // a multipath route lists several.

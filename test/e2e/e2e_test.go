@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped: the lab needs root (namespaces, XDP)")
 		os.Exit(0)
 	}
+	closeInheritedOnExec()
 	dir, err := os.MkdirTemp("", "azgate-e2e")
 	if err != nil {
 		panic(err)
@@ -39,6 +41,23 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// closeInheritedOnExec marks the descriptors this process inherited
+// close-on-exec. Run as `flock /tmp/azgate-e2e.lock go test ...`, the test
+// binary inherits the lock's descriptor, and every lab daemon it starts
+// would too: a test binary killed before its cleanup then leaves daemons
+// that hold the shared lock until someone downs that lab by hand.
+func closeInheritedOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 // upLab brings up a lab of its own (prefix aze-) and removes it when the
