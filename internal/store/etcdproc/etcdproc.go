@@ -239,37 +239,71 @@ func (c *Cluster) Index(endpoint string) int {
 func (c *Cluster) Kill(i int) error {
 	m := c.Members[i]
 	c.mu.Lock()
-	cmd, done := m.cmd, m.done
+	cmd, done, pid := m.cmd, m.done, m.PID
+	m.cmd = nil
 	c.mu.Unlock()
 	if cmd == nil {
-		return fmt.Errorf("etcd member %s is not running", m.Name)
+		// A member another process started (Attach): by PID, while it
+		// is still that member.
+		if pid == 0 || !isMember(pid, c.dataDir(m)) {
+			return fmt.Errorf("etcd member %s is not running", m.Name)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill etcd member %s (pid %d): %w", m.Name, pid, err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); isMember(pid, c.dataDir(m)); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("etcd member %s (pid %d) still there 10s after SIGKILL", m.Name, pid)
+			}
+		}
+		return nil
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill etcd member %s (pid %d): %w", m.Name, m.PID, err)
+		return fmt.Errorf("kill etcd member %s (pid %d): %w", m.Name, pid, err)
 	}
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("etcd member %s (pid %d) still there 10s after SIGKILL", m.Name, m.PID)
+		return fmt.Errorf("etcd member %s (pid %d) still there 10s after SIGKILL", m.Name, pid)
 	}
-	c.mu.Lock()
-	m.cmd = nil
-	c.mu.Unlock()
 	return nil
 }
 
-// Restart starts a killed or stopped member again on its data.
+// Running tells whether member i's process is alive.
+func (c *Cluster) Running(i int) bool {
+	c.mu.Lock()
+	pid := c.Members[i].PID
+	c.mu.Unlock()
+	return pid != 0 && isMember(pid, c.dataDir(c.Members[i]))
+}
+
+// Restart starts a killed or stopped member again on its data (with
+// Detach, the saved PIDs are updated).
 func (c *Cluster) Restart(i int) error {
 	m := c.Members[i]
+	if c.Running(i) {
+		return fmt.Errorf("etcd member %s is running (pid %d)", m.Name, m.PID)
+	}
+	if err := c.start(m, "existing", c.initial()); err != nil {
+		return err
+	}
+	if c.cfg.Detach {
+		if err := c.Save(); err != nil {
+			return err
+		}
+	}
+	return c.waitSocket(m, 30*time.Second)
+}
+
+func (c *Cluster) initial() string {
 	var initial []string
 	for _, o := range c.Members {
 		initial = append(initial, o.Name+"=unix://"+peerName(o.Name))
 	}
-	if err := c.start(m, "existing", strings.Join(initial, ",")); err != nil {
-		return err
-	}
-	return c.waitSocket(m, 30*time.Second)
+	return strings.Join(initial, ",")
 }
+
+func (c *Cluster) dataDir(m *Member) string { return filepath.Join(c.cfg.Dir, m.Name+".data") }
 
 // Stop stops every member (SIGTERM, then SIGKILL after 10 s), by PID.
 func (c *Cluster) Stop() {
@@ -289,21 +323,32 @@ func (c *Cluster) Stop() {
 			<-done
 		}
 	}
+	if c.cfg.Detach {
+		StopDir(c.cfg.Dir) // members started by another process
+	}
 	os.Remove(filepath.Join(c.cfg.Dir, PIDFile))
 }
 
-// saved is PIDFile's content.
+// saved is PIDFile's content: enough to find, kill and restart the
+// members from another process.
 type saved struct {
-	Binary  string         `json:"binary"`
-	Members map[string]int `json:"members"` // name: pid
+	Binary    string         `json:"binary"`
+	MaxTxnOps int            `json:"max_txn_ops,omitempty"`
+	Extra     []string       `json:"extra,omitempty"`
+	Names     []string       `json:"names"`
+	Members   map[string]int `json:"members"` // name: pid
 }
 
-// Save writes the members' PIDs to Dir/members.json for StopDir.
+// Save writes the members' PIDs to Dir/members.json for Attach and
+// StopDir.
 func (c *Cluster) Save() error {
-	s := saved{Binary: c.cfg.Binary, Members: map[string]int{}}
+	s := saved{Binary: c.cfg.Binary, MaxTxnOps: c.cfg.MaxTxnOps, Extra: c.cfg.Extra, Members: map[string]int{}}
+	c.mu.Lock()
 	for _, m := range c.Members {
+		s.Names = append(s.Names, m.Name)
 		s.Members[m.Name] = m.PID
 	}
+	c.mu.Unlock()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -311,8 +356,7 @@ func (c *Cluster) Save() error {
 	return os.WriteFile(filepath.Join(c.cfg.Dir, PIDFile), b, 0o600)
 }
 
-// Saved reads the member PIDs that Save wrote in dir (nil, nil: none).
-func Saved(dir string) (map[string]int, error) {
+func readSaved(dir string) (*saved, error) {
 	b, err := os.ReadFile(filepath.Join(dir, PIDFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -324,7 +368,35 @@ func Saved(dir string) (map[string]int, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, PIDFile), err)
 	}
+	return &s, nil
+}
+
+// Saved reads the member PIDs that Save wrote in dir (nil, nil: none).
+func Saved(dir string) (map[string]int, error) {
+	s, err := readSaved(dir)
+	if s == nil || err != nil {
+		return nil, err
+	}
 	return s.Members, nil
+}
+
+// Attach returns the cluster a detached Start saved in dir (nil, nil:
+// none), to kill and restart its members from another process.
+func Attach(dir string) (*Cluster, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := readSaved(dir)
+	if s == nil || err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: Config{Dir: dir, Members: len(s.Names), Binary: s.Binary, Detach: true, MaxTxnOps: s.MaxTxnOps, Extra: s.Extra}}
+	for _, n := range s.Names {
+		c.Members = append(c.Members, &Member{Name: n, ClientURL: "unix://" + filepath.Join(dir, clientName(n)),
+			PID: s.Members[n], Log: filepath.Join(dir, n+".log")})
+	}
+	return c, nil
 }
 
 // StopDir stops the members a detached cluster saved in dir, by PID, from
