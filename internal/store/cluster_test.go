@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,4 +314,120 @@ func TestClusterLeasesSurviveLeaderKill(t *testing.T) {
 	cancel()
 	<-pubDone
 	waitStatus(0) // revoked on stop
+}
+
+// TestClusterUnreachableByOtherUsers starts a cluster in a directory made
+// 0755 beforehand (in a world-searchable parent) and, as user nobody,
+// asks every socket the members listen on for /version and /members: none
+// may answer. No member may listen on TCP or on an abstract socket.
+func TestClusterUnreachableByOtherUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: cannot run a probe as user nobody")
+	}
+	for _, bin := range []string{"setpriv", "curl", "etcd"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("no %s: cannot run the test (scripts/setup.sh installs util-linux, curl and etcd-server)", bin)
+		}
+	}
+	parent, err := os.MkdirTemp("", "azec-perm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	dir := filepath.Join(parent, "c")
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := etcdproc.Start(etcdproc.Config{Dir: dir, Members: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("cluster dir %s: %v, %v; want mode 0700", dir, fi.Mode(), err)
+	}
+	tcp := tcpListenInodes(t)
+	var socks []string
+	for _, m := range c.Members {
+		inodes := map[uint64]bool{}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", m.PID))
+		for _, e := range fds {
+			l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", m.PID, e.Name()))
+			if s, ok := strings.CutPrefix(l, "socket:["); ok {
+				if n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64); err == nil {
+					inodes[n] = true
+					if tcp[n] {
+						t.Errorf("etcd member %s listens on TCP (socket inode %d)", m.Name, n)
+					}
+				}
+			}
+		}
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", m.PID))
+		for _, s := range listeningUnix(t, inodes) {
+			switch {
+			case strings.HasPrefix(s, "@"):
+				t.Errorf("etcd member %s listens on the abstract unix socket %q: reachable by every local user", m.Name, s)
+			case !filepath.IsAbs(s):
+				s = filepath.Join(cwd, s) // bound relative to its working directory
+			}
+			if !strings.HasPrefix(s, dir+"/") {
+				t.Errorf("etcd member %s listens on %q, outside the 0700 cluster dir %s", m.Name, s, dir)
+			}
+			socks = append(socks, s)
+		}
+	}
+	if len(socks) != 2*len(c.Members) {
+		t.Fatalf("found %d listening sockets of %d members: %q", len(socks), len(c.Members), socks)
+	}
+	probe := func(sock, path string, asNobody bool) (string, error) {
+		var args []string
+		if asNobody {
+			args = []string{"setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"}
+		}
+		args = append(args, "curl", "-sS", "--fail", "--max-time", "3", "--unix-socket", sock, "http://etcd"+path)
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		return string(out), err
+	}
+	client := strings.TrimPrefix(c.Members[0].ClientURL, "unix://")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := probe(client, "/version", false)
+		if err == nil && strings.Contains(out, "etcdserver") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("root cannot read /version on %s (the probe is broken): %v: %s", client, err, out)
+		}
+	}
+	for _, s := range socks {
+		for _, p := range []string{"/version", "/members"} {
+			if out, err := probe(s, p, true); err == nil {
+				t.Errorf("user nobody got an answer from %q on %s: %.200s", s, p, out)
+			}
+		}
+	}
+}
+
+// tcpListenInodes returns the inodes of every listening TCP socket.
+func tcpListenInodes(t *testing.T) map[uint64]bool {
+	t.Helper()
+	out := map[uint64]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" { // TCP_LISTEN
+				continue
+			}
+			if n, err := strconv.ParseUint(fs[9], 10, 64); err == nil {
+				out[n] = true
+			}
+		}
+	}
+	return out
 }
