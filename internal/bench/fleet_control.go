@@ -59,8 +59,26 @@ type fleetEdge struct {
 	r         *edge.Reconciler
 	rev       atomic.Int64 // last applied revision
 	at        atomic.Int64 // unix ns when rev was first applied
+	seenRev   atomic.Int64 // last revision the watch delivered
+	seenAt    atomic.Int64 // unix ns when seenRev was delivered
 	firstLoad chan struct{}
 	once      sync.Once
+}
+
+// deliveryTap is the edge's store.Sink: it notes when each watched batch
+// arrives (before the Reconciler decodes and applies it), so the drift
+// splits into delivery (etcd and the client) and the edge's own work.
+type deliveryTap struct {
+	*edge.Reconciler
+	fe *fleetEdge
+}
+
+func (d deliveryTap) Commit(rev int64, resync bool) {
+	if rev > d.fe.seenRev.Load() {
+		d.fe.seenAt.Store(time.Now().UnixNano())
+		d.fe.seenRev.Store(rev)
+	}
+	d.Reconciler.Commit(rev, resync)
 }
 
 // fleetAddr is EIP i: spread over the 64 /16s of 100.64.0.0/10 (no
@@ -183,7 +201,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 
 	// The region.
-	hosts := fleetHosts(max(o.EIPs, o.RSSEIPs))
+	hosts := fleetHosts(o.EIPs)
 	var objs []model.Object
 	objs = append(objs, &model.AZ{Name: "az1"})
 	for h := 0; h < hosts; h++ {
@@ -237,7 +255,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				return nil, ctx.Err()
 			}
 			wg.Add(2)
-			go func() { defer wg.Done(); fe.st.FollowSink(ectx, fe.r); fe.st.Close() }()
+			go func() { defer wg.Done(); fe.st.FollowSink(ectx, deliveryTap{fe.r, fe}); fe.st.Close() }()
 			go func() {
 				defer wg.Done()
 				select {
@@ -267,9 +285,11 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	say("%d edges loaded %d EIPs each in %.1f s (%.1f MB of Go heap per edge, fake maps included)", n, o.EIPs, loadS, inProcMB)
 
 	// waitAll waits until every edge applied rev and returns each edge's
-	// delay from t0.
+	// delay from t0, and the last delivery of rev to an edge's sink.
+	var lastDelivery float64
 	waitAll := func(rev int64, t0 time.Time) ([]float64, error) {
 		ds := make([]float64, n)
+		lastDelivery = 0
 		left := n
 		deadline := time.Now().Add(30 * time.Second)
 		done := make([]bool, n)
@@ -279,6 +299,9 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 					done[i] = true
 					left--
 					ds[i] = float64(fe.at.Load()-t0.UnixNano()) / 1e6
+					if fe.seenRev.Load() >= rev {
+						lastDelivery = max(lastDelivery, float64(fe.seenAt.Load()-t0.UnixNano())/1e6)
+					}
 				}
 			}
 			if left == 0 {
@@ -307,8 +330,9 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	// Drift: EIP rebinds, one at a time, each to a guest of another host.
 	say("timing %d EIP rebinds from store.Commit to every edge", o.Changes)
 	cpu0, _, _ := usage()
+	self0, _ := etcdproc.ProcUsage(os.Getpid())
 	d0 := time.Now()
-	var worst, perEdge, calls []float64
+	var worst, perEdge, calls, delivered []float64
 	for c := 0; c < o.Changes; c++ {
 		i := (c * 7919) % o.EIPs
 		e := fleetEIP(i, (i/fleetGuestsPerHost+1+c%2)%hosts)
@@ -323,6 +347,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			return nil, err
 		}
 		worst = append(worst, maxOf(ds))
+		delivered = append(delivered, lastDelivery)
 		perEdge = append(perEdge, ds...)
 		// Every edge holds the new route.
 		want := netip.AddrFrom4([4]byte{198, 18, byte(((i/fleetGuestsPerHost + 1 + c%2) % hosts) >> 8), byte((i/fleetGuestsPerHost + 1 + c%2) % hosts)})
@@ -334,15 +359,21 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	driftS := time.Since(d0).Seconds()
 	cpu1, _, _ := usage()
+	self1, _ := etcdproc.ProcUsage(os.Getpid())
 	etcdCPUPerChange := float64(cpu1-cpu0) / 1e6 / float64(o.Changes)
+	// The fleet process's CPU per change and edge: what one edge spends
+	// on a rebind (decode, index, map write, its client), all 320 of
+	// them sharing this machine's cores.
+	edgeCPUPerChange := float64(self1.CPU-self0.CPU) / 1e3 / float64(o.Changes) / float64(n)
 	callP50 := percentile(calls, 50)
-	say("drift to every edge: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms); etcd CPU %.1f ms per change (all members)",
-		percentile(worst, 50), percentile(worst, 99), maxOf(worst), callP50, etcdCPUPerChange)
+	say("drift to every edge: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms; delivered to the last edge's sink p50 %.1f p99 %.1f ms); etcd CPU %.1f ms per change (all members), edge CPU %.0f µs per change and edge",
+		percentile(worst, 50), percentile(worst, 99), maxOf(worst), callP50, percentile(delivered, 50), percentile(delivered, 99), etcdCPUPerChange, edgeCPUPerChange)
 
 	// Agreement: a backend leaves and returns; every edge's table must
 	// reach the same checksum.
 	say("timing %d service changes until every edge's table checksum agrees", o.ServiceChanges)
-	var agree []float64
+	var agree, agreeDelivered []float64
+	sa0, _ := etcdproc.ProcUsage(os.Getpid())
 	for c := 0; c < o.ServiceChanges; c++ {
 		without := -1
 		if c%2 == 0 {
@@ -358,6 +389,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			return nil, err
 		}
 		agree = append(agree, maxOf(ds))
+		agreeDelivered = append(agreeDelivered, lastDelivery)
 		var sum string
 		for _, fe := range edges {
 			tb := fe.r.Status(time.Time{}, nil).Tables[model.TableKey("web", "web")]
@@ -375,7 +407,10 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			}
 		}
 	}
-	say("agreement of %d tables: p50 %.0f ms, max %.0f ms", n, percentile(agree, 50), maxOf(agree))
+	sa1, _ := etcdproc.ProcUsage(os.Getpid())
+	edgeCPUPerService := float64(sa1.CPU-sa0.CPU) / 1e6 / float64(o.ServiceChanges) / float64(n)
+	say("agreement of %d tables: p50 %.0f ms, max %.0f ms (delivered to the last edge p50 %.0f ms; edge CPU %.1f ms per service change and edge)",
+		n, percentile(agree, 50), maxOf(agree), percentile(agreeDelivered, 50), edgeCPUPerService)
 	_, etcdRSS, etcdPeak := usage()
 	var etcdCPUTotal time.Duration
 	for i := range cl.Members {
@@ -401,10 +436,15 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last of %d edges applied it", o.Changes, n)},
 		{Suite: "fleet", Name: "drift_all_edges_p99", Value: percentile(worst, 99), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 99) / callP50, Target: "<= 100 ms"},
 		{Suite: "fleet", Name: "drift_all_edges_max", Value: maxOf(worst), Unit: "ms"},
+		{Suite: "fleet", Name: "drift_delivered_all_edges_p50", Value: percentile(delivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink (before its decode and apply)"},
+		{Suite: "fleet", Name: "drift_delivered_all_edges_p99", Value: percentile(delivered, 99), Unit: "ms"},
 		{Suite: "fleet", Name: "drift_one_edge_p50", Value: percentile(perEdge, 50), Unit: "ms", Note: "over every (edge, change)"},
 		{Suite: "fleet", Name: "drift_one_edge_p99", Value: percentile(perEdge, 99), Unit: "ms"},
 		{Suite: "fleet", Name: "table_agreement_p50", Value: percentile(agree, 50), Unit: "ms", Note: fmt.Sprintf("%d changes of an 8-backend pool (Maglev M=%d), until every edge applied it; checksums then compared", o.ServiceChanges, model.DefaultTableSize)},
 		{Suite: "fleet", Name: "table_agreement_max", Value: maxOf(agree), Unit: "ms", Target: "<= 1000 ms"},
+		{Suite: "fleet", Name: "table_agreement_delivered_p50", Value: percentile(agreeDelivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink"},
+		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU during the rebinds / changes / edges"},
+		{Suite: "fleet", Name: "edge_cpu_per_service_change", Value: edgeCPUPerService, Unit: "ms", Note: "the fleet process's CPU during the service changes / changes / edges (a Maglev build each)"},
 		{Suite: "fleet", Name: "etcd_cpu_per_change", Value: etcdCPUPerChange, Unit: "ms", Note: fmt.Sprintf("all members, during the rebinds (%.1f s)", driftS)},
 		{Suite: "fleet", Name: "etcd_cpu_total", Value: etcdCPUTotal.Seconds(), Unit: "s", Note: "all members, whole run so far (loads included)"},
 		{Suite: "fleet", Name: "etcd_member_rss_max", Value: etcdRSS, Unit: "MB"},
@@ -415,8 +455,15 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	if o.RSSEIPs > 0 {
 		if o.RSSEIPs > o.EIPs {
 			say("adding EIPs up to %d for the one-edge measurement", o.RSSEIPs)
+			var more []model.Object
+			for h := hosts; h < fleetHosts(o.RSSEIPs); h++ {
+				more = append(more, fleetHost(h))
+			}
+			if _, err := commitAt(ctx, admin, ops(more...)); err != nil {
+				return nil, fmt.Errorf("fleet: write hosts: %w", err)
+			}
 			for lo := o.EIPs; lo < o.RSSEIPs; lo += 100_000 {
-				var more []model.Object
+				more = more[:0]
 				for i := lo; i < min(lo+100_000, o.RSSEIPs); i++ {
 					more = append(more, fleetEIP(i, i/fleetGuestsPerHost))
 				}
