@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -137,7 +139,7 @@ func init() {
 // fleetCommand is `azgate bench fleet`: the fleet benchmarks of issue 8,
 // one section each, all by default or one with --only.
 func fleetCommand() *cobra.Command {
-	var only string
+	var only, cpuProfile string
 	fo := bench.FleetOptions{}
 	f := &cobra.Command{
 		Use:   "fleet",
@@ -165,6 +167,17 @@ func fleetCommand() *cobra.Command {
 			}
 			if only == "" || only == "control" {
 				fo.Out = say
+				if cpuProfile != "" {
+					pf, err := os.Create(cpuProfile)
+					if err != nil {
+						return err
+					}
+					defer pf.Close()
+					if err := pprof.StartCPUProfile(pf); err != nil {
+						return err
+					}
+					defer pprof.StopCPUProfile()
+				}
 				r, err := bench.FleetControl(ctx, fo)
 				if err != nil {
 					return fmt.Errorf("bench fleet (control): %w", err)
@@ -175,6 +188,7 @@ func fleetCommand() *cobra.Command {
 		},
 	}
 	f.Flags().StringVar(&only, "only", "", "run one section: control")
+	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
 	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
 	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs every edge indexes (the issue's full size: 1000000, which 320 in-process edges do not fit in 24 GiB)")
