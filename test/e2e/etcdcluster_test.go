@@ -98,6 +98,16 @@ func TestEtcdMemberKilledUnderTraffic(t *testing.T) {
 	if err != nil || cl == nil || len(cl.Members) != 3 {
 		t.Fatalf("the lab's etcd cluster: %v, %v", cl, err)
 	}
+	// Every role runs with all three members, not the embedded etcd.
+	for _, n := range append(l.Topo.NodesByRole("edge"), l.Topo.NodesByRole("host")...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Process.PID))
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		if want := "--etcd-endpoints\x00" + strings.Join(cl.Endpoints(), ",") + "\x00"; !strings.Contains(string(b), want) {
+			t.Fatalf("%s runs %q, want %q", n.Name, strings.ReplaceAll(string(b), "\x00", " "), want)
+		}
+	}
 	s, err := store.Connect(store.Options{Endpoints: cl.Endpoints()})
 	if err != nil {
 		t.Fatal(err)
