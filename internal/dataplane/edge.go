@@ -17,6 +17,9 @@ type Edge struct {
 	links  map[string]link.Link // only when not pinned
 	cfgMu  sync.Mutex           // the config entry is read, modified and written
 	genMu  sync.Mutex           // eip_route_gen is read, incremented and written
+	// ApplyConns' buffers (connsync.go), reused across calls.
+	syncMu   sync.Mutex
+	syncBufs connBufs
 }
 
 var _ EdgeMaps = (*Edge)(nil)

@@ -77,6 +77,26 @@ type edgeCtEntry struct {
 	Last    uint32
 }
 
+type edgeCtEvent struct {
+	_   structs.HostLayout
+	Key struct {
+		_     structs.HostLayout
+		Src   uint32
+		Dst   uint32
+		Sport uint16
+		Dport uint16
+		Proto uint8
+		Pad   [3]uint8
+	}
+	Backend uint16
+	Gen     uint16
+	Last    uint32
+	State   uint8
+	Fid     uint8
+	Kind    uint8
+	Pad     uint8
+}
+
 type edgeCtKey struct {
 	_     structs.HostLayout
 	Src   uint32
@@ -283,6 +303,7 @@ type edgeStatEntry struct {
 const (
 	edgeMapArpIfaces    = "arp_ifaces"
 	edgeMapCtBuckets    = "ct_buckets"
+	edgeMapCtEvents     = "ct_events"
 	edgeMapEdgeCfg      = "edge_cfg"
 	edgeMapEipCache     = "eip_cache"
 	edgeMapEipRouteGen  = "eip_route_gen"
@@ -307,6 +328,9 @@ const (
 	edgeMapStats        = "stats"
 	edgeProgTcEdgeHc    = "tc_edge_hc"
 	edgeProgXdpEdge     = "xdp_edge"
+	edgeVarCtEventBtf   = "ct_event_btf"
+	edgeVarCtEventsLost = "ct_events_lost"
+	edgeVarCtSyncOn     = "ct_sync_on"
 	edgeVarHcAddress    = "hc_address"
 )
 
@@ -362,6 +386,7 @@ type edgeProgramSpecs struct {
 type edgeMapSpecs struct {
 	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
+	CtEvents     *ebpf.MapSpec `ebpf:"ct_events"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen  *ebpf.MapSpec `ebpf:"eip_route_gen"`
@@ -390,7 +415,10 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
-	HcAddress *ebpf.VariableSpec `ebpf:"hc_address"`
+	CtEventBtf   *ebpf.VariableSpec `ebpf:"ct_event_btf"`
+	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
+	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
+	HcAddress    *ebpf.VariableSpec `ebpf:"hc_address"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -415,6 +443,7 @@ func (o *edgeObjects) Close() error {
 type edgeMaps struct {
 	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
+	CtEvents     *ebpf.Map `ebpf:"ct_events"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
 	EipCache     *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen  *ebpf.Map `ebpf:"eip_route_gen"`
@@ -443,6 +472,7 @@ func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.ArpIfaces,
 		m.CtBuckets,
+		m.CtEvents,
 		m.EdgeCfg,
 		m.EipCache,
 		m.EipRouteGen,
@@ -472,7 +502,10 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
-	HcAddress *ebpf.Variable `ebpf:"hc_address"`
+	CtEventBtf   *ebpf.Variable `ebpf:"ct_event_btf"`
+	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
+	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`
+	HcAddress    *ebpf.Variable `ebpf:"hc_address"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.
