@@ -268,3 +268,9 @@ func (e *Edge) LookupNATConn(backend, client netip.AddrPort, proto uint8) (netip
 	}
 	return netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport)), nil
 }
+
+// AddrWord is an IPv4 address as the maps store it (ConnKey's words).
+func AddrWord(a netip.Addr) uint32 { return ip4word(a) }
+
+// PortWord is a host-order port as the maps store it (network order).
+func PortWord(p uint16) uint16 { return be16(p) }

@@ -53,6 +53,34 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	return e, nil
 }
 
+// LoadEdgeMaps loads the edge's maps without its programs: a table that
+// receives connection entries (internal/connsync's tests and benchmark)
+// or is read, at a fraction of the cost of verifying the program. Program,
+// Attach and the program's globals (SetConnSync) are unavailable.
+func LoadEdgeMaps(o LoadOptions) (*Edge, error) {
+	spec, err := loadEdge()
+	if err != nil {
+		return nil, err
+	}
+	if o.EIPMax > 0 {
+		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
+		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
+	}
+	if o.ConnMax > 0 {
+		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
+		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax
+	}
+	opts, err := prepare(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
+	if err := spec.LoadAndAssign(&e.objs.edgeMaps, opts); err != nil {
+		return nil, loadErr("edge maps", err)
+	}
+	return e, nil
+}
+
 // Program is the XDP program (for attaching and BPF_PROG_TEST_RUN).
 func (e *Edge) Program() *ebpf.Program { return e.objs.XdpEdge }
 
