@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -101,6 +102,8 @@ func init() {
 		var arpIfaces, healthCmds []string
 		var healthCmdFile string
 		var healthCmdConc int
+		var syncListen string
+		var syncCfg edge.SyncConfig
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -143,6 +146,15 @@ without interruption. The node must be an edge of an edge set.`,
 					}
 					cfg.HealthSource = a
 				}
+				if syncListen != "" {
+					p, err := strconv.ParseUint(strings.TrimPrefix(syncListen, ":"), 10, 16)
+					if err != nil || p == 0 {
+						return fmt.Errorf("--sync-listen %q: a port (the address is always the edge's underlay address in its set)", syncListen)
+					}
+					syncCfg.Port = uint16(p)
+					syncCfg.Secrets = st
+					cfg.Sync = syncCfg
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				err = edge.Run(ctx, cfg, st, load, df.metricsListen, arpIfaces)
@@ -170,6 +182,9 @@ without interruption. The node must be an edge of an edge set.`,
 		c.Flags().StringVar(&healthCmdFile, "health-commands", "", "file of health commands, one NAME=/abs/path [args...] a line ('#' comments), not writable by others")
 		c.Flags().IntVar(&healthCmdConc, "health-command-concurrency", 0, "health-check commands run at once, over all backends; more wait their turn (0: twice the CPUs)")
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "interfaces on which the edge answers ARP for its VIPs (and announces them with gratuitous ARP)")
+		c.Flags().StringVar(&syncListen, "sync-listen", "", "connection sync with the other members of the edge set: the TCP port (\":7946\") to listen on, on the edge's underlay address; every member of a set uses the same port (default: off; docs/connsync.md)")
+		c.Flags().DurationVar(&syncCfg.Refresh, "sync-refresh", 0, "send the connection entries used since the last refresh to the peers again this often, so their copies of long-lived flows do not expire (default 30s)")
+		c.Flags().DurationVar(&syncCfg.JoinTimeout, "sync-join-timeout", 0, "a starting edge that finds no live peer for this long is the first of its set and ready without a full copy (default 10s)")
 		return c
 	})
 	register(func() *cobra.Command {

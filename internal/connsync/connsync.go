@@ -69,6 +69,9 @@ type Config struct {
 	Peers  func() (peers []Peer, known bool)
 	Table  Table
 	Events Events // nil: receive only
+	// SetEvents switches the data plane's events on while the set has
+	// another member and off while it has none (nil: left as it is).
+	SetEvents func(on bool) error
 	Clock  Clock
 	Log    *slog.Logger
 
@@ -246,6 +249,7 @@ func (s *Syncer) manage(ctx context.Context) {
 	var known time.Time
 	lastLive := time.Time{}
 	s.lastRef = time.Now()
+	eventsOn := -1 // unknown
 	for {
 		peers, ok := s.cfg.Peers()
 		if ok {
@@ -253,6 +257,13 @@ func (s *Syncer) manage(ctx context.Context) {
 				known = time.Now()
 			}
 			s.setPeers(ctx, peers)
+			if on := min(len(peers), 1); on != eventsOn && s.cfg.SetEvents != nil {
+				if err := s.cfg.SetEvents(on == 1); err != nil {
+					s.cfg.Log.Warn("connection sync: cannot switch the data plane's events", "on", on == 1, "err", err)
+				} else {
+					eventsOn = on
+				}
+			}
 			if s.live.Load() > 0 {
 				lastLive = time.Now()
 			}
@@ -265,7 +276,7 @@ func (s *Syncer) manage(ctx context.Context) {
 				}
 			}
 		}
-		if s.cfg.Events != nil && s.cfg.Refresh > 0 && time.Since(s.lastRef) >= s.cfg.Refresh {
+		if s.cfg.Events != nil && s.cfg.Refresh > 0 && eventsOn == 1 && time.Since(s.lastRef) >= s.cfg.Refresh {
 			s.lastRef = time.Now()
 			if err := s.refresh(ctx); err != nil {
 				s.cfg.Log.Warn("connection sync refresh failed", "err", err)

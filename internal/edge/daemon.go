@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/azgate/azgate/internal/connsync"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
@@ -129,6 +132,37 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		}
 	}()
 
+	// Connection sync (sync.go) stops before the data plane is closed.
+	var syncer atomic.Pointer[connsync.Syncer]
+	var syncErr atomic.Pointer[string]
+	if cfg.Sync.Port != 0 {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			if err := runSync(sctx, cfg, rec, dp, func(s *connsync.Syncer) { syncer.Store(s) }); err != nil {
+				msg := err.Error()
+				syncErr.Store(&msg)
+				log.Error("connection sync failed", "err", err)
+			}
+		}()
+		defer func() { scancel(); swg.Wait() }()
+	}
+	ready := func() (bool, string) {
+		if cfg.Sync.Port == 0 {
+			return true, "connection sync is off"
+		}
+		if s := syncer.Load(); s != nil {
+			return s.Ready(), s.Reason()
+		}
+		if e := syncErr.Load(); e != nil {
+			return false, *e
+		}
+		return false, "connection sync is starting"
+	}
+	syncReady.Store(&ready)
+
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, cfg.Interfaces)
@@ -136,6 +170,17 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		// service naming a command that a live edge does not list.
 		ns.HealthCommands = cfg.HealthCommands.Names()
 		ns.Errors = append(ns.Errors, hm.Problems()...)
+		if cfg.Sync.Port != 0 {
+			if s := syncer.Load(); s != nil {
+				syncStatus(s, &ns)
+				if lost, err := dp.ConnEventsLost(); err == nil && ns.Counters != nil {
+					ns.Counters["sync_drop_ring_full"] = model.Count{Packets: lost}
+				}
+			} else {
+				_, why := ready()
+				ns.Sync = &model.SyncStatus{Reason: why}
+			}
+		}
 		// The tunnel health checks' counters (hc_*) beside the others.
 		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
 			for k, v := range hs {

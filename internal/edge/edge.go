@@ -58,6 +58,9 @@ type Config struct {
 	// HealthCommandConcurrency bounds the commands running at once
 	// (0: health.DefaultCommandConcurrency).
 	HealthCommandConcurrency int
+	// Sync: connection sync with the other members of the set (sync.go;
+	// Port 0: off).
+	Sync SyncConfig
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
