@@ -72,8 +72,8 @@ type Config struct {
 	// SetEvents switches the data plane's events on while the set has
 	// another member and off while it has none (nil: left as it is).
 	SetEvents func(on bool) error
-	Clock  Clock
-	Log    *slog.Logger
+	Clock     Clock
+	Log       *slog.Logger
 
 	// MaxAge: entries last seen longer ago are not sent in a full copy or
 	// a refresh (the longest connection timeout; 0: 15 minutes).
