@@ -116,16 +116,20 @@ func parseBatch(body []byte) (seq uint64, entries []byte, err error) {
 // session is an authenticated connection: frames out and in, each
 // direction with its key and sequence.
 type session struct {
-	c        net.Conn
-	r        *bufio.Reader
-	peer     string // the other side's name, as it proved it
-	timeout  time.Duration
-	outMAC   hash.Hash
-	inMAC    hash.Hash
-	outSeq   uint64
-	inSeq    uint64
-	hdr      [4]byte
-	seqb     [8]byte
+	c       net.Conn
+	r       *bufio.Reader
+	peer    string // the other side's name, as it proved it
+	timeout time.Duration
+	outMAC  hash.Hash
+	inMAC   hash.Hash
+	outSeq  uint64
+	inSeq   uint64
+	// Scratch of each direction: a session is read by one goroutine and
+	// written by another.
+	outHdr   [4]byte
+	outSeqb  [8]byte
+	inHdr    [4]byte
+	inSeqb   [8]byte
 	sum      [macSize]byte
 	inBuf    []byte
 	outFrame []byte
@@ -259,13 +263,13 @@ func (s *session) writeFrame(body ...[]byte) error {
 	if n > maxBody {
 		return fmt.Errorf("frame of %d bytes: at most %d", n, maxBody)
 	}
-	binary.LittleEndian.PutUint32(s.hdr[:], uint32(n))
-	binary.LittleEndian.PutUint64(s.seqb[:], s.outSeq)
+	binary.LittleEndian.PutUint32(s.outHdr[:], uint32(n))
+	binary.LittleEndian.PutUint64(s.outSeqb[:], s.outSeq)
 	s.outSeq++
 	s.outMAC.Reset()
-	s.outMAC.Write(s.seqb[:])
-	s.outMAC.Write(s.hdr[:])
-	f := append(s.outFrame[:0], s.hdr[:]...)
+	s.outMAC.Write(s.outSeqb[:])
+	s.outMAC.Write(s.outHdr[:])
+	f := append(s.outFrame[:0], s.outHdr[:]...)
 	for _, b := range body {
 		s.outMAC.Write(b)
 		f = append(f, b...)
@@ -282,10 +286,10 @@ func (s *session) writeFrame(body ...[]byte) error {
 // errMalformed.
 func (s *session) readFrame(timeout time.Duration) ([]byte, error) {
 	s.c.SetReadDeadline(time.Now().Add(timeout))
-	if _, err := io.ReadFull(s.r, s.hdr[:]); err != nil {
+	if _, err := io.ReadFull(s.r, s.inHdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.LittleEndian.Uint32(s.hdr[:])
+	n := binary.LittleEndian.Uint32(s.inHdr[:])
 	if n > maxBody || n == 0 {
 		return nil, fmt.Errorf("%w frame: length %d", errMalformed, n)
 	}
@@ -296,10 +300,10 @@ func (s *session) readFrame(timeout time.Duration) ([]byte, error) {
 	if _, err := io.ReadFull(s.r, b); err != nil {
 		return nil, err
 	}
-	binary.LittleEndian.PutUint64(s.seqb[:], s.inSeq)
+	binary.LittleEndian.PutUint64(s.inSeqb[:], s.inSeq)
 	s.inMAC.Reset()
-	s.inMAC.Write(s.seqb[:])
-	s.inMAC.Write(s.hdr[:])
+	s.inMAC.Write(s.inSeqb[:])
+	s.inMAC.Write(s.inHdr[:])
 	s.inMAC.Write(b[:n])
 	if !hmac.Equal(s.inMAC.Sum(s.sum[:0]), b[n:]) {
 		return nil, fmt.Errorf("%w: frame %d from %s fails its MAC", errAuth, s.inSeq, s.peer)
