@@ -26,6 +26,18 @@ type SyncConfig struct {
 	Secrets store.Secrets
 	// Refresh and JoinTimeout: connsync.Config's (0: its defaults).
 	Refresh, JoinTimeout time.Duration
+
+	// underlayAddr maps a member's underlay address to the address its
+	// sync socket has (tests: loopback addresses stand for underlay ones,
+	// which the set refuses); nil: the same.
+	underlayAddr func(netip.Addr) netip.Addr
+}
+
+func (c SyncConfig) addrOf(a netip.Addr) netip.Addr {
+	if c.underlayAddr != nil {
+		return c.underlayAddr(a)
+	}
+	return a
 }
 
 // SyncReady reports whether the running edge's connection sync holds the
@@ -108,14 +120,14 @@ func runSync(ctx context.Context, cfg Config, rec *Reconciler, dp *dataplane.Edg
 	defer dp.SetConnSync(false)
 	maxAge := max(cfg.LB.SYN, cfg.LB.Established, cfg.LB.FIN, cfg.LB.UDP)
 	s, err := connsync.New(connsync.Config{
-		Name: cfg.Name, Listen: netip.AddrPortFrom(me, sc.Port), Secret: secret, Table: dp, Events: events, Clock: clock,
+		Name: cfg.Name, Listen: netip.AddrPortFrom(sc.addrOf(me), sc.Port), Secret: secret, Table: dp, Events: events, Clock: clock,
 		Log: cfg.Log.With("part", "connsync"), MaxAge: maxAge, Refresh: sc.Refresh, JoinTimeout: sc.JoinTimeout,
 		SetEvents: dp.SetConnSync,
 		Peers: func() ([]connsync.Peer, bool) {
 			_, others, ok := rec.syncMembers()
 			ps := make([]connsync.Peer, 0, len(others))
 			for _, e := range others {
-				ps = append(ps, connsync.Peer{Name: e.Name, Addr: netip.AddrPortFrom(e.Underlay, sc.Port)})
+				ps = append(ps, connsync.Peer{Name: e.Name, Addr: netip.AddrPortFrom(sc.addrOf(e.Underlay), sc.Port)})
 			}
 			return ps, ok
 		},
