@@ -148,7 +148,24 @@ type Syncer struct {
 	mu    sync.Mutex
 	peers map[string]*peerLink
 	ln    net.Listener
+
+	// Entries whose backend this edge does not have yet: a service's
+	// first connections can reach it before its own watch of the store
+	// has programmed the backend. Retried for parkFor, then dropped.
+	parkMu sync.Mutex
+	parked []parkedEntry
 }
+
+// parkedEntry is an entry waiting for its backend.
+type parkedEntry struct {
+	e     entry
+	since time.Time
+}
+
+const (
+	parkFor = 2 * time.Second
+	parkMax = 65536
+)
 
 // New checks the configuration and makes a Syncer (Run starts it).
 func New(cfg Config) (*Syncer, error) {
@@ -276,6 +293,7 @@ func (s *Syncer) manage(ctx context.Context) {
 				}
 			}
 		}
+		s.retryParked()
 		if s.cfg.Events != nil && s.cfg.Refresh > 0 && eventsOn == 1 && time.Since(s.lastRef) >= s.cfg.Refresh {
 			s.lastRef = time.Now()
 			if err := s.refresh(ctx); err != nil {
@@ -457,24 +475,84 @@ func (s *Syncer) apply(entries []byte, buf []dataplane.SyncedConn) (applied, unm
 			s.m.MalformedEntries.Add(1)
 			continue
 		}
-		idx, be, ok := s.be.slot(e.owner)
+		c, ok := s.translate(&e, now, hz)
 		if !ok {
 			unmapped++
+			s.park(e, time.Now())
 			continue
-		}
-		c := dataplane.SyncedConn{Key: dataplane.ConnKey{Src: e.src, Dst: e.dst, Sport: e.sport, Dport: e.dport, Proto: e.proto},
-			Backend: uint16(idx), Gen: be.Gen, Last: now - uint32(uint64(e.ageMS)*hz/1000), State: e.state, FID: e.fid}
-		if be.Mode == dataplane.ModeNAT {
-			c.NAT = true
-			c.BAddr = dataplane.AddrWord(be.Addr)
-			c.BPort = e.dport // the backend has no port of its own: the VIP's
-			if be.Port != 0 {
-				c.BPort = dataplane.PortWord(be.Port)
-			}
 		}
 		buf = append(buf, c)
 	}
-	s.m.Unmapped.Add(uint64(unmapped))
+	return s.write(buf, unmapped)
+}
+
+// translate turns a received entry into this edge's slot and clock.
+func (s *Syncer) translate(e *entry, now uint32, hz uint64) (dataplane.SyncedConn, bool) {
+	idx, be, ok := s.be.slot(e.owner)
+	if !ok {
+		return dataplane.SyncedConn{}, false
+	}
+	c := dataplane.SyncedConn{Key: dataplane.ConnKey{Src: e.src, Dst: e.dst, Sport: e.sport, Dport: e.dport, Proto: e.proto},
+		Backend: uint16(idx), Gen: be.Gen, Last: now - uint32(uint64(e.ageMS)*hz/1000), State: e.state, FID: e.fid}
+	if be.Mode == dataplane.ModeNAT {
+		c.NAT = true
+		c.BAddr = dataplane.AddrWord(be.Addr)
+		c.BPort = e.dport // the backend has no port of its own: the VIP's
+		if be.Port != 0 {
+			c.BPort = dataplane.PortWord(be.Port)
+		}
+	}
+	return c, true
+}
+
+// park keeps an entry whose backend is unknown, for retry.
+func (s *Syncer) park(e entry, now time.Time) {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	if len(s.parked) >= parkMax {
+		s.m.Unmapped.Add(1)
+		return
+	}
+	s.parked = append(s.parked, parkedEntry{e: e, since: now})
+}
+
+// retryParked applies the parked entries whose backend is now known (aged
+// by the time they waited) and drops, counted, those parked too long.
+func (s *Syncer) retryParked() {
+	s.parkMu.Lock()
+	ps := s.parked
+	s.parked = nil
+	s.parkMu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	now := uint32(s.cfg.Clock.Jiffies())
+	hz := uint64(s.cfg.Clock.HZ())
+	var buf []dataplane.SyncedConn
+	var keep []parkedEntry
+	for _, p := range ps {
+		e := p.e
+		e.ageMS += uint32(time.Since(p.since).Milliseconds())
+		if c, ok := s.translate(&e, now, hz); ok {
+			buf = append(buf, c)
+		} else if time.Since(p.since) < parkFor {
+			keep = append(keep, p)
+		} else {
+			s.m.Unmapped.Add(1)
+		}
+	}
+	if len(keep) > 0 {
+		s.parkMu.Lock()
+		s.parked = append(s.parked, keep...)
+		s.parkMu.Unlock()
+	}
+	if _, _, err := s.write(buf, 0); err != nil {
+		s.cfg.Log.Warn("connection sync: parked entries not written", "err", err)
+	}
+}
+
+// write applies translated entries.
+func (s *Syncer) write(buf []dataplane.SyncedConn, unmapped int) (applied, unmappedOut int, err error) {
 	if len(buf) == 0 {
 		return 0, unmapped, nil
 	}

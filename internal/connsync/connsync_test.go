@@ -261,32 +261,51 @@ func TestInsertTranslated(t *testing.T) {
 }
 
 // TestUnknownBackend: an entry for a backend the receiver does not have
-// is counted and not written; one whose slot A gave to another backend
-// (its generation moved on) is not even sent.
+// yet waits for it (its own watch of the store may lag) and is written
+// once it is there; one whose backend never comes is dropped and counted
+// after 2 s; one whose slot the sender gave to another backend (its
+// generation moved on) is not even sent.
 func TestUnknownBackend(t *testing.T) {
 	c := newCluster(t)
 	a := c.add("a", 0, 1)
 	b := c.add("b", 10, 7)
-	// a has a third backend b does not know.
-	if err := a.edge.SetBackend(20, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: natAddr, Port: 9, Gen: 1, Owner: 0xabc}); err != nil {
-		t.Fatal(err)
+	// a has two backends b does not know (yet).
+	for i, o := range []uint64{0xabc, 0xdef} {
+		if err := a.edge.SetBackend(uint32(20+i), dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: natAddr, Port: 9, Gen: 1, Owner: o}); err != nil {
+			t.Fatal(err)
+		}
+		a.slots[o], a.gens[o] = uint32(20+i), 1
 	}
-	a.slots[0xabc], a.gens[0xabc] = 20, 1
 	c.start(a, c.secret)
 	c.start(b, c.secret)
 	waitFor(t, "both ready", 5*time.Second, func() bool { return a.s.Ready() && b.s.Ready() })
 	a.emit(50010, 0xabc, dataplane.ConnEventNew, dataplane.ConnSYN, 0)
+	a.emit(50013, 0xdef, dataplane.ConnEventNew, dataplane.ConnSYN, 0)
 	a.ev.ch <- dataplane.ConnEvent{Key: key(50011), Backend: 0, Gen: 99, Kind: dataplane.ConnEventNew, State: dataplane.ConnSYN}
 	a.emit(50012, ownerNAT, dataplane.ConnEventNew, dataplane.ConnSYN, 0)
-	waitFor(t, "the good entry on b", 3*time.Second, func() bool { _, err := b.edge.LookupConn(key(50012)); return err == nil })
+	waitFor(t, "the known entry on b", 3*time.Second, func() bool { _, err := b.edge.LookupConn(key(50012)); return err == nil })
 	if _, err := b.edge.LookupConn(key(50010)); err == nil {
 		t.Fatal("an entry for a backend b does not have was written")
 	}
+	// b's reconciler programs 0xabc now.
+	if err := b.edge.SetBackend(30, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: natAddr, Port: 9, Gen: 2, Owner: 0xabc}); err != nil {
+		t.Fatal(err)
+	}
+	var got dataplane.ConnEntry
+	waitFor(t, "the parked entry on b", 3*time.Second, func() bool {
+		var err error
+		got, err = b.edge.LookupConn(key(50010))
+		return err == nil
+	})
+	if got.Backend != 30 || got.Gen != 2 {
+		t.Fatalf("parked entry %+v: want slot 30 generation 2", got)
+	}
+	waitFor(t, "the never-known entry counted", 4*time.Second, func() bool { return b.s.Status().Metrics.Unmapped == 1 })
+	if _, err := b.edge.LookupConn(key(50013)); err == nil {
+		t.Fatal("an entry for a backend b never had was written")
+	}
 	if _, err := b.edge.LookupConn(key(50011)); err == nil {
 		t.Fatal("an entry of a stale slot generation was written")
-	}
-	if n := b.s.Status().Metrics.Unmapped; n != 1 {
-		t.Fatalf("b counted %d unmapped entries, want 1", n)
 	}
 	if n := a.s.Status().Metrics.Unmapped; n != 1 {
 		t.Fatalf("a counted %d stale events, want 1", n)

@@ -15,7 +15,7 @@ type Metrics struct {
 	SentBytes        atomic.Uint64 // bytes of those frames (headers and MACs included)
 	Received         atomic.Uint64 // entries received from peers
 	Applied          atomic.Uint64 // entries written into this edge's maps
-	Unmapped         atomic.Uint64 // entries whose backend this edge does not have (or no longer in that slot)
+	Unmapped         atomic.Uint64 // entries dropped: their backend is not on this edge (2 s after they came), or no longer in that slot (sender)
 	QueueDrops       atomic.Uint64 // entries dropped: a peer's queue was full
 	Malformed        atomic.Uint64 // sessions ended by a frame that did not parse
 	MalformedEntries atomic.Uint64 // entries refused inside authenticated frames

@@ -59,12 +59,13 @@ var syncReady atomic.Pointer[func() (bool, string)]
 const SyncSecretName = "connsync"
 
 // syncMembers returns this edge's underlay address and the other members
-// of its set; known is false until the store has been read and the edge
+// of its set; known is false until the store has been read and applied
+// once (so the backends a full copy names are in the maps) and the edge
 // is in a set.
 func (r *Reconciler) syncMembers() (me netip.Addr, others []model.EdgeNode, known bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.loading || r.idx == nil {
+	if r.loading || r.idx == nil || r.rev == 0 {
 		return netip.Addr{}, nil, false
 	}
 	set, self, ok := r.idx.edgeSetOf(r.cfg.Name)
