@@ -361,6 +361,11 @@ func (s *Syncer) readEvents(ctx context.Context) {
 	}
 	hz := uint64(s.cfg.Clock.HZ())
 	var e entry
+	// The clocks are read once per 32 events (and at a batch's start):
+	// within a jiffy of the truth, at a fraction of the cost per event.
+	var nowJ uint64
+	var nowT time.Time
+	stale := 0
 	for ctx.Err() == nil {
 		if deadline.IsZero() {
 			s.cfg.Events.SetDeadline(time.Now().Add(100 * time.Millisecond))
@@ -385,8 +390,11 @@ func (s *Syncer) readEvents(ctx context.Context) {
 			s.m.Unmapped.Add(1) // its slot was given to another backend since
 			continue
 		}
-		now := s.cfg.Clock.Jiffies()
-		ageJ := uint64(uint32(now) - ev.Last)
+		if stale == 0 || b.n == 0 {
+			nowJ, nowT, stale = s.cfg.Clock.Jiffies(), time.Now(), 32
+		}
+		stale--
+		ageJ := uint64(uint32(nowJ) - ev.Last)
 		if ageJ > 1<<31 {
 			ageJ = 0 // an event "from the future": the clock's rounding
 		}
@@ -394,15 +402,13 @@ func (s *Syncer) readEvents(ctx context.Context) {
 		e = entry{src: ev.Key.Src, dst: ev.Key.Dst, sport: ev.Key.Sport, dport: ev.Key.Dport, proto: ev.Key.Proto,
 			kind: ev.Kind, state: ev.State, fid: ev.FID, owner: owner, ageMS: uint32(min(ageMS, 1<<31))}
 		if b.n == 0 {
-			b.first = time.Now().Add(-time.Duration(ageMS) * time.Millisecond)
-			deadline = time.Now().Add(s.cfg.BatchDelay)
+			b.first = nowT.Add(-time.Duration(ageMS) * time.Millisecond)
+			deadline = nowT.Add(s.cfg.BatchDelay)
 		}
 		b.buf = b.buf[:len(b.buf)+entrySize]
 		encodeEntry(b.buf[len(b.buf)-entrySize:], &e)
 		b.n++
-		if b.n >= s.cfg.BatchMax {
-			flush()
-		} else if time.Now().After(deadline) {
+		if b.n >= s.cfg.BatchMax || (stale == 0 && time.Now().After(deadline)) {
 			flush()
 		}
 	}
