@@ -618,3 +618,29 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCap: connections beyond MaxSessions are closed at once and
+// counted; the member's own peer still gets through once they go.
+func TestSessionCap(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	c.start(a, c.secret)
+	var conns []net.Conn
+	for i := 0; i < MaxSessions+5; i++ {
+		conn, err := net.Dial("tcp", a.s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	waitFor(t, "the excess refused", 3*time.Second, func() bool { return a.s.Status().Metrics.Refused >= 5 })
+	for _, conn := range conns {
+		conn.Close()
+	}
+	b := c.add("b", 10, 7)
+	c.start(b, c.secret)
+	waitFor(t, "b's session after the flood", 5*time.Second, func() bool {
+		p := b.s.Status().Peers
+		return len(p) == 1 && p[0].Connected
+	})
+}

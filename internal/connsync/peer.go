@@ -222,10 +222,17 @@ func (l *peerLink) session(ctx context.Context) error {
 	}
 }
 
+// MaxSessions bounds the sessions a member serves at once.
+const MaxSessions = 64
+
 // accept serves the sessions peers open to this edge.
 func (s *Syncer) accept(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// At most MaxSessions at once (a set has at most 32 members, each
+	// with one session here): a flood of connections, authenticated or
+	// not, holds no more than that many goroutines and buffers.
+	slots := make(chan struct{}, MaxSessions)
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -235,9 +242,17 @@ func (s *Syncer) accept(ctx context.Context) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			s.m.Refused.Add(1)
+			c.Close()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			defer c.Close()
 			stop := context.AfterFunc(ctx, func() { c.Close() })
 			defer stop()
