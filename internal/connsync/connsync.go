@@ -274,8 +274,10 @@ func (s *Syncer) manage(ctx context.Context) {
 				known = time.Now()
 			}
 			s.setPeers(ctx, peers)
-			if on := min(len(peers), 1); on != eventsOn && s.cfg.SetEvents != nil {
-				if err := s.cfg.SetEvents(on == 1); err != nil {
+			if on := min(len(peers), 1); on != eventsOn {
+				if s.cfg.SetEvents == nil {
+					eventsOn = on
+				} else if err := s.cfg.SetEvents(on == 1); err != nil {
 					s.cfg.Log.Warn("connection sync: cannot switch the data plane's events", "on", on == 1, "err", err)
 				} else {
 					eventsOn = on
@@ -459,11 +461,38 @@ func (s *Syncer) walk(kind uint8, maxAge time.Duration, f func(*batch) error) (i
 	return total, err
 }
 
-// refresh sends again, to every peer, the entries used since the last
-// refresh (docs/connsync.md, "Expiry").
+// enqueueBulk offers a batch of the refresh to every connected peer,
+// waiting while the peer's queue is half full (the other half stays for
+// the ring's events, which never wait) for at most the I/O timeout.
+func (s *Syncer) enqueueBulk(ctx context.Context, b *batch) {
+	s.mu.Lock()
+	links := make([]*peerLink, 0, len(s.peers))
+	for _, l := range s.peers {
+		links = append(links, l)
+	}
+	s.mu.Unlock()
+	for _, l := range links {
+		if !l.status().Connected {
+			continue
+		}
+		deadline := time.Now().Add(s.cfg.IOTimeout)
+		for len(l.q) >= cap(l.q)/2 && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case l.q <- b:
+		default:
+			s.m.QueueDrops.Add(uint64(b.n))
+		}
+	}
+}
+
+// refresh sends again, to every connected peer, the entries used since
+// the last refresh (docs/connsync.md, "Expiry"), at the pace the peers
+// take them.
 func (s *Syncer) refresh(ctx context.Context) error {
 	n, err := s.walk(kindRefresh, s.cfg.Refresh+time.Second, func(b *batch) error {
-		s.enqueue(b)
+		s.enqueueBulk(ctx, b)
 		return ctx.Err()
 	})
 	s.m.Refreshed.Add(uint64(n))

@@ -644,3 +644,45 @@ func TestSessionCap(t *testing.T) {
 		return len(p) == 1 && p[0].Connected
 	})
 }
+
+// TestRefresh: entries used since the last refresh are sent again with
+// their current age (so the peers' copies of long-lived flows do not
+// expire); entries idle for longer are not.
+func TestRefresh(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	b := c.add("b", 10, 7)
+	c.tweak = func(cfg *Config) {
+		if cfg.Name == "a" {
+			cfg.Refresh = 500 * time.Millisecond
+		}
+	}
+	c.start(b, c.secret)
+	waitFor(t, "b ready", 3*time.Second, b.s.Ready)
+	c.start(a, c.secret)
+	waitFor(t, "a ready", 5*time.Second, a.s.Ready)
+	now := uint32(clock.Jiffies())
+	var cs []dataplane.SyncedConn
+	for i, age := range []uint32{0, 50, 250 * 60} { // now, 200 ms ago, a minute ago
+		cs = append(cs, dataplane.SyncedConn{Key: key(uint16(52000 + i)), Backend: uint16(a.slots[ownerEncap]), Gen: a.gens[ownerEncap],
+			Last: now - age, State: dataplane.ConnEST})
+	}
+	if err := a.edge.ApplyConns(cs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the used entries refreshed on b", 3*time.Second, func() bool {
+		_, e0 := b.edge.LookupConn(key(52000))
+		_, e1 := b.edge.LookupConn(key(52001))
+		return e0 == nil && e1 == nil
+	})
+	if _, err := b.edge.LookupConn(key(52002)); err == nil {
+		t.Fatal("an entry idle for a minute was refreshed")
+	}
+	got, _ := b.edge.LookupConn(key(52001))
+	if age := uint32(clock.Jiffies()) - got.Last; got.Backend != 13 || age < 40 || age > 200 {
+		t.Fatalf("refreshed entry %+v, %d jiffies old: want b's slot 13, about 50 jiffies plus the wait", got, age)
+	}
+	if a.s.Status().Metrics.Refreshed < 2 {
+		t.Fatal("refreshes not counted")
+	}
+}
