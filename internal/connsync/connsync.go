@@ -147,6 +147,7 @@ type Syncer struct {
 
 	mu    sync.Mutex
 	peers map[string]*peerLink
+	links sync.WaitGroup // the peers' goroutines: Run waits for them
 	ln    net.Listener
 
 	// Entries whose backend this edge does not have yet: a service's
@@ -255,6 +256,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		s.cfg.Events.SetDeadline(time.Now()) // wakes the reader
 	}
 	wg.Wait()
+	s.links.Wait() // after manage: it starts them
 	return nil
 }
 
@@ -329,7 +331,8 @@ func (s *Syncer) setPeers(ctx context.Context, peers []Peer) {
 		if _, ok := s.peers[name]; !ok {
 			l := newPeerLink(s, p)
 			s.peers[name] = l
-			go l.run(ctx)
+			s.links.Add(1)
+			go func() { defer s.links.Done(); l.run(ctx) }()
 		}
 	}
 }

@@ -130,6 +130,7 @@ func newMember(t *testing.T, name string, base uint32, gen uint16) *member {
 type cluster struct {
 	t       *testing.T
 	secret  []byte
+	mu      sync.Mutex // members: the Syncers' Peers read it
 	members map[string]*member
 	addrs   sync.Map // name -> netip.AddrPort
 	tweak   func(*Config)
@@ -147,6 +148,8 @@ func (c *cluster) start(m *member, secret []byte) {
 	cfg := Config{Name: m.name, Listen: netip.MustParseAddrPort("127.0.0.1:0"), Secret: secret, Table: m.edge, Events: m.ev, Clock: clock,
 		JoinTimeout: 500 * time.Millisecond, IOTimeout: 2 * time.Second, DialTimeout: 200 * time.Millisecond, Refresh: -1,
 		Peers: func() ([]Peer, bool) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
 			var ps []Peer
 			for name := range c.members {
 				if name == m.name {
@@ -187,7 +190,9 @@ func (m *member) stop() {
 
 func (c *cluster) add(name string, base uint32, gen uint16) *member {
 	m := newMember(c.t, name, base, gen)
+	c.mu.Lock()
 	c.members[name] = m
+	c.mu.Unlock()
 	return m
 }
 

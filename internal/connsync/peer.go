@@ -124,8 +124,16 @@ func (l *peerLink) session(ctx context.Context) error {
 	inflight := map[uint64]time.Time{}
 	rerr := make(chan error, 1)
 	done := make(chan struct{})
+	// On return: the reader is told to stop, the connection closed (its
+	// read fails at once), and the reader waited for, so nothing writes
+	// the maps after the session ended.
+	var reader sync.WaitGroup
+	defer reader.Wait()
+	defer c.Close()
 	defer close(done)
+	reader.Add(1)
 	go func() {
+		defer reader.Done()
 		buf := make([]dataplane.SyncedConn, 0, s.cfg.BatchMax)
 		for {
 			body, err := sess.readFrame(s.cfg.IOTimeout)
@@ -267,6 +275,12 @@ func (s *Syncer) accept(ctx context.Context) {
 // serve reads a peer's batches, applies them and acknowledges each; and
 // sends a full copy when asked.
 func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
+	// A full copy being sent ends with the session: the connection is
+	// closed (its writes fail at once), then the copy is waited for, so
+	// nothing reads the maps after Run returned.
+	var dumps sync.WaitGroup
+	defer dumps.Wait()
+	defer c.Close()
 	sess, err := serverHandshake(c, s.cfg.Name, s.cfg.Secret, s.cfg.IOTimeout)
 	if err != nil {
 		return fmt.Errorf("handshake from %v: %w", c.RemoteAddr(), err)
@@ -325,7 +339,9 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 				return fmt.Errorf("%w: a second dump request from %s", errMalformed, sess.peer)
 			}
 			dumping = true
+			dumps.Add(1)
 			go func() {
+				defer dumps.Done()
 				var hdr [batchHeader]byte
 				hdr[0] = frameBatch
 				n, err := s.walk(kindDump, s.cfg.MaxAge, func(b *batch) error {

@@ -52,7 +52,9 @@ func TestProgramToPeer(t *testing.T) {
 
 	c := newCluster(t)
 	a := &member{name: "a", edge: ea, slots: map[uint64]uint32{ownerNAT: 2}, gens: map[uint64]uint16{ownerNAT: 1}}
+	c.mu.Lock()
 	c.members["a"] = a
+	c.mu.Unlock()
 	b := c.add("b", 40, 9)
 	// a's events are the program's ring.
 	c.tweak = func(cfg *Config) {
