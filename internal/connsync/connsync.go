@@ -294,6 +294,11 @@ func (s *Syncer) manage(ctx context.Context) {
 					s.becomeReady("no other member in the set")
 				case s.live.Load() == 0 && time.Since(known) > s.cfg.JoinTimeout && time.Since(lastLive) > s.cfg.JoinTimeout:
 					s.becomeReady(fmt.Sprintf("no live peer for %v: this member is the first", s.cfg.JoinTimeout))
+				case time.Since(known) > s.cfg.JoinTimeout && s.allStarting():
+					// The whole set (re)starts: every live peer is
+					// pulling its copy too, and each has sent what it
+					// had. Waiting longer would wait for each other.
+					s.becomeReady("every live peer is starting too: this member is among the first")
 				}
 			}
 		}
@@ -310,6 +315,24 @@ func (s *Syncer) manage(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// allStarting: at least one session is up, and every peer with a
+// session up answered its last full copy as starting itself.
+func (s *Syncer) allStarting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.peers {
+		if !l.status().Connected {
+			continue
+		}
+		if l.peerState.Load() != peerStarting {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 func (s *Syncer) setPeers(ctx context.Context, peers []Peer) {

@@ -691,3 +691,38 @@ func TestRefresh(t *testing.T) {
 		t.Fatal("refreshes not counted")
 	}
 }
+
+// TestJoinTogether: two members that start together, beside a member
+// that holds the table, both take their copy from it, never from each
+// other (a starting member's copy is no proof of a complete table); and
+// members that all start together with nobody ready are ready after the
+// join timeout.
+func TestJoinTogether(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	const n = 1000
+	a.fill(t, 2000, n)
+	c.start(a, c.secret)
+	waitFor(t, "a ready", 3*time.Second, a.s.Ready)
+	b := c.add("b", 10, 7)
+	d := c.add("d", 20, 3)
+	c.start(b, c.secret)
+	c.start(d, c.secret)
+	waitFor(t, "b and d ready", 10*time.Second, func() bool { return b.s.Ready() && d.s.Ready() })
+	for _, m := range []*member{b, d} {
+		if r := m.s.Reason(); r != fmt.Sprintf("full copy from a: %d entries", n) {
+			t.Fatalf("%s: %q", m.name, r)
+		}
+		if got, bad := countConns(t, m); got != n || bad != 0 {
+			t.Fatalf("%s holds %d entries (%d in slots not its own), want %d", m.name, got, bad, n)
+		}
+	}
+
+	c2 := newCluster(t)
+	x := c2.add("x", 0, 1)
+	y := c2.add("y", 10, 7)
+	c2.start(x, c2.secret)
+	c2.start(y, c2.secret)
+	waitFor(t, "x and y ready", 5*time.Second, func() bool { return x.s.Ready() && y.s.Ready() })
+	t.Logf("x: %s; y: %s", x.s.Reason(), y.s.Reason())
+}

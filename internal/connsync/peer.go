@@ -27,7 +27,16 @@ type peerLink struct {
 	mu        sync.Mutex
 	connected bool
 	lastErr   string
+
+	peerState atomic.Int32 // peerUnknown, peerStarting, peerReady: from the peer's last copy
 }
+
+// What a peer's last full copy said of it.
+const (
+	peerUnknown  = 0
+	peerStarting = 1 // it was pulling its own copy
+	peerReady    = 2
+)
 
 func newPeerLink(s *Syncer, p Peer) *peerLink {
 	return &peerLink{s: s, peer: p, q: make(chan *batch, s.cfg.QueueBatches), stopCh: make(chan struct{})}
@@ -105,14 +114,28 @@ func (l *peerLink) session(ctx context.Context) error {
 
 	// dumping: this session holds dumpMu and waits for a full copy;
 	// whoever ends that (the copy's end, or the session's) releases it.
+	// A member not ready asks at once and again every second (another
+	// session may hold the copy, or the peer was starting itself).
 	var dumping atomic.Bool
-	if !s.ready.Load() && s.dumpMu.TryLock() {
+	l.peerState.Store(peerUnknown)
+	defer l.peerState.Store(peerUnknown)
+	var lastReq time.Time
+	request := func() error {
+		if s.ready.Load() || time.Since(lastReq) < time.Second || !s.dumpMu.TryLock() {
+			return nil
+		}
+		lastReq = time.Now()
 		dumping.Store(true)
 		s.setReason("pulling a full copy from " + l.peer.Name)
 		if err := sess.writeFrame([]byte{frameDumpReq}); err != nil {
+			dumping.Store(false)
 			s.dumpMu.Unlock()
 			return err
 		}
+		return nil
+	}
+	if err := request(); err != nil {
+		return err
 	}
 	defer func() {
 		if dumping.CompareAndSwap(true, false) {
@@ -169,13 +192,23 @@ func (l *peerLink) session(ctx context.Context) error {
 					return
 				}
 			case frameDumpEnd:
-				if len(body) != 9 {
+				if len(body) != 10 || body[9] > 1 {
 					rerr <- fmt.Errorf("%w dump end: %d bytes", errMalformed, len(body))
 					return
 				}
 				if dumping.CompareAndSwap(true, false) {
 					n := binary.LittleEndian.Uint64(body[1:])
-					s.becomeReady(fmt.Sprintf("full copy from %s: %d entries", l.peer.Name, n))
+					if body[9] == 1 {
+						l.peerState.Store(peerReady)
+						s.becomeReady(fmt.Sprintf("full copy from %s: %d entries", l.peer.Name, n))
+					} else {
+						// The peer is pulling its own copy: what it had
+						// is applied, but it is no proof of a complete
+						// table (manage decides when every live peer is
+						// starting too).
+						l.peerState.Store(peerStarting)
+						s.setReason(fmt.Sprintf("%s is starting too (%d entries from it so far)", l.peer.Name, n))
+					}
 					s.dumpMu.Unlock()
 				}
 			case framePing:
@@ -193,6 +226,8 @@ func (l *peerLink) session(ctx context.Context) error {
 
 	ping := time.NewTicker(s.cfg.IOTimeout / 3)
 	defer ping.Stop()
+	retry := time.NewTicker(250 * time.Millisecond)
+	defer retry.Stop()
 	var seq uint64
 	var hdr [batchHeader]byte
 	hdr[0] = frameBatch
@@ -210,6 +245,10 @@ func (l *peerLink) session(ctx context.Context) error {
 			return err
 		case <-ping.C:
 			if err := sess.writeFrame([]byte{framePing}); err != nil {
+				return err
+			}
+		case <-retry.C:
+			if err := request(); err != nil {
 				return err
 			}
 		case b := <-l.q:
@@ -311,7 +350,7 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 	buf := make([]dataplane.SyncedConn, 0, s.cfg.BatchMax)
 	ack := make([]byte, 1+8+4+4)
 	ack[0] = frameAck
-	dumping := false
+	var dumping atomic.Bool
 	for {
 		body, err := sess.readFrame(s.cfg.IOTimeout)
 		if err != nil {
@@ -335,13 +374,14 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 				return err
 			}
 		case frameDumpReq:
-			if dumping {
-				return fmt.Errorf("%w: a second dump request from %s", errMalformed, sess.peer)
+			if !dumping.CompareAndSwap(false, true) {
+				return fmt.Errorf("%w: a dump request from %s while one is being sent", errMalformed, sess.peer)
 			}
-			dumping = true
 			dumps.Add(1)
 			go func() {
 				defer dumps.Done()
+				defer dumping.Store(false)
+				ready := s.ready.Load() // before the walk: what it sends is all it had then
 				var hdr [batchHeader]byte
 				hdr[0] = frameBatch
 				n, err := s.walk(kindDump, s.cfg.MaxAge, func(b *batch) error {
@@ -354,9 +394,12 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 					c.Close()
 					return
 				}
-				end := make([]byte, 9)
+				end := make([]byte, 10)
 				end[0] = frameDumpEnd
 				binary.LittleEndian.PutUint64(end[1:], uint64(n))
+				if ready {
+					end[9] = 1
+				}
 				if write(end) != nil {
 					c.Close()
 				}
