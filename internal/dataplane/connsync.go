@@ -131,6 +131,9 @@ var ErrClosed = errors.New("connection events: reader closed")
 // ct_sync_on of the loaded object: a program loaded by a daemon that does
 // not sync writes nothing).
 func (e *Edge) SetConnSync(on bool) error {
+	if e.objs.CtSyncOn == nil {
+		return errors.New("connection sync: the edge program is not loaded (LoadEdgeMaps)")
+	}
 	var v uint32
 	if on {
 		v = 1
@@ -141,6 +144,9 @@ func (e *Edge) SetConnSync(on bool) error {
 // ConnEventsLost is how many events the program could not write because
 // the ring was full (since it was loaded).
 func (e *Edge) ConnEventsLost() (uint64, error) {
+	if e.objs.CtEventsLost == nil {
+		return 0, errors.New("connection sync: the edge program is not loaded (LoadEdgeMaps)")
+	}
 	var v uint64
 	err := e.objs.CtEventsLost.Get(&v)
 	return v, err
