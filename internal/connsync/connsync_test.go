@@ -726,3 +726,27 @@ func TestJoinTogether(t *testing.T) {
 	waitFor(t, "x and y ready", 5*time.Second, func() bool { return x.s.Ready() && y.s.Ready() })
 	t.Logf("x: %s; y: %s", x.s.Reason(), y.s.Reason())
 }
+
+// TestNonMemberRefused: a node that holds the region's secret but is not
+// a member of the set (or claims a member's name from another address)
+// is refused and counted.
+func TestNonMemberRefused(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	c.start(a, c.secret)
+	before := a.s.Status().Metrics.AuthFailures
+	sess := rawSession(t, a.s, "stranger", c.secret)
+	sess.writeFrame(batchFrame(1, wireEntry(53000, ownerNAT))) // may fail: a closes
+	waitFor(t, "the stranger refused", 3*time.Second, func() bool { return a.s.Status().Metrics.AuthFailures > before })
+	time.Sleep(100 * time.Millisecond)
+	if _, err := a.edge.LookupConn(key(53000)); err == nil {
+		t.Fatal("a non-member's entry was written")
+	}
+	c.add("b", 10, 7) // a member (not started: its address in the set is 127.0.0.1)
+	if err := a.s.isMember("b", &net.TCPAddr{IP: net.ParseIP("127.0.0.2"), Port: 1}); err == nil {
+		t.Fatal("a member's name from another address was accepted")
+	}
+	if err := a.s.isMember("b", &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}); err != nil {
+		t.Fatalf("a member from its address: %v", err)
+	}
+}

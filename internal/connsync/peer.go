@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,6 +312,26 @@ func (s *Syncer) accept(ctx context.Context) {
 	}
 }
 
+// isMember checks that an authenticated peer is a member of this edge's
+// set, connecting from its address there: every edge of the region holds
+// the secret, but only the set's members sync with each other.
+func (s *Syncer) isMember(name string, from net.Addr) error {
+	peers, _ := s.cfg.Peers()
+	ta, _ := from.(*net.TCPAddr)
+	for _, p := range peers {
+		if p.Name != name {
+			continue
+		}
+		if ta != nil {
+			if a, ok := netip.AddrFromSlice(ta.IP); ok && a.Unmap() == p.Addr.Addr() {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: %s connected from %v, not from its address in the set (%v)", errAuth, name, from, p.Addr.Addr())
+	}
+	return fmt.Errorf("%w: %s (%v) is not a member of this edge's set", errAuth, name, from)
+}
+
 // serve reads a peer's batches, applies them and acknowledges each; and
 // sends a full copy when asked.
 func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
@@ -323,6 +344,9 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 	sess, err := serverHandshake(c, s.cfg.Name, s.cfg.Secret, s.cfg.IOTimeout)
 	if err != nil {
 		return fmt.Errorf("handshake from %v: %w", c.RemoteAddr(), err)
+	}
+	if err := s.isMember(sess.peer, c.RemoteAddr()); err != nil {
+		return err
 	}
 	var wmu sync.Mutex
 	write := func(body ...[]byte) error {
