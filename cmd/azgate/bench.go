@@ -111,6 +111,24 @@ func init() {
 		cmp.Flags().StringArrayVar(&after, "after", nil, "JSON output of a run of this build (repeatable)")
 		c.AddCommand(cmp)
 
+		var so bench.SyncOptions
+		syn := &cobra.Command{
+			Use:   "sync",
+			Short: "Connection sync between two edges' maps over loopback TCP: entries/s per core, lag at 100k new connections/s, bytes per entry",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				so.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.FleetSync(so)
+				if err != nil {
+					return fmt.Errorf("bench sync: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		syn.Flags().DurationVar(&so.Duration, "duration", 5*time.Second, "per measurement")
+		syn.Flags().IntVar(&so.Rate, "rate", 100_000, "new connections/s offered for the lag")
+		c.AddCommand(syn)
+
 		var co bench.ControlOptions
 		ctl := &cobra.Command{
 			Use:   "control",

@@ -70,6 +70,9 @@ type Config struct {
 	// the edge announces only while each holds.
 	Conditions []Condition
 
+	// Sync: connection sync with the other members of the set (sync.go;
+	// Port 0: off).
+	Sync SyncConfig
 	// HealthSource is the edge's health-check address: encap-mode
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
