@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	api "github.com/osrg/gobgp/v3/api"
+
 	"github.com/azgate/azgate/internal/bgp/birdtest"
 )
 
@@ -377,5 +379,47 @@ func TestStopThenConfigure(t *testing.T) {
 	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
 	if st := s.Status(ctx); st.RouterID != "192.0.2.22" {
 		t.Fatalf("router ID after reconfiguring: %+v", st)
+	}
+}
+
+// Routes the router sends are counted as received but never enter the
+// speaker's RIB, so they are never advertised (the edge is no transit),
+// whatever the router sends: its own routes, a covering one, one equal to
+// the edge's own prefix.
+func TestRejectsLearntRoutes(t *testing.T) {
+	r := birdtest.New(t, "r")
+	r.Link(t, "up0", "azgtbgp0", netip.PrefixFrom(routerAddr, 24), netip.PrefixFrom(spkA, 24))
+	learnt := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"), setPrefix,
+		netip.MustParsePrefix("0.0.0.0/0")}
+	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: 3, Export: learnt,
+		Peers: []birdtest.Peer{{Name: peerName(spkA), Address: spkA, ASN: edgeASN}}})
+	s := speaker(t, config(spkA, ""))
+	ctx := context.Background()
+	r.WaitEstablished(t, peerName(spkA), 15*time.Second)
+	if err := s.Announce(ctx, []netip.Prefix{pulledOut}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := s.Status(ctx)
+		if len(st.Sessions) == 1 && st.Sessions[0].Received >= uint64(len(learnt)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router's %d routes never arrived: %+v", len(learnt), st.Sessions)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.WaitNextHops(t, pulledOut, []netip.Addr{spkA}, 5*time.Second)
+	var rib []string
+	if err := s.srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: v4unicast},
+		func(d *api.Destination) { rib = append(rib, d.GetPrefix()) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(rib) != 1 || rib[0] != pulledOut.String() {
+		t.Fatalf("global RIB %v: want only our %v (learnt routes must be rejected)", rib, pulledOut)
+	}
+	if st := s.Status(ctx); st.Sessions[0].Advertised != 1 {
+		t.Fatalf("advertised %d routes to the router, want 1: %+v", st.Sessions[0].Advertised, st.Sessions)
 	}
 }
