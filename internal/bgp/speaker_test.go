@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -421,5 +422,40 @@ func TestRejectsLearntRoutes(t *testing.T) {
 	}
 	if st := s.Status(ctx); st.Sessions[0].Advertised != 1 {
 		t.Fatalf("advertised %d routes to the router, want 1: %+v", st.Sessions[0].Advertised, st.Sessions)
+	}
+}
+
+// A peer GoBGP refused is not taken as configured: the next Configure
+// with the same configuration tries it again (and says so if it fails
+// again) instead of returning nil without the session.
+func TestConfigureRetriesRefusedPeer(t *testing.T) {
+	birdtest.Self(t)
+	ctx := context.Background()
+	c := config(spkA, "")
+	s := speaker(t, c)
+	other := netip.MustParseAddr("192.0.2.99")
+	// GoBGP refuses a second peer of one address: have it hold one we did
+	// not configure, so that adding ours fails.
+	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(s.cfg, Peer{Address: other, ASN: 64513, Port: 179})}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := c
+	c2.Peers = append(slices.Clone(c.Peers), Peer{Address: other, ASN: 64514})
+	if err := s.Configure(ctx, c2); err == nil {
+		t.Fatal("Configure: GoBGP refused the peer, no error")
+	}
+	if err := s.Configure(ctx, c2); err == nil {
+		t.Fatal("Configure again: the refused peer was taken as configured (no retry, no error)")
+	}
+	if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: other.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Configure(ctx, c2); err != nil {
+		t.Fatalf("Configure once GoBGP accepts the peer: %v", err)
+	}
+	var asn uint32
+	s.srv.ListPeer(ctx, &api.ListPeerRequest{Address: other.String()}, func(p *api.Peer) { asn = p.GetConf().GetPeerAsn() })
+	if asn != 64514 {
+		t.Fatalf("peer %v has AS %d, want ours (64514)", other, asn)
 	}
 }
