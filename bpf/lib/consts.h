@@ -114,6 +114,16 @@
 
 #define LB_CFG_NAT 0x1 /* some service is in nat mode: look replies up */
 
+/* Connection sync (lib/lb.h, internal/connsync): bytes of the ring buffer
+ * of connection events (a power of two pages). A record takes 40 bytes
+ * (32 and the ring's 8-byte header): 8 MiB hold about 200k events, two
+ * seconds of 100k new connections a second should the reader stall. */
+#ifndef CT_EVENTS_BYTES
+#define CT_EVENTS_BYTES (1 << 23)
+#endif
+#define CT_EV_NEW 1   /* an entry made (or replaced: another backend) */
+#define CT_EV_STATE 2 /* an entry's TCP state changed (SYN -> EST -> FIN) */
+
 /* Inner destination MAC of service traffic: 02:01 + the guest's private
  * IPv4 address, so the host's agent knows which guest the edge chose. */
 #define SVC_MAC0 0x02

@@ -100,6 +100,43 @@ static __always_inline int ct_insert_allowed(const struct lb_config *c, __u32 no
 	return 1;
 }
 
+/* Connection sync: tells the edge's peers about an entry made (k, e; kind
+ * CT_EV_NEW) or whose TCP state changed (CT_EV_STATE), as a ct_event in
+ * ct_events read by internal/connsync. Called only then, never on a plain
+ * hit, and only while sync runs (ct_sync_on). A global (separately
+ * verified) function: inlined, its helper calls made lb_ingress spill one
+ * more register, and lb_ingress's frame may not grow (xdp_edge, lb_ingress
+ * and the 32 bytes the verifier counts for any frame below them take the
+ * 512 bytes). The record is built in ring memory, not on the stack; it
+ * reads the key and the entry after the reserve, so nothing is kept
+ * across the call. A full ring drops the event and counts it
+ * (ct_events_lost, maps.h): the peers' copy of that entry waits for the
+ * periodic refresh (docs/connsync.md). */
+__noinline int ct_emit(const struct ct_key *k, const struct ct_entry *e, __u32 kind)
+{
+	if (!k || !e)
+		return 0;
+	struct ct_event *ev = bpf_ringbuf_reserve(&ct_events, sizeof(*ev), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&ct_events_lost, 1);
+		return 0;
+	}
+	ev->key = *k;
+	ev->backend = e->backend;
+	ev->gen = e->gen;
+	ev->last = e->last;
+	ev->state = e->state;
+	ev->fid = e->fid;
+	ev->kind = kind;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+/* Keeps struct ct_event in the object's BTF for bpf2go (the program only
+ * builds it in ring memory). */
+const struct ct_event ct_event_btf __attribute__((unused));
+
 /* The flow the load balancer decides on (client -> VIP). */
 struct lb_flow {
 	__be32 client;
@@ -236,8 +273,11 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, s
 				e->last = now;
 			if (!f->icmp) {
 				__u8 st = ct_next(e->state, f->proto, f->tcp_flags);
-				if (st != e->state)
+				if (st != e->state) {
 					e->state = st;
+					if (ct_sync_on)
+						ct_emit(&k, e, CT_EV_STATE);
+				}
 			}
 			*idx = i;
 			*fid = e->fid;
@@ -281,6 +321,8 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, s
 	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
 			     .state = ct_next(0, f->proto, f->tcp_flags), .lgen = lgen};
 	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
+	if (ct_sync_on)
+		ct_emit(&k, &n, CT_EV_NEW);
 	if (be->mode == LB_MODE_NAT) {
 		/* The reply tuple after DNAT, back to the VIP's. */
 		struct nat_rkey rk = {.baddr = be->addr, .caddr = f->client, .bport = be->port ? be->port : f->vport,

@@ -240,6 +240,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_nat_conns SEC(".maps");
 
+/* Connection sync: the connection entries made and changed (struct
+ * ct_event), written only while ct_sync_on is set and read by
+ * internal/connsync. Not pinned: each load gets its own, and the
+ * program that writes it holds it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, CT_EVENTS_BYTES);
+} ct_events SEC(".maps");
+
+/* Connection events the ring buffer had no room for: a global (.bss), so
+ * counting needs no stack (ct_emit is called at the deepest point of the
+ * program, where the 512 bytes are all taken) and no map lookup. */
+__u64 ct_events_lost;
+
+/* Connection sync runs (set by the edge daemon through the loaded object,
+ * never pinned: a program loaded by a daemon without sync writes no
+ * events): only then does the program write ct_events. A global, not a
+ * flag of lb_cfg, so the test needs no register kept across the helper
+ * calls before it (lb_ingress has no stack to spare for a spill). */
+volatile __u32 ct_sync_on;
+
 /* Interfaces on which the edge answers ARP for its VIPs, with the MAC. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

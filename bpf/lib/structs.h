@@ -302,6 +302,23 @@ struct nat_rentry {
 	__u16 pad;
 };
 
+/* Connection sync: a connection entry made or changed, as the edge's peers
+ * must learn it (lib/lb.h ct_emit -> ct_events; internal/connsync). The
+ * backend is this edge's slot and generation: the reader turns them into
+ * the backend's identity (lb_backend.owner; a slot given to another
+ * backend since has another generation, and its event is dropped), and
+ * the time into an age, before anything leaves the machine. */
+struct ct_event {
+	struct ct_key key;
+	__u16 backend; /* ct_entry.backend */
+	__u16 gen;     /* ct_entry.gen */
+	__u32 last;    /* jiffies (low 32 bits) of the event */
+	__u8 state;    /* CT_* */
+	__u8 fid;      /* the entry's FlowID */
+	__u8 kind;     /* CT_EV_* */
+	__u8 pad;
+};
+
 /* Service settings, one entry. Timeouts in jiffies. */
 struct lb_config {
 	__u32 hz;            /* jiffies per second */

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,6 +111,24 @@ func init() {
 		cmp.Flags().StringArrayVar(&after, "after", nil, "JSON output of a run of this build (repeatable)")
 		c.AddCommand(cmp)
 
+		var so bench.SyncOptions
+		syn := &cobra.Command{
+			Use:   "sync",
+			Short: "Connection sync between two edges' maps over loopback TCP: entries/s per core, lag at 100k new connections/s, bytes per entry",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				so.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.FleetSync(so)
+				if err != nil {
+					return fmt.Errorf("bench sync: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		syn.Flags().DurationVar(&so.Duration, "duration", 5*time.Second, "per measurement")
+		syn.Flags().IntVar(&so.Rate, "rate", 100_000, "new connections/s offered for the lag")
+		c.AddCommand(syn)
+
 		var co bench.ControlOptions
 		ctl := &cobra.Command{
 			Use:   "control",
@@ -127,6 +148,87 @@ func init() {
 		ctl.Flags().IntVar(&co.Binds, "binds", 200, "bind calls to time")
 		ctl.Flags().IntVar(&co.EIPs, "eips", 1_000_000, "bound EIPs for the load test (0: skip)")
 		c.AddCommand(ctl)
+
+		c.AddCommand(fleetCommand())
 		return c
 	})
+}
+
+// fleetCommand is `azgate bench fleet`: the fleet benchmarks of issue 8,
+// one section each, all by default or one with --only.
+func fleetCommand() *cobra.Command {
+	var only, cpuProfile string
+	fo := bench.FleetOptions{}
+	f := &cobra.Command{
+		Use:   "fleet",
+		Short: "Edge fleets: control-plane drift and table agreement on a 3-member etcd cluster",
+		Long: `Sections (all by default, one with --only):
+
+  control  SETS x EDGES edge reconcilers on the data-plane fakes in this
+           process, each with its own etcd client and watch, on a
+           3-member etcd cluster of etcd-server processes on unix sockets,
+           with EIPS bound EIPs. Times the drift from store.Commit of an EIP
+           rebind to every edge having applied it, the time until every
+           edge's table checksum agrees after a service change, the etcd
+           members' CPU time and RSS, and then one edge alone in a child
+           process loading --rss-eips EIPs (its RSS).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			say := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+			var rs []bench.Result
+			switch only {
+			case "", "control":
+			default:
+				return fmt.Errorf("bench fleet: --only %q: want control", only)
+			}
+			if only == "" || only == "control" {
+				fo.Out = say
+				if cpuProfile != "" {
+					pf, err := os.Create(cpuProfile)
+					if err != nil {
+						return err
+					}
+					defer pf.Close()
+					if err := pprof.StartCPUProfile(pf); err != nil {
+						return err
+					}
+					defer pprof.StopCPUProfile()
+				}
+				r, err := bench.FleetControl(ctx, fo)
+				if err != nil {
+					return fmt.Errorf("bench fleet (control): %w", err)
+				}
+				rs = append(rs, r...)
+			}
+			return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+		},
+	}
+	f.Flags().StringVar(&only, "only", "", "run one section: control")
+	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
+	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
+	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
+	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs every edge indexes (the issue's full size: 1000000, which 320 in-process edges do not fit in 24 GiB)")
+	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
+	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
+	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge alone in a child process loads this many EIPs and reports its RSS (1000000 for the issue's target; 0: skip)")
+
+	var endpoints string
+	var eips int
+	child := &cobra.Command{
+		Use:    bench.FleetEdgeChildArg,
+		Short:  "One edge on the fakes until it holds --eips routes; prints its RSS as JSON (bench fleet's child)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			return bench.FleetEdgeChild(ctx, strings.Split(endpoints, ","), eips, cmd.OutOrStdout())
+		},
+	}
+	child.Flags().StringVar(&endpoints, "etcd-endpoints", "", "etcd client URLs")
+	child.Flags().IntVar(&eips, "eips", 0, "routes to wait for")
+	f.AddCommand(child)
+	return f
 }

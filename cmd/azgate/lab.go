@@ -27,7 +27,8 @@ func init() {
 			Short: "A whole region on this machine, in network namespaces",
 			Long: `The lab builds an Internet client, an upstream router, an edge, an underlay
 router and three AZs of two hosts with two guests each, all in network
-namespaces joined by veth pairs, and runs the controller (embedded etcd),
+namespaces joined by veth pairs, and runs the controller (embedded etcd, or
+with "lab up --etcd-members 3" a cluster of etcd-server processes),
 the edge and the agents in them. It is sealed from the machine's network.`,
 		}
 		c.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix, "prefix of the lab's namespaces and pins")
@@ -38,10 +39,15 @@ the edge and the agents in them. It is sealed from the machine's network.`,
 			}
 			return ""
 		}
-		c.AddCommand(&cobra.Command{
+		up := &cobra.Command{
 			Use:   "up",
 			Short: "Build the lab and start every role",
-			Args:  cobra.NoArgs,
+			Long: `Builds the lab and starts every role. With --etcd-members N the store is a
+cluster of N real etcd-server processes (Debian's etcd) on unix sockets in
+STATE_DIR/etcd (mode 0700) instead of the controller's embedded etcd; the
+controller, the edges and the agents get --etcd-endpoints with every member,
+and lab down stops the members by PID.`,
+			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
 				cfg.ContextFile = ctxFile()
@@ -50,7 +56,12 @@ the edge and the agents in them. It is sealed from the machine's network.`,
 				_, err := lab.Up(ctx, cfg)
 				return err
 			},
-		})
+		}
+		etcdMembersFlag := func(c *cobra.Command) {
+			c.Flags().IntVar(&cfg.EtcdMembers, "etcd-members", 0, "run the store on this many etcd-server processes (3 for a cluster that survives one member's loss; 0: the controller's embedded etcd)")
+		}
+		etcdMembersFlag(up)
+		c.AddCommand(up)
 		c.AddCommand(&cobra.Command{
 			Use:   "down",
 			Short: "Remove every namespace, link, pinned program and process of the lab",
@@ -103,6 +114,7 @@ the edge and the agents in them. It is sealed from the machine's network.`,
 				return l.Demo(ctx)
 			},
 		}
+		etcdMembersFlag(demo)
 		c.AddCommand(demo)
 		c.AddCommand(&cobra.Command{
 			Use:   "exec NODE -- CMD [ARGS...]",
@@ -152,7 +164,15 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 	if v.Controller {
 		ctl = "running"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "controller %s, API %s, token %s\n\n", ctl, v.API, v.TokenFile)
+	fmt.Fprintf(cmd.OutOrStdout(), "controller %s, API %s, token %s\n", ctl, v.API, v.TokenFile)
+	for _, m := range v.Etcd {
+		st := "stopped"
+		if m.Running {
+			st = fmt.Sprintf("running (pid %d)", m.PID)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "etcd member %s %s, %s\n", m.Name, st, m.Endpoint)
+	}
+	fmt.Fprintln(cmd.OutOrStdout())
 	fmt.Fprintln(w, "NODE\tNAMESPACE\tROLE\tAZ\tADDRESSES\tPROCESS\tSTATUS")
 	for _, n := range v.Nodes {
 		var addrs []string

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -103,6 +104,8 @@ func init() {
 		var healthCmdFile string
 		var healthCmdConc int
 		var storeGrace, settle time.Duration
+		var syncListen string
+		var syncCfg edge.SyncConfig
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -155,6 +158,15 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					}
 					cfg.HealthSource = a
 				}
+				if syncListen != "" {
+					p, err := strconv.ParseUint(strings.TrimPrefix(syncListen, ":"), 10, 16)
+					if err != nil || p == 0 {
+						return fmt.Errorf("--sync-listen %q: a port (the address is always the edge's underlay address in its set)", syncListen)
+					}
+					syncCfg.Port = uint16(p)
+					syncCfg.Secrets = st
+					cfg.Sync = syncCfg
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				cfg.ARP = cfgARP
@@ -198,6 +210,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless)")
 		c.Flags().DurationVar(&settle, "announce-settle", edge.DefaultSettle, "how long every condition must hold before the edge announces (again); withdrawal is immediate")
 		c.AddCommand(edgeAdminCommands()...)
+		c.Flags().StringVar(&syncListen, "sync-listen", "", "connection sync with the other members of the edge set: the TCP port (\":7946\") to listen on, on the edge's underlay address; every member of a set uses the same port (default: off; docs/connsync.md)")
+		c.Flags().DurationVar(&syncCfg.Refresh, "sync-refresh", 0, "send the connection entries used since the last refresh to the peers again this often, so their copies of long-lived flows do not expire (default 30s)")
+		c.Flags().DurationVar(&syncCfg.JoinTimeout, "sync-join-timeout", 0, "a starting edge that finds no live peer for this long is the first of its set and ready without a full copy (default 10s)")
 		return c
 	})
 	register(func() *cobra.Command {

@@ -56,3 +56,50 @@ func TestCLISets(t *testing.T) {
 		t.Errorf("quarantine list after release:\n%s", out)
 	}
 }
+
+// TestCLIEdgeBGPPasswordFile: the MD5 password file is held to the rules
+// of --etcd-password-file: an empty file is refused (not a session
+// without MD5), so is one that others may read or write, and only its
+// first line counts.
+func TestCLIEdgeBGPPasswordFile(t *testing.T) {
+	s := startController(t)
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	must(t, s, "set", "create", "hot", "--role", "dedicated", "--edge", "name=edge-h1,underlay=198.18.0.31", "--asn", "64512")
+	dir := t.TempDir()
+	file := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	edgeBGP := func(pw string) (string, error) {
+		return azgate(t, s, "", "set", "edge-bgp", "hot", "edge-h1", "--router-id", "198.18.0.31", "--next-hop", "198.18.101.1",
+			"--peer", "address=198.18.101.0,asn=64501,password-file="+pw)
+	}
+	for _, c := range []struct{ name, path, want string }{
+		{"empty", file("empty", "", 0o600), "empty"},
+		{"blank line", file("blank", "\n", 0o600), "empty"},
+		{"world-readable", file("open", "s3cret\n", 0o644), "chmod 600"},
+		{"a directory", dir, "not a regular file"},
+	} {
+		out, err := edgeBGP(c.path)
+		if err == nil || !strings.Contains(out+err.Error(), c.want) {
+			t.Errorf("%s password file: %v, want an error saying %q\n%s", c.name, err, c.want, out)
+		}
+		if strings.Contains(out, "s3cret") || err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s password file: the password is in the output: %v\n%s", c.name, err, out)
+		}
+	}
+	if out := must(t, s, "--json", "set", "get", "hot"); strings.Contains(out, `"bgp": {`+"\n"+`          "routerID"`) || strings.Contains(out, "password") {
+		t.Errorf("a refused password file changed the set:\n%s", out)
+	}
+	must(t, s, "set", "edge-bgp", "hot", "edge-h1", "--router-id", "198.18.0.31", "--next-hop", "198.18.101.1",
+		"--peer", "address=198.18.101.0,asn=64501,password-file="+file("two", "s3cret\r\nsecond line\n", 0o400))
+	if out := must(t, s, "--json", "set", "get", "hot"); !strings.Contains(out, `"password": "s3cret"`) {
+		t.Errorf("the first line of the file is not the password:\n%s", out)
+	}
+}

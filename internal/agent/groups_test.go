@@ -292,3 +292,43 @@ func TestAgentGroupsReconcile(t *testing.T) {
 		t.Fatalf("slot %d: %+v", quar, fake.GroupMap[quar])
 	}
 }
+
+// An announce key vouches only for its edge's liveness: the members'
+// addresses come from the desired state. An announcement naming a foreign
+// underlay, one for an edge of no set, one naming a member under another
+// set's path: none puts an address outside the set into its group.
+func TestAnnounceKeysCannotAddMembers(t *testing.T) {
+	st := setsState(t)
+	w, err := Desired(st, "az1-h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := a("203.0.113.66")
+	all := map[string]model.Announcement{
+		store.AnnounceKey("hot", "edge-h1"):   {Set: "hot", Edge: "edge-h1", Underlay: foreign},
+		store.AnnounceKey("hot", "edge-x"):    {Set: "hot", Edge: "edge-x", Underlay: a("203.0.113.67")},
+		store.AnnounceKey("pop-a", "edge-h2"): {Set: "pop-a", Edge: "edge-h2", Underlay: a("203.0.113.68")},
+	}
+	p := PlanGroups(w.Sets, AnnouncingFrom(all))
+	if got := fmt.Sprint(p.Sets["hot"]); got != "[198.18.0.21]" {
+		t.Errorf("group hot %s: want edge-h1's underlay from the desired state alone", got)
+	}
+	known := map[netip.Addr]bool{}
+	for _, es := range st.EdgeSets {
+		for _, e := range es.Edges {
+			known[e.Underlay] = true
+		}
+	}
+	for set, ms := range p.Sets {
+		for _, m := range ms {
+			if !known[m] {
+				t.Errorf("group %s has %v, no edge's underlay", set, m)
+			}
+		}
+	}
+	for _, m := range p.All {
+		if !known[m] {
+			t.Errorf("group 0 has %v, no edge's underlay", m)
+		}
+	}
+}

@@ -195,16 +195,22 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	}
 	timersChanged := c.HoldTime != s.cfg.HoldTime || c.Keepalive != s.cfg.Keepalive ||
 		c.ConnectRetry != s.cfg.ConnectRetry || c.LocalAddress != s.cfg.LocalAddress
+	// applied is what GoBGP holds once done: a peer it refused is left
+	// out (and one it would not delete kept), so the next Configure tries
+	// again instead of taking it as configured.
+	var applied []Peer
 	var errs []error
 	for _, p := range c.Peers {
 		o, ok := old[p.Address]
 		delete(old, p.Address)
 		if ok && o == p && !timersChanged {
+			applied = append(applied, p)
 			continue
 		}
 		if ok {
 			if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
 				errs = append(errs, fmt.Errorf("bgp: peer %v: remove to update: %w", p.Address, err))
+				applied = append(applied, o)
 				continue
 			}
 		}
@@ -212,11 +218,13 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 			errs = append(errs, fmt.Errorf("bgp: peer %v: %w", p.Address, err))
 			continue
 		}
+		applied = append(applied, p)
 		s.log.Info("bgp: peer configured", "peer", p.Address, "asn", p.ASN, "md5", p.Password != "")
 	}
-	for a := range old {
+	for a, o := range old {
 		if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: a.String()}); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: peer %v: remove: %w", a, err))
+			applied = append(applied, o)
 			continue
 		}
 		delete(s.pending, a)
@@ -224,6 +232,7 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	}
 	nhChanged := c.NextHop != s.cfg.NextHop
 	s.cfg = c
+	s.cfg.Peers = applied
 	if nhChanged {
 		// Re-adding a path with a new next hop replaces the old one.
 		for p := range s.adv {

@@ -10,10 +10,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
 
 	"github.com/azgate/azgate/internal/bgp/birdtest"
 )
@@ -377,5 +380,82 @@ func TestStopThenConfigure(t *testing.T) {
 	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
 	if st := s.Status(ctx); st.RouterID != "192.0.2.22" {
 		t.Fatalf("router ID after reconfiguring: %+v", st)
+	}
+}
+
+// Routes the router sends are counted as received but never enter the
+// speaker's RIB, so they are never advertised (the edge is no transit),
+// whatever the router sends: its own routes, a covering one, one equal to
+// the edge's own prefix.
+func TestRejectsLearntRoutes(t *testing.T) {
+	r := birdtest.New(t, "r")
+	r.Link(t, "up0", "azgtbgp0", netip.PrefixFrom(routerAddr, 24), netip.PrefixFrom(spkA, 24))
+	learnt := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"), setPrefix,
+		netip.MustParsePrefix("0.0.0.0/0")}
+	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: 3, Export: learnt,
+		Peers: []birdtest.Peer{{Name: peerName(spkA), Address: spkA, ASN: edgeASN}}})
+	s := speaker(t, config(spkA, ""))
+	ctx := context.Background()
+	r.WaitEstablished(t, peerName(spkA), 15*time.Second)
+	if err := s.Announce(ctx, []netip.Prefix{pulledOut}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := s.Status(ctx)
+		if len(st.Sessions) == 1 && st.Sessions[0].Received >= uint64(len(learnt)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router's %d routes never arrived: %+v", len(learnt), st.Sessions)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.WaitNextHops(t, pulledOut, []netip.Addr{spkA}, 5*time.Second)
+	var rib []string
+	if err := s.srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: v4unicast},
+		func(d *api.Destination) { rib = append(rib, d.GetPrefix()) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(rib) != 1 || rib[0] != pulledOut.String() {
+		t.Fatalf("global RIB %v: want only our %v (learnt routes must be rejected)", rib, pulledOut)
+	}
+	if st := s.Status(ctx); st.Sessions[0].Advertised != 1 {
+		t.Fatalf("advertised %d routes to the router, want 1: %+v", st.Sessions[0].Advertised, st.Sessions)
+	}
+}
+
+// A peer GoBGP refused is not taken as configured: the next Configure
+// with the same configuration tries it again (and says so if it fails
+// again) instead of returning nil without the session.
+func TestConfigureRetriesRefusedPeer(t *testing.T) {
+	birdtest.Self(t)
+	ctx := context.Background()
+	c := config(spkA, "")
+	s := speaker(t, c)
+	other := netip.MustParseAddr("192.0.2.99")
+	// GoBGP refuses a second peer of one address: have it hold one we did
+	// not configure, so that adding ours fails.
+	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(s.cfg, Peer{Address: other, ASN: 64513, Port: 179})}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := c
+	c2.Peers = append(slices.Clone(c.Peers), Peer{Address: other, ASN: 64514})
+	if err := s.Configure(ctx, c2); err == nil {
+		t.Fatal("Configure: GoBGP refused the peer, no error")
+	}
+	if err := s.Configure(ctx, c2); err == nil {
+		t.Fatal("Configure again: the refused peer was taken as configured (no retry, no error)")
+	}
+	if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: other.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Configure(ctx, c2); err != nil {
+		t.Fatalf("Configure once GoBGP accepts the peer: %v", err)
+	}
+	var asn uint32
+	s.srv.ListPeer(ctx, &api.ListPeerRequest{Address: other.String()}, func(p *api.Peer) { asn = p.GetConf().GetPeerAsn() })
+	if asn != 64514 {
+		t.Fatalf("peer %v has AS %d, want ours (64514)", other, asn)
 	}
 }

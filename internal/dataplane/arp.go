@@ -64,12 +64,17 @@ func (e *Edge) ARPIfaces() (map[int]net.HardwareAddr, error) {
 
 func (e *Edge) SetARPOwner(until time.Time) error {
 	var v edgeArpOwner
-	if d := time.Until(until); !until.IsZero() && d > 0 {
+	if !until.IsZero() {
+		// The kernel's clock first, then what is left: a pause between
+		// the two reads (preemption, GC) shortens the deadline written,
+		// never lengthens it past the claim's.
 		now, err := monoNow()
 		if err != nil {
 			return err
 		}
-		v.UntilNs = now + uint64(d)
+		if d := time.Until(until); d > 0 {
+			v.UntilNs = now + uint64(d)
+		}
 	}
 	if err := e.objs.ArpOwner.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("arp_owner: %w", err)

@@ -17,6 +17,9 @@ type Edge struct {
 	links  map[string]link.Link // only when not pinned
 	cfgMu  sync.Mutex           // the config entry is read, modified and written
 	genMu  sync.Mutex           // eip_route_gen is read, incremented and written
+	// ApplyConns' buffers (connsync.go), reused across calls.
+	syncMu   sync.Mutex
+	syncBufs connBufs
 }
 
 var _ EdgeMaps = (*Edge)(nil)
@@ -46,6 +49,34 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	if err := e.startListenerGens(); err != nil {
 		e.Close()
 		return nil, err
+	}
+	return e, nil
+}
+
+// LoadEdgeMaps loads the edge's maps without its programs: a table that
+// receives connection entries (internal/connsync's tests and benchmark)
+// or is read, at a fraction of the cost of verifying the program. Program,
+// Attach and the program's globals (SetConnSync) are unavailable.
+func LoadEdgeMaps(o LoadOptions) (*Edge, error) {
+	spec, err := loadEdge()
+	if err != nil {
+		return nil, err
+	}
+	if o.EIPMax > 0 {
+		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
+		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
+	}
+	if o.ConnMax > 0 {
+		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
+		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax
+	}
+	opts, err := prepare(spec, o)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
+	if err := spec.LoadAndAssign(&e.objs.edgeMaps, opts); err != nil {
+		return nil, loadErr("edge maps", err)
 	}
 	return e, nil
 }

@@ -82,6 +82,26 @@ type edgeCtEntry struct {
 	Last    uint32
 }
 
+type edgeCtEvent struct {
+	_   structs.HostLayout
+	Key struct {
+		_     structs.HostLayout
+		Src   uint32
+		Dst   uint32
+		Sport uint16
+		Dport uint16
+		Proto uint8
+		Pad   [3]uint8
+	}
+	Backend uint16
+	Gen     uint16
+	Last    uint32
+	State   uint8
+	Fid     uint8
+	Kind    uint8
+	Pad     uint8
+}
+
 type edgeCtKey struct {
 	_     structs.HostLayout
 	Src   uint32
@@ -290,6 +310,7 @@ const (
 	edgeMapArpIfaces    = "arp_ifaces"
 	edgeMapArpOwner     = "arp_owner"
 	edgeMapCtBuckets    = "ct_buckets"
+	edgeMapCtEvents     = "ct_events"
 	edgeMapEdgeCfg      = "edge_cfg"
 	edgeMapEipCache     = "eip_cache"
 	edgeMapEipRouteGen  = "eip_route_gen"
@@ -314,6 +335,9 @@ const (
 	edgeMapStats        = "stats"
 	edgeProgTcEdgeHc    = "tc_edge_hc"
 	edgeProgXdpEdge     = "xdp_edge"
+	edgeVarCtEventBtf   = "ct_event_btf"
+	edgeVarCtEventsLost = "ct_events_lost"
+	edgeVarCtSyncOn     = "ct_sync_on"
 	edgeVarHcAddress    = "hc_address"
 )
 
@@ -371,6 +395,7 @@ type edgeMapSpecs struct {
 	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
 	ArpOwner     *ebpf.MapSpec `ebpf:"arp_owner"`
 	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
+	CtEvents     *ebpf.MapSpec `ebpf:"ct_events"`
 	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen  *ebpf.MapSpec `ebpf:"eip_route_gen"`
@@ -399,7 +424,10 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
-	HcAddress *ebpf.VariableSpec `ebpf:"hc_address"`
+	CtEventBtf   *ebpf.VariableSpec `ebpf:"ct_event_btf"`
+	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
+	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
+	HcAddress    *ebpf.VariableSpec `ebpf:"hc_address"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -426,6 +454,7 @@ type edgeMaps struct {
 	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
 	ArpOwner     *ebpf.Map `ebpf:"arp_owner"`
 	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
+	CtEvents     *ebpf.Map `ebpf:"ct_events"`
 	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
 	EipCache     *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen  *ebpf.Map `ebpf:"eip_route_gen"`
@@ -456,6 +485,7 @@ func (m *edgeMaps) Close() error {
 		m.ArpIfaces,
 		m.ArpOwner,
 		m.CtBuckets,
+		m.CtEvents,
 		m.EdgeCfg,
 		m.EipCache,
 		m.EipRouteGen,
@@ -485,7 +515,10 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
-	HcAddress *ebpf.Variable `ebpf:"hc_address"`
+	CtEventBtf   *ebpf.Variable `ebpf:"ct_event_btf"`
+	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
+	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`
+	HcAddress    *ebpf.Variable `ebpf:"hc_address"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.

@@ -49,6 +49,7 @@ const (
 	CondDrained   = "drained"   // an operator drained the edge (EdgeNode.Drained)
 	CondStore     = "store"     // the store answered within the grace period
 	CondMaps      = "maps"      // the maps hold the desired state
+	CondAnnounce  = "announce"  // the speaker took the routes (set by a failed Announce until it succeeds)
 )
 
 // AnnounceConfig tunes the announcer; zero values take the defaults.
@@ -269,6 +270,12 @@ func (a *Announcer) Step(ctx context.Context) {
 	if !a.told || !slices.Equal(want, a.announced) {
 		if err := a.spk.Announce(ctx, want); err != nil {
 			a.cfg.Log.Error("bgp: cannot set the announced routes", "err", err)
+			// Agents count an edge live by its announce key: no key while
+			// the routes may not be out (it is retried at the next Step).
+			if announce {
+				announce = false
+				a.failing = append(slices.Clone(a.failing), CondAnnounce)
+			}
 		} else {
 			a.told = true
 			a.announced = slices.Clone(want)

@@ -26,6 +26,8 @@ type fakeSpeaker struct {
 	waited     int
 	stopped    int
 	configures int
+	// failAnnounce: announcing (not withdrawing) fails.
+	failAnnounce atomic.Bool
 }
 
 func (f *fakeSpeaker) Configure(_ context.Context, c bgp.Config) error {
@@ -42,6 +44,9 @@ func (f *fakeSpeaker) Configure(_ context.Context, c bgp.Config) error {
 func (f *fakeSpeaker) Announce(_ context.Context, p []netip.Prefix) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(p) > 0 && f.failAnnounce.Load() {
+		return errors.New("speaker refused the routes")
+	}
 	f.prefixes = slices.Clone(p)
 	return nil
 }
@@ -279,6 +284,17 @@ func TestAnnouncerConditions(t *testing.T) {
 		}
 		leases.down.Store(false)
 		waitFor(t, "announced once the store answers", announcing)
+	})
+	t.Run("announce fails", func(t *testing.T) {
+		// No announce key (agents count the edge live by it) while the
+		// speaker has not taken the routes.
+		watched(t, r, 16, bgpRegion(true)...)
+		waitFor(t, "withdrawn on drain", withdrawn(CondDrained))
+		spk.failAnnounce.Store(true)
+		watched(t, r, 17, bgpRegion(false)...)
+		waitFor(t, "not announcing while the speaker refuses", withdrawn(CondAnnounce))
+		spk.failAnnounce.Store(false)
+		waitFor(t, "announced once the speaker takes the routes", announcing)
 	})
 	t.Run("added condition", func(t *testing.T) {
 		synced.Store(false)

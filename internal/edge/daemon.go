@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/bgp"
+	"github.com/azgate/azgate/internal/connsync"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
@@ -121,12 +124,49 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	}); err != nil {
 		return err
 	}
+	// Connection sync (sync.go) stops before the data plane is closed.
+	var syncer atomic.Pointer[connsync.Syncer]
+	var syncErr atomic.Pointer[string]
+	if cfg.Sync.Port != 0 {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			if err := runSync(sctx, cfg, rec, dp, func(s *connsync.Syncer) { syncer.Store(s) }); err != nil {
+				msg := err.Error()
+				syncErr.Store(&msg)
+				log.Error("connection sync failed", "err", err)
+			}
+		}()
+		defer func() { scancel(); swg.Wait() }()
+	}
+	ready := func() (bool, string) {
+		if cfg.Sync.Port == 0 {
+			return true, "connection sync is off"
+		}
+		if s := syncer.Load(); s != nil {
+			return s.Ready(), s.Reason()
+		}
+		if e := syncErr.Load(); e != nil {
+			return false, *e
+		}
+		return false, "connection sync is starting"
+	}
+	syncReady.Store(&ready)
+
 	// BGP: announce the set's routes while the edge is well (announce.go).
 	spk := bgp.New(log.With("component", "bgp"))
 	ann := NewAnnouncer(AnnounceConfig{Name: cfg.Name, StoreGrace: cfg.StoreGrace, Settle: cfg.AnnounceSettle, Log: log},
 		spk, st, rec.AnnouncePlan, selfCheck(dp, cfg.Interfaces))
 	for _, c := range cfg.Conditions {
 		ann.AddCondition(c.Name, c.OK)
+	}
+	// A member never takes traffic with a table it knows is incomplete:
+	// with connection sync on, it announces only once it holds a full
+	// copy from a live member (or is the first of its set).
+	if cfg.Sync.Port != 0 {
+		ann.AddCondition("sync", func() bool { ok, _ := ready(); return ok })
 	}
 	ann.Start(ctx)
 	defer func() {
@@ -165,6 +205,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 	}()
 
+
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, cfg.Interfaces)
@@ -174,6 +215,17 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		ns.Errors = append(ns.Errors, hm.Problems()...)
 		ns.BGP = ann.Status(ctx)
 		ns.ARP = arp.Status()
+		if cfg.Sync.Port != 0 {
+			if s := syncer.Load(); s != nil {
+				syncStatus(s, &ns)
+				if lost, err := dp.ConnEventsLost(); err == nil && ns.Counters != nil {
+					ns.Counters["sync_drop_ring_full"] = model.Count{Packets: lost}
+				}
+			} else {
+				_, why := ready()
+				ns.Sync = &model.SyncStatus{Reason: why}
+			}
+		}
 		// The tunnel health checks' counters (hc_*) beside the others.
 		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
 			for k, v := range hs {

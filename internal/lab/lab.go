@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/netns"
+	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
 // Config of a lab.
@@ -33,6 +34,12 @@ type Config struct {
 	// ContextFile, when set, is written on Up so the CLI finds the lab's
 	// API and token without flags (and removed on Down).
 	ContextFile string
+	// EtcdMembers > 0 runs the store on a cluster of that many real
+	// etcd-server processes (Debian's etcd) instead of the controller's
+	// embedded etcd: every role gets --etcd-endpoints with all of them
+	// (issue 8, part 7). They listen on unix sockets in StateDir/etcd
+	// (mode 0700), which the roles in their namespaces reach by path.
+	EtcdMembers int
 	Out         io.Writer // progress messages
 }
 
@@ -84,7 +91,7 @@ func (l *Lab) say(format string, a ...any) { fmt.Fprintf(l.Cfg.Out, format+"\n",
 func (l *Lab) stateFile() string { return filepath.Join(l.Cfg.StateDir, "lab.json") }
 func (l *Lab) dataDir() string   { return filepath.Join(l.Cfg.StateDir, "controller") }
 func (l *Lab) apiSock() string   { return filepath.Join(l.Cfg.StateDir, "api.sock") }
-func (l *Lab) etcdURL() string   { return "unix://" + filepath.Join(l.dataDir(), "etcd.sock") }
+func (l *Lab) etcdDir() string   { return filepath.Join(l.Cfg.StateDir, "etcd") }
 func (l *Lab) tokenFile() string { return filepath.Join(l.dataDir(), "token") }
 func (l *Lab) logDir() string    { return filepath.Join(l.Cfg.StateDir, "logs") }
 func (l *Lab) pinDir(n string) string {
@@ -145,7 +152,15 @@ func (l *Lab) up(ctx context.Context) error {
 	if err := l.save(); err != nil {
 		return err
 	}
-	l.say("starting the controller (embedded etcd in %s)", l.dataDir())
+	if l.Cfg.EtcdMembers > 0 {
+		l.say("starting %d etcd members (unix sockets in %s)", l.Cfg.EtcdMembers, l.etcdDir())
+		if err := l.startEtcd(ctx); err != nil {
+			return err
+		}
+		l.say("starting the controller (store: the etcd cluster)")
+	} else {
+		l.say("starting the controller (embedded etcd in %s)", l.dataDir())
+	}
 	if err := l.startController(ctx); err != nil {
 		return err
 	}
@@ -340,7 +355,11 @@ func (l *Lab) startController(ctx context.Context) error {
 		return err
 	}
 	defer lf.Close()
-	cmd := exec.Command(l.Cfg.Binary, controllerArgs(l.dataDir(), l.apiSock())...)
+	args := controllerArgs(l.dataDir(), l.apiSock())
+	if eps, external := l.etcdEndpoints(); external {
+		args = append(args, "--etcd-endpoints", strings.Join(eps, ","), "--etcd-max-txn-ops", strconv.Itoa(etcdMaxTxnOps))
+	}
+	cmd := exec.Command(l.Cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -390,13 +409,13 @@ func (l *Lab) startEdge(n *Node) error {
 	if err := os.WriteFile(script, []byte(healthScript), 0o755); err != nil {
 		return fmt.Errorf("lab: health command script: %w", err)
 	}
-	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdURL(),
+	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdFlag(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String())
 }
 
 func (l *Lab) startAgent(n *Node) error {
-	return l.start(n, "agent", "agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdURL(),
+	return l.start(n, "agent", "agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdFlag(),
 		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15")
 }
 
@@ -529,6 +548,10 @@ func Down(cfg Config) error {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isAzgate(pid) {
 			killWait(pid, 10*time.Second)
 		}
+	}
+	// The etcd members last: a role stopping revokes its status lease.
+	if err := etcdproc.StopDir(filepath.Join(cfg.StateDir, "etcd")); err != nil {
+		errs = append(errs, err)
 	}
 	pins, _ := filepath.Glob(filepath.Join(dataplane.BPFFS, "azgate", cfg.Prefix+"*"))
 	for _, p := range pins {

@@ -22,7 +22,8 @@ func controllerArgs(dataDir, apiSock string) []string {
 
 // NodeStatuses reads the statuses edges and agents publish, by name.
 func (l *Lab) NodeStatuses(ctx context.Context) (map[string]model.NodeStatus, error) {
-	st, err := store.Connect(store.Options{Endpoints: []string{l.etcdURL()}})
+	eps, _ := l.etcdEndpoints()
+	st, err := store.Connect(store.Options{Endpoints: eps})
 	if err != nil {
 		return nil, err
 	}
@@ -59,12 +60,15 @@ type NodeView struct {
 
 // View is the whole lab status.
 type View struct {
-	Prefix     string     `json:"prefix"`
-	StateDir   string     `json:"state_dir"`
-	API        string     `json:"api"`
-	TokenFile  string     `json:"token_file"`
-	Controller bool       `json:"controller_running"`
-	Nodes      []NodeView `json:"nodes"`
+	Prefix     string `json:"prefix"`
+	StateDir   string `json:"state_dir"`
+	API        string `json:"api"`
+	TokenFile  string `json:"token_file"`
+	Controller bool   `json:"controller_running"`
+	// Etcd lists the etcd members when the lab runs a cluster
+	// (lab up --etcd-members); empty: the controller's embedded etcd.
+	Etcd  []EtcdMemberView `json:"etcd,omitempty"`
+	Nodes []NodeView       `json:"nodes"`
 }
 
 // Status describes every node with its namespace, role, AZ, addresses and
@@ -76,6 +80,7 @@ func (l *Lab) Status(ctx context.Context) View {
 		fmt.Sscan(string(b), &pid)
 		v.Controller = alive(pid)
 	}
+	v.Etcd = l.etcdView()
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
 		nv := NodeView{Node: n}

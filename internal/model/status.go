@@ -51,6 +51,9 @@ type NodeStatus struct {
 	// ARP is the edge's ARP ownership on a shared segment (edges with
 	// --arp-iface only): exactly one member of a set answers ARP there.
 	ARP *ARPStatus `json:"arp,omitempty"`
+	// Sync is the edge's connection sync with the other members of its
+	// set (edges running it only; its counters are the sync_* ones).
+	Sync *SyncStatus `json:"sync,omitempty"`
 }
 
 // ARPStatus says whether an edge answers ARP for its set's VIPs (and its
@@ -63,6 +66,27 @@ type ARPStatus struct {
 	// Since is when Scope or Owner last changed.
 	Since      time.Time `json:"since"`
 	Interfaces []string  `json:"interfaces"`
+}
+
+// SyncStatus is an edge's connection sync (docs/connsync.md).
+type SyncStatus struct {
+	Ready  bool   `json:"ready"`  // it holds the table a member needs (a full copy, or it is the first)
+	Reason string `json:"reason"` // why Ready is what it is
+	// Lag from a connection event to its batch's acknowledgement by the
+	// peer, over the last samples, in milliseconds.
+	LagP50MS float64          `json:"lag_p50_ms"`
+	LagP99MS float64          `json:"lag_p99_ms"`
+	LagMaxMS float64          `json:"lag_max_ms"`
+	Peers    []SyncPeerStatus `json:"peers,omitempty"`
+}
+
+// SyncPeerStatus is the edge's session to one member of its set.
+type SyncPeerStatus struct {
+	Name      string `json:"name"`
+	Addr      string `json:"addr"`
+	Connected bool   `json:"connected"`
+	Queued    int    `json:"queued"` // batches waiting to be sent
+	Error     string `json:"error,omitempty"`
 }
 
 // InvalidObject is one stored object a node refused to program.

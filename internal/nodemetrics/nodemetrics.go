@@ -49,11 +49,17 @@ var (
 	descFailing    = prometheus.NewDesc("azgate_bgp_condition_failing", "1 for each condition that keeps the edge from announcing.", []string{"role", "condition"}, nil)
 	descSession    = prometheus.NewDesc("azgate_bgp_session_established", "1 while the BGP session to the peer is established.", []string{"role", "peer"}, nil)
 	descAdvertised = prometheus.NewDesc("azgate_bgp_advertised_prefixes", "Prefixes the edge's speaker advertises.", []string{"role"}, nil)
+
+	// Connection sync (edges running it; its counters are the sync_*
+	// outcomes of azgate_dataplane_packets_total, in entries).
+	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
+	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples.", []string{"role", "quantile"}, nil)
+	descSyncPeer  = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descInvalid,
-		descAnnouncing, descFailing, descSession, descAdvertised} {
+		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer} {
 		ch <- d
 	}
 }
@@ -67,6 +73,23 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(s.Routes), c.role)
 	ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(s.AppliedRevision), c.role)
 	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.GaugeValue, float64(len(s.Invalid)), c.role)
+	if y := s.Sync; y != nil {
+		ready := 0.0
+		if y.Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSyncReady, prometheus.GaugeValue, ready, c.role)
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP50MS/1000, c.role, "0.5")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP99MS/1000, c.role, "0.99")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagMaxMS/1000, c.role, "1")
+		for _, p := range y.Peers {
+			up := 0.0
+			if p.Connected {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descSyncPeer, prometheus.GaugeValue, up, c.role, p.Name)
+		}
+	}
 	for e, v := range s.EIPs {
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")

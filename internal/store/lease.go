@@ -196,29 +196,48 @@ func StatusKey(role, name string) string { return StatusRoot + role + "/" + name
 // lease, every interval, until ctx ends; then it revokes the lease, so a
 // node that stops leaves no status behind, and one that vanishes leaves
 // it for at most 3 intervals (5 s at least).
+//
+// Each call to the store has a timeout of one interval (1 s at least): on
+// an etcd cluster a write caught by the loss of the leader waits for
+// etcd's request timeout (about 7 s, past the lease), where a new try
+// goes to a member that has a leader again (issue 8, part 7). Only a lease
+// the store says is gone is replaced.
 func PublishStatus(ctx context.Context, s Leases, role, name string, every time.Duration, get func() model.NodeStatus, log *slog.Logger) {
 	key := StatusKey(role, name)
 	ttl := max(3*every, 5*time.Second)
+	callTimeout := max(every, time.Second)
 	var lease LeaseID
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	publish := func() {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
 		b, _ := json.Marshal(get())
 		if lease == 0 {
-			if l, err := s.Grant(ctx, ttl); err == nil {
-				lease = l
-			}
-		}
-		if lease != 0 {
-			if err := s.WriteLeased(ctx, lease, []KV{{Key: key, Value: b}}); err != nil {
+			l, err := s.Grant(cctx, ttl)
+			if err != nil {
 				if ctx.Err() == nil {
-					log.Warn("status publish failed", "err", err)
+					log.Warn("status lease grant failed", "err", err)
 				}
-				lease = 0
-			} else if err := s.KeepAliveOnce(ctx, lease); err != nil {
+				return
+			}
+			lease = l
+		}
+		err := s.WriteLeased(cctx, lease, []KV{{Key: key, Value: b}})
+		if err == nil {
+			err = s.KeepAliveOnce(cctx, lease)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("status publish failed", "err", err)
+			}
+			if errors.Is(err, ErrLeaseNotFound) {
 				lease = 0
 			}
 		}
+	}
+	for {
+		publish()
 		select {
 		case <-ctx.Done():
 			if lease != 0 {

@@ -128,6 +128,10 @@ type Config struct {
 	RouterID netip.Addr
 	Peers    []Peer
 	HoldTime int // seconds; 0: 3
+	// Export, if set, are static routes the router sends every peer
+	// (tests of a speaker that must reject what it learns); none: the
+	// router exports nothing.
+	Export []netip.Prefix
 }
 
 // Router is BIRD in a namespace of its own.
@@ -249,7 +253,7 @@ func (r *Router) write(cfg Config) error {
 }
 
 // Render returns the BIRD 2 configuration: one passive eBGP session per
-// peer importing everything and exporting nothing, and a kernel protocol
+// peer importing everything and exporting nothing (or cfg.Export), and a kernel protocol
 // that installs what is learnt, equal routes from several peers merged
 // into one multipath route (`merge paths on`). logFile "" logs to syslog.
 func (cfg Config) Render(logFile string) string {
@@ -264,6 +268,15 @@ func (cfg Config) Render(logFile string) string {
 	fmt.Fprintf(&b, "router id %v;\n", cfg.RouterID)
 	b.WriteString("protocol device { scan time 1; }\n")
 	b.WriteString("protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n")
+	export := "none"
+	if len(cfg.Export) > 0 {
+		b.WriteString("protocol static learnt_routes { ipv4;\n")
+		for _, p := range cfg.Export {
+			fmt.Fprintf(&b, "\troute %v blackhole;\n", p)
+		}
+		b.WriteString("}\n")
+		export = "where proto = \"learnt_routes\""
+	}
 	for _, p := range cfg.Peers {
 		fmt.Fprintf(&b, "protocol bgp %s {\n\tlocal as %d;\n\tneighbor %v as %d;\n", p.Name, cfg.ASN, p.Address, p.ASN)
 		// The speakers dial; they do not listen.
@@ -271,7 +284,7 @@ func (cfg Config) Render(logFile string) string {
 		if p.Password != "" {
 			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
 		}
-		b.WriteString("\tipv4 { import all; export none; };\n}\n")
+		fmt.Fprintf(&b, "\tipv4 { import all; export %s; };\n}\n", export)
 	}
 	return b.String()
 }

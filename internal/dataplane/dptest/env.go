@@ -125,6 +125,13 @@ type xdpMd struct {
 	EgressIfindex                uint32
 }
 
+// XDPContext is the context of a run of an n-byte frame arriving on the
+// interface ifindex (for callers that run a program themselves, many times
+// in one Node.Do).
+func XDPContext(n, ifindex int) any {
+	return xdpMd{DataEnd: uint32(n), IngressIfindex: uint32(ifindex)}
+}
+
 // Result of one program run.
 type Result struct {
 	Action uint32

@@ -1,5 +1,6 @@
 // Package storetest starts real etcd servers for tests: Debian's etcd
-// (package etcd-server) on loopback, with TLS material made here.
+// (package etcd-server) on loopback, with TLS material made here, and
+// clusters of several members on unix sockets (StartCluster).
 package storetest
 
 import (
@@ -19,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
 // PKI is a CA, a server certificate for 127.0.0.1 and a client
@@ -141,4 +144,34 @@ func freeURL(t *testing.T) string {
 	}
 	defer l.Close()
 	return "http://" + l.Addr().String()
+}
+
+// StartCluster runs a cluster of n real etcd members (etcdproc) on unix
+// sockets in a 0700 directory of the test's; they are stopped by PID when
+// the test ends. It waits only for the client sockets: connect and read
+// to wait for a leader.
+func StartCluster(t testing.TB, n int) *etcdproc.Cluster {
+	t.Helper()
+	if _, err := etcdproc.Binary(); err != nil {
+		if os.Geteuid() == 0 {
+			t.Fatal(err)
+		}
+		t.Skip("no etcd binary (apt-get install etcd-server) and not root: skipping the etcd cluster tests")
+	}
+	// Short: a unix socket path has at most 107 bytes, and t.TempDir's
+	// names carry the test's.
+	dir, err := os.MkdirTemp("", "azec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := etcdproc.Start(etcdproc.Config{Dir: dir, Members: n, MaxTxnOps: 1024})
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		os.RemoveAll(dir)
+	})
+	return c
 }

@@ -1,0 +1,595 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/etcdproc"
+)
+
+// FleetOptions size the fleet control-plane benchmark (issue 8, "Fleet
+// control plane"): Sets x EdgesPerSet edge Reconcilers on the data-plane
+// fakes, in this process, each with its own etcd client and watch, on a
+// 3-member etcd cluster on this machine, with EIPs bound EIPs.
+type FleetOptions struct {
+	Sets, EdgesPerSet int
+	EIPs              int // bound EIPs every edge indexes and programs
+	Changes           int // EIP rebinds timed (drift)
+	ServiceChanges    int // service backend changes timed (agreement)
+	// RSSEIPs: then one edge alone, in a child process, loads this many
+	// bound EIPs (EIPs are added up to it) and reports its RSS (0: skip).
+	RSSEIPs int
+	Members int    // etcd members (3)
+	Binary  string // azgate, re-executed for the one-edge child (default: this executable)
+	Out     func(format string, a ...any)
+}
+
+// Defaults: the whole fleet shape of the issue (10 x 32 edges) at a
+// size that runs in a couple of minutes on a 2-core machine.
+const (
+	DefaultFleetSets        = 10
+	DefaultFleetEdgesPerSet = 32
+	DefaultFleetEIPs        = 10_000
+	DefaultFleetRSSEIPs     = 100_000
+)
+
+// fleetEdge is one edge of the fleet.
+type fleetEdge struct {
+	name      string
+	st        *store.Store
+	fake      *dataplane.FakeLB
+	r         *edge.Reconciler
+	rev       atomic.Int64 // last applied revision
+	at        atomic.Int64 // unix ns when rev was first applied
+	seenRev   atomic.Int64 // last revision the watch delivered
+	seenAt    atomic.Int64 // unix ns when seenRev was delivered
+	firstLoad chan struct{}
+	once      sync.Once
+}
+
+// deliveryTap is the edge's store.Sink: it notes when each watched batch
+// arrives (before the Reconciler decodes and applies it), so the drift
+// splits into delivery (etcd and the client) and the edge's own work.
+type deliveryTap struct {
+	*edge.Reconciler
+	fe *fleetEdge
+}
+
+func (d deliveryTap) Commit(rev int64, resync bool) {
+	if rev > d.fe.seenRev.Load() {
+		d.fe.seenAt.Store(time.Now().UnixNano())
+		d.fe.seenRev.Store(rev)
+	}
+	d.Reconciler.Commit(rev, resync)
+}
+
+// fleetAddr is EIP i: spread over the 64 /16s of 100.64.0.0/10 (no
+// documentation or benchmarking range holds a million addresses; these
+// exist only as keys in fake maps, no packet is ever sent).
+func fleetAddr(i int) netip.Addr {
+	j, n := i%64, i/64
+	return netip.AddrFrom4([4]byte{100, byte(64 + j), byte(n >> 8), byte(n)})
+}
+
+const fleetGuestsPerHost = 1000
+
+func fleetHosts(eips int) int { return max((eips+fleetGuestsPerHost-1)/fleetGuestsPerHost, 8) }
+
+func fleetHost(h int) *model.Host {
+	host := &model.Host{Name: fmt.Sprintf("h%d", h), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, byte(h >> 8), byte(h)})}
+	for g := 0; g < fleetGuestsPerHost; g++ {
+		host.Guests = append(host.Guests, model.Guest{Name: fmt.Sprintf("g%d", g),
+			Address: netip.AddrFrom4([4]byte{198, 19, byte(g >> 8), byte(g)}), VSID: uint32(model.VSIDMin + g)})
+	}
+	return host
+}
+
+func fleetEIP(i, host int) *model.EIP {
+	return &model.EIP{Address: fleetAddr(i), Binding: &model.Binding{Host: fmt.Sprintf("h%d", host), Guest: fmt.Sprintf("g%d", i%fleetGuestsPerHost)}}
+}
+
+// fleetVIP is the benchmark service's VIP (past every EIP up to 4M).
+var fleetVIP = netip.MustParseAddr("100.127.255.254")
+
+func fleetService(backends, without int) *model.Service {
+	var bs []model.Backend
+	for h := 0; h < backends; h++ {
+		if h != without {
+			bs = append(bs, model.Backend{Host: fmt.Sprintf("h%d", h), Guest: "g0"})
+		}
+	}
+	return &model.Service{Name: "web", VIP: fleetVIP, Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools:     []model.Pool{{Name: "web", Backends: bs}}}
+}
+
+func fleetSets(sets, edgesPerSet int) []*model.EdgeSet {
+	var out []*model.EdgeSet
+	for s := 0; s < sets; s++ {
+		set := &model.EdgeSet{Name: fmt.Sprintf("set%d", s)}
+		for j := s; j < 64; j += sets {
+			set.Prefixes = append(set.Prefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + j), 0, 0}), 16))
+		}
+		for e := 0; e < edgesPerSet; e++ {
+			set.Edges = append(set.Edges, model.EdgeNode{Name: fmt.Sprintf("s%d-e%d", s, e),
+				Underlay: netip.AddrFrom4([4]byte{198, 18, byte(128 + s), byte(e + 1)})})
+		}
+		out = append(out, set)
+	}
+	return out
+}
+
+func ops(objs ...model.Object) []store.Op {
+	out := make([]store.Op, 0, len(objs))
+	for _, o := range objs {
+		b, _ := store.Encode(o)
+		out = append(out, store.Op{Kind: model.KindOf(o), Key: o.Key(), Value: b})
+	}
+	return out
+}
+
+// commitAt commits ops at the current commit revision.
+func commitAt(ctx context.Context, s *store.Store, o []store.Op) (int64, error) {
+	rev, err := s.CommitRevision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Commit(ctx, rev, o)
+}
+
+// FleetControl runs the benchmark. See FleetOptions and docs/scale.md.
+func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
+	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > 254 {
+		return nil, fmt.Errorf("fleet: %d sets of %d edges: want 1-64 sets of 1-254 edges", o.Sets, o.EdgesPerSet)
+	}
+	if o.EIPs <= 0 || o.EIPs > 4<<20 || o.RSSEIPs > 4<<20 {
+		return nil, fmt.Errorf("fleet: %d EIPs: want 1 to %d", max(o.EIPs, o.RSSEIPs), 4<<20)
+	}
+	if o.Changes <= 0 {
+		o.Changes = 200
+	}
+	if o.ServiceChanges <= 0 {
+		o.ServiceChanges = 20
+	}
+	if o.Members <= 0 {
+		o.Members = 3
+	}
+	say := o.Out
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	dir, err := os.MkdirTemp("", "azfleet")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	say("starting %d etcd members (unix sockets in %s)", o.Members, dir)
+	cl, err := etcdproc.Start(etcdproc.Config{Dir: dir, Members: o.Members, MaxTxnOps: 1024,
+		Extra: []string{"--quota-backend-bytes", strconv.Itoa(8 << 30)}})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	admin, err := store.Connect(store.Options{Endpoints: cl.Endpoints(), TxnOps: 1024, Log: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("fleet: the etcd cluster elected no leader in 30s (logs in %s)", dir)
+		}
+	}
+
+	// The region.
+	hosts := fleetHosts(o.EIPs)
+	var objs []model.Object
+	objs = append(objs, &model.AZ{Name: "az1"})
+	for h := 0; h < hosts; h++ {
+		objs = append(objs, fleetHost(h))
+	}
+	for _, s := range fleetSets(o.Sets, o.EdgesPerSet) {
+		objs = append(objs, s)
+	}
+	objs = append(objs, fleetService(8, -1))
+	for i := 0; i < o.EIPs; i++ {
+		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
+	}
+	say("writing %d hosts of %d guests, %d edge sets of %d edges, a service and %d bound EIPs", hosts, fleetGuestsPerHost, o.Sets, o.EdgesPerSet, o.EIPs)
+	t0 := time.Now()
+	if _, err := commitAt(ctx, admin, ops(objs...)); err != nil {
+		return nil, fmt.Errorf("fleet: write the region: %w", err)
+	}
+	objs = nil
+	writeS := time.Since(t0).Seconds()
+
+	// The edges, loading a few at a time (each full load is a range of
+	// every key; all at once they would only queue in etcd).
+	n := o.Sets * o.EdgesPerSet
+	say("starting %d edges (each its own client and watch) and waiting for their first load", n)
+	ectx, ecancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { ecancel(); wg.Wait() }()
+	edges := make([]*fleetEdge, 0, n)
+	sem := make(chan struct{}, 8)
+	base := heapInUse()
+	t1 := time.Now()
+	for s := 0; s < o.Sets; s++ {
+		for e := 0; e < o.EdgesPerSet; e++ {
+			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
+			fe.st, err = store.Connect(store.Options{Endpoints: cl.Endpoints(), Log: quiet})
+			if err != nil {
+				return nil, err
+			}
+			fe.r = edge.NewReconciler(edge.Config{Name: fe.name, Log: quiet, HashSeed: edge.DefaultHashSeed}, fe.fake)
+			fe.r.OnApplied = func(rev int64) {
+				if rev > fe.rev.Load() {
+					fe.at.Store(time.Now().UnixNano())
+					fe.rev.Store(rev)
+				}
+				fe.once.Do(func() { close(fe.firstLoad) })
+			}
+			edges = append(edges, fe)
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); fe.st.FollowSink(ectx, deliveryTap{fe.r, fe}); fe.st.Close() }()
+			go func() {
+				defer wg.Done()
+				select {
+				case <-fe.firstLoad:
+				case <-ectx.Done():
+				}
+				<-sem
+			}()
+		}
+	}
+	for _, fe := range edges {
+		select {
+		case <-fe.firstLoad:
+		case <-time.After(10 * time.Minute):
+			return nil, fmt.Errorf("fleet: edge %s did not load in 10 minutes", fe.name)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	loadS := time.Since(t1).Seconds()
+	for _, fe := range edges {
+		if got := len(fe.fake.Routes()); got != o.EIPs {
+			return nil, fmt.Errorf("fleet: edge %s holds %d routes after its load, want %d", fe.name, got, o.EIPs)
+		}
+	}
+	inProcMB := float64(heapInUse()-base) / 1e6 / float64(n)
+	say("%d edges loaded %d EIPs each in %.1f s (%.1f MB of Go heap per edge, fake maps included)", n, o.EIPs, loadS, inProcMB)
+
+	// waitAll waits until every edge applied rev and returns each edge's
+	// delay from t0, and the last delivery of rev to an edge's sink.
+	var lastDelivery float64
+	waitAll := func(rev int64, t0 time.Time) ([]float64, error) {
+		ds := make([]float64, n)
+		lastDelivery = 0
+		left := n
+		deadline := time.Now().Add(30 * time.Second)
+		done := make([]bool, n)
+		for left > 0 {
+			for i, fe := range edges {
+				if !done[i] && fe.rev.Load() >= rev {
+					done[i] = true
+					left--
+					ds[i] = float64(fe.at.Load()-t0.UnixNano()) / 1e6
+					if fe.seenRev.Load() >= rev {
+						lastDelivery = max(lastDelivery, float64(fe.seenAt.Load()-t0.UnixNano())/1e6)
+					}
+				}
+			}
+			if left == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("fleet: %d of %d edges had not applied revision %d after 30s", left, n, rev)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		return ds, nil
+	}
+
+	usage := func() (cpu time.Duration, rss, peak float64) {
+		for i := range cl.Members {
+			u, err := cl.Usage(i)
+			if err == nil {
+				cpu += u.CPU
+				rss = max(rss, u.RSSMB)
+				peak = max(peak, u.PeakMB)
+			}
+		}
+		return
+	}
+
+	// Drift: EIP rebinds, one at a time, each to a guest of another host.
+	say("timing %d EIP rebinds from store.Commit to every edge", o.Changes)
+	cpu0, _, _ := usage()
+	self0, _ := etcdproc.ProcUsage(os.Getpid())
+	d0 := time.Now()
+	var worst, perEdge, calls, delivered []float64
+	for c := 0; c < o.Changes; c++ {
+		i := (c * 7919) % o.EIPs
+		e := fleetEIP(i, (i/fleetGuestsPerHost+1+c%2)%hosts)
+		t0 := time.Now()
+		rev, err := commitAt(ctx, admin, ops(e))
+		if err != nil {
+			return nil, fmt.Errorf("fleet: rebind %v: %w", e.Address, err)
+		}
+		calls = append(calls, float64(time.Since(t0))/1e6)
+		ds, err := waitAll(rev, t0)
+		if err != nil {
+			return nil, err
+		}
+		worst = append(worst, maxOf(ds))
+		delivered = append(delivered, lastDelivery)
+		perEdge = append(perEdge, ds...)
+		// Every edge holds the new route.
+		want := netip.AddrFrom4([4]byte{198, 18, byte(((i/fleetGuestsPerHost + 1 + c%2) % hosts) >> 8), byte((i/fleetGuestsPerHost + 1 + c%2) % hosts)})
+		for _, fe := range edges {
+			if rt, ok, _ := fe.fake.Route(e.Address); !ok || rt.Host != want {
+				return nil, fmt.Errorf("fleet: edge %s: route of %v is %+v after applying revision %d, want host %v", fe.name, e.Address, rt, rev, want)
+			}
+		}
+	}
+	driftS := time.Since(d0).Seconds()
+	cpu1, _, _ := usage()
+	self1, _ := etcdproc.ProcUsage(os.Getpid())
+	etcdCPUPerChange := float64(cpu1-cpu0) / 1e6 / float64(o.Changes)
+	// The fleet process's CPU per change and edge: what one edge spends
+	// on a rebind (decode, index, map write, its client), all 320 of
+	// them sharing this machine's cores.
+	edgeCPUPerChange := float64(self1.CPU-self0.CPU) / 1e3 / float64(o.Changes) / float64(n)
+	callP50 := percentile(calls, 50)
+	say("drift to every edge: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms; delivered to the last edge's sink p50 %.1f p99 %.1f ms); etcd CPU %.1f ms per change (all members), edge CPU %.0f µs per change and edge",
+		percentile(worst, 50), percentile(worst, 99), maxOf(worst), callP50, percentile(delivered, 50), percentile(delivered, 99), etcdCPUPerChange, edgeCPUPerChange)
+
+	// Agreement: a backend leaves and returns; every edge's table must
+	// reach the same checksum.
+	say("timing %d service changes until every edge's table checksum agrees", o.ServiceChanges)
+	var agree, agreeDelivered []float64
+	sa0, _ := etcdproc.ProcUsage(os.Getpid())
+	for c := 0; c < o.ServiceChanges; c++ {
+		without := -1
+		if c%2 == 0 {
+			without = c / 2 % 8
+		}
+		t0 := time.Now()
+		rev, err := commitAt(ctx, admin, ops(fleetService(8, without)))
+		if err != nil {
+			return nil, fmt.Errorf("fleet: service change: %w", err)
+		}
+		ds, err := waitAll(rev, t0)
+		if err != nil {
+			return nil, err
+		}
+		agree = append(agree, maxOf(ds))
+		agreeDelivered = append(agreeDelivered, lastDelivery)
+		var sum string
+		for _, fe := range edges {
+			tb := fe.r.Status(time.Time{}, nil).Tables[model.TableKey("web", "web")]
+			wantB := 8
+			if without >= 0 {
+				wantB = 7
+			}
+			if tb.Backends != wantB {
+				return nil, fmt.Errorf("fleet: edge %s: table of %d backends after revision %d, want %d", fe.name, tb.Backends, rev, wantB)
+			}
+			if sum == "" {
+				sum = tb.Checksum
+			} else if tb.Checksum != sum {
+				return nil, fmt.Errorf("fleet: edge %s: table checksum %s, edge %s has %s", fe.name, tb.Checksum, edges[0].name, sum)
+			}
+		}
+	}
+	sa1, _ := etcdproc.ProcUsage(os.Getpid())
+	edgeCPUPerService := float64(sa1.CPU-sa0.CPU) / 1e6 / float64(o.ServiceChanges) / float64(n)
+	say("agreement of %d tables: p50 %.0f ms, max %.0f ms (delivered to the last edge p50 %.0f ms; edge CPU %.1f ms per service change and edge)",
+		n, percentile(agree, 50), maxOf(agree), percentile(agreeDelivered, 50), edgeCPUPerService)
+	_, etcdRSS, etcdPeak := usage()
+	var etcdCPUTotal time.Duration
+	for i := range cl.Members {
+		if u, err := cl.Usage(i); err == nil {
+			etcdCPUTotal += u.CPU
+		}
+	}
+
+	// Stop the fleet before the one-edge measurement.
+	ecancel()
+	wg.Wait()
+	edges = nil
+	runtime.GC()
+	debug.FreeOSMemory()
+
+	shape := fmt.Sprintf("%d sets x %d edges in one process (each its own etcd client and watch, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.Sets, o.EdgesPerSet, o.EIPs, o.Members)
+	out := []Result{
+		{Suite: "fleet", Name: "edges", Value: float64(n), Unit: "", Note: shape},
+		{Suite: "fleet", Name: "write_region", Value: writeS, Unit: "s", Note: fmt.Sprintf("%d EIPs and %d hosts in transactions of 1024 ops", o.EIPs, hosts)},
+		{Suite: "fleet", Name: "fleet_first_load", Value: loadS, Unit: "s", Note: "every edge's full load, 8 at a time"},
+		{Suite: "fleet", Name: "commit_call_p50", Value: callP50, Unit: "ms"},
+		{Suite: "fleet", Name: "drift_all_edges_p50", Value: percentile(worst, 50), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 50) / callP50,
+			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last of %d edges applied it", o.Changes, n)},
+		{Suite: "fleet", Name: "drift_all_edges_p99", Value: percentile(worst, 99), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 99) / callP50, Target: "<= 100 ms"},
+		{Suite: "fleet", Name: "drift_all_edges_max", Value: maxOf(worst), Unit: "ms"},
+		{Suite: "fleet", Name: "drift_delivered_all_edges_p50", Value: percentile(delivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink (before its decode and apply)"},
+		{Suite: "fleet", Name: "drift_delivered_all_edges_p99", Value: percentile(delivered, 99), Unit: "ms"},
+		{Suite: "fleet", Name: "drift_one_edge_p50", Value: percentile(perEdge, 50), Unit: "ms", Note: "over every (edge, change)"},
+		{Suite: "fleet", Name: "drift_one_edge_p99", Value: percentile(perEdge, 99), Unit: "ms"},
+		{Suite: "fleet", Name: "table_agreement_p50", Value: percentile(agree, 50), Unit: "ms", Note: fmt.Sprintf("%d changes of an 8-backend pool (Maglev M=%d), until every edge applied it; checksums then compared", o.ServiceChanges, model.DefaultTableSize)},
+		{Suite: "fleet", Name: "table_agreement_max", Value: maxOf(agree), Unit: "ms", Target: "<= 1000 ms"},
+		{Suite: "fleet", Name: "table_agreement_delivered_p50", Value: percentile(agreeDelivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink"},
+		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU during the rebinds / changes / edges"},
+		{Suite: "fleet", Name: "edge_cpu_per_service_change", Value: edgeCPUPerService, Unit: "ms", Note: "the fleet process's CPU during the service changes / changes / edges (a Maglev build each)"},
+		{Suite: "fleet", Name: "etcd_cpu_per_change", Value: etcdCPUPerChange, Unit: "ms", Note: fmt.Sprintf("all members, during the rebinds (%.1f s)", driftS)},
+		{Suite: "fleet", Name: "etcd_cpu_total", Value: etcdCPUTotal.Seconds(), Unit: "s", Note: "all members, whole run so far (loads included)"},
+		{Suite: "fleet", Name: "etcd_member_rss_max", Value: etcdRSS, Unit: "MB"},
+		{Suite: "fleet", Name: "etcd_member_peak_rss_max", Value: etcdPeak, Unit: "MB"},
+		{Suite: "fleet", Name: "in_process_heap_per_edge", Value: inProcMB, Unit: "MB", Note: "Go heap of the fleet / edges, fake maps and clients included"},
+	}
+
+	if o.RSSEIPs > 0 {
+		if o.RSSEIPs > o.EIPs {
+			say("adding EIPs up to %d for the one-edge measurement", o.RSSEIPs)
+			var more []model.Object
+			for h := hosts; h < fleetHosts(o.RSSEIPs); h++ {
+				more = append(more, fleetHost(h))
+			}
+			if _, err := commitAt(ctx, admin, ops(more...)); err != nil {
+				return nil, fmt.Errorf("fleet: write hosts: %w", err)
+			}
+			for lo := o.EIPs; lo < o.RSSEIPs; lo += 100_000 {
+				more = more[:0]
+				for i := lo; i < min(lo+100_000, o.RSSEIPs); i++ {
+					more = append(more, fleetEIP(i, i/fleetGuestsPerHost))
+				}
+				if _, err := commitAt(ctx, admin, ops(more...)); err != nil {
+					return nil, fmt.Errorf("fleet: write EIPs: %w", err)
+				}
+			}
+		}
+		say("one edge alone in a child process, loading %d EIPs", max(o.RSSEIPs, o.EIPs))
+		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), max(o.RSSEIPs, o.EIPs))
+		if err != nil {
+			return nil, err
+		}
+		say("one edge, %d EIPs: RSS %.0f MB (peak %.0f), of which the fake route map %.0f MB; load %.1f s", rep.EIPs, rep.RSSMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS)
+		_, etcdRSS, etcdPeak := usage()
+		say("etcd members with %d EIPs: RSS %.0f MB (peak %.0f), the largest member", rep.EIPs, etcdRSS, etcdPeak)
+		out = append(out,
+			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_rss_%d_eips", rep.EIPs), Value: etcdRSS, Unit: "MB", Note: "the largest member, after the one-edge load"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_peak_rss_%d_eips", rep.EIPs), Value: etcdPeak, Unit: "MB"})
+		out = append(out,
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_%d_eips", rep.EIPs), Value: rep.RSSMB, Unit: "MB",
+				Note: "one edge Reconciler on the fakes in its own process, after its full load from the cluster; includes the fake route map"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_peak_rss_%d_eips", rep.EIPs), Value: rep.PeakMB, Unit: "MB", Target: "<= 200 MB"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_fake_maps_%d_eips", rep.EIPs), Value: rep.FakeMapsMB, Unit: "MB",
+				Note: "Go heap freed by dropping the fake maps: a real edge keeps these in BPF maps (kernel memory, not RSS)"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_minus_fake_%d_eips", rep.EIPs), Value: rep.RSSMB - rep.FakeMapsMB, Unit: "MB", Target: "<= 200 MB"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s"},
+		)
+	}
+	return out, nil
+}
+
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// FleetEdgeReport is what the one-edge child prints.
+type FleetEdgeReport struct {
+	EIPs       int     `json:"eips"`
+	LoadS      float64 `json:"load_s"`
+	RSSMB      float64 `json:"rss_mb"`
+	PeakMB     float64 `json:"peak_mb"`
+	FakeMapsMB float64 `json:"fake_maps_mb"`
+}
+
+// FleetEdgeChildArg is the hidden command the child runs as
+// (`azgate bench fleet fleet-edge`).
+const FleetEdgeChildArg = "fleet-edge"
+
+func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips int) (*FleetEdgeReport, error) {
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin, "bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--eips", strconv.Itoa(eips))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("fleet: one-edge child %s: %w: %s", bin, err, stderr.String())
+	}
+	var rep FleetEdgeReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("fleet: one-edge child's report %q: %w", b, err)
+	}
+	return &rep, nil
+}
+
+// FleetEdgeChild is the one-edge process: an edge Reconciler (named
+// s0-e0) on the fakes follows the store until it holds eips routes, then
+// reports its RSS, and how much Go heap dropping the fake maps frees, as
+// JSON on w.
+func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writer) error {
+	quiet := slog.New(slog.DiscardHandler)
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fake := dataplane.NewFakeLB()
+	r := edge.NewReconciler(edge.Config{Name: "s0-e0", Log: quiet, HashSeed: edge.DefaultHashSeed}, fake)
+	loaded := make(chan struct{})
+	var once sync.Once
+	r.OnApplied = func(int64) { once.Do(func() { close(loaded) }) }
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 := time.Now()
+	go st.FollowSink(fctx, r)
+	select {
+	case <-loaded:
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("no load in 10 minutes")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	rep := FleetEdgeReport{LoadS: time.Since(t0).Seconds()}
+	rep.EIPs = len(fake.Routes())
+	if rep.EIPs != eips {
+		return fmt.Errorf("the edge holds %d routes, want %d", rep.EIPs, eips)
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	u, err := etcdproc.ProcUsage(os.Getpid())
+	if err != nil {
+		return err
+	}
+	rep.RSSMB, rep.PeakMB = u.RSSMB, u.PeakMB
+	cancel() // the follower stops touching the maps
+	before := heapInUse()
+	fake.RouteMap, fake.Counters = map[netip.Addr]dataplane.Route{}, map[uint32]dataplane.Counters{}
+	rep.FakeMapsMB = float64(before-heapInUse()) / (1 << 20)
+	runtime.KeepAlive(r)
+	bw := bufio.NewWriter(w)
+	json.NewEncoder(bw).Encode(rep)
+	return bw.Flush()
+}

@@ -1,0 +1,102 @@
+package connsync
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Metrics count what the Syncer did (all since it started).
+type Metrics struct {
+	Events           atomic.Uint64 // read from the ring buffer
+	Batches          atomic.Uint64 // batches of events made
+	Sent             atomic.Uint64 // entries written to peers (each peer counts)
+	SentBytes        atomic.Uint64 // bytes of those frames (headers and MACs included)
+	Received         atomic.Uint64 // entries received from peers
+	Applied          atomic.Uint64 // entries written into this edge's maps
+	Unmapped         atomic.Uint64 // entries dropped: their backend is not on this edge (2 s after they came), or no longer in that slot (sender)
+	QueueDrops       atomic.Uint64 // entries dropped: a peer's queue was full
+	Malformed        atomic.Uint64 // sessions ended by a frame that did not parse
+	MalformedEntries atomic.Uint64 // entries refused inside authenticated frames
+	AuthFailures     atomic.Uint64 // handshakes or frames that failed authentication
+	ApplyErrors      atomic.Uint64 // map writes that failed
+	Sessions         atomic.Uint64 // sessions to peers established
+	DumpSent         atomic.Uint64 // entries sent in full copies
+	DumpReceived     atomic.Uint64 // entries received in full copies (and batches on this edge's own sessions)
+	Refreshed        atomic.Uint64 // entries sent again by the periodic refresh
+	Refused          atomic.Uint64 // connections closed at once: MaxSessions were being served
+}
+
+// MetricsSnapshot is Metrics read at one time.
+type MetricsSnapshot struct {
+	Events, Batches, Sent, SentBytes, Received, Applied, Unmapped, QueueDrops uint64
+	Malformed, MalformedEntries, AuthFailures, ApplyErrors, Sessions          uint64
+	DumpSent, DumpReceived, Refreshed, Refused                                uint64
+}
+
+// Snapshot reads the counters.
+func (m *Metrics) Snapshot() MetricsSnapshot {
+	return MetricsSnapshot{Events: m.Events.Load(), Batches: m.Batches.Load(), Sent: m.Sent.Load(), SentBytes: m.SentBytes.Load(),
+		Received: m.Received.Load(), Applied: m.Applied.Load(), Unmapped: m.Unmapped.Load(), QueueDrops: m.QueueDrops.Load(),
+		Malformed: m.Malformed.Load(), MalformedEntries: m.MalformedEntries.Load(), AuthFailures: m.AuthFailures.Load(),
+		ApplyErrors: m.ApplyErrors.Load(), Sessions: m.Sessions.Load(), DumpSent: m.DumpSent.Load(),
+		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load()}
+}
+
+// Counters names the counters for the node status (sync_*).
+func (m MetricsSnapshot) Counters() map[string]uint64 {
+	return map[string]uint64{
+		"sync_events": m.Events, "sync_batches": m.Batches, "sync_sent": m.Sent, "sync_sent_bytes": m.SentBytes,
+		"sync_received": m.Received, "sync_applied": m.Applied, "sync_unmapped": m.Unmapped,
+		"sync_drop_queue_full": m.QueueDrops, "sync_drop_malformed": m.Malformed, "sync_drop_malformed_entries": m.MalformedEntries,
+		"sync_auth_failures": m.AuthFailures, "sync_apply_errors": m.ApplyErrors, "sync_sessions": m.Sessions,
+		"sync_dump_sent": m.DumpSent, "sync_dump_received": m.DumpReceived, "sync_refreshed": m.Refreshed, "sync_refused": m.Refused,
+	}
+}
+
+// lagWindow keeps the last lags measured (event to the peer's
+// acknowledgement of its batch, on this edge's clock).
+type lagWindow struct {
+	mu   sync.Mutex
+	buf  []time.Duration
+	next int
+	full bool
+	n    uint64
+}
+
+func newLagWindow(size int) *lagWindow { return &lagWindow{buf: make([]time.Duration, size)} }
+
+func (w *lagWindow) add(d time.Duration) {
+	w.mu.Lock()
+	w.buf[w.next] = d
+	w.next++
+	if w.next == len(w.buf) {
+		w.next, w.full = 0, true
+	}
+	w.n++
+	w.mu.Unlock()
+}
+
+// LagSnapshot summarises the lags of the window.
+type LagSnapshot struct {
+	Samples       uint64 // measured since start
+	P50, P99, Max time.Duration
+}
+
+func (w *lagWindow) snapshot() LagSnapshot {
+	w.mu.Lock()
+	n := w.next
+	if w.full {
+		n = len(w.buf)
+	}
+	s := slices.Clone(w.buf[:n])
+	total := w.n
+	w.mu.Unlock()
+	if len(s) == 0 {
+		return LagSnapshot{Samples: total}
+	}
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return LagSnapshot{Samples: total, P50: q(0.50), P99: q(0.99), Max: s[len(s)-1]}
+}
