@@ -99,7 +99,17 @@ type Failover struct {
 	ConnsLost []ConnsLost `json:"conns_lost,omitempty"`
 	// When each step happened, to place the probes' losses.
 	FailedAt, WithdrawnAt, RestoredAt, RejoinedAt time.Time `json:"-"`
+	// A restarted edge (SIGTERM, SIGKILL): when its connection sync said
+	// it held a full copy and when it began to announce, from its log
+	// (zero: not seen).
+	SyncReadyAt, AnnouncedAt time.Time `json:"-"`
 }
+
+// Messages of the edge's log that MeasureFailover looks for.
+const (
+	logSyncReady = "connection sync ready"
+	logAnnounces = "edge announces its set's routes"
+)
 
 // Gap is the longest traffic gap any probe flow saw in the failure.
 func (f Failover) Gap() time.Duration { return maxGap(f.Probes) }
@@ -209,6 +219,14 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 	}
 	rj, err := l.WaitRoute(ctx, prefix, all, 60*time.Second)
 	r.RejoinedAt = time.Now()
+	if o.Cause == CauseSIGTERM || o.Cause == CauseSIGKILL {
+		if ts, _ := l.LogTimes(o.Edge, logSyncReady, r.RestoredAt); len(ts) > 0 {
+			r.SyncReadyAt = ts[0]
+		}
+		if ts, _ := l.LogTimes(o.Edge, logAnnounces, r.RestoredAt); len(ts) > 0 {
+			r.AnnouncedAt = ts[0]
+		}
+	}
 	time.Sleep(o.Settle)
 	r.ReturnProbes = p.Stop()
 	if err != nil {

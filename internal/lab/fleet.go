@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -215,4 +218,30 @@ func (l *Lab) Quarantine(ctx context.Context, addr string, on bool) error {
 	}
 	_, err = c.Create(ctx, &model.Quarantine{Address: netip.MustParseAddr(addr), Reason: "lab demo", By: "operator"})
 	return err
+}
+
+// LogTimes returns the times of a node's log lines (its role process's
+// slog text output) whose message is msg, from since on.
+func (l *Lab) LogTimes(node, msg string, since time.Time) ([]time.Time, error) {
+	n := l.Topo.Node(node)
+	if n == nil || n.Process == nil {
+		return nil, fmt.Errorf("no role process on %q", node)
+	}
+	b, err := os.ReadFile(n.Process.Log)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	want := "msg=" + strconv.Quote(msg)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "time=") || !strings.Contains(line, want) {
+			continue
+		}
+		f := strings.SplitN(strings.TrimPrefix(line, "time="), " ", 2)
+		t, err := time.Parse(time.RFC3339Nano, f[0])
+		if err == nil && !t.Before(since) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

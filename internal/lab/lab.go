@@ -411,7 +411,8 @@ func (l *Lab) startEdge(n *Node) error {
 	}
 	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdFlag(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
-		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String())
+		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
+		"--sync-listen", fmt.Sprintf(":%d", SyncPort))
 }
 
 func (l *Lab) startAgent(n *Node) error {

@@ -121,6 +121,12 @@ const StaticUpstream = false
 // that fab sends the DMZ servers' replies to (docs/lab.md, "The DMZ").
 const NATPinned = "198.51.100.30/31"
 
+// SyncPort is the port of the edges' connection sync (--sync-listen), on
+// their underlay addresses: the members of a set copy each other's
+// connection entries, and a returning member announces only once it holds
+// a full copy.
+const SyncPort = 7946
+
 // EdgeSpec is one edge of the lab.
 type EdgeSpec struct {
 	Name string

@@ -272,6 +272,18 @@ func TestFleetFailover(t *testing.T) {
 			if f.maxGap > 0 && r.Gap() > f.maxGap {
 				t.Errorf("%s: traffic gap %v, target <= %v", f.cause, r.Gap(), f.maxGap)
 			}
+			// A restarted edge pulls a full copy of its set's connections
+			// before it announces.
+			if f.cause == lab.CauseSIGKILL || f.cause == lab.CauseSIGTERM {
+				t.Logf("%s restarted: sync ready %v, announcing %v, in the route %v after the restart",
+					f.edge, r.SyncReadyAt.Sub(r.RestoredAt), r.AnnouncedAt.Sub(r.RestoredAt), r.RejoinedAt.Sub(r.RestoredAt))
+				switch {
+				case r.SyncReadyAt.IsZero() || r.AnnouncedAt.IsZero():
+					t.Errorf("%s's log shows no %q or no %q after its restart", f.edge, "connection sync ready", "edge announces its set's routes")
+				case r.AnnouncedAt.Before(r.SyncReadyAt):
+					t.Errorf("%s announced %v before its connection sync was ready", f.edge, r.SyncReadyAt.Sub(r.AnnouncedAt))
+				}
+			}
 		})
 	}
 	if alive := conns.Alive(); alive != conns.Len() {
