@@ -159,9 +159,10 @@ func init() {
 func fleetCommand() *cobra.Command {
 	var only, cpuProfile string
 	fo := bench.FleetOptions{}
+	ffo := bench.FleetFailoverOptions{}
 	f := &cobra.Command{
 		Use:   "fleet",
-		Short: "Edge fleets: control-plane drift and table agreement on a 3-member etcd cluster",
+		Short: "Edge fleets: control-plane drift and table agreement on a 3-member etcd cluster; failover gaps by cause in the lab",
 		Long: `Sections (all by default, one with --only):
 
   control  SETS x EDGES edge reconcilers on the data-plane fakes in this
@@ -171,7 +172,12 @@ func fleetCommand() *cobra.Command {
            rebind to every edge having applied it, the time until every
            edge's table checksum agrees after a service change, the etcd
            members' CPU time and RSS, and then one edge alone in a child
-           process loading --rss-eips EIPs (its RSS).`,
+           process loading --rss-eips EIPs (its RSS).
+  failover a lab of its own (prefix azb-, BIRD in the router, hold 3 s,
+           keepalive 1 s) with long-lived connections through an EIP, an
+           encap and a nat service: the traffic gap and the datagrams lost
+           while the router drops a member of the prefix set, by cause
+           (drain, SIGTERM, SIGKILL, link down, hang), and on its return.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -179,9 +185,9 @@ func fleetCommand() *cobra.Command {
 			say := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 			var rs []bench.Result
 			switch only {
-			case "", "control":
+			case "", "control", "failover":
 			default:
-				return fmt.Errorf("bench fleet: --only %q: want control", only)
+				return fmt.Errorf("bench fleet: --only %q: want control or failover", only)
 			}
 			if only == "" || only == "control" {
 				fo.Out = say
@@ -202,10 +208,20 @@ func fleetCommand() *cobra.Command {
 				}
 				rs = append(rs, r...)
 			}
+			if only == "" || only == "failover" {
+				ffo.Out = say
+				r, err := bench.FleetFailover(ctx, ffo)
+				rs = append(rs, r...)
+				if err != nil {
+					bench.Report(cmd.OutOrStdout(), rs, globals.json)
+					return fmt.Errorf("bench fleet (failover): %w", err)
+				}
+			}
 			return bench.Report(cmd.OutOrStdout(), rs, globals.json)
 		},
 	}
-	f.Flags().StringVar(&only, "only", "", "run one section: control")
+	f.Flags().StringVar(&only, "only", "", "run one section: control or failover")
+	f.Flags().StringSliceVar(&ffo.Causes, "failover-causes", nil, "failover: the causes to measure (default: drain, sigterm, sigkill, link-down, hang)")
 	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
 	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
