@@ -115,8 +115,8 @@ func FleetFailover(ctx context.Context, o FleetFailoverOptions) ([]Result, error
 		gap := float64(r.Gap()) / 1e6
 		rs = append(rs, Result{Suite: "fleet", Name: "failover gap, " + cause, Value: gap, Unit: "ms",
 			Baseline: "BGP hold time", BaselineValue: hold, Ratio: gap / hold, Target: targetOf[cause],
-			Note: fmt.Sprintf("%s; %s: route withdrawn after %.0f ms; %d of %d probe datagrams lost (resolution %v); %d of %d connections lost; return: rejoined after %.0f ms, gap %.0f ms, %d lost",
-				timers, o.Edge, float64(r.Withdrawn)/1e6, r.Lost(), sent, o.Interval, r.LostConns(), conns.Len(),
+			Note: fmt.Sprintf("%s; %s: route withdrawn after %.0f ms; %d of %d probe datagrams lost (resolution %v), %d of %d flows never recovered in the phase (gap then a lower bound); %d of %d connections lost; return: rejoined after %.0f ms, gap %.0f ms, %d lost",
+				timers, o.Edge, float64(r.Withdrawn)/1e6, r.Lost(), sent, o.Interval, r.Unrecovered(), o.Flows*len(targets), r.LostConns(), conns.Len(),
 				float64(r.Rejoined)/1e6, float64(r.ReturnGap())/1e6, r.ReturnLost())},
 			Result{Suite: "fleet", Name: "failover lost datagrams, " + cause, Value: float64(r.Lost()), Unit: "datagrams", Target: targetOf[cause]},
 		)

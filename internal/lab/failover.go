@@ -123,6 +123,16 @@ func (f Failover) Lost() uint64 { return sumLost(f.Probes) }
 // ReturnLost is the probe datagrams lost in the return.
 func (f Failover) ReturnLost() uint64 { return sumLost(f.ReturnProbes) }
 
+// Unrecovered counts the probe flows whose replies had not come back by
+// the end of the failure phase (their gap is a lower bound).
+func (f Failover) Unrecovered() int {
+	n := 0
+	for _, p := range f.Probes {
+		n += p.Unrecovered
+	}
+	return n
+}
+
 // LostConns counts the connections lost.
 func (f Failover) LostConns() int {
 	n := 0
