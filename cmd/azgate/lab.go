@@ -25,11 +25,13 @@ func init() {
 		c := &cobra.Command{
 			Use:   "lab",
 			Short: "A whole region on this machine, in network namespaces",
-			Long: `The lab builds an Internet client, an upstream router, an edge, an underlay
-router and three AZs of two hosts with two guests each, all in network
+			Long: `The lab builds an Internet client, an upstream router running BIRD 2 (one
+BGP session per edge, ECMP), six edges (a prefix set of two POPs x two
+edges, a dedicated and a quarantine set's edge), an underlay router, three
+AZs of two hosts with two guests each and three DMZ servers, all in network
 namespaces joined by veth pairs, and runs the controller (embedded etcd, or
 with "lab up --etcd-members 3" a cluster of etcd-server processes),
-the edge and the agents in them. It is sealed from the machine's network.`,
+the edges and the agents in them. It is sealed from the machine's network.`,
 		}
 		c.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix, "prefix of the lab's namespaces and pins")
 		c.PersistentFlags().StringVar(&cfg.StateDir, "state-dir", lab.DefaultStateDir, "controller data, logs and lab state")
@@ -98,7 +100,7 @@ and lab down stops the members by PID.`,
 		})
 		demo := &cobra.Command{
 			Use:   "demo",
-			Short: "Bind an EIP, reach its guest from the Internet, drift it to AZ 3 under traffic, unbind",
+			Short: "Bind an EIP, drift it to AZ 3 under traffic, services; then ECMP over the edge set, pull-out, quarantine, an edge killed under traffic",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
