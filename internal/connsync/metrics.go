@@ -56,20 +56,33 @@ func (m MetricsSnapshot) Counters() map[string]uint64 {
 }
 
 // lagWindow keeps the last lags measured (event to the peer's
-// acknowledgement of its batch, on this edge's clock).
+// acknowledgement of its batch, on this edge's clock): at most size of
+// them, and only those measured within the horizon, so the figures
+// describe the stream as it is now. (By count alone, the lags of an
+// outage's backlog would dominate the window until size more batches
+// went, minutes or hours at a low rate.)
 type lagWindow struct {
-	mu   sync.Mutex
-	buf  []time.Duration
-	next int
-	full bool
-	n    uint64
+	mu      sync.Mutex
+	buf     []lagSample
+	next    int
+	full    bool
+	n       uint64
+	horizon time.Duration
 }
 
-func newLagWindow(size int) *lagWindow { return &lagWindow{buf: make([]time.Duration, size)} }
+type lagSample struct {
+	at time.Time // when it was measured
+	d  time.Duration
+}
+
+func newLagWindow(size int, horizon time.Duration) *lagWindow {
+	return &lagWindow{buf: make([]lagSample, size), horizon: horizon}
+}
 
 func (w *lagWindow) add(d time.Duration) {
+	now := time.Now()
 	w.mu.Lock()
-	w.buf[w.next] = d
+	w.buf[w.next] = lagSample{now, d}
 	w.next++
 	if w.next == len(w.buf) {
 		w.next, w.full = 0, true
@@ -81,16 +94,22 @@ func (w *lagWindow) add(d time.Duration) {
 // LagSnapshot summarises the lags of the window.
 type LagSnapshot struct {
 	Samples       uint64 // measured since start
-	P50, P99, Max time.Duration
+	P50, P99, Max time.Duration // of the last 8192 within the horizon (LagHorizon); 0 without any
 }
 
 func (w *lagWindow) snapshot() LagSnapshot {
+	since := time.Now().Add(-w.horizon)
 	w.mu.Lock()
 	n := w.next
 	if w.full {
 		n = len(w.buf)
 	}
-	s := slices.Clone(w.buf[:n])
+	s := make([]time.Duration, 0, n)
+	for _, x := range w.buf[:n] {
+		if x.at.After(since) {
+			s = append(s, x.d)
+		}
+	}
 	total := w.n
 	w.mu.Unlock()
 	if len(s) == 0 {
