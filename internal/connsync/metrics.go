@@ -93,7 +93,7 @@ func (w *lagWindow) add(d time.Duration) {
 
 // LagSnapshot summarises the lags of the window.
 type LagSnapshot struct {
-	Samples       uint64 // measured since start
+	Samples       uint64        // measured since start
 	P50, P99, Max time.Duration // of the last 8192 within the horizon (LagHorizon); 0 without any
 }
 
