@@ -374,7 +374,7 @@ func (s *Syncer) enqueue(b *batch) {
 		select {
 		case l.q <- b:
 		default:
-			s.m.QueueDrops.Add(uint64(b.n))
+			l.noteDrop(b.n)
 		}
 	}
 }
@@ -514,7 +514,7 @@ func (s *Syncer) enqueueBulk(ctx context.Context, b *batch) {
 		select {
 		case l.q <- b:
 		default:
-			s.m.QueueDrops.Add(uint64(b.n))
+			l.noteDrop(b.n)
 		}
 	}
 }

@@ -25,6 +25,7 @@ type Metrics struct {
 	DumpSent         atomic.Uint64 // entries sent in full copies
 	DumpReceived     atomic.Uint64 // entries received in full copies (and batches on this edge's own sessions)
 	Refreshed        atomic.Uint64 // entries sent again by the periodic refresh
+	CaughtUp         atomic.Uint64 // entries sent again to a peer whose queue had dropped batches
 	Refused          atomic.Uint64 // connections closed at once: MaxSessions were being served
 }
 
@@ -32,7 +33,7 @@ type Metrics struct {
 type MetricsSnapshot struct {
 	Events, Batches, Sent, SentBytes, Received, Applied, Unmapped, QueueDrops uint64
 	Malformed, MalformedEntries, AuthFailures, ApplyErrors, Sessions          uint64
-	DumpSent, DumpReceived, Refreshed, Refused                                uint64
+	DumpSent, DumpReceived, Refreshed, Refused, CaughtUp                      uint64
 }
 
 // Snapshot reads the counters.
@@ -41,7 +42,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		Received: m.Received.Load(), Applied: m.Applied.Load(), Unmapped: m.Unmapped.Load(), QueueDrops: m.QueueDrops.Load(),
 		Malformed: m.Malformed.Load(), MalformedEntries: m.MalformedEntries.Load(), AuthFailures: m.AuthFailures.Load(),
 		ApplyErrors: m.ApplyErrors.Load(), Sessions: m.Sessions.Load(), DumpSent: m.DumpSent.Load(),
-		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load()}
+		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load(),
+		CaughtUp: m.CaughtUp.Load()}
 }
 
 // Counters names the counters for the node status (sync_*).
@@ -52,6 +54,7 @@ func (m MetricsSnapshot) Counters() map[string]uint64 {
 		"sync_drop_queue_full": m.QueueDrops, "sync_drop_malformed": m.Malformed, "sync_drop_malformed_entries": m.MalformedEntries,
 		"sync_auth_failures": m.AuthFailures, "sync_apply_errors": m.ApplyErrors, "sync_sessions": m.Sessions,
 		"sync_dump_sent": m.DumpSent, "sync_dump_received": m.DumpReceived, "sync_refreshed": m.Refreshed, "sync_refused": m.Refused,
+		"sync_caught_up": m.CaughtUp,
 	}
 }
 

@@ -37,6 +37,16 @@ type peerLink struct {
 	// their order, before anything queued after them. Only run's
 	// goroutine (its sessions, one at a time) touches it.
 	resend []*batch
+	// dropped is when this peer's queue first dropped a batch since its
+	// last catch-up (unix ns; 0: none): the next session sends again
+	// every entry used since then (catchUp).
+	dropped atomic.Int64
+}
+
+// noteDrop records a batch dropped for this peer.
+func (l *peerLink) noteDrop(n int) {
+	l.s.m.QueueDrops.Add(uint64(n))
+	l.dropped.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // sentBatch is a batch written to the peer and not yet acknowledged.
@@ -292,6 +302,40 @@ func (l *peerLink) session(ctx context.Context) error {
 		}
 	}
 	window := cap(l.q)
+	// After drops: what was queued before them (older) first, then every
+	// entry used since the first drop, at the pace the peer acknowledges.
+	if since := l.dropped.Swap(0); since != 0 {
+		for n := len(l.q); n > 0; n-- {
+			if err := send(<-l.q); err != nil {
+				l.dropped.CompareAndSwap(0, since)
+				return err
+			}
+		}
+		n, err := s.walk(kindRefresh, time.Since(time.Unix(0, since))+time.Second, func(b *batch) error {
+			for {
+				unackedMu.Lock()
+				full := len(unacked) >= window
+				unackedMu.Unlock()
+				if !full {
+					break
+				}
+				select {
+				case <-acked:
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(s.cfg.IOTimeout):
+					return fmt.Errorf("catching %s up: no acknowledgement for %v", l.peer.Name, s.cfg.IOTimeout)
+				}
+			}
+			return send(b)
+		})
+		s.m.CaughtUp.Add(uint64(n))
+		if err != nil {
+			l.dropped.CompareAndSwap(0, since)
+			return err
+		}
+		s.cfg.Log.Info("connection sync: caught a peer up after dropped events", "peer", l.peer.Name, "entries", n)
+	}
 	for {
 		q := l.q
 		unackedMu.Lock()
