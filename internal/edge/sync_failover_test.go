@@ -77,6 +77,76 @@ func (e *syncEdge) ready() bool {
 	return s != nil && s.Ready()
 }
 
+const syncTableSize = 1009
+
+var (
+	syncEncapVIP = netip.MustParseAddr("198.51.100.20")
+	syncNATVIP   = netip.MustParseAddr("198.51.100.30")
+	weight0      = uint32(0)
+)
+
+// syncWeb is an encap-mode service on hosts h1..h5 (198.18.30.N), one
+// of them drained ("": none).
+func syncWeb(hs []string, drained string) *model.Service {
+	s := &model.Service{Name: "web", VIP: syncEncapVIP, Mode: model.ModeEncap, TableSize: syncTableSize,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: []model.Pool{{Name: "web"}}}
+	for _, h := range hs {
+		b := model.Backend{Host: h, Guest: "g1"}
+		if h == drained {
+			b.Weight = &weight0
+		}
+		s.Pools[0].Backends = append(s.Pools[0].Backends, b)
+	}
+	return s
+}
+
+// syncDMZ is a nat-mode service on 198.19.200.N:8443, one of them with
+// weight 0 (0: none).
+func syncDMZ(last []byte, zero byte) *model.Service {
+	s := &model.Service{Name: "dmz", VIP: syncNATVIP, Mode: model.ModeNAT, TableSize: syncTableSize,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 443, Pool: "q"}}, Pools: []model.Pool{{Name: "q"}}}
+	for _, x := range last {
+		b := model.Backend{Address: netip.AddrFrom4([4]byte{198, 19, 200, x}), Port: 8443}
+		if x == zero {
+			b.Weight = &weight0
+		}
+		s.Pools[0].Backends = append(s.Pools[0].Backends, b)
+	}
+	return s
+}
+
+// syncWorld: a set of two members (edge-a1, edge-a2), five hosts and the
+// two services.
+func syncWorld() []model.Object {
+	set := &model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1")}, {Name: "edge-a2", Underlay: a("198.18.0.2")}}}
+	objs := []model.Object{&model.AZ{Name: "az1"}, set,
+		syncWeb([]string{"h1", "h2", "h3", "h4"}, ""),
+		syncDMZ([]byte{1, 2, 3, 4, 9}, 9)} // .9 has weight 0 from the start: no flows
+	for i := 1; i <= 5; i++ {
+		objs = append(objs, &model.Host{Name: fmt.Sprintf("h%d", i), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, 30, byte(i)}),
+			Guests: []model.Guest{{Name: "g1", Address: netip.AddrFrom4([4]byte{198, 19, 30, byte(i)}), VSID: uint32(7000 + i)}}})
+	}
+	return objs
+}
+
+// syncConfigs returns the members' configurations: sync on a free port,
+// their underlay addresses on loopback.
+func syncConfigs(t *testing.T, st store.Secrets, hz uint32) func(name string) Config {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	loop := func(u netip.Addr) netip.Addr { b := u.As4(); return netip.AddrFrom4([4]byte{127, 0, 0, b[3]}) }
+	return func(name string) Config {
+		return Config{Name: name, Log: quiet, HashSeed: 7,
+			LB:   dataplane.LBConfig{HZ: hz, SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute},
+			Sync: SyncConfig{Port: port, Secrets: st, JoinTimeout: time.Second, underlayAddr: loop}}
+	}
+}
+
 // waitLong waits up to 20 s (loading programs on a loaded machine).
 func waitLong(t *testing.T, what string, ok func() bool) {
 	t.Helper()
@@ -155,60 +225,12 @@ func TestSyncMemberReturnsAfterBackendChange(t *testing.T) {
 	st := embeddedtest.Store(t)
 	ctx := context.Background()
 
-	const tableSize = 1009
-	w0 := uint32(0)
-	var hosts []model.Object
-	for i := 1; i <= 5; i++ {
-		hosts = append(hosts, &model.Host{Name: fmt.Sprintf("h%d", i), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, 30, byte(i)}),
-			Guests: []model.Guest{{Name: "g1", Address: netip.AddrFrom4([4]byte{198, 19, 30, byte(i)}), VSID: uint32(7000 + i)}}})
-	}
-	encapVIP, natVIP := a("198.51.100.20"), a("198.51.100.30")
-	web := func(hs []string, drained string) *model.Service {
-		s := &model.Service{Name: "web", VIP: encapVIP, Mode: model.ModeEncap, TableSize: tableSize,
-			Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: []model.Pool{{Name: "web"}}}
-		for _, h := range hs {
-			b := model.Backend{Host: h, Guest: "g1"}
-			if h == drained {
-				b.Weight = &w0
-			}
-			s.Pools[0].Backends = append(s.Pools[0].Backends, b)
-		}
-		return s
-	}
-	dmz := func(last []byte, zero byte) *model.Service {
-		s := &model.Service{Name: "dmz", VIP: natVIP, Mode: model.ModeNAT, TableSize: tableSize,
-			Listeners: []model.Listener{{Protocol: "tcp", Port: 443, Pool: "q"}}, Pools: []model.Pool{{Name: "q"}}}
-		for _, x := range last {
-			b := model.Backend{Address: netip.AddrFrom4([4]byte{198, 19, 200, x}), Port: 8443}
-			if x == zero {
-				b.Weight = &w0
-			}
-			s.Pools[0].Backends = append(s.Pools[0].Backends, b)
-		}
-		return s
-	}
-	set := &model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
-		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1")}, {Name: "edge-a2", Underlay: a("198.18.0.2")}}}
-	objs := append([]model.Object{&model.AZ{Name: "az1"}, set,
-		web([]string{"h1", "h2", "h3", "h4"}, ""),
-		dmz([]byte{1, 2, 3, 4, 9}, 9)}, // .9 has weight 0 from the start: no flows
-		hosts...)
-	if _, err := commitObjs(ctx, st, objs...); err != nil {
+	web, dmz := syncWeb, syncDMZ
+	encapVIP, natVIP := syncEncapVIP, syncNATVIP
+	if _, err := commitObjs(ctx, st, syncWorld()...); err != nil {
 		t.Fatal(err)
 	}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	loop := func(u netip.Addr) netip.Addr { b := u.As4(); return netip.AddrFrom4([4]byte{127, 0, 0, b[3]}) }
-	cfgOf := func(name string) Config {
-		return Config{Name: name, Log: quiet, HashSeed: 7,
-			LB:   dataplane.LBConfig{HZ: hz, SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute},
-			Sync: SyncConfig{Port: port, Secrets: st, JoinTimeout: time.Second, underlayAddr: loop}}
-	}
+	cfgOf := syncConfigs(t, st, hz)
 	ea := startSyncEdge(t, st, cfgOf("edge-a1"))
 	eb := startSyncEdge(t, st, cfgOf("edge-a2"))
 	waitLong(t, "both members ready", func() bool { return ea.ready() && eb.ready() })
@@ -260,7 +282,7 @@ func TestSyncMemberReturnsAfterBackendChange(t *testing.T) {
 			}
 			bs = append(bs, maglev.Backend{Key: k, Weight: w})
 		}
-		tb, err := maglev.Build(bs, tableSize, 7)
+		tb, err := maglev.Build(bs, syncTableSize, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
