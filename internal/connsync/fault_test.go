@@ -73,8 +73,7 @@ func (p *cutProxy) pipe(from, to net.Conn) {
 			st := p.stall
 			p.mu.Unlock()
 			if st != nil {
-				<-st // hold the bytes while stalled: they are lost with the cut that follows
-				return
+				<-st // hold the bytes while stalled (lost if the stall ends with a cut)
 			}
 			if _, werr := to.Write(buf[:n]); werr != nil {
 				return
@@ -116,6 +115,17 @@ func (p *cutProxy) endStall() {
 	p.stall = nil
 	p.mu.Unlock()
 	p.cut()
+	if st != nil {
+		close(st)
+	}
+}
+
+// resume ends a stall without a cut: the held bytes go on.
+func (p *cutProxy) resume() {
+	p.mu.Lock()
+	st := p.stall
+	p.stall = nil
+	p.mu.Unlock()
 	if st != nil {
 		close(st)
 	}
@@ -351,4 +361,67 @@ func TestStreamFaultsUnderLoad(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// TestCatchUpAfterDrops: a peer slower than the events (its session
+// stalled for less than the I/O timeout) makes its queue drop batches
+// while the session lives; once the peer keeps up again, every entry
+// used since the first drop is sent again on the same session, so none
+// is missing.
+func TestCatchUpAfterDrops(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	b := c.add("b", 10, 7)
+	c.start(b, c.secret)
+	bAddr, _ := c.addrs.Load("b")
+	proxy := newCutProxy(t, bAddr.(netip.AddrPort).String())
+	c.tweak = func(cfg *Config) {
+		cfg.QueueBatches, cfg.BatchMax = 4, 10
+		cfg.Peers = func() ([]Peer, bool) { return []Peer{{Name: "b", Addr: proxy.addr()}}, true }
+	}
+	c.start(a, c.secret)
+	c.tweak = nil
+	waitFor(t, "a connected to b", 5*time.Second, func() bool {
+		p := a.s.Status().Peers
+		return a.s.Ready() && len(p) == 1 && p[0].Connected
+	})
+	proxy.startStall()
+	// 2,000 connections on a: in its table, and their events.
+	const n = 2000
+	a.fill(t, 1000, n)
+	var keys []dataplane.ConnKey
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a.edge.DumpConns(4096, func(es []dataplane.ConnEntry) error {
+		for _, e := range es {
+			keys = append(keys, e.Key)
+			a.ev.ch <- dataplane.ConnEvent{Key: e.Key, Backend: e.Backend, Gen: e.Gen, Last: e.Last, State: e.State, Kind: dataplane.ConnEventNew}
+		}
+		return nil
+	}))
+	waitFor(t, "the events read, some dropped", 3*time.Second, func() bool {
+		m := a.s.Status().Metrics
+		return m.Events == n && m.QueueDrops > 0
+	})
+	time.Sleep(500 * time.Millisecond) // under the I/O timeout (2 s)
+	proxy.resume()
+	waitFor(t, "every entry on b", 5*time.Second, func() bool {
+		for _, k := range keys {
+			if _, err := b.edge.LookupConn(k); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	m := a.s.Status().Metrics
+	if m.CaughtUp == 0 || m.Sessions != 1 {
+		t.Fatalf("a: %+v: want a catch-up on the one session", m)
+	}
+	if _, bad := countConns(t, b); bad != 0 {
+		t.Fatalf("%d entries on b in slots not its own", bad)
+	}
+	t.Logf("%d dropped, %d caught up", m.QueueDrops, m.CaughtUp)
 }

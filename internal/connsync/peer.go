@@ -304,7 +304,13 @@ func (l *peerLink) session(ctx context.Context) error {
 	window := cap(l.q)
 	// After drops: what was queued before them (older) first, then every
 	// entry used since the first drop, at the pace the peer acknowledges.
-	if since := l.dropped.Swap(0); since != 0 {
+	// At the session's start and, for drops while it runs (a peer slower
+	// than the events), on the retry tick.
+	catchUp := func() error {
+		since := l.dropped.Swap(0)
+		if since == 0 {
+			return nil
+		}
 		for n := len(l.q); n > 0; n-- {
 			if err := send(<-l.q); err != nil {
 				l.dropped.CompareAndSwap(0, since)
@@ -335,6 +341,10 @@ func (l *peerLink) session(ctx context.Context) error {
 			return err
 		}
 		s.cfg.Log.Info("connection sync: caught a peer up after dropped events", "peer", l.peer.Name, "entries", n)
+		return nil
+	}
+	if err := catchUp(); err != nil {
+		return err
 	}
 	for {
 		q := l.q
@@ -362,6 +372,11 @@ func (l *peerLink) session(ctx context.Context) error {
 		case <-retry.C:
 			if err := request(); err != nil {
 				return err
+			}
+			if len(l.q) < cap(l.q)/2 { // the peer keeps up again
+				if err := catchUp(); err != nil {
+					return err
+				}
 			}
 		case b := <-q:
 			if err := send(b); err != nil {
