@@ -159,6 +159,7 @@ func init() {
 func fleetCommand() *cobra.Command {
 	var only, cpuProfile string
 	fo := bench.FleetOptions{}
+	var so bench.SyncOptions
 	f := &cobra.Command{
 		Use:   "fleet",
 		Short: "Edge fleets: control-plane drift and table agreement on a 3-member etcd cluster",
@@ -171,7 +172,11 @@ func fleetCommand() *cobra.Command {
            rebind to every edge having applied it, the time until every
            edge's table checksum agrees after a service change, the etcd
            members' CPU time and RSS, and then one edge alone in a child
-           process loading --rss-eips EIPs (its RSS).`,
+           process loading --rss-eips EIPs (its RSS).
+
+  sync     connection sync between two edges' real maps over loopback
+           TCP: entries/s per core, lag at --sync-rate new connections/s,
+           bytes per entry (the same as azgate bench sync).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -179,9 +184,9 @@ func fleetCommand() *cobra.Command {
 			say := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 			var rs []bench.Result
 			switch only {
-			case "", "control":
+			case "", "control", "sync":
 			default:
-				return fmt.Errorf("bench fleet: --only %q: want control", only)
+				return fmt.Errorf("bench fleet: --only %q: want control or sync", only)
 			}
 			if only == "" || only == "control" {
 				fo.Out = say
@@ -202,10 +207,20 @@ func fleetCommand() *cobra.Command {
 				}
 				rs = append(rs, r...)
 			}
+			if only == "" || only == "sync" {
+				so.Out = say
+				r, err := bench.FleetSync(so)
+				if err != nil {
+					return fmt.Errorf("bench fleet (sync): %w", err)
+				}
+				rs = append(rs, r...)
+			}
 			return bench.Report(cmd.OutOrStdout(), rs, globals.json)
 		},
 	}
-	f.Flags().StringVar(&only, "only", "", "run one section: control")
+	f.Flags().StringVar(&only, "only", "", "run one section: control or sync")
+	f.Flags().DurationVar(&so.Duration, "sync-duration", 5*time.Second, "sync: per measurement")
+	f.Flags().IntVar(&so.Rate, "sync-rate", 100_000, "sync: new connections/s offered for the lag")
 	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
 	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
