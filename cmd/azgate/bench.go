@@ -160,6 +160,7 @@ func fleetCommand() *cobra.Command {
 	var only, cpuProfile string
 	fo := bench.FleetOptions{}
 	ffo := bench.FleetFailoverOptions{}
+	var so bench.SyncOptions
 	f := &cobra.Command{
 		Use:   "fleet",
 		Short: "Edge fleets: control-plane drift and table agreement on a 3-member etcd cluster; failover gaps by cause in the lab",
@@ -173,6 +174,11 @@ func fleetCommand() *cobra.Command {
            edge's table checksum agrees after a service change, the etcd
            members' CPU time and RSS, and then one edge alone in a child
            process loading --rss-eips EIPs (its RSS).
+
+  sync     connection sync between two edges' real maps over loopback
+           TCP: entries/s per core, lag at --sync-rate new connections/s,
+           bytes per entry (the same as azgate bench sync).
+
   failover a lab of its own (prefix azb-, BIRD in the router, hold 3 s,
            keepalive 1 s) with long-lived connections through an EIP, an
            encap and a nat service: the traffic gap and the datagrams lost
@@ -185,9 +191,9 @@ func fleetCommand() *cobra.Command {
 			say := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 			var rs []bench.Result
 			switch only {
-			case "", "control", "failover":
+			case "", "control", "sync", "failover":
 			default:
-				return fmt.Errorf("bench fleet: --only %q: want control or failover", only)
+				return fmt.Errorf("bench fleet: --only %q: want control, sync or failover", only)
 			}
 			if only == "" || only == "control" {
 				fo.Out = say
@@ -208,6 +214,14 @@ func fleetCommand() *cobra.Command {
 				}
 				rs = append(rs, r...)
 			}
+			if only == "" || only == "sync" {
+				so.Out = say
+				r, err := bench.FleetSync(so)
+				if err != nil {
+					return fmt.Errorf("bench fleet (sync): %w", err)
+				}
+				rs = append(rs, r...)
+			}
 			if only == "" || only == "failover" {
 				ffo.Out = say
 				r, err := bench.FleetFailover(ctx, ffo)
@@ -220,7 +234,9 @@ func fleetCommand() *cobra.Command {
 			return bench.Report(cmd.OutOrStdout(), rs, globals.json)
 		},
 	}
-	f.Flags().StringVar(&only, "only", "", "run one section: control or failover")
+	f.Flags().StringVar(&only, "only", "", "run one section: control, sync or failover")
+	f.Flags().DurationVar(&so.Duration, "sync-duration", 5*time.Second, "sync: per measurement")
+	f.Flags().IntVar(&so.Rate, "sync-rate", 100_000, "sync: new connections/s offered for the lag")
 	f.Flags().StringSliceVar(&ffo.Causes, "failover-causes", nil, "failover: the causes to measure (default: drain, sigterm, sigkill, link-down, hang)")
 	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")

@@ -90,6 +90,9 @@ type Config struct {
 	// JoinTimeout: a member that finds no live peer for this long after
 	// it learnt its set is the first and Ready (0: 10 s).
 	JoinTimeout time.Duration
+	// LagHorizon: the lag figures (Status) are of the batches
+	// acknowledged within this long (0: 1 minute).
+	LagHorizon time.Duration
 }
 
 func (c *Config) defaults() {
@@ -117,6 +120,9 @@ func (c *Config) defaults() {
 	}
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = 10 * time.Second
+	}
+	if c.LagHorizon <= 0 {
+		c.LagHorizon = time.Minute
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -183,7 +189,7 @@ func New(cfg Config) (*Syncer, error) {
 	case cfg.Clock.HZ() == 0:
 		return nil, errors.New("connsync: clock HZ is 0")
 	}
-	s := &Syncer{cfg: cfg, be: newBackends(cfg.Table), lag: newLagWindow(8192), peers: map[string]*peerLink{}}
+	s := &Syncer{cfg: cfg, be: newBackends(cfg.Table), lag: newLagWindow(8192, cfg.LagHorizon), peers: map[string]*peerLink{}}
 	s.setReason("waiting for the edge set from the store")
 	return s, nil
 }
@@ -368,7 +374,7 @@ func (s *Syncer) enqueue(b *batch) {
 		select {
 		case l.q <- b:
 		default:
-			s.m.QueueDrops.Add(uint64(b.n))
+			l.noteDrop(b.n)
 		}
 	}
 }
@@ -508,7 +514,7 @@ func (s *Syncer) enqueueBulk(ctx context.Context, b *batch) {
 		select {
 		case l.q <- b:
 		default:
-			s.m.QueueDrops.Add(uint64(b.n))
+			l.noteDrop(b.n)
 		}
 	}
 }

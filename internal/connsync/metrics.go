@@ -25,6 +25,7 @@ type Metrics struct {
 	DumpSent         atomic.Uint64 // entries sent in full copies
 	DumpReceived     atomic.Uint64 // entries received in full copies (and batches on this edge's own sessions)
 	Refreshed        atomic.Uint64 // entries sent again by the periodic refresh
+	CaughtUp         atomic.Uint64 // entries sent again to a peer whose queue had dropped batches
 	Refused          atomic.Uint64 // connections closed at once: MaxSessions were being served
 }
 
@@ -32,7 +33,7 @@ type Metrics struct {
 type MetricsSnapshot struct {
 	Events, Batches, Sent, SentBytes, Received, Applied, Unmapped, QueueDrops uint64
 	Malformed, MalformedEntries, AuthFailures, ApplyErrors, Sessions          uint64
-	DumpSent, DumpReceived, Refreshed, Refused                                uint64
+	DumpSent, DumpReceived, Refreshed, Refused, CaughtUp                      uint64
 }
 
 // Snapshot reads the counters.
@@ -41,7 +42,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		Received: m.Received.Load(), Applied: m.Applied.Load(), Unmapped: m.Unmapped.Load(), QueueDrops: m.QueueDrops.Load(),
 		Malformed: m.Malformed.Load(), MalformedEntries: m.MalformedEntries.Load(), AuthFailures: m.AuthFailures.Load(),
 		ApplyErrors: m.ApplyErrors.Load(), Sessions: m.Sessions.Load(), DumpSent: m.DumpSent.Load(),
-		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load()}
+		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load(),
+		CaughtUp: m.CaughtUp.Load()}
 }
 
 // Counters names the counters for the node status (sync_*).
@@ -52,24 +54,38 @@ func (m MetricsSnapshot) Counters() map[string]uint64 {
 		"sync_drop_queue_full": m.QueueDrops, "sync_drop_malformed": m.Malformed, "sync_drop_malformed_entries": m.MalformedEntries,
 		"sync_auth_failures": m.AuthFailures, "sync_apply_errors": m.ApplyErrors, "sync_sessions": m.Sessions,
 		"sync_dump_sent": m.DumpSent, "sync_dump_received": m.DumpReceived, "sync_refreshed": m.Refreshed, "sync_refused": m.Refused,
+		"sync_caught_up": m.CaughtUp,
 	}
 }
 
 // lagWindow keeps the last lags measured (event to the peer's
-// acknowledgement of its batch, on this edge's clock).
+// acknowledgement of its batch, on this edge's clock): at most size of
+// them, and only those measured within the horizon, so the figures
+// describe the stream as it is now. (By count alone, the lags of an
+// outage's backlog would dominate the window until size more batches
+// went, minutes or hours at a low rate.)
 type lagWindow struct {
-	mu   sync.Mutex
-	buf  []time.Duration
-	next int
-	full bool
-	n    uint64
+	mu      sync.Mutex
+	buf     []lagSample
+	next    int
+	full    bool
+	n       uint64
+	horizon time.Duration
 }
 
-func newLagWindow(size int) *lagWindow { return &lagWindow{buf: make([]time.Duration, size)} }
+type lagSample struct {
+	at time.Time // when it was measured
+	d  time.Duration
+}
+
+func newLagWindow(size int, horizon time.Duration) *lagWindow {
+	return &lagWindow{buf: make([]lagSample, size), horizon: horizon}
+}
 
 func (w *lagWindow) add(d time.Duration) {
+	now := time.Now()
 	w.mu.Lock()
-	w.buf[w.next] = d
+	w.buf[w.next] = lagSample{now, d}
 	w.next++
 	if w.next == len(w.buf) {
 		w.next, w.full = 0, true
@@ -80,17 +96,23 @@ func (w *lagWindow) add(d time.Duration) {
 
 // LagSnapshot summarises the lags of the window.
 type LagSnapshot struct {
-	Samples       uint64 // measured since start
-	P50, P99, Max time.Duration
+	Samples       uint64        // measured since start
+	P50, P99, Max time.Duration // of the last 8192 within the horizon (LagHorizon); 0 without any
 }
 
 func (w *lagWindow) snapshot() LagSnapshot {
+	since := time.Now().Add(-w.horizon)
 	w.mu.Lock()
 	n := w.next
 	if w.full {
 		n = len(w.buf)
 	}
-	s := slices.Clone(w.buf[:n])
+	s := make([]time.Duration, 0, n)
+	for _, x := range w.buf[:n] {
+		if x.at.After(since) {
+			s = append(s, x.d)
+		}
+	}
 	total := w.n
 	w.mu.Unlock()
 	if len(s) == 0 {

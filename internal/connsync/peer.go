@@ -30,6 +30,29 @@ type peerLink struct {
 	lastErr   string
 
 	peerState atomic.Int32 // peerUnknown, peerStarting, peerReady: from the peer's last copy
+
+	// resend holds the batches a session sent but the peer did not
+	// acknowledge before the session ended (lost in the connection, or
+	// applied but the ack lost): the next session sends them first, in
+	// their order, before anything queued after them. Only run's
+	// goroutine (its sessions, one at a time) touches it.
+	resend []*batch
+	// dropped is when this peer's queue first dropped a batch since its
+	// last catch-up (unix ns; 0: none): the next session sends again
+	// every entry used since then (catchUp).
+	dropped atomic.Int64
+}
+
+// noteDrop records a batch dropped for this peer.
+func (l *peerLink) noteDrop(n int) {
+	l.s.m.QueueDrops.Add(uint64(n))
+	l.dropped.CompareAndSwap(0, time.Now().UnixNano())
+}
+
+// sentBatch is a batch written to the peer and not yet acknowledged.
+type sentBatch struct {
+	seq uint64
+	b   *batch
 }
 
 // What a peer's last full copy said of it.
@@ -144,8 +167,24 @@ func (l *peerLink) session(ctx context.Context) error {
 		}
 	}()
 
-	var inflightMu sync.Mutex
-	inflight := map[uint64]time.Time{}
+	// unacked: the batches written and not yet acknowledged, in their
+	// order (the peer acknowledges in order). A session that ends leaves
+	// them to the next (l.resend); at most QueueBatches are in flight, so
+	// a slow peer fills the queue (whose drops are counted) rather than
+	// this list.
+	var unackedMu sync.Mutex
+	var unacked []sentBatch
+	acked := make(chan struct{}, 1)
+	defer func() {
+		unackedMu.Lock()
+		defer unackedMu.Unlock()
+		var bs []*batch
+		for _, u := range unacked {
+			bs = append(bs, u.b)
+		}
+		l.resend = append(bs, l.resend...) // l.resend: those not yet resent
+		unacked = nil
+	}()
 	rerr := make(chan error, 1)
 	done := make(chan struct{})
 	// On return: the reader is told to stop, the connection closed (its
@@ -172,12 +211,19 @@ func (l *peerLink) session(ctx context.Context) error {
 					return
 				}
 				seq := binary.LittleEndian.Uint64(body[1:])
-				inflightMu.Lock()
-				t0, ok := inflight[seq]
-				delete(inflight, seq)
-				inflightMu.Unlock()
-				if ok {
-					s.lag.add(time.Since(t0))
+				now := time.Now()
+				unackedMu.Lock()
+				i := 0
+				for ; i < len(unacked) && unacked[i].seq <= seq; i++ {
+					if unacked[i].seq == seq {
+						s.lag.add(now.Sub(unacked[i].b.first))
+					}
+				}
+				unacked = unacked[i:]
+				unackedMu.Unlock()
+				select {
+				case acked <- struct{}{}:
+				default:
 				}
 			case frameBatch:
 				_, entries, err := parseBatch(body)
@@ -232,8 +278,83 @@ func (l *peerLink) session(ctx context.Context) error {
 	var seq uint64
 	var hdr [batchHeader]byte
 	hdr[0] = frameBatch
+	send := func(b *batch) error {
+		seq++
+		binary.LittleEndian.PutUint64(hdr[1:], seq)
+		binary.LittleEndian.PutUint16(hdr[9:], uint16(b.n))
+		unackedMu.Lock()
+		unacked = append(unacked, sentBatch{seq: seq, b: b})
+		unackedMu.Unlock()
+		if err := sess.writeFrame(hdr[:], b.buf); err != nil {
+			return err
+		}
+		s.m.Sent.Add(uint64(b.n))
+		s.m.SentBytes.Add(uint64(4 + batchHeader + len(b.buf) + macSize))
+		return nil
+	}
+	// What the last session could not deliver goes first.
+	resend := l.resend
+	l.resend = nil
+	for i, b := range resend {
+		if err := send(b); err != nil {
+			l.resend = resend[i+1:] // the failed one is in unacked
+			return err
+		}
+	}
+	window := cap(l.q)
+	// After drops: what was queued before them (older) first, then every
+	// entry used since the first drop, at the pace the peer acknowledges.
+	// At the session's start and, for drops while it runs (a peer slower
+	// than the events), on the retry tick.
+	catchUp := func() error {
+		since := l.dropped.Swap(0)
+		if since == 0 {
+			return nil
+		}
+		for n := len(l.q); n > 0; n-- {
+			if err := send(<-l.q); err != nil {
+				l.dropped.CompareAndSwap(0, since)
+				return err
+			}
+		}
+		n, err := s.walk(kindRefresh, time.Since(time.Unix(0, since))+time.Second, func(b *batch) error {
+			for {
+				unackedMu.Lock()
+				full := len(unacked) >= window
+				unackedMu.Unlock()
+				if !full {
+					break
+				}
+				select {
+				case <-acked:
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(s.cfg.IOTimeout):
+					return fmt.Errorf("catching %s up: no acknowledgement for %v", l.peer.Name, s.cfg.IOTimeout)
+				}
+			}
+			return send(b)
+		})
+		s.m.CaughtUp.Add(uint64(n))
+		if err != nil {
+			l.dropped.CompareAndSwap(0, since)
+			return err
+		}
+		s.cfg.Log.Info("connection sync: caught a peer up after dropped events", "peer", l.peer.Name, "entries", n)
+		return nil
+	}
+	if err := catchUp(); err != nil {
+		return err
+	}
 	for {
+		q := l.q
+		unackedMu.Lock()
+		if len(unacked) >= window {
+			q = nil // wait for acknowledgements
+		}
+		unackedMu.Unlock()
 		select {
+		case <-acked:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.stopCh:
@@ -252,20 +373,15 @@ func (l *peerLink) session(ctx context.Context) error {
 			if err := request(); err != nil {
 				return err
 			}
-		case b := <-l.q:
-			seq++
-			binary.LittleEndian.PutUint64(hdr[1:], seq)
-			binary.LittleEndian.PutUint16(hdr[9:], uint16(b.n))
-			inflightMu.Lock()
-			if len(inflight) < 65536 {
-				inflight[seq] = b.first
+			if len(l.q) < cap(l.q)/2 { // the peer keeps up again
+				if err := catchUp(); err != nil {
+					return err
+				}
 			}
-			inflightMu.Unlock()
-			if err := sess.writeFrame(hdr[:], b.buf); err != nil {
+		case b := <-q:
+			if err := send(b); err != nil {
 				return err
 			}
-			s.m.Sent.Add(uint64(b.n))
-			s.m.SentBytes.Add(uint64(4 + batchHeader + len(b.buf) + macSize))
 		}
 	}
 }

@@ -205,7 +205,6 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 	}()
 
-
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, cfg.Interfaces)
