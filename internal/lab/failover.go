@@ -170,8 +170,10 @@ type FailoverOptions struct {
 	// Conns, if set, are long-lived connections whose losses are counted.
 	Conns *Conns
 	// Settle is how long traffic runs before the failure and after the
-	// route changed (default 1 s).
-	Settle time.Duration
+	// return (default 1 s); After, how long after the route changed
+	// (default 3 s: longer than the announce key's lease, about 2 s, so
+	// the agents' reaction to a dead member falls in the failure phase).
+	Settle, After time.Duration
 }
 
 // MeasureFailover runs probes, fails the edge, waits for the router to
@@ -181,6 +183,9 @@ type FailoverOptions struct {
 func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover, error) {
 	if o.Settle == 0 {
 		o.Settle = time.Second
+	}
+	if o.After == 0 {
+		o.After = 3 * time.Second
 	}
 	if o.Flows == 0 {
 		o.Flows = 32
@@ -215,7 +220,7 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 		r.Withdrawn = time.Since(t0)
 		r.WithdrawnAt = time.Now()
 	}
-	time.Sleep(o.Settle)
+	time.Sleep(o.After)
 	r.Probes = p.Stop()
 	r.RestoredAt = time.Now()
 	if err := restore(ctx); err != nil {
