@@ -266,6 +266,20 @@ type ProbeStats struct {
 // sending.
 func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (*Probes, error) {
 	ns := l.Topo.Node("inet").Netns
+	return startProbes(func(ua *net.UDPAddr) (*net.UDPConn, error) {
+		var c *net.UDPConn
+		err := netns.Do(ns, func() error {
+			var err error
+			c, err = net.DialUDP("udp4", nil, ua)
+			return err
+		})
+		return c, err
+	}, targets, flows, interval)
+}
+
+// startProbes opens the flows with dial (a socket per flow: its own
+// source port) and starts sending.
+func startProbes(dial func(*net.UDPAddr) (*net.UDPConn, error), targets []string, flows int, interval time.Duration) (*Probes, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Probes{interval: interval, cancel: cancel}
 	for _, t := range targets {
@@ -275,12 +289,7 @@ func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (
 			return nil, err
 		}
 		for i := 0; i < flows; i++ {
-			var c *net.UDPConn
-			err := netns.Do(ns, func() error {
-				var err error
-				c, err = net.DialUDP("udp4", nil, ua)
-				return err
-			})
+			c, err := dial(ua)
 			if err != nil {
 				p.closeAll()
 				cancel()

@@ -1,0 +1,79 @@
+package lab
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestProbesMeasureAGap runs probe flows against a loopback UDP echo that
+// answers like the lab's servers ("NAME: " + datagram) and drops
+// everything for a while: every flow sees one hole as long as the outage,
+// counted by send times; a target that stops answering for good is
+// counted unrecovered, its gap at least the time since its last reply.
+func TestProbesMeasureAGap(t *testing.T) {
+	var dropping, dead atomic.Bool
+	echo := func(stop *atomic.Bool) string {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				if dropping.Load() || stop.Load() {
+					continue
+				}
+				pc.WriteTo(append([]byte("srv: "), buf[:n]...), from)
+			}
+		}()
+		return pc.LocalAddr().String()
+	}
+	var never atomic.Bool
+	gapTarget, deadTarget := echo(&never), echo(&dead)
+	dial := func(ua *net.UDPAddr) (*net.UDPConn, error) { return net.DialUDP("udp4", nil, ua) }
+	p, err := startProbes(dial, []string{gapTarget, deadTarget}, 4, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	dropping.Store(true)
+	time.Sleep(200 * time.Millisecond)
+	dropping.Store(false)
+	time.Sleep(300 * time.Millisecond)
+	dead.Store(true)
+	time.Sleep(1500 * time.Millisecond)
+	stats := p.Stop()
+	if len(stats) != 2 {
+		t.Fatalf("stats for %d targets, want 2", len(stats))
+	}
+	g, d := stats[0], stats[1]
+	if g.Target != gapTarget {
+		g, d = d, g
+	}
+	t.Logf("gap target: %+v", g)
+	t.Logf("dead target: %+v", d)
+	if g.Flows != 4 || g.FlowsHit != 4 || g.Unrecovered != 0 {
+		t.Errorf("gap target: %d flows, %d hit, %d unrecovered; want 4, 4, 0", g.Flows, g.FlowsHit, g.Unrecovered)
+	}
+	// 200 ms of drops: a hole of about 200 ms in send times (one interval
+	// more at most, and the scheduling of a loaded machine).
+	if g.Gap < 180*time.Millisecond || g.Gap > 400*time.Millisecond {
+		t.Errorf("gap target: gap %v, want about 200ms", g.Gap)
+	}
+	if perFlow := g.Lost / 4; perFlow < 25 || perFlow > 80 {
+		t.Errorf("gap target: %d lost per flow, want about 40 (200ms / 5ms)", perFlow)
+	}
+	if d.Unrecovered != 4 || d.Gap < 1400*time.Millisecond {
+		t.Errorf("dead target: %d unrecovered, gap %v; want 4 and at least 1.4s", d.Unrecovered, d.Gap)
+	}
+	if d.FirstLoss.IsZero() || !d.LastLoss.After(d.FirstLoss) {
+		t.Errorf("dead target: losses from %v to %v", d.FirstLoss, d.LastLoss)
+	}
+}
