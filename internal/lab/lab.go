@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -257,6 +259,9 @@ func (l *Lab) buildNetwork() error {
 			}
 		}
 	}
+	if err := l.bridges(nodes); err != nil {
+		return err
+	}
 	for _, r := range l.Topo.routes {
 		if err := nodes[r.node].Route(r.dst, r.gw, r.dev); err != nil {
 			return err
@@ -265,13 +270,47 @@ func (l *Lab) buildNetwork() error {
 	return l.attachPass(nodes)
 }
 
+// bridges makes a bridge br0 in every switch node with all its links as
+// ports.
+func (l *Lab) bridges(nodes map[string]*netlab.Node) error {
+	for _, sw := range l.Topo.NodesByRole("switch") {
+		h := nodes[sw.Name].Handle()
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+		if err := h.LinkAdd(br); err != nil {
+			return fmt.Errorf("%s: add bridge: %w", sw.Name, err)
+		}
+		for _, lk := range l.Topo.links {
+			dev := ""
+			switch sw.Name {
+			case lk.a:
+				dev = lk.aDev
+			case lk.b:
+				dev = lk.bDev
+			default:
+				continue
+			}
+			port, err := h.LinkByName(dev)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", sw.Name, dev, err)
+			}
+			if err := h.LinkSetMaster(port, br); err != nil {
+				return fmt.Errorf("%s: %s into br0: %w", sw.Name, dev, err)
+			}
+		}
+		if err := h.LinkSetUp(br); err != nil {
+			return fmt.Errorf("%s: br0 up: %w", sw.Name, err)
+		}
+	}
+	return nil
+}
+
 // passRoles are the nodes whose interfaces get an XDP_PASS program: every
 // node but the edges and hosts (whose daemons attach azgate's programs).
 // A veth only kicks its peer's NAPI after XDP_TX when the peer has an XDP
 // program (GRO alone delivers redirected frames but leaves XDP_TX'd ones
 // in the ring until other traffic arrives): with it, the edge's and the
 // agents' ICMP errors leave at once, as from a real NIC.
-var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true, "server": true}
+var passRoles = map[string]bool{"internet": true, "router": true, "underlay": true, "guest": true, "server": true, "switch": true}
 
 func (l *Lab) passPinDir(node string) string {
 	return dataplane.NodePinDir(l.Cfg.Prefix + "lab-" + node)
@@ -409,10 +448,16 @@ func (l *Lab) startEdge(n *Node) error {
 	if err := os.WriteFile(script, []byte(healthScript), 0o755); err != nil {
 		return fmt.Errorf("lab: health command script: %w", err)
 	}
-	return l.start(n, "edge", "edge", "--name", n.Name, "--attach", "ext0,ul0", "--etcd-endpoints", l.etcdFlag(),
+	attach := []string{"--attach", "ext0,ul0"}
+	if n.Set == PrefixSet {
+		// On the DMZ segment: one member answers ARP for the VIPs and
+		// the servers' gateway.
+		attach = []string{"--attach", "ext0,ul0,dmz0", "--arp-iface", "dmz0", "--arp-gateway", DMZGateway}
+	}
+	return l.start(n, "edge", append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.etcdFlag(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
-		"--sync-listen", fmt.Sprintf(":%d", SyncPort))
+		"--sync-listen", fmt.Sprintf(":%d", SyncPort))...)
 }
 
 func (l *Lab) startAgent(n *Node) error {

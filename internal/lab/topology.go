@@ -116,10 +116,20 @@ const (
 const StaticUpstream = false
 
 // NATPinned are the lab's nat VIPs (the demo's, the tests'): rtr routes
-// them to edge-a1 with a static route, longer than the set's prefix, so
-// their connections always reach the edge that holds their nat state and
-// that fab sends the DMZ servers' replies to (docs/lab.md, "The DMZ").
+// them onto the DMZ segment, where the prefix set's ARP owner answers for
+// them, instead of spreading them by ECMP (docs/lab.md, "The DMZ").
 const NATPinned = "198.51.100.30/31"
+
+// The DMZ segment, 198.19.200.0/24: servers .1, .3, .5 (DMZAddr), the
+// prefix set's members .101 and up (dmz0), the router .253, and the
+// servers' gateway .254, answered by the set's ARP owner (edge
+// --arp-gateway).
+const (
+	DMZGateway = "198.19.200.254"
+	RouterDMZ  = "198.19.200.253"
+)
+
+func edgeDMZ(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 200, byte(101 + k)}) }
 
 // SyncPort is the port of the edges' connection sync (--sync-listen), on
 // their underlay addresses: the members of a set copy each other's
@@ -247,28 +257,29 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 			route{e.Name, "198.18.0.0/15", edgeUnderlay(k).Prev().String(), "ul0"},
 		)
 	}
-	t.routes = append(t.routes,
-		// Replies of the DMZ servers (nat-mode backends) go back through
-		// one edge of the prefix set, which translates them back to the
-		// VIP: the nat connection table lives on the edge that took the
-		// connection, so a nat connection that ECMP sends to another
-		// member works only once members share their tables (connection
-		// sync) or the servers' gateway moves to an ARP-owned address on
-		// a shared segment (docs/lab.md, "The DMZ").
-		route{"fab", ClientNet, EdgeUnderlay, "edge-a1"},
-	)
 	if StaticUpstream {
 		t.routes = append(t.routes, route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"})
-	} else {
-		t.routes = append(t.routes, route{"rtr", NATPinned, "198.18.100.1", "edge-a1"})
 	}
-	// DMZ servers: plain servers on the underlay router, no agent, for
-	// nat-mode services.
+	// The DMZ: a shared segment (a bridge in dmzsw) with the router, the
+	// prefix set's members (dmz0) and plain servers for nat-mode
+	// services. One member, the ARP owner, answers ARP there for the
+	// set's VIPs and for DMZGateway, the servers' default gateway: the
+	// router reaches the nat VIPs through it and the servers' replies
+	// come back to it; its peers hold its connections (sync) and one of
+	// them takes over when it fails (docs/lab.md, "The DMZ").
+	add("dmzsw", "switch", "", "")
+	t.link("rtr", "dmz", RouterDMZ+"/24", "dmzsw", "rtr", "", 1500)
+	t.routes = append(t.routes, route{"rtr", NATPinned, "", "dmz"})
+	for k, e := range Edges {
+		if e.Set == PrefixSet {
+			t.link(e.Name, "dmz0", edgeDMZ(k).String()+"/24", "dmzsw", e.Name, "", 1500)
+		}
+	}
 	for i := 1; i <= DMZServers; i++ {
 		name := fmt.Sprintf("dmz%d", i)
 		add(name, "server", "", "")
-		t.link("fab", name, fmt.Sprintf("198.19.200.%d/31", 2*i-2), name, "eth0", DMZAddr(i).String()+"/31", 1500)
-		t.routes = append(t.routes, route{name, "default", fmt.Sprintf("198.19.200.%d", 2*i-2), "eth0"})
+		t.link("dmzsw", name, "", name, "eth0", DMZAddr(i).String()+"/24", 1500)
+		t.routes = append(t.routes, route{name, "default", DMZGateway, "eth0"})
 	}
 	for az := 1; az <= azs; az++ {
 		for i := 1; i <= hostsPerAZ; i++ {

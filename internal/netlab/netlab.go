@@ -205,6 +205,8 @@ func (n *Node) Route(dst, gw, dev string) error {
 		if r.Gw == nil {
 			return fmt.Errorf("%s: gateway %q is not an address", n.Name, gw)
 		}
+	} else {
+		r.Scope = netlink.SCOPE_LINK // on-link: the destination is on dev's segment
 	}
 	if dev != "" {
 		l, err := n.link(dev)
