@@ -150,8 +150,8 @@ func WaitGone(pid int, timeout time.Duration) error {
 	return nil
 }
 
-// SetEdgeLinks takes an edge's two links (Internet side and underlay)
-// down or up, from the edge's side: its peers see the carrier go, as when
+// SetEdgeLinks takes all of an edge's links (Internet side, underlay,
+// DMZ segment) down or up, from the edge's side: its peers see the carrier go, as when
 // a cable is pulled or the machine loses power. Taking them up restores
 // the edge's routes, which the kernel removed with the links.
 func (l *Lab) SetEdgeLinks(edge string, up bool) error {
@@ -163,7 +163,11 @@ func (l *Lab) SetEdgeLinks(edge string, up bool) error {
 	if up {
 		state = "up"
 	}
-	for _, dev := range []string{"ext0", "ul0"} {
+	devs := []string{"ext0", "ul0"}
+	if _, ok := n.Addresses["dmz0"]; ok {
+		devs = append(devs, "dmz0")
+	}
+	for _, dev := range devs {
 		if out, err := netns.Command(n.Netns, "ip", "link", "set", dev, state).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: ip link set %s %s: %v: %s", edge, dev, state, err, out)
 		}

@@ -252,6 +252,10 @@ func TestFleetFailover(t *testing.T) {
 		zeroLoss    bool
 	}{
 		{lab.CauseSIGKILL, "edge-b1", hold + 200*time.Millisecond, false},
+		// edge-a1 is the DMZ segment's ARP owner (the first member up):
+		// the nat service moves to a standby, which holds the synced
+		// connections and announces itself with gratuitous ARP.
+		{lab.CauseSIGKILL, "edge-a1", hold + 200*time.Millisecond, false},
 		{lab.CauseLinkDown, "edge-b1", 100 * time.Millisecond, false},
 		{lab.CauseDrain, "edge-a2", 0, true},
 		{lab.CauseSIGTERM, "edge-a2", 0, true},

@@ -310,13 +310,20 @@ func TestServices(t *testing.T) {
 	})
 }
 
+// waitServing waits until url answers 20 new connections in a row: the
+// router spreads them over the edge set's members, which program a new
+// service (and the health checks' first verdicts) each at its own pace.
 func waitServing(t *testing.T, ctx context.Context, l *lab.Lab, url string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for {
+	for ok := 0; ; {
 		if _, err := l.Get(ctx, "inet", url, time.Second); err == nil {
-			return
+			if ok++; ok == 20 {
+				return
+			}
+			continue
 		}
+		ok = 0
 		if time.Now().After(deadline) {
 			t.Fatalf("%s does not answer", url)
 		}
