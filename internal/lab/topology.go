@@ -12,9 +12,13 @@
 //	 \______ set prefix-ab ______/   set        set
 //	    \       \      /       /   /   /
 //	                     fab             underlay router, 198.18.0.0/16
-//	    /   /  |  \   \   \    //	az1-h1 az1-h2 ... az3-h2   dmz1..3   hosts running the agent (XDP on ul0
-//	   |  \                              and guest links); plain DMZ servers
+//	    /   /  |  \   \   \    //	az1-h1 az1-h2 ... az3-h2   hosts running the agent (XDP on ul0 and
+//	   |  \                    guest links)
 //	  g1   g2                guests, 198.19.0.0/16 private addresses
+//
+//	rtr, edge-a1..b2 (dmz0), dmz1..3: the DMZ segment (a bridge in dmzsw),
+//	where the prefix set's ARP owner answers for the nat VIPs and the
+//	servers' gateway
 //
 // Guests are reachable only through the tunnels: the underlay routes no
 // guest address, and az2-h1's guests have az1-h1's private addresses
