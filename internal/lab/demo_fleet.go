@@ -112,6 +112,10 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 	l.say("   rtr$ ip route  ->  %s", l.routeLine(prefix))
 	l.say("   %d requests, %d failed; UDP: %d sent, %d lost, longest gap %v",
 		len(samples), nfail, probes[0].Sent, probes[0].Lost, probes[0].Gap.Round(time.Millisecond))
+	if !probes[0].FirstLoss.IsZero() {
+		l.say("   (datagrams lost were sent between %v and %v after the kill, in %d of %d flows)",
+			probes[0].FirstLoss.Sub(t0).Round(time.Millisecond), probes[0].LastLoss.Sub(t0).Round(time.Millisecond), probes[0].FlowsHit, probes[0].Flows)
+	}
 	if err := WaitGone(pid, 10*time.Second); err != nil {
 		return err
 	}
