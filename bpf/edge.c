@@ -337,13 +337,11 @@ __noinline __u64 nat_reply_fallback(const struct nat_rkey *k)
  * later packets take the stateful path. The entry says no more than the
  * plan does (this backend port answers for this VIP and port only); only
  * after the anti-spoofing check, so forged sources cannot fill the LRU. */
-__noinline int nat_reply_learn(const struct nat_rkey *k, __u32 vip, __u32 vport, int icmp)
+__noinline int nat_reply_learn(const struct nat_rkey *k, __u32 vip, __u32 vport)
 {
 	if (!k)
 		return 0;
 	info_inc(LBI_NAT_REPLY_STATELESS);
-	if (icmp)
-		return 0; /* an error establishes nothing */
 	struct nat_rentry rv = {.vip = vip, .vport = (__be16)vport};
 	bpf_map_update_elem(&lb_nat_conns, k, &rv, BPF_NOEXIST);
 	return 0;
@@ -413,6 +411,11 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 	if (r) {
 		rv = ((__u64)r->vport << 32) | r->vip;
 	} else {
+		/* Only a SYN-ACK: it is a reply whatever else the backend
+		 * sends, so its own connections (and errors about them) still
+		 * leave untranslated. */
+		if (icmp || p->frag || p->proto != IPPROTO_TCP_ || (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) != (TCP_SYN_ | TCP_ACK_))
+			return NAT_NOT_OURS;
 		rv = nat_reply_fallback(&k);
 		if (!rv)
 			return NAT_NOT_OURS;
@@ -436,7 +439,7 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
 	if (rv & NAT_FB_HIT)
-		nat_reply_learn(&k, vip, vport, icmp);
+		nat_reply_learn(&k, vip, vport);
 	if (icmp) {
 		void *l4 = data + OFF(p->l4_off);
 		/* From the backend: its address leaves as the VIP's (nat4

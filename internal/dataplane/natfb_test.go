@@ -14,7 +14,8 @@ import (
 // TestNATReplyStateless: a backend's SYN-ACK that reaches an edge before
 // the connection's reverse entry (its SYN went to another member of the
 // set) is translated by the stateless fallback the plan gives
-// (lb_nat_backends), counted, and installs the reverse entry; a backend
+// (lb_nat_backends), counted, and installs the reverse entry; only a
+// SYN-ACK (A's plain ACK, own SYN and datagram stay untranslated); a backend
 // the plan shares between two VIPs, and a source that is no backend, are
 // not translated; a connection's entry wins over the fallback; a forged
 // reply from the wrong side is dropped and installs nothing.
@@ -67,7 +68,18 @@ func TestNATReplyStateless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ack := synack(beA, 40015)
+	ack.syn = false // a plain ACK
+	ownSyn := synack(beA, 40016)
+	ownSyn.ack = false // A opens a connection of its own from 8080
+	udp := flow{src: beA, dst: client, proto: layers.IPProtocolUDP, sport: 8080, dport: 40017, ttl: 64}
 	runFixtures(t, b.env, edgeProg{e}, e, []fixture{
+		{name: "A's plain ACK with no entry is not translated (SYN-ACKs only)", dev: dptest.UlDev, in: fromUl(ack), action: xdpPass,
+			stats: map[string]uint64{"pass_not_ours": 1}},
+		{name: "A's own SYN from 8080 is not translated", dev: dptest.UlDev, in: fromUl(ownSyn), action: xdpPass,
+			stats: map[string]uint64{"pass_not_ours": 1}},
+		{name: "A's own datagram from 8080 is not translated", dev: dptest.UlDev, in: fromUl(udp), action: xdpPass,
+			stats: map[string]uint64{"pass_not_ours": 1}},
 		{name: "A's SYN-ACK with no entry leaves from vipNAT:80 (fallback)", dev: dptest.UlDev, in: fromUl(synack(beA, 40010)),
 			action: xdpRedirect, out: wantReply(synack(beA, 40010), vipNAT, 80), check: checksumsOK, stats: map[string]uint64{"lb_reply_tx": 1}},
 		{name: "B's SYN-ACK (B serves two VIPs) is not translated", dev: dptest.UlDev, in: fromUl(synack(beB, 40011)), action: xdpPass,

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+
+	"github.com/azgate/azgate/internal/model"
 )
 
 // NATBackendsMax is the size of the reply path's stateless fallback map
@@ -20,10 +22,12 @@ type NATBackend struct {
 
 // natBackends computes the reply path's stateless fallback: every nat
 // backend (address, port, protocol) whose replies can only be for one
-// VIP and port, with them. The edge that gets a backend's reply before
+// VIP and port, with them. The edge that gets a backend's SYN-ACK before
 // the connection's reverse entry (the SYN went to another member of the
 // set; connection sync lags a few ms) translates by it instead of
-// dropping the reply.
+// dropping the reply. TCP only: the data plane uses it for SYN-ACKs
+// alone (a backend's own datagrams must leave untranslated, and nothing
+// tells a UDP reply from them).
 //
 // Only single-port listeners give one: a range or any-port listener
 // leaves the VIP port a reply must leave with to the connection (the
@@ -48,7 +52,7 @@ func natBackends(p *Plan) (map[NATBackend]netip.AddrPort, int) {
 	wild := map[ap][]span{}
 	for l, id := range p.Listeners {
 		pl := p.Pool(id)
-		if pl == nil {
+		if pl == nil || l.Proto != protoNum[model.ProtoTCP] {
 			continue
 		}
 		for _, b := range pl.Backends {
