@@ -316,6 +316,37 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 /* lb_nat_reverse's answer for a packet that is no nat reply. */
 #define NAT_NOT_OURS (-1)
 
+/* The stateless fallback of the reply path: the VIP and port the plan
+ * gives backend k (lb_nat_backends), as NAT_FB_HIT | vport << 32 | vip,
+ * or 0. Global (verified once, on its own) and returning in a register:
+ * the reply path is at the verifier's stack and instruction budgets. */
+#define NAT_FB_HIT (1ULL << 48)
+__noinline __u64 nat_reply_fallback(const struct nat_rkey *k)
+{
+	if (!k)
+		return 0;
+	struct nat_bkey bk = {.baddr = k->baddr, .bport = k->bport, .proto = k->proto};
+	struct nat_rentry *v = bpf_map_lookup_elem(&lb_nat_backends, &bk);
+	if (!v)
+		return 0;
+	return NAT_FB_HIT | ((__u64)v->vport << 32) | v->vip;
+}
+
+/* A reply translated by the fallback: counted, and its connection's
+ * reverse entry installed (unless the synced one arrived meanwhile), so
+ * later packets take the stateful path. The entry says no more than the
+ * plan does (this backend port answers for this VIP and port only); only
+ * after the anti-spoofing check, so forged sources cannot fill the LRU. */
+__noinline int nat_reply_learn(const struct nat_rkey *k, __u32 vip, __u32 vport)
+{
+	if (!k)
+		return 0;
+	info_inc(LBI_NAT_REPLY_STATELESS);
+	struct nat_rentry rv = {.vip = vip, .vport = (__be16)vport};
+	bpf_map_update_elem(&lb_nat_conns, k, &rv, BPF_NOEXIST);
+	return 0;
+}
+
 /* A reply of a nat-mode connection, or an ICMP error about one (from its
  * backend, or a router between the edge and it): SNAT back to the VIP and
  * port the connection's entry installed (lb_nat_conns), the error's quote
@@ -370,11 +401,27 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 		k.bport = (__be16)(ports & 0xffff);
 		k.cport = (__be16)(ports >> 16);
 	}
+	/* The connection's entry is authoritative; without one (its SYN
+	 * went to another member of the set, whose entry has not synced
+	 * yet), the backend's one VIP and port if the plan gives it one.
+	 * Both in one word (NAT_FB_HIT: from the fallback), as the VIP and
+	 * port of an entry were in one pointer: no stack to spare here. */
+	__u64 rv;
 	struct nat_rentry *r = bpf_map_lookup_elem(&lb_nat_conns, &k);
-	if (!r)
-		return NAT_NOT_OURS;
-	__be32 vip = r->vip;
-	__be16 vport = r->vport;
+	if (r) {
+		rv = ((__u64)r->vport << 32) | r->vip;
+	} else {
+		/* Only a SYN-ACK: it is a reply whatever else the backend
+		 * sends, so its own connections (and errors about them) still
+		 * leave untranslated. */
+		if (icmp || p->frag || p->proto != IPPROTO_TCP_ || (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) != (TCP_SYN_ | TCP_ACK_))
+			return NAT_NOT_OURS;
+		rv = nat_reply_fallback(&k);
+		if (!rv)
+			return NAT_NOT_OURS;
+	}
+#define vip ((__be32)rv)
+#define vport ((__be16)(rv >> 32))
 
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
@@ -391,6 +438,8 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 	}
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
+	if (rv & NAT_FB_HIT)
+		nat_reply_learn(&k, vip, vport);
 	if (icmp) {
 		void *l4 = data + OFF(p->l4_off);
 		/* From the backend: its address leaves as the VIP's (nat4
@@ -418,6 +467,8 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 		}
 	}
 	return route_finish(ctx, p, fib, how, STAT_LB_REPLY_TX, len);
+#undef vip
+#undef vport
 }
 
 /* Whether a decapsulated packet from host (VIP -> client) belongs to a flow

@@ -72,6 +72,9 @@
 #ifndef CT_MAX
 #define CT_MAX (1 << 20)
 #endif
+/* nat backends (address, port, protocol) of exactly one VIP and port: the
+ * reply path's stateless fallback (lb_nat_backends). */
+#define LB_NAT_BACKENDS_MAX 65536
 /* Port-range listeners per (VIP, protocol) (a power of two: the data plane
  * binary-searches them), and (VIP, protocol) pairs with ranges or an
  * any-port listener. */

@@ -240,6 +240,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_nat_conns SEC(".maps");
 
+/* nat mode, stateless fallback: a backend (address, port, protocol) that
+ * serves exactly one VIP and port -> that VIP and port, written by the
+ * daemon from the plan. A reply with no lb_nat_conns entry (the SYN went
+ * to another member of the set and its entry is not synced yet) is
+ * translated by it; a backend of two VIPs or ports is not in it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_NAT_BACKENDS_MAX);
+	__type(key, struct nat_bkey);
+	__type(value, struct nat_rentry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_nat_backends SEC(".maps");
+
 /* Connection sync: the connection entries made and changed (struct
  * ct_event), written only while ct_sync_on is set and read by
  * internal/connsync. Not pinned: each load gets its own, and the

@@ -295,6 +295,15 @@ struct nat_rkey {
 	__u8 pad[3];
 };
 
+/* nat mode, stateless fallback (lb_nat_backends): a backend's address,
+ * port and protocol, which the plan gives to exactly one VIP and port. */
+struct nat_bkey {
+	__be32 baddr;
+	__be16 bport;
+	__u8 proto;
+	__u8 pad;
+};
+
 /* ... and the VIP and port they are translated back to. */
 struct nat_rentry {
 	__be32 vip;
@@ -412,6 +421,8 @@ enum lb_info {
 	LBI_CT_INSERT_LIMITED, /* over the insert cap: forwarded by the table alone */
 	LBI_CT_STALE,          /* expired, or its backend gone or down */
 	LBI_SYN_REPICK,        /* a SYN that did not reuse an existing entry */
+	LBI_NAT_REPLY_STATELESS, /* a nat reply with no entry translated by
+				  * lb_nat_backends (entry not synced yet) */
 	LBI_MAX,
 };
 

@@ -264,6 +264,14 @@ type edgeLbRkey struct {
 	Pad   [3]uint8
 }
 
+type edgeNatBkey struct {
+	_     structs.HostLayout
+	Baddr uint32
+	Bport uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type edgeNatRentry struct {
 	_     structs.HostLayout
 	Vip   uint32
@@ -306,39 +314,40 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapArpAddrs     = "arp_addrs"
-	edgeMapArpIfaces    = "arp_ifaces"
-	edgeMapArpOwner     = "arp_owner"
-	edgeMapCtBuckets    = "ct_buckets"
-	edgeMapCtEvents     = "ct_events"
-	edgeMapEdgeCfg      = "edge_cfg"
-	edgeMapEipCache     = "eip_cache"
-	edgeMapEipRouteGen  = "eip_route_gen"
-	edgeMapEipRoutes    = "eip_routes"
-	edgeMapEipStats     = "eip_stats"
-	edgeMapFibScratch   = "fib_scratch"
-	edgeMapHcMarks      = "hc_marks"
-	edgeMapHcPeers      = "hc_peers"
-	edgeMapHcStats      = "hc_stats"
-	edgeMapIcmpBuckets  = "icmp_buckets"
-	edgeMapLbBackends   = "lb_backends"
-	edgeMapLbBeStats    = "lb_be_stats"
-	edgeMapLbCfg        = "lb_cfg"
-	edgeMapLbConns      = "lb_conns"
-	edgeMapLbInfo       = "lb_info"
-	edgeMapLbListeners  = "lb_listeners"
-	edgeMapLbNatConns   = "lb_nat_conns"
-	edgeMapLbRanges     = "lb_ranges"
-	edgeMapLbTableOwner = "lb_table_owner"
-	edgeMapLbTables     = "lb_tables"
-	edgeMapNhCache      = "nh_cache"
-	edgeMapStats        = "stats"
-	edgeProgTcEdgeHc    = "tc_edge_hc"
-	edgeProgXdpEdge     = "xdp_edge"
-	edgeVarCtEventBtf   = "ct_event_btf"
-	edgeVarCtEventsLost = "ct_events_lost"
-	edgeVarCtSyncOn     = "ct_sync_on"
-	edgeVarHcAddress    = "hc_address"
+	edgeMapArpAddrs      = "arp_addrs"
+	edgeMapArpIfaces     = "arp_ifaces"
+	edgeMapArpOwner      = "arp_owner"
+	edgeMapCtBuckets     = "ct_buckets"
+	edgeMapCtEvents      = "ct_events"
+	edgeMapEdgeCfg       = "edge_cfg"
+	edgeMapEipCache      = "eip_cache"
+	edgeMapEipRouteGen   = "eip_route_gen"
+	edgeMapEipRoutes     = "eip_routes"
+	edgeMapEipStats      = "eip_stats"
+	edgeMapFibScratch    = "fib_scratch"
+	edgeMapHcMarks       = "hc_marks"
+	edgeMapHcPeers       = "hc_peers"
+	edgeMapHcStats       = "hc_stats"
+	edgeMapIcmpBuckets   = "icmp_buckets"
+	edgeMapLbBackends    = "lb_backends"
+	edgeMapLbBeStats     = "lb_be_stats"
+	edgeMapLbCfg         = "lb_cfg"
+	edgeMapLbConns       = "lb_conns"
+	edgeMapLbInfo        = "lb_info"
+	edgeMapLbListeners   = "lb_listeners"
+	edgeMapLbNatBackends = "lb_nat_backends"
+	edgeMapLbNatConns    = "lb_nat_conns"
+	edgeMapLbRanges      = "lb_ranges"
+	edgeMapLbTableOwner  = "lb_table_owner"
+	edgeMapLbTables      = "lb_tables"
+	edgeMapNhCache       = "nh_cache"
+	edgeMapStats         = "stats"
+	edgeProgTcEdgeHc     = "tc_edge_hc"
+	edgeProgXdpEdge      = "xdp_edge"
+	edgeVarCtEventBtf    = "ct_event_btf"
+	edgeVarCtEventsLost  = "ct_events_lost"
+	edgeVarCtSyncOn      = "ct_sync_on"
+	edgeVarHcAddress     = "hc_address"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -391,33 +400,34 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
-	ArpAddrs     *ebpf.MapSpec `ebpf:"arp_addrs"`
-	ArpIfaces    *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	ArpOwner     *ebpf.MapSpec `ebpf:"arp_owner"`
-	CtBuckets    *ebpf.MapSpec `ebpf:"ct_buckets"`
-	CtEvents     *ebpf.MapSpec `ebpf:"ct_events"`
-	EdgeCfg      *ebpf.MapSpec `ebpf:"edge_cfg"`
-	EipCache     *ebpf.MapSpec `ebpf:"eip_cache"`
-	EipRouteGen  *ebpf.MapSpec `ebpf:"eip_route_gen"`
-	EipRoutes    *ebpf.MapSpec `ebpf:"eip_routes"`
-	EipStats     *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch   *ebpf.MapSpec `ebpf:"fib_scratch"`
-	HcMarks      *ebpf.MapSpec `ebpf:"hc_marks"`
-	HcPeers      *ebpf.MapSpec `ebpf:"hc_peers"`
-	HcStats      *ebpf.MapSpec `ebpf:"hc_stats"`
-	IcmpBuckets  *ebpf.MapSpec `ebpf:"icmp_buckets"`
-	LbBackends   *ebpf.MapSpec `ebpf:"lb_backends"`
-	LbBeStats    *ebpf.MapSpec `ebpf:"lb_be_stats"`
-	LbCfg        *ebpf.MapSpec `ebpf:"lb_cfg"`
-	LbConns      *ebpf.MapSpec `ebpf:"lb_conns"`
-	LbInfo       *ebpf.MapSpec `ebpf:"lb_info"`
-	LbListeners  *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbNatConns   *ebpf.MapSpec `ebpf:"lb_nat_conns"`
-	LbRanges     *ebpf.MapSpec `ebpf:"lb_ranges"`
-	LbTableOwner *ebpf.MapSpec `ebpf:"lb_table_owner"`
-	LbTables     *ebpf.MapSpec `ebpf:"lb_tables"`
-	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	ArpAddrs      *ebpf.MapSpec `ebpf:"arp_addrs"`
+	ArpIfaces     *ebpf.MapSpec `ebpf:"arp_ifaces"`
+	ArpOwner      *ebpf.MapSpec `ebpf:"arp_owner"`
+	CtBuckets     *ebpf.MapSpec `ebpf:"ct_buckets"`
+	CtEvents      *ebpf.MapSpec `ebpf:"ct_events"`
+	EdgeCfg       *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
+	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
+	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
+	HcMarks       *ebpf.MapSpec `ebpf:"hc_marks"`
+	HcPeers       *ebpf.MapSpec `ebpf:"hc_peers"`
+	HcStats       *ebpf.MapSpec `ebpf:"hc_stats"`
+	IcmpBuckets   *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	LbBackends    *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbBeStats     *ebpf.MapSpec `ebpf:"lb_be_stats"`
+	LbCfg         *ebpf.MapSpec `ebpf:"lb_cfg"`
+	LbConns       *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbInfo        *ebpf.MapSpec `ebpf:"lb_info"`
+	LbListeners   *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbNatBackends *ebpf.MapSpec `ebpf:"lb_nat_backends"`
+	LbNatConns    *ebpf.MapSpec `ebpf:"lb_nat_conns"`
+	LbRanges      *ebpf.MapSpec `ebpf:"lb_ranges"`
+	LbTableOwner  *ebpf.MapSpec `ebpf:"lb_table_owner"`
+	LbTables      *ebpf.MapSpec `ebpf:"lb_tables"`
+	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -450,33 +460,34 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
-	ArpAddrs     *ebpf.Map `ebpf:"arp_addrs"`
-	ArpIfaces    *ebpf.Map `ebpf:"arp_ifaces"`
-	ArpOwner     *ebpf.Map `ebpf:"arp_owner"`
-	CtBuckets    *ebpf.Map `ebpf:"ct_buckets"`
-	CtEvents     *ebpf.Map `ebpf:"ct_events"`
-	EdgeCfg      *ebpf.Map `ebpf:"edge_cfg"`
-	EipCache     *ebpf.Map `ebpf:"eip_cache"`
-	EipRouteGen  *ebpf.Map `ebpf:"eip_route_gen"`
-	EipRoutes    *ebpf.Map `ebpf:"eip_routes"`
-	EipStats     *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch   *ebpf.Map `ebpf:"fib_scratch"`
-	HcMarks      *ebpf.Map `ebpf:"hc_marks"`
-	HcPeers      *ebpf.Map `ebpf:"hc_peers"`
-	HcStats      *ebpf.Map `ebpf:"hc_stats"`
-	IcmpBuckets  *ebpf.Map `ebpf:"icmp_buckets"`
-	LbBackends   *ebpf.Map `ebpf:"lb_backends"`
-	LbBeStats    *ebpf.Map `ebpf:"lb_be_stats"`
-	LbCfg        *ebpf.Map `ebpf:"lb_cfg"`
-	LbConns      *ebpf.Map `ebpf:"lb_conns"`
-	LbInfo       *ebpf.Map `ebpf:"lb_info"`
-	LbListeners  *ebpf.Map `ebpf:"lb_listeners"`
-	LbNatConns   *ebpf.Map `ebpf:"lb_nat_conns"`
-	LbRanges     *ebpf.Map `ebpf:"lb_ranges"`
-	LbTableOwner *ebpf.Map `ebpf:"lb_table_owner"`
-	LbTables     *ebpf.Map `ebpf:"lb_tables"`
-	NhCache      *ebpf.Map `ebpf:"nh_cache"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	ArpAddrs      *ebpf.Map `ebpf:"arp_addrs"`
+	ArpIfaces     *ebpf.Map `ebpf:"arp_ifaces"`
+	ArpOwner      *ebpf.Map `ebpf:"arp_owner"`
+	CtBuckets     *ebpf.Map `ebpf:"ct_buckets"`
+	CtEvents      *ebpf.Map `ebpf:"ct_events"`
+	EdgeCfg       *ebpf.Map `ebpf:"edge_cfg"`
+	EipCache      *ebpf.Map `ebpf:"eip_cache"`
+	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
+	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
+	EipStats      *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
+	HcMarks       *ebpf.Map `ebpf:"hc_marks"`
+	HcPeers       *ebpf.Map `ebpf:"hc_peers"`
+	HcStats       *ebpf.Map `ebpf:"hc_stats"`
+	IcmpBuckets   *ebpf.Map `ebpf:"icmp_buckets"`
+	LbBackends    *ebpf.Map `ebpf:"lb_backends"`
+	LbBeStats     *ebpf.Map `ebpf:"lb_be_stats"`
+	LbCfg         *ebpf.Map `ebpf:"lb_cfg"`
+	LbConns       *ebpf.Map `ebpf:"lb_conns"`
+	LbInfo        *ebpf.Map `ebpf:"lb_info"`
+	LbListeners   *ebpf.Map `ebpf:"lb_listeners"`
+	LbNatBackends *ebpf.Map `ebpf:"lb_nat_backends"`
+	LbNatConns    *ebpf.Map `ebpf:"lb_nat_conns"`
+	LbRanges      *ebpf.Map `ebpf:"lb_ranges"`
+	LbTableOwner  *ebpf.Map `ebpf:"lb_table_owner"`
+	LbTables      *ebpf.Map `ebpf:"lb_tables"`
+	NhCache       *ebpf.Map `ebpf:"nh_cache"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -502,6 +513,7 @@ func (m *edgeMaps) Close() error {
 		m.LbConns,
 		m.LbInfo,
 		m.LbListeners,
+		m.LbNatBackends,
 		m.LbNatConns,
 		m.LbRanges,
 		m.LbTableOwner,

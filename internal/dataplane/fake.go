@@ -289,6 +289,7 @@ type FakeLB struct {
 	*FakeListeners
 	*FakeTables
 	*FakeBackends
+	*FakeNATBackends
 	*FakeLBConfig
 }
 
@@ -299,7 +300,36 @@ func NewFakeLB() *FakeLB {
 	return &FakeLB{FakeEdge: NewFakeEdge(), FakeVIPs: &FakeVIPs{VIPSet: map[netip.Addr]bool{}},
 		FakeListeners: &FakeListeners{ListenerM: map[Listener]ListenerValue{}},
 		FakeTables:    &FakeTables{Tables: map[uint32][]uint32{}, TableOwn: map[uint32]uint64{}},
-		FakeBackends:  &FakeBackends{BackendM: map[uint32]LBBackend{}}, FakeLBConfig: &FakeLBConfig{ARP: map[int]string{}}}
+		FakeBackends:  &FakeBackends{BackendM: map[uint32]LBBackend{}}, FakeLBConfig: &FakeLBConfig{ARP: map[int]string{}},
+		FakeNATBackends: &FakeNATBackends{NATM: map[NATBackend]netip.AddrPort{}}}
+}
+
+// FakeNATBackends is an in-memory NATBackendMap.
+type FakeNATBackends struct {
+	nmu  sync.Mutex
+	NATM map[NATBackend]netip.AddrPort
+}
+
+func (f *FakeNATBackends) PutNATBackend(b NATBackend, vip netip.AddrPort) error {
+	f.nmu.Lock()
+	defer f.nmu.Unlock()
+	f.NATM[b] = vip
+	return nil
+}
+func (f *FakeNATBackends) DeleteNATBackend(b NATBackend) error {
+	f.nmu.Lock()
+	defer f.nmu.Unlock()
+	delete(f.NATM, b)
+	return nil
+}
+func (f *FakeNATBackends) NATBackends() (map[NATBackend]netip.AddrPort, error) {
+	f.nmu.Lock()
+	defer f.nmu.Unlock()
+	out := make(map[NATBackend]netip.AddrPort, len(f.NATM))
+	for k, v := range f.NATM {
+		out[k] = v
+	}
+	return out, nil
 }
 
 // FakeVIPs is an in-memory VIPMap.

@@ -166,6 +166,25 @@ func (f FaultyBackends) ResetBackendCounters(idx uint32) error {
 	return f.F.write("ResetBackendCounters", func() error { return f.BackendMap.ResetBackendCounters(idx) })
 }
 
+// FaultyNATBackends injects faults into a NATBackendMap.
+type FaultyNATBackends struct {
+	NATBackendMap
+	F *Faults
+}
+
+func (f FaultyNATBackends) PutNATBackend(b NATBackend, vip netip.AddrPort) error {
+	return f.F.write("PutNATBackend", func() error { return f.NATBackendMap.PutNATBackend(b, vip) })
+}
+func (f FaultyNATBackends) DeleteNATBackend(b NATBackend) error {
+	return f.F.write("DeleteNATBackend", func() error { return f.NATBackendMap.DeleteNATBackend(b) })
+}
+func (f FaultyNATBackends) NATBackends() (map[NATBackend]netip.AddrPort, error) {
+	if err := f.F.check("NATBackends", false); err != nil {
+		return nil, err
+	}
+	return f.NATBackendMap.NATBackends()
+}
+
 // FaultyLBConfig injects faults into an LBConfigMap.
 type FaultyLBConfig struct {
 	LBConfigMap
@@ -187,6 +206,7 @@ type FaultyLB struct {
 	FaultyListeners
 	FaultyTables
 	FaultyBackends
+	FaultyNATBackends
 	FaultyLBConfig
 	F *Faults
 }
@@ -200,5 +220,6 @@ func NewFaultyLB(inner interface {
 	LBMaps
 }, f *Faults) *FaultyLB {
 	return &FaultyLB{EdgeMaps: inner, FaultyVIPs: FaultyVIPs{inner, f}, FaultyListeners: FaultyListeners{inner, f},
-		FaultyTables: FaultyTables{inner, f}, FaultyBackends: FaultyBackends{inner, f}, FaultyLBConfig: FaultyLBConfig{inner, f}, F: f}
+		FaultyTables: FaultyTables{inner, f}, FaultyBackends: FaultyBackends{inner, f},
+		FaultyNATBackends: FaultyNATBackends{inner, f}, FaultyLBConfig: FaultyLBConfig{inner, f}, F: f}
 }

@@ -82,7 +82,7 @@ type LBCounters struct {
 }
 
 // LBInfo names the informational counters (bpf/lib/lb.h enum lb_info).
-var LBInfo = []string{"ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick"}
+var LBInfo = []string{"ct_miss", "ct_insert", "ct_insert_limited", "ct_stale", "syn_repick", "nat_reply_stateless"}
 
 // The load balancer's maps, one small interface per map (after Cilium's
 // pkg/loadbalancer maps), each with a fake (FakeLB's parts) and a
@@ -126,6 +126,20 @@ type BackendMap interface {
 	ResetBackendCounters(idx uint32) error
 }
 
+// NATBackend is a nat backend as its replies leave it (address, port,
+// protocol): the key of the reply path's stateless fallback. It is the
+// plan's type (internal/lbplan).
+type NATBackend = lbplan.NATBackend
+
+// NATBackendMap holds the reply path's stateless fallback
+// (lb_nat_backends): nat backends of exactly one VIP and port, by which
+// a reply with no connection entry yet is translated.
+type NATBackendMap interface {
+	PutNATBackend(NATBackend, netip.AddrPort) error
+	DeleteNATBackend(NATBackend) error
+	NATBackends() (map[NATBackend]netip.AddrPort, error)
+}
+
 // LBConfigMap holds the load balancer's configuration (lb_cfg) and the
 // interfaces that answer ARP for VIPs (arp_ifaces).
 type LBConfigMap interface {
@@ -139,6 +153,7 @@ type LBMaps interface {
 	ListenerMap
 	TableMap
 	BackendMap
+	NATBackendMap
 	LBConfigMap
 }
 
@@ -532,6 +547,38 @@ func (e *Edge) PutNATConn(c NATConn) error {
 	k := edgeNatRkey{Baddr: ip4word(c.Backend.Addr()), Caddr: ip4word(c.Client.Addr()), Bport: be16(c.Backend.Port()),
 		Cport: be16(c.Client.Port()), Proto: c.Proto}
 	return e.objs.LbNatConns.Update(&k, &edgeNatRentry{Vip: ip4word(c.VIP.Addr()), Vport: be16(c.VIP.Port())}, ebpf.UpdateAny)
+}
+
+func natBkey(b NATBackend) edgeNatBkey {
+	return edgeNatBkey{Baddr: ip4word(b.Addr), Bport: be16(b.Port), Proto: b.Proto}
+}
+
+func (e *Edge) PutNATBackend(b NATBackend, vip netip.AddrPort) error {
+	if !b.Addr.Is4() || !vip.Addr().Is4() {
+		return fmt.Errorf("nat backend %v port %d: IPv4 only (VIP %v)", b.Addr, b.Port, vip)
+	}
+	k := natBkey(b)
+	return e.objs.LbNatBackends.Update(&k, &edgeNatRentry{Vip: ip4word(vip.Addr()), Vport: be16(vip.Port())}, ebpf.UpdateAny)
+}
+
+func (e *Edge) DeleteNATBackend(b NATBackend) error {
+	k := natBkey(b)
+	err := e.objs.LbNatBackends.Delete(&k)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *Edge) NATBackends() (map[NATBackend]netip.AddrPort, error) {
+	out := map[NATBackend]netip.AddrPort{}
+	var k edgeNatBkey
+	var v edgeNatRentry
+	it := e.objs.LbNatBackends.Iterate()
+	for it.Next(&k, &v) {
+		out[NATBackend{Addr: wordIP4(k.Baddr), Port: be16(k.Bport), Proto: k.Proto}] = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
+	}
+	return out, it.Err()
 }
 
 // NATConns walks the nat reverse entries.

@@ -58,6 +58,7 @@ type flow struct {
 	options      []layers.IPv4Option
 	payload      []byte
 	syn, rst     bool
+	ack          bool // with syn: a SYN-ACK
 	fin          bool // with ACK
 	icmpType     uint8
 }
@@ -84,7 +85,7 @@ func (f flow) layers(t testing.TB) []gopacket.SerializableLayer {
 	}
 	switch f.proto {
 	case layers.IPProtocolTCP:
-		tcp := &layers.TCP{SrcPort: layers.TCPPort(f.sport), DstPort: layers.TCPPort(f.dport), Seq: 1000, Window: 65535, SYN: f.syn, RST: f.rst, FIN: f.fin, ACK: !f.syn && !f.rst}
+		tcp := &layers.TCP{SrcPort: layers.TCPPort(f.sport), DstPort: layers.TCPPort(f.dport), Seq: 1000, Window: 65535, SYN: f.syn, RST: f.rst, FIN: f.fin, ACK: f.ack || !f.syn && !f.rst}
 		tcp.SetNetworkLayerForChecksum(ip)
 		out = append(out, tcp)
 	case layers.IPProtocolUDP:

@@ -569,6 +569,9 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	if r.lb != nil && len(r.lb.tables) > 0 {
 		s.Tables = r.lb.tableStatus()
 	}
+	if r.lb != nil {
+		s.NATBackendsLeftOut = r.lb.natLeftOut
+	}
 	r.invalid.Into(&s)
 	if r.routes <= maxStatusEIPs {
 		s.EIPs = map[string]model.EIPCounters{}

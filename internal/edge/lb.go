@@ -73,6 +73,7 @@ type lbState struct {
 	nextTable   uint32
 	freeTable   []uint32
 	nat         bool            // some service is in nat mode
+	natLeftOut  int             // nat backends left out of the reply fallback (ambiguous)
 	targets     []health.Target // backends to health-check
 	// Slots a previous run of the daemon left, by owner hash: the first
 	// sync takes them back (same slot, same generation), so connections
@@ -219,7 +220,11 @@ func (s *lbState) sync(x *index) ([]string, error) {
 		if err != nil {
 			return p.Problems, err
 		}
-		ops, full := s.diff(p, have, haveVIPs)
+		haveNAT, err := s.maps.NATBackends()
+		if err != nil {
+			return p.Problems, err
+		}
+		ops, full := s.diff(p, have, haveVIPs, haveNAT)
 		problems = append(slices.Clip(p.Problems), full...)
 		if err := s.apply(ops); err != nil {
 			return problems, err
@@ -240,6 +245,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 		}
 	}
 	s.nat = p.NAT
+	s.natLeftOut = p.NATLeftOut
 	s.targets = s.targets[:0:0]
 	for _, c := range p.Checks {
 		t := health.Target{Service: c.Service, Pool: c.Pool, Backend: c.Backend, Addr: c.Addr, Check: c.Check}
@@ -261,6 +267,8 @@ const (
 	opSetTable
 	opPutListener
 	opPutVIP
+	opPutNATBackend
+	opDeleteNATBackend
 	opDeleteVIP
 	opDeleteListener
 	opDeleteTable
@@ -268,7 +276,8 @@ const (
 	opFreeBackend     // no write: books the backend slot free
 )
 
-var opNames = [...]string{"ResetBackendCounters", "SetBackend", "SetTableOwner", "SetTable", "PutListener", "PutVIP", "DeleteVIP",
+var opNames = [...]string{"ResetBackendCounters", "SetBackend", "SetTableOwner", "SetTable", "PutListener", "PutVIP", "PutNATBackend",
+	"DeleteNATBackend", "DeleteVIP",
 	"DeleteListener", "DeleteTable", "ClearTableOwner", "FreeBackend"}
 
 func (k opKind) String() string { return opNames[k] }
@@ -285,6 +294,8 @@ type lbOp struct {
 	listener dataplane.Listener
 	value    dataplane.ListenerValue
 	vip      netip.Addr
+	nat      dataplane.NATBackend // a nat backend of the reply fallback
+	natVIP   netip.AddrPort       // and its VIP and port
 }
 
 // diff lists the writes that take the maps to plan p, in this order:
@@ -296,7 +307,10 @@ type lbOp struct {
 //     table (a pool keeps its table slot for life, and the table swaps
 //     whole);
 //  3. new VIPs, after all their listeners: a VIP is never marked before
-//     its listeners are complete;
+//     its listeners are complete; then the reply path's stateless
+//     fallback (nat backends of one VIP and port) added or changed, and
+//     the ones gone or now ambiguous deleted (it only says what the
+//     listeners already do, so its order matters little);
 //  4. VIPs gone, then listeners gone (so still no VIP without its
 //     listeners), then tables no listener names any more, and the slots
 //     of a previous run nobody took back;
@@ -307,7 +321,8 @@ type lbOp struct {
 // A pool that gets no slot (the data plane is full) leaves its whole
 // service out (reported). diff does no I/O; it reserves the slots of new
 // backends and pools in s, so a retry after a failed apply reuses them.
-func (s *lbState) diff(p *lbplan.Plan, have map[dataplane.Listener]dataplane.ListenerValue, haveVIPs []netip.Addr) ([]lbOp, []string) {
+func (s *lbState) diff(p *lbplan.Plan, have map[dataplane.Listener]dataplane.ListenerValue, haveVIPs []netip.Addr,
+	haveNAT map[dataplane.NATBackend]netip.AddrPort) ([]lbOp, []string) {
 	var ops []lbOp
 	var problems []string
 	left := map[string]bool{} // services left out
@@ -354,6 +369,7 @@ func (s *lbState) diff(p *lbplan.Plan, have map[dataplane.Listener]dataplane.Lis
 			ops = append(ops, lbOp{kind: opPutVIP, vip: v})
 		}
 	}
+	ops = append(ops, diffNAT(p, left, haveNAT)...)
 	slices.SortFunc(haveVIPs, netip.Addr.Compare)
 	for _, v := range haveVIPs {
 		if !wantVIPs[v] {
@@ -384,6 +400,47 @@ func (s *lbState) diff(p *lbplan.Plan, have map[dataplane.Listener]dataplane.Lis
 		}
 	}
 	return ops, problems
+}
+
+// diffNAT lists the writes of the reply fallback: the plan's nat backends
+// of services programmed (not left out) put where missing or different,
+// the others deleted.
+func diffNAT(p *lbplan.Plan, left map[string]bool, have map[dataplane.NATBackend]netip.AddrPort) []lbOp {
+	skip := map[netip.Addr]bool{} // VIPs of services left out
+	for name, vip := range p.Services {
+		if left[name] {
+			skip[vip] = true
+		}
+	}
+	want := map[dataplane.NATBackend]netip.AddrPort{}
+	for k, v := range p.NATBackends {
+		if !skip[v.Addr()] {
+			want[k] = v
+		}
+	}
+	var ops []lbOp
+	for _, k := range sortedNAT(want) {
+		if cur, ok := have[k]; !ok || cur != want[k] {
+			ops = append(ops, lbOp{kind: opPutNATBackend, nat: k, natVIP: want[k]})
+		}
+	}
+	for _, k := range sortedNAT(have) {
+		if _, ok := want[k]; !ok {
+			ops = append(ops, lbOp{kind: opDeleteNATBackend, nat: k})
+		}
+	}
+	return ops
+}
+
+func sortedNAT(m map[dataplane.NATBackend]netip.AddrPort) []dataplane.NATBackend {
+	out := make([]dataplane.NATBackend, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b dataplane.NATBackend) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	})
+	return out
 }
 
 // diffPool reserves a pool's slots and lists the writes of step 1.
@@ -465,6 +522,10 @@ func (s *lbState) write(op lbOp) error {
 		return m.PutListener(op.listener, op.value)
 	case opPutVIP:
 		return m.PutVIP(op.vip)
+	case opPutNATBackend:
+		return m.PutNATBackend(op.nat, op.natVIP)
+	case opDeleteNATBackend:
+		return m.DeleteNATBackend(op.nat)
 	case opDeleteVIP:
 		return m.DeleteVIP(op.vip)
 	case opDeleteListener:

@@ -332,16 +332,17 @@ func TestDiffOps(t *testing.T) {
 		x    *index
 		want string
 	}{
-		{"create", idx(svc(false, 80)), "[ResetBackendCounters SetBackend ResetBackendCounters SetBackend SetTableOwner SetTable PutListener PutVIP]"},
+		{"create", idx(svc(false, 80)), "[ResetBackendCounters SetBackend ResetBackendCounters SetBackend SetTableOwner SetTable PutListener PutVIP PutNATBackend PutNATBackend]"},
 		{"unchanged", idx(svc(false, 80)), "[]"},
 		{"a backend fails", idx(svc(true, 80)), "[SetBackend SetTable]"},
-		{"the listener moves", idx(svc(true, 81)), "[PutListener DeleteListener]"},
-		{"removed", newIndex(), "[DeleteVIP DeleteListener DeleteTable ClearTableOwner FreeBackend FreeBackend]"},
+		{"the listener moves", idx(svc(true, 81)), "[PutListener PutNATBackend PutNATBackend DeleteNATBackend DeleteNATBackend DeleteListener]"},
+		{"removed", newIndex(), "[DeleteNATBackend DeleteNATBackend DeleteVIP DeleteListener DeleteTable ClearTableOwner FreeBackend FreeBackend]"},
 	} {
 		have, _ := fake.Listeners()
 		vips, _ := fake.VIPs()
 		p := planOf(c.x, 7)
-		ops, problems := s.diff(p, have, vips)
+		haveNAT, _ := fake.NATBackends()
+		ops, problems := s.diff(p, have, vips, haveNAT)
 		problems = append(problems, p.Problems...)
 		var kinds []string
 		for _, op := range ops {

@@ -142,7 +142,12 @@ type Plan struct {
 	// Services programmed (not left out), by name, and their VIPs.
 	Services map[string]netip.Addr
 	NAT      bool // some programmed service is in nat mode
-	Checks   []Check
+	// NATBackends: the reply path's stateless fallback (natBackends),
+	// nat backends of exactly one VIP and port; NATLeftOut counts those
+	// left out as ambiguous (or over capacity).
+	NATBackends map[NATBackend]netip.AddrPort
+	NATLeftOut  int
+	Checks      []Check
 	// Problems: backends left out, services left out, checks without a
 	// port. They are reported in the edge's status; the rest is programmed.
 	Problems []string
@@ -350,6 +355,7 @@ func Build(in Input) *Plan {
 		}
 	}
 	sort.Slice(p.Pools, func(i, j int) bool { return p.Pools[i].ID < p.Pools[j].ID })
+	p.NATBackends, p.NATLeftOut = natBackends(p)
 	in.Tables.sweep()
 	return p
 }

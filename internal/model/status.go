@@ -39,6 +39,11 @@ type NodeStatus struct {
 	// Tables are the service tables the edge's data plane holds, by
 	// TableKey(service, pool) (edges only).
 	Tables map[string]TableStatus `json:"tables,omitempty"`
+	// NATBackendsLeftOut counts the nat backends (address, port,
+	// protocol) left out of the reply path's stateless fallback: shared
+	// by two VIPs or ports, or behind a range or any-port listener (their
+	// replies wait for the connection's synced entry; docs/services.md).
+	NATBackendsLeftOut int `json:"nat_backends_left_out,omitempty"`
 	// Invalid lists the objects read from the store that failed
 	// validation (written past the API, straight into etcd): they are not
 	// programmed until a valid write of the same key replaces them.
