@@ -125,12 +125,13 @@ const StaticUpstream = false
 const NATPinned = "198.51.100.30/31"
 
 // The DMZ segment, 198.19.200.0/24: servers .1, .3, .5 (DMZAddr), the
-// prefix set's members .101 and up (dmz0), the router .253, and the
+// prefix set's members .101 and up (dmz0), fab .252, the router .253, and the
 // servers' gateway .254, answered by the set's ARP owner (edge
 // --arp-gateway).
 const (
 	DMZGateway = "198.19.200.254"
 	RouterDMZ  = "198.19.200.253"
+	FabDMZ     = "198.19.200.252"
 )
 
 func edgeDMZ(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 200, byte(101 + k)}) }
@@ -274,6 +275,10 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	add("dmzsw", "switch", "", "")
 	t.link("rtr", "dmz", RouterDMZ+"/24", "dmzsw", "rtr", "", 1500)
 	t.routes = append(t.routes, route{"rtr", NATPinned, "", "dmz"})
+	// fab has a leg on the segment too: edges off it (the dedicated and
+	// quarantine sets') reach the DMZ servers through the underlay, for
+	// health checks and for a nat VIP pulled out to them.
+	t.link("fab", "dmz", FabDMZ+"/24", "dmzsw", "fab", "", 1500)
 	for k, e := range Edges {
 		if e.Set == PrefixSet {
 			t.link(e.Name, "dmz0", edgeDMZ(k).String()+"/24", "dmzsw", e.Name, "", 1500)
@@ -283,7 +288,8 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 		name := fmt.Sprintf("dmz%d", i)
 		add(name, "server", "", "")
 		t.link("dmzsw", name, "", name, "eth0", DMZAddr(i).String()+"/24", 1500)
-		t.routes = append(t.routes, route{name, "default", DMZGateway, "eth0"})
+		t.routes = append(t.routes, route{name, "default", DMZGateway, "eth0"},
+			route{name, "198.18.0.0/15", FabDMZ, "eth0"})
 	}
 	for az := 1; az <= azs; az++ {
 		for i := 1; i <= hostsPerAZ; i++ {
