@@ -141,6 +141,7 @@ type Announcer struct {
 	keyVal     []byte
 	lease      store.LeaseID // the store loop's, once it ended
 	kick       chan struct{}
+	keyChanged chan struct{} // Step changed the wanted announce key: write it now
 	done       chan struct{}
 	cancel     context.CancelFunc
 	shut       bool
@@ -151,7 +152,7 @@ type Announcer struct {
 // self-check (nil error: well).
 func NewAnnouncer(cfg AnnounceConfig, spk Speaker, leases store.Leases, plan func() Plan, dataplane func() error) *Announcer {
 	cfg.defaults()
-	return &Announcer{cfg: cfg, spk: spk, leases: leases, plan: plan, dataplane: dataplane, kick: make(chan struct{}, 1)}
+	return &Announcer{cfg: cfg, spk: spk, leases: leases, plan: plan, dataplane: dataplane, kick: make(chan struct{}, 1), keyChanged: make(chan struct{}, 1)}
 }
 
 // AddCondition adds a condition the edge needs to announce (for example
@@ -290,11 +291,20 @@ func (a *Announcer) Step(ctx context.Context) {
 		}
 		a.announcing = announce
 	}
+	oldKey, oldVal := a.key, a.keyVal
 	a.key, a.keyVal = "", nil
 	if announce {
 		a.key = store.AnnounceKey(p.Set, a.cfg.Name)
 		a.keyVal, _ = json.Marshal(model.Announcement{Set: p.Set, Edge: a.cfg.Name, Underlay: p.Node.Underlay,
 			Prefixes: slices.Clone(p.Prefixes), Since: a.since})
+	}
+	if a.key != oldKey || !bytes.Equal(a.keyVal, oldVal) {
+		// The agents follow the key: a withdrawal must reach them now,
+		// not at the next renewal.
+		select {
+		case a.keyChanged <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -398,6 +408,7 @@ func (a *Announcer) storeLoop(ctx context.Context) {
 			}
 			return
 		case <-t.C:
+		case <-a.keyChanged:
 		}
 	}
 }

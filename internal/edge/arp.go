@@ -66,6 +66,7 @@ type arpOwner struct {
 
 	mu        sync.Mutex
 	scope     string       // wanted: the set to own ARP for ("": none)
+	linkDown  bool         // an ARP interface has no carrier (watchCarrier)
 	vips      []netip.Addr // the VIPs to answer for
 	changed   chan struct{}
 	active    bool // answering: the data plane holds the claim's deadline
@@ -158,7 +159,47 @@ func (a *arpOwner) Status() *model.ARPStatus {
 func (a *arpOwner) wanted() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.linkDown {
+		return "" // it cannot answer on a dead link: let a standby take over
+	}
 	return a.scope
+}
+
+// CarrierPoll is how often the ARP interfaces' carrier is checked.
+const CarrierPoll = 100 * time.Millisecond
+
+// watchCarrier gives the scope up while an ARP interface has no carrier
+// (and campaigns again when every one has it back).
+func (a *arpOwner) watchCarrier(ctx context.Context) {
+	t := time.NewTicker(CarrierPoll)
+	defer t.Stop()
+	for {
+		down := false
+		for _, ifc := range a.ifaces {
+			// Only a positively seen dead link counts: a failed lookup
+			// (this goroutine in another namespace, in tests) is no news.
+			cur, err := net.InterfaceByIndex(ifc.Index)
+			if err == nil && cur.Name == ifc.Name && (cur.Flags&net.FlagUp == 0 || cur.Flags&net.FlagRunning == 0) {
+				down = true
+			}
+		}
+		a.mu.Lock()
+		changed := down != a.linkDown
+		a.linkDown = down
+		a.mu.Unlock()
+		if changed {
+			a.log.Warn("ARP interface carrier changed", "down", down)
+			select {
+			case a.changed <- struct{}{}:
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (a *arpOwner) setStatus(scope string, owner bool) {
@@ -177,6 +218,7 @@ func (a *arpOwner) run(ctx context.Context) {
 		return
 	}
 	opts := store.ClaimOptions{TTL: a.cfg.TTL, Margin: a.cfg.Margin, OnRenew: a.renewed}
+	go a.watchCarrier(ctx)
 	for ctx.Err() == nil {
 		scope := a.wanted()
 		a.setStatus(scope, false)

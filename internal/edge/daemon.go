@@ -362,6 +362,13 @@ func selfCheck(dp *dataplane.Edge, ifaces []string) func() error {
 			if x == nil || !x.Attached || id != 0 && x.ProgId != id {
 				return fmt.Errorf("interface %s: the edge program is not attached", n)
 			}
+			// A link without carrier (cable out, peer down) forwards
+			// nothing: withdraw at once rather than after the routers'
+			// hold timer, and drop the announce key so the agents stop
+			// sending replies this way.
+			if l.Attrs().RawFlags&unix.IFF_UP == 0 || l.Attrs().RawFlags&unix.IFF_RUNNING == 0 {
+				return fmt.Errorf("interface %s: link down (no carrier)", n)
+			}
 		}
 		if _, err := dp.Stats(); err != nil {
 			return fmt.Errorf("maps unreadable: %w", err)
