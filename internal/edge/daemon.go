@@ -116,11 +116,17 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	// the hosts' next hops stay resolved whichever way routing goes.
 	nb := netlab.NewResolver(log)
 	defer nb.Stop()
+	// A link change (carrier lost) is also a reason to look at the
+	// announcer's conditions at once rather than at its next tick.
+	var kickAnnouncer atomic.Pointer[func()]
 	if err := netlab.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}
 		nb.Refresh(time.Second)
+		if k := kickAnnouncer.Load(); k != nil {
+			(*k)()
+		}
 	}); err != nil {
 		return err
 	}
@@ -168,6 +174,8 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if cfg.Sync.Port != 0 {
 		ann.AddCondition("sync", func() bool { ok, _ := ready(); return ok })
 	}
+	kick := ann.Kick
+	kickAnnouncer.Store(&kick)
 	ann.Start(ctx)
 	defer func() {
 		// SIGTERM (ctx ended): withdraw, wait until every peer was sent
