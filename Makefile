@@ -8,7 +8,7 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-compare bench-compare-rev fuzz clean
+.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz clean
 
 help:
 	@echo "build            build $(BIN)"
@@ -17,6 +17,7 @@ help:
 	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
 	@echo "demo             lab up + lab demo (as root)"
 	@echo "bench            every benchmark suite (results go in BENCHMARKS.md)"
+	@echo "bench-fleet      edge fleets: etcd-cluster drift, connection sync, failover gaps (as root)"
 	@echo "bench-compare    per-packet suites, this build against BASE's objects (BASE=git revision, default HEAD)"
 	@echo "bench-compare-rev  the same against BASE's own build, alternated (when map layouts changed)"
 	@echo "fuzz             long fuzzing runs (FUZZTIME=10m)"
@@ -48,7 +49,7 @@ demo: build
 lab-down: build
 	./$(BIN) lab down
 
-bench: bench-dataplane bench-lab bench-control bench-lb
+bench: bench-dataplane bench-lab bench-control bench-lb bench-fleet
 
 bench-dataplane: build
 	./$(BIN) bench dataplane
@@ -61,6 +62,11 @@ bench-control: build
 
 bench-lb: build
 	./$(BIN) bench lb
+
+# Fleets (issue 8): control-plane drift on a 3-member etcd cluster,
+# connection sync, failover gaps by cause in a lab of its own (prefix azb-).
+bench-fleet: build
+	./$(BIN) bench fleet
 
 # Before/after in one run: the data-plane and load-balancer per-packet paths
 # timed with this build's objects and with BASE's, interleaved.
