@@ -33,9 +33,6 @@ type FleetFailoverOptions struct {
 // lab's BGP timers (hold 3 s, keepalive 1 s), which every line's note
 // repeats.
 func FleetFailover(ctx context.Context, o FleetFailoverOptions) ([]Result, error) {
-	if lab.StaticUpstream {
-		return nil, fmt.Errorf("bench fleet failover: the lab's router has a static route (edges without BGP in this build)")
-	}
 	if len(o.Causes) == 0 {
 		o.Causes = lab.Causes
 	}

@@ -182,9 +182,7 @@ func (l *Lab) Demo(ctx context.Context) error {
 	if err := l.demoServices(ctx); err != nil {
 		return err
 	}
-	if StaticUpstream {
-		l.say("\n(the fleet part, ECMP, pull-out, quarantine and an edge killed under traffic, needs edges that announce with BGP)")
-	} else if err := l.demoFleet(ctx); err != nil {
+	if err := l.demoFleet(ctx); err != nil {
 		return err
 	}
 	l.say("\nDone. Poke around: azgate lab status; azgate status; azgate service status web;")

@@ -196,14 +196,12 @@ func (l *Lab) up(ctx context.Context) error {
 	if err := l.waitNodes(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	if !StaticUpstream {
-		l.say("waiting for the edges' BGP sessions and the router's multipath route")
-		if err := l.waitSessions(ctx, 60*time.Second); err != nil {
-			return err
-		}
-		if _, err := l.WaitRoute(ctx, netip.MustParsePrefix(EIPPrefix), EdgesOf(PrefixSet), 30*time.Second); err != nil {
-			return err
-		}
+	l.say("waiting for the edges' BGP sessions and the router's multipath route")
+	if err := l.waitSessions(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	if _, err := l.WaitRoute(ctx, netip.MustParsePrefix(EIPPrefix), EdgesOf(PrefixSet), 30*time.Second); err != nil {
+		return err
 	}
 	if l.Cfg.ContextFile != "" {
 		if err := client.WriteContext(l.Cfg.ContextFile, client.Context{API: l.API, TokenFile: l.tokenFile()}); err != nil {

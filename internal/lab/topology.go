@@ -114,11 +114,6 @@ const (
 	quarASN      = 65003
 )
 
-// StaticUpstream: the router sends the EIP prefix to edge-a1 by a static
-// route instead of learning it from the edges over BGP, and the demo
-// skips its fleet part (the lab before its edges announced).
-const StaticUpstream = false
-
 // NATPinned are the lab's nat VIPs (the demo's, the tests'): rtr routes
 // them onto the DMZ segment, where the prefix set's ARP owner answers for
 // them, instead of spreading them by ECMP (docs/lab.md, "The DMZ").
@@ -261,9 +256,6 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 			route{e.Name, "default", rtrSide(k).String(), "ext0"},
 			route{e.Name, "198.18.0.0/15", edgeUnderlay(k).Prev().String(), "ul0"},
 		)
-	}
-	if StaticUpstream {
-		t.routes = append(t.routes, route{"rtr", EIPPrefix, "198.18.100.1", "edge-a1"})
 	}
 	// The DMZ: a shared segment (a bridge in dmzsw) with the router, the
 	// prefix set's members (dmz0) and plain servers for nat-mode

@@ -16,13 +16,6 @@ import (
 // eBGP session per edge (hold 3 s, keepalive 1 s, MD5 on POP b's), its
 // routes merged into one multipath kernel route.
 
-func needBGP(t *testing.T) {
-	t.Helper()
-	if lab.StaticUpstream {
-		t.Skip("the lab's router still has a static route: the edges of this build do not announce with BGP")
-	}
-}
-
 var eipNet = netip.MustParsePrefix(lab.EIPPrefix)
 
 func without(edges []string, e string) []string {
@@ -36,7 +29,6 @@ func without(edges []string, e string) []string {
 // process ends), on SIGKILL, when it hangs (the hold timer) and when its
 // links go down, and come back when it does.
 func TestFleetRoutes(t *testing.T) {
-	needBGP(t)
 	l := upLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -197,7 +189,6 @@ func TestFleetRoutes(t *testing.T) {
 // then its links are taken down; another is drained, then stopped with
 // SIGTERM. No connection may be lost.
 func TestFleetFailover(t *testing.T) {
-	needBGP(t)
 	l := upLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
