@@ -159,7 +159,6 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 		return false, "connection sync is starting"
 	}
-	syncReady.Store(&ready)
 
 	// BGP: announce the set's routes while the edge is well (announce.go).
 	spk := bgp.New(log.With("component", "bgp"))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/connsync"
@@ -39,21 +38,6 @@ func (c SyncConfig) addrOf(a netip.Addr) netip.Addr {
 	}
 	return a
 }
-
-// SyncReady reports whether the running edge's connection sync holds the
-// table a member of its set needs (a full copy from a live peer, or no
-// live peer: it is the first), and why; true while sync is off. The
-// announcer gates BGP announcements on it (issue 8 part 5: "a member that
-// joins or returns pulls a full copy and announces only after it has
-// one"). Before Run starts: not ready.
-func SyncReady() (bool, string) {
-	if f := syncReady.Load(); f != nil {
-		return (*f)()
-	}
-	return false, "the edge daemon is not running"
-}
-
-var syncReady atomic.Pointer[func() (bool, string)]
 
 // SyncSecretName names the region's connection-sync secret in the store.
 const SyncSecretName = "connsync"
