@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -353,11 +354,17 @@ func Decode(kind string, data []byte) (Object, error) {
 }
 
 // UnmarshalStrict decodes one JSON value into v like json.Unmarshal, but
-// rejects unknown fields and trailing data, and its errors name the place
-// at fault ("guests[1].address").
+// rejects unknown fields, trailing data, duplicate keys and keys that match
+// a field only case-insensitively, and its errors name the place at fault
+// ("guests[1].address").
 func UnmarshalStrict(data []byte, v any) error { return strictJSON(data, v) }
 
 func strictJSON(data []byte, v any) error {
+	if json.Valid(data) {
+		if err := checkKeys(data, reflect.TypeOf(v)); err != nil {
+			return err
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -369,7 +376,7 @@ func strictJSON(data []byte, v any) error {
 		}
 		return describeJSONError(err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("trailing data after the JSON object")
 	}
 	return nil
