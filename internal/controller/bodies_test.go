@@ -39,3 +39,27 @@ func TestMalformedBodies(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsAuth: /metrics is open by default and needs the token with
+// Config.MetricsAuth; /healthz stays open either way.
+func TestMetricsAuth(t *testing.T) {
+	for _, auth := range []bool{false, true} {
+		s := startServer(t, Config{MetricsAuth: auth})
+		noToken := 200
+		if auth {
+			noToken = 401
+		}
+		if r := call(t, s, "GET", "/metrics", nil, ""); r.code != noToken {
+			t.Errorf("MetricsAuth %v, no token: HTTP %d, want %d", auth, r.code, noToken)
+		}
+		if r := call(t, s, "GET", "/metrics", nil, "wrong"); r.code != noToken {
+			t.Errorf("MetricsAuth %v, wrong token: HTTP %d, want %d", auth, r.code, noToken)
+		}
+		if r := call(t, s, "GET", "/metrics", nil); r.code != 200 || !strings.Contains(string(r.body), "azgate_controller_") {
+			t.Errorf("MetricsAuth %v, token: HTTP %d", auth, r.code)
+		}
+		if r := call(t, s, "GET", "/healthz", nil, ""); r.code != 200 {
+			t.Errorf("MetricsAuth %v, /healthz: HTTP %d", auth, r.code)
+		}
+	}
+}
