@@ -45,6 +45,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.StringVar(&etcd, "etcd-endpoints", "", "external etcd endpoints, comma-separated (default: start an embedded etcd)")
 		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client socket of the embedded etcd, unix:///path (no TCP: it has no authentication)")
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
+		f.BoolVar(&cfg.MetricsAuth, "metrics-auth", false, "require the API token on GET /metrics too (default: /metrics is open, like /healthz)")
 		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 (the default fits a 1M-EIP document about 3 times)")
 		f.IntVar(&cfg.MaxConns, "max-conns", controller.DefaultMaxConns, "concurrent API connections on each listener (TCP, unix socket); more wait")
 		f.IntVar(&cfg.MaxConnsPerSource, "max-conns-per-source", 0, "concurrent TCP API connections from one source address, more are closed (0: max(8, --max-conns/8))")

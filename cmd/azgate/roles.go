@@ -46,6 +46,7 @@ type daemonFlags struct {
 	icmpRate      uint32
 	icmpBurst     uint32
 	metricsListen string
+	metricsToken  string // file
 	logLevel      string
 	etcdAuth      store.ClientAuth
 }
@@ -59,8 +60,25 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
+	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
 	addEtcdAuthFlags(c, &d.etcdAuth)
+}
+
+// readMetricsToken reads --metrics-token-file ("" when unset).
+func (d *daemonFlags) readMetricsToken() (string, error) {
+	if d.metricsToken == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(d.metricsToken)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--metrics-token-file %s is empty", d.metricsToken)
+	}
+	return tok, nil
 }
 
 func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
@@ -141,6 +159,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
 					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle}
+				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
+					return err
+				}
 				if storeGrace <= 0 || settle <= 0 {
 					return fmt.Errorf("--store-grace %v and --announce-settle %v must be positive", storeGrace, settle)
 				}
@@ -233,6 +254,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				load.AgentFlowMax = flowMax
 				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, Version: version, Log: log}
+				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
+					return err
+				}
 				for _, p := range local {
 					pp, err := netip.ParsePrefix(p)
 					if err != nil {

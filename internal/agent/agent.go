@@ -189,7 +189,9 @@ type Links interface {
 
 // Config of an agent.
 type Config struct {
-	Name           string // host name
+	Name string // host name
+	// MetricsToken, if set, is required on the metrics listener.
+	MetricsToken   string
 	Underlay       string // underlay interface
 	LocalPrefixes  []netip.Prefix
 	HashSeed       uint32
@@ -641,7 +643,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}
 	go store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
 	if metricsListen != "" {
-		go nodemetrics.Serve(ctx, metricsListen, "agent", status, cfg.Log)
+		go nodemetrics.Serve(ctx, metricsListen, "agent", cfg.MetricsToken, status, cfg.Log)
 	}
 	return st.Follow(ctx, rec.Handle)
 }

@@ -102,6 +102,10 @@ type Config struct {
 	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
 	// for an external one. It must not exceed the server's --max-txn-ops.
 	TxnOps int
+	// MetricsAuth makes GET /metrics require the API token like /v1 does.
+	// Off by default: a Prometheus scraper on the controller's network
+	// reads it without credentials, and it shows counts, not objects.
+	MetricsAuth bool
 	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes); a
 	// larger one is refused with 413.
 	MaxBodyBytes int64

@@ -22,15 +22,23 @@ import (
 // error response (see writeError).
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// handler builds the API's routes: /healthz and /metrics are open, every
-// /v1 route needs the bearer token.
+// handler builds the API's routes: /healthz is open, /metrics too unless
+// Config.MetricsAuth, every /v1 route needs the bearer token.
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	if s.cfg.MetricsAuth {
+		mux.Handle("GET /metrics", s.authorized(func(w http.ResponseWriter, r *http.Request) error {
+			metrics.ServeHTTP(w, r)
+			return nil
+		}))
+	} else {
+		mux.Handle("GET /metrics", metrics)
+	}
 	v1 := func(pattern string, h handlerFunc) { mux.Handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
 	v1("POST /v1/apply", s.apply)

@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	}
 	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
 	if metricsListen != "" {
-		go nodemetrics.Serve(ctx, metricsListen, "edge", status, log)
+		go nodemetrics.Serve(ctx, metricsListen, "edge", cfg.MetricsToken, status, log)
 	}
 	return st.FollowSink(ctx, rec)
 }

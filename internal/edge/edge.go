@@ -38,7 +38,9 @@ type Want struct {
 
 // Config of an edge daemon.
 type Config struct {
-	Name             string
+	Name string
+	// MetricsToken, if set, is required on the metrics listener.
+	MetricsToken     string
 	Interfaces       []string // XDP is attached to each
 	ICMPSource       netip.Addr
 	HashSeed         uint32

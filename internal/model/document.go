@@ -1,7 +1,9 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -28,8 +30,16 @@ type Document struct {
 func ParseDocument(data []byte) (*Document, error) {
 	js := data
 	if !json.Valid(data) {
+		// One JSON object followed by more: YAML would read it as a flow
+		// mapping and drop the rest.
+		// (Only for '{': a YAML document may begin with a quoted key.)
+		var first json.RawMessage
+		if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' && json.NewDecoder(bytes.NewReader(t)).Decode(&first) == nil {
+			return nil, errors.New("trailing data after the JSON object")
+		}
 		var err error
-		if js, err = yaml.YAMLToJSON(data); err != nil {
+		// Strict: a key twice in one mapping is an error, not "last wins".
+		if js, err = yaml.YAMLToJSONStrict(data); err != nil {
 			return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
 		}
 	}

@@ -121,3 +121,29 @@ func FuzzParseDocument(f *testing.F) {
 		}
 	})
 }
+
+// TestParseDocumentKeys: YAML documents get the same key checks as JSON
+// after their conversion, and JSON ones at every depth.
+func TestParseDocumentKeys(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"JSON duplicate", `{"azs": [{"name": "a1"}], "azs": []}`, "azs: duplicate key"},
+		{"JSON nested duplicate", `{"hosts": [{"name": "h1", "az": "a1", "underlay": "198.18.1.1", "az": "a2"}]}`, "hosts[0].az: duplicate key"},
+		{"JSON case", `{"eips": [{"Address": "198.51.100.7"}]}`, `eips[0].Address: key "Address" differs from field "address"`},
+		{"YAML case", "services:\n- name: web\n  VIP: 198.51.100.7\n", `services[0].VIP: key "VIP" differs from field "vip"`},
+		{"YAML duplicate", "azs:\n- name: a1\n  name: a2\n", "name"},
+		{"JSON trailing", `{"azs": []} {"azs": []}`, "trailing data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseDocument([]byte(tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDocumentYAMLQuotedKey(t *testing.T) {
+	if _, err := ParseDocument([]byte("\"azs\":\n- name: a1\n")); err != nil {
+		t.Fatalf("a YAML document beginning with a quoted key: %v", err)
+	}
+}

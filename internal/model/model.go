@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -165,6 +166,38 @@ func checkUnicast4(es *Errors, field string, a netip.Addr) {
 	}
 }
 
+// A SpecialRange is an RFC 6890 special-purpose IPv4 block.
+type SpecialRange struct {
+	Prefix netip.Prefix
+	Name   string
+}
+
+// ReservedRanges are the RFC 6890 special-purpose blocks an edge set may
+// not announce: upstream routers drop or mis-handle them, and announcing
+// one would steal traffic the host itself needs. Private (RFC 1918),
+// shared (100.64.0.0/10), documentation and benchmarking blocks stay
+// allowed: private clouds and the lab announce them. docs/api.md has the
+// same table.
+var ReservedRanges = []SpecialRange{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network", RFC 791`},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback, RFC 1122"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, RFC 3927"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments, RFC 6890"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast, RFC 7526"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast, RFC 5771"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved and limited broadcast, RFC 1112 and RFC 919"},
+}
+
+// ReservedRange returns the first reserved range p overlaps.
+func ReservedRange(p netip.Prefix) (SpecialRange, bool) {
+	for _, r := range ReservedRanges {
+		if r.Prefix.Overlaps(p) {
+			return r, true
+		}
+	}
+	return SpecialRange{}, false
+}
+
 // Validate checks the AZ on its own.
 func (a *AZ) Validate() Errors {
 	var es Errors
@@ -242,6 +275,10 @@ func (s *EdgeSet) Validate() Errors {
 			es.add(f, "%v has host bits set (did you mean %v?)", p, p.Masked())
 		case p.Bits() < 8:
 			es.add(f, "%v is shorter than /8", p)
+		default:
+			if r, ok := ReservedRange(p); ok {
+				es.add(f, "%v overlaps %v (%s), which cannot be announced", p, r.Prefix, r.Name)
+			}
 		}
 	}
 	names := map[string]bool{}
@@ -317,11 +354,17 @@ func Decode(kind string, data []byte) (Object, error) {
 }
 
 // UnmarshalStrict decodes one JSON value into v like json.Unmarshal, but
-// rejects unknown fields and trailing data, and its errors name the place
-// at fault ("guests[1].address").
+// rejects unknown fields, trailing data, duplicate keys and keys that match
+// a field only case-insensitively, and its errors name the place at fault
+// ("guests[1].address").
 func UnmarshalStrict(data []byte, v any) error { return strictJSON(data, v) }
 
 func strictJSON(data []byte, v any) error {
+	if json.Valid(data) {
+		if err := checkKeys(data, reflect.TypeOf(v)); err != nil {
+			return err
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -333,7 +376,7 @@ func strictJSON(data []byte, v any) error {
 		}
 		return describeJSONError(err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("trailing data after the JSON object")
 	}
 	return nil

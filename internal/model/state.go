@@ -143,6 +143,9 @@ func (s *State) checkHost(h, old *Host, had bool) Errors {
 	if owner, ok := s.underlays[h.Underlay]; ok && owner != "host "+h.Name {
 		es.add("underlay", "%v is already the underlay address of %s", h.Underlay, owner)
 	}
+	if set, q, ok := s.announcedBy(h.Underlay, ""); ok {
+		es.add("underlay", "%v lies in %v announced by set %q", h.Underlay, q, set)
+	}
 	if had {
 		for _, g := range old.Guests {
 			if _, still := h.Guest(g.Name); still {
@@ -201,19 +204,100 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 			es.add(fmt.Sprintf("edges[%d].underlay", i), "%v is already the underlay address of %s", e.Underlay, owner)
 		}
 	}
+	// Prefixes of two sets may not overlap: a /32 is pulled out through
+	// EIP.Set or Service.Set into a dedicated set, so a prefix inside
+	// another set's prefix is a mistake that splits its traffic.
 	for i, p := range set.Prefixes {
+		f := fmt.Sprintf("prefixes[%d]", i)
 		for _, other := range s.EdgeSets {
 			if other.Name == set.Name {
 				continue
 			}
 			for _, q := range other.Prefixes {
-				if p == q {
-					es.add(fmt.Sprintf("prefixes[%d]", i), "%v is already announced by set %q", p, other.Name)
+				switch {
+				case p == q:
+					es.add(f, "%v is already announced by set %q", p, other.Name)
+				case p.Overlaps(q):
+					es.add(f, "%v overlaps %v announced by set %q (pull a /32 out with the EIP's or the service's set instead)", p, q, other.Name)
 				}
+			}
+		}
+		// Announcing the underlay, a router ID or a BGP next hop would
+		// draw the edges' and hosts' own traffic into the data plane.
+		if a, owner, ok := s.infraIn(p, set); ok {
+			es.add(f, "%v contains %v, %s", p, a, owner)
+		}
+	}
+	// And the reverse: this set's edges' addresses may not lie in a prefix
+	// another set announces.
+	for i, e := range set.Edges {
+		f := fmt.Sprintf("edges[%d]", i)
+		if other, q, ok := s.announcedBy(e.Underlay, set.Name); ok {
+			es.add(f+".underlay", "%v lies in %v announced by set %q", e.Underlay, q, other)
+		}
+		if e.BGP != nil {
+			if other, q, ok := s.announcedBy(e.BGP.RouterID, set.Name); ok {
+				es.add(f+".bgp.routerID", "%v lies in %v announced by set %q", e.BGP.RouterID, q, other)
+			}
+			if other, q, ok := s.announcedBy(e.BGP.NextHop, set.Name); ok {
+				es.add(f+".bgp.nextHop", "%v lies in %v announced by set %q", e.BGP.NextHop, q, other)
 			}
 		}
 	}
 	return es
+}
+
+// infraIn returns an underlay address of a host or an edge, or an edge's
+// BGP router ID or next hop, that p contains. set is the set being written:
+// its edges count as they are in it, not as they are stored.
+func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool) {
+	for _, h := range s.Hosts {
+		if p.Contains(h.Underlay) {
+			return h.Underlay, "the underlay address of host " + h.Name, true
+		}
+	}
+	sets := []*EdgeSet{set}
+	for _, o := range s.EdgeSets {
+		if o.Name != set.Name {
+			sets = append(sets, o)
+		}
+	}
+	for _, o := range sets {
+		for _, e := range o.Edges {
+			who := "edge " + o.Name + "/" + e.Name
+			if p.Contains(e.Underlay) {
+				return e.Underlay, "the underlay address of " + who, true
+			}
+			if e.BGP == nil {
+				continue
+			}
+			if p.Contains(e.BGP.RouterID) {
+				return e.BGP.RouterID, "the BGP router ID of " + who, true
+			}
+			if p.Contains(e.BGP.NextHop) {
+				return e.BGP.NextHop, "the BGP next hop of " + who, true
+			}
+		}
+	}
+	return netip.Addr{}, "", false
+}
+
+// announcedBy returns the set (other than except) and prefix covering a.
+func (s *State) announcedBy(a netip.Addr, except string) (string, netip.Prefix, bool) {
+	if !a.IsValid() {
+		return "", netip.Prefix{}, false
+	}
+	for _, o := range s.EdgeSets {
+		if o.Name == except {
+			continue
+		}
+		for _, q := range o.Prefixes {
+			if q.Contains(a) {
+				return o.Name, q, true
+			}
+		}
+	}
+	return "", netip.Prefix{}, false
 }
 
 // afterPutEdgeSet: shrinking the prefixes must not strand an EIP or a VIP.

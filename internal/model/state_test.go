@@ -63,6 +63,15 @@ func TestPutReferences(t *testing.T) {
 		{"edge in two sets", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-a1", Underlay: addr("198.18.0.9")}}},
 			"edges[0].name", `already belongs to set "pop-a"`},
 		{"prefix of another set", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}}, "prefixes[0]", `announced by set "pop-a"`},
+		{"a /32 set inside another set's /24", &EdgeSet{Name: "hot", Prefixes: []netip.Prefix{prefix("198.51.100.7/32")}}, "prefixes[0]", `overlaps 198.51.100.0/24 announced by set "pop-a"`},
+		{"a prefix covering another set's", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("198.51.0.0/16")}}, "prefixes[0]", `overlaps 198.51.100.0/24 announced by set "pop-a"`},
+		{"a prefix containing a host's underlay", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("198.18.2.0/24")}}, "prefixes[0]", "contains 198.18.2.1, the underlay address of host h2"},
+		{"a prefix containing an edge's underlay", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("198.18.0.0/24")}}, "prefixes[0]", "contains 198.18.0.1, the underlay address of edge pop-a/edge-a1"},
+		{"a prefix containing its own edge's underlay", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-b1", Underlay: addr("192.0.2.1")}}}, "prefixes[0]", "contains 192.0.2.1, the underlay address of edge pop-b/edge-b1"},
+		{"a prefix containing a BGP next hop", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, BGP: &SetBGP{ASN: 64512}, Edges: []EdgeNode{{Name: "edge-b1", Underlay: addr("198.18.0.9"), BGP: &NodeBGP{RouterID: addr("198.18.0.9"), NextHop: addr("192.0.2.254"), Peers: []BGPPeer{{Address: addr("198.18.0.254"), ASN: 64513}}}}}}, "prefixes[0]", "contains 192.0.2.254, the BGP next hop of edge pop-b/edge-b1"},
+		{"a prefix containing a router ID", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, BGP: &SetBGP{ASN: 64512}, Edges: []EdgeNode{{Name: "edge-b1", Underlay: addr("198.18.0.9"), BGP: &NodeBGP{RouterID: addr("192.0.2.253"), NextHop: addr("198.18.0.9"), Peers: []BGPPeer{{Address: addr("198.18.0.254"), ASN: 64513}}}}}}, "prefixes[0]", "contains 192.0.2.253, the BGP router ID of edge pop-b/edge-b1"},
+		{"an edge underlay in another set's prefix", &EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-b1", Underlay: addr("198.51.100.200")}}}, "edges[0].underlay", `lies in 198.51.100.0/24 announced by set "pop-a"`},
+		{"a host underlay in a set's prefix", &Host{Name: "h3", AZ: "az1", Underlay: addr("198.51.100.200")}, "underlay", `lies in 198.51.100.0/24 announced by set "pop-a"`},
 		{"EIP outside every set", &EIP{Address: addr("192.0.2.1")}, "address", "not inside a prefix"},
 		{"EIP on a missing host", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h9", Guest: "g1"}}, "binding.host", `host "h9" does not exist`},
 		{"EIP on a missing guest", &EIP{Address: addr("198.51.100.9"), Binding: &Binding{Host: "h2", Guest: "g9"}}, "binding.guest", `host "h2" has no guest "g9"`},
@@ -94,7 +103,6 @@ func TestPutAllowed(t *testing.T) {
 		{"host moving its underlay", &Host{Name: "h2", AZ: "az2", Underlay: addr("198.18.2.9"), Guests: []Guest{{Name: "g1", Address: addr("198.19.2.1"), VSID: 5002}}}},
 		{"removing an unbound guest", &Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{{Name: "g1", Address: addr("198.19.1.1"), VSID: 5001}}}},
 		{"set growing", &EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24"), prefix("192.0.2.0/24")}, Edges: []EdgeNode{{Name: "edge-a1", Underlay: addr("198.18.0.1")}}}},
-		{"a /32 set inside another set's /24", &EdgeSet{Name: "hot", Prefixes: []netip.Prefix{prefix("198.51.100.7/32")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := region(t)
@@ -155,15 +163,6 @@ func TestDelete(t *testing.T) {
 		})
 	}
 
-	t.Run("a second set covering the EIPs", func(t *testing.T) {
-		s := region(t)
-		if _, err := s.Put(&EdgeSet{Name: "hot", Prefixes: []netip.Prefix{prefix("198.51.100.7/32"), prefix("198.51.100.8/32")}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Delete(KindEdgeSet, "pop-a"); err != nil {
-			t.Errorf("deleting a set whose EIPs another set covers: %v", err)
-		}
-	})
 	t.Run("freed indexes", func(t *testing.T) {
 		s := region(t)
 		if _, err := s.Delete(KindEIP, "198.51.100.7"); err != nil {

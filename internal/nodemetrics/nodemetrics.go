@@ -5,6 +5,7 @@ package nodemetrics
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -18,11 +19,14 @@ import (
 )
 
 // Serve exposes get's status as Prometheus metrics on addr, labelled with
-// role, until ctx ends.
-func Serve(ctx context.Context, addr, role string, get func() model.NodeStatus, log *slog.Logger) {
+// role, until ctx ends. A non-empty token must come as "Authorization:
+// Bearer TOKEN" (401 otherwise); empty, the listener is open and belongs on
+// loopback or a management network.
+func Serve(ctx context.Context, addr, role, token string, get func() model.NodeStatus, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(statusCollector{role: role, get: get})
-	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: Handler(reg, token), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -30,6 +34,24 @@ func Serve(ctx context.Context, addr, role string, get func() model.NodeStatus, 
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("metrics listener", "addr", addr, "err", err)
 	}
+}
+
+// Handler serves reg's metrics, requiring the bearer token when token is
+// not empty (compared in constant time).
+func Handler(reg *prometheus.Registry, token string) http.Handler {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate-metrics"`)
+			http.Error(w, "metrics need \"Authorization: Bearer TOKEN\" with the token of --metrics-token-file", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 type statusCollector struct {

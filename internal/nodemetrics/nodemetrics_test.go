@@ -1,6 +1,10 @@
 package nodemetrics
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +40,41 @@ func TestBGPMetrics(t *testing.T) {
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}
+
+// TestHandlerToken: with a token, /metrics answers 401 without it or with
+// a wrong one; without a token it is open (the default).
+func TestHandlerToken(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus { return model.NodeStatus{Routes: 3} }})
+	for _, tc := range []struct {
+		token, sent string
+		code        int
+	}{
+		{"", "", 200},
+		{"s3cret", "", 401},
+		{"s3cret", "Bearer wrong", 401},
+		{"s3cret", "Bearer s3cret", 200},
+	} {
+		srv := httptest.NewServer(Handler(reg, tc.token))
+		req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
+		if tc.sent != "" {
+			req.Header.Set("Authorization", tc.sent)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("token %q, sent %q: HTTP %d, want %d", tc.token, tc.sent, resp.StatusCode, tc.code)
+		}
+		if tc.code == 200 && !strings.Contains(string(body), "azgate_routes") {
+			t.Errorf("token %q: no azgate_routes in %s", tc.token, body)
 		}
 	}
 }

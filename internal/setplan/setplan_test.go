@@ -18,13 +18,14 @@ func ps(s ...string) []netip.Prefix {
 	return out
 }
 
-// region: two prefix sets (one /24 inside the other's /16), a dedicated
+// region: two prefix sets (side by side: the model refuses overlapping
+// prefixes, pull-outs are /32s of a dedicated set), a dedicated
 // set and the quarantine set, built through the model's checks.
 func region(t *testing.T) *model.State {
 	t.Helper()
 	st := model.NewState()
 	for _, o := range []model.Object{
-		&model.EdgeSet{Name: "pop-a", Prefixes: ps("198.51.0.0/16"), Edges: []model.EdgeNode{{Name: "a1", Underlay: a("198.18.0.1")}, {Name: "a2", Underlay: a("198.18.0.2")}}},
+		&model.EdgeSet{Name: "pop-a", Prefixes: ps("198.51.0.0/18"), Edges: []model.EdgeNode{{Name: "a1", Underlay: a("198.18.0.1")}, {Name: "a2", Underlay: a("198.18.0.2")}}},
 		&model.EdgeSet{Name: "pop-b", Prefixes: ps("198.51.100.0/24"), Edges: []model.EdgeNode{{Name: "b1", Underlay: a("198.18.0.3")}}},
 		&model.EdgeSet{Name: "hot", Role: model.RoleDedicated, Edges: []model.EdgeNode{{Name: "d1", Underlay: a("198.18.0.4")}}},
 		&model.EdgeSet{Name: "quar", Role: model.RoleQuarantine, Edges: []model.EdgeNode{{Name: "q1", Underlay: a("198.18.0.5")}}},
@@ -51,8 +52,8 @@ func TestServing(t *testing.T) {
 			t.Errorf("Serving(%s) = %s, %s, %v; want %s, %s, %s", addr, gs, gw, gr, set, why, route)
 		}
 	}
-	check("198.51.100.7", "pop-b", ByPrefix, "198.51.100.0/24") // longest prefix
-	check("198.51.7.9", "pop-a", ByPrefix, "198.51.0.0/16")
+	check("198.51.100.7", "pop-b", ByPrefix, "198.51.100.0/24") // its prefix set
+	check("198.51.7.9", "pop-a", ByPrefix, "198.51.0.0/18")
 	check("198.51.100.8", "hot", ByPullOut, "198.51.100.8/32")
 	check("198.51.100.20", "hot", ByPullOut, "198.51.100.20/32")
 	check("192.0.2.1", "", "", "")
@@ -76,8 +77,8 @@ func TestAnnouncements(t *testing.T) {
 			t.Errorf("%s announces %v, want %v", edge, got, w)
 		}
 	}
-	want("a1", ps("198.51.0.0/16"))
-	want("a2", ps("198.51.0.0/16"))
+	want("a1", ps("198.51.0.0/18"))
+	want("a2", ps("198.51.0.0/18"))
 	want("b1", ps("198.51.100.0/24"))
 	want("d1", ps("198.51.100.8/32", "198.51.100.20/32"))
 	want("q1", nil)
