@@ -52,6 +52,9 @@ var statNames = [...]string{
 	"lb_nat_pass",
 	"drop_no_eip",
 	"flow_new",
+	"drop_spoof_own",
+	"drop_spoof_underlay",
+	"drop_spoof_bogon",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
