@@ -181,6 +181,13 @@ type EdgeMaps interface {
 	Stats() (map[string]Count, error)
 }
 
+// SpoofMaps is the edge's ingress anti-spoofing table (the Edge and the
+// FakeEdge implement it): the source prefixes dropped from the Internet
+// side, own (sets, EIPs, VIPs) and underlay.
+type SpoofMaps interface {
+	SetSpoofPrefixes(own, underlay []netip.Prefix) error
+}
+
 // AgentMaps is what the agent reconciler needs from a data plane.
 type AgentMaps interface {
 	SetConfig(AgentConfig) error
