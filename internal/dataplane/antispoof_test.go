@@ -85,3 +85,35 @@ func TestEdgeAntiSpoof(t *testing.T) {
 		drop("non-routable without any prefix", "10.1.2.3", "drop_spoof_bogon"),
 	})
 }
+
+// TestEdgeAntiSpoofVIP: the same check before the load balancer: forged
+// sources to a VIP are dropped, a client's SYN is translated to its
+// backend and the backend's reply (a private source, from the underlay
+// side) is translated back.
+func TestEdgeAntiSpoofVIP(t *testing.T) {
+	b := newLBBed(t)
+	if err := b.edge.SetSpoofPrefixes([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		[]netip.Prefix{netip.MustParsePrefix("198.18.21.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	fromInet := func(f flow) []byte { return f.frame(t, dptest.RtrMAC, dptest.ExtMAC) }
+	fromUl := func(f flow) []byte { return f.frame(t, dptest.FabMAC, dptest.UlMAC) }
+	syn := func(src string) flow {
+		return flow{src: src, dst: vipNAT, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, syn: true}
+	}
+	reply := flow{src: beA, dst: client, proto: layers.IPProtocolTCP, sport: 8080, dport: 40000, ttl: 64}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "land attack on a VIP", dev: dptest.ExtDev, in: fromInet(syn(vipNAT)), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof_own": 1}},
+		{name: "source another VIP", dev: dptest.ExtDev, in: fromInet(syn(vipEncap)), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof_own": 1}},
+		{name: "source a host", dev: dptest.ExtDev, in: fromInet(syn(hostAddr)), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof_underlay": 1}},
+		{name: "source 192.168/16", dev: dptest.ExtDev, in: fromInet(syn("192.168.0.9")), action: xdpDrop,
+			stats: map[string]uint64{"drop_spoof_bogon": 1}},
+		{name: "a client's SYN goes to its backend", dev: dptest.ExtDev, in: fromInet(syn(client)), action: xdpRedirect,
+			stats: map[string]uint64{"lb_nat_tx": 1}},
+		{name: "the backend's reply is translated back", dev: dptest.UlDev, in: fromUl(reply), action: xdpRedirect,
+			stats: map[string]uint64{"lb_reply_tx": 1}},
+	})
+}
