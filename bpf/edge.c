@@ -663,6 +663,33 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	return XDP_TX;
 }
 
+/* Ingress anti-spoofing: the counter a packet from the Internet side to
+ * an EIP or VIP is dropped under, or 0. A source that is the destination
+ * itself (a "land" attack), one of the region's own prefixes or the
+ * underlay (edge_spoof_src), or a non-routable range never comes from the
+ * Internet. Global (verified once, on its own): the lookup adds no states
+ * to the paths that follow. */
+__noinline __u32 spoof_class(const struct pkt *p)
+{
+	if (!p)
+		return 0;
+	__be32 saddr = p->saddr;
+	if (saddr == p->daddr)
+		return STAT_DROP_SPOOF_OWN;
+	__u32 s = bpf_ntohl(saddr);
+	/* 0/8, 127/8, 224/4 and 240/4 are martians parse_ipv4 dropped. */
+	if ((s >> 24) == 10 || (s & 0xffff0000) == 0xa9fe0000 || /* 169.254/16 */
+	    (s & 0xfff00000) == 0xac100000 || /* 172.16/12 */
+	    (s & 0xffff0000) == 0xc0a80000 || /* 192.168/16 */
+	    (s & 0xffc00000) == 0x64400000)   /* 100.64/10 */
+		return STAT_DROP_SPOOF_BOGON;
+	struct lpm4_key k = {.prefixlen = 32, .addr = saddr};
+	__u32 *c = bpf_map_lookup_elem(&edge_spoof_src, &k);
+	if (!c)
+		return 0;
+	return *c == SPOOF_UNDERLAY ? STAT_DROP_SPOOF_UNDERLAY : STAT_DROP_SPOOF_OWN;
+}
+
 static __always_inline int edge_main(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -686,14 +713,31 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		return count_drop(rc, len);
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!cfg || !fib)
+	if (!cfg)
 		return XDP_PASS;
-	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
+	/* The scratch lookup comes after the anti-spoofing call: a value live
+	 * across it would be spilled, and the stack is at its limit. */
+	struct bpf_fib_lookup *fib;
+	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0]) {
+		fib = fib_room();
+		if (!fib)
+			return XDP_PASS;
 		return edge_from_host(ctx, &p, cfg, fib, len);
+	}
 
 	/* One lookup on the destination: a VIP, an EIP, or neither. */
 	struct eip_centry *r = eip_route4(p.daddr);
+	/* From the Internet side (anything but the underlay interface), to
+	 * an EIP or VIP: no source of our own, the underlay's or a
+	 * non-routable one. */
+	if (r && ctx->ingress_ifindex != cfg->ul_ifindex) {
+		__u32 sc = spoof_class(&p);
+		if (sc)
+			return count_drop(sc, len);
+	}
+	fib = fib_room();
+	if (!fib)
+		return XDP_PASS;
 	if (r) {
 		if (r->flags & ROUTE_F_VIP)
 			return lb_ingress(ctx, &p, fib, cfg, r->lgen);

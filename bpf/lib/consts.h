@@ -137,6 +137,15 @@
 #define LOCAL_PREFIX_MAX 256
 #endif
 
+/* Source prefixes the edge refuses from the Internet side (edge_spoof_src):
+ * the region's own set prefixes, EIPs and VIPs, and the underlay. */
+#ifndef SPOOF_PREFIX_MAX
+#define SPOOF_PREFIX_MAX 16384
+#endif
+/* edge_spoof_src values: which class a forged source is counted under. */
+#define SPOOF_OWN 1      /* a set prefix, EIP or VIP of the region */
+#define SPOOF_UNDERLAY 2 /* a host's or edge's underlay address or prefix */
+
 /* Bounds a header offset for the verifier (no real offset reaches 255):
  * offsets read back from memory (a struct pkt passed to a function) carry
  * no bounds of their own. */

@@ -253,6 +253,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_nat_backends SEC(".maps");
 
+/* Ingress anti-spoofing: source prefixes never taken from the Internet
+ * side (the region's set prefixes, EIPs and VIPs: SPOOF_OWN; the underlay:
+ * SPOOF_UNDERLAY), written by the edge daemon. The non-routable ranges are
+ * fixed in the program (spoof_class). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SPOOF_PREFIX_MAX);
+	__type(key, struct lpm4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_spoof_src SEC(".maps");
+
 /* Connection sync: the connection entries made and changed (struct
  * ct_event), written only while ct_sync_on is set and read by
  * internal/connsync. Not pinned: each load gets its own, and the

@@ -201,6 +201,12 @@ enum azg_stat {
 	STAT_DROP_NO_EIP,     /* agent: a guest without an EIP sent to the outside what no flow
 			       * entry translates (a new connection of its own, a later fragment) */
 	STAT_FLOW_NEW,        /* agent: a decapsulated packet wrote its flow entry (new or changed) */
+	STAT_DROP_SPOOF_OWN,  /* edge: from the Internet side, source one of the region's own
+			       * set prefixes, EIPs or VIPs (source = destination included) */
+	STAT_DROP_SPOOF_UNDERLAY, /* edge: from the Internet side, source in the underlay */
+	STAT_DROP_SPOOF_BOGON, /* edge: from the Internet side, source non-routable: 10/8,
+				* 172.16/12, 192.168/16, 100.64/10, 169.254/16 (0/8, 127/8
+				* and 224/3 are drop_ip_martian on every side) */
 	STAT_MAX,
 };
 

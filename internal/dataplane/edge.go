@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -379,3 +380,46 @@ func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.Eip
 func (e *Edge) EIPStats(idx uint32) (Counters, error) { return readEIPStats(e.objs.EipStats, idx) }
 
 func (e *Edge) Stats() (map[string]Count, error) { return readStats(e.objs.Stats) }
+
+// Spoof-source classes (bpf/lib/consts.h SPOOF_*): which counter a packet
+// from the Internet side with such a source is dropped under.
+const (
+	SpoofOwn      uint32 = 1 // a set prefix, EIP or VIP of the region: drop_spoof_own
+	SpoofUnderlay uint32 = 2 // the underlay: drop_spoof_underlay
+)
+
+// SetSpoofPrefixes replaces the source prefixes the edge drops from the
+// Internet side (edge_spoof_src): own are the region's set prefixes, EIPs
+// and VIPs, underlay the hosts' and edges' underlay addresses or prefixes.
+// A prefix in both is counted as underlay. The non-routable ranges are
+// fixed in the program and need no entry.
+func (e *Edge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {
+	want := map[edgeLpm4Key]uint32{}
+	for _, l := range []struct {
+		ps    []netip.Prefix
+		class uint32
+	}{{own, SpoofOwn}, {underlay, SpoofUnderlay}} {
+		for _, p := range l.ps {
+			if !p.Addr().Is4() {
+				return fmt.Errorf("anti-spoofing prefix %v: only IPv4 is supported", p)
+			}
+			b := p.Masked().Addr().As4()
+			want[edgeLpm4Key{Prefixlen: uint32(p.Bits()), Addr: binary.LittleEndian.Uint32(b[:])}] = l.class
+		}
+	}
+	if len(want) > int(e.objs.EdgeSpoofSrc.MaxEntries()) {
+		return fmt.Errorf("anti-spoofing prefixes: %d, the map holds %d", len(want), e.objs.EdgeSpoofSrc.MaxEntries())
+	}
+	for k, c := range want {
+		if err := e.objs.EdgeSpoofSrc.Update(k, c, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write anti-spoofing prefix %v/%d: %w", netip.AddrFrom4(le4(k.Addr)), k.Prefixlen, err)
+		}
+	}
+	return deleteStale[edgeLpm4Key, uint32](e.objs.EdgeSpoofSrc, func(k edgeLpm4Key) bool { _, ok := want[k]; return ok })
+}
+
+func le4(v uint32) [4]byte {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], v)
+	return b
+}

@@ -27,43 +27,46 @@ type edgeArpOwner struct {
 type edgeAzgStat uint32
 
 const (
-	edgeAzgStatSTAT_PASS_NON_IP        edgeAzgStat = 0
-	edgeAzgStatSTAT_PASS_IPV6          edgeAzgStat = 1
-	edgeAzgStatSTAT_PASS_NOT_OURS      edgeAzgStat = 2
-	edgeAzgStatSTAT_ENCAP_TX           edgeAzgStat = 3
-	edgeAzgStatSTAT_DECAP_TX           edgeAzgStat = 4
-	edgeAzgStatSTAT_DECAP_PASS         edgeAzgStat = 5
-	edgeAzgStatSTAT_ICMP_TTL_TX        edgeAzgStat = 6
-	edgeAzgStatSTAT_ICMP_FRAG_TX       edgeAzgStat = 7
-	edgeAzgStatSTAT_DROP_ETH_TRUNC     edgeAzgStat = 8
-	edgeAzgStatSTAT_DROP_IP_TRUNC      edgeAzgStat = 9
-	edgeAzgStatSTAT_DROP_IP_BAD        edgeAzgStat = 10
-	edgeAzgStatSTAT_DROP_IP_CSUM       edgeAzgStat = 11
-	edgeAzgStatSTAT_DROP_IP_MARTIAN    edgeAzgStat = 12
-	edgeAzgStatSTAT_DROP_L4TRUNC       edgeAzgStat = 13
-	edgeAzgStatSTAT_DROP_GRE_BAD       edgeAzgStat = 14
-	edgeAzgStatSTAT_DROP_INNER_BAD     edgeAzgStat = 15
-	edgeAzgStatSTAT_DROP_SPOOF         edgeAzgStat = 16
-	edgeAzgStatSTAT_DROP_UNKNOWN       edgeAzgStat = 17
-	edgeAzgStatSTAT_DROP_TTL           edgeAzgStat = 18
-	edgeAzgStatSTAT_DROP_TOO_BIG       edgeAzgStat = 19
-	edgeAzgStatSTAT_DROP_FIB           edgeAzgStat = 20
-	edgeAzgStatSTAT_DROP_NO_NEIGH      edgeAzgStat = 21
-	edgeAzgStatSTAT_DROP_HEADROOM      edgeAzgStat = 22
-	edgeAzgStatSTAT_DROP_ICMP_LIMIT    edgeAzgStat = 23
-	edgeAzgStatSTAT_DROP_NO_EDGE       edgeAzgStat = 24
-	edgeAzgStatSTAT_DROP_BAD_DST       edgeAzgStat = 25
-	edgeAzgStatSTAT_LB_ENCAP_TX        edgeAzgStat = 26
-	edgeAzgStatSTAT_LB_NAT_TX          edgeAzgStat = 27
-	edgeAzgStatSTAT_LB_REPLY_TX        edgeAzgStat = 28
-	edgeAzgStatSTAT_LB_ICMP_TX         edgeAzgStat = 29
-	edgeAzgStatSTAT_ARP_REPLY          edgeAzgStat = 30
-	edgeAzgStatSTAT_DROP_LB_NO_BACKEND edgeAzgStat = 31
-	edgeAzgStatSTAT_DROP_LB_NO_PORT    edgeAzgStat = 32
-	edgeAzgStatSTAT_LB_NAT_PASS        edgeAzgStat = 33
-	edgeAzgStatSTAT_DROP_NO_EIP        edgeAzgStat = 34
-	edgeAzgStatSTAT_FLOW_NEW           edgeAzgStat = 35
-	edgeAzgStatSTAT_MAX                edgeAzgStat = 36
+	edgeAzgStatSTAT_PASS_NON_IP         edgeAzgStat = 0
+	edgeAzgStatSTAT_PASS_IPV6           edgeAzgStat = 1
+	edgeAzgStatSTAT_PASS_NOT_OURS       edgeAzgStat = 2
+	edgeAzgStatSTAT_ENCAP_TX            edgeAzgStat = 3
+	edgeAzgStatSTAT_DECAP_TX            edgeAzgStat = 4
+	edgeAzgStatSTAT_DECAP_PASS          edgeAzgStat = 5
+	edgeAzgStatSTAT_ICMP_TTL_TX         edgeAzgStat = 6
+	edgeAzgStatSTAT_ICMP_FRAG_TX        edgeAzgStat = 7
+	edgeAzgStatSTAT_DROP_ETH_TRUNC      edgeAzgStat = 8
+	edgeAzgStatSTAT_DROP_IP_TRUNC       edgeAzgStat = 9
+	edgeAzgStatSTAT_DROP_IP_BAD         edgeAzgStat = 10
+	edgeAzgStatSTAT_DROP_IP_CSUM        edgeAzgStat = 11
+	edgeAzgStatSTAT_DROP_IP_MARTIAN     edgeAzgStat = 12
+	edgeAzgStatSTAT_DROP_L4TRUNC        edgeAzgStat = 13
+	edgeAzgStatSTAT_DROP_GRE_BAD        edgeAzgStat = 14
+	edgeAzgStatSTAT_DROP_INNER_BAD      edgeAzgStat = 15
+	edgeAzgStatSTAT_DROP_SPOOF          edgeAzgStat = 16
+	edgeAzgStatSTAT_DROP_UNKNOWN        edgeAzgStat = 17
+	edgeAzgStatSTAT_DROP_TTL            edgeAzgStat = 18
+	edgeAzgStatSTAT_DROP_TOO_BIG        edgeAzgStat = 19
+	edgeAzgStatSTAT_DROP_FIB            edgeAzgStat = 20
+	edgeAzgStatSTAT_DROP_NO_NEIGH       edgeAzgStat = 21
+	edgeAzgStatSTAT_DROP_HEADROOM       edgeAzgStat = 22
+	edgeAzgStatSTAT_DROP_ICMP_LIMIT     edgeAzgStat = 23
+	edgeAzgStatSTAT_DROP_NO_EDGE        edgeAzgStat = 24
+	edgeAzgStatSTAT_DROP_BAD_DST        edgeAzgStat = 25
+	edgeAzgStatSTAT_LB_ENCAP_TX         edgeAzgStat = 26
+	edgeAzgStatSTAT_LB_NAT_TX           edgeAzgStat = 27
+	edgeAzgStatSTAT_LB_REPLY_TX         edgeAzgStat = 28
+	edgeAzgStatSTAT_LB_ICMP_TX          edgeAzgStat = 29
+	edgeAzgStatSTAT_ARP_REPLY           edgeAzgStat = 30
+	edgeAzgStatSTAT_DROP_LB_NO_BACKEND  edgeAzgStat = 31
+	edgeAzgStatSTAT_DROP_LB_NO_PORT     edgeAzgStat = 32
+	edgeAzgStatSTAT_LB_NAT_PASS         edgeAzgStat = 33
+	edgeAzgStatSTAT_DROP_NO_EIP         edgeAzgStat = 34
+	edgeAzgStatSTAT_FLOW_NEW            edgeAzgStat = 35
+	edgeAzgStatSTAT_DROP_SPOOF_OWN      edgeAzgStat = 36
+	edgeAzgStatSTAT_DROP_SPOOF_UNDERLAY edgeAzgStat = 37
+	edgeAzgStatSTAT_DROP_SPOOF_BOGON    edgeAzgStat = 38
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 39
 )
 
 type edgeCtBucket struct {
@@ -264,6 +267,12 @@ type edgeLbRkey struct {
 	Pad   [3]uint8
 }
 
+type edgeLpm4Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
+}
+
 type edgeNatBkey struct {
 	_     structs.HostLayout
 	Baddr uint32
@@ -320,6 +329,7 @@ const (
 	edgeMapCtBuckets     = "ct_buckets"
 	edgeMapCtEvents      = "ct_events"
 	edgeMapEdgeCfg       = "edge_cfg"
+	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
 	edgeMapEipCache      = "eip_cache"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
@@ -406,6 +416,7 @@ type edgeMapSpecs struct {
 	CtBuckets     *ebpf.MapSpec `ebpf:"ct_buckets"`
 	CtEvents      *ebpf.MapSpec `ebpf:"ct_events"`
 	EdgeCfg       *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
@@ -466,6 +477,7 @@ type edgeMaps struct {
 	CtBuckets     *ebpf.Map `ebpf:"ct_buckets"`
 	CtEvents      *ebpf.Map `ebpf:"ct_events"`
 	EdgeCfg       *ebpf.Map `ebpf:"edge_cfg"`
+	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
@@ -498,6 +510,7 @@ func (m *edgeMaps) Close() error {
 		m.CtBuckets,
 		m.CtEvents,
 		m.EdgeCfg,
+		m.EdgeSpoofSrc,
 		m.EipCache,
 		m.EipRouteGen,
 		m.EipRoutes,

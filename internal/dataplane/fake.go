@@ -17,6 +17,16 @@ type FakeEdge struct {
 	RouteMap map[netip.Addr]Route
 	Counters map[uint32]Counters
 	Capacity int // 0: unlimited
+	// SpoofOwn and SpoofUnderlay are the last SetSpoofPrefixes.
+	SpoofOwn, SpoofUnderlay []netip.Prefix
+}
+
+// SetSpoofPrefixes records the anti-spoofing prefixes.
+func (f *FakeEdge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.SpoofOwn, f.SpoofUnderlay = slices.Clone(own), slices.Clone(underlay)
+	return nil
 }
 
 var _ EdgeMaps = (*FakeEdge)(nil)

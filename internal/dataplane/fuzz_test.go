@@ -321,6 +321,12 @@ func outcomeCoverage(dev, counter string) int {
 		n = 35
 	case "flow_new": // agent only
 		n = 36
+	case "drop_spoof_own":
+		n = 37
+	case "drop_spoof_underlay":
+		n = 38
+	case "drop_spoof_bogon":
+		n = 39
 	}
 	if dev == dptest.UlDev {
 		switch {

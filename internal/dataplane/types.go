@@ -52,6 +52,9 @@ var statNames = [...]string{
 	"lb_nat_pass",
 	"drop_no_eip",
 	"flow_new",
+	"drop_spoof_own",
+	"drop_spoof_underlay",
+	"drop_spoof_bogon",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -176,6 +179,13 @@ type EdgeMaps interface {
 	ResetEIPStats(idx uint32) error
 	EIPStats(idx uint32) (Counters, error)
 	Stats() (map[string]Count, error)
+}
+
+// SpoofMaps is the edge's ingress anti-spoofing table (the Edge and the
+// FakeEdge implement it): the source prefixes dropped from the Internet
+// side, own (sets, EIPs, VIPs) and underlay.
+type SpoofMaps interface {
+	SetSpoofPrefixes(own, underlay []netip.Prefix) error
 }
 
 // AgentMaps is what the agent reconciler needs from a data plane.

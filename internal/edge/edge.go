@@ -103,6 +103,7 @@ type Reconciler struct {
 	rev      int64
 	underlay netip.Addr
 	prefixes []netip.Prefix       // the edge set's prefixes
+	spoof    string               // the anti-spoofing prefixes as programmed (spoofKey)
 	errs     []string             // of the last commit
 	syncErr  error                // nil: the maps hold the desired state (verify)
 	plan     atomic.Pointer[Plan] // for the announcer, as of the last commit
@@ -235,6 +236,10 @@ func (r *Reconciler) commit() {
 			clear(r.pending)
 			r.full = false
 		}
+	}
+	if err := r.syncSpoof(); err != nil {
+		r.fail(err)
+		ok = false
 	}
 	lbSynced := r.lb != nil && r.lbDirty
 	if lbSynced {
@@ -593,3 +598,24 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 
 // ErrStop is returned when the daemon is asked to stop.
 var ErrStop = errors.New("stopped")
+
+// syncSpoof programs the ingress anti-spoofing prefixes (docs/dataplane.md,
+// "Ingress anti-spoofing") when they changed: every set's prefixes and
+// every VIP (own), every host's and edge's underlay address (underlay).
+// Only with a data plane that has the table (dataplane.SpoofMaps).
+func (r *Reconciler) syncSpoof() error {
+	sm, ok := r.maps.(dataplane.SpoofMaps)
+	if !ok {
+		return nil
+	}
+	own, underlay := r.idx.spoofPrefixes()
+	key := fmt.Sprint(own, underlay)
+	if key == r.spoof {
+		return nil
+	}
+	if err := sm.SetSpoofPrefixes(own, underlay); err != nil {
+		return fmt.Errorf("anti-spoofing prefixes: %w", err)
+	}
+	r.spoof = key
+	return nil
+}

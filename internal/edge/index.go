@@ -2,6 +2,7 @@ package edge
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/setplan"
@@ -180,4 +181,41 @@ func (x *index) edgeSetOf(name string) (*model.EdgeSet, model.EdgeNode, bool) {
 		}
 	}
 	return nil, model.EdgeNode{}, false
+}
+
+// spoofPrefixes are the sources the edge refuses from the Internet side,
+// sorted: own, every set's prefixes and every service's VIP; underlay,
+// every host's and every edge's underlay address.
+func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
+	for _, set := range x.sets {
+		for _, p := range set.Prefixes {
+			if p.Addr().Is4() { // the table is IPv4 (IPv6 goes to the kernel)
+				own = append(own, p.Masked())
+			}
+		}
+		for _, e := range set.Edges {
+			if e.Underlay.Is4() {
+				underlay = append(underlay, netip.PrefixFrom(e.Underlay, 32))
+			}
+		}
+	}
+	for _, svc := range x.services {
+		if svc.VIP.Is4() {
+			own = append(own, netip.PrefixFrom(svc.VIP, 32))
+		}
+	}
+	for _, h := range x.hosts {
+		if h.underlay.Is4() {
+			underlay = append(underlay, netip.PrefixFrom(h.underlay, 32))
+		}
+	}
+	cmp := func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	}
+	slices.SortFunc(own, cmp)
+	slices.SortFunc(underlay, cmp)
+	return slices.Compact(own), slices.Compact(underlay)
 }
