@@ -242,6 +242,9 @@ type Server struct {
 	view     *view
 	metrics  *metrics
 	health   *healthAgg
+	// routes lists every route pattern the handler registered
+	// (TestEveryRouteNeedsToken walks it).
+	routes []string
 
 	writeMu sync.Mutex // serializes writes (see the package doc)
 	// largeBodies holds the one slot of requests with large bodies (see

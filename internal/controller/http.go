@@ -26,20 +26,28 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // Config.MetricsAuth, every /v1 route needs the bearer token.
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	// Every route goes through handle, so s.routes lists them all:
+	// TestEveryRouteNeedsToken calls each one but /healthz (and /metrics
+	// without MetricsAuth) without a token.
+	s.routes = s.routes[:0]
+	handle := func(pattern string, h http.Handler) {
+		s.routes = append(s.routes, pattern)
+		mux.Handle(pattern, h)
+	}
+	handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
-	})
+	}))
 	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	if s.cfg.MetricsAuth {
-		mux.Handle("GET /metrics", s.authorized(func(w http.ResponseWriter, r *http.Request) error {
+		handle("GET /metrics", s.authorized(func(w http.ResponseWriter, r *http.Request) error {
 			metrics.ServeHTTP(w, r)
 			return nil
 		}))
 	} else {
-		mux.Handle("GET /metrics", metrics)
+		handle("GET /metrics", metrics)
 	}
-	v1 := func(pattern string, h handlerFunc) { mux.Handle(pattern, s.authorized(h)) }
+	v1 := func(pattern string, h handlerFunc) { handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
 	v1("POST /v1/apply", s.apply)
 	for _, kind := range model.UserKinds {
