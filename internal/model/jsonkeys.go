@@ -19,7 +19,7 @@ import (
 func checkKeys(data []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	if err := walkKeys(dec, t, ""); err != nil {
+	if err := walkKeys(dec, t, "", 0); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -28,7 +28,15 @@ func checkKeys(data []byte, t reflect.Type) error {
 	return nil
 }
 
-func walkKeys(dec *json.Decoder, t reflect.Type, place string) error {
+// maxKeyDepth bounds the nesting walkKeys follows. No object kind nests
+// nearly this deep; the bound keeps the walk safe on its own, not only
+// behind json.Valid (whose own limit is 10,000).
+const maxKeyDepth = 64
+
+func walkKeys(dec *json.Decoder, t reflect.Type, place string, depth int) error {
+	if depth > maxKeyDepth {
+		return FieldError{Field: place, Msg: fmt.Sprintf("nested deeper than %d levels", maxKeyDepth)}
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -72,7 +80,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, place string) error {
 				}
 				child = f.typ
 			}
-			if err := walkKeys(dec, child, at); err != nil {
+			if err := walkKeys(dec, child, at, depth+1); err != nil {
 				return err
 			}
 		}
@@ -82,7 +90,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, place string) error {
 			elem = t.Elem()
 		}
 		for i := 0; dec.More(); i++ {
-			if err := walkKeys(dec, elem, fmt.Sprintf("%s[%d]", place, i)); err != nil {
+			if err := walkKeys(dec, elem, fmt.Sprintf("%s[%d]", place, i), depth+1); err != nil {
 				return err
 			}
 		}

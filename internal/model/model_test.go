@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -182,5 +183,20 @@ func TestDecode(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckKeysDepth: the key walk bounds its own nesting, even on input
+// that json.Valid has not vetted (unterminated or not).
+func TestCheckKeysDepth(t *testing.T) {
+	for _, in := range []string{
+		`{"name":` + strings.Repeat("[", 100000),
+		`{"name":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + "}",
+		`{"name":` + strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 100) + "}",
+	} {
+		err := checkKeys([]byte(in), reflect.TypeFor[AZ]())
+		if err == nil || !strings.Contains(err.Error(), "nested deeper than 64") {
+			t.Errorf("%.20q...: %v, want the depth error", in, err)
+		}
 	}
 }
