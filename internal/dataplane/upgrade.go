@@ -32,6 +32,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -809,4 +810,23 @@ func loadInto(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs any)
 	walk(reflect.ValueOf(objs).Elem())
 	coll.Close() // what objs did not take (.bss and the like stay held by the programs)
 	return nil
+}
+
+// Log writes what the load did with the pinned maps: one line per map
+// migrated (info) or dropped (warning: its state was not trusted and starts
+// empty), and the swap.
+func (r UpgradeReport) Log(log *slog.Logger) {
+	changed := r.Changed()
+	if len(changed) == 0 {
+		return
+	}
+	for _, m := range changed {
+		args := []any{"map", m.Name, "class", m.Class.String(), "why", m.Why, "from", m.Old.String(), "to", m.New.String()}
+		if m.Action == ActionMigrate {
+			log.Info("data plane upgrade: map migrated", append(args, "copied", m.Copied, "lost", m.Lost, "caught_up", m.CaughtUp)...)
+		} else {
+			log.Warn("data plane upgrade: map not trusted, starts empty", args...)
+		}
+	}
+	log.Info("data plane upgrade: programs swapped", "links", r.Swapped, "took", r.SwapTook, "maps_changed", len(changed))
 }
