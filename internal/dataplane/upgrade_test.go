@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -341,6 +342,81 @@ func rawSocket(t *testing.T, do func(func() error) error, dev string, proto uint
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
+// streamResult is what stream measured.
+type streamResult struct {
+	got           map[uint64]string // sequence -> where it arrived
+	total, during uint64            // requests sent; sent while upgrading
+	sendErrs      uint64
+	took          time.Duration // the upgrade
+	err           error         // the upgrade's
+}
+
+// stream sends requests (send(seq), 8 a millisecond) for a second, runs
+// upgrade while they go on, goes on for a second more, and collects what
+// rx receives (parse: sequence number and where it went).
+func stream(t *testing.T, rx int, send func(uint64) error, parse func([]byte) (uint64, string, bool), upgrade func() error) streamResult {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		got      = map[uint64]string{}
+		sent     atomic.Uint64
+		stop     atomic.Bool
+		sendErrs atomic.Uint64
+		wg       sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := unix.Recvfrom(rx, buf, 0)
+			if err != nil {
+				if stop.Load() {
+					return
+				}
+				continue
+			}
+			if seq, where, ok := parse(buf[:n]); ok {
+				mu.Lock()
+				got[seq] = where
+				mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		seq := uint64(0)
+		for !stop.Load() {
+			<-tick.C
+			for j := 0; j < 8; j++ {
+				seq++
+				if err := send(seq); err != nil {
+					sendErrs.Add(1)
+				}
+				sent.Store(seq)
+			}
+		}
+	}()
+	time.Sleep(time.Second)
+	before := sent.Load()
+	t0 := time.Now()
+	err := upgrade()
+	r := streamResult{took: time.Since(t0), during: sent.Load() - before, err: err}
+	if err == nil {
+		time.Sleep(time.Second)
+	}
+	stop.Store(true)
+	time.Sleep(300 * time.Millisecond) // the last frames land
+	wg.Wait()
+	r.total, r.sendErrs = sent.Load(), sendErrs.Load()
+	mu.Lock()
+	r.got = got
+	mu.Unlock()
+	return r
+}
+
 // TestUpgradeEdgeUnderTraffic: the previous release's edge objects
 // (testdata/prev) run pinned and attached on a veth of a namespace, as an
 // edge in nat mode; 64 client connections to a VIP are made through them
@@ -435,73 +511,31 @@ func TestUpgradeEdgeUnderTraffic(t *testing.T) {
 
 	// Requests: ACKs of the connections, round robin, each carrying its
 	// sequence number; about 8 per millisecond.
-	var (
-		mu       sync.Mutex
-		got      = map[uint64]string{}
-		sent     atomic.Uint64
-		stop     atomic.Bool
-		sendErrs atomic.Uint64
-	)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 2048)
-		for {
-			n, _, err := unix.Recvfrom(rx, buf, 0)
-			if err != nil {
-				if stop.Load() {
-					return
-				}
-				continue
-			}
-			if _, seq, dst, ok := seqOf(buf[:n]); ok && seq > 0 {
-				mu.Lock()
-				got[seq] = dst
-				mu.Unlock()
-			}
+	var cur *Edge
+	st := stream(t, rx, func(seq uint64) error {
+		f := tcpTo(vipNAT, 80, "ack")
+		f.sport = uint16(sport0 + int(seq%nconn))
+		f.payload = binary.BigEndian.AppendUint64(nil, seq)
+		return send(f)
+	}, func(f []byte) (uint64, string, bool) {
+		_, seq, dst, ok := seqOf(f)
+		return seq, dst, ok && seq > 0
+	}, func() error {
+		var err error
+		if cur, err = LoadEdge(o); err != nil {
+			return err
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		seq := uint64(0)
-		for !stop.Load() {
-			<-tick.C
-			for j := 0; j < 8; j++ {
-				seq++
-				f := tcpTo(vipNAT, 80, "ack")
-				f.sport = uint16(sport0 + int(seq%nconn))
-				f.payload = binary.BigEndian.AppendUint64(nil, seq)
-				if err := send(f); err != nil {
-					sendErrs.Add(1)
-				}
-				sent.Store(seq)
-			}
-		}
-	}()
-	time.Sleep(time.Second)
-	before := sent.Load()
-	t0 := time.Now()
-	cur, err := LoadEdge(o)
-	took := time.Since(t0)
-	if err != nil {
-		stop.Store(true)
-		wg.Wait()
-		t.Fatal(err)
+		// The daemon attaches next: the link already runs this program.
+		return env.Node.Do(func() error { return cur.Attach(dptest.ExtDev) })
+	})
+	if cur != nil {
+		defer cur.Close()
 	}
-	defer cur.Close()
-	during := sent.Load() - before
-	// The daemon attaches next: the link already runs this program.
-	if err := env.Node.Do(func() error { return cur.Attach(dptest.ExtDev) }); err != nil {
-		t.Fatal(err)
+	if st.err != nil {
+		t.Fatal(st.err)
 	}
-	time.Sleep(time.Second)
-	stop.Store(true)
-	time.Sleep(300 * time.Millisecond) // the last frames land
-	wg.Wait()
-
+	took, during, total, sendErrs := st.took, st.during, st.total, st.sendErrs
+	got := st.got
 	rep := cur.Upgrade()
 	for _, m := range rep.Maps {
 		if m.Action != ActionReuse {
@@ -517,8 +551,6 @@ func TestUpgradeEdgeUnderTraffic(t *testing.T) {
 	if m := actionOf(rep, "lb_conns"); m.Action != ActionReuse && m.Action != ActionMigrate {
 		t.Errorf("connection table %s", m.Action)
 	}
-	total := sent.Load()
-	mu.Lock()
 	var missing, moved uint64
 	for s := uint64(1); s <= total; s++ {
 		dst, ok := got[s]
@@ -529,10 +561,9 @@ func TestUpgradeEdgeUnderTraffic(t *testing.T) {
 			moved++
 		}
 	}
-	mu.Unlock()
 	t.Logf("upgrade: load %v (swap of %d links %v); requests %d, %d sent while loading; failed %d (missing %d, moved to another backend %d); send errors %d",
-		took.Round(time.Millisecond), len(rep.Swapped), rep.SwapTook, total, during, missing+moved, missing, moved, sendErrs.Load())
-	if missing+moved != 0 || sendErrs.Load() != 0 {
+		took.Round(time.Millisecond), len(rep.Swapped), rep.SwapTook, total, during, missing+moved, missing, moved, sendErrs)
+	if missing+moved != 0 || sendErrs != 0 {
 		t.Fatalf("%d of %d requests failed (%d missing, %d at another backend)", missing+moved, total, missing, moved)
 	}
 	if len(rep.Changed()) > 0 && len(rep.Swapped) != 1 {
@@ -578,9 +609,12 @@ func TestUpgradeEdgeUnderTraffic(t *testing.T) {
 }
 
 // TestUpgradeAgent: the previous release's agent objects, pinned and
-// attached to the underlay and a guest interface, upgraded to this tree's:
-// both links swapped to the program of the same name, the flow table's
-// entries kept.
+// attached to the underlay and a guest interface (configured as
+// newAgentBed's), decapsulate a stream of requests from an edge (NVGRE
+// frames sent into ul0 from the underlay router's namespace, taken off the
+// guest's end after translation) while this tree's objects load on the
+// same pins. Every request must reach the guest; both links run the new
+// programs of the same names; the flow table's entries are kept.
 func TestUpgradeAgent(t *testing.T) {
 	requireRoot(t)
 	prev, err := ebpf.LoadCollectionSpec("testdata/prev/agent_bpfel.o")
@@ -598,28 +632,73 @@ func TestUpgradeAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Node.Do(func() error {
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	g1 := mustIfindex(t, env, dptest.GuestDev)
+	must(old.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
+		Edges: []netip.Addr{addr(edgeA), addr(edgeB)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}))
+	must(old.SetGroup(0, AgentGroup{Members: []netip.Addr{addr(edgeA), addr(edgeB)}}))
+	must(old.SetLocalPrefixes([]netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}))
+	must(old.PutEIP(AgentEIP{EIP: addr(eip), Private: addr(dptest.GuestAddr), VSID: vsid, StatsIdx: agentIdx, Ifindex: uint32(g1)}))
+	must(old.SetIfAddrs([]IfAddr{{Ifindex: uint32(g1), Addr: addr(dptest.GuestAddr)}}))
+	must(env.Node.Do(func() error {
 		if err := AttachPinned(old.UnderlayProgram(), dptest.UlDev, pin); err != nil {
 			return err
 		}
 		return AttachPinned(old.GuestProgram(), dptest.GuestDev, pin)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	ks, vs := int(old.objs.AgentFlows.KeySize()), int(old.objs.AgentFlows.ValueSize())
 	for i := 0; i < 100; i++ {
 		k, v := make([]byte, ks), make([]byte, vs)
 		k[0], k[1], v[0] = byte(i), 0xa5, byte(i)
-		if err := old.objs.AgentFlows.Update(k, v, ebpf.UpdateAny); err != nil {
-			t.Fatal(err)
-		}
+		must(old.objs.AgentFlows.Update(k, v, ebpf.UpdateAny))
 	}
 	old.Close()
-	cur, err := LoadAgent(o)
-	if err != nil {
-		t.Fatal(err)
+
+	attachXDPPass(t, env.Peer.Do, "vm")
+	tx, txIdx := rawSocket(t, env.Peer.Do, "fab", 0)
+	rx, _ := rawSocket(t, env.Peer.Do, "vm", unix.ETH_P_ALL)
+	unix.SetsockoptInt(rx, unix.SOL_SOCKET, unix.SO_RCVBUF, 16<<20)
+	unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100000})
+	key := uint32(vsid<<8 | 0x33)
+	var cur *Agent
+	st := stream(t, rx, func(seq uint64) error {
+		f := flow{src: client, dst: eip, proto: layers.IPProtocolUDP, sport: 1000 + uint16(seq%64), dport: 53, ttl: 63,
+			payload: binary.BigEndian.AppendUint64(nil, seq)}
+		frame := nvgre(t, dptest.FabMAC, dptest.UlMAC, edgeA, dptest.UlAddr, key, 0, ethFrame(t, gwMAC, "02:00:c6:33:64:07", f.ip(t)))
+		return unix.Sendto(tx, frame, 0, &unix.SockaddrLinklayer{Ifindex: txIdx, Halen: 6, Addr: [8]byte{0x02, 0xbb, 0, 0, 0, 1}})
+	}, func(b []byte) (uint64, string, bool) {
+		p := decode(b)
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if ip == nil || udp == nil || ip.SrcIP.String() != client || len(udp.Payload) < 8 {
+			return 0, "", false
+		}
+		return binary.BigEndian.Uint64(udp.Payload), ip.DstIP.String(), true
+	}, func() error {
+		var err error
+		cur, err = LoadAgent(o)
+		return err
+	})
+	if cur != nil {
+		defer cur.Close()
 	}
-	defer cur.Close()
+	if st.err != nil {
+		t.Fatal(st.err)
+	}
+	var missing, wrong uint64
+	for s := uint64(1); s <= st.total; s++ {
+		switch dst, ok := st.got[s]; {
+		case !ok:
+			missing++
+		case dst != dptest.GuestAddr:
+			wrong++
+		}
+	}
 	rep := cur.Upgrade()
 	for _, m := range rep.Maps {
 		if m.Action != ActionReuse {
@@ -628,6 +707,11 @@ func TestUpgradeAgent(t *testing.T) {
 		if m.Action == ActionDrop && m.Class != ClassCounters {
 			t.Errorf("map %s (%s) dropped: %s", m.Name, m.Class, m.Why)
 		}
+	}
+	t.Logf("agent upgrade: load %v (swap of %d links %v); requests %d, %d sent while loading; failed %d (missing %d, translated wrong %d); send errors %d",
+		st.took.Round(time.Millisecond), len(rep.Swapped), rep.SwapTook, st.total, st.during, missing+wrong, missing, wrong, st.sendErrs)
+	if missing+wrong != 0 || st.sendErrs != 0 {
+		t.Fatalf("%d of %d requests failed", missing+wrong, st.total)
 	}
 	if len(rep.Changed()) > 0 && len(rep.Swapped) != 2 {
 		t.Fatalf("maps changed but links swapped: %v", rep.Swapped)
@@ -658,8 +742,6 @@ func TestUpgradeAgent(t *testing.T) {
 		t.Fatalf("%d of 100 flow entries kept", n)
 	}
 }
-
-func netInterfaces() ([]net.Interface, error) { return net.Interfaces() }
 
 // TestUpgradeTablesNameMaps: every map named in mapMeaning, mapClasses and
 // dropTogether is a pinned map of the edge or agent objects (a renamed
@@ -697,3 +779,5 @@ func TestUpgradeTablesNameMaps(t *testing.T) {
 		}
 	}
 }
+
+func netInterfaces() ([]net.Interface, error) { return net.Interfaces() }
