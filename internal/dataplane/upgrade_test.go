@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
@@ -781,3 +783,64 @@ func TestUpgradeTablesNameMaps(t *testing.T) {
 }
 
 func netInterfaces() ([]net.Interface, error) { return net.Interfaces() }
+
+// btfLeaves flattens a key or value type into its leaf fields,
+// "path@offset:size", nested structs expanded.
+func btfLeaves(typ btf.Type, prefix string, base uint32, out []string) []string {
+	typ = btf.UnderlyingType(typ)
+	if s, ok := typ.(*btf.Struct); ok {
+		for _, m := range s.Members {
+			out = btfLeaves(m.Type, prefix+"."+m.Name, base+m.Offset.Bytes(), out)
+		}
+		return out
+	}
+	size, err := btf.Sizeof(typ)
+	if err != nil {
+		size = -1
+	}
+	return append(out, fmt.Sprintf("%s@%d:%d", prefix, base, size))
+}
+
+// TestMapLayoutsAgainstPreviousRelease holds every pinned map of this
+// tree's objects to the previous release's (testdata/prev): a key must
+// keep its fields, and a value may only grow by fields appended at its
+// end, unless the map's meaning version (mapMeaning) was bumped, which
+// makes an upgrade drop or refuse it (docs/upgrades.md). A field inserted,
+// moved, resized or renamed with the meaning kept would be migrated byte
+// for byte into the wrong field: this is the test that says so.
+func TestMapLayoutsAgainstPreviousRelease(t *testing.T) {
+	for obj, load := range map[string]func() (*ebpf.CollectionSpec, error){"edge": loadEdge, "agent": loadAgent} {
+		cur, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev, err := ebpf.LoadCollectionSpec("testdata/prev/" + obj + "_bpfel.o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for name, ms := range cur.Maps {
+			old := prev.Maps[name]
+			if ms.Pinning != ebpf.PinByName || old == nil || meaningOf(name) != 1 {
+				continue
+			}
+			checked++
+			if ms.Key != nil && old.Key != nil {
+				k0, k1 := btfLeaves(old.Key, "key", 0, nil), btfLeaves(ms.Key, "key", 0, nil)
+				if !slices.Equal(k0, k1) {
+					t.Errorf("%s map %s: key %v was %v: bump mapMeaning[%q] (upgrade.go)", obj, name, k1, k0, name)
+				}
+			}
+			if ms.Value != nil && old.Value != nil {
+				v0, v1 := btfLeaves(old.Value, "value", 0, nil), btfLeaves(ms.Value, "value", 0, nil)
+				if len(v1) < len(v0) || !slices.Equal(v0, v1[:len(v0)]) {
+					t.Errorf("%s map %s: value %v was %v: only fields appended at the end keep the meaning; "+
+						"bump mapMeaning[%q] (upgrade.go) or append instead", obj, name, v1, v0, name)
+				}
+			}
+		}
+		if checked < 10 {
+			t.Errorf("%s: only %d maps compared", obj, checked)
+		}
+	}
+}
