@@ -484,6 +484,13 @@ func isArray(t ebpf.MapType) bool {
 // The walk is bounded: an LRU table that churns while it is read can make
 // the kernel restart the walk.
 func copyEntries(old, nw *ebpf.Map, ol, nl MapLayout, flags ebpf.MapUpdateFlags) (copied, lost int, err error) {
+	if (ol.Type == ebpf.Hash || ol.Type == ebpf.LRUHash) && flags == ebpf.UpdateAny {
+		if copied, lost, err = copyBatched(old, nw, ol, nl); err == nil {
+			return copied, lost, nil
+		}
+		// A kernel or map without batch operations: one entry at a time
+		// (again from the start; UpdateAny makes the repeat harmless).
+	}
 	ncpu := 1
 	if perCPU(ol.Type) {
 		if ncpu, err = ebpf.PossibleCPU(); err != nil {
@@ -574,6 +581,46 @@ func progsOf(objs any) map[string]*ebpf.Program {
 	}
 	walk(reflect.ValueOf(objs).Elem())
 	return out
+}
+
+// copyBatched is copyEntries for the big hash tables (connection tables):
+// batches of 4096 entries, three syscalls per batch where the walk takes
+// three per entry. Keys and values are byte arrays of the maps' sizes.
+func copyBatched(old, nw *ebpf.Map, ol, nl MapLayout) (copied, lost int, err error) {
+	const batch = 4096
+	kt := reflect.ArrayOf(int(ol.KeySize), reflect.TypeOf(byte(0)))
+	ovt := reflect.ArrayOf(int(ol.ValueSize), reflect.TypeOf(byte(0)))
+	nvt := reflect.ArrayOf(int(nl.ValueSize), reflect.TypeOf(byte(0)))
+	keys := reflect.MakeSlice(reflect.SliceOf(kt), batch, batch)
+	vals := reflect.MakeSlice(reflect.SliceOf(ovt), batch, batch)
+	nvals := reflect.MakeSlice(reflect.SliceOf(nvt), batch, batch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, lerr := old.BatchLookup(&cursor, keys.Interface(), vals.Interface(), nil)
+		if lerr != nil && !errors.Is(lerr, ebpf.ErrKeyNotExist) {
+			return copied, lost, lerr
+		}
+		if n > 0 {
+			for i := 0; i < n; i++ {
+				nv := nvals.Index(i)
+				nv.SetZero()
+				reflect.Copy(nv.Slice(0, int(ol.ValueSize)), vals.Index(i).Slice(0, int(ol.ValueSize)))
+			}
+			k, v := keys.Slice(0, n).Interface(), nvals.Slice(0, n).Interface()
+			done, uerr := nw.BatchUpdate(k, v, nil)
+			copied += done
+			if uerr != nil {
+				if errors.Is(uerr, unix.E2BIG) || errors.Is(uerr, unix.ENOMEM) {
+					lost += n - done // no room: a smaller capacity
+				} else {
+					return copied, lost, uerr
+				}
+			}
+		}
+		if errors.Is(lerr, ebpf.ErrKeyNotExist) {
+			return copied, lost, nil
+		}
+	}
 }
 
 // matchProgram matches a running program to the new objects' program of
