@@ -110,8 +110,8 @@ type MapLayout struct {
 	Type                                  ebpf.MapType
 	KeySize, ValueSize, MaxEntries, Flags uint32
 	// The inner map's shape (maps of maps; zero otherwise).
-	InnerType                                           ebpf.MapType
-	InnerKeySize, InnerValueSize, InnerMax, InnerFlagsV uint32
+	InnerType                                          ebpf.MapType
+	InnerKeySize, InnerValueSize, InnerMax, InnerFlags uint32
 	// Meaning is the map's meaning version (mapMeaning).
 	Meaning uint32
 }
@@ -119,7 +119,7 @@ type MapLayout struct {
 func (l MapLayout) shape() string {
 	s := fmt.Sprintf("%v key %d value %d max %d flags %#x", l.Type, l.KeySize, l.ValueSize, l.MaxEntries, l.Flags)
 	if l.InnerType != 0 {
-		s += fmt.Sprintf(" inner (%v key %d value %d max %d flags %#x)", l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlagsV)
+		s += fmt.Sprintf(" inner (%v key %d value %d max %d flags %#x)", l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlags)
 	}
 	return s
 }
@@ -139,7 +139,7 @@ func classOf(name string) MapClass { return mapClasses[name] }
 func layoutOfSpec(name string, ms *ebpf.MapSpec) MapLayout {
 	l := MapLayout{Type: ms.Type, KeySize: ms.KeySize, ValueSize: ms.ValueSize, MaxEntries: ms.MaxEntries, Flags: ms.Flags, Meaning: meaningOf(name)}
 	if in := ms.InnerMap; in != nil {
-		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlagsV = in.Type, in.KeySize, in.ValueSize, in.MaxEntries, in.Flags
+		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlags = in.Type, in.KeySize, in.ValueSize, in.MaxEntries, in.Flags
 	}
 	return l
 }
@@ -169,13 +169,13 @@ func layoutKey(name string) [32]byte {
 func (r layoutRecord) layout() MapLayout {
 	return MapLayout{Type: ebpf.MapType(r.Type), KeySize: r.KeySize, ValueSize: r.ValueSize, MaxEntries: r.MaxEntries, Flags: r.Flags,
 		InnerType: ebpf.MapType(r.InnerType), InnerKeySize: r.InnerKeySize, InnerValueSize: r.InnerValueSize, InnerMax: r.InnerMax,
-		InnerFlagsV: r.InnerFlags, Meaning: r.Meaning}
+		InnerFlags: r.InnerFlags, Meaning: r.Meaning}
 }
 
 func recordOf(l MapLayout) layoutRecord {
 	return layoutRecord{Format: layoutFormat, Type: uint32(l.Type), KeySize: l.KeySize, ValueSize: l.ValueSize, MaxEntries: l.MaxEntries,
 		Flags: l.Flags, InnerType: uint32(l.InnerType), InnerKeySize: l.InnerKeySize, InnerValueSize: l.InnerValueSize,
-		InnerMax: l.InnerMax, InnerFlags: l.InnerFlagsV, Meaning: l.Meaning}
+		InnerMax: l.InnerMax, InnerFlags: l.InnerFlags, Meaning: l.Meaning}
 }
 
 var layoutSpec = ebpf.MapSpec{
@@ -423,10 +423,10 @@ func (u *upgrade) pinnedLayout(name string, m *ebpf.Map, want MapLayout) (MapLay
 		}
 		r := rec.layout()
 		l.Meaning = r.Meaning
-		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlagsV = r.InnerType, r.InnerKeySize, r.InnerValueSize, r.InnerMax, r.InnerFlagsV
+		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlags = r.InnerType, r.InnerKeySize, r.InnerValueSize, r.InnerMax, r.InnerFlags
 	case errors.Is(err, ebpf.ErrKeyNotExist):
 		l.Meaning = 1
-		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlagsV = want.InnerType, want.InnerKeySize, want.InnerValueSize, want.InnerMax, want.InnerFlagsV
+		l.InnerType, l.InnerKeySize, l.InnerValueSize, l.InnerMax, l.InnerFlags = want.InnerType, want.InnerKeySize, want.InnerValueSize, want.InnerMax, want.InnerFlags
 	default:
 		return MapLayout{}, fmt.Errorf("layout record of %s: %w", name, err)
 	}
@@ -450,7 +450,7 @@ func decide(old, want MapLayout) (MapAction, string) {
 	case old.ValueSize > want.ValueSize:
 		return ActionDrop, fmt.Sprintf("value shrank %d -> %d bytes", old.ValueSize, want.ValueSize)
 	case old.InnerType != want.InnerType || old.InnerKeySize != want.InnerKeySize || old.InnerValueSize != want.InnerValueSize ||
-		old.InnerMax != want.InnerMax || old.InnerFlagsV != want.InnerFlagsV:
+		old.InnerMax != want.InnerMax || old.InnerFlags != want.InnerFlags:
 		// Inner maps are shared by reference, not copied: a new inner
 		// shape cannot hold the old ones.
 		return ActionDrop, fmt.Sprintf("inner map %s -> %s", old.shape(), want.shape())
