@@ -42,6 +42,7 @@ type daemonFlags struct {
 	name          string
 	etcd          string
 	pinDir        string
+	allowDrop     []string
 	hashSeed      uint32
 	icmpRate      uint32
 	icmpBurst     uint32
@@ -56,6 +57,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.StringVar(&d.name, "name", "", "node name (an edge of an edge set, or a host)")
 	f.StringVar(&d.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
 	f.StringVar(&d.pinDir, "pin-dir", "", "bpffs directory for this node's maps and links (default /sys/fs/bpf/azgate/NAME)")
+	f.StringSliceVar(&d.allowDrop, "upgrade-allow-drop", nil, "pinned maps an upgrade may start empty when it cannot migrate them, though flows break (agent_flows, lb_nat_conns, or all; docs/upgrades.md); without it such an upgrade is refused")
 	f.Uint32Var(&d.hashSeed, "hash-seed", edge.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
@@ -107,7 +109,7 @@ func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions,
 	if pin == "" {
 		pin = dataplane.NodePinDir(d.name)
 	}
-	return log.With("node", d.name), st, dataplane.LoadOptions{PinDir: pin}, nil
+	return log.With("node", d.name), st, dataplane.LoadOptions{PinDir: pin, AllowDrop: d.allowDrop}, nil
 }
 
 func init() {
@@ -277,13 +279,13 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		df.add(c)
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
 		c.Flags().StringSliceVar(&local, "local-prefix", nil, "destinations guests reach without the edge (never encapsulated), repeatable")
-		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size needs the node's pins removed: azgate dataplane-reset)")
+		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size is migrated on start, flows kept: docs/upgrades.md)")
 		return c
 	})
 	register(func() *cobra.Command {
 		return &cobra.Command{
 			Use:   "dataplane-reset NODE",
-			Short: "Detach a node's XDP programs and remove its pinned maps (forwarding stops)",
+			Short: "Detach a node's XDP programs and remove its pinned maps (forwarding stops; upgrades need it no more: docs/upgrades.md)",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return dataplane.RemovePins(dataplane.NodePinDir(args[0]))

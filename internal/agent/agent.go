@@ -596,6 +596,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		return err
 	}
 	defer dp.Close()
+	dp.Upgrade().Log(cfg.Log) // maps migrated or not trusted (docs/upgrades.md)
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return err
 	}

@@ -16,33 +16,49 @@ import (
 // Agent is a loaded host-agent data plane: xdp_agent_underlay on the
 // underlay interface, xdp_agent_guest on guest interfaces, shared maps.
 type Agent struct {
-	objs   agentObjects
-	pinDir string
-	links  map[string]link.Link
-	cfgMu  sync.Mutex // the config entry is read, modified and written
+	objs    agentObjects
+	pinDir  string
+	links   map[string]link.Link
+	cfgMu   sync.Mutex // the config entry is read, modified and written
+	upgrade UpgradeReport
 }
 
 var _ AgentMaps = (*Agent)(nil)
 
-// LoadAgent loads the agent programs and maps (reusing pinned ones).
+// LoadAgent loads the agent programs and maps (reusing pinned ones, or
+// migrating them when this version's layout differs: upgrade.go).
 func LoadAgent(o LoadOptions) (*Agent, error) {
 	spec, err := loadAgent()
 	if err != nil {
 		return nil, err
 	}
-	opts, err := prepare(spec, o)
-	if err != nil {
-		return nil, err
-	}
+	return loadAgentSpec(spec, o)
+}
+
+// loadAgentSpec loads an agent object (this version's, or an earlier
+// release's in the upgrade test) with o.
+func loadAgentSpec(spec *ebpf.CollectionSpec, o LoadOptions) (*Agent, error) {
 	if o.AgentFlowMax > 0 {
 		spec.Maps[agentMapAgentFlows].MaxEntries = o.AgentFlowMax
 	}
-	a := &Agent{pinDir: o.PinDir, links: map[string]link.Link{}}
-	if err := spec.LoadAndAssign(&a.objs, opts); err != nil {
+	up, opts, err := beginLoad(spec, o)
+	if err != nil {
 		return nil, loadErr("agent", err)
+	}
+	a := &Agent{pinDir: o.PinDir, links: map[string]link.Link{}}
+	if err := loadInto(spec, opts, &a.objs); err != nil {
+		up.close()
+		return nil, loadErr("agent", err)
+	}
+	if a.upgrade, err = up.finish(progsOf(&a.objs)); err != nil {
+		a.objs.Close()
+		return nil, fmt.Errorf("upgrade agent data plane in %s: %w", o.PinDir, err)
 	}
 	return a, nil
 }
+
+// Upgrade reports what the load did with the pinned maps.
+func (a *Agent) Upgrade() UpgradeReport { return a.upgrade }
 
 // UnderlayProgram decapsulates NVGRE from edges.
 func (a *Agent) UnderlayProgram() *ebpf.Program { return a.objs.XdpAgentUnderlay }

@@ -21,16 +21,23 @@ type Edge struct {
 	// ApplyConns' buffers (connsync.go), reused across calls.
 	syncMu   sync.Mutex
 	syncBufs connBufs
+	upgrade  UpgradeReport
 }
 
 var _ EdgeMaps = (*Edge)(nil)
 
-// LoadEdge loads the edge program and its maps (reusing pinned ones).
+// LoadEdge loads the edge program and its maps (reusing pinned ones, or
+// migrating them when this version's layout differs: upgrade.go).
 func LoadEdge(o LoadOptions) (*Edge, error) {
 	spec, err := loadEdge()
 	if err != nil {
 		return nil, err
 	}
+	return loadEdgeSpec(spec, o)
+}
+
+// edgeCapacities applies o's capacity overrides to spec.
+func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	if o.EIPMax > 0 {
 		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
 		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
@@ -39,13 +46,24 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
 		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax // a reverse entry per nat connection
 	}
-	opts, err := prepare(spec, o)
+}
+
+// loadEdgeSpec loads an edge object (this version's, or an earlier
+// release's in the upgrade test) with o.
+func loadEdgeSpec(spec *ebpf.CollectionSpec, o LoadOptions) (*Edge, error) {
+	edgeCapacities(spec, o)
+	up, opts, err := beginLoad(spec, o)
 	if err != nil {
-		return nil, err
+		return nil, loadErr("edge", err)
 	}
 	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
-	if err := spec.LoadAndAssign(&e.objs, opts); err != nil {
+	if err := loadInto(spec, opts, &e.objs); err != nil {
+		up.close()
 		return nil, loadErr("edge", err)
+	}
+	if e.upgrade, err = up.finish(progsOf(&e.objs)); err != nil {
+		e.objs.Close()
+		return nil, fmt.Errorf("upgrade edge data plane in %s: %w", o.PinDir, err)
 	}
 	if err := e.startListenerGens(); err != nil {
 		e.Close()
@@ -57,30 +75,36 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 // LoadEdgeMaps loads the edge's maps without its programs: a table that
 // receives connection entries (internal/connsync's tests and benchmark)
 // or is read, at a fraction of the cost of verifying the program. Program,
-// Attach and the program's globals (SetConnSync) are unavailable.
+// Attach and the program's globals (SetConnSync) are unavailable. It
+// refuses to migrate pinned maps a running program holds.
 func LoadEdgeMaps(o LoadOptions) (*Edge, error) {
 	spec, err := loadEdge()
 	if err != nil {
 		return nil, err
 	}
-	if o.EIPMax > 0 {
-		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
-		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
-	}
-	if o.ConnMax > 0 {
-		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
-		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax
-	}
-	opts, err := prepare(spec, o)
+	edgeCapacities(spec, o)
+	up, opts, err := beginLoad(spec, o)
 	if err != nil {
+		return nil, loadErr("edge maps", err)
+	}
+	if err := up.refuseIfLinked(); err != nil {
+		up.close()
 		return nil, err
 	}
 	e := &Edge{pinDir: o.PinDir, links: map[string]link.Link{}}
 	if err := spec.LoadAndAssign(&e.objs.edgeMaps, opts); err != nil {
+		up.close()
 		return nil, loadErr("edge maps", err)
+	}
+	if e.upgrade, err = up.finish(nil); err != nil {
+		e.objs.Close()
+		return nil, err
 	}
 	return e, nil
 }
+
+// Upgrade reports what the load did with the pinned maps.
+func (e *Edge) Upgrade() UpgradeReport { return e.upgrade }
 
 // Program is the XDP program (for attaching and BPF_PROG_TEST_RUN).
 func (e *Edge) Program() *ebpf.Program { return e.objs.XdpEdge }

@@ -37,9 +37,11 @@ func NodePinDir(node string) string { return filepath.Join(BPFFS, "azgate", node
 
 // LoadOptions controls how a data plane is loaded.
 type LoadOptions struct {
-	// PinDir holds the maps (by name) and the XDP links (links/IFNAME).
-	// Existing pinned maps are reused, so state survives a restart. Empty:
-	// nothing is pinned and everything goes away on Close (tests).
+	// PinDir holds the maps (by name), their layouts (azg_layout) and the
+	// XDP links (links/IFNAME). Existing pinned maps are reused, or
+	// migrated when this version's layout differs (upgrade.go), so state
+	// survives a restart and an upgrade. Empty: nothing is pinned and
+	// everything goes away on Close (tests).
 	PinDir string
 	// EIPMax overrides the capacity of the edge's route and counter maps.
 	EIPMax uint32
@@ -48,24 +50,10 @@ type LoadOptions struct {
 	// AgentFlowMax overrides the capacity of the agent's flow table
 	// (AGENT_FLOW_MAX, 1M entries, by default).
 	AgentFlowMax uint32
-}
-
-func prepare(spec *ebpf.CollectionSpec, o LoadOptions) (*ebpf.CollectionOptions, error) {
-	opts := &ebpf.CollectionOptions{}
-	if o.PinDir == "" {
-		for _, m := range spec.Maps {
-			m.Pinning = ebpf.PinNone
-		}
-		return opts, nil
-	}
-	if err := EnsureBPFFS(); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Join(o.PinDir, "links"), 0o700); err != nil {
-		return nil, fmt.Errorf("pin dir: %w", err)
-	}
-	opts.Maps.PinPath = o.PinDir
-	return opts, nil
+	// AllowDrop names pinned maps of ClassRequired an upgrade may start
+	// empty when they cannot be migrated ("all": any); without it such an
+	// upgrade is refused (docs/upgrades.md).
+	AllowDrop []string
 }
 
 func loadErr(what string, err error) error {
@@ -75,7 +63,7 @@ func loadErr(what string, err error) error {
 	}
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		return fmt.Errorf("load %s: a pinned map no longer matches this version's definition "+
-			"(remove the node's pin directory to start with empty maps): %w", what, err)
+			"(see docs/upgrades.md; azgate dataplane-reset starts with empty maps): %w", what, err)
 	}
 	return fmt.Errorf("load %s: %w", what, err)
 }

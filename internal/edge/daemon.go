@@ -69,6 +69,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		return err
 	}
 	defer dp.Close()
+	dp.Upgrade().Log(log) // maps migrated or not trusted (docs/upgrades.md)
 	rec := NewReconciler(cfg, dp)
 	defer rec.Stop()
 	pub := &health.StorePublisher{Ctx: ctx, Store: st, Edge: cfg.Name, Log: log}
