@@ -157,6 +157,9 @@ type scaleFuzzer struct {
 	judge   func(dev string, in []byte) dpfuzz.Verdict
 	check   func(it *runItem, v dpfuzz.Verdict) error // an output (TX, REDIRECT, or a changed PASS)
 	stats   func() (map[string]Count, error)
+	// batch, if set, checks more counters after each batch: it sees the
+	// batch's runs and verdicts and the per-reason counters' deltas.
+	batch func(items []runItem, verdicts []dpfuzz.Verdict, delta map[string]uint64) error
 	events  map[string]bool // counters that are no outcome (moved besides one)
 	runner  *batchRunner
 	seed    uint64
@@ -260,9 +263,16 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 		if err := f.checkCounters(before, after, tally); err != nil {
 			t.Fatalf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
 		}
+		delta := map[string]uint64{}
 		for name, c := range after {
 			if d := c.Packets - before[name].Packets; d != 0 {
 				r.counters[name] += d
+				delta[name] = d
+			}
+		}
+		if f.batch != nil {
+			if err := f.batch(batch, verdicts[:k], delta); err != nil {
+				t.Fatalf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
 			}
 		}
 		before = after
@@ -410,6 +420,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) {
 		return err
 	}
 	f.stats = fb.edge.Stats
+	f.batch = edgeBatchCheck(t, fb, region)
 	f.runner = startBatchRunner(t, fb.env, fb.edge.Program(), dptest.ExtDev, dptest.UlDev)
 	f.run(t, n)
 	if len(f.results.outputs) == 0 {
@@ -543,4 +554,70 @@ func newScaleFuzzer(name string, seed uint64, seeds []scaleSeed, devs []string) 
 	}
 	f.mut = &dpfuzz.Mutator{R: rng, Addrs: scaleAddrs(), Ports: scalePorts, MaxFrame: fuzzMaxFrame}
 	return f
+}
+
+// edgeBatchCheck holds two more sets of counters to the oracle after each
+// batch. Anti-spoofing: every input the oracle finds spoofed (well formed,
+// from the Internet side, to an EIP or VIP, not denied) is dropped under
+// its class's counter, and nothing else is (drop_spoof_own: a land attack
+// or the region's own source; drop_spoof_underlay; drop_spoof_bogon). The
+// per-EIP counters: rx packets move by the encapsulations to EIPs, tx
+// packets by the decapsulations from EIPs (forwarded, or handed to the
+// kernel), as the outputs show them.
+func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region) func([]runItem, []dpfuzz.Verdict, map[string]uint64) error {
+	var slots []uint32
+	for _, r := range fb.routes {
+		slots = append(slots, r.StatsIdx)
+	}
+	eipTotals := func() (rx, tx uint64) {
+		for _, i := range slots {
+			c, err := fb.edge.EIPStats(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rx += c.RxPackets
+			tx += c.TxPackets
+		}
+		return rx, tx
+	}
+	lastRx, lastTx := eipTotals()
+	return func(items []runItem, verdicts []dpfuzz.Verdict, delta map[string]uint64) error {
+		spoof := map[string]uint64{}
+		var rx, tx uint64
+		for i, v := range verdicts {
+			switch {
+			case strings.HasPrefix(v.Forbid, "land attack"), strings.HasPrefix(v.Forbid, "spoofed: the region's own"):
+				spoof["drop_spoof_own"]++
+			case strings.HasPrefix(v.Forbid, "spoofed: underlay"):
+				spoof["drop_spoof_underlay"]++
+			case strings.HasPrefix(v.Forbid, "spoofed: non-routable"):
+				spoof["drop_spoof_bogon"]++
+			}
+			it := &items[i]
+			switch {
+			case it.act == xdpDrop || v.Forbid != "" || v.Fwd == nil:
+			case v.Tunnel != nil && !bytes.Equal(it.in, it.out):
+				if _, ok := region.EIPs[v.Fwd.Src()]; ok {
+					tx++ // decap_tx or decap_pass from an EIP
+				}
+			case it.act == xdpTX || it.act == xdpRedirect:
+				if _, ok := region.EIPs[v.Fwd.Dst()]; ok && len(it.out) == 14+42+len(v.Fwd.Pkt) &&
+					binary.BigEndian.Uint16(it.out[12:]) == 0x0800 && it.out[14+9] == 47 {
+					rx++ // encapsulated to an EIP's host
+				}
+			}
+		}
+		for _, c := range []string{"drop_spoof_own", "drop_spoof_underlay", "drop_spoof_bogon"} {
+			if delta[c] != spoof[c] {
+				return fmt.Errorf("%s moved by %d, the oracle found %d such inputs (all spoof classes: %v)", c, delta[c], spoof[c], spoof)
+			}
+		}
+		nowRx, nowTx := eipTotals()
+		if nowRx-lastRx != rx || nowTx-lastTx != tx {
+			return fmt.Errorf("EIP counters moved rx %d tx %d, the outputs show %d encapsulations to EIPs and %d decapsulations from them",
+				nowRx-lastRx, nowTx-lastTx, rx, tx)
+		}
+		lastRx, lastTx = nowRx, nowTx
+		return nil
+	}
 }
