@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -149,17 +150,24 @@ type scaleSeed struct {
 // scaleFuzzer drives one program: its seeds, mutator, oracle, the checks
 // of one output, and the counters.
 type scaleFuzzer struct {
-	name    string
-	seeds   []scaleSeed
-	frames  [][]byte // the seeds' frames, for splicing
-	devs    []string // interfaces inputs may arrive on
-	mut     *dpfuzz.Mutator
-	judge   func(dev string, in []byte) dpfuzz.Verdict
-	check   func(it *runItem, v dpfuzz.Verdict) error // an output (TX, REDIRECT, or a changed PASS)
-	stats   func() (map[string]Count, error)
+	name   string
+	seeds  []scaleSeed
+	frames [][]byte // the seeds' frames, for splicing
+	devs   []string // interfaces inputs may arrive on
+	mut    *dpfuzz.Mutator
+	judge  func(dev string, in []byte) dpfuzz.Verdict
+	check  func(it *runItem, v dpfuzz.Verdict) error // an output (TX, REDIRECT, or a changed PASS)
+	stats  func() (map[string]Count, error)
+	// mustDrop tells, for an input the oracle forbids, whether the
+	// program must drop it (rather than hand it to the kernel untouched):
+	// what the docs say it drops and counts.
+	mustDrop func(v dpfuzz.Verdict) bool
+	// expectFailure: a test of the harness itself, whose failure writes
+	// no pcap.
+	expectFailure bool
 	// batch, if set, checks more counters after each batch: it sees the
 	// batch's runs and verdicts and the per-reason counters' deltas.
-	batch func(items []runItem, verdicts []dpfuzz.Verdict, delta map[string]uint64) error
+	batch   func(items []runItem, verdicts []dpfuzz.Verdict, delta map[string]uint64) error
 	events  map[string]bool // counters that are no outcome (moved besides one)
 	runner  *batchRunner
 	seed    uint64
@@ -204,7 +212,10 @@ func reasonClass(r string) string {
 	return r
 }
 
-func (f *scaleFuzzer) run(t *testing.T, n int) {
+// run feeds n inputs and returns the first failure (with the seed, the
+// packet's index and a dump; input and output are written as a pcap), or
+// nil. Setup errors fail t.
+func (f *scaleFuzzer) run(t *testing.T, n int) error {
 	t.Helper()
 	t.Logf("%s: %d packets, AZG_FUZZ_SEED=%d", f.name, n, f.seed)
 	r := &f.results
@@ -229,7 +240,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 		for i := range batch {
 			it := &batch[i]
 			if it.err != nil {
-				t.Fatalf("%s: packet %d: BPF_PROG_TEST_RUN: %v (AZG_FUZZ_SEED=%d)", f.name, done+i, it.err, f.seed)
+				return fmt.Errorf("%s: packet %d: BPF_PROG_TEST_RUN: %v (AZG_FUZZ_SEED=%d)", f.name, done+i, it.err, f.seed)
 			}
 			v := f.judge(it.dev, it.in)
 			verdicts[i] = v
@@ -241,6 +252,9 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 				tally[it.act]++
 			}
 			var err error
+			if v.Forbid != "" && it.act != xdpDrop && f.mustDrop != nil && f.mustDrop(v) {
+				err = fmt.Errorf("not dropped")
+			}
 			switch it.act {
 			case xdpDrop:
 			case xdpPass:
@@ -253,7 +267,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 				err = fmt.Errorf("action %d", it.act)
 			}
 			if err != nil {
-				f.fail(t, done+i, it, v, err)
+				return f.fail(t, done+i, it, v, err)
 			}
 		}
 		after, err := f.stats()
@@ -261,7 +275,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 			t.Fatal(err)
 		}
 		if err := f.checkCounters(before, after, tally); err != nil {
-			t.Fatalf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
+			return fmt.Errorf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
 		}
 		delta := map[string]uint64{}
 		for name, c := range after {
@@ -272,7 +286,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 		}
 		if f.batch != nil {
 			if err := f.batch(batch, verdicts[:k], delta); err != nil {
-				t.Fatalf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
+				return fmt.Errorf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
 			}
 		}
 		before = after
@@ -285,6 +299,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) {
 	t.Logf("%s: actions %s", f.name, fmtActions(r.actions))
 	t.Logf("%s: counters %v", f.name, r.counters)
 	t.Logf("%s: forbidden by the oracle %v; outputs checked %v", f.name, r.forbidden, r.outputs)
+	return nil
 }
 
 func fmtActions(m map[uint32]int) string {
@@ -336,12 +351,14 @@ func (f *scaleFuzzer) checkCounters(before, after map[string]Count, tally [5]uin
 	return nil
 }
 
-func (f *scaleFuzzer) fail(t *testing.T, i int, it *runItem, v dpfuzz.Verdict, err error) {
+func (f *scaleFuzzer) fail(t *testing.T, i int, it *runItem, v dpfuzz.Verdict, err error) error {
 	t.Helper()
 	name := fmt.Sprintf("%s_seed%d_packet%d", t.Name(), f.seed, i)
-	writePcap(t, name, map[string][]byte{"input": it.in, "got": it.out})
+	if !f.expectFailure {
+		writePcap(t, name, map[string][]byte{"input": it.in, "got": it.out})
+	}
 	act := actionNames[it.act]
-	t.Fatalf("%s: packet %d (AZG_FUZZ_SEED=%d, replay with the same seed and count): %s on %s: %v\noracle: %v\ninput (%d bytes) %x\n%s\noutput (%d bytes) %x\n%s",
+	return fmt.Errorf("%s: packet %d (AZG_FUZZ_SEED=%d, replay with the same seed and count): %s on %s: %v\noracle: %v\ninput (%d bytes) %x\n%s\noutput (%d bytes) %x\n%s",
 		f.name, i, f.seed, act, it.dev, err, v, len(it.in), it.in, decode(it.in).Dump(), len(it.out), it.out, decode(it.out).Dump())
 }
 
@@ -379,16 +396,49 @@ type scaleEdgeOptions struct {
 	// configure, if set, programs more of the edge (firewall rules) and
 	// returns the Policy that describes them to the oracle.
 	configure func(t *testing.T, fb *fuzzEdgeBed) dpfuzz.Policy
+	// expectFailure: see scaleFuzzer.
+	expectFailure bool
 }
 
 // TestScaleFuzzEdge fuzzes xdp_edge with the services of FuzzEdge's bed and
 // anti-spoofing prefixes, from both sides.
-func TestScaleFuzzEdge(t *testing.T) { scaleFuzzEdge(t, scaleEdgeOptions{}) }
+func TestScaleFuzzEdge(t *testing.T) {
+	if err := scaleFuzzEdge(t, scaleEdgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// denySources is a firewall Policy for the oracle: deny by source prefix.
+type denySources []netip.Prefix
+
+func (d denySources) Denied(f dpfuzz.Flow) (string, bool) {
+	for _, p := range d {
+		if p.Contains(f.Src) {
+			return "deny src " + p.String(), true
+		}
+	}
+	return "", false
+}
+
+// The firewall hook works, and the harness fails when a program transmits
+// what the oracle forbids: with a Policy denying the clients' prefix that
+// nothing enforces in the data plane (no firewall rule is programmed), the
+// run must fail on a transmitted denied packet. The firewall's own test
+// programs its rules in configure and must pass.
+func TestScaleFuzzEdgeCatchesUnenforcedDeny(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "20000")
+	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) dpfuzz.Policy {
+		return denySources{netip.MustParsePrefix("203.0.113.0/24")}
+	}})
+	if err == nil || !strings.Contains(err.Error(), "denied by the firewall") {
+		t.Fatalf("a transmitted denied packet went unnoticed: %v", err)
+	}
+}
 
 // scaleFuzzEdge is TestScaleFuzzEdge with options: the firewall's tests
 // call it with their rules (configure) so that denied traffic is held to
 // "never transmitted" under fuzzing too.
-func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) {
+func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	n, seed := scaleFuzzPlan(t, 0.6)
 	fb := newFuzzEdgeBed(t)
 	if err := fb.edge.SetSpoofPrefixes(scaleOwn, scaleUnderlay); err != nil {
@@ -408,6 +458,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) {
 	}
 	seeds = append(seeds, scaleExtraEdgeSeeds(t)...)
 	f := newScaleFuzzer("xdp_edge", seed, seeds, []string{dptest.ExtDev, dptest.UlDev})
+	f.expectFailure = o.expectFailure
 	f.mut.Keys = []uint32{vsid << 8, vsid<<8 | 0x21, 6000 << 8, 6000<<8 | 0x7f, 5002 << 8}
 	f.mut.TunnelSrcs = []netip.Addr{addr(hostAddr), addr(otherHost), addr("198.19.250.9"), addr(dptest.FabAddr)}
 	f.mut.Endpoint = addr(dptest.UlAddr)
@@ -420,12 +471,21 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) {
 		return err
 	}
 	f.stats = fb.edge.Stats
+	// Everything forbidden is dropped, but what is not IPv4 (the kernel's:
+	// ARP, IPv6) and what goes to no EIP or VIP (the kernel routes or
+	// refuses it; a martian destination outside a tunnel is one).
+	f.mustDrop = func(v dpfuzz.Verdict) bool {
+		return !strings.HasPrefix(v.Forbid, "not IPv4") && !strings.HasPrefix(v.Forbid, "martian destination")
+	}
 	f.batch = edgeBatchCheck(t, fb, region)
 	f.runner = startBatchRunner(t, fb.env, fb.edge.Program(), dptest.ExtDev, dptest.UlDev)
-	f.run(t, n)
-	if len(f.results.outputs) == 0 {
-		t.Error("no output transmitted: the run checked nothing")
+	if err := f.run(t, n); err != nil {
+		return err
 	}
+	if len(f.results.outputs) == 0 {
+		return errors.New("no output transmitted: the run checked nothing")
+	}
+	return nil
 }
 
 func edgeSide(dev string) dpfuzz.Side {
