@@ -120,6 +120,24 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 	}
 	f.stats = a.Stats
 	f.mustDrop = func(v dpfuzz.Verdict) bool { return !strings.HasPrefix(v.Forbid, "not IPv4") }
+	// The EIP's tx counter (what its tenant is billed for) moves by the
+	// packets tunnelled from the EIP, and by nothing else.
+	lastTx := agentEIPTx(t, a)
+	f.batch = func(items []runItem, _ []dpfuzz.Verdict, _ map[string]uint64) error {
+		var want uint64
+		for i := range items {
+			it := &items[i]
+			if it.act == xdpRedirect && len(it.out) >= 56+20 && netip.AddrFrom4([4]byte(it.out[56+12:56+16])) == addr(eip) {
+				want++
+			}
+		}
+		now := agentEIPTx(t, a)
+		if now-lastTx != want {
+			return fmt.Errorf("the EIP's tx counter moved by %d for %d packets tunnelled from it", now-lastTx, want)
+		}
+		lastTx = now
+		return nil
+	}
 	f.runner = startBatchRunner(t, env, a.GuestProgram(), dptest.GuestDev)
 	if err := f.run(t, n); err != nil {
 		t.Fatal(err)
@@ -217,4 +235,12 @@ func TestScaleFuzzAgentUnderlay(t *testing.T) {
 	if f.results.outputs["forward"] == 0 {
 		t.Error("nothing delivered: the run checked nothing")
 	}
+}
+
+func agentEIPTx(t *testing.T, a *Agent) uint64 {
+	c, err := a.EIPStats(agentIdx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.TxPackets
 }
