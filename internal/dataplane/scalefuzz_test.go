@@ -389,9 +389,15 @@ func scaleAddrs() []netip.Addr {
 
 var scalePorts = []uint16{0, 9, 53, 80, 443, 444, 5000, 5353, 7777, 8000, 8080, 8443, 33434, 40000, 40001, 40002, 40003, 65535}
 
-// Policy is the firewall hook: the edge fuzzer's region takes a
-// dpfuzz.Policy for the rules it programs (none yet: see
-// TestScaleFuzzEdge).
+// scaleEdgeOptions are the hooks of scaleFuzzEdge. The firewall (issue 9
+// part 1) plugs in here: its test calls scaleFuzzEdge with a configure
+// that writes its rules (deny and allow by source prefix, per destination,
+// protocol and ports) into fb.edge and returns a dpfuzz.Policy that denies
+// exactly what they deny; the oracle then holds every denied Internet-side
+// packet to "never transmitted, not even an ICMP error about it", and the
+// drop counters it is counted under must start with drop_ (checkCounters).
+// A counter that is no per-packet outcome (like flow_new) goes into
+// scaleFuzzer.events.
 type scaleEdgeOptions struct {
 	// configure, if set, programs more of the edge (firewall rules) and
 	// returns the Policy that describes them to the oracle.
