@@ -106,6 +106,11 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
 		return count_drop(rc, len);
+	/* The edge, a router hop, never sends TTL 0 (it drops TTL <= 1):
+	 * such a packet is forged or broken, and must not be delivered
+	 * (RFC 1122 3.2.1.7). Found by fuzzing (issue 9). */
+	if (in.ttl == 0)
+		return count_drop(STAT_DROP_TTL, len);
 
 	eip_key4(&k, in.daddr);
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, &k);
@@ -287,6 +292,15 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 		if (!g)
 			return count_drop(STAT_DROP_NO_EIP, len);
 	}
+
+	/* Nothing leaves for a destination no router forwards to (multicast,
+	 * broadcast, 0/8, 127/8: the edge would drop it after the tunnel,
+	 * the EIP's counters having billed it) or with TTL 0 (RFC 1122
+	 * 3.2.1.7: never sent). Found by fuzzing (issue 9). */
+	if (ipv4_martian(p.daddr))
+		return count_drop(STAT_DROP_BAD_DST, len);
+	if (p.ttl == 0)
+		return count_drop(STAT_DROP_TTL, len);
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
