@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ServePorts are the ports every lab server (guests and DMZ servers)
@@ -71,7 +73,7 @@ func Serve(ctx context.Context, name string, httpAddrs []string, echoAddr string
 				go echo(ctx, c, name)
 			}
 		}()
-		pc, err := net.ListenPacket("udp", echoAddr)
+		pc, err := listenEchoUDP(echoAddr)
 		if err != nil {
 			return err
 		}
@@ -98,6 +100,53 @@ func Serve(ctx context.Context, name string, httpAddrs []string, echoAddr string
 		return err
 	}
 	wg.Wait()
+	return nil
+}
+
+// EchoRcvBuf is the receive buffer the servers' UDP echo socket asks for
+// (the kernel doubles it for its bookkeeping). The failover probes send
+// 32 flows x 100 datagrams/s to one EIP's server: 3,200 datagrams/s into
+// one socket, each frame delivered through the agent's XDP redirect
+// costing about 4 kB of buffer (a page, whatever its 16 bytes). The
+// default buffer (net.core.rmem_default, 208 kB) held about 16 ms of that:
+// a server not scheduled for longer on a loaded machine (an edge
+// restarting next to it is enough) dropped a burst of probes
+// (Udp RcvbufErrors in the guest), which the probes counted as the
+// gateway's loss. 4 MB hold over half a second.
+const EchoRcvBuf = 4 << 20
+
+// listenEchoUDP opens the UDP echo socket with EchoRcvBuf: forced past
+// net.core.rmem_max when the process may (CAP_NET_ADMIN: the lab runs as
+// root), else as large as rmem_max allows.
+func listenEchoUDP(addr string) (*net.UDPConn, error) {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := pc.(*net.UDPConn)
+	if err := setRcvBuf(c, EchoRcvBuf); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("udp echo %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// setRcvBuf sets a UDP socket's receive buffer to n bytes, with
+// SO_RCVBUFFORCE if allowed, else SO_RCVBUF (capped by rmem_max).
+func setRcvBuf(c *net.UDPConn, n int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return c.SetReadBuffer(n)
+	}
 	return nil
 }
 
