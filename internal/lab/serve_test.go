@@ -10,9 +10,8 @@ import (
 // arrives while the server is not scheduled. 4,000 datagrams reach it
 // with nobody reading (1.25 s of the failover probes' 3,200 a second
 // into one EIP's server); every one is then read. A socket with the
-// default buffer (208 kB) holds a few hundred of them on loopback (and
-// about 50 of the lab's XDP-delivered frames, 16 ms of probes): it is
-// shown dropping, so the test can tell.
+// default buffer (208 kB) holds about 200-250 of them (60 ms of the
+// probes): it is shown dropping, so the test can tell.
 func TestEchoSocketRidesOutAStall(t *testing.T) {
 	const n = 4000
 	burst := func(c *net.UDPConn) (got int) {
