@@ -273,3 +273,15 @@ func deleteStale[K comparable, V any](m *ebpf.Map, keep func(K) bool) error {
 	}
 	return nil
 }
+
+// PinnedStats reads the per-reason counters (StatNames) of a node's pinned
+// data plane, edge or agent, without loading it: for tools and tests that
+// watch a running daemon's drops.
+func PinnedStats(pinDir string) (map[string]Count, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, edgeMapStats), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return readStats(m)
+}

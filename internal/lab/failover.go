@@ -103,6 +103,11 @@ type Failover struct {
 	// it held a full copy and when it began to announce, from its log
 	// (zero: not seen).
 	SyncReadyAt, AnnouncedAt time.Time `json:"-"`
+	// Drops and ReturnDrops: the drop counters (SnapshotDrops) that grew
+	// in the failure phase and in the return, to tell where lost probes
+	// went.
+	Drops       []Drop `json:"drops,omitempty"`
+	ReturnDrops []Drop `json:"return_drops,omitempty"`
 }
 
 // Messages of the edge's log that MeasureFailover looks for.
@@ -201,6 +206,7 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 		return r, fmt.Errorf("before the failure: %w", err)
 	}
 	start := time.Now()
+	d0 := l.SnapshotDrops()
 	p, err := l.StartProbes(o.ProbeTargets, o.Flows, o.Interval)
 	if err != nil {
 		return r, err
@@ -222,6 +228,8 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 	}
 	time.Sleep(o.After)
 	r.Probes = p.Stop()
+	d1 := l.SnapshotDrops()
+	r.Drops = DropsBetween(d0, d1)
 	r.RestoredAt = time.Now()
 	if err := restore(ctx); err != nil {
 		return r, fmt.Errorf("bring %s back: %w", o.Edge, err)
@@ -244,6 +252,7 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 	}
 	time.Sleep(o.Settle)
 	r.ReturnProbes = p.Stop()
+	r.ReturnDrops = DropsBetween(d1, l.SnapshotDrops())
 	if err != nil {
 		return r, fmt.Errorf("%s did not return: %w", o.Edge, err)
 	}

@@ -262,6 +262,9 @@ type ProbeStats struct {
 	LastLoss  time.Time `json:"last_loss,omitzero"`
 }
 
+// ProbeRcvBuf is the receive buffer of each probe flow's socket.
+const ProbeRcvBuf = 1 << 20
+
 // StartProbes opens flows UDP flows to each target (ADDR:PORT) and starts
 // sending.
 func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (*Probes, error) {
@@ -270,7 +273,16 @@ func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (
 		var c *net.UDPConn
 		err := netns.Do(ns, func() error {
 			var err error
-			c, err = net.DialUDP("udp4", nil, ua)
+			if c, err = net.DialUDP("udp4", nil, ua); err != nil {
+				return err
+			}
+			// Replies come back 100 a second per flow: the default
+			// buffer holds about half a second of them (listenEchoUDP);
+			// a prober starved longer must not count its own drops as
+			// the gateway's.
+			if err = setRcvBuf(c, ProbeRcvBuf); err != nil {
+				c.Close()
+			}
 			return err
 		})
 		return c, err

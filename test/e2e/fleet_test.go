@@ -235,6 +235,32 @@ func TestFleetFailover(t *testing.T) {
 			t.Errorf("ECMP: %s forwarded nothing of the EIP's connections (rx %d -> %d)", e, before[e], after[e])
 		}
 	}
+	// The measurement first: a loaded machine may leave the EIP's server
+	// unscheduled for a while (an edge restarting next to it is enough);
+	// the probes queued meanwhile must wait in its socket, not be lost
+	// and counted as the gateway's (they were, with the default buffer).
+	t.Run("probes ride out a stalled server", func(t *testing.T) {
+		const flows, interval, stall = 32, 10 * time.Millisecond, 300 * time.Millisecond
+		p, err := l.StartProbes([]string{eip + ":7000"}, flows, interval)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		d0 := l.SnapshotDrops()
+		queued, err := l.StallServer("az2-h1-g2", stall)
+		time.Sleep(500 * time.Millisecond)
+		r := p.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		drops := lab.DropsBetween(d0, l.SnapshotDrops())
+		n := uint64(flows) * uint64(stall/interval)
+		t.Logf("server stopped %v: about %d datagrams queued, %d bytes of socket buffer (%d a datagram); %d sent, %d lost, gap %v; drop counters %v",
+			stall, n, queued, queued/n, r[0].Sent, r[0].Lost, r[0].Gap, drops)
+		if r[0].Lost > 0 {
+			t.Errorf("%d probe datagrams lost while the server was stopped %v (the lab's own loss: the echo socket's buffer)", r[0].Lost, stall)
+		}
+	})
 	probes := []string{eip + ":7000", lab.FleetVIP + ":7000", lab.FleetNATVIP + ":7000"}
 	hold := time.Duration(lab.HoldTime) * time.Second
 	for _, f := range []struct {
@@ -254,7 +280,7 @@ func TestFleetFailover(t *testing.T) {
 		t.Run(f.cause+" "+f.edge, func(t *testing.T) {
 			r, err := l.MeasureFailover(ctx, lab.FailoverOptions{Edge: f.edge, Cause: f.cause, ProbeTargets: probes,
 				Flows: 32, Interval: 10 * time.Millisecond, Conns: conns})
-			logFailover(t, r)
+			logFailover(t, l, r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,7 +312,7 @@ func TestFleetFailover(t *testing.T) {
 	}
 }
 
-func logFailover(t *testing.T, r lab.Failover) {
+func logFailover(t *testing.T, l *lab.Lab, r lab.Failover) {
 	t.Helper()
 	t.Logf("%s %s (hold %d s, keepalive %d s): route withdrawn after %v; gap %v, %d datagrams lost; rejoined %v later, return gap %v, %d lost; connections lost %d",
 		r.Cause, r.Edge, r.BGP.HoldTime, r.BGP.Keepalive, r.Withdrawn.Round(time.Millisecond), r.Gap(), r.Lost(),
@@ -305,5 +331,44 @@ func logFailover(t *testing.T, r lab.Failover) {
 		t.Logf("  %s probes %s: %d flows, %d sent, %d lost, gap %v, %d flows hit, %d unrecovered; losses sent from %s to %s after the %s",
 			phase, p.Target, p.Flows, p.Sent, p.Lost, p.Gap, p.FlowsHit, p.Unrecovered, rel(p.FirstLoss, base), rel(p.LastLoss, base),
 			map[string]string{"failure": "failure", "return": "route rejoined"}[phase])
+	}
+	// Where lost datagrams went: the drop counters that moved, and what
+	// the daemons logged while the losses were sent.
+	for _, ph := range []struct {
+		name   string
+		drops  []lab.Drop
+		probes []lab.ProbeStats
+	}{{"failure", r.Drops, r.Probes}, {"return", r.ReturnDrops, r.ReturnProbes}} {
+		if len(ph.drops) > 0 {
+			t.Logf("  %s drop counters: %v", ph.name, ph.drops)
+		}
+		if n := l.EndpointDrops(ph.drops); n > 0 {
+			t.Logf("  %s: %d datagrams were dropped by a full socket buffer of the lab's own servers or prober (Udp RcvbufErrors), not by the gateway", ph.name, n)
+		}
+		var first, last time.Time
+		for _, p := range ph.probes {
+			if p.Lost == 0 || p.FirstLoss.IsZero() {
+				continue
+			}
+			if first.IsZero() || p.FirstLoss.Before(first) {
+				first = p.FirstLoss
+			}
+			if p.LastLoss.After(last) {
+				last = p.LastLoss
+			}
+		}
+		if first.IsZero() {
+			continue
+		}
+		lines := l.LogsBetween(first.Add(-time.Second), last.Add(300*time.Millisecond))
+		t.Logf("  %s losses sent %s .. %s; the daemons logged meanwhile (from 1 s before), %d lines:",
+			ph.name, first.Format("15:04:05.000"), last.Format("15:04:05.000"), len(lines))
+		for i, ln := range lines {
+			if i == 80 {
+				t.Logf("    ... %d more", len(lines)-i)
+				break
+			}
+			t.Logf("    %s %s %s", ln.Time.Format("15:04:05.000"), ln.Node, ln.Text)
+		}
 	}
 }
