@@ -190,6 +190,7 @@ func readEIPStats(m *ebpf.Map, idx uint32) (Counters, error) {
 		c.RxBytes += v.RxBytes
 		c.TxPackets += v.TxPackets
 		c.TxBytes += v.TxBytes
+		c.RxSyns += v.RxSyns
 	}
 	return c, nil
 }

@@ -87,6 +87,9 @@ type Counters struct {
 	RxBytes   uint64 `json:"rx_bytes"`
 	TxPackets uint64 `json:"tx_packets"`
 	TxBytes   uint64 `json:"tx_bytes"`
+	// RxSyns: TCP SYNs without ACK among RxPackets (the edge counts them
+	// for DDoS detection; the agent leaves them at 0).
+	RxSyns uint64 `json:"rx_syns,omitempty"`
 }
 
 // Route is where the edge sends an EIP's traffic.
