@@ -27,7 +27,8 @@ import (
 // controller's commit path. Several controllers may run against one
 // store: only the holder acts; another takes over when its lease ends,
 // with a fresh detector (its baselines start over, and the quarantines it
-// finds start their cool-down).
+// finds start their cool-down). A controller campaigns only once there is
+// something to decide on (waitNeeded) and then keeps the scope.
 
 // Defaults of the DDoS settings.
 const (
@@ -209,6 +210,9 @@ func (d *ddosRunner) campaign(ctx context.Context) {
 	}
 	key := store.OwnerKey("ddos", DDoSScope)
 	for ctx.Err() == nil {
+		if !d.waitNeeded(ctx) {
+			return
+		}
 		cl, err := d.s.store.Campaign(ctx, key, d.holder, d.cfg.Owner)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -232,6 +236,30 @@ func (d *ddosRunner) campaign(ctx context.Context) {
 		cancel()
 		if ctx.Err() == nil {
 			d.log.Warn("DDoS detection ownership lost; campaigning again", "err", cl.Err())
+		}
+	}
+}
+
+// waitNeeded waits until there is something to decide on: an edge
+// reports rates or an automatic quarantine exists. Until then the
+// controller does not campaign, so an idle region's store sees no writes
+// for DDoS detection (the claim is a leased key). It returns false when
+// ctx ends.
+func (d *ddosRunner) waitNeeded(ctx context.Context) bool {
+	for {
+		d.mu.Lock()
+		n := len(d.reports)
+		d.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		for _, by := range d.quarantined() {
+			if by == "ddos" {
+				return true
+			}
+		}
+		if !sleep(ctx, d.cfg.Interval) {
+			return false
 		}
 	}
 }

@@ -139,13 +139,24 @@ func TestDDoSQuarantineAndRelease(t *testing.T) {
 	}
 }
 
-// TestDDoSOneActs: of two controllers on one store exactly one decides.
+// TestDDoSOneActs: of two controllers on one store exactly one decides,
+// and only once an edge reports rates.
 func TestDDoSOneActs(t *testing.T) {
 	cfg := Config{DDoS: DDoSConfig{Interval: 50 * time.Millisecond, Owner: store.ClaimOptions{TTL: time.Second, Margin: 200 * time.Millisecond}}}
 	a := startServer(t, cfg)
 	cfg.EtcdEndpoints = []string{"unix://" + a.cfg.DataDir + "/etcd.sock"}
 	cfg.TxnOps = 0
 	b := startServer(t, cfg)
+	// Nobody campaigns before there is something to decide on.
+	time.Sleep(200 * time.Millisecond)
+	if ddosEvents(t, a).Acting || ddosEvents(t, b).Acting {
+		t.Error("a controller acts with no rate report and no automatic quarantine")
+	}
+	lease, err := a.Store().Grant(context.Background(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRates(t, a, lease, "e1", model.EIPRate{Address: mustAddr("198.51.100.7"), PPS: 2000})
 	one := 0
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && one < 10; time.Sleep(50 * time.Millisecond) {
 		x, y := ddosEvents(t, a).Acting, ddosEvents(t, b).Acting
