@@ -140,7 +140,10 @@ func TestDDoSQuarantine(t *testing.T) {
 	cwg.Wait()
 	n, f := ok.Load(), failed.Load()
 	t.Logf("client: %d requests to %s, %d failed", n+f, bystander, f)
-	firstErrs.Range(func(k, v any) bool { t.Logf("client error at %v: %v", v.(time.Time).Format(time.TimeOnly), k); return true })
+	firstErrs.Range(func(k, v any) bool {
+		t.Logf("client error at %v: %v", v.(time.Time).Format(time.TimeOnly), k)
+		return true
+	})
 	if n+f < 100 || float64(n) < 0.99*float64(n+f) {
 		t.Errorf("client kept %d of %d requests, want at least 99 %%", n, n+f)
 	}
