@@ -83,8 +83,10 @@ func (l *Lab) Flood(ctx context.Context, node string, spec FloodSpec) (FloodStat
 		if now.After(end) {
 			break
 		}
-		// Pace by elapsed time: a late tick sends what it owes.
-		owed += perMS * float64(now.Sub(last)) / float64(time.Millisecond)
+		// Pace by elapsed time: a late tick sends what it owes, but no
+		// more than 10 ms worth (a machine that cannot keep up gets a
+		// lower rate, not bursts that run past the end).
+		owed = min(owed+perMS*float64(now.Sub(last))/float64(time.Millisecond), 10*perMS+1)
 		last = now
 		for ; owed >= 1; owed-- {
 			sport := uint16(1024 + rand.IntN(64511))
