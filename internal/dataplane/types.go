@@ -184,6 +184,12 @@ type EdgeMaps interface {
 	Stats() (map[string]Count, error)
 }
 
+// EIPStatsReader reads many counter slots at once: out[i] gets slot i's
+// counters (the Edge and the FakeEdge implement it).
+type EIPStatsReader interface {
+	ReadEIPStats(out []Counters) error
+}
+
 // SpoofMaps is the edge's ingress anti-spoofing table (the Edge and the
 // FakeEdge implement it): the source prefixes dropped from the Internet
 // side, own (sets, EIPs, VIPs) and underlay.

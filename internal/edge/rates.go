@@ -60,22 +60,40 @@ func (c *RateConfig) defaults() {
 	}
 }
 
-// rateMeter turns successive counter readings into rates (pure but for
-// the map reads).
+// rateMeter turns successive counter readings into rates. Its buffers
+// are indexed by counter slot and reused, so a reading of a million EIPs
+// allocates nothing: one batched walk of the routes, one batched read of
+// the counters (dataplane.EIPStatsReader), one pass over both.
 type rateMeter struct {
-	cfg  RateConfig
-	last map[netip.Addr]slotCount // previous reading per EIP
-	at   time.Time
+	cfg       RateConfig
+	routes    []routeSlot
+	stats     []dataplane.Counters
+	prev, cur []slotReading
+	at        time.Time
 }
 
-type slotCount struct {
+type routeSlot struct {
+	addr netip.Addr
 	slot uint32
+}
+
+// slotReading is one slot's counters as read, and the EIP it belonged to.
+type slotReading struct {
+	addr netip.Addr
 	c    dataplane.Counters
 }
 
 func newRateMeter(cfg RateConfig) *rateMeter {
 	cfg.defaults()
-	return &rateMeter{cfg: cfg, last: map[netip.Addr]slotCount{}}
+	return &rateMeter{cfg: cfg}
+}
+
+// grow returns b with length n, reusing its array when it can.
+func grow[T any](b []T, n int) []T {
+	if cap(b) >= n {
+		return b[:n]
+	}
+	return make([]T, n, n+n/4)
 }
 
 // measure reads every EIP route's counters at now and returns the report
@@ -83,47 +101,60 @@ func newRateMeter(cfg RateConfig) *rateMeter {
 // whose slot changed or whose counters went back (a reused, reset slot)
 // starts over.
 func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.RateReport, error) {
-	cur := make(map[netip.Addr]slotCount, len(m.last))
-	var firstErr error
-	err := maps.RangeRoutes(func(a netip.Addr, r dataplane.Route) bool {
-		c, err := maps.EIPStats(r.StatsIdx)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			return true
-		}
-		cur[a] = slotCount{r.StatsIdx, c}
+	m.routes = m.routes[:0]
+	maxSlot := -1
+	if err := maps.RangeRoutes(func(a netip.Addr, r dataplane.Route) bool {
+		m.routes = append(m.routes, routeSlot{a, r.StatsIdx})
+		maxSlot = max(maxSlot, int(r.StatsIdx))
 		return true
-	})
-	if err == nil {
-		err = firstErr
-	}
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	prev, prevAt := m.last, m.at
-	m.last, m.at = cur, now
-	if prevAt.IsZero() {
-		return nil, nil
+	n := maxSlot + 1
+	m.stats = grow(m.stats, n)
+	if br, ok := maps.(dataplane.EIPStatsReader); ok {
+		if err := br.ReadEIPStats(m.stats); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, r := range m.routes {
+			c, err := maps.EIPStats(r.slot)
+			if err != nil {
+				return nil, err
+			}
+			m.stats[r.slot] = c
+		}
 	}
+	m.cur = grow(m.cur, n)
+	clear(m.cur)
+	prevAt := m.at
 	dt := now.Sub(prevAt).Seconds()
-	if dt <= 0 {
-		return nil, nil
+	var rep *model.RateReport
+	if !prevAt.IsZero() && dt > 0 {
+		rep = &model.RateReport{IntervalMS: now.Sub(prevAt).Milliseconds(), At: now.UTC()}
 	}
-	rep := &model.RateReport{IntervalMS: now.Sub(prevAt).Milliseconds(), At: now.UTC()}
-	for a, c := range cur {
-		p, ok := prev[a]
-		if !ok || p.slot != c.slot || c.c.RxPackets < p.c.RxPackets || c.c.RxBytes < p.c.RxBytes || c.c.RxSyns < p.c.RxSyns {
+	for _, r := range m.routes {
+		c := m.stats[r.slot]
+		m.cur[r.slot] = slotReading{r.addr, c}
+		if rep == nil || int(r.slot) >= len(m.prev) {
 			continue
 		}
-		r := model.EIPRate{Address: a,
-			PPS:   float64(c.c.RxPackets-p.c.RxPackets) / dt,
-			BPS:   8 * float64(c.c.RxBytes-p.c.RxBytes) / dt,
-			SYNPS: float64(c.c.RxSyns-p.c.RxSyns) / dt}
-		if r.PPS >= m.cfg.FloorPPS || r.BPS >= m.cfg.FloorBPS || r.SYNPS >= m.cfg.FloorSYN {
-			rep.Rates = append(rep.Rates, r)
+		p := m.prev[r.slot]
+		if p.addr != r.addr || c.RxPackets < p.c.RxPackets || c.RxBytes < p.c.RxBytes || c.RxSyns < p.c.RxSyns {
+			continue
 		}
+		x := model.EIPRate{Address: r.addr,
+			PPS:   float64(c.RxPackets-p.c.RxPackets) / dt,
+			BPS:   8 * float64(c.RxBytes-p.c.RxBytes) / dt,
+			SYNPS: float64(c.RxSyns-p.c.RxSyns) / dt}
+		if x.PPS >= m.cfg.FloorPPS || x.BPS >= m.cfg.FloorBPS || x.SYNPS >= m.cfg.FloorSYN {
+			rep.Rates = append(rep.Rates, x)
+		}
+	}
+	m.prev, m.cur = m.cur, m.prev
+	m.at = now
+	if rep == nil {
+		return nil, nil
 	}
 	slices.SortFunc(rep.Rates, func(x, y model.EIPRate) int {
 		if x.PPS != y.PPS {
