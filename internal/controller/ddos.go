@@ -186,7 +186,14 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[netip.Addr]ddos.Observation{}
+	now := time.Now()
 	for _, er := range d.reports {
+		// An edge rewrites its report every interval while it has
+		// anything to say: one not rewritten for 4 intervals and a
+		// second is from an edge that hangs with its lease alive.
+		if now.Sub(er.seen) > 4*time.Duration(er.rep.IntervalMS)*time.Millisecond+time.Second {
+			continue
+		}
 		for _, r := range er.rep.Rates {
 			if !r.Address.IsValid() || r.PPS < 0 || r.BPS < 0 || r.SYNPS < 0 {
 				continue
