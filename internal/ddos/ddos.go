@@ -302,14 +302,15 @@ func (d *Detector) Step(now time.Time, obs map[netip.Addr]Observation, fresh boo
 			continue
 		}
 		s.above = 0
-		if !s.learned {
-			s.base, s.learned = o.Rates, true
-		} else {
-			al := d.cfg.Alpha
-			s.base.PPS += al * (o.PPS - s.base.PPS)
-			s.base.BPS += al * (o.BPS - s.base.BPS)
-			s.base.SYN += al * (o.SYN - s.base.SYN)
-		}
+		// The baseline starts at zero and only moves by Alpha a round:
+		// taking a first reading whole would let the first, partial
+		// interval of a flood (below the threshold) raise the trigger
+		// level by K times itself.
+		al := d.cfg.Alpha
+		s.base.PPS += al * (o.PPS - s.base.PPS)
+		s.base.BPS += al * (o.BPS - s.base.BPS)
+		s.base.SYN += al * (o.SYN - s.base.SYN)
+		s.learned = true
 		// An address that went quiet and whose baseline no longer
 		// raises its trigger level above the thresholds is forgotten.
 		if _, seen := obs[a]; !seen && d.limit(a, s) == d.limit(a, &state{}) && s.base.PPS < 1 {

@@ -139,7 +139,7 @@ func TestBaseline(t *testing.T) {
 		at = at.Add(250 * time.Millisecond)
 		return d.Step(at, map[netip.Addr]Observation{victim: obs(r)}, true, nil)
 	}
-	for range 10 {
+	for range 60 {
 		if ds := step(busy); len(ds) > 0 {
 			t.Fatalf("normal traffic quarantined: %+v", ds)
 		}
@@ -152,7 +152,7 @@ func TestBaseline(t *testing.T) {
 	}
 	b, _ := d.Baseline(victim)
 	if b.PPS < 900 || b.PPS > 2000 {
-		t.Errorf("baseline %v after 10 rounds at 900 and 5 at 3000 with alpha 0.1: want 900..2000", b)
+		t.Errorf("baseline %v after 60 rounds at 900 and 5 at 3000 with alpha 0.1: want 900..2000", b)
 	}
 	step(Rates{PPS: 10_000})
 	if b2, _ := d.Baseline(victim); b2 != b {
@@ -164,6 +164,21 @@ func TestBaseline(t *testing.T) {
 	}
 	if !strings.Contains(ds[0].Reason, "pps 10000 > ") {
 		t.Errorf("reason %q does not name the figures", ds[0].Reason)
+	}
+}
+
+// TestFirstReadingNotLearnedWhole: the first, partial interval of a flood
+// (below the threshold) must not become the baseline and raise the
+// trigger level (found in the lab: a 2,000 pps first reading made it
+// 8,000 pps with K = 4).
+func TestFirstReadingNotLearnedWhole(t *testing.T) {
+	d := newDet(t, Config{Threshold: Rates{PPS: 5000, BPS: -1, SYN: -1}, Enter: 2, K: 4})
+	o := func(pps float64) map[netip.Addr]Observation { return map[netip.Addr]Observation{victim: obs(Rates{PPS: pps})} }
+	d.Step(t0, o(2000), true, nil)
+	d.Step(t0.Add(250*time.Millisecond), o(6000), true, nil)
+	if ds := d.Step(t0.Add(500*time.Millisecond), o(6000), true, nil); len(ds) != 1 {
+		b, _ := d.Baseline(victim)
+		t.Errorf("6000 pps over a 5000 threshold after a 2000 pps first reading: %+v (baseline %v), want a quarantine", ds, b)
 	}
 }
 
