@@ -173,7 +173,9 @@ func TestBaseline(t *testing.T) {
 // 8,000 pps with K = 4).
 func TestFirstReadingNotLearnedWhole(t *testing.T) {
 	d := newDet(t, Config{Threshold: Rates{PPS: 5000, BPS: -1, SYN: -1}, Enter: 2, K: 4})
-	o := func(pps float64) map[netip.Addr]Observation { return map[netip.Addr]Observation{victim: obs(Rates{PPS: pps})} }
+	o := func(pps float64) map[netip.Addr]Observation {
+		return map[netip.Addr]Observation{victim: obs(Rates{PPS: pps})}
+	}
 	d.Step(t0, o(2000), true, nil)
 	d.Step(t0.Add(250*time.Millisecond), o(6000), true, nil)
 	if ds := d.Step(t0.Add(500*time.Millisecond), o(6000), true, nil); len(ds) != 1 {
