@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +18,7 @@ func init() {
 		var cfg controller.Config
 		var etcd, logLevel string
 		var ddosOn bool
+		var ddosEIP []string
 		c := &cobra.Command{
 			Use:   "controller",
 			Short: "Run the controller: the REST API, validation and the desired state in etcd",
@@ -34,6 +39,9 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 				}
 				cfg.Version, cfg.Logger = version, log
 				cfg.DDoS.Off = !ddosOn
+				if cfg.DDoS.Detector.Override, err = parseDDoSOverrides(ddosEIP); err != nil {
+					return err
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				return controller.Run(ctx, cfg)
@@ -67,9 +75,48 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.IntVar(&dd.Enter, "ddos-enter", ddos.DefaultEnter, "DDoS detection: consecutive intervals above the trigger level before a quarantine")
 		f.Float64Var(&dd.Release, "ddos-release", ddos.DefaultRelease, "DDoS detection: every rate must stay below this fraction of its trigger level for the cool-down before a release")
 		f.DurationVar(&dd.Cooldown, "ddos-cooldown", ddos.DefaultCooldown, "DDoS detection: how long a quarantined EIP must stay calm before it is released")
+		f.StringArrayVar(&ddosEIP, "ddos-eip", nil, `DDoS detection: thresholds of one EIP instead of the global ones, "ADDR:pps=N,bps=N,syn=N" (any of them; repeatable)`)
 		f.DurationVar(&cfg.DDoS.Interval, "ddos-interval", controller.DefaultDDoSInterval, "DDoS detection: time between decisions")
 		f.IntVar(&cfg.DDoS.Events, "ddos-events", controller.DefaultDDoSEvents, "DDoS detection: decisions kept for GET /v1/ddos/events")
 		addEtcdAuthFlags(c, &cfg.EtcdAuth)
 		return c
 	})
+}
+
+// parseDDoSOverrides reads --ddos-eip values: "ADDR:pps=N,bps=N,syn=N".
+func parseDDoSOverrides(vs []string) (map[netip.Addr]ddos.Rates, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	out := map[netip.Addr]ddos.Rates{}
+	for _, v := range vs {
+		addr, rest, ok := strings.Cut(v, ":")
+		a, err := netip.ParseAddr(addr)
+		if !ok || err != nil || rest == "" {
+			return nil, fmt.Errorf("--ddos-eip %q: want ADDR:pps=N,bps=N,syn=N", v)
+		}
+		var r ddos.Rates
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			n, err := strconv.ParseFloat(val, 64)
+			if !ok || err != nil || n == 0 || math.IsNaN(n) || math.IsInf(n, 0) {
+				return nil, fmt.Errorf("--ddos-eip %q: %q: want pps=N, bps=N or syn=N with N a non-zero number (negative: not checked)", v, kv)
+			}
+			switch k {
+			case "pps":
+				r.PPS = n
+			case "bps":
+				r.BPS = n
+			case "syn":
+				r.SYN = n
+			default:
+				return nil, fmt.Errorf("--ddos-eip %q: unknown rate %q (want pps, bps or syn)", v, k)
+			}
+		}
+		if _, dup := out[a]; dup {
+			return nil, fmt.Errorf("--ddos-eip: %v given twice", a)
+		}
+		out[a] = r
+	}
+	return out, nil
 }

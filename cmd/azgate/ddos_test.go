@@ -68,3 +68,22 @@ func TestCLIDDoS(t *testing.T) {
 		t.Errorf("--since 1 --json: %v\n%s", err, out)
 	}
 }
+
+func TestParseDDoSOverrides(t *testing.T) {
+	got, err := parseDDoSOverrides([]string{"198.51.100.7:pps=100000,syn=-1", "198.51.100.8:bps=5e9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[netip.MustParseAddr("198.51.100.7")] != (ddos.Rates{PPS: 100000, SYN: -1}) || got[netip.MustParseAddr("198.51.100.8")] != (ddos.Rates{BPS: 5e9}) {
+		t.Errorf("parsed %+v", got)
+	}
+	for _, bad := range []string{"198.51.100.7", "198.51.100.7:", "x:pps=1", "198.51.100.7:pps=0", "198.51.100.7:pps=NaN",
+		"198.51.100.7:rate=5", "198.51.100.7:pps"} {
+		if _, err := parseDDoSOverrides([]string{bad}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if _, err := parseDDoSOverrides([]string{"198.51.100.7:pps=1", "198.51.100.7:syn=1"}); err == nil {
+		t.Error("an address given twice: no error")
+	}
+}
