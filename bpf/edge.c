@@ -156,6 +156,8 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 	__u32 key = (r->vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
 	__u32 idx = r->stats_idx;
 	__u16 ip_len = p->ip_len;
+	/* tcp_flags is 0 for anything but TCP (parse.h). */
+	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	int sent;
 	int act = tunnel(ctx, p, cfg, fib, r->host, key, imac, STAT_ENCAP_TX, len, &sent);
 	if (sent) {
@@ -163,6 +165,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 		if (es) {
 			es->rx_packets++;
 			es->rx_bytes += ip_len;
+			es->rx_syns += syn;
 		}
 	}
 	return act;

@@ -47,12 +47,16 @@ struct eip_centry {
 	__u32 pad2;
 };
 
-/* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet. */
+/* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet.
+ * rx_syns: of rx, TCP SYNs without ACK (connection attempts), counted by the
+ * edge only; the controller's DDoS detection reads their rate (docs/ddos.md).
+ * The agent's map has the same value (it leaves rx_syns at 0). */
 struct eip_stats {
 	__u64 rx_packets;
 	__u64 rx_bytes;
 	__u64 tx_packets;
 	__u64 tx_bytes;
+	__u64 rx_syns;
 };
 
 /* One slot of the per-reason counter array (per CPU). */

@@ -1,17 +1,24 @@
 package main
 
 import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/controller"
+	"github.com/azgate/azgate/internal/ddos"
 )
 
 func init() {
 	register(func() *cobra.Command {
 		var cfg controller.Config
 		var etcd, logLevel string
+		var ddosOn bool
+		var ddosEIP []string
 		c := &cobra.Command{
 			Use:   "controller",
 			Short: "Run the controller: the REST API, validation and the desired state in etcd",
@@ -31,6 +38,10 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 					cfg.EtcdEndpoints = strings.Split(etcd, ",")
 				}
 				cfg.Version, cfg.Logger = version, log
+				cfg.DDoS.Off = !ddosOn
+				if cfg.DDoS.Detector.Override, err = parseDDoSOverrides(ddosEIP); err != nil {
+					return err
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				return controller.Run(ctx, cfg)
@@ -54,7 +65,58 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.DurationVar(&cfg.WriteTimeout, "write-timeout", controller.DefaultWriteTimeout, "time to send an answer, from when it starts")
 		f.DurationVar(&cfg.IdleTimeout, "idle-timeout", controller.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 		f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+		dd := &cfg.DDoS.Detector
+		f.BoolVar(&ddosOn, "ddos", true, "DDoS detection: quarantine EIPs whose summed rates (reported by the edges) exceed their trigger level, release them after the cool-down (docs/ddos.md); one controller of a region acts")
+		f.Float64Var(&dd.Threshold.PPS, "ddos-pps", ddos.DefaultPPS, "DDoS detection: packets/s to one EIP that trigger a quarantine (negative: not checked)")
+		f.Float64Var(&dd.Threshold.BPS, "ddos-bps", ddos.DefaultBPS, "DDoS detection: bits/s to one EIP that trigger a quarantine (negative: not checked)")
+		f.Float64Var(&dd.Threshold.SYN, "ddos-syn", ddos.DefaultSYN, "DDoS detection: TCP SYNs/s to one EIP that trigger a quarantine (negative: not checked)")
+		f.Float64Var(&dd.K, "ddos-baseline-factor", ddos.DefaultK, "DDoS detection: the trigger level is max(threshold, this × the EIP's learned baseline)")
+		f.Float64Var(&dd.Alpha, "ddos-baseline-weight", ddos.DefaultAlpha, "DDoS detection: weight of one interval in the baseline's moving average (0..1]")
+		f.IntVar(&dd.Enter, "ddos-enter", ddos.DefaultEnter, "DDoS detection: consecutive intervals above the trigger level before a quarantine")
+		f.Float64Var(&dd.Release, "ddos-release", ddos.DefaultRelease, "DDoS detection: every rate must stay below this fraction of its trigger level for the cool-down before a release")
+		f.DurationVar(&dd.Cooldown, "ddos-cooldown", ddos.DefaultCooldown, "DDoS detection: how long a quarantined EIP must stay calm before it is released")
+		f.StringArrayVar(&ddosEIP, "ddos-eip", nil, `DDoS detection: thresholds of one EIP instead of the global ones, "ADDR:pps=N,bps=N,syn=N" (any of them; repeatable)`)
+		f.DurationVar(&cfg.DDoS.Interval, "ddos-interval", controller.DefaultDDoSInterval, "DDoS detection: time between decisions")
+		f.IntVar(&cfg.DDoS.Events, "ddos-events", controller.DefaultDDoSEvents, "DDoS detection: decisions kept for GET /v1/ddos/events")
 		addEtcdAuthFlags(c, &cfg.EtcdAuth)
 		return c
 	})
+}
+
+// parseDDoSOverrides reads --ddos-eip values: "ADDR:pps=N,bps=N,syn=N".
+func parseDDoSOverrides(vs []string) (map[netip.Addr]ddos.Rates, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	out := map[netip.Addr]ddos.Rates{}
+	for _, v := range vs {
+		addr, rest, ok := strings.Cut(v, ":")
+		a, err := netip.ParseAddr(addr)
+		if !ok || err != nil || rest == "" {
+			return nil, fmt.Errorf("--ddos-eip %q: want ADDR:pps=N,bps=N,syn=N", v)
+		}
+		var r ddos.Rates
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			n, err := strconv.ParseFloat(val, 64)
+			if !ok || err != nil || n == 0 || math.IsNaN(n) || math.IsInf(n, 0) {
+				return nil, fmt.Errorf("--ddos-eip %q: %q: want pps=N, bps=N or syn=N with N a non-zero number (negative: not checked)", v, kv)
+			}
+			switch k {
+			case "pps":
+				r.PPS = n
+			case "bps":
+				r.BPS = n
+			case "syn":
+				r.SYN = n
+			default:
+				return nil, fmt.Errorf("--ddos-eip %q: unknown rate %q (want pps, bps or syn)", v, k)
+			}
+		}
+		if _, dup := out[a]; dup {
+			return nil, fmt.Errorf("--ddos-eip: %v given twice", a)
+		}
+		out[a] = r
+	}
+	return out, nil
 }

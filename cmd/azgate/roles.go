@@ -126,6 +126,7 @@ func init() {
 		var storeGrace, settle time.Duration
 		var syncListen string
 		var syncCfg edge.SyncConfig
+		var rates edge.RateConfig
 		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
 			InsertRate: 100_000, InsertBurst: 200_000}
 		c := &cobra.Command{
@@ -194,6 +195,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				defer cancel()
 				cfg.ARP = cfgARP
 				cfg.ARP.Ifaces = arpIfaces
+				if rates.FloorPPS < 0 || rates.FloorBPS < 0 || rates.FloorSYN < 0 || rates.TopN < 0 {
+					return fmt.Errorf("--rate-floor-pps, --rate-floor-bps, --rate-floor-syn and --rate-top must be positive")
+				}
+				cfg.Rates = rates
 				if arpGateway != "" {
 					a, err := netip.ParseAddr(arpGateway)
 					if err != nil || !a.Is4() {
@@ -235,6 +240,11 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.AddCommand(edgeAdminCommands()...)
 		c.Flags().StringVar(&syncListen, "sync-listen", "", "connection sync with the other members of the edge set: the TCP port (\":7946\") to listen on, on the edge's underlay address; every member of a set uses the same port (default: off; docs/connsync.md)")
 		c.Flags().DurationVar(&syncCfg.Refresh, "sync-refresh", 0, "send the connection entries used since the last refresh to the peers again this often, so their copies of long-lived flows do not expire (default 30s)")
+		c.Flags().DurationVar(&rates.Interval, "rate-interval", edge.DefaultRateInterval, "DDoS detection: measure per-EIP packet, bit and SYN rates this often and report them to the controller (negative: off; docs/ddos.md)")
+		c.Flags().Float64Var(&rates.FloorPPS, "rate-floor-pps", edge.DefaultRateFloorPPS, "DDoS detection: report an EIP when it receives at least this many packets/s (or reaches another floor)")
+		c.Flags().Float64Var(&rates.FloorBPS, "rate-floor-bps", edge.DefaultRateFloorBPS, "DDoS detection: report an EIP when it receives at least this many bits/s")
+		c.Flags().Float64Var(&rates.FloorSYN, "rate-floor-syn", edge.DefaultRateFloorSYN, "DDoS detection: report an EIP when it receives at least this many TCP SYNs/s")
+		c.Flags().IntVar(&rates.TopN, "rate-top", edge.DefaultRateTopN, "DDoS detection: at most this many EIPs per report, the highest packet rates")
 		c.Flags().DurationVar(&syncCfg.JoinTimeout, "sync-join-timeout", 0, "a starting edge that finds no live peer for this long is the first of its set and ready without a full copy (default 10s)")
 		return c
 	})

@@ -6,6 +6,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/netip"
 	"time"
 
 	"github.com/azgate/azgate/internal/model"
@@ -84,4 +85,34 @@ type Status struct {
 	Nodes      map[string][]model.NodeStatus `json:"nodes"`
 	// Errors lists status entries that could not be read.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// DDoSEvents is the body of GET /v1/ddos/events: the DDoS detection's
+// decisions this controller made, oldest first (a bounded history).
+type DDoSEvents struct {
+	// Enabled is false when the controller runs with --ddos=false.
+	Enabled bool `json:"enabled"`
+	// Acting says whether this controller holds the DDoS ownership scope
+	// (only the holder decides; another controller's history is empty).
+	Acting bool              `json:"acting"`
+	Holder string            `json:"holder"`
+	Events []model.DDoSEvent `json:"events"`
+	// BadReports lists the edges' rate reports that could not be read.
+	BadReports []string `json:"badReports,omitempty"`
+}
+
+// DDoSRate is one address's rates summed over the edges reporting it.
+type DDoSRate struct {
+	Address netip.Addr `json:"address"`
+	PPS     float64    `json:"pps"`
+	BPS     float64    `json:"bps"`
+	SYNPS   float64    `json:"synps"`
+	Edges   int        `json:"edges"`
+}
+
+// DDoSRates is the body of GET /v1/ddos/rates.
+type DDoSRates struct {
+	// Edges is how many edges currently report any address.
+	Edges int        `json:"edges"`
+	Rates []DDoSRate `json:"rates"`
 }

@@ -297,3 +297,23 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	}
 	return &st, nil
 }
+
+// DDoSEvents reads the DDoS detection's decisions after sequence number
+// since (0: all it keeps).
+func (c *Client) DDoSEvents(ctx context.Context, since uint64) (*api.DDoSEvents, error) {
+	var ev api.DDoSEvents
+	if _, err := c.do(ctx, http.MethodGet, "/v1/ddos/events?since="+strconv.FormatUint(since, 10), nil, &ev); err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
+// DDoSRates reads the per-address rates the edges report, summed, the top
+// n by packet rate.
+func (c *Client) DDoSRates(ctx context.Context, n int) (*api.DDoSRates, error) {
+	var r api.DDoSRates
+	if _, err := c.do(ctx, http.MethodGet, "/v1/ddos/rates?top="+strconv.Itoa(n), nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

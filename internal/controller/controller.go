@@ -134,6 +134,8 @@ type Config struct {
 	// HealthDebounce is how long health verdicts wait after a change in
 	// the edges' reports (0: DefaultHealthDebounce).
 	HealthDebounce time.Duration
+	// DDoS: automatic quarantine of attacked EIPs (ddos.go).
+	DDoS DDoSConfig
 }
 
 // check turns the user's config into the one the controller runs with,
@@ -228,6 +230,9 @@ func (c Config) check() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.DDoS, err = c.DDoS.check(); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -242,6 +247,7 @@ type Server struct {
 	view     *view
 	metrics  *metrics
 	health   *healthAgg
+	ddos     *ddosRunner
 	// routes lists every route pattern the handler registered
 	// (TestEveryRouteNeedsToken walks it).
 	routes []string
@@ -264,6 +270,7 @@ type Server struct {
 	stop       context.CancelFunc
 	followDone chan struct{}
 	healthDone chan struct{}
+	ddosDone   chan struct{}
 	fatal      chan error
 	closeOnce  sync.Once
 }
@@ -316,6 +323,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
 	}
 	s.healthDone = s.health.start(runCtx)
+	s.ddos = newDDoSRunner(s, cfg.DDoS)
+	s.ddosDone = s.ddos.start(runCtx)
 	if err := s.serve(); err != nil {
 		return nil, err
 	}
@@ -528,6 +537,9 @@ func (s *Server) Close() error {
 			<-s.followDone
 			if s.healthDone != nil {
 				<-s.healthDone
+			}
+			if s.ddosDone != nil {
+				<-s.ddosDone
 			}
 		}
 		if s.store != nil {

@@ -49,6 +49,8 @@ func (s *Server) handler() http.Handler {
 	}
 	v1 := func(pattern string, h handlerFunc) { handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
+	v1("GET /v1/ddos/events", s.ddosEvents)
+	v1("GET /v1/ddos/rates", s.ddosRates)
 	v1("POST /v1/apply", s.apply)
 	for _, kind := range model.UserKinds {
 		v1("GET /v1/"+kind, s.list(kind))

@@ -21,6 +21,12 @@ type metrics struct {
 	backendsDown  *prometheus.GaugeVec
 	healthReports prometheus.Gauge
 	healthWrites  prometheus.Counter
+	// DDoS detection (ddos.go).
+	ddosDecisions   *prometheus.CounterVec
+	ddosQuarantined prometheus.Gauge
+	ddosReports     prometheus.Gauge
+	ddosTracked     prometheus.Gauge
+	ddosActing      prometheus.Gauge
 }
 
 func newMetrics(v *view) *metrics {
@@ -60,7 +66,31 @@ func newMetrics(v *view) *metrics {
 			Name: "azgate_controller_health_writes_total",
 			Help: "Health objects written or deleted because the majority view changed.",
 		}),
+		ddosDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "azgate_controller_ddos_decisions_total",
+			Help: "DDoS detection decisions by action: quarantine, release, or skip (a decision the store refused).",
+		}, []string{"action"}),
+		ddosQuarantined: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "azgate_controller_ddos_quarantined",
+			Help: "Addresses currently quarantined by DDoS detection (by ddos), as seen by the acting controller.",
+		}),
+		ddosReports: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "azgate_controller_ddos_rate_reports",
+			Help: "Edges currently reporting EIPs above their rate floor.",
+		}),
+		ddosTracked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "azgate_controller_ddos_tracked",
+			Help: "Addresses the DDoS detector keeps a baseline or state for.",
+		}),
+		ddosActing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "azgate_controller_ddos_acting",
+			Help: "1 while this controller holds the DDoS ownership scope and decides, 0 otherwise.",
+		}),
 	}
+	m.ddosDecisions.WithLabelValues("quarantine")
+	m.ddosDecisions.WithLabelValues("release")
+	m.ddosDecisions.WithLabelValues("skip")
+	m.reg.MustRegister(m.ddosDecisions, m.ddosQuarantined, m.ddosReports, m.ddosTracked, m.ddosActing)
 	m.reg.MustRegister(m.requests, m.latency, m.commits, m.commitSeconds, m.conflicts, m.backendsDown, m.healthReports, m.healthWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

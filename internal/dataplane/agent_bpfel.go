@@ -136,6 +136,7 @@ type agentEipStats struct {
 	RxBytes   uint64
 	TxPackets uint64
 	TxBytes   uint64
+	RxSyns    uint64
 }
 
 type agentFibRoom struct {

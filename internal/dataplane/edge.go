@@ -403,6 +403,9 @@ func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.Eip
 
 func (e *Edge) EIPStats(idx uint32) (Counters, error) { return readEIPStats(e.objs.EipStats, idx) }
 
+// ReadEIPStats reads counter slots 0..len(out)-1 in batches.
+func (e *Edge) ReadEIPStats(out []Counters) error { return readEIPStatsBatch(e.objs.EipStats, out) }
+
 func (e *Edge) Stats() (map[string]Count, error) { return readStats(e.objs.Stats) }
 
 // Spoof-source classes (bpf/lib/consts.h SPOOF_*): which counter a packet

@@ -165,6 +165,7 @@ type edgeEipStats struct {
 	RxBytes   uint64
 	TxPackets uint64
 	TxBytes   uint64
+	RxSyns    uint64
 }
 
 type edgeFibRoom struct {

@@ -79,6 +79,7 @@ type fixture struct {
 	eipSlot *uint32
 	eipRx   uint64
 	eipTx   uint64
+	eipSyn  *uint64 // rx_syns delta (SYNs without ACK, DDoS detection); nil: not checked
 	check   func(t *testing.T, out []byte)
 }
 
@@ -131,6 +132,10 @@ func runFixtures(t *testing.T, env *dptest.Env, prog progRunner, maps statReader
 			}
 			if f.eipSlot != nil {
 				c, _ := maps.EIPStats(*f.eipSlot)
+				if f.eipSyn != nil && c.RxSyns-eipBefore.RxSyns != *f.eipSyn {
+					t.Errorf("EIP slot %d rx_syns +%d, want +%d", *f.eipSlot, c.RxSyns-eipBefore.RxSyns, *f.eipSyn)
+					failed = true
+				}
 				if c.RxPackets-eipBefore.RxPackets != f.eipRx || c.TxPackets-eipBefore.TxPackets != f.eipTx {
 					t.Errorf("EIP slot %d counters: rx +%d tx +%d, want rx +%d tx +%d", *f.eipSlot,
 						c.RxPackets-eipBefore.RxPackets, c.TxPackets-eipBefore.TxPackets, f.eipRx, f.eipTx)
@@ -176,6 +181,8 @@ func TestEdgeFixtures(t *testing.T) {
 	slot := ptr[uint32](eipIdx)
 
 	syn := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, syn: true, df: true, tos: 0x10}
+	synAck := syn
+	synAck.ack = true
 	udp := flow{src: client, dst: eip, proto: layers.IPProtocolUDP, sport: 5353, dport: 53}
 	ping := flow{src: client, dst: eip, proto: layers.IPProtocolICMPv4}
 	opts := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 1, dport: 2,
@@ -229,9 +236,11 @@ func TestEdgeFixtures(t *testing.T) {
 
 	fixtures := []fixture{
 		{name: "tcp syn to EIP is encapsulated", dev: dptest.ExtDev, in: good, action: xdpRedirect,
-			out: encapOf(t, syn, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
+			out: encapOf(t, syn, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1, eipSyn: ptr[uint64](1)},
+		{name: "syn-ack to EIP is not counted as a SYN", dev: dptest.ExtDev, in: fromInet(synAck), action: xdpRedirect,
+			out: encapOf(t, synAck, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1, eipSyn: ptr[uint64](0)},
 		{name: "udp to EIP", dev: dptest.ExtDev, in: fromInet(udp), action: xdpRedirect,
-			out: encapOf(t, udp, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
+			out: encapOf(t, udp, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1, eipSyn: ptr[uint64](0)},
 		{name: "icmp echo to EIP", dev: dptest.ExtDev, in: fromInet(ping), action: xdpRedirect,
 			out: encapOf(t, ping, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
 		{name: "ip options are carried", dev: dptest.ExtDev, in: fromInet(opts), action: xdpRedirect,

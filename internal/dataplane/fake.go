@@ -104,6 +104,16 @@ func (f *FakeEdge) EIPStats(idx uint32) (Counters, error) {
 	return f.Counters[idx], nil
 }
 
+// ReadEIPStats reads slots 0..len(out)-1.
+func (f *FakeEdge) ReadEIPStats(out []Counters) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range out {
+		out[i] = f.Counters[uint32(i)]
+	}
+	return nil
+}
+
 func (f *FakeEdge) Stats() (map[string]Count, error) { return map[string]Count{}, nil }
 
 // ErrInjected is the error Faulty maps return.

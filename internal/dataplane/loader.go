@@ -178,8 +178,47 @@ func readEIPStats(m *ebpf.Map, idx uint32) (Counters, error) {
 		c.RxBytes += v.RxBytes
 		c.TxPackets += v.TxPackets
 		c.TxBytes += v.TxBytes
+		c.RxSyns += v.RxSyns
 	}
 	return c, nil
+}
+
+// readEIPStatsBatch sums the per-CPU counters of slots 0..len(out)-1 into
+// out, 4096 slots per system call (a rate reading of a million EIPs costs
+// 250 calls instead of a million; the rate reports read every slot four
+// times a second).
+func readEIPStatsBatch(m *ebpf.Map, out []Counters) error {
+	const chunk = 4096
+	ncpu := ebpf.MustPossibleCPU()
+	keys := make([]uint32, chunk)
+	vals := make([]edgeEipStats, chunk*ncpu)
+	var cursor ebpf.MapBatchCursor
+	for done := 0; done < len(out); {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			k := int(keys[i])
+			if k >= len(out) {
+				continue
+			}
+			var c Counters
+			for _, v := range vals[i*ncpu : (i+1)*ncpu] {
+				c.RxPackets += v.RxPackets
+				c.RxBytes += v.RxBytes
+				c.TxPackets += v.TxPackets
+				c.TxBytes += v.TxBytes
+				c.RxSyns += v.RxSyns
+			}
+			out[k] = c
+		}
+		done += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) || n == 0 {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read EIP counters from slot %d: %w", done, err)
+		}
+	}
+	return nil
 }
 
 func resetEIPStats(m *ebpf.Map, idx uint32) error {

@@ -87,6 +87,9 @@ type Counters struct {
 	RxBytes   uint64 `json:"rx_bytes"`
 	TxPackets uint64 `json:"tx_packets"`
 	TxBytes   uint64 `json:"tx_bytes"`
+	// RxSyns: TCP SYNs without ACK among RxPackets (the edge counts them
+	// for DDoS detection; the agent leaves them at 0).
+	RxSyns uint64 `json:"rx_syns,omitempty"`
 }
 
 // Route is where the edge sends an EIP's traffic.
@@ -179,6 +182,12 @@ type EdgeMaps interface {
 	ResetEIPStats(idx uint32) error
 	EIPStats(idx uint32) (Counters, error)
 	Stats() (map[string]Count, error)
+}
+
+// EIPStatsReader reads many counter slots at once: out[i] gets slot i's
+// counters (the Edge and the FakeEdge implement it).
+type EIPStatsReader interface {
+	ReadEIPStats(out []Counters) error
 }
 
 // SpoofMaps is the edge's ingress anti-spoofing table (the Edge and the

@@ -242,6 +242,12 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		return ns
 	}
 	go store.PublishStatus(ctx, st, "edge", cfg.Name, cfg.StatusInterval, status, log)
+	ratesDone := make(chan struct{})
+	go func() {
+		defer close(ratesDone)
+		runRateReports(ctx, cfg.Rates, cfg.Name, dp, st, log.With("part", "rates"))
+	}()
+	defer func() { <-ratesDone }() // its lease is revoked while st is open
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "edge", cfg.MetricsToken, status, log)
 	}

@@ -81,6 +81,8 @@ type Config struct {
 	HealthSource netip.Addr
 	// ARP is the ARP answering on shared segments (arp.go).
 	ARP ARPConfig
+	// Rates: the per-EIP rate reports for DDoS detection (rates.go).
+	Rates RateConfig
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a

@@ -42,7 +42,10 @@ type Config struct {
 	// (issue 8, part 7). They listen on unix sockets in StateDir/etcd
 	// (mode 0700), which the roles in their namespaces reach by path.
 	EtcdMembers int
-	Out         io.Writer // progress messages
+	// ControllerArgs are added to the controller's command line (a
+	// test's short DDoS thresholds and cool-down, say).
+	ControllerArgs []string
+	Out            io.Writer // progress messages
 }
 
 // Defaults for the lab the README's demo runs.
@@ -392,7 +395,7 @@ func (l *Lab) startController(ctx context.Context) error {
 		return err
 	}
 	defer lf.Close()
-	args := controllerArgs(l.dataDir(), l.apiSock())
+	args := append(controllerArgs(l.dataDir(), l.apiSock()), l.Cfg.ControllerArgs...)
 	if eps, external := l.etcdEndpoints(); external {
 		args = append(args, "--etcd-endpoints", strings.Join(eps, ","), "--etcd-max-txn-ops", strconv.Itoa(etcdMaxTxnOps))
 	}

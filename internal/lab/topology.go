@@ -4,7 +4,8 @@
 // an edge set, pull-out, quarantine, edge failover).
 //
 //	                     inet            Internet client, 203.0.113.10
-//	                      |
+//	                      |     atk      attacker, 192.0.2.66 (DDoS test)
+//	                      |    /
 //	                     rtr             upstream router: BIRD 2, one eBGP session
 //	     _________________|___________   per edge, ECMP (merge paths, L4 hash)
 //	    /       /      \       \   \   //	edge-a1 edge-a2 edge-b1 edge-b2 edge-d1 edge-q1   XDP edges: ext0 (Internet
@@ -82,7 +83,13 @@ const (
 	ClientAddr   = "203.0.113.10"
 	EIPPrefix    = "198.51.100.0/24"
 	EdgeUnderlay = "198.18.0.1"
-	GuestMTU     = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
+	// AttackerNode floods from AttackerAddr (TEST-NET-1, RFC 5737) through
+	// rtr, Internet side like inet (Lab.Flood).
+	AttackerNode    = "atk"
+	AttackerNet     = "192.0.2.0/24"
+	AttackerAddr    = "192.0.2.66"
+	AttackerGateway = "192.0.2.1"
+	GuestMTU        = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
 )
 
 // EdgeHealth is edge-a1's health-check address (edge --health-source): its
@@ -248,6 +255,11 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	add("fab", "underlay", "", "")
 	t.link("inet", "eth0", ClientAddr+"/24", "rtr", "inet0", "203.0.113.1/24", 1500)
 	t.routes = append(t.routes, route{"inet", "default", "203.0.113.1", "eth0"})
+	// The attacker: another Internet-side network, so a flood from it is
+	// told apart from the legitimate client's traffic (the DDoS test).
+	add(AttackerNode, "internet", "", "")
+	t.link(AttackerNode, "eth0", AttackerAddr+"/24", "rtr", "atk0", AttackerGateway+"/24", 1500)
+	t.routes = append(t.routes, route{AttackerNode, "default", AttackerGateway, "eth0"})
 	for k, e := range Edges {
 		// Devices on rtr and fab are named after the edge.
 		t.link("rtr", e.Name, rtrSide(k).String()+"/31", e.Name, "ext0", edgeExt(k).String()+"/31", 1500)

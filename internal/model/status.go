@@ -15,6 +15,8 @@ type EIPCounters struct {
 	RxBytes   uint64 `json:"rx_bytes"`
 	TxPackets uint64 `json:"tx_packets"`
 	TxBytes   uint64 `json:"tx_bytes"`
+	// RxSyns counts TCP SYNs without ACK among RxPackets (edges only).
+	RxSyns uint64 `json:"rx_syns,omitempty"`
 }
 
 // NodeStatus is what an edge or agent publishes about itself under

@@ -62,9 +62,16 @@ func closeInheritedOnExec() {
 
 // upLab brings up a lab of its own (prefix aze-) and removes it when the
 // test ends, failing the test if anything is left behind.
-func upLab(t *testing.T) *lab.Lab {
+func upLab(t *testing.T) *lab.Lab { t.Helper(); return upLabWith(t, nil) }
+
+// upLabWith is upLab with changes to the lab's config (set, if not nil,
+// may change it).
+func upLabWith(t *testing.T, set func(*lab.Config)) *lab.Lab {
 	t.Helper()
 	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: binary, Out: testWriter{t}}
+	if set != nil {
+		set(&cfg)
+	}
 	lab.Down(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
