@@ -752,7 +752,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	 * non-routable one. */
 	if (r && ctx->ingress_ifindex != cfg->ul_ifindex) {
 		__u32 sc = spoof_class(&p);
-		if (!sc && (r->flags & ROUTE_F_LIMITS))
+		if (!sc && rl_applies(r->flags, &p))
 			sc = rl_check(&p);
 		if (sc)
 			return count_drop(sc, len);

@@ -121,9 +121,11 @@
 #define ICMP_KIND_OTHER 2 /* any other error */
 #define ICMP_KIND_MAX 3
 
-/* eip_centry.flags only (never in eip_routes): the address has rate
- * limits (edge_limits); set when the cache slot is filled. */
-#define ROUTE_F_LIMITS 0x80
+/* eip_centry.flags only (never in eip_routes), set when the cache slot is
+ * filled: the address has a per-source limit, a SYN guard (edge_limits). */
+#define ROUTE_F_RL_SRC 0x80
+#define ROUTE_F_RL_SYN 0x40
+#define ROUTE_F_LIMITS (ROUTE_F_RL_SRC | ROUTE_F_RL_SYN)
 
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */

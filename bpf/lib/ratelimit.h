@@ -25,14 +25,30 @@
 #define TCP_ACK_ 0x10
 #endif
 
-/* The flags a route cache slot of addr gets: the route's, and
- * ROUTE_F_LIMITS if addr has limits. Only when a slot is filled (after
- * every route generation bump, which every edge_limits write makes). */
+/* The flags a route cache slot of addr gets: the route's, and which
+ * limits addr has (ROUTE_F_RL_*). Only when a slot is filled (after every
+ * route generation bump, which every edge_limits write makes). */
 static __always_inline __u8 rl_route_flags(__u8 flags, __be32 addr)
 {
-	if (bpf_map_lookup_elem(&edge_limits, &addr))
-		flags |= ROUTE_F_LIMITS;
+	struct rl_dst *d = bpf_map_lookup_elem(&edge_limits, &addr);
+	if (d) {
+		if (d->src_ns)
+			flags |= ROUTE_F_RL_SRC;
+		if (d->syn_ns)
+			flags |= ROUTE_F_RL_SYN;
+	}
 	return flags;
+}
+
+/* Whether p, to a destination whose route cache flags are flags, is
+ * subject to a limit: any packet under a per-source limit, a SYN (without
+ * ACK) under a SYN guard. What is not costs no call and no lookup. */
+static __always_inline int rl_applies(__u8 flags, const struct pkt *p)
+{
+	if (flags & ROUTE_F_RL_SRC)
+		return 1;
+	return (flags & ROUTE_F_RL_SYN) && (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_ &&
+	       p->proto == IPPROTO_TCP_;
 }
 
 /* GCRA (virtual scheduling): conforms while the TAT is at most tau ahead
