@@ -92,3 +92,11 @@ func (r *Reconciler) syncLimits() error {
 	r.limits = want
 	return nil
 }
+
+// LimitedAddrs lists the addresses with rate limits as last programmed
+// (for the status: what each one's limits dropped).
+func (r *Reconciler) LimitedAddrs() []netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(r.limits), func(x, y netip.Addr) int { return x.Compare(y) })
+}

@@ -99,4 +99,7 @@ func TestReconcileLimits(t *testing.T) {
 	r2 := NewReconciler(Config{Name: "edge-a1", Log: quiet}, e)
 	load(t, r2, 14, append(region(), &model.EIP{Address: a("198.51.100.8"), Limits: &model.Limits{SourcePPS: 1}})...)
 	check("a new daemon", "map[198.51.100.8:{1 1 0 0}]")
+	if got := fmt.Sprint(r2.LimitedAddrs()); got != "[198.51.100.8]" {
+		t.Errorf("limited addresses for the status: %s", got)
+	}
 }
