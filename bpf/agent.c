@@ -347,8 +347,8 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 		if (!p.df)
 			return count_drop(STAT_DROP_TOO_BIG, len);
 		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
-		rc = icmp4_error(ctx, &p, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu, cfg->icmp_src.a[0],
-				 cfg->icmp_rate, cfg->icmp_burst);
+		rc = icmp4_error(ctx, &p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu),
+				 cfg->icmp_src.a[0]);
 		if (rc == ICMP_SENT) {
 			stat_add(STAT_ICMP_FRAG_TX, len);
 			return XDP_TX;

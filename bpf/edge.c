@@ -36,6 +36,7 @@
 #include "lib/nat.h"
 #include "lib/lb.h"
 #include "lib/hc.h" /* health checks through the tunnel */
+#include "lib/ratelimit.h" /* per-source and SYN rate limits */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -67,24 +68,24 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 	c->host = r->host.a[0];
 	c->vsid = r->vsid;
 	c->stats_idx = r->stats_idx;
-	c->flags = r->flags;
+	c->flags = rl_route_flags(r->flags, addr);
 	c->lgen = r->lgen;
 	c->gen = tag;
 	return c;
 }
+
+/* An ICMP error decided on a packet's path (ttl_expired, too_big) is sent
+ * by edge_main (icmp_send), as ICMP_DEFER | kind << 16 | MTU in place of
+ * an XDP action: called from lb_ingress, a global function, its frames
+ * would overflow the 512-byte stack of that path. */
+#define ICMP_DEFER 0x40000000
 
 /* Answers an expired TTL, as a router hop must. */
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
 {
 	if (!(cfg->flags & CFG_F_ICMP_TTL))
 		return count_drop(STAT_DROP_TTL, len);
-	int rc = icmp4_error(ctx, p, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0, cfg->icmp_src.a[0], cfg->icmp_rate,
-			     cfg->icmp_burst);
-	if (rc == ICMP_SENT) {
-		stat_add(STAT_ICMP_TTL_TX, len);
-		return XDP_TX;
-	}
-	return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
+	return ICMP_DEFER | (ICMP_KIND_TTL << 16);
 }
 
 /* Answers a packet that does not fit the next hop's MTU. */
@@ -93,8 +94,27 @@ static __always_inline int too_big(struct xdp_md *ctx, struct pkt *p, const stru
 {
 	if (!p->df)
 		return count_drop(STAT_DROP_TOO_BIG, len);
-	int rc = icmp4_error(ctx, p, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu, cfg->icmp_src.a[0], cfg->icmp_rate,
-			     cfg->icmp_burst);
+	return ICMP_DEFER | (ICMP_KIND_FRAG << 16) | mtu;
+}
+
+/* Sends the ICMP error act defers (else returns act): time exceeded or
+ * fragmentation needed, each within its own budget (lib/icmp.h). */
+static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, int act,
+				     __u64 len)
+{
+	if (act < ICMP_DEFER)
+		return act;
+	int rc;
+	if (((act >> 16) & 0xff) == ICMP_KIND_TTL) {
+		rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_TTL, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0), cfg->icmp_src.a[0]);
+		if (rc == ICMP_SENT) {
+			stat_add(STAT_ICMP_TTL_TX, len);
+			return XDP_TX;
+		}
+		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
+	}
+	rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, act & 0xffff),
+			 cfg->icmp_src.a[0]);
 	if (rc == ICMP_SENT) {
 		stat_add(STAT_ICMP_FRAG_TX, len);
 		return XDP_TX;
@@ -735,6 +755,8 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	 * non-routable one. */
 	if (r && ctx->ingress_ifindex != cfg->ul_ifindex) {
 		__u32 sc = spoof_class(&p);
+		if (!sc && rl_applies(r->flags, &p))
+			sc = rl_check(&p);
 		if (sc)
 			return count_drop(sc, len);
 	}
@@ -742,16 +764,16 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	if (!fib)
 		return XDP_PASS;
 	if (r) {
-		if (r->flags & ROUTE_F_VIP)
-			return lb_ingress(ctx, &p, fib, cfg, r->lgen);
-		return edge_to_host(ctx, &p, cfg, fib, r, len);
+		int act = (r->flags & ROUTE_F_VIP) ? lb_ingress(ctx, &p, fib, cfg, r->lgen)
+						   : edge_to_host(ctx, &p, cfg, fib, r, len);
+		return icmp_send(ctx, &p, cfg, act, len);
 	}
 
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	if (lbc && (lbc->flags & LB_CFG_NAT) && p.l4_ok) {
 		int act = lb_nat_reverse(ctx, &p, fib, cfg);
 		if (act != NAT_NOT_OURS)
-			return act;
+			return icmp_send(ctx, &p, cfg, act, len);
 	}
 	/* The health-check address only takes answers from the tunnel. */
 	__be32 hc = hc_addr();

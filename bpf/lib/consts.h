@@ -100,6 +100,33 @@
  * (lib/benchmode.h). */
 #define BENCH_COPY 128
 
+/* Rate limits (lib/ratelimit.h): EIPs and VIPs with limits, and the
+ * (source, destination) pairs whose state is kept (least recently used
+ * evicted; about 80 B each, 10 MiB in all, shared by every CPU). */
+#ifndef RL_DST_MAX
+#define RL_DST_MAX 65536
+#endif
+#ifndef RL_SRC_MAX
+#define RL_SRC_MAX (1 << 17)
+#endif
+/* Compare-and-swap attempts on a shared bucket before the packet is let
+ * through uncharged (other CPUs won each round: they were charged). */
+#define RL_CAS_TRIES 4
+
+/* ICMP error budgets (icmp_kinds, icmp_budgets): one per kind, so a flood
+ * of one kind (expired TTLs) cannot starve another (fragmentation needed:
+ * path MTU discovery, RFC 1191). */
+#define ICMP_KIND_TTL 0   /* time exceeded */
+#define ICMP_KIND_FRAG 1  /* fragmentation needed */
+#define ICMP_KIND_OTHER 2 /* any other error */
+#define ICMP_KIND_MAX 3
+
+/* eip_centry.flags only (never in eip_routes), set when the cache slot is
+ * filled: the address has a per-source limit, a SYN guard (edge_limits). */
+#define ROUTE_F_RL_SRC 0x80
+#define ROUTE_F_RL_SYN 0x40
+#define ROUTE_F_LIMITS (ROUTE_F_RL_SRC | ROUTE_F_RL_SYN)
+
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */
 #define ROUTE_F_VIP 0x1

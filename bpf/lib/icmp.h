@@ -1,5 +1,6 @@
 /* icmp.h: ICMPv4 errors generated in XDP (time exceeded, fragmentation
- * needed) and sent back out of the interface the packet came in on. */
+ * needed) and sent back out of the interface (and VLAN) the packet came in
+ * on, each kind within its own budget. */
 #ifndef AZG_ICMP_H
 #define AZG_ICMP_H
 
@@ -27,8 +28,6 @@ enum icmp_gen_rc {
  * fragment, or a packet to a multicast/broadcast address. */
 static __always_inline int icmp4_may_answer(void *data, void *data_end, const struct pkt *p)
 {
-	if (p->l3_off != ETH_HLEN_)
-		return 0; /* VLAN-tagged: we only answer on untagged links */
 	if (p->frag & IP_OFFMASK_)
 		return 0;
 	if ((bpf_ntohl(p->daddr) >> 24) >= 224)
@@ -44,26 +43,22 @@ static __always_inline int icmp4_may_answer(void *data, void *data_end, const st
 	return 1;
 }
 
-/* Rewrites the frame (an untagged IPv4 packet p) into an ICMP error to its
- * source, from src, quoting the original IP header and 8 bytes of payload
- * (RFC 792). The caller returns XDP_TX on ICMP_SENT. */
-static __always_inline int icmp4_error(struct xdp_md *ctx, const struct pkt *p, __u8 type, __u8 code,
-				       __u16 mtu, __be32 src, __u32 rate, __u32 burst)
+/* Rewrites the frame (an IPv4 packet p, untagged or with up to
+ * MAX_VLAN_DEPTH VLAN tags, which the error keeps: it goes back on the
+ * VLAN the packet came from) into an ICMP error to its source, from src,
+ * quoting the original IP header and 8 bytes of payload (RFC 792). kind
+ * (ICMP_KIND_*) picks the error's budget (icmp_allow). The caller returns
+ * XDP_TX on ICMP_SENT. */
+static __always_inline int icmp4_build(struct xdp_md *ctx, const struct pkt *p, __u8 type, __u8 code,
+				       __u16 mtu, __be32 src)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 
-	if (!icmp4_may_answer(data, data_end, p))
-		return ICMP_NOT_ALLOWED;
-	if (!icmp_allow(rate, burst))
-		return ICMP_LIMITED;
-
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
+	/* The link header: MACs, the tags (0, 4 or 8 bytes), the type. */
+	__u32 l3 = p->l3_off;
+	if (l3 != ETH_HLEN_ && l3 != ETH_HLEN_ + 4 && l3 != ETH_HLEN_ + 8)
 		return ICMP_FAILED;
-	__u8 dmac[ETH_ALEN_], smac[ETH_ALEN_];
-	__builtin_memcpy(dmac, eth->h_source, ETH_ALEN_);
-	__builtin_memcpy(smac, eth->h_dest, ETH_ALEN_);
 
 	__u32 quote = p->l4_off - p->l3_off + 8;
 	if (quote > p->ip_len)
@@ -72,23 +67,42 @@ static __always_inline int icmp4_error(struct xdp_md *ctx, const struct pkt *p, 
 		return ICMP_FAILED;
 
 	int have = data_end - data;
-	int want = ETH_HLEN_ + quote;
+	int want = l3 + quote;
 	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
 		return ICMP_FAILED;
-	if (bpf_xdp_adjust_head(ctx, -(int)(sizeof(struct iphdr) + sizeof(struct icmphdr_))))
+#define ICMP_GROW (sizeof(struct iphdr) + sizeof(struct icmphdr_))
+	if (bpf_xdp_adjust_head(ctx, -(int)ICMP_GROW))
 		return ICMP_FAILED;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 
-	struct ethhdr *neth = data;
-	struct iphdr *nip = data + ETH_HLEN_;
-	struct icmphdr_ *nic = data + ETH_HLEN_ + sizeof(struct iphdr);
+	/* The old link header is still there, ICMP_GROW bytes on (further
+	 * than it is long: the copies do not overlap): its MACs swapped and
+	 * its tags kept (copied from the packet, not the stack, which the
+	 * callers' frames have all but used up). */
+	__u8 *neth = data;
+	__u8 *oeth = data + ICMP_GROW;
+	if ((void *)(oeth + ETH_HLEN_ + 8) > data_end)
+		return ICMP_FAILED;
+	__builtin_memcpy(neth, oeth + ETH_ALEN_, ETH_ALEN_);
+	__builtin_memcpy(neth + ETH_ALEN_, oeth, ETH_ALEN_);
+	if (l3 == ETH_HLEN_) {
+		*(__be16 *)(neth + 12) = bpf_htons(ETH_P_IP_);
+	} else {
+		__builtin_memcpy(neth + 12, oeth + 12, 4);
+		if (l3 == ETH_HLEN_ + 4) {
+			*(__be16 *)(neth + 16) = bpf_htons(ETH_P_IP_);
+		} else {
+			__builtin_memcpy(neth + 16, oeth + 16, 4);
+			*(__be16 *)(neth + 20) = bpf_htons(ETH_P_IP_);
+		}
+	}
+#undef ICMP_GROW
+
+	struct iphdr *nip = data + OFF(l3);
+	struct icmphdr_ *nic = (void *)(nip + 1);
 	if ((void *)(nic + 1) > data_end)
 		return ICMP_FAILED;
-
-	__builtin_memcpy(neth->h_dest, dmac, ETH_ALEN_);
-	__builtin_memcpy(neth->h_source, smac, ETH_ALEN_);
-	neth->h_proto = bpf_htons(ETH_P_IP_);
 
 	nip->version = 4;
 	nip->ihl = 5;
@@ -131,6 +145,46 @@ static __always_inline int icmp4_error(struct xdp_md *ctx, const struct pkt *p, 
 	}
 	nic->checksum = ~csum_fold32(sum);
 	return ICMP_SENT;
+}
+
+/* The error icmp4_error sends, packed into one register (a global
+ * function gets five): its kind (the budget), type, code and MTU. */
+#define ICMP_WHAT(kind, type, code, mtu) \
+	(((__u64)(kind) << 32) | ((__u64)(type) << 24) | ((__u64)(code) << 16) | (__u16)(mtu))
+
+/* Whether an error of kind may be sent about p: allowed (RFC 1812) and
+ * within the kind's budget; ICMP_SENT (0) if so. Global, as icmp4_rewrite
+ * is: inlined at every caller, the two cost the edge program's
+ * verification about 40k instructions more. */
+__noinline int icmp4_admit(struct xdp_md *ctx, const struct pkt *p, __u32 kind)
+{
+	if (!ctx || !p)
+		return ICMP_FAILED;
+	if (!icmp4_may_answer((void *)(long)ctx->data, (void *)(long)ctx->data_end, p))
+		return ICMP_NOT_ALLOWED;
+	if (!icmp_allow(kind))
+		return ICMP_LIMITED;
+	return ICMP_SENT;
+}
+
+/* icmp4_build for icmp4_error, what packed as ICMP_WHAT. */
+__noinline int icmp4_rewrite(struct xdp_md *ctx, const struct pkt *p, __u64 what, __be32 src)
+{
+	if (!ctx || !p)
+		return ICMP_FAILED;
+	return icmp4_build(ctx, p, (__u8)(what >> 24), (__u8)(what >> 16), (__u16)what, src);
+}
+
+/* Sends the error what (ICMP_WHAT) about p from src, in place of p (an
+ * ICMP_SENT caller returns XDP_TX). Call it from the program's main
+ * function: as a global function's callees, these two frames would not
+ * fit the 512-byte stack of the deepest path (edge.c, icmp_send). */
+static __always_inline int icmp4_error(struct xdp_md *ctx, const struct pkt *p, __u64 what, __be32 src)
+{
+	int rc = icmp4_admit(ctx, p, (__u32)(what >> 32));
+	if (rc != ICMP_SENT)
+		return rc;
+	return icmp4_rewrite(ctx, p, what, src);
 }
 
 #endif

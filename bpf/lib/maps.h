@@ -43,14 +43,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } stats SEC(".maps");
 
-/* Token bucket limiting the ICMP errors this program generates, per CPU. */
+/* Token buckets limiting the ICMP errors this program generates, one per
+ * kind (ICMP_KIND_*), per CPU. (It replaced icmp_buckets, one bucket for
+ * every kind; the state need not outlive the program: not pinned.) */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, ICMP_KIND_MAX);
 	__type(key, __u32);
 	__type(value, struct icmp_bucket);
+} icmp_budgets SEC(".maps");
+
+/* The budget of each ICMP error kind (ICMP_KIND_*), written by the daemon
+ * with the config (an unwritten one sends nothing). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ICMP_KIND_MAX);
+	__type(key, __u32);
+	__type(value, struct icmp_kind_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} icmp_buckets SEC(".maps");
+} icmp_kinds SEC(".maps");
 
 /* Next-hop cache (lib/fib.h): (destination, ingress interface, ECMP bucket) slot -> next hop, per CPU. */
 struct {
@@ -115,6 +126,29 @@ struct {
 	__type(value, struct eip_stats);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_stats SEC(".maps");
+
+/* ---- edge: rate limits (lib/ratelimit.h) ---- */
+
+/* EIP or VIP -> its rate limits and its SYN guard's shared state. Written
+ * by the edge daemon; a write bumps eip_route_gen, so the route cache
+ * learns which destinations have limits (ROUTE_F_LIMITS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RL_DST_MAX);
+	__type(key, __be32);
+	__type(value, struct rl_dst);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_limits SEC(".maps");
+
+/* (source, EIP or VIP) -> the pair's bucket (a TAT in ns), one for every
+ * CPU (updated with cmpxchg), least recently used evicted. Only for
+ * destinations with a per-source limit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RL_SRC_MAX);
+	__type(key, struct rl_src_key);
+	__type(value, __u64);
+} edge_rl_src SEC(".maps");
 
 /* The edge's own addresses and settings (one entry). */
 struct {

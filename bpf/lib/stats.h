@@ -29,15 +29,22 @@ static __always_inline int count_pass(__u32 reason, __u64 bytes)
 	return XDP_PASS;
 }
 
-/* One token per error; rate tokens per second, burst tokens at most. */
-static __always_inline int icmp_allow(__u32 rate, __u32 burst)
+/* One token per error of a kind (ICMP_KIND_*) from that kind's bucket;
+ * the kind's budget (icmp_kinds, written by the daemon): rate tokens per
+ * second, burst tokens at most. An unwritten budget sends nothing. */
+static __always_inline int icmp_allow(__u32 kind)
 {
 	const __u64 one = 1000000000ULL;
-	__u32 zero = 0;
 
+	if (kind >= ICMP_KIND_MAX)
+		kind = ICMP_KIND_OTHER;
+	struct icmp_kind_cfg *kc = bpf_map_lookup_elem(&icmp_kinds, &kind);
+	if (!kc)
+		return 0;
+	__u32 rate = kc->rate, burst = kc->burst;
 	if (!rate)
 		return 0;
-	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_buckets, &zero);
+	struct icmp_bucket *b = bpf_map_lookup_elem(&icmp_budgets, &kind);
 	if (!b)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();

@@ -70,7 +70,7 @@ struct edge_config {
 	struct ip_addr underlay; /* source of encapsulated packets; decap destination */
 	struct ip_addr icmp_src; /* source of ICMP errors sent to the Internet */
 	__u32 hash_seed;         /* cluster-wide flow hash seed */
-	__u32 icmp_rate;         /* ICMP errors per second per CPU (0: never send) */
+	__u32 icmp_rate;         /* unread: the daemon writes icmp_kinds (was the one ICMP budget) */
 	__u32 icmp_burst;
 	__u32 flags;             /* CFG_F_* */
 	__u32 nh_gen;            /* bumped on routing changes: invalidates nh_cache */
@@ -106,7 +106,7 @@ struct agent_config {
 	struct ip_addr underlay; /* this host's underlay address */
 	struct ip_addr icmp_src; /* source of ICMP errors sent to guests */
 	__u32 hash_seed;
-	__u32 icmp_rate;
+	__u32 icmp_rate;  /* unread: the daemon writes icmp_kinds from them */
 	__u32 icmp_burst;
 	__u32 flags;
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
@@ -152,6 +152,40 @@ struct lpm4_key {
 struct icmp_bucket {
 	__u64 tokens; /* scaled by 1e9 */
 	__u64 last_ns;
+};
+
+/* ICMP error budget of one kind (icmp_kinds, lib/stats.h), written by
+ * the daemon with the config (the agent's every kind from its config's
+ * icmp_rate and icmp_burst, which the program no longer reads). */
+struct icmp_kind_cfg {
+	__u32 rate;  /* errors per second per CPU (0: never send) */
+	__u32 burst;
+};
+
+/* Edge: the rate limits of one EIP or VIP (edge_limits, lib/ratelimit.h),
+ * as GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371):
+ * a packet conforms while the bucket's theoretical arrival time (TAT) is
+ * at most tau ahead of now, and pushes it one interval further. Intervals
+ * and tolerances in ns; an interval of 0 turns that limit off. */
+struct rl_dst {
+	__u64 src_ns;   /* per source: ns between packets (1e9 / packets per second) */
+	__u64 src_tau;  /* per source: (burst - 1) * src_ns */
+	__u64 syn_ns;   /* SYN guard: ns between SYNs to this destination */
+	__u64 syn_tau;  /* SYN guard: (burst - 1) * syn_ns */
+	__u64 syn_tat;  /* SYN guard state, shared by every CPU (cmpxchg) */
+	__u64 drop_src; /* packets dropped by the per-source limit (atomic) */
+	__u64 drop_syn; /* SYNs dropped by the guard (atomic) */
+	__u32 src_pps;  /* as configured (read back by the daemon; unread here) */
+	__u32 src_burst;
+	__u32 syn_rate;
+	__u32 syn_burst;
+};
+
+/* Edge: key of the per-source state (edge_rl_src): a source and the EIP
+ * or VIP it sends to; the value is the pair's TAT (ns). */
+struct rl_src_key {
+	__be32 src;
+	__be32 dst;
 };
 
 /* Traffic generator template (bench.c). */
@@ -211,6 +245,8 @@ enum azg_stat {
 	STAT_DROP_SPOOF_BOGON, /* edge: from the Internet side, source non-routable: 10/8,
 				* 172.16/12, 192.168/16, 100.64/10, 169.254/16 (0/8, 127/8
 				* and 224/3 are drop_ip_martian on every side) */
+	STAT_DROP_RL_SOURCE,  /* edge: over its EIP's or VIP's per-source packet rate (lib/ratelimit.h) */
+	STAT_DROP_RL_SYN,     /* edge: a SYN over its EIP's or VIP's SYN rate (lib/ratelimit.h) */
 	STAT_MAX,
 };
 

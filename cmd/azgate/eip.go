@@ -76,6 +76,7 @@ func init() {
 		}
 		c.AddCommand(create, bind, unbind)
 		c.AddCommand(pullOutCommands(model.KindEIP)...)
+		c.AddCommand(limitsCommand(model.KindEIP))
 		c.AddCommand(objectCommands(model.KindEIP, describeEIP, eipTable)...)
 		return c
 	})
@@ -110,6 +111,9 @@ func describeEIP(w io.Writer, o model.Object) {
 	}
 	if e.Set != "" {
 		row(tw, "pulled out into:", e.Set)
+	}
+	if e.Limits != nil {
+		row(tw, "rate limits:", limitsText(e.Limits))
 	}
 	tw.Flush()
 }

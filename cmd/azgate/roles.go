@@ -118,6 +118,7 @@ func init() {
 		var attach []string
 		var icmpSource, healthSource, arpGateway string
 		var noTTL bool
+		var icmpTTL, icmpFrag icmpBudgetFlags
 		var eipMax, ctMax uint32
 		var arpIfaces, healthCmds []string
 		var cfgARP edge.ARPConfig
@@ -165,6 +166,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
+				cfg.ICMPBudgets = map[dataplane.ICMPKind]dataplane.ICMPBudget{}
+				icmpTTL.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindTTL, df.icmpRate, df.icmpBurst)
+				icmpFrag.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindFrag, df.icmpRate, df.icmpBurst)
 				if storeGrace <= 0 || settle <= 0 {
 					return fmt.Errorf("--store-grace %v and --announce-settle %v must be positive", storeGrace, settle)
 				}
@@ -219,6 +223,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
 		c.Flags().StringVar(&healthSource, "health-source", "", "the edge's own health-check address (e.g. from 198.18.0.0/15; never an EIP or VIP): encap-mode backends are checked from it through the NVGRE tunnel (default: none, they are probed directly at their private addresses)")
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
+		icmpTTL.add(c, "icmp-ttl", "ICMP time exceeded")
+		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection table (default 1048576)")
 		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes")
@@ -323,4 +329,33 @@ func healthCommands(specs []string, file string) (health.Commands, error) {
 		list = append(list, more...)
 	}
 	return health.NewCommands(list)
+}
+
+// icmpBudgetFlags are one ICMP error kind's own budget on the edge
+// (--icmp-ttl-rate, --icmp-frag-burst, ...): each kind has its own bucket,
+// --icmp-rate and --icmp-burst unless these are given.
+type icmpBudgetFlags struct {
+	prefix      string
+	rate, burst uint32
+}
+
+func (b *icmpBudgetFlags) add(c *cobra.Command, prefix, what string) {
+	b.prefix = prefix
+	c.Flags().Uint32Var(&b.rate, prefix+"-rate", 0, what+" errors per second per CPU, a budget no other kind of error spends (default --icmp-rate)")
+	c.Flags().Uint32Var(&b.burst, prefix+"-burst", 0, what+" error burst (default --icmp-burst)")
+}
+
+// apply sets the kind's budget if either flag was given.
+func (b *icmpBudgetFlags) apply(c *cobra.Command, to map[dataplane.ICMPKind]dataplane.ICMPBudget, k dataplane.ICMPKind, rate, burst uint32) {
+	fr, fb := c.Flags().Changed(b.prefix+"-rate"), c.Flags().Changed(b.prefix+"-burst")
+	if !fr && !fb {
+		return
+	}
+	if fr {
+		rate = b.rate
+	}
+	if fb {
+		burst = b.burst
+	}
+	to[k] = dataplane.ICMPBudget{Rate: rate, Burst: burst}
 }

@@ -26,6 +26,7 @@ func init() {
 		c.AddCommand(serviceCreateCommand(), serviceBackendCommand(), serviceDrainCommand(), serviceWeightCommand(),
 			serviceStatusCommand(), serviceLookupCommand())
 		c.AddCommand(pullOutCommands(model.KindService)...)
+		c.AddCommand(limitsCommand(model.KindService))
 		c.AddCommand(objectCommands(model.KindService, describeService, serviceTable)...)
 		return c
 	})
@@ -391,6 +392,9 @@ func describeService(w io.Writer, o model.Object) {
 	row(tw, "mode:", v.Mode)
 	row(tw, "table size:", v.TableSize)
 	row(tw, "description:", v.Description)
+	if v.Limits != nil {
+		row(tw, "rate limits:", limitsText(v.Limits))
+	}
 	tw.Flush()
 	fmt.Fprintln(w, "listeners:")
 	tw = newTable(w, "  LISTENER", "POOL")

@@ -135,6 +135,13 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 	v.IcmpRate = c.ICMPRate
 	v.IcmpBurst = c.ICMPBurst
 	v.GwMac = macTo(c.GatewayMAC)
+	budgets, err := icmpBudgets(nil, c.ICMPRate, c.ICMPBurst)
+	if err != nil {
+		return err
+	}
+	if err := writeICMPBudgets(a.objs.IcmpKinds, budgets); err != nil {
+		return err
+	}
 
 	// New edges are accepted before the config is published, gone ones
 	// refused after.

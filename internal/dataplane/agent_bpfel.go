@@ -120,7 +120,9 @@ const (
 	agentAzgStatSTAT_DROP_SPOOF_OWN      agentAzgStat = 36
 	agentAzgStatSTAT_DROP_SPOOF_UNDERLAY agentAzgStat = 37
 	agentAzgStatSTAT_DROP_SPOOF_BOGON    agentAzgStat = 38
-	agentAzgStatSTAT_MAX                 agentAzgStat = 39
+	agentAzgStatSTAT_DROP_RL_SOURCE      agentAzgStat = 39
+	agentAzgStatSTAT_DROP_RL_SYN         agentAzgStat = 40
+	agentAzgStatSTAT_MAX                 agentAzgStat = 41
 )
 
 type agentEipKey struct {
@@ -156,6 +158,12 @@ type agentIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
 	LastNs uint64
+}
+
+type agentIcmpKindCfg struct {
+	_     structs.HostLayout
+	Rate  uint32
+	Burst uint32
 }
 
 type agentIfAddr struct {
@@ -228,7 +236,8 @@ const (
 	agentMapAgentSvc          = "agent_svc"
 	agentMapEipStats          = "eip_stats"
 	agentMapFibScratch        = "fib_scratch"
-	agentMapIcmpBuckets       = "icmp_buckets"
+	agentMapIcmpBudgets       = "icmp_budgets"
+	agentMapIcmpKinds         = "icmp_kinds"
 	agentMapNhCache           = "nh_cache"
 	agentMapStats             = "stats"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
@@ -297,7 +306,8 @@ type agentMapSpecs struct {
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
-	IcmpBuckets   *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
+	IcmpKinds     *ebpf.MapSpec `ebpf:"icmp_kinds"`
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -340,7 +350,8 @@ type agentMaps struct {
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
-	IcmpBuckets   *ebpf.Map `ebpf:"icmp_buckets"`
+	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
+	IcmpKinds     *ebpf.Map `ebpf:"icmp_kinds"`
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
@@ -359,7 +370,8 @@ func (m *agentMaps) Close() error {
 		m.AgentSvc,
 		m.EipStats,
 		m.FibScratch,
-		m.IcmpBuckets,
+		m.IcmpBudgets,
+		m.IcmpKinds,
 		m.NhCache,
 		m.Stats,
 	)

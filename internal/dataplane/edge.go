@@ -161,6 +161,13 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	if c.ICMPRate > MaxICMPRate {
 		return fmt.Errorf("ICMP rate %d/s: at most %d", c.ICMPRate, MaxICMPRate)
 	}
+	budgets, err := icmpBudgets(c.ICMPBudgets, c.ICMPRate, c.ICMPBurst)
+	if err != nil {
+		return err
+	}
+	if err := writeICMPBudgets(e.objs.IcmpKinds, budgets); err != nil {
+		return err
+	}
 	v.UlIfindex = c.UnderlayIfindex
 	v.IcmpRate = c.ICMPRate
 	v.IcmpBurst = c.ICMPBurst

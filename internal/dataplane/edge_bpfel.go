@@ -66,7 +66,9 @@ const (
 	edgeAzgStatSTAT_DROP_SPOOF_OWN      edgeAzgStat = 36
 	edgeAzgStatSTAT_DROP_SPOOF_UNDERLAY edgeAzgStat = 37
 	edgeAzgStatSTAT_DROP_SPOOF_BOGON    edgeAzgStat = 38
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 39
+	edgeAzgStatSTAT_DROP_RL_SOURCE      edgeAzgStat = 39
+	edgeAzgStatSTAT_DROP_RL_SYN         edgeAzgStat = 40
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 41
 )
 
 type edgeCtBucket struct {
@@ -194,6 +196,12 @@ type edgeIcmpBucket struct {
 	LastNs uint64
 }
 
+type edgeIcmpKindCfg struct {
+	_     structs.HostLayout
+	Rate  uint32
+	Burst uint32
+}
+
 type edgeIpAddr struct {
 	_ structs.HostLayout
 	A [4]uint32
@@ -314,6 +322,27 @@ type edgeNhEntry struct {
 	Expires   uint64
 }
 
+type edgeRlDst struct {
+	_        structs.HostLayout
+	SrcNs    uint64
+	SrcTau   uint64
+	SynNs    uint64
+	SynTau   uint64
+	SynTat   uint64
+	DropSrc  uint64
+	DropSyn  uint64
+	SrcPps   uint32
+	SrcBurst uint32
+	SynRate  uint32
+	SynBurst uint32
+}
+
+type edgeRlSrcKey struct {
+	_   structs.HostLayout
+	Src uint32
+	Dst uint32
+}
+
 type edgeStatEntry struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -330,6 +359,8 @@ const (
 	edgeMapCtBuckets     = "ct_buckets"
 	edgeMapCtEvents      = "ct_events"
 	edgeMapEdgeCfg       = "edge_cfg"
+	edgeMapEdgeLimits    = "edge_limits"
+	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
 	edgeMapEipCache      = "eip_cache"
 	edgeMapEipRouteGen   = "eip_route_gen"
@@ -339,7 +370,8 @@ const (
 	edgeMapHcMarks       = "hc_marks"
 	edgeMapHcPeers       = "hc_peers"
 	edgeMapHcStats       = "hc_stats"
-	edgeMapIcmpBuckets   = "icmp_buckets"
+	edgeMapIcmpBudgets   = "icmp_budgets"
+	edgeMapIcmpKinds     = "icmp_kinds"
 	edgeMapLbBackends    = "lb_backends"
 	edgeMapLbBeStats     = "lb_be_stats"
 	edgeMapLbCfg         = "lb_cfg"
@@ -417,6 +449,8 @@ type edgeMapSpecs struct {
 	CtBuckets     *ebpf.MapSpec `ebpf:"ct_buckets"`
 	CtEvents      *ebpf.MapSpec `ebpf:"ct_events"`
 	EdgeCfg       *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
+	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
@@ -426,7 +460,8 @@ type edgeMapSpecs struct {
 	HcMarks       *ebpf.MapSpec `ebpf:"hc_marks"`
 	HcPeers       *ebpf.MapSpec `ebpf:"hc_peers"`
 	HcStats       *ebpf.MapSpec `ebpf:"hc_stats"`
-	IcmpBuckets   *ebpf.MapSpec `ebpf:"icmp_buckets"`
+	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
+	IcmpKinds     *ebpf.MapSpec `ebpf:"icmp_kinds"`
 	LbBackends    *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbBeStats     *ebpf.MapSpec `ebpf:"lb_be_stats"`
 	LbCfg         *ebpf.MapSpec `ebpf:"lb_cfg"`
@@ -478,6 +513,8 @@ type edgeMaps struct {
 	CtBuckets     *ebpf.Map `ebpf:"ct_buckets"`
 	CtEvents      *ebpf.Map `ebpf:"ct_events"`
 	EdgeCfg       *ebpf.Map `ebpf:"edge_cfg"`
+	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
+	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
@@ -487,7 +524,8 @@ type edgeMaps struct {
 	HcMarks       *ebpf.Map `ebpf:"hc_marks"`
 	HcPeers       *ebpf.Map `ebpf:"hc_peers"`
 	HcStats       *ebpf.Map `ebpf:"hc_stats"`
-	IcmpBuckets   *ebpf.Map `ebpf:"icmp_buckets"`
+	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
+	IcmpKinds     *ebpf.Map `ebpf:"icmp_kinds"`
 	LbBackends    *ebpf.Map `ebpf:"lb_backends"`
 	LbBeStats     *ebpf.Map `ebpf:"lb_be_stats"`
 	LbCfg         *ebpf.Map `ebpf:"lb_cfg"`
@@ -511,6 +549,8 @@ func (m *edgeMaps) Close() error {
 		m.CtBuckets,
 		m.CtEvents,
 		m.EdgeCfg,
+		m.EdgeLimits,
+		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
 		m.EipCache,
 		m.EipRouteGen,
@@ -520,7 +560,8 @@ func (m *edgeMaps) Close() error {
 		m.HcMarks,
 		m.HcPeers,
 		m.HcStats,
-		m.IcmpBuckets,
+		m.IcmpBudgets,
+		m.IcmpKinds,
 		m.LbBackends,
 		m.LbBeStats,
 		m.LbCfg,

@@ -30,7 +30,7 @@ type edgeBed struct {
 	edge *Edge
 }
 
-func newEdgeBed(t *testing.T) *edgeBed {
+func newEdgeBed(t testing.TB) *edgeBed {
 	t.Helper()
 	requireRoot(t)
 	env, err := dptest.New()

@@ -19,7 +19,50 @@ type FakeEdge struct {
 	Capacity int // 0: unlimited
 	// SpoofOwn and SpoofUnderlay are the last SetSpoofPrefixes.
 	SpoofOwn, SpoofUnderlay []netip.Prefix
+	// LimitMap holds the rate limits (LimitMaps), normalised.
+	LimitMap map[netip.Addr]Limits
 }
+
+// PutLimits records an address's limits (a zero Limits deletes them).
+func (f *FakeEdge) PutLimits(a netip.Addr, l Limits) error {
+	if l.IsZero() {
+		return f.DeleteLimits(a)
+	}
+	if !a.Is4() {
+		return fmt.Errorf("limits of %v: only IPv4 is supported", a)
+	}
+	if _, err := limitsTo(l); err != nil {
+		return fmt.Errorf("limits of %v: %w", a, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.LimitMap == nil {
+		f.LimitMap = map[netip.Addr]Limits{}
+	}
+	f.LimitMap[a] = l.Normal()
+	return nil
+}
+
+// DeleteLimits removes an address's limits.
+func (f *FakeEdge) DeleteLimits(a netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.LimitMap, a)
+	return nil
+}
+
+// Limits lists the recorded limits.
+func (f *FakeEdge) Limits() (map[netip.Addr]Limits, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[netip.Addr]Limits, len(f.LimitMap))
+	for a, l := range f.LimitMap {
+		out[a] = l
+	}
+	return out, nil
+}
+
+var _ LimitMaps = (*FakeEdge)(nil)
 
 // SetSpoofPrefixes records the anti-spoofing prefixes.
 func (f *FakeEdge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {

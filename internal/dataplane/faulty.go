@@ -223,3 +223,22 @@ func NewFaultyLB(inner interface {
 		FaultyTables: FaultyTables{inner, f}, FaultyBackends: FaultyBackends{inner, f},
 		FaultyNATBackends: FaultyNATBackends{inner, f}, FaultyLBConfig: FaultyLBConfig{inner, f}, F: f}
 }
+
+// FaultyLimits injects faults into a LimitMaps.
+type FaultyLimits struct {
+	LimitMaps
+	F *Faults
+}
+
+func (f FaultyLimits) PutLimits(a netip.Addr, l Limits) error {
+	return f.F.write("PutLimits", func() error { return f.LimitMaps.PutLimits(a, l) })
+}
+func (f FaultyLimits) DeleteLimits(a netip.Addr) error {
+	return f.F.write("DeleteLimits", func() error { return f.LimitMaps.DeleteLimits(a) })
+}
+func (f FaultyLimits) Limits() (map[netip.Addr]Limits, error) {
+	if err := f.F.check("Limits", false); err != nil {
+		return nil, err
+	}
+	return f.LimitMaps.Limits()
+}

@@ -55,6 +55,8 @@ var statNames = [...]string{
 	"drop_spoof_own",
 	"drop_spoof_underlay",
 	"drop_spoof_bogon",
+	"drop_rl_source",
+	"drop_rl_syn",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -101,11 +103,14 @@ type Route struct {
 
 // EdgeConfig is the edge program's configuration.
 type EdgeConfig struct {
-	Underlay         netip.Addr // decap destination, encap source
-	ICMPSource       netip.Addr // source of ICMP errors sent to the Internet
-	HashSeed         uint32
-	ICMPRate         uint32 // errors per second per CPU; 0 sends none
-	ICMPBurst        uint32
+	Underlay   netip.Addr // decap destination, encap source
+	ICMPSource netip.Addr // source of ICMP errors sent to the Internet
+	HashSeed   uint32
+	ICMPRate   uint32 // errors per second per CPU; 0 sends none
+	ICMPBurst  uint32
+	// ICMPBudgets: kinds with a budget of their own; the others get
+	// ICMPRate and ICMPBurst (each kind its own bucket all the same).
+	ICMPBudgets      map[ICMPKind]ICMPBudget
 	ICMPTimeExceeded bool // answer expired TTLs (otherwise count and drop)
 	// UnderlayIfindex is the underlay interface: NVGRE is only accepted
 	// from it and decapsulated packets never leave through it (0: any).

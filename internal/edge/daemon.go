@@ -233,6 +233,15 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 				ns.Sync = &model.SyncStatus{Reason: why}
 			}
 		}
+		// What each address's rate limits dropped.
+		for _, a := range rec.LimitedAddrs() {
+			if c, ok, err := dp.LimitCounters(a); err == nil && ok {
+				if ns.LimitDrops == nil {
+					ns.LimitDrops = map[string]model.LimitDrops{}
+				}
+				ns.LimitDrops[a.String()] = model.LimitDrops{Source: c.DroppedSource, SYN: c.DroppedSYN}
+			}
+		}
 		// The tunnel health checks' counters (hc_*) beside the others.
 		if hs, err := dp.HealthStats(); err == nil && ns.Counters != nil {
 			for k, v := range hs {

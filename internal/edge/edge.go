@@ -40,12 +40,15 @@ type Want struct {
 type Config struct {
 	Name string
 	// MetricsToken, if set, is required on the metrics listener.
-	MetricsToken     string
-	Interfaces       []string // XDP is attached to each
-	ICMPSource       netip.Addr
-	HashSeed         uint32
-	ICMPRate         uint32
-	ICMPBurst        uint32
+	MetricsToken string
+	Interfaces   []string // XDP is attached to each
+	ICMPSource   netip.Addr
+	HashSeed     uint32
+	ICMPRate     uint32
+	ICMPBurst    uint32
+	// ICMPBudgets: kinds of ICMP error with a budget of their own (the
+	// others get ICMPRate and ICMPBurst, each kind its own bucket).
+	ICMPBudgets      map[dataplane.ICMPKind]dataplane.ICMPBudget
 	ICMPTimeExceeded bool
 	StatusInterval   time.Duration
 	// IfindexOf finds the interface holding an address (the underlay
@@ -104,14 +107,15 @@ type Reconciler struct {
 	routes   int // routes programmed
 	rev      int64
 	underlay netip.Addr
-	prefixes []netip.Prefix       // the edge set's prefixes
-	spoof    string               // the anti-spoofing prefixes as programmed (spoofKey)
-	errs     []string             // of the last commit
-	syncErr  error                // nil: the maps hold the desired state (verify)
-	plan     atomic.Pointer[Plan] // for the announcer, as of the last commit
-	lbErrs   []string             // services not fully programmed, as of the last service sync
-	invalid  *store.Invalid       // stored objects refused by validation
-	lb       *lbState             // nil when the data plane has no load balancer
+	prefixes []netip.Prefix                  // the edge set's prefixes
+	spoof    string                          // the anti-spoofing prefixes as programmed (spoofKey)
+	limits   map[netip.Addr]dataplane.Limits // the rate limits as programmed (nil: unknown)
+	errs     []string                        // of the last commit
+	syncErr  error                           // nil: the maps hold the desired state (verify)
+	plan     atomic.Pointer[Plan]            // for the announcer, as of the last commit
+	lbErrs   []string                        // services not fully programmed, as of the last service sync
+	invalid  *store.Invalid                  // stored objects refused by validation
+	lb       *lbState                        // nil when the data plane has no load balancer
 	lbDirty  bool
 	lbCfg    *dataplane.LBConfig // as programmed
 	lastRev  int64               // the revision the last commit was asked for
@@ -243,6 +247,10 @@ func (r *Reconciler) commit() {
 		r.fail(err)
 		ok = false
 	}
+	if err := r.syncLimits(); err != nil {
+		r.fail(err)
+		ok = false
+	}
 	lbSynced := r.lb != nil && r.lbDirty
 	if lbSynced {
 		if err := r.syncLB(); err != nil {
@@ -350,8 +358,8 @@ func (r *Reconciler) applyConfig() error {
 	}
 	err := r.maps.SetConfig(dataplane.EdgeConfig{
 		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, HashSeed: r.cfg.HashSeed,
-		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPTimeExceeded: r.cfg.ICMPTimeExceeded,
-		GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
+		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPBudgets: r.cfg.ICMPBudgets,
+		ICMPTimeExceeded: r.cfg.ICMPTimeExceeded, GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,8 @@ type index struct {
 	// quarantined addresses.
 	pulled      map[[4]byte]string
 	quarantined map[[4]byte]bool
+	// The EIPs with rate limits (few: most EIPs have none).
+	limits map[[4]byte]model.Limits
 }
 
 type hostEntry struct {
@@ -41,7 +43,8 @@ type binding struct{ host, guest string }
 func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
-		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{}}
+		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
+		limits: map[[4]byte]model.Limits{}}
 }
 
 func (x *index) intern(s string) string {
@@ -71,6 +74,11 @@ func (x *index) put(kind, key string, o model.Object) change {
 			x.pulled[k] = x.intern(o.Set)
 		} else {
 			delete(x.pulled, k)
+		}
+		if o.Limits != nil {
+			x.limits[k] = *o.Limits
+		} else {
+			delete(x.limits, k)
 		}
 		if o.Binding == nil {
 			delete(x.eips, k)
@@ -114,6 +122,7 @@ func (x *index) delete(kind, key string) change {
 		}
 		delete(x.eips, a.As4())
 		delete(x.pulled, a.As4())
+		delete(x.limits, a.As4())
 		return change{eip: a}
 	case model.KindHost:
 		delete(x.hosts, key)

@@ -98,6 +98,8 @@ type EIP struct {
 	// Set names the dedicated edge set the EIP is pulled out into ("":
 	// served by the prefix set that covers it).
 	Set string `json:"set,omitempty"`
+	// Limits are the EIP's rate limits at the edges (nil: none).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Name returns the object's key within its kind.
@@ -332,6 +334,7 @@ func (e *EIP) Validate() Errors {
 	if e.Set != "" {
 		checkName(&es, "set", e.Set)
 	}
+	e.Limits.validate(&es, "limits")
 	return es
 }
 

@@ -47,6 +47,8 @@ type Service struct {
 	// Set names the dedicated edge set the VIP is pulled out into ("":
 	// served by the prefix set that covers it).
 	Set string `json:"set,omitempty"`
+	// Limits are the VIP's rate limits at the edges (nil: none).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Listener sends a protocol and port (or range, or any port) of the VIP to
@@ -308,6 +310,7 @@ func (p *Pool) Backend(key string) (int, bool) {
 // pointer).
 func (s *Service) Clone() *Service {
 	c := *s
+	c.Limits = s.Limits.Clone()
 	c.Listeners = slices.Clone(s.Listeners)
 	if s.Pools != nil {
 		c.Pools = make([]Pool, len(s.Pools))
@@ -401,6 +404,7 @@ func (s *Service) validate() Errors {
 	if s.Set != "" {
 		checkName(&es, "set", s.Set)
 	}
+	s.Limits.validate(&es, "limits")
 	switch s.Mode {
 	case ModeEncap, ModeNAT:
 	case "":

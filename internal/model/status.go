@@ -19,6 +19,13 @@ type EIPCounters struct {
 	RxSyns uint64 `json:"rx_syns,omitempty"`
 }
 
+// LimitDrops are the packets one address's rate limits dropped on an
+// edge: over a source's rate, and SYNs over the SYN guard.
+type LimitDrops struct {
+	Source uint64 `json:"source"`
+	SYN    uint64 `json:"syn"`
+}
+
 // NodeStatus is what an edge or agent publishes about itself under
 // /azgate/status/ROLE/NAME (with a lease: it vanishes when the daemon is
 // gone for longer than the lease TTL; the data plane may still forward).
@@ -33,7 +40,10 @@ type NodeStatus struct {
 	Routes          int                    `json:"routes"`           // EIP routes (edge) or hosted EIPs (agent)
 	Counters        map[string]Count       `json:"counters"`         // per-reason data-plane counters
 	EIPs            map[string]EIPCounters `json:"eips,omitempty"`   // per-EIP counters (bound EIPs)
-	Errors          []string               `json:"errors,omitempty"` // reconcile problems
+	// LimitDrops are what each EIP's or VIP's rate limits dropped on
+	// this edge, by address (addresses with limits only; edges only).
+	LimitDrops map[string]LimitDrops `json:"limit_drops,omitempty"`
+	Errors     []string              `json:"errors,omitempty"` // reconcile problems
 	// HealthCommands are the names of the commands the edge's
 	// configuration lets command health checks run (edges only; never
 	// their paths or arguments).

@@ -65,6 +65,7 @@ var (
 	descRoutes  = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
 	descRev     = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
 	descEIP     = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
+	descLimit   = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
 	descInvalid = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
 	// BGP (edges): whether the edge announces, why not, its sessions.
 	descAnnouncing = prometheus.NewDesc("azgate_bgp_announcing", "1 while the edge announces its set's routes.", []string{"role"}, nil)
@@ -80,7 +81,7 @@ var (
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descInvalid,
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid,
 		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer} {
 		ch <- d
 	}
@@ -115,6 +116,10 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	for e, v := range s.EIPs {
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.TxPackets), c.role, e, "tx")
+	}
+	for a, v := range s.LimitDrops {
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.CounterValue, float64(v.Source), c.role, a, "source")
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.CounterValue, float64(v.SYN), c.role, a, "syn")
 	}
 	if b := s.BGP; b != nil {
 		ch <- prometheus.MustNewConstMetric(descAnnouncing, prometheus.GaugeValue, b01(b.Announcing), c.role)

@@ -78,3 +78,34 @@ func TestHandlerToken(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitMetrics: what each address's rate limits dropped, by reason.
+func TestLimitMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus {
+		return model.NodeStatus{LimitDrops: map[string]model.LimitDrops{"198.51.100.7": {Source: 5, SYN: 7}}}
+	}})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "azgate_limit_dropped_packets_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			k := ""
+			for _, l := range m.GetLabel() {
+				k += l.GetName() + "=" + l.GetValue() + ","
+			}
+			got[k] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"address=198.51.100.7,reason=source,role=edge,": 5, "address=198.51.100.7,reason=syn,role=edge,": 7}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}

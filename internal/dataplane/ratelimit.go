@@ -1,0 +1,210 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// Limits are the rate limits of one EIP or VIP (edge_limits,
+// bpf/lib/ratelimit.h): packets per second from any one source, and SYNs
+// (without ACK) per second to the address from all sources together. A
+// zero rate turns that limit off; a zero burst is one second's worth.
+type Limits struct {
+	SourcePPS   uint32
+	SourceBurst uint32
+	SYNRate     uint32
+	SYNBurst    uint32
+}
+
+// IsZero reports whether no limit is on.
+func (l Limits) IsZero() bool { return l.SourcePPS == 0 && l.SYNRate == 0 }
+
+// Normal fills in the default bursts (one second's worth) and clears
+// the burst of a limit that is off, so equal settings compare equal.
+func (l Limits) Normal() Limits {
+	if l.SourcePPS == 0 {
+		l.SourceBurst = 0
+	} else if l.SourceBurst == 0 {
+		l.SourceBurst = l.SourcePPS
+	}
+	if l.SYNRate == 0 {
+		l.SYNBurst = 0
+	} else if l.SYNBurst == 0 {
+		l.SYNBurst = l.SYNRate
+	}
+	return l
+}
+
+// MaxLimitRate bounds a configurable rate (packets or SYNs per second):
+// the bucket's interval, 1e9 / rate ns, keeps 1 % accuracy up to it.
+const MaxLimitRate = 10_000_000
+
+// LimitCounters are what one address's limits dropped, summed over CPUs.
+type LimitCounters struct {
+	DroppedSource uint64 `json:"dropped_source"`
+	DroppedSYN    uint64 `json:"dropped_syn"`
+}
+
+// LimitMaps programs the per-address rate limits (the Edge, the FakeEdge
+// and FaultyLimits implement it). A write takes effect at once: it bumps
+// the route generation, so the route cache learns which addresses have
+// limits (an address without them costs the fast path one flag test).
+type LimitMaps interface {
+	// PutLimits sets an address's limits (a zero Limits deletes them).
+	PutLimits(netip.Addr, Limits) error
+	DeleteLimits(netip.Addr) error
+	// Limits lists the programmed limits (normalised).
+	Limits() (map[netip.Addr]Limits, error)
+}
+
+// limitsTo turns limits into the map's value (GCRA intervals in ns).
+func limitsTo(l Limits) (edgeRlDst, error) {
+	l = l.Normal()
+	var v edgeRlDst
+	if l.SourcePPS > MaxLimitRate || l.SYNRate > MaxLimitRate {
+		return v, fmt.Errorf("rate limits %d/%d per second: at most %d", l.SourcePPS, l.SYNRate, MaxLimitRate)
+	}
+	if l.SourcePPS > 0 {
+		v.SrcNs = 1e9 / uint64(l.SourcePPS)
+		v.SrcTau = uint64(l.SourceBurst-1) * v.SrcNs
+	}
+	if l.SYNRate > 0 {
+		v.SynNs = 1e9 / uint64(l.SYNRate)
+		v.SynTau = uint64(l.SYNBurst-1) * v.SynNs
+	}
+	v.SrcPps, v.SrcBurst, v.SynRate, v.SynBurst = l.SourcePPS, l.SourceBurst, l.SYNRate, l.SYNBurst
+	return v, nil
+}
+
+// PutLimits writes an address's limits; the drop counters carry over, and
+// so does the SYN guard's state while its setting stays.
+func (e *Edge) PutLimits(a netip.Addr, l Limits) (err error) {
+	if l.IsZero() {
+		return e.DeleteLimits(a)
+	}
+	if !a.Is4() {
+		return fmt.Errorf("limits of %v: only IPv4 is supported", a)
+	}
+	v, err := limitsTo(l)
+	if err != nil {
+		return fmt.Errorf("limits of %v: %w", a, err)
+	}
+	k := ip4word(a)
+	var old edgeRlDst
+	if err := e.objs.EdgeLimits.Lookup(k, &old); err == nil {
+		if old.SrcNs == v.SrcNs && old.SrcTau == v.SrcTau && old.SynNs == v.SynNs && old.SynTau == v.SynTau &&
+			old.SrcPps == v.SrcPps && old.SrcBurst == v.SrcBurst && old.SynRate == v.SynRate && old.SynBurst == v.SynBurst {
+			return nil
+		}
+		v.DropSrc, v.DropSyn = old.DropSrc, old.DropSyn
+		if old.SynNs == v.SynNs && old.SynTau == v.SynTau {
+			v.SynTat = old.SynTat
+		}
+	}
+	defer e.routesWritten(&err)
+	if err := e.objs.EdgeLimits.Update(k, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write limits of %v: %w", a, err)
+	}
+	return nil
+}
+
+// DeleteLimits removes an address's limits (none: nothing to do).
+func (e *Edge) DeleteLimits(a netip.Addr) (err error) {
+	if !a.Is4() {
+		return nil
+	}
+	k := ip4word(a)
+	if err := e.objs.EdgeLimits.Delete(k); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("delete limits of %v: %w", a, err)
+	}
+	return e.bumpRouteGen()
+}
+
+// Limits lists the programmed limits.
+func (e *Edge) Limits() (map[netip.Addr]Limits, error) {
+	out := map[netip.Addr]Limits{}
+	var k uint32
+	var v edgeRlDst
+	it := e.objs.EdgeLimits.Iterate()
+	for it.Next(&k, &v) {
+		out[netip.AddrFrom4(le4(k))] = Limits{SourcePPS: v.SrcPps, SourceBurst: v.SrcBurst, SYNRate: v.SynRate, SYNBurst: v.SynBurst}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list limits: %w", err)
+	}
+	return out, nil
+}
+
+// LimitCounters reads what an address's limits dropped (false: no limits).
+func (e *Edge) LimitCounters(a netip.Addr) (LimitCounters, bool, error) {
+	if !a.Is4() {
+		return LimitCounters{}, false, nil
+	}
+	var v edgeRlDst
+	if err := e.objs.EdgeLimits.Lookup(ip4word(a), &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return LimitCounters{}, false, nil
+		}
+		return LimitCounters{}, false, err
+	}
+	return LimitCounters{DroppedSource: v.DropSrc, DroppedSYN: v.DropSyn}, true, nil
+}
+
+// ICMPKind is a kind of ICMP error the data plane generates; each has its
+// own budget (bpf/lib/consts.h ICMP_KIND_*), so a flood of one kind (expired
+// TTLs) cannot starve another (fragmentation needed, which path MTU
+// discovery depends on, RFC 1191).
+type ICMPKind int
+
+const (
+	ICMPKindTTL   ICMPKind = iota // time exceeded
+	ICMPKindFrag                  // fragmentation needed
+	ICMPKindOther                 // any other error
+	icmpKinds
+)
+
+// ICMPBudget is one kind's budget: errors per second per CPU (0: none are
+// sent) and the burst.
+type ICMPBudget struct {
+	Rate, Burst uint32
+}
+
+// icmpBudgets resolves the budget of every kind: its own if set, else the
+// default.
+func icmpBudgets(per map[ICMPKind]ICMPBudget, rate, burst uint32) ([icmpKinds]ICMPBudget, error) {
+	var out [icmpKinds]ICMPBudget
+	for k := range out {
+		b, ok := per[ICMPKind(k)]
+		if !ok {
+			b = ICMPBudget{Rate: rate, Burst: burst}
+		}
+		if b.Rate > MaxICMPRate {
+			return out, fmt.Errorf("ICMP rate %d/s: at most %d", b.Rate, MaxICMPRate)
+		}
+		out[k] = b
+	}
+	for k := range per {
+		if k < 0 || k >= icmpKinds {
+			return out, fmt.Errorf("ICMP kind %d: no such kind", k)
+		}
+	}
+	return out, nil
+}
+
+// writeICMPBudgets writes icmp_kinds (both programs' maps have its layout).
+func writeICMPBudgets(m *ebpf.Map, b [icmpKinds]ICMPBudget) error {
+	for k, v := range b {
+		if err := m.Update(uint32(k), &edgeIcmpKindCfg{Rate: v.Rate, Burst: v.Burst}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write ICMP budget %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+var _ LimitMaps = (*Edge)(nil)
