@@ -84,13 +84,12 @@ func (c MapClass) String() string {
 
 // mapClasses: the class of each pinned map not of ClassConfig.
 var mapClasses = map[string]MapClass{
-	"stats":        ClassCounters,
-	"icmp_buckets": ClassCounters,
-	"eip_stats":    ClassCounters,
-	"lb_be_stats":  ClassCounters,
-	"lb_info":      ClassCounters,
-	"hc_stats":     ClassCounters,
-	"lb_conns":     ClassConnections,
+	"stats":       ClassCounters,
+	"eip_stats":   ClassCounters,
+	"lb_be_stats": ClassCounters,
+	"lb_info":     ClassCounters,
+	"hc_stats":    ClassCounters,
+	"lb_conns":    ClassConnections,
 	// A nat connection's reply tuple -> its VIP and port: without it the
 	// replies of a backend serving two VIPs or ports leave untranslated.
 	"lb_nat_conns": ClassRequired,

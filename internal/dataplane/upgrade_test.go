@@ -259,11 +259,33 @@ func loadPrevEdge(spec *ebpf.CollectionSpec, o LoadOptions) (*Edge, error) {
 	if err := loadInto(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: o.PinDir}}, &e.objs); err != nil {
 		return nil, err
 	}
+	if e.objs.IcmpKinds == nil {
+		// The previous release has no icmp_kinds (its programs read the
+		// ICMP rate from edge_cfg, which SetConfig still writes): give
+		// this tree's SetConfig an unpinned one that nothing reads.
+		m, err := scratchMap(loadEdge, edgeMapIcmpKinds)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.objs.IcmpKinds = m
+	}
 	if err := e.startListenerGens(); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
+}
+
+// scratchMap makes an unpinned map from this tree's spec of map name.
+func scratchMap(load func() (*ebpf.CollectionSpec, error), name string) (*ebpf.Map, error) {
+	cur, err := load()
+	if err != nil {
+		return nil, err
+	}
+	ms := cur.Maps[name].Copy()
+	ms.Pinning = ebpf.PinNone
+	return ebpf.NewMap(ms)
 }
 
 // loadPrevAgent: loadPrevEdge for the agent.
@@ -275,6 +297,14 @@ func loadPrevAgent(spec *ebpf.CollectionSpec, o LoadOptions) (*Agent, error) {
 	a := &Agent{pinDir: o.PinDir, links: map[string]link.Link{}}
 	if err := loadInto(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: o.PinDir}}, &a.objs); err != nil {
 		return nil, err
+	}
+	if a.objs.IcmpKinds == nil {
+		m, err := scratchMap(loadAgent, agentMapIcmpKinds)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		a.objs.IcmpKinds = m
 	}
 	return a, nil
 }
