@@ -85,6 +85,9 @@ type Verdict struct {
 	// Trailer is what follows the forwarded packet in the input frame
 	// (Ethernet padding), which a frame forwarded without a tunnel keeps.
 	Trailer []byte
+	// VLAN is the input's VLAN tags as they were on the wire (empty when
+	// untagged): an ICMP error goes back with the same tags.
+	VLAN []byte
 }
 
 func (v Verdict) String() string {
@@ -180,7 +183,7 @@ func (r *Region) JudgeEdge(side Side, b []byte) (v Verdict) {
 	if err != nil {
 		return Verdict{Forbid: "malformed: " + err.Error()}
 	}
-	v.IP, v.Fwd, v.Trailer = &p, &p, b[p.End():]
+	v.IP, v.Fwd, v.Trailer, v.VLAN = &p, &p, b[p.End():], b[12:l.L3-2]
 	if judgeIP(&v, p, RouterHop); v.Forbid != "" {
 		return v
 	}
@@ -269,7 +272,8 @@ const (
 )
 
 // CheckOutput holds a transmitted frame to the verdict on its input and to
-// the shape every frame on the wire must have: untagged Ethernet, then a
+// the shape every frame on the wire must have: untagged Ethernet (an ICMP
+// error carries the input's VLAN tags back instead), then a
 // well-formed IPv4 packet (valid header checksum, total length matching
 // the frame, routable addresses, TTL above 0) and, for NVGRE, a
 // well-formed encapsulation (DF, GRE K + 0x6558, an inner IPv4 packet ending
@@ -281,17 +285,25 @@ func (r *Region) CheckOutput(v Verdict, hop Hop, out []byte) (string, error) {
 	if v.Forbid != "" {
 		return "", fmt.Errorf("transmitted, but the input must never be: %s", v.Forbid)
 	}
-	if len(out) < ethHdrLen {
+	ol, ok := ParseLink(out)
+	if !ok || len(out) < ethHdrLen {
 		return "", fmt.Errorf("%d bytes: no Ethernet header", len(out))
 	}
-	switch et := binary.BigEndian.Uint16(out[12:]); et {
+	tags := out[12 : ol.L3-2]
+	if ol.Tags > 0 && !bytes.Equal(tags, v.VLAN) {
+		return "", fmt.Errorf("transmitted with VLAN tags %x, the input had %x", tags, v.VLAN)
+	}
+	switch et := ol.EtherType; et {
 	case EtherIPv4:
 	case EtherARP:
+		if ol.Tags > 0 {
+			return "", errors.New("a tagged ARP frame transmitted")
+		}
 		return OutARP, checkARPReply(v, out)
 	default:
 		return "", fmt.Errorf("transmitted ethertype %#04x", et)
 	}
-	o, err := ParseIPv4(out, ethHdrLen)
+	o, err := ParseIPv4(out, ol.L3)
 	if err != nil {
 		return "", fmt.Errorf("output: %v", err)
 	}
@@ -310,7 +322,7 @@ func (r *Region) CheckOutput(v Verdict, hop Hop, out []byte) (string, error) {
 			return OutICMP, fmt.Errorf("ICMP error about %s", v.NoICMP)
 		}
 		if o.End() != len(out) {
-			return OutICMP, fmt.Errorf("ICMP error of %d bytes in a frame of %d", len(o.Pkt), len(out)-ethHdrLen)
+			return OutICMP, fmt.Errorf("ICMP error of %d bytes in a frame of %d", len(o.Pkt), len(out)-ol.L3)
 		}
 		if Checksum(o.L4()) != 0 {
 			return OutICMP, errors.New("ICMP checksum wrong")
@@ -320,6 +332,9 @@ func (r *Region) CheckOutput(v Verdict, hop Hop, out []byte) (string, error) {
 			return OutICMP, errors.New("the quote is not the start of the input packet")
 		}
 		return OutICMP, nil
+	}
+	if ol.Tags > 0 {
+		return "", fmt.Errorf("forwarded with VLAN tags %x (only ICMP errors keep them)", tags)
 	}
 	if v.NoForward != "" || v.Fwd == nil {
 		return "", fmt.Errorf("forwarded, but the input may not be: %s", v.NoForward)
@@ -418,7 +433,7 @@ func (h *Host) JudgeAgent(side Side, b []byte) (v Verdict) {
 	if err != nil {
 		return Verdict{Forbid: "malformed: " + err.Error()}
 	}
-	v.IP, v.Fwd, v.Trailer = &p, &p, b[p.End():]
+	v.IP, v.Fwd, v.Trailer, v.VLAN = &p, &p, b[p.End():], b[12:l.L3-2]
 	if judgeIP(&v, p, HostHop); v.Forbid != "" {
 		return v
 	}
