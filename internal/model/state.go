@@ -19,6 +19,8 @@ type State struct {
 	Services map[string]*Service
 	// Quarantines by address (sets.go).
 	Quarantines map[string]*Quarantine
+	// FirewallRules by name (firewall.go).
+	FirewallRules map[string]*FirewallRule
 	// Health holds the controller's verdicts by service name; it is
 	// changed with Set and Remove only (Put and Delete refuse it).
 	Health map[string]*Health
