@@ -36,6 +36,7 @@
 #include "lib/nat.h"
 #include "lib/lb.h"
 #include "lib/hc.h" /* health checks through the tunnel */
+#include "lib/fw.h" /* the firewall */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -69,6 +70,7 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 	c->stats_idx = r->stats_idx;
 	c->flags = r->flags;
 	c->lgen = r->lgen;
+	c->fw = fw_dest(addr);
 	c->gen = tag;
 	return c;
 }
@@ -734,6 +736,8 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		__u32 sc = spoof_class(&p);
 		if (sc)
 			return count_drop(sc, len);
+		if (r->fw && fw_drop(&p, r->fw, len))
+			return XDP_DROP;
 	}
 	fib = fib_room();
 	if (!fib)

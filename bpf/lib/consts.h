@@ -146,6 +146,29 @@
 #define SPOOF_OWN 1      /* a set prefix, EIP or VIP of the region */
 #define SPOOF_UNDERLAY 2 /* a host's or edge's underlay address or prefix */
 
+/* Firewall (lib/fw.h): rules (and their counters, fw_stats), entries of
+ * the (scope, source prefix) trie, destinations with rules of their own or
+ * their set's (fw_dst), and rules one entry carries: every rule of the
+ * scope whose source prefix contains the entry's (model.MaxFirewallRules,
+ * model.MaxFirewallOverlap). 100k rules are the design target. */
+#ifndef FW_RULES_MAX
+#define FW_RULES_MAX 131072
+#endif
+#ifndef FW_ENTRIES_MAX
+#define FW_ENTRIES_MAX 262144
+#endif
+#ifndef FW_DST_MAX
+#define FW_DST_MAX (1 << 20)
+#endif
+#define FW_REFS 8
+#define FW_DENY 1
+#define FW_ALLOW 2
+/* eip_centry.fw: the destination's scope in the low 24 bits (0: none),
+ * and two flags, so a destination no rule can touch costs one test. */
+#define FW_SCOPE_MASK 16777215 /* 0xffffff */
+#define FW_C_GLOBAL (1 << 24) /* global rules exist: look up scope 0 */
+#define FW_C_PRIVATE (1 << 25) /* the destination has an allow list */
+
 /* Bounds a header offset for the verifier (no real offset reaches 255):
  * offsets read back from memory (a struct pkt passed to a function) carry
  * no bounds of their own. */

@@ -120,7 +120,9 @@ const (
 	agentAzgStatSTAT_DROP_SPOOF_OWN      agentAzgStat = 36
 	agentAzgStatSTAT_DROP_SPOOF_UNDERLAY agentAzgStat = 37
 	agentAzgStatSTAT_DROP_SPOOF_BOGON    agentAzgStat = 38
-	agentAzgStatSTAT_MAX                 agentAzgStat = 39
+	agentAzgStatSTAT_DROP_FW_DENY        agentAzgStat = 39
+	agentAzgStatSTAT_DROP_FW_PRIVATE     agentAzgStat = 40
+	agentAzgStatSTAT_MAX                 agentAzgStat = 41
 )
 
 type agentEipKey struct {

@@ -66,7 +66,9 @@ const (
 	edgeAzgStatSTAT_DROP_SPOOF_OWN      edgeAzgStat = 36
 	edgeAzgStatSTAT_DROP_SPOOF_UNDERLAY edgeAzgStat = 37
 	edgeAzgStatSTAT_DROP_SPOOF_BOGON    edgeAzgStat = 38
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 39
+	edgeAzgStatSTAT_DROP_FW_DENY        edgeAzgStat = 39
+	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 40
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 41
 )
 
 type edgeCtBucket struct {
@@ -139,7 +141,7 @@ type edgeEipCentry struct {
 	Flags    uint8
 	Pad      uint8
 	Lgen     uint16
-	Pad2     uint32
+	Fw       uint32
 }
 
 type edgeEipKey struct {
@@ -170,6 +172,39 @@ type edgeEipStats struct {
 type edgeFibRoom struct {
 	_ structs.HostLayout
 	B [8]uint64
+}
+
+type edgeFwDst struct {
+	_     structs.HostLayout
+	Scope uint32
+	Flags uint32
+}
+
+type edgeFwEntry struct {
+	_ structs.HostLayout
+	N uint32
+	R [8]struct {
+		_      structs.HostLayout
+		Rule   uint32
+		Action uint8
+		Proto  uint8
+		PortLo uint16
+		PortHi uint16
+		Pad    uint16
+	}
+}
+
+type edgeFwKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Scope     uint32
+	Saddr     uint32
+}
+
+type edgeFwStats struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
 }
 
 type edgeHcPeer struct {
@@ -335,6 +370,10 @@ const (
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapFibScratch    = "fib_scratch"
+	edgeMapFwDst         = "fw_dst"
+	edgeMapFwGlobal      = "fw_global"
+	edgeMapFwRules       = "fw_rules"
+	edgeMapFwStats       = "fw_stats"
 	edgeMapHcMarks       = "hc_marks"
 	edgeMapHcPeers       = "hc_peers"
 	edgeMapHcStats       = "hc_stats"
@@ -422,6 +461,10 @@ type edgeMapSpecs struct {
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
+	FwDst         *ebpf.MapSpec `ebpf:"fw_dst"`
+	FwGlobal      *ebpf.MapSpec `ebpf:"fw_global"`
+	FwRules       *ebpf.MapSpec `ebpf:"fw_rules"`
+	FwStats       *ebpf.MapSpec `ebpf:"fw_stats"`
 	HcMarks       *ebpf.MapSpec `ebpf:"hc_marks"`
 	HcPeers       *ebpf.MapSpec `ebpf:"hc_peers"`
 	HcStats       *ebpf.MapSpec `ebpf:"hc_stats"`
@@ -483,6 +526,10 @@ type edgeMaps struct {
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
+	FwDst         *ebpf.Map `ebpf:"fw_dst"`
+	FwGlobal      *ebpf.Map `ebpf:"fw_global"`
+	FwRules       *ebpf.Map `ebpf:"fw_rules"`
+	FwStats       *ebpf.Map `ebpf:"fw_stats"`
 	HcMarks       *ebpf.Map `ebpf:"hc_marks"`
 	HcPeers       *ebpf.Map `ebpf:"hc_peers"`
 	HcStats       *ebpf.Map `ebpf:"hc_stats"`
@@ -516,6 +563,10 @@ func (m *edgeMaps) Close() error {
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
+		m.FwDst,
+		m.FwGlobal,
+		m.FwRules,
+		m.FwStats,
 		m.HcMarks,
 		m.HcPeers,
 		m.HcStats,

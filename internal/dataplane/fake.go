@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/azgate/azgate/internal/fwplan"
 )
 
 // FakeEdge is an in-memory EdgeMaps for testing reconcilers without a
@@ -19,7 +21,25 @@ type FakeEdge struct {
 	Capacity int // 0: unlimited
 	// SpoofOwn and SpoofUnderlay are the last SetSpoofPrefixes.
 	SpoofOwn, SpoofUnderlay []netip.Prefix
+	// FW holds the firewall maps (firewall.go).
+	FW FakeFirewall
 }
+
+// ApplyFirewall applies a firewall diff to FW.
+func (f *FakeEdge) ApplyFirewall(d fwplan.Diff) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.FW.ApplyFirewall(d)
+}
+
+// FirewallStats reads FW's counters.
+func (f *FakeEdge) FirewallStats(idx uint32) (Count, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.FW.FirewallStats(idx)
+}
+
+var _ FirewallMaps = (*FakeEdge)(nil)
 
 // SetSpoofPrefixes records the anti-spoofing prefixes.
 func (f *FakeEdge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {

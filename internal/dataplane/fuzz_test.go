@@ -327,6 +327,10 @@ func outcomeCoverage(dev, counter string) int {
 		n = 38
 	case "drop_spoof_bogon":
 		n = 39
+	case "drop_fw_deny":
+		n = 40
+	case "drop_fw_private":
+		n = 41
 	}
 	if dev == dptest.UlDev {
 		switch {

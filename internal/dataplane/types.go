@@ -55,6 +55,8 @@ var statNames = [...]string{
 	"drop_spoof_own",
 	"drop_spoof_underlay",
 	"drop_spoof_bogon",
+	"drop_fw_deny",
+	"drop_fw_private",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

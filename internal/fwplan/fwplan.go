@@ -282,21 +282,26 @@ type Diff struct {
 	GlobalDirty bool
 	// Fresh: counter indexes to zero before the entries are written.
 	Fresh []uint32
+	// Prune (a diff from no known plan: the maps may hold a previous
+	// daemon's plan): after writing, delete whatever Want does not hold.
+	Prune bool
+	Want  *Plan
 }
 
 // Empty reports whether the diff changes nothing.
 func (d *Diff) Empty() bool {
 	return len(d.PutEntries) == 0 && len(d.DelEntries) == 0 && len(d.PutDests) == 0 && len(d.DelDests) == 0 &&
-		!d.GlobalDirty && len(d.Fresh) == 0
+		!d.GlobalDirty && len(d.Fresh) == 0 && !d.Prune
 }
 
 // Compare returns the changes from old (nil: maps that may hold anything:
-// everything is written, nothing known is deleted) to p.
+// everything is written, then whatever p does not hold is pruned) to p.
 func (p *Plan) Compare(old *Plan) Diff {
 	d := Diff{PutEntries: map[Key]Entry{}, PutDests: map[netip.Addr]Dest{}, Global: p.Global, Fresh: p.Fresh}
 	if old == nil {
 		old = &Plan{}
 		d.GlobalDirty = true
+		d.Prune, d.Want = true, p
 	} else if old.Global != p.Global {
 		d.GlobalDirty = true
 	}

@@ -1,0 +1,114 @@
+/* fw.h: the edge's firewall, evaluated first for a packet from the Internet
+ * side to an EIP or VIP (issue 9; docs/dataplane.md, "Firewall").
+ *
+ * The planner (internal/fwplan) gives every destination a scope: 0 holds
+ * the global rules, each other scope the rules of a set and of an address,
+ * merged (destinations with the same rules share one). fw_rules is an LPM
+ * trie on (scope, source prefix) whose entry carries every rule of the
+ * scope whose prefix contains the entry's, so the longest match is all a
+ * packet needs: at most two lookups (its scope, and scope 0 when global
+ * rules exist). The route cache holds the destination's scope and flags
+ * (eip_centry.fw): a destination no rule can touch pays one test.
+ *
+ * For a packet: any matching deny rule drops it; else if the destination
+ * has an allow list (FW_C_PRIVATE) and no allow rule matches, it is
+ * dropped; else it passes. A port range only matches a TCP or UDP packet
+ * with ports (not a fragment); a rule without ports matches fragments
+ * too. */
+#ifndef AZG_FW_H
+#define AZG_FW_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "consts.h"
+#include "structs.h"
+#include "maps.h"
+#include "parse.h"
+#include "stats.h"
+
+/* The scope and flags of destination addr, for the route cache. */
+static __always_inline __u32 fw_dest(__be32 addr)
+{
+	__u32 zero = 0, fw = 0;
+	struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (g)
+		fw = g->flags & (FW_C_GLOBAL | FW_C_PRIVATE);
+	struct fw_dst *d = bpf_map_lookup_elem(&fw_dst, &addr);
+	if (d)
+		fw |= (d->scope & FW_SCOPE_MASK) | (d->flags & FW_C_PRIVATE);
+	return fw;
+}
+
+static __always_inline void fw_count(__u32 rule, __u64 len)
+{
+	struct fw_stats *s = bpf_map_lookup_elem(&fw_stats, &rule);
+	if (s) {
+		s->packets++;
+		s->bytes += len;
+	}
+}
+
+/* The rules of one scope that match: returns the first deny rule's index
+ * + 1, else leaves *allow at the first allow rule's index + 1 (if it was
+ * 0) and returns 0. */
+static __always_inline __u32 fw_scan(__u32 scope, __be32 saddr, __u8 proto, __u32 port, __u32 *allow)
+{
+	struct fw_key k = {.prefixlen = 64, .scope = scope, .saddr = saddr};
+	struct fw_entry *e = bpf_map_lookup_elem(&fw_rules, &k);
+	if (!e)
+		return 0;
+	__u32 n = e->n;
+	for (int i = 0; i < FW_REFS; i++) {
+		if (i >= n)
+			break;
+		struct fw_ref *r = &e->r[i];
+		if (r->proto && r->proto != proto)
+			continue;
+		if (port > 0xffff ? (r->port_lo != 0 || r->port_hi != 0xffff) : (port < r->port_lo || port > r->port_hi))
+			continue;
+		if (r->action == FW_DENY)
+			return r->rule + 1;
+		if (!*allow)
+			*allow = r->rule + 1;
+	}
+	return 0;
+}
+
+/* Whether the firewall drops p (counted: the deny rule, or
+ * drop_fw_private; an allowed packet counts on its first allow rule). fw
+ * is the destination's eip_centry.fw, not 0. Global (verified once, on
+ * its own): its loop adds no states to the paths that follow. */
+__noinline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
+{
+	if (!p)
+		return 0;
+	__be32 saddr = p->saddr;
+	__u8 proto = p->proto;
+	/* Above 0xffff: no port (not TCP or UDP, or a fragment). */
+	__u32 port = 0x10000;
+	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok && !p->frag)
+		port = bpf_ntohs((__be16)(p->ports >> 16));
+	__u32 allow = 0, deny = 0;
+	__u32 scope = fw & FW_SCOPE_MASK;
+	if (scope)
+		deny = fw_scan(scope, saddr, proto, port, &allow);
+	if (!deny && (fw & FW_C_GLOBAL))
+		deny = fw_scan(0, saddr, proto, port, &allow);
+	if (deny) {
+		fw_count(deny - 1, len);
+		stat_add(STAT_DROP_FW_DENY, len);
+		return 1;
+	}
+	if (allow) {
+		fw_count(allow - 1, len);
+		return 0;
+	}
+	if (fw & FW_C_PRIVATE) {
+		stat_add(STAT_DROP_FW_PRIVATE, len);
+		return 1;
+	}
+	return 0;
+}
+
+#endif
