@@ -155,7 +155,7 @@
 #define FW_RULES_MAX 131072
 #endif
 #ifndef FW_ENTRIES_MAX
-#define FW_ENTRIES_MAX 262144
+#define FW_ENTRIES_MAX (1 << 20)
 #endif
 #ifndef FW_DST_MAX
 #define FW_DST_MAX (1 << 20)

@@ -33,7 +33,7 @@ import (
 const (
 	MaxRefs    = model.MaxFirewallOverlap // FW_REFS
 	RulesMax   = 131072                   // FW_RULES_MAX
-	EntriesMax = 262144                   // FW_ENTRIES_MAX
+	EntriesMax = 1 << 20                  // FW_ENTRIES_MAX
 	DestsMax   = 1 << 20                  // FW_DST_MAX
 	ScopeMax   = 0xffffff                 // FW_SCOPE_MASK
 )
