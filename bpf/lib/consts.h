@@ -168,6 +168,12 @@
 #define FW_SCOPE_MASK 16777215 /* 0xffffff */
 #define FW_C_GLOBAL (1 << 24) /* global rules exist: look up scope 0 */
 #define FW_C_PRIVATE (1 << 25) /* the destination has an allow list */
+/* The Bloom filter in front of fw_rules (fw_bloom): 64-bit words (2^21
+ * bits), and the distinct source prefix lengths probed (fw_global.lens);
+ * a plan with more lengths sets nlens to FW_NO_BLOOM: always look up. */
+#define FW_BLOOM_WORDS 32768
+#define FW_LENS 7
+#define FW_NO_BLOOM 255
 
 /* Bounds a header offset for the verifier (no real offset reaches 255):
  * offsets read back from memory (a struct pkt passed to a function) carry

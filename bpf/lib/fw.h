@@ -7,8 +7,11 @@
  * trie on (scope, source prefix) whose entry carries every rule of the
  * scope whose prefix contains the entry's, so the longest match is all a
  * packet needs: at most two lookups (its scope, and scope 0 when global
- * rules exist). The route cache holds the destination's scope and flags
- * (eip_centry.fw): a destination no rule can touch pays one test.
+ * rules exist), each skipped when a Bloom filter of the trie's keys
+ * (fw_bloom) says no entry can hold the source: a source no rule names
+ * costs a probe per prefix length in use, not a trie walk. The route
+ * cache holds the destination's scope and flags (eip_centry.fw): a
+ * destination no rule can touch pays one test.
  *
  * For a packet: any matching deny rule drops it; else if the destination
  * has an allow list (FW_C_PRIVATE) and no allow rule matches, it is
@@ -47,6 +50,41 @@ static __always_inline void fw_count(__u32 rule, __u64 len)
 		s->packets++;
 		s->bytes += len;
 	}
+}
+
+/* The Bloom filter's bit of a key: scope, source (host order, masked to
+ * len bits), len. The same function as internal/fwplan BloomBit (tested
+ * against it through the program). */
+static __always_inline __u32 fw_bloom_bit(__u32 scope, __u32 src, __u32 len)
+{
+	__u32 h = scope * 0x9E3779B1u ^ src * 0x85EBCA77u ^ len * 0xC2B2AE3Du;
+	h ^= h >> 15;
+	h *= 0x2C1B3C6Du;
+	h ^= h >> 12;
+	return h & (FW_BLOOM_WORDS * 64 - 1);
+}
+
+/* Whether scope may hold an entry for src (host order): one probe per
+ * source prefix length in use; no bit set, no entry. */
+static __always_inline int fw_maybe(const struct fw_dst *g, __u32 scope, __u32 src)
+{
+	if (!g || g->nlens > FW_LENS)
+		return 1;
+	__u32 n = g->nlens;
+	for (int i = 0; i < FW_LENS; i++) {
+		if (i >= n)
+			break;
+		__u32 l = g->lens[i];
+		if (l > 32)
+			return 1;
+		__u32 m = l ? ~0u << (32 - l) : 0;
+		__u32 b = fw_bloom_bit(scope, src & m, l);
+		__u32 w = b >> 6;
+		__u64 *word = bpf_map_lookup_elem(&fw_bloom, &w);
+		if (!word || (*word & (1ULL << (b & 63))))
+			return 1;
+	}
+	return 0;
 }
 
 /* The rules of one scope that match: returns the first deny rule's index
@@ -91,9 +129,12 @@ __noinline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
 		port = bpf_ntohs((__be16)(p->ports >> 16));
 	__u32 allow = 0, deny = 0;
 	__u32 scope = fw & FW_SCOPE_MASK;
-	if (scope)
+	__u32 zero = 0;
+	__u32 src = bpf_ntohl(saddr);
+	const struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (scope && fw_maybe(g, scope, src))
 		deny = fw_scan(scope, saddr, proto, port, &allow);
-	if (!deny && (fw & FW_C_GLOBAL))
+	if (!deny && (fw & FW_C_GLOBAL) && fw_maybe(g, 0, src))
 		deny = fw_scan(0, saddr, proto, port, &allow);
 	if (deny) {
 		fw_count(deny - 1, len);

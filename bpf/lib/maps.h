@@ -298,6 +298,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } fw_global SEC(".maps");
 
+/* Firewall: a Bloom filter of the (scope, source prefix) keys of fw_rules,
+ * one bit per key (lib/fw.h fw_bloom_bit, internal/fwplan BloomBit): a
+ * source whose probes find no bit set skips the trie lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_BLOOM_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_bloom SEC(".maps");
+
 /* Firewall: packets and bytes each rule dropped (deny) or let through
  * (allow), by fw_ref.rule, per CPU. */
 struct {

@@ -243,6 +243,8 @@ struct fw_entry {
 struct fw_dst {
 	__u32 scope; /* fw_dst: the destination's scope; fw_global: unused */
 	__u32 flags; /* FW_C_GLOBAL, FW_C_PRIVATE */
+	__u8 nlens;  /* fw_global: source prefix lengths in lens (FW_NO_BLOOM: too many) */
+	__u8 lens[FW_LENS];
 };
 
 /* Per-rule counters (fw_stats, per CPU). */

@@ -178,6 +178,8 @@ type edgeFwDst struct {
 	_     structs.HostLayout
 	Scope uint32
 	Flags uint32
+	Nlens uint8
+	Lens  [7]uint8
 }
 
 type edgeFwEntry struct {
@@ -370,6 +372,7 @@ const (
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapFibScratch    = "fib_scratch"
+	edgeMapFwBloom       = "fw_bloom"
 	edgeMapFwDst         = "fw_dst"
 	edgeMapFwGlobal      = "fw_global"
 	edgeMapFwRules       = "fw_rules"
@@ -461,6 +464,7 @@ type edgeMapSpecs struct {
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
+	FwBloom       *ebpf.MapSpec `ebpf:"fw_bloom"`
 	FwDst         *ebpf.MapSpec `ebpf:"fw_dst"`
 	FwGlobal      *ebpf.MapSpec `ebpf:"fw_global"`
 	FwRules       *ebpf.MapSpec `ebpf:"fw_rules"`
@@ -526,6 +530,7 @@ type edgeMaps struct {
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
+	FwBloom       *ebpf.Map `ebpf:"fw_bloom"`
 	FwDst         *ebpf.Map `ebpf:"fw_dst"`
 	FwGlobal      *ebpf.Map `ebpf:"fw_global"`
 	FwRules       *ebpf.Map `ebpf:"fw_rules"`
@@ -563,6 +568,7 @@ func (m *edgeMaps) Close() error {
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
+		m.FwBloom,
 		m.FwDst,
 		m.FwGlobal,
 		m.FwRules,

@@ -55,7 +55,7 @@ func fwEntryTo(e fwplan.Entry) edgeFwEntry {
 }
 
 func fwDestTo(d fwplan.Dest) edgeFwDst {
-	v := edgeFwDst{Scope: d.Scope}
+	v := edgeFwDst{Scope: d.Scope, Nlens: d.NLens, Lens: d.Lens}
 	if d.Global {
 		v.Flags |= fwCGlobal
 	}
@@ -83,8 +83,18 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 			return fmt.Errorf("reset firewall counters %d: %w", i, err)
 		}
 	}
-	// Entries first: a destination is pointed at a scope once the
-	// scope's rules are there.
+	// The Bloom filter's new bits first, then the entries: a destination
+	// is pointed at a scope once the scope's rules are there and
+	// findable.
+	for i, add := range d.BloomOr {
+		var w uint64
+		if err := e.objs.FwBloom.Lookup(i, &w); err != nil {
+			return fmt.Errorf("read firewall filter word %d: %w", i, err)
+		}
+		if err := e.objs.FwBloom.Update(i, w|add, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write firewall filter word %d: %w", i, err)
+		}
+	}
 	for k, v := range d.PutEntries {
 		mk, err := fwKeyTo(k)
 		if err != nil {
@@ -130,7 +140,19 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 			return fmt.Errorf("delete firewall entry %d/%v: %w", k.Scope, k.Source, err)
 		}
 	}
+	for i, w := range d.BloomSet {
+		if err := e.objs.FwBloom.Update(i, w, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write firewall filter word %d: %w", i, err)
+		}
+	}
 	if d.Prune && d.Want != nil {
+		if d.BloomAll {
+			for i, w := range d.Want.Bloom {
+				if err := e.objs.FwBloom.Update(uint32(i), w, ebpf.UpdateAny); err != nil {
+					return fmt.Errorf("write firewall filter word %d: %w", i, err)
+				}
+			}
+		}
 		if err := deleteStale[edgeFwKey, edgeFwEntry](e.objs.FwRules, func(k edgeFwKey) bool {
 			_, ok := d.Want.Entries[fwKeyFrom(k)]
 			return ok
@@ -169,6 +191,7 @@ type FakeFirewall struct {
 	FWDests   map[netip.Addr]fwplan.Dest
 	FWGlobal  fwplan.Dest
 	FWStats   map[uint32]Count
+	FWBloom   map[uint32]uint64
 	// FWApplied counts ApplyFirewall calls that changed something.
 	FWApplied int
 }
@@ -177,6 +200,7 @@ type FakeFirewall struct {
 func (f *FakeFirewall) ApplyFirewall(d fwplan.Diff) error {
 	if f.FWEntries == nil {
 		f.FWEntries, f.FWDests, f.FWStats = map[fwplan.Key]fwplan.Entry{}, map[netip.Addr]fwplan.Dest{}, map[uint32]Count{}
+		f.FWBloom = map[uint32]uint64{}
 	}
 	if d.Empty() {
 		return nil
@@ -184,6 +208,9 @@ func (f *FakeFirewall) ApplyFirewall(d fwplan.Diff) error {
 	f.FWApplied++
 	for _, i := range d.Fresh {
 		delete(f.FWStats, i)
+	}
+	for i, add := range d.BloomOr {
+		f.FWBloom[i] |= add
 	}
 	for k, v := range d.PutEntries {
 		f.FWEntries[k] = v
@@ -200,7 +227,18 @@ func (f *FakeFirewall) ApplyFirewall(d fwplan.Diff) error {
 	for _, k := range d.DelEntries {
 		delete(f.FWEntries, k)
 	}
+	for i, w := range d.BloomSet {
+		f.FWBloom[i] = w
+	}
 	if d.Prune && d.Want != nil {
+		if d.BloomAll {
+			clear(f.FWBloom)
+			for i, w := range d.Want.Bloom {
+				if w != 0 {
+					f.FWBloom[uint32(i)] = w
+				}
+			}
+		}
 		for k := range f.FWEntries {
 			if _, ok := d.Want.Entries[k]; !ok {
 				delete(f.FWEntries, k)

@@ -175,3 +175,33 @@ func TestEdgeFirewallPrune(t *testing.T) {
 		t.Errorf("destination %v left after the prune", netip.AddrFrom4(le4(dk)))
 	}
 }
+
+// TestEdgeFirewallManyLengths: rules at more source prefix lengths than
+// the Bloom filter probes (the filter is off, every packet looks the
+// trie up) and at a few (the filter is on: a miss skips the lookup, a hit
+// finds the rule): the same verdicts, so the C and Go filters agree.
+func TestEdgeFirewallManyLengths(t *testing.T) {
+	b := newEdgeBed(t)
+	syn := func(src string) []byte {
+		return flow{src: src, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, syn: true}.frame(t, dptest.RtrMAC, dptest.ExtMAC)
+	}
+	var srcs []string
+	for l := 9; l <= 32; l += 3 { // 8 lengths, all containing 203.0.113.77
+		pf, _ := netip.MustParseAddr("203.0.113.77").Prefix(l)
+		srcs = append(srcs, pf.String())
+	}
+	for _, n := range []int{len(srcs), 2} {
+		rules := []*model.FirewallRule{}
+		for i, s := range srcs[len(srcs)-n:] {
+			rules = append(rules, fwRule("r"+string(rune('a'+i)), model.FirewallDeny, eip, "", 0, 0, s))
+		}
+		p := applyFirewall(t, b.edge, nil, []string{eip}, rules...)
+		if (n > fwplan.MaxLens) != (p.Global.NLens == fwplan.NoBloom) {
+			t.Fatalf("%d lengths: nlens %d", n, p.Global.NLens)
+		}
+		runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+			{name: "denied source", dev: dptest.ExtDev, in: syn("203.0.113.77"), action: xdpDrop, stats: map[string]uint64{"drop_fw_deny": 1}},
+			{name: "another source", dev: dptest.ExtDev, in: syn("192.0.2.99"), action: xdpRedirect, stats: map[string]uint64{"encap_tx": 1}},
+		})
+	}
+}

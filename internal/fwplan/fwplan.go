@@ -36,7 +36,26 @@ const (
 	EntriesMax = 1 << 20                  // FW_ENTRIES_MAX
 	DestsMax   = 1 << 20                  // FW_DST_MAX
 	ScopeMax   = 0xffffff                 // FW_SCOPE_MASK
+	BloomWords = 32768                    // FW_BLOOM_WORDS
+	MaxLens    = 7                        // FW_LENS
+	NoBloom    = 255                      // FW_NO_BLOOM
 )
+
+// BloomBit is the bit of the firewall's Bloom filter for the key (scope,
+// src masked to bits, bits), src in host order: the same function as
+// bpf/lib/fw.h fw_bloom_bit. MUST NOT change without the C side.
+func BloomBit(scope, src uint32, bits int) uint32 {
+	h := scope*0x9E3779B1 ^ src*0x85EBCA77 ^ uint32(bits)*0xC2B2AE3D
+	h ^= h >> 15
+	h *= 0x2C1B3C6D
+	h ^= h >> 12
+	return h & (BloomWords*64 - 1)
+}
+
+func bloomBitOf(k Key) uint32 {
+	b := k.Source.Masked().Addr().As4()
+	return BloomBit(k.Scope, uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]), k.Source.Bits())
+}
 
 // Actions of a Ref (FW_DENY, FW_ALLOW).
 const (
@@ -70,6 +89,11 @@ type Dest struct {
 	Scope   uint32 // 0: no rules of its own or its set's
 	Global  bool   // global rules exist (Plan.Global only)
 	Private bool   // the destination has an allow list
+	// Plan.Global only: the distinct source prefix lengths of the
+	// entries, which the Bloom filter is probed at (NLens NoBloom: more
+	// than MaxLens, the filter is not used).
+	NLens uint8
+	Lens  [MaxLens]uint8
 }
 
 // Input is what the planner needs to know of the region.
@@ -95,6 +119,8 @@ type Plan struct {
 	// Fresh are the indexes given to rules that had none: their counters
 	// are zeroed before the rule is written.
 	Fresh []uint32
+	// Bloom is the filter of the entries' keys (BloomWords words).
+	Bloom []uint64
 }
 
 // Build plans the rules. It fails, naming the rules, when more than
@@ -211,6 +237,24 @@ func Build(in Input) (*Plan, error) {
 	if len(p.Entries) > EntriesMax {
 		return nil, fmt.Errorf("firewall: %d (scope, source prefix) entries, the edge holds %d", len(p.Entries), EntriesMax)
 	}
+	p.Bloom = make([]uint64, BloomWords)
+	var lens [33]bool
+	for k := range p.Entries {
+		b := bloomBitOf(k)
+		p.Bloom[b/64] |= 1 << (b % 64)
+		lens[k.Source.Bits()] = true
+	}
+	for l := 32; l >= 0; l-- { // longest first: a /32 blocklist's probe comes first
+		if !lens[l] {
+			continue
+		}
+		if p.Global.NLens == MaxLens {
+			p.Global.NLens, p.Global.Lens = NoBloom, [MaxLens]uint8{}
+			break
+		}
+		p.Global.Lens[p.Global.NLens] = uint8(l)
+		p.Global.NLens++
+	}
 	return p, nil
 }
 
@@ -282,6 +326,13 @@ type Diff struct {
 	GlobalDirty bool
 	// Fresh: counter indexes to zero before the entries are written.
 	Fresh []uint32
+	// BloomOr: bits to set in the Bloom filter before the entries are
+	// written (a new key must not be skipped); BloomSet: words to write
+	// after the deletes (stale bits cleared); BloomAll (with Prune):
+	// write every word of Want.Bloom after the deletes.
+	BloomOr  map[uint32]uint64
+	BloomSet map[uint32]uint64
+	BloomAll bool
 	// Prune (a diff from no known plan: the maps may hold a previous
 	// daemon's plan): after writing, delete whatever Want does not hold.
 	Prune bool
@@ -291,19 +342,32 @@ type Diff struct {
 // Empty reports whether the diff changes nothing.
 func (d *Diff) Empty() bool {
 	return len(d.PutEntries) == 0 && len(d.DelEntries) == 0 && len(d.PutDests) == 0 && len(d.DelDests) == 0 &&
-		!d.GlobalDirty && len(d.Fresh) == 0 && !d.Prune
+		!d.GlobalDirty && len(d.Fresh) == 0 && !d.Prune && len(d.BloomOr) == 0 && len(d.BloomSet) == 0
 }
 
 // Compare returns the changes from old (nil: maps that may hold anything:
 // everything is written, then whatever p does not hold is pruned) to p.
 func (p *Plan) Compare(old *Plan) Diff {
-	d := Diff{PutEntries: map[Key]Entry{}, PutDests: map[netip.Addr]Dest{}, Global: p.Global, Fresh: p.Fresh}
+	d := Diff{PutEntries: map[Key]Entry{}, PutDests: map[netip.Addr]Dest{}, Global: p.Global, Fresh: p.Fresh,
+		BloomOr: map[uint32]uint64{}, BloomSet: map[uint32]uint64{}}
 	if old == nil {
 		old = &Plan{}
 		d.GlobalDirty = true
-		d.Prune, d.Want = true, p
+		d.Prune, d.Want, d.BloomAll = true, p, true
 	} else if old.Global != p.Global {
 		d.GlobalDirty = true
+	}
+	for i, w := range p.Bloom {
+		var o uint64
+		if i < len(old.Bloom) {
+			o = old.Bloom[i]
+		}
+		if add := w &^ o; add != 0 {
+			d.BloomOr[uint32(i)] = add
+		}
+		if o&^w != 0 {
+			d.BloomSet[uint32(i)] = w
+		}
 	}
 	for k, e := range p.Entries {
 		if o, ok := old.Entries[k]; !ok || o != e {

@@ -185,3 +185,44 @@ func BenchmarkBuild100k(b *testing.B) {
 		}
 	}
 }
+
+// TestBloom: every entry's key has its bit; the lengths in use are
+// listed longest first, and more than MaxLens turn the filter off; the
+// diff sets new bits before and clears stale ones after.
+func TestBloom(t *testing.T) {
+	a := rule("a", model.FirewallDeny, "203.0.113.0/24", "198.18.0.7/32")
+	p1, err := Build(Input{Rules: []*model.FirewallRule{a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range p1.Entries {
+		b := bloomBitOf(k)
+		if p1.Bloom[b/64]&(1<<(b%64)) == 0 {
+			t.Errorf("entry %v has no bit", k)
+		}
+	}
+	if p1.Global.NLens != 2 || p1.Global.Lens[0] != 32 || p1.Global.Lens[1] != 24 {
+		t.Errorf("lens %d %v", p1.Global.NLens, p1.Global.Lens)
+	}
+	var srcs []string
+	for l := 8; l <= 32; l += 3 { // 9 lengths
+		pf, _ := netip.MustParseAddr("203.0.113.255").Prefix(l)
+		srcs = append(srcs, pf.String())
+	}
+	p2, err := Build(Input{Rules: []*model.FirewallRule{rule("many", model.FirewallDeny, srcs...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Global.NLens != NoBloom {
+		t.Errorf("%d lengths: nlens %d, want NoBloom", len(srcs), p2.Global.NLens)
+	}
+	d := p2.Compare(p1)
+	if len(d.BloomOr) == 0 || len(d.BloomSet) == 0 || !d.GlobalDirty {
+		t.Errorf("diff: or %d words, set %d words, global dirty %v", len(d.BloomOr), len(d.BloomSet), d.GlobalDirty)
+	}
+	for i, add := range d.BloomOr {
+		if p1.Bloom[i]&add != 0 || p2.Bloom[i]&add != add {
+			t.Errorf("word %d: adds %x, old %x new %x", i, add, p1.Bloom[i], p2.Bloom[i])
+		}
+	}
+}
