@@ -79,14 +79,23 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 	d := p.Compare(nil)
 	for k, v := range p.Entries {
 		if k.Scope == 0 {
-			d.PutEntries[fwplan.Key{Scope: eipScope.Scope, Source: k.Source}] = v
-			d.PutEntries[fwplan.Key{Scope: otherScope.Scope, Source: k.Source}] = v
+			for _, sc := range []uint32{eipScope.Scope, otherScope.Scope} {
+				d.PutEntries[fwplan.Key{Scope: sc, Source: k.Source}] = v
+				a := k.Source.Addr().As4()
+				bit := fwplan.BloomBit(sc, uint32(a[0])<<24|uint32(a[1])<<16|uint32(a[2])<<8|uint32(a[3]), k.Source.Bits())
+				d.BloomOr[bit/64] |= 1 << (bit % 64)
+			}
 		}
 	}
+	d.BloomAll = false // BloomOr holds the plan's bits and the copies'
 	d.Prune = false
 	empty := fwplan.Diff{GlobalDirty: true, DelDests: []netip.Addr{eip, other}}
 	for k := range d.PutEntries {
 		empty.DelEntries = append(empty.DelEntries, k)
+	}
+	empty.BloomSet = map[uint32]uint64{}
+	for i := range d.BloomOr {
+		empty.BloomSet[i] = 0
 	}
 	loaded := false
 	// load fills the maps (or empties them) when the case needs it.
@@ -110,7 +119,9 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 			if err := load(true); err != nil {
 				return err
 			}
-			d := fwplan.Diff{Global: fwplan.Dest{Global: global}, GlobalDirty: true,
+			g := p.Global // the Bloom filter's lengths
+			g.Global = global
+			d := fwplan.Diff{Global: g, GlobalDirty: true,
 				PutDests: map[netip.Addr]fwplan.Dest{other: otherScope}}
 			if scope == 0 {
 				d.DelDests = []netip.Addr{eip}
@@ -128,9 +139,9 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 			action: actRedirect, chain: true, moves: true, before: set(0, false, false), target: "<= +10 ns"},
 		{name: "edge_encap, 100k global rules (one lookup, no match)", prog: "edge", dev: dptest.ExtDev, frame: frame,
 			action: actRedirect, chain: true, moves: true, before: set(0, false, true)},
-		{name: "edge_encap, 100k global + 100k own rules (two lookups)", prog: "edge", dev: dptest.ExtDev, frame: frame,
+		{name: "edge_encap, 100k global + 100k own rules (two lookups, the own scope holds the client's allow entry)", prog: "edge", dev: dptest.ExtDev, frame: frame,
 			action: actRedirect, chain: true, moves: true, before: set(eipScope.Scope, false, true)},
-		{name: "edge_encap, private EIP, client allowed (two lookups, counted)", prog: "edge", dev: dptest.ExtDev, frame: frame,
+		{name: "edge_encap, the same with the EIP private (client allowed, counted)", prog: "edge", dev: dptest.ExtDev, frame: frame,
 			action: actRedirect, chain: true, moves: true, before: set(eipScope.Scope, true, true)},
 	}
 	n := newNSBed(env, b, o.Repeat)
