@@ -76,6 +76,21 @@ func TestFirewallRuleReferences(t *testing.T) {
 	if _, err := s.Delete(KindEdgeSet, "pop-a"); err == nil || !strings.Contains(err.Error(), "the first set") {
 		t.Errorf("deleting a set a rule names: %v", err)
 	}
+	vip := func(a string) *Service {
+		return &Service{Name: "web", VIP: addr(a), Mode: ModeNAT, TableSize: 101,
+			Listeners: []Listener{{Protocol: ProtoTCP, Port: 80, Pool: "p"}},
+			Pools:     []Pool{{Name: "p", Backends: []Backend{{Address: addr("198.19.200.1")}}}}}
+	}
+	if err := put(vip("198.51.100.80")); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(&FirewallRule{Name: "vip", Action: FirewallAllow, Sources: src, Address: addr("198.51.100.80")}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, put(vip("198.51.100.81")), "vip", "the first vip: change them before the VIP")
+	if _, err := s.Delete(KindService, "web"); err == nil || !strings.Contains(err.Error(), "firewall rule(s), the first vip") {
+		t.Errorf("deleting a service whose VIP a rule names: %v", err)
+	}
 	if _, err := s.Delete(KindFirewallRule, "eip"); err != nil {
 		t.Fatal(err)
 	}

@@ -461,6 +461,9 @@ func (s *State) checkService(v, old *Service, had bool) Errors {
 		if _, ok := s.Quarantines[old.VIP.String()]; ok {
 			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)
 		}
+		if n, first := s.firewallRuleFor(func(f *FirewallRule) bool { return f.Address == old.VIP }); n > 0 {
+			es.add("vip", "the old VIP %v is the destination of %d firewall rule(s), the first %s: change them before the VIP", old.VIP, n, first)
+		}
 	}
 	if !s.covered(v.VIP) {
 		es.add("vip", "%v is not inside a prefix of any edge set", v.VIP)
