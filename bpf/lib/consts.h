@@ -174,6 +174,11 @@
 #define FW_BLOOM_WORDS 32768
 #define FW_LENS 7
 #define FW_NO_BLOOM 255
+/* Firewall verdict cache (fw_vcache): slots per CPU, a power of two (24
+ * bytes each: 96 KiB per CPU). */
+#ifndef FW_VCACHE_SLOTS
+#define FW_VCACHE_SLOTS 4096
+#endif
 
 /* Bounds a header offset for the verifier (no real offset reaches 255):
  * offsets read back from memory (a struct pkt passed to a function) carry

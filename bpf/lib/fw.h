@@ -113,10 +113,41 @@ static __always_inline __u32 fw_scan(__u32 scope, __be32 saddr, __u8 proto, __u3
 	return 0;
 }
 
+/* Verdicts (fw_vslot.verdict): the deciding rule in the low bits. */
+#define FW_V_DENY (1u << 31)
+#define FW_V_ALLOW (1u << 30)
+#define FW_V_PRIVATE (1u << 29)
+#define FW_V_RULE 0x1fffffffu
+
+/* The verdict for a source, protocol and port (port above 0xffff: none)
+ * at a destination whose eip_centry.fw is fw. */
+static __always_inline __u32 fw_verdict(__be32 saddr, __u8 proto, __u32 port, __u32 fw)
+{
+	__u32 allow = 0, deny = 0;
+	__u32 scope = fw & FW_SCOPE_MASK;
+	__u32 zero = 0;
+	__u32 src = bpf_ntohl(saddr);
+	const struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (scope && fw_maybe(g, scope, src))
+		deny = fw_scan(scope, saddr, proto, port, &allow);
+	if (!deny && (fw & FW_C_GLOBAL) && fw_maybe(g, 0, src))
+		deny = fw_scan(0, saddr, proto, port, &allow);
+	if (deny)
+		return FW_V_DENY | ((deny - 1) & FW_V_RULE);
+	if (allow)
+		return FW_V_ALLOW | ((allow - 1) & FW_V_RULE);
+	if (fw & FW_C_PRIVATE)
+		return FW_V_PRIVATE;
+	return 0;
+}
+
 /* Whether the firewall drops p (counted: the deny rule, or
  * drop_fw_private; an allowed packet counts on its first allow rule). fw
- * is the destination's eip_centry.fw, not 0. Global (verified once, on
- * its own): its loop adds no states to the paths that follow. */
+ * is the destination's eip_centry.fw, not 0. The verdict comes from the
+ * per-CPU cache when a packet of the same source, protocol and port to a
+ * destination of the same scope and flags had it since the last firewall
+ * write (the route generation, as for eip_cache). Global (verified once,
+ * on its own): its loops add no states to the paths that follow. */
 __noinline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
 {
 	if (!p)
@@ -127,25 +158,34 @@ __noinline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
 	__u32 port = 0x10000;
 	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok && !p->frag)
 		port = bpf_ntohs((__be16)(p->ports >> 16));
-	__u32 allow = 0, deny = 0;
-	__u32 scope = fw & FW_SCOPE_MASK;
-	__u32 zero = 0;
-	__u32 src = bpf_ntohl(saddr);
-	const struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
-	if (scope && fw_maybe(g, scope, src))
-		deny = fw_scan(scope, saddr, proto, port, &allow);
-	if (!deny && (fw & FW_C_GLOBAL) && fw_maybe(g, 0, src))
-		deny = fw_scan(0, saddr, proto, port, &allow);
-	if (deny) {
-		fw_count(deny - 1, len);
+	__u32 pp = ((__u32)proto << 17) | port;
+	__u32 zero = 0, v;
+	__u64 *gp = bpf_map_lookup_elem(&eip_route_gen, &zero);
+	__u32 slot = ((__u32)saddr * 2654435761u ^ fw * 0x9E3779B1u ^ pp * 0x85EBCA77u) >>
+		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
+	struct fw_vslot *c = bpf_map_lookup_elem(&fw_vcache, &slot);
+	if (gp && c && c->gen == *gp + 1 && c->saddr == saddr && c->fw == fw && c->pp == pp) {
+		v = c->verdict;
+	} else {
+		v = fw_verdict(saddr, proto, port, fw);
+		if (gp && c) {
+			c->gen = *gp + 1;
+			c->saddr = saddr;
+			c->fw = fw;
+			c->pp = pp;
+			c->verdict = v;
+		}
+	}
+	if (v & FW_V_DENY) {
+		fw_count(v & FW_V_RULE, len);
 		stat_add(STAT_DROP_FW_DENY, len);
 		return 1;
 	}
-	if (allow) {
-		fw_count(allow - 1, len);
+	if (v & FW_V_ALLOW) {
+		fw_count(v & FW_V_RULE, len);
 		return 0;
 	}
-	if (fw & FW_C_PRIVATE) {
+	if (v & FW_V_PRIVATE) {
 		stat_add(STAT_DROP_FW_PRIVATE, len);
 		return 1;
 	}

@@ -309,6 +309,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } fw_bloom SEC(".maps");
 
+/* Firewall: the per-CPU verdict cache (struct fw_vslot): a flood from
+ * few sources is answered without the Bloom probes and the trie walk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_VCACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fw_vslot);
+} fw_vcache SEC(".maps");
+
 /* Firewall: packets and bytes each rule dropped (deny) or let through
  * (allow), by fw_ref.rule, per CPU. */
 struct {

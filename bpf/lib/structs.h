@@ -247,6 +247,18 @@ struct fw_dst {
 	__u8 lens[FW_LENS];
 };
 
+/* A slot of the firewall's per-CPU verdict cache (fw_vcache, lib/fw.h):
+ * the verdict for (source, the destination's eip_centry.fw, protocol and
+ * port), valid while gen equals the route generation + 1 (the edge bumps
+ * it after every firewall write). */
+struct fw_vslot {
+	__u64 gen;
+	__be32 saddr;
+	__u32 fw;
+	__u32 pp;      /* protocol << 17 | port (0x10000: none) */
+	__u32 verdict; /* FW_V_* | rule */
+};
+
 /* Per-rule counters (fw_stats, per CPU). */
 struct fw_stats {
 	__u64 packets;

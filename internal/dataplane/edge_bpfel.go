@@ -209,6 +209,15 @@ type edgeFwStats struct {
 	Bytes   uint64
 }
 
+type edgeFwVslot struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Saddr   uint32
+	Fw      uint32
+	Pp      uint32
+	Verdict uint32
+}
+
 type edgeHcPeer struct {
 	_     structs.HostLayout
 	Host  uint32
@@ -377,6 +386,7 @@ const (
 	edgeMapFwGlobal      = "fw_global"
 	edgeMapFwRules       = "fw_rules"
 	edgeMapFwStats       = "fw_stats"
+	edgeMapFwVcache      = "fw_vcache"
 	edgeMapHcMarks       = "hc_marks"
 	edgeMapHcPeers       = "hc_peers"
 	edgeMapHcStats       = "hc_stats"
@@ -469,6 +479,7 @@ type edgeMapSpecs struct {
 	FwGlobal      *ebpf.MapSpec `ebpf:"fw_global"`
 	FwRules       *ebpf.MapSpec `ebpf:"fw_rules"`
 	FwStats       *ebpf.MapSpec `ebpf:"fw_stats"`
+	FwVcache      *ebpf.MapSpec `ebpf:"fw_vcache"`
 	HcMarks       *ebpf.MapSpec `ebpf:"hc_marks"`
 	HcPeers       *ebpf.MapSpec `ebpf:"hc_peers"`
 	HcStats       *ebpf.MapSpec `ebpf:"hc_stats"`
@@ -535,6 +546,7 @@ type edgeMaps struct {
 	FwGlobal      *ebpf.Map `ebpf:"fw_global"`
 	FwRules       *ebpf.Map `ebpf:"fw_rules"`
 	FwStats       *ebpf.Map `ebpf:"fw_stats"`
+	FwVcache      *ebpf.Map `ebpf:"fw_vcache"`
 	HcMarks       *ebpf.Map `ebpf:"hc_marks"`
 	HcPeers       *ebpf.Map `ebpf:"hc_peers"`
 	HcStats       *ebpf.Map `ebpf:"hc_stats"`
@@ -573,6 +585,7 @@ func (m *edgeMaps) Close() error {
 		m.FwGlobal,
 		m.FwRules,
 		m.FwStats,
+		m.FwVcache,
 		m.HcMarks,
 		m.HcPeers,
 		m.HcStats,

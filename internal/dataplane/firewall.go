@@ -74,9 +74,13 @@ func addr4Key(a netip.Addr) (uint32, error) {
 }
 
 // ApplyFirewall writes a firewall diff. The route cache copies each
-// destination's scope and flags (eip_centry.fw): the route generation is
-// bumped after the destinations change, so no slot keeps the old ones.
+// destination's scope and flags (eip_centry.fw) and the verdict cache
+// keeps verdicts (fw_vcache): the route generation is bumped after every
+// write, so no slot of either keeps what the write changed.
 func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
+	// The route generation also invalidates the verdict cache
+	// (fw_vcache): bumped after every firewall write.
+	defer e.routesWritten(&err)
 	zero := make([]edgeFwStats, ebpf.MustPossibleCPU())
 	for _, i := range d.Fresh {
 		if err := e.objs.FwStats.Update(i, zero, ebpf.UpdateAny); err != nil {
@@ -105,7 +109,6 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 			return fmt.Errorf("write firewall entry %d/%v: %w", k.Scope, k.Source, err)
 		}
 	}
-	defer e.routesWritten(&err)
 	for a, v := range d.PutDests {
 		mk, err := addr4Key(a)
 		if err != nil {

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/gopacket/layers"
@@ -102,6 +103,23 @@ func TestEdgeFirewall(t *testing.T) {
 			t.Errorf("rule %s counted %+v, want %d packets", name, c, want)
 		}
 	}
+
+	// The verdict cache holds the client's deny (same source, protocol,
+	// port and scope since); dropping the rule must end it at once: the
+	// scope keeps its number and flags, only the entries change.
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		drop("the denied client again (a cached verdict)", pkt(client, eip, tcp, 80), "drop_fw_deny"),
+	})
+	scopeBefore := p.Dests[netip.MustParseAddr(eip)]
+	withoutClient := slices.DeleteFunc(slices.Clone(rules), func(r *model.FirewallRule) bool { return r.Name == "deny-client" })
+	p = applyFirewall(t, b.edge, p, []string{eip, eipOther}, withoutClient...)
+	if p.Dests[netip.MustParseAddr(eip)] != scopeBefore {
+		t.Fatalf("the EIP's scope changed (%+v -> %+v): the test needs it kept", scopeBefore, p.Dests[netip.MustParseAddr(eip)])
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		fwd("the deny rule removed: the client is allowed at once", pkt(client, eip, tcp, 80)),
+	})
+	p = applyFirewall(t, b.edge, p, []string{eip, eipOther}, rules...)
 
 	// A global deny reaches every EIP; the EIP-scoped rules stay.
 	global := fwRule("global-udp", model.FirewallDeny, "", model.ProtoUDP, 0, 0, "198.18.0.0/15")
