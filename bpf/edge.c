@@ -37,6 +37,7 @@
 #include "lib/lb.h"
 #include "lib/hc.h" /* health checks through the tunnel */
 #include "lib/ratelimit.h" /* per-source and SYN rate limits */
+#include "lib/fw.h" /* the firewall */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -70,6 +71,7 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 	c->stats_idx = r->stats_idx;
 	c->flags = rl_route_flags(r->flags, addr);
 	c->lgen = r->lgen;
+	c->fw = fw_dest(addr);
 	c->gen = tag;
 	return c;
 }
@@ -755,10 +757,17 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	 * non-routable one. */
 	if (r && ctx->ingress_ifindex != cfg->ul_ifindex) {
 		__u32 sc = spoof_class(&p);
-		if (!sc && rl_applies(r->flags, &p))
-			sc = rl_check(&p);
 		if (sc)
 			return count_drop(sc, len);
+		/* Then the firewall, then the rate limits: what a rule denies
+		 * spends no source's or SYN guard's tokens. */
+		if (r->fw && fw_drop(&p, r->fw, len))
+			return XDP_DROP;
+		if (rl_applies(r->flags, &p)) {
+			sc = rl_check(&p);
+			if (sc)
+				return count_drop(sc, len);
+		}
 	}
 	fib = fib_room();
 	if (!fib)

@@ -173,6 +173,40 @@
 #define SPOOF_OWN 1      /* a set prefix, EIP or VIP of the region */
 #define SPOOF_UNDERLAY 2 /* a host's or edge's underlay address or prefix */
 
+/* Firewall (lib/fw.h): rules (and their counters, fw_stats), entries of
+ * the (scope, source prefix) trie, destinations with rules of their own or
+ * their set's (fw_dst), and rules one entry carries: every rule of the
+ * scope whose source prefix contains the entry's (model.MaxFirewallRules,
+ * model.MaxFirewallOverlap). 100k rules are the design target. */
+#ifndef FW_RULES_MAX
+#define FW_RULES_MAX 131072
+#endif
+#ifndef FW_ENTRIES_MAX
+#define FW_ENTRIES_MAX (1 << 20)
+#endif
+#ifndef FW_DST_MAX
+#define FW_DST_MAX (1 << 20)
+#endif
+#define FW_REFS 8
+#define FW_DENY 1
+#define FW_ALLOW 2
+/* eip_centry.fw: the destination's scope in the low 24 bits (0: none),
+ * and two flags, so a destination no rule can touch costs one test. */
+#define FW_SCOPE_MASK 16777215 /* 0xffffff */
+#define FW_C_GLOBAL (1 << 24) /* global rules exist: look up scope 0 */
+#define FW_C_PRIVATE (1 << 25) /* the destination has an allow list */
+/* The Bloom filter in front of fw_rules (fw_bloom): 64-bit words (2^21
+ * bits), and the distinct source prefix lengths probed (fw_global.lens);
+ * a plan with more lengths sets nlens to FW_NO_BLOOM: always look up. */
+#define FW_BLOOM_WORDS 32768
+#define FW_LENS 7
+#define FW_NO_BLOOM 255
+/* Firewall verdict cache (fw_vcache): slots per CPU, a power of two (24
+ * bytes each: 96 KiB per CPU). */
+#ifndef FW_VCACHE_SLOTS
+#define FW_VCACHE_SLOTS 4096
+#endif
+
 /* Bounds a header offset for the verifier (no real offset reaches 255):
  * offsets read back from memory (a struct pkt passed to a function) carry
  * no bounds of their own. */

@@ -300,6 +300,68 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_spoof_src SEC(".maps");
 
+/* Firewall (lib/fw.h), written by the edge daemon from the plan
+ * (internal/fwplan): the rules by (scope, source prefix), longest match. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, FW_ENTRIES_MAX);
+	__type(key, struct fw_key);
+	__type(value, struct fw_entry);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_rules SEC(".maps");
+
+/* Firewall: the scope of each EIP and VIP some set or address rule
+ * applies to (the route cache copies it, eip_centry.fw). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FW_DST_MAX);
+	__type(key, __be32);
+	__type(value, struct fw_dst);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_dst SEC(".maps");
+
+/* Firewall: whether global rules exist and make every destination
+ * private (flags of its one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fw_dst);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_global SEC(".maps");
+
+/* Firewall: a Bloom filter of the (scope, source prefix) keys of fw_rules,
+ * one bit per key (lib/fw.h fw_bloom_bit, internal/fwplan BloomBit): a
+ * source whose probes find no bit set skips the trie lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_BLOOM_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_bloom SEC(".maps");
+
+/* Firewall: the per-CPU verdict cache (struct fw_vslot): a flood from
+ * few sources is answered without the Bloom probes and the trie walk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_VCACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fw_vslot);
+} fw_vcache SEC(".maps");
+
+/* Firewall: packets and bytes each rule dropped (deny) or let through
+ * (allow), by fw_ref.rule, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_RULES_MAX);
+	__type(key, __u32);
+	__type(value, struct fw_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_stats SEC(".maps");
+
 /* Connection sync: the connection entries made and changed (struct
  * ct_event), written only while ct_sync_on is set and read by
  * internal/connsync. Not pinned: each load gets its own, and the

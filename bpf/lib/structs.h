@@ -44,7 +44,7 @@ struct eip_centry {
 	__u8 flags;       /* eip_route.flags */
 	__u8 pad;
 	__u16 lgen;       /* eip_route.lgen */
-	__u32 pad2;
+	__u32 fw;         /* firewall scope and flags (FW_C_*, lib/fw.h) when copied */
 };
 
 /* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet.
@@ -247,7 +247,62 @@ enum azg_stat {
 				* and 224/3 are drop_ip_martian on every side) */
 	STAT_DROP_RL_SOURCE,  /* edge: over its EIP's or VIP's per-source packet rate (lib/ratelimit.h) */
 	STAT_DROP_RL_SYN,     /* edge: a SYN over its EIP's or VIP's SYN rate (lib/ratelimit.h) */
+	STAT_DROP_FW_DENY,    /* edge: a firewall deny rule matched (lib/fw.h) */
+	STAT_DROP_FW_PRIVATE, /* edge: the destination has an allow list and no allow rule matched */
 	STAT_MAX,
+};
+
+/* Firewall (lib/fw.h). Key of fw_rules, an LPM trie: the destination
+ * scope (0: the global rules; a set's or an address's otherwise), always
+ * matched whole, then the source prefix; prefixlen = 32 + source bits. */
+struct fw_key {
+	__u32 prefixlen;
+	__u32 scope;
+	__be32 saddr;
+};
+
+/* One rule an fw_rules entry carries. */
+struct fw_ref {
+	__u32 rule;    /* index in fw_stats */
+	__u8 action;   /* FW_DENY or FW_ALLOW */
+	__u8 proto;    /* IP protocol, 0: any */
+	__u16 port_lo; /* destination ports, host order (0-65535: every port) */
+	__u16 port_hi;
+	__u16 pad;
+};
+
+/* An fw_rules entry: every rule of its scope whose source prefix contains
+ * the entry's prefix (the planner pushes a shorter prefix's rules down into
+ * the longer ones it contains), so the longest match alone decides. */
+struct fw_entry {
+	__u32 n; /* rules in r */
+	struct fw_ref r[FW_REFS];
+};
+
+/* fw_dst value (by destination address) and fw_global's one entry. */
+struct fw_dst {
+	__u32 scope; /* fw_dst: the destination's scope; fw_global: unused */
+	__u32 flags; /* FW_C_GLOBAL, FW_C_PRIVATE */
+	__u8 nlens;  /* fw_global: source prefix lengths in lens (FW_NO_BLOOM: too many) */
+	__u8 lens[FW_LENS];
+};
+
+/* A slot of the firewall's per-CPU verdict cache (fw_vcache, lib/fw.h):
+ * the verdict for (source, the destination's eip_centry.fw, protocol and
+ * port), valid while gen equals the route generation + 1 (the edge bumps
+ * it after every firewall write). */
+struct fw_vslot {
+	__u64 gen;
+	__be32 saddr;
+	__u32 fw;
+	__u32 pp;      /* protocol << 17 | port (0x10000: none) */
+	__u32 verdict; /* FW_V_* | rule */
+};
+
+/* Per-rule counters (fw_stats, per CPU). */
+struct fw_stats {
+	__u64 packets;
+	__u64 bytes;
 };
 
 /* Service listener key: a VIP, protocol and port (one-port listeners;

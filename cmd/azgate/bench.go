@@ -39,6 +39,45 @@ func init() {
 		d.Flags().StringVar(&dp.JITLines, "jit-lines", "", "with --soak: write the program's JIT address to source line table to this file")
 		c.AddCommand(d)
 
+		var fo bench.DataplaneOptions
+		fw := &cobra.Command{
+			Use:   "firewall",
+			Short: "ns/packet of the Internet -> EIP path with 100k firewall rules loaded against none, in one run",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				rs, err := bench.Firewall(fo)
+				if err != nil {
+					return fmt.Errorf("bench firewall: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		fw.Flags().IntVar(&fo.Repeat, "repeat", 2_000_000, "runs per measurement")
+		fw.Flags().IntVar(&fo.Rounds, "rounds", 5, "measurements per path (the fastest is reported)")
+		fw.Flags().StringVar(&fo.Only, "only", "", "time only the paths whose name contains this")
+		c.AddCommand(fw)
+
+		var flo bench.LabOptions
+		fwl := &cobra.Command{
+			Use:   "firewall-lab",
+			Short: "Packets/s one lab edge drops for a flood of denied traffic (100k rules) next to a bare XDP drop program",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				flo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rs, err := bench.FirewallLab(ctx, flo)
+				if err != nil {
+					return fmt.Errorf("bench firewall-lab: %w", err)
+				}
+				return bench.Report(cmd.OutOrStdout(), rs, globals.json)
+			},
+		}
+		fwl.Flags().DurationVar(&flo.Duration, "duration", 5*time.Second, "per measurement")
+		fwl.Flags().IntVar(&flo.Rounds, "rounds", 3, "measurements of each (the median is reported)")
+		fwl.Flags().Uint32Var(&flo.Flows, "flows", 1024, "flows (UDP source ports) the generator cycles through")
+		c.AddCommand(fwl)
+
 		var lo bench.LabOptions
 		l := &cobra.Command{
 			Use:   "lab",

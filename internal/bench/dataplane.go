@@ -200,6 +200,7 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
 		return nil, err
 	}
+	s.edge = e
 	s.progs["edge"] = e.Program()
 	s.progs["agent_underlay"] = a.UnderlayProgram()
 	s.progs["agent_guest"] = a.GuestProgram()

@@ -122,7 +122,9 @@ const (
 	agentAzgStatSTAT_DROP_SPOOF_BOGON    agentAzgStat = 38
 	agentAzgStatSTAT_DROP_RL_SOURCE      agentAzgStat = 39
 	agentAzgStatSTAT_DROP_RL_SYN         agentAzgStat = 40
-	agentAzgStatSTAT_MAX                 agentAzgStat = 41
+	agentAzgStatSTAT_DROP_FW_DENY        agentAzgStat = 41
+	agentAzgStatSTAT_DROP_FW_PRIVATE     agentAzgStat = 42
+	agentAzgStatSTAT_MAX                 agentAzgStat = 43
 )
 
 type agentEipKey struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/azgate/azgate/internal/fwplan"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
 )
@@ -66,6 +67,21 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"the agent_group struct's array", uint64(len(agentAgentGroup{}.Edges)), "EDGE_SET_MAX"},
 		{"dataplane.AgentGroupPin", AgentGroupPin, "AGENT_GROUP_PIN"},
 		{"dataplane.AgentGroupMax", AgentGroupMax, "AGENT_GROUP_MAX"},
+		{"fwplan.RulesMax", fwplan.RulesMax, "FW_RULES_MAX"},
+		{"model.MaxFirewallRules", model.MaxFirewallRules, "FW_RULES_MAX"},
+		{"fwplan.EntriesMax", fwplan.EntriesMax, "FW_ENTRIES_MAX"},
+		{"fwplan.DestsMax", fwplan.DestsMax, "FW_DST_MAX"},
+		{"fwplan.MaxRefs", fwplan.MaxRefs, "FW_REFS"},
+		{"the fw_entry struct's array", uint64(len(edgeFwEntry{}.R)), "FW_REFS"},
+		{"fwplan.ScopeMax", fwplan.ScopeMax, "FW_SCOPE_MASK"},
+		{"fwplan.Deny", fwplan.Deny, "FW_DENY"},
+		{"fwplan.BloomWords", fwplan.BloomWords, "FW_BLOOM_WORDS"},
+		{"fwplan.MaxLens", fwplan.MaxLens, "FW_LENS"},
+		{"the fw_dst struct's lens", uint64(len(edgeFwDst{}.Lens)), "FW_LENS"},
+		{"fwplan.NoBloom", fwplan.NoBloom, "FW_NO_BLOOM"},
+		{"fwplan.Allow", fwplan.Allow, "FW_ALLOW"},
+		{"dataplane.fwCGlobal", fwCGlobal, "FW_C_GLOBAL"},
+		{"dataplane.fwCPrivate", fwCPrivate, "FW_C_PRIVATE"},
 	} {
 		if v, ok := c[k.define]; !ok || v != k.goVal {
 			t.Errorf("%s = %d, %s = %d (defined: %v)", k.name, k.goVal, k.define, v, ok)

@@ -68,7 +68,9 @@ const (
 	edgeAzgStatSTAT_DROP_SPOOF_BOGON    edgeAzgStat = 38
 	edgeAzgStatSTAT_DROP_RL_SOURCE      edgeAzgStat = 39
 	edgeAzgStatSTAT_DROP_RL_SYN         edgeAzgStat = 40
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 41
+	edgeAzgStatSTAT_DROP_FW_DENY        edgeAzgStat = 41
+	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 42
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 43
 )
 
 type edgeCtBucket struct {
@@ -141,7 +143,7 @@ type edgeEipCentry struct {
 	Flags    uint8
 	Pad      uint8
 	Lgen     uint16
-	Pad2     uint32
+	Fw       uint32
 }
 
 type edgeEipKey struct {
@@ -173,6 +175,50 @@ type edgeEipStats struct {
 type edgeFibRoom struct {
 	_ structs.HostLayout
 	B [8]uint64
+}
+
+type edgeFwDst struct {
+	_     structs.HostLayout
+	Scope uint32
+	Flags uint32
+	Nlens uint8
+	Lens  [7]uint8
+}
+
+type edgeFwEntry struct {
+	_ structs.HostLayout
+	N uint32
+	R [8]struct {
+		_      structs.HostLayout
+		Rule   uint32
+		Action uint8
+		Proto  uint8
+		PortLo uint16
+		PortHi uint16
+		Pad    uint16
+	}
+}
+
+type edgeFwKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Scope     uint32
+	Saddr     uint32
+}
+
+type edgeFwStats struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+}
+
+type edgeFwVslot struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Saddr   uint32
+	Fw      uint32
+	Pp      uint32
+	Verdict uint32
 }
 
 type edgeHcPeer struct {
@@ -367,6 +413,12 @@ const (
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
 	edgeMapFibScratch    = "fib_scratch"
+	edgeMapFwBloom       = "fw_bloom"
+	edgeMapFwDst         = "fw_dst"
+	edgeMapFwGlobal      = "fw_global"
+	edgeMapFwRules       = "fw_rules"
+	edgeMapFwStats       = "fw_stats"
+	edgeMapFwVcache      = "fw_vcache"
 	edgeMapHcMarks       = "hc_marks"
 	edgeMapHcPeers       = "hc_peers"
 	edgeMapHcStats       = "hc_stats"
@@ -457,6 +509,12 @@ type edgeMapSpecs struct {
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
+	FwBloom       *ebpf.MapSpec `ebpf:"fw_bloom"`
+	FwDst         *ebpf.MapSpec `ebpf:"fw_dst"`
+	FwGlobal      *ebpf.MapSpec `ebpf:"fw_global"`
+	FwRules       *ebpf.MapSpec `ebpf:"fw_rules"`
+	FwStats       *ebpf.MapSpec `ebpf:"fw_stats"`
+	FwVcache      *ebpf.MapSpec `ebpf:"fw_vcache"`
 	HcMarks       *ebpf.MapSpec `ebpf:"hc_marks"`
 	HcPeers       *ebpf.MapSpec `ebpf:"hc_peers"`
 	HcStats       *ebpf.MapSpec `ebpf:"hc_stats"`
@@ -521,6 +579,12 @@ type edgeMaps struct {
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
+	FwBloom       *ebpf.Map `ebpf:"fw_bloom"`
+	FwDst         *ebpf.Map `ebpf:"fw_dst"`
+	FwGlobal      *ebpf.Map `ebpf:"fw_global"`
+	FwRules       *ebpf.Map `ebpf:"fw_rules"`
+	FwStats       *ebpf.Map `ebpf:"fw_stats"`
+	FwVcache      *ebpf.Map `ebpf:"fw_vcache"`
 	HcMarks       *ebpf.Map `ebpf:"hc_marks"`
 	HcPeers       *ebpf.Map `ebpf:"hc_peers"`
 	HcStats       *ebpf.Map `ebpf:"hc_stats"`
@@ -557,6 +621,12 @@ func (m *edgeMaps) Close() error {
 		m.EipRoutes,
 		m.EipStats,
 		m.FibScratch,
+		m.FwBloom,
+		m.FwDst,
+		m.FwGlobal,
+		m.FwRules,
+		m.FwStats,
+		m.FwVcache,
 		m.HcMarks,
 		m.HcPeers,
 		m.HcStats,

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/azgate/azgate/internal/fwplan"
 )
 
 // FakeEdge is an in-memory EdgeMaps for testing reconcilers without a
@@ -21,6 +23,8 @@ type FakeEdge struct {
 	SpoofOwn, SpoofUnderlay []netip.Prefix
 	// LimitMap holds the rate limits (LimitMaps), normalised.
 	LimitMap map[netip.Addr]Limits
+	// FW holds the firewall maps (firewall.go).
+	FW FakeFirewall
 }
 
 // PutLimits records an address's limits (a zero Limits deletes them).
@@ -63,6 +67,22 @@ func (f *FakeEdge) Limits() (map[netip.Addr]Limits, error) {
 }
 
 var _ LimitMaps = (*FakeEdge)(nil)
+
+// ApplyFirewall applies a firewall diff to FW.
+func (f *FakeEdge) ApplyFirewall(d fwplan.Diff) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.FW.ApplyFirewall(d)
+}
+
+// FirewallStats reads FW's counters.
+func (f *FakeEdge) FirewallStats(idx uint32) (Count, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.FW.FirewallStats(idx)
+}
+
+var _ FirewallMaps = (*FakeEdge)(nil)
 
 // SetSpoofPrefixes records the anti-spoofing prefixes.
 func (f *FakeEdge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {

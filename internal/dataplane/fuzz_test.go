@@ -331,6 +331,10 @@ func outcomeCoverage(dev, counter string) int {
 		n = 40
 	case "drop_rl_syn":
 		n = 41
+	case "drop_fw_deny":
+		n = 42
+	case "drop_fw_private":
+		n = 41
 	}
 	if dev == dptest.UlDev {
 		switch {

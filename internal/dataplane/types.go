@@ -57,6 +57,8 @@ var statNames = [...]string{
 	"drop_spoof_bogon",
 	"drop_rl_source",
 	"drop_rl_syn",
+	"drop_fw_deny",
+	"drop_fw_private",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/fwplan"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -110,6 +111,9 @@ type Reconciler struct {
 	prefixes []netip.Prefix                  // the edge set's prefixes
 	spoof    string                          // the anti-spoofing prefixes as programmed (spoofKey)
 	limits   map[netip.Addr]dataplane.Limits // the rate limits as programmed (nil: unknown)
+	fwPlan   *fwplan.Plan                    // the firewall as programmed (nil: unknown, firewall.go)
+	fwDirty  bool                            // the firewall's plan may have changed
+	fwErr    string                          // why the rules could not be planned
 	errs     []string                        // of the last commit
 	syncErr  error                           // nil: the maps hold the desired state (verify)
 	plan     atomic.Pointer[Plan]            // for the announcer, as of the last commit
@@ -192,6 +196,9 @@ func (r *Reconciler) note(c change) {
 	if c.lb {
 		r.lbDirty = true
 	}
+	if c.fw {
+		r.fwDirty = true
+	}
 	if r.loading {
 		return
 	}
@@ -212,7 +219,7 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 	r.loading = false
 	r.lastRev = rev
 	if resync {
-		r.full, r.lbDirty = true, true
+		r.full, r.lbDirty, r.fwDirty = true, true, true
 	}
 	r.commit()
 }
@@ -248,6 +255,10 @@ func (r *Reconciler) commit() {
 		ok = false
 	}
 	if err := r.syncLimits(); err != nil {
+		r.fail(err)
+		ok = false
+	}
+	if err := r.syncFirewall(); err != nil {
 		r.fail(err)
 		ok = false
 	}
@@ -577,6 +588,10 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	defer r.mu.Unlock()
 	s := model.NodeStatus{Role: "edge", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
 		AppliedRevision: r.rev, Interfaces: ifaces, Routes: r.routes, Errors: append(slices.Clip(r.errs), r.lbErrs...)}
+	if r.fwErr != "" {
+		s.Errors = append(s.Errors, r.fwErr)
+	}
+	s.Firewall = r.firewallStatus()
 	if c, err := r.maps.Stats(); err == nil {
 		s.Counters = map[string]model.Count{}
 		for k, v := range c {

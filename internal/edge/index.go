@@ -26,6 +26,11 @@ type index struct {
 	quarantined map[[4]byte]bool
 	// The EIPs with rate limits (few: most EIPs have none).
 	limits map[[4]byte]model.Limits
+	// fw: the firewall rules (firewall.go); fwAddrs counts the rules
+	// naming each address, fwSets the rules naming a set.
+	fw      map[string]*model.FirewallRule
+	fwAddrs map[netip.Addr]int
+	fwSets  int
 }
 
 type hostEntry struct {
@@ -44,7 +49,8 @@ func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
 		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
-		limits: map[[4]byte]model.Limits{}}
+		limits: map[[4]byte]model.Limits{},
+		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{}}
 }
 
 func (x *index) intern(s string) string {
@@ -60,6 +66,7 @@ type change struct {
 	eip    netip.Addr // one EIP (valid when set)
 	routes bool       // many routes may change (a host)
 	lb     bool       // services, their health or hosts changed
+	fw     bool       // the firewall's plan may change
 }
 
 // put records a validated object (model.DecodeStored).
@@ -85,7 +92,7 @@ func (x *index) put(kind, key string, o model.Object) change {
 		} else {
 			x.eips[k] = binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
 		}
-		return change{eip: o.Address}
+		return change{eip: o.Address, fw: x.fwTouches(o.Address)}
 	case *model.Host:
 		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
 		for _, g := range o.Guests {
@@ -97,10 +104,10 @@ func (x *index) put(kind, key string, o model.Object) change {
 		return change{routes: true, lb: len(x.services) > 0}
 	case *model.EdgeSet:
 		x.sets[key] = o
-		return change{} // applyConfig reads the sets at every commit
+		return change{fw: x.fwSets > 0} // applyConfig reads the sets at every commit
 	case *model.Service:
 		x.services[key] = o
-		return change{lb: true}
+		return change{lb: true, fw: true}
 	case *model.Health:
 		x.health[key] = o
 		return change{lb: true}
@@ -108,7 +115,10 @@ func (x *index) put(kind, key string, o model.Object) change {
 		if o.Address.Is4() {
 			x.quarantined[o.Address.As4()] = true
 		}
-		return change{}
+		return change{fw: x.fwSets > 0}
+	case *model.FirewallRule:
+		x.putFirewall(key, o)
+		return change{fw: true}
 	}
 	return change{}
 }
@@ -123,16 +133,16 @@ func (x *index) delete(kind, key string) change {
 		delete(x.eips, a.As4())
 		delete(x.pulled, a.As4())
 		delete(x.limits, a.As4())
-		return change{eip: a}
+		return change{eip: a, fw: x.fwTouches(a)}
 	case model.KindHost:
 		delete(x.hosts, key)
 		return change{routes: true, lb: len(x.services) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{}
+		return change{fw: x.fwSets > 0}
 	case model.KindService:
 		delete(x.services, key)
-		return change{lb: true}
+		return change{lb: true, fw: true}
 	case model.KindHealth:
 		delete(x.health, key)
 		return change{lb: true}
@@ -140,7 +150,10 @@ func (x *index) delete(kind, key string) change {
 		if a, err := netip.ParseAddr(key); err == nil && a.Is4() {
 			delete(x.quarantined, a.As4())
 		}
-		return change{}
+		return change{fw: x.fwSets > 0}
+	case model.KindFirewallRule:
+		x.putFirewall(key, nil)
+		return change{fw: true}
 	}
 	return change{}
 }

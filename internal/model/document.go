@@ -21,6 +21,8 @@ type Document struct {
 	// Quarantines are usually made by the API or by DDoS detection; a
 	// document may hold them too.
 	Quarantines []Quarantine `json:"quarantines,omitempty"`
+	// FirewallRules: firewall.go.
+	FirewallRules []FirewallRule `json:"firewallrules,omitempty"`
 }
 
 // ParseDocument reads a YAML or JSON document, rejecting unknown fields and
@@ -97,6 +99,9 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.Quarantines {
 		out = append(out, PlacedObject{&d.Quarantines[i], fmt.Sprintf("quarantines[%d]", i)})
 	}
+	for i := range d.FirewallRules {
+		out = append(out, PlacedObject{&d.FirewallRules[i], fmt.Sprintf("firewallrules[%d]", i)})
+	}
 	return out
 }
 
@@ -120,6 +125,9 @@ func (d *Document) Objects() []Object {
 	}
 	for i := range d.Quarantines {
 		out = append(out, &d.Quarantines[i])
+	}
+	for i := range d.FirewallRules {
+		out = append(out, &d.FirewallRules[i])
 	}
 	return out
 }

@@ -61,6 +61,11 @@ var registry = []kindDef{
 		less:  func(a, b *Quarantine) bool { return a.Address.Less(b.Address) },
 		check: (*State).checkQuarantine,
 	},
+	&kindOf[FirewallRule, *FirewallRule]{
+		name: KindFirewallRule, singular: "firewall rule", user: true,
+		field: func(s *State) *map[string]*FirewallRule { return &s.FirewallRules },
+		check: (*State).checkFirewallRule,
+	},
 	&kindOf[Health, *Health]{
 		name: KindHealth, singular: "health",
 		field:    func(s *State) *map[string]*Health { return &s.Health },

@@ -234,7 +234,7 @@ func (s *State) checkDeleteEdgeSet(o *EdgeSet) error {
 	if o.Role == RoleQuarantine && len(s.Quarantines) > 0 {
 		return &ConflictError{Msg: fmt.Sprintf("edge set %s is the quarantine set of %d quarantined address(es): release them first", o.Name, len(s.Quarantines))}
 	}
-	return nil
+	return s.checkFirewallRefs("edge set "+o.Name, func(f *FirewallRule) bool { return f.Set == o.Name })
 }
 
 // checkQuarantine: the address is an EIP or a VIP and the region has a
@@ -256,12 +256,12 @@ func (s *State) checkDeleteEIP(e *EIP) error {
 	if _, ok := s.Quarantines[e.Key()]; ok {
 		return &ConflictError{Msg: fmt.Sprintf("EIP %s is quarantined: release it first (azgate quarantine release %s)", e.Key(), e.Key())}
 	}
-	return nil
+	return s.checkFirewallRefs("EIP "+e.Key(), func(f *FirewallRule) bool { return f.Address == e.Address })
 }
 
 func (s *State) checkDeleteService(v *Service) error {
 	if _, ok := s.Quarantines[v.VIP.String()]; ok {
 		return &ConflictError{Msg: fmt.Sprintf("the VIP %v of service %s is quarantined: release it first (azgate quarantine release %v)", v.VIP, v.Name, v.VIP)}
 	}
-	return nil
+	return s.checkFirewallRefs(fmt.Sprintf("the VIP %v of service %s", v.VIP, v.Name), func(f *FirewallRule) bool { return f.Address == v.VIP })
 }

@@ -19,6 +19,8 @@ type State struct {
 	Services map[string]*Service
 	// Quarantines by address (sets.go).
 	Quarantines map[string]*Quarantine
+	// FirewallRules by name (firewall.go).
+	FirewallRules map[string]*FirewallRule
 	// Health holds the controller's verdicts by service name; it is
 	// changed with Set and Remove only (Put and Delete refuse it).
 	Health map[string]*Health
@@ -458,6 +460,9 @@ func (s *State) checkService(v, old *Service, had bool) Errors {
 	if had && old.VIP != v.VIP {
 		if _, ok := s.Quarantines[old.VIP.String()]; ok {
 			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)
+		}
+		if n, first := s.firewallRuleFor(func(f *FirewallRule) bool { return f.Address == old.VIP }); n > 0 {
+			es.add("vip", "the old VIP %v is the destination of %d firewall rule(s), the first %s: change them before the VIP", old.VIP, n, first)
 		}
 	}
 	if !s.covered(v.VIP) {

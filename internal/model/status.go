@@ -71,6 +71,11 @@ type NodeStatus struct {
 	// Sync is the edge's connection sync with the other members of its
 	// set (edges running it only; its counters are the sync_* ones).
 	Sync *SyncStatus `json:"sync,omitempty"`
+	// Firewall holds each firewall rule's counters on this edge, by rule
+	// name: packets and bytes it dropped (deny) or let through (allow)
+	// since the edge programmed it (edges only; left out above 4096
+	// rules, whose counters /metrics does not carry either).
+	Firewall map[string]Count `json:"firewall,omitempty"`
 }
 
 // ARPStatus says whether an edge answers ARP for its set's VIPs (and its

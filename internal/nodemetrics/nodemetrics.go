@@ -60,13 +60,15 @@ type statusCollector struct {
 }
 
 var (
-	descPackets = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
-	descBytes   = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
-	descRoutes  = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
-	descRev     = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
-	descEIP     = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
-	descLimit   = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
-	descInvalid = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
+	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descBytes     = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descRoutes    = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
+	descRev       = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
+	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
+	descLimit     = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
+	descInvalid   = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
+	descFWPackets = prometheus.NewDesc("azgate_firewall_rule_packets_total", "Packets each firewall rule dropped (deny) or let through (allow) on this edge.", []string{"role", "rule"}, nil)
+	descFWBytes   = prometheus.NewDesc("azgate_firewall_rule_bytes_total", "Bytes each firewall rule dropped (deny) or let through (allow) on this edge.", []string{"role", "rule"}, nil)
 	// BGP (edges): whether the edge announces, why not, its sessions.
 	descAnnouncing = prometheus.NewDesc("azgate_bgp_announcing", "1 while the edge announces its set's routes.", []string{"role"}, nil)
 	descFailing    = prometheus.NewDesc("azgate_bgp_condition_failing", "1 for each condition that keeps the edge from announcing.", []string{"role", "condition"}, nil)
@@ -81,7 +83,7 @@ var (
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid,
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
 		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer} {
 		ch <- d
 	}
@@ -112,6 +114,10 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descSyncPeer, prometheus.GaugeValue, up, c.role, p.Name)
 		}
+	}
+	for rule, v := range s.Firewall {
+		ch <- prometheus.MustNewConstMetric(descFWPackets, prometheus.CounterValue, float64(v.Packets), c.role, rule)
+		ch <- prometheus.MustNewConstMetric(descFWBytes, prometheus.CounterValue, float64(v.Bytes), c.role, rule)
 	}
 	for e, v := range s.EIPs {
 		ch <- prometheus.MustNewConstMetric(descEIP, prometheus.CounterValue, float64(v.RxPackets), c.role, e, "rx")

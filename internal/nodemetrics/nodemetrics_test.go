@@ -109,3 +109,28 @@ func TestLimitMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestFirewallMetrics: each rule's counters from the status, by rule name.
+func TestFirewallMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus {
+		return model.NodeStatus{Firewall: map[string]model.Count{"block-ssh": {Packets: 7, Bytes: 420}}}
+	}})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rule" {
+					got[mf.GetName()+","+l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got["azgate_firewall_rule_packets_total,block-ssh"] != 7 || got["azgate_firewall_rule_bytes_total,block-ssh"] != 420 {
+		t.Errorf("firewall metrics %v", got)
+	}
+}

@@ -1,0 +1,195 @@
+/* fw.h: the edge's firewall, evaluated first for a packet from the Internet
+ * side to an EIP or VIP (issue 9; docs/dataplane.md, "Firewall").
+ *
+ * The planner (internal/fwplan) gives every destination a scope: 0 holds
+ * the global rules, each other scope the rules of a set and of an address,
+ * merged (destinations with the same rules share one). fw_rules is an LPM
+ * trie on (scope, source prefix) whose entry carries every rule of the
+ * scope whose prefix contains the entry's, so the longest match is all a
+ * packet needs: at most two lookups (its scope, and scope 0 when global
+ * rules exist), each skipped when a Bloom filter of the trie's keys
+ * (fw_bloom) says no entry can hold the source: a source no rule names
+ * costs a probe per prefix length in use, not a trie walk. The route
+ * cache holds the destination's scope and flags (eip_centry.fw): a
+ * destination no rule can touch pays one test.
+ *
+ * For a packet: any matching deny rule drops it; else if the destination
+ * has an allow list (FW_C_PRIVATE) and no allow rule matches, it is
+ * dropped; else it passes. A port range only matches a TCP or UDP packet
+ * with ports (not a fragment); a rule without ports matches fragments
+ * too. */
+#ifndef AZG_FW_H
+#define AZG_FW_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "consts.h"
+#include "structs.h"
+#include "maps.h"
+#include "parse.h"
+#include "stats.h"
+
+/* The scope and flags of destination addr, for the route cache. */
+static __always_inline __u32 fw_dest(__be32 addr)
+{
+	__u32 zero = 0, fw = 0;
+	struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (g)
+		fw = g->flags & (FW_C_GLOBAL | FW_C_PRIVATE);
+	struct fw_dst *d = bpf_map_lookup_elem(&fw_dst, &addr);
+	if (d)
+		fw |= (d->scope & FW_SCOPE_MASK) | (d->flags & FW_C_PRIVATE);
+	return fw;
+}
+
+static __always_inline void fw_count(__u32 rule, __u64 len)
+{
+	struct fw_stats *s = bpf_map_lookup_elem(&fw_stats, &rule);
+	if (s) {
+		s->packets++;
+		s->bytes += len;
+	}
+}
+
+/* The Bloom filter's bit of a key: scope, source (host order, masked to
+ * len bits), len. The same function as internal/fwplan BloomBit (tested
+ * against it through the program). */
+static __always_inline __u32 fw_bloom_bit(__u32 scope, __u32 src, __u32 len)
+{
+	__u32 h = scope * 0x9E3779B1u ^ src * 0x85EBCA77u ^ len * 0xC2B2AE3Du;
+	h ^= h >> 15;
+	h *= 0x2C1B3C6Du;
+	h ^= h >> 12;
+	return h & (FW_BLOOM_WORDS * 64 - 1);
+}
+
+/* Whether scope may hold an entry for src (host order): one probe per
+ * source prefix length in use; no bit set, no entry. */
+static __always_inline int fw_maybe(const struct fw_dst *g, __u32 scope, __u32 src)
+{
+	if (!g || g->nlens > FW_LENS)
+		return 1;
+	__u32 n = g->nlens;
+	for (int i = 0; i < FW_LENS; i++) {
+		if (i >= n)
+			break;
+		__u32 l = g->lens[i];
+		if (l > 32)
+			return 1;
+		__u32 m = l ? ~0u << (32 - l) : 0;
+		__u32 b = fw_bloom_bit(scope, src & m, l);
+		__u32 w = b >> 6;
+		__u64 *word = bpf_map_lookup_elem(&fw_bloom, &w);
+		if (!word || (*word & (1ULL << (b & 63))))
+			return 1;
+	}
+	return 0;
+}
+
+/* The rules of one scope that match: returns the first deny rule's index
+ * + 1, else leaves *allow at the first allow rule's index + 1 (if it was
+ * 0) and returns 0. */
+static __always_inline __u32 fw_scan(__u32 scope, __be32 saddr, __u8 proto, __u32 port, __u32 *allow)
+{
+	struct fw_key k = {.prefixlen = 64, .scope = scope, .saddr = saddr};
+	struct fw_entry *e = bpf_map_lookup_elem(&fw_rules, &k);
+	if (!e)
+		return 0;
+	__u32 n = e->n;
+	for (int i = 0; i < FW_REFS; i++) {
+		if (i >= n)
+			break;
+		struct fw_ref *r = &e->r[i];
+		if (r->proto && r->proto != proto)
+			continue;
+		if (port > 0xffff ? (r->port_lo != 0 || r->port_hi != 0xffff) : (port < r->port_lo || port > r->port_hi))
+			continue;
+		if (r->action == FW_DENY)
+			return r->rule + 1;
+		if (!*allow)
+			*allow = r->rule + 1;
+	}
+	return 0;
+}
+
+/* Verdicts (fw_vslot.verdict): the deciding rule in the low bits. */
+#define FW_V_DENY (1u << 31)
+#define FW_V_ALLOW (1u << 30)
+#define FW_V_PRIVATE (1u << 29)
+#define FW_V_RULE 0x1fffffffu
+
+/* The verdict for a source, protocol and port (port above 0xffff: none)
+ * at a destination whose eip_centry.fw is fw. */
+static __always_inline __u32 fw_verdict(__be32 saddr, __u8 proto, __u32 port, __u32 fw)
+{
+	__u32 allow = 0, deny = 0;
+	__u32 scope = fw & FW_SCOPE_MASK;
+	__u32 zero = 0;
+	__u32 src = bpf_ntohl(saddr);
+	const struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (scope && fw_maybe(g, scope, src))
+		deny = fw_scan(scope, saddr, proto, port, &allow);
+	if (!deny && (fw & FW_C_GLOBAL) && fw_maybe(g, 0, src))
+		deny = fw_scan(0, saddr, proto, port, &allow);
+	if (deny)
+		return FW_V_DENY | ((deny - 1) & FW_V_RULE);
+	if (allow)
+		return FW_V_ALLOW | ((allow - 1) & FW_V_RULE);
+	if (fw & FW_C_PRIVATE)
+		return FW_V_PRIVATE;
+	return 0;
+}
+
+/* Whether the firewall drops p (counted: the deny rule, or
+ * drop_fw_private; an allowed packet counts on its first allow rule). fw
+ * is the destination's eip_centry.fw, not 0. The verdict comes from the
+ * per-CPU cache when a packet of the same source, protocol and port to a
+ * destination of the same scope and flags had it since the last firewall
+ * write (the route generation, as for eip_cache). Global (verified once,
+ * on its own): its loops add no states to the paths that follow. */
+__noinline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
+{
+	if (!p)
+		return 0;
+	__be32 saddr = p->saddr;
+	__u8 proto = p->proto;
+	/* Above 0xffff: no port (not TCP or UDP, or a fragment). */
+	__u32 port = 0x10000;
+	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok && !p->frag)
+		port = bpf_ntohs((__be16)(p->ports >> 16));
+	__u32 pp = ((__u32)proto << 17) | port;
+	__u32 zero = 0, v;
+	__u64 *gp = bpf_map_lookup_elem(&eip_route_gen, &zero);
+	__u32 slot = ((__u32)saddr * 2654435761u ^ fw * 0x9E3779B1u ^ pp * 0x85EBCA77u) >>
+		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
+	struct fw_vslot *c = bpf_map_lookup_elem(&fw_vcache, &slot);
+	if (gp && c && c->gen == *gp + 1 && c->saddr == saddr && c->fw == fw && c->pp == pp) {
+		v = c->verdict;
+	} else {
+		v = fw_verdict(saddr, proto, port, fw);
+		if (gp && c) {
+			c->gen = *gp + 1;
+			c->saddr = saddr;
+			c->fw = fw;
+			c->pp = pp;
+			c->verdict = v;
+		}
+	}
+	if (v & FW_V_DENY) {
+		fw_count(v & FW_V_RULE, len);
+		stat_add(STAT_DROP_FW_DENY, len);
+		return 1;
+	}
+	if (v & FW_V_ALLOW) {
+		fw_count(v & FW_V_RULE, len);
+		return 0;
+	}
+	if (v & FW_V_PRIVATE) {
+		stat_add(STAT_DROP_FW_PRIVATE, len);
+		return 1;
+	}
+	return 0;
+}
+
+#endif

@@ -1,0 +1,106 @@
+package edge
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/fwplan"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// fwEdge is a fake edge whose firewall writes go through injected faults.
+type fwEdge struct {
+	*dataplane.FakeEdge
+	dataplane.FaultyFirewall
+}
+
+func (f fwEdge) ApplyFirewall(d fwplan.Diff) error { return f.FaultyFirewall.ApplyFirewall(d) }
+func (f fwEdge) FirewallStats(i uint32) (dataplane.Count, error) {
+	return f.FaultyFirewall.FirewallStats(i)
+}
+
+// TestFirewallReconcile: the edge programs its rules (scoped to an EIP, a
+// set, globally), follows their changes by diff, reaches a set's newly
+// bound EIP, survives a failed write (the next commit writes everything
+// and prunes), reports rules that do not fit without failing the commit,
+// and shows each rule's counters in its status.
+func TestFirewallReconcile(t *testing.T) {
+	fake := dataplane.NewFakeEdge()
+	faults := dataplane.NewFaults()
+	m := fwEdge{FakeEdge: fake, FaultyFirewall: dataplane.FaultyFirewall{FirewallMaps: fake, F: faults}}
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, m)
+	src := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	eipRule := &model.FirewallRule{Name: "eip-allow", Action: model.FirewallAllow, Sources: src, Address: a("198.51.100.7")}
+	load(t, r, 10, append(region(), eipRule)...)
+	d, ok := fake.FW.FWDests[a("198.51.100.7")]
+	if !ok || !d.Private || d.Scope == 0 {
+		t.Fatalf("destinations %v: want 198.51.100.7 private with a scope", fake.FW.FWDests)
+	}
+	if e := fake.FW.FWEntries[fwplan.Key{Scope: d.Scope, Source: src[0]}]; e.N != 1 || e.Refs[0].Action != fwplan.Allow {
+		t.Fatalf("entries %v", fake.FW.FWEntries)
+	}
+
+	// A set rule reaches the set's EIPs, the one bound later too.
+	setRule := &model.FirewallRule{Name: "set-deny", Action: model.FirewallDeny, Set: "pop-a", Sources: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+	watched(t, r, 11, setRule)
+	if _, ok := fake.FW.FWDests[a("198.51.100.8")]; ok {
+		t.Fatal("an unbound EIP has a firewall scope")
+	}
+	watched(t, r, 12, &model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
+	if d8, ok := fake.FW.FWDests[a("198.51.100.8")]; !ok || d8.Private || d8.Scope == fake.FW.FWDests[a("198.51.100.7")].Scope {
+		t.Fatalf("the newly bound EIP of the set: %+v %v", d8, ok)
+	}
+
+	// A global rule sets the global flags; a failed write is retried whole.
+	faults.FailNth("ApplyFirewall", 1)
+	global := &model.FirewallRule{Name: "global", Action: model.FirewallDeny, Sources: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Protocol: model.ProtoUDP}
+	watched(t, r, 13, global)
+	if faults.Injected != 1 || fake.FW.FWGlobal.Global {
+		t.Fatalf("injected %d, global %+v: the failed write must not be half-applied in the fake", faults.Injected, fake.FW.FWGlobal)
+	}
+	r.Commit(13, false) // what the retry timer does
+	if !fake.FW.FWGlobal.Global || fake.FW.FWGlobal.Private {
+		t.Fatalf("global flags %+v after the retry", fake.FW.FWGlobal)
+	}
+	if _, ok := fake.FW.FWEntries[fwplan.Key{Scope: 0, Source: netip.MustParsePrefix("198.18.0.0/15")}]; !ok {
+		t.Fatal("the global rule's entry is missing")
+	}
+
+	// Counters in the status, by rule name.
+	slot := r.fwPlan.Slots["global"]
+	fake.FW.FWStats[slot] = dataplane.Count{Packets: 5, Bytes: 500}
+	st := r.Status(time.Time{}, nil)
+	if st.Firewall["global"].Packets != 5 || len(st.Firewall) != 3 {
+		t.Errorf("status firewall %v", st.Firewall)
+	}
+
+	// Rules that overlap beyond the data plane's bound: reported, the
+	// commit stands, the firewall before stays.
+	var many []model.Object
+	for i := range fwplan.MaxRefs + 1 {
+		many = append(many, &model.FirewallRule{Name: "dup-" + itoa(i), Action: model.FirewallDeny, Sources: src})
+	}
+	before := len(fake.FW.FWEntries)
+	watched(t, r, 14, many...)
+	st = r.Status(time.Time{}, nil)
+	if !strings.Contains(strings.Join(st.Errors, ";"), "overlap at source 203.0.113.0/24") || r.rev != 14 {
+		t.Errorf("errors %v, revision %d", st.Errors, r.rev)
+	}
+	if len(fake.FW.FWEntries) != before {
+		t.Errorf("entries changed from %d to %d on a plan that does not fit", before, len(fake.FW.FWEntries))
+	}
+	// Deleting the rules removes their entries and destinations.
+	for _, o := range many {
+		r.Delete(model.KindFirewallRule, o.Key(), 15)
+	}
+	for _, n := range []string{"eip-allow", "set-deny", "global"} {
+		r.Delete(model.KindFirewallRule, n, 15)
+	}
+	r.Commit(15, false)
+	if len(fake.FW.FWEntries) != 0 || len(fake.FW.FWDests) != 0 || fake.FW.FWGlobal.Global {
+		t.Errorf("after deleting every rule: entries %v dests %v global %+v", fake.FW.FWEntries, fake.FW.FWDests, fake.FW.FWGlobal)
+	}
+}
