@@ -161,7 +161,7 @@ static __noinline int hc_reply(struct xdp_md *ctx, __be32 host, __be32 guest, __
 		return count_drop(STAT_DROP_SPOOF, len);
 	}
 	hc_count(HC_STAT_REPLY_PASS, len);
-	return XDP_PASS;
+	return count_pass(STAT_PASS_HC_REPLY, len);
 }
 
 /* The NVGRE headers tc_edge_hc writes in front of the inner IPv4 header:

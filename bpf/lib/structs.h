@@ -249,6 +249,7 @@ enum azg_stat {
 	STAT_DROP_RL_SYN,     /* edge: a SYN over its EIP's or VIP's SYN rate (lib/ratelimit.h) */
 	STAT_DROP_FW_DENY,    /* edge: a firewall deny rule matched (lib/fw.h) */
 	STAT_DROP_FW_PRIVATE, /* edge: the destination has an allow list and no allow rule matched */
+	STAT_PASS_HC_REPLY,   /* edge: a checked backend's answer to the health check, to the kernel (lib/hc.h) */
 	STAT_MAX,
 };
 

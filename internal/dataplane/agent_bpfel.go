@@ -124,7 +124,8 @@ const (
 	agentAzgStatSTAT_DROP_RL_SYN         agentAzgStat = 40
 	agentAzgStatSTAT_DROP_FW_DENY        agentAzgStat = 41
 	agentAzgStatSTAT_DROP_FW_PRIVATE     agentAzgStat = 42
-	agentAzgStatSTAT_MAX                 agentAzgStat = 43
+	agentAzgStatSTAT_PASS_HC_REPLY       agentAzgStat = 43
+	agentAzgStatSTAT_MAX                 agentAzgStat = 44
 )
 
 type agentEipKey struct {

@@ -70,7 +70,8 @@ const (
 	edgeAzgStatSTAT_DROP_RL_SYN         edgeAzgStat = 40
 	edgeAzgStatSTAT_DROP_FW_DENY        edgeAzgStat = 41
 	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 42
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 43
+	edgeAzgStatSTAT_PASS_HC_REPLY       edgeAzgStat = 43
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 44
 )
 
 type edgeCtBucket struct {

@@ -334,7 +334,9 @@ func outcomeCoverage(dev, counter string) int {
 	case "drop_fw_deny":
 		n = 42
 	case "drop_fw_private":
-		n = 41
+		n = 43
+	case "pass_hc_reply":
+		n = 44
 	}
 	if dev == dptest.UlDev {
 		switch {

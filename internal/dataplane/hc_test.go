@@ -168,9 +168,9 @@ func TestHealthReplyFixtures(t *testing.T) {
 
 	fixtures := []fixture{
 		{name: "reply of a checked backend goes up", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(reply)),
-			action: xdpPass, out: up},
+			action: xdpPass, out: up, stats: map[string]uint64{"pass_hc_reply": 1}},
 		{name: "udp reply of a checked backend goes up", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(udpReply)),
-			action: xdpPass, out: ethFrame(t, dptest.FabMAC, dptest.UlMAC, udpReply.ip(t))},
+			action: xdpPass, out: ethFrame(t, dptest.FabMAC, dptest.UlMAC, udpReply.ip(t)), stats: map[string]uint64{"pass_hc_reply": 1}},
 		{name: "a checked guest's SYN to the edge's sshd", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(sshSyn)),
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "a checked guest's udp to the edge's snmpd", dev: dptest.UlDev, in: fromHost(hostAddr, key, inner(snmp)),

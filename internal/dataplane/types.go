@@ -59,6 +59,7 @@ var statNames = [...]string{
 	"drop_rl_syn",
 	"drop_fw_deny",
 	"drop_fw_private",
+	"pass_hc_reply",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
