@@ -756,13 +756,15 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	 * an EIP or VIP: no source of our own, the underlay's or a
 	 * non-routable one. */
 	if (r && ctx->ingress_ifindex != cfg->ul_ifindex) {
-		__u32 sc = spoof_class(&p);
-		if (sc)
-			return count_drop(sc, len);
-		/* Then the firewall, then the rate limits: what a rule denies
+		/* The firewall first: a denied flood is dropped from its
+		 * verdict cache without the anti-spoofing trie walk. Then
+		 * anti-spoofing, then the rate limits: what is dropped before
 		 * spends no source's or SYN guard's tokens. */
 		if (r->fw && fw_drop(&p, r->fw, len))
 			return XDP_DROP;
+		__u32 sc = spoof_class(&p);
+		if (sc)
+			return count_drop(sc, len);
 		if (rl_applies(r->flags, &p)) {
 			sc = rl_check(&p);
 			if (sc)
