@@ -21,6 +21,8 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/dpfuzz"
+	"github.com/azgate/azgate/internal/fwplan"
+	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netns"
 )
 
@@ -387,43 +389,184 @@ func scaleAddrs() []netip.Addr {
 	return a
 }
 
-var scalePorts = []uint16{0, 9, 53, 80, 443, 444, 5000, 5353, 7777, 8000, 8080, 8443, 33434, 40000, 40001, 40002, 40003, 65535}
+var scalePorts = []uint16{0, 9, 22, 23, 53, 54, 79, 80, 443, 444, 4999, 5000, 5353, 5354, 5999, 6000, 6999, 7000, 7777, 7999, 8000,
+	8080, 8443, 8444, 33434, 40000, 40001, 40002, 40003, 65535}
 
 // scaleEdgeOptions are the hooks of scaleFuzzEdge. The firewall (issue 9
-// part 1) plugs in here: its test calls scaleFuzzEdge with a configure
-// that writes its rules (deny and allow by source prefix, per destination,
-// protocol and ports) into fb.edge and returns a dpfuzz.Policy that denies
-// exactly what they deny; the oracle then holds every denied Internet-side
-// packet to "never transmitted, not even an ICMP error about it", and the
-// drop counters it is counted under must start with drop_ (checkCounters).
-// A counter that is no per-packet outcome (like flow_new) goes into
-// scaleFuzzer.events.
+// part 1) plugs in here: TestScaleFuzzEdge's configure (scaleFirewall)
+// writes its rules (deny and allow by source prefix, per destination,
+// protocol and ports) into fb.edge through the planner, as the edge's
+// reconciler does, and returns a dpfuzz.Policy that reads the same rules
+// as the docs do; the oracle then holds every denied Internet-side packet
+// to "never transmitted, not even an ICMP error about it", drop_fw_deny
+// and drop_fw_private to the oracle's counts, and each rule's counters
+// (fw_stats) to the packets the oracle says it decided. A counter that is
+// no per-packet outcome (like flow_new) goes into scaleFuzzer.events.
 type scaleEdgeOptions struct {
 	// configure, if set, programs more of the edge (firewall rules) and
-	// returns the Policy that describes them to the oracle.
-	configure func(t *testing.T, fb *fuzzEdgeBed) dpfuzz.Policy
+	// returns the Policy that describes them to the oracle and, if the
+	// rules' counters are to be checked, each rule's counter slot.
+	configure func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32)
 	// expectFailure: see scaleFuzzer.
 	expectFailure bool
 }
 
-// TestScaleFuzzEdge fuzzes xdp_edge with the services of FuzzEdge's bed and
-// anti-spoofing prefixes, from both sides.
+// TestScaleFuzzEdge fuzzes xdp_edge with the services of FuzzEdge's bed,
+// anti-spoofing prefixes and a firewall (scaleFirewall), from both sides.
 func TestScaleFuzzEdge(t *testing.T) {
-	if err := scaleFuzzEdge(t, scaleEdgeOptions{}); err != nil {
+	if err := scaleFuzzEdge(t, scaleEdgeOptions{configure: scaleFirewall}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scaleFWRule is one rule of the scale bed's firewall, written once and
+// turned into a model.FirewallRule (for the planner and the maps) and a
+// dpfuzz.FWRule (for the oracle) by separate code.
+type scaleFWRule struct {
+	name    string
+	deny    bool
+	srcs    []string
+	dst     string // an address, "set" (scaleFWSet), or "" (global)
+	proto   string // model.ProtoTCP, ... or ""
+	lo, hi  uint16 // model.FirewallRule Port, PortEnd
+	comment string
+}
+
+// The scale bed's edge set for set rules: the addresses it serves.
+var scaleFWSet = []string{eip, vipNAT}
+
+// scaleFWRules: global denies (nested: a tcp port range from a /16, a
+// /32); a set's udp deny; a private EIP (eipOther: an allow list of
+// nested prefixes both ways, icmp for path MTU discovery, a /32 allowed
+// every protocol, fragments included); per-VIP rules, one VIP private.
+// Sources lie in the ranges the mutator tries in and around
+// (scaleFWPrefixes), and in the underlay (spoofed: anti-spoofing comes
+// first) and bogons.
+var scaleFWRules = []scaleFWRule{
+	{name: "g-deny-bench-tcp", deny: true, srcs: []string{"198.19.0.0/16"}, proto: model.ProtoTCP, lo: 6000, hi: 6999,
+		comment: "a port range from a /16 holding the underlay's 198.19.100.0/24 (spoofed first) and clients"},
+	{name: "g-deny-host", deny: true, srcs: []string{"203.0.113.66/32", "10.0.0.0/8"}, comment: "a /32 and a bogon /8"},
+	{name: "g-deny-icmp", deny: true, srcs: []string{"192.0.2.128/25"}, proto: model.ProtoICMP},
+	{name: "s-deny-udp", deny: true, dst: "set", srcs: []string{"192.0.2.0/24"}, proto: model.ProtoUDP, lo: 5000, hi: 5353},
+	{name: "o-allow-web", dst: eipOther, srcs: []string{"203.0.0.0/16"}, proto: model.ProtoTCP, lo: 80, hi: 443},
+	{name: "o-deny-in", deny: true, dst: eipOther, srcs: []string{"203.0.113.128/25"}, comment: "deny /25 inside an allowed /16"},
+	{name: "o-deny-ssh-wide", deny: true, dst: eipOther, srcs: []string{"192.0.0.0/16"}, proto: model.ProtoTCP, lo: 22},
+	{name: "o-allow-dns", dst: eipOther, srcs: []string{"192.0.2.0/24"}, proto: model.ProtoUDP, lo: 53, comment: "allow /24 inside a denied /16"},
+	{name: "o-allow-icmp", dst: eipOther, srcs: []string{"0.0.0.0/0"}, proto: model.ProtoICMP},
+	{name: "o-allow-client", dst: eipOther, srcs: []string{client + "/32"}, comment: "every protocol, fragments too"},
+	{name: "v-deny-ssh", deny: true, dst: vipNAT, srcs: []string{"0.0.0.0/0"}, proto: model.ProtoTCP, lo: 22, hi: 23},
+	{name: "v-deny-range", deny: true, dst: vipNAT, srcs: []string{"203.0.113.0/24"}, proto: model.ProtoTCP, lo: 8000, hi: 8443},
+	{name: "e-allow-net", dst: vipEncap, srcs: []string{"203.0.113.0/24"}},
+	{name: "e-allow-bench-udp", dst: vipEncap, srcs: []string{"198.19.249.0/24"}, proto: model.ProtoUDP},
+	{name: "e-deny-mdns", deny: true, dst: vipEncap, srcs: []string{"203.0.113.0/28"}, proto: model.ProtoUDP, lo: 5353},
+}
+
+// scaleFWPrefixes are the rules' source prefixes, for the mutator.
+func scaleFWPrefixes() []netip.Prefix {
+	var ps []netip.Prefix
+	for _, r := range scaleFWRules {
+		for _, s := range r.srcs {
+			ps = append(ps, netip.MustParsePrefix(s))
+		}
+	}
+	return ps
+}
+
+// scaleFirewall programs scaleFWRules into the bed's edge the way the
+// edge's reconciler does (internal/edge syncFirewall: fwplan.Build over
+// the routed EIPs and VIPs with the sets' membership, then ApplyFirewall
+// of the diff) and returns the oracle's reading of them.
+func scaleFirewall(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+	slots := programScaleFirewall(t, fb, scaleFWRules)
+	return scaleFWOracle(scaleFWRules, slots), slots
+}
+
+// programScaleFirewall plans rules and writes them into the bed's edge;
+// it returns each rule's counter slot.
+func programScaleFirewall(t *testing.T, fb *fuzzEdgeBed, rules []scaleFWRule) map[string]uint32 {
+	const set = "fz-set"
+	in := fwplan.Input{Serves: func(name string, a netip.Addr) bool {
+		return name == set && slices.Contains(scaleFWSet, a.String())
+	}}
+	var dests []netip.Addr
+	for a := range fb.routes {
+		dests = append(dests, a)
+	}
+	for a := range fb.lb.vips {
+		dests = append(dests, a)
+	}
+	in.Dests = dests
+	for _, r := range rules {
+		m := &model.FirewallRule{Name: r.name, Action: model.FirewallAllow, Protocol: r.proto, Port: r.lo, PortEnd: r.hi}
+		if r.deny {
+			m.Action = model.FirewallDeny
+		}
+		switch r.dst {
+		case "":
+		case "set":
+			m.Set = set
+		default:
+			m.Address = netip.MustParseAddr(r.dst)
+		}
+		for _, s := range r.srcs {
+			m.Sources = append(m.Sources, netip.MustParsePrefix(s))
+		}
+		if es := m.Validate(); len(es) > 0 {
+			t.Fatalf("rule %s: %v", r.name, es)
+		}
+		in.Rules = append(in.Rules, m)
+	}
+	p, err := fwplan.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.edge.ApplyFirewall(p.Compare(nil)); err != nil {
+		t.Fatal(err)
+	}
+	return p.Slots
+}
+
+// scaleFWOracle is the oracle's reading of rules, from the table and the
+// docs alone; only the counter slots (an arbitrary numbering) come from
+// the plan.
+func scaleFWOracle(table []scaleFWRule, slots map[string]uint32) dpfuzz.Policy {
+	var rules []dpfuzz.FWRule
+	for _, r := range table {
+		o := dpfuzz.FWRule{Name: r.name, Deny: r.deny, PortLo: r.lo, PortHi: r.hi, Slot: slots[r.name]}
+		switch {
+		case r.lo == 0:
+			o.PortHi = 0xffff
+		case r.hi == 0:
+			o.PortHi = r.lo
+		}
+		o.Proto = map[string]uint8{model.ProtoTCP: dpfuzz.ProtoTCP, model.ProtoUDP: dpfuzz.ProtoUDP, model.ProtoICMP: dpfuzz.ProtoICMP}[r.proto]
+		switch r.dst {
+		case "":
+		case "set":
+			for _, a := range scaleFWSet {
+				o.Dests = append(o.Dests, addr(a))
+			}
+		default:
+			o.Dests = []netip.Addr{addr(r.dst)}
+		}
+		for _, s := range r.srcs {
+			o.Sources = append(o.Sources, netip.MustParsePrefix(s))
+		}
+		rules = append(rules, o)
+	}
+	return dpfuzz.NewFirewall(rules)
 }
 
 // denySources is a firewall Policy for the oracle: deny by source prefix.
 type denySources []netip.Prefix
 
-func (d denySources) Denied(f dpfuzz.Flow) (string, bool) {
+func (d denySources) Decide(f dpfuzz.Flow) dpfuzz.FWDecision {
 	for _, p := range d {
 		if p.Contains(f.Src) {
-			return "deny src " + p.String(), true
+			return dpfuzz.FWDecision{Drop: dpfuzz.FWDeny, Rule: "deny src " + p.String()}
 		}
 	}
-	return "", false
+	return dpfuzz.FWDecision{}
 }
 
 // The firewall hook works, and the harness fails when a program transmits
@@ -433,12 +576,30 @@ func (d denySources) Denied(f dpfuzz.Flow) (string, bool) {
 // programs its rules in configure and must pass.
 func TestScaleFuzzEdgeCatchesUnenforcedDeny(t *testing.T) {
 	t.Setenv("AZG_FUZZ_PACKETS", "20000")
-	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) dpfuzz.Policy {
-		return denySources{netip.MustParsePrefix("203.0.113.0/24")}
+	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+		return denySources{netip.MustParsePrefix("203.0.113.0/24")}, nil
 	}})
 	if err == nil || !strings.Contains(err.Error(), "denied by the firewall") {
 		t.Fatalf("a transmitted denied packet went unnoticed: %v", err)
 	}
+}
+
+// The firewall's counters are held to the oracle: with the real rules
+// programmed but an oracle that lacks one deny rule (the /25 denied inside
+// eipOther's allowed /16), the run must fail on drop_fw_deny or that
+// rule's counter (what the edge drops there the oracle lets pass or
+// calls private, and nothing forbidden is transmitted).
+func TestScaleFuzzEdgeCatchesFirewallMiscount(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "20000")
+	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+		slots := programScaleFirewall(t, fb, scaleFWRules)
+		lacking := slices.DeleteFunc(slices.Clone(scaleFWRules), func(r scaleFWRule) bool { return r.name == "o-deny-in" })
+		return scaleFWOracle(lacking, slots), slots
+	}})
+	if err == nil || !(strings.Contains(err.Error(), "drop_fw_") || strings.Contains(err.Error(), "firewall rule")) {
+		t.Fatalf("a firewall miscount went unnoticed: %v", err)
+	}
+	t.Logf("caught, as it must be: %.300s", err)
 }
 
 // scaleFuzzEdge is TestScaleFuzzEdge with options: the firewall's tests
@@ -455,19 +616,27 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	for a, r := range fb.routes {
 		region.EIPs[a] = dpfuzz.Binding{Host: r.Host, VSID: r.VSID}
 	}
+	var fwSlots map[string]uint32
 	if o.configure != nil {
-		region.Policy = o.configure(t, fb)
+		region.Policy, fwSlots = o.configure(t, fb)
 	}
 	var seeds []scaleSeed
 	for _, s := range edgeFuzzSeeds(t) {
 		seeds = append(seeds, scaleSeed{s.dev, s.frame})
 	}
 	seeds = append(seeds, scaleExtraEdgeSeeds(t)...)
+	if fwSlots != nil {
+		seeds = append(seeds, scaleFWSeeds(t)...)
+	}
+	t.Logf("xdp_edge: %d seeds", len(seeds))
 	f := newScaleFuzzer("xdp_edge", seed, seeds, []string{dptest.ExtDev, dptest.UlDev})
 	f.expectFailure = o.expectFailure
 	f.mut.Keys = []uint32{vsid << 8, vsid<<8 | 0x21, 6000 << 8, 6000<<8 | 0x7f, 5002 << 8}
 	f.mut.TunnelSrcs = []netip.Addr{addr(hostAddr), addr(otherHost), addr("198.19.250.9"), addr(dptest.FabAddr)}
 	f.mut.Endpoint = addr(dptest.UlAddr)
+	if fwSlots != nil {
+		f.mut.Prefixes = scaleFWPrefixes()
+	}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return region.JudgeEdge(edgeSide(dev), in) }
 	f.check = func(it *runItem, v dpfuzz.Verdict) error {
 		kind, err := edgeOutput(fb, region, it, v)
@@ -483,10 +652,14 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	f.mustDrop = func(v dpfuzz.Verdict) bool {
 		return !strings.HasPrefix(v.Forbid, "not IPv4") && !strings.HasPrefix(v.Forbid, "martian destination")
 	}
-	f.batch = edgeBatchCheck(t, fb, region)
+	fwTotals := map[string]uint64{}
+	f.batch = edgeBatchCheck(t, fb, region, fwSlots, fwTotals)
 	f.runner = startBatchRunner(t, fb.env, fb.edge.Program(), dptest.ExtDev, dptest.UlDev)
 	if err := f.run(t, n); err != nil {
 		return err
+	}
+	if fwSlots != nil {
+		t.Logf("xdp_edge: firewall rules' counters (each equal to the oracle's count) %v", fwTotals)
 	}
 	if len(f.results.outputs) == 0 {
 		return errors.New("no output transmitted: the run checked nothing")
@@ -612,6 +785,30 @@ func scaleExtraEdgeSeeds(tb testing.TB) []scaleSeed {
 	return s
 }
 
+// scaleFWSeeds: flows from the firewall rules' sources to the
+// destinations with rules of their own (and to eip, under global and set
+// rules), TCP and UDP to the ports the rules name, ICMP, and fragments
+// (first and later), for the mutator to start from.
+func scaleFWSeeds(tb testing.TB) []scaleSeed {
+	var s []scaleSeed
+	ext := func(f flow) { s = append(s, scaleSeed{dptest.ExtDev, f.frame(tb, dptest.RtrMAC, dptest.ExtMAC)}) }
+	ports := []uint16{22, 53, 80, 443, 5353, 6000, 8080}
+	i := 0
+	for _, src := range []string{client, "203.0.113.66", "203.0.113.200", "203.0.7.1", "192.0.2.9", "192.0.2.200", "192.0.9.1", "198.19.249.5"} {
+		for _, dst := range []string{eip, eipOther, vipNAT, vipEncap} {
+			i++
+			ext(flow{src: src, dst: dst, proto: layers.IPProtocolTCP, sport: 40000, dport: ports[i%len(ports)], syn: true})
+			ext(flow{src: src, dst: dst, proto: layers.IPProtocolUDP, sport: 40000, dport: ports[(i+3)%len(ports)], payload: []byte("fuzz")})
+			if i%2 == 0 {
+				ext(flow{src: src, dst: dst, proto: layers.IPProtocolICMPv4, icmpType: 8, payload: make([]byte, 8)})
+			} else {
+				ext(flow{src: src, dst: dst, proto: layers.IPProtocolUDP, sport: 40000, dport: 53, mf: i%4 == 1, fragOff: uint16(i % 4 / 3 * 3), payload: make([]byte, 16)})
+			}
+		}
+	}
+	return s
+}
+
 func newScaleFuzzer(name string, seed uint64, seeds []scaleSeed, devs []string) *scaleFuzzer {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	f := &scaleFuzzer{name: name, seeds: seeds, devs: devs, seed: seed, rng: rng, events: map[string]bool{"flow_new": true}}
@@ -630,7 +827,7 @@ func newScaleFuzzer(name string, seed uint64, seeds []scaleSeed, devs []string) 
 // per-EIP counters: rx packets move by the encapsulations to EIPs, tx
 // packets by the decapsulations from EIPs (forwarded, or handed to the
 // kernel), as the outputs show them.
-func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region) func([]runItem, []dpfuzz.Verdict, map[string]uint64) error {
+func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region, fwSlots map[string]uint32, fwTotals map[string]uint64) func([]runItem, []dpfuzz.Verdict, map[string]uint64) error {
 	var slots []uint32
 	for _, r := range fb.routes {
 		slots = append(slots, r.StatsIdx)
@@ -647,8 +844,21 @@ func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region) func([
 		return rx, tx
 	}
 	lastRx, lastTx := eipTotals()
+	fwCounts := func() map[string]uint64 {
+		m := map[string]uint64{}
+		for name, i := range fwSlots {
+			c, err := fb.edge.FirewallStats(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[name] = c.Packets
+		}
+		return m
+	}
+	lastFW := fwCounts()
 	return func(items []runItem, verdicts []dpfuzz.Verdict, delta map[string]uint64) error {
 		spoof := map[string]uint64{}
+		fwDrops, fwRules := map[string]uint64{}, map[string]uint64{}
 		var rx, tx uint64
 		for i, v := range verdicts {
 			switch {
@@ -658,6 +868,17 @@ func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region) func([
 				spoof["drop_spoof_underlay"]++
 			case strings.HasPrefix(v.Forbid, "spoofed: non-routable"):
 				spoof["drop_spoof_bogon"]++
+			}
+			if v.FirewallRan {
+				switch v.Firewall.Drop {
+				case dpfuzz.FWDeny:
+					fwDrops["drop_fw_deny"]++
+				case dpfuzz.FWPrivate:
+					fwDrops["drop_fw_private"]++
+				}
+				if v.Firewall.Rule != "" {
+					fwRules[v.Firewall.Rule]++
+				}
 			}
 			it := &items[i]
 			switch {
@@ -677,6 +898,21 @@ func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region) func([
 			if delta[c] != spoof[c] {
 				return fmt.Errorf("%s moved by %d, the oracle found %d such inputs (all spoof classes: %v)", c, delta[c], spoof[c], spoof)
 			}
+		}
+		if fwSlots != nil {
+			for _, c := range []string{"drop_fw_deny", "drop_fw_private"} {
+				if delta[c] != fwDrops[c] {
+					return fmt.Errorf("%s moved by %d, the oracle's firewall dropped %d such inputs (%v)", c, delta[c], fwDrops[c], fwDrops)
+				}
+			}
+			now := fwCounts()
+			for name := range fwSlots {
+				if d := now[name] - lastFW[name]; d != fwRules[name] {
+					return fmt.Errorf("firewall rule %s counted %d packets, the oracle says it decided %d (all rules, oracle: %v)", name, d, fwRules[name], fwRules)
+				}
+				fwTotals[name] += fwRules[name]
+			}
+			lastFW = now
 		}
 		nowRx, nowTx := eipTotals()
 		if nowRx-lastRx != rx || nowTx-lastTx != tx {

@@ -18,6 +18,9 @@ type Mutator struct {
 	// Addrs are addresses worth trying as sources and destinations:
 	// the node's EIPs, VIPs, clients, backends, hosts, bogons, martians.
 	Addrs []netip.Addr
+	// Prefixes worth trying addresses in and just outside of (a
+	// firewall's source prefixes): a quarter of the addresses tried.
+	Prefixes []netip.Prefix
 	// Ports worth trying (listeners, backends' ports, 0).
 	Ports []uint16
 	// Keys are NVGRE keys worth trying (VSID << 8 | FlowID).
@@ -100,10 +103,40 @@ func findLayout(b []byte) layout {
 }
 
 func (m *Mutator) addr() netip.Addr {
+	if len(m.Prefixes) > 0 && m.R.IntN(4) == 0 {
+		return m.nearPrefix(m.Prefixes[m.R.IntN(len(m.Prefixes))])
+	}
 	if len(m.Addrs) == 0 || m.R.IntN(8) == 0 {
 		return netip.AddrFrom4([4]byte{byte(m.R.Uint32()), byte(m.R.Uint32()), byte(m.R.Uint32()), byte(m.R.Uint32())})
 	}
 	return m.Addrs[m.R.IntN(len(m.Addrs))]
+}
+
+// nearPrefix is an address inside p (its first, its last or a random
+// one) or just outside it (the one before its first, after its last).
+func (m *Mutator) nearPrefix(p netip.Prefix) netip.Addr {
+	p = p.Masked()
+	b := p.Addr().As4()
+	base := binary.BigEndian.Uint32(b[:])
+	size := uint32(1)<<(32-p.Bits()) - 1 // host mask
+	if p.Bits() == 0 {
+		size = ^uint32(0)
+	}
+	var a uint32
+	switch m.R.IntN(6) {
+	case 0:
+		a = base
+	case 1:
+		a = base | size
+	case 2:
+		a = base - 1
+	case 3:
+		a = (base | size) + 1
+	default:
+		a = base | m.R.Uint32()&size
+	}
+	binary.BigEndian.PutUint32(b[:], a)
+	return netip.AddrFrom4(b)
 }
 
 func (m *Mutator) port() uint16 {
@@ -179,6 +212,8 @@ func (m *Mutator) once(b []byte, others [][]byte) []byte {
 		if lay.l3 >= 0 {
 			if m.R.IntN(6) == 0 { // land: the destination itself
 				copy(b[lay.l3+12:lay.l3+16], b[lay.l3+16:lay.l3+20])
+			} else if len(m.Prefixes) > 0 && m.R.IntN(2) == 0 {
+				putAddr(b, lay.l3+12, m.nearPrefix(m.Prefixes[m.R.IntN(len(m.Prefixes))]))
 			} else {
 				putAddr(b, lay.l3+12, m.addr())
 			}

@@ -36,13 +36,15 @@ type Flow struct {
 }
 
 // Policy is the hook for the firewall (issue 9 part 1): rules by source
-// prefix, destination, protocol and port, evaluated first for packets from
-// the Internet side. A denied packet must never be transmitted, not even
-// as an ICMP error about it. The harness configures the same rules in the
-// data plane and in a Policy; with no rules, Policy is nil.
+// prefix, destination, protocol and port, evaluated for packets from the
+// Internet side to an EIP or VIP right after anti-spoofing (as xdp_edge
+// does: a spoofed packet is counted as spoofed whatever the rules say). A
+// denied packet must never be transmitted, not even as an ICMP error about
+// it. The harness configures the same rules in the data plane and in a
+// Policy (Firewall); with no rules, Policy is nil.
 type Policy interface {
-	// Denied returns the rule that denies f, if any.
-	Denied(f Flow) (rule string, denied bool)
+	// Decide returns the firewall's verdict on f and the rule it counts.
+	Decide(f Flow) FWDecision
 }
 
 // Region is what the oracle knows of the node under test and its region:
@@ -88,6 +90,11 @@ type Verdict struct {
 	// VLAN is the input's VLAN tags as they were on the wire (empty when
 	// untagged): an ICMP error goes back with the same tags.
 	VLAN []byte
+	// Firewall is the Policy's decision, when the input reaches the
+	// firewall (FirewallRan): well formed, from the Internet side, to an
+	// EIP or VIP, not spoofed.
+	Firewall    FWDecision
+	FirewallRan bool
 }
 
 func (v Verdict) String() string {
@@ -126,6 +133,24 @@ func (r *Region) spoofClass(p IPv4) string {
 		}
 	}
 	return ""
+}
+
+// firewall applies the Policy to a packet from the Internet side that
+// anti-spoofing let through, if it goes to an EIP or VIP.
+func (r *Region) firewall(v *Verdict, p IPv4) {
+	_, eip := r.EIPs[p.Dst()]
+	if r.Policy == nil || (!eip && !r.VIPs[p.Dst()]) {
+		return
+	}
+	f := Flow{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto(), Fragment: p.Fragmented()}
+	f.SPort, f.DPort = p.Ports()
+	v.Firewall, v.FirewallRan = r.Policy.Decide(f), true
+	switch v.Firewall.Drop {
+	case FWDeny:
+		v.Forbid = "denied by the firewall: rule " + v.Firewall.Rule
+	case FWPrivate:
+		v.Forbid = "denied by the firewall (private destination): no allow rule matches"
+	}
 }
 
 // judgeIP applies the rules every IPv4 packet meets, wherever it comes
@@ -187,19 +212,14 @@ func (r *Region) JudgeEdge(side Side, b []byte) (v Verdict) {
 	if judgeIP(&v, p, RouterHop); v.Forbid != "" {
 		return v
 	}
-	if side == Internet && r.Policy != nil {
-		f := Flow{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto(), Fragment: p.Fragmented()}
-		f.SPort, f.DPort = p.Ports()
-		if rule, denied := r.Policy.Denied(f); denied {
-			v.Forbid = "denied by the firewall: rule " + rule
-			return v
-		}
-	}
 	if p.Proto() != ProtoGRE || p.Dst() != r.NVGREEndpoint {
 		if side == Internet {
+			// Anti-spoofing, then the firewall (edge_main's order).
 			if c := r.spoofClass(p); c != "" {
 				v.Forbid = c
+				return v
 			}
+			r.firewall(&v, p)
 		}
 		return v
 	}

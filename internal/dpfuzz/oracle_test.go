@@ -94,26 +94,69 @@ func TestJudgeEdge(t *testing.T) {
 
 type denyPrefix netip.Prefix
 
-func (d denyPrefix) Denied(f Flow) (string, bool) {
-	return "deny " + netip.Prefix(d).String(), netip.Prefix(d).Contains(f.Src)
+func (d denyPrefix) Decide(f Flow) FWDecision {
+	if netip.Prefix(d).Contains(f.Src) {
+		return FWDecision{Drop: FWDeny, Rule: "deny " + netip.Prefix(d).String()}
+	}
+	return FWDecision{}
 }
 
 // The firewall hook: a denied flow is forbidden from the Internet side
-// only, whatever its destination.
+// only, to an EIP or VIP only, and after anti-spoofing (a spoofed source
+// is judged spoofed, as the edge counts it).
 func TestJudgePolicy(t *testing.T) {
 	r := testRegion()
 	r.Policy = denyPrefix(netip.MustParsePrefix("203.0.113.0/24"))
-	if v := r.JudgeEdge(Internet, frame(udp(client1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "denied by the firewall") {
+	if v := r.JudgeEdge(Internet, frame(udp(client1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "denied by the firewall") || !v.FirewallRan {
 		t.Errorf("denied client to an EIP: %v", v)
 	}
 	if v := r.JudgeEdge(Internet, frame(udp(client1, eip1, 1, 1, 2))); v.Forbid == "" {
 		t.Errorf("denied client with TTL 1 (an ICMP error would be a transmission): %v", v)
 	}
-	if v := r.JudgeEdge(Underlay, frame(udp(client1, eip1, 64, 1, 2))); v.Forbid != "" {
+	if v := r.JudgeEdge(Underlay, frame(udp(client1, eip1, 64, 1, 2))); v.Forbid != "" || v.FirewallRan {
 		t.Errorf("the underlay side is not filtered: %v", v)
 	}
-	if v := r.JudgeEdge(Internet, frame(udp(netip.MustParseAddr("198.51.100.200"), client1, 64, 1, 2))); v.Forbid != "" {
-		t.Errorf("an allowed source: %v", v)
+	if v := r.JudgeEdge(Internet, frame(udp(netip.MustParseAddr("198.51.100.200"), client1, 64, 1, 2))); v.Forbid != "" || v.FirewallRan {
+		t.Errorf("to no EIP or VIP: %v", v)
+	}
+	r.Policy = denyPrefix(netip.MustParsePrefix("0.0.0.0/0"))
+	if v := r.JudgeEdge(Internet, frame(udp(eip1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "land attack") || v.FirewallRan {
+		t.Errorf("a land attack is spoofed before the firewall sees it: %v", v)
+	}
+}
+
+// Firewall reads the rules as docs/dataplane.md says: deny beats allow
+// whatever the nesting, an allow list makes its destination private, port
+// ranges need a TCP or UDP packet with ports (not a fragment), and the
+// counted rule is the destination's first matching one in slot order,
+// then the global ones'.
+func TestFirewallPolicy(t *testing.T) {
+	pf := netip.MustParsePrefix
+	a := netip.MustParseAddr
+	priv, pub := a("198.51.100.10"), a("198.51.100.7")
+	fw := NewFirewall([]FWRule{
+		{Name: "p-allow-web", Sources: []netip.Prefix{pf("0.0.0.0/0")}, Dests: []netip.Addr{priv}, Proto: ProtoTCP, PortLo: 80, PortHi: 80, Slot: 5},
+		{Name: "g-deny", Deny: true, Sources: []netip.Prefix{pf("192.0.2.0/24")}, PortHi: 0xffff, Slot: 0},
+		{Name: "p-allow-16", Sources: []netip.Prefix{pf("203.0.0.0/16")}, Dests: []netip.Addr{priv}, PortHi: 0xffff, Slot: 7},
+		{Name: "p-deny-24", Deny: true, Sources: []netip.Prefix{pf("203.0.113.0/24")}, Dests: []netip.Addr{priv}, Proto: ProtoUDP, PortLo: 53, PortHi: 53, Slot: 2},
+	})
+	for _, c := range []struct {
+		name string
+		f    Flow
+		want FWDecision
+	}{
+		{"global deny on a public EIP", Flow{Src: a("192.0.2.1"), Dst: pub, Proto: ProtoTCP, DPort: 80}, FWDecision{FWDeny, "g-deny"}},
+		{"global deny beats an allow on a private EIP", Flow{Src: a("192.0.2.1"), Dst: priv, Proto: ProtoTCP, DPort: 80}, FWDecision{FWDeny, "g-deny"}},
+		{"a public EIP, no rule: uncounted", Flow{Src: a("203.0.113.1"), Dst: pub, Proto: ProtoUDP, DPort: 53}, FWDecision{}},
+		{"deny /24 inside allow /16", Flow{Src: a("203.0.113.1"), Dst: priv, Proto: ProtoUDP, DPort: 53}, FWDecision{FWDeny, "p-deny-24"}},
+		{"a fragment escapes the port range, allowed by the /16", Flow{Src: a("203.0.113.1"), Dst: priv, Proto: ProtoUDP, Fragment: true}, FWDecision{"", "p-allow-16"}},
+		{"first allow in slot order", Flow{Src: a("203.0.113.1"), Dst: priv, Proto: ProtoTCP, DPort: 80}, FWDecision{"", "p-allow-web"}},
+		{"private: no allow matches", Flow{Src: a("198.19.249.1"), Dst: priv, Proto: ProtoTCP, DPort: 81}, FWDecision{FWPrivate, ""}},
+		{"private: a port range needs ports", Flow{Src: a("198.19.249.1"), Dst: priv, Proto: ProtoICMP}, FWDecision{FWPrivate, ""}},
+	} {
+		if got := fw.Decide(c.f); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }
 
