@@ -135,8 +135,9 @@ func (r *Region) spoofClass(p IPv4) string {
 	return ""
 }
 
-// firewall applies the Policy to a packet from the Internet side that
-// anti-spoofing let through, if it goes to an EIP or VIP.
+// firewall applies the Policy to a packet from the Internet side to an
+// EIP or VIP, before anti-spoofing (edge_main's order: an allowed packet
+// counts on its rule even when anti-spoofing then drops it).
 func (r *Region) firewall(v *Verdict, p IPv4) {
 	_, eip := r.EIPs[p.Dst()]
 	if r.Policy == nil || (!eip && !r.VIPs[p.Dst()]) {
@@ -214,12 +215,14 @@ func (r *Region) JudgeEdge(side Side, b []byte) (v Verdict) {
 	}
 	if p.Proto() != ProtoGRE || p.Dst() != r.NVGREEndpoint {
 		if side == Internet {
-			// Anti-spoofing, then the firewall (edge_main's order).
+			// The firewall, then anti-spoofing (edge_main's order).
+			if r.firewall(&v, p); v.Forbid != "" {
+				return v
+			}
 			if c := r.spoofClass(p); c != "" {
 				v.Forbid = c
 				return v
 			}
-			r.firewall(&v, p)
 		}
 		return v
 	}

@@ -119,9 +119,15 @@ func TestJudgePolicy(t *testing.T) {
 	if v := r.JudgeEdge(Internet, frame(udp(netip.MustParseAddr("198.51.100.200"), client1, 64, 1, 2))); v.Forbid != "" || v.FirewallRan {
 		t.Errorf("to no EIP or VIP: %v", v)
 	}
+	// The firewall runs first (edge_main's order): a denied land attack
+	// is counted as denied; one no rule denies is spoofed.
 	r.Policy = denyPrefix(netip.MustParsePrefix("0.0.0.0/0"))
-	if v := r.JudgeEdge(Internet, frame(udp(eip1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "land attack") || v.FirewallRan {
-		t.Errorf("a land attack is spoofed before the firewall sees it: %v", v)
+	if v := r.JudgeEdge(Internet, frame(udp(eip1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "denied by the firewall") || !v.FirewallRan {
+		t.Errorf("a land attack a rule denies is denied by the firewall: %v", v)
+	}
+	r.Policy = denyPrefix(netip.MustParsePrefix("203.0.113.0/24"))
+	if v := r.JudgeEdge(Internet, frame(udp(eip1, eip1, 64, 1, 2))); !strings.HasPrefix(v.Forbid, "land attack") || !v.FirewallRan {
+		t.Errorf("a land attack no rule denies is spoofed after the firewall ran: %v", v)
 	}
 }
 
