@@ -42,8 +42,17 @@ func TestCLIDDoS(t *testing.T) {
 	if err := s.Store().WriteLeased(ctx, lease, []store.KV{{Key: model.RateReportKey("edge-a1"), Value: b}}); err != nil {
 		t.Fatal(err)
 	}
-	out = must(t, s, "ddos", "rates")
-	if !strings.Contains(out, "198.51.100.7") || !strings.Contains(out, "4321") {
+	// The controller learns the report from its watch: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out = must(t, s, "ddos", "rates")
+		if strings.Contains(out, "198.51.100.7") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the report is not in the rates within 5 s:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, "4321") {
 		t.Errorf("rates:\n%s", out)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
