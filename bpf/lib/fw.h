@@ -16,8 +16,8 @@
  * For a packet: any matching deny rule drops it; else if the destination
  * has an allow list (FW_C_PRIVATE) and no allow rule matches, it is
  * dropped; else it passes. A port range only matches a TCP or UDP packet
- * with ports (not a fragment); a rule without ports matches fragments
- * too. */
+ * with ports (unfragmented, or a first fragment); a rule without ports
+ * matches later fragments too. */
 #ifndef AZG_FW_H
 #define AZG_FW_H
 
@@ -156,26 +156,43 @@ __noinline __u32 fw_lookup(__be32 saddr, __u32 pp, __u32 fw)
  * per-CPU cache when a packet of the same source, protocol and port to a
  * destination of the same scope and flags had it since the last firewall
  * write (the route generation, as for eip_cache); else from fw_lookup. */
-static __always_inline int fw_drop(const struct pkt *p, __u32 fw, __u32 len)
+static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u32 fw, __u32 len)
 {
 	__be32 saddr = p->saddr;
 	__u8 proto = p->proto;
-	/* Above 0xffff: no port (not TCP or UDP, or a fragment). */
+	/* Above 0xffff: no port (not TCP or UDP, or a later fragment). A
+	 * first fragment is matched on its ports: the parser leaves them out
+	 * of p->ports (for hashing) but has checked its whole L4 header is
+	 * there; treated as port-less, a SYN to a denied port split in two
+	 * would pass the deny whole. */
 	__u32 port = 0x10000;
-	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok && !p->frag)
-		port = bpf_ntohs((__be16)(p->ports >> 16));
+	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok) {
+		if (!p->frag) {
+			port = bpf_ntohs((__be16)(p->ports >> 16));
+		} else {
+			void *data = (void *)(long)ctx->data;
+			void *data_end = (void *)(long)ctx->data_end;
+			__be16 *dp = data + OFF(p->l4_off) + 2;
+			if ((void *)(dp + 1) <= data_end)
+				port = bpf_ntohs(*dp);
+		}
+	}
 	__u32 pp = ((__u32)proto << 17) | port;
 	__u32 zero = 0, v;
 	__u64 *gp = bpf_map_lookup_elem(&eip_route_gen, &zero);
 	__u32 slot = ((__u32)saddr * 2654435761u ^ fw * 0x9E3779B1u ^ pp * 0x85EBCA77u) >>
 		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
 	struct fw_vslot *c = bpf_map_lookup_elem(&fw_vcache, &slot);
-	if (gp && c && c->gen == *gp + 1 && c->saddr == saddr && c->fw == fw && c->pp == pp) {
+	/* The generation read once, before the lookup: one re-read after it
+	 * could be a bump made while the lookup read the old rules, and
+	 * would keep their verdict as current. */
+	__u64 gen = gp ? *gp + 1 : 0;
+	if (gp && c && c->gen == gen && c->saddr == saddr && c->fw == fw && c->pp == pp) {
 		v = c->verdict;
 	} else {
 		v = fw_lookup(saddr, pp, fw);
 		if (gp && c) {
-			c->gen = *gp + 1;
+			c->gen = gen;
 			c->saddr = saddr;
 			c->fw = fw;
 			c->pp = pp;

@@ -67,6 +67,7 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"the agent_group struct's array", uint64(len(agentAgentGroup{}.Edges)), "EDGE_SET_MAX"},
 		{"dataplane.AgentGroupPin", AgentGroupPin, "AGENT_GROUP_PIN"},
 		{"dataplane.AgentGroupMax", AgentGroupMax, "AGENT_GROUP_MAX"},
+		{"dataplane.LimitsMax", LimitsMax, "RL_DST_MAX"},
 		{"fwplan.RulesMax", fwplan.RulesMax, "FW_RULES_MAX"},
 		{"model.MaxFirewallRules", model.MaxFirewallRules, "FW_RULES_MAX"},
 		{"fwplan.EntriesMax", fwplan.EntriesMax, "FW_ENTRIES_MAX"},

@@ -223,3 +223,29 @@ func TestEdgeFirewallManyLengths(t *testing.T) {
 		})
 	}
 }
+
+// TestEdgeFirewallFirstFragment: a deny on a port must hold for a TCP or
+// UDP datagram sent in fragments. The first fragment carries the whole
+// L4 header (the parser drops one that does not), so it is matched on its
+// ports and dropped; the later ones carry none and pass (without their
+// first, the guest cannot reassemble them). Before, the first fragment
+// was matched as if it had no ports: a SYN to a denied port, split in
+// two, was forwarded whole.
+func TestEdgeFirewallFirstFragment(t *testing.T) {
+	b := newEdgeBed(t)
+	applyFirewall(t, b.edge, nil, []string{eip},
+		fwRule("deny-ssh", model.FirewallDeny, eip, model.ProtoTCP, 22, 0, "0.0.0.0/0"))
+	first := func(dport uint16) []byte {
+		return flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: dport, syn: true, mf: true,
+			payload: make([]byte, 12)}.frame(t, dptest.RtrMAC, dptest.ExtMAC)
+	}
+	later := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, fragOff: 4, payload: make([]byte, 16)}.frame(t, dptest.RtrMAC, dptest.ExtMAC)
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "the first fragment of a SYN to the denied port is dropped", dev: dptest.ExtDev, in: first(22), action: xdpDrop,
+			stats: map[string]uint64{"drop_fw_deny": 1, "encap_tx": 0}},
+		{name: "the first fragment of a SYN to another port passes", dev: dptest.ExtDev, in: first(80), action: xdpRedirect,
+			stats: map[string]uint64{"encap_tx": 1}},
+		{name: "a later fragment carries no port: it passes", dev: dptest.ExtDev, in: later, action: xdpRedirect,
+			stats: map[string]uint64{"encap_tx": 1}},
+	})
+}

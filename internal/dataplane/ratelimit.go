@@ -42,6 +42,10 @@ func (l Limits) Normal() Limits {
 // the bucket's interval, 1e9 / rate ns, keeps 1 % accuracy up to it.
 const MaxLimitRate = 10_000_000
 
+// LimitsMax is how many addresses edge_limits holds (RL_DST_MAX): a plan
+// with more is refused before any write (internal/edge syncLimits).
+const LimitsMax = 65536
+
 // LimitCounters are what one address's limits dropped, summed over CPUs.
 type LimitCounters struct {
 	DroppedSource uint64 `json:"dropped_source"`

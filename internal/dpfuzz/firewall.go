@@ -36,7 +36,8 @@ func (r *FWRule) applies(dst netip.Addr) bool { return r.global() || slices.Cont
 
 // matches: a source contains f's, its destination covers f's, its
 // protocol is any or f's, and a port range matches only a TCP or UDP
-// packet carrying its ports (no IP fragment, the first included).
+// packet carrying its ports (unfragmented or a first fragment; a later
+// fragment has none).
 func (r *FWRule) matches(f Flow) bool {
 	if !r.applies(f.Dst) {
 		return false

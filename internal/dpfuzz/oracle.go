@@ -31,8 +31,8 @@ type Binding struct {
 type Flow struct {
 	Src, Dst     netip.Addr
 	Proto        uint8
-	SPort, DPort uint16 // 0 for fragments and port-less protocols
-	Fragment     bool
+	SPort, DPort uint16 // 0 for later fragments and port-less protocols
+	Fragment     bool   // a later fragment (offset > 0): no ports
 }
 
 // Policy is the hook for the firewall (issue 9 part 1): rules by source
@@ -143,8 +143,13 @@ func (r *Region) firewall(v *Verdict, p IPv4) {
 	if r.Policy == nil || (!eip && !r.VIPs[p.Dst()]) {
 		return
 	}
-	f := Flow{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto(), Fragment: p.Fragmented()}
+	f := Flow{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto(), Fragment: p.FragOff() != 0}
 	f.SPort, f.DPort = p.Ports()
+	// A first fragment carries its L4 header: matched on its ports (or a
+	// deny on a port would let a datagram split in two through).
+	if p.MF() && p.FragOff() == 0 && (p.Proto() == ProtoTCP || p.Proto() == ProtoUDP) && len(p.L4()) >= 4 {
+		f.SPort, f.DPort = binary.BigEndian.Uint16(p.L4()), binary.BigEndian.Uint16(p.L4()[2:])
+	}
 	v.Firewall, v.FirewallRan = r.Policy.Decide(f), true
 	switch v.Firewall.Drop {
 	case FWDeny:

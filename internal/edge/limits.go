@@ -77,16 +77,24 @@ func (r *Reconciler) syncLimits() error {
 			return fmt.Errorf("read rate limits: %w", err)
 		}
 	}
+	// More addresses than the table holds: refused before any write, so
+	// the table keeps the limits it had rather than a part of the plan.
+	if len(want) > dataplane.LimitsMax {
+		return fmt.Errorf("rate limits: %d addresses have limits, the edge holds %d", len(want), dataplane.LimitsMax)
+	}
 	put, del := diffLimits(want, have)
 	r.limits = nil // unknown until every write succeeded
-	for _, a := range slices.SortedFunc(maps.Keys(put), func(x, y netip.Addr) int { return x.Compare(y) }) {
-		if err := lm.PutLimits(a, put[a]); err != nil {
-			return fmt.Errorf("rate limits of %v: %w", a, err)
-		}
-	}
+	// Removals first: with a full table, the new addresses need the room
+	// the removed ones leave (put first, each commit would fail on the
+	// same write and never get to the removals).
 	for _, a := range del {
 		if err := lm.DeleteLimits(a); err != nil {
 			return fmt.Errorf("remove the rate limits of %v: %w", a, err)
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(put), func(x, y netip.Addr) int { return x.Compare(y) }) {
+		if err := lm.PutLimits(a, put[a]); err != nil {
+			return fmt.Errorf("rate limits of %v: %w", a, err)
 		}
 	}
 	r.limits = want

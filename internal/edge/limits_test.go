@@ -3,6 +3,8 @@ package edge
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -101,5 +103,61 @@ func TestReconcileLimits(t *testing.T) {
 	check("a new daemon", "map[198.51.100.8:{1 1 0 0}]")
 	if got := fmt.Sprint(r2.LimitedAddrs()); got != "[198.51.100.8]" {
 		t.Errorf("limited addresses for the status: %s", got)
+	}
+}
+
+// TestReconcileLimitsFullTable, on the real table (edge_limits,
+// dataplane.LimitsMax addresses): with the table full, moving limits from
+// one address to another succeeds (the removal makes the room; written
+// the other way round, every commit failed on the new address's write and
+// never reached the removal), and a plan with more addresses than the
+// table holds is refused naming the figures, before any write: the table
+// keeps what it had.
+func TestReconcileLimitsFullTable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads the edge's BPF maps")
+	}
+	e, err := dataplane.LoadEdgeMaps(dataplane.LoadOptions{EIPMax: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, e)
+	lim := &model.Limits{SourcePPS: 100}
+	objs := region()
+	for i := range dataplane.LimitsMax {
+		objs = append(objs, &model.EIP{Address: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Limits: lim})
+	}
+	load(t, r, 10, objs...)
+	if r.syncErr != nil {
+		t.Fatalf("a full table: %v", r.syncErr)
+	}
+	count := func() int {
+		t.Helper()
+		got, err := e.Limits()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got)
+	}
+	if n := count(); n != dataplane.LimitsMax {
+		t.Fatalf("%d addresses programmed, want %d", n, dataplane.LimitsMax)
+	}
+
+	moved := a("198.19.255.1")
+	watched(t, r, 11, &model.EIP{Address: a("198.18.0.0")}, &model.EIP{Address: moved, Limits: lim})
+	if r.syncErr != nil {
+		t.Fatalf("limits moved from one address to another in a full table: %v", r.syncErr)
+	}
+	if got, _ := e.Limits(); got[moved].SourcePPS != 100 {
+		t.Errorf("the new address's limits are not programmed: %v", got[moved])
+	}
+
+	watched(t, r, 12, &model.EIP{Address: a("198.19.255.2"), Limits: lim})
+	if r.syncErr == nil || !strings.Contains(r.syncErr.Error(), "65537 addresses have limits, the edge holds 65536") {
+		t.Fatalf("one address too many: error %v, want one naming 65537 and 65536", r.syncErr)
+	}
+	if got, _ := e.Limits(); len(got) != dataplane.LimitsMax || got[a("198.19.255.2")] != (dataplane.Limits{}) {
+		t.Errorf("the refused plan was written in part: %d addresses", len(got))
 	}
 }

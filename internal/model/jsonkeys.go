@@ -74,8 +74,13 @@ func walkKeys(dec *json.Decoder, t reflect.Type, place string, depth int) error 
 			if fields != nil {
 				f, ok := fields[k]
 				if !ok {
-					if f, ok := fields[strings.ToLower(k)]; ok && f.name != k {
-						return FieldError{Field: at, Msg: fmt.Sprintf("key %q differs from field %q only by case (keys are case-sensitive)", k, f.name)}
+					// Folded as encoding/json folds (strings.EqualFold:
+					// Unicode simple folding, so "ſ" is an "s" and the
+					// Kelvin sign a "k"), not only by ToLower.
+					for _, f := range fields {
+						if strings.EqualFold(f.name, k) {
+							return FieldError{Field: at, Msg: fmt.Sprintf("key %q differs from field %q only by case (keys are case-sensitive)", k, f.name)}
+						}
 					}
 				}
 				child = f.typ

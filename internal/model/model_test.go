@@ -161,6 +161,11 @@ func TestDecode(t *testing.T) {
 		{KindAZ, `{"NAME": "az1"}`, `NAME: key "NAME" differs from field "name" only by case`},
 		{KindService, `{"name": "web", "VIP": "198.51.100.7"}`, `VIP: key "VIP" differs from field "vip" only by case`},
 		{KindHost, `{"name": "h1", "guests": [{"name": "g1", "Vsid": 5}]}`, `guests[0].Vsid: key "Vsid" differs from field "vsid"`},
+		// encoding/json folds keys the Unicode way (bytes.EqualFold): "ſ"
+		// (U+017F) is an "s", the Kelvin sign "K" a "k"; and a folded key
+		// after the real one is a duplicate that would win.
+		{KindEIP, `{"address": "198.51.100.7", "addreſs": "198.51.100.9"}`, `addreſs: key "addreſs" differs from field "address" only by case`},
+		{KindService, `{"name": "web", "limits": {"synRate": 5, "synBurſt": 9}}`, `limits.synBurſt: key "synBurſt" differs from field "synBurst"`},
 		{KindAZ, `{"name": "az1", "name": "az2"}`, "name: duplicate key"},
 		{KindHost, `{"name": "h1", "guests": [{"name": "g1"}, {"name": "g2", "vsid": 5, "vsid": 6}]}`, "guests[1].vsid: duplicate key"},
 		{KindHealth, `{"service": "web", "down": {"p": ["h1/g1"], "p": []}}`, "down.p: duplicate key"},
