@@ -31,7 +31,7 @@ func TestCLIDDoS(t *testing.T) {
 	if !strings.Contains(out, "(no decisions)") {
 		t.Errorf("events before any report:\n%s", out)
 	}
-	must(t, s, "set", "create", "p", "--prefix", "198.51.100.0/24")
+	must(t, s, "set", "create", "p", "--prefix", "198.51.100.0/24", "--edge", "name=edge-a1,underlay=198.18.0.1")
 	must(t, s, "set", "create", "quar", "--role", "quarantine", "--edge", "name=edge-q1,underlay=198.18.0.32")
 	must(t, s, "eip", "create", "198.51.100.7")
 	lease, err := s.Store().Grant(ctx, 10*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/ddos"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -181,21 +182,63 @@ func (d *ddosRunner) put(k string, v []byte) {
 	d.reports[e] = edgeRates{rep: r, seen: time.Now()}
 }
 
-// observations sums the reported rates per address over the edges.
+// observations sums the reported rates per address over the edges. A
+// report counts only as what its edge can see: the edge must be a member
+// of a set in the desired state, an address must be an EIP that set
+// carries (carries: it serves it, or would without its quarantine or
+// pull-out), and an address listed twice counts once. So a stray key under
+// model.RatesRoot, or one edge's report about addresses it does not
+// carry, cannot quarantine an arbitrary EIP (docs/ddos.md).
 func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[netip.Addr]ddos.Observation{}
 	now := time.Now()
+	v := d.s.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	st := v.st
+	// Only the reported addresses are looked up (at most maxRates per
+	// edge), not every EIP of the state.
+	in := setplan.Input{Sets: st.EdgeSets, PulledOut: map[netip.Addr]string{}, Quarantined: map[netip.Addr]bool{}}
 	for _, er := range d.reports {
+		for _, r := range er.rep.Rates {
+			if !r.Address.IsValid() {
+				continue
+			}
+			key := r.Address.String()
+			if e, ok := st.EIPs[key]; ok && e.Set != "" {
+				in.PulledOut[r.Address] = e.Set
+			}
+			if _, ok := st.Quarantines[key]; ok {
+				in.Quarantined[r.Address] = true
+			}
+		}
+	}
+	edges := 0 // whose reports count
+	for edge, er := range d.reports {
+		set, _, ok := in.SetOf(edge)
+		if !ok {
+			continue
+		}
 		// An edge rewrites its report every interval while it has
 		// anything to say: one not rewritten for 4 intervals and a
 		// second is from an edge that hangs with its lease alive.
-		if now.Sub(er.seen) > 4*time.Duration(er.rep.IntervalMS)*time.Millisecond+time.Second {
+		iv := time.Duration(min(max(er.rep.IntervalMS, 1), 60_000)) * time.Millisecond
+		if now.Sub(er.seen) > 4*iv+time.Second {
 			continue
 		}
+		edges++
+		seen := make(map[netip.Addr]bool, len(er.rep.Rates))
 		for _, r := range er.rep.Rates {
-			if !r.Address.IsValid() || r.PPS < 0 || r.BPS < 0 || r.SYNPS < 0 {
+			if !r.Address.IsValid() || seen[r.Address] || r.PPS < 0 || r.BPS < 0 || r.SYNPS < 0 {
+				continue
+			}
+			seen[r.Address] = true
+			if _, ok := st.EIPs[r.Address.String()]; !ok {
+				continue
+			}
+			if !carries(in, set.Name, r.Address) {
 				continue
 			}
 			o := out[r.Address]
@@ -206,7 +249,30 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 			out[r.Address] = o
 		}
 	}
-	return out, d.gen, len(d.reports)
+	return out, d.gen, edges
+}
+
+// carries reports whether set may see a's traffic: it serves a now, or
+// would without a's quarantine, or without its pull-out as well (the
+// prefix set it came from). Traffic moves between these sets while the
+// routes converge, and the detector must keep seeing a flood that
+// follows a quarantined address to the quarantine set.
+func carries(in setplan.Input, set string, a netip.Addr) bool {
+	if s, _, _ := in.Serving(a); s == set {
+		return true
+	}
+	q, p := in.Quarantined[a], in.PulledOut[a]
+	delete(in.Quarantined, a)
+	s1, _, _ := in.Serving(a)
+	delete(in.PulledOut, a)
+	s2, _, _ := in.Serving(a)
+	if q {
+		in.Quarantined[a] = true
+	}
+	if p != "" {
+		in.PulledOut[a] = p
+	}
+	return s1 == set || s2 == set
 }
 
 // campaign takes the DDoS scope and decides while it holds it; it

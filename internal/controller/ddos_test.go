@@ -45,7 +45,8 @@ func ddosEvents(t *testing.T, s *Server) api.DDoSEvents {
 func TestDDoSQuarantineAndRelease(t *testing.T) {
 	s := startServer(t, Config{DDoS: DDoSConfig{Interval: 50 * time.Millisecond,
 		Detector: ddos.Config{Threshold: ddos.Rates{PPS: 10_000, BPS: -1, SYN: 1000}, Enter: 2, Cooldown: 500 * time.Millisecond}}})
-	doc := `{"edgesets":[{"name":"p","prefixes":["198.51.100.0/24"],"edges":[]},{"name":"q","role":"quarantine","prefixes":[],"edges":[]}],
+	doc := `{"edgesets":[{"name":"p","prefixes":["198.51.100.0/24"],"edges":[{"name":"e1","underlay":"198.18.0.1"},{"name":"e2","underlay":"198.18.0.2"}]},
+		{"name":"q","role":"quarantine","prefixes":[],"edges":[{"name":"e3","underlay":"198.18.0.3"}]}],
 		"eips":[{"address":"198.51.100.7"},{"address":"198.51.100.8"},{"address":"198.51.100.9"}]}`
 	if r := call(t, s, http.MethodPost, "/v1/apply", doc); r.code != http.StatusOK {
 		t.Fatalf("apply: HTTP %d %s", r.code, r.body)
@@ -63,7 +64,14 @@ func TestDDoSQuarantineAndRelease(t *testing.T) {
 	t0 := time.Now()
 	publishRates(t, s, lease, "e1", model.EIPRate{Address: mustAddr("198.51.100.7"), PPS: 6000, SYNPS: 800},
 		model.EIPRate{Address: mustAddr("198.51.100.8"), PPS: 1500}, model.EIPRate{Address: mustAddr("198.51.100.9"), PPS: 90000})
-	publishRates(t, s, lease, "e2", model.EIPRate{Address: mustAddr("198.51.100.7"), PPS: 6000, SYNPS: 800})
+	publishRates(t, s, lease, "e2", model.EIPRate{Address: mustAddr("198.51.100.7"), PPS: 6000, SYNPS: 800},
+		model.EIPRate{Address: mustAddr("198.51.100.8"), PPS: 1}, model.EIPRate{Address: mustAddr("198.51.100.8"), PPS: 1e9})
+	// Not counted: a key of no edge of the state, and e2's second line
+	// for 198.51.100.8 (an address counts once).
+	publishRates(t, s, lease, "stray", model.EIPRate{Address: mustAddr("198.51.100.8"), PPS: 1e9, SYNPS: 1e9})
+	// Nor an edge's rates for an address its set does not carry (the
+	// quarantine set's edge, about an address not quarantined).
+	publishRates(t, s, lease, "e3", model.EIPRate{Address: mustAddr("198.51.100.8"), PPS: 1e9})
 	// Enter counts rounds with new reports: keep reporting.
 	var q *model.Quarantine
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(60 * time.Millisecond) {
@@ -86,13 +94,20 @@ func TestDDoSQuarantineAndRelease(t *testing.T) {
 	}
 	var rates api.DDoSRates
 	call(t, s, http.MethodGet, "/v1/ddos/rates", nil).decode(t, &rates)
-	if rates.Edges != 2 || len(rates.Rates) != 3 || rates.Rates[1].Address != mustAddr("198.51.100.7") || rates.Rates[1].PPS != 12000 || rates.Rates[1].Edges != 2 {
+	// The stray key's 1e9 pps for 198.51.100.8 is not counted; the
+	// prefix set's edges still count for the quarantined addresses (the
+	// set they came from).
+	// Edges: the members of a set whose reports are read (e1, e2, e3).
+	if rates.Edges != 3 || len(rates.Rates) != 3 || rates.Rates[1].Address != mustAddr("198.51.100.7") || rates.Rates[1].PPS != 12000 || rates.Rates[1].Edges != 2 ||
+		rates.Rates[2].Address != mustAddr("198.51.100.8") || rates.Rates[2].PPS != 1500 {
 		t.Errorf("rates %+v", rates)
 	}
 
-	// The flood stops: both edges delete their reports.
+	// The flood stops: the edges delete their reports.
 	publishRates(t, s, lease, "e1")
 	publishRates(t, s, lease, "e2")
+	publishRates(t, s, lease, "stray")
+	publishRates(t, s, lease, "e3")
 	t1 := time.Now()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if r := call(t, s, http.MethodGet, "/v1/quarantines/198.51.100.7", nil); r.code == http.StatusNotFound {
