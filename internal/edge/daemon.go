@@ -233,8 +233,15 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 				ns.Sync = &model.SyncStatus{Reason: why}
 			}
 		}
-		// What each address's rate limits dropped.
+		// What each address's rate limits dropped (an address with
+		// limits is listed, 0 or not), at most maxLimitDrops addresses:
+		// the status is published every interval, and the limits table
+		// holds 65,536.
 		for _, a := range rec.LimitedAddrs() {
+			if len(ns.LimitDrops) >= maxLimitDrops {
+				ns.Errors = append(ns.Errors, fmt.Sprintf("limit_drops lists the first %d addresses with limits only", maxLimitDrops))
+				break
+			}
 			if c, ok, err := dp.LimitCounters(a); err == nil && ok {
 				if ns.LimitDrops == nil {
 					ns.LimitDrops = map[string]model.LimitDrops{}
@@ -399,3 +406,7 @@ func selfCheck(dp *dataplane.Edge, ifaces []string) func() error {
 		return nil
 	}
 }
+
+// maxLimitDrops bounds the addresses the status lists in limit_drops, as
+// the per-EIP and firewall-rule sections are bounded.
+const maxLimitDrops = 4096
