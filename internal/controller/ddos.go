@@ -215,6 +215,9 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 			}
 		}
 	}
+	// The sets that may see an address depend on the address only: worked
+	// out once a round, not once for every edge that reports it.
+	sets := map[netip.Addr][3]string{}
 	edges := 0 // whose reports count
 	for edge, er := range d.reports {
 		set, _, ok := in.SetOf(edge)
@@ -238,7 +241,12 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 			if _, ok := st.EIPs[r.Address.String()]; !ok {
 				continue
 			}
-			if !carries(in, set.Name, r.Address) {
+			c, ok := sets[r.Address]
+			if !ok {
+				c = carriers(in, r.Address)
+				sets[r.Address] = c
+			}
+			if !slices.Contains(c[:], set.Name) {
 				continue
 			}
 			o := out[r.Address]
@@ -252,27 +260,27 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 	return out, d.gen, edges
 }
 
-// carries reports whether set may see a's traffic: it serves a now, or
-// would without a's quarantine, or without its pull-out as well (the
-// prefix set it came from). Traffic moves between these sets while the
-// routes converge, and the detector must keep seeing a flood that
-// follows a quarantined address to the quarantine set.
-func carries(in setplan.Input, set string, a netip.Addr) bool {
-	if s, _, _ := in.Serving(a); s == set {
-		return true
-	}
+// carriers returns the sets that may see a's traffic ("" where none): the
+// one serving a now, the one that would without a's quarantine, and the
+// one without its pull-out as well (the prefix set it came from). Traffic
+// moves between these sets while the routes converge, and the detector
+// must keep seeing a flood that follows a quarantined address to the
+// quarantine set.
+func carriers(in setplan.Input, a netip.Addr) [3]string {
+	var c [3]string
+	c[0], _, _ = in.Serving(a)
 	q, p := in.Quarantined[a], in.PulledOut[a]
 	delete(in.Quarantined, a)
-	s1, _, _ := in.Serving(a)
+	c[1], _, _ = in.Serving(a)
 	delete(in.PulledOut, a)
-	s2, _, _ := in.Serving(a)
+	c[2], _, _ = in.Serving(a)
 	if q {
 		in.Quarantined[a] = true
 	}
 	if p != "" {
 		in.PulledOut[a] = p
 	}
-	return s1 == set || s2 == set
+	return c
 }
 
 // campaign takes the DDoS scope and decides while it holds it; it
