@@ -458,9 +458,10 @@ func (d *ddosRunner) record(ev model.DDoSEvent) {
 	d.events = append(d.events, ev)
 }
 
-// rates returns the summed rates, highest packet rate first (at most n).
-func (d *ddosRunner) rates(n int) []api.DDoSRate {
-	obs, _, _ := d.observations()
+// rates returns the summed rates, highest packet rate first (at most n),
+// and how many edges' reports count.
+func (d *ddosRunner) rates(n int) ([]api.DDoSRate, int) {
+	obs, _, edges := d.observations()
 	out := make([]api.DDoSRate, 0, len(obs))
 	for a, o := range obs {
 		out = append(out, api.DDoSRate{Address: a, PPS: o.PPS, BPS: o.BPS, SYNPS: o.SYN, Edges: o.Edges})
@@ -469,7 +470,7 @@ func (d *ddosRunner) rates(n int) []api.DDoSRate {
 	if len(out) > n {
 		out = out[:n]
 	}
-	return out
+	return out, edges
 }
 
 // ddosEvents serves GET /v1/ddos/events[?since=SEQ]: the decisions this
@@ -511,8 +512,8 @@ func (s *Server) ddosRates(w http.ResponseWriter, r *http.Request) error {
 		}
 		n = x
 	}
-	_, _, edges := s.ddos.observations()
-	writeJSON(w, http.StatusOK, s.view.revision(), api.DDoSRates{Edges: edges, Rates: s.ddos.rates(n)})
+	rates, edges := s.ddos.rates(n)
+	writeJSON(w, http.StatusOK, s.view.revision(), api.DDoSRates{Edges: edges, Rates: rates})
 	return nil
 }
 
