@@ -193,24 +193,11 @@ func (s *State) checkFirewallRule(f, _ *FirewallRule, had bool) Errors {
 	return es
 }
 
-// firewallRuleFor names the lowest rule matching f and counts them: what
-// refuses deleting a destination rules still refer to. A scan: deletes of
-// sets, EIPs and services are rare next to a rule's lookups.
-func (s *State) firewallRuleFor(f func(*FirewallRule) bool) (n int, first string) {
-	for name, r := range s.FirewallRules {
-		if f(r) {
-			n++
-			if first == "" || name < first {
-				first = name
-			}
-		}
-	}
-	return n, first
-}
-
-// checkFirewallRefs refuses removing a destination firewall rules name.
+// checkFirewallRefs refuses removing a destination firewall rules name. A
+// scan: deletes of sets, EIPs and services are rare next to a rule's
+// lookups.
 func (s *State) checkFirewallRefs(what string, f func(*FirewallRule) bool) error {
-	if n, first := s.firewallRuleFor(f); n > 0 {
+	if n, first := namedWhere(s.FirewallRules, f); n > 0 {
 		return &ConflictError{Msg: fmt.Sprintf("%s is the destination of %d firewall rule(s), the first %s: delete or change them first", what, n, first)}
 	}
 	return nil

@@ -461,7 +461,7 @@ func (s *State) checkService(v, old *Service, had bool) Errors {
 		if _, ok := s.Quarantines[old.VIP.String()]; ok {
 			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)
 		}
-		if n, first := s.firewallRuleFor(func(f *FirewallRule) bool { return f.Address == old.VIP }); n > 0 {
+		if n, first := namedWhere(s.FirewallRules, func(f *FirewallRule) bool { return f.Address == old.VIP }); n > 0 {
 			es.add("vip", "the old VIP %v is the destination of %d firewall rule(s), the first %s: change them before the VIP", old.VIP, n, first)
 		}
 	}
@@ -562,7 +562,14 @@ func (s *State) serviceOfHost(h *Host) (string, int) {
 // servicesWhere counts the services matching f and returns the first by
 // name.
 func (s *State) servicesWhere(f func(*Service) bool) (n int, first string) {
-	for name, v := range s.Services {
+	return namedWhere(s.Services, f)
+}
+
+// namedWhere counts the objects of m matching f and returns the first
+// name among them, so messages name the same object whatever the map
+// order.
+func namedWhere[V any](m map[string]V, f func(V) bool) (n int, first string) {
+	for name, v := range m {
 		if f(v) {
 			n++
 			if first == "" || name < first {
