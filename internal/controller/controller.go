@@ -104,7 +104,8 @@ type Config struct {
 	TxnOps int
 	// MetricsAuth makes GET /metrics require the API token like /v1 does.
 	// Off by default: a Prometheus scraper on the controller's network
-	// reads it without credentials, and it shows counts, not objects.
+	// reads it without credentials, and it shows counts and service
+	// names (azgate_controller_backends_down), no object's fields.
 	MetricsAuth bool
 	// MaxBodyBytes bounds request bodies (0: DefaultMaxBodyBytes); a
 	// larger one is refused with 413.
