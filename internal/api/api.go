@@ -112,7 +112,8 @@ type DDoSRate struct {
 
 // DDoSRates is the body of GET /v1/ddos/rates.
 type DDoSRates struct {
-	// Edges is how many edges currently report any address.
+	// Edges is how many edges' reports count: the edge is in a set of the
+	// desired state and its report is fresh (docs/ddos.md).
 	Edges int        `json:"edges"`
 	Rates []DDoSRate `json:"rates"`
 }
