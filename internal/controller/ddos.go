@@ -269,17 +269,14 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 func carriers(in setplan.Input, a netip.Addr) [3]string {
 	var c [3]string
 	c[0], _, _ = in.Serving(a)
-	q, p := in.Quarantined[a], in.PulledOut[a]
-	delete(in.Quarantined, a)
-	c[1], _, _ = in.Serving(a)
-	delete(in.PulledOut, a)
-	c[2], _, _ = in.Serving(a)
-	if q {
-		in.Quarantined[a] = true
+	// The same sets with a neither quarantined nor (then) pulled out;
+	// in itself is left as it is.
+	unquarantined := setplan.Input{Sets: in.Sets}
+	if d, ok := in.PulledOut[a]; ok {
+		unquarantined.PulledOut = map[netip.Addr]string{a: d}
 	}
-	if p != "" {
-		in.PulledOut[a] = p
-	}
+	c[1], _, _ = unquarantined.Serving(a)
+	c[2], _, _ = setplan.Input{Sets: in.Sets}.Serving(a)
 	return c
 }
 
