@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -306,13 +307,7 @@ func (f *scaleFuzzer) run(t *testing.T, n int) error {
 
 func fmtActions(m map[uint32]int) string {
 	var parts []string
-	for _, a := range slices.Sorted(func(yield func(uint32) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, a := range slices.Sorted(maps.Keys(m)) {
 		name := actionNames[a]
 		if name == "" {
 			name = fmt.Sprintf("action(%d)", a)
@@ -708,13 +703,7 @@ func edgeOutput(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.Ve
 	}
 	var matched []string
 	var why strings.Builder
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range errs {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(errs)) {
 		if errs[k] == nil {
 			matched = append(matched, k)
 		} else {

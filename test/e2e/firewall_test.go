@@ -224,6 +224,10 @@ func TestFirewallAndLimits(t *testing.T) {
 		secs := uint64(st.Ended.Sub(st.Started)/time.Second) + 1
 		allowance := 2 * uint64(len(edges)) * synRate * (secs + 1) // twice the bound: CAS losses pass uncharged
 		t.Logf("drop_rl_syn +%d over the edges, limit_drops[%s].syn +%d, of %d SYNs sent (at most %d may pass)", syn, open, rl, st.Sent, allowance)
+		if st.Sent <= allowance {
+			// Fewer SYNs than may pass: the check below could not fail.
+			t.Errorf("the flood sent %d SYNs (%d send errors), no more than the %d the guard may pass", st.Sent, st.Errors, allowance)
+		}
 		if syn+allowance < st.Sent || rl+allowance < st.Sent {
 			t.Errorf("the SYN guard dropped %d (stats) / %d (limit_drops) of %d SYNs: %d passed, want at most %d",
 				syn, rl, st.Sent, st.Sent-min(syn, rl), allowance)
@@ -244,6 +248,9 @@ func TestFirewallAndLimits(t *testing.T) {
 		// Wait for a status published after the burst by every edge.
 		if err := poll(6*time.Second, func() bool { return statusesAfter(ctx, l, edges, end) }); err != nil {
 			t.Fatalf("no status after the burst: %v", err)
+		}
+		if st.Sent == 0 {
+			t.Errorf("the burst after --clear sent no SYN (%d send errors)", st.Errors)
 		}
 		if d := edgeCounter(ctx, t, l, "drop_rl_syn") - synBefore; d != 0 {
 			t.Errorf("drop_rl_syn +%d for a burst of %d SYNs after the limits were cleared", d, st.Sent)
