@@ -760,7 +760,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		 * verdict cache without the anti-spoofing trie walk. Then
 		 * anti-spoofing, then the rate limits: what is dropped before
 		 * spends no source's or SYN guard's tokens. */
-		if (r->fw && fw_drop(ctx, &p, r->fw, len))
+		if (r->fw && fw_drop(ctx, &p, r->fw, r->gen, len))
 			return XDP_DROP;
 		__u32 sc = spoof_class(&p);
 		if (sc)

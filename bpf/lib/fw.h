@@ -152,11 +152,15 @@ __noinline __u32 fw_lookup(__be32 saddr, __u32 pp, __u32 fw)
 
 /* Whether the firewall drops p (counted: the deny rule, or
  * drop_fw_private; an allowed packet counts on its first allow rule). fw
- * is the destination's eip_centry.fw, not 0. The verdict comes from the
- * per-CPU cache when a packet of the same source, protocol and port to a
- * destination of the same scope and flags had it since the last firewall
- * write (the route generation, as for eip_cache); else from fw_lookup. */
-static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u32 fw, __u32 len)
+ * is the destination's eip_centry.fw, not 0; gen its eip_centry.gen (the
+ * route generation + 1, read before the route and fw were). The verdict
+ * comes from the per-CPU cache when a packet of the same source, protocol
+ * and port to a destination of the same scope and flags had it under the
+ * same generation (the edge bumps it after every firewall write); else
+ * from fw_lookup. The generation is the one read before this packet's
+ * route: a bump made while a miss reads the old rules leaves its verdict
+ * stale, not current; and no second read of eip_route_gen per packet. */
+static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u32 fw, __u64 gen, __u32 len)
 {
 	__be32 saddr = p->saddr;
 	__u8 proto = p->proto;
@@ -178,20 +182,15 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 		}
 	}
 	__u32 pp = ((__u32)proto << 17) | port;
-	__u32 zero = 0, v;
-	__u64 *gp = bpf_map_lookup_elem(&eip_route_gen, &zero);
+	__u32 v;
 	__u32 slot = ((__u32)saddr * 2654435761u ^ fw * 0x9E3779B1u ^ pp * 0x85EBCA77u) >>
 		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
 	struct fw_vslot *c = bpf_map_lookup_elem(&fw_vcache, &slot);
-	/* The generation read once, before the lookup: one re-read after it
-	 * could be a bump made while the lookup read the old rules, and
-	 * would keep their verdict as current. */
-	__u64 gen = gp ? *gp + 1 : 0;
-	if (gp && c && c->gen == gen && c->saddr == saddr && c->fw == fw && c->pp == pp) {
+	if (c && c->gen == gen && c->saddr == saddr && c->fw == fw && c->pp == pp) {
 		v = c->verdict;
 	} else {
 		v = fw_lookup(saddr, pp, fw);
-		if (gp && c) {
+		if (c) {
 			c->gen = gen;
 			c->saddr = saddr;
 			c->fw = fw;
