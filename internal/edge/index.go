@@ -67,6 +67,7 @@ type change struct {
 	routes bool       // many routes may change (a host)
 	lb     bool       // services, their health or hosts changed
 	fw     bool       // the firewall's plan may change
+	spoof  bool       // the anti-spoofing prefixes may change (sets, services, hosts)
 }
 
 // put records a validated object (model.DecodeStored).
@@ -101,13 +102,13 @@ func (x *index) put(kind, key string, o model.Object) change {
 			}
 		}
 		x.hosts[x.intern(o.Name)] = e
-		return change{routes: true, lb: len(x.services) > 0}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true}
 	case *model.EdgeSet:
 		x.sets[key] = o
-		return change{fw: x.fwSets > 0} // applyConfig reads the sets at every commit
+		return change{fw: x.fwSets > 0, spoof: true} // applyConfig reads the sets at every commit
 	case *model.Service:
 		x.services[key] = o
-		return change{lb: true, fw: true}
+		return change{lb: true, fw: true, spoof: true}
 	case *model.Health:
 		x.health[key] = o
 		return change{lb: true}
@@ -136,13 +137,13 @@ func (x *index) delete(kind, key string) change {
 		return change{eip: a, fw: x.fwTouches(a)}
 	case model.KindHost:
 		delete(x.hosts, key)
-		return change{routes: true, lb: len(x.services) > 0}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{fw: x.fwSets > 0}
+		return change{fw: x.fwSets > 0, spoof: true}
 	case model.KindService:
 		delete(x.services, key)
-		return change{lb: true, fw: true}
+		return change{lb: true, fw: true, spoof: true}
 	case model.KindHealth:
 		delete(x.health, key)
 		return change{lb: true}
