@@ -78,6 +78,11 @@ func (x *index) put(kind, key string, o model.Object) change {
 			return change{} // IPv4 data plane
 		}
 		k := o.Address.As4()
+		// The firewall sees an EIP only as routed or not and as pulled
+		// into a set or not: a binding moved to another host or new rate
+		// limits leave its plan alone (no rebuild of every rule).
+		_, wasRouted := x.eips[k]
+		wasPulled := x.pulled[k]
 		if o.Set != "" {
 			x.pulled[k] = x.intern(o.Set)
 		} else {
@@ -93,7 +98,9 @@ func (x *index) put(kind, key string, o model.Object) change {
 		} else {
 			x.eips[k] = binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
 		}
-		return change{eip: o.Address, fw: x.fwTouches(o.Address)}
+		_, routed := x.eips[k]
+		fw := (routed != wasRouted || x.pulled[k] != wasPulled) && x.fwTouches(o.Address)
+		return change{eip: o.Address, fw: fw}
 	case *model.Host:
 		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
 		for _, g := range o.Guests {
