@@ -114,8 +114,12 @@ func (x *index) put(kind, key string, o model.Object) change {
 		x.sets[key] = o
 		return change{fw: x.fwSets > 0, spoof: true} // applyConfig reads the sets at every commit
 	case *model.Service:
+		// The firewall sees a service as its VIP and its set only: a
+		// change of its pools or listeners leaves the plan alone.
+		old := x.services[key]
 		x.services[key] = o
-		return change{lb: true, fw: true, spoof: true}
+		fw := old == nil || old.VIP != o.VIP || old.Set != o.Set
+		return change{lb: true, fw: fw, spoof: true}
 	case *model.Health:
 		x.health[key] = o
 		return change{lb: true}
