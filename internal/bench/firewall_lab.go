@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -66,10 +65,6 @@ func FirewallLab(ctx context.Context, o LabOptions) ([]Result, error) {
 		})
 		return n, err
 	}
-	sinkCount := func() (uint64, error) {
-		c, err := t.b.SinkCount()
-		return c.Packets, err
-	}
 	var fw, bare []float64
 	for r := 0; r < t.o.Rounds; r++ {
 		pps, err := t.measureCounted(frame, edgeDrops)
@@ -82,7 +77,7 @@ func FirewallLab(ctx context.Context, o LabOptions) ([]Result, error) {
 		if err := t.edge.Do(func() error { return dataplane.AttachPinned(t.b.Sink(), "ext0", t.edgePin) }); err != nil {
 			return nil, err
 		}
-		pps, err = t.measureCounted(frame, sinkCount)
+		pps, err = t.measure(frame)
 		if rerr := t.reattachEdge(); rerr != nil && err == nil {
 			err = rerr
 		}
@@ -98,40 +93,6 @@ func FirewallLab(ctx context.Context, o LabOptions) ([]Result, error) {
 		{Suite: "firewall-lab", Name: "edge_firewall_drop (64B UDP flood, denied, 100k rules)", Value: fv, Unit: "packets/s",
 			Baseline: "xdp_drop", BaselineValue: bv, Ratio: fv / bv, Target: ">= 0.9"},
 	}, nil
-}
-
-// measureCounted runs the generator with frame for o.Duration after a
-// 200 ms warm-up and returns what count grew by per second.
-func (t *labBed) measureCounted(frame []byte, count func() (uint64, error)) (float64, error) {
-	g, err := NewGenerator(t.b, t.rtr, "edge-a1", frame, t.o.Flows, 1024)
-	if err != nil {
-		return 0, err
-	}
-	before, err := count()
-	if err != nil {
-		return 0, err
-	}
-	if _, err := g.Run(200 * time.Millisecond); err != nil {
-		return 0, err
-	}
-	mid, err := count()
-	if err != nil {
-		return 0, err
-	}
-	if mid == before {
-		return 0, errors.New("the counter did not move: the path is not the measured one")
-	}
-	t0 := time.Now()
-	if _, err := g.Run(t.o.Duration); err != nil {
-		return 0, err
-	}
-	el := time.Since(t0)
-	time.Sleep(100 * time.Millisecond)
-	after, err := count()
-	if err != nil {
-		return 0, err
-	}
-	return float64(after-mid) / el.Seconds(), nil
 }
 
 // waitApplied waits until the lab's edge-a1 reports revision rev applied.

@@ -111,26 +111,38 @@ func (t *labBed) udpToEdge(src, dst string) ([]byte, error) {
 // measure runs the generator with frame (flows cycling over o.Flows
 // source ports) for o.Duration after a 200 ms warm-up (the first packet
 // of a flow may create state) and returns the packets per second the sink
-// counted. A path that delivers nothing during the warm-up is an error,
-// not a measurement of 0.
+// counted.
 func (t *labBed) measure(frame []byte) (float64, error) {
+	return t.measureCounted(frame, t.sinkPackets)
+}
+
+// sinkPackets is the packets the XDP sink counted.
+func (t *labBed) sinkPackets() (uint64, error) {
+	c, err := t.b.SinkCount()
+	return c.Packets, err
+}
+
+// measureCounted runs the generator with frame for o.Duration after a
+// 200 ms warm-up and returns what count grew by per second. A path that
+// moves nothing during the warm-up is an error, not a measurement of 0.
+func (t *labBed) measureCounted(frame []byte, count func() (uint64, error)) (float64, error) {
 	g, err := NewGenerator(t.b, t.rtr, "edge-a1", frame, t.o.Flows, 1024)
 	if err != nil {
 		return 0, err
 	}
-	before, err := t.b.SinkCount()
+	before, err := count()
 	if err != nil {
 		return 0, err
 	}
 	if _, err := g.Run(200 * time.Millisecond); err != nil {
 		return 0, err
 	}
-	mid, err := t.b.SinkCount()
+	mid, err := count()
 	if err != nil {
 		return 0, err
 	}
-	if mid.Packets == before.Packets {
-		return 0, errors.New("nothing reached the sink: the path does not forward")
+	if mid == before {
+		return 0, errors.New("the counter did not move during the warm-up: the path is not the measured one (does it forward?)")
 	}
 	t0 := time.Now()
 	if _, err := g.Run(t.o.Duration); err != nil {
@@ -138,11 +150,11 @@ func (t *labBed) measure(frame []byte) (float64, error) {
 	}
 	el := time.Since(t0)
 	time.Sleep(100 * time.Millisecond) // let the last frames drain
-	after, err := t.b.SinkCount()
+	after, err := count()
 	if err != nil {
 		return 0, err
 	}
-	return float64(after.Packets-mid.Packets) / el.Seconds(), nil
+	return float64(after-mid) / el.Seconds(), nil
 }
 
 // withoutEdge runs f with the edge program off the edge's Internet

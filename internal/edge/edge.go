@@ -99,33 +99,36 @@ type Reconciler struct {
 	maps dataplane.EdgeMaps
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	idx      *index
-	loading  bool
-	pending  map[netip.Addr]struct{} // EIPs changed since the last commit
-	full     bool                    // next commit resyncs everything
-	slots    slots
-	routes   int // routes programmed
-	rev      int64
-	underlay netip.Addr
-	prefixes []netip.Prefix                  // the edge set's prefixes
-	spoof    string                          // the anti-spoofing prefixes as programmed (spoofKey)
-	limits   map[netip.Addr]dataplane.Limits // the rate limits as programmed (nil: unknown)
-	fwPlan   *fwplan.Plan                    // the firewall as programmed (nil: unknown, firewall.go)
-	fwDirty  bool                            // the firewall's plan may have changed
-	fwErr    string                          // why the rules could not be planned
-	errs     []string                        // of the last commit
-	syncErr  error                           // nil: the maps hold the desired state (verify)
-	plan     atomic.Pointer[Plan]            // for the announcer, as of the last commit
-	lbErrs   []string                        // services not fully programmed, as of the last service sync
-	invalid  *store.Invalid                  // stored objects refused by validation
-	lb       *lbState                        // nil when the data plane has no load balancer
-	lbDirty  bool
-	lbCfg    *dataplane.LBConfig // as programmed
-	lastRev  int64               // the revision the last commit was asked for
-	retry    *time.Timer         // pending retry of a failed commit
-	backoff  time.Duration
-	stopped  bool
+	mu         sync.Mutex
+	idx        *index
+	loading    bool
+	pending    map[netip.Addr]struct{} // EIPs changed since the last commit
+	full       bool                    // next commit resyncs everything
+	slots      slots
+	routes     int // routes programmed
+	rev        int64
+	underlay   netip.Addr
+	prefixes   []netip.Prefix                  // the edge set's prefixes
+	spoofOwn   []netip.Prefix                  // the anti-spoofing prefixes as programmed (spoofSet: valid)
+	spoofUL    []netip.Prefix                  // (underlay class)
+	spoofSet   bool                            // spoofOwn and spoofUL are what the table holds
+	spoofDirty bool                            // a set, service or host changed: the prefixes may have
+	limits     map[netip.Addr]dataplane.Limits // the rate limits as programmed (nil: unknown)
+	fwPlan     *fwplan.Plan                    // the firewall as programmed (nil: unknown, firewall.go)
+	fwDirty    bool                            // the firewall's plan may have changed
+	fwErr      string                          // why the rules could not be planned
+	errs       []string                        // of the last commit
+	syncErr    error                           // nil: the maps hold the desired state (verify)
+	plan       atomic.Pointer[Plan]            // for the announcer, as of the last commit
+	lbErrs     []string                        // services not fully programmed, as of the last service sync
+	invalid    *store.Invalid                  // stored objects refused by validation
+	lb         *lbState                        // nil when the data plane has no load balancer
+	lbDirty    bool
+	lbCfg      *dataplane.LBConfig // as programmed
+	lastRev    int64               // the revision the last commit was asked for
+	retry      *time.Timer         // pending retry of a failed commit
+	backoff    time.Duration
+	stopped    bool
 	// OnApplied is called after each successful commit.
 	OnApplied func(rev int64)
 	// OnTargets receives the backends to health-check after each change
@@ -199,6 +202,9 @@ func (r *Reconciler) note(c change) {
 	if c.fw {
 		r.fwDirty = true
 	}
+	if c.spoof {
+		r.spoofDirty = true
+	}
 	if r.loading {
 		return
 	}
@@ -219,7 +225,7 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 	r.loading = false
 	r.lastRev = rev
 	if resync {
-		r.full, r.lbDirty, r.fwDirty = true, true, true
+		r.full, r.lbDirty, r.fwDirty, r.spoofDirty = true, true, true, true
 	}
 	r.commit()
 }
@@ -625,22 +631,26 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 var ErrStop = errors.New("stopped")
 
 // syncSpoof programs the ingress anti-spoofing prefixes (docs/dataplane.md,
-// "Ingress anti-spoofing") when they changed: every set's prefixes and
+// "Ingress anti-spoofing") when a set, service or host changed (spoofDirty)
+// and the prefixes differ from those programmed: every set's prefixes and
 // every VIP (own), every host's and edge's underlay address (underlay).
-// Only with a data plane that has the table (dataplane.SpoofMaps).
+// Most commits are EIP changes, which cannot change them: those skip the
+// walk over every host. Only with a data plane that has the table
+// (dataplane.SpoofMaps).
 func (r *Reconciler) syncSpoof() error {
 	sm, ok := r.maps.(dataplane.SpoofMaps)
-	if !ok {
+	if !ok || !r.spoofDirty {
 		return nil
 	}
 	own, underlay := r.idx.spoofPrefixes()
-	key := fmt.Sprint(own, underlay)
-	if key == r.spoof {
+	if r.spoofSet && slices.Equal(own, r.spoofOwn) && slices.Equal(underlay, r.spoofUL) {
+		r.spoofDirty = false
 		return nil
 	}
+	r.spoofSet = false // unknown until the write succeeded
 	if err := sm.SetSpoofPrefixes(own, underlay); err != nil {
 		return fmt.Errorf("anti-spoofing prefixes: %w", err)
 	}
-	r.spoof = key
+	r.spoofOwn, r.spoofUL, r.spoofSet, r.spoofDirty = own, underlay, true, false
 	return nil
 }

@@ -53,6 +53,28 @@ func TestFirewallReconcile(t *testing.T) {
 	if d8, ok := fake.FW.FWDests[a("198.51.100.8")]; !ok || d8.Private || d8.Scope == fake.FW.FWDests[a("198.51.100.7")].Scope {
 		t.Fatalf("the newly bound EIP of the set: %+v %v", d8, ok)
 	}
+	// Moving a bound EIP to another host changes no destination: the
+	// rules are not planned again.
+	put(t, r, 12, &model.EIP{Address: a("198.51.100.8"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
+	if r.fwDirty {
+		t.Error("a binding moved between hosts marks the firewall for a rebuild")
+	}
+	r.Commit(12, false)
+	// So does a service's new pool; its VIP is a destination, though.
+	svc := &model.Service{Name: "web", VIP: a("198.51.100.20"), Mode: model.ModeNAT, TableSize: 101,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
+		Pools:     []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1")}}}}}
+	watched(t, r, 12, svc)
+	if _, ok := fake.FW.FWDests[svc.VIP]; !ok {
+		t.Fatalf("the set rule does not reach the new VIP: %v", fake.FW.FWDests)
+	}
+	svc2 := *svc
+	svc2.Pools = []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.2")}}}}
+	put(t, r, 12, &svc2)
+	if r.fwDirty {
+		t.Error("a service's new backend marks the firewall for a rebuild")
+	}
+	r.Commit(12, false)
 
 	// A global rule sets the global flags; a failed write is retried whole.
 	faults.FailNth("ApplyFirewall", 1)

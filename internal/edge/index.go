@@ -67,6 +67,7 @@ type change struct {
 	routes bool       // many routes may change (a host)
 	lb     bool       // services, their health or hosts changed
 	fw     bool       // the firewall's plan may change
+	spoof  bool       // the anti-spoofing prefixes may change (sets, services, hosts)
 }
 
 // put records a validated object (model.DecodeStored).
@@ -77,6 +78,11 @@ func (x *index) put(kind, key string, o model.Object) change {
 			return change{} // IPv4 data plane
 		}
 		k := o.Address.As4()
+		// The firewall sees an EIP only as routed or not and as pulled
+		// into a set or not: a binding moved to another host or new rate
+		// limits leave its plan alone (no rebuild of every rule).
+		_, wasRouted := x.eips[k]
+		wasPulled := x.pulled[k]
 		if o.Set != "" {
 			x.pulled[k] = x.intern(o.Set)
 		} else {
@@ -92,7 +98,9 @@ func (x *index) put(kind, key string, o model.Object) change {
 		} else {
 			x.eips[k] = binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
 		}
-		return change{eip: o.Address, fw: x.fwTouches(o.Address)}
+		_, routed := x.eips[k]
+		fw := (routed != wasRouted || x.pulled[k] != wasPulled) && x.fwTouches(o.Address)
+		return change{eip: o.Address, fw: fw}
 	case *model.Host:
 		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
 		for _, g := range o.Guests {
@@ -101,13 +109,17 @@ func (x *index) put(kind, key string, o model.Object) change {
 			}
 		}
 		x.hosts[x.intern(o.Name)] = e
-		return change{routes: true, lb: len(x.services) > 0}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true}
 	case *model.EdgeSet:
 		x.sets[key] = o
-		return change{fw: x.fwSets > 0} // applyConfig reads the sets at every commit
+		return change{fw: x.fwSets > 0, spoof: true} // applyConfig reads the sets at every commit
 	case *model.Service:
+		// The firewall sees a service as its VIP and its set only: a
+		// change of its pools or listeners leaves the plan alone.
+		old := x.services[key]
 		x.services[key] = o
-		return change{lb: true, fw: true}
+		fw := old == nil || old.VIP != o.VIP || old.Set != o.Set
+		return change{lb: true, fw: fw, spoof: true}
 	case *model.Health:
 		x.health[key] = o
 		return change{lb: true}
@@ -136,13 +148,13 @@ func (x *index) delete(kind, key string) change {
 		return change{eip: a, fw: x.fwTouches(a)}
 	case model.KindHost:
 		delete(x.hosts, key)
-		return change{routes: true, lb: len(x.services) > 0}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{fw: x.fwSets > 0}
+		return change{fw: x.fwSets > 0, spoof: true}
 	case model.KindService:
 		delete(x.services, key)
-		return change{lb: true, fw: true}
+		return change{lb: true, fw: true, spoof: true}
 	case model.KindHealth:
 		delete(x.health, key)
 		return change{lb: true}
