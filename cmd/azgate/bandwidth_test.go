@@ -114,4 +114,10 @@ bandwidthpackages:
 	if out, err := azgate(t, s, "", "apply", "-f", bad); err == nil || !strings.Contains(err.Error()+out, "bandwidthpackages[0].capacity") {
 		t.Errorf("apply with capacity 100M (a string): %v\n%s", err, out)
 	}
+	if err := os.WriteFile(bad, []byte("bandwidthpackages:\n- name: bad\n  capacity: 100000000\n  eips: [{address: 198.51.100.77}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := azgate(t, s, "", "apply", "-f", bad); err == nil || !strings.Contains(err.Error()+out, "bandwidthpackages[0].eips[0].address: 198.51.100.77 is not an EIP") {
+		t.Errorf("apply with a missing EIP: %v\n%s", err, out)
+	}
 }
