@@ -23,6 +23,8 @@ type Document struct {
 	Quarantines []Quarantine `json:"quarantines,omitempty"`
 	// FirewallRules: firewall.go.
 	FirewallRules []FirewallRule `json:"firewallrules,omitempty"`
+	// BandwidthPackages: bandwidth.go.
+	BandwidthPackages []BandwidthPackage `json:"bandwidthpackages,omitempty"`
 }
 
 // ParseDocument reads a YAML or JSON document, rejecting unknown fields and
@@ -102,6 +104,9 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.FirewallRules {
 		out = append(out, PlacedObject{&d.FirewallRules[i], fmt.Sprintf("firewallrules[%d]", i)})
 	}
+	for i := range d.BandwidthPackages {
+		out = append(out, PlacedObject{&d.BandwidthPackages[i], fmt.Sprintf("bandwidthpackages[%d]", i)})
+	}
 	return out
 }
 
@@ -128,6 +133,9 @@ func (d *Document) Objects() []Object {
 	}
 	for i := range d.FirewallRules {
 		out = append(out, &d.FirewallRules[i])
+	}
+	for i := range d.BandwidthPackages {
+		out = append(out, &d.BandwidthPackages[i])
 	}
 	return out
 }

@@ -66,6 +66,12 @@ var registry = []kindDef{
 		field: func(s *State) *map[string]*FirewallRule { return &s.FirewallRules },
 		check: (*State).checkFirewallRule,
 	},
+	&kindOf[BandwidthPackage, *BandwidthPackage]{
+		name: KindBandwidthPackage, singular: "bandwidth package", user: true,
+		field: func(s *State) *map[string]*BandwidthPackage { return &s.BandwidthPackages },
+		check: (*State).checkBandwidthPackage,
+		index: (*State).indexBandwidthPackage,
+	},
 	&kindOf[Health, *Health]{
 		name: KindHealth, singular: "health",
 		field:    func(s *State) *map[string]*Health { return &s.Health },

@@ -69,6 +69,7 @@ func TestRegistryUndo(t *testing.T) {
 		&AZ{Name: "az3"},
 		&Host{Name: "h1", AZ: "az2", Underlay: addr("198.18.9.9"), Guests: []Guest{{Name: "g1", Address: addr("198.19.1.1"), VSID: 5001}, {Name: "g2", Address: addr("198.19.1.2"), VSID: 5001}}},
 		&EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"}},
+		&BandwidthPackage{Name: "shop", Capacity: 1_000_000, EIPs: []PackageEIP{{Address: addr("198.51.100.8")}}},
 	}
 	for _, o := range changes {
 		undo, err := s.Put(o)

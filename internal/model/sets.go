@@ -256,6 +256,9 @@ func (s *State) checkDeleteEIP(e *EIP) error {
 	if _, ok := s.Quarantines[e.Key()]; ok {
 		return &ConflictError{Msg: fmt.Sprintf("EIP %s is quarantined: release it first (azgate quarantine release %s)", e.Key(), e.Key())}
 	}
+	if err := s.checkBandwidthRefs(e); err != nil {
+		return err
+	}
 	return s.checkFirewallRefs("EIP "+e.Key(), func(f *FirewallRule) bool { return f.Address == e.Address })
 }
 

@@ -21,6 +21,8 @@ type State struct {
 	Quarantines map[string]*Quarantine
 	// FirewallRules by name (firewall.go).
 	FirewallRules map[string]*FirewallRule
+	// BandwidthPackages by name (bandwidth.go).
+	BandwidthPackages map[string]*BandwidthPackage
 	// Health holds the controller's verdicts by service name; it is
 	// changed with Set and Remove only (Put and Delete refuse it).
 	Health map[string]*Health
@@ -33,13 +35,14 @@ type State struct {
 	// backendOf: guest -> service -> how many of the service's backends
 	// are that guest (inner maps are never empty).
 	backendOf map[guestRef]map[string]int
+	bwOf      map[netip.Addr]string // EIP -> bandwidth package listing it
 }
 
 // NewState returns an empty state.
 func NewState() *State {
 	s := &State{
 		bound: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
-		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{},
+		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{}, bwOf: map[netip.Addr]string{},
 	}
 	for _, k := range registry {
 		k.initState(s)
@@ -53,7 +56,7 @@ func NewState() *State {
 func (s *State) Clone() *State {
 	c := &State{
 		bound: maps.Clone(s.bound), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
-		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)),
+		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)), bwOf: maps.Clone(s.bwOf),
 	}
 	for _, k := range registry {
 		k.cloneInto(c, s)
