@@ -83,11 +83,11 @@ type Estimator[K comparable] struct {
 }
 
 type history struct {
-	at    []int64  // sample times (unix ns), oldest first, within Window
-	rate  []uint64 // offered rate of each sample
-	est   uint64   // estimate after the last report, before the ceiling
-	pin   bool
-	last  int64 // time of the last report
+	at   []int64  // sample times (unix ns), oldest first, within Window
+	rate []uint64 // offered rate of each sample
+	est  uint64   // estimate after the last report, before the ceiling
+	pin  bool
+	last int64 // time of the last report
 }
 
 // NewEstimator returns an estimator with cfg (zero fields defaulted), or
@@ -221,9 +221,9 @@ func satAdd(a, b uint64) uint64 {
 	return math.MaxUint64
 }
 
-// mulSat is ⌈x·f⌉, saturating at 2^63 (far above any link).
+// mulSat is x·f rounded, saturating at 2^63 (far above any link).
 func mulSat(x uint64, f float64) uint64 {
-	p := math.Ceil(float64(x) * f)
+	p := math.Round(float64(x) * f)
 	if p >= 1<<63 {
 		return 1 << 63
 	}
