@@ -69,6 +69,11 @@ type Result struct {
 	MinsScaled bool
 }
 
+// MaxRate bounds a package's capacity (2^53 bits/s, about 9 Pbit/s):
+// up to it the water level computed in float64 is exact to a bit/s, so a
+// limit is never more than a couple of bits/s below its exact share.
+const MaxRate = 1 << 53
+
 // Allocator holds scratch space so that allocating many packages in a
 // round does not allocate memory per package. The zero value is ready.
 // It is not safe for concurrent use; use one per goroutine.
@@ -105,10 +110,14 @@ type event struct {
 // unallocated. The result depends only on the set of EIPs, not their
 // order, and is appended to dst[:0].
 //
-// Errors: an address given twice, or Min > Max (with Max set).
+// Errors: a capacity above MaxRate, an address given twice, or Min > Max
+// (with Max set).
 func (a *Allocator) Package(capacity uint64, eips []EIP, opts Options, dst []Grant) (Result, error) {
 	n := len(eips)
 	res := Result{Grants: dst[:0]}
+	if capacity > MaxRate {
+		return res, fmt.Errorf("bandwidth allocation: capacity %d bits/s above the most the allocator handles, %d", capacity, uint64(MaxRate))
+	}
 	if n == 0 {
 		return res, nil
 	}

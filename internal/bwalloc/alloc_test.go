@@ -73,6 +73,11 @@ func TestPackageTable(t *testing.T) {
 		{name: "no demand, headroom only", capacity: 90,
 			eips:   []EIP{{}, {}, {}},
 			limits: []uint64{30, 30, 30}},
+		{name: "capacity above MaxRate", capacity: MaxRate + 1,
+			eips: []EIP{{Demand: 1}}, err: "above the most the allocator handles"},
+		{name: "capacity at MaxRate", capacity: MaxRate, contended: true,
+			eips:   []EIP{{Demand: MaxRate, Weight: 1}, {Demand: MaxRate, Weight: 3}},
+			limits: []uint64{MaxRate / 4, MaxRate / 4 * 3}},
 		{name: "min above max", capacity: 100,
 			eips: []EIP{{Demand: 1, Min: 50, Max: 40}}, err: "min 50 above max 40"},
 	}
