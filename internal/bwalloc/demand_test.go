@@ -2,6 +2,7 @@ package bwalloc
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,7 @@ func TestClosedLoop(t *testing.T) {
 		}
 		want, _ := a.Package(capacity, oracle, Options{HoldSpare: true}, nil)
 		converged := -1
+		var prev []uint64
 		for r := 0; r < 15; r++ {
 			now := sec(round)
 			round++
@@ -193,6 +195,12 @@ func TestClosedLoop(t *testing.T) {
 			if ok && converged < 0 {
 				converged = r
 			}
+			// Stable when demand is stable: once the window has passed
+			// since convergence, the limits do not move at all.
+			if converged >= 0 && r > converged+4 && !slices.Equal(limits, prev) {
+				t.Fatalf("phase %d round %d: limits moved under constant demand: %v, then %v", p, r, prev, limits)
+			}
+			prev = slices.Clone(limits)
 			if !ok && converged >= 0 {
 				t.Fatalf("phase %d round %d: left the fair shares after converging at %d: %v want %+v", p, r, converged, limits, want.Grants)
 			}
