@@ -151,7 +151,10 @@ func (a *Allocator) Package(capacity uint64, eips []EIP, opts Options, dst []Gra
 		var carry uint64
 		sumWant, carry = bits.Add64(sumWant, want, 0)
 		wantOverflow = wantOverflow || carry != 0
-		sumG += a.lo[k] // each ≤ Min; Σ Min beyond 2^64 is not a package
+		sumG, carry = bits.Add64(sumG, a.lo[k], 0)
+		if carry != 0 {
+			sumG = math.MaxUint64 // scaled below, still ≤ capacity in sum
+		}
 	}
 	if sumG > capacity {
 		res.MinsScaled = true

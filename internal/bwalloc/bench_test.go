@@ -3,6 +3,7 @@ package bwalloc
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -114,5 +115,54 @@ func BenchmarkFullRound(b *testing.B) {
 		}
 		PlanPushes(old, new)
 		old = new
+	}
+}
+
+// BenchmarkFullRoundSorted is BenchmarkFullRound with the limit tables
+// kept as slices sorted by host and address, and PlanSorted.
+func BenchmarkFullRoundSorted(b *testing.B) {
+	region := benchRegion(10_000, 10)
+	est, _ := NewEstimator[netip.Addr](EstimatorConfig{})
+	var a Allocator
+	var grants []Grant
+	var shares, hosts []HostShare
+	in := make([]EIP, 10)
+	var old, new []Limit
+	round := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		now := t0.Add(time.Duration(round) * time.Second)
+		round++
+		new = new[:0]
+		for _, p := range region {
+			for i, e := range p.eips {
+				est.Observe(e.Addr, now, Sample{Rate: e.Demand, Limit: e.Demand * 2})
+				in[i] = e
+				in[i].Demand = est.Demand(e.Addr, now, capOf(e.Max, p.capacity)).Rate
+			}
+			res, err := a.Package(p.capacity, in[:len(p.eips)], Options{}, grants)
+			if err != nil {
+				b.Fatal(err)
+			}
+			grants = res.Grants
+			for i, g := range grants {
+				hosts = hosts[:0]
+				for k, h := range p.hosts[i] {
+					hosts = append(hosts, HostShare{Host: h, Demand: g.Want / uint64(k+1)})
+				}
+				shares, err = SplitHosts(shares, g.Limit, hosts, DefaultHostFloor)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, s := range shares {
+					new = append(new, Limit{HostKey{Addr: g.Addr, Host: s.Host}, s.Limit})
+				}
+			}
+		}
+		slices.SortFunc(new, CompareLimits)
+		if _, err := PlanSorted(old, new); err != nil {
+			b.Fatal(err)
+		}
+		old, new = new, old
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +66,10 @@ func TestPlanNeverOverCapacity(t *testing.T) {
 		}
 		bound := max(so, sn)
 		p := PlanPushes(old, new)
+		ps, err := PlanSorted(sortedTable(old), sortedTable(new))
+		if err != nil || !slices.Equal(ps.Ordered(), p.Ordered()) {
+			t.Fatalf("iteration %d: PlanSorted (%v) differs from PlanPushes", it, err)
+		}
 		inForce := map[HostKey]uint64{}
 		for key, v := range old {
 			inForce[key] = v
@@ -96,6 +101,31 @@ func TestPlanNeverOverCapacity(t *testing.T) {
 			if inForce[key] != v {
 				t.Fatalf("%v: %d after the plan, want %d", key, inForce[key], v)
 			}
+		}
+	}
+}
+
+func sortedTable(m map[HostKey]uint64) []Limit {
+	var l []Limit
+	for k, v := range m {
+		l = append(l, Limit{k, v})
+	}
+	slices.SortFunc(l, CompareLimits)
+	return l
+}
+
+func TestPlanSortedRefusesUnsorted(t *testing.T) {
+	a := Limit{HostKey{ip(1), "h1"}, 1}
+	b := Limit{HostKey{ip(2), "h1"}, 1}
+	for _, tc := range []struct {
+		old, new []Limit
+		want     string
+	}{
+		{[]Limit{b, a}, nil, "old limits not sorted or repeated at 1 (198.18.0.1 on h1)"},
+		{nil, []Limit{a, a}, "new limits not sorted or repeated at 1"},
+	} {
+		if _, err := PlanSorted(tc.old, tc.new); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
 		}
 	}
 }
