@@ -8,7 +8,7 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-long clean
+.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-long clean
 
 help:
 	@echo "build            build $(BIN)"
@@ -21,6 +21,7 @@ help:
 	@echo "bench-compare    per-packet suites, this build against BASE's objects (BASE=git revision, default HEAD)"
 	@echo "bench-compare-rev  the same against BASE's own build, alternated (when map layouts changed)"
 	@echo "fuzz             long fuzzing runs (FUZZTIME=10m)"
+	@echo "fuzz-bwalloc     the bandwidth allocator's fuzzers (BWFUZZTIME=15s)"
 	@echo "fuzz-long        every XDP program at scale: FUZZ_PACKETS (default 10M) mutated and random frames, FUZZ_SEED to replay (as root)"
 
 build: $(BIN)
@@ -90,6 +91,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAgentGuest -fuzztime $(FUZZTIME) ./internal/dataplane
 	$(GO) test -run '^$$' -fuzz FuzzParseDocument -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev
+	$(MAKE) fuzz-bwalloc BWFUZZTIME=$(FUZZTIME)
+
+# The bandwidth allocator's fuzzers, short by default (a CI step's worth);
+# plain `go test` runs their seeds.
+BWFUZZTIME ?= 15s
+fuzz-bwalloc:
+	$(GO) test -run '^$$' -fuzz FuzzAllocate -fuzztime $(BWFUZZTIME) ./internal/bwalloc
+	$(GO) test -run '^$$' -fuzz FuzzSplitHosts -fuzztime $(BWFUZZTIME) ./internal/bwalloc
 
 # Fuzzing at scale (issue 9 part 7): the TestScaleFuzz tests of
 # internal/dataplane with FUZZ_PACKETS frames in all (60 % xdp_edge, 20 %
