@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -288,16 +289,19 @@ func decodeUints(s string, out ...*uint64) error {
 }
 
 func sortReports(rs []Report) {
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i], rs[j]
-		if a.Reporter != b.Reporter {
-			return a.Reporter < b.Reporter
+	slices.SortFunc(rs, func(a, b Report) int {
+		if c := strings.Compare(a.Reporter, b.Reporter); c != 0 {
+			return c
 		}
-		if c := a.EIP.Compare(b.EIP); c != 0 {
-			return c < 0
-		}
-		return a.Dir < b.Dir
+		return compareRate(a.Rate, b.Rate)
 	})
+}
+
+func compareRate(a, b Rate) int {
+	if c := a.EIP.Compare(b.EIP); c != 0 {
+		return c
+	}
+	return int(a.Dir) - int(b.Dir)
 }
 
 func sortLimits(ls []Limit) {

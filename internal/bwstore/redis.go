@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -163,44 +164,73 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 return 0`)
 
-// ReadReports implements Store: SMEMBERS, then one pipeline of HGETALL and
-// PTTL per reporter.
+// readChunk is how many reporters one ReadReports round trip covers: a
+// round trip is bounded by CallTimeout, so a whole AZ (100k EIPs, a few MB)
+// is read in several, each well inside it.
+const readChunk = 8
+
+// ReadReports implements Store: SMEMBERS, then pipelines of HGETALL and
+// PTTL, readChunk reporters each. Each round trip is bounded by the call
+// timeout, the whole read by ctx.
 func (r *Redis) ReadReports(ctx context.Context, az string) (Snapshot, error) {
 	if err := checkName("az", az); err != nil {
 		return Snapshot{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	s := Snapshot{AZ: az}
-	members, err := r.c.SMembers(ctx, reportersKey(az)).Result()
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	members, err := r.c.SMembers(cctx, reportersKey(az)).Result()
+	cancel()
 	if err != nil {
 		return s, fmt.Errorf("bwstore: redis: reporters of %s: %w", az, err)
 	}
 	if len(members) > MaxReporters {
 		return s, fmt.Errorf("%w: az %s: %d reporters indexed, at most %d", ErrTooMany, az, len(members), MaxReporters)
 	}
+	members = slices.DeleteFunc(members, func(m string) bool { return checkName("reporter", m) != nil }) // not ours: never built into a key
+	slices.Sort(members)                                                                                 // the snapshot's order: reporter, then EIP and direction
+	var gone []string
+	for lo := 0; lo < len(members); lo += readChunk {
+		chunk := members[lo:min(lo+readChunk, len(members))]
+		g, err := r.readChunk(ctx, az, chunk, &s)
+		if err != nil {
+			return s, err
+		}
+		gone = append(gone, g...)
+	}
+	if len(gone) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		_, _ = r.c.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, m := range gone {
+				pruneScript.Run(cctx, p, []string{reportersKey(az), repKey(az, m)}, m)
+			}
+			return nil
+		})
+		cancel()
+	}
+	return s, nil
+}
+
+// readChunk appends the reports of members to s and returns the members
+// whose report is gone.
+func (r *Redis) readChunk(ctx context.Context, az string, members []string, s *Snapshot) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	type pair struct {
 		all  *redis.MapStringStringCmd
 		pttl *redis.DurationCmd
 	}
 	cmds := make([]pair, len(members))
-	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, m := range members {
-			if checkName("reporter", m) != nil {
-				continue // not ours; never built into a key
-			}
 			cmds[i] = pair{p.HGetAll(ctx, repKey(az, m)), p.PTTL(ctx, repKey(az, m))}
 		}
 		return nil
 	})
 	if err != nil {
-		return s, fmt.Errorf("bwstore: redis: read reports of %s: %w", az, err)
+		return nil, fmt.Errorf("bwstore: redis: read reports of %s (reporters %s..%s): %w", az, members[0], members[len(members)-1], err)
 	}
 	var gone []string
 	for i, m := range members {
-		if cmds[i].all == nil {
-			continue
-		}
 		h := cmds[i].all.Val()
 		pttl := cmds[i].pttl.Val()
 		if len(h) == 0 || pttl < 0 {
@@ -209,37 +239,27 @@ func (r *Redis) ReadReports(ctx context.Context, az string) (Snapshot, error) {
 		}
 		ttlMS, err := strconv.ParseInt(h["_ttl"], 10, 64)
 		if err != nil {
-			return s, fmt.Errorf("bwstore: redis: report of %s in %s: _ttl %q: %v", m, az, h["_ttl"], err)
+			return nil, fmt.Errorf("bwstore: redis: report of %s in %s: _ttl %q: %v", m, az, h["_ttl"], err)
 		}
-		age := time.Duration(ttlMS)*time.Millisecond - pttl
-		if age < 0 {
-			age = 0
-		}
+		age := max(time.Duration(ttlMS)*time.Millisecond-pttl, 0)
+		first := len(s.Reports)
 		for f, v := range h {
 			if f == "_ttl" {
 				continue
 			}
 			a, d, err := parseField(f)
 			if err != nil {
-				return s, fmt.Errorf("bwstore: redis: report of %s in %s: %v", m, az, err)
+				return nil, fmt.Errorf("bwstore: redis: report of %s in %s: %v", m, az, err)
 			}
 			x := Rate{EIP: a, Dir: d}
 			if err := decodeUints(v, &x.BytesPerSec, &x.PacketsPerSec, &x.DropBytesPerSec); err != nil {
-				return s, fmt.Errorf("bwstore: redis: report of %s in %s: %s: %v", m, az, f, err)
+				return nil, fmt.Errorf("bwstore: redis: report of %s in %s: %s: %v", m, az, f, err)
 			}
 			s.Reports = append(s.Reports, Report{Reporter: m, Rate: x, Age: age})
 		}
+		slices.SortFunc(s.Reports[first:], func(a, b Report) int { return compareRate(a.Rate, b.Rate) })
 	}
-	if len(gone) > 0 {
-		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, m := range gone {
-				pruneScript.Run(ctx, p, []string{reportersKey(az), repKey(az, m)}, m)
-			}
-			return nil
-		})
-	}
-	sortReports(s.Reports)
-	return s, nil
+	return gone, nil
 }
 
 // writeLimitsScript checks the generation against the fencing key and

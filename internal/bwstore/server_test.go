@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -117,3 +118,53 @@ func TestServerInNetns(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestRedisCallTimeout freezes the server (SIGSTOP to its PID) and checks
+// every call gives up after the call timeout with an error naming what
+// failed, then works again once the server runs.
+func TestRedisCallTimeout(t *testing.T) {
+	srv := startRedis(t)
+	cfg := srv.Config()
+	cfg.CallTimeout = 200 * time.Millisecond
+	r, err := NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if err := r.WriteReports(ctx, "az1", "h1", time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(srv.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(srv.PID, syscall.SIGCONT)
+	calls := map[string]func() error{
+		"write report of h1": func() error { return r.WriteReports(ctx, "az1", "h1", time.Second, nil) },
+		"reporters of az1":   func() error { _, err := r.ReadReports(ctx, "az1"); return err },
+		"write limits of h1": func() error { return r.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 1}) },
+		"read limits of h1":  func() error { _, _, err := r.ReadLimits(ctx, "az1", "h1"); return err },
+		"generation of h1":   func() error { _, _, err := r.LimitsGeneration(ctx, "az1", "h1"); return err },
+	}
+	for name, call := range calls {
+		start := time.Now()
+		err := call()
+		if took := time.Since(start); err == nil || took > 2*time.Second {
+			t.Errorf("%s on a frozen server: err %v after %v", name, err, took)
+		} else if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not say %q", err, name)
+		}
+	}
+	syscall.Kill(srv.PID, syscall.SIGCONT)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := r.ReadReports(ctx, "az1")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGCONT: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

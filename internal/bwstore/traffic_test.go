@@ -90,25 +90,25 @@ func BenchmarkStoreTrafficPerAZ(b *testing.B) {
 		b.ReportMetric(float64(after.out-before.out)/n, "out-B/s")
 		b.ReportMetric(float64(after.cmds-before.cmds-1)/n, "cmds/s")
 	}
-	b.Run("agents-write", func(b *testing.B) {
-		run(b, func(int) {
-			for h := range agentRates {
-				if err := r.WriteReports(ctx, "az1", "h"+strconv.Itoa(h), time.Minute, agentRates[h]); err != nil {
-					b.Fatal(err)
-				}
+	writeAgents := func(b *testing.B) {
+		for h := range agentRates {
+			if err := r.WriteReports(ctx, "az1", "h"+strconv.Itoa(h), time.Minute, agentRates[h]); err != nil {
+				b.Fatal(err)
 			}
-		})
-	})
-	b.Run("edges-write", func(b *testing.B) {
-		run(b, func(int) {
-			for e := 0; e < benchEdges; e++ {
-				if err := r.WriteReports(ctx, "az1", "edge"+strconv.Itoa(e), time.Minute, edgeRates); err != nil {
-					b.Fatal(err)
-				}
+		}
+	}
+	writeEdges := func(b *testing.B) {
+		for e := 0; e < benchEdges; e++ {
+			if err := r.WriteReports(ctx, "az1", "edge"+strconv.Itoa(e), time.Minute, edgeRates); err != nil {
+				b.Fatal(err)
 			}
-		})
-	})
+		}
+	}
+	b.Run("agents-write", func(b *testing.B) { run(b, func(int) { writeAgents(b) }) })
+	b.Run("edges-write", func(b *testing.B) { run(b, func(int) { writeEdges(b) }) })
 	b.Run("manager-read", func(b *testing.B) {
+		writeAgents(b)
+		writeEdges(b)
 		run(b, func(int) {
 			s, err := r.ReadReports(ctx, "az1")
 			if err != nil {
