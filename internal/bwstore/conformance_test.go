@@ -319,6 +319,49 @@ func runSuite(t *testing.T, mk func(*testing.T) harness) {
 			t.Fatalf("%d limits back", len(hl.Limits.Limits))
 		}
 	})
+	t.Run("Concurrent", func(t *testing.T) {
+		h := mk(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 100)
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rep := fmt.Sprintf("h%d", w)
+				for i := 0; i < 20; i++ {
+					rates := []Rate{{EIP: netip.AddrFrom4([4]byte{198, 51, 100, byte(w)}), Dir: Egress, BytesPerSec: uint64(i)}}
+					if err := h.s.WriteReports(ctx, "az1", rep, 10*time.Second, rates); err != nil {
+						errs <- err
+						return
+					}
+					if err := h.s.WriteLimits(ctx, "az1", rep, 10*time.Second, Limits{Generation: uint64(i + 1)}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		for i := 0; i < 10; i++ {
+			if _, err := h.s.ReadReports(ctx, "az1"); err != nil {
+				t.Error(err)
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		snap, err := h.s.ReadReports(ctx, "az1")
+		must(t, err)
+		if len(snap.Reports) != 8 {
+			t.Fatalf("%d reports after concurrent writes, want 8", len(snap.Reports))
+		}
+		for _, r := range snap.Reports {
+			if r.BytesPerSec != 19 {
+				t.Errorf("%s: %d, want the last write (19)", r.Reporter, r.BytesPerSec)
+			}
+		}
+	})
 	t.Run("CancelledContext", func(t *testing.T) {
 		h := mk(t)
 		c, cancel := context.WithCancel(ctx)
