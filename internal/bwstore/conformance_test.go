@@ -362,6 +362,23 @@ func runSuite(t *testing.T, mk func(*testing.T) harness) {
 			}
 		}
 	})
+	t.Run("ReporterBound", func(t *testing.T) {
+		h := mk(t)
+		for i := 0; i < MaxReporters; i++ {
+			must(t, h.s.WriteReports(ctx, "az1", fmt.Sprintf("r%d", i), time.Minute, nil))
+		}
+		err := h.s.WriteReports(ctx, "az1", "one-too-many", time.Minute, nil)
+		if !errors.Is(err, ErrTooMany) {
+			t.Fatalf("reporter %d: %v, want ErrTooMany", MaxReporters+1, err)
+		}
+		// A known reporter still writes; the refused one left nothing.
+		must(t, h.s.WriteReports(ctx, "az1", "r7", time.Minute, []Rate{{EIP: ip("198.51.100.7"), Dir: Egress}}))
+		snap, err := h.s.ReadReports(ctx, "az1")
+		must(t, err)
+		if len(snap.Reports) != 1 || snap.Reports[0].Reporter != "r7" {
+			t.Errorf("after the bound: %+v", snap.Reports)
+		}
+	})
 	t.Run("CancelledContext", func(t *testing.T) {
 		h := mk(t)
 		c, cancel := context.WithCancel(ctx)

@@ -135,6 +135,8 @@ func (r *Redis) WriteReports(ctx context.Context, az, reporter string, ttl time.
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	key := repKey(az, reporter)
+	var added *redis.IntCmd
+	var card *redis.IntCmd
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
 		args := make([]any, 0, 2*hsetChunk)
@@ -147,11 +149,25 @@ func (r *Redis) WriteReports(ctx context.Context, az, reporter string, ttl time.
 		}
 		p.HSet(ctx, key, "_ttl", ttl.Milliseconds())
 		p.PExpire(ctx, key, ttl)
-		p.SAdd(ctx, reportersKey(az), reporter)
+		added = p.SAdd(ctx, reportersKey(az), reporter)
+		card = p.SCard(ctx, reportersKey(az))
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("bwstore: redis: write report of %s in %s: %w", reporter, az, err)
+	}
+	if added.Val() == 1 && card.Val() > MaxReporters {
+		// A new reporter over the bound: take the write back. Members
+		// whose report expired count until a ReadReports prunes them.
+		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, key)
+			p.SRem(ctx, reportersKey(az), reporter)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bwstore: redis: write report of %s in %s: undo over the reporter bound: %w", reporter, az, err)
+		}
+		return fmt.Errorf("%w: az %s: %d reporters indexed, at most %d (reporter %s)", ErrTooMany, az, card.Val()-1, MaxReporters, reporter)
 	}
 	return nil
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +66,18 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("bwstore: redis-server not found (Debian: apt-get install redis-server): %w", err)
 		}
 	}
+	if !filepath.IsAbs(cfg.Dir) || strings.ContainsAny(cfg.Dir, " \t\r\n\"'\\") {
+		return nil, fmt.Errorf("bwstore: redis-server dir %q: want an absolute path without spaces or quotes (it goes into redis.conf)", cfg.Dir)
+	}
+	port := "port 0\n"
+	if cfg.TCP != "" {
+		ap, err := netip.ParseAddrPort(cfg.TCP)
+		if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+			return nil, fmt.Errorf("bwstore: redis-server tcp %q: want a specific address:port (never a wildcard)", cfg.TCP)
+		}
+		host, p := ap.Addr().String(), strconv.Itoa(int(ap.Port()))
+		port = "port " + p + "\nbind " + host + "\n"
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwstore: redis-server dir: %w", err)
 	}
@@ -88,14 +102,6 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mem := cfg.MaxMemoryMB
 	if mem <= 0 {
 		mem = 256
-	}
-	port := "port 0\n"
-	if cfg.TCP != "" {
-		host, p, ok := strings.Cut(cfg.TCP, ":")
-		if !ok || host == "" || p == "" || strings.ContainsAny(cfg.TCP, " \t\r\n") {
-			return nil, fmt.Errorf("bwstore: redis-server tcp %q: want host:port", cfg.TCP)
-		}
-		port = "port " + p + "\nbind " + host + "\n"
 	}
 	conf := port +
 		"unixsocket " + sock + "\n" +

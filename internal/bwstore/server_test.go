@@ -115,6 +115,30 @@ func TestServerInNetns(t *testing.T) {
 	if err := r.WriteReports(context.Background(), "az1", "h1", 1e9, nil); err != nil {
 		t.Error(err)
 	}
+
+	// With TCP, the listener is in the namespace only (its loopback here),
+	// and wildcards are refused.
+	for _, bad := range []string{"0.0.0.0:6390", "[::]:6390", "127.0.0.1", "localhost:6390", "127.0.0.1:0"} {
+		if _, err := StartServer(context.Background(), ServerConfig{Dir: dir + "-bad", Netns: ns, TCP: bad}); err == nil {
+			t.Errorf("tcp %q accepted", bad)
+		}
+	}
+	exec.Command("ip", "-n", ns, "link", "set", "lo", "up").Run()
+	dir2, _ := os.MkdirTemp("", "azgbw-")
+	defer os.RemoveAll(dir2)
+	srv2, err := StartServer(context.Background(), ServerConfig{Dir: dir2, Netns: ns, TCP: "127.0.0.1:6390"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Stop()
+	in, _ := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltnp").Output()
+	if !strings.Contains(string(in), "127.0.0.1:6390") || !strings.Contains(string(in), "pid="+itoa(srv2.PID)+",") {
+		t.Errorf("no listener on 127.0.0.1:6390 in %s: %s", ns, in)
+	}
+	out, _ := exec.Command("ss", "-Hltnp").Output()
+	if strings.Contains(string(out), "pid="+itoa(srv2.PID)+",") {
+		t.Errorf("redis-server %d listens outside its namespace: %s", srv2.PID, out)
+	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
