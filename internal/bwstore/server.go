@@ -1,0 +1,194 @@
+package bwstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ServerConfig describes one AZ's redis-server as the lab and the tests
+// start it.
+type ServerConfig struct {
+	// Dir holds the socket, the config (mode 0600, it carries the
+	// password) and the log. It is created mode 0700: only its owner (root
+	// in the lab) can reach the socket, whatever the socket's own mode.
+	// Keep it short: a unix socket path has at most 107 bytes.
+	Dir string
+	// Netns, if set, runs the server inside that named network namespace
+	// (`ip netns exec`). With no TCP listener this changes nothing about
+	// reachability (unix sockets live in the file system); it keeps the
+	// process with its AZ.
+	Netns string
+	// TCP, if set (host:port), also listens there; then a password is
+	// mandatory and the address must be one only the namespace owns.
+	TCP string
+	// Password for requirepass; empty means a random one is made.
+	Password string
+	// Binary is the redis-server path (default: looked up in PATH).
+	Binary string
+	// MaxMemoryMB bounds the server's memory (default 256, noeviction: a
+	// full store refuses writes rather than dropping reports silently).
+	MaxMemoryMB int
+}
+
+// Server is a running redis-server this process started.
+type Server struct {
+	Socket   string
+	Password string
+	PID      int
+	cmd      *exec.Cmd
+	done     chan error
+}
+
+// StartServer writes a config and starts redis-server with it, and waits
+// (up to 10 s) until it answers PING on its socket. The config: no TCP
+// port unless asked, unixsocketperm 700 in a 0700 directory,
+// protected-mode yes, requirepass, no persistence, bounded memory and
+// clients. The password is in the config file, never on a command line.
+func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("bwstore: redis-server: no directory")
+	}
+	bin := cfg.Binary
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("bwstore: redis-server not found (Debian: apt-get install redis-server): %w", err)
+		}
+	}
+	if !filepath.IsAbs(cfg.Dir) || strings.ContainsAny(cfg.Dir, " \t\r\n\"'\\") {
+		return nil, fmt.Errorf("bwstore: redis-server dir %q: want an absolute path without spaces or quotes (it goes into redis.conf)", cfg.Dir)
+	}
+	port := "port 0\n"
+	if cfg.TCP != "" {
+		ap, err := netip.ParseAddrPort(cfg.TCP)
+		if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+			return nil, fmt.Errorf("bwstore: redis-server tcp %q: want a specific address:port (never a wildcard)", cfg.TCP)
+		}
+		host, p := ap.Addr().String(), strconv.Itoa(int(ap.Port()))
+		port = "port " + p + "\nbind " + host + "\n"
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bwstore: redis-server dir: %w", err)
+	}
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bwstore: redis-server dir: %w", err)
+	}
+	sock := filepath.Join(cfg.Dir, "redis.sock")
+	if len(sock) > 107 {
+		return nil, fmt.Errorf("bwstore: redis-server socket path %q is longer than 107 bytes", sock)
+	}
+	pw := cfg.Password
+	if pw == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		pw = hex.EncodeToString(b)
+	}
+	if strings.ContainsAny(pw, " \t\r\n\"'\\") {
+		return nil, errors.New("bwstore: redis-server password: no spaces, quotes or backslashes")
+	}
+	mem := cfg.MaxMemoryMB
+	if mem <= 0 {
+		mem = 256
+	}
+	conf := port +
+		"unixsocket " + sock + "\n" +
+		"unixsocketperm 700\n" +
+		"protected-mode yes\n" +
+		"requirepass " + pw + "\n" +
+		"daemonize no\n" +
+		"save \"\"\n" +
+		"appendonly no\n" +
+		"dir " + cfg.Dir + "\n" +
+		"logfile " + filepath.Join(cfg.Dir, "redis.log") + "\n" +
+		fmt.Sprintf("maxmemory %dmb\n", mem) +
+		"maxmemory-policy noeviction\n" +
+		"maxclients 1024\n" +
+		"timeout 300\n" +
+		"enable-debug-command no\n" +
+		"enable-module-command no\n"
+	confPath := filepath.Join(cfg.Dir, "redis.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		return nil, fmt.Errorf("bwstore: redis-server config: %w", err)
+	}
+	var cmd *exec.Cmd
+	if cfg.Netns != "" {
+		if checkName("netns", cfg.Netns) != nil {
+			return nil, fmt.Errorf("bwstore: redis-server netns %q: bad name", cfg.Netns)
+		}
+		// ip execs redis-server in place: the PID is the server's.
+		cmd = exec.Command("ip", "netns", "exec", cfg.Netns, bin, confPath)
+	} else {
+		cmd = exec.Command(bin, confPath)
+	}
+	cmd.Dir = cfg.Dir
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bwstore: start redis-server: %w", err)
+	}
+	s := &Server{Socket: sock, Password: pw, PID: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	r, err := NewRedis(RedisConfig{Network: "unix", Addr: sock, Password: pw, CallTimeout: time.Second})
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	defer r.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := r.Ping(ctx)
+		if err == nil {
+			return s, nil
+		}
+		select {
+		case e := <-s.done:
+			s.done <- e
+			log, _ := os.ReadFile(filepath.Join(cfg.Dir, "redis.log"))
+			return nil, fmt.Errorf("bwstore: redis-server exited (%v): %s", e, tail(string(log), 400))
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.Stop()
+			return nil, fmt.Errorf("bwstore: redis-server on %s not ready: %w", sock, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Config is the client config for this server.
+func (s *Server) Config() RedisConfig {
+	return RedisConfig{Network: "unix", Addr: s.Socket, Password: s.Password}
+}
+
+// Stop sends SIGTERM to the server's PID, waits up to 5 s, then SIGKILL.
+func (s *Server) Stop() error {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	_ = s.cmd.Process.Kill()
+	err := <-s.done
+	s.done <- err
+	return nil
+}
