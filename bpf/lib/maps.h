@@ -567,4 +567,21 @@ struct {
 
 #endif /* AZG_PROG_AGENT */
 
+#if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
+/* ---- edge and agent: per-EIP bandwidth limits (lib/bw.h) ---- */
+
+/* EIP (IPv4) -> its bandwidth bucket, shared by every CPU: on the edge
+ * for Internet -> EIP, on the agent for guest -> Internet. Written by Go
+ * (SetEIPBandwidth); on the edge a write bumps eip_route_gen so the route
+ * cache learns which addresses have a limit (ROUTE_F_BW), on the agent
+ * the guest's agent_guests entry carries AGENT_F_BW. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_BW_MAX);
+	__type(key, __be32);
+	__type(value, struct eip_bw);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw SEC(".maps");
+#endif
+
 #endif

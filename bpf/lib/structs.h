@@ -162,6 +162,24 @@ struct icmp_kind_cfg {
 	__u32 burst;
 };
 
+/* Edge and agent: the bandwidth limit of one EIP (eip_bw, lib/bw.h), a
+ * byte-counting GCRA bucket shared by every CPU. tat is a virtual time in
+ * ns: the moment the bucket would be empty again; a packet of len bytes
+ * costs len * ns_per_byte_q20 >> 20 ns of it and conforms while the TAT
+ * after charging it is at most tau ahead of now (tau: burst bytes' worth
+ * of time). Written by Go (SetEIPBandwidth); tat and the drop counters by
+ * the programs (cmpxchg, atomic add). Grow only at the end (docs/upgrades.md). */
+struct eip_bw {
+	__u64 tat;             /* virtual time, ns (bpf_ktime_get_ns), shared */
+	__u64 ns_per_byte_q20; /* 8e9 / rate (bits/s), fixed point with 20 fraction bits */
+	__u64 tau;             /* burst * ns per byte: how far ahead tat may run */
+	__u64 drop_packets;    /* dropped here (atomic) */
+	__u64 drop_bytes;      /* their IP bytes (atomic) */
+	__u64 rate;            /* bits per second, as configured (read back by Go; unread here) */
+	__u32 burst;           /* bytes, as configured (unread here) */
+	__u32 pad;
+};
+
 /* Edge: the rate limits of one EIP or VIP (edge_limits, lib/ratelimit.h),
  * as GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371):
  * a packet conforms while the bucket's theoretical arrival time (TAT) is
@@ -250,6 +268,7 @@ enum azg_stat {
 	STAT_DROP_FW_DENY,    /* edge: a firewall deny rule matched (lib/fw.h) */
 	STAT_DROP_FW_PRIVATE, /* edge: the destination has an allow list and no allow rule matched */
 	STAT_PASS_HC_REPLY,   /* edge: a checked backend's answer to the health check, to the kernel (lib/hc.h) */
+	STAT_DROP_BW,         /* over its EIP's bandwidth limit (lib/bw.h): edge from the Internet, agent from the guest */
 	STAT_MAX,
 };
 

@@ -71,7 +71,8 @@ const (
 	edgeAzgStatSTAT_DROP_FW_DENY        edgeAzgStat = 41
 	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 42
 	edgeAzgStatSTAT_PASS_HC_REPLY       edgeAzgStat = 43
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 44
+	edgeAzgStatSTAT_DROP_BW             edgeAzgStat = 44
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 45
 )
 
 type edgeCtBucket struct {
@@ -132,6 +133,18 @@ type edgeEdgeConfig struct {
 	UlIfindex uint32
 	GwMac     [6]uint8
 	Pad       uint16
+}
+
+type edgeEipBw struct {
+	_            structs.HostLayout
+	Tat          uint64
+	NsPerByteQ20 uint64
+	Tau          uint64
+	DropPackets  uint64
+	DropBytes    uint64
+	Rate         uint64
+	Burst        uint32
+	Pad          uint32
 }
 
 type edgeEipCentry struct {
@@ -409,6 +422,7 @@ const (
 	edgeMapEdgeLimits    = "edge_limits"
 	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
+	edgeMapEipBw         = "eip_bw"
 	edgeMapEipCache      = "eip_cache"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
@@ -505,6 +519,7 @@ type edgeMapSpecs struct {
 	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
@@ -575,6 +590,7 @@ type edgeMaps struct {
 	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
+	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
@@ -617,6 +633,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLimits,
 		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
+		m.EipBw,
 		m.EipCache,
 		m.EipRouteGen,
 		m.EipRoutes,
