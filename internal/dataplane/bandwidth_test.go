@@ -260,7 +260,14 @@ func TestEdgeBandwidthCPUs(t *testing.T) {
 			errs[cpu] = b.env.Node.Do(func() error {
 				from[cpu] = time.Now()
 				defer func() { to[cpu] = time.Now() }()
-				var one unix.CPUSet
+				// Pinned for the runs, then as before: the thread goes
+				// back to the pool, and the fixtures' pinFirstCPU reads
+				// its affinity (per-CPU state must stay on one CPU).
+				var old, one unix.CPUSet
+				if err := unix.SchedGetaffinity(0, &old); err != nil {
+					return err
+				}
+				defer unix.SchedSetaffinity(0, &old)
 				one.Set(cpu)
 				if err := unix.SchedSetaffinity(0, &one); err != nil {
 					return fmt.Errorf("pin to CPU %d: %w", cpu, err)
