@@ -360,7 +360,7 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(fib_reason(rc), len);
 	/* The EIP's bandwidth limit, once the packet is sure to leave. */
-	if (bw && bw_over(eip, p.ip_len))
+	if (bw && bw_over(idx, eip, p.ip_len))
 		return count_drop(STAT_DROP_BW, len);
 
 	if (nat4(data, data_end, &p, 0, eip))

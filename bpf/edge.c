@@ -772,7 +772,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 				return count_drop(sc, len);
 		}
 		/* Last: only what would be forwarded spends the EIP's bandwidth. */
-		if ((r->flags & ROUTE_F_BW) && bw_over(p.daddr, p.ip_len))
+		if ((r->flags & ROUTE_F_BW) && bw_over(r->stats_idx, p.daddr, p.ip_len))
 			return count_drop(STAT_DROP_BW, len);
 	}
 	fib = fib_room();

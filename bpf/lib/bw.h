@@ -4,8 +4,8 @@
  * rate and burst; this header only enforces them.
  *
  * Each limit is one byte-counting GCRA bucket (the virtual-scheduling form
- * of a token bucket, ITU-T I.371) in one 64-bit word, eip_bw.tat, shared
- * by every CPU and updated with compare-and-swap: per-CPU buckets would
+ * of a token bucket, ITU-T I.371) in one 64-bit word, eip_bw_slots[i].tat
+ * (i: the EIP's stats slot), shared by every CPU and updated with compare-and-swap: per-CPU buckets would
  * let N CPUs admit N times the rate when RSS spreads an EIP's flows.
  *
  * Accuracy: a packet costs its IP length times the ns per byte, rounded
@@ -44,7 +44,7 @@ static __always_inline __u8 bw_route_flags(__u8 flags, __be32 addr)
 
 /* Charge bytes to b at now: 1 if they conform (the TAT moves on by their
  * cost), 0 if they do not (nothing charged). */
-static __always_inline int bw_gcra(struct eip_bw *b, __u64 now, __u64 cost)
+static __always_inline int bw_gcra(struct eip_bw_slot *b, __u64 now, __u64 cost)
 {
 	__u64 tau = b->tau;
 #pragma unroll
@@ -61,16 +61,18 @@ static __always_inline int bw_gcra(struct eip_bw *b, __u64 now, __u64 cost)
 	return 1;
 }
 
-/* Whether bytes (an IP length) to or from eip are over its bandwidth
- * limit: 1 drops the packet (counted in the EIP's entry; the caller counts
- * STAT_DROP_BW). No entry (removed since the flag was set): 0. Inlined:
- * as a global function the call cost 10-20 ns more per limited packet on
- * the SRSO-mitigated bench VM, and inlining it cost xdp_edge's verifier
- * only ~120 instructions (BENCHMARKS.md, "Bandwidth limits"). */
-static __always_inline int bw_over(__be32 eip, __u32 bytes)
+/* Whether bytes (an IP length) to or from eip, counted in stats slot idx,
+ * are over its bandwidth limit: 1 drops the packet (counted in the slot;
+ * the caller counts STAT_DROP_BW). The bucket is eip_bw_slots[idx], an
+ * array lookup the verifier inlines (the hash lookup in eip_bw it replaced
+ * cost 30-40 ns on the SRSO-mitigated bench VM). A slot holding another
+ * EIP's bucket, or none (the limit removed since the flag was set, or not
+ * yet copied): 0. Inlined: as a global function the call cost 10-20 ns
+ * more per limited packet (BENCHMARKS.md, "Bandwidth limits"). */
+static __always_inline int bw_over(__u32 idx, __be32 eip, __u32 bytes)
 {
-	struct eip_bw *b = bpf_map_lookup_elem(&eip_bw, &eip);
-	if (!b)
+	struct eip_bw_slot *b = bpf_map_lookup_elem(&eip_bw_slots, &idx);
+	if (!b || b->addr != eip)
 		return 0;
 	__u64 cost = ((__u64)(bytes & 0xffff) * b->ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
 	if (bw_gcra(b, bpf_ktime_get_ns(), cost))

@@ -107,6 +107,12 @@
 #ifndef EIP_BW_MAX
 #define EIP_BW_MAX 65536
 #endif
+/* Buckets (eip_bw_slots): one per stats slot, as eip_stats. */
+#ifdef AZG_PROG_AGENT
+#define EIP_BW_SLOTS AGENT_EIP_MAX
+#else
+#define EIP_BW_SLOTS EIP_MAX
+#endif
 
 #ifndef RL_DST_MAX
 #define RL_DST_MAX 65536

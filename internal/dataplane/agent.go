@@ -309,7 +309,9 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 		flags = agentFSvc
 	}
 	gflags := flags
-	if a.hasBandwidth(e.EIP) {
+	if has, err := a.placeBandwidth(e.EIP, e.StatsIdx); err != nil {
+		return err
+	} else if has {
 		gflags |= agentFBw
 	}
 	if e.Group == AgentGroupPin {

@@ -131,13 +131,21 @@ const (
 
 type agentEipBw struct {
 	_            structs.HostLayout
+	NsPerByteQ20 uint64
+	Tau          uint64
+	Rate         uint64
+	Burst        uint32
+	Pad          uint32
+}
+
+type agentEipBwSlot struct {
+	_            structs.HostLayout
 	Tat          uint64
 	NsPerByteQ20 uint64
 	Tau          uint64
 	DropPackets  uint64
 	DropBytes    uint64
-	Rate         uint64
-	Burst        uint32
+	Addr         uint32
 	Pad          uint32
 }
 
@@ -251,6 +259,7 @@ const (
 	agentMapAgentLocal        = "agent_local"
 	agentMapAgentSvc          = "agent_svc"
 	agentMapEipBw             = "eip_bw"
+	agentMapEipBwSlots        = "eip_bw_slots"
 	agentMapEipStats          = "eip_stats"
 	agentMapFibScratch        = "fib_scratch"
 	agentMapIcmpBudgets       = "icmp_budgets"
@@ -322,6 +331,7 @@ type agentMapSpecs struct {
 	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
@@ -367,6 +377,7 @@ type agentMaps struct {
 	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
@@ -388,6 +399,7 @@ func (m *agentMaps) Close() error {
 		m.AgentLocal,
 		m.AgentSvc,
 		m.EipBw,
+		m.EipBwSlots,
 		m.EipStats,
 		m.FibScratch,
 		m.IcmpBudgets,

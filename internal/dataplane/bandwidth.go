@@ -99,7 +99,7 @@ func checkBandwidth(eip netip.Addr, b Bandwidth) error {
 	return nil
 }
 
-// bwTo turns a normalised, valid limit into the map's value: the cost of
+// bwTo turns a normalised, valid limit into eip_bw's value: the cost of
 // a byte in ns with 20 fraction bits, rounded up (so the bucket never runs
 // faster than the rate), and the tolerance tau, the burst's worth of ns.
 func bwTo(b Bandwidth) agentEipBw {
@@ -107,56 +107,110 @@ func bwTo(b Bandwidth) agentEipBw {
 	return agentEipBw{NsPerByteQ20: q, Tau: uint64(b.Burst) * q >> 20, Rate: b.Rate, Burst: b.Burst}
 }
 
-// bwPut writes eip's limit into m (the edge's or the agent's eip_bw),
-// keeping its state and counters; created reports a new entry (its flag
-// must be set). The TAT read back may lose the charges of the packets in
-// between (one write's worth, only when a setting changes).
-func bwPut(m *ebpf.Map, eip netip.Addr, b Bandwidth) (created bool, err error) {
-	if m == nil {
+// bwTables are one program's two bandwidth maps: eip_bw (address -> limit,
+// what Go lists and what survives a slot change) and eip_bw_slots (stats
+// slot -> bucket, what the packet path reads).
+type bwTables struct {
+	cfg, slots *ebpf.Map
+}
+
+// put writes eip's limit into eip_bw and, when the EIP has a stats slot
+// here (slot, ok), copies it into the slot's bucket; created reports a new
+// eip_bw entry (its flag must be set).
+func (m bwTables) put(eip netip.Addr, b Bandwidth, slot uint32, ok bool) (created bool, err error) {
+	if m.cfg == nil || m.slots == nil {
 		return false, fmt.Errorf("bandwidth of %v: %w", eip, errNoBandwidth)
 	}
 	v := bwTo(b)
 	k := ip4word(eip)
 	var old agentEipBw
-	switch err := m.Lookup(k, &old); {
+	switch err := m.cfg.Lookup(k, &old); {
 	case err == nil:
-		if old.NsPerByteQ20 == v.NsPerByteQ20 && old.Tau == v.Tau && old.Rate == v.Rate && old.Burst == v.Burst {
-			return false, nil
-		}
-		v.Tat, v.DropPackets, v.DropBytes = old.Tat, old.DropPackets, old.DropBytes
 	case errors.Is(err, ebpf.ErrKeyNotExist):
 		created = true
 	default:
 		return false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
 	}
-	if err := m.Update(k, &v, ebpf.UpdateAny); err != nil {
-		return false, fmt.Errorf("write bandwidth of %v: %w", eip, err)
+	if created || old != v {
+		if err := m.cfg.Update(k, &v, ebpf.UpdateAny); err != nil {
+			return false, fmt.Errorf("write bandwidth of %v: %w", eip, err)
+		}
+	}
+	if ok {
+		if err := m.place(eip, v, slot); err != nil {
+			return false, err
+		}
 	}
 	return created, nil
 }
 
-// bwDelete removes eip's limit from m (none: false, nil).
-func bwDelete(m *ebpf.Map, eip netip.Addr) (bool, error) {
-	if m == nil {
-		return false, nil
+// place copies eip's limit v into the bucket of stats slot slot. The
+// bucket's state and drop counters carry over when the slot already holds
+// eip's bucket (a new setting; the TAT read back may lose the charges of
+// the packets in between: one write's worth); a slot another EIP left
+// starts empty (full burst, no drops). Nothing to write: no syscall.
+func (m bwTables) place(eip netip.Addr, v agentEipBw, slot uint32) error {
+	var cur agentEipBwSlot
+	if err := m.slots.Lookup(slot, &cur); err != nil {
+		return fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
 	}
-	if err := m.Delete(ip4word(eip)); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return false, nil
+	next := agentEipBwSlot{NsPerByteQ20: v.NsPerByteQ20, Tau: v.Tau, Addr: ip4word(eip)}
+	if cur.Addr == next.Addr {
+		if cur.NsPerByteQ20 == next.NsPerByteQ20 && cur.Tau == next.Tau {
+			return nil
 		}
-		return false, fmt.Errorf("delete bandwidth of %v: %w", eip, err)
+		next.Tat, next.DropPackets, next.DropBytes = cur.Tat, cur.DropPackets, cur.DropBytes
 	}
-	return true, nil
+	if err := m.slots.Update(slot, &next, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bandwidth of %v: write bucket %d: %w", eip, slot, err)
+	}
+	return nil
 }
 
-func bwList(m *ebpf.Map) (map[netip.Addr]Bandwidth, error) {
+// delete removes eip's limit (none: false, nil) and empties its bucket in
+// slot (when ok and the slot still holds it).
+func (m bwTables) delete(eip netip.Addr, slot uint32, ok bool) (bool, error) {
+	if m.cfg == nil {
+		return false, nil
+	}
+	gone := true
+	if err := m.cfg.Delete(ip4word(eip)); err != nil {
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, fmt.Errorf("delete bandwidth of %v: %w", eip, err)
+		}
+		gone = false
+	}
+	if ok && m.slots != nil {
+		var cur agentEipBwSlot
+		if err := m.slots.Lookup(slot, &cur); err != nil {
+			return false, fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
+		}
+		if cur.Addr == ip4word(eip) {
+			if err := m.slots.Update(slot, &agentEipBwSlot{}, ebpf.UpdateAny); err != nil {
+				return false, fmt.Errorf("bandwidth of %v: clear bucket %d: %w", eip, slot, err)
+			}
+		}
+	}
+	return gone, nil
+}
+
+// limit reads eip's configured limit (false: none).
+func (m bwTables) limit(eip netip.Addr) (agentEipBw, bool) {
+	var v agentEipBw
+	if !eip.Is4() || m.cfg == nil || m.slots == nil {
+		return v, false
+	}
+	return v, m.cfg.Lookup(ip4word(eip), &v) == nil
+}
+
+func (m bwTables) list() (map[netip.Addr]Bandwidth, error) {
 	out := map[netip.Addr]Bandwidth{}
-	if m == nil {
+	if m.cfg == nil {
 		return out, nil
 	}
 	var k uint32
 	var v agentEipBw
-	it := m.Iterate()
+	it := m.cfg.Iterate()
 	for it.Next(&k, &v) {
 		out[netip.AddrFrom4(le4(k))] = Bandwidth{Rate: v.Rate, Burst: v.Burst}
 	}
@@ -166,29 +220,50 @@ func bwList(m *ebpf.Map) (map[netip.Addr]Bandwidth, error) {
 	return out, nil
 }
 
-func bwDrops(m *ebpf.Map, eip netip.Addr) (BandwidthDrops, bool, error) {
-	if !eip.Is4() || m == nil {
+// drops reads eip's bucket in slot (ok: the EIP has a slot here).
+func (m bwTables) drops(eip netip.Addr, slot uint32, ok bool) (BandwidthDrops, bool, error) {
+	if _, has := m.limit(eip); !has {
 		return BandwidthDrops{}, false, nil
 	}
-	var v agentEipBw
-	if err := m.Lookup(ip4word(eip), &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return BandwidthDrops{}, false, nil
-		}
-		return BandwidthDrops{}, false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
+	if !ok {
+		return BandwidthDrops{}, true, nil
+	}
+	var v agentEipBwSlot
+	if err := m.slots.Lookup(slot, &v); err != nil {
+		return BandwidthDrops{}, false, fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
+	}
+	if v.Addr != ip4word(eip) {
+		return BandwidthDrops{}, true, nil
 	}
 	return BandwidthDrops{Packets: v.DropPackets, Bytes: v.DropBytes}, true, nil
 }
 
+func (e *Edge) bw() bwTables { return bwTables{e.objs.EipBw, e.objs.EipBwSlots} }
+
+// bwSlot is the stats slot of eip's route (false: no route).
+func (e *Edge) bwSlot(eip netip.Addr) (uint32, bool) {
+	r, ok, err := e.Route(eip)
+	if err != nil || !ok {
+		return 0, false
+	}
+	return r.StatsIdx, true
+}
+
 // SetEIPBandwidth sets the limit of Internet -> eip. A new or removed
 // limit bumps the route generation, so the route cache learns the flag.
+// The bucket is the one of eip's route's stats slot; PutRoutes copies the
+// limit into the slot of a route written later. Call it from the
+// goroutine that calls PutRoutes: a route moved to another slot between
+// the slot's lookup here and the copy would miss the limit until it is
+// written again.
 func (e *Edge) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) (err error) {
 	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	slot, ok := e.bwSlot(eip)
 	if b.Rate == 0 {
 		if !eip.Is4() {
 			return nil
 		}
-		gone, err := bwDelete(e.objs.EipBw, eip)
+		gone, err := e.bw().delete(eip, slot, ok)
 		if err != nil || !gone {
 			return err
 		}
@@ -197,29 +272,93 @@ func (e *Edge) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) (err e
 	if err := checkBandwidth(eip, b); err != nil {
 		return err
 	}
-	created, err := bwPut(e.objs.EipBw, eip, b)
+	created, err := e.bw().put(eip, b, slot, ok)
 	if err != nil || !created {
 		return err
 	}
 	return e.bumpRouteGen()
 }
 
-// EIPBandwidths lists the edge's limits.
-func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return bwList(e.objs.EipBw) }
+// placeBandwidths copies the limits of the addresses in routes into their
+// routes' stats slots (PutRoutes: a route's slot may be new, or reused
+// from another EIP). Up to bwPlaceLookups routes: one eip_bw lookup each;
+// more: one walk over eip_bw.
+func (e *Edge) placeBandwidths(routes map[netip.Addr]Route) error {
+	m := e.bw()
+	if m.cfg == nil || m.slots == nil || len(routes) == 0 {
+		return nil
+	}
+	if len(routes) <= bwPlaceLookups {
+		for a, r := range routes {
+			if v, ok := m.limit(a); ok {
+				if err := m.place(a, v, r.StatsIdx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	var k uint32
+	var v agentEipBw
+	var todo []netip.Addr
+	var vals []agentEipBw
+	it := m.cfg.Iterate()
+	for it.Next(&k, &v) {
+		a := netip.AddrFrom4(le4(k))
+		if _, ok := routes[a]; ok {
+			todo, vals = append(todo, a), append(vals, v)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list bandwidth limits: %w", err)
+	}
+	for i, a := range todo {
+		if err := m.place(a, vals[i], routes[a].StatsIdx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// EIPBandwidthDrops reads what eip's limit dropped on this edge.
+// bwPlaceLookups: above this many routes in one PutRoutes, walking eip_bw
+// (at most BandwidthMax entries) beats a lookup per route.
+const bwPlaceLookups = 1024
+
+// EIPBandwidths lists the edge's limits.
+func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return e.bw().list() }
+
+// EIPBandwidthDrops reads what eip's limit dropped on this edge, since the
+// EIP took its route's stats slot.
 func (e *Edge) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
-	return bwDrops(e.objs.EipBw, eip)
+	slot, ok := e.bwSlot(eip)
+	return e.bw().drops(eip, slot, ok)
 }
 
 // agentFBw marks a guest whose EIP has a bandwidth limit (AGENT_F_BW).
 const agentFBw = 0x2
 
+func (a *Agent) bw() bwTables { return bwTables{a.objs.EipBw, a.objs.EipBwSlots} }
+
+// bwSlot is eip's stats slot here (false: the EIP is not bound here).
+func (a *Agent) bwSlot(eip netip.Addr) (uint32, bool) {
+	ek, err := keyOf(eip)
+	if err != nil {
+		return 0, false
+	}
+	var e agentAgentEip
+	if err := a.objs.AgentEips.Lookup(akey(ek), &e); err != nil {
+		return 0, false
+	}
+	return e.StatsIdx, true
+}
+
 // SetEIPBandwidth sets the limit of guest -> Internet through eip. The
 // guest's entry carries the flag (set after the limit is written, cleared
-// before it is removed; PutEIP keeps it), so other guests pay nothing.
+// before it is removed; PutEIP keeps it, and copies the limit into the
+// EIP's stats slot), so other guests pay nothing.
 func (a *Agent) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
 	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	slot, ok := a.bwSlot(eip)
 	if b.Rate == 0 {
 		if !eip.Is4() {
 			return nil
@@ -227,13 +366,13 @@ func (a *Agent) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error
 		if err := a.flagGuest(eip, false); err != nil {
 			return err
 		}
-		_, err := bwDelete(a.objs.EipBw, eip)
+		_, err := a.bw().delete(eip, slot, ok)
 		return err
 	}
 	if err := checkBandwidth(eip, b); err != nil {
 		return err
 	}
-	if _, err := bwPut(a.objs.EipBw, eip, b); err != nil {
+	if _, err := a.bw().put(eip, b, slot, ok); err != nil {
 		return err
 	}
 	return a.flagGuest(eip, true)
@@ -278,21 +417,25 @@ func (a *Agent) flagGuest(eip netip.Addr, on bool) error {
 	return nil
 }
 
-// hasBandwidth reports whether eip has a limit here (for PutEIP's flag).
-func (a *Agent) hasBandwidth(eip netip.Addr) bool {
-	if !eip.Is4() || a.objs.EipBw == nil {
-		return false
+// placeBandwidth copies eip's limit, if any, into stats slot slot (for
+// PutEIP, before it writes the guest's flag): whether it has one.
+func (a *Agent) placeBandwidth(eip netip.Addr, slot uint32) (bool, error) {
+	m := a.bw()
+	v, ok := m.limit(eip)
+	if !ok {
+		return false, nil
 	}
-	var v agentEipBw
-	return a.objs.EipBw.Lookup(ip4word(eip), &v) == nil
+	return true, m.place(eip, v, slot)
 }
 
 // EIPBandwidths lists the agent's limits.
-func (a *Agent) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return bwList(a.objs.EipBw) }
+func (a *Agent) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return a.bw().list() }
 
-// EIPBandwidthDrops reads what eip's limit dropped on this host.
+// EIPBandwidthDrops reads what eip's limit dropped on this host, since the
+// EIP took its stats slot.
 func (a *Agent) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
-	return bwDrops(a.objs.EipBw, eip)
+	slot, ok := a.bwSlot(eip)
+	return a.bw().drops(eip, slot, ok)
 }
 
 // FakeBandwidth is an in-memory BandwidthMaps for testing the bandwidth

@@ -316,3 +316,86 @@ func TestEdgeBandwidthCPUs(t *testing.T) {
 		t.Fatalf("admitted %d B, want %d..%d", admitted, burst-bwPkt, max)
 	}
 }
+
+// TestEdgeBandwidthSlots: the bucket lives in the stats slot of the EIP's
+// route (eip_bw_slots): a limit set before the route is copied in by
+// PutRoutes, follows the EIP to a new slot, and a slot another EIP left
+// starts empty for the next (a stale TAT far ahead would drop everything).
+func TestEdgeBandwidthSlots(t *testing.T) {
+	b := newEdgeBed(t)
+	r, ok, err := b.edge.Route(addr(eip))
+	if err != nil || !ok {
+		t.Fatalf("route of %s: %v %v", eip, ok, err)
+	}
+	a2 := addr("198.51.100.77")
+	send := func(to netip.Addr, what string, wantDrops uint64) {
+		t.Helper()
+		s := bwSender{env: b.env, prog: b.edge.Program(), dev: dptest.ExtDev, fwd: xdpRedirect,
+			frame: bwFlow(client, to.String()).frame(t, dptest.RtrMAC, dptest.ExtMAC)}
+		// 1 kB/s, a 1500 B bucket: one 1000 B packet passes, then none.
+		if got := s.send(t, 5, 0); got.pass != 1 || got.drop != 4 {
+			t.Fatalf("%s: %d passed %d dropped, want 1 and 4", what, got.pass, got.drop)
+		}
+		if d, ok, err := b.edge.EIPBandwidthDrops(to); err != nil || !ok || d.Packets != wantDrops {
+			t.Fatalf("%s: drops of %v %+v %v %v, want %d", what, to, d, ok, err, wantDrops)
+		}
+	}
+	if err := b.edge.SetEIPBandwidth(a2, MinBandwidthRate, MinBandwidthBurst); err != nil {
+		t.Fatalf("limit before the route: %v", err)
+	}
+	if err := b.edge.PutRoutes(map[netip.Addr]Route{a2: {Host: r.Host, VSID: r.VSID, StatsIdx: 500}}); err != nil {
+		t.Fatal(err)
+	}
+	send(a2, "limit set before its route", 4)
+	if err := b.edge.PutRoutes(map[netip.Addr]Route{a2: {Host: r.Host, VSID: r.VSID, StatsIdx: 501}}); err != nil {
+		t.Fatal(err)
+	}
+	send(a2, "moved to slot 501", 4)
+	if err := b.edge.SetEIPBandwidth(addr(eip), MinBandwidthRate, MinBandwidthBurst); err != nil {
+		t.Fatal(err)
+	}
+	r.StatsIdx = 500 // a2's old slot, its TAT seconds ahead
+	if err := b.edge.PutRoutes(map[netip.Addr]Route{addr(eip): r}); err != nil {
+		t.Fatal(err)
+	}
+	send(addr(eip), "in the slot a2 left", 4)
+	// Removing a limit empties its bucket.
+	if err := b.edge.SetEIPBandwidth(addr(eip), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	var v agentEipBwSlot
+	if err := b.edge.objs.EipBwSlots.Lookup(uint32(500), &v); err != nil || v != (agentEipBwSlot{}) {
+		t.Fatalf("slot 500 after the limit's removal: %+v %v", v, err)
+	}
+}
+
+// TestAgentBandwidthSlots: PutEIP with another stats slot moves the
+// limit there, and a slot holding a stale bucket of another EIP is
+// emptied first.
+func TestAgentBandwidthSlots(t *testing.T) {
+	env, a := newAgentBed(t)
+	s := bwSender{env: env, prog: a.GuestProgram(), dev: dptest.GuestDev, fwd: xdpRedirect,
+		frame: bwFlow(dptest.GuestAddr, client).frame(t, dptest.VMMAC, dptest.GuestMAC)}
+	stale := agentEipBwSlot{Tat: 1 << 62, NsPerByteQ20: 1 << 30, Tau: 1, DropPackets: 7, Addr: ip4word(addr("198.51.100.77"))}
+	if err := a.objs.EipBwSlots.Update(uint32(500), &stale, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetEIPBandwidth(addr(eip), MinBandwidthRate, MinBandwidthBurst); err != nil {
+		t.Fatal(err)
+	}
+	eips, err := a.EIPs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := eips[addr(eip)]
+	e.StatsIdx = 500
+	if err := a.PutEIP(e); err != nil {
+		t.Fatal(err)
+	}
+	if b := s.send(t, 5, 0); b.pass != 1 || b.drop != 4 {
+		t.Fatalf("in slot 500 (a stale bucket before): %d passed %d dropped, want 1 and 4", b.pass, b.drop)
+	}
+	if d, ok, err := a.EIPBandwidthDrops(addr(eip)); err != nil || !ok || d.Packets != 4 {
+		t.Fatalf("drops %+v %v %v, want 4", d, ok, err)
+	}
+}

@@ -137,13 +137,21 @@ type edgeEdgeConfig struct {
 
 type edgeEipBw struct {
 	_            structs.HostLayout
+	NsPerByteQ20 uint64
+	Tau          uint64
+	Rate         uint64
+	Burst        uint32
+	Pad          uint32
+}
+
+type edgeEipBwSlot struct {
+	_            structs.HostLayout
 	Tat          uint64
 	NsPerByteQ20 uint64
 	Tau          uint64
 	DropPackets  uint64
 	DropBytes    uint64
-	Rate         uint64
-	Burst        uint32
+	Addr         uint32
 	Pad          uint32
 }
 
@@ -423,6 +431,7 @@ const (
 	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
 	edgeMapEipBw         = "eip_bw"
+	edgeMapEipBwSlots    = "eip_bw_slots"
 	edgeMapEipCache      = "eip_cache"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
@@ -520,6 +529,7 @@ type edgeMapSpecs struct {
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
@@ -591,6 +601,7 @@ type edgeMaps struct {
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
@@ -634,6 +645,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
 		m.EipBw,
+		m.EipBwSlots,
 		m.EipCache,
 		m.EipRouteGen,
 		m.EipRoutes,
