@@ -34,6 +34,7 @@
 #include "lib/icmp.h"
 #include "lib/fib.h"
 #include "lib/nat.h"
+#include "lib/bw.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -311,6 +312,7 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__u32 vsid = f ? f->vsid : g ? g->vsid : 0;
 	__u32 idx = g ? g->stats_idx : 0;
 	int count_eip = g && eip == g->eip.a[0];
+	int bw = count_eip && (g->flags & AGENT_F_BW);
 	__be32 ports = vport && !quoted ? ((p.ports & 0xffff0000) | vport) : p.ports;
 	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
 	/* To a live member of the edge set that serves the public address
@@ -357,6 +359,9 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(fib_reason(rc), len);
+	/* The EIP's bandwidth limit, once the packet is sure to leave. */
+	if (bw && bw_over(idx, eip, p.ip_len))
+		return count_drop(STAT_DROP_BW, len);
 
 	if (nat4(data, data_end, &p, 0, eip))
 		return count_drop(STAT_DROP_L4_TRUNC, len);

@@ -38,6 +38,7 @@
 #include "lib/hc.h" /* health checks through the tunnel */
 #include "lib/ratelimit.h" /* per-source and SYN rate limits */
 #include "lib/fw.h" /* the firewall */
+#include "lib/bw.h" /* per-EIP bandwidth limits */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -69,7 +70,7 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 	c->host = r->host.a[0];
 	c->vsid = r->vsid;
 	c->stats_idx = r->stats_idx;
-	c->flags = rl_route_flags(r->flags, addr);
+	c->flags = bw_route_flags(rl_route_flags(r->flags, addr), addr);
 	c->lgen = r->lgen;
 	c->fw = fw_dest(addr);
 	c->gen = tag;
@@ -770,6 +771,9 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 			if (sc)
 				return count_drop(sc, len);
 		}
+		/* Last: only what would be forwarded spends the EIP's bandwidth. */
+		if ((r->flags & ROUTE_F_BW) && bw_over(r->stats_idx, p.daddr, p.ip_len))
+			return count_drop(STAT_DROP_BW, len);
 	}
 	fib = fib_room();
 	if (!fib)

@@ -103,6 +103,17 @@
 /* Rate limits (lib/ratelimit.h): EIPs and VIPs with limits, and the
  * (source, destination) pairs whose state is kept (least recently used
  * evicted; about 80 B each, 10 MiB in all, shared by every CPU). */
+/* EIPs with a bandwidth limit (eip_bw), per node. */
+#ifndef EIP_BW_MAX
+#define EIP_BW_MAX 65536
+#endif
+/* Buckets (eip_bw_slots): one per stats slot, as eip_stats. */
+#ifdef AZG_PROG_AGENT
+#define EIP_BW_SLOTS AGENT_EIP_MAX
+#else
+#define EIP_BW_SLOTS EIP_MAX
+#endif
+
 #ifndef RL_DST_MAX
 #define RL_DST_MAX 65536
 #endif
@@ -126,6 +137,8 @@
 #define ROUTE_F_RL_SRC 0x80
 #define ROUTE_F_RL_SYN 0x40
 #define ROUTE_F_LIMITS (ROUTE_F_RL_SRC | ROUTE_F_RL_SYN)
+/* eip_centry.flags only: the address has a bandwidth limit (eip_bw, lib/bw.h). */
+#define ROUTE_F_BW 0x20
 
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */
@@ -270,6 +283,8 @@
 /* agent_eip.flags, agent_guest.flags: the guest is an encap-mode service
  * backend as well, so its replies are looked up in agent_flows. */
 #define AGENT_F_SVC 0x1
+/* agent_guest.flags: the guest's EIP has a bandwidth limit (eip_bw, lib/bw.h). */
+#define AGENT_F_BW 0x2
 
 /* Health checks through the tunnel: marks (backends checked) per edge,
  * guests per host (lib/hc.h, lib/agenthc.h). */

@@ -567,4 +567,37 @@ struct {
 
 #endif /* AZG_PROG_AGENT */
 
+#if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
+/* ---- edge and agent: per-EIP bandwidth limits (lib/bw.h) ---- */
+
+/* EIP (IPv4) -> its bandwidth limit as configured: on the edge for
+ * Internet -> EIP, on the agent for guest -> Internet. Written by Go
+ * (SetEIPBandwidth); on the edge a new or removed entry bumps
+ * eip_route_gen so the route cache learns which addresses have a limit
+ * (ROUTE_F_BW), on the agent the guest's agent_guests entry carries
+ * AGENT_F_BW. The buckets are in eip_bw_slots. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_BW_MAX);
+	__type(key, __be32);
+	__type(value, struct eip_bw);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw SEC(".maps");
+
+/* stats_idx -> the bucket of the EIP in that slot (the slot eip_stats
+ * counts it in), shared by every CPU: the packet path finds it with an
+ * array lookup (inlined by the verifier: no helper call) where a lookup
+ * in eip_bw cost 30-40 ns (BENCHMARKS.md, "Bandwidth limits"). Go copies
+ * the limit in when it sets it and when a route (edge) or EIP (agent)
+ * with a limit is written, so the bucket follows the EIP's slot. Edge:
+ * EIP_MAX entries (48 MiB), agent: AGENT_EIP_MAX (3 MiB). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EIP_BW_SLOTS);
+	__type(key, __u32);
+	__type(value, struct eip_bw_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw_slots SEC(".maps");
+#endif
+
 #endif

@@ -162,6 +162,38 @@ struct icmp_kind_cfg {
 	__u32 burst;
 };
 
+/* Edge and agent: the bandwidth limit of one EIP as configured (eip_bw,
+ * keyed by address; lib/bw.h). Written by Go (SetEIPBandwidth); the edge
+ * reads it only when it fills a route cache slot (ROUTE_F_BW). The packet
+ * path reads the copy in the EIP's eip_bw_slots entry. */
+struct eip_bw {
+	__u64 ns_per_byte_q20; /* 8e9 / rate (bits/s), fixed point with 20 fraction bits */
+	__u64 tau;             /* burst * ns per byte: how far ahead tat may run */
+	__u64 rate;            /* bits per second, as configured (read back by Go; unread here) */
+	__u32 burst;           /* bytes, as configured (unread here) */
+	__u32 pad;
+};
+
+/* Edge and agent: one EIP's byte-counting GCRA bucket, shared by every
+ * CPU (eip_bw_slots, indexed by the EIP's stats_idx, as eip_stats; lib/bw.h).
+ * tat is a virtual time in ns: the moment the bucket would be empty again;
+ * a packet of len bytes costs len * ns_per_byte_q20 >> 20 ns of it and
+ * conforms while the TAT after charging it is at most tau ahead of now.
+ * addr names the EIP the bucket belongs to: a slot another EIP reuses
+ * without a limit keeps a stale bucket, which addr tells apart. Written by
+ * Go (the limit, addr; zeroed when a new EIP takes the slot); tat and the
+ * drop counters by the programs (cmpxchg, atomic add). 48 bytes. Grow only
+ * at the end (docs/upgrades.md). */
+struct eip_bw_slot {
+	__u64 tat;             /* virtual time, ns (bpf_ktime_get_ns), shared */
+	__u64 ns_per_byte_q20; /* copied from eip_bw */
+	__u64 tau;             /* copied from eip_bw */
+	__u64 drop_packets;    /* dropped here since the EIP took the slot (atomic) */
+	__u64 drop_bytes;      /* their IP bytes (atomic) */
+	__be32 addr;           /* the EIP (IPv4) whose bucket this is; 0: none */
+	__u32 pad;
+};
+
 /* Edge: the rate limits of one EIP or VIP (edge_limits, lib/ratelimit.h),
  * as GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371):
  * a packet conforms while the bucket's theoretical arrival time (TAT) is
@@ -250,6 +282,7 @@ enum azg_stat {
 	STAT_DROP_FW_DENY,    /* edge: a firewall deny rule matched (lib/fw.h) */
 	STAT_DROP_FW_PRIVATE, /* edge: the destination has an allow list and no allow rule matched */
 	STAT_PASS_HC_REPLY,   /* edge: a checked backend's answer to the health check, to the kernel (lib/hc.h) */
+	STAT_DROP_BW,         /* over its EIP's bandwidth limit (lib/bw.h): edge from the Internet, agent from the guest */
 	STAT_MAX,
 };
 

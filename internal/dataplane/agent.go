@@ -308,10 +308,16 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 	if e.Service {
 		flags = agentFSvc
 	}
+	gflags := flags
+	if has, err := a.placeBandwidth(e.EIP, e.StatsIdx); err != nil {
+		return err
+	} else if has {
+		gflags |= agentFBw
+	}
 	if e.Group == AgentGroupPin {
 		return fmt.Errorf("EIP %v: edge group %d is reserved", e.EIP, e.Group)
 	}
-	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: flags, Group: e.Group}
+	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: gflags, Group: e.Group}
 	if err := a.objs.AgentGuests.Update(akey(pk), &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write guest %v: %w", e.Private, err)
 	}

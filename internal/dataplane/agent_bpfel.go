@@ -125,8 +125,29 @@ const (
 	agentAzgStatSTAT_DROP_FW_DENY        agentAzgStat = 41
 	agentAzgStatSTAT_DROP_FW_PRIVATE     agentAzgStat = 42
 	agentAzgStatSTAT_PASS_HC_REPLY       agentAzgStat = 43
-	agentAzgStatSTAT_MAX                 agentAzgStat = 44
+	agentAzgStatSTAT_DROP_BW             agentAzgStat = 44
+	agentAzgStatSTAT_MAX                 agentAzgStat = 45
 )
+
+type agentEipBw struct {
+	_            structs.HostLayout
+	NsPerByteQ20 uint64
+	Tau          uint64
+	Rate         uint64
+	Burst        uint32
+	Pad          uint32
+}
+
+type agentEipBwSlot struct {
+	_            structs.HostLayout
+	Tat          uint64
+	NsPerByteQ20 uint64
+	Tau          uint64
+	DropPackets  uint64
+	DropBytes    uint64
+	Addr         uint32
+	Pad          uint32
+}
 
 type agentEipKey struct {
 	_      structs.HostLayout
@@ -237,6 +258,8 @@ const (
 	agentMapAgentIfaddrs      = "agent_ifaddrs"
 	agentMapAgentLocal        = "agent_local"
 	agentMapAgentSvc          = "agent_svc"
+	agentMapEipBw             = "eip_bw"
+	agentMapEipBwSlots        = "eip_bw_slots"
 	agentMapEipStats          = "eip_stats"
 	agentMapFibScratch        = "fib_scratch"
 	agentMapIcmpBudgets       = "icmp_budgets"
@@ -307,6 +330,8 @@ type agentMapSpecs struct {
 	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
+	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
@@ -351,6 +376,8 @@ type agentMaps struct {
 	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
+	EipBw         *ebpf.Map `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
@@ -371,6 +398,8 @@ func (m *agentMaps) Close() error {
 		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentSvc,
+		m.EipBw,
+		m.EipBwSlots,
 		m.EipStats,
 		m.FibScratch,
 		m.IcmpBudgets,

@@ -68,6 +68,7 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"dataplane.AgentGroupPin", AgentGroupPin, "AGENT_GROUP_PIN"},
 		{"dataplane.AgentGroupMax", AgentGroupMax, "AGENT_GROUP_MAX"},
 		{"dataplane.LimitsMax", LimitsMax, "RL_DST_MAX"},
+		{"dataplane.BandwidthMax", BandwidthMax, "EIP_BW_MAX"},
 		{"fwplan.RulesMax", fwplan.RulesMax, "FW_RULES_MAX"},
 		{"model.MaxFirewallRules", model.MaxFirewallRules, "FW_RULES_MAX"},
 		{"fwplan.EntriesMax", fwplan.EntriesMax, "FW_ENTRIES_MAX"},

@@ -328,7 +328,10 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 			}
 		}
 	}
-	return flush()
+	if err := flush(); err != nil {
+		return err
+	}
+	return e.placeBandwidths(routes)
 }
 
 // DeleteRoutes removes routes; missing ones are ignored.

@@ -71,7 +71,8 @@ const (
 	edgeAzgStatSTAT_DROP_FW_DENY        edgeAzgStat = 41
 	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 42
 	edgeAzgStatSTAT_PASS_HC_REPLY       edgeAzgStat = 43
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 44
+	edgeAzgStatSTAT_DROP_BW             edgeAzgStat = 44
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 45
 )
 
 type edgeCtBucket struct {
@@ -132,6 +133,26 @@ type edgeEdgeConfig struct {
 	UlIfindex uint32
 	GwMac     [6]uint8
 	Pad       uint16
+}
+
+type edgeEipBw struct {
+	_            structs.HostLayout
+	NsPerByteQ20 uint64
+	Tau          uint64
+	Rate         uint64
+	Burst        uint32
+	Pad          uint32
+}
+
+type edgeEipBwSlot struct {
+	_            structs.HostLayout
+	Tat          uint64
+	NsPerByteQ20 uint64
+	Tau          uint64
+	DropPackets  uint64
+	DropBytes    uint64
+	Addr         uint32
+	Pad          uint32
 }
 
 type edgeEipCentry struct {
@@ -409,6 +430,8 @@ const (
 	edgeMapEdgeLimits    = "edge_limits"
 	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
+	edgeMapEipBw         = "eip_bw"
+	edgeMapEipBwSlots    = "eip_bw_slots"
 	edgeMapEipCache      = "eip_cache"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
@@ -505,6 +528,8 @@ type edgeMapSpecs struct {
 	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
@@ -575,6 +600,8 @@ type edgeMaps struct {
 	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
+	EipBw         *ebpf.Map `ebpf:"eip_bw"`
+	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
@@ -617,6 +644,8 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLimits,
 		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
+		m.EipBw,
+		m.EipBwSlots,
 		m.EipCache,
 		m.EipRouteGen,
 		m.EipRoutes,

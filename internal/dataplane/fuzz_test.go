@@ -337,6 +337,8 @@ func outcomeCoverage(dev, counter string) int {
 		n = 43
 	case "pass_hc_reply":
 		n = 44
+	case "drop_bw":
+		n = 45
 	}
 	if dev == dptest.UlDev {
 		switch {

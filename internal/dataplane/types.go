@@ -60,6 +60,7 @@ var statNames = [...]string{
 	"drop_fw_deny",
 	"drop_fw_private",
 	"pass_hc_reply",
+	"drop_bw",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

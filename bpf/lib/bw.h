@@ -1,0 +1,85 @@
+/* bw.h: per-EIP bandwidth limits (eip_bw; docs/dataplane.md, "Bandwidth
+ * limits"), enforced by the edge on Internet -> EIP and by the agent on
+ * guest -> Internet. The shared-bandwidth managers (issue 10) program the
+ * rate and burst; this header only enforces them.
+ *
+ * Each limit is one byte-counting GCRA bucket (the virtual-scheduling form
+ * of a token bucket, ITU-T I.371) in one 64-bit word, eip_bw_slots[i].tat
+ * (i: the EIP's stats slot), shared by every CPU and updated with compare-and-swap: per-CPU buckets would
+ * let N CPUs admit N times the rate when RSS spreads an EIP's flows.
+ *
+ * Accuracy: a packet costs its IP length times the ns per byte, rounded
+ * up (20 fraction bits: under 1 ns per packet), so the bucket never admits
+ * more than burst + rate * t bytes in any interval t, except that after
+ * BW_CAS_TRIES lost compare-and-swaps in a row (several CPUs charging the
+ * same EIP at the same instant) a packet is admitted unchecked, its cost
+ * still added to the TAT (atomic add): at most one packet per contending
+ * CPU beyond the burst, paid back by the packets after it. The clock is
+ * bpf_ktime_get_ns (monotonic). An EIP without a limit costs one flag test
+ * (ROUTE_F_BW in the edge's route cache slot, AGENT_F_BW in the agent's
+ * guest entry). */
+#ifndef AZG_BW_H
+#define AZG_BW_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "consts.h"
+#include "structs.h"
+#include "maps.h"
+
+#ifndef BW_CAS_TRIES
+#define BW_CAS_TRIES 4
+#endif
+
+/* Edge: the route cache flags of addr plus ROUTE_F_BW when it has a
+ * bandwidth limit. Only when a slot is filled (every eip_bw write bumps
+ * the route generation). */
+static __always_inline __u8 bw_route_flags(__u8 flags, __be32 addr)
+{
+	if (bpf_map_lookup_elem(&eip_bw, &addr))
+		flags |= ROUTE_F_BW;
+	return flags;
+}
+
+/* Charge bytes to b at now: 1 if they conform (the TAT moves on by their
+ * cost), 0 if they do not (nothing charged). */
+static __always_inline int bw_gcra(struct eip_bw_slot *b, __u64 now, __u64 cost)
+{
+	__u64 tau = b->tau;
+#pragma unroll
+	for (int i = 0; i < BW_CAS_TRIES; i++) {
+		__u64 old = *(volatile __u64 *)&b->tat;
+		__u64 tat = (old > now ? old : now) + cost;
+		if (tat - now > tau)
+			return 0;
+		if (__sync_val_compare_and_swap(&b->tat, old, tat) == old)
+			return 1;
+	}
+	/* Lost every round: admit, but pay (see the accuracy note). */
+	__sync_fetch_and_add(&b->tat, cost);
+	return 1;
+}
+
+/* Whether bytes (an IP length) to or from eip, counted in stats slot idx,
+ * are over its bandwidth limit: 1 drops the packet (counted in the slot;
+ * the caller counts STAT_DROP_BW). The bucket is eip_bw_slots[idx], an
+ * array lookup the verifier inlines (the hash lookup in eip_bw it replaced
+ * cost 30-40 ns on the SRSO-mitigated bench VM). A slot holding another
+ * EIP's bucket, or none (the limit removed since the flag was set, or not
+ * yet copied): 0. Inlined: as a global function the call cost 10-20 ns
+ * more per limited packet (BENCHMARKS.md, "Bandwidth limits"). */
+static __always_inline int bw_over(__u32 idx, __be32 eip, __u32 bytes)
+{
+	struct eip_bw_slot *b = bpf_map_lookup_elem(&eip_bw_slots, &idx);
+	if (!b || b->addr != eip)
+		return 0;
+	__u64 cost = ((__u64)(bytes & 0xffff) * b->ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
+	if (bw_gcra(b, bpf_ktime_get_ns(), cost))
+		return 0;
+	__sync_fetch_and_add(&b->drop_packets, 1);
+	__sync_fetch_and_add(&b->drop_bytes, bytes & 0xffff);
+	return 1;
+}
+
+#endif

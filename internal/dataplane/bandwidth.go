@@ -1,0 +1,514 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sync"
+
+	"github.com/cilium/ebpf"
+)
+
+// Bandwidth is one EIP's bandwidth limit (eip_bw, bpf/lib/bw.h): on the
+// edge it limits Internet -> EIP, on the agent guest -> Internet. Bytes are
+// IP bytes (header and payload, as the EIP counters count them).
+type Bandwidth struct {
+	Rate  uint64 `json:"rate"`  // bits per second; 0: no limit
+	Burst uint32 `json:"burst"` // bytes the bucket holds; 0: DefaultBandwidthBurst
+}
+
+// BandwidthDrops are what one EIP's limit dropped, since it was first set.
+type BandwidthDrops struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Bounds of a bandwidth limit. Below MinBandwidthBurst a full-size packet
+// could never conform; the rate bounds keep the fixed-point cost per byte
+// (20 fraction bits) exact to better than 0.01 % and its products in 64 bits.
+const (
+	MinBandwidthRate  = 8_000           // bits/s (1 kB/s)
+	MaxBandwidthRate  = 400_000_000_000 // bits/s (400 Gbit/s)
+	MinBandwidthBurst = 1_500           // bytes: one full-size packet
+	// BandwidthMax is how many EIPs can have a limit on one node (EIP_BW_MAX).
+	BandwidthMax = 65536
+)
+
+// DefaultBandwidthBurst is the burst of a limit set with Burst 0: a tenth
+// of a second's worth of bytes, at least ten full-size packets.
+func DefaultBandwidthBurst(rate uint64) uint32 {
+	b := rate / 8 / 10
+	if b < 15_000 {
+		b = 15_000
+	}
+	if b > 1<<32-1 {
+		b = 1<<32 - 1
+	}
+	return uint32(b)
+}
+
+// Normal fills in the default burst (and clears the burst of no limit), so
+// equal settings compare equal.
+func (b Bandwidth) Normal() Bandwidth {
+	if b.Rate == 0 {
+		return Bandwidth{}
+	}
+	if b.Burst == 0 {
+		b.Burst = DefaultBandwidthBurst(b.Rate)
+	}
+	return b
+}
+
+// BandwidthMaps programs per-EIP bandwidth limits (the Edge, the Agent,
+// FakeBandwidth and FaultyBandwidth implement it). A limit takes effect at
+// once; an EIP without one costs the data plane one flag test.
+type BandwidthMaps interface {
+	// SetEIPBandwidth sets eip's limit: rate in bits per second, burst in
+	// bytes (0: the default). A zero rate removes the limit. The bucket's
+	// state and the drop counters carry over a change of setting.
+	SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error
+	// EIPBandwidths lists the programmed limits (normalised).
+	EIPBandwidths() (map[netip.Addr]Bandwidth, error)
+	// EIPBandwidthDrops reads what eip's limit dropped (false: no limit).
+	EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error)
+}
+
+var (
+	_ BandwidthMaps = (*Edge)(nil)
+	_ BandwidthMaps = (*Agent)(nil)
+	_ BandwidthMaps = (*FakeBandwidth)(nil)
+	_ BandwidthMaps = FaultyBandwidth{}
+)
+
+// errNoBandwidth: the loaded objects predate eip_bw (an older program,
+// e.g. one an upgrade test loads).
+var errNoBandwidth = errors.New("the loaded program has no eip_bw map")
+
+// checkBandwidth validates a limit, naming the EIP and the field at fault.
+func checkBandwidth(eip netip.Addr, b Bandwidth) error {
+	if !eip.Is4() {
+		return fmt.Errorf("bandwidth of %v: only IPv4 EIPs are supported", eip)
+	}
+	if b.Rate < MinBandwidthRate || b.Rate > MaxBandwidthRate {
+		return fmt.Errorf("bandwidth of %v: rate %d bit/s: must be from %d to %d", eip, b.Rate, MinBandwidthRate, MaxBandwidthRate)
+	}
+	if b.Burst < MinBandwidthBurst {
+		return fmt.Errorf("bandwidth of %v: burst %d bytes: at least %d (one full-size packet)", eip, b.Burst, MinBandwidthBurst)
+	}
+	return nil
+}
+
+// bwTo turns a normalised, valid limit into eip_bw's value: the cost of
+// a byte in ns with 20 fraction bits, rounded up (so the bucket never runs
+// faster than the rate), and the tolerance tau, the burst's worth of ns.
+func bwTo(b Bandwidth) agentEipBw {
+	q := (8_000_000_000<<20 + b.Rate - 1) / b.Rate
+	return agentEipBw{NsPerByteQ20: q, Tau: uint64(b.Burst) * q >> 20, Rate: b.Rate, Burst: b.Burst}
+}
+
+// bwTables are one program's two bandwidth maps: eip_bw (address -> limit,
+// what Go lists and what survives a slot change) and eip_bw_slots (stats
+// slot -> bucket, what the packet path reads).
+type bwTables struct {
+	cfg, slots *ebpf.Map
+}
+
+// put writes eip's limit into eip_bw and, when the EIP has a stats slot
+// here (slot, ok), copies it into the slot's bucket; created reports a new
+// eip_bw entry (its flag must be set).
+func (m bwTables) put(eip netip.Addr, b Bandwidth, slot uint32, ok bool) (created bool, err error) {
+	if m.cfg == nil || m.slots == nil {
+		return false, fmt.Errorf("bandwidth of %v: %w", eip, errNoBandwidth)
+	}
+	v := bwTo(b)
+	k := ip4word(eip)
+	var old agentEipBw
+	switch err := m.cfg.Lookup(k, &old); {
+	case err == nil:
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		created = true
+	default:
+		return false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
+	}
+	if created || old != v {
+		if err := m.cfg.Update(k, &v, ebpf.UpdateAny); err != nil {
+			return false, fmt.Errorf("write bandwidth of %v: %w", eip, err)
+		}
+	}
+	if ok {
+		if err := m.place(eip, v, slot); err != nil {
+			return false, err
+		}
+	}
+	return created, nil
+}
+
+// place copies eip's limit v into the bucket of stats slot slot. The
+// bucket's state and drop counters carry over when the slot already holds
+// eip's bucket (a new setting; the TAT read back may lose the charges of
+// the packets in between: one write's worth); a slot another EIP left
+// starts empty (full burst, no drops). Nothing to write: no syscall.
+func (m bwTables) place(eip netip.Addr, v agentEipBw, slot uint32) error {
+	var cur agentEipBwSlot
+	if err := m.slots.Lookup(slot, &cur); err != nil {
+		return fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
+	}
+	next := agentEipBwSlot{NsPerByteQ20: v.NsPerByteQ20, Tau: v.Tau, Addr: ip4word(eip)}
+	if cur.Addr == next.Addr {
+		if cur.NsPerByteQ20 == next.NsPerByteQ20 && cur.Tau == next.Tau {
+			return nil
+		}
+		next.Tat, next.DropPackets, next.DropBytes = cur.Tat, cur.DropPackets, cur.DropBytes
+	}
+	if err := m.slots.Update(slot, &next, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bandwidth of %v: write bucket %d: %w", eip, slot, err)
+	}
+	return nil
+}
+
+// delete removes eip's limit (none: false, nil) and empties its bucket in
+// slot (when ok and the slot still holds it).
+func (m bwTables) delete(eip netip.Addr, slot uint32, ok bool) (bool, error) {
+	if m.cfg == nil {
+		return false, nil
+	}
+	gone := true
+	if err := m.cfg.Delete(ip4word(eip)); err != nil {
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, fmt.Errorf("delete bandwidth of %v: %w", eip, err)
+		}
+		gone = false
+	}
+	if ok && m.slots != nil {
+		var cur agentEipBwSlot
+		if err := m.slots.Lookup(slot, &cur); err != nil {
+			return false, fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
+		}
+		if cur.Addr == ip4word(eip) {
+			if err := m.slots.Update(slot, &agentEipBwSlot{}, ebpf.UpdateAny); err != nil {
+				return false, fmt.Errorf("bandwidth of %v: clear bucket %d: %w", eip, slot, err)
+			}
+		}
+	}
+	return gone, nil
+}
+
+// limit reads eip's configured limit (false: none).
+func (m bwTables) limit(eip netip.Addr) (agentEipBw, bool) {
+	var v agentEipBw
+	if !eip.Is4() || m.cfg == nil || m.slots == nil {
+		return v, false
+	}
+	return v, m.cfg.Lookup(ip4word(eip), &v) == nil
+}
+
+func (m bwTables) list() (map[netip.Addr]Bandwidth, error) {
+	out := map[netip.Addr]Bandwidth{}
+	if m.cfg == nil {
+		return out, nil
+	}
+	var k uint32
+	var v agentEipBw
+	it := m.cfg.Iterate()
+	for it.Next(&k, &v) {
+		out[netip.AddrFrom4(le4(k))] = Bandwidth{Rate: v.Rate, Burst: v.Burst}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list bandwidth limits: %w", err)
+	}
+	return out, nil
+}
+
+// drops reads eip's bucket in slot (ok: the EIP has a slot here).
+func (m bwTables) drops(eip netip.Addr, slot uint32, ok bool) (BandwidthDrops, bool, error) {
+	if _, has := m.limit(eip); !has {
+		return BandwidthDrops{}, false, nil
+	}
+	if !ok {
+		return BandwidthDrops{}, true, nil
+	}
+	var v agentEipBwSlot
+	if err := m.slots.Lookup(slot, &v); err != nil {
+		return BandwidthDrops{}, false, fmt.Errorf("bandwidth of %v: read bucket %d: %w", eip, slot, err)
+	}
+	if v.Addr != ip4word(eip) {
+		return BandwidthDrops{}, true, nil
+	}
+	return BandwidthDrops{Packets: v.DropPackets, Bytes: v.DropBytes}, true, nil
+}
+
+func (e *Edge) bw() bwTables { return bwTables{e.objs.EipBw, e.objs.EipBwSlots} }
+
+// bwSlot is the stats slot of eip's route (false: no route).
+func (e *Edge) bwSlot(eip netip.Addr) (uint32, bool) {
+	r, ok, err := e.Route(eip)
+	if err != nil || !ok {
+		return 0, false
+	}
+	return r.StatsIdx, true
+}
+
+// SetEIPBandwidth sets the limit of Internet -> eip. A new or removed
+// limit bumps the route generation, so the route cache learns the flag.
+// The bucket is the one of eip's route's stats slot; PutRoutes copies the
+// limit into the slot of a route written later. Call it from the
+// goroutine that calls PutRoutes: a route moved to another slot between
+// the slot's lookup here and the copy would miss the limit until it is
+// written again.
+func (e *Edge) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) (err error) {
+	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	slot, ok := e.bwSlot(eip)
+	if b.Rate == 0 {
+		if !eip.Is4() {
+			return nil
+		}
+		gone, err := e.bw().delete(eip, slot, ok)
+		if err != nil || !gone {
+			return err
+		}
+		return e.bumpRouteGen()
+	}
+	if err := checkBandwidth(eip, b); err != nil {
+		return err
+	}
+	created, err := e.bw().put(eip, b, slot, ok)
+	if err != nil || !created {
+		return err
+	}
+	return e.bumpRouteGen()
+}
+
+// placeBandwidths copies the limits of the addresses in routes into their
+// routes' stats slots (PutRoutes: a route's slot may be new, or reused
+// from another EIP). Up to bwPlaceLookups routes: one eip_bw lookup each;
+// more: one walk over eip_bw.
+func (e *Edge) placeBandwidths(routes map[netip.Addr]Route) error {
+	m := e.bw()
+	if m.cfg == nil || m.slots == nil || len(routes) == 0 {
+		return nil
+	}
+	if len(routes) <= bwPlaceLookups {
+		for a, r := range routes {
+			if v, ok := m.limit(a); ok {
+				if err := m.place(a, v, r.StatsIdx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	var k uint32
+	var v agentEipBw
+	var todo []netip.Addr
+	var vals []agentEipBw
+	it := m.cfg.Iterate()
+	for it.Next(&k, &v) {
+		a := netip.AddrFrom4(le4(k))
+		if _, ok := routes[a]; ok {
+			todo, vals = append(todo, a), append(vals, v)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list bandwidth limits: %w", err)
+	}
+	for i, a := range todo {
+		if err := m.place(a, vals[i], routes[a].StatsIdx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bwPlaceLookups: above this many routes in one PutRoutes, walking eip_bw
+// (at most BandwidthMax entries) beats a lookup per route.
+const bwPlaceLookups = 1024
+
+// EIPBandwidths lists the edge's limits.
+func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return e.bw().list() }
+
+// EIPBandwidthDrops reads what eip's limit dropped on this edge, since the
+// EIP took its route's stats slot.
+func (e *Edge) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	slot, ok := e.bwSlot(eip)
+	return e.bw().drops(eip, slot, ok)
+}
+
+// agentFBw marks a guest whose EIP has a bandwidth limit (AGENT_F_BW).
+const agentFBw = 0x2
+
+func (a *Agent) bw() bwTables { return bwTables{a.objs.EipBw, a.objs.EipBwSlots} }
+
+// bwSlot is eip's stats slot here (false: the EIP is not bound here).
+func (a *Agent) bwSlot(eip netip.Addr) (uint32, bool) {
+	ek, err := keyOf(eip)
+	if err != nil {
+		return 0, false
+	}
+	var e agentAgentEip
+	if err := a.objs.AgentEips.Lookup(akey(ek), &e); err != nil {
+		return 0, false
+	}
+	return e.StatsIdx, true
+}
+
+// SetEIPBandwidth sets the limit of guest -> Internet through eip. The
+// guest's entry carries the flag (set after the limit is written, cleared
+// before it is removed; PutEIP keeps it, and copies the limit into the
+// EIP's stats slot), so other guests pay nothing.
+func (a *Agent) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	slot, ok := a.bwSlot(eip)
+	if b.Rate == 0 {
+		if !eip.Is4() {
+			return nil
+		}
+		if err := a.flagGuest(eip, false); err != nil {
+			return err
+		}
+		_, err := a.bw().delete(eip, slot, ok)
+		return err
+	}
+	if err := checkBandwidth(eip, b); err != nil {
+		return err
+	}
+	if _, err := a.bw().put(eip, b, slot, ok); err != nil {
+		return err
+	}
+	return a.flagGuest(eip, true)
+}
+
+// flagGuest sets or clears AGENT_F_BW on the guest eip is bound to (none
+// bound: nothing to do; PutEIP sets it when the EIP comes).
+func (a *Agent) flagGuest(eip netip.Addr, on bool) error {
+	ek, err := keyOf(eip)
+	if err != nil {
+		return err
+	}
+	var e agentAgentEip
+	if err := a.objs.AgentEips.Lookup(akey(ek), &e); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("bandwidth of %v: read EIP: %w", eip, err)
+	}
+	pk := akey(edgeEipKey{Addr: edgeIpAddr(e.PrivateAddr), Family: e.Family})
+	var g agentAgentGuest
+	if err := a.objs.AgentGuests.Lookup(pk, &g); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("bandwidth of %v: read guest: %w", eip, err)
+	}
+	if g.Eip != agentIpAddr(ek.Addr) {
+		return nil
+	}
+	f := g.Flags &^ agentFBw
+	if on {
+		f |= agentFBw
+	}
+	if f == g.Flags {
+		return nil
+	}
+	g.Flags = f
+	if err := a.objs.AgentGuests.Update(pk, &g, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("bandwidth of %v: write guest: %w", eip, err)
+	}
+	return nil
+}
+
+// placeBandwidth copies eip's limit, if any, into stats slot slot (for
+// PutEIP, before it writes the guest's flag): whether it has one.
+func (a *Agent) placeBandwidth(eip netip.Addr, slot uint32) (bool, error) {
+	m := a.bw()
+	v, ok := m.limit(eip)
+	if !ok {
+		return false, nil
+	}
+	return true, m.place(eip, v, slot)
+}
+
+// EIPBandwidths lists the agent's limits.
+func (a *Agent) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return a.bw().list() }
+
+// EIPBandwidthDrops reads what eip's limit dropped on this host, since the
+// EIP took its stats slot.
+func (a *Agent) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	slot, ok := a.bwSlot(eip)
+	return a.bw().drops(eip, slot, ok)
+}
+
+// FakeBandwidth is an in-memory BandwidthMaps for testing the bandwidth
+// agent without a kernel. Drops holds what a test wants read back.
+type FakeBandwidth struct {
+	mu     sync.Mutex
+	Limits map[netip.Addr]Bandwidth
+	Drops  map[netip.Addr]BandwidthDrops
+	// Capacity bounds the limits held (0: BandwidthMax).
+	Capacity int
+}
+
+// SetEIPBandwidth records eip's limit, validated as the real maps do.
+func (f *FakeBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b.Rate == 0 {
+		delete(f.Limits, eip)
+		return nil
+	}
+	if err := checkBandwidth(eip, b); err != nil {
+		return err
+	}
+	if f.Limits == nil {
+		f.Limits = map[netip.Addr]Bandwidth{}
+	}
+	c := f.Capacity
+	if c == 0 {
+		c = BandwidthMax
+	}
+	if _, ok := f.Limits[eip]; !ok && len(f.Limits) >= c {
+		return fmt.Errorf("write bandwidth of %v: %w", eip, errors.New("map full"))
+	}
+	f.Limits[eip] = b
+	return nil
+}
+
+// EIPBandwidths lists the recorded limits.
+func (f *FakeBandwidth) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.Limits), nil
+}
+
+// EIPBandwidthDrops reads Drops for an EIP with a limit.
+func (f *FakeBandwidth) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.Limits[eip]; !ok {
+		return BandwidthDrops{}, false, nil
+	}
+	return f.Drops[eip], true, nil
+}
+
+// FaultyBandwidth injects faults into a BandwidthMaps.
+type FaultyBandwidth struct {
+	BandwidthMaps
+	F *Faults
+}
+
+func (f FaultyBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	return f.F.write("SetEIPBandwidth", func() error { return f.BandwidthMaps.SetEIPBandwidth(eip, rate, burst) })
+}
+func (f FaultyBandwidth) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
+	if err := f.F.check("EIPBandwidths", false); err != nil {
+		return nil, err
+	}
+	return f.BandwidthMaps.EIPBandwidths()
+}
+func (f FaultyBandwidth) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	if err := f.F.check("EIPBandwidthDrops", false); err != nil {
+		return BandwidthDrops{}, false, err
+	}
+	return f.BandwidthMaps.EIPBandwidthDrops(eip)
+}
