@@ -30,6 +30,8 @@ declare -A need=(
 	[git]=git
 	[bird]=bird2
 	[birdc]=bird2
+	[redis-server]=redis-server
+	[iperf3]=iperf3
 )
 missing=()
 for cmd in "${!need[@]}"; do
