@@ -197,6 +197,8 @@ func runSuite(t *testing.T, mk func(*testing.T) harness) {
 			{"dup mapped", h.s.WriteReports(ctx, "az1", "h1", time.Second, []Rate{{EIP: e, Dir: Egress}, {EIP: netip.AddrFrom16(e.As16()), Dir: Egress}})},
 			{"gen 0", h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{})},
 			{"gen big", h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: MaxGeneration + 1})},
+			{"limit rate", h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 1, Limits: []Limit{{EIP: e, Dir: Egress, RateBytes: MaxLimitRate + 1}}})},
+			{"limit burst", h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 1, Limits: []Limit{{EIP: e, Dir: Egress, RateBytes: 1, BurstBytes: MaxLimitBurst + 1}}})},
 			{"too many", h.s.WriteReports(ctx, "az1", "h1", time.Second, make([]Rate, MaxRatesPerReport+1))},
 		}
 		for _, b := range bad {
