@@ -167,10 +167,28 @@ const (
 
 // Errors the stores return (wrapped with the AZ, reporter or host).
 var (
+	// ErrStaleGeneration: WriteLimits was refused for its generation; the
+	// error is a *StaleGenerationError, which says the stored one.
 	ErrStaleGeneration = errors.New("bwstore: generation not above the stored one")
 	ErrInvalid         = errors.New("bwstore: invalid argument")
 	ErrTooMany         = errors.New("bwstore: bound exceeded")
 )
+
+// StaleGenerationError is WriteLimits' refusal of a generation not above
+// Stored, the last one accepted for the host. The fence outlives the
+// limits (LimitsGeneration says nothing once they expired), so a writer
+// that wants to take over moves its generations above Stored.
+type StaleGenerationError struct {
+	AZ, Host      string
+	Given, Stored uint64
+}
+
+func (e *StaleGenerationError) Error() string {
+	return fmt.Sprintf("%v: limits of %s in %s: generation %d, stored %d", ErrStaleGeneration, e.Host, e.AZ, e.Given, e.Stored)
+}
+
+// Unwrap makes errors.Is(err, ErrStaleGeneration) hold.
+func (e *StaleGenerationError) Unwrap() error { return ErrStaleGeneration }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 

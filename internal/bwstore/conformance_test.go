@@ -268,8 +268,10 @@ func runSuite(t *testing.T, mk func(*testing.T) harness) {
 		if _, ok, _ := h.s.LimitsGeneration(ctx, "az1", "h1"); ok {
 			t.Error("expired limits still have a generation")
 		}
-		if err := h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 6}); !errors.Is(err, ErrStaleGeneration) {
-			t.Errorf("gen 6 again after expiry: %v, want ErrStaleGeneration", err)
+		err = h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 6})
+		var stale *StaleGenerationError
+		if !errors.Is(err, ErrStaleGeneration) || !errors.As(err, &stale) || stale.Stored != 6 || stale.Given != 6 || stale.Host != "h1" || stale.AZ != "az1" {
+			t.Errorf("gen 6 again after expiry: %v (%+v), want ErrStaleGeneration saying the stored 6", err, stale)
 		}
 		must(t, h.s.WriteLimits(ctx, "az1", "h1", time.Second, Limits{Generation: 7}))
 	})

@@ -2,6 +2,8 @@ package bwstore
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +125,20 @@ func TestRedisReadsBackOnlyWhatWritersWrite(t *testing.T) {
 	must(t, c.Set(ctx, limKey("az1", "str"), "x", 0).Err())
 	if _, _, err := r.ReadLimits(ctx, "az1", "str"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("limits of a string key: %v", err)
+	}
+	// A corrupt fence: an error, neither a silent success nor a stale
+	// refusal (which a manager takes for a newer manager), and nothing
+	// written.
+	for i, fence := range []string{"1e300", "abc", "9007199254740992", "-5", "0x10", "0"} {
+		host := "fence" + strconv.Itoa(i)
+		must(t, c.Set(ctx, genKey("az1", host), fence, 0).Err())
+		err := r.WriteLimits(ctx, "az1", host, time.Minute, Limits{Generation: 5})
+		if err == nil || errors.Is(err, ErrStaleGeneration) || !strings.Contains(err.Error(), "not a generation") {
+			t.Errorf("fence %q: %v, want an error saying it is not a generation", fence, err)
+		}
+		if n, _ := c.Exists(ctx, limKey("az1", host)).Result(); n != 0 {
+			t.Errorf("fence %q: limits written", fence)
+		}
 	}
 	hl, got, err := r.ReadLimits(ctx, "az1", "hgood")
 	if err != nil || !got || hl.Generation != 3 || len(hl.Limits.Limits) != 1 {

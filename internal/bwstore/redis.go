@@ -342,11 +342,21 @@ func decodeAge(ttl string, pttl time.Duration) (time.Duration, error) {
 
 // writeLimitsScript checks the generation against the fencing key and
 // replaces the limits hash in one step. ARGV: gen, ttl ms, issued ms, then
-// field/value pairs.
+// field/value pairs. It answers nil when it wrote, and the fence as stored
+// when the generation is not above it. A fence that is not a generation a
+// writer can have set (a corrupt store) is an error: never a silent
+// success (a huge fence converted to an integer reply could read as one),
+// never a stale refusal (which a manager takes for a newer manager).
 var writeLimitsScript = redis.NewScript(`
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-local g = tonumber(ARGV[1])
-if g <= cur then return cur end
+local raw = redis.call('GET', KEYS[2])
+local cur = 0
+if raw then
+  cur = tonumber(raw)
+  if not cur or not string.match(raw, '^[0-9]+$') or cur < 1 or cur > 9007199254740991 then
+    return redis.error_reply('ERR fence ' .. KEYS[2] .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a generation 1..2^53-1')
+  end
+end
+if tonumber(ARGV[1]) <= cur then return raw end
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], '_gen', ARGV[1], '_ttl', ARGV[2], '_issued', ARGV[3])
@@ -358,7 +368,7 @@ while i <= n do
   i = j + 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return -1`)
+return false`)
 
 // WriteLimits implements Store.
 func (r *Redis) WriteLimits(ctx context.Context, az, host string, ttl time.Duration, lim Limits) error {
@@ -372,14 +382,18 @@ func (r *Redis) WriteLimits(ctx context.Context, az, host string, ttl time.Durat
 	for _, l := range lim.Limits {
 		args = append(args, field(l.EIP, l.Dir), encodeUints(l.RateBytes, l.BurstBytes))
 	}
-	res, err := writeLimitsScript.Run(ctx, r.c, []string{limKey(az, host), genKey(az, host)}, args...).Int64()
+	stored, err := writeLimitsScript.Run(ctx, r.c, []string{limKey(az, host), genKey(az, host)}, args...).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("bwstore: redis: write limits of %s in %s: %w", host, az, err)
 	}
-	if res >= 0 {
-		return fmt.Errorf("%w: limits of %s in %s: generation %d, stored %d", ErrStaleGeneration, host, az, lim.Generation, res)
+	g, err := strconv.ParseUint(stored, 10, 64)
+	if err != nil {
+		return fmt.Errorf("bwstore: redis: write limits of %s in %s: stored generation %.40q: %v", host, az, stored, err)
 	}
-	return nil
+	return &StaleGenerationError{AZ: az, Host: host, Given: lim.Generation, Stored: g}
 }
 
 // ReadLimits implements Store.
