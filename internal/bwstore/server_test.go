@@ -134,9 +134,7 @@ func TestServerInNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server missing (apt-get install redis-server)")
-	}
+	needServer(t)
 	b := make([]byte, 4)
 	rand.Read(b)
 	ns := "azgt-bws-" + hex.EncodeToString(b)
