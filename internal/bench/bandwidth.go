@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/azgate/azgate/internal/bwsim"
@@ -83,7 +84,19 @@ func BandwidthResults(r *bwsim.Result) []Result {
 	add("over-1.02", r.OverPct, "% of 1s windows", "0", 0, true, "")
 	add("limits-max", r.LimitsMax, "x capacity", "<= 1", 1, true, "largest sum of a package's limits in force on the hosts at any tick")
 	if r.Measured > r.Missed {
-		add("convergence-max", r.ConvMax.Seconds(), "s", "<= 3", 0, true, "")
+		var ev []string
+		for k, d := range r.EventConv {
+			at := r.Events[k].Seconds()
+			switch {
+			case d == -1:
+				ev = append(ev, fmt.Sprintf("%.1fs: never", at))
+			case d == -2:
+				ev = append(ev, fmt.Sprintf("%.1fs: not measured", at))
+			default:
+				ev = append(ev, fmt.Sprintf("%.1fs: %.1fs", at, d.Seconds()))
+			}
+		}
+		add("convergence-max", r.ConvMax.Seconds(), "s", "<= 3", 0, true, "per event (at: time to within the tolerance) "+strings.Join(ev, ", "))
 		add("convergence-mean", r.ConvMean.Seconds(), "s", "", 0, true, "")
 	}
 	if r.Measured > 0 {

@@ -36,6 +36,9 @@ type Result struct {
 	// others.
 	ConvMax, ConvMean time.Duration
 	Measured, Missed  int
+	// Events are the scenario's; EventConv is each event's convergence time (the slowest package's),
+	// -1 when missed, -2 when not measured (another event too soon).
+	Events, EventConv []time.Duration
 	// WithinPct is the share of (package, tick) pairs with every EIP within
 	// Tolerance of the oracle, in %.
 	WithinPct float64
@@ -148,7 +151,7 @@ func (r *recorder) result() *Result {
 	s, n := r.s, r.n
 	cfg := s.cfg
 	res := &Result{Scenario: s.sc.Name, Description: s.sc.Description, Packages: len(s.pkgs), EIPs: len(s.eips),
-		Hosts: len(s.hosts), Slots: len(s.slots), Duration: time.Duration(n) * cfg.Tick, Config: cfg, LimitsMax: r.limitsMax}
+		Hosts: len(s.hosts), Slots: len(s.slots), Duration: time.Duration(n) * cfg.Tick, Config: cfg, LimitsMax: r.limitsMax, Events: s.sc.Events}
 	tickOf := func(d time.Duration) int { return int((d + cfg.Tick - 1) / cfg.Tick) }
 	events := make([]int, len(s.sc.Events))
 	for k, e := range s.sc.Events {
@@ -229,6 +232,11 @@ func (r *recorder) result() *Result {
 		uoS, uoC = uoS+a, uoC+b
 	}
 	for _, v := range perEvent {
+		if v < 0 {
+			res.EventConv = append(res.EventConv, time.Duration(v))
+		} else {
+			res.EventConv = append(res.EventConv, time.Duration(v)*cfg.Tick)
+		}
 		switch {
 		case v == -1:
 			res.Measured++
