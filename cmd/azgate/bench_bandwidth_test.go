@@ -50,11 +50,35 @@ func TestBenchBandwidthJSON(t *testing.T) {
 		t.Errorf("the note does not say the flags: %q", n)
 	}
 
+	// The table: a header, a line per figure, the notes.
 	root = newRoot()
-	root.SetOut(new(bytes.Buffer))
+	out.Reset()
+	root.SetOut(&out)
 	root.SetErr(new(bytes.Buffer))
-	root.SetArgs([]string{"bench", "bandwidth", "--scenario", "nope"})
-	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `scenario "nope"`) {
-		t.Errorf("unknown scenario: %v", err)
+	root.SetArgs([]string{"bench", "bandwidth", "--scenario", "flash"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SUITE", "flash/utilisation-steady", "oracle", ">= 95", "note: flash/overshoot-max: 1G package"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenario", "nope"}, `scenario "nope"`},
+		{[]string{"--scale-packages", "20000"}, "--scale-packages 20000: at most 13107"},
+		{[]string{"--push-delay", "5"}, "push delay 5 ticks"},
+	} {
+		root = newRoot()
+		root.SetOut(new(bytes.Buffer))
+		root.SetErr(new(bytes.Buffer))
+		root.SetArgs(append([]string{"bench", "bandwidth"}, tc.args...))
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
 	}
 }

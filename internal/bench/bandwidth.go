@@ -33,6 +33,9 @@ func Bandwidth(o BandwidthOptions) ([]Result, error) {
 	if len(names) == 0 {
 		names = bwsim.Names
 	}
+	if o.ScalePackages*10 > bwsim.MaxEIPs {
+		return nil, fmt.Errorf("--scale-packages %d: at most %d (the simulator's EIPs come from 198.18.0.0/15, %d addresses)", o.ScalePackages, bwsim.MaxEIPs/10, bwsim.MaxEIPs)
+	}
 	var rs []Result
 	for _, name := range names {
 		if !slices.Contains(bwsim.Names, name) {

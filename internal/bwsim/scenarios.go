@@ -14,8 +14,11 @@ import (
 // M is 1 Mbit/s in bits/s.
 const M = 1_000_000
 
-// Addr is the n-th EIP address of the simulator, in 198.18.0.0/15 (the
-// benchmarking range).
+// MaxEIPs is how many addresses Addr has: 198.18.0.0/15.
+const MaxEIPs = 1 << 17
+
+// Addr is the n-th EIP address of the simulator (0 ≤ n < MaxEIPs), in
+// 198.18.0.0/15 (the benchmarking range).
 func Addr(n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18 + byte(n>>16&1), byte(n >> 8), byte(n)})
 }
