@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/azgate/azgate/internal/bwalloc"
@@ -348,10 +349,10 @@ func newSim(cfg Config, sc *Scenario) (*sim, error) {
 			byZone[z] = append(byZone[z], si)
 		}
 		for z, sl := range byZone {
-			slices.SortFunc(sl, func(a, b int32) int { return cmpStr(s.slots[a].key.Host, s.slots[b].key.Host) })
+			slices.SortFunc(sl, func(a, b int32) int { return strings.Compare(s.slots[a].key.Host, s.slots[b].key.Host) })
 			e.zones = append(e.zones, zoneSlots{zone: z, slots: sl})
 		}
-		slices.SortFunc(e.zones, func(a, b zoneSlots) int { return cmpStr(s.zones[a.zone], s.zones[b.zone]) })
+		slices.SortFunc(e.zones, func(a, b zoneSlots) int { return strings.Compare(s.zones[a.zone], s.zones[b.zone]) })
 	}
 	s.sorted = make([]int32, len(s.slots))
 	for i := range s.sorted {
@@ -362,16 +363,6 @@ func newSim(cfg Config, sc *Scenario) (*sim, error) {
 	})
 	s.store = make([]*report, len(s.hosts))
 	return s, nil
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Run simulates sc under cfg and returns its metrics.
