@@ -1,9 +1,6 @@
 package bwsim
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // BenchmarkScale runs the scale scenario (100k EIPs in 10k packages over
 // 3 AZs, 8 simulated seconds) and reports the wall-clock time of the
@@ -20,5 +17,4 @@ func BenchmarkScale(b *testing.B) {
 		b.ReportMetric(float64(r.RoundMedian.Alloc.Microseconds())/1000, "ms/alloc")
 		b.ReportMetric(float64(r.RoundMax.Total().Microseconds())/1000, "ms/round-max")
 	}
-	_ = time.Second
 }
