@@ -9,7 +9,7 @@ import (
 // EstimatorConfig tunes demand estimation. Zero fields take the defaults
 // of DefaultEstimatorConfig.
 type EstimatorConfig struct {
-	// Window is how far back the peak is taken (default 3 s). A longer
+	// Window is how far back the peak is taken (default 2 s). A longer
 	// window rides out bursts; a shorter one frees capacity sooner after
 	// an EIP's demand falls (an EIP keeps its share for about one window).
 	Window time.Duration
@@ -48,7 +48,7 @@ type EstimatorConfig struct {
 
 // DefaultEstimatorConfig is the configuration the zero fields default to.
 var DefaultEstimatorConfig = EstimatorConfig{
-	Window:       3 * time.Second,
+	Window:       2 * time.Second,
 	Margin:       1.1,
 	PinnedRatio:  0.95,
 	ProbeFactor:  2,

@@ -29,10 +29,10 @@ func TestEstimator(t *testing.T) {
 			{0, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 			{1, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 		}},
-		{"peak over the window, then it decays", []step{
+		{"peak over the window, then it decays (default window 2 s)", []step{
 			{0, &Sample{Rate: 20 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
 			{1, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
-			{2, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
+			{2, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 			{3, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 		}},
 		{"pinned at the limit probes upward ×2", []step{
