@@ -64,7 +64,8 @@ type Carried struct {
 
 // View is what the Host needs of the desired state: its zone (bwstore's
 // "az"; "" while unknown: nothing is reported or read) and the packaged
-// EIPs it carries.
+// EIPs it carries. EIPs nil means the desired state is not read yet: the
+// Host then changes no limit (a restarted node keeps the ones it had).
 type View struct {
 	Zone string
 	EIPs map[netip.Addr]Carried
@@ -417,6 +418,9 @@ func (h *Host) poll(ctx context.Context, v View, now time.Time) {
 // enforce programs every carried EIP's target and removes the limits of
 // the EIPs the node no longer carries.
 func (h *Host) enforce(v View, now time.Time) {
+	if v.EIPs == nil {
+		return
+	}
 	managed := InForce(h.lim.have, h.lim.confirmed, now, h.cfg.Grace)
 	wasManaged := false
 	for _, t := range h.applied {
@@ -695,4 +699,52 @@ func StaticTarget(c Carried) Target {
 	rate := c.Static / uint64(max(c.Carriers, 1))
 	rate = min(max(rate, lo), hi)
 	return Target{Rate: rate, Burst: burstOf(c, rate), Mode: Static}
+}
+
+// MaxStatusEIPs bounds the EIPs a node status lists (as its per-EIP
+// counters are bounded).
+const MaxStatusEIPs = 4096
+
+// NodeStatus is the Host's state for the node status and /metrics: at
+// most MaxStatusEIPs EIPs; the errors are the ones of the last pass.
+func (h *Host) NodeStatus() (*model.BandwidthStatus, []string) {
+	s := h.Status(0)
+	dir := "egress"
+	if s.Dir == bwstore.Ingress {
+		dir = "ingress"
+	}
+	mode := Static
+	if s.Managed {
+		mode = Managed
+	}
+	out := &model.BandwidthStatus{Zone: s.Zone, Direction: dir, Mode: string(mode), Generation: s.Generation, LimitsAgeMS: -1,
+		Reports: s.Counts.Reports, ReportErrors: s.Counts.ReportErrors, LimitReads: s.Counts.LimitReads, LimitErrors: s.Counts.LimitErrors,
+		Ignored: s.Counts.Ignored, Clamped: s.Counts.Clamped, ApplyErrors: s.Counts.ApplyErrors, CounterErrors: s.Counts.CounterErrors,
+		StaticFallbacks: s.Counts.StaticFallback}
+	if s.LimitsAge >= 0 {
+		out.LimitsAgeMS = s.LimitsAge.Milliseconds()
+	}
+	addrs := make([]netip.Addr, 0, len(s.EIPs))
+	for a := range s.EIPs {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	if len(addrs) > MaxStatusEIPs {
+		out.EIPsLeftOut = len(addrs) - MaxStatusEIPs
+		addrs = addrs[:MaxStatusEIPs]
+	}
+	if len(addrs) > 0 {
+		out.EIPs = make(map[string]model.BandwidthEIP, len(addrs))
+	}
+	for _, a := range addrs {
+		e := s.EIPs[a]
+		b := model.BandwidthEIP{Package: e.Package, Mode: string(e.Mode), Limit: e.Rate, Burst: e.Burst,
+			DroppedPackets: e.Drops.Packets, DroppedBytes: e.Drops.Bytes}
+		if e.Measured != nil {
+			r := e.Measured.BytesPerSec * 8
+			b.Rate = &r
+		}
+		out.EIPs[a.String()] = b
+	}
+	return out, s.Errors
 }
