@@ -637,7 +637,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		}
 		go bw.Run(ctx)
 	} else {
-		clearBandwidth(dp, cfg.Log)
+		bandwidth.ClearLimits(dp, cfg.Log)
 	}
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {

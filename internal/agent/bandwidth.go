@@ -132,21 +132,3 @@ func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, maps dataplane.Bandwid
 	r.mu.Unlock()
 	return h, nil
 }
-
-// clearBandwidth removes every limit a previous run left when bandwidth
-// is off: a limit nobody updates any more would hold the EIP forever.
-func clearBandwidth(maps dataplane.BandwidthMaps, log *slog.Logger) {
-	cur, err := maps.EIPBandwidths()
-	if err != nil {
-		log.Warn("cannot list bandwidth limits", "err", err)
-		return
-	}
-	for a := range cur {
-		if err := maps.SetEIPBandwidth(a, 0, 0); err != nil {
-			log.Warn("cannot remove a bandwidth limit", "eip", a, "err", err)
-		}
-	}
-	if len(cur) > 0 {
-		log.Info("bandwidth off (no --bw-store): removed the limits a previous run left", "limits", len(cur))
-	}
-}

@@ -551,6 +551,25 @@ func (h *Host) Status(maxEIPs int) HostStatus {
 	return s
 }
 
+// ClearLimits removes every limit a previous run left on a node whose
+// bandwidth is off (no --bw-store): a limit nobody updates any more would
+// hold the EIP forever.
+func ClearLimits(maps dataplane.BandwidthMaps, log *slog.Logger) {
+	cur, err := maps.EIPBandwidths()
+	if err != nil {
+		log.Warn("cannot list bandwidth limits", "err", err)
+		return
+	}
+	for a := range cur {
+		if err := maps.SetEIPBandwidth(a, 0, 0); err != nil {
+			log.Warn("cannot remove a bandwidth limit", "eip", a, "err", err)
+		}
+	}
+	if len(cur) > 0 {
+		log.Info("bandwidth off (no --bw-store): removed the limits a previous run left", "limits", len(cur))
+	}
+}
+
 // ---- pure parts ----
 
 // Counter sanity bounds: a delta above what any link could carry in the
