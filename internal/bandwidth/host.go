@@ -207,6 +207,12 @@ type Host struct {
 	drops     map[netip.Addr]dataplane.BandwidthDrops
 	counts    HostCounts
 	errs      map[string]string // the last error of each operation ("" or absent: none)
+	written   bool              // the last report written had rows
+
+	smu        sync.Mutex // the state as of the last pass (publish, Status)
+	snap       HostStatus
+	snapIssued time.Time
+	snapHave   bool
 }
 
 // limitState is what the node knows of its managed limits.
@@ -289,6 +295,7 @@ func (h *Host) Step(ctx context.Context) {
 	h.measure(ctx, v)
 	h.poll(ctx, v, now)
 	h.enforce(v, now)
+	h.publish()
 }
 
 // Enforce programs the limits again from the current view, without
@@ -298,6 +305,7 @@ func (h *Host) Enforce() {
 	defer h.mu.Unlock()
 	h.view = h.cfg.View()
 	h.enforce(h.view, h.cfg.Now())
+	h.publish()
 }
 
 // measure reads the counters and writes the report: a row for every
@@ -354,6 +362,11 @@ func (h *Host) measure(ctx context.Context, v View) {
 	if h.zone == "" || first || dt <= 0 {
 		return // nothing measured yet: no report rather than an empty one
 	}
+	if len(rates) == 0 && !h.written {
+		// Nothing to say, and nothing said before: a node that carries
+		// no packaged EIP takes no room among the zone's reporters.
+		return
+	}
 	slices.SortFunc(rates, func(x, y bwstore.Rate) int { return x.EIP.Compare(y.EIP) })
 	if len(rates) > bwstore.MaxRatesPerReport {
 		rates = rates[:bwstore.MaxRatesPerReport]
@@ -367,6 +380,7 @@ func (h *Host) measure(ctx context.Context, v View) {
 	}
 	h.note("report", nil)
 	h.counts.Reports++
+	h.written = len(rates) > 0
 }
 
 // poll reads the generation of the node's limits and, when it moved, the
@@ -516,37 +530,39 @@ type EIPStatus struct {
 	Measured *bwstore.Rate
 }
 
-// Status returns the Host's state, at most maxEIPs EIPs (the lowest
-// addresses; 0: all).
-func (h *Host) Status(maxEIPs int) HostStatus {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.cfg.Now()
-	managed := InForce(h.lim.have, h.lim.confirmed, now, h.cfg.Grace)
-	s := HostStatus{Zone: h.zone, Dir: h.cfg.Dir, Managed: managed, LimitsAge: -1, Counts: h.counts,
-		EIPs: make(map[netip.Addr]EIPStatus, len(h.applied))}
+// publish makes the state of the pass just done what Status returns
+// (under h.mu): Status never waits for a pass blocked on the store.
+func (h *Host) publish() {
+	s := HostStatus{Zone: h.zone, Dir: h.cfg.Dir, Managed: InForce(h.lim.have, h.lim.confirmed, h.cfg.Now(), h.cfg.Grace),
+		LimitsAge: -1, Counts: h.counts, EIPs: make(map[netip.Addr]EIPStatus, len(h.applied))}
 	if h.lim.have {
-		s.Generation, s.LimitsAge = h.lim.gen, now.Sub(h.lim.issued)
+		s.Generation = h.lim.gen
 	}
 	for _, op := range []string{"counters", "report", "limits", "drops", "apply"} {
 		if m := h.errs[op]; m != "" {
 			s.Errors = append(s.Errors, "bandwidth "+op+": "+m)
 		}
 	}
-	addrs := make([]netip.Addr, 0, len(h.applied))
-	for a := range h.applied {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	if maxEIPs > 0 && len(addrs) > maxEIPs {
-		addrs = addrs[:maxEIPs]
-	}
-	for _, a := range addrs {
-		e := EIPStatus{Package: h.view.EIPs[a].Package, Target: h.applied[a], Drops: h.drops[a]}
+	for a, t := range h.applied {
+		e := EIPStatus{Package: h.view.EIPs[a].Package, Target: t, Drops: h.drops[a]}
 		if r, ok := h.rates[a]; ok {
 			e.Measured = &r
 		}
 		s.EIPs[a] = e
+	}
+	h.smu.Lock()
+	h.snap, h.snapIssued, h.snapHave = s, h.lim.issued, h.lim.have
+	h.smu.Unlock()
+}
+
+// Status returns the Host's state as of its last pass (the limits' age
+// as of now).
+func (h *Host) Status() HostStatus {
+	h.smu.Lock()
+	defer h.smu.Unlock()
+	s := h.snap
+	if h.snapHave {
+		s.LimitsAge = h.cfg.Now().Sub(h.snapIssued)
 	}
 	return s
 }
@@ -727,7 +743,7 @@ const MaxStatusEIPs = 4096
 // NodeStatus is the Host's state for the node status and /metrics: at
 // most MaxStatusEIPs EIPs; the errors are the ones of the last pass.
 func (h *Host) NodeStatus() (*model.BandwidthStatus, []string) {
-	s := h.Status(0)
+	s := h.Status()
 	dir := "egress"
 	if s.Dir == bwstore.Ingress {
 		dir = "ingress"

@@ -327,7 +327,7 @@ func TestHostReports(t *testing.T) {
 	if len(snap.Reports) != 0 {
 		t.Fatalf("reports after 3 intervals without a reading: %+v", snap.Reports)
 	}
-	if st := b.h.Status(0); st.Counts.CounterErrors != 3 || st.Counts.Reports != 2 || len(st.Errors) != 1 {
+	if st := b.h.Status(); st.Counts.CounterErrors != 3 || st.Counts.Reports != 2 || len(st.Errors) != 1 {
 		t.Fatalf("status %+v: want 3 counter errors, 2 reports and the error shown", st)
 	}
 }
@@ -358,7 +358,7 @@ func TestHostLimits(t *testing.T) {
 	if got := b.limits(); !equal(got, managed) {
 		t.Fatalf("managed: %v, want %v", got, managed)
 	}
-	st := b.h.Status(0)
+	st := b.h.Status()
 	if !st.Managed || st.Generation != 7 || st.Counts.Ignored != 3 || st.Counts.Clamped != 1 || st.EIPs[eipA].Mode != Managed {
 		t.Fatalf("status %+v: want managed, generation 7, 3 ignored, 1 clamped", st)
 	}
@@ -376,7 +376,7 @@ func TestHostLimits(t *testing.T) {
 	if got := b.limits(); !equal(got, static) {
 		t.Fatalf("limits expired: %v, want the static split %v", got, static)
 	}
-	if st := b.h.Status(0); st.Managed || st.Counts.StaticFallback != 1 || st.EIPs[eipB].Mode != Static {
+	if st := b.h.Status(); st.Managed || st.Counts.StaticFallback != 1 || st.EIPs[eipB].Mode != Static {
 		t.Fatalf("status %+v: want static, one fallback", st)
 	}
 
@@ -420,7 +420,7 @@ func TestHostStoreLost(t *testing.T) {
 	if got := b.limits(); got[eipA].Rate != 25_000_000 || got[eipB].Rate != 75_000_000 {
 		t.Fatalf("store lost beyond the grace period: %v, want the static split", got)
 	}
-	st := b.h.Status(0)
+	st := b.h.Status()
 	if st.Counts.LimitErrors != 11 || st.Counts.ReportErrors != 11 || len(st.Errors) != 2 {
 		t.Fatalf("status %+v: want 11 poll and 11 report errors, both shown", st)
 	}
@@ -429,7 +429,7 @@ func TestHostStoreLost(t *testing.T) {
 	if got := b.limits(); !equal(got, managed) {
 		t.Fatalf("store back: %v, want the managed limits again", got)
 	}
-	if st := b.h.Status(0); len(st.Errors) != 0 {
+	if st := b.h.Status(); len(st.Errors) != 0 {
 		t.Fatalf("errors shown after recovery: %v", st.Errors)
 	}
 }
@@ -449,7 +449,7 @@ func TestHostApplyFaults(t *testing.T) {
 	if got := b.limits(); len(got) != 2 {
 		t.Fatalf("retried: %v, want both limits", got)
 	}
-	if st := b.h.Status(0); st.Counts.ApplyErrors != 1 {
+	if st := b.h.Status(); st.Counts.ApplyErrors != 1 {
 		t.Fatalf("apply errors %d, want 1", st.Counts.ApplyErrors)
 	}
 }
@@ -502,4 +502,36 @@ func writeFile(path, s string, mode os.FileMode) error {
 		return err
 	}
 	return os.Chmod(path, mode)
+}
+
+// TestHostQuietWithoutPackages: a node that carries no packaged EIP writes
+// no report (it takes no room among the zone's reporters); one that stops
+// carrying its last writes one empty report, which replaces its last one
+// at once, then nothing.
+func TestHostQuietWithoutPackages(t *testing.T) {
+	b := newBed(t)
+	carried := b.view.EIPs
+	b.view.EIPs = map[netip.Addr]Carried{}
+	for range 3 {
+		b.step(t)
+	}
+	if st := b.h.Status(); st.Counts.Reports != 0 {
+		t.Fatalf("%d reports written with nothing carried", st.Counts.Reports)
+	}
+	b.view.EIPs = carried
+	b.step(t)
+	snap, _ := b.mem.ReadReports(context.Background(), "az1")
+	if len(snap.Reports) != 2 {
+		t.Fatalf("reports %+v, want A and B", snap.Reports)
+	}
+	b.view.EIPs = map[netip.Addr]Carried{}
+	b.step(t)
+	snap, _ = b.mem.ReadReports(context.Background(), "az1")
+	if len(snap.Reports) != 0 {
+		t.Fatalf("reports %+v after the last EIP left, want none", snap.Reports)
+	}
+	b.step(t)
+	if st := b.h.Status(); st.Counts.Reports != 2 {
+		t.Fatalf("%d reports written, want 2 (one with rows, one empty)", st.Counts.Reports)
+	}
 }

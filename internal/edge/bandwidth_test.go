@@ -92,7 +92,7 @@ func TestEdgeBandwidth(t *testing.T) {
 	if got, _ := limits.EIPBandwidths(); !sameBW(got, want) {
 		t.Fatalf("managed: %v, want %v", got, want)
 	}
-	if st := h.Status(0); st.Counts.Ignored != 1 || !st.Managed {
+	if st := h.Status(); st.Counts.Ignored != 1 || !st.Managed {
 		t.Fatalf("status %+v: want managed, one limit ignored", st)
 	}
 	// .9 unbound (no route): its limit goes at the next commit.
