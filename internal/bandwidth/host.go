@@ -16,16 +16,6 @@ import (
 	"github.com/azgate/azgate/internal/model"
 )
 
-// Host defaults (docs/bandwidth.md, "Hosts: measurement and enforcement").
-const (
-	DefaultInterval = time.Second
-	DefaultGrace    = 10 * time.Second
-	// BurstFloor is the least burst a limit gets (bytes): ten full-size
-	// packets, so a small share still passes a burst of a TCP window's
-	// start (the contract between the tiers, BW-CONTRACT).
-	BurstFloor = 15_000
-)
-
 // Reading is one EIP's cumulative counters for the node's direction
 // (agent: guest -> Internet, edge: Internet -> EIP).
 type Reading struct {
@@ -698,10 +688,10 @@ func rateBounds(c Carried) (lo, hi uint64) {
 }
 
 // burstOf is a rate's burst in c's package: rate × burst time, at least
-// BurstFloor, at most 2^32-1.
+// MinBurstBytes, at most 2^32-1.
 func burstOf(c Carried, rate uint64) uint32 {
 	p := model.BandwidthPackage{Burst: model.Duration(c.Burst)}
-	return uint32(min(max(p.BurstBytes(rate), BurstFloor), math.MaxUint32))
+	return uint32(min(max(p.BurstBytes(rate), MinBurstBytes), math.MaxUint32))
 }
 
 func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
@@ -721,8 +711,8 @@ func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
 	switch {
 	case burst > maxBurst:
 		burst, clamped = maxBurst, true
-	case burst < BurstFloor:
-		burst = BurstFloor
+	case burst < MinBurstBytes:
+		burst = MinBurstBytes
 	}
 	return Target{Rate: rate, Burst: uint32(burst), Mode: Managed}, clamped
 }

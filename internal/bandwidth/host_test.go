@@ -110,15 +110,15 @@ func TestTargets(t *testing.T) {
 		{"managed", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 20_000}, Target{8_000_000, 20_000, Managed}, 0},
 		{"managed above the capacity", c, &bwstore.Limit{RateBytes: 1 << 60, BurstBytes: 20_000}, Target{100_000_000, 20_000, Managed}, 1},
 		{"managed burst absurd", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 1 << 40}, Target{8_000_000, 250_000, Managed}, 1},
-		{"managed burst below the floor", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 10}, Target{8_000_000, BurstFloor, Managed}, 0},
-		{"managed zero: the least enforceable, not unlimited", c, &bwstore.Limit{}, Target{dataplane.MinBandwidthRate, BurstFloor, Managed}, 0},
+		{"managed burst below the floor", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 10}, Target{8_000_000, MinBurstBytes, Managed}, 0},
+		{"managed zero: the least enforceable, not unlimited", c, &bwstore.Limit{}, Target{dataplane.MinBandwidthRate, MinBurstBytes, Managed}, 0},
 		{"static", c, nil, Target{40_000_000, 100_000, Static}, 0},
 		{"static over three edges", Carried{Capacity: 100_000_000, Burst: 20 * time.Millisecond, Static: 30_000_000, Carriers: 3}, nil,
 			Target{10_000_000, 25_000, Static}, 0},
 		{"static carriers 0 counts as 1", Carried{Capacity: 100_000_000, Burst: 20 * time.Millisecond, Static: 30_000_000}, nil,
 			Target{30_000_000, 75_000, Static}, 0},
 		{"static tiny", Carried{Capacity: 1000, Burst: 20 * time.Millisecond, Static: 1000, Carriers: 2}, nil,
-			Target{dataplane.MinBandwidthRate, BurstFloor, Static}, 0},
+			Target{dataplane.MinBandwidthRate, MinBurstBytes, Static}, 0},
 	} {
 		var lim map[netip.Addr]bwstore.Limit
 		if tc.lim != nil {
@@ -466,7 +466,7 @@ func equal(a, b map[netip.Addr]dataplane.Bandwidth) bool {
 	return true
 }
 
-func TestOpenStore(t *testing.T) {
+func TestOpenStoreForRoles(t *testing.T) {
 	if s, err := OpenStore("", ""); err != nil || s == nil {
 		t.Fatalf("default: %v", err)
 	}

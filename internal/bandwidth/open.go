@@ -1,16 +1,29 @@
 package bandwidth
 
 // TEMPORARY (role helper, issue 10): the manager helper owns this file
-// (BW-CONTRACT.md); its version replaces this one at the merge.
+// (BW-CONTRACT.md); its version replaces this one at the merge, and the
+// constants below come from its manager.go then (same names and values).
 
 import (
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/azgate/azgate/internal/bwstore"
 )
+
+// Defaults of the interval and grace period (the managers' and the
+// hosts').
+const (
+	DefaultInterval = time.Second
+	DefaultGrace    = 10 * time.Second
+)
+
+// MinBurstBytes is the least burst a limit carries: a bucket must hold a
+// few full-size packets, whatever its rate (BW-CONTRACT.md).
+const MinBurstBytes = 15_000
 
 // OpenStore opens a measurement store from a URL: "" or "mem:" is a
 // fresh in-process store (bwstore.NewMem: only useful inside one process);
