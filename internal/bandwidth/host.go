@@ -185,7 +185,7 @@ type Host struct {
 	cfg  HostConfig
 	kick chan struct{}
 
-	mu        sync.Mutex // the loop's state; Status reads it
+	mu        sync.Mutex // the loop's state (Step, Enforce)
 	zone      string
 	prev      map[netip.Addr]Reading
 	prevAt    time.Time
@@ -209,7 +209,7 @@ type Host struct {
 type limitState struct {
 	have   bool
 	gen    uint64
-	limits map[netip.Addr]bwstore.Limit // this direction only
+	limits map[netip.Addr]bwstore.Limit // this direction only (FilterLimits)
 	// confirmed is when the store last said these limits are current;
 	// issued is when they were written (as of the read: now - Age).
 	confirmed, issued time.Time
@@ -312,11 +312,12 @@ func (h *Host) measure(ctx context.Context, v View) {
 	h.note("counters", nil)
 	drops := make(map[netip.Addr]uint64, len(v.EIPs))
 	h.drops = make(map[netip.Addr]dataplane.BandwidthDrops, len(v.EIPs))
+	var dropErr error
 	for a := range v.EIPs {
 		d, ok, err := h.cfg.Limits.EIPBandwidthDrops(a)
 		if err != nil {
 			h.counts.ApplyErrors++
-			h.note("drops", err)
+			dropErr = cmpErr(dropErr, err)
 			continue
 		}
 		if ok {
@@ -324,6 +325,7 @@ func (h *Host) measure(ctx context.Context, v View) {
 			h.drops[a] = d
 		}
 	}
+	h.note("drops", dropErr)
 	first := h.prevAt.IsZero()
 	dt := at.Sub(h.prevAt)
 	rates := make([]bwstore.Rate, 0, len(v.EIPs))
@@ -631,9 +633,12 @@ func InForce(have bool, confirmed, now time.Time, grace time.Duration) bool {
 	return have && now.Sub(confirmed) <= grace
 }
 
-// FilterLimits keeps the limits of dir for EIPs in carried; ignored
-// counts the others (another direction, an EIP not carried here or in no
-// package, a repeated EIP).
+// FilterLimits keeps the limits of dir, the first of each EIP; ignored
+// counts the limits never applied: another direction, a repeated EIP, an
+// EIP not in carried (this node does not carry it, or it is in no
+// package). The latter are kept, as Targets uses only the carried EIPs'
+// limits: an EIP the node starts carrying after the read (its view lagged
+// the manager's) takes its limit without waiting for the next push.
 func FilterLimits(ls []bwstore.Limit, dir bwstore.Direction, carried map[netip.Addr]Carried) (map[netip.Addr]bwstore.Limit, int) {
 	out := make(map[netip.Addr]bwstore.Limit, len(ls))
 	ignored := 0
@@ -642,13 +647,12 @@ func FilterLimits(ls []bwstore.Limit, dir bwstore.Direction, carried map[netip.A
 			ignored++
 			continue
 		}
-		if _, ok := carried[l.EIP]; !ok {
-			ignored++
-			continue
-		}
 		if _, dup := out[l.EIP]; dup {
 			ignored++
 			continue
+		}
+		if _, ok := carried[l.EIP]; !ok {
+			ignored++
 		}
 		out[l.EIP] = l
 	}
