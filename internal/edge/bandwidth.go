@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/bandwidth"
@@ -37,10 +36,11 @@ type BandwidthConfig struct {
 // bwState is the reconciler's side of the bandwidth host.
 type bwState struct {
 	zone  string
-	view  atomic.Pointer[bandwidth.View]
+	view  bandwidth.View // as of the last currentView (EIPs nil: before the first commit)
 	host  *bandwidth.Host
 	ann   map[string]map[string]bool // set -> edges announcing (nil: not read yet)
 	dirty bool                       // the view must be computed again
+	ready bool                       // a commit happened: the index holds the desired state
 }
 
 // liveMembers counts the live members of set (as the agents count them,
@@ -96,21 +96,42 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 	}, addrs, func(netip.Addr) int { return n })
 }
 
-// updateBandwidth recomputes the view when a change touched it (commit,
-// SetAnnouncements; under r.mu) and kicks the host.
+// updateBandwidth kicks the host when a change touched the view (commit,
+// SetAnnouncements; under r.mu). The host computes the view again when it
+// next asks for it (currentView): a burst of commits costs one rebuild,
+// not one each (a rebuild walks every packaged EIP).
 func (r *Reconciler) updateBandwidth() {
 	if r.bw == nil || !r.bw.dirty || r.loading {
 		return
 	}
-	v, err := r.bandwidthView()
-	if err != nil {
-		r.log.Warn("bandwidth view", "err", err)
-	}
-	r.bw.dirty = false
-	r.bw.view.Store(&v)
 	if r.bw.host != nil {
 		r.bw.host.Kick()
 	}
+}
+
+// bandwidthCommitted is Commit's: the index holds the desired state.
+func (r *Reconciler) bandwidthCommitted() {
+	if r.bw != nil {
+		r.bw.ready = true
+		r.updateBandwidth()
+	}
+}
+
+// currentView returns the edge's view, computed again first if a change
+// touched it (the host's View); before the first commit, a view with
+// EIPs nil (the host changes nothing).
+func (r *Reconciler) currentView() bandwidth.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bw.dirty && r.bw.ready && !r.loading {
+		v, err := r.bandwidthView()
+		if err != nil {
+			r.log.Warn("bandwidth view", "err", err)
+		}
+		r.bw.dirty = false
+		r.bw.view = v
+	}
+	return r.bw.view
 }
 
 // SetAnnouncements takes the edges' announcements (store.WatchAnnouncements):
@@ -158,14 +179,12 @@ func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limi
 		interval = bandwidth.DefaultInterval
 	}
 	st := &bwState{zone: cfg.Zone, dirty: true}
-	st.view.Store(&bandwidth.View{}) // unknown until the first commit
-	view := func() bandwidth.View { return *st.view.Load() }
 	counters := func() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
-		return meter.counters(r.maps, time.Now(), interval/2, view().EIPs)
+		return meter.counters(r.maps, time.Now(), interval/2, r.currentView().EIPs)
 	}
 	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
 		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(counters),
-		Limits: lockedBandwidth{&r.mu, limits}, View: view, Log: log})
+		Limits: lockedBandwidth{&r.mu, limits}, View: r.currentView, Log: log})
 	if err != nil {
 		return nil, err
 	}
