@@ -74,6 +74,9 @@ func TestEdgeBandwidth(t *testing.T) {
 		t.Fatalf("static split over 2 edges: %v, want %v", got, want)
 	}
 
+	// A reading of the routes' counters to measure from.
+	time.Sleep(30 * time.Millisecond) // beyond the meter's freshness (interval/2)
+	h.Step(ctx)
 	// Traffic to .7 (its route's rx counters).
 	slot := fake.Routes()[a("198.51.100.7")].StatsIdx
 	fake.Counters[slot] = dataplane.Counters{RxBytes: 500_000, RxPackets: 500, TxBytes: 7}
