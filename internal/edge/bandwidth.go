@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +20,11 @@ import (
 // Internet -> EIP traffic (the rx counters the DDoS rate reports read,
 // rates.go), reports it to its zone (--bw-zone) and enforces the EIP's
 // ingress limit. It carries an EIP it has a route for when its set is
-// one that may see the EIP's traffic (setplan.Carriers); the static split
-// divides the EIP's share over the live members of its set.
+// one that may see the EIP's traffic (setplan.Carriers: the set serving
+// it, and during a quarantine or after a pull-out the sets it came from);
+// the static split divides the EIP's share over the live members of all
+// those sets, so the edges of every set that carries it enforce together
+// no more than the share.
 
 // DefaultBandwidthZone is the zone edges report to unless told otherwise.
 const DefaultBandwidthZone = "edge"
@@ -77,6 +81,7 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 	}
 	in := x.setplan()
 	var addrs []netip.Addr
+	sets := map[netip.Addr][3]string{}
 	for a := range x.bwOf {
 		if !a.Is4() {
 			continue
@@ -87,13 +92,29 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 		c := in.Carriers(a)
 		if c[0] == set.Name || c[1] == set.Name || c[2] == set.Name {
 			addrs = append(addrs, a)
+			sets[a] = c
 		}
 	}
-	n := liveMembers(set, r.bw.ann)
+	live := map[string]int{}
+	carriers := func(a netip.Addr) int {
+		c, n := sets[a], 0
+		for i, name := range c {
+			if name == "" || slices.Contains(c[:i], name) {
+				continue
+			}
+			if _, ok := live[name]; !ok {
+				if s, ok := x.sets[name]; ok {
+					live[name] = liveMembers(s, r.bw.ann)
+				}
+			}
+			n += live[name]
+		}
+		return n
+	}
 	return bandwidth.NewView(r.bw.zone, x.packages, func(a netip.Addr) (string, bool) {
 		p, ok := x.bwOf[a]
 		return p, ok
-	}, addrs, func(netip.Addr) int { return n })
+	}, addrs, carriers)
 }
 
 // updateBandwidth kicks the host when a change touched the view (commit,
