@@ -72,6 +72,9 @@ func PackagesFrom(st *model.State) ([]Package, []Problem) {
 		}
 	}
 	slices.Sort(names)
+	for _, o := range owners {
+		slices.Sort(o)
+	}
 	out := make([]Package, 0, len(names))
 	for _, name := range names {
 		p := st.BandwidthPackages[name]
@@ -154,9 +157,10 @@ type RegionManager struct {
 	pkgs  []Package
 	probs []Problem
 
-	force  map[string]written          // by zone
-	recent map[hostRateKey][]stampRate // recent writes per EIP, direction and zone, within Settle
-	first  bool
+	force      map[string]written          // by zone
+	staticBase map[hostRateKey]uint64      // this round: static split a zone key replaces
+	recent     map[hostRateKey][]stampRate // recent writes per EIP, direction and zone, within Settle
+	first      bool
 }
 
 type stampRate struct {
@@ -265,9 +269,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			}
 			if ok {
 				at := now.Add(-hl.Age)
-				w := written{limits: byKey(hl.Limits.Limits), at: at}
-				r.force[z] = w
-				r.remember(z, w.limits, at)
+				r.force[z] = written{limits: byKey(hl.Limits.Limits), at: at}
 			}
 		}
 		r.first = false
@@ -316,6 +318,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		next[z] = map[bwstore.RateKey]bwstore.Limit{}
 	}
 	inForce := r.possiblyInForce()
+	r.staticBase = map[hostRateKey]uint64{}
 	var in []bwalloc.EIP
 	var grants []bwalloc.Grant
 	var shares []bwalloc.HostShare
@@ -393,7 +396,6 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
 			continue
 		}
-		r.force[z] = written{limits: p1[z], at: now}
 		r.remember(z, p1[z], now)
 		st.Writes++
 	}
@@ -411,7 +413,6 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
 			continue
 		}
-		r.force[z] = written{limits: p2[z], at: now}
 		r.remember(z, p2[z], now)
 		st.Writes++
 	}
@@ -426,12 +427,23 @@ type zoneRate struct {
 	rate uint64 // bytes/s
 }
 
-// remember records the rates written to zone at `at` for the budget.
+// remember makes ls zone's limits in force from `at`; the limits they
+// replace (and they themselves) count as possibly in force below for
+// Settle more, for the budget.
 func (r *RegionManager) remember(zone string, ls map[bwstore.RateKey]bwstore.Limit, at time.Time) {
-	for k, l := range ls {
+	for k, l := range r.force[zone].limits {
 		hk := hostRateKey{k, zone}
 		r.recent[hk] = append(r.recent[hk], stampRate{at, l.RateBytes})
 	}
+	for k, l := range ls {
+		hk := hostRateKey{k, zone}
+		r.recent[hk] = append(r.recent[hk], stampRate{at, l.RateBytes})
+		if b, ok := r.staticBase[hk]; ok {
+			// The static split this limit replaces at the hosts.
+			r.recent[hk] = append(r.recent[hk], stampRate{at, b})
+		}
+	}
+	r.force[zone] = written{limits: ls, at: at}
 }
 
 // prev is the most that may be in force for key in zone: the current
@@ -515,6 +527,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc
 			base[i], _ = bits.Div64(hi, lo, t)
 		}
 		total = satAdd(total, base[i])
+		r.staticBase[w.hostRateKey] = base[i]
 	}
 	var incs uint64
 	for i, w := range want {
