@@ -850,3 +850,43 @@ func TestRegionIngressAndEgress(t *testing.T) {
 		t.Errorf("egress %d, ingress %d bytes/s: want each within the 1000000 capacity and close to it", e, i)
 	}
 }
+
+// TestRegionUncarriedTakeNothing: EIPs of a package that no zone reports
+// take no capacity from the one that is carried.
+func TestRegionUncarriedTakeNothing(t *testing.T) {
+	wd := newWorld(t, &model.BandwidthPackage{Name: "p", Capacity: 40 * mbit, EIPs: []model.PackageEIP{
+		{Address: eip1}, {Address: eip2}, {Address: eip3}, {Address: eip4}}})
+	wd.set("az1", "h1", eip1, 20_000_000)
+	for range 10 {
+		wd.step()
+	}
+	if got := wd.eipTotal(eip1); got < 40*mbit/8*99/100 || got > 40*mbit/8 {
+		t.Errorf("eip1 %d bytes/s: want (nearly) the whole capacity %d, the others are carried nowhere", got, 40*mbit/8)
+	}
+}
+
+// TestRegionConvergence: after a demand step the host limits reach the
+// fair shares within a few rounds (reports every round, no delays).
+func TestRegionConvergence(t *testing.T) {
+	wd := newWorld(t, &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{
+		{Address: eip1}, {Address: eip2}}})
+	wd.set("az1", "h1", eip1, 9_000_000)
+	wd.set("az2", "h1", eip2, 500_000)
+	for range 10 {
+		wd.step()
+	}
+	// eip2 jumps to 9 MB/s: both want more than half, so 5 MB/s each.
+	wd.set("az2", "h1", eip2, 9_000_000)
+	rounds := 0
+	for ; rounds < 20; rounds++ {
+		a, b := wd.eipTotal(eip1), wd.eipTotal(eip2)
+		if a > 4_750_000 && a < 5_250_000 && b > 4_750_000 && b < 5_250_000 {
+			break
+		}
+		wd.step()
+	}
+	t.Logf("within 5%% of the fair shares after %d rounds", rounds)
+	if rounds > 8 {
+		t.Errorf("%d rounds to converge, want at most 8", rounds)
+	}
+}

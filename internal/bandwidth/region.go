@@ -326,12 +326,22 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		p := &pkgs[pi]
 		contended := false
 		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
+			// The EIPs that are carried somewhere: reported now, within
+			// the estimator's grace, or with a limit of ours possibly in
+			// force. One that is carried nowhere takes no capacity (a
+			// host that starts carrying it reports it, and until its
+			// limit comes it holds the EIP to its static split).
 			carried := false
 			in = in[:0]
 			for _, e := range p.EIPs {
 				k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
+				d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
+				_, held := inForce[k]
+				if len(carriers[k]) == 0 && d.Expired && !held {
+					continue
+				}
 				carried = carried || len(carriers[k]) > 0
-				e.Demand = r.est.Demand(k, now, capOf(e.Max, p.Capacity)).Rate
+				e.Demand = d.Rate
 				in = append(in, e)
 			}
 			if !carried {
@@ -366,7 +376,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
 				}
 			}
-			held := r.budget(p, dir, in, want, inForce)
+			held := r.budget(p, dir, want, inForce)
 			st.Held += held
 			for _, w := range want {
 				if w.rate == 0 {
@@ -489,7 +499,7 @@ func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
 // max(possibly in force, written) ≤ capacity. inForce is
 // possiblyInForce's. It returns how many increases it held back (in part
 // or whole).
-func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc.EIP, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
 	capBytes := p.Capacity / 8
 	// Possibly in force: ours where we have written; an EIP with nothing
 	// of ours in force anywhere is at its static split (over whichever
@@ -514,7 +524,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc
 		}
 		if static == nil {
 			static = map[netip.Addr]uint64{}
-			if res, err := bwalloc.StaticSplit(p.Capacity, eips); err == nil {
+			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
 				for _, g := range res.Grants {
 					static[g.Addr] = g.Limit / 8
 				}
