@@ -346,7 +346,7 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 			}
 			continue
 		}
-		o.Log.Info("bandwidth manager: active", "key", o.Key, "holder", o.Holder)
+		o.Log.Info("bandwidth manager: active", "key", o.Key)
 		o.Metrics.setActive(true)
 		r.Activate()
 		act(ctx, cl, r, o)
