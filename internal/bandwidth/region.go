@@ -569,11 +569,6 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 	return held
 }
 
-func (p *Package) has(a netip.Addr) bool {
-	_, ok := slices.BinarySearchFunc(p.EIPs, a, func(e bwalloc.EIP, a netip.Addr) int { return e.Addr.Compare(a) })
-	return ok
-}
-
 func capOf(maxBps, capacity uint64) uint64 {
 	if maxBps == 0 {
 		return capacity

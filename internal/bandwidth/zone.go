@@ -65,20 +65,18 @@ func NewZoneManager(zone string, zoneStore, region bwstore.Store, cfg Config) (*
 	if zone == "" || zone == RegionTier {
 		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want a zone name other than %q", zone, RegionTier)
 	}
-	est, err := bwalloc.NewEstimator[hostRateKey](cfg.Estimator)
-	if err != nil {
-		return nil, err
-	}
-	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now), est: est}
+	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now)}
 	z.Activate()
 	return z, nil
 }
 
-// Activate forgets what this replica believes is in force: a newly
-// active manager reads it back from the store in its first round.
+// Activate forgets what this replica believes is in force (a newly
+// active manager reads it back from the store in its first round) and
+// its estimates (they start over from the current rates).
 func (z *ZoneManager) Activate() {
 	z.force = map[string]written{}
 	z.first = true
+	z.est, _ = bwalloc.NewEstimator[hostRateKey](z.cfg.Estimator)
 }
 
 // Round runs one zone round.
