@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/bwalloc"
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/bwstore/bwstoretest"
 	"github.com/azgate/azgate/internal/model"
@@ -888,5 +890,76 @@ func TestRegionConvergence(t *testing.T) {
 	t.Logf("within 5%% of the fair shares after %d rounds", rounds)
 	if rounds > 8 {
 		t.Errorf("%d rounds to converge, want at most 8", rounds)
+	}
+}
+
+// TestPhasesMatchPlan: the hosts phases writes first are those with a
+// decrease in bwalloc.PlanPushes, and every host with an increase is
+// written in the second phase, on random tables.
+func TestPhasesMatchPlan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1000, 0)
+	eips := []netip.Addr{eip1, eip2, eip3, eip4}
+	for range 2000 {
+		old := map[string]written{}
+		next := map[string]map[bwstore.RateKey]bwstore.Limit{}
+		for _, h := range []string{"h1", "h2", "h3", "h4"} {
+			if rng.IntN(4) > 0 {
+				m := map[bwstore.RateKey]bwstore.Limit{}
+				for _, a := range eips {
+					if rng.IntN(2) == 0 {
+						m[bwstore.RateKey{EIP: a, Dir: bwstore.Direction(1 + rng.IntN(2))}] = eLimit(a, uint64(1+rng.IntN(3)))
+					}
+				}
+				old[h] = written{limits: m, at: now}
+			}
+			if rng.IntN(4) > 0 {
+				m := map[bwstore.RateKey]bwstore.Limit{}
+				for _, a := range eips {
+					if rng.IntN(2) == 0 {
+						m[bwstore.RateKey{EIP: a, Dir: bwstore.Direction(1 + rng.IntN(2))}] = eLimit(a, uint64(1+rng.IntN(3)))
+					}
+				}
+				next[h] = m
+			}
+		}
+		p1, p2 := phases(old, next, now, 10*time.Second)
+		// The plan over the hosts in next, per direction.
+		down, up := map[string]bool{}, map[string]bool{}
+		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
+			o, n := map[bwalloc.HostKey]uint64{}, map[bwalloc.HostKey]uint64{}
+			for h, set := range next {
+				for k, l := range set {
+					if k.Dir == dir {
+						n[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
+					}
+				}
+				for k, l := range old[h].limits {
+					if k.Dir == dir {
+						o[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
+					}
+				}
+			}
+			plan := bwalloc.PlanPushes(o, n)
+			for _, d := range plan.Decreases {
+				down[d.Host] = true
+			}
+			for _, i := range plan.Increases {
+				up[i.Host] = true
+			}
+		}
+		for h := range next {
+			if (p1[h] != nil) != down[h] {
+				t.Fatalf("host %s: in the decrease phase %v, plan says %v (old %v, next %v)", h, p1[h] != nil, down[h], old[h].limits, next[h])
+			}
+			if up[h] && p2[h] == nil {
+				t.Fatalf("host %s: an increase in the plan but not written in the second phase", h)
+			}
+			for k, l := range p1[h] {
+				if o := old[h].limits[k]; l.RateBytes > o.RateBytes || l.RateBytes > next[h][k].RateBytes {
+					t.Fatalf("host %s: decrease phase %v above min(old, new)", h, l)
+				}
+			}
+		}
 	}
 }

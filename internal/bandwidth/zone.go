@@ -257,61 +257,50 @@ func (z *ZoneManager) push(ctx context.Context, active func() error, now time.Ti
 // next into the decrease phase (hosts with a lower or removed limit: the
 // new set with its increases held at their old value and its additions
 // left out) and the increase phase (the complete new sets of hosts with
-// an increase, an addition, or limits older than half the grace, which
-// are written again so they do not expire). Both through
-// bwalloc.PlanPushes, per direction.
+// an increase, an addition, a burst that changed alone, or limits older
+// than half the grace, which are written again so they do not expire).
+// Hosts not in next are left alone (their limits expire). The hosts with
+// a decrease and those with an increase are those of
+// bwalloc.PlanPushes(old, next) (TestPhasesMatchPlan), found here in one
+// pass over each host's set instead of through two maps of every
+// (host, EIP) pair: a region has hundreds of thousands.
 func phases(old map[string]written, next map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time, grace time.Duration) (p1, p2 map[string]map[bwstore.RateKey]bwstore.Limit) {
 	p1, p2 = map[string]map[bwstore.RateKey]bwstore.Limit{}, map[string]map[bwstore.RateKey]bwstore.Limit{}
-	for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
-		o, n := map[bwalloc.HostKey]uint64{}, map[bwalloc.HostKey]uint64{}
-		for h, set := range next {
-			for k, l := range set {
-				if k.Dir == dir {
-					n[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
-				}
-			}
-			// Only hosts written this round count: the old limits of a
-			// host left out expire by themselves.
-			for k, l := range old[h].limits {
-				if k.Dir == dir {
-					o[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
-				}
-			}
-		}
-		plan := bwalloc.PlanPushes(o, n)
-		for _, d := range plan.Decreases {
-			if p1[d.Host] == nil {
-				p1[d.Host] = maps.Clone(next[d.Host])
-			}
-		}
-		for _, in := range plan.Increases {
-			p2[in.Host] = next[in.Host]
-		}
-	}
-	// The decrease phase holds the host's increases at their old values.
-	for h, set := range p1 {
-		for k, l := range set {
-			ol, had := old[h].limits[k]
-			switch {
-			case !had:
-				delete(set, k)
-			case ol.RateBytes < l.RateBytes:
-				set[k] = ol
-			}
-		}
-	}
 	for h, set := range next {
-		if _, ok := p2[h]; ok {
-			continue
+		w, had := old[h]
+		down, up := false, false
+		for k, o := range w.limits {
+			if n, ok := set[k]; !ok || n.RateBytes < o.RateBytes {
+				down = true
+				break
+			}
 		}
-		if p1[h] != nil {
-			if !sameLimits(p1[h], set) {
+		for k, n := range set {
+			if o, ok := w.limits[k]; !ok || n.RateBytes > o.RateBytes {
+				up = true
+				break
+			}
+		}
+		if down {
+			// The increases held at their old value, additions left out.
+			d := make(map[bwstore.RateKey]bwstore.Limit, len(set))
+			for k, n := range set {
+				if o, ok := w.limits[k]; ok {
+					if o.RateBytes < n.RateBytes {
+						n = o
+					}
+					d[k] = n
+				}
+			}
+			p1[h] = d
+			if !sameLimits(d, set) {
 				p2[h] = set
 			}
 			continue
 		}
-		w, had := old[h]
 		switch {
+		case up:
+			p2[h] = set
 		case !had:
 			// Nothing of ours in force and nothing added: leave it alone.
 		case !sameLimits(w.limits, set):
