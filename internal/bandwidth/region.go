@@ -358,7 +358,11 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 				}
 				hs = hs[:0]
 				for _, z := range o.zones {
-					hs = append(hs, bwalloc.HostShare{Host: z.zone, Demand: r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate})
+					var d uint64
+					if len(o.zones) > 1 { // one zone takes it all, whatever its demand
+						d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
+					}
+					hs = append(hs, bwalloc.HostShare{Host: z.zone, Demand: d})
 				}
 				shares, err = bwalloc.SplitHosts(shares, g.Limit/8, hs, r.cfg.HostFloor)
 				if err != nil {
