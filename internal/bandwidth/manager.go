@@ -384,7 +384,7 @@ func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
 		st, err := r.Round(rctx, active)
 		cancel()
 		o.Metrics.round(time.Since(start), st, err)
-		if err != nil && !errors.Is(err, errNotActive) && ctx.Err() == nil {
+		if err != nil && !errors.Is(err, errNotActive) && !errors.Is(err, errNoPackages) && ctx.Err() == nil {
 			o.Log.Warn("bandwidth manager: round failed", "err", err)
 		}
 		select {

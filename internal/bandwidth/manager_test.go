@@ -963,3 +963,26 @@ func TestPhasesMatchPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionWaitsForPackages: before the desired state is read a region
+// manager writes nothing (every zone's shares would look removed).
+func TestRegionWaitsForPackages(t *testing.T) {
+	clock := newClock()
+	region := &recorder{Store: bwstore.NewMem(clock)}
+	ctx := context.Background()
+	region.Store.WriteLimits(ctx, RegionTier, "az1", 10*time.Second, bwstore.Limits{Generation: 1, Limits: []bwstore.Limit{eLimit(eip1, 1000)}})
+	region.WriteReports(ctx, RegionTier, "az1", 3*time.Second, []bwstore.Rate{egress(eip1, 500)})
+	rm, err := NewRegionManager(region, testCfg(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rm.Round(ctx, nil); !errors.Is(err, errNoPackages) {
+		t.Errorf("round before the packages: %v, want errNoPackages", err)
+	}
+	if w := region.take(); len(w) != 0 {
+		t.Errorf("%d writes before the packages were loaded", len(w))
+	}
+	if _, ok := limitOf(t, region, RegionTier, "az1", eip1, bwstore.Egress); !ok {
+		t.Error("az1's limits were removed")
+	}
+}

@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -154,9 +155,10 @@ type RegionManager struct {
 	zidx  map[string]uint16 // zone names, interned for zest's keys
 	alloc bwalloc.Allocator
 
-	mu    sync.Mutex
-	pkgs  []Package
-	probs []Problem
+	mu     sync.Mutex
+	pkgs   []Package
+	probs  []Problem
+	loaded bool // SetPackages was called: until then no round runs
 
 	force      map[string]written       // by zone
 	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
@@ -194,7 +196,7 @@ func NewRegionManager(region bwstore.Store, cfg Config) (*RegionManager, error) 
 func (r *RegionManager) SetPackages(p []Package, probs []Problem) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pkgs, r.probs = p, probs
+	r.pkgs, r.probs, r.loaded = p, probs, true
 }
 
 // SetState takes the packages from a model state (PackagesFrom) and logs
@@ -233,8 +235,13 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	var st RoundStats
 	now := r.cfg.Now()
 	r.mu.Lock()
-	pkgs, probs := r.pkgs, r.probs
+	pkgs, probs, loaded := r.pkgs, r.probs, r.loaded
 	r.mu.Unlock()
+	if !loaded {
+		// Without the packages every zone's shares would look removed:
+		// write nothing until the desired state has been read.
+		return st, errNoPackages
+	}
 	st.Problems = len(probs)
 	snap, err := r.Store.ReadReports(ctx, RegionTier)
 	if err != nil {
@@ -462,6 +469,8 @@ func (r *RegionManager) zoneIndex(z string) uint16 {
 	r.zidx[z] = i
 	return i
 }
+
+var errNoPackages = errors.New("region: the bandwidth packages are not loaded yet")
 
 type zoneRate struct {
 	hostRateKey
