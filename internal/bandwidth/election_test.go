@@ -110,8 +110,38 @@ func TestRegionManagersFailover(t *testing.T) {
 	if l, ok := limitOf(t, region, RegionTier, "az1", eip1, bwstore.Egress); !ok || l.RateBytes < 1_000_000 {
 		t.Errorf("eip1's limit %v after the takeover: want b's allocation", l)
 	}
+
+	// The key deleted behind b's back (a lost lease): b stops acting at
+	// once, and b or a new standby c takes over; never two at a time.
+	c, metC := newMgr()
+	_, doneC := run("c", c, metC)
+	time.Sleep(3 * cfg.Interval)
+	if metC.IsActive() {
+		t.Fatal("c acts while b holds the scope")
+	}
+	if _, err := st.Client.Delete(ctx, ScopeKey("region", "")); err != nil {
+		t.Fatal(err)
+	}
+	lost := false
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		ab, ac := metB.IsActive(), metC.IsActive()
+		if ab && ac {
+			t.Fatal("b and c both active")
+		}
+		lost = lost || !ab
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !lost {
+		t.Error("b never stopped acting after its key was deleted")
+	}
+	if !metB.IsActive() && !metC.IsActive() {
+		t.Error("nobody acts after the lost lease")
+	}
 	cancel()
-	if err := <-doneB; !errors.Is(err, context.Canceled) {
-		t.Fatalf("b's Run: %v", err)
+	for _, d := range []chan error{doneB, doneC} {
+		if err := <-d; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }
