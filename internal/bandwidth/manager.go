@@ -366,6 +366,16 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 
 // act runs rounds until the claim ends or ctx does.
 func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
+	// The gauge drops as soon as the claim ends, not after the round.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-cl.Done():
+			o.Metrics.setActive(false)
+		case <-stop:
+		}
+	}()
 	active := func() error {
 		if cl.Err() != nil || !time.Now().Before(cl.Deadline()) {
 			return errNotActive
