@@ -367,9 +367,10 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 // act runs rounds until the claim ends or ctx does.
 func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
 	// The gauge drops as soon as the claim ends, not after the round.
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-stopped }()
 	go func() {
+		defer close(stopped)
 		select {
 		case <-cl.Done():
 			o.Metrics.setActive(false)
