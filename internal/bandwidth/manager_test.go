@@ -986,3 +986,18 @@ func TestRegionWaitsForPackages(t *testing.T) {
 		t.Error("az1's limits were removed")
 	}
 }
+
+func TestNewZoneManagerName(t *testing.T) {
+	m := bwstore.NewMem(nil)
+	for _, z := range []string{"", "region", "a b", "-x", strings.Repeat("a", 64)} {
+		if _, err := NewZoneManager(z, m, m, Config{}); err == nil {
+			t.Errorf("zone %q accepted", z)
+		}
+	}
+	if _, err := NewZoneManager("az-1.b_2", m, m, Config{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := NewZoneManager("az1", m, m, Config{Interval: time.Second, Grace: 500 * time.Millisecond}); err == nil {
+		t.Error("a grace below the interval accepted")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ type ZoneManager struct {
 	first bool
 }
 
+// zoneName is bwstore's rule for AZ and reporter names.
+var zoneName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
 type hostRateKey struct {
 	bwstore.RateKey
 	Host string
@@ -62,8 +66,8 @@ func NewZoneManager(zone string, zoneStore, region bwstore.Store, cfg Config) (*
 	if err != nil {
 		return nil, err
 	}
-	if zone == "" || zone == RegionTier {
-		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want a zone name other than %q", zone, RegionTier)
+	if !zoneName.MatchString(zone) || zone == RegionTier {
+		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want 1-63 of [A-Za-z0-9._-], starting alphanumeric, other than %q", zone, RegionTier)
 	}
 	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now)}
 	z.Activate()
