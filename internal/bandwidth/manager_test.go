@@ -789,7 +789,7 @@ func TestRegionFailoverNoBurst(t *testing.T) {
 					}
 					sum += max(written, maxSeen["static"+a.String()])
 				}
-				if i < 2 && sum > capBytes {
+				if i < 3 && sum > capBytes {
 					t.Errorf("round %d after the takeover: what may be in force sums to %d, above %d", i, sum, capBytes)
 				}
 			}
