@@ -1,89 +1,95 @@
 package bandwidth
 
-// TEMPORARY (role helper, issue 10): the manager helper owns this file
-// (BW-CONTRACT.md); its version replaces this one at the merge, and the
-// constants below come from its manager.go then (same names and values).
-
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/azgate/azgate/internal/bwstore"
 )
 
-// Defaults of the interval and grace period (the managers' and the
-// hosts').
-const (
-	DefaultInterval = time.Second
-	DefaultGrace    = 10 * time.Second
-)
+// MaxPasswordFile bounds a store password file: a password is a line, not
+// a document.
+const MaxPasswordFile = 4096
 
-// MinBurstBytes is the least burst a limit carries: a bucket must hold a
-// few full-size packets, whatever its rate (BW-CONTRACT.md).
-const MinBurstBytes = 15_000
-
-// OpenStore opens a measurement store from a URL: "" or "mem:" is a
-// fresh in-process store (bwstore.NewMem: only useful inside one process);
-// "unix:///path/to/redis.sock", "redis://host:port" or "rediss://host:port"
-// is a Redis. The password, if any, comes from passwordFile (mode 0600 or
-// stricter), never from the URL: a command line is readable by every
-// local user.
-func OpenStore(rawURL, passwordFile string) (bwstore.Store, error) {
-	if rawURL == "" || rawURL == "mem:" {
+// OpenStore opens a measurement store by URL (docs/bandwidth.md,
+// "Managers"; shared by the agents, edges and managers):
+//
+//   - "" or "mem:": a fresh in-process store (bwstore.NewMem). It is only
+//     shared inside one process (tests, the simulator), so two processes
+//     given "mem:" do not see each other.
+//   - "unix:///path/redis.sock", "redis://host:port" or
+//     "rediss://host:port" (TLS): a Redis store (bwstore.NewRedis), one
+//     redis-server per zone.
+//
+// The password never comes in the URL (a command line is visible to every
+// local user in ps): a URL holding one is refused. passwordFile, when not
+// empty, holds it on its first line; the file must be a regular file with
+// no permission for group or others (0600 or stricter), else it is
+// refused, naming the file and its mode. The Redis connection is lazy:
+// the first call dials.
+func OpenStore(url, passwordFile string) (bwstore.Store, error) {
+	if url == "" || url == "mem:" {
 		if passwordFile != "" {
-			return nil, fmt.Errorf("bandwidth store %q: a password file is for Redis only", rawURL)
+			return nil, fmt.Errorf("bandwidth store %q: a password file (%s) is for a Redis store only", url, passwordFile)
 		}
 		return bwstore.NewMem(nil), nil
 	}
-	u, err := url.Parse(rawURL)
+	scheme, _, ok := strings.Cut(url, "://")
+	if !ok || (scheme != "unix" && scheme != "redis" && scheme != "rediss") {
+		return nil, fmt.Errorf("bandwidth store %q: want mem:, unix:///path/redis.sock, redis://host:port or rediss://host:port", url)
+	}
+	cfg, err := bwstore.RedisConfigFromURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("bandwidth store: %w", err)
+		return nil, fmt.Errorf("bandwidth store %q: %w", url, err)
 	}
-	switch u.Scheme {
-	case "unix", "redis", "rediss":
-	default:
-		return nil, fmt.Errorf("bandwidth store %q: want mem:, unix:///path/to/redis.sock, redis://host:port or rediss://host:port", rawURL)
-	}
-	if _, has := u.User.Password(); has {
-		return nil, fmt.Errorf("bandwidth store %q: a password in the URL is visible to every local user: put it in a file and give --bw-store-password-file", u.Redacted())
-	}
-	cfg, err := bwstore.RedisConfigFromURL(rawURL)
-	if err != nil {
-		return nil, err
+	if cfg.Password != "" {
+		return nil, fmt.Errorf("bandwidth store: the URL holds a password: give it in a password file instead (a command line is visible in ps)")
 	}
 	if passwordFile != "" {
-		pw, err := readSecret(passwordFile)
+		pw, err := readPasswordFile(passwordFile)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Password = pw
 	}
-	return bwstore.NewRedis(cfg)
+	r, err := bwstore.NewRedis(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bandwidth store %q: %w", url, err)
+	}
+	return r, nil
 }
 
-// readSecret reads a password file, refusing one that others may read or
-// write.
-func readSecret(path string) (string, error) {
-	fi, err := os.Stat(path)
+// readPasswordFile reads the first line of a file that only its owner may
+// read or write.
+func readPasswordFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("bandwidth store password file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return "", fmt.Errorf("bandwidth store password file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("bandwidth store password file %s: not a regular file", path)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("bandwidth store password file %s: mode %04o: others may read it; chmod 600 it", path, fi.Mode().Perm())
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("bandwidth store password file %s: mode %04o lets group or others in: chmod 600 it", path, perm)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("bandwidth store password file: %w", err)
+	if fi.Size() > MaxPasswordFile {
+		return "", fmt.Errorf("bandwidth store password file %s: %d bytes, at most %d", path, fi.Size(), MaxPasswordFile)
 	}
-	pw := strings.TrimRight(string(b), "\r\n")
-	if pw == "" {
-		return "", fmt.Errorf("bandwidth store password file %s is empty", path)
+	b := make([]byte, MaxPasswordFile+1)
+	n, err := f.Read(b)
+	if err != nil && n == 0 {
+		return "", fmt.Errorf("bandwidth store password file %s: %w", path, err)
 	}
-	return pw, nil
+	line, _, _ := strings.Cut(string(b[:n]), "\n")
+	line = strings.TrimRight(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("bandwidth store password file %s: the first line is empty", path)
+	}
+	return line, nil
 }

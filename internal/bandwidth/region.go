@@ -1,0 +1,623 @@
+package bandwidth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/azgate/azgate/internal/bwalloc"
+	"github.com/azgate/azgate/internal/bwstore"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// Package is a bandwidth package as the region manager allocates it:
+// checked against the EIPs of the region (PackagesFrom).
+type Package struct {
+	Name     string
+	Capacity uint64 // bits/s
+	Burst    time.Duration
+	EIPs     []bwalloc.EIP // sorted by address; Demand unset
+}
+
+// burstBytes is the bucket size of a share of rate bytes/s: rate × burst
+// time, at least MinBurstBytes.
+func (p *Package) burstBytes(rateBytes uint64) uint64 {
+	hi, lo := bits.Mul64(rateBytes, uint64(p.Burst))
+	if hi >= uint64(time.Second) {
+		return ^uint64(0)
+	}
+	q, _ := bits.Div64(hi, lo, uint64(time.Second))
+	return max(q, MinBurstBytes)
+}
+
+// Problem is a package entry the region manager skips, and why.
+type Problem struct {
+	Package string
+	EIP     netip.Addr // invalid: the whole package
+	Reason  string
+}
+
+func (p Problem) String() string {
+	if !p.EIP.IsValid() {
+		return fmt.Sprintf("bandwidth package %s: %s", p.Package, p.Reason)
+	}
+	return fmt.Sprintf("bandwidth package %s: EIP %s: %s", p.Package, p.EIP, p.Reason)
+}
+
+// PackagesFrom reads the packages of st and checks them again (the store
+// may hold what an older controller or a hand-written key put there): an
+// EIP that does not exist, one listed twice in a package or listed by two
+// packages, or with a min above its max is skipped (in every package that
+// lists it) and reported; a package with a capacity the allocator cannot
+// take is skipped whole. Never an error: one bad entry must not stop the
+// allocation of the others. Packages come sorted by name.
+func PackagesFrom(st *model.State) ([]Package, []Problem) {
+	var probs []Problem
+	owners := map[netip.Addr][]string{}
+	names := make([]string, 0, len(st.BandwidthPackages))
+	for name, p := range st.BandwidthPackages {
+		names = append(names, name)
+		seen := map[netip.Addr]bool{}
+		for _, e := range p.EIPs {
+			a := e.Address.Unmap()
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			owners[a] = append(owners[a], name)
+		}
+	}
+	slices.Sort(names)
+	for _, o := range owners {
+		slices.Sort(o)
+	}
+	out := make([]Package, 0, len(names))
+	for _, name := range names {
+		p := st.BandwidthPackages[name]
+		if p.Capacity == 0 || p.Capacity > bwalloc.MaxRate {
+			probs = append(probs, Problem{Package: name, Reason: fmt.Sprintf("capacity %d bit/s: want 1..%d; package skipped", p.Capacity, uint64(bwalloc.MaxRate))})
+			continue
+		}
+		pk := Package{Name: name, Capacity: p.Capacity, Burst: p.BurstTime()}
+		count := map[netip.Addr]int{}
+		for _, e := range p.EIPs {
+			count[e.Address.Unmap()]++
+		}
+		done := map[netip.Addr]bool{}
+		for _, e := range p.EIPs {
+			a := e.Address.Unmap()
+			if done[a] {
+				continue
+			}
+			done[a] = true
+			switch {
+			case !a.IsValid():
+				probs = append(probs, Problem{Package: name, EIP: a, Reason: "not an address; skipped"})
+				continue
+			case st.EIPs[a.String()] == nil:
+				probs = append(probs, Problem{Package: name, EIP: a, Reason: "no such EIP; skipped"})
+				continue
+			case count[a] > 1:
+				probs = append(probs, Problem{Package: name, EIP: a, Reason: "listed twice in the package; skipped"})
+				continue
+			case len(owners[a]) > 1:
+				probs = append(probs, Problem{Package: name, EIP: a, Reason: fmt.Sprintf("listed by packages %v; skipped in all of them", owners[a])})
+				continue
+			case e.Max != 0 && e.Min > e.Max:
+				probs = append(probs, Problem{Package: name, EIP: a, Reason: fmt.Sprintf("min %d above max %d; skipped", e.Min, e.Max)})
+				continue
+			}
+			pk.EIPs = append(pk.EIPs, bwalloc.EIP{Addr: a, Min: e.Min, Max: e.Max, Weight: e.W()})
+		}
+		slices.SortFunc(pk.EIPs, func(x, y bwalloc.EIP) int { return x.Addr.Compare(y.Addr) })
+		out = append(out, pk)
+	}
+	return out, probs
+}
+
+// RegionManager is the region manager of shared bandwidth (`azgate bwmgr
+// --scope region`). Every round it
+//
+//  1. reads the zones' reports from the region tier (each zone manager
+//     writes one, summed over its hosts), drops those older than 2
+//     intervals;
+//  2. estimates each EIP's demand per direction from the sum over the
+//     zones (bwalloc.Estimator: recent peak × 1.1, probing upward while
+//     the EIP is pinned at the limit in force) and each zone's own;
+//  3. allocates every package per direction (bwalloc.Allocator: weighted
+//     max-min fairness with min and max) and splits each EIP's limit over
+//     the zones that carry it by their demand (bwalloc.SplitHosts);
+//  4. writes each zone its shares (host = the zone), decreases first.
+//
+// Increases are budgeted so that no order of arrival below can take a
+// package over its capacity: a limit lowered within the last Settle may
+// still be in force below (a zone manager's round plus a host's poll), so
+// it counts at its old value, and an EIP with no limit of ours in force
+// counts at its static split (the hosts enforce that). Increases get what
+// the capacity leaves above those, in proportion to their size; the rest
+// waits for the next rounds, once the decreases are in force. So a newly
+// active manager (failover) with no history first reads what is in force
+// from the region tier, estimates from the current rates, and grants no
+// more than min(new, in force or static split) until its decreases have
+// settled. Not safe for concurrent use but for SetPackages.
+type RegionManager struct {
+	Store bwstore.Store // the region tier
+
+	cfg   Config
+	gens  *Generations
+	est   *bwalloc.Estimator[bwstore.RateKey]
+	zest  *bwalloc.Estimator[zoneKey]
+	zidx  map[string]uint16 // zone names, interned for zest's keys
+	alloc bwalloc.Allocator
+
+	mu     sync.Mutex
+	pkgs   []Package
+	probs  []Problem
+	loaded bool // SetPackages was called: until then no round runs
+
+	force      map[string]written       // by zone
+	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
+	hold       map[hostRateKey]holdRate // lowered limits that may still be in force below
+	first      bool
+}
+
+// holdRate is the most a zone key had before it was lowered, counted
+// as possibly in force until `until` (the write plus Settle).
+type holdRate struct {
+	rate  uint64
+	until time.Time
+}
+
+// NewRegionManager returns a region manager; cfg's zero fields default.
+func NewRegionManager(region bwstore.Store, cfg Config) (*RegionManager, error) {
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	est, err := bwalloc.NewEstimator[bwstore.RateKey](cfg.Estimator)
+	if err != nil {
+		return nil, err
+	}
+	zest, err := bwalloc.NewEstimator[zoneKey](cfg.Estimator)
+	if err != nil {
+		return nil, err
+	}
+	r := &RegionManager{Store: region, cfg: cfg, gens: NewGenerations(cfg.Now), est: est, zest: zest}
+	r.Activate()
+	return r, nil
+}
+
+// SetPackages replaces the packages allocated from the next round on.
+func (r *RegionManager) SetPackages(p []Package, probs []Problem) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pkgs, r.probs, r.loaded = p, probs, true
+}
+
+// SetState takes the packages from a model state (PackagesFrom) and logs
+// the problems that are new.
+func (r *RegionManager) SetState(st *model.State) {
+	p, probs := PackagesFrom(st)
+	r.mu.Lock()
+	old := map[string]bool{}
+	for _, x := range r.probs {
+		old[x.String()] = true
+	}
+	r.mu.Unlock()
+	for _, x := range probs {
+		if !old[x.String()] {
+			r.cfg.Log.Warn("bandwidth region manager: " + x.String())
+		}
+	}
+	r.SetPackages(p, probs)
+}
+
+// Activate forgets what this replica believes is in force; the estimates
+// start over too, so a newly active replica judges from current rates.
+func (r *RegionManager) Activate() {
+	r.force = map[string]written{}
+	r.hold = map[hostRateKey]holdRate{}
+	r.first = true
+	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
+	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
+}
+
+// Round runs one region round.
+func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundStats, error) {
+	if active == nil {
+		active = alwaysActive
+	}
+	var st RoundStats
+	now := r.cfg.Now()
+	r.mu.Lock()
+	pkgs, probs, loaded := r.pkgs, r.probs, r.loaded
+	r.mu.Unlock()
+	if !loaded {
+		// Without the packages every zone's shares would look removed:
+		// write nothing until the desired state has been read.
+		return st, errNoPackages
+	}
+	st.Problems = len(probs)
+	snap, err := r.Store.ReadReports(ctx, RegionTier)
+	if err != nil {
+		return st, fmt.Errorf("region: reading the zones' reports: %w", err)
+	}
+	// Per EIP and direction: the total and each zone's part (one map
+	// entry per EIP: this runs over every EIP of the region each round).
+	n := len(snap.Reports)
+	obs := make(map[bwstore.RateKey]*eipObs, n)
+	zones := map[string]bool{}
+	for _, rep := range snap.Reports {
+		if !r.cfg.fresh(rep) {
+			st.Stale++
+			continue
+		}
+		zones[rep.Reporter] = true
+		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
+		o := obs[k]
+		if o == nil {
+			o = &eipObs{}
+			obs[k] = o
+		}
+		o.bytes = satAdd(o.bytes, rep.BytesPerSec)
+		o.drops = satAdd(o.drops, rep.DropBytesPerSec)
+		o.zones = append(o.zones, zoneObs{zone: rep.Reporter, zi: r.zoneIndex(rep.Reporter), bytes: rep.BytesPerSec, drops: rep.DropBytesPerSec})
+	}
+	st.Reporters = len(zones)
+	// What is in force: read back from the region tier when newly active.
+	if r.first {
+		for z := range zones {
+			hl, ok, err := r.Store.ReadLimits(ctx, RegionTier, z)
+			if err != nil {
+				return st, fmt.Errorf("region: reading the limits in force of zone %s: %w", z, err)
+			}
+			if ok {
+				at := now.Add(-hl.Age)
+				r.force[z] = written{limits: byKey(hl.Limits.Limits), at: at}
+			}
+		}
+		r.first = false
+	}
+	// A zone's limits count as possibly in force for 2 graces: the zone
+	// manager pushes them until they expire here, its hosts keep them for
+	// another grace.
+	for z, w := range r.force {
+		if now.Sub(w.at) >= 2*r.cfg.Grace {
+			delete(r.force, z)
+		}
+	}
+	for k, h := range r.hold {
+		if !now.Before(h.until) {
+			delete(r.hold, k)
+		}
+	}
+	// Estimates, each with the limit in force while it was measured.
+	for k, o := range obs {
+		var lim uint64
+		for _, z := range o.zones {
+			var zl uint64
+			if w, ok := r.force[z.zone]; ok {
+				zl = w.limits[k].RateBytes
+			}
+			lim += zl
+			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: z.bytes * 8, Dropped: z.drops * 8, Limit: zl * 8})
+		}
+		r.est.Observe(k, now, bwalloc.Sample{Rate: o.bytes * 8, Dropped: o.drops * 8, Limit: lim * 8})
+	}
+	r.est.Prune(now)
+	r.zest.Prune(now)
+
+	next := map[string]map[bwstore.RateKey]bwstore.Limit{}
+	for z := range zones {
+		next[z] = map[bwstore.RateKey]bwstore.Limit{}
+	}
+	inForce := r.possiblyInForce()
+	r.staticBase = map[hostRateKey]uint64{}
+	var in []bwalloc.EIP
+	var grants []bwalloc.Grant
+	var shares, hs []bwalloc.HostShare
+	for pi := range pkgs {
+		p := &pkgs[pi]
+		contended := false
+		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
+			// The EIPs that are carried somewhere: reported now, within
+			// the estimator's grace, or with a limit of ours possibly in
+			// force. One that is carried nowhere takes no capacity (a
+			// host that starts carrying it reports it, and until its
+			// limit comes it holds the EIP to its static split).
+			carried := false
+			in = in[:0]
+			for _, e := range p.EIPs {
+				k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
+				d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
+				_, held := inForce[k]
+				o := obs[k]
+				if o == nil && d.Expired && !held {
+					continue
+				}
+				carried = carried || o != nil
+				e.Demand = d.Rate
+				in = append(in, e)
+			}
+			if !carried {
+				continue // nobody measures or enforces this direction
+			}
+			res, err := r.alloc.Package(p.Capacity, in, bwalloc.Options{}, grants)
+			if err != nil {
+				st.Problems++
+				r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
+				continue
+			}
+			grants = res.Grants
+			contended = contended || res.Contended
+			// The new zone shares, bytes/s.
+			var want []zoneRate
+			for _, g := range res.Grants {
+				k := bwstore.RateKey{EIP: g.Addr, Dir: dir}
+				o := obs[k]
+				if o == nil {
+					continue
+				}
+				hs = hs[:0]
+				for _, z := range o.zones {
+					var d uint64
+					if len(o.zones) > 1 { // one zone takes it all, whatever its demand
+						d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
+					}
+					hs = append(hs, bwalloc.HostShare{Host: z.zone, Demand: d})
+				}
+				shares, err = bwalloc.SplitHosts(shares, g.Limit/8, hs, r.cfg.HostFloor)
+				if err != nil {
+					return st, fmt.Errorf("region: package %s: splitting %s/%s: %w", p.Name, g.Addr, dir, err)
+				}
+				st.EIPs++
+				for _, s := range shares {
+					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
+				}
+			}
+			held := r.budget(p, dir, want, inForce)
+			st.Held += held
+			for _, w := range want {
+				if w.rate == 0 {
+					continue // an addition held back entirely: next round
+				}
+				next[w.Host][w.RateKey] = bwstore.Limit{EIP: w.EIP, Dir: w.Dir, RateBytes: w.rate, BurstBytes: p.burstBytes(w.rate)}
+			}
+		}
+		if contended {
+			st.Contended++
+		}
+	}
+	// Push: decreases first, then the rest. The budget already makes any
+	// order safe; the order makes room before it is used.
+	alive := map[string]written{}
+	for z, w := range r.force {
+		if now.Sub(w.at) < r.cfg.Grace {
+			alive[z] = w
+		}
+	}
+	p1, p2 := phases(alive, next, now, r.cfg.Grace)
+	st.Decreases = len(p1)
+	res := writeAll(ctx, r.Store, r.gens, active, RegionTier, r.cfg.Grace, p1, now, r.cfg.Concurrency)
+	for z, err := range res {
+		if err != nil {
+			st.PushErrors++
+			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
+			continue
+		}
+		r.remember(z, p1[z], now)
+		st.Writes++
+	}
+	if err := active(); err != nil {
+		return st, err
+	}
+	if st.PushErrors > 0 {
+		st.Held += len(p2)
+		return st, fmt.Errorf("region: %d decrease writes failed; increases held", st.PushErrors)
+	}
+	res = writeAll(ctx, r.Store, r.gens, active, RegionTier, r.cfg.Grace, p2, now, r.cfg.Concurrency)
+	for z, err := range res {
+		if err != nil {
+			st.PushErrors++
+			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
+			continue
+		}
+		r.remember(z, p2[z], now)
+		st.Writes++
+	}
+	if st.PushErrors > 0 {
+		return st, fmt.Errorf("region: %d limit writes failed", st.PushErrors)
+	}
+	return st, active()
+}
+
+// eipObs is one EIP and direction's reports in a round.
+type eipObs struct {
+	bytes, drops uint64
+	zones        []zoneObs
+}
+
+type zoneObs struct {
+	zone         string
+	zi           uint16
+	bytes, drops uint64
+}
+
+// zoneKey is an EIP and direction in one zone, the zone interned.
+type zoneKey struct {
+	bwstore.RateKey
+	zone uint16
+}
+
+// zoneIndex interns a zone name (a region has at most
+// bwstore.MaxReporters zones reporting, far below 2^16; the table is
+// rebuilt if it ever fills).
+func (r *RegionManager) zoneIndex(z string) uint16 {
+	if i, ok := r.zidx[z]; ok {
+		return i
+	}
+	if r.zidx == nil || len(r.zidx) >= 1<<16-1 {
+		r.zidx = map[string]uint16{}
+		r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
+	}
+	i := uint16(len(r.zidx))
+	r.zidx[z] = i
+	return i
+}
+
+var errNoPackages = errors.New("region: the bandwidth packages are not loaded yet")
+
+type zoneRate struct {
+	hostRateKey
+	rate uint64 // bytes/s
+}
+
+// remember makes ls zone's limits in force from `at`. A limit it lowers
+// (or removes, or the static split it replaces) keeps counting at its old
+// value for Settle more: the zone manager and the hosts may not have
+// applied the change yet.
+func (r *RegionManager) remember(zone string, ls map[bwstore.RateKey]bwstore.Limit, at time.Time) {
+	lower := func(hk hostRateKey, old, now uint64) {
+		if old <= now {
+			return
+		}
+		h := r.hold[hk]
+		if !at.Before(h.until) {
+			h.rate = 0
+		}
+		r.hold[hk] = holdRate{rate: max(h.rate, old), until: at.Add(r.cfg.Settle)}
+	}
+	for k, l := range r.force[zone].limits {
+		lower(hostRateKey{k, zone}, l.RateBytes, ls[k].RateBytes)
+	}
+	for hk, b := range r.staticBase {
+		if hk.Host == zone {
+			lower(hk, b, ls[hk.RateKey].RateBytes)
+		}
+	}
+	r.force[zone] = written{limits: ls, at: at}
+}
+
+// prev is the most that may be in force for key in zone: the current
+// limit, or one lowered within Settle.
+func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
+	var p uint64
+	ok := false
+	if w, in := r.force[hk.Host]; in {
+		if l, has := w.limits[hk.RateKey]; has {
+			p, ok = l.RateBytes, true
+		}
+	}
+	if h, in := r.hold[hk]; in {
+		p, ok = max(p, h.rate), true
+	}
+	return p, ok
+}
+
+// possiblyInForce sums, per EIP and direction, the most that may be in
+// force over the zones (prev of each zone key); computed once a round.
+func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
+	out := map[bwstore.RateKey]uint64{}
+	for _, w := range r.force {
+		for k, l := range w.limits {
+			out[k] = satAdd(out[k], l.RateBytes)
+		}
+	}
+	for hk, h := range r.hold {
+		cur := r.force[hk.Host].limits[hk.RateKey].RateBytes
+		if h.rate > cur {
+			out[hk.RateKey] = satAdd(out[hk.RateKey], h.rate-cur)
+		} else if _, ok := out[hk.RateKey]; !ok {
+			out[hk.RateKey] = 0
+		}
+	}
+	return out
+}
+
+// budget lowers the increases of one package and direction (want, in
+// place) so that the package stays within its capacity whatever is in
+// force below while the writes travel: Σ over its keys of
+// max(possibly in force, written) ≤ capacity. inForce is
+// possiblyInForce's. It returns how many increases it held back (in part
+// or whole).
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
+	capBytes := p.Capacity / 8
+	// Possibly in force: ours where we have written; an EIP with nothing
+	// of ours in force anywhere is at its static split (over whichever
+	// hosts carry it).
+	var total uint64
+	for _, e := range p.EIPs {
+		total = satAdd(total, inForce[bwstore.RateKey{EIP: e.Addr, Dir: dir}])
+	}
+	var static map[netip.Addr]uint64
+	wantTotal := map[netip.Addr]uint64{}
+	for _, w := range want {
+		wantTotal[w.EIP] += w.rate
+	}
+	base := make([]uint64, len(want))
+	for i, w := range want {
+		if v, ok := r.prev(w.hostRateKey); ok {
+			base[i] = v
+			continue
+		}
+		if _, ok := inForce[w.RateKey]; ok {
+			continue // a zone new to the EIP: an addition from 0
+		}
+		if static == nil {
+			static = map[netip.Addr]uint64{}
+			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
+				for _, g := range res.Grants {
+					static[g.Addr] = g.Limit / 8
+				}
+			}
+		}
+		// The EIP's static split, attributed to its zones as the new
+		// split is.
+		hi, lo := bits.Mul64(static[w.EIP], w.rate)
+		if t := wantTotal[w.EIP]; t > 0 && hi < t {
+			base[i], _ = bits.Div64(hi, lo, t)
+		}
+		total = satAdd(total, base[i])
+		r.staticBase[w.hostRateKey] = base[i]
+	}
+	var incs uint64
+	for i, w := range want {
+		if w.rate > base[i] {
+			incs += w.rate - base[i]
+		}
+	}
+	if incs == 0 {
+		return 0
+	}
+	var room uint64
+	if capBytes > total {
+		room = capBytes - total
+	}
+	if room >= incs {
+		return 0
+	}
+	held := 0
+	for i := range want {
+		if want[i].rate <= base[i] {
+			continue
+		}
+		inc := want[i].rate - base[i]
+		hi, lo := bits.Mul64(room, inc)
+		part, _ := bits.Div64(hi, lo, incs) // room < incs
+		want[i].rate = base[i] + part
+		held++
+	}
+	return held
+}
+
+func capOf(maxBps, capacity uint64) uint64 {
+	if maxBps == 0 {
+		return capacity
+	}
+	return min(maxBps, capacity)
+}
