@@ -19,8 +19,7 @@ import (
 // bpf_ktime_get_ns was a helper call (~35 ns per limited packet on the
 // bench VM: BENCHMARKS.md, "Bandwidth limits"). The programs learn the
 // tick and the base as read-only globals set here at load time; without
-// them (0, or an object loaded by LoadEdgeObject) they use
-// bpf_ktime_get_ns.
+// them (0: a tick this code refuses) they use bpf_ktime_get_ns.
 
 // bwClockParams are the values of bw_tick_ns and bw_clock_base.
 type bwClockParams struct {
