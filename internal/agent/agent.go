@@ -304,7 +304,9 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 	if err != nil {
 		r.errs = nil
 		r.fail(err)
-		r.updateBandwidth(st, HostWant{})
+		// The data plane keeps what it holds, and so do the bandwidth
+		// limits: an empty view would remove them and leave the EIPs
+		// still forwarded here unlimited.
 		return
 	}
 	r.want, r.backoff = &want, 0
