@@ -229,7 +229,7 @@ type Reconciler struct {
 	// Edge groups (groups.go): the announcements last read, the slot of
 	// each set, what each slot holds, the sets that fell back to members
 	// that are not live and how many times one did.
-	ann         Announcing
+	ann         setplan.Announcing
 	badAnnounce uint64 // malformed announce keys read
 	groupSlot   map[string]uint16
 	groups      map[uint16]dataplane.AgentGroup
