@@ -1027,3 +1027,101 @@ func TestWriteLimitsAboveExpiredFence(t *testing.T) {
 		t.Fatalf("generation %d, not above the fence %d", gen, ahead)
 	}
 }
+
+// TestRegionFailoverWhileSettling: the previous manager lowered a zone
+// share in its last round and died (or handed over on SIGTERM) before
+// that decrease settled below. The new manager cannot read the old value
+// back (the region tier holds the lowered one), so it must not hand the
+// freed capacity out until a decrease of that round may no longer be in
+// force below (Settle).
+func TestRegionFailoverWhileSettling(t *testing.T) {
+	wd := newWorld(t, &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{
+		{Address: eip1}, {Address: eip2}, {Address: eip3}}})
+	const capBytes = 80 * mbit / 8
+	wd.set("az1", "h1", eip1, 9_000_000)
+	wd.set("az2", "h1", eip2, 500_000)
+	wd.set("az3", "h1", eip3, 500_000)
+	for range 8 {
+		wd.step()
+	}
+	wd.region.take()
+	// What each zone key may be in force at, with the time until which
+	// it may be (a value written at t stays possible until the next
+	// write plus Settle).
+	cfg, err := testCfg(wd.clock).check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := cfg.Settle
+	seen := map[string][]struct {
+		rate  uint64
+		until time.Time
+	}{}
+	cur := map[string]uint64{}
+	for _, z := range []string{"az1", "az2", "az3"} {
+		hl, _, _ := wd.region.ReadLimits(context.Background(), RegionTier, z)
+		for _, l := range hl.Limits.Limits {
+			cur[z+"/"+l.EIP.String()] = l.RateBytes
+		}
+	}
+	record := func() {
+		now := wd.clock.Now()
+		for _, x := range wd.region.take() {
+			for _, l := range x.lim.Limits {
+				k := x.host + "/" + l.EIP.String()
+				if old, ok := cur[k]; ok && old > l.RateBytes {
+					seen[k] = append(seen[k], struct {
+						rate  uint64
+						until time.Time
+					}{old, now.Add(settle)})
+				}
+				cur[k] = l.RateBytes
+			}
+		}
+	}
+	check := func(round int) {
+		now := wd.clock.Now()
+		var sum uint64
+		for k, v := range cur {
+			m := v
+			for _, s := range seen[k] {
+				if now.Before(s.until) {
+					m = max(m, s.rate)
+				}
+			}
+			sum += m
+		}
+		if sum > capBytes {
+			t.Errorf("round %d after the takeover: what may be in force sums to %d, above %d", round, sum, capBytes)
+		}
+	}
+	// The demand moves; the old manager's last round lowers eip1.
+	wd.set("az1", "h1", eip1, 500_000)
+	wd.set("az2", "h1", eip2, 9_000_000)
+	wd.set("az3", "h1", eip3, 9_000_000)
+	wd.clock.Advance(-time.Second) // step advances after the round
+	wd.step()
+	wd.clock.Advance(-time.Second)
+	record()
+	if len(seen) == 0 {
+		t.Fatal("the old manager's last round lowered nothing: the test tests nothing")
+	}
+	wd.clock.Advance(time.Second)
+	rm2, err := NewRegionManager(wd.region, testCfg(wd.clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm2.SetPackages(wd.rm.pkgs, nil)
+	rm2.gens.Above(wd.rm.gens.Next())
+	wd.rm = rm2
+	for i := range 8 {
+		wd.step()
+		wd.clock.Advance(-time.Second)
+		record()
+		check(i)
+		wd.clock.Advance(time.Second)
+	}
+	if wd.eipTotal(eip2) <= wd.eipTotal(eip1) {
+		t.Errorf("after the takeover eip1 %d, eip2 %d: want eip2 more", wd.eipTotal(eip1), wd.eipTotal(eip2))
+	}
+}

@@ -164,6 +164,11 @@ type RegionManager struct {
 	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
 	hold       map[hostRateKey]holdRate // lowered limits that may still be in force below
 	first      bool
+	// quiet: until then no increase is granted. A newly active manager
+	// reads back what the previous one wrote last, not what that write
+	// lowered: a decrease written within Settle before the takeover may
+	// not be in force below yet (SIGTERM hands over in milliseconds).
+	quiet time.Time
 }
 
 // holdRate is the most a zone key had before it was lowered, counted
@@ -223,6 +228,7 @@ func (r *RegionManager) Activate() {
 	r.force = map[string]written{}
 	r.hold = map[hostRateKey]holdRate{}
 	r.first = true
+	r.quiet = time.Time{}
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
@@ -279,6 +285,9 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			if ok {
 				at := now.Add(-hl.Age)
 				r.force[z] = written{limits: byKey(hl.Limits.Limits), at: at}
+				if q := at.Add(r.cfg.Settle); q.After(r.quiet) {
+					r.quiet = q
+				}
 			}
 		}
 		r.first = false
@@ -380,7 +389,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
 				}
 			}
-			held := r.budget(p, dir, want, inForce)
+			held := r.budget(p, dir, want, inForce, now.Before(r.quiet))
 			st.Held += held
 			for _, w := range want {
 				if w.rate == 0 {
@@ -543,9 +552,10 @@ func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
 // place) so that the package stays within its capacity whatever is in
 // force below while the writes travel: Σ over its keys of
 // max(possibly in force, written) ≤ capacity. inForce is
-// possiblyInForce's. It returns how many increases it held back (in part
-// or whole).
-func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
+// possiblyInForce's. quiet holds every increase (room 0: see
+// RegionManager.quiet). It returns how many increases it held back (in
+// part or whole).
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64, quiet bool) int {
 	capBytes := p.Capacity / 8
 	// Possibly in force: ours where we have written; an EIP with nothing
 	// of ours in force anywhere is at its static split (over whichever
@@ -595,7 +605,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 		return 0
 	}
 	var room uint64
-	if capBytes > total {
+	if capBytes > total && !quiet {
 		room = capBytes - total
 	}
 	if room >= incs {
