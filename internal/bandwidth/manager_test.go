@@ -1125,3 +1125,21 @@ func TestRegionFailoverWhileSettling(t *testing.T) {
 		t.Errorf("after the takeover eip1 %d, eip2 %d: want eip2 more", wd.eipTotal(eip1), wd.eipTotal(eip2))
 	}
 }
+
+// TestZoneHugeRate: a report's rates are whatever a host wrote; one above
+// 2^61 bytes/s must read as a lot of demand, not wrap (× 8) to an idle EIP.
+func TestZoneHugeRate(t *testing.T) {
+	clock := newClock()
+	s := newZoneSetup(t, bwstore.NewMem(clock), clock)
+	s.report(t, "h1", egress(eip1, 1<<62))
+	s.report(t, "h2", egress(eip1, 1_000_000))
+	s.share(t, eLimit(eip1, 10_000_000))
+	if _, err := s.z.Round(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	l1, _ := limitOf(t, s.zs, "az1", "h1", eip1, bwstore.Egress)
+	l2, _ := limitOf(t, s.zs, "az1", "h2", eip1, bwstore.Egress)
+	if l1.RateBytes <= l2.RateBytes {
+		t.Errorf("eip1 split h1 %d (reports 2^62 bytes/s), h2 %d (1000000): want h1 more", l1.RateBytes, l2.RateBytes)
+	}
+}

@@ -314,9 +314,9 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 				zl = w.limits[k].RateBytes
 			}
 			lim += zl
-			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: z.bytes * 8, Dropped: z.drops * 8, Limit: zl * 8})
+			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
 		}
-		r.est.Observe(k, now, bwalloc.Sample{Rate: o.bytes * 8, Dropped: o.drops * 8, Limit: lim * 8})
+		r.est.Observe(k, now, bwalloc.Sample{Rate: bitRate(o.bytes), Dropped: bitRate(o.drops), Limit: bitRate(lim)})
 	}
 	r.est.Prune(now)
 	r.zest.Prune(now)

@@ -166,7 +166,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		if w, ok := z.force[hk.Host]; ok {
 			lim = w.limits[hk.RateKey].RateBytes * 8
 		}
-		z.est.Observe(hk, now, bwalloc.Sample{Rate: r.BytesPerSec * 8, Dropped: r.DropBytesPerSec * 8, Limit: lim})
+		z.est.Observe(hk, now, bwalloc.Sample{Rate: bitRate(r.BytesPerSec), Dropped: bitRate(r.DropBytesPerSec), Limit: lim})
 	}
 	z.est.Prune(now)
 	// 3. The zone's shares from the region.
@@ -361,6 +361,15 @@ func byKey(ls []bwstore.Limit) map[bwstore.RateKey]bwstore.Limit {
 		m[bwstore.RateKey{EIP: l.EIP.Unmap(), Dir: l.Dir}] = l
 	}
 	return m
+}
+
+// bitRate is bytes/s as bits/s, saturating: a report's rates are
+// whatever a host wrote, and a wrapped product would read as an idle EIP.
+func bitRate(bytes uint64) uint64 {
+	if bytes > ^uint64(0)/8 {
+		return ^uint64(0)
+	}
+	return bytes * 8
 }
 
 func satAdd(a, b uint64) uint64 {
