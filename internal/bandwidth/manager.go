@@ -217,6 +217,7 @@ type Metrics struct {
 	Reporters  prometheus.Gauge
 	PushErrors prometheus.Counter
 	Problems   prometheus.Gauge
+	Malformed  prometheus.Gauge
 	Active     prometheus.Gauge
 	active     atomic.Bool
 }
@@ -245,10 +246,12 @@ func NewMetrics(scope, zone string) *Metrics {
 			Help: "Limit writes that failed.", ConstLabels: l}),
 		Problems: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_package_problems",
 			Help: "Package entries skipped in the last round (an EIP that does not exist, or listed by two packages).", ConstLabels: l}),
+		Malformed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_malformed_reports",
+			Help: "Reports in the store that no azgate writer can have written, left out in the last round.", ConstLabels: l}),
 		Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_active",
 			Help: "1 while this replica holds its scope and acts, 0 while it stands by.", ConstLabels: l}),
 	}
-	m.Registry.MustRegister(m.RoundTime, m.Rounds, m.EIPs, m.Contended, m.Reporters, m.PushErrors, m.Problems, m.Active)
+	m.Registry.MustRegister(m.RoundTime, m.Rounds, m.EIPs, m.Contended, m.Reporters, m.PushErrors, m.Problems, m.Malformed, m.Active)
 	return m
 }
 
@@ -271,6 +274,7 @@ func (m *Metrics) IsActive() bool { return m != nil && m.active.Load() }
 type RoundStats struct {
 	Reporters  int // fresh reporters (hosts; zones for the region)
 	Stale      int // reports ignored as older than 2 intervals
+	Malformed  int // reports the store left out as malformed (bwstore.Snapshot.Malformed)
 	EIPs       int // EIP and direction pairs given limits
 	Contended  int // contended packages (region)
 	Problems   int // package entries skipped (region)
@@ -295,6 +299,19 @@ func (m *Metrics) round(took time.Duration, st RoundStats, err error) {
 	m.Reporters.Set(float64(st.Reporters))
 	m.PushErrors.Add(float64(st.PushErrors))
 	m.Problems.Set(float64(st.Problems))
+	m.Malformed.Set(float64(st.Malformed))
+}
+
+// malformed counts the reports the store left out as malformed and logs
+// them when their number changes (not every round: a corrupt entry stays
+// until its TTL or an operator removes it). last is the manager's count
+// of the previous round.
+func malformed(log *slog.Logger, az string, snap bwstore.Snapshot, last *int, st *RoundStats) {
+	st.Malformed = len(snap.Malformed)
+	if st.Malformed != *last && st.Malformed > 0 {
+		log.Warn("bandwidth manager: malformed reports left out", "az", az, "count", st.Malformed, "first", snap.Malformed[:min(len(snap.Malformed), 3)])
+	}
+	*last = st.Malformed
 }
 
 // Rounder is one manager's work: Activate resets what a newly active

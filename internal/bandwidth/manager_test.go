@@ -481,8 +481,8 @@ func TestZoneRoundRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Reporters != 2 || st.Writes != 2 {
-		t.Errorf("stats %+v: want 2 reporters and 2 writes", st)
+	if st.Reporters != 2 || st.Writes != 2 || st.Malformed != 0 {
+		t.Errorf("stats %+v: want 2 reporters, 2 writes, nothing malformed", st)
 	}
 	l1, ok1 := limitOf(t, r, "az1", "h1", eip1, bwstore.Egress)
 	l2, ok2 := limitOf(t, r, "az1", "h2", eip1, bwstore.Egress)
@@ -1141,5 +1141,43 @@ func TestZoneHugeRate(t *testing.T) {
 	l2, _ := limitOf(t, s.zs, "az1", "h2", eip1, bwstore.Egress)
 	if l1.RateBytes <= l2.RateBytes {
 		t.Errorf("eip1 split h1 %d (reports 2^62 bytes/s), h2 %d (1000000): want h1 more", l1.RateBytes, l2.RateBytes)
+	}
+}
+
+// TestZoneMalformedReportsCounted: a report the store holds but no writer
+// can have written (here a reporter name that is not one, put straight
+// into a real redis-server) is left out and counted in the round's
+// stats and the metric; the good reports still count.
+func TestZoneMalformedReportsCounted(t *testing.T) {
+	r, _ := bwstoretest.Redis(t)
+	ctx := context.Background()
+	if err := r.Client().SAdd(ctx, "azg:bw:az1:reporters", "not a name!").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock := newClock()
+	s := newZoneSetup(t, r, clock)
+	s.z.cfg.Metrics = NewMetrics("az", "az1")
+	s.report(t, "h1", egress(eip1, 3_000_000))
+	s.share(t, eLimit(eip1, 8_000_000))
+	st, err := s.z.Round(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Malformed != 1 || st.Reporters != 1 || st.Writes != 1 {
+		t.Errorf("stats %+v: want 1 malformed, 1 reporter, 1 write", st)
+	}
+	s.z.cfg.Metrics.round(0, st, nil)
+	mfs, err := s.z.cfg.Metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "azgate_bwmgr_malformed_reports" {
+			g = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if g != 1 {
+		t.Errorf("azgate_bwmgr_malformed_reports %v, want 1", g)
 	}
 }

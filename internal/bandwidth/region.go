@@ -169,6 +169,7 @@ type RegionManager struct {
 	// lowered: a decrease written within Settle before the takeover may
 	// not be in force below yet (SIGTERM hands over in milliseconds).
 	quiet time.Time
+	bad   int // malformed reports in the last round (logged on change)
 }
 
 // holdRate is the most a zone key had before it was lowered, counted
@@ -253,6 +254,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	if err != nil {
 		return st, fmt.Errorf("region: reading the zones' reports: %w", err)
 	}
+	malformed(r.cfg.Log, RegionTier, snap, &r.bad, &st)
 	// Per EIP and direction: the total and each zone's part (one map
 	// entry per EIP: this runs over every EIP of the region each round).
 	n := len(snap.Reports)

@@ -44,6 +44,7 @@ type ZoneManager struct {
 	est   *bwalloc.Estimator[hostRateKey]
 	force map[string]written // by host: what we last wrote (or read back)
 	first bool
+	bad   int // malformed reports in the last round (logged on change)
 }
 
 // zoneName is bwstore's rule for AZ and reporter names.
@@ -94,6 +95,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 	if err != nil {
 		return st, fmt.Errorf("zone %s: reading reports: %w", z.Zone, err)
 	}
+	malformed(z.cfg.Log, z.Zone, snap, &z.bad, &st)
 	// 1. Fresh reports only, per host and key.
 	type sum struct{ bytes, packets, drops uint64 }
 	sums := map[bwstore.RateKey]*sum{}
