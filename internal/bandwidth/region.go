@@ -259,13 +259,13 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	// entry per EIP: this runs over every EIP of the region each round).
 	n := len(snap.Reports)
 	obs := make(map[bwstore.RateKey]*eipObs, n)
-	zones := map[string]bool{}
+	zones := map[string]int{} // fresh reports of each zone: its next set's size at most
 	for _, rep := range snap.Reports {
 		if !r.cfg.fresh(rep) {
 			st.Stale++
 			continue
 		}
-		zones[rep.Reporter] = true
+		zones[rep.Reporter]++
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
 		o := obs[k]
 		if o == nil {
@@ -324,8 +324,8 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	r.zest.Prune(now)
 
 	next := map[string]map[bwstore.RateKey]bwstore.Limit{}
-	for z := range zones {
-		next[z] = map[bwstore.RateKey]bwstore.Limit{}
+	for z, n := range zones {
+		next[z] = make(map[bwstore.RateKey]bwstore.Limit, n) // sized: no rehash while a round fills it
 	}
 	inForce := r.possiblyInForce()
 	r.staticBase = map[hostRateKey]uint64{}
@@ -533,7 +533,11 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 // possiblyInForce sums, per EIP and direction, the most that may be in
 // force over the zones (prev of each zone key); computed once a round.
 func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
-	out := map[bwstore.RateKey]uint64{}
+	n := 0
+	for _, w := range r.force {
+		n = max(n, len(w.limits))
+	}
+	out := make(map[bwstore.RateKey]uint64, n)
 	for _, w := range r.force {
 		for k, l := range w.limits {
 			out[k] = satAdd(out[k], l.RateBytes)

@@ -100,14 +100,14 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 	type sum struct{ bytes, packets, drops uint64 }
 	sums := map[bwstore.RateKey]*sum{}
 	carriers := map[bwstore.RateKey][]string{}
-	hosts := map[string]bool{}
+	hosts := map[string]int{} // fresh rows of each host: its next set's size at most
 	rateOf := map[hostRateKey]bwstore.Rate{}
 	for _, r := range snap.Reports {
 		if !z.cfg.fresh(r) {
 			st.Stale++
 			continue
 		}
-		hosts[r.Reporter] = true
+		hosts[r.Reporter]++
 		k := bwstore.RateKey{EIP: r.EIP, Dir: r.Dir}
 		s := sums[k]
 		if s == nil {
@@ -201,7 +201,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		for _, s := range shares {
 			m := next[s.Host]
 			if m == nil {
-				m = map[bwstore.RateKey]bwstore.Limit{}
+				m = make(map[bwstore.RateKey]bwstore.Limit, hosts[s.Host]) // sized: no rehash while it fills
 				next[s.Host] = m
 			}
 			// A rate of 0 would read as "no limit" at the host: at
