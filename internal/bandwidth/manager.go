@@ -388,14 +388,20 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 
 // act runs rounds until the claim ends or ctx does.
 func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
-	// The gauge drops as soon as the claim ends, not after the round.
+	// The gauge drops as soon as the claim ends, not after the round, and
+	// the round's calls end with it: at the deadline unless a renewal
+	// moved it (Claim.Done). Not at the deadline the round started with:
+	// the lease is renewed every third of its TTL, so that one is 1.5 to
+	// 2.5 s ahead with the default lease, less than a 100k-EIP round.
+	cctx, ccancel := context.WithCancel(ctx)
 	stop, stopped := make(chan struct{}), make(chan struct{})
-	defer func() { close(stop); <-stopped }()
+	defer func() { close(stop); <-stopped; ccancel() }()
 	go func() {
 		defer close(stopped)
 		select {
 		case <-cl.Done():
 			o.Metrics.setActive(false)
+			ccancel()
 		case <-stop:
 		}
 	}()
@@ -412,10 +418,9 @@ func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
 			return
 		}
 		start := time.Now()
-		// A round never outlives the claim: its calls end at the deadline.
-		rctx, cancel := context.WithDeadline(ctx, cl.Deadline())
-		st, err := r.Round(rctx, active)
-		cancel()
+		// A round never outlives the claim: cctx ends with it, and every
+		// write checks active() first.
+		st, err := r.Round(cctx, active)
 		o.Metrics.round(time.Since(start), st, err)
 		if err != nil && !errors.Is(err, errNotActive) && !errors.Is(err, errNoPackages) && ctx.Err() == nil {
 			o.Log.Warn("bandwidth manager: round failed", "err", err)
