@@ -1181,3 +1181,72 @@ func TestZoneMalformedReportsCounted(t *testing.T) {
 		t.Errorf("azgate_bwmgr_malformed_reports %v, want 1", g)
 	}
 }
+
+// TestRegionZoneNewToEIPCountsStatic: a zone that starts carrying an EIP
+// other zones already have limits for (a guest migrating) enforces the
+// EIP's static split there until its first share arrives; the budget
+// must count that, not 0, or the package goes over its capacity.
+func TestRegionZoneNewToEIPCountsStatic(t *testing.T) {
+	wd := newWorld(t, &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{
+		{Address: eip1}, {Address: eip2}}})
+	const capBytes = 80 * mbit / 8
+	const static = capBytes / 2 // each EIP's static split
+	cfg, err := testCfg(wd.clock).check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.set("az1", "h1", eip1, 9_000_000)
+	wd.set("az2", "h1", eip2, 9_000_000)
+	for range 8 {
+		wd.step()
+	}
+	wd.region.take()
+	type was struct {
+		rate  uint64
+		until time.Time
+	}
+	cur := map[string]uint64{} // zone/EIP: the zone's share
+	old := map[string][]was{}  // values it had, possibly in force until
+	for _, z := range []string{"az1", "az2", "az3"} {
+		hl, _, _ := wd.region.ReadLimits(context.Background(), RegionTier, z)
+		for _, l := range hl.Limits.Limits {
+			cur[z+"/"+l.EIP.String()] = l.RateBytes
+		}
+	}
+	// az3 starts carrying eip1: on its static split until a share comes.
+	wd.set("az3", "h1", eip1, 9_000_000)
+	cur["az3/"+eip1.String()] = static
+	start := wd.clock.Now()
+	for i := range 8 {
+		wd.step()
+		now := wd.clock.Now().Add(-time.Second)
+		for _, x := range wd.region.take() {
+			for _, l := range x.lim.Limits {
+				k := x.host + "/" + l.EIP.String()
+				if c, ok := cur[k]; ok && c > l.RateBytes {
+					old[k] = append(old[k], was{c, now.Add(cfg.Settle)})
+				}
+				cur[k] = l.RateBytes
+			}
+		}
+		var sum uint64
+		for k, v := range cur {
+			m := v
+			for _, o := range old[k] {
+				if now.Before(o.until) {
+					m = max(m, o.rate)
+				}
+			}
+			sum += m
+		}
+		// The first Settle is what no manager can prevent: az3's host
+		// went to its static split before any manager knew (the region
+		// lowers az1's share in round 0, in force below Settle later).
+		if now.Sub(start) >= cfg.Settle && sum > capBytes {
+			t.Errorf("round %d after az3 started carrying eip1: what may be in force sums to %d, above %d", i, sum, capBytes)
+		}
+	}
+	if _, ok := limitOf(t, wd.zstore["az3"], "az3", "h1", eip1, bwstore.Egress); !ok {
+		t.Error("az3's host never got a limit for eip1")
+	}
+}

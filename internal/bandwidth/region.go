@@ -581,9 +581,6 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 			base[i] = v
 			continue
 		}
-		if _, ok := inForce[w.RateKey]; ok {
-			continue // a zone new to the EIP: an addition from 0
-		}
 		if static == nil {
 			static = map[netip.Addr]uint64{}
 			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
@@ -592,11 +589,18 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 				}
 			}
 		}
-		// The EIP's static split, attributed to its zones as the new
-		// split is.
-		hi, lo := bits.Mul64(static[w.EIP], w.rate)
-		if t := wantTotal[w.EIP]; t > 0 && hi < t {
-			base[i], _ = bits.Div64(hi, lo, t)
+		if _, ok := inForce[w.RateKey]; ok {
+			// A zone new to an EIP other zones have limits of ours for
+			// (a guest that moved): until its share comes its hosts
+			// enforce the EIP's static split, not 0.
+			base[i] = static[w.EIP]
+		} else {
+			// Nothing of ours anywhere: the EIP's static split,
+			// attributed to its zones as the new split is.
+			hi, lo := bits.Mul64(static[w.EIP], w.rate)
+			if t := wantTotal[w.EIP]; t > 0 && hi < t {
+				base[i], _ = bits.Div64(hi, lo, t)
+			}
 		}
 		total = satAdd(total, base[i])
 		r.staticBase[w.hostRateKey] = base[i]
