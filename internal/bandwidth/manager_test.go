@@ -1250,3 +1250,60 @@ func TestRegionZoneNewToEIPCountsStatic(t *testing.T) {
 		t.Error("az3's host never got a limit for eip1")
 	}
 }
+
+// TestZoneShiftNoOvershoot: demand moves between two hosts that carry one
+// EIP (edges, every round). The hosts poll at their own times, so until a
+// poll interval after a write the old value may still be in force; the
+// hosts' limits, each counted at the most it may be, never sum above the
+// zone's share, and the split follows the demand in the end.
+func TestZoneShiftNoOvershoot(t *testing.T) {
+	clock := newClock()
+	s := newZoneSetup(t, bwstore.NewMem(clock), clock)
+	const share = 10_000_000
+	type was struct {
+		rate  uint64
+		until time.Time
+	}
+	cur := map[string]uint64{}
+	old := map[string][]was{}
+	round := func(i int, d1, d2 uint64) {
+		s.report(t, "h1", egress(eip1, d1))
+		s.report(t, "h2", egress(eip1, d2))
+		s.share(t, eLimit(eip1, share))
+		if _, err := s.z.Round(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		now := clock.Now()
+		for _, x := range s.zs.take() {
+			for _, l := range x.lim.Limits {
+				if c, ok := cur[x.host]; ok && c != l.RateBytes {
+					old[x.host] = append(old[x.host], was{c, now.Add(time.Second)}) // one poll interval
+				}
+				cur[x.host] = l.RateBytes
+			}
+		}
+		var sum uint64
+		for h, v := range cur {
+			m := v
+			for _, o := range old[h] {
+				if now.Before(o.until) {
+					m = max(m, o.rate)
+				}
+			}
+			sum += m
+		}
+		if sum > share {
+			t.Errorf("round %d: the hosts' limits may sum to %d, above the share %d", i, sum, share)
+		}
+		clock.Advance(time.Second)
+	}
+	for i := range 5 {
+		round(i, 9_000_000, 1_000_000)
+	}
+	for i := range 10 {
+		round(5+i, 1_000_000, 9_000_000)
+	}
+	if cur["h2"] <= cur["h1"] {
+		t.Errorf("after the shift h1 %d, h2 %d: want h2 more", cur["h1"], cur["h2"])
+	}
+}
