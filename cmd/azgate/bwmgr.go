@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -118,15 +117,9 @@ func runBwmgr(f bwmgrFlags) error {
 		h, _ := os.Hostname()
 		f.name = fmt.Sprintf("%s/%d", h, os.Getpid())
 	}
-	token := ""
-	if f.metricsToken != "" {
-		b, err := os.ReadFile(f.metricsToken)
-		if err != nil {
-			return fmt.Errorf("--metrics-token-file: %w", err)
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return fmt.Errorf("--metrics-token-file %s is empty", f.metricsToken)
-		}
+	token, err := readMetricsToken(f.metricsToken)
+	if err != nil {
+		return err
 	}
 	region, err := bandwidth.OpenStore(f.regionURL, f.regionPW)
 	if err != nil {
@@ -182,7 +175,7 @@ func runBwmgr(f bwmgrFlags) error {
 		go followPackages(ctx, st, rm, log)
 	}
 	if f.metricsListen != "" {
-		go serveBwmgrMetrics(ctx, f.metricsListen, token, met, log)
+		go nodemetrics.ServeRegistry(ctx, f.metricsListen, met.Registry, token, log)
 	}
 	err = bandwidth.Run(ctx, st, r, bandwidth.RunOptions{Key: bandwidth.ScopeKey(f.scope, f.zone), Holder: f.name,
 		Claim: store.ClaimOptions{TTL: f.leaseTTL}, Interval: f.interval, Log: log, Metrics: met})
@@ -206,17 +199,5 @@ func followPackages(ctx context.Context, st store.Follower, rm *bandwidth.Region
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
-	}
-}
-
-func serveBwmgrMetrics(ctx context.Context, addr, token string, m *bandwidth.Metrics, log *slog.Logger) {
-	srv := &http.Server{Addr: addr, Handler: nodemetrics.Handler(m.Registry, token), ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("metrics listener", "addr", addr, "err", err)
 	}
 }

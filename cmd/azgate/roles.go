@@ -93,17 +93,20 @@ func (d *daemonFlags) openBandwidthStore() (bwstore.Store, error) {
 }
 
 // readMetricsToken reads --metrics-token-file ("" when unset).
-func (d *daemonFlags) readMetricsToken() (string, error) {
-	if d.metricsToken == "" {
+func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
+
+// readMetricsToken reads a --metrics-token-file ("" when path is).
+func readMetricsToken(path string) (string, error) {
+	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(d.metricsToken)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("--metrics-token-file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("--metrics-token-file %s is empty", d.metricsToken)
+		return "", fmt.Errorf("--metrics-token-file %s is empty", path)
 	}
 	return tok, nil
 }

@@ -152,3 +152,52 @@ func TestRegionManagersFailover(t *testing.T) {
 		}
 	}
 }
+
+// slowRound is a Rounder whose first round outlasts the claim's deadline
+// as it stood when the round began (while the claim is renewed all
+// along), then reports its context's state.
+type slowRound struct {
+	took time.Duration
+	errs chan error
+}
+
+func (s *slowRound) Activate() {}
+
+func (s *slowRound) Round(ctx context.Context, active func() error) (RoundStats, error) {
+	select {
+	case <-time.After(s.took):
+	case <-ctx.Done():
+	}
+	select {
+	case s.errs <- errors.Join(ctx.Err(), active()):
+	default:
+	}
+	return RoundStats{}, nil
+}
+
+// TestRunLongRoundKeepsItsContext: a round may take longer than the
+// claim's deadline at its start (a 100k-EIP region round takes seconds;
+// the default lease leaves 1.5 to 2.5 s): as long as the claim is renewed
+// its calls must not be cancelled, else every push of such a round fails.
+func TestRunLongRoundKeepsItsContext(t *testing.T) {
+	st := embeddedtest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &slowRound{took: 1500 * time.Millisecond, errs: make(chan error, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, st, r, RunOptions{Key: ScopeKey("region", ""), Holder: "a",
+			Claim: store.ClaimOptions{TTL: time.Second, Margin: 300 * time.Millisecond}, Interval: 100 * time.Millisecond,
+			Log: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case err := <-r.errs:
+		if err != nil {
+			t.Errorf("a round longer than the deadline at its start, with the claim renewed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no round")
+	}
+	cancel()
+	<-done
+}

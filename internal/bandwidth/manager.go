@@ -217,6 +217,7 @@ type Metrics struct {
 	Reporters  prometheus.Gauge
 	PushErrors prometheus.Counter
 	Problems   prometheus.Gauge
+	Malformed  prometheus.Gauge
 	Active     prometheus.Gauge
 	active     atomic.Bool
 }
@@ -245,10 +246,12 @@ func NewMetrics(scope, zone string) *Metrics {
 			Help: "Limit writes that failed.", ConstLabels: l}),
 		Problems: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_package_problems",
 			Help: "Package entries skipped in the last round (an EIP that does not exist, or listed by two packages).", ConstLabels: l}),
+		Malformed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_malformed_reports",
+			Help: "Reports in the store that no azgate writer can have written, left out in the last round.", ConstLabels: l}),
 		Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "azgate_bwmgr_active",
 			Help: "1 while this replica holds its scope and acts, 0 while it stands by.", ConstLabels: l}),
 	}
-	m.Registry.MustRegister(m.RoundTime, m.Rounds, m.EIPs, m.Contended, m.Reporters, m.PushErrors, m.Problems, m.Active)
+	m.Registry.MustRegister(m.RoundTime, m.Rounds, m.EIPs, m.Contended, m.Reporters, m.PushErrors, m.Problems, m.Malformed, m.Active)
 	return m
 }
 
@@ -271,6 +274,7 @@ func (m *Metrics) IsActive() bool { return m != nil && m.active.Load() }
 type RoundStats struct {
 	Reporters  int // fresh reporters (hosts; zones for the region)
 	Stale      int // reports ignored as older than 2 intervals
+	Malformed  int // reports the store left out as malformed (bwstore.Snapshot.Malformed)
 	EIPs       int // EIP and direction pairs given limits
 	Contended  int // contended packages (region)
 	Problems   int // package entries skipped (region)
@@ -295,6 +299,19 @@ func (m *Metrics) round(took time.Duration, st RoundStats, err error) {
 	m.Reporters.Set(float64(st.Reporters))
 	m.PushErrors.Add(float64(st.PushErrors))
 	m.Problems.Set(float64(st.Problems))
+	m.Malformed.Set(float64(st.Malformed))
+}
+
+// malformed counts the reports the store left out as malformed and logs
+// them when their number changes (not every round: a corrupt entry stays
+// until its TTL or an operator removes it). last is the manager's count
+// of the previous round.
+func malformed(log *slog.Logger, az string, snap bwstore.Snapshot, last *int, st *RoundStats) {
+	st.Malformed = len(snap.Malformed)
+	if st.Malformed != *last && st.Malformed > 0 {
+		log.Warn("bandwidth manager: malformed reports left out", "az", az, "count", st.Malformed, "first", snap.Malformed[:min(len(snap.Malformed), 3)])
+	}
+	*last = st.Malformed
 }
 
 // Rounder is one manager's work: Activate resets what a newly active
@@ -371,14 +388,20 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 
 // act runs rounds until the claim ends or ctx does.
 func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
-	// The gauge drops as soon as the claim ends, not after the round.
+	// The gauge drops as soon as the claim ends, not after the round, and
+	// the round's calls end with it: at the deadline unless a renewal
+	// moved it (Claim.Done). Not at the deadline the round started with:
+	// the lease is renewed every third of its TTL, so that one is 1.5 to
+	// 2.5 s ahead with the default lease, less than a 100k-EIP round.
+	cctx, ccancel := context.WithCancel(ctx)
 	stop, stopped := make(chan struct{}), make(chan struct{})
-	defer func() { close(stop); <-stopped }()
+	defer func() { close(stop); <-stopped; ccancel() }()
 	go func() {
 		defer close(stopped)
 		select {
 		case <-cl.Done():
 			o.Metrics.setActive(false)
+			ccancel()
 		case <-stop:
 		}
 	}()
@@ -395,10 +418,9 @@ func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
 			return
 		}
 		start := time.Now()
-		// A round never outlives the claim: its calls end at the deadline.
-		rctx, cancel := context.WithDeadline(ctx, cl.Deadline())
-		st, err := r.Round(rctx, active)
-		cancel()
+		// A round never outlives the claim: cctx ends with it, and every
+		// write checks active() first.
+		st, err := r.Round(cctx, active)
 		o.Metrics.round(time.Since(start), st, err)
 		if err != nil && !errors.Is(err, errNotActive) && !errors.Is(err, errNoPackages) && ctx.Err() == nil {
 			o.Log.Warn("bandwidth manager: round failed", "err", err)

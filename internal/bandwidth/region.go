@@ -164,6 +164,12 @@ type RegionManager struct {
 	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
 	hold       map[hostRateKey]holdRate // lowered limits that may still be in force below
 	first      bool
+	// quiet: until then no increase is granted. A newly active manager
+	// reads back what the previous one wrote last, not what that write
+	// lowered: a decrease written within Settle before the takeover may
+	// not be in force below yet (SIGTERM hands over in milliseconds).
+	quiet time.Time
+	bad   int // malformed reports in the last round (logged on change)
 }
 
 // holdRate is the most a zone key had before it was lowered, counted
@@ -223,6 +229,7 @@ func (r *RegionManager) Activate() {
 	r.force = map[string]written{}
 	r.hold = map[hostRateKey]holdRate{}
 	r.first = true
+	r.quiet = time.Time{}
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
@@ -247,17 +254,18 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	if err != nil {
 		return st, fmt.Errorf("region: reading the zones' reports: %w", err)
 	}
+	malformed(r.cfg.Log, RegionTier, snap, &r.bad, &st)
 	// Per EIP and direction: the total and each zone's part (one map
 	// entry per EIP: this runs over every EIP of the region each round).
 	n := len(snap.Reports)
 	obs := make(map[bwstore.RateKey]*eipObs, n)
-	zones := map[string]bool{}
+	zones := map[string]int{} // fresh reports of each zone: its next set's size at most
 	for _, rep := range snap.Reports {
 		if !r.cfg.fresh(rep) {
 			st.Stale++
 			continue
 		}
-		zones[rep.Reporter] = true
+		zones[rep.Reporter]++
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
 		o := obs[k]
 		if o == nil {
@@ -279,6 +287,9 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			if ok {
 				at := now.Add(-hl.Age)
 				r.force[z] = written{limits: byKey(hl.Limits.Limits), at: at}
+				if q := at.Add(r.cfg.Settle); q.After(r.quiet) {
+					r.quiet = q
+				}
 			}
 		}
 		r.first = false
@@ -305,16 +316,16 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 				zl = w.limits[k].RateBytes
 			}
 			lim += zl
-			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: z.bytes * 8, Dropped: z.drops * 8, Limit: zl * 8})
+			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
 		}
-		r.est.Observe(k, now, bwalloc.Sample{Rate: o.bytes * 8, Dropped: o.drops * 8, Limit: lim * 8})
+		r.est.Observe(k, now, bwalloc.Sample{Rate: bitRate(o.bytes), Dropped: bitRate(o.drops), Limit: bitRate(lim)})
 	}
 	r.est.Prune(now)
 	r.zest.Prune(now)
 
 	next := map[string]map[bwstore.RateKey]bwstore.Limit{}
-	for z := range zones {
-		next[z] = map[bwstore.RateKey]bwstore.Limit{}
+	for z, n := range zones {
+		next[z] = make(map[bwstore.RateKey]bwstore.Limit, n) // sized: no rehash while a round fills it
 	}
 	inForce := r.possiblyInForce()
 	r.staticBase = map[hostRateKey]uint64{}
@@ -380,7 +391,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
 				}
 			}
-			held := r.budget(p, dir, want, inForce)
+			held := r.budget(p, dir, want, inForce, now.Before(r.quiet))
 			st.Held += held
 			for _, w := range want {
 				if w.rate == 0 {
@@ -522,7 +533,11 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 // possiblyInForce sums, per EIP and direction, the most that may be in
 // force over the zones (prev of each zone key); computed once a round.
 func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
-	out := map[bwstore.RateKey]uint64{}
+	n := 0
+	for _, w := range r.force {
+		n = max(n, len(w.limits))
+	}
+	out := make(map[bwstore.RateKey]uint64, n)
 	for _, w := range r.force {
 		for k, l := range w.limits {
 			out[k] = satAdd(out[k], l.RateBytes)
@@ -543,9 +558,10 @@ func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
 // place) so that the package stays within its capacity whatever is in
 // force below while the writes travel: Σ over its keys of
 // max(possibly in force, written) ≤ capacity. inForce is
-// possiblyInForce's. It returns how many increases it held back (in part
-// or whole).
-func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
+// possiblyInForce's. quiet holds every increase (room 0: see
+// RegionManager.quiet). It returns how many increases it held back (in
+// part or whole).
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64, quiet bool) int {
 	capBytes := p.Capacity / 8
 	// Possibly in force: ours where we have written; an EIP with nothing
 	// of ours in force anywhere is at its static split (over whichever
@@ -565,9 +581,6 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 			base[i] = v
 			continue
 		}
-		if _, ok := inForce[w.RateKey]; ok {
-			continue // a zone new to the EIP: an addition from 0
-		}
 		if static == nil {
 			static = map[netip.Addr]uint64{}
 			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
@@ -576,11 +589,18 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 				}
 			}
 		}
-		// The EIP's static split, attributed to its zones as the new
-		// split is.
-		hi, lo := bits.Mul64(static[w.EIP], w.rate)
-		if t := wantTotal[w.EIP]; t > 0 && hi < t {
-			base[i], _ = bits.Div64(hi, lo, t)
+		if _, ok := inForce[w.RateKey]; ok {
+			// A zone new to an EIP other zones have limits of ours for
+			// (a guest that moved): until its share comes its hosts
+			// enforce the EIP's static split, not 0.
+			base[i] = static[w.EIP]
+		} else {
+			// Nothing of ours anywhere: the EIP's static split,
+			// attributed to its zones as the new split is.
+			hi, lo := bits.Mul64(static[w.EIP], w.rate)
+			if t := wantTotal[w.EIP]; t > 0 && hi < t {
+				base[i], _ = bits.Div64(hi, lo, t)
+			}
 		}
 		total = satAdd(total, base[i])
 		r.staticBase[w.hostRateKey] = base[i]
@@ -595,7 +615,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 		return 0
 	}
 	var room uint64
-	if capBytes > total {
+	if capBytes > total && !quiet {
 		room = capBytes - total
 	}
 	if room >= incs {

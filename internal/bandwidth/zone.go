@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/bits"
 	"regexp"
 	"slices"
 	"sync"
@@ -24,7 +25,10 @@ import (
 //     proportion to their demand estimates (bwalloc.SplitHosts; each
 //     reporter's demand through a bwalloc.Estimator keyed by EIP,
 //     direction and host);
-//  4. writes each host its limits: first the hosts whose limits go down
+//  4. budgets each EIP's increases so that the hosts' limits, a lowered
+//     one counted at its old value until the host has polled, never sum
+//     above the share (budget);
+//  5. writes each host its limits: first the hosts whose limits go down
 //     (with increases of the same host held at their old value), and once
 //     every one of those writes succeeded, the increases
 //     (bwalloc.PlanPushes). If a decrease fails the increases wait for
@@ -42,8 +46,10 @@ type ZoneManager struct {
 	cfg   Config
 	gens  *Generations
 	est   *bwalloc.Estimator[hostRateKey]
-	force map[string]written // by host: what we last wrote (or read back)
+	force map[string]written       // by host: what we last wrote (or read back)
+	hold  map[hostRateKey]holdRate // lowered host limits that may still be in force
 	first bool
+	bad   int // malformed reports in the last round (logged on change)
 }
 
 // zoneName is bwstore's rule for AZ and reporter names.
@@ -79,6 +85,7 @@ func NewZoneManager(zone string, zoneStore, region bwstore.Store, cfg Config) (*
 // its estimates (they start over from the current rates).
 func (z *ZoneManager) Activate() {
 	z.force = map[string]written{}
+	z.hold = map[hostRateKey]holdRate{}
 	z.first = true
 	z.est, _ = bwalloc.NewEstimator[hostRateKey](z.cfg.Estimator)
 }
@@ -94,18 +101,19 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 	if err != nil {
 		return st, fmt.Errorf("zone %s: reading reports: %w", z.Zone, err)
 	}
+	malformed(z.cfg.Log, z.Zone, snap, &z.bad, &st)
 	// 1. Fresh reports only, per host and key.
 	type sum struct{ bytes, packets, drops uint64 }
 	sums := map[bwstore.RateKey]*sum{}
 	carriers := map[bwstore.RateKey][]string{}
-	hosts := map[string]bool{}
+	hosts := map[string]int{} // fresh rows of each host: its next set's size at most
 	rateOf := map[hostRateKey]bwstore.Rate{}
 	for _, r := range snap.Reports {
 		if !z.cfg.fresh(r) {
 			st.Stale++
 			continue
 		}
-		hosts[r.Reporter] = true
+		hosts[r.Reporter]++
 		k := bwstore.RateKey{EIP: r.EIP, Dir: r.Dir}
 		s := sums[k]
 		if s == nil {
@@ -166,7 +174,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		if w, ok := z.force[hk.Host]; ok {
 			lim = w.limits[hk.RateKey].RateBytes * 8
 		}
-		z.est.Observe(hk, now, bwalloc.Sample{Rate: r.BytesPerSec * 8, Dropped: r.DropBytesPerSec * 8, Limit: lim})
+		z.est.Observe(hk, now, bwalloc.Sample{Rate: bitRate(r.BytesPerSec), Dropped: bitRate(r.DropBytesPerSec), Limit: lim})
 	}
 	z.est.Prune(now)
 	// 3. The zone's shares from the region.
@@ -199,7 +207,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		for _, s := range shares {
 			m := next[s.Host]
 			if m == nil {
-				m = map[bwstore.RateKey]bwstore.Limit{}
+				m = make(map[bwstore.RateKey]bwstore.Limit, hosts[s.Host]) // sized: no rehash while it fills
 				next[s.Host] = m
 			}
 			// A rate of 0 would read as "no limit" at the host: at
@@ -215,7 +223,101 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 			next[h] = map[bwstore.RateKey]bwstore.Limit{}
 		}
 	}
+	st.Held += z.budget(zl.Limits.Limits, carriers, next, now)
 	return z.push(ctx, active, now, next, st)
+}
+
+// hostSettle is how long a host limit the zone manager lowered may still
+// be in force at the host: its poll (an interval) and margin, Settle
+// less the zone round the region's Settle also counts.
+func (z *ZoneManager) hostSettle() time.Duration { return max(z.cfg.Settle-z.cfg.Interval, 0) }
+
+// budget lowers, in next, the increases of each EIP's split so that the
+// hosts' limits never sum above the zone's share while the writes
+// travel: the hosts poll at their own times, so a host may apply its
+// increase before another applies the decrease that made room for it
+// (demand moving between the edges that carry an EIP, every round). A
+// limit lowered within hostSettle counts at its old value; increases get
+// what the share leaves above those, in proportion to their size. A host
+// with no limit of ours for the EIP counts at 0: the zone does not know
+// the packages, so not the static split it is on (the region counts
+// that). It returns how many increases it held back (in part or whole).
+func (z *ZoneManager) budget(shares []bwstore.Limit, carriers map[bwstore.RateKey][]string, next map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time) int {
+	for hk, h := range z.hold {
+		if !now.Before(h.until) {
+			delete(z.hold, hk)
+		}
+	}
+	// The hosts that may hold a limit of ours for an EIP: the carriers,
+	// and those with a lowered one still held.
+	held := map[bwstore.RateKey][]string{}
+	for hk := range z.hold {
+		held[hk.RateKey] = append(held[hk.RateKey], hk.Host)
+	}
+	inForce := func(hk hostRateKey) uint64 {
+		var v uint64
+		if w, ok := z.force[hk.Host]; ok {
+			v = w.limits[hk.RateKey].RateBytes
+		}
+		return max(v, z.hold[hk].rate)
+	}
+	n := 0
+	for _, l := range shares {
+		k := bwstore.RateKey{EIP: l.EIP, Dir: l.Dir}
+		cs := carriers[k]
+		if len(cs) == 0 {
+			continue
+		}
+		var total, incs uint64
+		for _, h := range cs {
+			b := inForce(hostRateKey{k, h})
+			total = satAdd(total, b)
+			if r := next[h][k].RateBytes; r > b {
+				incs += r - b
+			}
+		}
+		for _, h := range held[k] {
+			if !slices.Contains(cs, h) {
+				total = satAdd(total, inForce(hostRateKey{k, h}))
+			}
+		}
+		var room uint64
+		if l.RateBytes > total {
+			room = l.RateBytes - total
+		}
+		if incs == 0 || room >= incs {
+			continue
+		}
+		for _, h := range cs {
+			nl := next[h][k]
+			b := inForce(hostRateKey{k, h})
+			if nl.RateBytes <= b {
+				continue
+			}
+			hi, lo := bits.Mul64(room, nl.RateBytes-b)
+			part, _ := bits.Div64(hi, lo, incs) // room < incs
+			rate := max(b+part, 1)
+			nl.BurstBytes = scaleBurst(nl.BurstBytes, rate, nl.RateBytes)
+			nl.RateBytes = rate
+			next[h][k] = nl
+			n++
+		}
+	}
+	return n
+}
+
+// remember makes ls host's limits in force from now; a limit it lowers
+// or removes keeps counting at its old value for hostSettle.
+func (z *ZoneManager) remember(h string, ls map[bwstore.RateKey]bwstore.Limit, now time.Time) {
+	if d := z.hostSettle(); d > 0 {
+		for k, o := range z.force[h].limits {
+			if n := ls[k].RateBytes; n < o.RateBytes {
+				hk := hostRateKey{k, h}
+				z.hold[hk] = holdRate{rate: max(o.RateBytes, z.hold[hk].rate), until: now.Add(d)}
+			}
+		}
+	}
+	z.force[h] = written{limits: ls, at: now}
 }
 
 // push writes the new limits, decreases first.
@@ -229,7 +331,7 @@ func (z *ZoneManager) push(ctx context.Context, active func() error, now time.Ti
 			z.cfg.Log.Warn("bandwidth zone manager: limits not written", "zone", z.Zone, "host", h, "err", err)
 			continue
 		}
-		z.force[h] = written{limits: p1[h], at: now}
+		z.remember(h, p1[h], now)
 		st.Writes++
 	}
 	if err := active(); err != nil {
@@ -248,7 +350,7 @@ func (z *ZoneManager) push(ctx context.Context, active func() error, now time.Ti
 			z.cfg.Log.Warn("bandwidth zone manager: limits not written", "zone", z.Zone, "host", h, "err", err)
 			continue
 		}
-		z.force[h] = written{limits: p2[h], at: now}
+		z.remember(h, p2[h], now)
 		st.Writes++
 	}
 	if st.PushErrors > 0 {
@@ -361,6 +463,15 @@ func byKey(ls []bwstore.Limit) map[bwstore.RateKey]bwstore.Limit {
 		m[bwstore.RateKey{EIP: l.EIP.Unmap(), Dir: l.Dir}] = l
 	}
 	return m
+}
+
+// bitRate is bytes/s as bits/s, saturating: a report's rates are
+// whatever a host wrote, and a wrapped product would read as an idle EIP.
+func bitRate(bytes uint64) uint64 {
+	if bytes > ^uint64(0)/8 {
+		return ^uint64(0)
+	}
+	return bytes * 8
 }
 
 func satAdd(a, b uint64) uint64 {

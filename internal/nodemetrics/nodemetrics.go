@@ -25,6 +25,12 @@ import (
 func Serve(ctx context.Context, addr, role, token string, get func() model.NodeStatus, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(statusCollector{role: role, get: get})
+	ServeRegistry(ctx, addr, reg, token, log)
+}
+
+// ServeRegistry serves reg's metrics on addr (Handler, with the server's
+// timeouts and header bound) until ctx ends.
+func ServeRegistry(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
 	srv := &http.Server{Addr: addr, Handler: Handler(reg, token), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() {
