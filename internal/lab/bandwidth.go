@@ -379,27 +379,29 @@ func isBWServer(pid int, dir string) bool {
 	return err == nil && cwd == dir
 }
 
-// stopBW stops the lab's bandwidth managers, then its redis-servers, each
-// by the PID recorded at start (SIGTERM, SIGKILL after 10 s) and only
-// while the PID is still that process, and removes the stores'
-// directories. Safe on a lab without them or half started.
-func stopBW(stateDir string) error {
-	dir := filepath.Join(stateDir, "bw")
-	var st bwState
-	if b, err := os.ReadFile(filepath.Join(dir, "state.json")); err == nil {
-		if err := json.Unmarshal(b, &st); err != nil {
-			return fmt.Errorf("lab: %s: %w", filepath.Join(dir, "state.json"), err)
-		}
-	}
-	abs, _ := filepath.Abs(stateDir)
+// stopBWManagers stops the lab's bandwidth managers by the PIDs recorded
+// at start (SIGTERM, SIGKILL after 10 s), only while each PID is still
+// that manager. Run it while the store (etcd) is up: a manager stopping
+// releases its election there, and would wait for a store that is gone.
+func stopBWManagers(stateDir string) error {
+	st, err := readBWState(stateDir)
 	var wg sync.WaitGroup
 	for _, m := range st.Managers {
-		if isBWManager(m.PID, abs) || isBWManager(m.PID, stateDir) {
+		if isBWManager(m.PID, stateDir) {
 			wg.Add(1)
 			go func() { defer wg.Done(); killWait(m.PID, 10*time.Second) }()
 		}
 	}
 	wg.Wait()
+	return err
+}
+
+// stopBWServers stops the lab's redis-servers by their PIDs (only while
+// each PID is still a redis-server in its directory) and removes their
+// directories. Both are safe on a lab without them or half started.
+func stopBWServers(stateDir string) error {
+	st, err := readBWState(stateDir)
+	var wg sync.WaitGroup
 	for _, s := range st.Servers {
 		if isBWServer(s.PID, s.Dir) {
 			wg.Add(1)
@@ -407,5 +409,21 @@ func stopBW(stateDir string) error {
 		}
 	}
 	wg.Wait()
-	return os.RemoveAll(dir)
+	return errors.Join(err, os.RemoveAll(filepath.Join(stateDir, "bw")))
+}
+
+func readBWState(stateDir string) (bwState, error) {
+	var st bwState
+	p := filepath.Join(stateDir, "bw", "state.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return st, nil
+		}
+		return st, fmt.Errorf("lab: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("lab: %s: %w", p, err)
+	}
+	return st, nil
 }

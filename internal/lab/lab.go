@@ -622,14 +622,19 @@ func Down(cfg Config) error {
 	// Every process inside a lab namespace (roles, services, anything
 	// started with lab exec) goes, then the controller.
 	killInNamespaces(names)
+	// The bandwidth managers outside the namespaces (those in an AZ's
+	// went with it) by PID, while etcd is still up.
+	if err := stopBWManagers(cfg.StateDir); err != nil {
+		errs = append(errs, err)
+	}
 	if b, err := os.ReadFile(filepath.Join(cfg.StateDir, "controller.pid")); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isAzgate(pid) {
 			killWait(pid, 10*time.Second)
 		}
 	}
-	// The bandwidth managers and stores outside the namespaces (those in
-	// an AZ's namespace went with it) by PID, and their directories.
-	if err := stopBW(cfg.StateDir); err != nil {
+	// The bandwidth stores outside the namespaces by PID, and their
+	// directories.
+	if err := stopBWServers(cfg.StateDir); err != nil {
 		errs = append(errs, err)
 	}
 	// The etcd members last: a role stopping revokes its status lease.
