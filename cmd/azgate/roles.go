@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/agent"
+	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/health"
@@ -50,6 +52,10 @@ type daemonFlags struct {
 	metricsToken  string // file
 	logLevel      string
 	etcdAuth      store.ClientAuth
+	// Shared bandwidth (docs/bandwidth.md, "Hosts: measurement and
+	// enforcement").
+	bwStore, bwPasswordFile string
+	bwInterval, bwGrace     time.Duration
 }
 
 func (d *daemonFlags) add(c *cobra.Command) {
@@ -64,7 +70,26 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&d.bwStore, "bw-store", "", "shared bandwidth: the zone's measurement store, unix:///path/redis.sock or redis://host:port (mem: an in-process store, for tests); empty: bandwidth reporting and enforcement off (docs/bandwidth.md)")
+	f.StringVar(&d.bwPasswordFile, "bw-store-password-file", "", "file holding the --bw-store password (mode 0600 or stricter; never on the command line)")
+	f.DurationVar(&d.bwInterval, "bw-interval", bandwidth.DefaultInterval, "shared bandwidth: report per-EIP rates and poll the limits this often")
+	f.DurationVar(&d.bwGrace, "bw-grace", bandwidth.DefaultGrace, "shared bandwidth: keep limits the store cannot confirm this long, then fall back to the package's static split")
 	addEtcdAuthFlags(c, &d.etcdAuth)
+}
+
+// openBandwidthStore opens --bw-store (nil when unset: bandwidth off).
+func (d *daemonFlags) openBandwidthStore() (bwstore.Store, error) {
+	if d.bwStore == "" {
+		if d.bwPasswordFile != "" {
+			return nil, fmt.Errorf("--bw-store-password-file without --bw-store")
+		}
+		return nil, nil
+	}
+	s, err := bandwidth.OpenStore(d.bwStore, d.bwPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("--bw-store: %w", err)
+	}
+	return s, nil
 }
 
 // readMetricsToken reads --metrics-token-file ("" when unset).
@@ -116,7 +141,7 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource, healthSource, arpGateway string
+		var icmpSource, healthSource, arpGateway, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
 		var eipMax, ctMax uint32
@@ -203,6 +228,14 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					return fmt.Errorf("--rate-floor-pps, --rate-floor-bps, --rate-floor-syn and --rate-top must be positive")
 				}
 				cfg.Rates = rates
+				bws, err := df.openBandwidthStore()
+				if err != nil {
+					return err
+				}
+				if bws != nil {
+					defer bws.Close()
+					cfg.Bandwidth = edge.BandwidthConfig{Store: bws, Zone: bwZone, Interval: df.bwInterval, Grace: df.bwGrace}
+				}
 				if arpGateway != "" {
 					a, err := netip.ParseAddr(arpGateway)
 					if err != nil || !a.Is4() {
@@ -251,6 +284,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().Float64Var(&rates.FloorBPS, "rate-floor-bps", edge.DefaultRateFloorBPS, "DDoS detection: report an EIP when it receives at least this many bits/s")
 		c.Flags().Float64Var(&rates.FloorSYN, "rate-floor-syn", edge.DefaultRateFloorSYN, "DDoS detection: report an EIP when it receives at least this many TCP SYNs/s")
 		c.Flags().IntVar(&rates.TopN, "rate-top", edge.DefaultRateTopN, "DDoS detection: at most this many EIPs per report, the highest packet rates")
+		c.Flags().StringVar(&bwZone, "bw-zone", edge.DefaultBandwidthZone, "shared bandwidth: the zone of the --bw-store the edge reports its ingress to (every edge of the region uses the same)")
 		c.Flags().DurationVar(&syncCfg.JoinTimeout, "sync-join-timeout", 0, "a starting edge that finds no live peer for this long is the first of its set and ready without a full copy (default 10s)")
 		return c
 	})
@@ -281,6 +315,14 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 						return fmt.Errorf("--local-prefix %q: %w", p, err)
 					}
 					cfg.LocalPrefixes = append(cfg.LocalPrefixes, pp.Masked())
+				}
+				bws, err := df.openBandwidthStore()
+				if err != nil {
+					return err
+				}
+				if bws != nil {
+					defer bws.Close()
+					cfg.Bandwidth = agent.BandwidthConfig{Store: bws, Interval: df.bwInterval, Grace: df.bwGrace}
 				}
 				ctx, cancel := signalContext()
 				defer cancel()

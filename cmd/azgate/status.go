@@ -83,6 +83,11 @@ func printStatus(w io.Writer, st *client.Status, now time.Time) {
 		}
 	}
 	for _, n := range nodes {
+		if n.Bandwidth != nil {
+			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, bandwidthLine(n.Bandwidth))
+		}
+	}
+	for _, n := range nodes {
 		for _, e := range n.Errors {
 			fmt.Fprintf(w, "%s %s: %s\n", n.Role, n.Name, e)
 		}
@@ -102,6 +107,27 @@ func arpLine(a *model.ARPStatus, now time.Time) string {
 		return fmt.Sprintf("answers no ARP on %s (in no set, or drained) for %s", on, ago(now, a.Since))
 	}
 	return fmt.Sprintf("ARP standby for %s on %s (another member owns it) for %s", a.Scope, on, ago(now, a.Since))
+}
+
+// bandwidthLine says where a node's bandwidth limits come from
+// (docs/bandwidth.md, "Hosts: measurement and enforcement").
+func bandwidthLine(b *model.BandwidthStatus) string {
+	static := 0
+	for _, e := range b.EIPs {
+		if e.Mode == "static" {
+			static++
+		}
+	}
+	n := len(b.EIPs) + b.EIPsLeftOut
+	src := "static split (no limits from a manager)"
+	if b.Mode == "managed" {
+		src = fmt.Sprintf("managed, limits %s old (generation %d)", (time.Duration(b.LimitsAgeMS) * time.Millisecond).Round(100*time.Millisecond), b.Generation)
+	}
+	out := fmt.Sprintf("bandwidth %s in zone %s: %s; %d packaged EIPs limited", b.Direction, b.Zone, src, n)
+	if static > 0 && b.Mode == "managed" {
+		out += fmt.Sprintf(", %d of them on the static split", static)
+	}
+	return out
 }
 
 // ago is how long ago t was, rounded for people.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
@@ -201,6 +202,8 @@ type Config struct {
 	Version        string
 	Log            *slog.Logger
 	NoRetry        bool // tests: no background retries
+	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).
+	Bandwidth BandwidthConfig
 }
 
 // Reconciler keeps AgentMaps equal to the desired state.
@@ -232,6 +235,8 @@ type Reconciler struct {
 	groups      map[uint16]dataplane.AgentGroup
 	fallback    map[string]bool
 	fallbacks   uint64
+
+	bw *bwState // shared bandwidth (bandwidth.go); nil: off
 }
 
 // NewReconciler adopts what the maps already hold.
@@ -299,10 +304,12 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 	if err != nil {
 		r.errs = nil
 		r.fail(err)
+		r.updateBandwidth(st, HostWant{})
 		return
 	}
 	r.want, r.backoff = &want, 0
 	r.apply(rev)
+	r.updateBandwidth(st, want)
 }
 
 // apply programs r.want; a failure schedules another try (a guest's
@@ -623,10 +630,24 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		}
 	}
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
+	var bw *bandwidth.Host
+	if cfg.Bandwidth.Store != nil {
+		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, dp, cfg.Log.With("part", "bandwidth")); err != nil {
+			return err
+		}
+		go bw.Run(ctx)
+	} else {
+		bandwidth.ClearLimits(dp, cfg.Log)
+	}
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, nil)
 		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
+		if bw != nil {
+			var errs []string
+			ns.Bandwidth, errs = bw.NodeStatus()
+			ns.Errors = append(ns.Errors, errs...)
+		}
 		return ns
 	}
 	// The edges' announcements decide which members of each set are live

@@ -260,25 +260,8 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 	return out, d.gen, edges
 }
 
-// carriers returns the sets that may see a's traffic ("" where none): the
-// one serving a now, the one that would without a's quarantine, and the
-// one without its pull-out as well (the prefix set it came from). Traffic
-// moves between these sets while the routes converge, and the detector
-// must keep seeing a flood that follows a quarantined address to the
-// quarantine set.
-func carriers(in setplan.Input, a netip.Addr) [3]string {
-	var c [3]string
-	c[0], _, _ = in.Serving(a)
-	// The same sets with a neither quarantined nor (then) pulled out;
-	// in itself is left as it is.
-	unquarantined := setplan.Input{Sets: in.Sets}
-	if d, ok := in.PulledOut[a]; ok {
-		unquarantined.PulledOut = map[netip.Addr]string{a: d}
-	}
-	c[1], _, _ = unquarantined.Serving(a)
-	c[2], _, _ = setplan.Input{Sets: in.Sets}.Serving(a)
-	return c
-}
+// carriers returns the sets that may see a's traffic (setplan.Carriers).
+func carriers(in setplan.Input, a netip.Addr) [3]string { return in.Carriers(a) }
 
 // campaign takes the DDoS scope and decides while it holds it; it
 // campaigns again when the claim is lost.

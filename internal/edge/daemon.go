@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/bgp"
 	"github.com/azgate/azgate/internal/connsync"
 	"github.com/azgate/azgate/internal/dataplane"
@@ -213,9 +214,28 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 	}()
 
+	// Shared bandwidth (bandwidth.go) reads the counters the rate
+	// reports read, through one meter.
+	meter := newRateMeter(cfg.Rates)
+	var bw *bandwidth.Host
+	if cfg.Bandwidth.Store != nil {
+		blog := log.With("part", "bandwidth")
+		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, meter, dp, blog); err != nil {
+			return err
+		}
+		go watchBandwidthAnnouncements(ctx, st, rec, blog)
+		go bw.Run(ctx)
+	} else {
+		bandwidth.ClearLimits(dp, log)
+	}
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, cfg.Interfaces)
+		if bw != nil {
+			var errs []string
+			ns.Bandwidth, errs = bw.NodeStatus()
+			ns.Errors = append(ns.Errors, errs...)
+		}
 		// The names only (never the paths): the controller refuses a
 		// service naming a command that a live edge does not list.
 		ns.HealthCommands = cfg.HealthCommands.Names()
@@ -261,7 +281,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	ratesDone := make(chan struct{})
 	go func() {
 		defer close(ratesDone)
-		runRateReports(ctx, cfg.Rates, cfg.Name, dp, st, log.With("part", "rates"))
+		runRateReports(ctx, meter, cfg.Name, dp, st, log.With("part", "rates"))
 	}()
 	defer func() { <-ratesDone }() // its lease is revoked while st is open
 	if metricsListen != "" {

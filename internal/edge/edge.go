@@ -87,6 +87,8 @@ type Config struct {
 	ARP ARPConfig
 	// Rates: the per-EIP rate reports for DDoS detection (rates.go).
 	Rates RateConfig
+	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).
+	Bandwidth BandwidthConfig
 }
 
 // Reconciler keeps an EdgeMaps equal to the desired state. It is a
@@ -129,6 +131,7 @@ type Reconciler struct {
 	retry      *time.Timer         // pending retry of a failed commit
 	backoff    time.Duration
 	stopped    bool
+	bw         *bwState // shared bandwidth (bandwidth.go); nil: off
 	// OnApplied is called after each successful commit.
 	OnApplied func(rev int64)
 	// OnTargets receives the backends to health-check after each change
@@ -205,6 +208,9 @@ func (r *Reconciler) note(c change) {
 	if c.spoof {
 		r.spoofDirty = true
 	}
+	if c.bw && r.bw != nil {
+		r.bw.dirty = true
+	}
 	if r.loading {
 		return
 	}
@@ -226,7 +232,11 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 	r.lastRev = rev
 	if resync {
 		r.full, r.lbDirty, r.fwDirty, r.spoofDirty = true, true, true, true
+		if r.bw != nil {
+			r.bw.dirty = true
+		}
 	}
+	r.updateBandwidth()
 	r.commit()
 }
 

@@ -31,6 +31,10 @@ type index struct {
 	fw      map[string]*model.FirewallRule
 	fwAddrs map[netip.Addr]int
 	fwSets  int
+	// The bandwidth packages (bandwidth.go) and the package of each of
+	// their EIPs.
+	packages map[string]*model.BandwidthPackage
+	bwOf     map[netip.Addr]string
 }
 
 type hostEntry struct {
@@ -50,7 +54,8 @@ func newIndex() *index {
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
 		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
 		limits: map[[4]byte]model.Limits{},
-		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{}}
+		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
+		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{}}
 }
 
 func (x *index) intern(s string) string {
@@ -68,6 +73,7 @@ type change struct {
 	lb     bool       // services, their health or hosts changed
 	fw     bool       // the firewall's plan may change
 	spoof  bool       // the anti-spoofing prefixes may change (sets, services, hosts)
+	bw     bool       // the packaged EIPs the edge carries may change (bandwidth.go)
 }
 
 // put records a validated object (model.DecodeStored).
@@ -100,7 +106,8 @@ func (x *index) put(kind, key string, o model.Object) change {
 		}
 		_, routed := x.eips[k]
 		fw := (routed != wasRouted || x.pulled[k] != wasPulled) && x.fwTouches(o.Address)
-		return change{eip: o.Address, fw: fw}
+		_, packaged := x.bwOf[o.Address]
+		return change{eip: o.Address, fw: fw, bw: packaged}
 	case *model.Host:
 		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
 		for _, g := range o.Guests {
@@ -109,10 +116,10 @@ func (x *index) put(kind, key string, o model.Object) change {
 			}
 		}
 		x.hosts[x.intern(o.Name)] = e
-		return change{routes: true, lb: len(x.services) > 0, spoof: true}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case *model.EdgeSet:
 		x.sets[key] = o
-		return change{fw: x.fwSets > 0, spoof: true} // applyConfig reads the sets at every commit
+		return change{fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0} // applyConfig reads the sets at every commit
 	case *model.Service:
 		// The firewall sees a service as its VIP and its set only: a
 		// change of its pools or listeners leaves the plan alone.
@@ -127,10 +134,14 @@ func (x *index) put(kind, key string, o model.Object) change {
 		if o.Address.Is4() {
 			x.quarantined[o.Address.As4()] = true
 		}
-		return change{fw: x.fwSets > 0}
+		_, packaged := x.bwOf[o.Address]
+		return change{fw: x.fwSets > 0, bw: packaged}
 	case *model.FirewallRule:
 		x.putFirewall(key, o)
 		return change{fw: true}
+	case *model.BandwidthPackage:
+		x.putPackage(key, o)
+		return change{bw: true}
 	}
 	return change{}
 }
@@ -145,13 +156,14 @@ func (x *index) delete(kind, key string) change {
 		delete(x.eips, a.As4())
 		delete(x.pulled, a.As4())
 		delete(x.limits, a.As4())
-		return change{eip: a, fw: x.fwTouches(a)}
+		_, packaged := x.bwOf[a]
+		return change{eip: a, fw: x.fwTouches(a), bw: packaged}
 	case model.KindHost:
 		delete(x.hosts, key)
-		return change{routes: true, lb: len(x.services) > 0, spoof: true}
+		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{fw: x.fwSets > 0, spoof: true}
+		return change{fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case model.KindService:
 		delete(x.services, key)
 		return change{lb: true, fw: true, spoof: true}
@@ -159,15 +171,39 @@ func (x *index) delete(kind, key string) change {
 		delete(x.health, key)
 		return change{lb: true}
 	case model.KindQuarantine:
-		if a, err := netip.ParseAddr(key); err == nil && a.Is4() {
+		a, err := netip.ParseAddr(key)
+		if err == nil && a.Is4() {
 			delete(x.quarantined, a.As4())
 		}
-		return change{fw: x.fwSets > 0}
+		_, packaged := x.bwOf[a]
+		return change{fw: x.fwSets > 0, bw: packaged}
 	case model.KindFirewallRule:
 		x.putFirewall(key, nil)
 		return change{fw: true}
+	case model.KindBandwidthPackage:
+		x.putPackage(key, nil)
+		return change{bw: true}
 	}
 	return change{}
+}
+
+// putPackage records package key (nil: deleted) and its EIPs.
+func (x *index) putPackage(key string, p *model.BandwidthPackage) {
+	if old := x.packages[key]; old != nil {
+		for _, e := range old.EIPs {
+			if x.bwOf[e.Address] == key {
+				delete(x.bwOf, e.Address)
+			}
+		}
+	}
+	if p == nil {
+		delete(x.packages, key)
+		return
+	}
+	x.packages[key] = p
+	for _, e := range p.EIPs {
+		x.bwOf[e.Address] = key
+	}
 }
 
 // setplan is the input of setplan (what each set announces) from the

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -63,13 +65,17 @@ func (c *RateConfig) defaults() {
 // rateMeter turns successive counter readings into rates. Its buffers
 // are indexed by counter slot and reused, so a reading of a million EIPs
 // allocates nothing: one batched walk of the routes, one batched read of
-// the counters (dataplane.EIPStatsReader), one pass over both.
+// the counters (dataplane.EIPStatsReader), one pass over both. The
+// bandwidth reports read the same readings (counters), so the edge reads
+// its counters once for both.
 type rateMeter struct {
-	cfg       RateConfig
+	cfg RateConfig
+
+	mu        sync.Mutex // measure (the rate loop) and counters (the bandwidth host)
 	routes    []routeSlot
 	stats     []dataplane.Counters
 	prev, cur []slotReading
-	at        time.Time
+	at        time.Time // of prev
 }
 
 type routeSlot struct {
@@ -96,11 +102,8 @@ func grow[T any](b []T, n int) []T {
 	return make([]T, n, n+n/4)
 }
 
-// measure reads every EIP route's counters at now and returns the report
-// of the rates since the previous call (nil on the first call). An EIP
-// whose slot changed or whose counters went back (a reused, reset slot)
-// starts over.
-func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.RateReport, error) {
+// read reads every EIP route's counters into m.cur.
+func (m *rateMeter) read(maps dataplane.EdgeMaps) error {
 	m.routes = m.routes[:0]
 	maxSlot := -1
 	if err := maps.RangeRoutes(func(a netip.Addr, r dataplane.Route) bool {
@@ -108,25 +111,41 @@ func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.Rate
 		maxSlot = max(maxSlot, int(r.StatsIdx))
 		return true
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	n := maxSlot + 1
 	m.stats = grow(m.stats, n)
 	if br, ok := maps.(dataplane.EIPStatsReader); ok {
 		if err := br.ReadEIPStats(m.stats); err != nil {
-			return nil, err
+			return err
 		}
 	} else {
 		for _, r := range m.routes {
 			c, err := maps.EIPStats(r.slot)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			m.stats[r.slot] = c
 		}
 	}
 	m.cur = grow(m.cur, n)
 	clear(m.cur)
+	for _, r := range m.routes {
+		m.cur[r.slot] = slotReading{r.addr, m.stats[r.slot]}
+	}
+	return nil
+}
+
+// measure reads every EIP route's counters at now and returns the report
+// of the rates since the previous reading (nil on the first). An EIP
+// whose slot changed or whose counters went back (a reused, reset slot)
+// starts over.
+func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.RateReport, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.read(maps); err != nil {
+		return nil, err
+	}
 	prevAt := m.at
 	dt := now.Sub(prevAt).Seconds()
 	var rep *model.RateReport
@@ -134,12 +153,10 @@ func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.Rate
 		rep = &model.RateReport{IntervalMS: now.Sub(prevAt).Milliseconds(), At: now.UTC()}
 	}
 	for _, r := range m.routes {
-		c := m.stats[r.slot]
-		m.cur[r.slot] = slotReading{r.addr, c}
 		if rep == nil || int(r.slot) >= len(m.prev) {
 			continue
 		}
-		p := m.prev[r.slot]
+		c, p := m.cur[r.slot].c, m.prev[r.slot]
 		if p.addr != r.addr || c.RxPackets < p.c.RxPackets || c.RxBytes < p.c.RxBytes || c.RxSyns < p.c.RxSyns {
 			continue
 		}
@@ -172,14 +189,36 @@ func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.Rate
 	return rep, nil
 }
 
+// counters returns the Internet -> EIP counters of the EIPs in want and
+// when they were read: the rate loop's last reading when it is at most
+// maxAge old, else a new reading (the next rate report then measures from
+// it, over a shorter interval).
+func (m *rateMeter) counters(maps dataplane.EdgeMaps, now time.Time, maxAge time.Duration, want map[netip.Addr]bandwidth.Carried) (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at.IsZero() || now.Sub(m.at) > maxAge || now.Before(m.at) {
+		if err := m.read(maps); err != nil {
+			return nil, now, err
+		}
+		m.prev, m.cur = m.cur, m.prev
+		m.at = now
+	}
+	out := make(map[netip.Addr]bandwidth.Reading, len(want))
+	for i, r := range m.prev {
+		if _, ok := want[r.addr]; ok && r.addr.IsValid() {
+			out[r.addr] = bandwidth.Reading{Bytes: r.c.RxBytes, Packets: r.c.RxPackets, Slot: uint32(i)}
+		}
+	}
+	return out, m.at, nil
+}
+
 // runRateReports measures every interval and publishes the report under
 // the edge's rate key until ctx ends; an empty report deletes the key
 // (written once: an idle edge writes nothing). The key carries a lease of
 // its own (model.DefaultRateReportTTL, renewed every second even while
 // idle), revoked on return. A store write that fails is logged and the next interval tries
 // again: detection is best effort, forwarding does not wait for it.
-func runRateReports(ctx context.Context, cfg RateConfig, name string, maps dataplane.EdgeMaps, st store.Leases, log *slog.Logger) {
-	m := newRateMeter(cfg)
+func runRateReports(ctx context.Context, m *rateMeter, name string, maps dataplane.EdgeMaps, st store.Leases, log *slog.Logger) {
 	if m.cfg.Interval < 0 {
 		return
 	}

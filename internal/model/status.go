@@ -76,6 +76,9 @@ type NodeStatus struct {
 	// since the edge programmed it (edges only; left out above 4096
 	// rules, whose counters /metrics does not carry either).
 	Firewall map[string]Count `json:"firewall,omitempty"`
+	// Bandwidth is the node's shared-bandwidth reporting and
+	// enforcement (agents and edges with --bw-store only).
+	Bandwidth *BandwidthStatus `json:"bandwidth,omitempty"`
 }
 
 // ARPStatus says whether an edge answers ARP for its set's VIPs (and its

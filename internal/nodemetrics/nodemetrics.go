@@ -80,11 +80,21 @@ var (
 	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
 	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples.", []string{"role", "quantile"}, nil)
 	descSyncPeer  = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
+
+	// Shared bandwidth (nodes with --bw-store; docs/bandwidth.md).
+	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bits_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress).", []string{"role", "eip"}, nil)
+	descBWDropB    = prometheus.NewDesc("azgate_bandwidth_dropped_bytes_total", "Bytes a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
+	descBWDropP    = prometheus.NewDesc("azgate_bandwidth_dropped_packets_total", "Packets a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
+	descBWEIPMode  = prometheus.NewDesc("azgate_bandwidth_eip_mode", "1 for where a packaged EIP's limit comes from: managed (pushed by the zone manager) or static (the package's static split).", []string{"role", "eip", "mode"}, nil)
+	descBWManaged  = prometheus.NewDesc("azgate_bandwidth_managed", "1 while limits from a manager are in force on this node, 0 on the static split.", []string{"role"}, nil)
+	descBWLimitAge = prometheus.NewDesc("azgate_bandwidth_limits_age_seconds", "Age of the managed limits the node holds, since the manager wrote them (absent: none).", []string{"role"}, nil)
+	descBWEvents   = prometheus.NewDesc("azgate_bandwidth_events_total", "Shared-bandwidth events on this node: reports written, store and data-plane errors, limits ignored or clamped, falls back to the static split.", []string{"role", "event"}, nil)
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
-		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer} {
+		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer,
+		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents} {
 		ch <- d
 	}
 }
@@ -127,6 +137,9 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.CounterValue, float64(v.Source), c.role, a, "source")
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.CounterValue, float64(v.SYN), c.role, a, "syn")
 	}
+	if b := s.Bandwidth; b != nil {
+		c.bandwidth(ch, b)
+	}
 	if b := s.BGP; b != nil {
 		ch <- prometheus.MustNewConstMetric(descAnnouncing, prometheus.GaugeValue, b01(b.Announcing), c.role)
 		ch <- prometheus.MustNewConstMetric(descAdvertised, prometheus.GaugeValue, float64(len(b.Advertised)), c.role)
@@ -137,6 +150,25 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, ss := range b.Sessions {
 			ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, b01(ss.State == "established"), c.role, ss.Peer)
 		}
+	}
+}
+
+func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.BandwidthStatus) {
+	ch <- prometheus.MustNewConstMetric(descBWManaged, prometheus.GaugeValue, b01(b.Mode == "managed"), c.role)
+	if b.LimitsAgeMS >= 0 {
+		ch <- prometheus.MustNewConstMetric(descBWLimitAge, prometheus.GaugeValue, float64(b.LimitsAgeMS)/1000, c.role)
+	}
+	for ev, n := range map[string]uint64{"reports": b.Reports, "report_errors": b.ReportErrors, "limit_reads": b.LimitReads,
+		"limit_errors": b.LimitErrors, "ignored": b.Ignored, "clamped": b.Clamped, "apply_errors": b.ApplyErrors,
+		"counter_errors": b.CounterErrors, "static_fallbacks": b.StaticFallbacks} {
+		ch <- prometheus.MustNewConstMetric(descBWEvents, prometheus.CounterValue, float64(n), c.role, ev)
+	}
+	for eip, e := range b.EIPs {
+		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit), c.role, eip)
+		ch <- prometheus.MustNewConstMetric(descBWDropB, prometheus.CounterValue, float64(e.DroppedBytes), c.role, eip)
+		ch <- prometheus.MustNewConstMetric(descBWDropP, prometheus.CounterValue, float64(e.DroppedPackets), c.role, eip)
+		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "managed"), c.role, eip, "managed")
+		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "static"), c.role, eip, "static")
 	}
 }
 

@@ -134,3 +134,47 @@ func TestFirewallMetrics(t *testing.T) {
 		t.Errorf("firewall metrics %v", got)
 	}
 }
+
+// TestBandwidthMetrics: per-EIP limit, drops and mode, the node's mode,
+// the limits' age and its events.
+func TestBandwidthMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{role: "agent", get: func() model.NodeStatus {
+		return model.NodeStatus{Bandwidth: &model.BandwidthStatus{Zone: "az1", Direction: "egress", Mode: "managed", LimitsAgeMS: 1500,
+			Reports: 9, Ignored: 2, EIPs: map[string]model.BandwidthEIP{
+				"198.51.100.7": {Package: "shop", Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2},
+				"198.51.100.8": {Package: "shop", Mode: "static", Limit: 1_000_000}}}}
+	}})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "role" {
+					k += "," + l.GetValue()
+				}
+			}
+			if m.GetCounter() != nil {
+				got[k] = m.GetCounter().GetValue()
+			} else {
+				got[k] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"azgate_bandwidth_managed": 1, "azgate_bandwidth_limits_age_seconds": 1.5,
+		"azgate_bandwidth_events_total,reports": 9, "azgate_bandwidth_events_total,ignored": 2,
+		"azgate_bandwidth_limit_bits_per_second,198.51.100.7": 8e6, "azgate_bandwidth_limit_bits_per_second,198.51.100.8": 1e6,
+		"azgate_bandwidth_dropped_bytes_total,198.51.100.7": 3000, "azgate_bandwidth_dropped_packets_total,198.51.100.7": 2,
+		"azgate_bandwidth_eip_mode,198.51.100.7,managed": 1, "azgate_bandwidth_eip_mode,198.51.100.8,static": 1,
+		"azgate_bandwidth_eip_mode,198.51.100.8,managed": 0,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}

@@ -92,6 +92,26 @@ func (in Input) Serving(a netip.Addr) (set, why string, route netip.Prefix) {
 	return set, why, route
 }
 
+// Carriers returns the sets that may see a's traffic from upstream (""
+// where none): the one serving a now, the one that would without a's
+// quarantine, and the one without its pull-out as well (the prefix set it
+// came from). Traffic moves between these sets while the routes converge:
+// the DDoS detection keeps seeing a flood that follows a quarantined
+// address, and the edges of each keep enforcing a's bandwidth limit.
+func (in Input) Carriers(a netip.Addr) [3]string {
+	var c [3]string
+	c[0], _, _ = in.Serving(a)
+	// The same sets with a neither quarantined nor (then) pulled out;
+	// in itself is left as it is.
+	unquarantined := Input{Sets: in.Sets}
+	if d, ok := in.PulledOut[a]; ok {
+		unquarantined.PulledOut = map[netip.Addr]string{a: d}
+	}
+	c[1], _, _ = unquarantined.Serving(a)
+	c[2], _, _ = Input{Sets: in.Sets}.Serving(a)
+	return c
+}
+
 // SetOf returns the set edge belongs to.
 func (in Input) SetOf(edge string) (*model.EdgeSet, model.EdgeNode, bool) {
 	for _, s := range in.Sets {

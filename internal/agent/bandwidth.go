@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwstore"
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// Shared bandwidth on the host (issue 10; docs/bandwidth.md, "Hosts:
+// measurement and enforcement"): the agent measures each packaged EIP's
+// guest -> Internet traffic (the tx counters of its stats slot), reports
+// it to its AZ's zone and enforces the EIP's egress limit.
+
+// BandwidthConfig turns the host's shared bandwidth on (Store nil: off).
+type BandwidthConfig struct {
+	Store    bwstore.Store
+	Interval time.Duration // 0: bandwidth.DefaultInterval
+	Grace    time.Duration // 0: bandwidth.DefaultGrace
+}
+
+// bwState is the reconciler's side of the bandwidth host: the view it
+// computes at each change of the desired state, and the host to kick.
+type bwState struct {
+	view bandwidth.View
+	host *bandwidth.Host
+}
+
+// BandwidthView computes the host's view: the zone is the host's AZ, the
+// carried EIPs those bound to its guests that belong to a package (each
+// carried by this host alone).
+func BandwidthView(st *model.State, host string, want HostWant) (bandwidth.View, error) {
+	zone := ""
+	if h, ok := st.Hosts[host]; ok {
+		zone = h.AZ
+	}
+	addrs := make([]netip.Addr, 0, len(want.EIPs))
+	for a := range want.EIPs {
+		addrs = append(addrs, a)
+	}
+	return bandwidth.NewView(zone, st.BandwidthPackages, st.PackageOf, addrs, nil)
+}
+
+// updateBandwidth recomputes the view (Handle, under r.mu) and kicks the
+// host when it changed, so a newly bound EIP gets its limit at once.
+func (r *Reconciler) updateBandwidth(st *model.State, want HostWant) {
+	if r.bw == nil {
+		return
+	}
+	v, err := BandwidthView(st, r.cfg.Name, want)
+	if err != nil {
+		r.fail(err)
+	}
+	if v.Zone == r.bw.view.Zone && sameCarried(v.EIPs, r.bw.view.EIPs) {
+		return
+	}
+	r.bw.view = v
+	if r.bw.host != nil {
+		r.bw.host.Kick()
+	}
+}
+
+func sameCarried(a, b map[netip.Addr]bandwidth.Carried) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reconciler) bandwidthView() bandwidth.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bw == nil {
+		return bandwidth.View{}
+	}
+	return r.bw.view
+}
+
+// bandwidthCounters reads the tx counters (guest -> Internet) of every
+// programmed EIP's stats slot.
+func (r *Reconciler) bandwidthCounters() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[netip.Addr]bandwidth.Reading, len(r.programmed))
+	now := time.Now()
+	for a, e := range r.programmed {
+		c, err := r.maps.EIPStats(e.StatsIdx)
+		if err != nil {
+			return nil, now, err
+		}
+		out[a] = bandwidth.Reading{Bytes: c.TxBytes, Packets: c.TxPackets, Slot: e.StatsIdx}
+	}
+	return out, now, nil
+}
+
+// lockedBandwidth takes the reconciler's mutex around every limit write,
+// so SetEIPBandwidth never runs between PutEIP's and DeleteEIP's reads and
+// writes of the same EIP (dataplane.Agent.SetEIPBandwidth).
+type lockedBandwidth struct {
+	mu *sync.Mutex
+	dataplane.BandwidthMaps
+}
+
+func (l lockedBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.BandwidthMaps.SetEIPBandwidth(eip, rate, burst)
+}
+
+// EnableBandwidth creates the host's bandwidth reporter and enforcer over
+// maps (the agent's data plane); call it before the first Handle, then
+// run the returned host.
+func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, maps dataplane.BandwidthMaps, log *slog.Logger) (*bandwidth.Host, error) {
+	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Egress,
+		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(r.bandwidthCounters),
+		Limits: lockedBandwidth{&r.mu, maps}, View: r.bandwidthView, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.bw = &bwState{host: h}
+	r.mu.Unlock()
+	return h, nil
+}

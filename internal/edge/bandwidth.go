@@ -1,0 +1,200 @@
+package edge
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwstore"
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Shared bandwidth on the edge (issue 10; docs/bandwidth.md, "Hosts:
+// measurement and enforcement"): the edge measures each packaged EIP's
+// Internet -> EIP traffic (the rx counters the DDoS rate reports read,
+// rates.go), reports it to its zone (--bw-zone) and enforces the EIP's
+// ingress limit. It carries an EIP it has a route for when its set is
+// one that may see the EIP's traffic (setplan.Carriers); the static split
+// divides the EIP's share over the live members of its set.
+
+// DefaultBandwidthZone is the zone edges report to unless told otherwise.
+const DefaultBandwidthZone = "edge"
+
+// BandwidthConfig turns the edge's shared bandwidth on (Store nil: off).
+type BandwidthConfig struct {
+	Store    bwstore.Store
+	Zone     string        // "": DefaultBandwidthZone
+	Interval time.Duration // 0: bandwidth.DefaultInterval
+	Grace    time.Duration // 0: bandwidth.DefaultGrace
+}
+
+// bwState is the reconciler's side of the bandwidth host.
+type bwState struct {
+	zone  string
+	view  atomic.Pointer[bandwidth.View]
+	host  *bandwidth.Host
+	ann   map[string]map[string]bool // set -> edges announcing (nil: not read yet)
+	dirty bool                       // the view must be computed again
+}
+
+// liveMembers counts the live members of set (as the agents count them,
+// agent.LiveMembers): not drained, and announcing if they speak BGP; with
+// none, the members not drained, else all of them; at least 1 (this edge
+// carries the EIP whatever the others do).
+func liveMembers(set *model.EdgeSet, ann map[string]map[string]bool) int {
+	live, notDrained := 0, 0
+	for _, m := range set.Edges {
+		if m.Drained {
+			continue
+		}
+		notDrained++
+		if m.BGP == nil || ann[set.Name][m.Name] {
+			live++
+		}
+	}
+	switch {
+	case live > 0:
+		return live
+	case notDrained > 0:
+		return notDrained
+	}
+	return max(len(set.Edges), 1)
+}
+
+// bandwidthView computes the edge's view from the index (under r.mu).
+func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
+	x := r.idx
+	v := bandwidth.View{Zone: r.bw.zone, EIPs: map[netip.Addr]bandwidth.Carried{}}
+	set, _, ok := x.edgeSetOf(r.cfg.Name)
+	if !ok || len(x.bwOf) == 0 {
+		return v, nil
+	}
+	in := x.setplan()
+	var addrs []netip.Addr
+	for a := range x.bwOf {
+		if !a.Is4() {
+			continue
+		}
+		if _, routed := x.want(a.As4()); !routed {
+			continue
+		}
+		c := in.Carriers(a)
+		if c[0] == set.Name || c[1] == set.Name || c[2] == set.Name {
+			addrs = append(addrs, a)
+		}
+	}
+	n := liveMembers(set, r.bw.ann)
+	return bandwidth.NewView(r.bw.zone, x.packages, func(a netip.Addr) (string, bool) {
+		p, ok := x.bwOf[a]
+		return p, ok
+	}, addrs, func(netip.Addr) int { return n })
+}
+
+// updateBandwidth recomputes the view when a change touched it (commit,
+// SetAnnouncements; under r.mu) and kicks the host.
+func (r *Reconciler) updateBandwidth() {
+	if r.bw == nil || !r.bw.dirty || r.loading {
+		return
+	}
+	v, err := r.bandwidthView()
+	if err != nil {
+		r.log.Warn("bandwidth view", "err", err)
+	}
+	r.bw.dirty = false
+	r.bw.view.Store(&v)
+	if r.bw.host != nil {
+		r.bw.host.Kick()
+	}
+}
+
+// SetAnnouncements takes the edges' announcements (store.WatchAnnouncements):
+// who is live in the edge's set, for the static split.
+func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
+	ann := map[string]map[string]bool{}
+	for _, a := range all {
+		if ann[a.Set] == nil {
+			ann[a.Set] = map[string]bool{}
+		}
+		ann[a.Set][a.Edge] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bw == nil {
+		return
+	}
+	r.bw.ann, r.bw.dirty = ann, true
+	r.updateBandwidth()
+}
+
+// lockedBandwidth takes the reconciler's mutex around every limit write,
+// so SetEIPBandwidth never runs between PutRoutes' reads and writes
+// (dataplane.Edge.SetEIPBandwidth says why).
+type lockedBandwidth struct {
+	mu *sync.Mutex
+	dataplane.BandwidthMaps
+}
+
+func (l lockedBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.BandwidthMaps.SetEIPBandwidth(eip, rate, burst)
+}
+
+// EnableBandwidth creates the edge's bandwidth reporter and enforcer over
+// limits (the edge's data plane), reading counters through meter; call
+// it before the first commit, then run the returned host.
+func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limits dataplane.BandwidthMaps, log *slog.Logger) (*bandwidth.Host, error) {
+	if cfg.Zone == "" {
+		cfg.Zone = DefaultBandwidthZone
+	}
+	interval := cfg.Interval
+	if interval == 0 {
+		interval = bandwidth.DefaultInterval
+	}
+	st := &bwState{zone: cfg.Zone, dirty: true}
+	st.view.Store(&bandwidth.View{}) // unknown until the first commit
+	view := func() bandwidth.View { return *st.view.Load() }
+	counters := func() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+		return meter.counters(r.maps, time.Now(), interval/2, view().EIPs)
+	}
+	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
+		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(counters),
+		Limits: lockedBandwidth{&r.mu, limits}, View: view, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	st.host = h
+	r.mu.Lock()
+	r.bw = st
+	r.mu.Unlock()
+	return h, nil
+}
+
+// watchBandwidthAnnouncements follows the announce keys into r until ctx
+// ends (as the agents do, agent.WatchAnnouncements): a store failure is
+// retried with backoff, the live count kept meanwhile.
+func watchBandwidthAnnouncements(ctx context.Context, st store.PrefixReader, r *Reconciler, log *slog.Logger) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := store.WatchAnnouncements(ctx, st, func(all map[string]model.Announcement) {
+			r.SetAnnouncements(all)
+			backoff = 100 * time.Millisecond
+		}, func(store.AnnounceEntry) {})
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("watching the announcements failed; reading them again", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
