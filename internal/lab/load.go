@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/netns"
 )
@@ -55,7 +58,8 @@ type loadTarget struct {
 	flows []*net.UDPConn
 	rx    *net.UDPConn
 	mu    sync.Mutex
-	bins  []uint64 // received IP bytes per loadBin since start
+	bins  []uint64        // received IP bytes per loadBin since start (kernel receive time)
+	stall []time.Duration // the sender's lateness per loadBin (see send)
 	sent  atomic.Uint64
 }
 
@@ -87,7 +91,10 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 				return err
 			}
 			lt.rx = c
-			return setRcvBuf(c, LoadRcvBuf)
+			if err := setRcvBuf(c, LoadRcvBuf); err != nil {
+				return err
+			}
+			return setRxTimestamps(c)
 		})
 		if err != nil {
 			ld.Stop()
@@ -117,15 +124,26 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 	return ld, nil
 }
 
+// receive counts each datagram in the bin of its kernel receive time
+// (SO_TIMESTAMPNS), not of the read: a receiver not scheduled for a while
+// reads late, but counts in the right window.
 func (ld *Load) receive(lt *loadTarget) {
 	defer ld.wg.Done()
 	buf := make([]byte, 2048)
+	oob := make([]byte, 128)
 	for {
-		n, _, err := lt.rx.ReadFromUDP(buf)
+		n, oobn, _, _, err := lt.rx.ReadMsgUDP(buf, oob)
 		if err != nil {
 			return // closed
 		}
-		i := int(time.Since(ld.start) / loadBin)
+		at, ok := rxTimestamp(oob[:oobn])
+		if !ok {
+			at = time.Now()
+		}
+		i := int(at.Sub(ld.start) / loadBin)
+		if i < 0 {
+			continue // sent before the start: not ours
+		}
 		lt.mu.Lock()
 		for len(lt.bins) <= i {
 			lt.bins = append(lt.bins, 0)
@@ -156,6 +174,18 @@ func (ld *Load) send(ctx context.Context, lt *loadTarget) {
 		now := time.Now()
 		rate := float64(lt.rate.Load()) / 8
 		credit += rate * now.Sub(last).Seconds()
+		// A tick more than 2 ms late is the sender not scheduled: the
+		// lateness is counted (Stalled), so a window the load itself
+		// under-offered is told apart from one the gateway cut.
+		if late := now.Sub(last) - 2*time.Millisecond; late > 0 {
+			i := int(now.Sub(ld.start) / loadBin)
+			lt.mu.Lock()
+			for len(lt.stall) <= i {
+				lt.stall = append(lt.stall, 0)
+			}
+			lt.stall[i] += late
+			lt.mu.Unlock()
+		}
 		last = now
 		if max := rate * 0.02; credit > max {
 			credit = max
@@ -205,6 +235,28 @@ func (ld *Load) Received(from, to time.Time) map[string]float64 {
 	return out
 }
 
+// Stalled is the longest time any target's sender was not scheduled
+// (beyond 2 ms per tick, summed) in [from, to), rounded to the bins.
+// While it stalls the senders offer nothing; the edges' buckets hold only
+// their burst (20 ms by default) for when it resumes.
+func (ld *Load) Stalled(from, to time.Time) time.Duration {
+	a, b := int(from.Sub(ld.start)/loadBin), int(to.Sub(ld.start)/loadBin)
+	var worst time.Duration
+	for _, lt := range ld.targets {
+		lt.mu.Lock()
+		var sum time.Duration
+		for i := max(a, 0); i < b && i < len(lt.stall); i++ {
+			sum += lt.stall[i]
+		}
+		lt.mu.Unlock()
+		worst = max(worst, sum)
+	}
+	return worst
+}
+
+// Start is when the load started sending.
+func (ld *Load) Start() time.Time { return ld.start }
+
 // Windows are the received rates in consecutive windows of width from
 // from to to (the last partial window left out).
 func (ld *Load) Windows(from, to time.Time, width time.Duration) []LoadWindow {
@@ -250,4 +302,34 @@ func (ld *Load) Stop() {
 	}
 	ld.wg.Wait()
 	_ = errors.Join(errs...)
+}
+
+func setRxTimestamps(c *net.UDPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// rxTimestamp finds the SO_TIMESTAMPNS control message (a timespec of
+// CLOCK_REALTIME).
+func rxTimestamp(oob []byte) (time.Time, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			return time.Unix(ts.Sec, ts.Nsec), true
+		}
+	}
+	return time.Time{}, false
 }

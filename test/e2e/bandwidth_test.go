@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -26,6 +27,10 @@ const (
 	bwCapacity = 100e6 // bit/s
 	bwGrace    = 5 * time.Second
 	bwFlows    = 64
+	// bwStallTolerance: a window in which the load's sender was not
+	// scheduled for longer than this (summed) may fall short of the
+	// capacity through the lab's own fault (checkWindows).
+	bwStallTolerance = 25 * time.Millisecond
 )
 
 var bwEIPs = []struct {
@@ -94,7 +99,11 @@ func TestSharedBandwidth(t *testing.T) {
 	t0 := time.Now()
 	logWindows := func(what string, from, to time.Time) {
 		for _, w := range ld.Windows(from, to, time.Second) {
-			t.Logf("  %s +%4.1fs: total %6.2f Mbit/s  %s", what, w.Start.Sub(from).Seconds(), w.Total/1e6, fmtRates(w.Rates))
+			st := ""
+			if d := ld.Stalled(w.Start, w.Start.Add(time.Second)); d > 5*time.Millisecond {
+				st = fmt.Sprintf("  (sender stalled %v)", d.Round(time.Millisecond))
+			}
+			t.Logf("  %s +%4.1fs: total %6.2f Mbit/s  %s%s", what, w.Start.Sub(from).Seconds(), w.Total/1e6, fmtRates(w.Rates), st)
 		}
 	}
 	defer func() {
@@ -113,12 +122,17 @@ func TestSharedBandwidth(t *testing.T) {
 	if err != nil {
 		t.Fatalf("not converged to %s: %v", fmtRates(fair), err)
 	}
-	t.Logf("converged to the weighted shares %v after the load started", conv.Sub(t0).Round(100*time.Millisecond))
+	// The edges start from the static split, which is the weighted share
+	// when every EIP wants more than it: the shares hold from the start.
+	t.Logf("the weighted shares %v after the load started", max(conv.Sub(t0), 0).Round(100*time.Millisecond))
 	t.Run("steady: capacity shared by weight", func(t *testing.T) {
 		from := time.Now()
 		sleep(ctx, 10*time.Second)
 		logWindows("steady", from, time.Now())
 		checkWindows(t, ld, from, time.Now(), fair, 0.05, 0.10)
+		if err := waitModes(ctx, l, "managed", 5*time.Second); err != nil {
+			t.Error(err)
+		}
 	})
 
 	// A demand step: .7 drops to 10 Mbit/s; its limit follows its demand
@@ -179,7 +193,7 @@ func TestSharedBandwidth(t *testing.T) {
 		for _, e := range bwEIPs[1:] {
 			static[e.addr] = bwCapacity * e.weight / 4
 		}
-		fell, err := waitShares(ctx, ld, static, 4*bwGrace+10*time.Second)
+		fell, err := waitSharesAfter(ctx, ld, static, tKill, 4*bwGrace+10*time.Second)
 		logWindows("fallback", tKill, time.Now())
 		if err != nil {
 			t.Fatalf("no static split %s: %v", fmtRates(static), err)
@@ -187,9 +201,13 @@ func TestSharedBandwidth(t *testing.T) {
 		t.Logf("both region managers killed: the static split %s from %v after the kill (grace %v)", fmtRates(static), fell.Sub(tKill).Round(100*time.Millisecond), bwGrace)
 		// For the grace period the last limits hold.
 		held := tKill.Add(bwGrace - time.Second)
+		sleep(ctx, time.Until(held))
 		checkWindows(t, ld, tKill, held, stepped, 0.05*bwCapacity/stepTotal, 0.10)
 		if fell.Before(held) {
 			t.Errorf("the static split came %v after the kill, within the grace period %v", fell.Sub(tKill), bwGrace)
+		}
+		if err := waitModes(ctx, l, "static", 5*time.Second); err != nil {
+			t.Error(err)
 		}
 		from := time.Now()
 		sleep(ctx, 4*time.Second)
@@ -214,28 +232,80 @@ func TestSharedBandwidth(t *testing.T) {
 		if peak > 1.05*bwCapacity {
 			t.Errorf("a 1 s window of %.2f Mbit/s at +%v after the restart: over 1.05 × capacity", peak/1e6, at.Sub(tStart))
 		}
+		if err := waitModes(ctx, l, "managed", 5*time.Second); err != nil {
+			t.Error(err)
+		}
 	})
 	ld.Stop()
 
+	// Guest -> Internet, enforced by the agents (each EIP's egress in its
+	// own AZ's zone), with TCP. The package's default burst (20 ms) is
+	// hostile to TCP: a policer that drops whatever exceeds 20 ms of an
+	// EIP's share makes TCP back off to about a third of its limit
+	// (docs/lab.md, "Shared bandwidth"); at 100 ms it fills the package.
 	t.Run("reverse: guests to the Internet through the agents", func(t *testing.T) {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 40*time.Second {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 45*time.Second {
 			t.Skip("not enough time left for the reverse check")
 		}
 		sum, per := iperfReverse(ctx, t, l, 8*time.Second)
-		t.Logf("iperf3 -R (TCP, 4 streams per EIP, 8 s, first 3 s omitted): total %.2f Mbit/s  %s", sum/1e6, fmtRates(per))
+		t.Logf("iperf3 -R, burst 20ms (TCP, 4 streams per EIP, 8 s, first 3 s omitted): total %.2f Mbit/s  %s", sum/1e6, fmtRates(per))
 		if sum > 1.05*bwCapacity {
 			t.Errorf("egress total %.2f Mbit/s over 1.05 × capacity", sum/1e6)
 		}
-		if sum < 0.7*bwCapacity {
-			t.Errorf("egress total %.2f Mbit/s: under 70 %% of the capacity", sum/1e6)
+		cli("bandwidth", "set", "shared", "--burst", "100ms")
+		sleep(ctx, 2*time.Second)
+		sum, per = iperfReverse(ctx, t, l, 8*time.Second)
+		t.Logf("iperf3 -R, burst 100ms: total %.2f Mbit/s  %s", sum/1e6, fmtRates(per))
+		// TCP goodput: the limits count IP bytes, about 3.7 % more than
+		// the payload iperf3 counts with the guests' 1,458-byte MTU.
+		if sum > 1.05*bwCapacity || sum < 0.8*bwCapacity {
+			t.Errorf("egress total %.2f Mbit/s with a 100 ms burst, want 80-105 Mbit/s", sum/1e6)
+		}
+		for _, e := range bwEIPs {
+			if want := bwCapacity * e.weight / 4; math.Abs(per[e.addr]-0.93*want) > 0.15*want {
+				t.Errorf("%s: egress %.2f Mbit/s, want about %.2f (93 %% of its share %.0f Mbit/s) ± 15 %%", e.addr, per[e.addr]/1e6, 0.93*want/1e6, want/1e6)
+			}
 		}
 	})
+}
+
+// waitModes waits until every edge of the prefix set says (in its
+// published status) that its bandwidth limits are in mode.
+func waitModes(ctx context.Context, l *lab.Lab, mode string, timeout time.Duration) error {
+	var last map[string]string
+	err := poll(timeout, func() bool {
+		st, err := l.NodeStatuses(ctx)
+		if err != nil {
+			return false
+		}
+		last = map[string]string{}
+		ok := true
+		for _, e := range lab.EdgesOf(lab.PrefixSet) {
+			m := "-"
+			if b := st[e].Bandwidth; b != nil {
+				m = b.Mode
+			}
+			last[e] = m
+			ok = ok && m == mode
+		}
+		return ok
+	})
+	if err != nil {
+		return fmt.Errorf("edges' bandwidth mode %v, want all %s: %v", last, mode, err)
+	}
+	return nil
 }
 
 // waitShares waits until the last 2 s received match want: each EIP
 // within 10 % of its figure and the total within 5 % of theirs; it returns
 // the start of the first such window.
 func waitShares(ctx context.Context, ld *lab.Load, want map[string]float64, timeout time.Duration) (time.Time, error) {
+	return waitSharesAfter(ctx, ld, want, time.Time{}, timeout)
+}
+
+// waitSharesAfter is waitShares counting only what arrived after
+// notBefore (at least 1 s of it).
+func waitSharesAfter(ctx context.Context, ld *lab.Load, want map[string]float64, notBefore time.Time, timeout time.Duration) (time.Time, error) {
 	var total float64
 	for _, v := range want {
 		total += v
@@ -245,6 +315,13 @@ func waitShares(ctx context.Context, ld *lab.Load, want map[string]float64, time
 	for {
 		now := time.Now()
 		from := now.Add(-2 * time.Second)
+		if from.Before(notBefore) {
+			from = notBefore
+		}
+		if now.Sub(from) < time.Second {
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
 		got := ld.Received(from, now)
 		last = got
 		ok := true
@@ -278,10 +355,26 @@ func checkWindows(t *testing.T, ld *lab.Load, from, to time.Time, want map[strin
 	if len(ws) == 0 {
 		t.Fatalf("no whole window in [%v, %v)", from, to)
 	}
+	stalled := 0
 	for _, w := range ws {
-		if math.Abs(w.Total-total) > aggTol*total {
-			t.Errorf("window +%v: total %.2f Mbit/s, want %.2f ± %.0f %%", w.Start.Sub(from).Round(100*time.Millisecond), w.Total/1e6, total/1e6, aggTol*100)
+		at := w.Start.Sub(from).Round(100 * time.Millisecond)
+		if w.Total > (1+aggTol)*total {
+			t.Errorf("window +%v: total %.2f Mbit/s, want %.2f ± %.0f %%", at, w.Total/1e6, total/1e6, aggTol*100)
 		}
+		if w.Total < (1-aggTol)*total {
+			// A sender not scheduled offers nothing meanwhile, and the
+			// edges' buckets keep only their burst for when it resumes:
+			// a window it stalled in is the lab's own shortfall.
+			if st := ld.Stalled(w.Start, w.Start.Add(time.Second)); st > bwStallTolerance {
+				t.Logf("window +%v: total %.2f Mbit/s, under %.2f - %.0f %%, but the load's sender stalled %v in it: not counted", at, w.Total/1e6, total/1e6, aggTol*100, st.Round(time.Millisecond))
+				stalled++
+				continue
+			}
+			t.Errorf("window +%v: total %.2f Mbit/s, want %.2f ± %.0f %%", at, w.Total/1e6, total/1e6, aggTol*100)
+		}
+	}
+	if 2*stalled > len(ws) {
+		t.Errorf("the load's sender stalled in %d of %d windows: the machine is too loaded to measure", stalled, len(ws))
 	}
 	mean := ld.Received(from, ws[len(ws)-1].Start.Add(time.Second))
 	for a, v := range want {
@@ -370,7 +463,9 @@ func logBWState(ctx context.Context, t *testing.T, l *lab.Lab) {
 		s.Close()
 	}
 	for _, m := range l.BWManagers() {
-		t.Logf("bandwidth manager %s: pid %d, log %s", m.Name, m.PID, m.Log)
+		b, _ := os.ReadFile(m.Log)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("bandwidth manager %s: pid %d, log %s, last lines:\n%s", m.Name, m.PID, m.Log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
 	}
 }
 
