@@ -59,7 +59,7 @@ type loadTarget struct {
 	rx    *net.UDPConn
 	mu    sync.Mutex
 	bins  []uint64        // received IP bytes per loadBin since start (kernel receive time)
-	stall []time.Duration // the sender's lateness per loadBin (see send)
+	stall []time.Duration // the sender's stalls beyond 20 ms per loadBin (see send)
 	sent  atomic.Uint64
 }
 
@@ -174,10 +174,11 @@ func (ld *Load) send(ctx context.Context, lt *loadTarget) {
 		now := time.Now()
 		rate := float64(lt.rate.Load()) / 8
 		credit += rate * now.Sub(last).Seconds()
-		// A tick more than 2 ms late is the sender not scheduled: the
-		// lateness is counted (Stalled), so a window the load itself
-		// under-offered is told apart from one the gateway cut.
-		if late := now.Sub(last) - 2*time.Millisecond; late > 0 {
+		// A tick late by more than the edges' default burst (20 ms) is
+		// the sender not scheduled for longer than a bucket can make up
+		// for: that excess is counted (Stalled), so a window the load
+		// itself under-offered is told apart from one the gateway cut.
+		if late := now.Sub(last) - 20*time.Millisecond; late > 0 {
 			i := int(now.Sub(ld.start) / loadBin)
 			lt.mu.Lock()
 			for len(lt.stall) <= i {
@@ -235,10 +236,11 @@ func (ld *Load) Received(from, to time.Time) map[string]float64 {
 	return out
 }
 
-// Stalled is the longest time any target's sender was not scheduled
-// (beyond 2 ms per tick, summed) in [from, to), rounded to the bins.
-// While it stalls the senders offer nothing; the edges' buckets hold only
-// their burst (20 ms by default) for when it resumes.
+// Stalled is, for the target whose sender stalled most in [from, to)
+// (rounded to the bins), how long it was not scheduled beyond 20 ms at a
+// time, summed: while it stalls it offers nothing, and the edges'
+// buckets keep only their burst (20 ms by default) for when it resumes,
+// so that much of the window is lost to the lab, not to the gateway.
 func (ld *Load) Stalled(from, to time.Time) time.Duration {
 	a, b := int(from.Sub(ld.start)/loadBin), int(to.Sub(ld.start)/loadBin)
 	var worst time.Duration

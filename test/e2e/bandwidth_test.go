@@ -30,7 +30,7 @@ const (
 	// bwStallTolerance: a window in which the load's sender was not
 	// scheduled for longer than this (summed) may fall short of the
 	// capacity through the lab's own fault (checkWindows).
-	bwStallTolerance = 25 * time.Millisecond
+	bwStallTolerance = 20 * time.Millisecond
 )
 
 var bwEIPs = []struct {
@@ -100,7 +100,7 @@ func TestSharedBandwidth(t *testing.T) {
 	logWindows := func(what string, from, to time.Time) {
 		for _, w := range ld.Windows(from, to, time.Second) {
 			st := ""
-			if d := ld.Stalled(w.Start, w.Start.Add(time.Second)); d > 5*time.Millisecond {
+			if d := ld.Stalled(w.Start, w.Start.Add(time.Second)); d > 0 {
 				st = fmt.Sprintf("  (sender stalled %v)", d.Round(time.Millisecond))
 			}
 			t.Logf("  %s +%4.1fs: total %6.2f Mbit/s  %s%s", what, w.Start.Sub(from).Seconds(), w.Total/1e6, fmtRates(w.Rates), st)
@@ -162,6 +162,9 @@ func TestSharedBandwidth(t *testing.T) {
 		standby = "region-2"
 	}
 	t.Run("active region manager killed: the standby takes over", func(t *testing.T) {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan []string, 1)
+		go func() { watched <- watchLimits(wctx, l, lab.BWRegionTier, lab.BWEdgeZone) }()
 		tKill := time.Now()
 		if err := l.KillBWManager(active, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -177,7 +180,12 @@ func TestSharedBandwidth(t *testing.T) {
 		}
 		t.Logf("%s (SIGKILL) -> %s active after %v", active, standby, took.Round(10*time.Millisecond))
 		sleep(ctx, time.Until(tKill.Add(took+2*bwGrace)))
+		stopWatch()
 		logWindows("takeover", tKill, time.Now())
+		t.Logf("the region's limits for zone %s meanwhile (killed at %s):", lab.BWEdgeZone, tKill.Format("15:04:05.000"))
+		for _, line := range <-watched {
+			t.Log("  " + line)
+		}
 		checkWindows(t, ld, tKill, time.Now(), stepped, 0.05*bwCapacity/stepTotal, 0.10)
 	})
 
@@ -529,4 +537,37 @@ func iperfReverse(ctx context.Context, t *testing.T, l *lab.Lab, d time.Duration
 		sum += r.bps
 	}
 	return sum, per
+}
+
+// watchLimits polls a host's limits in a zone's store every 100 ms until
+// ctx ends and returns a line per new generation (or disappearance).
+func watchLimits(ctx context.Context, l *lab.Lab, zone, host string) []string {
+	s, err := l.BWStore(zone)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer s.Close()
+	var out []string
+	var last uint64
+	had := true
+	for ctx.Err() == nil {
+		hl, ok, err := s.ReadLimits(ctx, zone, host)
+		now := time.Now().Format("15:04:05.000")
+		switch {
+		case err != nil:
+		case !ok && had:
+			out = append(out, now+": none")
+			had = false
+		case ok && hl.Generation != last:
+			var ls []string
+			for _, x := range hl.Limits.Limits {
+				ls = append(ls, fmt.Sprintf("%s/%v %.2f", x.EIP, x.Dir, float64(x.RateBytes)*8/1e6))
+			}
+			sort.Strings(ls)
+			out = append(out, fmt.Sprintf("%s: gen %d: %s Mbit/s", now, hl.Generation, strings.Join(ls, ", ")))
+			last, had = hl.Generation, true
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	return out
 }
