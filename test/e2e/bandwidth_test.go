@@ -186,6 +186,9 @@ func TestSharedBandwidth(t *testing.T) {
 		for _, line := range <-watched {
 			t.Log("  " + line)
 		}
+		if t.Failed() {
+			logZone(ctx, t, l, lab.BWEdgeZone)
+		}
 		checkWindows(t, ld, tKill, time.Now(), stepped, 0.05*bwCapacity/stepTotal, 0.10)
 	})
 
@@ -216,6 +219,9 @@ func TestSharedBandwidth(t *testing.T) {
 		}
 		if err := waitModes(ctx, l, "static", 5*time.Second); err != nil {
 			t.Error(err)
+		}
+		if t.Failed() {
+			logZone(ctx, t, l, lab.BWEdgeZone)
 		}
 		from := time.Now()
 		sleep(ctx, 4*time.Second)
@@ -269,9 +275,12 @@ func TestSharedBandwidth(t *testing.T) {
 		if sum > 1.05*bwCapacity || sum < 0.8*bwCapacity {
 			t.Errorf("egress total %.2f Mbit/s with a 100 ms burst, want 80-105 Mbit/s", sum/1e6)
 		}
+		// What got through is shared by weight: each EIP's part of the
+		// total within 15 % of its weight's part (TCP's shortfall under
+		// a policer is not the allocation's).
 		for _, e := range bwEIPs {
-			if want := bwCapacity * e.weight / 4; math.Abs(per[e.addr]-0.93*want) > 0.15*want {
-				t.Errorf("%s: egress %.2f Mbit/s, want about %.2f (93 %% of its share %.0f Mbit/s) ± 15 %%", e.addr, per[e.addr]/1e6, 0.93*want/1e6, want/1e6)
+			if got, want := per[e.addr]/sum, e.weight/4; math.Abs(got-want) > 0.15*want {
+				t.Errorf("%s: %.1f %% of the egress total, want %.1f %% (its weight) ± 15 %%", e.addr, 100*got, 100*want)
 			}
 		}
 	})
@@ -436,45 +445,50 @@ func sleep(ctx context.Context, d time.Duration) {
 // the region's per zone) and who is active: what a failure needs.
 func logBWState(ctx context.Context, t *testing.T, l *lab.Lab) {
 	for _, z := range []string{lab.BWEdgeZone, "az1", "az2", "az3", lab.BWRegionTier} {
-		if a, err := l.BWActive(ctx, z); err == nil {
-			t.Logf("bandwidth %s: active manager %q", z, a)
-		}
-		s, err := l.BWStore(z)
-		if err != nil {
-			t.Logf("bandwidth store %s: %v", z, err)
-			continue
-		}
-		snap, err := s.ReadReports(ctx, z)
-		if err != nil {
-			t.Logf("bandwidth store %s: reports: %v", z, err)
-		}
-		hosts := map[string]bool{}
-		for _, r := range snap.Reports {
-			hosts[r.Reporter] = true
-			t.Logf("  %s report %s: %s %v %.2f Mbit/s (drops %.2f) age %v", z, r.Reporter, r.EIP, r.Dir, float64(r.BytesPerSec)*8/1e6, float64(r.DropBytesPerSec)*8/1e6, r.Age)
-		}
-		if z == lab.BWRegionTier {
-			hosts = map[string]bool{lab.BWEdgeZone: true, "az1": true, "az2": true, "az3": true}
-		}
-		for h := range hosts {
-			hl, ok, err := s.ReadLimits(ctx, z, h)
-			if err != nil || !ok {
-				t.Logf("  %s limits of %s: none (%v)", z, h, err)
-				continue
-			}
-			var ls []string
-			for _, x := range hl.Limits.Limits {
-				ls = append(ls, fmt.Sprintf("%s/%v %.2f Mbit/s burst %d", x.EIP, x.Dir, float64(x.RateBytes)*8/1e6, x.BurstBytes))
-			}
-			t.Logf("  %s limits of %s: gen %d age %v: %s", z, h, hl.Generation, hl.Age, strings.Join(ls, ", "))
-		}
-		s.Close()
+		logZone(ctx, t, l, z)
 	}
 	for _, m := range l.BWManagers() {
 		b, _ := os.ReadFile(m.Log)
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		t.Logf("bandwidth manager %s: pid %d, log %s, last lines:\n%s", m.Name, m.PID, m.Log, strings.Join(lines[max(0, len(lines)-25):], "\n"))
 	}
+}
+
+// logZone logs a zone's reports and limits and its active manager.
+func logZone(ctx context.Context, t *testing.T, l *lab.Lab, z string) {
+	if a, err := l.BWActive(ctx, z); err == nil {
+		t.Logf("bandwidth %s: active manager %q", z, a)
+	}
+	s, err := l.BWStore(z)
+	if err != nil {
+		t.Logf("bandwidth store %s: %v", z, err)
+		return
+	}
+	snap, err := s.ReadReports(ctx, z)
+	if err != nil {
+		t.Logf("bandwidth store %s: reports: %v", z, err)
+	}
+	hosts := map[string]bool{}
+	for _, r := range snap.Reports {
+		hosts[r.Reporter] = true
+		t.Logf("  %s report %s: %s %v %.2f Mbit/s (drops %.2f) age %v", z, r.Reporter, r.EIP, r.Dir, float64(r.BytesPerSec)*8/1e6, float64(r.DropBytesPerSec)*8/1e6, r.Age)
+	}
+	if z == lab.BWRegionTier {
+		hosts = map[string]bool{lab.BWEdgeZone: true, "az1": true, "az2": true, "az3": true}
+	}
+	for h := range hosts {
+		hl, ok, err := s.ReadLimits(ctx, z, h)
+		if err != nil || !ok {
+			t.Logf("  %s limits of %s: none (%v)", z, h, err)
+			continue
+		}
+		var ls []string
+		for _, x := range hl.Limits.Limits {
+			ls = append(ls, fmt.Sprintf("%s/%v %.2f Mbit/s burst %d", x.EIP, x.Dir, float64(x.RateBytes)*8/1e6, x.BurstBytes))
+		}
+		t.Logf("  %s limits of %s: gen %d age %v: %s", z, h, hl.Generation, hl.Age, strings.Join(ls, ", "))
+	}
+	s.Close()
 }
 
 // iperfReverse runs iperf3 -R from the Internet client to each EIP at
