@@ -165,6 +165,12 @@ func TestSharedBandwidth(t *testing.T) {
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan []string, 1)
 		go func() { watched <- watchLimits(wctx, l, lab.BWRegionTier, lab.BWEdgeZone) }()
+		edgeWatch := map[string]chan []string{}
+		for _, e := range lab.EdgesOf(lab.PrefixSet) {
+			ch := make(chan []string, 1)
+			edgeWatch[e] = ch
+			go func() { ch <- watchLimits(wctx, l, lab.BWEdgeZone, e) }()
+		}
 		tKill := time.Now()
 		if err := l.KillBWManager(active, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -186,10 +192,19 @@ func TestSharedBandwidth(t *testing.T) {
 		for _, line := range <-watched {
 			t.Log("  " + line)
 		}
+		checkWindows(t, ld, tKill, time.Now(), stepped, 0.05*bwCapacity/stepTotal, 0.10)
+		for _, e := range lab.EdgesOf(lab.PrefixSet) {
+			lines := <-edgeWatch[e]
+			if t.Failed() {
+				t.Logf("zone %s's limits for %s meanwhile:", lab.BWEdgeZone, e)
+				for _, line := range lines {
+					t.Log("  " + line)
+				}
+			}
+		}
 		if t.Failed() {
 			logZone(ctx, t, l, lab.BWEdgeZone)
 		}
-		checkWindows(t, ld, tKill, time.Now(), stepped, 0.05*bwCapacity/stepTotal, 0.10)
 	})
 
 	t.Run("no region manager: limits held, then the static split", func(t *testing.T) {
