@@ -56,10 +56,13 @@ type Config struct {
 	Estimator bwalloc.EstimatorConfig
 	// HostFloor is SplitHosts' floor (0: bwalloc.DefaultHostFloor).
 	HostFloor float64
-	// Settle (region manager) is how long a limit it wrote may still be
-	// in force below it, i.e. a zone manager's round plus a host's poll:
-	// the budget of increases counts a lowered limit at its old value for
-	// this long (default 2 intervals).
+	// Settle (region manager) is how long a limit it lowered may still be
+	// in force below it: up to an interval until a zone manager's round
+	// reads it, up to another until a host's poll does, and half an
+	// interval of margin. The budget of increases counts a lowered limit
+	// at its old value for this long (default 2.5 intervals: with rounds
+	// one interval apart, the increases it makes room for go out three
+	// rounds after the decrease).
 	Settle time.Duration
 	// Now is the clock (default time.Now); tests pass a fake one.
 	Now func() time.Time
@@ -79,7 +82,7 @@ func (c Config) check() (Config, error) {
 		c.Grace = DefaultGrace
 	}
 	if c.Settle == 0 {
-		c.Settle = 2 * c.Interval
+		c.Settle = 5 * c.Interval / 2
 	}
 	if c.HostFloor == 0 {
 		c.HostFloor = bwalloc.DefaultHostFloor
@@ -346,7 +349,7 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 			}
 			continue
 		}
-		o.Log.Info("bandwidth manager: active", "key", o.Key, "holder", o.Holder)
+		o.Log.Info("bandwidth manager: active", "key", o.Key)
 		o.Metrics.setActive(true)
 		r.Activate()
 		act(ctx, cl, r, o)
@@ -366,6 +369,17 @@ func Run(ctx context.Context, el store.Elector, r Rounder, o RunOptions) error {
 
 // act runs rounds until the claim ends or ctx does.
 func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
+	// The gauge drops as soon as the claim ends, not after the round.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-stopped }()
+	go func() {
+		defer close(stopped)
+		select {
+		case <-cl.Done():
+			o.Metrics.setActive(false)
+		case <-stop:
+		}
+	}()
 	active := func() error {
 		if cl.Err() != nil || !time.Now().Before(cl.Deadline()) {
 			return errNotActive
@@ -384,7 +398,7 @@ func act(ctx context.Context, cl *store.Claim, r Rounder, o RunOptions) {
 		st, err := r.Round(rctx, active)
 		cancel()
 		o.Metrics.round(time.Since(start), st, err)
-		if err != nil && !errors.Is(err, errNotActive) && ctx.Err() == nil {
+		if err != nil && !errors.Is(err, errNotActive) && !errors.Is(err, errNoPackages) && ctx.Err() == nil {
 			o.Log.Warn("bandwidth manager: round failed", "err", err)
 		}
 		select {

@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -72,6 +73,9 @@ func PackagesFrom(st *model.State) ([]Package, []Problem) {
 		}
 	}
 	slices.Sort(names)
+	for _, o := range owners {
+		slices.Sort(o)
+	}
 	out := make([]Package, 0, len(names))
 	for _, name := range names {
 		p := st.BandwidthPackages[name]
@@ -147,21 +151,26 @@ type RegionManager struct {
 	cfg   Config
 	gens  *Generations
 	est   *bwalloc.Estimator[bwstore.RateKey]
-	zest  *bwalloc.Estimator[hostRateKey]
+	zest  *bwalloc.Estimator[zoneKey]
+	zidx  map[string]uint16 // zone names, interned for zest's keys
 	alloc bwalloc.Allocator
 
-	mu    sync.Mutex
-	pkgs  []Package
-	probs []Problem
+	mu     sync.Mutex
+	pkgs   []Package
+	probs  []Problem
+	loaded bool // SetPackages was called: until then no round runs
 
-	force  map[string]written          // by zone
-	recent map[hostRateKey][]stampRate // recent writes per EIP, direction and zone, within Settle
-	first  bool
+	force      map[string]written       // by zone
+	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
+	hold       map[hostRateKey]holdRate // lowered limits that may still be in force below
+	first      bool
 }
 
-type stampRate struct {
-	at   time.Time
-	rate uint64
+// holdRate is the most a zone key had before it was lowered, counted
+// as possibly in force until `until` (the write plus Settle).
+type holdRate struct {
+	rate  uint64
+	until time.Time
 }
 
 // NewRegionManager returns a region manager; cfg's zero fields default.
@@ -174,7 +183,7 @@ func NewRegionManager(region bwstore.Store, cfg Config) (*RegionManager, error) 
 	if err != nil {
 		return nil, err
 	}
-	zest, err := bwalloc.NewEstimator[hostRateKey](cfg.Estimator)
+	zest, err := bwalloc.NewEstimator[zoneKey](cfg.Estimator)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +196,7 @@ func NewRegionManager(region bwstore.Store, cfg Config) (*RegionManager, error) 
 func (r *RegionManager) SetPackages(p []Package, probs []Problem) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pkgs, r.probs = p, probs
+	r.pkgs, r.probs, r.loaded = p, probs, true
 }
 
 // SetState takes the packages from a model state (PackagesFrom) and logs
@@ -212,10 +221,10 @@ func (r *RegionManager) SetState(st *model.State) {
 // start over too, so a newly active replica judges from current rates.
 func (r *RegionManager) Activate() {
 	r.force = map[string]written{}
-	r.recent = map[hostRateKey][]stampRate{}
+	r.hold = map[hostRateKey]holdRate{}
 	r.first = true
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
-	r.zest, _ = bwalloc.NewEstimator[hostRateKey](r.cfg.Estimator)
+	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
 
 // Round runs one region round.
@@ -226,18 +235,23 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	var st RoundStats
 	now := r.cfg.Now()
 	r.mu.Lock()
-	pkgs, probs := r.pkgs, r.probs
+	pkgs, probs, loaded := r.pkgs, r.probs, r.loaded
 	r.mu.Unlock()
+	if !loaded {
+		// Without the packages every zone's shares would look removed:
+		// write nothing until the desired state has been read.
+		return st, errNoPackages
+	}
 	st.Problems = len(probs)
 	snap, err := r.Store.ReadReports(ctx, RegionTier)
 	if err != nil {
 		return st, fmt.Errorf("region: reading the zones' reports: %w", err)
 	}
-	type tot struct{ bytes, drops uint64 }
-	totals := map[bwstore.RateKey]*tot{}
-	carriers := map[bwstore.RateKey][]string{}
+	// Per EIP and direction: the total and each zone's part (one map
+	// entry per EIP: this runs over every EIP of the region each round).
+	n := len(snap.Reports)
+	obs := make(map[bwstore.RateKey]*eipObs, n)
 	zones := map[string]bool{}
-	rateOf := map[hostRateKey]bwstore.Rate{}
 	for _, rep := range snap.Reports {
 		if !r.cfg.fresh(rep) {
 			st.Stale++
@@ -245,15 +259,14 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		}
 		zones[rep.Reporter] = true
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
-		t := totals[k]
-		if t == nil {
-			t = &tot{}
-			totals[k] = t
+		o := obs[k]
+		if o == nil {
+			o = &eipObs{}
+			obs[k] = o
 		}
-		t.bytes = satAdd(t.bytes, rep.BytesPerSec)
-		t.drops = satAdd(t.drops, rep.DropBytesPerSec)
-		carriers[k] = append(carriers[k], rep.Reporter)
-		rateOf[hostRateKey{k, rep.Reporter}] = rep.Rate
+		o.bytes = satAdd(o.bytes, rep.BytesPerSec)
+		o.drops = satAdd(o.drops, rep.DropBytesPerSec)
+		o.zones = append(o.zones, zoneObs{zone: rep.Reporter, zi: r.zoneIndex(rep.Reporter), bytes: rep.BytesPerSec, drops: rep.DropBytesPerSec})
 	}
 	st.Reporters = len(zones)
 	// What is in force: read back from the region tier when newly active.
@@ -265,9 +278,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			}
 			if ok {
 				at := now.Add(-hl.Age)
-				w := written{limits: byKey(hl.Limits.Limits), at: at}
-				r.force[z] = w
-				r.remember(z, w.limits, at)
+				r.force[z] = written{limits: byKey(hl.Limits.Limits), at: at}
 			}
 		}
 		r.first = false
@@ -280,33 +291,23 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			delete(r.force, z)
 		}
 	}
-	for k, ss := range r.recent {
-		i := 0
-		for i < len(ss) && now.Sub(ss[i].at) >= r.cfg.Settle {
-			i++
-		}
-		if i == len(ss) {
-			delete(r.recent, k)
-		} else {
-			r.recent[k] = ss[i:]
+	for k, h := range r.hold {
+		if !now.Before(h.until) {
+			delete(r.hold, k)
 		}
 	}
 	// Estimates, each with the limit in force while it was measured.
-	for k, t := range totals {
+	for k, o := range obs {
 		var lim uint64
-		for _, z := range carriers[k] {
-			if w, ok := r.force[z]; ok {
-				lim += w.limits[k].RateBytes
+		for _, z := range o.zones {
+			var zl uint64
+			if w, ok := r.force[z.zone]; ok {
+				zl = w.limits[k].RateBytes
 			}
+			lim += zl
+			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: z.bytes * 8, Dropped: z.drops * 8, Limit: zl * 8})
 		}
-		r.est.Observe(k, now, bwalloc.Sample{Rate: t.bytes * 8, Dropped: t.drops * 8, Limit: lim * 8})
-	}
-	for hk, rate := range rateOf {
-		var lim uint64
-		if w, ok := r.force[hk.Host]; ok {
-			lim = w.limits[hk.RateKey].RateBytes
-		}
-		r.zest.Observe(hk, now, bwalloc.Sample{Rate: rate.BytesPerSec * 8, Dropped: rate.DropBytesPerSec * 8, Limit: lim * 8})
+		r.est.Observe(k, now, bwalloc.Sample{Rate: o.bytes * 8, Dropped: o.drops * 8, Limit: lim * 8})
 	}
 	r.est.Prune(now)
 	r.zest.Prune(now)
@@ -316,19 +317,31 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		next[z] = map[bwstore.RateKey]bwstore.Limit{}
 	}
 	inForce := r.possiblyInForce()
+	r.staticBase = map[hostRateKey]uint64{}
 	var in []bwalloc.EIP
 	var grants []bwalloc.Grant
-	var shares []bwalloc.HostShare
+	var shares, hs []bwalloc.HostShare
 	for pi := range pkgs {
 		p := &pkgs[pi]
 		contended := false
 		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
+			// The EIPs that are carried somewhere: reported now, within
+			// the estimator's grace, or with a limit of ours possibly in
+			// force. One that is carried nowhere takes no capacity (a
+			// host that starts carrying it reports it, and until its
+			// limit comes it holds the EIP to its static split).
 			carried := false
 			in = in[:0]
 			for _, e := range p.EIPs {
 				k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
-				carried = carried || len(carriers[k]) > 0
-				e.Demand = r.est.Demand(k, now, capOf(e.Max, p.Capacity)).Rate
+				d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
+				_, held := inForce[k]
+				o := obs[k]
+				if o == nil && d.Expired && !held {
+					continue
+				}
+				carried = carried || o != nil
+				e.Demand = d.Rate
 				in = append(in, e)
 			}
 			if !carried {
@@ -346,13 +359,17 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			var want []zoneRate
 			for _, g := range res.Grants {
 				k := bwstore.RateKey{EIP: g.Addr, Dir: dir}
-				cs := carriers[k]
-				if len(cs) == 0 {
+				o := obs[k]
+				if o == nil {
 					continue
 				}
-				hs := make([]bwalloc.HostShare, len(cs))
-				for i, z := range cs {
-					hs[i] = bwalloc.HostShare{Host: z, Demand: r.zest.Demand(hostRateKey{k, z}, now, 0).Rate}
+				hs = hs[:0]
+				for _, z := range o.zones {
+					var d uint64
+					if len(o.zones) > 1 { // one zone takes it all, whatever its demand
+						d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
+					}
+					hs = append(hs, bwalloc.HostShare{Host: z.zone, Demand: d})
 				}
 				shares, err = bwalloc.SplitHosts(shares, g.Limit/8, hs, r.cfg.HostFloor)
 				if err != nil {
@@ -363,7 +380,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
 				}
 			}
-			held := r.budget(p, dir, in, want, inForce)
+			held := r.budget(p, dir, want, inForce)
 			st.Held += held
 			for _, w := range want {
 				if w.rate == 0 {
@@ -393,7 +410,6 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
 			continue
 		}
-		r.force[z] = written{limits: p1[z], at: now}
 		r.remember(z, p1[z], now)
 		st.Writes++
 	}
@@ -411,7 +427,6 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
 			continue
 		}
-		r.force[z] = written{limits: p2[z], at: now}
 		r.remember(z, p2[z], now)
 		st.Writes++
 	}
@@ -421,21 +436,75 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	return st, active()
 }
 
+// eipObs is one EIP and direction's reports in a round.
+type eipObs struct {
+	bytes, drops uint64
+	zones        []zoneObs
+}
+
+type zoneObs struct {
+	zone         string
+	zi           uint16
+	bytes, drops uint64
+}
+
+// zoneKey is an EIP and direction in one zone, the zone interned.
+type zoneKey struct {
+	bwstore.RateKey
+	zone uint16
+}
+
+// zoneIndex interns a zone name (a region has at most
+// bwstore.MaxReporters zones reporting, far below 2^16; the table is
+// rebuilt if it ever fills).
+func (r *RegionManager) zoneIndex(z string) uint16 {
+	if i, ok := r.zidx[z]; ok {
+		return i
+	}
+	if r.zidx == nil || len(r.zidx) >= 1<<16-1 {
+		r.zidx = map[string]uint16{}
+		r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
+	}
+	i := uint16(len(r.zidx))
+	r.zidx[z] = i
+	return i
+}
+
+var errNoPackages = errors.New("region: the bandwidth packages are not loaded yet")
+
 type zoneRate struct {
 	hostRateKey
 	rate uint64 // bytes/s
 }
 
-// remember records the rates written to zone at `at` for the budget.
+// remember makes ls zone's limits in force from `at`. A limit it lowers
+// (or removes, or the static split it replaces) keeps counting at its old
+// value for Settle more: the zone manager and the hosts may not have
+// applied the change yet.
 func (r *RegionManager) remember(zone string, ls map[bwstore.RateKey]bwstore.Limit, at time.Time) {
-	for k, l := range ls {
-		hk := hostRateKey{k, zone}
-		r.recent[hk] = append(r.recent[hk], stampRate{at, l.RateBytes})
+	lower := func(hk hostRateKey, old, now uint64) {
+		if old <= now {
+			return
+		}
+		h := r.hold[hk]
+		if !at.Before(h.until) {
+			h.rate = 0
+		}
+		r.hold[hk] = holdRate{rate: max(h.rate, old), until: at.Add(r.cfg.Settle)}
 	}
+	for k, l := range r.force[zone].limits {
+		lower(hostRateKey{k, zone}, l.RateBytes, ls[k].RateBytes)
+	}
+	for hk, b := range r.staticBase {
+		if hk.Host == zone {
+			lower(hk, b, ls[hk.RateKey].RateBytes)
+		}
+	}
+	r.force[zone] = written{limits: ls, at: at}
 }
 
 // prev is the most that may be in force for key in zone: the current
-// limit and anything written within Settle.
+// limit, or one lowered within Settle.
 func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 	var p uint64
 	ok := false
@@ -444,8 +513,8 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 			p, ok = l.RateBytes, true
 		}
 	}
-	for _, s := range r.recent[hk] {
-		p, ok = max(p, s.rate), true
+	if h, in := r.hold[hk]; in {
+		p, ok = max(p, h.rate), true
 	}
 	return p, ok
 }
@@ -453,19 +522,18 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 // possiblyInForce sums, per EIP and direction, the most that may be in
 // force over the zones (prev of each zone key); computed once a round.
 func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
-	keys := map[hostRateKey]bool{}
-	for hk := range r.recent {
-		keys[hk] = true
-	}
-	for z, w := range r.force {
-		for k := range w.limits {
-			keys[hostRateKey{k, z}] = true
+	out := map[bwstore.RateKey]uint64{}
+	for _, w := range r.force {
+		for k, l := range w.limits {
+			out[k] = satAdd(out[k], l.RateBytes)
 		}
 	}
-	out := map[bwstore.RateKey]uint64{}
-	for hk := range keys {
-		if v, ok := r.prev(hk); ok {
-			out[hk.RateKey] = satAdd(out[hk.RateKey], v)
+	for hk, h := range r.hold {
+		cur := r.force[hk.Host].limits[hk.RateKey].RateBytes
+		if h.rate > cur {
+			out[hk.RateKey] = satAdd(out[hk.RateKey], h.rate-cur)
+		} else if _, ok := out[hk.RateKey]; !ok {
+			out[hk.RateKey] = 0
 		}
 	}
 	return out
@@ -477,7 +545,7 @@ func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
 // max(possibly in force, written) ≤ capacity. inForce is
 // possiblyInForce's. It returns how many increases it held back (in part
 // or whole).
-func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc.EIP, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64) int {
 	capBytes := p.Capacity / 8
 	// Possibly in force: ours where we have written; an EIP with nothing
 	// of ours in force anywhere is at its static split (over whichever
@@ -502,7 +570,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc
 		}
 		if static == nil {
 			static = map[netip.Addr]uint64{}
-			if res, err := bwalloc.StaticSplit(p.Capacity, eips); err == nil {
+			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
 				for _, g := range res.Grants {
 					static[g.Addr] = g.Limit / 8
 				}
@@ -515,6 +583,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc
 			base[i], _ = bits.Div64(hi, lo, t)
 		}
 		total = satAdd(total, base[i])
+		r.staticBase[w.hostRateKey] = base[i]
 	}
 	var incs uint64
 	for i, w := range want {
@@ -544,11 +613,6 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, eips []bwalloc
 		held++
 	}
 	return held
-}
-
-func (p *Package) has(a netip.Addr) bool {
-	_, ok := slices.BinarySearchFunc(p.EIPs, a, func(e bwalloc.EIP, a netip.Addr) int { return e.Addr.Compare(a) })
-	return ok
 }
 
 func capOf(maxBps, capacity uint64) uint64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ type ZoneManager struct {
 	first bool
 }
 
+// zoneName is bwstore's rule for AZ and reporter names.
+var zoneName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
 type hostRateKey struct {
 	bwstore.RateKey
 	Host string
@@ -62,23 +66,21 @@ func NewZoneManager(zone string, zoneStore, region bwstore.Store, cfg Config) (*
 	if err != nil {
 		return nil, err
 	}
-	if zone == "" || zone == RegionTier {
-		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want a zone name other than %q", zone, RegionTier)
+	if !zoneName.MatchString(zone) || zone == RegionTier {
+		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want 1-63 of [A-Za-z0-9._-], starting alphanumeric, other than %q", zone, RegionTier)
 	}
-	est, err := bwalloc.NewEstimator[hostRateKey](cfg.Estimator)
-	if err != nil {
-		return nil, err
-	}
-	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now), est: est}
+	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now)}
 	z.Activate()
 	return z, nil
 }
 
-// Activate forgets what this replica believes is in force: a newly
-// active manager reads it back from the store in its first round.
+// Activate forgets what this replica believes is in force (a newly
+// active manager reads it back from the store in its first round) and
+// its estimates (they start over from the current rates).
 func (z *ZoneManager) Activate() {
 	z.force = map[string]written{}
 	z.first = true
+	z.est, _ = bwalloc.NewEstimator[hostRateKey](z.cfg.Estimator)
 }
 
 // Round runs one zone round.
@@ -259,61 +261,50 @@ func (z *ZoneManager) push(ctx context.Context, active func() error, now time.Ti
 // next into the decrease phase (hosts with a lower or removed limit: the
 // new set with its increases held at their old value and its additions
 // left out) and the increase phase (the complete new sets of hosts with
-// an increase, an addition, or limits older than half the grace, which
-// are written again so they do not expire). Both through
-// bwalloc.PlanPushes, per direction.
+// an increase, an addition, a burst that changed alone, or limits older
+// than half the grace, which are written again so they do not expire).
+// Hosts not in next are left alone (their limits expire). The hosts with
+// a decrease and those with an increase are those of
+// bwalloc.PlanPushes(old, next) (TestPhasesMatchPlan), found here in one
+// pass over each host's set instead of through two maps of every
+// (host, EIP) pair: a region has hundreds of thousands.
 func phases(old map[string]written, next map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time, grace time.Duration) (p1, p2 map[string]map[bwstore.RateKey]bwstore.Limit) {
 	p1, p2 = map[string]map[bwstore.RateKey]bwstore.Limit{}, map[string]map[bwstore.RateKey]bwstore.Limit{}
-	for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
-		o, n := map[bwalloc.HostKey]uint64{}, map[bwalloc.HostKey]uint64{}
-		for h, set := range next {
-			for k, l := range set {
-				if k.Dir == dir {
-					n[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
-				}
-			}
-			// Only hosts written this round count: the old limits of a
-			// host left out expire by themselves.
-			for k, l := range old[h].limits {
-				if k.Dir == dir {
-					o[bwalloc.HostKey{Addr: k.EIP, Host: h}] = l.RateBytes
-				}
-			}
-		}
-		plan := bwalloc.PlanPushes(o, n)
-		for _, d := range plan.Decreases {
-			if p1[d.Host] == nil {
-				p1[d.Host] = maps.Clone(next[d.Host])
-			}
-		}
-		for _, in := range plan.Increases {
-			p2[in.Host] = next[in.Host]
-		}
-	}
-	// The decrease phase holds the host's increases at their old values.
-	for h, set := range p1 {
-		for k, l := range set {
-			ol, had := old[h].limits[k]
-			switch {
-			case !had:
-				delete(set, k)
-			case ol.RateBytes < l.RateBytes:
-				set[k] = ol
-			}
-		}
-	}
 	for h, set := range next {
-		if _, ok := p2[h]; ok {
-			continue
+		w, had := old[h]
+		down, up := false, false
+		for k, o := range w.limits {
+			if n, ok := set[k]; !ok || n.RateBytes < o.RateBytes {
+				down = true
+				break
+			}
 		}
-		if p1[h] != nil {
-			if !sameLimits(p1[h], set) {
+		for k, n := range set {
+			if o, ok := w.limits[k]; !ok || n.RateBytes > o.RateBytes {
+				up = true
+				break
+			}
+		}
+		if down {
+			// The increases held at their old value, additions left out.
+			d := make(map[bwstore.RateKey]bwstore.Limit, len(set))
+			for k, n := range set {
+				if o, ok := w.limits[k]; ok {
+					if o.RateBytes < n.RateBytes {
+						n = o
+					}
+					d[k] = n
+				}
+			}
+			p1[h] = d
+			if !sameLimits(d, set) {
 				p2[h] = set
 			}
 			continue
 		}
-		w, had := old[h]
 		switch {
+		case up:
+			p2[h] = set
 		case !had:
 			// Nothing of ours in force and nothing added: leave it alone.
 		case !sameLimits(w.limits, set):
