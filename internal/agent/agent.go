@@ -635,7 +635,12 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, dp, cfg.Log.With("part", "bandwidth")); err != nil {
 			return err
 		}
-		go bw.Run(ctx)
+		bwDone := make(chan struct{})
+		go func() {
+			defer close(bwDone)
+			bw.Run(ctx)
+		}()
+		defer func() { <-bwDone }() // before the data plane and the store close
 	} else {
 		bandwidth.ClearLimits(dp, cfg.Log)
 	}

@@ -56,7 +56,7 @@ func (r *Reconciler) updateBandwidth(st *model.State, want HostWant) {
 	if err != nil {
 		r.fail(err)
 	}
-	if v.Zone == r.bw.view.Zone && sameCarried(v.EIPs, r.bw.view.EIPs) {
+	if r.bw.view.EIPs != nil && v.Zone == r.bw.view.Zone && sameCarried(v.EIPs, r.bw.view.EIPs) {
 		return
 	}
 	r.bw.view = v

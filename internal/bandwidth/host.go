@@ -16,16 +16,6 @@ import (
 	"github.com/azgate/azgate/internal/model"
 )
 
-// Host defaults (docs/bandwidth.md, "Hosts: measurement and enforcement").
-// DefaultInterval and DefaultGrace are the managers' (manager.go): the
-// hosts use the same.
-const (
-	// BurstFloor is the least burst a limit gets (bytes): ten full-size
-	// packets, so a small share still passes a burst of a TCP window's
-	// start (the contract between the tiers, BW-CONTRACT).
-	BurstFloor = 15_000
-)
-
 // Reading is one EIP's cumulative counters for the node's direction
 // (agent: guest -> Internet, edge: Internet -> EIP).
 type Reading struct {
@@ -195,7 +185,7 @@ type Host struct {
 	cfg  HostConfig
 	kick chan struct{}
 
-	mu        sync.Mutex // the loop's state; Status reads it
+	mu        sync.Mutex // the loop's state (Step, Enforce)
 	zone      string
 	prev      map[netip.Addr]Reading
 	prevAt    time.Time
@@ -207,13 +197,19 @@ type Host struct {
 	drops     map[netip.Addr]dataplane.BandwidthDrops
 	counts    HostCounts
 	errs      map[string]string // the last error of each operation ("" or absent: none)
+	written   bool              // the last report written had rows
+
+	smu        sync.Mutex // the state as of the last pass (publish, Status)
+	snap       HostStatus
+	snapIssued time.Time
+	snapHave   bool
 }
 
 // limitState is what the node knows of its managed limits.
 type limitState struct {
 	have   bool
 	gen    uint64
-	limits map[netip.Addr]bwstore.Limit // this direction only
+	limits map[netip.Addr]bwstore.Limit // this direction only (FilterLimits)
 	// confirmed is when the store last said these limits are current;
 	// issued is when they were written (as of the read: now - Age).
 	confirmed, issued time.Time
@@ -289,6 +285,7 @@ func (h *Host) Step(ctx context.Context) {
 	h.measure(ctx, v)
 	h.poll(ctx, v, now)
 	h.enforce(v, now)
+	h.publish()
 }
 
 // Enforce programs the limits again from the current view, without
@@ -298,6 +295,7 @@ func (h *Host) Enforce() {
 	defer h.mu.Unlock()
 	h.view = h.cfg.View()
 	h.enforce(h.view, h.cfg.Now())
+	h.publish()
 }
 
 // measure reads the counters and writes the report: a row for every
@@ -314,11 +312,12 @@ func (h *Host) measure(ctx context.Context, v View) {
 	h.note("counters", nil)
 	drops := make(map[netip.Addr]uint64, len(v.EIPs))
 	h.drops = make(map[netip.Addr]dataplane.BandwidthDrops, len(v.EIPs))
+	var dropErr error
 	for a := range v.EIPs {
 		d, ok, err := h.cfg.Limits.EIPBandwidthDrops(a)
 		if err != nil {
 			h.counts.ApplyErrors++
-			h.note("drops", err)
+			dropErr = cmpErr(dropErr, err)
 			continue
 		}
 		if ok {
@@ -326,6 +325,7 @@ func (h *Host) measure(ctx context.Context, v View) {
 			h.drops[a] = d
 		}
 	}
+	h.note("drops", dropErr)
 	first := h.prevAt.IsZero()
 	dt := at.Sub(h.prevAt)
 	rates := make([]bwstore.Rate, 0, len(v.EIPs))
@@ -354,6 +354,11 @@ func (h *Host) measure(ctx context.Context, v View) {
 	if h.zone == "" || first || dt <= 0 {
 		return // nothing measured yet: no report rather than an empty one
 	}
+	if len(rates) == 0 && !h.written {
+		// Nothing to say, and nothing said before: a node that carries
+		// no packaged EIP takes no room among the zone's reporters.
+		return
+	}
 	slices.SortFunc(rates, func(x, y bwstore.Rate) int { return x.EIP.Compare(y.EIP) })
 	if len(rates) > bwstore.MaxRatesPerReport {
 		rates = rates[:bwstore.MaxRatesPerReport]
@@ -367,6 +372,7 @@ func (h *Host) measure(ctx context.Context, v View) {
 	}
 	h.note("report", nil)
 	h.counts.Reports++
+	h.written = len(rates) > 0
 }
 
 // poll reads the generation of the node's limits and, when it moved, the
@@ -516,37 +522,39 @@ type EIPStatus struct {
 	Measured *bwstore.Rate
 }
 
-// Status returns the Host's state, at most maxEIPs EIPs (the lowest
-// addresses; 0: all).
-func (h *Host) Status(maxEIPs int) HostStatus {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.cfg.Now()
-	managed := InForce(h.lim.have, h.lim.confirmed, now, h.cfg.Grace)
-	s := HostStatus{Zone: h.zone, Dir: h.cfg.Dir, Managed: managed, LimitsAge: -1, Counts: h.counts,
-		EIPs: make(map[netip.Addr]EIPStatus, len(h.applied))}
+// publish makes the state of the pass just done what Status returns
+// (under h.mu): Status never waits for a pass blocked on the store.
+func (h *Host) publish() {
+	s := HostStatus{Zone: h.zone, Dir: h.cfg.Dir, Managed: InForce(h.lim.have, h.lim.confirmed, h.cfg.Now(), h.cfg.Grace),
+		LimitsAge: -1, Counts: h.counts, EIPs: make(map[netip.Addr]EIPStatus, len(h.applied))}
 	if h.lim.have {
-		s.Generation, s.LimitsAge = h.lim.gen, now.Sub(h.lim.issued)
+		s.Generation = h.lim.gen
 	}
 	for _, op := range []string{"counters", "report", "limits", "drops", "apply"} {
 		if m := h.errs[op]; m != "" {
 			s.Errors = append(s.Errors, "bandwidth "+op+": "+m)
 		}
 	}
-	addrs := make([]netip.Addr, 0, len(h.applied))
-	for a := range h.applied {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	if maxEIPs > 0 && len(addrs) > maxEIPs {
-		addrs = addrs[:maxEIPs]
-	}
-	for _, a := range addrs {
-		e := EIPStatus{Package: h.view.EIPs[a].Package, Target: h.applied[a], Drops: h.drops[a]}
+	for a, t := range h.applied {
+		e := EIPStatus{Package: h.view.EIPs[a].Package, Target: t, Drops: h.drops[a]}
 		if r, ok := h.rates[a]; ok {
 			e.Measured = &r
 		}
 		s.EIPs[a] = e
+	}
+	h.smu.Lock()
+	h.snap, h.snapIssued, h.snapHave = s, h.lim.issued, h.lim.have
+	h.smu.Unlock()
+}
+
+// Status returns the Host's state as of its last pass (the limits' age
+// as of now).
+func (h *Host) Status() HostStatus {
+	h.smu.Lock()
+	defer h.smu.Unlock()
+	s := h.snap
+	if h.snapHave {
+		s.LimitsAge = h.cfg.Now().Sub(h.snapIssued)
 	}
 	return s
 }
@@ -625,9 +633,12 @@ func InForce(have bool, confirmed, now time.Time, grace time.Duration) bool {
 	return have && now.Sub(confirmed) <= grace
 }
 
-// FilterLimits keeps the limits of dir for EIPs in carried; ignored
-// counts the others (another direction, an EIP not carried here or in no
-// package, a repeated EIP).
+// FilterLimits keeps the limits of dir, the first of each EIP; ignored
+// counts the limits never applied: another direction, a repeated EIP, an
+// EIP not in carried (this node does not carry it, or it is in no
+// package). The latter are kept, as Targets uses only the carried EIPs'
+// limits: an EIP the node starts carrying after the read (its view lagged
+// the manager's) takes its limit without waiting for the next push.
 func FilterLimits(ls []bwstore.Limit, dir bwstore.Direction, carried map[netip.Addr]Carried) (map[netip.Addr]bwstore.Limit, int) {
 	out := make(map[netip.Addr]bwstore.Limit, len(ls))
 	ignored := 0
@@ -636,13 +647,12 @@ func FilterLimits(ls []bwstore.Limit, dir bwstore.Direction, carried map[netip.A
 			ignored++
 			continue
 		}
-		if _, ok := carried[l.EIP]; !ok {
-			ignored++
-			continue
-		}
 		if _, dup := out[l.EIP]; dup {
 			ignored++
 			continue
+		}
+		if _, ok := carried[l.EIP]; !ok {
+			ignored++
 		}
 		out[l.EIP] = l
 	}
@@ -682,10 +692,10 @@ func rateBounds(c Carried) (lo, hi uint64) {
 }
 
 // burstOf is a rate's burst in c's package: rate × burst time, at least
-// BurstFloor, at most 2^32-1.
+// MinBurstBytes, at most 2^32-1.
 func burstOf(c Carried, rate uint64) uint32 {
 	p := model.BandwidthPackage{Burst: model.Duration(c.Burst)}
-	return uint32(min(max(p.BurstBytes(rate), BurstFloor), math.MaxUint32))
+	return uint32(min(max(p.BurstBytes(rate), MinBurstBytes), math.MaxUint32))
 }
 
 func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
@@ -705,8 +715,8 @@ func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
 	switch {
 	case burst > maxBurst:
 		burst, clamped = maxBurst, true
-	case burst < BurstFloor:
-		burst = BurstFloor
+	case burst < MinBurstBytes:
+		burst = MinBurstBytes
 	}
 	return Target{Rate: rate, Burst: uint32(burst), Mode: Managed}, clamped
 }
@@ -727,7 +737,7 @@ const MaxStatusEIPs = 4096
 // NodeStatus is the Host's state for the node status and /metrics: at
 // most MaxStatusEIPs EIPs; the errors are the ones of the last pass.
 func (h *Host) NodeStatus() (*model.BandwidthStatus, []string) {
-	s := h.Status(0)
+	s := h.Status()
 	dir := "egress"
 	if s.Dir == bwstore.Ingress {
 		dir = "ingress"

@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/bandwidth"
@@ -20,8 +20,11 @@ import (
 // Internet -> EIP traffic (the rx counters the DDoS rate reports read,
 // rates.go), reports it to its zone (--bw-zone) and enforces the EIP's
 // ingress limit. It carries an EIP it has a route for when its set is
-// one that may see the EIP's traffic (setplan.Carriers); the static split
-// divides the EIP's share over the live members of its set.
+// one that may see the EIP's traffic (setplan.Carriers: the set serving
+// it, and during a quarantine or after a pull-out the sets it came from);
+// the static split divides the EIP's share over the live members of all
+// those sets, so the edges of every set that carries it enforce together
+// no more than the share.
 
 // DefaultBandwidthZone is the zone edges report to unless told otherwise.
 const DefaultBandwidthZone = "edge"
@@ -37,10 +40,11 @@ type BandwidthConfig struct {
 // bwState is the reconciler's side of the bandwidth host.
 type bwState struct {
 	zone  string
-	view  atomic.Pointer[bandwidth.View]
+	view  bandwidth.View // as of the last currentView (EIPs nil: before the first commit)
 	host  *bandwidth.Host
 	ann   map[string]map[string]bool // set -> edges announcing (nil: not read yet)
 	dirty bool                       // the view must be computed again
+	ready bool                       // a commit happened: the index holds the desired state
 }
 
 // liveMembers counts the live members of set (as the agents count them,
@@ -77,6 +81,7 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 	}
 	in := x.setplan()
 	var addrs []netip.Addr
+	sets := map[netip.Addr][3]string{}
 	for a := range x.bwOf {
 		if !a.Is4() {
 			continue
@@ -87,30 +92,67 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 		c := in.Carriers(a)
 		if c[0] == set.Name || c[1] == set.Name || c[2] == set.Name {
 			addrs = append(addrs, a)
+			sets[a] = c
 		}
 	}
-	n := liveMembers(set, r.bw.ann)
+	live := map[string]int{}
+	carriers := func(a netip.Addr) int {
+		c, n := sets[a], 0
+		for i, name := range c {
+			if name == "" || slices.Contains(c[:i], name) {
+				continue
+			}
+			if _, ok := live[name]; !ok {
+				if s, ok := x.sets[name]; ok {
+					live[name] = liveMembers(s, r.bw.ann)
+				}
+			}
+			n += live[name]
+		}
+		return n
+	}
 	return bandwidth.NewView(r.bw.zone, x.packages, func(a netip.Addr) (string, bool) {
 		p, ok := x.bwOf[a]
 		return p, ok
-	}, addrs, func(netip.Addr) int { return n })
+	}, addrs, carriers)
 }
 
-// updateBandwidth recomputes the view when a change touched it (commit,
-// SetAnnouncements; under r.mu) and kicks the host.
+// updateBandwidth kicks the host when a change touched the view (commit,
+// SetAnnouncements; under r.mu). The host computes the view again when it
+// next asks for it (currentView): a burst of commits costs one rebuild,
+// not one each (a rebuild walks every packaged EIP).
 func (r *Reconciler) updateBandwidth() {
 	if r.bw == nil || !r.bw.dirty || r.loading {
 		return
 	}
-	v, err := r.bandwidthView()
-	if err != nil {
-		r.log.Warn("bandwidth view", "err", err)
-	}
-	r.bw.dirty = false
-	r.bw.view.Store(&v)
 	if r.bw.host != nil {
 		r.bw.host.Kick()
 	}
+}
+
+// bandwidthCommitted is Commit's: the index holds the desired state.
+func (r *Reconciler) bandwidthCommitted() {
+	if r.bw != nil {
+		r.bw.ready = true
+		r.updateBandwidth()
+	}
+}
+
+// currentView returns the edge's view, computed again first if a change
+// touched it (the host's View); before the first commit, a view with
+// EIPs nil (the host changes nothing).
+func (r *Reconciler) currentView() bandwidth.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bw.dirty && r.bw.ready && !r.loading {
+		v, err := r.bandwidthView()
+		if err != nil {
+			r.log.Warn("bandwidth view", "err", err)
+		}
+		r.bw.dirty = false
+		r.bw.view = v
+	}
+	return r.bw.view
 }
 
 // SetAnnouncements takes the edges' announcements (store.WatchAnnouncements):
@@ -158,14 +200,12 @@ func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limi
 		interval = bandwidth.DefaultInterval
 	}
 	st := &bwState{zone: cfg.Zone, dirty: true}
-	st.view.Store(&bandwidth.View{}) // unknown until the first commit
-	view := func() bandwidth.View { return *st.view.Load() }
 	counters := func() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
-		return meter.counters(r.maps, time.Now(), interval/2, view().EIPs)
+		return meter.counters(r.maps, time.Now(), interval/2, r.currentView().EIPs)
 	}
 	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
 		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(counters),
-		Limits: lockedBandwidth{&r.mu, limits}, View: view, Log: log})
+		Limits: lockedBandwidth{&r.mu, limits}, View: r.currentView, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,13 @@ func TestEdgeBandwidth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// A limit a previous run left: kept until the desired state is read,
+	// then removed (.8 is unbound: not carried).
+	limits.SetEIPBandwidth(a("198.51.100.8"), 8_000_000, 0)
+	h.Step(ctx)
+	if got, _ := limits.EIPBandwidths(); len(got) != 1 {
+		t.Fatalf("limits changed before the first commit: %v", got)
+	}
 	load(t, r, 10, bwRegion()...)
 	h.Step(ctx)
 	// 120 Mbit/s over 4 EIPs: 30 Mbit/s each; edge-a2 speaks BGP and
@@ -66,7 +73,20 @@ func TestEdgeBandwidth(t *testing.T) {
 	if got, _ := limits.EIPBandwidths(); !sameBW(got, want) {
 		t.Fatalf("static split over 2 edges: %v, want %v", got, want)
 	}
+	// .9 pulled out into the dedicated set hot (one edge): pop-a still
+	// carries it (traffic may come its way while routes converge), and
+	// the static share divides over the three live edges of both sets.
+	watched(t, r, 11, &model.EdgeSet{Name: "hot", Role: model.RoleDedicated, Edges: []model.EdgeNode{{Name: "edge-h1", Underlay: a("198.18.0.20")}}},
+		&model.EIP{Address: a("198.51.100.9"), Set: "hot", Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
+	h.Enforce()
+	if got, _ := limits.EIPBandwidths(); got[a("198.51.100.9")] != (dataplane.Bandwidth{Rate: 10_000_000, Burst: 25_000}) {
+		t.Fatalf("pulled out: %v, want .9 at 10 Mbit/s (30 over 3 edges)", got)
+	}
+	watched(t, r, 12, &model.EIP{Address: a("198.51.100.9"), Binding: &model.Binding{Host: "az2-h1", Guest: "g1"}})
 
+	// A reading of the routes' counters to measure from.
+	time.Sleep(30 * time.Millisecond) // beyond the meter's freshness (interval/2)
+	h.Step(ctx)
 	// Traffic to .7 (its route's rx counters).
 	slot := fake.Routes()[a("198.51.100.7")].StatsIdx
 	fake.Counters[slot] = dataplane.Counters{RxBytes: 500_000, RxPackets: 500, TxBytes: 7}
@@ -92,19 +112,19 @@ func TestEdgeBandwidth(t *testing.T) {
 	if got, _ := limits.EIPBandwidths(); !sameBW(got, want) {
 		t.Fatalf("managed: %v, want %v", got, want)
 	}
-	if st := h.Status(0); st.Counts.Ignored != 1 || !st.Managed {
+	if st := h.Status(); st.Counts.Ignored != 1 || !st.Managed {
 		t.Fatalf("status %+v: want managed, one limit ignored", st)
 	}
 	// .9 unbound (no route): its limit goes at the next commit.
-	watched(t, r, 11, &model.EIP{Address: a("198.51.100.9")})
+	watched(t, r, 13, &model.EIP{Address: a("198.51.100.9")})
 	h.Enforce()
 	delete(want, a("198.51.100.9"))
 	if got, _ := limits.EIPBandwidths(); !sameBW(got, want) {
 		t.Fatalf("after unbinding .9: %v, want %v", got, want)
 	}
 	// The package deleted: no limits at all.
-	r.Delete(model.KindBandwidthPackage, "shop", 12)
-	r.Commit(12, false)
+	r.Delete(model.KindBandwidthPackage, "shop", 14)
+	r.Commit(14, false)
 	h.Enforce()
 	if got, _ := limits.EIPBandwidths(); len(got) != 0 {
 		t.Fatalf("package deleted: %v, want no limit", got)

@@ -224,7 +224,12 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 			return err
 		}
 		go watchBandwidthAnnouncements(ctx, st, rec, blog)
-		go bw.Run(ctx)
+		bwDone := make(chan struct{})
+		go func() {
+			defer close(bwDone)
+			bw.Run(ctx)
+		}()
+		defer func() { <-bwDone }() // before the data plane and the store close
 	} else {
 		bandwidth.ClearLimits(dp, log)
 	}

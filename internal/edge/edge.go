@@ -236,7 +236,7 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 			r.bw.dirty = true
 		}
 	}
-	r.updateBandwidth()
+	r.bandwidthCommitted()
 	r.commit()
 }
 
