@@ -584,6 +584,9 @@ func watchLimits(ctx context.Context, l *lab.Lab, zone, host string) []string {
 		now := time.Now().Format("15:04:05.000")
 		switch {
 		case err != nil:
+			if len(out) == 0 || !strings.HasSuffix(out[len(out)-1], err.Error()) {
+				out = append(out, now+": "+err.Error())
+			}
 		case !ok && had:
 			out = append(out, now+": none")
 			had = false
