@@ -25,8 +25,11 @@ import (
 // the ingress direction, enforced by the edges (zone "edge").
 const (
 	bwCapacity = 100e6 // bit/s
-	bwGrace    = 5 * time.Second
-	bwFlows    = 64
+	// bwGrace is the managers' and roles' grace period: the default, so
+	// that a takeover (the lease's 3 s and a round) fits well inside the
+	// TTL of the limits the deposed manager wrote last.
+	bwGrace = 10 * time.Second
+	bwFlows = 64
 	// bwStallTolerance: a window in which the load's sender was not
 	// scheduled for longer than this (summed) may fall short of the
 	// capacity through the lab's own fault (checkWindows).
@@ -185,7 +188,7 @@ func TestSharedBandwidth(t *testing.T) {
 			t.Fatalf("%s did not take the region over: %v", standby, err)
 		}
 		t.Logf("%s (SIGKILL) -> %s active after %v", active, standby, took.Round(10*time.Millisecond))
-		sleep(ctx, time.Until(tKill.Add(took+2*bwGrace)))
+		sleep(ctx, time.Until(tKill.Add(took+10*time.Second)))
 		stopWatch()
 		logWindows("takeover", tKill, time.Now())
 		t.Logf("the region's limits for zone %s meanwhile (killed at %s):", lab.BWEdgeZone, tKill.Format("15:04:05.000"))
@@ -219,7 +222,7 @@ func TestSharedBandwidth(t *testing.T) {
 		for _, e := range bwEIPs[1:] {
 			static[e.addr] = bwCapacity * e.weight / 4
 		}
-		fell, err := waitSharesAfter(ctx, ld, static, tKill, 4*bwGrace+10*time.Second)
+		fell, err := waitSharesAfter(ctx, ld, static, tKill, 3*bwGrace+10*time.Second)
 		logWindows("fallback", tKill, time.Now())
 		if err != nil {
 			t.Fatalf("no static split %s: %v", fmtRates(static), err)
