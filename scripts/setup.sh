@@ -44,6 +44,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	# Debian starts the daemons of what it installs: redis-server on
+	# 127.0.0.1:6379 and etcd on localhost:2379, both without a password,
+	# which any local user could drive. azgate needs only the binaries (it
+	# starts its own servers, on sockets only root reaches): stop and
+	# disable the services of the packages this run installed.
+	if [ -d /run/systemd/system ]; then
+		for ps in redis-server:redis-server etcd-server:etcd; do
+			case " ${missing[*]} " in
+			*" ${ps%%:*} "*) systemctl disable --now "${ps#*:}.service" || true ;;
+			esac
+		done
+	fi
 fi
 
 # Go: the machine's, or /usr/local/go.

@@ -8,14 +8,24 @@
  * (i: the EIP's stats slot), shared by every CPU and updated with compare-and-swap: per-CPU buckets would
  * let N CPUs admit N times the rate when RSS spreads an EIP's flows.
  *
+ * The clock is the kernel's tick (bw_now): jiffies times the tick's ns,
+ * read inline (the verifier turns bpf_jiffies64 into one load, where the
+ * bpf_ktime_get_ns it replaced was a helper call reading the clocksource:
+ * ~35 ns per limited packet on the bench VM, BENCHMARKS.md). It stands
+ * still within a tick (1-10 ms by HZ), so the bucket's tolerance is the
+ * burst's worth plus one tick (bw_gcra): without it a bucket smaller than
+ * a tick would refill once per tick and hold the EIP under its rate.
+ *
  * Accuracy: a packet costs its IP length times the ns per byte, rounded
- * up (20 fraction bits: under 1 ns per packet), so the bucket never admits
- * more than burst + rate * t bytes in any interval t, except that after
- * BW_CAS_TRIES lost compare-and-swaps in a row (several CPUs charging the
- * same EIP at the same instant) a packet is admitted unchecked, its cost
- * still added to the TAT (atomic add): at most one packet per contending
- * CPU beyond the burst, paid back by the packets after it. The clock is
- * bpf_ktime_get_ns (monotonic). An EIP without a limit costs one flag test
+ * up (20 fraction bits: under 1 ns per packet), so over any interval t
+ * the bucket admits at most burst + rate * (t + 2 ticks) bytes (a tick of
+ * tolerance, and the clock's lag of up to a tick at either end of t) and,
+ * flooded, at least rate * (t - 1 tick) less one packet: the long-run rate
+ * is exact. The exception: after BW_CAS_TRIES lost compare-and-swaps in a
+ * row (several CPUs charging the same EIP at the same instant) a packet is
+ * admitted unchecked, its cost still added to the TAT (atomic add): at
+ * most one packet per contending CPU beyond the bound, paid back by the
+ * packets after it. An EIP without a limit costs one flag test
  * (ROUTE_F_BW in the edge's route cache slot, AGENT_F_BW in the agent's
  * guest entry). */
 #ifndef AZG_BW_H
@@ -32,6 +42,25 @@
 #define BW_CAS_TRIES 4
 #endif
 
+/* The buckets' clock, set by Go when it loads the program
+ * (internal/dataplane/bwclock.go): bw_tick_ns, the kernel's tick in ns
+ * (TICK_NSEC: the resolution of CLOCK_MONOTONIC_COARSE), and
+ * bw_clock_base, jiffies * tick at CLOCK_MONOTONIC's zero, so that bw_now
+ * is CLOCK_MONOTONIC to within a tick or two and a bucket's TAT means the
+ * same to a program on bpf_ktime_get_ns (an earlier version, or this one
+ * loaded without them: bw_tick_ns 0). Read-only data: the verifier knows
+ * them and drops the branch not taken. */
+volatile const __u64 bw_tick_ns = 0;
+volatile const __u64 bw_clock_base = 0;
+
+/* Now, on the buckets' clock (ns, monotonic, shared by every CPU). */
+static __always_inline __u64 bw_now(void)
+{
+	if (!bw_tick_ns)
+		return bpf_ktime_get_ns();
+	return bpf_jiffies64() * bw_tick_ns - bw_clock_base;
+}
+
 /* Edge: the route cache flags of addr plus ROUTE_F_BW when it has a
  * bandwidth limit. Only when a slot is filled (every eip_bw write bumps
  * the route generation). */
@@ -43,10 +72,12 @@ static __always_inline __u8 bw_route_flags(__u8 flags, __be32 addr)
 }
 
 /* Charge bytes to b at now: 1 if they conform (the TAT moves on by their
- * cost), 0 if they do not (nothing charged). */
+ * cost), 0 if they do not (nothing charged). The tolerance is the burst's
+ * plus one tick: the clock jumps a tick at a time, and a saturated bucket
+ * must have a tick's worth left to admit when it does. */
 static __always_inline int bw_gcra(struct eip_bw_slot *b, __u64 now, __u64 cost)
 {
-	__u64 tau = b->tau;
+	__u64 tau = b->tau + bw_tick_ns;
 #pragma unroll
 	for (int i = 0; i < BW_CAS_TRIES; i++) {
 		__u64 old = *(volatile __u64 *)&b->tat;
@@ -75,7 +106,7 @@ static __always_inline int bw_over(__u32 idx, __be32 eip, __u32 bytes)
 	if (!b || b->addr != eip)
 		return 0;
 	__u64 cost = ((__u64)(bytes & 0xffff) * b->ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
-	if (bw_gcra(b, bpf_ktime_get_ns(), cost))
+	if (bw_gcra(b, bw_now(), cost))
 		return 0;
 	__sync_fetch_and_add(&b->drop_packets, 1);
 	__sync_fetch_and_add(&b->drop_bytes, bytes & 0xffff);

@@ -189,6 +189,7 @@ func init() {
 		c.AddCommand(ctl)
 
 		c.AddCommand(fleetCommand())
+		c.AddCommand(benchBandwidthCommand())
 		return c
 	})
 }

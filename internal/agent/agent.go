@@ -229,7 +229,7 @@ type Reconciler struct {
 	// Edge groups (groups.go): the announcements last read, the slot of
 	// each set, what each slot holds, the sets that fell back to members
 	// that are not live and how many times one did.
-	ann         Announcing
+	ann         setplan.Announcing
 	badAnnounce uint64 // malformed announce keys read
 	groupSlot   map[string]uint16
 	groups      map[uint16]dataplane.AgentGroup
@@ -304,7 +304,9 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 	if err != nil {
 		r.errs = nil
 		r.fail(err)
-		r.updateBandwidth(st, HostWant{})
+		// The data plane keeps what it holds, and so do the bandwidth
+		// limits: an empty view would remove them and leave the EIPs
+		// still forwarded here unlimited.
 		return
 	}
 	r.want, r.backoff = &want, 0

@@ -95,7 +95,7 @@ func TestAgentAnnounceKeyRemoved(t *testing.T) {
 		// group writes that led there.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			r.mu.Lock()
-			both := r.ann.has("hot", "edge-h1") && r.ann.has("hot", "edge-h2")
+			both := r.ann.Has("hot", "edge-h1") && r.ann.Has("hot", "edge-h2")
 			r.mu.Unlock()
 			if both {
 				break

@@ -79,12 +79,23 @@ func TestAgentBandwidth(t *testing.T) {
 	if ns.Zone != "az1" || ns.Direction != "egress" || ns.Mode != "managed" || ns.EIPs["198.51.100.7"].Limit != 16_000_000 {
 		t.Fatalf("status %+v", ns)
 	}
+	// The host's object goes (the desired state cannot be computed):
+	// the agent keeps forwarding what it holds, and .7 keeps its limit.
+	gone := state(t)
+	gone.Remove(model.KindHost, "az1-h1")
+	r.Handle(gone, 4, nil, false)
+	h.Enforce()
+	h.Step(ctx)
+	if got, _ := limits.EIPBandwidths(); got[a("198.51.100.7")] != (dataplane.Bandwidth{Rate: 16_000_000, Burst: 40_000}) {
+		t.Fatalf("after the host's object went: %v, want .7's limit kept", got)
+	}
+	r.Handle(st, 5, nil, false)
 	// .7 is unbound: its limit goes with the next change, without
 	// waiting for the interval (the host is kicked; Enforce here).
 	if _, err := st.Put(&model.EIP{Address: a("198.51.100.7")}); err != nil {
 		t.Fatal(err)
 	}
-	r.Handle(st, 4, nil, false)
+	r.Handle(st, 6, nil, false)
 	h.Enforce()
 	if got, _ := limits.EIPBandwidths(); len(got) != 0 {
 		t.Fatalf("after unbinding: %v, want no limit", got)

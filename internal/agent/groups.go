@@ -11,6 +11,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -40,25 +41,6 @@ import (
 // the store than to be down (they keep forwarding while the store is
 // away). Each fallback is logged and counted.
 
-// Announcing is the edges that keep their announce key, by set and edge
-// name.
-type Announcing map[string]map[string]bool
-
-func (a Announcing) has(set, edge string) bool { return a[set][edge] }
-
-// AnnouncingFrom reads what store.WatchAnnouncements hands over (valid
-// announcements by key: the key's set and edge are the value's).
-func AnnouncingFrom(all map[string]model.Announcement) Announcing {
-	out := Announcing{}
-	for _, an := range all {
-		if out[an.Set] == nil {
-			out[an.Set] = map[string]bool{}
-		}
-		out[an.Set][an.Edge] = true
-	}
-	return out
-}
-
 // GroupPlan is the members each group gets.
 type GroupPlan struct {
 	Sets map[string][]netip.Addr // set -> live members, in name order
@@ -69,7 +51,7 @@ type GroupPlan struct {
 
 // PlanGroups computes the groups from the desired state's sets and the
 // announcements.
-func PlanGroups(sets map[string][]model.EdgeNode, ann Announcing) GroupPlan {
+func PlanGroups(sets map[string][]model.EdgeNode, ann setplan.Announcing) GroupPlan {
 	p := GroupPlan{Sets: map[string][]netip.Addr{}}
 	names := make([]string, 0, len(sets))
 	for n := range sets {
@@ -93,27 +75,14 @@ func PlanGroups(sets map[string][]model.EdgeNode, ann Announcing) GroupPlan {
 	return p
 }
 
-// LiveMembers returns the underlay addresses of set's live members (see
-// the head of this file), at most MaxGroupMembers, and whether the set
-// fell back to members that are not live.
-func LiveMembers(set string, members []model.EdgeNode, ann Announcing) (live []netip.Addr, fellBack bool) {
-	var notDrained, all []netip.Addr
-	for _, m := range members {
-		all = append(all, m.Underlay)
-		if m.Drained {
-			continue
-		}
-		notDrained = append(notDrained, m.Underlay)
-		if m.BGP == nil || ann.has(set, m.Name) {
-			live = append(live, m.Underlay)
-		}
-	}
-	switch {
-	case len(live) > 0:
-	case len(notDrained) > 0:
-		live, fellBack = notDrained, true
-	default:
-		live, fellBack = all, len(all) > 0
+// LiveMembers returns the underlay addresses of set's live members
+// (setplan.LiveMembers; see the head of this file), at most
+// MaxGroupMembers, and whether the set fell back to members that are not
+// live.
+func LiveMembers(set string, members []model.EdgeNode, ann setplan.Announcing) (live []netip.Addr, fellBack bool) {
+	nodes, fellBack := setplan.LiveMembers(set, members, ann)
+	for _, m := range nodes {
+		live = append(live, m.Underlay)
 	}
 	if len(live) > dataplane.MaxGroupMembers {
 		live = live[:dataplane.MaxGroupMembers] // the model allows no more
@@ -126,7 +95,7 @@ func LiveMembers(set string, members []model.EdgeNode, ann Announcing) (live []n
 // vanished leaves its group (its generation moves, so the flows it held
 // go to the others by flow hash).
 func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
-	ann := AnnouncingFrom(all)
+	ann := setplan.AnnouncingFrom(all)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ann = ann

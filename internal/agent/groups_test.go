@@ -10,6 +10,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -137,7 +138,7 @@ func TestLiveMembers(t *testing.T) {
 		{"mixed: the static member is live", mixed, ann(), "[198.18.0.2]", false},
 		{"no members", nil, ann(), "[]", false},
 	} {
-		live, fb := LiveMembers("s", c.members, AnnouncingFrom(c.ann))
+		live, fb := LiveMembers("s", c.members, setplan.AnnouncingFrom(c.ann))
 		if fmt.Sprint(live) != c.want || fb != c.fellBack {
 			t.Errorf("%s: %v fell back %v, want %s %v", c.name, live, fb, c.want, c.fellBack)
 		}
@@ -309,7 +310,7 @@ func TestAnnounceKeysCannotAddMembers(t *testing.T) {
 		store.AnnounceKey("hot", "edge-x"):    {Set: "hot", Edge: "edge-x", Underlay: a("203.0.113.67")},
 		store.AnnounceKey("pop-a", "edge-h2"): {Set: "pop-a", Edge: "edge-h2", Underlay: a("203.0.113.68")},
 	}
-	p := PlanGroups(w.Sets, AnnouncingFrom(all))
+	p := PlanGroups(w.Sets, setplan.AnnouncingFrom(all))
 	if got := fmt.Sprint(p.Sets["hot"]); got != "[198.18.0.21]" {
 		t.Errorf("group hot %s: want edge-h1's underlay from the desired state alone", got)
 	}

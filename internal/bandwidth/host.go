@@ -311,6 +311,7 @@ func (h *Host) measure(ctx context.Context, v View) {
 	}
 	h.note("counters", nil)
 	drops := make(map[netip.Addr]uint64, len(v.EIPs))
+	prevStatus := h.drops
 	h.drops = make(map[netip.Addr]dataplane.BandwidthDrops, len(v.EIPs))
 	var dropErr error
 	for a := range v.EIPs {
@@ -318,6 +319,13 @@ func (h *Host) measure(ctx context.Context, v View) {
 		if err != nil {
 			h.counts.ApplyErrors++
 			dropErr = cmpErr(dropErr, err)
+			// Keep the last reading as the base: without one the next
+			// pass would count every drop since the slot was taken as
+			// dropped within one interval.
+			if p, ok := h.prevDrops[a]; ok {
+				drops[a] = p
+				h.drops[a] = prevStatus[a]
+			}
 			continue
 		}
 		if ok {

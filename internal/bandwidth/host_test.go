@@ -546,3 +546,38 @@ func TestHostQuietWithoutPackages(t *testing.T) {
 		t.Fatalf("%d reports written, want 2 (one with rows, one empty)", st.Counts.Reports)
 	}
 }
+
+// TestHostDropReadFails: a drop counter that cannot be read for one pass
+// leaves the last reading as the base, so the next pass reports the drops
+// of its interval, not every drop since the EIP took its slot.
+func TestHostDropReadFails(t *testing.T) {
+	b := newBed(t)
+	b.view.EIPs = map[netip.Addr]Carried{eipA: b.view.EIPs[eipA]}
+	faults := dataplane.NewFaults()
+	b.h.cfg.Limits = dataplane.FaultyBandwidth{BandwidthMaps: b.dp, F: faults}
+	dropRate := func() uint64 {
+		t.Helper()
+		snap, err := b.mem.ReadReports(context.Background(), "az1")
+		if err != nil || len(snap.Reports) != 1 {
+			t.Fatalf("reports %+v (%v), want A's row", snap.Reports, err)
+		}
+		return snap.Reports[0].DropBytesPerSec
+	}
+	b.step(t) // the static limit is set
+	b.dp.Drops = map[netip.Addr]dataplane.BandwidthDrops{eipA: {Packets: 1000, Bytes: 1_000_000}}
+	b.step(t)
+	if got := dropRate(); got != 1_000_000 {
+		t.Fatalf("drop rate %d, want 1000000 (the limit's first second)", got)
+	}
+	faults.FailNth("EIPBandwidthDrops", 1)
+	b.dp.Drops[eipA] = dataplane.BandwidthDrops{Packets: 1010, Bytes: 1_015_000}
+	b.step(t)
+	if st := b.h.Status(); st.Counts.ApplyErrors != 1 || len(st.Errors) != 1 || st.EIPs[eipA].Drops.Bytes != 1_000_000 {
+		t.Fatalf("status %+v: want the failed read counted and shown, the last drops kept", st)
+	}
+	b.dp.Drops[eipA] = dataplane.BandwidthDrops{Packets: 1020, Bytes: 1_030_000}
+	b.step(t)
+	if got := dropRate(); got != 30_000 {
+		t.Fatalf("drop rate after a failed read %d, want 30000 (two intervals' drops, not all since the slot was taken)", got)
+	}
+}

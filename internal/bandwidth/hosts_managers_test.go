@@ -1,7 +1,4 @@
-//go:build i10merged
-
-// Built only once the managers (branch i10-mgr) are merged: delete the
-// build line above at that merge. The hosts as the roles run them against
+// The hosts as the roles run them against
 // the real zone and region managers, on in-process stores.
 
 package bandwidth

@@ -175,11 +175,13 @@ func writeLimits(ctx context.Context, s bwstore.Store, gens *Generations, active
 		if !errors.Is(err, bwstore.ErrStaleGeneration) || try > 0 {
 			return 0, fmt.Errorf("limits of %s in %s: %w", host, az, err)
 		}
-		g, _, gerr := s.LimitsGeneration(ctx, az, host)
-		if gerr != nil {
-			return 0, fmt.Errorf("limits of %s in %s: %w (and reading the stored generation: %v)", host, az, err, gerr)
+		// The fence is in the refusal: LimitsGeneration would say nothing
+		// once the limits expired, while the fence never does.
+		var se *bwstore.StaleGenerationError
+		if !errors.As(err, &se) {
+			return 0, fmt.Errorf("limits of %s in %s: %w (the store did not say the stored generation)", host, az, err)
 		}
-		gens.Above(g)
+		gens.Above(se.Stored)
 	}
 }
 

@@ -1001,3 +1001,29 @@ func TestNewZoneManagerName(t *testing.T) {
 		t.Error("a grace below the interval accepted")
 	}
 }
+
+// A previous manager whose clock ran ahead left a fence above our
+// generations, and its limits have since expired: LimitsGeneration says
+// nothing, the fence still refuses. writeLimits must move above the fence
+// the refusal names, not stay refused until our clock passes it.
+func TestWriteLimitsAboveExpiredFence(t *testing.T) {
+	c := newClock()
+	st := bwstore.NewMem(c)
+	ctx := context.Background()
+	ahead := uint64(c.Now().Add(time.Hour).UnixMicro())
+	if err := st.WriteLimits(ctx, "az1", "h1", time.Second, bwstore.Limits{Generation: ahead}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Second)
+	if _, ok, err := st.LimitsGeneration(ctx, "az1", "h1"); err != nil || ok {
+		t.Fatalf("the old limits should have expired: ok %v err %v", ok, err)
+	}
+	gens := NewGenerations(c.Now)
+	gen, err := writeLimits(ctx, st, gens, alwaysActive, "az1", "h1", time.Second, nil, c.Now())
+	if err != nil {
+		t.Fatalf("write above an expired fence: %v", err)
+	}
+	if gen <= ahead {
+		t.Fatalf("generation %d, not above the fence %d", gen, ahead)
+	}
+}

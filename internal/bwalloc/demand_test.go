@@ -1,6 +1,7 @@
 package bwalloc
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -28,10 +29,10 @@ func TestEstimator(t *testing.T) {
 			{0, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 			{1, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 		}},
-		{"peak over the window, then it decays", []step{
+		{"peak over the window, then it decays (default window 2 s)", []step{
 			{0, &Sample{Rate: 20 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
 			{1, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
-			{2, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 22 * M}},
+			{2, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 			{3, &Sample{Rate: 10 * M, Limit: 50 * M}, 0, Demand{Rate: 11 * M}},
 		}},
 		{"pinned at the limit probes upward ×2", []step{
@@ -44,6 +45,13 @@ func TestEstimator(t *testing.T) {
 		}},
 		{"drops count as demand and as pinned", []step{
 			{0, &Sample{Rate: 10 * M, Dropped: 90 * M, Limit: 10 * M}, 0, Demand{Rate: 110 * M, Pinned: true}},
+		}},
+		{"heavy drops measure the demand: no probe beyond", []step{
+			{0, &Sample{Rate: 20 * M, Dropped: 10 * M, Limit: 20 * M}, 0, Demand{Rate: 33 * M, Pinned: true}},
+			{1, &Sample{Rate: 30 * M, Dropped: 3 * M, Limit: 30 * M}, 0, Demand{Rate: 36_300_000, Pinned: true}},
+		}},
+		{"light drops (a responsive aggregate) still probe", []step{
+			{0, &Sample{Rate: 20 * M, Dropped: 1_999_999, Limit: 20 * M}, 0, Demand{Rate: 40 * M, Pinned: true}},
 		}},
 		{"below 95 % of the limit is not pinned", []step{
 			{0, &Sample{Rate: 94 * M, Limit: 100 * M}, 0, Demand{Rate: 103_400_000}},
@@ -111,6 +119,8 @@ func TestEstimatorConfig(t *testing.T) {
 		{EstimatorConfig{Margin: 1.02}, "margin 1.02: must exceed 1/pinnedRatio"},
 		{EstimatorConfig{PinnedRatio: 1.5}, "pinnedRatio 1.5"},
 		{EstimatorConfig{ProbeFactor: 0.5}, "probeFactor 0.5"},
+		{EstimatorConfig{OfferedDrops: -1}, "offeredDrops -1"},
+		{EstimatorConfig{OfferedDrops: math.NaN()}, "offeredDrops NaN"},
 		{EstimatorConfig{Window: -time.Second}, "window -1s"},
 		{EstimatorConfig{Grace: -time.Second}, "grace -1s"},
 	} {

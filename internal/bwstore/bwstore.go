@@ -71,6 +71,13 @@ type Report struct {
 type Snapshot struct {
 	AZ      string
 	Reports []Report
+	// Malformed names the reports the store held but no writer of this
+	// package can have written (a bad field, value or TTL; a reporter
+	// name that is not one), one "reporter: why" each (at most
+	// MaxReporters). They are left out, absent as an expired report is,
+	// so one corrupt entry does not blind the reader to the whole AZ; the
+	// reader counts and logs them. Mem never has any.
+	Malformed []string
 }
 
 // RateKey names what a report or a limit is about.
@@ -148,14 +155,40 @@ const (
 	MaxTTL = time.Hour
 	// MaxGeneration keeps generations exact in Redis's Lua numbers (2^53).
 	MaxGeneration = 1<<53 - 1
+	// MaxLimitRate bounds a limit's rate in bytes/s (2^53 bit/s, the
+	// allocator's bound): a host turns it into bit/s (× 8) without
+	// overflow, where a wrapped product would read as a tiny limit or as
+	// 0, no limit. Packages stop at 10 Tbit/s, far below.
+	MaxLimitRate = 1 << 50
+	// MaxLimitBurst bounds a limit's burst in bytes (MaxLimitRate for
+	// 64 s, above any package's burst of at most 10 s of its rate).
+	MaxLimitBurst = 1 << 56
 )
 
 // Errors the stores return (wrapped with the AZ, reporter or host).
 var (
+	// ErrStaleGeneration: WriteLimits was refused for its generation; the
+	// error is a *StaleGenerationError, which says the stored one.
 	ErrStaleGeneration = errors.New("bwstore: generation not above the stored one")
 	ErrInvalid         = errors.New("bwstore: invalid argument")
 	ErrTooMany         = errors.New("bwstore: bound exceeded")
 )
+
+// StaleGenerationError is WriteLimits' refusal of a generation not above
+// Stored, the last one accepted for the host. The fence outlives the
+// limits (LimitsGeneration says nothing once they expired), so a writer
+// that wants to take over moves its generations above Stored.
+type StaleGenerationError struct {
+	AZ, Host      string
+	Given, Stored uint64
+}
+
+func (e *StaleGenerationError) Error() string {
+	return fmt.Sprintf("%v: limits of %s in %s: generation %d, stored %d", ErrStaleGeneration, e.Host, e.AZ, e.Given, e.Stored)
+}
+
+// Unwrap makes errors.Is(err, ErrStaleGeneration) hold.
+func (e *StaleGenerationError) Unwrap() error { return ErrStaleGeneration }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
@@ -231,6 +264,9 @@ func checkLimits(az, host string, ttl time.Duration, lim Limits) error {
 		if err := checkKey("limits of "+host+": limits", i, l.EIP, l.Dir); err != nil {
 			return err
 		}
+		if l.RateBytes > MaxLimitRate || l.BurstBytes > MaxLimitBurst {
+			return fmt.Errorf("%w: limits of %s: limits[%d] (%s/%s): rate %d bytes/s, burst %d bytes: at most %d and %d", ErrInvalid, host, i, l.EIP, l.Dir, l.RateBytes, l.BurstBytes, uint64(MaxLimitRate), uint64(MaxLimitBurst))
+		}
 		k := RateKey{l.EIP.Unmap(), l.Dir}
 		if _, dup := seen[k]; dup {
 			return fmt.Errorf("%w: limits of %s: limits[%d]: %s/%s given twice", ErrInvalid, host, i, l.EIP, l.Dir)
@@ -243,25 +279,35 @@ func checkLimits(az, host string, ttl time.Duration, lim Limits) error {
 // field is the hash field of an EIP and direction: "198.51.100.7/e".
 func field(a netip.Addr, d Direction) string { return a.Unmap().String() + "/" + d.String() }
 
+// parseField reads back a field as field writes it, and only so: an
+// address with a zone, an IPv4-mapped or non-canonical spelling would
+// otherwise read as a second entry for the same EIP and direction, which
+// a writer can never produce.
 func parseField(f string) (netip.Addr, Direction, error) {
 	i := strings.LastIndexByte(f, '/')
 	if i < 0 {
-		return netip.Addr{}, 0, fmt.Errorf("field %q: no direction", f)
+		return netip.Addr{}, 0, fmt.Errorf("field %.80q: no direction", f)
 	}
 	a, err := netip.ParseAddr(f[:i])
 	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("field %q: %v", f, err)
+		return netip.Addr{}, 0, fmt.Errorf("field %.80q: %v", f, err)
 	}
+	var d Direction
 	switch f[i+1:] {
 	case "e":
-		return a, Egress, nil
+		d = Egress
 	case "i":
-		return a, Ingress, nil
+		d = Ingress
+	default:
+		return netip.Addr{}, 0, fmt.Errorf("field %.80q: direction %.8q", f, f[i+1:])
 	}
-	return netip.Addr{}, 0, fmt.Errorf("field %q: direction %q", f, f[i+1:])
+	if a.Zone() != "" || field(a, d) != f {
+		return netip.Addr{}, 0, fmt.Errorf("field %.80q: not as written (want %s)", f, field(a.WithZone(""), d))
+	}
+	return a, d, nil
 }
 
-// threeUints encodes a value as decimal numbers separated by spaces.
+// encodeUints encodes a value as decimal numbers separated by spaces.
 func encodeUints(v ...uint64) string {
 	b := make([]byte, 0, 32)
 	for i, x := range v {
@@ -274,14 +320,14 @@ func encodeUints(v ...uint64) string {
 }
 
 func decodeUints(s string, out ...*uint64) error {
-	parts := strings.Split(s, " ")
+	parts := strings.SplitN(s, " ", len(out)+1)
 	if len(parts) != len(out) {
-		return fmt.Errorf("value %q: want %d numbers", s, len(out))
+		return fmt.Errorf("value %.80q: want %d numbers", s, len(out))
 	}
 	for i, p := range parts {
 		x, err := strconv.ParseUint(p, 10, 64)
 		if err != nil {
-			return fmt.Errorf("value %q: %v", s, err)
+			return fmt.Errorf("value %.80q: not %d decimal numbers", s, len(out))
 		}
 		*out[i] = x
 	}

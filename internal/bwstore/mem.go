@@ -140,7 +140,7 @@ func (m *Mem) WriteLimits(ctx context.Context, az, host string, ttl time.Duratio
 	defer m.mu.Unlock()
 	a := m.az(az)
 	if cur := a.gens[host]; lim.Generation <= cur {
-		return fmt.Errorf("%w: limits of %s in %s: generation %d, stored %d", ErrStaleGeneration, host, az, lim.Generation, cur)
+		return &StaleGenerationError{AZ: az, Host: host, Given: lim.Generation, Stored: cur}
 	}
 	if _, ok := a.gens[host]; !ok && len(a.gens) >= MaxReporters {
 		return fmt.Errorf("%w: az %s: limits for %d hosts, at most %d (host %s)", ErrTooMany, az, len(a.gens), MaxReporters, host)

@@ -202,8 +202,14 @@ func (r *Redis) ReadReports(ctx context.Context, az string) (Snapshot, error) {
 	if len(members) > MaxReporters {
 		return s, fmt.Errorf("%w: az %s: %d reporters indexed, at most %d", ErrTooMany, az, len(members), MaxReporters)
 	}
-	members = slices.DeleteFunc(members, func(m string) bool { return checkName("reporter", m) != nil }) // not ours: never built into a key
-	slices.Sort(members)                                                                                 // the snapshot's order: reporter, then EIP and direction
+	members = slices.DeleteFunc(members, func(m string) bool {
+		if checkName("reporter", m) != nil { // not ours: never built into a key
+			s.Malformed = append(s.Malformed, fmt.Sprintf("%.80q: not a reporter name", m))
+			return true
+		}
+		return false
+	})
+	slices.Sort(members) // the snapshot's order: reporter, then EIP and direction
 	var gone []string
 	for lo := 0; lo < len(members); lo += readChunk {
 		chunk := members[lo:min(lo+readChunk, len(members))]
@@ -242,49 +248,115 @@ func (r *Redis) readChunk(ctx context.Context, az string, members []string, s *S
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("bwstore: redis: read reports of %s (reporters %s..%s): %w", az, members[0], members[len(members)-1], err)
+	fail := func(err error) error {
+		return fmt.Errorf("bwstore: redis: read reports of %s (reporters %s..%s): %w", az, members[0], members[len(members)-1], err)
+	}
+	if err != nil && !wrongType(err) {
+		return nil, fail(err)
 	}
 	var gone []string
 	for i, m := range members {
+		if err := cmds[i].all.Err(); err != nil {
+			if !wrongType(err) {
+				return nil, fail(err)
+			}
+			// The key is not a hash of ours: this report only.
+			s.Malformed = append(s.Malformed, fmt.Sprintf("%s: %.120s", m, err))
+			continue
+		}
+		if err := cmds[i].pttl.Err(); err != nil {
+			return nil, fail(err)
+		}
 		h := cmds[i].all.Val()
 		pttl := cmds[i].pttl.Val()
-		if len(h) == 0 || pttl < 0 {
+		if len(h) == 0 {
 			gone = append(gone, m)
 			continue
 		}
-		ttlMS, err := strconv.ParseInt(h["_ttl"], 10, 64)
+		rates, age, err := decodeReport(h, pttl)
 		if err != nil {
-			return nil, fmt.Errorf("bwstore: redis: report of %s in %s: _ttl %q: %v", m, az, h["_ttl"], err)
+			s.Malformed = append(s.Malformed, m+": "+err.Error())
+			continue
 		}
-		age := max(time.Duration(ttlMS)*time.Millisecond-pttl, 0)
-		first := len(s.Reports)
-		for f, v := range h {
-			if f == "_ttl" {
-				continue
-			}
-			a, d, err := parseField(f)
-			if err != nil {
-				return nil, fmt.Errorf("bwstore: redis: report of %s in %s: %v", m, az, err)
-			}
-			x := Rate{EIP: a, Dir: d}
-			if err := decodeUints(v, &x.BytesPerSec, &x.PacketsPerSec, &x.DropBytesPerSec); err != nil {
-				return nil, fmt.Errorf("bwstore: redis: report of %s in %s: %s: %v", m, az, f, err)
-			}
+		for _, x := range rates {
 			s.Reports = append(s.Reports, Report{Reporter: m, Rate: x, Age: age})
 		}
-		slices.SortFunc(s.Reports[first:], func(a, b Report) int { return compareRate(a.Rate, b.Rate) })
 	}
 	return gone, nil
 }
 
+// wrongType says err is the server's answer that one key holds another
+// type: about that key only, where any other error (unreachable, timeout,
+// NOAUTH, OOM, LOADING) is about the whole call.
+func wrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
+
+// decodeReport reads back one reporter's hash, checked as WriteReports
+// checks what it writes: fields and values as written, at most
+// MaxRatesPerReport of them, a TTL within bounds and no longer than the
+// key's remaining PTTL says. The rates come sorted by EIP and direction.
+func decodeReport(h map[string]string, pttl time.Duration) ([]Rate, time.Duration, error) {
+	if len(h) > MaxRatesPerReport+1 {
+		return nil, 0, fmt.Errorf("%d fields, at most %d", len(h), MaxRatesPerReport+1)
+	}
+	age, err := decodeAge(h["_ttl"], pttl)
+	if err != nil {
+		return nil, 0, err
+	}
+	rates := make([]Rate, 0, len(h)-1)
+	for f, v := range h {
+		if f == "_ttl" {
+			continue
+		}
+		a, d, err := parseField(f)
+		if err != nil {
+			return nil, 0, err
+		}
+		x := Rate{EIP: a, Dir: d}
+		if err := decodeUints(v, &x.BytesPerSec, &x.PacketsPerSec, &x.DropBytesPerSec); err != nil {
+			return nil, 0, fmt.Errorf("%s: %v", f, err)
+		}
+		rates = append(rates, x)
+	}
+	slices.SortFunc(rates, compareRate)
+	return rates, age, nil
+}
+
+// decodeAge reads a hash's _ttl (ms) and turns it into the entry's age
+// with the key's remaining PTTL. A TTL out of 1 ms..MaxTTL, or a PTTL
+// above it (the key's expiry moved by someone else), is not what a writer
+// of this package leaves: refused rather than read as a fresh entry.
+func decodeAge(ttl string, pttl time.Duration) (time.Duration, error) {
+	if pttl < 0 {
+		return 0, errors.New("no expiry") // -1; -2 (gone) has no fields
+	}
+	ms, err := strconv.ParseUint(ttl, 10, 64)
+	if err != nil || ms < 1 || ms > uint64(MaxTTL/time.Millisecond) {
+		return 0, fmt.Errorf("_ttl %.24q: want 1..%d ms", ttl, MaxTTL/time.Millisecond)
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if pttl > d {
+		return 0, fmt.Errorf("expires in %v, after its TTL %v", pttl, d)
+	}
+	return d - pttl, nil
+}
+
 // writeLimitsScript checks the generation against the fencing key and
 // replaces the limits hash in one step. ARGV: gen, ttl ms, issued ms, then
-// field/value pairs.
+// field/value pairs. It answers nil when it wrote, and the fence as stored
+// when the generation is not above it. A fence that is not a generation a
+// writer can have set (a corrupt store) is an error: never a silent
+// success (a huge fence converted to an integer reply could read as one),
+// never a stale refusal (which a manager takes for a newer manager).
 var writeLimitsScript = redis.NewScript(`
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-local g = tonumber(ARGV[1])
-if g <= cur then return cur end
+local raw = redis.call('GET', KEYS[2])
+local cur = 0
+if raw then
+  cur = tonumber(raw)
+  if not cur or not string.match(raw, '^[0-9]+$') or cur < 1 or cur > 9007199254740991 then
+    return redis.error_reply('ERR fence ' .. KEYS[2] .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a generation 1..2^53-1')
+  end
+end
+if tonumber(ARGV[1]) <= cur then return raw end
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], '_gen', ARGV[1], '_ttl', ARGV[2], '_issued', ARGV[3])
@@ -296,7 +368,7 @@ while i <= n do
   i = j + 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return -1`)
+return false`)
 
 // WriteLimits implements Store.
 func (r *Redis) WriteLimits(ctx context.Context, az, host string, ttl time.Duration, lim Limits) error {
@@ -310,14 +382,18 @@ func (r *Redis) WriteLimits(ctx context.Context, az, host string, ttl time.Durat
 	for _, l := range lim.Limits {
 		args = append(args, field(l.EIP, l.Dir), encodeUints(l.RateBytes, l.BurstBytes))
 	}
-	res, err := writeLimitsScript.Run(ctx, r.c, []string{limKey(az, host), genKey(az, host)}, args...).Int64()
+	stored, err := writeLimitsScript.Run(ctx, r.c, []string{limKey(az, host), genKey(az, host)}, args...).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("bwstore: redis: write limits of %s in %s: %w", host, az, err)
 	}
-	if res >= 0 {
-		return fmt.Errorf("%w: limits of %s in %s: generation %d, stored %d", ErrStaleGeneration, host, az, lim.Generation, res)
+	g, err := strconv.ParseUint(stored, 10, 64)
+	if err != nil {
+		return fmt.Errorf("bwstore: redis: write limits of %s in %s: stored generation %.40q: %v", host, az, stored, err)
 	}
-	return nil
+	return &StaleGenerationError{AZ: az, Host: host, Given: lim.Generation, Stored: g}
 }
 
 // ReadLimits implements Store.
@@ -341,42 +417,66 @@ func (r *Redis) ReadLimits(ctx context.Context, az, host string) (HostLimits, bo
 		return HostLimits{}, false, fmt.Errorf("bwstore: redis: read limits of %s in %s: %w", host, az, err)
 	}
 	h := all.Val()
-	if len(h) == 0 || pttl.Val() < 0 {
+	if len(h) == 0 {
 		return HostLimits{}, false, nil
 	}
+	hl, err := decodeLimits(h, pttl.Val())
+	if err != nil {
+		return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: %w", host, az, err)
+	}
+	return hl, true, nil
+}
+
+// decodeLimits reads back a host's limits hash, checked as WriteLimits
+// checks what it writes (fields as written, generation 1..MaxGeneration,
+// TTL, rate and burst bounds, at most MaxRatesPerReport limits): the host
+// enforces what it reads, so nothing a writer could not have written gets
+// through. The limits come sorted.
+func decodeLimits(h map[string]string, pttl time.Duration) (HostLimits, error) {
 	var hl HostLimits
-	var ttlMS uint64
-	if err := decodeUints(h["_gen"], &hl.Generation); err != nil {
-		return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: _gen: %v", host, az, err)
+	if len(h) > MaxRatesPerReport+3 {
+		return hl, fmt.Errorf("%d fields, at most %d", len(h), MaxRatesPerReport+3)
 	}
-	if err := decodeUints(h["_ttl"], &ttlMS); err != nil {
-		return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: _ttl: %v", host, az, err)
+	var err error
+	if hl.Generation, err = decodeGeneration(h["_gen"]); err != nil {
+		return hl, err
 	}
-	if i, err := strconv.ParseInt(h["_issued"], 10, 64); err != nil {
-		return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: _issued: %v", host, az, err)
-	} else {
-		hl.Issued = time.UnixMilli(i)
+	if hl.Age, err = decodeAge(h["_ttl"], pttl); err != nil {
+		return hl, err
 	}
-	hl.Age = time.Duration(ttlMS)*time.Millisecond - pttl.Val()
-	if hl.Age < 0 {
-		hl.Age = 0
+	i, err := strconv.ParseInt(h["_issued"], 10, 64)
+	if err != nil {
+		return hl, fmt.Errorf("_issued %.24q: not a time in unix ms", h["_issued"])
 	}
+	hl.Issued = time.UnixMilli(i)
+	hl.Limits.Limits = make([]Limit, 0, len(h)-3)
 	for f, v := range h {
 		if f == "_gen" || f == "_ttl" || f == "_issued" {
 			continue
 		}
 		a, d, err := parseField(f)
 		if err != nil {
-			return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: %v", host, az, err)
+			return hl, err
 		}
 		l := Limit{EIP: a, Dir: d}
 		if err := decodeUints(v, &l.RateBytes, &l.BurstBytes); err != nil {
-			return HostLimits{}, false, fmt.Errorf("bwstore: redis: limits of %s in %s: %s: %v", host, az, f, err)
+			return hl, fmt.Errorf("%s: %v", f, err)
+		}
+		if l.RateBytes > MaxLimitRate || l.BurstBytes > MaxLimitBurst {
+			return hl, fmt.Errorf("%s: rate %d bytes/s, burst %d bytes: at most %d and %d", f, l.RateBytes, l.BurstBytes, uint64(MaxLimitRate), uint64(MaxLimitBurst))
 		}
 		hl.Limits.Limits = append(hl.Limits.Limits, l)
 	}
 	sortLimits(hl.Limits.Limits)
-	return hl, true, nil
+	return hl, nil
+}
+
+func decodeGeneration(v string) (uint64, error) {
+	g, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || g < 1 || g > MaxGeneration {
+		return 0, fmt.Errorf("_gen %.24q: want 1..2^53-1", v)
+	}
+	return g, nil
 }
 
 // LimitsGeneration implements Store: one HGET.
@@ -396,9 +496,9 @@ func (r *Redis) LimitsGeneration(ctx context.Context, az, host string) (uint64, 
 	if err != nil {
 		return 0, false, fmt.Errorf("bwstore: redis: limits generation of %s in %s: %w", host, az, err)
 	}
-	g, err := strconv.ParseUint(v, 10, 64)
+	g, err := decodeGeneration(v)
 	if err != nil {
-		return 0, false, fmt.Errorf("bwstore: redis: limits generation of %s in %s: %q: %v", host, az, v, err)
+		return 0, false, fmt.Errorf("bwstore: redis: limits generation of %s in %s: %w", host, az, err)
 	}
 	return g, true, nil
 }

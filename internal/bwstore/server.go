@@ -81,6 +81,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwstore: redis-server dir: %w", err)
 	}
+	if err := checkServerDir(cfg.Dir); err != nil {
+		return nil, err
+	}
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwstore: redis-server dir: %w", err)
 	}
@@ -164,6 +167,41 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// checkServerDir refuses a Dir that someone else could change under the
+// server: MkdirAll accepts an existing directory, and whoever owns Dir (or
+// may rename entries of its parent) could swap redis.conf before
+// redis-server reads it, or plant a symlink that os.WriteFile follows,
+// and so run a redis-server of their own config as this process's user,
+// or reach the socket. Dir must be a real directory (not a symlink) owned
+// by this process's user, in a parent owned by root or this user that
+// group and others cannot write (unless sticky, as /tmp: there others
+// cannot rename what they do not own).
+func checkServerDir(dir string) error {
+	me := uint32(os.Geteuid())
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("bwstore: redis-server dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("bwstore: redis-server dir %s is not a directory (a symlink?): refused, its target could be anyone's", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != me {
+		return fmt.Errorf("bwstore: redis-server dir %s is owned by uid %d, not this process's uid %d: its owner could swap the config or reach the socket", dir, st.Uid, me)
+	}
+	parent := filepath.Dir(dir)
+	pfi, err := os.Stat(parent)
+	if err != nil {
+		return fmt.Errorf("bwstore: redis-server dir: %w", err)
+	}
+	if st, ok := pfi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && st.Uid != me {
+		return fmt.Errorf("bwstore: redis-server dir %s: its parent %s is owned by uid %d, who could rename the directory away and put theirs in its place", dir, parent, st.Uid)
+	}
+	if pfi.Mode().Perm()&0o022 != 0 && pfi.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("bwstore: redis-server dir %s: its parent %s has mode %#o, others could rename the directory away and put theirs in its place", dir, parent, pfi.Mode().Perm())
+	}
+	return nil
 }
 
 func tail(s string, n int) string {

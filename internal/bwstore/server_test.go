@@ -74,15 +74,67 @@ func TestServerLockedDown(t *testing.T) {
 	}
 }
 
+// TestServerDirRefused: StartServer refuses a Dir someone else could
+// change under it (their directory, a symlink, a parent others may write or
+// own), before it writes the config there.
+func TestServerDirRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: hands directories to uid 65534")
+	}
+	base, err := os.MkdirTemp("", "azgbw-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	mk := func(p string, mode os.FileMode, uid int) string {
+		t.Helper()
+		if err := os.Mkdir(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	theirs := mk(base+"/theirs", 0o700, 65534)
+	mine := mk(base+"/mine", 0o700, 0)
+	link := base + "/link"
+	if err := os.Symlink(mine, link); err != nil {
+		t.Fatal(err)
+	}
+	open := mk(base+"/open", 0o777, 0)
+	sticky := mk(base+"/sticky", 0o777|os.ModeSticky, 0)
+	foreign := mk(base+"/foreign", 0o755, 65534)
+	for _, tc := range []struct{ dir, want string }{
+		{theirs, "owned by uid 65534, not this process's"},
+		{link, "not a directory (a symlink?)"},
+		{open + "/s", "parent " + open + " has mode 0777"},
+		{foreign + "/s", "parent " + foreign + " is owned by uid 65534"},
+	} {
+		_, err := StartServer(context.Background(), ServerConfig{Dir: tc.dir, Binary: "/bin/false"})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("dir %s: %v, want %q", tc.dir, err, tc.want)
+		}
+		if _, err := os.Lstat(tc.dir + "/redis.conf"); err == nil {
+			t.Errorf("dir %s: redis.conf written before the refusal", tc.dir)
+		}
+	}
+	// A fresh directory in a sticky, world-writable parent (as /tmp) is ours.
+	if err := checkServerDir(mk(sticky+"/s", 0o700, 0)); err != nil {
+		t.Errorf("own dir under a sticky parent: %v", err)
+	}
+}
+
 // TestServerInNetns starts the server in a namespace of the test's own, as
 // the lab does for each AZ, and checks the process is in it.
 func TestServerInNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server missing (apt-get install redis-server)")
-	}
+	needServer(t)
 	b := make([]byte, 4)
 	rand.Read(b)
 	ns := "azgt-bws-" + hex.EncodeToString(b)

@@ -243,7 +243,7 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 			}
 			c, ok := sets[r.Address]
 			if !ok {
-				c = carriers(in, r.Address)
+				c = in.Carriers(r.Address) // the sets that may see its traffic
 				sets[r.Address] = c
 			}
 			if !slices.Contains(c[:], set.Name) {
@@ -259,9 +259,6 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 	}
 	return out, d.gen, edges
 }
-
-// carriers returns the sets that may see a's traffic (setplan.Carriers).
-func carriers(in setplan.Input, a netip.Addr) [3]string { return in.Carriers(a) }
 
 // campaign takes the DDoS scope and decides while it holds it; it
 // campaigns again when the claim is lost.

@@ -41,6 +41,9 @@ func loadAgentSpec(spec *ebpf.CollectionSpec, o LoadOptions) (*Agent, error) {
 	if o.AgentFlowMax > 0 {
 		spec.Maps[agentMapAgentFlows].MaxEntries = o.AgentFlowMax
 	}
+	if err := setBwClock(spec); err != nil {
+		return nil, loadErr("agent", err)
+	}
 	up, opts, err := beginLoad(spec, o)
 	if err != nil {
 		return nil, loadErr("agent", err)

@@ -268,6 +268,8 @@ const (
 	agentMapStats             = "stats"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
 	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
+	agentVarBwClockBase       = "bw_clock_base"
+	agentVarBwTickNs          = "bw_tick_ns"
 )
 
 // loadAgent returns the embedded CollectionSpec for agent.
@@ -344,6 +346,8 @@ type agentMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentVariableSpecs struct {
+	BwClockBase *ebpf.VariableSpec `ebpf:"bw_clock_base"`
+	BwTickNs    *ebpf.VariableSpec `ebpf:"bw_tick_ns"`
 }
 
 // agentObjects contains all objects after they have been loaded into the kernel.
@@ -413,6 +417,8 @@ func (m *agentMaps) Close() error {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentVariables struct {
+	BwClockBase *ebpf.Variable `ebpf:"bw_clock_base"`
+	BwTickNs    *ebpf.Variable `ebpf:"bw_tick_ns"`
 }
 
 // agentPrograms contains all programs after they have been loaded into the kernel.

@@ -12,8 +12,10 @@ import (
 // BenchmarkEIPBandwidth measures what a bandwidth limit costs the EIP
 // paths, in one run: the edge's Internet -> EIP encapsulation and the
 // agent's guest -> Internet one, each without a limit, with one (so high
-// that nothing is dropped: checked), and without again; and the floor (a
-// MAC swap and XDP_TX). Through xdp_chain as BenchmarkEdgeLimits (the
+// that nothing is dropped: checked), and without again; the edge's also
+// under a per-source rate limit (bpf/lib/ratelimit.h, which reads
+// bpf_ktime_get_ns) with and without the bandwidth limit, what an EIP with
+// both pays; and the floor (a MAC swap and XDP_TX). Through xdp_chain as BenchmarkEdgeLimits (the
 // frame restored before every run; the chain into XDP_PASS, timed right
 // after, subtracted):
 //
@@ -44,8 +46,14 @@ func BenchmarkEIPBandwidth(b *testing.B) {
 	}
 	edge := side{eb.env, eb.edge, eb.edge.Program, dptest.ExtDev}
 	agent := side{aenv, ag, ag.GuestProgram, dptest.GuestDev}
-	run := func(name string, s side, limit bool, frame []byte, floorCase bool) {
+	run := func(name string, s side, limit, rl bool, frame []byte, floorCase bool) {
 		b.Run(name, func(b *testing.B) {
+			if rl {
+				if err := eb.edge.PutLimits(addr(eip), Limits{SourcePPS: MaxLimitRate}); err != nil {
+					b.Fatal(err)
+				}
+				defer eb.edge.DeleteLimits(addr(eip))
+			}
 			rate := uint64(0)
 			if limit {
 				rate = MaxBandwidthRate
@@ -73,6 +81,9 @@ func BenchmarkEIPBandwidth(b *testing.B) {
 			if d, _, _ := s.m.EIPBandwidthDrops(addr(eip)); d.Packets != 0 {
 				b.Fatalf("the limit dropped %d packets: not the forwarding path", d.Packets)
 			}
+			if c, _, _ := eb.edge.LimitCounters(addr(eip)); c != (LimitCounters{}) {
+				b.Fatalf("the rate limit dropped packets (%+v): not the forwarding path", c)
+			}
 			if err := bench.SetChainTarget(bench.Pass()); err != nil {
 				b.Fatal(err)
 			}
@@ -88,11 +99,13 @@ func BenchmarkEIPBandwidth(b *testing.B) {
 			b.ReportMetric(ns-chain-floor, "above_floor_ns")
 		})
 	}
-	run("floor", edge, false, in, true)
-	run("edge_in_no_limit", edge, false, in, false)
-	run("edge_in_limit", edge, true, in, false)
-	run("edge_in_no_limit_again", edge, false, in, false)
-	run("agent_out_no_limit", agent, false, out, false)
-	run("agent_out_limit", agent, true, out, false)
-	run("agent_out_no_limit_again", agent, false, out, false)
+	run("floor", edge, false, false, in, true)
+	run("edge_in_no_limit", edge, false, false, in, false)
+	run("edge_in_limit", edge, true, false, in, false)
+	run("edge_in_no_limit_again", edge, false, false, in, false)
+	run("edge_in_rl_no_limit", edge, false, true, in, false)
+	run("edge_in_rl_limit", edge, true, true, in, false)
+	run("agent_out_no_limit", agent, false, false, out, false)
+	run("agent_out_limit", agent, true, false, out, false)
+	run("agent_out_no_limit_again", agent, false, false, out, false)
 }

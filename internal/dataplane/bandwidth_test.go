@@ -83,11 +83,15 @@ type bwMaps interface {
 // agent's egress) through BPF_PROG_TEST_RUN: no limit, no drops; paced
 // under the rate, no drops; a burst beyond the bucket, dropped and
 // counted, what passes bounded by burst + rate × elapsed; a refill after a
-// pause, bounded both ways by the time measured around it; removed, no
-// drops. The bounds come from times measured around the runs, so a slow
+// pause, bounded both ways by the time measured around it; a flood
+// against a bucket smaller than a tick, held to the rate (not under it);
+// removed, no drops. The bounds come from times measured around the runs, so a slow
 // machine widens them rather than failing the test, and a bucket whose
 // arithmetic is off (bits for bytes, per-CPU, never refilling) fails it.
+// They allow the buckets' clock its tick (bwclock.go): it lags real time
+// by up to one, and the bucket holds one more.
 func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
+	tick := time.Duration(bwClock().Tick)
 	drops := func() uint64 {
 		st, err := m.Stats()
 		if err != nil {
@@ -117,9 +121,9 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 	if err := m.SetEIPBandwidth(a, rate, burst); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // the bucket refills (it holds 10 ms)
+	time.Sleep(20*time.Millisecond + 2*tick) // the bucket refills (it holds 10 ms and a tick)
 	b1 := s.send(t, 100, 0)
-	maxPass := (burst + int(rate/8*b1.end.Sub(b1.start).Seconds())) / bwPkt
+	maxPass := (burst + int(rate/8*(b1.end.Sub(b1.start)+2*tick).Seconds())) / bwPkt
 	if b1.pass < burst/bwPkt || b1.pass > maxPass || b1.drop == 0 {
 		t.Fatalf("burst of 100 × %d B against %d B at 1 MB/s over %v: %d passed, want %d..%d",
 			bwPkt, burst, b1.end.Sub(b1.start), b1.pass, burst/bwPkt, maxPass)
@@ -132,13 +136,14 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 		t.Fatalf("per-EIP drops %+v %v %v, want %d packets of %d B", d, ok, err, b1.drop, bwPkt)
 	}
 
-	// Refill: 6 ms of pause buys about 6 packets, no more than the time
-	// from the last drop (the bucket was full then, less one packet) to
-	// the end allows, no fewer than the pause itself gives.
-	time.Sleep(6 * time.Millisecond)
+	// Refill: 6 ms of pause (and a tick) buys about 6 packets (and a
+	// tick's worth), no more than the time from the last drop (the bucket
+	// was full then, less one packet) to the end allows, no fewer than the
+	// pause itself gives; either side a tick, the clock's step.
+	time.Sleep(6*time.Millisecond + tick)
 	b2 := s.send(t, 30, 0)
-	lo := int(rate/8*b2.start.Sub(b1.end).Seconds())/bwPkt - 1
-	hi := (int(rate/8*b2.end.Sub(b1.lastDropStart).Seconds()) + bwPkt) / bwPkt
+	lo := int(rate/8*(b2.start.Sub(b1.end)-tick).Seconds())/bwPkt - 1
+	hi := (int(rate/8*(b2.end.Sub(b1.lastDropStart)+tick).Seconds()) + bwPkt) / bwPkt
 	if b2.pass < lo || b2.pass > hi || b2.drop == 0 {
 		t.Fatalf("after a pause of %v: %d passed, want %d..%d", b2.start.Sub(b1.end), b2.pass, lo, hi)
 	}
@@ -149,6 +154,30 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 	got, err := m.EIPBandwidths()
 	if err != nil || len(got) != 1 || got[a] != (Bandwidth{Rate: rate, Burst: burst}) {
 		t.Fatalf("limits read back %v %v", got, err)
+	}
+
+	// Sustained: a bucket smaller than the clock's tick (one packet and a
+	// half: 1.5 ms at 1 MB/s) still admits the rate from a flood, since it
+	// holds a tick more; without that it would refill once per tick and
+	// admit a packet and a half per tick.
+	if err := m.SetEIPBandwidth(a, rate, MinBandwidthBurst); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5*time.Millisecond + 2*tick)
+	var flood bwBatch
+	for flood.start.IsZero() || flood.end.Sub(flood.start) < 50*time.Millisecond {
+		f := s.send(t, 200, 0)
+		if flood.start.IsZero() {
+			flood.start = f.start
+		}
+		flood.end, flood.pass, flood.drop = f.end, flood.pass+f.pass, flood.drop+f.drop
+	}
+	el := flood.end.Sub(flood.start)
+	lo = int(rate/8*(el-2*tick).Seconds())/bwPkt - 1
+	hi = (MinBandwidthBurst + int(rate/8*(el+2*tick).Seconds())) / bwPkt
+	if flood.pass < lo || flood.pass > hi {
+		t.Fatalf("a flood of %d packets for %v at 1 MB/s, bucket %d B, tick %v: %d passed, want %d..%d",
+			flood.pass+flood.drop, el, MinBandwidthBurst, tick, flood.pass, lo, hi)
 	}
 
 	if err := m.SetEIPBandwidth(a, 0, 0); err != nil {
@@ -235,8 +264,9 @@ func TestBandwidthValidation(t *testing.T) {
 
 // TestEdgeBandwidthCPUs: two CPUs charging one EIP at once share its
 // bucket: the bytes they admit together stay within burst + rate ×
-// elapsed (plus one packet per CPU for lost compare-and-swaps), where a
-// per-CPU bucket would admit twice the burst.
+// (elapsed + 2 ticks of the buckets' clock) (plus one packet per CPU for
+// lost compare-and-swaps), where a per-CPU bucket would admit twice the
+// burst.
 func TestEdgeBandwidthCPUs(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
@@ -310,7 +340,7 @@ func TestEdgeBandwidthCPUs(t *testing.T) {
 		t.Logf("the two CPUs never ran at once (%v..%v, %v..%v): the bound holds trivially", from[0], to[0], from[1], to[1])
 	}
 	admitted := 2*runs*bwPkt - int(d.Bytes)
-	max := burst + int(rate/8*elapsed.Seconds()) + 2*bwPkt
+	max := burst + int(rate/8*(elapsed+2*time.Duration(bwClock().Tick)).Seconds()) + 2*bwPkt
 	t.Logf("two CPUs × %d packets of %d B in %v (together for %v): %d B admitted (burst %d B, bound %d B)", runs, bwPkt, elapsed, overlap, admitted, burst, max)
 	if admitted > max || admitted < burst-bwPkt {
 		t.Fatalf("admitted %d B, want %d..%d", admitted, burst-bwPkt, max)
@@ -397,5 +427,72 @@ func TestAgentBandwidthSlots(t *testing.T) {
 	}
 	if d, ok, err := a.EIPBandwidthDrops(addr(eip)); err != nil || !ok || d.Packets != 4 {
 		t.Fatalf("drops %+v %v %v, want 4", d, ok, err)
+	}
+}
+
+// TestBandwidthClock: the buckets' clock (bwclock.go) is the kernel's
+// tick, both programs are loaded with it, and it reads CLOCK_MONOTONIC to
+// within two ticks either way, so a TAT written on bpf_ktime_get_ns (an earlier
+// version's program, sharing the pinned buckets) means the same on it: a
+// packet charged to an empty bucket leaves its TAT at now + its cost.
+func TestBandwidthClock(t *testing.T) {
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		t.Fatal(err)
+	}
+	c := bwClock()
+	if c.Tick == 0 || c.Tick != uint64(res.Nano()) {
+		t.Fatalf("tick %d ns, CLOCK_MONOTONIC_COARSE's resolution %d ns", c.Tick, res.Nano())
+	}
+	b := newEdgeBed(t)
+	_, ag := newAgentBed(t)
+	for name, v := range map[string][2]*ebpf.Variable{"edge": {b.edge.objs.BwTickNs, b.edge.objs.BwClockBase},
+		"agent": {ag.objs.BwTickNs, ag.objs.BwClockBase}} {
+		var tick, base uint64
+		if err := v[0].Get(&tick); err != nil {
+			t.Fatal(err)
+		}
+		if err := v[1].Get(&base); err != nil {
+			t.Fatal(err)
+		}
+		if tick != c.Tick || base != c.Base {
+			t.Errorf("%s loaded with tick %d base %d, want %d %d", name, tick, base, c.Tick, c.Base)
+		}
+	}
+	if _, ok := bwClockBaseMeasured(c.Tick); !ok {
+		t.Skip("no jiffies in /proc/timer_list: the base is the kernel's initial jiffies, CLOCK_MONOTONIC less the boot's lag")
+	}
+	const rate = 8_000_000 // 1 MB/s: a 1000 B packet costs 1 ms
+	if err := b.edge.SetEIPBandwidth(addr(eip), rate, 10*bwPkt); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := b.edge.Route(addr(eip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bwSender{env: b.env, prog: b.edge.Program(), dev: dptest.ExtDev, fwd: xdpRedirect,
+		frame: bwFlow(client, eip).frame(t, dptest.RtrMAC, dptest.ExtMAC)}
+	mono := func() int64 {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts.Nano()
+	}
+	before := mono()
+	if got := s.send(t, 1, 0); got.pass != 1 {
+		t.Fatalf("one packet into an empty bucket: %+v", got)
+	}
+	after := mono()
+	var v agentEipBwSlot
+	if err := b.edge.objs.EipBwSlots.Lookup(r.StatsIdx, &v); err != nil {
+		t.Fatal(err)
+	}
+	now := int64(v.Tat) - int64(time.Millisecond)
+	t.Logf("tick %v; the bucket's clock read %d, CLOCK_MONOTONIC %d..%d", time.Duration(c.Tick), now, before, after)
+	// Within two ticks either way: jiffies step a tick at a time, and the
+	// base was measured at an unknown phase of the tick.
+	if now < before-2*int64(c.Tick) || now > after+2*int64(c.Tick) {
+		t.Fatalf("the bucket's clock read %d ns, CLOCK_MONOTONIC was %d..%d (tick %d)", now, before, after, c.Tick)
 	}
 }

@@ -29,6 +29,9 @@ func LoadEdgeObject(path string, o LoadOptions) (*Edge, Missing, error) {
 	if m := spec.Maps[edgeMapEipRoutes]; m != nil && o.EIPMax > 0 {
 		m.MaxEntries = o.EIPMax
 	}
+	if err := setBwClock(spec); err != nil {
+		return nil, nil, fmt.Errorf("edge object %s: %w", path, err)
+	}
 	if m := spec.Maps[edgeMapEipStats]; m != nil && o.EIPMax > 0 {
 		m.MaxEntries = o.EIPMax
 	}
@@ -47,6 +50,9 @@ func LoadEdgeObject(path string, o LoadOptions) (*Edge, Missing, error) {
 func LoadAgentObject(path string) (*Agent, Missing, error) {
 	spec, err := ebpf.LoadCollectionSpec(path)
 	if err != nil {
+		return nil, nil, fmt.Errorf("agent object %s: %w", path, err)
+	}
+	if err := setBwClock(spec); err != nil {
 		return nil, nil, fmt.Errorf("agent object %s: %w", path, err)
 	}
 	a := &Agent{}

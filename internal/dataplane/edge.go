@@ -52,6 +52,9 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 // release's in the upgrade test) with o.
 func loadEdgeSpec(spec *ebpf.CollectionSpec, o LoadOptions) (*Edge, error) {
 	edgeCapacities(spec, o)
+	if err := setBwClock(spec); err != nil {
+		return nil, loadErr("edge", err)
+	}
 	up, opts, err := beginLoad(spec, o)
 	if err != nil {
 		return nil, loadErr("edge", err)

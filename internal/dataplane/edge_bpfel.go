@@ -463,6 +463,8 @@ const (
 	edgeMapStats         = "stats"
 	edgeProgTcEdgeHc     = "tc_edge_hc"
 	edgeProgXdpEdge      = "xdp_edge"
+	edgeVarBwClockBase   = "bw_clock_base"
+	edgeVarBwTickNs      = "bw_tick_ns"
 	edgeVarCtEventBtf    = "ct_event_btf"
 	edgeVarCtEventsLost  = "ct_events_lost"
 	edgeVarCtSyncOn      = "ct_sync_on"
@@ -565,6 +567,8 @@ type edgeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeVariableSpecs struct {
+	BwClockBase  *ebpf.VariableSpec `ebpf:"bw_clock_base"`
+	BwTickNs     *ebpf.VariableSpec `ebpf:"bw_tick_ns"`
 	CtEventBtf   *ebpf.VariableSpec `ebpf:"ct_event_btf"`
 	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
@@ -682,6 +686,8 @@ func (m *edgeMaps) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeVariables struct {
+	BwClockBase  *ebpf.Variable `ebpf:"bw_clock_base"`
+	BwTickNs     *ebpf.Variable `ebpf:"bw_tick_ns"`
 	CtEventBtf   *ebpf.Variable `ebpf:"ct_event_btf"`
 	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`

@@ -12,6 +12,7 @@ import (
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -42,33 +43,17 @@ type bwState struct {
 	zone  string
 	view  bandwidth.View // as of the last currentView (EIPs nil: before the first commit)
 	host  *bandwidth.Host
-	ann   map[string]map[string]bool // set -> edges announcing (nil: not read yet)
-	dirty bool                       // the view must be computed again
-	ready bool                       // a commit happened: the index holds the desired state
+	ann   setplan.Announcing // set -> edges announcing (nil: not read yet)
+	dirty bool               // the view must be computed again
+	ready bool               // a commit happened: the index holds the desired state
 }
 
-// liveMembers counts the live members of set (as the agents count them,
-// agent.LiveMembers): not drained, and announcing if they speak BGP; with
-// none, the members not drained, else all of them; at least 1 (this edge
-// carries the EIP whatever the others do).
-func liveMembers(set *model.EdgeSet, ann map[string]map[string]bool) int {
-	live, notDrained := 0, 0
-	for _, m := range set.Edges {
-		if m.Drained {
-			continue
-		}
-		notDrained++
-		if m.BGP == nil || ann[set.Name][m.Name] {
-			live++
-		}
-	}
-	switch {
-	case live > 0:
-		return live
-	case notDrained > 0:
-		return notDrained
-	}
-	return max(len(set.Edges), 1)
+// liveMembers counts the live members of set (setplan.LiveMembers, as
+// the agents count them); at least 1 (this edge carries the EIP whatever
+// the others do).
+func liveMembers(set *model.EdgeSet, ann setplan.Announcing) int {
+	live, _ := setplan.LiveMembers(set.Name, set.Edges, ann)
+	return max(len(live), 1)
 }
 
 // bandwidthView computes the edge's view from the index (under r.mu).
@@ -158,13 +143,7 @@ func (r *Reconciler) currentView() bandwidth.View {
 // SetAnnouncements takes the edges' announcements (store.WatchAnnouncements):
 // who is live in the edge's set, for the static split.
 func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
-	ann := map[string]map[string]bool{}
-	for _, a := range all {
-		if ann[a.Set] == nil {
-			ann[a.Set] = map[string]bool{}
-		}
-		ann[a.Set][a.Edge] = true
-	}
+	ann := setplan.AnnouncingFrom(all)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bw == nil {

@@ -1,0 +1,545 @@
+// Package bwsim simulates azgate's shared bandwidth (issue 10 part 7;
+// docs/bandwidth.md, "Simulator"): hosts in several zones (AZs) enforce
+// per-EIP token buckets, report their rates every interval, and a region
+// manager runs the real allocation code of internal/bwalloc (Estimator,
+// Allocator, SplitHosts over zones then hosts, PlanSorted, StaticSplit)
+// on those reports, while an oracle that knows the true demand allocates
+// with the same Allocator. The metrics (overshoot, convergence, fairness,
+// utilisation) compare the two.
+//
+// The simulation is a fluid model on a simulated clock: no sleeping, no
+// goroutines, and the same Config (seed included) gives the same figures,
+// apart from the wall-clock time of the manager's rounds, which is
+// measured.
+package bwsim
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/azgate/azgate/internal/bwalloc"
+)
+
+// Config sets the model's clock, delays and faults. Zero fields take the
+// defaults of DefaultConfig except Seed, ReportDelay, PushDelay and Loss,
+// whose zero is meaningful.
+type Config struct {
+	// Seed drives lost reports and the scenarios' random traces.
+	Seed uint64
+	// Tick is the fluid model's step (default 100 ms): token buckets,
+	// demand and the metrics' series advance by one tick at a time.
+	Tick time.Duration
+	// Interval is the reporting interval (default 1 s, a whole number of
+	// ticks): hosts report every interval, the manager runs a round every
+	// interval.
+	Interval time.Duration
+	// ReportDelay is the time, in ticks, from the end of a measurement
+	// interval to the manager's round that uses it (host write, zone
+	// aggregation, region read).
+	ReportDelay int
+	// PushDelay is the time, in ticks, for a push to reach the hosts:
+	// decreases land PushDelay ticks after the round, increases once the
+	// decreases are confirmed, PushDelay ticks later again.
+	PushDelay int
+	// Loss is the probability that a host's report is lost (0-1). The
+	// store then still holds the host's previous report while it is
+	// younger than two intervals, as the zone managers read it.
+	Loss float64
+	// NoDrops: hosts report no drop counts (traffic that adapts to its
+	// limit, as TCP does, shows no drops): the estimator then finds
+	// demand above a limit only by probing.
+	NoDrops bool
+	// Burst is the token buckets' burst time (default 20 ms, the model's
+	// default); a bucket holds max(rate × Burst, 15,000 bytes).
+	Burst time.Duration
+	// Grace is how long hosts keep their last limits without a push
+	// before they fall back to the static split (default 10 s).
+	Grace time.Duration
+	// HostFloor is SplitHosts' floor (default bwalloc.DefaultHostFloor).
+	HostFloor float64
+	// Estimator configures the manager's estimators (zero: bwalloc's
+	// defaults).
+	Estimator bwalloc.EstimatorConfig
+	// Tolerance is how close to the oracle's rate an EIP must be to count
+	// as converged (default 0.05), with a slack of 0.1 % of its package's
+	// capacity.
+	Tolerance float64
+	// SteadyAfter: ticks at least this long after the last event count as
+	// steady (default 5 s).
+	SteadyAfter time.Duration
+	// MinSegment: convergence is measured only after events followed by
+	// at least this long without another (default 4 s).
+	MinSegment time.Duration
+}
+
+// DefaultConfig is what zero fields default to, and the delays the
+// benchmark uses unless told otherwise: 200 ms from measurement to
+// round, 100 ms per push phase, 1 % of reports lost.
+var DefaultConfig = Config{
+	Seed:        1,
+	Tick:        100 * time.Millisecond,
+	Interval:    time.Second,
+	ReportDelay: 2,
+	PushDelay:   1,
+	Loss:        0.01,
+	Burst:       20 * time.Millisecond,
+	Grace:       10 * time.Second,
+	HostFloor:   bwalloc.DefaultHostFloor,
+	Tolerance:   0.05,
+	SteadyAfter: 5 * time.Second,
+	MinSegment:  4 * time.Second,
+}
+
+// minBurstBits is the least a bucket holds: 15,000 bytes (the contract's
+// burst floor, about ten full packets).
+const minBurstBits = 15_000 * 8
+
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig
+	if c.Tick == 0 {
+		c.Tick = d.Tick
+	}
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.Burst == 0 {
+		c.Burst = d.Burst
+	}
+	if c.Grace == 0 {
+		c.Grace = d.Grace
+	}
+	if c.HostFloor == 0 {
+		c.HostFloor = d.HostFloor
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = d.Tolerance
+	}
+	if c.SteadyAfter == 0 {
+		c.SteadyAfter = d.SteadyAfter
+	}
+	if c.MinSegment == 0 {
+		c.MinSegment = d.MinSegment
+	}
+	switch {
+	case c.Tick < time.Millisecond:
+		return c, fmt.Errorf("bandwidth simulator: tick %v: want at least 1ms", c.Tick)
+	case c.Interval < c.Tick || c.Interval%c.Tick != 0:
+		return c, fmt.Errorf("bandwidth simulator: interval %v: want a whole number of ticks (%v)", c.Interval, c.Tick)
+	case c.ReportDelay < 0 || c.PushDelay < 0:
+		return c, fmt.Errorf("bandwidth simulator: report delay %d, push delay %d: want ticks ≥ 0", c.ReportDelay, c.PushDelay)
+	case 2*c.PushDelay >= int(c.Interval/c.Tick):
+		return c, fmt.Errorf("bandwidth simulator: push delay %d ticks: both push phases must land within one interval (%d ticks)", c.PushDelay, c.Interval/c.Tick)
+	case !(c.Loss >= 0 && c.Loss <= 1):
+		return c, fmt.Errorf("bandwidth simulator: loss %v: want a probability in [0, 1]", c.Loss)
+	case c.Grace < c.Interval:
+		return c, fmt.Errorf("bandwidth simulator: grace %v: want at least one interval", c.Grace)
+	}
+	return c, nil
+}
+
+// Host is a node that carries EIPs: an agent (egress) or an edge
+// (ingress), in a zone.
+type Host struct {
+	Zone, Name string
+}
+
+// EIP is one member of a package: the package's terms for it
+// (bwalloc.EIP; its Demand is ignored, the scenario gives demand) and the
+// hosts that carry it.
+type EIP struct {
+	bwalloc.EIP
+	Hosts []Host
+}
+
+// Package is a bandwidth package: capacity (bits/s) and EIPs.
+type Package struct {
+	Name     string
+	Capacity uint64
+	EIPs     []EIP
+}
+
+// Outage is a time during which no manager runs: hosts keep their limits
+// for Config.Grace, then fall back to the static split; at To a new
+// manager (with no history) takes over.
+type Outage struct {
+	From, To time.Duration
+}
+
+// Scenario is a topology and demand traces.
+type Scenario struct {
+	Name        string
+	Description string
+	Packages    []Package
+	Duration    time.Duration
+	// Events are the changes after which convergence is measured (demand
+	// steps, the manager's return).
+	Events []time.Duration
+	// Demand is the true demand of EIP i of package p during the tick
+	// starting at t, bits/s.
+	Demand func(t time.Duration, p, i int) float64
+	// Spread, if set, writes into dst the fraction of that demand offered
+	// on each of the EIP's hosts (in EIP.Hosts order, summing to 1);
+	// otherwise the demand is spread equally.
+	Spread func(t time.Duration, p, i int, dst []float64)
+	Outage *Outage
+}
+
+// slot is one EIP on one host: a token bucket and its counters.
+type slot struct {
+	eip    int32
+	host   int32
+	key    bwalloc.HostKey
+	limit  uint64  // bits/s in force
+	tokens float64 // bits
+	share  float64 // fraction of the EIP's demand offered here
+	// over the current reporting interval, bits
+	served, dropped, limitSum float64
+}
+
+type eipState struct {
+	pkg, idx int32 // package, index in the scenario's package
+	addr     netip.Addr
+	terms    bwalloc.EIP
+	ceiling  uint64
+	slots    []int32 // in EIP.Hosts order
+	zones    []zoneSlots
+	static   uint64 // each host's static limit: StaticSplit / hosts
+}
+
+type zoneSlots struct {
+	zone  int32
+	slots []int32 // sorted by host name
+}
+
+type hostState struct {
+	Host
+	zone    int32
+	slots   []int32
+	expires int // tick at which the limits run out; -1: on the static split
+}
+
+type pkgState struct {
+	capacity uint64
+	eips     []int32 // global EIP indexes, sorted by address
+}
+
+// row is one line of a host's report.
+type row struct {
+	slot                 int32
+	rate, dropped, limit uint64
+}
+
+type report struct {
+	host    int32
+	arrives int // tick it reaches the store
+	rows    []row
+}
+
+type push struct {
+	at    int
+	slot  int32
+	limit uint64
+}
+
+type sim struct {
+	cfg    Config
+	sc     *Scenario
+	rng    *rand.Rand
+	dt     float64 // tick in seconds
+	tpi    int     // ticks per interval
+	zones  []string
+	hosts  []hostState
+	pkgs   []pkgState
+	eips   []eipState
+	slots  []slot
+	bySlot map[bwalloc.HostKey]int32
+	sorted []int32 // slots by (host, address): the in-force table's order
+
+	inflight []report
+	store    []*report // latest report per host
+	pending  []push
+	mgr      *manager
+}
+
+func newSim(cfg Config, sc *Scenario) (*sim, error) {
+	s := &sim{cfg: cfg, sc: sc, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6277)), dt: cfg.Tick.Seconds(), tpi: int(cfg.Interval / cfg.Tick)}
+	if sc.Demand == nil {
+		return nil, fmt.Errorf("scenario %s: no demand", sc.Name)
+	}
+	zoneIdx := map[string]int32{}
+	hostIdx := map[string]int32{}
+	seen := map[netip.Addr]string{}
+	for p, pk := range sc.Packages {
+		if pk.Capacity == 0 || pk.Capacity > bwalloc.MaxRate {
+			return nil, fmt.Errorf("scenario %s: package %s: capacity %d", sc.Name, pk.Name, pk.Capacity)
+		}
+		terms := make([]bwalloc.EIP, len(pk.EIPs))
+		for i, e := range pk.EIPs {
+			terms[i] = e.EIP
+		}
+		st, err := bwalloc.StaticSplit(pk.Capacity, terms)
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s: package %s: %w", sc.Name, pk.Name, err)
+		}
+		ps := pkgState{capacity: pk.Capacity}
+		for i, e := range pk.EIPs {
+			if other, ok := seen[e.Addr]; ok {
+				return nil, fmt.Errorf("scenario %s: EIP %v in packages %s and %s", sc.Name, e.Addr, other, pk.Name)
+			}
+			seen[e.Addr] = pk.Name
+			if len(e.Hosts) == 0 {
+				return nil, fmt.Errorf("scenario %s: package %s: EIP %v carried by no host", sc.Name, pk.Name, e.Addr)
+			}
+			ei := int32(len(s.eips))
+			es := eipState{pkg: int32(p), idx: int32(i), addr: e.Addr, terms: e.EIP, ceiling: pk.Capacity}
+			es.terms.Demand = 0
+			if e.Max != 0 {
+				es.ceiling = min(e.Max, pk.Capacity)
+			}
+			g, _ := slices.BinarySearchFunc(st.Grants, e.Addr, func(g bwalloc.Grant, a netip.Addr) int { return g.Addr.Compare(a) })
+			es.static = st.Grants[g].Limit / uint64(len(e.Hosts))
+			for _, h := range e.Hosts {
+				z, ok := zoneIdx[h.Zone]
+				if !ok {
+					z = int32(len(s.zones))
+					zoneIdx[h.Zone] = z
+					s.zones = append(s.zones, h.Zone)
+				}
+				hi, ok := hostIdx[h.Name]
+				if !ok {
+					hi = int32(len(s.hosts))
+					hostIdx[h.Name] = hi
+					s.hosts = append(s.hosts, hostState{Host: h, zone: z, expires: -1})
+				} else if s.hosts[hi].Zone != h.Zone {
+					return nil, fmt.Errorf("scenario %s: host %s in zones %s and %s", sc.Name, h.Name, s.hosts[hi].Zone, h.Zone)
+				}
+				si := int32(len(s.slots))
+				b := max(float64(es.static)*cfg.Burst.Seconds(), minBurstBits)
+				s.slots = append(s.slots, slot{eip: ei, host: hi, key: bwalloc.HostKey{Addr: e.Addr, Host: h.Name}, limit: es.static, tokens: b, share: 1 / float64(len(e.Hosts))})
+				s.hosts[hi].slots = append(s.hosts[hi].slots, si)
+				es.slots = append(es.slots, si)
+			}
+			s.eips = append(s.eips, es)
+			ps.eips = append(ps.eips, ei)
+		}
+		slices.SortFunc(ps.eips, func(a, b int32) int { return s.eips[a].addr.Compare(s.eips[b].addr) })
+		s.pkgs = append(s.pkgs, ps)
+	}
+	s.bySlot = make(map[bwalloc.HostKey]int32, len(s.slots))
+	for i := range s.slots {
+		k := s.slots[i].key
+		if _, dup := s.bySlot[k]; dup {
+			return nil, fmt.Errorf("scenario %s: EIP %v on host %s twice", sc.Name, k.Addr, k.Host)
+		}
+		s.bySlot[k] = int32(i)
+	}
+	// Zones of each EIP (sorted by zone name) with their hosts (sorted by
+	// host name): the order SplitHosts wants, so it does not re-sort.
+	for ei := range s.eips {
+		e := &s.eips[ei]
+		byZone := map[int32][]int32{}
+		for _, si := range e.slots {
+			z := s.hosts[s.slots[si].host].zone
+			byZone[z] = append(byZone[z], si)
+		}
+		for z, sl := range byZone {
+			slices.SortFunc(sl, func(a, b int32) int { return strings.Compare(s.slots[a].key.Host, s.slots[b].key.Host) })
+			e.zones = append(e.zones, zoneSlots{zone: z, slots: sl})
+		}
+		slices.SortFunc(e.zones, func(a, b zoneSlots) int { return strings.Compare(s.zones[a.zone], s.zones[b.zone]) })
+	}
+	s.sorted = make([]int32, len(s.slots))
+	for i := range s.sorted {
+		s.sorted[i] = int32(i)
+	}
+	slices.SortFunc(s.sorted, func(a, b int32) int {
+		return bwalloc.CompareLimits(bwalloc.Limit{HostKey: s.slots[a].key}, bwalloc.Limit{HostKey: s.slots[b].key})
+	})
+	s.store = make([]*report, len(s.hosts))
+	return s, nil
+}
+
+// Run simulates sc under cfg and returns its metrics.
+func Run(cfg Config, sc *Scenario) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSim(cfg, sc)
+	if err != nil {
+		return nil, err
+	}
+	return s.run()
+}
+
+// managerUp reports whether a manager runs at tick.
+func (s *sim) managerUp(tick int) bool {
+	o := s.sc.Outage
+	if o == nil {
+		return true
+	}
+	t := time.Duration(tick) * s.cfg.Tick
+	return t < o.From || t >= o.To
+}
+
+func (s *sim) run() (*Result, error) {
+	nTicks := int(s.sc.Duration / s.cfg.Tick)
+	rec := newRecorder(s, nTicks)
+	demand := make([]float64, len(s.eips))
+	spread := []float64{}
+	graceTicks := int(s.cfg.Grace / s.cfg.Tick)
+	var roundTimes []Timing
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for tick := 0; tick < nTicks; tick++ {
+		t := time.Duration(tick) * s.cfg.Tick
+		// Pushes that land now.
+		if len(s.pending) > 0 {
+			k := 0
+			for _, p := range s.pending {
+				if p.at <= tick {
+					s.slots[p.slot].limit = p.limit
+				} else {
+					s.pending[k] = p
+					k++
+				}
+			}
+			s.pending = s.pending[:k]
+		}
+		// Hosts whose limits ran out fall back to the static split.
+		for h := range s.hosts {
+			hs := &s.hosts[h]
+			if hs.expires >= 0 && tick >= hs.expires {
+				hs.expires = -1
+				for _, si := range hs.slots {
+					s.slots[si].limit = s.eips[s.slots[si].eip].static
+				}
+			}
+		}
+		// Reports of the interval that just ended.
+		if tick > 0 && tick%s.tpi == 0 {
+			s.report(tick)
+		}
+		k := 0
+		for _, r := range s.inflight {
+			if r.arrives <= tick {
+				s.store[r.host] = &r
+			} else {
+				s.inflight[k] = r
+				k++
+			}
+		}
+		s.inflight = s.inflight[:k]
+		// The manager's round.
+		if up := s.managerUp(tick); !up {
+			s.mgr = nil
+		} else if tick-s.cfg.ReportDelay > 0 && (tick-s.cfg.ReportDelay)%s.tpi == 0 {
+			if s.mgr == nil {
+				m, err := newManager(s)
+				if err != nil {
+					return nil, err
+				}
+				s.mgr = m
+			}
+			plan, tm, err := s.mgr.round(epoch.Add(t), tick)
+			roundTimes = append(roundTimes, tm)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: round at %v: %w", s.sc.Name, t, err)
+			}
+			s.schedule(plan, tick, graceTicks)
+		}
+		// Limits in force, per package.
+		for si := range s.slots {
+			sl := &s.slots[si]
+			rec.limit[s.eips[sl.eip].pkg] += float64(sl.limit)
+		}
+		// Demand and the fluid step.
+		for ei := range s.eips {
+			e := &s.eips[ei]
+			demand[ei] = max(0, s.sc.Demand(t, int(e.pkg), int(e.idx)))
+			if s.sc.Spread != nil && len(e.slots) > 1 {
+				spread = slices.Grow(spread[:0], len(e.slots))[:len(e.slots)]
+				s.sc.Spread(t, int(e.pkg), int(e.idx), spread)
+				for k, si := range e.slots {
+					s.slots[si].share = spread[k]
+				}
+			}
+		}
+		for si := range s.slots {
+			sl := &s.slots[si]
+			d := demand[sl.eip] * sl.share * s.dt
+			r := float64(sl.limit)
+			avail := sl.tokens + r*s.dt
+			sv := min(d, avail)
+			sl.tokens = min(max(r*s.cfg.Burst.Seconds(), minBurstBits), avail-sv)
+			sl.served += sv
+			sl.dropped += d - sv
+			sl.limitSum += r * s.dt
+			rec.served[sl.eip] += sv / s.dt
+		}
+		rec.tick(tick, demand)
+	}
+	res := rec.result()
+	res.Rounds = len(roundTimes)
+	if len(roundTimes) > 0 {
+		slices.SortFunc(roundTimes, func(a, b Timing) int { return cmp.Compare(a.Total(), b.Total()) })
+		res.RoundMedian = roundTimes[len(roundTimes)/2]
+		res.RoundMax = roundTimes[len(roundTimes)-1]
+	}
+	return res, nil
+}
+
+// report makes every host's report for the interval ending at tick; each
+// is lost with probability Loss, else reaches the store ReportDelay
+// ticks later.
+func (s *sim) report(tick int) {
+	iv := s.cfg.Interval.Seconds()
+	for h := range s.hosts {
+		hs := &s.hosts[h]
+		rows := make([]row, len(hs.slots))
+		for k, si := range hs.slots {
+			sl := &s.slots[si]
+			r := row{slot: si, rate: uint64(sl.served / iv), limit: uint64(math.Round(sl.limitSum / iv))}
+			if !s.cfg.NoDrops {
+				r.dropped = uint64(sl.dropped / iv)
+			}
+			rows[k] = r
+			sl.served, sl.dropped, sl.limitSum = 0, 0, 0
+		}
+		if s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss {
+			continue
+		}
+		s.inflight = append(s.inflight, report{host: int32(h), arrives: tick + s.cfg.ReportDelay, rows: rows})
+	}
+}
+
+// schedule queues a round's plan: decreases PushDelay ticks after the
+// round, increases PushDelay ticks after that; every host's limits are
+// refreshed for Grace (the zone managers rewrite each host's whole set).
+func (s *sim) schedule(p bwalloc.Plan, tick, graceTicks int) {
+	dec, inc := tick+s.cfg.PushDelay, tick+2*s.cfg.PushDelay
+	for _, phase := range []struct {
+		at     int
+		pushes []bwalloc.Push
+	}{{dec, p.Decreases}, {inc, p.Increases}} {
+		for _, x := range phase.pushes {
+			si, ok := s.bySlot[x.HostKey]
+			if !ok || x.Removed {
+				continue // every slot is carried for the whole run
+			}
+			if phase.at <= tick {
+				s.slots[si].limit = x.New
+			} else {
+				s.pending = append(s.pending, push{at: phase.at, slot: si, limit: x.New})
+			}
+		}
+	}
+	for h := range s.hosts {
+		s.hosts[h].expires = dec + graceTicks
+	}
+}

@@ -1,0 +1,50 @@
+package setplan
+
+import "github.com/azgate/azgate/internal/model"
+
+// Announcing is the edges that keep their announce key
+// (store.AnnounceKey), by set and edge name.
+type Announcing map[string]map[string]bool
+
+// Has reports whether edge, a member of set, keeps its announce key.
+func (a Announcing) Has(set, edge string) bool { return a[set][edge] }
+
+// AnnouncingFrom reads what store.WatchAnnouncements hands over (valid
+// announcements by key: the key's set and edge are the value's).
+func AnnouncingFrom(all map[string]model.Announcement) Announcing {
+	out := Announcing{}
+	for _, an := range all {
+		if out[an.Set] == nil {
+			out[an.Set] = map[string]bool{}
+		}
+		out[an.Set][an.Edge] = true
+	}
+	return out
+}
+
+// LiveMembers returns the live members of set, in the order of members,
+// and whether the set fell back to members that are not live. A member is
+// live when it is not drained and, if it speaks BGP, keeps its announce
+// key (upstream sends it traffic); a set with none live falls back to its
+// members that are not drained, or with none, to all of them. The agents'
+// edge groups (which members get a set's replies) and the edges' static
+// bandwidth split (how many members share an EIP's traffic) count alike.
+func LiveMembers(set string, members []model.EdgeNode, ann Announcing) (live []model.EdgeNode, fellBack bool) {
+	var notDrained []model.EdgeNode
+	for _, m := range members {
+		if m.Drained {
+			continue
+		}
+		notDrained = append(notDrained, m)
+		if m.BGP == nil || ann.Has(set, m.Name) {
+			live = append(live, m)
+		}
+	}
+	switch {
+	case len(live) > 0:
+		return live, false
+	case len(notDrained) > 0:
+		return notDrained, true
+	}
+	return members, len(members) > 0
+}
