@@ -174,6 +174,33 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "etcd member %s %s, %s\n", m.Name, st, m.Endpoint)
 	}
+	if bw := v.Bandwidth; bw != nil {
+		for _, s := range bw.Servers {
+			st := "stopped"
+			if s.Running {
+				st = fmt.Sprintf("running (pid %d)", s.PID)
+			}
+			where := "the machine's namespace"
+			if s.Netns != "" {
+				where = "netns " + s.Netns
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "bandwidth store %s %s, %s, %s\n", s.Zone, st, s.URL(), where)
+		}
+		for _, m := range bw.Managers {
+			st := "stopped"
+			if m.Running {
+				st = fmt.Sprintf("running (pid %d)", m.PID)
+			}
+			if m.Active {
+				st += ", active"
+			}
+			scope := m.Scope
+			if m.Zone != "" {
+				scope += " " + m.Zone
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "bandwidth manager %s (%s) %s\n", m.Name, scope, st)
+		}
+	}
 	fmt.Fprintln(cmd.OutOrStdout())
 	fmt.Fprintln(w, "NODE\tNAMESPACE\tROLE\tAZ\tADDRESSES\tPROCESS\tSTATUS")
 	for _, n := range v.Nodes {

@@ -45,7 +45,11 @@ type Config struct {
 	// ControllerArgs are added to the controller's command line (a
 	// test's short DDoS thresholds and cool-down, say).
 	ControllerArgs []string
-	Out            io.Writer // progress messages
+	// BWGrace, if set, is the bandwidth managers' --grace and the edges'
+	// and agents' --bw-grace (how long without limits before the static
+	// split; docs/bandwidth.md); 0 leaves their default.
+	BWGrace time.Duration
+	Out     io.Writer // progress messages
 }
 
 // Defaults for the lab the README's demo runs.
@@ -60,6 +64,11 @@ func (c *Config) defaults() error {
 	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
+	}
+	// Absolute: the bandwidth stores' configs and the roles' flags name
+	// paths in it, and a redis-server wants an absolute dir.
+	if abs, err := filepath.Abs(c.StateDir); err == nil {
+		c.StateDir = abs
 	}
 	if c.Binary == "" {
 		b, err := os.Executable()
@@ -89,6 +98,7 @@ type Lab struct {
 	Topo *Topology
 	API  string // base URL of the controller API
 	tok  string
+	bw   bwState // the bandwidth stores and managers (bandwidth.go)
 }
 
 func (l *Lab) say(format string, a ...any) { fmt.Fprintf(l.Cfg.Out, format+"\n", a...) }
@@ -157,6 +167,17 @@ func (l *Lab) up(ctx context.Context) error {
 	if err := l.save(); err != nil {
 		return err
 	}
+	// The bandwidth stores start meanwhile; the managers and the roles
+	// need them.
+	l.say("starting %d redis-servers for shared bandwidth (zones %s)", len(l.bwZones()), strings.Join(l.bwZones(), ", "))
+	bwDone := make(chan error, 1)
+	go func() { _, err := l.startBWServers(ctx); bwDone <- err }()
+	bwStarted := false
+	defer func() {
+		if !bwStarted {
+			<-bwDone // Down must see every server that started
+		}
+	}()
 	if l.Cfg.EtcdMembers > 0 {
 		l.say("starting %d etcd members (unix sockets in %s)", l.Cfg.EtcdMembers, l.etcdDir())
 		if err := l.startEtcd(ctx); err != nil {
@@ -175,6 +196,14 @@ func (l *Lab) up(ctx context.Context) error {
 	}
 	if _, err := c.Apply(ctx, l.Region()); err != nil {
 		return fmt.Errorf("apply the lab region: %w", err)
+	}
+	bwStarted = true
+	if err := <-bwDone; err != nil {
+		return err
+	}
+	l.say("starting the bandwidth managers: 2 for the region, 1 per zone")
+	if err := l.startBWManagers(); err != nil {
+		return err
 	}
 	l.say("starting %d edges and the agents", len(l.Topo.NodesByRole("edge")))
 	for _, n := range l.Topo.NodesByRole("edge") {
@@ -455,15 +484,16 @@ func (l *Lab) startEdge(n *Node) error {
 		// the servers' gateway.
 		attach = []string{"--attach", "ext0,ul0,dmz0", "--arp-iface", "dmz0", "--arp-gateway", DMZGateway}
 	}
-	return l.start(n, "edge", append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.etcdFlag(),
+	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.etcdFlag(),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
-		"--sync-listen", fmt.Sprintf(":%d", SyncPort))...)
+		"--sync-listen", fmt.Sprintf(":%d", SyncPort))
+	return l.start(n, "edge", append(args, l.bwRoleArgs(n)...)...)
 }
 
 func (l *Lab) startAgent(n *Node) error {
-	return l.start(n, "agent", "agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdFlag(),
-		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15")
+	return l.start(n, "agent", append([]string{"agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdFlag(),
+		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15"}, l.bwRoleArgs(n)...)...)
 }
 
 // StartServer starts the lab server of a guest or DMZ server.
@@ -577,6 +607,7 @@ func Open(cfg Config) (*Lab, error) {
 			t.Process = n.Process
 		}
 	}
+	l.loadBW()
 	return l, nil
 }
 
@@ -591,10 +622,20 @@ func Down(cfg Config) error {
 	// Every process inside a lab namespace (roles, services, anything
 	// started with lab exec) goes, then the controller.
 	killInNamespaces(names)
+	// The bandwidth managers outside the namespaces (those in an AZ's
+	// went with it) by PID, while etcd is still up.
+	if err := stopBWManagers(cfg.StateDir); err != nil {
+		errs = append(errs, err)
+	}
 	if b, err := os.ReadFile(filepath.Join(cfg.StateDir, "controller.pid")); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isAzgate(pid) {
 			killWait(pid, 10*time.Second)
 		}
+	}
+	// The bandwidth stores outside the namespaces by PID, and their
+	// directories.
+	if err := stopBWServers(cfg.StateDir); err != nil {
+		errs = append(errs, err)
 	}
 	// The etcd members last: a role stopping revokes its status lease.
 	if err := etcdproc.StopDir(filepath.Join(cfg.StateDir, "etcd")); err != nil {

@@ -67,8 +67,10 @@ type View struct {
 	Controller bool   `json:"controller_running"`
 	// Etcd lists the etcd members when the lab runs a cluster
 	// (lab up --etcd-members); empty: the controller's embedded etcd.
-	Etcd  []EtcdMemberView `json:"etcd,omitempty"`
-	Nodes []NodeView       `json:"nodes"`
+	Etcd []EtcdMemberView `json:"etcd,omitempty"`
+	// Bandwidth lists the shared-bandwidth stores and managers.
+	Bandwidth *BWView    `json:"bandwidth,omitempty"`
+	Nodes     []NodeView `json:"nodes"`
 }
 
 // Status describes every node with its namespace, role, AZ, addresses and
@@ -81,6 +83,7 @@ func (l *Lab) Status(ctx context.Context) View {
 		v.Controller = alive(pid)
 	}
 	v.Etcd = l.etcdView()
+	v.Bandwidth = l.bwView(ctx)
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
 		nv := NodeView{Node: n}
@@ -115,4 +118,47 @@ func (l *Lab) Exec(node string, argv []string) *exec.Cmd {
 	cmd := netns.Command(n.Netns, argv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	return cmd
+}
+
+// BWView is the shared-bandwidth part of `lab status`: each zone's
+// redis-server and each manager, with whether it runs and which manager
+// of a scope is active (holds the scope's election).
+type BWView struct {
+	Servers  []BWServerView  `json:"servers"`
+	Managers []BWManagerView `json:"managers"`
+}
+
+// BWServerView is one redis-server in `lab status`.
+type BWServerView struct {
+	BWServer
+	Running bool `json:"running"`
+}
+
+// BWManagerView is one bandwidth manager in `lab status`.
+type BWManagerView struct {
+	BWManager
+	Running bool `json:"running"`
+	Active  bool `json:"active"`
+}
+
+func (l *Lab) bwView(ctx context.Context) *BWView {
+	if len(l.bw.Servers) == 0 && len(l.bw.Managers) == 0 {
+		return nil
+	}
+	v := &BWView{}
+	for _, s := range l.bw.Servers {
+		v.Servers = append(v.Servers, BWServerView{BWServer: s, Running: isBWServer(s.PID, s.Dir)})
+	}
+	holders := map[string]string{}
+	for _, m := range l.bw.Managers {
+		zone := m.Zone
+		if m.Scope == BWRegionTier {
+			zone = BWRegionTier
+		}
+		if _, ok := holders[zone]; !ok {
+			holders[zone], _ = l.BWActive(ctx, zone)
+		}
+		v.Managers = append(v.Managers, BWManagerView{BWManager: m, Running: isBWManager(m.PID, l.Cfg.StateDir), Active: holders[zone] == m.Name})
+	}
+	return v
 }
