@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"golang.org/x/sys/unix"
 	"net"
 	"net/netip"
 	"os"
@@ -109,7 +110,14 @@ func TestBandwidthEnforcedThroughRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	elapsed := time.Since(start)
-	maxPass := (burst + int(rate*elapsed.Seconds())) / pkt
+	// The buckets run on the kernel's tick (docs/dataplane.md, "Bandwidth
+	// limits"): over t they admit at most burst + rate × (t + 2 ticks).
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Duration(res.Nano())
+	maxPass := (burst + int(rate*(elapsed+2*tick).Seconds())) / pkt
 	if passed < burst/pkt || passed > maxPass+1 {
 		t.Fatalf("%d of 100 passed in %v, want %d..%d (burst %d B at %d B/s)", passed, elapsed, burst/pkt, maxPass+1, burst, rate)
 	}
