@@ -176,7 +176,18 @@ func (e *Estimator[K]) Observe(key K, now time.Time, s Sample) bool {
 		peak = max(peak, r)
 	}
 	est := mulSat(peak, e.cfg.Margin)
-	h.pin = s.Dropped > 0 || (s.Limit > 0 && float64(s.Rate) >= e.cfg.PinnedRatio*float64(s.Limit))
+	// Pinned: what was offered reached the limit. Drops alone do not pin
+	// a key whose offered load stays well below its limit: an EIP's limit
+	// is split over its hosts, and a host whose share lags its traffic
+	// drops while the EIP as a whole has room (lab: 10 of 11 Mbit/s with
+	// one of four edges dropping, probed to 25). Its offered load (passed
+	// + dropped) already measures its demand. With no known limit, drops
+	// are the only sign.
+	if s.Limit > 0 {
+		h.pin = float64(offered) >= e.cfg.PinnedRatio*float64(s.Limit)
+	} else {
+		h.pin = s.Dropped > 0
+	}
 	if h.pin && !(float64(s.Dropped) >= e.cfg.OfferedDrops*float64(s.Rate)) {
 		est = max(est, mulSat(s.Limit, e.cfg.ProbeFactor))
 	}

@@ -53,6 +53,13 @@ func TestEstimator(t *testing.T) {
 		{"light drops (a responsive aggregate) still probe", []step{
 			{0, &Sample{Rate: 20 * M, Dropped: 1_999_999, Limit: 20 * M}, 0, Demand{Rate: 40 * M, Pinned: true}},
 		}},
+		{"drops well below the limit (a lagging host split) do not pin", []step{
+			{0, &Sample{Rate: 9 * M, Dropped: 1 * M, Limit: 11 * M}, 0, Demand{Rate: 11 * M}},
+			{1, &Sample{Rate: 10 * M, Dropped: 200_000, Limit: 25 * M}, 0, Demand{Rate: 11_220_000}},
+		}},
+		{"drops with no known limit pin", []step{
+			{0, &Sample{Rate: 10 * M, Dropped: 100_000}, 0, Demand{Rate: 11_110_000, Pinned: true}},
+		}},
 		{"below 95 % of the limit is not pinned", []step{
 			{0, &Sample{Rate: 94 * M, Limit: 100 * M}, 0, Demand{Rate: 103_400_000}},
 		}},
