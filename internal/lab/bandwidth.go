@@ -313,7 +313,8 @@ func (l *Lab) BWActive(ctx context.Context, zone string) (string, error) {
 
 // KillBWManager ends a bandwidth manager by its PID with sig (SIGKILL: it
 // dies without releasing its election; SIGTERM: it stops cleanly) and
-// waits until it is gone.
+// waits until it is gone: SIGKILL after 10 s, an error if it still runs
+// 5 s later (a process stuck in the kernel), rather than waiting forever.
 func (l *Lab) KillBWManager(name string, sig syscall.Signal) error {
 	m := l.bwManager(name)
 	if m == nil {
@@ -323,14 +324,24 @@ func (l *Lab) KillBWManager(name string, sig syscall.Signal) error {
 		return fmt.Errorf("lab: bandwidth manager %s (pid %d) is not running", name, m.PID)
 	}
 	syscall.Kill(m.PID, sig)
-	for deadline := time.Now().Add(10 * time.Second); alive(m.PID); {
-		if time.Now().After(deadline) {
-			syscall.Kill(m.PID, syscall.SIGKILL)
-			deadline = time.Now().Add(5 * time.Second)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if waitGone(m.PID, 10*time.Second) {
+		return nil
 	}
-	return nil
+	syscall.Kill(m.PID, syscall.SIGKILL)
+	if waitGone(m.PID, 5*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("lab: bandwidth manager %s (pid %d) still runs 15 s after %v and SIGKILL", name, m.PID, sig)
+}
+
+// waitGone waits up to d for pid to end; false if it still runs.
+func waitGone(pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); alive(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // StartBWManager starts a stopped bandwidth manager again with its
