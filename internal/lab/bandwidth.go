@@ -70,9 +70,18 @@ type BWManager struct {
 // manager per zone and one for the region.
 func (m BWManager) OwnerKey() string {
 	if m.Scope == "region" {
+		return bwOwnerKey(BWRegionTier)
+	}
+	return bwOwnerKey(m.Zone)
+}
+
+// bwOwnerKey is the election key of a zone's manager, or of the region's
+// for BWRegionTier.
+func bwOwnerKey(zone string) string {
+	if zone == BWRegionTier {
 		return store.OwnerKey("bwmgr", "region")
 	}
-	return store.OwnerKey("bwmgr", "az-"+m.Zone)
+	return store.OwnerKey("bwmgr", "az-"+zone)
 }
 
 type bwState struct {
@@ -296,19 +305,34 @@ func (l *Lab) bwManager(name string) *BWManager {
 // BWActive is the name of the manager holding the scope's election
 // ("region", or a zone's name), "" when none does.
 func (l *Lab) BWActive(ctx context.Context, zone string) (string, error) {
-	key := store.OwnerKey("bwmgr", "region")
-	if zone != BWRegionTier {
-		key = store.OwnerKey("bwmgr", "az-"+zone)
-	}
+	h, err := l.bwHolders(ctx, []string{bwOwnerKey(zone)})
+	return h[bwOwnerKey(zone)], err
+}
+
+// bwHolders reads who holds each election key, through one etcd client
+// and within one 5 s deadline (`lab status` asks for every scope: with
+// etcd gone it waits 5 s, not 5 s per scope).
+func (l *Lab) bwHolders(ctx context.Context, keys []string) (map[string]string, error) {
 	eps, _ := l.etcdEndpoints()
 	st, err := store.Connect(store.Options{Endpoints: eps})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return st.Holder(ctx, key)
+	out := map[string]string{}
+	for _, k := range keys {
+		if _, ok := out[k]; ok {
+			continue
+		}
+		h, err := st.Holder(ctx, k)
+		if err != nil {
+			return out, err
+		}
+		out[k] = h
+	}
+	return out, nil
 }
 
 // KillBWManager ends a bandwidth manager by its PID with sig (SIGKILL: it
