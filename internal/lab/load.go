@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -260,9 +259,13 @@ func (ld *Load) Stalled(from, to time.Time) time.Duration {
 func (ld *Load) Start() time.Time { return ld.start }
 
 // Windows are the received rates in consecutive windows of width from
-// from to to (the last partial window left out).
+// from to to (the last partial window left out; none for a width under a
+// bin).
 func (ld *Load) Windows(from, to time.Time, width time.Duration) []LoadWindow {
 	var out []LoadWindow
+	if width < loadBin {
+		return nil
+	}
 	for t := from; !t.Add(width).After(to); t = t.Add(width) {
 		r := ld.Received(t, t.Add(width))
 		w := LoadWindow{Start: t, Rates: r}
@@ -293,17 +296,15 @@ func (ld *Load) Sent() map[string]uint64 {
 // Stop ends the senders and the receivers and closes their sockets.
 func (ld *Load) Stop() {
 	ld.cancel()
-	var errs []error
 	for _, lt := range ld.targets {
 		for _, c := range lt.flows {
-			errs = append(errs, c.Close())
+			c.Close()
 		}
 		if lt.rx != nil {
-			errs = append(errs, lt.rx.Close())
+			lt.rx.Close() // ends receive
 		}
 	}
 	ld.wg.Wait()
-	_ = errors.Join(errs...)
 }
 
 func setRxTimestamps(c *net.UDPConn) error {
