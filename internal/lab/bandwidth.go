@@ -240,8 +240,8 @@ func (l *Lab) loadBW() {
 	}
 }
 
-// bwServerFor is the store an agent on a host of az (1-based) or an edge
-// (az 0) reports to.
+// bwServerFor is the store of zone (an AZ's, BWEdgeZone or
+// BWRegionTier), if the lab runs one.
 func (l *Lab) bwServerFor(zone string) (BWServer, bool) {
 	for _, s := range l.bw.Servers {
 		if s.Zone == zone {
