@@ -166,3 +166,19 @@ func netInode(t *testing.T, path string) uint64 {
 	}
 	return st.Ino
 }
+
+// TestStartLoadRefusesBadEIP: a target address that is not IPv4 is
+// refused, naming it, before any socket opens (net.ParseIP's nil would
+// dial inet's own loopback: a load that never crosses the gateway).
+func TestStartLoadRefusesBadEIP(t *testing.T) {
+	l := &Lab{Topo: Build("azgt-lld-", 1, 1, 1)}
+	for _, eip := range []string{"", "198.51.100", "2001:db8::7", "127.0.0.1", "0.0.0.0"} {
+		ld, err := l.StartLoad([]LoadTarget{{EIP: eip, Guest: "az1-h1-g1", Rate: 1e6}})
+		if err == nil {
+			ld.Stop()
+			t.Errorf("EIP %q: accepted", eip)
+		} else if !strings.Contains(err.Error(), fmt.Sprintf("%q", eip)) {
+			t.Errorf("EIP %q: error %q does not name it", eip, err)
+		}
+	}
+}

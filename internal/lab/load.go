@@ -78,6 +78,13 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("lab: load to %s: %q is not a guest", t.EIP, t.Guest)
 		}
+		// An address net.ParseIP refuses would dial nil: inet's own
+		// loopback, a load that never crosses the gateway.
+		ip := net.ParseIP(t.EIP).To4()
+		if ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
+			ld.Stop()
+			return nil, fmt.Errorf("lab: load target EIP %q: want an IPv4 address", t.EIP)
+		}
 		if t.Flows == 0 {
 			t.Flows = 8
 		}
@@ -99,7 +106,7 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("lab: load receiver in %s: %w", t.Guest, err)
 		}
-		ua := &net.UDPAddr{IP: net.ParseIP(t.EIP), Port: LoadPort}
+		ua := &net.UDPAddr{IP: ip, Port: LoadPort}
 		for i := 0; i < t.Flows; i++ {
 			err := netns.Do(inet, func() error {
 				c, err := net.DialUDP("udp4", nil, ua)
