@@ -169,7 +169,8 @@ func netInode(t *testing.T, path string) uint64 {
 
 // TestStartLoadRefusesBadEIP: a target address that is not IPv4 is
 // refused, naming it, before any socket opens (net.ParseIP's nil would
-// dial inet's own loopback: a load that never crosses the gateway).
+// dial inet's own loopback: a load that never crosses the gateway); so
+// is a negative number of flows (the sender would divide by zero).
 func TestStartLoadRefusesBadEIP(t *testing.T) {
 	l := &Lab{Topo: Build("azgt-lld-", 1, 1, 1)}
 	for _, eip := range []string{"", "198.51.100", "2001:db8::7", "127.0.0.1", "0.0.0.0"} {
@@ -180,5 +181,8 @@ func TestStartLoadRefusesBadEIP(t *testing.T) {
 		} else if !strings.Contains(err.Error(), fmt.Sprintf("%q", eip)) {
 			t.Errorf("EIP %q: error %q does not name it", eip, err)
 		}
+	}
+	if _, err := l.StartLoad([]LoadTarget{{EIP: "198.51.100.7", Guest: "az1-h1-g1", Flows: -1}}); err == nil {
+		t.Error("-1 flows: accepted")
 	}
 }

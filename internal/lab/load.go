@@ -85,6 +85,10 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("lab: load target EIP %q: want an IPv4 address", t.EIP)
 		}
+		if t.Flows < 0 {
+			ld.Stop()
+			return nil, fmt.Errorf("lab: load to %s: %d flows", t.EIP, t.Flows) // send would divide by none
+		}
 		if t.Flows == 0 {
 			t.Flows = 8
 		}
