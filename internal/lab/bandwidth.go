@@ -70,9 +70,18 @@ type BWManager struct {
 // manager per zone and one for the region.
 func (m BWManager) OwnerKey() string {
 	if m.Scope == "region" {
+		return bwOwnerKey(BWRegionTier)
+	}
+	return bwOwnerKey(m.Zone)
+}
+
+// bwOwnerKey is the election key of a zone's manager, or of the region's
+// for BWRegionTier.
+func bwOwnerKey(zone string) string {
+	if zone == BWRegionTier {
 		return store.OwnerKey("bwmgr", "region")
 	}
-	return store.OwnerKey("bwmgr", "az-"+m.Zone)
+	return store.OwnerKey("bwmgr", "az-"+zone)
 }
 
 type bwState struct {
@@ -231,8 +240,8 @@ func (l *Lab) loadBW() {
 	}
 }
 
-// bwServerFor is the store an agent on a host of az (1-based) or an edge
-// (az 0) reports to.
+// bwServerFor is the store of zone (an AZ's, BWEdgeZone or
+// BWRegionTier), if the lab runs one.
 func (l *Lab) bwServerFor(zone string) (BWServer, bool) {
 	for _, s := range l.bw.Servers {
 		if s.Zone == zone {
@@ -296,24 +305,40 @@ func (l *Lab) bwManager(name string) *BWManager {
 // BWActive is the name of the manager holding the scope's election
 // ("region", or a zone's name), "" when none does.
 func (l *Lab) BWActive(ctx context.Context, zone string) (string, error) {
-	key := store.OwnerKey("bwmgr", "region")
-	if zone != BWRegionTier {
-		key = store.OwnerKey("bwmgr", "az-"+zone)
-	}
+	h, err := l.bwHolders(ctx, []string{bwOwnerKey(zone)})
+	return h[bwOwnerKey(zone)], err
+}
+
+// bwHolders reads who holds each election key, through one etcd client
+// and within one 5 s deadline (`lab status` asks for every scope: with
+// etcd gone it waits 5 s, not 5 s per scope).
+func (l *Lab) bwHolders(ctx context.Context, keys []string) (map[string]string, error) {
 	eps, _ := l.etcdEndpoints()
 	st, err := store.Connect(store.Options{Endpoints: eps})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return st.Holder(ctx, key)
+	out := map[string]string{}
+	for _, k := range keys {
+		if _, ok := out[k]; ok {
+			continue
+		}
+		h, err := st.Holder(ctx, k)
+		if err != nil {
+			return out, err
+		}
+		out[k] = h
+	}
+	return out, nil
 }
 
 // KillBWManager ends a bandwidth manager by its PID with sig (SIGKILL: it
 // dies without releasing its election; SIGTERM: it stops cleanly) and
-// waits until it is gone.
+// waits until it is gone: SIGKILL after 10 s, an error if it still runs
+// 5 s later (a process stuck in the kernel), rather than waiting forever.
 func (l *Lab) KillBWManager(name string, sig syscall.Signal) error {
 	m := l.bwManager(name)
 	if m == nil {
@@ -323,14 +348,24 @@ func (l *Lab) KillBWManager(name string, sig syscall.Signal) error {
 		return fmt.Errorf("lab: bandwidth manager %s (pid %d) is not running", name, m.PID)
 	}
 	syscall.Kill(m.PID, sig)
-	for deadline := time.Now().Add(10 * time.Second); alive(m.PID); {
-		if time.Now().After(deadline) {
-			syscall.Kill(m.PID, syscall.SIGKILL)
-			deadline = time.Now().Add(5 * time.Second)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if waitGone(m.PID, 10*time.Second) {
+		return nil
 	}
-	return nil
+	syscall.Kill(m.PID, syscall.SIGKILL)
+	if waitGone(m.PID, 5*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("lab: bandwidth manager %s (pid %d) still runs 15 s after %v and SIGKILL", name, m.PID, sig)
+}
+
+// waitGone waits up to d for pid to end; false if it still runs.
+func waitGone(pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); alive(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // StartBWManager starts a stopped bandwidth manager again with its

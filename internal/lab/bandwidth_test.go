@@ -20,8 +20,9 @@ import (
 // namespace, the edges' and the region's in this one), each answers with
 // the password in its password file (0600, in a 0700 directory), and
 // stopBWServers ends exactly them by PID and removes their directories;
-// a PID that is not the lab's (this test's own, a sleep given as a
-// manager) is never signalled.
+// KillBWManager and stopBWManagers end a process whose command line is a
+// manager's of this lab, and never signal a PID that is not one (this
+// test's own, a sleep given as a manager).
 func TestBWServersStartAndStop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, redis-server in one")
@@ -92,18 +93,46 @@ func TestBWServersStartAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sl.Process.Kill()
-	l.bw.Managers = []BWManager{{Name: "region-1", Scope: "region", PID: sl.Process.Pid}, {Name: "region-2", Scope: "region", PID: os.Getpid()}}
+	// Two that look like this lab's managers (a command line naming
+	// bwmgr and a path in the state directory: tail -f run as "bwmgr")
+	// are stopped, one by KillBWManager, one by stopBWManagers.
+	fakeLog := filepath.Join(cfg.StateDir, "fake-bwmgr.log")
+	if err := os.WriteFile(fakeLog, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := exec.LookPath("tail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fakes []int
+	for range 2 {
+		c := &exec.Cmd{Path: tail, Args: []string{"bwmgr", "-f", fakeLog}}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+		go c.Wait()
+		fakes = append(fakes, c.Process.Pid)
+	}
+	l.bw.Managers = []BWManager{{Name: "region-1", Scope: "region", PID: sl.Process.Pid}, {Name: "region-2", Scope: "region", PID: os.Getpid()},
+		{Name: "zone-az1", Scope: "az", Zone: "az1", PID: fakes[0]}, {Name: "zone-edge", Scope: "az", Zone: "edge", PID: fakes[1]}}
 	if err := l.saveBW(); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.KillBWManager("region-1", syscall.SIGKILL); err == nil {
 		t.Error("KillBWManager signalled a process that is not a bandwidth manager")
 	}
+	if err := l.KillBWManager("zone-az1", syscall.SIGTERM); err != nil || alive(fakes[0]) {
+		t.Errorf("KillBWManager zone-az1 (pid %d): %v, still running: %v", fakes[0], err, alive(fakes[0]))
+	}
 	if err := stopBWManagers(cfg.StateDir); err != nil {
 		t.Fatal(err)
 	}
 	if !alive(sl.Process.Pid) {
 		t.Error("stopBWManagers killed a process that is not a bandwidth manager")
+	}
+	if alive(fakes[1]) {
+		t.Errorf("stopBWManagers left the manager zone-edge (pid %d) running", fakes[1])
 	}
 	if err := stopBWServers(cfg.StateDir); err != nil {
 		t.Fatal(err)
@@ -136,4 +165,24 @@ func netInode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// TestStartLoadRefusesBadEIP: a target address that is not IPv4 is
+// refused, naming it, before any socket opens (net.ParseIP's nil would
+// dial inet's own loopback: a load that never crosses the gateway); so
+// is a negative number of flows (the sender would divide by zero).
+func TestStartLoadRefusesBadEIP(t *testing.T) {
+	l := &Lab{Topo: Build("azgt-lld-", 1, 1, 1)}
+	for _, eip := range []string{"", "198.51.100", "2001:db8::7", "127.0.0.1", "0.0.0.0"} {
+		ld, err := l.StartLoad([]LoadTarget{{EIP: eip, Guest: "az1-h1-g1", Rate: 1e6}})
+		if err == nil {
+			ld.Stop()
+			t.Errorf("EIP %q: accepted", eip)
+		} else if !strings.Contains(err.Error(), fmt.Sprintf("%q", eip)) {
+			t.Errorf("EIP %q: error %q does not name it", eip, err)
+		}
+	}
+	if _, err := l.StartLoad([]LoadTarget{{EIP: "198.51.100.7", Guest: "az1-h1-g1", Flows: -1}}); err == nil {
+		t.Error("-1 flows: accepted")
+	}
 }

@@ -15,7 +15,7 @@ import (
 // demoBandwidth is the demo's shared-bandwidth step: three EIPs in three
 // AZs share a 100 Mbit/s package by weight 1, 1, 2 under a UDP load from
 // the Internet (more than the package); then the active region manager
-// is killed and the standby takes over. About 25 s.
+// is killed and the standby takes over. About 18 s (BENCHMARKS.md).
 func (l *Lab) demoBandwidth(ctx context.Context) error {
 	c, err := l.Client()
 	if err != nil {

@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -79,6 +78,17 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("lab: load to %s: %q is not a guest", t.EIP, t.Guest)
 		}
+		// An address net.ParseIP refuses would dial nil: inet's own
+		// loopback, a load that never crosses the gateway.
+		ip := net.ParseIP(t.EIP).To4()
+		if ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
+			ld.Stop()
+			return nil, fmt.Errorf("lab: load target EIP %q: want an IPv4 address", t.EIP)
+		}
+		if t.Flows < 0 {
+			ld.Stop()
+			return nil, fmt.Errorf("lab: load to %s: %d flows", t.EIP, t.Flows) // send would divide by none
+		}
 		if t.Flows == 0 {
 			t.Flows = 8
 		}
@@ -100,7 +110,7 @@ func (l *Lab) StartLoad(targets []LoadTarget) (*Load, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("lab: load receiver in %s: %w", t.Guest, err)
 		}
-		ua := &net.UDPAddr{IP: net.ParseIP(t.EIP), Port: LoadPort}
+		ua := &net.UDPAddr{IP: ip, Port: LoadPort}
 		for i := 0; i < t.Flows; i++ {
 			err := netns.Do(inet, func() error {
 				c, err := net.DialUDP("udp4", nil, ua)
@@ -260,9 +270,13 @@ func (ld *Load) Stalled(from, to time.Time) time.Duration {
 func (ld *Load) Start() time.Time { return ld.start }
 
 // Windows are the received rates in consecutive windows of width from
-// from to to (the last partial window left out).
+// from to to (the last partial window left out; none for a width under a
+// bin).
 func (ld *Load) Windows(from, to time.Time, width time.Duration) []LoadWindow {
 	var out []LoadWindow
+	if width < loadBin {
+		return nil
+	}
 	for t := from; !t.Add(width).After(to); t = t.Add(width) {
 		r := ld.Received(t, t.Add(width))
 		w := LoadWindow{Start: t, Rates: r}
@@ -293,17 +307,15 @@ func (ld *Load) Sent() map[string]uint64 {
 // Stop ends the senders and the receivers and closes their sockets.
 func (ld *Load) Stop() {
 	ld.cancel()
-	var errs []error
 	for _, lt := range ld.targets {
 		for _, c := range lt.flows {
-			errs = append(errs, c.Close())
+			c.Close()
 		}
 		if lt.rx != nil {
-			errs = append(errs, lt.rx.Close())
+			lt.rx.Close() // ends receive
 		}
 	}
 	ld.wg.Wait()
-	_ = errors.Join(errs...)
 }
 
 func setRxTimestamps(c *net.UDPConn) error {

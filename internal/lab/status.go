@@ -149,16 +149,13 @@ func (l *Lab) bwView(ctx context.Context) *BWView {
 	for _, s := range l.bw.Servers {
 		v.Servers = append(v.Servers, BWServerView{BWServer: s, Running: isBWServer(s.PID, s.Dir)})
 	}
-	holders := map[string]string{}
+	var keys []string
 	for _, m := range l.bw.Managers {
-		zone := m.Zone
-		if m.Scope == BWRegionTier {
-			zone = BWRegionTier
-		}
-		if _, ok := holders[zone]; !ok {
-			holders[zone], _ = l.BWActive(ctx, zone)
-		}
-		v.Managers = append(v.Managers, BWManagerView{BWManager: m, Running: isBWManager(m.PID, l.Cfg.StateDir), Active: holders[zone] == m.Name})
+		keys = append(keys, m.OwnerKey())
+	}
+	holders, _ := l.bwHolders(ctx, keys) // etcd down: none shown active
+	for _, m := range l.bw.Managers {
+		v.Managers = append(v.Managers, BWManagerView{BWManager: m, Running: isBWManager(m.PID, l.Cfg.StateDir), Active: holders[m.OwnerKey()] == m.Name})
 	}
 	return v
 }

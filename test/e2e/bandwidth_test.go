@@ -180,6 +180,7 @@ func TestSharedBandwidth(t *testing.T) {
 	}
 	t.Run("active region manager killed: the standby takes over", func(t *testing.T) {
 		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch() // a t.Fatal below leaves the watchers polling through the later subtests otherwise
 		watched := make(chan []string, 1)
 		go func() { watched <- watchLimits(wctx, l, lab.BWRegionTier, lab.BWEdgeZone) }()
 		edgeWatch := map[string]chan []string{}
