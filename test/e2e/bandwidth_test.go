@@ -416,8 +416,10 @@ func checkWindows(t *testing.T, ld *lab.Load, from, to time.Time, want map[strin
 		if w.Total < (1-aggTol)*total {
 			// A sender not scheduled offers nothing meanwhile, and the
 			// edges' buckets keep only their burst for when it resumes:
-			// a window it stalled in is the lab's own shortfall.
-			if st := ld.Stalled(w.Start, w.Start.Add(time.Second)); st > bwStallTolerance {
+			// a window it stalled in is the lab's own shortfall. Down to
+			// 85 % only: a stall of tens of ms explains a few %, not a
+			// collapse (review).
+			if st := ld.Stalled(w.Start, w.Start.Add(time.Second)); st > bwStallTolerance && w.Total >= 0.85*total {
 				t.Logf("window +%v: total %.2f Mbit/s, under %.2f - %.0f %%, but the load's sender stalled %v in it: not counted", at, w.Total/1e6, total/1e6, aggTol*100, st.Round(time.Millisecond))
 				stalled++
 				continue
