@@ -144,7 +144,11 @@ func PackagesFrom(st *model.State) ([]Package, []Problem) {
 // active manager (failover) with no history first reads what is in force
 // from the region tier, estimates from the current rates, and grants no
 // more than min(new, in force or static split) until its decreases have
-// settled. Not safe for concurrent use but for SetPackages.
+// settled. A zone whose reports stop (its zone manager or store lost)
+// has its hosts on their last limits, then their static split: its last
+// EIPs count at that as a reservation off the capacity (reserve) until it
+// reports again, for at most SilentGraces × grace. Not safe for
+// concurrent use but for SetPackages.
 type RegionManager struct {
 	Store bwstore.Store // the region tier
 
@@ -170,6 +174,28 @@ type RegionManager struct {
 	// not be in force below yet (SIGTERM hands over in milliseconds).
 	quiet time.Time
 	bad   int // malformed reports in the last round (logged on change)
+	// seen: per zone, the keys of its last fresh report. While a zone is
+	// silent (no fresh report) its hosts enforce their last limits, then
+	// their static split: reserve counts each remembered key at the most
+	// of those until the EIP leaves its package or SilentGraces × grace
+	// after the zone's last report.
+	seen map[string]zoneSeen
+}
+
+// SilentGraces × grace is how long the region manager keeps counting a
+// silent zone's EIPs at their static split (100 s at the default 10 s
+// grace). A zone manager or zone store lost for longer is forgotten, and
+// its hosts' static split goes uncounted again (the package can then go
+// over its capacity until the zone returns); a zone decommissioned (or
+// whose last EIP left: an empty report has no rows, so it reads as
+// silent) holds capacity no longer than that.
+const SilentGraces = 10
+
+// zoneSeen is what a zone carried in its last fresh report.
+type zoneSeen struct {
+	keys   []bwstore.RateKey
+	at     time.Time // that report's round
+	silent bool      // logged as silent
 }
 
 // holdRate is the most a zone key had before it was lowered, counted
@@ -230,6 +256,7 @@ func (r *RegionManager) Activate() {
 	r.hold = map[hostRateKey]holdRate{}
 	r.first = true
 	r.quiet = time.Time{}
+	r.seen = map[string]zoneSeen{}
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
@@ -260,6 +287,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	n := len(snap.Reports)
 	obs := make(map[bwstore.RateKey]*eipObs, n)
 	zones := map[string]int{} // fresh reports of each zone: its next set's size at most
+	carries := map[string][]bwstore.RateKey{}
 	for _, rep := range snap.Reports {
 		if !r.cfg.fresh(rep) {
 			st.Stale++
@@ -267,6 +295,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		}
 		zones[rep.Reporter]++
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
+		carries[rep.Reporter] = append(carries[rep.Reporter], k)
 		o := obs[k]
 		if o == nil {
 			o = &eipObs{}
@@ -328,6 +357,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		next[z] = make(map[bwstore.RateKey]bwstore.Limit, n) // sized: no rehash while a round fills it
 	}
 	inForce := r.possiblyInForce()
+	reserved := r.reserve(carries, pkgs, inForce, now)
 	r.staticBase = map[hostRateKey]uint64{}
 	var in []bwalloc.EIP
 	var grants []bwalloc.Grant
@@ -341,13 +371,33 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			// force. One that is carried nowhere takes no capacity (a
 			// host that starts carrying it reports it, and until its
 			// limit comes it holds the EIP to its static split).
+			//
+			// What silent zones may enforce is a fixed reservation: the
+			// live EIPs share the rest (an EIP also carried in a live
+			// zone gets its live part there, its min and max less the
+			// reservation), and one carried only in silent zones takes
+			// nothing more.
 			carried := false
+			capLive := p.Capacity
 			in = in[:0]
 			for _, e := range p.EIPs {
 				k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
+				o := obs[k]
+				if rb := min(bitRate(reserved[k]), p.Capacity); rb > 0 {
+					capLive -= min(capLive, rb)
+					if o == nil {
+						continue
+					}
+					if e.Max != 0 {
+						e.Max = max(e.Max, rb+8) - rb // at least 1 byte/s
+					}
+					e.Min -= min(e.Min, rb)
+					if e.Max != 0 {
+						e.Min = min(e.Min, e.Max)
+					}
+				}
 				d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
 				_, held := inForce[k]
-				o := obs[k]
 				if o == nil && d.Expired && !held {
 					continue
 				}
@@ -358,7 +408,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			if !carried {
 				continue // nobody measures or enforces this direction
 			}
-			res, err := r.alloc.Package(p.Capacity, in, bwalloc.Options{}, grants)
+			res, err := r.alloc.Package(capLive, in, bwalloc.Options{}, grants)
 			if err != nil {
 				st.Problems++
 				r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
@@ -528,6 +578,93 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 		p, ok = max(p, h.rate), true
 	}
 	return p, ok
+}
+
+// reserve updates what each zone carried (carries: this round's fresh
+// reports by zone) and returns, per EIP and direction, what the silent
+// zones may enforce: each key of a silent zone's last fresh report whose
+// EIP is still in a package counts at max(its last share, possibly still
+// in force, and the EIP's static split): the zone's hosts keep their last
+// limits for their grace, then enforce the static split (divided over the
+// carriers, so a zone's hosts together at most the EIP's static share).
+// The amounts are added to inForce, so the budget of increases counts
+// them too. A silent zone is forgotten SilentGraces × grace after its last
+// report. A returning zone's fresh report replaces its memory; what it
+// was counted at stays possibly in force for Settle more (a hold), as a
+// lowered share does: its hosts are on their static split until its
+// shares reach them, even if the region still holds its last (lower)
+// shares as in force.
+func (r *RegionManager) reserve(carries map[string][]bwstore.RateKey, pkgs []Package, inForce map[bwstore.RateKey]uint64, now time.Time) map[bwstore.RateKey]uint64 {
+	var static map[netip.Addr]uint64 // by EIP, bytes/s; only when a zone is or was silent
+	staticOf := func(a netip.Addr) (uint64, bool) {
+		if static == nil {
+			static = map[netip.Addr]uint64{}
+			for i := range pkgs {
+				if res, err := bwalloc.StaticSplit(pkgs[i].Capacity, pkgs[i].EIPs); err == nil {
+					for _, g := range res.Grants {
+						static[g.Addr] = g.Limit / 8
+					}
+				}
+			}
+		}
+		v, ok := static[a]
+		return v, ok
+	}
+	for z, ks := range carries {
+		if s, ok := r.seen[z]; ok && s.silent {
+			r.cfg.Log.Info("bandwidth region manager: zone reports again", "zone", z, "silent_for", now.Sub(s.at))
+			for _, k := range s.keys {
+				st, ok := staticOf(k.EIP)
+				if !ok {
+					continue
+				}
+				hk := hostRateKey{k, z}
+				p, _ := r.prev(hk)
+				if st > p {
+					r.hold[hk] = holdRate{rate: st, until: now.Add(r.cfg.Settle)}
+					inForce[k] = satAdd(inForce[k], st-p)
+				}
+			}
+		}
+		r.seen[z] = zoneSeen{keys: ks, at: now}
+	}
+	var out map[bwstore.RateKey]uint64
+	for z, s := range r.seen {
+		if _, fresh := carries[z]; fresh {
+			continue
+		}
+		if now.Sub(s.at) >= SilentGraces*r.cfg.Grace {
+			r.cfg.Log.Warn("bandwidth region manager: zone silent too long; its static split is no longer counted", "zone", z, "silent_for", now.Sub(s.at))
+			delete(r.seen, z)
+			continue
+		}
+		if !s.silent {
+			r.cfg.Log.Warn("bandwidth region manager: zone silent; counting its EIPs at their static split", "zone", z, "eips", len(s.keys))
+			s.silent = true
+		}
+		if out == nil {
+			out = map[bwstore.RateKey]uint64{}
+		}
+		kept := s.keys[:0]
+		for _, k := range s.keys {
+			st, ok := staticOf(k.EIP)
+			if !ok {
+				continue // left its package (or deleted): forgotten
+			}
+			kept = append(kept, k)
+			p, _ := r.prev(hostRateKey{k, z}) // what possiblyInForce counted
+			v := max(p, st)
+			out[k] = satAdd(out[k], v)
+			inForce[k] = satAdd(inForce[k], v-p)
+		}
+		s.keys = kept
+		if len(kept) == 0 {
+			delete(r.seen, z)
+			continue
+		}
+		r.seen[z] = s
+	}
+	return out
 }
 
 // possiblyInForce sums, per EIP and direction, the most that may be in
