@@ -163,6 +163,10 @@ type RegionManager struct {
 	pkgs   []Package
 	probs  []Problem
 	loaded bool // SetPackages was called: until then no round runs
+	// placed: where the model says each EIP is enforced (SetState; nil
+	// with SetPackages alone): a silent zone's remembered key whose EIP
+	// the model has moved elsewhere is forgotten (reserve).
+	placed *placement
 
 	force      map[string]written       // by zone
 	staticBase map[hostRateKey]uint64   // this round: static split a zone key replaces
@@ -235,6 +239,7 @@ func (r *RegionManager) SetPackages(p []Package, probs []Problem) {
 // the problems that are new.
 func (r *RegionManager) SetState(st *model.State) {
 	p, probs := PackagesFrom(st)
+	pl := placementFrom(st)
 	r.mu.Lock()
 	old := map[string]bool{}
 	for _, x := range r.probs {
@@ -247,6 +252,43 @@ func (r *RegionManager) SetState(st *model.State) {
 		}
 	}
 	r.SetPackages(p, probs)
+	r.mu.Lock()
+	r.placed = pl
+	r.mu.Unlock()
+}
+
+// placement is where the model has each bound EIP: the AZ of its host
+// (its egress is enforced by that host's agent, in that zone).
+type placement struct {
+	az map[netip.Addr]string
+}
+
+func placementFrom(st *model.State) *placement {
+	pl := &placement{az: map[netip.Addr]string{}}
+	for _, e := range st.EIPs {
+		if e == nil || e.Binding == nil {
+			continue
+		}
+		az := ""
+		if h := st.Hosts[e.Binding.Host]; h != nil {
+			az = h.AZ
+		}
+		pl.az[e.Address.Unmap()] = az
+	}
+	return pl
+}
+
+// mayEnforce says whether a zone's hosts may still enforce k. Only a
+// positive answer elsewhere forgets: an EIP's egress bound to a host in
+// another AZ (a drift moves it, and the old host's agent removes it).
+// Anything else (ingress, an unbound EIP, no model) may still be
+// enforced: counting it is the safe side.
+func (pl *placement) mayEnforce(zone string, k bwstore.RateKey) bool {
+	if pl == nil || k.Dir != bwstore.Egress {
+		return true
+	}
+	az, bound := pl.az[k.EIP.Unmap()]
+	return !bound || az == "" || az == zone
 }
 
 // Activate forgets what this replica believes is in force; the estimates
@@ -269,7 +311,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	var st RoundStats
 	now := r.cfg.Now()
 	r.mu.Lock()
-	pkgs, probs, loaded := r.pkgs, r.probs, r.loaded
+	pkgs, probs, loaded, placed := r.pkgs, r.probs, r.loaded, r.placed
 	r.mu.Unlock()
 	if !loaded {
 		// Without the packages every zone's shares would look removed:
@@ -357,7 +399,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		next[z] = make(map[bwstore.RateKey]bwstore.Limit, n) // sized: no rehash while a round fills it
 	}
 	inForce := r.possiblyInForce()
-	reserved := r.reserve(carries, pkgs, inForce, now)
+	reserved := r.reserve(carries, pkgs, placed, inForce, now)
 	r.staticBase = map[hostRateKey]uint64{}
 	var in []bwalloc.EIP
 	var grants []bwalloc.Grant
@@ -594,7 +636,7 @@ func (r *RegionManager) prev(hk hostRateKey) (uint64, bool) {
 // lowered share does: its hosts are on their static split until its
 // shares reach them, even if the region still holds its last (lower)
 // shares as in force.
-func (r *RegionManager) reserve(carries map[string][]bwstore.RateKey, pkgs []Package, inForce map[bwstore.RateKey]uint64, now time.Time) map[bwstore.RateKey]uint64 {
+func (r *RegionManager) reserve(carries map[string][]bwstore.RateKey, pkgs []Package, placed *placement, inForce map[bwstore.RateKey]uint64, now time.Time) map[bwstore.RateKey]uint64 {
 	var static map[netip.Addr]uint64 // by EIP, bytes/s; only when a zone is or was silent
 	staticOf := func(a netip.Addr) (uint64, bool) {
 		if static == nil {
@@ -648,8 +690,8 @@ func (r *RegionManager) reserve(carries map[string][]bwstore.RateKey, pkgs []Pac
 		kept := s.keys[:0]
 		for _, k := range s.keys {
 			st, ok := staticOf(k.EIP)
-			if !ok {
-				continue // left its package (or deleted): forgotten
+			if !ok || !placed.mayEnforce(z, k) {
+				continue // left its package, deleted or moved away: forgotten
 			}
 			kept = append(kept, k)
 			p, _ := r.prev(hostRateKey{k, z}) // what possiblyInForce counted

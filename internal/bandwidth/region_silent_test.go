@@ -236,3 +236,41 @@ func TestRegionSilentZoneLeavesPackage(t *testing.T) {
 		t.Errorf("after eip3 left the package, silent az3 remembered %v: want [eip1]", got)
 	}
 }
+
+// TestRegionSilentZoneDrift: a package's only EIP drifts from az1 to az3.
+// az1 then carries no packaged EIP and reports no rows, which reads as
+// silent; the model says the EIP's egress is now in az3, so az1's memory
+// of it is forgotten and az3 gets the whole capacity, not the capacity
+// less a static split nobody enforces.
+func TestRegionSilentZoneDrift(t *testing.T) {
+	pkg := &model.BandwidthPackage{Name: "solo", Capacity: 120 * mbit, EIPs: []model.PackageEIP{{Address: eip1}}}
+	placed := func(host, az string) *model.State {
+		st := state([]netip.Addr{eip1}, pkg)
+		st.Hosts[host] = &model.Host{Name: host, AZ: az}
+		st.EIPs[eip1.String()].Binding = &model.Binding{Host: host, Guest: "g1"}
+		return st
+	}
+	wd := newWorld(t, pkg)
+	wd.rm.SetState(placed("az1-h1", "az1"))
+	wd.set("az1", "h1", eip1, 20_000_000) // bytes/s: wants more than the capacity
+	for range 10 {
+		wd.step()
+	}
+	// The drift: the agent of az1 stops carrying it, az3's starts.
+	wd.rm.SetState(placed("az3-h1", "az3"))
+	delete(wd.demand, "az1/h1")
+	wd.set("az3", "h1", eip1, 20_000_000)
+	for range 15 {
+		wd.step()
+	}
+	if _, ok := wd.rm.seen["az1"]; ok {
+		t.Errorf("az1 still remembered after its only EIP drifted to az3: %+v", wd.rm.seen["az1"])
+	}
+	l, ok := limitOf(t, wd.zstore["az3"], "az3", "h1", eip1, bwstore.Egress)
+	if !ok {
+		t.Fatal("eip1 has no limit in az3")
+	}
+	if got, want := l.RateBytes, uint64(120*mbit/8); got < want*95/100 {
+		t.Errorf("eip1 in az3 has %d bytes/s, want about the whole capacity %d", got, want)
+	}
+}
