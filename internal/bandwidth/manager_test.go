@@ -1052,46 +1052,11 @@ func TestRegionFailoverWhileSettling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle := cfg.Settle
-	seen := map[string][]struct {
-		rate  uint64
-		until time.Time
-	}{}
-	cur := map[string]uint64{}
-	for _, z := range []string{"az1", "az2", "az3"} {
-		hl, _, _ := wd.region.ReadLimits(context.Background(), RegionTier, z)
-		for _, l := range hl.Limits.Limits {
-			cur[z+"/"+l.EIP.String()] = l.RateBytes
-		}
-	}
-	record := func() {
-		now := wd.clock.Now()
-		for _, x := range wd.region.take() {
-			for _, l := range x.lim.Limits {
-				k := x.host + "/" + l.EIP.String()
-				if old, ok := cur[k]; ok && old > l.RateBytes {
-					seen[k] = append(seen[k], struct {
-						rate  uint64
-						until time.Time
-					}{old, now.Add(settle)})
-				}
-				cur[k] = l.RateBytes
-			}
-		}
-	}
+	f := newInForce(cfg.Settle)
+	f.seedZones(wd.region, "az1", "az2", "az3")
+	record := func() { f.record(wd.clock.Now(), wd.region.take(), false) }
 	check := func(round int) {
-		now := wd.clock.Now()
-		var sum uint64
-		for k, v := range cur {
-			m := v
-			for _, s := range seen[k] {
-				if now.Before(s.until) {
-					m = max(m, s.rate)
-				}
-			}
-			sum += m
-		}
-		if sum > capBytes {
+		if sum := f.sum(wd.clock.Now()); sum > capBytes {
 			t.Errorf("round %d after the takeover: what may be in force sums to %d, above %d", round, sum, capBytes)
 		}
 	}
@@ -1103,7 +1068,7 @@ func TestRegionFailoverWhileSettling(t *testing.T) {
 	wd.step()
 	wd.clock.Advance(-time.Second)
 	record()
-	if len(seen) == 0 {
+	if len(f.old) == 0 {
 		t.Fatal("the old manager's last round lowered nothing: the test tests nothing")
 	}
 	wd.clock.Advance(time.Second)
@@ -1201,44 +1166,17 @@ func TestRegionZoneNewToEIPCountsStatic(t *testing.T) {
 		wd.step()
 	}
 	wd.region.take()
-	type was struct {
-		rate  uint64
-		until time.Time
-	}
-	cur := map[string]uint64{} // zone/EIP: the zone's share
-	old := map[string][]was{}  // values it had, possibly in force until
-	for _, z := range []string{"az1", "az2", "az3"} {
-		hl, _, _ := wd.region.ReadLimits(context.Background(), RegionTier, z)
-		for _, l := range hl.Limits.Limits {
-			cur[z+"/"+l.EIP.String()] = l.RateBytes
-		}
-	}
+	f := newInForce(cfg.Settle) // zone/EIP: the zone's share
+	f.seedZones(wd.region, "az1", "az2", "az3")
 	// az3 starts carrying eip1: on its static split until a share comes.
 	wd.set("az3", "h1", eip1, 9_000_000)
-	cur["az3/"+eip1.String()] = static
+	f.cur["az3/"+eip1.String()] = static
 	start := wd.clock.Now()
 	for i := range 8 {
 		wd.step()
 		now := wd.clock.Now().Add(-time.Second)
-		for _, x := range wd.region.take() {
-			for _, l := range x.lim.Limits {
-				k := x.host + "/" + l.EIP.String()
-				if c, ok := cur[k]; ok && c > l.RateBytes {
-					old[k] = append(old[k], was{c, now.Add(cfg.Settle)})
-				}
-				cur[k] = l.RateBytes
-			}
-		}
-		var sum uint64
-		for k, v := range cur {
-			m := v
-			for _, o := range old[k] {
-				if now.Before(o.until) {
-					m = max(m, o.rate)
-				}
-			}
-			sum += m
-		}
+		f.record(now, wd.region.take(), false)
+		sum := f.sum(now)
 		// The first Settle is what no manager can prevent: az3's host
 		// went to its static split before any manager knew (the region
 		// lowers az1's share in round 0, in force below Settle later).
@@ -1260,12 +1198,7 @@ func TestZoneShiftNoOvershoot(t *testing.T) {
 	clock := newClock()
 	s := newZoneSetup(t, bwstore.NewMem(clock), clock)
 	const share = 10_000_000
-	type was struct {
-		rate  uint64
-		until time.Time
-	}
-	cur := map[string]uint64{}
-	old := map[string][]was{}
+	f := newInForce(time.Second) // host: one poll interval
 	round := func(i int, d1, d2 uint64) {
 		s.report(t, "h1", egress(eip1, d1))
 		s.report(t, "h2", egress(eip1, d2))
@@ -1274,25 +1207,8 @@ func TestZoneShiftNoOvershoot(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := clock.Now()
-		for _, x := range s.zs.take() {
-			for _, l := range x.lim.Limits {
-				if c, ok := cur[x.host]; ok && c != l.RateBytes {
-					old[x.host] = append(old[x.host], was{c, now.Add(time.Second)}) // one poll interval
-				}
-				cur[x.host] = l.RateBytes
-			}
-		}
-		var sum uint64
-		for h, v := range cur {
-			m := v
-			for _, o := range old[h] {
-				if now.Before(o.until) {
-					m = max(m, o.rate)
-				}
-			}
-			sum += m
-		}
-		if sum > share {
+		f.record(now, s.zs.take(), true)
+		if sum := f.sum(now); sum > share {
 			t.Errorf("round %d: the hosts' limits may sum to %d, above the share %d", i, sum, share)
 		}
 		clock.Advance(time.Second)
@@ -1303,7 +1219,70 @@ func TestZoneShiftNoOvershoot(t *testing.T) {
 	for i := range 10 {
 		round(5+i, 1_000_000, 9_000_000)
 	}
-	if cur["h2"] <= cur["h1"] {
-		t.Errorf("after the shift h1 %d, h2 %d: want h2 more", cur["h1"], cur["h2"])
+	if f.cur["h2"] <= f.cur["h1"] {
+		t.Errorf("after the shift h1 %d, h2 %d: want h2 more", f.cur["h1"], f.cur["h2"])
 	}
+}
+
+// inForce follows what the layer below may be enforcing after a run of
+// limit writes: the last rate written per key, and each rate a decrease
+// replaced, still possibly in force until settle after that write (the
+// layer below polls at its own times). A raise needs no entry: the old,
+// lower rate is below the new one.
+type inForce struct {
+	settle time.Duration
+	cur    map[string]uint64     // key: the rate last written
+	old    map[string][]heldRate // key: rates it may still enforce
+}
+
+type heldRate struct {
+	rate  uint64
+	until time.Time
+}
+
+func newInForce(settle time.Duration) *inForce {
+	return &inForce{settle: settle, cur: map[string]uint64{}, old: map[string][]heldRate{}}
+}
+
+// seedZones takes each zone's shares in the region tier as in force,
+// keyed zone/EIP.
+func (f *inForce) seedZones(region bwstore.Store, zones ...string) {
+	for _, z := range zones {
+		hl, _, _ := region.ReadLimits(context.Background(), RegionTier, z)
+		for _, l := range hl.Limits.Limits {
+			f.cur[z+"/"+l.EIP.String()] = l.RateBytes
+		}
+	}
+}
+
+// record takes writes made at now, keyed host/EIP (or host alone when
+// byHost: one EIP).
+func (f *inForce) record(now time.Time, ws []write, byHost bool) {
+	for _, x := range ws {
+		for _, l := range x.lim.Limits {
+			k := x.host
+			if !byHost {
+				k += "/" + l.EIP.String()
+			}
+			if c, ok := f.cur[k]; ok && c > l.RateBytes {
+				f.old[k] = append(f.old[k], heldRate{c, now.Add(f.settle)})
+			}
+			f.cur[k] = l.RateBytes
+		}
+	}
+}
+
+// sum is the most the keys may enforce together at now.
+func (f *inForce) sum(now time.Time) uint64 {
+	var s uint64
+	for k, v := range f.cur {
+		m := v
+		for _, o := range f.old[k] {
+			if now.Before(o.until) {
+				m = max(m, o.rate)
+			}
+		}
+		s += m
+	}
+	return s
 }

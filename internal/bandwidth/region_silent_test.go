@@ -1,7 +1,6 @@
 package bandwidth
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -63,45 +62,10 @@ func testRegionSilentZone(t *testing.T, silent int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type was struct {
-		rate  uint64
-		until time.Time
-	}
-	cur := map[string]uint64{} // zone/EIP: what the zone may enforce now
-	old := map[string][]was{}  // what it may still enforce, until
-	for _, z := range []string{"az1", "az2", "az3"} {
-		hl, _, _ := wd.region.ReadLimits(context.Background(), RegionTier, z)
-		for _, l := range hl.Limits.Limits {
-			cur[z+"/"+l.EIP.String()] = l.RateBytes
-		}
-	}
+	f := newInForce(cfg.Settle) // zone/EIP: what the zone may enforce
+	f.seedZones(wd.region, "az1", "az2", "az3")
 	wd.region.take()
 	az3Keys := []string{"az3/" + eip1.String(), "az3/" + eip3.String()}
-	// record takes the round's region writes (made at now) into cur/old.
-	record := func(now time.Time) {
-		for _, x := range wd.region.take() {
-			for _, l := range x.lim.Limits {
-				k := x.host + "/" + l.EIP.String()
-				if c, ok := cur[k]; ok && c > l.RateBytes {
-					old[k] = append(old[k], was{c, now.Add(cfg.Settle)})
-				}
-				cur[k] = l.RateBytes
-			}
-		}
-	}
-	sum := func(now time.Time) uint64 {
-		var s uint64
-		for k, v := range cur {
-			m := v
-			for _, o := range old[k] {
-				if now.Before(o.until) {
-					m = max(m, o.rate)
-				}
-			}
-			s += m
-		}
-		return s
-	}
 	// silence: az3's manager stops. The region sees it silent a round
 	// later (its last report is 2 intervals old); from then on az3's
 	// keys count at their static split and their last shares for 2
@@ -115,16 +79,16 @@ func testRegionSilentZone(t *testing.T, silent int) {
 		detect := wd.clock.Now().Add(time.Second)
 		excuse = detect.Add(cfg.Settle)
 		for _, k := range az3Keys {
-			old[k] = append(old[k], was{cur[k], detect.Add(2 * cfg.Grace)})
-			cur[k] = static
+			f.old[k] = append(f.old[k], heldRate{f.cur[k], detect.Add(2 * cfg.Grace)})
+			f.cur[k] = static
 		}
 	}
 	round := func(phase string, i int) {
 		t.Helper()
 		now := wd.clock.Now()
 		wd.step()
-		record(now)
-		if s := sum(now); !now.Before(excuse) && s > capBytes {
+		f.record(now, wd.region.take(), false) // the round's writes, made at now
+		if s := f.sum(now); !now.Before(excuse) && s > capBytes {
 			t.Fatalf("%s, round %d: the live zones' shares and the silent zone's static split sum to %d bytes/s, above the capacity %d", phase, i, s, capBytes)
 		}
 		// What the hosts enforce now: their limits, or (expired) their
