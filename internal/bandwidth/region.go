@@ -24,6 +24,16 @@ type Package struct {
 	EIPs     []bwalloc.EIP // sorted by address; Demand unset
 }
 
+// addStatic puts each EIP's static split (bwalloc.StaticSplit) into dst,
+// in bytes/s; nothing when the split refuses the package.
+func (p *Package) addStatic(dst map[netip.Addr]uint64) {
+	if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
+		for _, g := range res.Grants {
+			dst[g.Addr] = g.Limit / 8
+		}
+	}
+}
+
 // burstBytes is the bucket size of a share of rate bytes/s: rate × burst
 // time, at least MinBurstBytes.
 func (p *Package) burstBytes(rateBytes uint64) uint64 {
@@ -642,11 +652,7 @@ func (r *RegionManager) reserve(carries map[string][]bwstore.RateKey, pkgs []Pac
 		if static == nil {
 			static = map[netip.Addr]uint64{}
 			for i := range pkgs {
-				if res, err := bwalloc.StaticSplit(pkgs[i].Capacity, pkgs[i].EIPs); err == nil {
-					for _, g := range res.Grants {
-						static[g.Addr] = g.Limit / 8
-					}
-				}
+				pkgs[i].addStatic(static)
 			}
 		}
 		v, ok := static[a]
@@ -762,11 +768,7 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 		}
 		if static == nil {
 			static = map[netip.Addr]uint64{}
-			if res, err := bwalloc.StaticSplit(p.Capacity, p.EIPs); err == nil {
-				for _, g := range res.Grants {
-					static[g.Addr] = g.Limit / 8
-				}
-			}
+			p.addStatic(static)
 		}
 		if _, ok := inForce[w.RateKey]; ok {
 			// A zone new to an EIP other zones have limits of ours for
