@@ -38,6 +38,25 @@ func rateFlag(flag, v string) (uint64, error) {
 	return r, nil
 }
 
+// burstFlag parses --burst.
+func burstFlag(v string) (model.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("--burst %q: want a duration such as 20ms", v)
+	}
+	return model.Duration(d), nil
+}
+
+// weightFlag parses an EIP's weight; errors start with what.
+func weightFlag(what, v string) (*uint32, error) {
+	w, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q is not a number (1-%d)", what, v, model.MaxBandwidthWeight)
+	}
+	w32 := uint32(w)
+	return &w32, nil
+}
+
 func bandwidthCreateCommand() *cobra.Command {
 	var (
 		capacity, burst, desc string
@@ -57,11 +76,9 @@ func bandwidthCreateCommand() *cobra.Command {
 				return err
 			}
 			if burst != "" {
-				d, err := time.ParseDuration(burst)
-				if err != nil {
-					return fmt.Errorf("--burst %q: want a duration such as 20ms", burst)
+				if p.Burst, err = burstFlag(burst); err != nil {
+					return err
 				}
-				p.Burst = model.Duration(d)
 			}
 			for _, spec := range eips {
 				e, err := parsePackageEIP(spec)
@@ -126,12 +143,9 @@ func parsePackageEIP(spec string) (model.PackageEIP, error) {
 		}
 	}
 	if v, ok := kv["weight"]; ok {
-		w, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			return e, fmt.Errorf("--eip %q: weight %q is not a number (1-%d)", spec, v, model.MaxBandwidthWeight)
+		if e.Weight, err = weightFlag(fmt.Sprintf("--eip %q: weight", spec), v); err != nil {
+			return e, err
 		}
-		w32 := uint32(w)
-		e.Weight = &w32
 	}
 	return e, nil
 }
@@ -181,12 +195,9 @@ func (f *eipFlags) apply(cmd *cobra.Command, e *model.PackageEIP) error {
 		}
 	}
 	if cmd.Flags().Changed("weight") {
-		w, err := strconv.ParseUint(f.weight, 10, 32)
-		if err != nil {
-			return fmt.Errorf("--weight %q is not a number (1-%d)", f.weight, model.MaxBandwidthWeight)
+		if e.Weight, err = weightFlag("--weight", f.weight); err != nil {
+			return err
 		}
-		w32 := uint32(w)
-		e.Weight = &w32
 	}
 	return nil
 }
@@ -289,11 +300,9 @@ func bandwidthSetCommand() *cobra.Command {
 					}
 				}
 				if fl.Changed("burst") {
-					d, err := time.ParseDuration(burst)
-					if err != nil {
-						return "", fmt.Errorf("--burst %q: want a duration such as 20ms", burst)
+					if p.Burst, err = burstFlag(burst); err != nil {
+						return "", err
 					}
-					p.Burst = model.Duration(d)
 				}
 				if fl.Changed("description") {
 					p.Description = desc
