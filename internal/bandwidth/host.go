@@ -95,7 +95,11 @@ func NewView(zone string, pkgs map[string]*model.BandwidthPackage, pkgOf func(ne
 		}
 		v.EIPs[a] = Carried{Package: name, Capacity: p.Capacity, Burst: p.BurstTime(), Static: split[a], Carriers: n}
 	}
-	if len(errs) > 0 {
+	switch len(errs) {
+	case 0:
+	case 1:
+		return v, fmt.Errorf("bandwidth: static split: %w", errs[0])
+	default:
 		return v, fmt.Errorf("bandwidth: static split: %w (and %d more)", errs[0], len(errs)-1)
 	}
 	return v, nil
