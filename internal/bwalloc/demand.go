@@ -17,8 +17,8 @@ type EstimatorConfig struct {
 	// 1/PinnedRatio, so an EIP that steadily uses its estimate is not
 	// mistaken for one pinned at its limit.
 	Margin float64
-	// PinnedRatio: measured ≥ PinnedRatio × limit counts as pinned at the
-	// limit (default 0.95).
+	// PinnedRatio: offered (passed + dropped) ≥ PinnedRatio × limit counts
+	// as pinned at the limit (default 0.95).
 	PinnedRatio float64
 	// ProbeFactor: a pinned EIP's estimate is at least its limit times
 	// this (default 2), so its demand above the limit is discovered in a
@@ -66,7 +66,7 @@ type Sample struct {
 	// reporter does not count drops). Rate + Dropped is the offered load.
 	Dropped uint64
 	// Limit is the limit in force during the interval (bits/s; 0: none
-	// or unknown). Pinned detection compares Rate with it, so it must be
+	// or unknown). Pinned detection compares Rate + Dropped with it, so it must be
 	// the limit the data plane enforced, not the one just computed.
 	Limit uint64
 }
