@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/bench"
+	"github.com/azgate/azgate/internal/bwalloc"
 	"github.com/azgate/azgate/internal/bwsim"
 )
 
@@ -50,8 +51,8 @@ depend on the machine.`,
 	f.BoolVar(&o.Config.NoDrops, "no-drops", false, "hosts report no drop counts (demand above a limit is found by probing only)")
 	f.DurationVar(&o.Config.Tick, "tick", o.Config.Tick, "simulation step")
 	f.DurationVar(&o.Config.Grace, "grace", o.Config.Grace, "how long hosts hold their limits without a manager before the static split")
-	f.Float64Var(&margin, "margin", 0, "estimator margin over the recent peak (0: bwalloc's default, 1.1)")
-	f.DurationVar(&window, "window", 0, "estimator peak window (0: bwalloc's default, 3s)")
+	f.Float64Var(&margin, "margin", 0, fmt.Sprintf("estimator margin over the recent peak (0: bwalloc's default, %v)", bwalloc.DefaultEstimatorConfig.Margin))
+	f.DurationVar(&window, "window", 0, fmt.Sprintf("estimator peak window (0: bwalloc's default, %v)", bwalloc.DefaultEstimatorConfig.Window))
 	f.IntVar(&o.ScalePackages, "scale-packages", 10_000, "packages of 10 EIPs in the scale scenario")
 	return c
 }

@@ -70,17 +70,61 @@ func BenchmarkAllocateRound(b *testing.B) {
 	}
 }
 
+// benchRounder is the work BenchmarkFullRound and BenchmarkFullRoundSorted
+// share: Observe and Demand for every EIP, Allocator.Package per package
+// and SplitHosts per EIP (with per-host demand from the EIP's), handing
+// each host limit to emit. Its buffers are reused across rounds.
+type benchRounder struct {
+	est           *Estimator[netip.Addr]
+	a             Allocator
+	grants        []Grant
+	shares, hosts []HostShare
+	in            []EIP
+}
+
+func newBenchRounder(b *testing.B) *benchRounder {
+	est, err := NewEstimator[netip.Addr](EstimatorConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchRounder{est: est, in: make([]EIP, 10)}
+}
+
+func (r *benchRounder) round(b *testing.B, region []benchPkg, now time.Time, emit func(HostKey, uint64)) {
+	for _, p := range region {
+		for i, e := range p.eips {
+			r.est.Observe(e.Addr, now, Sample{Rate: e.Demand, Limit: e.Demand * 2})
+			r.in[i] = e
+			r.in[i].Demand = r.est.Demand(e.Addr, now, capOf(e.Max, p.capacity)).Rate
+		}
+		res, err := r.a.Package(p.capacity, r.in[:len(p.eips)], Options{}, r.grants)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.grants = res.Grants
+		for i, g := range r.grants {
+			r.hosts = r.hosts[:0]
+			for k, h := range p.hosts[i] {
+				r.hosts = append(r.hosts, HostShare{Host: h, Demand: g.Want / uint64(k+1)})
+			}
+			r.shares, err = SplitHosts(r.shares, g.Limit, r.hosts, DefaultHostFloor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range r.shares {
+				emit(HostKey{Addr: g.Addr, Host: s.Host}, s.Limit)
+			}
+		}
+	}
+}
+
 // BenchmarkFullRound adds to the allocation what else a round computes
 // from the same inputs: Observe and Demand for 100k EIPs, the split of
 // every EIP over its hosts (with per-host demand from the EIP's), and
 // the push plan against the previous round's limits.
 func BenchmarkFullRound(b *testing.B) {
 	region := benchRegion(10_000, 10)
-	est, _ := NewEstimator[netip.Addr](EstimatorConfig{})
-	var a Allocator
-	var grants []Grant
-	var shares, hosts []HostShare
-	in := make([]EIP, 10)
+	r := newBenchRounder(b)
 	old := map[HostKey]uint64{}
 	round := 0
 	b.ReportAllocs()
@@ -88,31 +132,7 @@ func BenchmarkFullRound(b *testing.B) {
 		now := t0.Add(time.Duration(round) * time.Second)
 		round++
 		new := make(map[HostKey]uint64, len(old))
-		for _, p := range region {
-			for i, e := range p.eips {
-				est.Observe(e.Addr, now, Sample{Rate: e.Demand, Limit: e.Demand * 2})
-				in[i] = e
-				in[i].Demand = est.Demand(e.Addr, now, capOf(e.Max, p.capacity)).Rate
-			}
-			res, err := a.Package(p.capacity, in[:len(p.eips)], Options{}, grants)
-			if err != nil {
-				b.Fatal(err)
-			}
-			grants = res.Grants
-			for i, g := range grants {
-				hosts = hosts[:0]
-				for k, h := range p.hosts[i] {
-					hosts = append(hosts, HostShare{Host: h, Demand: g.Want / uint64(k+1)})
-				}
-				shares, err = SplitHosts(shares, g.Limit, hosts, DefaultHostFloor)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, s := range shares {
-					new[HostKey{Addr: g.Addr, Host: s.Host}] = s.Limit
-				}
-			}
-		}
+		r.round(b, region, now, func(k HostKey, l uint64) { new[k] = l })
 		PlanPushes(old, new)
 		old = new
 	}
@@ -122,11 +142,7 @@ func BenchmarkFullRound(b *testing.B) {
 // kept as slices sorted by host and address, and PlanSorted.
 func BenchmarkFullRoundSorted(b *testing.B) {
 	region := benchRegion(10_000, 10)
-	est, _ := NewEstimator[netip.Addr](EstimatorConfig{})
-	var a Allocator
-	var grants []Grant
-	var shares, hosts []HostShare
-	in := make([]EIP, 10)
+	r := newBenchRounder(b)
 	var old, new []Limit
 	round := 0
 	b.ReportAllocs()
@@ -134,31 +150,7 @@ func BenchmarkFullRoundSorted(b *testing.B) {
 		now := t0.Add(time.Duration(round) * time.Second)
 		round++
 		new = new[:0]
-		for _, p := range region {
-			for i, e := range p.eips {
-				est.Observe(e.Addr, now, Sample{Rate: e.Demand, Limit: e.Demand * 2})
-				in[i] = e
-				in[i].Demand = est.Demand(e.Addr, now, capOf(e.Max, p.capacity)).Rate
-			}
-			res, err := a.Package(p.capacity, in[:len(p.eips)], Options{}, grants)
-			if err != nil {
-				b.Fatal(err)
-			}
-			grants = res.Grants
-			for i, g := range grants {
-				hosts = hosts[:0]
-				for k, h := range p.hosts[i] {
-					hosts = append(hosts, HostShare{Host: h, Demand: g.Want / uint64(k+1)})
-				}
-				shares, err = SplitHosts(shares, g.Limit, hosts, DefaultHostFloor)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, s := range shares {
-					new = append(new, Limit{HostKey{Addr: g.Addr, Host: s.Host}, s.Limit})
-				}
-			}
-		}
+		r.round(b, region, now, func(k HostKey, l uint64) { new = append(new, Limit{k, l}) })
 		slices.SortFunc(new, CompareLimits)
 		if _, err := PlanSorted(old, new); err != nil {
 			b.Fatal(err)

@@ -17,8 +17,8 @@ type EstimatorConfig struct {
 	// 1/PinnedRatio, so an EIP that steadily uses its estimate is not
 	// mistaken for one pinned at its limit.
 	Margin float64
-	// PinnedRatio: measured ≥ PinnedRatio × limit counts as pinned at the
-	// limit (default 0.95).
+	// PinnedRatio: offered (passed + dropped) ≥ PinnedRatio × limit counts
+	// as pinned at the limit (default 0.95).
 	PinnedRatio float64
 	// ProbeFactor: a pinned EIP's estimate is at least its limit times
 	// this (default 2), so its demand above the limit is discovered in a
@@ -32,8 +32,8 @@ type EstimatorConfig struct {
 	// what it offers is what it wants; probing it to twice its limit would
 	// only blur the proportions of an EIP's hosts, all pinned, that
 	// SplitHosts divides by (in bwsim's TestMatchesOracle an EIP pinned in
-	// three AZs took 27-35 s instead of 2.2 to split by its traffic). +Inf probes
-	// whatever the drops.
+	// three AZs takes 25 s instead of 1 s to split by its traffic). +Inf
+	// probes whatever the drops.
 	OfferedDrops float64
 	// MinDemand is the least estimate of any EIP (default 1 Mbit/s): an
 	// idle EIP in a contended package still gets a small limit, so traffic
@@ -66,7 +66,7 @@ type Sample struct {
 	// reporter does not count drops). Rate + Dropped is the offered load.
 	Dropped uint64
 	// Limit is the limit in force during the interval (bits/s; 0: none
-	// or unknown). Pinned detection compares Rate with it, so it must be
+	// or unknown). Pinned detection compares Rate + Dropped with it, so it must be
 	// the limit the data plane enforced, not the one just computed.
 	Limit uint64
 }

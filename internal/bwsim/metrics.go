@@ -92,21 +92,12 @@ func Convergence(ok []bool, events []int, minSeg int) []int {
 	return out
 }
 
-// Utilisation is Σ served / Σ capacity over the ticks at which demand
-// exceeds capacity (the package is contended), and how many such ticks
-// there were; NaN when there were none. The oracle's is 1: when
-// contended it hands out the whole capacity and every EIP uses its share.
-func Utilisation(served, demand []float64, capacity float64) (float64, int) {
-	s, c, n := ContendedSums(served, demand, capacity, nil)
-	if n == 0 {
-		return math.NaN(), 0
-	}
-	return s / c, n
-}
-
-// ContendedSums is Utilisation's numerator and denominator over the
-// contended ticks for which mask is true (nil: all), so that several
-// packages' figures can be added up.
+// ContendedSums gives the utilisation's numerator and denominator: Σ
+// served and Σ capacity over the ticks at which demand exceeds capacity
+// (the package is contended) and mask is true (nil: all), and how many
+// such ticks there were, so that several packages' figures can be added
+// up (Result.Util). The oracle's utilisation is 1: when contended it
+// hands out the whole capacity and every EIP uses its share.
 func ContendedSums(served, demand []float64, capacity float64, mask []bool) (s, c float64, n int) {
 	for i := range served {
 		if demand[i] > capacity && (mask == nil || mask[i]) {

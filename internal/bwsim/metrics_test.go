@@ -59,12 +59,12 @@ func TestConvergence(t *testing.T) {
 func TestUtilisation(t *testing.T) {
 	served := []float64{50, 95, 100, 90, 10}
 	demand := []float64{50, 200, 150, 300, 20}
-	u, n := Utilisation(served, demand, 100)
-	if n != 3 || math.Abs(u-285.0/300) > 1e-12 {
+	s, c, n := ContendedSums(served, demand, 100, nil)
+	if u := ratio(s, c); n != 3 || math.Abs(u-285.0/300) > 1e-12 {
 		t.Errorf("utilisation %v over %d ticks, want 0.95 over 3", u, n)
 	}
-	if u, n := Utilisation(served[:1], demand[:1], 100); n != 0 || !math.IsNaN(u) {
-		t.Errorf("no contention: %v, %d", u, n)
+	if s, c, n := ContendedSums(served[:1], demand[:1], 100, nil); n != 0 || !math.IsNaN(ratio(s, c)) {
+		t.Errorf("no contention: %v/%v, %d", s, c, n)
 	}
 	if s, c, n := ContendedSums(served, demand, 100, []bool{T, F, T, F, T}); s != 100 || c != 100 || n != 1 {
 		t.Errorf("masked: %v/%v over %d", s, c, n)
