@@ -185,7 +185,7 @@ struct eip_bw {
  * drop counters by the programs (cmpxchg, atomic add). 48 bytes. Grow only
  * at the end (docs/upgrades.md). */
 struct eip_bw_slot {
-	__u64 tat;             /* virtual time, ns (bpf_ktime_get_ns), shared */
+	__u64 tat;             /* virtual time, ns (bw_now: the tick clock), shared */
 	__u64 ns_per_byte_q20; /* copied from eip_bw */
 	__u64 tau;             /* copied from eip_bw */
 	__u64 drop_packets;    /* dropped here since the EIP took the slot (atomic) */

@@ -3,7 +3,6 @@ package agent
 import (
 	"log/slog"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/azgate/azgate/internal/bandwidth"
@@ -103,27 +102,13 @@ func (r *Reconciler) bandwidthCounters() (map[netip.Addr]bandwidth.Reading, time
 	return out, now, nil
 }
 
-// lockedBandwidth takes the reconciler's mutex around every limit write,
-// so SetEIPBandwidth never runs between PutEIP's and DeleteEIP's reads and
-// writes of the same EIP (dataplane.Agent.SetEIPBandwidth).
-type lockedBandwidth struct {
-	mu *sync.Mutex
-	dataplane.BandwidthMaps
-}
-
-func (l lockedBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.BandwidthMaps.SetEIPBandwidth(eip, rate, burst)
-}
-
 // EnableBandwidth creates the host's bandwidth reporter and enforcer over
 // maps (the agent's data plane); call it before the first Handle, then
 // run the returned host.
 func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, maps dataplane.BandwidthMaps, log *slog.Logger) (*bandwidth.Host, error) {
 	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Egress,
 		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(r.bandwidthCounters),
-		Limits: lockedBandwidth{&r.mu, maps}, View: r.bandwidthView, Log: log})
+		Limits: dataplane.LockedBandwidth(&r.mu, maps), View: r.bandwidthView, Log: log})
 	if err != nil {
 		return nil, err
 	}

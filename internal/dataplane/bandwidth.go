@@ -74,6 +74,25 @@ type BandwidthMaps interface {
 	EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error)
 }
 
+// LockedBandwidth is m with every SetEIPBandwidth taken under mu. The
+// roles pass their reconciler's mutex, so a limit write never runs between
+// the reads and writes of a route or EIP update that share its slot
+// (Edge.SetEIPBandwidth and Agent.SetEIPBandwidth say why).
+func LockedBandwidth(mu sync.Locker, m BandwidthMaps) BandwidthMaps {
+	return lockedBandwidth{mu, m}
+}
+
+type lockedBandwidth struct {
+	mu sync.Locker
+	BandwidthMaps
+}
+
+func (l lockedBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.BandwidthMaps.SetEIPBandwidth(eip, rate, burst)
+}
+
 var (
 	_ BandwidthMaps = (*Edge)(nil)
 	_ BandwidthMaps = (*Agent)(nil)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/azgate/azgate/internal/bandwidth"
@@ -153,20 +152,6 @@ func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 	r.updateBandwidth()
 }
 
-// lockedBandwidth takes the reconciler's mutex around every limit write,
-// so SetEIPBandwidth never runs between PutRoutes' reads and writes
-// (dataplane.Edge.SetEIPBandwidth says why).
-type lockedBandwidth struct {
-	mu *sync.Mutex
-	dataplane.BandwidthMaps
-}
-
-func (l lockedBandwidth) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.BandwidthMaps.SetEIPBandwidth(eip, rate, burst)
-}
-
 // EnableBandwidth creates the edge's bandwidth reporter and enforcer over
 // limits (the edge's data plane), reading counters through meter; call
 // it before the first commit, then run the returned host.
@@ -184,7 +169,7 @@ func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limi
 	}
 	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
 		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(counters),
-		Limits: lockedBandwidth{&r.mu, limits}, View: r.currentView, Log: log})
+		Limits: dataplane.LockedBandwidth(&r.mu, limits), View: r.currentView, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -13,27 +13,8 @@ import (
 )
 
 func TestBGPMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus {
-		return model.NodeStatus{BGP: &model.BGPStatus{Failing: []string{"drained", "store: unreachable for 12s (grace 10s)"},
-			Sessions: []model.BGPSession{{Peer: "192.0.2.1", State: "established"}, {Peer: "192.0.2.9", State: "active"}}}}
-	}})
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			k := mf.GetName()
-			for _, l := range m.GetLabel() {
-				if l.GetName() != "role" {
-					k += "," + l.GetValue()
-				}
-			}
-			got[k] = m.GetGauge().GetValue()
-		}
-	}
+	got := gather(t, "edge", model.NodeStatus{BGP: &model.BGPStatus{Failing: []string{"drained", "store: unreachable for 12s (grace 10s)"},
+		Sessions: []model.BGPSession{{Peer: "192.0.2.1", State: "established"}, {Peer: "192.0.2.9", State: "active"}}}})
 	for k, v := range map[string]float64{
 		"azgate_bgp_announcing": 0, "azgate_bgp_condition_failing,drained": 1, "azgate_bgp_condition_failing,store": 1,
 		"azgate_bgp_session_established,192.0.2.1": 1, "azgate_bgp_session_established,192.0.2.9": 0,
@@ -112,24 +93,7 @@ func TestLimitMetrics(t *testing.T) {
 
 // TestFirewallMetrics: each rule's counters from the status, by rule name.
 func TestFirewallMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: "edge", get: func() model.NodeStatus {
-		return model.NodeStatus{Firewall: map[string]model.Count{"block-ssh": {Packets: 7, Bytes: 420}}}
-	}})
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "rule" {
-					got[mf.GetName()+","+l.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	got := gather(t, "edge", model.NodeStatus{Firewall: map[string]model.Count{"block-ssh": {Packets: 7, Bytes: 420}}})
 	if got["azgate_firewall_rule_packets_total,block-ssh"] != 7 || got["azgate_firewall_rule_bytes_total,block-ssh"] != 420 {
 		t.Errorf("firewall metrics %v", got)
 	}
@@ -138,13 +102,30 @@ func TestFirewallMetrics(t *testing.T) {
 // TestBandwidthMetrics: per-EIP limit, drops and mode, the node's mode,
 // the limits' age and its events.
 func TestBandwidthMetrics(t *testing.T) {
+	got := gather(t, "agent", model.NodeStatus{Bandwidth: &model.BandwidthStatus{Zone: "az1", Direction: "egress", Mode: "managed", LimitsAgeMS: 1500,
+		Reports: 9, Ignored: 2, EIPs: map[string]model.BandwidthEIP{
+			"198.51.100.7": {Package: "shop", Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2},
+			"198.51.100.8": {Package: "shop", Mode: "static", Limit: 1_000_000}}}})
+	for k, v := range map[string]float64{
+		"azgate_bandwidth_managed": 1, "azgate_bandwidth_limits_age_seconds": 1.5,
+		"azgate_bandwidth_events_total,reports": 9, "azgate_bandwidth_events_total,ignored": 2,
+		"azgate_bandwidth_limit_bits_per_second,198.51.100.7": 8e6, "azgate_bandwidth_limit_bits_per_second,198.51.100.8": 1e6,
+		"azgate_bandwidth_dropped_bytes_total,198.51.100.7": 3000, "azgate_bandwidth_dropped_packets_total,198.51.100.7": 2,
+		"azgate_bandwidth_eip_mode,198.51.100.7,managed": 1, "azgate_bandwidth_eip_mode,198.51.100.8,static": 1,
+		"azgate_bandwidth_eip_mode,198.51.100.8,managed": 0,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}
+
+// gather collects st's metrics as the role's collector exports them, keyed
+// by name and then every label value but the role's, comma-separated.
+func gather(t *testing.T, role string, st model.NodeStatus) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: "agent", get: func() model.NodeStatus {
-		return model.NodeStatus{Bandwidth: &model.BandwidthStatus{Zone: "az1", Direction: "egress", Mode: "managed", LimitsAgeMS: 1500,
-			Reports: 9, Ignored: 2, EIPs: map[string]model.BandwidthEIP{
-				"198.51.100.7": {Package: "shop", Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2},
-				"198.51.100.8": {Package: "shop", Mode: "static", Limit: 1_000_000}}}}
-	}})
+	reg.MustRegister(statusCollector{role: role, get: func() model.NodeStatus { return st }})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -165,16 +146,5 @@ func TestBandwidthMetrics(t *testing.T) {
 			}
 		}
 	}
-	for k, v := range map[string]float64{
-		"azgate_bandwidth_managed": 1, "azgate_bandwidth_limits_age_seconds": 1.5,
-		"azgate_bandwidth_events_total,reports": 9, "azgate_bandwidth_events_total,ignored": 2,
-		"azgate_bandwidth_limit_bits_per_second,198.51.100.7": 8e6, "azgate_bandwidth_limit_bits_per_second,198.51.100.8": 1e6,
-		"azgate_bandwidth_dropped_bytes_total,198.51.100.7": 3000, "azgate_bandwidth_dropped_packets_total,198.51.100.7": 2,
-		"azgate_bandwidth_eip_mode,198.51.100.7,managed": 1, "azgate_bandwidth_eip_mode,198.51.100.8,static": 1,
-		"azgate_bandwidth_eip_mode,198.51.100.8,managed": 0,
-	} {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
-		}
-	}
+	return got
 }
