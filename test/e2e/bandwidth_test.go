@@ -73,15 +73,7 @@ func TestSharedBandwidth(t *testing.T) {
 			t.Fatalf("%s: %v", e.addr, err)
 		}
 	}
-	tokenFile := l.Status(ctx).TokenFile
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, binary, append([]string{"--api", l.API, "--token-file", tokenFile}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("azgate %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	cli := labCLI(ctx, t, l)
 	args := []string{"bandwidth", "create", "shared", "--capacity", "100M"}
 	for _, e := range bwEIPs {
 		args = append(args, "--eip", fmt.Sprintf("%s,weight=%g", e.addr, e.weight))
