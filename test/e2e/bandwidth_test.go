@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -551,8 +552,20 @@ func iperfReverse(ctx context.Context, t *testing.T, l *lab.Lab, d time.Duration
 	for _, e := range bwEIPs {
 		go func() {
 			cmd := netns.Command(l.Topo.Node("inet").Netns, "iperf3", "-c", e.addr, "-p", "5201", "-R", "-P", "4", "-O", "3",
-				"-t", fmt.Sprint(int(d.Seconds())), "-J")
-			out, err := cmd.Output()
+				"-t", fmt.Sprint(int(d.Seconds())), "--connect-timeout", "3000", "-J")
+			// Bounded: a client stuck past its run (and the warm-up it
+			// omits) is killed, not waited for until go test's timeout.
+			var stdout bytes.Buffer
+			cmd.Stdout = &stdout
+			err := cmd.Start()
+			if err == nil {
+				stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+				timer := time.AfterFunc(d+3*time.Second+20*time.Second, func() { cmd.Process.Kill() })
+				err = cmd.Wait()
+				timer.Stop()
+				stop()
+			}
+			out := stdout.Bytes()
 			if err != nil {
 				ch <- res{e.addr, 0, fmt.Errorf("iperf3 -c %s: %v: %s", e.addr, err, out)}
 				return
