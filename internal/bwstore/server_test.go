@@ -64,7 +64,10 @@ func TestServerLockedDown(t *testing.T) {
 		}
 	}
 	// No TCP socket of the server's in its network namespace.
-	if out, err := exec.Command("ss", "-Hltnp").Output(); err == nil && strings.Contains(string(out), "pid="+itoa(srv.PID)+",") {
+	// ss failing is a failure too, not a pass: the check would be gone.
+	if out, err := exec.Command("ss", "-Hltnp").Output(); err != nil {
+		t.Errorf("ss -Hltnp (iproute2): %v", err)
+	} else if strings.Contains(string(out), "pid="+itoa(srv.PID)+",") {
 		t.Errorf("redis-server listens on TCP: %s", out)
 	}
 	// Stop ends exactly this PID.

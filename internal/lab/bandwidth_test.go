@@ -28,7 +28,9 @@ func TestBWServersStartAndStop(t *testing.T) {
 		t.Skip("needs root: network namespaces, redis-server in one")
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed (Debian: apt-get install redis-server)")
+		// Root and no binary is a broken setup, not a reason to skip (as
+		// bwstoretest.Redis and the etcd tests do).
+		t.Fatal("no redis-server binary: scripts/setup.sh installs it (apt-get install redis-server)")
 	}
 	const prefix = "azgt-lbw-"
 	cfg := Config{Prefix: prefix, StateDir: t.TempDir(), AZs: 1, HostsPerAZ: 1, GuestsPerHost: 1}

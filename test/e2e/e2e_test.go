@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,20 @@ func closeInheritedOnExec() {
 		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
 			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
 		}
+	}
+}
+
+// labCLI runs the azgate CLI against l's controller with the lab's token
+// (as an operator would) and returns its output; a failing command fails t.
+func labCLI(ctx context.Context, t *testing.T, l *lab.Lab) func(args ...string) string {
+	tokenFile := l.Status(ctx).TokenFile
+	return func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, binary, append([]string{"--api", l.API, "--token-file", tokenFile}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("azgate %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
 	}
 }
 

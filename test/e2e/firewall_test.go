@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,15 +52,7 @@ func TestFirewallAndLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tokenFile := l.Status(ctx).TokenFile
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, binary, append([]string{"--api", l.API, "--token-file", tokenFile}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("azgate %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	cli := labCLI(ctx, t, l)
 	// write runs a CLI write and waits until every edge applied its
 	// revision (the edges apply it at different moments: a flow the
 	// router hashes to one edge may see the change before another's).
