@@ -47,8 +47,8 @@ var bwEIPs = []struct {
 }
 
 // TestSharedBandwidth: once converged the receivers get the package's
-// capacity (±5 %) shared by weight (±10 % of each share); a demand step
-// hands the spare to the others; killing the active region manager
+// capacity (the mean ±5 %, no 1 s window over +5 % or under -10 %)
+// shared by weight (±10 % of each share); a demand step hands the spare to the others; killing the active region manager
 // changes nothing (the standby takes over); with no region manager the
 // edges keep their limits for the grace period and then fall to the
 // static split (capacity × weight share, divided over the edges carrying
@@ -402,28 +402,47 @@ func checkWindows(t *testing.T, ld *lab.Load, from, to time.Time, want map[strin
 	if len(ws) == 0 {
 		t.Fatalf("no whole window in [%v, %v)", from, to)
 	}
+	// The upper bound holds in every 1 s window: going over the package
+	// is what the managers must never let happen. Under it, the limiter
+	// is one of several places a packet can be lost: 280 Mbit/s of UDP
+	// through four edges and three agents on two shared cores also
+	// overflow veth queues and socket buffers downstream of the buckets,
+	// a few % in a window on a loaded machine (a CI run saw 93.1 Mbit/s
+	// with 99 Mbit/s of limits in force and unchanged). So the ±aggTol
+	// bound is on the phase's mean, and a single window may fall to
+	// twice aggTol under: still a failure if the limits starve the EIPs.
+	floor := 1 - 2*aggTol
 	stalled := 0
+	var sum float64
+	counted := 0
 	for _, w := range ws {
 		at := w.Start.Sub(from).Round(100 * time.Millisecond)
 		if w.Total > (1+aggTol)*total {
-			t.Errorf("window +%v: total %.2f Mbit/s, want %.2f ± %.0f %%", at, w.Total/1e6, total/1e6, aggTol*100)
+			t.Errorf("window +%v: total %.2f Mbit/s, want at most %.2f + %.0f %%", at, w.Total/1e6, total/1e6, aggTol*100)
 		}
-		if w.Total < (1-aggTol)*total {
+		if w.Total < floor*total {
 			// A sender not scheduled offers nothing meanwhile, and the
 			// edges' buckets keep only their burst for when it resumes:
 			// a window it stalled in is the lab's own shortfall. Down to
 			// 85 % only: a stall of tens of ms explains a few %, not a
 			// collapse (review).
 			if st := ld.Stalled(w.Start, w.Start.Add(time.Second)); st > bwStallTolerance && w.Total >= 0.85*total {
-				t.Logf("window +%v: total %.2f Mbit/s, under %.2f - %.0f %%, but the load's sender stalled %v in it: not counted", at, w.Total/1e6, total/1e6, aggTol*100, st.Round(time.Millisecond))
+				t.Logf("window +%v: total %.2f Mbit/s, under %.2f - %.0f %%, but the load's sender stalled %v in it: not counted", at, w.Total/1e6, total/1e6, 2*aggTol*100, st.Round(time.Millisecond))
 				stalled++
 				continue
 			}
-			t.Errorf("window +%v: total %.2f Mbit/s, want %.2f ± %.0f %%", at, w.Total/1e6, total/1e6, aggTol*100)
+			t.Errorf("window +%v: total %.2f Mbit/s, want at least %.2f - %.0f %% in any window", at, w.Total/1e6, total/1e6, 2*aggTol*100)
 		}
+		sum += w.Total
+		counted++
 	}
 	if 2*stalled > len(ws) {
 		t.Errorf("the load's sender stalled in %d of %d windows: the machine is too loaded to measure", stalled, len(ws))
+	}
+	if counted > 0 {
+		if m := sum / float64(counted); math.Abs(m-total) > aggTol*total {
+			t.Errorf("mean of %d windows: total %.2f Mbit/s, want %.2f ± %.0f %%", counted, m/1e6, total/1e6, aggTol*100)
+		}
 	}
 	mean := ld.Received(from, ws[len(ws)-1].Start.Add(time.Second))
 	for a, v := range want {
