@@ -194,13 +194,13 @@ func (g *Graph) BestFrom(sc *Search, edge string, out []Path) ([]Path, error) {
 		for _, a := range g.orgIn[o] {
 			src := a.to
 			if src == e {
-				if c := a.cost; c < best.Cost || c == best.Cost && bestRelays > 0 {
+				if c := a.cost; c < best.Cost || c == best.Cost && bestRelays > 0 && c < inf {
 					best = Path{Hops: [4]string{g.names[e], g.names[o]}, N: 2, Cost: c}
 					bestRelays = 0
 				}
 				continue
 			}
-			if c := d1[src] + a.cost; c < best.Cost || c == best.Cost && bestRelays > 1 {
+			if c := d1[src] + a.cost; c < best.Cost || c == best.Cost && bestRelays > 1 && c < inf {
 				best = Path{Hops: [4]string{g.names[e], g.names[src], g.names[o]}, N: 3, Cost: c}
 				bestRelays = 1
 			}
