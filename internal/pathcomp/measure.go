@@ -12,6 +12,13 @@ const (
 	MaxRTT     = 60 * time.Second // an RTT above a minute is a broken prober, not a path
 )
 
+// minAt and maxAt bound At to where Unix nanoseconds (int64, years
+// 1678-2262) hold it with room to add intervals.
+var (
+	minAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // Measurement is one prober report of one hop: From (an edge or a relay)
 // to To (a relay, or an origin when ToOrigin is set), measured At.
 // Available false means the prober could not reach To at all; RTT and
@@ -45,6 +52,9 @@ func (m Measurement) Validate() error {
 	}
 	if m.At.IsZero() {
 		return fmt.Errorf("measurement %s→%s: at: missing", m.From, m.To)
+	}
+	if m.At.Before(minAt) || !m.At.Before(maxAt) {
+		return fmt.Errorf("measurement %s→%s: at: %v outside %d-%d", m.From, m.To, m.At, minAt.Year(), maxAt.Year())
 	}
 	return nil
 }

@@ -289,6 +289,7 @@ func TestValidate(t *testing.T) {
 		{"loss above 1", func(m *Measurement) { m.Loss = 1.01 }, "loss:"},
 		{"loss NaN", func(m *Measurement) { m.Loss = math.NaN() }, "loss:"},
 		{"no time", func(m *Measurement) { m.At = time.Time{} }, "at:"},
+		{"time past int64 ns", func(m *Measurement) { m.At = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) }, "at:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
