@@ -28,7 +28,7 @@ func TestDedupWindow(t *testing.T) {
 	step("eu/s1", 3, false, false, false) // slid out of the window: dropped as seen
 	step("eu/s1", 10_000, false, true, false)
 	step("eu/s1", 4+DedupWindow, false, false, false) // too old
-	step("us/s1", 4+DedupWindow, false, true, false)   // sources are independent
+	step("us/s1", 4+DedupWindow, false, true, false)  // sources are independent
 	if _, _, err := d.Decide(ReportID{"ap/s1", 1}, false); !errors.Is(err, ErrTooManySources) {
 		t.Fatalf("third source: %v, want ErrTooManySources", err)
 	}

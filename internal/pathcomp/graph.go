@@ -14,6 +14,10 @@ type Path struct {
 	Hops [4]string // edge, relays…, origin; Hops[:N]
 	N    int
 	Cost float64
+	// ix caches the nodes' indexes in the Graph that made the path, so
+	// PathCost skips the name lookups when they still match (a Store only
+	// appends nodes, so indexes are stable across its snapshots).
+	ix [4]int32
 }
 
 // Nodes returns the path's nodes, edge first, origin last.
@@ -29,6 +33,15 @@ func (p Path) Relays() int {
 
 // Same says whether p and q go through the same nodes.
 func (p Path) Same(q Path) bool { return p.N == q.N && p.Hops == q.Hops }
+
+// index returns the graph index of p's k-th node.
+func (g *Graph) index(p *Path, k int) (int32, bool) {
+	if i := p.ix[k]; int(i) < len(g.names) && g.names[i] == p.Hops[k] {
+		return i, true
+	}
+	i, ok := g.ids[p.Hops[k]]
+	return i, ok
+}
 
 func (p Path) String() string {
 	if p.N == 0 {
@@ -53,7 +66,6 @@ type Graph struct {
 	relOut  [][]arc // node → non-origin nodes
 	orgIn   [][]arc // origin ← edge/relay nodes (arc.to is the source)
 	origins []int32
-	costs   map[hopKey]float64
 }
 
 // Snapshot builds the Graph of the Store's live hops at now. It copies,
@@ -63,7 +75,7 @@ func (s *Store) Snapshot(now time.Time) *Graph {
 	n := len(s.nodes)
 	g := &Graph{
 		names: make([]string, n), ids: make(map[string]int32, n), origin: make([]bool, n),
-		relOut: make([][]arc, n), orgIn: make([][]arc, n), costs: make(map[hopKey]float64, len(s.hops)),
+		relOut: make([][]arc, n), orgIn: make([][]arc, n),
 	}
 	for i, nd := range s.nodes {
 		g.names[i], g.origin[i] = nd.name, nd.origin
@@ -100,7 +112,6 @@ func (s *Store) Snapshot(now time.Time) *Graph {
 		if math.IsInf(c, 1) {
 			continue
 		}
-		g.costs[h.key] = c
 		if g.origin[h.key.to] {
 			g.orgIn[h.key.to] = append(g.orgIn[h.key.to], arc{h.key.from, c})
 		} else {
@@ -127,15 +138,34 @@ func (g *Graph) PathCost(p Path) float64 {
 	}
 	sum := 0.0
 	for i := 0; i+1 < p.N; i++ {
-		a, ok1 := g.ids[p.Hops[i]]
-		b, ok2 := g.ids[p.Hops[i+1]]
-		c, ok3 := g.costs[hopKey{a, b}]
-		if !ok1 || !ok2 || !ok3 {
+		a, ok1 := g.index(&p, i)
+		b, ok2 := g.index(&p, i+1)
+		if !ok1 || !ok2 {
 			return math.Inf(1)
 		}
-		sum += c
+		sum += g.arcCost(a, b)
 	}
 	return sum
+}
+
+// arcCost is the cost of the live hop a→b, +Inf if none. A linear scan of
+// a's (or b's) arcs: a node's degree is its prober's fan-out (tens), and
+// a hash map of every hop made each Snapshot three times slower.
+func (g *Graph) arcCost(a, b int32) float64 {
+	if g.origin[b] {
+		for _, x := range g.orgIn[b] {
+			if x.to == a {
+				return x.cost
+			}
+		}
+		return math.Inf(1)
+	}
+	for _, x := range g.relOut[a] {
+		if x.to == b {
+			return x.cost
+		}
+	}
+	return math.Inf(1)
 }
 
 // Search holds the scratch arrays of BestFrom so a full recompute
@@ -189,27 +219,36 @@ func (g *Graph) BestFrom(sc *Search, edge string, out []Path) ([]Path, error) {
 	}
 	out = out[:0]
 	for _, o := range g.origins {
-		best := Path{Cost: inf}
-		var bestRelays = 3
+		// Track the best as (cost, relays, last relay) and build the Path
+		// once: copying names on every improvement doubled the time.
+		bestCost, bestRelays, bestSrc := inf, -1, int32(-1)
 		for _, a := range g.orgIn[o] {
 			src := a.to
 			if src == e {
-				if c := a.cost; c < best.Cost || c == best.Cost && bestRelays > 0 && c < inf {
-					best = Path{Hops: [4]string{g.names[e], g.names[o]}, N: 2, Cost: c}
-					bestRelays = 0
+				if c := a.cost; c < bestCost || c == bestCost && bestRelays > 0 {
+					bestCost, bestRelays = c, 0
 				}
 				continue
 			}
-			if c := d1[src] + a.cost; c < best.Cost || c == best.Cost && bestRelays > 1 && c < inf {
-				best = Path{Hops: [4]string{g.names[e], g.names[src], g.names[o]}, N: 3, Cost: c}
-				bestRelays = 1
+			if c := d1[src] + a.cost; c < bestCost || c == bestCost && bestRelays > 1 && c < inf {
+				bestCost, bestRelays, bestSrc = c, 1, src
 			}
-			if c := d2[src] + a.cost; c < best.Cost {
-				best = Path{Hops: [4]string{g.names[e], g.names[p2[src]], g.names[src], g.names[o]}, N: 4, Cost: c}
-				bestRelays = 2
+			if c := d2[src] + a.cost; c < bestCost {
+				bestCost, bestRelays, bestSrc = c, 2, src
 			}
 		}
-		out = append(out, best)
+		var p Path
+		switch bestRelays {
+		case -1:
+			p = Path{Cost: inf}
+		case 0:
+			p = Path{Hops: [4]string{g.names[e], g.names[o]}, N: 2, Cost: bestCost, ix: [4]int32{e, o}}
+		case 1:
+			p = Path{Hops: [4]string{g.names[e], g.names[bestSrc], g.names[o]}, N: 3, Cost: bestCost, ix: [4]int32{e, bestSrc, o}}
+		case 2:
+			p = Path{Hops: [4]string{g.names[e], g.names[p2[bestSrc]], g.names[bestSrc], g.names[o]}, N: 4, Cost: bestCost, ix: [4]int32{e, p2[bestSrc], bestSrc, o}}
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -34,10 +34,7 @@ func mustIngest(t testing.TB, s *Store, m Measurement) {
 func bruteBest(g *Graph, edge, origin string) float64 {
 	e, o := g.ids[edge], g.ids[origin]
 	c := func(a, b int32) float64 {
-		if v, ok := g.costs[hopKey{a, b}]; ok {
-			return v
-		}
-		return math.Inf(1)
+		return g.arcCost(a, b)
 	}
 	best := c(e, o)
 	n := int32(len(g.names))

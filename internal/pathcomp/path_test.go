@@ -317,3 +317,24 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestPathCostAcrossStores: a path chosen on one Store's graph is costed
+// by name on another's, whose nodes were interned in another order (the
+// cached indexes must not be trusted blindly).
+func TestPathCostAcrossStores(t *testing.T) {
+	hops := []hopSpec{{"e", "r1", false, 10 * ms, 0}, {"r1", "r2", false, 10 * ms, 0}, {"r2", "o", true, 10 * ms, 0}}
+	a, b := NewStore(Config{}), NewStore(Config{})
+	mustIngest(t, b, meas(hopSpec{"x", "y", false, ms, 0}, t0))
+	for i := range hops {
+		mustIngest(t, a, meas(hops[i], t0))
+		mustIngest(t, b, meas(hops[len(hops)-1-i], t0))
+	}
+	var sc Search
+	paths, err := a.Snapshot(t0).BestFrom(&sc, "e", nil)
+	if err != nil || len(paths) != 1 || paths[0].N != 4 {
+		t.Fatalf("paths %v, %v", paths, err)
+	}
+	if got := b.Snapshot(t0).PathCost(paths[0]); got != 30 {
+		t.Fatalf("cost on the other store's graph: %v, want 30", got)
+	}
+}

@@ -53,13 +53,21 @@ func (h Hysteresis) Choose(cur Path, curCost float64, best Path) (Path, bool) {
 	return cur, false
 }
 
-type pairKey struct{ edge, origin string }
+// edgeState is one edge's chosen paths: a slot per origin, found by name.
+// One map per edge, keyed by the origin alone, and paths updated in
+// place: a map keyed by (edge, origin) pairs was two thirds of a
+// recompute (BENCHMARKS.md).
+type edgeState struct {
+	slot  map[string]int32
+	paths []Path
+}
 
 // Selector keeps the chosen path per (edge, origin) and applies
 // Hysteresis on every recompute.
 type Selector struct {
 	h        Hysteresis
-	cur      map[pairKey]Path
+	edges    map[string]*edgeState
+	pairs    int
 	switches uint64
 	sc       Search
 	buf      []Path
@@ -67,13 +75,20 @@ type Selector struct {
 
 // NewSelector returns an empty Selector.
 func NewSelector(h Hysteresis) *Selector {
-	return &Selector{h: h.withDefaults(), cur: map[pairKey]Path{}}
+	return &Selector{h: h.withDefaults(), edges: map[string]*edgeState{}}
 }
 
 // Path returns the chosen path for (edge, origin), as of the last Update.
 func (s *Selector) Path(edge, origin string) (Path, bool) {
-	p, ok := s.cur[pairKey{edge, origin}]
-	return p, ok
+	es := s.edges[edge]
+	if es == nil {
+		return Path{}, false
+	}
+	i, ok := es.slot[origin]
+	if !ok {
+		return Path{}, false
+	}
+	return es.paths[i], true
 }
 
 // Switches counts path changes since the Selector was made (a first
@@ -88,22 +103,35 @@ func (s *Selector) Update(g *Graph, edge string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	es := s.edges[edge]
+	if es == nil {
+		es = &edgeState{slot: map[string]int32{}}
+		s.edges[edge] = es
+	}
 	changed := 0
 	for i, o := range g.origins {
-		k := pairKey{edge, g.names[o]}
-		cur, had := s.cur[k]
+		name := g.names[o]
+		j, had := es.slot[name]
+		var cur Path
 		curCost := math.Inf(1)
 		if had {
+			cur = es.paths[j]
 			curCost = g.PathCost(cur)
 		}
 		next, sw := s.h.Choose(cur, curCost, s.buf[i])
-		if !had && next.N == 0 {
-			continue // never had a path, still none: keep no entry
+		if !had {
+			if next.N == 0 {
+				continue // never had a path, still none: keep no entry
+			}
+			if s.pairs >= s.h.MaxPairs {
+				return changed, fmt.Errorf("selector: pairs: %w (%d)", ErrTooMany, s.h.MaxPairs)
+			}
+			j = int32(len(es.paths))
+			es.paths = append(es.paths, Path{})
+			es.slot[name] = j
+			s.pairs++
 		}
-		if !had && len(s.cur) >= s.h.MaxPairs {
-			return changed, fmt.Errorf("selector: pairs: %w (%d)", ErrTooMany, s.h.MaxPairs)
-		}
-		s.cur[k] = next
+		es.paths[j] = next
 		if sw {
 			changed++
 			s.switches++
