@@ -62,7 +62,7 @@ func BenchmarkIngest(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m := ms[i%len(ms)]
 		m.At = t0.Add(time.Duration(1+i/len(ms)) * time.Second)
-		if err := s.Ingest(m); err != nil {
+		if err := s.Ingest(m, m.At); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -121,7 +121,7 @@ func TestCrossRegionConvergence(t *testing.T) {
 					t.Fatal(err)
 				}
 				if apply {
-					if err := r.store.Ingest(msg.m); err != nil {
+					if err := r.store.Ingest(msg.m, msg.m.At); err != nil {
 						t.Fatalf("%s: %v", r.name, err)
 					}
 				}

@@ -24,7 +24,7 @@ func FuzzMeasurement(f *testing.F) {
 		s := NewStore(Config{MaxNodes: 4, MaxHops: 2})
 		err := m.Validate()
 		if err != nil {
-			if s.Ingest(m) == nil {
+			if s.Ingest(m, m.At) == nil {
 				t.Fatalf("Ingest took what Validate refused (%v): %+v", err, m)
 			}
 			return
@@ -37,10 +37,10 @@ func FuzzMeasurement(f *testing.F) {
 		if m.RTT < 0 || m.RTT > MaxRTT || !(m.Loss >= 0 && m.Loss <= 1) || m.From == m.To || m.At.Year() < 2000 || m.At.Year() >= 2200 {
 			t.Fatalf("accepted %+v", m)
 		}
-		if err := s.Ingest(m); err != nil {
+		if err := s.Ingest(m, m.At); err != nil {
 			t.Fatalf("Ingest of a valid measurement: %v", err)
 		}
-		if err := s.Ingest(m); !errors.Is(err, ErrStale) {
+		if err := s.Ingest(m, m.At); !errors.Is(err, ErrStale) {
 			t.Fatalf("second Ingest of the same report: %v, want ErrStale", err)
 		}
 		st, ok := s.Hop(m.From, m.To, m.At)

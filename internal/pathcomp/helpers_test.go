@@ -24,7 +24,7 @@ func meas(h hopSpec, at time.Time) Measurement {
 
 func mustIngest(t testing.TB, s *Store, m Measurement) {
 	t.Helper()
-	if err := s.Ingest(m); err != nil {
+	if err := s.Ingest(m, m.At); err != nil {
 		t.Fatalf("ingest %+v: %v", m, err)
 	}
 }

@@ -246,20 +246,26 @@ func TestStoreSmoothingAndLimits(t *testing.T) {
 	if st.RTT != 125*ms { // 100 + 0.25 × (200 − 100)
 		t.Fatalf("smoothed RTT %v, want 125ms", st.RTT)
 	}
-	if err := s.Ingest(meas(h, t0)); !errors.Is(err, ErrStale) {
+	if err := s.Ingest(meas(h, t0), t0.Add(2*time.Hour)); !errors.Is(err, ErrStale) {
 		t.Fatalf("older report: %v, want ErrStale", err)
 	}
 	mustIngest(t, s, meas(hopSpec{"r", "e", false, ms, 0}, t0))
-	if err := s.Ingest(meas(hopSpec{"e", "x", false, ms, 0}, t0)); !errors.Is(err, ErrTooMany) {
+	if err := s.Ingest(meas(hopSpec{"e", "x", false, ms, 0}, t0), t0); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("third hop: %v, want ErrTooMany", err)
 	}
-	if err := s.Ingest(meas(hopSpec{"r", "e", true, ms, 0}, t0.Add(time.Hour))); !errors.Is(err, ErrKindClash) {
+	if err := s.Ingest(meas(hopSpec{"r", "e", true, ms, 0}, t0.Add(time.Hour)), t0.Add(time.Hour)); !errors.Is(err, ErrKindClash) {
 		t.Fatalf("relay reported as origin: %v, want ErrKindClash", err)
 	}
-	if err := s.Ingest(meas(hopSpec{"x", "y", false, ms, 0}, t0)); !errors.Is(err, ErrTooMany) {
+	if err := s.Ingest(meas(hopSpec{"x", "y", false, ms, 0}, t0), t0); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("fourth node: %v, want ErrTooMany", err)
 	}
-	if got := s.Stats(); got.Applied != 3 || got.Stale != 1 || got.Rejected != 3 {
+	if err := s.Ingest(meas(hopSpec{"e", "r", false, ms, 0}, t0.Add(time.Minute)), t0.Add(57*time.Second)); err == nil || !contains(err.Error(), "at:") {
+		t.Fatalf("report 3 s in the future: %v, want an at: error", err)
+	}
+	if n, _ := s.Len(); n != 2 {
+		t.Fatalf("%d nodes after refused reports, want 2 (nothing half-added)", n)
+	}
+	if got := s.Stats(); got.Applied != 3 || got.Stale != 1 || got.Rejected != 4 {
 		t.Fatalf("stats %+v", got)
 	}
 	// Silent for 3 intervals (15 s): failed.

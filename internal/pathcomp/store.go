@@ -23,6 +23,11 @@ type Config struct {
 	// LossPenalty is what one unit of loss adds to a hop's cost
 	// (default 1 s; see HopCost).
 	LossPenalty time.Duration
+	// MaxSkew is how far in the future of now a report's At may be
+	// (prober clocks drift; default 2 s). Further is refused: one report
+	// stamped in the future would make every later report of its hop
+	// stale and keep the hop live until then.
+	MaxSkew time.Duration
 	// MaxNodes and MaxHops bound the memory a flood of bogus names can
 	// take (defaults 65,536 and 1,048,576).
 	MaxNodes, MaxHops int
@@ -43,6 +48,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LossPenalty <= 0 {
 		c.LossPenalty = time.Second
+	}
+	if c.MaxSkew <= 0 {
+		c.MaxSkew = 2 * time.Second
 	}
 	if c.MaxNodes <= 0 {
 		c.MaxNodes = 1 << 16
@@ -114,27 +122,55 @@ func (s *Store) Len() (nodes, hops int) { return len(s.nodes), len(s.hops) }
 // (docs/pathcomp.md, "Convergence"). An unavailable report marks the hop
 // failed and leaves its RTT and loss as they were; the next available one
 // brings it back.
-func (s *Store) Ingest(m Measurement) error {
+func (s *Store) Ingest(m Measurement, now time.Time) error {
 	if err := m.Validate(); err != nil {
 		s.stats.Rejected++
 		return err
 	}
-	from, err := s.node(m.From, false)
-	if err == nil {
-		_, err = s.node(m.To, m.ToOrigin) // checked before creating anything below
-	}
-	if err != nil {
+	if m.At.After(now.Add(s.cfg.MaxSkew)) {
 		s.stats.Rejected++
-		return fmt.Errorf("measurement %s→%s: %w", m.From, m.To, err)
+		return fmt.Errorf("measurement %s→%s: at: %v is more than %v after now (%v)", m.From, m.To, m.At, s.cfg.MaxSkew, now)
 	}
-	to := s.ids[m.To]
-	k := hopKey{from, to}
-	i, ok := s.hopIdx[k]
+	// Look both ends up once and check everything before interning
+	// either, so a refused report leaves no node behind.
+	fi, fok := s.ids[m.From]
+	ti, tok := s.ids[m.To]
+	if fok && s.nodes[fi].origin {
+		s.stats.Rejected++
+		return fmt.Errorf("measurement %s→%s: from: node %s: %w: known as origin, reported as edge/relay", m.From, m.To, m.From, ErrKindClash)
+	}
+	if tok && s.nodes[ti].origin != m.ToOrigin {
+		s.stats.Rejected++
+		return fmt.Errorf("measurement %s→%s: to: node %s: %w: known as %s, reported as %s", m.From, m.To, m.To, ErrKindClash, kind(s.nodes[ti].origin), kind(m.ToOrigin))
+	}
+	var i int32
+	ok := false
+	if fok && tok {
+		i, ok = s.hopIdx[hopKey{fi, ti}]
+	}
 	if !ok {
+		newNodes := 0
+		if !fok {
+			newNodes++
+		}
+		if !tok {
+			newNodes++
+		}
+		if len(s.nodes)+newNodes > s.cfg.MaxNodes {
+			s.stats.Rejected++
+			return fmt.Errorf("measurement %s→%s: nodes: %w (%d)", m.From, m.To, ErrTooMany, s.cfg.MaxNodes)
+		}
 		if len(s.hops) >= s.cfg.MaxHops {
 			s.stats.Rejected++
 			return fmt.Errorf("measurement %s→%s: hops: %w (%d)", m.From, m.To, ErrTooMany, s.cfg.MaxHops)
 		}
+		if !fok {
+			fi = s.intern(m.From, false)
+		}
+		if !tok {
+			ti = s.intern(m.To, m.ToOrigin)
+		}
+		k := hopKey{fi, ti}
 		i = int32(len(s.hops))
 		s.hops = append(s.hops, hop{key: k, rtt: math.NaN()})
 		s.hopIdx[k] = i
@@ -160,23 +196,15 @@ func (s *Store) Ingest(m Measurement) error {
 	return nil
 }
 
-// node interns name. A name first seen as an origin stays an origin: an
-// origin is never a From and never a relay, and a relay never becomes an
-// origin (ErrKindClash), so the path search cannot route through an origin.
-func (s *Store) node(name string, origin bool) (int32, error) {
-	if i, ok := s.ids[name]; ok {
-		if s.nodes[i].origin != origin {
-			return 0, fmt.Errorf("node %s: %w: known as %s, reported as %s", name, ErrKindClash, kind(s.nodes[i].origin), kind(origin))
-		}
-		return i, nil
-	}
-	if len(s.nodes) >= s.cfg.MaxNodes {
-		return 0, fmt.Errorf("node %s: nodes: %w (%d)", name, ErrTooMany, s.cfg.MaxNodes)
-	}
+// intern adds name as a node; Ingest checked the bound and the kind: a
+// name first seen as an origin stays an origin (never a From, never a
+// relay), and a relay never becomes an origin (ErrKindClash), so the path
+// search cannot route through an origin.
+func (s *Store) intern(name string, origin bool) int32 {
 	i := int32(len(s.nodes))
 	s.nodes = append(s.nodes, node{name: name, origin: origin})
 	s.ids[name] = i
-	return i, nil
+	return i
 }
 
 func kind(origin bool) string {
