@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -35,10 +36,10 @@ type record struct {
 
 // handle is one open database with a reference count. The DB holds one
 // reference while the handle is current; each lookup holds one while it
-// reads. The reader (a memory map of the file) is closed when the count
-// reaches zero, so a lookup never reads an unmapped file, and a replaced
-// database is released as soon as its last lookup ends (no grace period to
-// guess).
+// reads. The reader is closed (its buffer dropped) when the count reaches
+// zero, so Close never races a lookup on the reader's fields, and a
+// replaced database is released as soon as its last lookup ends (no grace
+// period to guess).
 type handle struct {
 	reader *maxminddb.Reader
 	meta   maxminddb.Metadata
@@ -77,11 +78,15 @@ func statFile(path string) (fileID, error) {
 	if err != nil {
 		return fileID{}, err
 	}
+	return idOf(fi), nil
+}
+
+func idOf(fi os.FileInfo) fileID {
 	id := fileID{size: fi.Size(), mtime: fi.ModTime()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		id.dev, id.ino = uint64(st.Dev), st.Ino
 	}
-	return id, nil
+	return id
 }
 
 // DB is a MaxMind-format database that can be replaced while lookups run.
@@ -112,19 +117,51 @@ func Open(path string) (*DB, error) {
 // maxDBSize bounds what load maps; a city database is ~100 MB.
 const maxDBSize = 2 << 30
 
-// load opens path and checks it fully before anyone may use it: metadata
-// (format version 2, IPv4 or IPv6 tree, a known record size), the whole
-// tree and data section (Reader.Verify), and one lookup decoded into the
-// record type. A file that fails any check is closed and reported.
+// load reads path into memory and checks it fully before anyone may use
+// it: metadata (format version 2, IPv4 or IPv6 tree), the whole tree and
+// data section (Reader.Verify), and one lookup decoded into the record type.
+// A file that fails any check is dropped and reported.
+//
+// The file is read, not memory-mapped: with a mapping, an update that
+// rewrites the file in place (cp, or a truncate then write) changes the
+// database under running lookups, and reading past a truncated end kills
+// the process with SIGBUS. A read copy costs the file's size in RAM (twice
+// during a reload) and makes the database in use immune to what happens to
+// the file.
 func load(path string) (*handle, error) {
-	st, err := statFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("geo: database %s: %w", path, err)
 	}
-	if st.size > maxDBSize {
-		return nil, fmt.Errorf("geo: database %s: %d bytes, over the %d limit", path, st.size, maxDBSize)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("geo: database %s: %w", path, err)
 	}
-	r, err := maxminddb.Open(path)
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("geo: database %s: not a regular file", path)
+	}
+	if fi.Size() > maxDBSize {
+		return nil, fmt.Errorf("geo: database %s: %d bytes, over the %d limit", path, fi.Size(), maxDBSize)
+	}
+	st := idOf(fi)
+	// Read one byte more than stat said, to notice a file growing under us.
+	buf := make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, buf)
+	if err != io.ErrUnexpectedEOF {
+		if err == nil {
+			err = errors.New("file grew while being read")
+		}
+		return nil, fmt.Errorf("geo: database %s: read: %w", path, err)
+	}
+	if int64(n) != fi.Size() {
+		return nil, fmt.Errorf("geo: database %s: read %d bytes, stat said %d (file changed while being read)", path, n, fi.Size())
+	}
+	buf = buf[:n]
+	if n == 0 {
+		return nil, fmt.Errorf("geo: database %s: file is empty", path)
+	}
+	r, err := openBytes(buf)
 	if err != nil {
 		return nil, fmt.Errorf("geo: database %s: open: %w", path, err)
 	}
@@ -135,6 +172,15 @@ func load(path string) (*handle, error) {
 	h := &handle{reader: r, meta: r.Metadata, stat: st}
 	h.refs.Store(1)
 	return h, nil
+}
+
+func openBytes(b []byte) (r *maxminddb.Reader, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("reader panicked: %v", p)
+		}
+	}()
+	return maxminddb.OpenBytes(b)
 }
 
 func verify(r *maxminddb.Reader) (err error) {
