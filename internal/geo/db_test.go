@@ -292,7 +292,14 @@ func FuzzReload(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		err = db.Reload()
+		errc := make(chan error, 1)
+		go func() { errc <- db.Reload() }()
+		select {
+		case err = <-errc:
+		case <-time.After(10 * time.Second):
+			os.WriteFile(filepath.Join(os.TempDir(), "geo-fuzz-slow.mmdb"), b, 0o644)
+			t.Fatalf("Reload of a %d-byte file still running after 10s", len(b))
+		}
 		// Whatever happened, lookups must not panic.
 		for _, ip := range []string{"198.51.100.7", "2001:db8:1::1", "192.0.2.1", "::1"} {
 			db.Locate(netip.MustParseAddr(ip))
