@@ -254,14 +254,23 @@ func (db *DB) Locate(addr netip.Addr) (Location, bool) {
 		return Location{}, false
 	}
 	res := h.reader.Lookup(addr)
-	if res.Err() != nil || !res.Found() {
+	if res.Err() != nil {
 		return Location{}, false
+	}
+	prefix := res.Prefix()
+	if addr.Is4() && !prefix.Addr().Is4() {
+		// The network covers more than the IPv4 subtree (e.g. ::/0
+		// data); what applies to the client is all of IPv4.
+		prefix = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	}
+	if !res.Found() {
+		return Location{Prefix: prefix}, false
 	}
 	var rec record
 	if err := res.Decode(&rec); err != nil {
 		return Location{}, false
 	}
-	loc := Location{Region: rec.Region, Prefix: res.Prefix()}
+	loc := Location{Region: rec.Region, Prefix: prefix}
 	if loc.Region == "" {
 		loc.Region = rec.Continent.Code
 	}
@@ -269,12 +278,7 @@ func (db *DB) Locate(addr netip.Addr) (Location, bool) {
 		loc.Lat, loc.Lon, loc.HasCoords = *la, *lo, true
 	}
 	if loc.Region == "" && !loc.HasCoords {
-		return Location{}, false
-	}
-	if addr.Is4() && !loc.Prefix.Addr().Is4() {
-		// The record covers more than the IPv4 subtree (e.g. ::/0 data);
-		// what applies to the client is all of IPv4.
-		loc.Prefix = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		return Location{Prefix: prefix}, false
 	}
 	return loc, true
 }

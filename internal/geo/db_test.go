@@ -65,14 +65,14 @@ func TestLocate(t *testing.T) {
 		{"fe80::1%eth0", false, "", false, 0, ""},
 		{"2001:db8:2::9", true, "ap-1", false, 0, "2001:db8:2::/48"},
 		{"2001:db8:3::9", false, "", false, 0, ""},
-		{"192.0.2.1", false, "", false, 0, ""},
+		{"192.0.2.1", false, "", false, 0, "192.0.0.0/6"}, // a miss gives the empty network
 	} {
 		loc, ok := db.Locate(netip.MustParseAddr(c.ip))
 		if ok != c.ok || loc.Region != c.region || loc.HasCoords != c.coords || loc.Lat != c.lat {
 			t.Errorf("%s: got %+v ok=%v", c.ip, loc, ok)
 			continue
 		}
-		if c.ok && loc.Prefix.String() != c.prefix {
+		if (c.ok || c.prefix != "") && loc.Prefix.String() != c.prefix {
 			t.Errorf("%s: prefix %v want %s", c.ip, loc.Prefix, c.prefix)
 		}
 	}

@@ -21,15 +21,20 @@ type Location struct {
 	Lat, Lon float64
 	// HasCoords says Lat/Lon came from the source.
 	HasCoords bool
-	// Prefix is the covering network the answer came from: the database
-	// record's network or the prefix map's entry. IPv4 clients (including
-	// IPv4-mapped IPv6 ones) get an IPv4 prefix.
+	// Prefix is the covering network actually used: the largest network
+	// around the client for which the answer is the same (the database
+	// record's network; the prefix map's entry, narrowed past more
+	// specific entries inside it). The DNS handler returns its length as
+	// the ECS scope. IPv4 clients (including IPv4-mapped IPv6 ones) get an
+	// IPv4 prefix.
 	Prefix netip.Prefix
 }
 
 // Locator finds a client's location. ok is false when the source knows
 // nothing about addr (no record, or a record with neither region nor
-// coordinates); Location is then zero.
+// coordinates); then only Location.Prefix may be set: if valid, it is the
+// network around addr the source knows nothing about (the scope of a "not
+// located" answer); invalid means unknown (use the full address).
 type Locator interface {
 	Locate(addr netip.Addr) (Location, bool)
 }
@@ -42,17 +47,40 @@ func normalize(addr netip.Addr) netip.Addr {
 
 // Chain asks each locator in turn and returns the first answer: a
 // configured prefix map first, then the database.
+//
+// The answer's Prefix is narrowed by the locators that missed before it: a
+// database record 198.51.100.0/25 behind a map entry 198.51.100.0/26 must
+// not tell resolvers that its answer holds for the whole /25. A locator that
+// misses without saying where (invalid Prefix) narrows to the full address.
 type Chain []Locator
 
 // Locate implements Locator.
 func (c Chain) Locate(addr netip.Addr) (Location, bool) {
+	if !addr.IsValid() {
+		return Location{}, false
+	}
+	addr = normalize(addr)
+	minBits := 0 // the answer holds at most for addr/minBits
 	for _, l := range c {
 		if l == nil {
 			continue
 		}
-		if loc, ok := l.Locate(addr); ok {
+		loc, ok := l.Locate(addr)
+		bits := addr.BitLen()
+		if loc.Prefix.IsValid() && loc.Prefix.Addr().BitLen() == addr.BitLen() {
+			bits = loc.Prefix.Bits()
+		}
+		if bits > minBits {
+			minBits = bits
+		}
+		if ok {
+			loc.Prefix, _ = addr.Prefix(minBits)
 			return loc, true
 		}
 	}
-	return Location{}, false
+	if minBits == 0 && len(c) == 0 {
+		return Location{}, false
+	}
+	p, _ := addr.Prefix(minBits)
+	return Location{Prefix: p}, false
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -25,19 +24,24 @@ type PrefixEntry struct {
 // longest matching prefix wins; overlapping prefixes are allowed (a /24
 // inside a /16 overrides it), the same prefix twice is refused. It is
 // immutable once built and safe for concurrent lookups.
+//
+// It is a binary trie per family: a lookup walks the address's bits (at most
+// 32 or 128 steps, no allocation), and where the walk leaves the trie tells
+// how far the answer extends, which is the ECS scope (see Locate).
 type PrefixMap struct {
-	// v4/v6 hold the entries by prefix; v4len/v6len list the lengths
-	// present, longest first, so a lookup tries at most 33/129 masks.
-	v4, v6       map[netip.Prefix]*PrefixEntry
-	v4len, v6len []int
-	n            int
+	v4, v6 *pmNode
+	n      int
+}
+
+type pmNode struct {
+	child [2]*pmNode
+	entry *PrefixEntry
 }
 
 // NewPrefixMap validates entries and builds the map. Errors name the entry
 // (its Source, or its index) and the field.
 func NewPrefixMap(entries []PrefixEntry) (*PrefixMap, error) {
-	m := &PrefixMap{v4: map[netip.Prefix]*PrefixEntry{}, v6: map[netip.Prefix]*PrefixEntry{}}
-	seen4, seen6 := map[int]bool{}, map[int]bool{}
+	m := &PrefixMap{v4: &pmNode{}, v6: &pmNode{}}
 	for i := range entries {
 		e := entries[i]
 		where := e.Source
@@ -65,32 +69,31 @@ func NewPrefixMap(entries []PrefixEntry) (*PrefixMap, error) {
 		if e.HasCoords && !validCoords(e.Lat, e.Lon) {
 			return nil, fmt.Errorf("geo: prefix map %s: coordinates %v,%v: latitude must be in [-90,90], longitude in [-180,180]", where, e.Lat, e.Lon)
 		}
-		tbl, seen := m.v6, seen6
-		if e.Prefix.Addr().Is4() {
-			tbl, seen = m.v4, seen4
-		}
-		if prev, dup := tbl[e.Prefix]; dup {
-			return nil, fmt.Errorf("geo: prefix map %s: prefix %v: duplicate of %s", where, e.Prefix, prev.Source)
-		}
 		if e.Source == "" {
 			e.Source = where
 		}
-		tbl[e.Prefix] = &e
-		seen[e.Prefix.Bits()] = true
+		n := m.v6
+		if e.Prefix.Addr().Is4() {
+			n = m.v4
+		}
+		a := e.Prefix.Addr().AsSlice()
+		for i := 0; i < e.Prefix.Bits(); i++ {
+			b := bit(a, i)
+			if n.child[b] == nil {
+				n.child[b] = &pmNode{}
+			}
+			n = n.child[b]
+		}
+		if n.entry != nil {
+			return nil, fmt.Errorf("geo: prefix map %s: prefix %v: duplicate of %s", where, e.Prefix, n.entry.Source)
+		}
+		n.entry = &e
 		m.n++
 	}
-	m.v4len, m.v6len = lens(seen4), lens(seen6)
 	return m, nil
 }
 
-func lens(seen map[int]bool) []int {
-	var l []int
-	for b := range seen {
-		l = append(l, b)
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(l)))
-	return l
-}
+func bit(a []byte, i int) int { return int(a[i/8]>>(7-uint(i%8))) & 1 }
 
 func validRegion(s string) bool {
 	if len(s) > 63 {
@@ -109,24 +112,50 @@ func validRegion(s string) bool {
 // Len is the number of entries.
 func (m *PrefixMap) Len() int { return m.n }
 
-// Locate implements Locator: the longest configured prefix containing addr.
-// IPv4-mapped IPv6 addresses match IPv4 entries.
+// Locate implements Locator: the region of the longest configured prefix
+// containing addr. IPv4-mapped IPv6 addresses match IPv4 entries.
+//
+// Location.Prefix is the largest network around addr with the same answer:
+// the matched entry's prefix, lengthened past any more specific entry inside
+// it (with 198.51.100.0/24 and 198.51.100.128/25 configured, 198.51.100.1
+// gets 198.51.100.0/25, not the /24, because the /24 answer does not hold
+// for the /25). On a miss, ok is false and Prefix is the network around
+// addr the map knows nothing about, which a Chain uses to narrow the next
+// locator's prefix.
 func (m *PrefixMap) Locate(addr netip.Addr) (Location, bool) {
 	if m == nil || !addr.IsValid() {
 		return Location{}, false
 	}
 	addr = normalize(addr)
-	tbl, ls := m.v6, m.v6len
+	n := m.v6
 	if addr.Is4() {
-		tbl, ls = m.v4, m.v4len
+		n = m.v4
 	}
-	for _, bits := range ls {
-		p, _ := addr.Prefix(bits)
-		if e, ok := tbl[p]; ok {
-			return Location{Region: e.Region, Lat: e.Lat, Lon: e.Lon, HasCoords: e.HasCoords, Prefix: e.Prefix}, true
+	a := addr.AsSlice()
+	max := addr.BitLen()
+	best := n.entry
+	depth := 0
+	for depth < max {
+		c := n.child[bit(a, depth)]
+		if c == nil {
+			break
+		}
+		n = c
+		depth++
+		if n.entry != nil {
+			best = n.entry
 		}
 	}
-	return Location{}, false
+	// Addresses sharing addr's first depth bits reach n. If n has a
+	// child on the other side, they split there, one bit deeper.
+	if depth < max && (n.child[0] != nil || n.child[1] != nil) {
+		depth++
+	}
+	scope, _ := addr.Prefix(depth)
+	if best == nil {
+		return Location{Prefix: scope}, false
+	}
+	return Location{Region: best.Region, Lat: best.Lat, Lon: best.Lon, HasCoords: best.HasCoords, Prefix: scope}, true
 }
 
 // ParsePrefixMap reads the text form, one entry a line:

@@ -1,6 +1,8 @@
 package geo
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -29,22 +31,25 @@ func TestPrefixMapLongestMatch(t *testing.T) {
 		ip, region, prefix string
 		coords             bool
 	}{
-		{"198.51.100.1", "eu-west", "198.51.100.0/24", false},
-		{"198.51.100.129", "us-east", "198.51.100.128/25", true},
+		// The scope stops short of more specific entries inside the match.
+		{"198.51.100.1", "eu-west", "198.51.100.0/25", false},
+		{"198.51.100.129", "us-east", "198.51.100.128/26", true},
 		{"198.51.100.200", "ap-south", "198.51.100.200/32", false},
 		{"::ffff:198.51.100.200", "ap-south", "198.51.100.200/32", false},
-		{"192.0.2.1", "default", "0.0.0.0/0", false},
+		{"192.0.2.1", "default", "192.0.0.0/6", false},
+		{"203.0.113.1", "default", "200.0.0.0/5", false},
 		{"2001:db8:5:1::1", "us-east", "2001:db8:5::/48", false},
-		{"2001:db8:6::1", "eu-west", "2001:db8::/32", true},
-		{"2001:db8::1%eth0", "eu-west", "2001:db8::/32", true},
-		{"3fff::1", "", "", false},
+		{"2001:db8:6::1", "eu-west", "2001:db8:6::/47", true},
+		{"2001:db8::1%eth0", "eu-west", "2001:db8::/46", true},
+		{"2001:db8:8000::1", "eu-west", "2001:db8:8000::/33", true},
+		{"3fff::1", "", "3000::/4", false}, // a miss says where the map knows nothing
 	} {
 		loc, ok := m.Locate(netip.MustParseAddr(c.ip))
 		if ok != (c.region != "") || loc.Region != c.region || loc.HasCoords != c.coords {
 			t.Errorf("%s: %+v %v", c.ip, loc, ok)
 			continue
 		}
-		if ok && loc.Prefix.String() != c.prefix {
+		if loc.Prefix.String() != c.prefix {
 			t.Errorf("%s: prefix %v want %s", c.ip, loc.Prefix, c.prefix)
 		}
 	}
@@ -117,8 +122,18 @@ func TestChain(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %q", ip, loc, ok, want)
 		}
 	}
-	if loc, _ := c.Locate(netip.MustParseAddr("198.51.100.70")); loc.Prefix.String() != "198.51.100.0/25" {
-		t.Errorf("database prefix through chain %v", loc.Prefix)
+	// The database's 198.51.100.0/25 holds the map's /26: through the
+	// chain its answer only holds for the other /26.
+	for ip, want := range map[string]string{
+		"198.51.100.70":  "198.51.100.64/26",
+		"198.51.100.7":   "198.51.100.0/26",
+		"198.51.100.200": "198.51.100.128/25", // map's miss (/24 side) is wider than the record
+		"192.0.2.1":      "192.0.0.0/6",       // neither knows it: a "not located" scope
+		"2001:db8:2::1":  "2001:db8:2::/48",
+	} {
+		if loc, _ := c.Locate(netip.MustParseAddr(ip)); loc.Prefix.String() != want {
+			t.Errorf("%s: prefix through chain %v, want %s", ip, loc.Prefix, want)
+		}
 	}
 	if _, ok := (Chain{nil, m}).Locate(netip.MustParseAddr("198.51.100.7")); !ok {
 		t.Error("nil entry in chain stopped it")
@@ -154,4 +169,67 @@ func BenchmarkLocate(b *testing.B) {
 			m.Locate(ip)
 		}
 	})
+}
+
+// The scope property the DNS handler relies on: every address inside the
+// returned Prefix gets the same answer (region and ok), for the map alone
+// and for a Chain of a map and a database, on random nested maps.
+func TestScopeHoldsForWholePrefix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "geo.mmdb")
+	writeDB(t, path, "db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := netip.MustParseAddr("198.51.100.0").As4()
+	randAddr := func() netip.Addr {
+		a := base
+		a[2] = byte(rng.IntN(4)) // 198.51.100.0 - 198.51.103.255
+		a[2] += 100
+		a[3] = byte(rng.IntN(256))
+		return netip.AddrFrom4(a)
+	}
+	for round := 0; round < 50; round++ {
+		var entries []PrefixEntry
+		seen := map[netip.Prefix]bool{}
+		for i := 0; i < 1+rng.IntN(12); i++ {
+			p, _ := randAddr().Prefix(22 + rng.IntN(11))
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			entries = append(entries, PrefixEntry{Prefix: p, Region: fmt.Sprintf("r%d", i)})
+		}
+		m, err := NewPrefixMap(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []Locator{m, Chain{m, db}} {
+			for q := 0; q < 50; q++ {
+				addr := randAddr()
+				loc, ok := l.Locate(addr)
+				if !loc.Prefix.IsValid() || !loc.Prefix.Contains(addr) {
+					t.Fatalf("%v: prefix %v does not contain it", addr, loc.Prefix)
+				}
+				for s := 0; s < 20; s++ {
+					other := randIn(rng, loc.Prefix)
+					l2, ok2 := l.Locate(other)
+					if ok2 != ok || l2.Region != loc.Region {
+						t.Fatalf("map %v: %v -> %q/%v scope %v, but %v inside it -> %q/%v", entries, addr, loc.Region, ok, loc.Prefix, other, l2.Region, ok2)
+					}
+				}
+			}
+		}
+	}
+}
+
+func randIn(rng *rand.Rand, p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	if host := 32 - p.Bits(); host > 0 {
+		v |= rng.Uint32() & (1<<uint(host) - 1)
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
