@@ -45,7 +45,24 @@ type handle struct {
 	meta   maxminddb.Metadata
 	stat   fileID
 	refs   atomic.Int64
+
+	// cache maps a record's data offset to its decoded region and
+	// coordinates: many networks share a record, and decoding allocates.
+	// It is bounded (cacheMax) and dies with the handle.
+	cache  sync.Map // uintptr -> *cached
+	cached atomic.Int64
 }
+
+type cached struct {
+	region    string
+	lat, lon  float64
+	hasCoords bool
+}
+
+// cacheMax bounds the decoded-record cache per database version (a city
+// database has a few hundred thousand distinct records; past the bound,
+// lookups decode).
+var cacheMax int64 = 1 << 16 // a var for TestRecordCacheBound
 
 func (h *handle) acquire() bool {
 	for {
@@ -266,21 +283,39 @@ func (db *DB) Locate(addr netip.Addr) (Location, bool) {
 	if !res.Found() {
 		return Location{Prefix: prefix}, false
 	}
-	var rec record
-	if err := res.Decode(&rec); err != nil {
+	c, ok := h.record(res)
+	if !ok {
 		return Location{}, false
 	}
-	loc := Location{Region: rec.Region, Prefix: prefix}
-	if loc.Region == "" {
-		loc.Region = rec.Continent.Code
-	}
-	if la, lo := rec.Location.Latitude, rec.Location.Longitude; la != nil && lo != nil && validCoords(*la, *lo) {
-		loc.Lat, loc.Lon, loc.HasCoords = *la, *lo, true
-	}
-	if loc.Region == "" && !loc.HasCoords {
+	if c.region == "" && !c.hasCoords {
 		return Location{Prefix: prefix}, false
 	}
-	return loc, true
+	return Location{Region: c.region, Lat: c.lat, Lon: c.lon, HasCoords: c.hasCoords, Prefix: prefix}, true
+}
+
+// record decodes res's record, or finds it in the cache.
+func (h *handle) record(res maxminddb.Result) (*cached, bool) {
+	off := res.Offset()
+	if v, ok := h.cache.Load(off); ok {
+		return v.(*cached), true
+	}
+	var rec record
+	if err := res.Decode(&rec); err != nil {
+		return nil, false
+	}
+	c := &cached{region: rec.Region}
+	if c.region == "" {
+		c.region = rec.Continent.Code
+	}
+	if la, lo := rec.Location.Latitude, rec.Location.Longitude; la != nil && lo != nil && validCoords(*la, *lo) {
+		c.lat, c.lon, c.hasCoords = *la, *lo, true
+	}
+	if h.cached.Load() < cacheMax {
+		if _, loaded := h.cache.LoadOrStore(off, c); !loaded {
+			h.cached.Add(1)
+		}
+	}
+	return c, true
 }
 
 func validCoords(lat, lon float64) bool {

@@ -311,3 +311,28 @@ func FuzzReload(f *testing.F) {
 		}
 	})
 }
+
+// The decoded-record cache stops growing at its bound, and lookups past it
+// still decode correctly.
+func TestRecordCacheBound(t *testing.T) {
+	defer func(old int64) { cacheMax = old }(cacheMax)
+	cacheMax = 2
+	path := filepath.Join(t.TempDir(), "geo.mmdb")
+	writeDB(t, path, "1")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	want := map[string]string{"198.51.100.7": "eu-1", "198.51.100.200": "us-1", "203.0.113.9": "AS", "2001:db8:2::1": "ap-1"}
+	for round := 0; round < 3; round++ {
+		for ip, region := range want {
+			if loc, ok := db.Locate(netip.MustParseAddr(ip)); !ok || loc.Region != region {
+				t.Fatalf("round %d %s: %+v %v, want %s", round, ip, loc, ok, region)
+			}
+		}
+	}
+	if n := db.cur.Load().cached.Load(); n != 2 {
+		t.Errorf("cache holds %d records, want the bound 2", n)
+	}
+}
