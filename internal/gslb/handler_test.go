@@ -141,17 +141,17 @@ func TestHandlerTable(t *testing.T) {
 	src := netip.MustParseAddr("127.0.0.1")
 	unknownSrc := netip.MustParseAddr("192.0.2.200") // in no prefix
 	tests := []struct {
-		name   string
-		q      string
-		qtype  uint16
-		ecs    string
-		src    netip.Addr
-		down   []netip.Addr
-		want   []string
-		rcode  int
-		scope  int  // -1: no ECS option in the answer
-		soaNS  bool // SOA in the authority section
-		notAA  bool
+		name  string
+		q     string
+		qtype uint16
+		ecs   string
+		src   netip.Addr
+		down  []netip.Addr
+		want  []string
+		rcode int
+		scope int  // -1: no ECS option in the answer
+		soaNS bool // SOA in the authority section
+		notAA bool
 	}{
 		// nearest, by region
 		{name: "nearest region eu", q: "pathd.example.", ecs: "198.18.1.0/24", want: []string{"A 198.51.100.1"}, scope: 24},
@@ -452,4 +452,3 @@ func TestLongestZone(t *testing.T) {
 		t.Errorf("no locator: %v scope %d", got, scope(r))
 	}
 }
-

@@ -41,7 +41,7 @@ func (AllUp) Up(netip.Addr) bool { return true }
 // choice is the outcome of a policy for one query.
 type choice struct {
 	target   Target
-	ok       bool // false: no answer (all down and SERVFAIL configured)
+	ok       bool      // false: no answer (all down and SERVFAIL configured)
 	usedLoc  *Location // the location the answer depended on, nil if none
 	failOpen bool      // every target was down; answered by fail-open
 }
