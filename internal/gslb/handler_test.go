@@ -452,3 +452,36 @@ func TestLongestZone(t *testing.T) {
 		t.Errorf("no locator: %v scope %d", got, scope(r))
 	}
 }
+
+// TestHealthAndCatalogLive: the handler reads Health on every query (a
+// VIP marked down leaves the very next answer) and serves a swapped
+// Catalog at once.
+func TestHealthAndCatalogLive(t *testing.T) {
+	c, err := Compile(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := testHealth{}
+	h := NewHandler(c, testLocator(), health)
+	ask := func() []string {
+		return answers(h.Answer(query("pathd.example.", dns.TypeA, "198.18.1.0/24", 1), netip.Addr{}, false))
+	}
+	if got := ask(); !slices.Equal(got, []string{"A 198.51.100.1"}) {
+		t.Fatalf("before: %v", got)
+	}
+	health[vipEU] = true
+	if got := ask(); !slices.Equal(got, []string{"A 198.51.100.2"}) {
+		t.Errorf("eu down: %v, want us (nearest to Paris after eu)", got)
+	}
+	delete(health, vipEU)
+	cfg := testConfig()
+	cfg.Zones[0].GSLB[0].Targets = cfg.Zones[0].GSLB[0].Targets[2:3]
+	c2, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetCatalog(c2)
+	if got := ask(); !slices.Equal(got, []string{"A 198.51.100.3"}) {
+		t.Errorf("after SetCatalog: %v, want the only target left", got)
+	}
+}
