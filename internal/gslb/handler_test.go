@@ -162,6 +162,7 @@ func TestHandlerTable(t *testing.T) {
 		{name: "distance: Sao Paulo → us", q: "pathd.example.", ecs: "198.18.4.0/24", want: []string{"A 198.51.100.2"}, scope: 24},
 		{name: "distance: Mumbai → ap", q: "pathd.example.", ecs: "198.18.9.0/24", want: []string{"A 198.51.100.3"}, scope: 22},
 		{name: "distance: Mumbai, ap down → eu", q: "pathd.example.", ecs: "198.18.9.0/24", down: []netip.Addr{vipAP}, want: []string{"A 198.51.100.1"}, scope: 22},
+		{name: "scope longer than source (RFC 7871 §7.2.1)", q: "pathd.example.", ecs: "198.18.8.0/21", want: []string{"A 198.51.100.3"}, scope: 22},
 		{name: "distance: London, coords only → eu", q: "pathd.example.", ecs: "198.18.12.0/24", want: []string{"A 198.51.100.1"}, scope: 24},
 		{name: "unknown client: lowest order, scope of the miss", q: "pathd.example.", ecs: "198.19.0.0/24", want: []string{"A 198.51.100.1"}, scope: 15},
 		{name: "only one healthy: scope 0", q: "pathd.example.", ecs: "198.18.3.0/24", down: []netip.Addr{vipEU, vipUS}, want: []string{"A 198.51.100.3"}, scope: 0},
