@@ -2,12 +2,15 @@ package gslb
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +209,74 @@ func TestDig(t *testing.T) {
 	out, err := exec.Command(dig, "@127.0.0.1", "-p", strconv.Itoa(port), "+norec", "+time=2", "+tries=1", "nope.example.", "A").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "status: NXDOMAIN") || !strings.Contains(string(out), "SOA\tns1.example.") {
 		t.Errorf("dig NXDOMAIN: %v\n%s", err, out)
+	}
+}
+
+// flipHealth is TEST CODE: a concurrency-safe Health with eu down when set.
+type flipHealth struct{ euDown atomic.Bool }
+
+func (f *flipHealth) Up(a netip.Addr) bool { return a != vipEU || !f.euDown.Load() }
+
+// TestServerConcurrent: parallel clients over UDP and TCP while health
+// flips and the catalog is swapped; every answer is one of the valid ones.
+// Run with -race.
+func TestServerConcurrent(t *testing.T) {
+	c, err := Compile(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh := &flipHealth{}
+	h := NewHandler(c, testLocator(), fh)
+	s := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	stop := make(chan struct{})
+	var flips sync.WaitGroup
+	flips.Add(1)
+	go func() {
+		defer flips.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			fh.euDown.Store(i%2 == 0)
+			h.SetCatalog(c)
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			proto, addr := "udp", s.UDPAddr().String()
+			if g%2 == 1 {
+				proto, addr = "tcp", s.TCPAddr().String()
+			}
+			cl := &dns.Client{Net: proto, Timeout: 2 * time.Second}
+			for i := range 100 {
+				r, _, err := cl.Exchange(query("pathd.example.", dns.TypeA, "198.18.1.0/24", uint16(g*1000+i)), addr)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				got := answers(r)
+				if len(got) != 1 || (got[0] != "A 198.51.100.1" && got[0] != "A 198.51.100.2") || scope(r) != 24 {
+					errs <- fmt.Sprintf("answer %v scope %d", got, scope(r))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	flips.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
