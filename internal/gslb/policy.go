@@ -1,0 +1,172 @@
+package gslb
+
+import (
+	"math"
+	"net/netip"
+)
+
+// Location is where a client is, as a Locator saw it.
+type Location struct {
+	Found     bool   // false: the address is in no known prefix
+	Region    string // "" when the source has no region for the address
+	HasCoords bool
+	Lat, Lon  float64
+	// Bits is the length of the prefix the answer covers: every address
+	// in Addr/Bits gets the same Location. It is set on a miss too (the
+	// length of the uncovered range) and becomes the ECS scope of an
+	// answer that used the location (RFC 7871 §7.2.1).
+	Bits int
+}
+
+// Locator maps a client address to a location. Implementations (MaxMind
+// database, prefix → region map) are safe for concurrent use and must not
+// block: the handler calls Locate on every location-dependent query.
+type Locator interface {
+	Locate(addr netip.Addr) Location
+}
+
+// Health reports whether a target VIP is serving. The probes (issue 11
+// part 2) implement it; an unknown VIP should read as up so a record is
+// served before its first probe completes.
+type Health interface {
+	Up(vip netip.Addr) bool
+}
+
+// AllUp is a Health with every target up (no probes configured).
+type AllUp struct{}
+
+// Up implements Health.
+func (AllUp) Up(netip.Addr) bool { return true }
+
+// choice is the outcome of a policy for one query.
+type choice struct {
+	target   Target
+	ok       bool      // false: no answer (all down and SERVFAIL configured)
+	usedLoc  *Location // the location the answer depended on, nil if none
+	failOpen bool      // every target was down; answered by fail-open
+}
+
+// choose picks the target of g for a query of address family v6 among
+// healthy targets. locate returns the client's location (nil: unknown); it
+// is called only when the choice needs it, so weighted and failover
+// answers cost no lookup. qid seeds the
+// weighted draw so that one query always gets one answer (and retries of
+// the same query over TCP get the same one).
+//
+// It is pure: no I/O, no clock, no global random source.
+func choose(g *gslbRecord, v6 bool, locate func() *Location, health Health, qid uint16) choice {
+	var fam, up []Target
+	for _, t := range g.targets {
+		if t.VIP.Is6() != v6 {
+			continue
+		}
+		fam = append(fam, t)
+		if health.Up(t.VIP) {
+			up = append(up, t)
+		}
+	}
+	if len(fam) == 0 {
+		return choice{}
+	}
+	if len(up) == 0 {
+		if g.allDown == AllDownServfail {
+			return choice{}
+		}
+		t, used := nearest(fam, locate)
+		return choice{target: t, ok: true, usedLoc: used, failOpen: true}
+	}
+	switch g.policy {
+	case PolicyWeighted:
+		return choice{target: weighted(up, qid), ok: true}
+	case PolicyFailover:
+		return choice{target: lowestOrder(up), ok: true}
+	default:
+		t, used := nearest(up, locate)
+		return choice{target: t, ok: true, usedLoc: used}
+	}
+}
+
+// nearest picks a target in the client's region (lowest Order among
+// several), else the target nearest by great-circle distance (ties: lower
+// Order, then config order), else the lowest Order when the location is
+// unknown. used is the location the answer depended on: nil when it could
+// not have differed for another client (one candidate, or no location
+// source), and the ECS scope is then 0.
+func nearest(ts []Target, locate func() *Location) (Target, *Location) {
+	if len(ts) == 1 {
+		return ts[0], nil
+	}
+	loc := locate()
+	if loc == nil || !loc.Found {
+		// Unknown clients get the failover choice. The answer still
+		// depends on the address (a known one could get another), so
+		// the scope is the uncovered range's length when loc is set.
+		return lowestOrder(ts), loc
+	}
+	if loc.Region != "" {
+		var in []Target
+		for _, t := range ts {
+			if t.Region == loc.Region {
+				in = append(in, t)
+			}
+		}
+		if len(in) > 0 {
+			return lowestOrder(in), loc
+		}
+	}
+	if !loc.HasCoords {
+		return lowestOrder(ts), loc
+	}
+	best, bestD := ts[0], math.Inf(1)
+	for _, t := range ts {
+		d := greatCircle(loc.Lat, loc.Lon, t.Lat, t.Lon)
+		if d < bestD || (d == bestD && t.Order < best.Order) {
+			best, bestD = t, d
+		}
+	}
+	return best, loc
+}
+
+func lowestOrder(ts []Target) Target {
+	best := ts[0]
+	for _, t := range ts[1:] {
+		if t.Order < best.Order {
+			best = t
+		}
+	}
+	return best
+}
+
+// weighted draws a target with probability weight/sum, from a point
+// derived from the query ID. Resolvers pick query IDs at random (RFC 5452),
+// so the spread over many queries follows the weights; the mix below
+// spreads sequential IDs too.
+func weighted(ts []Target, qid uint16) Target {
+	var sum uint64
+	for _, t := range ts {
+		sum += uint64(t.Weight)
+	}
+	x := uint64(qid)*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
+	x ^= x >> 29
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 32
+	p := x % sum
+	for _, t := range ts {
+		if p < uint64(t.Weight) {
+			return t
+		}
+		p -= uint64(t.Weight)
+	}
+	return ts[len(ts)-1]
+}
+
+// greatCircle is the central angle in radians between two points
+// (haversine formula): distance up to the Earth's radius, which does not
+// change the order.
+func greatCircle(lat1, lon1, lat2, lon2 float64) float64 {
+	const rad = math.Pi / 180
+	φ1, φ2 := lat1*rad, lat2*rad
+	dφ, dλ := (lat2-lat1)*rad, (lon2-lon1)*rad
+	a := math.Sin(dφ/2)*math.Sin(dφ/2) + math.Cos(φ1)*math.Cos(φ2)*math.Sin(dλ/2)*math.Sin(dλ/2)
+	return 2 * math.Atan2(math.Sqrt(a), math.Sqrt(1-a))
+}

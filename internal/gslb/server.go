@@ -1,0 +1,175 @@
+package gslb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// ServerConfig is the listener side of the DNS server.
+type ServerConfig struct {
+	// Addr is host:port for both UDP and TCP. Port 0 picks a free TCP port
+	// and binds UDP to the same one. A public authoritative server must be
+	// reachable from the Internet: that is its job, so the limits below are
+	// what protects it.
+	Addr         string
+	ReadTimeout  time.Duration // per message; 0 means 2 s
+	WriteTimeout time.Duration // per message; 0 means 2 s
+	// IdleTimeout closes a TCP connection with no query for this long
+	// (RFC 7766 §6.2.3 suggests seconds); 0 means 10 s.
+	IdleTimeout time.Duration
+	// MaxTCPConns bounds open TCP connections; further ones are closed at
+	// once and counted. 0 means 256.
+	MaxTCPConns int
+	// MaxTCPQueries bounds queries on one TCP connection; 0 means 128.
+	MaxTCPQueries int
+}
+
+// Server runs a Handler on UDP and TCP listeners (miekg/dns).
+type Server struct {
+	cfg     ServerConfig
+	udp     *dns.Server
+	tcp     *dns.Server
+	tcpLn   *limitListener
+	wg      sync.WaitGroup
+	errs    chan error
+	started bool
+}
+
+// NewServer returns a server for h; Start opens the listeners.
+func NewServer(cfg ServerConfig, h dns.Handler) *Server {
+	d := func(v, def time.Duration) time.Duration {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	cfg.ReadTimeout = d(cfg.ReadTimeout, 2*time.Second)
+	cfg.WriteTimeout = d(cfg.WriteTimeout, 2*time.Second)
+	cfg.IdleTimeout = d(cfg.IdleTimeout, 10*time.Second)
+	if cfg.MaxTCPConns <= 0 {
+		cfg.MaxTCPConns = 256
+	}
+	if cfg.MaxTCPQueries <= 0 {
+		cfg.MaxTCPQueries = 128
+	}
+	idle := cfg.IdleTimeout
+	mk := func() *dns.Server {
+		return &dns.Server{Handler: h, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+			IdleTimeout: func() time.Duration { return idle }, MaxTCPQueries: cfg.MaxTCPQueries,
+			UDPSize: MaxUDPSize}
+	}
+	return &Server{cfg: cfg, udp: mk(), tcp: mk(), errs: make(chan error, 2)}
+}
+
+// Start binds TCP then UDP on the same port and serves until Shutdown.
+func (s *Server) Start() error {
+	if s.started {
+		return errors.New("gslb server: already started")
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("gslb server: listen tcp %s: %w", s.cfg.Addr, err)
+	}
+	pc, err := net.ListenPacket("udp", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("gslb server: listen udp %s: %w", ln.Addr(), err)
+	}
+	s.tcpLn = &limitListener{Listener: ln, max: int64(s.cfg.MaxTCPConns)}
+	s.tcp.Listener = s.tcpLn
+	s.udp.PacketConn = pc
+	var ready sync.WaitGroup
+	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+		ready.Add(1)
+		var once sync.Once
+		srv.NotifyStartedFunc = func() { once.Do(ready.Done) }
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := srv.ActivateAndServe(); err != nil {
+				once.Do(ready.Done)
+				s.errs <- err
+			}
+		}()
+	}
+	ready.Wait()
+	s.started = true
+	select {
+	case err := <-s.errs:
+		_ = s.Shutdown(context.Background())
+		return fmt.Errorf("gslb server: %w", err)
+	default:
+	}
+	return nil
+}
+
+// UDPAddr and TCPAddr are the bound addresses (useful with port 0).
+func (s *Server) UDPAddr() net.Addr { return s.udp.PacketConn.LocalAddr() }
+
+// TCPAddr is the bound TCP address.
+func (s *Server) TCPAddr() net.Addr { return s.tcpLn.Addr() }
+
+// RejectedTCP counts TCP connections closed because MaxTCPConns were open.
+func (s *Server) RejectedTCP() uint64 { return uint64(s.tcpLn.rejected.Load()) }
+
+// Shutdown stops both listeners and waits for the serve loops to end.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.started {
+		return nil
+	}
+	s.started = false
+	err := errors.Join(s.udp.ShutdownContext(ctx), s.tcp.ShutdownContext(ctx))
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, ctx.Err())
+	}
+	return err
+}
+
+// limitListener closes connections beyond max at once (instead of letting
+// them wait in the backlog like x/net/netutil.LimitListener), so a client
+// holding connections open cannot queue everyone else; the idle timeout
+// reclaims the held ones.
+type limitListener struct {
+	net.Listener
+	max      int64
+	active   atomic.Int64
+	rejected atomic.Int64
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.active.Add(1) > l.max {
+			l.active.Add(-1)
+			l.rejected.Add(1)
+			c.Close()
+			continue
+		}
+		return &countedConn{Conn: c, l: l}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	l    *limitListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.active.Add(-1) })
+	return c.Conn.Close()
+}
