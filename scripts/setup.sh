@@ -32,6 +32,8 @@ declare -A need=(
 	[birdc]=bird2
 	[redis-server]=redis-server
 	[iperf3]=iperf3
+	[dig]=dnsutils
+	[mmdblookup]=mmdb-bin
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -184,7 +184,7 @@ func TestServerTCPLimits(t *testing.T) {
 func TestDig(t *testing.T) {
 	dig, err := exec.LookPath("dig")
 	if err != nil {
-		t.Skip("dig is not installed (Debian package dnsutils): skipping the real-client test")
+		t.Fatal("dig is not installed: Debian package dnsutils (scripts/setup.sh test installs it)")
 	}
 	s, _ := startServer(t, ServerConfig{}, vipUS)
 	port := s.UDPAddr().(*net.UDPAddr).Port

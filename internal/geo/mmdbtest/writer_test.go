@@ -79,14 +79,14 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("v6 prefix %v", res.Prefix())
 	}
 
-	// mmdblookup (libmaxminddb) when installed: a second, independent reader.
-	if bin, err := exec.LookPath("mmdblookup"); err == nil {
-		out, err := exec.Command(bin, "--file", path, "--ip", "198.51.100.70", "continent", "code").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), `"AS"`) {
-			t.Errorf("mmdblookup: %v: %s", err, out)
-		}
-	} else {
-		t.Log("mmdblookup not installed; checked with maxminddb-golang only")
+	// mmdblookup (libmaxminddb): a second, independent reader.
+	bin, err := exec.LookPath("mmdblookup")
+	if err != nil {
+		t.Fatal("mmdblookup is not installed: Debian package mmdb-bin (scripts/setup.sh test installs it)")
+	}
+	out, err := exec.Command(bin, "--file", path, "--ip", "198.51.100.70", "continent", "code").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"AS"`) {
+		t.Errorf("mmdblookup: %v: %s", err, out)
 	}
 }
 
