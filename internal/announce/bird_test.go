@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -146,13 +148,44 @@ func startChild(t *testing.T, s *server) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{done: make(chan error, 1), log: filepath.Join(t.TempDir(), "announce.log")}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+	return startProcess(t, s, cmd)
+}
+
+// buildAzgate builds the azgate binary (cmd/azgate) for the test.
+func buildAzgate(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "azgate")
+	start := time.Now()
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../../cmd/azgate").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build azgate: %v\n%s", err, out)
+	}
+	t.Logf("built azgate in %v", time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// startAzgate runs `azgate announce` for s, as an operator would, with
+// an MD5 password file and the loopback status listener.
+func startAzgate(t *testing.T, bin string, s *server, pwFile, status string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, "announce", "--vip", vip.String(), "--asn", fmt.Sprint(clusterASN),
+		"--peer", fmt.Sprintf("%v:%d,password-file=%s", routerAddr, routerASN, pwFile),
+		"--next-hop", s.addr.String(), "--local-address", s.addr.String(),
+		"--check", s.hb.URL+"/healthz", "--check", fmt.Sprintf("tcp://127.0.0.1:%d", s.port),
+		"--interval", "200ms", "--timeout", "150ms", "--rise", "2", "--fall", "2",
+		"--hold", hold.String(), "--keepalive", "1s", "--withdraw-wait", "3s", "--status-listen", status)
+	return startProcess(t, s, cmd)
+}
+
+func startProcess(t *testing.T, s *server, cmd *exec.Cmd) *child {
+	t.Helper()
+	c := &child{cmd: cmd, done: make(chan error, 1), log: filepath.Join(t.TempDir(), "announce.log")}
 	out, err := os.Create(c.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.cmd = exec.Command(self)
-	c.cmd.Env = append(os.Environ(), childEnv+"="+string(js))
 	c.cmd.Stdout, c.cmd.Stderr = out, out
 	// Dies with the test process, whatever happens.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -221,6 +254,8 @@ func TestAnnouncerECMP(t *testing.T) {
 		local = append(local, netip.PrefixFrom(a, 24))
 		peers = append(peers, birdtest.Peer{Name: fmt.Sprintf("srv%d", i+1), Address: a, ASN: clusterASN})
 	}
+	peers[1].Password = md5Password
+	bin := buildAzgate(t)
 	r.Link(t, "srv0", "azgtann0", netip.PrefixFrom(routerAddr, 24), local...)
 	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: int(hold / time.Second), Peers: peers})
 
@@ -244,7 +279,13 @@ func TestAnnouncerECMP(t *testing.T) {
 		cancel()
 		<-run1
 	})
-	kids := []*child{nil, startChild(t, srv[1]), startChild(t, srv[2]), startChild(t, srv[3])}
+	// Server 2 is the real `azgate announce`, its session with MD5.
+	pw := filepath.Join(t.TempDir(), "bgp-password")
+	if err := os.WriteFile(pw, []byte(md5Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	statusAddr := freePort(t)
+	kids := []*child{nil, startAzgate(t, bin, srv[1], pw, statusAddr), startChild(t, srv[2]), startChild(t, srv[3])}
 
 	d := r.WaitNextHops(t, vip, addrs, 30*time.Second)
 	t.Logf("VIP over all four servers after %v:\n%s", d, r.IPRoute())
@@ -273,6 +314,25 @@ func TestAnnouncerECMP(t *testing.T) {
 	}
 	srv[0].status.Store(200)
 	r.WaitNextHops(t, vip, addrs, 5*time.Second)
+
+	// The real binary's status listener, on loopback.
+	m2 := httpGet(t, "http://"+statusAddr+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`azgate_announce_announced{vip="%v"} 1`, vip),
+		fmt.Sprintf(`azgate_announce_check_up{check="%s/healthz"} 1`, srv[1].hb.URL),
+		fmt.Sprintf(`azgate_announce_bgp_session_established{peer="%v"} 1`, routerAddr),
+	} {
+		if !strings.Contains(m2, want) {
+			t.Errorf("azgate announce /metrics lack %q:\n%s", want, m2)
+		}
+	}
+	var st2 Status
+	if err := json.Unmarshal([]byte(httpGet(t, "http://"+statusAddr+"/status")), &st2); err != nil {
+		t.Fatal(err)
+	}
+	if !st2.Announced || len(st2.Checks) != 2 || len(st2.BGP.Sessions) != 1 || st2.BGP.Sessions[0].Advertised != 1 {
+		t.Fatalf("azgate announce /status: %+v", st2)
+	}
 
 	// Redis's port closed: withdrawn; open again: back.
 	srv[0].redis.Close()
@@ -340,6 +400,34 @@ func TestAnnouncerECMP(t *testing.T) {
 	}
 	run1 <- nil
 	r.WaitNextHops(t, vip, nil, 200*time.Millisecond)
+}
+
+const md5Password = "i11-announce-md5"
+
+// freePort returns a loopback address with a port free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 // protoLine is name's line in `birdc show protocols`.
