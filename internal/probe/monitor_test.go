@@ -488,3 +488,43 @@ func TestSet(t *testing.T) {
 		t.Fatalf("after Set(nil): %+v", m.States())
 	}
 }
+
+// TestOnChangeSerialized: ten targets going down together call OnChange
+// one at a time (events.onChange panics otherwise), once each; the
+// Options.Dial given makes every connection.
+func TestOnChangeSerialized(t *testing.T) {
+	srv := newHTTPServer(t, false)
+	ev := newEvents()
+	ev.hook = func(State) { time.Sleep(5 * time.Millisecond) }
+	var dials atomic.Int64
+	d := &net.Dialer{}
+	m := NewMonitor(Options{InitialUp: true, OnChange: ev.onChange, Logger: quiet,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}})
+	var ts []Target
+	for i := range 10 {
+		ts = append(ts, Target{Key: fmt.Sprintf("t%d", i), Addr: loopback, Spec: Spec{Kind: HTTP, Port: srv.port(t), Interval: iv, Rise: 1, Fall: 1}})
+	}
+	if err := m.Set(ts); err != nil {
+		t.Fatal(err)
+	}
+	srv.mode.Store("fail")
+	runMonitor(t, m)
+	seen := map[string]bool{}
+	for range 10 {
+		s := ev.next(t, 5*time.Second)
+		if s.Up || seen[s.Key] {
+			t.Fatalf("change %+v (seen %v)", s, seen)
+		}
+		seen[s.Key] = true
+	}
+	var checks uint64
+	for _, s := range m.States() {
+		checks += s.Checks
+	}
+	if n := dials.Load(); n < int64(checks) {
+		t.Fatalf("%d dials through Options.Dial for %d checks", n, checks)
+	}
+}
