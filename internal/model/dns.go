@@ -610,3 +610,37 @@ func (s *State) ZoneRecords(zone string) []*GSLBRecord {
 	}
 	return out
 }
+
+// GSLBStatus is what a gslb node publishes about itself (NodeStatus.GSLB;
+// docs/gslb.md "Status").
+type GSLBStatus struct {
+	Listen  string `json:"listen"`
+	Vantage string `json:"vantage"`
+	Zones   int    `json:"zones"`
+	Records int    `json:"records"`
+	// Views are the vantage points whose fresh views the verdicts
+	// combine (this one included); Quorum is the number of down views
+	// that take a target down (0: a majority).
+	Views  []string `json:"views"`
+	Quorum int      `json:"quorum"`
+	// Targets are every probed target, by key ("RECORD/REGION").
+	Targets []GSLBTargetStatus `json:"targets"`
+	// Skipped are the zones and records read back that the node does not
+	// serve (invalid, or not compiling with their zone).
+	Skipped []InvalidObject `json:"skipped,omitempty"`
+}
+
+// GSLBTargetStatus is one target's health: Up is the heartbeat, 1 or 0,
+// the verdict the answers use (all vantage points combined); LocalUp is
+// this node's own probe.
+type GSLBTargetStatus struct {
+	Key      string     `json:"key"`
+	VIP      netip.Addr `json:"vip"`
+	Up       int        `json:"up"`
+	LocalUp  int        `json:"local_up"`
+	Since    time.Time  `json:"since"`
+	Checks   uint64     `json:"checks"`
+	Failures uint64     `json:"failures"`
+	LastErr  string     `json:"last_error,omitempty"`
+	RTTMS    float64    `json:"rtt_ms"`
+}
