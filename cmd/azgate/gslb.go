@@ -160,7 +160,7 @@ func runGSLB(f gslbFlags) error {
 		}
 		log.Warn("etcd does not answer yet; serving an empty catalog until it does", "endpoints", f.etcd, "err", err)
 	}
-	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Locator: loc, Quorum: f.quorum,
+	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum,
 		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns}, Log: log})
 	if err != nil {
 		return err

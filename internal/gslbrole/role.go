@@ -47,6 +47,8 @@ type Config struct {
 	// Name is the node's name (its status key); Vantage names its probe
 	// view (default Name).
 	Name, Vantage string
+	// Version is reported in the node status.
+	Version string
 	// Server is the DNS listener (Addr "127.0.0.1:5353" by default).
 	Server gslb.ServerConfig
 	// Locator locates clients (nil: no location; nearest falls back to
@@ -74,6 +76,7 @@ type GSLB struct {
 	Server  *gslb.Server
 	mon     *probe.Monitor
 	listen  atomic.Pointer[string] // the UDP address, once serving
+	started time.Time
 
 	// down holds the VIPs the answers treat as down (Health.Up reads it
 	// on every query).
@@ -84,6 +87,7 @@ type GSLB struct {
 	verdict  map[string]bool       // by target key, what the answers use
 	fresh    []string              // vantages of the fresh views last combined
 	plan     gslbplan.Plan
+	rev      int64                 // store revision of the catalog served
 	invalid  []model.InvalidObject // refused by the store's decode (our kinds)
 	changed  chan struct{}         // the local view changed: publish now
 	updates  atomic.Uint64         // catalogs installed
@@ -130,7 +134,7 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &GSLB{cfg: cfg, st: st, log: cfg.Log, remote: map[string]probe.View{}, verdict: map[string]bool{},
+	g := &GSLB{cfg: cfg, st: st, log: cfg.Log, started: time.Now(), remote: map[string]probe.View{}, verdict: map[string]bool{},
 		changed: make(chan struct{}, 1)}
 	g.Handler = gslb.NewHandler(empty, cfg.Locator, health{g})
 	mo := cfg.Monitor
@@ -237,7 +241,7 @@ func (g *GSLB) apply(st *model.State, rev int64) {
 		g.log.Warn("gslb: object skipped", "kind", s.Kind, "key", s.Key, "err", s.Err)
 	}
 	g.mu.Lock()
-	g.plan, g.invalid = plan, inv
+	g.plan, g.invalid, g.rev = plan, inv, rev
 	g.mu.Unlock()
 	g.Handler.SetCatalog(cat)
 	g.updates.Add(1)
@@ -435,8 +439,9 @@ func (g *GSLB) Status() model.NodeStatus {
 		gs.Skipped = append(gs.Skipped, model.InvalidObject{Kind: s.Kind, Key: s.Key, Reason: s.Err})
 	}
 	gs.Skipped = append(gs.Skipped, g.invalid...)
+	rev := g.rev
 	g.mu.Unlock()
-	st := model.NodeStatus{Role: Role, Name: g.cfg.Name, Updated: time.Now(), GSLB: gs}
+	st := model.NodeStatus{Role: Role, Name: g.cfg.Name, Version: g.cfg.Version, Started: g.started, Updated: time.Now(), AppliedRevision: rev, GSLB: gs}
 	store.ReportInvalid(&st, g.st.Invalid)
 	return st
 }
