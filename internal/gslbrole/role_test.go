@@ -46,22 +46,32 @@ func startController(t *testing.T) *controller.Server {
 	return s
 }
 
-// listenPair opens real TCP listeners on the same port of two loopback
-// addresses (the targets' VIPs); they accept and close connections.
-func listenPair(t *testing.T, a, b string) (net.Listener, net.Listener, uint16) {
+// listenSamePort opens real TCP listeners on the same port of several
+// loopback addresses (the targets' VIPs); they accept and close
+// connections, and close when the test ends.
+func listenSamePort(t *testing.T, addrs ...string) ([]net.Listener, uint16) {
 	t.Helper()
 	for range 20 {
-		la, err := net.Listen("tcp", a+":0")
+		first, err := net.Listen("tcp", addrs[0]+":0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		port := la.Addr().(*net.TCPAddr).Port
-		lb, err := net.Listen("tcp", net.JoinHostPort(b, strconv.Itoa(port)))
-		if err != nil {
-			la.Close()
+		port := first.Addr().(*net.TCPAddr).Port
+		ls := []net.Listener{first}
+		for _, a := range addrs[1:] {
+			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
+			if err != nil {
+				break
+			}
+			ls = append(ls, l)
+		}
+		if len(ls) < len(addrs) {
+			for _, l := range ls {
+				l.Close()
+			}
 			continue
 		}
-		for _, l := range []net.Listener{la, lb} {
+		for _, l := range ls {
 			t.Cleanup(func() { l.Close() })
 			go func() {
 				for {
@@ -73,10 +83,10 @@ func listenPair(t *testing.T, a, b string) (net.Listener, net.Listener, uint16) 
 				}
 			}()
 		}
-		return la, lb, uint16(port)
+		return ls, uint16(port)
 	}
-	t.Fatal("no common free port on the two loopback addresses")
-	return nil, nil, 0
+	t.Fatalf("no common free port on %v", addrs)
+	return nil, 0
 }
 
 func testLocator(t *testing.T) geo.Locator {
@@ -226,7 +236,8 @@ func TestRoleEndToEnd(t *testing.T) {
 	ctrl := startController(t)
 	cl := client.New(ctrl.URL(), ctrl.Token())
 	ctx := context.Background()
-	lnEU, _, port := listenPair(t, "127.0.0.11", "127.0.0.12")
+	ls, port := listenSamePort(t, "127.0.0.11", "127.0.0.12", "127.0.0.13")
+	lnEU := ls[0]
 
 	zone := &model.DNSZone{Name: "example", NS: []string{"ns1.example"},
 		Records: []model.ZoneRecord{{Name: "ns1", Type: "A", Value: "192.0.2.53"}, {Name: "www", Type: "A", Value: "192.0.2.80"}}}
@@ -289,20 +300,6 @@ func TestRoleEndToEnd(t *testing.T) {
 
 	// Edit through the API: a new eu VIP (a live listener) replaces the
 	// dead one; eu clients get it.
-	lnEU2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.13", strconv.Itoa(int(port))))
-	if err != nil {
-		t.Skipf("127.0.0.13:%d is taken: %v", port, err)
-	}
-	defer lnEU2.Close()
-	go func() {
-		for {
-			c, err := lnEU2.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 	eu2 := targetEU
 	eu2.VIP = netip.MustParseAddr("127.0.0.13")
 	if _, err := cl.Put(ctx, record(port, eu2, targetUS)); err != nil {
@@ -360,7 +357,8 @@ func TestRoleVantagePoints(t *testing.T) {
 	ctrl := startController(t)
 	cl := client.New(ctrl.URL(), ctrl.Token())
 	ctx := context.Background()
-	lnEU, _, port := listenPair(t, "127.0.0.11", "127.0.0.12")
+	ls, port := listenSamePort(t, "127.0.0.11", "127.0.0.12")
+	lnEU := ls[0]
 	if _, err := cl.Create(ctx, &model.DNSZone{Name: "example", NS: []string{"ns1.example"}}); err != nil {
 		t.Fatal(err)
 	}
