@@ -20,9 +20,11 @@ import (
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/controller"
 	"github.com/azgate/azgate/internal/geo"
+	"github.com/azgate/azgate/internal/gslb"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/probe"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -335,6 +337,16 @@ func TestRoleEndToEnd(t *testing.T) {
 	if _, _, rc := ask(t, r.addr, "bad.example.", "198.51.100.0/24"); rc != dns.RcodeNameError {
 		t.Errorf("bad.example: rcode %d, want NXDOMAIN", rc)
 	}
+	// Handler.Stats and Server.RejectedTCP are exported.
+	if v := r.metric(t, "azgate_gslb_answers_total", "outcome=nxdomain"); v < 1 {
+		t.Errorf("nxdomain answers %v, want at least the one above", v)
+	}
+	if q, n := r.metric(t, "azgate_gslb_queries_total", ""), r.g.Handler.Stats.Queries.Load(); q < 5 || uint64(q) > n {
+		t.Errorf("queries metric %v, handler counted %d", q, n)
+	}
+	if v := r.metric(t, "azgate_gslb_tcp_rejected_total", ""); v != 0 {
+		t.Errorf("tcp rejected %v, want 0", v)
+	}
 	// The status in the store says the same (azgate gslb status reads it).
 	deadline = time.Now().Add(10 * time.Second)
 	for {
@@ -433,5 +445,42 @@ func TestRoleVantagePoints(t *testing.T) {
 	waitAnswer(t, r.addr, "pathd.example.", "198.51.100.0/24", "127.0.0.12")
 	if v := r.metric(t, "azgate_gslb_views_fresh", ""); v != 1 {
 		t.Errorf("fresh views %v, want 1 (this node)", v)
+	}
+}
+
+// TestRoleTCPLimit: --max-tcp-conns reaches the server, and a connection
+// over it is closed at once and counted in azgate_gslb_tcp_rejected_total.
+// The store is a real embedded etcd with no objects (REFUSED answers).
+func TestRoleTCPLimit(t *testing.T) {
+	st := embeddedtest.Store(t)
+	r := startRole(t, st, Config{Name: "tcp", Server: gslb.ServerConfig{MaxTCPConns: 1}})
+	held, err := dns.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	held.SetDeadline(time.Now().Add(2 * time.Second))
+	m := new(dns.Msg)
+	m.SetQuestion("example.", dns.TypeSOA)
+	if err := held.WriteMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := held.ReadMsg(); err != nil || resp.Rcode != dns.RcodeRefused {
+		t.Fatalf("held connection: %v %v (no zones yet: REFUSED)", resp, err)
+	}
+	c2, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c2.Read(make([]byte, 1)); err == nil {
+		t.Error("the second connection was not closed")
+	}
+	if v := r.metric(t, "azgate_gslb_tcp_rejected_total", ""); v != 1 {
+		t.Errorf("tcp rejected %v, want 1", v)
+	}
+	if v := r.metric(t, "azgate_gslb_answers_total", "outcome=refused"); v != 1 {
+		t.Errorf("refused %v, want 1", v)
 	}
 }
