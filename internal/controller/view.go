@@ -386,7 +386,7 @@ func checkCompiles(st *model.State, o model.Object) error {
 	case *model.DNSZone:
 		return gslbplan.CheckZone(st, v.Name)
 	case *model.GSLBRecord:
-		return gslbplan.CheckZone(st, v.Zone)
+		return gslbplan.CheckRecord(st, v)
 	}
 	return nil
 }

@@ -148,8 +148,8 @@ func compile(z *model.DNSZone, recs []*model.GSLBRecord) error {
 // CheckZone compiles zone with every GSLB record of st naming it, as the
 // GSLB would serve them, and checks the records' probes with the probe
 // core. The controller calls it on the candidate state after a put of a
-// zone or a record, so what the GSLB would refuse is refused at write time
-// (422, naming the object). A missing zone is no error here (the model's
+// zone, so what the GSLB would refuse is refused at write time (422,
+// naming the object). A missing zone is no error here (the model's
 // references check that).
 func CheckZone(st *model.State, zone string) error {
 	z, ok := st.DNSZones[zone]
@@ -164,6 +164,25 @@ func CheckZone(st *model.State, zone string) error {
 	}
 	if err := compile(z, recs); err != nil {
 		return model.Errors{{Msg: fmt.Sprintf("zone %s with its %d GSLB record(s) does not compile: %v", zone, len(recs), err)}}
+	}
+	return nil
+}
+
+// CheckRecord is CheckZone for a put of one record: it compiles the
+// record with its zone alone. GSLB records cannot conflict with each other
+// (their names are their keys, and a record only conflicts with the zone's
+// apex and static records), so the zone's other records need not be
+// compiled again: an apply of many records stays linear.
+func CheckRecord(st *model.State, r *model.GSLBRecord) error {
+	z, ok := st.DNSZones[r.Zone]
+	if !ok {
+		return nil
+	}
+	if err := checkRecordProbe(r); err != nil {
+		return model.Errors{{Field: "probe", Msg: err.Error()}}
+	}
+	if err := compile(z, []*model.GSLBRecord{r}); err != nil {
+		return model.Errors{{Msg: fmt.Sprintf("does not compile with zone %s: %v", r.Zone, err)}}
 	}
 	return nil
 }

@@ -66,7 +66,11 @@ func TestCheckZone(t *testing.T) {
 	if err := CheckZone(st, "example.com"); err != nil {
 		t.Fatal(err)
 	}
-	st.Set(rec("www.example.com", "203.0.113.11"))
+	www := rec("www.example.com", "203.0.113.11")
+	if err := CheckRecord(st, www); err == nil || !strings.Contains(err.Error(), `does not compile with zone example.com: gslb[0] ("www.example.com."): name: "www.example.com." also has a static A record`) {
+		t.Errorf("CheckRecord: %v", err)
+	}
+	st.Set(www)
 	err := CheckZone(st, "example.com")
 	if err == nil || !strings.Contains(err.Error(), `zone example.com with its 2 GSLB record(s) does not compile: gslb[1] ("www.example.com."): name: "www.example.com." also has a static A record`) {
 		t.Errorf("CheckZone: %v", err)
