@@ -20,7 +20,7 @@ func init() {
 	register(func() *cobra.Command {
 		c := &cobra.Command{Use: "dns", Short: "DNS zones the GSLB serves (SOA, NS, static records)"}
 		z := &cobra.Command{Use: "zone", Aliases: []string{"zones"}, Short: "DNS zones: SOA, NS and static records (GSLB records: azgate gslb record)"}
-		z.AddCommand(zoneCreateCommand(), zoneAddRecordCommand(), zoneRemoveRecordCommand())
+		z.AddCommand(zoneCreateCommand(), zoneSetCommand(), zoneAddRecordCommand(), zoneRemoveRecordCommand())
 		z.AddCommand(objectCommands(model.KindDNSZone, describeZone, zoneTable)...)
 		c.AddCommand(z)
 		return c
@@ -88,6 +88,57 @@ func zoneCreateCommand() *cobra.Command {
 	f.Uint32Var(&min, "negative-ttl", 0, "the SOA minimum, the negative-caching TTL (default 300)")
 	f.BoolVar(&replace, "replace", false, "replace the zone if it exists (PUT) instead of failing")
 	c.MarkFlagRequired("ns")
+	return c
+}
+
+func zoneSetCommand() *cobra.Command {
+	var (
+		ns                     []string
+		ttl, serial, min       uint32
+		rname, mname           string
+		refresh, retry, expire uint32
+	)
+	c := &cobra.Command{
+		Use:     "set ZONE [--ns NAME]... [--ttl N] [--serial N] [--rname NAME] [--mname NAME] [--negative-ttl N] [--refresh N] [--retry N] [--expire N]",
+		Short:   "Change a zone's NS, TTL or SOA: only the flags given change (--ns replaces every name server)",
+		Example: `  azgate dns zone set example.com --serial 2026120302 --ttl 600`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ch := cmd.Flags().Changed
+			return editZone(cmd, args[0], func(z *model.DNSZone) (string, error) {
+				var what []string
+				set := func(flag string, f func()) {
+					if ch(flag) {
+						f()
+						what = append(what, flag)
+					}
+				}
+				set("ns", func() { z.NS = ns })
+				set("ttl", func() { z.TTL = ttl })
+				set("serial", func() { z.SOA.Serial = serial })
+				set("rname", func() { z.SOA.RName = rname })
+				set("mname", func() { z.SOA.MName = mname })
+				set("negative-ttl", func() { z.SOA.Minimum = min })
+				set("refresh", func() { z.SOA.Refresh = refresh })
+				set("retry", func() { z.SOA.Retry = retry })
+				set("expire", func() { z.SOA.Expire = expire })
+				if len(what) == 0 {
+					return "", fmt.Errorf("nothing to change: give at least one of --ns, --ttl, --serial, --rname, --mname, --negative-ttl, --refresh, --retry, --expire")
+				}
+				return strings.Join(what, ", ") + " set", nil
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVar(&ns, "ns", nil, "the zone's name servers (repeatable; replaces them all)")
+	f.Uint32Var(&ttl, "ttl", 0, "TTL of the SOA, NS and records without their own")
+	f.Uint32Var(&serial, "serial", 0, "the SOA serial")
+	f.StringVar(&rname, "rname", "", "the SOA's responsible mailbox as a name")
+	f.StringVar(&mname, "mname", "", "the SOA's primary name server")
+	f.Uint32Var(&min, "negative-ttl", 0, "the SOA minimum (negative-caching TTL)")
+	f.Uint32Var(&refresh, "refresh", 0, "the SOA refresh")
+	f.Uint32Var(&retry, "retry", 0, "the SOA retry")
+	f.Uint32Var(&expire, "expire", 0, "the SOA expire")
 	return c
 }
 

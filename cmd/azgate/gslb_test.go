@@ -16,8 +16,11 @@ func TestDNSGSLBCLI(t *testing.T) {
 		t.Errorf("zone create: %s", out)
 	}
 	must(t, s, "dns", "zone", "add-record", "example.org", "www", "TXT", "hello", "world")
+	if out := must(t, s, "dns", "zone", "set", "example.org", "--serial", "7", "--negative-ttl", "60"); !strings.Contains(out, "DNS zone example.org (serial, negative-ttl set) updated") {
+		t.Errorf("zone set: %s", out)
+	}
 	out = must(t, s, "dns", "zone", "get", "example.org")
-	for _, want := range []string{"ns1.example.org hostmaster.example.org serial 1", "@     MX    zone  10 mail.example.org.", "www   TXT   zone  hello world"} {
+	for _, want := range []string{"ns1.example.org hostmaster.example.org serial 7 refresh 3600 retry 600 expire 1209600 negative-ttl 60", "@     MX    zone  10 mail.example.org.", "www   TXT   zone  hello world"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("zone get lacks %q:\n%s", want, out)
 		}
@@ -59,6 +62,8 @@ func TestDNSGSLBCLI(t *testing.T) {
 		{[]string{"dns", "zone", "add-record", "example.org", "pathd", "A", "192.0.2.9"}, "does not compile"},
 		{[]string{"dns", "zone", "create", "Example.com", "--ns", "ns1.example.com"}, "name: \"Example.com\": write the name in lower case"},
 		{[]string{"dns", "zone", "remove-record", "example.org", "nope", "A"}, `zone example.org has no A record "nope"`},
+		{[]string{"dns", "zone", "set", "example.org"}, "nothing to change"},
+		{[]string{"dns", "zone", "set", "example.org", "--ttl", "100000"}, "ttl: 100000: at most 86400"},
 		{[]string{"dns", "zone", "delete", "example.org"}, "DNS zone example.org has GSLB record pathd.example.org"},
 	} {
 		out, err := azgate(t, s, "", tc.args...)
