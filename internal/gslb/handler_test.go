@@ -198,6 +198,9 @@ func TestHandlerTable(t *testing.T) {
 		{name: "no ECS, unknown resolver: lowest order", q: "pathd.example.", src: unknownSrc, want: []string{"A 198.51.100.1"}, scope: -1},
 		{name: "ECS source 0: resolver address, scope 0", q: "pathd.example.", ecs: "0.0.0.0/0", src: src, want: []string{"A 198.51.100.2"}, scope: 0},
 		{name: "AAAA by ECS v6", q: "pathd.example.", qtype: dns.TypeAAAA, ecs: "2001:db8:100:100::/56", want: []string{"AAAA 2001:db8::1"}, scope: 40},
+		// 2001:db8:200::/39 holds no entry (2001:db8:100::/40 is the
+		// nearest): the uncovered range is the scope.
+		{name: "AAAA unknown v6 client: scope of the miss", q: "pathd.example.", qtype: dns.TypeAAAA, ecs: "2001:db8:200::/48", want: []string{"AAAA 2001:db8::1"}, scope: 39},
 		{name: "AAAA from a v4 ECS client in us", q: "pathd.example.", qtype: dns.TypeAAAA, ecs: "198.18.2.0/24", want: []string{"AAAA 2001:db8::2"}, scope: 23},
 		{name: "query name case kept (0x20)", q: "PaThD.eXample.", ecs: "198.18.1.0/24", want: []string{"A 198.51.100.1"}, scope: 24},
 		// all down
