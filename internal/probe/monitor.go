@@ -190,12 +190,14 @@ func (m *Monitor) start(e *entry) {
 // Run checks the targets until ctx ends, then stops every check and
 // returns once they have. Each target has its own ticker, started after a
 // random delay within its interval so that targets set together do not
-// all dial at once. Run is called once.
+// all dial at once. Run is not called twice at once; after it returns,
+// Set still updates the targets (they are not checked) and Run may run
+// again.
 func (m *Monitor) Run(ctx context.Context) {
 	m.mu.Lock()
 	if m.runCtx != nil {
 		m.mu.Unlock()
-		panic("probe: Monitor.Run called twice")
+		panic("probe: Monitor.Run called while running")
 	}
 	m.runCtx = ctx
 	for _, e := range m.ents {
@@ -204,6 +206,7 @@ func (m *Monitor) Run(ctx context.Context) {
 	m.mu.Unlock()
 	<-ctx.Done()
 	m.mu.Lock()
+	m.runCtx = nil // Set starts no more goroutines
 	for _, e := range m.ents {
 		e.stop()
 	}

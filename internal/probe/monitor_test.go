@@ -107,7 +107,9 @@ func addrPort(t *testing.T, a net.Addr) netip.AddrPort {
 	return ap
 }
 
-const iv = 100 * time.Millisecond
+// iv is the tests' check interval: short, with timeouts long enough that
+// a loaded machine does not fail a loopback check spuriously.
+const iv = 200 * time.Millisecond
 
 // TestTCP: a listener opened and closed moves the target up after Rise
 // successes and down at exactly the Fall-th failure.
@@ -128,19 +130,19 @@ func TestTCP(t *testing.T) {
 	ap := addrPort(t, ln.Addr())
 	ev := newEvents()
 	m := NewMonitor(Options{OnChange: ev.onChange, Logger: quiet})
-	if err := m.Set([]Target{{Key: "redis", Addr: loopback, Spec: Spec{Kind: TCP, Port: ap.Port(), Interval: iv, Timeout: 80 * time.Millisecond, Rise: 2, Fall: 3}}}); err != nil {
+	if err := m.Set([]Target{{Key: "redis", Addr: loopback, Spec: Spec{Kind: TCP, Port: ap.Port(), Interval: iv, Timeout: 150 * time.Millisecond, Rise: 2, Fall: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := m.State("redis"); s.Up || s.Checks != 0 {
 		t.Fatalf("before any check: %+v, want down (InitialUp false) and no checks", s)
 	}
 	runMonitor(t, m)
-	up := ev.next(t, 3*time.Second)
+	up := ev.next(t, 5*time.Second)
 	if !up.Up || up.Checks != 2 || up.Failures != 0 || up.LastErr != "" {
 		t.Fatalf("up after the 2nd success: %+v", up)
 	}
 	ln.Close()
-	down := ev.next(t, 3*time.Second)
+	down := ev.next(t, 5*time.Second)
 	if down.Up || down.Failures != 3 || !strings.Contains(down.LastErr, "refused") {
 		t.Fatalf("down at the 3rd failure: %+v", down)
 	}
@@ -237,17 +239,17 @@ func TestHTTP(t *testing.T) {
 		}
 	}
 	m := NewMonitor(Options{OnChange: ev.onChange, Logger: quiet})
-	spec := Spec{Kind: HTTP, Port: srv.port(t), Path: "/healthz", Interval: iv, Timeout: 80 * time.Millisecond, Rise: 2, Fall: 3}
+	spec := Spec{Kind: HTTP, Port: srv.port(t), Path: "/healthz", Interval: iv, Timeout: 150 * time.Millisecond, Rise: 2, Fall: 3}
 	if err := m.Set([]Target{{Key: "app", Addr: loopback, Spec: spec}}); err != nil {
 		t.Fatal(err)
 	}
 	runMonitor(t, m)
 
-	if s := ev.next(t, 3*time.Second); !s.Up || atOK != 2 || s.LastRTT <= 0 {
+	if s := ev.next(t, 5*time.Second); !s.Up || atOK != 2 || s.LastRTT <= 0 {
 		t.Fatalf("up: %+v after %d answers 200, want 2", s, atOK)
 	}
 	srv.mode.Store("fail")
-	s := ev.next(t, 3*time.Second)
+	s := ev.next(t, 5*time.Second)
 	if s.Up || atFail != 3 || s.LastErr != "HTTP 500" {
 		t.Fatalf("down: %+v after %d answers 500, want exactly 3", s, atFail)
 	}
@@ -259,7 +261,7 @@ func TestHTTP(t *testing.T) {
 
 	okBefore := srv.count("ok")
 	srv.mode.Store("ok")
-	if s := ev.next(t, 3*time.Second); !s.Up || atOK-okBefore != 2 {
+	if s := ev.next(t, 5*time.Second); !s.Up || atOK-okBefore != 2 {
 		t.Fatalf("up again: %+v after %d answers 200, want 2", s, atOK-okBefore)
 	}
 
@@ -274,7 +276,7 @@ func TestHTTP(t *testing.T) {
 	}
 
 	srv.mode.Store("redirect")
-	s = ev.next(t, 3*time.Second)
+	s = ev.next(t, 5*time.Second)
 	if !s.Up || s.LastErr != "" {
 		t.Fatalf("a 302 is an answer: %+v", s)
 	}
@@ -291,7 +293,7 @@ func TestHTTPS(t *testing.T) {
 	pool.AddCert(srv.Certificate())
 	port := srv.port(t)
 	spec := func(host string, insecure bool) Spec {
-		return Spec{Kind: HTTPS, Port: port, Host: host, Insecure: insecure, Interval: 3 * iv, Rise: 1, Fall: 1}
+		return Spec{Kind: HTTPS, Port: port, Host: host, Insecure: insecure, Interval: 2 * iv, Rise: 1, Fall: 1}
 	}
 	m := NewMonitor(Options{RootCAs: pool, Logger: quiet})
 	if err := m.Set([]Target{
@@ -337,7 +339,7 @@ func TestFlapping(t *testing.T) {
 				t.Fatal(err)
 			}
 			runMonitor(t, m)
-			s := waitState(t, m, "flappy", 10*time.Second, func(s State) bool { return s.Checks >= 12 })
+			s := waitState(t, m, "flappy", 15*time.Second, func(s State) bool { return s.Checks >= 12 })
 			if s.Up != initial || s.Failures < 5 || s.Failures > 7 {
 				t.Fatalf("after %d alternating checks: %+v, want Up=%v throughout", s.Checks, s, initial)
 			}
@@ -349,7 +351,7 @@ func TestFlapping(t *testing.T) {
 	}
 }
 
-// TestConcurrencyBound: 20 targets whose checks take 60 ms, on a 100 ms
+// TestConcurrencyBound: 20 targets whose checks take 60 ms, on a 200 ms
 // ticker, with MaxConcurrent 3: the server never sees more than 3
 // requests at once (and does see 3: the bound is what limits).
 func TestConcurrencyBound(t *testing.T) {
@@ -484,5 +486,45 @@ func TestSet(t *testing.T) {
 	}
 	if len(m.States()) != 0 || !m.Up(other) {
 		t.Fatalf("after Set(nil): %+v", m.States())
+	}
+}
+
+// TestOnChangeSerialized: ten targets going down together call OnChange
+// one at a time (events.onChange panics otherwise), once each; the
+// Options.Dial given makes every connection.
+func TestOnChangeSerialized(t *testing.T) {
+	srv := newHTTPServer(t, false)
+	ev := newEvents()
+	ev.hook = func(State) { time.Sleep(5 * time.Millisecond) }
+	var dials atomic.Int64
+	d := &net.Dialer{}
+	m := NewMonitor(Options{InitialUp: true, OnChange: ev.onChange, Logger: quiet,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}})
+	var ts []Target
+	for i := range 10 {
+		ts = append(ts, Target{Key: fmt.Sprintf("t%d", i), Addr: loopback, Spec: Spec{Kind: HTTP, Port: srv.port(t), Interval: iv, Rise: 1, Fall: 1}})
+	}
+	if err := m.Set(ts); err != nil {
+		t.Fatal(err)
+	}
+	srv.mode.Store("fail")
+	runMonitor(t, m)
+	seen := map[string]bool{}
+	for range 10 {
+		s := ev.next(t, 5*time.Second)
+		if s.Up || seen[s.Key] {
+			t.Fatalf("change %+v (seen %v)", s, seen)
+		}
+		seen[s.Key] = true
+	}
+	var checks uint64
+	for _, s := range m.States() {
+		checks += s.Checks
+	}
+	if n := dials.Load(); n < int64(checks) {
+		t.Fatalf("%d dials through Options.Dial for %d checks", n, checks)
 	}
 }
