@@ -16,6 +16,7 @@ var (
 	descFailures   = prometheus.NewDesc("azgate_gslb_catalog_failures_total", "Catalog builds that failed whole; the last good catalog kept serving.", nil, nil)
 	descViews      = prometheus.NewDesc("azgate_gslb_views_fresh", "Vantage points whose fresh views the verdicts combine (this one included).", nil, nil)
 	descViewErrs   = prometheus.NewDesc("azgate_gslb_view_errors_total", "Views of other vantage points that did not decode (dropped), and failed publishes of this node's view.", []string{"kind"}, nil)
+	descRateLimit  = prometheus.NewDesc("azgate_gslb_rate_limited_total", "UDP queries over --rate-limit: answered empty with TC=1 (slipped) or dropped.", []string{"action"}, nil)
 	descGeoReloads = prometheus.NewDesc("azgate_gslb_geoip_reloads_total", "GeoIP database reloads by result (a failed one keeps the database in use).", []string{"result"}, nil)
 )
 
@@ -28,7 +29,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTargetUp, descQueries, descAnswers, descTCPReject, descSkipped, descUpdates, descFailures, descViews, descViewErrs, descGeoReloads} {
+	for _, d := range []*prometheus.Desc{descTargetUp, descQueries, descAnswers, descTCPReject, descSkipped, descUpdates, descFailures, descViews, descViewErrs, descRateLimit, descGeoReloads} {
 		ch <- d
 	}
 }
@@ -60,6 +61,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descViews, prometheus.GaugeValue, float64(fresh))
 	ch <- prometheus.MustNewConstMetric(descViewErrs, prometheus.CounterValue, float64(g.viewErrs.Load()), "decode")
 	ch <- prometheus.MustNewConstMetric(descViewErrs, prometheus.CounterValue, float64(g.pubErrs.Load()), "publish")
+	if g.rl != nil {
+		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(g.rl.Slipped.Load()), "slipped")
+		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(g.rl.Dropped.Load()), "dropped")
+	}
 	if c.db != nil {
 		st := c.db.Stats()
 		ch <- prometheus.MustNewConstMetric(descGeoReloads, prometheus.CounterValue, float64(st.Reloads), "ok")

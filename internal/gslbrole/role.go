@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/azgate/azgate/internal/geo"
 	"github.com/azgate/azgate/internal/gslb"
 	"github.com/azgate/azgate/internal/gslbplan"
@@ -56,6 +58,9 @@ type Config struct {
 	Locator geo.Locator
 	// Quorum is how many fresh views must say down (0: a majority).
 	Quorum int
+	// RateLimit is the UDP answers per second per source network (/24,
+	// /56) before queries are slipped (TC=1) or dropped; 0: no limit.
+	RateLimit int
 	// ViewEvery is how often the local view is published (default 1s);
 	// a view older than ViewMaxAge (default 3 x ViewEvery, at least 3s)
 	// does not count.
@@ -75,6 +80,7 @@ type GSLB struct {
 	Handler *gslb.Handler
 	Server  *gslb.Server
 	mon     *probe.Monitor
+	rl      *rateLimiter           // nil: no rate limit
 	listen  atomic.Pointer[string] // the UDP address, once serving
 	started time.Time
 
@@ -115,6 +121,9 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	if strings.Contains(cfg.Vantage, "/") {
 		return nil, fmt.Errorf("gslb: vantage %q: no '/' allowed (it is a store key)", cfg.Vantage)
 	}
+	if cfg.RateLimit < 0 {
+		return nil, fmt.Errorf("gslb: rate limit %d: want 0 (none) or more", cfg.RateLimit)
+	}
 	if cfg.Quorum < 0 {
 		return nil, fmt.Errorf("gslb: quorum %d: want 0 (a majority) or more", cfg.Quorum)
 	}
@@ -152,7 +161,11 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 		}
 	}
 	g.mon = probe.NewMonitor(mo)
-	g.Server = gslb.NewServer(cfg.Server, g.Handler)
+	var h dns.Handler = g.Handler
+	if g.rl = newRateLimiter(cfg.RateLimit); g.rl != nil {
+		h = rateLimited{h: g.Handler, l: g.rl}
+	}
+	g.Server = gslb.NewServer(cfg.Server, h)
 	return g, nil
 }
 
