@@ -57,7 +57,8 @@ views through etcd and a target leaves the answers when --quorum of the
 fresh views say it is down (default a majority).
 
 DNS is public by design: it authenticates no one, answers only for its
-zones (no recursion), and is bounded in size, time and TCP connections.
+zones (no recursion), and is bounded in size, time and TCP connections
+(and, with --rate-limit, in UDP answers per source network).
 The default --listen is loopback; binding :53 on a public address is the
 operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 			Args: cobra.NoArgs,
