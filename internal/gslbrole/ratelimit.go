@@ -1,0 +1,122 @@
+package gslbrole
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Per-source response rate limit over UDP (--rate-limit; off by default).
+// An authoritative server answers anyone, and a spoofed source turns its
+// answers into a reflection attack on that source; the limit bounds what
+// one network (/24 for IPv4, /56 for IPv6) gets per second. Over the limit,
+// every other query gets an empty truncated answer (TC=1, "slip", as BIND's
+// RRL does) so a real client retries over TCP, which is not limited here
+// (TCP cannot be spoofed; it has its own connection bounds), and the rest
+// are dropped. Both are counted.
+const (
+	rateV4Bits = 24
+	rateV6Bits = 56
+	// maxRateSources bounds the buckets; idle ones are swept when it is
+	// reached, and if the table is still full it starts over (a flood of
+	// sources then gets fresh buckets: the limit degrades, memory does not).
+	maxRateSources = 1 << 16
+	rateIdle       = 10 * time.Second
+)
+
+type rateLimiter struct {
+	rate, burst float64
+	mu          sync.Mutex
+	buckets     map[netip.Prefix]*rateBucket
+	slip        atomic.Uint64
+	Dropped     atomic.Uint64 // queries not answered
+	Slipped     atomic.Uint64 // queries answered empty with TC=1
+}
+
+type rateBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// newRateLimiter allows perSecond answers per source network, with a burst
+// of twice that (0: nil, no limit).
+func newRateLimiter(perSecond int) *rateLimiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &rateLimiter{rate: float64(perSecond), burst: 2 * float64(perSecond), buckets: map[netip.Prefix]*rateBucket{}}
+}
+
+func sourceNet(a netip.Addr) netip.Prefix {
+	a = a.Unmap()
+	bits := rateV6Bits
+	if a.Is4() {
+		bits = rateV4Bits
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// allow takes a token of src's network.
+func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
+	key := sourceNet(src)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxRateSources {
+			for k, v := range l.buckets {
+				if now.Sub(v.last) > rateIdle {
+					delete(l.buckets, k)
+				}
+			}
+			if len(l.buckets) >= maxRateSources {
+				clear(l.buckets)
+			}
+		}
+		b = &rateBucket{tokens: l.burst, last: now}
+		l.buckets[key] = b
+	}
+	b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// rateLimited wraps the DNS handler with the limiter.
+type rateLimited struct {
+	h dns.Handler
+	l *rateLimiter
+}
+
+func (r rateLimited) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	ua, udp := w.RemoteAddr().(*net.UDPAddr)
+	if !udp || req.Response {
+		r.h.ServeDNS(w, req)
+		return
+	}
+	src, _ := netip.AddrFromSlice(ua.IP)
+	if r.l.allow(src, time.Now()) {
+		r.h.ServeDNS(w, req)
+		return
+	}
+	if r.l.slip.Add(1)%2 == 0 {
+		r.l.Dropped.Add(1)
+		return
+	}
+	r.l.Slipped.Add(1)
+	m := new(dns.Msg)
+	m.Id, m.Response, m.Opcode, m.Truncated = req.Id, true, req.Opcode, true
+	m.RecursionDesired = req.RecursionDesired
+	if len(req.Question) == 1 {
+		m.Question = req.Question
+	}
+	_ = w.WriteMsg(m)
+}

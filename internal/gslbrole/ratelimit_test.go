@@ -1,0 +1,119 @@
+package gslbrole
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/store/embeddedtest"
+)
+
+// TestRateLimiter: a burst of twice the rate, refilled at the rate, per
+// /24 (IPv4) or /56 (IPv6); the table stays bounded.
+func TestRateLimiter(t *testing.T) {
+	l := newRateLimiter(5)
+	t0 := time.Unix(1000, 0)
+	a := netip.MustParseAddr("198.51.100.7")
+	same := netip.MustParseAddr("198.51.100.200") // same /24
+	other := netip.MustParseAddr("198.51.101.7")
+	n := 0
+	for i := range 20 {
+		src := a
+		if i%2 == 1 {
+			src = same
+		}
+		if l.allow(src, t0) {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("burst: %d allowed, want 10 (2 x rate)", n)
+	}
+	if !l.allow(other, t0) {
+		t.Error("another /24 is limited by the first one's bucket")
+	}
+	if l.allow(a, t0.Add(100*time.Millisecond)) {
+		t.Error("0.5 token after 100 ms: allowed")
+	}
+	if !l.allow(a, t0.Add(300*time.Millisecond)) {
+		t.Error("1.5 tokens after 300 ms: refused")
+	}
+	v6 := newRateLimiter(1)
+	if !v6.allow(netip.MustParseAddr("2001:db8:0:1::1"), t0) || !v6.allow(netip.MustParseAddr("2001:db8:0:2::1"), t0) ||
+		v6.allow(netip.MustParseAddr("2001:db8:0:3::1"), t0) {
+		t.Error("IPv6 sources of one /56 do not share a bucket of 2")
+	}
+	// Bounded: a flood of sources never grows the table past the bound.
+	big := newRateLimiter(1)
+	for i := range maxRateSources + 100 {
+		// One /56 each, inside 2001:db8::/32.
+		big.allow(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 16), byte(i >> 8), byte(i), 0, 0, 0, 0, 0, 0, 0, 0, 1}), t0)
+	}
+	if len(big.buckets) > maxRateSources {
+		t.Errorf("%d buckets, bound %d", len(big.buckets), maxRateSources)
+	}
+	if newRateLimiter(0) != nil {
+		t.Error("rate 0 is no limiter")
+	}
+}
+
+// TestRoleRateLimit: through the running role, 40 UDP queries sent at
+// once from one source get 10 answers (the burst), and of the rest every
+// other one an empty TC=1 answer (slip) and the others nothing; all of
+// it counted. TCP is not limited.
+func TestRoleRateLimit(t *testing.T) {
+	r := startRole(t, embeddedtest.Store(t), Config{Name: "rrl", RateLimit: 5})
+	c, err := net.Dial("udp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := new(dns.Msg)
+	q.SetQuestion("example.", dns.TypeSOA)
+	for i := range 40 {
+		q.Id = uint16(i + 1)
+		b, _ := q.Pack()
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered, slipped := 0, 0
+	buf := make([]byte, 1500)
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			break
+		}
+		m := new(dns.Msg)
+		if err := m.Unpack(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if m.Truncated && m.Rcode == dns.RcodeSuccess {
+			slipped++
+		} else {
+			answered++
+		}
+	}
+	// The bucket refills 5 per second: a slow machine may answer one or
+	// two more.
+	if answered < 10 || answered > 12 {
+		t.Errorf("answered %d, want the burst of 10", answered)
+	}
+	rest := 40 - answered
+	if slipped < rest/2 || slipped > rest/2+1 {
+		t.Errorf("slipped %d of %d over the limit, want every other one", slipped, rest)
+	}
+	if s, d := r.metric(t, "azgate_gslb_rate_limited_total", "action=slipped"), r.metric(t, "azgate_gslb_rate_limited_total", "action=dropped"); int(s) != slipped || int(s+d) != rest {
+		t.Errorf("metrics slipped %v dropped %v; saw %d slipped of %d", s, d, slipped, rest)
+	}
+	tc := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	for range 3 {
+		if resp, _, err := tc.Exchange(q, r.addr); err != nil || resp.Truncated || resp.Rcode != dns.RcodeRefused {
+			t.Fatalf("TCP while UDP is limited: %v %v", resp, err)
+		}
+	}
+}
