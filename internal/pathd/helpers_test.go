@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/pathcomp"
 	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
@@ -97,6 +99,11 @@ func (n *node) run() {
 	n.t.Cleanup(func() {
 		cancel()
 		n.done.Wait()
+	})
+	waitFor(n.t, "the hop store loaded", 20*time.Second, func() bool {
+		n.s.mu.Lock()
+		defer n.s.mu.Unlock()
+		return n.s.loaded
 	})
 }
 
@@ -240,3 +247,28 @@ func metricLine(metrics, prefix string) string {
 }
 
 var _ = hopstore.NewMem
+
+func startRedisServer(t *testing.T, cfg bwstore.ServerConfig) *bwstore.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "azgpd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg.Dir = dir
+	srv, err := bwstore.StartServer(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	return srv
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
