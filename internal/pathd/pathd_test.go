@@ -51,6 +51,21 @@ func TestDetourThroughAPI(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", q, code, b)
 		}
 	}
+	// r1 reported unavailable: the detour has failed, the direct path
+	// (even lossy) is taken at the next recompute; r1 back: the detour
+	// again.
+	if rep := n.post(pathcomp.Measurement{From: "r1", To: "o", ToOrigin: true, Available: false, At: now.Add(2 * ms)}); rep.Applied != 1 {
+		t.Fatalf("unavailable report: %+v", rep)
+	}
+	waitFor(t, "the failed relay avoided", 2*time.Second, func() bool {
+		p, code := n.path("e", "o")
+		return code == 200 && p.Relays == 0
+	})
+	n.post(m("r1", "o", true, 10*ms, 0.001, now.Add(3*ms)))
+	waitFor(t, "the detour back", 2*time.Second, func() bool {
+		p, _ := n.path("e", "o")
+		return p.Relays == 1
+	})
 	// The direct path heals: no switch before the hysteresis margin, a
 	// switch once it is clearly better (loss smoothing takes reports).
 	for i := 1; i <= 60; i++ {
