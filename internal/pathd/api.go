@@ -161,7 +161,9 @@ func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsRe
 		if err != nil {
 			continue // dropped here: the other regions would drop it too
 		}
-		s.dirty[[2]string{m.From, m.To}] = struct{}{}
+		if s.cfg.Hops != nil {
+			s.dirty[[2]string{m.From, m.To}] = struct{}{}
+		}
 		for _, p := range s.peers {
 			p.push(fwdReport{ID: id, M: m})
 		}
@@ -220,7 +222,7 @@ func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
 		}
 		err = s.store.Ingest(f.M, now)
 		rep.count(err, &s.cnt.fwd)
-		if err == nil {
+		if err == nil && s.cfg.Hops != nil {
 			s.dirty[[2]string{f.M.From, f.M.To}] = struct{}{}
 		}
 	}
@@ -338,9 +340,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
-	if err := s.cfg.Hops.Ping(ctx); err != nil {
-		httpError(w, http.StatusServiceUnavailable, "hop store: %v", err)
-		return
+	if s.cfg.Hops != nil { // without one there is nothing to be unreachable
+		if err := s.cfg.Hops.Ping(ctx); err != nil {
+			httpError(w, http.StatusServiceUnavailable, "hop store: %v", err)
+			return
+		}
 	}
 	writeJSON(w, map[string]string{"status": "ok", "source": s.source})
 }

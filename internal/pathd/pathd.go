@@ -44,7 +44,8 @@ type Config struct {
 	Token, PeerToken string
 	MetricsToken     string // "" → Token
 	Peers            []Peer
-	// Hops is the cluster's hop store (default: an in-process one).
+	// Hops is the cluster's hop store; nil: none, the figures live in
+	// this process only (no persistence, no sharing with other servers).
 	Hops hopstore.Store
 	// Recompute is the interval of path recomputes, hop-store flushes
 	// and reads of the cluster's changes (default 1 s).
@@ -104,9 +105,6 @@ func (c *Config) check() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("pathd: peer %s: url %q: want http(s)://host[:port][/path] without credentials or query", p.Region, p.URL)
 		}
-	}
-	if c.Hops == nil {
-		c.Hops = hopstore.NewMem()
 	}
 	if c.Recompute <= 0 {
 		c.Recompute = time.Second
@@ -309,6 +307,9 @@ func (s *Server) sweep(ctx context.Context, now time.Time) {
 	s.sel.Retain(g, func(e string) bool { _, ok := s.edges[e]; return ok })
 	s.graph = g
 	s.selMu.Unlock()
+	if s.cfg.Hops == nil {
+		return
+	}
 	if _, err := s.cfg.Hops.Expire(ctx, cut); err != nil {
 		s.mu.Lock()
 		s.cnt.expireErrors++

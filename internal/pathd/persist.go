@@ -12,6 +12,12 @@ import (
 // cluster's figures. If nothing answers it starts empty with cursor 0:
 // the first pull that succeeds then reads every row.
 func (s *Server) load(ctx context.Context) {
+	if s.cfg.Hops == nil {
+		s.mu.Lock()
+		s.loaded = true
+		s.mu.Unlock()
+		return
+	}
 	l, err := s.cfg.Hops.Load(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,6 +99,9 @@ const (
 // restores the newer ones, so servers behind one VIP converge on the
 // newest figures of every hop.
 func (s *Server) pull(ctx context.Context) {
+	if s.cfg.Hops == nil {
+		return
+	}
 	for range pullPages {
 		s.mu.Lock()
 		cur := s.cursor

@@ -161,3 +161,22 @@ func TestExpiry(t *testing.T) {
 	}
 	var _ = json.Marshal
 }
+
+// TestBadRowsSkipped: rows in the hop store that do not validate are
+// skipped at load and by the sync, and counted.
+func TestBadRowsSkipped(t *testing.T) {
+	hops := hopstore.NewMem()
+	hops.Put("e o", "1 1 5 0 1 99")                   // a time out of range
+	hops.Put("e;x o", "1 1 5 0 1 1764763200000000000") // a bad name
+	now := time.Now()
+	hops.Save(context.Background(), []pathcomp.HopRecord{{From: "e", To: "r", RTTms: 5, Up: true, Last: now}})
+	n := startNode(t, Config{Region: "eu", Hops: hops})
+	if got := n.records(); len(got) != 1 {
+		t.Errorf("loaded %v, want e r only", got)
+	}
+	hops.Put("e p", "1 1 NaN 0 1 1764763200000000000") // up with no RTT
+	waitFor(t, "the sync counts the bad row", 2*time.Second, func() bool { return n.counters().malformed == 3 })
+	if l := metricLine(n.metrics(), `azgate_pathd_hopstore_events_total{event="malformed"}`); l != `azgate_pathd_hopstore_events_total{event="malformed"} 3` {
+		t.Errorf("metric: %q", l)
+	}
+}
