@@ -166,7 +166,7 @@ func TestExpiry(t *testing.T) {
 // skipped at load and by the sync, and counted.
 func TestBadRowsSkipped(t *testing.T) {
 	hops := hopstore.NewMem()
-	hops.Put("e o", "1 1 5 0 1 99")                   // a time out of range
+	hops.Put("e o", "1 1 5 0 1 99")                    // a time out of range
 	hops.Put("e;x o", "1 1 5 0 1 1764763200000000000") // a bad name
 	now := time.Now()
 	hops.Save(context.Background(), []pathcomp.HopRecord{{From: "e", To: "r", RTTms: 5, Up: true, Last: now}})
