@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"testing"
 	"time"
 
@@ -179,4 +180,79 @@ func TestBadRowsSkipped(t *testing.T) {
 	if l := metricLine(n.metrics(), `azgate_pathd_hopstore_events_total{event="malformed"}`); l != `azgate_pathd_hopstore_events_total{event="malformed"} 3` {
 		t.Errorf("metric: %q", l)
 	}
+}
+
+// TestRegionsWithClusters: three regions, each a cluster of two servers
+// sharing the region's own redis-server; the peers' URLs name one server
+// of each region (the VIP's pick). Probers alternate between their
+// region's two servers (ECMP over new connections). Every one of the six
+// servers ends with the same figures: the other server of a region
+// learns through Redis, the other regions through forwarding.
+func TestRegionsWithClusters(t *testing.T) {
+	regions := []string{"eu", "us", "ap"}
+	var lns []net.Listener
+	for range regions {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+	}
+	servers := make([][2]*node, 3)
+	for i, r := range regions {
+		_, srv := bwstoretest.Redis(t)
+		var peers []Peer
+		for j, o := range regions {
+			if j != i {
+				peers = append(peers, Peer{Region: o, URL: "http://" + lns[j].Addr().String()})
+			}
+		}
+		for k := range 2 {
+			h, err := hopstore.NewRedis(r, srv.Config(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close() })
+			n := newNode(t, Config{Region: r, Instance: fmt.Sprint("s", k), Peers: peers, Hops: h})
+			if k == 0 {
+				addr := lns[i].Addr().String()
+				lns[i].Close()
+				n.listen(addr)
+			} else {
+				n.listen("127.0.0.1:0")
+			}
+			t.Cleanup(n.closeListener)
+			n.run()
+			servers[i][k] = n
+		}
+	}
+	base := time.Now().Add(-time.Minute)
+	for round := range 12 {
+		for i, r := range regions {
+			n := servers[i][round%2]
+			at := base.Add(time.Duration(round) * time.Second)
+			hop := m(r+"-p", fmt.Sprint("relay", round%3), false, time.Duration(5+round)*ms, float64(round%4)/100, at)
+			n.post(hop)
+			other := servers[i][1-round%2]
+			waitFor(t, "the region's other server syncs the hop", 5*time.Second, func() bool {
+				other.s.mu.Lock()
+				defer other.s.mu.Unlock()
+				rec, ok := other.s.store.Record(hop.From, hop.To)
+				return ok && rec.Last.Equal(at)
+			})
+		}
+	}
+	all := []*node{servers[0][0], servers[0][1], servers[1][0], servers[1][1], servers[2][0], servers[2][1]}
+	waitFor(t, "six servers with the same 9 hops", 10*time.Second, func() bool {
+		first := all[0].records()
+		if len(first) != 9 {
+			return false
+		}
+		for _, n := range all[1:] {
+			if !maps.Equal(first, n.records()) {
+				return false
+			}
+		}
+		return true
+	})
 }
