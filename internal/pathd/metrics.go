@@ -23,7 +23,7 @@ var (
 	descNodes      = prometheus.NewDesc("azgate_pathd_nodes", "Nodes (edges, relays, origins) held.", nil, nil)
 	descEdges      = prometheus.NewDesc("azgate_pathd_edges", "Edges whose paths are recomputed (queried within the expiry time).", nil, nil)
 	descForgot     = prometheus.NewDesc("azgate_pathd_forgotten_total", "Hops and nodes forgotten for not being reported within the expiry time.", []string{"kind"}, nil)
-	descStore      = prometheus.NewDesc("azgate_pathd_hopstore_events_total", "Hop store events: rows saved, restored (newer than held), refused (invalid for the store), malformed (skipped), and errors by operation.", []string{"event"}, nil)
+	descStore      = prometheus.NewDesc("azgate_pathd_hopstore_events_total", "Hop store events: rows saved, restored (newer than held), refused (invalid for the store), malformed (skipped), reset (the store's version went back: every hop written back), and errors by operation.", []string{"event"}, nil)
 )
 
 type collector struct{ s *Server }
@@ -90,6 +90,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	cnt(descStore, k.loadErrors, "load_error")
 	cnt(descStore, k.changesErrors, "changes_error")
 	cnt(descStore, k.expireErrors, "expire_error")
+	cnt(descStore, k.resets, "reset")
 }
 
 func (s *Server) metricsHandler() http.Handler {

@@ -156,6 +156,7 @@ type counters struct {
 	restored, refused uint64
 	changesErrors     uint64
 	expireErrors      uint64
+	resets            uint64
 }
 
 // outcome counts what became of reports.

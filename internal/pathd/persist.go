@@ -115,6 +115,16 @@ func (s *Server) pull(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
+		if l.Reset {
+			// The store lost its rows (restarted without persistence):
+			// write back everything this server holds at the next flush,
+			// so a server that starts next finds the cluster's figures.
+			for _, r := range s.store.Records() {
+				s.dirty[[2]string{r.From, r.To}] = struct{}{}
+			}
+			s.cnt.resets++
+			s.cfg.Log.Warn("hop store: its version went back (data lost?); writing back every hop", "hops", len(s.dirty))
+		}
 		s.restoreLocked(l)
 		s.cursor = l.Cursor
 		s.mu.Unlock()

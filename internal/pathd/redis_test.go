@@ -256,3 +256,21 @@ func TestRegionsWithClusters(t *testing.T) {
 		return true
 	})
 }
+
+// TestStoreDataLoss: when the hop store loses its rows (Redis restarted
+// without persistence), the server writes back every hop it holds, so
+// the next server to start finds them.
+func TestStoreDataLoss(t *testing.T) {
+	hops := hopstore.NewMem()
+	n := startNode(t, Config{Region: "eu", Hops: hops})
+	now := time.Now()
+	n.post(m("e", "o", true, 5*ms, 0, now), m("e", "r", false, 5*ms, 0, now))
+	count := func() int { l, _ := hops.Load(context.Background()); return len(l.Records) }
+	waitFor(t, "2 rows saved", 2*time.Second, func() bool { return count() == 2 })
+	hops.Flush()
+	n.post(m("e", "x", true, 5*ms, 0, now)) // a new version 1, below the server's cursor
+	waitFor(t, "every hop written back", 2*time.Second, func() bool { return count() == 3 })
+	if c := n.counters(); c.resets != 1 {
+		t.Errorf("resets %d, want 1", c.resets)
+	}
+}

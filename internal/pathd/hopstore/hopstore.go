@@ -31,6 +31,10 @@ type Store interface {
 	Load(ctx context.Context) (Loaded, error)
 	// Changes returns rows saved with a version above since, at most max
 	// of them, lowest version first; More says whether more are waiting.
+	// When the store's version is below since, the store lost its data
+	// (a Redis restarted without persistence, a FLUSHALL): Changes then
+	// reads from version 0 and sets Reset, and the caller writes back
+	// what it holds.
 	Changes(ctx context.Context, since uint64, max int) (Loaded, error)
 	// Expire deletes the rows whose hop was last reported before before.
 	Expire(ctx context.Context, before time.Time) (int, error)
@@ -46,6 +50,7 @@ type Loaded struct {
 	Records   []pathcomp.HopRecord
 	Cursor    uint64
 	More      bool
+	Reset     bool // Changes: the store's version went back; read from 0
 	Malformed int
 	Errs      []string
 	// From names where a Load read (the primary, or a replica when the

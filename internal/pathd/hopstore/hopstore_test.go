@@ -236,3 +236,43 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// TestChangesAfterDataLoss: a store whose version went back (a Redis
+// restarted without persistence) makes Changes read from 0 and say so.
+func TestChangesAfterDataLoss(t *testing.T) {
+	ctx := context.Background()
+	r, srv := bwstoretest.Redis(t)
+	rs, err := NewRedis("eu", srv.Config(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	mem := NewMem()
+	for name, c := range map[string]struct {
+		s     Store
+		flush func()
+	}{
+		"mem":   {mem, mem.Flush},
+		"redis": {rs, func() { r.Client().FlushAll(ctx) }},
+	} {
+		s := c.s
+		var recs []pathcomp.HopRecord
+		for i := range 5 {
+			recs = append(recs, rec("a", fmt.Sprint("b", i), 1, t0))
+		}
+		s.Save(ctx, recs)
+		l, _ := s.Changes(ctx, 0, 100)
+		if l.Cursor != 5 || l.Reset {
+			t.Fatalf("%s: %+v", name, l)
+		}
+		c.flush()
+		s.Save(ctx, recs[:2])
+		l2, err := s.Changes(ctx, l.Cursor, 100)
+		if err != nil || !l2.Reset || len(l2.Records) != 2 || l2.Cursor != 2 {
+			t.Errorf("%s: after data loss: %+v %v, want Reset, 2 rows, cursor 2", name, l2, err)
+		}
+		if l3, _ := s.Changes(ctx, l2.Cursor, 100); l3.Reset || len(l3.Records) != 0 {
+			t.Errorf("%s: then: %+v", name, l3)
+		}
+	}
+}

@@ -41,6 +41,14 @@ func (m *Mem) SetDown(down bool) {
 	m.mu.Unlock()
 }
 
+// Flush forgets every row and the version, as a Redis restarted without
+// persistence would (tests).
+func (m *Mem) Flush() {
+	m.mu.Lock()
+	m.rows, m.ver = map[string]memRow{}, 0
+	m.mu.Unlock()
+}
+
 // Put stores a raw row, unvalidated (tests of what a reader does with a
 // bad row).
 func (m *Mem) Put(field, value string) {
@@ -96,6 +104,10 @@ func (m *Mem) Changes(_ context.Context, since uint64, max int) (Loaded, error) 
 		f string
 		r memRow
 	}
+	l := Loaded{Cursor: since}
+	if m.ver < since {
+		since, l.Reset, l.Cursor = 0, true, 0
+	}
 	var out []fv
 	for f, r := range m.rows {
 		if r.ver > since {
@@ -103,7 +115,6 @@ func (m *Mem) Changes(_ context.Context, since uint64, max int) (Loaded, error) 
 		}
 	}
 	slices.SortFunc(out, func(a, b fv) int { return cmp.Compare(a.r.ver, b.r.ver) })
-	l := Loaded{Cursor: since}
 	if len(out) > max {
 		out, l.More = out[:max], true
 	}

@@ -196,8 +196,8 @@ func (r *Redis) load(ctx context.Context, s *bwstore.Redis) (Loaded, error) {
 	}
 }
 
-// Changes implements Store: ZRANGEBYSCORE on the versions, then HMGET of
-// the rows, in one round trip each.
+// Changes implements Store: GET of the version (to notice a store that
+// lost its data), ZRANGEBYSCORE on the versions, then HMGET of the rows.
 func (r *Redis) Changes(ctx context.Context, since uint64, max int) (Loaded, error) {
 	l := Loaded{Cursor: since}
 	if max <= 0 {
@@ -206,6 +206,13 @@ func (r *Redis) Changes(ctx context.Context, since uint64, max int) (Loaded, err
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	c := r.primary.Client()
+	ver, err := c.Get(ctx, r.ver).Uint64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return l, fmt.Errorf("hopstore: cluster %s: changes: %s: %w", r.cluster, r.ver, err)
+	}
+	if ver < since {
+		since, l.Reset, l.Cursor = 0, true, 0
+	}
 	zs, err := c.ZRangeByScoreWithScores(ctx, r.vers, &redis.ZRangeBy{
 		Min: "(" + strconv.FormatUint(since, 10), Max: "+inf", Count: int64(max)}).Result()
 	if err != nil {
