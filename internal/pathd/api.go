@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -208,7 +209,16 @@ func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Now()
 	var rep ReportsReply
 	s.mu.Lock()
+	own := s.cfg.Region + "/"
 	for _, f := range fs {
+		if strings.HasPrefix(f.ID.Source, own) {
+			// Taken from a prober in this region and forwarded back: a
+			// --peer URL points at this region. Applying it here would
+			// apply it twice in the region (the server that took it
+			// already did).
+			rep.count(fmt.Errorf("report %s/%d: source: from this region (%s): a --peer URL of the sender points back here", f.ID.Source, f.ID.Seq, s.cfg.Region), &s.cnt.fwd)
+			continue
+		}
 		apply, _, err := s.dedup.Decide(f.ID, false)
 		if err != nil {
 			rep.count(err, &s.cnt.fwd)

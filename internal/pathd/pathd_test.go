@@ -193,6 +193,12 @@ func TestBadBodies(t *testing.T) {
 	if c.local.applied != 0 || c.fwd.applied != 0 || c.invalid[0] != 11 || c.invalid[1] != 3 {
 		t.Errorf("counters %+v", c)
 	}
+	// A forward of this region's own report (a peer URL pointing back):
+	// rejected, not applied twice.
+	code, b := do(t, "POST", n.url+"/v1/forward", peerTok, mustJSON(t, []fwdReport{{ID: pathcomp.ReportID{Source: "eu/other-1", Seq: 1}, M: good}}))
+	if code != 200 || !strings.Contains(string(b), `"rejected":1`) || !strings.Contains(string(b), "points back here") {
+		t.Errorf("own region's report forwarded back: %d %s", code, b)
+	}
 	// Not validation but outcome: a stale report is counted, the rest applied.
 	rep := n.post(good, m("e", "r", false, ms, 0, now), good)
 	if rep.Applied != 2 || rep.Stale != 1 || len(rep.Errors) != 1 {
