@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/pathcomp"
+	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
 
 // benchBatch is one prober POST: 100 hops of 10 probers.
@@ -28,7 +29,9 @@ func benchBatch(base time.Time, round int) []pathcomp.Measurement {
 func benchServer(b *testing.B) *Server {
 	// Two peers whose forwarders do not run: every applied report is
 	// queued twice (the queues fill and drop the oldest, a cost included).
-	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok,
+	// A hop store, as with --redis: applied hops go into the dirty set
+	// (not flushed here: Run does not run).
+	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok, Hops: hopstore.NewMem(),
 		Peers: []Peer{{Region: "us", URL: "http://192.0.2.1"}, {Region: "ap", URL: "http://192.0.2.2"}}})
 	if err != nil {
 		b.Fatal(err)
