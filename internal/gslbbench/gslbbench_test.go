@@ -62,7 +62,7 @@ func TestBenchShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, err := Run(ctx, Options{
-		Duration: time.Second, Rounds: 1, Rate: 2000, FailoverReps: 1,
+		Duration: 700 * time.Millisecond, Rounds: 1, Rate: 2000, FailoverReps: 1,
 		ServeArgv: []string{os.Args[0]}, ServeEnv: []string{serveEnv + "=1"},
 		Out: t.Logf,
 	})

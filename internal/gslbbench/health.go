@@ -2,72 +2,27 @@ package gslbbench
 
 import (
 	"context"
-	"net"
 	"net/netip"
-	"strconv"
-	"sync"
-	"time"
+
+	"github.com/azgate/azgate/internal/probe"
 )
 
-// TEMPORARY until the i11-probe merge: a minimal TCP-connect checker with
-// internal/probe's contract semantics (initially up, down after Fall
-// consecutive failures, up after Rise consecutive successes, one ticker
-// per target). Replaced by probe.Monitor when internal/probe lands.
-type tcpHealth struct {
-	p    ProbeSettings
-	vips []netip.Addr
-	mu   sync.Mutex
-	up   map[netip.Addr]bool
-}
+// health is the serving child's gslb.Health: an internal/probe Monitor
+// with a TCP check of every VIP, initially up (what the GSLB role does).
+type health struct{ m *probe.Monitor }
 
-func newHealth(p ProbeSettings, vips []netip.Addr) (*tcpHealth, error) {
-	h := &tcpHealth{p: p, vips: vips, up: map[netip.Addr]bool{}}
+func newHealth(p ProbeSettings, vips []netip.Addr) (*health, error) {
+	m := probe.NewMonitor(probe.Options{InitialUp: true})
+	spec := probe.Spec{Kind: probe.TCP, Port: p.Port, Interval: p.Interval, Timeout: p.Timeout, Rise: p.Rise, Fall: p.Fall}
+	var ts []probe.Target
 	for _, v := range vips {
-		h.up[v] = true
+		ts = append(ts, probe.Target{Key: "pathd.example/" + v.String(), Addr: v, Spec: spec})
 	}
-	return h, nil
+	if err := m.Set(ts); err != nil {
+		return nil, err
+	}
+	return &health{m}, nil
 }
 
-func (h *tcpHealth) Up(a netip.Addr) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	up, ok := h.up[a]
-	return up || !ok
-}
-
-func (h *tcpHealth) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, v := range h.vips {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(h.p.Interval)
-			defer t.Stop()
-			ok, bad := 0, 0
-			addr := net.JoinHostPort(v.String(), strconv.Itoa(int(h.p.Port)))
-			for {
-				d := net.Dialer{Timeout: h.p.Timeout}
-				c, err := d.DialContext(ctx, "tcp", addr)
-				if err == nil {
-					c.Close()
-					ok, bad = ok+1, 0
-				} else {
-					ok, bad = 0, bad+1
-				}
-				h.mu.Lock()
-				if ok >= h.p.Rise {
-					h.up[v] = true
-				} else if bad >= h.p.Fall {
-					h.up[v] = false
-				}
-				h.mu.Unlock()
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
+func (h *health) Up(a netip.Addr) bool    { return h.m.Up(a) }
+func (h *health) Run(ctx context.Context) { h.m.Run(ctx) }
