@@ -131,7 +131,9 @@ type Load struct {
 	QPS         float64 `json:"qps"`
 	Sent        int     `json:"sent"`
 	Completed   int     `json:"completed"`
-	Lost        int     `json:"lost"`
+	Lost        int     `json:"lost"`     // dnsperf's count
+	Timeouts    int     `json:"timeouts"` // of which timed out (the rest were in flight when the time limit ended)
+	RcvbufDrops uint64  `json:"rcvbuf_drops"` // queries the kernel dropped at the server's full UDP receive buffer
 	MeanLatency float64 `json:"mean_latency_s"` // over all answered queries
 	P99Latency  float64 `json:"p99_latency_s"`
 	CPU         float64 `json:"cpu_s"`        // server process CPU time during the run
@@ -254,8 +256,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return rep, err
 			}
-			o.Out("round %d: %-6s %8.0f q/s  mean %.3f ms  p99 %.3f ms  lost %d  %.2f µs CPU/q  busy %.0f %%  waited for a CPU %.0f %%",
-				round+1, l.Server, l.QPS, l.MeanLatency*1e3, l.P99Latency*1e3, l.Lost, l.CPUPerQuery, l.Busy, l.Wait)
+			o.Out("round %d: %-6s %8.0f q/s  mean %.3f ms  p99 %.3f ms  lost %d (timeouts %d, server rcvbuf drops %d)  %.2f µs CPU/q  busy %.0f %%  waited for a CPU %.0f %%",
+				round+1, l.Server, l.QPS, l.MeanLatency*1e3, l.P99Latency*1e3, l.Lost, l.Timeouts, l.RcvbufDrops, l.CPUPerQuery, l.Busy, l.Wait)
 			pair[i] = l
 		}
 		rep.Rounds = append(rep.Rounds, pair)
@@ -305,6 +307,10 @@ func measure(ctx context.Context, s *server, l loadSpec) (Load, error) {
 	if err != nil {
 		return Load{}, err
 	}
+	d0, err := udpDrops(s.addr)
+	if err != nil {
+		return Load{}, err
+	}
 	t0 := time.Now()
 	rs, err := runLoad(ctx, l)
 	wall := time.Since(t0)
@@ -319,7 +325,11 @@ func measure(ctx context.Context, s *server, l loadSpec) (Load, error) {
 	if err != nil {
 		return Load{}, err
 	}
-	out := Load{Server: s.name, Rcodes: map[string]int{}}
+	d1, err := udpDrops(s.addr)
+	if err != nil {
+		return Load{}, err
+	}
+	out := Load{Server: s.name, Rcodes: map[string]int{}, RcvbufDrops: d1 - d0}
 	var lat []float64
 	var sum float64
 	for _, r := range rs {
@@ -327,6 +337,7 @@ func measure(ctx context.Context, s *server, l loadSpec) (Load, error) {
 		out.Sent += r.Sent
 		out.Completed += r.Completed
 		out.Lost += r.Lost
+		out.Timeouts += r.Timeouts
 		for k, v := range r.Rcodes {
 			out.Rcodes[k] += v
 		}

@@ -35,6 +35,7 @@ func ecsOption(p netip.Prefix) string {
 // perfResult is one dnsperf process's outcome.
 type perfResult struct {
 	Sent, Completed, Lost int
+	Timeouts              int // "> T" lines: queries that timed out (-t)
 	QPS                   float64
 	MeanLatency           float64 // seconds, dnsperf's own average
 	RunTime               float64 // seconds
@@ -64,6 +65,9 @@ func parseDnsperf(r io.Reader) (*perfResult, error) {
 		line := sc.Text()
 		if strings.HasPrefix(line, "> ") {
 			f := strings.Fields(line)
+			if len(f) == 4 && f[1] == "T" {
+				res.Timeouts++
+			}
 			if len(f) == 5 {
 				lat, err := strconv.ParseFloat(f[4], 64)
 				if err != nil {

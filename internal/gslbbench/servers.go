@@ -139,6 +139,37 @@ func (s *server) runqueueWait() (time.Duration, error) {
 	return sum, nil
 }
 
+// udpDrops is the drop count of the UDP socket bound to ap
+// (/proc/net/udp, last column): datagrams the kernel discarded because
+// the socket's receive buffer was full. ap is IPv4.
+func udpDrops(ap netip.AddrPort) (uint64, error) {
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return 0, err
+	}
+	a := ap.Addr().As4()
+	// The address is the kernel's __be32 printed as a host-order
+	// (little-endian here) integer; the port is in host order.
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], ap.Port())
+	var sum uint64
+	found := false
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 13 || f[1] != want {
+			continue
+		}
+		n, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/net/udp %q: %w", line, err)
+		}
+		sum, found = sum+n, true
+	}
+	if !found {
+		return 0, fmt.Errorf("/proc/net/udp: no socket on %s (%s)", ap, want)
+	}
+	return sum, nil
+}
+
 // startOurs writes the child's config and starts `azgate bench
 // gslb-serve` (argv), pinned, with GOMAXPROCS=threads, and waits for its
 // "ready" line.
