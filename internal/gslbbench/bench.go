@@ -131,9 +131,9 @@ type Load struct {
 	QPS         float64 `json:"qps"`
 	Sent        int     `json:"sent"`
 	Completed   int     `json:"completed"`
-	Lost        int     `json:"lost"`     // dnsperf's count
-	Timeouts    int     `json:"timeouts"` // of which timed out (the rest were in flight when the time limit ended)
-	RcvbufDrops uint64  `json:"rcvbuf_drops"` // queries the kernel dropped at the server's full UDP receive buffer
+	Lost        int     `json:"lost"`           // dnsperf's count
+	Timeouts    int     `json:"timeouts"`       // of which timed out (the rest were in flight when the time limit ended)
+	RcvbufDrops uint64  `json:"rcvbuf_drops"`   // queries the kernel dropped at the server's full UDP receive buffer
 	MeanLatency float64 `json:"mean_latency_s"` // over all answered queries
 	P99Latency  float64 `json:"p99_latency_s"`
 	CPU         float64 `json:"cpu_s"`        // server process CPU time during the run
