@@ -65,6 +65,7 @@ region, and back after reopening. Needs gdnsd, dnsperf and taskset.`,
 	f.IntVar(&o.Probe.Rise, "probe-rise", 2, "successes in a row to come back up (gdnsd up_thresh)")
 	f.IntVar(&o.Probe.Fall, "probe-fall", 2, "failures in a row to go down (gdnsd down_thresh, with ok_thresh 1)")
 	f.IntVar(&o.FailoverReps, "failover-reps", 6, "failover repetitions, cycling over the regions (-1: skip)")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a Go CPU profile of azgate's server process (the whole run) to this file")
 	f.StringVar(&o.Gdnsd, "gdnsd", "", "gdnsd binary (default: from PATH)")
 	f.StringVar(&o.Dnsperf, "dnsperf", "", "dnsperf binary (default: from PATH)")
 

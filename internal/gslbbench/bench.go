@@ -40,6 +40,8 @@ type Options struct {
 	// "bench", ServeChildArg).
 	ServeArgv []string
 	ServeEnv  []string // extra environment for the child
+	// CPUProfile: our server writes a Go CPU profile of the whole run here.
+	CPUProfile string
 	Gdnsd     string   // gdnsd binary (default: from PATH)
 	Dnsperf   string   // dnsperf binary (default: from PATH)
 	Out       func(format string, a ...any)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/azgate/azgate/internal/geo"
@@ -26,6 +27,9 @@ type ServeConfig struct {
 	MMDB  string
 	Zone  gslb.Config
 	Probe ProbeSettings
+	// CPUProfile, when set, is where the child writes a Go CPU profile of
+	// its whole serving time (`bench gslb --cpuprofile`).
+	CPUProfile string
 }
 
 // Serve is the child process: azgate's GSLB server as `azgate gslb` will
@@ -68,6 +72,17 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	go health.Run(hctx)
 	h := gslb.NewHandler(cat, gslbLocator(db), health)
 	srv := gslb.NewServer(gslb.ServerConfig{Addr: cfg.Addr}, h)
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := srv.Start(); err != nil {
 		return err
 	}

@@ -174,7 +174,7 @@ func udpDrops(ap netip.AddrPort) (uint64, error) {
 // gslb-serve` (argv), pinned, with GOMAXPROCS=threads, and waits for its
 // "ready" line.
 func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort, mmdb string) (*server, error) {
-	cfg := ServeConfig{Addr: addr.String(), MMDB: mmdb, Zone: OurZone(), Probe: o.Probe}
+	cfg := ServeConfig{Addr: addr.String(), MMDB: mmdb, Zone: OurZone(), Probe: o.Probe, CPUProfile: o.CPUProfile}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return nil, err
