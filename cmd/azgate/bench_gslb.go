@@ -56,7 +56,7 @@ region, and back after reopening. Needs gdnsd, dnsperf and taskset.`,
 	f.DurationVar(&o.Duration, "duration", 5*time.Second, "dnsperf run per server and round")
 	f.IntVar(&o.Rounds, "rounds", 3, "saturation rounds (servers alternate order; the median round is reported)")
 	f.IntVar(&o.Rate, "rate", 5000, "fixed-rate latency run, total queries/s (-1: skip)")
-	f.IntVar(&o.Inflight, "inflight", 100, "outstanding queries per dnsperf process (dnsperf -q)")
+	f.IntVar(&o.Inflight, "inflight", 50, "outstanding queries per dnsperf process (dnsperf -q); 3x this beyond ~200 overflows the servers' UDP receive buffers")
 	f.IntVar(&o.Threads, "threads", 1, "server threads: GOMAXPROCS for azgate, udp_threads/tcp_threads for gdnsd")
 	f.StringVar(&o.ServerCPUs, "server-cpus", "", `taskset CPU list for both servers (default on 2+ CPUs: "1"; "-": no pinning)`)
 	f.StringVar(&o.ClientCPUs, "client-cpus", "", `taskset CPU list for dnsperf (default on 2+ CPUs: "0"; "-": no pinning)`)

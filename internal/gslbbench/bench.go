@@ -25,7 +25,7 @@ type Options struct {
 	Duration time.Duration // per server and round, saturation (default 5s)
 	Rounds   int           // saturation rounds, servers alternate order; the median round is reported (default 3)
 	Rate     int           // fixed-rate latency run, total queries/s over the 3 regions (default 5000; <0 skips)
-	Inflight int           // outstanding queries per dnsperf process (-q; default 100)
+	Inflight int           // outstanding queries per dnsperf process (-q; default 50: 150 in flight fit the servers' UDP receive buffers)
 	// Threads is each server's thread count: GOMAXPROCS for ours,
 	// udp_threads and tcp_threads for gdnsd (default 1).
 	Threads int
@@ -42,9 +42,9 @@ type Options struct {
 	ServeEnv  []string // extra environment for the child
 	// CPUProfile: our server writes a Go CPU profile of the whole run here.
 	CPUProfile string
-	Gdnsd     string   // gdnsd binary (default: from PATH)
-	Dnsperf   string   // dnsperf binary (default: from PATH)
-	Out       func(format string, a ...any)
+	Gdnsd      string // gdnsd binary (default: from PATH)
+	Dnsperf    string // dnsperf binary (default: from PATH)
+	Out        func(format string, a ...any)
 
 	taskset string
 	gdnsd   string
@@ -61,7 +61,7 @@ func (o *Options) defaults() error {
 		o.Rate = 5000
 	}
 	if o.Inflight <= 0 {
-		o.Inflight = 100
+		o.Inflight = 50
 	}
 	if o.Threads <= 0 {
 		o.Threads = 1
