@@ -568,6 +568,13 @@ func (r *Report) medianRound() [2]Load {
 	return out
 }
 
+func perCPU(l Load) float64 {
+	if l.CPUPerQuery == 0 {
+		return 0
+	}
+	return 1e6 / l.CPUPerQuery
+}
+
 // Results are the report as bench results: ours as the value, gdnsd as
 // the baseline, ratio ours/gdnsd.
 func (r *Report) Results() []bench.Result {
@@ -592,6 +599,7 @@ func (r *Report) Results() []bench.Result {
 		add("mean latency (saturation)", m[0].MeanLatency*1e3, m[1].MeanLatency*1e3, "ms", "", "")
 		add("lost queries (saturation)", float64(m[0].Lost), float64(m[1].Lost), "queries", "", "")
 		add("CPU per query (saturation)", m[0].CPUPerQuery, m[1].CPUPerQuery, "µs", "server process user+system CPU time (/proc/PID/stat, all threads) during the run / answered queries", "")
+		add("q/s per server CPU-second (saturation)", perCPU(m[0]), perCPU(m[1]), "q/s", "1 / CPU per query: what one fully used CPU would answer at this cost, the capacity comparison that does not depend on who was the limit", "≥ 1.0× gdnsd")
 		add("server CPU busy (saturation)", m[0].Busy, m[1].Busy, "%", "CPU time / wall time: 100 % = one CPU's worth", "")
 		add("server waited for a CPU (saturation)", m[0].Wait, m[1].Wait, "%", "time the server's threads were runnable but not running (/proc/PID/task/*/schedstat) / wall time: other work on its CPU; busy + waited well below 100 % means dnsperf was the limit", "")
 	}
