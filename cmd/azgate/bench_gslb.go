@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,6 +41,12 @@ region, and back after reopening. Needs gdnsd, dnsperf and taskset.`,
 			ctx, cancel := signalContext()
 			defer cancel()
 			o.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+			if !cmd.Flags().Changed("user") && os.Geteuid() == 0 {
+				o.User = "nobody"
+			}
+			if o.User == "-" {
+				o.User = ""
+			}
 			rep, err := gslbbench.Run(ctx, o)
 			if rep != nil {
 				if rerr := bench.Report(cmd.OutOrStdout(), rep.Results(), globals.json); rerr != nil && err == nil {
@@ -66,6 +73,7 @@ region, and back after reopening. Needs gdnsd, dnsperf and taskset.`,
 	f.IntVar(&o.Probe.Fall, "probe-fall", 2, "failures in a row to go down (gdnsd down_thresh, with ok_thresh 1)")
 	f.IntVar(&o.FailoverReps, "failover-reps", 6, "failover repetitions, cycling over the regions (-1: skip)")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a Go CPU profile of azgate's server process (the whole run) to this file")
+	f.StringVar(&o.User, "user", "", `user both servers run as, through setpriv (default as root: "nobody"; "-": the bench's own user)`)
 	f.StringVar(&o.Gdnsd, "gdnsd", "", "gdnsd binary (default: from PATH)")
 	f.StringVar(&o.Dnsperf, "dnsperf", "", "dnsperf binary (default: from PATH)")
 

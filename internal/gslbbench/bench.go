@@ -8,10 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,12 +44,19 @@ type Options struct {
 	ServeEnv  []string // extra environment for the child
 	// CPUProfile: our server writes a Go CPU profile of the whole run here.
 	CPUProfile string
-	Gdnsd      string // gdnsd binary (default: from PATH)
-	Dnsperf    string // dnsperf binary (default: from PATH)
-	Out        func(format string, a ...any)
+	// User, when set, is who both servers run as (through setpriv; the
+	// bench must be root): they parse queries any local user can send,
+	// so `azgate bench gslb` runs them as "nobody" when it is root. The
+	// run's directory is handed to that user.
+	User    string
+	Gdnsd   string // gdnsd binary (default: from PATH)
+	Dnsperf string // dnsperf binary (default: from PATH)
+	Out     func(format string, a ...any)
 
-	taskset string
-	gdnsd   string
+	taskset  string
+	gdnsd    string
+	setpriv  string
+	uid, gid int
 }
 
 func (o *Options) defaults() error {
@@ -122,6 +131,17 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("taskset (util-linux) for --server-cpus/--client-cpus: %w", err)
 		}
 		o.taskset = p
+	}
+	if o.User != "" {
+		u, err := user.Lookup(o.User)
+		if err != nil {
+			return fmt.Errorf("--user %q: %w", o.User, err)
+		}
+		o.uid, _ = strconv.Atoi(u.Uid)
+		o.gid, _ = strconv.Atoi(u.Gid)
+		if o.setpriv, err = exec.LookPath("setpriv"); err != nil {
+			return fmt.Errorf("setpriv (util-linux) for --user: %w", err)
+		}
 	}
 	return o.Probe.Validate()
 }
@@ -221,6 +241,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.User != "" {
+		if err := chownAll(dir, o.uid, o.gid); err != nil {
+			return nil, err
+		}
+		if o.CPUProfile != "" {
+			f, err := os.Create(o.CPUProfile)
+			if err != nil {
+				return nil, err
+			}
+			f.Close()
+			if err := os.Chown(o.CPUProfile, o.uid, o.gid); err != nil {
+				return nil, err
+			}
+		}
+	}
 	ours, err := startOurs(ctx, &o, dir, ourAP, mmdb)
 	if err != nil {
 		return nil, err
@@ -289,6 +324,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// chownAll hands the run's directory to the servers' user, so they can
+// read their configuration and the database and gdnsd can write its run
+// and state directories. The directory stays 0700: no one else reads it.
+func chownAll(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 func gdnsdVersion(bin string) string {

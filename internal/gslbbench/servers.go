@@ -170,6 +170,18 @@ func udpDrops(ap netip.AddrPort) (uint64, error) {
 	return sum, nil
 }
 
+// serverCmd is a server's command: pinned to ServerCPUs, and run as
+// User through setpriv when one is set (with its parent-death signal
+// set again after the credential change, which clears it).
+func (o *Options) serverCmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if o.User != "" {
+		args = append([]string{"--reuid=" + strconv.Itoa(o.uid), "--regid=" + strconv.Itoa(o.gid),
+			"--clear-groups", "--pdeathsig=KILL", name}, args...)
+		name = o.setpriv
+	}
+	return pinned(ctx, o.taskset, o.ServerCPUs, name, args...)
+}
+
 // startOurs writes the child's config and starts `azgate bench
 // gslb-serve` (argv), pinned, with GOMAXPROCS=threads, and waits for its
 // "ready" line.
@@ -183,8 +195,13 @@ func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort,
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, err
 	}
+	if o.User != "" {
+		if err := os.Chown(path, o.uid, o.gid); err != nil {
+			return nil, err
+		}
+	}
 	argv := append(append([]string(nil), o.ServeArgv...), "--config", path)
-	cmd := pinned(ctx, o.taskset, o.ServerCPUs, argv[0], argv[1:]...)
+	cmd := o.serverCmd(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(o.Threads)), o.ServeEnv...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -224,7 +241,7 @@ func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort,
 // startGdnsd starts `gdnsd -c CONFDIR start` (foreground), pinned, and
 // waits until it answers.
 func startGdnsd(ctx context.Context, o *Options, confDir string, addr netip.AddrPort) (*server, error) {
-	cmd := pinned(ctx, o.taskset, o.ServerCPUs, o.gdnsd, "-c", confDir, "start")
+	cmd := o.serverCmd(ctx, o.gdnsd, "-c", confDir, "start")
 	s, err := startServer("gdnsd", addr, cmd)
 	if err != nil {
 		return nil, err
