@@ -109,6 +109,24 @@ func (o *Options) defaults() error {
 		}
 		o.ServeArgv = []string{exe, "bench", ServeChildArg}
 	}
+	// Settings first (they fail the same everywhere), then the tools.
+	if err := o.Probe.Validate(); err != nil {
+		return err
+	}
+	if o.User != "" {
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("--user %q: switching users needs root", o.User)
+		}
+		u, err := user.Lookup(o.User)
+		if err != nil {
+			return fmt.Errorf("--user %q: %w", o.User, err)
+		}
+		o.uid, _ = strconv.Atoi(u.Uid)
+		o.gid, _ = strconv.Atoi(u.Gid)
+		if o.setpriv, err = exec.LookPath("setpriv"); err != nil {
+			return fmt.Errorf("setpriv (util-linux) for --user: %w", err)
+		}
+	}
 	look := func(name, given string) (string, error) {
 		if given != "" {
 			return given, nil
@@ -132,18 +150,7 @@ func (o *Options) defaults() error {
 		}
 		o.taskset = p
 	}
-	if o.User != "" {
-		u, err := user.Lookup(o.User)
-		if err != nil {
-			return fmt.Errorf("--user %q: %w", o.User, err)
-		}
-		o.uid, _ = strconv.Atoi(u.Uid)
-		o.gid, _ = strconv.Atoi(u.Gid)
-		if o.setpriv, err = exec.LookPath("setpriv"); err != nil {
-			return fmt.Errorf("setpriv (util-linux) for --user: %w", err)
-		}
-	}
-	return o.Probe.Validate()
+	return nil
 }
 
 // Load is one server's figures from one load run (all three dnsperf
