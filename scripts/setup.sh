@@ -34,6 +34,9 @@ declare -A need=(
 	[iperf3]=iperf3
 	[dig]=dnsutils
 	[mmdblookup]=mmdb-bin
+	[gdnsd]=gdnsd
+	[dnsperf]=dnsperf
+	[taskset]=util-linux
 )
 missing=()
 for cmd in "${!need[@]}"; do
@@ -48,11 +51,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 	# Debian starts the daemons of what it installs: redis-server on
 	# 127.0.0.1:6379 and etcd on localhost:2379, both without a password,
-	# which any local user could drive. azgate needs only the binaries (it
-	# starts its own servers, on sockets only root reaches): stop and
-	# disable the services of the packages this run installed.
+	# which any local user could drive, and gdnsd on port 53 of every
+	# address. azgate needs only the binaries (it starts its own servers,
+	# on sockets only root reaches; bench gslb runs its own gdnsd): stop
+	# and disable the services of the packages this run installed. Without
+	# systemd, gdnsd's package starts nothing (it ships only a unit).
 	if [ -d /run/systemd/system ]; then
-		for ps in redis-server:redis-server etcd-server:etcd; do
+		for ps in redis-server:redis-server etcd-server:etcd gdnsd:gdnsd; do
 			case " ${missing[*]} " in
 			*" ${ps%%:*} "*) systemctl disable --now "${ps#*:}.service" || true ;;
 			esac

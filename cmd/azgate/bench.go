@@ -190,6 +190,7 @@ func init() {
 
 		c.AddCommand(fleetCommand())
 		c.AddCommand(benchBandwidthCommand())
+		c.AddCommand(benchGSLBCommands()...)
 		return c
 	})
 }
