@@ -70,7 +70,7 @@ type arpOwner struct {
 	vips      []netip.Addr // the VIPs to answer for
 	changed   chan struct{}
 	carrier   chan struct{} // a link changed: check the carrier now (linkChanged)
-	active    bool // answering: the data plane holds the claim's deadline
+	active    bool          // answering: the data plane holds the claim's deadline
 	announced map[netip.Addr]bool
 	status    model.ARPStatus
 }

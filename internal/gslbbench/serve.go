@@ -70,7 +70,7 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go health.Run(hctx)
-	h := gslb.NewHandler(cat, gslbLocator(db), health)
+	h := gslb.NewHandler(cat, db, health)
 	srv := gslb.NewServer(gslb.ServerConfig{Addr: cfg.Addr}, h)
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
