@@ -333,4 +333,3 @@ func (p *Prober) enqueue(ms []pathcomp.Measurement) {
 	default:
 	}
 }
-

@@ -83,7 +83,7 @@ func TestMeasure(t *testing.T) {
 		return d.DialContext(ctx, network, addr)
 	}
 	p, err := New(Config{Node: "edge-1", Probes: 4, Interval: time.Second, Timeout: 500 * time.Millisecond,
-		Targets: []Target{{Name: "r-up", Addr: up}, {Name: "r-down", Addr: down}, {Name: "o-half", Addr: "192.0.2.9:80", Origin: true}},
+		Targets:   []Target{{Name: "r-up", Addr: up}, {Name: "r-down", Addr: down}, {Name: "o-half", Addr: "192.0.2.9:80", Origin: true}},
 		ReportURL: "http://192.0.2.80:8080/v1/reports", Dial: dial})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestResolveThroughGSLB(t *testing.T) {
 	health := &flipHealth{}
 	cat, err := gslb.Compile(gslb.Config{Zones: []gslb.Zone{{
 		Origin: "example.", NS: []string{"ns1.example."},
-		SOA: gslb.SOA{MName: "ns1.example.", RName: "hostmaster.example.", Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minimum: 30},
+		SOA:     gslb.SOA{MName: "ns1.example.", RName: "hostmaster.example.", Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minimum: 30},
 		Records: []gslb.Record{{Name: "ns1", Type: "A", Value: "192.0.2.53"}},
 		GSLB: []gslb.GSLBRecord{{Name: "pathd", TTL: 1, Policy: gslb.PolicyFailover, Targets: []gslb.Target{
 			{VIP: netip.MustParseAddr("192.0.2.101"), Region: "r1", Weight: 1, Order: 1},
