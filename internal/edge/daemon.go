@@ -119,13 +119,15 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	nb := netlab.NewResolver(log)
 	defer nb.Stop()
 	// A link change (carrier lost) is also a reason to look at the
-	// announcer's conditions at once rather than at its next tick.
+	// announcer's conditions and the ARP interfaces' carrier at once
+	// rather than at their next 100 ms tick.
 	var kickAnnouncer atomic.Pointer[func()]
 	if err := netlab.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}
 		nb.Refresh(time.Second)
+		arp.linkChanged()
 		if k := kickAnnouncer.Load(); k != nil {
 			(*k)()
 		}

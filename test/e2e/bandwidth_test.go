@@ -369,6 +369,16 @@ func waitSharesAfter(ctx context.Context, ld *lab.Load, want map[string]float64,
 			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
+		if ld.Stalled(from, now) > bwStallTolerance {
+			// A stalled sender offers less than it should: its window can
+			// look like smaller shares (a loaded run took a stall for
+			// the static split 10 s early). Not evidence either way.
+			if now.After(deadline) || ctx.Err() != nil {
+				return time.Time{}, fmt.Errorf("not within %v: the load's sender stalled", timeout)
+			}
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
 		got := ld.Received(from, now)
 		last = got
 		ok := true
