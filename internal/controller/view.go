@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/api"
+	"github.com/azgate/azgate/internal/gslbplan"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -215,6 +216,10 @@ func (t *txn) put(o model.Object) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := checkCompiles(t.st, o); err != nil {
+		undo()
+		return "", err
+	}
 	t.undo = append(t.undo, undo)
 	t.ops = append(t.ops, store.Op{Kind: kind, Key: o.Key(), Value: val})
 	t.objs = append(t.objs, o)
@@ -371,4 +376,17 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 // store partly written.
 func commitContext(ctx context.Context, ops int) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second+time.Duration(ops)*100*time.Microsecond)
+}
+
+// checkCompiles refuses a DNS zone or GSLB record the GSLB would not serve:
+// the zone, with every record naming it, is compiled as the gslb role
+// compiles it (docs/gslb.md, "Objects").
+func checkCompiles(st *model.State, o model.Object) error {
+	switch v := o.(type) {
+	case *model.DNSZone:
+		return gslbplan.CheckZone(st, v.Name)
+	case *model.GSLBRecord:
+		return gslbplan.CheckRecord(st, v)
+	}
+	return nil
 }

@@ -4,9 +4,10 @@
 // policy (nearest, weighted, failover), using the client's location (EDNS
 // Client Subnet, RFC 7871, else the resolver's address) and target health.
 //
-// The package is a core with two small interfaces at its edge: Locator
-// (address → region and coordinates; MaxMind and prefix-map implementations
-// live with the geo helper) and Health (VIP → up/down; fed by the probes).
+// The package is a core with two small interfaces at its edge:
+// geo.Locator (address → region, coordinates and the covering prefix, the
+// ECS scope; internal/geo has the MaxMind database, the prefix map and
+// their Chain) and Health (VIP → up/down; fed by internal/probe).
 // Config types are plain Go validated by Compile; the handler serves a
 // compiled Catalog that can be swapped atomically.
 package gslb

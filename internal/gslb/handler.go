@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/geo"
 )
 
 // Size limits (RFC 1035 §4.2.1, RFC 6891 §6.2.5, DNS flag day 2020).
@@ -38,14 +40,14 @@ type Stats struct {
 // replaced at any time with SetCatalog.
 type Handler struct {
 	catalog atomic.Pointer[Catalog]
-	loc     Locator
+	loc     geo.Locator
 	health  Health
 	Stats   Stats
 }
 
 // NewHandler returns a handler serving c. loc may be nil (no location:
 // nearest falls back to failover order); health may be nil (all up).
-func NewHandler(c *Catalog, loc Locator, health Health) *Handler {
+func NewHandler(c *Catalog, loc geo.Locator, health Health) *Handler {
 	if health == nil {
 		health = AllUp{}
 	}
@@ -271,19 +273,18 @@ func (h *Handler) answerQuestion(m *dns.Msg, q dns.Question, client netip.Addr, 
 		}
 	}
 	if g := z.gslb[name]; g != nil && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeAAAA) {
-		locate := func() *Location {
+		locate := func() *clientLoc {
 			if h.loc == nil || !client.IsValid() {
 				return nil
 			}
-			l := h.loc.Locate(client)
-			return &l
+			return locateClient(h.loc, client)
 		}
 		ch := choose(g, q.Qtype == dns.TypeAAAA, locate, h.health, m.Id)
 		if ch.failOpen {
 			h.Stats.FailOpen.Add(1)
 		}
 		if useECS && ch.usedLoc != nil && echo != nil {
-			echo.SourceScope = uint8(min(max(ch.usedLoc.Bits, 0), maxBits(client)))
+			echo.SourceScope = uint8(min(max(ch.usedLoc.bits, 0), maxBits(client)))
 		}
 		if !ch.ok && len(g.targetsOf(q.Qtype == dns.TypeAAAA)) > 0 {
 			h.Stats.ServFail.Add(1)

@@ -3,11 +3,15 @@ package gslb
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/geo"
+	"github.com/azgate/azgate/internal/geo/mmdbtest"
 )
 
 var (
@@ -68,22 +72,45 @@ func testConfig() Config {
 	}}}
 }
 
-func testLocator() *testPrefixLocator {
-	e := func(p, region string, lat, lon float64, coords bool) testLocEntry {
-		return testLocEntry{netip.MustParsePrefix(p), Location{Region: region, Lat: lat, Lon: lon, HasCoords: coords}}
+// testLocator is where the test clients are: a real geo.PrefixMap (longest
+// match, scope = the covering prefix narrowed past more specific entries,
+// and on a miss the uncovered range around the address) chained with a
+// real MaxMind-format database written by mmdbtest that holds a London
+// network with coordinates only (a prefix map always names a region).
+func testLocator(t testing.TB) *countingLocator {
+	t.Helper()
+	e := func(p, region string, lat, lon float64, coords bool) geo.PrefixEntry {
+		return geo.PrefixEntry{Prefix: netip.MustParsePrefix(p), Region: region, Lat: lat, Lon: lon, HasCoords: coords}
 	}
-	return &testPrefixLocator{missBits4: 15, missBits6: 32, entries: []testLocEntry{
+	m, err := geo.NewPrefixMap([]geo.PrefixEntry{
 		e("198.18.1.0/24", "eu", 48.9, 2.35, true),     // Paris, region eu
 		e("198.18.2.0/23", "us", 37.8, -122.4, true),   // San Francisco, region us
 		e("198.18.4.0/24", "sa", -23.5, -46.6, true),   // São Paulo: no sa target
 		e("198.18.8.0/22", "in", 19.1, 72.9, true),     // Mumbai: no in target
-		e("198.18.12.0/24", "", 51.5, -0.1, true),      // London, coordinates only
 		e("127.0.0.0/8", "us", 37.8, -122.4, true),     // the test resolver
 		e("2001:db8:100::/40", "eu", 48.9, 2.35, true), // IPv6 clients in Paris
-	}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := mmdbtest.New("GeoIP2-City")
+	london := mmdbtest.Record{"location": map[string]any{"latitude": 51.5, "longitude": -0.1}}
+	if err := w.Insert(netip.MustParsePrefix("198.18.12.0/24"), london); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "london.mmdb")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	db, err := geo.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &countingLocator{Locator: geo.Chain{m, db}}
 }
 
-func testHandler(t testing.TB, down ...netip.Addr) (*Handler, *testPrefixLocator) {
+func testHandler(t testing.TB, down ...netip.Addr) (*Handler, *countingLocator) {
 	t.Helper()
 	c, err := Compile(testConfig())
 	if err != nil {
@@ -93,7 +120,7 @@ func testHandler(t testing.TB, down ...netip.Addr) (*Handler, *testPrefixLocator
 	for _, d := range down {
 		h[d] = true
 	}
-	loc := testLocator()
+	loc := testLocator(t)
 	return NewHandler(c, loc, h), loc
 }
 
@@ -164,7 +191,8 @@ func TestHandlerTable(t *testing.T) {
 		{name: "distance: Mumbai, ap down → eu", q: "pathd.example.", ecs: "198.18.9.0/24", down: []netip.Addr{vipAP}, want: []string{"A 198.51.100.1"}, scope: 22},
 		{name: "scope longer than source (RFC 7871 §7.2.1)", q: "pathd.example.", ecs: "198.18.8.0/21", want: []string{"A 198.51.100.3"}, scope: 22},
 		{name: "distance: London, coords only → eu", q: "pathd.example.", ecs: "198.18.12.0/24", want: []string{"A 198.51.100.1"}, scope: 24},
-		{name: "unknown client: lowest order, scope of the miss", q: "pathd.example.", ecs: "198.19.0.0/24", want: []string{"A 198.51.100.1"}, scope: 15},
+		// 198.19.0.0/16 is the uncovered range (198.18.0.0/16 holds entries).
+		{name: "unknown client: lowest order, scope of the miss", q: "pathd.example.", ecs: "198.19.0.0/24", want: []string{"A 198.51.100.1"}, scope: 16},
 		{name: "only one healthy: scope 0", q: "pathd.example.", ecs: "198.18.3.0/24", down: []netip.Addr{vipEU, vipUS}, want: []string{"A 198.51.100.3"}, scope: 0},
 		{name: "no ECS: resolver address (us)", q: "pathd.example.", src: src, want: []string{"A 198.51.100.2"}, scope: -1},
 		{name: "no ECS, unknown resolver: lowest order", q: "pathd.example.", src: unknownSrc, want: []string{"A 198.51.100.1"}, scope: -1},
@@ -281,8 +309,8 @@ func TestWeightedSpread(t *testing.T) {
 			if len(counts) != len(tc.want) {
 				t.Errorf("answers %v, want only %v", counts, tc.want)
 			}
-			if loc.calls != 0 {
-				t.Errorf("weighted answers with healthy targets looked the client up %d times", loc.calls)
+			if loc.calls.Load() != 0 {
+				t.Errorf("weighted answers with healthy targets looked the client up %d times", loc.calls.Load())
 			}
 			// Deterministic per query ID: the TCP retry of a truncated
 			// UDP query gets the same target.
@@ -463,7 +491,7 @@ func TestHealthAndCatalogLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	health := testHealth{}
-	h := NewHandler(c, testLocator(), health)
+	h := NewHandler(c, testLocator(t), health)
 	ask := func() []string {
 		return answers(h.Answer(query("pathd.example.", dns.TypeA, "198.18.1.0/24", 1), netip.Addr{}, false))
 	}

@@ -3,26 +3,37 @@ package gslb
 import (
 	"math"
 	"net/netip"
+
+	"github.com/azgate/azgate/internal/geo"
 )
 
-// Location is where a client is, as a Locator saw it.
-type Location struct {
-	Found     bool   // false: the address is in no known prefix
-	Region    string // "" when the source has no region for the address
-	HasCoords bool
-	Lat, Lon  float64
-	// Bits is the length of the prefix the answer covers: every address
-	// in Addr/Bits gets the same Location. It is set on a miss too (the
-	// length of the uncovered range) and becomes the ECS scope of an
-	// answer that used the location (RFC 7871 §7.2.1).
-	Bits int
+// clientLoc is a client's location as the policies use it: geo's answer,
+// whether the source knew the address, and the ECS scope that answer
+// holds for.
+type clientLoc struct {
+	geo.Location
+	// found is geo.Locator's ok: false when the address is in no known
+	// network (only Prefix may be set then).
+	found bool
+	// bits is the length of the covering prefix actually used: every
+	// address in client/bits gets the same answer. On a miss it is the
+	// length of the uncovered range around the client, so a more
+	// specific (known) client is not cached with this answer. When the
+	// locator gives no prefix of the client's family (extent unknown) it
+	// is the full address length (geo's contract). It becomes the ECS
+	// scope of an answer that used the location (RFC 7871 §7.2.1).
+	bits int
 }
 
-// Locator maps a client address to a location. Implementations (MaxMind
-// database, prefix → region map) are safe for concurrent use and must not
-// block: the handler calls Locate on every location-dependent query.
-type Locator interface {
-	Locate(addr netip.Addr) Location
+// locateClient asks loc about client (already unmapped) and derives the
+// scope from geo.Location.Prefix.
+func locateClient(loc geo.Locator, client netip.Addr) *clientLoc {
+	l, ok := loc.Locate(client)
+	c := &clientLoc{Location: l, found: ok, bits: client.BitLen()}
+	if l.Prefix.IsValid() && l.Prefix.Addr().BitLen() == client.BitLen() {
+		c.bits = l.Prefix.Bits()
+	}
+	return c
 }
 
 // Health reports whether a target VIP is serving. The probes (issue 11
@@ -41,9 +52,9 @@ func (AllUp) Up(netip.Addr) bool { return true }
 // choice is the outcome of a policy for one query.
 type choice struct {
 	target   Target
-	ok       bool      // false: no answer (all down and SERVFAIL configured)
-	usedLoc  *Location // the location the answer depended on, nil if none
-	failOpen bool      // every target was down; answered by fail-open
+	ok       bool       // false: no answer (all down and SERVFAIL configured)
+	usedLoc  *clientLoc // the location the answer depended on, nil if none
+	failOpen bool       // every target was down; answered by fail-open
 }
 
 // choose picks the target of g for a query of address family v6 among
@@ -54,7 +65,7 @@ type choice struct {
 // the same query over TCP get the same one).
 //
 // It is pure: no I/O, no clock, no global random source.
-func choose(g *gslbRecord, v6 bool, locate func() *Location, health Health, qid uint16) choice {
+func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid uint16) choice {
 	var fam, up []Target
 	for _, t := range g.targets {
 		if t.VIP.Is6() != v6 {
@@ -92,12 +103,12 @@ func choose(g *gslbRecord, v6 bool, locate func() *Location, health Health, qid 
 // unknown. used is the location the answer depended on: nil when it could
 // not have differed for another client (one candidate, or no location
 // source), and the ECS scope is then 0.
-func nearest(ts []Target, locate func() *Location) (Target, *Location) {
+func nearest(ts []Target, locate func() *clientLoc) (Target, *clientLoc) {
 	if len(ts) == 1 {
 		return ts[0], nil
 	}
 	loc := locate()
-	if loc == nil || !loc.Found {
+	if loc == nil || !loc.found {
 		// Unknown clients get the failover choice. The answer still
 		// depends on the address (a known one could get another), so
 		// the scope is the uncovered range's length when loc is set.

@@ -226,7 +226,7 @@ func TestServerConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	fh := &flipHealth{}
-	h := NewHandler(c, testLocator(), fh)
+	h := NewHandler(c, testLocator(t), fh)
 	s := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)

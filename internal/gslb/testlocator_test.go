@@ -2,47 +2,22 @@ package gslb
 
 import (
 	"net/netip"
-	"sync"
+	"sync/atomic"
+
+	"github.com/azgate/azgate/internal/geo"
 )
 
-// testPrefixLocator is TEST CODE: a tiny longest-prefix-match Locator so
-// the handler's tests do not depend on the geo helper's branch. The real
-// MaxMind and prefix-map Locators live in the geo package.
-type testPrefixLocator struct {
-	entries []testLocEntry
-	// missBits is the Bits reported for an address in no prefix.
-	missBits4, missBits6 int
-
-	mu    sync.Mutex
-	calls int
+// countingLocator is TEST CODE: it wraps a real geo.Locator (a
+// geo.PrefixMap in these tests) and counts the lookups, so a test can check
+// that answers which do not depend on location cost no lookup.
+type countingLocator struct {
+	geo.Locator
+	calls atomic.Int64
 }
 
-type testLocEntry struct {
-	prefix netip.Prefix
-	loc    Location
-}
-
-func (l *testPrefixLocator) Locate(a netip.Addr) Location {
-	l.mu.Lock()
-	l.calls++
-	l.mu.Unlock()
-	best := -1
-	var out Location
-	for _, e := range l.entries {
-		if e.prefix.Contains(a) && e.prefix.Bits() > best {
-			best = e.prefix.Bits()
-			out = e.loc
-			out.Found = true
-			out.Bits = best
-		}
-	}
-	if best < 0 {
-		out.Bits = l.missBits4
-		if a.Is6() {
-			out.Bits = l.missBits6
-		}
-	}
-	return out
+func (l *countingLocator) Locate(a netip.Addr) (geo.Location, bool) {
+	l.calls.Add(1)
+	return l.Locator.Locate(a)
 }
 
 // testHealth is TEST CODE: a Health with a set of down VIPs.

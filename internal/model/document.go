@@ -25,6 +25,9 @@ type Document struct {
 	FirewallRules []FirewallRule `json:"firewallrules,omitempty"`
 	// BandwidthPackages: bandwidth.go.
 	BandwidthPackages []BandwidthPackage `json:"bandwidthpackages,omitempty"`
+	// DNSZones and GSLBRecords: dns.go.
+	DNSZones    []DNSZone    `json:"dnszones,omitempty"`
+	GSLBRecords []GSLBRecord `json:"gslbrecords,omitempty"`
 }
 
 // ParseDocument reads a YAML or JSON document, rejecting unknown fields and
@@ -107,6 +110,12 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.BandwidthPackages {
 		out = append(out, PlacedObject{&d.BandwidthPackages[i], fmt.Sprintf("bandwidthpackages[%d]", i)})
 	}
+	for i := range d.DNSZones {
+		out = append(out, PlacedObject{&d.DNSZones[i], fmt.Sprintf("dnszones[%d]", i)})
+	}
+	for i := range d.GSLBRecords {
+		out = append(out, PlacedObject{&d.GSLBRecords[i], fmt.Sprintf("gslbrecords[%d]", i)})
+	}
 	return out
 }
 
@@ -136,6 +145,12 @@ func (d *Document) Objects() []Object {
 	}
 	for i := range d.BandwidthPackages {
 		out = append(out, &d.BandwidthPackages[i])
+	}
+	for i := range d.DNSZones {
+		out = append(out, &d.DNSZones[i])
+	}
+	for i := range d.GSLBRecords {
+		out = append(out, &d.GSLBRecords[i])
 	}
 	return out
 }

@@ -72,6 +72,17 @@ var registry = []kindDef{
 		check: (*State).checkBandwidthPackage,
 		index: (*State).indexBandwidthPackage,
 	},
+	&kindOf[DNSZone, *DNSZone]{
+		name: KindDNSZone, singular: "DNS zone", user: true,
+		field:       func(s *State) *map[string]*DNSZone { return &s.DNSZones },
+		check:       (*State).checkDNSZone,
+		checkDelete: (*State).checkDeleteDNSZone,
+	},
+	&kindOf[GSLBRecord, *GSLBRecord]{
+		name: KindGSLBRecord, singular: "GSLB record", user: true,
+		field: func(s *State) *map[string]*GSLBRecord { return &s.GSLBRecords },
+		check: (*State).checkGSLBRecord,
+	},
 	&kindOf[Health, *Health]{
 		name: KindHealth, singular: "health",
 		field:    func(s *State) *map[string]*Health { return &s.Health },

@@ -23,6 +23,9 @@ type State struct {
 	FirewallRules map[string]*FirewallRule
 	// BandwidthPackages by name (bandwidth.go).
 	BandwidthPackages map[string]*BandwidthPackage
+	// DNSZones and GSLBRecords by name (dns.go).
+	DNSZones    map[string]*DNSZone
+	GSLBRecords map[string]*GSLBRecord
 	// Health holds the controller's verdicts by service name; it is
 	// changed with Set and Remove only (Put and Delete refuse it).
 	Health map[string]*Health

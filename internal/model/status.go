@@ -79,6 +79,9 @@ type NodeStatus struct {
 	// Bandwidth is the node's shared-bandwidth reporting and
 	// enforcement (agents and edges with --bw-store only).
 	Bandwidth *BandwidthStatus `json:"bandwidth,omitempty"`
+	// GSLB is the gslb role's DNS server and target health (gslb nodes
+	// only; dns.go).
+	GSLB *GSLBStatus `json:"gslb,omitempty"`
 }
 
 // ARPStatus says whether an edge answers ARP for its set's VIPs (and its
