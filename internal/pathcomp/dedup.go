@@ -111,3 +111,14 @@ func ValidateSource(s string) error {
 	}
 	return nil
 }
+
+// Forget drops source's window. The service forgets sources it has not
+// heard from for its expiry time: a pathd server takes a new source name
+// at every start, and without this the seen-set would fill
+// (ErrTooManySources) after MaxSources restarts in the cluster. A late
+// duplicate of a forgotten source's report is applied again, but the
+// Store drops it as stale (its At is not newer than its hop's last).
+func (d *Dedup) Forget(source string) { delete(d.w, source) }
+
+// Sources returns the number of sources held.
+func (d *Dedup) Sources() int { return len(d.w) }

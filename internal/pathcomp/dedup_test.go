@@ -195,3 +195,22 @@ func sortedHops(hs []HopState) map[string]HopState {
 	}
 	return out
 }
+
+// TestDedupForget: a forgotten source's IDs are new again and its slot is
+// free for another source.
+func TestDedupForget(t *testing.T) {
+	d := NewDedup(1)
+	if apply, _, _ := d.Decide(ReportID{"eu/a", 1}, false); !apply {
+		t.Fatal("first report not applied")
+	}
+	if _, _, err := d.Decide(ReportID{"eu/b", 1}, false); !errors.Is(err, ErrTooManySources) {
+		t.Fatalf("second source over the bound of 1: %v", err)
+	}
+	d.Forget("eu/a")
+	if d.Sources() != 0 {
+		t.Errorf("%d sources after Forget", d.Sources())
+	}
+	if apply, _, err := d.Decide(ReportID{"eu/b", 1}, false); !apply || err != nil {
+		t.Errorf("eu/b after eu/a was forgotten: %v %v", apply, err)
+	}
+}

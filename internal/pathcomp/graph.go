@@ -66,7 +66,14 @@ type Graph struct {
 	relOut  [][]arc // node → non-origin nodes
 	orgIn   [][]arc // origin ← edge/relay nodes (arc.to is the source)
 	origins []int32
+	at      int64 // the now of Snapshot, Unix ns: when a Selector switched
 }
+
+// At returns the time the Graph was taken at (Snapshot's now).
+func (g *Graph) At() time.Time { return time.Unix(0, g.at) }
+
+// Has says whether name is a node of the graph.
+func (g *Graph) Has(name string) bool { _, ok := g.ids[name]; return ok }
 
 // Snapshot builds the Graph of the Store's live hops at now. It copies,
 // so the Store may take reports while the Graph is read.
@@ -75,7 +82,7 @@ func (s *Store) Snapshot(now time.Time) *Graph {
 	n := len(s.nodes)
 	g := &Graph{
 		names: make([]string, n), ids: make(map[string]int32, n), origin: make([]bool, n),
-		relOut: make([][]arc, n), orgIn: make([][]arc, n),
+		relOut: make([][]arc, n), orgIn: make([][]arc, n), at: t,
 	}
 	for i, nd := range s.nodes {
 		g.names[i], g.origin[i] = nd.name, nd.origin

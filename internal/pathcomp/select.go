@@ -60,6 +60,7 @@ func (h Hysteresis) Choose(cur Path, curCost float64, best Path) (Path, bool) {
 type edgeState struct {
 	slot  map[string]int32
 	paths []Path
+	since []int64 // Graph.At of the Update that chose paths[i], Unix ns
 }
 
 // Selector keeps the chosen path per (edge, origin) and applies
@@ -90,6 +91,63 @@ func (s *Selector) Path(edge, origin string) (Path, bool) {
 	}
 	return es.paths[i], true
 }
+
+// PathSince is Path with the time the path was chosen (the At of the
+// Graph of the Update that switched to it).
+func (s *Selector) PathSince(edge, origin string) (Path, time.Time, bool) {
+	es := s.edges[edge]
+	if es == nil {
+		return Path{}, time.Time{}, false
+	}
+	i, ok := es.slot[origin]
+	if !ok {
+		return Path{}, time.Time{}, false
+	}
+	return es.paths[i], time.Unix(0, es.since[i]), true
+}
+
+// HasEdge says whether edge had an Update.
+func (s *Selector) HasEdge(edge string) bool { return s.edges[edge] != nil }
+
+// EachPath calls fn for every origin edge has a path entry for, in no
+// particular order.
+func (s *Selector) EachPath(edge string, fn func(origin string, p Path, since time.Time)) {
+	es := s.edges[edge]
+	if es == nil {
+		return
+	}
+	for name, i := range es.slot {
+		fn(name, es.paths[i], time.Unix(0, es.since[i]))
+	}
+}
+
+// Retain forgets every edge keep refuses or g does not hold, and every
+// origin g does not hold: after Store.Forget, queries must not answer
+// with the path of a node that is gone. It rebuilds the kept edges' slots.
+func (s *Selector) Retain(g *Graph, keep func(edge string) bool) {
+	pairs := 0
+	for edge, es := range s.edges {
+		if !g.Has(edge) || keep != nil && !keep(edge) {
+			delete(s.edges, edge)
+			continue
+		}
+		n := &edgeState{slot: make(map[string]int32, len(es.slot))}
+		for name, i := range es.slot {
+			if !g.Has(name) {
+				continue
+			}
+			n.slot[name] = int32(len(n.paths))
+			n.paths = append(n.paths, es.paths[i])
+			n.since = append(n.since, es.since[i])
+		}
+		s.edges[edge] = n
+		pairs += len(n.paths)
+	}
+	s.pairs = pairs
+}
+
+// Len returns the number of edges and (edge, origin) pairs held.
+func (s *Selector) Len() (edges, pairs int) { return len(s.edges), s.pairs }
 
 // Switches counts path changes since the Selector was made (a first
 // choice and a loss of every path count too).
@@ -128,6 +186,7 @@ func (s *Selector) Update(g *Graph, edge string) (int, error) {
 			}
 			j = int32(len(es.paths))
 			es.paths = append(es.paths, Path{})
+			es.since = append(es.since, g.at)
 			es.slot[name] = j
 			s.pairs++
 		}
@@ -135,6 +194,7 @@ func (s *Selector) Update(g *Graph, edge string) (int, error) {
 		if sw {
 			changed++
 			s.switches++
+			es.since[j] = g.at
 		}
 	}
 	return changed, nil

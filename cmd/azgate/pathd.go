@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/bwstore"
+	"github.com/azgate/azgate/internal/pathcomp"
+	"github.com/azgate/azgate/internal/pathd"
+	"github.com/azgate/azgate/internal/pathd/hopstore"
+)
+
+// pathdFlags are `azgate pathd`'s settings (docs/pathd.md, "Flags").
+type pathdFlags struct {
+	listen, region, instance string
+	tokenFile, peerTokenFile string
+	metricsTokenFile         string
+	peers                    []string
+	redis, redisPasswordFile string
+	redisReplicas            []string
+	recompute, expire        time.Duration
+	reportInterval           time.Duration
+	tlsCert, tlsKey          string
+	logLevel                 string
+}
+
+func init() {
+	register(func() *cobra.Command {
+		var f pathdFlags
+		c := &cobra.Command{
+			Use:   "pathd",
+			Short: "Run a path-computation server: probers' hop reports in, best back-to-origin paths out",
+			Long: `Runs one path-computation server of a region's cluster (docs/pathd.md).
+
+Probers POST hop measurements (POST /v1/reports, bearer --token-file);
+the server smooths them per hop, keeps the figures in the cluster's
+Redis (--redis; in memory without it), forwards each report once to
+every other region (--peer REGION=URL, bearer --peer-token-file on
+their POST /v1/forward), recomputes the best path per (edge, origin)
+every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
+/healthz is the announcer's heartbeat: 503 while Redis is unreachable.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return runPathd(f) },
+		}
+		fl := c.Flags()
+		fl.StringVar(&f.listen, "listen", "", "address of the API, e.g. 192.0.2.10:7090 (the server's address behind the cluster VIP); required")
+		fl.StringVar(&f.region, "region", "", "this server's region (its cluster); required")
+		fl.StringVar(&f.instance, "instance", "", "this server's name within the region (default: the host name)")
+		fl.StringVar(&f.tokenFile, "token-file", "", "file holding the probers' bearer token (reports, paths, metrics; mode 0600 or stricter); required")
+		fl.StringVar(&f.peerTokenFile, "peer-token-file", "", "file holding the regions' shared bearer token for /v1/forward (mode 0600 or stricter); required")
+		fl.StringVar(&f.metricsTokenFile, "metrics-token-file", "", "file holding the token /metrics requires (default: the --token-file token)")
+		fl.StringArrayVar(&f.peers, "peer", nil, "another region's cluster: REGION=URL (http(s)://VIP:PORT), repeatable")
+		fl.StringVar(&f.redis, "redis", "", "the cluster's Redis primary: unix:///path/redis.sock, redis://host:port or rediss://host:port (default: in memory, nothing survives a restart)")
+		fl.StringVar(&f.redisPasswordFile, "redis-password-file", "", "file whose first line is the Redis password, for the primary and the replicas (mode 0600 or stricter)")
+		fl.StringArrayVar(&f.redisReplicas, "redis-replica", nil, "a replica of --redis (same forms), read at startup when the primary does not answer; repeatable")
+		fl.DurationVar(&f.recompute, "recompute", time.Second, "interval of path recomputes, Redis flushes and reads of the cluster's changes")
+		fl.DurationVar(&f.expire, "expire", 10*time.Minute, "forget hops not reported, edges not queried and forward sources not heard from for this long")
+		fl.DurationVar(&f.reportInterval, "report-interval", 5*time.Second, "how often probers report a hop: a hop silent for 3 intervals counts as failed")
+		fl.StringVar(&f.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with --tls-key)")
+		fl.StringVar(&f.tlsKey, "tls-key", "", "the --tls-cert key (PEM)")
+		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+		return c
+	})
+}
+
+// config turns the flags into pathd's Config (every check in one place).
+func (f pathdFlags) config() (pathd.Config, error) {
+	var cfg pathd.Config
+	if f.listen == "" || f.region == "" || f.tokenFile == "" || f.peerTokenFile == "" {
+		return cfg, errors.New("--listen, --region, --token-file and --peer-token-file are required")
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return cfg, errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.instance == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("--instance: none given and no host name: %w", err)
+		}
+		f.instance, _, _ = strings.Cut(h, ".")
+	}
+	if err := pathcomp.ValidateName(f.instance); err != nil {
+		return cfg, fmt.Errorf("--instance: %w", err)
+	}
+	if f.recompute < 10*time.Millisecond || f.expire < time.Minute || f.reportInterval < 100*time.Millisecond {
+		return cfg, fmt.Errorf("--recompute at least 10ms, --expire at least 1m, --report-interval at least 100ms")
+	}
+	tok, err := pathd.ReadSecret(f.tokenFile)
+	if err != nil {
+		return cfg, fmt.Errorf("--token-file: %w", err)
+	}
+	peerTok, err := pathd.ReadSecret(f.peerTokenFile)
+	if err != nil {
+		return cfg, fmt.Errorf("--peer-token-file: %w", err)
+	}
+	var metricsTok string
+	if f.metricsTokenFile != "" {
+		if metricsTok, err = pathd.ReadSecret(f.metricsTokenFile); err != nil {
+			return cfg, fmt.Errorf("--metrics-token-file: %w", err)
+		}
+	}
+	cfg = pathd.Config{Region: f.region, Instance: f.instance, Token: tok, PeerToken: peerTok, MetricsToken: metricsTok,
+		Recompute: f.recompute, Expire: f.expire, Store: pathcomp.Config{ReportInterval: f.reportInterval}}
+	for _, p := range f.peers {
+		region, url, ok := strings.Cut(p, "=")
+		if !ok {
+			return cfg, fmt.Errorf("--peer %q: want REGION=URL", p)
+		}
+		cfg.Peers = append(cfg.Peers, pathd.Peer{Region: region, URL: url})
+	}
+	if f.redis == "" {
+		if f.redisPasswordFile != "" || len(f.redisReplicas) > 0 {
+			return cfg, errors.New("--redis-password-file and --redis-replica need --redis")
+		}
+		return cfg, nil
+	}
+	var pw string
+	if f.redisPasswordFile != "" {
+		if pw, err = pathd.ReadSecret(f.redisPasswordFile); err != nil {
+			return cfg, fmt.Errorf("--redis-password-file: %w", err)
+		}
+	}
+	redisCfg := func(flag, u string) (bwstore.RedisConfig, error) {
+		scheme, _, ok := strings.Cut(u, "://")
+		if !ok || (scheme != "unix" && scheme != "redis" && scheme != "rediss") {
+			return bwstore.RedisConfig{}, fmt.Errorf("%s %q: want unix:///path/redis.sock, redis://host:port or rediss://host:port", flag, u)
+		}
+		c, err := bwstore.RedisConfigFromURL(u)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", flag, err)
+		}
+		if c.Password != "" {
+			return c, fmt.Errorf("%s: the URL holds a password: give it in --redis-password-file (a command line is visible in ps)", flag)
+		}
+		c.Password = pw
+		return c, nil
+	}
+	primary, err := redisCfg("--redis", f.redis)
+	if err != nil {
+		return cfg, err
+	}
+	var replicas []bwstore.RedisConfig
+	for _, u := range f.redisReplicas {
+		r, err := redisCfg("--redis-replica", u)
+		if err != nil {
+			return cfg, err
+		}
+		replicas = append(replicas, r)
+	}
+	if cfg.Hops, err = hopstore.NewRedis(f.region, primary, replicas); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func runPathd(f pathdFlags) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	return runPathdCtx(ctx, f, nil)
+}
+
+// runPathdCtx runs the server until ctx ends; listening, if not nil, is
+// told the address once the listener is open (tests).
+func runPathdCtx(ctx context.Context, f pathdFlags, listening func(string)) error {
+	log, err := roleLogger(f.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	if cfg.Hops == nil {
+		log.Warn("no --redis: hop figures are kept in memory only (lost at restart, not shared with the cluster's other servers)")
+	} else {
+		defer cfg.Hops.Close()
+	}
+	cfg.Log = log.With("region", cfg.Region, "instance", cfg.Instance)
+	s, err := pathd.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
+	cfg.Log.Info("pathd serving", "listen", ln.Addr().String(), "source", s.Source(), "peers", len(cfg.Peers), "tls", f.tlsCert != "")
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	err = s.Serve(ctx, ln, f.tlsCert, f.tlsKey)
+	cancel()
+	<-done
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/bwstore/bwstoretest"
+	"github.com/azgate/azgate/internal/pathd"
+)
+
+func writeSecret(t *testing.T, dir, name, v string, mode os.FileMode) string {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(v+"\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(p, mode)
+	return p
+}
+
+// TestPathdFlags: the flags' checks, each naming the flag at fault.
+func TestPathdFlags(t *testing.T) {
+	dir := t.TempDir()
+	tok := writeSecret(t, dir, "tok", "prober-token-0123456789", 0o600)
+	peer := writeSecret(t, dir, "peer", "peer-token-0123456789ab", 0o600)
+	open := writeSecret(t, dir, "open", "prober-token-0123456789", 0o644)
+	ok := pathdFlags{listen: "127.0.0.1:0", region: "eu", instance: "a", tokenFile: tok, peerTokenFile: peer,
+		recompute: time.Second, expire: 10 * time.Minute, reportInterval: 5 * time.Second}
+	if _, err := ok.config(); err != nil {
+		t.Fatalf("valid flags: %v", err)
+	}
+	for _, c := range []struct {
+		mod  func(*pathdFlags)
+		want string
+	}{
+		{func(f *pathdFlags) { f.region = "" }, "--region"},
+		{func(f *pathdFlags) { f.tokenFile = open }, "--token-file: secret file " + open + " has mode 0644"},
+		{func(f *pathdFlags) { f.peerTokenFile = tok }, "same as the prober token"},
+		{func(f *pathdFlags) { f.peers = []string{"us"} }, `--peer "us": want REGION=URL`},
+		{func(f *pathdFlags) { f.peers = []string{"us=ftp://x"} }, "peer us: url"},
+		{func(f *pathdFlags) { f.redis = "redis://:pw@127.0.0.1:6379" }, "holds a password"},
+		{func(f *pathdFlags) { f.redis = "tcp://127.0.0.1:6379" }, "--redis \"tcp://"},
+		{func(f *pathdFlags) { f.redisReplicas = []string{"redis://127.0.0.1:1"} }, "need --redis"},
+		{func(f *pathdFlags) { f.instance = "a b" }, "--instance"},
+		{func(f *pathdFlags) { f.tlsCert = "x" }, "--tls-key"},
+		{func(f *pathdFlags) { f.recompute = 0 }, "--recompute"},
+	} {
+		f := ok
+		c.mod(&f)
+		cfg, err := f.config()
+		if err == nil {
+			_, err = pathd.New(cfg) // the checks of the Config as a whole
+		}
+		if cfg.Hops != nil {
+			cfg.Hops.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("config() = %v, want %q", err, c.want)
+		}
+	}
+}
+
+// TestPathdCommand runs `azgate pathd` with a real redis-server: it
+// serves /healthz, takes a report and answers the path.
+func TestPathdCommand(t *testing.T) {
+	_, srv := bwstoretest.Redis(t)
+	dir := t.TempDir()
+	f := pathdFlags{listen: "127.0.0.1:0", region: "eu", instance: "a",
+		tokenFile:         writeSecret(t, dir, "tok", "prober-token-0123456789", 0o600),
+		peerTokenFile:     writeSecret(t, dir, "peer", "peer-token-0123456789ab", 0o600),
+		redis:             "unix://" + srv.Socket,
+		redisPasswordFile: writeSecret(t, dir, "pw", srv.Password, 0o600),
+		recompute:         50 * time.Millisecond, expire: 10 * time.Minute, reportInterval: 5 * time.Second, logLevel: "error"}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- runPathdCtx(ctx, f, func(a string) { addr <- a }) }()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatal(err)
+	}
+	get := func(method, path string, body []byte) (int, string) {
+		req, _ := http.NewRequest(method, url+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer prober-token-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if code, _ := get("GET", "/healthz", nil); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("healthz never 200")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	body, _ := json.Marshal([]map[string]any{{"from": "e", "to": "o", "to_origin": true, "rtt_ns": 5e6, "loss": 0, "available": true, "at": time.Now()}})
+	if code, b := get("POST", "/v1/reports", body); code != 200 || !strings.Contains(b, `"applied":1`) {
+		t.Fatalf("report: %d %s", code, b)
+	}
+	for {
+		code, b := get("GET", "/v1/paths?edge=e&origin=o", nil)
+		if code == 200 && strings.Contains(b, `"path":["e","o"]`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("path: %d %s", code, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
