@@ -39,6 +39,11 @@ type ServerConfig struct {
 	// MaxMemoryMB bounds the server's memory (default 256, noeviction: a
 	// full store refuses writes rather than dropping reports silently).
 	MaxMemoryMB int
+	// ReplicaOf, if set (host:port), makes the server a read-only replica
+	// of that primary, authenticating with PrimaryPassword (the pathd
+	// clusters of the GSLB lab: one primary, a replica per server).
+	ReplicaOf       string
+	PrimaryPassword string
 }
 
 // Server is a running redis-server this process started.
@@ -122,6 +127,18 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		"timeout 300\n" +
 		"enable-debug-command no\n" +
 		"enable-module-command no\n"
+	if cfg.ReplicaOf != "" {
+		ap, err := netip.ParseAddrPort(cfg.ReplicaOf)
+		if err != nil || ap.Port() == 0 {
+			return nil, fmt.Errorf("bwstore: redis-server replica of %q: want address:port", cfg.ReplicaOf)
+		}
+		if cfg.PrimaryPassword == "" || strings.ContainsAny(cfg.PrimaryPassword, " \t\r\n\"'\\") {
+			return nil, errors.New("bwstore: redis-server replica: the primary's password is empty or has spaces, quotes or backslashes")
+		}
+		conf += "replicaof " + ap.Addr().String() + " " + strconv.Itoa(int(ap.Port())) + "\n" +
+			"masterauth " + cfg.PrimaryPassword + "\n" +
+			"replica-read-only yes\n"
+	}
 	confPath := filepath.Join(cfg.Dir, "redis.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("bwstore: redis-server config: %w", err)

@@ -400,21 +400,31 @@ func (l *Lab) start(n *Node, what string, args ...string) error {
 // startCmd runs argv inside a node's namespace, detached, with its output
 // in the lab's log directory, and records it as the node's process.
 func (l *Lab) startCmd(n *Node, what string, argv ...string) error {
+	p, err := l.spawn(n, what, argv...)
+	if err != nil {
+		return err
+	}
+	n.Process = p
+	return nil
+}
+
+// spawn runs argv inside a node's namespace, detached (its own session),
+// with its output appended to the lab's log of that node and role.
+func (l *Lab) spawn(n *Node, what string, argv ...string) (*Proc, error) {
 	logPath := filepath.Join(l.logDir(), n.Name+"-"+what+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer lf.Close()
 	cmd := netns.Command(n.Netns, argv...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s on %s: %w", what, n.Name, err)
+		return nil, fmt.Errorf("start %s on %s: %w", what, n.Name, err)
 	}
-	n.Process = &Proc{Cmd: strings.Join(argv[1:], " "), PID: cmd.Process.Pid, Log: logPath}
 	go cmd.Wait() // reap; the lab tracks liveness by pid
-	return nil
+	return &Proc{Cmd: strings.Join(argv[1:], " "), PID: cmd.Process.Pid, Log: logPath}, nil
 }
 
 func (l *Lab) startController(ctx context.Context) error {

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/prober"
+	"github.com/azgate/azgate/internal/secretfile"
+)
+
+// proberFlags are `azgate prober`'s settings (docs/prober.md).
+type proberFlags struct {
+	node                        string
+	relays, origins             []string
+	interval, timeout, post     time.Duration
+	probes, maxQueue            int
+	reportURL, tokenFile        string
+	dns                         []string
+	metricsListen, metricsToken string
+	logLevel                    string
+}
+
+func init() {
+	register(func() *cobra.Command {
+		var f proberFlags
+		c := &cobra.Command{
+			Use:   "prober",
+			Short: "Measure hops to relays and origins and report them to pathd",
+			Long: `Runs a path-computation prober (docs/prober.md) at an edge or relay
+named --node. Every --interval it connects --probes times to every
+--relay and --origin (TCP), and reports each hop's median connect time,
+loss and availability to pathd at --report-url.
+
+The report host is resolved through --dns (the GSLB), honouring the
+answer's TTL (clamped to 1-60 s) and again after a failed POST, so the
+prober reports to its nearest healthy region and follows a failover. A
+report stays queued until a pathd acknowledged it (at most --max-queue
+measurements; the oldest are dropped and counted past that).`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return runProber(f) },
+		}
+		fl := c.Flags()
+		fl.StringVar(&f.node, "node", "", "this edge's or relay's node name (the From of its reports); required")
+		fl.StringArrayVar(&f.relays, "relay", nil, "a relay to measure: NAME=IP:PORT (repeatable)")
+		fl.StringArrayVar(&f.origins, "origin", nil, "an origin to measure: NAME=IP:PORT (repeatable)")
+		fl.DurationVar(&f.interval, "interval", prober.DefaultInterval, "time between rounds (pathd counts a hop failed after 3 missed reports at its --report-interval)")
+		fl.IntVar(&f.probes, "probes", prober.DefaultProbes, "TCP connects per target per round")
+		fl.DurationVar(&f.timeout, "timeout", prober.DefaultTimeout, "timeout of one connect")
+		fl.StringVar(&f.reportURL, "report-url", "", "pathd's report endpoint, e.g. http://pathd.example:8080/v1/reports; required")
+		fl.StringArrayVar(&f.dns, "dns", nil, "DNS server IP:PORT the report host is resolved through (repeatable; default: the system resolver)")
+		fl.StringVar(&f.tokenFile, "token-file", "", "file whose first line is pathd's report token (mode 0600 or stricter); required")
+		fl.IntVar(&f.maxQueue, "max-queue", prober.DefaultMaxQueue, "measurements kept while pathd is unreachable")
+		fl.DurationVar(&f.post, "post-timeout", prober.DefaultPostTimeout, "timeout of one POST to pathd")
+		fl.StringVar(&f.metricsListen, "metrics-listen", "", "Prometheus /metrics address, e.g. 127.0.0.1:9467 (default: off)")
+		fl.StringVar(&f.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\"")
+		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+		return c
+	})
+}
+
+// parseTargets parses NAME=IP:PORT flags.
+func parseTargets(flag string, vals []string, origin bool) ([]prober.Target, error) {
+	var out []prober.Target
+	for _, v := range vals {
+		name, addr, ok := strings.Cut(v, "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("--%s %q: want NAME=IP:PORT", flag, v)
+		}
+		out = append(out, prober.Target{Name: name, Addr: addr, Origin: origin})
+	}
+	return out, nil
+}
+
+func runProber(f proberFlags) error {
+	log, err := roleLogger(f.logLevel)
+	if err != nil {
+		return err
+	}
+	relays, err := parseTargets("relay", f.relays, false)
+	if err != nil {
+		return err
+	}
+	origins, err := parseTargets("origin", f.origins, true)
+	if err != nil {
+		return err
+	}
+	if f.tokenFile == "" {
+		return fmt.Errorf("--token-file is required (pathd refuses reports without its token)")
+	}
+	token, err := secretfile.Read(f.tokenFile, "--token-file")
+	if err != nil {
+		return err
+	}
+	mtoken, err := readMetricsToken(f.metricsToken)
+	if err != nil {
+		return err
+	}
+	p, err := prober.New(prober.Config{
+		Node: f.node, Targets: append(relays, origins...), Interval: f.interval, Probes: f.probes,
+		Timeout: f.timeout, ReportURL: f.reportURL, DNS: f.dns, Token: token, MaxQueue: f.maxQueue,
+		PostTimeout: f.post, Log: log.With("node", f.node),
+	})
+	if err != nil {
+		return fmt.Errorf("prober: %w", err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	if f.metricsListen != "" {
+		go nodemetrics.ServeRegistry(ctx, f.metricsListen, prober.NewRegistry(p), mtoken, log)
+	}
+	log.Info("prober running", "node", f.node, "targets", len(relays)+len(origins), "report_url", f.reportURL)
+	p.Run(ctx)
+	return nil
+}

@@ -1,0 +1,321 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/azgate/azgate/internal/netns"
+)
+
+// VIPHops returns the next hops of a region's VIP in its router's kernel
+// table (the servers BIRD learnt it from), sorted; none when only the
+// unreachable fallback is left.
+func (g *GSLBLab) VIPHops(r GSLBRegion) ([]netip.Addr, error) {
+	out, err := netns.Command(g.Topo.Node(r.Name+"-rtr").Netns, "ip", "-j", "route", "show", RegionVIP(r).String()+"/32").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s-rtr: ip route: %w", r.Name, err)
+	}
+	var routes []struct {
+		Type     string `json:"type"`
+		Gateway  string `json:"gateway"`
+		Nexthops []struct {
+			Gateway string `json:"gateway"`
+		} `json:"nexthops"`
+	}
+	if err := json.Unmarshal(out, &routes); err != nil {
+		return nil, fmt.Errorf("%s-rtr: ip -j route: %w", r.Name, err)
+	}
+	var hops []netip.Addr
+	for _, rt := range routes {
+		if rt.Type == "unreachable" {
+			continue
+		}
+		gws := []string{rt.Gateway}
+		for _, nh := range rt.Nexthops {
+			gws = append(gws, nh.Gateway)
+		}
+		for _, gw := range gws {
+			if a, err := netip.ParseAddr(gw); err == nil {
+				hops = append(hops, a)
+			}
+		}
+	}
+	sort.Slice(hops, func(i, j int) bool { return hops[i].Less(hops[j]) })
+	return hops, nil
+}
+
+// WaitVIPHops waits until the region's VIP has n next hops and returns
+// how long that took.
+func (g *GSLBLab) WaitVIPHops(ctx context.Context, r GSLBRegion, n int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	var last []netip.Addr
+	for {
+		hops, err := g.VIPHops(r)
+		if err == nil && len(hops) == n {
+			return time.Since(start), nil
+		}
+		last = hops
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("%s: VIP %v has next hops %v after %v, want %d", r.Name, RegionVIP(r), last, timeout, n)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Resolve asks region via's gslb for pathd.example from region from's
+// prober namespace (so the answer is located by the prober's address),
+// with dig.
+func (g *GSLBLab) Resolve(ctx context.Context, from, via GSLBRegion) (netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cmd := netns.Command(g.Topo.Node(from.Name+"-prb").Netns, "dig", "+short", "+time=1", "+tries=1",
+		"@"+DNSAddr(via).String(), GSLBName, "A")
+	out, err := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...).Output()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("dig @%v %s from %s-prb: %w", DNSAddr(via), GSLBName, from.Name, err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	a, err := netip.ParseAddr(line)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("dig @%v %s from %s-prb: answer %q", DNSAddr(via), GSLBName, from.Name, out)
+	}
+	return a, nil
+}
+
+func (g *GSLBLab) waitAnswer(ctx context.Context, from, via GSLBRegion, want netip.Addr, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		a, err := g.Resolve(ctx, from, via)
+		if err == nil && a == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's gslb answers %s-prb %v (%v), want %v after %v", via.Name, from.Name, a, err, want, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ProberStats are a region's prober's counters, read from its /metrics.
+type ProberStats struct {
+	Measurements, Sent, PostErrors, Rejected, Dropped, Queued, Moves float64
+	Address                                                          netip.Addr
+}
+
+// Lost is what the prober can no longer deliver: dropped from a full
+// queue or refused by pathd.
+func (s ProberStats) Lost() float64 { return s.Dropped + s.Rejected }
+
+// Prober reads a region's prober's metrics.
+func (g *GSLBLab) Prober(ctx context.Context, r GSLBRegion) (ProberStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cmd := netns.Command(g.Topo.Node(r.Name+"-prb").Netns, "curl", "-sf", "--max-time", "2",
+		fmt.Sprintf("http://127.0.0.1:%d/metrics", proberMetricsPort))
+	out, err := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...).Output()
+	if err != nil {
+		return ProberStats{}, fmt.Errorf("%s-prb metrics: %w", r.Name, err)
+	}
+	var s ProberStats
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == "azgate_prober_measurements_total":
+			s.Measurements = v
+		case name == "azgate_prober_sent_total":
+			s.Sent = v
+		case name == "azgate_prober_post_errors_total":
+			s.PostErrors = v
+		case name == "azgate_prober_rejected_total":
+			s.Rejected = v
+		case name == "azgate_prober_dropped_total":
+			s.Dropped = v
+		case name == "azgate_prober_queued":
+			s.Queued = v
+		case name == "azgate_prober_moves_total":
+			s.Moves = v
+		case strings.HasPrefix(name, `azgate_prober_report_address{address="`):
+			a := strings.TrimSuffix(strings.TrimPrefix(name, `azgate_prober_report_address{address="`), `"}`)
+			s.Address, _ = netip.ParseAddr(a)
+		}
+	}
+	return s, nil
+}
+
+// WaitProber waits until a region's prober reports to want and has had
+// at least minSent measurements acknowledged; it returns how long it
+// waited and the last stats.
+func (g *GSLBLab) WaitProber(ctx context.Context, r GSLBRegion, want netip.Addr, minSent float64, timeout time.Duration) (time.Duration, ProberStats, error) {
+	start := time.Now()
+	for {
+		s, err := g.Prober(ctx, r)
+		if err == nil && s.Address == want && s.Sent >= minSent {
+			return time.Since(start), s, nil
+		}
+		if time.Since(start) > timeout {
+			return 0, s, fmt.Errorf("%s-prb reports to %v with %v sent (%v), want %v and at least %v after %v", r.Name, s.Address, s.Sent, err, want, minSent, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, s, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WaitDrained waits until a region's prober has nothing queued beyond
+// one round's worth (the targets of a round in flight) and returns its
+// stats.
+func (g *GSLBLab) WaitDrained(ctx context.Context, r GSLBRegion, timeout time.Duration) (ProberStats, error) {
+	round := float64(GSLBRegions[0].Index*0 + len(GSLBRegions) + len(GSLBOrigins))
+	start := time.Now()
+	for {
+		s, err := g.Prober(ctx, r)
+		if err == nil && s.Queued <= round && s.Sent+s.Queued+s.Lost() >= s.Measurements {
+			return s, nil
+		}
+		if time.Since(start) > timeout {
+			return s, fmt.Errorf("%s-prb still has %v measurements queued after %v (%v)", r.Name, s.Queued, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// DemoGSLB walks through the GSLB lab's scenario (docs/lab.md, "The GSLB
+// lab"): the probers report to their own regions; one server of eu dies
+// (its route is withdrawn, no report lost); the whole of eu dies (the
+// GSLB moves eu's prober to us, no report lost); eu comes back.
+func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
+	eu, us := GSLBRegions[0], GSLBRegions[1]
+	g.say("\n== 1. every prober resolves pathd.example to its own region and reports there")
+	for _, r := range GSLBRegions {
+		a, err := g.Resolve(ctx, r, r)
+		if err != nil {
+			return err
+		}
+		hops, _ := g.VIPHops(r)
+		_, s, err := g.WaitProber(ctx, r, RegionVIP(r), 10, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		g.say("   %s-prb (%v): pathd.example is %v; %s-rtr spreads it over %d servers %v; %v reports sent", r.Name, ProberAddr(r), a, r.Name, len(hops), hops, s.Sent)
+	}
+
+	g.say("\n== 2. eu-s1's pathd dies (SIGKILL): its announcer withdraws eu's VIP from eu-rtr; no report lost")
+	before, err := g.Prober(ctx, eu)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := g.Kill("eu-s1/pathd", syscall.SIGKILL); err != nil {
+		return err
+	}
+	took, err := g.WaitVIPHops(ctx, eu, GSLBServers-1, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	hops, _ := g.VIPHops(eu)
+	g.say("   route withdrawn %v after the kill: eu-rtr's next hops %v", took.Round(time.Millisecond), hops)
+	time.Sleep(2 * time.Second)
+	after, err := g.WaitDrained(ctx, eu, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	g.say("   eu-prb meanwhile: %v reports sent, %v POSTs retried, %v lost", after.Sent-before.Sent, after.PostErrors-before.PostErrors, after.Lost()-before.Lost())
+	if after.Lost() != before.Lost() {
+		return fmt.Errorf("eu-prb lost %v reports while eu-s1 died", after.Lost()-before.Lost())
+	}
+	if err := g.StartPathd(eu, 1); err != nil {
+		return err
+	}
+	if took, err = g.WaitVIPHops(ctx, eu, GSLBServers, 20*time.Second); err != nil {
+		return err
+	}
+	g.say("   eu-s1's pathd restarted: announced again %v later", (time.Since(t0) - 0).Round(100*time.Millisecond))
+
+	g.say("\n== 3. the whole of eu dies (every pathd SIGKILLed): the GSLB moves eu's prober to us; no report lost")
+	before, err = g.Prober(ctx, eu)
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	for k := 1; k <= GSLBServers; k++ {
+		if err := g.Kill(fmt.Sprintf("eu-s%d/pathd", k), syscall.SIGKILL); err != nil {
+			return err
+		}
+	}
+	if _, err := g.WaitVIPHops(ctx, eu, 0, 10*time.Second); err != nil {
+		return err
+	}
+	withdrawn := time.Since(t0)
+	if err := g.waitAnswer(ctx, eu, eu, RegionVIP(us), 10*time.Second); err != nil {
+		return err
+	}
+	answered := time.Since(t0)
+	moved, s, err := g.WaitProber(ctx, eu, RegionVIP(us), before.Sent+1, 15*time.Second)
+	if err != nil {
+		return err
+	}
+	moved += answered
+	after, err = g.WaitDrained(ctx, eu, 15*time.Second)
+	if err != nil {
+		return err
+	}
+	g.say("   eu's routes withdrawn after %v; the GSLB answers eu-prb with us's VIP %v after %v; eu-prb reports to us from %v after the kill",
+		withdrawn.Round(time.Millisecond), RegionVIP(us), answered.Round(time.Millisecond), moved.Round(time.Millisecond))
+	g.say("   eu-prb meanwhile: %v reports sent, %v POSTs retried, %v lost, %v queued now (address moves %v)", after.Sent-before.Sent, after.PostErrors-before.PostErrors, after.Lost()-before.Lost(), s.Queued, after.Moves)
+	if after.Lost() != before.Lost() {
+		return fmt.Errorf("eu-prb lost %v reports while eu was down", after.Lost()-before.Lost())
+	}
+
+	g.say("\n== 4. eu comes back: its servers announce again and the GSLB sends eu-prb home")
+	t0 = time.Now()
+	for k := 1; k <= GSLBServers; k++ {
+		if err := g.StartPathd(eu, k); err != nil {
+			return err
+		}
+	}
+	if _, err := g.WaitVIPHops(ctx, eu, GSLBServers, 20*time.Second); err != nil {
+		return err
+	}
+	back, _, err := g.WaitProber(ctx, eu, RegionVIP(eu), 0, 20*time.Second)
+	if err != nil {
+		return err
+	}
+	g.say("   eu routed over %d servers again; eu-prb reports to eu %v after the restart", GSLBServers, (time.Since(t0) - time.Since(t0.Add(back))).Round(100*time.Millisecond))
+	g.say("\nGSLB demo done. `azgate lab gslb down` removes the lab.")
+	return nil
+}

@@ -1,0 +1,144 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// resolver keeps the report host's address for the TTL the DNS gave it,
+// clamped to [MinTTL, MaxTTL]. A host that is an IP needs no DNS.
+type resolver struct {
+	host    string
+	servers []string
+	fixed   netip.Addr
+
+	mu      sync.Mutex
+	addr    netip.Addr
+	expires time.Time
+}
+
+func newResolver(host string, servers []string) *resolver {
+	r := &resolver{host: host, servers: servers}
+	if a, err := netip.ParseAddr(host); err == nil {
+		r.fixed = a
+	}
+	return r
+}
+
+func (r *resolver) current() netip.Addr {
+	if r.fixed.IsValid() {
+		return r.fixed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addr
+}
+
+// invalidate makes the next get ask the DNS again (a POST failed: the
+// name may have moved).
+func (r *resolver) invalidate() {
+	r.mu.Lock()
+	r.expires = time.Time{}
+	r.mu.Unlock()
+}
+
+// get returns the address, asking the DNS when the cached one expired.
+// fresh says it asked. On failure the last address (maybe invalid) is
+// returned with the error.
+func (r *resolver) get(ctx context.Context) (addr netip.Addr, fresh bool, err error) {
+	if r.fixed.IsValid() {
+		return r.fixed, false, nil
+	}
+	r.mu.Lock()
+	if r.addr.IsValid() && time.Now().Before(r.expires) {
+		defer r.mu.Unlock()
+		return r.addr, false, nil
+	}
+	last := r.addr
+	r.mu.Unlock()
+	a, ttl, err := r.lookup(ctx)
+	if err != nil {
+		// Do not ask again at once for every POST: a dead DNS is retried
+		// after MinTTL, the last address used meanwhile.
+		r.mu.Lock()
+		r.expires = time.Now().Add(MinTTL)
+		r.mu.Unlock()
+		return last, false, err
+	}
+	r.mu.Lock()
+	r.addr, r.expires = a, time.Now().Add(min(max(ttl, MinTTL), MaxTTL))
+	r.mu.Unlock()
+	return a, true, nil
+}
+
+// lookup asks each server in turn for the host's A records (AAAA when it
+// has none), retrying over TCP when an answer is truncated.
+func (r *resolver) lookup(ctx context.Context) (netip.Addr, time.Duration, error) {
+	if len(r.servers) == 0 {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", r.host)
+		if err != nil {
+			return netip.Addr{}, 0, err
+		}
+		if len(ips) == 0 {
+			return netip.Addr{}, 0, fmt.Errorf("%s: no address", r.host)
+		}
+		return ips[0].Unmap(), MinTTL, nil
+	}
+	var errs []error
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		for _, s := range r.servers {
+			a, ttl, err := r.ask(ctx, s, qtype)
+			if err == nil {
+				return a, ttl, nil
+			}
+			errs = append(errs, fmt.Errorf("%s %s: %w", s, dns.TypeToString[qtype], err))
+		}
+	}
+	return netip.Addr{}, 0, errors.Join(errs...)
+}
+
+var errNoAddress = errors.New("no address in the answer")
+
+func (r *resolver) ask(ctx context.Context, server string, qtype uint16) (netip.Addr, time.Duration, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(r.host), qtype)
+	m.RecursionDesired = true
+	m.SetEdns0(1232, false)
+	c := &dns.Client{Net: "udp", Timeout: time.Second}
+	in, _, err := c.ExchangeContext(ctx, m, server)
+	if err == nil && in.Truncated {
+		c.Net = "tcp"
+		in, _, err = c.ExchangeContext(ctx, m, server)
+	}
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
+	if in.Id != m.Id {
+		return netip.Addr{}, 0, errors.New("answer with another ID")
+	}
+	if in.Rcode != dns.RcodeSuccess {
+		return netip.Addr{}, 0, fmt.Errorf("rcode %s", dns.RcodeToString[in.Rcode])
+	}
+	for _, rr := range in.Answer {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue // a CNAME on the way: its target's record follows in the answer
+		}
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			return a.Unmap(), time.Duration(rr.Header().Ttl) * time.Second, nil
+		}
+	}
+	return netip.Addr{}, 0, errNoAddress
+}

@@ -1,0 +1,50 @@
+// Package secretfile reads passwords and tokens from files, by one rule
+// for every flag that takes one (--token-file, --*-password-file): a
+// regular file only its owner may read or write (one that others can read
+// is no secret, one they can write lets them choose it), whose first line
+// is the secret. An empty first line is an error: taken as "no secret" it
+// would turn authentication off. Errors never quote the file's content.
+package secretfile
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// MaxSize bounds a secret file: a secret is a line, not a document.
+const MaxSize = 64 << 10
+
+// Read returns the first line of the file at path. what names the secret
+// in errors ("--token-file", "redis password file").
+func Read(path, what string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat() // of the file opened: no swap after the check
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s %s: not a regular file", what, path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("%s %s has mode %#o: group or others may read or write it; chmod 600 it", what, path, perm)
+	}
+	if fi.Size() > MaxSize {
+		return "", fmt.Errorf("%s %s: %d bytes, at most %d", what, path, fi.Size(), MaxSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("%s %s: the first line is empty", what, path)
+	}
+	return line, nil
+}
