@@ -156,6 +156,7 @@ and lab down stops the members by PID.`,
 		serve.Flags().StringSliceVar(&httpAddrs, "http", []string{"0.0.0.0:80", "0.0.0.0:443"}, "HTTP addresses")
 		serve.Flags().StringVar(&echoAddr, "echo", "0.0.0.0:7000", "line echo address (empty: none)")
 		c.AddCommand(serve)
+		c.AddCommand(labGSLBCommand(&cfg))
 		return c
 	})
 }
@@ -227,4 +228,63 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Netns, n.Role, n.AZ, strings.Join(addrs, " "), proc, st)
 	}
 	w.Flush()
+}
+
+// labGSLBCommand is `azgate lab gslb`: the three-region GSLB and
+// path-computation lab (docs/lab.md, "The GSLB lab"), apart from the
+// region lab (its own namespaces, prefix azgg-, and state directory).
+func labGSLBCommand(cfg *lab.Config) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "gslb",
+		Short: "Three regions of pathd behind BIRD and announcers, a GSLB DNS per region, probers",
+		Long: `The GSLB lab: three regions (eu, us, ap), each with a router running BIRD
+(ECMP over the servers that announce the region's pathd VIP), three pathd
+servers each running the announcer and a Redis replica, the region's Redis
+primary, a gslb instance (one vantage point; authoritative for example.)
+and a prober that reports to pathd.example; a core router and two origins.
+Its namespaces start with azgg- and its state is in /run/azgate-gslblab
+unless --prefix and --state-dir say otherwise.`,
+	}
+	c.AddCommand(&cobra.Command{
+		Use:   "up",
+		Short: "Build the GSLB lab and start every process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Out = cmd.OutOrStdout()
+			ctx, cancel := signalContext()
+			defer cancel()
+			_, err := lab.UpGSLB(ctx, *cfg)
+			return err
+		},
+	})
+	c.AddCommand(&cobra.Command{
+		Use:   "down",
+		Short: "Remove every namespace and process of the GSLB lab",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lab.DownGSLB(*cfg); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "GSLB lab is down")
+			return nil
+		},
+	})
+	c.AddCommand(&cobra.Command{
+		Use:   "demo",
+		Short: "Probers at home; a server dies (route withdrawn); a region dies (DNS moves its prober); no report lost",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Out = cmd.OutOrStdout()
+			ctx, cancel := signalContext()
+			defer cancel()
+			g, err := lab.OpenGSLB(*cfg)
+			if err != nil {
+				if g, err = lab.UpGSLB(ctx, *cfg); err != nil {
+					return err
+				}
+			}
+			return g.DemoGSLB(ctx)
+		},
+	})
+	return c
 }

@@ -53,7 +53,7 @@ const (
 	PathdPort = 7090
 	// GSLBName is the name the probers resolve; GSLBZone its zone.
 	GSLBName = "pathd.example"
-	GSLBZone = "example."
+	GSLBZone = "example"
 	// The BGP of a region: its router's AS and its servers' (private
 	// ASNs, RFC 6996), with timers short enough that a silently dead
 	// server leaves the ECMP group in about 3 s.
@@ -97,7 +97,9 @@ const (
 )
 
 // RegionVIP is the anycast-free VIP of a region's pathd cluster.
-func RegionVIP(r GSLBRegion) netip.Addr { return netip.AddrFrom4([4]byte{192, 0, 2, byte(10 * r.Index)}) }
+func RegionVIP(r GSLBRegion) netip.Addr {
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(10 * r.Index)})
+}
 
 // segRouter and segNode are the router's and the node's ends of the k-th
 // /31 of a region's segment, 198.18.R.2k/31.
@@ -370,7 +372,7 @@ func GSLBDocument() *model.Document {
 		z.Records = append(z.Records, model.ZoneRecord{Name: "ns1", Type: "A", Value: DNSAddr(r).String()})
 	}
 	d.DNSZones = append(d.DNSZones, z)
-	rec := model.GSLBRecord{Name: GSLBName + ".", Zone: GSLBZone, Policy: "nearest", TTL: 1,
+	rec := model.GSLBRecord{Name: GSLBName, Zone: GSLBZone, Policy: "nearest", TTL: 1,
 		Probe: &model.GSLBProbe{Kind: "http", Port: PathdPort, Path: "/healthz",
 			Interval: model.Duration(gslbProbeInterval), Timeout: model.Duration(400 * time.Millisecond), Rise: 2, Fall: gslbProbeFall}}
 	for _, r := range GSLBRegions {
