@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/announce"
 	"github.com/azgate/azgate/internal/bgp"
 	"github.com/azgate/azgate/internal/probe"
+	"github.com/azgate/azgate/internal/secretfile"
 )
 
 // announceFlags are azgate announce's flags, turned into an
@@ -169,7 +170,7 @@ func parseAnnouncePeer(s string, localASN uint32) (bgp.Peer, error) {
 		p.Port = uint16(n)
 	}
 	if f, ok := kv["password-file"]; ok {
-		if p.Password, err = readSecretFile(f); err != nil {
+		if p.Password, err = secretfile.Read(f, "password file"); err != nil {
 			return p, fmt.Errorf("--peer %q: %w", s, err)
 		}
 	}

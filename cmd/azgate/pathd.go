@@ -15,6 +15,7 @@ import (
 	"github.com/azgate/azgate/internal/pathcomp"
 	"github.com/azgate/azgate/internal/pathd"
 	"github.com/azgate/azgate/internal/pathd/hopstore"
+	"github.com/azgate/azgate/internal/secretfile"
 )
 
 // pathdFlags are `azgate pathd`'s settings (docs/pathd.md, "Flags").
@@ -92,17 +93,17 @@ func (f pathdFlags) config() (pathd.Config, error) {
 	if f.recompute < 10*time.Millisecond || f.expire < time.Minute || f.reportInterval < 100*time.Millisecond {
 		return cfg, fmt.Errorf("--recompute at least 10ms, --expire at least 1m, --report-interval at least 100ms")
 	}
-	tok, err := pathd.ReadSecret(f.tokenFile)
+	tok, err := secretfile.Read(f.tokenFile, "secret file")
 	if err != nil {
 		return cfg, fmt.Errorf("--token-file: %w", err)
 	}
-	peerTok, err := pathd.ReadSecret(f.peerTokenFile)
+	peerTok, err := secretfile.Read(f.peerTokenFile, "secret file")
 	if err != nil {
 		return cfg, fmt.Errorf("--peer-token-file: %w", err)
 	}
 	var metricsTok string
 	if f.metricsTokenFile != "" {
-		if metricsTok, err = pathd.ReadSecret(f.metricsTokenFile); err != nil {
+		if metricsTok, err = secretfile.Read(f.metricsTokenFile, "secret file"); err != nil {
 			return cfg, fmt.Errorf("--metrics-token-file: %w", err)
 		}
 	}
@@ -123,7 +124,7 @@ func (f pathdFlags) config() (pathd.Config, error) {
 	}
 	var pw string
 	if f.redisPasswordFile != "" {
-		if pw, err = pathd.ReadSecret(f.redisPasswordFile); err != nil {
+		if pw, err = secretfile.Read(f.redisPasswordFile, "secret file"); err != nil {
 			return cfg, fmt.Errorf("--redis-password-file: %w", err)
 		}
 	}

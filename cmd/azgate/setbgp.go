@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/secretfile"
 )
 
 func roleName(r string) string {
@@ -113,7 +111,7 @@ func edgeBGPCommand() *cobra.Command {
 						bp.Port = uint16(port)
 					}
 					if f, ok := kv["password-file"]; ok {
-						if bp.Password, err = readSecretFile(f); err != nil {
+						if bp.Password, err = secretfile.Read(f, "password file"); err != nil {
 							return fmt.Errorf("--peer %q: %w", p, err)
 						}
 					}
@@ -140,38 +138,4 @@ func edgeBGPCommand() *cobra.Command {
 	c.Flags().StringArrayVar(&peers, "peer", nil, "a peer: address=ADDR,asn=N[,port=P][,password-file=FILE] (repeatable)")
 	c.Flags().BoolVar(&clear, "clear", false, "remove the edge's BGP configuration")
 	return c
-}
-
-// readSecretFile reads an MD5 password file by the rules of
-// --etcd-password-file: a regular file only its owner may read or write
-// (one that others can read is no secret, one they can write lets them
-// choose it), whose first line is the password. An empty one is an error:
-// taken as no password, it would configure the session without MD5.
-// Errors never quote the file's content.
-func readSecretFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat() // of the file opened: no swap after the check
-	if err != nil {
-		return "", fmt.Errorf("password file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("password file %s: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("password file %s has mode %#o: group or others may read or write it; chmod 600 it", path, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("password file %s: %w", path, err)
-	}
-	pw, _, _ := strings.Cut(string(b), "\n")
-	pw = strings.TrimSuffix(pw, "\r")
-	if pw == "" {
-		return "", fmt.Errorf("password file %s: empty (a session without MD5 takes no password-file)", path)
-	}
-	return pw, nil
 }

@@ -2,15 +2,11 @@ package bandwidth
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/azgate/azgate/internal/bwstore"
+	"github.com/azgate/azgate/internal/secretfile"
 )
-
-// MaxPasswordFile bounds a store password file: a password is a line, not
-// a document.
-const MaxPasswordFile = 4096
 
 // OpenStore opens a measurement store by URL (docs/bandwidth.md,
 // "Managers"; shared by the agents, edges and managers):
@@ -47,7 +43,7 @@ func OpenStore(url, passwordFile string) (bwstore.Store, error) {
 		return nil, fmt.Errorf("bandwidth store: the URL holds a password: give it in a password file instead (a command line is visible in ps)")
 	}
 	if passwordFile != "" {
-		pw, err := readPasswordFile(passwordFile)
+		pw, err := secretfile.Read(passwordFile, "bandwidth store password file")
 		if err != nil {
 			return nil, err
 		}
@@ -58,38 +54,4 @@ func OpenStore(url, passwordFile string) (bwstore.Store, error) {
 		return nil, fmt.Errorf("bandwidth store %q: %w", url, err)
 	}
 	return r, nil
-}
-
-// readPasswordFile reads the first line of a file that only its owner may
-// read or write.
-func readPasswordFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("bandwidth store password file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("bandwidth store password file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("bandwidth store password file %s: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("bandwidth store password file %s: mode %04o lets group or others in: chmod 600 it", path, perm)
-	}
-	if fi.Size() > MaxPasswordFile {
-		return "", fmt.Errorf("bandwidth store password file %s: %d bytes, at most %d", path, fi.Size(), MaxPasswordFile)
-	}
-	b := make([]byte, MaxPasswordFile+1)
-	n, err := f.Read(b)
-	if err != nil && n == 0 {
-		return "", fmt.Errorf("bandwidth store password file %s: %w", path, err)
-	}
-	line, _, _ := strings.Cut(string(b[:n]), "\n")
-	line = strings.TrimRight(line, "\r")
-	if line == "" {
-		return "", fmt.Errorf("bandwidth store password file %s: the first line is empty", path)
-	}
-	return line, nil
 }

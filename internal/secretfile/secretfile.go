@@ -43,7 +43,7 @@ func Read(path, what string) (string, error) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	line = strings.TrimSuffix(line, "\r")
-	if line == "" {
+	if strings.TrimSpace(line) == "" {
 		return "", fmt.Errorf("%s %s: the first line is empty", what, path)
 	}
 	return line, nil
