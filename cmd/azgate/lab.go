@@ -283,7 +283,8 @@ unless --prefix and --state-dir say otherwise.`,
 					return err
 				}
 			}
-			return g.DemoGSLB(ctx)
+			_, err = g.DemoGSLB(ctx)
+			return err
 		},
 	})
 	return c

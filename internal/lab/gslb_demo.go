@@ -214,11 +214,32 @@ func (g *GSLBLab) WaitDrained(ctx context.Context, r GSLBRegion, timeout time.Du
 	}
 }
 
+// GSLBDemoResult is what DemoGSLB measured.
+type GSLBDemoResult struct {
+	// ServerWithdrawn: from eu-s1's pathd killed to its route gone.
+	ServerWithdrawn time.Duration
+	// RegionAnswer: from eu's pathds killed to eu's gslb answering
+	// eu-prb with us's VIP; RegionMoved: to eu-prb's reports going there.
+	RegionAnswer, RegionMoved time.Duration
+	// Lost: reports eu-prb lost over both failures (dropped or refused).
+	Lost float64
+	// Retried: POSTs eu-prb retried over both failures.
+	Retried float64
+}
+
 // DemoGSLB walks through the GSLB lab's scenario (docs/lab.md, "The GSLB
 // lab"): the probers report to their own regions; one server of eu dies
 // (its route is withdrawn, no report lost); the whole of eu dies (the
-// GSLB moves eu's prober to us, no report lost); eu comes back.
-func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
+// GSLB moves eu's prober to us, no report lost); eu comes back. It
+// returns an error when a step does not happen in time or a report is
+// lost.
+func (g *GSLBLab) DemoGSLB(ctx context.Context) (GSLBDemoResult, error) {
+	var res GSLBDemoResult
+	err := g.demoGSLB(ctx, &res)
+	return res, err
+}
+
+func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	eu, us := GSLBRegions[0], GSLBRegions[1]
 	g.say("\n== 1. every prober resolves pathd.example to its own region and reports there")
 	for _, r := range GSLBRegions {
@@ -247,6 +268,7 @@ func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	res.ServerWithdrawn = took
 	hops, _ := g.VIPHops(eu)
 	g.say("   route withdrawn %v after the kill: eu-rtr's next hops %v", took.Round(time.Millisecond), hops)
 	time.Sleep(2 * time.Second)
@@ -255,6 +277,8 @@ func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
 		return err
 	}
 	g.say("   eu-prb meanwhile: %v reports sent, %v POSTs retried, %v lost", after.Sent-before.Sent, after.PostErrors-before.PostErrors, after.Lost()-before.Lost())
+	res.Lost += after.Lost() - before.Lost()
+	res.Retried += after.PostErrors - before.PostErrors
 	if after.Lost() != before.Lost() {
 		return fmt.Errorf("eu-prb lost %v reports while eu-s1 died", after.Lost()-before.Lost())
 	}
@@ -290,6 +314,7 @@ func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
 		return err
 	}
 	moved += answered
+	res.RegionAnswer, res.RegionMoved = answered, moved
 	after, err = g.WaitDrained(ctx, eu, 15*time.Second)
 	if err != nil {
 		return err
@@ -297,6 +322,8 @@ func (g *GSLBLab) DemoGSLB(ctx context.Context) error {
 	g.say("   eu's routes withdrawn after %v; the GSLB answers eu-prb with us's VIP %v after %v; eu-prb reports to us from %v after the kill",
 		withdrawn.Round(time.Millisecond), RegionVIP(us), answered.Round(time.Millisecond), moved.Round(time.Millisecond))
 	g.say("   eu-prb meanwhile: %v reports sent, %v POSTs retried, %v lost, %v queued now (address moves %v)", after.Sent-before.Sent, after.PostErrors-before.PostErrors, after.Lost()-before.Lost(), s.Queued, after.Moves)
+	res.Lost += after.Lost() - before.Lost()
+	res.Retried += after.PostErrors - before.PostErrors
 	if after.Lost() != before.Lost() {
 		return fmt.Errorf("eu-prb lost %v reports while eu was down", after.Lost()-before.Lost())
 	}

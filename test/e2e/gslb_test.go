@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/netns"
+)
+
+// TestGSLBLab runs the GSLB lab's scenario (docs/lab.md, "The GSLB lab";
+// issue 11 part 5): three regions, each a BIRD router with ECMP over three
+// pathd servers that run the announcer, a Redis primary and replicas, a
+// gslb instance and a prober. Every prober resolves pathd.example to its
+// own region and reports there; eu-s1's pathd killed → its announcer
+// withdraws it within the check's fall time (2 × 500 ms) and some
+// margin; every pathd of eu killed → the GSLB answers eu's prober with
+// us within the probes' fall time and margin, and the prober reports
+// there; no report lost through either.
+func TestGSLBLab(t *testing.T) {
+	cfg := lab.Config{Prefix: "azeg-", StateDir: t.TempDir() + "/lab", Binary: binary, Out: testWriter{t}}
+	lab.DownGSLB(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	g, err := lab.UpGSLB(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.DownGSLB(cfg); err != nil {
+			t.Errorf("lab gslb down: %v", err)
+		}
+		if left, _ := netns.List(cfg.Prefix); len(left) > 0 {
+			t.Errorf("namespaces left behind: %v", left)
+		}
+		if pins, _ := filepath.Glob("/sys/fs/bpf/azgate/" + cfg.Prefix + "*"); len(pins) > 0 {
+			t.Errorf("pins left behind: %v", pins)
+		}
+	})
+	res, err := g.DemoGSLB(ctx)
+	t.Logf("measured: %+v", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Checks every 500 ms, down at the 2nd failure: the first failing
+	// check comes up to one interval after the kill, the 2nd one interval
+	// later; then one BGP UPDATE, or one query of the GSLB's. The
+	// margins are for a loaded two-core machine.
+	if res.ServerWithdrawn > 2500*time.Millisecond {
+		t.Errorf("eu-s1's route withdrawn %v after its pathd died, want at most 2.5 s", res.ServerWithdrawn)
+	}
+	if res.RegionAnswer > 3*time.Second {
+		t.Errorf("the GSLB moved eu's prober %v after eu died, want at most 3 s", res.RegionAnswer)
+	}
+	if res.Lost != 0 {
+		t.Errorf("%v reports lost", res.Lost)
+	}
+}
