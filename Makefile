@@ -8,14 +8,15 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-long clean
+.PHONY: help build generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-long clean
 
 help:
 	@echo "build            build $(BIN)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
 	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
-	@echo "demo             lab up + lab demo (as root)"
+	@echo "demo             lab up + lab demo, then lab gslb demo (as root)"
+	@echo "demo-gslb        lab gslb demo: the three-region GSLB and pathd lab (as root)"
 	@echo "bench            every benchmark suite (results go in BENCHMARKS.md)"
 	@echo "bench-fleet      edge fleets: etcd-cluster drift, connection sync, failover gaps (as root)"
 	@echo "bench-compare    per-packet suites, this build against BASE's objects (BASE=git revision, default HEAD)"
@@ -47,6 +48,12 @@ demo: build
 	-./$(BIN) lab down >/dev/null 2>&1
 	./$(BIN) lab up
 	./$(BIN) lab demo
+	-./$(BIN) lab gslb down >/dev/null 2>&1
+	./$(BIN) lab gslb demo
+
+demo-gslb: build
+	-./$(BIN) lab gslb down >/dev/null 2>&1
+	./$(BIN) lab gslb demo
 
 lab-down: build
 	./$(BIN) lab down
