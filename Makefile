@@ -8,7 +8,7 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-long clean
+.PHONY: help build generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
 	@echo "build            build $(BIN)"
@@ -23,6 +23,7 @@ help:
 	@echo "bench-compare-rev  the same against BASE's own build, alternated (when map layouts changed)"
 	@echo "fuzz             long fuzzing runs (FUZZTIME=10m)"
 	@echo "fuzz-bwalloc     the bandwidth allocator's fuzzers (BWFUZZTIME=15s)"
+	@echo "fuzz-gslb        issue 11's fuzzers: DNS, GSLB objects, pathd, GeoIP (GSLBFUZZTIME=30s)"
 	@echo "fuzz-long        every XDP program at scale: FUZZ_PACKETS (default 10M) mutated and random frames, FUZZ_SEED to replay (as root)"
 
 build: $(BIN)
@@ -99,6 +100,19 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseDocument -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev
 	$(MAKE) fuzz-bwalloc BWFUZZTIME=$(FUZZTIME)
+	$(MAKE) fuzz-gslb GSLBFUZZTIME=$(FUZZTIME)
+
+# Issue 11's fuzzers: the DNS message path, the GSLB objects' and pathd's
+# bodies, Redis rows read back, measurements, GeoIP files, check URLs.
+GSLBFUZZTIME ?= 30s
+fuzz-gslb:
+	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(GSLBFUZZTIME) ./internal/gslb
+	$(GO) test -run '^$$' -fuzz FuzzDNSBodies -fuzztime $(GSLBFUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzReports -fuzztime $(GSLBFUZZTIME) ./internal/pathd
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(GSLBFUZZTIME) ./internal/pathd/hopstore
+	$(GO) test -run '^$$' -fuzz FuzzMeasurement -fuzztime $(GSLBFUZZTIME) ./internal/pathcomp
+	$(GO) test -run '^$$' -fuzz FuzzReload -fuzztime $(GSLBFUZZTIME) -fuzzminimizetime 1x -parallel 1 ./internal/geo
+	$(GO) test -run '^$$' -fuzz FuzzParseCheck -fuzztime $(GSLBFUZZTIME) ./internal/announce
 
 # The bandwidth allocator's fuzzers, short by default (a CI step's worth);
 # plain `go test` runs their seeds.
