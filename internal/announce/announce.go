@@ -151,8 +151,7 @@ type Announcer struct {
 	kick chan struct{}
 
 	mu        sync.Mutex
-	announced bool // the speaker holds the VIP
-	shutting  bool
+	announced bool   // the speaker holds the VIP
 	changes   uint64 // announce/withdraw transitions
 	lastErr   string // of the last Announce
 }
@@ -246,9 +245,6 @@ func (a *Announcer) apply(ctx context.Context) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.shutting {
-		return
-	}
 	if err != nil {
 		if a.lastErr != err.Error() {
 			a.log.Warn("announce: speaker", "vip", a.cfg.VIP, "announce", want, "err", err)
@@ -268,10 +264,8 @@ func (a *Announcer) apply(ctx context.Context) {
 	a.announced = want
 }
 
+// shutdown runs in Run's goroutine after its last apply.
 func (a *Announcer) shutdown() error {
-	a.mu.Lock()
-	a.shutting = true
-	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WithdrawWait+time.Second)
 	defer cancel()
 	var errs []error

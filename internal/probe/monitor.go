@@ -33,8 +33,9 @@ type Options struct {
 	InitialUp bool
 	// MaxConcurrent bounds the checks in flight (default 64): a monitor
 	// with thousands of targets spreads them (jittered starts) and never
-	// opens more than this many connections at once. A check waiting for
-	// a slot is late, not lost.
+	// has more than this many dials or requests outstanding. A check
+	// waiting for a slot is late, not lost; one that times out frees its
+	// slot though the server may still be working on its request.
 	MaxConcurrent int
 	// Dial makes the checks' connections (TCP and HTTP); nil: a
 	// net.Dialer. Tests and source-address binding set it.

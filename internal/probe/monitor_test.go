@@ -351,9 +351,16 @@ func TestFlapping(t *testing.T) {
 	}
 }
 
-// TestConcurrencyBound: 20 targets whose checks take 60 ms, on a 200 ms
+// TestConcurrencyBound: 60 targets whose checks take 60 ms, on a 1 s
 // ticker, with MaxConcurrent 3: the server never sees more than 3
-// requests at once (and does see 3: the bound is what limits).
+// requests at once (and does see 3: the bound is what limits; the
+// demand, 3.6 check-seconds a second, exceeds it).
+//
+// The server's count measures the monitor's only while no check gives
+// up: a check that times out frees its slot at once, but the server's
+// handler still runs (it cannot know), so the next check would make the
+// server see 4. Hence a timeout (1 s) far above the handler's 60 ms,
+// and the test fails, saying so, if any check failed all the same.
 func TestConcurrencyBound(t *testing.T) {
 	var inflight, peak, served atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -372,8 +379,8 @@ func TestConcurrencyBound(t *testing.T) {
 	port := addrPort(t, srv.Listener.Addr()).Port()
 	m := NewMonitor(Options{MaxConcurrent: 3, Logger: quiet})
 	var ts []Target
-	for i := range 20 {
-		ts = append(ts, Target{Key: fmt.Sprintf("t%02d", i), Addr: loopback, Spec: Spec{Kind: HTTP, Port: port, Path: fmt.Sprintf("/%d", i), Interval: iv, Timeout: iv}})
+	for i := range 60 {
+		ts = append(ts, Target{Key: fmt.Sprintf("t%02d", i), Addr: loopback, Spec: Spec{Kind: HTTP, Port: port, Path: fmt.Sprintf("/%d", i), Interval: time.Second, Timeout: time.Second}})
 	}
 	if err := m.Set(ts); err != nil {
 		t.Fatal(err)
@@ -386,7 +393,13 @@ func TestConcurrencyBound(t *testing.T) {
 	if served.Load() < 60 {
 		t.Fatalf("only %d checks served in 10 s", served.Load())
 	}
-	if p := peak.Load(); p != 3 {
+	p := peak.Load()
+	for _, s := range m.States() {
+		if s.Failures > 0 {
+			t.Fatalf("check of %s failed (%s): the server's peak (%d) no longer measures the monitor's bound", s.Key, s.LastErr, p)
+		}
+	}
+	if p != 3 {
 		t.Fatalf("peak concurrency %d, want exactly the bound 3", p)
 	}
 }

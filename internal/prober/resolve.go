@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,19 +128,53 @@ func (r *resolver) ask(ctx context.Context, server string, qtype uint16) (netip.
 	if in.Rcode != dns.RcodeSuccess {
 		return netip.Addr{}, 0, fmt.Errorf("rcode %s", dns.RcodeToString[in.Rcode])
 	}
-	for _, rr := range in.Answer {
-		var ip net.IP
-		switch v := rr.(type) {
-		case *dns.A:
-			ip = v.A
-		case *dns.AAAA:
-			ip = v.AAAA
-		default:
-			continue // a CNAME on the way: its target's record follows in the answer
+	q := m.Question[0]
+	if len(in.Question) != 1 || !strings.EqualFold(in.Question[0].Name, q.Name) || in.Question[0].Qtype != qtype {
+		return netip.Addr{}, 0, errors.New("answer to another question")
+	}
+	return answerAddr(in.Answer, q.Name, qtype)
+}
+
+// answerAddr finds the address of name in an answer section: a record of
+// type qtype owned by name, or by the end of the CNAME chain that starts
+// at name. Records for any other name are ignored (a server, or a forger,
+// must not steer the reports with them). The TTL is the chain's smallest.
+func answerAddr(answer []dns.RR, name string, qtype uint16) (netip.Addr, time.Duration, error) {
+	ttl := uint32(math.MaxUint32)
+	// Each pass follows at most one CNAME; a chain longer than the answer
+	// is a loop.
+	for range len(answer) + 1 {
+		next := ""
+		for _, rr := range answer {
+			h := rr.Header()
+			if !strings.EqualFold(h.Name, name) {
+				continue
+			}
+			var ip net.IP
+			switch v := rr.(type) {
+			case *dns.A:
+				ip = v.A
+			case *dns.AAAA:
+				ip = v.AAAA
+			case *dns.CNAME:
+				if next == "" {
+					next, ttl = v.Target, min(ttl, h.Ttl)
+				}
+				continue
+			default:
+				continue
+			}
+			if h.Rrtype != qtype {
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(ip); ok {
+				return a.Unmap(), time.Duration(min(ttl, h.Ttl)) * time.Second, nil
+			}
 		}
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			return a.Unmap(), time.Duration(rr.Header().Ttl) * time.Second, nil
+		if next == "" {
+			break
 		}
+		name = next
 	}
 	return netip.Addr{}, 0, errNoAddress
 }

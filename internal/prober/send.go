@@ -41,6 +41,9 @@ func (p *Prober) sendLoop(ctx context.Context) {
 			continue
 		}
 		err := p.postOnce(ctx, client, ms)
+		if err != nil && ctx.Err() != nil {
+			return // stopping: the POST was cut short, not failed
+		}
 		var se *statusError
 		switch {
 		case err == nil:

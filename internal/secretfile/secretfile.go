@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // MaxSize bounds a secret file: a secret is a line, not a document.
@@ -19,7 +20,10 @@ const MaxSize = 64 << 10
 // Read returns the first line of the file at path. what names the secret
 // in errors ("--token-file", "redis password file").
 func Read(path, what string) (string, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO at path is refused below (not a regular file)
+	// instead of hanging the start until something writes to it. It does
+	// nothing to a regular file's reads.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}

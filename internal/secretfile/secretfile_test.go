@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestRead(t *testing.T) {
@@ -42,6 +44,25 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read(dir, "token"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("directory: %v", err)
+	}
+	// A FIFO is refused at once, not waited on for a writer.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := Read(fifo, "token"); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("fifo: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		// Unblock the reader so the test ends.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		t.Error("fifo: Read still waiting for a writer after 5 s")
 	}
 	if _, err := Read(filepath.Join(dir, "missing"), "token"); err == nil {
 		t.Error("missing file read")
