@@ -42,7 +42,10 @@ type Options struct {
 	// "bench", ServeChildArg).
 	ServeArgv []string
 	ServeEnv  []string // extra environment for the child
-	// CPUProfile: our server writes a Go CPU profile of the whole run here.
+	// CPUProfile: our server writes a Go CPU profile of the whole run
+	// into the run's directory, and the bench copies it here once the
+	// server stopped (so the path is opened by the bench's own user only,
+	// never handed to the servers' user).
 	CPUProfile string
 	// User, when set, is who both servers run as (through setpriv; the
 	// bench must be root): they parse queries any local user can send,
@@ -197,11 +200,11 @@ type Report struct {
 // Run runs the benchmark. Our server and gdnsd each run in their own
 // process on their own loopback address; dnsperf and the failover polls
 // are the bench's children or goroutines.
-func Run(ctx context.Context, o Options) (*Report, error) {
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := o.defaults(); err != nil {
 		return nil, fmt.Errorf("bench gslb: %w", err)
 	}
-	rep := &Report{Options: o}
+	rep = &Report{Options: o}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		rep.Load = strings.TrimSpace(string(b))
 	}
@@ -252,20 +255,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := chownAll(dir, o.uid, o.gid); err != nil {
 			return nil, err
 		}
-		if o.CPUProfile != "" {
-			f, err := os.Create(o.CPUProfile)
-			if err != nil {
-				return nil, err
-			}
-			f.Close()
-			if err := os.Chown(o.CPUProfile, o.uid, o.gid); err != nil {
-				return nil, err
-			}
-		}
 	}
 	ours, err := startOurs(ctx, &o, dir, ourAP, mmdb)
 	if err != nil {
 		return nil, err
+	}
+	if o.CPUProfile != "" {
+		// Deferred before ours.stop, so it runs after: the profile is
+		// complete once the server has exited.
+		defer func() {
+			b, cerr := os.ReadFile(filepath.Join(dir, cpuProfileName))
+			if cerr == nil {
+				cerr = os.WriteFile(o.CPUProfile, b, 0o644)
+			}
+			if cerr != nil && err == nil {
+				err = fmt.Errorf("cpu profile: %w", cerr)
+			}
+		}()
 	}
 	defer ours.stop()
 	gd, err := startGdnsd(ctx, &o, confDir, gdAP)
