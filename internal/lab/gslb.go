@@ -397,12 +397,6 @@ func (g *GSLBLab) spawnIn(node, what string, argv ...string) error {
 	return g.saveProcs()
 }
 
-// Proc returns a process the lab started ("eu-s1/pathd").
-func (g *GSLBLab) Proc(key string) (*Proc, bool) {
-	p, ok := g.Procs[key]
-	return p, ok
-}
-
 // Kill sends sig to a process the lab started, by PID, after checking the
 // PID is still that process (its command line).
 func (g *GSLBLab) Kill(key string, sig os.Signal) error {
