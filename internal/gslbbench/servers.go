@@ -199,13 +199,8 @@ func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort,
 		return nil, err
 	}
 	path := filepath.Join(dir, "azgate-serve.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := newFile(path, b, o.uid, o.gid); err != nil {
 		return nil, err
-	}
-	if o.User != "" {
-		if err := os.Chown(path, o.uid, o.gid); err != nil {
-			return nil, err
-		}
 	}
 	argv := append(append([]string(nil), o.ServeArgv...), "--config", path)
 	cmd := o.serverCmd(ctx, argv[0], argv[1:]...)
