@@ -53,9 +53,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 	# 127.0.0.1:6379 and etcd on localhost:2379, both without a password,
 	# which any local user could drive, and gdnsd on port 53 of every
 	# address. azgate needs only the binaries (it starts its own servers,
-	# on sockets only root reaches; bench gslb runs its own gdnsd): stop
-	# and disable the services of the packages this run installed. Without
-	# systemd, gdnsd's package starts nothing (it ships only a unit).
+	# on sockets only root reaches; bench gslb runs its own gdnsd, as
+	# nobody on loopback for the run): stop and disable the services of
+	# the packages this run installed. Without systemd, gdnsd's package
+	# starts nothing (it ships only a unit).
 	if [ -d /run/systemd/system ]; then
 		for ps in redis-server:redis-server etcd-server:etcd gdnsd:gdnsd; do
 			case " ${missing[*]} " in

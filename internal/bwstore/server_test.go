@@ -132,7 +132,8 @@ func TestServerDirRefused(t *testing.T) {
 }
 
 // TestServerInNetns starts the server in a namespace of the test's own, as
-// the lab does for each AZ, and checks the process is in it.
+// the lab does for each AZ, and checks the process is in it; then one on
+// the namespace's loopback and a replica of that one (ReplicaOf).
 func TestServerInNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
@@ -193,6 +194,47 @@ func TestServerInNetns(t *testing.T) {
 	out, _ := exec.Command("ss", "-Hltnp").Output()
 	if strings.Contains(string(out), "pid="+itoa(srv2.PID)+",") {
 		t.Errorf("redis-server %d listens outside its namespace: %s", srv2.PID, out)
+	}
+
+	// A replica of srv2 (the GSLB lab's pathd clusters): it follows the
+	// primary with the primary's password and refuses writes.
+	dir3, _ := os.MkdirTemp("", "azgbw-")
+	defer os.RemoveAll(dir3)
+	for _, bad := range []ServerConfig{
+		{Dir: dir3, Netns: ns, ReplicaOf: "127.0.0.1", PrimaryPassword: srv2.Password},
+		{Dir: dir3, Netns: ns, ReplicaOf: "127.0.0.1:6390"},
+		{Dir: dir3, Netns: ns, ReplicaOf: "127.0.0.1:6390", PrimaryPassword: "a b"},
+	} {
+		if _, err := StartServer(context.Background(), bad); err == nil {
+			t.Errorf("replica config %+v accepted", bad)
+		}
+	}
+	srv3, err := StartServer(context.Background(), ServerConfig{Dir: dir3, Netns: ns, ReplicaOf: "127.0.0.1:6390", PrimaryPassword: srv2.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv3.Stop()
+	p, _ := NewRedis(srv2.Config())
+	defer p.Close()
+	rep, _ := NewRedis(srv3.Config())
+	defer rep.Close()
+	ctx := context.Background()
+	if err := p.Client().Set(ctx, "azgt-replica", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := rep.Client().Get(ctx, "azgt-replica").Result()
+		if err == nil && v == "v1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica has %q (%v) 10 s after the primary's write, want v1", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := rep.Client().Set(ctx, "azgt-replica", "v2", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Errorf("a write to the replica: %v, want READONLY", err)
 	}
 }
 

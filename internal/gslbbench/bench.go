@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -42,7 +44,10 @@ type Options struct {
 	// "bench", ServeChildArg).
 	ServeArgv []string
 	ServeEnv  []string // extra environment for the child
-	// CPUProfile: our server writes a Go CPU profile of the whole run here.
+	// CPUProfile: our server writes a Go CPU profile of the whole run
+	// into the run's directory, and the bench copies it here once the
+	// server stopped (so the path is opened by the bench's own user only,
+	// never handed to the servers' user).
 	CPUProfile string
 	// User, when set, is who both servers run as (through setpriv; the
 	// bench must be root): they parse queries any local user can send,
@@ -56,7 +61,7 @@ type Options struct {
 	taskset  string
 	gdnsd    string
 	setpriv  string
-	uid, gid int
+	uid, gid int // the servers' user and group
 }
 
 func (o *Options) defaults() error {
@@ -113,6 +118,7 @@ func (o *Options) defaults() error {
 	if err := o.Probe.Validate(); err != nil {
 		return err
 	}
+	o.uid, o.gid = os.Geteuid(), os.Getegid() // the servers' user: ours unless User
 	if o.User != "" {
 		if os.Geteuid() != 0 {
 			return fmt.Errorf("--user %q: switching users needs root", o.User)
@@ -197,11 +203,11 @@ type Report struct {
 // Run runs the benchmark. Our server and gdnsd each run in their own
 // process on their own loopback address; dnsperf and the failover polls
 // are the bench's children or goroutines.
-func Run(ctx context.Context, o Options) (*Report, error) {
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := o.defaults(); err != nil {
 		return nil, fmt.Errorf("bench gslb: %w", err)
 	}
-	rep := &Report{Options: o}
+	rep = &Report{Options: o}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		rep.Load = strings.TrimSpace(string(b))
 	}
@@ -213,6 +219,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(dir)
 	mmdb := filepath.Join(dir, "gslb-test.mmdb")
 	if err := WriteMMDB(mmdb); err != nil {
+		return nil, err
+	}
+	// dnsperf's query file, written now: once the directory is the
+	// servers' user's, the bench writes nothing in it by name but its
+	// own new files (newFile).
+	qfile := filepath.Join(dir, "queries.txt")
+	if err := os.WriteFile(qfile, []byte("pathd.example A\n"), 0o600); err != nil {
 		return nil, err
 	}
 	// VIP listeners, one port for all three (gdnsd's tcp_connect has one
@@ -252,20 +265,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := chownAll(dir, o.uid, o.gid); err != nil {
 			return nil, err
 		}
-		if o.CPUProfile != "" {
-			f, err := os.Create(o.CPUProfile)
-			if err != nil {
-				return nil, err
-			}
-			f.Close()
-			if err := os.Chown(o.CPUProfile, o.uid, o.gid); err != nil {
-				return nil, err
-			}
-		}
 	}
 	ours, err := startOurs(ctx, &o, dir, ourAP, mmdb)
 	if err != nil {
 		return nil, err
+	}
+	if o.CPUProfile != "" {
+		// Deferred before ours.stop, so it runs after: the profile is
+		// complete once the server has exited.
+		defer func() {
+			b, cerr := readOwn(filepath.Join(dir, cpuProfileName), o.uid)
+			if cerr == nil {
+				cerr = os.WriteFile(o.CPUProfile, b, 0o644)
+			}
+			if cerr != nil && err == nil {
+				err = fmt.Errorf("cpu profile: %w", cerr)
+			}
+		}()
 	}
 	defer ours.stop()
 	gd, err := startGdnsd(ctx, &o, confDir, gdAP)
@@ -281,10 +297,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	o.Out("checks: %d client subnets, both servers answer each with its region's VIP; our ECS scopes match the database", len(rep.Checks))
 
-	qfile := filepath.Join(dir, "queries.txt")
-	if err := os.WriteFile(qfile, []byte("pathd.example A\n"), 0o600); err != nil {
-		return rep, err
-	}
 	spec := func(s *server, d time.Duration, rate int) loadSpec {
 		return loadSpec{server: s.addr, queries: qfile, duration: d, rate: rate, inflight: o.Inflight,
 			clientCPU: o.ClientCPUs, dnsperf: o.Dnsperf, taskset: o.taskset}
@@ -343,6 +355,40 @@ func chownAll(dir string, uid, gid int) error {
 		}
 		return os.Lchown(p, uid, gid)
 	})
+}
+
+// newFile writes a file that must not exist yet (no symlink followed) in
+// the run's directory, owned by uid/gid: the directory is the servers'
+// user's, who could have put a link at that name.
+func newFile(path string, b []byte, uid, gid int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil && uid != os.Geteuid() {
+		err = f.Chown(uid, gid)
+	}
+	return errors.Join(err, f.Close())
+}
+
+// readOwn reads a regular file that uid owns, not following a symlink:
+// what the servers' user wrote in the run's directory, never a file of
+// someone else's linked there.
+func readOwn(path string, uid int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || int(st.Uid) != uid {
+		return nil, fmt.Errorf("%s: not a regular file of uid %d", path, uid)
+	}
+	return io.ReadAll(f)
 }
 
 func gdnsdVersion(bin string) string {

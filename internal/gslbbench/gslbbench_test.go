@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,13 +62,19 @@ func TestBenchShort(t *testing.T) {
 	needTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
 	rep, err := Run(ctx, Options{
 		Duration: 700 * time.Millisecond, Rounds: 1, Rate: 2000, FailoverReps: 1,
 		ServeArgv: []string{os.Args[0]}, ServeEnv: []string{serveEnv + "=1"},
-		Out: t.Logf,
+		CPUProfile: prof, Out: t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server's profile, written in the run's directory, is copied out
+	// once it stopped.
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Errorf("cpu profile %s: %v, %v", prof, fi, err)
 	}
 	if len(rep.Checks) != 3*len(Regions) {
 		t.Errorf("%d checks, want %d", len(rep.Checks), 3*len(Regions))

@@ -1,17 +1,15 @@
 package gslbbench
 
 import (
-	"context"
 	"net/netip"
 
 	"github.com/azgate/azgate/internal/probe"
 )
 
-// health is the serving child's gslb.Health: an internal/probe Monitor
-// with a TCP check of every VIP, initially up (what the GSLB role does).
-type health struct{ m *probe.Monitor }
-
-func newHealth(p ProbeSettings, vips []netip.Addr) (*health, error) {
+// newHealth is the serving child's gslb.Health: an internal/probe Monitor
+// (itself a gslb.Health) with a TCP check of every VIP, initially up
+// (what the GSLB role does).
+func newHealth(p ProbeSettings, vips []netip.Addr) (*probe.Monitor, error) {
 	m := probe.NewMonitor(probe.Options{InitialUp: true})
 	spec := probe.Spec{Kind: probe.TCP, Port: p.Port, Interval: p.Interval, Timeout: p.Timeout, Rise: p.Rise, Fall: p.Fall}
 	var ts []probe.Target
@@ -21,8 +19,5 @@ func newHealth(p ProbeSettings, vips []netip.Addr) (*health, error) {
 	if err := m.Set(ts); err != nil {
 		return nil, err
 	}
-	return &health{m}, nil
+	return m, nil
 }
-
-func (h *health) Up(a netip.Addr) bool    { return h.m.Up(a) }
-func (h *health) Run(ctx context.Context) { h.m.Run(ctx) }

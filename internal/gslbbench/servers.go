@@ -182,23 +182,25 @@ func (o *Options) serverCmd(ctx context.Context, name string, args ...string) *e
 	return pinned(ctx, o.taskset, o.ServerCPUs, name, args...)
 }
 
+// cpuProfileName is where, in the run's directory, our server writes
+// its CPU profile (Options.CPUProfile).
+const cpuProfileName = "azgate.cpu.prof"
+
 // startOurs writes the child's config and starts `azgate bench
 // gslb-serve` (argv), pinned, with GOMAXPROCS=threads, and waits for its
 // "ready" line.
 func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort, mmdb string) (*server, error) {
-	cfg := ServeConfig{Addr: addr.String(), MMDB: mmdb, Zone: OurZone(), Probe: o.Probe, CPUProfile: o.CPUProfile}
+	cfg := ServeConfig{Addr: addr.String(), MMDB: mmdb, Zone: OurZone(), Probe: o.Probe}
+	if o.CPUProfile != "" {
+		cfg.CPUProfile = filepath.Join(dir, cpuProfileName)
+	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, "azgate-serve.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := newFile(path, b, o.uid, o.gid); err != nil {
 		return nil, err
-	}
-	if o.User != "" {
-		if err := os.Chown(path, o.uid, o.gid); err != nil {
-			return nil, err
-		}
 	}
 	argv := append(append([]string(nil), o.ServeArgv...), "--config", path)
 	cmd := o.serverCmd(ctx, argv[0], argv[1:]...)

@@ -397,20 +397,20 @@ func (g *GSLBLab) spawnIn(node, what string, argv ...string) error {
 	return g.saveProcs()
 }
 
-// Proc returns a process the lab started ("eu-s1/pathd").
-func (g *GSLBLab) Proc(key string) (*Proc, bool) {
-	p, ok := g.Procs[key]
-	return p, ok
-}
-
 // Kill sends sig to a process the lab started, by PID, after checking the
-// PID is still that process (its command line).
+// PID is still that process: its command line, or for a redis-server,
+// which rewrites its command line (its process title), its working
+// directory, where bwstore.StartServer runs it (isBWServer).
 func (g *GSLBLab) Kill(key string, sig os.Signal) error {
 	p, ok := g.Procs[key]
 	if !ok {
 		return fmt.Errorf("no lab process %q", key)
 	}
-	if !alive(p.PID) || !cmdlineHas(p.PID, strings.Fields(p.Cmd)...) {
+	same := cmdlineHas(p.PID, strings.Fields(p.Cmd)...)
+	if strings.HasSuffix(key, "/redis") {
+		same = isBWServer(p.PID, filepath.Dir(p.Log))
+	}
+	if !alive(p.PID) || !same {
 		return fmt.Errorf("%s (pid %d) is not running", key, p.PID)
 	}
 	pr, err := os.FindProcess(p.PID)
@@ -518,7 +518,7 @@ func (g *GSLBLab) startRedis(ctx context.Context, r GSLBRegion, pw string) error
 		if err != nil {
 			return fmt.Errorf("%s: %w", node, err)
 		}
-		g.Procs[node+"/redis"] = &Proc{Cmd: "redis-server " + filepath.Join(sc.Dir, "redis.conf"), PID: s.PID, Log: filepath.Join(sc.Dir, "redis.log")}
+		g.Procs[node+"/redis"] = redisProc(sc.Dir, s.PID)
 		return g.saveProcs()
 	}
 	if err := start(r.Name+"-db", bwstore.ServerConfig{TCP: primary.String()}); err != nil {
@@ -530,6 +530,12 @@ func (g *GSLBLab) startRedis(ctx context.Context, r GSLBRegion, pw string) error
 		}
 	}
 	return nil
+}
+
+// redisProc records a redis-server bwstore.StartServer started in dir
+// (Kill identifies it by that directory: the log's).
+func redisProc(dir string, pid int) *Proc {
+	return &Proc{Cmd: "redis-server " + filepath.Join(dir, "redis.conf"), PID: pid, Log: filepath.Join(dir, "redis.log")}
 }
 
 // StartPathd starts pathd on server k of a region: on every address of

@@ -260,7 +260,6 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
 	if err := g.Kill("eu-s1/pathd", syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -295,7 +294,7 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	if err != nil {
 		return err
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	for k := 1; k <= GSLBServers; k++ {
 		if err := g.Kill(fmt.Sprintf("eu-s%d/pathd", k), syscall.SIGKILL); err != nil {
 			return err
