@@ -170,10 +170,16 @@ func TestBadRowsSkipped(t *testing.T) {
 	hops.Put("e o", "1 1 5 0 1 99")                    // a time out of range
 	hops.Put("e;x o", "1 1 5 0 1 1764763200000000000") // a bad name
 	now := time.Now()
+	// Valid, but an hour in the future: it would pin the hop live and make
+	// its reports stale for that hour; refused like such a report.
+	hops.Put("e f", fmt.Sprintf("1 0 5 0 1 %d", now.Add(time.Hour).UnixNano()))
 	hops.Save(context.Background(), []pathcomp.HopRecord{{From: "e", To: "r", RTTms: 5, Up: true, Last: now}})
 	n := startNode(t, Config{Region: "eu", Hops: hops})
 	if got := n.records(); len(got) != 1 {
 		t.Errorf("loaded %v, want e r only", got)
+	}
+	if c := n.counters(); c.refused != 1 {
+		t.Errorf("refused %d rows, want 1 (the one from the future)", c.refused)
 	}
 	hops.Put("e p", "1 1 NaN 0 1 1764763200000000000") // up with no RTT
 	waitFor(t, "the sync counts the bad row", 2*time.Second, func() bool { return n.counters().malformed == 3 })
