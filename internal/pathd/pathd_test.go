@@ -162,7 +162,11 @@ func TestBadBodies(t *testing.T) {
 		{"rtt", bad(func(x *pathcomp.Measurement) { x.RTT = -1 }), 400, "report 2: measurement e→o: rtt"},
 		{"no time", bad(func(x *pathcomp.Measurement) { x.At = time.Time{} }), 400, "report 2: measurement e→o: at"},
 		{"future", bad(func(x *pathcomp.Measurement) { x.At = now.Add(time.Minute) }), 400, "report 2: measurement e→o: at"},
-		{"too many", mustJSON(t, many), 413, "101 reports"},
+		{"too many", mustJSON(t, many), 413, "more than 100 reports"},
+		// Refused at the 101st element, before the rest is read: a
+		// decoder that took the whole array first would see the syntax
+		// error at its end (400).
+		{"too many, read no further", []byte("[" + strings.Repeat("{},", 101) + "!"), 413, "more than 100 reports"},
 		{"too large", append([]byte(`[{"from":"`), bytes.Repeat([]byte("x"), 70<<10)...), 413, "more than 65536 bytes"},
 	} {
 		code, b := do(t, "POST", n.url+"/v1/reports", proberTok, c.body)
@@ -190,7 +194,7 @@ func TestBadBodies(t *testing.T) {
 		t.Errorf("refused bodies left %d nodes and %d hops", nodes, hops)
 	}
 	c := n.counters()
-	if c.local.applied != 0 || c.fwd.applied != 0 || c.invalid[0] != 11 || c.invalid[1] != 3 {
+	if c.local.applied != 0 || c.fwd.applied != 0 || c.invalid[0] != 12 || c.invalid[1] != 3 {
 		t.Errorf("counters %+v", c)
 	}
 	// A forward of this region's own report (a peer URL pointing back):
