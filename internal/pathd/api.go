@@ -169,7 +169,11 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) {
 }
 
 // ingestLocal applies validated prober reports and queues the applied
-// ones to every peer.
+// ones to every peer. Each takes the next sequence of this server's own
+// source, so it needs no Dedup: the ID is new by construction, and this
+// server never takes it back (handleForward refuses its region's
+// sources). Keeping the own source out of the seen-set also means peers
+// filling it (ErrTooManySources) cannot stop local reports.
 func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsReply {
 	var rep ReportsReply
 	s.mu.Lock()
@@ -177,10 +181,6 @@ func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsRe
 	for _, m := range ms {
 		s.seq++
 		id := pathcomp.ReportID{Source: s.source, Seq: s.seq}
-		if _, _, err := s.dedup.Decide(id, true); err != nil { // a fresh sequence: always applied
-			rep.count(err, &s.cnt.local)
-			continue
-		}
 		err := s.store.Ingest(m, now)
 		rep.count(err, &s.cnt.local)
 		if err != nil {

@@ -209,3 +209,25 @@ func TestBadBodies(t *testing.T) {
 		t.Errorf("stale in a batch: %+v", rep)
 	}
 }
+
+// TestSeenSetFullLocalStillApplied: peers' sources filling the seen-set
+// (ErrTooManySources for a new forward source) do not stop this
+// server's own prober reports, which need no dedup.
+func TestSeenSetFullLocalStillApplied(t *testing.T) {
+	n := startNode(t, Config{Region: "eu"})
+	n.s.mu.Lock()
+	for i := 0; ; i++ {
+		if _, _, err := n.s.dedup.Decide(pathcomp.ReportID{Source: fmt.Sprintf("us/s%d", i), Seq: 1}, false); err != nil {
+			break
+		}
+	}
+	n.s.mu.Unlock()
+	now := time.Now()
+	if rep := n.post(m("e", "o", true, ms, 0, now)); rep.Applied != 1 {
+		t.Errorf("local report with the seen-set full: %+v, want applied", rep)
+	}
+	fw := mustJSON(t, []fwdReport{{ID: pathcomp.ReportID{Source: "us/new", Seq: 1}, M: m("e", "r", false, ms, 0, now)}})
+	if code, b := do(t, "POST", n.url+"/v1/forward", peerTok, fw); code != 200 || !strings.Contains(string(b), "too many sources") {
+		t.Errorf("forward from a new source with the seen-set full: %d %s, want rejected", code, b)
+	}
+}
