@@ -367,13 +367,34 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, "loading the hop store")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-	defer cancel()
 	if s.cfg.Hops != nil { // without one there is nothing to be unreachable
-		if err := s.cfg.Hops.Ping(ctx); err != nil {
+		if err := s.storeHealth(); err != nil {
 			httpError(w, http.StatusServiceUnavailable, "hop store: %v", err)
 			return
 		}
 	}
 	writeJSON(w, map[string]string{"status": "ok", "source": s.source})
+}
+
+// healthTTL is how long /healthz reuses a hop-store Ping's result.
+const healthTTL = 500 * time.Millisecond
+
+// storeHealth pings the hop store (1 s bound) at most once per healthTTL,
+// one Ping at a time, and answers every /healthz in between with that
+// result. /healthz is open: a Ping per request would let anyone who
+// reaches the port fill the Redis client's small pool (4 connections),
+// stall the flushes and syncs, and time out /healthz itself so the
+// announcer withdraws the server.
+func (s *Server) storeHealth() error {
+	h := &s.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.at.IsZero() && time.Since(h.at) < healthTTL {
+		return h.err
+	}
+	// Not the request's context: its cancellation is not the store's state.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	h.err, h.at = s.cfg.Hops.Ping(ctx), time.Now()
+	return h.err
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +282,46 @@ func TestStoreDataLoss(t *testing.T) {
 	if c := n.counters(); c.resets != 1 {
 		t.Errorf("resets %d, want 1", c.resets)
 	}
+}
+
+// pingCounter is a hop store that counts Pings.
+type pingCounter struct {
+	hopstore.Store
+	n atomic.Int64
+}
+
+func (p *pingCounter) Ping(ctx context.Context) error { p.n.Add(1); return p.Store.Ping(ctx) }
+
+// TestHealthPingShared: the open /healthz does not reach the hop store
+// per request: one Ping per healthTTL answers all of them, concurrent
+// ones included, and a store that goes down shows within healthTTL.
+func TestHealthPingShared(t *testing.T) {
+	mem := hopstore.NewMem()
+	hops := &pingCounter{Store: mem}
+	n := startNode(t, Config{Region: "eu", Hops: hops})
+	h := n.s.Handler()
+	get := func() int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+		return w.Code
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if c := get(); c != 200 {
+					t.Errorf("healthz %d", c)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, most := hops.n.Load(), 1+int64(time.Since(start)/healthTTL); got > most {
+		t.Errorf("200 requests made %d Pings, want at most %d (one per %v)", got, most, healthTTL)
+	}
+	mem.SetDown(true)
+	waitFor(t, "healthz 503 once the store is down", 2*healthTTL+time.Second, func() bool { return get() == 503 })
 }
