@@ -8,13 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/pathcomp"
 	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
@@ -247,22 +245,6 @@ func metricLine(metrics, prefix string) string {
 }
 
 var _ = hopstore.NewMem
-
-func startRedisServer(t *testing.T, cfg bwstore.ServerConfig) *bwstore.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "azgpd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg.Dir = dir
-	srv, err := bwstore.StartServer(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	return srv
-}
 
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -92,12 +92,11 @@ func TestRedisRestartAndCluster(t *testing.T) {
 // loads the cluster's hops from a replica (a real replicaof pair over
 // TCP on 127.0.0.1 with a password).
 func TestRestartFromReplica(t *testing.T) {
-	bwstoretest.Redis(t) // needs redis-server (fails a root test without it)
 	ctx := context.Background()
 	pw := fmt.Sprintf("pathd-test-%d", time.Now().UnixNano())
 	port := freePort(t)
-	primary := startRedisServer(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
-	replica := startRedisServer(t, bwstore.ServerConfig{Password: pw})
+	primary := bwstoretest.Server(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
+	replica := bwstoretest.Server(t, bwstore.ServerConfig{Password: pw})
 	rc, _ := bwstore.NewRedis(replica.Config())
 	defer rc.Close()
 	if err := rc.Client().ConfigSet(ctx, "masterauth", pw).Err(); err != nil {
