@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/pathcomp"
-	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
 
 const (
@@ -243,8 +242,6 @@ func metricLine(metrics, prefix string) string {
 	}
 	return ""
 }
-
-var _ = hopstore.NewMem
 
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

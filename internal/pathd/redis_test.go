@@ -2,7 +2,6 @@ package pathd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -162,7 +161,6 @@ func TestExpiry(t *testing.T) {
 	if c.forgotHops != 1 || c.forgotNodes != 1 {
 		t.Errorf("forgot %d hops, %d nodes; want 1, 1", c.forgotHops, c.forgotNodes)
 	}
-	var _ = json.Marshal
 }
 
 // TestBadRowsSkipped: rows in the hop store that do not validate are
