@@ -73,10 +73,16 @@ func (s *Store) record(h *hop) HopRecord {
 // wins, so records written by several servers of a cluster, read in any
 // order, leave each hop as the server that saw its latest report had it.
 // It returns whether r was taken. It checks r like Ingest checks a report
-// (validity, kinds, bounds) and counts nothing in Stats.
-func (s *Store) Restore(r HopRecord) (bool, error) {
+// (validity, Last no more than MaxSkew after now, kinds, bounds) and
+// counts nothing in Stats: a record from the future would, like such a
+// report, make every later report of its hop stale and keep the hop live
+// (and unexpired) until then.
+func (s *Store) Restore(r HopRecord, now time.Time) (bool, error) {
 	if err := r.Validate(); err != nil {
 		return false, err
+	}
+	if r.Last.After(now.Add(s.cfg.MaxSkew)) {
+		return false, fmt.Errorf("hop record %s→%s: last: %v is more than %v after now (%v)", r.From, r.To, r.Last, s.cfg.MaxSkew, now)
 	}
 	fi, fok := s.ids[r.From]
 	ti, tok := s.ids[r.To]

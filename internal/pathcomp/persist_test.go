@@ -3,6 +3,7 @@ package pathcomp
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,12 +29,12 @@ func TestRecordsRestore(t *testing.T) {
 	mustIngest(t, a, Measurement{From: "r2", To: "o", ToOrigin: true, At: t0.Add(6 * time.Second)})
 
 	b := NewStore(Config{})
+	now := t0.Add(7 * time.Second)
 	for _, r := range a.Records() {
-		if ok, err := b.Restore(r); !ok || err != nil {
+		if ok, err := b.Restore(r, now); !ok || err != nil {
 			t.Fatalf("restore %+v: %v %v", r, ok, err)
 		}
 	}
-	now := t0.Add(7 * time.Second)
 	ha, hb := a.Hops(now), b.Hops(now)
 	if len(ha) != len(hb) {
 		t.Fatalf("%d hops restored, want %d", len(hb), len(ha))
@@ -59,7 +60,7 @@ func TestRecordsRestore(t *testing.T) {
 	r, _ := a.Record("e", "o")
 	old := r
 	old.Last, old.RTTms = r.Last.Add(-time.Second), 1
-	if ok, err := b.Restore(old); ok || err != nil {
+	if ok, err := b.Restore(old, now); ok || err != nil {
 		t.Errorf("older record taken: %v %v", ok, err)
 	}
 	if got, _ := b.Record("e", "o"); got.RTTms != r.RTTms {
@@ -67,7 +68,7 @@ func TestRecordsRestore(t *testing.T) {
 	}
 	newer := r
 	newer.Last, newer.RTTms = r.Last.Add(time.Second), 1
-	if ok, err := b.Restore(newer); !ok || err != nil {
+	if ok, err := b.Restore(newer, now); !ok || err != nil {
 		t.Errorf("newer record refused: %v %v", ok, err)
 	}
 
@@ -79,12 +80,26 @@ func TestRecordsRestore(t *testing.T) {
 		"name":         {From: "e f", To: "x", RTTms: 1, Last: t0},
 		"no time":      {From: "e", To: "x", RTTms: 1},
 	} {
-		if ok, err := b.Restore(bad); ok || err == nil {
+		if ok, err := b.Restore(bad, now); ok || err == nil {
 			t.Errorf("%s: record %+v taken", name, bad)
 		}
 	}
-	if _, err := b.Restore(HopRecord{From: "e", To: "r1", ToOrigin: true, RTTms: 1, Last: t0.Add(time.Hour)}); !errors.Is(err, ErrKindClash) {
+	if _, err := b.Restore(HopRecord{From: "e", To: "r1", ToOrigin: true, RTTms: 1, Last: now}, now); !errors.Is(err, ErrKindClash) {
 		t.Errorf("relay recorded as origin: %v, want ErrKindClash", err)
+	}
+	// From the future (beyond MaxSkew): refused like such a report, and
+	// the hop keeps its state; within MaxSkew: taken.
+	future := r
+	future.Last, future.RTTms = now.Add(b.Config().MaxSkew+time.Nanosecond), 2
+	if ok, err := b.Restore(future, now); ok || err == nil || !strings.Contains(err.Error(), "last:") {
+		t.Errorf("record from the future: taken %v, %v", ok, err)
+	}
+	if got, _ := b.Record("e", "o"); got.RTTms != 1 {
+		t.Errorf("record from the future changed the hop: rtt %v, want 1", got.RTTms)
+	}
+	future.Last = now.Add(b.Config().MaxSkew)
+	if ok, err := b.Restore(future, now); !ok || err != nil {
+		t.Errorf("record within the skew refused: %v %v", ok, err)
 	}
 }
 

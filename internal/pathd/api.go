@@ -55,29 +55,58 @@ func writeJSON(w http.ResponseWriter, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// decodeBody reads one JSON value from r's body into v: at most max
-// bytes (413 beyond), no unknown fields, nothing after it. It writes the
-// error reply and returns false when the body is refused.
-func decodeBody(w http.ResponseWriter, r *http.Request, max int64, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, max)
-	dec := json.NewDecoder(body)
+// decodeList reads a JSON array of at most maxN values from r's body (or
+// null: none): at most maxBody bytes (413 beyond), more than maxN values
+// 413, no unknown fields, nothing after it. It decodes one element at a
+// time and stops at the (maxN+1)-th, so what a request makes the server
+// hold is bounded by maxN, not by the body: a MiB of "{}," would
+// otherwise be ~350,000 empty reports (tens of MB) before the count is
+// checked. It writes the error reply and returns false when the body is
+// refused.
+func decodeList[T any](w http.ResponseWriter, r *http.Request, maxBody int64, maxN int) ([]T, bool) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
+	var out []T
+	tooMany := false
+	err := func() error {
+		t, err := dec.Token()
+		if err != nil || t == nil { // t nil: null
+			return err
+		}
+		if d, ok := t.(json.Delim); !ok || d != '[' {
+			return fmt.Errorf("want a JSON array, got %v", t)
+		}
+		for dec.More() {
+			if len(out) == maxN {
+				tooMany = true
+				return nil
+			}
+			var x T
+			if err := dec.Decode(&x); err != nil {
+				return err
+			}
+			out = append(out, x)
+		}
+		_, err = dec.Token() // the closing ]
+		return err
+	}()
+	if err == nil && !tooMany {
 		if _, e := dec.Token(); !errors.Is(e, io.EOF) {
 			err = errors.New("data after the JSON value")
 		}
 	}
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			httpError(w, http.StatusRequestEntityTooLarge, "body: more than %d bytes", max)
-		} else {
-			httpError(w, http.StatusBadRequest, "body: %v", err)
-		}
-		return false
+	var mb *http.MaxBytesError
+	switch {
+	case tooMany:
+		httpError(w, http.StatusRequestEntityTooLarge, "body: more than %d reports per request", maxN)
+	case errors.As(err, &mb):
+		httpError(w, http.StatusRequestEntityTooLarge, "body: more than %d bytes", maxBody)
+	case err != nil:
+		httpError(w, http.StatusBadRequest, "body: %v", err)
+	default:
+		return out, true
 	}
-	return true
+	return nil, false
 }
 
 // ReportsReply is the answer to POST /v1/reports and /v1/forward: what
@@ -118,14 +147,9 @@ func (r *ReportsReply) count(err error, o *outcome) {
 // is queued to every peer (under the same lock, so the peers receive this
 // server's reports in the order they were applied here).
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) {
-	var ms []pathcomp.Measurement
-	if !decodeBody(w, r, s.cfg.MaxBody, &ms) {
+	ms, ok := decodeList[pathcomp.Measurement](w, r, s.cfg.MaxBody, s.cfg.MaxReports)
+	if !ok {
 		s.countInvalid(0)
-		return
-	}
-	if len(ms) > s.cfg.MaxReports {
-		s.countInvalid(0)
-		httpError(w, http.StatusRequestEntityTooLarge, "body: %d reports, at most %d per request", len(ms), s.cfg.MaxReports)
 		return
 	}
 	now := s.cfg.Now()
@@ -145,7 +169,11 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) {
 }
 
 // ingestLocal applies validated prober reports and queues the applied
-// ones to every peer.
+// ones to every peer. Each takes the next sequence of this server's own
+// source, so it needs no Dedup: the ID is new by construction, and this
+// server never takes it back (handleForward refuses its region's
+// sources). Keeping the own source out of the seen-set also means peers
+// filling it (ErrTooManySources) cannot stop local reports.
 func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsReply {
 	var rep ReportsReply
 	s.mu.Lock()
@@ -153,10 +181,6 @@ func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsRe
 	for _, m := range ms {
 		s.seq++
 		id := pathcomp.ReportID{Source: s.source, Seq: s.seq}
-		if _, _, err := s.dedup.Decide(id, true); err != nil { // a fresh sequence: always applied
-			rep.count(err, &s.cnt.local)
-			continue
-		}
 		err := s.store.Ingest(m, now)
 		rep.count(err, &s.cnt.local)
 		if err != nil {
@@ -182,14 +206,9 @@ type fwdReport struct {
 // {id, m}. Invalid: the whole body is refused (400). Each report not seen
 // before (Dedup) is applied and never forwarded again.
 func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
-	var fs []fwdReport
-	if !decodeBody(w, r, s.cfg.MaxBody, &fs) {
+	fs, ok := decodeList[fwdReport](w, r, s.cfg.MaxBody, s.cfg.MaxReports)
+	if !ok {
 		s.countInvalid(1)
-		return
-	}
-	if len(fs) > s.cfg.MaxReports {
-		s.countInvalid(1)
-		httpError(w, http.StatusRequestEntityTooLarge, "body: %d reports, at most %d per request", len(fs), s.cfg.MaxReports)
 		return
 	}
 	for i, f := range fs {
@@ -348,13 +367,34 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, "loading the hop store")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-	defer cancel()
 	if s.cfg.Hops != nil { // without one there is nothing to be unreachable
-		if err := s.cfg.Hops.Ping(ctx); err != nil {
+		if err := s.storeHealth(); err != nil {
 			httpError(w, http.StatusServiceUnavailable, "hop store: %v", err)
 			return
 		}
 	}
 	writeJSON(w, map[string]string{"status": "ok", "source": s.source})
+}
+
+// healthTTL is how long /healthz reuses a hop-store Ping's result.
+const healthTTL = 500 * time.Millisecond
+
+// storeHealth pings the hop store (1 s bound) at most once per healthTTL,
+// one Ping at a time, and answers every /healthz in between with that
+// result. /healthz is open: a Ping per request would let anyone who
+// reaches the port fill the Redis client's small pool (4 connections),
+// stall the flushes and syncs, and time out /healthz itself so the
+// announcer withdraws the server.
+func (s *Server) storeHealth() error {
+	h := &s.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.at.IsZero() && time.Since(h.at) < healthTTL {
+		return h.err
+	}
+	// Not the request's context: its cancellation is not the store's state.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	h.err, h.at = s.cfg.Hops.Ping(ctx), time.Now()
+	return h.err
 }

@@ -64,7 +64,7 @@ func BenchmarkReportsHandler(b *testing.B) {
 }
 
 // BenchmarkIngestLocal: the same without HTTP and JSON: the locked part
-// (sequence, dedup, ingest, dirty set, queueing to 2 peers).
+// (sequence, ingest, dirty set, queueing to 2 peers).
 func BenchmarkIngestLocal(b *testing.B) {
 	s := benchServer(b)
 	base := time.Now().Add(-time.Hour)

@@ -8,15 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/pathcomp"
-	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
 
 const (
@@ -244,24 +241,6 @@ func metricLine(metrics, prefix string) string {
 		}
 	}
 	return ""
-}
-
-var _ = hopstore.NewMem
-
-func startRedisServer(t *testing.T, cfg bwstore.ServerConfig) *bwstore.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "azgpd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg.Dir = dir
-	srv, err := bwstore.StartServer(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	return srv
 }
 
 func freePort(t *testing.T) int {

@@ -187,6 +187,12 @@ type Server struct {
 	edges map[string]*atomic.Int64 // edges queried: last query, Unix ns
 
 	peers []*peer
+
+	health struct { // storeHealth's last Ping
+		mu  sync.Mutex
+		at  time.Time
+		err error
+	}
 }
 
 // New checks cfg and returns a Server; Run starts its loops and Handler

@@ -162,7 +162,11 @@ func TestBadBodies(t *testing.T) {
 		{"rtt", bad(func(x *pathcomp.Measurement) { x.RTT = -1 }), 400, "report 2: measurement e→o: rtt"},
 		{"no time", bad(func(x *pathcomp.Measurement) { x.At = time.Time{} }), 400, "report 2: measurement e→o: at"},
 		{"future", bad(func(x *pathcomp.Measurement) { x.At = now.Add(time.Minute) }), 400, "report 2: measurement e→o: at"},
-		{"too many", mustJSON(t, many), 413, "101 reports"},
+		{"too many", mustJSON(t, many), 413, "more than 100 reports"},
+		// Refused at the 101st element, before the rest is read: a
+		// decoder that took the whole array first would see the syntax
+		// error at its end (400).
+		{"too many, read no further", []byte("[" + strings.Repeat("{},", 101) + "!"), 413, "more than 100 reports"},
 		{"too large", append([]byte(`[{"from":"`), bytes.Repeat([]byte("x"), 70<<10)...), 413, "more than 65536 bytes"},
 	} {
 		code, b := do(t, "POST", n.url+"/v1/reports", proberTok, c.body)
@@ -190,7 +194,7 @@ func TestBadBodies(t *testing.T) {
 		t.Errorf("refused bodies left %d nodes and %d hops", nodes, hops)
 	}
 	c := n.counters()
-	if c.local.applied != 0 || c.fwd.applied != 0 || c.invalid[0] != 11 || c.invalid[1] != 3 {
+	if c.local.applied != 0 || c.fwd.applied != 0 || c.invalid[0] != 12 || c.invalid[1] != 3 {
 		t.Errorf("counters %+v", c)
 	}
 	// A forward of this region's own report (a peer URL pointing back):
@@ -203,5 +207,27 @@ func TestBadBodies(t *testing.T) {
 	rep := n.post(good, m("e", "r", false, ms, 0, now), good)
 	if rep.Applied != 2 || rep.Stale != 1 || len(rep.Errors) != 1 {
 		t.Errorf("stale in a batch: %+v", rep)
+	}
+}
+
+// TestSeenSetFullLocalStillApplied: peers' sources filling the seen-set
+// (ErrTooManySources for a new forward source) do not stop this
+// server's own prober reports, which need no dedup.
+func TestSeenSetFullLocalStillApplied(t *testing.T) {
+	n := startNode(t, Config{Region: "eu"})
+	n.s.mu.Lock()
+	for i := 0; ; i++ {
+		if _, _, err := n.s.dedup.Decide(pathcomp.ReportID{Source: fmt.Sprintf("us/s%d", i), Seq: 1}, false); err != nil {
+			break
+		}
+	}
+	n.s.mu.Unlock()
+	now := time.Now()
+	if rep := n.post(m("e", "o", true, ms, 0, now)); rep.Applied != 1 {
+		t.Errorf("local report with the seen-set full: %+v, want applied", rep)
+	}
+	fw := mustJSON(t, []fwdReport{{ID: pathcomp.ReportID{Source: "us/new", Seq: 1}, M: m("e", "r", false, ms, 0, now)}})
+	if code, b := do(t, "POST", n.url+"/v1/forward", peerTok, fw); code != 200 || !strings.Contains(string(b), "too many sources") {
+		t.Errorf("forward from a new source with the seen-set full: %d %s, want rejected", code, b)
 	}
 }

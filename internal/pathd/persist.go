@@ -39,8 +39,9 @@ func (s *Server) restoreLocked(l hopstore.Loaded) {
 	for _, e := range l.Errs {
 		s.cfg.Log.Warn("hop store: malformed row skipped", "err", e)
 	}
+	now := s.cfg.Now()
 	for _, r := range l.Records {
-		ok, err := s.store.Restore(r)
+		ok, err := s.store.Restore(r, now)
 		switch {
 		case err != nil:
 			s.cnt.refused++

@@ -2,10 +2,12 @@ package pathd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,12 +91,11 @@ func TestRedisRestartAndCluster(t *testing.T) {
 // loads the cluster's hops from a replica (a real replicaof pair over
 // TCP on 127.0.0.1 with a password).
 func TestRestartFromReplica(t *testing.T) {
-	bwstoretest.Redis(t) // needs redis-server (fails a root test without it)
 	ctx := context.Background()
 	pw := fmt.Sprintf("pathd-test-%d", time.Now().UnixNano())
 	port := freePort(t)
-	primary := startRedisServer(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
-	replica := startRedisServer(t, bwstore.ServerConfig{Password: pw})
+	primary := bwstoretest.Server(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
+	replica := bwstoretest.Server(t, bwstore.ServerConfig{Password: pw})
 	rc, _ := bwstore.NewRedis(replica.Config())
 	defer rc.Close()
 	if err := rc.Client().ConfigSet(ctx, "masterauth", pw).Err(); err != nil {
@@ -160,7 +161,6 @@ func TestExpiry(t *testing.T) {
 	if c.forgotHops != 1 || c.forgotNodes != 1 {
 		t.Errorf("forgot %d hops, %d nodes; want 1, 1", c.forgotHops, c.forgotNodes)
 	}
-	var _ = json.Marshal
 }
 
 // TestBadRowsSkipped: rows in the hop store that do not validate are
@@ -170,10 +170,16 @@ func TestBadRowsSkipped(t *testing.T) {
 	hops.Put("e o", "1 1 5 0 1 99")                    // a time out of range
 	hops.Put("e;x o", "1 1 5 0 1 1764763200000000000") // a bad name
 	now := time.Now()
+	// Valid, but an hour in the future: it would pin the hop live and make
+	// its reports stale for that hour; refused like such a report.
+	hops.Put("e f", fmt.Sprintf("1 0 5 0 1 %d", now.Add(time.Hour).UnixNano()))
 	hops.Save(context.Background(), []pathcomp.HopRecord{{From: "e", To: "r", RTTms: 5, Up: true, Last: now}})
 	n := startNode(t, Config{Region: "eu", Hops: hops})
 	if got := n.records(); len(got) != 1 {
 		t.Errorf("loaded %v, want e r only", got)
+	}
+	if c := n.counters(); c.refused != 1 {
+		t.Errorf("refused %d rows, want 1 (the one from the future)", c.refused)
 	}
 	hops.Put("e p", "1 1 NaN 0 1 1764763200000000000") // up with no RTT
 	waitFor(t, "the sync counts the bad row", 2*time.Second, func() bool { return n.counters().malformed == 3 })
@@ -273,4 +279,46 @@ func TestStoreDataLoss(t *testing.T) {
 	if c := n.counters(); c.resets != 1 {
 		t.Errorf("resets %d, want 1", c.resets)
 	}
+}
+
+// pingCounter is a hop store that counts Pings.
+type pingCounter struct {
+	hopstore.Store
+	n atomic.Int64
+}
+
+func (p *pingCounter) Ping(ctx context.Context) error { p.n.Add(1); return p.Store.Ping(ctx) }
+
+// TestHealthPingShared: the open /healthz does not reach the hop store
+// per request: one Ping per healthTTL answers all of them, concurrent
+// ones included, and a store that goes down shows within healthTTL.
+func TestHealthPingShared(t *testing.T) {
+	mem := hopstore.NewMem()
+	hops := &pingCounter{Store: mem}
+	n := startNode(t, Config{Region: "eu", Hops: hops})
+	h := n.s.Handler()
+	get := func() int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+		return w.Code
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if c := get(); c != 200 {
+					t.Errorf("healthz %d", c)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, most := hops.n.Load(), 1+int64(time.Since(start)/healthTTL); got > most {
+		t.Errorf("200 requests made %d Pings, want at most %d (one per %v)", got, most, healthTTL)
+	}
+	mem.SetDown(true)
+	waitFor(t, "healthz 503 once the store is down", 2*healthTTL+time.Second, func() bool { return get() == 503 })
 }

@@ -12,12 +12,26 @@ import (
 	"github.com/azgate/azgate/internal/bwstore"
 )
 
-// Redis starts a redis-server for tb and returns a connected store and the
-// server. If redis-server is missing it fails a root test (as the etcd
-// tests do: scripts/setup.sh installs it) and skips, saying why, only when
-// not root. It does not install it: on Debian the package starts a system
-// redis-server on 127.0.0.1:6379 without a password.
+// Redis starts a redis-server for tb (Server with the default settings)
+// and returns a connected store and the server.
 func Redis(tb testing.TB) (*bwstore.Redis, *bwstore.Server) {
+	tb.Helper()
+	srv := Server(tb, bwstore.ServerConfig{})
+	r, err := bwstore.NewRedis(srv.Config())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return r, srv
+}
+
+// Server starts a redis-server with cfg for tb (its Dir a fresh 0700
+// directory) and stops it by PID at cleanup. If redis-server is missing
+// it fails a root test (as the etcd tests do: scripts/setup.sh installs
+// it) and skips, saying why, only when not root. It does not install it:
+// on Debian the package starts a system redis-server on 127.0.0.1:6379
+// without a password.
+func Server(tb testing.TB, cfg bwstore.ServerConfig) *bwstore.Server {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Geteuid() == 0 {
@@ -30,15 +44,11 @@ func Redis(tb testing.TB) (*bwstore.Redis, *bwstore.Server) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := bwstore.StartServer(context.Background(), bwstore.ServerConfig{Dir: dir})
+	cfg.Dir = dir
+	srv, err := bwstore.StartServer(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { srv.Stop() })
-	r, err := bwstore.NewRedis(srv.Config())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { r.Close() })
-	return r, srv
+	return srv
 }

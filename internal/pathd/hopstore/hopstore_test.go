@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -156,12 +155,11 @@ func TestConformance(t *testing.T) {
 // TCP on 127.0.0.1 with a password): rows written to the primary reach
 // the replica, and with the primary stopped Load reads them there.
 func TestReplicaFallback(t *testing.T) {
-	bwstoretest.Redis(t) // skips or fails the test the house way without redis-server
 	ctx := context.Background()
 	pw := "pathd-test-" + fmt.Sprint(time.Now().UnixNano())
 	port := freePort(t)
-	primary := startServer(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
-	replica := startServer(t, bwstore.ServerConfig{Password: pw})
+	primary := bwstoretest.Server(t, bwstore.ServerConfig{TCP: fmt.Sprintf("127.0.0.1:%d", port), Password: pw})
+	replica := bwstoretest.Server(t, bwstore.ServerConfig{Password: pw})
 	rc, _ := bwstore.NewRedis(replica.Config())
 	defer rc.Close()
 	if err := rc.Client().ConfigSet(ctx, "masterauth", pw).Err(); err != nil {
@@ -209,22 +207,6 @@ func TestReplicaFallback(t *testing.T) {
 	if err := rc.Client().HSet(ctx, s.hops, "x y", "1").Err(); err == nil || !strings.Contains(err.Error(), "READONLY") {
 		t.Errorf("write to the replica: %v, want READONLY", err)
 	}
-}
-
-func startServer(t *testing.T, cfg bwstore.ServerConfig) *bwstore.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "azgpd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg.Dir = dir
-	srv, err := bwstore.StartServer(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	return srv
 }
 
 // freePort returns a loopback TCP port nothing listens on now.

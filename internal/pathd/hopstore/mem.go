@@ -10,10 +10,11 @@ import (
 	"github.com/azgate/azgate/internal/pathcomp"
 )
 
-// Mem is the in-process Store: what pathd uses without --redis (nothing
-// survives the process) and what tests share between several pathd
-// servers of one process. It keeps the rows encoded, as Redis does, so
-// both go through the same decode and validation.
+// Mem is an in-process Store, for tests: several pathd servers of one
+// process share it, and SetDown, Flush and Put make its failures (pathd
+// without --redis uses no store at all: Config.Hops nil). It keeps the
+// rows encoded, as Redis does, so both go through the same decode and
+// validation.
 type Mem struct {
 	mu   sync.Mutex
 	rows map[string]memRow
