@@ -22,8 +22,12 @@ const (
 	rateV4Bits = 24
 	rateV6Bits = 56
 	// maxRateSources bounds the buckets; idle ones are swept when it is
-	// reached, and if the table is still full it starts over (a flood of
-	// sources then gets fresh buckets: the limit degrades, memory does not).
+	// reached, and if the sweep frees less than a quarter the table starts
+	// over (a flood of sources then gets fresh buckets: the limit degrades,
+	// memory and CPU do not). Freeing a quarter at least means a full scan
+	// happens at most once per maxRateSources/4 new sources: without it, new
+	// sources arriving as fast as old ones go idle (65536 per 10 s) would
+	// make every one of them scan the whole table under the lock.
 	maxRateSources = 1 << 16
 	rateIdle       = 10 * time.Second
 )
@@ -74,7 +78,7 @@ func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
 					delete(l.buckets, k)
 				}
 			}
-			if len(l.buckets) >= maxRateSources {
+			if len(l.buckets) > maxRateSources*3/4 {
 				clear(l.buckets)
 			}
 		}
