@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/gslb"
 )
 
 // Per-source response rate limit over UDP (--rate-limit; off by default).
 // An authoritative server answers anyone, and a spoofed source turns its
 // answers into a reflection attack on that source; the limit bounds what
-// one network (/24 for IPv4, /56 for IPv6) gets per second. Over the limit,
-// every other query gets an empty truncated answer (TC=1, "slip", as BIND's
-// RRL does) so a real client retries over TCP, which is not limited here
-// (TCP cannot be spoofed; it has its own connection bounds), and the rest
-// are dropped. Both are counted.
+// one source network (gslb.SourceNet: /24 for IPv4, /56 for IPv6) gets per
+// second. Over the limit, every other query gets an empty truncated answer
+// (TC=1, "slip", as BIND's RRL does) so a real client retries over TCP,
+// which is not limited here (TCP cannot be spoofed; it has its own
+// connection bounds, in total and per source network), and the rest are
+// dropped. Both are counted.
 const (
-	rateV4Bits = 24
-	rateV6Bits = 56
 	// maxRateSources bounds the buckets; idle ones are swept when it is
 	// reached, and if the sweep frees less than a quarter the table starts
 	// over (a flood of sources then gets fresh buckets: the limit degrades,
@@ -55,19 +56,9 @@ func newRateLimiter(perSecond int) *rateLimiter {
 	return &rateLimiter{rate: float64(perSecond), burst: 2 * float64(perSecond), buckets: map[netip.Prefix]*rateBucket{}}
 }
 
-func sourceNet(a netip.Addr) netip.Prefix {
-	a = a.Unmap()
-	bits := rateV6Bits
-	if a.Is4() {
-		bits = rateV4Bits
-	}
-	p, _ := a.Prefix(bits)
-	return p
-}
-
 // allow takes a token of src's network.
 func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
-	key := sourceNet(src)
+	key := gslb.SourceNet(src)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[key]

@@ -8,6 +8,8 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/azgate/azgate/internal/gslb"
+
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
@@ -62,7 +64,7 @@ func TestRateLimiter(t *testing.T) {
 	drip := newRateLimiter(1)
 	step := rateIdle / maxRateSources
 	for i := range maxRateSources {
-		drip.buckets[netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), rateV4Bits)] =
+		drip.buckets[netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), gslb.SourceNetV4Bits)] =
 			&rateBucket{tokens: 1, last: t0.Add(time.Duration(i) * step)}
 	}
 	drip.allow(netip.MustParseAddr("198.51.100.1"), t0.Add(rateIdle+step/2)) // one bucket idle
