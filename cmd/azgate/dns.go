@@ -34,7 +34,10 @@ func parseZoneRecord(spec string, ttl uint32) (model.ZoneRecord, error) {
 	if len(f) < 3 {
 		return model.ZoneRecord{}, fmt.Errorf("--record %q: want \"NAME TYPE VALUE\" (e.g. \"www A 192.0.2.10\", \"@ MX 10 mail.example.com.\")", spec)
 	}
-	value := strings.TrimSpace(spec[strings.Index(spec, f[1])+len(f[1]):])
+	// Skip the name and the type by position: searching for the type's
+	// text would find it inside the name ("mx mx 10 mail.example.com.").
+	rest := strings.TrimSpace(strings.TrimSpace(spec)[len(f[0]):])
+	value := strings.TrimSpace(rest[len(f[1]):])
 	return model.ZoneRecord{Name: f[0], Type: strings.ToUpper(f[1]), TTL: ttl, Value: value}, nil
 }
 

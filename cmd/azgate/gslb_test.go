@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/azgate/azgate/internal/model"
 )
 
 // TestDNSGSLBCLI: zones and GSLB records through the CLI and apply against
@@ -99,5 +101,25 @@ func TestMetricsLoopbackOnly(t *testing.T) {
 		if err := loopbackOnly(tc.addr, tc.token); (err == nil) != tc.ok {
 			t.Errorf("loopbackOnly(%q, %q) = %v", tc.addr, tc.token, err)
 		}
+	}
+}
+
+// TestParseZoneRecord: the value is what follows the type, even when the
+// name spells the type, and keeps its inner spaces.
+func TestParseZoneRecord(t *testing.T) {
+	for spec, want := range map[string]model.ZoneRecord{
+		"www A 192.0.2.10":           {Name: "www", Type: "A", Value: "192.0.2.10"},
+		"mx mx 10 mail.example.com.": {Name: "mx", Type: "MX", Value: "10 mail.example.com."},
+		"  AAA  A   192.0.2.1 ":      {Name: "AAA", Type: "A", Value: "192.0.2.1"},
+		"txt TXT  two  words":        {Name: "txt", Type: "TXT", Value: "two  words"},
+		"@ MX 10 mail.example.com.":  {Name: "@", Type: "MX", Value: "10 mail.example.com."},
+	} {
+		got, err := parseZoneRecord(spec, 0)
+		if err != nil || got != want {
+			t.Errorf("parseZoneRecord(%q) = %+v, %v; want %+v", spec, got, err, want)
+		}
+	}
+	if _, err := parseZoneRecord("www A", 0); err == nil {
+		t.Error("a record without a value was accepted")
 	}
 }

@@ -286,7 +286,7 @@ func (h *Handler) answerQuestion(m *dns.Msg, q dns.Question, client netip.Addr, 
 		if useECS && ch.usedLoc != nil && echo != nil {
 			echo.SourceScope = uint8(min(max(ch.usedLoc.bits, 0), maxBits(client)))
 		}
-		if !ch.ok && len(g.targetsOf(q.Qtype == dns.TypeAAAA)) > 0 {
+		if ch.servfail {
 			h.Stats.ServFail.Add(1)
 			m.Rcode = dns.RcodeServerFailure
 			return
@@ -324,16 +324,6 @@ func maxBits(a netip.Addr) int {
 		return 32
 	}
 	return 128
-}
-
-func (g *gslbRecord) targetsOf(v6 bool) []Target {
-	var ts []Target
-	for _, t := range g.targets {
-		if t.VIP.Is6() == v6 {
-			ts = append(ts, t)
-		}
-	}
-	return ts
 }
 
 // find returns the zone with the longest origin containing name.

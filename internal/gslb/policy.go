@@ -52,7 +52,8 @@ func (AllUp) Up(netip.Addr) bool { return true }
 // choice is the outcome of a policy for one query.
 type choice struct {
 	target   Target
-	ok       bool       // false: no answer (all down and SERVFAIL configured)
+	ok       bool       // false: no answer (no target of the family, or servfail)
+	servfail bool       // every target of the family down and SERVFAIL configured
 	usedLoc  *clientLoc // the location the answer depended on, nil if none
 	failOpen bool       // every target was down; answered by fail-open
 }
@@ -81,7 +82,7 @@ func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid
 	}
 	if len(up) == 0 {
 		if g.allDown == AllDownServfail {
-			return choice{}
+			return choice{servfail: true}
 		}
 		t, used := nearest(fam, locate)
 		return choice{target: t, ok: true, usedLoc: used, failOpen: true}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,11 @@ type ServerConfig struct {
 	// MaxTCPConns bounds open TCP connections; further ones are closed at
 	// once and counted. 0 means 256.
 	MaxTCPConns int
+	// MaxTCPConnsPerNet bounds open TCP connections from one source
+	// network (SourceNet: /24, /56), so one client holding connections
+	// open cannot take every slot (TC=1 answers and rate-limit slips send
+	// clients to TCP). 0 means MaxTCPConns/8, at least 1.
+	MaxTCPConnsPerNet int
 	// MaxTCPQueries bounds queries on one TCP connection; 0 means 128.
 	MaxTCPQueries int
 }
@@ -56,6 +62,9 @@ func NewServer(cfg ServerConfig, h dns.Handler) *Server {
 	if cfg.MaxTCPConns <= 0 {
 		cfg.MaxTCPConns = 256
 	}
+	if cfg.MaxTCPConnsPerNet <= 0 {
+		cfg.MaxTCPConnsPerNet = max(cfg.MaxTCPConns/8, 1)
+	}
 	if cfg.MaxTCPQueries <= 0 {
 		cfg.MaxTCPQueries = 128
 	}
@@ -82,7 +91,7 @@ func (s *Server) Start() error {
 		ln.Close()
 		return fmt.Errorf("gslb server: listen udp %s: %w", ln.Addr(), err)
 	}
-	s.tcpLn = &limitListener{Listener: ln, max: int64(s.cfg.MaxTCPConns)}
+	s.tcpLn = &limitListener{Listener: ln, max: s.cfg.MaxTCPConns, perNet: s.cfg.MaxTCPConnsPerNet, open: map[netip.Prefix]int{}}
 	s.tcp.Listener = s.tcpLn
 	s.udp.PacketConn = pc
 	var ready sync.WaitGroup
@@ -116,7 +125,8 @@ func (s *Server) UDPAddr() net.Addr { return s.udp.PacketConn.LocalAddr() }
 // TCPAddr is the bound TCP address.
 func (s *Server) TCPAddr() net.Addr { return s.tcpLn.Addr() }
 
-// RejectedTCP counts TCP connections closed because MaxTCPConns were open.
+// RejectedTCP counts TCP connections closed because MaxTCPConns were open
+// (or MaxTCPConnsPerNet from the client's network).
 func (s *Server) RejectedTCP() uint64 { return uint64(s.tcpLn.rejected.Load()) }
 
 // Shutdown stops both listeners and waits for the serve loops to end.
@@ -136,15 +146,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// limitListener closes connections beyond max at once (instead of letting
-// them wait in the backlog like x/net/netutil.LimitListener), so a client
-// holding connections open cannot queue everyone else; the idle timeout
+// Source networks: what one client is taken to control (an IPv4 /24, an
+// IPv6 /56, the usual end-site assignments). The TCP connection bound and
+// the role's UDP rate limit count per source network.
+const (
+	SourceNetV4Bits = 24
+	SourceNetV6Bits = 56
+)
+
+// SourceNet is a's source network.
+func SourceNet(a netip.Addr) netip.Prefix {
+	a = a.Unmap()
+	bits := SourceNetV6Bits
+	if a.Is4() {
+		bits = SourceNetV4Bits
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// limitListener closes connections beyond max, or beyond perNet from one
+// source network, at once (instead of letting them wait in the backlog
+// like x/net/netutil.LimitListener), so a client holding connections open
+// can neither queue everyone else nor take every slot; the idle timeout
 // reclaims the held ones.
 type limitListener struct {
 	net.Listener
-	max      int64
-	active   atomic.Int64
-	rejected atomic.Int64
+	max, perNet int
+	mu          sync.Mutex
+	active      int
+	open        map[netip.Prefix]int // by source network
+	rejected    atomic.Int64
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -153,23 +185,43 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.active.Add(1) > l.max {
-			l.active.Add(-1)
+		var src netip.Prefix
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			src = SourceNet(a.AddrPort().Addr())
+		}
+		l.mu.Lock()
+		ok := l.active < l.max && l.open[src] < l.perNet
+		if ok {
+			l.active++
+			l.open[src]++
+		}
+		l.mu.Unlock()
+		if !ok {
 			l.rejected.Add(1)
 			c.Close()
 			continue
 		}
-		return &countedConn{Conn: c, l: l}, nil
+		return &countedConn{Conn: c, l: l, src: src}, nil
+	}
+}
+
+func (l *limitListener) done(src netip.Prefix) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active--
+	if l.open[src]--; l.open[src] <= 0 {
+		delete(l.open, src)
 	}
 }
 
 type countedConn struct {
 	net.Conn
 	l    *limitListener
+	src  netip.Prefix
 	once sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.active.Add(-1) })
+	c.once.Do(func() { c.l.done(c.src) })
 	return c.Conn.Close()
 }

@@ -132,7 +132,7 @@ func TestServerMalformedECSOnWire(t *testing.T) {
 // TestServerTCPLimits: connections beyond MaxTCPConns are closed at once
 // and counted; an idle connection is closed after IdleTimeout.
 func TestServerTCPLimits(t *testing.T) {
-	s, _ := startServer(t, ServerConfig{MaxTCPConns: 2, IdleTimeout: 300 * time.Millisecond})
+	s, _ := startServer(t, ServerConfig{MaxTCPConns: 2, MaxTCPConnsPerNet: 2, IdleTimeout: 300 * time.Millisecond})
 	// Two connections, each asks one query and then stays idle.
 	var held []*dns.Conn
 	for range 2 {
@@ -177,6 +177,50 @@ func TestServerTCPLimits(t *testing.T) {
 	r, _, err := c.Exchange(query("www.example.", dns.TypeA, "", 3), s.TCPAddr().String())
 	if err != nil || len(r.Answer) != 1 {
 		t.Errorf("after idle close: %v %v", r, err)
+	}
+}
+
+// TestServerTCPPerNet: one source network cannot hold every TCP slot:
+// beyond MaxTCPConnsPerNet its connections are closed at once and counted,
+// while another network's are served. 127.0.0.1 and 127.0.0.2 share a /24;
+// 127.0.1.1 is another one (all loopback).
+func TestServerTCPPerNet(t *testing.T) {
+	s, _ := startServer(t, ServerConfig{MaxTCPConns: 4, MaxTCPConnsPerNet: 2, IdleTimeout: 5 * time.Second})
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", s.TCPAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ask := func(c net.Conn, id uint16) error {
+		dc := &dns.Conn{Conn: c}
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := dc.WriteMsg(query("www.example.", dns.TypeA, "", id)); err != nil {
+			return err
+		}
+		r, err := dc.ReadMsg()
+		if err == nil && len(r.Answer) != 1 {
+			err = fmt.Errorf("answer %v", r)
+		}
+		return err
+	}
+	for i, from := range []string{"127.0.0.1", "127.0.0.2"} {
+		if err := ask(dial(from), uint16(i+1)); err != nil {
+			t.Fatalf("connection %d from %s: %v", i, from, err)
+		}
+	}
+	if err := ask(dial("127.0.0.3"), 3); err == nil {
+		t.Error("a third connection from one /24 was served (MaxTCPConnsPerNet 2)")
+	}
+	if s.RejectedTCP() != 1 {
+		t.Errorf("RejectedTCP %d, want 1", s.RejectedTCP())
+	}
+	if err := ask(dial("127.0.1.1"), 4); err != nil {
+		t.Errorf("a connection from another /24 while the first holds 2 of 4: %v", err)
 	}
 }
 

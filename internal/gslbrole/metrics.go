@@ -10,7 +10,7 @@ var (
 	descTargetUp   = prometheus.NewDesc("azgate_gslb_target_up", "1 while a GSLB target is up (the heartbeat): source combined is what the answers use (every vantage point), local is this node's probe.", []string{"target", "vip", "source"}, nil)
 	descQueries    = prometheus.NewDesc("azgate_gslb_queries_total", "DNS queries the GSLB handled (responses are not answered and not counted).", nil, nil)
 	descAnswers    = prometheus.NewDesc("azgate_gslb_answers_total", "DNS answers by outcome: formerr, refused, nxdomain, nodata, servfail, failopen (every target down, answered anyway), truncated, notimp.", []string{"outcome"}, nil)
-	descTCPReject  = prometheus.NewDesc("azgate_gslb_tcp_rejected_total", "TCP connections closed at once because MaxTCPConns were open.", nil, nil)
+	descTCPReject  = prometheus.NewDesc("azgate_gslb_tcp_rejected_total", "TCP connections closed at once because MaxTCPConns were open (or MaxTCPConnsPerNet from the source network).", nil, nil)
 	descSkipped    = prometheus.NewDesc("azgate_gslb_skipped_objects", "DNS zones and GSLB records read back that are not served (invalid, or not compiling with their zone).", nil, nil)
 	descUpdates    = prometheus.NewDesc("azgate_gslb_catalog_updates_total", "Catalogs installed (one per change of the desired state).", nil, nil)
 	descFailures   = prometheus.NewDesc("azgate_gslb_catalog_failures_total", "Catalog builds that failed whole; the last good catalog kept serving.", nil, nil)

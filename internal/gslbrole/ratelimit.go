@@ -8,22 +8,27 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/gslb"
 )
 
 // Per-source response rate limit over UDP (--rate-limit; off by default).
 // An authoritative server answers anyone, and a spoofed source turns its
 // answers into a reflection attack on that source; the limit bounds what
-// one network (/24 for IPv4, /56 for IPv6) gets per second. Over the limit,
-// every other query gets an empty truncated answer (TC=1, "slip", as BIND's
-// RRL does) so a real client retries over TCP, which is not limited here
-// (TCP cannot be spoofed; it has its own connection bounds), and the rest
-// are dropped. Both are counted.
+// one source network (gslb.SourceNet: /24 for IPv4, /56 for IPv6) gets per
+// second. Over the limit, every other query gets an empty truncated answer
+// (TC=1, "slip", as BIND's RRL does) so a real client retries over TCP,
+// which is not limited here (TCP cannot be spoofed; it has its own
+// connection bounds, in total and per source network), and the rest are
+// dropped. Both are counted.
 const (
-	rateV4Bits = 24
-	rateV6Bits = 56
 	// maxRateSources bounds the buckets; idle ones are swept when it is
-	// reached, and if the table is still full it starts over (a flood of
-	// sources then gets fresh buckets: the limit degrades, memory does not).
+	// reached, and if the sweep frees less than a quarter the table starts
+	// over (a flood of sources then gets fresh buckets: the limit degrades,
+	// memory and CPU do not). Freeing a quarter at least means a full scan
+	// happens at most once per maxRateSources/4 new sources: without it, new
+	// sources arriving as fast as old ones go idle (65536 per 10 s) would
+	// make every one of them scan the whole table under the lock.
 	maxRateSources = 1 << 16
 	rateIdle       = 10 * time.Second
 )
@@ -51,19 +56,9 @@ func newRateLimiter(perSecond int) *rateLimiter {
 	return &rateLimiter{rate: float64(perSecond), burst: 2 * float64(perSecond), buckets: map[netip.Prefix]*rateBucket{}}
 }
 
-func sourceNet(a netip.Addr) netip.Prefix {
-	a = a.Unmap()
-	bits := rateV6Bits
-	if a.Is4() {
-		bits = rateV4Bits
-	}
-	p, _ := a.Prefix(bits)
-	return p
-}
-
 // allow takes a token of src's network.
 func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
-	key := sourceNet(src)
+	key := gslb.SourceNet(src)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[key]
@@ -74,7 +69,7 @@ func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
 					delete(l.buckets, k)
 				}
 			}
-			if len(l.buckets) >= maxRateSources {
+			if len(l.buckets) > maxRateSources*3/4 {
 				clear(l.buckets)
 			}
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/azgate/azgate/internal/gslb"
+
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
@@ -54,6 +56,20 @@ func TestRateLimiter(t *testing.T) {
 	}
 	if len(big.buckets) > maxRateSources {
 		t.Errorf("%d buckets, bound %d", len(big.buckets), maxRateSources)
+	}
+	// A full table whose sweep frees little starts over, so the next full
+	// scan is at least a quarter of the table away: with buckets going idle
+	// one by one (one per new source), a sweep that removed only the idle
+	// ones would scan the whole table on every new source.
+	drip := newRateLimiter(1)
+	step := rateIdle / maxRateSources
+	for i := range maxRateSources {
+		drip.buckets[netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), gslb.SourceNetV4Bits)] =
+			&rateBucket{tokens: 1, last: t0.Add(time.Duration(i) * step)}
+	}
+	drip.allow(netip.MustParseAddr("198.51.100.1"), t0.Add(rateIdle+step/2)) // one bucket idle
+	if n := len(drip.buckets); n > maxRateSources*3/4 {
+		t.Errorf("after a sweep freeing 1 bucket: %d buckets, want at most %d (the next new source would scan them all again)", n, maxRateSources*3/4)
 	}
 	if newRateLimiter(0) != nil {
 		t.Error("rate 0 is no limiter")
