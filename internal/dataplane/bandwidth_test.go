@@ -34,6 +34,31 @@ type bwBatch struct {
 	pass, drop    int
 	start, end    time.Time
 	lastDropStart time.Time // when the run of the last dropped packet began
+	// first and last are when the first and the last packet were sent;
+	// pauses sums the gaps between two packets beyond pauseFree: time
+	// the sender was not scheduled (a loaded machine), when it offered
+	// nothing and a bucket smaller than the gap could not save the
+	// capacity it went without.
+	first, last time.Time
+	pauses      time.Duration
+}
+
+// pauseFree is the gap between two packets the flood check counts as
+// offering: a bucket carries a tick and its burst over, so shorter gaps
+// lose no capacity.
+const pauseFree = time.Millisecond
+
+// addPause counts the gap from the last packet to at.
+func (b *bwBatch) addPause(at time.Time) {
+	if !b.last.IsZero() {
+		if g := at.Sub(b.last); g > pauseFree {
+			b.pauses += g - pauseFree
+		}
+	}
+	if b.first.IsZero() {
+		b.first = at
+	}
+	b.last = at
 }
 
 func (s bwSender) send(t *testing.T, n int, gap time.Duration) bwBatch {
@@ -50,6 +75,9 @@ func (s bwSender) send(t *testing.T, n int, gap time.Duration) bwBatch {
 				time.Sleep(gap)
 			}
 			at := time.Now()
+			if gap == 0 {
+				b.addPause(at)
+			}
 			ret, err := s.prog.Run(&ebpf.RunOptions{Data: s.frame, DataOut: make([]byte, len(s.frame)+512),
 				Context: dptest.XDPContext(len(s.frame), idx)})
 			if err != nil {
@@ -171,14 +199,20 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 		if flood.start.IsZero() {
 			flood.start = f.start
 		}
+		flood.addPause(f.first) // the gap between two batches
 		flood.end, flood.pass, flood.drop = f.end, flood.pass+f.pass, flood.drop+f.drop
+		flood.pauses, flood.last = flood.pauses+f.pauses, f.last
 	}
 	el := flood.end.Sub(flood.start)
-	lo = int(rate/8*(el-2*tick).Seconds())/bwPkt - 1
+	// The lower bound counts only the time the flood was offered: on a
+	// loaded machine the sender goes unscheduled for milliseconds, and a
+	// bucket of 1.5 ms cannot save what it misses meanwhile (a CI dry run
+	// beside a DNS benchmark passed 32 of 73 packets that way).
+	lo = int(rate/8*(el-flood.pauses-2*tick).Seconds())/bwPkt - 1
 	hi = (MinBandwidthBurst + int(rate/8*(el+2*tick).Seconds())) / bwPkt
 	if flood.pass < lo || flood.pass > hi {
-		t.Fatalf("a flood of %d packets for %v at 1 MB/s, bucket %d B, tick %v: %d passed, want %d..%d",
-			flood.pass+flood.drop, el, MinBandwidthBurst, tick, flood.pass, lo, hi)
+		t.Fatalf("a flood of %d packets for %v (the sender paused %v of it) at 1 MB/s, bucket %d B, tick %v: %d passed, want %d..%d",
+			flood.pass+flood.drop, el, flood.pauses, MinBandwidthBurst, tick, flood.pass, lo, hi)
 	}
 
 	if err := m.SetEIPBandwidth(a, 0, 0); err != nil {
