@@ -67,8 +67,11 @@ func TestProbesMeasureAGap(t *testing.T) {
 	if g.Gap < 180*time.Millisecond || g.Gap > 400*time.Millisecond {
 		t.Errorf("gap target: gap %v, want about 200ms", g.Gap)
 	}
-	if perFlow := g.Lost / 4; perFlow < 25 || perFlow > 80 {
-		t.Errorf("gap target: %d lost per flow, want about 40 (200ms / 5ms)", perFlow)
+	// About 40 lost per flow (200 ms / 5 ms); as few as 16 when a loaded
+	// machine schedules each flow's sender every 10-12 ms (a CI dry run
+	// beside a saturating benchmark lost 23 per flow in a 240 ms hole).
+	if perFlow := g.Lost / 4; perFlow < 16 || perFlow > 80 {
+		t.Errorf("gap target: %d lost per flow, want about 40 (200ms / 5ms), at least 16", perFlow)
 	}
 	if d.Unrecovered != 4 || d.Gap < 1400*time.Millisecond {
 		t.Errorf("dead target: %d unrecovered, gap %v; want 4 and at least 1.4s", d.Unrecovered, d.Gap)
