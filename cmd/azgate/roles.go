@@ -21,6 +21,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/secretfile"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -95,20 +96,14 @@ func (d *daemonFlags) openBandwidthStore() (bwstore.Store, error) {
 // readMetricsToken reads --metrics-token-file ("" when unset).
 func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
 
-// readMetricsToken reads a --metrics-token-file ("" when path is).
+// readMetricsToken reads a --metrics-token-file ("" when path is), by
+// the rules of every secret file (internal/secretfile: mode 0600 or
+// stricter, first line): a token others can read protects nothing.
 func readMetricsToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--metrics-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--metrics-token-file %s is empty", path)
-	}
-	return tok, nil
+	return secretfile.Read(path, "--metrics-token-file")
 }
 
 func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
