@@ -35,6 +35,10 @@ import (
 // bursts a loaded server sees; the buffers are 32 × ~1.4 KB per socket.
 const udpBatch = 32
 
+// maxUDPSockets bounds ServerConfig.UDPSockets (each holds ~80 KB of
+// buffers and a goroutine).
+const maxUDPSockets = 256
+
 // UDPStats counts what the UDP loop dropped before the handler.
 type UDPStats struct {
 	Oversize    atomic.Uint64 // datagrams over MaxUDPSize (cut by the kernel): not answered
@@ -66,6 +70,9 @@ type udpServer struct {
 // spreads queries over them by flow hash).
 func listenUDP(cfg ServerConfig, addr string, h dns.Handler) (*udpServer, error) {
 	n := max(cfg.UDPSockets, 1)
+	if n > maxUDPSockets {
+		return nil, fmt.Errorf("UDPSockets %d: at most %d", n, maxUDPSockets)
+	}
 	s := &udpServer{h: h, allow: cfg.Allow, wtime: cfg.WriteTimeout}
 	s.fast, _ = h.(*Handler)
 	lc := net.ListenConfig{}
