@@ -125,7 +125,7 @@ func (s *Server) Start() error {
 }
 
 // UDPAddr and TCPAddr are the bound addresses (useful with port 0).
-func (s *Server) UDPAddr() net.Addr { return s.udp.conns[0].LocalAddr() }
+func (s *Server) UDPAddr() net.Addr { return s.udp.laddr }
 
 // UDPStats are the UDP loops' counters.
 func (s *Server) UDPStats() *UDPStats { return &s.udp.stats }

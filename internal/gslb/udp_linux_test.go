@@ -104,8 +104,8 @@ func TestUDPMatchesMiekgServer(t *testing.T) {
 // and every client gets its answer.
 func TestUDPReusePort(t *testing.T) {
 	s, _ := startServer(t, ServerConfig{Addr: "127.0.0.1:0", UDPSockets: 3})
-	if len(s.udp.conns) != 3 {
-		t.Fatalf("%d sockets", len(s.udp.conns))
+	if len(s.udp.loops) != 3 {
+		t.Fatalf("%d sockets", len(s.udp.loops))
 	}
 	q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, false, nil)
 	for i := range 24 {

@@ -93,7 +93,7 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	s, u := &h.Stats, srv.UDPStats()
-	fmt.Fprintf(stderr, "gslb-serve: queries %d formerr %d refused %d nxdomain %d servfail %d failopen %d; udp fast path %d\n",
-		s.Queries.Load(), s.FormErr.Load(), s.Refused.Load(), s.NXDomain.Load(), s.ServFail.Load(), s.FailOpen.Load(), u.Fast.Load())
+	fmt.Fprintf(stderr, "gslb-serve: queries %d formerr %d refused %d nxdomain %d servfail %d failopen %d; udp fast path %d, recvmmsg calls %d\n",
+		s.Queries.Load(), s.FormErr.Load(), s.Refused.Load(), s.NXDomain.Load(), s.ServFail.Load(), s.FailOpen.Load(), u.Fast.Load(), u.Reads.Load())
 	return err
 }
