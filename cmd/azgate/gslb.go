@@ -34,6 +34,7 @@ type gslbFlags struct {
 	quorum, rateLimit           int
 	viewInterval                time.Duration
 	maxTCPConns, maxTCPPerNet   int
+	udpSockets                  int
 	etcd                        string
 	etcdAuth                    store.ClientAuth
 	metricsListen, metricsToken string
@@ -74,6 +75,7 @@ operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 		fl.IntVar(&f.quorum, "quorum", 0, "fresh vantage views that must say down to take a target out (0: a majority)")
 		fl.DurationVar(&f.viewInterval, "view-interval", time.Second, "how often this node's probe view is published; views older than 3 intervals (3s at least) do not count")
 		fl.IntVar(&f.rateLimit, "rate-limit", 0, "UDP answers per second per source /24 (IPv6 /56) before queries are slipped (empty TC=1 answer, the client retries over TCP) or dropped; 0: no limit")
+		fl.IntVar(&f.udpSockets, "udp-sockets", 1, "UDP sockets sharing the DNS port (SO_REUSEPORT), one goroutine each; as many as cores to use several (docs/gslb.md, Server)")
 		fl.IntVar(&f.maxTCPConns, "max-tcp-conns", 256, "open DNS TCP connections at most; more are closed at once and counted")
 		fl.IntVar(&f.maxTCPPerNet, "max-tcp-conns-per-net", 0, "open DNS TCP connections from one source /24 (IPv6 /56) at most (0: an eighth of --max-tcp-conns)")
 		fl.StringVar(&f.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
@@ -164,7 +166,7 @@ func runGSLB(f gslbFlags) error {
 		log.Warn("etcd does not answer yet; serving an empty catalog until it does", "endpoints", f.etcd, "err", err)
 	}
 	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RateLimit: f.rateLimit,
-		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet}, Log: log})
+		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
 	if err != nil {
 		return err
 	}

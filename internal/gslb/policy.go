@@ -28,13 +28,23 @@ type clientLoc struct {
 // locateClient asks loc about client (already unmapped) and derives the
 // scope from geo.Location.Prefix.
 func locateClient(loc geo.Locator, client netip.Addr) *clientLoc {
+	c := new(clientLoc)
+	locateInto(c, loc, client)
+	return c
+}
+
+// locateInto is locateClient into c (the UDP fast path reuses one).
+func locateInto(c *clientLoc, loc geo.Locator, client netip.Addr) {
 	l, ok := loc.Locate(client)
-	c := &clientLoc{Location: l, found: ok, bits: client.BitLen()}
+	*c = clientLoc{Location: l, found: ok, bits: client.BitLen()}
 	if l.Prefix.IsValid() && l.Prefix.Addr().BitLen() == client.BitLen() {
 		c.bits = l.Prefix.Bits()
 	}
-	return c
 }
+
+// smallTargets is the stack space of the policies' candidate lists: no
+// allocation per query for records of up to this many targets.
+const smallTargets = 8
 
 // Health reports whether a target VIP is serving. The probes (issue 11
 // part 2) implement it; an unknown VIP should read as up so a record is
@@ -67,7 +77,8 @@ type choice struct {
 //
 // It is pure: no I/O, no clock, no global random source.
 func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid uint16) choice {
-	var fam, up []Target
+	var famBuf, upBuf [smallTargets]Target
+	fam, up := famBuf[:0], upBuf[:0]
 	for _, t := range g.targets {
 		if t.VIP.Is6() != v6 {
 			continue
@@ -116,7 +127,8 @@ func nearest(ts []Target, locate func() *clientLoc) (Target, *clientLoc) {
 		return lowestOrder(ts), loc
 	}
 	if loc.Region != "" {
-		var in []Target
+		var inBuf [smallTargets]Target
+		in := inBuf[:0]
 		for _, t := range ts {
 			if t.Region == loc.Region {
 				in = append(in, t)

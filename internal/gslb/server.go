@@ -35,12 +35,24 @@ type ServerConfig struct {
 	MaxTCPConnsPerNet int
 	// MaxTCPQueries bounds queries on one TCP connection; 0 means 128.
 	MaxTCPQueries int
+	// UDPSockets is how many UDP sockets share the port (SO_REUSEPORT),
+	// each read by its own goroutine; the kernel spreads clients over
+	// them. 0 or 1: one socket, no SO_REUSEPORT. One per GOMAXPROCS uses
+	// every core (udp_linux.go).
+	UDPSockets int
+	// Allow, when set, is asked before every UDP query is answered (TCP
+	// is not asked: its source cannot be spoofed). answer false drops the
+	// query, or with slip answers it empty with TC=1 (the rate limit of
+	// internal/gslbrole).
+	Allow func(src netip.Addr) (answer, slip bool)
 }
 
-// Server runs a Handler on UDP and TCP listeners (miekg/dns).
+// Server runs a Handler on UDP (batched, udp_linux.go) and TCP
+// (miekg/dns) listeners.
 type Server struct {
 	cfg     ServerConfig
-	udp     *dns.Server
+	h       dns.Handler
+	udp     *udpServer
 	tcp     *dns.Server
 	tcpLn   *limitListener
 	wg      sync.WaitGroup
@@ -74,7 +86,7 @@ func NewServer(cfg ServerConfig, h dns.Handler) *Server {
 			IdleTimeout: func() time.Duration { return idle }, MaxTCPQueries: cfg.MaxTCPQueries,
 			UDPSize: MaxUDPSize}
 	}
-	return &Server{cfg: cfg, udp: mk(), tcp: mk(), errs: make(chan error, 2)}
+	return &Server{cfg: cfg, h: h, tcp: mk(), errs: make(chan error, 2)}
 }
 
 // Start binds TCP then UDP on the same port and serves until Shutdown.
@@ -86,16 +98,17 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("gslb server: listen tcp %s: %w", s.cfg.Addr, err)
 	}
-	pc, err := net.ListenPacket("udp", ln.Addr().String())
+	u, err := listenUDP(s.cfg, ln.Addr().String(), s.h)
 	if err != nil {
 		ln.Close()
-		return fmt.Errorf("gslb server: listen udp %s: %w", ln.Addr(), err)
+		return fmt.Errorf("gslb server: %w", err)
 	}
+	s.udp = u
 	s.tcpLn = &limitListener{Listener: ln, max: s.cfg.MaxTCPConns, perNet: s.cfg.MaxTCPConnsPerNet, open: map[netip.Prefix]int{}}
 	s.tcp.Listener = s.tcpLn
-	s.udp.PacketConn = pc
+	u.start()
 	var ready sync.WaitGroup
-	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+	for _, srv := range []*dns.Server{s.tcp} {
 		ready.Add(1)
 		var once sync.Once
 		srv.NotifyStartedFunc = func() { once.Do(ready.Done) }
@@ -120,7 +133,10 @@ func (s *Server) Start() error {
 }
 
 // UDPAddr and TCPAddr are the bound addresses (useful with port 0).
-func (s *Server) UDPAddr() net.Addr { return s.udp.PacketConn.LocalAddr() }
+func (s *Server) UDPAddr() net.Addr { return s.udp.laddr }
+
+// UDPStats are the UDP loops' counters.
+func (s *Server) UDPStats() *UDPStats { return &s.udp.stats }
 
 // TCPAddr is the bound TCP address.
 func (s *Server) TCPAddr() net.Addr { return s.tcpLn.Addr() }
@@ -135,7 +151,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.started = false
-	err := errors.Join(s.udp.ShutdownContext(ctx), s.tcp.ShutdownContext(ctx))
+	err := errors.Join(s.udp.shutdown(ctx), s.tcp.ShutdownContext(ctx))
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

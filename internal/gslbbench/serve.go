@@ -71,7 +71,8 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	defer stop()
 	go health.Run(hctx)
 	h := gslb.NewHandler(cat, db, health)
-	srv := gslb.NewServer(gslb.ServerConfig{Addr: cfg.Addr}, h)
+	// One UDP socket per thread (SO_REUSEPORT), as gdnsd's udp_threads.
+	srv := gslb.NewServer(gslb.ServerConfig{Addr: cfg.Addr, UDPSockets: runtime.GOMAXPROCS(0)}, h)
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {
@@ -91,8 +92,8 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	s := &h.Stats
-	fmt.Fprintf(stderr, "gslb-serve: queries %d formerr %d refused %d nxdomain %d servfail %d failopen %d\n",
-		s.Queries.Load(), s.FormErr.Load(), s.Refused.Load(), s.NXDomain.Load(), s.ServFail.Load(), s.FailOpen.Load())
+	s, u := &h.Stats, srv.UDPStats()
+	fmt.Fprintf(stderr, "gslb-serve: queries %d formerr %d refused %d nxdomain %d servfail %d failopen %d; udp fast path %d, recvmmsg calls %d\n",
+		s.Queries.Load(), s.FormErr.Load(), s.Refused.Load(), s.NXDomain.Load(), s.ServFail.Load(), s.FailOpen.Load(), u.Fast.Load(), u.Reads.Load())
 	return err
 }

@@ -17,6 +17,7 @@ var (
 	descViews      = prometheus.NewDesc("azgate_gslb_views_fresh", "Vantage points whose fresh views the verdicts combine (this one included).", nil, nil)
 	descViewErrs   = prometheus.NewDesc("azgate_gslb_view_errors_total", "Views of other vantage points that did not decode (dropped), and failed publishes of this node's view.", []string{"kind"}, nil)
 	descRateLimit  = prometheus.NewDesc("azgate_gslb_rate_limited_total", "UDP queries over --rate-limit: answered empty with TC=1 (slipped) or dropped.", []string{"action"}, nil)
+	descUDP        = prometheus.NewDesc("azgate_gslb_udp_total", "UDP datagrams by what the batched loop did with them: fast (answered by the wire-level fast path), oversize and short (dropped unanswered), write_error (answers the kernel refused or that timed out).", []string{"kind"}, nil)
 	descGeoReloads = prometheus.NewDesc("azgate_gslb_geoip_reloads_total", "GeoIP database reloads by result (a failed one keeps the database in use).", []string{"result"}, nil)
 )
 
@@ -29,7 +30,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTargetUp, descQueries, descAnswers, descTCPReject, descSkipped, descUpdates, descFailures, descViews, descViewErrs, descRateLimit, descGeoReloads} {
+	for _, d := range []*prometheus.Desc{descTargetUp, descQueries, descAnswers, descTCPReject, descSkipped, descUpdates, descFailures, descViews, descViewErrs, descRateLimit, descUDP, descGeoReloads} {
 		ch <- d
 	}
 }
@@ -51,6 +52,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if g.listen.Load() != nil {
 		ch <- prometheus.MustNewConstMetric(descTCPReject, prometheus.CounterValue, float64(g.Server.RejectedTCP()))
+		u := g.Server.UDPStats()
+		for _, o := range []struct {
+			kind string
+			v    uint64
+		}{{"fast", u.Fast.Load()}, {"oversize", u.Oversize.Load()}, {"short", u.Short.Load()}, {"write_error", u.WriteErrors.Load()}} {
+			ch <- prometheus.MustNewConstMetric(descUDP, prometheus.CounterValue, float64(o.v), o.kind)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(g.Skipped()))
 	ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(g.updates.Load()))

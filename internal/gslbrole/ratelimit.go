@@ -1,13 +1,10 @@
 package gslbrole
 
 import (
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/azgate/azgate/internal/gslb"
 )
@@ -85,33 +82,17 @@ func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
 	return true
 }
 
-// rateLimited wraps the DNS handler with the limiter.
-type rateLimited struct {
-	h dns.Handler
-	l *rateLimiter
-}
-
-func (r rateLimited) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	ua, udp := w.RemoteAddr().(*net.UDPAddr)
-	if !udp || req.Response {
-		r.h.ServeDNS(w, req)
-		return
+// Allow is gslb.ServerConfig.Allow: the server asks it before answering
+// a UDP query from src. Over the limit, every other query is slipped (an
+// empty TC=1 answer) and the others dropped; both are counted.
+func (l *rateLimiter) Allow(src netip.Addr) (answer, slip bool) {
+	if l.allow(src, time.Now()) {
+		return true, false
 	}
-	src, _ := netip.AddrFromSlice(ua.IP)
-	if r.l.allow(src, time.Now()) {
-		r.h.ServeDNS(w, req)
-		return
+	if l.slip.Add(1)%2 == 0 {
+		l.Dropped.Add(1)
+		return false, false
 	}
-	if r.l.slip.Add(1)%2 == 0 {
-		r.l.Dropped.Add(1)
-		return
-	}
-	r.l.Slipped.Add(1)
-	m := new(dns.Msg)
-	m.Id, m.Response, m.Opcode, m.Truncated = req.Id, true, req.Opcode, true
-	m.RecursionDesired = req.RecursionDesired
-	if len(req.Question) == 1 {
-		m.Question = req.Question
-	}
-	_ = w.WriteMsg(m)
+	l.Slipped.Add(1)
+	return false, true
 }

@@ -27,8 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
-
 	"github.com/azgate/azgate/internal/geo"
 	"github.com/azgate/azgate/internal/gslb"
 	"github.com/azgate/azgate/internal/gslbplan"
@@ -161,11 +159,10 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 		}
 	}
 	g.mon = probe.NewMonitor(mo)
-	var h dns.Handler = g.Handler
 	if g.rl = newRateLimiter(cfg.RateLimit); g.rl != nil {
-		h = rateLimited{h: g.Handler, l: g.rl}
+		cfg.Server.Allow = g.rl.Allow
 	}
-	g.Server = gslb.NewServer(cfg.Server, h)
+	g.Server = gslb.NewServer(cfg.Server, g.Handler)
 	return g, nil
 }
 

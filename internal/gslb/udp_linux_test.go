@@ -1,0 +1,179 @@
+//go:build linux
+
+package gslb
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+)
+
+// exchangeRaw sends q to addr from c and returns the answer, or nil when
+// none came within wait.
+func exchangeRaw(t *testing.T, c net.PacketConn, addr net.Addr, q []byte, wait time.Duration) []byte {
+	t.Helper()
+	if _, err := c.WriteTo(q, addr); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65535)
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return nil
+		}
+		if from.String() == addr.String() && n >= 2 && bytes.Equal(buf[:2], q[:2]) {
+			return bytes.Clone(buf[:n])
+		}
+	}
+}
+
+// TestUDPMatchesMiekgServer: over real sockets, our UDP loop answers every
+// query of a corpus (fast-path queries, fallbacks, malformed messages the
+// accept function refuses, messages Unpack refuses, responses, runts) with
+// the bytes miekg/dns's own server gives for the same handler, and stays
+// silent where it does.
+func TestUDPMatchesMiekgServer(t *testing.T) {
+	h, _ := testHandler(t, vipEU)
+	ours := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
+	if err := ours.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ours.Shutdown(context.Background())
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &dns.Server{PacketConn: pc, Handler: h, UDPSize: MaxUDPSize}
+	started := make(chan struct{})
+	ref.NotifyStartedFunc = func() { close(started) }
+	go ref.ActivateAndServe()
+	<-started
+	defer ref.Shutdown()
+
+	cl, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ecs := ecsOf(netip.MustParsePrefix("198.18.1.0/24"))
+	good := wireQuery(t, "pathd.example.", dns.TypeA, 9, true, true, ecs)
+	corpus := [][]byte{
+		good,
+		wireQuery(t, "PathD.example.", dns.TypeAAAA, 10, false, true, ecsOf(netip.MustParsePrefix("2001:db8:100::/40"))),
+		wireQuery(t, "w.example.", dns.TypeA, 11, false, false, nil),
+		wireQuery(t, "www.example.", dns.TypeA, 12, true, true, nil),
+		wireQuery(t, "big.example.", dns.TypeTXT, 13, true, true, nil), // truncated
+		wireQuery(t, "big.example.", dns.TypeTXT, 14, true, false, nil),
+		wireQuery(t, "nope.example.", dns.TypeA, 15, true, true, nil),
+		wireQuery(t, "pathd.example.org.", dns.TypeA, 16, true, true, nil),
+		wireQuery(t, "strict.example.", dns.TypeA, 17, true, true, nil),
+		wireQuery(t, "pathd.example.", dns.TypeA, 18, true, true, nil, &dns.EDNS0_NSID{Code: dns.EDNS0NSID}),
+	}
+	bad := func(f func([]byte) []byte) []byte { return f(bytes.Clone(good)) }
+	corpus = append(corpus,
+		bad(func(b []byte) []byte { b[2] |= 5 << 3; return b }),      // UPDATE: NOTIMP
+		bad(func(b []byte) []byte { b[5] = 2; return b }),            // two questions: FORMERR
+		bad(func(b []byte) []byte { b[11] = 3; return b }),           // three additional: FORMERR
+		bad(func(b []byte) []byte { return b[:len(b)-3] }),           // cut: Unpack fails
+		bad(func(b []byte) []byte { b[len(b)-1] |= 0x0f; return b }), // ECS bits beyond the prefix
+		bad(func(b []byte) []byte { b[2] |= 0x80; return b }),        // a response: silence
+		good[:11], // runt: silence
+	)
+	for i, q := range corpus {
+		want := exchangeRaw(t, cl, pc.LocalAddr(), q, 300*time.Millisecond)
+		got := exchangeRaw(t, cl, ours.UDPAddr(), q, 300*time.Millisecond)
+		if !bytes.Equal(got, want) {
+			t.Errorf("query %d %x:\nours  %x\nmiekg %x", i, q, got, want)
+		}
+	}
+	if ours.UDPStats().Fast.Load() == 0 {
+		t.Error("no answer came from the fast path")
+	}
+}
+
+// TestUDPReusePort: with UDPSockets 3 the port is served by three sockets
+// and every client gets its answer.
+func TestUDPReusePort(t *testing.T) {
+	s, _ := startServer(t, ServerConfig{Addr: "127.0.0.1:0", UDPSockets: 3})
+	if len(s.udp.loops) != 3 {
+		t.Fatalf("%d sockets", len(s.udp.loops))
+	}
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, false, nil)
+	for i := range 24 {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exchangeRaw(t, c, s.UDPAddr(), q, 2*time.Second) == nil {
+			t.Fatalf("client %d: no answer", i)
+		}
+		c.Close()
+	}
+}
+
+// TestUDPWildcardAnswersFromDestination: bound to the wildcard address,
+// the answer leaves from the address the query was sent to (IPv4, and
+// IPv6 on the same dual-stack socket), as miekg/dns does with PKTINFO. It
+// runs in a network namespace of its own (only lo, nothing else can
+// reach the wildcard listener).
+func TestUDPWildcardAnswersFromDestination(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network namespace for the wildcard listener")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ifr, _ := unix.NewIfreq("lo")
+		ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+		err = unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+		unix.Close(fd)
+		if err != nil {
+			t.Errorf("lo up: %v", err)
+			return
+		}
+		h, _ := testHandler(t)
+		s := NewServer(ServerConfig{Addr: "0.0.0.0:0"}, h)
+		if err := s.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		defer s.Shutdown(context.Background())
+		port := s.UDPAddr().(*net.UDPAddr).Port
+		q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, false, nil)
+		for _, dst := range []string{"127.0.0.2", "127.0.0.1", "::1"} {
+			// A connected socket takes answers from dst:port only.
+			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(dst), uint16(port))))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.Write(q)
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 1500)
+			if _, err := c.Read(buf); err != nil {
+				t.Errorf("query to %s: no answer from %s (%v)", dst, dst, err)
+			}
+			c.Close()
+		}
+	}()
+	<-done
+}
