@@ -77,9 +77,12 @@ type choice struct {
 //
 // It is pure: no I/O, no clock, no global random source.
 func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid uint16) choice {
-	var famBuf, upBuf [smallTargets]Target
+	// Pointers into g.targets, not copies: a Target is 72 bytes, and the
+	// candidate lists are built for every query.
+	var famBuf, upBuf [smallTargets]*Target
 	fam, up := famBuf[:0], upBuf[:0]
-	for _, t := range g.targets {
+	for i := range g.targets {
+		t := &g.targets[i]
 		if t.VIP.Is6() != v6 {
 			continue
 		}
@@ -115,9 +118,9 @@ func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid
 // unknown. used is the location the answer depended on: nil when it could
 // not have differed for another client (one candidate, or no location
 // source), and the ECS scope is then 0.
-func nearest(ts []Target, locate func() *clientLoc) (Target, *clientLoc) {
+func nearest(ts []*Target, locate func() *clientLoc) (Target, *clientLoc) {
 	if len(ts) == 1 {
-		return ts[0], nil
+		return *ts[0], nil
 	}
 	loc := locate()
 	if loc == nil || !loc.found {
@@ -127,7 +130,7 @@ func nearest(ts []Target, locate func() *clientLoc) (Target, *clientLoc) {
 		return lowestOrder(ts), loc
 	}
 	if loc.Region != "" {
-		var inBuf [smallTargets]Target
+		var inBuf [smallTargets]*Target
 		in := inBuf[:0]
 		for _, t := range ts {
 			if t.Region == loc.Region {
@@ -148,24 +151,24 @@ func nearest(ts []Target, locate func() *clientLoc) (Target, *clientLoc) {
 			best, bestD = t, d
 		}
 	}
-	return best, loc
+	return *best, loc
 }
 
-func lowestOrder(ts []Target) Target {
+func lowestOrder(ts []*Target) Target {
 	best := ts[0]
 	for _, t := range ts[1:] {
 		if t.Order < best.Order {
 			best = t
 		}
 	}
-	return best
+	return *best
 }
 
 // weighted draws a target with probability weight/sum, from a point
 // derived from the query ID. Resolvers pick query IDs at random (RFC 5452),
 // so the spread over many queries follows the weights; the mix below
 // spreads sequential IDs too.
-func weighted(ts []Target, qid uint16) Target {
+func weighted(ts []*Target, qid uint16) Target {
 	var sum uint64
 	for _, t := range ts {
 		sum += uint64(t.Weight)
@@ -177,11 +180,11 @@ func weighted(ts []Target, qid uint16) Target {
 	p := x % sum
 	for _, t := range ts {
 		if p < uint64(t.Weight) {
-			return t
+			return *t
 		}
 		p -= uint64(t.Weight)
 	}
-	return ts[len(ts)-1]
+	return *ts[len(ts)-1]
 }
 
 // greatCircle is the central angle in radians between two points

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,25 @@ type udpServer struct {
 // udpRecvTimeout bounds a blocked read (SO_RCVTIMEO), so a loop notices
 // Shutdown even if the wake-up by shutdown(2) were lost.
 const udpRecvTimeout = time.Second
+
+// udpBusyWait is how long a loop's read may block while it holds its P.
+//
+// A read is an ordinary system call (the runtime's entersyscall and
+// exitsyscall around it) only when the socket was idle: then, with
+// GOMAXPROCS=1, sysmon sees no idle P and, once the call has lasted a
+// sysmon tick (20 µs), hands the P to another thread, which the read
+// takes back when it returns: futex wake-ups and context switches on every
+// read that waits, most of the difference to gdnsd in CPU per query
+// (docs/bench-gslb.md, "Where azgate's CPU goes"). While queries keep
+// coming the read is a raw system call instead, which keeps the P, with
+// SO_RCVTIMEO at udpBusyWait so that other goroutines (TCP, probes,
+// timers) wait at most that long while the socket is quiet; the loop also
+// yields once per udpBusyWait while busy. A signal (the runtime asking to
+// preempt this goroutine, e.g. to stop the world for the garbage
+// collector) ends the read with EINTR (SO_RCVTIMEO makes recvmmsg not
+// restartable, signal(7)) and the loop yields. A read that times out in
+// this mode switches the socket back to the idle one (udpRecvTimeout).
+const udpBusyWait = time.Millisecond
 
 // listenUDP binds n sockets to addr (SO_REUSEPORT when n > 1: the kernel
 // spreads queries over them by flow hash).
@@ -199,7 +219,12 @@ func udpAddrOf(sa unix.Sockaddr) *net.UDPAddr {
 }
 
 func (s *udpServer) start() {
+	// A loop may hold its P in a blocked read (udpBusyWait) only when
+	// every loop can have a P of its own: otherwise a quiet socket's read
+	// would delay a busy one's.
+	raw := len(s.loops) <= runtime.GOMAXPROCS(0)
 	for _, l := range s.loops {
+		l.rawOK = raw
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -249,6 +274,9 @@ type udpLoop struct {
 	txoob    [udpBatch][64]byte
 	nsent    int
 
+	rawOK    bool // may use the raw read (udpServer.start)
+	rawReads int  // raw reads that returned datagrams (tests: read after the loop ended)
+
 	fp fastState
 }
 
@@ -266,6 +294,8 @@ func newUDPLoop(s *udpServer, fd int, pktinfo bool) *udpLoop {
 }
 
 func (l *udpLoop) run() {
+	idle := true // the socket's SO_RCVTIMEO is udpRecvTimeout (as opened)
+	yielded := time.Now()
 	for !l.s.closing.Load() {
 		for i := range udpBatch {
 			h := &l.rx[i].hdr
@@ -277,13 +307,35 @@ func (l *udpLoop) run() {
 			}
 		}
 		// Blocks until one datagram is there, then takes what else is
-		// queued, up to udpBatch.
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.rx[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		// queued, up to udpBatch. See udpBusyWait for why the read is a
+		// raw system call while queries keep coming.
+		var r uintptr
+		var e unix.Errno
+		if idle {
+			r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.rx[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		} else {
+			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.rx[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		}
 		if e != 0 {
 			if e == unix.EBADF || e == unix.ENOTSOCK {
 				return
 			}
-			continue // EAGAIN (SO_RCVTIMEO), EINTR, ICMP errors: read on
+			if !idle && e == unix.EAGAIN {
+				// udpBusyWait without a query: back to the read that
+				// gives the P up, with the long timeout.
+				idle = !l.setRecvTimeout(udpRecvTimeout)
+			}
+			// EAGAIN (SO_RCVTIMEO), EINTR (a signal: the runtime may be
+			// asking for this goroutine, e.g. to stop the world), ICMP
+			// errors: let the scheduler run, then read on.
+			runtime.Gosched()
+			yielded = time.Now()
+			continue
+		}
+		if idle {
+			idle = !l.rawOK || !l.setRecvTimeout(udpBusyWait)
+		} else {
+			l.rawReads++
 		}
 		n := int(r)
 		l.s.stats.Reads.Add(1)
@@ -292,7 +344,19 @@ func (l *udpLoop) run() {
 			l.serveOne(i)
 		}
 		l.send()
+		if now := time.Now(); now.Sub(yielded) >= udpBusyWait {
+			// Under a steady load the raw read rarely blocks: give the
+			// other goroutines (TCP, probes, timers) their turn.
+			runtime.Gosched()
+			yielded = now
+		}
 	}
+}
+
+// setRecvTimeout sets the socket's SO_RCVTIMEO and reports whether it did.
+func (l *udpLoop) setRecvTimeout(d time.Duration) bool {
+	tv := unix.NsecToTimeval(d.Nanoseconds())
+	return unix.SetsockoptTimeval(l.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv) == nil
 }
 
 // serveOne answers datagram i of the batch into tx[nsent].
@@ -332,16 +396,30 @@ func (l *udpLoop) serveOne(i int) {
 }
 
 // send writes tx[:nsent]; a message the kernel refuses is skipped and
-// counted. A full socket buffer blocks up to WriteTimeout (SO_SNDTIMEO),
-// then the rest of the batch is dropped and counted.
+// counted. It first sends without waiting (MSG_DONTWAIT) as a raw system
+// call: on loopback or a fast NIC sendmmsg does all the transmit work in
+// our context, often longer than a sysmon tick, and as an ordinary system
+// call the runtime would hand our P to another thread meanwhile (see
+// udpBusyWait). Only a full socket buffer (EAGAIN) takes the ordinary,
+// blocking call, which waits up to WriteTimeout (SO_SNDTIMEO); then the
+// rest of the batch is dropped and counted.
 func (l *udpLoop) send() {
+	wait := false
 	for first := 0; first < l.nsent; {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.tx[first])), uintptr(l.nsent-first), 0, 0, 0)
-		switch e {
-		case 0:
+		var r uintptr
+		var e unix.Errno
+		if wait {
+			r, _, e = unix.Syscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.tx[first])), uintptr(l.nsent-first), 0, 0, 0)
+		} else {
+			r, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.tx[first])), uintptr(l.nsent-first), unix.MSG_DONTWAIT, 0, 0)
+		}
+		switch {
+		case e == 0:
 			first += int(r)
-		case unix.EINTR:
-		case unix.EAGAIN, unix.EBADF, unix.ENOTSOCK:
+		case e == unix.EINTR:
+		case e == unix.EAGAIN && !wait:
+			wait = true
+		case e == unix.EAGAIN, e == unix.EBADF, e == unix.ENOTSOCK:
 			l.s.stats.WriteErrors.Add(uint64(l.nsent - first))
 			return
 		default:

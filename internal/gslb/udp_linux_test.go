@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
@@ -176,4 +177,101 @@ func TestUDPWildcardAnswersFromDestination(t *testing.T) {
 		}
 	}()
 	<-done
+}
+
+// TestUDPBusyLoopYields: with GOMAXPROCS=1 and a steady flood of UDP
+// queries from another process (the loop reading with raw system calls,
+// holding the only P), the rest of the process still runs: timers fire,
+// the garbage collector stops the world, a TCP query is answered; and
+// Shutdown right after the flood (the loop blocked in its raw read)
+// returns promptly.
+func TestUDPBusyLoopYields(t *testing.T) {
+	if addr := os.Getenv("AZGATE_GSLB_FLOOD"); addr != "" {
+		floodUDP(t, addr)
+		return
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	h, _ := testHandler(t)
+	s := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	shut := false
+	defer func() {
+		if !shut {
+			s.Shutdown(context.Background())
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	flood := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestUDPBusyLoopYields$")
+	flood.Env = append(os.Environ(), "AZGATE_GSLB_FLOOD="+s.UDPAddr().String())
+	flood.Stderr = os.Stderr
+	if err := flood.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Wait()
+	defer cancel()
+	for s.UDPStats().Reads.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var worstSleep, worstGC time.Duration
+	for range 20 {
+		t0 := time.Now()
+		time.Sleep(2 * time.Millisecond)
+		worstSleep = max(worstSleep, time.Since(t0))
+	}
+	for range 5 {
+		t0 := time.Now()
+		runtime.GC()
+		worstGC = max(worstGC, time.Since(t0))
+	}
+	tcp := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	t0 := time.Now()
+	if _, _, err := tcp.Exchange(query("pathd.example.", dns.TypeA, "198.18.1.0/24", 6), s.TCPAddr().String()); err != nil {
+		t.Errorf("TCP under UDP load: %v", err)
+	}
+	tcpTook := time.Since(t0)
+	cancel()
+	flood.Wait()
+	t0 = time.Now()
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	shut = true
+	shutTook := time.Since(t0)
+	t.Logf("2 ms sleep took at most %v, GC %v, TCP query %v, Shutdown %v; %d raw reads of %d", worstSleep, worstGC, tcpTook, shutTook, s.udp.loops[0].rawReads, s.UDPStats().Reads.Load())
+	// sysmon preempts a goroutine that ran 10 ms; the bounds leave room
+	// for a shared machine.
+	if worstSleep > 100*time.Millisecond || worstGC > 200*time.Millisecond || tcpTook > time.Second {
+		t.Errorf("the UDP loop starved the process: sleep %v, GC %v, TCP %v", worstSleep, worstGC, tcpTook)
+	}
+	if shutTook > 200*time.Millisecond {
+		t.Errorf("Shutdown took %v", shutTook)
+	}
+	if s.udp.loops[0].rawReads == 0 {
+		t.Error("the loop never read in its busy mode")
+	}
+}
+
+// floodUDP is TestUDPBusyLoopYields's child: it sends queries to addr, 32
+// at a time, until killed (answers are drained and dropped).
+func floodUDP(t *testing.T, addr string) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, true, ecsOf(netip.MustParsePrefix("198.18.1.0/24")))
+	buf := make([]byte, 2048)
+	for {
+		for range 32 {
+			c.Write(q)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		for {
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+	}
 }
