@@ -299,9 +299,13 @@ func TestSharedBandwidth(t *testing.T) {
 		sum, per = iperfReverse(ctx, t, l, 8*time.Second)
 		t.Logf("iperf3 -R, burst 100ms: total %.2f Mbit/s  %s", sum/1e6, fmtRates(per))
 		// TCP goodput: the limits count IP bytes, about 3.7 % more than
-		// the payload iperf3 counts with the guests' 1,458-byte MTU.
-		if sum > 1.05*bwCapacity || sum < 0.8*bwCapacity {
-			t.Errorf("egress total %.2f Mbit/s with a 100 ms burst, want 80-105 Mbit/s", sum/1e6)
+		// the payload iperf3 counts with the guests' 1,458-byte MTU, and
+		// TCP under a policer (no queue) runs below the limit by a margin
+		// that varies by run: 79.98-94 Mbit/s measured (a CI run's 79.98
+		// failed a floor of 80). The floor of 70 still tells a 100 ms
+		// burst (most of the package) from a 20 ms one (about a third).
+		if sum > 1.05*bwCapacity || sum < 0.7*bwCapacity {
+			t.Errorf("egress total %.2f Mbit/s with a 100 ms burst, want 70-105 Mbit/s", sum/1e6)
 		}
 		// What got through is shared by weight: each EIP's part of the
 		// total within 25 % of its weight's part. Looser than the ingress
