@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -139,18 +138,11 @@ func runBwmgr(f bwmgrFlags) error {
 			log.Warn("--store mem: is an in-process store: no host in another process sees it")
 		}
 	}
-	st, err := store.Connect(store.Options{Endpoints: strings.Split(f.etcd, ","), Log: log, Auth: f.etcdAuth})
+	st, err := connectStore(f.etcd, f.etcdAuth, log, "campaigning anyway")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.Ping(context.Background()); err != nil {
-		var ce *store.CredentialError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("etcd at %s: %w", f.etcd, err)
-		}
-		log.Warn("etcd does not answer yet; campaigning anyway", "endpoints", f.etcd, "err", err)
-	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	met := bandwidth.NewMetrics(f.scope, f.zone)

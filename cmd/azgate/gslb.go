@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -153,18 +151,11 @@ func runGSLB(f gslbFlags) error {
 	} else {
 		log.Warn("no --geoip-db and no --prefix-map: clients are not located (nearest answers follow the failover order)")
 	}
-	st, err := store.Connect(store.Options{Endpoints: strings.Split(f.etcd, ","), Log: log, Auth: f.etcdAuth})
+	st, err := connectStore(f.etcd, f.etcdAuth, log, "serving an empty catalog until it does")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.Ping(context.Background()); err != nil {
-		var ce *store.CredentialError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("etcd at %s: %w", f.etcd, err)
-		}
-		log.Warn("etcd does not answer yet; serving an empty catalog until it does", "endpoints", f.etcd, "err", err)
-	}
 	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RateLimit: f.rateLimit,
 		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
 	if err != nil {

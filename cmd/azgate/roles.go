@@ -96,6 +96,26 @@ func (d *daemonFlags) openBandwidthStore() (bwstore.Store, error) {
 // readMetricsToken reads --metrics-token-file ("" when unset).
 func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
 
+// connectStore connects to etcd for a role. A refused credential is a
+// configuration error: say so now rather than retry forever. An etcd not
+// up yet is waited for (the role goes on, logging what it does
+// meanwhile: meanwhile).
+func connectStore(endpoints string, auth store.ClientAuth, log *slog.Logger, meanwhile string) (*store.Store, error) {
+	st, err := store.Connect(store.Options{Endpoints: strings.Split(endpoints, ","), Log: log, Auth: auth})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Ping(context.Background()); err != nil {
+		var ce *store.CredentialError
+		if errors.As(err, &ce) {
+			st.Close()
+			return nil, fmt.Errorf("etcd at %s: %w", endpoints, err)
+		}
+		log.Warn("etcd does not answer yet; "+meanwhile, "endpoints", endpoints, "err", err)
+	}
+	return st, nil
+}
+
 // readMetricsToken reads a --metrics-token-file ("" when path is), by
 // the rules of every secret file (internal/secretfile: mode 0600 or
 // stricter, first line): a token others can read protects nothing.
@@ -114,19 +134,9 @@ func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions,
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}
-	st, err := store.Connect(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth})
+	st, err := connectStore(d.etcd, d.etcdAuth, log, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
-	}
-	// A refused credential is a configuration error: say so now rather
-	// than retry the first load forever. An etcd not up yet is waited for.
-	if err := st.Ping(context.Background()); err != nil {
-		var ce *store.CredentialError
-		if errors.As(err, &ce) {
-			st.Close()
-			return nil, nil, dataplane.LoadOptions{}, fmt.Errorf("etcd at %s: %w", d.etcd, err)
-		}
-		log.Warn("etcd does not answer yet; following it anyway", "endpoints", d.etcd, "err", err)
 	}
 	pin := d.pinDir
 	if pin == "" {
