@@ -275,3 +275,43 @@ func floodUDP(t *testing.T, addr string) {
 		}
 	}
 }
+
+// TestUDPAllowBeforeFastPath: the rate-limit hook is asked before the
+// fast path too (the role's rate-limit test only sends SOA queries, which
+// the reference path answers): a refused source gets nothing or the
+// slip (TC=1, no answer), and the fast path is not run.
+func TestUDPAllowBeforeFastPath(t *testing.T) {
+	f := newFastFixture(t)
+	h := f.hs[0]
+	src := f.srcs[0]
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 9, true, true, nil)
+	var ok, slip bool
+	asked := 0
+	s := &udpServer{h: h, fast: h, allow: func(a netip.Addr) (bool, bool) {
+		if a != src {
+			t.Errorf("Allow asked about %v, want %v", a, src)
+		}
+		asked++
+		return ok, slip
+	}}
+	var st fastState
+	if r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st); r != nil {
+		t.Errorf("dropped source answered: %x", r)
+	}
+	slip = true
+	r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st)
+	var m dns.Msg
+	if err := m.Unpack(r); err != nil || !m.Truncated || len(m.Answer) != 0 || m.Id != 9 {
+		t.Errorf("slip answer %v (%v), want TC=1 and no answer", &m, err)
+	}
+	if n := s.stats.Fast.Load() + h.Stats.Queries.Load(); n != 0 {
+		t.Errorf("refused queries reached the handler (%d)", n)
+	}
+	ok = true
+	if r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st); r == nil || s.stats.Fast.Load() != 1 {
+		t.Errorf("allowed query: answer %x, fast %d, want a fast answer", r, s.stats.Fast.Load())
+	}
+	if asked != 3 {
+		t.Errorf("Allow asked %d times, want 3", asked)
+	}
+}
