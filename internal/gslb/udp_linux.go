@@ -481,7 +481,13 @@ func replyPktinfo(oob, out []byte) int {
 			op.Addr = in.Addr
 			return sp
 		}
-		oob = oob[unix.CmsgSpace(ln-unix.CmsgLen(0)):]
+		// The kernel pads every message but a cut last one; a cut one
+		// ends the walk instead of slicing past oob.
+		next := unix.CmsgSpace(ln - unix.CmsgLen(0))
+		if next > len(oob) {
+			return 0
+		}
+		oob = oob[next:]
 	}
 	return 0
 }

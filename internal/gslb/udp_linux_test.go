@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
@@ -313,5 +314,36 @@ func TestUDPAllowBeforeFastPath(t *testing.T) {
 	}
 	if asked != 3 {
 		t.Errorf("Allow asked %d times, want 3", asked)
+	}
+}
+
+// TestReplyPktinfoCutMessage: a control message other than PKTINFO whose
+// length is not padded (the kernel cuts the last one to the buffer) ends
+// the walk; it used to slice past the buffer and panic the loop. The
+// PKTINFO after a padded other message is still found.
+func TestReplyPktinfoCutMessage(t *testing.T) {
+	other := func(dataLen, bufLen int) []byte {
+		b := make([]byte, bufLen)
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.SOL_SOCKET, unix.SO_TIMESTAMP
+		h.SetLen(unix.CmsgLen(dataLen))
+		return b
+	}
+	out := make([]byte, 64)
+	cut := other(4, unix.CmsgLen(4)) // 20 bytes, padded space 24
+	if n := replyPktinfo(cut, out); n != 0 {
+		t.Errorf("cut message: %d bytes of control, want 0", n)
+	}
+	b := other(4, unix.CmsgSpace(4)+unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[unix.CmsgSpace(4)]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+	h.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+	in := (*unix.Inet4Pktinfo)(unsafe.Pointer(&b[unix.CmsgSpace(4)+unix.CmsgLen(0)]))
+	in.Addr = [4]byte{192, 0, 2, 7}
+	if n := replyPktinfo(b, out); n != unix.CmsgSpace(unix.SizeofInet4Pktinfo) {
+		t.Fatalf("PKTINFO after another message: %d bytes, want %d", n, unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+	}
+	if op := (*unix.Inet4Pktinfo)(unsafe.Pointer(&out[unix.CmsgLen(0)])); op.Spec_dst != in.Addr {
+		t.Errorf("source %v, want %v", op.Spec_dst, in.Addr)
 	}
 }
