@@ -347,3 +347,37 @@ func TestReplyPktinfoCutMessage(t *testing.T) {
 		t.Errorf("source %v, want %v", op.Spec_dst, in.Addr)
 	}
 }
+
+// TestUDPLoopKeepsSocketUntilWoken: a loop that sees closing (after a
+// timeout or a datagram) keeps its descriptor open until shutdown has
+// called shutdown(2) on every socket; closing it earlier let that call
+// hit the number after another file (a TCP connection, a probe) reused
+// it.
+func TestUDPLoopKeepsSocketUntilWoken(t *testing.T) {
+	h, _ := testHandler(t)
+	s := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd := s.udp.loops[0].fd
+	s.udp.closing.Store(true)
+	c, err := net.Dial("udp", s.UDPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, false, nil)
+	if _, err := c.Write(q); err != nil { // wakes the loop, which then sees closing
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Errorf("socket closed before shutdown woke the loops: %v", err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Errorf("socket after Shutdown: %v, want EBADF", err)
+	}
+}
