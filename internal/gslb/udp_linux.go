@@ -64,6 +64,10 @@ type udpServer struct {
 	wg      sync.WaitGroup
 	stats   UDPStats
 	closing atomic.Bool
+	// woken is closed when shutdown has called shutdown(2) on every
+	// socket: a loop closes its socket only then, so that call never
+	// meets a descriptor number already reused by another file.
+	woken chan struct{}
 }
 
 // udpRecvTimeout bounds a blocked read (SO_RCVTIMEO), so a loop notices
@@ -107,7 +111,7 @@ func listenUDP(cfg ServerConfig, addr string, h dns.Handler) (*udpServer, error)
 	if err != nil {
 		return nil, fmt.Errorf("udp %s: %w", addr, err)
 	}
-	s := &udpServer{h: h, allow: cfg.Allow}
+	s := &udpServer{h: h, allow: cfg.Allow, woken: make(chan struct{})}
 	s.fast, _ = h.(*Handler)
 	for i := range n {
 		fd, wildcard, err := udpSocket(ua, n > 1, cfg.WriteTimeout)
@@ -228,8 +232,11 @@ func (s *udpServer) start() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer unix.Close(l.fd) // only here: no read can be using it
 			l.run()
+			// Only here: no read can be using it, and shutdown is
+			// done with the number.
+			<-s.woken
+			unix.Close(l.fd)
 		}()
 	}
 }
@@ -249,6 +256,7 @@ func (s *udpServer) shutdown(ctx context.Context) error {
 	for _, l := range s.loops {
 		_ = unix.Shutdown(l.fd, unix.SHUT_RD) // ENOTCONN on UDP, and it wakes readers
 	}
+	close(s.woken)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -481,7 +489,13 @@ func replyPktinfo(oob, out []byte) int {
 			op.Addr = in.Addr
 			return sp
 		}
-		oob = oob[unix.CmsgSpace(ln-unix.CmsgLen(0)):]
+		// The kernel pads every message but a cut last one; a cut one
+		// ends the walk instead of slicing past oob.
+		next := unix.CmsgSpace(ln - unix.CmsgLen(0))
+		if next > len(oob) {
+			return 0
+		}
+		oob = oob[next:]
 	}
 	return 0
 }

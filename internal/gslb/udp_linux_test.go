@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
@@ -273,5 +274,110 @@ func floodUDP(t *testing.T, addr string) {
 				break
 			}
 		}
+	}
+}
+
+// TestUDPAllowBeforeFastPath: the rate-limit hook is asked before the
+// fast path too (the role's rate-limit test only sends SOA queries, which
+// the reference path answers): a refused source gets nothing or the
+// slip (TC=1, no answer), and the fast path is not run.
+func TestUDPAllowBeforeFastPath(t *testing.T) {
+	f := newFastFixture(t)
+	h := f.hs[0]
+	src := f.srcs[0]
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 9, true, true, nil)
+	var ok, slip bool
+	asked := 0
+	s := &udpServer{h: h, fast: h, allow: func(a netip.Addr) (bool, bool) {
+		if a != src {
+			t.Errorf("Allow asked about %v, want %v", a, src)
+		}
+		asked++
+		return ok, slip
+	}}
+	var st fastState
+	if r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st); r != nil {
+		t.Errorf("dropped source answered: %x", r)
+	}
+	slip = true
+	r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st)
+	var m dns.Msg
+	if err := m.Unpack(r); err != nil || !m.Truncated || len(m.Answer) != 0 || m.Id != 9 {
+		t.Errorf("slip answer %v (%v), want TC=1 and no answer", &m, err)
+	}
+	if n := s.stats.Fast.Load() + h.Stats.Queries.Load(); n != 0 {
+		t.Errorf("refused queries reached the handler (%d)", n)
+	}
+	ok = true
+	if r := s.answer(q, src, make([]byte, 0, MaxUDPSize), &st); r == nil || s.stats.Fast.Load() != 1 {
+		t.Errorf("allowed query: answer %x, fast %d, want a fast answer", r, s.stats.Fast.Load())
+	}
+	if asked != 3 {
+		t.Errorf("Allow asked %d times, want 3", asked)
+	}
+}
+
+// TestReplyPktinfoCutMessage: a control message other than PKTINFO whose
+// length is not padded (the kernel cuts the last one to the buffer) ends
+// the walk; it used to slice past the buffer and panic the loop. The
+// PKTINFO after a padded other message is still found.
+func TestReplyPktinfoCutMessage(t *testing.T) {
+	other := func(dataLen, bufLen int) []byte {
+		b := make([]byte, bufLen)
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.SOL_SOCKET, unix.SO_TIMESTAMP
+		h.SetLen(unix.CmsgLen(dataLen))
+		return b
+	}
+	out := make([]byte, 64)
+	cut := other(4, unix.CmsgLen(4)) // 20 bytes, padded space 24
+	if n := replyPktinfo(cut, out); n != 0 {
+		t.Errorf("cut message: %d bytes of control, want 0", n)
+	}
+	b := other(4, unix.CmsgSpace(4)+unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[unix.CmsgSpace(4)]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+	h.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+	in := (*unix.Inet4Pktinfo)(unsafe.Pointer(&b[unix.CmsgSpace(4)+unix.CmsgLen(0)]))
+	in.Addr = [4]byte{192, 0, 2, 7}
+	if n := replyPktinfo(b, out); n != unix.CmsgSpace(unix.SizeofInet4Pktinfo) {
+		t.Fatalf("PKTINFO after another message: %d bytes, want %d", n, unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+	}
+	if op := (*unix.Inet4Pktinfo)(unsafe.Pointer(&out[unix.CmsgLen(0)])); op.Spec_dst != in.Addr {
+		t.Errorf("source %v, want %v", op.Spec_dst, in.Addr)
+	}
+}
+
+// TestUDPLoopKeepsSocketUntilWoken: a loop that sees closing (after a
+// timeout or a datagram) keeps its descriptor open until shutdown has
+// called shutdown(2) on every socket; closing it earlier let that call
+// hit the number after another file (a TCP connection, a probe) reused
+// it.
+func TestUDPLoopKeepsSocketUntilWoken(t *testing.T) {
+	h, _ := testHandler(t)
+	s := NewServer(ServerConfig{Addr: "127.0.0.1:0"}, h)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd := s.udp.loops[0].fd
+	s.udp.closing.Store(true)
+	c, err := net.Dial("udp", s.UDPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := wireQuery(t, "pathd.example.", dns.TypeA, 5, true, false, nil)
+	if _, err := c.Write(q); err != nil { // wakes the loop, which then sees closing
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Errorf("socket closed before shutdown woke the loops: %v", err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Errorf("socket after Shutdown: %v, want EBADF", err)
 	}
 }
