@@ -229,6 +229,27 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }
 
+/* Whether a rule of the local prefix allows the packet: its protocol
+ * (or any) and, for TCP and UDP, its destination port in the range (a
+ * fragment's ports are zero: only a rule for every port takes it). */
+static __always_inline int local_allowed(const struct local_allow *la, const struct pkt *p)
+{
+	__u16 port = 0;
+	if (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)
+		port = bpf_ntohs((__be16)(p->ports >> 16));
+#pragma unroll
+	for (int i = 0; i < LOCAL_RULES_MAX; i++) {
+		if ((__u32)i >= la->n)
+			break;
+		const struct local_rule *r = &la->r[i];
+		if (r->proto && r->proto != p->proto)
+			continue;
+		if (port >= r->lo && port <= r->hi)
+			return 1;
+	}
+	return 0;
+}
+
 static __always_inline int agent_guest_main(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -243,8 +264,11 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	rc = parse_eth(data, data_end, &p);
 	if (rc)
 		return count_drop(rc, len);
+	/* No IPv6 from a guest: there are no IPv6 EIPs, and the host's
+	 * kernel would answer it (link-local, on every listener bound to
+	 * ::): a path to the host --local-allow does not open. */
 	if (p.eth_proto == ETH_P_IPV6_)
-		return count_pass(STAT_PASS_IPV6, len);
+		return count_drop(STAT_DROP_LOCAL, len);
 	if (p.eth_proto != ETH_P_IP_)
 		return count_pass(STAT_PASS_NON_IP, len);
 	rc = parse_ipv4(data, data_end, &p);
@@ -284,12 +308,18 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 			return count_drop(STAT_DROP_SPOOF, len);
 	}
 	if (!f) {
-		/* Not a reply of a recorded flow: local destinations are the
-		 * kernel's, the rest leaves through the guest's EIP or not at
-		 * all (a flow entry's remote came from the edge: never local). */
+		/* Not a reply of a recorded flow: a local destination
+		 * (--local-allow) goes to the host's kernel if one of its rules
+		 * allows the packet and nowhere otherwise; the rest leaves
+		 * through the guest's EIP or not at all (a flow entry's remote
+		 * came from the edge: never local). */
 		struct lpm4_key lk = {.prefixlen = 32, .addr = p.daddr};
-		if (bpf_map_lookup_elem(&agent_local, &lk))
-			return count_pass(STAT_PASS_NOT_OURS, len);
+		struct local_allow *la = bpf_map_lookup_elem(&agent_local, &lk);
+		if (la) {
+			if (local_allowed(la, &p))
+				return count_pass(STAT_PASS_LOCAL, len);
+			return count_drop(STAT_DROP_LOCAL, len);
+		}
 		if (!g)
 			return count_drop(STAT_DROP_NO_EIP, len);
 	}

@@ -172,10 +172,12 @@
 #define SVC_MAC0 0x02
 #define SVC_MAC1 0x01
 
-/* Prefixes an agent treats as local (never encapsulated). */
+/* Prefixes a guest may reach in its host's kernel (agent --local-allow),
+ * and the (protocol, port range) rules of one prefix. */
 #ifndef LOCAL_PREFIX_MAX
 #define LOCAL_PREFIX_MAX 256
 #endif
+#define LOCAL_RULES_MAX 8
 
 /* Source prefixes the edge refuses from the Internet side (edge_spoof_src):
  * the region's own set prefixes, EIPs and VIPs, and the underlay. */

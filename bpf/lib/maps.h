@@ -505,12 +505,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_edge_set SEC(".maps");
 
-/* Destinations guests reach without the edge (never encapsulated). */
+/* Destinations a guest's packet never goes to the edge for: what a rule
+ * allows goes to the host's kernel, the rest is dropped (agent.c). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, LOCAL_PREFIX_MAX);
 	__type(key, struct lpm4_key);
-	__type(value, __u32);
+	__type(value, struct local_allow);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_local SEC(".maps");

@@ -148,6 +148,24 @@ struct lpm4_key {
 	__be32 addr;
 };
 
+/* One rule of agent_local: protocol (0: any, then every port) and
+ * destination ports lo..hi (host order; TCP and UDP only: another
+ * protocol's rule names no ports, 0..0). */
+struct local_rule {
+	__u8 proto;
+	__u8 pad;
+	__u16 lo;
+	__u16 hi;
+};
+
+/* Value of agent_local: what a guest may send to the prefix, the rules of
+ * every shorter prefix covering it included (the agent merges them: the
+ * trie finds the longest prefix only). */
+struct local_allow {
+	__u32 n;
+	struct local_rule r[LOCAL_RULES_MAX];
+};
+
 /* Per-CPU token bucket for ICMP errors. */
 struct icmp_bucket {
 	__u64 tokens; /* scaled by 1e9 */
@@ -283,6 +301,9 @@ enum azg_stat {
 	STAT_DROP_FW_PRIVATE, /* edge: the destination has an allow list and no allow rule matched */
 	STAT_PASS_HC_REPLY,   /* edge: a checked backend's answer to the health check, to the kernel (lib/hc.h) */
 	STAT_DROP_BW,         /* over its EIP's bandwidth limit (lib/bw.h): edge from the Internet, agent from the guest */
+	STAT_PASS_LOCAL,      /* agent: a guest's packet an agent_local rule allows, to the host's kernel */
+	STAT_DROP_LOCAL,      /* agent: a guest's packet to a local prefix no rule of it allows, or to
+			       * its host's own addresses or the underlay (never encapsulated) */
 	STAT_MAX,
 };
 

@@ -299,7 +299,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var underlay string
-		var local []string
+		var local, oldLocal []string
 		var flowMax uint32
 		c := &cobra.Command{
 			Use:   "agent",
@@ -317,12 +317,18 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
+				if len(oldLocal) > 0 {
+					return fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")
+				}
 				for _, p := range local {
-					pp, err := netip.ParsePrefix(p)
+					a, err := agent.ParseLocalAllow(p)
 					if err != nil {
-						return fmt.Errorf("--local-prefix %q: %w", p, err)
+						return fmt.Errorf("--local-allow %w", err)
 					}
-					cfg.LocalPrefixes = append(cfg.LocalPrefixes, pp.Masked())
+					cfg.LocalAllow = append(cfg.LocalAllow, a)
+				}
+				if _, err := agent.PlanLocal(cfg.LocalAllow); err != nil {
+					return err
 				}
 				bws, err := df.openBandwidthStore()
 				if err != nil {
@@ -344,7 +350,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		}
 		df.add(c)
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
-		c.Flags().StringSliceVar(&local, "local-prefix", nil, "destinations guests reach without the edge (never encapsulated), repeatable")
+		c.Flags().StringArrayVar(&local, "local-allow", nil, "what guests may send to the host's kernel, PREFIX[:PROTO[:PORT[-PORT]]] (PROTO tcp, udp with a port; icmp, any or a number), repeatable; the rest of the prefix is dropped, and without a prefix a guest reaches nothing of its host (default: none; docs/roles.md)")
+		c.Flags().StringSliceVar(&oldLocal, "local-prefix", nil, "gone: use --local-allow")
+		_ = c.Flags().MarkHidden("local-prefix")
 		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size is migrated on start, flows kept: docs/upgrades.md)")
 		return c
 	})

@@ -192,9 +192,11 @@ type Links interface {
 type Config struct {
 	Name string // host name
 	// MetricsToken, if set, is required on the metrics listener.
-	MetricsToken   string
-	Underlay       string // underlay interface
-	LocalPrefixes  []netip.Prefix
+	MetricsToken string
+	Underlay     string // underlay interface
+	// LocalAllow: what guests may send to their host's kernel
+	// (--local-allow, local.go); nil: nothing.
+	LocalAllow     []LocalAllow
 	HashSeed       uint32
 	ICMPRate       uint32
 	ICMPBurst      uint32
@@ -224,6 +226,7 @@ type Reconciler struct {
 	rev        int64
 	errs       []string
 	cfgKey     string
+	localKey   *string // agent_local as last written (syncLocal)
 	OnApplied  func(rev int64)
 
 	// Edge groups (groups.go): the announcements last read, the slot of
@@ -278,7 +281,10 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 			r.free = append(r.free, i)
 		}
 	}
-	if err := maps.SetLocalPrefixes(cfg.LocalPrefixes); err != nil {
+	// agent_local keeps what the previous run wrote (checked against
+	// its desired state) until the first reconcile checks this
+	// configuration (syncLocal).
+	if _, err := PlanLocal(cfg.LocalAllow); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -318,6 +324,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 // interface may appear later, a write may succeed next time) with backoff.
 func (r *Reconciler) apply(rev int64) {
 	r.errs = nil
+	r.syncLocal(*r.want)
 	if err := r.configure(r.want.Underlay, r.want.Edges); err != nil {
 		r.fail(err)
 	} else {

@@ -67,7 +67,7 @@ func TestAgentReconcile(t *testing.T) {
 	st := state(t)
 	fake := dataplane.NewFakeAgent()
 	links := newFakeLinks()
-	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Log: quiet}, fake, links)
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", LocalAllow: []LocalAllow{{Prefix: netip.MustParsePrefix("169.254.169.254/32"), Rule: dataplane.LocalRule{Proto: 6, Lo: 80, Hi: 80}}}, Log: quiet}, fake, links)
 	if err != nil {
 		t.Fatal(err)
 	}

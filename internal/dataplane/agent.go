@@ -269,21 +269,34 @@ func (a *Agent) InvalidateNextHops() error {
 	return a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny)
 }
 
-// SetLocalPrefixes replaces the prefixes guests reach without the edge.
-func (a *Agent) SetLocalPrefixes(prefixes []netip.Prefix) error {
+// SetLocalAllow replaces agent_local: each prefix with its rules (what
+// is not in a rule of the longest prefix covering a destination is
+// dropped; a prefix with no rules drops everything to it).
+func (a *Agent) SetLocalAllow(allow map[netip.Prefix][]LocalRule) error {
 	want := map[agentLpm4Key]bool{}
-	for _, p := range prefixes {
+	for p, rules := range allow {
 		if !p.Addr().Is4() {
 			return fmt.Errorf("local prefix %v: only IPv4 is supported", p)
+		}
+		if len(rules) > MaxLocalRules {
+			return fmt.Errorf("local prefix %v: %d rules, at most %d (those of shorter prefixes covering it count)", p, len(rules), MaxLocalRules)
+		}
+		var v agentLocalAllow
+		v.N = uint32(len(rules))
+		for i, r := range rules {
+			if r.Lo > r.Hi {
+				return fmt.Errorf("local prefix %v: port range %d-%d is empty", p, r.Lo, r.Hi)
+			}
+			v.R[i].Proto, v.R[i].Lo, v.R[i].Hi = r.Proto, r.Lo, r.Hi
 		}
 		b := p.Masked().Addr().As4()
 		k := agentLpm4Key{Prefixlen: uint32(p.Bits()), Addr: binary.LittleEndian.Uint32(b[:])}
 		want[k] = true
-		if err := a.objs.AgentLocal.Update(k, uint32(1), ebpf.UpdateAny); err != nil {
+		if err := a.objs.AgentLocal.Update(k, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write local prefix %v: %w", p, err)
 		}
 	}
-	return deleteStale[agentLpm4Key, uint32](a.objs.AgentLocal, func(k agentLpm4Key) bool { return want[k] })
+	return deleteStale[agentLpm4Key, agentLocalAllow](a.objs.AgentLocal, func(k agentLpm4Key) bool { return want[k] })
 }
 
 // PutEIP adds or replaces an EIP hosted here (both directions).

@@ -126,7 +126,9 @@ const (
 	agentAzgStatSTAT_DROP_FW_PRIVATE     agentAzgStat = 42
 	agentAzgStatSTAT_PASS_HC_REPLY       agentAzgStat = 43
 	agentAzgStatSTAT_DROP_BW             agentAzgStat = 44
-	agentAzgStatSTAT_MAX                 agentAzgStat = 45
+	agentAzgStatSTAT_PASS_LOCAL          agentAzgStat = 45
+	agentAzgStatSTAT_DROP_LOCAL          agentAzgStat = 46
+	agentAzgStatSTAT_MAX                 agentAzgStat = 47
 )
 
 type agentEipBw struct {
@@ -199,6 +201,18 @@ type agentIfAddr struct {
 type agentIpAddr struct {
 	_ structs.HostLayout
 	A [4]uint32
+}
+
+type agentLocalAllow struct {
+	_ structs.HostLayout
+	N uint32
+	R [8]struct {
+		_     structs.HostLayout
+		Proto uint8
+		Pad   uint8
+		Lo    uint16
+		Hi    uint16
+	}
 }
 
 type agentLpm4Key struct {

@@ -129,7 +129,7 @@ func ipv4Of(b []byte) []byte {
 
 func checkAgentGuestOut(in []byte, action uint32, out []byte, flows []AgentFlow) error {
 	guestAddrs := map[netip.Addr]bool{addr(dptest.GuestAddr): true, addr("198.19.21.99"): true}
-	local := netip.MustParsePrefix("198.18.0.0/15")
+	local := netip.MustParsePrefix("198.18.5.0/24") // bedLocal: UDP and ICMP
 	ip := ipv4Of(in)
 	var src, dst netip.Addr
 	if ip != nil {
@@ -142,8 +142,11 @@ func checkAgentGuestOut(in []byte, action uint32, out []byte, flows []AgentFlow)
 		if !bytes.Equal(in, out) {
 			return fmt.Errorf("passed to the kernel, but changed")
 		}
-		if ip != nil && (!guestAddrs[src] || !local.Contains(dst)) {
-			return fmt.Errorf("passed to the kernel: %v -> %v (not from the port's addresses to a local destination)", src, dst)
+		if ip != nil && (!guestAddrs[src] || !local.Contains(dst) || (ip[9] != 17 && ip[9] != 1)) {
+			return fmt.Errorf("passed to the kernel: %v -> %v protocol %d (not from the port's addresses to what a local rule allows)", src, dst, ip[9])
+		}
+		if ip == nil && len(in) >= 14 && binary.BigEndian.Uint16(in[12:]) == 0x86dd {
+			return fmt.Errorf("IPv6 from a guest passed to the kernel")
 		}
 		return nil
 	case xdpTX:

@@ -28,6 +28,12 @@ func (p agentProg) prog() *ebpfProgram {
 	return p.a.UnderlayProgram()
 }
 
+// bedLocal is what the bed's guests may send to the host's kernel: UDP
+// and ICMP to 198.18.5.0/24 (TestAgentLocalAllow sets its own).
+var bedLocal = map[netip.Prefix][]LocalRule{
+	netip.MustParsePrefix("198.18.5.0/24"): {{Proto: 17, Lo: 1, Hi: 65535}, {Proto: 1}},
+}
+
 func newAgentBed(t testing.TB) (*dptest.Env, *Agent) {
 	t.Helper()
 	requireRoot(t)
@@ -49,7 +55,7 @@ func newAgentBed(t testing.TB) (*dptest.Env, *Agent) {
 	if err := a.SetGroup(0, AgentGroup{Members: []netip.Addr{addr(edgeA), addr(edgeB)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetLocalPrefixes([]netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}); err != nil {
+	if err := a.SetLocalAllow(bedLocal); err != nil {
 		t.Fatal(err)
 	}
 	g1, err := env.Node.Ifindex(dptest.GuestDev)
@@ -176,12 +182,12 @@ func TestAgentGuestFixtures(t *testing.T) {
 			action: xdpRedirect, out: encap(reply), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "udp reply", dev: dptest.GuestDev, in: fromGuest(udp),
 			action: xdpRedirect, out: encap(udp), stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
-		{name: "local destination is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withDst(udp, "198.18.5.5")),
-			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
+		{name: "a local destination a rule allows is left to the kernel", dev: dptest.GuestDev, in: fromGuest(withDst(udp, "198.18.5.5")),
+			action: xdpPass, stats: map[string]uint64{"pass_local": 1}},
 		{name: "guest address without an EIP opens no connection to the outside", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.99")),
 			action: xdpDrop, stats: map[string]uint64{"drop_no_eip": 1}},
 		{name: "guest address without an EIP reaches local destinations", dev: dptest.GuestDev, in: fromGuest(withDst(withSrc(udp, "198.19.21.99"), "198.18.5.5")),
-			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
+			action: xdpPass, stats: map[string]uint64{"pass_local": 1}},
 		{name: "an address no guest of this port has is spoofing", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.77")),
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "another guest's address on this port is spoofing", dev: dptest.GuestDev, in: fromGuest(withSrc(udp, "198.19.21.3")),

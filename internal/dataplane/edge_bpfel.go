@@ -72,7 +72,9 @@ const (
 	edgeAzgStatSTAT_DROP_FW_PRIVATE     edgeAzgStat = 42
 	edgeAzgStatSTAT_PASS_HC_REPLY       edgeAzgStat = 43
 	edgeAzgStatSTAT_DROP_BW             edgeAzgStat = 44
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 45
+	edgeAzgStatSTAT_PASS_LOCAL          edgeAzgStat = 45
+	edgeAzgStatSTAT_DROP_LOCAL          edgeAzgStat = 46
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 47
 )
 
 type edgeCtBucket struct {

@@ -222,7 +222,7 @@ type FakeAgent struct {
 	Svc      map[AgentService]bool
 	IfAddrs  []IfAddr
 	Config   AgentConfig
-	Local    []netip.Prefix
+	Local    map[netip.Prefix][]LocalRule
 	EIPMap   map[netip.Addr]AgentEIP
 	Counters map[uint32]Counters
 	// HealthGuests: the last SetHealthGuests.
@@ -294,7 +294,7 @@ func (f *FakeAgent) SetConfig(c AgentConfig) error {
 	return nil
 }
 
-func (f *FakeAgent) SetLocalPrefixes(p []netip.Prefix) error {
+func (f *FakeAgent) SetLocalAllow(p map[netip.Prefix][]LocalRule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Local = p

@@ -339,6 +339,10 @@ func outcomeCoverage(dev, counter string) int {
 		n = 44
 	case "drop_bw":
 		n = 45
+	case "pass_local":
+		n = 46
+	case "drop_local":
+		n = 47
 	}
 	if dev == dptest.UlDev {
 		switch {

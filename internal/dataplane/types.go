@@ -61,6 +61,8 @@ var statNames = [...]string{
 	"drop_fw_private",
 	"pass_hc_reply",
 	"drop_bw",
+	"pass_local",
+	"drop_local",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -206,6 +208,18 @@ type SpoofMaps interface {
 	SetSpoofPrefixes(own, underlay []netip.Prefix) error
 }
 
+// LocalRule is one rule of a local prefix: what a guest may send to it,
+// through its host's kernel. Proto 0 is any protocol (every port); ports
+// Lo..Hi are TCP's or UDP's destination port, 0..0 for another protocol.
+type LocalRule struct {
+	Proto  uint8
+	Lo, Hi uint16
+}
+
+// MaxLocalRules is the number of rules one local prefix holds
+// (LOCAL_RULES_MAX in bpf/lib/consts.h).
+const MaxLocalRules = 8
+
 // AgentMaps is what the agent reconciler needs from a data plane.
 type AgentMaps interface {
 	SetConfig(AgentConfig) error
@@ -213,7 +227,11 @@ type AgentMaps interface {
 	// it); Groups reads back the slots in use (a set name or members).
 	SetGroup(idx uint16, g AgentGroup) error
 	Groups() (map[uint16]AgentGroup, error)
-	SetLocalPrefixes([]netip.Prefix) error
+	// SetLocalAllow replaces agent_local: the prefixes a guest's packet
+	// never goes to the edge for, each with the rules of what reaches the
+	// host's kernel (the rules of shorter prefixes covering it merged in:
+	// agent.PlanLocal).
+	SetLocalAllow(map[netip.Prefix][]LocalRule) error
 	PutEIP(AgentEIP) error
 	SetIfAddrs([]IfAddr) error
 	PutService(AgentService) error

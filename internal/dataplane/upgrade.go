@@ -53,7 +53,11 @@ import (
 // bytes keep their meaning and the loader zero-fills the new ones. A map
 // not listed is at version 1, as every map was when versions began (the
 // pins of a release before them are read as version 1).
-var mapMeaning = map[string]uint32{}
+var mapMeaning = map[string]uint32{
+	// 2: the value is a struct local_allow (rules), where a __u32 1
+	// meant "to the kernel, anything"; config: the agent rewrites it.
+	"agent_local": 2,
+}
 
 // MapClass says what an upgrade does with a pinned map it cannot migrate
 // (meaning changed, or a shape with no conversion: another type or key
