@@ -47,6 +47,9 @@ func (a LocalAllow) String() string {
 // (both need a port or range), icmp, any, or a protocol number (no
 // ports); PREFIX alone allows every protocol and port.
 func ParseLocalAllow(s string) (LocalAllow, error) {
+	if p, err := netip.ParsePrefix(s); err == nil && !p.Addr().Is4() {
+		return LocalAllow{}, fmt.Errorf("%q: only IPv4 prefixes (guests' IPv6 is dropped)", s)
+	}
 	parts := strings.Split(s, ":")
 	if len(parts) > 3 {
 		return LocalAllow{}, fmt.Errorf("%q: want PREFIX[:PROTO[:PORT[-PORT]]]", s)
