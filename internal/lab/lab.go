@@ -503,7 +503,10 @@ func (l *Lab) startEdge(n *Node) error {
 
 func (l *Lab) startAgent(n *Node) error {
 	return l.start(n, "agent", append([]string{"agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdFlag(),
-		"--pin-dir", l.pinDir(n.Name), "--local-prefix", "198.18.0.0/15"}, l.bwRoleArgs(n)...)...)
+		// No --local-allow: a guest reaches nothing of its host, not the
+		// host's listeners, not the other guests through the host's
+		// kernel, not the underlay behind it (TestGuestIsolation).
+		"--pin-dir", l.pinDir(n.Name)}, l.bwRoleArgs(n)...)...)
 }
 
 // StartServer starts the lab server of a guest or DMZ server.

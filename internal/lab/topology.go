@@ -276,8 +276,15 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	// router reaches the nat VIPs through it and the servers' replies
 	// come back to it; its peers hold its connections (sync) and one of
 	// them takes over when it fails (docs/lab.md, "The DMZ").
+	//
+	// rtr's address there is a /32: it has no route to the segment, only
+	// to the nat VIPs on it (resolved by the ARP owner), so the Internet
+	// reaches the servers' private addresses not at all, and the VIPs
+	// only through an edge's firewall, anti-spoofing and limits
+	// (TestDMZOnlyThroughEdges; docs/services.md, "Routing a nat
+	// deployment must guarantee").
 	add("dmzsw", "switch", "", "")
-	t.link("rtr", "dmz", RouterDMZ+"/24", "dmzsw", "rtr", "", 1500)
+	t.link("rtr", "dmz", RouterDMZ+"/32", "dmzsw", "rtr", "", 1500)
 	t.routes = append(t.routes, route{"rtr", NATPinned, "", "dmz"})
 	// fab has a leg on the segment too: edges off it (the dedicated and
 	// quarantine sets') reach the DMZ servers through the underlay, for
