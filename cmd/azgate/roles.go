@@ -306,17 +306,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				log, st, load, err := df.open()
-				if err != nil {
-					return err
-				}
-				defer st.Close()
-				load.AgentFlowMax = flowMax
-				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, Version: version, Log: log}
-				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
-					return err
-				}
+				// The guests' local access is checked before anything
+				// starts (the store is not needed for it).
+				var allow []agent.LocalAllow
 				if len(oldLocal) > 0 {
 					return fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")
 				}
@@ -325,9 +317,20 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					if err != nil {
 						return fmt.Errorf("--local-allow %w", err)
 					}
-					cfg.LocalAllow = append(cfg.LocalAllow, a)
+					allow = append(allow, a)
 				}
-				if _, err := agent.PlanLocal(cfg.LocalAllow); err != nil {
+				if _, err := agent.PlanLocal(allow); err != nil {
+					return err
+				}
+				log, st, load, err := df.open()
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				load.AgentFlowMax = flowMax
+				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+					ICMPBurst: df.icmpBurst, Version: version, Log: log, LocalAllow: allow}
+				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
 				bws, err := df.openBandwidthStore()
