@@ -1,0 +1,31 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestAgentLocalAllowFlags: a bad --local-allow, or the old
+// --local-prefix, stops the agent with an error naming the flag before it
+// opens the store (whose endpoint here is refused: opened first, it would
+// have answered with its own error).
+func TestAgentLocalAllowFlags(t *testing.T) {
+	for args, msg := range map[string]string{
+		"--local-prefix 198.18.0.0/15":         "--local-prefix is gone",
+		"--local-allow 10.0.0.0/8:tcp":         `--local-allow "10.0.0.0/8:tcp": tcp needs a port`,
+		"--local-allow 0.0.0.0/0":              "shorter than /8",
+		"--local-allow 169.254.0.0/16:udp:9-3": "LO <= HI",
+	} {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"agent", "--name", "h1", "--underlay-if", "ul0",
+			"--etcd-endpoints", "bogus://x"}, strings.Fields(args)...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: error %v, want one saying %q", args, err, msg)
+		}
+	}
+}
