@@ -120,7 +120,7 @@ func serviceCreateCommand() *cobra.Command {
 	f.StringVar(&vip, "vip", "", "the service's virtual IP (inside an edge set's prefix, not an EIP)")
 	f.StringVar(&mode, "mode", "", "encap (NVGRE to guests on AZ hosts) or nat (DNAT to plain addresses)")
 	f.StringVar(&desc, "description", "", "free text")
-	f.Uint32Var(&tableSize, "table-size", 0, "Maglev table size per pool: a prime of at least 100 x the largest pool's backends (default 65537)")
+	f.Uint32Var(&tableSize, "table-size", 0, "Maglev table size per pool: a prime of at least 100 x the largest pool's backends and at most 8 x that (or 8 x 65537), within the set's table budget (default 65537)")
 	f.StringArrayVar(&listeners, "listener", nil, "PROTO:PORTS=POOL: tcp:80=web, tcp:8000-8100=web, udp:any=dns (repeatable)")
 	f.StringArrayVar(&pools, "pool", nil, "declare a pool (pools named by --listener, --backend and --health are declared too)")
 	f.StringArrayVar(&backends, "backend", nil, "POOL=BACKEND: web=HOST/GUEST[:PORT][@WEIGHT] (encap) or web=ADDR[:PORT][@WEIGHT] (nat) (repeatable)")

@@ -154,6 +154,7 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true,
 		invalid: &store.Invalid{Log: cfg.Log}, syncErr: errNoCommit}
+	r.idx.self = cfg.Name
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
 	}
@@ -166,6 +167,7 @@ func (r *Reconciler) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.idx, r.loading = newIndex(), true
+	r.idx.self = r.cfg.Name
 	clear(r.pending)
 	r.invalid.Reset()
 }

@@ -13,6 +13,10 @@ import (
 // two interned strings (about 50 bytes with the map's overhead), where a
 // full model.State costs over 300.
 type index struct {
+	// self is the edge's name: it builds the tables of the services its
+	// set serves only (lbServices). "" (tests of the plan alone): every
+	// service.
+	self     string
 	hosts    map[string]*hostEntry
 	sets     map[string]*model.EdgeSet
 	eips     map[[4]byte]binding // bound EIPs only
@@ -119,7 +123,8 @@ func (x *index) put(kind, key string, o model.Object) change {
 		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case *model.EdgeSet:
 		x.sets[key] = o
-		return change{fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0} // applyConfig reads the sets at every commit
+		// lb: the set may now serve (or stop serving) services' VIPs.
+		return change{lb: len(x.services) > 0, fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0} // applyConfig reads the sets at every commit
 	case *model.Service:
 		// The firewall sees a service as its VIP and its set only: a
 		// change of its pools or listeners leaves the plan alone.
@@ -135,7 +140,8 @@ func (x *index) put(kind, key string, o model.Object) change {
 			x.quarantined[o.Address.As4()] = true
 		}
 		_, packaged := x.bwOf[o.Address]
-		return change{fw: x.fwSets > 0, bw: packaged}
+		// A quarantined VIP's tables move to the quarantine set's edges.
+		return change{lb: x.isVIP(o.Address), fw: x.fwSets > 0, bw: packaged}
 	case *model.FirewallRule:
 		x.putFirewall(key, o)
 		return change{fw: true}
@@ -163,7 +169,7 @@ func (x *index) delete(kind, key string) change {
 		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
-		return change{fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0}
+		return change{lb: len(x.services) > 0, fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case model.KindService:
 		delete(x.services, key)
 		return change{lb: true, fw: true, spoof: true}
@@ -176,7 +182,7 @@ func (x *index) delete(kind, key string) change {
 			delete(x.quarantined, a.As4())
 		}
 		_, packaged := x.bwOf[a]
-		return change{fw: x.fwSets > 0, bw: packaged}
+		return change{lb: err == nil && x.isVIP(a), fw: x.fwSets > 0, bw: packaged}
 	case model.KindFirewallRule:
 		x.putFirewall(key, nil)
 		return change{fw: true}
@@ -222,6 +228,41 @@ func (x *index) setplan() setplan.Input {
 		in.Quarantined[netip.AddrFrom4(k)] = true
 	}
 	return in
+}
+
+// isVIP says whether a is a service's VIP.
+func (x *index) isVIP(a netip.Addr) bool {
+	for _, v := range x.services {
+		if v.VIP == a {
+			return true
+		}
+	}
+	return false
+}
+
+// lbServices are the services whose tables this edge builds: those whose
+// VIP's traffic may reach its set from upstream (setplan.Carriers: the set
+// serving the VIP now, and the sets that would without its quarantine or
+// pull-out, which carry it while routes converge). Building every
+// service's tables on every edge let one large service exhaust the memory
+// of every edge of the region (issue 17). An edge in no set receives no
+// traffic and builds nothing.
+func (x *index) lbServices() map[string]*model.Service {
+	if x.self == "" {
+		return x.services
+	}
+	set, _, ok := x.edgeSetOf(x.self)
+	if !ok {
+		return nil
+	}
+	in := x.setplan()
+	out := make(map[string]*model.Service, len(x.services))
+	for name, v := range x.services {
+		if c := in.Carriers(v.VIP); slices.Contains(c[:], set.Name) {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // want is the route an EIP must have, if any.

@@ -192,7 +192,7 @@ func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
 // planOf computes the index's plan (memo: the tables of the previous
 // plan, or nil).
 func planOf(x *index, seed uint32, memo ...*lbplan.Tables) *lbplan.Plan {
-	in := lbplan.Input{Services: x.services, Health: x.health, Hosts: resolver{x}, Seed: seed}
+	in := lbplan.Input{Services: x.lbServices(), Health: x.health, Hosts: resolver{x}, Seed: seed}
 	if len(memo) > 0 {
 		in.Tables = memo[0]
 	}

@@ -192,6 +192,13 @@ const (
 	MaxTableSize = 4194301
 	// MaxPoolBackends follows: 41,943 backends in one pool.
 	MaxPoolBackends = MaxTableSize / SlotsPerBackend
+	// TableSizeFactor bounds TableSize by the backends it serves: at most
+	// this many times the size the rule asks for (DefaultTableSize, or the
+	// smallest prime of at least 100 x the largest pool's backends). A
+	// larger M buys little (Maglev's imbalance is already below 1 % at
+	// 100 x N) and costs every edge of the set memory and CPU, so a
+	// four-backend pool cannot ask for 4 million slots (issue 17).
+	TableSizeFactor = 8
 	// MaxPools bounds the pools of a service.
 	MaxPools = 256
 	// MaxListeners bounds the listeners of a service.
@@ -380,6 +387,32 @@ func (s *Service) Defaults() {
 	}
 }
 
+// baseTableSize is the table size the 100 x N rule asks for a pool of n
+// backends: DefaultTableSize, or the smallest prime of at least 100 x n.
+func baseTableSize(n int) uint64 {
+	return max(uint64(DefaultTableSize), nextPrime(uint64(SlotsPerBackend)*uint64(n)))
+}
+
+// MaxTableSizeFor is the largest TableSize a service whose largest pool
+// has n backends may ask for: TableSizeFactor x baseTableSize(n), at most
+// MaxTableSize.
+func MaxTableSizeFor(n int) uint64 {
+	return min(uint64(MaxTableSize), TableSizeFactor*baseTableSize(n))
+}
+
+// TableSlots is the Maglev slots the service costs every edge that builds
+// it: TableSize (as Defaults would complete it) for each pool.
+func (s *Service) TableSlots() uint64 {
+	m := uint64(s.TableSize)
+	if m == 0 {
+		m = DefaultTableSize
+		if need := uint64(SlotsPerBackend) * uint64(s.largestPool()); need > DefaultTableSize && need <= MaxTableSize {
+			m = nextPrime(need)
+		}
+	}
+	return m * uint64(len(s.Pools))
+}
+
 func (s *Service) largestPool() int {
 	n := 0
 	for _, p := range s.Pools {
@@ -457,6 +490,9 @@ func (s *Service) validate() Errors {
 			es.add("tableSize", "%d is not a prime (try %d)", m, nextPrime(max(m, need)))
 		case m < need:
 			es.add("tableSize", "%d is less than %d x the %d backends of pool %q (try %d)", m, SlotsPerBackend, largest, largestPool, nextPrime(need))
+		case m > MaxTableSizeFor(largest):
+			es.add("tableSize", "%d is above %d, %d x the size %d backends need (%d): a larger table buys no balance and costs every edge memory",
+				m, MaxTableSizeFor(largest), TableSizeFactor, largest, baseTableSize(largest))
 		}
 	}
 

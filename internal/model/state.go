@@ -480,6 +480,7 @@ func (s *State) checkService(v, old *Service, had bool) Errors {
 	if other, ok := s.vips[v.VIP]; ok && other != v.Name {
 		es.add("vip", "%v is already the VIP of service %s (one service per VIP)", v.VIP, other)
 	}
+	s.checkTableBudget(&es, v)
 	if v.Mode == ModeEncap {
 		for i, p := range v.Pools {
 			for j, b := range p.Backends {
