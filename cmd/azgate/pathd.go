@@ -21,7 +21,8 @@ import (
 // pathdFlags are `azgate pathd`'s settings (docs/pathd.md, "Flags").
 type pathdFlags struct {
 	listen, region, instance string
-	tokenFile, peerTokenFile string
+	tokenFile                string
+	peerTokenFiles           []string // REGION=FILE
 	metricsTokenFile         string
 	peers                    []string
 	redis, redisPasswordFile string
@@ -43,8 +44,8 @@ func init() {
 Probers POST hop measurements (POST /v1/reports, bearer --token-file);
 the server smooths them per hop, keeps the figures in the cluster's
 Redis (--redis; in memory without it), forwards each report once to
-every other region (--peer REGION=URL, bearer --peer-token-file on
-their POST /v1/forward), recomputes the best path per (edge, origin)
+every other region (--peer REGION=URL, bearer the pair's token of
+--peer-token-file REGION=FILE on their POST /v1/forward), recomputes the best path per (edge, origin)
 every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 /healthz is the announcer's heartbeat: 503 while Redis is unreachable.`,
 			Args: cobra.NoArgs,
@@ -55,7 +56,7 @@ every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 		fl.StringVar(&f.region, "region", "", "this server's region (its cluster); required")
 		fl.StringVar(&f.instance, "instance", "", "this server's name within the region (default: the host name)")
 		fl.StringVar(&f.tokenFile, "token-file", "", "file holding the probers' bearer token (reports, paths, metrics; mode 0600 or stricter); required")
-		fl.StringVar(&f.peerTokenFile, "peer-token-file", "", "file holding the regions' shared bearer token for /v1/forward (mode 0600 or stricter); required")
+		fl.StringArrayVar(&f.peerTokenFiles, "peer-token-file", nil, "REGION=FILE: the file holding the token this region and REGION share for /v1/forward, both ways (mode 0600 or stricter); one per peer region, each different; a forward is taken only for REGION's own sources; repeatable")
 		fl.StringVar(&f.metricsTokenFile, "metrics-token-file", "", "file holding the token /metrics requires (default: the --token-file token)")
 		fl.StringArrayVar(&f.peers, "peer", nil, "another region's cluster: REGION=URL (http(s)://VIP:PORT), repeatable")
 		fl.StringVar(&f.redis, "redis", "", "the cluster's Redis primary: unix:///path/redis.sock, redis://host:port or rediss://host:port (default: in memory, nothing survives a restart)")
@@ -74,8 +75,8 @@ every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 // config turns the flags into pathd's Config (every check in one place).
 func (f pathdFlags) config() (pathd.Config, error) {
 	var cfg pathd.Config
-	if f.listen == "" || f.region == "" || f.tokenFile == "" || f.peerTokenFile == "" {
-		return cfg, errors.New("--listen, --region, --token-file and --peer-token-file are required")
+	if f.listen == "" || f.region == "" || f.tokenFile == "" {
+		return cfg, errors.New("--listen, --region and --token-file are required")
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return cfg, errors.New("--tls-cert and --tls-key go together")
@@ -97,9 +98,20 @@ func (f pathdFlags) config() (pathd.Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("--token-file: %w", err)
 	}
-	peerTok, err := secretfile.Read(f.peerTokenFile, "secret file")
-	if err != nil {
-		return cfg, fmt.Errorf("--peer-token-file: %w", err)
+	peerToks := map[string]string{}
+	for _, p := range f.peerTokenFiles {
+		region, file, ok := strings.Cut(p, "=")
+		if !ok || region == "" || file == "" {
+			return cfg, fmt.Errorf("--peer-token-file %q: want REGION=FILE (one token per pair of regions; one token shared by every region let any region forge another's reports)", p)
+		}
+		if _, dup := peerToks[region]; dup {
+			return cfg, fmt.Errorf("--peer-token-file %s: region given twice", region)
+		}
+		tok, err := secretfile.Read(file, "secret file")
+		if err != nil {
+			return cfg, fmt.Errorf("--peer-token-file %s: %w", region, err)
+		}
+		peerToks[region] = tok
 	}
 	var metricsTok string
 	if f.metricsTokenFile != "" {
@@ -107,7 +119,7 @@ func (f pathdFlags) config() (pathd.Config, error) {
 			return cfg, fmt.Errorf("--metrics-token-file: %w", err)
 		}
 	}
-	cfg = pathd.Config{Region: f.region, Instance: f.instance, Token: tok, PeerToken: peerTok, MetricsToken: metricsTok,
+	cfg = pathd.Config{Region: f.region, Instance: f.instance, Token: tok, PeerTokens: peerToks, MetricsToken: metricsTok,
 		Recompute: f.recompute, Expire: f.expire, Store: pathcomp.Config{ReportInterval: f.reportInterval}}
 	for _, p := range f.peers {
 		region, url, ok := strings.Cut(p, "=")

@@ -31,7 +31,9 @@ func TestPathdFlags(t *testing.T) {
 	tok := writeSecret(t, dir, "tok", "prober-token-0123456789", 0o600)
 	peer := writeSecret(t, dir, "peer", "peer-token-0123456789ab", 0o600)
 	open := writeSecret(t, dir, "open", "prober-token-0123456789", 0o644)
-	ok := pathdFlags{listen: "127.0.0.1:0", region: "eu", instance: "a", tokenFile: tok, peerTokenFile: peer,
+	peer2 := writeSecret(t, dir, "peer2", "peer-token-ap-0123456789", 0o600)
+	ok := pathdFlags{listen: "127.0.0.1:0", region: "eu", instance: "a", tokenFile: tok,
+		peerTokenFiles: []string{"us=" + peer, "ap=" + peer2}, peers: []string{"us=http://192.0.2.1:7090", "ap=http://192.0.2.2:7090"},
 		recompute: time.Second, expire: 10 * time.Minute, reportInterval: 5 * time.Second}
 	if _, err := ok.config(); err != nil {
 		t.Fatalf("valid flags: %v", err)
@@ -42,7 +44,12 @@ func TestPathdFlags(t *testing.T) {
 	}{
 		{func(f *pathdFlags) { f.region = "" }, "--region"},
 		{func(f *pathdFlags) { f.tokenFile = open }, "--token-file: secret file " + open + " has mode 0644"},
-		{func(f *pathdFlags) { f.peerTokenFile = tok }, "same as the prober token"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{"us=" + tok, "ap=" + peer2} }, "peer token of region us: same as the prober token"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{peer} }, "want REGION=FILE"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{"us=" + peer, "us=" + peer2} }, "--peer-token-file us: region given twice"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{"us=" + peer, "ap=" + peer} }, "same as region ap's"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{"us=" + peer, "ap=" + open} }, "--peer-token-file ap: secret file " + open + " has mode 0644"},
+		{func(f *pathdFlags) { f.peerTokenFiles = []string{"us=" + peer} }, "peer ap: no peer token"},
 		{func(f *pathdFlags) { f.peers = []string{"us"} }, `--peer "us": want REGION=URL`},
 		{func(f *pathdFlags) { f.peers = []string{"us=ftp://x"} }, "peer us: url"},
 		{func(f *pathdFlags) { f.redis = "redis://:pw@127.0.0.1:6379" }, "holds a password"},
@@ -74,7 +81,7 @@ func TestPathdCommand(t *testing.T) {
 	dir := t.TempDir()
 	f := pathdFlags{listen: "127.0.0.1:0", region: "eu", instance: "a",
 		tokenFile:         writeSecret(t, dir, "tok", "prober-token-0123456789", 0o600),
-		peerTokenFile:     writeSecret(t, dir, "peer", "peer-token-0123456789ab", 0o600),
+		peerTokenFiles:    []string{"us=" + writeSecret(t, dir, "peer", "peer-token-0123456789ab", 0o600)},
 		redis:             "unix://" + srv.Socket,
 		redisPasswordFile: writeSecret(t, dir, "pw", srv.Password, 0o600),
 		recompute:         50 * time.Millisecond, expire: 10 * time.Minute, reportInterval: 5 * time.Second, logLevel: "error"}

@@ -190,6 +190,18 @@ func (g *GSLBLab) secret(name string) string {
 	return filepath.Join(g.secretsDir(), name)
 }
 
+// peerSecret is the name of the peer token regions a and b share (either
+// order): pathd takes one token per pair of regions, so a region holding
+// its tokens cannot forward as a third (issue 17 part 3). The lab keeps
+// every pair's file in one directory; a deployment gives each region only
+// its own pairs'.
+func peerSecret(a, b string) string {
+	if a > b {
+		a, b = b, a
+	}
+	return "peer-token-" + a + "-" + b
+}
+
 // GSLBConfig completes a Config for the GSLB lab: its own prefix and
 // state directory unless set.
 func GSLBConfig(cfg Config) Config {
@@ -343,10 +355,17 @@ func (g *GSLBLab) up(ctx context.Context) error {
 	return nil
 }
 
-// writeSecrets makes the lab's tokens and Redis password (mode 0600, in
-// a 0700 directory).
+// writeSecrets makes the lab's tokens (the probers', and one per pair of
+// regions for pathd's forwards) and Redis password (mode 0600, in a 0700
+// directory).
 func (g *GSLBLab) writeSecrets() error {
-	for _, name := range []string{"token", "peer-token", "redis"} {
+	names := []string{"token", "redis"}
+	for i, a := range GSLBRegions {
+		for _, b := range GSLBRegions[i+1:] {
+			names = append(names, peerSecret(a.Name, b.Name))
+		}
+	}
+	for _, name := range names {
 		b := make([]byte, 24)
 		if _, err := rand.Read(b); err != nil {
 			return err
@@ -545,13 +564,14 @@ func (g *GSLBLab) StartPathd(r GSLBRegion, k int) error {
 	node := ServerNode(r, k)
 	args := []string{g.Cfg.Binary, "pathd", "--listen", fmt.Sprintf("0.0.0.0:%d", PathdPort),
 		"--region", r.Name, "--instance", fmt.Sprintf("s%d", k),
-		"--token-file", g.secret("token"), "--peer-token-file", g.secret("peer-token"),
+		"--token-file", g.secret("token"),
 		"--redis", "redis://" + netip.AddrPortFrom(segNode(r, segDB), 6379).String(),
 		"--redis-password-file", g.secret("redis"), "--redis-replica", "redis://127.0.0.1:6379",
 		"--report-interval", "1s", "--recompute", "1s"}
 	for _, o := range GSLBRegions {
 		if o != r {
-			args = append(args, "--peer", fmt.Sprintf("%s=http://%v:%d", o.Name, RegionVIP(o), PathdPort))
+			args = append(args, "--peer", fmt.Sprintf("%s=http://%v:%d", o.Name, RegionVIP(o), PathdPort),
+				"--peer-token-file", o.Name+"="+g.secret(peerSecret(r.Name, o.Name)))
 		}
 	}
 	// The VIP on lo: what the router sends to this server is local.

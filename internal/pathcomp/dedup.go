@@ -3,6 +3,7 @@ package pathcomp
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ReportID names a report across regions: the sender that accepted it
@@ -19,8 +20,28 @@ type ReportID struct {
 // RFC 4303 §3.4.3): older ones are dropped as possible duplicates.
 const DedupWindow = 1024
 
-// ErrTooManySources: the seen-set is full.
+// SeqAhead is how far ahead of a source's highest sequence a report may
+// be and still be taken (2^20). Without it one report with sequence
+// 2^64−1 would slide the window to the end and every later report of the
+// source would look old: the source muted for as long as it is not
+// forgotten. A sender's sequence counts only the reports it forwards, so
+// its gaps are the reports its peer queue dropped (at most QueueLen per
+// outage of a peer): a jump beyond SeqAhead is refused (ErrSeqAhead) and
+// the source is taken again from any sequence once forgotten (the service
+// forgets a source not accepted from for its expiry time).
+const SeqAhead = 1 << 20
+
+// MaxRegions bounds the origin regions the seen-set holds (each with its
+// own source table).
+const MaxRegions = 256
+
+// ErrTooManySources: the seen-set's table of the source's origin region
+// is full (or the region table).
 var ErrTooManySources = errors.New("too many sources")
+
+// ErrSeqAhead: a report's sequence is more than SeqAhead beyond its
+// source's highest.
+var ErrSeqAhead = errors.New("sequence too far ahead")
 
 type window struct {
 	top  uint64                   // highest sequence seen
@@ -28,19 +49,29 @@ type window struct {
 }
 
 // Dedup is the bounded seen-set of report IDs: per source a sliding
-// window of DedupWindow sequences (128 bytes), at most MaxSources sources.
+// window of DedupWindow sequences (128 bytes), the sources in one table
+// per origin region (SourceRegion) of at most maxSources each, so the
+// reports of one region cannot fill the table of another's sources.
 type Dedup struct {
 	maxSources int
-	w          map[string]*window
+	regions    map[string]map[string]*window // origin region → source → window
+	n          int                           // sources, all regions
 }
 
-// NewDedup returns an empty seen-set for at most maxSources sources
-// (default 4,096 when ≤ 0).
+// NewDedup returns an empty seen-set for at most maxSources sources per
+// origin region (default 4,096 when ≤ 0) and MaxRegions regions.
 func NewDedup(maxSources int) *Dedup {
 	if maxSources <= 0 {
 		maxSources = 4096
 	}
-	return &Dedup{maxSources: maxSources, w: map[string]*window{}}
+	return &Dedup{maxSources: maxSources, regions: map[string]map[string]*window{}}
+}
+
+// SourceRegion is the origin region of a report source "region/server":
+// the part before the first '/' (the whole source when it has none).
+func SourceRegion(source string) string {
+	r, _, _ := strings.Cut(source, "/")
+	return r
 }
 
 // Decide says what a region does with a report: apply it (it was not seen
@@ -49,6 +80,9 @@ func NewDedup(maxSources int) *Dedup {
 // again, so a report crosses each region pair at most once and cannot
 // loop, whatever the topology; the seen-set drops retries and duplicate
 // deliveries. Decide records the ID as seen when it returns apply.
+// A source's first report is taken at any sequence (the receiver may
+// have restarted, or forgotten the source); later ones only up to
+// SeqAhead beyond the highest (ErrSeqAhead, nothing recorded).
 func (d *Dedup) Decide(id ReportID, local bool) (apply, forward bool, err error) {
 	if err := ValidateSource(id.Source); err != nil {
 		return false, false, err
@@ -56,13 +90,25 @@ func (d *Dedup) Decide(id ReportID, local bool) (apply, forward bool, err error)
 	if id.Seq == 0 {
 		return false, false, fmt.Errorf("report %s: seq: 0 (sequences start at 1)", id.Source)
 	}
-	w, ok := d.w[id.Source]
+	region := SourceRegion(id.Source)
+	t := d.regions[region]
+	w, ok := t[id.Source]
 	if !ok {
-		if len(d.w) >= d.maxSources {
-			return false, false, fmt.Errorf("report %s/%d: source: %w (%d)", id.Source, id.Seq, ErrTooManySources, d.maxSources)
+		if t == nil && len(d.regions) >= MaxRegions {
+			return false, false, fmt.Errorf("report %s/%d: region %s: %w (%d regions)", id.Source, id.Seq, region, ErrTooManySources, MaxRegions)
+		}
+		if len(t) >= d.maxSources {
+			return false, false, fmt.Errorf("report %s/%d: source: %w of region %s (%d)", id.Source, id.Seq, ErrTooManySources, region, d.maxSources)
+		}
+		if t == nil {
+			t = map[string]*window{}
+			d.regions[region] = t
 		}
 		w = &window{}
-		d.w[id.Source] = w
+		t[id.Source] = w
+		d.n++
+	} else if id.Seq > w.top && id.Seq-w.top > SeqAhead {
+		return false, false, fmt.Errorf("report %s/%d: seq: %w (highest %d, at most %d beyond)", id.Source, id.Seq, ErrSeqAhead, w.top, SeqAhead)
 	}
 	if !w.mark(id.Seq) {
 		return false, false, nil
@@ -118,7 +164,21 @@ func ValidateSource(s string) error {
 // (ErrTooManySources) after MaxSources restarts in the cluster. A late
 // duplicate of a forgotten source's report is applied again, but the
 // Store drops it as stale (its At is not newer than its hop's last).
-func (d *Dedup) Forget(source string) { delete(d.w, source) }
+func (d *Dedup) Forget(source string) {
+	region := SourceRegion(source)
+	t := d.regions[region]
+	if _, ok := t[source]; !ok {
+		return
+	}
+	delete(t, source)
+	d.n--
+	if len(t) == 0 {
+		delete(d.regions, region)
+	}
+}
 
-// Sources returns the number of sources held.
-func (d *Dedup) Sources() int { return len(d.w) }
+// Sources returns the number of sources held, all regions.
+func (d *Dedup) Sources() int { return d.n }
+
+// RegionSources returns the number of sources held of one origin region.
+func (d *Dedup) RegionSources(region string) int { return len(d.regions[region]) }

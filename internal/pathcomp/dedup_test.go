@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,9 +30,11 @@ func TestDedupWindow(t *testing.T) {
 	step("eu/s1", 10_000, false, true, false)
 	step("eu/s1", 4+DedupWindow, false, false, false) // too old
 	step("us/s1", 4+DedupWindow, false, true, false)  // sources are independent
-	if _, _, err := d.Decide(ReportID{"ap/s1", 1}, false); !errors.Is(err, ErrTooManySources) {
-		t.Fatalf("third source: %v, want ErrTooManySources", err)
+	step("eu/s2", 1, false, true, false) // two sources of eu: the bound of 2 per region
+	if _, _, err := d.Decide(ReportID{"eu/s3", 1}, false); !errors.Is(err, ErrTooManySources) {
+		t.Fatalf("third source of eu: %v, want ErrTooManySources", err)
 	}
+	step("ap/s1", 1, false, true, false) // another region's table
 	for _, bad := range []ReportID{{"", 1}, {"eu s1", 1}, {"eu/s1", 0}} {
 		if _, _, err := d.Decide(bad, true); err == nil {
 			t.Fatalf("Decide(%+v): no error", bad)
@@ -212,5 +215,75 @@ func TestDedupForget(t *testing.T) {
 	}
 	if apply, _, err := d.Decide(ReportID{"eu/b", 1}, false); !apply || err != nil {
 		t.Errorf("eu/b after eu/a was forgotten: %v %v", apply, err)
+	}
+}
+
+// TestDedupSeqAheadRefused reproduces issue 17 part 3's first attack on
+// the core: one report with sequence 2^64−1 of a known source used to
+// slide its window to the end, so every later report of the source looked
+// too old and was dropped (the source muted while the forger refreshed
+// it). Now a sequence more than SeqAhead beyond the highest is refused
+// and changes nothing.
+func TestDedupSeqAheadRefused(t *testing.T) {
+	d := NewDedup(0)
+	for seq := uint64(1); seq <= 5; seq++ {
+		if apply, _, err := d.Decide(ReportID{"eu/a-1", seq}, false); !apply || err != nil {
+			t.Fatalf("seq %d: %v %v", seq, apply, err)
+		}
+	}
+	for _, forged := range []uint64{1<<64 - 1, 5 + SeqAhead + 1} {
+		if apply, _, err := d.Decide(ReportID{"eu/a-1", forged}, false); apply || err == nil {
+			t.Errorf("forged seq %d: apply %v, err %v; want refused", forged, apply, err)
+		} else if !errors.Is(err, ErrSeqAhead) || !strings.Contains(err.Error(), "eu/a-1") {
+			t.Errorf("forged seq %d: %v, want ErrSeqAhead naming the source", forged, err)
+		}
+	}
+	// The source is not muted: its next reports are applied, a jump up
+	// to the bound too (a peer queue that dropped reports).
+	for _, seq := range []uint64{6, 7, 7 + SeqAhead} {
+		if apply, _, err := d.Decide(ReportID{"eu/a-1", seq}, false); !apply || err != nil {
+			t.Errorf("seq %d after the forgery: apply %v, err %v; want applied", seq, apply, err)
+		}
+	}
+	// A source's first report is taken at any sequence (this server
+	// restarted while the sender ran on), and a forgotten source again.
+	if apply, _, err := d.Decide(ReportID{"eu/b-1", 1 << 40}, false); !apply || err != nil {
+		t.Errorf("first report at 2^40: %v %v", apply, err)
+	}
+	d.Forget("eu/a-1")
+	if apply, _, err := d.Decide(ReportID{"eu/a-1", 1 << 50}, false); !apply || err != nil {
+		t.Errorf("forgotten source at 2^50: %v %v", apply, err)
+	}
+}
+
+// TestDedupTablePerRegion reproduces issue 17 part 3's second attack on
+// the core: the sources of one origin region used to fill the one table
+// (ErrTooManySources), locking out every other region's new sources. Now
+// each origin region has its own table of the bound.
+func TestDedupTablePerRegion(t *testing.T) {
+	d := NewDedup(4)
+	for i := 0; i < 4; i++ {
+		if apply, _, err := d.Decide(ReportID{fmt.Sprintf("us/flood-%d", i), 1}, false); !apply || err != nil {
+			t.Fatalf("us source %d: %v %v", i, apply, err)
+		}
+	}
+	if _, _, err := d.Decide(ReportID{"us/flood-4", 1}, false); !errors.Is(err, ErrTooManySources) {
+		t.Errorf("fifth us source: %v, want ErrTooManySources", err)
+	}
+	for _, src := range []string{"eu/a-1", "eu/b-1", "ap/a-1"} {
+		if apply, _, err := d.Decide(ReportID{src, 1}, false); !apply || err != nil {
+			t.Errorf("%s with us's table full: apply %v, err %v; want applied", src, apply, err)
+		}
+	}
+	if d.Sources() != 7 {
+		t.Errorf("Sources %d, want 7", d.Sources())
+	}
+	d.Forget("us/flood-0")
+	d.Forget("us/flood-0") // twice: counted once
+	if d.Sources() != 6 {
+		t.Errorf("Sources %d after Forget, want 6", d.Sources())
+	}
+	if apply, _, err := d.Decide(ReportID{"us/flood-4", 1}, false); !apply || err != nil {
+		t.Errorf("us source after one was forgotten: %v %v", apply, err)
 	}
 }

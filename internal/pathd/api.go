@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -21,7 +23,7 @@ import (
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/reports", s.auth(s.cfg.Token, s.handleReports))
-	mux.HandleFunc("POST /v1/forward", s.auth(s.cfg.PeerToken, s.handleForward))
+	mux.HandleFunc("POST /v1/forward", s.authPeer(s.handleForward))
 	mux.HandleFunc("GET /v1/paths", s.auth(s.cfg.Token, s.handlePaths))
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", s.auth(s.cfg.MetricsToken, s.metricsHandler().ServeHTTP))
@@ -41,6 +43,39 @@ func (s *Server) auth(token string, h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h(w, r)
+	}
+}
+
+// authPeer requires "Authorization: Bearer TOKEN" with one of the peer
+// tokens and passes the region it names to h. Every token is compared,
+// each in constant time, so the time taken does not tell which one (or
+// how much of one) matched.
+func (s *Server) authPeer(h func(w http.ResponseWriter, r *http.Request, from string)) http.HandlerFunc {
+	type cred struct {
+		region string
+		want   []byte
+	}
+	var creds []cred
+	for _, r := range slices.Sorted(maps.Keys(s.cfg.PeerTokens)) {
+		creds = append(creds, cred{r, []byte("Bearer " + s.cfg.PeerTokens[r])})
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		from := ""
+		for _, c := range creds {
+			if subtle.ConstantTimeCompare(got, c.want) == 1 {
+				from = c.region
+			}
+		}
+		if from == "" {
+			s.mu.Lock()
+			s.cnt.unauth++
+			s.mu.Unlock()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate-pathd"`)
+			httpError(w, http.StatusUnauthorized, "%s needs \"Authorization: Bearer TOKEN\" with the token of the sender's region pair", r.URL.Path)
+			return
+		}
+		h(w, r, from)
 	}
 }
 
@@ -169,7 +204,7 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) {
 }
 
 // ingestLocal applies validated prober reports and queues the applied
-// ones to every peer. Each takes the next sequence of this server's own
+// ones to every peer. Each applied one takes the next sequence of this server's own
 // source, so it needs no Dedup: the ID is new by construction, and this
 // server never takes it back (handleForward refuses its region's
 // sources). Keeping the own source out of the seen-set also means peers
@@ -179,13 +214,16 @@ func (s *Server) ingestLocal(ms []pathcomp.Measurement, now time.Time) ReportsRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range ms {
-		s.seq++
-		id := pathcomp.ReportID{Source: s.source, Seq: s.seq}
 		err := s.store.Ingest(m, now)
 		rep.count(err, &s.cnt.local)
 		if err != nil {
 			continue // dropped here: the other regions would drop it too
 		}
+		// Only forwarded reports take a sequence, so a peer sees gaps
+		// only where its queue dropped reports (the receivers' window
+		// takes up to pathcomp.SeqAhead at once).
+		s.seq++
+		id := pathcomp.ReportID{Source: s.source, Seq: s.seq}
 		if s.cfg.Hops != nil {
 			s.dirty[[2]string{m.From, m.To}] = struct{}{}
 		}
@@ -203,9 +241,14 @@ type fwdReport struct {
 }
 
 // handleForward takes another region's reports: a JSON array of
-// {id, m}. Invalid: the whole body is refused (400). Each report not seen
-// before (Dedup) is applied and never forwarded again.
-func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
+// {id, m}, from the region its token names (from). Invalid: the whole
+// body is refused (400). A report whose source is not of region from is
+// rejected: a region forwards only the reports its own servers took from
+// probers (ingestLocal; a forward is never forwarded again), so any other
+// source is forged, and taking it would let one region raise another's
+// sequences or fill its source table. Each other report not seen before
+// (Dedup) is applied and never forwarded again.
+func (s *Server) handleForward(w http.ResponseWriter, r *http.Request, from string) {
 	fs, ok := decodeList[fwdReport](w, r, s.cfg.MaxBody, s.cfg.MaxReports)
 	if !ok {
 		s.countInvalid(1)
@@ -230,12 +273,17 @@ func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	own := s.cfg.Region + "/"
 	for _, f := range fs {
-		if strings.HasPrefix(f.ID.Source, own) {
+		switch {
+		case strings.HasPrefix(f.ID.Source, own):
 			// Taken from a prober in this region and forwarded back: a
 			// --peer URL points at this region. Applying it here would
 			// apply it twice in the region (the server that took it
 			// already did).
 			rep.count(fmt.Errorf("report %s/%d: source: from this region (%s): a --peer URL of the sender points back here", f.ID.Source, f.ID.Seq, s.cfg.Region), &s.cnt.fwd)
+			continue
+		case !strings.HasPrefix(f.ID.Source, from+"/"):
+			s.cnt.wrongRegion++
+			rep.count(fmt.Errorf("report %s/%d: source: not of region %s, whose peer token sent it (a region forwards its own sources only)", f.ID.Source, f.ID.Seq, from), &s.cnt.fwd)
 			continue
 		}
 		apply, _, err := s.dedup.Decide(f.ID, false)

@@ -31,7 +31,7 @@ func benchServer(b *testing.B) *Server {
 	// queued twice (the queues fill and drop the oldest, a cost included).
 	// A hop store, as with --redis: applied hops go into the dirty set
 	// (not flushed here: Run does not run).
-	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok, Hops: hopstore.NewMem(),
+	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: peerTokens("eu", testRegions...), Hops: hopstore.NewMem(),
 		Peers: []Peer{{Region: "us", URL: "http://192.0.2.1"}, {Region: "ap", URL: "http://192.0.2.2"}}})
 	if err != nil {
 		b.Fatal(err)

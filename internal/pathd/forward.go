@@ -38,7 +38,7 @@ type peer struct {
 }
 
 func newPeer(p Peer, cfg Config) *peer {
-	return &peer{region: p.Region, url: strings.TrimSuffix(p.URL, "/") + "/v1/forward", token: cfg.PeerToken,
+	return &peer{region: p.Region, url: strings.TrimSuffix(p.URL, "/") + "/v1/forward", token: cfg.PeerTokens[p.Region],
 		client: cfg.Client, batch: cfg.Batch, max: cfg.QueueLen, wake: make(chan struct{}, 1)}
 }
 

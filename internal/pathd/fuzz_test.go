@@ -12,7 +12,7 @@ import (
 )
 
 func fuzzServer(t testing.TB) *Server {
-	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok, MaxBody: 16 << 10, MaxReports: 50,
+	s, err := New(Config{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: peerTokens("eu", testRegions...), MaxBody: 16 << 10, MaxReports: 50,
 		Peers: []Peer{{Region: "us", URL: "http://192.0.2.1"}}, QueueLen: 100})
 	if err != nil {
 		t.Fatal(err)

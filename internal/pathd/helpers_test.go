@@ -18,8 +18,35 @@ import (
 
 const (
 	proberTok = "prober-token-0123456789abcdef"
-	peerTok   = "peer-token-0123456789abcdef0"
+	peerTok   = "peer-token-0123456789abcdef0" // the eu–us pair's
 )
+
+// testRegions are the regions the tests use; newNode gives a server a
+// peer token for each of the others.
+var testRegions = []string{"eu", "us", "ap"}
+
+// pairTok is the peer token of the pair of regions a and b (either
+// order): peerTok for eu and us, one of its own for every other pair.
+func pairTok(a, b string) string {
+	if a > b {
+		a, b = b, a
+	}
+	if a == "eu" && b == "us" {
+		return peerTok
+	}
+	return "peer-token-" + a + "-" + b + "-0123456789abcdef"
+}
+
+// peerTokens is region's map of pair tokens with every other of regions.
+func peerTokens(region string, regions ...string) map[string]string {
+	m := map[string]string{}
+	for _, r := range regions {
+		if r != region {
+			m[r] = pairTok(region, r)
+		}
+	}
+	return m
+}
 
 // node is one pathd server under test: a real HTTP server on loopback.
 type node struct {
@@ -73,7 +100,15 @@ func (n *node) stop() {
 func newNode(t testing.TB, cfg Config) *node {
 	t.Helper()
 	if cfg.Token == "" {
-		cfg.Token, cfg.PeerToken = proberTok, peerTok
+		cfg.Token = proberTok
+	}
+	if cfg.PeerTokens == nil {
+		cfg.PeerTokens = peerTokens(cfg.Region, testRegions...)
+		for _, p := range cfg.Peers {
+			if p.Region != cfg.Region {
+				cfg.PeerTokens[p.Region] = pairTok(cfg.Region, p.Region)
+			}
+		}
 	}
 	if cfg.Recompute == 0 {
 		cfg.Recompute = 20 * time.Millisecond

@@ -11,6 +11,8 @@ var (
 	descReports    = prometheus.NewDesc("azgate_pathd_reports_total", "Reports by where they came from (local: a prober; forward: another region) and what became of them (applied, stale, rejected, duplicate).", []string{"from", "outcome"}, nil)
 	descInvalid    = prometheus.NewDesc("azgate_pathd_bodies_refused_total", "Request bodies refused whole (malformed, invalid report, too large), by endpoint.", []string{"endpoint"}, nil)
 	descUnauth     = prometheus.NewDesc("azgate_pathd_unauthorized_total", "Requests refused for a missing or wrong bearer token.", nil, nil)
+	descWrongReg   = prometheus.NewDesc("azgate_pathd_forward_wrong_region_total", "Forwarded reports rejected because their source is not of the region whose peer token sent them.", nil, nil)
+	descFwdSources = prometheus.NewDesc("azgate_pathd_forward_sources", "Report sources held in the duplicate filter, by origin region (each region's table is bounded on its own).", []string{"region"}, nil)
 	descQueue      = prometheus.NewDesc("azgate_pathd_forward_queue_depth", "Reports waiting to be forwarded to a peer region (in flight included).", []string{"peer"}, nil)
 	descFwdSent    = prometheus.NewDesc("azgate_pathd_forwarded_total", "Reports a peer region took.", []string{"peer"}, nil)
 	descFwdDrop    = prometheus.NewDesc("azgate_pathd_forward_dropped_total", "Reports dropped from a peer's full queue (oldest first).", []string{"peer"}, nil)
@@ -29,7 +31,7 @@ var (
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReports, descInvalid, descUnauth, descQueue, descFwdSent, descFwdDrop, descFwdErr, descFwdRefused,
+	for _, d := range []*prometheus.Desc{descReports, descInvalid, descUnauth, descWrongReg, descFwdSources, descQueue, descFwdSent, descFwdDrop, descFwdErr, descFwdRefused,
 		descRecompute, descRecomputes, descSwitches, descHops, descNodes, descEdges, descForgot, descStore} {
 		ch <- d
 	}
@@ -40,6 +42,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	k := s.cnt
 	nodes, hops := s.store.Len()
+	srcs := map[string]int{}
+	for r := range s.cfg.PeerTokens {
+		srcs[r] = s.dedup.RegionSources(r)
+	}
 	s.mu.Unlock()
 	s.selMu.RLock()
 	edges := len(s.edges)
@@ -64,6 +70,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	cnt(descInvalid, k.invalid[0], "reports")
 	cnt(descInvalid, k.invalid[1], "forward")
 	cnt(descUnauth, k.unauth)
+	cnt(descWrongReg, k.wrongRegion)
+	for r, n := range srcs {
+		gauge(descFwdSources, float64(n), r)
+	}
 	for _, p := range s.peers {
 		p.mu.Lock()
 		sent, dropped, errs, refused := p.sent, p.dropped, p.errors, p.refused

@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,12 +40,23 @@ type Config struct {
 	Region   string // this server's region (= its cluster; the hop store's key part)
 	Instance string // this server's name within the region
 	// Token authenticates probers and queriers (POST /v1/reports, GET
-	// /v1/paths, and /metrics unless MetricsToken); PeerToken the other
-	// regions' servers (POST /v1/forward). Both required, different, and
-	// at least MinToken bytes.
-	Token, PeerToken string
-	MetricsToken     string // "" → Token
-	Peers            []Peer
+	// /v1/paths, and /metrics unless MetricsToken): required, at least
+	// MinToken bytes.
+	Token        string
+	MetricsToken string // "" → Token
+	// PeerTokens authenticate the other regions' servers (POST
+	// /v1/forward): one token per peer region (region → token), shared by
+	// the two regions of the pair and used both ways: this server sends
+	// it to that region, and takes a forward carrying it as coming from
+	// that region. A forward is applied only for sources of the region its
+	// token names, so a region, or one of its tokens, in an attacker's
+	// hands feeds its own sources only; with one token for all regions
+	// any region could mute another's sources (issue 17 part 3). Every
+	// Peers region needs one; a region without a Peers entry may send
+	// here without being sent to. Each at least MinToken bytes, distinct
+	// from each other and from Token.
+	PeerTokens map[string]string
+	Peers      []Peer
 	// Hops is the cluster's hop store; nil: none, the figures live in
 	// this process only (no persistence, no sharing with other servers).
 	Hops hopstore.Store
@@ -83,14 +96,31 @@ func (c *Config) check() error {
 	if err := pathcomp.ValidateName(c.Instance); err != nil {
 		return fmt.Errorf("pathd: instance: %w", err)
 	}
-	if len(c.Token) < MinToken || len(c.PeerToken) < MinToken {
-		return fmt.Errorf("pathd: token and peer token: at least %d bytes each", MinToken)
-	}
-	if c.Token == c.PeerToken {
-		return errors.New("pathd: peer token: same as the prober token (a prober could then inject forwarded reports under any source)")
+	if len(c.Token) < MinToken {
+		return fmt.Errorf("pathd: token: at least %d bytes", MinToken)
 	}
 	if c.MetricsToken == "" {
 		c.MetricsToken = c.Token
+	}
+	regionOf := map[string]string{} // token → peer region
+	for _, r := range slices.Sorted(maps.Keys(c.PeerTokens)) {
+		tok := c.PeerTokens[r]
+		if err := pathcomp.ValidateName(r); err != nil {
+			return fmt.Errorf("pathd: peer token of region %q: %w", r, err)
+		}
+		if r == c.Region {
+			return fmt.Errorf("pathd: peer token of region %s: this server's own region (a token names the other region of a pair)", r)
+		}
+		if len(tok) < MinToken {
+			return fmt.Errorf("pathd: peer token of region %s: at least %d bytes", r, MinToken)
+		}
+		if tok == c.Token {
+			return fmt.Errorf("pathd: peer token of region %s: same as the prober token (a prober could then inject forwarded reports as that region)", r)
+		}
+		if o, dup := regionOf[tok]; dup {
+			return fmt.Errorf("pathd: peer token of region %s: same as region %s's (one token per region pair: a shared one lets either region forward as the other)", r, o)
+		}
+		regionOf[tok] = r
 	}
 	seen := map[string]bool{c.Region: true}
 	for _, p := range c.Peers {
@@ -101,6 +131,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("pathd: peer %s: region named twice, or this server's own", p.Region)
 		}
 		seen[p.Region] = true
+		if _, ok := c.PeerTokens[p.Region]; !ok {
+			return fmt.Errorf("pathd: peer %s: no peer token for the region", p.Region)
+		}
 		u, err := url.Parse(p.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("pathd: peer %s: url %q: want http(s)://host[:port][/path] without credentials or query", p.Region, p.URL)
@@ -145,6 +178,7 @@ type counters struct {
 	local, fwd        outcome
 	invalid           [2]uint64 // bodies refused: [local, forward]
 	unauth            uint64
+	wrongRegion       uint64 // forwarded reports of a source not of the sender's region
 	switches          uint64
 	recomputes        uint64
 	recomputeLast     time.Duration

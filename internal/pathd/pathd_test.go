@@ -118,12 +118,16 @@ func TestAuth(t *testing.T) {
 	}
 	// Configuration: tokens required, distinct, long enough.
 	for _, c := range []Config{
-		{Region: "eu", Instance: "a", Token: proberTok, PeerToken: proberTok},
-		{Region: "eu", Instance: "a", Token: "short", PeerToken: peerTok},
-		{Region: "eu", Instance: "a", Token: proberTok},
-		{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok, Peers: []Peer{{"eu", "http://192.0.2.1"}}},
-		{Region: "eu", Instance: "a", Token: proberTok, PeerToken: peerTok, Peers: []Peer{{"us", "http://u:p@192.0.2.1"}}},
-		{Region: "e u", Instance: "a", Token: proberTok, PeerToken: peerTok},
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": proberTok}},
+		{Region: "eu", Instance: "a", Token: "short", PeerTokens: map[string]string{"us": peerTok}},
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": "short"}},
+		{Region: "eu", Instance: "a", Token: proberTok, Peers: []Peer{{"us", "http://192.0.2.1"}}}, // no token for us
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": peerTok, "ap": peerTok}}, // shared
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"eu": peerTok}},                // own region
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"u s": peerTok}},
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": peerTok}, Peers: []Peer{{"eu", "http://192.0.2.1"}}},
+		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": peerTok}, Peers: []Peer{{"us", "http://u:p@192.0.2.1"}}},
+		{Region: "e u", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": peerTok}},
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("config %+v accepted", c)
