@@ -2,6 +2,7 @@ package gslb
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -84,7 +85,10 @@ func NewServer(cfg ServerConfig, h dns.Handler) *Server {
 	mk := func() *dns.Server {
 		return &dns.Server{Handler: h, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 			IdleTimeout: func() time.Duration { return idle }, MaxTCPQueries: cfg.MaxTCPQueries,
-			UDPSize: MaxUDPSize}
+			UDPSize: MaxUDPSize, DecorateReader: func(r dns.Reader) dns.Reader {
+				gh, _ := h.(*Handler)
+				return tcpReader{Reader: r, h: gh, max: cfg.MaxTCPQueries, wtimeout: cfg.WriteTimeout}
+			}}
 	}
 	return &Server{cfg: cfg, h: h, tcp: mk(), errs: make(chan error, 2)}
 }
@@ -240,4 +244,42 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.done(c.src) })
 	return c.Conn.Close()
+}
+
+// tcpReader answers the queries earlyReject rejects itself, as the UDP
+// path does, and hands the others to miekg/dns's server (whose own
+// rejections carry no OPT record and keep AD and CD). miekg/dns reads and
+// answers one query at a time on a connection, so writing here does not
+// race its writes. Rejected queries count against MaxTCPQueries.
+type tcpReader struct {
+	dns.Reader
+	h        *Handler // nil: not counted
+	max      int
+	wtimeout time.Duration
+}
+
+func (r tcpReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	for range r.max {
+		m, err := r.Reader.ReadTCP(conn, timeout)
+		if err != nil {
+			return m, err
+		}
+		buf := make([]byte, 2, 2+12+260+11)
+		resp, kind := earlyReject(m, buf[2:])
+		if kind == rejectNone || kind == rejectIgnore {
+			return m, nil // ignored ones: miekg/dns ignores them too
+		}
+		if r.h != nil {
+			r.h.countReject(kind)
+		}
+		out := append(buf[:2], resp...)
+		binary.BigEndian.PutUint16(out, uint16(len(resp)))
+		if err := conn.SetWriteDeadline(time.Now().Add(r.wtimeout)); err != nil {
+			return nil, err
+		}
+		if _, err := conn.Write(out); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("gslb tcp: query limit reached on one connection")
 }

@@ -560,12 +560,20 @@ func plainName(q []byte, off int) (int, bool) {
 	return 0, false
 }
 
-// referenceAnswer answers q as miekg/dns's server and h do: the default
-// accept function (FORMERR, NOTIMP or silence for messages it refuses),
-// Unpack (FORMERR when it fails), then h.ServeDNS with a writer that packs
+// referenceAnswer answers q as miekg/dns's server and h do, after
+// earlyReject: the default accept function (FORMERR, NOTIMP or silence
+// for messages it refuses), Unpack (FORMERR when it fails), then h.ServeDNS with a writer that packs
 // into out. It allocates; it is the definition the fast path is tested
 // against (FuzzFastPath).
 func referenceAnswer(h dns.Handler, q []byte, src netip.Addr, out []byte) []byte {
+	// First what is rejected from the wire (reject.go), as for TCP; the
+	// fast path answers only queries it passes.
+	if r, kind := earlyReject(q, out); kind != rejectNone {
+		if gh, ok := h.(*Handler); ok {
+			gh.countReject(kind)
+		}
+		return r
+	}
 	dh := dns.Header{Id: binary.BigEndian.Uint16(q), Bits: binary.BigEndian.Uint16(q[2:]),
 		Qdcount: binary.BigEndian.Uint16(q[4:]), Ancount: binary.BigEndian.Uint16(q[6:]),
 		Nscount: binary.BigEndian.Uint16(q[8:]), Arcount: binary.BigEndian.Uint16(q[10:])}

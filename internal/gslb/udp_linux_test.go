@@ -82,9 +82,10 @@ func TestUDPMatchesMiekgServer(t *testing.T) {
 	}
 	bad := func(f func([]byte) []byte) []byte { return f(bytes.Clone(good)) }
 	corpus = append(corpus,
-		bad(func(b []byte) []byte { b[2] |= 5 << 3; return b }),      // UPDATE: NOTIMP
-		bad(func(b []byte) []byte { b[5] = 2; return b }),            // two questions: FORMERR
-		bad(func(b []byte) []byte { b[11] = 3; return b }),           // three additional: FORMERR
+		// UPDATE (NOTIMP) and three additional records (FORMERR) are
+		// left out: miekg/dns answers them without our OPT record, and
+		// TestConformance checks them against the RFCs instead.
+		bad(func(b []byte) []byte { b[5] = 2; return b }), // two questions: FORMERR
 		bad(func(b []byte) []byte { return b[:len(b)-3] }),           // cut: Unpack fails
 		bad(func(b []byte) []byte { b[len(b)-1] |= 0x0f; return b }), // ECS bits beyond the prefix
 		bad(func(b []byte) []byte { b[2] |= 0x80; return b }),        // a response: silence
