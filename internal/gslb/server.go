@@ -41,11 +41,11 @@ type ServerConfig struct {
 	// them. 0 or 1: one socket, no SO_REUSEPORT. One per GOMAXPROCS uses
 	// every core (udp_linux.go).
 	UDPSockets int
-	// Allow, when set, is asked before every UDP query is answered (TCP
-	// is not asked: its source cannot be spoofed). answer false drops the
-	// query, or with slip answers it empty with TC=1 (the rate limit of
-	// internal/gslbrole).
-	Allow func(src netip.Addr) (answer, slip bool)
+	// Allow, when set, is asked before every UDP answer resp (packed) is
+	// sent to src (TCP is not asked: its source cannot be spoofed).
+	// answer false drops it, or with slip sends an empty answer with TC=1
+	// instead (the response rate limit, RRL, of internal/gslbrole).
+	Allow func(src netip.Addr, resp []byte) (answer, slip bool)
 }
 
 // Server runs a Handler on UDP (batched, udp_linux.go) and TCP

@@ -58,7 +58,7 @@ type mmsghdr struct {
 type udpServer struct {
 	h       dns.Handler
 	fast    *Handler // h when it is a *Handler: the fast path needs its catalog
-	allow   func(netip.Addr) (bool, bool)
+	allow   func(netip.Addr, []byte) (bool, bool)
 	laddr   *net.UDPAddr
 	loops   []*udpLoop
 	wg      sync.WaitGroup
@@ -501,7 +501,7 @@ func replyPktinfo(oob, out []byte) int {
 }
 
 // answer is the whole UDP message path for one datagram q from src: the
-// rate limit, the fast path, else the reference path. It returns the
+// fast path, else the reference path, then the response rate limit. It returns the
 // answer's bytes (in out when they fit) or nil for no answer.
 func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) []byte {
 	if len(q) < 12 {
@@ -511,8 +511,19 @@ func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) 
 	if q[2]&0x80 != 0 {
 		return nil // a response: never answered (no reflection loops)
 	}
-	if s.allow != nil {
-		ok, slip := s.allow(src)
+	var r []byte
+	if s.fast != nil {
+		if r = s.fast.fastAnswer(q, src, out, fp); r != nil {
+			s.stats.Fast.Add(1)
+		}
+	}
+	if r == nil {
+		r = referenceAnswer(s.h, q, src, out)
+	}
+	// Response rate limiting is on answers (their class: name and type,
+	// NXDOMAIN, error), so it is asked once the answer is built.
+	if r != nil && s.allow != nil {
+		ok, slip := s.allow(src, r)
 		if !ok {
 			if slip {
 				return slipAnswer(q, out)
@@ -520,13 +531,7 @@ func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) 
 			return nil
 		}
 	}
-	if s.fast != nil {
-		if r := s.fast.fastAnswer(q, src, out, fp); r != nil {
-			s.stats.Fast.Add(1)
-			return r
-		}
-	}
-	return referenceAnswer(s.h, q, src, out)
+	return r
 }
 
 // slipAnswer is the rate limiter's empty answer with TC=1, which sends a
