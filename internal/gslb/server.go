@@ -264,16 +264,15 @@ func (r tcpReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error)
 		if err != nil {
 			return m, err
 		}
-		buf := make([]byte, 2, 2+12+260+11)
-		resp, kind := earlyReject(m, buf[2:])
+		resp, kind := earlyReject(m, nil) // allocates only to reject
 		if kind == rejectNone || kind == rejectIgnore {
 			return m, nil // ignored ones: miekg/dns ignores them too
 		}
 		if r.h != nil {
 			r.h.countReject(kind)
 		}
-		out := append(buf[:2], resp...)
-		binary.BigEndian.PutUint16(out, uint16(len(resp)))
+		out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(resp)), uint16(len(resp)))
+		out = append(out, resp...)
 		if err := conn.SetWriteDeadline(time.Now().Add(r.wtimeout)); err != nil {
 			return nil, err
 		}
