@@ -115,22 +115,22 @@ const (
 
 // class is resp's response class, hashed.
 func (l *rateLimiter) class(resp []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(l.seed)
-	kind := classError
+	var key [256 + 3]byte // kind, type, lower-cased name
+	n := 0
+	key[0] = classError
 	if len(resp) >= 12 {
 		switch resp[3] & 0xF {
 		case 0:
-			kind = classAnswer
+			key[0] = classAnswer
 		case 3:
-			kind = classNXDomain
+			key[0] = classNXDomain
 		}
 	}
-	if kind == classAnswer {
+	if key[0] == classAnswer {
 		// The question: the name (uncompressed: it is the first) and
 		// type, lower-cased so 0x20 spellings share a bucket.
-		off := 12
-		ok := binary.BigEndian.Uint16(resp[4:]) == 1
+		off, ok := 12, binary.BigEndian.Uint16(resp[4:]) == 1
+		n = 3
 		for ok {
 			if off >= len(resp) || resp[off] > 63 {
 				ok = false
@@ -140,28 +140,27 @@ func (l *rateLimiter) class(resp []byte) uint64 {
 			if ln == 0 {
 				break
 			}
-			if off+1+ln > len(resp) {
+			if off+1+ln > len(resp) || n+1+ln > len(key) {
 				ok = false
 				break
 			}
-			h.WriteByte(byte(ln))
-			for _, b := range resp[off+1 : off+1+ln] {
+			key[n] = byte(ln)
+			for i, b := range resp[off+1 : off+1+ln] {
 				if 'A' <= b && b <= 'Z' {
 					b += 'a' - 'A'
 				}
-				h.WriteByte(b)
+				key[n+1+i] = b
 			}
+			n += 1 + ln
 			off += 1 + ln
 		}
 		if ok && off+3 <= len(resp) {
-			h.Write(resp[off+1 : off+3])
+			key[1], key[2] = resp[off+1], resp[off+2]
 		} else {
-			kind = classError
-			h.Reset()
+			key[0], n = classError, 0
 		}
 	}
-	h.WriteByte(byte(kind))
-	return h.Sum64()
+	return maphash.Bytes(l.seed, key[:max(n, 1)])
 }
 
 // allow takes a token of the bucket of src's network and resp's class.
