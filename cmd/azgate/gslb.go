@@ -29,7 +29,8 @@ type gslbFlags struct {
 	listen                      string
 	geoipDB, prefixMap          string
 	geoipInterval               time.Duration
-	quorum, rateLimit           int
+	quorum                      int
+	rrl                         gslbrole.RRL
 	viewInterval                time.Duration
 	maxTCPConns, maxTCPPerNet   int
 	udpSockets                  int
@@ -57,7 +58,9 @@ fresh views say it is down (default a majority).
 
 DNS is public by design: it authenticates no one, answers only for its
 zones (no recursion), and is bounded in size, time and TCP connections
-(and, with --rate-limit, in UDP answers per source network).
+and in UDP answers by response rate limiting (--rrl-*, on by default: answers
+of one class to one client network per second, over it every --rrl-slip-th
+answer is an empty TC=1 one and the others are dropped).
 The default --listen is loopback; binding :53 on a public address is the
 operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 			Args: cobra.NoArgs,
@@ -72,7 +75,12 @@ operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 		fl.StringVar(&f.prefixMap, "prefix-map", "", "file of \"PREFIX REGION [LAT LON]\" lines, asked before --geoip-db (docs/geo.md)")
 		fl.IntVar(&f.quorum, "quorum", 0, "fresh vantage views that must say down to take a target out (0: a majority)")
 		fl.DurationVar(&f.viewInterval, "view-interval", time.Second, "how often this node's probe view is published; views older than 3 intervals (3s at least) do not count")
-		fl.IntVar(&f.rateLimit, "rate-limit", 0, "UDP answers per second per source /24 (IPv6 /56) before queries are slipped (empty TC=1 answer, the client retries over TCP) or dropped; 0: no limit")
+		d := gslbrole.DefaultRRL
+		fl.IntVar(&f.rrl.ResponsesPerSecond, "rrl-responses-per-second", d.ResponsesPerSecond, "UDP response rate limit: answers per second of one class (name and type, NXDOMAIN, error) to one client network; 0: off")
+		fl.IntVar(&f.rrl.Slip, "rrl-slip", d.Slip, "over the limit, every Nth answer is sent empty with TC=1 (the client retries over TCP), the others dropped; 1: all, 0: none")
+		fl.DurationVar(&f.rrl.Window, "rrl-window", d.Window, "a quiet class gets at most --rrl-responses-per-second x this many answers at once")
+		fl.IntVar(&f.rrl.IPv4Prefix, "rrl-ipv4-prefix", d.IPv4Prefix, "client network length for IPv4 sources")
+		fl.IntVar(&f.rrl.IPv6Prefix, "rrl-ipv6-prefix", d.IPv6Prefix, "client network length for IPv6 sources")
 		fl.IntVar(&f.udpSockets, "udp-sockets", 1, "UDP sockets sharing the DNS port (SO_REUSEPORT), one goroutine each; as many as cores to use several (docs/gslb.md, Server)")
 		fl.IntVar(&f.maxTCPConns, "max-tcp-conns", 256, "open DNS TCP connections at most; more are closed at once and counted")
 		fl.IntVar(&f.maxTCPPerNet, "max-tcp-conns-per-net", 0, "open DNS TCP connections from one source /24 (IPv6 /56) at most (0: an eighth of --max-tcp-conns)")
@@ -156,7 +164,7 @@ func runGSLB(f gslbFlags) error {
 		return err
 	}
 	defer st.Close()
-	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RateLimit: f.rateLimit,
+	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
 		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
 	if err != nil {
 		return err

@@ -1,12 +1,16 @@
 package announce
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/azgate/azgate/internal/bgp"
+	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/probe"
 )
 
@@ -92,4 +96,92 @@ func TestListenLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
+}
+
+// TestAnnouncedNeedsSession: every check up but no BGP session (the peer's
+// port has no listener): the announcer wants the VIP announced, yet no
+// peer has it, so azgate_announce_announced reads 0 and
+// azgate_announce_wanted 1. (That the gauge reads 1 once a session
+// carries the route is TestBIRD's, with a real router.)
+func TestAnnouncedNeedsSession(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	check, err := ParseCheck("tcp://"+up.Addr().String(), probe.Spec{Interval: 200 * time.Millisecond,
+		Timeout: 150 * time.Millisecond, Rise: 1, Fall: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := freePort(t) // closed again: connections to it are refused
+	ap := netip.MustParseAddrPort(nobody)
+	lo := netip.MustParseAddr("127.0.0.1")
+	cfg := Config{VIP: netip.MustParsePrefix("198.18.77.1/32"), Checks: []probe.Target{check}, WithdrawWait: time.Second,
+		Resync: 200 * time.Millisecond,
+		BGP: bgp.Config{RouterID: lo, ASN: 64600, NextHop: lo, LocalAddress: lo, HoldTime: 3 * time.Second,
+			Keepalive: time.Second, Peers: []bgp.Peer{{Address: ap.Addr(), Port: ap.Port(), ASN: 64601}}}}
+	a, err := New(cfg, bgp.New(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.Announced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the check never came up: the announcer never wanted the VIP announced")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := status(t, a)
+	if len(st.BGP.Sessions) != 1 || st.BGP.Sessions[0].State == "established" {
+		t.Fatalf("sessions: %+v", st.BGP.Sessions)
+	}
+	m := get(t, a, "/metrics")
+	for _, want := range []string{
+		`azgate_announce_announced{vip="198.18.77.1/32"} 0`,
+		`azgate_announce_wanted{vip="198.18.77.1/32"} 1`,
+		fmt.Sprintf(`azgate_announce_bgp_session_established{peer="%v"} 0`, ap.Addr()),
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
+	}
+}
+
+// TestPeersHave: the gauge's rule, session by session.
+func TestPeersHave(t *testing.T) {
+	sess := func(state string, adv uint64) model.BGPSession {
+		return model.BGPSession{Peer: "198.18.0.1", State: state, Advertised: adv}
+	}
+	for _, tc := range []struct {
+		name     string
+		wanted   bool
+		sessions []model.BGPSession
+		want     bool
+	}{
+		{"no sessions", true, nil, false},
+		{"session down", true, []model.BGPSession{sess("active", 0)}, false},
+		{"established, not advertised yet", true, []model.BGPSession{sess("established", 0)}, false},
+		{"established and advertised", true, []model.BGPSession{sess("established", 1)}, true},
+		{"one of two", true, []model.BGPSession{sess("idle", 0), sess("established", 1)}, true},
+		{"not wanted", false, []model.BGPSession{sess("established", 1)}, false},
+	} {
+		st := Status{Announced: tc.wanted, BGP: &model.BGPStatus{Sessions: tc.sessions}}
+		if got := st.PeersHave(); got != tc.want {
+			t.Errorf("%s: PeersHave %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

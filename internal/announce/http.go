@@ -68,7 +68,8 @@ func (a *Announcer) Handler() http.Handler {
 type collector struct{ a *Announcer }
 
 var (
-	descAnnounced = prometheus.NewDesc("azgate_announce_announced", "1 while the VIP is announced (every check up).", []string{"vip"}, nil)
+	descAnnounced = prometheus.NewDesc("azgate_announce_announced", "1 while some BGP peer has the VIP: every check up and at least one established session advertising it.", []string{"vip"}, nil)
+	descWanted    = prometheus.NewDesc("azgate_announce_wanted", "1 while the announcer wants the VIP announced (every check up), whether or not a BGP session carries it.", []string{"vip"}, nil)
 	descChanges   = prometheus.NewDesc("azgate_announce_changes_total", "Announcements and withdrawals of the VIP.", []string{"vip"}, nil)
 	descCheckUp   = prometheus.NewDesc("azgate_announce_check_up", "1 while the check is up (after rise successes), 0 after fall failures.", []string{"check"}, nil)
 	descChecks    = prometheus.NewDesc("azgate_announce_checks_total", "Checks run.", []string{"check"}, nil)
@@ -77,7 +78,7 @@ var (
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAnnounced, descChanges, descCheckUp, descChecks, descFailures, descSession} {
+	for _, d := range []*prometheus.Desc{descAnnounced, descWanted, descChanges, descCheckUp, descChecks, descFailures, descSession} {
 		ch <- d
 	}
 }
@@ -86,7 +87,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st := c.a.Status(ctx)
-	ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, b2f(st.Announced), st.VIP)
+	ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, b2f(st.PeersHave()), st.VIP)
+	ch <- prometheus.MustNewConstMetric(descWanted, prometheus.GaugeValue, b2f(st.Announced), st.VIP)
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Changes), st.VIP)
 	for _, k := range st.Checks {
 		ch <- prometheus.MustNewConstMetric(descCheckUp, prometheus.GaugeValue, b2f(k.Up), k.Check)
@@ -96,6 +98,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range st.BGP.Sessions {
 		ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, b2f(s.State == "established"), s.Peer)
 	}
+}
+
+// PeersHave reports whether some peer has the VIP: the announcer wants it
+// announced and at least one established session has advertised a prefix.
+// Wanting is not having: with no session up the route is nowhere, and an
+// alert on azgate_announce_announced must see that.
+func (st Status) PeersHave() bool {
+	if !st.Announced || st.BGP == nil {
+		return false
+	}
+	for _, s := range st.BGP.Sessions {
+		if s.State == "established" && s.Advertised > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func b2f(b bool) float64 {

@@ -85,7 +85,7 @@ func plainByte(b byte) bool {
 const (
 	ednsCodeCookie = 10
 	// fastOPT is our OPT record's fixed part: root name, type OPT, UDP
-	// size MaxUDPSize, extended RCODE 0, version 0, no flags.
+	// size MaxUDPSize, extended RCODE 0, version 0, the query's DO bit.
 	optFixedLen = 11
 )
 
@@ -150,6 +150,7 @@ func (h *Handler) fastAnswer(q []byte, src netip.Addr, out []byte, st *fastState
 	// EDNS: one OPT, version 0, ECS and COOKIE options only.
 	var (
 		hasOPT, hasECS bool
+		doBit          byte   // the query's DO bit, copied (RFC 3225 §3)
 		ecs            []byte // the option's data: family, source, scope, address
 		ecsAddr        netip.Addr
 		ecsBits        int
@@ -161,6 +162,7 @@ func (h *Handler) fastAnswer(q []byte, src netip.Addr, out []byte, st *fastState
 			return nil
 		}
 		rdlen := int(binary.BigEndian.Uint16(q[p+9:]))
+		doBit = q[p+7] & 0x80
 		p += optFixedLen
 		if p+rdlen != len(q) {
 			return nil
@@ -247,7 +249,7 @@ func (h *Handler) fastAnswer(q []byte, src netip.Addr, out []byte, st *fastState
 		if hasECS {
 			rdlen = 4 + len(ecs)
 		}
-		out = append(out, 0, 0, 41, MaxUDPSize>>8, MaxUDPSize&0xff, 0, 0, 0, 0, byte(rdlen>>8), byte(rdlen))
+		out = append(out, 0, 0, 41, MaxUDPSize>>8, MaxUDPSize&0xff, 0, 0, doBit, 0, byte(rdlen>>8), byte(rdlen))
 		if hasECS {
 			out = append(out, 0, 8, byte(len(ecs)>>8), byte(len(ecs)), ecs[0], ecs[1], ecs[2], scope)
 			out = append(out, ecs[4:]...)

@@ -98,33 +98,38 @@ func (h *Handler) Answer(req *dns.Msg, src netip.Addr, tcp bool) *dns.Msg {
 	if len(req.Question) == 1 {
 		m.Question = []dns.Question{req.Question[0]}
 	}
+
+	// EDNS (RFC 6891): one OPT at most, version 0; we answer with our own,
+	// rejections included (§7: a response without OPT tells the resolver
+	// we have no EDNS), with the query's DO bit (RFC 3225 §3).
+	var opt *dns.OPT
+	nopt := 0
+	for _, rr := range req.Extra {
+		if o, ok := rr.(*dns.OPT); ok {
+			if opt == nil {
+				opt = o
+			}
+			nopt++
+		}
+	}
+	var ro *dns.OPT
+	if opt != nil {
+		ro = &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		ro.SetUDPSize(MaxUDPSize)
+		ro.SetDo(opt.Do())
+		m.Extra = append(m.Extra, ro)
+	}
 	if req.Opcode != dns.OpcodeQuery {
 		h.Stats.NotImp.Add(1)
 		m.Rcode = dns.RcodeNotImplemented
 		return m
 	}
-	if len(req.Question) != 1 {
-		return h.formErr(m)
-	}
-
-	// EDNS (RFC 6891): one OPT at most, version 0; we answer with our own.
-	var opt *dns.OPT
-	nopt := 0
-	for _, rr := range req.Extra {
-		if o, ok := rr.(*dns.OPT); ok {
-			opt = o
-			nopt++
-		}
-	}
-	if nopt > 1 || (opt != nil && opt.Hdr.Name != ".") {
+	if len(req.Question) != 1 || nopt > 1 || (opt != nil && opt.Hdr.Name != ".") {
 		return h.formErr(m)
 	}
 	size := MinUDPSize
 	var ecs *dns.EDNS0_SUBNET
 	if opt != nil {
-		ro := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-		ro.SetUDPSize(MaxUDPSize)
-		m.Extra = append(m.Extra, ro)
 		if opt.Version() != 0 {
 			// BADVERS (RFC 6891 §6.1.3); Pack puts its upper bits in ro.
 			m.Rcode = dns.RcodeBadVers
@@ -157,7 +162,7 @@ func (h *Handler) Answer(req *dns.Msg, src netip.Addr, tcp bool) *dns.Msg {
 		}
 		echo = &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: ecs.Family,
 			SourceNetmask: ecs.SourceNetmask, Address: ecs.Address}
-		m.Extra[0].(*dns.OPT).Option = append(m.Extra[0].(*dns.OPT).Option, echo)
+		ro.Option = append(ro.Option, echo)
 		if ecs.SourceNetmask > 0 {
 			client = addr
 		}
@@ -180,6 +185,20 @@ func (h *Handler) Answer(req *dns.Msg, src netip.Addr, tcp bool) *dns.Msg {
 		h.Stats.Truncated.Add(1)
 	}
 	return m
+}
+
+// countReject counts a query earlyReject answered.
+func (h *Handler) countReject(kind int) {
+	switch kind {
+	case rejectFormErr:
+		h.Stats.Queries.Add(1)
+		h.Stats.FormErr.Add(1)
+	case rejectNotImp:
+		h.Stats.Queries.Add(1)
+		h.Stats.NotImp.Add(1)
+	case rejectBadVers:
+		h.Stats.Queries.Add(1)
+	}
 }
 
 func (h *Handler) formErr(m *dns.Msg) *dns.Msg {

@@ -2,6 +2,7 @@ package gslb
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -40,11 +41,11 @@ type ServerConfig struct {
 	// them. 0 or 1: one socket, no SO_REUSEPORT. One per GOMAXPROCS uses
 	// every core (udp_linux.go).
 	UDPSockets int
-	// Allow, when set, is asked before every UDP query is answered (TCP
-	// is not asked: its source cannot be spoofed). answer false drops the
-	// query, or with slip answers it empty with TC=1 (the rate limit of
-	// internal/gslbrole).
-	Allow func(src netip.Addr) (answer, slip bool)
+	// Allow, when set, is asked before every UDP answer resp (packed) is
+	// sent to src (TCP is not asked: its source cannot be spoofed).
+	// answer false drops it, or with slip sends an empty answer with TC=1
+	// instead (the response rate limit, RRL, of internal/gslbrole).
+	Allow func(src netip.Addr, resp []byte) (answer, slip bool)
 }
 
 // Server runs a Handler on UDP (batched, udp_linux.go) and TCP
@@ -84,7 +85,10 @@ func NewServer(cfg ServerConfig, h dns.Handler) *Server {
 	mk := func() *dns.Server {
 		return &dns.Server{Handler: h, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 			IdleTimeout: func() time.Duration { return idle }, MaxTCPQueries: cfg.MaxTCPQueries,
-			UDPSize: MaxUDPSize}
+			UDPSize: MaxUDPSize, DecorateReader: func(r dns.Reader) dns.Reader {
+				gh, _ := h.(*Handler)
+				return tcpReader{Reader: r, h: gh, max: cfg.MaxTCPQueries, wtimeout: cfg.WriteTimeout}
+			}}
 	}
 	return &Server{cfg: cfg, h: h, tcp: mk(), errs: make(chan error, 2)}
 }
@@ -240,4 +244,41 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.done(c.src) })
 	return c.Conn.Close()
+}
+
+// tcpReader answers the queries earlyReject rejects itself, as the UDP
+// path does, and hands the others to miekg/dns's server (whose own
+// rejections carry no OPT record and keep AD and CD). miekg/dns reads and
+// answers one query at a time on a connection, so writing here does not
+// race its writes. Rejected queries count against MaxTCPQueries.
+type tcpReader struct {
+	dns.Reader
+	h        *Handler // nil: not counted
+	max      int
+	wtimeout time.Duration
+}
+
+func (r tcpReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	for range r.max {
+		m, err := r.Reader.ReadTCP(conn, timeout)
+		if err != nil {
+			return m, err
+		}
+		resp, kind := earlyReject(m, nil) // allocates only to reject
+		if kind == rejectNone || kind == rejectIgnore {
+			return m, nil // ignored ones: miekg/dns ignores them too
+		}
+		if r.h != nil {
+			r.h.countReject(kind)
+		}
+		out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(resp)), uint16(len(resp)))
+		out = append(out, resp...)
+		if err := conn.SetWriteDeadline(time.Now().Add(r.wtimeout)); err != nil {
+			return nil, err
+		}
+		if _, err := conn.Write(out); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("gslb tcp: query limit reached on one connection")
 }

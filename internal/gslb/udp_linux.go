@@ -58,7 +58,7 @@ type mmsghdr struct {
 type udpServer struct {
 	h       dns.Handler
 	fast    *Handler // h when it is a *Handler: the fast path needs its catalog
-	allow   func(netip.Addr) (bool, bool)
+	allow   func(netip.Addr, []byte) (bool, bool)
 	laddr   *net.UDPAddr
 	loops   []*udpLoop
 	wg      sync.WaitGroup
@@ -501,7 +501,7 @@ func replyPktinfo(oob, out []byte) int {
 }
 
 // answer is the whole UDP message path for one datagram q from src: the
-// rate limit, the fast path, else the reference path. It returns the
+// fast path, else the reference path, then the response rate limit. It returns the
 // answer's bytes (in out when they fit) or nil for no answer.
 func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) []byte {
 	if len(q) < 12 {
@@ -511,8 +511,19 @@ func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) 
 	if q[2]&0x80 != 0 {
 		return nil // a response: never answered (no reflection loops)
 	}
-	if s.allow != nil {
-		ok, slip := s.allow(src)
+	var r []byte
+	if s.fast != nil {
+		if r = s.fast.fastAnswer(q, src, out, fp); r != nil {
+			s.stats.Fast.Add(1)
+		}
+	}
+	if r == nil {
+		r = referenceAnswer(s.h, q, src, out)
+	}
+	// Response rate limiting is on answers (their class: name and type,
+	// NXDOMAIN, error), so it is asked once the answer is built.
+	if r != nil && s.allow != nil {
+		ok, slip := s.allow(src, r)
 		if !ok {
 			if slip {
 				return slipAnswer(q, out)
@@ -520,13 +531,7 @@ func (s *udpServer) answer(q []byte, src netip.Addr, out []byte, fp *fastState) 
 			return nil
 		}
 	}
-	if s.fast != nil {
-		if r := s.fast.fastAnswer(q, src, out, fp); r != nil {
-			s.stats.Fast.Add(1)
-			return r
-		}
-	}
-	return referenceAnswer(s.h, q, src, out)
+	return r
 }
 
 // slipAnswer is the rate limiter's empty answer with TC=1, which sends a
@@ -560,12 +565,20 @@ func plainName(q []byte, off int) (int, bool) {
 	return 0, false
 }
 
-// referenceAnswer answers q as miekg/dns's server and h do: the default
-// accept function (FORMERR, NOTIMP or silence for messages it refuses),
-// Unpack (FORMERR when it fails), then h.ServeDNS with a writer that packs
+// referenceAnswer answers q as miekg/dns's server and h do, after
+// earlyReject: the default accept function (FORMERR, NOTIMP or silence
+// for messages it refuses), Unpack (FORMERR when it fails), then h.ServeDNS with a writer that packs
 // into out. It allocates; it is the definition the fast path is tested
 // against (FuzzFastPath).
 func referenceAnswer(h dns.Handler, q []byte, src netip.Addr, out []byte) []byte {
+	// First what is rejected from the wire (reject.go), as for TCP; the
+	// fast path answers only queries it passes.
+	if r, kind := earlyReject(q, out); kind != rejectNone {
+		if gh, ok := h.(*Handler); ok {
+			gh.countReject(kind)
+		}
+		return r
+	}
 	dh := dns.Header{Id: binary.BigEndian.Uint16(q), Bits: binary.BigEndian.Uint16(q[2:]),
 		Qdcount: binary.BigEndian.Uint16(q[4:]), Ancount: binary.BigEndian.Uint16(q[6:]),
 		Nscount: binary.BigEndian.Uint16(q[8:]), Arcount: binary.BigEndian.Uint16(q[10:])}

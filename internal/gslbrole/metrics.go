@@ -16,7 +16,7 @@ var (
 	descFailures   = prometheus.NewDesc("azgate_gslb_catalog_failures_total", "Catalog builds that failed whole; the last good catalog kept serving.", nil, nil)
 	descViews      = prometheus.NewDesc("azgate_gslb_views_fresh", "Vantage points whose fresh views the verdicts combine (this one included).", nil, nil)
 	descViewErrs   = prometheus.NewDesc("azgate_gslb_view_errors_total", "Views of other vantage points that did not decode (dropped), and failed publishes of this node's view.", []string{"kind"}, nil)
-	descRateLimit  = prometheus.NewDesc("azgate_gslb_rate_limited_total", "UDP queries over --rate-limit: answered empty with TC=1 (slipped) or dropped.", []string{"action"}, nil)
+	descRateLimit  = prometheus.NewDesc("azgate_gslb_rate_limited_total", "UDP answers over the response rate limit (--rrl-*): replaced by an empty one with TC=1 (slipped) or dropped.", []string{"action"}, nil)
 	descUDP        = prometheus.NewDesc("azgate_gslb_udp_total", "UDP datagrams by what the batched loop did with them: fast (answered by the wire-level fast path), oversize and short (dropped unanswered), write_error (answers the kernel refused or that timed out).", []string{"kind"}, nil)
 	descGeoReloads = prometheus.NewDesc("azgate_gslb_geoip_reloads_total", "GeoIP database reloads by result (a failed one keeps the database in use).", []string{"result"}, nil)
 )

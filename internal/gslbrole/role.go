@@ -56,9 +56,9 @@ type Config struct {
 	Locator geo.Locator
 	// Quorum is how many fresh views must say down (0: a majority).
 	Quorum int
-	// RateLimit is the UDP answers per second per source network (/24,
-	// /56) before queries are slipped (TC=1) or dropped; 0: no limit.
-	RateLimit int
+	// RRL is the UDP response rate limit (ratelimit.go); the zero value
+	// is off, the command's flags default to DefaultRRL.
+	RRL RRL
 	// ViewEvery is how often the local view is published (default 1s);
 	// a view older than ViewMaxAge (default 3 x ViewEvery, at least 3s)
 	// does not count.
@@ -119,8 +119,8 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	if strings.Contains(cfg.Vantage, "/") {
 		return nil, fmt.Errorf("gslb: vantage %q: no '/' allowed (it is a store key)", cfg.Vantage)
 	}
-	if cfg.RateLimit < 0 {
-		return nil, fmt.Errorf("gslb: rate limit %d: want 0 (none) or more", cfg.RateLimit)
+	if err := cfg.RRL.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Quorum < 0 {
 		return nil, fmt.Errorf("gslb: quorum %d: want 0 (a majority) or more", cfg.Quorum)
@@ -159,7 +159,7 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 		}
 	}
 	g.mon = probe.NewMonitor(mo)
-	if g.rl = newRateLimiter(cfg.RateLimit); g.rl != nil {
+	if g.rl = newRateLimiter(cfg.RRL); g.rl != nil {
 		cfg.Server.Allow = g.rl.Allow
 	}
 	g.Server = gslb.NewServer(cfg.Server, g.Handler)
