@@ -77,13 +77,54 @@ func (c *chanEvents) SetDeadline(t time.Time) {
 
 func (c *chanEvents) Close() error { c.once.Do(func() { close(c.closed) }); return nil }
 
-// testClock: jiffies at 250 Hz from the monotonic clock.
-type testClock struct{ t0 time.Time }
+// The tests' clock is the kernel's jiffies, read as the data plane reads
+// them (bpf_jiffies64 through dataplane.Bench), at the kernel's measured
+// HZ: entries the real program stamps are compared with it, and a clock
+// of the test's own is off the kernel's by however long the machine has
+// been up (a fixed base ran ahead of a freshly booted kernel's jiffies,
+// so every lag read ~30 minutes; behind an older one's, every age and
+// lag clamped to 0, which no assertion could catch).
+var (
+	clockOnce sync.Once
+	clockErr  error
+	clock     *JiffyClock
+	clockHZ   uint32
+)
 
-func (c testClock) HZ() uint32      { return 250 }
-func (c testClock) Jiffies() uint64 { return 1_000_000 + uint64(time.Since(c.t0).Seconds()*250) }
+// kernelClock loads the kernel clock (once; it needs root to load the
+// BPF program that reads it) and returns it.
+func kernelClock(t testing.TB) *JiffyClock {
+	t.Helper()
+	requireRoot(t)
+	clockOnce.Do(func() {
+		b, err := dataplane.LoadBench()
+		if err != nil {
+			clockErr = err
+			return
+		}
+		// Kept open for the process: the clock recalibrates through it.
+		if clockHZ, clockErr = b.MeasureHZ(); clockErr != nil {
+			return
+		}
+		clock, clockErr = NewJiffyClock(b.Jiffies, clockHZ)
+	})
+	if clockErr != nil {
+		t.Fatalf("the kernel's jiffies: %v", clockErr)
+	}
+	return clock
+}
 
-var clock = testClock{t0: time.Now()}
+// jiffiesOf is d in the kernel's jiffies.
+func jiffiesOf(d time.Duration) uint32 { return uint32(d.Seconds() * float64(clockHZ)) }
+
+// validationClock is a Clock for configuration checks that never read
+// the time: New checks HZ only.
+type validationClock struct{}
+
+func (validationClock) HZ() uint32 { return 250 }
+func (validationClock) Jiffies() uint64 {
+	panic("connsync: validationClock is for configuration checks only")
+}
 
 // Backends every member has, each edge in its own slots: the same
 // identities (owner hashes) at different slots and generations.
@@ -137,7 +178,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T) *cluster {
-	requireRoot(t)
+	kernelClock(t)
 	return &cluster{t: t, secret: bytes.Repeat([]byte{7}, 32), members: map[string]*member{}}
 }
 
@@ -166,6 +207,7 @@ func (c *cluster) start(m *member, secret []byte) {
 	if c.tweak != nil {
 		c.tweak(&cfg)
 	}
+
 	s, err := New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
@@ -226,7 +268,7 @@ func TestInsertTranslated(t *testing.T) {
 	c.start(b, c.secret)
 	waitFor(t, "both ready", 5*time.Second, func() bool { return a.s.Ready() && b.s.Ready() })
 
-	a.emit(50000, ownerNAT, dataplane.ConnEventNew, dataplane.ConnSYN, 250) // seen 1 s ago
+	a.emit(50000, ownerNAT, dataplane.ConnEventNew, dataplane.ConnSYN, jiffiesOf(time.Second)) // seen 1 s ago
 	a.emit(50001, ownerEncap, dataplane.ConnEventNew, dataplane.ConnEST, 0)
 	var got dataplane.ConnEntry
 	waitFor(t, "the entries on b", 3*time.Second, func() bool {
@@ -238,8 +280,8 @@ func TestInsertTranslated(t *testing.T) {
 	if got.Backend != 10 || got.Gen != 7 || got.State != dataplane.ConnSYN || got.FID != uint8(50000&0xff) {
 		t.Fatalf("b's entry %+v: want b's slot 10 generation 7, SYN", got)
 	}
-	if age := int64(uint32(clock.Jiffies()) - got.Last); age < 240 || age > 300 {
-		t.Fatalf("b's entry is %d jiffies old, want about 250 (1 s, as on a)", age)
+	if age := int64(uint32(clock.Jiffies()) - got.Last); age < int64(jiffiesOf(960*time.Millisecond)) || age > int64(jiffiesOf(1200*time.Millisecond)) {
+		t.Fatalf("b's entry is %d jiffies old (HZ %d), want about 1 s, as on a", age, clockHZ)
 	}
 	enc, _ := b.edge.LookupConn(key(50001))
 	if enc.Backend != 13 || enc.Gen != 8 {
@@ -606,7 +648,7 @@ func TestQueueOverflow(t *testing.T) {
 
 func TestConfigRefused(t *testing.T) {
 	ok := Config{Name: "a", Listen: netip.MustParseAddrPort("198.18.0.1:7946"), Secret: make([]byte, 32),
-		Peers: func() ([]Peer, bool) { return nil, true }, Table: (*dataplane.Edge)(nil), Clock: clock}
+		Peers: func() ([]Peer, bool) { return nil, true }, Table: (*dataplane.Edge)(nil), Clock: validationClock{}}
 	if _, err := New(ok); err != nil {
 		t.Fatal(err)
 	}
@@ -668,7 +710,7 @@ func TestRefresh(t *testing.T) {
 	waitFor(t, "a ready", 5*time.Second, a.s.Ready)
 	now := uint32(clock.Jiffies())
 	var cs []dataplane.SyncedConn
-	for i, age := range []uint32{0, 50, 250 * 60} { // now, 200 ms ago, a minute ago
+	for i, age := range []uint32{0, jiffiesOf(200 * time.Millisecond), jiffiesOf(time.Minute)} { // now, 200 ms ago, a minute ago
 		cs = append(cs, dataplane.SyncedConn{Key: key(uint16(52000 + i)), Backend: uint16(a.slots[ownerEncap]), Gen: a.gens[ownerEncap],
 			Last: now - age, State: dataplane.ConnEST})
 	}
@@ -684,8 +726,8 @@ func TestRefresh(t *testing.T) {
 		t.Fatal("an entry idle for a minute was refreshed")
 	}
 	got, _ := b.edge.LookupConn(key(52001))
-	if age := uint32(clock.Jiffies()) - got.Last; got.Backend != 13 || age < 40 || age > 200 {
-		t.Fatalf("refreshed entry %+v, %d jiffies old: want b's slot 13, about 50 jiffies plus the wait", got, age)
+	if age := uint32(clock.Jiffies()) - got.Last; got.Backend != 13 || age < jiffiesOf(160*time.Millisecond) || age > jiffiesOf(800*time.Millisecond) {
+		t.Fatalf("refreshed entry %+v, %d jiffies old (HZ %d): want b's slot 13, about 200 ms plus the wait", got, age, clockHZ)
 	}
 	if a.s.Status().Metrics.Refreshed < 2 {
 		t.Fatal("refreshes not counted")

@@ -178,7 +178,7 @@ func TestStreamFaultsUnderLoad(t *testing.T) {
 		}
 	}
 	// A's backends: the two every member has, in A's own slots.
-	must(ea.SetLBConfig(dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
+	must(ea.SetLBConfig(dataplane.LBConfig{HZ: kernelClock(t).HZ(), SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
 	must(ea.SetBackend(2, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: natAddr, Port: 8080, Gen: 1, Owner: ownerNAT}))
 	must(ea.SetBackend(5, dataplane.LBBackend{Mode: dataplane.ModeEncap, Addr: hostAddr, Guest: netip.MustParseAddr("198.19.11.1"), VSID: 100, Gen: 4, Owner: ownerEncap}))
 	table := make([]uint32, 307)

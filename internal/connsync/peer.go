@@ -112,23 +112,18 @@ func (s *Syncer) countErr(err error) {
 	}
 }
 
+// session runs one session to the peer: dial and handshake, ask for a
+// full copy if this member needs one, read the peer's frames on a
+// goroutine of its own, then send what the last session left
+// unacknowledged, catch up after drops and stream the queue. It returns
+// when the session ends; on return nothing of it touches the maps.
 func (l *peerLink) session(ctx context.Context) error {
 	s := l.s
-	d := net.Dialer{Timeout: s.cfg.DialTimeout, LocalAddr: &net.TCPAddr{IP: s.cfg.Listen.Addr().AsSlice()}}
-	c, err := d.DialContext(ctx, "tcp", l.peer.Addr.String())
+	c, sess, err := l.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	sess, err := clientHandshake(c, s.cfg.Name, s.cfg.Secret, s.cfg.IOTimeout)
-	if err != nil {
-		s.countErr(err)
-		return fmt.Errorf("handshake with %s: %w", l.peer.Name, err)
-	}
-	if sess.peer != l.peer.Name {
-		s.m.AuthFailures.Add(1)
-		return fmt.Errorf("%v answered as %q, not %q", l.peer.Addr, sess.peer, l.peer.Name)
-	}
 	l.mu.Lock()
 	l.connected, l.lastErr = true, ""
 	l.mu.Unlock()
@@ -136,254 +131,384 @@ func (l *peerLink) session(ctx context.Context) error {
 	defer s.live.Add(-1)
 	s.m.Sessions.Add(1)
 
-	// dumping: this session holds dumpMu and waits for a full copy;
-	// whoever ends that (the copy's end, or the session's) releases it.
-	// A member not ready asks at once and again every second (another
-	// session may hold the copy, or the peer was starting itself).
-	var dumping atomic.Bool
 	l.peerState.Store(peerUnknown)
 	defer l.peerState.Store(peerUnknown)
-	var lastReq time.Time
-	request := func() error {
-		if s.ready.Load() || time.Since(lastReq) < time.Second || !s.dumpMu.TryLock() {
-			return nil
-		}
-		lastReq = time.Now()
-		dumping.Store(true)
-		s.setReason("pulling a full copy from " + l.peer.Name)
-		if err := sess.writeFrame([]byte{frameDumpReq}); err != nil {
-			dumping.Store(false)
-			s.dumpMu.Unlock()
-			return err
-		}
-		return nil
-	}
-	if err := request(); err != nil {
+	pull := &dumpPull{l: l}
+	if err := pull.request(sess); err != nil {
 		return err
 	}
-	defer func() {
-		if dumping.CompareAndSwap(true, false) {
-			s.dumpMu.Unlock()
-		}
-	}()
+	defer pull.release()
+	win, err := newAckWindow(cap(l.q), s.lag.add)
+	if err != nil {
+		return err
+	}
+	// What the window holds when the session ends is the next one's to
+	// send first (l.resend holds those not yet resent).
+	defer func() { l.resend = append(win.take(), l.resend...) }()
+	ls := &linkSession{l: l, sess: sess, win: win, pull: pull}
+	ls.hdr[0] = frameBatch
 
-	// unacked: the batches written and not yet acknowledged, in their
-	// order (the peer acknowledges in order). A session that ends leaves
-	// them to the next (l.resend); at most QueueBatches are in flight, so
-	// a slow peer fills the queue (whose drops are counted) rather than
-	// this list.
-	var unackedMu sync.Mutex
-	var unacked []sentBatch
-	acked := make(chan struct{}, 1)
-	defer func() {
-		unackedMu.Lock()
-		defer unackedMu.Unlock()
-		var bs []*batch
-		for _, u := range unacked {
-			bs = append(bs, u.b)
-		}
-		l.resend = append(bs, l.resend...) // l.resend: those not yet resent
-		unacked = nil
-	}()
-	rerr := make(chan error, 1)
-	done := make(chan struct{})
 	// On return: the reader is told to stop, the connection closed (its
 	// read fails at once), and the reader waited for, so nothing writes
 	// the maps after the session ended.
+	rerr := make(chan error, 1)
+	done := make(chan struct{})
 	var reader sync.WaitGroup
 	defer reader.Wait()
 	defer c.Close()
 	defer close(done)
-	reader.Add(1)
-	go func() {
-		defer reader.Done()
-		buf := make([]dataplane.SyncedConn, 0, s.cfg.BatchMax)
-		for {
-			body, err := sess.readFrame(s.cfg.IOTimeout)
-			if err != nil {
-				rerr <- err
-				return
-			}
-			switch body[0] {
-			case frameAck:
-				if len(body) != 1+8+4+4 {
-					rerr <- fmt.Errorf("%w ack: %d bytes", errMalformed, len(body))
-					return
-				}
-				seq := binary.LittleEndian.Uint64(body[1:])
-				now := time.Now()
-				unackedMu.Lock()
-				i := 0
-				for ; i < len(unacked) && unacked[i].seq <= seq; i++ {
-					if unacked[i].seq == seq {
-						s.lag.add(now.Sub(unacked[i].b.first))
-					}
-				}
-				unacked = unacked[i:]
-				unackedMu.Unlock()
-				select {
-				case acked <- struct{}{}:
-				default:
-				}
-			case frameBatch:
-				_, entries, err := parseBatch(body)
-				if err != nil {
-					rerr <- err
-					return
-				}
-				n := len(entries) / entrySize
-				s.m.Received.Add(uint64(n))
-				s.m.DumpReceived.Add(uint64(n))
-				if _, _, err := s.apply(entries, buf); err != nil {
-					rerr <- err
-					return
-				}
-			case frameDumpEnd:
-				if len(body) != 10 || body[9] > 1 {
-					rerr <- fmt.Errorf("%w dump end: %d bytes", errMalformed, len(body))
-					return
-				}
-				if dumping.CompareAndSwap(true, false) {
-					n := binary.LittleEndian.Uint64(body[1:])
-					if body[9] == 1 {
-						l.peerState.Store(peerReady)
-						s.becomeReady(fmt.Sprintf("full copy from %s: %d entries", l.peer.Name, n))
-					} else {
-						// The peer is pulling its own copy: what it had
-						// is applied, but it is no proof of a complete
-						// table (manage decides when every live peer is
-						// starting too).
-						l.peerState.Store(peerStarting)
-						s.setReason(fmt.Sprintf("%s is starting too (%d entries from it so far)", l.peer.Name, n))
-					}
-					s.dumpMu.Unlock()
-				}
-			case framePing:
-			default:
-				rerr <- fmt.Errorf("%w frame type %d", errMalformed, body[0])
-				return
-			}
-			select {
-			case <-done:
-				return
-			default:
-			}
-		}
-	}()
+	reader.Go(func() { rerr <- ls.read(done) })
 
+	if err := ls.resendPending(); err != nil {
+		return err
+	}
+	if err := ls.catchUp(ctx); err != nil {
+		return err
+	}
+	return ls.stream(ctx, rerr)
+}
+
+// dial connects to the peer from this member's listen address (the
+// address the peer's set holds for it) and authenticates both ways; the
+// peer must answer with the name this member's set gives it.
+func (l *peerLink) dial(ctx context.Context) (net.Conn, *session, error) {
+	s := l.s
+	d := net.Dialer{Timeout: s.cfg.DialTimeout, LocalAddr: &net.TCPAddr{IP: s.cfg.Listen.Addr().AsSlice()}}
+	c, err := d.DialContext(ctx, "tcp", l.peer.Addr.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := clientHandshake(c, s.cfg.Name, s.cfg.Secret, s.cfg.IOTimeout)
+	if err != nil {
+		c.Close()
+		s.countErr(err)
+		return nil, nil, fmt.Errorf("handshake with %s: %w", l.peer.Name, err)
+	}
+	if sess.peer != l.peer.Name {
+		c.Close()
+		s.m.AuthFailures.Add(1)
+		return nil, nil, fmt.Errorf("%v answered as %q, not %q", l.peer.Addr, sess.peer, l.peer.Name)
+	}
+	return c, sess, nil
+}
+
+// dumpPull is a session's request for a full copy. While pulling, the
+// session holds s.dumpMu (one copy at a time); whoever ends the copy
+// (its end frame, or the session's end) releases it. A member not ready
+// asks at once and again every second (another session may hold the
+// copy, or the peer was starting itself).
+type dumpPull struct {
+	l       *peerLink
+	pulling atomic.Bool
+	lastReq time.Time // the session's goroutine only
+}
+
+// request asks the peer for a full copy if this member needs one and may
+// pull now.
+func (p *dumpPull) request(sess *session) error {
+	s := p.l.s
+	if s.ready.Load() || time.Since(p.lastReq) < time.Second || !s.dumpMu.TryLock() {
+		return nil
+	}
+	p.lastReq = time.Now()
+	p.pulling.Store(true)
+	s.setReason("pulling a full copy from " + p.l.peer.Name)
+	if err := sess.writeFrame([]byte{frameDumpReq}); err != nil {
+		p.release()
+		return err
+	}
+	return nil
+}
+
+// end handles the peer's dump-end frame: the copy is complete (this
+// member is ready) or the peer is starting itself.
+func (p *dumpPull) end(body []byte) error {
+	if len(body) != 10 || body[9] > 1 {
+		return fmt.Errorf("%w dump end: %d bytes", errMalformed, len(body))
+	}
+	if !p.pulling.CompareAndSwap(true, false) {
+		return nil
+	}
+	l, s := p.l, p.l.s
+	n := binary.LittleEndian.Uint64(body[1:])
+	if body[9] == 1 {
+		l.peerState.Store(peerReady)
+		s.becomeReady(fmt.Sprintf("full copy from %s: %d entries", l.peer.Name, n))
+	} else {
+		// The peer is pulling its own copy: what it had is applied, but
+		// it is no proof of a complete table (manage decides when every
+		// live peer is starting too).
+		l.peerState.Store(peerStarting)
+		s.setReason(fmt.Sprintf("%s is starting too (%d entries from it so far)", l.peer.Name, n))
+	}
+	s.dumpMu.Unlock()
+	return nil
+}
+
+// failed reports a session that ended while pulling.
+func (p *dumpPull) failed(err error) {
+	if p.pulling.Load() {
+		p.l.s.setReason(fmt.Sprintf("full copy from %s failed: %v", p.l.peer.Name, err))
+	}
+}
+
+// release gives dumpMu back if this pull still holds it.
+func (p *dumpPull) release() {
+	if p.pulling.CompareAndSwap(true, false) {
+		p.l.s.dumpMu.Unlock()
+	}
+}
+
+// ackWindow is the batches a session wrote and the peer has not yet
+// acknowledged, in their order (the peer acknowledges in order). At most
+// size are in flight, so a slow peer fills the queue (whose drops are
+// counted) rather than this list.
+type ackWindow struct {
+	size  int
+	lag   func(time.Duration) // event to acknowledgement, per batch
+	acked chan struct{}       // signalled after each acknowledgement
+
+	mu   sync.Mutex
+	sent []sentBatch
+}
+
+func newAckWindow(size int, lag func(time.Duration)) (*ackWindow, error) {
+	switch {
+	case size < 1:
+		return nil, fmt.Errorf("connsync: ack window of %d batches: want at least 1 (QueueBatches)", size)
+	case lag == nil:
+		return nil, errors.New("connsync: ack window: no lag recorder")
+	}
+	return &ackWindow{size: size, lag: lag, acked: make(chan struct{}, 1)}, nil
+}
+
+// push records a batch about to be written as seq.
+func (w *ackWindow) push(seq uint64, b *batch) {
+	w.mu.Lock()
+	w.sent = append(w.sent, sentBatch{seq: seq, b: b})
+	w.mu.Unlock()
+}
+
+// ack removes the batches up to seq and records seq's lag (at now).
+func (w *ackWindow) ack(seq uint64, now time.Time) {
+	w.mu.Lock()
+	i := 0
+	for ; i < len(w.sent) && w.sent[i].seq <= seq; i++ {
+		if w.sent[i].seq == seq {
+			w.lag(now.Sub(w.sent[i].b.first))
+		}
+	}
+	w.sent = w.sent[i:]
+	w.mu.Unlock()
+	select {
+	case w.acked <- struct{}{}:
+	default:
+	}
+}
+
+// full tells whether size batches are in flight.
+func (w *ackWindow) full() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.sent) >= w.size
+}
+
+// errNoAck: the window stayed full for the I/O timeout.
+var errNoAck = errors.New("no acknowledgement")
+
+// waitRoom waits until the window has room, for at most timeout between
+// two acknowledgements.
+func (w *ackWindow) waitRoom(ctx context.Context, timeout time.Duration) error {
+	for w.full() {
+		select {
+		case <-w.acked:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(timeout):
+			return fmt.Errorf("%w for %v", errNoAck, timeout)
+		}
+	}
+	return nil
+}
+
+// take empties the window and returns its batches in their order.
+func (w *ackWindow) take() []*batch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var bs []*batch
+	for _, u := range w.sent {
+		bs = append(bs, u.b)
+	}
+	w.sent = nil
+	return bs
+}
+
+// linkSession is one session's sending side and its reader.
+type linkSession struct {
+	l    *peerLink
+	sess *session
+	win  *ackWindow
+	pull *dumpPull
+	seq  uint64
+	hdr  [batchHeader]byte
+}
+
+// send numbers b and writes it; it is in the window before it is on the
+// wire (the acknowledgement may come at once).
+func (ls *linkSession) send(b *batch) error {
+	s := ls.l.s
+	ls.seq++
+	binary.LittleEndian.PutUint64(ls.hdr[1:], ls.seq)
+	binary.LittleEndian.PutUint16(ls.hdr[9:], uint16(b.n))
+	ls.win.push(ls.seq, b)
+	if err := ls.sess.writeFrame(ls.hdr[:], b.buf); err != nil {
+		return err
+	}
+	s.m.Sent.Add(uint64(b.n))
+	s.m.SentBytes.Add(uint64(4 + batchHeader + len(b.buf) + macSize))
+	return nil
+}
+
+// resendPending sends first what the last session could not deliver.
+func (ls *linkSession) resendPending() error {
+	l := ls.l
+	resend := l.resend
+	l.resend = nil
+	for i, b := range resend {
+		if err := ls.send(b); err != nil {
+			l.resend = resend[i+1:] // the failed one is in the window
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUp, after drops: what was queued before them (older) first, then
+// every entry used since the first drop, at the pace the peer
+// acknowledges. At the session's start and, for drops while it runs (a
+// peer slower than the events), on the retry tick.
+func (ls *linkSession) catchUp(ctx context.Context) error {
+	l, s := ls.l, ls.l.s
+	since := l.dropped.Swap(0)
+	if since == 0 {
+		return nil
+	}
+	for n := len(l.q); n > 0; n-- {
+		if err := ls.send(<-l.q); err != nil {
+			l.dropped.CompareAndSwap(0, since)
+			return err
+		}
+	}
+	n, err := s.walk(kindRefresh, time.Since(time.Unix(0, since))+time.Second, func(b *batch) error {
+		if err := ls.win.waitRoom(ctx, s.cfg.IOTimeout); err != nil {
+			if errors.Is(err, errNoAck) {
+				return fmt.Errorf("catching %s up: %w", l.peer.Name, err)
+			}
+			return err
+		}
+		return ls.send(b)
+	})
+	s.m.CaughtUp.Add(uint64(n))
+	if err != nil {
+		l.dropped.CompareAndSwap(0, since)
+		return err
+	}
+	s.cfg.Log.Info("connection sync: caught a peer up after dropped events", "peer", l.peer.Name, "entries", n)
+	return nil
+}
+
+// stream sends the queue as the window allows, pings an idle session,
+// asks again for a copy and catches up on the retry tick, until the
+// session fails (the reader's error on rerr), the link stops or ctx ends.
+func (ls *linkSession) stream(ctx context.Context, rerr <-chan error) error {
+	l, s := ls.l, ls.l.s
 	ping := time.NewTicker(s.cfg.IOTimeout / 3)
 	defer ping.Stop()
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
-	var seq uint64
-	var hdr [batchHeader]byte
-	hdr[0] = frameBatch
-	send := func(b *batch) error {
-		seq++
-		binary.LittleEndian.PutUint64(hdr[1:], seq)
-		binary.LittleEndian.PutUint16(hdr[9:], uint16(b.n))
-		unackedMu.Lock()
-		unacked = append(unacked, sentBatch{seq: seq, b: b})
-		unackedMu.Unlock()
-		if err := sess.writeFrame(hdr[:], b.buf); err != nil {
-			return err
-		}
-		s.m.Sent.Add(uint64(b.n))
-		s.m.SentBytes.Add(uint64(4 + batchHeader + len(b.buf) + macSize))
-		return nil
-	}
-	// What the last session could not deliver goes first.
-	resend := l.resend
-	l.resend = nil
-	for i, b := range resend {
-		if err := send(b); err != nil {
-			l.resend = resend[i+1:] // the failed one is in unacked
-			return err
-		}
-	}
-	window := cap(l.q)
-	// After drops: what was queued before them (older) first, then every
-	// entry used since the first drop, at the pace the peer acknowledges.
-	// At the session's start and, for drops while it runs (a peer slower
-	// than the events), on the retry tick.
-	catchUp := func() error {
-		since := l.dropped.Swap(0)
-		if since == 0 {
-			return nil
-		}
-		for n := len(l.q); n > 0; n-- {
-			if err := send(<-l.q); err != nil {
-				l.dropped.CompareAndSwap(0, since)
-				return err
-			}
-		}
-		n, err := s.walk(kindRefresh, time.Since(time.Unix(0, since))+time.Second, func(b *batch) error {
-			for {
-				unackedMu.Lock()
-				full := len(unacked) >= window
-				unackedMu.Unlock()
-				if !full {
-					break
-				}
-				select {
-				case <-acked:
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(s.cfg.IOTimeout):
-					return fmt.Errorf("catching %s up: no acknowledgement for %v", l.peer.Name, s.cfg.IOTimeout)
-				}
-			}
-			return send(b)
-		})
-		s.m.CaughtUp.Add(uint64(n))
-		if err != nil {
-			l.dropped.CompareAndSwap(0, since)
-			return err
-		}
-		s.cfg.Log.Info("connection sync: caught a peer up after dropped events", "peer", l.peer.Name, "entries", n)
-		return nil
-	}
-	if err := catchUp(); err != nil {
-		return err
-	}
 	for {
 		q := l.q
-		unackedMu.Lock()
-		if len(unacked) >= window {
+		if ls.win.full() {
 			q = nil // wait for acknowledgements
 		}
-		unackedMu.Unlock()
 		select {
-		case <-acked:
+		case <-ls.win.acked:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.stopCh:
 			return nil
 		case err := <-rerr:
 			s.countErr(err)
-			if dumping.Load() {
-				s.setReason(fmt.Sprintf("full copy from %s failed: %v", l.peer.Name, err))
-			}
+			ls.pull.failed(err)
 			return err
 		case <-ping.C:
-			if err := sess.writeFrame([]byte{framePing}); err != nil {
+			if err := ls.sess.writeFrame([]byte{framePing}); err != nil {
 				return err
 			}
 		case <-retry.C:
-			if err := request(); err != nil {
+			if err := ls.pull.request(ls.sess); err != nil {
 				return err
 			}
 			if len(l.q) < cap(l.q)/2 { // the peer keeps up again
-				if err := catchUp(); err != nil {
+				if err := ls.catchUp(ctx); err != nil {
 					return err
 				}
 			}
 		case b := <-q:
-			if err := send(b); err != nil {
+			if err := ls.send(b); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// read reads the peer's frames until one fails, is malformed or done is
+// closed: acknowledgements, and the batches and end of a full copy.
+func (ls *linkSession) read(done <-chan struct{}) error {
+	buf := make([]dataplane.SyncedConn, 0, ls.l.s.cfg.BatchMax)
+	for {
+		body, err := ls.sess.readFrame(ls.l.s.cfg.IOTimeout)
+		if err != nil {
+			return err
+		}
+		if err := ls.handle(body, buf); err != nil {
+			return err
+		}
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+	}
+}
+
+// handle is the reader's action on one frame.
+func (ls *linkSession) handle(body []byte, buf []dataplane.SyncedConn) error {
+	s := ls.l.s
+	switch body[0] {
+	case frameAck:
+		if len(body) != 1+8+4+4 {
+			return fmt.Errorf("%w ack: %d bytes", errMalformed, len(body))
+		}
+		ls.win.ack(binary.LittleEndian.Uint64(body[1:]), time.Now())
+	case frameBatch:
+		_, entries, err := parseBatch(body)
+		if err != nil {
+			return err
+		}
+		n := len(entries) / entrySize
+		s.m.Received.Add(uint64(n))
+		s.m.DumpReceived.Add(uint64(n))
+		if _, _, err := s.apply(entries, buf); err != nil {
+			return err
+		}
+	case frameDumpEnd:
+		return ls.pull.end(body)
+	case framePing:
+	default:
+		return fmt.Errorf("%w frame type %d", errMalformed, body[0])
+	}
+	return nil
 }
 
 // MaxSessions bounds the sessions a member serves at once.

@@ -34,7 +34,7 @@ func TestProgramToPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(ea.SetLBConfig(dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
+	must(ea.SetLBConfig(dataplane.LBConfig{HZ: kernelClock(t).HZ(), SYN: 30 * time.Second, Established: time.Hour, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
 	must(ea.SetBackend(2, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: natAddr, Port: 8080, Gen: 1, Owner: ownerNAT}))
 	table := make([]uint32, 307)
 	for i := range table {

@@ -168,17 +168,36 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 	// Refill: 6 ms of pause (and a tick) buys about 6 packets (and a
 	// tick's worth), no more than the time from the last drop (the bucket
 	// was full then, less one packet) to the end allows, no fewer than the
-	// pause itself gives; either side a tick, the clock's step.
-	time.Sleep(6*time.Millisecond + tick)
-	b2 := s.send(t, 30, 0)
-	lo := int(rate/8*(b2.start.Sub(b1.end)-tick).Seconds())/bwPkt - 1
-	hi := (int(rate/8*(b2.end.Sub(b1.lastDropStart)+tick).Seconds()) + bwPkt) / bwPkt
-	if b2.pass < lo || b2.pass > hi || b2.drop == 0 {
-		t.Fatalf("after a pause of %v: %d passed, want %d..%d", b2.start.Sub(b1.end), b2.pass, lo, hi)
+	// pause itself gives; either side a tick, the clock's step. The pause
+	// is what the machine gave (a loaded one sleeps longer): one beyond
+	// the burst's 10 ms fills the bucket, which then holds the burst, not
+	// the pause's worth (seen: a pause of 26 ms, 14 passed). Such a try
+	// is checked against the burst and made again (the bucket ends each
+	// try empty), up to 3 times, for a pause short enough to show the
+	// refill's rate; the flood below measures the rate in any case.
+	prev, dropped := b1, b1.drop
+	var lo int
+	for range 3 {
+		time.Sleep(6*time.Millisecond + tick)
+		b2 := s.send(t, 30, 0)
+		dropped += b2.drop
+		pause := b2.start.Sub(prev.end)
+		lo = int(rate/8*(pause-tick).Seconds())/bwPkt - 1
+		full := lo >= burst/bwPkt
+		lo = min(lo, burst/bwPkt)
+		hi := (int(rate/8*(b2.end.Sub(prev.lastDropStart)+tick).Seconds()) + bwPkt) / bwPkt
+		if b2.pass < lo || b2.pass > hi || b2.drop == 0 {
+			t.Fatalf("after a pause of %v: %d passed, want %d..%d", pause, b2.pass, lo, hi)
+		}
+		if !full {
+			break
+		}
+		t.Logf("a pause of %v filled the bucket (%d passed)", pause, b2.pass)
+		prev = b2
 	}
 	d, _, _ = m.EIPBandwidthDrops(a)
-	if d.Packets != uint64(b1.drop+b2.drop) {
-		t.Fatalf("per-EIP drops %d, want %d", d.Packets, b1.drop+b2.drop)
+	if d.Packets != uint64(dropped) {
+		t.Fatalf("per-EIP drops %d, want %d", d.Packets, dropped)
 	}
 	got, err := m.EIPBandwidths()
 	if err != nil || len(got) != 1 || got[a] != (Bandwidth{Rate: rate, Burst: burst}) {
@@ -209,7 +228,7 @@ func testBandwidth(t *testing.T, s bwSender, m bwMaps, a netip.Addr) {
 	// bucket of 1.5 ms cannot save what it misses meanwhile (a CI dry run
 	// beside a DNS benchmark passed 32 of 73 packets that way).
 	lo = int(rate/8*(el-flood.pauses-2*tick).Seconds())/bwPkt - 1
-	hi = (MinBandwidthBurst + int(rate/8*(el+2*tick).Seconds())) / bwPkt
+	hi := (MinBandwidthBurst + int(rate/8*(el+2*tick).Seconds())) / bwPkt
 	if flood.pass < lo || flood.pass > hi {
 		t.Fatalf("a flood of %d packets for %v (the sender paused %v of it) at 1 MB/s, bucket %d B, tick %v: %d passed, want %d..%d",
 			flood.pass+flood.drop, el, flood.pauses, MinBandwidthBurst, tick, flood.pass, lo, hi)

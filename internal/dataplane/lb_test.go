@@ -3,6 +3,7 @@ package dataplane
 import (
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,33 @@ type lbBed struct {
 
 func newLBBed(t *testing.T) *lbBed { return withServices(t, newEdgeBed(t)) }
 
+var (
+	hzOnce sync.Once
+	hz     uint32
+	hzErr  error
+)
+
+// kernelHZ is the kernel's CONFIG_HZ, measured once: the timeouts and
+// rates an LBConfig gives in time become jiffies at its HZ, and the
+// program counts the kernel's (a fixed 250 would scale them by 4 on a
+// 1000 Hz kernel).
+func kernelHZ(t testing.TB) uint32 {
+	t.Helper()
+	hzOnce.Do(func() {
+		b, err := LoadBench()
+		if err != nil {
+			hzErr = err
+			return
+		}
+		defer b.Close()
+		hz, hzErr = b.MeasureHZ()
+	})
+	if hzErr != nil {
+		t.Fatalf("the kernel's HZ: %v", hzErr)
+	}
+	return hz
+}
+
 // withServices programs lbBed's services into an edge bed (newLBBed, and
 // FuzzEdge's bed).
 func withServices(t testing.TB, eb *edgeBed) *lbBed {
@@ -44,7 +72,7 @@ func withServices(t testing.TB, eb *edgeBed) *lbBed {
 			t.Fatal(err)
 		}
 	}
-	must(e.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
+	must(e.SetLBConfig(LBConfig{HZ: kernelHZ(t), SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}))
 	backends := []struct {
 		name string
 		be   LBBackend
@@ -340,7 +368,7 @@ func countConns(t *testing.T, b *lbBed) int {
 
 func TestConnInsertCap(t *testing.T) {
 	b := newLBBed(t)
-	if err := b.edge.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
+	if err := b.edge.SetLBConfig(LBConfig{HZ: kernelHZ(t), SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
 		InsertRate: 1, InsertBurst: 1, NAT: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +483,7 @@ func TestLBEncapFlowID(t *testing.T) {
 		t.Fatalf("16 flows gave only %d FlowIDs", len(ids))
 	}
 	// Over the insert cap: no entry, FlowID still the hash's.
-	if err := b.edge.SetLBConfig(LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
+	if err := b.edge.SetLBConfig(LBConfig{HZ: kernelHZ(t), SYN: 30 * time.Second, Established: time.Minute, FIN: time.Second, UDP: time.Second,
 		InsertRate: 1, InsertBurst: 1, NAT: true}); err != nil {
 		t.Fatal(err)
 	}

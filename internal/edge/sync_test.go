@@ -47,6 +47,10 @@ func TestRunSyncTwoEdges(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: loads the edge program")
 	}
+	hz, err := measureHZ() // the sync's clock is the kernel's jiffies
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := embeddedtest.Store(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +71,7 @@ func TestRunSyncTwoEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { dp.Close() })
-		cfg := Config{Name: name, Log: quiet, LB: dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: time.Hour},
+		cfg := Config{Name: name, Log: quiet, LB: dataplane.LBConfig{HZ: hz, SYN: 30 * time.Second, Established: time.Hour},
 			Sync: SyncConfig{Port: port, Secrets: st, JoinTimeout: 500 * time.Millisecond, underlayAddr: loop}}
 		r := NewReconciler(cfg, dataplane.NewFakeEdge())
 		defer r.Stop()

@@ -51,6 +51,7 @@ func (s *syncBuf) String() string {
 // back; draining the owner hands ownership over at once. No request is
 // ever answered twice. Namespaces azgt-arpe-PID-*, not the lab's.
 func TestARPOwnershipProcesses(t *testing.T) {
+	bin := labBinary(t)
 	const (
 		vip = "198.51.100.80"
 		gw  = "198.51.100.254"
@@ -145,7 +146,7 @@ func TestARPOwnershipProcesses(t *testing.T) {
 		pins = append(pins, pin)
 		p := &proc{log: &syncBuf{}}
 		logs = append(logs, p.log)
-		p.cmd = edges[i].Cmd(binary, "edge", "--name", fmt.Sprintf("e%d", i+1), "--attach", "dmz0,ul0",
+		p.cmd = edges[i].Cmd(bin, "edge", "--name", fmt.Sprintf("e%d", i+1), "--attach", "dmz0,ul0",
 			"--etcd-endpoints", st.Client.Endpoints()[0], "--pin-dir", pin, "--metrics-listen", "",
 			"--arp-iface", "dmz0", "--arp-gateway", gw, "--arp-lease-ttl", ttl.String(), "--log-level", "debug")
 		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,27 +22,45 @@ import (
 	"github.com/azgate/azgate/internal/netns"
 )
 
-var binary string
-
+// TestMain only marks inherited descriptors close-on-exec: whether the lab
+// can run is each test's question (labBinary), so that a run without root
+// reports every test skipped with its reason rather than "ok" for nothing.
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("e2e: skipped: the lab needs root (namespaces, XDP)")
-		os.Exit(0)
-	}
 	closeInheritedOnExec()
-	dir, err := os.MkdirTemp("", "azgate-e2e")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "azgate")
-	out, err := exec.Command("go", "build", "-o", binary, "../../cmd/azgate").CombinedOutput()
-	if err != nil {
-		fmt.Printf("e2e: build azgate: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
 	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	binary    string
+	buildErr  error
+)
+
+// labBinary skips t without root (the lab needs namespaces and XDP) and
+// returns the azgate binary the lab runs, built once for the package.
+func labBinary(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab makes network namespaces and attaches XDP")
+	}
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "azgate-e2e"); buildErr != nil {
+			return
+		}
+		binary = filepath.Join(buildDir, "azgate")
+		if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/azgate").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build azgate: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
 }
 
 // closeInheritedOnExec marks the descriptors this process inherited
@@ -67,7 +86,7 @@ func labCLI(ctx context.Context, t *testing.T, l *lab.Lab) func(args ...string) 
 	tokenFile := l.Status(ctx).TokenFile
 	return func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, binary, append([]string{"--api", l.API, "--token-file", tokenFile}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, labBinary(t), append([]string{"--api", l.API, "--token-file", tokenFile}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("azgate %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -83,7 +102,7 @@ func upLab(t *testing.T) *lab.Lab { t.Helper(); return upLabWith(t, nil) }
 // may change it).
 func upLabWith(t *testing.T, set func(*lab.Config)) *lab.Lab {
 	t.Helper()
-	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: binary, Out: testWriter{t}}
+	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), Out: testWriter{t}}
 	if set != nil {
 		set(&cfg)
 	}
