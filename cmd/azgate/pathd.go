@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/pathcomp"
 	"github.com/azgate/azgate/internal/pathd"
 	"github.com/azgate/azgate/internal/pathd/hopstore"
@@ -140,12 +139,12 @@ func (f pathdFlags) config() (pathd.Config, error) {
 			return cfg, fmt.Errorf("--redis-password-file: %w", err)
 		}
 	}
-	redisCfg := func(flag, u string) (bwstore.RedisConfig, error) {
+	redisCfg := func(flag, u string) (hopstore.Config, error) {
 		scheme, _, ok := strings.Cut(u, "://")
 		if !ok || (scheme != "unix" && scheme != "redis" && scheme != "rediss") {
-			return bwstore.RedisConfig{}, fmt.Errorf("%s %q: want unix:///path/redis.sock, redis://host:port or rediss://host:port", flag, u)
+			return hopstore.Config{}, fmt.Errorf("%s %q: want unix:///path/redis.sock, redis://host:port or rediss://host:port", flag, u)
 		}
-		c, err := bwstore.RedisConfigFromURL(u)
+		c, err := hopstore.ConfigFromURL(u)
 		if err != nil {
 			return c, fmt.Errorf("%s: %w", flag, err)
 		}
@@ -159,7 +158,7 @@ func (f pathdFlags) config() (pathd.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	var replicas []bwstore.RedisConfig
+	var replicas []hopstore.Config
 	for _, u := range f.redisReplicas {
 		r, err := redisCfg("--redis-replica", u)
 		if err != nil {

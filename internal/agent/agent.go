@@ -16,7 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
@@ -639,7 +639,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		}
 	}
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
-	var bw *bandwidth.Host
+	var bw *bwenforce.Host
 	if cfg.Bandwidth.Store != nil {
 		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, dp, cfg.Log.With("part", "bandwidth")); err != nil {
 			return err
@@ -651,7 +651,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		}()
 		defer func() { <-bwDone }() // before the data plane and the store close
 	} else {
-		bandwidth.ClearLimits(dp, cfg.Log)
+		bwenforce.ClearLimits(dp, cfg.Log)
 	}
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {

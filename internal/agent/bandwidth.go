@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -19,21 +19,21 @@ import (
 // BandwidthConfig turns the host's shared bandwidth on (Store nil: off).
 type BandwidthConfig struct {
 	Store    bwstore.Store
-	Interval time.Duration // 0: bandwidth.DefaultInterval
-	Grace    time.Duration // 0: bandwidth.DefaultGrace
+	Interval time.Duration // 0: bwenforce.HostConfig's default
+	Grace    time.Duration // 0: bwenforce.HostConfig's default
 }
 
 // bwState is the reconciler's side of the bandwidth host: the view it
 // computes at each change of the desired state, and the host to kick.
 type bwState struct {
-	view bandwidth.View
-	host *bandwidth.Host
+	view bwenforce.View
+	host *bwenforce.Host
 }
 
 // BandwidthView computes the host's view: the zone is the host's AZ, the
 // carried EIPs those bound to its guests that belong to a package (each
 // carried by this host alone).
-func BandwidthView(st *model.State, host string, want HostWant) (bandwidth.View, error) {
+func BandwidthView(st *model.State, host string, want HostWant) (bwenforce.View, error) {
 	zone := ""
 	if h, ok := st.Hosts[host]; ok {
 		zone = h.AZ
@@ -42,7 +42,7 @@ func BandwidthView(st *model.State, host string, want HostWant) (bandwidth.View,
 	for a := range want.EIPs {
 		addrs = append(addrs, a)
 	}
-	return bandwidth.NewView(zone, st.BandwidthPackages, st.PackageOf, addrs, nil)
+	return bwenforce.NewView(zone, st.BandwidthPackages, st.PackageOf, addrs, nil)
 }
 
 // updateBandwidth recomputes the view (Handle, under r.mu) and kicks the
@@ -64,7 +64,7 @@ func (r *Reconciler) updateBandwidth(st *model.State, want HostWant) {
 	}
 }
 
-func sameCarried(a, b map[netip.Addr]bandwidth.Carried) bool {
+func sameCarried(a, b map[netip.Addr]bwenforce.Carried) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -76,28 +76,28 @@ func sameCarried(a, b map[netip.Addr]bandwidth.Carried) bool {
 	return true
 }
 
-func (r *Reconciler) bandwidthView() bandwidth.View {
+func (r *Reconciler) bandwidthView() bwenforce.View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bw == nil {
-		return bandwidth.View{}
+		return bwenforce.View{}
 	}
 	return r.bw.view
 }
 
 // bandwidthCounters reads the tx counters (guest -> Internet) of every
 // programmed EIP's stats slot.
-func (r *Reconciler) bandwidthCounters() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+func (r *Reconciler) bandwidthCounters() (map[netip.Addr]bwenforce.Reading, time.Time, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[netip.Addr]bandwidth.Reading, len(r.programmed))
+	out := make(map[netip.Addr]bwenforce.Reading, len(r.programmed))
 	now := time.Now()
 	for a, e := range r.programmed {
 		c, err := r.maps.EIPStats(e.StatsIdx)
 		if err != nil {
 			return nil, now, err
 		}
-		out[a] = bandwidth.Reading{Bytes: c.TxBytes, Packets: c.TxPackets, Slot: e.StatsIdx}
+		out[a] = bwenforce.Reading{Bytes: c.TxBytes, Packets: c.TxPackets, Slot: e.StatsIdx}
 	}
 	return out, now, nil
 }
@@ -105,9 +105,9 @@ func (r *Reconciler) bandwidthCounters() (map[netip.Addr]bandwidth.Reading, time
 // EnableBandwidth creates the host's bandwidth reporter and enforcer over
 // maps (the agent's data plane); call it before the first Handle, then
 // run the returned host.
-func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, maps dataplane.BandwidthMaps, log *slog.Logger) (*bandwidth.Host, error) {
-	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Egress,
-		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(r.bandwidthCounters),
+func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, maps dataplane.BandwidthMaps, log *slog.Logger) (*bwenforce.Host, error) {
+	h, err := bwenforce.NewHost(bwenforce.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Egress,
+		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bwenforce.CountersFunc(r.bandwidthCounters),
 		Limits: dataplane.LockedBandwidth(&r.mu, maps), View: r.bandwidthView, Log: log})
 	if err != nil {
 		return nil, err

@@ -313,7 +313,11 @@ func (r *RegionManager) Activate() {
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
 
-// Round runs one region round.
+// Round runs one region round, in its phases: gather the zones' reports
+// (and, newly active, what is in force), observe them into the
+// estimates, compute the zones' next shares (allocate every package and
+// direction, split each EIP's limit over its zones, budget the
+// increases), and publish them, decreases first.
 func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundStats, error) {
 	if active == nil {
 		active = alwaysActive
@@ -329,41 +333,62 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		return st, errNoPackages
 	}
 	st.Problems = len(probs)
+	g, err := r.gather(ctx, now, &st)
+	if err != nil {
+		return st, err
+	}
+	r.observe(g, now)
+	next, err := r.compute(g, pkgs, placed, now, &st)
+	if err != nil {
+		return st, err
+	}
+	return r.publish(ctx, active, next, now, st)
+}
+
+// gathered is one round's fresh reports: per EIP and direction the total
+// and each zone's part (one map entry per EIP: a round runs over every
+// EIP of the region), the size of each zone's report (its next set's
+// size at most) and the keys each zone carries.
+type gathered struct {
+	obs     map[bwstore.RateKey]*eipObs
+	zones   map[string]int
+	carries map[string][]bwstore.RateKey
+}
+
+// gather reads the zones' fresh reports; newly active, it reads back
+// what is in force from the region tier; and it forgets the limits and
+// holds that can no longer be in force below.
+func (r *RegionManager) gather(ctx context.Context, now time.Time, st *RoundStats) (gathered, error) {
 	snap, err := r.Store.ReadReports(ctx, RegionTier)
 	if err != nil {
-		return st, fmt.Errorf("region: reading the zones' reports: %w", err)
+		return gathered{}, fmt.Errorf("region: reading the zones' reports: %w", err)
 	}
-	malformed(r.cfg.Log, RegionTier, snap, &r.bad, &st)
-	// Per EIP and direction: the total and each zone's part (one map
-	// entry per EIP: this runs over every EIP of the region each round).
-	n := len(snap.Reports)
-	obs := make(map[bwstore.RateKey]*eipObs, n)
-	zones := map[string]int{} // fresh reports of each zone: its next set's size at most
-	carries := map[string][]bwstore.RateKey{}
+	malformed(r.cfg.Log, RegionTier, snap, &r.bad, st)
+	g := gathered{obs: make(map[bwstore.RateKey]*eipObs, len(snap.Reports)), zones: map[string]int{}, carries: map[string][]bwstore.RateKey{}}
 	for _, rep := range snap.Reports {
 		if !r.cfg.fresh(rep) {
 			st.Stale++
 			continue
 		}
-		zones[rep.Reporter]++
+		g.zones[rep.Reporter]++
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
-		carries[rep.Reporter] = append(carries[rep.Reporter], k)
-		o := obs[k]
+		g.carries[rep.Reporter] = append(g.carries[rep.Reporter], k)
+		o := g.obs[k]
 		if o == nil {
 			o = &eipObs{}
-			obs[k] = o
+			g.obs[k] = o
 		}
 		o.bytes = satAdd(o.bytes, rep.BytesPerSec)
 		o.drops = satAdd(o.drops, rep.DropBytesPerSec)
 		o.zones = append(o.zones, zoneObs{zone: rep.Reporter, zi: r.zoneIndex(rep.Reporter), bytes: rep.BytesPerSec, drops: rep.DropBytesPerSec})
 	}
-	st.Reporters = len(zones)
+	st.Reporters = len(g.zones)
 	// What is in force: read back from the region tier when newly active.
 	if r.first {
-		for z := range zones {
+		for z := range g.zones {
 			hl, ok, err := r.Store.ReadLimits(ctx, RegionTier, z)
 			if err != nil {
-				return st, fmt.Errorf("region: reading the limits in force of zone %s: %w", z, err)
+				return g, fmt.Errorf("region: reading the limits in force of zone %s: %w", z, err)
 			}
 			if ok {
 				at := now.Add(-hl.Age)
@@ -388,8 +413,14 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 			delete(r.hold, k)
 		}
 	}
-	// Estimates, each with the limit in force while it was measured.
-	for k, o := range obs {
+	return g, nil
+}
+
+// observe feeds the estimates, each with the limit in force while it
+// was measured: per EIP (the allocation's demand) and per EIP and zone
+// (the zone split's).
+func (r *RegionManager) observe(g gathered, now time.Time) {
+	for k, o := range g.obs {
 		var lim uint64
 		for _, z := range o.zones {
 			var zl uint64
@@ -403,111 +434,139 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	}
 	r.est.Prune(now)
 	r.zest.Prune(now)
+}
 
+// compute returns each fresh zone's next shares: every package and
+// direction allocated (allocate), with what silent zones may enforce
+// reserved off the capacities.
+func (r *RegionManager) compute(g gathered, pkgs []Package, placed *placement, now time.Time, st *RoundStats) (map[string]map[bwstore.RateKey]bwstore.Limit, error) {
 	next := map[string]map[bwstore.RateKey]bwstore.Limit{}
-	for z, n := range zones {
+	for z, n := range g.zones {
 		next[z] = make(map[bwstore.RateKey]bwstore.Limit, n) // sized: no rehash while a round fills it
 	}
 	inForce := r.possiblyInForce()
-	reserved := r.reserve(carries, pkgs, placed, inForce, now)
+	reserved := r.reserve(g.carries, pkgs, placed, inForce, now)
 	r.staticBase = map[hostRateKey]uint64{}
-	var in []bwalloc.EIP
-	var grants []bwalloc.Grant
-	var shares, hs []bwalloc.HostShare
+	var sc allocScratch
 	for pi := range pkgs {
 		p := &pkgs[pi]
 		contended := false
 		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
-			// The EIPs that are carried somewhere: reported now, within
-			// the estimator's grace, or with a limit of ours possibly in
-			// force. One that is carried nowhere takes no capacity (a
-			// host that starts carrying it reports it, and until its
-			// limit comes it holds the EIP to its static split).
-			//
-			// What silent zones may enforce is a fixed reservation: the
-			// live EIPs share the rest (an EIP also carried in a live
-			// zone gets its live part there, its min and max less the
-			// reservation), and one carried only in silent zones takes
-			// nothing more.
-			carried := false
-			capLive := p.Capacity
-			in = in[:0]
-			for _, e := range p.EIPs {
-				k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
-				o := obs[k]
-				if rb := min(bitRate(reserved[k]), p.Capacity); rb > 0 {
-					capLive -= min(capLive, rb)
-					if o == nil {
-						continue
-					}
-					if e.Max != 0 {
-						e.Max = max(e.Max, rb+8) - rb // at least 1 byte/s
-					}
-					e.Min -= min(e.Min, rb)
-					if e.Max != 0 {
-						e.Min = min(e.Min, e.Max)
-					}
-				}
-				d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
-				_, held := inForce[k]
-				if o == nil && d.Expired && !held {
-					continue
-				}
-				carried = carried || o != nil
-				e.Demand = d.Rate
-				in = append(in, e)
-			}
-			if !carried {
-				continue // nobody measures or enforces this direction
-			}
-			res, err := r.alloc.Package(capLive, in, bwalloc.Options{}, grants)
+			c, err := r.allocate(p, dir, g.obs, reserved, inForce, now, next, &sc, st)
 			if err != nil {
-				st.Problems++
-				r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
-				continue
+				return nil, err
 			}
-			grants = res.Grants
-			contended = contended || res.Contended
-			// The new zone shares, bytes/s.
-			var want []zoneRate
-			for _, g := range res.Grants {
-				k := bwstore.RateKey{EIP: g.Addr, Dir: dir}
-				o := obs[k]
-				if o == nil {
-					continue
-				}
-				hs = hs[:0]
-				for _, z := range o.zones {
-					var d uint64
-					if len(o.zones) > 1 { // one zone takes it all, whatever its demand
-						d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
-					}
-					hs = append(hs, bwalloc.HostShare{Host: z.zone, Demand: d})
-				}
-				shares, err = bwalloc.SplitHosts(shares, g.Limit/8, hs, r.cfg.HostFloor)
-				if err != nil {
-					return st, fmt.Errorf("region: package %s: splitting %s/%s: %w", p.Name, g.Addr, dir, err)
-				}
-				st.EIPs++
-				for _, s := range shares {
-					want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
-				}
-			}
-			held := r.budget(p, dir, want, inForce, now.Before(r.quiet))
-			st.Held += held
-			for _, w := range want {
-				if w.rate == 0 {
-					continue // an addition held back entirely: next round
-				}
-				next[w.Host][w.RateKey] = bwstore.Limit{EIP: w.EIP, Dir: w.Dir, RateBytes: w.rate, BurstBytes: p.burstBytes(w.rate)}
-			}
+			contended = contended || c
 		}
 		if contended {
 			st.Contended++
 		}
 	}
-	// Push: decreases first, then the rest. The budget already makes any
-	// order safe; the order makes room before it is used.
+	return next, nil
+}
+
+// allocScratch is what allocate reuses from one package to the next.
+type allocScratch struct {
+	in     []bwalloc.EIP
+	grants []bwalloc.Grant
+	shares []bwalloc.HostShare
+	hs     []bwalloc.HostShare
+}
+
+// allocate allocates one package in one direction and puts its zones'
+// shares into next: the EIPs that are carried somewhere (reported now,
+// within the estimator's grace, or with a limit of ours possibly in
+// force) share the capacity less what silent zones may enforce; each
+// EIP's limit is split over the zones reporting it by their demand; the
+// increases are budgeted. It says whether the package was contended; a
+// package the allocator refuses is skipped (counted in st.Problems).
+func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwstore.RateKey]*eipObs, reserved, inForce map[bwstore.RateKey]uint64,
+	now time.Time, next map[string]map[bwstore.RateKey]bwstore.Limit, sc *allocScratch, st *RoundStats) (bool, error) {
+	// One EIP that is carried nowhere takes no capacity (a host that
+	// starts carrying it reports it, and until its limit comes it holds
+	// the EIP to its static split).
+	//
+	// What silent zones may enforce is a fixed reservation: the live EIPs
+	// share the rest (an EIP also carried in a live zone gets its live
+	// part there, its min and max less the reservation), and one carried
+	// only in silent zones takes nothing more.
+	carried := false
+	capLive := p.Capacity
+	sc.in = sc.in[:0]
+	for _, e := range p.EIPs {
+		k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
+		o := obs[k]
+		if rb := min(bitRate(reserved[k]), p.Capacity); rb > 0 {
+			capLive -= min(capLive, rb)
+			if o == nil {
+				continue
+			}
+			if e.Max != 0 {
+				e.Max = max(e.Max, rb+8) - rb // at least 1 byte/s
+			}
+			e.Min -= min(e.Min, rb)
+			if e.Max != 0 {
+				e.Min = min(e.Min, e.Max)
+			}
+		}
+		d := r.est.Demand(k, now, capOf(e.Max, p.Capacity))
+		_, held := inForce[k]
+		if o == nil && d.Expired && !held {
+			continue
+		}
+		carried = carried || o != nil
+		e.Demand = d.Rate
+		sc.in = append(sc.in, e)
+	}
+	if !carried {
+		return false, nil // nobody measures or enforces this direction
+	}
+	res, err := r.alloc.Package(capLive, sc.in, bwalloc.Options{}, sc.grants)
+	if err != nil {
+		st.Problems++
+		r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
+		return false, nil
+	}
+	sc.grants = res.Grants
+	// The new zone shares, bytes/s.
+	var want []zoneRate
+	for _, g := range res.Grants {
+		k := bwstore.RateKey{EIP: g.Addr, Dir: dir}
+		o := obs[k]
+		if o == nil {
+			continue
+		}
+		sc.hs = sc.hs[:0]
+		for _, z := range o.zones {
+			var d uint64
+			if len(o.zones) > 1 { // one zone takes it all, whatever its demand
+				d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
+			}
+			sc.hs = append(sc.hs, bwalloc.HostShare{Host: z.zone, Demand: d})
+		}
+		sc.shares, err = bwalloc.SplitHosts(sc.shares, g.Limit/8, sc.hs, r.cfg.HostFloor)
+		if err != nil {
+			return false, fmt.Errorf("region: package %s: splitting %s/%s: %w", p.Name, g.Addr, dir, err)
+		}
+		st.EIPs++
+		for _, s := range sc.shares {
+			want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
+		}
+	}
+	st.Held += r.budget(p, dir, want, inForce, now.Before(r.quiet))
+	for _, w := range want {
+		if w.rate == 0 {
+			continue // an addition held back entirely: next round
+		}
+		next[w.Host][w.RateKey] = bwstore.Limit{EIP: w.EIP, Dir: w.Dir, RateBytes: w.rate, BurstBytes: p.burstBytes(w.rate)}
+	}
+	return res.Contended, nil
+}
+
+// publish writes each zone its next shares: decreases first, then the
+// rest. The budget already makes any order safe; the order makes room
+// before it is used. No increase is written after a decrease failed.
+func (r *RegionManager) publish(ctx context.Context, active func() error, next map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time, st RoundStats) (RoundStats, error) {
 	alive := map[string]written{}
 	for z, w := range r.force {
 		if now.Sub(w.at) < r.cfg.Grace {
@@ -516,16 +575,7 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 	}
 	p1, p2 := phases(alive, next, now, r.cfg.Grace)
 	st.Decreases = len(p1)
-	res := writeAll(ctx, r.Store, r.gens, active, RegionTier, r.cfg.Grace, p1, now, r.cfg.Concurrency)
-	for z, err := range res {
-		if err != nil {
-			st.PushErrors++
-			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
-			continue
-		}
-		r.remember(z, p1[z], now)
-		st.Writes++
-	}
+	r.write(ctx, active, p1, now, &st)
 	if err := active(); err != nil {
 		return st, err
 	}
@@ -533,20 +583,25 @@ func (r *RegionManager) Round(ctx context.Context, active func() error) (RoundSt
 		st.Held += len(p2)
 		return st, fmt.Errorf("region: %d decrease writes failed; increases held", st.PushErrors)
 	}
-	res = writeAll(ctx, r.Store, r.gens, active, RegionTier, r.cfg.Grace, p2, now, r.cfg.Concurrency)
+	r.write(ctx, active, p2, now, &st)
+	if st.PushErrors > 0 {
+		return st, fmt.Errorf("region: %d limit writes failed", st.PushErrors)
+	}
+	return st, active()
+}
+
+// write writes one phase's zone limits and remembers those written.
+func (r *RegionManager) write(ctx context.Context, active func() error, ph map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time, st *RoundStats) {
+	res := writeAll(ctx, r.Store, r.gens, active, RegionTier, r.cfg.Grace, ph, now, r.cfg.Concurrency)
 	for z, err := range res {
 		if err != nil {
 			st.PushErrors++
 			r.cfg.Log.Warn("bandwidth region manager: zone limits not written", "zone", z, "err", err)
 			continue
 		}
-		r.remember(z, p2[z], now)
+		r.remember(z, ph[z], now)
 		st.Writes++
 	}
-	if st.PushErrors > 0 {
-		return st, fmt.Errorf("region: %d limit writes failed", st.PushErrors)
-	}
-	return st, active()
 }
 
 // eipObs is one EIP and direction's reports in a round.

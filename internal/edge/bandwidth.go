@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -40,8 +41,8 @@ type BandwidthConfig struct {
 // bwState is the reconciler's side of the bandwidth host.
 type bwState struct {
 	zone  string
-	view  bandwidth.View // as of the last currentView (EIPs nil: before the first commit)
-	host  *bandwidth.Host
+	view  bwenforce.View // as of the last currentView (EIPs nil: before the first commit)
+	host  *bwenforce.Host
 	ann   setplan.Announcing // set -> edges announcing (nil: not read yet)
 	dirty bool               // the view must be computed again
 	ready bool               // a commit happened: the index holds the desired state
@@ -56,9 +57,9 @@ func liveMembers(set *model.EdgeSet, ann setplan.Announcing) int {
 }
 
 // bandwidthView computes the edge's view from the index (under r.mu).
-func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
+func (r *Reconciler) bandwidthView() (bwenforce.View, error) {
 	x := r.idx
-	v := bandwidth.View{Zone: r.bw.zone, EIPs: map[netip.Addr]bandwidth.Carried{}}
+	v := bwenforce.View{Zone: r.bw.zone, EIPs: map[netip.Addr]bwenforce.Carried{}}
 	set, _, ok := x.edgeSetOf(r.cfg.Name)
 	if !ok || len(x.bwOf) == 0 {
 		return v, nil
@@ -95,7 +96,7 @@ func (r *Reconciler) bandwidthView() (bandwidth.View, error) {
 		}
 		return n
 	}
-	return bandwidth.NewView(r.bw.zone, x.packages, func(a netip.Addr) (string, bool) {
+	return bwenforce.NewView(r.bw.zone, x.packages, func(a netip.Addr) (string, bool) {
 		p, ok := x.bwOf[a]
 		return p, ok
 	}, addrs, carriers)
@@ -125,7 +126,7 @@ func (r *Reconciler) bandwidthCommitted() {
 // currentView returns the edge's view, computed again first if a change
 // touched it (the host's View); before the first commit, a view with
 // EIPs nil (the host changes nothing).
-func (r *Reconciler) currentView() bandwidth.View {
+func (r *Reconciler) currentView() bwenforce.View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bw.dirty && r.bw.ready && !r.loading {
@@ -155,7 +156,7 @@ func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 // EnableBandwidth creates the edge's bandwidth reporter and enforcer over
 // limits (the edge's data plane), reading counters through meter; call
 // it before the first commit, then run the returned host.
-func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limits dataplane.BandwidthMaps, log *slog.Logger) (*bandwidth.Host, error) {
+func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limits dataplane.BandwidthMaps, log *slog.Logger) (*bwenforce.Host, error) {
 	if cfg.Zone == "" {
 		cfg.Zone = DefaultBandwidthZone
 	}
@@ -164,11 +165,11 @@ func (r *Reconciler) EnableBandwidth(cfg BandwidthConfig, meter *rateMeter, limi
 		interval = bandwidth.DefaultInterval
 	}
 	st := &bwState{zone: cfg.Zone, dirty: true}
-	counters := func() (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+	counters := func() (map[netip.Addr]bwenforce.Reading, time.Time, error) {
 		return meter.counters(r.maps, time.Now(), interval/2, r.currentView().EIPs)
 	}
-	h, err := bandwidth.NewHost(bandwidth.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
-		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bandwidth.CountersFunc(counters),
+	h, err := bwenforce.NewHost(bwenforce.HostConfig{Store: cfg.Store, Reporter: r.cfg.Name, Dir: bwstore.Ingress,
+		Interval: cfg.Interval, Grace: cfg.Grace, Counters: bwenforce.CountersFunc(counters),
 		Limits: dataplane.LockedBandwidth(&r.mu, limits), View: r.currentView, Log: log})
 	if err != nil {
 		return nil, err

@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/bgp"
+	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/connsync"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
@@ -219,7 +219,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	// Shared bandwidth (bandwidth.go) reads the counters the rate
 	// reports read, through one meter.
 	meter := newRateMeter(cfg.Rates)
-	var bw *bandwidth.Host
+	var bw *bwenforce.Host
 	if cfg.Bandwidth.Store != nil {
 		blog := log.With("part", "bandwidth")
 		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, meter, dp, blog); err != nil {
@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}()
 		defer func() { <-bwDone }() // before the data plane and the store close
 	} else {
-		bandwidth.ClearLimits(dp, log)
+		bwenforce.ClearLimits(dp, log)
 	}
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/azgate/azgate/internal/bandwidth"
+	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -193,7 +193,7 @@ func (m *rateMeter) measure(maps dataplane.EdgeMaps, now time.Time) (*model.Rate
 // when they were read: the rate loop's last reading when it is at most
 // maxAge old, else a new reading (the next rate report then measures from
 // it, over a shorter interval).
-func (m *rateMeter) counters(maps dataplane.EdgeMaps, now time.Time, maxAge time.Duration, want map[netip.Addr]bandwidth.Carried) (map[netip.Addr]bandwidth.Reading, time.Time, error) {
+func (m *rateMeter) counters(maps dataplane.EdgeMaps, now time.Time, maxAge time.Duration, want map[netip.Addr]bwenforce.Carried) (map[netip.Addr]bwenforce.Reading, time.Time, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.at.IsZero() || now.Sub(m.at) > maxAge || now.Before(m.at) {
@@ -203,10 +203,10 @@ func (m *rateMeter) counters(maps dataplane.EdgeMaps, now time.Time, maxAge time
 		m.prev, m.cur = m.cur, m.prev
 		m.at = now
 	}
-	out := make(map[netip.Addr]bandwidth.Reading, len(want))
+	out := make(map[netip.Addr]bwenforce.Reading, len(want))
 	for i, r := range m.prev {
 		if _, ok := want[r.addr]; ok && r.addr.IsValid() {
-			out[r.addr] = bandwidth.Reading{Bytes: r.c.RxBytes, Packets: r.c.RxPackets, Slot: uint32(i)}
+			out[r.addr] = bwenforce.Reading{Bytes: r.c.RxBytes, Packets: r.c.RxPackets, Slot: uint32(i)}
 		}
 	}
 	return out, m.at, nil

@@ -13,7 +13,7 @@ type BandwidthStatus struct {
 	// LimitsAgeMS is the age of the managed limits held, since the
 	// manager wrote them (-1: none).
 	LimitsAgeMS int64 `json:"limits_age_ms"`
-	// Counters since the node started (see bandwidth.HostCounts).
+	// Counters since the node started (see bwenforce.HostCounts).
 	Reports         uint64 `json:"reports"`
 	ReportErrors    uint64 `json:"report_errors,omitempty"`
 	LimitReads      uint64 `json:"limit_reads,omitempty"`

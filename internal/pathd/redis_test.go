@@ -17,9 +17,15 @@ import (
 	"github.com/azgate/azgate/internal/pathd/hopstore"
 )
 
+// hopConfig is the hop store's Config for a test redis-server (started
+// with bwstoretest; hopstore itself does not import bwstore).
+func hopConfig(c bwstore.RedisConfig) hopstore.Config {
+	return hopstore.Config{Network: c.Network, Addr: c.Addr, Username: c.Username, Password: c.Password, TLS: c.TLS, PoolSize: c.PoolSize}
+}
+
 func redisHops(t *testing.T, cfg bwstore.RedisConfig) *hopstore.Redis {
 	t.Helper()
-	h, err := hopstore.NewRedis("eu", cfg, nil)
+	h, err := hopstore.NewRedis("eu", hopConfig(cfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func TestRestartFromReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func() hopstore.Store {
-		h, err := hopstore.NewRedis("eu", primary.Config(), []bwstore.RedisConfig{replica.Config()})
+		h, err := hopstore.NewRedis("eu", hopConfig(primary.Config()), []hopstore.Config{hopConfig(replica.Config())})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +220,7 @@ func TestRegionsWithClusters(t *testing.T) {
 			}
 		}
 		for k := range 2 {
-			h, err := hopstore.NewRedis(r, srv.Config(), nil)
+			h, err := hopstore.NewRedis(r, hopConfig(srv.Config()), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,9 @@ import (
 // TestLayers holds issue 7's layering: no package but internal/store
 // imports the etcd client (tests may), none but internal/bgp imports
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
-// edge. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
+// neither the data plane nor cilium/ebpf (the hosts' enforcement is
+// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -48,6 +50,12 @@ func TestLayers(t *testing.T) {
 			}
 			if strings.HasPrefix(p, "github.com/redis/go-redis/") && rel != "internal/bwstore" && rel != "internal/pathd/hopstore" {
 				t.Errorf("%s imports %s: only internal/bwstore and internal/pathd/hopstore may reach Redis", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if rel == "internal/bandwidth" && (p == "github.com/azgate/azgate/internal/dataplane" || strings.HasPrefix(p, "github.com/cilium/")) {
+				t.Errorf("%s imports %s: the managers do not link the data plane (internal/bwenforce does)", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if rel == "internal/pathd/hopstore" && strings.HasPrefix(p, "github.com/azgate/azgate/internal/bwstore") {
+				t.Errorf("%s imports %s: the hop store has its own Redis client", filepath.Join(rel, filepath.Base(path)), p)
 			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))

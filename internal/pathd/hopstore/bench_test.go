@@ -15,7 +15,7 @@ import (
 // reading side: Changes of the same 4,096 rows, and a Load of 250,000.
 func BenchmarkRedisSave(b *testing.B) {
 	_, srv := bwstoretest.Redis(b)
-	s, err := NewRedis("eu", srv.Config(), nil)
+	s, err := NewRedis("eu", configOf(srv.Config()), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type maker func(t *testing.T) (Store, func(field, value string))
 func redisMaker(t *testing.T) (Store, func(string, string)) {
 	r, srv := bwstoretest.Redis(t)
 	r.Close()
-	s, err := NewRedis("eu-1", srv.Config(), nil)
+	s, err := NewRedis("eu-1", configOf(srv.Config()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestReplicaFallback(t *testing.T) {
 	if err := rc.Client().ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(port)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewRedis("eu-1", primary.Config(), []bwstore.RedisConfig{replica.Config()})
+	s, err := NewRedis("eu-1", configOf(primary.Config()), []Config{configOf(replica.Config())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func freePort(t *testing.T) int {
 func TestChangesAfterDataLoss(t *testing.T) {
 	ctx := context.Background()
 	r, srv := bwstoretest.Redis(t)
-	rs, err := NewRedis("eu", srv.Config(), nil)
+	rs, err := NewRedis("eu", configOf(srv.Config()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package hopstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/pathcomp"
 )
 
@@ -36,8 +36,8 @@ type Redis struct {
 	hops     string
 	ver      string
 	vers     string
-	primary  *bwstore.Redis
-	replicas []*bwstore.Redis
+	primary  *redis.Client
+	replicas []*redis.Client
 	names    []string // "primary", "replica 1", ... for Loaded.From
 	timeout  time.Duration
 }
@@ -45,23 +45,82 @@ type Redis struct {
 // Timeout is each call's bound (one round trip or script).
 const Timeout = 2 * time.Second
 
+// Config says how to reach one redis-server of a cluster. It is pathd's
+// own (not the bandwidth store's): the hop store shares nothing with
+// bwstore but the go-redis library.
+type Config struct {
+	// Network is "unix" (Addr is a socket path) or "tcp" (host:port).
+	Network string
+	Addr    string
+	// Username and Password for AUTH (ACL user, or requirepass with no
+	// user); empty means none.
+	Username, Password string
+	// TLS, if not nil, is used for every connection (tcp only).
+	TLS *tls.Config
+	// PoolSize is go-redis's connection pool size (default 4).
+	PoolSize int
+}
+
+// ConfigFromURL reads redis://[user:pass@]host:port, rediss://... (TLS) or
+// unix://[user:pass@]/path/to/socket; only database 0 is used.
+func ConfigFromURL(u string) (Config, error) {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return Config{}, fmt.Errorf("hopstore: redis url: %w", err)
+	}
+	if o.DB != 0 {
+		return Config{}, fmt.Errorf("hopstore: redis url: database %d: only database 0 is used", o.DB)
+	}
+	return Config{Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, TLS: o.TLSConfig}, nil
+}
+
+// client checks c and returns its go-redis client, which dials lazily,
+// every dial, read and write bounded by Timeout.
+func (c Config) client() (*redis.Client, error) {
+	if c.Network != "unix" && c.Network != "tcp" {
+		return nil, fmt.Errorf("redis network %q: want unix or tcp", c.Network)
+	}
+	if c.Addr == "" {
+		return nil, errors.New("redis address is empty")
+	}
+	if c.TLS != nil && c.Network != "tcp" {
+		return nil, errors.New("redis TLS is for tcp only")
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = 4
+	}
+	return redis.NewClient(&redis.Options{
+		Network:               c.Network,
+		Addr:                  c.Addr,
+		Username:              c.Username,
+		Password:              c.Password,
+		TLSConfig:             c.TLS,
+		DialTimeout:           Timeout,
+		ReadTimeout:           Timeout,
+		WriteTimeout:          Timeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              c.PoolSize,
+		MaxRetries:            1,
+		DisableIdentity:       true, // no CLIENT SETINFO: older servers and ACLs refuse it
+		Protocol:              2,
+	}), nil
+}
+
 // NewRedis returns the store of cluster on primary, reading from the
 // replicas at Load when the primary fails. go-redis dials lazily: Ping
 // checks.
-func NewRedis(cluster string, primary bwstore.RedisConfig, replicas []bwstore.RedisConfig) (*Redis, error) {
+func NewRedis(cluster string, primary Config, replicas []Config) (*Redis, error) {
 	if err := pathcomp.ValidateName(cluster); err != nil {
 		return nil, fmt.Errorf("hopstore: cluster: %w", err)
 	}
-	primary.CallTimeout = Timeout
-	p, err := bwstore.NewRedis(primary)
+	p, err := primary.client()
 	if err != nil {
 		return nil, fmt.Errorf("hopstore: primary: %w", err)
 	}
 	r := &Redis{cluster: cluster, hops: keyPrefix + cluster + ":hops", ver: keyPrefix + cluster + ":ver",
 		vers: keyPrefix + cluster + ":vers", primary: p, names: []string{"primary"}, timeout: Timeout}
 	for i, c := range replicas {
-		c.CallTimeout = Timeout
-		x, err := bwstore.NewRedis(c)
+		x, err := c.client()
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("hopstore: replica %d: %w", i+1, err)
@@ -84,8 +143,10 @@ func (r *Redis) Close() error {
 // Ping implements Store: the primary answers PING (the replicas are not
 // written; a pathd whose primary is gone cannot keep its figures).
 func (r *Redis) Ping(ctx context.Context) error {
-	if err := r.primary.Ping(ctx); err != nil {
-		return fmt.Errorf("hopstore: cluster %s: %w", r.cluster, err)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := r.primary.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("hopstore: cluster %s: redis ping: %w", r.cluster, err)
 	}
 	return nil
 }
@@ -117,7 +178,7 @@ func (r *Redis) Save(ctx context.Context, recs []pathcomp.HopRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	keys := []string{r.hops, r.ver, r.vers}
-	c := r.primary.Client()
+	c := r.primary
 	// Load the script once (EVALSHA in a pipeline cannot fall back to EVAL).
 	if err := saveScript.Load(ctx, c).Err(); err != nil {
 		return fmt.Errorf("hopstore: cluster %s: save: %w", r.cluster, err)
@@ -162,8 +223,7 @@ func (r *Redis) Load(ctx context.Context) (Loaded, error) {
 	return Loaded{}, fmt.Errorf("hopstore: cluster %s: load: %w", r.cluster, errors.Join(errs...))
 }
 
-func (r *Redis) load(ctx context.Context, s *bwstore.Redis) (Loaded, error) {
-	c := s.Client()
+func (r *Redis) load(ctx context.Context, c *redis.Client) (Loaded, error) {
 	var l Loaded
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	v, err := c.Get(cctx, r.ver).Uint64()
@@ -205,7 +265,7 @@ func (r *Redis) Changes(ctx context.Context, since uint64, max int) (Loaded, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	c := r.primary.Client()
+	c := r.primary
 	ver, err := c.Get(ctx, r.ver).Uint64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return l, fmt.Errorf("hopstore: cluster %s: changes: %s: %w", r.cluster, r.ver, err)
@@ -268,7 +328,7 @@ return n`)
 // Expire implements Store: HSCAN the rows, delete those last reported
 // before before, and rows that do not parse (nobody can read them).
 func (r *Redis) Expire(ctx context.Context, before time.Time) (int, error) {
-	c := r.primary.Client()
+	c := r.primary
 	var cursor uint64
 	total := 0
 	for {
@@ -301,4 +361,4 @@ func (r *Redis) Expire(ctx context.Context, before time.Time) (int, error) {
 }
 
 // Client is the primary's go-redis client (tests).
-func (r *Redis) Client() *redis.Client { return r.primary.Client() }
+func (r *Redis) Client() *redis.Client { return r.primary }

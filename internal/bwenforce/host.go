@@ -1,4 +1,11 @@
-package bandwidth
+// Package bwenforce is the hosts' tier of shared bandwidth (issue 10):
+// an agent (egress) or an edge (ingress) measures each packaged EIP's
+// rate from the data plane's counters, reports it to its zone's store,
+// polls the limits its zone manager writes and enforces them in the XDP
+// token buckets (dataplane.BandwidthMaps), or the package's static split
+// when no manager spoke for a grace. It is apart from internal/bandwidth
+// (the managers) so that `azgate bwmgr` does not link the data plane.
+package bwenforce
 
 import (
 	"context"
@@ -10,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/bwalloc"
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
@@ -148,9 +156,9 @@ type HostConfig struct {
 	// (agents) or the edge's.
 	Reporter string
 	Dir      bwstore.Direction // Egress (agents) or Ingress (edges)
-	Interval time.Duration     // between reports (0: DefaultInterval)
+	Interval time.Duration     // between reports (0: bandwidth.DefaultInterval)
 	// Grace is how long the node keeps limits it can no longer confirm
-	// (store unreachable) before the static split (0: DefaultGrace). The
+	// (store unreachable) before the static split (0: bandwidth.DefaultGrace). The
 	// managers push limits with this TTL, so limits that expired mean no
 	// manager spoke for that long: the node falls back at once.
 	Grace    time.Duration
@@ -228,10 +236,10 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		return nil, fmt.Errorf("bandwidth host %s: direction %v is neither egress nor ingress", cfg.Reporter, cfg.Dir)
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = bandwidth.DefaultInterval
 	}
 	if cfg.Grace == 0 {
-		cfg.Grace = DefaultGrace
+		cfg.Grace = bandwidth.DefaultGrace
 	}
 	if cfg.Interval < 10*time.Millisecond || cfg.Interval > time.Minute {
 		return nil, fmt.Errorf("bandwidth host %s: interval %v: want 10ms-1m", cfg.Reporter, cfg.Interval)
@@ -704,10 +712,10 @@ func rateBounds(c Carried) (lo, hi uint64) {
 }
 
 // burstOf is a rate's burst in c's package: rate × burst time, at least
-// MinBurstBytes, at most 2^32-1.
+// bandwidth.MinBurstBytes, at most 2^32-1.
 func burstOf(c Carried, rate uint64) uint32 {
 	p := model.BandwidthPackage{Burst: model.Duration(c.Burst)}
-	return uint32(min(max(p.BurstBytes(rate), MinBurstBytes), math.MaxUint32))
+	return uint32(min(max(p.BurstBytes(rate), bandwidth.MinBurstBytes), math.MaxUint32))
 }
 
 func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
@@ -727,8 +735,8 @@ func managedTarget(c Carried, l bwstore.Limit) (Target, bool) {
 	switch {
 	case burst > maxBurst:
 		burst, clamped = maxBurst, true
-	case burst < MinBurstBytes:
-		burst = MinBurstBytes
+	case burst < bandwidth.MinBurstBytes:
+		burst = bandwidth.MinBurstBytes
 	}
 	return Target{Rate: rate, Burst: uint32(burst), Mode: Managed}, clamped
 }

@@ -1,4 +1,4 @@
-package bandwidth
+package bwenforce
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -112,15 +112,15 @@ func TestTargets(t *testing.T) {
 		{"managed", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 20_000}, Target{8_000_000, 20_000, Managed}, 0},
 		{"managed above the capacity", c, &bwstore.Limit{RateBytes: 1 << 60, BurstBytes: 20_000}, Target{100_000_000, 20_000, Managed}, 1},
 		{"managed burst absurd", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 1 << 40}, Target{8_000_000, 250_000, Managed}, 1},
-		{"managed burst below the floor", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 10}, Target{8_000_000, MinBurstBytes, Managed}, 0},
-		{"managed zero: the least enforceable, not unlimited", c, &bwstore.Limit{}, Target{dataplane.MinBandwidthRate, MinBurstBytes, Managed}, 0},
+		{"managed burst below the floor", c, &bwstore.Limit{RateBytes: 1_000_000, BurstBytes: 10}, Target{8_000_000, bandwidth.MinBurstBytes, Managed}, 0},
+		{"managed zero: the least enforceable, not unlimited", c, &bwstore.Limit{}, Target{dataplane.MinBandwidthRate, bandwidth.MinBurstBytes, Managed}, 0},
 		{"static", c, nil, Target{40_000_000, 100_000, Static}, 0},
 		{"static over three edges", Carried{Capacity: 100_000_000, Burst: 20 * time.Millisecond, Static: 30_000_000, Carriers: 3}, nil,
 			Target{10_000_000, 25_000, Static}, 0},
 		{"static carriers 0 counts as 1", Carried{Capacity: 100_000_000, Burst: 20 * time.Millisecond, Static: 30_000_000}, nil,
 			Target{30_000_000, 75_000, Static}, 0},
 		{"static tiny", Carried{Capacity: 1000, Burst: 20 * time.Millisecond, Static: 1000, Carriers: 2}, nil,
-			Target{dataplane.MinBandwidthRate, MinBurstBytes, Static}, 0},
+			Target{dataplane.MinBandwidthRate, bandwidth.MinBurstBytes, Static}, 0},
 	} {
 		var lim map[netip.Addr]bwstore.Limit
 		if tc.lim != nil {
@@ -369,7 +369,7 @@ func TestHostLimits(t *testing.T) {
 	late := ad("203.0.113.9")
 	b.view.EIPs[late] = b.view.EIPs[eipA]
 	b.h.Enforce()
-	if got := b.limits()[late]; got != (dataplane.Bandwidth{Rate: 8000, Burst: MinBurstBytes}) {
+	if got := b.limits()[late]; got != (dataplane.Bandwidth{Rate: 8000, Burst: bandwidth.MinBurstBytes}) {
 		t.Fatalf("late EIP: %v, want its pushed 1000 B/s", got)
 	}
 	delete(b.view.EIPs, late)
@@ -475,44 +475,6 @@ func equal(a, b map[netip.Addr]dataplane.Bandwidth) bool {
 		}
 	}
 	return true
-}
-
-func TestOpenStoreForRoles(t *testing.T) {
-	if s, err := OpenStore("", ""); err != nil || s == nil {
-		t.Fatalf("default: %v", err)
-	}
-	if _, err := OpenStore("mem:", ""); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"http://x", "redis://:secret@127.0.0.1:6379"} {
-		if _, err := OpenStore(u, ""); err == nil {
-			t.Errorf("%s accepted", u)
-		}
-	}
-	dir := t.TempDir()
-	loose := dir + "/loose"
-	if err := writeFile(loose, "pw\n", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := OpenStore("unix:///tmp/x.sock", loose); err == nil {
-		t.Error("a password file readable by others accepted")
-	}
-	tight := dir + "/tight"
-	if err := writeFile(tight, "pw\n", 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := OpenStore("unix:///tmp/x.sock", tight)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-}
-
-func writeFile(path, s string, mode os.FileMode) error {
-	if err := os.WriteFile(path, []byte(s), mode); err != nil {
-		return err
-	}
-	return os.Chmod(path, mode)
 }
 
 // TestHostQuietWithoutPackages: a node that carries no packaged EIP writes
