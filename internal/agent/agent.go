@@ -591,6 +591,11 @@ func (k *kernelLinks) KeepResolved(group string, addrs []netip.Addr) { k.nb.Keep
 
 // Run loads (or re-adopts) the agent data plane and follows the store.
 func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string) error {
+	// Every goroutine started below ends with this context: an error
+	// after one started must end it too, or Run waits for it forever
+	// (issue 17.4).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -642,7 +647,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 			defer close(bwDone)
 			bw.Run(ctx)
 		}()
-		defer func() { <-bwDone }() // before the data plane and the store close
+		defer func() { cancel(); <-bwDone }() // before the data plane and the store close
 	} else {
 		bandwidth.ClearLimits(dp, cfg.Log)
 	}
