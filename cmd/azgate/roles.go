@@ -21,6 +21,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -36,8 +37,15 @@ func roleLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
+// signalContext is a role's context: it ends on SIGINT or SIGTERM, and
+// then (or when the role returns) systemd is told the role is stopping.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		sdnotify.Notify(sdnotify.Stopping) // best effort: nothing to log it with here
+	}()
+	return ctx, cancel
 }
 
 // roleResult is what a role returns once its Run returned: nil when a

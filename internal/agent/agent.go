@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -679,5 +680,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "agent", cfg.MetricsToken, status, cfg.Log)
 	}
-	return st.Follow(ctx, rec.Handle)
+	var ready sync.Once // attached, and the first full state applied
+	return st.Follow(ctx, func(s *model.State, rev int64, evs []store.Event, full bool) {
+		rec.Handle(s, rev, evs, full)
+		ready.Do(func() { sdnotify.Tell(cfg.Log, sdnotify.Ready) })
+	})
 }

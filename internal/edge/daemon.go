@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -208,11 +209,16 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 	}
 	go func() {
+		ready := false
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-applied:
+				if !ready { // attached, and the first full load applied
+					ready = true
+					sdnotify.Tell(log, sdnotify.Ready)
+				}
 				ann.Kick()
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
