@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
 )
 
 // TestMain lets a test run this test binary as the azgate command itself
@@ -72,7 +74,9 @@ func TestRoleStartFailure(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing-token")
 	noEtcd := "unix://" + filepath.Join(dir, "no-etcd.sock")
-	pins := func(n string) string { return filepath.Join("/sys/fs/bpf", fmt.Sprintf("azgt-start-%s-%d", n, os.Getpid())) }
+	pins := func(n string) string {
+		return filepath.Join("/sys/fs/bpf", fmt.Sprintf("azgt-start-%s-%d", n, os.Getpid()))
+	}
 	for _, c := range []struct {
 		role  string
 		root  bool
@@ -101,7 +105,7 @@ func TestRoleStartFailure(t *testing.T) {
 				t.Skip("needs root: loads the XDP data plane")
 			}
 			if c.root {
-				t.Cleanup(func() { os.RemoveAll(c.args[8]) })
+				t.Cleanup(func() { dataplane.RemovePins(c.args[6]) }) // --pin-dir
 			}
 			cmd, out := startRole(t, nil, c.args...)
 			if code := waitExit(t, cmd, out, time.Minute); code == 0 {
