@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/announce"
 	"github.com/azgate/azgate/internal/bgp"
 	"github.com/azgate/azgate/internal/probe"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 )
 
@@ -228,6 +229,7 @@ by default) serves GET /metrics and /status on a loopback address only
 						}
 					}()
 				}
+				sdnotify.Tell(log, sdnotify.Ready) // configured, the status listener open
 				return a.Run(ctx)
 			},
 		}

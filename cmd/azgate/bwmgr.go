@@ -171,11 +171,7 @@ func runBwmgr(f bwmgrFlags) error {
 	}
 	err = bandwidth.Run(ctx, st, r, bandwidth.RunOptions{Key: bandwidth.ScopeKey(f.scope, f.zone), Holder: f.name,
 		Claim: store.ClaimOptions{TTL: f.leaseTTL}, Interval: f.interval, Log: log, Metrics: met})
-	if ctx.Err() != nil {
-		log.Info("bandwidth manager stopping; scope released")
-		return nil
-	}
-	return err
+	return roleResult(ctx, log, "bwmgr", err, "bandwidth manager stopping; scope released")
 }
 
 // followPackages keeps the region manager's packages equal to the store's

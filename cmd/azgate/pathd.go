@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/pathcomp"
 	"github.com/azgate/azgate/internal/pathd"
 	"github.com/azgate/azgate/internal/pathd/hopstore"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 )
 
@@ -209,6 +210,7 @@ func runPathdCtx(ctx context.Context, f pathdFlags, listening func(string)) erro
 		listening(ln.Addr().String())
 	}
 	cfg.Log.Info("pathd serving", "listen", ln.Addr().String(), "source", s.Source(), "peers", len(cfg.Peers), "tls", f.tlsCert != "")
+	sdnotify.Tell(cfg.Log, sdnotify.Ready) // configured, the API listening
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	err = s.Serve(ctx, ln, f.tlsCert, f.tlsKey)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/prober"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 )
 
@@ -113,6 +114,7 @@ func runProber(f proberFlags) error {
 		go nodemetrics.ServeRegistry(ctx, f.metricsListen, prober.NewRegistry(p), mtoken, log)
 	}
 	log.Info("prober running", "node", f.node, "targets", len(relays)+len(origins), "report_url", f.reportURL)
+	sdnotify.Tell(log, sdnotify.Ready) // configured: probing starts now
 	p.Run(ctx)
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -36,8 +37,29 @@ func roleLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
+// signalContext is a role's context: it ends on SIGINT or SIGTERM, and
+// then (or when the role returns) systemd is told the role is stopping.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		sdnotify.Notify(sdnotify.Stopping) // best effort: nothing to log it with here
+	}()
+	return ctx, cancel
+}
+
+// roleResult is what a role returns once its Run returned: nil when a
+// signal ended it (Run then returns nil or the context's error), and its
+// error otherwise, logged with its cause, so that main exits non-zero.
+// An error is never dropped because a signal came meanwhile: a role that
+// failed to start and was then stopped still failed (issue 17.4).
+func roleResult(ctx context.Context, log *slog.Logger, role string, err error, stopping string) error {
+	if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		log.Info(stopping)
+		return nil
+	}
+	log.Error(role+" failed", "err", err)
+	return err
 }
 
 // daemonFlags are shared by the data-plane roles.
@@ -251,12 +273,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					}
 					cfg.ARP.Gateway = a
 				}
-				err = edge.Run(ctx, cfg, st, load, df.metricsListen)
-				if ctx.Err() != nil {
-					log.Info("edge stopping; the data plane keeps forwarding")
-					return nil
-				}
-				return err
+				return roleResult(ctx, log, "edge", edge.Run(ctx, cfg, st, load, df.metricsListen),
+					"edge stopping; the data plane keeps forwarding")
 			},
 		}
 		df.add(c)
@@ -343,12 +361,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				err = agent.Run(ctx, cfg, st, load, df.metricsListen)
-				if ctx.Err() != nil {
-					log.Info("agent stopping; the data plane keeps forwarding")
-					return nil
-				}
-				return err
+				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load, df.metricsListen),
+					"agent stopping; the data plane keeps forwarding")
 			},
 		}
 		df.add(c)

@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -598,6 +599,11 @@ func (k *kernelLinks) KeepResolved(group string, addrs []netip.Addr) { k.nb.Keep
 
 // Run loads (or re-adopts) the agent data plane and follows the store.
 func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string) error {
+	// Every goroutine started below ends with this context: an error
+	// after one started must end it too, or Run waits for it forever
+	// (issue 17.4).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -649,7 +655,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 			defer close(bwDone)
 			bw.Run(ctx)
 		}()
-		defer func() { <-bwDone }() // before the data plane and the store close
+		defer func() { cancel(); <-bwDone }() // before the data plane and the store close
 	} else {
 		bwenforce.ClearLimits(dp, cfg.Log)
 	}
@@ -681,5 +687,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "agent", cfg.MetricsToken, status, cfg.Log)
 	}
-	return st.Follow(ctx, rec.Handle)
+	var ready sync.Once // attached, and the first full state applied
+	return st.Follow(ctx, func(s *model.State, rev int64, evs []store.Event, full bool) {
+		rec.Handle(s, rev, evs, full)
+		ready.Do(func() { sdnotify.Tell(cfg.Log, sdnotify.Ready) })
+	})
 }

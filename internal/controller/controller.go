@@ -40,6 +40,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -282,6 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	sdnotify.Tell(s.log, sdnotify.Ready) // the store loaded, the API listening
 	select {
 	case <-ctx.Done():
 	case err = <-s.fatal:

@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -37,6 +38,12 @@ type Store interface {
 // stays attached and keeps forwarding with the last state (but answers
 // ARP no more: another member of the set takes that over).
 func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, metricsListen string) error {
+	// Every goroutine started below ends with this context; a start-up
+	// error after one of them started must end them too, or Run would
+	// wait for them forever (issue 17.4: an attach that failed after the
+	// ARP owner started hung the edge with nothing logged).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -106,7 +113,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		defer close(arpDone)
 		arp.run(ctx)
 	}()
-	defer func() { <-arpDone }() // it stops answering and gives its scope up first
+	defer func() { cancel(); <-arpDone }() // it stops answering and gives its scope up first
 	for _, ifname := range cfg.Interfaces {
 		if err := dp.Attach(ifname); err != nil {
 			return err
@@ -183,8 +190,10 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	defer func() {
 		// SIGTERM (ctx ended): withdraw, wait until every peer was sent
 		// the withdrawal, delete the announce key; XDP stays attached.
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		// A start-up error takes the same way out.
+		cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
 		if err := ann.Shutdown(sctx); err != nil {
 			log.Warn("withdrawal on shutdown incomplete", "err", err)
 		} else {
@@ -200,11 +209,16 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		}
 	}
 	go func() {
+		ready := false
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-applied:
+				if !ready { // attached, and the first full load applied
+					ready = true
+					sdnotify.Tell(log, sdnotify.Ready)
+				}
 				ann.Kick()
 				nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 				warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
@@ -231,7 +245,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 			defer close(bwDone)
 			bw.Run(ctx)
 		}()
-		defer func() { <-bwDone }() // before the data plane and the store close
+		defer func() { cancel(); <-bwDone }() // before the data plane and the store close
 	} else {
 		bwenforce.ClearLimits(dp, log)
 	}
@@ -290,7 +304,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		defer close(ratesDone)
 		runRateReports(ctx, meter, cfg.Name, dp, st, log.With("part", "rates"))
 	}()
-	defer func() { <-ratesDone }() // its lease is revoked while st is open
+	defer func() { cancel(); <-ratesDone }() // its lease is revoked while st is open
 	if metricsListen != "" {
 		go nodemetrics.Serve(ctx, metricsListen, "edge", cfg.MetricsToken, status, log)
 	}
