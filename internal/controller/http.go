@@ -253,6 +253,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		nf *model.NotFoundError
 		ce *model.ConflictError
 		se *errStore
+		pe *preconditionError
 		es model.Errors
 		fe model.FieldError
 	)
@@ -265,6 +266,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusConflict
 	case errors.As(err, &se):
 		status = http.StatusServiceUnavailable
+	case errors.As(err, &pe):
+		status, body.Revision = http.StatusPreconditionFailed, pe.current
+		if pe.current > 0 {
+			w.Header().Set("ETag", etag(pe.current))
+		}
 	case errors.As(err, &es):
 		status, body.Fields = http.StatusUnprocessableEntity, es
 	case errors.As(err, &fe):
