@@ -281,3 +281,72 @@ func TestIfMatchHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowEdits: the server-side edits of EIP limits and bandwidth
+// package members change the current version, so two made at once both
+// stay without any read-modify-write; they honour If-Match like PUT.
+func TestNarrowEdits(t *testing.T) {
+	s := startServer(t, Config{})
+	ctx := context.Background()
+	b, err := os.ReadFile("testdata/everykind.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := model.ParseDocument(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(s).Apply(ctx, doc); err != nil {
+		t.Fatal(err)
+	}
+	tag := call(t, s, "GET", "/v1/bandwidthpackages/shop", nil).hdr.Get("ETag")
+	// Two members added at once, from the same read: both stay.
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i, a := range []string{"198.51.100.8", "198.51.100.9"} {
+		wg.Go(func() {
+			codes[i] = call(t, s, "POST", "/v1/bandwidthpackages/shop/eips", map[string]any{"address": a, "weight": 2}).code
+		})
+	}
+	wg.Wait()
+	g := call(t, s, "GET", "/v1/bandwidthpackages/shop", nil)
+	if codes[0] != 200 || codes[1] != 200 || !strings.Contains(string(g.body), "198.51.100.8") || !strings.Contains(string(g.body), "198.51.100.9") {
+		t.Errorf("two member additions: HTTP %v, stored %s", codes, g.body)
+	}
+	if r := call(t, s, "POST", "/v1/bandwidthpackages/shop/eips", map[string]any{"address": "198.51.100.8"}); r.code != 409 {
+		t.Errorf("adding a member twice: HTTP %d: %s", r.code, r.body)
+	}
+	// With the revision read before those: 412, nothing removed.
+	if r := callIf(t, s, "DELETE", "/v1/bandwidthpackages/shop/eips/198.51.100.8", tag, nil); r.code != 412 || r.hdr.Get("ETag") != g.hdr.Get("ETag") {
+		t.Errorf("stale member removal: HTTP %d, ETag %q (current %q): %s", r.code, r.hdr.Get("ETag"), g.hdr.Get("ETag"), r.body)
+	}
+	r := callIf(t, s, "DELETE", "/v1/bandwidthpackages/shop/eips/198.51.100.8", g.hdr.Get("ETag"), nil)
+	if r.code != 200 || strings.Contains(string(r.body), "198.51.100.8") || r.hdr.Get("ETag") == g.hdr.Get("ETag") {
+		t.Errorf("member removal: HTTP %d, ETag %q: %s", r.code, r.hdr.Get("ETag"), r.body)
+	}
+	if r := call(t, s, "DELETE", "/v1/bandwidthpackages/shop/eips/198.51.100.8", nil); r.code != 404 {
+		t.Errorf("removing a member twice: HTTP %d: %s", r.code, r.body)
+	}
+
+	// EIP limits beside a description change: both stay.
+	wg.Go(func() {
+		codes[0] = call(t, s, "POST", "/v1/eips/198.51.100.7/limits", model.Limits{SourcePPS: 1234}).code
+	})
+	wg.Go(func() {
+		_, _, err := newClient(s).Edit(ctx, model.KindEIP, "198.51.100.7", func(o model.Object) error { o.(*model.EIP).Description = "desc"; return nil })
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Wait()
+	e := call(t, s, "GET", "/v1/eips/198.51.100.7", nil)
+	if codes[0] != 200 || !strings.Contains(string(e.body), `"sourcePps":1234`) || !strings.Contains(string(e.body), "desc") {
+		t.Errorf("limits and description at once: HTTP %d, stored %s", codes[0], e.body)
+	}
+	if r := call(t, s, "POST", "/v1/eips/198.51.100.7/limits", `{"sourcePps": 1, "bogus": 2}`); r.code != 400 || !strings.Contains(r.apiError(t).Error, "bogus") {
+		t.Errorf("limits with an unknown field: HTTP %d: %s", r.code, r.body)
+	}
+	if r := call(t, s, "DELETE", "/v1/eips/198.51.100.7/limits", nil); r.code != 200 || strings.Contains(string(r.body), "sourcePps") {
+		t.Errorf("clearing the limits: HTTP %d: %s", r.code, r.body)
+	}
+}

@@ -61,6 +61,10 @@ func (s *Server) handler() http.Handler {
 	}
 	v1("POST /v1/eips/{key}/bind", s.bind)
 	v1("POST /v1/eips/{key}/unbind", s.unbind)
+	v1("POST /v1/eips/{key}/limits", s.setEIPLimits)
+	v1("DELETE /v1/eips/{key}/limits", s.clearEIPLimits)
+	v1("POST /v1/bandwidthpackages/{key}/eips", s.addPackageEIP)
+	v1("DELETE /v1/bandwidthpackages/{key}/eips/{address}", s.removePackageEIP)
 	v1("POST /v1/hosts/{key}/guests", s.addGuest)
 	v1("DELETE /v1/hosts/{key}/guests/{guest}", s.removeGuest)
 	// Health objects are the controller's: read only.
