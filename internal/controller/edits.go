@@ -124,3 +124,71 @@ func (s *Server) removePackageEIP(w http.ResponseWriter, r *http.Request) error 
 		return nil
 	})
 }
+
+func cloneZone(z *model.DNSZone) *model.DNSZone {
+	cp := *z
+	cp.Records = slices.Clone(z.Records)
+	return &cp
+}
+
+func cloneGSLBRecord(r *model.GSLBRecord) *model.GSLBRecord {
+	cp := *r
+	cp.Targets = slices.Clone(r.Targets)
+	return &cp
+}
+
+// addZoneRecord: POST /v1/dnszones/{key}/records with a static record.
+func (s *Server) addZoneRecord(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r, `a JSON record {"name": "...", "type": "...", "value": "...", "ttl": N}`)
+	if err != nil {
+		return err
+	}
+	var rec model.ZoneRecord
+	if err := model.UnmarshalStrict(body, &rec); err != nil {
+		return decodeError("record in the request body", err)
+	}
+	return modifyObject(s, w, r, model.KindDNSZone, cloneZone, func(_ *model.State, z *model.DNSZone) error {
+		if slices.ContainsFunc(z.Records, func(o model.ZoneRecord) bool {
+			return o.Name == rec.Name && o.Type == rec.Type && o.Value == rec.Value
+		}) {
+			return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("DNS zone %q already has the record %s %s %s", z.Name, rec.Name, rec.Type, rec.Value)}
+		}
+		z.Records = append(z.Records, rec)
+		return nil
+	})
+}
+
+// addGSLBTarget: POST /v1/gslbrecords/{key}/targets with a target.
+func (s *Server) addGSLBTarget(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r, `a JSON target {"vip": "...", "region": "...", "weight": N, "order": N, "lat": F, "lon": F}`)
+	if err != nil {
+		return err
+	}
+	var tg model.GSLBTarget
+	if err := model.UnmarshalStrict(body, &tg); err != nil {
+		return decodeError("target in the request body", err)
+	}
+	return modifyObject(s, w, r, model.KindGSLBRecord, cloneGSLBRecord, func(_ *model.State, g *model.GSLBRecord) error {
+		if slices.ContainsFunc(g.Targets, func(o model.GSLBTarget) bool { return o.VIP == tg.VIP }) {
+			return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("GSLB record %q already has a target %v", g.Name, tg.VIP)}
+		}
+		g.Targets = append(g.Targets, tg)
+		return nil
+	})
+}
+
+// removeGSLBTarget: DELETE /v1/gslbrecords/{key}/targets/{vip}.
+func (s *Server) removeGSLBTarget(w http.ResponseWriter, r *http.Request) error {
+	vip, err := netip.ParseAddr(r.PathValue("vip"))
+	if err != nil {
+		return badRequest("target VIP %q in the path: %v", r.PathValue("vip"), err)
+	}
+	return modifyObject(s, w, r, model.KindGSLBRecord, cloneGSLBRecord, func(_ *model.State, g *model.GSLBRecord) error {
+		n := len(g.Targets)
+		g.Targets = slices.DeleteFunc(g.Targets, func(o model.GSLBTarget) bool { return o.VIP == vip })
+		if len(g.Targets) == n {
+			return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("GSLB record %q has no target %v", g.Name, vip)}
+		}
+		return nil
+	})
+}

@@ -350,3 +350,61 @@ func TestNarrowEdits(t *testing.T) {
 		t.Errorf("clearing the limits: HTTP %d: %s", r.code, r.body)
 	}
 }
+
+// TestNarrowEditsDNS: records added to a zone and targets added to a GSLB
+// record by two writers at once all stay; a target is removed by VIP.
+func TestNarrowEditsDNS(t *testing.T) {
+	s := startServer(t, Config{})
+	b, err := os.ReadFile("testdata/everykind.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := model.ParseDocument(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(s).Apply(context.Background(), doc); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i, n := range []string{"one", "two"} {
+		wg.Go(func() {
+			codes[i] = call(t, s, "POST", "/v1/dnszones/example.com/records", model.ZoneRecord{Name: n, Type: "TXT", Value: n + "-text"}).code
+		})
+		wg.Go(func() {
+			codes[2+i] = call(t, s, "POST", "/v1/gslbrecords/w.example.com/targets",
+				map[string]any{"vip": fmt.Sprintf("198.51.100.%d", 30+i), "region": n + "-region", "weight": 1}).code
+		})
+	}
+	wg.Wait()
+	z := string(call(t, s, "GET", "/v1/dnszones/example.com", nil).body)
+	g := string(call(t, s, "GET", "/v1/gslbrecords/w.example.com", nil).body)
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("edit %d: HTTP %d", i, c)
+		}
+	}
+	for _, want := range []string{"one-text", "two-text"} {
+		if !strings.Contains(z, want) {
+			t.Errorf("zone %s lacks %s", z, want)
+		}
+	}
+	for _, want := range []string{"one-region", "two-region"} {
+		if !strings.Contains(g, want) {
+			t.Errorf("GSLB record %s lacks %s", g, want)
+		}
+	}
+	if r := call(t, s, "POST", "/v1/dnszones/example.com/records", model.ZoneRecord{Name: "one", Type: "TXT", Value: "one-text"}); r.code != 409 {
+		t.Errorf("the same record twice: HTTP %d: %s", r.code, r.body)
+	}
+	if r := call(t, s, "POST", "/v1/dnszones/example.com/records", model.ZoneRecord{Name: "bad", Type: "A", Value: "not-an-address"}); r.code != 422 {
+		t.Errorf("an A record that is no address: HTTP %d: %s", r.code, r.body)
+	}
+	if r := call(t, s, "DELETE", "/v1/gslbrecords/w.example.com/targets/198.51.100.30", nil); r.code != 200 || strings.Contains(string(r.body), "one-region") {
+		t.Errorf("removing a target: HTTP %d: %s", r.code, r.body)
+	}
+	if r := call(t, s, "DELETE", "/v1/gslbrecords/w.example.com/targets/198.51.100.30", nil); r.code != 404 {
+		t.Errorf("removing a target twice: HTTP %d: %s", r.code, r.body)
+	}
+}

@@ -65,6 +65,9 @@ func (s *Server) handler() http.Handler {
 	v1("DELETE /v1/eips/{key}/limits", s.clearEIPLimits)
 	v1("POST /v1/bandwidthpackages/{key}/eips", s.addPackageEIP)
 	v1("DELETE /v1/bandwidthpackages/{key}/eips/{address}", s.removePackageEIP)
+	v1("POST /v1/dnszones/{key}/records", s.addZoneRecord)
+	v1("POST /v1/gslbrecords/{key}/targets", s.addGSLBTarget)
+	v1("DELETE /v1/gslbrecords/{key}/targets/{vip}", s.removeGSLBTarget)
 	v1("POST /v1/hosts/{key}/guests", s.addGuest)
 	v1("DELETE /v1/hosts/{key}/guests/{guest}", s.removeGuest)
 	// Health objects are the controller's: read only.
