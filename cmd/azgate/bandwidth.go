@@ -150,26 +150,23 @@ func parsePackageEIP(spec string) (model.PackageEIP, error) {
 	return e, nil
 }
 
-// editPackage reads a package, lets edit change it and writes it back.
+// editPackage reads a package, lets edit change it and writes it back
+// unless someone changed it meanwhile (client.Edit: edit runs again on
+// the new version).
 func editPackage(cmd *cobra.Command, name string, edit func(*model.BandwidthPackage) (string, error)) error {
 	cl, err := apiClient()
 	if err != nil {
 		return err
 	}
-	o, err := cl.Get(cmd.Context(), model.KindBandwidthPackage, name)
+	var what string
+	res, o, err := cl.Edit(cmd.Context(), model.KindBandwidthPackage, name, func(o model.Object) (err error) {
+		what, err = edit(o.(*model.BandwidthPackage))
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	p := o.(*model.BandwidthPackage)
-	what, err := edit(p)
-	if err != nil {
-		return err
-	}
-	res, err := cl.Put(cmd.Context(), p)
-	if err != nil {
-		return err
-	}
-	return writeResult(cmd, "bandwidth package "+name+" ("+what+")", res, p)
+	return writeResult(cmd, "bandwidth package "+name+" ("+what+")", res, o)
 }
 
 // eipFlags are the per-EIP flags of add-eip and set-eip.

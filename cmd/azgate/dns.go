@@ -145,26 +145,23 @@ func zoneSetCommand() *cobra.Command {
 	return c
 }
 
-// editZone reads a zone, lets edit change it and writes it back.
+// editZone reads a zone, lets edit change it and writes it back unless
+// someone changed it meanwhile (client.Edit: edit runs again on the new
+// version).
 func editZone(cmd *cobra.Command, name string, edit func(*model.DNSZone) (string, error)) error {
 	cl, err := apiClient()
 	if err != nil {
 		return err
 	}
-	o, err := cl.Get(cmd.Context(), model.KindDNSZone, name)
+	var what string
+	res, o, err := cl.Edit(cmd.Context(), model.KindDNSZone, name, func(o model.Object) (err error) {
+		what, err = edit(o.(*model.DNSZone))
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	z := o.(*model.DNSZone)
-	what, err := edit(z)
-	if err != nil {
-		return err
-	}
-	res, err := cl.Put(cmd.Context(), z)
-	if err != nil {
-		return err
-	}
-	return writeResult(cmd, "DNS zone "+name+" ("+what+")", res, z)
+	return writeResult(cmd, "DNS zone "+name+" ("+what+")", res, o)
 }
 
 func zoneAddRecordCommand() *cobra.Command {

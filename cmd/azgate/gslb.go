@@ -382,19 +382,13 @@ func gslbRecordCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, err := cl.Get(cmd.Context(), model.KindGSLBRecord, args[0])
+			res, o, err := cl.Edit(cmd.Context(), model.KindGSLBRecord, args[0], func(o model.Object) error {
+				return sf.apply(cmd, o.(*model.GSLBRecord))
+			})
 			if err != nil {
 				return err
 			}
-			rec := o.(*model.GSLBRecord)
-			if err := sf.apply(cmd, rec); err != nil {
-				return err
-			}
-			res, err := cl.Put(cmd.Context(), rec)
-			if err != nil {
-				return err
-			}
-			return writeResult(cmd, "GSLB record "+rec.Name, res, rec)
+			return writeResult(cmd, "GSLB record "+o.Key(), res, o)
 		},
 	}
 	sf.add(set)

@@ -31,21 +31,19 @@ func limitsCommand(kind string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, err := cl.Get(cmd.Context(), kind, args[0])
-			if err != nil {
-				return err
-			}
 			var lp *model.Limits
 			if !clearAll {
 				lp = &l
 			}
-			switch v := o.(type) {
-			case *model.EIP:
-				v.Limits = lp
-			case *model.Service:
-				v.Limits = lp
-			}
-			res, err := cl.Put(cmd.Context(), o)
+			res, o, err := cl.Edit(cmd.Context(), kind, args[0], func(o model.Object) error {
+				switch v := o.(type) {
+				case *model.EIP:
+					v.Limits = lp
+				case *model.Service:
+					v.Limits = lp
+				}
+				return nil
+			})
 			if err != nil {
 				return err
 			}

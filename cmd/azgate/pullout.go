@@ -24,18 +24,15 @@ func pullOutCommands(kind string) []*cobra.Command {
 		if err != nil {
 			return client.Result{}, nil, err
 		}
-		o, err := cl.Get(ctx, kind, k)
-		if err != nil {
-			return client.Result{}, nil, err
-		}
-		switch v := o.(type) {
-		case *model.EIP:
-			v.Set = set
-		case *model.Service:
-			v.Set = set
-		}
-		res, err := cl.Put(ctx, o)
-		return res, o, err
+		return cl.Edit(ctx, kind, k, func(o model.Object) error {
+			switch v := o.(type) {
+			case *model.EIP:
+				v.Set = set
+			case *model.Service:
+				v.Set = set
+			}
+			return nil
+		})
 	}
 	var set string
 	pull := &cobra.Command{

@@ -25,22 +25,19 @@ func bgpFlags(c *cobra.Command, b *model.SetBGP) {
 	c.Flags().Uint16Var(&b.Keepalive, "keepalive", 0, "BGP keepalive in seconds (0: a third of the hold time)")
 }
 
-// editSet reads a set, lets edit change it and writes it back.
+// editSet reads a set, lets edit change it and writes it back unless
+// someone changed it meanwhile (client.Edit: edit runs again on the new
+// version).
 func editSet(ctx context.Context, name string, edit func(*model.EdgeSet) error) (client.Result, *model.EdgeSet, error) {
 	cl, err := apiClient()
 	if err != nil {
 		return client.Result{}, nil, err
 	}
-	o, err := cl.Get(ctx, model.KindEdgeSet, name)
+	res, o, err := cl.Edit(ctx, model.KindEdgeSet, name, func(o model.Object) error { return edit(o.(*model.EdgeSet)) })
 	if err != nil {
 		return client.Result{}, nil, err
 	}
-	s := o.(*model.EdgeSet)
-	if err := edit(s); err != nil {
-		return client.Result{}, nil, err
-	}
-	res, err := cl.Put(ctx, s)
-	return res, s, err
+	return res, o.(*model.EdgeSet), nil
 }
 
 // setBGPCommand: azgate set bgp SET --asn N [--hold-time S] [--keepalive S].

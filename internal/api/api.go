@@ -22,6 +22,9 @@ type Error struct {
 	// Fields are the field errors, at most 100; Omitted counts the rest.
 	Fields  []model.FieldError `json:"fields,omitempty"`
 	Omitted int                `json:"omitted,omitempty"`
+	// Revision is, in a 412 (If-Match failed), the object's current
+	// revision, as its ETag header gives it too (0: it does not exist).
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // List is the body of GET /v1/KIND: the objects ordered by key.

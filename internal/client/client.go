@@ -99,20 +99,29 @@ func IsNotFound(err error) bool {
 // do sends a request and decodes the JSON answer into out (if not nil).
 // It returns the revision the answer reflects.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (int64, error) {
+	rev, _, err := c.doHeader(ctx, method, path, nil, in, out)
+	return rev, err
+}
+
+// doHeader is do sending the headers hdr and returning the answer's.
+func (c *Client) doHeader(ctx context.Context, method, path string, hdr http.Header, in, out any) (int64, http.Header, error) {
 	if c.err != nil {
-		return 0, c.err
+		return 0, nil, c.err
 	}
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, fmt.Errorf("encoding the request: %w", err)
+			return 0, nil, fmt.Errorf("encoding the request: %w", err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -121,26 +130,30 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int6
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("controller API: %w", err)
+		return 0, nil, fmt.Errorf("controller API: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return 0, readError(resp)
+		return 0, resp.Header, readError(resp)
 	}
 	rev, _ := strconv.ParseInt(resp.Header.Get(api.RevisionHeader), 10, 64)
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return 0, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+			return 0, resp.Header, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 		}
 	}
-	return rev, nil
+	return rev, resp.Header, nil
 }
 
 func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	var e api.Error
 	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		return &APIError{Status: resp.StatusCode, Message: e.Error, Fields: e.Fields}
+		ae := &APIError{Status: resp.StatusCode, Message: e.Error, Fields: e.Fields}
+		if resp.StatusCode == http.StatusPreconditionFailed {
+			return &PreconditionFailed{APIError: ae, Current: e.Revision}
+		}
+		return ae
 	}
 	msg := strings.TrimSpace(string(b))
 	if msg == "" {
@@ -155,6 +168,9 @@ type Result struct {
 	Action   string // created, updated, unchanged or deleted
 	// Object is the object as stored (JSON; empty after a delete).
 	Object json.RawMessage
+	// ETag is the object's revision after the write (PutIf, DeleteIf
+	// and Edit set it; 0 after a delete).
+	ETag int64
 }
 
 func (c *Client) write(ctx context.Context, method, path string, in any) (Result, error) {

@@ -386,7 +386,7 @@ func (s *Server) follow(ctx context.Context) {
 		s.reloadMu.Lock()
 		s.reload = cancel
 		s.reloadMu.Unlock()
-		s.store.Follow(fctx, s.view.handle)
+		s.store.FollowRevisions(fctx, s.view.handleRevs)
 		cancel()
 	}
 }

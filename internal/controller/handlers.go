@@ -56,11 +56,12 @@ func (s *Server) get(kind string) handlerFunc {
 		v := s.view
 		v.mu.RLock()
 		o, ok := v.st.Get(kind, key)
-		rev := v.rev
+		rev, orev := v.rev, v.revs.Get(kind, key)
 		v.mu.RUnlock()
 		if !ok {
 			return &model.NotFoundError{Kind: kind, Key: key}
 		}
+		setETag(w, orev)
 		writeJSON(w, http.StatusOK, rev, o)
 		return nil
 	}
@@ -124,6 +125,7 @@ func (s *Server) create(kind string) handlerFunc {
 			return err
 		}
 		s.logChange(kind, key, api.Created, rev)
+		setETag(w, rev)
 		writeJSON(w, http.StatusCreated, rev, writeBody{rev, api.Created, o})
 		return nil
 	}
@@ -132,6 +134,10 @@ func (s *Server) create(kind string) handlerFunc {
 func (s *Server) replace(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key := r.PathValue("key")
+		m, err := parseIfMatch(r)
+		if err != nil {
+			return err
+		}
 		o, err := s.decodeObject(w, r, kind)
 		if err != nil {
 			return err
@@ -142,8 +148,15 @@ func (s *Server) replace(kind string) handlerFunc {
 			return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s in the request body: %s: %s", model.Singular(kind), f, msg),
 				fields: []model.FieldError{{Field: f, Msg: msg}}}
 		}
-		var action string
+		var (
+			action string
+			orev   int64
+		)
 		rev, err := s.write(r.Context(), func(t *txn) (err error) {
+			if err := t.require(kind, key, m); err != nil {
+				return err
+			}
+			orev = t.revs.Get(kind, key)
 			action, err = t.put(o)
 			return invalid(kind, key, err)
 		})
@@ -155,6 +168,10 @@ func (s *Server) replace(kind string) handlerFunc {
 		if action == api.Created {
 			status = http.StatusCreated
 		}
+		if action != api.Unchanged {
+			orev = rev // one object: its own commit
+		}
+		setETag(w, orev)
 		writeJSON(w, status, rev, writeBody{rev, action, o})
 		return nil
 	}
@@ -163,7 +180,14 @@ func (s *Server) replace(kind string) handlerFunc {
 func (s *Server) remove(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key := r.PathValue("key")
+		m, err := parseIfMatch(r)
+		if err != nil {
+			return err
+		}
 		rev, err := s.write(r.Context(), func(t *txn) error {
+			if err := t.require(kind, key, m); err != nil {
+				return err
+			}
 			if err := t.delete(kind, key); err != nil {
 				return err
 			}
@@ -184,11 +208,20 @@ func (s *Server) remove(kind string) handlerFunc {
 // modifyEIP replaces the EIP at the path key with a changed copy.
 func (s *Server) modifyEIP(w http.ResponseWriter, r *http.Request, change func(e *model.EIP)) error {
 	key := r.PathValue("key")
+	m, err := parseIfMatch(r)
+	if err != nil {
+		return err
+	}
 	var (
 		action string
 		stored *model.EIP
+		orev   int64
 	)
 	rev, err := s.write(r.Context(), func(t *txn) (err error) {
+		if err := t.require(model.KindEIP, key, m); err != nil {
+			return err
+		}
+		orev = t.revs.Get(model.KindEIP, key)
 		e, ok := t.st.EIPs[key]
 		if !ok {
 			return &model.NotFoundError{Kind: model.KindEIP, Key: key}
@@ -203,6 +236,10 @@ func (s *Server) modifyEIP(w http.ResponseWriter, r *http.Request, change func(e
 		return err
 	}
 	s.logChange(model.KindEIP, key, action, rev)
+	if action != api.Unchanged {
+		orev = rev
+	}
+	setETag(w, orev)
 	writeJSON(w, http.StatusOK, rev, writeBody{rev, action, stored})
 	return nil
 }
@@ -227,11 +264,20 @@ func (s *Server) unbind(w http.ResponseWriter, r *http.Request) error {
 // may refuse with an error.
 func (s *Server) modifyHost(w http.ResponseWriter, r *http.Request, change func(st *model.State, h *model.Host) error) error {
 	key := r.PathValue("key")
+	m, err := parseIfMatch(r)
+	if err != nil {
+		return err
+	}
 	var (
 		action string
 		stored *model.Host
+		orev   int64
 	)
 	rev, err := s.write(r.Context(), func(t *txn) (err error) {
+		if err := t.require(model.KindHost, key, m); err != nil {
+			return err
+		}
+		orev = t.revs.Get(model.KindHost, key)
 		h, ok := t.st.Hosts[key]
 		if !ok {
 			return &model.NotFoundError{Kind: model.KindHost, Key: key}
@@ -249,6 +295,10 @@ func (s *Server) modifyHost(w http.ResponseWriter, r *http.Request, change func(
 		return err
 	}
 	s.logChange(model.KindHost, key, action, rev)
+	if action != api.Unchanged {
+		orev = rev
+	}
+	setETag(w, orev)
 	writeJSON(w, http.StatusOK, rev, writeBody{rev, action, stored})
 	return nil
 }

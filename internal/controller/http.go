@@ -61,6 +61,13 @@ func (s *Server) handler() http.Handler {
 	}
 	v1("POST /v1/eips/{key}/bind", s.bind)
 	v1("POST /v1/eips/{key}/unbind", s.unbind)
+	v1("POST /v1/eips/{key}/limits", s.setEIPLimits)
+	v1("DELETE /v1/eips/{key}/limits", s.clearEIPLimits)
+	v1("POST /v1/bandwidthpackages/{key}/eips", s.addPackageEIP)
+	v1("DELETE /v1/bandwidthpackages/{key}/eips/{address}", s.removePackageEIP)
+	v1("POST /v1/dnszones/{key}/records", s.addZoneRecord)
+	v1("POST /v1/gslbrecords/{key}/targets", s.addGSLBTarget)
+	v1("DELETE /v1/gslbrecords/{key}/targets/{vip}", s.removeGSLBTarget)
 	v1("POST /v1/hosts/{key}/guests", s.addGuest)
 	v1("DELETE /v1/hosts/{key}/guests/{guest}", s.removeGuest)
 	// Health objects are the controller's: read only.
@@ -253,6 +260,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		nf *model.NotFoundError
 		ce *model.ConflictError
 		se *errStore
+		pe *preconditionError
 		es model.Errors
 		fe model.FieldError
 	)
@@ -265,6 +273,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusConflict
 	case errors.As(err, &se):
 		status = http.StatusServiceUnavailable
+	case errors.As(err, &pe):
+		status, body.Revision = http.StatusPreconditionFailed, pe.current
+		if pe.current > 0 {
+			w.Header().Set("ETag", etag(pe.current))
+		}
 	case errors.As(err, &es):
 		status, body.Fields = http.StatusUnprocessableEntity, es
 	case errors.As(err, &fe):

@@ -43,7 +43,7 @@ func newMetrics(v *view) *metrics {
 		}, []string{"route"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "azgate_controller_commits_total",
-			Help: "Store commits by result: ok, conflict (retried) or error.",
+			Help: "Store commits by result: ok, conflict (retried), precondition (an If-Match revision was stale: 412) or error.",
 		}, []string{"result"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "azgate_controller_commit_duration_seconds",

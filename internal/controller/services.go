@@ -18,11 +18,20 @@ import (
 // (completed with its defaults); change may refuse with an error.
 func (s *Server) modifyService(w http.ResponseWriter, r *http.Request, change func(v *model.Service) error) error {
 	key := r.PathValue("key")
+	m, err := parseIfMatch(r)
+	if err != nil {
+		return err
+	}
 	var (
 		action string
 		stored *model.Service
+		orev   int64
 	)
 	rev, err := s.write(r.Context(), func(t *txn) (err error) {
+		if err := t.require(model.KindService, key, m); err != nil {
+			return err
+		}
+		orev = t.revs.Get(model.KindService, key)
 		v, ok := t.st.Services[key]
 		if !ok {
 			return &model.NotFoundError{Kind: model.KindService, Key: key}
@@ -40,6 +49,10 @@ func (s *Server) modifyService(w http.ResponseWriter, r *http.Request, change fu
 		return err
 	}
 	s.logChange(model.KindService, key, action, rev)
+	if action != api.Unchanged {
+		orev = rev
+	}
+	setETag(w, orev)
 	writeJSON(w, http.StatusOK, rev, writeBody{rev, action, stored})
 	return nil
 }

@@ -32,6 +32,10 @@ type view struct {
 	st      *model.State
 	rev     int64
 	changed chan struct{} // closed (and replaced) whenever rev moves
+	// revs is every object's mod revision, its ETag (docs/api.md,
+	// "Concurrent edits"): kept with st by the watch and by the
+	// controller's own commits.
+	revs store.Revisions
 
 	ready     chan struct{} // closed by the first load
 	readyOnce sync.Once
@@ -53,7 +57,7 @@ type view struct {
 }
 
 func newView() *view {
-	return &view{st: model.NewState(), changed: make(chan struct{}), ready: make(chan struct{}),
+	return &view{st: model.NewState(), revs: store.Revisions{}, changed: make(chan struct{}), ready: make(chan struct{}),
 		pubCount: make([]atomic.Int64, len(model.Kinds))}
 }
 
@@ -65,6 +69,12 @@ func newView() *view {
 // skipped. Other changes are applied unless the view already has them: the
 // controller's own commits are applied before the watch reports them.
 func (v *view) handle(st *model.State, rev int64, events []store.Event, resync bool) {
+	v.handleRevs(st, nil, rev, events, resync)
+}
+
+// handleRevs is handle with the objects' revisions (store.RevHandler):
+// revs is read on a resync only, events carry their own.
+func (v *view) handleRevs(st *model.State, revs store.Revisions, rev int64, events []store.Event, resync bool) {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
 	v.mu.Lock()
@@ -78,7 +88,8 @@ func (v *view) handle(st *model.State, rev int64, events []store.Event, resync b
 		return
 	}
 	if resync {
-		v.st = st.Clone() // Follow keeps changing st
+		v.st = st.Clone() // Follow keeps changing st (and revs)
+		v.revs = revs.Clone()
 		v.setRev(rev)
 		v.readyOnce.Do(func() { close(v.ready) })
 		if v.onServices != nil {
@@ -96,8 +107,10 @@ func (v *view) handle(st *model.State, rev int64, events []store.Event, resync b
 		}
 		if e.Obj == nil {
 			v.st.Remove(e.Kind, e.Key)
+			v.revs.Delete(e.Kind, e.Key)
 		} else {
 			v.st.Set(e.Obj)
+			v.revs.Set(e.Kind, e.Key, e.Rev)
 		}
 		latest = max(latest, e.Rev)
 	}
@@ -172,9 +185,44 @@ func (v *view) waitFor(ctx context.Context, rev int64, timeout time.Duration) er
 // operations that commit them.
 type txn struct {
 	st   *model.State
+	revs store.Revisions // the view's: read only while planning
 	undo []func()
 	ops  []store.Op
 	objs []model.Object // per op: the object stored, nil for a delete (see redo)
+	// ifRev: objects the writer read at a revision (If-Match), by
+	// kind/key; their ops are committed on condition (store.Op.IfRev).
+	ifRev map[[2]string]int64
+}
+
+// require fails with a 412 unless the object is at the revision a client
+// read (m from its If-Match header; a zero m requires nothing), and makes
+// the commit check it again in the store: the view and the store agree
+// at the revision planned on, and the store's compare catches writes that
+// went past the controller. Plan functions call it before their change.
+func (t *txn) require(kind, key string, m ifMatch) error {
+	if m.none() {
+		return nil
+	}
+	cur := t.revs.Get(kind, key)
+	if !m.matches(cur) {
+		return &preconditionError{kind: kind, key: key, current: cur, sent: m.raw}
+	}
+	if cur > 0 {
+		if t.ifRev == nil {
+			t.ifRev = map[[2]string]int64{}
+		}
+		t.ifRev[[2]string{kind, key}] = cur
+	}
+	return nil
+}
+
+// conditions marks the ops of the objects require checked as conditional.
+func (t *txn) conditions() {
+	for i := range t.ops {
+		if r, ok := t.ifRev[[2]string{t.ops[i].Kind, t.ops[i].Key}]; ok {
+			t.ops[i].IfRev = r
+		}
+	}
 }
 
 // undoAll takes the changes back out of the state but keeps the ops (and
@@ -186,14 +234,17 @@ func (t *txn) undoAll() {
 	t.undo = nil
 }
 
-// redo applies the committed ops to st, as the watch would (Set and Remove:
-// the references were checked when planning, against the same state).
-func (t *txn) redo(st *model.State) {
+// redo applies the committed ops to st and their revisions to revs, as
+// the watch would (Set and Remove: the references were checked when
+// planning, against the same state).
+func (t *txn) redo(st *model.State, revs store.Revisions) {
 	for i, op := range t.ops {
 		if o := t.objs[i]; o != nil {
 			st.Set(o)
+			revs.Set(op.Kind, op.Key, op.Rev)
 		} else {
 			st.Remove(op.Kind, op.Key)
+			revs.Delete(op.Kind, op.Key)
 		}
 	}
 }
@@ -314,7 +365,7 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 	for attempt := 1; ; attempt++ {
 		v.applyMu.Lock()
 		v.mu.Lock()
-		t := &txn{st: v.st}
+		t := &txn{st: v.st, revs: v.revs}
 		if err := plan(t); err != nil {
 			t.rollback()
 			v.mu.Unlock()
@@ -323,6 +374,7 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 		}
 		base := v.rev
 		t.undoAll()
+		t.conditions()
 		v.mu.Unlock()
 		if len(t.ops) == 0 {
 			v.applyMu.Unlock()
@@ -338,7 +390,7 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
 		if err == nil {
 			v.mu.Lock()
-			t.redo(v.st) // applyMu held: v.st is still the state planned on
+			t.redo(v.st, v.revs) // applyMu held: v.st is still the state planned on
 			v.setRev(rev)
 			v.mu.Unlock()
 			v.applyMu.Unlock()
@@ -349,6 +401,14 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 			return rev, nil
 		}
 		v.applyMu.Unlock()
+		var re *store.RevisionError
+		if errors.As(err, &re) {
+			// The object changed past the view (a write that did not go
+			// through a controller, or the view lags): the client's
+			// revision is stale all the same. Nothing was written.
+			s.metrics.commits.WithLabelValues("precondition").Inc()
+			return 0, &preconditionError{kind: re.Kind, key: re.Key, current: re.Current}
+		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.metrics.commits.WithLabelValues("error").Inc()
 			s.log.Error("commit failed; reloading the state", "ops", len(t.ops), "err", err)

@@ -232,12 +232,25 @@ func (s *Store) loadInto(ctx context.Context, sink Sink) (int64, error) {
 type Op struct {
 	Kind, Key string
 	Value     []byte
+	// IfRev > 0 makes the write conditional: it is applied only if the
+	// object's mod revision is still IfRev (the object's ETag, see
+	// Revisions), and otherwise its transaction fails with a
+	// *RevisionError.
+	IfRev int64
+	// Rev is set by Commit to the revision the op was committed at: the
+	// object's new mod revision.
+	Rev int64
 }
 
 // Commit writes ops if no commit happened after rev, in
 // transactions of at most TxnOps operations (each one atomic; a batch
 // larger than one transaction is applied chunk by chunk). It returns the
-// revision after the last chunk.
+// revision after the last chunk and sets every committed op's Rev.
+//
+// A chunk holding conditional ops (Op.IfRev) also compares their keys'
+// mod revisions: if one differs, Commit returns a *RevisionError naming
+// it (and not ErrConflict, even if the commit marker moved too: the
+// object changed, so retrying the same write cannot succeed).
 func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) {
 	if len(ops) == 0 {
 		return rev, nil
@@ -265,16 +278,39 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 				eops[i] = clientv3.OpPut(Key(o.Kind, o.Key), string(o.Value))
 			}
 		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)}
+		var conds []int // indexes in chunk of the conditional ops
+		var gets []clientv3.Op
+		for i, o := range chunk {
+			if o.IfRev > 0 {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(Key(o.Kind, o.Key)), "=", o.IfRev))
+				conds = append(conds, i)
+				gets = append(gets, clientv3.OpGet(Key(o.Kind, o.Key), clientv3.WithKeysOnly()))
+			}
+		}
 		resp, err := s.Client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)).
-			Then(append(eops, clientv3.OpPut(CommitKey, time.Now().UTC().Format(time.RFC3339Nano)))...).Commit()
+			If(cmps...).
+			Then(append(eops, clientv3.OpPut(CommitKey, time.Now().UTC().Format(time.RFC3339Nano)))...).
+			Else(gets...).Commit()
 		if err != nil {
 			return rev, fmt.Errorf("store: commit: %w", err)
 		}
 		if !resp.Succeeded {
+			for j, i := range conds {
+				var cur int64
+				if r := resp.Responses[j].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+					cur = r.Kvs[0].ModRevision
+				}
+				if cur != chunk[i].IfRev {
+					return rev, &RevisionError{Kind: chunk[i].Kind, Key: chunk[i].Key, Want: chunk[i].IfRev, Current: cur}
+				}
+			}
 			return rev, ErrConflict
 		}
 		rev = resp.Header.Revision
+		for i := range chunk {
+			chunk[i].Rev = rev
+		}
 	}
 	return rev, nil
 }
@@ -374,10 +410,17 @@ type stateSink struct {
 	h       Handler
 	evs     []Event
 	loading bool // a full load: no events, the handler resyncs
+	// revs, for FollowRevisions: every object's mod revision (nil: not
+	// kept, Follow's readers do without).
+	revs Revisions
+	hr   RevHandler
 }
 
 func (ss *stateSink) Reset() {
 	ss.st, ss.evs, ss.loading = model.NewState(), nil, true
+	if ss.revs != nil {
+		ss.revs = Revisions{}
+	}
 	ss.invalid.Reset()
 }
 
@@ -391,6 +434,9 @@ func (ss *stateSink) Put(kind, key string, value []byte, rev int64) {
 	}
 	ss.invalid.Clear(kind, key)
 	ss.st.Set(o)
+	if ss.revs != nil {
+		ss.revs.Set(kind, key, rev)
+	}
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Obj: o, Rev: rev})
 	}
@@ -403,6 +449,9 @@ func (ss *stateSink) Delete(kind, key string, rev int64) {
 
 func (ss *stateSink) remove(kind, key string, rev int64) {
 	ss.st.Remove(kind, key)
+	if ss.revs != nil {
+		ss.revs.Delete(kind, key)
+	}
 	if !ss.loading {
 		ss.evs = append(ss.evs, Event{Kind: kind, Key: key, Rev: rev})
 	}
@@ -416,6 +465,9 @@ func (ss *stateSink) Commit(rev int64, resync bool) {
 	}
 	if ss.h != nil {
 		ss.h(ss.st, rev, evs, resync)
+	}
+	if ss.hr != nil {
+		ss.hr(ss.st, ss.revs, rev, evs, resync)
 	}
 }
 
@@ -443,6 +495,16 @@ type Handler func(st *model.State, rev int64, events []Event, resync bool)
 // lists them.
 func (s *Store) Follow(ctx context.Context, h Handler) error {
 	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, h: h, invalid: s.invalidSet()})
+}
+
+// RevHandler is a Handler that also receives every object's mod revision
+// (see FollowRevisions); like st, it must not keep revs.
+type RevHandler func(st *model.State, revs Revisions, rev int64, events []Event, resync bool)
+
+// FollowRevisions is Follow keeping every object's mod revision as well
+// (the controller serves them as ETags; other readers save the memory).
+func (s *Store) FollowRevisions(ctx context.Context, h RevHandler) error {
+	return s.FollowSink(ctx, &stateSink{st: model.NewState(), log: s.Log, hr: h, invalid: s.invalidSet(), revs: Revisions{}})
 }
 
 // Invalid lists the objects Follow refused (at most MaxInvalidShown) and

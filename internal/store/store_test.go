@@ -60,6 +60,7 @@ func TestExternal(t *testing.T) { suite(t, external(t)) }
 func suite(t *testing.T, s *Store) {
 	t.Run("round trip", func(t *testing.T) { testRoundTrip(t, s) })
 	t.Run("conflict", func(t *testing.T) { testConflict(t, s) })
+	t.Run("conditional", func(t *testing.T) { testConditional(t, s) })
 	t.Run("follow", func(t *testing.T) { testFollow(t, s) })
 	t.Run("resync after compaction", func(t *testing.T) { testCompaction(t, s) })
 }
