@@ -30,7 +30,7 @@ func TestDedupWindow(t *testing.T) {
 	step("eu/s1", 10_000, false, true, false)
 	step("eu/s1", 4+DedupWindow, false, false, false) // too old
 	step("us/s1", 4+DedupWindow, false, true, false)  // sources are independent
-	step("eu/s2", 1, false, true, false) // two sources of eu: the bound of 2 per region
+	step("eu/s2", 1, false, true, false)              // two sources of eu: the bound of 2 per region
 	if _, _, err := d.Decide(ReportID{"eu/s3", 1}, false); !errors.Is(err, ErrTooManySources) {
 		t.Fatalf("third source of eu: %v, want ErrTooManySources", err)
 	}

@@ -121,7 +121,7 @@ func TestAuth(t *testing.T) {
 		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": proberTok}},
 		{Region: "eu", Instance: "a", Token: "short", PeerTokens: map[string]string{"us": peerTok}},
 		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": "short"}},
-		{Region: "eu", Instance: "a", Token: proberTok, Peers: []Peer{{"us", "http://192.0.2.1"}}}, // no token for us
+		{Region: "eu", Instance: "a", Token: proberTok, Peers: []Peer{{"us", "http://192.0.2.1"}}},                   // no token for us
 		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"us": peerTok, "ap": peerTok}}, // shared
 		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"eu": peerTok}},                // own region
 		{Region: "eu", Instance: "a", Token: proberTok, PeerTokens: map[string]string{"u s": peerTok}},
