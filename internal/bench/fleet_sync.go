@@ -44,12 +44,32 @@ type SyncOptions struct {
 	Out      func(string, ...any)
 }
 
-// benchClock: jiffies at 250 Hz from the monotonic clock (both members
-// share it, as two machines share wall time through NTP).
-type benchClock struct{ t0 time.Time }
+// benchClock is the kernel's jiffies, read through the bench program and
+// extrapolated between readings, at the measured HZ: the clock the edge's
+// syncer runs on (internal/edge/sync.go). Both members share it, as two
+// machines share wall time through NTP. A clock of its own would stamp
+// entries the kernel's maps then age against bpf_jiffies64.
+type benchClock = *connsync.JiffyClock
 
-func (c benchClock) HZ() uint32      { return 250 }
-func (c benchClock) Jiffies() uint64 { return 1_000_000 + uint64(time.Since(c.t0).Seconds()*250) }
+// kernelClock opens the bench program and returns the kernel clock and a
+// function that closes the program.
+func kernelClock() (benchClock, func(), error) {
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the kernel's jiffies: %w", err)
+	}
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("the kernel's HZ: %w", err)
+	}
+	c, err := connsync.NewJiffyClock(b.Jiffies, hz)
+	if err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("the kernel's jiffies: %w", err)
+	}
+	return c, func() { b.Close() }, nil
+}
 
 // genEvents generates new-connection events once begin is closed: rate
 // per second (0: as fast as read), distinct flows, on backend slot 0
@@ -185,7 +205,11 @@ func syncPair(ev connsync.Events, connMax uint32, clock benchClock) (a, b *conns
 		}
 		return s, s.Listen()
 	}
-	b, err = mk("b", tb, nil, func() ([]connsync.Peer, bool) { return nil, true })
+	// The receiver serves only members of its set connecting from their
+	// addresses there: it lists the sender (on loopback).
+	// (addrA is set before either runs.)
+	var addrA netip.AddrPort
+	b, err = mk("b", tb, nil, func() ([]connsync.Peer, bool) { return []connsync.Peer{{Name: "a", Addr: addrA}}, true })
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -194,6 +218,7 @@ func syncPair(ev connsync.Events, connMax uint32, clock benchClock) (a, b *conns
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	addrA = netip.MustParseAddrPort(a.Addr().String())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -207,8 +232,9 @@ func syncPair(ev connsync.Events, connMax uint32, clock benchClock) (a, b *conns
 	}
 	for end := time.Now().Add(5 * time.Second); !a.Ready() || len(a.Status().Peers) == 0 || !a.Status().Peers[0].Connected; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
+			st := a.Status()
 			stop()
-			return nil, nil, nil, nil, fmt.Errorf("sync bench: the sender did not connect to the receiver in 5s")
+			return nil, nil, nil, nil, fmt.Errorf("sync bench: the sender did not connect to the receiver in 5s (ready %v %s; peers %+v)", st.Ready, st.Reason, st.Peers)
 		}
 	}
 	return a, b, tb, stop, nil
@@ -228,7 +254,11 @@ func FleetSync(o SyncOptions) ([]Result, error) {
 	if o.Out == nil {
 		o.Out = func(string, ...any) {}
 	}
-	clock := benchClock{t0: time.Now()}
+	clock, closeClock, err := kernelClock()
+	if err != nil {
+		return nil, err
+	}
+	defer closeClock()
 	var rs []Result
 
 	// 1. The receiver's map writes, one goroutine, each on fresh maps
