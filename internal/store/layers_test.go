@@ -15,7 +15,9 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// internal/bwenforce), and the hop store does not borrow bwstore's client.
+// internal/netlab (namespaces, veth pairs) is lab plumbing: only the lab,
+// the benchmarks, test packages and _test files import it. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -60,10 +62,24 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
 			}
+			if p == "github.com/azgate/azgate/internal/netlab" && !labOnly(rel) {
+				t.Errorf("%s imports internal/netlab: only the lab, benchmarks, test packages and tests may (the daemons' next hops are internal/nexthop)", filepath.Join(rel, filepath.Base(path)))
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// labOnly reports whether the package in directory rel (relative to the
+// repository) is lab, benchmark or test code, which may import lab
+// plumbing: internal/lab and below, internal/bench and the *bench
+// packages, the *test helper packages and everything under test/.
+func labOnly(rel string) bool {
+	base := filepath.Base(rel)
+	return rel == "internal/lab" || strings.HasPrefix(rel, "internal/lab/") ||
+		strings.HasSuffix(base, "bench") || strings.HasSuffix(base, "test") ||
+		rel == "test" || strings.HasPrefix(rel, "test/")
 }
