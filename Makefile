@@ -106,7 +106,7 @@ fuzz:
 # bodies, Redis rows read back, measurements, GeoIP files, check URLs.
 GSLBFUZZTIME ?= 30s
 fuzz-gslb:
-	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(GSLBFUZZTIME) ./internal/gslb
+	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(GSLBFUZZTIME) ./internal/gslb/dnsserver
 	$(GO) test -run '^$$' -fuzz FuzzDNSBodies -fuzztime $(GSLBFUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzReports -fuzztime $(GSLBFUZZTIME) ./internal/pathd
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(GSLBFUZZTIME) ./internal/pathd/hopstore

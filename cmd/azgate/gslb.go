@@ -16,7 +16,7 @@ import (
 
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/geo"
-	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/gslbrole"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/nodemetrics"
@@ -165,7 +165,7 @@ func runGSLB(f gslbFlags) error {
 	}
 	defer st.Close()
 	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
-		ViewEvery: f.viewInterval, Server: gslb.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
+		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
 	if err != nil {
 		return err
 	}

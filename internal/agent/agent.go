@@ -20,7 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/nexthop"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/setplan"
@@ -572,7 +572,7 @@ func sortedKeys(m map[string]bool) []string {
 // kernelLinks implements Links with netlink and the loaded data plane.
 type kernelLinks struct {
 	dp *dataplane.Agent
-	nb *netlab.Resolver
+	nb *nexthop.Resolver
 }
 
 func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
@@ -581,7 +581,7 @@ func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
 		return "", 0, err
 	}
 	defer h.Close()
-	idx, _, err := netlab.RouteGet(h, a)
+	idx, _, err := nexthop.RouteGet(h, a)
 	if err != nil {
 		return "", 0, err
 	}
@@ -622,9 +622,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return err
 	}
-	nb := netlab.NewResolver(cfg.Log)
+	nb := nexthop.NewResolver(cfg.Log)
 	defer nb.Stop()
-	if err := netlab.WatchRouting(ctx, cfg.Log, func() {
+	if err := nexthop.WatchRouting(ctx, cfg.Log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			cfg.Log.Warn("cannot invalidate cached next hops", "err", err)
 		}

@@ -91,12 +91,16 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		t.Fatal(err)
+	}
 	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := setupLB(e, 10); err != nil {
+	if err := setupLB(e, 10, hz); err != nil {
 		t.Fatal(err)
 	}
 	syn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIP, 1024, 80, 128, "syn")
@@ -107,7 +111,7 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, capped := range []bool{false, true} {
-		if err := e.SetLBConfig(lbConfig(capped)); err != nil {
+		if err := e.SetLBConfig(lbConfig(hz, capped)); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.SetVary(true); err != nil {

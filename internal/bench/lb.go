@@ -129,11 +129,15 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		return nil, err
+	}
 	say := o.Out
 	if say == nil {
 		say = func(string, ...any) {}
 	}
-	cur, err := lbSide(env, "", "", now)
+	cur, err := lbSide(env, "", "", now, hz)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +148,7 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		base, err := lbSide(env, "before", ef, now)
+		base, err := lbSide(env, "before", ef, now, hz)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +194,7 @@ func lbPackets(o LBOptions) ([]Result, error) {
 			if on {
 				capSince = time.Now()
 			}
-			return s.edge.SetLBConfig(lbConfig(on))
+			return s.edge.SetLBConfig(lbConfig(hz, on))
 		}
 	}
 	cases := []nsCase{
@@ -215,9 +219,11 @@ func lbPackets(o LBOptions) ([]Result, error) {
 
 // lbConfig is the suite's load-balancer configuration, with an insert cap
 // of 1 per second and a burst of 1 (a timing inserts one entry, and one
-// more per second it runs) or none.
-func lbConfig(insertCap bool) dataplane.LBConfig {
-	c := dataplane.LBConfig{HZ: 250, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}
+// more per second it runs) or none. hz is the kernel's, measured
+// (dataplane.Bench.MeasureHZ): the timeouts and the cap's refill are in
+// jiffies.
+func lbConfig(hz uint32, insertCap bool) dataplane.LBConfig {
+	c := dataplane.LBConfig{HZ: hz, SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute, NAT: true}
 	if insertCap {
 		c.InsertRate, c.InsertBurst = 1, 1
 	}
@@ -227,7 +233,8 @@ func lbConfig(insertCap bool) dataplane.LBConfig {
 // lbSide loads an edge (this build's, or an object file's) with a nat VIP
 // of 100 backends and an encap VIP, fills its connection table with
 // lbConnFill flows and establishes the timed flows through the program.
-func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err error) {
+// now and hz are the kernel's jiffies and HZ.
+func lbSide(env *dptest.Env, name, edgeFile string, now uint64, hz uint32) (s *side, err error) {
 	s = &side{name: name, progs: map[string]*ebpf.Program{}}
 	built := s // what to close on an error (s is nil by then)
 	defer func() {
@@ -254,7 +261,7 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err er
 		HashSeed: 1, GatewayMAC: dptest.MustMAC("02:00:00:00:00:fe")}); err != nil {
 		return nil, err
 	}
-	if err := setupLB(e, 100); err != nil {
+	if err := setupLB(e, 100, hz); err != nil {
 		return nil, err
 	}
 	if err := e.FillConns(lbConnFill, netip.MustParseAddr(lbVIP), 80, 100, now); err != nil {
@@ -284,9 +291,9 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64) (s *side, err er
 }
 
 // setupLB programs one nat VIP (tcp:80 -> n backends on port 8080) and one
-// encap VIP (tcp:443 -> one guest).
-func setupLB(e *dataplane.Edge, n int) error {
-	if err := e.SetLBConfig(lbConfig(false)); err != nil {
+// encap VIP (tcp:443 -> one guest), with the kernel's hz.
+func setupLB(e *dataplane.Edge, n int, hz uint32) error {
+	if err := e.SetLBConfig(lbConfig(hz, false)); err != nil {
 		return err
 	}
 	var mb []maglev.Backend
@@ -348,6 +355,15 @@ func bigConnTable(n uint32, say func(string, ...any)) ([]Result, error) {
 		return nil, err
 	}
 	defer env.Close()
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: n})
 	if err != nil {
@@ -357,15 +373,10 @@ func bigConnTable(n uint32, say func(string, ...any)) ([]Result, error) {
 	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), HashSeed: 1}); err != nil {
 		return nil, err
 	}
-	if err := setupLB(e, 100); err != nil {
+	if err := setupLB(e, 100, hz); err != nil {
 		return nil, err
 	}
 	loadS := time.Since(t0).Seconds()
-	b, err := dataplane.LoadBench()
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
 	now, err := b.Jiffies()
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/azgate/azgate/internal/bpfemu"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 )
@@ -316,13 +317,13 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 	return append(out, counts...), nil
 }
 
-// countCases replays each case's program once on its frame (countInsns)
+// countCases replays each case's program once on its frame (bpfemu.Replay)
 // and checks the replay against a real run of the same frame; the result
 // is the instructions the path executes, as compiled, and its calls.
 func (n *nsBed) countCases(sides []*side, cases []nsCase) ([]Result, error) {
 	var out []Result
 	for _, c := range cases {
-		var counts []insnCount
+		var counts []bpfemu.Count
 		for _, s := range sides {
 			spec := s.specs[c.prog]
 			if spec == nil {
@@ -352,7 +353,7 @@ func (n *nsBed) countCases(sides []*side, cases []nsCase) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			got, err := countInsns(spec, emuEnv{maps: s.maps[c.prog], cpu: firstCPU(), ifindex: uint32(idx), jiffies: jiffies}, c.frame)
+			got, err := bpfemu.Replay(spec, bpfemu.Env{Maps: s.maps[c.prog], CPU: firstCPU(), Ifindex: uint32(idx), Jiffies: jiffies}, c.frame)
 			if err != nil {
 				return nil, fmt.Errorf("instruction count of %s (%s): %w", c.name, sideName(s), err)
 			}

@@ -171,7 +171,7 @@ func (a *arpOwner) wanted() string {
 const CarrierPoll = 100 * time.Millisecond
 
 // linkChanged asks for a carrier check now: the daemon calls it on every
-// routing or link event (netlab.WatchRouting), so a dead link hands the scope over
+// routing or link event (nexthop.WatchRouting), so a dead link hands the scope over
 // within milliseconds instead of up to a CarrierPoll later (a CI run lost
 // 100 ms of a nat VIP's traffic to the poll alone).
 func (a *arpOwner) linkChanged() {

@@ -20,7 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/nexthop"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
@@ -123,13 +123,13 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 
 	// Cached next hops must follow the kernel's routes and neighbours, and
 	// the hosts' next hops stay resolved whichever way routing goes.
-	nb := netlab.NewResolver(log)
+	nb := nexthop.NewResolver(log)
 	defer nb.Stop()
 	// A link change (carrier lost) is also a reason to look at the
 	// announcer's conditions and the ARP interfaces' carrier at once
 	// rather than at their next 100 ms tick.
 	var kickAnnouncer atomic.Pointer[func()]
-	if err := netlab.WatchRouting(ctx, log, func() {
+	if err := nexthop.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}

@@ -4,12 +4,15 @@
 // policy (nearest, weighted, failover), using the client's location (EDNS
 // Client Subnet, RFC 7871, else the resolver's address) and target health.
 //
-// The package is a core with two small interfaces at its edge:
-// geo.Locator (address → region, coordinates and the covering prefix, the
-// ECS scope; internal/geo has the MaxMind database, the prefix map and
-// their Chain) and Health (VIP → up/down; fed by internal/probe).
-// Config types are plain Go validated by Compile; the handler serves a
-// compiled Catalog that can be swapped atomically.
+// The package is the catalog and the policies, with no server: config
+// types are plain Go validated by Compile into a Catalog (zones, records,
+// GSLB records: what gslbplan checks at write time), and CatalogGSLB.Choose
+// is the policy. Two small interfaces are at its edge: geo.Locator
+// (address → region, coordinates and the covering prefix, the ECS scope;
+// internal/geo has the MaxMind database, the prefix map and their Chain)
+// and Health (VIP → up/down; fed by internal/probe). The DNS server that
+// answers from a Catalog (handler, batched UDP loop, wire fast path, TCP)
+// is internal/gslb/dnsserver.
 package gslb
 
 import (
@@ -112,37 +115,11 @@ type Target struct {
 const (
 	defaultSOATTL    = 3600
 	defaultNSTTL     = 3600
-	defaultRecordTTL = 300
+	DefaultRecordTTL = 300 // exported: the DNS server's synthesised records use it too
 	defaultGSLBTTL   = 30
 	// MaxTargets bounds a GSLB record's targets: selection is linear.
 	MaxTargets = 64
 )
-
-// Catalog is a validated, compiled Config: what the Handler serves. It is
-// immutable once built so the handler can swap it atomically.
-type Catalog struct {
-	zones []*zone // sorted longest origin first, for longest-match lookup
-}
-
-type zone struct {
-	origin string // lower-case, absolute
-	soa    *dns.SOA
-	ns     []dns.RR
-	// names holds every name that exists in the zone (including empty
-	// non-terminals, RFC 8020) so a miss is NXDOMAIN and a hit without the
-	// type is NODATA.
-	names  map[string]bool
-	static map[string][]dns.RR // owner → records
-	gslb   map[string]*gslbRecord
-}
-
-type gslbRecord struct {
-	name    string
-	ttl     uint32
-	policy  Policy
-	allDown AllDown
-	targets []Target
-}
 
 // Compile validates cfg and builds a Catalog. Errors name the zone, the
 // record and the field at fault.
@@ -214,13 +191,13 @@ func orDefault(v, d uint32) uint32 {
 	return v
 }
 
-func compileZone(zc Zone) (*zone, error) {
+func compileZone(zc Zone) (*CatalogZone, error) {
 	origin, err := canonical(zc.Origin)
 	if err != nil {
 		return nil, fmt.Errorf("origin: %w", err)
 	}
-	z := &zone{origin: origin, names: map[string]bool{origin: true},
-		static: map[string][]dns.RR{}, gslb: map[string]*gslbRecord{}}
+	z := &CatalogZone{origin: origin, names: map[string]bool{origin: true},
+		static: map[string][]dns.RR{}, gslb: map[string]*CatalogGSLB{}}
 	mname, err := canonical(zc.SOA.MName)
 	if err != nil {
 		return nil, fmt.Errorf("soa.mname: %w", err)
@@ -289,7 +266,7 @@ func compileZone(zc Zone) (*zone, error) {
 }
 
 // addName marks name and every ancestor up to the origin as existing.
-func (z *zone) addName(name string) {
+func (z *CatalogZone) addName(name string) {
 	for n := name; n != z.origin && dns.IsSubDomain(z.origin, n); {
 		z.names[n] = true
 		off, end := dns.NextLabel(n, 0)
@@ -305,7 +282,7 @@ func compileRecord(rc Record, origin string) (dns.RR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("name: %w", err)
 	}
-	hdr := dns.RR_Header{Name: name, Class: dns.ClassINET, Ttl: orDefault(rc.TTL, defaultRecordTTL)}
+	hdr := dns.RR_Header{Name: name, Class: dns.ClassINET, Ttl: orDefault(rc.TTL, DefaultRecordTTL)}
 	switch strings.ToUpper(rc.Type) {
 	case "A":
 		a, err := netip.ParseAddr(rc.Value)
@@ -374,12 +351,12 @@ func ownerTarget(name, origin string) (string, error) {
 	return canonical(name)
 }
 
-func compileGSLB(gc GSLBRecord, origin string) (*gslbRecord, error) {
+func compileGSLB(gc GSLBRecord, origin string) (*CatalogGSLB, error) {
 	name, err := ownerName(gc.Name, origin)
 	if err != nil {
 		return nil, fmt.Errorf("name: %w", err)
 	}
-	g := &gslbRecord{name: name, ttl: orDefault(gc.TTL, defaultGSLBTTL), policy: gc.Policy, allDown: gc.AllDown}
+	g := &CatalogGSLB{name: name, ttl: orDefault(gc.TTL, defaultGSLBTTL), policy: gc.Policy, allDown: gc.AllDown}
 	switch gc.Policy {
 	case PolicyNearest, PolicyWeighted, PolicyFailover:
 	default:

@@ -7,38 +7,38 @@ import (
 	"github.com/azgate/azgate/internal/geo"
 )
 
-// clientLoc is a client's location as the policies use it: geo's answer,
+// ClientLoc is a client's location as the policies use it: geo's answer,
 // whether the source knew the address, and the ECS scope that answer
 // holds for.
-type clientLoc struct {
+type ClientLoc struct {
 	geo.Location
-	// found is geo.Locator's ok: false when the address is in no known
+	// Found is geo.Locator's ok: false when the address is in no known
 	// network (only Prefix may be set then).
-	found bool
-	// bits is the length of the covering prefix actually used: every
+	Found bool
+	// Bits is the length of the covering prefix actually used: every
 	// address in client/bits gets the same answer. On a miss it is the
 	// length of the uncovered range around the client, so a more
 	// specific (known) client is not cached with this answer. When the
 	// locator gives no prefix of the client's family (extent unknown) it
 	// is the full address length (geo's contract). It becomes the ECS
 	// scope of an answer that used the location (RFC 7871 §7.2.1).
-	bits int
+	Bits int
 }
 
-// locateClient asks loc about client (already unmapped) and derives the
+// LocateClient asks loc about client (already unmapped) and derives the
 // scope from geo.Location.Prefix.
-func locateClient(loc geo.Locator, client netip.Addr) *clientLoc {
-	c := new(clientLoc)
-	locateInto(c, loc, client)
+func LocateClient(loc geo.Locator, client netip.Addr) *ClientLoc {
+	c := new(ClientLoc)
+	LocateInto(c, loc, client)
 	return c
 }
 
-// locateInto is locateClient into c (the UDP fast path reuses one).
-func locateInto(c *clientLoc, loc geo.Locator, client netip.Addr) {
+// LocateInto is LocateClient into c (the UDP fast path reuses one).
+func LocateInto(c *ClientLoc, loc geo.Locator, client netip.Addr) {
 	l, ok := loc.Locate(client)
-	*c = clientLoc{Location: l, found: ok, bits: client.BitLen()}
+	*c = ClientLoc{Location: l, Found: ok, Bits: client.BitLen()}
 	if l.Prefix.IsValid() && l.Prefix.Addr().BitLen() == client.BitLen() {
-		c.bits = l.Prefix.Bits()
+		c.Bits = l.Prefix.Bits()
 	}
 }
 
@@ -59,16 +59,16 @@ type AllUp struct{}
 // Up implements Health.
 func (AllUp) Up(netip.Addr) bool { return true }
 
-// choice is the outcome of a policy for one query.
-type choice struct {
-	target   Target
-	ok       bool       // false: no answer (no target of the family, or servfail)
-	servfail bool       // every target of the family down and SERVFAIL configured
-	usedLoc  *clientLoc // the location the answer depended on, nil if none
-	failOpen bool       // every target was down; answered by fail-open
+// Choice is the outcome of a policy for one query.
+type Choice struct {
+	Target   Target
+	OK       bool       // false: no answer (no target of the family, or servfail)
+	ServFail bool       // every target of the family down and SERVFAIL configured
+	UsedLoc  *ClientLoc // the location the answer depended on, nil if none
+	FailOpen bool       // every target was down; answered by fail-open
 }
 
-// choose picks the target of g for a query of address family v6 among
+// Choose picks the target of g for a query of address family v6 among
 // healthy targets. locate returns the client's location (nil: unknown); it
 // is called only when the choice needs it, so weighted and failover
 // answers cost no lookup. qid seeds the
@@ -76,7 +76,7 @@ type choice struct {
 // the same query over TCP get the same one).
 //
 // It is pure: no I/O, no clock, no global random source.
-func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid uint16) choice {
+func (g *CatalogGSLB) Choose(v6 bool, locate func() *ClientLoc, health Health, qid uint16) Choice {
 	// Pointers into g.targets, not copies: a Target is 72 bytes, and the
 	// candidate lists are built for every query.
 	var famBuf, upBuf [smallTargets]*Target
@@ -92,23 +92,23 @@ func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid
 		}
 	}
 	if len(fam) == 0 {
-		return choice{}
+		return Choice{}
 	}
 	if len(up) == 0 {
 		if g.allDown == AllDownServfail {
-			return choice{servfail: true}
+			return Choice{ServFail: true}
 		}
 		t, used := nearest(fam, locate)
-		return choice{target: t, ok: true, usedLoc: used, failOpen: true}
+		return Choice{Target: t, OK: true, UsedLoc: used, FailOpen: true}
 	}
 	switch g.policy {
 	case PolicyWeighted:
-		return choice{target: weighted(up, qid), ok: true}
+		return Choice{Target: weighted(up, qid), OK: true}
 	case PolicyFailover:
-		return choice{target: lowestOrder(up), ok: true}
+		return Choice{Target: lowestOrder(up), OK: true}
 	default:
 		t, used := nearest(up, locate)
-		return choice{target: t, ok: true, usedLoc: used}
+		return Choice{Target: t, OK: true, UsedLoc: used}
 	}
 }
 
@@ -118,12 +118,12 @@ func choose(g *gslbRecord, v6 bool, locate func() *clientLoc, health Health, qid
 // unknown. used is the location the answer depended on: nil when it could
 // not have differed for another client (one candidate, or no location
 // source), and the ECS scope is then 0.
-func nearest(ts []*Target, locate func() *clientLoc) (Target, *clientLoc) {
+func nearest(ts []*Target, locate func() *ClientLoc) (Target, *ClientLoc) {
 	if len(ts) == 1 {
 		return *ts[0], nil
 	}
 	loc := locate()
-	if loc == nil || !loc.found {
+	if loc == nil || !loc.Found {
 		// Unknown clients get the failover choice. The answer still
 		// depends on the address (a known one could get another), so
 		// the scope is the uncovered range's length when loc is set.

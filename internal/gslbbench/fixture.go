@@ -1,5 +1,5 @@
 // Package gslbbench is `azgate bench gslb`: azgate's GSLB DNS server
-// (internal/gslb with a geo.DB locator and probe health) next to gdnsd 3.x
+// (internal/gslb/dnsserver with a geo.DB locator and probe health) next to gdnsd 3.x
 // (its geoip plugin on the same MaxMind database), both serving the same
 // zone on loopback in the same run. It measures queries/s, latency and CPU
 // per query with dnsperf sending EDNS Client Subnet, and the failover time

@@ -13,6 +13,7 @@ import (
 
 	"github.com/azgate/azgate/internal/geo"
 	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 )
 
 // ServeChildArg is the hidden subcommand the serving child runs as
@@ -70,9 +71,9 @@ func Serve(ctx context.Context, cfgPath string, stdout, stderr io.Writer) error 
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go health.Run(hctx)
-	h := gslb.NewHandler(cat, db, health)
+	h := dnsserver.NewHandler(cat, db, health)
 	// One UDP socket per thread (SO_REUSEPORT), as gdnsd's udp_threads.
-	srv := gslb.NewServer(gslb.ServerConfig{Addr: cfg.Addr, UDPSockets: runtime.GOMAXPROCS(0)}, h)
+	srv := dnsserver.NewServer(dnsserver.ServerConfig{Addr: cfg.Addr, UDPSockets: runtime.GOMAXPROCS(0)}, h)
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {

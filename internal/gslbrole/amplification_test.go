@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 )
 
 // amplification sends n queries with EDNS (1232 bytes) for a large TXT set
@@ -28,11 +29,11 @@ func amplification(t *testing.T, rrl RRL, n int) (in, out, full, fullBytes int, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := gslb.ServerConfig{Addr: "127.0.0.1:0"}
+	cfg := dnsserver.ServerConfig{Addr: "127.0.0.1:0"}
 	if l := newRateLimiter(rrl); l != nil {
 		cfg.Allow = l.Allow
 	}
-	s := gslb.NewServer(cfg, gslb.NewHandler(cat, nil, nil))
+	s := dnsserver.NewServer(cfg, dnsserver.NewHandler(cat, nil, nil))
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}

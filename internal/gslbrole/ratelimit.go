@@ -198,7 +198,7 @@ func (l *rateLimiter) allow(src netip.Addr, resp []byte, now time.Time) bool {
 	return true
 }
 
-// Allow is gslb.ServerConfig.Allow: the server asks it before sending the
+// Allow is dnsserver.ServerConfig.Allow: the server asks it before sending the
 // UDP answer resp to src. Over the limit, every Slip-th answer is slipped
 // (an empty TC=1 answer) and the others dropped; both are counted.
 func (l *rateLimiter) Allow(src netip.Addr, resp []byte) (answer, slip bool) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -85,7 +85,7 @@ func TestRateLimiter(t *testing.T) {
 	drip := newRateLimiter(rrlOf(1))
 	step := rateIdle / maxRateSources
 	for i := range maxRateSources {
-		drip.buckets[rateKey{net: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), gslb.SourceNetV4Bits)}] =
+		drip.buckets[rateKey{net: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), dnsserver.SourceNetV4Bits)}] =
 			&rateBucket{tokens: 1, last: t0.Add(time.Duration(i) * step)}
 	}
 	drip.allow(netip.MustParseAddr("198.51.100.1"), resp, t0.Add(rateIdle+step/2)) // one bucket idle

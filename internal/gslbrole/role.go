@@ -1,7 +1,8 @@
 // Package gslbrole is the `azgate gslb` role (issue 11, part 1 and 2): an
-// authoritative DNS server (internal/gslb) serving the desired state's DNS
-// zones and GSLB records, locating clients with internal/geo and reading
-// target health from internal/probe.
+// authoritative DNS server (internal/gslb/dnsserver, answering from an
+// internal/gslb catalog) serving the desired state's DNS zones and GSLB
+// records, locating clients with internal/geo and reading target health
+// from internal/probe.
 //
 // It follows the store through store.Node (never etcd itself): every change
 // of the state rebuilds the catalog (gslbplan.Build; what does not compile
@@ -29,6 +30,7 @@ import (
 
 	"github.com/azgate/azgate/internal/geo"
 	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/gslbplan"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/probe"
@@ -50,7 +52,7 @@ type Config struct {
 	// Version is reported in the node status.
 	Version string
 	// Server is the DNS listener (Addr "127.0.0.1:5353" by default).
-	Server gslb.ServerConfig
+	Server dnsserver.ServerConfig
 	// Locator locates clients (nil: no location; nearest falls back to
 	// the failover order).
 	Locator geo.Locator
@@ -75,8 +77,8 @@ type GSLB struct {
 	cfg     Config
 	st      store.Node
 	log     *slog.Logger
-	Handler *gslb.Handler
-	Server  *gslb.Server
+	Handler *dnsserver.Handler
+	Server  *dnsserver.Server
 	mon     *probe.Monitor
 	rl      *rateLimiter           // nil: no rate limit
 	listen  atomic.Pointer[string] // the UDP address, once serving
@@ -143,7 +145,7 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	}
 	g := &GSLB{cfg: cfg, st: st, log: cfg.Log, started: time.Now(), remote: map[string]probe.View{}, verdict: map[string]bool{},
 		changed: make(chan struct{}, 1)}
-	g.Handler = gslb.NewHandler(empty, cfg.Locator, health{g})
+	g.Handler = dnsserver.NewHandler(empty, cfg.Locator, health{g})
 	mo := cfg.Monitor
 	mo.InitialUp = true // a new record answers at once, before its first checks
 	mo.Logger = cfg.Log
@@ -162,7 +164,7 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	if g.rl = newRateLimiter(cfg.RRL); g.rl != nil {
 		cfg.Server.Allow = g.rl.Allow
 	}
-	g.Server = gslb.NewServer(cfg.Server, g.Handler)
+	g.Server = dnsserver.NewServer(cfg.Server, g.Handler)
 	return g, nil
 }
 

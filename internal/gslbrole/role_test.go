@@ -20,7 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/controller"
 	"github.com/azgate/azgate/internal/geo"
-	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/probe"
 	"github.com/azgate/azgate/internal/store"
@@ -453,7 +453,7 @@ func TestRoleVantagePoints(t *testing.T) {
 // The store is a real embedded etcd with no objects (REFUSED answers).
 func TestRoleTCPLimit(t *testing.T) {
 	st := embeddedtest.Store(t)
-	r := startRole(t, st, Config{Name: "tcp", Server: gslb.ServerConfig{MaxTCPConns: 1}})
+	r := startRole(t, st, Config{Name: "tcp", Server: dnsserver.ServerConfig{MaxTCPConns: 1}})
 	held, err := dns.Dial("tcp", r.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/gslb"
+	"github.com/azgate/azgate/internal/gslb/dnsserver"
 )
 
 // listen opens a TCP listener on loopback that accepts and closes.
@@ -156,7 +157,7 @@ func TestResolveThroughGSLB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gslb.NewServer(gslb.ServerConfig{Addr: "127.0.0.1:0"}, gslb.NewHandler(cat, nil, health))
+	srv := dnsserver.NewServer(dnsserver.ServerConfig{Addr: "127.0.0.1:0"}, dnsserver.NewHandler(cat, nil, health))
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,19 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// internal/bwenforce), and the hop store does not borrow bwstore's client.
+// internal/netlab (namespaces, veth pairs) is lab plumbing: only the lab,
+// the benchmarks, test packages and _test files import it. The controller
+// does not link the GSLB's DNS server (internal/gslb/dnsserver), not even
+// through other packages. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fset := token.NewFileSet()
+	const module = "github.com/azgate/azgate/"
+	deps := map[string][]string{} // package dir → the module's packages it imports (non-test files)
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -42,6 +48,9 @@ func TestLayers(t *testing.T) {
 		}
 		for _, im := range f.Imports {
 			p, _ := strconv.Unquote(im.Path.Value)
+			if dep, ok := strings.CutPrefix(p, module); ok {
+				deps[rel] = append(deps[rel], dep)
+			}
 			if strings.HasPrefix(p, "go.etcd.io/") && rel != "internal/store" {
 				t.Errorf("%s imports %s: only internal/store may reach etcd", filepath.Join(rel, filepath.Base(path)), p)
 			}
@@ -60,10 +69,60 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
 			}
+			if p == "github.com/azgate/azgate/internal/netlab" && !labOnly(rel) {
+				t.Errorf("%s imports internal/netlab: only the lab, benchmarks, test packages and tests may (the daemons' next hops are internal/nexthop)", filepath.Join(rel, filepath.Base(path)))
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Transitive rules: what a package must not link, directly or through
+	// other packages of the module.
+	for _, r := range []struct{ from, to, why string }{
+		{"internal/controller", "internal/gslb/dnsserver", "the controller checks GSLB records with gslbplan and the gslb catalog; it does not link the DNS server"},
+	} {
+		if chain := importChain(deps, r.from, r.to); chain != nil {
+			t.Errorf("%s imports %s through %s: %s", r.from, r.to, strings.Join(chain, " -> "), r.why)
+		}
+	}
+}
+
+// importChain returns a chain of imports from package dir from to package
+// dir to (both relative to the module root), or nil when from does not
+// reach to. Build constraints are not read: a file for another platform
+// counts too.
+func importChain(deps map[string][]string, from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var chain []string
+			for ; p != ""; p = prev[p] {
+				chain = append([]string{p}, chain...)
+			}
+			return chain
+		}
+		for _, d := range deps[p] {
+			if _, seen := prev[d]; !seen {
+				prev[d] = p
+				queue = append(queue, d)
+			}
+		}
+	}
+	return nil
+}
+
+// labOnly reports whether the package in directory rel (relative to the
+// repository) is lab, benchmark or test code, which may import lab
+// plumbing: internal/lab and below, internal/bench and the *bench
+// packages, the *test helper packages and everything under test/.
+func labOnly(rel string) bool {
+	base := filepath.Base(rel)
+	return rel == "internal/lab" || strings.HasPrefix(rel, "internal/lab/") ||
+		strings.HasSuffix(base, "bench") || strings.HasSuffix(base, "test") ||
+		rel == "test" || strings.HasPrefix(rel, "test/")
 }

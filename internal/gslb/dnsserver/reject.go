@@ -1,4 +1,4 @@
-package gslb
+package dnsserver
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package netlab
+package nexthop
 
 import (
 	"io"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/azgate/azgate/internal/netlab"
 )
 
 // TestResolverMultipath: every next hop of a multipath route toward a kept
@@ -17,17 +19,17 @@ func TestResolverMultipath(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: network namespaces need root")
 	}
-	n, err := NewNode("azgt-mp-n")
+	n, err := netlab.NewNode("azgt-mp-n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Delete()
-	p, err := NewNode("azgt-mp-p")
+	p, err := netlab.NewNode("azgt-mp-p")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Delete()
-	if err := Veth(End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:00:01"}, End{Node: p, Dev: "fab", MAC: "02:bb:00:00:00:02"}, 1500); err != nil {
+	if err := netlab.Veth(netlab.End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:00:01"}, netlab.End{Node: p, Dev: "fab", MAC: "02:bb:00:00:00:02"}, 1500); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Addr("ul0", "198.18.0.1/24"); err != nil {

@@ -1,4 +1,4 @@
-package gslb
+package dnsserver
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/azgate/azgate/internal/gslb"
 
 	"github.com/miekg/dns"
 )
@@ -265,7 +267,7 @@ func (f *flipHealth) Up(a netip.Addr) bool { return a != vipEU || !f.euDown.Load
 // flips and the catalog is swapped; every answer is one of the valid ones.
 // Run with -race.
 func TestServerConcurrent(t *testing.T) {
-	c, err := Compile(testConfig())
+	c, err := gslb.Compile(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

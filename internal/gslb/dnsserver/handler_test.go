@@ -1,4 +1,4 @@
-package gslb
+package dnsserver
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/azgate/azgate/internal/gslb"
 
 	"github.com/miekg/dns"
 
@@ -27,8 +29,8 @@ var (
 	vipF3  = netip.MustParseAddr("203.0.113.12")
 )
 
-func regionTargets() []Target {
-	return []Target{
+func regionTargets() []gslb.Target {
+	return []gslb.Target{
 		{VIP: vipEU, Region: "eu", Lat: 50.1, Lon: 8.7, Order: 1},   // Frankfurt
 		{VIP: vipUS, Region: "us", Lat: 40.7, Lon: -74.0, Order: 2}, // New York
 		{VIP: vipAP, Region: "ap", Lat: 1.35, Lon: 103.8, Order: 3}, // Singapore
@@ -37,8 +39,8 @@ func regionTargets() []Target {
 	}
 }
 
-func testConfig() Config {
-	recs := []Record{
+func testConfig() gslb.Config {
+	recs := []gslb.Record{
 		{Name: "ns1", Type: "A", Value: "192.0.2.53"},
 		{Name: "www", Type: "A", Value: "192.0.2.10"},
 		{Name: "www", Type: "AAAA", Value: "2001:db8::10"},
@@ -49,24 +51,24 @@ func testConfig() Config {
 		{Name: "pathd", Type: "TXT", Value: "gslb name with a TXT too"},
 	}
 	for i := range 40 { // ~4 KB of TXT: over 512 and 1232 bytes
-		recs = append(recs, Record{Name: "big", Type: "TXT", Value: fmt.Sprintf("%03d-%s", i, strings.Repeat("x", 90))})
+		recs = append(recs, gslb.Record{Name: "big", Type: "TXT", Value: fmt.Sprintf("%03d-%s", i, strings.Repeat("x", 90))})
 	}
-	return Config{Zones: []Zone{{
+	return gslb.Config{Zones: []gslb.Zone{{
 		Origin: "Example.",
-		SOA: SOA{MName: "ns1.example.", RName: "hostmaster.example.", Serial: 7,
+		SOA: gslb.SOA{MName: "ns1.example.", RName: "hostmaster.example.", Serial: 7,
 			Refresh: 3600, Retry: 600, Expire: 86400, Minimum: 60},
 		NS:      []string{"ns1.example.", "ns2.example."},
 		Records: recs,
-		GSLB: []GSLBRecord{
-			{Name: "pathd", Policy: PolicyNearest, Targets: regionTargets()},
-			{Name: "strict", Policy: PolicyNearest, AllDown: AllDownServfail, Targets: regionTargets()},
-			{Name: "w", Policy: PolicyWeighted, Targets: []Target{
+		GSLB: []gslb.GSLBRecord{
+			{Name: "pathd", Policy: gslb.PolicyNearest, Targets: regionTargets()},
+			{Name: "strict", Policy: gslb.PolicyNearest, AllDown: gslb.AllDownServfail, Targets: regionTargets()},
+			{Name: "w", Policy: gslb.PolicyWeighted, Targets: []gslb.Target{
 				{VIP: vipW1, Region: "eu", Weight: 1}, {VIP: vipW3, Region: "us", Weight: 3}}},
-			{Name: "fo", Policy: PolicyFailover, TTL: 10, Targets: []Target{
+			{Name: "fo", Policy: gslb.PolicyFailover, TTL: 10, Targets: []gslb.Target{
 				{VIP: vipF2, Region: "us", Order: 2, Lat: 40.7, Lon: -74},
 				{VIP: vipF1, Region: "eu", Order: 1, Lat: 50.1, Lon: 8.7},
 				{VIP: vipF3, Region: "ap", Order: 3, Lat: 1.35, Lon: 103.8}}},
-			{Name: "fo-strict", Policy: PolicyFailover, AllDown: AllDownServfail, Targets: []Target{
+			{Name: "fo-strict", Policy: gslb.PolicyFailover, AllDown: gslb.AllDownServfail, Targets: []gslb.Target{
 				{VIP: vipF1, Region: "eu", Order: 1}}},
 		},
 	}}}
@@ -112,7 +114,7 @@ func testLocator(t testing.TB) *countingLocator {
 
 func testHandler(t testing.TB, down ...netip.Addr) (*Handler, *countingLocator) {
 	t.Helper()
-	c, err := Compile(testConfig())
+	c, err := gslb.Compile(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,51 +423,13 @@ func TestTruncation(t *testing.T) {
 	}
 }
 
-func TestCompileErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		edit func(*Config)
-		want string
-	}{
-		{"bad origin", func(c *Config) { c.Zones[0].Origin = "exa mple..." }, "origin"},
-		{"no NS", func(c *Config) { c.Zones[0].NS = nil }, "ns: at least one"},
-		{"bad A", func(c *Config) { c.Zones[0].Records[0].Value = "2001:db8::1" }, `records[0] ("ns1" A): value`},
-		{"bad type", func(c *Config) { c.Zones[0].Records[0].Type = "SRV" }, "type:"},
-		{"outside zone", func(c *Config) { c.Zones[0].Records[0].Name = "x.example.org." }, "outside zone"},
-		{"CNAME with data", func(c *Config) {
-			c.Zones[0].Records = append(c.Zones[0].Records, Record{Name: "www", Type: "CNAME", Value: "x"})
-		}, "already has other records"},
-		{"bad MX", func(c *Config) { c.Zones[0].Records[4].Value = "mail.example." }, "PREFERENCE EXCHANGE"},
-		{"bad policy", func(c *Config) { c.Zones[0].GSLB[0].Policy = "random" }, `gslb[0] ("pathd"): policy`},
-		{"bad allDown", func(c *Config) { c.Zones[0].GSLB[0].AllDown = "nothing" }, "allDown"},
-		{"no targets", func(c *Config) { c.Zones[0].GSLB[0].Targets = nil }, "targets: at least one"},
-		{"zero weight", func(c *Config) { c.Zones[0].GSLB[2].Targets[0].Weight = 0 }, "targets[0] (203.0.113.1): weight"},
-		{"bad lat", func(c *Config) { c.Zones[0].GSLB[0].Targets[1].Lat = 91 }, "targets[1] (198.51.100.2): lat"},
-		{"no region", func(c *Config) { c.Zones[0].GSLB[0].Targets[1].Region = "" }, "region: required"},
-		{"no VIP", func(c *Config) { c.Zones[0].GSLB[0].Targets[1].VIP = netip.Addr{} }, "targets[1]: vip"},
-		{"duplicate VIP", func(c *Config) { c.Zones[0].GSLB[0].Targets[1].VIP = vipEU }, "listed twice"},
-		{"GSLB over static A", func(c *Config) { c.Zones[0].GSLB[0].Name = "www" }, "static A record"},
-		{"GSLB at apex", func(c *Config) { c.Zones[0].GSLB[0].Name = "@" }, "apex"},
-		{"duplicate zone", func(c *Config) { c.Zones = append(c.Zones, c.Zones[0]) }, "duplicate zone"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := testConfig()
-			tc.edit(&c)
-			_, err := Compile(c)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want one containing %q", err, tc.want)
-			}
-		})
-	}
-}
-
 // TestLongestZone: a child zone on the same server answers for its names.
 func TestLongestZone(t *testing.T) {
 	cfg := testConfig()
-	cfg.Zones = append(cfg.Zones, Zone{Origin: "sub.example.", NS: []string{"ns1.example."},
-		SOA:     SOA{MName: "ns1.example.", RName: "h.example.", Serial: 99, Minimum: 30},
-		Records: []Record{{Name: "x", Type: "A", Value: "192.0.2.99"}}})
-	c, err := Compile(cfg)
+	cfg.Zones = append(cfg.Zones, gslb.Zone{Origin: "sub.example.", NS: []string{"ns1.example."},
+		SOA:     gslb.SOA{MName: "ns1.example.", RName: "h.example.", Serial: 99, Minimum: 30},
+		Records: []gslb.Record{{Name: "x", Type: "A", Value: "192.0.2.99"}}})
+	c, err := gslb.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +453,7 @@ func TestLongestZone(t *testing.T) {
 // VIP marked down leaves the very next answer) and serves a swapped
 // Catalog at once.
 func TestHealthAndCatalogLive(t *testing.T) {
-	c, err := Compile(testConfig())
+	c, err := gslb.Compile(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +472,7 @@ func TestHealthAndCatalogLive(t *testing.T) {
 	delete(health, vipEU)
 	cfg := testConfig()
 	cfg.Zones[0].GSLB[0].Targets = cfg.Zones[0].GSLB[0].Targets[2:3]
-	c2, err := Compile(cfg)
+	c2, err := gslb.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,10 @@
-package bench
+// Package bpfemu replays an eBPF program (its instructions as compiled,
+// before the verifier's rewrites) in user space on one XDP frame, over the
+// live maps of a loaded copy of the program, and counts what the path
+// executed: instructions, helper calls, map lookups and BPF-to-BPF calls.
+// The benchmarks (internal/bench) report these counts next to their
+// timings.
+package bpfemu
 
 import (
 	"encoding/binary"
@@ -24,8 +30,8 @@ import (
 // beside the instructions: on the AMD machines each helper call and each
 // hash-map lookup costs several mispredicted returns (BENCHMARKS.md).
 
-// insnCount is what one replay executed.
-type insnCount struct {
+// Count is what one replay executed, and how it ended.
+type Count struct {
 	Insns   int
 	Calls   map[string]int // helper calls by helper, map lookups by map
 	Subprog int            // BPF-to-BPF calls
@@ -33,7 +39,7 @@ type insnCount struct {
 	Out     []byte
 }
 
-func (c insnCount) String() string {
+func (c Count) String() string {
 	var keys []string
 	for k := range c.Calls {
 		keys = append(keys, k)
@@ -52,12 +58,12 @@ func (c insnCount) String() string {
 	return b.String()
 }
 
-// emuEnv is what the replay needs from the bed.
-type emuEnv struct {
-	maps    map[string]*ebpf.Map // the loaded program's maps by name
-	cpu     int                  // per-CPU maps are read at this CPU
-	ifindex uint32               // ctx->ingress_ifindex
-	jiffies uint64
+// Env is what a replay needs from the bed the program is loaded in.
+type Env struct {
+	Maps    map[string]*ebpf.Map // the loaded program's maps by name
+	CPU     int                  // per-CPU maps are read at this CPU
+	Ifindex uint32               // ctx->ingress_ifindex
+	Jiffies uint64               // what bpf_jiffies64 returns
 }
 
 type region struct {
@@ -83,8 +89,13 @@ const (
 	pktSize     = 4096
 )
 
-// countInsns replays prog (its spec) on pkt arriving as env describes.
-func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, error) {
+// Replay runs the XDP program spec on pkt arriving as env describes and
+// returns what it executed, its action and its output frame. Map lookups
+// read env's maps (the kernel's); map writes are not replayed, so the
+// kernel's maps stay as they are. A caller that counts a path should
+// check Action and Out against a real run of the same frame
+// (BPF_PROG_TEST_RUN): a replay that differs does not count that path.
+func Replay(spec *ebpf.ProgramSpec, env Env, pkt []byte) (Count, error) {
 	insns := spec.Instructions
 	raw := make([]int, len(insns)+1) // raw slot of each instruction
 	byRaw := map[int]int{}
@@ -112,7 +123,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 		mapRegions[m] = r
 		return r
 	}
-	c := insnCount{Calls: map[string]int{}}
+	c := Count{Calls: map[string]int{}}
 	var bss *region // .bss, made on first use
 	fr := &frame{stack: &region{name: "stack", buf: make([]byte, 512)}}
 	fr.regs[1] = val{r: ctx}
@@ -131,7 +142,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 			case 4:
 				return val{r: p, n: uint64(dataEnd)}, nil
 			case 12:
-				return val{n: uint64(env.ifindex)}, nil
+				return val{n: uint64(env.Ifindex)}, nil
 			default:
 				return val{}, nil
 			}
@@ -235,7 +246,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 			switch m.Type() {
 			case ebpf.PerCPUArray, ebpf.PerCPUHash, ebpf.LRUCPUHash:
 				stride := (vs + 7) &^ 7
-				raw = raw[env.cpu*stride : env.cpu*stride+vs]
+				raw = raw[env.CPU*stride : env.CPU*stride+vs]
 			case ebpf.ArrayOfMaps, ebpf.HashOfMaps:
 				inner, err := ebpf.NewMapFromID(ebpf.MapID(binary.LittleEndian.Uint32(raw)))
 				if err != nil {
@@ -249,7 +260,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 		case asm.FnMapUpdateElem, asm.FnMapDeleteElem:
 			return val{}, nil // the replay leaves the kernel's maps as they are
 		case asm.FnJiffies64:
-			return val{n: env.jiffies}, nil
+			return val{n: env.Jiffies}, nil
 		case asm.FnKtimeGetNs:
 			var ts unix.Timespec
 			unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
@@ -287,7 +298,7 @@ func countInsns(spec *ebpf.ProgramSpec, env emuEnv, pkt []byte) (insnCount, erro
 		switch cls := op.Class(); {
 		case op.IsDWordLoad():
 			if ins.IsLoadFromMap() {
-				m := env.maps[ins.Reference()]
+				m := env.Maps[ins.Reference()]
 				if m == nil && ins.Src == asm.PseudoMapValue && ins.Reference() == ".bss" {
 					// Zero-initialised globals (hc_address): the beds
 					// never set them, so they hold zeros, as here.

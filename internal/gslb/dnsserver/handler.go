@@ -1,4 +1,4 @@
-package gslb
+package dnsserver
 
 import (
 	"net"
@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/azgate/azgate/internal/geo"
+	"github.com/azgate/azgate/internal/gslb"
 )
 
 // Size limits (RFC 1035 §4.2.1, RFC 6891 §6.2.5, DNS flag day 2020).
@@ -39,17 +40,17 @@ type Stats struct {
 // dns.Handler; it is safe for concurrent use and the Catalog can be
 // replaced at any time with SetCatalog.
 type Handler struct {
-	catalog atomic.Pointer[Catalog]
+	catalog atomic.Pointer[gslb.Catalog]
 	loc     geo.Locator
-	health  Health
+	health  gslb.Health
 	Stats   Stats
 }
 
 // NewHandler returns a handler serving c. loc may be nil (no location:
 // nearest falls back to failover order); health may be nil (all up).
-func NewHandler(c *Catalog, loc geo.Locator, health Health) *Handler {
+func NewHandler(c *gslb.Catalog, loc geo.Locator, health gslb.Health) *Handler {
 	if health == nil {
-		health = AllUp{}
+		health = gslb.AllUp{}
 	}
 	h := &Handler{loc: loc, health: health}
 	h.catalog.Store(c)
@@ -57,7 +58,7 @@ func NewHandler(c *Catalog, loc geo.Locator, health Health) *Handler {
 }
 
 // SetCatalog swaps the served zones; queries in flight finish on the old one.
-func (h *Handler) SetCatalog(c *Catalog) { h.catalog.Store(c) }
+func (h *Handler) SetCatalog(c *gslb.Catalog) { h.catalog.Store(c) }
 
 // ServeDNS implements dns.Handler.
 func (h *Handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
@@ -251,7 +252,7 @@ func (h *Handler) answerQuestion(m *dns.Msg, q dns.Question, client netip.Addr, 
 	}
 	c := h.catalog.Load()
 	name := dns.CanonicalName(q.Name)
-	z := c.find(name)
+	z := c.Find(name)
 	if z == nil {
 		h.Stats.Refused.Add(1)
 		m.Rcode = dns.RcodeRefused
@@ -264,66 +265,66 @@ func (h *Handler) answerQuestion(m *dns.Msg, q dns.Question, client netip.Addr, 
 		m.Rcode = dns.RcodeRefused
 		return
 	}
-	if !z.names[name] {
+	if !z.Exists(name) {
 		h.Stats.NXDomain.Add(1)
 		m.Rcode = dns.RcodeNameError
-		m.Ns = []dns.RR{z.negativeSOA()}
+		m.Ns = []dns.RR{z.NegativeSOA()}
 		return
 	}
 	var ans []dns.RR
-	if name == z.origin {
+	if name == z.Origin() {
 		switch q.Qtype {
 		case dns.TypeSOA:
-			ans = append(ans, z.soa)
+			ans = append(ans, z.SOA())
 		case dns.TypeNS:
-			ans = append(ans, z.ns...)
+			ans = append(ans, z.NS()...)
 		}
 	}
 	if q.Qtype == dns.TypeANY {
 		// RFC 8482: answer ANY with a small synthesised HINFO.
 		ans = append(ans, &dns.HINFO{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeHINFO,
-			Class: dns.ClassINET, Ttl: defaultRecordTTL}, Cpu: "RFC8482"})
+			Class: dns.ClassINET, Ttl: gslb.DefaultRecordTTL}, Cpu: "RFC8482"})
 	} else {
-		for _, rr := range z.static[name] {
+		for _, rr := range z.Static(name) {
 			t := rr.Header().Rrtype
 			if t == q.Qtype || (t == dns.TypeCNAME && q.Qtype != dns.TypeCNAME) {
 				ans = append(ans, rr)
 			}
 		}
 	}
-	if g := z.gslb[name]; g != nil && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeAAAA) {
-		locate := func() *clientLoc {
+	if g := z.GSLB(name); g != nil && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeAAAA) {
+		locate := func() *gslb.ClientLoc {
 			if h.loc == nil || !client.IsValid() {
 				return nil
 			}
-			return locateClient(h.loc, client)
+			return gslb.LocateClient(h.loc, client)
 		}
-		ch := choose(g, q.Qtype == dns.TypeAAAA, locate, h.health, m.Id)
-		if ch.failOpen {
+		ch := g.Choose(q.Qtype == dns.TypeAAAA, locate, h.health, m.Id)
+		if ch.FailOpen {
 			h.Stats.FailOpen.Add(1)
 		}
-		if useECS && ch.usedLoc != nil && echo != nil {
-			echo.SourceScope = uint8(min(max(ch.usedLoc.bits, 0), maxBits(client)))
+		if useECS && ch.UsedLoc != nil && echo != nil {
+			echo.SourceScope = uint8(min(max(ch.UsedLoc.Bits, 0), maxBits(client)))
 		}
-		if ch.servfail {
+		if ch.ServFail {
 			h.Stats.ServFail.Add(1)
 			m.Rcode = dns.RcodeServerFailure
 			return
 		}
-		if ch.ok {
-			hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: g.ttl}
+		if ch.OK {
+			hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: g.TTL()}
 			if q.Qtype == dns.TypeA {
 				hdr.Rrtype = dns.TypeA
-				ans = append(ans, &dns.A{Hdr: hdr, A: ch.target.VIP.AsSlice()})
+				ans = append(ans, &dns.A{Hdr: hdr, A: ch.Target.VIP.AsSlice()})
 			} else {
 				hdr.Rrtype = dns.TypeAAAA
-				ans = append(ans, &dns.AAAA{Hdr: hdr, AAAA: ch.target.VIP.AsSlice()})
+				ans = append(ans, &dns.AAAA{Hdr: hdr, AAAA: ch.Target.VIP.AsSlice()})
 			}
 		}
 	}
 	if len(ans) == 0 {
 		h.Stats.NoData.Add(1)
-		m.Ns = []dns.RR{z.negativeSOA()}
+		m.Ns = []dns.RR{z.NegativeSOA()}
 		return
 	}
 	// Answer with the query's spelling of the name (0x20 case
@@ -343,22 +344,4 @@ func maxBits(a netip.Addr) int {
 		return 32
 	}
 	return 128
-}
-
-// find returns the zone with the longest origin containing name.
-func (c *Catalog) find(name string) *zone {
-	for _, z := range c.zones {
-		if dns.IsSubDomain(z.origin, name) {
-			return z
-		}
-	}
-	return nil
-}
-
-// negativeSOA is the SOA for the authority section of NXDOMAIN and NODATA
-// answers, with TTL min(SOA TTL, minimum) (RFC 2308 §3).
-func (z *zone) negativeSOA() dns.RR {
-	s := dns.Copy(z.soa).(*dns.SOA)
-	s.Hdr.Ttl = min(s.Hdr.Ttl, s.Minttl)
-	return s
 }

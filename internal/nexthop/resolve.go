@@ -1,8 +1,11 @@
-package netlab
+// Package nexthop keeps the data plane's next hops resolved: the Resolver
+// holds managed neighbour entries for the next hops toward sets of
+// addresses (bpf_fib_lookup only reads the neighbour table), RouteGet asks
+// the kernel for a destination's egress and next hop, and WatchRouting
+// tells the daemons when routing, neighbours or links changed.
+package nexthop
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -171,117 +174,4 @@ func managedNeighs(h *netlink.Handle, ifindex int) map[netip.Addr]bool {
 		}
 	}
 	return out
-}
-
-// WatchRouting calls changed (at most every 20ms, after the burst) whenever
-// a route, neighbour or link of the current namespace changes, until ctx
-// ends. It is how the data-plane daemons learn that cached next hops may
-// be stale. When the kernel drops the subscription (a full socket buffer:
-// events were lost) it subscribes again and calls changed.
-func WatchRouting(ctx context.Context, log *slog.Logger, changed func()) error {
-	sub, err := subscribeRouting(ctx)
-	if err != nil {
-		return err
-	}
-	go func() {
-		var timer <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				sub.close()
-				return
-			case <-sub.lost:
-				sub.close()
-				log.Warn("routing subscription lost; subscribing again")
-				for {
-					if sub, err = subscribeRouting(ctx); err == nil {
-						break
-					}
-					log.Warn("cannot subscribe to routing changes", "err", err)
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(time.Second):
-					}
-				}
-				changed() // what happened meanwhile is unknown
-				continue
-			case <-sub.event:
-			case <-timer:
-				timer = nil
-				changed()
-				continue
-			}
-			if timer == nil {
-				timer = time.After(20 * time.Millisecond)
-			}
-		}
-	}()
-	return nil
-}
-
-type routingSub struct {
-	done  chan struct{}
-	event chan struct{}
-	lost  chan struct{}
-	once  sync.Once
-}
-
-func (s *routingSub) close() { s.once.Do(func() { close(s.done) }) }
-
-// subscribeRouting merges route, neighbour and link updates into one
-// event channel; lost is closed when any of the three subscriptions ends.
-func subscribeRouting(ctx context.Context) (*routingSub, error) {
-	s := &routingSub{done: make(chan struct{}), event: make(chan struct{}, 1), lost: make(chan struct{})}
-	routes := make(chan netlink.RouteUpdate, 256)
-	neighs := make(chan netlink.NeighUpdate, 256)
-	links := make(chan netlink.LinkUpdate, 256)
-	// A larger receive buffer makes a lost subscription (ENOBUFS during an
-	// event storm) rare; when it happens the channel closes and lost says so.
-	const rcvbuf = 1 << 20
-	if err := netlink.RouteSubscribeWithOptions(routes, s.done, netlink.RouteSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
-		s.close()
-		return nil, fmt.Errorf("subscribe to routes: %w", err)
-	}
-	if err := netlink.NeighSubscribeWithOptions(neighs, s.done, netlink.NeighSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
-		s.close()
-		return nil, fmt.Errorf("subscribe to neighbours: %w", err)
-	}
-	if err := netlink.LinkSubscribeWithOptions(links, s.done, netlink.LinkSubscribeOptions{ReceiveBufferSize: rcvbuf}); err != nil {
-		s.close()
-		return nil, fmt.Errorf("subscribe to links: %w", err)
-	}
-	var lostOnce sync.Once
-	pump := func(ok bool) bool {
-		if !ok {
-			lostOnce.Do(func() { close(s.lost) })
-			return false
-		}
-		select {
-		case s.event <- struct{}{}:
-		default:
-		}
-		return true
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-routes:
-				if !pump(ok) {
-					return
-				}
-			case _, ok := <-neighs:
-				if !pump(ok) {
-					return
-				}
-			case _, ok := <-links:
-				if !pump(ok) {
-					return
-				}
-			}
-		}
-	}()
-	return s, nil
 }

@@ -1,10 +1,12 @@
-package gslb
+package dnsserver
 
 import (
 	"encoding/binary"
 	"net/netip"
 
 	"github.com/miekg/dns"
+
+	"github.com/azgate/azgate/internal/gslb"
 )
 
 // The wire-level fast path for the query an authoritative GSLB server
@@ -29,31 +31,29 @@ import (
 // fastState is what one UDP loop reuses between queries.
 type fastState struct {
 	idx   *fastIndex
-	loc   clientLoc
+	loc   gslb.ClientLoc
 	lower [255]byte
 }
 
 // fastIndex maps the lower-case wire form of every GSLB name to its
 // record, for the catalog it was built from.
 type fastIndex struct {
-	cat   *Catalog
-	names map[string]*gslbRecord
+	cat   *gslb.Catalog
+	names map[string]*gslb.CatalogGSLB
 }
 
-func buildFastIndex(c *Catalog) *fastIndex {
-	idx := &fastIndex{cat: c, names: map[string]*gslbRecord{}}
+func buildFastIndex(c *gslb.Catalog) *fastIndex {
+	idx := &fastIndex{cat: c, names: map[string]*gslb.CatalogGSLB{}}
 	var buf [256]byte
-	for _, z := range c.zones {
-		for name, g := range z.gslb {
-			if c.find(name) != z || !plainPresentation(name) {
-				continue // served by a more specific zone, or escaped bytes
-			}
-			n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
-			if err != nil {
-				continue
-			}
-			idx.names[string(buf[:n])] = g
+	for name, g := range c.ServedGSLB() {
+		if !plainPresentation(name) {
+			continue // escaped bytes
 		}
+		n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+		if err != nil {
+			continue
+		}
+		idx.names[string(buf[:n])] = g
 	}
 	return idx
 }
@@ -207,25 +207,26 @@ func (h *Handler) fastAnswer(q []byte, src netip.Addr, out []byte, st *fastState
 	}
 	id := binary.BigEndian.Uint16(q)
 	v6 := qtype == dns.TypeAAAA
-	locate := func() *clientLoc {
+	locate := func() *gslb.ClientLoc {
 		if h.loc == nil || !client.IsValid() {
 			return nil
 		}
-		locateInto(&st.loc, h.loc, client)
+		gslb.LocateInto(&st.loc, h.loc, client)
 		return &st.loc
 	}
-	ch := choose(g, v6, locate, h.health, id)
-	if !ch.ok {
+	ch := g.Choose(v6, locate, h.health, id)
+	if !ch.OK {
 		return nil // SERVFAIL or NODATA: the reference path
 	}
 	h.Stats.Queries.Add(1)
-	if ch.failOpen {
+	if ch.FailOpen {
 		h.Stats.FailOpen.Add(1)
 	}
 	scope := byte(0)
-	if useECS && ch.usedLoc != nil {
-		scope = byte(min(max(ch.usedLoc.bits, 0), maxBits(client)))
+	if useECS && ch.UsedLoc != nil {
+		scope = byte(min(max(ch.UsedLoc.Bits, 0), maxBits(client)))
 	}
+	ttl := g.TTL()
 
 	ar := byte(0)
 	if hasOPT {
@@ -234,13 +235,13 @@ func (h *Handler) fastAnswer(q []byte, src netip.Addr, out []byte, st *fastState
 	out = append(out[:0], q[0], q[1], 0x84|q[2]&0x01, 0, 0, 1, 0, 1, 0, 0, 0, ar)
 	out = append(out, q[12:qend]...)
 	out = append(out, 0xC0, 12, byte(qtype>>8), byte(qtype), 0, 1,
-		byte(g.ttl>>24), byte(g.ttl>>16), byte(g.ttl>>8), byte(g.ttl))
+		byte(ttl>>24), byte(ttl>>16), byte(ttl>>8), byte(ttl))
 	if v6 {
-		a := ch.target.VIP.As16()
+		a := ch.Target.VIP.As16()
 		out = append(out, 0, 16)
 		out = append(out, a[:]...)
 	} else {
-		a := ch.target.VIP.As4()
+		a := ch.Target.VIP.As4()
 		out = append(out, 0, 4)
 		out = append(out, a[:]...)
 	}

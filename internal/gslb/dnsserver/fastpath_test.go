@@ -1,4 +1,4 @@
-package gslb
+package dnsserver
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/azgate/azgate/internal/gslb"
 
 	"github.com/miekg/dns"
 )
@@ -249,7 +251,7 @@ func TestFastPathCatalogSwap(t *testing.T) {
 	a := h.fastAnswer(q, netip.MustParseAddr("198.18.2.1"), nil, &st)
 	cfg := testConfig()
 	cfg.Zones[0].GSLB[3].TTL = 77
-	c, err := Compile(cfg)
+	c, err := gslb.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

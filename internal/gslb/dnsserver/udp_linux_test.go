@@ -1,6 +1,6 @@
 //go:build linux
 
-package gslb
+package dnsserver
 
 import (
 	"bytes"
