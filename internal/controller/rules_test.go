@@ -110,7 +110,9 @@ func TestRules(t *testing.T) {
 				return addBackendTo(cloneService(st.Services["web"]), "web", model.Backend{Host: "az1-h1", Guest: "g1", Port: 8080})
 			}},
 		{name: "remove missing backend", want: "not found", msg: `pool "web" of service "web" has no backend "az1-h1/g1" (keys are host/guest[:port] or address[:port])`,
-			rule: func(st *model.State) error { return removeBackendFrom(cloneService(st.Services["web"]), "web", "az1-h1/g1") }},
+			rule: func(st *model.State) error {
+				return removeBackendFrom(cloneService(st.Services["web"]), "web", "az1-h1/g1")
+			}},
 		{name: "remove backend",
 			rule: func(st *model.State) error {
 				v := cloneService(st.Services["web"])

@@ -15,8 +15,11 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// internal/bwenforce), and the hop store does not borrow bwstore's client.
+// The controller's Core (core.go, rules.go, errors.go) does not import
+// net/http: handlers decode, call it and encode (issue 18). `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
+	controllerCore := map[string]bool{"core.go": true, "rules.go": true, "errors.go": true}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +59,9 @@ func TestLayers(t *testing.T) {
 			}
 			if rel == "internal/pathd/hopstore" && strings.HasPrefix(p, "github.com/azgate/azgate/internal/bwstore") {
 				t.Errorf("%s imports %s: the hop store has its own Redis client", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if rel == "internal/controller" && p == "net/http" && controllerCore[filepath.Base(path)] {
+				t.Errorf("%s imports net/http: the controller's Core never sees a request (the handlers do)", filepath.Join(rel, filepath.Base(path)))
 			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
