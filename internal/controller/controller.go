@@ -2,6 +2,13 @@
 // /v1, checks every change against the whole desired state and writes it
 // to the store (etcd, embedded by default).
 //
+// The controller is a Core (core.go: the state, the store, the writes, the
+// health and DDoS loops; methods that take and return model values and
+// the typed errors of errors.go, with the pure rules of rules.go) behind
+// an HTTP layer whose handlers decode a request, call one Core method and
+// encode the answer (errorAnswer for errors), as GoBGP's API forwards to
+// its BgpServer.
+//
 // The controller keeps a view of the state (a model.State and the store
 // revision it reflects) fed by store.Follow, so reads never touch etcd.
 // Writes are serialized by one mutex: a write applies its change to the
