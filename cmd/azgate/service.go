@@ -520,13 +520,7 @@ func planOf(svcs []model.Service, hosts []model.Host, v *model.Service, h *model
 
 // serviceProblems are the plan's problems that concern service name.
 func serviceProblems(p *lbplan.Plan, name string) []string {
-	var out []string
-	for _, pr := range p.Problems {
-		if strings.HasPrefix(pr, "service "+name+":") || strings.HasPrefix(pr, "service "+name+" ") {
-			out = append(out, pr)
-		}
-	}
-	return out
+	return p.Problems.Of(name).Strings()
 }
 
 func printServiceStatus(w io.Writer, st *client.ServiceStatus, plan *lbplan.Plan, now time.Time) {

@@ -2,6 +2,13 @@
 // /v1, checks every change against the whole desired state and writes it
 // to the store (etcd, embedded by default).
 //
+// The controller is a Core (core.go: the state, the store, the writes, the
+// health and DDoS loops; methods that take and return model values and
+// the typed errors of errors.go, with the pure rules of rules.go) behind
+// an HTTP layer whose handlers decode a request, call one Core method and
+// encode the answer (errorAnswer for errors), as GoBGP's API forwards to
+// its BgpServer.
+//
 // The controller keeps a view of the state (a model.State and the store
 // revision it reflects) fed by store.Follow, so reads never touch etcd.
 // Writes are serialized by one mutex: a write applies its change to the
@@ -238,43 +245,25 @@ func (c Config) check() (Config, error) {
 	return c, nil
 }
 
-// Server is a running controller.
+// Server is a running controller: the Core (state, store, writes, health
+// and DDoS loops) behind the HTTP API (http.go, handlers).
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	token    string
-	started  time.Time
-	embedded *store.Embedded
-	store    *store.Store
-	view     *view
-	metrics  *metrics
-	health   *healthAgg
-	ddos     *ddosRunner
+	*Core
+	token string
 	// routes lists every route pattern the handler registered
 	// (TestEveryRouteNeedsToken walks it).
 	routes []string
 
-	writeMu sync.Mutex // serializes writes (see the package doc)
 	// largeBodies holds the one slot of requests with large bodies (see
 	// largeBody).
 	largeBodies  chan struct{}
 	largeWaiting atomic.Int64 // requests waiting for it
-	// beforeCommit, if set (by tests), runs before each commit attempt.
-	beforeCommit func(attempt int)
 
-	reloadMu sync.Mutex
-	reload   context.CancelFunc // ends the current Follow, which then reloads
-
-	tcp, unix  net.Listener
-	conns      *connLimit // the TCP listener's
-	unixConns  *connLimit // the unix socket's
-	servers    []*http.Server
-	stop       context.CancelFunc
-	followDone chan struct{}
-	healthDone chan struct{}
-	ddosDone   chan struct{}
-	fatal      chan error
-	closeOnce  sync.Once
+	tcp, unix net.Listener
+	conns     *connLimit // the TCP listener's
+	unixConns *connLimit // the unix socket's
+	servers   []*http.Server
+	closeOnce sync.Once
 }
 
 // Run runs the controller until ctx ends or it fails.
@@ -294,15 +283,14 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // Start starts the store (or connects to it), loads the state, creates or
-// reads the token and serves the API. ctx bounds the start only; the
-// server runs until Close.
+// reads the token and serves the API: open, then serve. ctx bounds the
+// start only; the server runs until Close.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	cfg, err = cfg.check()
 	if err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{}),
-		largeBodies: make(chan struct{}, 1)}
+	s := &Server{largeBodies: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -311,23 +299,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.token, err = loadToken(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if err := s.openStore(ctx); err != nil {
+	if s.Core, err = open(ctx, cfg); err != nil {
 		return nil, err
 	}
-	s.view = newView()
-	s.view.log = s.log
-	s.metrics = newMetrics(s.view)
-	s.health = newHealthAgg(s)
-	s.view.onServices = s.health.poke
-	var runCtx context.Context
-	runCtx, s.stop = context.WithCancel(context.Background())
-	go s.follow(runCtx)
-	if err := s.view.waitReady(ctx, 2*time.Minute); err != nil {
-		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
-	}
-	s.healthDone = s.health.start(runCtx)
-	s.ddos = newDDoSRunner(s, cfg.DDoS)
-	s.ddosDone = s.ddos.start(runCtx)
 	if err := s.serve(); err != nil {
 		return nil, err
 	}
@@ -336,7 +310,57 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-func (s *Server) openStore(ctx context.Context) error {
+// open starts the Core: the store, the view loaded from it, the health and
+// DDoS loops. cfg is checked (Config.check). On error nothing is left
+// running.
+func open(ctx context.Context, cfg Config) (_ *Core, err error) {
+	c := &Core{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if err := c.openStore(ctx); err != nil {
+		return nil, err
+	}
+	c.view = newView()
+	c.view.log = c.log
+	c.metrics = newMetrics(c.view)
+	c.health = newHealthAgg(c)
+	c.view.onServices = c.health.poke
+	var runCtx context.Context
+	runCtx, c.stop = context.WithCancel(context.Background())
+	go c.follow(runCtx)
+	if err := c.view.waitReady(ctx, 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
+	}
+	c.healthDone = c.health.start(runCtx)
+	c.ddos = newDDoSRunner(c, cfg.DDoS)
+	c.ddosDone = c.ddos.start(runCtx)
+	return c, nil
+}
+
+// close stops the Core's loops and releases the store.
+func (s *Core) close() {
+	if s.stop != nil {
+		s.stop()
+		<-s.followDone
+		if s.healthDone != nil {
+			<-s.healthDone
+		}
+		if s.ddosDone != nil {
+			<-s.ddosDone
+		}
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.embedded != nil {
+		s.embedded.Close()
+	}
+}
+
+func (s *Core) openStore(ctx context.Context) error {
 	endpoints := s.cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
 		urls := []string{"unix://" + filepath.Join(s.cfg.DataDir, "etcd.sock")}
@@ -370,7 +394,7 @@ func (s *Server) openStore(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) storeKind() string {
+func (s *Core) storeKind() string {
 	if s.embedded != nil {
 		return "embedded"
 	}
@@ -379,7 +403,7 @@ func (s *Server) storeKind() string {
 
 // follow keeps the view fed; forceReload ends the current Follow so the
 // next one starts with a full load.
-func (s *Server) follow(ctx context.Context) {
+func (s *Core) follow(ctx context.Context) {
 	defer close(s.followDone)
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithCancel(ctx)
@@ -391,7 +415,7 @@ func (s *Server) follow(ctx context.Context) {
 	}
 }
 
-func (s *Server) forceReload() {
+func (s *Core) forceReload() {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	if s.reload != nil {
@@ -535,22 +559,10 @@ func (s *Server) Close() error {
 				srv.Close()
 			}
 		}
-		if s.stop != nil {
-			s.stop()
-			<-s.followDone
-			if s.healthDone != nil {
-				<-s.healthDone
-			}
-			if s.ddosDone != nil {
-				<-s.ddosDone
-			}
+		if s.Core == nil {
+			return // open failed, and cleaned up after itself
 		}
-		if s.store != nil {
-			s.store.Close()
-		}
-		if s.embedded != nil {
-			s.embedded.Close()
-		}
+		s.Core.close()
 		if s.unix != nil {
 			os.Remove(s.cfg.ListenUnix)
 		}

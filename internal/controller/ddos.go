@@ -85,7 +85,7 @@ type edgeRates struct {
 // ddosRunner watches the rate reports and, while it holds the scope,
 // decides.
 type ddosRunner struct {
-	s      *Server
+	s      *Core
 	cfg    DDoSConfig
 	log    *slog.Logger
 	holder string
@@ -100,7 +100,7 @@ type ddosRunner struct {
 	tracked int
 }
 
-func newDDoSRunner(s *Server, cfg DDoSConfig) *ddosRunner {
+func newDDoSRunner(s *Core, cfg DDoSConfig) *ddosRunner {
 	host, _ := os.Hostname()
 	return &ddosRunner{s: s, cfg: cfg, log: s.log.With("part", "ddos"), holder: fmt.Sprintf("%s/%d", host, os.Getpid()),
 		reports: map[string]edgeRates{}, bad: map[string]string{}}
@@ -462,19 +462,7 @@ func (s *Server) ddosEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		since = n
 	}
-	d := s.ddos
-	d.mu.Lock()
-	out := api.DDoSEvents{Acting: d.acting, Holder: d.holder, Enabled: !d.cfg.Off, Events: []model.DDoSEvent{}}
-	for _, ev := range d.events {
-		if ev.Seq > since {
-			out.Events = append(out.Events, ev)
-		}
-	}
-	for k, why := range d.bad {
-		out.BadReports = append(out.BadReports, k+": "+why)
-	}
-	d.mu.Unlock()
-	writeJSON(w, http.StatusOK, s.view.revision(), out)
+	writeJSON(w, http.StatusOK, s.Core.Revision(), s.Core.DDoSEvents(since))
 	return nil
 }
 
@@ -489,8 +477,7 @@ func (s *Server) ddosRates(w http.ResponseWriter, r *http.Request) error {
 		}
 		n = x
 	}
-	rates, edges := s.ddos.rates(n)
-	writeJSON(w, http.StatusOK, s.view.revision(), api.DDoSRates{Edges: edges, Rates: rates})
+	writeJSON(w, http.StatusOK, s.Core.Revision(), s.Core.DDoSRates(n))
 	return nil
 }
 

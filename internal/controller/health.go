@@ -27,7 +27,7 @@ type reportKey struct{ edge, service, pool, backend string }
 // down; it is written through the controller's commit path, so edges see
 // it like any other object.
 type healthAgg struct {
-	s        *Server
+	s        *Core
 	log      *slog.Logger
 	debounce time.Duration
 	kick     chan struct{}
@@ -37,7 +37,7 @@ type healthAgg struct {
 	bad     map[string]string // undecodable report keys -> why
 }
 
-func newHealthAgg(s *Server) *healthAgg {
+func newHealthAgg(s *Core) *healthAgg {
 	d := s.cfg.HealthDebounce
 	if d <= 0 {
 		d = DefaultHealthDebounce

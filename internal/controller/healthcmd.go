@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -37,7 +36,7 @@ type placedService struct {
 //
 // The edges' own lists are the security boundary; this check only turns a
 // mistake into an error at write time.
-func (s *Server) checkCommands(ctx context.Context, svcs []placedService, docSets []*model.EdgeSet) error {
+func (s *Core) checkCommands(ctx context.Context, svcs []placedService, docSets []*model.EdgeSet) error {
 	var withCmd []placedService
 	for _, ps := range svcs {
 		for _, p := range ps.svc.Pools {
@@ -119,14 +118,13 @@ func (s *Server) checkCommands(ctx context.Context, svcs []placedService, docSet
 	if len(es) == 0 {
 		return nil
 	}
-	return &httpError{status: http.StatusUnprocessableEntity, fields: es,
-		msg: "health check command not listed by the edges: " + summary(es)}
+	return &InvalidError{Fields: es, Msg: "health check command not listed by the edges: " + summary(es)}
 }
 
 // edgeCommands reads the live edges' node statuses (through the store)
 // and returns each edge's health command names. A status that does not
 // decode is logged and left out.
-func (s *Server) edgeCommands(ctx context.Context) (map[string][]string, error) {
+func (s *Core) edgeCommands(ctx context.Context) (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	nodes, err := store.NodeStatuses(ctx, s.store, "edge")

@@ -199,7 +199,9 @@ func (s *Server) takeLargeBody(r *http.Request) (release func(), err error) {
 	}
 }
 
-// httpError is an error with its HTTP status.
+// httpError is an error of the HTTP layer itself (a body it cannot read
+// or decode, a header, a query parameter) with its status. The Core
+// never returns one.
 type httpError struct {
 	status int
 	msg    string
@@ -210,19 +212,6 @@ func (e *httpError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
-}
-
-// invalid describes errors of a change to one object.
-func invalid(kind, key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var es model.Errors
-	if errors.As(err, &es) {
-		return &httpError{status: http.StatusUnprocessableEntity, fields: es,
-			msg: fmt.Sprintf("invalid %s %q: %s", model.Singular(kind), key, shortList(es))}
-	}
-	return err
 }
 
 // byteSize writes n in bytes, with MiB when it is that large.
@@ -242,42 +231,53 @@ const maxErrorFields = 100
 // details).
 const maxErrorMessage = 16 << 10
 
-// shortList is the errors joined, or their summary when there are many.
-func shortList(es model.Errors) string {
-	if len(es) <= 3 {
-		return es.Error()
+// writeError answers a failed request (errorAnswer) and logs the
+// failures of the controller itself (5xx).
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if status := errorAnswer(w, err); status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status, "err", err)
 	}
-	return summary(es)
 }
 
-// writeError maps an error to its status and JSON body; the field errors
-// are capped at maxErrorFields (Omitted counts the rest).
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// errorAnswer writes err as the JSON error answer and returns its status:
+// the Core's typed errors (errors.go) map to 404, 409, 412 (with the
+// current revision), 422 and 400, the store's failures to 503, the HTTP
+// layer's own (httpError) carry theirs; anything else is a 500. The field
+// errors are capped at maxErrorFields (Omitted counts the rest).
+func errorAnswer(w http.ResponseWriter, err error) int {
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
 	var (
-		he *httpError
-		nf *model.NotFoundError
-		ce *model.ConflictError
-		se *errStore
-		pe *preconditionError
-		es model.Errors
-		fe model.FieldError
+		he  *httpError
+		nf  *NotFoundError
+		mnf *model.NotFoundError
+		ce  *ConflictError
+		mce *model.ConflictError
+		se  *errStore
+		re  *RevisionError
+		ie  *InvalidError
+		ke  *KeyMismatchError
+		es  model.Errors
+		fe  model.FieldError
 	)
 	switch {
 	case errors.As(err, &he):
 		status, body.Fields = he.status, he.fields
-	case errors.As(err, &nf):
+	case errors.As(err, &nf), errors.As(err, &mnf):
 		status = http.StatusNotFound
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &mce):
 		status = http.StatusConflict
 	case errors.As(err, &se):
 		status = http.StatusServiceUnavailable
-	case errors.As(err, &pe):
-		status, body.Revision = http.StatusPreconditionFailed, pe.current
-		if pe.current > 0 {
-			w.Header().Set("ETag", etag(pe.current))
+	case errors.As(err, &re):
+		status, body.Revision = http.StatusPreconditionFailed, re.Current
+		if re.Current > 0 {
+			w.Header().Set("ETag", etag(re.Current))
 		}
+	case errors.As(err, &ie):
+		status, body.Fields = http.StatusUnprocessableEntity, ie.Fields
+	case errors.As(err, &ke):
+		status, body.Fields = http.StatusBadRequest, []model.FieldError{ke.Field()}
 	case errors.As(err, &es):
 		status, body.Fields = http.StatusUnprocessableEntity, es
 	case errors.As(err, &fe):
@@ -291,10 +291,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if len(body.Error) > maxErrorMessage {
 		body.Error = strings.ToValidUTF8(body.Error[:maxErrorMessage], "") + fmt.Sprintf("... (%d more bytes)", len(body.Error)-maxErrorMessage)
 	}
-	if status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status, "err", err)
-	}
 	writeJSON(w, status, 0, body)
+	return status
 }
 
 // writeJSON writes v with the revision header (when rev > 0). The write

@@ -199,13 +199,13 @@ type txn struct {
 // the commit check it again in the store: the view and the store agree
 // at the revision planned on, and the store's compare catches writes that
 // went past the controller. Plan functions call it before their change.
-func (t *txn) require(kind, key string, m ifMatch) error {
+func (t *txn) require(kind, key string, m IfMatch) error {
 	if m.none() {
 		return nil
 	}
 	cur := t.revs.Get(kind, key)
 	if !m.matches(cur) {
-		return &preconditionError{kind: kind, key: key, current: cur, sent: m.raw}
+		return &RevisionError{Kind: kind, Key: key, Current: cur, Sent: m.raw}
 	}
 	if cur > 0 {
 		if t.ifRev == nil {
@@ -358,7 +358,7 @@ func (e *errStore) Unwrap() error { return e.err }
 // changes are taken back out of the view before the commit and put in
 // again once it succeeded, so while the commit is in flight GETs serve the
 // last committed state (TestReadDuringCommit).
-func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, error) {
+func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	v := s.view
@@ -407,7 +407,7 @@ func (s *Server) write(ctx context.Context, plan func(t *txn) error) (int64, err
 			// through a controller, or the view lags): the client's
 			// revision is stale all the same. Nothing was written.
 			s.metrics.commits.WithLabelValues("precondition").Inc()
-			return 0, &preconditionError{kind: re.Kind, key: re.Key, current: re.Current}
+			return 0, &RevisionError{Kind: re.Kind, Key: re.Key, Current: re.Current}
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.metrics.commits.WithLabelValues("error").Inc()

@@ -214,18 +214,18 @@ func (s *lbState) sync(x *index) ([]string, error) {
 	for pass := 0; ; pass++ {
 		have, err := s.maps.Listeners()
 		if err != nil {
-			return p.Problems, err
+			return p.Problems.Strings(), err
 		}
 		haveVIPs, err := s.maps.VIPs()
 		if err != nil {
-			return p.Problems, err
+			return p.Problems.Strings(), err
 		}
 		haveNAT, err := s.maps.NATBackends()
 		if err != nil {
-			return p.Problems, err
+			return p.Problems.Strings(), err
 		}
 		ops, full := s.diff(p, have, haveVIPs, haveNAT)
-		problems = append(slices.Clip(p.Problems), full...)
+		problems = append(p.Problems.Strings(), full...)
 		if err := s.apply(ops); err != nil {
 			return problems, err
 		}

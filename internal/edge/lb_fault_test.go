@@ -343,7 +343,7 @@ func TestDiffOps(t *testing.T) {
 		p := planOf(c.x, 7)
 		haveNAT, _ := fake.NATBackends()
 		ops, problems := s.diff(p, have, vips, haveNAT)
-		problems = append(problems, p.Problems...)
+		problems = append(problems, p.Problems.Strings()...)
 		var kinds []string
 		for _, op := range ops {
 			kinds = append(kinds, op.kind.String())

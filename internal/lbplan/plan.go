@@ -149,8 +149,9 @@ type Plan struct {
 	NATLeftOut  int
 	Checks      []Check
 	// Problems: backends left out, services left out, checks without a
-	// port. They are reported in the edge's status; the rest is programmed.
-	Problems []string
+	// port. They are reported in the edge's status (Problems.Strings); the
+	// rest is programmed.
+	Problems Problems
 }
 
 // Pool finds a pool by ID.
@@ -312,13 +313,13 @@ func Build(in Input) *Plan {
 			}
 		}
 		if exact+n > ListenersMax {
-			p.Problems = append(p.Problems, fmt.Sprintf("service %s: not programmed: its %d listener entries would take the edge to %d, the data plane holds %d",
-				name, n, exact+n, ListenersMax))
+			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
+				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, ListenersMax)})
 			continue
 		}
 		if vp, k := rangesOver(p.Listeners, listeners); k > 0 {
-			p.Problems = append(p.Problems, fmt.Sprintf("service %s: not programmed: %s would have %d port ranges, the data plane holds %d per VIP and protocol",
-				name, vp, k, RangesMax))
+			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
+				Detail: fmt.Sprintf("%s would have %d port ranges, the data plane holds %d per VIP and protocol", vp, k, RangesMax)})
 			continue
 		}
 		nb := 0
@@ -326,13 +327,13 @@ func Build(in Input) *Plan {
 			nb += len(pl.Backends)
 		}
 		if len(p.Pools)+len(pools) > TablesMax {
-			p.Problems = append(p.Problems, fmt.Sprintf("service %s: not programmed: its %d pools would take the edge to %d tables, the data plane holds %d",
-				name, len(pools), len(p.Pools)+len(pools), TablesMax))
+			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
+				Detail: fmt.Sprintf("its %d pools would take the edge to %d tables, the data plane holds %d", len(pools), len(p.Pools)+len(pools), TablesMax)})
 			continue
 		}
 		if backends+nb > BackendsMax {
-			p.Problems = append(p.Problems, fmt.Sprintf("service %s: not programmed: its %d backends would take the edge to %d backend slots, the data plane holds %d",
-				name, nb, backends+nb, BackendsMax))
+			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
+				Detail: fmt.Sprintf("its %d backends would take the edge to %d backend slots, the data plane holds %d", nb, backends+nb, BackendsMax)})
 			continue
 		}
 		exact += n
@@ -349,7 +350,7 @@ func Build(in Input) *Plan {
 		for _, pl := range pools {
 			ch, err := checks(svc, pl)
 			if err != nil {
-				p.Problems = append(p.Problems, err.Error())
+				p.Problems = append(p.Problems, Problem{Kind: ProblemCheck, Service: name, Pool: pl.Name, Detail: err.Error()})
 			}
 			p.Checks = append(p.Checks, ch...)
 		}
@@ -363,8 +364,8 @@ func Build(in Input) *Plan {
 // buildService builds a service's pools and listeners. A pool that cannot
 // be built (all its backends unresolvable is not such a case: it gets an
 // empty table) is reported and its listeners left out.
-func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint32, memo *Tables) ([]*Pool, map[Listener]string, []string) {
-	var problems []string
+func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint32, memo *Tables) ([]*Pool, map[Listener]string, Problems) {
+	var problems Problems
 	m := uint64(svc.TableSize)
 	if m == 0 {
 		m = model.DefaultTableSize
@@ -382,7 +383,7 @@ func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint
 		for _, b := range pool.Backends {
 			t, err := target(hosts, svc, b)
 			if err != nil {
-				problems = append(problems, err.Error())
+				problems = append(problems, Problem{Kind: ProblemBackend, Service: svc.Name, Pool: pool.Name, Backend: b.Key(), Detail: err.Error()})
 				continue // an unresolvable backend gets no slots
 			}
 			t.Mode = mode
@@ -395,7 +396,7 @@ func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint
 		}
 		tbl, err := memo.get(mb, m, seed, down)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("service %s pool %s: %v", svc.Name, pool.Name, err))
+			problems = append(problems, Problem{Kind: ProblemTable, Service: svc.Name, Pool: pool.Name, Detail: err.Error()})
 			continue
 		}
 		pl.Built, pl.Table, pl.Checksum = tbl.built, tbl.failed, tbl.sum
@@ -426,22 +427,23 @@ func buildService(svc *model.Service, h *model.Health, hosts Resolver, seed uint
 	return pools, listeners, problems
 }
 
-// target resolves a backend to its data-plane form.
+// target resolves a backend to its data-plane form; an error says what is
+// wrong with the backend (Problem adds the service and backend).
 func target(hosts Resolver, svc *model.Service, b model.Backend) (Target, error) {
 	if svc.Mode == model.ModeNAT {
 		return Target{Addr: b.Address, Port: b.Port}, nil
 	}
 	if hosts == nil {
-		return Target{}, fmt.Errorf("service %s: backend %s: no hosts to place it on", svc.Name, b.Key())
+		return Target{}, errors.New("no hosts to place it on")
 	}
 	pl, err := hosts.Place(b.Host, b.Guest)
 	switch {
 	case errors.Is(err, ErrNoHost):
-		return Target{}, fmt.Errorf("service %s: backend %s: host %q does not exist", svc.Name, b.Key(), b.Host)
+		return Target{}, fmt.Errorf("host %q does not exist", b.Host)
 	case errors.Is(err, ErrNoGuest):
-		return Target{}, fmt.Errorf("service %s: backend %s: host %s has no guest %q", svc.Name, b.Key(), b.Host, b.Guest)
+		return Target{}, fmt.Errorf("host %s has no guest %q", b.Host, b.Guest)
 	case err != nil:
-		return Target{}, fmt.Errorf("service %s: backend %s: %w", svc.Name, b.Key(), err)
+		return Target{}, err
 	}
 	return Target{Addr: pl.Underlay, Guest: pl.Guest, VSID: pl.VSID}, nil
 }
@@ -495,7 +497,7 @@ func checks(svc *model.Service, pl *Pool) ([]Check, error) {
 	for _, b := range pool.Backends {
 		port := CheckPort(svc, pool, b)
 		if port == 0 {
-			return out, fmt.Errorf("service %s pool %s: the health check needs a port (the pool only has any-port listeners)", svc.Name, pool.Name)
+			return out, errors.New("the health check needs a port (the pool only has any-port listeners)")
 		}
 		c := Check{Service: svc.Name, Pool: pool.Name, Backend: b.Key(), Mode: svc.Mode, Check: *pool.Health}
 		if svc.Mode == model.ModeEncap {

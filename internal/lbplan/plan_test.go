@@ -43,7 +43,7 @@ func TestBuild(t *testing.T) {
 	h := map[string]*model.Health{"web": {Service: "web", Down: map[string][]string{"web": {"az2-h1/g1"}}}}
 	p := Build(Input{Services: services(), Health: h, Hosts: hosts(), Seed: 7})
 
-	if len(p.Problems) != 1 || !strings.Contains(p.Problems[0], `backend az9-h1/g1: host "az9-h1" does not exist`) {
+	if len(p.Problems) != 1 || !strings.Contains(p.Problems[0].String(), `backend az9-h1/g1: host "az9-h1" does not exist`) {
 		t.Fatalf("problems %q", p.Problems)
 	}
 	if !p.NAT || len(p.VIPs) != 2 || len(p.Pools) != 2 || p.Pools[0].ID != "dmz/q" || p.Pools[1].ID != "web/web" {
@@ -121,7 +121,7 @@ func TestBuildCapacity(t *testing.T) {
 		}
 		p := Build(Input{Services: svcs})
 		last := fmt.Sprintf("s%04d", n-1)
-		if len(p.Services) != n-1 || len(p.Listeners) != ListenersMax || len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0], "service "+last+": not programmed") {
+		if len(p.Services) != n-1 || len(p.Listeners) != ListenersMax || len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0].String(), "service "+last+": not programmed") {
 			t.Fatalf("%d services, %d listeners, problems %q", len(p.Services), len(p.Listeners), p.Problems)
 		}
 	})
@@ -135,7 +135,7 @@ func TestBuildCapacity(t *testing.T) {
 		svcs := map[string]*model.Service{"a": small("a", a("198.51.100.1"), a1, 1), "b": small("b", a("198.51.100.1"), a2, 1),
 			"c": small("c", a("198.51.100.1"), a3, 1), "d": small("d", a("198.51.100.2"), a3, 1)}
 		p := Build(Input{Services: svcs})
-		if _, ok := p.Services["c"]; ok || len(p.Services) != 3 || len(p.Problems) != 1 || !strings.Contains(p.Problems[0], "port ranges") {
+		if _, ok := p.Services["c"]; ok || len(p.Services) != 3 || len(p.Problems) != 1 || !strings.Contains(p.Problems[0].String(), "port ranges") {
 			t.Fatalf("services %v problems %q", p.Services, p.Problems)
 		}
 	})
@@ -146,7 +146,7 @@ func TestBuildCapacity(t *testing.T) {
 			svcs[name] = small(name, netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p0"}}, model.MaxPools)
 		}
 		p := Build(Input{Services: svcs})
-		if len(p.Pools) != TablesMax || len(p.Problems) != 1 || !strings.Contains(p.Problems[0], "tables") {
+		if len(p.Pools) != TablesMax || len(p.Problems) != 1 || !strings.Contains(p.Problems[0].String(), "tables") {
 			t.Fatalf("%d pools, problems %q", len(p.Pools), p.Problems)
 		}
 	})

@@ -19,8 +19,11 @@ import (
 // internal/netlab (namespaces, veth pairs) is lab plumbing: only the lab,
 // the benchmarks, test packages and _test files import it. The controller
 // does not link the GSLB's DNS server (internal/gslb/dnsserver), not even
-// through other packages. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// through other packages. The controller's Core (core.go, rules.go,
+// errors.go) does not import net/http: handlers decode, call it and encode
+// (issue 18). `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
+	controllerCore := map[string]bool{"core.go": true, "rules.go": true, "errors.go": true}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +68,9 @@ func TestLayers(t *testing.T) {
 			}
 			if rel == "internal/pathd/hopstore" && strings.HasPrefix(p, "github.com/azgate/azgate/internal/bwstore") {
 				t.Errorf("%s imports %s: the hop store has its own Redis client", filepath.Join(rel, filepath.Base(path)), p)
+			}
+			if rel == "internal/controller" && p == "net/http" && controllerCore[filepath.Base(path)] {
+				t.Errorf("%s imports net/http: the controller's Core never sees a request (the handlers do)", filepath.Join(rel, filepath.Base(path)))
 			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
