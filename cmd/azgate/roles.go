@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
@@ -87,7 +88,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.StringVar(&d.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
 	f.StringVar(&d.pinDir, "pin-dir", "", "bpffs directory for this node's maps and links (default /sys/fs/bpf/azgate/NAME)")
 	f.StringSliceVar(&d.allowDrop, "upgrade-allow-drop", nil, "pinned maps an upgrade may start empty when it cannot migrate them, though flows break (agent_flows, lb_nat_conns, or all; docs/upgrades.md); without it such an upgrade is refused")
-	f.Uint32Var(&d.hashSeed, "hash-seed", edge.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
+	f.Uint32Var(&d.hashSeed, "hash-seed", flowhash.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
