@@ -230,7 +230,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				if healthSource != "" {
 					a, err := netip.ParseAddr(healthSource)
-					if err != nil || !a.Is4() {
+					if err != nil {
 						return fmt.Errorf("--health-source %q: not an IPv4 address", healthSource)
 					}
 					cfg.HealthSource = a
@@ -259,7 +259,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				if arpGateway != "" {
 					a, err := netip.ParseAddr(arpGateway)
-					if err != nil || !a.Is4() {
+					if err != nil {
 						return fmt.Errorf("--arp-gateway %q: not an IPv4 address", arpGateway)
 					}
 					cfg.ARP.Gateway = a

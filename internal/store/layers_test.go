@@ -15,7 +15,9 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// internal/bwenforce), the hop store does not borrow bwstore's client, and
+// internal/flowhash (the hash and its default seed) imports the standard
+// library only. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -59,6 +61,11 @@ func TestLayers(t *testing.T) {
 			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
+			}
+			// Every role and tool takes the flow hash and its default seed
+			// (flowhash.DefaultHashSeed) from here: it stays pure.
+			if rel == "internal/flowhash" && strings.Contains(p, ".") {
+				t.Errorf("%s imports %s: the flow hash uses the standard library only", filepath.Join(rel, filepath.Base(path)), p)
 			}
 		}
 		return nil
