@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/bwstore"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
@@ -87,7 +88,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.StringVar(&d.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
 	f.StringVar(&d.pinDir, "pin-dir", "", "bpffs directory for this node's maps and links (default /sys/fs/bpf/azgate/NAME)")
 	f.StringSliceVar(&d.allowDrop, "upgrade-allow-drop", nil, "pinned maps an upgrade may start empty when it cannot migrate them, though flows break (agent_flows, lb_nat_conns, or all; docs/upgrades.md); without it such an upgrade is refused")
-	f.Uint32Var(&d.hashSeed, "hash-seed", edge.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
+	f.Uint32Var(&d.hashSeed, "hash-seed", flowhash.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
@@ -183,8 +184,7 @@ func init() {
 		var syncListen string
 		var syncCfg edge.SyncConfig
 		var rates edge.RateConfig
-		lb := dataplane.LBConfig{SYN: 30 * time.Second, Established: 15 * time.Minute, FIN: 30 * time.Second, UDP: time.Minute,
-			InsertRate: 100_000, InsertBurst: 200_000}
+		lb := edge.DefaultLB
 		c := &cobra.Command{
 			Use:   "edge",
 			Short: "Run the edge role: XDP EIP routing between the Internet and the AZ underlay",
@@ -212,9 +212,6 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				if err != nil {
 					return err
 				}
-				if healthCmdConc < 0 {
-					return fmt.Errorf("--health-command-concurrency %d: must be positive (0: twice the CPUs)", healthCmdConc)
-				}
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
 					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle}
@@ -224,9 +221,6 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				cfg.ICMPBudgets = map[dataplane.ICMPKind]dataplane.ICMPBudget{}
 				icmpTTL.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindTTL, df.icmpRate, df.icmpBurst)
 				icmpFrag.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindFrag, df.icmpRate, df.icmpBurst)
-				if storeGrace <= 0 || settle <= 0 {
-					return fmt.Errorf("--store-grace %v and --announce-settle %v must be positive", storeGrace, settle)
-				}
 				if icmpSource != "" {
 					a, err := netip.ParseAddr(icmpSource)
 					if err != nil {
@@ -236,7 +230,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				if healthSource != "" {
 					a, err := netip.ParseAddr(healthSource)
-					if err != nil || !a.Is4() {
+					if err != nil {
 						return fmt.Errorf("--health-source %q: not an IPv4 address", healthSource)
 					}
 					cfg.HealthSource = a
@@ -254,9 +248,6 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				defer cancel()
 				cfg.ARP = cfgARP
 				cfg.ARP.Ifaces = arpIfaces
-				if rates.FloorPPS < 0 || rates.FloorBPS < 0 || rates.FloorSYN < 0 || rates.TopN < 0 {
-					return fmt.Errorf("--rate-floor-pps, --rate-floor-bps, --rate-floor-syn and --rate-top must be positive")
-				}
 				cfg.Rates = rates
 				bws, err := df.openBandwidthStore()
 				if err != nil {
@@ -268,7 +259,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				if arpGateway != "" {
 					a, err := netip.ParseAddr(arpGateway)
-					if err != nil || !a.Is4() {
+					if err != nil {
 						return fmt.Errorf("--arp-gateway %q: not an IPv4 address", arpGateway)
 					}
 					cfg.ARP.Gateway = a
@@ -286,10 +277,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection table (default 1048576)")
-		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes")
-		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection")
-		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST")
-		c.Flags().DurationVar(&lb.UDP, "ct-udp-timeout", lb.UDP, "connection-table timeout of UDP (and other) flows")
+		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes (0: the default)")
+		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection (0: the default)")
+		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST (0: the default)")
+		c.Flags().DurationVar(&lb.UDP, "ct-udp-timeout", lb.UDP, "connection-table timeout of UDP (and other) flows (0: the default)")
 		c.Flags().Uint32Var(&lb.InsertRate, "ct-insert-rate", lb.InsertRate, "new connection entries per second per CPU; beyond it (a SYN flood) flows are forwarded by the table alone (0: no cap)")
 		c.Flags().Uint32Var(&lb.InsertBurst, "ct-insert-burst", lb.InsertBurst, "burst of new connection entries per CPU")
 		c.Flags().StringArrayVar(&healthCmds, "health-command", nil, `a command that command health checks may run, by NAME (repeatable): "NAME=/abs/path [args...]", split on spaces, no shell; it gets AZGATE_BACKEND_ADDR and AZGATE_BACKEND_PORT, exit 0 means up`)
@@ -300,8 +291,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringVar(&arpGateway, "arp-gateway", "", "an address the ARP owner also answers for on the --arp-iface segments: the default gateway of nat-mode servers there, so their replies go through the owner")
 		c.Flags().DurationVar(&cfgARP.TTL, "arp-lease-ttl", store.DefaultOwnerTTL, "lease of the ARP ownership in the store (whole seconds): a dead owner is replaced about this long after it stopped renewing")
 		c.Flags().DurationVar(&cfgARP.Margin, "arp-lease-margin", store.DefaultOwnerMargin, "the ARP owner stops answering this long before its lease could expire in the store (covers clock-rate differences and its time to stop)")
-		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless)")
-		c.Flags().DurationVar(&settle, "announce-settle", edge.DefaultSettle, "how long every condition must hold before the edge announces (again); withdrawal is immediate")
+		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless; 0: the default)")
+		c.Flags().DurationVar(&settle, "announce-settle", edge.DefaultSettle, "how long every condition must hold before the edge announces (again); withdrawal is immediate (0: the default)")
 		c.AddCommand(edgeAdminCommands()...)
 		c.Flags().StringVar(&syncListen, "sync-listen", "", "connection sync with the other members of the edge set: the TCP port (\":7946\") to listen on, on the edge's underlay address; every member of a set uses the same port (default: off; docs/connsync.md)")
 		c.Flags().DurationVar(&syncCfg.Refresh, "sync-refresh", 0, "send the connection entries used since the last refresh to the peers again this often, so their copies of long-lived flows do not expire (default 30s)")

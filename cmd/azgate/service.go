@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/client"
-	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
@@ -487,7 +486,7 @@ func serviceStatusCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().Uint32Var(&seed, "hash-seed", edge.DefaultHashSeed, "the cluster's flow hash seed (the edges' --hash-seed), for the expected table checksums")
+	c.Flags().Uint32Var(&seed, "hash-seed", flowhash.DefaultHashSeed, "the cluster's flow hash seed (the edges' --hash-seed), for the expected table checksums")
 	return c
 }
 
@@ -682,7 +681,7 @@ func serviceLookupCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&flow, "flow", "", "the flow: PROTO:SRC:SPORT-DST:DPORT, e.g. tcp:203.0.113.10:40000-198.51.100.20:80")
-	c.Flags().Uint32Var(&seed, "hash-seed", edge.DefaultHashSeed, "the cluster's flow hash seed (the edges' --hash-seed); also seeds the Maglev permutations")
+	c.Flags().Uint32Var(&seed, "hash-seed", flowhash.DefaultHashSeed, "the cluster's flow hash seed (the edges' --hash-seed); also seeds the Maglev permutations")
 	c.MarkFlagRequired("flow")
 	return c
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/client"
-	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/maglev"
 	"github.com/azgate/azgate/internal/model"
@@ -114,7 +113,7 @@ func TestServiceCLI(t *testing.T) {
 		if err := json.Unmarshal([]byte(must(t, s, "host", "list", "--json")), &hosts); err != nil {
 			t.Fatal(err)
 		}
-		pl := planOf(nil, hosts, v, health, edge.DefaultHashSeed).Pool("web/" + p.Name)
+		pl := planOf(nil, hosts, v, health, flowhash.DefaultHashSeed).Pool("web/" + p.Name)
 		if pl == nil {
 			t.Fatal("pool web/web is not in the plan")
 		}
@@ -155,7 +154,7 @@ func TestServiceCLI(t *testing.T) {
 	t.Run("lookup", func(t *testing.T) {
 		// Independently: the table of pool web with its down backend failed.
 		m := uint64(model.DefaultTableSize)
-		built, err := maglev.Build([]maglev.Backend{{Key: "az1-h1/g1:8080", Weight: 1}, {Key: down, Weight: 2}}, m, edge.DefaultHashSeed)
+		built, err := maglev.Build([]maglev.Backend{{Key: "az1-h1/g1:8080", Weight: 1}, {Key: down, Weight: 2}}, m, flowhash.DefaultHashSeed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +162,7 @@ func TestServiceCLI(t *testing.T) {
 		moved := 0
 		for sport := uint16(40000); sport < 40040; sport++ {
 			tuple := flowhash.Tuple{Src: netip.MustParseAddr("203.0.113.10"), Dst: netip.MustParseAddr("198.51.100.20"), SrcPort: sport, DstPort: 80, Proto: 6}
-			hash := flowhash.Hash4(tuple, edge.DefaultHashSeed)
+			hash := flowhash.Hash4(tuple, flowhash.DefaultHashSeed)
 			want, _ := failed.Lookup(hash)
 			first, _ := built.Lookup(hash)
 			var res lookupResult
@@ -192,7 +191,7 @@ func TestServiceCLI(t *testing.T) {
 		var a, b lookupResult
 		json.Unmarshal([]byte(must(t, s, "service", "lookup", "web", "--flow", "tcp:203.0.113.10:1-198.51.100.20:80", "--json")), &a)
 		json.Unmarshal([]byte(must(t, s, "service", "lookup", "web", "--flow", "tcp:203.0.113.10:1-198.51.100.20:80", "--json", "--hash-seed", "7")), &b)
-		if a.Hash == b.Hash || b.Seed != 7 || a.Seed != edge.DefaultHashSeed {
+		if a.Hash == b.Hash || b.Seed != 7 || a.Seed != flowhash.DefaultHashSeed {
 			t.Errorf("seeds: %+v %+v", a, b)
 		}
 	})

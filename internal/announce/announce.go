@@ -28,15 +28,6 @@ import (
 	"github.com/azgate/azgate/internal/probe"
 )
 
-// Speaker is what the announcer needs of the BGP speaker (*bgp.Speaker).
-type Speaker interface {
-	Configure(ctx context.Context, c bgp.Config) error
-	Announce(ctx context.Context, prefixes []netip.Prefix) error
-	WaitWithdrawn(ctx context.Context, timeout time.Duration) error
-	Status(ctx context.Context) *model.BGPStatus
-	Stop()
-}
-
 // Config is the announcer's configuration.
 type Config struct {
 	// VIP is the cluster's address, announced as a /32.
@@ -145,7 +136,7 @@ func ParseCheck(s string, base probe.Spec) (probe.Target, error) {
 // Announcer announces the VIP while every check passes.
 type Announcer struct {
 	cfg  Config
-	spk  Speaker
+	spk  bgp.SpeakerAPI
 	log  *slog.Logger
 	mon  *probe.Monitor
 	kick chan struct{}
@@ -157,7 +148,7 @@ type Announcer struct {
 }
 
 // New validates cfg and returns an announcer; Run starts it.
-func New(cfg Config, spk Speaker) (*Announcer, error) {
+func New(cfg Config, spk bgp.SpeakerAPI) (*Announcer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/etcdproc"
@@ -240,7 +241,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			fe.r = edge.NewReconciler(edge.Config{Name: fe.name, Log: quiet, HashSeed: edge.DefaultHashSeed}, fe.fake)
+			fe.r = edge.NewReconciler(edge.Config{Name: fe.name, Log: quiet, HashSeed: flowhash.DefaultHashSeed}, fe.fake)
 			fe.r.OnApplied = func(rev int64) {
 				if rev > fe.rev.Load() {
 					fe.at.Store(time.Now().UnixNano())
@@ -557,7 +558,7 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writ
 	}
 	defer st.Close()
 	fake := dataplane.NewFakeLB()
-	r := edge.NewReconciler(edge.Config{Name: "s0-e0", Log: quiet, HashSeed: edge.DefaultHashSeed}, fake)
+	r := edge.NewReconciler(edge.Config{Name: "s0-e0", Log: quiet, HashSeed: flowhash.DefaultHashSeed}, fake)
 	loaded := make(chan struct{})
 	var once sync.Once
 	r.OnApplied = func(int64) { once.Do(func() { close(loaded) }) }

@@ -135,6 +135,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// SpeakerAPI is what an announcer needs of a BGP speaker: *Speaker, or
+// a test's fake. The edge's announcer (internal/edge) and the cluster
+// route announcer (internal/announce) both take one.
+type SpeakerAPI interface {
+	Configure(ctx context.Context, c Config) error
+	Announce(ctx context.Context, prefixes []netip.Prefix) error
+	WaitWithdrawn(ctx context.Context, timeout time.Duration) error
+	Status(ctx context.Context) *model.BGPStatus
+	Stop()
+}
+
+var _ SpeakerAPI = (*Speaker)(nil)
+
 // Speaker is the embedded BGP speaker. Its methods are safe for
 // concurrent use.
 type Speaker struct {

@@ -17,17 +17,6 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Speaker is what the announcer needs of the BGP speaker (*bgp.Speaker).
-type Speaker interface {
-	Configure(ctx context.Context, c bgp.Config) error
-	Announce(ctx context.Context, prefixes []netip.Prefix) error
-	WaitWithdrawn(ctx context.Context, timeout time.Duration) error
-	Status(ctx context.Context) *model.BGPStatus
-	Stop()
-}
-
-var _ Speaker = (*bgp.Speaker)(nil)
-
 // Plan is what the desired state says the edge should announce, with the
 // reconciler's verdict on its maps (Reconciler.AnnouncePlan).
 type Plan struct {
@@ -121,7 +110,7 @@ type Condition struct {
 // agents.
 type Announcer struct {
 	cfg       AnnounceConfig
-	spk       Speaker
+	spk       bgp.SpeakerAPI
 	leases    store.Leases
 	plan      func() Plan
 	dataplane func() error
@@ -150,7 +139,7 @@ type Announcer struct {
 // NewAnnouncer returns an announcer; Start runs it. plan is read at every
 // evaluation (it must be cheap), dataplane is the data plane's
 // self-check (nil error: well).
-func NewAnnouncer(cfg AnnounceConfig, spk Speaker, leases store.Leases, plan func() Plan, dataplane func() error) *Announcer {
+func NewAnnouncer(cfg AnnounceConfig, spk bgp.SpeakerAPI, leases store.Leases, plan func() Plan, dataplane func() error) *Announcer {
 	cfg.defaults()
 	return &Announcer{cfg: cfg, spk: spk, leases: leases, plan: plan, dataplane: dataplane, kick: make(chan struct{}, 1), keyChanged: make(chan struct{}, 1)}
 }

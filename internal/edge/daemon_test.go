@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -46,7 +47,7 @@ func TestRunAttachFailsAfterARPStarted(t *testing.T) {
 	s := embeddedtest.Store(t)
 	pins := dataplane.NodePinDir(fmt.Sprintf("azgt-start-%d", os.Getpid()))
 	t.Cleanup(func() { dataplane.RemovePins(pins) })
-	cfg := Config{Name: "edge-a1", Interfaces: []string{"e0", "nosuch0"}, HashSeed: DefaultHashSeed, Log: quiet,
+	cfg := Config{Name: "edge-a1", Interfaces: []string{"e0", "nosuch0"}, HashSeed: flowhash.DefaultHashSeed, Log: quiet,
 		ICMPSource: netip.MustParseAddr("192.0.2.1"), ARP: ARPConfig{Ifaces: []string{"e0"}}}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,10 +23,6 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// DefaultHashSeed is the cluster-wide flow hash seed every edge and agent
-// uses unless told otherwise (all nodes must agree).
-const DefaultHashSeed = 0x61a9a7e5
-
 // GatewayMAC is the inner Ethernet source of encapsulated frames: the
 // virtual router of every tenant subnet (dataplane.GatewayMAC).
 var GatewayMAC = dataplane.GatewayMAC

@@ -17,6 +17,10 @@ import (
 	"net/netip"
 )
 
+// DefaultHashSeed is the cluster-wide flow hash seed every edge and agent
+// uses unless told otherwise (--hash-seed: all nodes must agree).
+const DefaultHashSeed = 0x61a9a7e5
+
 const initval = 0xdeadbeef
 
 // Jhash3 is Linux's jhash_3words.

@@ -15,8 +15,9 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client.
-// internal/netlab (namespaces, veth pairs) is lab plumbing: only the lab,
+// internal/bwenforce), the hop store does not borrow bwstore's client, and
+// internal/flowhash (the hash and its default seed) imports the standard
+// library only. internal/netlab (namespaces, veth pairs) is lab plumbing: only the lab,
 // the benchmarks, test packages and _test files import it. The controller
 // does not link the GSLB's DNS server (internal/gslb/dnsserver), not even
 // through other packages. The controller's Core (core.go, rules.go,
@@ -77,6 +78,11 @@ func TestLayers(t *testing.T) {
 			}
 			if p == "github.com/azgate/azgate/internal/netlab" && !labOnly(rel) {
 				t.Errorf("%s imports internal/netlab: only the lab, benchmarks, test packages and tests may (the daemons' next hops are internal/nexthop)", filepath.Join(rel, filepath.Base(path)))
+			}
+			// Every role and tool takes the flow hash and its default seed
+			// (flowhash.DefaultHashSeed) from here: it stays pure.
+			if rel == "internal/flowhash" && strings.Contains(p, ".") {
+				t.Errorf("%s imports %s: the flow hash uses the standard library only", filepath.Join(rel, filepath.Base(path)), p)
 			}
 		}
 		return nil

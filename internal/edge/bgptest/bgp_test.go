@@ -18,6 +18,7 @@ import (
 	"github.com/azgate/azgate/internal/bgp/birdtest"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
+	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
@@ -265,7 +266,7 @@ func TestDaemonSIGTERMAndUnload(t *testing.T) {
 
 	pins := dataplane.NodePinDir(fmt.Sprintf("azgt-edgebgp-%d", os.Getpid()))
 	t.Cleanup(func() { dataplane.RemovePins(pins) })
-	cfg := edge.Config{Name: "edge-a1", Interfaces: []string{"azgtebgp2"}, HashSeed: edge.DefaultHashSeed, Log: quiet,
+	cfg := edge.Config{Name: "edge-a1", Interfaces: []string{"azgtebgp2"}, HashSeed: flowhash.DefaultHashSeed, Log: quiet,
 		StatusInterval: 200 * time.Millisecond, AnnounceSettle: 100 * time.Millisecond}
 	run := func() (context.CancelFunc, chan error) {
 		ctx, cancel := context.WithCancel(context.Background())
