@@ -337,7 +337,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					}
 					allow = append(allow, a)
 				}
-				if _, err := agent.PlanLocal(allow); err != nil {
+				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+					ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}}
+				if err := cfg.Check(); err != nil {
 					return err
 				}
 				log, st, load, err := df.open()
@@ -346,9 +348,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				defer st.Close()
 				load.AgentFlowMax = flowMax
-				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, Version: version, Log: log, LocalAllow: allow}
-				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
+				cfg.Log = log
+				if cfg.Status.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
 				bws, err := df.openBandwidthStore()
@@ -361,7 +362,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load, df.metricsListen),
+				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load),
 					"agent stopping; the data plane keeps forwarding")
 			},
 		}
