@@ -318,25 +318,22 @@ func (r *Reconciler) apply(rev int64) {
 // the rest of the tables (tables.go); interfaces no guest uses any more
 // are detached last.
 func (r *Reconciler) reconcile(want HostWant) {
-	live := PlanGroups(want.Sets, r.ann)
-	r.noteFallbacks(live)
-	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
-	in := planInput{want: want, cfg: r.cfg, live: live, slots: r.groupSlot}
-	base := planTables(in)
+	base := r.plan(want, nil)
 	var first []op
 	for _, o := range diffTables(&base, r.held(), nil, false) {
 		if o.kind == opLocal || o.kind == opConfig {
 			first = append(first, o)
 		}
 	}
-	n := len(r.errs)
 	r.applyOps(first)
-	if len(r.errs) > n && !r.hasWhole(opConfig) {
+	if !r.hasWhole(opConfig) { // not written: nothing else is
+		for _, err := range base.problems {
+			r.fail(err)
+		}
 		return
 	}
-	var used map[string]bool
-	in.links, used = r.attachGuests(want)
-	p := planTables(in)
+	links, used := r.attachGuests(want)
+	p := r.plan(want, links)
 	for _, err := range p.problems {
 		r.fail(err)
 	}
@@ -346,6 +343,15 @@ func (r *Reconciler) reconcile(want HostWant) {
 	}
 	r.applyOps(diffTables(&p, r.held(), have, err == nil))
 	r.detachUnused(used)
+}
+
+// plan computes what the maps should hold for want with the guests'
+// interfaces (tables.go), giving each new edge set a group slot.
+func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePlan {
+	live := PlanGroups(want.Sets, r.ann)
+	r.noteFallbacks(live)
+	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
+	return planTables(planInput{want: want, cfg: r.cfg, links: links, live: live, slots: r.groupSlot})
 }
 
 func (r *Reconciler) hasWhole(k opKind) bool { _, ok := r.whole[k]; return ok }

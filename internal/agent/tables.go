@@ -27,7 +27,8 @@ import (
 //   - apply (Reconciler.applyOps): the writes through the maps'
 //     interfaces, each booked only once it succeeded, so after a failure
 //     the next diff redoes exactly what is missing. A counter slot taken
-//     for an EIP whose write failed is freed again.
+//     for an EIP whose write failed is freed again; an EIP or service
+//     never names a group slot whose write failed.
 
 // tablePlan is what the agent's maps should hold.
 type tablePlan struct {
@@ -396,6 +397,9 @@ func (r *Reconciler) write(o op) error {
 		delete(r.dirty, o.eip.EIP)
 	case opPutEIP:
 		e := o.eip
+		if err := r.groupWritten(e.Group); err != nil {
+			return fmt.Errorf("EIP %v: %w", e.EIP, err)
+		}
 		if o.alloc {
 			idx, err := r.alloc()
 			if err != nil {
@@ -416,7 +420,20 @@ func (r *Reconciler) write(o op) error {
 	case opDeleteService:
 		return r.maps.DeleteService(o.svc)
 	case opPutService:
+		if err := r.groupWritten(o.svc.Group); err != nil {
+			return fmt.Errorf("service %v -> %v: %w", o.svc.VIP, o.svc.Guest, err)
+		}
 		return r.maps.PutService(o.svc)
+	}
+	return nil
+}
+
+// groupWritten refuses to name a set's slot whose group is not booked as
+// written: the entry would send replies to an empty slot (or another
+// set's). It waits for the next try, the entry it replaces staying.
+func (r *Reconciler) groupWritten(slot uint16) error {
+	if _, ok := r.groups[slot]; !ok {
+		return fmt.Errorf("edge group %d not written yet", slot)
 	}
 	return nil
 }
