@@ -324,8 +324,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				// The guests' local access is checked before anything
-				// starts (the store is not needed for it).
+				// The agent's configuration, the guests' local access
+				// included, is checked before anything starts
+				// (agent.Config.Check: the store is not needed for it).
 				var allow []agent.LocalAllow
 				if len(oldLocal) > 0 {
 					return fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")

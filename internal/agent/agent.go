@@ -326,7 +326,7 @@ func (r *Reconciler) reconcile(want HostWant) {
 		}
 	}
 	r.applyOps(first)
-	if !r.hasWhole(opConfig) { // not written: nothing else is
+	if !hasKey(r.whole, opConfig) { // not written: nothing else is
 		for _, err := range base.problems {
 			r.fail(err)
 		}
@@ -353,8 +353,6 @@ func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePl
 	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
 	return planTables(planInput{want: want, cfg: r.cfg, links: links, live: live, slots: r.groupSlot})
 }
-
-func (r *Reconciler) hasWhole(k opKind) bool { _, ok := r.whole[k]; return ok }
 
 // attachGuests finds the interface of every guest of the host (bound or
 // not: binding an EIP later then only writes maps) and attaches the
