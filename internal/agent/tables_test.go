@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -540,5 +541,40 @@ func TestAgentPutEIPFailureFreesCounter(t *testing.T) {
 	}
 	if got := fake.EIPMap[e].StatsIdx; got != 0 || r.next != 1 {
 		t.Fatalf("after 3 failed writes the EIP took counter slot %d (%d handed out), want 0 (1)", got, r.next)
+	}
+}
+
+// TestAgentRetriesFailedWrite: through Handle, a failed write fails the
+// reconcile (reported, revision not applied) and the reconciler's own
+// retry converges with no change in the store.
+func TestAgentRetriesFailedWrite(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	faults := dataplane.NewFaults()
+	r, err := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, dataplane.NewFaultyAgent(fake, faults), newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.FailNth("PutEIP", 1)
+	r.Handle(st, 1, nil, true)
+	r.mu.Lock()
+	errs, rev := slices.Clone(r.errs), r.rev
+	r.mu.Unlock()
+	if len(errs) != 1 || rev != 0 {
+		t.Fatalf("failure not reported: errors %q, revision %d", errs, rev)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		errs, rev = slices.Clone(r.errs), r.rev
+		r.mu.Unlock()
+		es, _ := fake.EIPs()
+		if _, ok := es[a("198.51.100.7")]; ok && rev == 1 && len(errs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged within 10 s: revision %d, errors %q", rev, errs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
