@@ -315,8 +315,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				// The guests' local access is checked before anything
-				// starts (the store is not needed for it).
+				// The agent's configuration, the guests' local access
+				// included, is checked before anything starts
+				// (agent.Config.Check: the store is not needed for it).
 				var allow []agent.LocalAllow
 				if len(oldLocal) > 0 {
 					return fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")
@@ -328,7 +329,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					}
 					allow = append(allow, a)
 				}
-				if _, err := agent.PlanLocal(allow); err != nil {
+				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+					ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}}
+				if err := cfg.Check(); err != nil {
 					return err
 				}
 				log, st, load, err := df.open()
@@ -337,9 +340,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				defer st.Close()
 				load.AgentFlowMax = flowMax
-				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, Version: version, Log: log, LocalAllow: allow}
-				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
+				cfg.Log = log
+				if cfg.Status.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
 				bws, err := df.openBandwidthStore()
@@ -352,7 +354,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load, df.metricsListen),
+				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load),
 					"agent stopping; the data plane keeps forwarding")
 			},
 		}

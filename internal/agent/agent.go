@@ -6,7 +6,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -14,15 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
-	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/nexthop"
-	"github.com/azgate/azgate/internal/nodemetrics"
-	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -189,27 +182,7 @@ type Links interface {
 	KeepResolved(group string, addrs []netip.Addr)
 }
 
-// Config of an agent.
-type Config struct {
-	Name string // host name
-	// MetricsToken, if set, is required on the metrics listener.
-	MetricsToken string
-	Underlay     string // underlay interface
-	// LocalAllow: what guests may send to their host's kernel
-	// (--local-allow, local.go); nil: nothing.
-	LocalAllow     []LocalAllow
-	HashSeed       uint32
-	ICMPRate       uint32
-	ICMPBurst      uint32
-	StatusInterval time.Duration
-	Version        string
-	Log            *slog.Logger
-	NoRetry        bool // tests: no background retries
-	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).
-	Bandwidth BandwidthConfig
-}
-
-// Reconciler keeps AgentMaps equal to the desired state.
+// Reconciler keeps AgentMaps equal to the desired state (tables.go).
 type Reconciler struct {
 	cfg   Config
 	maps  dataplane.AgentMaps
@@ -218,16 +191,17 @@ type Reconciler struct {
 
 	mu         sync.Mutex
 	programmed map[netip.Addr]dataplane.AgentEIP
-	guestIfs   map[string]bool // guest interfaces the program is attached to
-	want       *HostWant       // the last desired state (retried after failures)
-	retry      *time.Timer     // pending retry
+	dirty      map[netip.Addr]bool // EIPs whose last write failed
+	whole      map[opKind]string   // the whole tables as last written (tables.go)
+	guestIfs   map[string]bool     // guest interfaces the program is attached to
+	want       *HostWant           // the last desired state (retried after failures)
+	wantRev    int64               // its revision
+	retry      *time.Timer         // pending retry
 	backoff    time.Duration
-	free       []uint32
+	free       []uint32 // counter slots
 	next       uint32
 	rev        int64
 	errs       []string
-	cfgKey     string
-	localKey   *string // agent_local as last written (syncLocal)
 	OnApplied  func(rev int64)
 
 	// Edge groups (groups.go): the announcements last read, the slot of
@@ -252,7 +226,8 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, guestIfs: map[string]bool{},
+	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, dirty: map[netip.Addr]bool{},
+		whole: map[opKind]string{}, guestIfs: map[string]bool{},
 		groupSlot: map[string]uint16{}, groups: map[uint16]dataplane.AgentGroup{}, fallback: map[string]bool{}}
 	// The groups a previous run left: each set keeps its slot, so the
 	// EIPs' and flows' entries stay right meanwhile.
@@ -284,22 +259,23 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	}
 	// agent_local keeps what the previous run wrote (checked against
 	// its desired state) until the first reconcile checks this
-	// configuration (syncLocal).
+	// configuration (planTables).
 	if _, err := PlanLocal(cfg.LocalAllow); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-func (r *Reconciler) alloc() (uint32, error) {
-	if n := len(r.free); n > 0 {
-		idx := r.free[n-1]
-		r.free = r.free[:n-1]
-		return idx, r.maps.ResetEIPStats(idx)
+// adoptAttached takes the guest interfaces a previous run attached: they
+// stay attached until the first reconcile decides.
+func (r *Reconciler) adoptAttached(ifnames []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ifname := range ifnames {
+		if ifname != r.cfg.Underlay {
+			r.guestIfs[ifname] = true
+		}
 	}
-	idx := r.next
-	r.next++
-	return idx, r.maps.ResetEIPStats(idx)
 }
 
 // Handle is a store.Handler. Every change recomputes the host's (small)
@@ -316,7 +292,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 		// still forwarded here unlimited.
 		return
 	}
-	r.want, r.backoff = &want, 0
+	r.want, r.wantRev, r.backoff = &want, rev, 0
 	r.apply(rev)
 	r.updateBandwidth(st, want)
 }
@@ -325,18 +301,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 // interface may appear later, a write may succeed next time) with backoff.
 func (r *Reconciler) apply(rev int64) {
 	r.errs = nil
-	r.syncLocal(*r.want)
-	if err := r.configure(r.want.Underlay, r.want.Edges); err != nil {
-		r.fail(err)
-	} else {
-		// Groups first (a new set's slot exists before an EIP names
-		// it), the slots of sets gone last.
-		r.syncGroups(*r.want, r.fail)
-		r.sync(*r.want)
-		if len(r.errs) == 0 {
-			r.clearStaleGroups(*r.want)
-		}
-	}
+	r.reconcile(*r.want)
 	if len(r.errs) > 0 {
 		r.scheduleRetry(rev)
 		return
@@ -344,6 +309,92 @@ func (r *Reconciler) apply(rev int64) {
 	r.rev = rev
 	if r.OnApplied != nil {
 		r.OnApplied(rev)
+	}
+}
+
+// reconcile takes the maps and the guests' interfaces to want: the local
+// rules and the configuration first (nothing else while the
+// configuration cannot be written), then the guests' interfaces, then
+// the rest of the tables (tables.go); interfaces no guest uses any more
+// are detached last.
+func (r *Reconciler) reconcile(want HostWant) {
+	base := r.plan(want, nil)
+	var first []op
+	for _, o := range diffTables(&base, r.held(), nil, false) {
+		if o.kind == opLocal || o.kind == opConfig {
+			first = append(first, o)
+		}
+	}
+	r.applyOps(first)
+	if !hasKey(r.whole, opConfig) { // not written: nothing else is
+		for _, err := range base.problems {
+			r.fail(err)
+		}
+		return
+	}
+	links, used := r.attachGuests(want)
+	p := r.plan(want, links)
+	for _, err := range p.problems {
+		r.fail(err)
+	}
+	have, err := r.maps.Services()
+	if err != nil {
+		r.fail(err)
+	}
+	r.applyOps(diffTables(&p, r.held(), have, err == nil))
+	r.detachUnused(used)
+}
+
+// plan computes what the maps should hold for want with the guests'
+// interfaces (tables.go), giving each new edge set a group slot.
+func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePlan {
+	live := PlanGroups(want.Sets, r.ann)
+	r.noteFallbacks(live)
+	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
+	return planTables(planInput{want: want, cfg: r.cfg, links: links, live: live, slots: r.groupSlot})
+}
+
+// attachGuests finds the interface of every guest of the host (bound or
+// not: binding an EIP later then only writes maps) and attaches the
+// guest program to it. A guest whose interface cannot be found yet is
+// reported and retried.
+func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[string]bool) {
+	links := map[netip.Addr]guestLink{}
+	used := map[string]bool{}
+	var resolve []netip.Addr
+	for _, g := range want.Guests {
+		ifname, ifindex, err := r.links.GuestInterface(g.Address)
+		if err != nil {
+			r.fail(fmt.Errorf("guest %s (%v): %w", g.Name, g.Address, err))
+			continue
+		}
+		if !r.guestIfs[ifname] {
+			if err := r.links.AttachGuest(ifname); err != nil {
+				r.fail(fmt.Errorf("guest %s: attach to %s: %w", g.Name, ifname, err))
+				continue
+			}
+			r.guestIfs[ifname] = true
+		}
+		used[ifname] = true
+		links[g.Address] = guestLink{ifname, ifindex}
+		resolve = append(resolve, g.Address)
+	}
+	r.links.KeepResolved("guests", resolve)
+	return links, used
+}
+
+// detachUnused detaches the guest program from the interfaces no guest
+// uses.
+func (r *Reconciler) detachUnused(used map[string]bool) {
+	for _, ifname := range sortedKeys(r.guestIfs) {
+		if used[ifname] {
+			continue
+		}
+		if err := r.links.DetachGuest(ifname); err != nil {
+			r.fail(fmt.Errorf("detach from %s: %w", ifname, err))
+			continue
+		}
+		delete(r.guestIfs, ifname)
 	}
 }
 
@@ -366,166 +417,6 @@ func (r *Reconciler) scheduleRetry(rev int64) {
 func (r *Reconciler) fail(err error) {
 	r.errs = append(r.errs, err.Error())
 	r.log.Error("reconcile failed; the data plane keeps its previous state", "err", err)
-}
-
-func (r *Reconciler) configure(underlay netip.Addr, edges []netip.Addr) error {
-	key := fmt.Sprint(underlay, edges)
-	if key == r.cfgKey {
-		return nil
-	}
-	if err := r.maps.SetConfig(dataplane.AgentConfig{Underlay: underlay, ICMPSource: underlay, HashSeed: r.cfg.HashSeed,
-		Edges: edges, ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}); err != nil {
-		return err
-	}
-	r.links.KeepResolved("edges", edges)
-	r.log.Info("agent configured", "underlay", underlay, "edges", edges)
-	r.cfgKey = key
-	return nil
-}
-
-type guestLink struct {
-	ifname  string
-	ifindex int
-}
-
-// sync attaches the guest program to the interface of every guest of the
-// host (bound or not: binding an EIP later then only writes maps) and
-// programs the EIPs. A guest whose interface cannot be found yet is
-// reported and retried on the next change.
-func (r *Reconciler) sync(want HostWant) {
-	links := map[netip.Addr]guestLink{}
-	used := map[string]bool{}
-	var resolve []netip.Addr
-	for _, g := range want.Guests {
-		ifname, ifindex, err := r.links.GuestInterface(g.Address)
-		if err != nil {
-			r.fail(fmt.Errorf("guest %s (%v): %w", g.Name, g.Address, err))
-			continue
-		}
-		if !r.guestIfs[ifname] {
-			if err := r.links.AttachGuest(ifname); err != nil {
-				r.fail(fmt.Errorf("guest %s: attach to %s: %w", g.Name, ifname, err))
-				continue
-			}
-			r.guestIfs[ifname] = true
-		}
-		used[ifname] = true
-		links[g.Address] = guestLink{ifname, ifindex}
-		resolve = append(resolve, g.Address)
-	}
-	r.links.KeepResolved("guests", resolve)
-	var ifaddrs []dataplane.IfAddr
-	for addr, gl := range links {
-		ifaddrs = append(ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
-	}
-	if err := r.maps.SetIfAddrs(ifaddrs); err != nil {
-		r.fail(err)
-	}
-	// The checked ports of the encap backends among the guests: what an
-	// edge's health check may reach through the tunnel, and nothing else
-	// (bpf/lib/agenthc.h).
-	if hg, ok := r.maps.(dataplane.HealthGuests); ok {
-		var checked []dataplane.HealthGuest
-		for _, c := range want.Checked {
-			if _, ok := links[c.Guest]; ok {
-				checked = append(checked, c)
-			}
-		}
-		if err := hg.SetHealthGuests(checked); err != nil {
-			r.fail(err)
-		}
-	}
-	// Deletes first: an EIP leaving a guest another EIP now takes must not
-	// remove the newcomer's entry.
-	for a, cur := range r.programmed {
-		if _, ok := want.EIPs[a]; ok {
-			continue
-		}
-		if err := r.maps.DeleteEIP(a); err != nil {
-			r.fail(err)
-			continue
-		}
-		r.free = append(r.free, cur.StatsIdx)
-		delete(r.programmed, a)
-	}
-	for a, w := range want.EIPs {
-		gl, ok := links[w.Private]
-		if !ok {
-			continue // reported above
-		}
-		cur, had := r.programmed[a]
-		next := dataplane.AgentEIP{EIP: a, Private: w.Private, VSID: w.VSID, StatsIdx: cur.StatsIdx, Ifindex: uint32(gl.ifindex), Service: w.Service,
-			Group: r.groupOf(w.Set, w.Covering)}
-		if had && cur == next {
-			continue
-		}
-		if !had {
-			idx, err := r.alloc()
-			if err != nil {
-				r.fail(err)
-				continue
-			}
-			next.StatsIdx = idx
-		}
-		if err := r.maps.PutEIP(next); err != nil {
-			r.fail(err)
-			continue
-		}
-		r.programmed[a] = next
-	}
-	r.syncServices(want, links)
-	for ifname := range r.guestIfs {
-		if used[ifname] {
-			continue
-		}
-		if err := r.links.DetachGuest(ifname); err != nil {
-			r.fail(fmt.Errorf("detach from %s: %w", ifname, err))
-			continue
-		}
-		delete(r.guestIfs, ifname)
-	}
-}
-
-// syncServices programs the service backends among the guests.
-func (r *Reconciler) syncServices(want HostWant, links map[netip.Addr]guestLink) {
-	for _, p := range want.Problems {
-		r.fail(fmt.Errorf("%s", p))
-	}
-	type key struct {
-		vip, guest   netip.Addr
-		proto        uint8
-		vport, bport uint16
-	}
-	wanted := map[key]dataplane.AgentService{}
-	for _, s := range want.Services {
-		if _, ok := links[s.Guest]; !ok {
-			continue // its guest's interface is not found: reported
-		}
-		s.Group = r.groupOf(want.VIPSets[s.VIP], want.VIPCovering[s.VIP])
-		wanted[key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}] = s
-	}
-	have, err := r.maps.Services()
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	for _, s := range have {
-		k := key{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort}
-		if w, ok := wanted[k]; ok && w == s {
-			delete(wanted, k)
-			continue
-		}
-		if _, ok := wanted[k]; !ok {
-			if err := r.maps.DeleteService(s); err != nil {
-				r.fail(err)
-			}
-		}
-	}
-	for _, s := range wanted {
-		if err := r.maps.PutService(s); err != nil {
-			r.fail(err)
-		}
-	}
 }
 
 // Status builds the node status.
@@ -567,129 +458,4 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// kernelLinks implements Links with netlink and the loaded data plane.
-type kernelLinks struct {
-	dp *dataplane.Agent
-	nb *nexthop.Resolver
-}
-
-func (k *kernelLinks) GuestInterface(a netip.Addr) (string, int, error) {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return "", 0, err
-	}
-	defer h.Close()
-	idx, _, err := nexthop.RouteGet(h, a)
-	if err != nil {
-		return "", 0, err
-	}
-	l, err := h.LinkByIndex(idx)
-	if err != nil {
-		return "", 0, err
-	}
-	return l.Attrs().Name, idx, nil
-}
-
-func (k *kernelLinks) AttachGuest(ifname string) error { return k.dp.AttachGuest(ifname) }
-func (k *kernelLinks) DetachGuest(ifname string) error { return k.dp.Detach(ifname) }
-
-func (k *kernelLinks) KeepResolved(group string, addrs []netip.Addr) { k.nb.Keep(group, addrs) }
-
-// Run loads (or re-adopts) the agent data plane and follows the store.
-func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions, metricsListen string) error {
-	// Every goroutine started below ends with this context: an error
-	// after one started must end it too, or Run waits for it forever
-	// (issue 17.4).
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if cfg.Underlay == "" {
-		return fmt.Errorf("agent: no underlay interface (--underlay-if)")
-	}
-	if cfg.StatusInterval == 0 {
-		cfg.StatusInterval = 2 * time.Second
-	}
-	dp, err := dataplane.LoadAgent(load)
-	if err != nil {
-		return err
-	}
-	defer dp.Close()
-	dp.Upgrade().Log(cfg.Log) // maps migrated or not trusted (docs/upgrades.md)
-	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
-		return err
-	}
-	nb := nexthop.NewResolver(cfg.Log)
-	defer nb.Stop()
-	if err := nexthop.WatchRouting(ctx, cfg.Log, func() {
-		if err := dp.InvalidateNextHops(); err != nil {
-			cfg.Log.Warn("cannot invalidate cached next hops", "err", err)
-		}
-		nb.Refresh(time.Second)
-	}); err != nil {
-		return err
-	}
-	links := &kernelLinks{dp: dp, nb: nb}
-	rec, err := NewReconciler(cfg, dp, links)
-	if err != nil {
-		return err
-	}
-	// Interfaces attached by a previous run stay attached until the first
-	// reconcile decides.
-	for _, ifname := range dp.Attached() {
-		if ifname != cfg.Underlay {
-			rec.guestIfs[ifname] = true
-		}
-	}
-	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
-	var bw *bwenforce.Host
-	if cfg.Bandwidth.Store != nil {
-		if bw, err = rec.EnableBandwidth(cfg.Bandwidth, dp, cfg.Log.With("part", "bandwidth")); err != nil {
-			return err
-		}
-		bwDone := make(chan struct{})
-		go func() {
-			defer close(bwDone)
-			bw.Run(ctx)
-		}()
-		defer func() { cancel(); <-bwDone }() // before the data plane and the store close
-	} else {
-		bwenforce.ClearLimits(dp, cfg.Log)
-	}
-	started := time.Now().UTC()
-	status := func() model.NodeStatus {
-		ns := rec.Status(started, nil)
-		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
-		if bw != nil {
-			var errs []string
-			ns.Bandwidth, errs = bw.NodeStatus()
-			ns.Errors = append(ns.Errors, errs...)
-		}
-		return ns
-	}
-	// The edges' announcements decide which members of each set are live
-	// (groups.go): read them before the first reconcile, so a restart
-	// does not shrink and regrow the groups.
-	first := make(chan struct{})
-	var once sync.Once
-	go WatchAnnouncements(ctx, st, rec, cfg.Log, func() { once.Do(func() { close(first) }) })
-	select {
-	case <-first:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(5 * time.Second):
-		cfg.Log.Warn("announcements not read yet: sets with BGP use all their members until they are")
-	}
-	go store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.StatusInterval, status, cfg.Log)
-	if metricsListen != "" {
-		go nodemetrics.Serve(ctx, metricsListen, "agent", cfg.MetricsToken, status, cfg.Log)
-	}
-	var ready sync.Once // attached, and the first full state applied
-	return st.Follow(ctx, func(s *model.State, rev int64, evs []store.Event, full bool) {
-		rec.Handle(s, rev, evs, full)
-		ready.Do(func() { sdnotify.Tell(cfg.Log, sdnotify.Ready) })
-	})
 }

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sort"
 	"time"
 
@@ -93,7 +91,9 @@ func LiveMembers(set string, members []model.EdgeNode, ann setplan.Announcing) (
 // SetAnnouncements takes the edges' announcements (store.WatchAnnouncements)
 // and rewrites the groups they change at once: a member whose key
 // vanished leaves its group (its generation moves, so the flows it held
-// go to the others by flow hash).
+// go to the others by flow hash). A set that lost (or regained) its last
+// live member may move the addresses it serves to another group
+// (groupOf): the reconcile writes those too.
 func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 	ann := setplan.AnnouncingFrom(all)
 	r.mu.Lock()
@@ -102,24 +102,16 @@ func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 	if r.want == nil {
 		return
 	}
-	before := fmt.Sprint(sortedKeys(r.fallback))
-	failed := false
-	r.syncGroups(*r.want, func(err error) { failed = true; r.fail(err) })
-	if fmt.Sprint(sortedKeys(r.fallback)) != before {
-		// A set lost (or regained) its last live member: the addresses
-		// it serves may change group (groupOf).
-		r.sync(*r.want)
-		failed = failed || len(r.errs) > 0
-	}
-	if failed {
-		r.scheduleRetry(r.rev) // the full apply writes everything again
+	r.errs = nil
+	r.reconcile(*r.want)
+	if len(r.errs) > 0 {
+		r.scheduleRetry(r.wantRev) // the full apply writes everything again
 	}
 }
 
-// syncGroups gives every set of w a slot and writes the groups whose
-// members changed.
-func (r *Reconciler) syncGroups(w HostWant, fail func(error)) {
-	plan := PlanGroups(w.Sets, r.ann)
+// noteFallbacks logs and counts the sets that fell back to members that
+// are not live, and those that have live members again.
+func (r *Reconciler) noteFallbacks(plan GroupPlan) {
 	fb := map[string]bool{}
 	for _, s := range plan.Fallback {
 		fb[s] = true
@@ -134,82 +126,6 @@ func (r *Reconciler) syncGroups(w HostWant, fail func(error)) {
 		}
 	}
 	r.fallback = fb
-	names := make([]string, 0, len(w.Sets))
-	for n := range w.Sets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		slot, ok := r.groupSlot[name]
-		if !ok {
-			if slot = r.freeSlot(); slot == 0 {
-				fail(fmt.Errorf("edge set %s: no edge group left (the data plane holds %d): its addresses' replies go to group 0", name, dataplane.AgentGroupMax-1))
-				continue
-			}
-			r.groupSlot[name] = slot
-		}
-		r.writeGroup(slot, dataplane.AgentGroup{Set: name, Members: plan.Sets[name]}, fail)
-	}
-	r.writeGroup(0, dataplane.AgentGroup{Members: plan.All}, fail)
-}
-
-// freeSlot returns the lowest slot no set holds (0: none left).
-func (r *Reconciler) freeSlot() uint16 {
-	used := map[uint16]bool{}
-	for _, s := range r.groupSlot {
-		used[s] = true
-	}
-	for s := uint16(1); s < dataplane.AgentGroupMax; s++ {
-		if !used[s] {
-			return s
-		}
-	}
-	return 0
-}
-
-func (r *Reconciler) writeGroup(slot uint16, g dataplane.AgentGroup, fail func(error)) {
-	if cur, ok := r.groups[slot]; ok && cur.Set == g.Set && slices.Equal(cur.Members, g.Members) {
-		return
-	}
-	if err := r.maps.SetGroup(slot, g); err != nil {
-		delete(r.groups, slot) // unknown now: written again next time
-		fail(err)
-		return
-	}
-	r.groups[slot] = g
-	r.log.Info("edge group written", "slot", slot, "set", g.Set, "members", g.Members)
-}
-
-// clearStaleGroups empties the slots of sets that no longer exist (after
-// the EIPs and services moved off them).
-func (r *Reconciler) clearStaleGroups(w HostWant) {
-	for name, slot := range r.groupSlot {
-		if _, ok := w.Sets[name]; ok {
-			continue
-		}
-		if err := r.maps.SetGroup(slot, dataplane.AgentGroup{}); err != nil {
-			r.fail(err)
-			continue
-		}
-		delete(r.groupSlot, name)
-		delete(r.groups, slot)
-	}
-}
-
-// groupOf is the slot of the set that serves an address: set, or the
-// prefix set covering the address while set (a dedicated or quarantine
-// set) has no live member and the covering set has some (0: no set, or
-// the set has no slot).
-func (r *Reconciler) groupOf(set, covering string) uint16 {
-	if set == "" {
-		return 0
-	}
-	if r.fallback[set] && covering != "" && covering != set && !r.fallback[covering] {
-		if slot, ok := r.groupSlot[covering]; ok {
-			return slot
-		}
-	}
-	return r.groupSlot[set]
 }
 
 // Groups returns the groups as programmed, by set ("" for group 0), and

@@ -158,27 +158,3 @@ func CheckLocalAllow(allow []LocalAllow, want HostWant) error {
 	}
 	return nil
 }
-
-// syncLocal writes agent_local from the configuration once it passes
-// CheckLocalAllow against the host's desired state; a refused
-// configuration empties it (guests reach nothing of the host) and is
-// reported.
-func (r *Reconciler) syncLocal(want HostWant) {
-	plan, err := PlanLocal(r.cfg.LocalAllow)
-	if err == nil {
-		err = CheckLocalAllow(r.cfg.LocalAllow, want)
-	}
-	if err != nil {
-		r.fail(err)
-		plan = nil
-	}
-	key := fmt.Sprint(plan)
-	if r.localKey != nil && *r.localKey == key {
-		return
-	}
-	if werr := r.maps.SetLocalAllow(plan); werr != nil {
-		r.fail(fmt.Errorf("local prefixes: %w", werr))
-		return
-	}
-	r.localKey = &key
-}

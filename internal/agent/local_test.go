@@ -130,13 +130,13 @@ func TestReconcilerLocalAllow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReconciler(Config{NoRetry: true, Name: "h1", Underlay: "ul0", LocalAllow: []LocalAllow{a}, Log: quiet}, fake, nil)
+	r, err := NewReconciler(Config{NoRetry: true, Name: "h1", Underlay: "ul0", LocalAllow: []LocalAllow{a}, Log: quiet}, fake, newFakeLinks())
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := HostWant{Underlay: netip.MustParseAddr("198.18.11.1")}
 	r.mu.Lock()
-	r.syncLocal(w)
+	r.reconcile(w)
 	r.mu.Unlock()
 	if got := fake.Local[a.Prefix]; len(got) != 1 || len(r.errs) != 0 {
 		t.Fatalf("agent_local %v, errors %v", fake.Local, r.errs)
@@ -144,7 +144,7 @@ func TestReconcilerLocalAllow(t *testing.T) {
 	w.Guests = []model.Guest{{Name: "g9", Address: netip.MustParseAddr("198.19.11.9"), VSID: 7}}
 	r.mu.Lock()
 	r.errs = nil
-	r.syncLocal(w)
+	r.reconcile(w)
 	r.mu.Unlock()
 	if len(fake.Local) != 0 || len(r.errs) != 1 || !strings.Contains(r.errs[0], "guest g9") {
 		t.Fatalf("agent_local %v, errors %v: want empty and the guest named", fake.Local, r.errs)

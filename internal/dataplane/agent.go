@@ -334,11 +334,21 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 		return fmt.Errorf("EIP %v: edge group %d is reserved", e.EIP, e.Group)
 	}
 	g := agentAgentGuest{Eip: agentIpAddr(ek.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Ifindex: e.Ifindex, Family: ek.Family, Flags: gflags, Group: e.Group}
+	var prev agentAgentGuest
+	hadPrev := a.objs.AgentGuests.Lookup(akey(pk), &prev) == nil
 	if err := a.objs.AgentGuests.Update(akey(pk), &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write guest %v: %w", e.Private, err)
 	}
 	v := agentAgentEip{PrivateAddr: agentIpAddr(pk.Addr), Vsid: e.VSID, StatsIdx: e.StatsIdx, Family: pk.Family, Flags: flags, Group: e.Group}
 	if err := a.objs.AgentEips.Update(akey(ek), &v, ebpf.UpdateAny); err != nil {
+		// The guest entry goes back to what it was: left written, it
+		// would name an EIP (and a counter slot) that EIPs never lists,
+		// so no reconciler would ever delete it.
+		if hadPrev {
+			a.objs.AgentGuests.Update(akey(pk), &prev, ebpf.UpdateAny)
+		} else {
+			a.objs.AgentGuests.Delete(akey(pk))
+		}
 		return fmt.Errorf("write EIP %v: %w", e.EIP, err)
 	}
 	return nil

@@ -340,9 +340,12 @@ func (f *FakeAgent) EIPStats(idx uint32) (Counters, error) {
 
 func (f *FakeAgent) Stats() (map[string]Count, error) { return map[string]Count{}, nil }
 
+// PutService adds or replaces the entry of the data plane's key (VIP,
+// guest, protocol, port), as agent_svc does.
 func (f *FakeAgent) PutService(s AgentService) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.deleteService(s)
 	f.Svc[s] = true
 	return nil
 }
@@ -350,8 +353,16 @@ func (f *FakeAgent) PutService(s AgentService) error {
 func (f *FakeAgent) DeleteService(s AgentService) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.Svc, s)
+	f.deleteService(s)
 	return nil
+}
+
+func (f *FakeAgent) deleteService(s AgentService) {
+	for o := range f.Svc {
+		if svcKey(o) == svcKey(s) {
+			delete(f.Svc, o)
+		}
+	}
 }
 
 func (f *FakeAgent) Services() ([]AgentService, error) {

@@ -220,27 +220,68 @@ type LocalRule struct {
 // (LOCAL_RULES_MAX in bpf/lib/consts.h).
 const MaxLocalRules = 8
 
-// AgentMaps is what the agent reconciler needs from a data plane.
-type AgentMaps interface {
+// The agent's maps, one small interface per table (like the load
+// balancer's, lb.go), each implemented by the Agent, the FakeAgent and a
+// fault-injecting wrapper (FaultyAgent): the agent's reconciler is tested
+// against a failure of any one write without a kernel.
+
+// AgentConfigMap holds the agent programs' configuration (agent_cfg,
+// icmp_kinds) and the edges NVGRE is accepted from (agent_edge_set).
+type AgentConfigMap interface {
 	SetConfig(AgentConfig) error
+}
+
+// AgentGroupMap holds the edge groups (agent_groups).
+type AgentGroupMap interface {
 	// SetGroup writes slot idx of agent_groups (an empty group clears
 	// it); Groups reads back the slots in use (a set name or members).
 	SetGroup(idx uint16, g AgentGroup) error
 	Groups() (map[uint16]AgentGroup, error)
+}
+
+// AgentLocalMap holds what guests may send to their host's kernel
+// (agent_local).
+type AgentLocalMap interface {
 	// SetLocalAllow replaces agent_local: the prefixes a guest's packet
 	// never goes to the edge for, each with the rules of what reaches the
 	// host's kernel (the rules of shorter prefixes covering it merged in:
 	// agent.PlanLocal).
 	SetLocalAllow(map[netip.Prefix][]LocalRule) error
-	PutEIP(AgentEIP) error
+}
+
+// AgentGuestMap holds the addresses guest interfaces may send from
+// (agent_ifaddrs).
+type AgentGuestMap interface {
 	SetIfAddrs([]IfAddr) error
+}
+
+// AgentEIPMap holds the EIPs hosted here (agent_eips and agent_guests,
+// both directions) and their counter slots (eip_stats).
+type AgentEIPMap interface {
+	PutEIP(AgentEIP) error
+	DeleteEIP(eip netip.Addr) error
+	EIPs() (map[netip.Addr]AgentEIP, error)
+	// ResetEIPStats zeroes a counter slot before it is used.
+	ResetEIPStats(idx uint32) error
+	EIPStats(idx uint32) (Counters, error)
+}
+
+// AgentServiceMap holds the encap-mode service backends among the guests
+// (agent_svc).
+type AgentServiceMap interface {
 	PutService(AgentService) error
 	DeleteService(AgentService) error
 	Services() ([]AgentService, error)
-	DeleteEIP(eip netip.Addr) error
-	EIPs() (map[netip.Addr]AgentEIP, error)
-	ResetEIPStats(idx uint32) error
-	EIPStats(idx uint32) (Counters, error)
+}
+
+// AgentMaps is what the agent reconciler needs from a data plane.
+type AgentMaps interface {
+	AgentConfigMap
+	AgentGroupMap
+	AgentLocalMap
+	AgentGuestMap
+	AgentEIPMap
+	AgentServiceMap
 	Stats() (map[string]Count, error)
 }
 

@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+)
+
+// DefaultStatusInterval is how often the agent publishes its status.
+const DefaultStatusInterval = 2 * time.Second
+
+// Config of an agent.
+type Config struct {
+	Name     string // host name
+	Underlay string // underlay interface
+	// LocalAllow: what guests may send to their host's kernel
+	// (--local-allow, local.go); nil: nothing.
+	LocalAllow []LocalAllow
+	HashSeed   uint32
+	ICMPRate   uint32
+	ICMPBurst  uint32
+	Version    string
+	Log        *slog.Logger
+	NoRetry    bool // tests: no background retries
+	// Status: where the agent's status goes.
+	Status StatusConfig
+	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).
+	Bandwidth BandwidthConfig
+}
+
+// StatusConfig is where the agent's status goes: the store (every
+// Interval) and the metrics listener.
+type StatusConfig struct {
+	Interval time.Duration // 0: DefaultStatusInterval
+	// MetricsListen is the /metrics address ("": off); MetricsToken, if
+	// set, is required on it.
+	MetricsListen string
+	MetricsToken  string
+}
+
+// Check validates the configuration (each error names the setting at
+// fault, as its flag) and fills in the defaults.
+func (c *Config) Check() error {
+	if c.Name == "" {
+		return fmt.Errorf("agent: no host name (--name)")
+	}
+	if c.Underlay == "" {
+		return fmt.Errorf("agent: no underlay interface (--underlay-if)")
+	}
+	if c.ICMPRate > dataplane.MaxICMPRate {
+		return fmt.Errorf("agent: --icmp-rate %d: at most %d", c.ICMPRate, dataplane.MaxICMPRate)
+	}
+	if _, err := PlanLocal(c.LocalAllow); err != nil {
+		return err
+	}
+	if c.Status.Interval < 0 {
+		return fmt.Errorf("agent: status interval %v: want a positive duration", c.Status.Interval)
+	}
+	if c.Status.Interval == 0 {
+		c.Status.Interval = DefaultStatusInterval
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}

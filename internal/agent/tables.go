@@ -1,0 +1,461 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/azgate/azgate/internal/dataplane"
+)
+
+// The agent programs its maps in three steps, like the edge's load
+// balancer (internal/edge/lb.go):
+//
+//   - plan (planTables, pure): what the maps should hold, from the host's
+//     desired state, the guests' interfaces, the live members of the edge
+//     sets and each set's group slot;
+//   - diff (diffTables, pure): the writes that take the maps from what
+//     they hold (as booked in a heldTables, and the services as read
+//     back) to the plan, in an order packets can live with: the local
+//     rules and the configuration first, then the groups (a new set's
+//     slot is filled before an EIP names it), EIP deletes before puts (an
+//     EIP leaving a guest another EIP now takes must not remove the
+//     newcomer's entry), service deletes before puts, and the slots of
+//     sets gone last, once nothing names them;
+//   - apply (Reconciler.applyOps): the writes through the maps'
+//     interfaces, each booked only once it succeeded, so after a failure
+//     the next diff redoes exactly what is missing. A counter slot taken
+//     for an EIP whose write failed is freed again; an EIP or service
+//     never names a group slot whose write failed.
+
+// tablePlan is what the agent's maps should hold.
+type tablePlan struct {
+	config dataplane.AgentConfig
+	local  map[netip.Prefix][]dataplane.LocalRule
+	// groups: every set's slot and slot 0 (every set's live members).
+	groups map[uint16]dataplane.AgentGroup
+	// stale: the slots of sets that are gone, to be emptied.
+	stale   map[string]uint16
+	ifaddrs []dataplane.IfAddr
+	checked []dataplane.HealthGuest
+	// eips: the EIPs of guests whose interface is known (StatsIdx is
+	// given by the diff: the slot the EIP holds, or a new one).
+	eips     map[netip.Addr]dataplane.AgentEIP
+	services map[svcID]dataplane.AgentService
+	// problems: what the plan leaves out, and why (reported; the slots
+	// of sets gone are only emptied once there are none).
+	problems []error
+}
+
+// svcID is what tells service entries apart in the reconciler (the data
+// plane's key, and the backend port).
+type svcID struct {
+	vip, guest   netip.Addr
+	proto        uint8
+	vport, bport uint16
+}
+
+func idOf(s dataplane.AgentService) svcID { return svcID{s.VIP, s.Guest, s.Proto, s.VPort, s.BPort} }
+
+// guestLink is a guest's interface.
+type guestLink struct {
+	ifname  string
+	ifindex int
+}
+
+// planInput is everything the plan is made from.
+type planInput struct {
+	want  HostWant
+	cfg   Config
+	links map[netip.Addr]guestLink // guests whose interface is found (and attached)
+	live  GroupPlan                // PlanGroups
+	slots map[string]uint16        // each set's slot (assignSlots), sets gone included
+}
+
+// planTables computes what the maps should hold.
+func planTables(in planInput) tablePlan {
+	w := in.want
+	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
+		eips: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{}}
+	local, err := PlanLocal(in.cfg.LocalAllow)
+	if err == nil {
+		err = CheckLocalAllow(in.cfg.LocalAllow, w)
+	}
+	if err != nil {
+		p.problems = append(p.problems, err) // a refused setting: guests reach nothing of the host
+		local = nil
+	}
+	if local == nil {
+		local = map[netip.Prefix][]dataplane.LocalRule{}
+	}
+	p.local = local
+	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: w.Underlay, HashSeed: in.cfg.HashSeed,
+		Edges: w.Edges, ICMPRate: in.cfg.ICMPRate, ICMPBurst: in.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}
+
+	for _, name := range sortedNames(w.Sets) {
+		slot := in.slots[name]
+		if slot == 0 {
+			p.problems = append(p.problems, fmt.Errorf("edge set %s: no edge group left (the data plane holds %d): its addresses' replies go to group 0", name, dataplane.AgentGroupMax-1))
+			continue
+		}
+		p.groups[slot] = dataplane.AgentGroup{Set: name, Members: in.live.Sets[name]}
+	}
+	p.groups[0] = dataplane.AgentGroup{Members: in.live.All}
+	for name, slot := range in.slots {
+		if _, ok := w.Sets[name]; !ok {
+			p.stale[name] = slot
+		}
+	}
+	fallback := map[string]bool{}
+	for _, s := range in.live.Fallback {
+		fallback[s] = true
+	}
+	groupOf := func(set, covering string) uint16 { return groupOf(in.slots, fallback, set, covering) }
+
+	for addr, gl := range in.links {
+		p.ifaddrs = append(p.ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
+	}
+	sort.Slice(p.ifaddrs, func(i, j int) bool { return p.ifaddrs[i].Addr.Less(p.ifaddrs[j].Addr) })
+	// The checked ports of the encap backends among the guests: what an
+	// edge's health check may reach through the tunnel, and nothing else
+	// (bpf/lib/agenthc.h).
+	for _, c := range w.Checked {
+		if _, ok := in.links[c.Guest]; ok {
+			p.checked = append(p.checked, c)
+		}
+	}
+	for a, e := range w.EIPs {
+		gl, ok := in.links[e.Private]
+		if !ok {
+			continue // its guest's interface is not found: reported
+		}
+		p.eips[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID, Ifindex: uint32(gl.ifindex), Service: e.Service,
+			Group: groupOf(e.Set, e.Covering)}
+	}
+	for _, pr := range w.Problems {
+		p.problems = append(p.problems, fmt.Errorf("%s", pr))
+	}
+	for _, s := range w.Services {
+		if _, ok := in.links[s.Guest]; !ok {
+			continue // reported
+		}
+		s.Group = groupOf(w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
+		p.services[idOf(s)] = s
+	}
+	return p
+}
+
+// assignSlots gives every set a group slot: the one it holds, else the
+// lowest one no set holds. The slots of sets gone are kept (until their
+// group is emptied: diffTables). A set that finds no slot is left out
+// (planTables reports it).
+func assignSlots(sets []string, cur map[string]uint16) map[string]uint16 {
+	out := make(map[string]uint16, len(cur)+len(sets))
+	used := map[uint16]bool{}
+	for s, slot := range cur {
+		out[s] = slot
+		used[slot] = true
+	}
+	next := uint16(1)
+	for _, s := range sets {
+		if _, ok := out[s]; ok {
+			continue
+		}
+		for next < dataplane.AgentGroupMax && used[next] {
+			next++
+		}
+		if next >= dataplane.AgentGroupMax {
+			continue
+		}
+		out[s], used[next] = next, true
+	}
+	return out
+}
+
+// groupOf is the slot of the set that serves an address: set, or the
+// prefix set covering the address while set (a dedicated or quarantine
+// set) has no live member and the covering set has some (0: no set, or
+// the set has no slot).
+func groupOf(slots map[string]uint16, fallback map[string]bool, set, covering string) uint16 {
+	if set == "" {
+		return 0
+	}
+	if fallback[set] && covering != "" && covering != set && !fallback[covering] {
+		if slot, ok := slots[covering]; ok {
+			return slot
+		}
+	}
+	return slots[set]
+}
+
+// opKind is one kind of write.
+type opKind uint8
+
+const (
+	opLocal         opKind = iota // SetLocalAllow (the whole table)
+	opConfig                      // SetConfig
+	opGroup                       // SetGroup of a set's slot or slot 0
+	opIfAddrs                     // SetIfAddrs (the whole table)
+	opChecked                     // SetHealthGuests (the whole table)
+	opDeleteEIP                   // DeleteEIP
+	opPutEIP                      // PutEIP (a new EIP takes a counter slot first)
+	opDeleteService               // DeleteService
+	opPutService                  // PutService
+	opClearGroup                  // SetGroup with an empty group: a set gone
+)
+
+var opNames = [...]string{"SetLocalAllow", "SetConfig", "SetGroup", "SetIfAddrs", "SetHealthGuests", "DeleteEIP", "PutEIP",
+	"DeleteService", "PutService", "ClearGroup"}
+
+func (k opKind) String() string { return opNames[k] }
+
+// op is one write.
+type op struct {
+	kind  opKind
+	key   string // whole-table writes: what they write, as booked
+	slot  uint16
+	set   string // opClearGroup: the set gone
+	group dataplane.AgentGroup
+	eip   dataplane.AgentEIP
+	alloc bool // opPutEIP: a new EIP, which takes a counter slot
+	svc   dataplane.AgentService
+	plan  *tablePlan // whole-table writes write from it
+}
+
+// heldTables is what the reconciler booked as written.
+type heldTables struct {
+	whole      map[opKind]string // the whole tables' contents as last written (absent: unknown)
+	groups     map[uint16]dataplane.AgentGroup
+	programmed map[netip.Addr]dataplane.AgentEIP
+	dirty      map[netip.Addr]bool // EIPs whose last write failed: written again
+}
+
+// wholeKey is how a whole table's content is compared.
+func wholeKey(v any) string { return fmt.Sprint(v) }
+
+// diffTables lists the writes from held (and the services read back,
+// nil: unknown, none written) to p.
+func diffTables(p *tablePlan, held heldTables, have []dataplane.AgentService, haveKnown bool) []op {
+	var ops []op
+	whole := func(k opKind, v any) {
+		if key, cur := wholeKey(v), held.whole; !hasKey(cur, k) || cur[k] != key {
+			ops = append(ops, op{kind: k, key: key, plan: p})
+		}
+	}
+	whole(opLocal, p.local)
+	whole(opConfig, p.config)
+	slots := make([]uint16, 0, len(p.groups))
+	for s := range p.groups {
+		slots = append(slots, s)
+	}
+	// Sets' slots first (in slot order), slot 0 last.
+	sort.Slice(slots, func(i, j int) bool { return slots[i] != 0 && (slots[j] == 0 || slots[i] < slots[j]) })
+	for _, s := range slots {
+		g := p.groups[s]
+		if cur, ok := held.groups[s]; ok && cur.Set == g.Set && slices.Equal(cur.Members, g.Members) {
+			continue
+		}
+		ops = append(ops, op{kind: opGroup, slot: s, group: g})
+	}
+	whole(opIfAddrs, p.ifaddrs)
+	whole(opChecked, p.checked)
+	for _, a := range sortedAddrs(held.programmed) {
+		if _, ok := p.eips[a]; !ok {
+			ops = append(ops, op{kind: opDeleteEIP, eip: held.programmed[a]})
+		}
+	}
+	for _, a := range sortedAddrs(p.eips) {
+		next := p.eips[a]
+		cur, had := held.programmed[a]
+		next.StatsIdx = cur.StatsIdx
+		if had && cur == next && !held.dirty[a] {
+			continue
+		}
+		ops = append(ops, op{kind: opPutEIP, eip: next, alloc: !had})
+	}
+	if haveKnown {
+		wanted := maps.Clone(p.services)
+		for _, s := range have {
+			id := idOf(s)
+			if w, ok := wanted[id]; ok {
+				if w == s {
+					delete(wanted, id)
+				}
+				continue
+			}
+			ops = append(ops, op{kind: opDeleteService, svc: s})
+		}
+		for _, id := range sortedSvcs(wanted) {
+			ops = append(ops, op{kind: opPutService, svc: wanted[id]})
+		}
+	}
+	for _, name := range sortedNames(p.stale) {
+		ops = append(ops, op{kind: opClearGroup, slot: p.stale[name], set: name})
+	}
+	return ops
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool { _, ok := m[k]; return ok }
+
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+func sortedSvcs(m map[svcID]dataplane.AgentService) []svcID {
+	out := make([]svcID, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if c := a.vip.Compare(b.vip); c != 0 {
+			return c < 0
+		}
+		if c := a.guest.Compare(b.guest); c != 0 {
+			return c < 0
+		}
+		if a.proto != b.proto {
+			return a.proto < b.proto
+		}
+		if a.vport != b.vport {
+			return a.vport < b.vport
+		}
+		return a.bport < b.bport
+	})
+	return out
+}
+
+// applyOps makes the writes and books those that succeeded; a failure is
+// reported and the rest goes on, except that nothing follows a failed
+// configuration write and the slots of sets gone are emptied only when
+// nothing failed (an EIP or service may still name them).
+func (r *Reconciler) applyOps(ops []op) {
+	for _, o := range ops {
+		if o.kind == opClearGroup && len(r.errs) > 0 {
+			return
+		}
+		if err := r.write(o); err != nil {
+			r.fail(err)
+			if o.kind == opConfig {
+				return
+			}
+		}
+	}
+}
+
+// write makes one write and books it.
+func (r *Reconciler) write(o op) error {
+	switch o.kind {
+	case opLocal, opConfig, opIfAddrs, opChecked:
+		delete(r.whole, o.kind) // unknown until the write succeeds
+		var err error
+		switch o.kind {
+		case opLocal:
+			if err = r.maps.SetLocalAllow(o.plan.local); err != nil {
+				err = fmt.Errorf("local prefixes: %w", err)
+			}
+		case opConfig:
+			if err = r.maps.SetConfig(o.plan.config); err == nil {
+				r.links.KeepResolved("edges", o.plan.config.Edges)
+				r.log.Info("agent configured", "underlay", o.plan.config.Underlay, "edges", o.plan.config.Edges)
+			}
+		case opIfAddrs:
+			err = r.maps.SetIfAddrs(o.plan.ifaddrs)
+		case opChecked:
+			if hg, ok := r.maps.(dataplane.HealthGuests); ok { // a data plane without has nothing to write
+				err = hg.SetHealthGuests(o.plan.checked)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		r.whole[o.kind] = o.key
+	case opGroup, opClearGroup:
+		delete(r.groups, o.slot) // unknown until the write succeeds
+		if err := r.maps.SetGroup(o.slot, o.group); err != nil {
+			return err
+		}
+		if o.kind == opClearGroup {
+			delete(r.groupSlot, o.set)
+			return nil
+		}
+		r.groups[o.slot] = o.group
+		r.log.Info("edge group written", "slot", o.slot, "set", o.group.Set, "members", o.group.Members)
+	case opDeleteEIP:
+		if err := r.maps.DeleteEIP(o.eip.EIP); err != nil {
+			return err
+		}
+		r.free = append(r.free, o.eip.StatsIdx)
+		delete(r.programmed, o.eip.EIP)
+		delete(r.dirty, o.eip.EIP)
+	case opPutEIP:
+		e := o.eip
+		if err := r.groupWritten(e.Group); err != nil {
+			return fmt.Errorf("EIP %v: %w", e.EIP, err)
+		}
+		if o.alloc {
+			idx, err := r.alloc()
+			if err != nil {
+				return fmt.Errorf("EIP %v: counter slot: %w", e.EIP, err)
+			}
+			e.StatsIdx = idx
+		}
+		if err := r.maps.PutEIP(e); err != nil {
+			if o.alloc {
+				r.free = append(r.free, e.StatsIdx) // not leaked: the EIP takes one again next time
+			} else {
+				r.dirty[e.EIP] = true // what its entries hold is not known
+			}
+			return err
+		}
+		r.programmed[e.EIP] = e
+		delete(r.dirty, e.EIP)
+	case opDeleteService:
+		return r.maps.DeleteService(o.svc)
+	case opPutService:
+		if err := r.groupWritten(o.svc.Group); err != nil {
+			return fmt.Errorf("service %v -> %v: %w", o.svc.VIP, o.svc.Guest, err)
+		}
+		return r.maps.PutService(o.svc)
+	}
+	return nil
+}
+
+// groupWritten refuses to name a set's slot whose group is not booked as
+// written: the entry would send replies to an empty slot (or another
+// set's). It waits for the next try, the entry it replaces staying.
+func (r *Reconciler) groupWritten(slot uint16) error {
+	if _, ok := r.groups[slot]; !ok {
+		return fmt.Errorf("edge group %d not written yet", slot)
+	}
+	return nil
+}
+
+// alloc takes a counter slot for a new EIP and zeroes it (a slot that
+// cannot be zeroed goes back to the free ones).
+func (r *Reconciler) alloc() (uint32, error) {
+	var idx uint32
+	if n := len(r.free); n > 0 {
+		idx, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		idx = r.next
+		r.next++
+	}
+	if err := r.maps.ResetEIPStats(idx); err != nil {
+		r.free = append(r.free, idx)
+		return 0, err
+	}
+	return idx, nil
+}
+
+// held is what the reconciler booked (for diffTables).
+func (r *Reconciler) held() heldTables {
+	return heldTables{whole: r.whole, groups: r.groups, programmed: r.programmed, dirty: r.dirty}
+}
