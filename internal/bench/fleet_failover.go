@@ -8,9 +8,9 @@ import (
 	"github.com/azgate/azgate/internal/lab"
 )
 
-// FleetFailoverOptions tune `azgate bench fleet --only failover`.
+// FleetFailoverOptions tune `azgate-lab bench fleet --only failover`.
 type FleetFailoverOptions struct {
-	Binary string // azgate binary for the lab's roles (default: this one)
+	Binary string // azgate binary for the lab's roles (default: lab.DefaultBinary)
 	// Causes to measure (default: every one, lab.Causes).
 	Causes []string
 	// Edge put through each failure (default edge-b1, a member of the
