@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/bench"
+	"github.com/azgate/azgate/internal/lab"
 )
 
 func init() {
@@ -111,6 +112,11 @@ The suites that build a lab run the azgate binary for its roles
 			Short: "Maglev properties, load-balancer ns/packet next to the XDP_TX floor, a large connection table",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if lbLab { // before the minutes of the per-packet suite
+					if err := (lab.Config{Binary: globals.azgate}).CheckBinaries(); err != nil {
+						return fmt.Errorf("bench lb (lab): %w", err)
+					}
+				}
 				lbo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 				rs, err := bench.LB(lbo)
 				if err != nil {

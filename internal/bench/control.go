@@ -60,6 +60,9 @@ func Control(ctx context.Context, o ControlOptions) ([]Result, error) {
 
 func bindLatency(ctx context.Context, o ControlOptions, say func(string, ...any)) ([]Result, error) {
 	cfg := benchLab(o.Binary)
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	lab.Down(cfg)
 	say("bringing up a lab (prefix %s)", cfg.Prefix)
 	l, err := lab.Up(ctx, cfg)

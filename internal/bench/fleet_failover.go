@@ -53,6 +53,9 @@ func FleetFailover(ctx context.Context, o FleetFailoverOptions) ([]Result, error
 		say = func(string, ...any) {}
 	}
 	cfg := benchLab(o.Binary)
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	lab.Down(cfg)
 	say("bringing up a lab (prefix %s)", cfg.Prefix)
 	l, err := lab.Up(ctx, cfg)
