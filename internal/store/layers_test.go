@@ -13,7 +13,8 @@ import (
 // TestLayers holds issue 7's layering: no package but internal/store
 // imports the etcd client (tests may), none but internal/bgp imports
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
-// edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
+// edge; the shipped binary (cmd/azgate) imports no lab, benchmark or
+// test package (cmd/azgate-lab does). The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
 // internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
@@ -60,10 +61,26 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
 			}
+			if rel == "cmd/azgate" && labOnlyImport(p) {
+				t.Errorf("%s imports %s: the lab, the benchmarks and test helpers belong in cmd/azgate-lab (cmd/azgate's TestShippedDeps checks the whole graph)", filepath.Join(rel, filepath.Base(path)), p)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// labOnlyImport: a package only the lab, the benchmarks and the tests use.
+func labOnlyImport(p string) bool {
+	rel, ok := strings.CutPrefix(p, "github.com/azgate/azgate/")
+	if !ok {
+		return p == "testing"
+	}
+	switch rel {
+	case "internal/lab", "internal/bench", "internal/bwsim", "internal/gslbbench", "internal/store/etcdproc":
+		return true
+	}
+	return strings.HasSuffix(rel, "test")
 }
