@@ -111,6 +111,9 @@ and lab down stops the members by PID.`,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
 				cfg.ContextFile = ctxFile()
+				if err := cfg.CheckBinaries(); err != nil { // the demo restarts roles
+					return err
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				l, err := lab.Open(cfg)
@@ -281,6 +284,9 @@ unless --prefix and --state-dir say otherwise.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Out = cmd.OutOrStdout()
+			if err := cfg.CheckBinaries(); err != nil { // the demo restarts roles
+				return err
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			g, err := lab.OpenGSLB(*cfg)
