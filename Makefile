@@ -1,6 +1,8 @@
 # azgate. `make help` lists the targets.
 GO      ?= go
 BIN     := bin/azgate
+LABBIN  := bin/azgate-lab
+PREFIX  ?= /usr/local
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export PATH := /usr/local/go/bin:$(PATH)
 export GOFLAGS := -buildvcs=false
@@ -8,10 +10,11 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
+.PHONY: help build install generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
-	@echo "build            build $(BIN)"
+	@echo "build            build $(BIN) (shipped to the nodes) and $(LABBIN) (the lab and the benchmarks)"
+	@echo "install          install both in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate beside it)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
 	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
@@ -26,10 +29,19 @@ help:
 	@echo "fuzz-gslb        issue 11's fuzzers: DNS, GSLB objects, pathd, GeoIP (GSLBFUZZTIME=30s)"
 	@echo "fuzz-long        every XDP program at scale: FUZZ_PACKETS (default 10M) mutated and random frames, FUZZ_SEED to replay (as root)"
 
-build: $(BIN)
+build: $(BIN) $(LABBIN)
 
 $(BIN): $(GO_SOURCES)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/azgate
+
+# The lab and the benchmarks: apart, so that azgate links none of their
+# code (cmd/azgate's TestShippedDeps); the lab runs bin/azgate beside it.
+$(LABBIN): $(GO_SOURCES)
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LABBIN) ./cmd/azgate-lab
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(LABBIN) $(DESTDIR)$(PREFIX)/bin/
 
 generate:
 	cd internal/dataplane && $(GO) generate ./...
@@ -46,37 +58,37 @@ test: vet check-generated build
 	$(GO) test -count=1 -timeout 25m -p 2 ./...
 
 demo: build
-	-./$(BIN) lab down >/dev/null 2>&1
-	./$(BIN) lab up
-	./$(BIN) lab demo
-	-./$(BIN) lab gslb down >/dev/null 2>&1
-	./$(BIN) lab gslb demo
+	-./$(LABBIN) lab down >/dev/null 2>&1
+	./$(LABBIN) lab up
+	./$(LABBIN) lab demo
+	-./$(LABBIN) lab gslb down >/dev/null 2>&1
+	./$(LABBIN) lab gslb demo
 
 demo-gslb: build
-	-./$(BIN) lab gslb down >/dev/null 2>&1
-	./$(BIN) lab gslb demo
+	-./$(LABBIN) lab gslb down >/dev/null 2>&1
+	./$(LABBIN) lab gslb demo
 
 lab-down: build
-	./$(BIN) lab down
+	./$(LABBIN) lab down
 
 bench: bench-dataplane bench-lab bench-control bench-lb bench-fleet
 
 bench-dataplane: build
-	./$(BIN) bench dataplane
+	./$(LABBIN) bench dataplane
 
 bench-lab: build
-	./$(BIN) bench lab
+	./$(LABBIN) bench lab
 
 bench-control: build
-	./$(BIN) bench control
+	./$(LABBIN) bench control
 
 bench-lb: build
-	./$(BIN) bench lb
+	./$(LABBIN) bench lb
 
 # Fleets (issue 8): control-plane drift on a 3-member etcd cluster,
 # connection sync, failover gaps by cause in a lab of its own (prefix azb-).
 bench-fleet: build
-	./$(BIN) bench fleet
+	./$(LABBIN) bench fleet
 
 # Before/after in one run: the data-plane and load-balancer per-packet paths
 # timed with this build's objects and with BASE's, interleaved.
@@ -84,8 +96,8 @@ BASE ?= HEAD
 bench-compare: build
 	rm -rf bin/baseline-objects
 	scripts/baseline-objects.sh $(BASE) bin/baseline-objects
-	./$(BIN) bench dataplane --rounds 9 --baseline-objects bin/baseline-objects
-	./$(BIN) bench lb --rounds 9 --conn-table 0 --lab=false --baseline-objects bin/baseline-objects
+	./$(LABBIN) bench dataplane --rounds 9 --baseline-objects bin/baseline-objects
+	./$(LABBIN) bench lb --rounds 9 --conn-table 0 --lab=false --baseline-objects bin/baseline-objects
 
 # The same when BASE's maps have another layout: BASE's own build and this
 # one, run alternately (RUNS times), compared by name.

@@ -1,8 +1,8 @@
 #!/bin/sh
 # baseline-objects.sh REV DIR: extracts the compiled BPF objects committed at
 # git revision REV (internal/dataplane/*_bpfel.o) into DIR, for
-#   azgate bench dataplane --baseline-objects DIR
-#   azgate bench lb --baseline-objects DIR
+#   azgate-lab bench dataplane --baseline-objects DIR
+#   azgate-lab bench lb --baseline-objects DIR
 # which time those objects next to this build's in the same run.
 set -eu
 if [ $# -ne 2 ]; then

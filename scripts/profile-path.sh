@@ -1,5 +1,5 @@
 #!/bin/sh
-# profile-path.sh SUITE NAME [SECONDS]: runs one path of `azgate bench SUITE`
+# profile-path.sh SUITE NAME [SECONDS]: runs one path of `azgate-lab bench SUITE`
 # (dataplane or lb, --only NAME) alone for SECONDS after its timings
 # (--soak), samples the CPU it is pinned to (the first one this process may
 # use) with perf meanwhile, and prints where the time goes, counting only
@@ -10,11 +10,11 @@
 # writes, --jit-lines).
 # Sampling is cpu-clock: VMs here expose no hardware counters, so
 # `bpftool prog profile` (cycles, instructions) cannot run.
-# Run it as root; EXTRA adds flags to the bench command (the lb suite wants
+# Run it as root; AZGATE_LAB names the binary (default bin/azgate-lab), EXTRA adds flags to the bench command (the lb suite wants
 # "--conn-table 0 --lab=false"); TOP sets the length of the lists.
 set -eu
 suite=$1 name=$2 secs=${3:-8}
-bin=${AZGATE:-bin/azgate}
+bin=${AZGATE_LAB:-bin/azgate-lab}
 cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[-,].*//')
 tmp=$(mktemp -d /tmp/azgate-perf.XXXXXX)
 "$bin" bench "$suite" --only "$name" --rounds 1 --soak "$((secs + 2))s" --jit-lines "$tmp/lines" ${EXTRA:-} \

@@ -1,6 +1,8 @@
 // Command azgate is the whole system in one binary: the roles (controller,
-// edge, agent), the CLI nouns that talk to the controller's API, the lab
-// and the benchmarks. main only wires flags to packages.
+// edge, agent, ...) and the CLI nouns that talk to the controller's API.
+// main only wires flags to packages. The lab and the benchmarks are
+// cmd/azgate-lab: this binary, shipped to the nodes, links none of their
+// code nor any test helper (TestShippedDeps).
 package main
 
 import (

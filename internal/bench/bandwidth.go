@@ -9,7 +9,7 @@ import (
 	"github.com/azgate/azgate/internal/bwsim"
 )
 
-// BandwidthOptions configure `azgate bench bandwidth`.
+// BandwidthOptions configure `azgate-lab bench bandwidth`.
 type BandwidthOptions struct {
 	// Scenarios to run (bwsim.Names); empty: all.
 	Scenarios []string

@@ -1,4 +1,4 @@
-// Package bench holds azgate's benchmark suites (`azgate bench SUITE`).
+// Package bench holds azgate's benchmark suites (`azgate-lab bench SUITE`).
 // Every result is reported next to a baseline measured in the same run, as
 // a ratio: absolute numbers drift on shared machines, ratios much less.
 package bench

@@ -8,7 +8,7 @@ import (
 	"os"
 )
 
-// Compare reads the JSON output (`azgate bench SUITE --json`) of runs of
+// Compare reads the JSON output (`azgate-lab bench SUITE --json`) of runs of
 // an earlier build (before) and of this one (after), alternated on one
 // machine, and reports every result both have: the fastest of the after
 // runs, with the fastest of the before runs as BEFORE and the cuts. It is

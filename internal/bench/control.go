@@ -25,9 +25,9 @@ import (
 
 // ControlOptions tune the control-plane suite.
 type ControlOptions struct {
-	Binary string
-	Binds  int // bind calls timed
-	EIPs   int // EIPs of the load test (0: skip it)
+	Binary string // azgate binary for the lab's roles and the loaded edge (default: lab.DefaultBinary)
+	Binds  int    // bind calls timed
+	EIPs   int    // EIPs of the load test (0: skip it)
 	Out    func(format string, a ...any)
 }
 
@@ -60,6 +60,9 @@ func Control(ctx context.Context, o ControlOptions) ([]Result, error) {
 
 func bindLatency(ctx context.Context, o ControlOptions, say func(string, ...any)) ([]Result, error) {
 	cfg := benchLab(o.Binary)
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	lab.Down(cfg)
 	say("bringing up a lab (prefix %s)", cfg.Prefix)
 	l, err := lab.Up(ctx, cfg)
@@ -183,7 +186,7 @@ func loadScale(ctx context.Context, o ControlOptions, say func(string, ...any)) 
 	defer dataplane.RemovePins(pin)
 	bin := o.Binary
 	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
+		if bin, err = lab.DefaultBinary(); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,7 @@ type FleetOptions struct {
 	// bound EIPs (EIPs are added up to it) and reports its RSS (0: skip).
 	RSSEIPs int
 	Members int    // etcd members (3)
-	Binary  string // azgate, re-executed for the one-edge child (default: this executable)
+	Binary  string // azgate-lab, re-executed for the one-edge child (default: this executable)
 	Out     func(format string, a ...any)
 }
 
@@ -522,7 +522,7 @@ type FleetEdgeReport struct {
 }
 
 // FleetEdgeChildArg is the hidden command the child runs as
-// (`azgate bench fleet fleet-edge`).
+// (`azgate-lab bench fleet fleet-edge`).
 const FleetEdgeChildArg = "fleet-edge"
 
 func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips int) (*FleetEdgeReport, error) {

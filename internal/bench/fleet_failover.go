@@ -8,9 +8,9 @@ import (
 	"github.com/azgate/azgate/internal/lab"
 )
 
-// FleetFailoverOptions tune `azgate bench fleet --only failover`.
+// FleetFailoverOptions tune `azgate-lab bench fleet --only failover`.
 type FleetFailoverOptions struct {
-	Binary string // azgate binary for the lab's roles (default: this one)
+	Binary string // azgate binary for the lab's roles (default: lab.DefaultBinary)
 	// Causes to measure (default: every one, lab.Causes).
 	Causes []string
 	// Edge put through each failure (default edge-b1, a member of the
@@ -53,6 +53,9 @@ func FleetFailover(ctx context.Context, o FleetFailoverOptions) ([]Result, error
 		say = func(string, ...any) {}
 	}
 	cfg := benchLab(o.Binary)
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	lab.Down(cfg)
 	say("bringing up a lab (prefix %s)", cfg.Prefix)
 	l, err := lab.Up(ctx, cfg)

@@ -11,7 +11,7 @@ import (
 
 // LabOptions tune the lab suite.
 type LabOptions struct {
-	Binary   string        // azgate binary for the lab's roles (default: this one)
+	Binary   string        // azgate binary for the lab's roles (default: lab.DefaultBinary)
 	Duration time.Duration // per measurement
 	Rounds   int
 	Flows    uint32

@@ -49,6 +49,9 @@ func openLabBed(ctx context.Context, o LabOptions, dur time.Duration, flows uint
 			t.Close()
 		}
 	}()
+	if err = t.cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	lab.Down(t.cfg)
 	t.say("bringing up a lab (prefix %s)", t.cfg.Prefix)
 	if t.lab, err = lab.Up(ctx, t.cfg); err != nil {

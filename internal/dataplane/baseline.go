@@ -8,7 +8,7 @@ import (
 )
 
 // Loading the compiled objects of an earlier version, for before/after
-// benchmarks in one run (`azgate bench dataplane --baseline-objects DIR`).
+// benchmarks in one run (`azgate-lab bench dataplane --baseline-objects DIR`).
 // The Go side stays this version's: maps are filled through the current
 // types, so a map whose key or value layout changed since fails with the
 // kernel's or cilium/ebpf's size error naming it, and one the old object

@@ -495,7 +495,7 @@ const batchMax = 8192
 // newBatch sizes the batch for about n writes: an incremental commit of
 // one EIP must not allocate a map for batchMax (about 500 kB, which every
 // edge of a fleet then collected for each rebind: most of an edge's CPU
-// per change in `azgate bench fleet`).
+// per change in `azgate-lab bench fleet`).
 func (r *Reconciler) newBatch(n int) *batch {
 	return &batch{r: r, puts: make(map[netip.Addr]dataplane.Route, min(n, batchMax))}
 }

@@ -51,7 +51,7 @@ type Options struct {
 	CPUProfile string
 	// User, when set, is who both servers run as (through setpriv; the
 	// bench must be root): they parse queries any local user can send,
-	// so `azgate bench gslb` runs them as "nobody" when it is root. The
+	// so `azgate-lab bench gslb` runs them as "nobody" when it is root. The
 	// run's directory is handed to that user.
 	User    string
 	Gdnsd   string // gdnsd binary (default: from PATH)

@@ -1,4 +1,4 @@
-// Package gslbbench is `azgate bench gslb`: azgate's GSLB DNS server
+// Package gslbbench is `azgate-lab bench gslb`: azgate's GSLB DNS server
 // (internal/gslb/dnsserver with a geo.DB locator and probe health) next to gdnsd 3.x
 // (its geoip plugin on the same MaxMind database), both serving the same
 // zone on loopback in the same run. It measures queries/s, latency and CPU

@@ -17,7 +17,7 @@ import (
 )
 
 // serveEnv makes the test binary the serving child (TestMain): the bench
-// runs our server as `TESTBINARY` with this set instead of `azgate bench
+// runs our server as `TESTBINARY` with this set instead of `azgate-lab bench
 // gslb-serve`.
 const serveEnv = "AZGATE_GSLBBENCH_SERVE"
 

@@ -17,7 +17,7 @@ import (
 )
 
 // ServeChildArg is the hidden subcommand the serving child runs as
-// (`azgate bench gslb-serve --config FILE`).
+// (`azgate-lab bench gslb-serve --config FILE`).
 const ServeChildArg = "gslb-serve"
 
 // ServeConfig is what the serving child reads (a JSON file the bench

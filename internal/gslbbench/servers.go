@@ -186,7 +186,7 @@ func (o *Options) serverCmd(ctx context.Context, name string, args ...string) *e
 // its CPU profile (Options.CPUProfile).
 const cpuProfileName = "azgate.cpu.prof"
 
-// startOurs writes the child's config and starts `azgate bench
+// startOurs writes the child's config and starts `azgate-lab bench
 // gslb-serve` (argv), pinned, with GOMAXPROCS=threads, and waits for its
 // "ready" line.
 func startOurs(ctx context.Context, o *Options, dir string, addr netip.AddrPort, mmdb string) (*server, error) {

@@ -188,8 +188,8 @@ func (l *Lab) Demo(ctx context.Context) error {
 	if err := l.demoBandwidth(ctx); err != nil {
 		return err
 	}
-	l.say("\nDone. Poke around: azgate lab status; azgate status; azgate service status web;")
-	l.say("azgate service lookup web --flow tcp:203.0.113.10:40000-198.51.100.20:80; azgate lab exec inet -- curl -s http://198.51.100.20/")
+	l.say("\nDone. Poke around: azgate-lab lab status; azgate status; azgate service status web;")
+	l.say("azgate service lookup web --flow tcp:203.0.113.10:40000-198.51.100.20:80; azgate-lab lab exec inet -- curl -s http://198.51.100.20/")
 	return nil
 }
 

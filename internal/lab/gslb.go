@@ -221,10 +221,13 @@ func UpGSLB(ctx context.Context, cfg Config) (*GSLBLab, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	g := &GSLBLab{Lab: &Lab{Cfg: cfg, Topo: BuildGSLB(cfg.Prefix)}, Procs: map[string]*Proc{}}
 	g.API = "unix://" + g.apiSock()
 	if existing, _ := netns.List(cfg.Prefix); len(existing) > 0 {
-		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate lab gslb down` first", cfg.Prefix, len(existing))
+		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate-lab lab gslb down` first", cfg.Prefix, len(existing))
 	}
 	if err := dataplane.EnsureBPFFS(); err != nil {
 		return nil, err
@@ -251,7 +254,7 @@ func OpenGSLB(cfg Config) (*GSLBLab, error) {
 	g.API = "unix://" + g.apiSock()
 	b, err := os.ReadFile(g.gslbStateFile())
 	if err != nil {
-		return nil, fmt.Errorf("no GSLB lab is up (reading %s: %w); run `azgate lab gslb up`", g.gslbStateFile(), err)
+		return nil, fmt.Errorf("no GSLB lab is up (reading %s: %w); run `azgate-lab lab gslb up`", g.gslbStateFile(), err)
 	}
 	if err := json.Unmarshal(b, &g.Procs); err != nil {
 		return nil, fmt.Errorf("%s: %w", g.gslbStateFile(), err)
@@ -320,12 +323,12 @@ func (g *GSLBLab) up(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := g.spawnIn(r.Name+"-rly", "serve", g.Cfg.Binary, "lab", "serve", "--name", "rly-"+r.Name, "--http", "0.0.0.0:80", "--echo", ""); err != nil {
+		if err := g.spawnIn(r.Name+"-rly", "serve", g.Cfg.LabBinary, "lab", "serve", "--name", "rly-"+r.Name, "--http", "0.0.0.0:80", "--echo", ""); err != nil {
 			return err
 		}
 	}
 	for _, o := range GSLBOrigins {
-		if err := g.spawnIn(o, "serve", g.Cfg.Binary, "lab", "serve", "--name", o, "--http", "0.0.0.0:80", "--echo", ""); err != nil {
+		if err := g.spawnIn(o, "serve", g.Cfg.LabBinary, "lab", "serve", "--name", o, "--http", "0.0.0.0:80", "--echo", ""); err != nil {
 			return err
 		}
 	}
@@ -351,7 +354,7 @@ func (g *GSLBLab) up(ctx context.Context) error {
 			return err
 		}
 	}
-	g.say("GSLB lab is up: %d nodes; try `azgate lab gslb demo`", len(g.Topo.Nodes))
+	g.say("GSLB lab is up: %d nodes; try `azgate-lab lab gslb demo`", len(g.Topo.Nodes))
 	return nil
 }
 

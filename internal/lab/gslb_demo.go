@@ -342,6 +342,6 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 		return err
 	}
 	g.say("   eu routed over %d servers again; eu-prb reports to eu %v after the restart", GSLBServers, time.Since(t0).Round(100*time.Millisecond))
-	g.say("\nGSLB demo done. `azgate lab gslb down` removes the lab.")
+	g.say("\nGSLB demo done. `azgate-lab lab gslb down` removes the lab.")
 	return nil
 }

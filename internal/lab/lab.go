@@ -27,9 +27,15 @@ import (
 
 // Config of a lab.
 type Config struct {
-	Prefix        string // namespace and pin-name prefix
-	StateDir      string // controller data, logs, lab.json, api socket
-	Binary        string // the azgate binary to run the roles with
+	Prefix   string // namespace and pin-name prefix
+	StateDir string // controller data, logs, lab.json, api socket
+	// Binary is the shipped azgate binary the roles run as (controller,
+	// edges, agents, ...); default: DefaultBinary, azgate beside the
+	// running executable.
+	Binary string
+	// LabBinary runs the lab's servers (azgate-lab lab serve); default:
+	// the running executable.
+	LabBinary     string
 	AZs           int
 	HostsPerAZ    int
 	GuestsPerHost int
@@ -70,12 +76,8 @@ func (c *Config) defaults() error {
 	if abs, err := filepath.Abs(c.StateDir); err == nil {
 		c.StateDir = abs
 	}
-	if c.Binary == "" {
-		b, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		c.Binary = b
+	if err := c.binaryDefaults(); err != nil {
+		return err
 	}
 	if c.AZs == 0 {
 		c.AZs = 3
@@ -131,13 +133,16 @@ func Up(ctx context.Context, cfg Config) (*Lab, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckBinaries(); err != nil {
+		return nil, err
+	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab needs root (network namespaces, XDP)")
 	}
 	l := &Lab{Cfg: cfg, Topo: Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)}
 	l.API = "unix://" + l.apiSock()
 	if existing, _ := netns.List(cfg.Prefix); len(existing) > 0 {
-		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate lab down` first", cfg.Prefix, len(existing))
+		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate-lab lab down` first", cfg.Prefix, len(existing))
 	}
 	if err := dataplane.EnsureBPFFS(); err != nil {
 		return nil, err
@@ -240,7 +245,7 @@ func (l *Lab) up(ctx context.Context) error {
 			return err
 		}
 	}
-	l.say("lab is up: %d nodes; try `azgate lab status` and `azgate lab demo`", len(l.Topo.Nodes))
+	l.say("lab is up: %d nodes; try `azgate-lab lab status` and `azgate-lab lab demo`", len(l.Topo.Nodes))
 	return nil
 }
 
@@ -515,7 +520,7 @@ func (l *Lab) StartServer(name string) error {
 	if n == nil || (n.Role != "guest" && n.Role != "server") {
 		return fmt.Errorf("%q is not a guest or a server", name)
 	}
-	if err := l.start(n, "serve", "lab", "serve", "--name", n.Name); err != nil {
+	if err := l.startCmd(n, "serve", l.Cfg.LabBinary, "lab", "serve", "--name", n.Name); err != nil {
 		return err
 	}
 	return l.save()
@@ -608,7 +613,7 @@ func Open(cfg Config) (*Lab, error) {
 	l.API = "unix://" + l.apiSock()
 	b, err := os.ReadFile(l.stateFile())
 	if err != nil {
-		return nil, fmt.Errorf("no lab is up (reading %s: %w); run `azgate lab up`", l.stateFile(), err)
+		return nil, fmt.Errorf("no lab is up (reading %s: %w); run `azgate-lab lab up`", l.stateFile(), err)
 	}
 	l.Topo = Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)
 	var nodes []*Node

@@ -13,7 +13,8 @@ import (
 // TestLayers holds issue 7's layering: no package but internal/store
 // imports the etcd client (tests may), none but internal/bgp imports
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
-// edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
+// edge; the shipped binary (cmd/azgate) imports no lab, benchmark or
+// test package (cmd/azgate-lab does). The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
 // internal/bwenforce), the hop store does not borrow bwstore's client, and
 // internal/flowhash (the hash and its default seed) imports the standard
@@ -84,6 +85,9 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/flowhash" && strings.Contains(p, ".") {
 				t.Errorf("%s imports %s: the flow hash uses the standard library only", filepath.Join(rel, filepath.Base(path)), p)
 			}
+			if rel == "cmd/azgate" && labOnlyImport(p) {
+				t.Errorf("%s imports %s: the lab, the benchmarks and test helpers belong in cmd/azgate-lab (cmd/azgate's TestShippedDeps checks the whole graph)", filepath.Join(rel, filepath.Base(path)), p)
+			}
 		}
 		return nil
 	})
@@ -137,4 +141,17 @@ func labOnly(rel string) bool {
 	return rel == "internal/lab" || strings.HasPrefix(rel, "internal/lab/") ||
 		strings.HasSuffix(base, "bench") || strings.HasSuffix(base, "test") ||
 		rel == "test" || strings.HasPrefix(rel, "test/")
+}
+
+// labOnlyImport: a package only the lab, the benchmarks and the tests use.
+func labOnlyImport(p string) bool {
+	rel, ok := strings.CutPrefix(p, "github.com/azgate/azgate/")
+	if !ok {
+		return p == "testing"
+	}
+	switch rel {
+	case "internal/lab", "internal/bench", "internal/bwsim", "internal/gslbbench", "internal/store/etcdproc", "internal/netlab":
+		return true
+	}
+	return strings.HasSuffix(rel, "test")
 }

@@ -37,12 +37,14 @@ func TestMain(m *testing.M) {
 var (
 	buildOnce sync.Once
 	buildDir  string
-	binary    string
+	binary    string // azgate, the shipped binary: every role
+	labBin    string // azgate-lab: the lab's servers (lab serve)
 	buildErr  error
 )
 
 // labBinary skips t without root (the lab needs namespaces and XDP) and
-// returns the azgate binary the lab runs, built once for the package.
+// returns the azgate binary the lab runs, built once for the package
+// together with azgate-lab (azgateLabBinary).
 func labBinary(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -53,14 +55,26 @@ func labBinary(t testing.TB) string {
 			return
 		}
 		binary = filepath.Join(buildDir, "azgate")
-		if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/azgate").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build azgate: %v\n%s", err, out)
+		labBin = filepath.Join(buildDir, "azgate-lab")
+		for _, b := range []struct{ out, pkg string }{{binary, "../../cmd/azgate"}, {labBin, "../../cmd/azgate-lab"}} {
+			if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", filepath.Base(b.out), err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binary
+}
+
+// azgateLabBinary is labBinary's azgate-lab, beside it: the binary the
+// lab runs its servers with (lab.Config.LabBinary).
+func azgateLabBinary(t testing.TB) string {
+	t.Helper()
+	labBinary(t)
+	return labBin
 }
 
 // closeInheritedOnExec marks the descriptors this process inherited
@@ -102,7 +116,7 @@ func upLab(t *testing.T) *lab.Lab { t.Helper(); return upLabWith(t, nil) }
 // may change it).
 func upLabWith(t *testing.T, set func(*lab.Config)) *lab.Lab {
 	t.Helper()
-	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), Out: testWriter{t}}
+	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}}
 	if set != nil {
 		set(&cfg)
 	}

@@ -21,7 +21,7 @@ import (
 // (lab up --etcd-members).
 func upEtcdLab(t *testing.T, members int) *lab.Lab {
 	t.Helper()
-	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), Out: testWriter{t}, EtcdMembers: members}
+	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}, EtcdMembers: members}
 	lab.Down(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

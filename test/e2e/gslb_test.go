@@ -20,7 +20,7 @@ import (
 // us within the probes' fall time and margin, and the prober reports
 // there; no report lost through either.
 func TestGSLBLab(t *testing.T) {
-	cfg := lab.Config{Prefix: "azeg-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), Out: testWriter{t}}
+	cfg := lab.Config{Prefix: "azeg-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}}
 	lab.DownGSLB(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

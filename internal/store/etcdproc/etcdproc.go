@@ -1,6 +1,6 @@
 // Package etcdproc runs a cluster of real etcd-server processes (Debian's
 // etcd, package etcd-server) on this machine: for the tests and the
-// benchmark of a region on an external etcd cluster, and for `azgate lab up
+// benchmark of a region on an external etcd cluster, and for `azgate-lab lab up
 // --etcd-members N` (issue 8, part 7).
 //
 // The members listen on unix sockets only, clients and peers alike, inside

@@ -31,8 +31,14 @@ edges, a dedicated and a quarantine set's edge), an underlay router, three
 AZs of two hosts with two guests each and three DMZ servers, all in network
 namespaces joined by veth pairs, and runs the controller (embedded etcd, or
 with "lab up --etcd-members 3" a cluster of etcd-server processes),
-the edges and the agents in them. It is sealed from the machine's network.`,
+the edges and the agents in them. It is sealed from the machine's network.
+
+Every role runs the azgate binary (--azgate PATH; default: azgate in this
+binary's directory, as make build puts bin/azgate beside bin/azgate-lab).`,
 		}
+		// The roles run the shipped azgate (--azgate); the lab's servers
+		// run this binary (lab serve).
+		c.PersistentPreRun = func(*cobra.Command, []string) { cfg.Binary = globals.azgate }
 		c.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix, "prefix of the lab's namespaces and pins")
 		c.PersistentFlags().StringVar(&cfg.StateDir, "state-dir", lab.DefaultStateDir, "controller data, logs and lab state")
 		ctxFile := func() string {
@@ -105,6 +111,9 @@ and lab down stops the members by PID.`,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
 				cfg.ContextFile = ctxFile()
+				if err := cfg.CheckBinaries(); err != nil { // the demo restarts roles
+					return err
+				}
 				ctx, cancel := signalContext()
 				defer cancel()
 				l, err := lab.Open(cfg)
@@ -129,7 +138,7 @@ and lab down stops the members by PID.`,
 				}
 				x := l.Exec(args[0], args[1:])
 				if x == nil {
-					return fmt.Errorf("no lab node %q (see azgate lab status)", args[0])
+					return fmt.Errorf("no lab node %q (see azgate-lab lab status)", args[0])
 				}
 				err = x.Run()
 				var ee *exec.ExitError
@@ -230,7 +239,7 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 	w.Flush()
 }
 
-// labGSLBCommand is `azgate lab gslb`: the three-region GSLB and
+// labGSLBCommand is `azgate-lab lab gslb`: the three-region GSLB and
 // path-computation lab (docs/lab.md, "The GSLB lab"), apart from the
 // region lab (its own namespaces, prefix azgg-, and state directory).
 func labGSLBCommand(cfg *lab.Config) *cobra.Command {
@@ -275,6 +284,9 @@ unless --prefix and --state-dir say otherwise.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Out = cmd.OutOrStdout()
+			if err := cfg.CheckBinaries(); err != nil { // the demo restarts roles
+				return err
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			g, err := lab.OpenGSLB(*cfg)

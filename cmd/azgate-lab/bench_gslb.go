@@ -11,10 +11,10 @@ import (
 	"github.com/azgate/azgate/internal/gslbbench"
 )
 
-// benchGSLBCommands are `azgate bench gslb` and its hidden serving child
-// `azgate bench gslb-serve`. The first is azgate's GSLB DNS server next to
-// gdnsd on the same zone, MaxMind database and probe settings
-// (docs/bench-gslb.md).
+// benchGSLBCommands are `azgate-lab bench gslb` and its hidden serving
+// child `azgate-lab bench gslb-serve`. The first is azgate's GSLB DNS
+// server next to gdnsd on the same zone, MaxMind database and probe
+// settings (docs/bench-gslb.md).
 func benchGSLBCommands() []*cobra.Command {
 	var o gslbbench.Options
 	c := &cobra.Command{
@@ -23,7 +23,7 @@ func benchGSLBCommands() []*cobra.Command {
 		Long: `Builds a test MaxMind database (3 regions in documentation ranges) and a
 zone example. with pathd.example as a nearest-region GSLB record over
 three VIPs (TCP listeners on 127.77.0.11-13 that the bench owns), and
-serves it with azgate's GSLB server (a child process: azgate bench
+serves it with azgate's GSLB server (a child process: azgate-lab bench
 gslb-serve) on 127.77.0.2 and with gdnsd (geoip plugin on the same
 database, tcp_connect probes and an extfile heartbeat) on 127.77.0.3,
 both pinned to the same CPU with the same thread count.

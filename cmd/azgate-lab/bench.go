@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/bench"
+	"github.com/azgate/azgate/internal/lab"
 )
 
 func init() {
@@ -17,6 +18,9 @@ func init() {
 		c := &cobra.Command{
 			Use:   "bench",
 			Short: "Benchmarks: each result next to a baseline measured in the same run",
+			Long: `Benchmarks: each result next to a baseline measured in the same run.
+The suites that build a lab run the azgate binary for its roles
+(--azgate PATH; default: azgate in this binary's directory).`,
 		}
 		var dp bench.DataplaneOptions
 		d := &cobra.Command{
@@ -65,6 +69,7 @@ func init() {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, cancel := signalContext()
 				defer cancel()
+				flo.Binary = globals.azgate
 				flo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 				rs, err := bench.FirewallLab(ctx, flo)
 				if err != nil {
@@ -86,6 +91,7 @@ func init() {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, cancel := signalContext()
 				defer cancel()
+				lo.Binary = globals.azgate
 				lo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 				rs, err := bench.Lab(ctx, lo)
 				if err != nil {
@@ -106,6 +112,11 @@ func init() {
 			Short: "Maglev properties, load-balancer ns/packet next to the XDP_TX floor, a large connection table",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if lbLab { // before the minutes of the per-packet suite
+					if err := (lab.Config{Binary: globals.azgate}).CheckBinaries(); err != nil {
+						return fmt.Errorf("bench lb (lab): %w", err)
+					}
+				}
 				lbo.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 				rs, err := bench.LB(lbo)
 				if err != nil {
@@ -114,7 +125,7 @@ func init() {
 				if lbLab {
 					ctx, cancel := signalContext()
 					defer cancel()
-					lr, err := bench.LBLab(ctx, bench.LabOptions{Out: lbo.Out})
+					lr, err := bench.LBLab(ctx, bench.LabOptions{Binary: globals.azgate, Out: lbo.Out})
 					if err != nil {
 						return fmt.Errorf("bench lb (lab): %w", err)
 					}
@@ -176,6 +187,7 @@ func init() {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, cancel := signalContext()
 				defer cancel()
+				co.Binary = globals.azgate
 				co.Out = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
 				rs, err := bench.Control(ctx, co)
 				if err != nil {
@@ -195,7 +207,7 @@ func init() {
 	})
 }
 
-// fleetCommand is `azgate bench fleet`: the fleet benchmarks of issue 8,
+// fleetCommand is `azgate-lab bench fleet`: the fleet benchmarks of issue 8,
 // one section each, all by default or one with --only.
 func fleetCommand() *cobra.Command {
 	var only, cpuProfile string
@@ -218,7 +230,7 @@ func fleetCommand() *cobra.Command {
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,
-           bytes per entry (the same as azgate bench sync).
+           bytes per entry (the same as azgate-lab bench sync).
 
   failover a lab of its own (prefix azb-, BIRD in the router, hold 3 s,
            keepalive 1 s) with long-lived connections through an EIP, an
@@ -264,6 +276,7 @@ func fleetCommand() *cobra.Command {
 				rs = append(rs, r...)
 			}
 			if only == "" || only == "failover" {
+				ffo.Binary = globals.azgate
 				ffo.Out = say
 				r, err := bench.FleetFailover(ctx, ffo)
 				rs = append(rs, r...)

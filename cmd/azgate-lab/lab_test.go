@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLabAzgateFlag: --azgate names the binary the lab's roles run; a
+// missing one is refused by path, before anything is built, by every
+// command that starts roles, and the help says where it is looked for.
+func TestLabAzgateFlag(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no", "azgate")
+	state := t.TempDir()
+	for _, args := range [][]string{
+		{"lab", "up"},
+		{"lab", "demo"},
+		{"lab", "gslb", "up"},
+		{"lab", "gslb", "demo"},
+		{"bench", "lab"},
+		{"bench", "control"},
+		{"bench", "firewall-lab"},
+		{"bench", "fleet", "--only", "failover"},
+	} {
+		root := newRoot()
+		root.SetOut(new(bytes.Buffer))
+		root.SetErr(new(bytes.Buffer))
+		// A prefix and state of the test's own, should the check ever
+		// let a lab start.
+		argv := append([]string{"--azgate", missing}, args...)
+		if args[0] == "lab" {
+			argv = append(argv, "--prefix", "azgt-flag-", "--state-dir", state)
+		}
+		root.SetArgs(argv)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), missing+": no such file") || !strings.Contains(err.Error(), "--azgate PATH") {
+			t.Errorf("%v: %v, want the missing azgate named", args, err)
+		}
+	}
+
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"lab", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Usage:\n  azgate-lab lab [command]", "--azgate string", "azgate in azgate-lab's directory", "gslb", "up"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lab --help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
