@@ -521,7 +521,9 @@ func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwst
 	if !carried {
 		return false, nil // nobody measures or enforces this direction
 	}
+	t0 := time.Now()
 	res, err := r.alloc.Package(capLive, sc.in, bwalloc.Options{}, sc.grants)
+	st.Alloc += time.Since(t0)
 	if err != nil {
 		st.Problems++
 		r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
