@@ -1286,3 +1286,63 @@ func (f *inForce) sum(now time.Time) uint64 {
 	}
 	return s
 }
+
+// TestZoneStaleHostCounted: a host whose report is lost or late gets no
+// new limits but keeps enforcing the last ones; the hosts that report
+// share what those leave of the zone's share, so the limits in force
+// never sum above it, whether the share stays, falls or the others'
+// demand rises. Once the host reports again it is split in as before.
+func TestZoneStaleHostCounted(t *testing.T) {
+	clock := newClock()
+	s := newZoneSetup(t, bwstore.NewMem(clock), clock)
+	ctx := context.Background()
+	lim := func(h string) uint64 {
+		l, _ := limitOf(t, s.zs, "az1", h, eip1, bwstore.Egress)
+		return l.RateBytes
+	}
+	// Settled: h1 and h2 at equal demand, 5M each.
+	for range 5 {
+		s.report(t, "h1", egress(eip1, 4_000_000))
+		s.report(t, "h2", egress(eip1, 4_000_000))
+		s.share(t, eLimit(eip1, 10_000_000))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	h2 := lim("h2")
+	if h2 < 4_000_000 || lim("h1")+h2 != 10_000_000 {
+		t.Fatalf("settled: h1 %d, h2 %d: want the 10M share split about evenly", lim("h1"), h2)
+	}
+	// h2's reports stop (lost; its last one is still fresh in round 0);
+	// h1's demand rises, then the share falls.
+	for i, share := range []uint64{10_000_000, 10_000_000, 10_000_000, 7_000_000, 7_000_000} {
+		s.report(t, "h1", egress(eip1, 9_000_000))
+		s.share(t, eLimit(eip1, share))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			h2 = lim("h2")
+		} else if lim("h2") != h2 {
+			t.Fatalf("round %d: stale h2's limits were rewritten (%d, was %d)", i, lim("h2"), h2)
+		}
+		if sum := lim("h1") + lim("h2"); sum > share {
+			t.Errorf("round %d: h1 %d + stale h2 %d = %d, above the zone's share %d", i, lim("h1"), lim("h2"), sum, share)
+		}
+		clock.Advance(time.Second)
+	}
+	// h2 reports again: the split takes it in, within the share.
+	for range 4 {
+		s.report(t, "h1", egress(eip1, 9_000_000))
+		s.report(t, "h2", egress(eip1, 1_000_000))
+		s.share(t, eLimit(eip1, 7_000_000))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	if sum := lim("h1") + lim("h2"); sum > 7_000_000 || lim("h1") <= lim("h2") {
+		t.Errorf("h2 back: h1 %d, h2 %d: want at most 7M together, h1 (the demand) more", lim("h1"), lim("h2"))
+	}
+}
