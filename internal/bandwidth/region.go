@@ -198,6 +198,9 @@ type RegionManager struct {
 	// of it (forgotten a grace later). A fresh zone whose report lacks a
 	// key it reported within the grace keeps its share of it (kept).
 	lastSeen map[hostRateKey]time.Time
+	// observed: per zone key, its share in force at the last round's
+	// observe (what the zone's hosts enforced over this round's reports).
+	observed map[zoneKey]uint64
 }
 
 // SilentGraces × grace is how long the region manager keeps counting a
@@ -324,6 +327,7 @@ func (r *RegionManager) Activate() {
 	r.quiet = time.Time{}
 	r.seen = map[string]zoneSeen{}
 	r.lastSeen = map[hostRateKey]time.Time{}
+	r.observed = map[zoneKey]uint64{}
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
@@ -437,8 +441,14 @@ func (r *RegionManager) gather(ctx context.Context, now time.Time, st *RoundStat
 
 // observe feeds the estimates, each with the limit in force while it
 // was measured: per EIP (the allocation's demand) and per EIP and zone
-// (the zone split's).
+// (the zone split's). A zone's share reaches its hosts a zone round
+// after the region wrote it, so what the hosts enforced over the
+// interval just reported is the share that was in force at the previous
+// round (observed), not the one written since: judged against that, an
+// EIP pinned at its old limit would look unpinned every other round and
+// its probe (no drop counts) would fall back as often as it doubled.
 func (r *RegionManager) observe(g gathered, now time.Time) {
+	observed := make(map[zoneKey]uint64, len(r.observed))
 	for k, o := range g.obs {
 		var lim uint64
 		for _, z := range o.zones {
@@ -446,11 +456,17 @@ func (r *RegionManager) observe(g gathered, now time.Time) {
 			if w, ok := r.force[z.zone]; ok {
 				zl = w.limits[k].RateBytes
 			}
+			zk := zoneKey{k, z.zi}
+			observed[zk] = zl
+			if p, ok := r.observed[zk]; ok {
+				zl = p
+			}
 			lim += zl
-			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
+			r.zest.Observe(zk, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
 		}
 		r.est.Observe(k, now, bwalloc.Sample{Rate: bitRate(o.bytes), Dropped: bitRate(o.drops), Limit: bitRate(lim)})
 	}
+	r.observed = observed
 	r.est.Prune(now)
 	r.zest.Prune(now)
 }
