@@ -196,13 +196,17 @@ type Scenario struct {
 
 // slot is one EIP on one host: a token bucket and its counters.
 type slot struct {
-	eip    int32
-	host   int32
-	key    bwalloc.HostKey
-	limit  uint64  // bits/s in force
-	burst  float64 // bits the bucket holds at most
-	tokens float64 // bits
-	share  float64 // fraction of the EIP's demand offered here
+	eip   int32
+	host  int32
+	key   bwalloc.HostKey
+	limit uint64  // bits/s in force
+	burst float64 // bits the bucket holds at most
+	// managed: the host has enforced a limit from a manager for this
+	// EIP at least once (until then it is on a static split that no
+	// manager may know of: its report never reached one).
+	managed bool
+	tokens  float64 // bits
+	share   float64 // fraction of the EIP's demand offered here
 	// over the current reporting interval, bits
 	served, dropped float64
 }
@@ -252,6 +256,9 @@ type sim struct {
 	mem      *bwstore.Mem
 	bwPkgs   []bandwidth.Package
 	mgrs     *managers // nil while no manager runs
+	// unmanaged counts the slots not yet managed; managedFrom is the
+	// tick from which every slot has been (-1: not yet).
+	unmanaged, managedFrom int
 }
 
 func newSim(cfg Config, sc *Scenario) (*sim, error) {
@@ -332,6 +339,7 @@ func newSim(cfg Config, sc *Scenario) (*sim, error) {
 		slices.SortFunc(sl, func(a, b int32) int { return s.slots[a].key.Addr.Compare(s.slots[b].key.Addr) })
 	}
 	s.bwPkgs = s.bwPackages()
+	s.unmanaged, s.managedFrom = len(s.slots), -1
 	return s, nil
 }
 
@@ -413,6 +421,9 @@ func (s *sim) run() (*Result, error) {
 			if err := s.poll(ctx); err != nil {
 				return nil, fmt.Errorf("scenario %s: hosts reading their limits at %v: %w", s.sc.Name, t, err)
 			}
+		}
+		if s.managedFrom < 0 && s.unmanaged == 0 {
+			s.managedFrom = tick
 		}
 		// Limits in force, per package.
 		for si := range s.slots {
@@ -498,6 +509,10 @@ func (s *sim) poll(ctx context.Context) error {
 			sl := &s.slots[si]
 			i, found := slices.BinarySearchFunc(ls, sl.key.Addr, func(l bwstore.Limit, a netip.Addr) int { return l.EIP.Compare(a) })
 			if found && ls[i].Dir == bwstore.Egress {
+				if !sl.managed {
+					sl.managed = true
+					s.unmanaged--
+				}
 				sl.limit = ls[i].RateBytes * 8
 				sl.burst = max(float64(ls[i].BurstBytes)*8, minBurstBits)
 				continue
