@@ -15,13 +15,17 @@ import (
 // GoBGP, none but internal/bwstore and internal/pathd/hopstore import go-redis, and the agent does not import the
 // edge. The bandwidth managers (internal/bandwidth, `azgate bwmgr`) import
 // neither the data plane nor cilium/ebpf (the hosts' enforcement is
-// internal/bwenforce), and the hop store does not borrow bwstore's client. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// internal/bwenforce), and the hop store does not borrow bwstore's client.
+// The bandwidth simulator (internal/bwsim) drives the real managers: it
+// imports internal/bandwidth (it has no round of its own, issue 18 part
+// 5), which does not import it back. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fset := token.NewFileSet()
+	bwsimManagers := false
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -57,6 +61,12 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/pathd/hopstore" && strings.HasPrefix(p, "github.com/azgate/azgate/internal/bwstore") {
 				t.Errorf("%s imports %s: the hop store has its own Redis client", filepath.Join(rel, filepath.Base(path)), p)
 			}
+			if rel == "internal/bwsim" && p == "github.com/azgate/azgate/internal/bandwidth" {
+				bwsimManagers = true
+			}
+			if rel == "internal/bandwidth" && p == "github.com/azgate/azgate/internal/bwsim" {
+				t.Errorf("%s imports %s: the simulator drives the managers, not the reverse", filepath.Join(rel, filepath.Base(path)), p)
+			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
 			}
@@ -65,5 +75,8 @@ func TestLayers(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !bwsimManagers {
+		t.Error("internal/bwsim does not import internal/bandwidth: the simulator must run the real managers, not a round of its own")
 	}
 }
