@@ -1402,8 +1402,10 @@ func TestRegionUnreportedEIPCountsStatic(t *testing.T) {
 // does not count there).
 func TestRegionKeepsShareOfLateKey(t *testing.T) {
 	pkg := &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{{Address: eip1}, {Address: eip2}}}
-	wd := newWorld(t, pkg)
+	solo := &model.BandwidthPackage{Name: "solo", Capacity: 40 * mbit, EIPs: []model.PackageEIP{{Address: eip3}}} // nothing else reported in it
+	wd := newWorld(t, pkg, solo)
 	wd.set("az1", "h1", eip1, 6_000_000)
+	wd.set("az1", "h1", eip3, 3_000_000)
 	wd.set("az1", "h2", eip2, 6_000_000)
 	for range 6 {
 		wd.step()
@@ -1412,15 +1414,19 @@ func TestRegionKeepsShareOfLateKey(t *testing.T) {
 	delete(wd.demand, "az1/h1")
 	for i := range 3 {
 		wd.step()
-		if _, ok := limitOf(t, wd.region, RegionTier, "az1", eip1, bwstore.Egress); !ok {
-			t.Fatalf("round %d without h1's reports: az1's share of eip1 removed", i)
+		for _, a := range []netip.Addr{eip1, eip3} {
+			if _, ok := limitOf(t, wd.region, RegionTier, "az1", a, bwstore.Egress); !ok {
+				t.Fatalf("round %d without h1's reports: az1's share of %v removed", i, a)
+			}
 		}
 	}
 	wd.demand["az1/h1"] = saved
 	for i := range 4 {
 		wd.step()
-		if _, ok := limitOf(t, wd.zstore["az1"], "az1", "h1", eip1, bwstore.Egress); !ok {
-			t.Errorf("round %d after h1 reports again: h1 has no limit for eip1 (static split)", i)
+		for _, a := range []netip.Addr{eip1, eip3} {
+			if _, ok := limitOf(t, wd.zstore["az1"], "az1", "h1", a, bwstore.Egress); !ok {
+				t.Errorf("round %d after h1 reports again: h1 has no limit for %v (static split)", i, a)
+			}
 		}
 	}
 }

@@ -567,7 +567,7 @@ func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwst
 		if o == nil && d.Expired && !held {
 			continue
 		}
-		carried = carried || o != nil
+		carried = carried || o != nil || len(kept[k]) > 0
 		e.Demand = d.Rate
 		sc.in = append(sc.in, e)
 	}
