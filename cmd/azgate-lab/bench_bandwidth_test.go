@@ -46,7 +46,7 @@ func TestBenchBandwidthJSON(t *testing.T) {
 	if v, _ := got["steps/limits-max"]["value"].(float64); v <= 0.9 || v > 1 {
 		t.Errorf("steps/limits-max %v: want (0.9, 1]", v)
 	}
-	if n, _ := got["steps/overshoot-max"]["note"].(string); !strings.Contains(n, "report delay 1 ticks, push delay 2 ticks per phase, loss 0.05") || !strings.Contains(n, "seed 3") {
+	if n, _ := got["steps/overshoot-max"]["note"].(string); !strings.Contains(n, "report delay 1 ticks, push delay 2 ticks (round to hosts), loss 0.05") || !strings.Contains(n, "seed 3") {
 		t.Errorf("the note does not say the flags: %q", n)
 	}
 

@@ -282,6 +282,9 @@ type RoundStats struct {
 	Decreases  int // limit sets written in the decrease phase
 	Held       int // increases held back (zone: a decrease failed; region: over the budget)
 	PushErrors int
+	// Alloc is the wall-clock time the round spent in
+	// bwalloc.Allocator.Package (region), for the simulator's figures.
+	Alloc time.Duration
 }
 
 func (m *Metrics) round(took time.Duration, st RoundStats, err error) {

@@ -560,6 +560,9 @@ type world struct {
 	zstore map[string]*bwstore.Mem
 	rm     *RegionManager
 	demand map[string]map[netip.Addr]uint64 // per host "zone/host", bytes/s
+	// noDrops: hosts report no drops (traffic that adapts to its limit):
+	// the managers find demand above a limit only by probing.
+	noDrops bool
 }
 
 func newWorld(t *testing.T, pkgs ...*model.BandwidthPackage) *world {
@@ -602,6 +605,9 @@ func (wd *world) step() {
 			sent, drop := d, uint64(0)
 			if l, ok := limitOf(t, wd.zstore[zone], zone, host, a, bwstore.Egress); ok && l.RateBytes < d {
 				sent, drop = l.RateBytes, d-l.RateBytes
+			}
+			if wd.noDrops {
+				drop = 0
 			}
 			rates = append(rates, bwstore.Rate{EIP: a, Dir: bwstore.Egress, BytesPerSec: sent, DropBytesPerSec: drop})
 		}
@@ -1285,4 +1291,175 @@ func (f *inForce) sum(now time.Time) uint64 {
 		s += m
 	}
 	return s
+}
+
+// TestZoneStaleHostCounted: a host whose report is lost or late gets no
+// new limits but keeps enforcing the last ones; the hosts that report
+// share what those leave of the zone's share, so the limits in force
+// never sum above it, whether the share stays, falls or the others'
+// demand rises. Once the host reports again it is split in as before.
+func TestZoneStaleHostCounted(t *testing.T) {
+	clock := newClock()
+	s := newZoneSetup(t, bwstore.NewMem(clock), clock)
+	ctx := context.Background()
+	lim := func(h string) uint64 {
+		l, _ := limitOf(t, s.zs, "az1", h, eip1, bwstore.Egress)
+		return l.RateBytes
+	}
+	// Settled: h1 and h2 at equal demand, 5M each.
+	for range 5 {
+		s.report(t, "h1", egress(eip1, 4_000_000))
+		s.report(t, "h2", egress(eip1, 4_000_000))
+		s.share(t, eLimit(eip1, 10_000_000))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	h2 := lim("h2")
+	if h2 < 4_000_000 || lim("h1")+h2 != 10_000_000 {
+		t.Fatalf("settled: h1 %d, h2 %d: want the 10M share split about evenly", lim("h1"), h2)
+	}
+	// h2's reports stop (lost; its last one is still fresh in round 0);
+	// h1's demand rises, then the share falls.
+	for i, share := range []uint64{10_000_000, 10_000_000, 10_000_000, 7_000_000, 7_000_000} {
+		s.report(t, "h1", egress(eip1, 9_000_000))
+		s.share(t, eLimit(eip1, share))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			h2 = lim("h2")
+		} else if lim("h2") != h2 {
+			t.Fatalf("round %d: stale h2's limits were rewritten (%d, was %d)", i, lim("h2"), h2)
+		}
+		if sum := lim("h1") + lim("h2"); sum > share {
+			t.Errorf("round %d: h1 %d + stale h2 %d = %d, above the zone's share %d", i, lim("h1"), lim("h2"), sum, share)
+		}
+		clock.Advance(time.Second)
+	}
+	// h2 reports again: the split takes it in, within the share.
+	for range 4 {
+		s.report(t, "h1", egress(eip1, 9_000_000))
+		s.report(t, "h2", egress(eip1, 1_000_000))
+		s.share(t, eLimit(eip1, 7_000_000))
+		if _, err := s.z.Round(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	if sum := lim("h1") + lim("h2"); sum > 7_000_000 || lim("h1") <= lim("h2") {
+		t.Errorf("h2 back: h1 %d, h2 %d: want at most 7M together, h1 (the demand) more", lim("h1"), lim("h2"))
+	}
+}
+
+// bound returns st with each EIP's egress bound to a host in zone az.
+func bound(st *model.State, az string, eips ...netip.Addr) *model.State {
+	for i, a := range eips {
+		h := fmt.Sprintf("%s-h%d", az, i)
+		st.Hosts[h] = &model.Host{Name: h, AZ: az}
+		st.EIPs[a.String()].Binding = &model.Binding{Host: h, Guest: "g" + h}
+	}
+	return st
+}
+
+// TestRegionUnreportedEIPCountsStatic: an EIP of the package that the
+// model binds to a host but that no zone reports (its host's reports
+// lost, or it has just started carrying it) is on its static split at
+// that host; the region counts it there, so the EIP that does report
+// gets no more than the capacity less that split. Once it reports, both
+// share the capacity, still within it.
+func TestRegionUnreportedEIPCountsStatic(t *testing.T) {
+	pkg := &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{{Address: eip1}, {Address: eip2}}}
+	wd := newWorld(t, pkg)
+	wd.rm.SetState(bound(state([]netip.Addr{eip1, eip2, eip3, eip4}, pkg), "az1", eip1, eip2))
+	const capBytes = 80 * mbit / 8
+	const static = capBytes / 2
+	wd.set("az1", "h1", eip1, 9_000_000)
+	for i := range 8 {
+		wd.step()
+		if got := wd.eipTotal(eip1); got > capBytes-static {
+			t.Fatalf("round %d: eip1 %d bytes/s while eip2 may be on its static split %d: above the capacity %d", i, got, static, capBytes)
+		}
+	}
+	wd.set("az2", "h1", eip2, 9_000_000)
+	for i := range 8 {
+		wd.step()
+		if sum := wd.eipTotal(eip1) + wd.eipTotal(eip2); sum > capBytes {
+			t.Errorf("round %d after eip2 reports: %d bytes/s, above the capacity %d", i, sum, capBytes)
+		}
+	}
+	if a, b := wd.eipTotal(eip1), wd.eipTotal(eip2); a < capBytes*45/100 || b < capBytes*45/100 {
+		t.Errorf("eip1 %d, eip2 %d bytes/s: want about half of %d each", a, b, capBytes)
+	}
+}
+
+// TestRegionKeepsShareOfLateKey: a host's reports stop for two rounds
+// (lost) while its zone reports its other hosts. The region keeps the
+// zone's share of the host's EIP, so when the host reports again its
+// zone manager has a share to split: it is never left without a limit
+// for the EIP (which would put it on its static split, which the budget
+// does not count there).
+func TestRegionKeepsShareOfLateKey(t *testing.T) {
+	pkg := &model.BandwidthPackage{Name: "p", Capacity: 80 * mbit, EIPs: []model.PackageEIP{{Address: eip1}, {Address: eip2}}}
+	solo := &model.BandwidthPackage{Name: "solo", Capacity: 40 * mbit, EIPs: []model.PackageEIP{{Address: eip3}}} // nothing else reported in it
+	wd := newWorld(t, pkg, solo)
+	wd.set("az1", "h1", eip1, 6_000_000)
+	wd.set("az1", "h1", eip3, 3_000_000)
+	wd.set("az1", "h2", eip2, 6_000_000)
+	for range 6 {
+		wd.step()
+	}
+	saved := wd.demand["az1/h1"]
+	delete(wd.demand, "az1/h1")
+	for i := range 3 {
+		wd.step()
+		for _, a := range []netip.Addr{eip1, eip3} {
+			if _, ok := limitOf(t, wd.region, RegionTier, "az1", a, bwstore.Egress); !ok {
+				t.Fatalf("round %d without h1's reports: az1's share of %v removed", i, a)
+			}
+		}
+	}
+	wd.demand["az1/h1"] = saved
+	for i := range 4 {
+		wd.step()
+		for _, a := range []netip.Addr{eip1, eip3} {
+			if _, ok := limitOf(t, wd.zstore["az1"], "az1", "h1", a, bwstore.Egress); !ok {
+				t.Errorf("round %d after h1 reports again: h1 has no limit for %v (static split)", i, a)
+			}
+		}
+	}
+}
+
+// TestRegionProbesWithoutDrops: with no drop counts an EIP pinned at its
+// limit is found only by probing. The region judges a zone's sample
+// against the share its hosts enforced while it was measured (the one in
+// force at the previous round: the zone splits the region's shares a
+// round later), so the probe is not mistaken for an unpinned EIP every
+// other round: eip1, idle, then wanting more than the capacity, never
+// has its limit lowered while it stays pinned, and reaches the capacity
+// eip2 leaves.
+func TestRegionProbesWithoutDrops(t *testing.T) {
+	pkg := &model.BandwidthPackage{Name: "p", Capacity: 100 * mbit, EIPs: []model.PackageEIP{{Address: eip1}, {Address: eip2}}}
+	wd := newWorld(t, pkg)
+	wd.noDrops = true
+	wd.set("az1", "h1", eip1, 0)
+	wd.set("az2", "h1", eip2, 1_000_000) // 8 Mbit/s
+	for range 8 {
+		wd.step() // eip1 idle: a small limit
+	}
+	wd.set("az1", "h1", eip1, 12_000_000) // 96 Mbit/s
+	var got []uint64
+	for range 20 {
+		wd.step()
+		got = append(got, wd.eipTotal(eip1))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			t.Fatalf("eip1 by round: %v; round %d lowered its limit while it wanted more", got, i)
+		}
+	}
+	if v := got[len(got)-1]; v < 100*mbit/8*85/100 {
+		t.Errorf("eip1 by round: %v; want at least 85 %% of the capacity in the end (eip2 uses 8 %%)", got)
+	}
 }

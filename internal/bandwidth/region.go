@@ -194,6 +194,13 @@ type RegionManager struct {
 	// of those until the EIP leaves its package or SilentGraces × grace
 	// after the zone's last report.
 	seen map[string]zoneSeen
+	// lastSeen: per zone key, the round of the zone's last fresh report
+	// of it (forgotten a grace later). A fresh zone whose report lacks a
+	// key it reported within the grace keeps its share of it (kept).
+	lastSeen map[hostRateKey]time.Time
+	// observed: per zone key, its share in force at the last round's
+	// observe (what the zone's hosts enforced over this round's reports).
+	observed map[zoneKey]uint64
 }
 
 // SilentGraces × grace is how long the region manager keeps counting a
@@ -301,6 +308,16 @@ func (pl *placement) mayEnforce(zone string, k bwstore.RateKey) bool {
 	return !bound || az == "" || az == zone
 }
 
+// mayCarry says whether some host may enforce k: anything but an egress
+// key whose EIP the model has bound to no host (no model: anything).
+func (pl *placement) mayCarry(k bwstore.RateKey) bool {
+	if pl == nil || k.Dir != bwstore.Egress {
+		return true
+	}
+	_, bound := pl.az[k.EIP.Unmap()]
+	return bound
+}
+
 // Activate forgets what this replica believes is in force; the estimates
 // start over too, so a newly active replica judges from current rates.
 func (r *RegionManager) Activate() {
@@ -309,6 +326,8 @@ func (r *RegionManager) Activate() {
 	r.first = true
 	r.quiet = time.Time{}
 	r.seen = map[string]zoneSeen{}
+	r.lastSeen = map[hostRateKey]time.Time{}
+	r.observed = map[zoneKey]uint64{}
 	r.est, _ = bwalloc.NewEstimator[bwstore.RateKey](r.cfg.Estimator)
 	r.zest, _ = bwalloc.NewEstimator[zoneKey](r.cfg.Estimator)
 }
@@ -353,6 +372,9 @@ type gathered struct {
 	obs     map[bwstore.RateKey]*eipObs
 	zones   map[string]int
 	carries map[string][]bwstore.RateKey
+	// kept: per EIP and direction, the fresh zones whose report lacks it
+	// though they reported it within the grace (compute fills it).
+	kept map[bwstore.RateKey][]string
 }
 
 // gather reads the zones' fresh reports; newly active, it reads back
@@ -373,6 +395,7 @@ func (r *RegionManager) gather(ctx context.Context, now time.Time, st *RoundStat
 		g.zones[rep.Reporter]++
 		k := bwstore.RateKey{EIP: rep.EIP, Dir: rep.Dir}
 		g.carries[rep.Reporter] = append(g.carries[rep.Reporter], k)
+		r.lastSeen[hostRateKey{k, rep.Reporter}] = now
 		o := g.obs[k]
 		if o == nil {
 			o = &eipObs{}
@@ -418,8 +441,14 @@ func (r *RegionManager) gather(ctx context.Context, now time.Time, st *RoundStat
 
 // observe feeds the estimates, each with the limit in force while it
 // was measured: per EIP (the allocation's demand) and per EIP and zone
-// (the zone split's).
+// (the zone split's). A zone's share reaches its hosts a zone round
+// after the region wrote it, so what the hosts enforced over the
+// interval just reported is the share that was in force at the previous
+// round (observed), not the one written since: judged against that, an
+// EIP pinned at its old limit would look unpinned every other round and
+// its probe (no drop counts) would fall back as often as it doubled.
 func (r *RegionManager) observe(g gathered, now time.Time) {
+	observed := make(map[zoneKey]uint64, len(r.observed))
 	for k, o := range g.obs {
 		var lim uint64
 		for _, z := range o.zones {
@@ -427,11 +456,17 @@ func (r *RegionManager) observe(g gathered, now time.Time) {
 			if w, ok := r.force[z.zone]; ok {
 				zl = w.limits[k].RateBytes
 			}
+			zk := zoneKey{k, z.zi}
+			observed[zk] = zl
+			if p, ok := r.observed[zk]; ok {
+				zl = p
+			}
 			lim += zl
-			r.zest.Observe(zoneKey{k, z.zi}, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
+			r.zest.Observe(zk, now, bwalloc.Sample{Rate: bitRate(z.bytes), Dropped: bitRate(z.drops), Limit: zl * 8})
 		}
 		r.est.Observe(k, now, bwalloc.Sample{Rate: bitRate(o.bytes), Dropped: bitRate(o.drops), Limit: bitRate(lim)})
 	}
+	r.observed = observed
 	r.est.Prune(now)
 	r.zest.Prune(now)
 }
@@ -446,13 +481,31 @@ func (r *RegionManager) compute(g gathered, pkgs []Package, placed *placement, n
 	}
 	inForce := r.possiblyInForce()
 	reserved := r.reserve(g.carries, pkgs, placed, inForce, now)
+	// A key a fresh zone reported within the grace but not now: the
+	// zone's host that carries it has no fresh report (its reports lost
+	// or late), and keeps enforcing the last limits its zone manager
+	// wrote. Removing the zone's share would put that host on its static
+	// split once it reports again (its zone manager would have no share
+	// to split), which the budget does not count; so the zone keeps a
+	// share, split by its last demand estimate, until the grace ends
+	// (or the model moves the EIP's egress elsewhere).
+	g.kept = map[bwstore.RateKey][]string{}
+	for hk, at := range r.lastSeen {
+		switch {
+		case now.Sub(at) >= r.cfg.Grace:
+			delete(r.lastSeen, hk)
+		case at.Equal(now):
+		case g.zones[hk.Host] > 0 && placed.mayEnforce(hk.Host, hk.RateKey):
+			g.kept[hk.RateKey] = append(g.kept[hk.RateKey], hk.Host)
+		}
+	}
 	r.staticBase = map[hostRateKey]uint64{}
 	var sc allocScratch
 	for pi := range pkgs {
 		p := &pkgs[pi]
 		contended := false
 		for _, dir := range []bwstore.Direction{bwstore.Egress, bwstore.Ingress} {
-			c, err := r.allocate(p, dir, g.obs, reserved, inForce, now, next, &sc, st)
+			c, err := r.allocate(p, dir, g.obs, g.kept, reserved, inForce, placed, now, next, &sc, st)
 			if err != nil {
 				return nil, err
 			}
@@ -480,8 +533,8 @@ type allocScratch struct {
 // EIP's limit is split over the zones reporting it by their demand; the
 // increases are budgeted. It says whether the package was contended; a
 // package the allocator refuses is skipped (counted in st.Problems).
-func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwstore.RateKey]*eipObs, reserved, inForce map[bwstore.RateKey]uint64,
-	now time.Time, next map[string]map[bwstore.RateKey]bwstore.Limit, sc *allocScratch, st *RoundStats) (bool, error) {
+func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwstore.RateKey]*eipObs, kept map[bwstore.RateKey][]string, reserved, inForce map[bwstore.RateKey]uint64,
+	placed *placement, now time.Time, next map[string]map[bwstore.RateKey]bwstore.Limit, sc *allocScratch, st *RoundStats) (bool, error) {
 	// One EIP that is carried nowhere takes no capacity (a host that
 	// starts carrying it reports it, and until its limit comes it holds
 	// the EIP to its static split).
@@ -514,14 +567,16 @@ func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwst
 		if o == nil && d.Expired && !held {
 			continue
 		}
-		carried = carried || o != nil
+		carried = carried || o != nil || len(kept[k]) > 0
 		e.Demand = d.Rate
 		sc.in = append(sc.in, e)
 	}
 	if !carried {
 		return false, nil // nobody measures or enforces this direction
 	}
+	t0 := time.Now()
 	res, err := r.alloc.Package(capLive, sc.in, bwalloc.Options{}, sc.grants)
+	st.Alloc += time.Since(t0)
 	if err != nil {
 		st.Problems++
 		r.cfg.Log.Warn("bandwidth region manager: package skipped", "package", p.Name, "dir", dir.String(), "err", err)
@@ -533,16 +588,29 @@ func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwst
 	for _, g := range res.Grants {
 		k := bwstore.RateKey{EIP: g.Addr, Dir: dir}
 		o := obs[k]
-		if o == nil {
+		kz := kept[k]
+		if o == nil && len(kz) == 0 {
 			continue
 		}
 		sc.hs = sc.hs[:0]
-		for _, z := range o.zones {
+		var zs []zoneObs
+		if o != nil {
+			zs = o.zones
+		}
+		n := len(zs) + len(kz)
+		for _, z := range zs {
 			var d uint64
-			if len(o.zones) > 1 { // one zone takes it all, whatever its demand
+			if n > 1 { // one zone takes it all, whatever its demand
 				d = r.zest.Demand(zoneKey{k, z.zi}, now, 0).Rate
 			}
 			sc.hs = append(sc.hs, bwalloc.HostShare{Host: z.zone, Demand: d})
+		}
+		for _, z := range kz {
+			var d uint64
+			if n > 1 {
+				d = r.zest.Demand(zoneKey{k, r.zoneIndex(z)}, now, 0).Rate
+			}
+			sc.hs = append(sc.hs, bwalloc.HostShare{Host: z, Demand: d})
 		}
 		sc.shares, err = bwalloc.SplitHosts(sc.shares, g.Limit/8, sc.hs, r.cfg.HostFloor)
 		if err != nil {
@@ -553,7 +621,7 @@ func (r *RegionManager) allocate(p *Package, dir bwstore.Direction, obs map[bwst
 			want = append(want, zoneRate{hostRateKey{k, s.Host}, s.Limit})
 		}
 	}
-	st.Held += r.budget(p, dir, want, inForce, now.Before(r.quiet))
+	st.Held += r.budget(p, dir, want, inForce, placed, now.Before(r.quiet))
 	for _, w := range want {
 		if w.rate == 0 {
 			continue // an addition held back entirely: next round
@@ -798,10 +866,14 @@ func (r *RegionManager) possiblyInForce() map[bwstore.RateKey]uint64 {
 // place) so that the package stays within its capacity whatever is in
 // force below while the writes travel: Σ over its keys of
 // max(possibly in force, written) ≤ capacity. inForce is
-// possiblyInForce's. quiet holds every increase (room 0: see
-// RegionManager.quiet). It returns how many increases it held back (in
-// part or whole).
-func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64, quiet bool) int {
+// possiblyInForce's. An EIP of the package that no zone reports and that
+// has nothing of ours in force may still be carried by a host whose
+// reports are lost or late (or that has just started carrying it): that
+// host enforces its static split, so it counts at that unless the model
+// says the EIP is not bound anywhere (placed). quiet holds every
+// increase (room 0: see RegionManager.quiet). It returns how many
+// increases it held back (in part or whole).
+func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRate, inForce map[bwstore.RateKey]uint64, placed *placement, quiet bool) int {
 	capBytes := p.Capacity / 8
 	// Possibly in force: ours where we have written; an EIP with nothing
 	// of ours in force anywhere is at its static split (over whichever
@@ -840,6 +912,20 @@ func (r *RegionManager) budget(p *Package, dir bwstore.Direction, want []zoneRat
 		}
 		total = satAdd(total, base[i])
 		r.staticBase[w.hostRateKey] = base[i]
+	}
+	for _, e := range p.EIPs {
+		k := bwstore.RateKey{EIP: e.Addr, Dir: dir}
+		if _, in := inForce[k]; in {
+			continue
+		}
+		if _, reported := wantTotal[e.Addr]; reported || !placed.mayCarry(k) {
+			continue
+		}
+		if static == nil {
+			static = map[netip.Addr]uint64{}
+			p.addStatic(static)
+		}
+		total = satAdd(total, static[e.Addr])
 	}
 	var incs uint64
 	for i, w := range want {

@@ -21,7 +21,8 @@ import (
 //  2. sums them per EIP and direction and writes the sums to the region
 //     tier as reporter Zone (alive 3 intervals);
 //  3. reads the zone's share of each EIP from the region tier (host =
-//     Zone) and splits it over the zone's reporters that carry the EIP in
+//     Zone) and splits it, less the limits in force at hosts with no
+//     fresh report (they get no new ones), over the zone's reporters that carry the EIP in
 //     proportion to their demand estimates (bwalloc.SplitHosts; each
 //     reporter's demand through a bwalloc.Estimator keyed by EIP,
 //     direction and host);
@@ -187,6 +188,18 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		// hosts' limits expire into their static split.
 		return st, nil
 	}
+	// A host with no fresh report gets no new limits but keeps enforcing
+	// the last ones we wrote (until they expire): its carriers share what
+	// those leave of the zone's share.
+	stale := map[bwstore.RateKey]uint64{}
+	for h, w := range z.force {
+		if _, fresh := hosts[h]; fresh {
+			continue
+		}
+		for k, l := range w.limits {
+			stale[k] = satAdd(stale[k], max(l.RateBytes, z.hold[hostRateKey{k, h}].rate))
+		}
+	}
 	next := map[string]map[bwstore.RateKey]bwstore.Limit{}
 	var shares []bwalloc.HostShare
 	for _, l := range zl.Limits.Limits {
@@ -199,7 +212,7 @@ func (z *ZoneManager) Round(ctx context.Context, active func() error) (RoundStat
 		for i, h := range cs {
 			in[i] = bwalloc.HostShare{Host: h, Demand: z.est.Demand(hostRateKey{k, h}, now, 0).Rate}
 		}
-		shares, err = bwalloc.SplitHosts(shares, l.RateBytes, in, z.cfg.HostFloor)
+		shares, err = bwalloc.SplitHosts(shares, l.RateBytes-min(stale[k], l.RateBytes), in, z.cfg.HostFloor)
 		if err != nil {
 			return st, fmt.Errorf("zone %s: splitting %s/%s: %w", z.Zone, l.EIP, l.Dir, err)
 		}
@@ -241,7 +254,10 @@ func (z *ZoneManager) hostSettle() time.Duration { return max(z.cfg.Settle-z.cfg
 // what the share leaves above those, in proportion to their size. A host
 // with no limit of ours for the EIP counts at 0: the zone does not know
 // the packages, so not the static split it is on (the region counts
-// that). It returns how many increases it held back (in part or whole).
+// that). A host with no fresh report (its reports lost or late) gets no
+// new limits but keeps enforcing the last ones we wrote until they
+// expire: it counts at those, as a carrier does. It returns how many
+// increases it held back (in part or whole).
 func (z *ZoneManager) budget(shares []bwstore.Limit, carriers map[bwstore.RateKey][]string, next map[string]map[bwstore.RateKey]bwstore.Limit, now time.Time) int {
 	for hk, h := range z.hold {
 		if !now.Before(h.until) {
@@ -249,10 +265,21 @@ func (z *ZoneManager) budget(shares []bwstore.Limit, carriers map[bwstore.RateKe
 		}
 	}
 	// The hosts that may hold a limit of ours for an EIP: the carriers,
-	// and those with a lowered one still held.
+	// those with a lowered one still held, and those with no fresh report
+	// that still have one in force.
 	held := map[bwstore.RateKey][]string{}
 	for hk := range z.hold {
 		held[hk.RateKey] = append(held[hk.RateKey], hk.Host)
+	}
+	for h, w := range z.force {
+		if _, fresh := next[h]; fresh {
+			continue // every fresh reporter has a set in next
+		}
+		for k := range w.limits {
+			if _, ok := z.hold[hostRateKey{k, h}]; !ok {
+				held[k] = append(held[k], h)
+			}
+		}
 	}
 	inForce := func(hk hostRateKey) uint64 {
 		var v uint64

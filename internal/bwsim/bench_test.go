@@ -4,10 +4,10 @@ import "testing"
 
 // BenchmarkScale runs the scale scenario (100k EIPs in 10k packages over
 // 3 AZs, 15 simulated seconds) and reports the wall-clock time of the
-// manager's rounds (median): ms/alloc is the issue's "allocation time per
+// managers' rounds (median): ms/alloc is the issue's "allocation time per
 // round" (Allocator.Package for every package, target ≤ 100 ms), ms/round
-// the whole round (estimators, allocation, zone and host splits, sort,
-// push plan).
+// the whole round (every ZoneManager.Round and the RegionManager.Round,
+// one after the other, on bwstore.Mem).
 func BenchmarkScale(b *testing.B) {
 	sc := Scale(1, 10_000, 10)
 	for b.Loop() {

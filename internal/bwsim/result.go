@@ -28,6 +28,14 @@ type Result struct {
 	// hosts, at any tick, divided by its capacity: decreases pushed before
 	// increases and a static split that sums to the capacity keep it ≤ 1.
 	LimitsMax float64
+	// ManagedFrom is the time from which every (EIP, host) had enforced a
+	// limit from a manager at least once (-1: never). Before it a host
+	// may be on a static split that no manager knows of (its reports have
+	// not reached one yet), which nothing counts: the *Managed figures
+	// are those above, over the ticks from ManagedFrom on (windows that
+	// start there).
+	ManagedFrom                                           time.Duration
+	LimitsMaxManaged, OvershootMaxManaged, OverPctManaged float64
 	// Convergence after the scenario's events: per event, the time until
 	// every EIP of every package is within Tolerance of the oracle and
 	// stays so until the next event. Measured counts the events measured
@@ -73,7 +81,7 @@ type recorder struct {
 
 	pServed, pDemand, pOracle, pJain []float64
 	pOK                              []bool
-	limitsMax                        float64
+	limitsMax, limitsMaxManaged      float64
 
 	alloc  bwalloc.Allocator
 	in     []bwalloc.EIP
@@ -138,6 +146,9 @@ func (r *recorder) tick(tick int, demand []float64) {
 		}
 		r.pServed[i], r.pDemand[i], r.pOracle[i], r.pOK[i] = sv, d, o, ok
 		r.limitsMax = max(r.limitsMax, r.limit[p]/c)
+		if s.managedFrom >= 0 {
+			r.limitsMaxManaged = max(r.limitsMaxManaged, r.limit[p]/c)
+		}
 		r.pJain[i] = math.NaN()
 		if d > c {
 			r.pJain[i] = Jain(r.x)
@@ -151,7 +162,12 @@ func (r *recorder) result() *Result {
 	s, n := r.s, r.n
 	cfg := s.cfg
 	res := &Result{Scenario: s.sc.Name, Description: s.sc.Description, Packages: len(s.pkgs), EIPs: len(s.eips),
-		Hosts: len(s.hosts), Slots: len(s.slots), Duration: time.Duration(n) * cfg.Tick, Config: cfg, LimitsMax: r.limitsMax, Events: s.sc.Events}
+		Hosts: len(s.hosts), Slots: len(s.slots), Duration: time.Duration(n) * cfg.Tick, Config: cfg, LimitsMax: r.limitsMax, Events: s.sc.Events,
+		LimitsMaxManaged: r.limitsMaxManaged, ManagedFrom: -1}
+	if s.managedFrom >= 0 {
+		res.ManagedFrom = time.Duration(s.managedFrom) * cfg.Tick
+	}
+	var overWinManaged float64
 	tickOf := func(d time.Duration) int { return int((d + cfg.Tick - 1) / cfg.Tick) }
 	events := make([]int, len(s.sc.Events))
 	for k, e := range s.sc.Events {
@@ -192,6 +208,11 @@ func (r *recorder) result() *Result {
 		peak, frac := Overshoot(sv, c, s.tpi)
 		res.OvershootMax = max(res.OvershootMax, peak)
 		overWin += frac
+		if s.managedFrom >= 0 {
+			peak, frac := Overshoot(sv[s.managedFrom:], c, s.tpi)
+			res.OvershootMaxManaged = max(res.OvershootMaxManaged, peak)
+			overWinManaged += frac
+		}
 		opeak, _ := Overshoot(r.pOracle[p*n:(p+1)*n], c, s.tpi)
 		res.OracleOvershootMax = max(res.OracleOvershootMax, opeak)
 		ok := r.pOK[p*n : (p+1)*n]
@@ -250,6 +271,7 @@ func (r *recorder) result() *Result {
 	}
 	P := float64(len(s.pkgs))
 	res.OverPct = 100 * overWin / P
+	res.OverPctManaged = 100 * overWinManaged / P
 	res.WithinPct = 100 * float64(within) / (P * float64(n))
 	res.ContendedPct = 100 * float64(contended) / (P * float64(n))
 	res.ConvMax = time.Duration(convMax) * cfg.Tick

@@ -1,29 +1,30 @@
 // Package bwsim simulates azgate's shared bandwidth (issue 10 part 7;
 // docs/bandwidth.md, "Simulator"): hosts in several zones (AZs) enforce
-// per-EIP token buckets, report their rates every interval, and a region
-// manager runs the real allocation code of internal/bwalloc (Estimator,
-// Allocator, SplitHosts over zones then hosts, PlanSorted, StaticSplit)
-// on those reports, while an oracle that knows the true demand allocates
-// with the same Allocator. The metrics (overshoot, convergence, fairness,
-// utilisation) compare the two.
+// per-EIP token buckets and report their rates every interval into an
+// in-process store (bwstore.Mem), and the real managers of
+// internal/bandwidth (a ZoneManager per zone, a RegionManager) run their
+// rounds on it, while an oracle that knows the true demand allocates with
+// the same Allocator. The metrics (overshoot, convergence, fairness,
+// utilisation) compare the two. The simulator has no round of its own.
 //
-// The simulation is a fluid model on a simulated clock: no sleeping, no
-// goroutines, and the same Config (seed included) gives the same figures,
-// apart from the wall-clock time of the manager's rounds, which is
-// measured.
+// The simulation is a fluid model on a simulated clock, shared by the
+// store and the managers (bandwidth.Config.Now): no sleeping, and the
+// same Config (seed included) gives the same figures, apart from the
+// wall-clock time of the managers' rounds, which is measured.
 package bwsim
 
 import (
 	"cmp"
+	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/azgate/azgate/internal/bandwidth"
 	"github.com/azgate/azgate/internal/bwalloc"
+	"github.com/azgate/azgate/internal/bwstore"
 )
 
 // Config sets the model's clock, delays and faults. Zero fields take the
@@ -43,13 +44,16 @@ type Config struct {
 	// interval to the manager's round that uses it (host write, zone
 	// aggregation, region read).
 	ReportDelay int
-	// PushDelay is the time, in ticks, for a push to reach the hosts:
-	// decreases land PushDelay ticks after the round, increases once the
-	// decreases are confirmed, PushDelay ticks later again.
+	// PushDelay is the time, in ticks, from the managers' round to the
+	// hosts' reading of their limits from the store: every host reads its
+	// limits PushDelay ticks after each round's time, every interval (the
+	// zone manager writes the decreases, then the increases, within its
+	// round; a host applies the set it reads).
 	PushDelay int
 	// Loss is the probability that a host's report is lost (0-1). The
-	// store then still holds the host's previous report while it is
-	// younger than two intervals, as the zone managers read it.
+	// store then still holds the host's previous report (TTL three
+	// intervals, as the agents write it); the zone manager counts it while
+	// it is younger than two intervals.
 	Loss float64
 	// NoDrops: hosts report no drop counts (traffic that adapts to its
 	// limit, as TCP does, shows no drops): the estimator then finds
@@ -58,12 +62,12 @@ type Config struct {
 	// Burst is the token buckets' burst time (default 20 ms, the model's
 	// default); a bucket holds max(rate × Burst, 15,000 bytes).
 	Burst time.Duration
-	// Grace is how long hosts keep their last limits without a push
-	// before they fall back to the static split (default 10 s).
+	// Grace is the managers' grace (default 10 s): the TTL of the limits
+	// they write; a host whose limits expired uses the static split.
 	Grace time.Duration
 	// HostFloor is SplitHosts' floor (default bwalloc.DefaultHostFloor).
 	HostFloor float64
-	// Estimator configures the manager's estimators (zero: bwalloc's
+	// Estimator configures the managers' estimators (zero: bwalloc's
 	// defaults).
 	Estimator bwalloc.EstimatorConfig
 	// Tolerance is how close to the oracle's rate an EIP must be to count
@@ -134,7 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.ReportDelay < 0 || c.PushDelay < 0:
 		return c, fmt.Errorf("bandwidth simulator: report delay %d, push delay %d: want ticks ≥ 0", c.ReportDelay, c.PushDelay)
 	case 2*c.PushDelay >= int(c.Interval/c.Tick):
-		return c, fmt.Errorf("bandwidth simulator: push delay %d ticks: both push phases must land within one interval (%d ticks)", c.PushDelay, c.Interval/c.Tick)
+		return c, fmt.Errorf("bandwidth simulator: push delay %d ticks: want less than half an interval (%d ticks)", c.PushDelay, c.Interval/c.Tick)
 	case !(c.Loss >= 0 && c.Loss <= 1):
 		return c, fmt.Errorf("bandwidth simulator: loss %v: want a probability in [0, 1]", c.Loss)
 	case c.Grace < c.Interval:
@@ -192,14 +196,19 @@ type Scenario struct {
 
 // slot is one EIP on one host: a token bucket and its counters.
 type slot struct {
-	eip    int32
-	host   int32
-	key    bwalloc.HostKey
-	limit  uint64  // bits/s in force
-	tokens float64 // bits
-	share  float64 // fraction of the EIP's demand offered here
+	eip   int32
+	host  int32
+	key   bwalloc.HostKey
+	limit uint64  // bits/s in force
+	burst float64 // bits the bucket holds at most
+	// managed: the host has enforced a limit from a manager for this
+	// EIP at least once (until then it is on a static split that no
+	// manager may know of: its report never reached one).
+	managed bool
+	tokens  float64 // bits
+	share   float64 // fraction of the EIP's demand offered here
 	// over the current reporting interval, bits
-	served, dropped, limitSum float64
+	served, dropped float64
 }
 
 type eipState struct {
@@ -208,20 +217,13 @@ type eipState struct {
 	terms    bwalloc.EIP
 	ceiling  uint64
 	slots    []int32 // in EIP.Hosts order
-	zones    []zoneSlots
-	static   uint64 // each host's static limit: StaticSplit / hosts
-}
-
-type zoneSlots struct {
-	zone  int32
-	slots []int32 // sorted by host name
+	static   uint64  // each host's static limit: StaticSplit / hosts
 }
 
 type hostState struct {
 	Host
-	zone    int32
-	slots   []int32
-	expires int // tick at which the limits run out; -1: on the static split
+	zone  int32
+	slots []int32 // sorted by EIP: the order of the host's limits in the store
 }
 
 type pkgState struct {
@@ -229,22 +231,11 @@ type pkgState struct {
 	eips     []int32 // global EIP indexes, sorted by address
 }
 
-// row is one line of a host's report.
-type row struct {
-	slot                 int32
-	rate, dropped, limit uint64
-}
-
+// report is a host's report on its way to the store.
 type report struct {
 	host    int32
 	arrives int // tick it reaches the store
-	rows    []row
-}
-
-type push struct {
-	at    int
-	slot  int32
-	limit uint64
+	rates   []bwstore.Rate
 }
 
 type sim struct {
@@ -259,16 +250,20 @@ type sim struct {
 	eips   []eipState
 	slots  []slot
 	bySlot map[bwalloc.HostKey]int32
-	sorted []int32 // slots by (host, address): the in-force table's order
 
 	inflight []report
-	store    []*report // latest report per host
-	pending  []push
-	mgr      *manager
+	clk      *simClock
+	mem      *bwstore.Mem
+	bwPkgs   []bandwidth.Package
+	mgrs     *managers // nil while no manager runs
+	// unmanaged counts the slots not yet managed; managedFrom is the
+	// tick from which every slot has been (-1: not yet).
+	unmanaged, managedFrom int
 }
 
 func newSim(cfg Config, sc *Scenario) (*sim, error) {
-	s := &sim{cfg: cfg, sc: sc, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6277)), dt: cfg.Tick.Seconds(), tpi: int(cfg.Interval / cfg.Tick)}
+	s := &sim{cfg: cfg, sc: sc, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6277)), dt: cfg.Tick.Seconds(), tpi: int(cfg.Interval / cfg.Tick), clk: &simClock{t: epoch}}
+	s.mem = bwstore.NewMem(s.clk)
 	if sc.Demand == nil {
 		return nil, fmt.Errorf("scenario %s: no demand", sc.Name)
 	}
@@ -315,13 +310,13 @@ func newSim(cfg Config, sc *Scenario) (*sim, error) {
 				if !ok {
 					hi = int32(len(s.hosts))
 					hostIdx[h.Name] = hi
-					s.hosts = append(s.hosts, hostState{Host: h, zone: z, expires: -1})
+					s.hosts = append(s.hosts, hostState{Host: h, zone: z})
 				} else if s.hosts[hi].Zone != h.Zone {
 					return nil, fmt.Errorf("scenario %s: host %s in zones %s and %s", sc.Name, h.Name, s.hosts[hi].Zone, h.Zone)
 				}
 				si := int32(len(s.slots))
 				b := max(float64(es.static)*cfg.Burst.Seconds(), minBurstBits)
-				s.slots = append(s.slots, slot{eip: ei, host: hi, key: bwalloc.HostKey{Addr: e.Addr, Host: h.Name}, limit: es.static, tokens: b, share: 1 / float64(len(e.Hosts))})
+				s.slots = append(s.slots, slot{eip: ei, host: hi, key: bwalloc.HostKey{Addr: e.Addr, Host: h.Name}, limit: es.static, burst: b, tokens: b, share: 1 / float64(len(e.Hosts))})
 				s.hosts[hi].slots = append(s.hosts[hi].slots, si)
 				es.slots = append(es.slots, si)
 			}
@@ -339,29 +334,12 @@ func newSim(cfg Config, sc *Scenario) (*sim, error) {
 		}
 		s.bySlot[k] = int32(i)
 	}
-	// Zones of each EIP (sorted by zone name) with their hosts (sorted by
-	// host name): the order SplitHosts wants, so it does not re-sort.
-	for ei := range s.eips {
-		e := &s.eips[ei]
-		byZone := map[int32][]int32{}
-		for _, si := range e.slots {
-			z := s.hosts[s.slots[si].host].zone
-			byZone[z] = append(byZone[z], si)
-		}
-		for z, sl := range byZone {
-			slices.SortFunc(sl, func(a, b int32) int { return strings.Compare(s.slots[a].key.Host, s.slots[b].key.Host) })
-			e.zones = append(e.zones, zoneSlots{zone: z, slots: sl})
-		}
-		slices.SortFunc(e.zones, func(a, b zoneSlots) int { return strings.Compare(s.zones[a.zone], s.zones[b.zone]) })
+	for h := range s.hosts {
+		sl := s.hosts[h].slots
+		slices.SortFunc(sl, func(a, b int32) int { return s.slots[a].key.Addr.Compare(s.slots[b].key.Addr) })
 	}
-	s.sorted = make([]int32, len(s.slots))
-	for i := range s.sorted {
-		s.sorted[i] = int32(i)
-	}
-	slices.SortFunc(s.sorted, func(a, b int32) int {
-		return bwalloc.CompareLimits(bwalloc.Limit{HostKey: s.slots[a].key}, bwalloc.Limit{HostKey: s.slots[b].key})
-	})
-	s.store = make([]*report, len(s.hosts))
+	s.bwPkgs = s.bwPackages()
+	s.unmanaged, s.managedFrom = len(s.slots), -1
 	return s, nil
 }
 
@@ -388,70 +366,64 @@ func (s *sim) managerUp(tick int) bool {
 	return t < o.From || t >= o.To
 }
 
+// epoch is the simulated clock's start.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func (s *sim) run() (*Result, error) {
+	ctx := context.Background()
 	nTicks := int(s.sc.Duration / s.cfg.Tick)
 	rec := newRecorder(s, nTicks)
 	demand := make([]float64, len(s.eips))
 	spread := []float64{}
-	graceTicks := int(s.cfg.Grace / s.cfg.Tick)
 	var roundTimes []Timing
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for tick := 0; tick < nTicks; tick++ {
 		t := time.Duration(tick) * s.cfg.Tick
-		// Pushes that land now.
-		if len(s.pending) > 0 {
-			k := 0
-			for _, p := range s.pending {
-				if p.at <= tick {
-					s.slots[p.slot].limit = p.limit
-				} else {
-					s.pending[k] = p
-					k++
-				}
-			}
-			s.pending = s.pending[:k]
-		}
-		// Hosts whose limits ran out fall back to the static split.
-		for h := range s.hosts {
-			hs := &s.hosts[h]
-			if hs.expires >= 0 && tick >= hs.expires {
-				hs.expires = -1
-				for _, si := range hs.slots {
-					s.slots[si].limit = s.eips[s.slots[si].eip].static
-				}
-			}
-		}
+		s.clk.t = epoch.Add(t)
 		// Reports of the interval that just ended.
 		if tick > 0 && tick%s.tpi == 0 {
 			s.report(tick)
 		}
 		k := 0
 		for _, r := range s.inflight {
-			if r.arrives <= tick {
-				s.store[r.host] = &r
-			} else {
+			if r.arrives > tick {
 				s.inflight[k] = r
 				k++
+				continue
+			}
+			h := &s.hosts[r.host]
+			if err := s.mem.WriteReports(ctx, h.Zone, h.Name, 3*s.cfg.Interval, r.rates); err != nil {
+				return nil, fmt.Errorf("scenario %s: report of %s at %v: %w", s.sc.Name, h.Name, t, err)
 			}
 		}
 		s.inflight = s.inflight[:k]
-		// The manager's round.
+		// The managers' round: every interval, ReportDelay ticks after
+		// the interval's end.
+		since := tick - s.cfg.ReportDelay
 		if up := s.managerUp(tick); !up {
-			s.mgr = nil
-		} else if tick-s.cfg.ReportDelay > 0 && (tick-s.cfg.ReportDelay)%s.tpi == 0 {
-			if s.mgr == nil {
-				m, err := newManager(s)
+			s.mgrs = nil
+		} else if since > 0 && since%s.tpi == 0 {
+			if s.mgrs == nil {
+				m, err := newManagers(s)
 				if err != nil {
 					return nil, err
 				}
-				s.mgr = m
+				s.mgrs = m
 			}
-			plan, tm, err := s.mgr.round(epoch.Add(t), tick)
+			tm, err := s.mgrs.round()
 			roundTimes = append(roundTimes, tm)
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: round at %v: %w", s.sc.Name, t, err)
 			}
-			s.schedule(plan, tick, graceTicks)
+		}
+		// The hosts read their limits PushDelay ticks after each round's
+		// time (whether a round ran or not).
+		if since -= s.cfg.PushDelay; since > 0 && since%s.tpi == 0 {
+			if err := s.poll(ctx); err != nil {
+				return nil, fmt.Errorf("scenario %s: hosts reading their limits at %v: %w", s.sc.Name, t, err)
+			}
+		}
+		if s.managedFrom < 0 && s.unmanaged == 0 {
+			s.managedFrom = tick
 		}
 		// Limits in force, per package.
 		for si := range s.slots {
@@ -476,10 +448,9 @@ func (s *sim) run() (*Result, error) {
 			r := float64(sl.limit)
 			avail := sl.tokens + r*s.dt
 			sv := min(d, avail)
-			sl.tokens = min(max(r*s.cfg.Burst.Seconds(), minBurstBits), avail-sv)
+			sl.tokens = min(sl.burst, avail-sv)
 			sl.served += sv
 			sl.dropped += d - sv
-			sl.limitSum += r * s.dt
 			rec.served[sl.eip] += sv / s.dt
 		}
 		rec.tick(tick, demand)
@@ -494,52 +465,61 @@ func (s *sim) run() (*Result, error) {
 	return res, nil
 }
 
-// report makes every host's report for the interval ending at tick; each
-// is lost with probability Loss, else reaches the store ReportDelay
-// ticks later.
+// report makes every host's report for the interval ending at tick (per
+// EIP, bytes/s passed and dropped, as an agent writes it); each is lost
+// with probability Loss, else reaches the store ReportDelay ticks later.
 func (s *sim) report(tick int) {
 	iv := s.cfg.Interval.Seconds()
 	for h := range s.hosts {
 		hs := &s.hosts[h]
-		rows := make([]row, len(hs.slots))
+		rates := make([]bwstore.Rate, len(hs.slots))
 		for k, si := range hs.slots {
 			sl := &s.slots[si]
-			r := row{slot: si, rate: uint64(sl.served / iv), limit: uint64(math.Round(sl.limitSum / iv))}
+			b := bytesOf(sl.served / iv)
+			r := bwstore.Rate{EIP: sl.key.Addr, Dir: bwstore.Egress, BytesPerSec: b, PacketsPerSec: b / 1000}
 			if !s.cfg.NoDrops {
-				r.dropped = uint64(sl.dropped / iv)
+				r.DropBytesPerSec = bytesOf(sl.dropped / iv)
 			}
-			rows[k] = r
-			sl.served, sl.dropped, sl.limitSum = 0, 0, 0
+			rates[k] = r
+			sl.served, sl.dropped = 0, 0
 		}
 		if s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss {
 			continue
 		}
-		s.inflight = append(s.inflight, report{host: int32(h), arrives: tick + s.cfg.ReportDelay, rows: rows})
+		s.inflight = append(s.inflight, report{host: int32(h), arrives: tick + s.cfg.ReportDelay, rates: rates})
 	}
 }
 
-// schedule queues a round's plan: decreases PushDelay ticks after the
-// round, increases PushDelay ticks after that; every host's limits are
-// refreshed for Grace (the zone managers rewrite each host's whole set).
-func (s *sim) schedule(p bwalloc.Plan, tick, graceTicks int) {
-	dec, inc := tick+s.cfg.PushDelay, tick+2*s.cfg.PushDelay
-	for _, phase := range []struct {
-		at     int
-		pushes []bwalloc.Push
-	}{{dec, p.Decreases}, {inc, p.Increases}} {
-		for _, x := range phase.pushes {
-			si, ok := s.bySlot[x.HostKey]
-			if !ok || x.Removed {
-				continue // every slot is carried for the whole run
+// poll is every host reading its limits from the store, as an agent
+// does: a limit for an EIP it carries is enforced (rate and burst); an
+// EIP with none, or every EIP once the host's limits expired (no manager
+// wrote for the grace), is on its static split.
+func (s *sim) poll(ctx context.Context) error {
+	for h := range s.hosts {
+		hs := &s.hosts[h]
+		hl, ok, err := s.mem.ReadLimits(ctx, hs.Zone, hs.Name)
+		if err != nil {
+			return err
+		}
+		var ls []bwstore.Limit
+		if ok {
+			ls = hl.Limits.Limits
+		}
+		for _, si := range hs.slots {
+			sl := &s.slots[si]
+			i, found := slices.BinarySearchFunc(ls, sl.key.Addr, func(l bwstore.Limit, a netip.Addr) int { return l.EIP.Compare(a) })
+			if found && ls[i].Dir == bwstore.Egress {
+				if !sl.managed {
+					sl.managed = true
+					s.unmanaged--
+				}
+				sl.limit = ls[i].RateBytes * 8
+				sl.burst = max(float64(ls[i].BurstBytes)*8, minBurstBits)
+				continue
 			}
-			if phase.at <= tick {
-				s.slots[si].limit = x.New
-			} else {
-				s.pending = append(s.pending, push{at: phase.at, slot: si, limit: x.New})
-			}
+			sl.limit = s.eips[sl.eip].static
+			sl.burst = max(float64(sl.limit)*s.cfg.Burst.Seconds(), minBurstBits)
 		}
 	}
-	for h := range s.hosts {
-		s.hosts[h].expires = dec + graceTicks
-	}
+	return nil
 }

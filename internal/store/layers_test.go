@@ -23,7 +23,9 @@ import (
 // does not link the GSLB's DNS server (internal/gslb/dnsserver), not even
 // through other packages. The controller's Core (core.go, rules.go,
 // errors.go) does not import net/http: handlers decode, call it and encode
-// (issue 18). `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
+// (issue 18). The bandwidth simulator (internal/bwsim) drives the real
+// managers: it imports internal/bandwidth (it has no round of its own,
+// issue 18 part 5), which does not import it back. `go list -f '{{.ImportPath}} {{.Imports}}' ./...` shows the same.
 func TestLayers(t *testing.T) {
 	controllerCore := map[string]bool{"core.go": true, "rules.go": true, "errors.go": true}
 	root, err := filepath.Abs("../..")
@@ -33,6 +35,7 @@ func TestLayers(t *testing.T) {
 	fset := token.NewFileSet()
 	const module = "github.com/azgate/azgate/"
 	deps := map[string][]string{} // package dir → the module's packages it imports (non-test files)
+	bwsimManagers := false
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -74,6 +77,12 @@ func TestLayers(t *testing.T) {
 			if rel == "internal/controller" && p == "net/http" && controllerCore[filepath.Base(path)] {
 				t.Errorf("%s imports net/http: the controller's Core never sees a request (the handlers do)", filepath.Join(rel, filepath.Base(path)))
 			}
+			if rel == "internal/bwsim" && p == "github.com/azgate/azgate/internal/bandwidth" {
+				bwsimManagers = true
+			}
+			if rel == "internal/bandwidth" && p == "github.com/azgate/azgate/internal/bwsim" {
+				t.Errorf("%s imports %s: the simulator drives the managers, not the reverse", filepath.Join(rel, filepath.Base(path)), p)
+			}
 			if rel == "internal/agent" && p == "github.com/azgate/azgate/internal/edge" {
 				t.Errorf("%s imports the edge", filepath.Join(rel, filepath.Base(path)))
 			}
@@ -93,6 +102,9 @@ func TestLayers(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !bwsimManagers {
+		t.Error("internal/bwsim does not import internal/bandwidth: the simulator must run the real managers, not a round of its own")
 	}
 	// Transitive rules: what a package must not link, directly or through
 	// other packages of the module.
