@@ -85,6 +85,13 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 	return 0;
 }
 
+/* Whether the parsed IPv4 packet p is GRE to this node's underlay
+ * address (0: none configured, nothing is). */
+static __always_inline int nvgre_for_us(const struct pkt *p, __be32 underlay)
+{
+	return p->proto == IPPROTO_GRE_ && p->daddr == underlay && underlay;
+}
+
 /* Validates an NVGRE packet whose outer IPv4 header (o) is already parsed,
  * then the inner Ethernet and IPv4 headers (into in). Returns 0 with the
  * VSID, or a drop reason. */
