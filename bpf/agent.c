@@ -396,17 +396,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(STAT_DROP_ETH_TRUNC, len);
-	struct nvgre_spec s;
-	__builtin_memcpy(s.odst, fib.dmac, ETH_ALEN_);
-	__builtin_memcpy(s.osrc, fib.smac, ETH_ALEN_);
-	__builtin_memcpy(s.idst, cfg->gw_mac, ETH_ALEN_);
-	__builtin_memcpy(s.isrc, eth->h_source, ETH_ALEN_);
-	s.saddr = cfg->underlay.a[0];
-	s.daddr = to;
-	s.key = (vsid << 8) | (hash & 0xff);
-	s.tos = p.tos;
+	/* The guest's MAC is the frame's: kept aside, the push moves it. */
+	__u8 guest_mac[ETH_ALEN_];
+	__builtin_memcpy(guest_mac, eth->h_source, ETH_ALEN_);
 	__u16 ip_len = p.ip_len;
-	if (nvgre_push(ctx, p.l3_off, ip_len, &s))
+	if (nvgre_to(ctx, p.l3_off, ip_len, p.tos, &fib, cfg->underlay.a[0], to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
+		     guest_mac))
 		return count_drop(STAT_DROP_HEADROOM, len);
 
 	struct eip_stats *es = count_eip ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;

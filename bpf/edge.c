@@ -133,6 +133,7 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 				  struct bpf_fib_lookup *fibp, __be32 host, __u32 key, const __u8 *imac, __u32 stat,
 				  __u64 len, int *sent)
 {
+	__be32 ul = cfg->underlay.a[0];
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
@@ -140,7 +141,7 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	 * spreads one host's tunnels (with the L4 multipath hash policy) as
 	 * the underlay's routers do by the key. */
 	__u32 fid = key & 0xff;
-	int rc = fib4f(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
+	int rc = fib4f(ctx, fibp, cfg->nh_gen, ul, host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
 		       bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
@@ -155,16 +156,12 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 		return count_drop(STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 
-	struct nvgre_spec s;
-	__builtin_memcpy(s.odst, fibp->dmac, ETH_ALEN_);
-	__builtin_memcpy(s.osrc, fibp->smac, ETH_ALEN_);
-	__builtin_memcpy(s.idst, imac, ETH_ALEN_);
-	__builtin_memcpy(s.isrc, cfg->gw_mac, ETH_ALEN_);
-	s.saddr = cfg->underlay.a[0];
-	s.daddr = host;
-	s.key = key;
-	s.tos = p->tos;
-	if (nvgre_push(ctx, p->l3_off, p->ip_len, &s))
+	/* (The inner source MAC copied first: with cfg live across the
+	 * push, clang 14 spills on lb_ingress's shared nat path, one more
+	 * instruction a packet there.) */
+	__u8 gw[ETH_ALEN_];
+	__builtin_memcpy(gw, cfg->gw_mac, ETH_ALEN_);
+	if (nvgre_to(ctx, p->l3_off, p->ip_len, p->tos, fibp, ul, host, key, imac, gw))
 		return count_drop(STAT_DROP_HEADROOM, len);
 	stat_add(stat, len);
 	*sent = 1;
