@@ -217,7 +217,7 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	if (nvgre_for_us(&p, cfg->underlay.a[0]))
+	if (nvgre_for_us(&p, &cfg->underlay.a[0]))
 		return agent_from_edge(ctx, &p);
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }

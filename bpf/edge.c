@@ -735,7 +735,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	/* The scratch lookup comes after the anti-spoofing call: a value live
 	 * across it would be spilled, and the stack is at its limit. */
 	struct bpf_fib_lookup *fib;
-	if (nvgre_for_us(&p, cfg->underlay.a[0])) {
+	if (nvgre_for_us(&p, &cfg->underlay.a[0])) {
 		fib = fib_room();
 		if (!fib)
 			return XDP_PASS;

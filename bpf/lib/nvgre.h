@@ -101,10 +101,13 @@ static __always_inline int nvgre_to(struct xdp_md *ctx, __u32 l3_off, __u16 ip_l
 }
 
 /* Whether the parsed IPv4 packet p is GRE to this node's underlay
- * address (0: none configured, nothing is). */
-static __always_inline int nvgre_for_us(const struct pkt *p, __be32 underlay)
+ * address, the config's *underlay (0: none configured, nothing is). The
+ * address is read here, not by the caller: read before the call, clang 14
+ * keeps it where xdp_edge's spills land beyond 128 bytes of stack (35
+ * longer instructions once JIT-compiled). */
+static __always_inline int nvgre_for_us(const struct pkt *p, const __be32 *underlay)
 {
-	return p->proto == IPPROTO_GRE_ && p->daddr == underlay && underlay;
+	return p->proto == IPPROTO_GRE_ && p->daddr == *underlay && *underlay;
 }
 
 /* Validates an NVGRE packet whose outer IPv4 header (o) is already parsed,
