@@ -30,6 +30,7 @@
 #include "lib/parse.h"
 #include "lib/hash.h"
 #include "lib/stats.h"
+#include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
 #include "lib/fib.h"
@@ -60,7 +61,7 @@ static __always_inline struct svc_entry *svc_lookup(void *data, void *data_end, 
 	__builtin_memcpy(&k->guest, &ieth->h_dest[2], 4);
 	k->proto = in->proto;
 	*icmp = 0;
-	*vport = (__be16)(in->ports >> 16);
+	*vport = pkt_dport(in);
 	if (in->proto == IPPROTO_ICMP_ && in->l4_ok) {
 		struct icmphdr_ *ih = data + OFF(in->l4_off);
 		if ((void *)(ih + 1) > data_end || !icmp_is_error(ih->type))
@@ -209,22 +210,14 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	__u64 len = data_end - data;
 	struct pkt p;
 	__u32 zero = 0;
-	int rc;
 
-	rc = parse_eth(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
-	if (p.eth_proto == ETH_P_IPV6_)
-		return count_pass(STAT_PASS_IPV6, len);
-	if (p.eth_proto != ETH_P_IP_)
-		return count_pass(STAT_PASS_NON_IP, len);
-	rc = parse_ipv4(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
+	int rc = parse_frame(data, data_end, &p, len, 0);
+	if (rc != FRAME_IPV4)
+		return rc;
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0])
+	if (nvgre_for_us(&p, &cfg->underlay.a[0]))
 		return agent_from_edge(ctx, &p);
 	return count_pass(STAT_PASS_NOT_OURS, len);
 }
@@ -236,7 +229,7 @@ static __always_inline int local_allowed(const struct local_allow *la, const str
 {
 	__u16 port = 0;
 	if (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)
-		port = bpf_ntohs((__be16)(p->ports >> 16));
+		port = bpf_ntohs(pkt_dport(p));
 #pragma unroll
 	for (int i = 0; i < LOCAL_RULES_MAX; i++) {
 		if ((__u32)i >= la->n)
@@ -261,19 +254,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__u32 zero = 0;
 	int rc;
 
-	rc = parse_eth(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
 	/* No IPv6 from a guest: there are no IPv6 EIPs, and the host's
 	 * kernel would answer it (link-local, on every listener bound to
 	 * ::): a path to the host --local-allow does not open. */
-	if (p.eth_proto == ETH_P_IPV6_)
-		return count_drop(STAT_DROP_LOCAL, len);
-	if (p.eth_proto != ETH_P_IP_)
-		return count_pass(STAT_PASS_NON_IP, len);
-	rc = parse_ipv4(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
+	rc = parse_frame(data, data_end, &p, len, FRAME_F_DROP_IPV6);
+	if (rc != FRAME_IPV4)
+		return rc;
 
 	/* Whose packet is this: a guest with an EIP (one lookup: the pure
 	 * EIP path stays as it was), then the flow it belongs to, for guests
@@ -337,13 +323,18 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 	__be32 eip = f ? f->pub : g ? g->eip.a[0] : 0;
-	__be16 gport = quoted ? fk.gport : (__be16)(p.ports & 0xffff);
+	/* The guest's port (an ICMP error's: of the flow it quotes). Not
+	 * a ?: here: clang 14 then lays the blocks out for 2 more
+	 * instructions a packet. */
+	__be16 gport = pkt_sport(&p);
+	if (quoted)
+		gport = fk.gport;
 	__be16 vport = f && f->pport != gport ? f->pport : 0;
 	__u32 vsid = f ? f->vsid : g ? g->vsid : 0;
 	__u32 idx = g ? g->stats_idx : 0;
 	int count_eip = g && eip == g->eip.a[0];
 	int bw = count_eip && (g->flags & AGENT_F_BW);
-	__be32 ports = vport && !quoted ? ((p.ports & 0xffff0000) | vport) : p.ports;
+	__be32 ports = vport && !quoted ? ports_with_sport(p.ports, vport) : p.ports;
 	__u32 hash = flow_hash4(eip, p.daddr, ports, p.proto, cfg->hash_seed);
 	/* To a live member of the edge set that serves the public address
 	 * (its group): back to the edge the flow came from (its connection
@@ -405,17 +396,12 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(STAT_DROP_ETH_TRUNC, len);
-	struct nvgre_spec s;
-	__builtin_memcpy(s.odst, fib.dmac, ETH_ALEN_);
-	__builtin_memcpy(s.osrc, fib.smac, ETH_ALEN_);
-	__builtin_memcpy(s.idst, cfg->gw_mac, ETH_ALEN_);
-	__builtin_memcpy(s.isrc, eth->h_source, ETH_ALEN_);
-	s.saddr = cfg->underlay.a[0];
-	s.daddr = to;
-	s.key = (vsid << 8) | (hash & 0xff);
-	s.tos = p.tos;
+	/* The guest's MAC is the frame's: kept aside, the push moves it. */
+	__u8 guest_mac[ETH_ALEN_];
+	__builtin_memcpy(guest_mac, eth->h_source, ETH_ALEN_);
 	__u16 ip_len = p.ip_len;
-	if (nvgre_push(ctx, p.l3_off, ip_len, &s))
+	if (nvgre_to(ctx, p.l3_off, ip_len, p.tos, &fib, cfg->underlay.a[0], to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
+		     guest_mac))
 		return count_drop(STAT_DROP_HEADROOM, len);
 
 	struct eip_stats *es = count_eip ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;

@@ -166,9 +166,10 @@ int xdp_bare_encap(struct xdp_md *ctx)
 {
 	if (bench_restore(ctx))
 		return XDP_ABORTED;
+	__u8 odst[ETH_ALEN_] = {2, 0, 0, 0, 0, 2}, osrc[ETH_ALEN_] = {2, 0, 0, 0, 0, 1};
+	__u8 idst[ETH_ALEN_] = {2, 0, 0, 0, 0, 4}, isrc[ETH_ALEN_] = {2, 0, 0, 0, 0, 3};
 	struct nvgre_spec s = {
-		.odst = {2, 0, 0, 0, 0, 2}, .osrc = {2, 0, 0, 0, 0, 1},
-		.idst = {2, 0, 0, 0, 0, 4}, .isrc = {2, 0, 0, 0, 0, 3},
+		.odst = odst, .osrc = osrc, .idst = idst, .isrc = isrc,
 		.saddr = bpf_htonl(0xc6120001), .daddr = bpf_htonl(0xc6121501), .key = 5001 << 8,
 	};
 	void *data = (void *)(long)ctx->data;

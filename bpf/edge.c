@@ -30,6 +30,7 @@
 #include "lib/parse.h"
 #include "lib/hash.h"
 #include "lib/stats.h"
+#include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
 #include "lib/fib.h"
@@ -55,7 +56,7 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 	if (!gp)
 		return NULL;
 	__u64 tag = *gp + 1;
-	__u32 slot = ((__u32)addr * 2654435761u) >> (32 - __builtin_ctz(EIP_CACHE_SLOTS));
+	__u32 slot = ((__u32)addr * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(EIP_CACHE_SLOTS));
 	struct eip_centry *c = bpf_map_lookup_elem(&eip_cache, &slot);
 	if (!c)
 		return NULL;
@@ -132,6 +133,7 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 				  struct bpf_fib_lookup *fibp, __be32 host, __u32 key, const __u8 *imac, __u32 stat,
 				  __u64 len, int *sent)
 {
+	__be32 ul = cfg->underlay.a[0];
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
@@ -139,7 +141,7 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	 * spreads one host's tunnels (with the L4 multipath hash policy) as
 	 * the underlay's routers do by the key. */
 	__u32 fid = key & 0xff;
-	int rc = fib4f(ctx, fibp, cfg->nh_gen, cfg->underlay.a[0], host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
+	int rc = fib4f(ctx, fibp, cfg->nh_gen, ul, host, p->ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0,
 		       bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
@@ -154,16 +156,12 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 		return count_drop(STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 
-	struct nvgre_spec s;
-	__builtin_memcpy(s.odst, fibp->dmac, ETH_ALEN_);
-	__builtin_memcpy(s.osrc, fibp->smac, ETH_ALEN_);
-	__builtin_memcpy(s.idst, imac, ETH_ALEN_);
-	__builtin_memcpy(s.isrc, cfg->gw_mac, ETH_ALEN_);
-	s.saddr = cfg->underlay.a[0];
-	s.daddr = host;
-	s.key = key;
-	s.tos = p->tos;
-	if (nvgre_push(ctx, p->l3_off, p->ip_len, &s))
+	/* (The inner source MAC copied first: with cfg live across the
+	 * push, clang 14 spills on lb_ingress's shared nat path, one more
+	 * instruction a packet there.) */
+	__u8 gw[ETH_ALEN_];
+	__builtin_memcpy(gw, cfg->gw_mac, ETH_ALEN_);
+	if (nvgre_to(ctx, p->l3_off, p->ip_len, p->tos, fibp, ul, host, key, imac, gw))
 		return count_drop(STAT_DROP_HEADROOM, len);
 	stat_add(stat, len);
 	*sent = 1;
@@ -286,8 +284,8 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		f.vport = qsp;
 		f.icmp = 1;
 	} else {
-		f.cport = (__be16)(p->ports & 0xffff);
-		f.vport = (__be16)(p->ports >> 16);
+		f.cport = pkt_sport(p);
+		f.vport = pkt_dport(p);
 	}
 	__u32 idx;
 	__u8 fid = 0;
@@ -317,7 +315,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	}
 
 	/* nat: DNAT to the backend (and, for an ICMP error, its quote). */
-	__be32 oports = f.icmp ? 0 : (__u32)f.cport | ((__u32)(bport ? bport : f.vport) << 16);
+	__be32 oports = f.icmp ? 0 : ports_of(f.cport, bport ? bport : f.vport);
 	int how = route_prepare(ctx, p, cfg, fib, baddr, oports, fid, len);
 	if (how == ROUTE_LOCAL)
 		return count_drop(STAT_DROP_FIB, len); /* a backend address of our own */
@@ -424,8 +422,8 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 		}
 		k.baddr = p->saddr;
 		k.caddr = p->daddr;
-		k.bport = (__be16)(ports & 0xffff);
-		k.cport = (__be16)(ports >> 16);
+		k.bport = ports_sport(ports);
+		k.cport = ports_dport(ports);
 	}
 	/* The connection's entry is authoritative; without one (its SYN
 	 * went to another member of the set, whose entry has not synced
@@ -454,7 +452,7 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 		return count_drop(STAT_DROP_SPOOF, len);
 	if (ipv4_martian(p->daddr))
 		return count_drop(STAT_DROP_BAD_DST, len);
-	__be32 oports = icmp ? 0 : (ports & 0xffff0000) | vport;
+	__be32 oports = icmp ? 0 : ports_with_sport(ports, vport);
 	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ ports, len);
 	if (how == ROUTE_LOCAL) {
 		/* To the edge itself (a health check's answer): not a reply
@@ -504,7 +502,7 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 {
 	__u32 zero = 0;
 	struct lb_flow f = {.client = in->daddr, .vip = in->saddr, .proto = in->proto, .tcp_flags = in->tcp_flags,
-			    .cport = (__be16)(in->ports >> 16), .vport = (__be16)(in->ports & 0xffff)};
+			    .cport = pkt_dport(in), .vport = pkt_sport(in)};
 	struct ct_key k = {.src = f.client, .dst = f.vip, .sport = f.cport, .dport = f.vport, .proto = f.proto};
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
@@ -522,7 +520,7 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 		struct lb_listener *l = lb_listener_for(f.vip, f.proto, f.vport);
 		if (!cfg || !l)
 			return 0;
-		__be32 ports = (__u32)f.cport | ((__u32)f.vport << 16);
+		__be32 ports = ports_of(f.cport, f.vport);
 		long bi = lb_pick(l, flow_hash4(f.client, f.vip, ports, f.proto, cfg->hash_seed));
 		if (bi < 0)
 			return 0;
@@ -668,8 +666,8 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	struct arp_ipv4 *a = data + ETH_HLEN_;
 	if ((void *)(a + 1) > data_end)
 		return count_pass(STAT_PASS_NON_IP, len);
-	if (a->htype != bpf_htons(1) || a->ptype != bpf_htons(ETH_P_IP_) || a->hlen != 6 || a->plen != 4 ||
-	    a->op != bpf_htons(1))
+	if (a->htype != bpf_htons(ARPHRD_ETHER_) || a->ptype != bpf_htons(ETH_P_IP_) || a->hlen != ARP_HLEN_ETHER ||
+	    a->plen != ARP_PLEN_IPV4 || a->op != bpf_htons(ARPOP_REQUEST_))
 		return count_pass(STAT_PASS_NON_IP, len);
 	__be32 vip = a->tpa;
 	struct eip_key k;
@@ -678,13 +676,13 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	if ((!r || !(r->flags & ROUTE_F_VIP)) && !bpf_map_lookup_elem(&arp_addrs, &vip))
 		return count_pass(STAT_PASS_NON_IP, len);
 	__be32 spa = a->spa;
-	__builtin_memcpy(a->tha, a->sha, 6);
-	__builtin_memcpy(a->sha, ai->mac, 6);
+	__builtin_memcpy(a->tha, a->sha, ETH_ALEN_);
+	__builtin_memcpy(a->sha, ai->mac, ETH_ALEN_);
 	a->tpa = spa;
 	a->spa = vip;
-	a->op = bpf_htons(2);
-	__builtin_memcpy(eth->h_dest, a->tha, 6);
-	__builtin_memcpy(eth->h_source, ai->mac, 6);
+	a->op = bpf_htons(ARPOP_REPLY_);
+	__builtin_memcpy(eth->h_dest, a->tha, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, ai->mac, ETH_ALEN_);
 	stat_add(STAT_ARP_REPLY, len);
 	return XDP_TX;
 }
@@ -725,18 +723,11 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	__u32 zero = 0;
 	int rc;
 
-	rc = parse_eth(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
-	if (p.eth_proto == ETH_P_IPV6_)
-		return count_pass(STAT_PASS_IPV6, len);
-	if (p.eth_proto == 0x0806)
+	rc = parse_frame(data, data_end, &p, len, FRAME_F_ARP);
+	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
-	if (p.eth_proto != ETH_P_IP_)
-		return count_pass(STAT_PASS_NON_IP, len);
-	rc = parse_ipv4(data, data_end, &p);
-	if (rc)
-		return count_drop(rc, len);
+	if (rc != FRAME_IPV4)
+		return rc;
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
@@ -744,7 +735,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	/* The scratch lookup comes after the anti-spoofing call: a value live
 	 * across it would be spilled, and the stack is at its limit. */
 	struct bpf_fib_lookup *fib;
-	if (p.proto == IPPROTO_GRE_ && p.daddr == cfg->underlay.a[0] && cfg->underlay.a[0]) {
+	if (nvgre_for_us(&p, &cfg->underlay.a[0])) {
 		fib = fib_room();
 		if (!fib)
 			return XDP_PASS;

@@ -84,13 +84,13 @@ __noinline int flow_note_in(const struct pkt *in, __be32 priv, __be32 edge, __u6
 	}
 	int tcp = in->proto == IPPROTO_TCP_;
 	int syn = tcp && (in->tcp_flags & 0x12) == 0x02;
-	__be16 dport = (__be16)(in->ports >> 16);
+	__be16 dport = pkt_dport(in);
 	__be16 bport = (__be16)(vsid_bport & 0xffff);
 	struct agent_flow_key k = {
 		.guest = priv,
 		.remote = in->saddr,
 		.gport = bport ? bport : dport,
-		.rport = (__be16)(in->ports & 0xffff),
+		.rport = pkt_sport(in),
 		.proto = in->proto,
 	};
 	struct agent_flow v = {
@@ -135,12 +135,12 @@ __noinline int flow_reply_key(struct xdp_md *ctx, const struct pkt *p, struct ag
 	void *data_end = (void *)(long)ctx->data_end;
 	__builtin_memset(k, 0, sizeof(*k));
 	if (flow_ported(p)) {
-		if (p->proto == IPPROTO_TCP_ && (p->tcp_flags & 0x12) == 0x02)
+		if (p->proto == IPPROTO_TCP_ && (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)
 			return FLOW_NONE;
 		k->guest = p->saddr;
 		k->remote = p->daddr;
-		k->gport = (__be16)(p->ports & 0xffff);
-		k->rport = (__be16)(p->ports >> 16);
+		k->gport = pkt_sport(p);
+		k->rport = pkt_dport(p);
 		k->proto = p->proto;
 		return FLOW_PORTED;
 	}

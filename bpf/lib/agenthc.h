@@ -30,7 +30,7 @@ static __always_inline int hc_guest_ok(const struct pkt *in, __u32 vsid)
 {
 	if (!flow_ported(in))
 		return 0;
-	struct hc_guest_key k = {.guest = in->daddr, .port = (__be16)(in->ports >> 16), .proto = in->proto};
+	struct hc_guest_key k = {.guest = in->daddr, .port = pkt_dport(in), .proto = in->proto};
 	__u32 *v = bpf_map_lookup_elem(&agent_hc_guests, &k);
 	return v && *v == vsid;
 }

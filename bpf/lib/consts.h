@@ -228,6 +228,7 @@
 #define OFF(x) ((x) & 0xff)
 
 #define ETH_P_IP_ 0x0800
+#define ETH_P_ARP_ 0x0806
 #define ETH_P_IPV6_ 0x86DD
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88A8
@@ -246,6 +247,27 @@
 
 #define AF_INET_ 2
 #define AF_INET6_ 10
+
+/* TCP flags (byte 13 of the header: struct pkt.tcp_flags). */
+#define TCP_FIN_ 0x01
+#define TCP_SYN_ 0x02
+#define TCP_RST_ 0x04
+#define TCP_ACK_ 0x10
+
+/* ARP (RFC 826) for IPv4 over Ethernet: hardware type, address lengths
+ * and operations. */
+#define ARPHRD_ETHER_ 1
+#define ARP_HLEN_ETHER 6
+#define ARP_PLEN_IPV4 4
+#define ARPOP_REQUEST_ 1
+#define ARPOP_REPLY_ 2
+
+/* Multiplicative hashing of slots in the per-CPU caches (eip_cache,
+ * nh_cache, fw_vcache) and of the firewall's Bloom filter: the 32-bit
+ * golden ratio (Knuth) and xxHash's PRIME32_2 and PRIME32_3. */
+#define HASH_MUL_GOLDEN 0x9E3779B1u /* 2654435761 */
+#define HASH_MUL_XX2 0x85EBCA77u
+#define HASH_MUL_XX3 0xC2B2AE3Du
 
 /* NVGRE, RFC 7637: GRE (RFC 2890) with the Key bit set, protocol
  * Transparent Ethernet Bridging, key = VSID (24 bits) << 8 | FlowID. */

@@ -28,6 +28,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "consts.h"
+#include "ports.h"
 #include "structs.h"
 #include "maps.h"
 
@@ -54,7 +55,7 @@ static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex, __u32 bucket)
 {
 	/* Fibonacci hashing: good enough to spread addresses over slots; a
 	 * destination's buckets are consecutive slots. */
-	return ((((dst ^ (ifindex << 16)) * 2654435761u) >> (32 - __builtin_ctz(NH_CACHE_SLOTS))) + bucket) &
+	return ((((dst ^ (ifindex << 16)) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(NH_CACHE_SLOTS))) + bucket) &
 	       (NH_CACHE_SLOTS - 1);
 }
 
@@ -119,8 +120,8 @@ static __always_inline int fib4f(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 		fib->l4_protocol = proto;
 		fib->ipv4_src = src;
 		fib->ipv4_dst = dst;
-		fib->sport = (__be16)(ports & 0xffff);
-		fib->dport = (__be16)(ports >> 16);
+		fib->sport = ports_sport(ports);
+		fib->dport = ports_dport(ports);
 		int rc = fib4_miss(ctx, fib, gen, bucket);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 			return rc;

@@ -57,7 +57,7 @@ static __always_inline void fw_count(__u32 rule, __u64 len)
  * against it through the program). */
 static __always_inline __u32 fw_bloom_bit(__u32 scope, __u32 src, __u32 len)
 {
-	__u32 h = scope * 0x9E3779B1u ^ src * 0x85EBCA77u ^ len * 0xC2B2AE3Du;
+	__u32 h = scope * HASH_MUL_GOLDEN ^ src * HASH_MUL_XX2 ^ len * HASH_MUL_XX3;
 	h ^= h >> 15;
 	h *= 0x2C1B3C6Du;
 	h ^= h >> 12;
@@ -172,7 +172,7 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 	__u32 port = 0x10000;
 	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok) {
 		if (!p->frag) {
-			port = bpf_ntohs((__be16)(p->ports >> 16));
+			port = bpf_ntohs(pkt_dport(p));
 		} else {
 			void *data = (void *)(long)ctx->data;
 			void *data_end = (void *)(long)ctx->data_end;
@@ -183,7 +183,7 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 	}
 	__u32 pp = ((__u32)proto << 17) | port;
 	__u32 v;
-	__u32 slot = ((__u32)saddr * 2654435761u ^ fw * 0x9E3779B1u ^ pp * 0x85EBCA77u) >>
+	__u32 slot = ((__u32)saddr * HASH_MUL_GOLDEN ^ fw * HASH_MUL_GOLDEN ^ pp * HASH_MUL_XX2) >>
 		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
 	struct fw_vslot *c = bpf_map_lookup_elem(&fw_vcache, &slot);
 	if (c && c->gen == gen && c->saddr == saddr && c->fw == fw && c->pp == pp) {

@@ -44,11 +44,6 @@ static __always_inline void lb_count(void *map, __u32 idx, __u64 bytes, int conn
 	}
 }
 
-#define TCP_FIN_ 0x01
-#define TCP_SYN_ 0x02
-#define TCP_RST_ 0x04
-#define TCP_ACK_ 0x10
-
 static __always_inline __u32 ct_timeout(const struct lb_config *c, __u8 state)
 {
 	switch (state) {
@@ -295,7 +290,7 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, s
 	else
 		info_inc(LBI_CT_MISS);
 
-	__be32 ports = (__u32)f->cport | ((__u32)f->vport << 16);
+	__be32 ports = ports_of(f->cport, f->vport);
 	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
 	*fid = (__u8)f->hash;
 	long pick = lb_pick(l, f->hash);

@@ -21,12 +21,14 @@ struct gre_key_hdr {
 	__be32 key;   /* VSID << 8 | FlowID */
 };
 
-/* Addresses and fields of the headers nvgre_push writes. */
+/* Addresses and fields of the headers nvgre_push writes. The MACs are
+ * read while the headers are written: never the frame's own (the push
+ * moves them). */
 struct nvgre_spec {
-	__u8 odst[6]; /* outer Ethernet */
-	__u8 osrc[6];
-	__u8 idst[6]; /* inner Ethernet */
-	__u8 isrc[6];
+	const __u8 *odst; /* outer Ethernet */
+	const __u8 *osrc;
+	const __u8 *idst; /* inner Ethernet */
+	const __u8 *isrc;
 	__be32 saddr; /* outer IPv4 */
 	__be32 daddr;
 	__u32 key;    /* host order: VSID << 8 | FlowID */
@@ -83,6 +85,29 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 	__builtin_memcpy(ieth->h_source, s->isrc, ETH_ALEN_);
 	ieth->h_proto = bpf_htons(ETH_P_IP_);
 	return 0;
+}
+
+/* Encapsulates the IPv4 packet at l3_off (ip_len bytes) toward daddr
+ * from saddr, with key and outer TOS tos: the outer frame to the next hop
+ * fib resolved (its MACs), the inner one from isrc to idst (neither in the
+ * frame). Returns 0, or -1 when the frame cannot be resized (nvgre_push). */
+static __always_inline int nvgre_to(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len, __u8 tos,
+				    const struct bpf_fib_lookup *fib, __be32 saddr, __be32 daddr, __u32 key,
+				    const __u8 *idst, const __u8 *isrc)
+{
+	struct nvgre_spec s = {.odst = fib->dmac, .osrc = fib->smac, .idst = idst, .isrc = isrc,
+			       .saddr = saddr, .daddr = daddr, .key = key, .tos = tos};
+	return nvgre_push(ctx, l3_off, ip_len, &s);
+}
+
+/* Whether the parsed IPv4 packet p is GRE to this node's underlay
+ * address, the config's *underlay (0: none configured, nothing is). The
+ * address is read here, not by the caller: read before the call, clang 14
+ * keeps it where xdp_edge's spills land beyond 128 bytes of stack (35
+ * longer instructions once JIT-compiled). */
+static __always_inline int nvgre_for_us(const struct pkt *p, const __be32 *underlay)
+{
+	return p->proto == IPPROTO_GRE_ && p->daddr == *underlay && *underlay;
 }
 
 /* Validates an NVGRE packet whose outer IPv4 header (o) is already parsed,

@@ -16,6 +16,7 @@
 #include "consts.h"
 #include "structs.h"
 #include "csum.h"
+#include "ports.h"
 
 /* ICMPv4 header (linux/icmp.h drags in libc headers). */
 struct icmphdr_ {
@@ -51,8 +52,20 @@ struct pkt {
 	__u8 tcp_flags;
 	__be32 saddr;
 	__be32 daddr;
-	__be32 ports;    /* sport,dport as on the wire; 0 for fragments and non-TCP/UDP */
+	__be32 ports;    /* sport,dport as on the wire (lib/ports.h); 0 for fragments and non-TCP/UDP */
 };
+
+/* A packet's source and destination ports, network order (0 where
+ * p->ports is). */
+static __always_inline __be16 pkt_sport(const struct pkt *p)
+{
+	return ports_sport(p->ports);
+}
+
+static __always_inline __be16 pkt_dport(const struct pkt *p)
+{
+	return ports_dport(p->ports);
+}
 
 /* Parses Ethernet and up to MAX_VLAN_DEPTH tags. Returns 0 or a drop reason. */
 static __always_inline int parse_eth(void *data, void *data_end, struct pkt *p)

@@ -20,11 +20,6 @@
 #include "maps.h"
 #include "parse.h"
 
-#ifndef TCP_SYN_
-#define TCP_SYN_ 0x02
-#define TCP_ACK_ 0x10
-#endif
-
 /* The flags a route cache slot of addr gets: the route's, and which
  * limits addr has (ROUTE_F_RL_*). Only when a slot is filled (after every
  * route generation bump, which every edge_limits write makes). */
