@@ -195,8 +195,10 @@ type Reconciler struct {
 	whole      map[opKind]string   // the whole tables as last written (tables.go)
 	guestIfs   map[string]bool     // guest interfaces the program is attached to
 	want       *HostWant           // the last desired state (retried after failures)
+	stateErr   string              // why the newest state gave no desired state (r.want is older); "" when it did
 	wantRev    int64               // its revision
 	retry      *time.Timer         // pending retry
+	stopped    bool                // Stop was called: no more retries
 	backoff    time.Duration
 	free       []uint32 // counter slots
 	next       uint32
@@ -285,6 +287,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 	defer r.mu.Unlock()
 	want, err := Desired(st, r.cfg.Name)
 	if err != nil {
+		r.stateErr = err.Error()
 		r.errs = nil
 		r.fail(err)
 		// The data plane keeps what it holds, and so do the bandwidth
@@ -292,7 +295,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 		// still forwarded here unlimited.
 		return
 	}
-	r.want, r.wantRev, r.backoff = &want, rev, 0
+	r.want, r.wantRev, r.backoff, r.stateErr = &want, rev, 0, ""
 	r.apply(rev)
 	r.updateBandwidth(st, want)
 }
@@ -300,9 +303,9 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 // apply programs r.want; a failure schedules another try (a guest's
 // interface may appear later, a write may succeed next time) with backoff.
 func (r *Reconciler) apply(rev int64) {
-	r.errs = nil
+	kept := r.resetErrs()
 	r.reconcile(*r.want)
-	if len(r.errs) > 0 {
+	if len(r.errs) > kept {
 		r.scheduleRetry(rev)
 		return
 	}
@@ -326,7 +329,10 @@ func (r *Reconciler) reconcile(want HostWant) {
 		}
 	}
 	r.applyOps(first)
-	if !hasKey(r.whole, opConfig) { // not written: nothing else is
+	// Nothing else is written, and no guest attached, until both are: a
+	// guest attached under a local table that failed to change (say, to
+	// the empty table of a refused overlap) would keep the old rules.
+	if !hasKey(r.whole, opConfig) || !hasKey(r.whole, opLocal) {
 		for _, err := range base.problems {
 			r.fail(err)
 		}
@@ -399,7 +405,7 @@ func (r *Reconciler) detachUnused(used map[string]bool) {
 }
 
 func (r *Reconciler) scheduleRetry(rev int64) {
-	if r.retry != nil || r.cfg.NoRetry {
+	if r.retry != nil || r.cfg.NoRetry || r.stopped {
 		return
 	}
 	r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
@@ -408,10 +414,35 @@ func (r *Reconciler) scheduleRetry(rev int64) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.retry = nil
-		if r.want == want { // nothing newer came in meanwhile
+		if r.want == want && !r.stopped { // nothing newer came in meanwhile
 			r.apply(rev)
 		}
 	})
+}
+
+// Stop ends the retries: a pending one does not run, none is scheduled.
+// The maps are written no more once Stop and the store's follower (the
+// only other caller) have returned.
+func (r *Reconciler) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.retry != nil {
+		r.retry.Stop()
+		r.retry = nil
+	}
+}
+
+// resetErrs starts a pass's errors: a desired state that could not be
+// computed stays reported (the maps follow an older one) until a newer
+// state gives one, whatever retries or announcement changes run meanwhile.
+// It returns how many errors it kept.
+func (r *Reconciler) resetErrs() int {
+	r.errs = nil
+	if r.stateErr != "" {
+		r.errs = append(r.errs, r.stateErr)
+	}
+	return len(r.errs)
 }
 
 func (r *Reconciler) fail(err error) {

@@ -139,6 +139,50 @@ func TestAgentMissingGuestInterface(t *testing.T) {
 	}
 }
 
+// TestAgentKeepsEIPWhileInterfaceMissing: an EIP already programmed
+// stays, with its counter slot, while its guest's interface is not found
+// for a pass (a tap recreated, a failed route lookup); the miss is
+// reported. The entry goes when the EIP itself goes.
+func TestAgentKeepsEIPWhileInterfaceMissing(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	links := newFakeLinks()
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, links)
+	r.Handle(st, 3, nil, true)
+	if len(fake.EIPMap) != 1 || len(r.errs) != 0 {
+		t.Fatalf("not programmed: %v %v", fake.EIPMap, r.errs)
+	}
+	before := fake.EIPMap
+	var eip netip.Addr
+	for k := range before {
+		eip = k
+	}
+	was := before[eip]
+	links.missing[a("198.19.11.1")] = true
+	r.Handle(st, 4, nil, false)
+	if len(r.errs) == 0 {
+		t.Error("the missing interface is not reported")
+	}
+	if got, ok := fake.EIPMap[eip]; !ok || got != was {
+		t.Fatalf("a transient interface miss changed the live EIP %v: %+v (ok %v), was %+v", eip, got, ok, was)
+	}
+	delete(links.missing, a("198.19.11.1"))
+	r.Handle(st, 5, nil, false)
+	if got := fake.EIPMap[eip]; got != was || len(r.errs) != 0 {
+		t.Fatalf("after the interface came back: %+v %v, want %+v", got, r.errs, was)
+	}
+	// The EIP leaves the state while its interface is missing: it goes.
+	links.missing[a("198.19.11.1")] = true
+	gone := st.Clone()
+	if _, err := gone.Delete(model.KindEIP, eip.String()); err != nil {
+		t.Fatal(err)
+	}
+	r.Handle(gone, 6, nil, false)
+	if _, ok := fake.EIPMap[eip]; ok {
+		t.Fatalf("an EIP that left the state is still programmed: %v", fake.EIPMap)
+	}
+}
+
 func TestAgentUnknownHost(t *testing.T) {
 	st := state(t)
 	fake := dataplane.NewFakeAgent()
@@ -245,5 +289,49 @@ func TestAgentHealthGuests(t *testing.T) {
 	r.Handle(st, 2, nil, false)
 	if len(fake.HealthGuests) != 0 {
 		t.Fatalf("health guests %+v after the checks went, want none", fake.HealthGuests)
+	}
+}
+
+// TestReconcilerStopEndsRetries: after Stop no retry is pending or
+// scheduled, so none writes to a data plane Run then closes.
+func TestReconcilerStopEndsRetries(t *testing.T) {
+	links := newFakeLinks()
+	links.missing[a("198.19.11.1")] = true
+	r, _ := NewReconciler(Config{Name: "az1-h1", Underlay: "ul0", Log: quiet}, dataplane.NewFakeAgent(), links)
+	r.Handle(state(t), 3, nil, true)
+	r.mu.Lock()
+	pending := r.retry != nil
+	r.mu.Unlock()
+	if !pending {
+		t.Fatal("a missing interface scheduled no retry")
+	}
+	r.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retry != nil {
+		t.Fatal("a retry is still pending after Stop")
+	}
+	r.scheduleRetry(4)
+	if r.retry != nil {
+		t.Fatal("a retry was scheduled after Stop")
+	}
+}
+
+// TestAgentLocalWriteFailureAttachesNothing: while the local table cannot
+// be written (it may still hold older, wider rules), no guest is attached
+// and no EIP programmed, as when the configuration cannot be written.
+func TestAgentLocalWriteFailureAttachesNothing(t *testing.T) {
+	fake := dataplane.NewFakeAgent()
+	faults := dataplane.NewFaults()
+	links := newFakeLinks()
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, dataplane.NewFaultyAgent(fake, faults), links)
+	faults.FailNth("SetLocalAllow", 1)
+	r.Handle(state(t), 3, nil, true)
+	if len(r.errs) == 0 || len(links.attached) != 0 || len(fake.EIPMap) != 0 {
+		t.Fatalf("local table not written: errors %v, attached %v, EIPs %v", r.errs, links.attached, fake.EIPMap)
+	}
+	r.Handle(state(t), 4, nil, false)
+	if len(r.errs) != 0 || !links.attached["g1"] || len(fake.EIPMap) != 1 {
+		t.Fatalf("after the write succeeded: errors %v, attached %v, EIPs %v", r.errs, links.attached, fake.EIPMap)
 	}
 }

@@ -102,9 +102,9 @@ func (r *Reconciler) SetAnnouncements(all map[string]model.Announcement) {
 	if r.want == nil {
 		return
 	}
-	r.errs = nil
+	kept := r.resetErrs()
 	r.reconcile(*r.want)
-	if len(r.errs) > 0 {
+	if len(r.errs) > kept {
 		r.scheduleRetry(r.wantRev) // the full apply writes everything again
 	}
 }

@@ -333,3 +333,36 @@ func TestAnnounceKeysCannotAddMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentStateErrorSurvivesAnnouncements: a newer state that gives this
+// host no desired state (here: the host is gone) is reported until a
+// later state gives one, though an announcement change reconciles the
+// maps meanwhile (it used to clear the report while the agent ran on the
+// older state).
+func TestAgentStateErrorSurvivesAnnouncements(t *testing.T) {
+	st := setsState(t)
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, dataplane.NewFakeAgent(), newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2"))
+	r.Handle(st, 1, nil, true)
+	if errs := r.Status(time.Now(), nil).Errors; len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	gone := st.Clone()
+	gone.Remove(model.KindHost, "az1-h1")
+	r.Handle(gone, 2, nil, false)
+	errs := r.Status(time.Now(), nil).Errors
+	if len(errs) != 1 {
+		t.Fatalf("a host gone from the state: errors %v, want one", errs)
+	}
+	r.SetAnnouncements(ann("hot/edge-h1"))
+	if got := r.Status(time.Now(), nil).Errors; len(got) != 1 || got[0] != errs[0] {
+		t.Fatalf("after an announcement change: errors %v, want %v", got, errs)
+	}
+	r.Handle(st, 3, nil, false)
+	if got := r.Status(time.Now(), nil).Errors; len(got) != 0 {
+		t.Fatalf("the host is back: errors %v", got)
+	}
+}

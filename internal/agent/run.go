@@ -48,6 +48,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if err != nil {
 		return fail("adopt the maps", err)
 	}
+	s.push(rec.Stop) // before the data plane closes: no retry writes to it after
 	rec.adoptAttached(dp.Attached())
 	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
 	bw, err := startBandwidth(ctx, cfg, rec, dp, &s)
@@ -100,13 +101,19 @@ func openDataPlane(cfg Config, load dataplane.LoadOptions, s *stack) (*dataplane
 func startRouting(ctx context.Context, log *slog.Logger, dp *dataplane.Agent, s *stack) (*nexthop.Resolver, error) {
 	nb := nexthop.NewResolver(log)
 	s.push(nb.Stop)
-	err := nexthop.WatchRouting(ctx, log, func() {
+	done, err := nexthop.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}
 		nb.Refresh(time.Second)
 	})
-	return nb, err
+	if err != nil {
+		return nb, err
+	}
+	// Stopped after the context ends: the callback runs no more before
+	// the resolver stops and the data plane closes.
+	s.push(func() { <-done })
+	return nb, nil
 }
 
 // startBandwidth starts the host's shared bandwidth (nil when off: the

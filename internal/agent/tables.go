@@ -42,7 +42,12 @@ type tablePlan struct {
 	checked []dataplane.HealthGuest
 	// eips: the EIPs of guests whose interface is known (StatsIdx is
 	// given by the diff: the slot the EIP holds, or a new one).
-	eips     map[netip.Addr]dataplane.AgentEIP
+	eips map[netip.Addr]dataplane.AgentEIP
+	// keep: EIPs still wanted whose guest interface is not found in this
+	// pass (a tap being recreated, a route lookup that failed): an entry
+	// already programmed for the same guest stays as it is, so a transient
+	// lookup failure neither drops a live EIP nor resets its counters.
+	keep     map[netip.Addr]dataplane.AgentEIP
 	services map[svcID]dataplane.AgentService
 	// problems: what the plan leaves out, and why (reported; the slots
 	// of sets gone are only emptied once there are none).
@@ -78,7 +83,7 @@ type planInput struct {
 func planTables(in planInput) tablePlan {
 	w := in.want
 	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
-		eips: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{}}
+		eips: map[netip.Addr]dataplane.AgentEIP{}, keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{}}
 	local, err := PlanLocal(in.cfg.LocalAllow)
 	if err == nil {
 		err = CheckLocalAllow(in.cfg.LocalAllow, w)
@@ -129,7 +134,10 @@ func planTables(in planInput) tablePlan {
 	for a, e := range w.EIPs {
 		gl, ok := in.links[e.Private]
 		if !ok {
-			continue // its guest's interface is not found: reported
+			// Its guest's interface is not found: reported, and an entry
+			// already programmed for this guest is kept (diffTables).
+			p.keep[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID}
+			continue
 		}
 		p.eips[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID, Ifindex: uint32(gl.ifindex), Service: e.Service,
 			Group: groupOf(e.Set, e.Covering)}
@@ -262,7 +270,7 @@ func diffTables(p *tablePlan, held heldTables, have []dataplane.AgentService, ha
 	whole(opIfAddrs, p.ifaddrs)
 	whole(opChecked, p.checked)
 	for _, a := range sortedAddrs(held.programmed) {
-		if _, ok := p.eips[a]; !ok {
+		if _, ok := p.eips[a]; !ok && !p.keeps(held.programmed[a]) {
 			ops = append(ops, op{kind: opDeleteEIP, eip: held.programmed[a]})
 		}
 	}
@@ -295,6 +303,19 @@ func diffTables(p *tablePlan, held heldTables, have []dataplane.AgentService, ha
 		ops = append(ops, op{kind: opClearGroup, slot: p.stale[name], set: name})
 	}
 	return ops
+}
+
+// keeps reports whether the programmed entry cur stays although the plan
+// has no entry for it: its EIP is still wanted for the same guest, whose
+// interface was not found in this pass, and the group slot it names is
+// still planned (never one of a set that is gone).
+func (p *tablePlan) keeps(cur dataplane.AgentEIP) bool {
+	k, ok := p.keep[cur.EIP]
+	if !ok || k.Private != cur.Private || k.VSID != cur.VSID {
+		return false
+	}
+	_, planned := p.groups[cur.Group]
+	return planned
 }
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool { _, ok := m[k]; return ok }

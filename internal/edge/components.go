@@ -256,7 +256,7 @@ func (r *routing) Start(ctx context.Context) error {
 	ctx = r.context(ctx)
 	dp, log := r.p.dp, r.p.cfg.Log
 	r.nb = nexthop.NewResolver(log)
-	return nexthop.WatchRouting(ctx, log, func() {
+	done, err := nexthop.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)
 		}
@@ -266,6 +266,11 @@ func (r *routing) Start(ctx context.Context) error {
 			(*k)()
 		}
 	})
+	if err != nil {
+		return err
+	}
+	r.run(func() { <-done }) // Stop waits until the callback runs no more
+	return nil
 }
 
 func (r *routing) Stop() {

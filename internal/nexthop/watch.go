@@ -14,13 +14,17 @@ import (
 // a route, neighbour or link of the current namespace changes, until ctx
 // ends. It is how the data-plane daemons learn that cached next hops may
 // be stale. When the kernel drops the subscription (a full socket buffer:
-// events were lost) it subscribes again and calls changed.
-func WatchRouting(ctx context.Context, log *slog.Logger, changed func()) error {
+// events were lost) it subscribes again and calls changed. The returned
+// channel is closed once the watcher has ended (after ctx), so a caller
+// can wait until changed is called no more.
+func WatchRouting(ctx context.Context, log *slog.Logger, changed func()) (<-chan struct{}, error) {
 	sub, err := subscribeRouting(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		var timer <-chan time.Time
 		for {
 			select {
@@ -54,7 +58,7 @@ func WatchRouting(ctx context.Context, log *slog.Logger, changed func()) error {
 			}
 		}
 	}()
-	return nil
+	return done, nil
 }
 
 type routingSub struct {
