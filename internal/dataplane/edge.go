@@ -36,11 +36,18 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	return loadEdgeSpec(spec, o)
 }
 
+// eipSized are the edge maps LoadOptions.EIPMax sizes.
+var eipSized = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst}
+
 // edgeCapacities applies o's capacity overrides to spec.
 func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	if o.EIPMax > 0 {
-		spec.Maps[edgeMapEipRoutes].MaxEntries = o.EIPMax
-		spec.Maps[edgeMapEipStats].MaxEntries = o.EIPMax
+		// Every map with an entry per EIP or VIP: the routes, the
+		// counters and bandwidth buckets (indexed by a route's
+		// stats_idx, below EIPMax) and the firewall scopes.
+		for _, n := range eipSized {
+			spec.Maps[n].MaxEntries = o.EIPMax
+		}
 	}
 	if o.ConnMax > 0 {
 		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax

@@ -43,7 +43,9 @@ type LoadOptions struct {
 	// survives a restart and an upgrade. Empty: nothing is pinned and
 	// everything goes away on Close (tests).
 	PinDir string
-	// EIPMax overrides the capacity of the edge's route and counter maps.
+	// EIPMax overrides the capacity of the edge's maps with an entry per
+	// EIP or VIP (eip_routes, eip_stats, eip_bw_slots, fw_dst; EIP_MAX,
+	// 1M entries, by default).
 	EIPMax uint32
 	// ConnMax overrides the capacity of the edge's connection table.
 	ConnMax uint32
