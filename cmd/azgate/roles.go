@@ -206,15 +206,14 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					return err
 				}
 				defer st.Close()
-				load.EIPMax = eipMax
-				load.ConnMax = ctMax
 				cmds, err := healthCommands(healthCmds, healthCmdFile)
 				if err != nil {
 					return err
 				}
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
-					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle}
+					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
+					EIPMax: eipMax, ConnMax: ctMax}
 				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
@@ -275,8 +274,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		icmpTTL.add(c, "icmp-ttl", "ICMP time exceeded")
 		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
-		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the EIP route map (default 1048576)")
-		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection table (default 1048576)")
+		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes (0: 1048576, also the most; docs/scale.md)")
+		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes (0: the default)")
 		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection (0: the default)")
 		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST (0: the default)")

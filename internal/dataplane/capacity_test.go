@@ -68,6 +68,9 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"dataplane.AgentGroupPin", AgentGroupPin, "AGENT_GROUP_PIN"},
 		{"dataplane.AgentGroupMax", AgentGroupMax, "AGENT_GROUP_MAX"},
 		{"dataplane.LimitsMax", LimitsMax, "RL_DST_MAX"},
+		{"dataplane.EIPMaxDefault", EIPMaxDefault, "EIP_MAX"},
+		{"dataplane.EIPMaxDefault (fw_dst)", EIPMaxDefault, "FW_DST_MAX"},
+		{"dataplane.ConnMaxDefault", ConnMaxDefault, "CT_MAX"},
 		{"dataplane.BandwidthMax", BandwidthMax, "EIP_BW_MAX"},
 		{"fwplan.RulesMax", fwplan.RulesMax, "FW_RULES_MAX"},
 		{"model.MaxFirewallRules", model.MaxFirewallRules, "FW_RULES_MAX"},
@@ -107,6 +110,8 @@ func TestCapacitiesMatchC(t *testing.T) {
 	}{
 		{edge, "edge", "eip_routes", "EIP_MAX", 0},
 		{edge, "edge", "eip_stats", "EIP_MAX", 0},
+		{edge, "edge", "eip_bw_slots", "EIP_MAX", 0},
+		{edge, "edge", "fw_dst", "FW_DST_MAX", 0},
 		{edge, "edge", "lb_listeners", "LB_LISTENERS_MAX", 0},
 		{edge, "edge", "lb_ranges", "LB_RANGE_SETS_MAX", 0},
 		{edge, "edge", "lb_tables", "LB_TABLES_MAX", 0},

@@ -35,6 +35,14 @@ func EnsureBPFFS() error {
 // NodePinDir is the pin directory of one node's data plane.
 func NodePinDir(node string) string { return filepath.Join(BPFFS, "azgate", node) }
 
+// EIPMaxDefault and ConnMaxDefault are the edge's compiled capacities
+// (EIP_MAX, CT_MAX in bpf/lib/consts.h): what LoadOptions.EIPMax and
+// ConnMax 0 mean, and the most the edge's configuration accepts.
+const (
+	EIPMaxDefault  = 1 << 20
+	ConnMaxDefault = 1 << 20
+)
+
 // LoadOptions controls how a data plane is loaded.
 type LoadOptions struct {
 	// PinDir holds the maps (by name), their layouts (azg_layout) and the
@@ -47,7 +55,8 @@ type LoadOptions struct {
 	// EIP or VIP (eip_routes, eip_stats, eip_bw_slots, fw_dst; EIP_MAX,
 	// 1M entries, by default).
 	EIPMax uint32
-	// ConnMax overrides the capacity of the edge's connection table.
+	// ConnMax overrides the capacity of the edge's connection tables
+	// (lb_conns, lb_nat_conns; CT_MAX, 1M entries, by default).
 	ConnMax uint32
 	// AgentFlowMax overrides the capacity of the agent's flow table
 	// (AGENT_FLOW_MAX, 1M entries, by default).

@@ -112,6 +112,14 @@ func (c Config) Check() error {
 			bad("%s %v: must be positive", t.flag, t.v)
 		}
 	}
+	for _, s := range []struct {
+		flag     string
+		v, limit uint32
+	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault}} {
+		if s.v > s.limit {
+			bad("%s %d: above the compiled capacity %d, the most an edge holds (0: %d)", s.flag, s.v, s.limit, s.limit)
+		}
+	}
 	if c.Rates.FloorPPS < 0 || c.Rates.FloorBPS < 0 || c.Rates.FloorSYN < 0 || c.Rates.TopN < 0 {
 		bad("--rate-floor-pps, --rate-floor-bps, --rate-floor-syn and --rate-top must be positive")
 	}

@@ -34,6 +34,12 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	if cfg.EIPMax != 0 {
+		load.EIPMax = cfg.EIPMax
+	}
+	if cfg.ConnMax != 0 {
+		load.ConnMax = cfg.ConnMax
+	}
 	p := &plane{cfg: &cfg, load: load}
 	hc := &healthChecks{p: p, st: st}
 	arp := &arpPart{p: p, st: st}

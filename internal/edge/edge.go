@@ -52,9 +52,14 @@ type Config struct {
 	// interface holds the edge's underlay address); nil: not checked.
 	IfindexOf func(netip.Addr) (uint32, error)
 	// LB holds the connection-table settings (HZ is measured by Run).
-	LB      dataplane.LBConfig
-	Version string
-	Log     *slog.Logger
+	LB dataplane.LBConfig
+	// EIPMax and ConnMax size the data plane's maps with an entry per EIP
+	// or VIP and its connection tables (dataplane.LoadOptions; Run loads
+	// with them over its LoadOptions'). 0: the compiled default, also the
+	// ceiling (dataplane.EIPMaxDefault, ConnMaxDefault).
+	EIPMax, ConnMax uint32
+	Version         string
+	Log             *slog.Logger
 
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.
