@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"fmt"
 	"maps"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -68,5 +70,57 @@ func TestMapMemory(t *testing.T) {
 	t.Logf("%-22s %12d %12d  (%.1f MiB, %.1f MiB)", "total", td, ts, float64(td)/(1<<20), float64(ts)/(1<<20))
 	if ts*3 >= td {
 		t.Errorf("maps at the 100k sizing take %d bytes, not under a third of the default's %d", ts, td)
+	}
+}
+
+// TestEIPMaxResizePinned: a pinned edge restarted with another EIPMax
+// migrates every map EIPMax sizes (eip_bw_slots and fw_dst as eip_routes
+// and eip_stats, docs/upgrades.md), their entries kept.
+func TestEIPMaxResizePinned(t *testing.T) {
+	requireRoot(t)
+	dir := NodePinDir(fmt.Sprintf("azgt-eipmax-%d", os.Getpid()))
+	t.Cleanup(func() { RemovePins(dir) })
+	e, err := LoadEdge(LoadOptions{PinDir: dir, EIPMax: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := edgeFwDst{Scope: 7, Flags: 1}
+	slot := edgeEipBwSlot{NsPerByteQ20: 99, Tau: 5}
+	key, idx := uint32(0x0a000001), uint32(5)
+	if err := e.objs.FwDst.Put(key, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.objs.EipBwSlots.Put(idx, slot); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	for _, n := range []uint32{2048, 8192} {
+		e, err := LoadEdge(LoadOptions{PinDir: dir, EIPMax: n})
+		if err != nil {
+			t.Fatalf("EIPMax %d: %v", n, err)
+		}
+		migrated := map[string]bool{}
+		for _, m := range e.Upgrade().Maps {
+			if m.Action == ActionMigrate {
+				migrated[m.Name] = true
+			}
+		}
+		for _, name := range eipSized {
+			if !migrated[name] {
+				t.Errorf("EIPMax %d: %s not migrated (%+v)", n, name, e.Upgrade().Maps)
+			}
+			if got := e.Maps()[name].MaxEntries(); got != n {
+				t.Errorf("EIPMax %d: %s holds %d", n, name, got)
+			}
+		}
+		var gd edgeFwDst
+		var gs edgeEipBwSlot
+		if err := e.objs.FwDst.Lookup(key, &gd); err != nil || gd != dst {
+			t.Errorf("EIPMax %d: fw_dst entry %+v, %v; want %+v", n, gd, err, dst)
+		}
+		if err := e.objs.EipBwSlots.Lookup(idx, &gs); err != nil || gs != slot {
+			t.Errorf("EIPMax %d: eip_bw_slots[%d] %+v, %v; want %+v", n, idx, gs, err, slot)
+		}
+		e.Close()
 	}
 }
