@@ -24,6 +24,7 @@ const (
 // 113 MiB).
 func TestMapMemory(t *testing.T) {
 	requireRoot(t)
+	entries := map[string]uint32{} // at the default sizes
 	load := func(o LoadOptions) map[string]uint64 {
 		t.Helper()
 		e, err := LoadEdge(o)
@@ -34,6 +35,11 @@ func TestMapMemory(t *testing.T) {
 		mem, err := e.MapMemory()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.EIPMax == 0 && o.ConnMax == 0 {
+			for n, m := range e.Maps() {
+				entries[n] = m.MaxEntries()
+			}
 		}
 		if o.EIPMax > 0 {
 			for name, got := range map[string]uint32{"eip_routes": e.objs.EipRoutes.MaxEntries(),
@@ -60,14 +66,14 @@ func TestMapMemory(t *testing.T) {
 		}
 		return n
 	}
-	t.Logf("%d CPUs; per map: default bytes, bytes at EIPMax %d ConnMax %d", runtime.NumCPU(), smallEIPMax, smallConnMax)
+	t.Logf("%d CPUs; per map: default entries, bytes; bytes at EIPMax %d ConnMax %d", runtime.NumCPU(), smallEIPMax, smallConnMax)
 	names := slices.Sorted(maps.Keys(def))
 	slices.SortStableFunc(names, func(a, b string) int { return int(int64(def[b]) - int64(def[a])) })
 	for _, n := range names {
-		t.Logf("%-22s %12d %12d", n, def[n], small[n])
+		t.Logf("%-22s %9d %12d %12d", n, entries[n], def[n], small[n])
 	}
 	td, ts := total(def), total(small)
-	t.Logf("%-22s %12d %12d  (%.1f MiB, %.1f MiB)", "total", td, ts, float64(td)/(1<<20), float64(ts)/(1<<20))
+	t.Logf("%-22s %9s %12d %12d  (%.1f MiB, %.1f MiB)", "total", "", td, ts, float64(td)/(1<<20), float64(ts)/(1<<20))
 	if ts*3 >= td {
 		t.Errorf("maps at the 100k sizing take %d bytes, not under a third of the default's %d", ts, td)
 	}
