@@ -172,6 +172,7 @@ func TestRunChecksBeforeStarting(t *testing.T) {
 		{"sync without a store", func(c *Config) { c.Sync.Port = 7946 }, "connection sync needs a store"},
 		{"negative store grace", func(c *Config) { c.StoreGrace = -time.Second }, "--store-grace"},
 		{"ARP interface not attached", func(c *Config) { c.ARP.Ifaces = []string{"eth9"} }, "--arp-iface eth9"},
+		{"EIPs above the ceiling", func(c *Config) { c.EIPMax = 1 << 21 }, "--eip-max 2097152: above the compiled capacity"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := validConfig()
