@@ -44,9 +44,12 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	if o.EIPMax > 0 {
 		// Every map with an entry per EIP or VIP: the routes, the
 		// counters and bandwidth buckets (indexed by a route's
-		// stats_idx, below EIPMax) and the firewall scopes.
+		// stats_idx, below EIPMax) and the firewall scopes. An earlier
+		// release's object (the upgrade test) may lack some.
 		for _, n := range eipSized {
-			spec.Maps[n].MaxEntries = o.EIPMax
+			if m := spec.Maps[n]; m != nil {
+				m.MaxEntries = o.EIPMax
+			}
 		}
 	}
 	if o.ConnMax > 0 {
