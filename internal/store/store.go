@@ -230,6 +230,9 @@ func (s *Store) loadInto(ctx context.Context, sink Sink) (int64, error) {
 
 // Op is one write: Value nil deletes.
 type Op struct {
+	// Scope "" writes the primary key Root+Kind+"/"+Key; otherwise the
+	// copy ScopeKey(Scope, Kind, Key) (scope.go).
+	Scope     string
 	Kind, Key string
 	Value     []byte
 	// IfRev > 0 makes the write conditional: it is applied only if the
@@ -261,7 +264,7 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 		// (--max-request-bytes, 1.5 MiB by default).
 		n, size := 0, 0
 		for n < len(ops) && n < max(s.TxnOps-1, 1) {
-			sz := len(Root) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
+			sz := len(ScopeRoot) + len(ops[n].Scope) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
 			if n > 0 && size+sz > TxnBytes {
 				break
 			}
@@ -273,9 +276,9 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 		eops := make([]clientv3.Op, len(chunk))
 		for i, o := range chunk {
 			if o.Value == nil {
-				eops[i] = clientv3.OpDelete(Key(o.Kind, o.Key))
+				eops[i] = clientv3.OpDelete(opKey(o))
 			} else {
-				eops[i] = clientv3.OpPut(Key(o.Kind, o.Key), string(o.Value))
+				eops[i] = clientv3.OpPut(opKey(o), string(o.Value))
 			}
 		}
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)}
@@ -283,9 +286,9 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 		var gets []clientv3.Op
 		for i, o := range chunk {
 			if o.IfRev > 0 {
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(Key(o.Kind, o.Key)), "=", o.IfRev))
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(opKey(o)), "=", o.IfRev))
 				conds = append(conds, i)
-				gets = append(gets, clientv3.OpGet(Key(o.Kind, o.Key), clientv3.WithKeysOnly()))
+				gets = append(gets, clientv3.OpGet(opKey(o), clientv3.WithKeysOnly()))
 			}
 		}
 		resp, err := s.Client.Txn(ctx).
