@@ -334,6 +334,19 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	if err := c.view.waitReady(ctx, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
 	}
+	// The scope copies, before any write of this controller: the
+	// migration from the layout without scopes, and the repair after a
+	// controller that does not maintain them (scopes.go).
+	c.repairs, c.repairDone = make(chan struct{}, 1), make(chan struct{})
+	if _, err := c.repairCopies(ctx); err != nil {
+		if ctx.Err() != nil {
+			close(c.repairDone)
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		c.log.Error("scope copies: repair failed; serving, and retrying", "in", repairRetry, "err", err)
+		c.repairCopiesLater()
+	}
+	go c.repairLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
 	c.ddos = newDDoSRunner(c, cfg.DDoS)
 	c.ddosDone = c.ddos.start(runCtx)
@@ -345,6 +358,9 @@ func (s *Core) close() {
 	if s.stop != nil {
 		s.stop()
 		<-s.followDone
+		if s.repairDone != nil {
+			<-s.repairDone
+		}
 		if s.healthDone != nil {
 			<-s.healthDone
 		}

@@ -36,6 +36,11 @@ type Core struct {
 	writeMu sync.Mutex // serializes writes (see the package doc)
 	// beforeCommit, if set (by tests), runs before each commit attempt.
 	beforeCommit func(attempt int)
+	// commitHook, if set (by tests), commits in place of store.Commit.
+	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
+	// repairs asks the copies' repair loop for a repair (scopes.go).
+	repairs    chan struct{}
+	repairDone chan struct{}
 
 	reloadMu sync.Mutex
 	reload   context.CancelFunc // ends the current Follow, which then reloads
