@@ -367,28 +367,31 @@ func writeUnscoped(t testing.TB, dir string, doc *model.Document) {
 	}
 }
 
-// migrationRegion is scopeRegion with n more EIPs: in prefix-a, prefix-b,
-// pulled out into the dedicated set, and every tenth bound to a guest.
+// migrationRegion is scopeRegion with n more EIPs in 100.64.0.0/11
+// (prefix-a), each bound to a guest of hosts m0, m1, ... (1,000 guests
+// each, as the control bench's region, and a spare one), one in a hundred pulled out into
+// the dedicated set.
 func migrationRegion(n int) *model.Document {
 	d := scopeRegion()
-	for i := range n {
-		addr := netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)})
-		e := model.EIP{Address: addr}
-		if i%10 == 0 {
-			e.Binding = &model.Binding{Host: "h3", Guest: fmt.Sprintf("m%d", i)}
+	d.EdgeSets[0].Prefixes = append(d.EdgeSets[0].Prefixes, netip.MustParsePrefix("100.64.0.0/11"))
+	d.EdgeSets[1].Prefixes = append(d.EdgeSets[1].Prefixes, netip.MustParsePrefix("100.96.0.0/11"))
+	const guests = 1000
+	for k := 0; k*guests < n; k++ {
+		h := model.Host{Name: fmt.Sprintf("m%d", k), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, 10 + byte(k>>8), byte(k)})}
+		for j := range guests {
+			h.Guests = append(h.Guests, model.Guest{Name: fmt.Sprintf("g%d", j),
+				Address: netip.AddrFrom4([4]byte{10, byte(j >> 8), byte(j), 1}), VSID: uint32(6000 + k)})
 		}
+		h.Guests = append(h.Guests, model.Guest{Name: "spare", Address: netip.AddrFrom4([4]byte{10, 250, 0, 1}), VSID: uint32(6000 + k)})
+		d.Hosts = append(d.Hosts, h)
+	}
+	for i := range n {
+		e := model.EIP{Address: netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)}),
+			Binding: &model.Binding{Host: fmt.Sprintf("m%d", i/guests), Guest: fmt.Sprintf("g%d", i%guests)}}
 		if i%100 == 5 {
 			e.Set = "dedicated"
 		}
 		d.EIPs = append(d.EIPs, e)
-	}
-	// Big sets: 100.64.0.0/11 in prefix-a, 100.96.0.0/11 in prefix-b (the
-	// EIPs beyond 2M would land there).
-	d.EdgeSets[0].Prefixes = append(d.EdgeSets[0].Prefixes, netip.MustParsePrefix("100.64.0.0/11"))
-	d.EdgeSets[1].Prefixes = append(d.EdgeSets[1].Prefixes, netip.MustParsePrefix("100.96.0.0/11"))
-	for i := 0; i < n; i += 10 {
-		d.Hosts[2].Guests = append(d.Hosts[2].Guests, model.Guest{Name: fmt.Sprintf("m%d", i),
-			Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), VSID: 6000 + uint32(i)})
 	}
 	return d
 }
@@ -428,8 +431,9 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 	if int(written) != len(cp) {
 		t.Errorf("the repair counted %v copies written, want %d", written, len(cp))
 	}
-	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.5", "set/dedicated", "set/prefix-a")
-	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.10", "set/prefix-a", "host/h3")
+	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.5", "set/dedicated", "set/prefix-a", "host/m0")
+	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.10", "set/prefix-a", "host/m0")
+	expectScopes(t, "migration", cp, model.KindHost, "m0", "host/m0", "set/dedicated", "set/prefix-a")
 
 	// Damage: lose some copies, add a stale one, change one.
 	ctx := context.Background()
@@ -444,7 +448,7 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 		}
 	}
 	stale := store.ScopeKey("set/prefix-b", model.KindEIP, "100.64.0.1")
-	changed := store.ScopeKey("host/h3", model.KindEIP, "100.64.0.20")
+	changed := store.ScopeKey("host/m0", model.KindEIP, "100.64.0.20")
 	if _, ok := cp[changed]; !ok {
 		t.Fatalf("no copy %s", changed)
 	}
