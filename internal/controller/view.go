@@ -260,6 +260,50 @@ func (t *txn) refs() []placement.Ref {
 	return refs
 }
 
+// copies are the scope copies the txn's change adds, rewrites and
+// removes (placement.Diff: puts, then deletes). It is called after
+// undoAll: the affected objects' scopes are taken before the change, the
+// change is put in again (with Set and Remove, as redo does) to take
+// them after it, and taken out again.
+func (t *txn) copies() ([]store.Op, error) {
+	changed := t.refs()
+	before, err := placement.Take(t.st, changed)
+	if err != nil {
+		return nil, err
+	}
+	type prev struct {
+		o   model.Object
+		had bool
+	}
+	olds := make(map[placement.Ref]prev, len(changed))
+	order := make([]placement.Ref, 0, len(changed))
+	for i, r := range changed {
+		if _, ok := olds[r]; !ok {
+			o, had := t.st.Get(r.Kind, r.Key)
+			olds[r] = prev{o, had}
+			order = append(order, r)
+		}
+		if o := t.objs[i]; o != nil {
+			t.st.Set(o)
+		} else {
+			t.st.Remove(r.Kind, r.Key)
+		}
+	}
+	after, err := placement.Take(t.st, changed, before)
+	for i := len(order) - 1; i >= 0; i-- {
+		r := order[i]
+		if p := olds[r]; p.had {
+			t.st.Set(p.o)
+		} else {
+			t.st.Remove(r.Kind, r.Key)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return placement.Diff(before, after, changed), nil
+}
+
 // commitOps is what a write commits: the copies placement.Diff puts,
 // then the primary ops, then the copies it deletes. A commit larger than
 // one transaction is applied chunk by chunk (store.Commit), and in that
@@ -431,18 +475,8 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			v.applyMu.Unlock()
 			return base, nil
 		}
-		// The scope copies the change adds, rewrites and removes: the
-		// affected objects' scopes after the change, then before it.
-		changed := t.refs()
-		after, err := placement.Take(v.st, changed)
-		if err != nil {
-			t.rollback()
-			v.mu.Unlock()
-			v.applyMu.Unlock()
-			return 0, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)
-		}
 		t.undoAll()
-		before, err := placement.Take(v.st, changed)
+		copies, err := t.copies()
 		if err != nil {
 			v.mu.Unlock()
 			v.applyMu.Unlock()
@@ -450,7 +484,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 		}
 		t.conditions()
 		v.mu.Unlock()
-		ops := commitOps(t.ops, placement.Diff(before, after, changed))
+		ops := commitOps(t.ops, copies)
 		if s.beforeCommit != nil {
 			s.beforeCommit(attempt)
 		}
