@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/api"
@@ -38,6 +39,9 @@ type Core struct {
 	beforeCommit func(attempt int)
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
+	// copiesOK: the scope copies in the store are the state's, as far
+	// as this controller knows (from a repair to a partial commit).
+	copiesOK atomic.Bool
 	// repairs asks the copies' repair loop for a repair (scopes.go).
 	repairs    chan struct{}
 	repairDone chan struct{}

@@ -25,10 +25,16 @@ const (
 	repairRetry    = 10 * time.Second // after a failed repair, the next
 )
 
-// commit is store.Commit, or the tests' stand-in.
+// commit is store.CommitMarked while the copies in the store are known to
+// be the state's (since the last repair), store.Commit otherwise (a
+// follower then sees the copies as not current: store.CopiesCurrent); or
+// the tests' stand-in.
 func (s *Core) commit(ctx context.Context, rev int64, ops []store.Op) (int64, error) {
 	if s.commitHook != nil {
 		return s.commitHook(ctx, rev, ops)
+	}
+	if s.copiesOK.Load() {
+		return s.store.CommitMarked(ctx, rev, ops)
 	}
 	return s.store.Commit(ctx, rev, ops)
 }
@@ -52,6 +58,7 @@ func (s *Core) countCopies(by string, ops []store.Op) {
 // repairCopiesLater asks the repair loop for a repair (it never blocks:
 // one pending request covers any number).
 func (s *Core) repairCopiesLater() {
+	s.copiesOK.Store(false)
 	if s.repairs == nil {
 		return
 	}
@@ -104,6 +111,7 @@ func (s *Core) repairCopies(ctx context.Context) (repairResult, error) {
 		var res repairResult
 		res, err = s.repairOnce(ctx)
 		if err == nil {
+			s.copiesOK.Store(true)
 			res.took = time.Since(start)
 			s.metrics.scopeRepairs.WithLabelValues("ok").Inc()
 			s.log.Info(fmt.Sprintf("scope copies: %d written, %d deleted, %d unchanged, in %v", res.written, res.deleted, res.unchanged, res.took.Round(time.Millisecond)),

@@ -336,7 +336,7 @@ func metricValue(t testing.TB, c *Core, series string) float64 {
 
 // writeUnscoped writes doc's objects as a controller without scopes does:
 // their primary keys only, with store.Commit, and no layout marker.
-func writeUnscoped(t testing.TB, dir string, doc *model.Document) {
+func writeUnscoped(t testing.TB, dir string, doc *model.Document, after ...func(*store.Store)) {
 	t.Helper()
 	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
@@ -364,6 +364,9 @@ func writeUnscoped(t testing.TB, dir string, doc *model.Document) {
 	}
 	if _, err := st.Commit(ctx, rev, ops); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range after {
+		f(st)
 	}
 }
 
@@ -394,6 +397,17 @@ func migrationRegion(n int) *model.Document {
 		d.EIPs = append(d.EIPs, e)
 	}
 	return d
+}
+
+func expectCurrent(t *testing.T, st *store.Store, step string, want bool) {
+	t.Helper()
+	_, cur, err := st.CopiesCurrent(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur != want {
+		t.Errorf("%s: copies current %v, want %v", step, cur, want)
+	}
 }
 
 func layoutOf(t testing.TB, st *store.Store) string {
@@ -427,6 +441,7 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 	if l := layoutOf(t, c.store); l != store.Layout {
 		t.Errorf("layout marker %q after the migration, want %q", l, store.Layout)
 	}
+	expectCurrent(t, c.store, "after the migration", true)
 	written := metricValue(t, c, `azgate_controller_scope_copies_total{by="repair",op="put"}`)
 	if int(written) != len(cp) {
 		t.Errorf("the repair counted %v copies written, want %d", written, len(cp))
@@ -460,13 +475,34 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 	if lost < 100 {
 		t.Fatalf("lost only %d copies", lost)
 	}
+	// A write of this controller keeps the copies current.
+	if _, err := c.Bind(ctx, "198.51.100.8", IfMatch{}, model.Binding{Host: "m0", Guest: "spare"}); err != nil {
+		t.Fatal(err)
+	}
+	expectCurrent(t, c.store, "after a write", true)
 	stop()
 
+	// A controller without scopes (a rollback) writes its change alone:
+	// the copies are no longer current, and the old copy of the EIP is
+	// what a follower of its scope would read.
+	old := &model.EIP{Address: netip.MustParseAddr("198.51.100.8"), Binding: &model.Binding{Host: "h2", Guest: "g3"}}
+	writeUnscoped(t, dir, &model.Document{EIPs: []model.EIP{*old}}, func(st *store.Store) {
+		expectCurrent(t, st, "after a write of a controller without scopes", false)
+	})
+
 	c2, stop2 := openEmptyCore(t, dir)
-	checkCopies(t, c2, "repair")
+	cp = checkCopies(t, c2, "repair")
+	expectCurrent(t, c2.store, "after the repair", true)
+	expectScopes(t, "repair", cp, model.KindEIP, "198.51.100.8", "set/prefix-a", "host/h2")
+	expectScopes(t, "repair", cp, model.KindHost, "m0", "host/m0", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "repair", cp, model.KindHost, "h2", "host/h2", "set/prefix-a", "set/prefix-b")
+	// Written: the lost copies, the changed one, the EIP the older
+	// controller bound in its new host's scope and its new value in its
+	// set's, and that host in the set's scope; deleted: the stale copy,
+	// the EIP's in its former host's.
 	if w, d := metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="put"}`),
-		metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); int(w) != lost+1 || d != 1 {
-		t.Errorf("the repair wrote %v and deleted %v copies, want %d and 1", w, d, lost+1)
+		metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); int(w) != lost+4 || d != 2 {
+		t.Errorf("the repair wrote %v and deleted %v copies, want %d and 2", w, d, lost+4)
 	}
 	stop2()
 

@@ -73,3 +73,33 @@ func (s *Store) MarkLayoutAt(ctx context.Context, rev int64) error {
 	}
 	return nil
 }
+
+// CommitMarked is Commit from a writer that maintains the scope copies:
+// every transaction also rewrites LayoutKey, so the layout marker is at
+// least as recent as the commit marker as long as every commit comes from
+// such a writer. A commit of a writer that does not (a controller of a
+// release before scopes, after a rollback) moves the commit marker alone,
+// and CopiesCurrent says so until a controller has repaired the copies.
+func (s *Store) CommitMarked(ctx context.Context, rev int64, ops []Op) (int64, error) {
+	return s.commit(ctx, rev, ops, true)
+}
+
+// CopiesCurrent reads the commit and layout markers at one revision and
+// says whether the scope copies are those of the last commit: the layout
+// marker says Layout and was written with or after the last commit (see
+// CommitMarked). rev is the revision read at.
+func (s *Store) CopiesCurrent(ctx context.Context) (rev int64, current bool, err error) {
+	resp, err := s.Client.Txn(ctx).Then(clientv3.OpGet(CommitKey), clientv3.OpGet(LayoutKey)).Commit()
+	if err != nil {
+		return 0, false, fmt.Errorf("store: read the layout marker: %w", err)
+	}
+	var commitRev, layoutRev int64
+	marked := false
+	if r := resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+		commitRev = r.Kvs[0].ModRevision
+	}
+	if r := resp.Responses[1].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+		layoutRev, marked = r.Kvs[0].ModRevision, string(r.Kvs[0].Value) == Layout
+	}
+	return resp.Header.Revision, marked && layoutRev >= commitRev, nil
+}
