@@ -17,7 +17,10 @@ import (
 )
 
 // scopeEIPs sizes the scope benchmarks' region (migrationRegion).
-var scopeEIPs = flag.Int("scope-eips", 100000, "EIPs of BenchmarkScopeMigration and BenchmarkScopeWrite")
+var (
+	scopeEIPs = flag.Int("scope-eips", 100000, "EIPs of BenchmarkScopeMigration and BenchmarkScopeWrite")
+	scopeLog  = flag.Bool("scope-log", false, "the scope tests' and benchmarks' controllers log to stderr")
+)
 
 // BenchmarkScopeMigration starts a controller on a store written without
 // scope copies (-scope-eips EIPs, all bound, 1,000 guests a host): the

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -28,11 +30,15 @@ func openEmptyCore(t testing.TB, dir string) (c *Core, stop func()) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cfg, err := Config{DataDir: dir, Logger: quiet}.check()
+	log := quiet
+	if *scopeLog {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	cfg, err := Config{DataDir: dir, Logger: log}.check()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	c, err = open(ctx, cfg)
 	if err != nil {
