@@ -74,6 +74,7 @@ type Follower interface {
 // keys, announce.go).
 type Node interface {
 	Follower
+	ScopeFollower
 	Leases
 	PrefixReader
 }
