@@ -82,26 +82,12 @@ func (r *scopeRec) Commit(rev int64, resync bool) {
 	}
 }
 
-// wait polls cond (under mu) after every commit, for at most 20 s.
+// wait waits until cond (under mu) holds, for at most 20 s.
 func (r *scopeRec) wait(t *testing.T, what string, cond func(r *scopeRec) bool) {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		r.mu.Lock()
-		ok := cond(r)
-		r.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-r.changed:
-		case <-time.After(50 * time.Millisecond):
-		case <-timeout:
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			t.Fatalf("%s: not reached in 20s: state %v, resyncs %v, commits %v, watched %v", what, r.state, r.resyncs, r.commits, r.watched)
-		}
-	}
+	waitUntil(t, &r.mu, r.changed, what+":", func() bool { return cond(r) }, func() string {
+		return fmt.Sprintf("state %v, resyncs %v, commits %v, watched %v", r.state, r.resyncs, r.commits, r.watched)
+	})
 }
 
 func (r *scopeRec) keys() []string {
@@ -429,20 +415,7 @@ func testScopeInvalid(t *testing.T, s *Store) {
 	})
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		timeout := time.After(20 * time.Second)
-		for {
-			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			select {
-			case <-changed:
-			case <-timeout:
-				t.Fatalf("%s: not reached in 20s: EIPs %v at %d", what, eips, last)
-			}
-		}
+		waitUntil(t, &mu, changed, what+":", cond, func() string { return fmt.Sprintf("EIPs %v at %d", eips, last) })
 	}
 	waitFor("the first load", func() bool { return last > 0 })
 	if !slices.Equal(eips, []string{"198.51.100.20"}) {
