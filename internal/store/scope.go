@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -66,7 +67,9 @@ type Scope struct {
 	// ScopeRoot+Name+"/". "": none (a node in no set reads Kinds only).
 	Name string
 	// Kinds are read whole from their primary keys: the small kinds every
-	// node of a role needs (edge sets, quarantines, ...).
+	// node of a role needs (edge sets, quarantines, ...). A kind read
+	// whole must have no copies in the scope (the copy's changes would
+	// be applied to the same object).
 	Kinds []string
 }
 
@@ -117,9 +120,9 @@ func (s *Store) FollowScope(ctx context.Context, sc Scope, sink Sink) error {
 	if sc.Name != "" && !validScope(sc.Name) {
 		return fmt.Errorf("store: scope %q: want set/NAME or host/NAME", sc.Name)
 	}
-	for _, k := range sc.Kinds {
-		if k == "" || strings.Contains(k, "/") {
-			return fmt.Errorf("store: scope %q: kind %q", sc.Name, k)
+	for i, k := range sc.Kinds {
+		if k == "" || strings.Contains(k, "/") || slices.Contains(sc.Kinds[:i], k) {
+			return fmt.Errorf("store: scope %q: kind %q empty, with a slash or given twice", sc.Name, k)
 		}
 	}
 	return s.follow(ctx, sc.feed(), sink)

@@ -233,8 +233,10 @@ func testScopeShare(t *testing.T, s *Store) {
 	}
 
 	// A scope of one segment would read every set's copies.
-	if err := s.FollowScope(ctx, Scope{Name: "set"}, newScopeRec()); err == nil {
-		t.Error("FollowScope accepted the scope \"set\"")
+	for _, bad := range []Scope{{Name: "set"}, {Name: "set/A/B"}, {Name: "set/A", Kinds: []string{"azs", "azs"}}} {
+		if err := s.FollowScope(ctx, bad, newScopeRec()); err == nil {
+			t.Errorf("FollowScope accepted %+v", bad)
+		}
 	}
 }
 

@@ -2,7 +2,8 @@
 // under /azgate/v1/KIND/KEY holding its JSON. Writes are optimistic
 // transactions guarded by the revision the writer's view was taken at;
 // readers load the whole state at one revision and then follow the watch
-// stream (see Follow), so nothing polls.
+// stream (see Follow), so nothing polls. Edges and agents may follow a
+// share of the region instead: scope.go.
 package store
 
 import (
