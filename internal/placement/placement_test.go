@@ -527,9 +527,15 @@ func TestRandomChangesCatchesOmissions(t *testing.T) {
 		omit func(changed []Ref, r Ref) bool
 	}{
 		{"an EIP's host", func(changed []Ref, r Ref) bool { return r.Kind == model.KindHost && changed[0].Kind == model.KindEIP }},
-		{"a service's backends' hosts", func(changed []Ref, r Ref) bool { return r.Kind == model.KindHost && changed[0].Kind == model.KindService }},
-		{"a service's health", func(changed []Ref, r Ref) bool { return r.Kind == model.KindHealth && changed[0].Kind == model.KindService }},
-		{"an edge set's hosts", func(changed []Ref, r Ref) bool { return r.Kind == model.KindHost && changed[0].Kind == model.KindEdgeSet }},
+		{"a service's backends' hosts", func(changed []Ref, r Ref) bool {
+			return r.Kind == model.KindHost && changed[0].Kind == model.KindService
+		}},
+		{"a service's health", func(changed []Ref, r Ref) bool {
+			return r.Kind == model.KindHealth && changed[0].Kind == model.KindService
+		}},
+		{"an edge set's hosts", func(changed []Ref, r Ref) bool {
+			return r.Kind == model.KindHost && changed[0].Kind == model.KindEdgeSet
+		}},
 		{"a quarantined address's EIP", func(changed []Ref, r Ref) bool {
 			return r.Kind == model.KindEIP && len(changed) == 1 && changed[0].Kind == model.KindQuarantine
 		}},
