@@ -137,14 +137,18 @@ func (p *placer) hostScope(name string) string {
 	return s
 }
 
-// carriers returns setplan's Carriers of address a, computed from the
+// carriers returns setplan's Carriers of address a (key: its string, e:
+// the EIP at a if the caller has it), computed from the
 // sets and what concerns a alone (O(sets), not O(region)): its pull-out
 // (the EIP's or the service's set, the service's winning as in
 // setplan.FromState) and its quarantine.
-func (p *placer) carriers(a netip.Addr, key string) [3]string {
+func (p *placer) carriers(a netip.Addr, key string, e *model.EIP) [3]string {
 	in := setplan.Input{Sets: p.st.EdgeSets}
 	pulled := ""
-	if e, ok := p.st.EIPs[key]; ok && e.Set != "" {
+	if e == nil {
+		e = p.st.EIPs[key]
+	}
+	if e != nil && e.Set != "" {
 		pulled = e.Set
 	}
 	if name, ok := p.st.ServiceOfVIP(a); ok {
@@ -173,7 +177,7 @@ func (p *placer) appendSets(out []string, c [3]string) []string {
 
 // eip returns the scopes of e (sorted, deduplicated).
 func (p *placer) eip(key string, e *model.EIP) []string {
-	k := eipScopes{carriers: p.carriers(e.Address, key)}
+	k := eipScopes{carriers: p.carriers(e.Address, key, e)}
 	if e.Binding != nil {
 		k.host = e.Binding.Host
 	}
@@ -195,7 +199,7 @@ func (p *placer) eip(key string, e *model.EIP) []string {
 
 // serviceSets returns the set scopes of v (sorted, deduplicated).
 func (p *placer) serviceSets(v *model.Service) []string {
-	return sortScopes(p.appendSets(nil, p.carriers(v.VIP, v.VIP.String())))
+	return sortScopes(p.appendSets(nil, p.carriers(v.VIP, v.VIP.String(), nil)))
 }
 
 // service returns the scopes of v: its sets and its backends' hosts.
@@ -240,7 +244,7 @@ func (p *placer) eipSetsOf(key string) []string {
 	if !ok {
 		return nil
 	}
-	return sortScopes(p.appendSets(nil, p.carriers(e.Address, key)))
+	return sortScopes(p.appendSets(nil, p.carriers(e.Address, key, e)))
 }
 
 func (p *placer) serviceSetsOf(name string) []string {
@@ -375,10 +379,17 @@ func Affected(st *model.State, changed []Ref) []Ref {
 		// object's scopes.
 	}
 	if whole {
-		for _, k := range Scoped {
-			for _, key := range st.Keys(k) {
-				add(Ref{k, key})
-			}
+		for key := range st.EIPs {
+			add(Ref{model.KindEIP, key})
+		}
+		for name := range st.Services {
+			add(Ref{model.KindService, name})
+		}
+		for name := range st.Health {
+			add(Ref{model.KindHealth, name})
+		}
+		for name := range st.Hosts {
+			add(Ref{model.KindHost, name})
 		}
 	}
 	out := make([]Ref, 0, len(set))
@@ -416,6 +427,7 @@ func Take(st *model.State, changed []Ref, also ...Snapshot) (Snapshot, error) {
 func take(st *model.State, refs, changed []Ref) (Snapshot, error) {
 	ch := refSet(changed)
 	p := newPlacer(st)
+	p.shared = map[eipScopes][]string{}
 	snap := Snapshot{Scopes: map[Ref][]string{}, Values: map[Ref][]byte{}, refs: make(map[Ref]bool, len(refs))}
 	for _, r := range refs {
 		if snap.refs[r] {

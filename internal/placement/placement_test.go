@@ -475,7 +475,7 @@ func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string,
 				if i := slices.IndexFunc(h.Guests, func(g model.Guest) bool { return g.Name == "spare" }); i >= 0 {
 					h.Guests = slices.Delete(slices.Clone(h.Guests), i, i+1)
 				} else {
-					h.Guests = append(slices.Clone(h.Guests), model.Guest{Name: "spare", Address: netip.AddrFrom4([4]byte{198, 19, 9, byte(h.Underlay.As4()[3])}), VSID: 9})
+					h.Guests = append(slices.Clone(h.Guests), model.Guest{Name: "spare", Address: netip.AddrFrom4([4]byte{198, 19, 9, byte(h.Underlay.As4()[3])}), VSID: 9000})
 				}
 				_, err := st.Put(&h)
 				return err
@@ -580,7 +580,7 @@ func big(b testing.TB, n int) *model.State {
 	for h := range hosts {
 		hh := &model.Host{Name: fmt.Sprintf("h%d", h), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, byte(h >> 8), byte(h)})}
 		for g := range per {
-			hh.Guests = append(hh.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: netip.AddrFrom4([4]byte{100, 64, byte(g >> 8), byte(g)}), VSID: uint32(h + 1)})
+			hh.Guests = append(hh.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: netip.AddrFrom4([4]byte{100, 64, byte(g >> 8), byte(g)}), VSID: uint32(5000 + h)})
 		}
 		mustPut(b, st, hh)
 	}
