@@ -389,9 +389,7 @@ func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string,
 	sets := []string{"", "", "hot", "hot2"}
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
 	applied := 0
-	for step := range steps {
-		var changed []Ref
-		var apply func() error
+	change := func(step int) (changed []Ref, apply func() error) {
 		switch rng.IntN(9) {
 		case 0, 1: // add, bind, unbind, rebind, pull out, release
 			a := pick(addrs)
@@ -481,11 +479,31 @@ func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string,
 				return err
 			}
 		}
+		return changed, apply
+	}
+	for step := range steps {
+		// One change, or a few in one commit.
+		n := 1
+		if rng.IntN(4) == 0 {
+			n += 1 + rng.IntN(3)
+		}
+		var changed []Ref
+		var applies []func() error
+		for range n {
+			c, a := change(step)
+			changed, applies = append(changed, c...), append(applies, a)
+		}
 		before, err := take(st, changed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if apply() != nil {
+		ok := false
+		for _, a := range applies {
+			if a() == nil {
+				ok = true
+			}
+		}
+		if !ok {
 			continue
 		}
 		applied++
@@ -641,5 +659,35 @@ func BenchmarkTakeDiffRebind(b *testing.B) {
 		if len(Diff(before, after, changed)) == 0 {
 			b.Fatal("no ops")
 		}
+	}
+}
+
+func TestTakeValues(t *testing.T) {
+	st := region(t)
+	mustPut(t, st, eip("198.51.100.10", "", "h1/g1"), &model.Quarantine{Address: addr("198.51.100.10")})
+	changed := []Ref{{model.KindQuarantine, "198.51.100.10"}, {model.KindEdgeSet, "hot"}}
+	snap, err := Take(st, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Ref
+	for r := range snap.Values {
+		got = append(got, r)
+	}
+	slices.SortFunc(got, compareRef)
+	// The changed objects and those in a scope (every host is in its own).
+	want := []Ref{{model.KindEdgeSet, "hot"}, {model.KindEIP, "198.51.100.10"}, {model.KindHost, "h1"}, {model.KindHost, "h2"}, {model.KindHost, "h3"},
+		{model.KindQuarantine, "198.51.100.10"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("values of %v, want %v", got, want)
+	}
+	if s := string(snap.Values[Ref{model.KindEIP, "198.51.100.10"}]); !strings.Contains(s, `"host":"h1"`) {
+		t.Errorf("EIP encoded as %s", s)
+	}
+	if got := snap.Scopes[Ref{model.KindQuarantine, "198.51.100.10"}]; got != nil {
+		t.Errorf("a quarantine in scopes %q", got)
+	}
+	if got, want := snap.Refs(), Affected(st, changed); !reflect.DeepEqual(got, want) {
+		t.Errorf("Refs() = %v, want Affected %v", got, want)
 	}
 }
