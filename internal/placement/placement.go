@@ -14,6 +14,22 @@
 //     its guests or a service with a backend on it;
 //   - every other kind is read whole by the nodes that need it
 //     (EdgeKinds, AgentKinds) and has no copies.
+//
+// Carriers are computed per address from the sets and that address's own
+// pull-out and quarantine, so the scopes of one object cost O(sets) (a
+// host's O(its guests and their services)), never O(region).
+//
+// A write of the controller (the changed objects, in one commit):
+//
+//	before, err := placement.Take(st, changed)
+//	// apply the change to st
+//	after, err := placement.Take(st, changed, before)
+//	ops := placement.Diff(before, after, changed)
+//
+// ops are the puts of copies, then (from the first op with a nil Value)
+// the deletes: the commit writes the puts, then the primary ops, then the
+// deletes. The state after the commit then has exactly the copies AllOps
+// lists for it.
 package placement
 
 import (
