@@ -721,3 +721,16 @@ func TestTakeValues(t *testing.T) {
 		t.Errorf("Refs() = %v, want Affected %v", got, want)
 	}
 }
+
+func BenchmarkAllOps(b *testing.B) {
+	st := big(b, 100000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for range b.N {
+		if _, err := AllOps(st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu)
+}
