@@ -496,6 +496,19 @@ func TestClusterProxies(t *testing.T) {
 	for _, d := range dones {
 		<-d
 	}
+	// etcd's own count of the gRPC bytes a member sent (the bench's
+	// figure), read from its client socket.
+	var sent float64
+	for i := range c.Members {
+		v, err := c.Metric(i, "etcd_network_client_grpc_sent_bytes_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += v
+	}
+	if sent <= 0 {
+		t.Errorf("the members sent %v bytes of gRPC", sent)
+	}
 
 	proxies := append([]*etcdproc.Proxy(nil), c.Proxies...)
 	c.StopProxies()

@@ -470,3 +470,55 @@ func ServeBridge(ctx context.Context, sock string, pid int, addr string) error {
 	}
 	return err
 }
+
+// Metric reads member i's Prometheus metrics (GET /metrics on its
+// client socket, which etcd serves there) and returns the sum of every
+// sample of the metric name (all label sets), e.g.
+// etcd_network_client_grpc_sent_bytes_total: the bytes of gRPC the
+// member sent its clients.
+func (c *Cluster) Metric(i int, name string) (float64, error) {
+	hc := unixHTTP(strings.TrimPrefix(c.Members[i].ClientURL, "unix://"))
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://member/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("etcd member %s: metrics: %w", c.Members[i].Name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("etcd member %s: metrics: %s", c.Members[i].Name, resp.Status)
+	}
+	return sumMetric(string(b), name)
+}
+
+// sumMetric sums the samples of name in Prometheus text exposition.
+func sumMetric(text, name string) (float64, error) {
+	var sum float64
+	found := false
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue // a longer name
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %q: %w", name, line, err)
+		}
+		sum += v
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("no metric %s", name)
+	}
+	return sum, nil
+}
