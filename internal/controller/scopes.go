@@ -94,6 +94,9 @@ func (s *Core) repairLoop(ctx context.Context) {
 type repairResult struct {
 	written, deleted, unchanged int
 	took                        time.Duration
+	// The last comparison's phases: the state's copies computed, the
+	// store's read and compared, the difference written.
+	place, read, write time.Duration
 }
 
 // repairCopies makes the store's scope copies those of the view's state
@@ -115,7 +118,8 @@ func (s *Core) repairCopies(ctx context.Context) (repairResult, error) {
 			res.took = time.Since(start)
 			s.metrics.scopeRepairs.WithLabelValues("ok").Inc()
 			s.log.Info(fmt.Sprintf("scope copies: %d written, %d deleted, %d unchanged, in %v", res.written, res.deleted, res.unchanged, res.took.Round(time.Millisecond)),
-				"written", res.written, "deleted", res.deleted, "unchanged", res.unchanged, "took", res.took, "attempts", attempt)
+				"written", res.written, "deleted", res.deleted, "unchanged", res.unchanged, "took", res.took, "attempts", attempt,
+				"place", res.place, "read", res.read, "write", res.write)
 			return res, nil
 		}
 		if !errors.Is(err, store.ErrConflict) || ctx.Err() != nil {
@@ -139,10 +143,13 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	if err := v.waitFor(ctx, latest, catchUpLimit); err != nil {
 		return repairResult{}, err
 	}
+	var res repairResult
+	t0 := time.Now()
 	v.mu.RLock()
 	rev := v.rev
 	want, err := placement.All(v.st)
 	v.mu.RUnlock()
+	res.place = time.Since(t0)
 	if err != nil {
 		return repairResult{}, fmt.Errorf("computing the scope copies of the state: %w", err)
 	}
@@ -150,8 +157,8 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	// object's i-th scope (its scopes are few), a map past 64.
 	seen := make(map[placement.Ref]uint64, len(want.Scopes))
 	var seenMore map[string]bool
-	var res repairResult
 	var puts, dels []store.Op
+	t0 = time.Now()
 	_, err = s.store.LoadScopes(ctx, func(scope, kind, key string, value []byte) {
 		ref := placement.Ref{Kind: kind, Key: key}
 		scopes := want.Scopes[ref]
@@ -186,6 +193,8 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 			puts = append(puts, store.Op{Scope: sc, Kind: ref.Kind, Key: ref.Key, Value: want.Values[ref]})
 		}
 	}
+	res.read = time.Since(t0)
+	t0 = time.Now()
 	res.written, res.deleted = len(puts), len(dels)
 	if ops := append(puts, dels...); len(ops) > 0 {
 		err := s.store.WriteCopies(ctx, rev, ops)
@@ -199,6 +208,7 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	if err := s.store.MarkLayoutAt(ctx, rev); err != nil {
 		return repairResult{}, err
 	}
+	res.write = time.Since(t0)
 	return res, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
 )
 
 // scopeEIPs sizes the scope benchmarks' region (migrationRegion).
@@ -34,8 +35,9 @@ func BenchmarkScopeMigration(b *testing.B) {
 		b.StopTimer()
 		dir := b.TempDir()
 		start := time.Now()
-		writeUnscoped(b, dir, migrationRegion(n))
-		b.Logf("%d EIPs written without copies in %v", n, time.Since(start).Round(time.Millisecond))
+		var dbBefore int64
+		writeUnscoped(b, dir, migrationRegion(n), func(st *store.Store) { dbBefore = dbSize(b, st) })
+		b.Logf("%d EIPs written without copies in %v; etcd database %.0f MiB in use", n, time.Since(start).Round(time.Millisecond), float64(dbBefore)/(1<<20))
 		runtime.GC()
 		b.StartTimer()
 		start = time.Now()
@@ -47,6 +49,9 @@ func BenchmarkScopeMigration(b *testing.B) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		rss, hwm := selfMem()
+		dbAfter := dbSize(b, c.store)
+		b.Logf("etcd database with the copies: %.0f MiB in use (%+.0f MiB, %.0f B per copy)", float64(dbAfter)/(1<<20),
+			float64(dbAfter-dbBefore)/(1<<20), float64(dbAfter-dbBefore)/copies)
 		b.ReportMetric(copies, "copies")
 		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 		b.ReportMetric(rss, "rss-MiB")
@@ -61,6 +66,18 @@ func BenchmarkScopeMigration(b *testing.B) {
 		stop()
 		b.StartTimer()
 	}
+}
+
+// dbSize is the etcd database's size in use (its bbolt pages holding
+// data, not the file's free pages).
+func dbSize(b *testing.B, st *store.Store) int64 {
+	b.Helper()
+	ep := st.Client.Endpoints()[0]
+	resp, err := st.Client.Status(context.Background(), ep)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp.DbSizeInUse
 }
 
 // selfMem is this process's VmRSS and VmHWM in MiB.
