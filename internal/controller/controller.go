@@ -334,17 +334,14 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	if err := c.view.waitReady(ctx, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
 	}
-	// The scope copies, before any write of this controller: the
-	// migration from the layout without scopes, and the repair after a
-	// controller that does not maintain them (scopes.go).
+	// The scope copies (scopes.go): repaired before any write of this
+	// controller when a commit went in without them (the migration from
+	// the layout without scopes, a controller of an older release, a
+	// commit stopped halfway); compared in the background otherwise.
 	c.repairs, c.repairDone = make(chan struct{}, 1), make(chan struct{})
-	if _, err := c.repairCopies(ctx); err != nil {
-		if ctx.Err() != nil {
-			close(c.repairDone)
-			return nil, fmt.Errorf("controller: %w", err)
-		}
-		c.log.Error("scope copies: repair failed; serving, and retrying", "in", repairRetry, "err", err)
-		c.repairCopiesLater()
+	if err := c.startCopies(ctx); err != nil {
+		close(c.repairDone)
+		return nil, fmt.Errorf("controller: %w", err)
 	}
 	go c.repairLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)

@@ -55,10 +55,43 @@ func (s *Core) countCopies(by string, ops []store.Op) {
 	s.metrics.scopeCopies.WithLabelValues(by, "delete").Add(float64(dels))
 }
 
-// repairCopiesLater asks the repair loop for a repair (it never blocks:
-// one pending request covers any number).
+// startCopies runs when the view has loaded, before the controller
+// serves. If the store says the copies are those of the last commit
+// (store.CopiesCurrent: every commit since the last repair was a
+// controller's of this release and went in whole), it serves at once and
+// compares them in the background (a mend for copies changed past the
+// controllers: at a million EIPs the comparison reads two million
+// copies); otherwise it repairs them first. Only ctx ending fails it: a
+// repair that fails is retried in the background.
+func (s *Core) startCopies(ctx context.Context) error {
+	_, current, err := s.store.CopiesCurrent(ctx)
+	if err == nil && current {
+		s.copiesOK.Store(true)
+		s.log.Info("scope copies: current since the last commit; comparing them in the background")
+		s.requestRepair()
+		return nil
+	}
+	if _, err := s.repairCopies(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		s.log.Error("scope copies: repair failed; serving, and retrying", "in", repairRetry, "err", err)
+		s.repairCopiesLater()
+	}
+	return nil
+}
+
+// repairCopiesLater marks the copies as not known good (the controller's
+// commits stop rewriting the layout marker, see commit) and asks for a
+// repair.
 func (s *Core) repairCopiesLater() {
 	s.copiesOK.Store(false)
+	s.requestRepair()
+}
+
+// requestRepair asks the repair loop for a repair (it never blocks: one
+// pending request covers any number).
+func (s *Core) requestRepair() {
 	if s.repairs == nil {
 		return
 	}
@@ -85,7 +118,7 @@ func (s *Core) repairLoop(ctx context.Context) {
 				return
 			case <-time.After(repairRetry):
 			}
-			s.repairCopiesLater()
+			s.requestRepair()
 		}
 	}
 }

@@ -510,15 +510,37 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 		metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); int(w) != lost+4 || d != 2 {
 		t.Errorf("the repair wrote %v and deleted %v copies, want %d and 2", w, d, lost+4)
 	}
+
+	// Copies changed past the controllers (the commit marker did not
+	// move): the copies look current, the controller serves at once and
+	// mends them in the background.
+	cp = storedCopies(t, c2.store)
+	lostKey := store.ScopeKey("set/prefix-a", model.KindEIP, "100.64.0.30")
+	if _, ok := cp[lostKey]; !ok {
+		t.Fatalf("no copy %s", lostKey)
+	}
+	if _, err := c2.store.Client.Delete(ctx, lostKey); err != nil {
+		t.Fatal(err)
+	}
 	stop2()
+	c3, stop3 := openEmptyCore(t, dir)
+	waitFor(t, func() bool { return metricValue(t, c3, `azgate_controller_scope_repairs_total{result="ok"}`) >= 1 })
+	checkCopies(t, c3, "mended in the background")
+	if w, d := metricValue(t, c3, `azgate_controller_scope_copies_total{by="repair",op="put"}`),
+		metricValue(t, c3, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); w != 1 || d != 0 {
+		t.Errorf("the background repair wrote %v and deleted %v copies, want 1 and 0", w, d)
+	}
+	stop3()
 
 	// Nothing to repair: nothing written.
-	c3, _ := openEmptyCore(t, dir)
-	if w, d := metricValue(t, c3, `azgate_controller_scope_copies_total{by="repair",op="put"}`),
-		metricValue(t, c3, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); w != 0 || d != 0 {
+	c4, _ := openEmptyCore(t, dir)
+	waitFor(t, func() bool { return metricValue(t, c4, `azgate_controller_scope_repairs_total{result="ok"}`) >= 1 })
+	if w, d := metricValue(t, c4, `azgate_controller_scope_copies_total{by="repair",op="put"}`),
+		metricValue(t, c4, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); w != 0 || d != 0 {
 		t.Errorf("a repair of intact copies wrote %v and deleted %v", w, d)
 	}
-	checkCopies(t, c3, "intact")
+	checkCopies(t, c4, "intact")
+	expectCurrent(t, c4.store, "intact", true)
 }
 
 // TestPartialCommitRepaired: a commit the store took only part of (its

@@ -75,11 +75,12 @@ func (s *Store) MarkLayoutAt(ctx context.Context, rev int64) error {
 }
 
 // CommitMarked is Commit from a writer that maintains the scope copies:
-// every transaction also rewrites LayoutKey, so the layout marker is at
-// least as recent as the commit marker as long as every commit comes from
-// such a writer. A commit of a writer that does not (a controller of a
-// release before scopes, after a rollback) moves the commit marker alone,
-// and CopiesCurrent says so until a controller has repaired the copies.
+// its last transaction also rewrites LayoutKey, so the layout marker is
+// as recent as the commit marker once every commit was such a writer's
+// and went in whole. A commit of a writer that does not (a controller of
+// a release before scopes, after a rollback), or one that stopped between
+// two transactions, moves the commit marker alone, and CopiesCurrent says
+// so until a controller has repaired the copies.
 func (s *Store) CommitMarked(ctx context.Context, rev int64, ops []Op) (int64, error) {
 	return s.commit(ctx, rev, ops, true)
 }

@@ -61,6 +61,16 @@ func TestCopiesAndMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	current(true)
+	// One that stops after its first transaction is not.
+	partial, err := s.commit(ctx, rev2, ops[:2], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current(false)
+	if rev2, err = s.CommitMarked(ctx, partial, ops[:1]); err != nil {
+		t.Fatal(err)
+	}
+	current(true)
 	// Guards: a repair planned at rev conflicts now.
 	if err := s.WriteCopies(ctx, rev, copies[:1]); !errors.Is(err, ErrConflict) {
 		t.Errorf("WriteCopies at a stale revision: %v, want ErrConflict", err)

@@ -369,7 +369,7 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 			}
 		}
 		eops = append(eops, clientv3.OpPut(CommitKey, time.Now().UTC().Format(time.RFC3339Nano)))
-		if markLayout {
+		if markLayout && len(ops) == 0 { // the last transaction
 			eops = append(eops, clientv3.OpPut(LayoutKey, Layout))
 		}
 		resp, err := s.Client.Txn(ctx).
