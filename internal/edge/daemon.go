@@ -13,10 +13,12 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Store is what the edge needs of the store: to follow it and publish
-// leased keys, and to elect its set's ARP owner.
+// Store is what the edge needs of the store: to follow its set's share
+// of it (FollowShare) and publish leased keys, and to elect its set's ARP
+// owner.
 type Store interface {
 	store.Node
+	store.ScopeFollower
 	store.Elector
 }
 
@@ -66,7 +68,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		return err
 	}
 	defer r.Stop()
-	return st.FollowSink(ctx, p.rec)
+	return FollowShare(ctx, st, cfg.Name, p.rec, cfg.Log)
 }
 
 // ifindexOf finds the interface that holds an address.
