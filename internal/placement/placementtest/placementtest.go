@@ -6,8 +6,11 @@
 package placementtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/azgate/azgate/internal/model"
@@ -104,6 +107,10 @@ func diff(old *model.State, puts []model.Object, dels []placement.Ref) ([]store.
 			had[copyKey{o.Scope, o.Kind, o.Key}] = o.Value
 		}
 	}
+	// As the controller orders a commit (placement.Diff): the copies put,
+	// the primary keys, the copies deleted, so a commit split into several
+	// transactions never leaves an object in no scope.
+	var copyPuts, delOps []store.Op
 	for _, o := range after {
 		if o.Scope == "" {
 			continue // the primary keys written are those of puts
@@ -114,10 +121,13 @@ func diff(old *model.State, puts []model.Object, dels []placement.Ref) ([]store.
 		if ok && string(v) == string(o.Value) {
 			continue
 		}
-		ops = append(ops, store.Op{Scope: o.Scope, Kind: o.Kind, Key: o.Key, Value: o.Value})
+		copyPuts = append(copyPuts, store.Op{Scope: o.Scope, Kind: o.Kind, Key: o.Key, Value: o.Value})
 	}
 	for k := range had {
-		ops = append(ops, store.Op{Scope: k.scope, Kind: k.kind, Key: k.key})
+		delOps = append(delOps, store.Op{Scope: k.scope, Kind: k.kind, Key: k.key})
 	}
-	return ops, nil
+	slices.SortFunc(delOps, func(a, b store.Op) int {
+		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
+	})
+	return append(append(copyPuts, ops...), delOps...), nil
 }
