@@ -33,9 +33,10 @@ func Delete(ctx context.Context, s *store.Store, refs ...placement.Ref) (int64, 
 // the scopes' copies they make: it loads the store's state, applies them
 // without the model's checks (as a raw write would; tests write what they
 // mean to), and commits the primary keys written, the copies added or
-// changed (placement.AllOps of the new state) and those removed (of the
-// old one), at the revision it loaded, again on a conflict. It writes the
-// layout marker (store.LayoutKey) too. It returns the commit's revision.
+// changed (placement.AllOps of the new state; every copy of an object
+// written, as placement.Diff does) and those removed (of the old state),
+// at the revision it loaded, again on a conflict. It writes the layout
+// marker (store.LayoutKey) too. It returns the commit's revision.
 func Apply(ctx context.Context, s *store.Store, puts []model.Object, dels []placement.Ref) (int64, error) {
 	if _, err := s.Client.Put(ctx, store.LayoutKey, store.Layout); err != nil {
 		return 0, err
@@ -118,8 +119,8 @@ func diff(old *model.State, puts []model.Object, dels []placement.Ref) ([]store.
 		k := copyKey{o.Scope, o.Kind, o.Key}
 		v, ok := had[k]
 		delete(had, k)
-		if ok && string(v) == string(o.Value) {
-			continue
+		if _, written := at[placement.Ref{Kind: o.Kind, Key: o.Key}]; ok && !written && string(v) == string(o.Value) {
+			continue // an object written has its copies written too, as the controller's (placement.Diff)
 		}
 		copyPuts = append(copyPuts, store.Op{Scope: o.Scope, Kind: o.Kind, Key: o.Key, Value: o.Value})
 	}
