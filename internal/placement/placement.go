@@ -304,16 +304,6 @@ func sortScopes(s []string) []string {
 	return slices.Compact(s)
 }
 
-// setScopes keeps the set scopes of a sorted list (they sort after the
-// host scopes).
-func setScopes(s []string) []string {
-	i := len(s)
-	for i > 0 && strings.HasPrefix(s[i-1], "set/") {
-		i--
-	}
-	return s[i:len(s):len(s)]
-}
-
 // Of returns the scopes holding a copy of r in st, sorted (nil: r is
 // absent, in no scope, or of a kind without copies). It costs O(sets) for
 // an EIP, a service or a health, O(the host's guests and their services)
@@ -533,45 +523,15 @@ func sortOps(ops []store.Op) {
 
 // All returns the scopes and values of every object of st in a scope: what
 // a migration writes, and what the copies of a state written straight into
-// the store are. It computes each EIP's carriers once and each host's
-// scopes from them.
+// the store are.
 func All(st *model.State) (Snapshot, error) {
-	p := newPlacer(st)
-	p.shared = map[eipScopes][]string{}
 	n := st.Len(model.KindEIP) + st.Len(model.KindService) + st.Len(model.KindHealth) + st.Len(model.KindHost)
 	snap := Snapshot{Scopes: make(map[Ref][]string, n), Values: make(map[Ref][]byte, n)}
-	put := func(r Ref, sc []string, o model.Object) error {
-		if len(sc) == 0 {
-			return nil
-		}
-		b, err := store.Encode(o)
-		if err != nil {
-			return fmt.Errorf("placement: encoding %s %s: %w", r.Kind, r.Key, err)
-		}
+	err := each(st, func(r Ref, sc []string, b []byte) {
 		snap.Scopes[r], snap.Values[r] = sc, b
-		return nil
-	}
-	for key, e := range st.EIPs {
-		if err := put(Ref{model.KindEIP, key}, p.eip(key, e), e); err != nil {
-			return Snapshot{}, err
-		}
-	}
-	for name, v := range st.Services {
-		if err := put(Ref{model.KindService, name}, p.service(v), v); err != nil {
-			return Snapshot{}, err
-		}
-	}
-	for name, h := range st.Health {
-		if err := put(Ref{model.KindHealth, name}, setScopes(snap.Scopes[Ref{model.KindService, name}]), h); err != nil {
-			return Snapshot{}, err
-		}
-	}
-	eipSets := func(key string) []string { return setScopes(snap.Scopes[Ref{model.KindEIP, key}]) }
-	svcSets := func(name string) []string { return setScopes(snap.Scopes[Ref{model.KindService, name}]) }
-	for name, h := range st.Hosts {
-		if err := put(Ref{model.KindHost, name}, p.host(h, eipSets, svcSets), h); err != nil {
-			return Snapshot{}, err
-		}
+	})
+	if err != nil {
+		return Snapshot{}, err
 	}
 	return snap, nil
 }
@@ -579,20 +539,79 @@ func All(st *model.State) (Snapshot, error) {
 // AllOps returns a put for every copy of st (All), sorted by scope, kind
 // and key.
 func AllOps(st *model.State) ([]store.Op, error) {
-	snap, err := All(st)
+	ops := make([]store.Op, 0, 2*st.Len(model.KindEIP)+st.Len(model.KindHost))
+	err := each(st, func(r Ref, sc []string, b []byte) {
+		for _, s := range sc {
+			ops = append(ops, store.Op{Scope: s, Kind: r.Kind, Key: r.Key, Value: b})
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	n := 0
-	for _, sc := range snap.Scopes {
-		n += len(sc)
-	}
-	ops := make([]store.Op, 0, n)
-	for r, sc := range snap.Scopes {
-		for _, s := range sc {
-			ops = append(ops, store.Op{Scope: s, Kind: r.Kind, Key: r.Key, Value: snap.Values[r]})
-		}
-	}
 	sortOps(ops)
 	return ops, nil
+}
+
+// each calls f with the scopes and the value of every object of st in a
+// scope. It computes each address's carriers from its own pull-out and
+// quarantine (never setplan.FromState per object) and shares the scope
+// lists: a million EIPs have a few distinct ones.
+func each(st *model.State, f func(r Ref, sc []string, value []byte)) error {
+	p := newPlacer(st)
+	p.shared = map[eipScopes][]string{}
+	sets := map[[3]string][]string{}
+	eipSets := func(key string) []string {
+		e, ok := st.EIPs[key]
+		if !ok {
+			return nil
+		}
+		c := p.carriers(e.Address, key, e)
+		s, ok := sets[c]
+		if !ok {
+			s = sortScopes(p.appendSets(nil, c))
+			sets[c] = s
+		}
+		return s
+	}
+	svcSets := map[string][]string{}
+	serviceSets := func(name string) []string {
+		s, ok := svcSets[name]
+		if !ok {
+			s = p.serviceSetsOf(name)
+			svcSets[name] = s
+		}
+		return s
+	}
+	emit := func(r Ref, sc []string, o model.Object) error {
+		if len(sc) == 0 {
+			return nil
+		}
+		b, err := store.Encode(o)
+		if err != nil {
+			return fmt.Errorf("placement: encoding %s %s: %w", r.Kind, r.Key, err)
+		}
+		f(r, sc, b)
+		return nil
+	}
+	for key, e := range st.EIPs {
+		if err := emit(Ref{model.KindEIP, key}, p.eip(key, e), e); err != nil {
+			return err
+		}
+	}
+	for name, v := range st.Services {
+		if err := emit(Ref{model.KindService, name}, p.service(v), v); err != nil {
+			return err
+		}
+	}
+	for name, h := range st.Health {
+		if err := emit(Ref{model.KindHealth, name}, serviceSets(name), h); err != nil {
+			return err
+		}
+	}
+	for name, h := range st.Hosts {
+		if err := emit(Ref{model.KindHost, name}, p.host(h, eipSets, serviceSets), h); err != nil {
+			return err
+		}
+	}
+	return nil
 }

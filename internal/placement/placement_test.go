@@ -721,3 +721,53 @@ func TestTakeValues(t *testing.T) {
 		t.Errorf("Refs() = %v, want Affected %v", got, want)
 	}
 }
+
+func BenchmarkAllOps(b *testing.B) {
+	st := big(b, 100000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for range b.N {
+		if _, err := AllOps(st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu)
+}
+
+// TestOfCost: the scopes of one object cost the same in a small region and
+// in one of 20,000 EIPs (no setplan.FromState, no walk over the region).
+func TestOfCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a region of 20,000 EIPs")
+	}
+	small, large := big(t, 2000), big(t, 20000)
+	for _, r := range []Ref{
+		{model.KindEIP, "11.0.0.2"},  // bound
+		{model.KindEIP, "11.0.0.3"},  // pulled out
+		{model.KindEIP, "11.0.0.7"},  // quarantined
+		{model.KindService, "svc1"},  // two backends
+		{model.KindHost, "h1"},       // its guests' EIPs and a backend
+		{model.KindHealth, "absent"}, // none
+	} {
+		if got, want := Of(large, r), Of(small, r); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%v: %q in the large region, %q in the small one", r, got, want)
+		}
+		if r.Kind == model.KindHost {
+			// h1 has 20 guests in the large region, 2 in the small one.
+			continue
+		}
+		a := testing.AllocsPerRun(20, func() { Of(small, r) })
+		b := testing.AllocsPerRun(20, func() { Of(large, r) })
+		if b > a || b > 12 {
+			t.Errorf("%v: %v allocations in a region of 20,000 EIPs, %v in one of 2,000", r, b, a)
+		}
+	}
+	// A host costs per guest: h1 has ten times the guests in the large
+	// region.
+	a := testing.AllocsPerRun(20, func() { Of(small, Ref{model.KindHost, "h1"}) })
+	b := testing.AllocsPerRun(20, func() { Of(large, Ref{model.KindHost, "h1"}) })
+	if b > 10*a+10 {
+		t.Errorf("host h1: %v allocations with 20 guests, %v with 2", b, a)
+	}
+}
