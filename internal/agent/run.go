@@ -21,19 +21,10 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Store is what the agent needs of the store: its host's share of the
-// desired state (placement.AgentScope: the host, the EIPs bound to its
-// guests, the services with backends on it, and the small kinds every
-// agent reads whole), leases, and the edges' announce keys.
-type Store interface {
-	store.Node
-	FollowScopeState(ctx context.Context, sc store.Scope, h store.Handler) error
-}
-
 // Run loads (or re-adopts) the agent data plane and follows the host's
 // share of the store. A start-up error is logged with its cause and
 // returned, once everything started before it has stopped (issue 17.4).
-func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions) error {
+func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
@@ -186,7 +177,7 @@ func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconcil
 // share holds: the host, the EIPs bound to it, the services with
 // backends on it, and the edge sets, quarantines and bandwidth packages
 // (placement.AgentKinds).
-func follow(ctx context.Context, log *slog.Logger, st Store, host string, rec *Reconciler) error {
+func follow(ctx context.Context, log *slog.Logger, st store.Node, host string, rec *Reconciler) error {
 	var ready sync.Once
 	return st.FollowScopeState(ctx, placement.AgentScope(host), func(s *model.State, rev int64, evs []store.Event, full bool) {
 		rec.Handle(s, rev, evs, full)

@@ -179,7 +179,7 @@ func (g *fleetRegion) writeAll(ctx context.Context, s *store.Store, objs []model
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.Client.Put(ctx, store.LayoutKey, store.Layout); err != nil {
+	if err := s.MarkLayout(ctx); err != nil {
 		return 0, err
 	}
 	return rev, nil

@@ -18,7 +18,6 @@ import (
 // owner.
 type Store interface {
 	store.Node
-	store.ScopeFollower
 	store.Elector
 }
 

@@ -38,7 +38,7 @@ func Delete(ctx context.Context, s *store.Store, refs ...placement.Ref) (int64, 
 // at the revision it loaded, again on a conflict. It writes the layout
 // marker (store.LayoutKey) too. It returns the commit's revision.
 func Apply(ctx context.Context, s *store.Store, puts []model.Object, dels []placement.Ref) (int64, error) {
-	if _, err := s.Client.Put(ctx, store.LayoutKey, store.Layout); err != nil {
+	if err := s.MarkLayout(ctx); err != nil {
 		return 0, err
 	}
 	for {
