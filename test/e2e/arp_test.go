@@ -19,8 +19,8 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
