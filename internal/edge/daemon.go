@@ -40,6 +40,9 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if cfg.ConnMax != 0 {
 		load.ConnMax = cfg.ConnMax
 	}
+	if cfg.ListenerMax != 0 {
+		load.ListenerMax = cfg.ListenerMax
+	}
 	p := &plane{cfg: &cfg, load: load}
 	hc := &healthChecks{p: p, st: st}
 	arp := &arpPart{p: p, st: st}

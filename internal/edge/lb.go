@@ -72,9 +72,12 @@ type lbState struct {
 	gens        map[uint32]uint16
 	nextTable   uint32
 	freeTable   []uint32
-	nat         bool            // some service is in nat mode
-	natLeftOut  int             // nat backends left out of the reply fallback (ambiguous)
-	targets     []health.Target // backends to health-check
+	// listenersMax: the edge's lb_listeners capacity (--listener-max,
+	// 0: lbplan.ListenersMax), what the plan leaves room for.
+	listenersMax int
+	nat          bool            // some service is in nat mode
+	natLeftOut   int             // nat backends left out of the reply fallback (ambiguous)
+	targets      []health.Target // backends to health-check
 	// Slots a previous run of the daemon left, by owner hash: the first
 	// sync takes them back (same slot, same generation), so connections
 	// survive a restart; the rest are freed.
@@ -189,13 +192,21 @@ func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
 	return lbplan.Placement{Underlay: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
 }
 
-// planOf computes the index's plan (memo: the tables of the previous
-// plan, or nil).
+// planOf computes the index's plan at the compiled capacities (memo: the
+// tables of the previous plan, or nil).
 func planOf(x *index, seed uint32, memo ...*lbplan.Tables) *lbplan.Plan {
-	in := lbplan.Input{Services: x.lbServices(), Health: x.health, Hosts: resolver{x}, Seed: seed}
+	s := &lbState{seed: seed}
 	if len(memo) > 0 {
-		in.Tables = memo[0]
+		s.memo = memo[0]
 	}
+	return s.plan(x)
+}
+
+// plan computes the index's plan for this edge: its seed, memo and
+// listener capacity.
+func (s *lbState) plan(x *index) *lbplan.Plan {
+	in := lbplan.Input{Services: x.lbServices(), Health: x.health, Hosts: resolver{x}, Seed: s.seed, Tables: s.memo,
+		ListenersMax: s.listenersMax}
 	return lbplan.Build(in)
 }
 
@@ -209,7 +220,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 			return nil, err
 		}
 	}
-	p := planOf(x, s.seed, s.memo)
+	p := s.plan(x)
 	var problems []string
 	for pass := 0; ; pass++ {
 		have, err := s.maps.Listeners()

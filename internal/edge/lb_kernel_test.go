@@ -4,10 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
 )
 
 // kernelView reads what the kernel's maps hold into a FakeLB, so the
@@ -113,5 +118,71 @@ func TestLBConvergesOnKernelMaps(t *testing.T) {
 	}
 	if faults.Injected == 0 {
 		t.Fatal("no failure was injected")
+	}
+}
+
+// TestListenerMaxOnKernelMaps: on an edge loaded with --listener-max 8
+// (lb_listeners holds 8), the plan leaves room for 8: of three services
+// of four single-port listeners, the first two in name order are
+// programmed, the third is left out and reported, and the commit
+// succeeds. A reconciler that plans for the compiled capacity on the same
+// maps fails its commit on the ninth listener's write: the plan must know
+// the edge's capacity.
+func TestListenerMaxOnKernelMaps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF objects needs root")
+	}
+	const listenerMax = 8
+	var objs []model.Object
+	objs = append(objs, region()...)
+	for i, name := range []string{"s1", "s2", "s3"} {
+		var ls []model.Listener
+		for j := range 4 {
+			ls = append(ls, model.Listener{Protocol: "tcp", Port: uint16(80 + j), Pool: "p"})
+		}
+		objs = append(objs, &model.Service{Name: name, VIP: netip.AddrFrom4([4]byte{198, 51, 100, byte(50 + i)}), Mode: model.ModeNAT, Listeners: ls,
+			Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1"), Port: 8080}}}}})
+	}
+	for _, c := range []struct {
+		name string
+		cfg  uint32 // Config.ListenerMax
+	}{{"planned at the edge's capacity", listenerMax}, {"planned at the compiled capacity", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1024, ListenerMax: listenerMax})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7, ListenerMax: c.cfg}, e)
+			t.Cleanup(r.Stop)
+			load(t, r, 1, objs...)
+			if c.cfg == 0 {
+				if r.syncErr == nil {
+					t.Fatal("12 listeners committed into a map of 8")
+				}
+				return
+			}
+			if r.syncErr != nil {
+				t.Fatalf("commit: %v", r.syncErr)
+			}
+			ls, err := e.Listeners()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ls) != listenerMax {
+				t.Fatalf("%d listeners programmed, want %d", len(ls), listenerMax)
+			}
+			for l := range ls {
+				if l.VIP == a("198.51.100.52") {
+					t.Fatalf("listener %v of the left-out service s3 programmed", l)
+				}
+			}
+			st := r.Status(time.Now(), nil)
+			if !slices.ContainsFunc(st.Errors, func(s string) bool {
+				return strings.HasPrefix(s, "service s3: not programmed") && strings.Contains(s, "the data plane holds 8")
+			}) {
+				t.Fatalf("s3 not reported left out: %q", st.Errors)
+			}
+		})
 	}
 }

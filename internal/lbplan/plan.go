@@ -218,6 +218,9 @@ type Input struct {
 	// its tables instead of rebuilding them (a table of M = 65537 costs a
 	// few ms; an edge replans every pool on every change).
 	Tables *Tables
+	// ListenersMax is the edge's single-port listener capacity (its
+	// --listener-max); 0, or more than ListenersMax: ListenersMax.
+	ListenersMax int
 }
 
 // Tables memoizes Maglev tables by everything they are built from. Build
@@ -301,6 +304,10 @@ func Build(in Input) *Plan {
 	}
 	sort.Strings(names)
 	exact := 0 // single-port listener entries
+	listenersMax := in.ListenersMax
+	if listenersMax <= 0 || listenersMax > ListenersMax {
+		listenersMax = ListenersMax
+	}
 	backends := 0
 	for _, name := range names {
 		svc := in.Services[name]
@@ -312,9 +319,9 @@ func Build(in Input) *Plan {
 				n++
 			}
 		}
-		if exact+n > ListenersMax {
+		if exact+n > listenersMax {
 			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
-				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, ListenersMax)})
+				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, listenersMax)})
 			continue
 		}
 		if vp, k := rangesOver(p.Listeners, listeners); k > 0 {
