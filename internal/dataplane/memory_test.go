@@ -13,8 +13,8 @@ import (
 
 // The sizing of an edge of a 100k-EIP set (the fleet bench's: one
 // service) with a 256k-entry connection table, and of an agent of a host
-// of 1,000 guests with an EIP each (docs/scale.md, "Map memory per edge",
-// "Map memory per agent").
+// of 1,000 guests with an EIP each (docs/scale.md, "Map memory per edge
+// and per agent").
 const (
 	smallEIPMax      = 128 << 10
 	smallConnMax     = 256 << 10
@@ -110,6 +110,7 @@ func TestMapMemory(t *testing.T) {
 	tiny := LoadOptions{EIPMax: 8192}
 	tm := load(tiny)
 	for _, n := range eipCapped {
+		t.Logf("%-22s at EIPMax %d: %d bytes", n, tiny.EIPMax, tm[n])
 		if tm[n]*4 >= def[n] {
 			t.Errorf("%s at EIPMax %d takes %d bytes, not under a quarter of the default's %d", n, tiny.EIPMax, tm[n], def[n])
 		}
