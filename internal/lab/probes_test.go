@@ -11,7 +11,8 @@ import (
 // answers like the lab's servers ("NAME: " + datagram) and drops
 // everything for a while: every flow sees one hole as long as the outage,
 // counted by send times; a target that stops answering for good is
-// counted unrecovered, its gap at least the time since its last reply.
+// counted unrecovered, its gap at least the time since its last reply;
+// every reply is counted by the server that sent it.
 func TestProbesMeasureAGap(t *testing.T) {
 	var dropping, dead atomic.Bool
 	echo := func(stop *atomic.Bool) string {
@@ -72,6 +73,10 @@ func TestProbesMeasureAGap(t *testing.T) {
 	// beside a saturating benchmark lost 23 per flow in a 240 ms hole).
 	if perFlow := g.Lost / 4; perFlow < 16 || perFlow > 80 {
 		t.Errorf("gap target: %d lost per flow, want about 40 (200ms / 5ms), at least 16", perFlow)
+	}
+	// Every reply is counted by who sent it.
+	if a, ok := g.Servers["srv"]; len(g.Servers) != 1 || !ok || a.Replies != g.Sent-g.Lost || !a.Last.After(a.First) {
+		t.Errorf("gap target: answered by %+v, want srv alone with %d replies (sent %d, lost %d)", g.Servers, g.Sent-g.Lost, g.Sent, g.Lost)
 	}
 	if d.Unrecovered != 4 || d.Gap < 1400*time.Millisecond {
 		t.Errorf("dead target: %d unrecovered, gap %v; want 4 and at least 1.4s", d.Unrecovered, d.Gap)

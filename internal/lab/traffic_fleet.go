@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -238,6 +239,8 @@ type probeFlow struct {
 	// firstLoss, lastLoss: send times of the first and the last datagram
 	// lost in a hole (approximately: the one after the last answered).
 	firstLoss, lastLoss time.Time
+	// servers: who answered (the "NAME: " of the replies).
+	servers map[string]*ServerAnswers
 }
 
 // ProbeStats is what the flows to one target saw.
@@ -260,6 +263,19 @@ type ProbeStats struct {
 	// in holes, over the flows (zero: none), to place the loss in time.
 	FirstLoss time.Time `json:"first_loss,omitzero"`
 	LastLoss  time.Time `json:"last_loss,omitzero"`
+	// Servers: what each server (the name its replies begin with)
+	// answered: an EIP that drifts is answered by its old guest, then
+	// by its new one.
+	Servers map[string]ServerAnswers `json:"servers,omitempty"`
+}
+
+// ServerAnswers is what one server answered of a target's probes.
+type ServerAnswers struct {
+	Replies uint64 `json:"replies"`
+	// First and Last: the send times of the first and the last datagram
+	// it answered.
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
 }
 
 // ProbeRcvBuf is the receive buffer of each probe flow's socket.
@@ -309,7 +325,7 @@ func startProbes(dial func(*net.UDPAddr) (*net.UDPConn, error), targets []string
 			}
 			// Sequence numbers start at 1: a first reply numbered
 			// higher is a hole from the start.
-			p.flows = append(p.flows, &probeFlow{target: t, c: c, lastSent: time.Now()})
+			p.flows = append(p.flows, &probeFlow{target: t, c: c, lastSent: time.Now(), servers: map[string]*ServerAnswers{}})
 		}
 	}
 	for _, f := range p.flows {
@@ -365,8 +381,20 @@ func (p *Probes) receive(f *probeFlow) {
 		// "NAME: " + our 16 bytes
 		seq := binary.BigEndian.Uint64(buf[n-16:])
 		sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[n-8:])))
+		name := bytes.TrimSuffix(buf[:n-16], []byte(": "))
 		f.mu.Lock()
 		f.recv++
+		if a := f.servers[string(name)]; a == nil {
+			f.servers[string(name)] = &ServerAnswers{Replies: 1, First: sent, Last: sent}
+		} else {
+			a.Replies++
+			if sent.Before(a.First) {
+				a.First = sent
+			}
+			if sent.After(a.Last) {
+				a.Last = sent
+			}
+		}
 		if seq > f.lastSeq {
 			if seq > f.lastSeq+1 {
 				f.holes++
@@ -430,6 +458,24 @@ func (p *Probes) Stop() []ProbeStats {
 		}
 		if f.gap > s.Gap {
 			s.Gap = f.gap
+		}
+		for name, a := range f.servers {
+			if s.Servers == nil {
+				s.Servers = map[string]ServerAnswers{}
+			}
+			b, ok := s.Servers[name]
+			if !ok {
+				b = *a
+			} else {
+				b.Replies += a.Replies
+				if a.First.Before(b.First) {
+					b.First = a.First
+				}
+				if a.Last.After(b.Last) {
+					b.Last = a.Last
+				}
+			}
+			s.Servers[name] = b
 		}
 	}
 	var out []ProbeStats
