@@ -175,7 +175,7 @@ func init() {
 		var icmpSource, healthSource, arpGateway, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
-		var eipMax, ctMax, listenerMax uint32
+		var eipMax, ctMax, listenerMax, backendMax uint32
 		var arpIfaces, healthCmds []string
 		var cfgARP edge.ARPConfig
 		var healthCmdFile string
@@ -213,7 +213,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
 					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
-					EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax}
+					EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax, BackendMax: backendMax}
 				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
@@ -277,6 +277,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes; below 65536 also of the rate and bandwidth limits (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&listenerMax, "listener-max", 0, "capacity of the single-port service listeners (VIP, protocol, port); services that would take the edge over it are left out and reported, the same on every edge of a set with the same value (0: 262144, also the most; docs/scale.md)")
+		c.Flags().Uint32Var(&backendMax, "backend-max", 0, "capacity of the maps with an entry per service backend: backend slots and their counters, the nat reply fallback, health-check marks; services that would take the edge over it are left out and reported, as for --listener-max (0: 65536, also the most; docs/scale.md)")
 		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes (0: the default)")
 		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection (0: the default)")
 		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST (0: the default)")

@@ -42,6 +42,11 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 var (
 	eipSized  = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst}
 	eipCapped = []string{edgeMapEdgeLimits, edgeMapEipBw}
+	// backendSized are those LoadOptions.BackendMax sizes: an entry per
+	// backend slot (lb_backends, its counters lb_be_stats), per nat
+	// backend of one VIP and port (lb_nat_backends) and per
+	// health-checked backend (hc_marks, hc_peers).
+	backendSized = []string{edgeMapLbBackends, edgeMapLbBeStats, edgeMapLbNatBackends, edgeMapHcMarks, edgeMapHcPeers}
 )
 
 // edgeCapacities applies o's capacity overrides to spec. An earlier
@@ -69,6 +74,9 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	size(edgeMapLbConns, o.ConnMax)
 	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
 	size(edgeMapLbListeners, o.ListenerMax)
+	for _, n := range backendSized {
+		size(n, o.BackendMax)
+	}
 }
 
 // loadEdgeSpec loads an edge object (this version's, or an earlier

@@ -37,15 +37,17 @@ func EnsureBPFFS() error {
 // NodePinDir is the pin directory of one node's data plane.
 func NodePinDir(node string) string { return filepath.Join(BPFFS, "azgate", node) }
 
-// EIPMaxDefault, ConnMaxDefault and ListenerMaxDefault are the edge's
-// compiled capacities (EIP_MAX, CT_MAX, LB_LISTENERS_MAX in
-// bpf/lib/consts.h), AgentEIPMaxDefault the agent's (AGENT_EIP_MAX): what
-// LoadOptions.EIPMax, ConnMax, ListenerMax and AgentEIPMax 0 mean, and the
-// most the edge's and agent's configurations accept.
+// EIPMaxDefault, ConnMaxDefault, ListenerMaxDefault and BackendMaxDefault
+// are the edge's compiled capacities (EIP_MAX, CT_MAX, LB_LISTENERS_MAX,
+// LB_BACKENDS_MAX in bpf/lib/consts.h), AgentEIPMaxDefault the agent's
+// (AGENT_EIP_MAX): what LoadOptions.EIPMax, ConnMax, ListenerMax,
+// BackendMax and AgentEIPMax 0 mean, and the most the edge's and agent's
+// configurations accept.
 const (
 	EIPMaxDefault      = 1 << 20
 	ConnMaxDefault     = 1 << 20
 	ListenerMaxDefault = lbplan.ListenersMax
+	BackendMaxDefault  = lbplan.BackendsMax
 	AgentEIPMaxDefault = 1 << 16
 )
 
@@ -70,6 +72,10 @@ type LoadOptions struct {
 	// listener map (lb_listeners; LB_LISTENERS_MAX, 256k entries, by
 	// default).
 	ListenerMax uint32
+	// BackendMax overrides the capacity of the edge's maps with an entry
+	// per service backend (lb_backends, lb_be_stats, lb_nat_backends,
+	// hc_marks, hc_peers; 64k entries by default).
+	BackendMax uint32
 	// AgentEIPMax overrides the capacity of the agent's maps with an entry
 	// per EIP of its host's guests (agent_eips, agent_guests, eip_stats,
 	// eip_bw_slots, eip_bw; AGENT_EIP_MAX, 64k entries, by default).

@@ -60,9 +60,11 @@ func TestConfigCheck(t *testing.T) {
 		{"negative UDP timeout", func(c *Config) { c.LB.UDP = -time.Second }, "--ct-udp-timeout"},
 		{"sizes at the ceiling", func(c *Config) {
 			c.EIPMax, c.ConnMax, c.ListenerMax = dataplane.EIPMaxDefault, dataplane.ConnMaxDefault, dataplane.ListenerMaxDefault
+			c.BackendMax = dataplane.BackendMaxDefault
 		}, ""},
-		{"small sizes", func(c *Config) { c.EIPMax, c.ConnMax, c.ListenerMax = 100_000, 256<<10, 4096 }, ""},
+		{"small sizes", func(c *Config) { c.EIPMax, c.ConnMax, c.ListenerMax, c.BackendMax = 100_000, 256<<10, 4096, 1024 }, ""},
 		{"listeners above the ceiling", func(c *Config) { c.ListenerMax = dataplane.ListenerMaxDefault + 1 }, "--listener-max 262145: above the compiled capacity 262144"},
+		{"backends above the ceiling", func(c *Config) { c.BackendMax = dataplane.BackendMaxDefault + 1 }, "--backend-max 65537: above the compiled capacity 65536"},
 		{"EIPs above the ceiling", func(c *Config) { c.EIPMax = dataplane.EIPMaxDefault + 1 }, "--eip-max 1048577: above the compiled capacity 1048576"},
 		{"connections above the ceiling", func(c *Config) { c.ConnMax = 1 << 21 }, "--ct-size 2097152: above the compiled capacity 1048576"},
 		{"negative rate floor", func(c *Config) { c.Rates.FloorPPS = -1 }, "--rate-floor-pps"},

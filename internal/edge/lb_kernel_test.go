@@ -121,18 +121,18 @@ func TestLBConvergesOnKernelMaps(t *testing.T) {
 	}
 }
 
-// TestListenerMaxOnKernelMaps: on an edge loaded with --listener-max 8
-// (lb_listeners holds 8), the plan leaves room for 8: of three services
-// of four single-port listeners, the first two in name order are
-// programmed, the third is left out and reported, and the commit
-// succeeds. A reconciler that plans for the compiled capacity on the same
-// maps fails its commit on the ninth listener's write: the plan must know
-// the edge's capacity.
-func TestListenerMaxOnKernelMaps(t *testing.T) {
+// TestLBSizesOnKernelMaps: on an edge loaded with --listener-max 8
+// (lb_listeners holds 8) or --backend-max 2 (lb_backends and the other
+// backend maps hold 2), the plan leaves room for them: of three services
+// of four single-port listeners and one backend, the first two in name
+// order are programmed, the third is left out and reported, and the
+// commit succeeds. A reconciler that plans for the compiled capacities on
+// the same maps fails its commit on the write that does not fit: the plan
+// must know the edge's capacities.
+func TestLBSizesOnKernelMaps(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF objects needs root")
 	}
-	const listenerMax = 8
 	var objs []model.Object
 	objs = append(objs, region()...)
 	for i, name := range []string{"s1", "s2", "s3"} {
@@ -141,47 +141,63 @@ func TestListenerMaxOnKernelMaps(t *testing.T) {
 			ls = append(ls, model.Listener{Protocol: "tcp", Port: uint16(80 + j), Pool: "p"})
 		}
 		objs = append(objs, &model.Service{Name: name, VIP: netip.AddrFrom4([4]byte{198, 51, 100, byte(50 + i)}), Mode: model.ModeNAT, Listeners: ls,
-			Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("198.19.200.1"), Port: 8080}}}}})
+			Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: netip.AddrFrom4([4]byte{198, 19, 200, byte(1 + i)}), Port: 8080}}}}})
 	}
 	for _, c := range []struct {
-		name string
-		cfg  uint32 // Config.ListenerMax
-	}{{"planned at the edge's capacity", listenerMax}, {"planned at the compiled capacity", 0}} {
+		name    string
+		load    dataplane.LoadOptions
+		cfg     func(*Config)
+		problem string // s3's; "": the commit fails
+	}{
+		{"listeners planned at the edge's capacity", dataplane.LoadOptions{ListenerMax: 8}, func(c *Config) { c.ListenerMax = 8 },
+			"its 4 listener entries would take the edge to 12, the data plane holds 8"},
+		{"listeners planned at the compiled capacity", dataplane.LoadOptions{ListenerMax: 8}, func(*Config) {}, ""},
+		{"backends planned at the edge's capacity", dataplane.LoadOptions{BackendMax: 2}, func(c *Config) { c.BackendMax = 2 },
+			"its 1 backends would take the edge to 3 backend slots, the data plane holds 2"},
+		{"backends planned at the compiled capacity", dataplane.LoadOptions{BackendMax: 2}, func(*Config) {}, ""},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			e, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1024, ListenerMax: listenerMax})
+			c.load.EIPMax = 1024
+			e, err := dataplane.LoadEdge(c.load)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { e.Close() })
-			r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7, ListenerMax: c.cfg}, e)
+			cfg := Config{Name: "edge-a1", Log: quiet, HashSeed: 7}
+			c.cfg(&cfg)
+			r := NewReconciler(cfg, e)
 			t.Cleanup(r.Stop)
 			load(t, r, 1, objs...)
-			if c.cfg == 0 {
+			if c.problem == "" {
 				if r.syncErr == nil {
-					t.Fatal("12 listeners committed into a map of 8")
+					t.Fatal("three services committed into maps for two")
 				}
+				t.Logf("commit: %v", r.syncErr)
 				return
 			}
 			if r.syncErr != nil {
 				t.Fatalf("commit: %v", r.syncErr)
 			}
+			vips, err := e.VIPs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.SortFunc(vips, netip.Addr.Compare)
+			if want := []netip.Addr{a("198.51.100.50"), a("198.51.100.51")}; !slices.Equal(vips, want) {
+				t.Fatalf("VIPs %v programmed, want %v", vips, want)
+			}
 			ls, err := e.Listeners()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ls) != listenerMax {
-				t.Fatalf("%d listeners programmed, want %d", len(ls), listenerMax)
-			}
-			for l := range ls {
-				if l.VIP == a("198.51.100.52") {
-					t.Fatalf("listener %v of the left-out service s3 programmed", l)
-				}
+			if len(ls) != 8 {
+				t.Fatalf("%d listeners programmed, want 8", len(ls))
 			}
 			st := r.Status(time.Now(), nil)
 			if !slices.ContainsFunc(st.Errors, func(s string) bool {
-				return strings.HasPrefix(s, "service s3: not programmed") && strings.Contains(s, "the data plane holds 8")
+				return strings.HasPrefix(s, "service s3: not programmed") && strings.Contains(s, c.problem)
 			}) {
-				t.Fatalf("s3 not reported left out: %q", st.Errors)
+				t.Fatalf("s3 not reported left out with %q: %q", c.problem, st.Errors)
 			}
 		})
 	}

@@ -154,6 +154,32 @@ func TestBuildCapacity(t *testing.T) {
 			t.Errorf("ListenersMax above the ceiling: services %v problems %q", q.Services, q.Problems)
 		}
 	})
+	t.Run("backends-max", func(t *testing.T) {
+		// An edge with --backend-max 5: nat services of two backends,
+		// the third left out (6 > 5); the reply fallback, two keys per
+		// backend (ports 80 and 443), holds 5 of the 8 and counts 3.
+		svcs := map[string]*model.Service{}
+		for i := range 3 {
+			name := fmt.Sprintf("s%d", i)
+			s := small(name, netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + i)}),
+				[]model.Listener{{Protocol: "tcp", Port: 80, Pool: "p0"}, {Protocol: "tcp", Port: 443, Pool: "p0"}}, 1)
+			s.Pools[0].Backends = []model.Backend{{Address: netip.AddrFrom4([4]byte{198, 19, 200, byte(10*i + 1)})},
+				{Address: netip.AddrFrom4([4]byte{198, 19, 200, byte(10*i + 2)})}}
+			s.TableSize = 211
+			svcs[name] = s
+		}
+		p := Build(Input{Services: svcs, BackendsMax: 5})
+		if len(p.Services) != 2 || len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0].String(), "service s2: not programmed") ||
+			!strings.Contains(p.Problems[0].String(), "the data plane holds 5") {
+			t.Fatalf("services %v problems %q", p.Services, p.Problems)
+		}
+		if len(p.NATBackends) != 5 || p.NATLeftOut != 3 {
+			t.Errorf("nat fallback: %d keys, %d left out; want 5 and 3", len(p.NATBackends), p.NATLeftOut)
+		}
+		if q := Build(Input{Services: svcs}); len(q.Services) != 3 || len(q.NATBackends) != 12 || q.NATLeftOut != 0 {
+			t.Errorf("at the compiled capacity: services %v, %d nat keys, %d left out", q.Services, len(q.NATBackends), q.NATLeftOut)
+		}
+	})
 	t.Run("ranges", func(t *testing.T) {
 		var a1, a2 []model.Listener
 		for i := range RangesMax / 2 {
