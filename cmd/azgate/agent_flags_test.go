@@ -29,3 +29,23 @@ func TestAgentLocalAllowFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdLoadJitterFlag: --etcd-load-jitter out of [0, 5m] stops an
+// edge or an agent with an error naming the flag before it opens the
+// store; 5m is accepted (the role then fails on the endpoint).
+func TestEtcdLoadJitterFlag(t *testing.T) {
+	for _, role := range []string{"edge", "agent --underlay-if ul0"} {
+		for _, v := range []string{"-1s", "6m", "5m"} {
+			root := newRoot()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&out)
+			root.SetArgs(append(strings.Fields(role), "--name", "n1", "--etcd-endpoints", "bogus://x", "--etcd-load-jitter", v))
+			err := root.Execute()
+			// 5m passes, to fail on the endpoint.
+			if refused := v != "5m"; err == nil || strings.Contains(err.Error(), "--etcd-load-jitter "+v) != refused {
+				t.Errorf("%s --etcd-load-jitter %s: error %v (refused: want %v)", role, v, err, refused)
+			}
+		}
+	}
+}

@@ -76,6 +76,7 @@ type daemonFlags struct {
 	metricsToken  string // file
 	logLevel      string
 	etcdAuth      store.ClientAuth
+	loadJitter    time.Duration // --etcd-load-jitter
 	// Shared bandwidth (docs/bandwidth.md, "Hosts: measurement and
 	// enforcement").
 	bwStore, bwPasswordFile string
@@ -86,6 +87,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f := c.Flags()
 	f.StringVar(&d.name, "name", "", "node name (an edge of an edge set, or a host)")
 	f.StringVar(&d.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
+	f.DurationVar(&d.loadJitter, "etcd-load-jitter", 0, "spread the full loads of a region-wide restart over this window: wait a random share of it before each full load of the store (0: none; at most "+maxLoadJitter.String()+")")
 	f.StringVar(&d.pinDir, "pin-dir", "", "bpffs directory for this node's maps and links (default /sys/fs/bpf/azgate/NAME)")
 	f.StringSliceVar(&d.allowDrop, "upgrade-allow-drop", nil, "pinned maps an upgrade may start empty when it cannot migrate them, though flows break (agent_flows, lb_nat_conns, or all; docs/upgrades.md); without it such an upgrade is refused")
 	f.Uint32Var(&d.hashSeed, "hash-seed", flowhash.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
@@ -116,6 +118,19 @@ func (d *daemonFlags) openBandwidthStore() (bwstore.Store, error) {
 	return s, nil
 }
 
+// maxLoadJitter bounds --etcd-load-jitter: a node waits that long at
+// most before its first load (its data plane keeps the last state
+// meanwhile, but a new node serves nothing).
+const maxLoadJitter = 5 * time.Minute
+
+// checkLoadJitter checks --etcd-load-jitter.
+func checkLoadJitter(d time.Duration) error {
+	if d < 0 || d > maxLoadJitter {
+		return fmt.Errorf("--etcd-load-jitter %v: want a duration from 0 to %v", d, maxLoadJitter)
+	}
+	return nil
+}
+
 // readMetricsToken reads --metrics-token-file ("" when unset).
 func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
 
@@ -124,7 +139,13 @@ func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsTok
 // up yet is waited for (the role goes on, logging what it does
 // meanwhile: meanwhile).
 func connectStore(endpoints string, auth store.ClientAuth, log *slog.Logger, meanwhile string) (*store.Store, error) {
-	st, err := store.Connect(store.Options{Endpoints: strings.Split(endpoints, ","), Log: log, Auth: auth})
+	return connectStoreWith(store.Options{Endpoints: strings.Split(endpoints, ","), Log: log, Auth: auth}, meanwhile)
+}
+
+// connectStoreWith is connectStore with every option given.
+func connectStoreWith(o store.Options, meanwhile string) (*store.Store, error) {
+	endpoints, log := strings.Join(o.Endpoints, ","), o.Log
+	st, err := store.Connect(o)
 	if err != nil {
 		return nil, err
 	}
@@ -153,11 +174,14 @@ func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions,
 	if d.name == "" {
 		return nil, nil, dataplane.LoadOptions{}, fmt.Errorf("--name is required")
 	}
+	if err := checkLoadJitter(d.loadJitter); err != nil {
+		return nil, nil, dataplane.LoadOptions{}, err
+	}
 	log, err := roleLogger(d.logLevel)
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}
-	st, err := connectStore(d.etcd, d.etcdAuth, log, "following it anyway")
+	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter}, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}

@@ -70,10 +70,11 @@ type Follower interface {
 }
 
 // Node is what an edge or an agent needs of the store: the desired
-// state, leases, and keys outside it (an agent reads the edges' announce
+// state (whole, or its scope's share: scope.go), leases, and keys outside it (an agent reads the edges' announce
 // keys, announce.go).
 type Node interface {
 	Follower
+	ScopeFollower
 	Leases
 	PrefixReader
 }

@@ -2,7 +2,8 @@
 // under /azgate/v1/KIND/KEY holding its JSON. Writes are optimistic
 // transactions guarded by the revision the writer's view was taken at;
 // readers load the whole state at one revision and then follow the watch
-// stream (see Follow), so nothing polls.
+// stream (see Follow), so nothing polls. Edges and agents may follow a
+// share of the region instead: scope.go.
 package store
 
 import (
@@ -12,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -64,6 +67,13 @@ type Store struct {
 	auth   ClientAuth  // to explain authentication errors
 	tls    *tls.Config // as given to the client (nil: none)
 
+	// LoadJitter spreads full loads: a follower (FollowSink, FollowScope
+	// and what uses them) waits a random duration in [0, LoadJitter)
+	// before each, so a region-wide restart does not load the store from
+	// every node at once. 0: no wait.
+	LoadJitter time.Duration
+	drawJitter func(time.Duration) time.Duration // tests: nil is rand.N
+
 	invalidOnce sync.Once
 	invalid     *Invalid // what Follow refused
 }
@@ -76,6 +86,8 @@ type Options struct {
 	// Auth holds the TLS and user/password settings (none: plaintext,
 	// anonymous, as the embedded etcd's socket in its 0700 dir is).
 	Auth ClientAuth
+	// LoadJitter is the Store's (0: none).
+	LoadJitter time.Duration
 }
 
 // Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
@@ -116,7 +128,7 @@ func Connect(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), explain(err, o.Auth))
 	}
-	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc}, nil
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc, LoadJitter: o.LoadJitter}, nil
 }
 
 // Close closes the client.
@@ -197,35 +209,92 @@ func (s *Store) Load(ctx context.Context) (*model.State, int64, error) {
 // loadInto streams every object at one revision into sink (Reset, then
 // Put page by page) and returns the revision; the caller commits.
 func (s *Store) loadInto(ctx context.Context, sink Sink) (int64, error) {
-	var rev int64
+	return s.load(ctx, whole(), sink)
+}
+
+// span is a key range a follower loads or watches: its prefix, and how
+// its keys name the objects handed to a Sink.
+type span struct {
+	prefix string
+	parse  func(k string) (kind, key string, ok bool)
+}
+
+// primary is the span of one kind's primary keys.
+func primary(kind string) span { return span{Root + kind + "/", ParseKey} }
+
+// feed is what a follower reads: the spans of a full load, the spans it
+// then watches (every change of a loaded key must be in one of them, and
+// no key in two), and whether a load waits for the layout marker.
+type feed struct {
+	load, watch []span
+	layout      bool
+}
+
+// whole is the feed of FollowSink: every kind loaded, all of Root
+// watched.
+func whole() feed {
+	f := feed{watch: []span{{Root, ParseKey}}}
+	for _, k := range model.Kinds {
+		f.load = append(f.load, primary(k))
+	}
+	return f
+}
+
+// layoutAt reads the layout marker: the revision read at, and whether
+// the marker says Layout.
+func (s *Store) layoutAt(ctx context.Context) (int64, bool, error) {
+	resp, err := s.Client.Get(ctx, LayoutKey)
+	if err != nil {
+		return 0, false, fmt.Errorf("store: load: %w", err)
+	}
+	return resp.Header.Revision, len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == Layout, nil
+}
+
+// load streams f's spans at one revision into sink (Reset, then Put page
+// by page) and returns the revision; the caller commits. A feed with
+// layout gets ErrNoLayout, before sink is touched, while the marker is
+// not Layout.
+func (s *Store) load(ctx context.Context, f feed, sink Sink) (int64, error) {
+	rev, marked, err := s.layoutAt(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if f.layout && !marked {
+		return 0, ErrNoLayout
+	}
 	sink.Reset()
-	for _, kind := range model.Kinds {
-		prefix := Root + kind + "/"
-		end := clientv3.GetPrefixRangeEnd(prefix)
-		from := prefix
-		for {
-			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(loadPage)}
-			if rev != 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			resp, err := s.Client.Get(ctx, from, opts...)
-			if err != nil {
-				return 0, fmt.Errorf("store: load %s: %w", kind, err)
-			}
-			if rev == 0 {
-				rev = resp.Header.Revision
-			}
-			for _, kv := range resp.Kvs {
-				_, key, _ := ParseKey(string(kv.Key))
+	for _, sp := range f.load {
+		err := s.scan(ctx, sp.prefix, rev, func(kv *mvccpb.KeyValue) {
+			if kind, key, ok := sp.parse(string(kv.Key)); ok {
 				sink.Put(kind, key, kv.Value, kv.ModRevision)
+			} else {
+				s.Log.Warn("store: ignoring a key that names no object", "key", string(kv.Key))
 			}
-			if !resp.More || len(resp.Kvs) == 0 {
-				break
-			}
-			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	return rev, nil
+}
+
+// scan hands fn every key under prefix at revision rev, loadPage keys at
+// a time.
+func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	for from := prefix; ; {
+		resp, err := s.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(loadPage), clientv3.WithRev(rev))
+		if err != nil {
+			return fmt.Errorf("store: load %s: %w", prefix, err)
+		}
+		for _, kv := range resp.Kvs {
+			fn(kv)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // Op is one write: Value nil deletes.
@@ -346,14 +415,28 @@ type Sink interface {
 // FollowSink streams the store into sink until ctx ends; a compacted or
 // broken watch leads to a full reload.
 func (s *Store) FollowSink(ctx context.Context, sink Sink) error {
+	return s.follow(ctx, whole(), sink)
+}
+
+// follow loads f into sink and then watches it, until ctx ends: a failed
+// load is retried with backoff, a compacted or broken watch leads to a
+// full reload. Every load waits a random share of LoadJitter first.
+func (s *Store) follow(ctx context.Context, f feed, sink Sink) error {
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		rev, err := s.loadInto(ctx, sink)
+	var warned time.Time // the last ErrNoLayout warning
+	for s.jitter(ctx) {
+		rev, err := s.load(ctx, f, sink)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			s.Log.Warn("store load failed; retrying", "err", err, "in", backoff)
+			// A store not migrated yet is waited for quietly.
+			if !errors.Is(err, ErrNoLayout) || time.Since(warned) >= 30*time.Second {
+				s.Log.Warn("store load failed; retrying", "err", err, "in", backoff)
+				if errors.Is(err, ErrNoLayout) {
+					warned = time.Now()
+				}
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -363,7 +446,7 @@ func (s *Store) FollowSink(ctx context.Context, sink Sink) error {
 		}
 		backoff = 100 * time.Millisecond
 		sink.Commit(rev, true)
-		err = s.watchInto(ctx, rev, sink)
+		err = s.watch(ctx, rev, f, sink)
 		if ctx.Err() != nil {
 			break
 		}
@@ -372,11 +455,73 @@ func (s *Store) FollowSink(ctx context.Context, sink Sink) error {
 	return ctx.Err()
 }
 
-func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
+// jitter waits a random duration in [0, LoadJitter), so that the nodes a
+// region-wide restart (or a store outage) sets loading at once spread
+// their full loads. It returns whether ctx is still live.
+func (s *Store) jitter(ctx context.Context) bool {
+	if s.LoadJitter > 0 && ctx.Err() == nil {
+		t := time.NewTimer(s.draw(s.LoadJitter))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// draw picks a wait in [0, n).
+func (s *Store) draw(n time.Duration) time.Duration {
+	if s.drawJitter != nil {
+		return s.drawJitter(n)
+	}
+	return rand.N(n)
+}
+
+// watch applies every change of f's watched spans after rev to sink
+// until a watch fails (compaction included) or ctx ends. The watches
+// share the client's stream and their responses are merged here, so sink
+// is called from this goroutine only, a Commit after each response. A
+// key's changes come in order (it lies in one span); a transaction that
+// wrote keys of two spans reaches sink in two commits of its revision.
+func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
-	wc := s.Client.Watch(wctx, Root, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range wc {
+	type response struct {
+		clientv3.WatchResponse
+		sp     *span
+		closed bool
+	}
+	merged := make(chan response)
+	for i := range f.watch {
+		sp := &f.watch[i]
+		wc := s.Client.Watch(wctx, sp.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wg.Go(func() {
+			for resp := range wc {
+				select {
+				case merged <- response{WatchResponse: resp, sp: sp}:
+				case <-wctx.Done():
+					return
+				}
+			}
+			select {
+			case merged <- response{sp: sp, closed: true}:
+			case <-wctx.Done():
+			}
+		})
+	}
+	for {
+		var resp response
+		select {
+		case resp = <-merged:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if resp.closed {
+			return fmt.Errorf("watch of %s closed", resp.sp.prefix)
+		}
 		if err := resp.Err(); err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				return fmt.Errorf("history compacted at %d", resp.CompactRevision)
@@ -387,7 +532,7 @@ func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
 			continue
 		}
 		for _, e := range resp.Events {
-			kind, key, ok := ParseKey(string(e.Kv.Key))
+			kind, key, ok := resp.sp.parse(string(e.Kv.Key))
 			if !ok {
 				continue
 			}
@@ -402,7 +547,6 @@ func (s *Store) watchInto(ctx context.Context, rev int64, sink Sink) error {
 		}
 		sink.Commit(rev, false)
 	}
-	return errors.New("watch channel closed")
 }
 
 // stateSink keeps a model.State and hands it to a Handler.

@@ -215,18 +215,31 @@ func (f *follower) handle(st *model.State, rev int64, evs []Event, resync bool) 
 
 func (f *follower) wait(t *testing.T, cond func(f *follower) bool) {
 	t.Helper()
+	waitUntil(t, &f.mu, f.changed, "the condition", func() bool { return cond(f) }, func() string {
+		return fmt.Sprintf("%d resyncs, %d events, counts %v", f.resyncs, len(f.events), f.st)
+	})
+}
+
+// waitUntil checks cond, under mu, after every signal on changed (and
+// every 50 ms), and fails the test if it is not met within 20 s, with
+// what and state (called under mu).
+func waitUntil(t *testing.T, mu *sync.Mutex, changed <-chan struct{}, what string, cond func() bool, state func() string) {
+	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
-		f.mu.Lock()
-		ok := cond(f)
-		f.mu.Unlock()
+		mu.Lock()
+		ok := cond()
+		mu.Unlock()
 		if ok {
 			return
 		}
 		select {
-		case <-f.changed:
+		case <-changed:
+		case <-time.After(50 * time.Millisecond):
 		case <-timeout:
-			t.Fatalf("not reached after 20s: %d resyncs, %d events, counts %v", f.resyncs, len(f.events), f.st)
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s not reached after 20s: %s", what, state())
 		}
 	}
 }
