@@ -295,6 +295,7 @@ func fleetCommand() *cobra.Command {
 	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
 	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
+	f.Flags().IntVar(&fo.Proxies, "proxies", 0, "control: etcd gRPC proxies (0-16) in front of the members; the edges point at them round-robin (0: at the members)")
 	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs every edge indexes (the issue's full size: 1000000, which 320 in-process edges do not fit in 24 GiB)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")

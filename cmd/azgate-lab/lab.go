@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
 // labContextFile is where `lab up` tells the CLI how to reach the lab.
@@ -54,7 +55,16 @@ binary's directory, as make build puts bin/azgate beside bin/azgate-lab).`,
 cluster of N real etcd-server processes (Debian's etcd) on unix sockets in
 STATE_DIR/etcd (mode 0700) instead of the controller's embedded etcd; the
 controller, the edges and the agents get --etcd-endpoints with every member,
-and lab down stops the members by PID.`,
+and lab down stops the members by PID.
+
+With --etcd-proxies N (needs --etcd-members) N etcd gRPC proxies
+("etcd grpc-proxy start") stand in front of the members: the edges and the
+agents point at one proxy each, round-robin (lab status lists which), and the
+controller, the bandwidth managers and the GSLB stay on the members. A proxy
+listens on TCP only, so each runs in a network namespace of its own on
+127.0.0.1:23790 and is reached through a unix socket in STATE_DIR/etcd
+(mode 0700: root only), like the members (docs/scale.md, "Watch fan-out
+through the proxy").`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
@@ -67,6 +77,7 @@ and lab down stops the members by PID.`,
 		}
 		etcdMembersFlag := func(c *cobra.Command) {
 			c.Flags().IntVar(&cfg.EtcdMembers, "etcd-members", 0, "run the store on this many etcd-server processes (3 for a cluster that survives one member's loss; 0: the controller's embedded etcd)")
+			c.Flags().IntVar(&cfg.EtcdProxies, "etcd-proxies", 0, "with --etcd-members: run this many etcd gRPC proxies (0-16) and point the edges and agents at them, round-robin")
 		}
 		etcdMembersFlag(up)
 		c.AddCommand(up)
@@ -165,6 +176,23 @@ and lab down stops the members by PID.`,
 		serve.Flags().StringSliceVar(&httpAddrs, "http", []string{"0.0.0.0:80", "0.0.0.0:443"}, "HTTP addresses")
 		serve.Flags().StringVar(&echoAddr, "echo", "0.0.0.0:7000", "line echo address (empty: none)")
 		c.AddCommand(serve)
+		var bridgeSock, bridgeAddr string
+		var bridgePID int
+		bridge := &cobra.Command{
+			Use:    lab.BridgeCommandName,
+			Short:  "An etcd proxy's bridge: its unix socket to its port in its network namespace",
+			Hidden: true,
+			Args:   cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				return etcdproc.ServeBridge(ctx, bridgeSock, bridgePID, bridgeAddr)
+			},
+		}
+		bridge.Flags().StringVar(&bridgeSock, "socket", "", "unix socket to listen on")
+		bridge.Flags().IntVar(&bridgePID, "netns-pid", 0, "the proxy's PID (its network namespace)")
+		bridge.Flags().StringVar(&bridgeAddr, "addr", etcdproc.ProxyAddr, "TCP address in that namespace")
+		c.AddCommand(bridge)
 		c.AddCommand(labGSLBCommand(&cfg))
 		return c
 	})
@@ -183,6 +211,13 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 			st = fmt.Sprintf("running (pid %d)", m.PID)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "etcd member %s %s, %s\n", m.Name, st, m.Endpoint)
+	}
+	for _, p := range v.EtcdProxies {
+		st := "stopped"
+		if p.Running {
+			st = fmt.Sprintf("running (pid %d, bridge pid %d)", p.PID, p.BridgePID)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "etcd proxy %s %s, %s, for %s\n", p.Name, st, p.Endpoint, strings.Join(p.Nodes, " "))
 	}
 	if bw := v.Bandwidth; bw != nil {
 		for _, s := range bw.Servers {

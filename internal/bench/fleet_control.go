@@ -40,7 +40,11 @@ type FleetOptions struct {
 	// RSSEIPs: then one edge alone, in a child process, loads this many
 	// bound EIPs (EIPs are added up to it) and reports its RSS (0: skip).
 	RSSEIPs int
-	Members int    // etcd members (3)
+	Members int // etcd members (3)
+	// Proxies > 0 puts that many etcd gRPC proxies in front of the
+	// members (issue 19, part 2): the edges point at them, round-robin,
+	// one each; the writer and the one-edge child stay on the members.
+	Proxies int
 	Binary  string // azgate-lab, re-executed for the one-edge child (default: this executable)
 	Out     func(format string, a ...any)
 }
@@ -229,6 +233,9 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	if o.Members <= 0 {
 		o.Members = 3
 	}
+	if o.Proxies < 0 || o.Proxies > etcdproc.MaxProxies {
+		return nil, fmt.Errorf("fleet: %d proxies: want 0 to %d", o.Proxies, etcdproc.MaxProxies)
+	}
 	say := o.Out
 	if say == nil {
 		say = func(string, ...any) {}
@@ -255,6 +262,14 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("fleet: the etcd cluster elected no leader in 30s (logs in %s)", dir)
 		}
+	}
+	edgeEndpoints := func(k int) []string { return cl.Endpoints() }
+	if o.Proxies > 0 {
+		say("starting %d etcd gRPC proxies; the edges point at them round-robin", o.Proxies)
+		if err := cl.StartProxies(o.Proxies); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		edgeEndpoints = func(k int) []string { return []string{cl.Proxies[k%o.Proxies].ClientURL} }
 	}
 
 	// The region.
@@ -294,7 +309,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	for s := 0; s < o.Sets; s++ {
 		for e := 0; e < o.EdgesPerSet; e++ {
 			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
-			fe.st, err = store.Connect(store.Options{Endpoints: cl.Endpoints(), Log: quiet})
+			fe.st, err = store.Connect(store.Options{Endpoints: edgeEndpoints(len(edges)), Log: quiet})
 			if err != nil {
 				return nil, err
 			}
@@ -389,8 +404,35 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		return
 	}
 
+	// The members' gRPC bytes to their clients (etcd's own counter) and
+	// the proxies' CPU, around the rebinds.
+	sentBytes := func() (float64, error) {
+		var sum float64
+		for i := range cl.Members {
+			v, err := cl.Metric(i, "etcd_network_client_grpc_sent_bytes_total")
+			if err != nil {
+				return 0, fmt.Errorf("fleet: %w", err)
+			}
+			sum += v
+		}
+		return sum, nil
+	}
+	proxyCPU := func() (cpu time.Duration) {
+		for i := range cl.Proxies {
+			if u, err := cl.ProxyUsage(i); err == nil {
+				cpu += u.CPU
+			}
+		}
+		return
+	}
+
 	// Drift: EIP rebinds, one at a time, each to a guest of another host.
 	say("timing %d EIP rebinds from store.Commit to every edge", o.Changes)
+	sent0, err := sentBytes()
+	if err != nil {
+		return nil, err
+	}
+	pcpu0 := proxyCPU()
 	cpu0, _, _ := usage()
 	self0, _ := etcdproc.ProcUsage(os.Getpid())
 	d0 := time.Now()
@@ -421,6 +463,23 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	driftS := time.Since(d0).Seconds()
 	cpu1, _, _ := usage()
+	pcpu1 := proxyCPU()
+	sent1, err := sentBytes()
+	if err != nil {
+		return nil, err
+	}
+	// Per 1,000 changes/s, scaled linearly from the rebinds (each its own
+	// commit, one at a time): CPU-seconds per change x 1,000 = cores.
+	perK := 1000 / float64(o.Changes)
+	membersCores := (cpu1 - cpu0).Seconds() * perK
+	proxiesCores := (pcpu1 - pcpu0).Seconds() * perK
+	sentPerChange := (sent1 - sent0) / float64(o.Changes)
+	via := "the members"
+	if o.Proxies > 0 {
+		via = fmt.Sprintf("%d proxies", o.Proxies)
+	}
+	say("etcd members at 1,000 changes/s (edges on %s): %.2f cores, %.1f MB/s sent to clients (%.0f bytes per change); proxies %.2f cores",
+		via, membersCores, sentPerChange*1000/1e6, sentPerChange, proxiesCores)
 	self1, _ := etcdproc.ProcUsage(os.Getpid())
 	etcdCPUPerChange := float64(cpu1-cpu0) / 1e6 / float64(o.Changes)
 	// The fleet process's CPU per change and edge: what one edge spends
@@ -489,6 +548,9 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	debug.FreeOSMemory()
 
 	shape := fmt.Sprintf("%d sets x %d edges in one process (each its own etcd client and watch, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.Sets, o.EdgesPerSet, o.EIPs, o.Members)
+	if o.Proxies > 0 {
+		shape += fmt.Sprintf(", edges on %d etcd gRPC proxies (round-robin)", o.Proxies)
+	}
 	out := []Result{
 		{Suite: "fleet", Name: "edges", Value: float64(n), Unit: "", Note: shape},
 		{Suite: "fleet", Name: "write_region", Value: writeS, Unit: "s", Note: fmt.Sprintf("%d EIPs and %d hosts in transactions of 1024 ops", o.EIPs, hosts)},
@@ -508,6 +570,13 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU during the rebinds / changes / edges"},
 		{Suite: "fleet", Name: "edge_cpu_per_service_change", Value: edgeCPUPerService, Unit: "ms", Note: "the fleet process's CPU during the service changes / changes / edges (a Maglev build each)"},
 		{Suite: "fleet", Name: "etcd_cpu_per_change", Value: etcdCPUPerChange, Unit: "ms", Note: fmt.Sprintf("all members, during the rebinds (%.1f s)", driftS)},
+		{Suite: "fleet", Name: "etcd_proxies", Value: float64(o.Proxies), Unit: "", Note: "etcd gRPC proxies the edges point at (0: the edges use the members)"},
+		{Suite: "fleet", Name: "etcd_members_cpu_per_1k_changes_s", Value: membersCores, Unit: "cores",
+			Note: fmt.Sprintf("all members' utime+stime during the %d rebinds / changes x 1000, edges on %s", o.Changes, via)},
+		{Suite: "fleet", Name: "etcd_members_sent_per_change", Value: sentPerChange, Unit: "bytes",
+			Note: "all members' etcd_network_client_grpc_sent_bytes_total during the rebinds / changes"},
+		{Suite: "fleet", Name: "etcd_members_sent_per_1k_changes_s", Value: sentPerChange * 1000 / 1e6, Unit: "MB/s"},
+		{Suite: "fleet", Name: "etcd_proxies_cpu_per_1k_changes_s", Value: proxiesCores, Unit: "cores", Note: "all proxies' utime+stime during the rebinds / changes x 1000 (0 without proxies)"},
 		{Suite: "fleet", Name: "etcd_cpu_total", Value: etcdCPUTotal.Seconds(), Unit: "s", Note: "all members, whole run so far (loads included)"},
 		{Suite: "fleet", Name: "etcd_member_rss_max", Value: etcdRSS, Unit: "MB"},
 		{Suite: "fleet", Name: "etcd_member_peak_rss_max", Value: etcdPeak, Unit: "MB"},

@@ -41,6 +41,12 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if cfg.ConnMax != 0 {
 		load.ConnMax = cfg.ConnMax
 	}
+	if cfg.ListenerMax != 0 {
+		load.ListenerMax = cfg.ListenerMax
+	}
+	if cfg.BackendMax != 0 {
+		load.BackendMax = cfg.BackendMax
+	}
 	p := &plane{cfg: &cfg, load: load}
 	hc := &healthChecks{p: p, st: st}
 	arp := &arpPart{p: p, st: st}

@@ -48,6 +48,12 @@ type Config struct {
 	// (issue 8, part 7). They listen on unix sockets in StateDir/etcd
 	// (mode 0700), which the roles in their namespaces reach by path.
 	EtcdMembers int
+	// EtcdProxies > 0 (with EtcdMembers) runs that many etcd gRPC
+	// proxies in front of the members (issue 19, part 2): the edges and
+	// the agents point at a proxy each, round-robin (proxyNodes), the
+	// controller and the other roles stay on the members. At most
+	// etcdproc.MaxProxies.
+	EtcdProxies int
 	// ControllerArgs are added to the controller's command line (a
 	// test's short DDoS thresholds and cool-down, say).
 	ControllerArgs []string
@@ -63,6 +69,20 @@ const (
 	DefaultPrefix   = "azg-"
 	DefaultStateDir = "/run/azgate-lab"
 )
+
+// Validate checks the flags that depend on each other.
+func (c *Config) Validate() error {
+	if c.EtcdMembers < 0 {
+		return fmt.Errorf("--etcd-members %d: want 0 (the embedded etcd) or more", c.EtcdMembers)
+	}
+	if c.EtcdProxies < 0 || c.EtcdProxies > etcdproc.MaxProxies {
+		return fmt.Errorf("--etcd-proxies %d: want 0 to %d", c.EtcdProxies, etcdproc.MaxProxies)
+	}
+	if c.EtcdProxies > 0 && c.EtcdMembers == 0 {
+		return fmt.Errorf("--etcd-proxies %d needs --etcd-members > 0: the proxies serve a cluster of etcd-server processes, the controller's embedded etcd has none", c.EtcdProxies)
+	}
+	return nil
+}
 
 func (c *Config) defaults() error {
 	if c.Prefix == "" {
@@ -130,6 +150,9 @@ func (l *Lab) Client() (*client.Client, error) {
 // Up builds the lab and starts every role. On failure everything made so
 // far is removed again.
 func Up(ctx context.Context, cfg Config) (*Lab, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -187,6 +210,9 @@ func (l *Lab) up(ctx context.Context) error {
 		l.say("starting %d etcd members (unix sockets in %s)", l.Cfg.EtcdMembers, l.etcdDir())
 		if err := l.startEtcd(ctx); err != nil {
 			return err
+		}
+		if l.Cfg.EtcdProxies > 0 {
+			l.say("started %d etcd gRPC proxies (each in a namespace of its own, reached by unix socket in %s); the edges and agents point at them round-robin", l.Cfg.EtcdProxies, l.etcdDir())
 		}
 		l.say("starting the controller (store: the etcd cluster)")
 	} else {
@@ -499,7 +525,7 @@ func (l *Lab) startEdge(n *Node) error {
 		// the servers' gateway.
 		attach = []string{"--attach", "ext0,ul0,dmz0", "--arp-iface", "dmz0", "--arp-gateway", DMZGateway}
 	}
-	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.etcdFlag(),
+	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.roleEtcdFlag(n),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
 		"--sync-listen", fmt.Sprintf(":%d", SyncPort))
@@ -507,7 +533,7 @@ func (l *Lab) startEdge(n *Node) error {
 }
 
 func (l *Lab) startAgent(n *Node) error {
-	return l.start(n, "agent", append([]string{"agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.etcdFlag(),
+	return l.start(n, "agent", append([]string{"agent", "--name", n.Name, "--underlay-if", "ul0", "--etcd-endpoints", l.roleEtcdFlag(n),
 		// No --local-allow: a guest reaches nothing of its host, not the
 		// host's listeners, not the other guests through the host's
 		// kernel, not the underlay behind it (TestGuestIsolation).

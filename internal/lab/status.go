@@ -56,6 +56,9 @@ type NodeView struct {
 	*Node
 	Running bool              `json:"running"`
 	Status  *model.NodeStatus `json:"status,omitempty"`
+	// EtcdEndpoint is the proxy an edge or agent points at (lab up
+	// --etcd-proxies); empty: every member, or the embedded etcd.
+	EtcdEndpoint string `json:"etcd_endpoint,omitempty"`
 }
 
 // View is the whole lab status.
@@ -68,6 +71,9 @@ type View struct {
 	// Etcd lists the etcd members when the lab runs a cluster
 	// (lab up --etcd-members); empty: the controller's embedded etcd.
 	Etcd []EtcdMemberView `json:"etcd,omitempty"`
+	// EtcdProxies lists the etcd gRPC proxies (lab up --etcd-proxies)
+	// and the nodes pointed at each.
+	EtcdProxies []EtcdProxyView `json:"etcd_proxies,omitempty"`
 	// Bandwidth lists the shared-bandwidth stores and managers.
 	Bandwidth *BWView    `json:"bandwidth,omitempty"`
 	Nodes     []NodeView `json:"nodes"`
@@ -83,10 +89,11 @@ func (l *Lab) Status(ctx context.Context) View {
 		v.Controller = alive(pid)
 	}
 	v.Etcd = l.etcdView()
+	v.EtcdProxies = l.etcdProxyView()
 	v.Bandwidth = l.bwView(ctx)
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
-		nv := NodeView{Node: n}
+		nv := NodeView{Node: n, EtcdEndpoint: l.ProxyOf(n.Name)}
 		if n.Process != nil {
 			nv.Running = alive(n.Process.PID)
 		}

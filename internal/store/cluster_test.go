@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -430,4 +431,110 @@ func tcpListenInodes(t *testing.T) map[uint64]bool {
 		}
 	}
 	return out
+}
+
+// TestClusterProxies puts two etcd gRPC proxies (issue 19, part 2) in
+// front of a 3-member cluster: a follower on each proxy loads, then sees
+// a change committed through a member; the proxies' ports are in
+// namespaces of their own (nothing on this namespace's loopback); and
+// stopping them ends their processes and their sockets while the
+// members go on serving.
+func TestClusterProxies(t *testing.T) {
+	c, s := cluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.StartProxies(2); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ProxyEndpoints(); len(got) != 2 {
+		t.Fatalf("proxy endpoints %v, want 2", got)
+	}
+	if conn, err := net.DialTimeout("tcp", etcdproc.ProxyAddr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("something answers on %s in the test's namespace: a proxy's port must be in its own", etcdproc.ProxyAddr)
+	}
+	put := func(i int) int64 {
+		t.Helper()
+		e := &model.EIP{Address: netip.MustParseAddr("198.51.100.1"), Description: fmt.Sprint(i), Binding: &model.Binding{Host: "h1", Guest: "g1"}}
+		b, _ := json.Marshal(e)
+		rev, err := commitRetrying(ctx, s, []Op{{Kind: model.KindEIP, Key: e.Key(), Value: b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	first := put(0)
+	var recs []*recorder
+	var dones []chan error
+	for i, ep := range c.ProxyEndpoints() {
+		ps, err := Connect(Options{Endpoints: []string{ep}, Log: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ps.Close()
+		rec := newRecorder()
+		done := make(chan error, 1)
+		go func() { done <- ps.FollowSink(ctx, rec) }()
+		recs, dones = append(recs, rec), append(dones, done)
+		waitRev(t, rec, first, fmt.Sprintf("follower on proxy %s", c.Proxies[i].Name))
+	}
+	rev := put(1)
+	for i, rec := range recs {
+		waitRev(t, rec, rev, fmt.Sprintf("follower on proxy %s", c.Proxies[i].Name))
+		got, _ := rec.snapshot()
+		var e model.EIP
+		if err := json.Unmarshal([]byte(got[model.KindEIP+"/198.51.100.1"]), &e); err != nil || e.Description != "1" {
+			t.Errorf("proxy %s: the follower holds %q", c.Proxies[i].Name, got[model.KindEIP+"/198.51.100.1"])
+		}
+		rec.mu.Lock()
+		if len(rec.events) == 0 || rec.events[len(rec.events)-1] != rev {
+			t.Errorf("proxy %s: watched events %v, want the last at %d (a watch event, not a reload)", c.Proxies[i].Name, rec.events, rev)
+		}
+		rec.mu.Unlock()
+	}
+	cancel()
+	for _, d := range dones {
+		<-d
+	}
+	// etcd's own count of the gRPC bytes a member sent (the bench's
+	// figure), read from its client socket.
+	var sent float64
+	for i := range c.Members {
+		v, err := c.Metric(i, "etcd_network_client_grpc_sent_bytes_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += v
+	}
+	if sent <= 0 {
+		t.Errorf("the members sent %v bytes of gRPC", sent)
+	}
+
+	proxies := append([]*etcdproc.Proxy(nil), c.Proxies...)
+	c.StopProxies()
+	for _, p := range proxies {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.PID)); err == nil {
+			t.Errorf("proxy %s (pid %d) still there after StopProxies", p.Name, p.PID)
+		}
+		sock := strings.TrimPrefix(p.ClientURL, "unix://")
+		if _, err := os.Stat(sock); err == nil {
+			t.Errorf("proxy %s's socket %s left behind", p.Name, sock)
+		}
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("the members after the proxies stopped: %v", err)
+	}
+}
+
+func waitRev(t *testing.T, rec *recorder, rev int64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, got := rec.snapshot(); got >= rev {
+			return
+		}
+		if time.Now().After(deadline) {
+			_, got := rec.snapshot()
+			t.Fatalf("%s is at revision %d after 15s, want %d", what, got, rev)
+		}
+	}
 }

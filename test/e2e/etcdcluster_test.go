@@ -19,9 +19,14 @@ import (
 
 // upEtcdLab is upLab with the store on members real etcd-server processes
 // (lab up --etcd-members).
-func upEtcdLab(t *testing.T, members int) *lab.Lab {
+func upEtcdLab(t *testing.T, members int) *lab.Lab { t.Helper(); return upEtcdProxyLab(t, members, 0) }
+
+// upEtcdProxyLab is upEtcdLab with proxies etcd gRPC proxies in front of
+// the members (lab up --etcd-proxies); its cleanup checks that lab down
+// stopped them and their bridges too.
+func upEtcdProxyLab(t *testing.T, members, proxies int) *lab.Lab {
 	t.Helper()
-	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}, EtcdMembers: members}
+	cfg := lab.Config{Prefix: "aze-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}, EtcdMembers: members, EtcdProxies: proxies}
 	lab.Down(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -31,6 +36,12 @@ func upEtcdLab(t *testing.T, members int) *lab.Lab {
 	}
 	t.Cleanup(func() {
 		pids, _ := etcdproc.Saved(filepath.Join(cfg.StateDir, "etcd"))
+		if c, _ := etcdproc.Attach(filepath.Join(cfg.StateDir, "etcd")); c != nil {
+			for _, p := range c.Proxies {
+				pids["proxy "+p.Name] = p.PID
+				pids["bridge of "+p.Name] = p.BridgePID
+			}
+		}
 		if err := lab.Down(cfg); err != nil {
 			t.Errorf("lab down: %v", err)
 		}
@@ -226,4 +237,80 @@ func alive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// TestEtcdProxiesLab runs the lab with 3 members and 2 gRPC proxies
+// (issue 19, part 2): every edge and agent runs with its one proxy,
+// alternating, and still loads, reports and programs (lab up waits for
+// every node's status, the BGP sessions and the router's route); the
+// controller keeps every member; lab status says who points where; an
+// EIP bound through the API reaches every edge through the proxies.
+func TestEtcdProxiesLab(t *testing.T) {
+	l := upEtcdProxyLab(t, 3, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := l.Etcd()
+	if err != nil || cl == nil || len(cl.Proxies) != 2 {
+		t.Fatalf("the lab's etcd cluster: %+v, %v", cl, err)
+	}
+	for k, n := range append(l.Topo.NodesByRole("edge"), l.Topo.NodesByRole("host")...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Process.PID))
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		want := cl.Proxies[k%2].ClientURL
+		if !strings.Contains(string(b), "--etcd-endpoints\x00"+want+"\x00") {
+			t.Errorf("%s runs %q, want --etcd-endpoints %s", n.Name, strings.ReplaceAll(string(b), "\x00", " "), want)
+		}
+		if got := l.ProxyOf(n.Name); got != want {
+			t.Errorf("lab says %s points at %q, want %q", n.Name, got, want)
+		}
+	}
+	v := l.Status(ctx)
+	if len(v.EtcdProxies) != 2 || !v.EtcdProxies[0].Running || !v.EtcdProxies[1].Running {
+		t.Errorf("lab status proxies: %+v", v.EtcdProxies)
+	}
+	ctl, err := os.ReadFile(filepath.Join(l.Cfg.StateDir, "controller.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile("/proc/" + strings.TrimSpace(string(ctl)) + "/cmdline")
+	if want := "--etcd-endpoints\x00" + strings.Join(cl.Endpoints(), ",") + "\x00"; !strings.Contains(string(b), want) {
+		t.Errorf("the controller runs %q, want the members", strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	// A change after the loads: every node's applied revision reaches
+	// the revision of the write, through its proxy.
+	st, err := store.Connect(store.Options{Endpoints: cl.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := l.Region()
+	doc.EIPs[0].Description = "through the proxies"
+	if _, err := c.Apply(ctx, doc); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.CommitRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ns, err := l.NodeStatuses(ctx)
+		var behind []string
+		for _, n := range append(l.Topo.NodesByRole("edge"), l.Topo.NodesByRole("host")...) {
+			if s, ok := ns[n.Name]; err != nil || !ok || s.AppliedRevision < rev {
+				behind = append(behind, fmt.Sprintf("%s at %d", n.Name, s.AppliedRevision))
+			}
+		}
+		if len(behind) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the change at revision %d: %v", rev, behind)
+		}
+	}
 }

@@ -56,6 +56,11 @@ type Config struct {
 	MaxTxnOps int
 	// Extra flags for every member.
 	Extra []string
+	// BridgeCommand runs a proxy's bridge as a process of its own (argv
+	// before BridgeArgs), which a detached cluster's proxies need: the
+	// lab's `azgate-lab lab etcd-bridge`. Without Detach the bridges run
+	// in this process.
+	BridgeCommand []string
 }
 
 // Member is one etcd-server process.
@@ -73,6 +78,7 @@ type Cluster struct {
 	cfg     Config
 	mu      sync.Mutex
 	Members []*Member
+	Proxies []*Proxy // StartProxies (proxy.go)
 }
 
 // PIDFile is where Save writes the members' PIDs, for StopDir.
@@ -305,8 +311,10 @@ func (c *Cluster) initial() string {
 
 func (c *Cluster) dataDir(m *Member) string { return filepath.Join(c.cfg.Dir, m.Name+".data") }
 
-// Stop stops every member (SIGTERM, then SIGKILL after 10 s), by PID.
+// Stop stops every proxy, then every member (SIGTERM, then SIGKILL
+// after 10 s), by PID.
 func (c *Cluster) Stop() {
+	c.StopProxies()
 	for _, m := range c.Members {
 		c.mu.Lock()
 		cmd, done := m.cmd, m.done
@@ -337,16 +345,27 @@ type saved struct {
 	Extra     []string       `json:"extra,omitempty"`
 	Names     []string       `json:"names"`
 	Members   map[string]int `json:"members"` // name: pid
+	Bridge    []string       `json:"bridge,omitempty"`
+	Proxies   []savedProxy   `json:"proxies,omitempty"`
+}
+
+type savedProxy struct {
+	Name      string `json:"name"`
+	PID       int    `json:"pid"`
+	BridgePID int    `json:"bridge_pid"`
 }
 
 // Save writes the members' PIDs to Dir/members.json for Attach and
 // StopDir.
 func (c *Cluster) Save() error {
-	s := saved{Binary: c.cfg.Binary, MaxTxnOps: c.cfg.MaxTxnOps, Extra: c.cfg.Extra, Members: map[string]int{}}
+	s := saved{Binary: c.cfg.Binary, MaxTxnOps: c.cfg.MaxTxnOps, Extra: c.cfg.Extra, Members: map[string]int{}, Bridge: c.cfg.BridgeCommand}
 	c.mu.Lock()
 	for _, m := range c.Members {
 		s.Names = append(s.Names, m.Name)
 		s.Members[m.Name] = m.PID
+	}
+	for _, p := range c.Proxies {
+		s.Proxies = append(s.Proxies, savedProxy{Name: p.Name, PID: p.PID, BridgePID: p.BridgePID})
 	}
 	c.mu.Unlock()
 	b, err := json.Marshal(s)
@@ -391,10 +410,14 @@ func Attach(dir string) (*Cluster, error) {
 	if s == nil || err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: Config{Dir: dir, Members: len(s.Names), Binary: s.Binary, Detach: true, MaxTxnOps: s.MaxTxnOps, Extra: s.Extra}}
+	c := &Cluster{cfg: Config{Dir: dir, Members: len(s.Names), Binary: s.Binary, Detach: true, MaxTxnOps: s.MaxTxnOps, Extra: s.Extra, BridgeCommand: s.Bridge}}
 	for _, n := range s.Names {
 		c.Members = append(c.Members, &Member{Name: n, ClientURL: "unix://" + filepath.Join(dir, clientName(n)),
 			PID: s.Members[n], Log: filepath.Join(dir, n+".log")})
+	}
+	for _, p := range s.Proxies {
+		c.Proxies = append(c.Proxies, &Proxy{Name: p.Name, ClientURL: "unix://" + filepath.Join(dir, proxyClientName(p.Name)),
+			PID: p.PID, BridgePID: p.BridgePID, Log: filepath.Join(dir, p.Name+".log")})
 	}
 	return c, nil
 }
@@ -407,12 +430,23 @@ func StopDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	pids, err := Saved(dir)
-	if err != nil {
+	s, err := readSaved(dir)
+	if s == nil || err != nil {
 		return err
 	}
 	var errs []error
-	for name, pid := range pids {
+	for _, p := range s.Proxies {
+		sock := filepath.Join(dir, proxyClientName(p.Name))
+		if err := stopPID(p.BridgePID, func() bool { return p.BridgePID != 0 && isBridge(p.BridgePID, sock) }); err != nil {
+			errs = append(errs, fmt.Errorf("etcd proxy %s's bridge: %w", p.Name, err))
+		}
+		data := filepath.Join(dir, p.Name+".data")
+		if err := stopPID(p.PID, func() bool { return isMember(p.PID, data) }); err != nil {
+			errs = append(errs, fmt.Errorf("etcd proxy %s: %w", p.Name, err))
+		}
+		os.Remove(sock)
+	}
+	for name, pid := range s.Members {
 		if !isMember(pid, filepath.Join(dir, name+".data")) {
 			continue
 		}
