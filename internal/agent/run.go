@@ -37,6 +37,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		cfg.Log.Error("agent start failed; stopping what started", "step", step, "err", err)
 		return fmt.Errorf("agent: %s: %w", step, err)
 	}
+	if cfg.EIPMax != 0 {
+		load.AgentEIPMax = cfg.EIPMax // as edge.Run does: the Config is what sizes the maps
+	}
 	dp, err := openDataPlane(cfg, load, &s)
 	if err != nil {
 		return fail("data plane", err)
