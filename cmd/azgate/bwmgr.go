@@ -178,6 +178,8 @@ func runBwmgr(f bwmgrFlags) error {
 // (store.Follower: the roles' view of the desired state).
 func followPackages(ctx context.Context, st store.Follower, rm *bandwidth.RegionManager, log *slog.Logger) {
 	for ctx.Err() == nil {
+		// The whole store, not a scope (store/scope.go): the region
+		// manager places every package's EIPs, bound on any host.
 		err := st.Follow(ctx, func(s *model.State, _ int64, _ []store.Event, _ bool) { rm.SetState(s) })
 		if ctx.Err() != nil {
 			return

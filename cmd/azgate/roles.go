@@ -199,7 +199,7 @@ func init() {
 		var icmpSource, healthSource, arpGateway, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
-		var eipMax, ctMax uint32
+		var eipMax, ctMax, listenerMax, backendMax uint32
 		var arpIfaces, healthCmds []string
 		var cfgARP edge.ARPConfig
 		var healthCmdFile string
@@ -237,7 +237,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
 					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
-					EIPMax: eipMax, ConnMax: ctMax}
+					EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax, BackendMax: backendMax}
 				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
 				}
@@ -298,8 +298,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		icmpTTL.add(c, "icmp-ttl", "ICMP time exceeded")
 		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
-		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes (0: 1048576, also the most; docs/scale.md)")
+		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes; below 65536 also of the rate and bandwidth limits (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
+		c.Flags().Uint32Var(&listenerMax, "listener-max", 0, "capacity of the single-port service listeners (VIP, protocol, port); services that would take the edge over it are left out and reported, the same on every edge of a set with the same value (0: 262144, also the most; docs/scale.md)")
+		c.Flags().Uint32Var(&backendMax, "backend-max", 0, "capacity of the maps with an entry per service backend: backend slots and their counters, the nat reply fallback, health-check marks; services that would take the edge over it are left out and reported, as for --listener-max (0: 65536, also the most; docs/scale.md)")
 		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes (0: the default)")
 		c.Flags().DurationVar(&lb.Established, "ct-established-timeout", lb.Established, "connection-table timeout of an established TCP connection (0: the default)")
 		c.Flags().DurationVar(&lb.FIN, "ct-fin-timeout", lb.FIN, "connection-table timeout after a FIN or RST (0: the default)")
@@ -332,7 +334,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		var df daemonFlags
 		var underlay string
 		var local, oldLocal []string
-		var flowMax uint32
+		var flowMax, eipMax uint32
 		c := &cobra.Command{
 			Use:   "agent",
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
@@ -353,7 +355,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					allow = append(allow, a)
 				}
 				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}}
+					ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}, EIPMax: eipMax}
 				if err := cfg.Check(); err != nil {
 					return err
 				}
@@ -362,7 +364,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					return err
 				}
 				defer st.Close()
-				load.AgentFlowMax = flowMax
+				load.AgentFlowMax, load.AgentEIPMax = flowMax, cfg.EIPMax
 				cfg.Log = log
 				if cfg.Status.MetricsToken, err = df.readMetricsToken(); err != nil {
 					return err
@@ -386,6 +388,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringArrayVar(&local, "local-allow", nil, "what guests may send to the host's kernel, PREFIX[:PROTO[:PORT[-PORT]]] (PROTO tcp, udp with a port; icmp, any or a number), repeatable; the rest of the prefix is dropped, and without a prefix a guest reaches nothing of its host (default: none; docs/roles.md)")
 		c.Flags().StringSliceVar(&oldLocal, "local-prefix", nil, "gone: use --local-allow")
 		_ = c.Flags().MarkHidden("local-prefix")
+		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP of the host's guests: EIPs, counters, bandwidth limits and buckets (0: 65536, also the most; a new size is migrated on start; docs/scale.md)")
 		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size is migrated on start, flows kept: docs/upgrades.md)")
 		return c
 	})

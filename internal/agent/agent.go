@@ -282,9 +282,19 @@ func (r *Reconciler) adoptAttached(ifnames []string) {
 
 // Handle is a store.Handler. Every change recomputes the host's (small)
 // desired state in full.
-func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool) {
+func (r *Reconciler) Handle(st *model.State, rev int64, evs []store.Event, full bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !full && len(evs) == 0 && r.want != nil && r.rev == r.wantRev && r.stateErr == "" {
+		// A commit of the region that changed nothing of this host's
+		// (store.FollowScope reports every commit): what is programmed
+		// is current at rev too.
+		r.rev, r.wantRev = rev, rev
+		if r.OnApplied != nil {
+			r.OnApplied(rev)
+		}
+		return
+	}
 	want, err := Desired(st, r.cfg.Name)
 	if err != nil {
 		r.stateErr = err.Error()

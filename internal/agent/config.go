@@ -28,6 +28,10 @@ type Config struct {
 	Status StatusConfig
 	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).
 	Bandwidth BandwidthConfig
+	// EIPMax sizes the data plane's maps with an entry per EIP of the
+	// host's guests (dataplane.LoadOptions.AgentEIPMax, --eip-max); 0: the
+	// compiled default, also the ceiling (dataplane.AgentEIPMaxDefault).
+	EIPMax uint32
 }
 
 // StatusConfig is where the agent's status goes: the store (every
@@ -51,6 +55,9 @@ func (c *Config) Check() error {
 	}
 	if c.ICMPRate > dataplane.MaxICMPRate {
 		return fmt.Errorf("agent: --icmp-rate %d: at most %d", c.ICMPRate, dataplane.MaxICMPRate)
+	}
+	if c.EIPMax > dataplane.AgentEIPMaxDefault {
+		return fmt.Errorf("agent: --eip-max %d: above the compiled capacity %d, the most an agent holds (0: %d)", c.EIPMax, dataplane.AgentEIPMaxDefault, dataplane.AgentEIPMaxDefault)
 	}
 	if _, err := PlanLocal(c.LocalAllow); err != nil {
 		return err

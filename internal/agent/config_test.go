@@ -36,6 +36,9 @@ func TestConfigCheck(t *testing.T) {
 		{"ICMP rate too high", func(c *Config) { c.ICMPRate = dataplane.MaxICMPRate + 1 }, "--icmp-rate", nil},
 		{"too many local rules", func(c *Config) { c.LocalAllow = nine }, "--local-allow", nil},
 		{"negative status interval", func(c *Config) { c.Status.Interval = -time.Second }, "status interval", nil},
+		{"EIPs at the ceiling", func(c *Config) { c.EIPMax = dataplane.AgentEIPMaxDefault }, "", func(c Config) bool { return c.EIPMax == dataplane.AgentEIPMaxDefault }},
+		{"small EIP maps", func(c *Config) { c.EIPMax = 2048 }, "", func(c Config) bool { return c.EIPMax == 2048 }},
+		{"EIPs above the ceiling", func(c *Config) { c.EIPMax = dataplane.AgentEIPMaxDefault + 1 }, "--eip-max 65537: above the compiled capacity 65536", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := ok()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -22,25 +24,30 @@ func TestInvalidStoredObjectsIgnored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var ops []store.Op
+	var objs []model.Object
 	st := state(t)
 	for _, k := range model.Kinds {
 		for _, key := range st.Keys(k) {
 			o, _ := st.Get(k, key)
-			b, _ := store.Encode(o)
-			ops = append(ops, store.Op{Kind: k, Key: o.Key(), Value: b})
+			objs = append(objs, o)
 		}
 	}
-	if _, err := s.Commit(ctx, 1<<40, ops); err != nil {
+	if _, err := placementtest.Put(ctx, s, objs...); err != nil {
 		t.Fatal(err)
 	}
+	// raw writes at the primary key and at the copy in the host's scope,
+	// which the agent reads.
 	raw := func(kind, key, value string) int64 {
 		t.Helper()
-		resp, err := s.Client.Put(ctx, store.Key(kind, key), value)
-		if err != nil {
-			t.Fatal(err)
+		var rev int64
+		for _, k := range []string{store.Key(kind, key), store.ScopeKey(placement.HostScope("az1-h1"), kind, key)} {
+			resp, err := s.Client.Put(ctx, k, value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = resp.Header.Revision
 		}
-		return resp.Header.Revision
+		return rev
 	}
 	rev := raw(model.KindEIP, "198.51.100.9", `{"address":"198.51.100.9","description":"`+strings.Repeat("x", 2000)+`","binding":{"host":"az1-h1","guest":"g2"}}`)
 
@@ -56,7 +63,7 @@ func TestInvalidStoredObjectsIgnored(t *testing.T) {
 		ack chan struct{}
 	}
 	steps := make(chan step)
-	go s.Follow(ctx, func(st *model.State, rev int64, evs []store.Event, resync bool) {
+	go s.FollowScopeState(ctx, placement.AgentScope("az1-h1"), func(st *model.State, rev int64, evs []store.Event, resync bool) {
 		r.Handle(st, rev, evs, resync)
 		ack := make(chan struct{})
 		select {

@@ -16,13 +16,14 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/nexthop"
 	"github.com/azgate/azgate/internal/nodemetrics"
+	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Run loads (or re-adopts) the agent data plane and follows the store. A
-// start-up error is logged with its cause and returned, once everything
-// started before it has stopped (issue 17.4).
+// Run loads (or re-adopts) the agent data plane and follows the host's
+// share of the store. A start-up error is logged with its cause and
+// returned, once everything started before it has stopped (issue 17.4).
 func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOptions) error {
 	if err := cfg.Check(); err != nil {
 		return err
@@ -35,6 +36,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	fail := func(step string, err error) error {
 		cfg.Log.Error("agent start failed; stopping what started", "step", step, "err", err)
 		return fmt.Errorf("agent: %s: %w", step, err)
+	}
+	if cfg.EIPMax != 0 {
+		load.AgentEIPMax = cfg.EIPMax // as edge.Run does: the Config is what sizes the maps
 	}
 	dp, err := openDataPlane(cfg, load, &s)
 	if err != nil {
@@ -59,7 +63,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 		return err // ctx ended: not a failure of the agent's
 	}
 	startReporter(ctx, cfg, st, rec, bw, &s)
-	return follow(ctx, cfg.Log, st, rec)
+	return follow(ctx, cfg.Log, st, cfg.Name, rec)
 }
 
 // stack is what Run started, stopped in reverse order.
@@ -170,11 +174,15 @@ func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconcil
 	}
 }
 
-// follow applies the store's state until ctx ends; systemd is told the
-// agent is ready once the first full state is applied.
-func follow(ctx context.Context, log *slog.Logger, st store.Node, rec *Reconciler) error {
+// follow applies the host's share of the store's state until ctx ends;
+// systemd is told the agent is ready once the first full state is
+// applied. Desired and BandwidthView read of the state only what the
+// share holds: the host, the EIPs bound to it, the services with
+// backends on it, and the edge sets, quarantines and bandwidth packages
+// (placement.AgentKinds).
+func follow(ctx context.Context, log *slog.Logger, st store.Node, host string, rec *Reconciler) error {
 	var ready sync.Once
-	return st.Follow(ctx, func(s *model.State, rev int64, evs []store.Event, full bool) {
+	return st.FollowScopeState(ctx, placement.AgentScope(host), func(s *model.State, rev int64, evs []store.Event, full bool) {
 		rec.Handle(s, rev, evs, full)
 		ready.Do(func() { sdnotify.Tell(log, sdnotify.Ready) })
 	})

@@ -578,3 +578,55 @@ func TestAgentRetriesFailedWrite(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAgentEIPMaxOnKernelMaps: an agent loaded with --eip-max 2 programs
+// two of three EIPs and reports the third (its counter slot or entry does
+// not fit), nothing lost; with one of them gone, it converges on the two
+// left.
+func TestAgentEIPMaxOnKernelMaps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads the agent data plane")
+	}
+	dp, err := dataplane.LoadAgent(dataplane.LoadOptions{AgentEIPMax: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	r, err := NewReconciler(tableCfg, dp, newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := HostWant{Underlay: netip.MustParseAddr("198.18.11.1"), Sets: map[string][]model.EdgeNode{},
+		VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}, EIPs: map[netip.Addr]Want{}, Guests: tableGuests[:3]}
+	for i, g := range tableGuests[:3] {
+		e := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + i)})
+		w.EIPs[e] = Want{EIP: e, Private: g.Address, VSID: g.VSID, Guest: g.Name}
+	}
+	errs := handleWant(r, w, 1)
+	if len(errs) == 0 {
+		t.Fatal("three EIPs programmed into maps of two, no error")
+	}
+	t.Logf("at capacity: %q", errs)
+	es, err := dp.EIPs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 {
+		t.Fatalf("%d EIPs programmed (errors %q), want 2", len(es), errs)
+	}
+	for e := range es {
+		if _, ok := w.EIPs[e]; !ok {
+			t.Fatalf("EIP %v programmed, not wanted", e)
+		}
+	}
+	delete(w.EIPs, netip.AddrFrom4([4]byte{198, 51, 100, 1}))
+	if errs := handleWant(r, w, 2); len(errs) != 0 {
+		t.Fatalf("two EIPs in maps of two: %q", errs)
+	}
+	if err := checkTables(kernelTables(t, dp), w); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCounterSlots(r); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/etcdproc"
 )
@@ -160,6 +162,60 @@ func commitAt(ctx context.Context, s *store.Store, o []store.Op) (int64, error) 
 	return s.Commit(ctx, rev, o)
 }
 
+// fleetRegion is the bench's desired state: it writes the region and each
+// change as the controller does, with the copies of the partitioned
+// layout (store/scope.go) in the same commit: placement.AllOps for the
+// whole region, placement.Take and Diff for a change.
+type fleetRegion struct{ st *model.State }
+
+// writeAll writes objs (the whole region) with every copy, and the layout
+// marker.
+func (g *fleetRegion) writeAll(ctx context.Context, s *store.Store, objs []model.Object) (int64, error) {
+	g.st = model.NewState()
+	for _, o := range objs {
+		g.st.Set(o)
+	}
+	cp, err := placement.AllOps(g.st)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := commitAt(ctx, s, append(cp, ops(objs...)...))
+	if err != nil {
+		return 0, err
+	}
+	if err := s.MarkLayout(ctx); err != nil {
+		return 0, err
+	}
+	return rev, nil
+}
+
+// write commits a change of objs: the copies put, the objects, the copies
+// deleted (placement.Diff's order).
+func (g *fleetRegion) write(ctx context.Context, s *store.Store, objs ...model.Object) (int64, error) {
+	changed := make([]placement.Ref, len(objs))
+	for i, o := range objs {
+		changed[i] = placement.Ref{Kind: model.KindOf(o), Key: o.Key()}
+	}
+	before, err := placement.Take(g.st, changed)
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range objs {
+		g.st.Set(o)
+	}
+	after, err := placement.Take(g.st, changed, before)
+	if err != nil {
+		return 0, err
+	}
+	cp := placement.Diff(before, after, changed)
+	i := slices.IndexFunc(cp, func(o store.Op) bool { return o.Value == nil })
+	if i < 0 {
+		i = len(cp)
+	}
+	all := append(append(slices.Clip(cp[:i]), ops(objs...)...), cp[i:]...)
+	return commitAt(ctx, s, all)
+}
+
 // FleetControl runs the benchmark. See FleetOptions and docs/scale.md.
 func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > 254 {
@@ -232,7 +288,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	say("writing %d hosts of %d guests, %d edge sets of %d edges, a service and %d bound EIPs", hosts, fleetGuestsPerHost, o.Sets, o.EdgesPerSet, o.EIPs)
 	t0 := time.Now()
-	if _, err := commitAt(ctx, admin, ops(objs...)); err != nil {
+	var region fleetRegion
+	if _, err := region.writeAll(ctx, admin, objs); err != nil {
 		return nil, fmt.Errorf("fleet: write the region: %w", err)
 	}
 	objs = nil
@@ -271,6 +328,10 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				return nil, ctx.Err()
 			}
 			wg.Add(2)
+			// The whole store, as before the partitioned layout: every
+			// edge holds every EIP and waits for every change (issue 19's
+			// part 4 moves these edges to their sets' shares,
+			// edge.FollowShare).
 			go func() { defer wg.Done(); fe.st.FollowSink(ectx, deliveryTap{fe.r, fe}); fe.st.Close() }()
 			go func() {
 				defer wg.Done()
@@ -380,7 +441,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		i := (c * 7919) % o.EIPs
 		e := fleetEIP(i, (i/fleetGuestsPerHost+1+c%2)%hosts)
 		t0 := time.Now()
-		rev, err := commitAt(ctx, admin, ops(e))
+		rev, err := region.write(ctx, admin, e)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: rebind %v: %w", e.Address, err)
 		}
@@ -440,7 +501,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			without = c / 2 % 8
 		}
 		t0 := time.Now()
-		rev, err := commitAt(ctx, admin, ops(fleetService(8, without)))
+		rev, err := region.write(ctx, admin, fleetService(8, without))
 		if err != nil {
 			return nil, fmt.Errorf("fleet: service change: %w", err)
 		}
@@ -529,7 +590,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			for h := hosts; h < fleetHosts(o.RSSEIPs); h++ {
 				more = append(more, fleetHost(h))
 			}
-			if _, err := commitAt(ctx, admin, ops(more...)); err != nil {
+			if _, err := region.write(ctx, admin, more...); err != nil {
 				return nil, fmt.Errorf("fleet: write hosts: %w", err)
 			}
 			for lo := o.EIPs; lo < o.RSSEIPs; lo += 100_000 {
@@ -537,7 +598,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				for i := lo; i < min(lo+100_000, o.RSSEIPs); i++ {
 					more = append(more, fleetEIP(i, i/fleetGuestsPerHost))
 				}
-				if _, err := commitAt(ctx, admin, ops(more...)); err != nil {
+				if _, err := region.write(ctx, admin, more...); err != nil {
 					return nil, fmt.Errorf("fleet: write EIPs: %w", err)
 				}
 			}

@@ -423,6 +423,9 @@ func (s *Core) follow(ctx context.Context) {
 		s.reloadMu.Lock()
 		s.reload = cancel
 		s.reloadMu.Unlock()
+		// The whole store's primary keys, not a scope: the controller
+		// validates across kinds and writes every scope's copies
+		// (store/scope.go, placement).
 		s.store.FollowRevisions(fctx, s.view.handleRevs)
 		cancel()
 	}

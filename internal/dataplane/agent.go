@@ -35,12 +35,30 @@ func LoadAgent(o LoadOptions) (*Agent, error) {
 	return loadAgentSpec(spec, o)
 }
 
+// agentEIPSized are the agent maps LoadOptions.AgentEIPMax sizes: an entry
+// per EIP of the host's guests (and per guest with one), their counters
+// and bandwidth buckets (indexed by the EIP's stats_idx, below
+// AgentEIPMax) and their bandwidth limits.
+var agentEIPSized = []string{agentMapAgentEips, agentMapAgentGuests, agentMapEipStats, agentMapEipBwSlots, agentMapEipBw}
+
+// agentCapacities applies o's capacity overrides to spec (an earlier
+// release's object may lack some maps).
+func agentCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
+	size := func(n string, v uint32) {
+		if m := spec.Maps[n]; m != nil && v > 0 {
+			m.MaxEntries = v
+		}
+	}
+	size(agentMapAgentFlows, o.AgentFlowMax)
+	for _, n := range agentEIPSized {
+		size(n, o.AgentEIPMax)
+	}
+}
+
 // loadAgentSpec loads an agent object (this version's, or an earlier
 // release's in the upgrade test) with o.
 func loadAgentSpec(spec *ebpf.CollectionSpec, o LoadOptions) (*Agent, error) {
-	if o.AgentFlowMax > 0 {
-		spec.Maps[agentMapAgentFlows].MaxEntries = o.AgentFlowMax
-	}
+	agentCapacities(spec, o)
 	if err := setBwClock(spec); err != nil {
 		return nil, loadErr("agent", err)
 	}

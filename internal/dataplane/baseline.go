@@ -26,16 +26,9 @@ func LoadEdgeObject(path string, o LoadOptions) (*Edge, Missing, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("edge object %s: %w", path, err)
 	}
-	for _, n := range eipSized {
-		if m := spec.Maps[n]; m != nil && o.EIPMax > 0 {
-			m.MaxEntries = o.EIPMax
-		}
-	}
+	edgeCapacities(spec, o)
 	if err := setBwClock(spec); err != nil {
 		return nil, nil, fmt.Errorf("edge object %s: %w", path, err)
-	}
-	if m := spec.Maps[edgeMapLbConns]; m != nil && o.ConnMax > 0 {
-		m.MaxEntries = o.ConnMax
 	}
 	e := &Edge{}
 	missing, err := loadAvailable(spec, &e.objs)

@@ -36,25 +36,46 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 	return loadEdgeSpec(spec, o)
 }
 
-// eipSized are the edge maps LoadOptions.EIPMax sizes.
-var eipSized = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst}
+// eipSized are the edge maps LoadOptions.EIPMax sizes; eipCapped those
+// it caps (an entry per EIP or VIP with a limit: never more than the EIPs
+// and VIPs an edge holds, 64k by default).
+var (
+	eipSized  = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst}
+	eipCapped = []string{edgeMapEdgeLimits, edgeMapEipBw}
+	// backendSized are those LoadOptions.BackendMax sizes: an entry per
+	// backend slot (lb_backends, its counters lb_be_stats), per nat
+	// backend of one VIP and port (lb_nat_backends) and per
+	// health-checked backend (hc_marks, hc_peers).
+	backendSized = []string{edgeMapLbBackends, edgeMapLbBeStats, edgeMapLbNatBackends, edgeMapHcMarks, edgeMapHcPeers}
+)
 
-// edgeCapacities applies o's capacity overrides to spec.
+// edgeCapacities applies o's capacity overrides to spec. An earlier
+// release's object (the upgrade test, LoadEdgeObject) may lack some maps.
 func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
+	size := func(n string, v uint32) {
+		if m := spec.Maps[n]; m != nil && v > 0 {
+			m.MaxEntries = v
+		}
+	}
 	if o.EIPMax > 0 {
 		// Every map with an entry per EIP or VIP: the routes, the
 		// counters and bandwidth buckets (indexed by a route's
-		// stats_idx, below EIPMax) and the firewall scopes. An earlier
-		// release's object (the upgrade test) may lack some.
+		// stats_idx, below EIPMax) and the firewall scopes.
 		for _, n := range eipSized {
-			if m := spec.Maps[n]; m != nil {
+			size(n, o.EIPMax)
+		}
+		// The limits: an entry per EIP or VIP with one.
+		for _, n := range eipCapped {
+			if m := spec.Maps[n]; m != nil && o.EIPMax < m.MaxEntries {
 				m.MaxEntries = o.EIPMax
 			}
 		}
 	}
-	if o.ConnMax > 0 {
-		spec.Maps[edgeMapLbConns].MaxEntries = o.ConnMax
-		spec.Maps[edgeMapLbNatConns].MaxEntries = o.ConnMax // a reverse entry per nat connection
+	size(edgeMapLbConns, o.ConnMax)
+	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
+	size(edgeMapLbListeners, o.ListenerMax)
+	for _, n := range backendSized {
+		size(n, o.BackendMax)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/azgate/azgate/internal/lbplan"
 )
 
 // BPFFS is where bpffs is expected; EnsureBPFFS mounts it when it is not.
@@ -35,12 +37,18 @@ func EnsureBPFFS() error {
 // NodePinDir is the pin directory of one node's data plane.
 func NodePinDir(node string) string { return filepath.Join(BPFFS, "azgate", node) }
 
-// EIPMaxDefault and ConnMaxDefault are the edge's compiled capacities
-// (EIP_MAX, CT_MAX in bpf/lib/consts.h): what LoadOptions.EIPMax and
-// ConnMax 0 mean, and the most the edge's configuration accepts.
+// EIPMaxDefault, ConnMaxDefault, ListenerMaxDefault and BackendMaxDefault
+// are the edge's compiled capacities (EIP_MAX, CT_MAX, LB_LISTENERS_MAX,
+// LB_BACKENDS_MAX in bpf/lib/consts.h), AgentEIPMaxDefault the agent's
+// (AGENT_EIP_MAX): what LoadOptions.EIPMax, ConnMax, ListenerMax,
+// BackendMax and AgentEIPMax 0 mean, and the most the edge's and agent's
+// configurations accept.
 const (
-	EIPMaxDefault  = 1 << 20
-	ConnMaxDefault = 1 << 20
+	EIPMaxDefault      = 1 << 20
+	ConnMaxDefault     = 1 << 20
+	ListenerMaxDefault = lbplan.ListenersMax
+	BackendMaxDefault  = lbplan.BackendsMax
+	AgentEIPMaxDefault = 1 << 16
 )
 
 // LoadOptions controls how a data plane is loaded.
@@ -53,11 +61,25 @@ type LoadOptions struct {
 	PinDir string
 	// EIPMax overrides the capacity of the edge's maps with an entry per
 	// EIP or VIP (eip_routes, eip_stats, eip_bw_slots, fw_dst; EIP_MAX,
-	// 1M entries, by default).
+	// 1M entries, by default), and caps those with an entry per EIP or
+	// VIP with a limit (edge_limits, eip_bw: 64k entries by default) when
+	// it is below theirs.
 	EIPMax uint32
 	// ConnMax overrides the capacity of the edge's connection tables
 	// (lb_conns, lb_nat_conns; CT_MAX, 1M entries, by default).
 	ConnMax uint32
+	// ListenerMax overrides the capacity of the edge's single-port
+	// listener map (lb_listeners; LB_LISTENERS_MAX, 256k entries, by
+	// default).
+	ListenerMax uint32
+	// BackendMax overrides the capacity of the edge's maps with an entry
+	// per service backend (lb_backends, lb_be_stats, lb_nat_backends,
+	// hc_marks, hc_peers; 64k entries by default).
+	BackendMax uint32
+	// AgentEIPMax overrides the capacity of the agent's maps with an entry
+	// per EIP of its host's guests (agent_eips, agent_guests, eip_stats,
+	// eip_bw_slots, eip_bw; AGENT_EIP_MAX, 64k entries, by default).
+	AgentEIPMax uint32
 	// AgentFlowMax overrides the capacity of the agent's flow table
 	// (AGENT_FLOW_MAX, 1M entries, by default).
 	AgentFlowMax uint32

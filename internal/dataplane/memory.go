@@ -13,6 +13,10 @@ import (
 // what it holds now; a preallocated one its full capacity.
 func (e *Edge) MapMemory() (map[string]uint64, error) { return mapMemory(e.Maps()) }
 
+// MapMemory is the memory the kernel accounts to each of the agent's
+// maps, as Edge.MapMemory.
+func (a *Agent) MapMemory() (map[string]uint64, error) { return mapMemory(a.Maps()) }
+
 func mapMemory(maps map[string]*ebpf.Map) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(maps))
 	for name, m := range maps {

@@ -485,7 +485,7 @@ func (r *Reconciler) verify() error {
 	if r.lb == nil {
 		return nil
 	}
-	p := planOf(r.idx, r.lb.seed, r.lb.memo)
+	p := r.lb.plan(r.idx)
 	seen := 0
 	for _, pl := range p.Pools {
 		pt := r.lb.tables[pl.ID]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/storetest"
 )
@@ -53,7 +54,7 @@ func TestReconcilerOnClusterMemberKilled(t *testing.T) {
 			var applied atomic.Int64
 			r.OnApplied = func(rev int64) { applied.Store(rev) }
 			done := make(chan struct{})
-			go func() { s.FollowSink(ctx, r); close(done) }()
+			go func() { FollowShare(ctx, s, "edge-a1", r, quiet); close(done) }()
 
 			leader, err := s.Leader(ctx)
 			if err != nil {
@@ -116,23 +117,29 @@ func TestReconcilerOnClusterMemberKilled(t *testing.T) {
 			t.Logf("%d commits; the slowest (commit and apply) took %v", n, worst)
 
 			// The maps equal those of a reconciler loaded afresh.
-			st, rev, err := s.Load(ctx)
+			rev, err := s.CommitRevision(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ref := dataplane.NewFakeLB()
 			rr := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, ref)
-			var all []model.Object
-			for _, k := range model.Kinds {
-				for _, key := range st.Keys(k) {
-					o, _ := st.Get(k, key)
-					all = append(all, o)
+			var refApplied atomic.Int64
+			rr.OnApplied = func(rev int64) { refApplied.Store(rev) }
+			rctx, rcancel := context.WithCancel(ctx)
+			defer rcancel()
+			go FollowShare(rctx, s, "edge-a1", rr, quiet)
+			for deadline := time.Now().Add(15 * time.Second); refApplied.Load() < rev; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("a new edge did not load revision %d in 15s", rev)
 				}
 			}
-			load(t, rr, rev, all...)
+			rcancel()
+			rr.Stop()
 			if applied.Load() != rev {
 				t.Fatalf("edge at revision %d, store at %d", applied.Load(), rev)
 			}
+			rr.mu.Lock()
+			defer rr.mu.Unlock()
 			if err := sameMaps(fake, ref); err != nil {
 				t.Fatal(err)
 			}
@@ -145,31 +152,13 @@ func TestReconcilerOnClusterMemberKilled(t *testing.T) {
 	}
 }
 
-// commitObjs writes objects in one commit, retrying while the cluster
-// elects a leader.
+// commitObjs writes objects in one commit with their scopes' copies (as
+// the controller does), retrying while the cluster elects a leader.
 func commitObjs(ctx context.Context, s *store.Store, objs ...model.Object) (int64, error) {
-	var ops []store.Op
-	at := map[string]int{} // a key given twice: the last one wins
-	for _, o := range objs {
-		b, err := store.Encode(o)
-		if err != nil {
-			return 0, err
-		}
-		op := store.Op{Kind: model.KindOf(o), Key: o.Key(), Value: b}
-		if i, ok := at[op.Kind+"/"+op.Key]; ok {
-			ops[i] = op
-			continue
-		}
-		at[op.Kind+"/"+op.Key] = len(ops)
-		ops = append(ops, op)
-	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		rev, err := s.CommitRevision(cctx)
-		if err == nil {
-			rev, err = s.Commit(cctx, rev, ops)
-		}
+		rev, err := placementtest.Put(cctx, s, objs...)
 		cancel()
 		if err == nil {
 			return rev, nil

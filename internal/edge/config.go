@@ -115,7 +115,8 @@ func (c Config) Check() error {
 	for _, s := range []struct {
 		flag     string
 		v, limit uint32
-	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault}} {
+	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault},
+		{"--listener-max", c.ListenerMax, dataplane.ListenerMaxDefault}, {"--backend-max", c.BackendMax, dataplane.BackendMaxDefault}} {
 		if s.v > s.limit {
 			bad("%s %d: above the compiled capacity %d, the most an edge holds (0: %d)", s.flag, s.v, s.limit, s.limit)
 		}
@@ -175,4 +176,14 @@ func (c SyncConfig) check() error {
 		return fmt.Errorf("--sync-refresh %v and --sync-join-timeout %v must be positive", c.Refresh, c.JoinTimeout)
 	}
 	return nil
+}
+
+// limitsMax is how many addresses with rate limits the edge's data plane
+// holds: dataplane.LimitsMax, or --eip-max when below it (it caps
+// edge_limits, dataplane.LoadOptions.EIPMax).
+func (c Config) limitsMax() int {
+	if c.EIPMax > 0 && c.EIPMax < dataplane.LimitsMax {
+		return int(c.EIPMax)
+	}
+	return dataplane.LimitsMax
 }

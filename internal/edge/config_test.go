@@ -58,8 +58,13 @@ func TestConfigCheck(t *testing.T) {
 		{"negative established timeout", func(c *Config) { c.LB.Established = -time.Second }, "--ct-established-timeout"},
 		{"negative FIN timeout", func(c *Config) { c.LB.FIN = -time.Second }, "--ct-fin-timeout"},
 		{"negative UDP timeout", func(c *Config) { c.LB.UDP = -time.Second }, "--ct-udp-timeout"},
-		{"sizes at the ceiling", func(c *Config) { c.EIPMax, c.ConnMax = dataplane.EIPMaxDefault, dataplane.ConnMaxDefault }, ""},
-		{"small sizes", func(c *Config) { c.EIPMax, c.ConnMax = 100_000, 256<<10 }, ""},
+		{"sizes at the ceiling", func(c *Config) {
+			c.EIPMax, c.ConnMax, c.ListenerMax = dataplane.EIPMaxDefault, dataplane.ConnMaxDefault, dataplane.ListenerMaxDefault
+			c.BackendMax = dataplane.BackendMaxDefault
+		}, ""},
+		{"small sizes", func(c *Config) { c.EIPMax, c.ConnMax, c.ListenerMax, c.BackendMax = 100_000, 256<<10, 4096, 1024 }, ""},
+		{"listeners above the ceiling", func(c *Config) { c.ListenerMax = dataplane.ListenerMaxDefault + 1 }, "--listener-max 262145: above the compiled capacity 262144"},
+		{"backends above the ceiling", func(c *Config) { c.BackendMax = dataplane.BackendMaxDefault + 1 }, "--backend-max 65537: above the compiled capacity 65536"},
 		{"EIPs above the ceiling", func(c *Config) { c.EIPMax = dataplane.EIPMaxDefault + 1 }, "--eip-max 1048577: above the compiled capacity 1048576"},
 		{"connections above the ceiling", func(c *Config) { c.ConnMax = 1 << 21 }, "--ct-size 2097152: above the compiled capacity 1048576"},
 		{"negative rate floor", func(c *Config) { c.Rates.FloorPPS = -1 }, "--rate-floor-pps"},
@@ -173,6 +178,7 @@ func TestRunChecksBeforeStarting(t *testing.T) {
 		{"negative store grace", func(c *Config) { c.StoreGrace = -time.Second }, "--store-grace"},
 		{"ARP interface not attached", func(c *Config) { c.ARP.Ifaces = []string{"eth9"} }, "--arp-iface eth9"},
 		{"EIPs above the ceiling", func(c *Config) { c.EIPMax = 1 << 21 }, "--eip-max 2097152: above the compiled capacity"},
+		{"listeners above the ceiling", func(c *Config) { c.ListenerMax = 1 << 19 }, "--listener-max 524288: above the compiled capacity"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := validConfig()

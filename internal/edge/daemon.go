@@ -13,8 +13,9 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Store is what the edge needs of the store: to follow it and publish
-// leased keys, and to elect its set's ARP owner.
+// Store is what the edge needs of the store: to follow its set's share
+// of it (FollowShare) and publish leased keys, and to elect its set's ARP
+// owner.
 type Store interface {
 	store.Node
 	store.Elector
@@ -39,6 +40,12 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	}
 	if cfg.ConnMax != 0 {
 		load.ConnMax = cfg.ConnMax
+	}
+	if cfg.ListenerMax != 0 {
+		load.ListenerMax = cfg.ListenerMax
+	}
+	if cfg.BackendMax != 0 {
+		load.BackendMax = cfg.BackendMax
 	}
 	p := &plane{cfg: &cfg, load: load}
 	hc := &healthChecks{p: p, st: st}
@@ -66,7 +73,7 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		return err
 	}
 	defer r.Stop()
-	return st.FollowSink(ctx, p.rec)
+	return FollowShare(ctx, st, cfg.Name, p.rec, cfg.Log)
 }
 
 // ifindexOf finds the interface that holds an address.

@@ -53,13 +53,17 @@ type Config struct {
 	IfindexOf func(netip.Addr) (uint32, error)
 	// LB holds the connection-table settings (HZ is measured by Run).
 	LB dataplane.LBConfig
-	// EIPMax and ConnMax size the data plane's maps with an entry per EIP
-	// or VIP and its connection tables (dataplane.LoadOptions; Run loads
-	// with them over its LoadOptions'). 0: the compiled default, also the
-	// ceiling (dataplane.EIPMaxDefault, ConnMaxDefault).
-	EIPMax, ConnMax uint32
-	Version         string
-	Log             *slog.Logger
+	// EIPMax, ConnMax, ListenerMax and BackendMax size the data plane's
+	// maps with an entry per EIP or VIP, its connection tables, its
+	// single-port listener map and its maps with an entry per backend
+	// (dataplane.LoadOptions; Run loads with them over its LoadOptions';
+	// the LB plan leaves out the services that would take the edge over
+	// ListenerMax or BackendMax). 0: the compiled default, also the
+	// ceiling (dataplane.EIPMaxDefault, ConnMaxDefault,
+	// ListenerMaxDefault, BackendMaxDefault).
+	EIPMax, ConnMax, ListenerMax, BackendMax uint32
+	Version                                  string
+	Log                                      *slog.Logger
 
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.
@@ -158,6 +162,7 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	r.idx.self = cfg.Name
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
 		r.lb = newLBState(lbm, cfg.HashSeed)
+		r.lb.listenersMax, r.lb.backendsMax = int(cfg.ListenerMax), int(cfg.BackendMax)
 	}
 	r.plan.Store(&Plan{InSync: errNoCommit})
 	return r

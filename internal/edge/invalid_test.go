@@ -8,15 +8,21 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
-// rawPut writes a value straight into etcd, past the API's validation.
+// rawPut writes a value straight into etcd, past the API's validation:
+// at its primary key and at its copy in the scope of the set pop-a, which
+// the edge reads.
 func rawPut(t *testing.T, s *store.Store, kind, key, value string) {
 	t.Helper()
-	if _, err := s.Client.Put(context.Background(), store.Key(kind, key), value); err != nil {
-		t.Fatal(err)
+	for _, k := range []string{store.Key(kind, key), store.ScopeKey(placement.SetScope("pop-a"), kind, key)} {
+		if _, err := s.Client.Put(context.Background(), k, value); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -47,16 +53,7 @@ func TestInvalidStoredObjectsIgnored(t *testing.T) {
 	s := embeddedtest.Store(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var ops []store.Op
-	seen := map[string]bool{}
-	for _, o := range svcRegion() {
-		if k := model.KindOf(o) + "/" + o.Key(); !seen[k] {
-			seen[k] = true
-			b, _ := store.Encode(o)
-			ops = append(ops, store.Op{Kind: model.KindOf(o), Key: o.Key(), Value: b})
-		}
-	}
-	if _, err := s.Commit(ctx, 1<<40, ops); err != nil {
+	if _, err := placementtest.Put(ctx, s, svcRegion()...); err != nil {
 		t.Fatal(err)
 	}
 	// The EIP's description is over the limit: the edge used to read only
@@ -74,7 +71,7 @@ func TestInvalidStoredObjectsIgnored(t *testing.T) {
 	fake := dataplane.NewFakeLB()
 	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
 	defer r.Stop()
-	go s.FollowSink(ctx, r)
+	go FollowShare(ctx, s, "edge-a1", r, quiet)
 
 	until(t, r, "the valid objects are programmed", func() bool {
 		_, ok := fake.RouteMap[a("198.51.100.7")]
@@ -113,8 +110,10 @@ func TestInvalidStoredObjectsIgnored(t *testing.T) {
 	rawPut(t, s, model.KindEIP, "198.51.100.9", `{"address":"198.51.100.9","binding":{"host":"az1-h1","guest":"g1"}}`)
 	rawPut(t, s, model.KindHost, "az1-h9", `{"name":"az1-h9","az":"az1","underlay":"198.18.11.9","guests":[{"name":"g1","address":"198.19.11.9","vsid":5009}]}`)
 	rawPut(t, s, model.KindService, "bad", `{"name":"bad","vip":"198.51.100.40","mode":"nat","listeners":[{"protocol":"tcp","port":80,"pool":"p"}],"pools":[{"name":"p","backends":[{"address":"198.19.200.1"}]}]}`)
-	if _, err := s.Client.Delete(ctx, store.Key(model.KindEIP, "198.51.100.12")); err != nil {
-		t.Fatal(err)
+	for _, k := range []string{store.Key(model.KindEIP, "198.51.100.12"), store.ScopeKey(placement.SetScope("pop-a"), model.KindEIP, "198.51.100.12")} {
+		if _, err := s.Client.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	until(t, r, "the corrected objects are programmed", func() bool {
 		_, ok9 := fake.RouteMap[a("198.51.100.9")]

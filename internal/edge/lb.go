@@ -72,9 +72,14 @@ type lbState struct {
 	gens        map[uint32]uint16
 	nextTable   uint32
 	freeTable   []uint32
-	nat         bool            // some service is in nat mode
-	natLeftOut  int             // nat backends left out of the reply fallback (ambiguous)
-	targets     []health.Target // backends to health-check
+	// listenersMax and backendsMax: the edge's lb_listeners and backend
+	// capacities (--listener-max, --backend-max; 0: lbplan.ListenersMax,
+	// BackendsMax), what the plan leaves room for and the backend slots
+	// allocated below.
+	listenersMax, backendsMax int
+	nat                       bool            // some service is in nat mode
+	natLeftOut                int             // nat backends left out of the reply fallback (ambiguous)
+	targets                   []health.Target // backends to health-check
 	// Slots a previous run of the daemon left, by owner hash: the first
 	// sync takes them back (same slot, same generation), so connections
 	// survive a restart; the rest are freed.
@@ -139,15 +144,19 @@ func (s *lbState) allocBackend(o uint64) (uint32, dataplane.LBBackend, bool, err
 		return idx, s.oldBackendVal[idx], true, nil
 	}
 	var idx uint32
+	slots := uint32(lbBackendsMax)
+	if s.backendsMax > 0 && s.backendsMax < lbBackendsMax {
+		slots = uint32(s.backendsMax)
+	}
 	switch {
-	case s.nextBackend < lbBackendsMax:
+	case s.nextBackend < slots:
 		idx = s.nextBackend
 		s.nextBackend++
 	case len(s.freeBackend) > 0:
 		idx = s.freeBackend[0]
 		s.freeBackend = s.freeBackend[1:]
 	default:
-		return 0, dataplane.LBBackend{}, false, fmt.Errorf("all %d backend slots are in use: %w", lbBackendsMax, errSlotsFull)
+		return 0, dataplane.LBBackend{}, false, fmt.Errorf("all %d backend slots are in use: %w", slots, errSlotsFull)
 	}
 	s.gens[idx]++
 	return idx, dataplane.LBBackend{}, false, nil
@@ -189,13 +198,21 @@ func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
 	return lbplan.Placement{Underlay: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
 }
 
-// planOf computes the index's plan (memo: the tables of the previous
-// plan, or nil).
+// planOf computes the index's plan at the compiled capacities (memo: the
+// tables of the previous plan, or nil).
 func planOf(x *index, seed uint32, memo ...*lbplan.Tables) *lbplan.Plan {
-	in := lbplan.Input{Services: x.lbServices(), Health: x.health, Hosts: resolver{x}, Seed: seed}
+	s := &lbState{seed: seed}
 	if len(memo) > 0 {
-		in.Tables = memo[0]
+		s.memo = memo[0]
 	}
+	return s.plan(x)
+}
+
+// plan computes the index's plan for this edge: its seed, memo and
+// listener capacity.
+func (s *lbState) plan(x *index) *lbplan.Plan {
+	in := lbplan.Input{Services: x.lbServices(), Health: x.health, Hosts: resolver{x}, Seed: s.seed, Tables: s.memo,
+		ListenersMax: s.listenersMax, BackendsMax: s.backendsMax}
 	return lbplan.Build(in)
 }
 
@@ -209,7 +226,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 			return nil, err
 		}
 	}
-	p := planOf(x, s.seed, s.memo)
+	p := s.plan(x)
 	var problems []string
 	for pass := 0; ; pass++ {
 		have, err := s.maps.Listeners()

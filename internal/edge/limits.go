@@ -79,8 +79,8 @@ func (r *Reconciler) syncLimits() error {
 	}
 	// More addresses than the table holds: refused before any write, so
 	// the table keeps the limits it had rather than a part of the plan.
-	if len(want) > dataplane.LimitsMax {
-		return fmt.Errorf("rate limits: %d addresses have limits, the edge holds %d", len(want), dataplane.LimitsMax)
+	if n := r.cfg.limitsMax(); len(want) > n {
+		return fmt.Errorf("rate limits: %d addresses have limits, the edge holds %d", len(want), n)
 	}
 	put, del := diffLimits(want, have)
 	r.limits = nil // unknown until every write succeeded

@@ -106,8 +106,9 @@ func TestReconcileLimits(t *testing.T) {
 	}
 }
 
-// TestReconcileLimitsFullTable, on the real table (edge_limits,
-// dataplane.LimitsMax addresses): with the table full, moving limits from
+// TestReconcileLimitsFullTable, on the real table (edge_limits: the
+// compiled dataplane.LimitsMax addresses at an --eip-max above it, and
+// --eip-max addresses below it): with the table full, moving limits from
 // one address to another succeeds (the removal makes the room; written
 // the other way round, every commit failed on the new address's write and
 // never reached the removal), and a plan with more addresses than the
@@ -117,47 +118,52 @@ func TestReconcileLimitsFullTable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: loads the edge's BPF maps")
 	}
-	e, err := dataplane.LoadEdgeMaps(dataplane.LoadOptions{EIPMax: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, e)
-	lim := &model.Limits{SourcePPS: 100}
-	objs := region()
-	for i := range dataplane.LimitsMax {
-		objs = append(objs, &model.EIP{Address: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Limits: lim})
-	}
-	load(t, r, 10, objs...)
-	if r.syncErr != nil {
-		t.Fatalf("a full table: %v", r.syncErr)
-	}
-	count := func() int {
-		t.Helper()
-		got, err := e.Limits()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(got)
-	}
-	if n := count(); n != dataplane.LimitsMax {
-		t.Fatalf("%d addresses programmed, want %d", n, dataplane.LimitsMax)
-	}
+	for _, c := range []struct{ eipMax, holds int }{{1 << 17, dataplane.LimitsMax}, {1024, 1024}} {
+		t.Run(fmt.Sprintf("eip-max %d", c.eipMax), func(t *testing.T) {
+			e, err := dataplane.LoadEdgeMaps(dataplane.LoadOptions{EIPMax: uint32(c.eipMax)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			r := NewReconciler(Config{Name: "edge-a1", Log: quiet, EIPMax: uint32(c.eipMax)}, e)
+			lim := &model.Limits{SourcePPS: 100}
+			objs := region()
+			for i := range c.holds {
+				objs = append(objs, &model.EIP{Address: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Limits: lim})
+			}
+			load(t, r, 10, objs...)
+			if r.syncErr != nil {
+				t.Fatalf("a full table: %v", r.syncErr)
+			}
+			count := func() int {
+				t.Helper()
+				got, err := e.Limits()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(got)
+			}
+			if n := count(); n != c.holds {
+				t.Fatalf("%d addresses programmed, want %d", n, c.holds)
+			}
 
-	moved := a("198.19.255.1")
-	watched(t, r, 11, &model.EIP{Address: a("198.18.0.0")}, &model.EIP{Address: moved, Limits: lim})
-	if r.syncErr != nil {
-		t.Fatalf("limits moved from one address to another in a full table: %v", r.syncErr)
-	}
-	if got, _ := e.Limits(); got[moved].SourcePPS != 100 {
-		t.Errorf("the new address's limits are not programmed: %v", got[moved])
-	}
+			moved := a("198.19.255.1")
+			watched(t, r, 11, &model.EIP{Address: a("198.18.0.0")}, &model.EIP{Address: moved, Limits: lim})
+			if r.syncErr != nil {
+				t.Fatalf("limits moved from one address to another in a full table: %v", r.syncErr)
+			}
+			if got, _ := e.Limits(); got[moved].SourcePPS != 100 {
+				t.Errorf("the new address's limits are not programmed: %v", got[moved])
+			}
 
-	watched(t, r, 12, &model.EIP{Address: a("198.19.255.2"), Limits: lim})
-	if r.syncErr == nil || !strings.Contains(r.syncErr.Error(), "65537 addresses have limits, the edge holds 65536") {
-		t.Fatalf("one address too many: error %v, want one naming 65537 and 65536", r.syncErr)
-	}
-	if got, _ := e.Limits(); len(got) != dataplane.LimitsMax || got[a("198.19.255.2")] != (dataplane.Limits{}) {
-		t.Errorf("the refused plan was written in part: %d addresses", len(got))
+			watched(t, r, 12, &model.EIP{Address: a("198.19.255.2"), Limits: lim})
+			want := fmt.Sprintf("%d addresses have limits, the edge holds %d", c.holds+1, c.holds)
+			if r.syncErr == nil || !strings.Contains(r.syncErr.Error(), want) {
+				t.Fatalf("one address too many: error %v, want %q", r.syncErr, want)
+			}
+			if got, _ := e.Limits(); len(got) != c.holds || got[a("198.19.255.2")] != (dataplane.Limits{}) {
+				t.Errorf("the refused plan was written in part: %d addresses", len(got))
+			}
+		})
 	}
 }

@@ -214,6 +214,9 @@ func (g *GSLB) Run(ctx context.Context) error {
 // desired state.
 func (g *GSLB) follow(ctx context.Context) {
 	for ctx.Err() == nil {
+		// The whole store, not a scope (store/scope.go): the catalog is
+		// the region's zones and records, and their targets are EIPs,
+		// VIPs and services of every set.
 		err := g.st.Follow(ctx, func(st *model.State, rev int64, _ []store.Event, _ bool) { g.apply(st, rev) })
 		if ctx.Err() != nil {
 			return

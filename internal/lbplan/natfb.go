@@ -40,8 +40,9 @@ type NATBackend struct {
 //
 // A key of two VIPs or two ports is ambiguous too. Ambiguous keys are
 // left out (the reply waits for the synced entry, as before), and so are
-// keys over NATBackendsMax (in key order); left is how many.
-func natBackends(p *Plan) (map[NATBackend]netip.AddrPort, int) {
+// keys over limit (NATBackendsMax, or the edge's --backend-max: in key
+// order); left is how many.
+func natBackends(p *Plan, limit int) (map[NATBackend]netip.AddrPort, int) {
 	type ap struct {
 		addr  netip.Addr
 		proto uint8
@@ -94,9 +95,9 @@ func natBackends(p *Plan) (map[NATBackend]netip.AddrPort, int) {
 	slices.SortFunc(keep, func(a, b NATBackend) int {
 		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
 	})
-	if len(keep) > NATBackendsMax {
-		left += len(keep) - NATBackendsMax
-		keep = keep[:NATBackendsMax]
+	if len(keep) > limit {
+		left += len(keep) - limit
+		keep = keep[:limit]
 	}
 	out := make(map[NATBackend]netip.AddrPort, len(keep))
 	for _, k := range keep {

@@ -218,6 +218,21 @@ type Input struct {
 	// its tables instead of rebuilding them (a table of M = 65537 costs a
 	// few ms; an edge replans every pool on every change).
 	Tables *Tables
+	// ListenersMax is the edge's single-port listener capacity (its
+	// --listener-max); 0, or more than ListenersMax: ListenersMax.
+	ListenersMax int
+	// BackendsMax is the edge's backend capacity (its --backend-max:
+	// backend slots, nat reply fallback entries); 0, or more than
+	// BackendsMax: BackendsMax.
+	BackendsMax int
+}
+
+// capped is v, or ceiling when v is 0 or above it.
+func capped(v, ceiling int) int {
+	if v <= 0 || v > ceiling {
+		return ceiling
+	}
+	return v
 }
 
 // Tables memoizes Maglev tables by everything they are built from. Build
@@ -301,6 +316,7 @@ func Build(in Input) *Plan {
 	}
 	sort.Strings(names)
 	exact := 0 // single-port listener entries
+	listenersMax, backendsMax := capped(in.ListenersMax, ListenersMax), capped(in.BackendsMax, BackendsMax)
 	backends := 0
 	for _, name := range names {
 		svc := in.Services[name]
@@ -312,9 +328,9 @@ func Build(in Input) *Plan {
 				n++
 			}
 		}
-		if exact+n > ListenersMax {
+		if exact+n > listenersMax {
 			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
-				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, ListenersMax)})
+				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, listenersMax)})
 			continue
 		}
 		if vp, k := rangesOver(p.Listeners, listeners); k > 0 {
@@ -331,9 +347,9 @@ func Build(in Input) *Plan {
 				Detail: fmt.Sprintf("its %d pools would take the edge to %d tables, the data plane holds %d", len(pools), len(p.Pools)+len(pools), TablesMax)})
 			continue
 		}
-		if backends+nb > BackendsMax {
+		if backends+nb > backendsMax {
 			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
-				Detail: fmt.Sprintf("its %d backends would take the edge to %d backend slots, the data plane holds %d", nb, backends+nb, BackendsMax)})
+				Detail: fmt.Sprintf("its %d backends would take the edge to %d backend slots, the data plane holds %d", nb, backends+nb, backendsMax)})
 			continue
 		}
 		exact += n
@@ -356,7 +372,7 @@ func Build(in Input) *Plan {
 		}
 	}
 	sort.Slice(p.Pools, func(i, j int) bool { return p.Pools[i].ID < p.Pools[j].ID })
-	p.NATBackends, p.NATLeftOut = natBackends(p)
+	p.NATBackends, p.NATLeftOut = natBackends(p, capped(in.BackendsMax, NATBackendsMax))
 	in.Tables.sweep()
 	return p
 }

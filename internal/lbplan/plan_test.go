@@ -125,6 +125,61 @@ func TestBuildCapacity(t *testing.T) {
 			t.Fatalf("%d services, %d listeners, problems %q", len(p.Services), len(p.Listeners), p.Problems)
 		}
 	})
+	t.Run("listeners-max", func(t *testing.T) {
+		// An edge with --listener-max 10: services of 4 listeners, the
+		// third left out (12 > 10) and the fourth too (the room left,
+		// 2, is less than its 4); any-port and range listeners take
+		// no single-port entry.
+		svcs := map[string]*model.Service{}
+		for i := range 4 {
+			var ls []model.Listener
+			for j := range 4 {
+				ls = append(ls, model.Listener{Protocol: "tcp", Port: uint16(1 + j), Pool: "p0"})
+			}
+			vip := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + i)})
+			svcs[fmt.Sprintf("s%d", i)] = small(fmt.Sprintf("s%d", i), vip, ls, 1)
+		}
+		svcs["t"] = small("t", a("198.51.100.9"), []model.Listener{{Protocol: "tcp", Pool: "p0"}, {Protocol: "udp", Port: 5000, PortEnd: 5010, Pool: "p0"}}, 1)
+		p := Build(Input{Services: svcs, ListenersMax: 10})
+		if len(p.Services) != 3 || len(p.Listeners) != 10 || len(p.Problems) != 2 {
+			t.Fatalf("services %v, %d listeners, problems %q", p.Services, len(p.Listeners), p.Problems)
+		}
+		for i, name := range []string{"s2", "s3"} {
+			if !strings.HasPrefix(p.Problems[i].String(), "service "+name+": not programmed") || !strings.Contains(p.Problems[i].String(), "the data plane holds 10") {
+				t.Errorf("problem %d: %q, want %s left out at 10", i, p.Problems[i], name)
+			}
+		}
+		// Above the compiled capacity: the compiled capacity.
+		if q := Build(Input{Services: svcs, ListenersMax: 2 * ListenersMax}); len(q.Services) != 5 || len(q.Problems) != 0 {
+			t.Errorf("ListenersMax above the ceiling: services %v problems %q", q.Services, q.Problems)
+		}
+	})
+	t.Run("backends-max", func(t *testing.T) {
+		// An edge with --backend-max 5: nat services of two backends,
+		// the third left out (6 > 5); the reply fallback, two keys per
+		// backend (ports 80 and 443), holds 5 of the 8 and counts 3.
+		svcs := map[string]*model.Service{}
+		for i := range 3 {
+			name := fmt.Sprintf("s%d", i)
+			s := small(name, netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + i)}),
+				[]model.Listener{{Protocol: "tcp", Port: 80, Pool: "p0"}, {Protocol: "tcp", Port: 443, Pool: "p0"}}, 1)
+			s.Pools[0].Backends = []model.Backend{{Address: netip.AddrFrom4([4]byte{198, 19, 200, byte(10*i + 1)})},
+				{Address: netip.AddrFrom4([4]byte{198, 19, 200, byte(10*i + 2)})}}
+			s.TableSize = 211
+			svcs[name] = s
+		}
+		p := Build(Input{Services: svcs, BackendsMax: 5})
+		if len(p.Services) != 2 || len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0].String(), "service s2: not programmed") ||
+			!strings.Contains(p.Problems[0].String(), "the data plane holds 5") {
+			t.Fatalf("services %v problems %q", p.Services, p.Problems)
+		}
+		if len(p.NATBackends) != 5 || p.NATLeftOut != 3 {
+			t.Errorf("nat fallback: %d keys, %d left out; want 5 and 3", len(p.NATBackends), p.NATLeftOut)
+		}
+		if q := Build(Input{Services: svcs}); len(q.Services) != 3 || len(q.NATBackends) != 12 || q.NATLeftOut != 0 {
+			t.Errorf("at the compiled capacity: services %v, %d nat keys, %d left out", q.Services, len(q.NATBackends), q.NATLeftOut)
+		}
+	})
 	t.Run("ranges", func(t *testing.T) {
 		var a1, a2 []model.Listener
 		for i := range RangesMax / 2 {

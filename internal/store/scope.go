@@ -96,10 +96,10 @@ func (sc Scope) feed() feed {
 		f.load = append(f.load, primary(k))
 	}
 	if sc.Name != "" {
-		f.load = append(f.load, span{ScopeRoot + sc.Name + "/", parseCopy})
+		f.load = append(f.load, span{ScopeRoot + sc.Name + "/", parseCopy, sc.Name})
 		f.layout = true
 	}
-	f.watch = f.load
+	f.watch, f.marker = f.load, true
 	return f
 }
 

@@ -155,6 +155,7 @@ func TestScope(t *testing.T) {
 		{"compaction", testScopeCompaction},
 		{"invalid", testScopeInvalid},
 		{"jitter", testScopeJitter},
+		{"marker", testScopeMarker},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clear(t, s)
@@ -517,5 +518,90 @@ func testScopeJitter(t *testing.T, s *Store) {
 	}
 	if rec.resets != 0 || len(rec.commits) != 0 {
 		t.Errorf("loaded during the jitter: %d resets, commits %v", rec.resets, rec.commits)
+	}
+}
+
+// testScopeMarker: the commit marker names what each transaction wrote,
+// so a follower's revision follows commits that touched nothing of its
+// share (a commit of nothing it holds), and a commit that did touch it is
+// reported with its changes, never before them.
+func testScopeMarker(t *testing.T, s *Store) {
+	ctx := context.Background()
+	e := eip("198.51.100.7", "on A")
+	commitNow(t, s, put(t, e), copyOps(t, "set/A", e))
+	if err := s.MarkLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := newScopeRec()
+	runFollower(t, func(ctx context.Context) error {
+		return s.FollowScope(ctx, Scope{Name: "set/A", Kinds: []string{model.KindEdgeSet}}, rec)
+	})
+	rec.wait(t, "the first load", func(r *scopeRec) bool { return len(r.resyncs) == 1 })
+
+	// A commit of set/B only: committed to A's follower with no change.
+	other := eip("198.51.100.9", "on B")
+	rev := commitNow(t, s, put(t, other), copyOps(t, "set/B", other))
+	rec.wait(t, "B's commit reported", func(r *scopeRec) bool { return slices.Contains(r.commits, rev) })
+	rec.mu.Lock()
+	if len(rec.watched) != 0 {
+		t.Errorf("A's follower was told of %v", rec.watched)
+	}
+	rec.mu.Unlock()
+
+	// Commits touching A: every reported revision holds its changes.
+	for i := range 20 {
+		v := eip("198.51.100.7", fmt.Sprintf("on A, version %d", i))
+		rev = commitNow(t, s, put(t, v), copyOps(t, "set/A", v))
+		if i%2 == 0 {
+			rev = commitNow(t, s, copyOps(t, "set/B", other)) // interleaved with commits of nothing of A's
+		}
+	}
+	rec.wait(t, "the last commit", func(r *scopeRec) bool { return slices.Contains(r.commits, rev) })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if v := rec.state[model.KindEIP+"/198.51.100.7"]; !strings.Contains(v, "version 19") {
+		t.Errorf("A holds %q", v)
+	}
+	for i := 1; i < len(rec.commits); i++ {
+		if rec.commits[i] < rec.commits[i-1] {
+			t.Errorf("commits go back: %v", rec.commits)
+		}
+	}
+}
+
+func TestProgress(t *testing.T) {
+	p := newProgress(2)
+	p.commit(10, nil, false)
+	if a := p.applied(); a != 10 {
+		t.Fatalf("a commit of nothing followed: applied %d, want 10", a)
+	}
+	p.commit(11, []int{1}, false)
+	p.commit(12, nil, false)
+	if a := p.applied(); a != 10 {
+		t.Fatalf("a commit of span 1 not arrived yet: applied %d, want 10", a)
+	}
+	p.change(0, 11) // another span's change does not do
+	if a := p.applied(); a != 10 {
+		t.Fatalf("applied %d, want 10", a)
+	}
+	p.change(1, 11)
+	if a := p.applied(); a != 12 {
+		t.Fatalf("span 1's change arrived: applied %d, want 12", a)
+	}
+	p.commit(13, nil, true) // not a marker: every span
+	p.change(0, 13)
+	if a := p.applied(); a != 12 {
+		t.Fatalf("span 1 has not reached 13: applied %d, want 12", a)
+	}
+	p.pending[0].seen = p.pending[0].seen.Add(-2 * markerWait)
+	if a := p.applied(); a != 13 {
+		t.Fatalf("a change that never came holds the revision for markerWait only: applied %d, want 13", a)
+	}
+	if _, ok := touches([]byte("2026-12-06T00:00:00Z"), nil); ok {
+		t.Error("an older writer's marker (a time) read as naming spans")
+	}
+	spans, ok := touches([]byte(markerOf([]Op{{Scope: "set/A", Kind: "eips"}, {Kind: "edgesets"}})), []span{primary("edgesets"), primary("eips"), {name: "set/A"}, {name: "set/B"}})
+	if !ok || !slices.Equal(spans, []int{0, 2}) {
+		t.Errorf("touches = %v, %v; want [0 2]", spans, ok)
 	}
 }

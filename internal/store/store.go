@@ -217,10 +217,13 @@ func (s *Store) loadInto(ctx context.Context, sink Sink) (int64, error) {
 type span struct {
 	prefix string
 	parse  func(k string) (kind, key string, ok bool)
+	// name is what a commit marker calls a transaction's writes under
+	// prefix: the kind of a primary span, the scope of a copy span.
+	name string
 }
 
 // primary is the span of one kind's primary keys.
-func primary(kind string) span { return span{Root + kind + "/", ParseKey} }
+func primary(kind string) span { return span{Root + kind + "/", ParseKey, kind} }
 
 // feed is what a follower reads: the spans of a full load, the spans it
 // then watches (every change of a loaded key must be in one of them, and
@@ -228,12 +231,16 @@ func primary(kind string) span { return span{Root + kind + "/", ParseKey} }
 type feed struct {
 	load, watch []span
 	layout      bool
+	// marker: also watch the commit marker, so that a commit that
+	// touched none of the spans still advances the revision committed
+	// to the sink (see watch).
+	marker bool
 }
 
 // whole is the feed of FollowSink: every kind loaded, all of Root
 // watched.
 func whole() feed {
-	f := feed{watch: []span{{Root, ParseKey}}}
+	f := feed{watch: []span{{prefix: Root, parse: ParseKey}}}
 	for _, k := range model.Kinds {
 		f.load = append(f.load, primary(k))
 	}
@@ -368,7 +375,7 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 				gets = append(gets, clientv3.OpGet(opKey(o), clientv3.WithKeysOnly()))
 			}
 		}
-		eops = append(eops, clientv3.OpPut(CommitKey, time.Now().UTC().Format(time.RFC3339Nano)))
+		eops = append(eops, clientv3.OpPut(CommitKey, markerOf(chunk)))
 		if markLayout && len(ops) == 0 { // the last transaction
 			eops = append(eops, clientv3.OpPut(LayoutKey, Layout))
 		}
@@ -503,36 +510,62 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 	defer cancel()
 	type response struct {
 		clientv3.WatchResponse
-		sp     *span
+		i      int // the span: len(f.watch) is the commit marker
 		closed bool
 	}
 	merged := make(chan response)
-	for i := range f.watch {
-		sp := &f.watch[i]
-		wc := s.Client.Watch(wctx, sp.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	n := len(f.watch)
+	if f.marker {
+		n++
+	}
+	for i := range n {
+		var wc clientv3.WatchChan
+		if i < len(f.watch) {
+			wc = s.Client.Watch(wctx, f.watch[i].prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		} else {
+			wc = s.Client.Watch(wctx, CommitKey, clientv3.WithRev(rev+1))
+		}
 		wg.Go(func() {
 			for resp := range wc {
 				select {
-				case merged <- response{WatchResponse: resp, sp: sp}:
+				case merged <- response{WatchResponse: resp, i: i}:
 				case <-wctx.Done():
 					return
 				}
 			}
 			select {
-			case merged <- response{sp: sp, closed: true}:
+			case merged <- response{i: i, closed: true}:
 			case <-wctx.Done():
 			}
 		})
 	}
+	name := func(i int) string {
+		if i < len(f.watch) {
+			return f.watch[i].prefix
+		}
+		return CommitKey
+	}
+	p := newProgress(len(f.watch))
+	committed := rev
+	// A commit whose changes are still on their way is waited for at most
+	// markerWait: tick so that its wait ends without another response.
+	tick := time.NewTicker(markerWait / 2)
+	defer tick.Stop()
 	for {
 		var resp response
 		select {
 		case resp = <-merged:
+		case <-tick.C:
+			if a := p.applied(); f.marker && a > committed {
+				committed = a
+				sink.Commit(committed, false)
+			}
+			continue
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		if resp.closed {
-			return fmt.Errorf("watch of %s closed", resp.sp.prefix)
+			return fmt.Errorf("watch of %s closed", name(resp.i))
 		}
 		if err := resp.Err(); err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
@@ -543,8 +576,15 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 		if resp.IsProgressNotify() || len(resp.Events) == 0 {
 			continue
 		}
+		changed := false
 		for _, e := range resp.Events {
-			kind, key, ok := resp.sp.parse(string(e.Kv.Key))
+			if resp.i == len(f.watch) {
+				spans, ok := touches(e.Kv.Value, f.watch)
+				p.commit(e.Kv.ModRevision, spans, !ok)
+				continue
+			}
+			p.change(resp.i, e.Kv.ModRevision)
+			kind, key, ok := f.watch[resp.i].parse(string(e.Kv.Key))
 			if !ok {
 				continue
 			}
@@ -553,11 +593,19 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 			} else {
 				sink.Put(kind, key, e.Kv.Value, e.Kv.ModRevision)
 			}
+			changed = true
 			// The header's revision may already count changes later
 			// responses carry: the state reflects the last event's.
 			rev = max(rev, e.Kv.ModRevision)
 		}
-		sink.Commit(rev, false)
+		next := rev
+		if f.marker {
+			next = max(next, p.applied())
+		}
+		if changed || next > committed {
+			committed = max(committed, next)
+			sink.Commit(committed, false)
+		}
 	}
 }
 

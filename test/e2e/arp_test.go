@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -118,18 +119,13 @@ func TestARPOwnershipProcesses(t *testing.T) {
 		svc := &model.Service{Name: "web", VIP: netip.MustParseAddr(vip), Mode: "nat",
 			Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
 			Pools:     []model.Pool{{Name: "p", Backends: []model.Backend{{Address: netip.MustParseAddr("192.0.2.50")}}}}}
-		var ops []store.Op
 		for _, o := range []model.Object{es, svc} {
 			if errs := o.Validate(); len(errs) > 0 {
 				t.Fatalf("%s: %v", o.Key(), errs)
 			}
-			b, err := store.Encode(o)
-			must(err)
-			ops = append(ops, store.Op{Kind: model.KindOf(o), Key: o.Key(), Value: b})
 		}
-		rev, err := st.CommitRevision(ctx)
-		must(err)
-		_, err = st.Commit(ctx, rev, ops)
+		// With their scopes' copies, as the controller writes them.
+		_, err := placementtest.Put(ctx, st, es, svc)
 		must(err)
 	}
 	set("")

@@ -20,6 +20,8 @@ import (
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
+	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
@@ -56,22 +58,16 @@ func region(drained map[string]bool) []model.Object {
 	}
 }
 
+// write writes objs with their scopes' copies, as the controller does.
 func write(t *testing.T, s *store.Store, objs ...model.Object) {
 	t.Helper()
-	var ops []store.Op
-	for _, o := range objs {
-		b, err := store.Encode(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, store.Op{Kind: model.KindOf(o), Key: o.Key(), Value: b})
-	}
-	if _, err := s.Commit(context.Background(), 1<<40, ops); err != nil {
+	if _, err := placementtest.Put(context.Background(), s, objs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// runEdge runs one edge: a reconciler on fake maps following the store,
+// runEdge runs one edge: a reconciler on fake maps following its set's
+// share of the store,
 // and its announcer with a real speaker dialling from its own address.
 func runEdge(ctx context.Context, t *testing.T, s *store.Store, name string, local netip.Addr) *edge.Announcer {
 	r := edge.NewReconciler(edge.Config{Name: name, Log: quiet}, dataplane.NewFakeEdge())
@@ -82,7 +78,7 @@ func runEdge(ctx context.Context, t *testing.T, s *store.Store, name string, loc
 	ann := edge.NewAnnouncer(edge.AnnounceConfig{Name: name, Settle: 100 * time.Millisecond, Log: quiet},
 		localSpeaker{spk, local}, s, r.AnnouncePlan, nil)
 	r.OnApplied = func(int64) { ann.Kick() }
-	go s.FollowSink(ctx, r)
+	go edge.FollowShare(ctx, s, name, r, quiet)
 	ann.Start(ctx)
 	return ann
 }
@@ -238,7 +234,7 @@ func TestPullOutAndQuarantine(t *testing.T) {
 
 	write(t, s, &model.EIP{Address: hotEIP, Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
 	r.WaitNextHops(t, hot32, nil, 5*time.Second)
-	if _, err := s.Commit(ctx, 1<<40, []store.Op{{Kind: model.KindQuarantine, Key: attacked.String()}}); err != nil {
+	if _, err := placementtest.Delete(ctx, s, placement.Ref{Kind: model.KindQuarantine, Key: attacked.String()}); err != nil {
 		t.Fatal(err)
 	}
 	r.WaitNextHops(t, att32, nil, 5*time.Second)
