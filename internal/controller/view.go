@@ -268,10 +268,10 @@ func (t *txn) refs() []placement.Ref {
 // as redo does) to take them after it, and taken out again (readers
 // wait: an edge set change takes every object, 0.5 s of CPU at 100k
 // EIPs).
-func (t *txn) copies(mu *sync.RWMutex) ([]store.Op, error) {
+func (t *txn) copies(mu *sync.RWMutex, related placement.Snapshot) ([]store.Op, error) {
 	changed := t.refs()
 	mu.RLock()
-	before, err := placement.Take(t.st, changed)
+	before, err := placement.Take(t.st, changed, related)
 	mu.RUnlock()
 	if err != nil {
 		return nil, err
@@ -482,10 +482,14 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			v.applyMu.Unlock()
 			return base, nil
 		}
+		// The objects related to the change in the state after it (the
+		// host an EIP is bound to by it): taken before it too, so the
+		// copies they already have are not written again.
+		related := placement.Related(t.st, t.refs())
 		t.undoAll()
 		t.conditions()
 		v.mu.Unlock()
-		copies, err := t.copies(&v.mu)
+		copies, err := t.copies(&v.mu, related)
 		if err != nil {
 			v.applyMu.Unlock()
 			return 0, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)

@@ -13,9 +13,9 @@ import (
 	"github.com/azgate/azgate/internal/store"
 )
 
-// Store is what the edge needs of the store: to follow its set's share
-// of it (FollowShare) and publish leased keys, and to elect its set's ARP
-// owner.
+// Store is what the edge needs of the store: to follow the region (or
+// its set's share of it, FollowShare) and publish leased keys, and to
+// elect its set's ARP owner.
 type Store interface {
 	store.Node
 	store.Elector
@@ -73,7 +73,10 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 		return err
 	}
 	defer r.Stop()
-	return FollowShare(ctx, st, cfg.Name, p.rec, cfg.Log)
+	if cfg.FollowShare {
+		return FollowShare(ctx, st, cfg.Name, p.rec, cfg.Log)
+	}
+	return st.FollowSink(ctx, p.rec) // the whole region (Config.FollowShare)
 }
 
 // ifindexOf finds the interface that holds an address.

@@ -62,8 +62,15 @@ type Config struct {
 	// ceiling (dataplane.EIPMaxDefault, ConnMaxDefault,
 	// ListenerMaxDefault, BackendMaxDefault).
 	EIPMax, ConnMax, ListenerMax, BackendMax uint32
-	Version                                  string
-	Log                                      *slog.Logger
+	// FollowShare makes the edge load and watch only its set's share of
+	// the store (FollowShare, docs/scale.md "Scopes") instead of the
+	// whole region. Off by default until moves between sets are
+	// make-before-break: today a release, a quarantine or a drift to a
+	// host new to the set loses packets while the gaining or losing
+	// edges program the move (docs/scale.md).
+	FollowShare bool
+	Version     string
+	Log         *slog.Logger
 
 	// HealthCommands are the only commands command health checks may run
 	// (--health-command, --health-commands): a service names one.

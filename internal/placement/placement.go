@@ -428,6 +428,22 @@ func Take(st *model.State, changed []Ref, also ...Snapshot) (Snapshot, error) {
 	return take(st, refs, changed)
 }
 
+// Related is a snapshot of the objects Affected by changed in st, without
+// their scopes, to pass to Take as also. The controller takes it in the
+// state after a change, so that its Take of the state before holds them
+// too: an object only the snapshot after a change holds (the host an EIP
+// is bound to by the change) is put in every one of its scopes by Diff,
+// which rewrote a 1,000-guest host into every set holding it on every
+// rebind (52 kB to every edge of the region).
+func Related(st *model.State, changed []Ref) Snapshot {
+	refs := Affected(st, changed)
+	snap := Snapshot{refs: make(map[Ref]bool, len(refs))}
+	for _, r := range refs {
+		snap.refs[r] = true
+	}
+	return snap
+}
+
 // take computes the snapshot of refs; values are encoded for the objects
 // in a scope and those in changed.
 func take(st *model.State, refs, changed []Ref) (Snapshot, error) {

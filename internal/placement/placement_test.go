@@ -349,6 +349,39 @@ func TestDiffRebindAndValue(t *testing.T) {
 	}
 }
 
+// TestDiffRebindToHostInSet: a rebind to a host already in the EIP's set
+// (another of its EIPs is there) writes no copy of the host, when the
+// snapshot before is taken with the objects Related after the change, as
+// the controller does.
+func TestDiffRebindToHostInSet(t *testing.T) {
+	st := region(t)
+	mustPut(t, st, eip("198.51.100.10", "", "h1/g1"), eip("198.51.100.11", "", "h2/g2"))
+	have := allCopies(t, st)
+	changed := []Ref{{model.KindEIP, "198.51.100.10"}}
+	after := st.Clone()
+	mustPut(t, after, eip("198.51.100.10", "", "h2/g1"))
+	b, err := Take(st, changed, Related(after, changed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Take(after, changed, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := Diff(b, a, changed)
+	for _, o := range ops {
+		if o.Kind == model.KindHost && o.Key == "h2" && o.Value != nil {
+			t.Errorf("h2, already in %s, written again", o.Scope)
+		}
+	}
+	if err := have.apply(ops); err != nil {
+		t.Fatal(err)
+	}
+	if d := compare(have, allCopies(t, after)); d != "" {
+		t.Error(d)
+	}
+}
+
 // TestDiffNeedsAlso: without the before snapshot the after one misses the
 // host an EIP was unbound from, and Diff says so rather than guess.
 func TestDiffNeedsAlso(t *testing.T) {
