@@ -47,6 +47,10 @@ type FleetOptions struct {
 	// until set0 holds them, the other sets about Sets-1 times as many)
 	// and reports its RSS (0: skip).
 	RSSEIPs int
+	// Agents > 1: then that many agent Reconcilers (hosts h0..), in this
+	// process on the fakes, each following its host's share; their loads
+	// and the drift of rebinds between their hosts are timed.
+	Agents  int
 	Members int // etcd members (3)
 	// Proxies > 0 puts that many etcd gRPC proxies in front of the
 	// members (issue 19, part 2): the edges point at them, round-robin,
@@ -258,6 +262,9 @@ func (o FleetOptions) Check() error {
 	if o.EIPs <= 0 || o.EIPs > fleetMaxEIPs {
 		return fmt.Errorf("fleet: %d EIPs: want 1 to %d", o.EIPs, fleetMaxEIPs)
 	}
+	if o.Agents < 0 || o.Agents == 1 || o.Agents > 65536 {
+		return fmt.Errorf("fleet: %d agents: want 0 or 2 to 65536", o.Agents)
+	}
 	if o.RSSEIPs < 0 || fleetRegionFor(o.RSSEIPs, o.Sets) > fleetMaxEIPs {
 		return fmt.Errorf("fleet: %d EIPs in set0 of %d sets: the region would need more than %d", o.RSSEIPs, o.Sets, fleetMaxEIPs)
 	}
@@ -344,7 +351,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 
 	// The region.
-	hosts := fleetHosts(o.EIPs)
+	hosts := max(fleetHosts(o.EIPs), o.Agents)
 	var objs []model.Object
 	objs = append(objs, &model.AZ{Name: "az1"})
 	for h := 0; h < hosts; h++ {
@@ -652,6 +659,16 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 
+	var agentResults []Result
+	if o.Agents > 0 {
+		agentResults, err = fleetAgentsRun(ctx, o, edgeEndpoints, &region, admin, hosts, say)
+		if err != nil {
+			return nil, err
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+
 	shape := fmt.Sprintf("%d sets x %d edges in one process (each its own etcd client and watch, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.Sets, o.EdgesPerSet, o.EIPs, o.Members)
 	if o.Proxies > 0 {
 		shape += fmt.Sprintf(", edges on %d etcd gRPC proxies (round-robin)", o.Proxies)
@@ -690,6 +707,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "in_process_heap_per_edge", Value: inProcMB, Unit: "MB", Note: "Go heap of the fleet / edges, fake maps and clients included"},
 	}
 
+	out = append(out, agentResults...)
 	if o.RSSEIPs > 0 {
 		total := max(fleetRegionFor(o.RSSEIPs, o.Sets), o.EIPs)
 		inSet := fleetInSet(total, 0, o.Sets)

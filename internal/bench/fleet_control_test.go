@@ -17,7 +17,8 @@ import (
 // checks (every edge of a set applied every rebind of its EIPs, holds its
 // set's EIPs only, and builds its set's service table with the checksum
 // of its set's other edge), and prints the members' CPU and bytes per
-// 1,000 changes/s with their units.
+// 1,000 changes/s with their units; then 3 agents follow their hosts'
+// shares and program each rebind between them.
 func TestFleetControlProxies(t *testing.T) {
 	if _, err := etcdproc.Binary(); err != nil {
 		if os.Geteuid() == 0 {
@@ -27,7 +28,7 @@ func TestFleetControlProxies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rs, err := FleetControl(ctx, FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: 50, Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
+	rs, err := FleetControl(ctx, FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: 50, Agents: 3, Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestFleetControlProxies(t *testing.T) {
 	}
 	for name, unit := range map[string]string{"etcd_members_cpu_per_1k_changes_s": "cores", "etcd_members_sent_per_change": "bytes",
 		"etcd_members_sent_per_1k_changes_s": "MB/s", "etcd_proxies_cpu_per_1k_changes_s": "cores", "drift_all_edges_p99": "ms",
-		"edge_set_load_max": "s", "table_agreement_max": "ms"} {
+		"edge_set_load_max": "s", "table_agreement_max": "ms", "agent_drift_p99": "ms", "agent_load_max": "s"} {
 		r, ok := got[name]
 		if !ok || r.Unit != unit {
 			t.Errorf("%s: %+v, want one in %s", name, r, unit)
