@@ -306,6 +306,7 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set (at most 32, model.MaxSetEdges)")
 	f.Flags().IntVar(&fo.Proxies, "proxies", 0, "control: etcd gRPC proxies (0-16) in front of the members; the edges point at them round-robin (0: at the members)")
 	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs in the region, spread over the sets (each edge indexes its set's share)")
+	f.Flags().IntVar(&fo.FullSets, "full-sets", 0, "control: the first this many sets have 32 edges (model.MaxSetEdges), the others --edges-per-set")
 	f.Flags().IntVar(&fo.Agents, "agents", 0, "control: then this many agents (hosts h0..; on the fakes, in this process) follow their hosts' shares: their loads and rebind drift (0: none)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")

@@ -36,6 +36,10 @@ import (
 // machine, with EIPs bound EIPs in the region, spread over the sets.
 type FleetOptions struct {
 	Sets, EdgesPerSet int
+	// FullSets: the first FullSets of the sets have model.MaxSetEdges
+	// edges, the others EdgesPerSet (issue 19's shape: a full set of 32
+	// among small ones).
+	FullSets int
 	// EIPs: bound EIPs in the region. EIP i is in the /16 i mod 64 of
 	// 100.64.0.0/10 and set s holds the /16s j with j mod Sets = s, so
 	// each set holds about EIPs/Sets of them.
@@ -157,14 +161,36 @@ func fleetService(set, backends, without int) *model.Service {
 		Pools:     []model.Pool{{Name: "web", Backends: bs}}}
 }
 
+// edgesOf is how many edges set s has.
+func (o FleetOptions) edgesOf(s int) int {
+	if s < o.FullSets {
+		return model.MaxSetEdges
+	}
+	return o.EdgesPerSet
+}
+
+// edges is how many edges the fleet has.
+func (o FleetOptions) edges() int {
+	n := 0
+	for s := 0; s < o.Sets; s++ {
+		n += o.edgesOf(s)
+	}
+	return n
+}
+
 func fleetSets(sets, edgesPerSet int) []*model.EdgeSet {
+	return FleetOptions{Sets: sets, EdgesPerSet: edgesPerSet}.sets()
+}
+
+func (o FleetOptions) sets() []*model.EdgeSet {
+	sets := o.Sets
 	var out []*model.EdgeSet
 	for s := 0; s < sets; s++ {
 		set := &model.EdgeSet{Name: fmt.Sprintf("set%d", s)}
 		for j := s; j < 64; j += sets {
 			set.Prefixes = append(set.Prefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + j), 0, 0}), 16))
 		}
-		for e := 0; e < edgesPerSet; e++ {
+		for e := 0; e < o.edgesOf(s); e++ {
 			set.Edges = append(set.Edges, model.EdgeNode{Name: fmt.Sprintf("s%d-e%d", s, e),
 				Underlay: netip.AddrFrom4([4]byte{198, 18, byte(128 + s), byte(e + 1)})})
 		}
@@ -253,11 +279,25 @@ func (g *fleetRegion) write(ctx context.Context, s *store.Store, objs ...model.O
 	return rev, err
 }
 
+// shape is "10 sets of 4 edges" or "1 set of 32 edges and 10 sets of 4".
+func (o FleetOptions) shape() string {
+	if o.FullSets == 0 || o.EdgesPerSet == model.MaxSetEdges {
+		return fmt.Sprintf("%d sets of %d edges", o.Sets, o.EdgesPerSet)
+	}
+	if o.FullSets == o.Sets {
+		return fmt.Sprintf("%d sets of %d edges", o.Sets, model.MaxSetEdges)
+	}
+	return fmt.Sprintf("%d sets of %d edges and %d sets of %d", o.FullSets, model.MaxSetEdges, o.Sets-o.FullSets, o.EdgesPerSet)
+}
+
 // Check refuses a shape the benchmark cannot run (a set of more than
 // model.MaxSetEdges edges is invalid: its edges would never load).
 func (o FleetOptions) Check() error {
 	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > model.MaxSetEdges {
 		return fmt.Errorf("fleet: %d sets of %d edges: want 1-64 sets of 1-%d edges (model.MaxSetEdges)", o.Sets, o.EdgesPerSet, model.MaxSetEdges)
+	}
+	if o.FullSets < 0 || o.FullSets > o.Sets {
+		return fmt.Errorf("fleet: %d full sets of %d sets", o.FullSets, o.Sets)
 	}
 	if o.EIPs <= 0 || o.EIPs > fleetMaxEIPs {
 		return fmt.Errorf("fleet: %d EIPs: want 1 to %d", o.EIPs, fleetMaxEIPs)
@@ -357,7 +397,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	for h := 0; h < hosts; h++ {
 		objs = append(objs, fleetHost(h))
 	}
-	for _, s := range fleetSets(o.Sets, o.EdgesPerSet) {
+	for _, s := range o.sets() {
 		objs = append(objs, s)
 	}
 	for s := 0; s < o.Sets; s++ {
@@ -370,8 +410,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	for s := range setEIPs {
 		setEIPs[s] = fleetInSet(o.EIPs, s, o.Sets)
 	}
-	say("writing %d hosts of %d guests, %d edge sets of %d edges, a service per set and %d bound EIPs (%d to %d per set), with their scope copies",
-		hosts, fleetGuestsPerHost, o.Sets, o.EdgesPerSet, o.EIPs, slices.Min(setEIPs), slices.Max(setEIPs))
+	say("writing %d hosts of %d guests, %s, a service per set and %d bound EIPs (%d to %d per set), with their scope copies",
+		hosts, fleetGuestsPerHost, o.shape(), o.EIPs, slices.Min(setEIPs), slices.Max(setEIPs))
 	t0 := time.Now()
 	var region fleetRegion
 	if _, err := region.writeAll(ctx, admin, objs); err != nil {
@@ -382,7 +422,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 
 	// The edges, loading a few at a time (each full load is a range of
 	// every key; all at once they would only queue in etcd).
-	n := o.Sets * o.EdgesPerSet
+	n := o.edges()
 	say("starting %d edges (each its own client, following its set's share) and waiting for their first load", n)
 	ectx, ecancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -392,7 +432,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	base := heapInUse()
 	t1 := time.Now()
 	for s := 0; s < o.Sets; s++ {
-		for e := 0; e < o.EdgesPerSet; e++ {
+		for e := 0; e < o.edgesOf(s); e++ {
 			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), set: s, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
 			fe.st, err = store.Connect(store.Options{Endpoints: edgeEndpoints(len(edges)), Log: quiet})
 			if err != nil {
@@ -669,7 +709,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		debug.FreeOSMemory()
 	}
 
-	shape := fmt.Sprintf("%d sets x %d edges in one process (each its own etcd client and watch, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.Sets, o.EdgesPerSet, o.EIPs, o.Members)
+	shape := fmt.Sprintf("%s (%d edges) in one process (each its own etcd client and watch of its set's share, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.shape(), n, o.EIPs, o.Members)
 	if o.Proxies > 0 {
 		shape += fmt.Sprintf(", edges on %d etcd gRPC proxies (round-robin)", o.Proxies)
 	}
@@ -681,7 +721,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			Note: fmt.Sprintf("the slowest edge's full load of its set (%d to %d EIPs), from its follow start, 8 loading at once on this machine", slices.Min(setEIPs), slices.Max(setEIPs))},
 		{Suite: "fleet", Name: "commit_call_p50", Value: callP50, Unit: "ms"},
 		{Suite: "fleet", Name: "drift_all_edges_p50", Value: percentile(worst, 50), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 50) / callP50,
-			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last of the %d edges of the EIP's set applied it", o.Changes, o.EdgesPerSet)},
+			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last edge of the EIP's set applied it", o.Changes)},
 		{Suite: "fleet", Name: "drift_all_edges_p99", Value: percentile(worst, 99), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 99) / callP50, Target: "<= 100 ms"},
 		{Suite: "fleet", Name: "drift_all_edges_max", Value: maxOf(worst), Unit: "ms"},
 		{Suite: "fleet", Name: "drift_delivered_all_edges_p50", Value: percentile(delivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink (before its decode and apply)"},

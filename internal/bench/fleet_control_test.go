@@ -62,12 +62,21 @@ func TestFleetOptionsCheck(t *testing.T) {
 	if err := ok.Check(); err != nil {
 		t.Fatal(err)
 	}
+	mixed := FleetOptions{Sets: 11, EdgesPerSet: 4, FullSets: 1, EIPs: 1000}
+	if err := mixed.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if n, sets := mixed.edges(), mixed.sets(); n != 72 || len(sets[0].Edges) != 32 || len(sets[10].Edges) != 4 || mixed.shape() != "1 sets of 32 edges and 10 sets of 4" {
+		t.Errorf("11 sets, 1 full: %d edges, %d and %d in the first and last, %q", n, len(sets[0].Edges), len(sets[10].Edges), mixed.shape())
+	}
 	for _, o := range []FleetOptions{
 		{Sets: 1, EdgesPerSet: model.MaxSetEdges + 1, EIPs: 10},
 		{Sets: 0, EdgesPerSet: 1, EIPs: 10},
 		{Sets: 65, EdgesPerSet: 1, EIPs: 10},
 		{Sets: 1, EdgesPerSet: 1, EIPs: fleetMaxEIPs + 1},
 		{Sets: 64, EdgesPerSet: 1, EIPs: 10, RSSEIPs: 100_000}, // set0 holds 1/64 of the addresses
+		{Sets: 2, EdgesPerSet: 4, FullSets: 3, EIPs: 10},
+		{Sets: 2, EdgesPerSet: 4, EIPs: 10, Agents: 1},
 	} {
 		if err := o.Check(); err == nil {
 			t.Errorf("%+v: accepted", o)
