@@ -334,6 +334,16 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	if err := c.view.waitReady(ctx, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("controller: loading the state from the store: %w", err)
 	}
+	// The scope copies (scopes.go): repaired before any write of this
+	// controller when a commit went in without them (the migration from
+	// the layout without scopes, a controller of an older release, a
+	// commit stopped halfway); compared in the background otherwise.
+	c.repairs, c.repairDone = make(chan struct{}, 1), make(chan struct{})
+	if err := c.startCopies(ctx); err != nil {
+		close(c.repairDone)
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	go c.repairLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
 	c.ddos = newDDoSRunner(c, cfg.DDoS)
 	c.ddosDone = c.ddos.start(runCtx)
@@ -345,6 +355,9 @@ func (s *Core) close() {
 	if s.stop != nil {
 		s.stop()
 		<-s.followDone
+		if s.repairDone != nil {
+			<-s.repairDone
+		}
 		if s.healthDone != nil {
 			<-s.healthDone
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/api"
@@ -36,6 +37,14 @@ type Core struct {
 	writeMu sync.Mutex // serializes writes (see the package doc)
 	// beforeCommit, if set (by tests), runs before each commit attempt.
 	beforeCommit func(attempt int)
+	// commitHook, if set (by tests), commits in place of store.Commit.
+	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
+	// copiesOK: the scope copies in the store are the state's, as far
+	// as this controller knows (from a repair to a partial commit).
+	copiesOK atomic.Bool
+	// repairs asks the copies' repair loop for a repair (scopes.go).
+	repairs    chan struct{}
+	repairDone chan struct{}
 
 	reloadMu sync.Mutex
 	reload   context.CancelFunc // ends the current Follow, which then reloads

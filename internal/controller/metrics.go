@@ -21,6 +21,11 @@ type metrics struct {
 	backendsDown  *prometheus.GaugeVec
 	healthReports prometheus.Gauge
 	healthWrites  prometheus.Counter
+	// scopeCopies counts the scope copies written, by who wrote them
+	// (a write, the repair) and op (put, delete); scopeRepairs the
+	// repairs by result.
+	scopeCopies  *prometheus.CounterVec
+	scopeRepairs *prometheus.CounterVec
 	// DDoS detection (ddos.go).
 	ddosDecisions   *prometheus.CounterVec
 	ddosQuarantined prometheus.Gauge
@@ -66,6 +71,14 @@ func newMetrics(v *view) *metrics {
 			Name: "azgate_controller_health_writes_total",
 			Help: "Health objects written or deleted because the majority view changed.",
 		}),
+		scopeCopies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "azgate_controller_scope_copies_total",
+			Help: "Scope copies (docs/scale.md, Scopes) written (op put) or deleted (op delete), by a write or by the repair the controller runs at start and after a partial commit.",
+		}, []string{"by", "op"}),
+		scopeRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "azgate_controller_scope_repairs_total",
+			Help: "Repairs of the scope copies by result: ok, or failed (retried later).",
+		}, []string{"result"}),
 		ddosDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "azgate_controller_ddos_decisions_total",
 			Help: "DDoS detection decisions by action: quarantine, release, or skip (a decision the store refused).",
@@ -90,6 +103,13 @@ func newMetrics(v *view) *metrics {
 	m.ddosDecisions.WithLabelValues("quarantine")
 	m.ddosDecisions.WithLabelValues("release")
 	m.ddosDecisions.WithLabelValues("skip")
+	for _, by := range []string{"write", "repair"} {
+		m.scopeCopies.WithLabelValues(by, "put")
+		m.scopeCopies.WithLabelValues(by, "delete")
+	}
+	m.scopeRepairs.WithLabelValues("ok")
+	m.scopeRepairs.WithLabelValues("failed")
+	m.reg.MustRegister(m.scopeCopies, m.scopeRepairs)
 	m.reg.MustRegister(m.ddosDecisions, m.ddosQuarantined, m.ddosReports, m.ddosTracked, m.ddosActing)
 	m.reg.MustRegister(m.requests, m.latency, m.commits, m.commitSeconds, m.conflicts, m.backendsDown, m.healthReports, m.healthWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

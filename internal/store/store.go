@@ -331,15 +331,23 @@ type Op struct {
 // it (and not ErrConflict, even if the commit marker moved too: the
 // object changed, so retrying the same write cannot succeed).
 func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) {
+	return s.commit(ctx, rev, ops, false)
+}
+
+func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool) (int64, error) {
 	if len(ops) == 0 {
 		return rev, nil
 	}
+	markers := 1 // the commit marker, and the layout's (CommitMarked)
+	if markLayout {
+		markers = 2
+	}
 	for len(ops) > 0 {
-		// At most TxnOps operations (one is the commit marker) and
+		// At most TxnOps operations (with the markers) and
 		// TxnBytes of keys and values: etcd refuses larger requests
 		// (--max-request-bytes, 1.5 MiB by default).
 		n, size := 0, 0
-		for n < len(ops) && n < max(s.TxnOps-1, 1) {
+		for n < len(ops) && n < max(s.TxnOps-markers, 1) {
 			sz := len(ScopeRoot) + len(ops[n].Scope) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
 			if n > 0 && size+sz > TxnBytes {
 				break
@@ -367,9 +375,13 @@ func (s *Store) Commit(ctx context.Context, rev int64, ops []Op) (int64, error) 
 				gets = append(gets, clientv3.OpGet(opKey(o), clientv3.WithKeysOnly()))
 			}
 		}
+		eops = append(eops, clientv3.OpPut(CommitKey, markerOf(chunk)))
+		if markLayout && len(ops) == 0 { // the last transaction
+			eops = append(eops, clientv3.OpPut(LayoutKey, Layout))
+		}
 		resp, err := s.Client.Txn(ctx).
 			If(cmps...).
-			Then(append(eops, clientv3.OpPut(CommitKey, markerOf(chunk)))...).
+			Then(eops...).
 			Else(gets...).Commit()
 		if err != nil {
 			return rev, fmt.Errorf("store: commit: %w", err)
