@@ -279,7 +279,7 @@ func (g *fleetRegion) write(ctx context.Context, s *store.Store, objs ...model.O
 	return rev, err
 }
 
-// shape is "10 sets of 4 edges" or "1 set of 32 edges and 10 sets of 4".
+// shape is "10 sets of 4 edges" or "1 of 32 edges and 10 of 4".
 func (o FleetOptions) shape() string {
 	if o.FullSets == 0 || o.EdgesPerSet == model.MaxSetEdges {
 		return fmt.Sprintf("%d sets of %d edges", o.Sets, o.EdgesPerSet)
@@ -287,7 +287,7 @@ func (o FleetOptions) shape() string {
 	if o.FullSets == o.Sets {
 		return fmt.Sprintf("%d sets of %d edges", o.Sets, model.MaxSetEdges)
 	}
-	return fmt.Sprintf("%d sets of %d edges and %d sets of %d", o.FullSets, model.MaxSetEdges, o.Sets-o.FullSets, o.EdgesPerSet)
+	return fmt.Sprintf("%d of %d edges and %d of %d", o.FullSets, model.MaxSetEdges, o.Sets-o.FullSets, o.EdgesPerSet)
 }
 
 // Check refuses a shape the benchmark cannot run (a set of more than

@@ -66,7 +66,7 @@ func TestFleetOptionsCheck(t *testing.T) {
 	if err := mixed.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if n, sets := mixed.edges(), mixed.sets(); n != 72 || len(sets[0].Edges) != 32 || len(sets[10].Edges) != 4 || mixed.shape() != "1 sets of 32 edges and 10 sets of 4" {
+	if n, sets := mixed.edges(), mixed.sets(); n != 72 || len(sets[0].Edges) != 32 || len(sets[10].Edges) != 4 || mixed.shape() != "1 of 32 edges and 10 of 4" {
 		t.Errorf("11 sets, 1 full: %d edges, %d and %d in the first and last, %q", n, len(sets[0].Edges), len(sets[10].Edges), mixed.shape())
 	}
 	for _, o := range []FleetOptions{
