@@ -282,19 +282,9 @@ func (r *Reconciler) adoptAttached(ifnames []string) {
 
 // Handle is a store.Handler. Every change recomputes the host's (small)
 // desired state in full.
-func (r *Reconciler) Handle(st *model.State, rev int64, evs []store.Event, full bool) {
+func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !full && len(evs) == 0 && r.want != nil && r.rev == r.wantRev && r.stateErr == "" {
-		// A commit of the region that changed nothing of this host's
-		// (store.FollowScope reports every commit): what is programmed
-		// is current at rev too.
-		r.rev, r.wantRev = rev, rev
-		if r.OnApplied != nil {
-			r.OnApplied(rev)
-		}
-		return
-	}
 	want, err := Desired(st, r.cfg.Name)
 	if err != nil {
 		r.stateErr = err.Error()
@@ -308,6 +298,24 @@ func (r *Reconciler) Handle(st *model.State, rev int64, evs []store.Event, full 
 	r.want, r.wantRev, r.backoff, r.stateErr = &want, rev, 0, ""
 	r.apply(rev)
 	r.updateBandwidth(st, want)
+}
+
+// Advance records that the region's revision rev changed nothing of this
+// host's (store.FollowScope commits every revision of the region, most
+// with no change of the host's share): if what is programmed is the
+// current want, applied without error and with no retry pending, it is
+// current at rev too. Otherwise the revision stays where it is: the
+// retry, or the next change, moves it.
+func (r *Reconciler) Advance(rev int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.want == nil || rev <= r.rev || r.rev != r.wantRev || r.retry != nil || len(r.errs) > 0 || r.stateErr != "" {
+		return
+	}
+	r.rev, r.wantRev = rev, rev
+	if r.OnApplied != nil {
+		r.OnApplied(rev)
+	}
 }
 
 // apply programs r.want; a failure schedules another try (a guest's

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -333,5 +334,35 @@ func TestAgentLocalWriteFailureAttachesNothing(t *testing.T) {
 	r.Handle(state(t), 4, nil, false)
 	if len(r.errs) != 0 || !links.attached["g1"] || len(fake.EIPMap) != 1 {
 		t.Fatalf("after the write succeeded: errors %v, attached %v, EIPs %v", r.errs, links.attached, fake.EIPMap)
+	}
+}
+
+// TestAgentAdvance: a commit of the region that changed nothing of the
+// host's moves the applied revision only while what is programmed is
+// current and clean; a pass with errors keeps the revision it reached.
+func TestAgentAdvance(t *testing.T) {
+	st := state(t)
+	fake := dataplane.NewFakeAgent()
+	links := newFakeLinks()
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, links)
+	var applied []int64
+	r.OnApplied = func(rev int64) { applied = append(applied, rev) }
+	r.Handle(st, 3, nil, true)
+	r.Advance(4)
+	if got := r.Status(time.Now(), nil).AppliedRevision; got != 4 {
+		t.Fatalf("a clean agent at 3 advanced to %d, want 4", got)
+	}
+	r.Advance(4) // not newer: nothing
+	links.missing[a("198.19.11.1")] = true
+	r.Handle(st, 5, nil, false)
+	r.Advance(6)
+	if got := r.Status(time.Now(), nil).AppliedRevision; got != 4 {
+		t.Errorf("an agent whose pass at 5 failed reports %d, want 4 (the last clean pass)", got)
+	}
+	delete(links.missing, a("198.19.11.1"))
+	r.Handle(st, 7, nil, false)
+	r.Advance(8)
+	if !slices.Equal(applied, []int64{3, 4, 7, 8}) {
+		t.Errorf("applied %v, want [3 4 7 8]", applied)
 	}
 }

@@ -183,7 +183,11 @@ func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconcil
 func follow(ctx context.Context, log *slog.Logger, st store.Node, host string, rec *Reconciler) error {
 	var ready sync.Once
 	return st.FollowScopeState(ctx, placement.AgentScope(host), func(s *model.State, rev int64, evs []store.Event, full bool) {
-		rec.Handle(s, rev, evs, full)
+		if !full && len(evs) == 0 {
+			rec.Advance(rev) // a commit of the region, of nothing of this host's
+		} else {
+			rec.Handle(s, rev, evs, full)
+		}
 		ready.Do(func() { sdnotify.Tell(log, sdnotify.Ready) })
 	})
 }

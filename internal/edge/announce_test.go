@@ -391,3 +391,23 @@ func condNames(failing []string) []string {
 	}
 	return out
 }
+
+// TestCommitOfNothingHeld: a commit of the region that changed nothing
+// the edge holds moves its applied revision without programming or
+// counting in Applies; one with a change goes the whole way.
+func TestCommitOfNothingHeld(t *testing.T) {
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, dataplane.NewFakeEdge())
+	defer r.Stop()
+	var applied []int64
+	r.OnApplied = func(rev int64) { applied = append(applied, rev) }
+	load(t, r, 10, bgpRegion(false)...)
+	n := r.Applies()
+	r.Commit(11, false)
+	if got := r.Status(time.Now(), nil).AppliedRevision; got != 11 || r.Applies() != n {
+		t.Fatalf("applied revision %d, applies %d after a commit of nothing, want 11, %d", got, r.Applies(), n)
+	}
+	watched(t, r, 12, bgpRegion(true)...)
+	if got := r.Status(time.Now(), nil).AppliedRevision; got != 12 || !slices.Equal(applied, []int64{10, 11, 12}) || r.Applies() != n+1 {
+		t.Errorf("applied revision %d, OnApplied %v, applies %d; want 12, [10 11 12], %d", got, applied, r.Applies(), n+1)
+	}
+}

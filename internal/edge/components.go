@@ -419,6 +419,7 @@ func (a *afterApply) Start(ctx context.Context) error {
 func (a *afterApply) follow(ctx context.Context, applied <-chan struct{}) {
 	cfg, rec, log := a.p.cfg, a.p.rec, a.p.cfg.Log
 	ready := false
+	var seen uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -427,6 +428,11 @@ func (a *afterApply) follow(ctx context.Context, applied <-chan struct{}) {
 			if !ready { // attached, and the first full load applied
 				ready = true
 				sdnotify.Tell(log, sdnotify.Ready)
+			}
+			if n := rec.Applies(); n == seen {
+				continue // commits of nothing this edge holds
+			} else {
+				seen = n
 			}
 			a.bgp.ann.Kick()
 			a.routing.nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))

@@ -133,11 +133,15 @@ type Reconciler struct {
 	lbDirty    bool
 	lbCfg      *dataplane.LBConfig // as programmed
 	lastRev    int64               // the revision the last commit was asked for
+	noted      bool                // a change was recorded since the last commit
+	applies    uint64              // commits that programmed something, applied
 	retry      *time.Timer         // pending retry of a failed commit
 	backoff    time.Duration
 	stopped    bool
 	bw         *bwState // shared bandwidth (bandwidth.go); nil: off
-	// OnApplied is called after each successful commit.
+	// OnApplied is called after each successful commit, under the lock
+	// (Applies tells the commits that programmed something from those of
+	// nothing the edge holds).
 	OnApplied func(rev int64)
 	// OnTargets receives the backends to health-check after each change
 	// of the services.
@@ -207,6 +211,7 @@ func (r *Reconciler) Delete(kind, key string, _ int64) {
 func (r *Reconciler) Invalid() ([]model.InvalidObject, int) { return r.invalid.List() }
 
 func (r *Reconciler) note(c change) {
+	r.noted = true
 	if c.lb {
 		r.lbDirty = true
 	}
@@ -236,6 +241,20 @@ func (r *Reconciler) note(c change) {
 func (r *Reconciler) Commit(rev int64, resync bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	noted := r.noted
+	r.noted = false
+	if !resync && !noted && !r.loading && r.rev == r.lastRev && r.retry == nil && r.syncErr == nil && len(r.errs) == 0 {
+		// A commit of the region that changed nothing this edge holds
+		// (store.FollowScope reports every commit): what is programmed
+		// is current at rev too. Nothing to program; Applies does not
+		// move, so the hooks that follow changes (announcements, next
+		// hops) skip it.
+		r.lastRev, r.rev = rev, rev
+		if r.OnApplied != nil {
+			r.OnApplied(rev)
+		}
+		return
+	}
 	r.loading = false
 	r.lastRev = rev
 	if resync {
@@ -310,9 +329,18 @@ func (r *Reconciler) commit() {
 		r.retry = nil
 	}
 	r.rev = r.lastRev
+	r.applies++
 	if r.OnApplied != nil {
 		r.OnApplied(r.rev)
 	}
+}
+
+// Applies counts the commits that applied a change or a full load: a
+// commit of nothing the edge holds moves the revision only.
+func (r *Reconciler) Applies() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applies
 }
 
 func (r *Reconciler) scheduleRetry() {

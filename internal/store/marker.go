@@ -61,6 +61,11 @@ type progress struct {
 	through []int64 // per span: the revision of its last change seen
 	pending []pendingCommit
 	quiet   int64 // the highest marker revision seen that may be reported
+	// The highest change seen and when: a change no marker announces
+	// (written straight into etcd, not by Commit) is reported after
+	// markerWait.
+	last   int64
+	lastAt time.Time
 }
 
 type pendingCommit struct {
@@ -71,13 +76,21 @@ type pendingCommit struct {
 
 // markerWait bounds how long a commit a marker named holds the reported
 // revision back: a transaction that deleted a key already gone names its
-// span but brings no change.
-const markerWait = time.Second
+// span but brings no change, and an older writer's marker (a time) names
+// every span. It is long, for a change merely late (a loaded machine, a
+// slow sink, a lagging proxy) must not be taken for one that never comes:
+// then its revision would be reported before its change.
+const markerWait = 10 * time.Second
 
 func newProgress(spans int) *progress { return &progress{through: make([]int64, spans)} }
 
 // change records a change of span i at rev.
-func (p *progress) change(i int, rev int64) { p.through[i] = max(p.through[i], rev) }
+func (p *progress) change(i int, rev int64) {
+	p.through[i] = max(p.through[i], rev)
+	if rev > p.last {
+		p.last, p.lastAt = rev, time.Now()
+	}
+}
 
 // commit records a marker at rev naming spans (all: every span).
 func (p *progress) commit(rev int64, spans []int, all bool) {
@@ -108,6 +121,9 @@ func (p *progress) applied() int64 {
 		}
 		return true
 	})
+	if p.last > p.quiet && now.Sub(p.lastAt) > markerWait {
+		p.quiet = p.last
+	}
 	limit := p.quiet
 	for _, c := range p.pending {
 		limit = min(limit, c.rev-1)

@@ -202,7 +202,7 @@ func testScopeShare(t *testing.T, s *Store) {
 		copyOps(t, "set/B", b2),
 		copyOps(t, "host/h1", a3),
 		[]Op{{Scope: "set/A", Kind: model.KindEIP, Key: a1.Key()}})
-	rec.wait(t, "the changes", func(r *scopeRec) bool { return len(r.watched) == 3 })
+	rec.wait(t, "the changes", func(r *scopeRec) bool { return len(r.watched) == 3 && slices.Contains(r.commits, rev) })
 	want = []string{"edgesets/pop-a", "edgesets/pop-b", "eips/198.51.100.2", "eips/198.51.100.4"}
 	if got := rec.keys(); !slices.Equal(got, want) {
 		t.Errorf("after the changes %v, want %v", got, want)
@@ -259,8 +259,8 @@ func testScopeMove(t *testing.T, s *Store) {
 
 	moved := eip("198.51.100.7", "on B")
 	rev := commitNow(t, s, []Op{{Scope: "set/A", Kind: model.KindEIP, Key: e.Key()}}, copyOps(t, "set/B", moved), put(t, moved))
-	recA.wait(t, "A's delete", func(r *scopeRec) bool { return len(r.watched) > 0 })
-	recB.wait(t, "B's put", func(r *scopeRec) bool { return len(r.watched) > 0 })
+	recA.wait(t, "A's delete", func(r *scopeRec) bool { return len(r.watched) > 0 && slices.Contains(r.commits, rev) })
+	recB.wait(t, "B's put", func(r *scopeRec) bool { return len(r.watched) > 0 && slices.Contains(r.commits, rev) })
 	for _, c := range []struct {
 		r    *scopeRec
 		want string
@@ -596,6 +596,14 @@ func TestProgress(t *testing.T) {
 	p.pending[0].seen = p.pending[0].seen.Add(-2 * markerWait)
 	if a := p.applied(); a != 13 {
 		t.Fatalf("a change that never came holds the revision for markerWait only: applied %d, want 13", a)
+	}
+	p.change(1, 20) // a change no marker announces (written straight into etcd)
+	if a := p.applied(); a != 13 {
+		t.Fatalf("an unannounced change is reported after markerWait: applied %d, want 13", a)
+	}
+	p.lastAt = p.lastAt.Add(-2 * markerWait)
+	if a := p.applied(); a != 20 {
+		t.Fatalf("an unannounced change markerWait old: applied %d, want 20", a)
 	}
 	if _, ok := touches([]byte("2026-12-06T00:00:00Z"), nil); ok {
 		t.Error("an older writer's marker (a time) read as naming spans")

@@ -600,7 +600,12 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 		}
 		next := rev
 		if f.marker {
-			next = max(next, p.applied())
+			// Only what every span delivered whole: a change of one span
+			// may come before another span's change of the same or an
+			// earlier commit (their watches are merged here), so the
+			// revision committed is the markers' (progress), and the
+			// changes go to the sink at once under the last one.
+			next = p.applied()
 		}
 		if changed || next > committed {
 			committed = max(committed, next)

@@ -354,7 +354,19 @@ func (b *Bridge) Serve() error {
 		if err != nil {
 			return err
 		}
-		b.wg.Add(1)
+		// Added under mu, which Close takes before it waits: a
+		// connection accepted as Close runs is refused, never forwarded
+		// through a namespace descriptor already closed.
+		b.mu.Lock()
+		closed := b.conns == nil
+		if !closed {
+			b.wg.Add(1)
+		}
+		b.mu.Unlock()
+		if closed {
+			c.Close()
+			return net.ErrClosed
+		}
 		go func() {
 			defer b.wg.Done()
 			b.forward(c)
