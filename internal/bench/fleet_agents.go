@@ -100,7 +100,15 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			st.FollowScopeState(actx, placement.AgentScope(fmt.Sprintf("h%d", h)), r.Handle)
+			// As agent.Run's follow: a commit of the region that changed
+			// nothing of this host's only advances the revision.
+			st.FollowScopeState(actx, placement.AgentScope(fmt.Sprintf("h%d", h)), func(s *model.State, rev int64, evs []store.Event, full bool) {
+				if !full && len(evs) == 0 {
+					r.Advance(rev)
+				} else {
+					r.Handle(s, rev, evs, full)
+				}
+			})
 			r.Stop()
 		}()
 		go func() {

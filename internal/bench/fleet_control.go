@@ -601,7 +601,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	driftS := time.Since(d0).Seconds()
 	if early > 0 {
-		say("%d times an edge reported a rebind's revision applied before its route changed (the store's marker wait); those drifts are until the route was seen", early)
+		say("%d times an edge reported a rebind's revision applied before its route changed (store.markerWait); those drifts are until the route was seen", early)
 	}
 	cpu1, _, _ := usage()
 	pcpu1 := proxyCPU()
@@ -736,7 +736,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "drift_all_edges_p99", Value: percentile(worst, 99), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 99) / callP50, Target: "<= 100 ms"},
 		{Suite: "fleet", Name: "drift_all_edges_max", Value: maxOf(worst), Unit: "ms"},
 		{Suite: "fleet", Name: "drift_applied_early", Value: float64(early), Unit: "",
-			Note: "(edge, rebind) pairs where the edge reported the revision applied (OnApplied) before its route changed: a scope follower reports a commit its marker named after at most 1 s without its change (store.markerWait); their drift is until the route was seen"},
+			Note: "(edge, rebind) pairs where the edge reported the revision applied (OnApplied) before its route changed: a scope follower reports a commit its marker named after at most store.markerWait without its change (1 s until eb0fe29, 10 s since); their drift is until the route was seen"},
 		{Suite: "fleet", Name: "table_applied_early", Value: float64(earlyTables), Unit: "", Note: "the same for the service changes' tables"},
 		{Suite: "fleet", Name: "drift_delivered_all_edges_p50", Value: percentile(delivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink (before its decode and apply)"},
 		{Suite: "fleet", Name: "drift_delivered_all_edges_p99", Value: percentile(delivered, 99), Unit: "ms"},
@@ -837,7 +837,8 @@ func TargetLine(r Result) (string, bool) {
 // polling, up to 30 s; their delay becomes the time done was first seen.
 // It returns how many edges had reported the revision before their state
 // showed it (a scope follower reports a commit its marker named after at
-// most store.markerWait, 1 s, even if the change has not arrived).
+// most store.markerWait, 10 s since eb0fe29 and 1 s before, even if the
+// change has not arrived).
 func settle(edges []*fleetEdge, ds []float64, t0 time.Time, done func(*fleetEdge) bool) (int, error) {
 	var left []int
 	for i, fe := range edges {
