@@ -229,8 +229,11 @@ func fleetCommand() *cobra.Command {
            agrees with its set's after a change of every set's service, the
            etcd members' CPU time and RSS, and then one edge of set0 alone in
            a child process holding --rss-eips EIPs of its set while the
-           other sets hold the rest of the region (its RSS). Prints each
-           figure the issue sets a target for next to it.
+           other sets hold the rest of the region (its RSS). --full-sets F
+           makes the first F sets 32 edges; --agents N adds N agent
+           reconcilers following their hosts' shares (loads, rebind
+           drift). Prints each figure the issue sets a target for next
+           to it.
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,
