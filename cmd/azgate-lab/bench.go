@@ -222,11 +222,18 @@ func fleetCommand() *cobra.Command {
   control  SETS x EDGES edge reconcilers on the data-plane fakes in this
            process, each with its own etcd client and watch, on a
            3-member etcd cluster of etcd-server processes on unix sockets,
-           with EIPS bound EIPs. Times the drift from store.Commit of an EIP
-           rebind to every edge having applied it, the time until every
-           edge's table checksum agrees after a service change, the etcd
-           members' CPU time and RSS, and then one edge alone in a child
-           process loading --rss-eips EIPs (its RSS).
+           each following its set's share of the store, with EIPS bound
+           EIPs spread over the sets and a service per set. Times the drift
+           from store.Commit of an EIP rebind to every edge of its set
+           having applied it, the time until every edge's table checksum
+           agrees with its set's after a change of every set's service, the
+           etcd members' CPU time and RSS, and then one edge of set0 alone in
+           a child process holding --rss-eips EIPs of its set while the
+           other sets hold the rest of the region (its RSS). --full-sets F
+           makes the first F sets 32 edges; --agents N adds N agent
+           reconcilers following their hosts' shares (loads, rebind
+           drift). Prints each figure the issue sets a target for next
+           to it.
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,
@@ -247,6 +254,11 @@ func fleetCommand() *cobra.Command {
 			case "", "control", "sync", "failover":
 			default:
 				return fmt.Errorf("bench fleet: --only %q: want control, sync or failover", only)
+			}
+			if only == "" || only == "control" {
+				if err := fo.Check(); err != nil {
+					return fmt.Errorf("bench fleet: --sets %d --edges-per-set %d --eips %d --rss-eips %d: %w", fo.Sets, fo.EdgesPerSet, fo.EIPs, fo.RSSEIPs, err)
+				}
 			}
 			if only == "" || only == "control" {
 				fo.Out = say
@@ -294,12 +306,14 @@ func fleetCommand() *cobra.Command {
 	f.Flags().StringSliceVar(&ffo.Causes, "failover-causes", nil, "failover: the causes to measure (default: drain, sigterm, sigkill, link-down, hang)")
 	f.Flags().StringVar(&cpuProfile, "cpuprofile", "", "control: write a Go CPU profile of the fleet process (edges and clients) to this file")
 	f.Flags().IntVar(&fo.Sets, "sets", bench.DefaultFleetSets, "control: edge sets")
-	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set")
+	f.Flags().IntVar(&fo.EdgesPerSet, "edges-per-set", bench.DefaultFleetEdgesPerSet, "control: edges in each set (at most 32, model.MaxSetEdges)")
 	f.Flags().IntVar(&fo.Proxies, "proxies", 0, "control: etcd gRPC proxies (0-16) in front of the members; the edges point at them round-robin (0: at the members)")
-	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs every edge indexes (the issue's full size: 1000000, which 320 in-process edges do not fit in 24 GiB)")
+	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs in the region, spread over the sets (each edge indexes its set's share)")
+	f.Flags().IntVar(&fo.FullSets, "full-sets", 0, "control: the first this many sets have 32 edges (model.MaxSetEdges), the others --edges-per-set")
+	f.Flags().IntVar(&fo.Agents, "agents", 0, "control: then this many agents (hosts h0..; on the fakes, in this process) follow their hosts' shares: their loads and rebind drift (0: none)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
-	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge alone in a child process loads this many EIPs and reports its RSS (1000000 for the issue's target; 0: skip)")
+	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge of set0 alone in a child process follows its set's share holding this many EIPs (the region grows until set0 holds them) and reports its RSS (0: skip)")
 
 	var endpoints string
 	var eips int

@@ -29,17 +29,32 @@ import (
 )
 
 // FleetOptions size the fleet control-plane benchmark (issue 8, "Fleet
-// control plane"): Sets x EdgesPerSet edge Reconcilers on the data-plane
-// fakes, in this process, each with its own etcd client and watch, on a
-// 3-member etcd cluster on this machine, with EIPs bound EIPs.
+// control plane"; issue 19, "The fleet bench at region scale"): Sets x
+// EdgesPerSet edge Reconcilers on the data-plane fakes, in this process,
+// each with its own etcd client and watch following its set's share of
+// the store (edge.FollowShare), on a 3-member etcd cluster on this
+// machine, with EIPs bound EIPs in the region, spread over the sets.
 type FleetOptions struct {
 	Sets, EdgesPerSet int
-	EIPs              int // bound EIPs every edge indexes and programs
-	Changes           int // EIP rebinds timed (drift)
-	ServiceChanges    int // service backend changes timed (agreement)
-	// RSSEIPs: then one edge alone, in a child process, loads this many
-	// bound EIPs (EIPs are added up to it) and reports its RSS (0: skip).
+	// FullSets: the first FullSets of the sets have model.MaxSetEdges
+	// edges, the others EdgesPerSet (issue 19's shape: a full set of 32
+	// among small ones).
+	FullSets int
+	// EIPs: bound EIPs in the region. EIP i is in the /16 i mod 64 of
+	// 100.64.0.0/10 and set s holds the /16s j with j mod Sets = s, so
+	// each set holds about EIPs/Sets of them.
+	EIPs           int
+	Changes        int // EIP rebinds timed (drift, over the edges of the EIP's set)
+	ServiceChanges int // service backend changes timed (agreement, every set's service at once)
+	// RSSEIPs: then one edge of set0 alone, in a child process, follows
+	// its set's share until it holds this many EIPs (the region grows
+	// until set0 holds them, the other sets about Sets-1 times as many)
+	// and reports its RSS (0: skip).
 	RSSEIPs int
+	// Agents > 1: then that many agent Reconcilers (hosts h0..), in this
+	// process on the fakes, each following its host's share; their loads
+	// and the drift of rebinds between their hosts are timed.
+	Agents  int
 	Members int // etcd members (3)
 	// Proxies > 0 puts that many etcd gRPC proxies in front of the
 	// members (issue 19, part 2): the edges point at them, round-robin,
@@ -61,6 +76,9 @@ const (
 // fleetEdge is one edge of the fleet.
 type fleetEdge struct {
 	name      string
+	set       int
+	started   time.Time // its follow started
+	loadS     float64   // from started to its first applied revision
 	st        *store.Store
 	fake      *dataplane.FakeLB
 	r         *edge.Reconciler
@@ -113,29 +131,66 @@ func fleetEIP(i, host int) *model.EIP {
 	return &model.EIP{Address: fleetAddr(i), Binding: &model.Binding{Host: fmt.Sprintf("h%d", host), Guest: fmt.Sprintf("g%d", i%fleetGuestsPerHost)}}
 }
 
-// fleetVIP is the benchmark service's VIP (past every EIP up to 4M).
-var fleetVIP = netip.MustParseAddr("100.127.255.254")
+// fleetMaxEIPs: EIP i is host i/64 of its /16; the last two of each /16
+// are left for the services' VIPs.
+const fleetMaxEIPs = 64 * 65534
 
-func fleetService(backends, without int) *model.Service {
+// fleetSetOf is the set (of sets) that holds EIP i (see fleetSets).
+func fleetSetOf(i, sets int) int { return i % 64 % sets }
+
+// fleetVIP is set s's service VIP: in the set's first /16 (/16 s), past
+// every EIP.
+func fleetVIP(s int) netip.Addr {
+	return netip.AddrFrom4([4]byte{100, byte(64 + s), 255, 254})
+}
+
+// fleetServiceName is set s's service (each set carries its own: since
+// issue 17 an edge builds the tables of the services whose VIP its set
+// may carry, setplan.Carriers).
+func fleetServiceName(s int) string { return fmt.Sprintf("web%d", s) }
+
+func fleetService(set, backends, without int) *model.Service {
 	var bs []model.Backend
 	for h := 0; h < backends; h++ {
 		if h != without {
 			bs = append(bs, model.Backend{Host: fmt.Sprintf("h%d", h), Guest: "g0"})
 		}
 	}
-	return &model.Service{Name: "web", VIP: fleetVIP, Mode: model.ModeEncap,
+	return &model.Service{Name: fleetServiceName(set), VIP: fleetVIP(set), Mode: model.ModeEncap,
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
 		Pools:     []model.Pool{{Name: "web", Backends: bs}}}
 }
 
+// edgesOf is how many edges set s has.
+func (o FleetOptions) edgesOf(s int) int {
+	if s < o.FullSets {
+		return model.MaxSetEdges
+	}
+	return o.EdgesPerSet
+}
+
+// edges is how many edges the fleet has.
+func (o FleetOptions) edges() int {
+	n := 0
+	for s := 0; s < o.Sets; s++ {
+		n += o.edgesOf(s)
+	}
+	return n
+}
+
 func fleetSets(sets, edgesPerSet int) []*model.EdgeSet {
+	return FleetOptions{Sets: sets, EdgesPerSet: edgesPerSet}.sets()
+}
+
+func (o FleetOptions) sets() []*model.EdgeSet {
+	sets := o.Sets
 	var out []*model.EdgeSet
 	for s := 0; s < sets; s++ {
 		set := &model.EdgeSet{Name: fmt.Sprintf("set%d", s)}
 		for j := s; j < 64; j += sets {
 			set.Prefixes = append(set.Prefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + j), 0, 0}), 16))
 		}
-		for e := 0; e < edgesPerSet; e++ {
+		for e := 0; e < o.edgesOf(s); e++ {
 			set.Edges = append(set.Edges, model.EdgeNode{Name: fmt.Sprintf("s%d-e%d", s, e),
 				Underlay: netip.AddrFrom4([4]byte{198, 18, byte(128 + s), byte(e + 1)})})
 		}
@@ -166,7 +221,10 @@ func commitAt(ctx context.Context, s *store.Store, o []store.Op) (int64, error) 
 // change as the controller does, with the copies of the partitioned
 // layout (store/scope.go) in the same commit: placement.AllOps for the
 // whole region, placement.Take and Diff for a change.
-type fleetRegion struct{ st *model.State }
+type fleetRegion struct {
+	st  *model.State
+	rev int64 // the last commit's
+}
 
 // writeAll writes objs (the whole region) with every copy, and the layout
 // marker.
@@ -183,6 +241,7 @@ func (g *fleetRegion) writeAll(ctx context.Context, s *store.Store, objs []model
 	if err != nil {
 		return 0, err
 	}
+	g.rev = rev
 	if err := s.MarkLayout(ctx); err != nil {
 		return 0, err
 	}
@@ -213,16 +272,75 @@ func (g *fleetRegion) write(ctx context.Context, s *store.Store, objs ...model.O
 		i = len(cp)
 	}
 	all := append(append(slices.Clip(cp[:i]), ops(objs...)...), cp[i:]...)
-	return commitAt(ctx, s, all)
+	rev, err := commitAt(ctx, s, all)
+	if err == nil {
+		g.rev = rev
+	}
+	return rev, err
+}
+
+// shape is "10 sets of 4 edges" or "1 of 32 edges and 10 of 4".
+func (o FleetOptions) shape() string {
+	if o.FullSets == 0 || o.EdgesPerSet == model.MaxSetEdges {
+		return fmt.Sprintf("%d sets of %d edges", o.Sets, o.EdgesPerSet)
+	}
+	if o.FullSets == o.Sets {
+		return fmt.Sprintf("%d sets of %d edges", o.Sets, model.MaxSetEdges)
+	}
+	return fmt.Sprintf("%d of %d edges and %d of %d", o.FullSets, model.MaxSetEdges, o.Sets-o.FullSets, o.EdgesPerSet)
+}
+
+// Check refuses a shape the benchmark cannot run (a set of more than
+// model.MaxSetEdges edges is invalid: its edges would never load).
+func (o FleetOptions) Check() error {
+	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > model.MaxSetEdges {
+		return fmt.Errorf("fleet: %d sets of %d edges: want 1-64 sets of 1-%d edges (model.MaxSetEdges)", o.Sets, o.EdgesPerSet, model.MaxSetEdges)
+	}
+	if o.FullSets < 0 || o.FullSets > o.Sets {
+		return fmt.Errorf("fleet: %d full sets of %d sets", o.FullSets, o.Sets)
+	}
+	if o.EIPs <= 0 || o.EIPs > fleetMaxEIPs {
+		return fmt.Errorf("fleet: %d EIPs: want 1 to %d", o.EIPs, fleetMaxEIPs)
+	}
+	if o.Agents < 0 || o.Agents == 1 || o.Agents > 65536 {
+		return fmt.Errorf("fleet: %d agents: want 0 or 2 to 65536", o.Agents)
+	}
+	if o.RSSEIPs < 0 || fleetRegionFor(o.RSSEIPs, o.Sets) > fleetMaxEIPs {
+		return fmt.Errorf("fleet: %d EIPs in set0 of %d sets: the region would need more than %d", o.RSSEIPs, o.Sets, fleetMaxEIPs)
+	}
+	return nil
+}
+
+// fleetInSet counts the EIPs of set s among the region's first n.
+func fleetInSet(n, s, sets int) int {
+	c := 0
+	for j := 0; j < 64; j++ {
+		if j%sets == s && n > j {
+			c += (n - j + 63) / 64
+		}
+	}
+	return c
+}
+
+// fleetRegionFor is the smallest region (EIPs 0..n-1) whose set0 holds
+// want EIPs.
+func fleetRegionFor(want, sets int) int {
+	lo, hi := 0, 64*65536
+	for lo < hi {
+		m := (lo + hi) / 2
+		if fleetInSet(m, 0, sets) >= want {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
 }
 
 // FleetControl runs the benchmark. See FleetOptions and docs/scale.md.
 func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
-	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > 254 {
-		return nil, fmt.Errorf("fleet: %d sets of %d edges: want 1-64 sets of 1-254 edges", o.Sets, o.EdgesPerSet)
-	}
-	if o.EIPs <= 0 || o.EIPs > 4<<20 || o.RSSEIPs > 4<<20 {
-		return nil, fmt.Errorf("fleet: %d EIPs: want 1 to %d", max(o.EIPs, o.RSSEIPs), 4<<20)
+	if err := o.Check(); err != nil {
+		return nil, err
 	}
 	if o.Changes <= 0 {
 		o.Changes = 200
@@ -273,20 +391,27 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 
 	// The region.
-	hosts := fleetHosts(o.EIPs)
+	hosts := max(fleetHosts(o.EIPs), o.Agents)
 	var objs []model.Object
 	objs = append(objs, &model.AZ{Name: "az1"})
 	for h := 0; h < hosts; h++ {
 		objs = append(objs, fleetHost(h))
 	}
-	for _, s := range fleetSets(o.Sets, o.EdgesPerSet) {
+	for _, s := range o.sets() {
 		objs = append(objs, s)
 	}
-	objs = append(objs, fleetService(8, -1))
+	for s := 0; s < o.Sets; s++ {
+		objs = append(objs, fleetService(s, 8, -1))
+	}
 	for i := 0; i < o.EIPs; i++ {
 		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
 	}
-	say("writing %d hosts of %d guests, %d edge sets of %d edges, a service and %d bound EIPs", hosts, fleetGuestsPerHost, o.Sets, o.EdgesPerSet, o.EIPs)
+	setEIPs := make([]int, o.Sets)
+	for s := range setEIPs {
+		setEIPs[s] = fleetInSet(o.EIPs, s, o.Sets)
+	}
+	say("writing %d hosts of %d guests, %s, a service per set and %d bound EIPs (%d to %d per set), with their scope copies",
+		hosts, fleetGuestsPerHost, o.shape(), o.EIPs, slices.Min(setEIPs), slices.Max(setEIPs))
 	t0 := time.Now()
 	var region fleetRegion
 	if _, err := region.writeAll(ctx, admin, objs); err != nil {
@@ -297,8 +422,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 
 	// The edges, loading a few at a time (each full load is a range of
 	// every key; all at once they would only queue in etcd).
-	n := o.Sets * o.EdgesPerSet
-	say("starting %d edges (each its own client and watch) and waiting for their first load", n)
+	n := o.edges()
+	say("starting %d edges (each its own client, following its set's share) and waiting for their first load", n)
 	ectx, ecancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { ecancel(); wg.Wait() }()
@@ -307,8 +432,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	base := heapInUse()
 	t1 := time.Now()
 	for s := 0; s < o.Sets; s++ {
-		for e := 0; e < o.EdgesPerSet; e++ {
-			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
+		for e := 0; e < o.edgesOf(s); e++ {
+			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), set: s, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
 			fe.st, err = store.Connect(store.Options{Endpoints: edgeEndpoints(len(edges)), Log: quiet})
 			if err != nil {
 				return nil, err
@@ -319,7 +444,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 					fe.at.Store(time.Now().UnixNano())
 					fe.rev.Store(rev)
 				}
-				fe.once.Do(func() { close(fe.firstLoad) })
+				fe.once.Do(func() { fe.loadS = time.Since(fe.started).Seconds(); close(fe.firstLoad) })
 			}
 			edges = append(edges, fe)
 			select {
@@ -328,11 +453,13 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				return nil, ctx.Err()
 			}
 			wg.Add(2)
-			// The whole store, as before the partitioned layout: every
-			// edge holds every EIP and waits for every change (issue 19's
-			// part 4 moves these edges to their sets' shares,
-			// edge.FollowShare).
-			go func() { defer wg.Done(); fe.st.FollowSink(ectx, deliveryTap{fe.r, fe}); fe.st.Close() }()
+			// Its set's share, as edge.Run follows it.
+			fe.started = time.Now()
+			go func() {
+				defer wg.Done()
+				edge.FollowShare(ectx, fe.st, fe.name, deliveryTap{fe.r, fe}, quiet)
+				fe.st.Close()
+			}()
 			go func() {
 				defer wg.Done()
 				select {
@@ -353,18 +480,25 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		}
 	}
 	loadS := time.Since(t1).Seconds()
+	var edgeLoadMax float64
+	bySet := make([][]*fleetEdge, o.Sets)
 	for _, fe := range edges {
-		if got := len(fe.fake.Routes()); got != o.EIPs {
-			return nil, fmt.Errorf("fleet: edge %s holds %d routes after its load, want %d", fe.name, got, o.EIPs)
+		if got := len(fe.fake.Routes()); got != setEIPs[fe.set] {
+			return nil, fmt.Errorf("fleet: edge %s holds %d routes after its load, want its set's %d", fe.name, got, setEIPs[fe.set])
 		}
+		edgeLoadMax = max(edgeLoadMax, fe.loadS)
+		bySet[fe.set] = append(bySet[fe.set], fe)
 	}
 	inProcMB := float64(heapInUse()-base) / 1e6 / float64(n)
-	say("%d edges loaded %d EIPs each in %.1f s (%.1f MB of Go heap per edge, fake maps included)", n, o.EIPs, loadS, inProcMB)
+	say("%d edges loaded their sets' %d to %d EIPs in %.1f s (one edge's full load at most %.2f s; %.1f MB of Go heap per edge, fake maps included)",
+		n, slices.Min(setEIPs), slices.Max(setEIPs), loadS, edgeLoadMax, inProcMB)
 
-	// waitAll waits until every edge applied rev and returns each edge's
-	// delay from t0, and the last delivery of rev to an edge's sink.
+	// waitAll waits until every edge of edges applied rev and returns
+	// each edge's delay from t0, and the last delivery of rev to an edge's
+	// sink.
 	var lastDelivery float64
-	waitAll := func(rev int64, t0 time.Time) ([]float64, error) {
+	waitAll := func(edges []*fleetEdge, rev int64, t0 time.Time) ([]float64, error) {
+		n := len(edges)
 		ds := make([]float64, n)
 		lastDelivery = 0
 		left := n
@@ -427,7 +561,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 
 	// Drift: EIP rebinds, one at a time, each to a guest of another host.
-	say("timing %d EIP rebinds from store.Commit to every edge", o.Changes)
+	say("timing %d EIP rebinds from store.Commit to every edge of the EIP's set", o.Changes)
 	sent0, err := sentBytes()
 	if err != nil {
 		return nil, err
@@ -437,6 +571,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	self0, _ := etcdproc.ProcUsage(os.Getpid())
 	d0 := time.Now()
 	var worst, perEdge, calls, delivered []float64
+	var early, earlyTables int // edges that reported a revision applied before its change arrived
 	for c := 0; c < o.Changes; c++ {
 		i := (c * 7919) % o.EIPs
 		e := fleetEIP(i, (i/fleetGuestsPerHost+1+c%2)%hosts)
@@ -446,27 +581,44 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			return nil, fmt.Errorf("fleet: rebind %v: %w", e.Address, err)
 		}
 		calls = append(calls, float64(time.Since(t0))/1e6)
-		ds, err := waitAll(rev, t0)
+		ds, err := waitAll(bySet[fleetSetOf(i, o.Sets)], rev, t0)
 		if err != nil {
 			return nil, err
 		}
+		// Every edge holds the new route: bind -> programmed.
+		want := netip.AddrFrom4([4]byte{198, 18, byte(((i/fleetGuestsPerHost + 1 + c%2) % hosts) >> 8), byte((i/fleetGuestsPerHost + 1 + c%2) % hosts)})
+		n, err := settle(bySet[fleetSetOf(i, o.Sets)], ds, t0, func(fe *fleetEdge) bool {
+			rt, ok, _ := fe.fake.Route(e.Address)
+			return ok && rt.Host == want
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: rebind of %v to host %v at revision %d: %w", e.Address, want, rev, err)
+		}
+		early += n
 		worst = append(worst, maxOf(ds))
 		delivered = append(delivered, lastDelivery)
 		perEdge = append(perEdge, ds...)
-		// Every edge holds the new route.
-		want := netip.AddrFrom4([4]byte{198, 18, byte(((i/fleetGuestsPerHost + 1 + c%2) % hosts) >> 8), byte((i/fleetGuestsPerHost + 1 + c%2) % hosts)})
-		for _, fe := range edges {
-			if rt, ok, _ := fe.fake.Route(e.Address); !ok || rt.Host != want {
-				return nil, fmt.Errorf("fleet: edge %s: route of %v is %+v after applying revision %d, want host %v", fe.name, e.Address, rt, rev, want)
-			}
-		}
 	}
 	driftS := time.Since(d0).Seconds()
+	if early > 0 {
+		say("%d times an edge reported a rebind's revision applied before its route changed (store.markerWait); those drifts are until the route was seen", early)
+	}
 	cpu1, _, _ := usage()
 	pcpu1 := proxyCPU()
 	sent1, err := sentBytes()
 	if err != nil {
 		return nil, err
+	}
+	// Every edge followed the rebinds' revisions (a scope's revision
+	// follows every commit of the region); none outside the EIPs' sets
+	// holds one of them.
+	if _, err := waitAll(edges, region.rev, time.Now()); err != nil {
+		return nil, err
+	}
+	for _, fe := range edges {
+		if got := len(fe.fake.Routes()); got != setEIPs[fe.set] {
+			return nil, fmt.Errorf("fleet: edge %s holds %d routes after the rebinds, want its set's %d", fe.name, got, setEIPs[fe.set])
+		}
 	}
 	// Per 1,000 changes/s, scaled linearly from the rebinds (each its own
 	// commit, one at a time): CPU-seconds per change x 1,000 = cores.
@@ -487,12 +639,13 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	// them sharing this machine's cores.
 	edgeCPUPerChange := float64(self1.CPU-self0.CPU) / 1e3 / float64(o.Changes) / float64(n)
 	callP50 := percentile(calls, 50)
-	say("drift to every edge: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms; delivered to the last edge's sink p50 %.1f p99 %.1f ms); etcd CPU %.1f ms per change (all members), edge CPU %.0f µs per change and edge",
+	say("drift to every edge of the set: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms; delivered to the last edge's sink p50 %.1f p99 %.1f ms); etcd CPU %.1f ms per change (all members), edge CPU %.0f µs per change and edge",
 		percentile(worst, 50), percentile(worst, 99), maxOf(worst), callP50, percentile(delivered, 50), percentile(delivered, 99), etcdCPUPerChange, edgeCPUPerChange)
 
-	// Agreement: a backend leaves and returns; every edge's table must
-	// reach the same checksum.
-	say("timing %d service changes until every edge's table checksum agrees", o.ServiceChanges)
+	// Agreement: a backend (a host) leaves and returns, in every set's
+	// service at once (one commit); every edge builds its set's table and
+	// the edges of each set must reach the same checksum.
+	say("timing %d service changes (every set's service in one commit) until every edge's table checksum agrees with its set's", o.ServiceChanges)
 	var agree, agreeDelivered []float64
 	sa0, _ := etcdproc.ProcUsage(os.Getpid())
 	for c := 0; c < o.ServiceChanges; c++ {
@@ -500,31 +653,41 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		if c%2 == 0 {
 			without = c / 2 % 8
 		}
+		svcs := make([]model.Object, o.Sets)
+		for s := range svcs {
+			svcs[s] = fleetService(s, 8, without)
+		}
 		t0 := time.Now()
-		rev, err := region.write(ctx, admin, fleetService(8, without))
+		rev, err := region.write(ctx, admin, svcs...)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: service change: %w", err)
 		}
-		ds, err := waitAll(rev, t0)
+		ds, err := waitAll(edges, rev, t0)
 		if err != nil {
 			return nil, err
 		}
+		wantB := 8
+		if without >= 0 {
+			wantB = 7
+		}
+		n, err := settle(edges, ds, t0, func(fe *fleetEdge) bool {
+			return fe.r.Status(time.Time{}, nil).Tables[model.TableKey(fleetServiceName(fe.set), "web")].Backends == wantB
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: service change at revision %d: tables of %d backends: %w", rev, wantB, err)
+		}
+		earlyTables += n
 		agree = append(agree, maxOf(ds))
 		agreeDelivered = append(agreeDelivered, lastDelivery)
-		var sum string
-		for _, fe := range edges {
-			tb := fe.r.Status(time.Time{}, nil).Tables[model.TableKey("web", "web")]
-			wantB := 8
-			if without >= 0 {
-				wantB = 7
-			}
-			if tb.Backends != wantB {
-				return nil, fmt.Errorf("fleet: edge %s: table of %d backends after revision %d, want %d", fe.name, tb.Backends, rev, wantB)
-			}
-			if sum == "" {
-				sum = tb.Checksum
-			} else if tb.Checksum != sum {
-				return nil, fmt.Errorf("fleet: edge %s: table checksum %s, edge %s has %s", fe.name, tb.Checksum, edges[0].name, sum)
+		for _, set := range bySet {
+			var sum string
+			for _, fe := range set {
+				tb := fe.r.Status(time.Time{}, nil).Tables[model.TableKey(fleetServiceName(fe.set), "web")]
+				if sum == "" {
+					sum = tb.Checksum
+				} else if tb.Checksum != sum {
+					return nil, fmt.Errorf("fleet: edge %s: table checksum %s, edge %s has %s", fe.name, tb.Checksum, set[0].name, sum)
+				}
 			}
 		}
 	}
@@ -547,24 +710,39 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 
-	shape := fmt.Sprintf("%d sets x %d edges in one process (each its own etcd client and watch, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.Sets, o.EdgesPerSet, o.EIPs, o.Members)
+	var agentResults []Result
+	if o.Agents > 0 {
+		agentResults, err = fleetAgentsRun(ctx, o, edgeEndpoints, &region, admin, hosts, say)
+		if err != nil {
+			return nil, err
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+
+	shape := fmt.Sprintf("%s (%d edges) in one process (each its own etcd client and watch of its set's share, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.shape(), n, o.EIPs, o.Members)
 	if o.Proxies > 0 {
 		shape += fmt.Sprintf(", edges on %d etcd gRPC proxies (round-robin)", o.Proxies)
 	}
 	out := []Result{
 		{Suite: "fleet", Name: "edges", Value: float64(n), Unit: "", Note: shape},
 		{Suite: "fleet", Name: "write_region", Value: writeS, Unit: "s", Note: fmt.Sprintf("%d EIPs and %d hosts in transactions of 1024 ops", o.EIPs, hosts)},
-		{Suite: "fleet", Name: "fleet_first_load", Value: loadS, Unit: "s", Note: "every edge's full load, 8 at a time"},
+		{Suite: "fleet", Name: "fleet_first_load", Value: loadS, Unit: "s", Note: "every edge's full load of its set's share, 8 at a time"},
+		{Suite: "fleet", Name: "edge_set_load_max", Value: edgeLoadMax, Unit: "s", Target: "<= 2 s",
+			Note: fmt.Sprintf("the slowest edge's full load of its set (%d to %d EIPs), from its follow start, 8 loading at once on this machine", slices.Min(setEIPs), slices.Max(setEIPs))},
 		{Suite: "fleet", Name: "commit_call_p50", Value: callP50, Unit: "ms"},
 		{Suite: "fleet", Name: "drift_all_edges_p50", Value: percentile(worst, 50), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 50) / callP50,
-			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last of %d edges applied it", o.Changes, n)},
+			Note: fmt.Sprintf("%d rebinds, each from before store.Commit until the last edge of the EIP's set applied it", o.Changes)},
 		{Suite: "fleet", Name: "drift_all_edges_p99", Value: percentile(worst, 99), Unit: "ms", Baseline: "commit_call_p50", BaselineValue: callP50, Ratio: percentile(worst, 99) / callP50, Target: "<= 100 ms"},
 		{Suite: "fleet", Name: "drift_all_edges_max", Value: maxOf(worst), Unit: "ms"},
+		{Suite: "fleet", Name: "drift_applied_early", Value: float64(early), Unit: "",
+			Note: "(edge, rebind) pairs where the edge reported the revision applied (OnApplied) before its route changed: a scope follower reports a commit its marker named after at most store.markerWait without its change (1 s until eb0fe29, 10 s since); their drift is until the route was seen"},
+		{Suite: "fleet", Name: "table_applied_early", Value: float64(earlyTables), Unit: "", Note: "the same for the service changes' tables"},
 		{Suite: "fleet", Name: "drift_delivered_all_edges_p50", Value: percentile(delivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink (before its decode and apply)"},
 		{Suite: "fleet", Name: "drift_delivered_all_edges_p99", Value: percentile(delivered, 99), Unit: "ms"},
-		{Suite: "fleet", Name: "drift_one_edge_p50", Value: percentile(perEdge, 50), Unit: "ms", Note: "over every (edge, change)"},
+		{Suite: "fleet", Name: "drift_one_edge_p50", Value: percentile(perEdge, 50), Unit: "ms", Note: "over every (edge of the set, change)"},
 		{Suite: "fleet", Name: "drift_one_edge_p99", Value: percentile(perEdge, 99), Unit: "ms"},
-		{Suite: "fleet", Name: "table_agreement_p50", Value: percentile(agree, 50), Unit: "ms", Note: fmt.Sprintf("%d changes of an 8-backend pool (Maglev M=%d), until every edge applied it; checksums then compared", o.ServiceChanges, model.DefaultTableSize)},
+		{Suite: "fleet", Name: "table_agreement_p50", Value: percentile(agree, 50), Unit: "ms", Note: fmt.Sprintf("%d changes of every set's 8-backend pool in one commit (Maglev M=%d), until all %d edges applied it; checksums then compared within each set", o.ServiceChanges, model.DefaultTableSize, n)},
 		{Suite: "fleet", Name: "table_agreement_max", Value: maxOf(agree), Unit: "ms", Target: "<= 1000 ms"},
 		{Suite: "fleet", Name: "table_agreement_delivered_p50", Value: percentile(agreeDelivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink"},
 		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU during the rebinds / changes / edges"},
@@ -583,19 +761,22 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "in_process_heap_per_edge", Value: inProcMB, Unit: "MB", Note: "Go heap of the fleet / edges, fake maps and clients included"},
 	}
 
+	out = append(out, agentResults...)
 	if o.RSSEIPs > 0 {
-		if o.RSSEIPs > o.EIPs {
-			say("adding EIPs up to %d for the one-edge measurement", o.RSSEIPs)
+		total := max(fleetRegionFor(o.RSSEIPs, o.Sets), o.EIPs)
+		inSet := fleetInSet(total, 0, o.Sets)
+		if total > o.EIPs {
+			say("adding EIPs up to %d in the region for the one-edge measurement (set0 then holds %d)", total, inSet)
 			var more []model.Object
-			for h := hosts; h < fleetHosts(o.RSSEIPs); h++ {
+			for h := hosts; h < fleetHosts(total); h++ {
 				more = append(more, fleetHost(h))
 			}
 			if _, err := region.write(ctx, admin, more...); err != nil {
 				return nil, fmt.Errorf("fleet: write hosts: %w", err)
 			}
-			for lo := o.EIPs; lo < o.RSSEIPs; lo += 100_000 {
+			for lo := o.EIPs; lo < total; lo += 100_000 {
 				more = more[:0]
-				for i := lo; i < min(lo+100_000, o.RSSEIPs); i++ {
+				for i := lo; i < min(lo+100_000, total); i++ {
 					more = append(more, fleetEIP(i, i/fleetGuestsPerHost))
 				}
 				if _, err := region.write(ctx, admin, more...); err != nil {
@@ -603,28 +784,82 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				}
 			}
 		}
-		say("one edge alone in a child process, loading %d EIPs", max(o.RSSEIPs, o.EIPs))
-		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), max(o.RSSEIPs, o.EIPs))
+		say("one edge of set0 alone in a child process, following its set's share: %d of the region's %d EIPs", inSet, total)
+		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet)
 		if err != nil {
 			return nil, err
 		}
-		say("one edge, %d EIPs: RSS %.0f MB (peak %.0f), of which the fake route map %.0f MB; load %.1f s", rep.EIPs, rep.RSSMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS)
+		say("one edge, %d EIPs in its set (%d in the region): RSS %.0f MB (peak %.0f), of which the fake route map %.0f MB; load %.1f s", rep.EIPs, total, rep.RSSMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS)
 		_, etcdRSS, etcdPeak := usage()
-		say("etcd members with %d EIPs: RSS %.0f MB (peak %.0f), the largest member", rep.EIPs, etcdRSS, etcdPeak)
+		say("etcd members with %d EIPs in the region: RSS %.0f MB (peak %.0f), the largest member", total, etcdRSS, etcdPeak)
 		out = append(out,
-			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_rss_%d_eips", rep.EIPs), Value: etcdRSS, Unit: "MB", Note: "the largest member, after the one-edge load"},
-			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_peak_rss_%d_eips", rep.EIPs), Value: etcdPeak, Unit: "MB"})
+			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_rss_%d_eips", total), Value: etcdRSS, Unit: "MB", Note: "the largest member, after the one-edge load; EIPs of the region, with their copies"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("etcd_member_peak_rss_%d_eips", total), Value: etcdPeak, Unit: "MB"})
 		out = append(out,
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_%d_eips", rep.EIPs), Value: rep.RSSMB, Unit: "MB",
 				Note: "one edge Reconciler on the fakes in its own process, after its full load from the cluster; includes the fake route map"},
-			Result{Suite: "fleet", Name: fmt.Sprintf("edge_peak_rss_%d_eips", rep.EIPs), Value: rep.PeakMB, Unit: "MB", Target: "<= 200 MB"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_peak_rss_%d_eips", rep.EIPs), Value: rep.PeakMB, Unit: "MB", Target: "<= 64 MB",
+				Note: fmt.Sprintf("VmHWM, fake route map included; the region held %d EIPs, %d of them outside the edge's set", total, total-rep.EIPs)},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_fake_maps_%d_eips", rep.EIPs), Value: rep.FakeMapsMB, Unit: "MB",
 				Note: "Go heap freed by dropping the fake maps: a real edge keeps these in BPF maps (kernel memory, not RSS)"},
-			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_minus_fake_%d_eips", rep.EIPs), Value: rep.RSSMB - rep.FakeMapsMB, Unit: "MB", Target: "<= 200 MB"},
-			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_minus_fake_%d_eips", rep.EIPs), Value: rep.RSSMB - rep.FakeMapsMB, Unit: "MB", Target: "<= 64 MB",
+				Note: "at rest: RSS after the load without the fake maps"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s", Target: "<= 2 s",
+				Note: "the edge alone: its set's share, from its follow start to its first applied revision"},
 		)
 	}
+	for _, r := range out {
+		if line, ok := TargetLine(r); ok {
+			say("%s", line)
+		}
+	}
 	return out, nil
+}
+
+// TargetLine prints r next to its target ("<= N unit", in r's unit):
+// "drift_all_edges_p99 41.0 ms (target <= 100 ms) ok"; false when r has
+// no target it can compare.
+func TargetLine(r Result) (string, bool) {
+	var limit float64
+	var unit string
+	if n, err := fmt.Sscanf(r.Target, "<= %g %s", &limit, &unit); n != 2 || err != nil || unit != r.Unit {
+		return "", false
+	}
+	verdict := "ok"
+	if r.Value > limit {
+		verdict = "MISSED"
+	}
+	return fmt.Sprintf("%s %.1f %s (target %s) %s", r.Name, r.Value, r.Unit, r.Target, verdict), true
+}
+
+// settle: after every edge of edges reported a revision applied (ds:
+// each one's delay), it waits for those whose state is not yet done,
+// polling, up to 30 s; their delay becomes the time done was first seen.
+// It returns how many edges had reported the revision before their state
+// showed it (a scope follower reports a commit its marker named after at
+// most store.markerWait, 10 s since eb0fe29 and 1 s before, even if the
+// change has not arrived).
+func settle(edges []*fleetEdge, ds []float64, t0 time.Time, done func(*fleetEdge) bool) (int, error) {
+	var left []int
+	for i, fe := range edges {
+		if !done(fe) {
+			left = append(left, i)
+		}
+	}
+	early := len(left)
+	for deadline := time.Now().Add(30 * time.Second); len(left) > 0; time.Sleep(200 * time.Microsecond) {
+		left = slices.DeleteFunc(left, func(i int) bool {
+			if done(edges[i]) {
+				ds[i] = float64(time.Since(t0)) / 1e6
+				return true
+			}
+			return false
+		})
+		if len(left) > 0 && time.Now().After(deadline) {
+			return early, fmt.Errorf("edge %s had not taken it 30 s after applying the revision (%d edges)", edges[left[0]].name, len(left))
+		}
+	}
+	return early, nil
 }
 
 func maxOf(xs []float64) float64 {
@@ -677,7 +912,8 @@ func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips
 }
 
 // FleetEdgeChild is the one-edge process: an edge Reconciler (named
-// s0-e0) on the fakes follows the store until it holds eips routes, then
+// s0-e0, an edge of set0) on the fakes follows its set's share of the
+// store (edge.FollowShare) until it holds eips routes, then
 // reports its RSS, and how much Go heap dropping the fake maps frees, as
 // JSON on w.
 func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writer) error {
@@ -695,7 +931,7 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writ
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t0 := time.Now()
-	go st.FollowSink(fctx, r)
+	go edge.FollowShare(fctx, st, "s0-e0", r, quiet)
 	select {
 	case <-loaded:
 	case <-time.After(10 * time.Minute):

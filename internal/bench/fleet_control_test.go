@@ -3,16 +3,22 @@ package bench
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/setplan"
 	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
-// TestFleetControlProxies runs the control bench at a toy size with the
-// edges on 2 etcd gRPC proxies: it passes its own checks (every edge
-// applied every rebind and agrees on the table), and prints the members'
-// CPU and bytes per 1,000 changes/s with their units.
+// TestFleetControlProxies runs the control bench at a toy size, 2 sets of
+// 2 edges, with the edges on 2 etcd gRPC proxies: it passes its own
+// checks (every edge of a set applied every rebind of its EIPs, holds its
+// set's EIPs only, and builds its set's service table with the checksum
+// of its set's other edge), and prints the members' CPU and bytes per
+// 1,000 changes/s with their units; then 3 agents follow their hosts'
+// shares and program each rebind between them.
 func TestFleetControlProxies(t *testing.T) {
 	if _, err := etcdproc.Binary(); err != nil {
 		if os.Geteuid() == 0 {
@@ -22,7 +28,7 @@ func TestFleetControlProxies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rs, err := FleetControl(ctx, FleetOptions{Sets: 1, EdgesPerSet: 4, EIPs: 50, Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
+	rs, err := FleetControl(ctx, FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: 50, Agents: 3, Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +37,8 @@ func TestFleetControlProxies(t *testing.T) {
 		got[r.Name] = r
 	}
 	for name, unit := range map[string]string{"etcd_members_cpu_per_1k_changes_s": "cores", "etcd_members_sent_per_change": "bytes",
-		"etcd_members_sent_per_1k_changes_s": "MB/s", "etcd_proxies_cpu_per_1k_changes_s": "cores", "drift_all_edges_p99": "ms"} {
+		"etcd_members_sent_per_1k_changes_s": "MB/s", "etcd_proxies_cpu_per_1k_changes_s": "cores", "drift_all_edges_p99": "ms",
+		"edge_set_load_max": "s", "table_agreement_max": "ms", "agent_drift_p99": "ms", "agent_load_max": "s"} {
 		r, ok := got[name]
 		if !ok || r.Unit != unit {
 			t.Errorf("%s: %+v, want one in %s", name, r, unit)
@@ -44,5 +51,85 @@ func TestFleetControlProxies(t *testing.T) {
 	// sent something for each.
 	if v := got["etcd_members_sent_per_change"].Value; v <= 0 {
 		t.Errorf("members sent %v bytes per change", v)
+	}
+}
+
+// TestFleetOptionsCheck: a set of more edges than model.MaxSetEdges is
+// refused before anything starts (such a set is invalid: its edges never
+// loaded and the bench hung).
+func TestFleetOptionsCheck(t *testing.T) {
+	ok := FleetOptions{Sets: 10, EdgesPerSet: model.MaxSetEdges, EIPs: 1000, RSSEIPs: 100_000}
+	if err := ok.Check(); err != nil {
+		t.Fatal(err)
+	}
+	mixed := FleetOptions{Sets: 11, EdgesPerSet: 4, FullSets: 1, EIPs: 1000}
+	if err := mixed.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if n, sets := mixed.edges(), mixed.sets(); n != 72 || len(sets[0].Edges) != 32 || len(sets[10].Edges) != 4 || mixed.shape() != "1 of 32 edges and 10 of 4" {
+		t.Errorf("11 sets, 1 full: %d edges, %d and %d in the first and last, %q", n, len(sets[0].Edges), len(sets[10].Edges), mixed.shape())
+	}
+	for _, o := range []FleetOptions{
+		{Sets: 1, EdgesPerSet: model.MaxSetEdges + 1, EIPs: 10},
+		{Sets: 0, EdgesPerSet: 1, EIPs: 10},
+		{Sets: 65, EdgesPerSet: 1, EIPs: 10},
+		{Sets: 1, EdgesPerSet: 1, EIPs: fleetMaxEIPs + 1},
+		{Sets: 64, EdgesPerSet: 1, EIPs: 10, RSSEIPs: 100_000}, // set0 holds 1/64 of the addresses
+		{Sets: 2, EdgesPerSet: 4, FullSets: 3, EIPs: 10},
+		{Sets: 2, EdgesPerSet: 4, EIPs: 10, Agents: 1},
+	} {
+		if err := o.Check(); err == nil {
+			t.Errorf("%+v: accepted", o)
+		}
+	}
+}
+
+// TestFleetRegionSpread: fleetInSet counts what fleetSetOf assigns, and
+// fleetRegionFor is the smallest region whose set0 holds the count asked;
+// each set's VIP is in its own set's prefixes and past every EIP.
+func TestFleetRegionSpread(t *testing.T) {
+	for _, sets := range []int{1, 3, 10} {
+		count := make([]int, sets)
+		for i := 0; i < 5000; i++ {
+			count[fleetSetOf(i, sets)]++
+			if i+1 == 5000 || i%997 == 0 {
+				for s := range count {
+					if got := fleetInSet(i+1, s, sets); got != count[s] {
+						t.Fatalf("%d sets, region of %d: set %d holds %d, counted %d", sets, i+1, s, got, count[s])
+					}
+				}
+			}
+		}
+		n := fleetRegionFor(700, sets)
+		if fleetInSet(n, 0, sets) != 700 || fleetInSet(n-1, 0, sets) != 699 {
+			t.Errorf("%d sets: region of %d for 700 in set0: set0 holds %d", sets, n, fleetInSet(n, 0, sets))
+		}
+		for s, set := range fleetSets(sets, 1) {
+			in := setplan.Input{Sets: map[string]*model.EdgeSet{}}
+			for _, x := range fleetSets(sets, 1) {
+				in.Sets[x.Name] = x
+			}
+			if got, _, _ := in.Serving(fleetVIP(s)); got != set.Name {
+				t.Errorf("%d sets: VIP %v served by %q, want %s", sets, fleetVIP(s), got, set.Name)
+			}
+			if got, _, _ := in.Serving(fleetAddr(s)); got != set.Name {
+				t.Errorf("%d sets: EIP %d served by %q, want %s", sets, s, got, set.Name)
+			}
+		}
+	}
+	if a := fleetAddr(fleetMaxEIPs - 1); a.As4()[2] == 255 && a.As4()[3] >= 254 {
+		t.Errorf("the last EIP %v reaches the VIPs", a)
+	}
+}
+
+func TestTargetLine(t *testing.T) {
+	if l, ok := TargetLine(Result{Name: "drift_all_edges_p99", Value: 41, Unit: "ms", Target: "<= 100 ms"}); !ok || l != "drift_all_edges_p99 41.0 ms (target <= 100 ms) ok" {
+		t.Errorf("%q %v", l, ok)
+	}
+	if l, ok := TargetLine(Result{Name: "x", Value: 1.5, Unit: "s", Target: "<= 1 s"}); !ok || !strings.HasSuffix(l, "MISSED") {
+		t.Errorf("%q %v", l, ok)
+	}
+	if _, ok := TargetLine(Result{Name: "x", Value: 1, Unit: "s"}); ok {
+		t.Error("a result without a target printed one")
 	}
 }
