@@ -255,7 +255,27 @@ func (g *fleetRegion) write(ctx context.Context, s *store.Store, objs ...model.O
 	for i, o := range objs {
 		changed[i] = placement.Ref{Kind: model.KindOf(o), Key: o.Key()}
 	}
-	before, err := placement.Take(g.st, changed)
+	// As the controller: the objects related after the change are taken
+	// before it too (placement.Related), so copies they already have are
+	// not written again.
+	type prev struct {
+		o   model.Object
+		had bool
+	}
+	olds := make([]prev, len(objs))
+	for i, o := range objs {
+		olds[i].o, olds[i].had = g.st.Get(changed[i].Kind, changed[i].Key)
+		g.st.Set(o)
+	}
+	related := placement.Related(g.st, changed)
+	for i := len(objs) - 1; i >= 0; i-- {
+		if olds[i].had {
+			g.st.Set(olds[i].o)
+		} else {
+			g.st.Remove(changed[i].Kind, changed[i].Key)
+		}
+	}
+	before, err := placement.Take(g.st, changed, related)
 	if err != nil {
 		return 0, err
 	}
