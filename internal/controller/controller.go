@@ -75,6 +75,12 @@ const (
 	DefaultReadTimeout       = 5 * time.Minute
 	DefaultWriteTimeout      = 2 * time.Minute
 	DefaultIdleTimeout       = 2 * time.Minute
+	// DefaultMoveGrace is how long the command line's controller keeps a
+	// copy an object's move took out of a set's scope (--move-grace,
+	// linger.go): longer than a /32's withdrawal takes to reach the
+	// routers upstream. MaxMoveGrace bounds the setting.
+	DefaultMoveGrace = 10 * time.Second
+	MaxMoveGrace     = 10 * time.Minute
 	// TokenFile is the token's file name inside the data directory.
 	TokenFile = "token"
 )
@@ -145,6 +151,13 @@ type Config struct {
 	HealthDebounce time.Duration
 	// DDoS: automatic quarantine of attacked EIPs (ddos.go).
 	DDoS DDoSConfig
+	// MoveGrace is how long a copy that an object's move took out of an
+	// edge set's scope is kept there, with the object's current value,
+	// before it is deleted (linger.go; docs/scale.md "Scopes"): the set's
+	// edges keep routing it while its route is withdrawn upstream. 0: off
+	// (the copy goes with the write that moves the object). The command
+	// line's default is DefaultMoveGrace; at most MaxMoveGrace.
+	MoveGrace time.Duration
 }
 
 // check turns the user's config into the one the controller runs with,
@@ -233,6 +246,9 @@ func (c Config) check() (Config, error) {
 			*d.v = d.def
 		}
 	}
+	if c.MoveGrace < 0 || c.MoveGrace > MaxMoveGrace {
+		return c, fmt.Errorf("move grace %v: must be between 0 (off) and %v", c.MoveGrace, MaxMoveGrace)
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -314,7 +330,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 // DDoS loops. cfg is checked (Config.check). On error nothing is left
 // running.
 func open(ctx context.Context, cfg Config) (_ *Core, err error) {
-	c := &Core{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{})}
+	c := &Core{cfg: cfg, log: cfg.Logger, started: time.Now(), fatal: make(chan error, 4), followDone: make(chan struct{}),
+		linger: newLingerState()}
 	defer func() {
 		if err != nil {
 			c.close()
@@ -326,6 +343,10 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	c.view = newView()
 	c.view.log = c.log
 	c.metrics = newMetrics(c.view)
+	c.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "azgate_controller_scope_lingering_copies",
+		Help: "Scope copies kept in an edge set's scope after their object left it, until --move-grace ends (docs/controller.md, Moves between sets).",
+	}, func() float64 { return float64(c.linger.count.Load()) }))
 	c.health = newHealthAgg(c)
 	c.view.onServices = c.health.poke
 	var runCtx context.Context
@@ -344,6 +365,8 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	go c.repairLoop(runCtx)
+	c.linger.done = make(chan struct{})
+	go c.lingerLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
 	c.ddos = newDDoSRunner(c, cfg.DDoS)
 	c.ddosDone = c.ddos.start(runCtx)
@@ -357,6 +380,9 @@ func (s *Core) close() {
 		<-s.followDone
 		if s.repairDone != nil {
 			<-s.repairDone
+		}
+		if s.linger.done != nil {
+			<-s.linger.done
 		}
 		if s.healthDone != nil {
 			<-s.healthDone

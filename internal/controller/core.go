@@ -45,6 +45,11 @@ type Core struct {
 	// repairs asks the copies' repair loop for a repair (scopes.go).
 	repairs    chan struct{}
 	repairDone chan struct{}
+	// linger: the copies kept in a set's scope after their object left
+	// it (linger.go); now, if set (by tests), is the clock of their
+	// graces.
+	linger *lingerState
+	now    func() time.Time
 
 	reloadMu sync.Mutex
 	reload   context.CancelFunc // ends the current Follow, which then reloads

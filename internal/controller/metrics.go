@@ -73,7 +73,7 @@ func newMetrics(v *view) *metrics {
 		}),
 		scopeCopies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "azgate_controller_scope_copies_total",
-			Help: "Scope copies (docs/scale.md, Scopes) written (op put) or deleted (op delete), by a write or by the repair the controller runs at start and after a partial commit.",
+			Help: "Scope copies (docs/scale.md, Scopes) written (op put) or deleted (op delete), by a write, by the repair the controller runs at start and after a partial commit, or at the end of a move's grace (by linger, --move-grace).",
 		}, []string{"by", "op"}),
 		scopeRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "azgate_controller_scope_repairs_total",
@@ -103,7 +103,7 @@ func newMetrics(v *view) *metrics {
 	m.ddosDecisions.WithLabelValues("quarantine")
 	m.ddosDecisions.WithLabelValues("release")
 	m.ddosDecisions.WithLabelValues("skip")
-	for _, by := range []string{"write", "repair"} {
+	for _, by := range []string{"write", "repair", "linger"} {
 		m.scopeCopies.WithLabelValues(by, "put")
 		m.scopeCopies.WithLabelValues(by, "delete")
 	}

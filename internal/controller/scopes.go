@@ -166,7 +166,10 @@ func (s *Core) repairCopies(ctx context.Context) (repairResult, error) {
 
 // repairOnce compares the copies in the store with those of the view's
 // state at its revision and writes the difference: the missing and
-// different copies, then the deletions of the stale ones.
+// different copies, then the deletions of the stale ones. A copy this
+// controller keeps after a move (linger.go) is not stale while its object
+// is placed anywhere: it is given the object's current value. At start
+// there are none: the copies a previous run kept are deleted.
 func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	v := s.view
 	latest, err := s.store.CommitRevision(ctx)
@@ -191,12 +194,28 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	seen := make(map[placement.Ref]uint64, len(want.Scopes))
 	var seenMore map[string]bool
 	var puts, dels []store.Op
+	// The copies lingering after a move (linger.go) stay, with their
+	// object's current value, while it is placed somewhere.
+	var lingering map[placement.Copy][]byte
 	t0 = time.Now()
 	_, err = s.store.LoadScopes(ctx, func(scope, kind, key string, value []byte) {
 		ref := placement.Ref{Kind: kind, Key: key}
 		scopes := want.Scopes[ref]
 		i := indexOf(scopes, scope)
 		if i < 0 {
+			c := placement.Copy{Scope: scope, Ref: ref}
+			if val, ok := want.Values[ref]; ok && s.linger.copies.Has(c) {
+				if lingering == nil {
+					lingering = map[placement.Copy][]byte{}
+				}
+				lingering[c] = val
+				if !bytes.Equal(val, value) {
+					puts = append(puts, store.Op{Scope: scope, Kind: kind, Key: key, Value: val})
+				} else {
+					res.unchanged++
+				}
+				return
+			}
 			dels = append(dels, store.Op{Scope: scope, Kind: kind, Key: key})
 			return
 		}
@@ -240,6 +259,9 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 	}
 	if err := s.store.MarkLayoutAt(ctx, rev); err != nil {
 		return repairResult{}, err
+	}
+	for c, val := range lingering {
+		s.linger.copies.Set(c, val)
 	}
 	res.write = time.Since(t0)
 	return res, nil

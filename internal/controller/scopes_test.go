@@ -27,6 +27,13 @@ import (
 // then a no-op).
 func openEmptyCore(t testing.TB, dir string) (c *Core, stop func()) {
 	t.Helper()
+	return openCoreWith(t, dir, Config{})
+}
+
+// openCoreWith is openEmptyCore with the settings of cfg (its data dir and
+// logger are the test's).
+func openCoreWith(t testing.TB, dir string, cfg Config) (c *Core, stop func()) {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -34,7 +41,8 @@ func openEmptyCore(t testing.TB, dir string) (c *Core, stop func()) {
 	if *scopeLog {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	cfg, err := Config{DataDir: dir, Logger: log}.check()
+	cfg.DataDir, cfg.Logger = dir, log
+	cfg, err := cfg.check()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +84,15 @@ func storedCopies(t testing.TB, st *store.Store) map[string]string {
 	}
 }
 
-// wantCopies are the copies of the view's state (placement.AllOps).
+// wantCopies are the copies of the view's state (placement.AllOps) and
+// those lingering after a move (linger.go), which must hold their
+// object's current value, in a set scope the object is no longer placed
+// in. The caller holds writeMu.
 func wantCopies(t testing.TB, c *Core) map[string]string {
 	t.Helper()
 	c.view.mu.RLock()
+	defer c.view.mu.RUnlock()
 	ops, err := placement.AllOps(c.view.st)
-	c.view.mu.RUnlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +102,24 @@ func wantCopies(t testing.TB, c *Core) map[string]string {
 			t.Fatalf("AllOps gave %+v: want copies to put", o)
 		}
 		out[store.ScopeKey(o.Scope, o.Kind, o.Key)] = string(o.Value)
+	}
+	for r, scopes := range c.linger.copies {
+		o, ok := c.view.st.Get(r.Kind, r.Key)
+		if !ok {
+			t.Errorf("%s %s lingers, but it is gone", r.Kind, r.Key)
+			continue
+		}
+		v, err := store.Encode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed := placement.Of(c.view.st, r)
+		for sc := range scopes {
+			if !placement.IsSetScope(sc) || slices.Contains(placed, sc) {
+				t.Errorf("%s %s lingers in %s (placed in %q)", r.Kind, r.Key, sc, placed)
+			}
+			out[store.ScopeKey(sc, r.Kind, r.Key)] = string(v)
+		}
 	}
 	return out
 }

@@ -268,13 +268,18 @@ func (t *txn) refs() []placement.Ref {
 // as redo does) to take them after it, and taken out again (readers
 // wait: an edge set change takes every object, 0.5 s of CPU at 100k
 // EIPs).
-func (t *txn) copies(mu *sync.RWMutex, related placement.Snapshot) ([]store.Op, error) {
+//
+// With copies lingering (ling, linger.go) or a grace set (start), the ops
+// are placement.Linger's: a copy leaving a set's scope is kept, and the
+// lingering ones the change touches are kept current; the change says
+// what to record once the commit went in.
+func (t *txn) copies(mu *sync.RWMutex, related placement.Snapshot, ling placement.Lingering, start bool) ([]store.Op, placement.LingerChange, error) {
 	changed := t.refs()
 	mu.RLock()
 	before, err := placement.Take(t.st, changed, related)
 	mu.RUnlock()
 	if err != nil {
-		return nil, err
+		return nil, placement.LingerChange{}, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -306,9 +311,14 @@ func (t *txn) copies(mu *sync.RWMutex, related placement.Snapshot) ([]store.Op, 
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, placement.LingerChange{}, err
 	}
-	return placement.Diff(before, after, changed), nil
+	ops := placement.Diff(before, after, changed)
+	if !start && len(ling) == 0 {
+		return ops, placement.LingerChange{}, nil
+	}
+	ops, lc := placement.Linger(before, after, changed, ops, ling, start)
+	return ops, lc, nil
 }
 
 // commitOps is what a write commits: the copies placement.Diff puts,
@@ -489,7 +499,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 		t.undoAll()
 		t.conditions()
 		v.mu.Unlock()
-		copies, err := t.copies(&v.mu, related)
+		copies, lc, err := t.copies(&v.mu, related, s.linger.copies, s.cfg.MoveGrace > 0)
 		if err != nil {
 			v.applyMu.Unlock()
 			return 0, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)
@@ -506,6 +516,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 		if err == nil {
 			t.committed(ops)
 			s.countCopies("write", ops)
+			s.recordLinger(lc)
 			v.mu.Lock()
 			t.redo(v.st, v.revs) // applyMu held: v.st is still the state planned on
 			v.setRev(rev)

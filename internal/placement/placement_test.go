@@ -408,12 +408,70 @@ type takeFunc func(st *model.State, changed []Ref, also ...Snapshot) (Snapshot, 
 func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string, int) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	st := region(t)
+	change := changer(rng, st)
+	have := allCopies(t, st)
+	applied := 0
+	for step := range steps {
+		changed, ok := changeSome(rng, step, change)
+		before, err := take(st, changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok() {
+			continue
+		}
+		applied++
+		after, err := take(st, changed, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := Diff(before, after, changed)
+		if err := checkOrder(ops); err != nil {
+			return fmt.Sprintf("step %d (%v): %v", step, changed, err), applied
+		}
+		if err := have.apply(ops); err != nil {
+			return fmt.Sprintf("step %d (%v): %v", step, changed, err), applied
+		}
+		if d := compare(have, allCopies(t, st)); d != "" {
+			return fmt.Sprintf("step %d (%v):\n%s", step, changed, d), applied
+		}
+	}
+	return "", applied
+}
+
+// changeSome picks one change, or a few for one commit; ok applies them
+// and says whether any went in.
+func changeSome(rng *rand.Rand, step int, change func(step int) ([]Ref, func() error)) (changed []Ref, ok func() bool) {
+	n := 1
+	if rng.IntN(4) == 0 {
+		n += 1 + rng.IntN(3)
+	}
+	var applies []func() error
+	for range n {
+		c, a := change(step)
+		changed, applies = append(changed, c...), append(applies, a)
+	}
+	return changed, func() bool {
+		ok := false
+		for _, a := range applies {
+			if a() == nil {
+				ok = true
+			}
+		}
+		return ok
+	}
+}
+
+// changer returns a generator of random changes of st (set up here: its
+// prefix sets split into four blocks that move between them): what a
+// change touches, and a function that applies it to st (an error: the
+// model refused it, st is unchanged).
+func changer(rng *rand.Rand, st *model.State) func(step int) (changed []Ref, apply func() error) {
 	// Four /26 blocks, moved between the two prefix sets.
 	blocks := []netip.Prefix{prefix("198.51.100.0/26"), prefix("198.51.100.64/26"), prefix("198.51.100.128/26"), prefix("198.51.100.192/26")}
 	owner := []string{"pop-a", "pop-a", "pop-b", "pop-b"}
 	st.Set(&model.EdgeSet{Name: "pop-a", Prefixes: blocks[:2], Edges: st.EdgeSets["pop-a"].Edges})
 	st.Set(&model.EdgeSet{Name: "pop-b", Prefixes: blocks[2:], Edges: st.EdgeSets["pop-b"].Edges})
-	have := allCopies(t, st)
 	var addrs []string
 	for _, b := range []int{1, 2, 3, 70, 71, 130, 131, 200, 201, 202} {
 		addrs = append(addrs, fmt.Sprintf("198.51.100.%d", b))
@@ -423,8 +481,7 @@ func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string,
 	guests := []string{"h1/g1", "h1/g2", "h1/g3", "h2/g1", "h2/g2", "h3/g1"}
 	sets := []string{"", "", "hot", "hot2"}
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	applied := 0
-	change := func(step int) (changed []Ref, apply func() error) {
+	return func(step int) (changed []Ref, apply func() error) {
 		switch rng.IntN(9) {
 		case 0, 1: // add, bind, unbind, rebind, pull out, release
 			a := pick(addrs)
@@ -516,48 +573,6 @@ func randomChanges(t testing.TB, seed uint64, steps int, take takeFunc) (string,
 		}
 		return changed, apply
 	}
-	for step := range steps {
-		// One change, or a few in one commit.
-		n := 1
-		if rng.IntN(4) == 0 {
-			n += 1 + rng.IntN(3)
-		}
-		var changed []Ref
-		var applies []func() error
-		for range n {
-			c, a := change(step)
-			changed, applies = append(changed, c...), append(applies, a)
-		}
-		before, err := take(st, changed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok := false
-		for _, a := range applies {
-			if a() == nil {
-				ok = true
-			}
-		}
-		if !ok {
-			continue
-		}
-		applied++
-		after, err := take(st, changed, before)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops := Diff(before, after, changed)
-		if err := checkOrder(ops); err != nil {
-			return fmt.Sprintf("step %d (%v): %v", step, changed, err), applied
-		}
-		if err := have.apply(ops); err != nil {
-			return fmt.Sprintf("step %d (%v): %v", step, changed, err), applied
-		}
-		if d := compare(have, allCopies(t, st)); d != "" {
-			return fmt.Sprintf("step %d (%v):\n%s", step, changed, d), applied
-		}
-	}
-	return "", applied
 }
 
 func TestRandomChanges(t *testing.T) {

@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/azgate/azgate/internal/placement"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// Moves between sets, make-before-break (docs/controller.md "Moves
+// between sets", docs/scale.md "Scopes"). A write that takes an object out
+// of an edge set's scope while the object goes on existing (an EIP
+// released from a pull-out or a quarantine, its host when that was the
+// host's last EIP there, a prefix moved to another set) does not delete
+// its copy there: with Config.MoveGrace set, the copy is kept with the
+// object's new value (placement.Linger) and deleted when the grace ends,
+// so the set's edges that follow their share (edge --follow-share) keep
+// routing the address while its /32 is withdrawn upstream. Until then
+// every write of this controller that touches the object keeps the copy
+// current (a rebind rewrites it, a delete deletes it at once, a move back
+// into the set makes it an ordinary copy again).
+//
+// The records live in this controller's memory, under writeMu: a restart
+// ends every grace (the start-up comparison deletes the lingering copies
+// as extra), and a write of another controller of the region does not
+// know them (a copy it leaves stale is deleted at the end of the grace
+// all the same). The deletes at the end of a grace are written with
+// store.WriteCopies, as the repair's are: they change no object, so the
+// commit marker, which every controller's commits are guarded by and
+// which no controller's view sees move without an object, stays.
+
+// lingerRetry: after a failed expiry, the next try.
+const lingerRetry = 5 * time.Second
+
+// lingerState is the copies kept past their object's leaving a set's
+// scope; every field but count and wake is guarded by Core.writeMu.
+type lingerState struct {
+	copies placement.Lingering
+	// deadline is when each copy's grace ends; batches are the copies
+	// that began to linger together (one write), in deadline order. A
+	// copy whose grace began again, or ended early, is in an older batch
+	// too: it is due with the batch whose time its deadline is.
+	deadline map[placement.Copy]time.Time
+	batches  []lingerBatch
+	count    atomic.Int64 // len(copies), for the metrics
+	wake     chan struct{}
+	done     chan struct{}
+}
+
+type lingerBatch struct {
+	at     time.Time
+	copies []placement.Copy
+}
+
+func newLingerState() *lingerState {
+	return &lingerState{copies: placement.Lingering{}, deadline: map[placement.Copy]time.Time{}, wake: make(chan struct{}, 1)}
+}
+
+// clock is the controller's time (tests set Core.now).
+func (s *Core) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// recordLinger records what a committed write did to the lingering
+// copies; writeMu is held.
+func (s *Core) recordLinger(lc placement.LingerChange) {
+	if lc.Empty() {
+		return
+	}
+	l := s.linger
+	for _, c := range lc.End {
+		l.copies.Delete(c)
+		delete(l.deadline, c)
+	}
+	for c, v := range lc.Update {
+		l.copies.Set(c, v)
+	}
+	if len(lc.Start) > 0 {
+		at := s.clock().Add(s.cfg.MoveGrace)
+		b := lingerBatch{at: at, copies: make([]placement.Copy, 0, len(lc.Start))}
+		for c, v := range lc.Start {
+			l.copies.Set(c, v)
+			l.deadline[c] = at
+			b.copies = append(b.copies, c)
+		}
+		l.batches = append(l.batches, b)
+		s.log.Debug("scope copies: keeping copies that left their set", "copies", len(lc.Start), "until", at)
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	l.count.Store(int64(l.copies.Len()))
+}
+
+// due lists the lingering copies whose grace ended at now (writeMu held).
+func (l *lingerState) due(now time.Time) []placement.Copy {
+	var out []placement.Copy
+	for _, b := range l.batches {
+		if b.at.After(now) {
+			break
+		}
+		for _, c := range b.copies {
+			if at, ok := l.deadline[c]; ok && at.Equal(b.at) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// forget drops the copies that expired and the batches due at now.
+func (l *lingerState) forget(cs []placement.Copy, now time.Time) {
+	for _, c := range cs {
+		l.copies.Delete(c)
+		delete(l.deadline, c)
+	}
+	i := 0
+	for i < len(l.batches) && !l.batches[i].at.After(now) {
+		i++
+	}
+	l.batches = slices.Delete(l.batches, 0, i)
+	l.count.Store(int64(l.copies.Len()))
+}
+
+// next is when the next grace ends (ok false: none pending).
+func (l *lingerState) next() (time.Time, bool) {
+	if len(l.batches) == 0 {
+		return time.Time{}, false
+	}
+	return l.batches[0].at, true
+}
+
+// expireLingering deletes the lingering copies whose grace ended, those
+// of one expiry in one WriteCopies (its transactions guarded by the
+// view's revision, like the repair's); a copy whose object is back in the
+// scope, through a write of another controller, stays (placement.Expired).
+// It returns how many copies it deleted.
+func (s *Core) expireLingering(ctx context.Context) (int, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	now := s.clock()
+	due := s.linger.due(now)
+	if len(due) == 0 {
+		s.linger.forget(nil, now)
+		return 0, nil
+	}
+	v := s.view
+	var err error
+	for attempt := 1; attempt <= repairAttempts; attempt++ {
+		var latest int64
+		if latest, err = s.store.CommitRevision(ctx); err != nil {
+			break
+		}
+		if err = v.waitFor(ctx, latest, catchUpLimit); err != nil {
+			break
+		}
+		v.mu.RLock()
+		rev := v.rev
+		ops := placement.Expired(v.st, due)
+		v.mu.RUnlock()
+		if len(ops) > 0 {
+			err = s.store.WriteCopies(ctx, rev, ops)
+		}
+		if err == nil {
+			s.linger.forget(due, now)
+			s.countCopies("linger", ops)
+			s.log.Debug("scope copies: the grace of copies that left their set ended", "due", len(due), "deleted", len(ops))
+			return len(ops), nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			break
+		}
+	}
+	return 0, fmt.Errorf("deleting the copies whose grace ended: %w", err)
+}
+
+// lingerLoop ends the graces as they come due, until ctx ends.
+func (s *Core) lingerLoop(ctx context.Context) {
+	defer close(s.linger.done)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		s.writeMu.Lock()
+		next, ok := s.linger.next()
+		s.writeMu.Unlock()
+		var fire <-chan time.Time
+		if ok {
+			t.Reset(max(next.Sub(s.clock()), 0))
+			fire = t.C
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.linger.wake:
+			t.Stop()
+			continue
+		case <-fire:
+		}
+		if _, err := s.expireLingering(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("scope copies: the end of a move's grace failed; retrying", "in", lingerRetry, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(lingerRetry):
+			}
+		}
+	}
+}

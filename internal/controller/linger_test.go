@@ -1,0 +1,323 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store"
+)
+
+// fakeClock is the controller's clock in the linger tests: it moves only
+// when the test advances it (and is never compared with the kernel's).
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeClock) now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.t
+}
+
+func (f *fakeClock) advance(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+// testGrace is the linger tests' move grace, on the fake clock.
+const testGrace = MaxMoveGrace
+
+// lingerCore is a controller with a move grace of testGrace on a fake
+// clock, holding scopeRegion with its EIP 198.51.100.7 (bound to h1/g1)
+// pulled out into the dedicated set.
+func lingerCore(t *testing.T) (*Core, *fakeClock) {
+	t.Helper()
+	c, _ := openCoreWith(t, "", Config{MoveGrace: testGrace})
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c.now = clk.now // before any write: the grace loop reads it after one
+	ctx := context.Background()
+	if _, err := c.Apply(ctx, scopeRegion()); err != nil {
+		t.Fatal(err)
+	}
+	pullOut(t, c, lingerEIP, "dedicated")
+	cp := checkCopies(t, c, "pull out")
+	expectScopes(t, "pull out", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "pull out", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	return c, clk
+}
+
+const lingerEIP = "198.51.100.7"
+
+// pullOut sets the EIP's pull-out set ("": a release).
+func pullOut(t *testing.T, c *Core, key, set string) {
+	t.Helper()
+	o, _, _, err := c.Get(model.KindEIP, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cloneEIP(o.(*model.EIP))
+	e.Set = set
+	if _, err := c.Replace(context.Background(), key, IfMatch{}, e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expire ends the graces due at the fake clock's time and checks how
+// many copies it deleted.
+func expire(t *testing.T, c *Core, want int) {
+	t.Helper()
+	n, err := c.expireLingering(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Errorf("the end of the grace deleted %d copies, want %d", n, want)
+	}
+}
+
+func lingering(t *testing.T, c *Core, want int) {
+	t.Helper()
+	if got := metricValue(t, c, "azgate_controller_scope_lingering_copies"); int(got) != want {
+		t.Errorf("%v copies lingering, want %d", got, want)
+	}
+}
+
+// TestMoveGraceRelease: a release from a pull-out keeps the EIP (with its
+// new value) and its host in the dedicated set's scope until the grace
+// ends, then deletes both in one go; the copies stay "current" for the
+// start-up check.
+func TestMoveGraceRelease(t *testing.T) {
+	c, clk := lingerCore(t)
+	pullOut(t, c, lingerEIP, "")
+	cp := checkCopies(t, c, "release")
+	expectScopes(t, "release", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "release", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; strings.Contains(v, "dedicated") {
+		t.Errorf("the lingering copy holds %s: want the released EIP", v)
+	}
+	lingering(t, c, 2)
+	expectCurrent(t, c.store, "release", true)
+
+	clk.advance(testGrace - time.Second)
+	expire(t, c, 0)
+	cp = checkCopies(t, c, "before the grace ends")
+	expectScopes(t, "before the grace ends", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+
+	clk.advance(time.Second)
+	expire(t, c, 2)
+	cp = checkCopies(t, c, "grace over")
+	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	lingering(t, c, 0)
+	if d := metricValue(t, c, `azgate_controller_scope_copies_total{by="linger",op="delete"}`); d != 2 {
+		t.Errorf("%v copies counted deleted at the end of the grace, want 2", d)
+	}
+	expectCurrent(t, c.store, "grace over", true)
+	// A write after it commits as usual (the deletes did not move the
+	// commit marker past the view).
+	if _, err := c.Bind(context.Background(), "198.51.100.8", IfMatch{}, model.Binding{Host: "h3", Guest: "g4"}); err != nil {
+		t.Fatal(err)
+	}
+	checkCopies(t, c, "a write after the grace")
+}
+
+// TestMoveGraceRebind: a rebind during the grace rewrites the lingering
+// copy with the new binding; the host the EIP left keeps its copy in the
+// dedicated set, and its copy in the prefix set (the rebind took its last
+// EIP there) lingers too, for a grace of its own.
+func TestMoveGraceRebind(t *testing.T) {
+	c, clk := lingerCore(t)
+	pullOut(t, c, lingerEIP, "")
+	clk.advance(testGrace / 2)
+	if _, err := c.Bind(context.Background(), lingerEIP, IfMatch{}, model.Binding{Host: "h2", Guest: "g3"}); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "rebind")
+	expectScopes(t, "rebind", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h2")
+	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; !strings.Contains(v, `"h2"`) {
+		t.Errorf("the lingering copy holds %s: want the new binding", v)
+	}
+	lingering(t, c, 3)
+	// The release's grace counts from the release, not from the rebind.
+	clk.advance(testGrace / 2)
+	expire(t, c, 2)
+	cp = checkCopies(t, c, "release's grace over")
+	expectScopes(t, "release's grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h2")
+	expectScopes(t, "release's grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	clk.advance(testGrace / 2)
+	expire(t, c, 1)
+	cp = checkCopies(t, c, "rebind's grace over")
+	expectScopes(t, "rebind's grace over", cp, model.KindHost, "h1", "host/h1")
+	lingering(t, c, 0)
+}
+
+// TestMoveGraceDelete: an EIP deleted during the grace loses its
+// lingering copy at once; its former host's go when the grace ends (in
+// the dedicated set, and in the prefix set the unbind took it out of).
+func TestMoveGraceDelete(t *testing.T) {
+	c, clk := lingerCore(t)
+	ctx := context.Background()
+	pullOut(t, c, lingerEIP, "")
+	if _, err := c.Unbind(ctx, lingerEIP, IfMatch{}); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "unbind")
+	expectScopes(t, "unbind", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a")
+	if _, err := c.Delete(ctx, model.KindEIP, lingerEIP, IfMatch{}); err != nil {
+		t.Fatal(err)
+	}
+	cp = checkCopies(t, c, "delete")
+	expectScopes(t, "delete", cp, model.KindEIP, lingerEIP)
+	expectScopes(t, "delete", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	lingering(t, c, 2)
+	clk.advance(testGrace)
+	expire(t, c, 2)
+	cp = checkCopies(t, c, "grace over")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1")
+}
+
+// TestMoveGraceBack: pulled out again during the grace, the EIP's and its
+// host's copies are ordinary ones again: the grace's end deletes nothing.
+func TestMoveGraceBack(t *testing.T) {
+	c, clk := lingerCore(t)
+	pullOut(t, c, lingerEIP, "")
+	pullOut(t, c, lingerEIP, "dedicated")
+	cp := checkCopies(t, c, "pulled out again")
+	expectScopes(t, "pulled out again", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; !strings.Contains(v, "dedicated") {
+		t.Errorf("the copy holds %s: want the EIP pulled out", v)
+	}
+	lingering(t, c, 0)
+	clk.advance(2 * testGrace)
+	expire(t, c, 0)
+	cp = checkCopies(t, c, "after the grace")
+	expectScopes(t, "after the grace", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "after the grace", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+
+	// Released again: a new grace, from now.
+	pullOut(t, c, lingerEIP, "")
+	clk.advance(testGrace - time.Second)
+	expire(t, c, 0)
+	clk.advance(time.Second)
+	expire(t, c, 2)
+	checkCopies(t, c, "second release over")
+}
+
+// TestMoveGraceQuarantine: released from quarantine, the EIP and its host
+// stay in the quarantine set's scope for the grace (their values did not
+// change: nothing is rewritten).
+func TestMoveGraceQuarantine(t *testing.T) {
+	c, clk := lingerCore(t)
+	ctx := context.Background()
+	const eip = "198.51.100.130" // prefix-b, on h2/g2
+	if _, err := c.Create(ctx, &model.Quarantine{Address: netip.MustParseAddr(eip), Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "quarantine")
+	expectScopes(t, "quarantine", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
+	expectScopes(t, "quarantine", cp, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
+	puts := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`)
+	if _, err := c.Delete(ctx, model.KindQuarantine, eip, IfMatch{}); err != nil {
+		t.Fatal(err)
+	}
+	cp = checkCopies(t, c, "quarantine release")
+	expectScopes(t, "quarantine release", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
+	expectScopes(t, "quarantine release", cp, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
+	if p := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`); p != puts {
+		t.Errorf("the quarantine's release wrote %v copies, want none", p-puts)
+	}
+	clk.advance(testGrace)
+	expire(t, c, 2)
+	cp = checkCopies(t, c, "grace over")
+	expectScopes(t, "grace over", cp, model.KindEIP, eip, "set/prefix-b", "host/h2")
+	expectScopes(t, "grace over", cp, model.KindHost, "h2", "host/h2", "set/prefix-b")
+}
+
+// TestMoveGraceRepairAndRestart: a repair keeps the lingering copies; a
+// restart ends the grace early (the start-up comparison deletes them).
+func TestMoveGraceRepairAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	c, stop := openCoreWith(t, dir, Config{MoveGrace: testGrace})
+	if _, err := c.Apply(context.Background(), scopeRegion()); err != nil {
+		t.Fatal(err)
+	}
+	pullOut(t, c, lingerEIP, "dedicated")
+	pullOut(t, c, lingerEIP, "")
+	if _, err := c.repairCopies(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "repair")
+	expectScopes(t, "repair", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	if d := metricValue(t, c, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); d != 0 {
+		t.Errorf("the repair deleted %v copies", d)
+	}
+	stop()
+
+	c2, _ := openCoreWith(t, dir, Config{MoveGrace: testGrace})
+	waitFor(t, func() bool { return metricValue(t, c2, `azgate_controller_scope_repairs_total{result="ok"}`) >= 1 })
+	cp = checkCopies(t, c2, "restart")
+	expectScopes(t, "restart", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
+	expectScopes(t, "restart", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+}
+
+// TestMoveGraceEnds: the grace ends on the controller's own clock. The
+// release's revision shows the copies kept; they are gone once the
+// grace (short here) has passed, waited for with a deadline far above it.
+func TestMoveGraceEnds(t *testing.T) {
+	c, _ := openCoreWith(t, "", Config{MoveGrace: 200 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := c.Apply(ctx, scopeRegion()); err != nil {
+		t.Fatal(err)
+	}
+	pullOut(t, c, lingerEIP, "dedicated")
+	o, _, _, err := c.Get(model.KindEIP, lingerEIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cloneEIP(o.(*model.EIP))
+	e.Set = ""
+	w, err := c.Replace(ctx, lingerEIP, IfMatch{}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)
+	resp, err := c.store.Client.Get(ctx, key, clientv3.WithRev(w.Revision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("at the release's revision %d, %s is gone: want it kept for the grace", w.Revision, key)
+	}
+	waitFor(t, func() bool {
+		c.writeMu.Lock()
+		defer c.writeMu.Unlock()
+		return len(scopesOf(storedCopies(t, c.store), model.KindEIP, lingerEIP)) == 2
+	})
+	cp := checkCopies(t, c, "grace over")
+	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+}
+
+// TestMoveGraceFlag: the grace is checked.
+func TestMoveGraceFlag(t *testing.T) {
+	for _, g := range []time.Duration{-time.Second, MaxMoveGrace + time.Second} {
+		if _, err := (Config{DataDir: t.TempDir(), MoveGrace: g}).check(); err == nil || !strings.Contains(err.Error(), "move grace") {
+			t.Errorf("move grace %v: %v, want refused", g, err)
+		}
+	}
+	for _, g := range []time.Duration{0, DefaultMoveGrace, MaxMoveGrace} {
+		if _, err := (Config{DataDir: t.TempDir(), MoveGrace: g}).check(); err != nil {
+			t.Errorf("move grace %v: %v", g, err)
+		}
+	}
+}
