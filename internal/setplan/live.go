@@ -11,7 +11,14 @@ import (
 // announces (model.Announcement.Prefixes). An edge announces only while
 // its maps hold the desired state (edge.Announcer), and its routes are
 // those of the last commit it applied: a route it lists is one it serves.
-type Announcing map[string]map[string][]netip.Prefix
+type Announcing map[string]map[string]Routes
+
+// Routes are the routes an edge announces, its host routes (a dedicated
+// or quarantine set's /32s, possibly many) by address.
+type Routes struct {
+	hosts    map[netip.Addr]bool
+	prefixes []netip.Prefix // the others
+}
 
 // Has reports whether edge, a member of set, keeps its announce key.
 func (a Announcing) Has(set, edge string) bool {
@@ -22,7 +29,11 @@ func (a Announcing) Has(set, edge string) bool {
 // Covers reports whether edge, a member of set, announces a route that
 // covers addr.
 func (a Announcing) Covers(set, edge string, addr netip.Addr) bool {
-	for _, p := range a[set][edge] {
+	r := a[set][edge]
+	if r.hosts[addr] {
+		return true
+	}
+	for _, p := range r.prefixes {
 		if p.Contains(addr) {
 			return true
 		}
@@ -36,9 +47,20 @@ func AnnouncingFrom(all map[string]model.Announcement) Announcing {
 	out := Announcing{}
 	for _, an := range all {
 		if out[an.Set] == nil {
-			out[an.Set] = map[string][]netip.Prefix{}
+			out[an.Set] = map[string]Routes{}
 		}
-		out[an.Set][an.Edge] = an.Prefixes
+		var r Routes
+		for _, p := range an.Prefixes {
+			if p.IsSingleIP() {
+				if r.hosts == nil {
+					r.hosts = map[netip.Addr]bool{}
+				}
+				r.hosts[p.Addr()] = true
+			} else {
+				r.prefixes = append(r.prefixes, p.Masked())
+			}
+		}
+		out[an.Set][an.Edge] = r
 	}
 	return out
 }
