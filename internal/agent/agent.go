@@ -33,8 +33,9 @@ type Want struct {
 	// its replies go to group 0, every set's live edges).
 	Set string
 	// Covering is the prefix set whose prefix covers the EIP: where
-	// upstream sends its traffic when no member of a dedicated or
-	// quarantine Set announces its /32 any more.
+	// upstream sends its traffic while no member of a dedicated or
+	// quarantine Set announces its /32 (not yet, or not any more), and
+	// where its replies go meanwhile (GroupPlan.ReplySet).
 	Covering string
 }
 
