@@ -33,8 +33,9 @@ type Want struct {
 	// its replies go to group 0, every set's live edges).
 	Set string
 	// Covering is the prefix set whose prefix covers the EIP: where
-	// upstream sends its traffic when no member of a dedicated or
-	// quarantine Set announces its /32 any more.
+	// upstream sends its traffic while no member of a dedicated or
+	// quarantine Set announces its /32 (not yet, or not any more), and
+	// where its replies go meanwhile (GroupPlan.ReplySet).
 	Covering string
 }
 
@@ -215,6 +216,7 @@ type Reconciler struct {
 	groups      map[uint16]dataplane.AgentGroup
 	fallback    map[string]bool
 	fallbacks   uint64
+	waiting     map[netip.Addr]string // addresses waiting for their set's announcement (GroupPlan.ReplySet)
 
 	bw *bwState // shared bandwidth (bandwidth.go); nil: off
 }
@@ -230,7 +232,8 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	}
 	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, dirty: map[netip.Addr]bool{},
 		whole: map[opKind]string{}, guestIfs: map[string]bool{},
-		groupSlot: map[string]uint16{}, groups: map[uint16]dataplane.AgentGroup{}, fallback: map[string]bool{}}
+		groupSlot: map[string]uint16{}, groups: map[uint16]dataplane.AgentGroup{}, fallback: map[string]bool{},
+		waiting: map[netip.Addr]string{}}
 	// The groups a previous run left: each set keeps its slot, so the
 	// EIPs' and flows' entries stay right meanwhile.
 	gs, err := maps.Groups()
@@ -358,6 +361,7 @@ func (r *Reconciler) reconcile(want HostWant) {
 	}
 	links, used := r.attachGuests(want)
 	p := r.plan(want, links)
+	r.noteWaiting(p.waiting)
 	for _, err := range p.problems {
 		r.fail(err)
 	}

@@ -29,10 +29,25 @@ import (
 //   - a member without BGP is statically routed (today's lab, the e2e
 //     tests): always live.
 //
+// Make-before-break (ReplySet): an address moved into a dedicated set
+// (pulled out) or the quarantine set keeps its replies on the group of
+// the prefix set covering it (Want.Covering) until that set's edges
+// announce it: every live member's announcement lists a route covering
+// the address (model.Announcement.Prefixes). An edge announces only
+// while its maps hold the desired state, with the routes of the commit
+// it applied, so by then each member holds the address's copy, and
+// upstream turns the traffic to the set at the same moment. The prefix
+// set holds the copy all along (it is one of the address's carriers,
+// setplan.Carriers), and its edges take the replies meanwhile. A set with
+// a live member without BGP switches at once (nothing tells when it
+// holds the copy; a static route does not wait either). The way back (a
+// release) is at once: the prefix set never lost the copy.
+//
 // A dedicated or quarantine set none of whose members is live announces
 // the address's /32 no more: upstream, the covering prefix set's route
 // takes its traffic again, so its replies go to that prefix set's group
-// (unless it has no live member either). Any other set with members none
+// (unless it has no live member either; the same while the address
+// waits for the set's announcement). Any other set with members none
 // of which is live falls back to its members that are not drained, or
 // with none, to all of them: dropping every reply helps nobody, and a
 // set whose members all stopped announcing is more likely to have lost
@@ -45,12 +60,18 @@ type GroupPlan struct {
 	All  []netip.Addr            // group 0: every set's live members (the first MaxGroupMembers)
 	// Fallback lists the sets with no live member, in name order.
 	Fallback []string
+
+	// For ReplySet: each set's members in its group, whether it fell
+	// back, and the announcements they were picked by.
+	members  map[string][]model.EdgeNode
+	fellBack map[string]bool
+	ann      setplan.Announcing
 }
 
 // PlanGroups computes the groups from the desired state's sets and the
 // announcements.
 func PlanGroups(sets map[string][]model.EdgeNode, ann setplan.Announcing) GroupPlan {
-	p := GroupPlan{Sets: map[string][]netip.Addr{}}
+	p := GroupPlan{Sets: map[string][]netip.Addr{}, members: map[string][]model.EdgeNode{}, fellBack: map[string]bool{}, ann: ann}
 	names := make([]string, 0, len(sets))
 	for n := range sets {
 		names = append(names, n)
@@ -58,10 +79,13 @@ func PlanGroups(sets map[string][]model.EdgeNode, ann setplan.Announcing) GroupP
 	sort.Strings(names)
 	seen := map[netip.Addr]bool{}
 	for _, name := range names {
-		live, fellBack := LiveMembers(name, sets[name], ann)
+		nodes, fellBack := liveNodes(name, sets[name], ann)
 		if fellBack {
 			p.Fallback = append(p.Fallback, name)
+			p.fellBack[name] = true
 		}
+		p.members[name] = nodes
+		live := underlays(nodes)
 		p.Sets[name] = live
 		for _, a := range live {
 			if !seen[a] && len(p.All) < dataplane.MaxGroupMembers {
@@ -78,14 +102,74 @@ func PlanGroups(sets map[string][]model.EdgeNode, ann setplan.Announcing) GroupP
 // MaxGroupMembers, and whether the set fell back to members that are not
 // live.
 func LiveMembers(set string, members []model.EdgeNode, ann setplan.Announcing) (live []netip.Addr, fellBack bool) {
+	nodes, fellBack := liveNodes(set, members, ann)
+	return underlays(nodes), fellBack
+}
+
+// liveNodes is setplan.LiveMembers, at most MaxGroupMembers.
+func liveNodes(set string, members []model.EdgeNode, ann setplan.Announcing) ([]model.EdgeNode, bool) {
 	nodes, fellBack := setplan.LiveMembers(set, members, ann)
+	if len(nodes) > dataplane.MaxGroupMembers {
+		nodes = nodes[:dataplane.MaxGroupMembers] // the model allows no more
+	}
+	return nodes, fellBack
+}
+
+func underlays(nodes []model.EdgeNode) []netip.Addr {
+	var out []netip.Addr
 	for _, m := range nodes {
-		live = append(live, m.Underlay)
+		out = append(out, m.Underlay)
 	}
-	if len(live) > dataplane.MaxGroupMembers {
-		live = live[:dataplane.MaxGroupMembers] // the model allows no more
+	return out
+}
+
+// ReplySet returns the set whose group gets the replies of address a,
+// which set serves (setplan.Serving, "": none, group 0) and the prefix
+// set covering covers (Want.Covering), and whether a waits for set's
+// announcement (make-before-break, see the head of this file):
+//
+//   - a served by its prefix set, or by none: set;
+//   - set (a dedicated or quarantine set) has no live member: covering;
+//   - covering has no live member: set;
+//   - set has a live member without BGP: set, at once;
+//   - every live member of set announces a route covering a: set;
+//   - otherwise covering, waiting.
+func (p GroupPlan) ReplySet(a netip.Addr, set, covering string) (reply string, waiting bool) {
+	switch {
+	case set == "" || covering == "" || covering == set:
+		return set, false
+	case p.fellBack[set]:
+		if p.fellBack[covering] {
+			return set, false
+		}
+		return covering, false
+	case p.fellBack[covering]:
+		return set, false
+	case p.announced(set, a):
+		return set, false
 	}
-	return live, fellBack
+	return covering, true
+}
+
+// announced reports whether set's edges carry a from upstream: a live
+// member without BGP (statically routed), or every live member announces
+// a route covering a.
+func (p GroupPlan) announced(set string, a netip.Addr) bool {
+	live := p.members[set]
+	if len(live) == 0 {
+		return false
+	}
+	for _, m := range live {
+		if m.BGP == nil {
+			return true
+		}
+	}
+	for _, m := range live {
+		if !p.ann.Covers(set, m.Name, a) {
+			return false
+		}
+	}
+	return true
 }
 
 // SetAnnouncements takes the edges' announcements (store.WatchAnnouncements)
@@ -126,6 +210,23 @@ func (r *Reconciler) noteFallbacks(plan GroupPlan) {
 		}
 	}
 	r.fallback = fb
+}
+
+// noteWaiting logs the addresses that start waiting for the set serving
+// them to announce them, and those that stop (the set announces them, or
+// they moved again).
+func (r *Reconciler) noteWaiting(waiting map[netip.Addr]string) {
+	for _, a := range sortedAddrs(waiting) {
+		if set := waiting[a]; r.waiting[a] != set {
+			r.log.Info("the address's replies stay on its prefix set's edges until the set serving it announces it", "addr", a, "set", set)
+		}
+	}
+	for _, a := range sortedAddrs(r.waiting) {
+		if _, ok := waiting[a]; !ok {
+			r.log.Info("the address waits for no set's announcement any more", "addr", a, "set", r.waiting[a])
+		}
+	}
+	r.waiting = waiting
 }
 
 // Groups returns the groups as programmed, by set ("" for group 0), and

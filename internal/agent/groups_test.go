@@ -100,12 +100,20 @@ func TestDesiredServingSets(t *testing.T) {
 	}
 }
 
-// ann is what the announce keys set/edge (each "SET/EDGE") give.
+// ann is what the announce keys set/edge give, each "SET/EDGE" or
+// "SET/EDGE=ROUTE,ROUTE" (the routes the edge announces).
 func ann(keys ...string) map[string]model.Announcement {
 	out := map[string]model.Announcement{}
 	for _, k := range keys {
+		k, routes, _ := strings.Cut(k, "=")
 		set, edge, _ := strings.Cut(k, "/")
-		out[store.AnnounceKey(set, edge)] = model.Announcement{Set: set, Edge: edge}
+		an := model.Announcement{Set: set, Edge: edge}
+		for r := range strings.SplitSeq(routes, ",") {
+			if r != "" {
+				an.Prefixes = append(an.Prefixes, netip.MustParsePrefix(r))
+			}
+		}
+		out[store.AnnounceKey(set, edge)] = an
 	}
 	return out
 }
@@ -215,6 +223,10 @@ func TestAgentGroupsReconcile(t *testing.T) {
 	put(t, st, &model.EIP{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}, Set: "hot"})
 	put(t, st, &model.Quarantine{Address: a("192.0.2.9")})
 	r.Handle(st, 2, nil, true)
+	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("pop-a") {
+		t.Fatalf("pulled-out EIP, hot does not announce it yet: group %d, want pop-a's %d", e.Group, slot("pop-a"))
+	}
+	r.SetAnnouncements(ann("hot/edge-h1=198.51.100.7/32", "hot/edge-h2=198.51.100.7/32"))
 	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("hot") {
 		t.Fatalf("pulled-out EIP: group %d, want hot's %d", e.Group, slot("hot"))
 	}
@@ -233,11 +245,11 @@ func TestAgentGroupsReconcile(t *testing.T) {
 	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("pop-a") {
 		t.Fatalf("pulled-out EIP, hot dead: group %d, want pop-a's %d", e.Group, slot("pop-a"))
 	}
-	r.SetAnnouncements(ann("hot/edge-h2"))
+	r.SetAnnouncements(ann("hot/edge-h2=198.51.100.7/32"))
 	if e := fake.EIPMap[a("198.51.100.7")]; e.Group != slot("hot") || members("hot") != "[198.18.0.22]" {
 		t.Fatalf("pulled-out EIP, edge-h2 back: group %d (want hot's %d), hot %s", e.Group, slot("hot"), members("hot"))
 	}
-	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2"))
+	r.SetAnnouncements(ann("hot/edge-h1=198.51.100.7/32", "hot/edge-h2=198.51.100.7/32"))
 	// Drain edge-a1 (pop-a's only member): with no live member left the
 	// set falls back to it.
 	popA := *st.EdgeSets["pop-a"]
@@ -259,7 +271,7 @@ func TestAgentGroupsReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2"))
+	r2.SetAnnouncements(ann("hot/edge-h1=198.51.100.7/32", "hot/edge-h2=198.51.100.7/32"))
 	r2.Handle(st, 3, nil, true)
 	if writes != 0 || fmt.Sprint(r2.groupSlot) != fmt.Sprint(r.groupSlot) {
 		t.Fatalf("a restart wrote %d groups; slots %v, were %v", writes, r2.groupSlot, r.groupSlot)
@@ -364,5 +376,178 @@ func TestAgentStateErrorSurvivesAnnouncements(t *testing.T) {
 	r.Handle(st, 3, nil, false)
 	if got := r.Status(time.Now(), nil).Errors; len(got) != 0 {
 		t.Fatalf("the host is back: errors %v", got)
+	}
+}
+
+// TestReplySet: which set's group gets an address's replies, from the
+// set serving it, the prefix set covering it, the members and their
+// announcements (make-before-break: a dedicated or quarantine set only
+// once every live member announces the address).
+func TestReplySet(t *testing.T) {
+	drained := bgpNode("h3", "198.18.2.3")
+	drained.Drained = true
+	sets := map[string][]model.EdgeNode{
+		"pop":   {{Name: "p1", Underlay: a("198.18.1.1")}},
+		"popb":  {bgpNode("b1", "198.18.1.2")},
+		"hot":   {bgpNode("h1", "198.18.2.1"), bgpNode("h2", "198.18.2.2"), drained},
+		"quar":  {bgpNode("q1", "198.18.3.1")},
+		"qs":    {{Name: "s1", Underlay: a("198.18.4.1")}},
+		"mixed": {bgpNode("m1", "198.18.5.1"), {Name: "m2", Underlay: a("198.18.5.2")}},
+		"empty": nil,
+	}
+	eip := a("198.51.100.7")
+	for _, c := range []struct {
+		name          string
+		ann           map[string]model.Announcement
+		set, covering string
+		reply         string
+		waiting       bool
+	}{
+		{"served by its prefix set", ann(), "pop", "pop", "pop", false},
+		{"served by a BGP prefix set that does not list it", ann("popb/b1"), "popb", "popb", "popb", false},
+		{"no set serves it", ann(), "", "", "", false},
+		{"a dedicated set, no prefix set covers it", ann("hot/h1", "hot/h2"), "hot", "", "hot", false},
+		{"pulled out, no member announces the /32 yet", ann("hot/h1", "hot/h2"), "hot", "pop", "pop", true},
+		{"pulled out, one of two live members announces it", ann("hot/h1=198.51.100.7/32", "hot/h2"), "hot", "pop", "pop", true},
+		{"pulled out, both announce it", ann("hot/h1=198.51.100.7/32", "hot/h2=198.51.100.8/32,198.51.100.7/32"), "hot", "pop", "hot", false},
+		{"pulled out, the only live member announces it", ann("hot/h1=198.51.100.7/32"), "hot", "pop", "hot", false},
+		{"pulled out, a drained member that announces does not count", ann("hot/h3=198.51.100.7/32", "hot/h1"), "hot", "pop", "pop", true},
+		{"pulled out, a drained member that does not announce it does not hold it back", ann("hot/h3", "hot/h1=198.51.100.7/32"), "hot", "pop", "hot", false},
+		{"another address's /32 does not count", ann("hot/h1=198.51.100.8/32", "hot/h2=198.51.100.8/32"), "hot", "pop", "pop", true},
+		{"a covering route counts", ann("hot/h1=198.51.100.0/25", "hot/h2=198.51.100.7/32"), "hot", "pop", "hot", false},
+		{"another set's key listing it does not count", ann("quar/h1=198.51.100.7/32", "quar/h2=198.51.100.7/32", "hot/h1", "hot/h2"), "hot", "pop", "pop", true},
+		{"pulled out, no member of hot live: the prefix set", ann(), "hot", "pop", "pop", false},
+		{"quarantined, the quarantine set does not announce it yet", ann("quar/q1"), "quar", "pop", "pop", true},
+		{"quarantined, announced", ann("quar/q1=198.51.100.7/32"), "quar", "pop", "quar", false},
+		{"quarantined, the covering prefix set has no live member either", ann("quar/q1"), "quar", "popb", "quar", false},
+		{"quarantined, no live member anywhere", ann(), "quar", "popb", "quar", false},
+		{"quarantined, the covering BGP prefix set is live", ann("popb/b1=198.51.100.0/24", "quar/q1"), "quar", "popb", "popb", true},
+		{"a statically routed quarantine set: at once", ann(), "qs", "pop", "qs", false},
+		{"a set with a static member: at once", ann("mixed/m1"), "mixed", "pop", "mixed", false},
+		{"a set without members", ann(), "empty", "pop", "pop", true},
+	} {
+		p := PlanGroups(sets, setplan.AnnouncingFrom(c.ann))
+		reply, waiting := p.ReplySet(eip, c.set, c.covering)
+		if reply != c.reply || waiting != c.waiting {
+			t.Errorf("%s: %q waiting %v, want %q %v", c.name, reply, waiting, c.reply, c.waiting)
+		}
+	}
+}
+
+// recordingAgent is a fake data plane that records the group every
+// write of an EIP or a service names, in order.
+type recordingAgent struct {
+	*dataplane.FakeAgent
+	writes map[netip.Addr][]uint16
+}
+
+func (f *recordingAgent) PutEIP(e dataplane.AgentEIP) error {
+	f.writes[e.EIP] = append(f.writes[e.EIP], e.Group)
+	return f.FakeAgent.PutEIP(e)
+}
+
+func (f *recordingAgent) PutService(s dataplane.AgentService) error {
+	f.writes[s.VIP] = append(f.writes[s.VIP], s.Group)
+	return f.FakeAgent.PutService(s)
+}
+
+// TestAgentQuarantineMakeBeforeBreak: an EIP and a VIP quarantined at
+// revision 2 into a quarantine set whose members speak BGP keep their
+// replies on their prefix sets' groups (which hold them all along) until
+// every live member of the quarantine set announces their /32, each
+// address on its own; released, they go back to the prefix set's group
+// at once, while the quarantine set still announces them. No write ever
+// names the quarantine set's group before its announcement.
+func TestAgentQuarantineMakeBeforeBreak(t *testing.T) {
+	st := setsState(t)
+	put(t, st, &model.EdgeSet{Name: "quar", Role: model.RoleQuarantine, BGP: &model.SetBGP{ASN: 64512},
+		Edges: []model.EdgeNode{bgpNode("edge-q1", "198.18.0.31"), bgpNode("edge-q2", "198.18.0.32")}})
+	fake := &recordingAgent{FakeAgent: dataplane.NewFakeAgent(), writes: map[netip.Addr][]uint16{}}
+	var applied int64
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.OnApplied = func(rev int64) { applied = rev }
+	eip, vip := a("192.0.2.9"), a("198.51.100.20")
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2", "quar/edge-q1", "quar/edge-q2"))
+	r.Handle(st, 1, nil, true)
+	slot := func(set string) uint16 {
+		t.Helper()
+		s, ok := r.groupSlot[set]
+		if !ok || s == 0 {
+			t.Fatalf("set %s has no slot: %v", set, r.groupSlot)
+		}
+		return s
+	}
+	vipGroups := func() []uint16 {
+		var out []uint16
+		for s := range fake.Svc {
+			if s.VIP == vip {
+				out = append(out, s.Group)
+			}
+		}
+		return out
+	}
+	check := func(what, eipSet, vipSet string, waiting int) {
+		t.Helper()
+		if errs := r.Status(time.Now(), nil).Errors; len(errs) != 0 {
+			t.Fatalf("%s: errors %v", what, errs)
+		}
+		if g := fake.EIPMap[eip].Group; g != slot(eipSet) {
+			t.Errorf("%s: the EIP's group %d, want %s's %d", what, g, eipSet, slot(eipSet))
+		}
+		if gs := vipGroups(); len(gs) == 0 || slices.ContainsFunc(gs, func(g uint16) bool { return g != slot(vipSet) }) {
+			t.Errorf("%s: the VIP's groups %v, want %s's %d", what, gs, vipSet, slot(vipSet))
+		}
+		if len(r.waiting) != waiting {
+			t.Errorf("%s: waiting %v, want %d addresses", what, r.waiting, waiting)
+		}
+	}
+	check("by prefix", "pop-b", "pop-a", 0)
+
+	put(t, st, &model.Quarantine{Address: eip})
+	put(t, st, &model.Quarantine{Address: vip})
+	r.Handle(st, 2, nil, false)
+	if applied != 2 {
+		t.Fatalf("revision 2 not applied: %d", applied)
+	}
+	check("quarantined at revision 2, no member of quar announces them", "pop-b", "pop-a", 2)
+	if fmt.Sprint(fake.GroupMap[slot("quar")].Members) != "[198.18.0.31 198.18.0.32]" {
+		t.Fatalf("quar's group: %+v", fake.GroupMap[slot("quar")])
+	}
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2", "quar/edge-q1=192.0.2.9/32,198.51.100.20/32", "quar/edge-q2"))
+	check("edge-q1 announces both, edge-q2 neither", "pop-b", "pop-a", 2)
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2", "quar/edge-q1=192.0.2.9/32,198.51.100.20/32", "quar/edge-q2=192.0.2.9/32"))
+	check("edge-q2 announces the EIP", "quar", "pop-a", 1)
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2", "quar/edge-q1=192.0.2.9/32,198.51.100.20/32", "quar/edge-q2=192.0.2.9/32,198.51.100.20/32"))
+	check("both announce both", "quar", "quar", 0)
+	// edge-q1 dies: edge-q2 still announces both.
+	r.SetAnnouncements(ann("hot/edge-h1", "hot/edge-h2", "quar/edge-q2=192.0.2.9/32,198.51.100.20/32"))
+	check("edge-q1 gone", "quar", "quar", 0)
+
+	// Released at revision 3: back at once, though edge-q2 has not
+	// withdrawn the /32s yet.
+	for _, x := range []netip.Addr{eip, vip} {
+		if _, err := st.Delete(model.KindQuarantine, x.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Handle(st, 3, nil, false)
+	check("released", "pop-b", "pop-a", 0)
+
+	// The EIP's writes, in order: pop-b's group, quar's once announced,
+	// pop-b's again.
+	if got, want := fake.writes[eip], []uint16{slot("pop-b"), slot("quar"), slot("pop-b")}; !slices.Equal(got, want) {
+		t.Errorf("the EIP's writes named groups %v, want %v", got, want)
+	}
+	var order []uint16
+	for _, g := range fake.writes[vip] {
+		if len(order) == 0 || order[len(order)-1] != g {
+			order = append(order, g)
+		}
+	}
+	if want := []uint16{slot("pop-a"), slot("quar"), slot("pop-a")}; !slices.Equal(order, want) {
+		t.Errorf("the VIP's writes named groups %v (in turn), want %v", order, want)
 	}
 }

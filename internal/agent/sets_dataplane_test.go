@@ -51,7 +51,9 @@ func (bedLinks) KeepResolved(string, []netip.Addr) {}
 // xdp_agent_guest (BPF_PROG_TEST_RUN). The replies of an EIP go to the
 // announcing members of the set that serves it and nowhere else: a member
 // whose key is revoked is never chosen again; pulled out, they go to the
-// dedicated set's members; quarantined, to the quarantine set's.
+// dedicated set's members once every live one announces the EIP's /32
+// (the prefix set's meanwhile: make-before-break); quarantined, to the
+// quarantine set's (statically routed: at once).
 func TestAgentSetsDataPlane(t *testing.T) { setsScenario(t, false) }
 
 // TestAgentSetsLive is the same with live packets: the guest program is
@@ -115,20 +117,35 @@ func setsScenario(t *testing.T, live bool) {
 	go func() { defer close(done); WatchAnnouncements(ctx, s, r, quiet, nil) }()
 	defer func() { cancel(); <-done }()
 	leases := map[string]store.LeaseID{}
-	announce := func(set, edge, underlay string) {
+	// announce writes edge's announce key (again, with the same lease,
+	// when it holds one) listing routes.
+	announce := func(set, edge, underlay string, routes ...string) {
 		t.Helper()
-		id, err := s.Grant(ctx, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
+		id, ok := leases[set+"/"+edge]
+		if !ok {
+			if id, err = s.Grant(ctx, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.KeepAlive(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			leases[set+"/"+edge] = id
 		}
-		v, _ := json.Marshal(model.Announcement{Set: set, Edge: edge, Underlay: a(underlay)})
+		an := model.Announcement{Set: set, Edge: edge, Underlay: a(underlay)}
+		for _, r := range routes {
+			an.Prefixes = append(an.Prefixes, netip.MustParsePrefix(r))
+		}
+		v, _ := json.Marshal(an)
 		if err := s.WriteLeased(ctx, id, []store.KV{{Key: store.AnnounceKey(set, edge), Value: v}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.KeepAlive(ctx, id); err != nil {
+	}
+	revoke := func(key string) {
+		t.Helper()
+		if err := s.Revoke(ctx, leases[key]); err != nil {
 			t.Fatal(err)
 		}
-		leases[set+"/"+edge] = id
+		delete(leases, key)
 	}
 	// waitGroup waits until set's group holds exactly want.
 	waitGroup := func(set string, want ...string) {
@@ -172,8 +189,8 @@ func setsScenario(t *testing.T, live bool) {
 		}
 	}
 
-	announce("pop", "e1", "198.18.1.1")
-	announce("pop", "e2", "198.18.1.2")
+	announce("pop", "e1", "198.18.1.1", "198.51.100.0/24")
+	announce("pop", "e2", "198.18.1.2", "198.51.100.0/24")
 	announce("hot", "h1", "198.18.2.1")
 	announce("hot", "h2", "198.18.2.2")
 	r.Handle(st, 1, nil, true)
@@ -184,23 +201,10 @@ func setsScenario(t *testing.T, live bool) {
 	waitGroup("hot", "198.18.2.1", "198.18.2.2")
 	expect("e1 and e2 announce (e3 does not)", "198.18.1.1", "198.18.1.2")
 
-	if err := s.Revoke(ctx, leases["pop/e2"]); err != nil {
-		t.Fatal(err)
-	}
+	revoke("pop/e2")
 	waitGroup("pop", "198.18.1.1")
 	expect("e2 withdrew", "198.18.1.1")
 
-	put(t, st, &model.EIP{Address: eip, Binding: &model.Binding{Host: "h1", Guest: "g1"}, Set: "hot"})
-	r.Handle(st, 2, nil, true)
-	expect("pulled out into hot", "198.18.2.1", "198.18.2.2")
-
-	// Both of hot's members withdraw: upstream, pop's /24 takes the
-	// EIP's traffic again, and so do pop's live members its replies.
-	for _, e := range []string{"hot/h1", "hot/h2"} {
-		if err := s.Revoke(ctx, leases[e]); err != nil {
-			t.Fatal(err)
-		}
-	}
 	waitEIPGroup := func(set string) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -215,13 +219,44 @@ func setsScenario(t *testing.T, live bool) {
 			}
 		}
 	}
+	// Pulled out into hot: its replies stay with pop (which holds the
+	// EIP) until every live member of hot announces its /32.
+	put(t, st, &model.EIP{Address: eip, Binding: &model.Binding{Host: "h1", Guest: "g1"}, Set: "hot"})
+	r.Handle(st, 2, nil, true)
+	expect("pulled out into hot, which does not announce it yet", "198.18.1.1")
+	announce("hot", "h1", "198.18.2.1", "198.51.100.7/32")
+	waitAnnounced := func(set, edge string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			r.mu.Lock()
+			ok := r.ann.Covers(set, edge, eip)
+			r.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s/%s's announcement of %v never reached the reconciler", set, edge, eip)
+			}
+		}
+	}
+	waitAnnounced("hot", "h1")
+	expect("h1 announces the /32, h2 not yet", "198.18.1.1")
+	announce("hot", "h2", "198.18.2.2", "198.51.100.7/32")
+	waitEIPGroup("hot")
+	expect("both of hot's members announce the /32", "198.18.2.1", "198.18.2.2")
+
+	// Both of hot's members withdraw: upstream, pop's /24 takes the
+	// EIP's traffic again, and so do pop's live members its replies.
+	revoke("hot/h1")
+	revoke("hot/h2")
 	waitEIPGroup("pop")
 	expect("hot has no live member: back to pop's", "198.18.1.1")
-	announce("hot", "h2", "198.18.2.2")
+	announce("hot", "h2", "198.18.2.2", "198.51.100.7/32")
 	waitEIPGroup("hot")
 	waitGroup("hot", "198.18.2.2")
 	expect("h2 announces again", "198.18.2.2")
 
+	// quar's member has no BGP (statically routed): at once.
 	put(t, st, &model.Quarantine{Address: eip})
 	r.Handle(st, 3, nil, true)
 	expect("quarantined", "198.18.3.1")
@@ -231,7 +266,7 @@ func setsScenario(t *testing.T, live bool) {
 	}
 	put(t, st, &model.EIP{Address: eip, Binding: &model.Binding{Host: "h1", Guest: "g1"}})
 	r.Handle(st, 4, nil, true)
-	announce("pop", "e3", "198.18.1.3")
+	announce("pop", "e3", "198.18.1.3", "198.51.100.0/24")
 	waitGroup("pop", "198.18.1.1", "198.18.1.3")
 	expect("back in pop, e3 announcing now", "198.18.1.1", "198.18.1.3")
 }

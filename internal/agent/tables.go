@@ -49,6 +49,10 @@ type tablePlan struct {
 	// lookup failure neither drops a live EIP nor resets its counters.
 	keep     map[netip.Addr]dataplane.AgentEIP
 	services map[svcID]dataplane.AgentService
+	// waiting: the EIPs and VIPs whose replies stay on the covering
+	// prefix set's group until the set serving them (the value)
+	// announces them (GroupPlan.ReplySet).
+	waiting map[netip.Addr]string
 	// problems: what the plan leaves out, and why (reported; the slots
 	// of sets gone are only emptied once there are none).
 	problems []error
@@ -83,7 +87,8 @@ type planInput struct {
 func planTables(in planInput) tablePlan {
 	w := in.want
 	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
-		eips: map[netip.Addr]dataplane.AgentEIP{}, keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{}}
+		eips: map[netip.Addr]dataplane.AgentEIP{}, keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
+		waiting: map[netip.Addr]string{}}
 	local, err := PlanLocal(in.cfg.LocalAllow)
 	if err == nil {
 		err = CheckLocalAllow(in.cfg.LocalAllow, w)
@@ -113,11 +118,13 @@ func planTables(in planInput) tablePlan {
 			p.stale[name] = slot
 		}
 	}
-	fallback := map[string]bool{}
-	for _, s := range in.live.Fallback {
-		fallback[s] = true
+	groupOf := func(a netip.Addr, set, covering string) uint16 {
+		reply, waiting := in.live.ReplySet(a, set, covering)
+		if waiting {
+			p.waiting[a] = set
+		}
+		return slotOf(in.slots, reply, set)
 	}
-	groupOf := func(set, covering string) uint16 { return groupOf(in.slots, fallback, set, covering) }
 
 	for addr, gl := range in.links {
 		p.ifaddrs = append(p.ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
@@ -140,7 +147,7 @@ func planTables(in planInput) tablePlan {
 			continue
 		}
 		p.eips[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID, Ifindex: uint32(gl.ifindex), Service: e.Service,
-			Group: groupOf(e.Set, e.Covering)}
+			Group: groupOf(a, e.Set, e.Covering)}
 	}
 	for _, pr := range w.Problems {
 		p.problems = append(p.problems, fmt.Errorf("%s", pr))
@@ -149,7 +156,7 @@ func planTables(in planInput) tablePlan {
 		if _, ok := in.links[s.Guest]; !ok {
 			continue // reported
 		}
-		s.Group = groupOf(w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
+		s.Group = groupOf(s.VIP, w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
 		p.services[idOf(s)] = s
 	}
 	return p
@@ -182,18 +189,15 @@ func assignSlots(sets []string, cur map[string]uint16) map[string]uint16 {
 	return out
 }
 
-// groupOf is the slot of the set that serves an address: set, or the
-// prefix set covering the address while set (a dedicated or quarantine
-// set) has no live member and the covering set has some (0: no set, or
-// the set has no slot).
-func groupOf(slots map[string]uint16, fallback map[string]bool, set, covering string) uint16 {
+// slotOf is the slot of reply, the set whose group gets an address's
+// replies (GroupPlan.ReplySet), else of set, the one serving it (0: no
+// set, or the set has no slot).
+func slotOf(slots map[string]uint16, reply, set string) uint16 {
+	if slot, ok := slots[reply]; ok && reply != "" {
+		return slot
+	}
 	if set == "" {
 		return 0
-	}
-	if fallback[set] && covering != "" && covering != set && !fallback[covering] {
-		if slot, ok := slots[covering]; ok {
-			return slot
-		}
 	}
 	return slots[set]
 }

@@ -141,7 +141,8 @@ func kernelTables(t *testing.T, dp *dataplane.Agent) agentTables {
 // checkTables checks that the maps hold exactly w: every set in a slot of
 // its own with its live members, slot 0 with every set's, no other slot;
 // each EIP with its guest, interface and the slot of the set that serves
-// it (or the covering set's while it has no live member), a counter slot
+// it (or the covering set's while it has no live member or does not
+// announce it: GroupPlan.ReplySet), a counter slot
 // of its own; the service backends; the configuration, the guests'
 // addresses and checked ports.
 func checkTables(got agentTables, w HostWant) error {
@@ -168,9 +169,9 @@ func checkTables(got agentTables, w HostWant) error {
 	if g := got.groups[0]; !slices.Equal(g.Members, live.All) {
 		return fmt.Errorf("group 0: %v, want %v", g.Members, live.All)
 	}
-	fallback := map[string]bool{}
-	for _, s := range live.Fallback {
-		fallback[s] = true
+	groupOf := func(a netip.Addr, set, covering string) uint16 {
+		reply, _ := live.ReplySet(a, set, covering)
+		return slotOf(slots, reply, set)
 	}
 	ifindex := map[netip.Addr]uint32{}
 	for _, g := range w.Guests {
@@ -183,7 +184,7 @@ func checkTables(got agentTables, w HostWant) error {
 	counters := map[uint32]netip.Addr{}
 	for a, e := range w.EIPs {
 		want := dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID, Ifindex: ifindex[e.Private], Service: e.Service,
-			Group: groupOf(slots, fallback, e.Set, e.Covering)}
+			Group: groupOf(a, e.Set, e.Covering)}
 		g, ok := got.eips[a]
 		if !ok {
 			return fmt.Errorf("EIP %v missing", a)
@@ -199,7 +200,7 @@ func checkTables(got agentTables, w HostWant) error {
 	}
 	var svcs []string
 	for _, s := range w.Services {
-		s.Group = groupOf(slots, fallback, w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
+		s.Group = groupOf(s.VIP, w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
 		svcs = append(svcs, fmt.Sprintf("%+v", s))
 	}
 	var have []string

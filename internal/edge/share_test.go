@@ -10,6 +10,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/placement/placementtest"
 	"github.com/azgate/azgate/internal/store"
 	"github.com/azgate/azgate/internal/store/embeddedtest"
@@ -275,5 +276,150 @@ func TestFollowShareFollowsItsSet(t *testing.T) {
 	}
 	if c.resyncs < 4 {
 		t.Errorf("%d full loads, want one per set followed (4)", c.resyncs)
+	}
+}
+
+// holdChecker passes a follow on to an edge's reconciler and checks,
+// after every call, that the plan the announcer reads (AnnouncePlan: the
+// routes the edge announces, and writes in its announce key for the
+// agents) lists a route covering eip only while the edge's route map
+// holds eip's binding: an agent that switches eip's replies to the edge's
+// set once the announcement lists it (agent.GroupPlan.ReplySet) finds the
+// edge ready. With always, the route map must hold eip after every
+// commit (the prefix set's edge, a carrier all along).
+type holdChecker struct {
+	store.Sink
+	r      *Reconciler
+	fake   *dataplane.FakeEdge
+	eip    netip.Addr
+	host   netip.Addr
+	always bool
+
+	mu        sync.Mutex
+	loaded    bool
+	announced int // commits after which the plan lists eip
+	bad       []string
+}
+
+func (c *holdChecker) check(what string, rev int64, commit bool) {
+	c.r.mu.Lock()
+	rt, held := c.fake.RouteMap[c.eip]
+	held = held && rt.Host == c.host
+	c.r.mu.Unlock()
+	lists := false
+	for _, p := range c.r.AnnouncePlan().Prefixes {
+		lists = lists || p.Contains(c.eip)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lists && !held {
+		c.bad = append(c.bad, fmt.Sprintf("%s at revision %d: %v announced without its route (%+v)", what, rev, c.eip, rt))
+	}
+	if commit {
+		c.loaded = true
+		if lists {
+			c.announced++
+		}
+	}
+	if c.always && c.loaded && !held {
+		c.bad = append(c.bad, fmt.Sprintf("%s at revision %d: %v's route missing (%+v)", what, rev, c.eip, rt))
+	}
+}
+
+func (c *holdChecker) Put(kind, key string, value []byte, rev int64) {
+	c.Sink.Put(kind, key, value, rev)
+	c.check("put "+kind+"/"+key, rev, false)
+}
+
+func (c *holdChecker) Delete(kind, key string, rev int64) {
+	c.Sink.Delete(kind, key, rev)
+	c.check("delete "+kind+"/"+key, rev, false)
+}
+
+func (c *holdChecker) Commit(rev int64, resync bool) {
+	c.Sink.Commit(rev, resync)
+	c.check("commit", rev, true)
+}
+
+// TestShareAnnouncesOnlyWhatItHolds: edges following their sets' shares
+// (a prefix set's, a dedicated set's, the quarantine set's) while an EIP
+// is pulled out, quarantined, released from the quarantine and returned.
+// An edge's plan lists the EIP's /32 only while its maps hold the EIP's
+// binding, at every put, delete and commit of its follow; the prefix
+// set's edge holds the binding throughout (the agents send the replies
+// to it until the set serving the EIP announces it: the edge's egress
+// anti-spoofing takes a reply only from the host the EIP is bound to).
+func TestShareAnnouncesOnlyWhatItHolds(t *testing.T) {
+	s := embeddedtest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	objs := []model.Object{&model.AZ{Name: "az1"},
+		&model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefixA}, Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.1.1")}}},
+		&model.EdgeSet{Name: "hot", Role: model.RoleDedicated, Edges: []model.EdgeNode{{Name: "edge-h1", Underlay: a("198.18.2.1")}}},
+		&model.EdgeSet{Name: "quar", Role: model.RoleQuarantine, Edges: []model.EdgeNode{{Name: "edge-q1", Underlay: a("198.18.3.1")}}},
+	}
+	host := shareHost("az1-a1", 1, 3, prefixA)
+	objs = append(objs, host...)
+	if _, err := placementtest.Put(ctx, s, objs...); err != nil {
+		t.Fatal(err)
+	}
+	bound := *host[1].(*model.EIP)
+	eip, ul := bound.Address, host[0].(*model.Host).Underlay
+
+	checkers := map[string]*holdChecker{}
+	for _, name := range []string{"edge-a1", "edge-h1", "edge-q1"} {
+		fake := dataplane.NewFakeEdge()
+		r := NewReconciler(Config{Name: name, Log: quiet}, fake)
+		defer r.Stop()
+		c := &holdChecker{Sink: r, r: r, fake: fake, eip: eip, host: ul, always: name == "edge-a1"}
+		checkers[name] = c
+		go FollowShare(ctx, s, name, c, quiet)
+	}
+	lists := func(name string) bool {
+		for _, p := range checkers[name].r.AnnouncePlan().Prefixes {
+			if p.Contains(eip) {
+				return true
+			}
+		}
+		return false
+	}
+	// step writes objs (or deletes ref) and waits until every edge applied
+	// the commit and which edges list the EIP's /32 is want.
+	step := func(what string, want map[string]bool, ref *placement.Ref, objs ...model.Object) {
+		t.Helper()
+		var rev int64
+		var err error
+		if ref != nil {
+			rev, err = placementtest.Delete(ctx, s, *ref)
+		} else {
+			rev, err = placementtest.Put(ctx, s, objs...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range checkers {
+			until(t, c.r, what+": "+name+" applied it", func() bool { return c.r.rev >= rev })
+			if got := lists(name); got != want[name] {
+				t.Fatalf("%s: %s lists %v: %v, want %v", what, name, eip, got, want[name])
+			}
+		}
+	}
+	step("bound (a change every edge reads after the load)", map[string]bool{"edge-a1": true}, nil, &model.AZ{Name: "az2"})
+	pulled := bound
+	pulled.Set = "hot"
+	step("pulled out", map[string]bool{"edge-a1": true, "edge-h1": true}, nil, &pulled)
+	step("quarantined", map[string]bool{"edge-a1": true, "edge-q1": true}, nil, &model.Quarantine{Address: eip})
+	step("quarantine released", map[string]bool{"edge-a1": true, "edge-h1": true}, &placement.Ref{Kind: model.KindQuarantine, Key: eip.String()})
+	step("returned", map[string]bool{"edge-a1": true}, nil, &bound)
+
+	for name, c := range checkers {
+		c.mu.Lock()
+		if len(c.bad) > 0 {
+			t.Errorf("%s: %d violations, the first: %v", name, len(c.bad), c.bad[:min(3, len(c.bad))])
+		}
+		if name != "edge-a1" && c.announced == 0 {
+			t.Errorf("%s never listed %v", name, eip)
+		}
+		c.mu.Unlock()
 	}
 }

@@ -1,13 +1,45 @@
 package setplan
 
-import "github.com/azgate/azgate/internal/model"
+import (
+	"net/netip"
+
+	"github.com/azgate/azgate/internal/model"
+)
 
 // Announcing is the edges that keep their announce key
-// (store.AnnounceKey), by set and edge name.
-type Announcing map[string]map[string]bool
+// (store.AnnounceKey), by set and edge name, with the routes each one
+// announces (model.Announcement.Prefixes). An edge announces only while
+// its maps hold the desired state (edge.Announcer), and its routes are
+// those of the last commit it applied: a route it lists is one it serves.
+type Announcing map[string]map[string]Routes
+
+// Routes are the routes an edge announces, its host routes (a dedicated
+// or quarantine set's /32s, possibly many) by address.
+type Routes struct {
+	hosts    map[netip.Addr]bool
+	prefixes []netip.Prefix // the others
+}
 
 // Has reports whether edge, a member of set, keeps its announce key.
-func (a Announcing) Has(set, edge string) bool { return a[set][edge] }
+func (a Announcing) Has(set, edge string) bool {
+	_, ok := a[set][edge]
+	return ok
+}
+
+// Covers reports whether edge, a member of set, announces a route that
+// covers addr.
+func (a Announcing) Covers(set, edge string, addr netip.Addr) bool {
+	r := a[set][edge]
+	if r.hosts[addr] {
+		return true
+	}
+	for _, p := range r.prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
 
 // AnnouncingFrom reads what store.WatchAnnouncements hands over (valid
 // announcements by key: the key's set and edge are the value's).
@@ -15,9 +47,20 @@ func AnnouncingFrom(all map[string]model.Announcement) Announcing {
 	out := Announcing{}
 	for _, an := range all {
 		if out[an.Set] == nil {
-			out[an.Set] = map[string]bool{}
+			out[an.Set] = map[string]Routes{}
 		}
-		out[an.Set][an.Edge] = true
+		var r Routes
+		for _, p := range an.Prefixes {
+			if p.IsSingleIP() {
+				if r.hosts == nil {
+					r.hosts = map[netip.Addr]bool{}
+				}
+				r.hosts[p.Addr()] = true
+			} else {
+				r.prefixes = append(r.prefixes, p.Masked())
+			}
+		}
+		out[an.Set][an.Edge] = r
 	}
 	return out
 }

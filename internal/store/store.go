@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -551,15 +552,38 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 	// markerWait: tick so that its wait ends without another response.
 	tick := time.NewTicker(markerWait / 2)
 	defer tick.Stop()
+	// With markers, a change waits (held) until its whole transaction
+	// arrived: see heldChanges.
+	var held heldChanges
+	release := time.NewTimer(time.Hour)
+	release.Stop()
+	defer release.Stop()
+	// flush passes the held changes that may go on to sink and commits;
+	// it arms release for the next one's wait.
+	flush := func(changed bool) {
+		next := p.applied()
+		if held.flush(sink, next, time.Now()) {
+			changed = true
+		}
+		if at, ok := held.due(); ok {
+			release.Reset(time.Until(at))
+		}
+		if changed || next > committed {
+			committed = max(committed, next)
+			sink.Commit(committed, false)
+		}
+	}
 	for {
 		var resp response
 		select {
 		case resp = <-merged:
 		case <-tick.C:
-			if a := p.applied(); f.marker && a > committed {
-				committed = a
-				sink.Commit(committed, false)
+			if f.marker {
+				flush(false)
 			}
+			continue
+		case <-release.C:
+			flush(false)
 			continue
 		case <-ctx.Done():
 			return ctx.Err()
@@ -588,6 +612,10 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 			if !ok {
 				continue
 			}
+			if f.marker {
+				held.add(kind, key, e, time.Now())
+				continue
+			}
 			if e.Type == clientv3.EventTypeDelete {
 				sink.Delete(kind, key, e.Kv.ModRevision)
 			} else {
@@ -598,20 +626,83 @@ func (s *Store) watch(ctx context.Context, rev int64, f feed, sink Sink) error {
 			// responses carry: the state reflects the last event's.
 			rev = max(rev, e.Kv.ModRevision)
 		}
-		next := rev
 		if f.marker {
 			// Only what every span delivered whole: a change of one span
 			// may come before another span's change of the same or an
 			// earlier commit (their watches are merged here), so the
-			// revision committed is the markers' (progress), and the
-			// changes go to the sink at once under the last one.
-			next = p.applied()
+			// revision committed is the markers' (progress), and a change
+			// goes to the sink once every change of its commit arrived.
+			flush(false)
+			continue
 		}
-		if changed || next > committed {
-			committed = max(committed, next)
+		if changed || rev > committed {
+			committed = max(committed, rev)
 			sink.Commit(committed, false)
 		}
 	}
+}
+
+// heldWait bounds how long a change waits for the rest of its
+// transaction (heldChanges): a change no marker announces (written
+// straight into etcd) or one behind a marker whose change never comes
+// goes on after it, under the revision applied then.
+const heldWait = time.Second
+
+// heldChanges are a scope follower's changes that wait for the rest of
+// their transaction. The spans (the scope's copies, each kind read whole)
+// are watched apart, so a transaction that wrote keys of two spans (a
+// Quarantine, and the quarantined EIP's copy into the quarantine set's
+// scope) arrives in two responses, either first. Passed on at once, the
+// sink would commit the Quarantine without the copy: the quarantine set's
+// edge would announce the address's /32 before it holds the EIP (and the
+// agents would send it the EIP's replies). A change goes on once the
+// markers say its revision arrived whole (progress.applied), or after
+// heldWait; in revision order, so a key's changes keep theirs.
+type heldChanges struct {
+	q []heldChange // by revision, then arrival
+}
+
+type heldChange struct {
+	kind, key string
+	value     []byte
+	del       bool
+	rev       int64
+	at        time.Time
+}
+
+func (h *heldChanges) add(kind, key string, e *clientv3.Event, now time.Time) {
+	c := heldChange{kind: kind, key: key, value: e.Kv.Value, del: e.Type == clientv3.EventTypeDelete, rev: e.Kv.ModRevision, at: now}
+	i := len(h.q)
+	for i > 0 && h.q[i-1].rev > c.rev {
+		i--
+	}
+	h.q = slices.Insert(h.q, i, c)
+}
+
+// flush passes on, in order, the changes of revisions up to applied and
+// those that waited heldWait, and reports whether it passed any.
+func (h *heldChanges) flush(sink Sink, applied int64, now time.Time) bool {
+	n := 0
+	for n < len(h.q) && (h.q[n].rev <= applied || now.Sub(h.q[n].at) >= heldWait) {
+		c := h.q[n]
+		if c.del {
+			sink.Delete(c.kind, c.key, c.rev)
+		} else {
+			sink.Put(c.kind, c.key, c.value, c.rev)
+		}
+		n++
+	}
+	h.q = slices.Delete(h.q, 0, n)
+	return n > 0
+}
+
+// due is when the first held change's wait ends (those after it go with
+// it at the latest).
+func (h *heldChanges) due() (time.Time, bool) {
+	if len(h.q) == 0 {
+		return time.Time{}, false
+	}
+	return h.q[0].at.Add(heldWait), true
 }
 
 // stateSink keeps a model.State and hands it to a Handler.
