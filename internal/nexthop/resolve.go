@@ -43,6 +43,29 @@ func (r *Resolver) Keep(group string, addrs []netip.Addr) {
 	r.ensure(addrs)
 }
 
+// Add adds addrs to the group's set and resolves the next hops of those no
+// group held yet now: a caller about to send to new addresses starts
+// their resolution without waiting to replace the whole set (Keep).
+func (r *Resolver) Add(group string, addrs []netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	have := map[netip.Addr]bool{}
+	for _, g := range r.groups {
+		for _, a := range g {
+			have[a] = true
+		}
+	}
+	var fresh []netip.Addr
+	for _, a := range addrs {
+		if !have[a] {
+			have[a] = true
+			fresh = append(fresh, a)
+		}
+	}
+	r.groups[group] = append(r.groups[group], fresh...)
+	r.ensure(fresh)
+}
+
 // Refresh re-checks every group within delay (calls in between coalesce).
 func (r *Resolver) Refresh(delay time.Duration) {
 	r.mu.Lock()

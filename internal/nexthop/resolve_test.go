@@ -63,3 +63,56 @@ func TestResolverMultipath(t *testing.T) {
 		}
 	}
 }
+
+// TestResolverAdd: Add resolves the next hops of addresses new to the
+// resolver at once (on-link hosts: each its own neighbour) and keeps
+// them with the group's others.
+func TestResolverAdd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: network namespaces need root")
+	}
+	n, err := netlab.NewNode("azgt-add-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Delete()
+	p, err := netlab.NewNode("azgt-add-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Delete()
+	if err := netlab.Veth(netlab.End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:01:01"}, netlab.End{Node: p, Dev: "fab", MAC: "02:bb:00:00:01:02"}, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Addr("ul0", "198.18.0.1/24"); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h1, h2 := netip.MustParseAddr("198.18.0.5"), netip.MustParseAddr("198.18.0.6")
+	var managed map[netip.Addr]bool
+	if err := n.Do(func() error {
+		r.Keep("hosts", []netip.Addr{h1})
+		r.Add("hosts", []netip.Addr{h1, h2})
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		l, err := h.LinkByName("ul0")
+		if err != nil {
+			return err
+		}
+		managed = managedNeighs(h, l.Attrs().Index)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{h1, h2} {
+		if !managed[a] {
+			t.Errorf("on-link host %v not kept resolved: managed %v", a, managed)
+		}
+	}
+	if got := r.groups["hosts"]; len(got) != 2 {
+		t.Errorf("group after Add %v, want both hosts once", got)
+	}
+}
