@@ -65,8 +65,8 @@ func TestResolverMultipath(t *testing.T) {
 }
 
 // TestResolverAdd: Add resolves the next hops of addresses new to the
-// resolver at once (on-link hosts: each its own neighbour) and keeps
-// them with the group's others.
+// resolver at once (on-link hosts: each its own neighbour; a routed one:
+// its gateway) and keeps them with the group's others.
 func TestResolverAdd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: network namespaces need root")
@@ -87,12 +87,16 @@ func TestResolverAdd(t *testing.T) {
 	if err := n.Addr("ul0", "198.18.0.1/24"); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := n.Cmd("ip", "route", "add", "198.19.0.0/16", "via", "198.18.0.254", "dev", "ul0").CombinedOutput(); err != nil {
+		t.Fatalf("route: %v: %s", err, out)
+	}
 	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	h1, h2 := netip.MustParseAddr("198.18.0.5"), netip.MustParseAddr("198.18.0.6")
+	h1, h2, h3 := netip.MustParseAddr("198.18.0.5"), netip.MustParseAddr("198.18.0.6"), netip.MustParseAddr("198.19.1.1")
+	gw := netip.MustParseAddr("198.18.0.254")
 	var managed map[netip.Addr]bool
 	if err := n.Do(func() error {
 		r.Keep("hosts", []netip.Addr{h1})
-		r.Add("hosts", []netip.Addr{h1, h2})
+		r.Add("hosts", []netip.Addr{h1, h2, h3})
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -107,12 +111,12 @@ func TestResolverAdd(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []netip.Addr{h1, h2} {
+	for _, a := range []netip.Addr{h1, h2, gw} {
 		if !managed[a] {
-			t.Errorf("on-link host %v not kept resolved: managed %v", a, managed)
+			t.Errorf("next hop %v not kept resolved: managed %v", a, managed)
 		}
 	}
-	if got := r.groups["hosts"]; len(got) != 2 {
-		t.Errorf("group after Add %v, want both hosts once", got)
+	if got := r.groups["hosts"]; len(got) != 3 {
+		t.Errorf("group after Add %v, want every host once", got)
 	}
 }
