@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,6 +257,9 @@ func (r *routing) Start(ctx context.Context) error {
 	ctx = r.context(ctx)
 	dp, log := r.p.dp, r.p.cfg.Log
 	r.nb = nexthop.NewResolver(log)
+	// A host new to the edge (entering its share with a drift to it) is
+	// resolved before the commit routes to it, not after it.
+	r.p.rec.OnHosts = func(underlays []netip.Addr) { r.nb.Add("hosts", underlays) }
 	done, err := nexthop.WatchRouting(ctx, log, func() {
 		if err := dp.InvalidateNextHops(); err != nil {
 			log.Warn("cannot invalidate cached next hops", "err", err)

@@ -117,6 +117,8 @@ type Reconciler struct {
 	idx        *index
 	loading    bool
 	pending    map[netip.Addr]struct{} // EIPs changed since the last commit
+	hostsDirty map[string]struct{}     // hosts changed since the last commit: their EIPs are pending too
+	newHosts   []netip.Addr            // underlay addresses new to the edge since the last commit (OnHosts)
 	full       bool                    // next commit resyncs everything
 	slots      slots
 	routes     int // routes programmed
@@ -153,6 +155,14 @@ type Reconciler struct {
 	// OnTargets receives the backends to health-check after each change
 	// of the services.
 	OnTargets func([]health.Target)
+	// OnHosts, if set, is called under the lock with the underlay
+	// addresses of hosts the edge did not know (a host entering its
+	// share, or one whose underlay moved) before the commit routes EIPs
+	// to them: the data plane finds a host's next hop in the neighbour
+	// table only (bpf_fib_lookup; an encapsulated packet to an
+	// unresolved one is dropped), so the caller starts resolving it
+	// before the first packet is sent there, not after the commit.
+	OnHosts func(underlays []netip.Addr)
 	// OnUnderlay is called with the underlay interface's index when the
 	// edge's underlay address is first configured or moves (only with
 	// IfindexOf); an error fails the configuration, which is retried.
@@ -168,7 +178,8 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{}, full: true,
+	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{},
+		hostsDirty: map[string]struct{}{}, full: true,
 		invalid: &store.Invalid{Log: cfg.Log}, syncErr: errNoCommit}
 	r.idx.self = cfg.Name
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
@@ -186,6 +197,8 @@ func (r *Reconciler) Reset() {
 	r.idx, r.loading = newIndex(), true
 	r.idx.self = r.cfg.Name
 	clear(r.pending)
+	clear(r.hostsDirty)
+	r.newHosts = nil
 	r.invalid.Reset()
 }
 
@@ -231,11 +244,18 @@ func (r *Reconciler) note(c change) {
 	if c.bw && r.bw != nil {
 		r.bw.dirty = true
 	}
+	if c.underlay.IsValid() {
+		r.newHosts = append(r.newHosts, c.underlay)
+	}
 	if r.loading {
 		return
 	}
-	if c.routes {
-		r.full = true
+	// A host change reprograms the routes of the host's EIPs only (at
+	// the commit, once the batch holds every binding): a host entering
+	// the edge's share comes with every drift to it (--follow-share),
+	// and a resync would read back every route the edge holds.
+	if c.host != "" {
+		r.hostsDirty[c.host] = struct{}{}
 	}
 	if c.eip.IsValid() {
 		r.pending[c.eip] = struct{}{}
@@ -280,6 +300,18 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 func (r *Reconciler) commit() {
 	r.errs = nil
 	ok := true
+	if len(r.hostsDirty) > 0 {
+		if !r.full {
+			r.idx.boundTo(r.hostsDirty, r.pending)
+		}
+		clear(r.hostsDirty)
+	}
+	if len(r.newHosts) > 0 {
+		if r.OnHosts != nil {
+			r.OnHosts(r.newHosts)
+		}
+		r.newHosts = nil
+	}
 	if err := r.applyConfig(); err != nil {
 		r.fail(err)
 		r.full = true

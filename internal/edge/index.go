@@ -72,12 +72,18 @@ func (x *index) intern(s string) string {
 
 // change says what a stored change touched.
 type change struct {
-	eip    netip.Addr // one EIP (valid when set)
-	routes bool       // many routes may change (a host)
-	lb     bool       // services, their health or hosts changed
-	fw     bool       // the firewall's plan may change
-	spoof  bool       // the anti-spoofing prefixes may change (sets, services, hosts)
-	bw     bool       // the packaged EIPs the edge carries may change (bandwidth.go)
+	eip netip.Addr // one EIP (valid when set)
+	// host: the routes of this host's EIPs may change (its underlay or
+	// guests changed, it appeared or it went); underlay: its underlay
+	// address when the edge did not know it before (a new host, or one
+	// that moved), whose next hop the edge should resolve before routing
+	// to it (Reconciler.OnHosts).
+	host     string
+	underlay netip.Addr
+	lb       bool // services, their health or hosts changed
+	fw       bool // the firewall's plan may change
+	spoof    bool // the anti-spoofing prefixes may change (sets, services, hosts)
+	bw       bool // the packaged EIPs the edge carries may change (bandwidth.go)
 }
 
 // put records a validated object (model.DecodeStored).
@@ -119,8 +125,13 @@ func (x *index) put(kind, key string, o model.Object) change {
 				e.guest[x.intern(g.Name)] = guestInfo{addr: g.Address.As4(), vsid: g.VSID}
 			}
 		}
-		x.hosts[x.intern(o.Name)] = e
-		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
+		name := x.intern(o.Name)
+		c := change{host: name, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
+		if old, ok := x.hosts[name]; !ok || old.underlay != o.Underlay {
+			c.underlay = o.Underlay
+		}
+		x.hosts[name] = e
+		return c
 	case *model.EdgeSet:
 		x.sets[key] = o
 		// lb: the set may now serve (or stop serving) services' VIPs.
@@ -166,7 +177,7 @@ func (x *index) delete(kind, key string) change {
 		return change{eip: a, fw: x.fwTouches(a), bw: packaged}
 	case model.KindHost:
 		delete(x.hosts, key)
-		return change{routes: true, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
+		return change{host: key, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
 	case model.KindEdgeSet:
 		delete(x.sets, key)
 		return change{lb: len(x.services) > 0, fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0}
@@ -280,6 +291,16 @@ func (x *index) want(k [4]byte) (Want, bool) {
 		return Want{}, false
 	}
 	return Want{Host: h.underlay, VSID: g.vsid}, true
+}
+
+// boundTo adds to out the EIPs bound to one of hosts: one pass over the
+// bindings, however many hosts changed.
+func (x *index) boundTo(hosts map[string]struct{}, out map[netip.Addr]struct{}) {
+	for k, b := range x.eips {
+		if _, ok := hosts[b.host]; ok {
+			out[netip.AddrFrom4(k)] = struct{}{}
+		}
+	}
 }
 
 // edgeSetOf finds the set an edge belongs to.

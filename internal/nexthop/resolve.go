@@ -7,6 +7,7 @@ package nexthop
 
 import (
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -28,11 +29,21 @@ type Resolver struct {
 	mu     sync.Mutex
 	groups map[string][]netip.Addr
 	timer  *time.Timer
+	// hops are the next hops known managed (or permanent), as of the
+	// last listing of their interface's neighbours and the entries made
+	// since: Add looks a new address's next hop up here instead of
+	// listing the neighbours again.
+	hops map[hop]bool
+}
+
+type hop struct {
+	ifindex int
+	nh      netip.Addr
 }
 
 // NewResolver returns an empty Resolver.
 func NewResolver(log *slog.Logger) *Resolver {
-	return &Resolver{log: log, groups: map[string][]netip.Addr{}}
+	return &Resolver{log: log, groups: map[string][]netip.Addr{}, hops: map[hop]bool{}}
 }
 
 // Keep makes addrs the group's set and resolves their next hops now.
@@ -41,6 +52,55 @@ func (r *Resolver) Keep(group string, addrs []netip.Addr) {
 	defer r.mu.Unlock()
 	r.groups[group] = slices.Clone(addrs)
 	r.ensure(addrs)
+}
+
+// Add adds addrs to the group's set and resolves the next hops of those no
+// group held yet now: a caller about to send to new addresses starts
+// their resolution without waiting to replace the whole set (Keep).
+func (r *Resolver) Add(group string, addrs []netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	have := map[netip.Addr]bool{}
+	for _, g := range r.groups {
+		for _, a := range g {
+			have[a] = true
+		}
+	}
+	var fresh []netip.Addr
+	for _, a := range addrs {
+		if !have[a] {
+			have[a] = true
+			fresh = append(fresh, a)
+		}
+	}
+	r.groups[group] = append(r.groups[group], fresh...)
+	if len(fresh) == 0 {
+		return
+	}
+	// One route lookup each; a neighbour entry only for a next hop not
+	// known managed (the neighbours are not listed again, nor the
+	// multipath routes: Keep and Refresh do that).
+	h, err := netlink.NewHandle()
+	if err != nil {
+		r.log.Warn("netlink", "err", err)
+		return
+	}
+	defer h.Close()
+	for _, a := range fresh {
+		ifindex, nh, err := RouteGet(h, a)
+		if err != nil {
+			r.log.Warn("no route to a next hop to keep resolved", "to", a, "err", err)
+			continue
+		}
+		if r.hops[hop{ifindex, nh}] {
+			continue
+		}
+		if err := setManagedNeigh(h, ifindex, nh); err != nil {
+			r.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
+			continue
+		}
+		r.hops[hop{ifindex, nh}] = true
+	}
 }
 
 // Refresh re-checks every group within delay (calls in between coalesce).
@@ -85,10 +145,6 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 	}
 	defer h.Close()
 	kept := map[int]map[netip.Addr]bool{} // ifindex -> next hops managed or permanent
-	type hop struct {
-		ifindex int
-		nh      netip.Addr
-	}
 	var hops []hop
 	for _, a := range addrs {
 		ifindex, nh, err := RouteGet(h, a)
@@ -111,6 +167,10 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 		if !ok {
 			have = managedNeighs(h, ifindex)
 			kept[ifindex] = have
+			maps.DeleteFunc(r.hops, func(k hop, _ bool) bool { return k.ifindex == ifindex })
+			for a := range have {
+				r.hops[hop{ifindex, a}] = true
+			}
 		}
 		if have[nh] {
 			continue
@@ -120,6 +180,7 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 			continue
 		}
 		have[nh] = true
+		r.hops[hop{ifindex, nh}] = true
 	}
 }
 
