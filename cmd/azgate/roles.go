@@ -301,7 +301,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes; below 65536 also of the rate and bandwidth limits (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
-		c.Flags().BoolVar(&followShare, "follow-share", false, "load and watch only this edge's set's share of the store, not the whole region (issue 19; a release from a dedicated or the quarantine set still loses packets while the leaving edge deletes its copy: docs/scale.md \"Scopes\")")
+		c.Flags().BoolVar(&followShare, "follow-share", true, "load and watch only this edge's set's share of the store; false: the whole region, as before issue 19 (docs/scale.md \"Scopes\")")
 		c.Flags().Uint32Var(&listenerMax, "listener-max", 0, "capacity of the single-port service listeners (VIP, protocol, port); services that would take the edge over it are left out and reported, the same on every edge of a set with the same value (0: 262144, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&backendMax, "backend-max", 0, "capacity of the maps with an entry per service backend: backend slots and their counters, the nat reply fallback, health-check marks; services that would take the edge over it are left out and reported, as for --listener-max (0: 65536, also the most; docs/scale.md)")
 		c.Flags().DurationVar(&lb.SYN, "ct-syn-timeout", lb.SYN, "connection-table timeout of a TCP connection until its handshake completes (0: the default)")

@@ -64,10 +64,10 @@ type Config struct {
 	EIPMax, ConnMax, ListenerMax, BackendMax uint32
 	// FollowShare makes the edge load and watch only its set's share of
 	// the store (FollowShare, docs/scale.md "Scopes") instead of the
-	// whole region. Off by default until moves between sets are
-	// make-before-break: today a release, a quarantine or a drift to a
-	// host new to the set loses packets while the gaining or losing
-	// edges program the move (docs/scale.md).
+	// whole region; `azgate edge` sets it unless --follow-share=false.
+	// Moves between sets are make-before-break with it: the controller
+	// keeps a leaving set's copies for its --move-grace, and the agents
+	// switch replies to a gaining set once its members announce.
 	FollowShare bool
 	Version     string
 	Log         *slog.Logger
