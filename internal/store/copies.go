@@ -39,17 +39,13 @@ func (s *Store) WriteCopies(ctx context.Context, rev int64, ops []Op) error {
 		ops = ops[n:]
 		eops := make([]clientv3.Op, len(chunk))
 		for i, o := range chunk {
-			if o.Value == nil {
-				eops[i] = clientv3.OpDelete(opKey(o))
-			} else {
-				eops[i] = clientv3.OpPut(opKey(o), string(o.Value))
-			}
+			eops[i] = etcdOp(o)
 		}
 		resp, err := s.Client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)).
 			Then(eops...).Commit()
 		if err != nil {
-			return fmt.Errorf("store: write scope copies: %w", err)
+			return fmt.Errorf("store: write scope copies: %w", mapErr(err))
 		}
 		if !resp.Succeeded {
 			return ErrConflict

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -85,5 +86,66 @@ func TestCopiesAndMarkers(t *testing.T) {
 	current(false)
 	if err := s.WriteCopies(ctx, 0, []Op{{Kind: model.KindEIP, Key: "192.0.2.1"}}); err == nil {
 		t.Error("WriteCopies took a primary op")
+	}
+}
+
+// TestLeasedCopies: an Op with a Lease is put with it by Commit and
+// WriteCopies (its key vanishes with the lease); a later put without it
+// detaches the lease; a put with a lease that ended fails with
+// ErrLeaseNotFound.
+func TestLeasedCopies(t *testing.T) {
+	s := embedded(t)
+	ctx := context.Background()
+	rev, err := s.Commit(ctx, 0, put(t, &model.AZ{Name: "az1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Op{Scope: "set/a", Kind: model.KindEIP, Key: "192.0.2.1", Value: []byte("{}"), Lease: id}
+	b := Op{Scope: "set/a", Kind: model.KindEIP, Key: "192.0.2.2", Value: []byte("{}"), Lease: id}
+	c := Op{Scope: "set/a", Kind: model.KindEIP, Key: "192.0.2.3", Value: []byte("{}"), Lease: id}
+	if rev, err = s.Commit(ctx, rev, []Op{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteCopies(ctx, rev, []Op{c}); err != nil {
+		t.Fatal(err)
+	}
+	leaseOf := func(o Op) (LeaseID, bool) {
+		t.Helper()
+		resp, err := s.Client.Get(ctx, opKey(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0, false
+		}
+		return LeaseID(resp.Kvs[0].Lease), true
+	}
+	for _, o := range []Op{a, b, c} {
+		if l, ok := leaseOf(o); !ok || l != id {
+			t.Fatalf("%s: lease %x (exists %v), want %x", o.Key, l, ok, id)
+		}
+	}
+	b.Lease = 0
+	if rev, err = s.Commit(ctx, rev, []Op{b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := leaseOf(a); ok {
+		t.Error("a leased copy outlived its lease")
+	}
+	if l, ok := leaseOf(b); !ok || l != 0 {
+		t.Errorf("the copy put again without the lease: lease %x, exists %v; want kept without a lease", l, ok)
+	}
+	if _, err := s.Commit(ctx, rev, []Op{a}); !errors.Is(err, ErrLeaseNotFound) {
+		t.Errorf("a put with an ended lease: %v, want ErrLeaseNotFound", err)
+	}
+	if err := s.WriteCopies(ctx, rev, []Op{c}); !errors.Is(err, ErrLeaseNotFound) {
+		t.Errorf("WriteCopies with an ended lease: %v, want ErrLeaseNotFound", err)
 	}
 }

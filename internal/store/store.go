@@ -317,6 +317,11 @@ type Op struct {
 	// Revisions), and otherwise its transaction fails with a
 	// *RevisionError.
 	IfRev int64
+	// Lease, if not 0, puts the key with that lease (store.Leases): etcd
+	// deletes it when the lease ends, unless a later put without the
+	// lease (which detaches it) came first. A put of a lease that ended
+	// fails the transaction with ErrLeaseNotFound. Deletes ignore it.
+	Lease LeaseID
 	// Rev is set by Commit to the revision the op was committed at: the
 	// object's new mod revision.
 	Rev int64
@@ -360,11 +365,7 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 		ops = ops[n:]
 		eops := make([]clientv3.Op, len(chunk))
 		for i, o := range chunk {
-			if o.Value == nil {
-				eops[i] = clientv3.OpDelete(opKey(o))
-			} else {
-				eops[i] = clientv3.OpPut(opKey(o), string(o.Value))
-			}
+			eops[i] = etcdOp(o)
 		}
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(CommitKey), "<", rev+1)}
 		var conds []int // indexes in chunk of the conditional ops
@@ -385,7 +386,7 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 			Then(eops...).
 			Else(gets...).Commit()
 		if err != nil {
-			return rev, fmt.Errorf("store: commit: %w", err)
+			return rev, fmt.Errorf("store: commit: %w", mapErr(err))
 		}
 		if !resp.Succeeded {
 			for j, i := range conds {
@@ -405,6 +406,17 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 		}
 	}
 	return rev, nil
+}
+
+// etcdOp is o as an etcd put (with its lease, if any) or delete.
+func etcdOp(o Op) clientv3.Op {
+	if o.Value == nil {
+		return clientv3.OpDelete(opKey(o))
+	}
+	if o.Lease != 0 {
+		return clientv3.OpPut(opKey(o), string(o.Value), clientv3.WithLease(clientv3.LeaseID(o.Lease)))
+	}
+	return clientv3.OpPut(opKey(o), string(o.Value))
 }
 
 // CommitRevision returns the revision of the last commit (0 before the
