@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,13 +31,27 @@ import (
 // ends every grace (the start-up comparison deletes the lingering copies
 // as extra), and a write of another controller of the region does not
 // know them (a copy it leaves stale is deleted at the end of the grace
-// all the same). The deletes at the end of a grace are written with
-// store.WriteCopies, as the repair's are: they change no object, so the
-// commit marker, which every controller's commits are guarded by and
-// which no controller's view sees move without an object, stays.
+// all the same). So that a controller that stops for good (decommissioned,
+// cut off) leaves no lingering copy behind, each write that starts some
+// grants a store lease of the grace plus lingerLeaseMargin and puts them
+// with it: etcd deletes them when it ends, should no controller have done
+// so before. The lease is never renewed; a rewrite of a lingering copy
+// (its object changed) puts it with its lease again (a put without it
+// would detach it), a copy that is an ordinary one again is put without
+// it (placement.Diff's put). The controller's own expiry, at the grace,
+// comes first; the lease is the safety net. The deletes at the end of a
+// grace are written with store.WriteCopies, as the repair's are: they
+// change no object, so the commit marker, which every controller's
+// commits are guarded by and which no controller's view sees move
+// without an object, stays.
 
 // lingerRetry: after a failed expiry, the next try.
 const lingerRetry = 5 * time.Second
+
+// lingerLeaseMargin is how much longer than the grace the lease of a
+// lingering copy lasts: the controller's own expiry (and its retries)
+// come first.
+const lingerLeaseMargin = 30 * time.Second
 
 // lingerState is the copies kept past their object's leaving a set's
 // scope; every field but count and wake is guarded by Core.writeMu.
@@ -47,9 +63,14 @@ type lingerState struct {
 	// too: it is due with the batch whose time its deadline is.
 	deadline map[placement.Copy]time.Time
 	batches  []lingerBatch
-	count    atomic.Int64 // len(copies), for the metrics
-	wake     chan struct{}
-	done     chan struct{}
+	// lease is the store lease each copy was put with (the write that
+	// started its grace granted it); margin is how much longer than
+	// the grace a lease lasts (lingerLeaseMargin; tests shorten it).
+	lease  map[placement.Copy]store.LeaseID
+	margin time.Duration
+	count  atomic.Int64 // len(copies), for the metrics
+	wake   chan struct{}
+	done   chan struct{}
 }
 
 type lingerBatch struct {
@@ -58,7 +79,81 @@ type lingerBatch struct {
 }
 
 func newLingerState() *lingerState {
-	return &lingerState{copies: placement.Lingering{}, deadline: map[placement.Copy]time.Time{}, wake: make(chan struct{}, 1)}
+	return &lingerState{copies: placement.Lingering{}, deadline: map[placement.Copy]time.Time{},
+		lease: map[placement.Copy]store.LeaseID{}, margin: lingerLeaseMargin, wake: make(chan struct{}, 1)}
+}
+
+// leaseTTL is the TTL of the lease lingering copies are put with: the
+// grace and the margin, rounded up to whole seconds (etcd's unit).
+func (l *lingerState) leaseTTL(grace time.Duration) time.Duration {
+	return (grace + l.margin + time.Second - 1).Truncate(time.Second)
+}
+
+// grantLinger takes the lease for the copies a write starts to keep.
+func (s *Core) grantLinger(ctx context.Context) (store.LeaseID, error) {
+	id, err := s.store.Grant(ctx, s.linger.leaseTTL(s.cfg.MoveGrace))
+	if err != nil {
+		return 0, fmt.Errorf("taking the lease of the copies kept after a move: %w", err)
+	}
+	return id, nil
+}
+
+// leased returns copies (Linger's ops, puts then deletes) with every copy
+// that starts to linger (lc.Start) put with lease, those Linger left as
+// they are too, and every lingering copy rewritten (lc.Update) put with
+// the lease it was put with; writeMu is held.
+func (l *lingerState) leased(copies []store.Op, lc placement.LingerChange, lease store.LeaseID) []store.Op {
+	if len(lc.Start) == 0 && len(lc.Update) == 0 {
+		return copies
+	}
+	put := map[placement.Copy]bool{}
+	for i, o := range copies {
+		if o.Value == nil {
+			continue
+		}
+		c := placement.Copy{Scope: o.Scope, Ref: placement.Ref{Kind: o.Kind, Key: o.Key}}
+		if _, ok := lc.Start[c]; ok {
+			copies[i].Lease = lease
+			put[c] = true
+		} else if _, ok := lc.Update[c]; ok {
+			copies[i].Lease = l.lease[c]
+		}
+	}
+	var more []store.Op
+	for c, v := range lc.Start {
+		if !put[c] {
+			more = append(more, store.Op{Scope: c.Scope, Kind: c.Kind, Key: c.Key, Value: v, Lease: lease})
+		}
+	}
+	if len(more) == 0 {
+		return copies
+	}
+	slices.SortFunc(more, func(a, b store.Op) int {
+		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
+	})
+	return append(more, copies...)
+}
+
+// dropLeased forgets the lingering copies among ops put with a lease
+// other than keep: a commit failed with store.ErrLeaseNotFound, so one of
+// those leases ended (the controller's expiry failed past the margin) and
+// etcd deleted its copies. The others still go with their lease's end.
+func (l *lingerState) dropLeased(ops []store.Op, keep store.LeaseID) int {
+	n := 0
+	for _, o := range ops {
+		if o.Value == nil || o.Lease == 0 || o.Lease == keep {
+			continue
+		}
+		c := placement.Copy{Scope: o.Scope, Ref: placement.Ref{Kind: o.Kind, Key: o.Key}}
+		if l.copies.Has(c) {
+			l.copies.Delete(c)
+			delete(l.deadline, c)
+			delete(l.lease, c)
+			n++
+		}
+	}
+	l.count.Store(int64(l.copies.Len()))
+	return n
 }
 
 // clock is the controller's time (tests set Core.now).
@@ -71,7 +166,7 @@ func (s *Core) clock() time.Time {
 
 // recordLinger records what a committed write did to the lingering
 // copies; writeMu is held.
-func (s *Core) recordLinger(lc placement.LingerChange) {
+func (s *Core) recordLinger(lc placement.LingerChange, lease store.LeaseID) {
 	if lc.Empty() {
 		return
 	}
@@ -79,6 +174,7 @@ func (s *Core) recordLinger(lc placement.LingerChange) {
 	for _, c := range lc.End {
 		l.copies.Delete(c)
 		delete(l.deadline, c)
+		delete(l.lease, c)
 	}
 	for c, v := range lc.Update {
 		l.copies.Set(c, v)
@@ -89,6 +185,7 @@ func (s *Core) recordLinger(lc placement.LingerChange) {
 		for c, v := range lc.Start {
 			l.copies.Set(c, v)
 			l.deadline[c] = at
+			l.lease[c] = lease
 			b.copies = append(b.copies, c)
 		}
 		l.batches = append(l.batches, b)
@@ -101,15 +198,19 @@ func (s *Core) recordLinger(lc placement.LingerChange) {
 	l.count.Store(int64(l.copies.Len()))
 }
 
-// due lists the lingering copies whose grace ended at now (writeMu held).
+// due lists the lingering copies whose grace ended at now, each once
+// (writeMu held): batches of an equal time (a coarse clock) may both
+// hold a copy whose grace began again.
 func (l *lingerState) due(now time.Time) []placement.Copy {
 	var out []placement.Copy
+	seen := map[placement.Copy]bool{}
 	for _, b := range l.batches {
 		if b.at.After(now) {
 			break
 		}
 		for _, c := range b.copies {
-			if at, ok := l.deadline[c]; ok && at.Equal(b.at) {
+			if at, ok := l.deadline[c]; ok && at.Equal(b.at) && !seen[c] {
+				seen[c] = true
 				out = append(out, c)
 			}
 		}
@@ -122,6 +223,7 @@ func (l *lingerState) forget(cs []placement.Copy, now time.Time) {
 	for _, c := range cs {
 		l.copies.Delete(c)
 		delete(l.deadline, c)
+		delete(l.lease, c)
 	}
 	i := 0
 	for i < len(l.batches) && !l.batches[i].at.After(now) {

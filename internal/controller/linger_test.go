@@ -84,6 +84,19 @@ func expire(t *testing.T, c *Core, want int) {
 	}
 }
 
+// copyLease reads key's lease straight from etcd (ok false: no key).
+func copyLease(t *testing.T, c *Core, key string) (id store.LeaseID, ok bool) {
+	t.Helper()
+	resp, err := c.store.Client.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false
+	}
+	return store.LeaseID(resp.Kvs[0].Lease), true
+}
+
 func lingering(t *testing.T, c *Core, want int) {
 	t.Helper()
 	if got := metricValue(t, c, "azgate_controller_scope_lingering_copies"); int(got) != want {
@@ -215,7 +228,7 @@ func TestMoveGraceBack(t *testing.T) {
 
 // TestMoveGraceQuarantine: released from quarantine, the EIP and its host
 // stay in the quarantine set's scope for the grace (their values did not
-// change: nothing is rewritten).
+// change: they are put again as they were, only to take the lease).
 func TestMoveGraceQuarantine(t *testing.T) {
 	c, clk := lingerCore(t)
 	ctx := context.Background()
@@ -227,14 +240,23 @@ func TestMoveGraceQuarantine(t *testing.T) {
 	expectScopes(t, "quarantine", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
 	expectScopes(t, "quarantine", cp, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
 	puts := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`)
+	eipKey, hostKey := store.ScopeKey("set/quarantine", model.KindEIP, eip), store.ScopeKey("set/quarantine", model.KindHost, "h2")
 	if _, err := c.Delete(ctx, model.KindQuarantine, eip, IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
-	cp = checkCopies(t, c, "quarantine release")
-	expectScopes(t, "quarantine release", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
-	expectScopes(t, "quarantine release", cp, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
-	if p := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`); p != puts {
-		t.Errorf("the quarantine's release wrote %v copies, want none", p-puts)
+	cp2 := checkCopies(t, c, "quarantine release")
+	expectScopes(t, "quarantine release", cp2, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
+	expectScopes(t, "quarantine release", cp2, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
+	if p := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`); p != puts+2 {
+		t.Errorf("the quarantine's release wrote %v copies, want 2 (put again with the lease)", p-puts)
+	}
+	for _, k := range []string{eipKey, hostKey} {
+		if cp2[k] != cp[k] {
+			t.Errorf("%s: %s, want it as it was: %s", k, cp2[k], cp[k])
+		}
+		if l, _ := copyLease(t, c, k); l == 0 {
+			t.Errorf("%s lingers without a lease", k)
+		}
 	}
 	clk.advance(testGrace)
 	expire(t, c, 2)
@@ -319,5 +341,134 @@ func TestMoveGraceFlag(t *testing.T) {
 		if _, err := (Config{DataDir: t.TempDir(), MoveGrace: g}).check(); err != nil {
 			t.Errorf("move grace %v: %v", g, err)
 		}
+	}
+}
+
+// TestMoveGraceSameTime: a copy that starts to linger twice at the same
+// time (a coarse clock: two batches of an equal deadline hold it) is
+// deleted once when its grace ends (a transaction deleting it twice
+// would be refused, and the expiry would fail forever).
+func TestMoveGraceSameTime(t *testing.T) {
+	c, clk := lingerCore(t)
+	pullOut(t, c, lingerEIP, "")
+	pullOut(t, c, lingerEIP, "dedicated")
+	pullOut(t, c, lingerEIP, "")
+	c.writeMu.Lock()
+	if n := len(c.linger.batches); n != 2 || !c.linger.batches[0].at.Equal(c.linger.batches[1].at) {
+		t.Errorf("%d batches: want 2 of the same time", n)
+	}
+	due := c.linger.due(clk.now().Add(testGrace))
+	c.writeMu.Unlock()
+	if len(due) != 2 {
+		t.Errorf("due: %v, want the EIP's and its host's copy once each", due)
+	}
+	clk.advance(testGrace)
+	expire(t, c, 2)
+	cp := checkCopies(t, c, "grace over")
+	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	lingering(t, c, 0)
+}
+
+// TestMoveGraceLease: the lingering copies are put with a store lease
+// that outlasts the grace; a rewrite keeps the copy's lease; a copy back
+// in its scope is an ordinary one again, without a lease.
+func TestMoveGraceLease(t *testing.T) {
+	c, clk := lingerCore(t)
+	ctx := context.Background()
+	eipKey := store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)
+	hostKey := store.ScopeKey("set/dedicated", model.KindHost, "h1")
+	if l, ok := copyLease(t, c, eipKey); !ok || l != 0 {
+		t.Fatalf("pulled out: %s has lease %x (exists %v), want none", eipKey, l, ok)
+	}
+	pullOut(t, c, lingerEIP, "")
+	lease, _ := copyLease(t, c, eipKey)
+	if lease == 0 {
+		t.Fatalf("released: %s lingers without a lease", eipKey)
+	}
+	if l, _ := copyLease(t, c, hostKey); l != lease {
+		t.Errorf("released: %s has lease %x, want the write's %x", hostKey, l, lease)
+	}
+	ttl, err := c.store.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64((testGrace + lingerLeaseMargin) / time.Second); ttl.GrantedTTL != want {
+		t.Errorf("the lease's TTL is %d s, want %d (the grace and the margin)", ttl.GrantedTTL, want)
+	}
+
+	clk.advance(testGrace / 2)
+	if _, err := c.Bind(ctx, lingerEIP, IfMatch{}, model.Binding{Host: "h2", Guest: "g3"}); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "rebind")
+	if v := cp[eipKey]; !strings.Contains(v, `"h2"`) {
+		t.Errorf("the lingering copy holds %s: want the new binding", v)
+	}
+	if l, _ := copyLease(t, c, eipKey); l != lease {
+		t.Errorf("rebound: %s has lease %x, want its own %x", eipKey, l, lease)
+	}
+	// h1's copy in prefix-a starts to linger with the rebind: a lease
+	// of that write.
+	if l, _ := copyLease(t, c, store.ScopeKey("set/prefix-a", model.KindHost, "h1")); l == 0 || l == lease {
+		t.Errorf("h1's copy in prefix-a has lease %x: want the rebind's", l)
+	}
+
+	pullOut(t, c, lingerEIP, "dedicated")
+	checkCopies(t, c, "back")
+	if l, ok := copyLease(t, c, eipKey); !ok || l != 0 {
+		t.Errorf("back in the set: %s has lease %x (exists %v), want an ordinary copy", eipKey, l, ok)
+	}
+	lingering(t, c, 2) // h1's in dedicated (the release's) and in prefix-a (the rebind's)
+}
+
+// TestMoveGraceLeaseOutlivesController: the lingering copies of a
+// controller that stops before their grace ends (and does not come back)
+// are deleted by the store when their lease ends. Controller b writes
+// (its grace on a clock that does not move, a lease of 2 s) through a's
+// store; a looks on.
+func TestMoveGraceLeaseOutlivesController(t *testing.T) {
+	a, _ := openCoreWith(t, "", Config{MoveGrace: testGrace})
+	b, stopB := openCoreWith(t, "", Config{MoveGrace: time.Second, EtcdEndpoints: []string{"unix://" + a.cfg.DataDir + "/etcd.sock"}})
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	b.now = clk.now
+	b.linger.margin = time.Second
+	ctx := context.Background()
+	if _, err := b.Apply(ctx, scopeRegion()); err != nil {
+		t.Fatal(err)
+	}
+	pullOut(t, b, lingerEIP, "dedicated")
+	pullOut(t, b, lingerEIP, "")
+	eipKey := store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)
+	lease, ok := copyLease(t, b, eipKey)
+	if !ok || lease == 0 {
+		t.Fatalf("released: %s: lease %x, exists %v; want it lingering with a lease", eipKey, lease, ok)
+	}
+	ttl, err := a.store.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.GrantedTTL < 2 {
+		t.Errorf("the lease's TTL is %d s: want at least the grace and the margin, 2 s", ttl.GrantedTTL)
+	}
+	rev := b.Revision()
+	stopB()
+
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		cp := storedCopies(t, a.store)
+		if len(scopesOf(cp, model.KindEIP, lingerEIP)) == 2 && len(scopesOf(cp, model.KindHost, "h1")) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after its controller stopped, the copies lingering with a lease of 2 s are still there: %v, %v",
+				scopesOf(cp, model.KindEIP, lingerEIP), scopesOf(cp, model.KindHost, "h1"))
+		}
+	}
+	waitFor(t, func() bool { return a.Revision() >= rev })
+	cp := checkCopies(t, a, "lease over")
+	expectScopes(t, "lease over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
+	expectScopes(t, "lease over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	if _, cur, err := a.store.CopiesCurrent(ctx); err != nil || !cur {
+		t.Errorf("CopiesCurrent %v, %v after the lease: want true", cur, err)
 	}
 }

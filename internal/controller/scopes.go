@@ -155,6 +155,10 @@ func (s *Core) repairCopies(ctx context.Context) (repairResult, error) {
 				"place", res.place, "read", res.read, "write", res.write)
 			return res, nil
 		}
+		if errors.Is(err, store.ErrLeaseNotFound) && ctx.Err() == nil {
+			s.log.Info("scope copies: a lease of copies kept after a move ended; comparing again", "attempt", attempt)
+			continue
+		}
 		if !errors.Is(err, store.ErrConflict) || ctx.Err() != nil {
 			break
 		}
@@ -210,7 +214,7 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 				}
 				lingering[c] = val
 				if !bytes.Equal(val, value) {
-					puts = append(puts, store.Op{Scope: scope, Kind: kind, Key: key, Value: val})
+					puts = append(puts, store.Op{Scope: scope, Kind: kind, Key: key, Value: val, Lease: s.linger.lease[c]})
 				} else {
 					res.unchanged++
 				}
@@ -252,7 +256,12 @@ func (s *Core) repairOnce(ctx context.Context) (repairResult, error) {
 		err := s.store.WriteCopies(ctx, rev, ops)
 		if err != nil {
 			// Some chunks may have gone in: count none, the next
-			// comparison counts what is left.
+			// comparison counts what is left. A lingering copy's
+			// lease that ended (store.ErrLeaseNotFound) took its
+			// copies: they no longer linger.
+			if errors.Is(err, store.ErrLeaseNotFound) {
+				s.linger.dropLeased(puts, 0)
+			}
 			return repairResult{}, err
 		}
 		s.countCopies("repair", ops)

@@ -475,6 +475,9 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	v := s.view
+	// lease: the store lease of the copies this write starts to keep
+	// after a move (linger.go), taken once they appear.
+	var lease store.LeaseID
 	for attempt := 1; ; attempt++ {
 		v.applyMu.Lock()
 		v.mu.Lock()
@@ -504,6 +507,14 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			v.applyMu.Unlock()
 			return 0, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)
 		}
+		if len(lc.Start) > 0 && lease == 0 {
+			if lease, err = s.grantLinger(ctx); err != nil {
+				v.applyMu.Unlock()
+				s.metrics.commits.WithLabelValues("error").Inc()
+				return 0, &errStore{fmt.Errorf("%w (nothing was written)", err)}
+			}
+		}
+		copies = s.linger.leased(copies, lc, lease)
 		ops := commitOps(t.ops, copies)
 		if s.beforeCommit != nil {
 			s.beforeCommit(attempt)
@@ -516,7 +527,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 		if err == nil {
 			t.committed(ops)
 			s.countCopies("write", ops)
-			s.recordLinger(lc)
+			s.recordLinger(lc, lease)
 			v.mu.Lock()
 			t.redo(v.st, v.revs) // applyMu held: v.st is still the state planned on
 			v.setRev(rev)
@@ -542,6 +553,17 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			// revision is stale all the same. Nothing was written.
 			s.metrics.commits.WithLabelValues("precondition").Inc()
 			return 0, &RevisionError{Kind: re.Kind, Key: re.Key, Current: re.Current}
+		}
+		if errors.Is(err, store.ErrLeaseNotFound) && attempt < maxAttempts {
+			// A lingering copy's lease ended before this controller
+			// deleted it (its expiry failed past the margin): etcd
+			// deleted the copies; forget them and plan again (with a
+			// new lease, in case it was this write's).
+			n := s.linger.dropLeased(ops, lease)
+			lease = 0
+			s.metrics.commits.WithLabelValues("error").Inc()
+			s.log.Warn("scope copies: a lease of copies kept after a move ended before their grace was over; forgetting them", "copies", n, "err", err)
+			continue
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.metrics.commits.WithLabelValues("error").Inc()
