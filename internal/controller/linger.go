@@ -134,18 +134,21 @@ func (l *lingerState) leased(copies []store.Op, lc placement.LingerChange, lease
 	return append(more, copies...)
 }
 
-// dropLeased forgets the lingering copies among ops put with a lease
-// other than keep: a commit failed with store.ErrLeaseNotFound, so one of
-// those leases ended (the controller's expiry failed past the margin) and
-// etcd deleted its copies. The others still go with their lease's end.
+// dropLeased forgets the lingering copies put with a lease that ops put
+// copies with, other than keep: a commit of ops failed with
+// store.ErrLeaseNotFound, so one of those leases ended (the controller's
+// expiry failed past the margin) and etcd deleted its copies. The copies
+// of the others go when their lease ends. It returns how many it forgot.
 func (l *lingerState) dropLeased(ops []store.Op, keep store.LeaseID) int {
-	n := 0
+	gone := map[store.LeaseID]bool{}
 	for _, o := range ops {
-		if o.Value == nil || o.Lease == 0 || o.Lease == keep {
-			continue
+		if o.Value != nil && o.Lease != 0 && o.Lease != keep {
+			gone[o.Lease] = true
 		}
-		c := placement.Copy{Scope: o.Scope, Ref: placement.Ref{Kind: o.Kind, Key: o.Key}}
-		if l.copies.Has(c) {
+	}
+	n := 0
+	for c, id := range l.lease {
+		if gone[id] {
 			l.copies.Delete(c)
 			delete(l.deadline, c)
 			delete(l.lease, c)

@@ -472,3 +472,31 @@ func TestMoveGraceLeaseOutlivesController(t *testing.T) {
 		t.Errorf("CopiesCurrent %v, %v after the lease: want true", cur, err)
 	}
 }
+
+// TestMoveGraceLeaseGone: a lingering copy whose lease ended before its
+// grace (the controller's expiry failed past the margin; revoked here)
+// is gone from the store; a write that would rewrite it forgets the
+// copies of that lease and goes in.
+func TestMoveGraceLeaseGone(t *testing.T) {
+	c, _ := lingerCore(t)
+	ctx := context.Background()
+	pullOut(t, c, lingerEIP, "")
+	eipKey := store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)
+	lease, _ := copyLease(t, c, eipKey)
+	if lease == 0 {
+		t.Fatalf("released: %s lingers without a lease", eipKey)
+	}
+	if err := c.store.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Bind(ctx, lingerEIP, IfMatch{}, model.Binding{Host: "h2", Guest: "g3"}); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkCopies(t, c, "rebind")
+	expectScopes(t, "rebind", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h2")
+	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	lingering(t, c, 1) // h1's in prefix-a, of the rebind
+	if n := metricValue(t, c, `azgate_controller_commits_total{result="lease"}`); n != 1 {
+		t.Errorf("%v commits failed with the lease gone, want 1 (then retried)", n)
+	}
+}

@@ -48,7 +48,7 @@ func newMetrics(v *view) *metrics {
 		}, []string{"route"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "azgate_controller_commits_total",
-			Help: "Store commits by result: ok, conflict (retried), precondition (an If-Match revision was stale: 412) or error.",
+			Help: "Store commits by result: ok, conflict (retried), precondition (an If-Match revision was stale: 412), lease (the lease of a copy kept after a move had ended: retried) or error.",
 		}, []string{"result"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "azgate_controller_commit_duration_seconds",

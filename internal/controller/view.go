@@ -561,7 +561,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			// new lease, in case it was this write's).
 			n := s.linger.dropLeased(ops, lease)
 			lease = 0
-			s.metrics.commits.WithLabelValues("error").Inc()
+			s.metrics.commits.WithLabelValues("lease").Inc()
 			s.log.Warn("scope copies: a lease of copies kept after a move ended before their grace was over; forgetting them", "copies", n, "err", err)
 			continue
 		}
