@@ -161,7 +161,10 @@ type Reconciler struct {
 	// to them: the data plane finds a host's next hop in the neighbour
 	// table only (bpf_fib_lookup; an encapsulated packet to an
 	// unresolved one is dropped), so the caller starts resolving it
-	// before the first packet is sent there, not after the commit.
+	// before the first packet is sent there, not after the commit. It
+	// runs under the lock, so it must stay cheap: the edge's
+	// (nexthop.Resolver.Add) does netlink work per new address only and
+	// never waits for the resolver's pass over every host.
 	OnHosts func(underlays []netip.Addr)
 	// OnUnderlay is called with the underlay interface's index when the
 	// edge's underlay address is first configured or moves (only with

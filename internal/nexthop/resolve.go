@@ -7,13 +7,14 @@ package nexthop
 
 import (
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,16 +25,22 @@ import (
 // edges, its guests; the edge's hosts) is a set the caller replaces;
 // Refresh re-checks every group after routing changed (a host reached
 // through another next hop, a neighbour entry flushed).
+//
+// Locking: mu only guards the groups and the refresh timer, never
+// netlink work. A full pass (Keep, a refresh: netlink work proportional
+// to the addresses) runs under ensureMu alone, so passes do not overlap;
+// Add takes neither while it talks to the kernel, so a caller adding a
+// few addresses (the edge, under its reconciler's lock, before a commit
+// routes to a new host) never waits for a full pass. The resolver keeps
+// no cache of the kernel's neighbours: passes and Add only ever add
+// managed entries, so running them side by side can cost a duplicate
+// request, never lose or undo an entry.
 type Resolver struct {
-	log    *slog.Logger
-	mu     sync.Mutex
-	groups map[string][]netip.Addr
-	timer  *time.Timer
-	// hops are the next hops known managed (or permanent), as of the
-	// last listing of their interface's neighbours and the entries made
-	// since: Add looks a new address's next hop up here instead of
-	// listing the neighbours again.
-	hops map[hop]bool
+	log      *slog.Logger
+	mu       sync.Mutex
+	groups   map[string][]netip.Addr
+	timer    *time.Timer
+	ensureMu sync.Mutex
 }
 
 type hop struct {
@@ -41,25 +48,34 @@ type hop struct {
 	nh      netip.Addr
 }
 
+// ensureHook, if set (tests), is called at the start of every full pass,
+// under ensureMu.
+var ensureHook func()
+
 // NewResolver returns an empty Resolver.
 func NewResolver(log *slog.Logger) *Resolver {
-	return &Resolver{log: log, groups: map[string][]netip.Addr{}, hops: map[hop]bool{}}
+	return &Resolver{log: log, groups: map[string][]netip.Addr{}}
 }
 
 // Keep makes addrs the group's set and resolves their next hops now.
 func (r *Resolver) Keep(group string, addrs []netip.Addr) {
+	addrs = slices.Clone(addrs)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.groups[group] = slices.Clone(addrs)
+	r.groups[group] = addrs
+	r.mu.Unlock()
 	r.ensure(addrs)
 }
 
 // Add adds addrs to the group's set and resolves the next hops of those no
 // group held yet now: a caller about to send to new addresses starts
-// their resolution without waiting to replace the whole set (Keep).
+// their resolution without waiting to replace the whole set (Keep), nor
+// for a pass in progress. Its netlink work is per new address: a route
+// lookup, the next hop's neighbour entry read, and a request to manage
+// it unless it is managed (or permanent) already. An address another
+// caller is adding at the same time may still be under way when Add
+// returns.
 func (r *Resolver) Add(group string, addrs []netip.Addr) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	have := map[netip.Addr]bool{}
 	for _, g := range r.groups {
 		for _, a := range g {
@@ -74,32 +90,42 @@ func (r *Resolver) Add(group string, addrs []netip.Addr) {
 		}
 	}
 	r.groups[group] = append(r.groups[group], fresh...)
+	r.mu.Unlock()
 	if len(fresh) == 0 {
 		return
 	}
-	// One route lookup each; a neighbour entry only for a next hop not
-	// known managed (the neighbours are not listed again, nor the
-	// multipath routes: Keep and Refresh do that).
+	// The neighbours are not listed (a pass does that, per interface),
+	// nor the multipath routes: each new address's next hop is read alone.
 	h, err := netlink.NewHandle()
 	if err != nil {
 		r.log.Warn("netlink", "err", err)
 		return
 	}
 	defer h.Close()
+	sock, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		r.log.Warn("netlink", "err", err)
+		return
+	}
+	defer sock.Close()
+	done := map[hop]bool{}
 	for _, a := range fresh {
 		ifindex, nh, err := RouteGet(h, a)
 		if err != nil {
 			r.log.Warn("no route to a next hop to keep resolved", "to", a, "err", err)
 			continue
 		}
-		if r.hops[hop{ifindex, nh}] {
+		x := hop{ifindex, nh}
+		if done[x] {
+			continue
+		}
+		done[x] = true
+		if keptNeigh(sock, ifindex, nh) {
 			continue
 		}
 		if err := setManagedNeigh(h, ifindex, nh); err != nil {
 			r.log.Warn("cannot keep next hop resolved", "next_hop", nh, "err", err)
-			continue
 		}
-		r.hops[hop{ifindex, nh}] = true
 	}
 }
 
@@ -112,12 +138,12 @@ func (r *Resolver) Refresh(delay time.Duration) {
 	}
 	r.timer = time.AfterFunc(delay, func() {
 		r.mu.Lock()
-		defer r.mu.Unlock()
 		r.timer = nil
 		var all []netip.Addr
 		for _, g := range r.groups {
 			all = append(all, g...)
 		}
+		r.mu.Unlock()
 		r.ensure(all)
 	})
 }
@@ -133,10 +159,15 @@ func (r *Resolver) Stop() {
 }
 
 // ensure resolves the next hop of every address: one route lookup each
-// and one neighbour listing per interface.
+// and one neighbour listing per interface. It holds ensureMu, not mu.
 func (r *Resolver) ensure(addrs []netip.Addr) {
 	if len(addrs) == 0 {
 		return
+	}
+	r.ensureMu.Lock()
+	defer r.ensureMu.Unlock()
+	if ensureHook != nil {
+		ensureHook()
 	}
 	h, err := netlink.NewHandle()
 	if err != nil {
@@ -167,10 +198,6 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 		if !ok {
 			have = managedNeighs(h, ifindex)
 			kept[ifindex] = have
-			maps.DeleteFunc(r.hops, func(k hop, _ bool) bool { return k.ifindex == ifindex })
-			for a := range have {
-				r.hops[hop{ifindex, a}] = true
-			}
 		}
 		if have[nh] {
 			continue
@@ -180,7 +207,6 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 			continue
 		}
 		have[nh] = true
-		r.hops[hop{ifindex, nh}] = true
 	}
 }
 
@@ -230,9 +256,36 @@ func managedNeighs(h *netlink.Handle, ifindex int) map[netip.Addr]bool {
 		return out
 	}
 	for _, n := range cur {
-		if a, ok := netip.AddrFromSlice(n.IP); ok && (n.FlagsExt&netlink.NTF_EXT_MANAGED != 0 || n.State&netlink.NUD_PERMANENT != 0) {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && kept(n) {
 			out[a.Unmap()] = true
 		}
 	}
 	return out
+}
+
+// kept tells a neighbour entry the resolver leaves alone: managed
+// already, or permanent (asking the kernel to manage a permanent entry
+// would make it a resolving one).
+func kept(n netlink.Neigh) bool {
+	return n.FlagsExt&netlink.NTF_EXT_MANAGED != 0 || n.State&netlink.NUD_PERMANENT != 0
+}
+
+// keptNeigh reads the one neighbour entry of ip on ifindex
+// (RTM_GETNEIGH, Linux 4.20+) and tells whether it is kept (managed or
+// permanent); an entry missing or unreadable is not.
+func keptNeigh(sock *nl.NetlinkSocket, ifindex int, ip netip.Addr) bool {
+	fam, dst := unix.AF_INET, nl.NewRtAttr(unix.NDA_DST, ip.AsSlice())
+	if ip.Is6() {
+		fam = unix.AF_INET6
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, 0)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}
+	req.AddData(&netlink.Ndmsg{Family: uint8(fam), Index: uint32(ifindex)})
+	req.AddData(dst)
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH)
+	if err != nil || len(msgs) == 0 {
+		return false
+	}
+	n, err := netlink.NeighDeserialize(msgs[0])
+	return err == nil && kept(*n)
 }

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -118,5 +121,153 @@ func TestResolverAdd(t *testing.T) {
 	}
 	if got := r.groups["hosts"]; len(got) != 3 {
 		t.Errorf("group after Add %v, want every host once", got)
+	}
+}
+
+// addLab makes a node with ul0 on 198.18.0.0/24 and 198.19.0.0/16 routed
+// via 198.18.0.254, and returns a handle's view of ul0's kept neighbours.
+func addLab(t *testing.T, prefix string) (*netlab.Node, func() map[netip.Addr]bool) {
+	t.Helper()
+	n, err := netlab.NewNode(prefix + "-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Delete() })
+	p, err := netlab.NewNode(prefix + "-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Delete() })
+	if err := netlab.Veth(netlab.End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:02:01"}, netlab.End{Node: p, Dev: "fab", MAC: "02:bb:00:00:02:02"}, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Addr("ul0", "198.18.0.1/24"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.Cmd("ip", "route", "add", "198.19.0.0/16", "via", "198.18.0.254", "dev", "ul0").CombinedOutput(); err != nil {
+		t.Fatalf("route: %v: %s", err, out)
+	}
+	managed := func() map[netip.Addr]bool {
+		var m map[netip.Addr]bool
+		if err := n.Do(func() error {
+			h, err := netlink.NewHandle()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			l, err := h.LinkByName("ul0")
+			if err != nil {
+				return err
+			}
+			m = managedNeighs(h, l.Attrs().Index)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	return n, managed
+}
+
+// TestResolverAddRechecks: Add reads a new address's next hop from the
+// kernel, not from what an earlier pass saw: a next hop whose entry was
+// deleted since is managed again at once, and a permanent entry is left
+// permanent.
+func TestResolverAddRechecks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: network namespaces need root")
+	}
+	n, managed := addLab(t, "azgt-addk")
+	if out, err := n.Cmd("ip", "neigh", "replace", "198.18.0.9", "lladdr", "02:bb:00:00:02:09", "nud", "permanent", "dev", "ul0").CombinedOutput(); err != nil {
+		t.Fatalf("permanent neighbour: %v: %s", err, out)
+	}
+	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gw, perm := netip.MustParseAddr("198.18.0.254"), netip.MustParseAddr("198.18.0.9")
+	if err := n.Do(func() error {
+		r.Keep("hosts", []netip.Addr{netip.MustParseAddr("198.19.1.1")})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !managed()[gw] {
+		t.Fatalf("gateway %v not kept resolved after Keep", gw)
+	}
+	if out, err := n.Cmd("ip", "neigh", "del", gw.String(), "dev", "ul0").CombinedOutput(); err != nil {
+		t.Fatalf("delete neighbour: %v: %s", err, out)
+	}
+	if managed()[gw] {
+		t.Fatalf("gateway %v still managed after its entry was deleted", gw)
+	}
+	if err := n.Do(func() error {
+		r.Add("hosts", []netip.Addr{netip.MustParseAddr("198.19.2.2"), perm})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !managed()[gw] {
+		t.Errorf("gateway %v not managed again by Add after its entry was deleted", gw)
+	}
+	out, err := n.Cmd("ip", "neigh", "show", perm.String(), "dev", "ul0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PERMANENT") {
+		t.Errorf("permanent neighbour %v after Add: %q %v", perm, out, err)
+	}
+}
+
+// TestResolverAddDuringPass: Add does not wait for a full pass (Keep) in
+// progress: the pass is held in its middle until Add has returned and
+// its new host is resolved. Before the resolver left its lock out of the
+// netlink work, Add waited for the pass and never returned here.
+func TestResolverAddDuringPass(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: network namespaces need root")
+	}
+	n, managed := addLab(t, "azgt-addp")
+	entered, release := make(chan struct{}), make(chan struct{})
+	ensureHook = func() {
+		close(entered)
+		<-release
+	}
+	t.Cleanup(func() { ensureHook = nil })
+	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var hosts []netip.Addr
+	for i := 10; i < 60; i++ {
+		hosts = append(hosts, netip.AddrFrom4([4]byte{198, 18, 0, byte(i)}))
+	}
+	kept := make(chan error, 1)
+	go func() {
+		kept <- n.Do(func() error { r.Keep("hosts", hosts); return nil })
+	}()
+	<-entered
+	added := make(chan error, 1)
+	h2 := netip.MustParseAddr("198.18.0.6")
+	go func() {
+		added <- n.Do(func() error { r.Add("hosts", []netip.Addr{h2}); return nil })
+	}()
+	select {
+	case err := <-added:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Add still waiting for the pass in progress after 10s")
+	}
+	if m := managed(); !m[h2] {
+		t.Errorf("host %v added during a pass not kept resolved: managed %v", h2, m)
+	} else if m[hosts[0]] {
+		t.Errorf("the held pass already resolved %v", hosts[0])
+	}
+	close(release)
+	if err := <-kept; err != nil {
+		t.Fatal(err)
+	}
+	m := managed()
+	for _, a := range hosts {
+		if !m[a] {
+			t.Errorf("host %v of the pass not kept resolved", a)
+		}
+	}
+	if got := r.groups["hosts"]; len(got) != len(hosts)+1 || !slices.Contains(got, h2) {
+		t.Errorf("group %v, want Keep's %d hosts and the one added after", got, len(hosts))
 	}
 }
