@@ -313,10 +313,12 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.Agents, "agents", 0, "control: then this many agents (hosts h0..; on the fakes, in this process) follow their hosts' shares: their loads and rebind drift (0: none)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
+	f.Flags().StringVar(&fo.EdgeProfile, "rss-profile", "", "control: the one-edge child writes Go CPU (its load) and allocation profiles to this path + .cpu and .heap")
 	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge of set0 alone in a child process follows its set's share holding this many EIPs (the region grows until set0 holds them) and reports its RSS (0: skip)")
 
 	var endpoints string
 	var eips int
+	var profile string
 	child := &cobra.Command{
 		Use:    bench.FleetEdgeChildArg,
 		Short:  "One edge on the fakes until it holds --eips routes; prints its RSS as JSON (bench fleet's child)",
@@ -325,11 +327,12 @@ func fleetCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
-			return bench.FleetEdgeChild(ctx, strings.Split(endpoints, ","), eips, cmd.OutOrStdout())
+			return bench.FleetEdgeChild(ctx, strings.Split(endpoints, ","), eips, profile, cmd.OutOrStdout())
 		},
 	}
 	child.Flags().StringVar(&endpoints, "etcd-endpoints", "", "etcd client URLs")
 	child.Flags().IntVar(&eips, "eips", 0, "routes to wait for")
+	child.Flags().StringVar(&profile, "profile", "", "write Go CPU (load) and allocation profiles to this path + .cpu and .heap")
 	f.AddCommand(child)
 	return f
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,7 +62,11 @@ type FleetOptions struct {
 	// one each; the writer and the one-edge child stay on the members.
 	Proxies int
 	Binary  string // azgate-lab, re-executed for the one-edge child (default: this executable)
-	Out     func(format string, a ...any)
+	// EdgeProfile: the one-edge child writes a Go CPU profile of its load
+	// to EdgeProfile+".cpu" and a heap profile after it to
+	// EdgeProfile+".heap" ("": none).
+	EdgeProfile string
+	Out         func(format string, a ...any)
 }
 
 // Defaults: the whole fleet shape of the issue (10 x 32 edges) at a
@@ -805,7 +810,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			}
 		}
 		say("one edge of set0 alone in a child process, following its set's share: %d of the region's %d EIPs", inSet, total)
-		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet)
+		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet, o.EdgeProfile)
 		if err != nil {
 			return nil, err
 		}
@@ -910,14 +915,18 @@ type FleetEdgeReport struct {
 // (`azgate-lab bench fleet fleet-edge`).
 const FleetEdgeChildArg = "fleet-edge"
 
-func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips int) (*FleetEdgeReport, error) {
+func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips int, profile string) (*FleetEdgeReport, error) {
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
 			return nil, err
 		}
 	}
-	cmd := exec.CommandContext(ctx, bin, "bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--eips", strconv.Itoa(eips))
+	args := []string{"bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--eips", strconv.Itoa(eips)}
+	if profile != "" {
+		args = append(args, "--profile", profile)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
@@ -935,8 +944,8 @@ func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips
 // s0-e0, an edge of set0) on the fakes follows its set's share of the
 // store (edge.FollowShare) until it holds eips routes, then
 // reports its RSS, and how much Go heap dropping the fake maps frees, as
-// JSON on w.
-func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writer) error {
+// JSON on w. profile: see FleetOptions.EdgeProfile.
+func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile string, w io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
 	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet})
 	if err != nil {
@@ -950,6 +959,17 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writ
 	r.OnApplied = func(int64) { once.Do(func() { close(loaded) }) }
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if profile != "" {
+		pf, err := os.Create(profile + ".cpu")
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	t0 := time.Now()
 	go edge.FollowShare(fctx, st, "s0-e0", r, quiet)
 	select {
@@ -960,6 +980,18 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, w io.Writ
 		return ctx.Err()
 	}
 	rep := FleetEdgeReport{LoadS: time.Since(t0).Seconds()}
+	if profile != "" {
+		pprof.StopCPUProfile()
+		hf, err := os.Create(profile + ".heap")
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("allocs").WriteTo(hf, 0)
+		hf.Close()
+		if err != nil {
+			return err
+		}
+	}
 	rep.EIPs = len(fake.Routes())
 	if rep.EIPs != eips {
 		return fmt.Errorf("the edge holds %d routes, want %d", rep.EIPs, eips)
