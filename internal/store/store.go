@@ -187,7 +187,10 @@ func credErr(format string, args ...any) error {
 func (e *CredentialError) Error() string { return e.err.Error() }
 func (e *CredentialError) Unwrap() error { return e.err }
 
-// Encode serializes an object for the store.
+// Encode serializes an object for the store. model.DecodeStored reads
+// back fastest what json.Marshal wrote (it compares its own json.Marshal
+// encoding with what it read, and runs the full key checks only when they
+// differ): another encoding here stays correct but makes every load slow.
 func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
 
 // loadPage is the number of keys Load asks for at once. etcd counts every
