@@ -232,8 +232,12 @@ func fleetCommand() *cobra.Command {
            other sets hold the rest of the region (its RSS). --full-sets F
            makes the first F sets 32 edges; --agents N adds N agent
            reconcilers following their hosts' shares (loads, rebind
-           drift). Prints each figure the issue sets a target for next
-           to it.
+           drift); --agent-procs N runs N agents as child processes, one
+           each, for the hosts with the most EIPs (loads, RSS at rest and
+           peak); --restart then starts every edge, agent and agent
+           process again at once with --restart-jitter and times until
+           all serve the current revision. Prints each figure the issue
+           sets a target for next to it.
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,
@@ -311,6 +315,9 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs in the region, spread over the sets (each edge indexes its set's share)")
 	f.Flags().IntVar(&fo.FullSets, "full-sets", 0, "control: the first this many sets have 32 edges (model.MaxSetEdges), the others --edges-per-set")
 	f.Flags().IntVar(&fo.Agents, "agents", 0, "control: then this many agents (hosts h0..; on the fakes, in this process) follow their hosts' shares: their loads and rebind drift (0: none)")
+	f.Flags().IntVar(&fo.AgentProcs, "agent-procs", bench.DefaultFleetAgentProcs, "control: then this many agent child processes (one agent each on the fakes, for the hosts with the most EIPs) report their loads and RSS at rest and at peak (0: none)")
+	f.Flags().BoolVar(&fo.Restart, "restart", true, "control: then a region-wide restart: every edge, agent and agent process started again at once, timed until all serve the current revision")
+	f.Flags().DurationVar(&fo.RestartJitter, "restart-jitter", bench.DefaultFleetRestartJitter, "control: the restart's load jitter (each node waits a random share of it before its full load, as --etcd-load-jitter)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
 	f.Flags().StringVar(&fo.EdgeProfile, "rss-profile", "", "control: the one-edge child writes Go CPU (its load) and allocation profiles to this path + .cpu and .heap")
@@ -334,5 +341,16 @@ func fleetCommand() *cobra.Command {
 	child.Flags().IntVar(&eips, "eips", 0, "routes to wait for")
 	child.Flags().StringVar(&profile, "profile", "", "write Go CPU (load) and allocation profiles to this path + .cpu and .heap")
 	f.AddCommand(child)
+	f.AddCommand(&cobra.Command{
+		Use:                bench.FleetAgentChildArg,
+		Short:              "One agent on the fakes following its host's share; JSON events on stdout, commands on stdin (bench fleet's child)",
+		Hidden:             true,
+		DisableFlagParsing: true, // bench.FleetAgentChildMain parses them
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			return bench.FleetAgentChildMain(ctx, args, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	})
 	return f
 }

@@ -192,6 +192,13 @@ func follow(ctx context.Context, log *slog.Logger, st store.Node, host string, r
 	})
 }
 
+// Follow is the role's follow (Run's last step) for a Reconciler on other
+// maps and links: the fleet bench's agents on the data-plane fakes
+// (internal/bench), in its process and in its agent child processes.
+func Follow(ctx context.Context, log *slog.Logger, st store.Node, host string, rec *Reconciler) error {
+	return follow(ctx, log, st, host, rec)
+}
+
 // kernelLinks implements Links with netlink and the loaded data plane.
 type kernelLinks struct {
 	dp *dataplane.Agent

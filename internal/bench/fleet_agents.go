@@ -13,7 +13,6 @@ import (
 	"github.com/azgate/azgate/internal/agent"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -100,15 +99,9 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			// As agent.Run's follow: a commit of the region that changed
-			// nothing of this host's only advances the revision.
-			st.FollowScopeState(actx, placement.AgentScope(fmt.Sprintf("h%d", h)), func(s *model.State, rev int64, evs []store.Event, full bool) {
-				if !full && len(evs) == 0 {
-					r.Advance(rev)
-				} else {
-					r.Handle(s, rev, evs, full)
-				}
-			})
+			// agent.Run's follow (placement.AgentScope with
+			// FollowScopeState).
+			agent.Follow(actx, quiet, st, fmt.Sprintf("h%d", h), r)
 			r.Stop()
 		}()
 		go func() {

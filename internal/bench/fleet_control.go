@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -55,8 +56,19 @@ type FleetOptions struct {
 	// Agents > 1: then that many agent Reconcilers (hosts h0..), in this
 	// process on the fakes, each following its host's share; their loads
 	// and the drift of rebinds between their hosts are timed.
-	Agents  int
-	Members int // etcd members (3)
+	Agents int
+	// AgentProcs > 0: then that many agent child processes (`azgate-lab
+	// bench fleet fleet-agent`), one agent each for the hosts with the
+	// most EIPs, report their loads and their RSS at rest and at peak.
+	AgentProcs int
+	// Restart: then every node (the edges, the Agents and the
+	// AgentProcs) is started again at once, each waiting a random share
+	// of RestartJitter before its full load (store.Options.LoadJitter,
+	// the roles' --etcd-load-jitter), and timed until all serve the
+	// current revision.
+	Restart       bool
+	RestartJitter time.Duration
+	Members       int // etcd members (3)
 	// Proxies > 0 puts that many etcd gRPC proxies in front of the
 	// members (issue 19, part 2): the edges point at them, round-robin,
 	// one each; the writer and the one-edge child stay on the members.
@@ -330,6 +342,12 @@ func (o FleetOptions) Check() error {
 	if o.Agents < 0 || o.Agents == 1 || o.Agents > 65536 {
 		return fmt.Errorf("fleet: %d agents: want 0 or 2 to 65536", o.Agents)
 	}
+	if o.AgentProcs < 0 || o.AgentProcs > maxFleetAgentProcs || o.AgentProcs > max(fleetHosts(o.EIPs), o.Agents) {
+		return fmt.Errorf("fleet: %d agent processes: want 0 to %d, and at most one a host (%d hosts)", o.AgentProcs, maxFleetAgentProcs, max(fleetHosts(o.EIPs), o.Agents))
+	}
+	if o.RestartJitter < 0 || o.RestartJitter > maxFleetRestartJitter {
+		return fmt.Errorf("fleet: restart jitter %v: want 0 to %v", o.RestartJitter, maxFleetRestartJitter)
+	}
 	if o.RSSEIPs < 0 || fleetRegionFor(o.RSSEIPs, o.Sets) > fleetMaxEIPs {
 		return fmt.Errorf("fleet: %d EIPs in set0 of %d sets: the region would need more than %d", o.RSSEIPs, o.Sets, fleetMaxEIPs)
 	}
@@ -401,6 +419,10 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		return nil, err
 	}
 	defer admin.Close()
+	// Every child process the bench starts is killed on the way out,
+	// before the cluster stops.
+	procs := &fleetProcs{}
+	defer procs.killAll()
 	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("fleet: the etcd cluster elected no leader in 30s (logs in %s)", dir)
@@ -744,6 +766,23 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		runtime.GC()
 		debug.FreeOSMemory()
 	}
+	var procHosts []string
+	if o.AgentProcs > 0 {
+		r, hs, err := fleetAgentProcsRun(ctx, o, edgeEndpoints, &region, hosts, procs, say)
+		if err != nil {
+			return nil, err
+		}
+		agentResults, procHosts = append(agentResults, r...), hs
+	}
+	if o.Restart {
+		r, err := fleetRestartRun(ctx, o, edgeEndpoints, &region, setEIPs, hosts, procHosts, procs, say)
+		if err != nil {
+			return nil, err
+		}
+		agentResults = append(agentResults, r...)
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
 
 	shape := fmt.Sprintf("%s (%d edges) in one process (each its own etcd client and watch of its set's share, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.shape(), n, o.EIPs, o.Members)
 	if o.Proxies > 0 {
@@ -927,6 +966,13 @@ func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips
 		args = append(args, "--profile", profile)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
+	// Its own process group, killed whole when ctx ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		cmd.Process.Kill()
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 5 * time.Second
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()

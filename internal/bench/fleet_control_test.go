@@ -18,7 +18,9 @@ import (
 // set's EIPs only, and builds its set's service table with the checksum
 // of its set's other edge), and prints the members' CPU and bytes per
 // 1,000 changes/s with their units; then 3 agents follow their hosts'
-// shares and program each rebind between them.
+// shares and program each rebind between them; 2 agent processes load
+// the hosts with the most EIPs (h0 and h1: 1,000 and 500) and report
+// their memory; then every node restarts at once and serves again.
 func TestFleetControlProxies(t *testing.T) {
 	if _, err := etcdproc.Binary(); err != nil {
 		if os.Geteuid() == 0 {
@@ -28,7 +30,8 @@ func TestFleetControlProxies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rs, err := FleetControl(ctx, FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: 50, Agents: 3, Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
+	rs, err := FleetControl(ctx, FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: 1500, Agents: 3, AgentProcs: 2, Restart: true, RestartJitter: 300 * time.Millisecond,
+		Changes: 20, ServiceChanges: 2, Proxies: 2, Out: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +41,23 @@ func TestFleetControlProxies(t *testing.T) {
 	}
 	for name, unit := range map[string]string{"etcd_members_cpu_per_1k_changes_s": "cores", "etcd_members_sent_per_change": "bytes",
 		"etcd_members_sent_per_1k_changes_s": "MB/s", "etcd_proxies_cpu_per_1k_changes_s": "cores", "drift_all_edges_p99": "ms",
-		"edge_set_load_max": "s", "table_agreement_max": "ms", "agent_drift_p99": "ms", "agent_load_max": "s"} {
+		"edge_set_load_max": "s", "table_agreement_max": "ms", "agent_drift_p99": "ms", "agent_load_max": "s",
+		"agent_rss_max": "MB", "agent_peak_rss_max": "MB", "agent_proc_load_max": "s", "region_restart_all_serving_s": "s"} {
 		r, ok := got[name]
 		if !ok || r.Unit != unit {
 			t.Errorf("%s: %+v, want one in %s", name, r, unit)
 		}
+	}
+	// The agent processes (this test binary re-executed, TestMain) and
+	// the restart of every node: 4 edges, 3 agents, 2 agent processes.
+	if v := got["agent_procs"].Value; v != 2 {
+		t.Errorf("agent_procs %v, want 2", v)
+	}
+	if v := got["agent_peak_rss_max"].Value; v <= 0 {
+		t.Errorf("agent_peak_rss_max %v", v)
+	}
+	if v := got["region_restart_nodes"].Value; v != 9 {
+		t.Errorf("region_restart_nodes %v, want 9", v)
 	}
 	if got["etcd_proxies"].Value != 2 {
 		t.Errorf("etcd_proxies %v, want 2", got["etcd_proxies"].Value)
