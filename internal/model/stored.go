@@ -9,7 +9,13 @@ import "fmt"
 // client), and such an object must never be programmed (issue 7). The
 // error names what is wrong.
 func DecodeStored(kind, key string, data []byte) (Object, error) {
-	o, err := Decode(kind, data)
+	var o Object
+	var err error
+	if kind == KindGuestCopy {
+		o, err = decodeGuestCopy(data)
+	} else {
+		o, err = Decode(kind, data)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("does not decode: %w", err)
 	}
