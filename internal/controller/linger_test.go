@@ -51,7 +51,8 @@ func lingerCore(t *testing.T) (*Core, *fakeClock) {
 	pullOut(t, c, lingerEIP, "dedicated")
 	cp := checkCopies(t, c, "pull out")
 	expectScopes(t, "pull out", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
-	expectScopes(t, "pull out", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "pull out", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "pull out", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 	return c, clk
 }
 
@@ -105,7 +106,7 @@ func lingering(t *testing.T, c *Core, want int) {
 }
 
 // TestMoveGraceRelease: a release from a pull-out keeps the EIP (with its
-// new value) and its host in the dedicated set's scope until the grace
+// new value) and the copy of its guest in the dedicated set's scope until the grace
 // ends, then deletes both in one go; the copies stay "current" for the
 // start-up check.
 func TestMoveGraceRelease(t *testing.T) {
@@ -113,7 +114,8 @@ func TestMoveGraceRelease(t *testing.T) {
 	pullOut(t, c, lingerEIP, "")
 	cp := checkCopies(t, c, "release")
 	expectScopes(t, "release", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
-	expectScopes(t, "release", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "release", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "release", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; strings.Contains(v, "dedicated") {
 		t.Errorf("the lingering copy holds %s: want the released EIP", v)
 	}
@@ -124,12 +126,14 @@ func TestMoveGraceRelease(t *testing.T) {
 	expire(t, c, 0)
 	cp = checkCopies(t, c, "before the grace ends")
 	expectScopes(t, "before the grace ends", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "before the grace ends", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 
 	clk.advance(time.Second)
 	expire(t, c, 2)
 	cp = checkCopies(t, c, "grace over")
 	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
-	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 	lingering(t, c, 0)
 	if d := metricValue(t, c, `azgate_controller_scope_copies_total{by="linger",op="delete"}`); d != 2 {
 		t.Errorf("%v copies counted deleted at the end of the grace, want 2", d)
@@ -144,9 +148,14 @@ func TestMoveGraceRelease(t *testing.T) {
 }
 
 // TestMoveGraceRebind: a rebind during the grace rewrites the lingering
-// copy with the new binding; the host the EIP left keeps its copy in the
-// dedicated set, and its copy in the prefix set (the rebind took its last
-// EIP there) lingers too, for a grace of its own.
+// copy with the new binding. The guest the EIP left loses its copies at
+// once, in the dedicated set (where it lingered) and in the prefix set:
+// no copy of an EIP points to it after the write, so nothing routes to it
+// (a host copy lingered here when sets held whole hosts). The guest's host
+// is in its own scope only throughout. Known gap: the lingering copy in
+// the dedicated set now names h2/g3, which has no copy there, so the
+// dedicated set's edges drop what still reaches them for the EIP until
+// the grace ends (docs/scale.md).
 func TestMoveGraceRebind(t *testing.T) {
 	c, clk := lingerCore(t)
 	pullOut(t, c, lingerEIP, "")
@@ -156,27 +165,32 @@ func TestMoveGraceRebind(t *testing.T) {
 	}
 	cp := checkCopies(t, c, "rebind")
 	expectScopes(t, "rebind", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h2")
-	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h1/g1")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
 	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; !strings.Contains(v, `"h2"`) {
 		t.Errorf("the lingering copy holds %s: want the new binding", v)
 	}
-	lingering(t, c, 3)
+	lingering(t, c, 1) // the EIP's in the dedicated set
 	// The release's grace counts from the release, not from the rebind.
 	clk.advance(testGrace / 2)
-	expire(t, c, 2)
+	expire(t, c, 1)
 	cp = checkCopies(t, c, "release's grace over")
 	expectScopes(t, "release's grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h2")
-	expectScopes(t, "release's grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "release's grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "release's grace over", cp, model.KindGuestCopy, "h1/g1")
 	clk.advance(testGrace / 2)
-	expire(t, c, 1)
+	expire(t, c, 0)
 	cp = checkCopies(t, c, "rebind's grace over")
 	expectScopes(t, "rebind's grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "rebind's grace over", cp, model.KindGuestCopy, "h1/g1")
+	expectScopes(t, "rebind's grace over", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
 	lingering(t, c, 0)
 }
 
 // TestMoveGraceDelete: an EIP deleted during the grace loses its
-// lingering copy at once; its former host's go when the grace ends (in
-// the dedicated set, and in the prefix set the unbind took it out of).
+// lingering copy at once; the copies of its former guest go with the
+// unbind (no EIP copy points to the guest after it).
 func TestMoveGraceDelete(t *testing.T) {
 	c, clk := lingerCore(t)
 	ctx := context.Background()
@@ -186,27 +200,31 @@ func TestMoveGraceDelete(t *testing.T) {
 	}
 	cp := checkCopies(t, c, "unbind")
 	expectScopes(t, "unbind", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a")
+	expectScopes(t, "unbind", cp, model.KindGuestCopy, "h1/g1")
 	if _, err := c.Delete(ctx, model.KindEIP, lingerEIP, IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
 	cp = checkCopies(t, c, "delete")
 	expectScopes(t, "delete", cp, model.KindEIP, lingerEIP)
-	expectScopes(t, "delete", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
-	lingering(t, c, 2)
+	expectScopes(t, "delete", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "delete", cp, model.KindGuestCopy, "h1/g1")
+	lingering(t, c, 0)
 	clk.advance(testGrace)
-	expire(t, c, 2)
+	expire(t, c, 0)
 	cp = checkCopies(t, c, "grace over")
 	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindGuestCopy, "h1/g1")
 }
 
 // TestMoveGraceBack: pulled out again during the grace, the EIP's and its
-// host's copies are ordinary ones again: the grace's end deletes nothing.
+// guest's copies are ordinary ones again: the grace's end deletes nothing.
 func TestMoveGraceBack(t *testing.T) {
 	c, clk := lingerCore(t)
 	pullOut(t, c, lingerEIP, "")
 	pullOut(t, c, lingerEIP, "dedicated")
 	cp := checkCopies(t, c, "pulled out again")
 	expectScopes(t, "pulled out again", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "pulled out again", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; !strings.Contains(v, "dedicated") {
 		t.Errorf("the copy holds %s: want the EIP pulled out", v)
 	}
@@ -215,7 +233,8 @@ func TestMoveGraceBack(t *testing.T) {
 	expire(t, c, 0)
 	cp = checkCopies(t, c, "after the grace")
 	expectScopes(t, "after the grace", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
-	expectScopes(t, "after the grace", cp, model.KindHost, "h1", "host/h1", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "after the grace", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "after the grace", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 
 	// Released again: a new grace, from now.
 	pullOut(t, c, lingerEIP, "")
@@ -226,8 +245,8 @@ func TestMoveGraceBack(t *testing.T) {
 	checkCopies(t, c, "second release over")
 }
 
-// TestMoveGraceQuarantine: released from quarantine, the EIP and its host
-// stay in the quarantine set's scope for the grace (their values did not
+// TestMoveGraceQuarantine: released from quarantine, the EIP and the copy
+// of its guest stay in the quarantine set's scope for the grace (their values did not
 // change: they are put again as they were, only to take the lease).
 func TestMoveGraceQuarantine(t *testing.T) {
 	c, clk := lingerCore(t)
@@ -238,19 +257,22 @@ func TestMoveGraceQuarantine(t *testing.T) {
 	}
 	cp := checkCopies(t, c, "quarantine")
 	expectScopes(t, "quarantine", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
-	expectScopes(t, "quarantine", cp, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
+	expectScopes(t, "quarantine", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "quarantine", cp, model.KindGuestCopy, "h2/g2", "set/quarantine", "set/prefix-b")
+	expectScopes(t, "quarantine", cp, model.KindGuestCopy, "h2/g3")
 	puts := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`)
-	eipKey, hostKey := store.ScopeKey("set/quarantine", model.KindEIP, eip), store.ScopeKey("set/quarantine", model.KindHost, "h2")
+	eipKey, guestKey := store.ScopeKey("set/quarantine", model.KindEIP, eip), store.ScopeKey("set/quarantine", model.KindGuestCopy, "h2/g2")
 	if _, err := c.Delete(ctx, model.KindQuarantine, eip, IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
 	cp2 := checkCopies(t, c, "quarantine release")
 	expectScopes(t, "quarantine release", cp2, model.KindEIP, eip, "set/quarantine", "set/prefix-b", "host/h2")
-	expectScopes(t, "quarantine release", cp2, model.KindHost, "h2", "host/h2", "set/quarantine", "set/prefix-b")
+	expectScopes(t, "quarantine release", cp2, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "quarantine release", cp2, model.KindGuestCopy, "h2/g2", "set/quarantine", "set/prefix-b")
 	if p := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="put"}`); p != puts+2 {
 		t.Errorf("the quarantine's release wrote %v copies, want 2 (put again with the lease)", p-puts)
 	}
-	for _, k := range []string{eipKey, hostKey} {
+	for _, k := range []string{eipKey, guestKey} {
 		if cp2[k] != cp[k] {
 			t.Errorf("%s: %s, want it as it was: %s", k, cp2[k], cp[k])
 		}
@@ -262,7 +284,8 @@ func TestMoveGraceQuarantine(t *testing.T) {
 	expire(t, c, 2)
 	cp = checkCopies(t, c, "grace over")
 	expectScopes(t, "grace over", cp, model.KindEIP, eip, "set/prefix-b", "host/h2")
-	expectScopes(t, "grace over", cp, model.KindHost, "h2", "host/h2", "set/prefix-b")
+	expectScopes(t, "grace over", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "grace over", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
 }
 
 // TestMoveGraceRepairAndRestart: a repair keeps the lingering copies; a
@@ -280,6 +303,7 @@ func TestMoveGraceRepairAndRestart(t *testing.T) {
 	}
 	cp := checkCopies(t, c, "repair")
 	expectScopes(t, "repair", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h1")
+	expectScopes(t, "repair", cp, model.KindGuestCopy, "h1/g1", "set/dedicated", "set/prefix-a")
 	if d := metricValue(t, c, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); d != 0 {
 		t.Errorf("the repair deleted %v copies", d)
 	}
@@ -289,7 +313,8 @@ func TestMoveGraceRepairAndRestart(t *testing.T) {
 	waitFor(t, func() bool { return metricValue(t, c2, `azgate_controller_scope_repairs_total{result="ok"}`) >= 1 })
 	cp = checkCopies(t, c2, "restart")
 	expectScopes(t, "restart", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
-	expectScopes(t, "restart", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "restart", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "restart", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 }
 
 // TestMoveGraceEnds: the grace ends on the controller's own clock. The
@@ -327,7 +352,8 @@ func TestMoveGraceEnds(t *testing.T) {
 	})
 	cp := checkCopies(t, c, "grace over")
 	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
-	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 }
 
 // TestMoveGraceFlag: the grace is checked.
@@ -360,13 +386,14 @@ func TestMoveGraceSameTime(t *testing.T) {
 	due := c.linger.due(clk.now().Add(testGrace))
 	c.writeMu.Unlock()
 	if len(due) != 2 {
-		t.Errorf("due: %v, want the EIP's and its host's copy once each", due)
+		t.Errorf("due: %v, want the EIP's and its guest's copy once each", due)
 	}
 	clk.advance(testGrace)
 	expire(t, c, 2)
 	cp := checkCopies(t, c, "grace over")
 	expectScopes(t, "grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
-	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "grace over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "grace over", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 	lingering(t, c, 0)
 }
 
@@ -377,7 +404,7 @@ func TestMoveGraceLease(t *testing.T) {
 	c, clk := lingerCore(t)
 	ctx := context.Background()
 	eipKey := store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)
-	hostKey := store.ScopeKey("set/dedicated", model.KindHost, "h1")
+	guestKey := store.ScopeKey("set/dedicated", model.KindGuestCopy, "h1/g1")
 	if l, ok := copyLease(t, c, eipKey); !ok || l != 0 {
 		t.Fatalf("pulled out: %s has lease %x (exists %v), want none", eipKey, l, ok)
 	}
@@ -386,8 +413,8 @@ func TestMoveGraceLease(t *testing.T) {
 	if lease == 0 {
 		t.Fatalf("released: %s lingers without a lease", eipKey)
 	}
-	if l, _ := copyLease(t, c, hostKey); l != lease {
-		t.Errorf("released: %s has lease %x, want the write's %x", hostKey, l, lease)
+	if l, _ := copyLease(t, c, guestKey); l != lease {
+		t.Errorf("released: %s has lease %x, want the write's %x", guestKey, l, lease)
 	}
 	ttl, err := c.store.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
 	if err != nil {
@@ -408,18 +435,21 @@ func TestMoveGraceLease(t *testing.T) {
 	if l, _ := copyLease(t, c, eipKey); l != lease {
 		t.Errorf("rebound: %s has lease %x, want its own %x", eipKey, l, lease)
 	}
-	// h1's copy in prefix-a starts to linger with the rebind: a lease
-	// of that write.
-	if l, _ := copyLease(t, c, store.ScopeKey("set/prefix-a", model.KindHost, "h1")); l == 0 || l == lease {
-		t.Errorf("h1's copy in prefix-a has lease %x: want the rebind's", l)
+	// h1/g1's copies go with the rebind (no EIP copy points to it).
+	// The host itself is in its own scope only.
+	for _, sc := range []string{"set/prefix-a", "set/dedicated"} {
+		if _, ok := copyLease(t, c, store.ScopeKey(sc, model.KindGuestCopy, "h1/g1")); ok {
+			t.Errorf("h1/g1's copy in %s is still there after the rebind", sc)
+		}
 	}
+	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1")
 
 	pullOut(t, c, lingerEIP, "dedicated")
 	checkCopies(t, c, "back")
 	if l, ok := copyLease(t, c, eipKey); !ok || l != 0 {
 		t.Errorf("back in the set: %s has lease %x (exists %v), want an ordinary copy", eipKey, l, ok)
 	}
-	lingering(t, c, 2) // h1's in dedicated (the release's) and in prefix-a (the rebind's)
+	lingering(t, c, 0) // the EIP is back in the dedicated set; h1/g1's copies went with the rebind
 }
 
 // TestMoveGraceLeaseOutlivesController: the lingering copies of a
@@ -456,18 +486,19 @@ func TestMoveGraceLeaseOutlivesController(t *testing.T) {
 
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		cp := storedCopies(t, a.store)
-		if len(scopesOf(cp, model.KindEIP, lingerEIP)) == 2 && len(scopesOf(cp, model.KindHost, "h1")) == 2 {
+		if len(scopesOf(cp, model.KindEIP, lingerEIP)) == 2 && len(scopesOf(cp, model.KindGuestCopy, "h1/g1")) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("30 s after its controller stopped, the copies lingering with a lease of 2 s are still there: %v, %v",
-				scopesOf(cp, model.KindEIP, lingerEIP), scopesOf(cp, model.KindHost, "h1"))
+				scopesOf(cp, model.KindEIP, lingerEIP), scopesOf(cp, model.KindGuestCopy, "h1/g1"))
 		}
 	}
 	waitFor(t, func() bool { return a.Revision() >= rev })
 	cp := checkCopies(t, a, "lease over")
 	expectScopes(t, "lease over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h1")
-	expectScopes(t, "lease over", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "lease over", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "lease over", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 	if _, cur, err := a.store.CopiesCurrent(ctx); err != nil || !cur {
 		t.Errorf("CopiesCurrent %v, %v after the lease: want true", cur, err)
 	}
@@ -494,8 +525,10 @@ func TestMoveGraceLeaseGone(t *testing.T) {
 	}
 	cp := checkCopies(t, c, "rebind")
 	expectScopes(t, "rebind", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h2")
-	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
-	lingering(t, c, 1) // h1's in prefix-a, of the rebind
+	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h1/g1")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
+	lingering(t, c, 0)
 	if n := metricValue(t, c, `azgate_controller_commits_total{result="lease"}`); n != 1 {
 		t.Errorf("%v commits failed with the lease gone, want 1 (then retried)", n)
 	}

@@ -104,7 +104,7 @@ func wantCopies(t testing.TB, c *Core) map[string]string {
 		out[store.ScopeKey(o.Scope, o.Kind, o.Key)] = string(o.Value)
 	}
 	for r, scopes := range c.linger.copies {
-		o, ok := c.view.st.Get(r.Kind, r.Key)
+		o, ok := copiedObject(c.view.st, r)
 		if !ok {
 			t.Errorf("%s %s lingers, but it is gone", r.Kind, r.Key)
 			continue
@@ -122,6 +122,27 @@ func wantCopies(t testing.TB, c *Core) map[string]string {
 		}
 	}
 	return out
+}
+
+// copiedObject is the value copied for r in st: the object, or for a
+// guest copy (no object of the State) the copy derived from its host.
+func copiedObject(st *model.State, r placement.Ref) (model.Object, bool) {
+	if r.Kind != model.KindGuestCopy {
+		return st.Get(r.Kind, r.Key)
+	}
+	hn, gn, ok := model.SplitGuestCopyKey(r.Key)
+	if !ok {
+		return nil, false
+	}
+	h, ok := st.Hosts[hn]
+	if !ok {
+		return nil, false
+	}
+	g, ok := h.Guest(gn)
+	if !ok {
+		return nil, false
+	}
+	return model.NewGuestCopy(h, g), true
 }
 
 // checkCopies asserts that the copies in the store are those of the
@@ -228,31 +249,43 @@ func TestScopeCopiesFollowWrites(t *testing.T) {
 	expectScopes(t, "apply", cp, model.KindEIP, eip, "set/prefix-a", "host/h1")
 	expectScopes(t, "apply", cp, model.KindEIP, eip8, "set/prefix-a")
 	expectScopes(t, "apply", cp, model.KindEIP, eipB, "set/prefix-b", "host/h2")
-	expectScopes(t, "apply", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
-	expectScopes(t, "apply", cp, model.KindHost, "h2", "host/h2", "set/prefix-b")
-	expectScopes(t, "apply", cp, model.KindHost, "h3", "host/h3", "set/prefix-a")
+	// A host is in its own scope only; a set holds a copy of each guest
+	// an EIP it carries is bound to or that backs a service it carries.
+	expectScopes(t, "apply", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "apply", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "apply", cp, model.KindHost, "h3", "host/h3")
+	expectScopes(t, "apply", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
+	expectScopes(t, "apply", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
+	expectScopes(t, "apply", cp, model.KindGuestCopy, "h2/g3")
+	expectScopes(t, "apply", cp, model.KindGuestCopy, "h3/g4", "set/prefix-a")
 	expectScopes(t, "apply", cp, model.KindService, "web", "set/prefix-a", "host/h3")
 	if n := len(scopesOf(cp, model.KindEdgeSet, "prefix-a")) + len(scopesOf(cp, model.KindAZ, "az1")); n != 0 {
 		t.Errorf("apply: edge sets or AZs copied (%d): every node reads them whole", n)
 	}
 
 	// Rebind to a guest of another host: the EIP's copy moves from h1's
-	// scope to h2's, h2 joins prefix-a's scope and h1 leaves it.
+	// scope to h2's, h2/g3's copy joins prefix-a's scope and h1/g1's
+	// leaves it; the hosts stay in their own scopes only.
 	_, err = c.Bind(ctx, eip, IfMatch{}, model.Binding{Host: "h2", Guest: "g3"})
 	cp = must("rebind", err)
 	expectScopes(t, "rebind", cp, model.KindEIP, eip, "set/prefix-a", "host/h2")
-	expectScopes(t, "rebind", cp, model.KindHost, "h2", "host/h2", "set/prefix-a", "set/prefix-b")
+	expectScopes(t, "rebind", cp, model.KindHost, "h2", "host/h2")
 	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h1/g1")
 
 	// Bind and unbind another one.
 	_, err = c.Bind(ctx, eip8, IfMatch{}, model.Binding{Host: "h1", Guest: "g1"})
 	cp = must("bind", err)
 	expectScopes(t, "bind", cp, model.KindEIP, eip8, "set/prefix-a", "host/h1")
-	expectScopes(t, "bind", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "bind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "bind", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
 	_, err = c.Unbind(ctx, eip8, IfMatch{})
 	cp = must("unbind", err)
 	expectScopes(t, "unbind", cp, model.KindEIP, eip8, "set/prefix-a")
 	expectScopes(t, "unbind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "unbind", cp, model.KindGuestCopy, "h1/g1")
 
 	// Pull out into the dedicated set: carried by it and by the prefix
 	// set it came from; then released.
@@ -265,20 +298,27 @@ func TestScopeCopiesFollowWrites(t *testing.T) {
 	_, err = c.Replace(ctx, eip, IfMatch{}, pulled)
 	cp = must("pull out", err)
 	expectScopes(t, "pull out", cp, model.KindEIP, eip, "set/dedicated", "set/prefix-a", "host/h2")
-	expectScopes(t, "pull out", cp, model.KindHost, "h2", "host/h2", "set/dedicated", "set/prefix-a", "set/prefix-b")
+	expectScopes(t, "pull out", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "pull out", cp, model.KindGuestCopy, "h2/g3", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "pull out", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
 	released := cloneEIP(pulled)
 	released.Set = ""
 	_, err = c.Replace(ctx, eip, IfMatch{}, released)
 	cp = must("release", err)
 	expectScopes(t, "release", cp, model.KindEIP, eip, "set/prefix-a", "host/h2")
-	expectScopes(t, "release", cp, model.KindHost, "h2", "host/h2", "set/prefix-a", "set/prefix-b")
+	expectScopes(t, "release", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "release", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
+	expectScopes(t, "release", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
 
 	// Quarantine and release.
 	_, err = c.Create(ctx, &model.Quarantine{Address: netip.MustParseAddr(eip), Reason: "again"})
 	cp = must("quarantine", err)
 	expectScopes(t, "quarantine", cp, model.KindEIP, eip, "set/quarantine", "set/prefix-a", "host/h2")
+	expectScopes(t, "quarantine", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "quarantine", cp, model.KindGuestCopy, "h2/g3", "set/quarantine", "set/prefix-a")
 	_, err = c.Delete(ctx, model.KindQuarantine, eip, IfMatch{})
 	cp = must("quarantine release", err)
+	expectScopes(t, "quarantine release", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
 
 	// A prefix moves from prefix-a to prefix-b. The model refuses a
 	// prefix that still covers EIPs or VIPs to leave its set (one step at
@@ -304,36 +344,46 @@ func TestScopeCopiesFollowWrites(t *testing.T) {
 	_, err = c.Create(ctx, &model.EIP{Address: netip.MustParseAddr("203.0.113.5"), Binding: &model.Binding{Host: "h1", Guest: "g1"}})
 	cp = must("EIP in the moved prefix", err)
 	expectScopes(t, "EIP in the moved prefix", cp, model.KindEIP, "203.0.113.5", "set/prefix-b", "host/h1")
-	expectScopes(t, "EIP in the moved prefix", cp, model.KindHost, "h1", "host/h1", "set/prefix-b")
+	expectScopes(t, "EIP in the moved prefix", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "EIP in the moved prefix", cp, model.KindGuestCopy, "h1/g1", "set/prefix-b")
 	if _, err := c.Unbind(ctx, "203.0.113.5", IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
 	cp = checkCopies(t, c, "unbind")
 	expectScopes(t, "unbind", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "unbind", cp, model.KindGuestCopy, "h1/g1")
 
 	// A backend on another host, then deletes.
 	_, err = c.AddBackend(ctx, "web", IfMatch{}, "web", model.Backend{Host: "h1", Guest: "g1", Port: 8080})
 	cp = must("add backend", err)
 	expectScopes(t, "add backend", cp, model.KindService, "web", "set/prefix-a", "host/h1", "host/h3")
-	expectScopes(t, "add backend", cp, model.KindHost, "h1", "host/h1", "set/prefix-a")
+	expectScopes(t, "add backend", cp, model.KindHost, "h1", "host/h1")
+	expectScopes(t, "add backend", cp, model.KindGuestCopy, "h1/g1", "set/prefix-a")
+	expectScopes(t, "add backend", cp, model.KindGuestCopy, "h3/g4", "set/prefix-a")
 	_, err = c.Delete(ctx, model.KindService, "web", IfMatch{})
 	cp = must("delete service", err)
 	expectScopes(t, "delete service", cp, model.KindService, "web")
 	expectScopes(t, "delete service", cp, model.KindHost, "h1", "host/h1")
 	expectScopes(t, "delete service", cp, model.KindHost, "h3", "host/h3")
+	expectScopes(t, "delete service", cp, model.KindGuestCopy, "h1/g1")
+	expectScopes(t, "delete service", cp, model.KindGuestCopy, "h3/g4")
 	if _, err := c.Unbind(ctx, eip, IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.Delete(ctx, model.KindEIP, eip, IfMatch{})
 	cp = must("delete EIP", err)
 	expectScopes(t, "delete EIP", cp, model.KindEIP, eip)
-	expectScopes(t, "delete EIP", cp, model.KindHost, "h2", "host/h2", "set/prefix-b")
+	expectScopes(t, "delete EIP", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "delete EIP", cp, model.KindGuestCopy, "h2/g3")
+	expectScopes(t, "delete EIP", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
 	if _, err := c.Unbind(ctx, eipB, IfMatch{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.Delete(ctx, model.KindHost, "h2", IfMatch{})
 	cp = must("delete host", err)
 	expectScopes(t, "delete host", cp, model.KindHost, "h2")
+	expectScopes(t, "delete host", cp, model.KindGuestCopy, "h2/g2")
+	expectScopes(t, "delete host", cp, model.KindGuestCopy, "h2/g3")
 	m := metricValue(t, c, `azgate_controller_scope_copies_total{by="write",op="delete"}`)
 	if m == 0 {
 		t.Error("no copy deletion counted")
@@ -483,7 +533,10 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 	}
 	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.5", "set/dedicated", "set/prefix-a", "host/m0")
 	expectScopes(t, "migration", cp, model.KindEIP, "100.64.0.10", "set/prefix-a", "host/m0")
-	expectScopes(t, "migration", cp, model.KindHost, "m0", "host/m0", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "migration", cp, model.KindHost, "m0", "host/m0")
+	expectScopes(t, "migration", cp, model.KindGuestCopy, "m0/g5", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "migration", cp, model.KindGuestCopy, "m0/g10", "set/prefix-a")
+	expectScopes(t, "migration", cp, model.KindGuestCopy, "m0/spare")
 
 	// Damage: lose some copies, add a stale one, change one.
 	ctx := context.Background()
@@ -529,15 +582,24 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 	cp = checkCopies(t, c2, "repair")
 	expectCurrent(t, c2.store, "after the repair", true)
 	expectScopes(t, "repair", cp, model.KindEIP, "198.51.100.8", "set/prefix-a", "host/h2")
-	expectScopes(t, "repair", cp, model.KindHost, "m0", "host/m0", "set/dedicated", "set/prefix-a")
-	expectScopes(t, "repair", cp, model.KindHost, "h2", "host/h2", "set/prefix-a", "set/prefix-b")
-	// Written: the lost copies, the changed one, the EIP the older
-	// controller bound in its new host's scope and its new value in its
-	// set's, and that host in the set's scope; deleted: the stale copy,
-	// the EIP's in its former host's.
+	expectScopes(t, "repair", cp, model.KindHost, "m0", "host/m0")
+	expectScopes(t, "repair", cp, model.KindHost, "h2", "host/h2")
+	expectScopes(t, "repair", cp, model.KindGuestCopy, "m0/g5", "set/dedicated", "set/prefix-a")
+	expectScopes(t, "repair", cp, model.KindGuestCopy, "m0/spare")
+	expectScopes(t, "repair", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
+	expectScopes(t, "repair", cp, model.KindGuestCopy, "h2/g2", "set/prefix-b")
+	// Written (lost+4): the lost copies (lost), the changed one (1), the
+	// EIP the older controller bound in its new host's scope, host/h2
+	// (1), and its new value in its set's, set/prefix-a (1), and the copy
+	// of its new guest h2/g3 in that set (1). Deleted (3): the stale copy
+	// (1), the EIP's in its former host's scope, host/m0 (1), and the copy
+	// of its former guest m0/spare in set/prefix-a (1): no other EIP or
+	// backend keeps that guest there. (When sets held whole hosts, m0
+	// stayed in set/prefix-a for its other guests' EIPs, and 2 were
+	// deleted.)
 	if w, d := metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="put"}`),
-		metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); int(w) != lost+4 || d != 2 {
-		t.Errorf("the repair wrote %v and deleted %v copies, want %d and 2", w, d, lost+4)
+		metricValue(t, c2, `azgate_controller_scope_copies_total{by="repair",op="delete"}`); int(w) != lost+4 || d != 3 {
+		t.Errorf("the repair wrote %v and deleted %v copies, want %d and 3", w, d, lost+4)
 	}
 
 	// Copies changed past the controllers (the commit marker did not

@@ -665,12 +665,10 @@ func (r *Reconciler) ARPScope() string {
 func (r *Reconciler) Hosts() []netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]netip.Addr, 0, len(r.idx.hosts))
-	for _, h := range r.idx.hosts {
-		out = append(out, h.underlay)
-	}
+	out := make([]netip.Addr, 0, len(r.idx.hosts)+len(r.idx.copied))
+	r.idx.underlays(func(u netip.Addr) { out = append(out, u) })
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
-	return out
+	return slices.Compact(out)
 }
 
 // maxStatusEIPs bounds the per-EIP counters published in the status key.

@@ -16,8 +16,18 @@ type index struct {
 	// self is the edge's name: it builds the tables of the services its
 	// set serves only (lbServices). "" (tests of the plan alone): every
 	// service.
-	self     string
+	self string
+	// hosts are whole Host objects (an edge following the whole region,
+	// --follow-share=false, or a set scope of an older controller);
+	// copied are the hosts as the guest copies of the edge's set scope
+	// give them (model.GuestCopy: the underlay and the guests the set
+	// routes to). A guest is looked up in hosts, then in copied (lookup).
 	hosts    map[string]*hostEntry
+	copied   map[string]*hostEntry
+	// byGuest: the EIP bound to each guest, kept once the index holds a
+	// guest copy (nil before: an edge of whole hosts does not pay ~50
+	// bytes per EIP for it).
+	byGuest map[binding][4]byte
 	sets     map[string]*model.EdgeSet
 	eips     map[[4]byte]binding // bound EIPs only
 	services map[string]*model.Service
@@ -54,7 +64,8 @@ type guestInfo struct {
 type binding struct{ host, guest string }
 
 func newIndex() *index {
-	return &index{hosts: map[string]*hostEntry{}, sets: map[string]*model.EdgeSet{},
+	return &index{hosts: map[string]*hostEntry{}, copied: map[string]*hostEntry{},
+		sets: map[string]*model.EdgeSet{},
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
 		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
 		limits: map[[4]byte]model.Limits{},
@@ -97,7 +108,7 @@ func (x *index) put(kind, key string, o model.Object) change {
 		// The firewall sees an EIP only as routed or not and as pulled
 		// into a set or not: a binding moved to another host or new rate
 		// limits leave its plan alone (no rebuild of every rule).
-		_, wasRouted := x.eips[k]
+		old, wasRouted := x.eips[k]
 		wasPulled := x.pulled[k]
 		if o.Set != "" {
 			x.pulled[k] = x.intern(o.Set)
@@ -109,10 +120,17 @@ func (x *index) put(kind, key string, o model.Object) change {
 		} else {
 			delete(x.limits, k)
 		}
+		if wasRouted && x.byGuest != nil && x.byGuest[old] == k {
+			delete(x.byGuest, old)
+		}
 		if o.Binding == nil {
 			delete(x.eips, k)
 		} else {
-			x.eips[k] = binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
+			b := binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
+			x.eips[k] = b
+			if x.byGuest != nil {
+				x.byGuest[b] = k
+			}
 		}
 		_, routed := x.eips[k]
 		fw := (routed != wasRouted || x.pulled[k] != wasPulled) && x.fwTouches(o.Address)
@@ -132,6 +150,8 @@ func (x *index) put(kind, key string, o model.Object) change {
 		}
 		x.hosts[name] = e
 		return c
+	case *model.GuestCopy:
+		return x.putGuest(o)
 	case *model.EdgeSet:
 		x.sets[key] = o
 		// lb: the set may now serve (or stop serving) services' VIPs.
@@ -170,6 +190,9 @@ func (x *index) delete(kind, key string) change {
 		if err != nil || !a.Is4() {
 			return change{}
 		}
+		if b, ok := x.eips[a.As4()]; ok && x.byGuest != nil && x.byGuest[b] == a.As4() {
+			delete(x.byGuest, b)
+		}
 		delete(x.eips, a.As4())
 		delete(x.pulled, a.As4())
 		delete(x.limits, a.As4())
@@ -178,6 +201,8 @@ func (x *index) delete(kind, key string) change {
 	case model.KindHost:
 		delete(x.hosts, key)
 		return change{host: key, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
+	case model.KindGuestCopy:
+		return x.deleteGuest(key)
 	case model.KindEdgeSet:
 		delete(x.sets, key)
 		return change{lb: len(x.services) > 0, fw: x.fwSets > 0, spoof: true, bw: len(x.bwOf) > 0}
@@ -276,21 +301,118 @@ func (x *index) lbServices() map[string]*model.Service {
 	return out
 }
 
+// putGuest records a guest copy of the edge's set scope. Only the EIP
+// bound to the guest may route differently (and the services it backs):
+// a rebind's new guest comes with the EIP's own change, so no pass over
+// the bindings is needed, unlike for a whole host.
+func (x *index) putGuest(o *model.GuestCopy) change {
+	if !o.Guest.Address.Is4() {
+		return change{} // IPv4 data plane (validated IPv4 already)
+	}
+	if x.byGuest == nil {
+		x.byGuest = make(map[binding][4]byte, len(x.eips))
+		for k, b := range x.eips {
+			x.byGuest[b] = k
+		}
+	}
+	name := x.intern(o.Host)
+	b := binding{name, x.intern(o.Guest.Name)}
+	c := change{lb: len(x.services) > 0 && x.backs(b), bw: len(x.bwOf) > 0}
+	e, ok := x.copied[name]
+	if !ok {
+		e = &hostEntry{guest: map[string]guestInfo{}}
+		x.copied[name] = e
+	}
+	if !ok || e.underlay != o.Underlay {
+		// A new underlay to resolve before routing to it, and to accept
+		// from the underlay side (anti-spoofing).
+		e.underlay, c.underlay, c.spoof = o.Underlay, o.Underlay, true
+		if ok {
+			// The host moved: its other guests' routes too (the
+			// controller rewrites every copy of a moved host in one
+			// commit; this covers one that arrives alone).
+			c.host = name
+		}
+	}
+	e.guest[b.guest] = guestInfo{addr: o.Guest.Address.As4(), vsid: o.Guest.VSID}
+	if k, ok := x.byGuest[b]; ok {
+		c.eip = netip.AddrFrom4(k)
+	}
+	return c
+}
+
+// deleteGuest forgets a guest copy.
+func (x *index) deleteGuest(key string) change {
+	host, guest, ok := model.SplitGuestCopyKey(key)
+	if !ok {
+		return change{}
+	}
+	b := binding{host, guest}
+	c := change{lb: len(x.services) > 0 && x.backs(b), bw: len(x.bwOf) > 0}
+	if e, ok := x.copied[host]; ok {
+		delete(e.guest, guest)
+		if len(e.guest) == 0 {
+			delete(x.copied, host)
+			c.spoof = true
+		}
+	}
+	if k, ok := x.byGuest[b]; ok {
+		c.eip = netip.AddrFrom4(k)
+	}
+	return c
+}
+
+// backs says whether guest b is a backend of one of the services.
+func (x *index) backs(b binding) bool {
+	for _, v := range x.services {
+		for _, p := range v.Pools {
+			for _, be := range p.Backends {
+				if be.Host == b.host && be.Guest == b.guest {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// lookup finds a guest: in the whole hosts, then in the guest copies.
+func (x *index) lookup(host, guest string) (netip.Addr, guestInfo, bool) {
+	if h, ok := x.hosts[host]; ok {
+		if g, ok := h.guest[guest]; ok {
+			return h.underlay, g, true
+		}
+	}
+	if h, ok := x.copied[host]; ok {
+		if g, ok := h.guest[guest]; ok {
+			return h.underlay, g, true
+		}
+	}
+	return netip.Addr{}, guestInfo{}, false
+}
+
+// underlays calls f with the underlay address of every host the edge
+// knows (whole or by its guests; a host may come twice).
+func (x *index) underlays(f func(netip.Addr)) {
+	for _, h := range x.hosts {
+		f(h.underlay)
+	}
+	for _, h := range x.copied {
+		f(h.underlay)
+	}
+}
+
 // want is the route an EIP must have, if any.
 func (x *index) want(k [4]byte) (Want, bool) {
 	b, ok := x.eips[k]
 	if !ok {
 		return Want{}, false
 	}
-	h, ok := x.hosts[b.host]
+	u, g, ok := x.lookup(b.host, b.guest)
 	if !ok {
 		return Want{}, false
 	}
-	g, ok := h.guest[b.guest]
-	if !ok {
-		return Want{}, false
-	}
-	return Want{Host: h.underlay, VSID: g.vsid}, true
+	return Want{Host: u, VSID: g.vsid}, true
 }
 
 // boundTo adds to out the EIPs bound to one of hosts: one pass over the
@@ -336,11 +458,11 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 			own = append(own, netip.PrefixFrom(svc.VIP, 32))
 		}
 	}
-	for _, h := range x.hosts {
-		if h.underlay.Is4() {
-			underlay = append(underlay, netip.PrefixFrom(h.underlay, 32))
+	x.underlays(func(u netip.Addr) {
+		if u.Is4() {
+			underlay = append(underlay, netip.PrefixFrom(u, 32))
 		}
-	}
+	})
 	cmp := func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
 			return c

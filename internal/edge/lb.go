@@ -187,15 +187,17 @@ var errSlotsFull = errors.New("the data plane is full")
 type resolver struct{ x *index }
 
 func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
-	h, ok := r.x.hosts[host]
+	u, g, ok := r.x.lookup(host, guest)
 	if !ok {
+		if _, whole := r.x.hosts[host]; whole {
+			return lbplan.Placement{}, lbplan.ErrNoGuest
+		}
+		if _, copied := r.x.copied[host]; copied {
+			return lbplan.Placement{}, lbplan.ErrNoGuest
+		}
 		return lbplan.Placement{}, lbplan.ErrNoHost
 	}
-	g, ok := h.guest[guest]
-	if !ok {
-		return lbplan.Placement{}, lbplan.ErrNoGuest
-	}
-	return lbplan.Placement{Underlay: h.underlay, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
+	return lbplan.Placement{Underlay: u, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
 }
 
 // planOf computes the index's plan at the compiled capacities (memo: the

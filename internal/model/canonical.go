@@ -50,7 +50,13 @@ func decodeCanonical(kind string, data []byte) (Object, bool) {
 	if kind == KindHost {
 		return decodeHostCanonical(data)
 	}
-	o, err := New(kind)
+	var o Object
+	var err error
+	if kind == KindGuestCopy {
+		o = new(GuestCopy)
+	} else {
+		o, err = New(kind)
+	}
 	if err != nil || !canonicalType(reflect.TypeOf(o)) {
 		return nil, false
 	}

@@ -14,7 +14,12 @@ func DecodeStored(kind, key string, data []byte) (Object, error) {
 		// Not byte for byte what the store writes: the full checks,
 		// which name what is wrong.
 		var err error
-		if o, err = Decode(kind, data); err != nil {
+		if kind == KindGuestCopy {
+			o, err = decodeGuestCopy(data)
+		} else {
+			o, err = Decode(kind, data)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("does not decode: %w", err)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 
 // Moves between sets, make-before-break (docs/scale.md "Scopes"). When an
 // object leaves a set's scope but goes on existing (an EIP released from a
-// pull-out or a quarantine, its host when that was the host's last EIP in
-// the set, every object of a prefix moved to another set), the set's edges
+// pull-out or a quarantine and the copy of its guest, every object of a
+// prefix moved to another set), the set's edges
 // must keep it while the set's routes are withdrawn upstream: traffic
 // still arrives there for a while. The controller therefore keeps such a
 // copy, with the object's current value, for a grace period before it

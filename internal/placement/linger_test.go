@@ -31,7 +31,7 @@ func (l Lingering) record(lc LingerChange) {
 func lingerWant(t testing.TB, st *model.State, l Lingering) (copies, error) {
 	want := allCopies(t, st)
 	for r, scopes := range l {
-		o, ok := st.Get(r.Kind, r.Key)
+		o, ok := object(st, r)
 		if !ok {
 			return nil, fmt.Errorf("%s %s lingers but is gone", r.Kind, r.Key)
 		}
@@ -120,7 +120,7 @@ func TestRandomLinger(t *testing.T) {
 				started += len(lc.Start)
 				updated += len(lc.Update)
 				for _, c := range lc.End {
-					if _, ok := st.Get(c.Kind, c.Key); ok {
+					if _, ok := object(st, c.Ref); ok {
 						back++
 					} else {
 						gone++
@@ -147,7 +147,7 @@ func TestRandomLinger(t *testing.T) {
 }
 
 // TestLingerRelease: an EIP released from a pull-out keeps its copy (with
-// its new value) and its host's in the dedicated set; without start the
+// its new value) and its guest's in the dedicated set; without start the
 // ops are Diff's.
 func TestLingerRelease(t *testing.T) {
 	st := region(t)
@@ -172,8 +172,8 @@ func TestLingerRelease(t *testing.T) {
 		t.Errorf("ops %v, want %v (Diff: %v)", got, want, opNames(diff))
 	}
 	if len(lc.Start) != 2 || lc.Start[Copy{"set/hot", Ref{model.KindEIP, "198.51.100.10"}}] == nil ||
-		lc.Start[Copy{"set/hot", Ref{model.KindHost, "h1"}}] == nil || len(lc.Update) != 0 || len(lc.End) != 0 {
-		t.Errorf("change %+v: want the EIP and its host to start lingering in set/hot", lc)
+		lc.Start[Copy{"set/hot", Ref{model.KindGuestCopy, "h1/g1"}}] == nil || len(lc.Update) != 0 || len(lc.End) != 0 {
+		t.Errorf("change %+v: want the EIP and its guest to start lingering in set/hot", lc)
 	}
 	if err := have.apply(ops); err != nil {
 		t.Fatal(err)
@@ -184,8 +184,8 @@ func TestLingerRelease(t *testing.T) {
 
 	// The grace ends: both go; unless the EIP was pulled out again in
 	// between by a write that did not know of them (another controller).
-	cs := []Copy{{"set/hot", Ref{model.KindEIP, "198.51.100.10"}}, {"set/hot", Ref{model.KindHost, "h1"}}}
-	if got := opNames(Expired(st, cs)); !slices.Equal(got, []string{"delete set/hot/eips/198.51.100.10", "delete set/hot/hosts/h1"}) {
+	cs := []Copy{{"set/hot", Ref{model.KindEIP, "198.51.100.10"}}, {"set/hot", Ref{model.KindGuestCopy, "h1/g1"}}}
+	if got := opNames(Expired(st, cs)); !slices.Equal(got, []string{"delete set/hot/eips/198.51.100.10", "delete set/hot/guests/h1/g1"}) {
 		t.Errorf("Expired: %v, want both deleted", got)
 	}
 	mustPut(t, st, eip("198.51.100.10", "hot", "h1/g1"))

@@ -10,14 +10,20 @@
 //     host it is bound to;
 //   - a service: the Carriers of its VIP, and every host with a backend;
 //   - a service's Health: the Carriers of its service's VIP;
-//   - a host: its own scope, and every set carrying an EIP bound to one of
-//     its guests or a service with a backend on it;
+//   - a host: its own scope only;
+//   - a guest of a host, as a model.GuestCopy (the host's underlay and the
+//     guest, ~150 bytes, derived from the host; no object of the State):
+//     every set carrying an EIP bound to it or a service with a backend on
+//     it. A set's edges route with these, so a set's share holds the
+//     guests it routes to, not whole hosts with every guest they run (a
+//     host of 1,000 guests is ~52 kB; an edge of a 100,000-EIP set held
+//     48 MB of hosts before, for 100,000 guests it needed).
 //   - every other kind is read whole by the nodes that need it
 //     (EdgeKinds, AgentKinds) and has no copies.
 //
 // Carriers are computed per address from the sets and that address's own
 // pull-out and quarantine, so the scopes of one object cost O(sets) (a
-// host's O(its guests and their services)), never O(region).
+// guest's O(its services)), never O(region).
 //
 // A write of the controller (the changed objects, in one commit):
 //
@@ -55,7 +61,7 @@ func SetScope(set string) string { return "set/" + set }
 func HostScope(host string) string { return "host/" + host }
 
 // Scoped are the kinds that have copies in scopes.
-var Scoped = []string{model.KindHost, model.KindEIP, model.KindService, model.KindHealth}
+var Scoped = []string{model.KindHost, model.KindEIP, model.KindService, model.KindHealth, model.KindGuestCopy}
 
 // EdgeKinds are the kinds an edge reads whole; AgentKinds an agent's.
 var (
@@ -231,27 +237,45 @@ func (p *placer) service(v *model.Service) []string {
 	return sortScopes(out)
 }
 
-// host returns the scopes of h; eipSets and svcSets give the set scopes
-// of an EIP and of a service by key.
-func (p *placer) host(h *model.Host, eipSets, svcSets func(string) []string) []string {
-	out := []string{p.hostScope(h.Name)}
-	var seen map[string]bool
-	for _, g := range h.Guests {
-		if key, ok := p.st.BoundEIP(h.Name, g.Name); ok {
-			out = append(out, eipSets(key)...)
-		}
-		for _, svc := range p.st.BackendOf(h.Name, g.Name) {
-			if seen[svc] {
-				continue
-			}
-			if seen == nil {
-				seen = map[string]bool{}
-			}
-			seen[svc] = true
-			out = append(out, svcSets(svc)...)
-		}
+// guest returns the scopes of the copy of host h's guest g: the sets of
+// the EIP bound to it and of the services it backs; eipSets and svcSets
+// give the set scopes of an EIP and of a service by key.
+func (p *placer) guest(h, g string, eipSets, svcSets func(string) []string) []string {
+	var out []string
+	if key, ok := p.st.BoundEIP(h, g); ok {
+		out = append(out, eipSets(key)...)
+	}
+	for _, svc := range p.st.BackendOf(h, g) {
+		out = append(out, svcSets(svc)...)
 	}
 	return sortScopes(out)
+}
+
+// guestOf finds the host and the guest a guest copy's key names.
+func guestOf(st *model.State, key string) (*model.Host, model.Guest, bool) {
+	hn, gn, ok := model.SplitGuestCopyKey(key)
+	if !ok {
+		return nil, model.Guest{}, false
+	}
+	h, ok := st.Hosts[hn]
+	if !ok {
+		return nil, model.Guest{}, false
+	}
+	g, ok := h.Guest(gn)
+	return h, g, ok
+}
+
+// object returns the value copied for r: the object, or for a guest copy
+// the copy derived from its host.
+func object(st *model.State, r Ref) (model.Object, bool) {
+	if r.Kind == model.KindGuestCopy {
+		h, g, ok := guestOf(st, r.Key)
+		if !ok {
+			return nil, false
+		}
+		return model.NewGuestCopy(h, g), true
+	}
+	return st.Get(r.Kind, r.Key)
 }
 
 // eipSetsOf and serviceSetsOf compute an object's set scopes afresh.
@@ -288,8 +312,12 @@ func (p *placer) of(r Ref) []string {
 			return p.serviceSetsOf(r.Key)
 		}
 	case model.KindHost:
-		if h, ok := st.Hosts[r.Key]; ok {
-			return p.host(h, p.eipSetsOf, p.serviceSetsOf)
+		if _, ok := st.Hosts[r.Key]; ok {
+			return []string{p.hostScope(r.Key)}
+		}
+	case model.KindGuestCopy:
+		if h, g, ok := guestOf(st, r.Key); ok {
+			return p.guest(h.Name, g.Name, p.eipSetsOf, p.serviceSetsOf)
 		}
 	}
 	return nil
@@ -306,17 +334,18 @@ func sortScopes(s []string) []string {
 
 // Of returns the scopes holding a copy of r in st, sorted (nil: r is
 // absent, in no scope, or of a kind without copies). It costs O(sets) for
-// an EIP, a service or a health, O(the host's guests and their services)
-// for a host: never O(region).
+// an EIP, a service or a health, O(the guest's services) for a guest copy
+// (and a search of its host's guests): never O(region).
 func Of(st *model.State, r Ref) []string {
 	return newPlacer(st).of(r)
 }
 
 // Affected returns changed and every object whose scopes a change of
-// those may change, in st, deduplicated and sorted: the host an EIP is
-// bound to; a service's backends' hosts, its health and the EIP at its
-// VIP; a quarantined address's EIP or service (and theirs); every scoped
-// object for an edge set. The controller takes it in the state before a
+// those may change, in st, deduplicated and sorted: the copy of the guest
+// an EIP is bound to; the copies of a service's backends' guests, its
+// health and the EIP at its VIP; a quarantined address's EIP or service
+// (and theirs); the copies of a host's guests; every scoped object for an
+// edge set. The controller takes it in the state before a
 // change and in the one after (Take), so an object related to a changed
 // one on either side is recomputed.
 func Affected(st *model.State, changed []Ref) []Ref {
@@ -330,7 +359,7 @@ func Affected(st *model.State, changed []Ref) []Ref {
 			return
 		}
 		if e.Binding != nil {
-			add(Ref{model.KindHost, e.Binding.Host})
+			add(Ref{model.KindGuestCopy, model.GuestCopyKey(e.Binding.Host, e.Binding.Guest)})
 		}
 		// Never both in a valid state; the scopes of either follow the
 		// other's pull-out if they were.
@@ -347,8 +376,8 @@ func Affected(st *model.State, changed []Ref) []Ref {
 		}
 		for _, pool := range v.Pools {
 			for _, b := range pool.Backends {
-				if b.Host != "" {
-					add(Ref{model.KindHost, b.Host})
+				if b.Host != "" && b.Guest != "" {
+					add(Ref{model.KindGuestCopy, model.GuestCopyKey(b.Host, b.Guest)})
 				}
 			}
 		}
@@ -375,14 +404,22 @@ func Affected(st *model.State, changed []Ref) []Ref {
 					service(name)
 				}
 			}
+		case model.KindHost:
+			// Its guests' copies: their value (the underlay, a
+			// guest's address or VSID) or their presence.
+			if h, ok := st.Hosts[r.Key]; ok {
+				for _, g := range h.Guests {
+					add(Ref{model.KindGuestCopy, model.GuestCopyKey(h.Name, g.Name)})
+				}
+			}
 		case model.KindEdgeSet:
 			// Which sets carry what: every scoped object (set changes
 			// are rare).
 			whole = true
 		}
-		// Host and health: themselves only. AZs, firewall rules,
-		// bandwidth packages, DNS zones and GSLB records change no
-		// object's scopes.
+		// Health: itself only. AZs, firewall rules, bandwidth
+		// packages, DNS zones and GSLB records change no object's
+		// scopes.
 	}
 	if whole {
 		for key := range st.EIPs {
@@ -394,8 +431,11 @@ func Affected(st *model.State, changed []Ref) []Ref {
 		for name := range st.Health {
 			add(Ref{model.KindHealth, name})
 		}
-		for name := range st.Hosts {
-			add(Ref{model.KindHost, name})
+		for name, h := range st.Hosts {
+			// A host's own scope does not depend on the sets.
+			for _, g := range h.Guests {
+				add(Ref{model.KindGuestCopy, model.GuestCopyKey(name, g.Name)})
+			}
 		}
 	}
 	out := make([]Ref, 0, len(set))
@@ -409,7 +449,7 @@ func Affected(st *model.State, changed []Ref) []Ref {
 // Take returns the scopes and values of the objects Affected by changed
 // in st, and of those also was taken for. The controller takes the state
 // before a change, applies it, and takes the state after it passing the
-// first snapshot as also, so both hold the same objects (the host an EIP
+// first snapshot as also, so both hold the same objects (the guest an EIP
 // was unbound from is related to it in the state before only); Diff then
 // gives the copies to write.
 func Take(st *model.State, changed []Ref, also ...Snapshot) (Snapshot, error) {
@@ -431,10 +471,10 @@ func Take(st *model.State, changed []Ref, also ...Snapshot) (Snapshot, error) {
 // Related is a snapshot of the objects Affected by changed in st, without
 // their scopes, to pass to Take as also. The controller takes it in the
 // state after a change, so that its Take of the state before holds them
-// too: an object only the snapshot after a change holds (the host an EIP
+// too: an object only the snapshot after a change holds (the guest an EIP
 // is bound to by the change) is put in every one of its scopes by Diff,
 // which rewrote a 1,000-guest host into every set holding it on every
-// rebind (52 kB to every edge of the region).
+// rebind (52 kB to every edge of the region) when sets held whole hosts.
 func Related(st *model.State, changed []Ref) Snapshot {
 	refs := Affected(st, changed)
 	snap := Snapshot{refs: make(map[Ref]bool, len(refs))}
@@ -463,7 +503,7 @@ func take(st *model.State, refs, changed []Ref) (Snapshot, error) {
 		if len(sc) == 0 && !ch[r] {
 			continue
 		}
-		o, ok := st.Get(r.Kind, r.Key)
+		o, ok := object(st, r)
 		if !ok {
 			continue
 		}
@@ -496,7 +536,7 @@ func refSet(rs []Ref) map[Ref]bool {
 // after must hold every object before holds (Take the after state with
 // the before snapshot as also); Diff panics on an object only before
 // holds, as it cannot know its copies after the change. An object only
-// after holds (a host an EIP was bound to by the change) was related to no
+// after holds (the guest an EIP was bound to by the change) was related to no
 // changed object before it, so its scopes then were a subset of its scopes
 // now, and it is put in all of them.
 func Diff(before, after Snapshot, changed []Ref) []store.Op {
@@ -542,6 +582,7 @@ func sortOps(ops []store.Op) {
 // the store are.
 func All(st *model.State) (Snapshot, error) {
 	n := st.Len(model.KindEIP) + st.Len(model.KindService) + st.Len(model.KindHealth) + st.Len(model.KindHost)
+	n += st.Len(model.KindEIP) // the guests bound (their copies)
 	snap := Snapshot{Scopes: make(map[Ref][]string, n), Values: make(map[Ref][]byte, n)}
 	err := each(st, func(r Ref, sc []string, b []byte) {
 		snap.Scopes[r], snap.Values[r] = sc, b
@@ -625,8 +666,14 @@ func each(st *model.State, f func(r Ref, sc []string, value []byte)) error {
 		}
 	}
 	for name, h := range st.Hosts {
-		if err := emit(Ref{model.KindHost, name}, p.host(h, eipSets, serviceSets), h); err != nil {
+		if err := emit(Ref{model.KindHost, name}, []string{p.hostScope(name)}, h); err != nil {
 			return err
+		}
+		for _, g := range h.Guests {
+			sc := p.guest(name, g.Name, eipSets, serviceSets)
+			if err := emit(Ref{model.KindGuestCopy, model.GuestCopyKey(name, g.Name)}, sc, model.NewGuestCopy(h, g)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -107,12 +107,21 @@ func TestOf(t *testing.T) {
 			Ref{model.KindHealth, "web"}, []string{"set/hot", "set/pop-b"}},
 		{"health of no service", []model.Object{&model.Health{Service: "gone"}},
 			Ref{model.KindHealth, "gone"}, nil},
-		{"host: its scope and its EIPs' and backends' sets", []model.Object{
+		{"host: its own scope only", []model.Object{
 			eip("198.51.100.10", "hot", "h1/g1"), eip("198.51.100.11", "", "h2/g1"),
 			encap("web", "198.51.100.200", "", "h1/g2", "h1/g3"), encap("api", "198.51.100.201", "hot2", "h2/g2")},
-			Ref{model.KindHost, "h1"}, []string{"host/h1", "set/hot", "set/pop-a", "set/pop-b"}},
-		{"host with a quarantined EIP", []model.Object{eip("198.51.100.10", "", "h1/g1"), &model.Quarantine{Address: addr("198.51.100.10")}},
-			Ref{model.KindHost, "h1"}, []string{"host/h1", "set/pop-a", "set/quar"}},
+			Ref{model.KindHost, "h1"}, []string{"host/h1"}},
+		{"guest: its EIP's sets", []model.Object{eip("198.51.100.10", "hot", "h1/g1"), eip("198.51.100.11", "", "h2/g1")},
+			Ref{model.KindGuestCopy, "h1/g1"}, []string{"set/hot", "set/pop-a"}},
+		{"guest: its EIP's and its services' sets", []model.Object{eip("198.51.100.11", "", "h1/g2"),
+			encap("web", "198.51.100.200", "", "h1/g2", "h1/g3"), encap("api", "198.51.100.201", "hot2", "h1/g2")},
+			Ref{model.KindGuestCopy, "h1/g2"}, []string{"set/hot2", "set/pop-a", "set/pop-b"}},
+		{"guest with a quarantined EIP", []model.Object{eip("198.51.100.10", "", "h1/g1"), &model.Quarantine{Address: addr("198.51.100.10")}},
+			Ref{model.KindGuestCopy, "h1/g1"}, []string{"set/pop-a", "set/quar"}},
+		{"guest with nothing", []model.Object{eip("198.51.100.10", "", "h1/g1")},
+			Ref{model.KindGuestCopy, "h1/g2"}, nil},
+		{"guest of no host", nil, Ref{model.KindGuestCopy, "h9/g1"}, nil},
+		{"guest the host does not run", []model.Object{eip("198.51.100.10", "", "h1/g1")}, Ref{model.KindGuestCopy, "h3/g2"}, nil},
 		{"host with nothing", []model.Object{eip("198.51.100.10", "", "h1/g1")},
 			Ref{model.KindHost, "h3"}, []string{"host/h3"}},
 		{"absent EIP", nil, Ref{model.KindEIP, "198.51.100.10"}, nil},
@@ -160,24 +169,26 @@ func TestAffected(t *testing.T) {
 		changed []Ref
 		want    []Ref
 	}{
-		{"bound EIP: its host", []Ref{r(model.KindEIP, "198.51.100.10")},
-			[]Ref{r(model.KindEIP, "198.51.100.10"), r(model.KindHost, "h1")}},
+		{"bound EIP: its guest", []Ref{r(model.KindEIP, "198.51.100.10")},
+			[]Ref{r(model.KindEIP, "198.51.100.10"), r(model.KindGuestCopy, "h1/g1")}},
 		{"unbound EIP", []Ref{r(model.KindEIP, "198.51.100.11")}, []Ref{r(model.KindEIP, "198.51.100.11")}},
 		{"absent EIP", []Ref{r(model.KindEIP, "198.51.100.99")}, []Ref{r(model.KindEIP, "198.51.100.99")}},
-		{"service: hosts and health", []Ref{r(model.KindService, "web")},
-			[]Ref{r(model.KindHealth, "web"), r(model.KindHost, "h1"), r(model.KindHost, "h2"), r(model.KindService, "web")}},
+		{"service: its backends' guests and health", []Ref{r(model.KindService, "web")},
+			[]Ref{r(model.KindGuestCopy, "h1/g2"), r(model.KindGuestCopy, "h2/g1"), r(model.KindHealth, "web"), r(model.KindService, "web")}},
 		{"quarantine of an EIP", []Ref{r(model.KindQuarantine, "198.51.100.10")},
-			[]Ref{r(model.KindEIP, "198.51.100.10"), r(model.KindHost, "h1"), r(model.KindQuarantine, "198.51.100.10")}},
+			[]Ref{r(model.KindEIP, "198.51.100.10"), r(model.KindGuestCopy, "h1/g1"), r(model.KindQuarantine, "198.51.100.10")}},
 		{"quarantine of a VIP", []Ref{r(model.KindQuarantine, "198.51.100.200")},
-			[]Ref{r(model.KindHealth, "web"), r(model.KindHost, "h1"), r(model.KindHost, "h2"), r(model.KindQuarantine, "198.51.100.200"), r(model.KindService, "web")}},
-		{"host: itself", []Ref{r(model.KindHost, "h2")}, []Ref{r(model.KindHost, "h2")}},
+			[]Ref{r(model.KindGuestCopy, "h1/g2"), r(model.KindGuestCopy, "h2/g1"), r(model.KindHealth, "web"), r(model.KindQuarantine, "198.51.100.200"), r(model.KindService, "web")}},
+		{"host: itself and its guests", []Ref{r(model.KindHost, "h2")}, []Ref{r(model.KindGuestCopy, "h2/g1"), r(model.KindGuestCopy, "h2/g2"), r(model.KindHost, "h2")}},
 		{"health: itself", []Ref{r(model.KindHealth, "web")}, []Ref{r(model.KindHealth, "web")}},
 		{"AZ, firewall rule, bandwidth package, DNS, GSLB: themselves", []Ref{r(model.KindAZ, "az1"), r(model.KindFirewallRule, "fw"),
 			r(model.KindBandwidthPackage, "bw"), r(model.KindDNSZone, "z"), r(model.KindGSLBRecord, "g")},
 			[]Ref{r(model.KindAZ, "az1"), r(model.KindBandwidthPackage, "bw"), r(model.KindDNSZone, "z"), r(model.KindFirewallRule, "fw"), r(model.KindGSLBRecord, "g")}},
 		{"edge set: every scoped object", []Ref{r(model.KindEdgeSet, "pop-a")},
 			[]Ref{r(model.KindEIP, "198.51.100.10"), r(model.KindEIP, "198.51.100.11"), r(model.KindEdgeSet, "pop-a"),
-				r(model.KindHealth, "web"), r(model.KindHost, "h1"), r(model.KindHost, "h2"), r(model.KindHost, "h3"), r(model.KindService, "web")}},
+				r(model.KindGuestCopy, "h1/g1"), r(model.KindGuestCopy, "h1/g2"), r(model.KindGuestCopy, "h1/g3"),
+				r(model.KindGuestCopy, "h2/g1"), r(model.KindGuestCopy, "h2/g2"), r(model.KindGuestCopy, "h3/g1"),
+				r(model.KindHealth, "web"), r(model.KindService, "web")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Affected(st, tc.changed)
@@ -288,10 +299,10 @@ func TestDiffMovePrefix(t *testing.T) {
 	want := []string{
 		"put /azgate/scope/set/pop-b/eips/198.51.100.10",
 		"put /azgate/scope/set/pop-b/eips/198.51.100.11",
-		"put /azgate/scope/set/pop-b/hosts/h1",
+		"put /azgate/scope/set/pop-b/guests/h1/g1",
 		"delete /azgate/scope/set/pop-a/eips/198.51.100.10",
 		"delete /azgate/scope/set/pop-a/eips/198.51.100.11",
-		"delete /azgate/scope/set/pop-a/hosts/h1",
+		"delete /azgate/scope/set/pop-a/guests/h1/g1",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ops:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -328,8 +339,8 @@ func TestDiffRebindAndValue(t *testing.T) {
 	if d := compare(have, allCopies(t, st)); d != "" {
 		t.Error(d)
 	}
-	// The EIP's new value in its unchanged scope, h1 leaves pop-a (it
-	// keeps pop-b for its other EIP), h2 enters it.
+	// The EIP's new value in its unchanged scope, h1/g1 leaves pop-a,
+	// h2/g1 enters it, h1/g2 stays in pop-b; no host is in a set.
 	for _, k := range []string{"/azgate/scope/set/pop-a/eips/198.51.100.10", "/azgate/scope/host/h2/eips/198.51.100.10"} {
 		if !strings.Contains(have[k], `"host":"h2"`) {
 			t.Errorf("%s = %q, want the new binding", k, have[k])
@@ -338,21 +349,26 @@ func TestDiffRebindAndValue(t *testing.T) {
 	if _, ok := have["/azgate/scope/host/h1/eips/198.51.100.10"]; ok {
 		t.Error("the EIP is still in h1's scope")
 	}
-	if _, ok := have["/azgate/scope/set/pop-a/hosts/h2"]; !ok {
-		t.Error("h2 is not in pop-a")
+	if v, ok := have["/azgate/scope/set/pop-a/guests/h2/g1"]; !ok || !strings.Contains(v, `"underlay":"198.18.1.2"`) {
+		t.Errorf("h2/g1 is not in pop-a with h2's underlay: %q", v)
 	}
-	if _, ok := have["/azgate/scope/set/pop-a/hosts/h1"]; ok {
-		t.Error("h1 is still in pop-a")
+	if _, ok := have["/azgate/scope/set/pop-a/guests/h1/g1"]; ok {
+		t.Error("h1/g1 is still in pop-a")
 	}
-	if _, ok := have["/azgate/scope/set/pop-b/hosts/h1"]; !ok {
-		t.Error("h1 left pop-b")
+	if _, ok := have["/azgate/scope/set/pop-b/guests/h1/g2"]; !ok {
+		t.Error("h1/g2 left pop-b")
+	}
+	for k := range have {
+		if strings.HasPrefix(k, "/azgate/scope/set/") && strings.Contains(k, "/hosts/") {
+			t.Errorf("%s: a host in a set scope", k)
+		}
 	}
 }
 
 // TestDiffRebindToHostInSet: a rebind to a host already in the EIP's set
-// (another of its EIPs is there) writes no copy of the host, when the
-// snapshot before is taken with the objects Related after the change, as
-// the controller does.
+// (another of its EIPs is there) writes the copy of the new guest only,
+// and no host, when the snapshot before is taken with the objects Related
+// after the change, as the controller does.
 func TestDiffRebindToHostInSet(t *testing.T) {
 	st := region(t)
 	mustPut(t, st, eip("198.51.100.10", "", "h1/g1"), eip("198.51.100.11", "", "h2/g2"))
@@ -369,10 +385,10 @@ func TestDiffRebindToHostInSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := Diff(b, a, changed)
-	for _, o := range ops {
-		if o.Kind == model.KindHost && o.Key == "h2" && o.Value != nil {
-			t.Errorf("h2, already in %s, written again", o.Scope)
-		}
+	want := []string{"put host/h2/eips/198.51.100.10", "put set/pop-a/eips/198.51.100.10", "put set/pop-a/guests/h2/g1",
+		"delete host/h1/eips/198.51.100.10", "delete set/pop-a/guests/h1/g1"}
+	if got := opNames(ops); !slices.Equal(got, want) {
+		t.Errorf("ops %v, want %v", got, want)
 	}
 	if err := have.apply(ops); err != nil {
 		t.Fatal(err)
@@ -557,12 +573,17 @@ func changer(rng *rand.Rand, st *model.State) func(step int) (changed []Ref, app
 				st.Set(&model.EdgeSet{Name: "pop-b", Prefixes: pb, Edges: st.EdgeSets["pop-b"].Edges})
 				return nil
 			}
-		case 8: // a host gains or loses an unused guest
+		case 8: // a host gains or loses an unused guest, or moves
 			name := pick([]string{"h1", "h2", "h3"})
 			changed = []Ref{{model.KindHost, name}}
+			move := rng.IntN(2) == 0
 			apply = func() error {
 				h := *st.Hosts[name]
-				if i := slices.IndexFunc(h.Guests, func(g model.Guest) bool { return g.Name == "spare" }); i >= 0 {
+				if move { // its guests' copies get the new underlay
+					u := h.Underlay.As4()
+					u[2] ^= 3 // 198.18.1.n <-> 198.18.2.n
+					h.Underlay = netip.AddrFrom4(u)
+				} else if i := slices.IndexFunc(h.Guests, func(g model.Guest) bool { return g.Name == "spare" }); i >= 0 {
 					h.Guests = slices.Delete(slices.Clone(h.Guests), i, i+1)
 				} else {
 					h.Guests = append(slices.Clone(h.Guests), model.Guest{Name: "spare", Address: netip.AddrFrom4([4]byte{198, 19, 9, byte(h.Underlay.As4()[3])}), VSID: 9000})
@@ -753,8 +774,9 @@ func TestTakeValues(t *testing.T) {
 		got = append(got, r)
 	}
 	slices.SortFunc(got, compareRef)
-	// The changed objects and those in a scope (every host is in its own).
-	want := []Ref{{model.KindEdgeSet, "hot"}, {model.KindEIP, "198.51.100.10"}, {model.KindHost, "h1"}, {model.KindHost, "h2"}, {model.KindHost, "h3"},
+	// The changed objects and those in a scope (the EIP's guest; an edge
+	// set change takes every guest, the unbound ones are in no scope).
+	want := []Ref{{model.KindEdgeSet, "hot"}, {model.KindEIP, "198.51.100.10"}, {model.KindGuestCopy, "h1/g1"},
 		{model.KindQuarantine, "198.51.100.10"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("values of %v, want %v", got, want)
