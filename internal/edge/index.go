@@ -22,12 +22,12 @@ type index struct {
 	// copied are the hosts as the guest copies of the edge's set scope
 	// give them (model.GuestCopy: the underlay and the guests the set
 	// routes to). A guest is looked up in hosts, then in copied (lookup).
-	hosts    map[string]*hostEntry
-	copied   map[string]*hostEntry
+	hosts  map[string]*hostEntry
+	copied map[string]*hostEntry
 	// byGuest: the EIP bound to each guest, kept once the index holds a
 	// guest copy (nil before: an edge of whole hosts does not pay ~50
 	// bytes per EIP for it).
-	byGuest map[binding][4]byte
+	byGuest  map[binding][4]byte
 	sets     map[string]*model.EdgeSet
 	eips     map[[4]byte]binding // bound EIPs only
 	services map[string]*model.Service
