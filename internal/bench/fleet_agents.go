@@ -170,7 +170,10 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 			continue // bound to a host without an agent here
 		}
 		to := (from + 1 + c%(o.Agents-1)) % o.Agents
-		e := fleetEIP(i, to)
+		e, err := fleetRebind(region.st, i, to)
+		if err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
 		rev, err := region.write(ctx, admin, e)
 		if err != nil {

@@ -141,11 +141,33 @@ func fleetHost(h int) *model.Host {
 		host.Guests = append(host.Guests, model.Guest{Name: fmt.Sprintf("g%d", g),
 			Address: netip.AddrFrom4([4]byte{198, 19, byte(g >> 8), byte(g)}), VSID: uint32(model.VSIDMin + g)})
 	}
+	for g := 0; g < fleetSpareGuests; g++ {
+		host.Guests = append(host.Guests, model.Guest{Name: fmt.Sprintf("s%d", g),
+			Address: netip.AddrFrom4([4]byte{198, 19, 4, byte(g)}), VSID: uint32(model.VSIDMin + fleetGuestsPerHost + g)})
+	}
 	return host
 }
 
+// fleetSpareGuests are guests of each host no EIP is bound to at first:
+// a rebind moves an EIP to a free one (one EIP per guest, as the
+// controller enforces; the bench writes the state without its checks).
+const fleetSpareGuests = 64
+
 func fleetEIP(i, host int) *model.EIP {
 	return &model.EIP{Address: fleetAddr(i), Binding: &model.Binding{Host: fmt.Sprintf("h%d", host), Guest: fmt.Sprintf("g%d", i%fleetGuestsPerHost)}}
+}
+
+// fleetRebind is EIP i bound to a spare guest of host that no EIP of st
+// is bound to.
+func fleetRebind(st *model.State, i, host int) (*model.EIP, error) {
+	name := fmt.Sprintf("h%d", host)
+	for g := range fleetSpareGuests {
+		guest := fmt.Sprintf("s%d", g)
+		if _, taken := st.BoundEIP(name, guest); !taken {
+			return &model.EIP{Address: fleetAddr(i), Binding: &model.Binding{Host: name, Guest: guest}}, nil
+		}
+	}
+	return nil, fmt.Errorf("fleet: every spare guest of %s is bound", name)
 }
 
 // fleetMaxEIPs: EIP i is host i/64 of its /16; the last two of each /16
@@ -621,7 +643,10 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	var early, earlyTables int // edges that reported a revision applied before its change arrived
 	for c := 0; c < o.Changes; c++ {
 		i := (c * 7919) % o.EIPs
-		e := fleetEIP(i, (i/fleetGuestsPerHost+1+c%2)%hosts)
+		e, err := fleetRebind(region.st, i, (i/fleetGuestsPerHost+1+c%2)%hosts)
+		if err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
 		rev, err := region.write(ctx, admin, e)
 		if err != nil {

@@ -309,6 +309,7 @@ func (r *Reconciler) commit() {
 		}
 		clear(r.hostsDirty)
 	}
+	r.idx.ensureByGuest()
 	if len(r.newHosts) > 0 {
 		if r.OnHosts != nil {
 			r.OnHosts(r.newHosts)

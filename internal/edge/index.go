@@ -24,9 +24,11 @@ type index struct {
 	// routes to). A guest is looked up in hosts, then in copied (lookup).
 	hosts  map[string]*hostEntry
 	copied map[string]*hostEntry
-	// byGuest: the EIP bound to each guest, kept once the index holds a
-	// guest copy (nil before: an edge of whole hosts does not pay ~50
-	// bytes per EIP for it).
+	// byGuest: the EIP bound to each guest, built at the first commit
+	// after the index holds a guest copy (ensureByGuest; nil before: an
+	// edge of whole hosts does not pay ~50 bytes per EIP for it). It is
+	// built between batches, when one EIP is bound to each guest: in
+	// the middle of one, a swap of two EIPs' guests holds two.
 	byGuest  map[binding][4]byte
 	sets     map[string]*model.EdgeSet
 	eips     map[[4]byte]binding // bound EIPs only
@@ -309,12 +311,6 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 	if !o.Guest.Address.Is4() {
 		return change{} // IPv4 data plane (validated IPv4 already)
 	}
-	if x.byGuest == nil {
-		x.byGuest = make(map[binding][4]byte, len(x.eips))
-		for k, b := range x.eips {
-			x.byGuest[b] = k
-		}
-	}
 	name := x.intern(o.Host)
 	b := binding{name, x.intern(o.Guest.Name)}
 	c := change{lb: len(x.services) > 0 && x.backs(b), bw: len(x.bwOf) > 0}
@@ -335,10 +331,33 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 		}
 	}
 	e.guest[b.guest] = guestInfo{addr: o.Guest.Address.As4(), vsid: o.Guest.VSID}
+	x.boundEIP(b, &c)
+	return c
+}
+
+// boundEIP notes in c the EIP bound to guest b: from byGuest, or, before
+// byGuest is built, every EIP of b's host (the commit's pass over the
+// bindings).
+func (x *index) boundEIP(b binding, c *change) {
+	if x.byGuest == nil {
+		c.host = b.host
+		return
+	}
 	if k, ok := x.byGuest[b]; ok {
 		c.eip = netip.AddrFrom4(k)
 	}
-	return c
+}
+
+// ensureByGuest builds byGuest once the index holds guest copies; the
+// Reconciler calls it after a batch.
+func (x *index) ensureByGuest() {
+	if x.byGuest != nil || len(x.copied) == 0 {
+		return
+	}
+	x.byGuest = make(map[binding][4]byte, len(x.eips))
+	for k, b := range x.eips {
+		x.byGuest[b] = k
+	}
 }
 
 // deleteGuest forgets a guest copy.
@@ -356,9 +375,7 @@ func (x *index) deleteGuest(key string) change {
 			c.spoof = true
 		}
 	}
-	if k, ok := x.byGuest[b]; ok {
-		c.eip = netip.AddrFrom4(k)
-	}
+	x.boundEIP(b, &c)
 	return c
 }
 
@@ -376,14 +393,17 @@ func (x *index) backs(b binding) bool {
 	return false
 }
 
-// lookup finds a guest: in the whole hosts, then in the guest copies.
+// lookup finds a guest: in the guest copies, then in the whole hosts. A
+// guest copy comes from a controller of this release, which keeps it
+// current; a whole host in a set scope is an older controller's, which
+// the repair replaces (docs/scale.md "Scopes").
 func (x *index) lookup(host, guest string) (netip.Addr, guestInfo, bool) {
-	if h, ok := x.hosts[host]; ok {
+	if h, ok := x.copied[host]; ok {
 		if g, ok := h.guest[guest]; ok {
 			return h.underlay, g, true
 		}
 	}
-	if h, ok := x.copied[host]; ok {
+	if h, ok := x.hosts[host]; ok {
 		if g, ok := h.guest[guest]; ok {
 			return h.underlay, g, true
 		}
