@@ -613,3 +613,15 @@ func TestProgress(t *testing.T) {
 		t.Errorf("touches = %v, %v; want [0 2]", spans, ok)
 	}
 }
+
+func TestParseKeyRefusesGuestCopies(t *testing.T) {
+	if _, _, ok := ParseKey(Key(model.KindGuestCopy, "h1/g1")); ok {
+		t.Error("a guest copy under the primary root parses as an object")
+	}
+	if kind, key, ok := ParseKey(Key(model.KindHost, "h1")); !ok || kind != model.KindHost || key != "h1" {
+		t.Errorf("ParseKey of a host: %q %q %v", kind, key, ok)
+	}
+	if _, kind, key, ok := ParseScopeKey(ScopeKey("set/a", model.KindGuestCopy, "h1/g1")); !ok || kind != model.KindGuestCopy || key != "h1/g1" {
+		t.Errorf("ParseScopeKey of a guest copy: %q %q %v", kind, key, ok)
+	}
+}

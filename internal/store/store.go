@@ -48,14 +48,17 @@ var ErrConflict = errors.New("store: state changed concurrently")
 // Key is the etcd key of an object.
 func Key(kind, key string) string { return Root + kind + "/" + key }
 
-// ParseKey splits an etcd key into kind and object key.
+// ParseKey splits an etcd key into kind and object key. A guest copy
+// (model.KindGuestCopy) exists only under a scope (ParseScopeKey): under
+// Root it names no object, so an edge following the whole store never
+// routes by one written there past the controller.
 func ParseKey(k string) (kind, key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, Root)
 	if !ok {
 		return "", "", false
 	}
 	kind, key, ok = strings.Cut(rest, "/")
-	return kind, key, ok && key != ""
+	return kind, key, ok && key != "" && kind != model.KindGuestCopy
 }
 
 // Store is a client of the state store.
