@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -267,15 +265,11 @@ func fleetCommand() *cobra.Command {
 			if only == "" || only == "control" {
 				fo.Out = say
 				if cpuProfile != "" {
-					pf, err := os.Create(cpuProfile)
+					stop, err := bench.StartCPUProfile(cpuProfile)
 					if err != nil {
 						return err
 					}
-					defer pf.Close()
-					if err := pprof.StartCPUProfile(pf); err != nil {
-						return err
-					}
-					defer pprof.StopCPUProfile()
+					defer stop()
 				}
 				r, err := bench.FleetControl(ctx, fo)
 				if err != nil {

@@ -1030,16 +1030,13 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 	r.OnApplied = func(int64) { once.Do(func() { close(loaded) }) }
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopProfile := func() {}
 	if profile != "" {
-		pf, err := os.Create(profile + ".cpu")
-		if err != nil {
+		var err error
+		if stopProfile, err = StartCPUProfile(profile + ".cpu"); err != nil {
 			return err
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	t0 := time.Now()
 	go edge.FollowShare(fctx, st, "s0-e0", r, quiet)
@@ -1052,7 +1049,7 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 	}
 	rep := FleetEdgeReport{LoadS: time.Since(t0).Seconds()}
 	if profile != "" {
-		pprof.StopCPUProfile()
+		stopProfile()
 		hf, err := os.Create(profile + ".heap")
 		if err != nil {
 			return err
@@ -1082,4 +1079,24 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 	bw := bufio.NewWriter(w)
 	json.NewEncoder(bw).Encode(rep)
 	return bw.Flush()
+}
+
+// StartCPUProfile writes a Go CPU profile to path until stop is called
+// (stop may be called more than once).
+func StartCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }
