@@ -148,14 +148,13 @@ func TestMoveGraceRelease(t *testing.T) {
 }
 
 // TestMoveGraceRebind: a rebind during the grace rewrites the lingering
-// copy with the new binding. The guest the EIP left loses its copies at
-// once, in the dedicated set (where it lingered) and in the prefix set:
-// no copy of an EIP points to it after the write, so nothing routes to it
-// (a host copy lingered here when sets held whole hosts). The guest's host
-// is in its own scope only throughout. Known gap: the lingering copy in
-// the dedicated set now names h2/g3, which has no copy there, so the
-// dedicated set's edges drop what still reaches them for the EIP until
-// the grace ends (docs/scale.md).
+// copy with the new binding and brings the new guest's copy into the
+// dedicated set, lingering from the rebind (the set's edges, which still
+// receive the EIP's traffic, need the guest's tunnel as well as the
+// route). The guest the EIP left loses its copies at once, in the
+// dedicated set (where it lingered) and in the prefix set: no copy of an
+// EIP points to it after the write. The guest's host is in its own scope
+// only throughout.
 func TestMoveGraceRebind(t *testing.T) {
 	c, clk := lingerCore(t)
 	pullOut(t, c, lingerEIP, "")
@@ -167,11 +166,14 @@ func TestMoveGraceRebind(t *testing.T) {
 	expectScopes(t, "rebind", cp, model.KindEIP, lingerEIP, "set/dedicated", "set/prefix-a", "host/h2")
 	expectScopes(t, "rebind", cp, model.KindHost, "h1", "host/h1")
 	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h1/g1")
-	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g3", "set/prefix-a")
+	expectScopes(t, "rebind", cp, model.KindGuestCopy, "h2/g3", "set/dedicated", "set/prefix-a")
 	if v := cp[store.ScopeKey("set/dedicated", model.KindEIP, lingerEIP)]; !strings.Contains(v, `"h2"`) {
 		t.Errorf("the lingering copy holds %s: want the new binding", v)
 	}
-	lingering(t, c, 1) // the EIP's in the dedicated set
+	if id, ok := copyLease(t, c, store.ScopeKey("set/dedicated", model.KindGuestCopy, "h2/g3")); !ok || id == 0 {
+		t.Errorf("h2/g3's copy in the dedicated set has no lease (%v, %v): a crashed controller would leave it", id, ok)
+	}
+	lingering(t, c, 2) // the EIP's and h2/g3's in the dedicated set
 	// The release's grace counts from the release, not from the rebind.
 	clk.advance(testGrace / 2)
 	expire(t, c, 1)
@@ -179,8 +181,9 @@ func TestMoveGraceRebind(t *testing.T) {
 	expectScopes(t, "release's grace over", cp, model.KindEIP, lingerEIP, "set/prefix-a", "host/h2")
 	expectScopes(t, "release's grace over", cp, model.KindHost, "h1", "host/h1")
 	expectScopes(t, "release's grace over", cp, model.KindGuestCopy, "h1/g1")
+	expectScopes(t, "release's grace over", cp, model.KindGuestCopy, "h2/g3", "set/dedicated", "set/prefix-a")
 	clk.advance(testGrace / 2)
-	expire(t, c, 0)
+	expire(t, c, 1)
 	cp = checkCopies(t, c, "rebind's grace over")
 	expectScopes(t, "rebind's grace over", cp, model.KindHost, "h1", "host/h1")
 	expectScopes(t, "rebind's grace over", cp, model.KindGuestCopy, "h1/g1")

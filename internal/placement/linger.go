@@ -2,6 +2,7 @@ package placement
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -151,6 +152,9 @@ func Linger(before, after Snapshot, changed []Ref, ops []store.Op, lingering Lin
 				}
 				lc.Update[c] = v
 				out = append(out, store.Op{Scope: sc, Kind: r.Kind, Key: r.Key, Value: v})
+				if start && r.Kind == model.KindEIP {
+					out = followGuest(after, sc, v, lingering, &lc, out)
+				}
 			}
 		}
 	}
@@ -167,6 +171,37 @@ func Linger(before, after Snapshot, changed []Ref, ops []store.Op, lingering Lin
 	}
 	slices.SortFunc(lc.End, compareCopy)
 	return sortPutsDeletes(out), lc
+}
+
+// followGuest keeps a lingering EIP's guest with it: an EIP rebound while
+// its copy lingers in set scope sc (v, its new value) needs its new
+// guest's copy in sc too, or the set's edges, which still receive its
+// traffic, have its route but no tunnel to the guest. Unless that copy is
+// in sc already (placed there, lingering, or starting to), it starts to
+// linger there with this write. Its grace starts now, so it ends no
+// earlier than the EIP's; the copy of the guest the EIP left is deleted
+// as before when nothing else points to it.
+func followGuest(after Snapshot, sc string, v []byte, lingering Lingering, lc *LingerChange, out []store.Op) []store.Op {
+	var e struct {
+		Binding *model.Binding `json:"binding"`
+	}
+	if json.Unmarshal(v, &e) != nil || e.Binding == nil {
+		return out
+	}
+	g := Ref{model.KindGuestCopy, model.GuestCopyKey(e.Binding.Host, e.Binding.Guest)}
+	gv := after.Values[g]
+	c := Copy{sc, g}
+	if !after.holds(g) || gv == nil || slices.Contains(after.Scopes[g], sc) || lingering.Has(c) {
+		return out
+	}
+	if _, ok := lc.Start[c]; ok {
+		return out
+	}
+	if lc.Start == nil {
+		lc.Start = map[Copy][]byte{}
+	}
+	lc.Start[c] = gv
+	return append(out, store.Op{Scope: sc, Kind: g.Kind, Key: g.Key, Value: gv})
 }
 
 // Expired returns the deletes of the lingering copies cs (whose grace

@@ -205,3 +205,75 @@ func opNames(ops []store.Op) []string {
 	}
 	return out
 }
+
+// TestLingerRebind: an EIP rebound while its copy lingers in the dedicated
+// set it was released from brings its new guest's copy into that set (the
+// set's edges still receive its traffic: a route without the guest's
+// tunnel would drop it), lingering from this write; the guest it left
+// goes at once when nothing points to it any more. At the end of the
+// graces every kept copy is deleted.
+func TestLingerRebind(t *testing.T) {
+	st := region(t)
+	const a = "198.51.100.10"
+	er := Ref{model.KindEIP, a}
+	step := func(e *model.EIP, ling Lingering) ([]string, LingerChange) {
+		t.Helper()
+		changed := []Ref{er}
+		before, err := Take(st, changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, st, e)
+		after, err := Take(st, changed, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops, lc := Linger(before, after, changed, Diff(before, after, changed), ling, true)
+		if err := checkOrder(ops); err != nil {
+			t.Fatal(err)
+		}
+		ling.record(lc)
+		if _, err := lingerWant(t, st, ling); err != nil {
+			t.Fatal(err)
+		}
+		return opNames(ops), lc
+	}
+	ling := Lingering{}
+	mustPut(t, st, eip(a, "hot", "h1/g1"))
+	step(eip(a, "", "h1/g1"), ling) // released: the EIP and h1/g1 linger in set/hot
+	if !ling.Has(Copy{"set/hot", er}) || !ling.Has(Copy{"set/hot", Ref{model.KindGuestCopy, "h1/g1"}}) {
+		t.Fatalf("after the release lingering %v, want the EIP and h1/g1 in set/hot", ling)
+	}
+
+	ops, lc := step(eip(a, "", "h1/g2"), ling)
+	for _, want := range []string{"put set/hot/eips/" + a, "put set/hot/guests/h1/g2", "delete set/hot/guests/h1/g1"} {
+		if !slices.Contains(ops, want) {
+			t.Errorf("rebind to h1/g2: ops %v, want %q among them", ops, want)
+		}
+	}
+	if _, ok := lc.Start[Copy{"set/hot", Ref{model.KindGuestCopy, "h1/g2"}}]; !ok {
+		t.Errorf("rebind to h1/g2: change %+v, want h1/g2's copy to start lingering in set/hot", lc)
+	}
+	if ling.Has(Copy{"set/hot", Ref{model.KindGuestCopy, "h1/g1"}}) {
+		t.Errorf("h1/g1, which no EIP points to any more, still lingers: %v", ling)
+	}
+
+	// Rebound to a guest of another host, then the graces end.
+	ops, _ = step(eip(a, "", "h2/g1"), ling)
+	for _, want := range []string{"put set/hot/guests/h2/g1", "delete set/hot/guests/h1/g2"} {
+		if !slices.Contains(ops, want) {
+			t.Errorf("rebind to h2/g1: ops %v, want %q among them", ops, want)
+		}
+	}
+	var cs []Copy
+	for r, scopes := range ling {
+		for sc := range scopes {
+			cs = append(cs, Copy{sc, r})
+		}
+	}
+	slices.SortFunc(cs, compareCopy)
+	want := []string{"delete set/hot/eips/" + a, "delete set/hot/guests/h2/g1"}
+	if got := opNames(Expired(st, cs)); !slices.Equal(got, want) {
+		t.Errorf("Expired: %v, want %v", got, want)
+	}
+}
