@@ -315,6 +315,7 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
 	f.Flags().StringVar(&fo.EdgeProfile, "rss-profile", "", "control: the one-edge child writes Go CPU (its load) and allocation profiles to this path + .cpu and .heap")
+	f.Flags().IntVar(&fo.RSSRuns, "rss-runs", 1, "control: run the one-edge child this many times on the same region; its figures are the medians")
 	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge of set0 alone in a child process follows its set's share holding this many EIPs (the region grows until set0 holds them) and reports its RSS (0: skip)")
 
 	var endpoints string

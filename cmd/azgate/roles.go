@@ -181,7 +181,7 @@ func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions,
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}
-	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter}, "following it anyway")
+	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true}, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}

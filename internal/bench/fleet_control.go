@@ -53,6 +53,9 @@ type FleetOptions struct {
 	// until set0 holds them, the other sets about Sets-1 times as many)
 	// and reports its RSS (0: skip).
 	RSSEIPs int
+	// RSSRuns: the one-edge child runs this many times on the same
+	// region, one after the other; its figures are the medians (0: 1).
+	RSSRuns int
 	// Agents > 1: then that many agent Reconcilers (hosts h0..), in this
 	// process on the fakes, each following its host's share; their loads
 	// and the drift of rebinds between their hosts are timed.
@@ -874,11 +877,17 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			}
 		}
 		say("one edge of set0 alone in a child process, following its set's share: %d of the region's %d EIPs", inSet, total)
-		rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet, o.EdgeProfile)
-		if err != nil {
-			return nil, err
+		var reps []*FleetEdgeReport
+		for range max(o.RSSRuns, 1) {
+			rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet, o.EdgeProfile)
+			if err != nil {
+				return nil, err
+			}
+			say("one edge, %d EIPs in its set (%d in the region): RSS %.1f MB (anonymous %.1f, file %.1f; peak %.1f), of which the fake route map %.1f MB; load %.2f s (CPU %.2f s)",
+				rep.EIPs, total, rep.RSSMB, rep.AnonMB, rep.FileMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS, rep.LoadCPUS)
+			reps = append(reps, rep)
 		}
-		say("one edge, %d EIPs in its set (%d in the region): RSS %.0f MB (peak %.0f), of which the fake route map %.0f MB; load %.1f s", rep.EIPs, total, rep.RSSMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS)
+		rep := medianEdgeReport(reps)
 		_, etcdRSS, etcdPeak := usage()
 		say("etcd members with %d EIPs in the region: RSS %.0f MB (peak %.0f), the largest member", total, etcdRSS, etcdPeak)
 		out = append(out,
@@ -893,6 +902,12 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 				Note: "Go heap freed by dropping the fake maps: a real edge keeps these in BPF maps (kernel memory, not RSS)"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_minus_fake_%d_eips", rep.EIPs), Value: rep.RSSMB - rep.FakeMapsMB, Unit: "MB", Target: "<= 64 MB",
 				Note: "at rest: RSS after the load without the fake maps"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_anon_minus_fake_%d_eips", rep.EIPs), Value: rep.AnonMB - rep.FakeMapsMB, Unit: "MB",
+				Note: "at rest: RssAnon (the process's own memory: Go heap, stacks, runtime) without the fake maps"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_file_%d_eips", rep.EIPs), Value: rep.FileMB, Unit: "MB",
+				Note: "at rest: RssFile, the executable's pages mapped (shared page cache, reclaimable; azgate-lab's, an idle shipped azgate maps about as many)"},
+			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_cpu_%d_eips", rep.EIPs), Value: rep.LoadCPUS, Unit: "s",
+				Note: "the edge process's CPU (user + system) during its load"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s", Target: "<= 2 s",
 				Note: "the edge alone: its set's share, from its follow start to its first applied revision"},
 		)
@@ -973,6 +988,30 @@ type FleetEdgeReport struct {
 	RSSMB      float64 `json:"rss_mb"`
 	PeakMB     float64 `json:"peak_mb"`
 	FakeMapsMB float64 `json:"fake_maps_mb"`
+	// AnonMB and FileMB split RSSMB (RssAnon, RssFile; RssShmem aside).
+	AnonMB   float64 `json:"anon_mb"`
+	FileMB   float64 `json:"file_mb"`
+	LoadCPUS float64 `json:"load_cpu_s"`
+}
+
+// medianEdgeReport is each figure's median over reps.
+func medianEdgeReport(reps []*FleetEdgeReport) *FleetEdgeReport {
+	m := func(f func(*FleetEdgeReport) float64) float64 {
+		xs := make([]float64, len(reps))
+		for i, r := range reps {
+			xs[i] = f(r)
+		}
+		return median(xs)
+	}
+	return &FleetEdgeReport{EIPs: reps[0].EIPs,
+		LoadS:      m(func(r *FleetEdgeReport) float64 { return r.LoadS }),
+		RSSMB:      m(func(r *FleetEdgeReport) float64 { return r.RSSMB }),
+		PeakMB:     m(func(r *FleetEdgeReport) float64 { return r.PeakMB }),
+		FakeMapsMB: m(func(r *FleetEdgeReport) float64 { return r.FakeMapsMB }),
+		AnonMB:     m(func(r *FleetEdgeReport) float64 { return r.AnonMB }),
+		FileMB:     m(func(r *FleetEdgeReport) float64 { return r.FileMB }),
+		LoadCPUS:   m(func(r *FleetEdgeReport) float64 { return r.LoadCPUS }),
+	}
 }
 
 // FleetEdgeChildArg is the hidden command the child runs as
@@ -1018,7 +1057,8 @@ func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips
 // JSON on w. profile: see FleetOptions.EdgeProfile.
 func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile string, w io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet})
+	// FreeAfterLoad as the edge role sets it (cmd/azgate).
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, FreeAfterLoad: true})
 	if err != nil {
 		return err
 	}
@@ -1038,6 +1078,10 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 		}
 		defer stopProfile()
 	}
+	u0, err := etcdproc.ProcUsage(os.Getpid())
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	go edge.FollowShare(fctx, st, "s0-e0", r, quiet)
 	select {
@@ -1048,6 +1092,9 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 		return ctx.Err()
 	}
 	rep := FleetEdgeReport{LoadS: time.Since(t0).Seconds()}
+	if u1, err := etcdproc.ProcUsage(os.Getpid()); err == nil {
+		rep.LoadCPUS = (u1.CPU - u0.CPU).Seconds()
+	}
 	if profile != "" {
 		stopProfile()
 		hf, err := os.Create(profile + ".heap")
@@ -1071,6 +1118,12 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile s
 		return err
 	}
 	rep.RSSMB, rep.PeakMB = u.RSSMB, u.PeakMB
+	if rep.AnonMB, err = rssAnonMB(); err != nil {
+		return err
+	}
+	if rep.FileMB, err = procStatusMB("RssFile:"); err != nil {
+		return err
+	}
 	cancel() // the follower stops touching the maps
 	before := heapInUse()
 	fake.RouteMap, fake.Counters = map[netip.Addr]dataplane.Route{}, map[uint32]dataplane.Counters{}
@@ -1099,4 +1152,20 @@ func StartCPUProfile(path string) (stop func(), err error) {
 			f.Close()
 		})
 	}, nil
+}
+
+// procStatusMB reads a field in kB ("RssFile:") of /proc/self/status, in
+// MB.
+func procStatusMB(field string) (float64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/self/status: no %s", field)
 }

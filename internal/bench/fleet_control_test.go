@@ -148,3 +148,16 @@ func TestTargetLine(t *testing.T) {
 		t.Error("a result without a target printed one")
 	}
 }
+
+// The one-edge child's repeated runs: each figure's own median.
+func TestMedianEdgeReport(t *testing.T) {
+	got := medianEdgeReport([]*FleetEdgeReport{
+		{EIPs: 7, LoadS: 3, RSSMB: 70, PeakMB: 100, AnonMB: 40, FileMB: 30, LoadCPUS: 1.5},
+		{EIPs: 7, LoadS: 1, RSSMB: 90, PeakMB: 120, AnonMB: 41, FileMB: 29, LoadCPUS: 1.1},
+		{EIPs: 7, LoadS: 2, RSSMB: 80, PeakMB: 110, AnonMB: 60, FileMB: 31, LoadCPUS: 1.2},
+	})
+	want := FleetEdgeReport{EIPs: 7, LoadS: 2, RSSMB: 80, PeakMB: 110, AnonMB: 41, FileMB: 30, LoadCPUS: 1.2}
+	if *got != want {
+		t.Errorf("medians %+v, want %+v", *got, want)
+	}
+}

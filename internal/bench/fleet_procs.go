@@ -128,7 +128,8 @@ func FleetAgentChildMain(ctx context.Context, args []string, in io.Reader, out i
 // when in ends or ctx does.
 func FleetAgentChild(ctx context.Context, endpoints []string, host string, jitter time.Duration, in io.Reader, out io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter})
+	// FreeAfterLoad as the agent role sets it (cmd/azgate).
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -76,7 +77,19 @@ type Store struct {
 	// before each, so a region-wide restart does not load the store from
 	// every node at once. 0: no wait.
 	LoadJitter time.Duration
-	drawJitter func(time.Duration) time.Duration // tests: nil is rand.N
+	// FreeAfterLoad: after each full load a follower has committed,
+	// collect the garbage and return the free memory to the OS
+	// (debug.FreeOSMemory). A load allocates several times what it
+	// leaves (pages, decoding); without this a follower at rest keeps
+	// the heap the load grew to until later allocations trigger
+	// collections. For a process following one share (edge, agent); a
+	// process of many followers would collect once per follower.
+	FreeAfterLoad bool
+	drawJitter    func(time.Duration) time.Duration // tests: nil is rand.N
+	// loadPageBytes is the page budget of full loads (0: LoadPageBytes;
+	// tests make it small).
+	loadPageBytes int
+	onPage        func(keys int) // tests: called with each page's size
 
 	invalidOnce sync.Once
 	invalid     *Invalid // what Follow refused
@@ -90,8 +103,9 @@ type Options struct {
 	// Auth holds the TLS and user/password settings (none: plaintext,
 	// anonymous, as the embedded etcd's socket in its 0700 dir is).
 	Auth ClientAuth
-	// LoadJitter is the Store's (0: none).
-	LoadJitter time.Duration
+	// LoadJitter and FreeAfterLoad are the Store's (0, false: none).
+	LoadJitter    time.Duration
+	FreeAfterLoad bool
 }
 
 // Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
@@ -132,7 +146,7 @@ func Connect(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), explain(err, o.Auth))
 	}
-	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc, LoadJitter: o.LoadJitter}, nil
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc, LoadJitter: o.LoadJitter, FreeAfterLoad: o.FreeAfterLoad}, nil
 }
 
 // Close closes the client.
@@ -196,11 +210,48 @@ func (e *CredentialError) Unwrap() error { return e.err }
 // differ): another encoding here stays correct but makes every load slow.
 func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
 
-// loadPage is the number of keys Load asks for at once. etcd counts every
-// key from a page's start to the end of the range for each page, so small
-// pages make loading N keys cost O(N²/page): with 10,000 a million EIPs
-// took 7s to read, with 50,000 under one.
+// loadPage is the most keys a full load asks for at once. etcd counts
+// every key from a page's start to the end of the range for each page, so
+// small pages make loading N keys cost O(N²/page): with 10,000 a million
+// EIPs took 7s to read, with 50,000 under one.
 const loadPage = 50000
+
+// LoadPageBytes is what a full load's page aims at, in keys and values:
+// the next page asks for as many keys as fit at the mean size of those
+// read so far (at most loadPage). A page is held whole three times while
+// it is read (gRPC's receive buffer, the decoded response, the objects
+// decoded from it), so it sets most of a follower's peak memory during a
+// load: 50,000 EIPs and their copies were ~12 MB a page. 4 MiB is ~20,000
+// EIPs, 10 pages for an edge of a 100k-EIP set.
+const LoadPageBytes = 4 << 20
+
+// kvOverhead is what a key-value costs beyond its key and value in a
+// page (its revisions and protobuf framing), for the page budget.
+const kvOverhead = 24
+
+// pageSizer picks the key limit of a load's next page from the sizes of
+// the keys read so far: budget bytes at their mean size, between 1 and
+// loadPage keys. The first page, with no size known, is firstPage keys
+// (fewer if 256 bytes a key would exceed the budget): a range of 50 kB
+// hosts must not come as one page of budget/256 of them.
+type pageSizer struct {
+	budget      int
+	keys, bytes int
+}
+
+const firstPage = 100
+
+func (p *pageSizer) add(kv *mvccpb.KeyValue) {
+	p.keys++
+	p.bytes += len(kv.Key) + len(kv.Value) + kvOverhead
+}
+
+func (p *pageSizer) limit() int64 {
+	if p.keys == 0 {
+		return int64(min(max(p.budget/256, 1), firstPage))
+	}
+	return int64(min(max(p.budget/max(p.bytes/p.keys, 1), 1), loadPage))
+}
 
 // Load reads the whole state at one revision, page by page. Values that
 // do not decode are logged and skipped.
@@ -292,22 +343,37 @@ func (s *Store) load(ctx context.Context, f feed, sink Sink) (int64, error) {
 	return rev, nil
 }
 
-// scan hands fn every key under prefix at revision rev, loadPage keys at
-// a time.
+// scan hands fn every key under prefix at revision rev, in pages of
+// about s.loadPageBytes (pageSizer). fn must not keep kv (it may keep
+// kv.Value): each one is dropped from its page once handed over, so that
+// what a page holds is freed as it is decoded.
 func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
+	ps := pageSizer{budget: s.loadPageBytes}
+	if ps.budget <= 0 {
+		ps.budget = LoadPageBytes
+	}
 	for from := prefix; ; {
-		resp, err := s.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(loadPage), clientv3.WithRev(rev))
+		resp, err := s.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(ps.limit()), clientv3.WithRev(rev))
 		if err != nil {
 			return fmt.Errorf("store: load %s: %w", prefix, err)
 		}
-		for _, kv := range resp.Kvs {
-			fn(kv)
+		if s.onPage != nil {
+			s.onPage(len(resp.Kvs))
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		n := len(resp.Kvs)
+		if n == 0 {
 			return nil
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		from = string(resp.Kvs[n-1].Key) + "\x00"
+		for i, kv := range resp.Kvs {
+			ps.add(kv)
+			fn(kv)
+			resp.Kvs[i] = nil
+		}
+		if !resp.More {
+			return nil
+		}
 	}
 }
 
@@ -484,6 +550,9 @@ func (s *Store) follow(ctx context.Context, f feed, sink Sink) error {
 		}
 		backoff = 100 * time.Millisecond
 		sink.Commit(rev, true)
+		if s.FreeAfterLoad {
+			debug.FreeOSMemory()
+		}
 		err = s.watch(ctx, rev, f, sink)
 		if ctx.Err() != nil {
 			break
