@@ -75,7 +75,7 @@ type FleetOptions struct {
 	// members (issue 19, part 2): the edges point at them, round-robin,
 	// one each; the writer and the one-edge child stay on the members.
 	Proxies int
-	Binary  string // azgate-lab, re-executed for the one-edge child (default: this executable)
+	Binary  string // azgate-lab, re-executed for the child processes: edges, agents, the one edge (default: this executable)
 	// EdgeProfile: the one-edge child writes a Go CPU profile of its load
 	// to EdgeProfile+".cpu" and a heap profile after it to
 	// EdgeProfile+".heap" ("": none).
