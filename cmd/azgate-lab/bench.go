@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -230,7 +229,9 @@ func fleetCommand() *cobra.Command {
            other sets hold the rest of the region (its RSS). --full-sets F
            makes the first F sets 32 edges; --agents N adds N agent
            reconcilers following their hosts' shares (loads, rebind
-           drift); --agent-procs N runs N agents as child processes, one
+           drift); --edge-procs N runs the first N edges (set0's first)
+           each as a child process, timed alike, and reports their RSS
+           at rest and at peak; --agent-procs N runs N agents as child processes, one
            each, for the hosts with the most EIPs (loads, RSS at rest and
            peak); --restart then starts every edge, agent and agent
            process again at once with --restart-jitter and times until
@@ -259,7 +260,7 @@ func fleetCommand() *cobra.Command {
 			}
 			if only == "" || only == "control" {
 				if err := fo.Check(); err != nil {
-					return fmt.Errorf("bench fleet: --sets %d --edges-per-set %d --eips %d --rss-eips %d: %w", fo.Sets, fo.EdgesPerSet, fo.EIPs, fo.RSSEIPs, err)
+					return fmt.Errorf("bench fleet: --sets %d --edges-per-set %d --full-sets %d --edge-procs %d --eips %d --rss-eips %d: %w", fo.Sets, fo.EdgesPerSet, fo.FullSets, fo.EdgeProcs, fo.EIPs, fo.RSSEIPs, err)
 				}
 			}
 			if only == "" || only == "control" {
@@ -309,6 +310,7 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.EIPs, "eips", bench.DefaultFleetEIPs, "control: bound EIPs in the region, spread over the sets (each edge indexes its set's share)")
 	f.Flags().IntVar(&fo.FullSets, "full-sets", 0, "control: the first this many sets have 32 edges (model.MaxSetEdges), the others --edges-per-set")
 	f.Flags().IntVar(&fo.Agents, "agents", 0, "control: then this many agents (hosts h0..; on the fakes, in this process) follow their hosts' shares: their loads and rebind drift (0: none)")
+	f.Flags().IntVar(&fo.EdgeProcs, "edge-procs", 0, "control: the first this many edges (set0's, then set1's, ...) run each as a child process (one edge on the fakes following its set's share), the others in this process; each reports its load and RSS at rest and at peak (0: none)")
 	f.Flags().IntVar(&fo.AgentProcs, "agent-procs", bench.DefaultFleetAgentProcs, "control: then this many agent child processes (one agent each on the fakes, for the hosts with the most EIPs) report their loads and RSS at rest and at peak (0: none)")
 	f.Flags().BoolVar(&fo.Restart, "restart", true, "control: then a region-wide restart: every edge, agent and agent process started again at once, timed until all serve the current revision")
 	f.Flags().DurationVar(&fo.RestartJitter, "restart-jitter", bench.DefaultFleetRestartJitter, "control: the restart's load jitter (each node waits a random share of it before its full load, as --etcd-load-jitter)")
@@ -318,34 +320,18 @@ func fleetCommand() *cobra.Command {
 	f.Flags().IntVar(&fo.RSSRuns, "rss-runs", 1, "control: run the one-edge child this many times on the same region; its figures are the medians")
 	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge of set0 alone in a child process follows its set's share holding this many EIPs (the region grows until set0 holds them) and reports its RSS (0: skip)")
 
-	var endpoints string
-	var eips int
-	var profile string
-	child := &cobra.Command{
-		Use:    bench.FleetEdgeChildArg,
-		Short:  "One edge on the fakes until it holds --eips routes; prints its RSS as JSON (bench fleet's child)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			return bench.FleetEdgeChild(ctx, strings.Split(endpoints, ","), eips, profile, cmd.OutOrStdout())
-		},
+	for _, c := range bench.FleetChildren {
+		f.AddCommand(&cobra.Command{
+			Use:                c.Arg,
+			Short:              c.Short,
+			Hidden:             true,
+			DisableFlagParsing: true, // c.Main parses them
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, cancel := signalContext()
+				defer cancel()
+				return c.Main(ctx, args, cmd.InOrStdin(), cmd.OutOrStdout())
+			},
+		})
 	}
-	child.Flags().StringVar(&endpoints, "etcd-endpoints", "", "etcd client URLs")
-	child.Flags().IntVar(&eips, "eips", 0, "routes to wait for")
-	child.Flags().StringVar(&profile, "profile", "", "write Go CPU (load) and allocation profiles to this path + .cpu and .heap")
-	f.AddCommand(child)
-	f.AddCommand(&cobra.Command{
-		Use:                bench.FleetAgentChildArg,
-		Short:              "One agent on the fakes following its host's share; JSON events on stdout, commands on stdin (bench fleet's child)",
-		Hidden:             true,
-		DisableFlagParsing: true, // bench.FleetAgentChildMain parses them
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			return bench.FleetAgentChildMain(ctx, args, cmd.InOrStdin(), cmd.OutOrStdout())
-		},
-	})
 	return f
 }

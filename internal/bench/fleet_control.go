@@ -1,15 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -18,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -42,8 +37,8 @@ type FleetOptions struct {
 	// edges, the others EdgesPerSet (issue 19's shape: a full set of 32
 	// among small ones).
 	FullSets int
-	// EIPs: bound EIPs in the region. EIP i is in the /16 i mod 64 of
-	// 100.64.0.0/10 and set s holds the /16s j with j mod Sets = s, so
+	// EIPs: bound EIPs in the region. EIP i is in the /18 i mod 256 of
+	// 100.64.0.0/10 and set s holds the /18s j with j mod Sets = s, so
 	// each set holds about EIPs/Sets of them.
 	EIPs           int
 	Changes        int // EIP rebinds timed (drift, over the edges of the EIP's set)
@@ -53,9 +48,6 @@ type FleetOptions struct {
 	// until set0 holds them, the other sets about Sets-1 times as many)
 	// and reports its RSS (0: skip).
 	RSSEIPs int
-	// RSSRuns: the one-edge child runs this many times on the same
-	// region, one after the other; its figures are the medians (0: 1).
-	RSSRuns int
 	// Agents > 1: then that many agent Reconcilers (hosts h0..), in this
 	// process on the fakes, each following its host's share; their loads
 	// and the drift of rebinds between their hosts are timed.
@@ -64,8 +56,15 @@ type FleetOptions struct {
 	// bench fleet fleet-agent`), one agent each for the hosts with the
 	// most EIPs, report their loads and their RSS at rest and at peak.
 	AgentProcs int
-	// Restart: then every node (the edges, the Agents and the
-	// AgentProcs) is started again at once, each waiting a random share
+	// EdgeProcs > 0: the first EdgeProcs edges (in set order: set0's,
+	// then set1's, ...) run each as a child process (`azgate-lab bench
+	// fleet fleet-edge`: an edge Reconciler on the fakes following its
+	// set's share with edge.FollowShare), the others in this process;
+	// drift, agreement and loads are timed alike, and each edge process
+	// reports its RSS at rest and at peak.
+	EdgeProcs int
+	// Restart: then every node (the edges, in this process or not, the
+	// Agents and the AgentProcs) is started again at once, each waiting a random share
 	// of RestartJitter before its full load (store.Options.LoadJitter,
 	// the roles' --etcd-load-jitter), and timed until all serve the
 	// current revision.
@@ -76,12 +75,15 @@ type FleetOptions struct {
 	// members (issue 19, part 2): the edges point at them, round-robin,
 	// one each; the writer and the one-edge child stay on the members.
 	Proxies int
-	Binary  string // azgate-lab, re-executed for the one-edge child (default: this executable)
+	Binary  string // azgate-lab, re-executed for the child processes: edges, agents, the one edge (default: this executable)
 	// EdgeProfile: the one-edge child writes a Go CPU profile of its load
 	// to EdgeProfile+".cpu" and a heap profile after it to
 	// EdgeProfile+".heap" ("": none).
 	EdgeProfile string
-	Out         func(format string, a ...any)
+	// RSSRuns: the one-edge child runs this many times on the same
+	// region; its figures are the medians (0: once).
+	RSSRuns int
+	Out     func(format string, a ...any)
 }
 
 // Defaults: the whole fleet shape of the issue (10 x 32 edges) at a
@@ -108,6 +110,9 @@ type fleetEdge struct {
 	seenAt    atomic.Int64 // unix ns when seenRev was delivered
 	firstLoad chan struct{}
 	once      sync.Once
+	// proc: the edge is a child process (st, fake and r are nil; its
+	// load is proc.load).
+	proc *fleetProc
 }
 
 // deliveryTap is the edge's store.Sink: it notes when each watched batch
@@ -126,20 +131,35 @@ func (d deliveryTap) Commit(rev int64, resync bool) {
 	d.Reconciler.Commit(rev, resync)
 }
 
-// fleetAddr is EIP i: spread over the 64 /16s of 100.64.0.0/10 (no
-// documentation or benchmarking range holds a million addresses; these
-// exist only as keys in fake maps, no packet is ever sent).
+// fleetUnits: the region's addresses are the 256 /18s of 100.64.0.0/10
+// (no documentation or benchmarking range holds a million addresses;
+// these exist only as keys in fake maps, no packet is ever sent); a set
+// holds whole /18s, so there are at most this many sets.
+const fleetUnits = 256
+
+// fleetUnit is /18 j: 100.(64 + j/4).(j%4 * 64).0/18.
+func fleetUnit(j int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + j/4), byte(j % 4 * 64), 0}), 18)
+}
+
+// fleetAddr is EIP i: address i/256 of /18 i mod 256.
 func fleetAddr(i int) netip.Addr {
-	j, n := i%64, i/64
-	return netip.AddrFrom4([4]byte{100, byte(64 + j), byte(n >> 8), byte(n)})
+	j, n := i%fleetUnits, i/fleetUnits
+	b := fleetUnit(j).Addr().As4()
+	b[2] += byte(n >> 8)
+	b[3] = byte(n)
+	return netip.AddrFrom4(b)
 }
 
 const fleetGuestsPerHost = 1000
 
 func fleetHosts(eips int) int { return max((eips+fleetGuestsPerHost-1)/fleetGuestsPerHost, 8) }
 
+// fleetUnderlay is host h's underlay address.
+func fleetUnderlay(h int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(h >> 8), byte(h)}) }
+
 func fleetHost(h int) *model.Host {
-	host := &model.Host{Name: fmt.Sprintf("h%d", h), AZ: "az1", Underlay: netip.AddrFrom4([4]byte{198, 18, byte(h >> 8), byte(h)})}
+	host := &model.Host{Name: fmt.Sprintf("h%d", h), AZ: "az1", Underlay: fleetUnderlay(h)}
 	for g := 0; g < fleetGuestsPerHost; g++ {
 		host.Guests = append(host.Guests, model.Guest{Name: fmt.Sprintf("g%d", g),
 			Address: netip.AddrFrom4([4]byte{198, 19, byte(g >> 8), byte(g)}), VSID: uint32(model.VSIDMin + g)})
@@ -173,17 +193,24 @@ func fleetRebind(st *model.State, i, host int) (*model.EIP, error) {
 	return nil, fmt.Errorf("fleet: every spare guest of %s is bound", name)
 }
 
-// fleetMaxEIPs: EIP i is host i/64 of its /16; the last two of each /16
-// are left for the services' VIPs.
-const fleetMaxEIPs = 64 * 65534
+// fleetMaxEIPs: EIP i is address i/256 of its /18; the last two of each
+// /18 are left for the services' VIPs.
+const fleetMaxEIPs = fleetUnits * 16382
+
+// fleetMaxSets: a set's edges' underlays are 198.18.(128+s).0/24, past
+// the hosts'.
+const fleetMaxSets = 128
 
 // fleetSetOf is the set (of sets) that holds EIP i (see fleetSets).
-func fleetSetOf(i, sets int) int { return i % 64 % sets }
+func fleetSetOf(i, sets int) int { return i % fleetUnits % sets }
 
-// fleetVIP is set s's service VIP: in the set's first /16 (/16 s), past
+// fleetVIP is set s's service VIP: in the set's first /18 (/18 s), past
 // every EIP.
 func fleetVIP(s int) netip.Addr {
-	return netip.AddrFrom4([4]byte{100, byte(64 + s), 255, 254})
+	b := fleetUnit(s).Addr().As4()
+	b[2] += 63
+	b[3] = 254
+	return netip.AddrFrom4(b)
 }
 
 // fleetServiceName is set s's service (each set carries its own: since
@@ -229,8 +256,8 @@ func (o FleetOptions) sets() []*model.EdgeSet {
 	var out []*model.EdgeSet
 	for s := 0; s < sets; s++ {
 		set := &model.EdgeSet{Name: fmt.Sprintf("set%d", s)}
-		for j := s; j < 64; j += sets {
-			set.Prefixes = append(set.Prefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + j), 0, 0}), 16))
+		for j := s; j < fleetUnits; j += sets {
+			set.Prefixes = append(set.Prefixes, fleetUnit(j))
 		}
 		for e := 0; e < o.edgesOf(s); e++ {
 			set.Edges = append(set.Edges, model.EdgeNode{Name: fmt.Sprintf("s%d-e%d", s, e),
@@ -355,8 +382,8 @@ func (o FleetOptions) shape() string {
 // Check refuses a shape the benchmark cannot run (a set of more than
 // model.MaxSetEdges edges is invalid: its edges would never load).
 func (o FleetOptions) Check() error {
-	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > 64 || o.EdgesPerSet > model.MaxSetEdges {
-		return fmt.Errorf("fleet: %d sets of %d edges: want 1-64 sets of 1-%d edges (model.MaxSetEdges)", o.Sets, o.EdgesPerSet, model.MaxSetEdges)
+	if o.Sets <= 0 || o.EdgesPerSet <= 0 || o.Sets > fleetMaxSets || o.EdgesPerSet > model.MaxSetEdges {
+		return fmt.Errorf("fleet: %d sets of %d edges: want 1-%d sets of 1-%d edges (model.MaxSetEdges)", o.Sets, o.EdgesPerSet, fleetMaxSets, model.MaxSetEdges)
 	}
 	if o.FullSets < 0 || o.FullSets > o.Sets {
 		return fmt.Errorf("fleet: %d full sets of %d sets", o.FullSets, o.Sets)
@@ -366,6 +393,9 @@ func (o FleetOptions) Check() error {
 	}
 	if o.Agents < 0 || o.Agents == 1 || o.Agents > 65536 {
 		return fmt.Errorf("fleet: %d agents: want 0 or 2 to 65536", o.Agents)
+	}
+	if o.EdgeProcs < 0 || o.EdgeProcs > o.edges() || o.EdgeProcs > maxFleetEdgeProcs {
+		return fmt.Errorf("fleet: %d edge processes: want 0 to %d, and at most the fleet's %d edges", o.EdgeProcs, maxFleetEdgeProcs, o.edges())
 	}
 	if o.AgentProcs < 0 || o.AgentProcs > maxFleetAgentProcs || o.AgentProcs > max(fleetHosts(o.EIPs), o.Agents) {
 		return fmt.Errorf("fleet: %d agent processes: want 0 to %d, and at most one a host (%d hosts)", o.AgentProcs, maxFleetAgentProcs, max(fleetHosts(o.EIPs), o.Agents))
@@ -382,9 +412,9 @@ func (o FleetOptions) Check() error {
 // fleetInSet counts the EIPs of set s among the region's first n.
 func fleetInSet(n, s, sets int) int {
 	c := 0
-	for j := 0; j < 64; j++ {
+	for j := 0; j < fleetUnits; j++ {
 		if j%sets == s && n > j {
-			c += (n - j + 63) / 64
+			c += (n - j + fleetUnits - 1) / fleetUnits
 		}
 	}
 	return c
@@ -393,7 +423,7 @@ func fleetInSet(n, s, sets int) int {
 // fleetRegionFor is the smallest region (EIPs 0..n-1) whose set0 holds
 // want EIPs.
 func fleetRegionFor(want, sets int) int {
-	lo, hi := 0, 64*65536
+	lo, hi := 0, fleetUnits*16384
 	for lo < hi {
 		m := (lo + hi) / 2
 		if fleetInSet(m, 0, sets) >= want {
@@ -493,56 +523,66 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	writeS := time.Since(t0).Seconds()
 
 	// The edges, loading a few at a time (each full load is a range of
-	// every key; all at once they would only queue in etcd).
+	// every key; all at once they would only queue in etcd): the first
+	// o.EdgeProcs as child processes, then the others in this process.
 	n := o.edges()
-	say("starting %d edges (each its own client, following its set's share) and waiting for their first load", n)
+	inProc := n - o.EdgeProcs
+	say("starting %d edges (%d as child processes, %s %s; %d in this process; each its own client, following its set's share) and waiting for their first load",
+		n, o.EdgeProcs, o.binaryName(), FleetEdgeChildArg, inProc)
 	ectx, ecancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { ecancel(); wg.Wait() }()
-	edges := make([]*fleetEdge, 0, n)
-	sem := make(chan struct{}, 8)
 	base := heapInUse()
-	t1 := time.Now()
+	edges := make([]*fleetEdge, 0, n)
+	var specs []fleetChildSpec
 	for s := 0; s < o.Sets; s++ {
 		for e := 0; e < o.edgesOf(s); e++ {
-			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), set: s, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
-			fe.st, err = store.Connect(store.Options{Endpoints: edgeEndpoints(len(edges)), Log: quiet})
-			if err != nil {
-				return nil, err
+			name := fmt.Sprintf("s%d-e%d", s, e)
+			if len(edges) < o.EdgeProcs {
+				specs = append(specs, fleetChildSpec{name, edgeChildArgs(edgeEndpoints(len(edges)), name, 0, "")})
+				edges = append(edges, &fleetEdge{name: name, set: s})
+			} else {
+				edges = append(edges, newFleetEdge(name, s))
 			}
-			fe.r = edge.NewReconciler(edge.Config{Name: fe.name, Log: quiet, HashSeed: flowhash.DefaultHashSeed}, fe.fake)
-			fe.r.OnApplied = func(rev int64) {
-				if rev > fe.rev.Load() {
-					fe.at.Store(time.Now().UnixNano())
-					fe.rev.Store(rev)
-				}
-				fe.once.Do(func() { fe.loadS = time.Since(fe.started).Seconds(); close(fe.firstLoad) })
-			}
-			edges = append(edges, fe)
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			wg.Add(2)
-			// Its set's share, as edge.Run follows it.
-			fe.started = time.Now()
-			go func() {
-				defer wg.Done()
-				edge.FollowShare(ectx, fe.st, fe.name, deliveryTap{fe.r, fe}, quiet)
-				fe.st.Close()
-			}()
-			go func() {
-				defer wg.Done()
-				select {
-				case <-fe.firstLoad:
-				case <-ectx.Done():
-				}
-				<-sem
-			}()
 		}
 	}
-	for _, fe := range edges {
+	t1 := time.Now()
+	ps, err := procs.startLoaded(ctx, o.Binary, specs, 8)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range ps {
+		edges[i].proc, edges[i].loadS = p, p.load.LoadS
+	}
+	sem := make(chan struct{}, 8)
+	for k, fe := range edges[len(ps):] {
+		fe.st, err = store.Connect(store.Options{Endpoints: edgeEndpoints(len(ps) + k), Log: quiet})
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		wg.Add(2)
+		// Its set's share, as edge.Run follows it.
+		fe.started = time.Now()
+		go func() {
+			defer wg.Done()
+			edge.FollowShare(ectx, fe.st, fe.name, deliveryTap{fe.r, fe}, quiet)
+			fe.st.Close()
+		}()
+		go func() {
+			defer wg.Done()
+			select {
+			case <-fe.firstLoad:
+			case <-ectx.Done():
+			}
+			<-sem
+		}()
+	}
+	for _, fe := range edges[len(ps):] {
 		select {
 		case <-fe.firstLoad:
 		case <-time.After(10 * time.Minute):
@@ -552,50 +592,33 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		}
 	}
 	loadS := time.Since(t1).Seconds()
-	var edgeLoadMax float64
+	var edgeLoadMax, procLoadMax float64
+	var procSets []int // the EIPs of the edge processes' sets
 	bySet := make([][]*fleetEdge, o.Sets)
 	for _, fe := range edges {
-		if got := len(fe.fake.Routes()); got != setEIPs[fe.set] {
+		if got := fe.held(); got != setEIPs[fe.set] {
 			return nil, fmt.Errorf("fleet: edge %s holds %d routes after its load, want its set's %d", fe.name, got, setEIPs[fe.set])
 		}
 		edgeLoadMax = max(edgeLoadMax, fe.loadS)
+		if fe.proc != nil {
+			procLoadMax = max(procLoadMax, fe.loadS)
+			procSets = append(procSets, setEIPs[fe.set])
+		}
 		bySet[fe.set] = append(bySet[fe.set], fe)
 	}
-	inProcMB := float64(heapInUse()-base) / 1e6 / float64(n)
-	say("%d edges loaded their sets' %d to %d EIPs in %.1f s (one edge's full load at most %.2f s; %.1f MB of Go heap per edge, fake maps included)",
-		n, slices.Min(setEIPs), slices.Max(setEIPs), loadS, edgeLoadMax, inProcMB)
-
-	// waitAll waits until every edge of edges applied rev and returns
-	// each edge's delay from t0, and the last delivery of rev to an edge's
-	// sink.
-	var lastDelivery float64
-	waitAll := func(edges []*fleetEdge, rev int64, t0 time.Time) ([]float64, error) {
-		n := len(edges)
-		ds := make([]float64, n)
-		lastDelivery = 0
-		left := n
-		deadline := time.Now().Add(30 * time.Second)
-		done := make([]bool, n)
-		for left > 0 {
-			for i, fe := range edges {
-				if !done[i] && fe.rev.Load() >= rev {
-					done[i] = true
-					left--
-					ds[i] = float64(fe.at.Load()-t0.UnixNano()) / 1e6
-					if fe.seenRev.Load() >= rev {
-						lastDelivery = max(lastDelivery, float64(fe.seenAt.Load()-t0.UnixNano())/1e6)
-					}
-				}
-			}
-			if left == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("fleet: %d of %d edges had not applied revision %d after 30s", left, n, rev)
-			}
-			time.Sleep(200 * time.Microsecond)
+	var inProcMB float64
+	if inProc > 0 {
+		inProcMB = float64(heapInUse()-base) / 1e6 / float64(inProc)
+	}
+	say("%d edges loaded their sets' %d to %d EIPs in %.1f s (one edge's full load at most %.2f s, of an edge process %.2f s; %.1f MB of Go heap per edge in this process, fake maps included)",
+		n, slices.Min(setEIPs), slices.Max(setEIPs), loadS, edgeLoadMax, procLoadMax, inProcMB)
+	var procUsage fleetProcUsage
+	if len(ps) > 0 {
+		if procUsage, err = usageAtRest(ctx, ps); err != nil {
+			return nil, err
 		}
-		return ds, nil
+		say("%d edge processes at rest: RSS p50 %.1f max %.1f MB (anonymous p50 %.1f max %.1f MB, file pages max %.1f MB), peak (VmHWM) max %.1f MB, after a forced GC max %.1f MB",
+			len(ps), percentile(procUsage.rss, 50), maxOf(procUsage.rss), percentile(procUsage.anon, 50), maxOf(procUsage.anon), maxOf(procUsage.file()), maxOf(procUsage.peak), maxOf(procUsage.rssGC))
 	}
 
 	usage := func() (cpu time.Duration, rss, peak float64) {
@@ -608,6 +631,17 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			}
 		}
 		return
+	}
+	// The edges' CPU: this process's and the edge processes'.
+	edgesCPU := func() time.Duration {
+		u, _ := etcdproc.ProcUsage(os.Getpid())
+		cpu := u.CPU
+		for _, p := range ps {
+			if u, err := etcdproc.ProcUsage(p.cmd.Process.Pid); err == nil {
+				cpu += u.CPU
+			}
+		}
+		return cpu
 	}
 
 	// The members' gRPC bytes to their clients (etcd's own counter) and
@@ -640,13 +674,14 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	pcpu0 := proxyCPU()
 	cpu0, _, _ := usage()
-	self0, _ := etcdproc.ProcUsage(os.Getpid())
+	self0 := edgesCPU()
 	d0 := time.Now()
 	var worst, perEdge, calls, delivered []float64
 	var early, earlyTables int // edges that reported a revision applied before its change arrived
 	for c := 0; c < o.Changes; c++ {
 		i := (c * 7919) % o.EIPs
-		e, err := fleetRebind(region.st, i, (i/fleetGuestsPerHost+1+c%2)%hosts)
+		to := (i/fleetGuestsPerHost + 1 + c%2) % hosts
+		e, err := fleetRebind(region.st, i, to)
 		if err != nil {
 			return nil, err
 		}
@@ -656,23 +691,16 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			return nil, fmt.Errorf("fleet: rebind %v: %w", e.Address, err)
 		}
 		calls = append(calls, float64(time.Since(t0))/1e6)
-		ds, err := waitAll(bySet[fleetSetOf(i, o.Sets)], rev, t0)
-		if err != nil {
-			return nil, err
-		}
 		// Every edge holds the new route: bind -> programmed.
-		want := netip.AddrFrom4([4]byte{198, 18, byte(((i/fleetGuestsPerHost + 1 + c%2) % hosts) >> 8), byte((i/fleetGuestsPerHost + 1 + c%2) % hosts)})
-		n, err := settle(bySet[fleetSetOf(i, o.Sets)], ds, t0, func(fe *fleetEdge) bool {
-			rt, ok, _ := fe.fake.Route(e.Address)
-			return ok && rt.Host == want
-		})
+		want := fleetCond{kind: "route", addr: e.Address, host: fleetUnderlay(to)}
+		aw, err := awaitEdges(ctx, bySet[fleetSetOf(i, o.Sets)], rev, t0, func(*fleetEdge) fleetCond { return want })
 		if err != nil {
-			return nil, fmt.Errorf("fleet: rebind of %v to host %v at revision %d: %w", e.Address, want, rev, err)
+			return nil, fmt.Errorf("fleet: rebind of %v to host %v at revision %d: %w", e.Address, want.host, rev, err)
 		}
-		early += n
-		worst = append(worst, maxOf(ds))
-		delivered = append(delivered, lastDelivery)
-		perEdge = append(perEdge, ds...)
+		early += aw.early
+		worst = append(worst, maxOf(aw.ds))
+		delivered = append(delivered, aw.delivered)
+		perEdge = append(perEdge, aw.ds...)
 	}
 	driftS := time.Since(d0).Seconds()
 	if early > 0 {
@@ -684,16 +712,14 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	self1 := edgesCPU()
 	// Every edge followed the rebinds' revisions (a scope's revision
 	// follows every commit of the region); none outside the EIPs' sets
 	// holds one of them.
-	if _, err := waitAll(edges, region.rev, time.Now()); err != nil {
-		return nil, err
-	}
-	for _, fe := range edges {
-		if got := len(fe.fake.Routes()); got != setEIPs[fe.set] {
-			return nil, fmt.Errorf("fleet: edge %s holds %d routes after the rebinds, want its set's %d", fe.name, got, setEIPs[fe.set])
-		}
+	if _, err := awaitEdges(ctx, edges, region.rev, time.Now(), func(fe *fleetEdge) fleetCond {
+		return fleetCond{kind: "routes", n: setEIPs[fe.set]}
+	}); err != nil {
+		return nil, fmt.Errorf("fleet: after the rebinds, every edge holds its set's EIPs: %w", err)
 	}
 	// Per 1,000 changes/s, scaled linearly from the rebinds (each its own
 	// commit, one at a time): CPU-seconds per change x 1,000 = cores.
@@ -707,12 +733,11 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	say("etcd members at 1,000 changes/s (edges on %s): %.2f cores, %.1f MB/s sent to clients (%.0f bytes per change); proxies %.2f cores",
 		via, membersCores, sentPerChange*1000/1e6, sentPerChange, proxiesCores)
-	self1, _ := etcdproc.ProcUsage(os.Getpid())
 	etcdCPUPerChange := float64(cpu1-cpu0) / 1e6 / float64(o.Changes)
-	// The fleet process's CPU per change and edge: what one edge spends
-	// on a rebind (decode, index, map write, its client), all 320 of
-	// them sharing this machine's cores.
-	edgeCPUPerChange := float64(self1.CPU-self0.CPU) / 1e3 / float64(o.Changes) / float64(n)
+	// The edges' CPU per change and edge: what one edge spends on a
+	// rebind (decode, index, map write, its client), all of them sharing
+	// this machine's cores.
+	edgeCPUPerChange := float64(self1-self0) / 1e3 / float64(o.Changes) / float64(n)
 	callP50 := percentile(calls, 50)
 	say("drift to every edge of the set: p50 %.1f ms, p99 %.1f ms, max %.1f ms (commit call p50 %.2f ms; delivered to the last edge's sink p50 %.1f p99 %.1f ms); etcd CPU %.1f ms per change (all members), edge CPU %.0f µs per change and edge",
 		percentile(worst, 50), percentile(worst, 99), maxOf(worst), callP50, percentile(delivered, 50), percentile(delivered, 99), etcdCPUPerChange, edgeCPUPerChange)
@@ -722,7 +747,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	// the edges of each set must reach the same checksum.
 	say("timing %d service changes (every set's service in one commit) until every edge's table checksum agrees with its set's", o.ServiceChanges)
 	var agree, agreeDelivered []float64
-	sa0, _ := etcdproc.ProcUsage(os.Getpid())
+	sa0 := edgesCPU()
 	for c := 0; c < o.ServiceChanges; c++ {
 		without := -1
 		if c%2 == 0 {
@@ -737,37 +762,31 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fleet: service change: %w", err)
 		}
-		ds, err := waitAll(edges, rev, t0)
-		if err != nil {
-			return nil, err
-		}
 		wantB := 8
 		if without >= 0 {
 			wantB = 7
 		}
-		n, err := settle(edges, ds, t0, func(fe *fleetEdge) bool {
-			return fe.r.Status(time.Time{}, nil).Tables[model.TableKey(fleetServiceName(fe.set), "web")].Backends == wantB
+		aw, err := awaitEdges(ctx, edges, rev, t0, func(fe *fleetEdge) fleetCond {
+			return fleetCond{kind: "table", key: model.TableKey(fleetServiceName(fe.set), "web"), n: wantB}
 		})
 		if err != nil {
 			return nil, fmt.Errorf("fleet: service change at revision %d: tables of %d backends: %w", rev, wantB, err)
 		}
-		earlyTables += n
-		agree = append(agree, maxOf(ds))
-		agreeDelivered = append(agreeDelivered, lastDelivery)
-		for _, set := range bySet {
-			var sum string
-			for _, fe := range set {
-				tb := fe.r.Status(time.Time{}, nil).Tables[model.TableKey(fleetServiceName(fe.set), "web")]
-				if sum == "" {
-					sum = tb.Checksum
-				} else if tb.Checksum != sum {
-					return nil, fmt.Errorf("fleet: edge %s: table checksum %s, edge %s has %s", fe.name, tb.Checksum, set[0].name, sum)
-				}
+		earlyTables += aw.early
+		agree = append(agree, maxOf(aw.ds))
+		agreeDelivered = append(agreeDelivered, aw.delivered)
+		first := map[int]int{} // set -> its first edge's index
+		for i, fe := range edges {
+			j, ok := first[fe.set]
+			if !ok {
+				first[fe.set] = i
+			} else if aw.sums[i] != aw.sums[j] {
+				return nil, fmt.Errorf("fleet: edge %s: table checksum %s, edge %s has %s", fe.name, aw.sums[i], edges[j].name, aw.sums[j])
 			}
 		}
 	}
-	sa1, _ := etcdproc.ProcUsage(os.Getpid())
-	edgeCPUPerService := float64(sa1.CPU-sa0.CPU) / 1e6 / float64(o.ServiceChanges) / float64(n)
+	sa1 := edgesCPU()
+	edgeCPUPerService := float64(sa1-sa0) / 1e6 / float64(o.ServiceChanges) / float64(n)
 	say("agreement of %d tables: p50 %.0f ms, max %.0f ms (delivered to the last edge p50 %.0f ms; edge CPU %.1f ms per service change and edge)",
 		n, percentile(agree, 50), maxOf(agree), percentile(agreeDelivered, 50), edgeCPUPerService)
 	_, etcdRSS, etcdPeak := usage()
@@ -781,6 +800,9 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	// Stop the fleet before the one-edge measurement.
 	ecancel()
 	wg.Wait()
+	if err := procs.stopAll(); err != nil {
+		return nil, err
+	}
 	edges = nil
 	runtime.GC()
 	debug.FreeOSMemory()
@@ -812,7 +834,13 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		debug.FreeOSMemory()
 	}
 
-	shape := fmt.Sprintf("%s (%d edges) in one process (each its own etcd client and watch of its set's share, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.shape(), n, o.EIPs, o.Members)
+	where := "in one process"
+	if o.EdgeProcs == n {
+		where = "each its own process"
+	} else if o.EdgeProcs > 0 {
+		where = fmt.Sprintf("the first %d each its own process, the other %d in one process", o.EdgeProcs, n-o.EdgeProcs)
+	}
+	shape := fmt.Sprintf("%s (%d edges) %s (each its own etcd client and watch of its set's share, maps faked), %d bound EIPs, %d-member etcd on unix sockets", o.shape(), n, where, o.EIPs, o.Members)
 	if o.Proxies > 0 {
 		shape += fmt.Sprintf(", edges on %d etcd gRPC proxies (round-robin)", o.Proxies)
 	}
@@ -837,8 +865,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "table_agreement_p50", Value: percentile(agree, 50), Unit: "ms", Note: fmt.Sprintf("%d changes of every set's 8-backend pool in one commit (Maglev M=%d), until all %d edges applied it; checksums then compared within each set", o.ServiceChanges, model.DefaultTableSize, n)},
 		{Suite: "fleet", Name: "table_agreement_max", Value: maxOf(agree), Unit: "ms", Target: "<= 1000 ms"},
 		{Suite: "fleet", Name: "table_agreement_delivered_p50", Value: percentile(agreeDelivered, 50), Unit: "ms", Note: "until the watch handed the change to the last edge's sink"},
-		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU during the rebinds / changes / edges"},
-		{Suite: "fleet", Name: "edge_cpu_per_service_change", Value: edgeCPUPerService, Unit: "ms", Note: "the fleet process's CPU during the service changes / changes / edges (a Maglev build each)"},
+		{Suite: "fleet", Name: "edge_cpu_per_rebind", Value: edgeCPUPerChange, Unit: "µs", Note: "the fleet process's CPU and the edge processes' during the rebinds / changes / edges"},
+		{Suite: "fleet", Name: "edge_cpu_per_service_change", Value: edgeCPUPerService, Unit: "ms", Note: "the fleet process's CPU and the edge processes' during the service changes / changes / edges (a Maglev build each)"},
 		{Suite: "fleet", Name: "etcd_cpu_per_change", Value: etcdCPUPerChange, Unit: "ms", Note: fmt.Sprintf("all members, during the rebinds (%.1f s)", driftS)},
 		{Suite: "fleet", Name: "etcd_proxies", Value: float64(o.Proxies), Unit: "", Note: "etcd gRPC proxies the edges point at (0: the edges use the members)"},
 		{Suite: "fleet", Name: "etcd_members_cpu_per_1k_changes_s", Value: membersCores, Unit: "cores",
@@ -850,7 +878,25 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		{Suite: "fleet", Name: "etcd_cpu_total", Value: etcdCPUTotal.Seconds(), Unit: "s", Note: "all members, whole run so far (loads included)"},
 		{Suite: "fleet", Name: "etcd_member_rss_max", Value: etcdRSS, Unit: "MB"},
 		{Suite: "fleet", Name: "etcd_member_peak_rss_max", Value: etcdPeak, Unit: "MB"},
-		{Suite: "fleet", Name: "in_process_heap_per_edge", Value: inProcMB, Unit: "MB", Note: "Go heap of the fleet / edges, fake maps and clients included"},
+		{Suite: "fleet", Name: "in_process_heap_per_edge", Value: inProcMB, Unit: "MB", Note: "Go heap of the fleet / edges in this process, fake maps and clients included"},
+	}
+	if len(ps) > 0 {
+		u := procUsage
+		most := slices.Max(procSets)
+		out = append(out,
+			Result{Suite: "fleet", Name: "edge_procs", Value: float64(len(ps)),
+				Note: fmt.Sprintf("edge child processes (%s %s): each one edge Reconciler on the fakes following its set's share with edge.FollowShare (the role's), its own etcd client; sets of %d to %d EIPs",
+					o.binaryName(), FleetEdgeChildArg, slices.Min(procSets), most)},
+			Result{Suite: "fleet", Name: "edge_proc_load_max", Value: procLoadMax, Unit: "s", Target: "<= 2 s", Note: "the slowest edge process's full load, from its follow start to its first applied revision, 8 loading at once"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_p50", Value: percentile(u.rss, 50), Unit: "MB", Note: "VmRSS at rest (2 s after every edge loaded), fake maps included"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_max", Value: maxOf(u.rss), Unit: "MB", Target: "<= 64 MB",
+				Note: fmt.Sprintf("VmRSS at rest, the largest; edges of sets of up to %d EIPs (the issue's target is with 100k in the set), fake maps included", most)},
+			Result{Suite: "fleet", Name: "edge_proc_peak_rss_max", Value: maxOf(u.peak), Unit: "MB", Target: "<= 64 MB", Note: "VmHWM (its load included), the largest"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_anon_p50", Value: percentile(u.anon, 50), Unit: "MB"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_anon_max", Value: maxOf(u.anon), Unit: "MB", Note: "RssAnon at rest, the largest: the process's own memory"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_file_max", Value: maxOf(u.file()), Unit: "MB", Note: "VmRSS less RssAnon at rest, the largest: file pages (the binary's text and data, shared by every process of it)"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_gc_max", Value: maxOf(u.rssGC), Unit: "MB", Note: "VmRSS after a forced GC and debug.FreeOSMemory, the largest"},
+		)
 	}
 
 	out = append(out, agentResults...)
@@ -879,7 +925,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		say("one edge of set0 alone in a child process, following its set's share: %d of the region's %d EIPs", inSet, total)
 		var reps []*FleetEdgeReport
 		for range max(o.RSSRuns, 1) {
-			rep, err := runFleetEdgeChild(ctx, o.Binary, cl.Endpoints(), inSet, o.EdgeProfile)
+			rep, err := fleetOneEdge(ctx, o, procs, cl.Endpoints(), inSet)
 			if err != nil {
 				return nil, err
 			}
@@ -907,7 +953,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_file_%d_eips", rep.EIPs), Value: rep.FileMB, Unit: "MB",
 				Note: "at rest: RssFile, the executable's pages mapped (shared page cache, reclaimable; azgate-lab's, an idle shipped azgate maps about as many)"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_cpu_%d_eips", rep.EIPs), Value: rep.LoadCPUS, Unit: "s",
-				Note: "the edge process's CPU (user + system) during its load"},
+				Note: "the edge process's CPU (user + system) from its start to its load"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s", Target: "<= 2 s",
 				Note: "the edge alone: its set's share, from its follow start to its first applied revision"},
 		)
@@ -936,36 +982,6 @@ func TargetLine(r Result) (string, bool) {
 	return fmt.Sprintf("%s %.1f %s (target %s) %s", r.Name, r.Value, r.Unit, r.Target, verdict), true
 }
 
-// settle: after every edge of edges reported a revision applied (ds:
-// each one's delay), it waits for those whose state is not yet done,
-// polling, up to 30 s; their delay becomes the time done was first seen.
-// It returns how many edges had reported the revision before their state
-// showed it (a scope follower reports a commit its marker named after at
-// most store.markerWait, 10 s since eb0fe29 and 1 s before, even if the
-// change has not arrived).
-func settle(edges []*fleetEdge, ds []float64, t0 time.Time, done func(*fleetEdge) bool) (int, error) {
-	var left []int
-	for i, fe := range edges {
-		if !done(fe) {
-			left = append(left, i)
-		}
-	}
-	early := len(left)
-	for deadline := time.Now().Add(30 * time.Second); len(left) > 0; time.Sleep(200 * time.Microsecond) {
-		left = slices.DeleteFunc(left, func(i int) bool {
-			if done(edges[i]) {
-				ds[i] = float64(time.Since(t0)) / 1e6
-				return true
-			}
-			return false
-		})
-		if len(left) > 0 && time.Now().After(deadline) {
-			return early, fmt.Errorf("edge %s had not taken it 30 s after applying the revision (%d edges)", edges[left[0]].name, len(left))
-		}
-	}
-	return early, nil
-}
-
 func maxOf(xs []float64) float64 {
 	m := 0.0
 	for _, x := range xs {
@@ -981,17 +997,43 @@ func heapInUse() uint64 {
 	return m.HeapInuse
 }
 
-// FleetEdgeReport is what the one-edge child prints.
+// fleetOneEdge runs one edge of set0 alone in a child process (the
+// edge child, with o.EdgeProfile) until it loaded its set's eips routes,
+// and reports its memory, the heap its fake maps held, and its load.
+func fleetOneEdge(ctx context.Context, o FleetOptions, procs *fleetProcs, endpoints []string, eips int) (*FleetEdgeReport, error) {
+	ps, err := procs.startLoaded(ctx, o.Binary, []fleetChildSpec{{"s0-e0", edgeChildArgs(endpoints, "s0-e0", 0, o.EdgeProfile)}}, 1)
+	if err != nil {
+		return nil, err
+	}
+	p := ps[0]
+	rep := &FleetEdgeReport{EIPs: p.load.EIPs, LoadS: p.load.LoadS, LoadCPUS: p.load.LoadCPUS}
+	if rep.EIPs != eips {
+		return nil, fmt.Errorf("fleet: the one edge holds %d routes after its load, want %d", rep.EIPs, eips)
+	}
+	u, err := p.askUsage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// After the forced GC, as RSSMB: the file pages do not move with it.
+	rep.RSSMB, rep.PeakMB, rep.AnonMB, rep.FileMB = u.RSSGCMB, u.PeakMB, u.RSSGCMB-u.FileMB, u.FileMB
+	d, err := p.ask(ctx, "drop", 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	rep.FakeMapsMB = d.FakeMapsMB
+	return rep, procs.stopAll()
+}
+
+// FleetEdgeReport is the one edge's memory and load.
 type FleetEdgeReport struct {
-	EIPs       int     `json:"eips"`
-	LoadS      float64 `json:"load_s"`
-	RSSMB      float64 `json:"rss_mb"`
-	PeakMB     float64 `json:"peak_mb"`
-	FakeMapsMB float64 `json:"fake_maps_mb"`
-	// AnonMB and FileMB split RSSMB (RssAnon, RssFile; RssShmem aside).
-	AnonMB   float64 `json:"anon_mb"`
-	FileMB   float64 `json:"file_mb"`
-	LoadCPUS float64 `json:"load_cpu_s"`
+	EIPs       int
+	LoadS      float64
+	RSSMB      float64 // VmRSS after the load, a forced GC and debug.FreeOSMemory
+	PeakMB     float64 // VmHWM
+	FakeMapsMB float64 // the Go heap dropping the fake maps freed
+	// AnonMB and FileMB split RSSMB: RssFile (the executable's pages),
+	// and the rest; LoadCPUS is the process's CPU until its load.
+	AnonMB, FileMB, LoadCPUS float64
 }
 
 // medianEdgeReport is each figure's median over reps.
@@ -1014,124 +1056,138 @@ func medianEdgeReport(reps []*FleetEdgeReport) *FleetEdgeReport {
 	}
 }
 
-// FleetEdgeChildArg is the hidden command the child runs as
-// (`azgate-lab bench fleet fleet-edge`).
-const FleetEdgeChildArg = "fleet-edge"
-
-func runFleetEdgeChild(ctx context.Context, bin string, endpoints []string, eips int, profile string) (*FleetEdgeReport, error) {
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, err
-		}
-	}
-	args := []string{"bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--eips", strconv.Itoa(eips)}
+// edgeChildArgs are an edge child's arguments.
+func edgeChildArgs(endpoints []string, name string, jitter time.Duration, profile string) []string {
+	args := []string{"bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--name", name, "--load-jitter", jitter.String()}
 	if profile != "" {
 		args = append(args, "--profile", profile)
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	// Its own process group, killed whole when ctx ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		cmd.Process.Kill()
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = 5 * time.Second
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("fleet: one-edge child %s: %w: %s", bin, err, stderr.String())
-	}
-	var rep FleetEdgeReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("fleet: one-edge child's report %q: %w", b, err)
-	}
-	return &rep, nil
+	return args
 }
 
-// FleetEdgeChild is the one-edge process: an edge Reconciler (named
-// s0-e0, an edge of set0) on the fakes follows its set's share of the
-// store (edge.FollowShare) until it holds eips routes, then
-// reports its RSS, and how much Go heap dropping the fake maps frees, as
-// JSON on w. profile: see FleetOptions.EdgeProfile.
-func FleetEdgeChild(ctx context.Context, endpoints []string, eips int, profile string, w io.Writer) error {
-	quiet := slog.New(slog.DiscardHandler)
-	// FreeAfterLoad as the edge role sets it (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, FreeAfterLoad: true})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	fake := dataplane.NewFakeLB()
-	r := edge.NewReconciler(edge.Config{Name: "s0-e0", Log: quiet, HashSeed: flowhash.DefaultHashSeed}, fake)
-	loaded := make(chan struct{})
-	var once sync.Once
-	r.OnApplied = func(int64) { once.Do(func() { close(loaded) }) }
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopProfile := func() {}
-	if profile != "" {
-		var err error
-		if stopProfile, err = StartCPUProfile(profile + ".cpu"); err != nil {
-			return err
+// newFleetEdge is an edge Reconciler on a fresh fake, noting its applied
+// revisions and its first load.
+func newFleetEdge(name string, set int) *fleetEdge {
+	fe := &fleetEdge{name: name, set: set, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
+	fe.r = edge.NewReconciler(edge.Config{Name: name, Log: slog.New(slog.DiscardHandler), HashSeed: flowhash.DefaultHashSeed}, fe.fake)
+	fe.r.OnApplied = func(rev int64) {
+		if rev > fe.rev.Load() {
+			fe.at.Store(time.Now().UnixNano())
+			fe.rev.Store(rev)
 		}
-		defer stopProfile()
+		fe.once.Do(func() { fe.loadS = time.Since(fe.started).Seconds(); close(fe.firstLoad) })
 	}
-	u0, err := etcdproc.ProcUsage(os.Getpid())
-	if err != nil {
-		return err
+	return fe
+}
+
+// held is how many routes fe holds (an edge process: at its load).
+func (fe *fleetEdge) held() int {
+	if fe.proc != nil {
+		return fe.proc.load.EIPs
 	}
-	t0 := time.Now()
-	go edge.FollowShare(fctx, st, "s0-e0", r, quiet)
-	select {
-	case <-loaded:
-	case <-time.After(10 * time.Minute):
-		return fmt.Errorf("no load in 10 minutes")
-	case <-ctx.Done():
-		return ctx.Err()
+	return len(fe.fake.Routes())
+}
+
+// fleetAwaited is what awaitEdges measured.
+type fleetAwaited struct {
+	ds        []float64 // each edge's delay (ms from t0)
+	delivered float64   // the last delivery of the revision to an edge's sink (ms from t0)
+	early     int       // edges that reported the revision applied before their state showed it
+	sums      []string  // each edge's table checksum (table conditions)
+}
+
+// awaitEdges waits until every edge of edges applied rev and its state
+// shows cond(edge), up to 60 s: an edge in this process is polled, an
+// edge process is asked (the await command) and answers when it is so.
+// An edge's delay is until it applied rev if its state then showed the
+// condition, else until the condition was first seen: a scope follower
+// reports a commit its marker named after at most store.markerWait (10 s
+// since eb0fe29, 1 s before) even if the change has not arrived; those
+// are counted as early.
+func awaitEdges(ctx context.Context, edges []*fleetEdge, rev int64, t0 time.Time, cond func(*fleetEdge) fleetCond) (fleetAwaited, error) {
+	n := len(edges)
+	aw := fleetAwaited{ds: make([]float64, n), sums: make([]string, n)}
+	ms := func(ns int64) float64 { return float64(ns-t0.UnixNano()) / 1e6 }
+	type answer struct {
+		i   int
+		ev  FleetNodeEvent
+		err error
 	}
-	rep := FleetEdgeReport{LoadS: time.Since(t0).Seconds()}
-	if u1, err := etcdproc.ProcUsage(os.Getpid()); err == nil {
-		rep.LoadCPUS = (u1.CPU - u0.CPU).Seconds()
-	}
-	if profile != "" {
-		stopProfile()
-		hf, err := os.Create(profile + ".heap")
-		if err != nil {
-			return err
+	answers := make(chan answer, n)
+	const limit = 60 * time.Second
+	left, polled := n, 0
+	for i, fe := range edges {
+		if fe.proc == nil {
+			polled++
+			continue
 		}
-		err = pprof.Lookup("allocs").WriteTo(hf, 0)
-		hf.Close()
-		if err != nil {
-			return err
+		go func() {
+			ev, err := fe.proc.ask(ctx, fmt.Sprintf("await %d %v", rev, cond(fe)), limit)
+			answers <- answer{i, ev, err}
+		}()
+	}
+	state := make([]byte, n) // 0: waiting, 1: applied, its state behind; 2: done
+	deadline := time.Now().Add(limit)
+	for left > 0 {
+		for i, fe := range edges {
+			if fe.proc != nil || state[i] == 2 || fe.rev.Load() < rev {
+				continue
+			}
+			if state[i] == 0 && fe.seenRev.Load() >= rev {
+				aw.delivered = max(aw.delivered, ms(fe.seenAt.Load()))
+			}
+			ok, sum := cond(fe).holds(fe.r, fe.fake)
+			switch {
+			case ok && state[i] == 0:
+				aw.ds[i] = ms(fe.at.Load())
+			case ok:
+				aw.ds[i] = float64(time.Since(t0)) / 1e6
+			case state[i] == 0:
+				aw.early++
+				state[i] = 1
+				continue
+			default:
+				continue
+			}
+			aw.sums[i], state[i] = sum, 2
+			left, polled = left-1, polled-1
+		}
+		wait := time.Duration(0)
+		if polled > 0 {
+			wait = 200 * time.Microsecond
+		} else if left > 0 {
+			wait = time.Until(deadline)
+		}
+		if left == 0 {
+			break
+		}
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case a := <-answers:
+			if a.err != nil {
+				t.Stop()
+				return aw, a.err
+			}
+			aw.ds[a.i], aw.sums[a.i], state[a.i] = ms(a.ev.At), a.ev.Sum, 2
+			if a.ev.Seen > 0 {
+				aw.delivered = max(aw.delivered, ms(a.ev.Seen))
+			}
+			if a.ev.Early {
+				aw.early++
+			}
+			left--
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return aw, ctx.Err()
+		}
+		t.Stop()
+		if left > 0 && time.Now().After(deadline) {
+			i := slices.IndexFunc(state, func(b byte) bool { return b != 2 })
+			return aw, fmt.Errorf("edge %s had not applied revision %d with %v after %v (%d of %d edges)", edges[i].name, rev, cond(edges[i]), limit, left, n)
 		}
 	}
-	rep.EIPs = len(fake.Routes())
-	if rep.EIPs != eips {
-		return fmt.Errorf("the edge holds %d routes, want %d", rep.EIPs, eips)
-	}
-	runtime.GC()
-	debug.FreeOSMemory()
-	u, err := etcdproc.ProcUsage(os.Getpid())
-	if err != nil {
-		return err
-	}
-	rep.RSSMB, rep.PeakMB = u.RSSMB, u.PeakMB
-	if rep.AnonMB, err = rssAnonMB(); err != nil {
-		return err
-	}
-	if rep.FileMB, err = procStatusMB("RssFile:"); err != nil {
-		return err
-	}
-	cancel() // the follower stops touching the maps
-	before := heapInUse()
-	fake.RouteMap, fake.Counters = map[netip.Addr]dataplane.Route{}, map[uint32]dataplane.Counters{}
-	rep.FakeMapsMB = float64(before-heapInUse()) / (1 << 20)
-	runtime.KeepAlive(r)
-	bw := bufio.NewWriter(w)
-	json.NewEncoder(bw).Encode(rep)
-	return bw.Flush()
+	return aw, nil
 }
 
 // StartCPUProfile writes a Go CPU profile to path until stop is called
@@ -1152,20 +1208,4 @@ func StartCPUProfile(path string) (stop func(), err error) {
 			f.Close()
 		})
 	}, nil
-}
-
-// procStatusMB reads a field in kB ("RssFile:") of /proc/self/status, in
-// MB.
-func procStatusMB(field string) (float64, error) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			kb, err := strconv.ParseFloat(f[1], 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/self/status: no %s", field)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/azgate/azgate/internal/agent"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
-	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
 )
@@ -23,6 +22,7 @@ const (
 	DefaultFleetAgentProcs    = 16
 	DefaultFleetRestartJitter = 10 * time.Second
 	maxFleetAgentProcs        = 256
+	maxFleetEdgeProcs         = 256
 	maxFleetRestartJitter     = 5 * time.Minute // cmd/azgate's maxLoadJitter
 )
 
@@ -70,27 +70,14 @@ func fleetAgentProcsRun(ctx context.Context, o FleetOptions, endpoints func(int)
 	names := fleetBusiestHosts(perHost, hosts, o.AgentProcs)
 	say("starting %d agent processes (%s %s, each an agent Reconciler on the fakes following its host's share), the hosts with the most EIPs (%d to %d), 8 loading at once",
 		len(names), o.binaryName(), FleetAgentChildArg, perHost[names[len(names)-1]], perHost[names[0]])
-	ps := make([]*fleetProc, len(names))
-	sem := make(chan struct{}, 8)
-	errc := make(chan error, len(names))
-	t0 := time.Now()
+	specs := make([]fleetChildSpec, len(names))
 	for i, h := range names {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
-		p, err := procs.start(ctx, o.Binary, h, agentChildArgs(endpoints(i), h, 0)...)
-		if err != nil {
-			return nil, nil, err
-		}
-		ps[i] = p
-		go func() { errc <- p.waitLoaded(ctx, 10*time.Minute); <-sem }()
+		specs[i] = fleetChildSpec{h, agentChildArgs(endpoints(i), h, 0)}
 	}
-	for range names {
-		if err := <-errc; err != nil {
-			return nil, nil, err
-		}
+	t0 := time.Now()
+	ps, err := procs.startLoaded(ctx, o.Binary, specs, 8)
+	if err != nil {
+		return nil, nil, err
 	}
 	allS := time.Since(t0).Seconds()
 	var loads, starts []float64
@@ -101,20 +88,11 @@ func fleetAgentProcsRun(ctx context.Context, o FleetOptions, endpoints func(int)
 		loads = append(loads, p.load.LoadS)
 		starts = append(starts, float64(p.load.At-p.started.UnixNano())/1e9)
 	}
-	// At rest: nothing is written meanwhile.
-	select {
-	case <-time.After(2 * time.Second):
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+	u, err := usageAtRest(ctx, ps)
+	if err != nil {
+		return nil, nil, err
 	}
-	var rss, peak, rssGC, anon []float64
-	for _, p := range ps {
-		u, err := p.askUsage(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		rss, peak, rssGC, anon = append(rss, u.RSSMB), append(peak, u.PeakMB), append(rssGC, u.RSSGCMB), append(anon, u.AnonMB)
-	}
+	rss, peak, rssGC, anon := u.rss, u.peak, u.rssGC, u.anon
 	say("%d agent processes loaded in %.1f s (a load from the follow start at most %.2f s, from exec %.2f s); RSS at rest p50 %.1f max %.1f MB (anonymous max %.1f MB), peak (VmHWM) max %.1f MB, after a forced GC max %.1f MB",
 		len(ps), allS, maxOf(loads), maxOf(starts), percentile(rss, 50), maxOf(rss), maxOf(anon), maxOf(peak), maxOf(rssGC))
 	if err := procs.stopAll(); err != nil {
@@ -153,8 +131,9 @@ type restartNode struct {
 
 // fleetRestartRun is the region-wide restart: with every node stopped,
 // it starts them all at once, each with o.RestartJitter as its store's
-// LoadJitter (the roles' --etcd-load-jitter): o.Sets' edges and o.Agents
-// agents in this process on fresh fakes, and an agent process for each
+// LoadJitter (the roles' --etcd-load-jitter): o.Sets' edges (the first
+// o.EdgeProcs as edge processes, the others in this process on fresh
+// fakes), o.Agents agents in this process, and an agent process for each
 // of procHosts; and times until every one applied the region's current
 // revision and checks what each then holds.
 func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []string, region *fleetRegion, setEIPs []int, hosts int, procHosts []string, procs *fleetProcs, say func(string, ...any)) ([]Result, error) {
@@ -163,8 +142,8 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 	target := region.rev
 	w := o.RestartJitter
 	n := o.edges()
-	say("region-wide restart: %d edges and %d agents in this process and %d agent processes, all started at once, each waiting a random share of %v before its full load (store.Options.LoadJitter, --etcd-load-jitter)",
-		n, o.Agents, len(procHosts), w)
+	say("region-wide restart: %d edges (%d of them processes), %d agents in this process and %d agent processes, all started at once, each waiting a random share of %v before its full load (store.Options.LoadJitter, --etcd-load-jitter)",
+		n, o.EdgeProcs, o.Agents, len(procHosts), w)
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errc := make(chan error, n+o.Agents+len(procHosts))
@@ -190,17 +169,22 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 		return c, err
 	}
 	t0 := time.Now()
+	var ps []*fleetProc
 	for s := 0; s < o.Sets; s++ {
 		for e := 0; e < o.edgesOf(s); e++ {
-			fe := &fleetEdge{name: fmt.Sprintf("s%d-e%d", s, e), set: s, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
-			fe.r = edge.NewReconciler(edge.Config{Name: fe.name, Log: quiet, HashSeed: flowhash.DefaultHashSeed}, fe.fake)
-			fe.r.OnApplied = func(rev int64) {
-				if rev > fe.rev.Load() {
-					fe.at.Store(time.Now().UnixNano())
-					fe.rev.Store(rev)
-				}
-			}
+			name := fmt.Sprintf("s%d-e%d", s, e)
 			k := len(edges)
+			if k < o.EdgeProcs {
+				p, err := procs.start(ctx, o.Binary, name, edgeChildArgs(endpoints(k), name, w, "")...)
+				if err != nil {
+					return nil, err
+				}
+				ps = append(ps, p)
+				edges = append(edges, &fleetEdge{name: name, set: s, proc: p})
+				nodes = append(nodes, restartNode{"edge process", name, func() (int64, int64) { return p.rev.Load(), p.at.Load() }})
+				continue
+			}
+			fe := newFleetEdge(name, s)
 			edges = append(edges, fe)
 			nodes = append(nodes, restartNode{"edge", fe.name, func() (int64, int64) { return fe.rev.Load(), fe.at.Load() }})
 			wg.Add(1)
@@ -254,13 +238,12 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 			fw.Wait()
 		}()
 	}
-	ps := make([]*fleetProc, len(procHosts))
 	for i, h := range procHosts {
 		p, err := procs.start(ctx, o.Binary, h, agentChildArgs(endpoints(i), h, w)...)
 		if err != nil {
 			return nil, err
 		}
-		ps[i] = p
+		ps = append(ps, p)
 		nodes = append(nodes, restartNode{"agent process", h, func() (int64, int64) { return p.rev.Load(), p.at.Load() }})
 	}
 
@@ -299,7 +282,12 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 	allS := maxOf(serving)
 	// What each then holds.
 	for _, fe := range edges {
-		if got := len(fe.fake.Routes()); got != setEIPs[fe.set] {
+		if fe.proc != nil {
+			if err := fe.proc.waitLoaded(ctx, 10*time.Second); err != nil {
+				return nil, err
+			}
+		}
+		if got := fe.held(); got != setEIPs[fe.set] {
 			return nil, fmt.Errorf("fleet: restart: edge %s holds %d routes, want its set's %d", fe.name, got, setEIPs[fe.set])
 		}
 	}
@@ -308,7 +296,7 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 			return nil, fmt.Errorf("fleet: restart: agent h%d programmed %d EIPs, want %d", fa.host, got, want)
 		}
 	}
-	for _, p := range ps {
+	for _, p := range ps[o.EdgeProcs:] {
 		if err := p.waitLoaded(ctx, 10*time.Second); err != nil {
 			return nil, err
 		}
@@ -325,21 +313,23 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 		}
 		return m
 	}
-	say("region-wide restart of %d nodes (jitter %v): every node serving again after %.1f s (p50 %.1f s; edges %.1f s, agents %.1f s, agent processes %.1f s)",
-		len(nodes), w, allS, percentile(serving, 50), byKind("edge"), byKind("agent"), byKind("agent process"))
+	edgesS := max(byKind("edge"), byKind("edge process"))
+	say("region-wide restart of %d nodes (jitter %v): every node serving again after %.1f s (p50 %.1f s; edges %.1f s (edge processes %.1f s), agents %.1f s, agent processes %.1f s)",
+		len(nodes), w, allS, percentile(serving, 50), edgesS, byKind("edge process"), byKind("agent"), byKind("agent process"))
 	cancel()
 	wg.Wait()
 	if err := procs.stopAll(); err != nil {
 		return nil, err
 	}
-	note := fmt.Sprintf("%d nodes (%d edges and %d agents in this process on fresh fakes, %d agent processes) started at once, each full load after a random wait in [0, %v) (store.Options.LoadJitter, the roles' --etcd-load-jitter), until the last applied the region's current revision",
-		len(nodes), n, o.Agents, len(ps), w)
+	note := fmt.Sprintf("%d nodes (%d edges, %d of them processes, the others and %d agents in this process on fresh fakes, %d agent processes) started at once, each full load after a random wait in [0, %v) (store.Options.LoadJitter, the roles' --etcd-load-jitter), until the last applied the region's current revision",
+		len(nodes), n, o.EdgeProcs, o.Agents, len(procHosts), w)
 	return []Result{
 		{Suite: "fleet", Name: "region_restart_nodes", Value: float64(len(nodes)), Note: note},
 		{Suite: "fleet", Name: "region_restart_jitter", Value: w.Seconds(), Unit: "s"},
 		{Suite: "fleet", Name: "region_restart_all_serving_s", Value: allS, Unit: "s", Target: "<= 60 s", Note: note},
 		{Suite: "fleet", Name: "region_restart_serving_p50_s", Value: percentile(serving, 50), Unit: "s"},
-		{Suite: "fleet", Name: "region_restart_edges_serving_max_s", Value: byKind("edge"), Unit: "s"},
+		{Suite: "fleet", Name: "region_restart_edges_serving_max_s", Value: edgesS, Unit: "s"},
+		{Suite: "fleet", Name: "region_restart_edge_procs_serving_max_s", Value: byKind("edge process"), Unit: "s"},
 		{Suite: "fleet", Name: "region_restart_agents_serving_max_s", Value: byKind("agent"), Unit: "s"},
 		{Suite: "fleet", Name: "region_restart_agent_procs_serving_max_s", Value: byKind("agent process"), Unit: "s"},
 	}, nil
