@@ -70,7 +70,8 @@ type Entry struct {
 
 // Parse reads a file's entries and checks every key against fs: a key
 // must be a settable flag and its value of the flag's kind. It does not
-// set anything.
+// set anything. With an error, the entries returned are those that were
+// good.
 func Parse(path string, fs *pflag.FlagSet, o Options) ([]Entry, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -251,12 +252,14 @@ func Apply(path string, fs *pflag.FlagSet, entries []Entry) error {
 }
 
 // Load is Parse then Apply: the file's settings under the command line's.
+// Every error is reported, those of Parse and those of the values the
+// flags refuse; on an error the flags may be partly set.
 func Load(path string, fs *pflag.FlagSet, o Options) error {
 	entries, err := Parse(path, fs, o)
-	if err != nil {
+	if entries == nil && err != nil {
 		return err
 	}
-	return Apply(path, fs, entries)
+	return errors.Join(err, Apply(path, fs, entries))
 }
 
 // suggest is the key nearest to name, if near enough to be a typo.
