@@ -117,6 +117,9 @@ func prepareBwmgr(f bwmgrFlags) (func() error, error) {
 		h, _ := os.Hostname()
 		f.name = fmt.Sprintf("%s/%d", h, os.Getpid())
 	}
+	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
+		return nil, err
+	}
 	token, err := readMetricsToken(f.metricsToken)
 	if err != nil {
 		return nil, err

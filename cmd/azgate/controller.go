@@ -47,6 +47,11 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 			if err := cfg.Check(); err != nil {
 				return nil, err
 			}
+			if etcd != "" {
+				if err := checkStore(etcd, cfg.EtcdAuth, log); err != nil {
+					return nil, err
+				}
+			}
 			if cfg.TLSCert != "" {
 				if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
 					return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)

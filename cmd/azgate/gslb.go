@@ -135,6 +135,9 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return nil, fmt.Errorf("--listen %q: %w", f.listen, err)
 	}
+	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
+		return nil, err
+	}
 	var chain geo.Chain
 	if f.prefixMap != "" {
 		fh, err := os.Open(f.prefixMap)

@@ -135,6 +135,12 @@ func checkLoadJitter(d time.Duration) error {
 // readMetricsToken reads --metrics-token-file ("" when unset).
 func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
 
+// checkStore makes the checks of connectStore that need no connection:
+// the endpoints' forms, the TLS files, the password file.
+func checkStore(endpoints string, auth store.ClientAuth, log *slog.Logger) error {
+	return store.Options{Endpoints: strings.Split(endpoints, ","), Auth: auth, Log: log}.Check()
+}
+
 // connectStore connects to etcd for a role. A refused credential is a
 // configuration error: say so now rather than retry forever. An etcd not
 // up yet is waited for (the role goes on, logging what it does
@@ -182,6 +188,9 @@ func (d *daemonFlags) check() (*slog.Logger, error) {
 	}
 	log, err := roleLogger(d.logLevel)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkStore(d.etcd, d.etcdAuth, log); err != nil {
 		return nil, err
 	}
 	if _, err := d.readMetricsToken(); err != nil {
