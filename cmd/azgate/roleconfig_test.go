@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -288,5 +291,84 @@ func TestSiteExamplesAreYAML(t *testing.T) {
 				t.Errorf("%s %s: %v", role, k.key, err)
 			}
 		}
+	}
+}
+
+// TestRoleReloadsOnSIGHUP: a running role (the prober, which needs no
+// privilege) takes the file's new log-level on SIGHUP and keeps running
+// (without a handler, SIGHUP would end it); SIGTERM still stops it.
+func TestRoleReloadsOnSIGHUP(t *testing.T) {
+	relay, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	token := writeTemp(t, "token", "0123456789abcdef0123456789abcdef\n", 0o600)
+	conf := func(level string) string {
+		return "node: e1\nrelay: [r1=" + relay.Addr().String() + "]\nreport-url: http://127.0.0.1:9/v1/reports\n" +
+			"token-file: " + token + "\nlog-level: " + level + "\n"
+	}
+	p := writeTemp(t, "prober.yaml", conf("info"), 0o644)
+	cmd := exec.Command(os.Args[0], "prober", "--config", p)
+	cmd.Env = append(os.Environ(), "AZGATE_TEST_AS_MAIN=1")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waited := false
+	defer func() {
+		if !waited {
+			cmd.Process.Kill()
+			for range lines {
+			}
+			cmd.Wait()
+		}
+	}()
+	waitFor := func(what string) string {
+		t.Helper()
+		deadline := time.After(time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the prober exited before logging %q", what)
+				}
+				if strings.Contains(l, what) {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("no %q logged in a minute", what)
+			}
+		}
+	}
+	waitFor("prober running")
+	if err := os.WriteFile(p, []byte(conf("debug")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if l := waitFor("SIGHUP: reloaded log-level"); !strings.Contains(l, "log-level=DEBUG") {
+		t.Fatalf("reloaded to the wrong level: %s", l)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // until it exits
+	}
+	waited = true
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGHUP and SIGTERM: %v", err)
 	}
 }
