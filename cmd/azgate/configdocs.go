@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -170,7 +171,11 @@ func writeConfigReference(w io.Writer) {
 			if f.Name == reloads {
 				usage += " **Reloaded on SIGHUP.**"
 			}
-			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", f.Name, flagKind(f), def, usage)
+			kind := flagKind(f)
+			if slices.Contains(configOptions(c).Joined, f.Name) {
+				kind = "string or list of strings"
+			}
+			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", f.Name, kind, def, usage)
 		}
 	}
 }
@@ -282,8 +287,8 @@ from them, so it lists what the roles read, with their defaults.
   dashes: ` + "`etcd-endpoints: unix:///var/lib/azgate/etcd.sock`" + `.
 - Values have the flag's type: strings, integers, ` + "`true`/`false`" + `; durations
   are strings (` + "`store-grace: 30s`" + `); a repeatable or comma-separated list flag
-  takes a YAML list (` + "`attach: [eth0, eth1]`" + `). ` + "`etcd-endpoints`" + ` is one
-  comma-separated string, as on the command line.
+  takes a YAML list (` + "`attach: [eth0, eth1]`" + `). ` + "`etcd-endpoints`" + ` takes a
+  YAML list or one comma-separated string, as on the command line.
 - **A flag given on the command line wins over the file**, key by key (a list
   flag on the command line replaces the file's whole list).
 - Refused, each with the file, the line and the key, all at once: a key that

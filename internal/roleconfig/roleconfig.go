@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -34,6 +35,10 @@ type Options struct {
 	// "check-config", "help"): a file giving them is refused as for an
 	// unknown key. Hidden flags are always skipped.
 	Skip []string
+	// Joined names string flags that hold a comma-separated list
+	// ("etcd-endpoints"): the file may give them a YAML list, joined
+	// with commas, or the string itself.
+	Joined []string
 }
 
 // Keys are the flags a file may set, sorted.
@@ -137,7 +142,7 @@ func parse(path string, data []byte, fs *pflag.FlagSet, o Options) ([]Entry, err
 			errs = append(errs, errors.New(msg))
 			continue
 		}
-		e, err := entry(f, v)
+		e, err := entry(f, v, slices.Contains(o.Joined, name))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: key %q: %w", at, name, err))
 			continue
@@ -175,10 +180,23 @@ var want = map[string]string{
 	"string":   "a string",
 }
 
-func entry(f *pflag.Flag, v *yaml.Node) (Entry, error) {
+func entry(f *pflag.Flag, v *yaml.Node, joined bool) (Entry, error) {
 	k := kind(f.Value.Type())
 	if v.Kind == yaml.AliasNode {
 		return Entry{}, errors.New("YAML aliases are not taken: write the value")
+	}
+	if joined && k == "string" && v.Kind == yaml.SequenceNode {
+		var items []string
+		for _, it := range v.Content {
+			if it.Kind != yaml.ScalarNode || it.Tag != "!!str" || it.Value == "" || strings.Contains(it.Value, ",") {
+				return Entry{}, fmt.Errorf("item at line %d: want a non-empty string without a comma", it.Line)
+			}
+			items = append(items, it.Value)
+		}
+		if len(items) == 0 {
+			return Entry{}, errors.New("an empty list: give at least one item, or remove the key to keep the default")
+		}
+		return Entry{Values: []string{strings.Join(items, ",")}}, nil
 	}
 	if k == "list" {
 		if v.Kind != yaml.SequenceNode {

@@ -190,3 +190,27 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+func TestJoinedList(t *testing.T) {
+	o := Options{Skip: []string{"config"}, Joined: []string{"etcd-endpoints"}}
+	var s settings
+	fs := flagSet(&s)
+	p := writeFile(t, "etcd-endpoints: [https://192.0.2.1:2379, https://192.0.2.2:2379]\n")
+	if err := Load(p, fs, o); err != nil || s.etcd != "https://192.0.2.1:2379,https://192.0.2.2:2379" {
+		t.Fatalf("got %q, %v", s.etcd, err)
+	}
+	s = settings{}
+	fs = flagSet(&s)
+	if err := Load(writeFile(t, "etcd-endpoints: https://192.0.2.1:2379,https://192.0.2.2:2379\n"), fs, o); err != nil || s.etcd != "https://192.0.2.1:2379,https://192.0.2.2:2379" {
+		t.Fatalf("the string form: %q, %v", s.etcd, err)
+	}
+	for _, bad := range []string{"etcd-endpoints: []\n", "etcd-endpoints: [\"a,b\"]\n", "etcd-endpoints: [a, 3]\n"} {
+		if err := Load(writeFile(t, bad), flagSet(&s), o); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	// Not joined: a list for a string flag is refused.
+	if err := Load(writeFile(t, "name: [a, b]\n"), flagSet(&s), o); err == nil || !strings.Contains(err.Error(), "want a string") {
+		t.Errorf("a list for name: %v", err)
+	}
+}
