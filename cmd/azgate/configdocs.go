@@ -148,7 +148,7 @@ func writeConfigReference(w io.Writer) {
 	fmt.Fprint(w, configIntro)
 	for _, c := range roleCommands() {
 		name := c.Name()
-		fmt.Fprintf(w, "\n## %s\n\n%s.\n\n", name, strings.TrimSuffix(c.Short, "."))
+		fmt.Fprintf(w, "\n### %s\n\n%s.\n\n", name, strings.TrimSuffix(c.Short, "."))
 		fmt.Fprintf(w, "Default file: `/etc/azgate/%s.yaml` (packaging/etc/azgate/%s.yaml).", name, name)
 		if sd := siteData[name]; len(sd) > 0 {
 			var ks []string
@@ -330,8 +330,9 @@ On SIGHUP (` + "`systemctl reload`" + `), a running role re-reads its ` + "`--co
 applies **` + "`" + reloads + "`" + `** (unless ` + "`--log-level`" + ` was given on the command line,
 which still wins; a key removed from the file returns to its default). A file
 that no longer parses is logged and the running settings stay. Every other
-key takes effect at the next restart (` + "`systemctl restart`" + `): the edges and
-agents restart without a forwarding gap (pinned maps, docs/upgrades.md).
+key takes effect at the next restart (` + "`systemctl restart`" + `); the data
+planes of the edges and agents keep forwarding while their role restarts
+(pinned maps, docs/upgrades.md).
 
 ## Keys per role
 `
