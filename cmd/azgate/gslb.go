@@ -138,6 +138,9 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
 		return nil, err
 	}
+	if err := f.roleConfig(log, nil).Check(); err != nil {
+		return nil, err
+	}
 	var chain geo.Chain
 	if f.prefixMap != "" {
 		fh, err := os.Open(f.prefixMap)
@@ -161,6 +164,12 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 	return func() error { return runGSLB(f, log, token, chain, db) }, nil
 }
 
+// roleConfig is the gslb role's configuration from the flags.
+func (f gslbFlags) roleConfig(log *slog.Logger, loc geo.Locator) gslbrole.Config {
+	return gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
+		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log}
+}
+
 func runGSLB(f gslbFlags, log *slog.Logger, token string, chain geo.Chain, db *geo.DB) error {
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -179,8 +188,7 @@ func runGSLB(f gslbFlags, log *slog.Logger, token string, chain geo.Chain, db *g
 		return err
 	}
 	defer st.Close()
-	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
-		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
+	g, err := gslbrole.New(st, f.roleConfig(log, loc))
 	if err != nil {
 		return err
 	}

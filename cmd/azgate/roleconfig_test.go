@@ -165,6 +165,11 @@ func TestConfigFileErrors(t *testing.T) {
 	if _, err := runAzgate("pathd", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("pathd with a world-readable token: %v", err)
 	}
+	// A check of the role's own package (gslbrole.Config.Check).
+	p = writeTemp(t, "gslb.yaml", "rrl-slip: -3\n", 0o644)
+	if _, err := runAzgate("gslb", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "--rrl-slip -3") {
+		t.Fatalf("gslb with a negative slip: %v", err)
+	}
 	// The etcd client's files, checked without connecting.
 	p = writeTemp(t, "edge.yaml", "name: e1\nattach: [eth0]\netcd-endpoints: http://127.0.0.1:2379\netcd-user: u\netcd-password-file: "+tok+"\n", 0o644)
 	if _, err := runAzgate("edge", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "--etcd-password-file) has mode 0644") {
