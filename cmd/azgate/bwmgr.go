@@ -120,6 +120,9 @@ func prepareBwmgr(f bwmgrFlags) (func() error, error) {
 	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
 		return nil, err
 	}
+	if err := bandwidth.CheckManager(f.zone, bandwidth.Config{Interval: f.interval, Grace: f.grace, Log: log}); err != nil {
+		return nil, err
+	}
 	token, err := readMetricsToken(f.metricsToken)
 	if err != nil {
 		return nil, err

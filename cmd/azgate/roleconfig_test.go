@@ -170,6 +170,10 @@ func TestConfigFileErrors(t *testing.T) {
 	if _, err := runAzgate("gslb", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "--rrl-slip -3") {
 		t.Fatalf("gslb with a negative slip: %v", err)
 	}
+	p = writeTemp(t, "bwmgr.yaml", "scope: region\nregion-store: \"mem:\"\ninterval: 2m\n", 0o644)
+	if _, err := runAzgate("bwmgr", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "interval 2m0s") {
+		t.Fatalf("bwmgr with a 2m interval: %v", err)
+	}
 	// The etcd client's files, checked without connecting.
 	p = writeTemp(t, "edge.yaml", "name: e1\nattach: [eth0]\netcd-endpoints: http://127.0.0.1:2379\netcd-user: u\netcd-password-file: "+tok+"\n", 0o644)
 	if _, err := runAzgate("edge", "--config", p, "--check-config"); err == nil || !strings.Contains(err.Error(), "--etcd-password-file) has mode 0644") {
