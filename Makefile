@@ -10,13 +10,14 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build install generate check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
+.PHONY: help build install generate config-docs check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
 	@echo "build            build $(BIN) (shipped to the nodes) and $(LABBIN) (the lab and the benchmarks)"
 	@echo "install          install both in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate beside it)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
+	@echo "config-docs      write docs/config.md and packaging/etc/azgate/ROLE.yaml from the roles' flags"
 	@echo "test             vet, check-generated and every test (as root: BPF, namespaces, etcd)"
 	@echo "demo             lab up + lab demo, then lab gslb demo (as root)"
 	@echo "demo-gslb        lab gslb demo: the three-region GSLB and pathd lab (as root)"
@@ -45,6 +46,15 @@ install: build
 
 generate:
 	cd internal/dataplane && $(GO) generate ./...
+
+ROLES := controller edge agent bwmgr gslb pathd prober announce
+
+# The configuration reference and the default config files, from the
+# roles' flags (cmd/azgate/configdocs.go; TestConfigDocsCurrent).
+config-docs:
+	$(GO) run ./cmd/azgate docs config > docs/config.md
+	mkdir -p packaging/etc/azgate
+	for r in $(ROLES); do $(GO) run ./cmd/azgate docs etc $$r > packaging/etc/azgate/$$r.yaml || exit 1; done
 
 check-generated: generate
 	@git diff --exit-code --stat -- internal/dataplane || \

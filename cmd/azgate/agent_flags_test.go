@@ -34,7 +34,7 @@ func TestAgentLocalAllowFlags(t *testing.T) {
 // edge or an agent with an error naming the flag before it opens the
 // store; 5m is accepted (the role then fails on the endpoint).
 func TestEtcdLoadJitterFlag(t *testing.T) {
-	for _, role := range []string{"edge", "agent --underlay-if ul0"} {
+	for _, role := range []string{"edge --attach eth0", "agent --underlay-if ul0"} {
 		for _, v := range []string{"-1s", "6m", "5m"} {
 			root := newRoot()
 			var out bytes.Buffer

@@ -200,20 +200,25 @@ The speaker dials its peers and never listens for BGP. --status-listen (off
 by default) serves GET /metrics and /status on a loopback address only
 (docs/announce.md).`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				cfg, err := f.config()
-				if err != nil {
-					return err
-				}
-				log, err := roleLogger(f.logLevel)
-				if err != nil {
-					return err
-				}
-				cfg.Log = log.With("role", "announce", "vip", cfg.VIP)
-				a, err := announce.New(cfg, bgp.New(cfg.Log))
-				if err != nil {
-					return err
-				}
+		}
+		roleCommand(c, func(*cobra.Command) (func() error, error) {
+			cfg, err := f.config()
+			if err != nil {
+				return nil, err
+			}
+			log, err := roleLogger(f.logLevel)
+			if err != nil {
+				return nil, err
+			}
+			if err := announce.CheckLoopback(f.statusListen); f.statusListen != "" && err != nil {
+				return nil, fmt.Errorf("--status-listen: %w", err)
+			}
+			cfg.Log = log.With("role", "announce", "vip", cfg.VIP)
+			a, err := announce.New(cfg, bgp.New(cfg.Log))
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
 				ctx, cancel := signalContext()
 				defer cancel()
 				if f.statusListen != "" {
@@ -231,8 +236,8 @@ by default) serves GET /metrics and /status on a loopback address only
 				}
 				sdnotify.Tell(log, sdnotify.Ready) // configured, the status listener open
 				return a.Run(ctx)
-			},
-		}
+			}, nil
+		})
 		f.add(c)
 		return c
 	})

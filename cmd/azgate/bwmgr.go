@@ -54,8 +54,8 @@ Run several replicas of each scope: one acts (an ownership lease in etcd,
 like the edges' ARP owner), the others stand by and take over when its
 lease ends; SIGTERM hands over at once.`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return runBwmgr(f) },
 		}
+		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareBwmgr(f) })
 		fl := c.Flags()
 		fl.StringVar(&f.scope, "scope", "", "az (a zone manager, with --zone and --store) or region")
 		fl.StringVar(&f.zone, "zone", "", "the zone (AZ name, or an edge zone such as \"edge\") this az-scope manager serves")
@@ -104,22 +104,45 @@ func (f bwmgrFlags) check() error {
 	return nil
 }
 
-func runBwmgr(f bwmgrFlags) error {
+// prepareBwmgr checks the settings and returns what runs the manager.
+func prepareBwmgr(f bwmgrFlags) (func() error, error) {
 	if err := f.check(); err != nil {
-		return err
+		return nil, err
 	}
 	log, err := roleLogger(f.logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if f.name == "" {
 		h, _ := os.Hostname()
 		f.name = fmt.Sprintf("%s/%d", h, os.Getpid())
 	}
+	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
+		return nil, err
+	}
+	if err := bandwidth.CheckManager(f.zone, bandwidth.Config{Interval: f.interval, Grace: f.grace, Log: log}); err != nil {
+		return nil, err
+	}
 	token, err := readMetricsToken(f.metricsToken)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	// The stores' forms and password files (a Redis client dials on
+	// first use: this opens no socket).
+	for _, s := range []struct{ flag, url, pw string }{{"--region-store", f.regionURL, f.regionPW}, {"--store", f.storeURL, f.storePW}} {
+		if s.flag == "--store" && f.scope != "az" {
+			continue
+		}
+		st, err := bandwidth.OpenStore(s.url, s.pw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.flag, err)
+		}
+		st.Close()
+	}
+	return func() error { return runBwmgr(f, log, token) }, nil
+}
+
+func runBwmgr(f bwmgrFlags, log *slog.Logger, token string) error {
 	region, err := bandwidth.OpenStore(f.regionURL, f.regionPW)
 	if err != nil {
 		return fmt.Errorf("--region-store: %w", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"net/netip"
@@ -29,24 +30,39 @@ etcd cluster instead. The API token is created in DATA_DIR/token (mode 0600)
 on first start. The API listens on loopback unless --listen names another
 address; --listen "" with --listen-unix serves the unix socket alone.`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				log, err := roleLogger(logLevel)
-				if err != nil {
-					return err
+		}
+		roleCommand(c, func(cmd *cobra.Command) (func() error, error) {
+			log, err := roleLogger(logLevel)
+			if err != nil {
+				return nil, err
+			}
+			if etcd != "" {
+				cfg.EtcdEndpoints = strings.Split(etcd, ",")
+			}
+			cfg.Version, cfg.Logger = version, log
+			cfg.DDoS.Off = !ddosOn
+			if cfg.DDoS.Detector.Override, err = parseDDoSOverrides(ddosEIP); err != nil {
+				return nil, err
+			}
+			if err := cfg.Check(); err != nil {
+				return nil, err
+			}
+			if etcd != "" {
+				if err := checkStore(etcd, cfg.EtcdAuth, log); err != nil {
+					return nil, err
 				}
-				if etcd != "" {
-					cfg.EtcdEndpoints = strings.Split(etcd, ",")
+			}
+			if cfg.TLSCert != "" {
+				if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+					return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
 				}
-				cfg.Version, cfg.Logger = version, log
-				cfg.DDoS.Off = !ddosOn
-				if cfg.DDoS.Detector.Override, err = parseDDoSOverrides(ddosEIP); err != nil {
-					return err
-				}
+			}
+			return func() error {
 				ctx, cancel := signalContext()
 				defer cancel()
 				return controller.Run(ctx, cfg)
-			},
-		}
+			}, nil
+		})
 		f := c.Flags()
 		f.StringVar(&cfg.DataDir, "data-dir", controller.DefaultDataDir, "directory for the token and the embedded etcd's data")
 		f.StringVar(&cfg.Listen, "listen", controller.DefaultListen, `API address (HOST:PORT; "" for none, with --listen-unix)`)

@@ -39,7 +39,7 @@ func TestEtcdTLSFlags(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--etcd-cert and --etcd-key") {
 		t.Fatalf("controller without a client certificate: %v", err)
 	}
-	_, err = run(time.Minute, "edge", "--name", "e1", "--log-level", "error", "--etcd-endpoints", url)
+	_, err = run(time.Minute, "edge", "--name", "e1", "--attach", "eth0", "--log-level", "error", "--etcd-endpoints", url)
 	if err == nil || !strings.Contains(err.Error(), "--etcd-cacert") {
 		t.Fatalf("edge without TLS settings: %v", err)
 	}

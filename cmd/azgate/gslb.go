@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -64,8 +65,8 @@ answer is an empty TC=1 one and the others are dropped).
 The default --listen is loopback; binding :53 on a public address is the
 operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return runGSLB(f) },
 		}
+		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareGSLB(f) })
 		fl := c.Flags()
 		fl.StringVar(&f.name, "name", "", "node name: its status key (default HOSTNAME)")
 		fl.StringVar(&f.vantage, "vantage", "", "vantage point name of this node's probe view (default --name)")
@@ -112,46 +113,69 @@ func loopbackOnly(addr, token string) error {
 	return fmt.Errorf("--metrics-listen %q is not a loopback address: give --metrics-token-file so /metrics is not open to the network", addr)
 }
 
-func runGSLB(f gslbFlags) error {
+// prepareGSLB checks the settings, reads --prefix-map and opens
+// --geoip-db (files), and returns what runs the server.
+func prepareGSLB(f gslbFlags) (func() error, error) {
 	log, err := roleLogger(f.logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if f.name == "" {
 		if f.name, err = os.Hostname(); err != nil {
-			return fmt.Errorf("--name: %w", err)
+			return nil, fmt.Errorf("--name: %w", err)
 		}
 	}
 	token, err := readMetricsToken(f.metricsToken)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := loopbackOnly(f.metricsListen, token); err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := signalContext()
-	defer cancel()
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
+		return nil, err
+	}
+	if err := f.roleConfig(log, nil).Check(); err != nil {
+		return nil, err
+	}
 	var chain geo.Chain
 	if f.prefixMap != "" {
 		fh, err := os.Open(f.prefixMap)
 		if err != nil {
-			return fmt.Errorf("--prefix-map: %w", err)
+			return nil, fmt.Errorf("--prefix-map: %w", err)
 		}
 		m, err := geo.ParsePrefixMap(fh, f.prefixMap)
 		fh.Close()
 		if err != nil {
-			return fmt.Errorf("--prefix-map: %w", err)
+			return nil, fmt.Errorf("--prefix-map: %w", err)
 		}
 		chain = append(chain, m)
 	}
 	var db *geo.DB
 	if f.geoipDB != "" {
 		if db, err = geo.Open(f.geoipDB); err != nil {
-			return fmt.Errorf("--geoip-db: %w", err)
+			return nil, fmt.Errorf("--geoip-db: %w", err)
 		}
+		chain = append(chain, db)
+	}
+	return func() error { return runGSLB(f, log, token, chain, db) }, nil
+}
+
+// roleConfig is the gslb role's configuration from the flags.
+func (f gslbFlags) roleConfig(log *slog.Logger, loc geo.Locator) gslbrole.Config {
+	return gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
+		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log}
+}
+
+func runGSLB(f gslbFlags, log *slog.Logger, token string, chain geo.Chain, db *geo.DB) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	if db != nil {
 		defer db.Close()
 		go db.Watch(ctx, f.geoipInterval, func(err error) { log.Warn("geoip database not reloaded; the previous one stays in use", "err", err) })
-		chain = append(chain, db)
 	}
 	var loc geo.Locator
 	if len(chain) > 0 {
@@ -164,8 +188,7 @@ func runGSLB(f gslbFlags) error {
 		return err
 	}
 	defer st.Close()
-	g, err := gslbrole.New(st, gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
-		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log})
+	g, err := gslbrole.New(st, f.roleConfig(log, loc))
 	if err != nil {
 		return err
 	}

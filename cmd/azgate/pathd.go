@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -49,8 +51,8 @@ every other region (--peer REGION=URL, bearer the pair's token of
 every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 /healthz is the announcer's heartbeat: 503 while Redis is unreachable.`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return runPathd(f) },
 		}
+		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareRunPathd(f) })
 		fl := c.Flags()
 		fl.StringVar(&f.listen, "listen", "", "address of the API, e.g. 192.0.2.10:7090 (the server's address behind the cluster VIP); required")
 		fl.StringVar(&f.region, "region", "", "this server's region (its cluster); required")
@@ -173,23 +175,62 @@ func (f pathdFlags) config() (pathd.Config, error) {
 	return cfg, nil
 }
 
-func runPathd(f pathdFlags) error {
-	ctx, cancel := signalContext()
-	defer cancel()
-	return runPathdCtx(ctx, f, nil)
+// prepareRunPathd checks the settings (reading the token files) and
+// returns what runs the server.
+func prepareRunPathd(f pathdFlags) (func() error, error) {
+	log, cfg, err := preparePathd(f)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		ctx, cancel := signalContext()
+		defer cancel()
+		return runPrepared(ctx, f, log, cfg, nil)
+	}, nil
+}
+
+// preparePathd is every check before pathd opens its listener: the
+// flags, the token files, the Redis URLs (a client dials on first use).
+func preparePathd(f pathdFlags) (*slog.Logger, pathd.Config, error) {
+	log, err := roleLogger(f.logLevel)
+	if err != nil {
+		return nil, pathd.Config{}, err
+	}
+	if _, _, err := net.SplitHostPort(f.listen); f.listen != "" && err != nil {
+		return nil, pathd.Config{}, fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return nil, cfg, err
+	}
+	if f.tlsCert != "" {
+		if _, err = tls.LoadX509KeyPair(f.tlsCert, f.tlsKey); err != nil {
+			err = fmt.Errorf("--tls-cert, --tls-key: %w", err)
+		}
+	}
+	if err == nil {
+		err = cfg.Check()
+	}
+	if err != nil {
+		if cfg.Hops != nil {
+			cfg.Hops.Close()
+		}
+		return nil, cfg, err
+	}
+	return log, cfg, nil
 }
 
 // runPathdCtx runs the server until ctx ends; listening, if not nil, is
 // told the address once the listener is open (tests).
 func runPathdCtx(ctx context.Context, f pathdFlags, listening func(string)) error {
-	log, err := roleLogger(f.logLevel)
+	log, cfg, err := preparePathd(f)
 	if err != nil {
 		return err
 	}
-	cfg, err := f.config()
-	if err != nil {
-		return err
-	}
+	return runPrepared(ctx, f, log, cfg, listening)
+}
+
+func runPrepared(ctx context.Context, f pathdFlags, log *slog.Logger, cfg pathd.Config, listening func(string)) error {
 	if cfg.Hops == nil {
 		log.Warn("no --redis: hop figures are kept in memory only (lost at restart, not shared with the cluster's other servers)")
 	} else {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -42,8 +43,8 @@ prober reports to its nearest healthy region and follows a failover. A
 report stays queued until a pathd acknowledged it (at most --max-queue
 measurements; the oldest are dropped and counted past that).`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return runProber(f) },
 		}
+		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareProber(f) })
 		fl := c.Flags()
 		fl.StringVar(&f.node, "node", "", "this edge's or relay's node name (the From of its reports); required")
 		fl.StringArrayVar(&f.relays, "relay", nil, "a relay to measure: NAME=IP:PORT (repeatable)")
@@ -76,29 +77,30 @@ func parseTargets(flag string, vals []string, origin bool) ([]prober.Target, err
 	return out, nil
 }
 
-func runProber(f proberFlags) error {
+// prepareProber checks the settings and returns what runs the prober.
+func prepareProber(f proberFlags) (func() error, error) {
 	log, err := roleLogger(f.logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	relays, err := parseTargets("relay", f.relays, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	origins, err := parseTargets("origin", f.origins, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if f.tokenFile == "" {
-		return fmt.Errorf("--token-file is required (pathd refuses reports without its token)")
+		return nil, fmt.Errorf("--token-file is required (pathd refuses reports without its token)")
 	}
 	token, err := secretfile.Read(f.tokenFile, "--token-file")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mtoken, err := readMetricsToken(f.metricsToken)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := prober.New(prober.Config{
 		Node: f.node, Targets: append(relays, origins...), Interval: f.interval, Probes: f.probes,
@@ -106,14 +108,18 @@ func runProber(f proberFlags) error {
 		PostTimeout: f.post, Log: log.With("node", f.node),
 	})
 	if err != nil {
-		return fmt.Errorf("prober: %w", err)
+		return nil, fmt.Errorf("prober: %w", err)
 	}
+	return func() error { return runProber(f, p, log, mtoken, len(relays)+len(origins)) }, nil
+}
+
+func runProber(f proberFlags, p *prober.Prober, log *slog.Logger, mtoken string, targets int) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	if f.metricsListen != "" {
 		go nodemetrics.ServeRegistry(ctx, f.metricsListen, prober.NewRegistry(p), mtoken, log)
 	}
-	log.Info("prober running", "node", f.node, "targets", len(relays)+len(origins), "report_url", f.reportURL)
+	log.Info("prober running", "node", f.node, "targets", targets, "report_url", f.reportURL)
 	sdnotify.Tell(log, sdnotify.Ready) // configured: probing starts now
 	p.Run(ctx)
 	return nil

@@ -35,7 +35,8 @@ func roleLogger(level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	roleLevel.Set(l)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: roleLevel})), nil
 }
 
 // signalContext is a role's context: it ends on SIGINT or SIGTERM, and
@@ -134,6 +135,12 @@ func checkLoadJitter(d time.Duration) error {
 // readMetricsToken reads --metrics-token-file ("" when unset).
 func (d *daemonFlags) readMetricsToken() (string, error) { return readMetricsToken(d.metricsToken) }
 
+// checkStore makes the checks of connectStore that need no connection:
+// the endpoints' forms, the TLS files, the password file.
+func checkStore(endpoints string, auth store.ClientAuth, log *slog.Logger) error {
+	return store.Options{Endpoints: strings.Split(endpoints, ","), Auth: auth, Log: log}.Check()
+}
+
 // connectStore connects to etcd for a role. A refused credential is a
 // configuration error: say so now rather than retry forever. An etcd not
 // up yet is waited for (the role goes on, logging what it does
@@ -170,17 +177,39 @@ func readMetricsToken(path string) (string, error) {
 	return secretfile.Read(path, "--metrics-token-file")
 }
 
-func (d *daemonFlags) open() (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
+// check checks the shared flags (the node name is required) and makes
+// the role's logger; it opens nothing.
+func (d *daemonFlags) check() (*slog.Logger, error) {
 	if d.name == "" {
-		return nil, nil, dataplane.LoadOptions{}, fmt.Errorf("--name is required")
+		return nil, fmt.Errorf("--name is required (this node's name: an edge of an edge set, or a host)")
 	}
 	if err := checkLoadJitter(d.loadJitter); err != nil {
-		return nil, nil, dataplane.LoadOptions{}, err
+		return nil, err
 	}
 	log, err := roleLogger(d.logLevel)
 	if err != nil {
-		return nil, nil, dataplane.LoadOptions{}, err
+		return nil, err
 	}
+	if err := checkStore(d.etcd, d.etcdAuth, log); err != nil {
+		return nil, err
+	}
+	if _, err := d.readMetricsToken(); err != nil {
+		return nil, err
+	}
+	// The store's form and password file; a Redis client dials on first use.
+	bws, err := d.openBandwidthStore()
+	if err != nil {
+		return nil, err
+	}
+	if bws != nil {
+		bws.Close()
+	}
+	return log, nil
+}
+
+// connect connects to etcd (waiting for it in the background) and says
+// where the node's pins are.
+func (d *daemonFlags) connect(log *slog.Logger) (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
 	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true}, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
@@ -225,54 +254,75 @@ attached, not drained (azgate edge drain), store reached within
 --store-grace, maps equal to the desired state. On SIGTERM it withdraws,
 waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				log, st, load, err := df.open()
+		}
+		roleCommand(c, func(cmd *cobra.Command) (func() error, error) {
+			cmds, err := healthCommands(healthCmds, healthCmdFile)
+			if err != nil {
+				return nil, err
+			}
+			cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+				ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, LB: lb, HealthCommands: cmds,
+				HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
+				EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax, BackendMax: backendMax, FollowShare: followShare}
+			if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
+				return nil, err
+			}
+			cfg.ICMPBudgets = map[dataplane.ICMPKind]dataplane.ICMPBudget{}
+			icmpTTL.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindTTL, df.icmpRate, df.icmpBurst)
+			icmpFrag.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindFrag, df.icmpRate, df.icmpBurst)
+			if icmpSource != "" {
+				a, err := netip.ParseAddr(icmpSource)
+				if err != nil {
+					return nil, fmt.Errorf("--icmp-source: %w", err)
+				}
+				cfg.ICMPSource = a
+			}
+			if healthSource != "" {
+				a, err := netip.ParseAddr(healthSource)
+				if err != nil {
+					return nil, fmt.Errorf("--health-source %q: not an IPv4 address", healthSource)
+				}
+				cfg.HealthSource = a
+			}
+			if syncListen != "" {
+				p, err := strconv.ParseUint(strings.TrimPrefix(syncListen, ":"), 10, 16)
+				if err != nil || p == 0 {
+					return nil, fmt.Errorf("--sync-listen %q: a port (the address is always the edge's underlay address in its set)", syncListen)
+				}
+				syncCfg.Port = uint16(p)
+			}
+			cfg.ARP = cfgARP
+			cfg.ARP.Ifaces = arpIfaces
+			cfg.Rates = rates
+			if arpGateway != "" {
+				a, err := netip.ParseAddr(arpGateway)
+				if err != nil {
+					return nil, fmt.Errorf("--arp-gateway %q: not an IPv4 address", arpGateway)
+				}
+				cfg.ARP.Gateway = a
+			}
+			check := cfg
+			check.Sync = syncCfg
+			if err := check.CheckFlags(); err != nil {
+				return nil, err
+			}
+			log, err := df.check()
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
+				log, st, load, err := df.connect(log)
 				if err != nil {
 					return err
 				}
 				defer st.Close()
-				cmds, err := healthCommands(healthCmds, healthCmdFile)
-				if err != nil {
-					return err
-				}
-				cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, Log: log, LB: lb, HealthCommands: cmds,
-					HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
-					EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax, BackendMax: backendMax, FollowShare: followShare}
-				if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
-					return err
-				}
-				cfg.ICMPBudgets = map[dataplane.ICMPKind]dataplane.ICMPBudget{}
-				icmpTTL.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindTTL, df.icmpRate, df.icmpBurst)
-				icmpFrag.apply(cmd, cfg.ICMPBudgets, dataplane.ICMPKindFrag, df.icmpRate, df.icmpBurst)
-				if icmpSource != "" {
-					a, err := netip.ParseAddr(icmpSource)
-					if err != nil {
-						return fmt.Errorf("--icmp-source: %w", err)
-					}
-					cfg.ICMPSource = a
-				}
-				if healthSource != "" {
-					a, err := netip.ParseAddr(healthSource)
-					if err != nil {
-						return fmt.Errorf("--health-source %q: not an IPv4 address", healthSource)
-					}
-					cfg.HealthSource = a
-				}
-				if syncListen != "" {
-					p, err := strconv.ParseUint(strings.TrimPrefix(syncListen, ":"), 10, 16)
-					if err != nil || p == 0 {
-						return fmt.Errorf("--sync-listen %q: a port (the address is always the edge's underlay address in its set)", syncListen)
-					}
-					syncCfg.Port = uint16(p)
+				cfg.Log = log
+				if syncCfg.Port != 0 {
 					syncCfg.Secrets = st
 					cfg.Sync = syncCfg
 				}
 				ctx, cancel := signalContext()
 				defer cancel()
-				cfg.ARP = cfgARP
-				cfg.ARP.Ifaces = arpIfaces
-				cfg.Rates = rates
 				bws, err := df.openBandwidthStore()
 				if err != nil {
 					return err
@@ -281,17 +331,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					defer bws.Close()
 					cfg.Bandwidth = edge.BandwidthConfig{Store: bws, Zone: bwZone, Interval: df.bwInterval, Grace: df.bwGrace}
 				}
-				if arpGateway != "" {
-					a, err := netip.ParseAddr(arpGateway)
-					if err != nil {
-						return fmt.Errorf("--arp-gateway %q: not an IPv4 address", arpGateway)
-					}
-					cfg.ARP.Gateway = a
-				}
 				return roleResult(ctx, log, "edge", edge.Run(ctx, cfg, st, load, df.metricsListen),
 					"edge stopping; the data plane keeps forwarding")
-			},
-		}
+			}, nil
+		})
 		df.add(c)
 		c.Flags().StringSliceVar(&attach, "attach", nil, "interfaces to attach the edge program to (Internet side and underlay side)")
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
@@ -341,36 +384,42 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			Use:   "agent",
 			Short: "Run the host agent: NVGRE decap and 1:1 NAT to local guests, encap of their replies",
 			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				// The agent's configuration, the guests' local access
-				// included, is checked before anything starts
-				// (agent.Config.Check: the store is not needed for it).
-				var allow []agent.LocalAllow
-				if len(oldLocal) > 0 {
-					return fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")
+		}
+		roleCommand(c, func(cmd *cobra.Command) (func() error, error) {
+			// The agent's configuration, the guests' local access
+			// included, is checked before anything starts
+			// (agent.Config.Check: the store is not needed for it).
+			var allow []agent.LocalAllow
+			if len(oldLocal) > 0 {
+				return nil, fmt.Errorf("--local-prefix is gone (it handed the host's kernel every guest packet to the prefix: other tenants' guests, the host's listeners, the underlay): name what guests may reach with --local-allow PREFIX[:PROTO[:PORT[-PORT]]] (docs/roles.md)")
+			}
+			for _, p := range local {
+				a, err := agent.ParseLocalAllow(p)
+				if err != nil {
+					return nil, fmt.Errorf("--local-allow %w", err)
 				}
-				for _, p := range local {
-					a, err := agent.ParseLocalAllow(p)
-					if err != nil {
-						return fmt.Errorf("--local-allow %w", err)
-					}
-					allow = append(allow, a)
-				}
-				cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
-					ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}, EIPMax: eipMax}
-				if err := cfg.Check(); err != nil {
-					return err
-				}
-				log, st, load, err := df.open()
+				allow = append(allow, a)
+			}
+			cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
+				ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}, EIPMax: eipMax}
+			if err := cfg.Check(); err != nil {
+				return nil, err
+			}
+			log, err := df.check()
+			if err != nil {
+				return nil, err
+			}
+			if cfg.Status.MetricsToken, err = df.readMetricsToken(); err != nil {
+				return nil, err
+			}
+			return func() error {
+				log, st, load, err := df.connect(log)
 				if err != nil {
 					return err
 				}
 				defer st.Close()
 				load.AgentFlowMax, load.AgentEIPMax = flowMax, cfg.EIPMax
 				cfg.Log = log
-				if cfg.Status.MetricsToken, err = df.readMetricsToken(); err != nil {
-					return err
-				}
 				bws, err := df.openBandwidthStore()
 				if err != nil {
 					return err
@@ -383,8 +432,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				defer cancel()
 				return roleResult(ctx, log, "agent", agent.Run(ctx, cfg, st, load),
 					"agent stopping; the data plane keeps forwarding")
-			},
-		}
+			}, nil
+		})
 		df.add(c)
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
 		c.Flags().StringArrayVar(&local, "local-allow", nil, "what guests may send to the host's kernel, PREFIX[:PROTO[:PORT[-PORT]]] (PROTO tcp, udp with a port; icmp, any or a number), repeatable; the rest of the prefix is dropped, and without a prefix a guest reaches nothing of its host (default: none; docs/roles.md)")

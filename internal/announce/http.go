@@ -19,18 +19,33 @@ import (
 // which checks fail and lets nothing be changed, but it is not meant for
 // other machines, and nothing else authenticates its readers.
 func ListenLoopback(addr string) (net.Listener, error) {
-	ap, err := netip.ParseAddrPort(addr)
+	ap, err := checkLoopback(addr)
 	if err != nil {
-		return nil, fmt.Errorf("status listener %q: want a loopback IP and port, e.g. 127.0.0.1:9465", addr)
-	}
-	if !ap.Addr().IsLoopback() {
-		return nil, fmt.Errorf("status listener %q: must be a loopback address (127.0.0.0/8 or ::1)", addr)
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", ap.String())
 	if err != nil {
 		return nil, fmt.Errorf("status listener: %w", err)
 	}
 	return ln, nil
+}
+
+// CheckLoopback checks a status listener's address as ListenLoopback
+// does, without listening.
+func CheckLoopback(addr string) error {
+	_, err := checkLoopback(addr)
+	return err
+}
+
+func checkLoopback(addr string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ap, fmt.Errorf("status listener %q: want a loopback IP and port, e.g. 127.0.0.1:9465", addr)
+	}
+	if !ap.Addr().IsLoopback() {
+		return ap, fmt.Errorf("status listener %q: must be a loopback address (127.0.0.0/8 or ::1)", addr)
+	}
+	return ap, nil
 }
 
 // Serve serves Handler on ln until ctx ends, with the timeouts and header

@@ -67,14 +67,34 @@ type written struct {
 	at     time.Time
 }
 
+func checkZone(zone string) error {
+	if !zoneName.MatchString(zone) || zone == RegionTier {
+		return fmt.Errorf("bandwidth zone manager: zone %q: want 1-63 of [A-Za-z0-9._-], starting alphanumeric, other than %q", zone, RegionTier)
+	}
+	return nil
+}
+
+// CheckManager checks a manager's settings as NewZoneManager (zone not
+// empty) or NewRegionManager (zone empty) does, without a store (azgate
+// bwmgr --check-config).
+func CheckManager(zone string, cfg Config) error {
+	if _, err := cfg.check(); err != nil {
+		return err
+	}
+	if zone != "" {
+		return checkZone(zone)
+	}
+	return nil
+}
+
 // NewZoneManager returns a zone manager; cfg's zero fields default.
 func NewZoneManager(zone string, zoneStore, region bwstore.Store, cfg Config) (*ZoneManager, error) {
 	cfg, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
-	if !zoneName.MatchString(zone) || zone == RegionTier {
-		return nil, fmt.Errorf("bandwidth zone manager: zone %q: want 1-63 of [A-Za-z0-9._-], starting alphanumeric, other than %q", zone, RegionTier)
+	if err := checkZone(zone); err != nil {
+		return nil, err
 	}
 	z := &ZoneManager{Zone: zone, Store: zoneStore, Region: region, cfg: cfg, gens: NewGenerations(cfg.Now)}
 	z.Activate()

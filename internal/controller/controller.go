@@ -162,6 +162,15 @@ type Config struct {
 
 // check turns the user's config into the one the controller runs with,
 // filling defaults; every error names the setting at fault.
+// Check checks the configuration as Start does before it opens anything
+// (azgate controller --check-config).
+func (c Config) Check() error {
+	if _, err := c.check(); err != nil {
+		return fmt.Errorf("controller config: %w", err)
+	}
+	return nil
+}
+
 func (c Config) check() (Config, error) {
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir

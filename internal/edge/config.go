@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -186,4 +187,23 @@ func (c Config) limitsMax() int {
 		return int(c.EIPMax)
 	}
 	return dataplane.LimitsMax
+}
+
+// CheckFlags is Check before the store is connected, with the defaults
+// filled in: what the flags give, the sync secret's source (the store,
+// given at start) taken as present. `azgate edge --check-config` and the
+// start run it.
+func (c Config) CheckFlags() error {
+	c = c.withDefaults()
+	if c.Sync.Port != 0 && c.Sync.Secrets == nil {
+		c.Sync.Secrets = storeAtStart{}
+	}
+	return c.Check()
+}
+
+// storeAtStart stands for the store CheckFlags does not have yet.
+type storeAtStart struct{}
+
+func (storeAtStart) Secret(context.Context, string, int) ([]byte, error) {
+	return nil, errors.New("edge: no store yet")
 }

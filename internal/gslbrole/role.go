@@ -110,22 +110,35 @@ func (h health) Up(vip netip.Addr) bool {
 	return d == nil || !(*d)[vip]
 }
 
+// Check checks cfg as New does, without a store (azgate gslb
+// --check-config).
+func (cfg Config) Check() error {
+	if cfg.Name == "" {
+		return errors.New("gslb: a node name is required")
+	}
+	vantage := cfg.Vantage
+	if vantage == "" {
+		vantage = cfg.Name
+	}
+	if strings.Contains(vantage, "/") {
+		return fmt.Errorf("gslb: vantage %q: no '/' allowed (it is a store key)", vantage)
+	}
+	if err := cfg.RRL.Validate(); err != nil {
+		return err
+	}
+	if cfg.Quorum < 0 {
+		return fmt.Errorf("gslb: quorum %d: want 0 (a majority) or more", cfg.Quorum)
+	}
+	return nil
+}
+
 // New returns the role; Run starts it.
 func New(st store.Node, cfg Config) (*GSLB, error) {
-	if cfg.Name == "" {
-		return nil, errors.New("gslb: a node name is required")
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	if cfg.Vantage == "" {
 		cfg.Vantage = cfg.Name
-	}
-	if strings.Contains(cfg.Vantage, "/") {
-		return nil, fmt.Errorf("gslb: vantage %q: no '/' allowed (it is a store key)", cfg.Vantage)
-	}
-	if err := cfg.RRL.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Quorum < 0 {
-		return nil, fmt.Errorf("gslb: quorum %d: want 0 (a majority) or more", cfg.Quorum)
 	}
 	if cfg.Server.Addr == "" {
 		cfg.Server.Addr = "127.0.0.1:5353"

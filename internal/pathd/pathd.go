@@ -89,6 +89,10 @@ type Config struct {
 // token in hex is 32).
 const MinToken = 16
 
+// Check checks the configuration as New does (azgate pathd
+// --check-config).
+func (c Config) Check() error { return c.check() }
+
 func (c *Config) check() error {
 	if err := pathcomp.ValidateName(c.Region); err != nil {
 		return fmt.Errorf("pathd: region: %w", err)

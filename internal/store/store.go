@@ -108,6 +108,35 @@ type Options struct {
 	FreeAfterLoad bool
 }
 
+// Check makes Connect's checks of o without connecting: the endpoints'
+// forms, the TLS files, the user's password file (a role's
+// --check-config).
+func (o Options) Check() error {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	_, _, err := o.check()
+	return err
+}
+
+func (o Options) check() (*tls.Config, string, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, "", errors.New("store: no etcd endpoints")
+	}
+	if err := checkEndpoints(o.Endpoints, o.Auth, o.Log); err != nil {
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
+	tc, err := o.Auth.tlsConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
+	pw, err := o.Auth.password()
+	if err != nil {
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
+	return tc, pw, nil
+}
+
 // Connect opens a client to etcd. Endpoints may be host:port, http(s) URLs
 // or unix(s):///path sockets. With TLS settings every endpoint must be
 // https:// (or unixs://); a plaintext endpoint off this machine is
@@ -122,16 +151,9 @@ func Connect(o Options) (*Store, error) {
 	if o.TxnOps <= 0 {
 		o.TxnOps = 128
 	}
-	if err := checkEndpoints(o.Endpoints, o.Auth, o.Log); err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	tc, err := o.Auth.tlsConfig()
+	tc, pw, err := o.check()
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	pw, err := o.Auth.password()
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:          o.Endpoints,
