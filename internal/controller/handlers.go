@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
@@ -16,12 +17,18 @@ type writeBody struct {
 	Revision int64        `json:"revision"`
 	Action   string       `json:"action"`
 	Object   model.Object `json:"object,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
+	DryRun   bool         `json:"dryRun,omitempty"`
 }
 
 // answerWrite answers a write of one object with its ETag.
 func answerWrite(w http.ResponseWriter, status int, wr Written) {
-	setETag(w, wr.ETag)
-	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, wr.Object})
+	if wr.DryRun {
+		status = http.StatusOK
+	} else {
+		setETag(w, wr.ETag)
+	}
+	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, wr.Object, wr.Warnings, wr.DryRun})
 }
 
 func (s *Server) list(kind string) handlerFunc {
@@ -204,7 +211,14 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) error {
 	} else if err != nil {
 		return decodeError("document", err)
 	}
-	res, err := s.Core.Apply(r.Context(), doc)
+	var opts ApplyOptions
+	if opts.Prune, err = queryBool(r, "prune"); err != nil {
+		return err
+	}
+	if opts.Diff, err = queryBool(r, "diff"); err != nil {
+		return err
+	}
+	res, err := s.Core.Apply(r.Context(), doc, opts)
 	if err != nil {
 		return err
 	}
@@ -216,4 +230,30 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	out := s.Core.Status(r.Context())
 	writeJSON(w, http.StatusOK, out.Controller.Revision, out)
 	return nil
+}
+
+// queryBool reads a boolean query parameter (absent: false).
+func queryBool(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("query parameter %s=%q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+// writeOptionsOf reads the options every write takes: force=true (do
+// what the guards refuse, guard.go) and dryRun=true (check, write
+// nothing).
+func writeOptionsOf(r *http.Request) (WriteOptions, error) {
+	var o WriteOptions
+	var err error
+	if o.Force, err = queryBool(r, "force"); err != nil {
+		return o, err
+	}
+	o.DryRun, err = queryBool(r, "dryRun")
+	return o, err
 }
