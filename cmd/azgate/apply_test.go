@@ -99,3 +99,72 @@ func TestForce(t *testing.T) {
 		t.Errorf("forced: %s", out)
 	}
 }
+
+// TestListFilters: eip list filters on the controller and pages with
+// --limit/--continue; delete-matching deletes a selection all or nothing.
+func TestListFilters(t *testing.T) {
+	s := startController(t)
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	var b strings.Builder
+	b.WriteString("eips:\n")
+	for i := 100; i < 250; i++ {
+		fmt.Fprintf(&b, "  - {address: 198.51.100.%d}\n", i)
+	}
+	if _, err := azgate(t, s, b.String(), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	out := must(t, s, "eip", "list", "--host", "az2-h1")
+	if !strings.Contains(out, "198.51.100.7 ") || strings.Count(out, "\n") != 2 {
+		t.Errorf("eip list --host az2-h1:\n%s", out)
+	}
+	// Pages of 64 in address order: .7 .8 .9 .100 ... .160, then on.
+	var seen []string
+	cont := ""
+	for page := 0; page < 10; page++ {
+		args := []string{"eip", "list", "--json", "--limit", "64", "--prefix", "198.51.100.0/24"}
+		if cont != "" {
+			args = append(args, "--continue", cont)
+		}
+		var p struct {
+			Items []struct {
+				Address string `json:"address"`
+			} `json:"items"`
+			Continue string `json:"continue"`
+		}
+		if err := json.Unmarshal([]byte(must(t, s, args...)), &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.Items {
+			seen = append(seen, e.Address)
+		}
+		if cont = p.Continue; cont == "" {
+			break
+		}
+	}
+	if len(seen) != 153 || seen[0] != "198.51.100.7" || seen[3] != "198.51.100.100" || seen[152] != "198.51.100.249" {
+		t.Errorf("paged list: %d EIPs: %v ... ", len(seen), seen[:min(5, len(seen))])
+	}
+	if out := must(t, s, "eip", "list", "--prefix", "198.51.100.96/27", "--limit", "3"); !strings.Contains(out, "(more: --continue 198.51.100.102)") {
+		t.Errorf("eip list --limit 3:\n%s", out)
+	}
+	if _, err := azgate(t, s, "", "az", "list", "--prefix", "198.51.100.0/24"); err == nil {
+		t.Error("az list --prefix: no error")
+	}
+
+	// delete-matching: more than 100 needs --force; a /27 does not.
+	_, err := azgate(t, s, "", "eip", "delete-matching", "--prefix", "198.51.100.128/25")
+	if err == nil || !strings.Contains(err.Error(), "the selection deletes 122 EIPs, more than 100") {
+		t.Errorf("deleting 122 EIPs without --force: %v", err)
+	}
+	out = must(t, s, "eip", "delete-matching", "--prefix", "198.51.100.96/27")
+	if !strings.Contains(out, "EIP 198.51.100.100 deleted") || !strings.Contains(out, "28 deleted") {
+		t.Errorf("delete-matching --prefix 198.51.100.96/27:\n%s", out)
+	}
+	out = must(t, s, "eip", "delete-matching", "--prefix", "198.51.100.128/25", "--force", "--dry-run")
+	if !strings.Contains(out, "dry run") || !strings.Contains(out, "122 deleted") {
+		t.Errorf("delete-matching --dry-run:\n%s", out)
+	}
+	if _, err := azgate(t, s, "", "eip", "delete-matching"); err == nil {
+		t.Error("delete-matching without a selector: no error")
+	}
+}

@@ -131,30 +131,7 @@ func objectCommands(kind string, describe func(io.Writer, model.Object), table f
 				return nil
 			},
 		},
-		{
-			Use:     "list",
-			Aliases: []string{"ls"},
-			Short:   "List every " + name,
-			Args:    cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := apiClient()
-				if err != nil {
-					return err
-				}
-				objs, err := c.List(cmd.Context(), kind)
-				if err != nil {
-					return err
-				}
-				if globals.json {
-					if objs == nil {
-						objs = []model.Object{}
-					}
-					return printJSON(cmd.OutOrStdout(), objs)
-				}
-				table(cmd.OutOrStdout(), objs)
-				return nil
-			},
-		},
+		listCommand(kind, table),
 		{
 			Use:     "delete " + key,
 			Aliases: []string{"rm"},
@@ -173,6 +150,55 @@ func objectCommands(kind string, describe func(io.Writer, model.Object), table f
 			},
 		},
 	}
+}
+
+// listCommand lists the objects of a kind, a page at a time with
+// --limit/--continue; EIPs are filtered by --set, --host and --prefix
+// (on the controller).
+func listCommand(kind string, table func(io.Writer, []model.Object)) *cobra.Command {
+	var q client.ListQuery
+	c := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List every " + model.Singular(kind),
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient()
+			if err != nil {
+				return err
+			}
+			objs, next, err := c.ListPage(cmd.Context(), kind, q)
+			if err != nil {
+				return err
+			}
+			if objs == nil {
+				objs = []model.Object{}
+			}
+			if globals.json {
+				if q.Limit == 0 {
+					return printJSON(cmd.OutOrStdout(), objs)
+				}
+				return printJSON(cmd.OutOrStdout(), struct {
+					Items    []model.Object `json:"items"`
+					Continue string         `json:"continue,omitempty"`
+				}{objs, next})
+			}
+			table(cmd.OutOrStdout(), objs)
+			if next != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "(more: --continue %s)\n", next)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&q.Limit, "limit", 0, "at most this many (0: all); with --json the answer is {items, continue}")
+	f.StringVar(&q.Continue, "continue", "", "list from after this key (the one a --limit page ends with)")
+	if kind == model.KindEIP {
+		f.StringVar(&q.Set, "set", "", "only the EIPs this edge set serves")
+		f.StringVar(&q.Host, "host", "", "only the EIPs bound to guests of this host")
+		f.StringVar(&q.Prefix, "prefix", "", "only the EIPs inside this prefix")
+	}
+	return c
 }
 
 // keyValues parses a flag value of the form "k1=v1,k2=v2" with the keys

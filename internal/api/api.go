@@ -35,6 +35,9 @@ type Error struct {
 type List struct {
 	Revision int64           `json:"revision"`
 	Items    json.RawMessage `json:"items"`
+	// Continue, with ?limit=N, is the key to send as ?continue= for
+	// the next page (absent: the last page).
+	Continue string `json:"continue,omitempty"`
 }
 
 // Write is the body answering a create, replace, bind, unbind or guest

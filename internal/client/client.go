@@ -362,6 +362,55 @@ func (c *Client) ApplyWith(ctx context.Context, doc *model.Document, o ApplyOpti
 	return res, err
 }
 
+// ListQuery pages and filters a list: Limit (0: all), Continue (the key
+// a page ended with) and, for EIPs, Set, Host and Prefix.
+type ListQuery struct {
+	Limit             int
+	Continue          string
+	Set, Host, Prefix string
+}
+
+// ListPage lists objects of kind by q; next is the key to continue after
+// ("" on the last page).
+func (c *Client) ListPage(ctx context.Context, kind string, q ListQuery) (objs []model.Object, next string, err error) {
+	if _, err := model.New(kind); err != nil {
+		return nil, "", err
+	}
+	v := url.Values{}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	for k, s := range map[string]string{"continue": q.Continue, "set": q.Set, "host": q.Host, "prefix": q.Prefix} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	path := "/v1/" + kind
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var l api.List
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &l); err != nil {
+		return nil, "", err
+	}
+	objs, err = model.DecodeList(kind, l.Items)
+	return objs, l.Continue, err
+}
+
+// DeleteEIPs deletes every EIP the selector picks (set, host, prefix:
+// at least one), all or nothing.
+func (c *Client) DeleteEIPs(ctx context.Context, set, host, prefix string) (ApplyResult, error) {
+	sel := map[string]string{}
+	for k, s := range map[string]string{"set": set, "host": host, "prefix": prefix} {
+		if s != "" {
+			sel[k] = s
+		}
+	}
+	var res ApplyResult
+	_, err := c.do(ctx, http.MethodPost, "/v1/eips/delete", sel, &res)
+	return res, err
+}
+
 // Status is the controller's and the nodes' status.
 type Status = api.Status
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"strings"
@@ -195,5 +196,38 @@ func TestApplyDryRunPruneDiff(t *testing.T) {
 	_, err = c.Apply(ctx, doc("hosts: []\n"), ApplyOptions{Prune: true})
 	if err == nil || !strings.Contains(err.Error(), `pruning host "az1-h1"`) || c.Revision() != before {
 		t.Errorf("prune of a host in use: %v", err)
+	}
+}
+
+// TestGuardsHTTP: a refusal is a 409 with "force": true; force=true and
+// dryRun=true are query parameters of every write; bad values are 400.
+func TestGuardsHTTP(t *testing.T) {
+	s := startServer(t, Config{})
+	rule := map[string]any{"name": "office", "action": "allow", "sources": []string{"192.0.2.0/24"}}
+	r := call(t, s, "POST", "/v1/firewallrules", rule)
+	if e := r.apiError(t); r.code != 409 || !e.Force || !strings.Contains(e.Error, "global allow rule") {
+		t.Errorf("global allow rule: HTTP %d %s", r.code, r.body)
+	}
+	r = call(t, s, "POST", "/v1/firewallrules?force=true&dryRun=true", rule)
+	var w api.Write
+	if err := json.Unmarshal(r.body, &w); r.code != 200 || err != nil || !w.DryRun || w.Action != api.Created {
+		t.Errorf("dry run: HTTP %d %s", r.code, r.body)
+	}
+	if r := call(t, s, "GET", "/v1/firewallrules/office", nil); r.code != 404 {
+		t.Errorf("the dry run stored the rule: HTTP %d %s", r.code, r.body)
+	}
+	if r := call(t, s, "POST", "/v1/firewallrules?force=yes", rule); r.code != 400 || !strings.Contains(r.apiError(t).Error, `force="yes"`) {
+		t.Errorf("force=yes: HTTP %d %s", r.code, r.body)
+	}
+	if r := call(t, s, "POST", "/v1/firewallrules?force=true", rule); r.code != 201 {
+		t.Errorf("forced: HTTP %d %s", r.code, r.body)
+	}
+	for _, q := range []string{"limit=-1", "limit=x", "prefix=nope"} {
+		if r := call(t, s, "GET", "/v1/eips?"+q, nil); r.code != 400 {
+			t.Errorf("GET /v1/eips?%s: HTTP %d %s", q, r.code, r.body)
+		}
+	}
+	if r := call(t, s, "GET", "/v1/azs?host=h1", nil); r.code != 422 {
+		t.Errorf("an EIP filter on azs: HTTP %d %s", r.code, r.body)
 	}
 }

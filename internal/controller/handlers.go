@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strconv"
 
 	"github.com/azgate/azgate/internal/api"
@@ -33,13 +34,59 @@ func answerWrite(w http.ResponseWriter, status int, wr Written) {
 
 func (s *Server) list(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		items, rev := s.Core.List(kind)
+		o, err := listOptionsOf(r)
+		if err != nil {
+			return err
+		}
+		items, rev, next, err := s.Core.ListPage(kind, o)
+		if err != nil {
+			return err
+		}
 		writeJSON(w, http.StatusOK, rev, struct {
 			Revision int64          `json:"revision"`
 			Items    []model.Object `json:"items"`
-		}{rev, items})
+			Continue string         `json:"continue,omitempty"`
+		}{rev, items, next})
 		return nil
 	}
+}
+
+// listOptionsOf reads a list's query: limit, continue and the EIP
+// filters set, host and prefix.
+func listOptionsOf(r *http.Request) (ListOptions, error) {
+	q := r.URL.Query()
+	var o ListOptions
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return o, badRequest("query parameter limit=%q: want a count, 0 or more (0: all)", v)
+		}
+		o.Limit = n
+	}
+	o.Continue = q.Get("continue")
+	o.EIP.Set, o.EIP.Host = q.Get("set"), q.Get("host")
+	if v := q.Get("prefix"); v != "" {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return o, badRequest("query parameter prefix=%q: not a prefix (ADDRESS/BITS)", v)
+		}
+		o.EIP.Prefix = p.Masked()
+	}
+	return o, nil
+}
+
+// deleteEIPs: POST /v1/eips/delete with a selector {set, host, prefix}.
+func (s *Server) deleteEIPs(w http.ResponseWriter, r *http.Request) error {
+	var f EIPFilter
+	if err := s.decodeBody(w, r, `a JSON selector {"set": "...", "host": "...", "prefix": "..."}`, "selector", &f); err != nil {
+		return err
+	}
+	res, err := s.Core.DeleteEIPs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.Revision, res)
+	return nil
 }
 
 func (s *Server) get(kind string) handlerFunc {

@@ -59,6 +59,7 @@ func (s *Server) handler() http.Handler {
 		v1("PUT /v1/"+kind+"/{key}", s.replace(kind))
 		v1("DELETE /v1/"+kind+"/{key}", s.remove(kind))
 	}
+	v1("POST /v1/eips/delete", s.deleteEIPs)
 	v1("POST /v1/eips/{key}/bind", s.bind)
 	v1("POST /v1/eips/{key}/unbind", s.unbind)
 	v1("POST /v1/eips/{key}/limits", s.setEIPLimits)
