@@ -125,7 +125,7 @@ func isUsage(cmd *cobra.Command, err error) bool {
 	}
 	msg := err.Error()
 	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument",
-		"invalid argument", "required flag(s)", "accepts ", "requires at least", "requires at most", "if any flags in the group"} {
+		"invalid argument", "required flag(s)", "accepts ", "requires at least", "requires at most", "if any flags in the group", "at least one of the flags in the group"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
