@@ -19,6 +19,8 @@ var globals struct {
 	api       string
 	tokenFile string
 	json      bool
+	force     bool
+	dryRun    bool
 }
 
 func addGlobalFlags(root *cobra.Command) {
@@ -26,6 +28,8 @@ func addGlobalFlags(root *cobra.Command) {
 	f.StringVar(&globals.api, "api", "", "controller API URL: http://HOST:PORT or unix:///path (default: $AZGATE_API, the lab's context, or http://127.0.0.1:7080)")
 	f.StringVar(&globals.tokenFile, "token-file", "", "file holding the API bearer token (default: $AZGATE_TOKEN_FILE, the lab's context, or /var/lib/azgate/token)")
 	f.BoolVar(&globals.json, "json", false, "print JSON instead of tables")
+	f.BoolVar(&globals.force, "force", false, "do a change the controller refuses as one taking a whole kind, the region or a last unit out of service (it says what the change would do)")
+	f.BoolVar(&globals.dryRun, "dry-run", false, "check a change on the controller against the current state and write nothing")
 }
 
 // apiClient is a client of the controller chosen by the global flags.
@@ -34,7 +38,17 @@ func apiClient() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(url, token), nil
+	c := client.New(url, token)
+	c.Force, c.DryRun = globals.force, globals.dryRun
+	return c, nil
+}
+
+// printWarnings prints the controller's warnings about a change on
+// stderr.
+func printWarnings(cmd *cobra.Command, ws []string) {
+	for _, w := range ws {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
 }
 
 // printJSON prints v indented.
@@ -73,10 +87,17 @@ func row(tw *tabwriter.Writer, cells ...any) {
 func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) error {
 	if globals.json {
 		return printJSON(cmd.OutOrStdout(), struct {
-			Revision int64  `json:"revision"`
-			Action   string `json:"action"`
-			Object   any    `json:"object,omitempty"`
-		}{res.Revision, res.Action, obj})
+			Revision int64    `json:"revision"`
+			Action   string   `json:"action"`
+			Object   any      `json:"object,omitempty"`
+			Warnings []string `json:"warnings,omitempty"`
+			DryRun   bool     `json:"dryRun,omitempty"`
+		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun})
+	}
+	printWarnings(cmd, res.Warnings)
+	if res.DryRun {
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s would be %s (dry run at revision %d: nothing was written)\n", what, res.Action, res.Revision)
+		return err
 	}
 	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (revision %d)\n", what, res.Action, res.Revision)
 	return err
@@ -110,30 +131,7 @@ func objectCommands(kind string, describe func(io.Writer, model.Object), table f
 				return nil
 			},
 		},
-		{
-			Use:     "list",
-			Aliases: []string{"ls"},
-			Short:   "List every " + name,
-			Args:    cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := apiClient()
-				if err != nil {
-					return err
-				}
-				objs, err := c.List(cmd.Context(), kind)
-				if err != nil {
-					return err
-				}
-				if globals.json {
-					if objs == nil {
-						objs = []model.Object{}
-					}
-					return printJSON(cmd.OutOrStdout(), objs)
-				}
-				table(cmd.OutOrStdout(), objs)
-				return nil
-			},
-		},
+		listCommand(kind, table),
 		{
 			Use:     "delete " + key,
 			Aliases: []string{"rm"},
@@ -152,6 +150,55 @@ func objectCommands(kind string, describe func(io.Writer, model.Object), table f
 			},
 		},
 	}
+}
+
+// listCommand lists the objects of a kind, a page at a time with
+// --limit/--continue; EIPs are filtered by --set, --host and --prefix
+// (on the controller).
+func listCommand(kind string, table func(io.Writer, []model.Object)) *cobra.Command {
+	var q client.ListQuery
+	c := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List every " + model.Singular(kind),
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient()
+			if err != nil {
+				return err
+			}
+			objs, next, err := c.ListPage(cmd.Context(), kind, q)
+			if err != nil {
+				return err
+			}
+			if objs == nil {
+				objs = []model.Object{}
+			}
+			if globals.json {
+				if q.Limit == 0 {
+					return printJSON(cmd.OutOrStdout(), objs)
+				}
+				return printJSON(cmd.OutOrStdout(), struct {
+					Items    []model.Object `json:"items"`
+					Continue string         `json:"continue,omitempty"`
+				}{objs, next})
+			}
+			table(cmd.OutOrStdout(), objs)
+			if next != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "(more: --continue %s)\n", next)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&q.Limit, "limit", 0, "at most this many (0: all); with --json the answer is {items, continue}")
+	f.StringVar(&q.Continue, "continue", "", "list from after this key (the one a --limit page ends with)")
+	if kind == model.KindEIP {
+		f.StringVar(&q.Set, "set", "", "only the EIPs this edge set serves")
+		f.StringVar(&q.Host, "host", "", "only the EIPs bound to guests of this host")
+		f.StringVar(&q.Prefix, "prefix", "", "only the EIPs inside this prefix")
+	}
+	return c
 }
 
 // keyValues parses a flag value of the form "k1=v1,k2=v2" with the keys

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/controller"
 	"github.com/azgate/azgate/internal/model"
@@ -241,4 +244,70 @@ func TestCLIErrors(t *testing.T) {
 			t.Errorf("wrong token: %v", err)
 		}
 	})
+}
+
+// groups lists every command of the tree that only groups others.
+func groups(c *cobra.Command) []*cobra.Command {
+	var out []*cobra.Command
+	if c.Annotations[groupAnnotation] != "" {
+		out = append(out, c)
+	}
+	for _, sub := range c.Commands() {
+		out = append(out, groups(sub)...)
+	}
+	return out
+}
+
+// TestUnknownSubcommand: a mistyped subcommand of any group fails (exit
+// 2) naming what it might have been, instead of printing help and
+// exiting 0; the group alone still prints its help.
+func TestUnknownSubcommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := execute(newRoot(), []string{"service", "delet", "web"}, &out, &errOut)
+	if code != exitUsage || !strings.Contains(errOut.String(), `unknown command "delet" for "azgate service"; did you mean "delete"?`) {
+		t.Errorf("service delet: exit %d, stderr %q, stdout %q", code, errOut.String(), out.String())
+	}
+	n := 0
+	for _, g := range groups(newRoot()) {
+		path := strings.Fields(g.CommandPath())[1:]
+		args := append(slices.Clone(path), "no-such-command")
+		out.Reset()
+		errOut.Reset()
+		if code := execute(newRoot(), args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "unknown command \"no-such-command\"") {
+			t.Errorf("azgate %s: exit %d, stderr %q", strings.Join(args, " "), code, errOut.String())
+		}
+		out.Reset()
+		if code := execute(newRoot(), path, &out, &errOut); code != 0 || !strings.Contains(out.String(), "Available Commands") {
+			t.Errorf("azgate %s: exit %d, output %q", strings.Join(path, " "), code, out.String())
+		}
+		n++
+	}
+	if n < 15 {
+		t.Errorf("only %d command groups checked", n)
+	}
+}
+
+// TestJSONErrors: under --json, a failure is a JSON object on stdout with
+// a stable code, and nothing on stderr.
+func TestJSONErrors(t *testing.T) {
+	s := startController(t)
+	for _, tc := range []struct {
+		args   []string
+		code   string
+		exit   int
+		status int
+	}{
+		{[]string{"service", "delet", "web"}, "usage", exitUsage, 0},
+		{[]string{"eip", "get", "--no-such-flag", "x"}, "usage", exitUsage, 0},
+		{[]string{"az", "get", "az9"}, "not_found", exitError, 404},
+		{[]string{"az", "create", "Bad_Name"}, "invalid", exitError, 422},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"--api", s.URL(), "--token-file", s.TokenFile(), "--json"}, tc.args...)
+		exit := execute(newRoot(), args, &out, &errOut)
+		var e errorJSON
+		if err := json.Unmarshal(out.Bytes(), &e); err != nil || e.Code != tc.code || e.Exit != tc.exit || exit != tc.exit || e.Status != tc.status || e.Error == "" || errOut.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q (%v), stderr %q; want code %q exit %d status %d", tc.args, exit, out.String(), err, errOut.String(), tc.code, tc.exit, tc.status)
+		}
+	}
 }

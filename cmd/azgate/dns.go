@@ -235,9 +235,35 @@ func describeZone(w io.Writer, o model.Object) {
 		if r.TTL != 0 {
 			ttl = strconv.Itoa(int(r.TTL))
 		}
-		row(tw, r.Name, r.Type, ttl, r.Value)
+		row(tw, r.Name, r.Type, ttl, qualifiedValue(z.Name, r))
 	}
 	tw.Flush()
+}
+
+// qualifiedValue shows a record's data with the name it holds fully
+// qualified: a name without the trailing dot is relative to the zone
+// (web.example.com in zone example.com is web.example.com.example.com.),
+// which is rarely what was meant, so it is shown qualified and marked.
+func qualifiedValue(zone string, r model.ZoneRecord) string {
+	switch strings.ToUpper(r.Type) {
+	case "CNAME", "NS", "PTR", "MX", "SRV":
+	default:
+		return r.Value
+	}
+	f := strings.Fields(r.Value)
+	if len(f) == 0 {
+		return r.Value
+	}
+	last := f[len(f)-1]
+	origin := strings.TrimSuffix(zone, ".") + "."
+	switch {
+	case last == "@":
+		f[len(f)-1] = origin
+	case !strings.HasSuffix(last, "."):
+		f[len(f)-1] = last + "." + origin
+		return strings.Join(f, " ") + fmt.Sprintf("  (written %q: no trailing dot, relative to the zone)", r.Value)
+	}
+	return strings.Join(f, " ")
 }
 
 func zoneTable(w io.Writer, objs []model.Object) {

@@ -27,6 +27,15 @@ func TestCLIEdgeDrain(t *testing.T) {
 	if out, err := azgate(t, s, "", "edge", "drain", "edge-zz"); err == nil || !strings.Contains(out+err.Error(), "in no edge set") {
 		t.Errorf("draining an unknown edge: %v\n%s", err, out)
 	}
+	// The last serving edge of pop-a drains only with --force.
+	must(t, s, "edge", "drain", "edge-a1")
+	if _, err := azgate(t, s, "", "edge", "drain", "edge-a2"); err == nil || !strings.Contains(err.Error(), `edge set "pop-a" would have no serving edge`) {
+		t.Errorf("draining the last serving edge: %v", err)
+	}
+	if out := must(t, s, "--json", "set", "get", "pop-a"); strings.Count(out, `"drained": true`) != 1 {
+		t.Errorf("the refused drain was written:\n%s", out)
+	}
+	must(t, s, "edge", "drain", "edge-a2", "--force")
 }
 
 func TestPrintBGP(t *testing.T) {

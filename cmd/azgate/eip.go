@@ -74,7 +74,39 @@ func init() {
 				return writeEIP(cmd, args[0], res)
 			},
 		}
-		c.AddCommand(create, bind, unbind)
+		var sel struct{ set, host, prefix string }
+		deleteMatching := &cobra.Command{
+			Use:   "delete-matching [--set SET] [--host HOST] [--prefix PREFIX]",
+			Short: "Delete every EIP a selector picks, all or nothing (more than 100: --force)",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				cl, err := apiClient()
+				if err != nil {
+					return err
+				}
+				res, err := cl.DeleteEIPs(cmd.Context(), sel.set, sel.host, sel.prefix)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if globals.json {
+					return printJSON(out, res)
+				}
+				printWarnings(cmd, res.Warnings)
+				if len(res.Objects) <= summaryAbove {
+					for _, o := range res.Objects {
+						fmt.Fprintf(out, "EIP %s deleted\n", o.Key)
+					}
+				}
+				return applySummary(out, res)
+			},
+		}
+		df := deleteMatching.Flags()
+		df.StringVar(&sel.set, "set", "", "the EIPs this edge set serves")
+		df.StringVar(&sel.host, "host", "", "the EIPs bound to guests of this host")
+		df.StringVar(&sel.prefix, "prefix", "", "the EIPs inside this prefix")
+		deleteMatching.MarkFlagsOneRequired("set", "host", "prefix")
+		c.AddCommand(create, bind, unbind, deleteMatching)
 		c.AddCommand(pullOutCommands(model.KindEIP)...)
 		c.AddCommand(limitsCommand(model.KindEIP))
 		c.AddCommand(objectCommands(model.KindEIP, describeEIP, eipTable)...)

@@ -90,6 +90,27 @@ func TestDNSGSLBCLI(t *testing.T) {
 	}
 }
 
+// TestDNSRelativeData: record data naming a host without the trailing
+// dot is warned about when written and shown fully qualified.
+func TestDNSRelativeData(t *testing.T) {
+	s := startController(t)
+	must(t, s, "dns", "zone", "create", "example.org", "--ns", "ns1.example.org", "--record", "ns1 A 192.0.2.53")
+	out := must(t, s, "dns", "zone", "add-record", "example.org", "www", "CNAME", "web.example.org")
+	if !strings.Contains(out, `warning: DNS zone "example.org": record www CNAME: "web.example.org" has no trailing dot: it is a name relative to the zone, "web.example.org.example.org."`) {
+		t.Errorf("add-record of a relative CNAME:\n%s", out)
+	}
+	out = must(t, s, "dns", "zone", "add-record", "example.org", "mail", "CNAME", "mx.example.org.")
+	if strings.Contains(out, "warning") {
+		t.Errorf("add-record of a qualified CNAME:\n%s", out)
+	}
+	out = must(t, s, "dns", "zone", "get", "example.org")
+	for _, want := range []string{`web.example.org.example.org.  (written "web.example.org": no trailing dot, relative to the zone)`, "mail  CNAME  zone  mx.example.org.\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("zone get does not show %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestMetricsLoopbackOnly(t *testing.T) {
 	for _, tc := range []struct {
 		addr, token string

@@ -6,7 +6,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -16,10 +15,7 @@ import (
 var version = "dev"
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "azgate:", err)
-		os.Exit(1)
-	}
+	os.Exit(execute(newRoot(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // newRoot builds the command tree; tests run it in-process.
@@ -35,6 +31,7 @@ func newRoot() *cobra.Command {
 	for _, add := range commands {
 		root.AddCommand(add())
 	}
+	guardGroups(root)
 	return root
 }
 

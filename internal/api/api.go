@@ -25,12 +25,19 @@ type Error struct {
 	// Revision is, in a 412 (If-Match failed), the object's current
 	// revision, as its ETag header gives it too (0: it does not exist).
 	Revision int64 `json:"revision,omitempty"`
+	// Force, in a 409, says the change was refused as one that takes a
+	// whole kind, the region or a last unit out of service (the message
+	// says what it would do): the same request with force=true does it.
+	Force bool `json:"force,omitempty"`
 }
 
 // List is the body of GET /v1/KIND: the objects ordered by key.
 type List struct {
 	Revision int64           `json:"revision"`
 	Items    json.RawMessage `json:"items"`
+	// Continue, with ?limit=N, is the key to send as ?continue= for
+	// the next page (absent: the last page).
+	Continue string `json:"continue,omitempty"`
 }
 
 // Write is the body answering a create, replace, bind, unbind or guest
@@ -40,6 +47,12 @@ type Write struct {
 	Revision int64           `json:"revision"`
 	Action   string          `json:"action"` // created, updated, unchanged, deleted
 	Object   json.RawMessage `json:"object,omitempty"`
+	// Warnings: what the controller found questionable but wrote
+	// (duplicate firewall rules, DNS data not fully qualified).
+	Warnings []string `json:"warnings,omitempty"`
+	// DryRun: nothing was written (dryRun=true); Action is what the
+	// write would have done at Revision.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // Actions reported by writes and apply.
@@ -56,11 +69,23 @@ type Bind struct {
 	Guest string `json:"guest"`
 }
 
-// AppliedObject is one object of an applied document.
+// AppliedObject is one object of an applied document, or one deleted
+// by prune=true.
 type AppliedObject struct {
 	Kind   string `json:"kind"`
 	Key    string `json:"key"`
 	Action string `json:"action"`
+	// Changes are the fields an update changes (with diff=true).
+	Changes []FieldChange `json:"changes,omitempty"`
+}
+
+// FieldChange is one changed field of an updated object: its path
+// ("pools[0].backends[1].weight") and its JSON values before and after
+// (absent: the field was or becomes unset).
+type FieldChange struct {
+	Field string          `json:"field"`
+	Old   json.RawMessage `json:"old,omitempty"`
+	New   json.RawMessage `json:"new,omitempty"`
 }
 
 // ApplyResult is the body answering POST /v1/apply.
@@ -69,8 +94,17 @@ type ApplyResult struct {
 	Created   int             `json:"created"`
 	Updated   int             `json:"updated"`
 	Unchanged int             `json:"unchanged"`
+	Deleted   int             `json:"deleted,omitempty"`
 	Objects   []AppliedObject `json:"objects"`
+	// Warnings: what the controller found questionable but applied.
+	Warnings []string `json:"warnings,omitempty"`
+	// DryRun: nothing was written (dryRun=true); the result is what the
+	// apply would have done at Revision.
+	DryRun bool `json:"dryRun,omitempty"`
 }
+
+// MaxDiffChanges bounds the field changes listed per object.
+const MaxDiffChanges = 100
 
 // Controller describes the controller answering.
 type Controller struct {

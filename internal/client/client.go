@@ -25,6 +25,9 @@ type Client struct {
 	token string
 	hc    *http.Client
 	err   error // a bad base URL, reported by every call
+	// Force and DryRun go with every write (force=true, dryRun=true):
+	// do what the controller's guards refuse; check, write nothing.
+	Force, DryRun bool
 }
 
 // transports holds one transport per base URL, shared by the clients of
@@ -74,6 +77,9 @@ type APIError struct {
 	Status  int
 	Message string
 	Fields  []model.FieldError
+	// Force: the controller refused a change that needs force=true
+	// (--force) and says what it would do.
+	Force bool
 }
 
 // Error prints the message and, one per line, every field error the
@@ -116,6 +122,20 @@ func (c *Client) doHeader(ctx context.Context, method, path string, hdr http.Hea
 		}
 		body = bytes.NewReader(b)
 	}
+	if method != http.MethodGet && (c.Force || c.DryRun) {
+		q := url.Values{}
+		if c.Force {
+			q.Set("force", "true")
+		}
+		if c.DryRun {
+			q.Set("dryRun", "true")
+		}
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		path += sep + q.Encode()
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return 0, nil, err
@@ -149,7 +169,7 @@ func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	var e api.Error
 	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		ae := &APIError{Status: resp.StatusCode, Message: e.Error, Fields: e.Fields}
+		ae := &APIError{Status: resp.StatusCode, Message: e.Error, Fields: e.Fields, Force: e.Force}
 		if resp.StatusCode == http.StatusPreconditionFailed {
 			return &PreconditionFailed{APIError: ae, Current: e.Revision}
 		}
@@ -171,6 +191,10 @@ type Result struct {
 	// ETag is the object's revision after the write (PutIf, DeleteIf
 	// and Edit set it; 0 after a delete).
 	ETag int64
+	// Warnings are the controller's about the change; DryRun says
+	// nothing was written (Client.DryRun).
+	Warnings []string
+	DryRun   bool
 }
 
 func (c *Client) write(ctx context.Context, method, path string, in any) (Result, error) {
@@ -178,7 +202,7 @@ func (c *Client) write(ctx context.Context, method, path string, in any) (Result
 	if _, err := c.do(ctx, method, path, in, &w); err != nil {
 		return Result{}, err
 	}
-	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object}, nil
+	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, Warnings: w.Warnings, DryRun: w.DryRun}, nil
 }
 
 func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }
@@ -297,8 +321,93 @@ type ApplyResult = api.ApplyResult
 
 // Apply stores a whole document (all or nothing).
 func (c *Client) Apply(ctx context.Context, doc *model.Document) (ApplyResult, error) {
+	return c.ApplyWith(ctx, doc, ApplyOptions{})
+}
+
+// ApplyOptions: Prune deletes the stored objects of the kinds the
+// document names (its lists, even empty) that it does not hold; Diff
+// lists the changed fields of updated objects.
+type ApplyOptions struct{ Prune, Diff bool }
+
+// ApplyWith stores a whole document with options.
+func (c *Client) ApplyWith(ctx context.Context, doc *model.Document, o ApplyOptions) (ApplyResult, error) {
+	// The document's empty lists name their kinds (for prune): sent as
+	// [] where encoding would leave them out.
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return ApplyResult{}, fmt.Errorf("encoding the document: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ApplyResult{}, fmt.Errorf("encoding the document: %w", err)
+	}
+	for _, k := range doc.Named() {
+		if _, ok := m[k]; !ok {
+			m[k] = json.RawMessage("[]")
+		}
+	}
+	q := url.Values{}
+	if o.Prune {
+		q.Set("prune", "true")
+	}
+	if o.Diff {
+		q.Set("diff", "true")
+	}
+	path := "/v1/apply"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
 	var res ApplyResult
-	_, err := c.do(ctx, http.MethodPost, "/v1/apply", doc, &res)
+	_, err = c.do(ctx, http.MethodPost, path, m, &res)
+	return res, err
+}
+
+// ListQuery pages and filters a list: Limit (0: all), Continue (the key
+// a page ended with) and, for EIPs, Set, Host and Prefix.
+type ListQuery struct {
+	Limit             int
+	Continue          string
+	Set, Host, Prefix string
+}
+
+// ListPage lists objects of kind by q; next is the key to continue after
+// ("" on the last page).
+func (c *Client) ListPage(ctx context.Context, kind string, q ListQuery) (objs []model.Object, next string, err error) {
+	if _, err := model.New(kind); err != nil {
+		return nil, "", err
+	}
+	v := url.Values{}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	for k, s := range map[string]string{"continue": q.Continue, "set": q.Set, "host": q.Host, "prefix": q.Prefix} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	path := "/v1/" + kind
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var l api.List
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &l); err != nil {
+		return nil, "", err
+	}
+	objs, err = model.DecodeList(kind, l.Items)
+	return objs, l.Continue, err
+}
+
+// DeleteEIPs deletes every EIP the selector picks (set, host, prefix:
+// at least one), all or nothing.
+func (c *Client) DeleteEIPs(ctx context.Context, set, host, prefix string) (ApplyResult, error) {
+	sel := map[string]string{}
+	for k, s := range map[string]string{"set": set, "host": host, "prefix": prefix} {
+		if s != "" {
+			sel[k] = s
+		}
+	}
+	var res ApplyResult
+	_, err := c.do(ctx, http.MethodPost, "/v1/eips/delete", sel, &res)
 	return res, err
 }
 

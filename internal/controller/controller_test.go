@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -486,7 +487,7 @@ func TestApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Created != n || len(res.Objects) != n || res.Objects[0] != (api.AppliedObject{Kind: "azs", Key: "az1", Action: "created"}) {
+	if res.Created != n || len(res.Objects) != n || !reflect.DeepEqual(res.Objects[0], api.AppliedObject{Kind: "azs", Key: "az1", Action: "created"}) {
 		t.Fatalf("first apply: %+v", res)
 	}
 

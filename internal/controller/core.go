@@ -69,6 +69,11 @@ type Written struct {
 	// ETag is the object's own revision: its commit's, or the one it
 	// had when unchanged (0 after a delete).
 	ETag int64
+	// Warnings are the guards' (guard.go).
+	Warnings []string
+	// DryRun: nothing was written (WriteOptions.DryRun); Action is what
+	// the write would have done at Revision.
+	DryRun bool
 }
 
 // Revision is the store revision the view reflects.
@@ -223,18 +228,21 @@ func (c *Core) Create(ctx context.Context, o model.Object) (Written, error) {
 		return Written{}, err
 	}
 	kind, key := model.KindOf(o), o.Key()
-	rev, err := c.write(ctx, func(t *txn) error {
+	rev, warns, err := c.writeW(ctx, func(t *txn) error {
 		if _, ok := t.st.Get(kind, key); ok {
 			return &ConflictError{Msg: fmt.Sprintf("%s %q already exists (PUT /v1/%s/%s replaces it)", model.Singular(kind), key, kind, key)}
 		}
 		_, err := t.put(o)
 		return invalid(kind, key, err)
 	})
+	if err == errDryRun {
+		return Written{Revision: rev, Action: api.Created, Object: o, Warnings: warns, DryRun: true}, nil
+	}
 	if err != nil {
 		return Written{}, err
 	}
 	c.logChange(kind, key, api.Created, rev)
-	return Written{Revision: rev, Action: api.Created, Object: o, ETag: rev}, nil
+	return Written{Revision: rev, Action: api.Created, Object: o, ETag: rev, Warnings: warns}, nil
 }
 
 // Replace stores o as the object of its kind at key, creating it if
@@ -252,7 +260,7 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 		action string
 		orev   int64
 	)
-	rev, err := c.write(ctx, func(t *txn) (err error) {
+	rev, warns, err := c.writeW(ctx, func(t *txn) (err error) {
 		if err := t.require(kind, key, m); err != nil {
 			return err
 		}
@@ -260,6 +268,9 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 		action, err = t.put(o)
 		return invalid(kind, key, err)
 	})
+	if err == errDryRun {
+		return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns, DryRun: true}, nil
+	}
 	if err != nil {
 		return Written{}, err
 	}
@@ -267,13 +278,13 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 	if action != api.Unchanged {
 		orev = rev // one object: its own commit
 	}
-	return Written{Revision: rev, Action: action, Object: o, ETag: orev}, nil
+	return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns}, nil
 }
 
 // Delete removes an object nothing refers to (a service's verdict goes
 // with it).
 func (c *Core) Delete(ctx context.Context, kind, key string, m IfMatch) (Written, error) {
-	rev, err := c.write(ctx, func(t *txn) error {
+	rev, warns, err := c.writeW(ctx, func(t *txn) error {
 		if err := t.require(kind, key, m); err != nil {
 			return err
 		}
@@ -285,6 +296,9 @@ func (c *Core) Delete(ctx context.Context, kind, key string, m IfMatch) (Written
 		}
 		return nil
 	})
+	if err == errDryRun {
+		return Written{Revision: rev, Action: api.Deleted, Warnings: warns, DryRun: true}, nil
+	}
 	if err != nil {
 		return Written{}, err
 	}
@@ -292,16 +306,33 @@ func (c *Core) Delete(ctx context.Context, kind, key string, m IfMatch) (Written
 	return Written{Revision: rev, Action: api.Deleted}, nil
 }
 
+// ApplyOptions are apply's options beyond WriteOptions (force, dry run).
+type ApplyOptions struct {
+	// Prune deletes the stored objects of the kinds the document names
+	// (model.Document.Named) that it does not hold.
+	Prune bool
+	// Diff lists the changed fields of every updated object.
+	Diff bool
+}
+
+// Bounds of prune without force: it may not delete more objects than
+// this, nor every object of a kind.
+const maxPruneUnforced = 100
+
 // Apply stores a whole document: every object is checked against the
 // state with the document's earlier objects already in it (dependency
 // order: AZs, hosts, edge sets, EIPs); one error and nothing is written
 // (an InvalidError naming each object's place). Objects equal to the
-// stored ones are not written again.
+// stored ones are not written again. With Prune, the stored objects of
+// the kinds the document names that it does not hold are deleted, in
+// reverse dependency order, in the same commit. With WriteOptions.DryRun
+// (ctx) it does all of this and writes nothing: the result says what it
+// would have done.
 //
 // A document larger than one transaction is committed in several: if a
 // conflicting write lands between two of them, the retry finds the objects
 // of the first ones already stored and reports them unchanged.
-func (c *Core) Apply(ctx context.Context, doc *model.Document) (api.ApplyResult, error) {
+func (c *Core) Apply(ctx context.Context, doc *model.Document, opts ApplyOptions) (api.ApplyResult, error) {
 	placed := doc.Placed()
 	var svcs []placedService
 	var sets []*model.EdgeSet
@@ -318,38 +349,100 @@ func (c *Core) Apply(ctx context.Context, doc *model.Document) (api.ApplyResult,
 		return api.ApplyResult{}, err
 	}
 	var objs []api.AppliedObject
-	rev, err := c.write(ctx, func(t *txn) error {
-		objs = make([]api.AppliedObject, len(placed))
+	rev, warns, err := c.writeW(ctx, func(t *txn) error {
+		objs = make([]api.AppliedObject, len(placed), len(placed)+16)
 		var es model.Errors
 		for i, p := range placed {
+			kind := model.KindOf(p.Obj)
+			var old model.Object
+			if opts.Diff {
+				old, _ = t.st.Get(kind, p.Obj.Key())
+			}
 			action, err := t.put(p.Obj)
 			if err != nil {
 				es = append(es, placeErrors(p.Place, err)...)
 				continue
 			}
-			objs[i] = api.AppliedObject{Kind: model.KindOf(p.Obj), Key: p.Obj.Key(), Action: action}
+			objs[i] = api.AppliedObject{Kind: kind, Key: p.Obj.Key(), Action: action}
+			if action == api.Updated && old != nil {
+				objs[i].Changes = fieldDiff(old, p.Obj, api.MaxDiffChanges)
+			}
 		}
 		if len(es) > 0 {
 			return &InvalidError{Fields: es, Msg: "document not applied, nothing was written: " + summary(es)}
 		}
+		if opts.Prune {
+			pruned, err := prune(t, doc)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, pruned...)
+		}
 		return nil
 	})
-	if err != nil {
+	dry := err == errDryRun
+	if err != nil && !dry {
 		return api.ApplyResult{}, err
 	}
-	res := api.ApplyResult{Revision: rev, Objects: objs}
+	res := api.ApplyResult{Revision: rev, Objects: objs, Warnings: warns, DryRun: dry}
 	for _, o := range objs {
 		switch o.Action {
 		case api.Created:
 			res.Created++
 		case api.Updated:
 			res.Updated++
+		case api.Deleted:
+			res.Deleted++
 		default:
 			res.Unchanged++
 		}
 	}
-	c.log.Info("applied a document", "created", res.Created, "updated", res.Updated, "unchanged", res.Unchanged, "rev", rev)
+	if !dry {
+		c.log.Info("applied a document", "created", res.Created, "updated", res.Updated, "unchanged", res.Unchanged, "deleted", res.Deleted, "rev", rev)
+	}
 	return res, nil
+}
+
+// prune deletes, in reverse dependency order, the objects of the kinds
+// doc names that it does not hold. Without force it refuses (t.refuse)
+// to delete more than maxPruneUnforced objects or every object of a kind.
+func prune(t *txn, doc *model.Document) ([]api.AppliedObject, error) {
+	held := map[[2]string]bool{}
+	for _, o := range doc.Objects() {
+		held[[2]string{model.KindOf(o), o.Key()}] = true
+	}
+	named := doc.Named()
+	var out []api.AppliedObject
+	var es model.Errors
+	for i := len(named) - 1; i >= 0; i-- {
+		kind := named[i]
+		keys := t.st.Keys(kind)
+		n := 0
+		for _, key := range keys {
+			if held[[2]string{kind, key}] {
+				continue
+			}
+			if err := t.delete(kind, key); err != nil {
+				es = append(es, model.FieldError{Field: kind, Msg: fmt.Sprintf("pruning %s %q: %v", model.Singular(kind), key, err)})
+				continue
+			}
+			if kind == model.KindService {
+				t.removeHealth(key)
+			}
+			n++
+			out = append(out, api.AppliedObject{Kind: kind, Key: key, Action: api.Deleted})
+		}
+		if n > 0 && n == len(keys) {
+			t.refuse("prune would delete every %s (%d): the document names %s and holds none", model.Singular(kind), n, kind)
+		}
+	}
+	if len(es) > 0 {
+		return nil, &InvalidError{Fields: es, Msg: "document not applied, nothing was written: " + summary(es)}
+	}
+	if len(out) > maxPruneUnforced {
+		t.refuse("prune would delete %d objects, more than %d", len(out), maxPruneUnforced)
+	}
+	return out, nil
 }
 
 // placeErrors prefixes an object's errors with its place in the document.
@@ -385,7 +478,7 @@ func modify[P model.Object](c *Core, ctx context.Context, kind, key string, m If
 		stored P
 		orev   int64
 	)
-	rev, err := c.write(ctx, func(t *txn) (err error) {
+	rev, warns, err := c.writeW(ctx, func(t *txn) (err error) {
 		if err := t.require(kind, key, m); err != nil {
 			return err
 		}
@@ -402,6 +495,9 @@ func modify[P model.Object](c *Core, ctx context.Context, kind, key string, m If
 		action, err = t.put(cp)
 		return invalid(kind, key, err)
 	})
+	if err == errDryRun {
+		return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns, DryRun: true}, nil
+	}
 	if err != nil {
 		return Written{}, err
 	}
@@ -409,7 +505,7 @@ func modify[P model.Object](c *Core, ctx context.Context, kind, key string, m If
 	if action != api.Unchanged {
 		orev = rev
 	}
-	return Written{Revision: rev, Action: action, Object: stored, ETag: orev}, nil
+	return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns}, nil
 }
 
 func cloneEIP(e *model.EIP) *model.EIP { cp := *e; return &cp }

@@ -40,7 +40,7 @@ func openCore(t *testing.T) *Core {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Apply(ctx, doc)
+	res, err := c.Apply(ctx, doc, ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestCoreApplyInvalid(t *testing.T) {
 	doc := &model.Document{
 		EIPs: []model.EIP{{Address: mustAddr("198.51.100.50")}, {Address: mustAddr("198.51.100.51"), Binding: &model.Binding{Host: "az9-h1", Guest: "g1"}}},
 	}
-	_, err := c.Apply(context.Background(), doc)
+	_, err := c.Apply(context.Background(), doc, ApplyOptions{})
 	var ie *InvalidError
 	if !errors.As(err, &ie) {
 		t.Fatalf("error %v, want an InvalidError", err)

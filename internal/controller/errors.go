@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/azgate/azgate/internal/model"
 )
@@ -112,4 +113,18 @@ func summary(es model.Errors) string {
 		return fmt.Sprintf("%d error(s): %v", len(es), es)
 	}
 	return fmt.Sprintf("%d errors: %v; and %d more", len(es), es[:show], len(es)-show)
+}
+
+// ForceError: the change would take the whole region, a whole kind or a
+// last unit out of service (guard.go), and the writer did not say force;
+// 409 with api.Error.Force set. Nothing was written.
+type ForceError struct{ Reasons []string }
+
+func (e *ForceError) Error() string {
+	rs := firstN(e.Reasons, maxRefusals)
+	msg := "refused without force: " + strings.Join(rs, "; ")
+	if len(e.Reasons) > len(rs) {
+		msg += fmt.Sprintf("; and %d more", len(e.Reasons)-len(rs))
+	}
+	return msg + "; nothing was written (send it again with force, --force on the CLI, to do it)"
 }

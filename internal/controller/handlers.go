@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/netip"
+	"strconv"
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
@@ -16,23 +18,75 @@ type writeBody struct {
 	Revision int64        `json:"revision"`
 	Action   string       `json:"action"`
 	Object   model.Object `json:"object,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
+	DryRun   bool         `json:"dryRun,omitempty"`
 }
 
 // answerWrite answers a write of one object with its ETag.
 func answerWrite(w http.ResponseWriter, status int, wr Written) {
-	setETag(w, wr.ETag)
-	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, wr.Object})
+	if wr.DryRun {
+		status = http.StatusOK
+	} else {
+		setETag(w, wr.ETag)
+	}
+	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, wr.Object, wr.Warnings, wr.DryRun})
 }
 
 func (s *Server) list(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		items, rev := s.Core.List(kind)
+		o, err := listOptionsOf(r)
+		if err != nil {
+			return err
+		}
+		items, rev, next, err := s.Core.ListPage(kind, o)
+		if err != nil {
+			return err
+		}
 		writeJSON(w, http.StatusOK, rev, struct {
 			Revision int64          `json:"revision"`
 			Items    []model.Object `json:"items"`
-		}{rev, items})
+			Continue string         `json:"continue,omitempty"`
+		}{rev, items, next})
 		return nil
 	}
+}
+
+// listOptionsOf reads a list's query: limit, continue and the EIP
+// filters set, host and prefix.
+func listOptionsOf(r *http.Request) (ListOptions, error) {
+	q := r.URL.Query()
+	var o ListOptions
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return o, badRequest("query parameter limit=%q: want a count, 0 or more (0: all)", v)
+		}
+		o.Limit = n
+	}
+	o.Continue = q.Get("continue")
+	o.EIP.Set, o.EIP.Host = q.Get("set"), q.Get("host")
+	if v := q.Get("prefix"); v != "" {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return o, badRequest("query parameter prefix=%q: not a prefix (ADDRESS/BITS)", v)
+		}
+		o.EIP.Prefix = p.Masked()
+	}
+	return o, nil
+}
+
+// deleteEIPs: POST /v1/eips/delete with a selector {set, host, prefix}.
+func (s *Server) deleteEIPs(w http.ResponseWriter, r *http.Request) error {
+	var f EIPFilter
+	if err := s.decodeBody(w, r, `a JSON selector {"set": "...", "host": "...", "prefix": "..."}`, "selector", &f); err != nil {
+		return err
+	}
+	res, err := s.Core.DeleteEIPs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.Revision, res)
+	return nil
 }
 
 func (s *Server) get(kind string) handlerFunc {
@@ -204,7 +258,14 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) error {
 	} else if err != nil {
 		return decodeError("document", err)
 	}
-	res, err := s.Core.Apply(r.Context(), doc)
+	var opts ApplyOptions
+	if opts.Prune, err = queryBool(r, "prune"); err != nil {
+		return err
+	}
+	if opts.Diff, err = queryBool(r, "diff"); err != nil {
+		return err
+	}
+	res, err := s.Core.Apply(r.Context(), doc, opts)
 	if err != nil {
 		return err
 	}
@@ -216,4 +277,30 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	out := s.Core.Status(r.Context())
 	writeJSON(w, http.StatusOK, out.Controller.Revision, out)
 	return nil
+}
+
+// queryBool reads a boolean query parameter (absent: false).
+func queryBool(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("query parameter %s=%q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+// writeOptionsOf reads the options every write takes: force=true (do
+// what the guards refuse, guard.go) and dryRun=true (check, write
+// nothing).
+func writeOptionsOf(r *http.Request) (WriteOptions, error) {
+	var o WriteOptions
+	var err error
+	if o.Force, err = queryBool(r, "force"); err != nil {
+		return o, err
+	}
+	o.DryRun, err = queryBool(r, "dryRun")
+	return o, err
 }

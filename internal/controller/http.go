@@ -59,6 +59,7 @@ func (s *Server) handler() http.Handler {
 		v1("PUT /v1/"+kind+"/{key}", s.replace(kind))
 		v1("DELETE /v1/"+kind+"/{key}", s.remove(kind))
 	}
+	v1("POST /v1/eips/delete", s.deleteEIPs)
 	v1("POST /v1/eips/{key}/bind", s.bind)
 	v1("POST /v1/eips/{key}/unbind", s.unbind)
 	v1("POST /v1/eips/{key}/limits", s.setEIPLimits)
@@ -163,6 +164,14 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 			}
 			defer release()
 		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			o, err := writeOptionsOf(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			r = r.WithContext(WithWriteOptions(r.Context(), o))
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
@@ -257,12 +266,15 @@ func errorAnswer(w http.ResponseWriter, err error) int {
 		re  *RevisionError
 		ie  *InvalidError
 		ke  *KeyMismatchError
+		fo  *ForceError
 		es  model.Errors
 		fe  model.FieldError
 	)
 	switch {
 	case errors.As(err, &he):
 		status, body.Fields = he.status, he.fields
+	case errors.As(err, &fo):
+		status, body.Force = http.StatusConflict, true
 	case errors.As(err, &nf), errors.As(err, &mnf):
 		status = http.StatusNotFound
 	case errors.As(err, &ce), errors.As(err, &mce):

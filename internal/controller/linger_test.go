@@ -45,7 +45,7 @@ func lingerCore(t *testing.T) (*Core, *fakeClock) {
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c.now = clk.now // before any write: the grace loop reads it after one
 	ctx := context.Background()
-	if _, err := c.Apply(ctx, scopeRegion()); err != nil {
+	if _, err := c.Apply(ctx, scopeRegion(), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pullOut(t, c, lingerEIP, "dedicated")
@@ -296,7 +296,7 @@ func TestMoveGraceQuarantine(t *testing.T) {
 func TestMoveGraceRepairAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	c, stop := openCoreWith(t, dir, Config{MoveGrace: testGrace})
-	if _, err := c.Apply(context.Background(), scopeRegion()); err != nil {
+	if _, err := c.Apply(context.Background(), scopeRegion(), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pullOut(t, c, lingerEIP, "dedicated")
@@ -326,7 +326,7 @@ func TestMoveGraceRepairAndRestart(t *testing.T) {
 func TestMoveGraceEnds(t *testing.T) {
 	c, _ := openCoreWith(t, "", Config{MoveGrace: 200 * time.Millisecond})
 	ctx := context.Background()
-	if _, err := c.Apply(ctx, scopeRegion()); err != nil {
+	if _, err := c.Apply(ctx, scopeRegion(), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pullOut(t, c, lingerEIP, "dedicated")
@@ -467,7 +467,7 @@ func TestMoveGraceLeaseOutlivesController(t *testing.T) {
 	b.now = clk.now
 	b.linger.margin = time.Second
 	ctx := context.Background()
-	if _, err := b.Apply(ctx, scopeRegion()); err != nil {
+	if _, err := b.Apply(ctx, scopeRegion(), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pullOut(t, b, lingerEIP, "dedicated")

@@ -244,7 +244,7 @@ func TestScopeCopiesFollowWrites(t *testing.T) {
 		return checkCopies(t, c, step)
 	}
 	const eip, eipB, eip8 = "198.51.100.7", "198.51.100.130", "198.51.100.8"
-	_, err := c.Apply(ctx, scopeRegion())
+	_, err := c.Apply(ctx, scopeRegion(), ApplyOptions{})
 	cp := must("apply", err)
 	expectScopes(t, "apply", cp, model.KindEIP, eip, "set/prefix-a", "host/h1")
 	expectScopes(t, "apply", cp, model.KindEIP, eip8, "set/prefix-a")
@@ -339,7 +339,7 @@ func TestScopeCopiesFollowWrites(t *testing.T) {
 	}
 	moved := scopeRegion().EdgeSets[:2]
 	moved[1].Prefixes = append(moved[1].Prefixes, extra)
-	_, err = c.Apply(ctx, &model.Document{EdgeSets: moved})
+	_, err = c.Apply(ctx, &model.Document{EdgeSets: moved}, ApplyOptions{})
 	cp = must("move prefix", err)
 	_, err = c.Create(ctx, &model.EIP{Address: netip.MustParseAddr("203.0.113.5"), Binding: &model.Binding{Host: "h1", Guest: "g1"}})
 	cp = must("EIP in the moved prefix", err)
@@ -640,7 +640,7 @@ func TestMigrationFromUnscopedLayout(t *testing.T) {
 func TestPartialCommitRepaired(t *testing.T) {
 	c, _ := openEmptyCore(t, "")
 	ctx := context.Background()
-	if _, err := c.Apply(ctx, scopeRegion()); err != nil {
+	if _, err := c.Apply(ctx, scopeRegion(), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkCopies(t, c, "apply")

@@ -193,6 +193,12 @@ type txn struct {
 	// ifRev: objects the writer read at a revision (If-Match), by
 	// kind/key; their ops are committed on condition (store.Op.IfRev).
 	ifRev map[[2]string]int64
+	// The guards (guard.go): force says the writer does what they
+	// refuse; refusals and warnings are what they found.
+	force           bool
+	refusals        []string
+	warnings        []string
+	ruleComparisons int
 }
 
 // require fails with a 412 unless the object is at the revision a client
@@ -376,6 +382,7 @@ func (t *txn) put(o model.Object) (string, error) {
 			return api.Unchanged, nil
 		}
 	}
+	t.guardPut(old, o)
 	undo, err := t.st.Put(o)
 	if err != nil {
 		return "", err
@@ -395,6 +402,7 @@ func (t *txn) put(o model.Object) (string, error) {
 
 // delete removes an object nothing refers to.
 func (t *txn) delete(kind, key string) error {
+	t.guardDelete(kind, key)
 	undo, err := t.st.Delete(kind, key)
 	if err != nil {
 		return err
@@ -450,6 +458,10 @@ func (t *txn) rollback() {
 	t.undo, t.ops, t.objs = nil, nil, nil
 }
 
+// errDryRun ends the plan of a dry run (WriteOptions.DryRun) once it was
+// checked: nothing is committed.
+var errDryRun = errors.New("dry run: nothing was written")
+
 // Write retries after a conflict.
 const (
 	maxAttempts  = 5
@@ -472,6 +484,15 @@ func (e *errStore) Unwrap() error { return e.err }
 // again once it succeeded, so while the commit is in flight GETs serve the
 // last committed state (TestReadDuringCommit).
 func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error) {
+	rev, _, err := s.writeW(ctx, plan)
+	return rev, err
+}
+
+// writeW is write also returning the guards' warnings. With
+// WriteOptions.DryRun (from ctx) it plans and checks the change, then
+// takes it back and fails with errDryRun.
+func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []string, error) {
+	opts := writeOptions(ctx)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	v := s.view
@@ -481,19 +502,31 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 	for attempt := 1; ; attempt++ {
 		v.applyMu.Lock()
 		v.mu.Lock()
-		t := &txn{st: v.st, revs: v.revs}
-		if err := plan(t); err != nil {
+		t := &txn{st: v.st, revs: v.revs, force: opts.Force}
+		err := plan(t)
+		if err == nil {
+			err = t.checkRefusals()
+		}
+		if err == nil && opts.DryRun {
+			err = errDryRun
+		}
+		if err != nil {
 			t.rollback()
+			rev := v.rev
 			v.mu.Unlock()
 			v.applyMu.Unlock()
-			return 0, err
+			if err == errDryRun {
+				return rev, t.warnings, err
+			}
+			return 0, nil, err
 		}
+		warnings := t.warnings
 		base := v.rev
 		if len(t.ops) == 0 {
 			t.undoAll()
 			v.mu.Unlock()
 			v.applyMu.Unlock()
-			return base, nil
+			return base, warnings, nil
 		}
 		// The objects related to the change in the state after it (the
 		// host an EIP is bound to by it): taken before it too, so the
@@ -505,13 +538,13 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 		copies, lc, err := t.copies(&v.mu, related, s.linger.copies, s.cfg.MoveGrace > 0)
 		if err != nil {
 			v.applyMu.Unlock()
-			return 0, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)
+			return 0, nil, fmt.Errorf("computing the scope copies of the change (nothing was written): %w", err)
 		}
 		if len(lc.Start) > 0 && lease == 0 {
 			if lease, err = s.grantLinger(ctx); err != nil {
 				v.applyMu.Unlock()
 				s.metrics.commits.WithLabelValues("error").Inc()
-				return 0, &errStore{fmt.Errorf("%w (nothing was written)", err)}
+				return 0, nil, &errStore{fmt.Errorf("%w (nothing was written)", err)}
 			}
 		}
 		copies = s.linger.leased(copies, lc, lease)
@@ -537,7 +570,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			if s.health != nil && slices.ContainsFunc(t.ops, func(o store.Op) bool { return o.Kind == model.KindService }) {
 				s.health.poke()
 			}
-			return rev, nil
+			return rev, warnings, nil
 		}
 		v.applyMu.Unlock()
 		if rev != base {
@@ -552,7 +585,7 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			// through a controller, or the view lags): the client's
 			// revision is stale all the same. Nothing was written.
 			s.metrics.commits.WithLabelValues("precondition").Inc()
-			return 0, &RevisionError{Kind: re.Kind, Key: re.Key, Current: re.Current}
+			return 0, nil, &RevisionError{Kind: re.Kind, Key: re.Key, Current: re.Current}
 		}
 		if errors.Is(err, store.ErrLeaseNotFound) && attempt < maxAttempts {
 			// A lingering copy's lease ended before this controller
@@ -570,20 +603,20 @@ func (s *Core) write(ctx context.Context, plan func(t *txn) error) (int64, error
 			s.log.Error("commit failed; reloading the state", "ops", len(t.ops), "err", err)
 			s.forceReload()
 			s.repairCopiesLater()
-			return 0, &errStore{fmt.Errorf("the store did not take the change (it may have been partly written; the controller reloads the state): %w", err)}
+			return 0, nil, &errStore{fmt.Errorf("the store did not take the change (it may have been partly written; the controller reloads the state): %w", err)}
 		}
 		s.metrics.commits.WithLabelValues("conflict").Inc()
 		s.metrics.conflicts.Inc()
 		if attempt == maxAttempts {
-			return 0, &errStore{fmt.Errorf("gave up after %d conflicting concurrent writes; retry", attempt)}
+			return 0, nil, &errStore{fmt.Errorf("gave up after %d conflicting concurrent writes; retry", attempt)}
 		}
 		latest, err := s.store.CommitRevision(ctx)
 		if err != nil {
-			return 0, &errStore{err}
+			return 0, nil, &errStore{err}
 		}
 		s.log.Info("commit conflict; catching up and retrying", "attempt", attempt, "rev", latest)
 		if err := v.waitFor(ctx, latest, catchUpLimit); err != nil {
-			return 0, &errStore{err}
+			return 0, nil, &errStore{err}
 		}
 	}
 }

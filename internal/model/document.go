@@ -154,3 +154,23 @@ func (d *Document) Objects() []Object {
 	}
 	return out
 }
+
+// Named lists, in dependency order, the kinds whose list the document
+// holds, even empty ("eips: []"): the kinds apply --prune prunes. A list
+// that is absent (or null) names no kind.
+func (d *Document) Named() []string {
+	var out []string
+	for _, k := range []struct {
+		kind  string
+		named bool
+	}{
+		{KindAZ, d.AZs != nil}, {KindHost, d.Hosts != nil}, {KindEdgeSet, d.EdgeSets != nil}, {KindEIP, d.EIPs != nil},
+		{KindService, d.Services != nil}, {KindQuarantine, d.Quarantines != nil}, {KindFirewallRule, d.FirewallRules != nil},
+		{KindBandwidthPackage, d.BandwidthPackages != nil}, {KindDNSZone, d.DNSZones != nil}, {KindGSLBRecord, d.GSLBRecords != nil},
+	} {
+		if k.named {
+			out = append(out, k.kind)
+		}
+	}
+	return out
+}
