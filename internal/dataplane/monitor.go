@@ -4,8 +4,8 @@ package dataplane
 // programs can be written, rate limited per CPU, as a fixed-size record
 // into the pinned ring buffer mon_events of the node's pin directory.
 // The node daemon switches it on (SetMonitor); `azgate monitor` and
-// `azgate capture` read the pinned ring (OpenMonitor), as root: the pins
-// are root's (mode 0600 under /sys/fs/bpf/azgate), and reading a ring
+// `azgate capture` read the pinned ring (OpenMonitor), as root: the pin
+// directory /sys/fs/bpf/azgate is root's (mode 0700), and reading a ring
 // buffer takes CAP_BPF (or CAP_SYS_ADMIN) besides.
 
 import (
