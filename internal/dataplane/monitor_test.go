@@ -3,6 +3,11 @@ package dataplane
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +228,43 @@ func TestParseTupleShortFrames(t *testing.T) {
 	for n := 0; n < 40; n++ {
 		if tu := ParseTuple(make([]byte, n)); tu.OK {
 			t.Errorf("%d zero bytes parsed as %+v", n, tu)
+		}
+	}
+}
+
+// TestEveryDropReachesTheMonitor holds the BPF sources to one rule: a drop
+// is counted through stats.h (count_drop), whose hook the monitor is, or,
+// where a counter of a drop is added directly (lib/fw.h), the monitor's
+// hook follows on the next line; the edge and agent programs return
+// XDP_DROP nowhere else than after fw_drop, which counts its own.
+func TestEveryDropReachesTheMonitor(t *testing.T) {
+	files, err := filepath.Glob("../../bpf/lib/*.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../bpf/edge.c", "../../bpf/agent.c")
+	for _, f := range files {
+		if filepath.Base(f) == "stats.h" || filepath.Base(f) == "benchmode.h" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i, l := range lines {
+			at := fmt.Sprintf("%s:%d", filepath.Base(f), i+1)
+			if m := regexp.MustCompile(`stat_add\((STAT_DROP_\w+)`).FindStringSubmatch(l); m != nil {
+				if i+1 >= len(lines) || !strings.Contains(lines[i+1], "mon_event(ctx, "+m[1]+", MON_K_DROP)") {
+					t.Errorf("%s: %s counted without the monitor's hook on the next line (use count_drop)", at, m[1])
+				}
+			}
+			if regexp.MustCompile(`stat_add\([a-z]`).MatchString(l) {
+				t.Errorf("%s: a counter chosen at run time added directly: use count_drop, count_pass or count_out", at)
+			}
+			if strings.Contains(l, "return XDP_DROP") && !(i > 0 && strings.Contains(lines[i-1], "fw_drop(ctx")) {
+				t.Errorf("%s: XDP_DROP returned uncounted: use count_drop", at)
+			}
 		}
 	}
 }
