@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/google/gopacket/layers"
 )
@@ -266,5 +268,45 @@ func TestEveryDropReachesTheMonitor(t *testing.T) {
 				t.Errorf("%s: XDP_DROP returned uncounted: use count_drop", at)
 			}
 		}
+	}
+}
+
+// TestMonitorAgent: both agent programs write their drops to the monitor.
+func TestMonitorAgent(t *testing.T) {
+	requireRoot(t)
+	a, err := LoadAgent(LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	r, err := a.OpenMonitor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := a.SetMonitor(MonitorConfig{Drops: true}); err != nil {
+		t.Fatal(err)
+	}
+	cut := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x81, 0x00, 0x00}
+	for _, p := range []*ebpf.Program{a.UnderlayProgram(), a.GuestProgram()} {
+		if _, err := p.Run(&ebpf.RunOptions{Data: cut, DataOut: make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := readMonEvents(t, r)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2", len(evs))
+	}
+	for _, ev := range evs {
+		if ev.Kind != MonDrop || ev.Reason != "drop_eth_trunc" || !bytes.Equal(ev.Data, cut) {
+			t.Errorf("event %s %s %x, want drop drop_eth_trunc %x", KindName(ev.Kind), ev.Reason, ev.Data, cut)
+		}
+	}
+	c, err := a.MonitorCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sent != 2 {
+		t.Errorf("counts %+v, want 2 sent", c)
 	}
 }
