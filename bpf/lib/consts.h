@@ -165,8 +165,8 @@
 #define CT_EVENTS_BYTES (1 << 23)
 #endif
 /* The monitor (lib/monitor.h, internal/monitor): bytes of its ring buffer
- * (a power of two pages; a record takes 176 bytes and the ring's 8-byte
- * header: 256 KiB hold about 1,400 events), the bytes of each frame a
+ * (a power of two pages; a record takes 168 bytes and the ring's 8-byte
+ * header: 256 KiB hold about 1,490 events), the bytes of each frame a
  * record carries, its flags and the kinds of events. */
 #ifndef MON_EVENTS_BYTES
 #define MON_EVENTS_BYTES (1 << 18)
