@@ -5,8 +5,9 @@
  *
  * Off (mon_flags 0, the default) costs one load of a global (.bss) per
  * verdict and nothing else: no map lookup, no stack. On, an event goes
- * through mon_emit, a global (separately verified) function: it takes a
- * token from this CPU's bucket (on the coarse clock) (mon_state; mon_rate events a second,
+ * through mon_emit_body (in drop_counted for a drop, in the global
+ * function mon_emit for the trace): it takes a token from this CPU's
+ * bucket (mon_state, on the coarse clock; mon_rate events a second,
  * mon_burst at most), reserves a fixed-size record (struct mon_event) in
  * the pinned ring buffer mon_events and copies the first MON_SNAP bytes of
  * the frame into it. The 5-tuple is parsed from those bytes by the reader
