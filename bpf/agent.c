@@ -104,15 +104,15 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 
 	eip_key4(&k, o->saddr);
 	if (!bpf_map_lookup_elem(&agent_edge_set, &k))
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
-		return count_drop(rc, len);
+		return count_drop(ctx, rc, len);
 	/* The edge, a router hop, never sends TTL 0 (it drops TTL <= 1):
 	 * such a packet is forged or broken, and must not be delivered
 	 * (RFC 1122 3.2.1.7). Found by fuzzing (issue 9). */
 	if (in.ttl == 0)
-		return count_drop(STAT_DROP_TTL, len);
+		return count_drop(ctx, STAT_DROP_TTL, len);
 
 	eip_key4(&k, in.daddr);
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, &k);
@@ -123,7 +123,7 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	int svc = 0, icmp = 0, also_svc = 0;
 	if (e) {
 		if (e->vsid != vsid)
-			return count_drop(STAT_DROP_UNKNOWN, len);
+			return count_drop(ctx, STAT_DROP_UNKNOWN, len);
 		priv = e->private_addr.a[0];
 		idx = e->stats_idx;
 		also_svc = e->flags & AGENT_F_SVC;
@@ -142,16 +142,16 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 			priv = in.daddr;
 			group = AGENT_GROUP_PIN;
 		} else {
-			return count_drop(STAT_DROP_UNKNOWN, len);
+			return count_drop(ctx, STAT_DROP_UNKNOWN, len);
 		}
 		svc = 1;
 	}
 
 	rc = fib4c(ctx, &fib, cfg->nh_gen, in.saddr, priv, in.ip_len, in.proto, in.tos);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(STAT_DROP_TOO_BIG, len);
+		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return count_drop(STAT_DROP_FIB, len);
+		return count_drop(ctx, STAT_DROP_FIB, len);
 
 	/* The flow's replies must leave from where it came in: a VIP flow is
 	 * recorded, an EIP flow of a guest that also serves a VIP takes over
@@ -163,28 +163,28 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	}
 
 	if (nat4(data, data_end, &in, 1, priv))
-		return count_drop(STAT_DROP_INNER_BAD, len);
+		return count_drop(ctx, STAT_DROP_INNER_BAD, len);
 	if (bport) {
 		int bad = icmp ? nat_icmp_quote_port(data + OFF(in.l4_off), data_end, 0, vport, bport)
 			       : nat4_port(data, data_end, &in, 1, bport);
 		if (bad)
-			return count_drop(STAT_DROP_INNER_BAD, len);
+			return count_drop(ctx, STAT_DROP_INNER_BAD, len);
 	}
 
 	struct ethhdr *oeth = data;
 	if ((void *)(oeth + 1) > data_end)
-		return count_drop(STAT_DROP_ETH_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	__u8 ours[ETH_ALEN_], peer[ETH_ALEN_];
 	__builtin_memcpy(ours, oeth->h_dest, ETH_ALEN_);
 	__builtin_memcpy(peer, oeth->h_source, ETH_ALEN_);
 	__u16 ip_len = in.ip_len;
 	if (nvgre_strip(ctx, &in))
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 
 	struct eip_stats *es = svc ? NULL : bpf_map_lookup_elem(&eip_stats, &idx);
 	if (es) {
@@ -194,12 +194,12 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		__builtin_memcpy(eth->h_dest, ours, ETH_ALEN_);
 		__builtin_memcpy(eth->h_source, peer, ETH_ALEN_);
-		stat_add(STAT_DECAP_PASS, len);
+		count_pass(ctx, STAT_DECAP_PASS, len);
 		return XDP_PASS;
 	}
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN_);
-	stat_add(STAT_DECAP_TX, len);
+	count_out(ctx, STAT_DECAP_TX, len);
 	return xmit(ctx, fib.ifindex);
 }
 
@@ -211,7 +211,7 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	struct pkt p;
 	__u32 zero = 0;
 
-	int rc = parse_frame(data, data_end, &p, len, 0);
+	int rc = parse_frame(ctx, data, data_end, &p, len, 0);
 	if (rc != FRAME_IPV4)
 		return rc;
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
@@ -219,7 +219,7 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (nvgre_for_us(&p, &cfg->underlay.a[0]))
 		return agent_from_edge(ctx, &p);
-	return count_pass(STAT_PASS_NOT_OURS, len);
+	return count_pass(ctx, STAT_PASS_NOT_OURS, len);
 }
 
 /* Whether a rule of the local prefix allows the packet: its protocol
@@ -257,7 +257,7 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	/* No IPv6 from a guest: there are no IPv6 EIPs, and the host's
 	 * kernel would answer it (link-local, on every listener bound to
 	 * ::): a path to the host --local-allow does not open. */
-	rc = parse_frame(data, data_end, &p, len, FRAME_F_DROP_IPV6);
+	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_DROP_IPV6);
 	if (rc != FRAME_IPV4)
 		return rc;
 
@@ -288,10 +288,10 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	barrier_var(ctx);
 	if (ifx != ingress) {
 		if (ifx && !f)
-			return count_drop(STAT_DROP_SPOOF, len);
+			return count_drop(ctx, STAT_DROP_SPOOF, len);
 		struct if_addr ia = {.ifindex = ingress, .addr = p.saddr};
 		if (!bpf_map_lookup_elem(&agent_ifaddrs, &ia))
-			return count_drop(STAT_DROP_SPOOF, len);
+			return count_drop(ctx, STAT_DROP_SPOOF, len);
 	}
 	if (!f) {
 		/* Not a reply of a recorded flow: a local destination
@@ -303,11 +303,11 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 		struct local_allow *la = bpf_map_lookup_elem(&agent_local, &lk);
 		if (la) {
 			if (local_allowed(la, &p))
-				return count_pass(STAT_PASS_LOCAL, len);
-			return count_drop(STAT_DROP_LOCAL, len);
+				return count_pass(ctx, STAT_PASS_LOCAL, len);
+			return count_drop(ctx, STAT_DROP_LOCAL, len);
 		}
 		if (!g)
-			return count_drop(STAT_DROP_NO_EIP, len);
+			return count_drop(ctx, STAT_DROP_NO_EIP, len);
 	}
 
 	/* Nothing leaves for a destination no router forwards to (multicast,
@@ -315,9 +315,9 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	 * the EIP's counters having billed it) or with TTL 0 (RFC 1122
 	 * 3.2.1.7: never sent). Found by fuzzing (issue 9). */
 	if (ipv4_martian(p.daddr))
-		return count_drop(STAT_DROP_BAD_DST, len);
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 	if (p.ttl == 0)
-		return count_drop(STAT_DROP_TTL, len);
+		return count_drop(ctx, STAT_DROP_TTL, len);
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
@@ -348,13 +348,13 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	} else {
 		struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
 		if (!grp)
-			return count_drop(STAT_DROP_NO_EDGE, len);
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 		if (f && f->edge && f->gen == grp->gen) {
 			to = f->edge;
 		} else {
 			__u32 n = grp->n;
 			if (n == 0 || n > EDGE_SET_MAX)
-				return count_drop(STAT_DROP_NO_EDGE, len);
+				return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 			__u32 slot = hash % n;
 			/* (clang knows slot < n <= EDGE_SET_MAX and would drop a
 			 * bound check; the verifier does not know: mask it.) */
@@ -363,64 +363,66 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 		}
 	}
 	if (!to)
-		return count_drop(STAT_DROP_NO_EDGE, len);
+		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 
 	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], to, p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		if (!p.df)
-			return count_drop(STAT_DROP_TOO_BIG, len);
+			return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
 		rc = icmp4_error(ctx, &p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu),
 				 cfg->icmp_src.a[0]);
 		if (rc == ICMP_SENT) {
-			stat_add(STAT_ICMP_FRAG_TX, len);
+			count_out(ctx, STAT_ICMP_FRAG_TX, len);
 			return XDP_TX;
 		}
-		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
+		return count_drop(ctx, rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
 	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return count_drop(fib_reason(rc), len);
+		return count_drop(ctx, fib_reason(rc), len);
 	/* The EIP's bandwidth limit, once the packet is sure to leave. */
 	if (bw && bw_over(idx, eip, p.ip_len))
-		return count_drop(STAT_DROP_BW, len);
+		return count_drop(ctx, STAT_DROP_BW, len);
 
 	if (nat4(data, data_end, &p, 0, eip))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 	if (vport) {
 		int bad = quoted ? nat_icmp_quote_port(data + OFF(p.l4_off), data_end, 1, gport, vport)
 				 : nat4_port(data, data_end, &p, 0, vport);
 		if (bad)
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 	}
 
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
-		return count_drop(STAT_DROP_ETH_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	/* The guest's MAC is the frame's: kept aside, the push moves it. */
 	__u8 guest_mac[ETH_ALEN_];
 	__builtin_memcpy(guest_mac, eth->h_source, ETH_ALEN_);
 	__u16 ip_len = p.ip_len;
 	if (nvgre_to(ctx, p.l3_off, ip_len, p.tos, &fib, cfg->underlay.a[0], to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
 		     guest_mac))
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 
 	struct eip_stats *es = count_eip ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;
 	if (es) {
 		es->tx_packets++;
 		es->tx_bytes += ip_len;
 	}
-	stat_add(STAT_ENCAP_TX, len);
+	count_out(ctx, STAT_ENCAP_TX, len);
 	return xmit(ctx, fib.ifindex);
 }
 
 SEC("xdp")
 int xdp_agent_underlay(struct xdp_md *ctx)
 {
+	mon_event(ctx, 0, MON_K_IN);
 	return agent_underlay_main(ctx);
 }
 
 SEC("xdp")
 int xdp_agent_guest(struct xdp_md *ctx)
 {
+	mon_event(ctx, 0, MON_K_IN);
 	return agent_guest_main(ctx);
 }

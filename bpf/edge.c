@@ -88,7 +88,7 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
 {
 	if (!(cfg->flags & CFG_F_ICMP_TTL))
-		return count_drop(STAT_DROP_TTL, len);
+		return count_drop(ctx, STAT_DROP_TTL, len);
 	return ICMP_DEFER | (ICMP_KIND_TTL << 16);
 }
 
@@ -97,7 +97,7 @@ static __always_inline int too_big(struct xdp_md *ctx, struct pkt *p, const stru
 				   __u64 len)
 {
 	if (!p->df)
-		return count_drop(STAT_DROP_TOO_BIG, len);
+		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 	return ICMP_DEFER | (ICMP_KIND_FRAG << 16) | mtu;
 }
 
@@ -112,18 +112,18 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 	if (((act >> 16) & 0xff) == ICMP_KIND_TTL) {
 		rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_TTL, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0), cfg->icmp_src.a[0]);
 		if (rc == ICMP_SENT) {
-			stat_add(STAT_ICMP_TTL_TX, len);
+			count_out(ctx, STAT_ICMP_TTL_TX, len);
 			return XDP_TX;
 		}
-		return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
+		return count_drop(ctx, rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TTL, len);
 	}
 	rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, act & 0xffff),
 			 cfg->icmp_src.a[0]);
 	if (rc == ICMP_SENT) {
-		stat_add(STAT_ICMP_FRAG_TX, len);
+		count_out(ctx, STAT_ICMP_FRAG_TX, len);
 		return XDP_TX;
 	}
-	return count_drop(rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
+	return count_drop(ctx, rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
 }
 
 /* Encapsulates the IPv4 packet p in NVGRE toward host with key, inner
@@ -147,13 +147,13 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
 			       len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return count_drop(fib_reason(rc), len);
+		return count_drop(ctx, fib_reason(rc), len);
 
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *iph = data + OFF(p->l3_off);
 	if ((void *)(iph + 1) > data_end)
-		return count_drop(STAT_DROP_IP_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 
 	/* (The inner source MAC copied first: with cfg live across the
@@ -162,8 +162,8 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	__u8 gw[ETH_ALEN_];
 	__builtin_memcpy(gw, cfg->gw_mac, ETH_ALEN_);
 	if (nvgre_to(ctx, p->l3_off, p->ip_len, p->tos, fibp, ul, host, key, imac, gw))
-		return count_drop(STAT_DROP_HEADROOM, len);
-	stat_add(stat, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	count_out(ctx, stat, len);
 	*sent = 1;
 	return xmit(ctx, fibp->ifindex);
 }
@@ -216,7 +216,7 @@ static __always_inline int route_prepare(struct xdp_md *ctx, struct pkt *p, cons
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return ROUTE_KERNEL;
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return count_drop(fib_reason(rc), len);
+		return count_drop(ctx, fib_reason(rc), len);
 	return ROUTE_ON;
 }
 
@@ -227,25 +227,25 @@ static __always_inline int route_finish(struct xdp_md *ctx, struct pkt *p, struc
 	if (how == ROUTE_KERNEL) {
 		/* The frame is still addressed to us: the kernel routes it
 		 * (and resolves the next hop, so the next packet is ours). */
-		stat_add(STAT_LB_NAT_PASS, len);
+		count_pass(ctx, STAT_LB_NAT_PASS, len);
 		return XDP_PASS;
 	}
 	/* VLAN tags of the ingress link mean nothing on the egress one: the
 	 * frame leaves untagged, as the tunnel paths' frames do. */
 	__u32 tags = OFF(p->l3_off) - sizeof(struct ethhdr);
 	if (tags && bpf_xdp_adjust_head(ctx, (int)tags))
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *iph = (void *)(eth + 1);
 	if ((void *)(iph + 1) > data_end)
-		return count_drop(STAT_DROP_IP_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ipv4_dec_ttl(iph);
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
 	eth->h_proto = bpf_htons(ETH_P_IP_);
-	stat_add(stat, len);
+	count_out(ctx, stat, len);
 	return xmit(ctx, fib->ifindex);
 }
 
@@ -270,14 +270,14 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		/* An ICMP error about a flow to the VIP quotes VIP -> client. */
 		struct icmphdr_ *ih = data + OFF(p->l4_off);
 		if ((void *)(ih + 1) > data_end)
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		if (!icmp_is_error(ih->type))
-			return count_drop(STAT_DROP_LB_NO_PORT, len);
+			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
 		__be32 qs, qd;
 		__be16 qsp, qdp;
 		__u8 qp;
 		if (icmp_quoted_flow(ih, data_end, p->ip_len - (p->l4_off - p->l3_off), &qs, &qd, &qsp, &qdp, &qp) || qs != p->daddr)
-			return count_drop(STAT_DROP_LB_NO_PORT, len);
+			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
 		f.client = qd;
 		f.proto = qp;
 		f.cport = qdp;
@@ -292,7 +292,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	int nolst;
 	struct lb_backend *bp = lb_decide(lbc, &f, lgen, cfg->hash_seed, !f.icmp, &idx, &fid, &nolst);
 	if (!bp)
-		return count_drop(nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
+		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
 	__u32 stat = f.icmp ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX;
 	int act;
@@ -318,17 +318,17 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	__be32 oports = f.icmp ? 0 : ports_of(f.cport, bport ? bport : f.vport);
 	int how = route_prepare(ctx, p, cfg, fib, baddr, oports, fid, len);
 	if (how == ROUTE_LOCAL)
-		return count_drop(STAT_DROP_FIB, len); /* a backend address of our own */
+		return count_drop(ctx, STAT_DROP_FIB, len); /* a backend address of our own */
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
 		return how;
 	if (nat4(data, data_end, p, 1, baddr))
-		return count_drop(STAT_DROP_L4_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 	if (bport) {
 		if (f.icmp) {
 			if (nat_icmp_quote_port(data + OFF(p->l4_off), data_end, 0, f.vport, bport))
-				return count_drop(STAT_DROP_L4_TRUNC, len);
+				return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		} else if (nat4_port(data, data_end, p, 1, bport)) {
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		}
 	}
 	act = route_finish(ctx, p, fib, how, f.icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
@@ -449,15 +449,15 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 
 	int rc = fib4c(ctx, fib, cfg->nh_gen, p->daddr, p->saddr, 68, p->proto, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	if (ipv4_martian(p->daddr))
-		return count_drop(STAT_DROP_BAD_DST, len);
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 	__be32 oports = icmp ? 0 : ports_with_sport(ports, vport);
 	int how = route_prepare(ctx, p, cfg, fib, p->daddr, oports, p->saddr ^ p->daddr ^ ports, len);
 	if (how == ROUTE_LOCAL) {
 		/* To the edge itself (a health check's answer): not a reply
 		 * to translate. */
-		stat_add(STAT_PASS_NOT_OURS, len);
+		count_pass(ctx, STAT_PASS_NOT_OURS, len);
 		return XDP_PASS;
 	}
 	if (how != ROUTE_ON && how != ROUTE_KERNEL)
@@ -471,17 +471,17 @@ static __always_inline int lb_nat_reverse(struct xdp_md *ctx, struct pkt *p, str
 		 * way: only the quote is the connection's. */
 		if (p->saddr == k.baddr) {
 			if (nat4(data, data_end, p, 0, vip))
-				return count_drop(STAT_DROP_L4_TRUNC, len);
+				return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		} else if (nat_icmp_quote(l4, data_end, 1, k.baddr, vip)) {
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		}
 		if (k.bport != vport && nat_icmp_quote_port(l4, data_end, 1, k.bport, vport))
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 	} else {
 		if (nat4(data, data_end, p, 0, vip))
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		if (k.bport != vport && nat4_port(data, data_end, p, 0, vport))
-			return count_drop(STAT_DROP_L4_TRUNC, len);
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
 		/* The backend ends the connection: so does its entry. */
 		if (p->tcp_flags & (TCP_FIN_ | TCP_RST_)) {
 			struct ct_key fk = {.src = k.caddr, .dst = vip, .sport = k.cport, .dport = vport, .proto = k.proto};
@@ -549,12 +549,12 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	/* NVGRE is only taken from the underlay: from the Internet side a
 	 * forged host address must not get a packet past anti-spoofing. */
 	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
-		return count_drop(rc, len);
+		return count_drop(ctx, rc, len);
 	if (ipv4_martian(in.daddr))
-		return count_drop(STAT_DROP_BAD_DST, len);
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 
 	struct eip_key k;
 	eip_key4(&k, in.saddr);
@@ -567,36 +567,36 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		__be32 hc = hc_addr();
 		if (hc && in.daddr == hc)
 			return hc_reply(ctx, o->saddr, in.saddr, vsid, in.l3_off << 16 | in.ip_len);
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	}
 	if (r->flags & ROUTE_F_VIP) {
 		if (!lb_reply_ok(&in, o->saddr, vsid))
-			return count_drop(STAT_DROP_SPOOF, len);
+			return count_drop(ctx, STAT_DROP_SPOOF, len);
 		out_stat = STAT_LB_REPLY_TX;
 		r = NULL;
 	} else {
 		if (r->host.a[0] != o->saddr || r->vsid != vsid)
-			return count_drop(STAT_DROP_SPOOF, len);
+			return count_drop(ctx, STAT_DROP_SPOOF, len);
 		idx = r->stats_idx;
 	}
 	if (in.ttl <= 1)
-		return count_drop(STAT_DROP_TTL, len);
+		return count_drop(ctx, STAT_DROP_TTL, len);
 
 	rc = fib4f(ctx, fibp, cfg->nh_gen, in.saddr, in.daddr, in.ip_len, in.proto, in.tos, in.ports,
 		   in.saddr ^ in.daddr ^ in.ports);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(STAT_DROP_TOO_BIG, len);
+		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return count_drop(STAT_DROP_FIB, len);
+		return count_drop(ctx, STAT_DROP_FIB, len);
 	/* A guest must not reach the underlay through the edge (the lookup
 	 * names the egress interface with NO_NEIGH too). */
 	if (fibp->ifindex == ctx->ingress_ifindex || fibp->ifindex == cfg->ul_ifindex)
-		return count_drop(STAT_DROP_BAD_DST, len);
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 
 	__u16 ip_len = in.ip_len;
 	struct ethhdr *oeth = data;
 	if ((void *)(oeth + 1) > data_end)
-		return count_drop(STAT_DROP_ETH_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	__u8 ours[ETH_ALEN_], peer[ETH_ALEN_];
 	__builtin_memcpy(ours, oeth->h_dest, ETH_ALEN_);
 	__builtin_memcpy(peer, oeth->h_source, ETH_ALEN_);
@@ -604,16 +604,16 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		struct iphdr *iph = data + OFF(in.l3_off);
 		if ((void *)(iph + 1) > data_end)
-			return count_drop(STAT_DROP_INNER_BAD, len);
+			return count_drop(ctx, STAT_DROP_INNER_BAD, len);
 		ipv4_dec_ttl(iph);
 	}
 	if (nvgre_strip(ctx, &in))
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 
 	if (r) {
 		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
@@ -626,12 +626,12 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		/* Let the kernel forward this one and resolve the neighbour. */
 		__builtin_memcpy(eth->h_dest, ours, ETH_ALEN_);
 		__builtin_memcpy(eth->h_source, peer, ETH_ALEN_);
-		stat_add(STAT_DECAP_PASS, len);
+		count_pass(ctx, STAT_DECAP_PASS, len);
 		return XDP_PASS;
 	}
 	__builtin_memcpy(eth->h_dest, fibp->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fibp->smac, ETH_ALEN_);
-	stat_add(out_stat, len);
+	count_out(ctx, out_stat, len);
 	return xmit(ctx, fibp->ifindex);
 }
 
@@ -658,23 +658,23 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	__u32 zero = 0;
 	struct arp_iface *ai = bpf_map_lookup_elem(&arp_ifaces, &ifindex);
 	if (!ai || p->l3_off != ETH_HLEN_)
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	struct arp_owner *own = bpf_map_lookup_elem(&arp_owner, &zero);
 	if (!own || bpf_ktime_get_ns() >= own->until_ns)
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	struct ethhdr *eth = data;
 	struct arp_ipv4 *a = data + ETH_HLEN_;
 	if ((void *)(a + 1) > data_end)
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	if (a->htype != bpf_htons(ARPHRD_ETHER_) || a->ptype != bpf_htons(ETH_P_IP_) || a->hlen != ARP_HLEN_ETHER ||
 	    a->plen != ARP_PLEN_IPV4 || a->op != bpf_htons(ARPOP_REQUEST_))
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	__be32 vip = a->tpa;
 	struct eip_key k;
 	eip_key4(&k, vip);
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &k);
 	if ((!r || !(r->flags & ROUTE_F_VIP)) && !bpf_map_lookup_elem(&arp_addrs, &vip))
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	__be32 spa = a->spa;
 	__builtin_memcpy(a->tha, a->sha, ETH_ALEN_);
 	__builtin_memcpy(a->sha, ai->mac, ETH_ALEN_);
@@ -683,7 +683,7 @@ static __always_inline int arp_reply(struct xdp_md *ctx, struct pkt *p, __u64 le
 	a->op = bpf_htons(ARPOP_REPLY_);
 	__builtin_memcpy(eth->h_dest, a->tha, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, ai->mac, ETH_ALEN_);
-	stat_add(STAT_ARP_REPLY, len);
+	count_out(ctx, STAT_ARP_REPLY, len);
 	return XDP_TX;
 }
 
@@ -723,7 +723,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	__u32 zero = 0;
 	int rc;
 
-	rc = parse_frame(data, data_end, &p, len, FRAME_F_ARP);
+	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP);
 	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
 	if (rc != FRAME_IPV4)
@@ -756,15 +756,15 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 			return XDP_DROP;
 		__u32 sc = spoof_class(&p);
 		if (sc)
-			return count_drop(sc, len);
+			return count_drop(ctx, sc, len);
 		if (rl_applies(r->flags, &p)) {
 			sc = rl_check(&p);
 			if (sc)
-				return count_drop(sc, len);
+				return count_drop(ctx, sc, len);
 		}
 		/* Last: only what would be forwarded spends the EIP's bandwidth. */
 		if ((r->flags & ROUTE_F_BW) && bw_over(r->stats_idx, p.daddr, p.ip_len))
-			return count_drop(STAT_DROP_BW, len);
+			return count_drop(ctx, STAT_DROP_BW, len);
 	}
 	fib = fib_room();
 	if (!fib)
@@ -785,14 +785,15 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	__be32 hc = hc_addr();
 	if (hc && p.daddr == hc) {
 		hc_count(HC_STAT_DROP_DIRECT, len);
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	}
-	return count_pass(STAT_PASS_NOT_OURS, len);
+	return count_pass(ctx, STAT_PASS_NOT_OURS, len);
 }
 
 SEC("xdp")
 int xdp_edge(struct xdp_md *ctx)
 {
+	mon_event(ctx, 0, MON_K_IN);
 	return edge_main(ctx);
 }
 

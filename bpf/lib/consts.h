@@ -164,6 +164,21 @@
 #ifndef CT_EVENTS_BYTES
 #define CT_EVENTS_BYTES (1 << 23)
 #endif
+/* The monitor (lib/monitor.h, internal/monitor): bytes of its ring buffer
+ * (a power of two pages; a record takes 168 bytes and the ring's 8-byte
+ * header: 256 KiB hold about 1,490 events), the bytes of each frame a
+ * record carries, its flags and the kinds of events. */
+#ifndef MON_EVENTS_BYTES
+#define MON_EVENTS_BYTES (1 << 18)
+#endif
+#define MON_SNAP 128
+#define MON_F_DROPS 0x1 /* an event for every drop (rate limited) */
+#define MON_F_TRACE 0x2 /* also every frame as it comes in and every other verdict */
+#define MON_K_IN 1      /* the frame as it came in (trace) */
+#define MON_K_DROP 2    /* dropped: reason says why */
+#define MON_K_PASS 3    /* handed to the kernel (trace) */
+#define MON_K_OUT 4     /* sent (XDP_TX or a redirect), as sent (trace) */
+
 #define CT_EV_NEW 1   /* an entry made (or replaced: another backend) */
 #define CT_EV_STATE 2 /* an entry's TCP state changed (SYN -> EST -> FIN) */
 

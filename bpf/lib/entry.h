@@ -25,23 +25,23 @@
 /* Parses the frame (len bytes) from data into p. Returns FRAME_IPV4,
  * FRAME_ARP or the XDP action for the frame, already counted. flags is a
  * constant of each caller: the checks it turns off cost nothing. */
-static __always_inline int parse_frame(void *data, void *data_end, struct pkt *p, __u64 len, int flags)
+static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *data_end, struct pkt *p, __u64 len, int flags)
 {
 	int rc = parse_eth(data, data_end, p);
 	if (rc)
-		return count_drop(rc, len);
+		return count_drop(ctx, rc, len);
 	if (p->eth_proto == ETH_P_IPV6_) {
 		if (flags & FRAME_F_DROP_IPV6)
-			return count_drop(STAT_DROP_LOCAL, len);
-		return count_pass(STAT_PASS_IPV6, len);
+			return count_drop(ctx, STAT_DROP_LOCAL, len);
+		return count_pass(ctx, STAT_PASS_IPV6, len);
 	}
 	if ((flags & FRAME_F_ARP) && p->eth_proto == ETH_P_ARP_)
 		return FRAME_ARP;
 	if (p->eth_proto != ETH_P_IP_)
-		return count_pass(STAT_PASS_NON_IP, len);
+		return count_pass(ctx, STAT_PASS_NON_IP, len);
 	rc = parse_ipv4(data, data_end, p);
 	if (rc)
-		return count_drop(rc, len);
+		return count_drop(ctx, rc, len);
 	return FRAME_IPV4;
 }
 

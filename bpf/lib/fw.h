@@ -201,6 +201,7 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 	if (v & FW_V_DENY) {
 		fw_count(v & FW_V_RULE, len);
 		stat_add(STAT_DROP_FW_DENY, len);
+		mon_event(ctx, STAT_DROP_FW_DENY, MON_K_DROP);
 		return 1;
 	}
 	if (v & FW_V_ALLOW) {
@@ -209,6 +210,7 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 	}
 	if (v & FW_V_PRIVATE) {
 		stat_add(STAT_DROP_FW_PRIVATE, len);
+		mon_event(ctx, STAT_DROP_FW_PRIVATE, MON_K_DROP);
 		return 1;
 	}
 	return 0;

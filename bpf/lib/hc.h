@@ -137,31 +137,31 @@ static __noinline int hc_reply(struct xdp_md *ctx, __be32 host, __be32 guest, __
 	struct hc_peer k = {.host = host, .guest = guest, .vsid = vsid};
 	if (!bpf_map_lookup_elem(&hc_peers, &k)) {
 		hc_count(HC_STAT_DROP_PEER, len);
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	}
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *oeth = data;
 	if ((void *)(oeth + 1) > data_end)
-		return count_drop(STAT_DROP_ETH_TRUNC, len);
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	__u8 ours[ETH_ALEN_], peer[ETH_ALEN_];
 	__builtin_memcpy(ours, oeth->h_dest, ETH_ALEN_);
 	__builtin_memcpy(peer, oeth->h_source, ETH_ALEN_);
 	if (nvgre_strip(ctx, in))
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
-		return count_drop(STAT_DROP_HEADROOM, len);
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	__builtin_memcpy(eth->h_dest, ours, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, peer, ETH_ALEN_);
 	if (!hc_sock_ok(ctx)) {
 		hc_count(HC_STAT_DROP_NO_SOCK, len);
-		return count_drop(STAT_DROP_SPOOF, len);
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	}
 	hc_count(HC_STAT_REPLY_PASS, len);
-	return count_pass(STAT_PASS_HC_REPLY, len);
+	return count_pass(ctx, STAT_PASS_HC_REPLY, len);
 }
 
 /* The NVGRE headers tc_edge_hc writes in front of the inner IPv4 header:

@@ -34,6 +34,24 @@ struct {
 
 /* ---- edge and agent: counters (lib/stats.h), next hops (lib/fib.h) ---- */
 
+/* The monitor's events (struct mon_event, lib/monitor.h), read by
+ * `azgate monitor` and `azgate capture` from the pin (root only). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, MON_EVENTS_BYTES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mon_events SEC(".maps");
+
+/* The monitor's token bucket and counts (events sent, refused by the rate
+ * limit, by a full ring), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mon_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mon_state SEC(".maps");
+
 /* Packets and bytes per outcome (enum azg_stat), per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

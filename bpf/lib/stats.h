@@ -7,6 +7,7 @@
 #include <bpf/bpf_helpers.h>
 #include "structs.h"
 #include "maps.h"
+#include "monitor.h"
 
 static __always_inline void stat_add(__u32 idx, __u64 bytes)
 {
@@ -17,16 +18,40 @@ static __always_inline void stat_add(__u32 idx, __u64 bytes)
 	}
 }
 
-static __always_inline int count_drop(__u32 reason, __u64 bytes)
+/* The verdicts, counted and shown to the monitor (lib/monitor.h): every
+ * drop goes through count_drop (or mon_event directly where the caller
+ * returns XDP_DROP itself, lib/fw.h), every pass through count_pass,
+ * every frame sent through count_out. */
+/* Every drop: a global (separately verified) function, one copy of the
+ * counting and the monitor's hook instead of one inlined at each of the
+ * hundred drop sites; the monitor's event is built in its frame (no
+ * deeper call: lb_ingress's drops are at the bottom of the 512 bytes). */
+__noinline int drop_counted(struct xdp_md *ctx, __u32 reason, __u32 bytes)
 {
 	stat_add(reason, bytes);
+	if (mon_flags & MON_F_DROPS)
+		mon_emit_body(ctx, reason, MON_K_DROP);
 	return XDP_DROP;
 }
 
-static __always_inline int count_pass(__u32 reason, __u64 bytes)
+static __always_inline int count_drop(struct xdp_md *ctx, __u32 reason, __u64 bytes)
+{
+	drop_counted(ctx, reason, bytes);
+	return XDP_DROP;
+}
+
+static __always_inline int count_pass(struct xdp_md *ctx, __u32 reason, __u64 bytes)
 {
 	stat_add(reason, bytes);
+	mon_event(ctx, reason, MON_K_PASS);
 	return XDP_PASS;
+}
+
+/* A frame about to be sent (XDP_TX or a redirect), counted under stat. */
+static __always_inline void count_out(struct xdp_md *ctx, __u32 stat, __u64 bytes)
+{
+	stat_add(stat, bytes);
+	mon_event(ctx, stat, MON_K_OUT);
 }
 
 /* One token per error of a kind (ICMP_KIND_*) from that kind's bucket;

@@ -247,6 +247,29 @@ struct gen_config {
 	__u16 pad;
 };
 
+/* A monitor event (lib/monitor.h), fixed size, in mon_events. */
+struct mon_event {
+	__u64 ts;      /* bpf_ktime_get_ns */
+	__u64 seq;     /* this CPU's count of MON_K_IN events: pairs a frame's events */
+	__u32 reason;  /* enum azg_stat (0 for MON_K_IN) */
+	__u32 kind;    /* MON_K_* */
+	__u32 ifindex; /* the interface it came in on */
+	__u32 cpu;
+	__u32 len;     /* the frame's length at the event */
+	__u32 snap;    /* bytes of it in data */
+	__u8 data[MON_SNAP];
+};
+
+/* The monitor's state per CPU (mon_state): its token bucket and counts. */
+struct mon_state {
+	__u64 tokens;    /* in 1e-9 events */
+	__u64 last_ns;
+	__u64 seq;
+	__u64 sent;      /* events written to the ring */
+	__u64 lost_rate; /* events the bucket refused */
+	__u64 lost_full; /* events the full ring had no room for */
+};
+
 /* Counter indices of the stats array. Keep in step with the names in
  * internal/dataplane (a test holds them together). */
 enum azg_stat {

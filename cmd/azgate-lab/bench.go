@@ -34,6 +34,7 @@ The suites that build a lab run the azgate binary for its roles
 		}
 		d.Flags().IntVar(&dp.Repeat, "repeat", 2_000_000, "runs per measurement")
 		d.Flags().IntVar(&dp.Rounds, "rounds", 5, "measurements per path (the fastest is reported)")
+		d.Flags().BoolVar(&dp.NoMonitor, "no-monitor", false, "skip the monitor's cost (edge_drop and edge_encap with the monitor off, on without and with a listener)")
 		d.Flags().StringVar(&dp.BaselineObjects, "baseline-objects", "", "directory with an earlier version's edge_bpfel.o and agent_bpfel.o, timed in the same run (before/cut columns; scripts/baseline-objects.sh REV DIR extracts them)")
 		d.Flags().StringVar(&dp.Only, "only", "", "time only the paths whose name contains this (to profile one path with perf)")
 		d.Flags().DurationVar(&dp.Soak, "soak", 0, "with --only: then run those paths alone this long, untimed (for perf)")

@@ -73,6 +73,9 @@ type daemonFlags struct {
 	hashSeed      uint32
 	icmpRate      uint32
 	icmpBurst     uint32
+	monitor       string // --monitor: off, drops or trace
+	monitorRate   uint32
+	monitorBurst  uint32
 	metricsListen string
 	metricsToken  string // file
 	logLevel      string
@@ -94,6 +97,9 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.Uint32Var(&d.hashSeed, "hash-seed", flowhash.DefaultHashSeed, "cluster-wide flow hash seed (every node must use the same)")
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
+	f.StringVar(&d.monitor, "monitor", "drops", "data-plane events for azgate monitor and azgate capture: off, drops (every drop) or trace (every frame in and every verdict too); rate limited per CPU by --monitor-rate")
+	f.Uint32Var(&d.monitorRate, "monitor-rate", 100, "monitor events a second per CPU at most (those over it are counted as lost)")
+	f.Uint32Var(&d.monitorBurst, "monitor-burst", 100, "monitor events at most in one burst per CPU")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -102,6 +108,24 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.DurationVar(&d.bwInterval, "bw-interval", bandwidth.DefaultInterval, "shared bandwidth: report per-EIP rates and poll the limits this often")
 	f.DurationVar(&d.bwGrace, "bw-grace", bandwidth.DefaultGrace, "shared bandwidth: keep limits the store cannot confirm this long, then fall back to the package's static split")
 	addEtcdAuthFlags(c, &d.etcdAuth)
+}
+
+// monitorConfig is --monitor, --monitor-rate and --monitor-burst.
+func (d *daemonFlags) monitorConfig() (dataplane.MonitorConfig, error) {
+	c := dataplane.MonitorConfig{Rate: d.monitorRate, Burst: d.monitorBurst}
+	switch d.monitor {
+	case "off":
+	case "drops":
+		c.Drops = true
+	case "trace":
+		c.Trace = true
+	default:
+		return c, fmt.Errorf("--monitor %q: want off, drops or trace", d.monitor)
+	}
+	if d.monitorRate == 0 || d.monitorRate > dataplane.MaxMonitorRate || d.monitorBurst > dataplane.MaxMonitorRate {
+		return c, fmt.Errorf("--monitor-rate %d, --monitor-burst %d: from 1 to %d events a second per CPU", d.monitorRate, d.monitorBurst, dataplane.MaxMonitorRate)
+	}
+	return c, nil
 }
 
 // openBandwidthStore opens --bw-store (nil when unset: bandwidth off).
@@ -264,6 +288,9 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, LB: lb, HealthCommands: cmds,
 				HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
 				EIPMax: eipMax, ConnMax: ctMax, ListenerMax: listenerMax, BackendMax: backendMax, FollowShare: followShare}
+			if cfg.Monitor, err = df.monitorConfig(); err != nil {
+				return nil, err
+			}
 			if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 				return nil, err
 			}
@@ -402,6 +429,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			}
 			cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 				ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}, EIPMax: eipMax}
+			var err error
+			if cfg.Monitor, err = df.monitorConfig(); err != nil {
+				return nil, err
+			}
 			if err := cfg.Check(); err != nil {
 				return nil, err
 			}

@@ -21,9 +21,12 @@ type Config struct {
 	HashSeed   uint32
 	ICMPRate   uint32
 	ICMPBurst  uint32
-	Version    string
-	Log        *slog.Logger
-	NoRetry    bool // tests: no background retries
+	// Monitor: what the programs write events for (`azgate monitor`,
+	// docs/observability.md).
+	Monitor dataplane.MonitorConfig
+	Version string
+	Log     *slog.Logger
+	NoRetry bool // tests: no background retries
 	// Status: where the agent's status goes.
 	Status StatusConfig
 	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).

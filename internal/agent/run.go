@@ -94,6 +94,9 @@ func openDataPlane(cfg Config, load dataplane.LoadOptions, s *stack) (*dataplane
 	}
 	s.push(func() { dp.Close() })
 	dp.Upgrade().Log(cfg.Log) // maps migrated or not trusted (docs/upgrades.md)
+	if err := dp.SetMonitor(cfg.Monitor); err != nil {
+		return nil, err
+	}
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return nil, err
 	}

@@ -36,13 +36,16 @@ type DataplaneOptions struct {
 	// JITLines: with Soak, write the soaked programs' JIT address ->
 	// source line table to this file.
 	JITLines string
+	// NoMonitor skips the monitor's cost (edge_drop and edge_encap with
+	// the monitor off, on without a listener, on with one).
+	NoMonitor bool
 }
 
 // Dataplane measures ns/packet of every edge and agent path with
 // BPF_PROG_TEST_RUN repeat mode, next to the harness's own cost and the
 // XDP_TX MAC-swap floor measured in the same run, inside a namespace whose
 // routes and neighbours make bpf_fib_lookup succeed as on a real node.
-func Dataplane(o DataplaneOptions) ([]Result, error) {
+func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	if o.Repeat == 0 {
 		o.Repeat = 2_000_000
 	}
@@ -120,9 +123,22 @@ func Dataplane(o DataplaneOptions) ([]Result, error) {
 		n.add("restore", v)
 		return nil
 	}
-	out, err := n.run("dataplane", o.Rounds, sides, cases)
+	out, err = n.run("dataplane", o.Rounds, sides, cases)
 	if err != nil {
 		return nil, err
+	}
+	if !o.NoMonitor && o.Only == "" && o.Soak == 0 {
+		var mc []nsCase
+		for _, c := range cases {
+			if c.prog == "edge" && (c.action == actDrop || c.dev == dptest.ExtDev && c.action == actRedirect) {
+				mc = append(mc, c)
+			}
+		}
+		m, err := monitorCost(n, cur, max(o.Rounds, 7), mc)
+		if err != nil {
+			return nil, fmt.Errorf("monitor cost: %w", err)
+		}
+		defer func() { out = append(out, m...) }()
 	}
 	for i := range out {
 		if out[i].Name == cases[0].name && n.s["restore"] != nil {

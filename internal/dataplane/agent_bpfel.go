@@ -221,6 +221,16 @@ type agentLpm4Key struct {
 	Addr      uint32
 }
 
+type agentMonState struct {
+	_        structs.HostLayout
+	Tokens   uint64
+	LastNs   uint64
+	Seq      uint64
+	Sent     uint64
+	LostRate uint64
+	LostFull uint64
+}
+
 type agentNhEntry struct {
 	_         structs.HostLayout
 	Dst       uint32
@@ -278,12 +288,17 @@ const (
 	agentMapFibScratch        = "fib_scratch"
 	agentMapIcmpBudgets       = "icmp_budgets"
 	agentMapIcmpKinds         = "icmp_kinds"
+	agentMapMonEvents         = "mon_events"
+	agentMapMonState          = "mon_state"
 	agentMapNhCache           = "nh_cache"
 	agentMapStats             = "stats"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
 	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
 	agentVarBwClockBase       = "bw_clock_base"
 	agentVarBwTickNs          = "bw_tick_ns"
+	agentVarMonBurst          = "mon_burst"
+	agentVarMonFlags          = "mon_flags"
+	agentVarMonRate           = "mon_rate"
 )
 
 // loadAgent returns the embedded CollectionSpec for agent.
@@ -352,6 +367,8 @@ type agentMapSpecs struct {
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
 	IcmpKinds     *ebpf.MapSpec `ebpf:"icmp_kinds"`
+	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
+	MonState      *ebpf.MapSpec `ebpf:"mon_state"`
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -362,6 +379,9 @@ type agentMapSpecs struct {
 type agentVariableSpecs struct {
 	BwClockBase *ebpf.VariableSpec `ebpf:"bw_clock_base"`
 	BwTickNs    *ebpf.VariableSpec `ebpf:"bw_tick_ns"`
+	MonBurst    *ebpf.VariableSpec `ebpf:"mon_burst"`
+	MonFlags    *ebpf.VariableSpec `ebpf:"mon_flags"`
+	MonRate     *ebpf.VariableSpec `ebpf:"mon_rate"`
 }
 
 // agentObjects contains all objects after they have been loaded into the kernel.
@@ -400,6 +420,8 @@ type agentMaps struct {
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
 	IcmpKinds     *ebpf.Map `ebpf:"icmp_kinds"`
+	MonEvents     *ebpf.Map `ebpf:"mon_events"`
+	MonState      *ebpf.Map `ebpf:"mon_state"`
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
@@ -422,6 +444,8 @@ func (m *agentMaps) Close() error {
 		m.FibScratch,
 		m.IcmpBudgets,
 		m.IcmpKinds,
+		m.MonEvents,
+		m.MonState,
 		m.NhCache,
 		m.Stats,
 	)
@@ -433,6 +457,9 @@ func (m *agentMaps) Close() error {
 type agentVariables struct {
 	BwClockBase *ebpf.Variable `ebpf:"bw_clock_base"`
 	BwTickNs    *ebpf.Variable `ebpf:"bw_tick_ns"`
+	MonBurst    *ebpf.Variable `ebpf:"mon_burst"`
+	MonFlags    *ebpf.Variable `ebpf:"mon_flags"`
+	MonRate     *ebpf.Variable `ebpf:"mon_rate"`
 }
 
 // agentPrograms contains all programs after they have been loaded into the kernel.

@@ -352,6 +352,16 @@ type edgeLpm4Key struct {
 	Addr      uint32
 }
 
+type edgeMonState struct {
+	_        structs.HostLayout
+	Tokens   uint64
+	LastNs   uint64
+	Seq      uint64
+	Sent     uint64
+	LostRate uint64
+	LostFull uint64
+}
+
 type edgeNatBkey struct {
 	_     structs.HostLayout
 	Baddr uint32
@@ -461,6 +471,8 @@ const (
 	edgeMapLbRanges      = "lb_ranges"
 	edgeMapLbTableOwner  = "lb_table_owner"
 	edgeMapLbTables      = "lb_tables"
+	edgeMapMonEvents     = "mon_events"
+	edgeMapMonState      = "mon_state"
 	edgeMapNhCache       = "nh_cache"
 	edgeMapStats         = "stats"
 	edgeProgTcEdgeHc     = "tc_edge_hc"
@@ -471,6 +483,9 @@ const (
 	edgeVarCtEventsLost  = "ct_events_lost"
 	edgeVarCtSyncOn      = "ct_sync_on"
 	edgeVarHcAddress     = "hc_address"
+	edgeVarMonBurst      = "mon_burst"
+	edgeVarMonFlags      = "mon_flags"
+	edgeVarMonRate       = "mon_rate"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -561,6 +576,8 @@ type edgeMapSpecs struct {
 	LbRanges      *ebpf.MapSpec `ebpf:"lb_ranges"`
 	LbTableOwner  *ebpf.MapSpec `ebpf:"lb_table_owner"`
 	LbTables      *ebpf.MapSpec `ebpf:"lb_tables"`
+	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
+	MonState      *ebpf.MapSpec `ebpf:"mon_state"`
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -575,6 +592,9 @@ type edgeVariableSpecs struct {
 	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
 	HcAddress    *ebpf.VariableSpec `ebpf:"hc_address"`
+	MonBurst     *ebpf.VariableSpec `ebpf:"mon_burst"`
+	MonFlags     *ebpf.VariableSpec `ebpf:"mon_flags"`
+	MonRate      *ebpf.VariableSpec `ebpf:"mon_rate"`
 }
 
 // edgeObjects contains all objects after they have been loaded into the kernel.
@@ -635,6 +655,8 @@ type edgeMaps struct {
 	LbRanges      *ebpf.Map `ebpf:"lb_ranges"`
 	LbTableOwner  *ebpf.Map `ebpf:"lb_table_owner"`
 	LbTables      *ebpf.Map `ebpf:"lb_tables"`
+	MonEvents     *ebpf.Map `ebpf:"mon_events"`
+	MonState      *ebpf.Map `ebpf:"mon_state"`
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
@@ -679,6 +701,8 @@ func (m *edgeMaps) Close() error {
 		m.LbRanges,
 		m.LbTableOwner,
 		m.LbTables,
+		m.MonEvents,
+		m.MonState,
 		m.NhCache,
 		m.Stats,
 	)
@@ -694,6 +718,9 @@ type edgeVariables struct {
 	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`
 	HcAddress    *ebpf.Variable `ebpf:"hc_address"`
+	MonBurst     *ebpf.Variable `ebpf:"mon_burst"`
+	MonFlags     *ebpf.Variable `ebpf:"mon_flags"`
+	MonRate      *ebpf.Variable `ebpf:"mon_rate"`
 }
 
 // edgePrograms contains all programs after they have been loaded into the kernel.

@@ -132,6 +132,9 @@ func (p *plane) Start(context.Context) error {
 	}
 	p.dp = dp
 	dp.Upgrade().Log(cfg.Log) // maps migrated or not trusted (docs/upgrades.md)
+	if err := dp.SetMonitor(cfg.Monitor); err != nil {
+		return err
+	}
 	p.rec = NewReconciler(*cfg, dp)
 	return nil
 }

@@ -47,7 +47,10 @@ type Config struct {
 	// others get ICMPRate and ICMPBurst, each kind its own bucket).
 	ICMPBudgets      map[dataplane.ICMPKind]dataplane.ICMPBudget
 	ICMPTimeExceeded bool
-	StatusInterval   time.Duration
+	// Monitor: what the program writes events for (`azgate monitor`,
+	// docs/observability.md).
+	Monitor        dataplane.MonitorConfig
+	StatusInterval time.Duration
 	// IfindexOf finds the interface holding an address (the underlay
 	// interface holds the edge's underlay address); nil: not checked.
 	IfindexOf func(netip.Addr) (uint32, error)

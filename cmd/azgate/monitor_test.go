@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/azgate/azgate/internal/dataplane"
+)
+
+// TestMonitorFlag: a bad --monitor or --monitor-rate stops an edge or an
+// agent with an error naming the flag.
+func TestMonitorFlag(t *testing.T) {
+	for args, msg := range map[string]string{
+		"--monitor loud":          `--monitor "loud": want off, drops or trace`,
+		"--monitor-rate 0":        "--monitor-rate 0",
+		"--monitor-rate 2000000":  "--monitor-rate 2000000",
+		"--monitor-burst 2000000": "--monitor-burst 2000000",
+	} {
+		for _, role := range [][]string{{"agent", "--underlay-if", "ul0"}, {"edge", "--attach", "ext0"}} {
+			root := newRoot()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&out)
+			root.SetArgs(append(append(role, "--name", "h1", "--etcd-endpoints", "bogus://x"), strings.Fields(args)...))
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), msg) {
+				t.Errorf("%s %s: error %v, want one saying %q", role[0], args, err, msg)
+			}
+		}
+	}
+}
+
+// TestMonitorCommand: a drop in a node's pinned data plane is shown by
+// azgate monitor (reason, kind) and written by azgate capture (pcapng),
+// both reading the pins as a node-local command does.
+func TestMonitorCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: loading BPF programs needs root")
+	}
+	node := fmt.Sprintf("azgt-monitor-%d", os.Getpid())
+	dir := dataplane.NodePinDir(node)
+	t.Cleanup(func() { dataplane.RemovePins(dir) })
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{PinDir: dir, EIPMax: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SetMonitor(dataplane.MonitorConfig{Drops: true}); err != nil {
+		t.Fatal(err)
+	}
+	cut := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x81, 0x00, 0x00} // a VLAN tag cut off
+	run := func() {
+		if _, err := e.Program().Run(&ebpf.RunOptions{Data: cut, DataOut: make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := func(args ...string) (string, string) {
+		root := newRoot()
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		return out.String(), errOut.String()
+	}
+
+	run()
+	out, errOut := cli("monitor", node, "--count", "1", "--duration", "10s")
+	if !strings.Contains(out, " drop drop_eth_trunc - len 15 | 020000000001020000000002810000") {
+		t.Errorf("monitor printed %q, want the drop_eth_trunc drop", out)
+	}
+	if !strings.Contains(errOut, "1 events shown") {
+		t.Errorf("monitor reported %q", errOut)
+	}
+
+	// Filtered out by reason: nothing shown within the duration.
+	run()
+	out, _ = cli("monitor", node, "--reason", "drop_ip_csum", "--duration", "300ms")
+	if out != "" {
+		t.Errorf("monitor --reason drop_ip_csum printed %q", out)
+	}
+
+	run()
+	file := filepath.Join(t.TempDir(), "c.pcapng")
+	cli("capture", node, "-w", file, "--count", "1", "--duration", "10s")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 12 || !bytes.Equal(b[:4], []byte{0x0a, 0x0d, 0x0d, 0x0a}) || !bytes.Contains(b, []byte("drop drop_eth_trunc")) || !bytes.Contains(b, cut) {
+		t.Errorf("capture wrote %d bytes without a pcapng header, the drop's comment or its frame", len(b))
+	}
+}
