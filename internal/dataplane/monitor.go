@@ -186,17 +186,17 @@ type Tuple struct {
 func ParseTuple(b []byte) Tuple {
 	var t Tuple
 	off := 12
-	for i := 0; i < 3; i++ {
+	for tags := 0; ; tags++ {
 		if len(b) < off+2 {
 			return t
 		}
 		et := binary.BigEndian.Uint16(b[off:])
-		if et == 0x8100 || et == 0x88a8 {
+		if (et == 0x8100 || et == 0x88a8) && tags < 2 {
 			off += 4
 			continue
 		}
 		if et != 0x0800 {
-			return t
+			return t // not IPv4, or a third tag (the data plane takes two)
 		}
 		off += 2
 		break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -223,6 +224,25 @@ func TestMonitorTrace(t *testing.T) {
 	}
 	if evs[0].Seq != evs[1].Seq {
 		t.Errorf("sequence numbers %d and %d differ", evs[0].Seq, evs[1].Seq)
+	}
+}
+
+// TestParseTupleThreeTags: after two VLAN tags the next two bytes must be
+// the IPv4 ethertype; a third tag is not skipped and its ethertype is not
+// read as an IPv4 header (a frame the data plane drops as drop_eth_trunc
+// must not show a tuple made up of its tag bytes).
+func TestParseTupleThreeTags(t *testing.T) {
+	ip := []byte{0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 203, 0, 113, 10, 198, 51, 100, 7, 0, 1, 0, 2, 0, 8, 0, 0}
+	hdr := append(make([]byte, 12), 0x88, 0xa8, 0, 1, 0x81, 0x00, 0, 2)
+	two := append(append(append([]byte(nil), hdr...), 0x08, 0x00), ip...)
+	if tu := ParseTuple(two); !tu.OK || tu.Src != netip.MustParseAddr("203.0.113.10") || tu.Dport != 2 {
+		t.Errorf("two tags: %+v, want udp 203.0.113.10:1 > 198.51.100.7:2", tu)
+	}
+	// A third tag, then an ethertype field (0x4500) that starts like an
+	// IPv4 header.
+	three := append(append(append([]byte(nil), hdr...), 0x81, 0x00, 0, 3), ip...)
+	if tu := ParseTuple(three); tu.OK {
+		t.Errorf("three tags parsed as %+v, want no tuple", tu)
 	}
 }
 
