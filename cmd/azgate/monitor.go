@@ -150,7 +150,7 @@ Read it with tshark -r FILE -T fields -e frame.comment, or Wireshark.`,
 				if file == "" {
 					return fmt.Errorf("-w FILE: where to write the capture")
 				}
-				f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+				f, err := createCapture(file)
 				if err != nil {
 					return err
 				}
@@ -175,6 +175,20 @@ Read it with tshark -r FILE -T fields -e frame.comment, or Wireshark.`,
 		c.Flags().StringVarP(&file, "write", "w", "", "the pcapng file to write (mode 0600)")
 		return c
 	})
+}
+
+// createCapture creates or truncates the capture file, mode 0600 also
+// when it was there before with another mode: it holds packet data.
+func createCapture(file string) (*os.File, error) {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return f, nil
 }
 
 // monotonicEpoch is the wall time at which CLOCK_MONOTONIC (the data

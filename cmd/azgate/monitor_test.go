@@ -99,3 +99,27 @@ func TestMonitorCommand(t *testing.T) {
 		t.Errorf("capture wrote %d bytes without a pcapng header, the drop's comment or its frame", len(b))
 	}
 }
+
+// TestCaptureFileMode: the capture file is 0600 (packet data) also when
+// it existed before, world-readable.
+func TestCaptureFileMode(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.pcapng")
+	if err := os.WriteFile(file, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := createCapture(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 || st.Size() != 0 {
+		t.Errorf("mode %v, %d bytes: want 0600, truncated", st.Mode().Perm(), st.Size())
+	}
+}
