@@ -76,6 +76,9 @@ func runMonitor(m *monitorFlags, node string, errOut io.Writer, fn func(*datapla
 	if err != nil {
 		return err
 	}
+	// Only what happens from now on: the ring's backlog is its oldest
+	// events, not its latest.
+	o.Since = monotonicNow()
 	dir := m.dir(node)
 	r, err := dataplane.OpenMonitor(dir)
 	if err != nil {
@@ -189,6 +192,16 @@ func createCapture(file string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return f, nil
+}
+
+// monotonicNow is CLOCK_MONOTONIC now (the data plane's bpf_ktime_get_ns);
+// 0 if it cannot be read.
+func monotonicNow() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // monotonicEpoch is the wall time at which CLOCK_MONOTONIC (the data

@@ -19,6 +19,11 @@ type Options struct {
 	Filter Filter
 	Count  int           // stop after this many selected events (0: no bound)
 	For    time.Duration // stop after this long (0: no bound)
+	// Since skips the events older than this (CLOCK_MONOTONIC, as
+	// MonitorEvent.Time): what waits in the ring when a reader starts is
+	// not recent but the oldest events since the last reader (a full ring
+	// keeps its old records and refuses new ones), possibly days old.
+	Since time.Duration
 }
 
 // Read reads events from src and calls fn with each one the filter
@@ -47,6 +52,9 @@ func Read(ctx context.Context, src Source, o Options, fn func(*dataplane.Monitor
 		}
 		if err != nil {
 			return n, err
+		}
+		if ev.Time < o.Since {
+			continue
 		}
 		t := dataplane.ParseTuple(ev.Data)
 		if !o.Filter.Match(&ev, t) {
