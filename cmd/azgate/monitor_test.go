@@ -22,6 +22,9 @@ func TestMonitorFlag(t *testing.T) {
 		"--monitor-rate 0":        "--monitor-rate 0",
 		"--monitor-rate 2000000":  "--monitor-rate 2000000",
 		"--monitor-burst 2000000": "--monitor-burst 2000000",
+		// A burst below what one tick of the coarse clock adds.
+		"--monitor-rate 1000000":                   "--monitor-burst 100: at least --monitor-rate / 100 (10000)",
+		"--monitor-rate 20000 --monitor-burst 199": "--monitor-burst 199: at least --monitor-rate / 100 (200)",
 	} {
 		for _, role := range [][]string{{"agent", "--underlay-if", "ul0"}, {"edge", "--attach", "ext0"}} {
 			root := newRoot()

@@ -99,7 +99,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.monitor, "monitor", "drops", "data-plane events for azgate monitor and azgate capture: off, drops (every drop) or trace (every frame in and every verdict too); rate limited per CPU by --monitor-rate")
 	f.Uint32Var(&d.monitorRate, "monitor-rate", 100, "monitor events a second per CPU at most (those over it are counted as lost)")
-	f.Uint32Var(&d.monitorBurst, "monitor-burst", 100, "monitor events at most in one burst per CPU")
+	f.Uint32Var(&d.monitorBurst, "monitor-burst", 100, "monitor events at most in one burst per CPU (0: --monitor-rate; at least --monitor-rate / 100)")
 	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -124,6 +124,11 @@ func (d *daemonFlags) monitorConfig() (dataplane.MonitorConfig, error) {
 	}
 	if d.monitorRate == 0 || d.monitorRate > dataplane.MaxMonitorRate || d.monitorBurst > dataplane.MaxMonitorRate {
 		return c, fmt.Errorf("--monitor-rate %d, --monitor-burst %d: from 1 to %d events a second per CPU", d.monitorRate, d.monitorBurst, dataplane.MaxMonitorRate)
+	}
+	if d.monitorBurst != 0 && uint64(d.monitorBurst)*dataplane.MonitorTicksPerSecond < uint64(d.monitorRate) {
+		min := (d.monitorRate + dataplane.MonitorTicksPerSecond - 1) / dataplane.MonitorTicksPerSecond
+		return c, fmt.Errorf("--monitor-burst %d: at least --monitor-rate / %d (%d): the data plane refills its bucket once a clock tick (up to 1/%d s), a smaller burst caps the rate below --monitor-rate",
+			d.monitorBurst, dataplane.MonitorTicksPerSecond, min, dataplane.MonitorTicksPerSecond)
 	}
 	return c, nil
 }

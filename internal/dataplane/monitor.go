@@ -52,6 +52,14 @@ const DefaultMonitorRate = 1000
 // 1e-9 events, 10 s of refill at most) is exact far beyond it.
 const MaxMonitorRate = 1_000_000
 
+// MonitorTicksPerSecond is the fewest ticks a second of the kernel's
+// coarse clock (CONFIG_HZ=100), which the bucket runs on: it is refilled
+// once a tick, Rate/HZ tokens at a time, so Burst must hold at least
+// Rate/MonitorTicksPerSecond or what a tick adds beyond Burst is lost and
+// the rate never reached (Burst 100 at Rate 1,000,000 gave about 16,000
+// events a second at HZ=250).
+const MonitorTicksPerSecond = 100
+
 func (c MonitorConfig) values() (flags, rate, burst uint32, err error) {
 	if c.Rate > MaxMonitorRate || c.Burst > MaxMonitorRate {
 		return 0, 0, 0, fmt.Errorf("monitor rate %d and burst %d: at most %d events a second per CPU", c.Rate, c.Burst, MaxMonitorRate)
@@ -68,6 +76,10 @@ func (c MonitorConfig) values() (flags, rate, burst uint32, err error) {
 	}
 	if burst == 0 {
 		burst = rate
+	}
+	if uint64(burst)*MonitorTicksPerSecond < uint64(rate) {
+		return 0, 0, 0, fmt.Errorf("monitor burst %d: at least the rate / %d (%d) for a rate of %d: the bucket is refilled once a tick of the coarse clock (up to 1/%d s)",
+			burst, MonitorTicksPerSecond, (rate+MonitorTicksPerSecond-1)/MonitorTicksPerSecond, rate, MonitorTicksPerSecond)
 	}
 	return flags, rate, burst, nil
 }

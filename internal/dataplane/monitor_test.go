@@ -246,6 +246,28 @@ func TestParseTupleThreeTags(t *testing.T) {
 	}
 }
 
+// TestMonitorBurstHoldsATick: the bucket is refilled once a tick of the
+// coarse clock, so a burst below rate/100 (what a 10 ms tick adds) is
+// refused: it would cap the rate far below the one asked for.
+func TestMonitorBurstHoldsATick(t *testing.T) {
+	for _, c := range []struct {
+		cfg MonitorConfig
+		ok  bool
+	}{
+		{MonitorConfig{Drops: true, Rate: 100, Burst: 100}, true},
+		{MonitorConfig{Drops: true, Rate: 100, Burst: 1}, true},
+		{MonitorConfig{Drops: true, Rate: MaxMonitorRate}, true}, // burst = rate
+		{MonitorConfig{Drops: true, Rate: MaxMonitorRate, Burst: MaxMonitorRate / 100}, true},
+		{MonitorConfig{Drops: true, Rate: MaxMonitorRate, Burst: 100}, false},
+		{MonitorConfig{Drops: true, Rate: 20000, Burst: 199}, false},
+	} {
+		_, _, _, err := c.cfg.values()
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: error %v, want ok %v", c.cfg, err, c.ok)
+		}
+	}
+}
+
 func TestParseTupleShortFrames(t *testing.T) {
 	for n := 0; n < 40; n++ {
 		if tu := ParseTuple(make([]byte, n)); tu.OK {
