@@ -60,13 +60,23 @@ func (m *monitorFlags) dir(node string) string {
 	return dataplane.NodePinDir(node)
 }
 
-// ifName names an ifindex of this network namespace (the number when it
-// has none).
-func ifName(i uint32) string {
-	if ifc, err := net.InterfaceByIndex(int(i)); err == nil {
-		return ifc.Name
+// ifNamer names the ifindexes of this network namespace (the number when
+// one has none), each looked up once: net.InterfaceByIndex dumps every
+// link of the namespace (RTM_GETLINK), too much to do for every event on
+// a host with a tap per guest.
+func ifNamer(lookup func(int) (*net.Interface, error)) func(uint32) string {
+	names := map[uint32]string{}
+	return func(i uint32) string {
+		if n, ok := names[i]; ok {
+			return n
+		}
+		n := fmt.Sprintf("if%d", i)
+		if ifc, err := lookup(int(i)); err == nil {
+			n = ifc.Name
+		}
+		names[i] = n
+		return n
 	}
-	return fmt.Sprintf("if%d", i)
 }
 
 // runMonitor opens the node's ring, reads until interrupted or bounded,
@@ -125,6 +135,7 @@ docs/observability.md.`,
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				out := cmd.OutOrStdout()
+				ifName := ifNamer(net.InterfaceByIndex)
 				return runMonitor(&m, args[0], cmd.ErrOrStderr(), func(ev *dataplane.MonitorEvent, t dataplane.Tuple) error {
 					_, err := fmt.Fprintln(out, monitor.Line(ev, t, ifName(ev.Ifindex), hexBytes))
 					return err
@@ -158,7 +169,7 @@ Read it with tshark -r FILE -T fields -e frame.comment, or Wireshark.`,
 					return err
 				}
 				defer f.Close()
-				w, err := monitor.NewPcapWriter(f, monotonicEpoch(), ifName)
+				w, err := monitor.NewPcapWriter(f, monotonicEpoch(), ifNamer(net.InterfaceByIndex))
 				if err != nil {
 					return err
 				}

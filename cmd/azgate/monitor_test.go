@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +141,29 @@ func TestCaptureFileMode(t *testing.T) {
 	}
 	if st.Mode().Perm() != 0o600 || st.Size() != 0 {
 		t.Errorf("mode %v, %d bytes: want 0600, truncated", st.Mode().Perm(), st.Size())
+	}
+}
+
+// TestIfNamerLooksUpOnce: an interface is looked up once however many
+// events name it (a lookup dumps every link of the namespace).
+func TestIfNamerLooksUpOnce(t *testing.T) {
+	calls := 0
+	name := ifNamer(func(i int) (*net.Interface, error) {
+		calls++
+		if i == 7 {
+			return &net.Interface{Index: 7, Name: "ext0"}, nil
+		}
+		return nil, errors.New("no such interface")
+	})
+	for i := 0; i < 3; i++ {
+		if n := name(7); n != "ext0" {
+			t.Errorf("ifindex 7: %q, want ext0", n)
+		}
+		if n := name(9); n != "if9" {
+			t.Errorf("ifindex 9: %q, want if9", n)
+		}
+	}
+	if calls != 2 {
+		t.Errorf("%d lookups for two interfaces, want 2", calls)
 	}
 }
