@@ -89,6 +89,10 @@ func (t *txn) guardPut(old, o model.Object) {
 		if o == nil {
 			return
 		}
+		if o.VIP != n.VIP {
+			// Moving off the VIP leaves it serving nothing, as a delete.
+			t.guardVIP(o.VIP, n.Name)
+		}
 		for _, p := range n.Pools {
 			op, _ := o.Pool(p.Name)
 			if op != nil && servingBackends(op) > 0 && servingBackends(&p) == 0 {
@@ -114,17 +118,24 @@ func (t *txn) guardDelete(kind, key string) {
 	if !ok {
 		return
 	}
+	t.guardVIP(svc.VIP, key)
+}
+
+// guardVIP refuses taking the VIP of a service out of service (deleting
+// the service or moving it to another VIP) while GSLB records target it.
+func (t *txn) guardVIP(vip netip.Addr, service string) {
 	var recs []string
 	for _, r := range t.st.GSLBRecords {
 		for _, tg := range r.Targets {
-			if tg.VIP == svc.VIP {
+			if tg.VIP == vip {
 				recs = append(recs, r.Name)
 				break
 			}
 		}
 	}
 	if len(recs) > 0 {
-		t.refuse("the VIP %v of service %q is a target of GSLB record(s) %s: they would answer with an address that serves nothing", svc.VIP, key, strings.Join(firstN(recs, 5), ", "))
+		slices.Sort(recs)
+		t.refuse("the VIP %v of service %q is a target of GSLB record(s) %s: they would answer with an address that serves nothing", vip, service, strings.Join(firstN(recs, 5), ", "))
 	}
 }
 
