@@ -80,8 +80,8 @@ func (t *txn) guardPut(old, o model.Object) {
 		t.checkRule(n)
 	case *model.EdgeSet:
 		o, _ := old.(*model.EdgeSet)
-		if o != nil && serving(o) > 0 && serving(n) == 0 && len(n.Edges) > 0 {
-			t.refuse("edge set %q would have no serving edge (every edge drained): it announces nothing and the addresses it serves become unreachable through it",
+		if o != nil && serving(o) > 0 && serving(n) == 0 {
+			t.refuse("edge set %q would have no serving edge (every edge drained or removed): it announces nothing and the addresses it serves become unreachable through it",
 				n.Name)
 		}
 	case *model.Service:
