@@ -195,10 +195,11 @@ type txn struct {
 	ifRev map[[2]string]int64
 	// The guards (guard.go): force says the writer does what they
 	// refuse; refusals and warnings are what they found.
-	force           bool
-	refusals        []string
-	warnings        []string
-	ruleComparisons int
+	force       bool
+	refusals    []string
+	warnings    []string
+	ruleWork    int  // checkRule's, bounded by maxRuleWork
+	ruleStopped bool // checkRule's budget is spent
 }
 
 // require fails with a 412 unless the object is at the revision a client
