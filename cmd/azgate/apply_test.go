@@ -156,6 +156,10 @@ func TestListFilters(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the selection deletes 122 EIPs, more than 100") {
 		t.Errorf("deleting 122 EIPs without --force: %v", err)
 	}
+	out = must(t, s, "eip", "delete-matching", "--prefix", "198.51.100.96/27", "--dry-run")
+	if !strings.Contains(out, "EIP 198.51.100.100 would be deleted") || strings.Contains(out, "100 deleted") || !strings.Contains(out, "nothing was written") {
+		t.Errorf("delete-matching --prefix 198.51.100.96/27 --dry-run:\n%s", out)
+	}
 	out = must(t, s, "eip", "delete-matching", "--prefix", "198.51.100.96/27")
 	if !strings.Contains(out, "EIP 198.51.100.100 deleted") || !strings.Contains(out, "28 deleted") {
 		t.Errorf("delete-matching --prefix 198.51.100.96/27:\n%s", out)

@@ -94,8 +94,12 @@ func init() {
 				}
 				printWarnings(cmd, res.Warnings)
 				if len(res.Objects) <= summaryAbove {
+					done := "deleted"
+					if res.DryRun {
+						done = "would be deleted"
+					}
 					for _, o := range res.Objects {
-						fmt.Fprintf(out, "EIP %s deleted\n", o.Key)
+						fmt.Fprintf(out, "EIP %s %s\n", o.Key, done)
 					}
 				}
 				return applySummary(out, res)

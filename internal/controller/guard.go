@@ -47,9 +47,11 @@ func writeOptions(ctx context.Context) WriteOptions {
 const (
 	maxRefusals = 20
 	maxWarnings = 100
-	// maxRuleComparisons bounds the firewall duplicate checks of one
-	// write (a document may hold MaxFirewallRules rules).
-	maxRuleComparisons = 1 << 20
+	// maxRuleWork bounds the firewall duplicate checks of one write (a
+	// document may hold MaxFirewallRules rules of MaxFirewallSources
+	// sources): every rule looked at and every pair of source prefixes
+	// compared is one unit.
+	maxRuleWork = 1 << 24
 )
 
 // refuse records what the change would do, refused without force.
@@ -80,14 +82,18 @@ func (t *txn) guardPut(old, o model.Object) {
 		t.checkRule(n)
 	case *model.EdgeSet:
 		o, _ := old.(*model.EdgeSet)
-		if o != nil && serving(o) > 0 && serving(n) == 0 && len(n.Edges) > 0 {
-			t.refuse("edge set %q would have no serving edge (every edge drained): it announces nothing and the addresses it serves become unreachable through it",
+		if o != nil && serving(o) > 0 && serving(n) == 0 {
+			t.refuse("edge set %q would have no serving edge (every edge drained or removed): it announces nothing and the addresses it serves become unreachable through it",
 				n.Name)
 		}
 	case *model.Service:
 		o, _ := old.(*model.Service)
 		if o == nil {
 			return
+		}
+		if o.VIP != n.VIP {
+			// Moving off the VIP leaves it serving nothing, as a delete.
+			t.guardVIP(o.VIP, n.Name)
 		}
 		for _, p := range n.Pools {
 			op, _ := o.Pool(p.Name)
@@ -114,17 +120,24 @@ func (t *txn) guardDelete(kind, key string) {
 	if !ok {
 		return
 	}
+	t.guardVIP(svc.VIP, key)
+}
+
+// guardVIP refuses taking the VIP of a service out of service (deleting
+// the service or moving it to another VIP) while GSLB records target it.
+func (t *txn) guardVIP(vip netip.Addr, service string) {
 	var recs []string
 	for _, r := range t.st.GSLBRecords {
 		for _, tg := range r.Targets {
-			if tg.VIP == svc.VIP {
+			if tg.VIP == vip {
 				recs = append(recs, r.Name)
 				break
 			}
 		}
 	}
 	if len(recs) > 0 {
-		t.refuse("the VIP %v of service %q is a target of GSLB record(s) %s: they would answer with an address that serves nothing", svc.VIP, key, strings.Join(firstN(recs, 5), ", "))
+		slices.Sort(recs)
+		t.refuse("the VIP %v of service %q is a target of GSLB record(s) %s: they would answer with an address that serves nothing", vip, service, strings.Join(firstN(recs, 5), ", "))
 	}
 }
 
@@ -172,20 +185,23 @@ func notQualified(r model.ZoneRecord) bool {
 // checkRule warns about rules of the same destination that duplicate or
 // contradict r (deny wins over allow whatever the prefixes).
 func (t *txn) checkRule(r *model.FirewallRule) {
+	if t.ruleWork > maxRuleWork {
+		return
+	}
 	for _, o := range t.st.FirewallRules {
+		if !t.ruleSpend(1) {
+			return
+		}
 		if o.Name == r.Name || o.Set != r.Set || o.Address != r.Address {
 			continue
-		}
-		if t.ruleComparisons++; t.ruleComparisons > maxRuleComparisons {
-			if t.ruleComparisons == maxRuleComparisons+1 {
-				t.warn("firewall: duplicate and contradiction checks stopped after %d comparisons", maxRuleComparisons)
-			}
-			return
 		}
 		olo, ohi := o.Ports()
 		rlo, rhi := r.Ports()
 		if !(olo <= rhi && rlo <= ohi) || !(o.IPProto() == 0 || r.IPProto() == 0 || o.IPProto() == r.IPProto()) {
 			continue
+		}
+		if !t.ruleSpend(len(o.Sources) * len(r.Sources)) {
+			return
 		}
 		src, ok := overlap(o.Sources, r.Sources)
 		if !ok {
@@ -198,6 +214,20 @@ func (t *txn) checkRule(r *model.FirewallRule) {
 			t.warn("firewall rules %q (%s) and %q (%s) contradict each other for sources in %v to %s: the deny rule wins", r.Name, r.Action, o.Name, o.Action, src, dest(r))
 		}
 	}
+}
+
+// ruleSpend takes n units of the checks' budget; false once it is spent
+// (the first time with a warning saying so).
+func (t *txn) ruleSpend(n int) bool {
+	t.ruleWork += n
+	if t.ruleWork <= maxRuleWork {
+		return true
+	}
+	if !t.ruleStopped {
+		t.ruleStopped = true
+		t.warn("firewall: duplicate and contradiction checks stopped after %d units of work (rules looked at, source prefix pairs compared): the rules after that were not checked", maxRuleWork)
+	}
+	return false
 }
 
 // overlap finds a prefix of a that overlaps one of b (the smaller one).

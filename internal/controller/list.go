@@ -69,6 +69,13 @@ func (c *Core) ListPage(kind string, o ListOptions) (items []model.Object, rev i
 	if !o.EIP.empty() && kind != model.KindEIP {
 		return nil, 0, "", &InvalidError{Msg: fmt.Sprintf("the set, host and prefix filters are for eips, not %s", kind)}
 	}
+	if o.Continue != "" && (kind == model.KindEIP || kind == model.KindQuarantine) {
+		// Their lists are in address order: another token would pick
+		// a page silently wrong.
+		if _, err := netip.ParseAddr(o.Continue); err != nil {
+			return nil, 0, "", model.FieldError{Field: "continue", Msg: fmt.Sprintf("%q is not an address: send the continue of the page before", o.Continue)}
+		}
+	}
 	v := c.view
 	v.mu.RLock()
 	defer v.mu.RUnlock()

@@ -195,10 +195,11 @@ type txn struct {
 	ifRev map[[2]string]int64
 	// The guards (guard.go): force says the writer does what they
 	// refuse; refusals and warnings are what they found.
-	force           bool
-	refusals        []string
-	warnings        []string
-	ruleComparisons int
+	force       bool
+	refusals    []string
+	warnings    []string
+	ruleWork    int  // checkRule's, bounded by maxRuleWork
+	ruleStopped bool // checkRule's budget is spent
 }
 
 // require fails with a 412 unless the object is at the revision a client
@@ -503,7 +504,10 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 		v.applyMu.Lock()
 		v.mu.Lock()
 		t := &txn{st: v.st, revs: v.revs, force: opts.Force}
-		err := plan(t)
+		err := planned(t, plan, func() {
+			v.mu.Unlock()
+			v.applyMu.Unlock()
+		})
 		if err == nil {
 			err = t.checkRefusals()
 		}
@@ -619,6 +623,23 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			return 0, nil, &errStore{err}
 		}
 	}
+}
+
+// planned runs plan on t; if it panics, the changes it made are taken
+// back out of the view and unlock unlocks it before the panic goes on
+// (net/http recovers it: a view left changed and locked would hang every
+// later read and write).
+func planned(t *txn, plan func(t *txn) error, unlock func()) error {
+	ok := false
+	defer func() {
+		if !ok {
+			t.rollback()
+			unlock()
+		}
+	}()
+	err := plan(t)
+	ok = true
+	return err
 }
 
 // commitContext gives a commit time in proportion to its size and keeps it
