@@ -27,7 +27,8 @@ func init() {
 				root := cmd.Root()
 				root.RemoveCommand(cmd)       // not a page of its own
 				root.DisableAutoGenTag = true // reproducible: no date in the pages
-				h := &doc.GenManHeader{Title: "AZGATE", Section: "1", Source: "azgate " + version, Manual: "azgate manual"}
+				// No Title: cobra titles each page by its command's path.
+				h := &doc.GenManHeader{Section: "1", Source: "azgate " + version, Manual: "azgate manual"}
 				if err := doc.GenManTree(root, h, args[0]); err != nil {
 					return fmt.Errorf("man pages: %w", err)
 				}
