@@ -10,11 +10,12 @@ export GOFLAGS := -buildvcs=false
 GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 
-.PHONY: help build install generate config-docs check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
+.PHONY: help build install deb generate config-docs check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
 	@echo "build            build $(BIN) (shipped to the nodes) and $(LABBIN) (the lab and the benchmarks)"
 	@echo "install          install both in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate beside it)"
+	@echo "deb              the Debian package in bin/ (dpkg-deb: binary, systemd units, man pages; DEB_VERSION=...)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
 	@echo "config-docs      write docs/config.md and packaging/etc/azgate/ROLE.yaml from the roles' flags"
@@ -43,6 +44,11 @@ $(LABBIN): $(GO_SOURCES)
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN) $(LABBIN) $(DESTDIR)$(PREFIX)/bin/
+
+# The Debian package (docs/deploy.md): scripts/mkdeb.sh, from this
+# checkout; packaging/ holds the units and the maintainer scripts.
+deb:
+	GO=$(GO) scripts/mkdeb.sh bin
 
 generate:
 	cd internal/dataplane && $(GO) generate ./...
