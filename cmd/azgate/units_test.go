@@ -194,9 +194,10 @@ func TestUnits(t *testing.T) {
 		if got := u.one(t, "Service", "Type"); got != want {
 			t.Errorf("%s: Type=%s, want %s (the role's sources %s sdnotify.Ready)", f, got, want, map[bool]string{true: "send", false: "never send"}[want == "notify"])
 		}
-		// No role reloads on a signal (no SIGHUP handler): no ExecReload.
-		if r := u.get("Service", "ExecReload"); len(r) > 0 {
-			t.Errorf("%s: ExecReload=%q, but azgate %s handles no reload signal", f, r, role)
+		// Every role re-reads its config file's log-level on SIGHUP
+		// (roleCommand's reloadOnHUP; TestRoleReloadsOnSIGHUP).
+		if r := u.get("Service", "ExecReload"); !slices.Equal(r, []string{"/bin/kill -HUP $MAINPID"}) {
+			t.Errorf("%s: ExecReload=%q, want /bin/kill -HUP $MAINPID (azgate %s re-reads log-level on SIGHUP)", f, r, role)
 		}
 		for k, v := range map[string]string{"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
 			"User": "azgate", "Restart": "on-failure", "PrivateTmp": "yes", "RuntimeDirectory": "azgate/" + role} {
