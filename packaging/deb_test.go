@@ -1,6 +1,3 @@
-// Package packaging holds what installs azgate on hosts (the systemd units,
-// the Debian package's scripts) and the tests of the package built by
-// scripts/mkdeb.sh (make deb).
 package packaging
 
 import (

@@ -208,7 +208,14 @@ func (l *Lab) startBWManager(m *BWManager) error {
 		return err
 	}
 	defer lf.Close()
-	argv := append([]string{l.Cfg.Binary}, m.Args...)
+	c, err := l.roleCommand("bwmgr-"+m.Name, m.Args)
+	if err != nil {
+		return err
+	}
+	if err := checkConfig(m.Netns, c.Check); err != nil {
+		return fmt.Errorf("lab: bandwidth manager %s: %w", m.Name, err)
+	}
+	argv := c.Start
 	var cmd *exec.Cmd
 	if m.Netns != "" {
 		cmd = netns.Command(m.Netns, argv...) // nsenter execs in place: the PID is azgate's

@@ -419,6 +419,23 @@ func (g *GSLBLab) spawnIn(node, what string, argv ...string) error {
 	return g.saveProcs()
 }
 
+// spawnRole starts a role on node as its unit does (roleCommand): args
+// are the role, then its flags.
+func (g *GSLBLab) spawnRole(node, what string, args ...string) error {
+	n := g.Topo.Node(node)
+	if n == nil {
+		return fmt.Errorf("no node %q", node)
+	}
+	c, err := g.roleCommand(node+"-"+what, args)
+	if err != nil {
+		return err
+	}
+	if err := checkConfig(n.Netns, c.Check); err != nil {
+		return fmt.Errorf("%s on %s: %w", what, node, err)
+	}
+	return g.spawnIn(node, what, c.Start...)
+}
+
 // Kill sends sig to a process the lab started, by PID, after checking the
 // PID is still that process: its command line, or for a redis-server,
 // which rewrites its command line (its process title), its working
@@ -565,7 +582,7 @@ func redisProc(dir string, pid int) *Proc {
 // region's primary, its local replica, the other regions as peers.
 func (g *GSLBLab) StartPathd(r GSLBRegion, k int) error {
 	node := ServerNode(r, k)
-	args := []string{g.Cfg.Binary, "pathd", "--listen", fmt.Sprintf("0.0.0.0:%d", PathdPort),
+	args := []string{"pathd", "--listen", fmt.Sprintf("0.0.0.0:%d", PathdPort),
 		"--region", r.Name, "--instance", fmt.Sprintf("s%d", k),
 		"--token-file", g.secret("token"),
 		"--redis", "redis://" + netip.AddrPortFrom(segNode(r, segDB), 6379).String(),
@@ -581,13 +598,13 @@ func (g *GSLBLab) StartPathd(r GSLBRegion, k int) error {
 	if out, err := netns.Command(g.Topo.Node(node).Netns, "ip", "addr", "replace", RegionVIP(r).String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: VIP on lo: %v: %s", node, err, out)
 	}
-	return g.spawnIn(node, "pathd", args...)
+	return g.spawnRole(node, "pathd", args...)
 }
 
 // startAnnouncer starts the announcer of server k: the VIP to the
 // region's router while pathd's /healthz and the local Redis answer.
 func (g *GSLBLab) startAnnouncer(r GSLBRegion, k int) error {
-	return g.spawnIn(ServerNode(r, k), "announce", g.Cfg.Binary, "announce",
+	return g.spawnRole(ServerNode(r, k), "announce", "announce",
 		"--vip", RegionVIP(r).String()+"/32", "--asn", strconv.Itoa(gslbServerASN+r.Index),
 		"--peer", fmt.Sprintf("%v:%d", segRouter(r, k), gslbRouterASN+r.Index),
 		"--next-hop", segNode(r, k).String(), "--local-address", segNode(r, k).String(),
@@ -598,7 +615,7 @@ func (g *GSLBLab) startAnnouncer(r GSLBRegion, k int) error {
 // startGSLB starts a region's gslb instance: authoritative on its
 // address, port 53, its vantage point named after the region.
 func (g *GSLBLab) startGSLB(r GSLBRegion) error {
-	return g.spawnIn(r.Name+"-dns", "gslb", g.Cfg.Binary, "gslb", "--name", "dns-"+r.Name, "--vantage", r.Name,
+	return g.spawnRole(r.Name+"-dns", "gslb", "gslb", "--name", "dns-"+r.Name, "--vantage", r.Name,
 		"--listen", netip.AddrPortFrom(DNSAddr(r), 53).String(),
 		"--prefix-map", filepath.Join(g.Cfg.StateDir, "prefix-map"),
 		"--etcd-endpoints", g.etcdFlag(), "--view-interval", "500ms",
@@ -609,7 +626,7 @@ func (g *GSLBLab) startGSLB(r GSLBRegion) error {
 // origin each second and reports to pathd.example, resolved through its
 // region's gslb first, then the others'.
 func (g *GSLBLab) startProber(r GSLBRegion) error {
-	args := []string{g.Cfg.Binary, "prober", "--node", "edge-" + r.Name, "--interval", "1s", "--probes", "3", "--timeout", "500ms",
+	args := []string{"prober", "--node", "edge-" + r.Name, "--interval", "1s", "--probes", "3", "--timeout", "500ms",
 		"--report-url", fmt.Sprintf("http://%s:%d/v1/reports", GSLBName, PathdPort),
 		"--token-file", g.secret("token"), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", proberMetricsPort)}
 	args = append(args, "--dns", netip.AddrPortFrom(DNSAddr(r), 53).String())
@@ -624,7 +641,7 @@ func (g *GSLBLab) startProber(r GSLBRegion) error {
 	for j, o := range GSLBOrigins {
 		args = append(args, "--origin", fmt.Sprintf("%s=%v:80", o, originAddr(j+1)))
 	}
-	return g.spawnIn(r.Name+"-prb", "prober", args...)
+	return g.spawnRole(r.Name+"-prb", "prober", args...)
 }
 
 // errNoRoute: the VIP has no route through servers yet.

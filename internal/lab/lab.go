@@ -425,7 +425,14 @@ func (l *Lab) Region() *model.Document {
 // start runs the azgate binary inside a node's namespace, detached, with
 // its output in the lab's log directory.
 func (l *Lab) start(n *Node, what string, args ...string) error {
-	return l.startCmd(n, what, append([]string{l.Cfg.Binary}, args...)...)
+	c, err := l.roleCommand(n.Name+"-"+what, args)
+	if err != nil {
+		return err
+	}
+	if err := checkConfig(n.Netns, c.Check); err != nil {
+		return fmt.Errorf("%s on %s: %w", what, n.Name, err)
+	}
+	return l.startCmd(n, what, c.Start...)
 }
 
 // startCmd runs argv inside a node's namespace, detached, with its output
@@ -469,7 +476,14 @@ func (l *Lab) startController(ctx context.Context) error {
 	if eps, external := l.etcdEndpoints(); external {
 		args = append(args, "--etcd-endpoints", strings.Join(eps, ","), "--etcd-max-txn-ops", strconv.Itoa(etcdMaxTxnOps))
 	}
-	cmd := exec.Command(l.Cfg.Binary, args...)
+	c, err := l.roleCommand("controller", args)
+	if err != nil {
+		return err
+	}
+	if err := checkConfig("", c.Check); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	cmd := exec.Command(c.Start[0], c.Start[1:]...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,12 +112,12 @@ func TestEtcdMemberKilledUnderTraffic(t *testing.T) {
 	}
 	// Every role runs with all three members, not the embedded etcd.
 	for _, n := range append(l.Topo.NodesByRole("edge"), l.Topo.NodesByRole("host")...) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Process.PID))
+		set, err := lab.RunningSettings(n.Process.PID)
 		if err != nil {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
-		if want := "--etcd-endpoints\x00" + strings.Join(cl.Endpoints(), ",") + "\x00"; !strings.Contains(string(b), want) {
-			t.Fatalf("%s runs %q, want %q", n.Name, strings.ReplaceAll(string(b), "\x00", " "), want)
+		if want := strings.Join(cl.Endpoints(), ","); set["etcd-endpoints"] != want {
+			t.Fatalf("%s runs with etcd-endpoints %q, want %q", n.Name, set["etcd-endpoints"], want)
 		}
 	}
 	s, err := store.Connect(store.Options{Endpoints: cl.Endpoints()})
@@ -254,13 +255,13 @@ func TestEtcdProxiesLab(t *testing.T) {
 		t.Fatalf("the lab's etcd cluster: %+v, %v", cl, err)
 	}
 	for k, n := range append(l.Topo.NodesByRole("edge"), l.Topo.NodesByRole("host")...) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Process.PID))
+		set, err := lab.RunningSettings(n.Process.PID)
 		if err != nil {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
 		want := cl.Proxies[k%2].ClientURL
-		if !strings.Contains(string(b), "--etcd-endpoints\x00"+want+"\x00") {
-			t.Errorf("%s runs %q, want --etcd-endpoints %s", n.Name, strings.ReplaceAll(string(b), "\x00", " "), want)
+		if set["etcd-endpoints"] != want {
+			t.Errorf("%s runs with etcd-endpoints %q, want %s", n.Name, set["etcd-endpoints"], want)
 		}
 		if got := l.ProxyOf(n.Name); got != want {
 			t.Errorf("lab says %s points at %q, want %q", n.Name, got, want)
@@ -274,9 +275,10 @@ func TestEtcdProxiesLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile("/proc/" + strings.TrimSpace(string(ctl)) + "/cmdline")
-	if want := "--etcd-endpoints\x00" + strings.Join(cl.Endpoints(), ",") + "\x00"; !strings.Contains(string(b), want) {
-		t.Errorf("the controller runs %q, want the members", strings.ReplaceAll(string(b), "\x00", " "))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(ctl)))
+	set, err := lab.RunningSettings(pid)
+	if want := strings.Join(cl.Endpoints(), ","); err != nil || set["etcd-endpoints"] != want {
+		t.Errorf("the controller runs with etcd-endpoints %q (%v), want the members %q", set["etcd-endpoints"], err, want)
 	}
 	// A change after the loads: every node's applied revision reaches
 	// the revision of the write, through its proxy.
