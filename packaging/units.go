@@ -46,9 +46,13 @@ func RoleCommand(role string) (Command, error) {
 	if err != nil {
 		return Command{}, err
 	}
+	return parseCommand(role, string(b))
+}
+
+func parseCommand(role, text string) (Command, error) {
 	var c Command
 	section := ""
-	for i, line := range strings.Split(string(b), "\n") {
+	for i, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || line[0] == '#' || line[0] == ';' {
 			continue

@@ -32,3 +32,30 @@ func TestRoleCommand(t *testing.T) {
 		t.Error("a role without a unit has a command")
 	}
 }
+
+// TestRoleCommandRefuses: a unit whose command lines the callers cannot
+// follow is an error, not a half-followed command.
+func TestRoleCommandRefuses(t *testing.T) {
+	const check = "ExecStartPre=/usr/bin/azgate edge --config /etc/azgate/edge.yaml --check-config\n"
+	const start = "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml\n"
+	good := "[Unit]\nExecStart=/bin/false\n[Service]\nExecStartPre=+/usr/bin/install -d /x\n" + check + start
+	c, err := parseCommand("edge", good)
+	if err != nil || len(c.Start) != 4 || len(c.Check) != 5 {
+		t.Fatalf("a good unit: %q, %v", c, err)
+	}
+	for name, text := range map[string]string{
+		"no start":          "[Service]\n" + check,
+		"no check":          "[Service]\n" + start,
+		"start twice":       "[Service]\n" + check + start + start,
+		"another binary":    "[Service]\n" + check + "ExecStart=/usr/local/bin/azgate edge --config /etc/azgate/edge.yaml\n",
+		"another role":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate agent --config /etc/azgate/edge.yaml\n",
+		"another file":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/edge.yaml\n",
+		"a variable":        "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml $OPTS\n",
+		"a continuation":    "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml \\\n",
+		"unchecked pre-run": "[Service]\n" + check + start + "ExecStartPre=/usr/bin/azgate edge --config /etc/azgate/edge.yaml --help\n",
+	} {
+		if c, err := parseCommand("edge", text); err == nil {
+			t.Errorf("%s: %q, no error", name, c)
+		}
+	}
+}
