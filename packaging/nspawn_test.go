@@ -49,7 +49,7 @@ func TestNspawnRegion(t *testing.T) {
 	// AZGATE_DEB: a package built before (make deb), not built again.
 	deb := os.Getenv("AZGATE_DEB")
 	if deb == "" {
-		deb = mkdeb(t, dir, "1.0.0", "etc/azgate")
+		deb = builtDeb(t, dir, "1.0.0", "etc/azgate")
 	}
 
 	m := boot(t, dir)
