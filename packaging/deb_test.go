@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -37,8 +38,8 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 		t.Logf("packaging/etc/azgate has no default configuration yet: conffiles checked with a stand-in")
 	}
 	conffile := "/etc/azgate/" + firstFile(t, etc)
-	debA := mkdeb(t, dir, "1.0.0", etc)
-	debB := mkdeb(t, dir, "1.0.1", etc)
+	debA := builtDeb(t, dir, "1.0.0", etc)
+	debB := builtDeb(t, dir, "1.0.1", etc)
 
 	r := newRoot(t, dir)
 	r.run(t, "dpkg --root=/R --force-not-root -i /debs/"+filepath.Base(debA))
@@ -91,6 +92,53 @@ func firstFile(t *testing.T, dir string) string {
 		t.Fatalf("%s: no file (%v)", dir, err)
 	}
 	return fs[0].Name()
+}
+
+// builtDeb returns the package of version built from this checkout with
+// the default configuration files of etc, in dir/debs. Packages with
+// packaging/etc/azgate are built once per run of the test binary and
+// shared by the tests (each build is a minute or more on a busy machine).
+func builtDeb(t *testing.T, dir, version, etc string) string {
+	t.Helper()
+	if etc != "etc/azgate" {
+		return mkdeb(t, dir, version, etc)
+	}
+	debs.Lock()
+	defer debs.Unlock()
+	if debs.dir == "" {
+		d, err := os.MkdirTemp("", "azgate-debs-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		debs.dir, debs.built = d, map[string]string{}
+	}
+	built, ok := debs.built[version]
+	if !ok {
+		built = mkdeb(t, debs.dir, version, etc)
+		debs.built[version] = built
+	}
+	out := filepath.Join(dir, "debs", filepath.Base(built))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(built, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var debs struct {
+	sync.Mutex
+	dir   string
+	built map[string]string // version -> package
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if debs.dir != "" {
+		os.RemoveAll(debs.dir)
+	}
+	os.Exit(code)
 }
 
 // mkdeb runs scripts/mkdeb.sh as make deb does, for one version.

@@ -38,6 +38,7 @@ declare -A need=(
 	[dnsperf]=dnsperf
 	[taskset]=util-linux
 	[tshark]=tshark # azgate capture's test reads the pcapng it writes
+	[systemd-nspawn]=systemd-container # packaging's TestNspawnRegion boots the units in a container
 )
 missing=()
 for cmd in "${!need[@]}"; do
