@@ -73,11 +73,10 @@ ip addr add 198.19.21.254/24 dev gst0`)
 
 	// Site data added to the shipped files (the rest stays as shipped:
 	// the defaults must start the roles); the controller's as shipped.
-	// Edge and agent both default to metrics on 127.0.0.1:9464: on one
-	// host the agent's moves.
+	// Edge and agent default to metrics on 127.0.0.1:9464 and :9465.
 	m.sh(t, 10*time.Second, `set -e
 printf 'name: edge-a1\nattach: [ext0, und0]\n' >>/etc/azgate/edge.yaml
-printf 'name: host-a1\nunderlay-if: und0p\nmetrics-listen: 127.0.0.1:9465\n' >>/etc/azgate/agent.yaml`)
+printf 'name: host-a1\nunderlay-if: und0p\n' >>/etc/azgate/agent.yaml`)
 
 	// systemctl start returns once the role said READY=1 (Type=notify).
 	m.sh(t, 90*time.Second, "systemctl start azgate-controller")

@@ -64,6 +64,13 @@ func roleResult(ctx context.Context, log *slog.Logger, role string, err error, s
 	return err
 }
 
+// The edge's and the agent's default /metrics addresses: apart, so both
+// roles may run on one host.
+const (
+	defaultEdgeMetrics  = "127.0.0.1:9464"
+	defaultAgentMetrics = "127.0.0.1:9465"
+)
+
 // daemonFlags are shared by the data-plane roles.
 type daemonFlags struct {
 	name          string
@@ -100,7 +107,7 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.StringVar(&d.monitor, "monitor", "drops", "data-plane events for azgate monitor and azgate capture: off, drops (every drop) or trace (every frame in and every verdict too); rate limited per CPU by --monitor-rate")
 	f.Uint32Var(&d.monitorRate, "monitor-rate", 100, "monitor events a second per CPU at most (those over it are counted as lost)")
 	f.Uint32Var(&d.monitorBurst, "monitor-burst", 100, "monitor events at most in one burst per CPU (0: --monitor-rate; at least --monitor-rate / 100)")
-	f.StringVar(&d.metricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics address (empty: off)")
+	f.StringVar(&d.metricsListen, "metrics-listen", defaultEdgeMetrics, "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&d.bwStore, "bw-store", "", "shared bandwidth: the zone's measurement store, unix:///path/redis.sock or redis://host:port (mem: an in-process store, for tests); empty: bandwidth reporting and enforcement off (docs/bandwidth.md)")
@@ -471,6 +478,10 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			}, nil
 		})
 		df.add(c)
+		// The agent's own default, so that an edge and an agent on one
+		// host both serve their metrics.
+		agentMetrics := c.Flags().Lookup("metrics-listen")
+		agentMetrics.DefValue, df.metricsListen = defaultAgentMetrics, defaultAgentMetrics
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
 		c.Flags().StringArrayVar(&local, "local-allow", nil, "what guests may send to the host's kernel, PREFIX[:PROTO[:PORT[-PORT]]] (PROTO tcp, udp with a port; icmp, any or a number), repeatable; the rest of the prefix is dropped, and without a prefix a guest reaches nothing of its host (default: none; docs/roles.md)")
 		c.Flags().StringSliceVar(&oldLocal, "local-prefix", nil, "gone: use --local-allow")
