@@ -371,13 +371,18 @@ func (t *txn) committed(ops []store.Op) {
 
 // put stores o, unless it is the same as the stored object, and says
 // whether it was created, updated or unchanged.
+// A secret given as model.RedactedSecret keeps the stored one
+// (model.KeepSecrets).
 func (t *txn) put(o model.Object) (string, error) {
 	kind := model.KindOf(o)
+	old, had := t.st.Get(kind, o.Key())
+	if err := model.KeepSecrets(o, old); err != nil {
+		return "", invalid(kind, o.Key(), err)
+	}
 	val, err := store.Encode(o)
 	if err != nil {
 		return "", fmt.Errorf("encoding %s %q: %w", model.Singular(kind), o.Key(), err)
 	}
-	old, had := t.st.Get(kind, o.Key())
 	if had {
 		if b, err := store.Encode(old); err == nil && bytes.Equal(b, val) {
 			return api.Unchanged, nil
