@@ -25,13 +25,13 @@ type Role int
 const (
 	// RoleNone is no role: the request carries no valid token.
 	RoleNone Role = iota
-	// RoleReadOnly may read: every GET route.
+	// RoleReadOnly may read: every GET route but the audit log.
 	RoleReadOnly
 	// RoleOperator may also write: every POST, PUT and DELETE route,
 	// dry-run or not, but not force a write past the guards.
 	RoleOperator
 	// RoleAdmin may do everything: also force a write (?force=true) past
-	// the guards (guard.go). The data directory's token is an admin's.
+	// the guards (guard.go), and read the audit log (audit.go). The data directory's token is an admin's.
 	RoleAdmin
 )
 
@@ -246,9 +246,12 @@ func (ts *tokenSet) lookup(h string) identity {
 	return found
 }
 
-// requiredRole is the role a request to route pattern needs: read-only
-// for reads, operator for writes, admin for a forced write.
+// requiredRole is the role a request needs: read-only for reads, but
+// admin for the audit log; operator for writes, admin for a forced write.
 func requiredRole(r *http.Request) Role {
+	if r.Pattern == "GET /v1/audit" {
+		return RoleAdmin
+	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return RoleReadOnly
 	}

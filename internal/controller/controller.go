@@ -121,6 +121,9 @@ type Config struct {
 	// It is read again when it changes (checked on each request): tokens
 	// rotate without a restart.
 	TokensFile string
+	// AuditKeep is how many audit records (audit.go) the store keeps, the
+	// newest (0: DefaultAuditKeep).
+	AuditKeep int
 	// MetricsAuth makes GET /metrics require the API token like /v1 does.
 	// Off by default: a Prometheus scraper on the controller's network
 	// reads it without credentials, and it shows counts and service
@@ -265,6 +268,12 @@ func (c Config) check() (Config, error) {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.AuditKeep == 0 {
+		c.AuditKeep = DefaultAuditKeep
+	}
+	if c.AuditKeep < 0 {
+		return c, fmt.Errorf("audit-keep %d: want a count, 1 or more", c.AuditKeep)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -49,6 +49,7 @@ func (s *Server) handler() http.Handler {
 	}
 	v1 := func(pattern string, h handlerFunc) { handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
+	v1("GET /v1/audit", s.audit)
 	v1("GET /v1/ddos/events", s.ddosEvents)
 	v1("GET /v1/ddos/rates", s.ddosRates)
 	v1("POST /v1/apply", s.apply)
@@ -159,7 +160,8 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: fmt.Sprintf("token %q has role %s; %s %s needs role %s", id.name, id.role, r.Method, r.URL.Path, need)})
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		ctx := context.WithValue(r.Context(), identityKey{}, id)
+		r = r.WithContext(WithActor(ctx, Actor{Name: id.name, Role: id.role.String(), Method: r.Method, Path: r.URL.RequestURI()}))
 		if large(r) {
 			release, err := s.takeLargeBody(r)
 			if err != nil {

@@ -53,7 +53,7 @@ func TestEveryRouteNeedsToken(t *testing.T) {
 
 // TestEveryRouteChecksRole calls every route the handler registered with
 // a read-only, an operator and an admin token from a tokens file: reads
-// are open to all three, writes refused (403, naming the role needed) to
+// are open to all three (the audit log to the admin only), writes refused (403, naming the role needed) to
 // the read-only one and stored nothing, forced writes refused to the
 // operator.
 func TestEveryRouteChecksRole(t *testing.T) {
@@ -75,6 +75,17 @@ func TestEveryRouteChecksRole(t *testing.T) {
 		var b any
 		if method != "GET" && method != "DELETE" {
 			b = body
+		}
+		if pattern == "GET /v1/audit" { // admin only
+			for _, tok := range []string{reader, ops} {
+				if r := call(t, s, method, path, b, tok); r.code != 403 || !strings.Contains(r.apiError(t).Error, "needs role admin") {
+					t.Errorf("%s %s as %s: HTTP %d, want 403 naming admin: %s", method, path, tok, r.code, r.body)
+				}
+			}
+			if r := call(t, s, method, path, b, boss); r.code != 200 {
+				t.Errorf("%s %s as admin: HTTP %d: %s", method, path, r.code, r.body)
+			}
+			continue
 		}
 		if method == "GET" {
 			for _, tok := range []string{reader, ops, boss} {

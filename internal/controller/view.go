@@ -562,10 +562,19 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			s.beforeCommit(attempt)
 		}
 		start := time.Now()
-		cctx, cancel := commitContext(ctx, len(ops))
-		rev, err := s.commit(cctx, base, ops)
+		// The audit record goes last: in the change's last transaction.
+		cops := ops
+		actor, audited := actorOf(ctx)
+		if audited {
+			cops = append(ops[:len(ops):len(ops)], auditOp(actor, base, t.ops))
+		}
+		cctx, cancel := commitContext(ctx, len(cops))
+		rev, err := s.commit(cctx, base, cops)
 		cancel()
 		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+		if audited {
+			copy(ops, cops) // the revisions Commit set
+		}
 		if err == nil {
 			t.committed(ops)
 			s.countCopies("write", ops)
@@ -578,6 +587,9 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			s.metrics.commits.WithLabelValues("ok").Inc()
 			if s.health != nil && slices.ContainsFunc(t.ops, func(o store.Op) bool { return o.Kind == model.KindService }) {
 				s.health.poke()
+			}
+			if audited && s.audited.Add(1)%s.auditTrimEvery() == 0 {
+				s.trimAudit()
 			}
 			return rev, warnings, nil
 		}
