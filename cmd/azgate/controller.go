@@ -27,7 +27,9 @@ func init() {
 embedded single-node etcd with its data in --data-dir, reachable by the
 other roles at unix://DATA_DIR/etcd.sock; --etcd-endpoints uses an external
 etcd cluster instead. The API token is created in DATA_DIR/token (mode 0600)
-on first start. The API listens on loopback unless --listen names another
+on first start; it is an admin's. --tokens-file adds named tokens with a
+role each (read-only, operator, admin), re-read when the file changes, so
+tokens rotate without a restart (docs/security.md). The API listens on loopback unless --listen names another
 address; --listen "" with --listen-unix serves the unix socket alone.`,
 			Args: cobra.NoArgs,
 		}
@@ -72,6 +74,8 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.StringVar(&etcd, "etcd-endpoints", "", "external etcd endpoints, comma-separated (default: start an embedded etcd)")
 		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client socket of the embedded etcd, unix:///path (no TCP: it has no authentication)")
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
+		f.StringVar(&cfg.TokensFile, "tokens-file", "", "file of named API tokens, one a line: NAME ROLE TOKEN or NAME ROLE sha256:HEX (role read-only, operator or admin; mode 0600); re-read when it changes")
+		f.IntVar(&cfg.AuditKeep, "audit-keep", controller.DefaultAuditKeep, "audit records kept in etcd, the newest (azgate audit; docs/security.md)")
 		f.BoolVar(&cfg.MetricsAuth, "metrics-auth", false, "require the API token on GET /metrics too (default: /metrics is open, like /healthz)")
 		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 (the default fits a 1M-EIP document about 3 times)")
 		f.IntVar(&cfg.MaxConns, "max-conns", controller.DefaultMaxConns, "concurrent API connections on each listener (TCP, unix socket); more wait")

@@ -154,3 +154,35 @@ type DDoSRates struct {
 	Edges int        `json:"edges"`
 	Rates []DDoSRate `json:"rates"`
 }
+
+// AuditRecord is one change made through the API (GET /v1/audit).
+type AuditRecord struct {
+	// Revision is the store's revision the change was committed at.
+	Revision int64 `json:"revision"`
+	// Who is the token's name, Role its role.
+	Who  string `json:"who"`
+	Role string `json:"role,omitempty"`
+	// Method and Path of the request.
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Objects the change put or deleted (the first 100; Omitted counts
+	// the others).
+	Objects []AuditObject `json:"objects,omitempty"`
+	Omitted int           `json:"omitted,omitempty"`
+	// Time the controller committed it (UTC).
+	Time time.Time `json:"time"`
+}
+
+// AuditObject is one object an audited change put or deleted.
+type AuditObject struct {
+	Kind   string `json:"kind"`
+	Key    string `json:"key"`
+	Action string `json:"action"` // put or delete
+}
+
+// AuditPage answers GET /v1/audit: the newest records first; Continue,
+// when set, is the continue= of the next (older) page.
+type AuditPage struct {
+	Items    []AuditRecord `json:"items"`
+	Continue string        `json:"continue,omitempty"`
+}

@@ -442,3 +442,25 @@ func (c *Client) DDoSRates(ctx context.Context, n int) (*api.DDoSRates, error) {
 	}
 	return &r, nil
 }
+
+// Audit reads a page of the audit log (admin tokens only), newest first:
+// at most limit records (0: the controller's default) older than the
+// continue value cont ("" : from the newest).
+func (c *Client) Audit(ctx context.Context, limit int, cont string) (*api.AuditPage, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cont != "" {
+		q.Set("continue", cont)
+	}
+	path := "/v1/audit"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p api.AuditPage
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}

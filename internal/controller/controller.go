@@ -116,6 +116,14 @@ type Config struct {
 	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
 	// for an external one. It must not exceed the server's --max-txn-ops.
 	TxnOps int
+	// TokensFile is an optional file of named API tokens with roles
+	// (auth.go, parseTokens), besides the data directory's admin token.
+	// It is read again when it changes (checked on each request): tokens
+	// rotate without a restart.
+	TokensFile string
+	// AuditKeep is how many audit records (audit.go) the store keeps, the
+	// newest (0: DefaultAuditKeep).
+	AuditKeep int
 	// MetricsAuth makes GET /metrics require the API token like /v1 does.
 	// Off by default: a Prometheus scraper on the controller's network
 	// reads it without credentials, and it shows counts and service
@@ -261,6 +269,12 @@ func (c Config) check() (Config, error) {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.AuditKeep == 0 {
+		c.AuditKeep = DefaultAuditKeep
+	}
+	if c.AuditKeep < 0 {
+		return c, fmt.Errorf("audit-keep %d: want a count, 1 or more", c.AuditKeep)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -274,7 +288,8 @@ func (c Config) check() (Config, error) {
 // and DDoS loops) behind the HTTP API (http.go, handlers).
 type Server struct {
 	*Core
-	token string
+	token  string    // the data directory's (admin)
+	tokens *tokenSet // it and the tokens file's
 	// routes lists every route pattern the handler registered
 	// (TestEveryRouteNeedsToken walks it).
 	routes []string
@@ -323,6 +338,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}()
 	if s.token, err = loadToken(cfg.DataDir); err != nil {
 		return nil, err
+	}
+	if s.tokens, err = newTokenSet(s.token, cfg.TokensFile, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
 	}
 	if s.Core, err = open(ctx, cfg); err != nil {
 		return nil, err

@@ -37,6 +37,8 @@ type Core struct {
 	writeMu sync.Mutex // serializes writes (see the package doc)
 	// beforeCommit, if set (by tests), runs before each commit attempt.
 	beforeCommit func(attempt int)
+	// audited counts the commits with an audit record (trimAudit).
+	audited atomic.Int64
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
 	// copiesOK: the scope copies in the store are the state's, as far

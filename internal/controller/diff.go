@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
@@ -93,6 +94,17 @@ func diffTree(path string, a, b any, out *[]api.FieldChange, limit int) {
 	}
 	ja, jb := mustJSON(a), mustJSON(b)
 	if !bytes.Equal(ja, jb) {
+		if strings.HasSuffix(path, ".password") { // secrets are write-only
+			ja, jb = redactJSON(ja), redactJSON(jb)
+		}
 		add(api.FieldChange{Field: path, Old: ja, New: jb})
 	}
+}
+
+// redactJSON hides a secret's JSON value (absent stays absent).
+func redactJSON(v json.RawMessage) json.RawMessage {
+	if v == nil || string(v) == "null" || string(v) == `""` {
+		return v
+	}
+	return mustJSON(model.RedactedSecret)
 }

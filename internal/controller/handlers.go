@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/azgate/azgate/internal/api"
@@ -29,7 +30,11 @@ func answerWrite(w http.ResponseWriter, status int, wr Written) {
 	} else {
 		setETag(w, wr.ETag)
 	}
-	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, wr.Object, wr.Warnings, wr.DryRun})
+	var o model.Object
+	if wr.Object != nil {
+		o = model.Redacted(wr.Object) // secrets are write-only
+	}
+	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, o, wr.Warnings, wr.DryRun})
 }
 
 func (s *Server) list(kind string) handlerFunc {
@@ -42,6 +47,7 @@ func (s *Server) list(kind string) handlerFunc {
 		if err != nil {
 			return err
 		}
+		items = redactAll(items)
 		writeJSON(w, http.StatusOK, rev, struct {
 			Revision int64          `json:"revision"`
 			Items    []model.Object `json:"items"`
@@ -96,7 +102,7 @@ func (s *Server) get(kind string) handlerFunc {
 			return err
 		}
 		setETag(w, orev)
-		writeJSON(w, http.StatusOK, rev, o)
+		writeJSON(w, http.StatusOK, rev, model.Redacted(o))
 		return nil
 	}
 }
@@ -303,4 +309,23 @@ func writeOptionsOf(r *http.Request) (WriteOptions, error) {
 	}
 	o.DryRun, err = queryBool(r, "dryRun")
 	return o, err
+}
+
+// redactAll returns items with their secrets redacted (model.Redacted):
+// items itself when none has one (the Core's list is not changed).
+func redactAll(items []model.Object) []model.Object {
+	var out []model.Object
+	for i, o := range items {
+		r := model.Redacted(o)
+		if r != o && out == nil {
+			out = slices.Clone(items[:i:i])
+		}
+		if out != nil {
+			out = append(out, r)
+		}
+	}
+	if out == nil {
+		return items
+	}
+	return out
 }

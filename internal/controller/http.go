@@ -2,7 +2,7 @@ package controller
 
 import (
 	"bytes"
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +49,7 @@ func (s *Server) handler() http.Handler {
 	}
 	v1 := func(pattern string, h handlerFunc) { handle(pattern, s.authorized(h)) }
 	v1("GET /v1/status", s.status)
+	v1("GET /v1/audit", s.audit)
 	v1("GET /v1/ddos/events", s.ddosEvents)
 	v1("GET /v1/ddos/rates", s.ddosRates)
 	v1("POST /v1/apply", s.apply)
@@ -113,7 +114,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
-		if !s.tokenOK(r) {
+		if s.tokens.lookup(r.Header.Get("Authorization")).role == RoleNone {
 			// A request without the token (/healthz, /metrics, a 401)
 			// ends its connection: connections are capped before any
 			// token is checked, and an unauthenticated client must not
@@ -134,28 +135,33 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	})
 }
 
-// tokenOK says whether r carries the bearer token (compared in constant
-// time).
-func (s *Server) tokenOK(r *http.Request) bool {
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) == 1
-}
-
-// authorized checks the bearer token before h.
+// authorized checks the bearer token, and its role against the one the
+// request needs (requiredRole), before h. The 401 answers do not say
+// where the token is: an unauthenticated client learns nothing of the
+// controller's files.
 func (s *Server) authorized(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if got == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate"`)
 			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
-				msg: fmt.Sprintf("missing Authorization header: send \"Authorization: Bearer TOKEN\" with the token in %s", s.TokenFile())})
+				msg: "missing Authorization header: send \"Authorization: Bearer TOKEN\" with an API token"})
 			return
 		}
-		if !s.tokenOK(r) {
+		id := s.tokens.lookup(got)
+		if id.role == RoleNone {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate", error="invalid_token"`)
 			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
-				msg: fmt.Sprintf("wrong bearer token: use the one in %s on the controller", s.TokenFile())})
+				msg: "wrong bearer token: not one of the controller's API tokens"})
 			return
 		}
+		if need := requiredRole(r); id.role < need {
+			s.writeError(w, r, &httpError{status: http.StatusForbidden,
+				msg: fmt.Sprintf("token %q has role %s; %s %s needs role %s", id.name, id.role, r.Method, r.URL.Path, need)})
+			return
+		}
+		ctx := context.WithValue(r.Context(), identityKey{}, id)
+		r = r.WithContext(WithActor(ctx, Actor{Name: id.name, Role: id.role.String(), Method: r.Method, Path: r.URL.RequestURI()}))
 		if large(r) {
 			release, err := s.takeLargeBody(r)
 			if err != nil {

@@ -371,13 +371,18 @@ func (t *txn) committed(ops []store.Op) {
 
 // put stores o, unless it is the same as the stored object, and says
 // whether it was created, updated or unchanged.
+// A secret given as model.RedactedSecret keeps the stored one
+// (model.KeepSecrets).
 func (t *txn) put(o model.Object) (string, error) {
 	kind := model.KindOf(o)
+	old, had := t.st.Get(kind, o.Key())
+	if err := model.KeepSecrets(o, old); err != nil {
+		return "", invalid(kind, o.Key(), err)
+	}
 	val, err := store.Encode(o)
 	if err != nil {
 		return "", fmt.Errorf("encoding %s %q: %w", model.Singular(kind), o.Key(), err)
 	}
-	old, had := t.st.Get(kind, o.Key())
 	if had {
 		if b, err := store.Encode(old); err == nil && bytes.Equal(b, val) {
 			return api.Unchanged, nil
@@ -557,10 +562,19 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			s.beforeCommit(attempt)
 		}
 		start := time.Now()
-		cctx, cancel := commitContext(ctx, len(ops))
-		rev, err := s.commit(cctx, base, ops)
+		// The audit record goes last: in the change's last transaction.
+		cops := ops
+		actor, audited := actorOf(ctx)
+		if audited {
+			cops = append(ops[:len(ops):len(ops)], auditOp(actor, base, t.ops))
+		}
+		cctx, cancel := commitContext(ctx, len(cops))
+		rev, err := s.commit(cctx, base, cops)
 		cancel()
 		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+		if audited {
+			copy(ops, cops) // the revisions Commit set
+		}
 		if err == nil {
 			t.committed(ops)
 			s.countCopies("write", ops)
@@ -573,6 +587,9 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			s.metrics.commits.WithLabelValues("ok").Inc()
 			if s.health != nil && slices.ContainsFunc(t.ops, func(o store.Op) bool { return o.Kind == model.KindService }) {
 				s.health.poke()
+			}
+			if audited && s.audited.Add(1)%s.auditTrimEvery() == 0 {
+				s.trimAudit()
 			}
 			return rev, warnings, nil
 		}

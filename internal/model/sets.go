@@ -59,8 +59,8 @@ type BGPPeer struct {
 	// Port of the peer (0: 179).
 	Port uint16 `json:"port,omitempty"`
 	// Password is the TCP MD5 signature key (RFC 2385) of the session. It
-	// is stored like every other field: the API token and the store's
-	// credentials guard it.
+	// is write-only through the API: answers show RedactedSecret, and a
+	// write giving RedactedSecret keeps the stored one (secrets.go).
 	Password string `json:"password,omitempty"`
 }
 

@@ -23,6 +23,9 @@ type marker struct {
 func markerOf(ops []Op) string {
 	m := marker{At: time.Now().UTC()}
 	for _, o := range ops {
+		if o.Raw != "" {
+			continue // an audit record
+		}
 		if o.Scope != "" {
 			m.Scopes = append(m.Scopes, o.Scope)
 		} else {

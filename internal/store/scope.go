@@ -55,6 +55,9 @@ func ParseScopeKey(k string) (scope, kind, key string, ok bool) {
 
 // opKey is the etcd key an Op writes.
 func opKey(o Op) string {
+	if o.Raw != "" {
+		return o.Raw
+	}
 	if o.Scope != "" {
 		return ScopeKey(o.Scope, o.Kind, o.Key)
 	}

@@ -419,6 +419,9 @@ type Op struct {
 	// Rev is set by Commit to the revision the op was committed at: the
 	// object's new mod revision.
 	Rev int64
+	// Raw, if set, is the op's whole key, outside Root and ScopeRoot (an
+	// audit record, AuditRoot): Scope, Kind and Key are then unused.
+	Raw string
 }
 
 // Commit writes ops if no commit happened after rev, in
@@ -448,7 +451,7 @@ func (s *Store) commit(ctx context.Context, rev int64, ops []Op, markLayout bool
 		// (--max-request-bytes, 1.5 MiB by default).
 		n, size := 0, 0
 		for n < len(ops) && n < max(s.TxnOps-markers, 1) {
-			sz := len(ScopeRoot) + len(ops[n].Scope) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
+			sz := len(ScopeRoot) + len(ops[n].Raw) + len(ops[n].Scope) + len(ops[n].Kind) + len(ops[n].Key) + len(ops[n].Value) + 16
 			if n > 0 && size+sz > TxnBytes {
 				break
 			}
