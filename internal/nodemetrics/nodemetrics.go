@@ -84,11 +84,11 @@ var (
 	// Connection sync (edges running it; its counters are the sync_*
 	// outcomes of azgate_dataplane_packets_total, in entries).
 	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
-	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples.", []string{"role", "quantile"}, nil)
+	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples, by statistic (p50, p99, max; not a summary: no count or sum).", []string{"role", "stat"}, nil)
 	descSyncPeer  = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
 
 	// Shared bandwidth (nodes with --bw-store; docs/bandwidth.md).
-	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bits_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress).", []string{"role", "eip"}, nil)
+	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bytes_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress), in bytes a second (the package's bits a second / 8).", []string{"role", "eip"}, nil)
 	descBWDropB    = prometheus.NewDesc("azgate_bandwidth_dropped_bytes_total", "Bytes a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
 	descBWDropP    = prometheus.NewDesc("azgate_bandwidth_dropped_packets_total", "Packets a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
 	descBWEIPMode  = prometheus.NewDesc("azgate_bandwidth_eip_mode", "1 for where a packaged EIP's limit comes from: managed (pushed by the zone manager) or static (the package's static split).", []string{"role", "eip", "mode"}, nil)
@@ -120,9 +120,9 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			ready = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descSyncReady, prometheus.GaugeValue, ready, c.role)
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP50MS/1000, c.role, "0.5")
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP99MS/1000, c.role, "0.99")
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagMaxMS/1000, c.role, "1")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP50MS/1000, c.role, "p50")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP99MS/1000, c.role, "p99")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagMaxMS/1000, c.role, "max")
 		for _, p := range y.Peers {
 			up := 0.0
 			if p.Connected {
@@ -170,7 +170,7 @@ func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.Bandwid
 		ch <- prometheus.MustNewConstMetric(descBWEvents, prometheus.CounterValue, float64(n), c.role, ev)
 	}
 	for eip, e := range b.EIPs {
-		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit), c.role, eip)
+		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit)/8, c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWDropB, prometheus.CounterValue, float64(e.DroppedBytes), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWDropP, prometheus.CounterValue, float64(e.DroppedPackets), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "managed"), c.role, eip, "managed")

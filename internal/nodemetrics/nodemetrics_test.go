@@ -109,7 +109,7 @@ func TestBandwidthMetrics(t *testing.T) {
 	for k, v := range map[string]float64{
 		"azgate_bandwidth_managed": 1, "azgate_bandwidth_limits_age_seconds": 1.5,
 		"azgate_bandwidth_events_total,reports": 9, "azgate_bandwidth_events_total,ignored": 2,
-		"azgate_bandwidth_limit_bits_per_second,198.51.100.7": 8e6, "azgate_bandwidth_limit_bits_per_second,198.51.100.8": 1e6,
+		"azgate_bandwidth_limit_bytes_per_second,198.51.100.7": 1e6, "azgate_bandwidth_limit_bytes_per_second,198.51.100.8": 125e3,
 		"azgate_bandwidth_dropped_bytes_total,198.51.100.7": 3000, "azgate_bandwidth_dropped_packets_total,198.51.100.7": 2,
 		"azgate_bandwidth_eip_mode,198.51.100.7,managed": 1, "azgate_bandwidth_eip_mode,198.51.100.8,static": 1,
 		"azgate_bandwidth_eip_mode,198.51.100.8,managed": 0,

@@ -1,0 +1,40 @@
+package nodemetrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/promcheck"
+)
+
+// fullStatus is a status with every part a node reports filled in (a fake
+// data plane): every series the collector can export appears in a scrape.
+func fullStatus() model.NodeStatus {
+	return model.NodeStatus{
+		AppliedRevision: 42, Routes: 3,
+		Counters:   map[string]model.Count{"encap_tx": {Packets: 10, Bytes: 1000}, "drop_ip_csum": {Packets: 1, Bytes: 60}},
+		EIPs:       map[string]model.EIPCounters{"198.51.100.7": {RxPackets: 5, TxPackets: 6}},
+		LimitDrops: map[string]model.LimitDrops{"198.51.100.8": {Source: 1, SYN: 2}},
+		Firewall:   map[string]model.Count{"block-ssh": {Packets: 7, Bytes: 420}},
+		Invalid:    []model.InvalidObject{{}},
+		BGP: &model.BGPStatus{Announcing: true, Advertised: []string{"198.51.100.0/24"}, Failing: []string{"drained"},
+			Sessions: []model.BGPSession{{Peer: "192.0.2.1", State: "established"}}},
+		Sync: &model.SyncStatus{Ready: true, LagP50MS: 1, LagP99MS: 2, LagMaxMS: 3, Peers: []model.SyncPeerStatus{{Name: "edge-b", Connected: true}}},
+		Bandwidth: &model.BandwidthStatus{Mode: "managed", LimitsAgeMS: 1500, Reports: 9,
+			EIPs: map[string]model.BandwidthEIP{"198.51.100.7": {Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2}}},
+	}
+}
+
+// TestPromtool: an edge's and an agent's /metrics, scraped over HTTP from
+// the handler the roles serve, pass "promtool check metrics".
+func TestPromtool(t *testing.T) {
+	promcheck.Promtool(t)
+	for _, role := range []string{"edge", "agent"} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(statusCollector{role: role, get: fullStatus})
+		body := promcheck.Scrape(t, Handler(reg, ""))
+		promcheck.Lint(t, body)
+	}
+}
