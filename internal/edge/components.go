@@ -536,7 +536,7 @@ func (s *statusPart) Start(ctx context.Context) error {
 	cfg := s.p.cfg
 	s.run(func() { store.PublishStatus(s.ctx, s.st, "edge", cfg.Name, cfg.StatusInterval, s.status, cfg.Log) })
 	if s.listen != "" {
-		s.run(func() { nodemetrics.Serve(s.ctx, s.listen, "edge", cfg.MetricsToken, s.status, cfg.Log) })
+		s.run(func() { nodemetrics.Serve(s.ctx, s.listen, "edge", cfg.Name, cfg.MetricsToken, s.status, cfg.Log) })
 	}
 	return nil
 }

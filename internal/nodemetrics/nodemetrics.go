@@ -19,13 +19,23 @@ import (
 )
 
 // Serve exposes get's status as Prometheus metrics on addr, labelled with
-// role, until ctx ends. A non-empty token must come as "Authorization:
-// Bearer TOKEN" (401 otherwise); empty, the listener is open and belongs on
-// loopback or a management network.
-func Serve(ctx context.Context, addr, role, token string, get func() model.NodeStatus, log *slog.Logger) {
+// role and node (the node's name), until ctx ends. A non-empty token must
+// come as "Authorization: Bearer TOKEN" (401 otherwise); empty, the
+// listener is open and belongs on loopback or a management network.
+func Serve(ctx context.Context, addr, role, node, token string, get func() model.NodeStatus, log *slog.Logger) {
+	ServeRegistry(ctx, addr, Registry(role, node, get), token, log)
+}
+
+// Registry returns a registry exporting get's status, every series
+// labelled role and node (absent when node is empty).
+func Registry(role, node string, get func() model.NodeStatus) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: role, get: get})
-	ServeRegistry(ctx, addr, reg, token, log)
+	var r prometheus.Registerer = reg
+	if node != "" {
+		r = prometheus.WrapRegistererWith(prometheus.Labels{"node": node}, reg)
+	}
+	r.MustRegister(statusCollector{role: role, get: get})
+	return reg
 }
 
 // ServeRegistry serves reg's metrics on addr (Handler, with the server's

@@ -1,9 +1,8 @@
 package nodemetrics
 
 import (
+	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/promcheck"
@@ -32,9 +31,10 @@ func fullStatus() model.NodeStatus {
 func TestPromtool(t *testing.T) {
 	promcheck.Promtool(t)
 	for _, role := range []string{"edge", "agent"} {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(statusCollector{role: role, get: fullStatus})
-		body := promcheck.Scrape(t, Handler(reg, ""))
+		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus), ""))
 		promcheck.Lint(t, body)
+		if want := `azgate_routes{node="` + role + `-1",role="` + role + `"} 3`; !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s (the node label)", want)
+		}
 	}
 }
