@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,6 +92,12 @@ var (
 	descSession    = prometheus.NewDesc("azgate_bgp_session_established", "1 while the BGP session to the peer is established.", []string{"role", "peer"}, nil)
 	descAdvertised = prometheus.NewDesc("azgate_bgp_advertised_prefixes", "Prefixes the edge's speaker advertises.", []string{"role"}, nil)
 
+	// Service tables (edges with load-balanced services): one series per
+	// service pool the edge holds a table for (bounded by the services).
+	descTableChecksum = prometheus.NewDesc("azgate_lb_table_checksum", "The low 48 bits of the Maglev table's checksum the edge holds for a service pool (table: SERVICE/POOL); the edges holding a table agree when they show the same value.", []string{"role", "table"}, nil)
+	descTableBackends = prometheus.NewDesc("azgate_lb_table_backends", "Backends in the edge's table for a service pool (table: SERVICE/POOL), by state: healthy (in the table) or failed (down or drained).", []string{"role", "table", "state"}, nil)
+	descTableSize     = prometheus.NewDesc("azgate_lb_table_slots", "Slots of the edge's Maglev table for a service pool (table: SERVICE/POOL).", []string{"role", "table"}, nil)
+
 	// Connection sync (edges running it; its counters are the sync_*
 	// outcomes of azgate_dataplane_packets_total, in entries).
 	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
@@ -104,13 +111,15 @@ var (
 	descBWEIPMode  = prometheus.NewDesc("azgate_bandwidth_eip_mode", "1 for where a packaged EIP's limit comes from: managed (pushed by the zone manager) or static (the package's static split).", []string{"role", "eip", "mode"}, nil)
 	descBWManaged  = prometheus.NewDesc("azgate_bandwidth_managed", "1 while limits from a manager are in force on this node, 0 on the static split.", []string{"role"}, nil)
 	descBWLimitAge = prometheus.NewDesc("azgate_bandwidth_limits_age_seconds", "Age of the managed limits the node holds, since the manager wrote them (absent: none).", []string{"role"}, nil)
+	descBWRate     = prometheus.NewDesc("azgate_bandwidth_rate_bytes_per_second", "A packaged EIP's last measured rate on this node, in bytes a second (absent: not measured); at its azgate_bandwidth_limit_bytes_per_second it is at its cap.", []string{"role", "eip"}, nil)
 	descBWEvents   = prometheus.NewDesc("azgate_bandwidth_events_total", "Shared-bandwidth events on this node: reports written, store and data-plane errors, limits ignored or clamped, falls back to the static split.", []string{"role", "event"}, nil)
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
 		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer,
-		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents} {
+		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents, descBWRate,
+		descTableChecksum, descTableBackends, descTableSize} {
 		ch <- d
 	}
 }
@@ -140,6 +149,14 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descSyncPeer, prometheus.GaugeValue, up, c.role, p.Name)
 		}
+	}
+	for tk, ts := range s.Tables {
+		if sum, err := strconv.ParseUint(ts.Checksum, 16, 64); err == nil {
+			ch <- prometheus.MustNewConstMetric(descTableChecksum, prometheus.GaugeValue, float64(sum&(1<<48-1)), c.role, tk)
+		}
+		ch <- prometheus.MustNewConstMetric(descTableBackends, prometheus.GaugeValue, float64(ts.Healthy), c.role, tk, "healthy")
+		ch <- prometheus.MustNewConstMetric(descTableBackends, prometheus.GaugeValue, float64(ts.Backends-ts.Healthy), c.role, tk, "failed")
+		ch <- prometheus.MustNewConstMetric(descTableSize, prometheus.GaugeValue, float64(ts.M), c.role, tk)
 	}
 	for rule, v := range s.Firewall {
 		ch <- prometheus.MustNewConstMetric(descFWPackets, prometheus.CounterValue, float64(v.Packets), c.role, rule)
@@ -181,6 +198,9 @@ func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.Bandwid
 	}
 	for eip, e := range b.EIPs {
 		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit)/8, c.role, eip)
+		if e.Rate != nil {
+			ch <- prometheus.MustNewConstMetric(descBWRate, prometheus.GaugeValue, float64(*e.Rate)/8, c.role, eip)
+		}
 		ch <- prometheus.MustNewConstMetric(descBWDropB, prometheus.CounterValue, float64(e.DroppedBytes), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWDropP, prometheus.CounterValue, float64(e.DroppedPackets), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "managed"), c.role, eip, "managed")

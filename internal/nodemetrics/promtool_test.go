@@ -11,6 +11,7 @@ import (
 // fullStatus is a status with every part a node reports filled in (a fake
 // data plane): every series the collector can export appears in a scrape.
 func fullStatus() model.NodeStatus {
+	rate := uint64(7_600_000)
 	return model.NodeStatus{
 		AppliedRevision: 42, Routes: 3,
 		Counters:   map[string]model.Count{"encap_tx": {Packets: 10, Bytes: 1000}, "drop_ip_csum": {Packets: 1, Bytes: 60}},
@@ -22,7 +23,8 @@ func fullStatus() model.NodeStatus {
 			Sessions: []model.BGPSession{{Peer: "192.0.2.1", State: "established"}}},
 		Sync: &model.SyncStatus{Ready: true, LagP50MS: 1, LagP99MS: 2, LagMaxMS: 3, Peers: []model.SyncPeerStatus{{Name: "edge-b", Connected: true}}},
 		Bandwidth: &model.BandwidthStatus{Mode: "managed", LimitsAgeMS: 1500, Reports: 9,
-			EIPs: map[string]model.BandwidthEIP{"198.51.100.7": {Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2}}},
+			EIPs: map[string]model.BandwidthEIP{"198.51.100.7": {Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2, Rate: &rate}}},
+		Tables: map[string]model.TableStatus{"web/main": {Checksum: "0123456789abcdef", Backends: 3, Healthy: 2, M: 65537}},
 	}
 }
 
@@ -35,6 +37,15 @@ func TestPromtool(t *testing.T) {
 		promcheck.Lint(t, body)
 		if want := `azgate_routes{node="` + role + `-1",role="` + role + `"} 3`; !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s (the node label)", want)
+		}
+		for _, want := range []string{
+			`azgate_lb_table_checksum{node="` + role + `-1",role="` + role + `",table="web/main"} 7.6310993685999e+13`, // 0x456789abcdef
+			`azgate_lb_table_backends{node="` + role + `-1",role="` + role + `",state="failed",table="web/main"} 1`,
+			`azgate_bandwidth_rate_bytes_per_second{eip="198.51.100.7",node="` + role + `-1",role="` + role + `"} 950000`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("scrape lacks %s", want)
+			}
 		}
 	}
 }
