@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,11 +78,11 @@ type statusCollector struct {
 }
 
 var (
-	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome (connection sync's events: azgate_sync_events_total).", []string{"role", "outcome"}, nil)
 	descBytes     = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
 	descRoutes    = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
 	descRev       = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
-	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
+	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction (an edge with more than 4,096 routes exports the 4,096 EIPs with the most bytes).", []string{"role", "eip", "direction"}, nil)
 	descLimit     = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
 	descInvalid   = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
 	descFWPackets = prometheus.NewDesc("azgate_firewall_rule_packets_total", "Packets each firewall rule dropped (deny) or let through (allow) on this edge.", []string{"role", "rule"}, nil)
@@ -90,6 +91,7 @@ var (
 	descAnnouncing = prometheus.NewDesc("azgate_bgp_announcing", "1 while the edge announces its set's routes.", []string{"role"}, nil)
 	descFailing    = prometheus.NewDesc("azgate_bgp_condition_failing", "1 for each condition that keeps the edge from announcing.", []string{"role", "condition"}, nil)
 	descSession    = prometheus.NewDesc("azgate_bgp_session_established", "1 while the BGP session to the peer is established.", []string{"role", "peer"}, nil)
+	descSessState  = prometheus.NewDesc("azgate_bgp_session_state", "1 for the BGP session's current state per peer (idle, connect, active, opensent, openconfirm, established, unknown), 0 for the others.", []string{"role", "peer", "state"}, nil)
 	descAdvertised = prometheus.NewDesc("azgate_bgp_advertised_prefixes", "Prefixes the edge's speaker advertises.", []string{"role"}, nil)
 
 	// Service tables (edges with load-balanced services): one series per
@@ -98,11 +100,14 @@ var (
 	descTableBackends = prometheus.NewDesc("azgate_lb_table_backends", "Backends in the edge's table for a service pool (table: SERVICE/POOL), by state: healthy (in the table) or failed (down or drained).", []string{"role", "table", "state"}, nil)
 	descTableSize     = prometheus.NewDesc("azgate_lb_table_slots", "Slots of the edge's Maglev table for a service pool (table: SERVICE/POOL).", []string{"role", "table"}, nil)
 
-	// Connection sync (edges running it; its counters are the sync_*
-	// outcomes of azgate_dataplane_packets_total, in entries).
-	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
-	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples, by statistic (p50, p99, max; not a summary: no count or sum).", []string{"role", "stat"}, nil)
-	descSyncPeer  = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
+	// Connection sync (edges running it). Its counters (the status's
+	// sync_* counters) count events (entries, sessions, failures), not
+	// packets: azgate_sync_events_total, by event.
+	descSyncEvents    = prometheus.NewDesc("azgate_sync_events_total", "Connection sync events by kind (the status's sync_* counters without the prefix: sent, received and applied entries, sessions, auth failures, drops...), counted as events.", []string{"role", "event"}, nil)
+	descSyncSentBytes = prometheus.NewDesc("azgate_sync_sent_bytes_total", "Bytes of connection sync batches sent to the set's other members.", []string{"role"}, nil)
+	descSyncReady     = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
+	descSyncLag       = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples, by statistic (p50, p99, max; not a summary: no count or sum).", []string{"role", "stat"}, nil)
+	descSyncPeer      = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
 
 	// Shared bandwidth (nodes with --bw-store; docs/bandwidth.md).
 	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bytes_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress), in bytes a second (the package's bits a second / 8).", []string{"role", "eip"}, nil)
@@ -117,7 +122,7 @@ var (
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
-		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer,
+		descAnnouncing, descFailing, descSession, descSessState, descAdvertised, descSyncReady, descSyncLag, descSyncPeer, descSyncEvents, descSyncSentBytes,
 		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents, descBWRate,
 		descTableChecksum, descTableBackends, descTableSize} {
 		ch <- d
@@ -127,6 +132,13 @@ func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.get()
 	for k, v := range s.Counters {
+		if ev, ok := strings.CutPrefix(k, "sync_"); ok { // events (entries, sessions...), not packets
+			ch <- prometheus.MustNewConstMetric(descSyncEvents, prometheus.CounterValue, float64(v.Packets), c.role, ev)
+			if k == "sync_sent" {
+				ch <- prometheus.MustNewConstMetric(descSyncSentBytes, prometheus.CounterValue, float64(v.Bytes), c.role)
+			}
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(v.Packets), c.role, k)
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v.Bytes), c.role, k)
 	}
@@ -182,6 +194,13 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, ss := range b.Sessions {
 			ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, b01(ss.State == "established"), c.role, ss.Peer)
+			state := ss.State
+			if !slices.Contains(bgpStates, state) { // bound the label's values
+				state = "unknown"
+			}
+			for _, st := range bgpStates {
+				ch <- prometheus.MustNewConstMetric(descSessState, prometheus.GaugeValue, b01(st == state), c.role, ss.Peer, st)
+			}
 		}
 	}
 }
@@ -207,6 +226,9 @@ func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.Bandwid
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "static"), c.role, eip, "static")
 	}
 }
+
+// bgpStates are the session states of internal/bgp (sessionState).
+var bgpStates = []string{"idle", "connect", "active", "opensent", "openconfirm", "established", "unknown"}
 
 func b01(v bool) float64 {
 	if v {

@@ -18,6 +18,8 @@ func TestBGPMetrics(t *testing.T) {
 	for k, v := range map[string]float64{
 		"azgate_bgp_announcing": 0, "azgate_bgp_condition_failing,drained": 1, "azgate_bgp_condition_failing,store": 1,
 		"azgate_bgp_session_established,192.0.2.1": 1, "azgate_bgp_session_established,192.0.2.9": 0,
+		"azgate_bgp_session_state,192.0.2.9,active": 1, "azgate_bgp_session_state,192.0.2.9,established": 0,
+		"azgate_bgp_session_state,192.0.2.1,established": 1, "azgate_bgp_session_state,192.0.2.1,idle": 0,
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
