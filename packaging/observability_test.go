@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/controller"
 	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/gslbrole"
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/promcheck"
@@ -48,7 +49,7 @@ var scrapeOnly = map[string]string{
 // TestDashboardQueries: every metric the Grafana dashboard's queries (and
 // its variables) name appears in a real scrape of the roles, run in
 // process: an edge's and an agent's /metrics (their status from a fake
-// data plane), a controller (embedded etcd, after an API write) and a
+// data plane, the health checks' figures faked too), a controller (embedded etcd, after an API write) and a
 // GSLB instance serving a record from it; and the same for the alert
 // rules. The metric names are the identifiers starting "azgate_" outside
 // label matchers and strings; each query must name one.
@@ -62,7 +63,7 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, role := range []string{"edge", "agent"} {
-		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus), "")))
+		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks)), "")))
 	}
 	ctrl, gslb := startRoles(t)
 	add(promcheck.ScrapeURL(t, ctrl.URL()+"/metrics", ctrl.Token()))
@@ -149,6 +150,13 @@ func TestMetricNames(t *testing.T) {
 	if strings.Join(got, ",") != "azgate_a_total,azgate_b,azgate_c" {
 		t.Errorf("metricNames = %v", got)
 	}
+}
+
+// fakeChecks are an edge's health checks: one backend up, one down.
+func fakeChecks() []health.TargetStats {
+	return []health.TargetStats{
+		{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Known: true, Up: true, OK: 3, LastDuration: 2 * time.Millisecond},
+		{Service: "web", Pool: "main", Backend: "az1-h2/g1:80", Known: true, Up: false, Failed: 3, LastDuration: time.Second}}
 }
 
 // fakeStatus is what a node's data plane reports, every part filled in.

@@ -28,15 +28,20 @@ func Serve(ctx context.Context, addr, role, node, token string, get func() model
 	ServeRegistry(ctx, addr, Registry(role, node, get), token, log)
 }
 
-// Registry returns a registry exporting get's status, every series
-// labelled role and node (absent when node is empty).
-func Registry(role, node string, get func() model.NodeStatus) *prometheus.Registry {
+// Registry returns a registry exporting get's status and the extra
+// collectors' series, every series labelled role and node (node absent
+// when empty).
+func Registry(role, node string, get func() model.NodeStatus, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	var r prometheus.Registerer = reg
 	if node != "" {
 		r = prometheus.WrapRegistererWith(prometheus.Labels{"node": node}, reg)
 	}
 	r.MustRegister(statusCollector{role: role, get: get})
+	if len(extra) > 0 {
+		x := prometheus.WrapRegistererWith(prometheus.Labels{"role": role}, r)
+		x.MustRegister(extra...)
+	}
 	return reg
 }
 

@@ -3,7 +3,9 @@ package nodemetrics
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/promcheck"
 )
@@ -29,12 +31,17 @@ func fullStatus() model.NodeStatus {
 	}
 }
 
+// fakeChecks are an edge's health checks: one backend, up.
+func fakeChecks() []health.TargetStats {
+	return []health.TargetStats{{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Known: true, Up: true, OK: 3, LastDuration: 2 * time.Millisecond}}
+}
+
 // TestPromtool: an edge's and an agent's /metrics, scraped over HTTP from
 // the handler the roles serve, pass "promtool check metrics".
 func TestPromtool(t *testing.T) {
 	promcheck.Promtool(t)
 	for _, role := range []string{"edge", "agent"} {
-		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus), ""))
+		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus, health.Collector(fakeChecks)), ""))
 		promcheck.Lint(t, body)
 		if want := `azgate_routes{node="` + role + `-1",role="` + role + `"} 3`; !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s (the node label)", want)
@@ -49,6 +56,7 @@ func TestPromtool(t *testing.T) {
 			`azgate_sync_events_total{event="applied",node="` + role + `-1",role="` + role + `"} 4`,
 			`azgate_sync_events_total{event="sent",node="` + role + `-1",role="` + role + `"} 5`,
 			`azgate_sync_sent_bytes_total{node="` + role + `-1",role="` + role + `"} 700`,
+			`azgate_health_check_up{backend="az1-h1/g1:80",node="` + role + `-1",pool="main",role="` + role + `",service="web"} 1`,
 		} {
 			if !strings.Contains(string(body), want) {
 				t.Errorf("scrape lacks %s", want)
