@@ -18,6 +18,8 @@ import (
 
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/controller"
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/gslbrole"
 	"github.com/azgate/azgate/internal/health"
@@ -63,7 +65,8 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, role := range []string{"edge", "agent"} {
-		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks)), "")))
+		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks),
+			edge.BackendCollector(fakeBackends)), "")))
 	}
 	ctrl, gslb := startRoles(t)
 	add(promcheck.ScrapeURL(t, ctrl.URL()+"/metrics", ctrl.Token()))
@@ -157,6 +160,11 @@ func fakeChecks() []health.TargetStats {
 	return []health.TargetStats{
 		{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Known: true, Up: true, OK: 3, LastDuration: 2 * time.Millisecond},
 		{Service: "web", Pool: "main", Backend: "az1-h2/g1:80", Known: true, Up: false, Failed: 3, LastDuration: time.Second}}
+}
+
+// fakeBackends are an edge's load-balanced backends' counters.
+func fakeBackends() []edge.BackendCount {
+	return []edge.BackendCount{{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", LBCounters: dataplane.LBCounters{Packets: 10, Bytes: 1500, Conns: 2}}}
 }
 
 // fakeStatus is what a node's data plane reports, every part filled in.

@@ -536,7 +536,7 @@ func (s *statusPart) Start(ctx context.Context) error {
 	cfg := s.p.cfg
 	s.run(func() { store.PublishStatus(s.ctx, s.st, "edge", cfg.Name, cfg.StatusInterval, s.status, cfg.Log) })
 	if s.listen != "" {
-		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats))
+		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats), lbCollector{s.p.rec.BackendCounters})
 		s.run(func() { nodemetrics.ServeRegistry(s.ctx, s.listen, reg, cfg.MetricsToken, cfg.Log) })
 	}
 	return nil
