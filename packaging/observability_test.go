@@ -45,7 +45,7 @@ func TestPrometheusRules(t *testing.T) {
 // scrapeOnly are series the dashboard and rules use that a scrape holds
 // only once something happens which this test does not stage, with why.
 var scrapeOnly = map[string]string{
-	"azgate_controller_backends_down": "exported per service with a backend down (the majority of the edges' health reports): needs edges reporting",
+	"azgate_controller_backends_down": "exported per service with a backend down (the majority of the edges' health reports): needs edges reporting; internal/controller's TestHealthMajority scrapes it from a real controller",
 }
 
 // TestDashboardQueries: every metric the Grafana dashboard's queries (and
