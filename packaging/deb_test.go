@@ -50,6 +50,7 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 		r.run(t, "test -f /R/lib/systemd/system/azgate-"+role+".service")
 		r.run(t, "test -s /R/usr/share/man/man1/azgate-"+role+".1.gz")
 	}
+	r.run(t, "test -s /R/usr/share/azgate/prometheus/azgate-rules.yml && test -s /R/usr/share/azgate/grafana/azgate.json")
 	if out := r.run(t, "zcat /R/usr/share/man/man1/azgate-edge.1.gz"); !strings.Contains(out, "--attach") {
 		t.Errorf("azgate-edge(1) does not document --attach:\n%.400s", out)
 	}

@@ -30,7 +30,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 pkg=$stage/pkg
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/usr/share/man/man1" \
-	"$pkg/usr/share/doc/azgate" "$pkg/etc/azgate"
+	"$pkg/usr/share/doc/azgate" "$pkg/etc/azgate" "$pkg/usr/share/azgate/prometheus" "$pkg/usr/share/azgate/grafana"
 
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 # Built as `make build` builds it (the same flags: Go's build cache serves
@@ -46,7 +46,10 @@ done
 
 install -m 0644 packaging/systemd/*.service "$pkg/lib/systemd/system/"
 install -m 0644 packaging/debian/copyright "$pkg/usr/share/doc/azgate/copyright"
-for d in deploy.md upgrades.md roles.md; do
+# The alert rules and the dashboard (docs/observability.md, Metrics).
+install -m 0644 packaging/prometheus/azgate-rules.yml "$pkg/usr/share/azgate/prometheus/"
+install -m 0644 packaging/grafana/azgate.json "$pkg/usr/share/azgate/grafana/"
+for d in deploy.md upgrades.md roles.md observability.md; do
 	[ -f "docs/$d" ] && gzip -9n <"docs/$d" >"$pkg/usr/share/doc/azgate/$d.gz"
 done
 printf 'azgate (%s) unstable; urgency=medium\n\n  * Built from the azgate repository (%s).\n\n -- azgate maintainers <azgate@example.org>  %s\n' \

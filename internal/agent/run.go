@@ -172,7 +172,7 @@ func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconcil
 	s.goRun(func() { store.PublishStatus(ctx, st, "agent", cfg.Name, cfg.Status.Interval, status, cfg.Log) })
 	if cfg.Status.MetricsListen != "" {
 		s.goRun(func() {
-			nodemetrics.Serve(ctx, cfg.Status.MetricsListen, "agent", cfg.Status.MetricsToken, status, cfg.Log)
+			nodemetrics.Serve(ctx, cfg.Status.MetricsListen, "agent", cfg.Name, cfg.Status.MetricsToken, status, cfg.Log)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package announce
 import (
 	"context"
 	"fmt"
+	"github.com/azgate/azgate/internal/promcheck"
 	"net"
 	"net/netip"
 	"strings"
@@ -150,6 +151,7 @@ func TestAnnouncedNeedsSession(t *testing.T) {
 		t.Fatalf("sessions: %+v", st.BGP.Sessions)
 	}
 	m := get(t, a, "/metrics")
+	promcheck.Lint(t, []byte(m))
 	for _, want := range []string{
 		`azgate_announce_announced{vip="198.18.77.1/32"} 0`,
 		`azgate_announce_wanted{vip="198.18.77.1/32"} 1`,

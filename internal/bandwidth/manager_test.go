@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/azgate/azgate/internal/promcheck"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -1138,6 +1140,7 @@ func TestZoneMalformedReportsCounted(t *testing.T) {
 		t.Errorf("stats %+v: want 1 malformed, 1 reporter, 1 write", st)
 	}
 	s.z.cfg.Metrics.round(0, st, nil)
+	promcheck.Lint(t, promcheck.Scrape(t, promhttp.HandlerFor(s.z.cfg.Metrics.Registry, promhttp.HandlerOpts{})))
 	mfs, err := s.z.cfg.Metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

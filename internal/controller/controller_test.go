@@ -28,6 +28,7 @@ import (
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/promcheck"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -656,6 +657,7 @@ func TestConflictRetry(t *testing.T) {
 		t.Fatalf("AZs %+v, %v: want both writers' AZs", azs, err)
 	}
 	m := call(t, s, "GET", "/metrics", nil)
+	promcheck.Lint(t, m.body)
 	if !strings.Contains(string(m.body), "azgate_controller_commit_conflicts_total 1") {
 		t.Error("conflict not counted in /metrics")
 	}
@@ -744,6 +746,7 @@ func TestStatus(t *testing.T) {
 		t.Errorf("errors %q: want the broken entry and the bad key", st.Errors)
 	}
 	m := string(call(t, s, "GET", "/metrics", nil).body)
+	promcheck.Lint(t, []byte(m))
 	for _, want := range []string{
 		`azgate_controller_objects{kind="eips"} 3`,
 		`azgate_controller_http_requests_total{code="200",route="GET /v1/status"} 1`,

@@ -11,6 +11,7 @@ import (
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/ddos"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/promcheck"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -146,6 +147,7 @@ func TestDDoSQuarantineAndRelease(t *testing.T) {
 		t.Errorf("no token: HTTP %d, want 401", r.code)
 	}
 	m := call(t, s, http.MethodGet, "/metrics", nil).body
+	promcheck.Lint(t, m)
 	for _, want := range []string{`azgate_controller_ddos_decisions_total{action="quarantine"} 1`, `azgate_controller_ddos_decisions_total{action="release"} 1`,
 		"azgate_controller_ddos_quarantined 0", "azgate_controller_ddos_acting 1"} {
 		if !strings.Contains(string(m), want) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/azgate/azgate/internal/promcheck"
 	"io"
 	"net"
 	"net/http"
@@ -102,6 +103,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	promcheck.Lint(t, b)
 	if !strings.Contains(string(b), `azgate_controller_api_connections{listener="tcp"} 2`) {
 		t.Errorf("metrics lack azgate_controller_api_connections{listener=\"tcp\"} 2")
 	}

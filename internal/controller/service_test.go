@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/promcheck"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -308,6 +309,7 @@ func TestHealthMajority(t *testing.T) {
 		t.Errorf("status of %s: %+v", b1, bs[0])
 	}
 	m := string(call(t, s, "GET", "/metrics", nil).body)
+	promcheck.Lint(t, []byte(m))
 	if !strings.Contains(m, `azgate_controller_backends_down{service="web"} 2`) {
 		t.Errorf("metrics:\n%s", grep(m, "backends_down"))
 	}

@@ -527,6 +527,8 @@ func (f *FakeTables) TableOwners() (map[uint32]uint64, error) {
 type FakeBackends struct {
 	bmu      sync.Mutex
 	BackendM map[uint32]LBBackend
+	// BackendC are the slots' counters (BackendCounters; absent: 0).
+	BackendC map[uint32]LBCounters
 }
 
 func (f *FakeBackends) SetBackend(idx uint32, b LBBackend) error {
@@ -551,8 +553,12 @@ func (f *FakeBackends) Backends() (map[uint32]LBBackend, error) {
 	}
 	return out, nil
 }
-func (f *FakeBackends) BackendCounters(uint32) (LBCounters, error) { return LBCounters{}, nil }
-func (f *FakeBackends) ResetBackendCounters(uint32) error          { return nil }
+func (f *FakeBackends) BackendCounters(idx uint32) (LBCounters, error) {
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	return f.BackendC[idx], nil
+}
+func (f *FakeBackends) ResetBackendCounters(uint32) error { return nil }
 
 // FakeLBConfig is an in-memory LBConfigMap.
 type FakeLBConfig struct {

@@ -536,9 +536,18 @@ func (s *statusPart) Start(ctx context.Context) error {
 	cfg := s.p.cfg
 	s.run(func() { store.PublishStatus(s.ctx, s.st, "edge", cfg.Name, cfg.StatusInterval, s.status, cfg.Log) })
 	if s.listen != "" {
-		s.run(func() { nodemetrics.Serve(s.ctx, s.listen, "edge", cfg.MetricsToken, s.status, cfg.Log) })
+		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats), lbCollector{s.p.rec.BackendCounters})
+		s.run(func() { nodemetrics.ServeRegistry(s.ctx, s.listen, reg, cfg.MetricsToken, cfg.Log) })
 	}
 	return nil
+}
+
+// healthStats are the edge's health checks (none before they start).
+func (s *statusPart) healthStats() []health.TargetStats {
+	if s.hc == nil || s.hc.hm == nil {
+		return nil
+	}
+	return s.hc.hm.Stats()
 }
 
 // status is the node status: the reconciler's, with each part's.

@@ -675,11 +675,103 @@ func (r *Reconciler) Hosts() []netip.Addr {
 	return slices.Compact(out)
 }
 
-// maxStatusEIPs bounds the per-EIP counters published in the status key.
+// maxStatusEIPs bounds the per-EIP counters published in the status key
+// (and so the edge's azgate_eip_packets_total series): with more routes,
+// the status carries the maxStatusEIPs EIPs with the most traffic.
 const maxStatusEIPs = 4096
 
-// Status builds the node status.
+// Status builds the node status. With more than maxStatusEIPs routes its
+// EIPs are the top maxStatusEIPs by bytes (received and sent), read
+// outside the reconciler's lock in one batched pass over the counters.
 func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus {
+	s, many := r.status(started, ifaces)
+	if many {
+		if top, err := topEIPs(r.maps, maxStatusEIPs); err == nil {
+			s.EIPs = top
+		} else {
+			s.Errors = append(s.Errors, "per-EIP counters: "+err.Error())
+		}
+	}
+	return s
+}
+
+// topEIPs returns the counters of the n routed EIPs with the most bytes
+// (received and sent, since the EIP took its counter slot): a bounded
+// min-heap over one batched read of every slot (dataplane.EIPStatsReader).
+func topEIPs(maps dataplane.EdgeMaps, n int) (map[string]model.EIPCounters, error) {
+	type eip struct {
+		a    netip.Addr
+		slot uint32
+	}
+	var routes []eip
+	maxSlot := -1
+	if err := maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
+		routes = append(routes, eip{a, rt.StatsIdx})
+		maxSlot = max(maxSlot, int(rt.StatsIdx))
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	stats := make([]dataplane.Counters, maxSlot+1)
+	if br, ok := maps.(dataplane.EIPStatsReader); ok {
+		if err := br.ReadEIPStats(stats); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, e := range routes {
+			c, err := maps.EIPStats(e.slot)
+			if err != nil {
+				return nil, err
+			}
+			stats[e.slot] = c
+		}
+	}
+	bytes := func(e eip) uint64 { return stats[e.slot].RxBytes + stats[e.slot].TxBytes }
+	less := func(x, y eip) bool { // the heap's order: fewest bytes first, then the higher address
+		if bx, by := bytes(x), bytes(y); bx != by {
+			return bx < by
+		}
+		return y.a.Less(x.a)
+	}
+	h := make([]eip, 0, min(n, len(routes)))
+	down := func(i int) {
+		for {
+			l, m := 2*i+1, i
+			if l < len(h) && less(h[l], h[m]) {
+				m = l
+			}
+			if l+1 < len(h) && less(h[l+1], h[m]) {
+				m = l + 1
+			}
+			if m == i {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for _, e := range routes {
+		switch {
+		case len(h) < n:
+			h = append(h, e)
+			for i := len(h) - 1; i > 0 && less(h[i], h[(i-1)/2]); i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+		case n > 0 && less(h[0], e):
+			h[0] = e
+			down(0)
+		}
+	}
+	out := make(map[string]model.EIPCounters, len(h))
+	for _, e := range h {
+		out[e.a.String()] = model.EIPCounters(stats[e.slot])
+	}
+	return out, nil
+}
+
+// status builds the node status but for the EIPs of an edge with more
+// than maxStatusEIPs routes (many: Status adds them).
+func (r *Reconciler) status(started time.Time, ifaces []string) (_ model.NodeStatus, many bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := model.NodeStatus{Role: "edge", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
@@ -714,7 +806,7 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 			}
 		}
 	}
-	return s
+	return s, r.routes > maxStatusEIPs
 }
 
 // ErrStop is returned when the daemon is asked to stop.

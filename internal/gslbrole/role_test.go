@@ -3,6 +3,8 @@ package gslbrole
 import (
 	"context"
 	"encoding/json"
+	"github.com/azgate/azgate/internal/promcheck"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -295,6 +297,7 @@ func TestRoleEndToEnd(t *testing.T) {
 	if v := r.metric(t, "azgate_gslb_target_up", "source=combined,target=pathd.example/us,vip=127.0.0.12"); v != 1 {
 		t.Errorf("heartbeat of us %v, want 1", v)
 	}
+	promcheck.Lint(t, promcheck.Scrape(t, promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})))
 	st := r.g.Status()
 	if st.GSLB == nil || len(st.GSLB.Targets) != 2 || st.GSLB.Targets[0].Up != 0 || st.GSLB.Targets[1].Up != 1 {
 		t.Errorf("status targets %+v", st.GSLB)

@@ -72,6 +72,16 @@ func DefaultCommandConcurrency() int { return 2 * runtime.NumCPU() }
 type checker struct {
 	t      Target
 	cancel context.CancelFunc
+	stats  *targetStats
+}
+
+// targetStats are a checker's figures (Manager.Stats).
+type targetStats struct {
+	mu       sync.Mutex
+	known    bool // up is a verdict (after rise or fall results)
+	up       bool
+	ok, fail uint64
+	last     time.Duration // the last probe's duration
 }
 
 // NewManager returns a manager publishing through pub until ctx ends;
@@ -162,8 +172,9 @@ func (m *Manager) Update(targets []Target) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(m.ctx)
-		m.runs[id] = &checker{t: t, cancel: cancel}
-		go m.run(ctx, t)
+		ts := &targetStats{}
+		m.runs[id] = &checker{t: t, cancel: cancel, stats: ts}
+		go m.run(ctx, t, ts)
 	}
 }
 
@@ -173,6 +184,36 @@ func same(a, b Target) bool {
 	return a.Addr == b.Addr && string(ja) == string(jb) && sameTunnel(a.Tunnel, b.Tunnel)
 }
 
+// TargetStats are one target's checks on this edge.
+type TargetStats struct {
+	Service, Pool, Backend string
+	// Known: Up is the edge's verdict (after rise or fall results).
+	Known, Up bool
+	// OK and Failed count the probes by result; LastDuration is the last
+	// probe's (a failed one's: until it failed or timed out).
+	OK, Failed   uint64
+	LastDuration time.Duration
+}
+
+// Stats returns the figures of every target checked, by service, pool
+// and backend.
+func (m *Manager) Stats() []TargetStats {
+	m.mu.Lock()
+	out := make([]TargetStats, 0, len(m.runs))
+	for _, c := range m.runs {
+		c.stats.mu.Lock()
+		out = append(out, TargetStats{Service: c.t.Service, Pool: c.t.Pool, Backend: c.t.Backend, Known: c.stats.known, Up: c.stats.up,
+			OK: c.stats.ok, Failed: c.stats.fail, LastDuration: c.stats.last})
+		c.stats.mu.Unlock()
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return a.Service+"/"+a.Pool+"/"+a.Backend < b.Service+"/"+b.Pool+"/"+b.Backend
+	})
+	return out
+}
+
 // Targets returns the checked targets.
 func (m *Manager) Targets() int {
 	m.mu.Lock()
@@ -180,7 +221,7 @@ func (m *Manager) Targets() int {
 	return len(m.runs)
 }
 
-func (m *Manager) run(ctx context.Context, t Target) {
+func (m *Manager) run(ctx context.Context, t Target, ts *targetStats) {
 	c := t.Check
 	interval, timeout := time.Duration(c.Interval), time.Duration(c.Timeout)
 	if interval <= 0 {
@@ -221,12 +262,22 @@ func (m *Manager) run(ctx context.Context, t Target) {
 			release = func() { <-slots }
 		}
 		pctx, cancel := context.WithTimeout(ctx, timeout)
+		start := time.Now()
 		err := m.probe(pctx, t)
+		took := time.Since(start)
 		cancel()
 		release()
 		if ctx.Err() != nil {
 			return
 		}
+		ts.mu.Lock()
+		ts.last = took
+		if err == nil {
+			ts.ok++
+		} else {
+			ts.fail++
+		}
+		ts.mu.Unlock()
 		if err == nil {
 			okRun, badRun = okRun+1, 0
 		} else {
@@ -256,6 +307,9 @@ func (m *Manager) run(ctx context.Context, t Target) {
 				m.log.Warn("health report not published", "backend", t.id(), "err", perr)
 				up = nil // try again next time
 			} else {
+				ts.mu.Lock()
+				ts.known, ts.up = true, *up
+				ts.mu.Unlock()
 				m.log.Info("backend health", "service", t.Service, "pool", t.Pool, "backend", t.Backend, "up", *up, "detail", detail)
 			}
 		}

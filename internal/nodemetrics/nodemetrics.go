@@ -9,6 +9,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,13 +21,28 @@ import (
 )
 
 // Serve exposes get's status as Prometheus metrics on addr, labelled with
-// role, until ctx ends. A non-empty token must come as "Authorization:
-// Bearer TOKEN" (401 otherwise); empty, the listener is open and belongs on
-// loopback or a management network.
-func Serve(ctx context.Context, addr, role, token string, get func() model.NodeStatus, log *slog.Logger) {
+// role and node (the node's name), until ctx ends. A non-empty token must
+// come as "Authorization: Bearer TOKEN" (401 otherwise); empty, the
+// listener is open and belongs on loopback or a management network.
+func Serve(ctx context.Context, addr, role, node, token string, get func() model.NodeStatus, log *slog.Logger) {
+	ServeRegistry(ctx, addr, Registry(role, node, get), token, log)
+}
+
+// Registry returns a registry exporting get's status and the extra
+// collectors' series, every series labelled role and node (node absent
+// when empty).
+func Registry(role, node string, get func() model.NodeStatus, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{role: role, get: get})
-	ServeRegistry(ctx, addr, reg, token, log)
+	var r prometheus.Registerer = reg
+	if node != "" {
+		r = prometheus.WrapRegistererWith(prometheus.Labels{"node": node}, reg)
+	}
+	r.MustRegister(statusCollector{role: role, get: get})
+	if len(extra) > 0 {
+		x := prometheus.WrapRegistererWith(prometheus.Labels{"role": role}, r)
+		x.MustRegister(extra...)
+	}
+	return reg
 }
 
 // ServeRegistry serves reg's metrics on addr (Handler, with the server's
@@ -66,11 +83,11 @@ type statusCollector struct {
 }
 
 var (
-	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome.", []string{"role", "outcome"}, nil)
+	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome (connection sync's events: azgate_sync_events_total).", []string{"role", "outcome"}, nil)
 	descBytes     = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
 	descRoutes    = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
 	descRev       = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
-	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction.", []string{"role", "eip", "direction"}, nil)
+	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction (an edge with more than 4,096 routes exports the 4,096 EIPs with the most bytes).", []string{"role", "eip", "direction"}, nil)
 	descLimit     = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
 	descInvalid   = prometheus.NewDesc("azgate_invalid_objects", "Objects in the store that failed validation and are not programmed.", []string{"role"}, nil)
 	descFWPackets = prometheus.NewDesc("azgate_firewall_rule_packets_total", "Packets each firewall rule dropped (deny) or let through (allow) on this edge.", []string{"role", "rule"}, nil)
@@ -79,28 +96,40 @@ var (
 	descAnnouncing = prometheus.NewDesc("azgate_bgp_announcing", "1 while the edge announces its set's routes.", []string{"role"}, nil)
 	descFailing    = prometheus.NewDesc("azgate_bgp_condition_failing", "1 for each condition that keeps the edge from announcing.", []string{"role", "condition"}, nil)
 	descSession    = prometheus.NewDesc("azgate_bgp_session_established", "1 while the BGP session to the peer is established.", []string{"role", "peer"}, nil)
+	descSessState  = prometheus.NewDesc("azgate_bgp_session_state", "1 for the BGP session's current state per peer (idle, connect, active, opensent, openconfirm, established, unknown), 0 for the others.", []string{"role", "peer", "state"}, nil)
 	descAdvertised = prometheus.NewDesc("azgate_bgp_advertised_prefixes", "Prefixes the edge's speaker advertises.", []string{"role"}, nil)
 
-	// Connection sync (edges running it; its counters are the sync_*
-	// outcomes of azgate_dataplane_packets_total, in entries).
-	descSyncReady = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
-	descSyncLag   = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples.", []string{"role", "quantile"}, nil)
-	descSyncPeer  = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
+	// Service tables (edges with load-balanced services): one series per
+	// service pool the edge holds a table for (bounded by the services).
+	descTableChecksum = prometheus.NewDesc("azgate_lb_table_checksum", "The low 48 bits of the Maglev table's checksum the edge holds for a service pool (table: SERVICE/POOL); the edges holding a table agree when they show the same value.", []string{"role", "table"}, nil)
+	descTableBackends = prometheus.NewDesc("azgate_lb_table_backends", "Backends in the edge's table for a service pool (table: SERVICE/POOL), by state: healthy (in the table) or failed (down or drained).", []string{"role", "table", "state"}, nil)
+	descTableSize     = prometheus.NewDesc("azgate_lb_table_slots", "Slots of the edge's Maglev table for a service pool (table: SERVICE/POOL).", []string{"role", "table"}, nil)
+
+	// Connection sync (edges running it). Its counters (the status's
+	// sync_* counters) count events (entries, sessions, failures), not
+	// packets: azgate_sync_events_total, by event.
+	descSyncEvents    = prometheus.NewDesc("azgate_sync_events_total", "Connection sync events by kind (the status's sync_* counters without the prefix: sent, received and applied entries, sessions, auth failures, drops...), counted as events.", []string{"role", "event"}, nil)
+	descSyncSentBytes = prometheus.NewDesc("azgate_sync_sent_bytes_total", "Bytes of connection sync batches sent to the set's other members.", []string{"role"}, nil)
+	descSyncReady     = prometheus.NewDesc("azgate_sync_ready", "1 when the edge's connection sync holds the table its set needs (full copy pulled, or first member).", []string{"role"}, nil)
+	descSyncLag       = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples, by statistic (p50, p99, max; not a summary: no count or sum).", []string{"role", "stat"}, nil)
+	descSyncPeer      = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
 
 	// Shared bandwidth (nodes with --bw-store; docs/bandwidth.md).
-	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bits_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress).", []string{"role", "eip"}, nil)
+	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bytes_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress), in bytes a second (the package's bits a second / 8).", []string{"role", "eip"}, nil)
 	descBWDropB    = prometheus.NewDesc("azgate_bandwidth_dropped_bytes_total", "Bytes a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
 	descBWDropP    = prometheus.NewDesc("azgate_bandwidth_dropped_packets_total", "Packets a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
 	descBWEIPMode  = prometheus.NewDesc("azgate_bandwidth_eip_mode", "1 for where a packaged EIP's limit comes from: managed (pushed by the zone manager) or static (the package's static split).", []string{"role", "eip", "mode"}, nil)
 	descBWManaged  = prometheus.NewDesc("azgate_bandwidth_managed", "1 while limits from a manager are in force on this node, 0 on the static split.", []string{"role"}, nil)
 	descBWLimitAge = prometheus.NewDesc("azgate_bandwidth_limits_age_seconds", "Age of the managed limits the node holds, since the manager wrote them (absent: none).", []string{"role"}, nil)
+	descBWRate     = prometheus.NewDesc("azgate_bandwidth_rate_bytes_per_second", "A packaged EIP's last measured rate on this node, in bytes a second (absent: not measured); at its azgate_bandwidth_limit_bytes_per_second it is at its cap.", []string{"role", "eip"}, nil)
 	descBWEvents   = prometheus.NewDesc("azgate_bandwidth_events_total", "Shared-bandwidth events on this node: reports written, store and data-plane errors, limits ignored or clamped, falls back to the static split.", []string{"role", "event"}, nil)
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
-		descAnnouncing, descFailing, descSession, descAdvertised, descSyncReady, descSyncLag, descSyncPeer,
-		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents} {
+		descAnnouncing, descFailing, descSession, descSessState, descAdvertised, descSyncReady, descSyncLag, descSyncPeer, descSyncEvents, descSyncSentBytes,
+		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents, descBWRate,
+		descTableChecksum, descTableBackends, descTableSize} {
 		ch <- d
 	}
 }
@@ -108,6 +137,13 @@ func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.get()
 	for k, v := range s.Counters {
+		if ev, ok := strings.CutPrefix(k, "sync_"); ok { // events (entries, sessions...), not packets
+			ch <- prometheus.MustNewConstMetric(descSyncEvents, prometheus.CounterValue, float64(v.Packets), c.role, ev)
+			if k == "sync_sent" {
+				ch <- prometheus.MustNewConstMetric(descSyncSentBytes, prometheus.CounterValue, float64(v.Bytes), c.role)
+			}
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(v.Packets), c.role, k)
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v.Bytes), c.role, k)
 	}
@@ -120,9 +156,9 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			ready = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descSyncReady, prometheus.GaugeValue, ready, c.role)
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP50MS/1000, c.role, "0.5")
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP99MS/1000, c.role, "0.99")
-		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagMaxMS/1000, c.role, "1")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP50MS/1000, c.role, "p50")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagP99MS/1000, c.role, "p99")
+		ch <- prometheus.MustNewConstMetric(descSyncLag, prometheus.GaugeValue, y.LagMaxMS/1000, c.role, "max")
 		for _, p := range y.Peers {
 			up := 0.0
 			if p.Connected {
@@ -130,6 +166,14 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descSyncPeer, prometheus.GaugeValue, up, c.role, p.Name)
 		}
+	}
+	for tk, ts := range s.Tables {
+		if sum, err := strconv.ParseUint(ts.Checksum, 16, 64); err == nil {
+			ch <- prometheus.MustNewConstMetric(descTableChecksum, prometheus.GaugeValue, float64(sum&(1<<48-1)), c.role, tk)
+		}
+		ch <- prometheus.MustNewConstMetric(descTableBackends, prometheus.GaugeValue, float64(ts.Healthy), c.role, tk, "healthy")
+		ch <- prometheus.MustNewConstMetric(descTableBackends, prometheus.GaugeValue, float64(ts.Backends-ts.Healthy), c.role, tk, "failed")
+		ch <- prometheus.MustNewConstMetric(descTableSize, prometheus.GaugeValue, float64(ts.M), c.role, tk)
 	}
 	for rule, v := range s.Firewall {
 		ch <- prometheus.MustNewConstMetric(descFWPackets, prometheus.CounterValue, float64(v.Packets), c.role, rule)
@@ -155,6 +199,13 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, ss := range b.Sessions {
 			ch <- prometheus.MustNewConstMetric(descSession, prometheus.GaugeValue, b01(ss.State == "established"), c.role, ss.Peer)
+			state := ss.State
+			if !slices.Contains(bgpStates, state) { // bound the label's values
+				state = "unknown"
+			}
+			for _, st := range bgpStates {
+				ch <- prometheus.MustNewConstMetric(descSessState, prometheus.GaugeValue, b01(st == state), c.role, ss.Peer, st)
+			}
 		}
 	}
 }
@@ -170,13 +221,19 @@ func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.Bandwid
 		ch <- prometheus.MustNewConstMetric(descBWEvents, prometheus.CounterValue, float64(n), c.role, ev)
 	}
 	for eip, e := range b.EIPs {
-		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit), c.role, eip)
+		ch <- prometheus.MustNewConstMetric(descBWLimit, prometheus.GaugeValue, float64(e.Limit)/8, c.role, eip)
+		if e.Rate != nil {
+			ch <- prometheus.MustNewConstMetric(descBWRate, prometheus.GaugeValue, float64(*e.Rate)/8, c.role, eip)
+		}
 		ch <- prometheus.MustNewConstMetric(descBWDropB, prometheus.CounterValue, float64(e.DroppedBytes), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWDropP, prometheus.CounterValue, float64(e.DroppedPackets), c.role, eip)
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "managed"), c.role, eip, "managed")
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "static"), c.role, eip, "static")
 	}
 }
+
+// bgpStates are the session states of internal/bgp (sessionState).
+var bgpStates = []string{"idle", "connect", "active", "opensent", "openconfirm", "established", "unknown"}
 
 func b01(v bool) float64 {
 	if v {

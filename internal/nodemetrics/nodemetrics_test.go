@@ -18,6 +18,8 @@ func TestBGPMetrics(t *testing.T) {
 	for k, v := range map[string]float64{
 		"azgate_bgp_announcing": 0, "azgate_bgp_condition_failing,drained": 1, "azgate_bgp_condition_failing,store": 1,
 		"azgate_bgp_session_established,192.0.2.1": 1, "azgate_bgp_session_established,192.0.2.9": 0,
+		"azgate_bgp_session_state,192.0.2.9,active": 1, "azgate_bgp_session_state,192.0.2.9,established": 0,
+		"azgate_bgp_session_state,192.0.2.1,established": 1, "azgate_bgp_session_state,192.0.2.1,idle": 0,
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
@@ -109,7 +111,7 @@ func TestBandwidthMetrics(t *testing.T) {
 	for k, v := range map[string]float64{
 		"azgate_bandwidth_managed": 1, "azgate_bandwidth_limits_age_seconds": 1.5,
 		"azgate_bandwidth_events_total,reports": 9, "azgate_bandwidth_events_total,ignored": 2,
-		"azgate_bandwidth_limit_bits_per_second,198.51.100.7": 8e6, "azgate_bandwidth_limit_bits_per_second,198.51.100.8": 1e6,
+		"azgate_bandwidth_limit_bytes_per_second,198.51.100.7": 1e6, "azgate_bandwidth_limit_bytes_per_second,198.51.100.8": 125e3,
 		"azgate_bandwidth_dropped_bytes_total,198.51.100.7": 3000, "azgate_bandwidth_dropped_packets_total,198.51.100.7": 2,
 		"azgate_bandwidth_eip_mode,198.51.100.7,managed": 1, "azgate_bandwidth_eip_mode,198.51.100.8,static": 1,
 		"azgate_bandwidth_eip_mode,198.51.100.8,managed": 0,

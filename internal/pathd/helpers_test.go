@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/azgate/azgate/internal/promcheck"
 	"io"
 	"net"
 	"net/http"
@@ -251,6 +252,7 @@ func (n *node) metrics() string {
 	if code != 200 {
 		n.t.Fatalf("/metrics: %d", code)
 	}
+	promcheck.Lint(n.t, b)
 	return string(b)
 }
 

@@ -2,6 +2,8 @@ package prober
 
 import (
 	"context"
+	"github.com/azgate/azgate/internal/promcheck"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"net"
 	"net/netip"
 	"strings"
@@ -183,6 +185,7 @@ func TestResolveThroughGSLB(t *testing.T) {
 	if s := p.Stats(); s.Resolves != 2 || s.Moves != 1 || s.Addr != netip.MustParseAddr("192.0.2.102") {
 		t.Errorf("stats %+v, want 2 resolutions and 1 move", s)
 	}
+	promcheck.Lint(t, promcheck.Scrape(t, promhttp.HandlerFor(NewRegistry(p), promhttp.HandlerOpts{})))
 	// A dead DNS: the last address is kept and the error counted.
 	dead, err := New(Config{Node: "e", Targets: []Target{{Name: "r", Addr: "192.0.2.1:80"}},
 		ReportURL: "http://pathd.example:8080/v1/reports", DNS: []string{"127.0.0.1:1"}})
