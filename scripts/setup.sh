@@ -54,12 +54,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 	# Debian starts the daemons of what it installs: redis-server on
 	# 127.0.0.1:6379 and etcd on localhost:2379, both without a password,
-	# which any local user could drive, and gdnsd on port 53 of every
-	# address, and prometheus on :9090 of every address. azgate needs only the binaries (it starts its own servers,
-	# on sockets only root reaches; bench gslb runs its own gdnsd, as
-	# nobody on loopback for the run): stop and disable the services of
-	# the packages this run installed. Without systemd, gdnsd's package
-	# starts nothing (it ships only a unit).
+	# which any local user could drive, gdnsd on port 53 and prometheus
+	# on :9090 of every address. azgate needs only the binaries (it
+	# starts its own servers, on sockets only root reaches; bench gslb
+	# runs its own gdnsd, as nobody on loopback for the run; the tests
+	# use promtool only): stop and disable the services of the packages
+	# this run installed. Without systemd, gdnsd's package starts nothing
+	# (it ships only a unit).
 	if [ -d /run/systemd/system ]; then
 		for ps in redis-server:redis-server etcd-server:etcd gdnsd:gdnsd prometheus:prometheus; do
 			case " ${missing[*]} " in
