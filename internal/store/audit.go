@@ -65,8 +65,11 @@ func (s *Store) TrimAudit(ctx context.Context, keep int) (int64, error) {
 	}
 	old, err := s.Client.Get(ctx, AuditRoot, clientv3.WithRange(end), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(extra))
-	if err != nil || len(old.Kvs) == 0 {
+	if err != nil {
 		return 0, fmt.Errorf("store: audit: %w", mapErr(err))
+	}
+	if len(old.Kvs) == 0 { // trimmed meanwhile (another controller)
+		return 0, nil
 	}
 	last := string(old.Kvs[len(old.Kvs)-1].Key)
 	del, err := s.Client.Delete(ctx, AuditRoot, clientv3.WithRange(last+"\x00"))
