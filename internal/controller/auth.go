@@ -152,10 +152,15 @@ func stampOf(fi os.FileInfo) fileStamp {
 	return st
 }
 
+// racyWindow is how long after a change a tokens file is read on every
+// request instead of trusting its unchanged stamp (reload).
+const racyWindow = time.Second
+
 // tokenSet is the tokens a request may carry: the data directory's
 // (admin) and the tokens file's, reloaded when the file changes. The
 // file is stat'ed on each authenticated request (one syscall); it is
-// read again only when its stamp changed. A file that no longer reads
+// read again only when its stamp changed, or while it changed less than
+// racyWindow before its last read. A file that no longer reads
 // (removed, mode opened, a syntax error) leaves none of its tokens
 // valid: a broken rotation must not keep revoked tokens alive. The data
 // directory's token still works then.
@@ -167,6 +172,7 @@ type tokenSet struct {
 	mu      sync.Mutex // serializes reloads
 	stamp   fileStamp
 	loaded  bool  // stamp is of a file read (or of a failed read)
+	recent  bool  // the file read had changed within racyWindow: read it again
 	lastErr error // of the last reload
 	entries atomic.Pointer[[]tokenEntry]
 	reloads atomic.Int64
@@ -190,9 +196,10 @@ func (ts *tokenSet) reload() error {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	fi, err := os.Stat(ts.path)
-	if err == nil && ts.loaded && stampOf(fi) == ts.stamp {
+	if err == nil && ts.loaded && !ts.recent && stampOf(fi) == ts.stamp {
 		return ts.lastErr
 	}
+	readAt := time.Now()
 	var st fileStamp
 	if err == nil {
 		st = stampOf(fi)
@@ -208,6 +215,11 @@ func (ts *tokenSet) reload() error {
 	}
 	changed := !ts.loaded || st != ts.stamp
 	ts.stamp, ts.loaded, ts.lastErr = st, true, err
+	// File times tick coarsely (the kernel's clock tick): a write in
+	// place of the same size soon after the one read may leave the
+	// stamp as it was. A file changed within racyWindow of its read is
+	// read again until it is older.
+	ts.recent = readAt.Sub(st.mtime) < racyWindow || readAt.Sub(st.ctime) < racyWindow
 	ts.entries.Store(&entries)
 	ts.reloads.Add(1)
 	if changed && ts.log != nil {
