@@ -175,7 +175,6 @@ type tokenSet struct {
 	recent  bool  // the file read had changed within racyWindow: read it again
 	lastErr error // of the last reload
 	entries atomic.Pointer[[]tokenEntry]
-	reloads atomic.Int64
 }
 
 func newTokenSet(local, path string, log *slog.Logger) (*tokenSet, error) {
@@ -221,7 +220,6 @@ func (ts *tokenSet) reload() error {
 	// read again until it is older.
 	ts.recent = readAt.Sub(st.mtime) < racyWindow || readAt.Sub(st.ctime) < racyWindow
 	ts.entries.Store(&entries)
-	ts.reloads.Add(1)
 	if changed && ts.log != nil {
 		if err != nil {
 			ts.log.Warn("tokens file unusable: its tokens are refused until it is fixed (the data directory's token still works)", "err", err)
