@@ -158,7 +158,8 @@ const racyWindow = time.Second
 
 // tokenSet is the tokens a request may carry: the data directory's
 // (admin) and the tokens file's, reloaded when the file changes. The
-// file is stat'ed on each authenticated request (one syscall); it is
+// file is stat'ed once on each request carrying a bearer token (one
+// syscall, in Server.instrument); it is
 // read again only when its stamp changed, or while it changed less than
 // racyWindow before its last read. A file that no longer reads
 // (removed, mode opened, a syntax error) leaves none of its tokens

@@ -114,7 +114,11 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
-		if s.tokens.lookup(r.Header.Get("Authorization")).role == RoleNone {
+		// The token is looked up once a request, here: authorized
+		// reads the identity from the context (whoami).
+		id := s.tokens.lookup(r.Header.Get("Authorization"))
+		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		if id.role == RoleNone {
 			// A request without the token (/healthz, /metrics, a 401)
 			// ends its connection: connections are capped before any
 			// token is checked, and an unauthenticated client must not
@@ -148,7 +152,7 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: "missing Authorization header: send \"Authorization: Bearer TOKEN\" with an API token"})
 			return
 		}
-		id := s.tokens.lookup(got)
+		id := whoami(r) // instrument's lookup
 		if id.role == RoleNone {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="azgate", error="invalid_token"`)
 			s.writeError(w, r, &httpError{status: http.StatusUnauthorized,
@@ -160,8 +164,7 @@ func (s *Server) authorized(h handlerFunc) http.Handler {
 				msg: fmt.Sprintf("token %q has role %s; %s %s needs role %s", id.name, id.role, r.Method, r.URL.Path, need)})
 			return
 		}
-		ctx := context.WithValue(r.Context(), identityKey{}, id)
-		r = r.WithContext(WithActor(ctx, Actor{Name: id.name, Role: id.role.String(), Method: r.Method, Path: r.URL.RequestURI()}))
+		r = r.WithContext(WithActor(r.Context(), Actor{Name: id.name, Role: id.role.String(), Method: r.Method, Path: r.URL.RequestURI()}))
 		if large(r) {
 			release, err := s.takeLargeBody(r)
 			if err != nil {
