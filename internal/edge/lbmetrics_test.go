@@ -29,6 +29,13 @@ func TestBackendCounters(t *testing.T) {
 	if len(got) != len(want) || len(got) < 3 {
 		t.Fatalf("%d backends counted, want %d (>= 3): %+v", len(got), len(want), got)
 	}
+	for i := 1; i < len(got); i++ {
+		a, b := got[i-1], got[i]
+		if [3]string{a.Service, a.Pool, a.Backend} == [3]string{b.Service, b.Pool, b.Backend} ||
+			a.Service > b.Service || a.Service == b.Service && (a.Pool > b.Pool || a.Pool == b.Pool && a.Backend > b.Backend) {
+			t.Errorf("backends %d and %d out of order (service, pool, backend): %+v, %+v", i-1, i, a, b)
+		}
+	}
 	for _, b := range got {
 		if !want[b.Service+"/"+b.Pool+"/"+b.Backend] || b.Packets != 10 || b.Bytes != 1500 || b.Conns != 2 {
 			t.Errorf("backend %+v: not programmed, or not its counters", b)

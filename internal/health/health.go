@@ -7,6 +7,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,9 +209,10 @@ func (m *Manager) Stats() []TargetStats {
 		c.stats.mu.Unlock()
 	}
 	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		return a.Service+"/"+a.Pool+"/"+a.Backend < b.Service+"/"+b.Pool+"/"+b.Backend
+	// Compared in place, not as joined keys: a scrape sorts every
+	// target, and a key per comparison is garbage for nothing.
+	slices.SortFunc(out, func(a, b TargetStats) int {
+		return cmp.Or(strings.Compare(a.Service, b.Service), strings.Compare(a.Pool, b.Pool), strings.Compare(a.Backend, b.Backend))
 	})
 	return out
 }
