@@ -76,19 +76,11 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 			clients = append(clients, c)
 		}
 		st := clients[len(clients)-1]
-		fa := &fleetAgent{host: h, firstLoad: make(chan struct{})}
-		r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: fmt.Sprintf("h%d", h), Underlay: "ul0", Log: quiet}, dataplane.NewFakeAgent(), fleetLinks{})
+		fa, err := newFleetAgent(h, quiet)
 		if err != nil {
 			return nil, err
 		}
-		fa.r = r
-		r.OnApplied = func(rev int64) {
-			if rev > fa.rev.Load() {
-				fa.at.Store(time.Now().UnixNano())
-				fa.rev.Store(rev)
-			}
-			fa.once.Do(func() { fa.loadS = time.Since(fa.started).Seconds(); close(fa.firstLoad) })
-		}
+		r := fa.r
 		agents[h] = fa
 		select {
 		case sem <- struct{}{}:
@@ -224,4 +216,23 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 		{Suite: "fleet", Name: "agent_drift_max", Value: slices.Max(drift), Unit: "ms"},
 		{Suite: "fleet", Name: "agent_applied_early", Value: float64(early), Note: "rebinds where an agent reported the revision applied before its map showed the change (their drift is until it did)"},
 	}, nil
+}
+
+// newFleetAgent is host h's agent Reconciler on a fresh fake, noting its
+// applied revisions and its first load (as newFleetEdge does for an edge).
+func newFleetAgent(h int, log *slog.Logger) (*fleetAgent, error) {
+	fa := &fleetAgent{host: h, firstLoad: make(chan struct{})}
+	r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: fmt.Sprintf("h%d", h), Underlay: "ul0", Log: log}, dataplane.NewFakeAgent(), fleetLinks{})
+	if err != nil {
+		return nil, err
+	}
+	fa.r = r
+	r.OnApplied = func(rev int64) {
+		if rev > fa.rev.Load() {
+			fa.at.Store(time.Now().UnixNano())
+			fa.rev.Store(rev)
+		}
+		fa.once.Do(func() { fa.loadS = time.Since(fa.started).Seconds(); close(fa.firstLoad) })
+	}
+	return fa, nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/agent"
-	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -202,17 +201,9 @@ func fleetRestartRun(ctx context.Context, o FleetOptions, endpoints func(int) []
 	for g := 0; g*fleetAgentsPerClient < o.Agents; g++ {
 		var group []*fleetAgent
 		for h := g * fleetAgentsPerClient; h < min((g+1)*fleetAgentsPerClient, o.Agents); h++ {
-			fa := &fleetAgent{host: h}
-			r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: fmt.Sprintf("h%d", h), Underlay: "ul0", Log: quiet}, dataplane.NewFakeAgent(), fleetLinks{})
+			fa, err := newFleetAgent(h, quiet)
 			if err != nil {
 				return nil, err
-			}
-			fa.r = r
-			r.OnApplied = func(rev int64) {
-				if rev > fa.rev.Load() {
-					fa.at.Store(time.Now().UnixNano())
-					fa.rev.Store(rev)
-				}
 			}
 			group = append(group, fa)
 			agents = append(agents, fa)
