@@ -164,6 +164,10 @@ Read it with tshark -r FILE -T fields -e frame.comment, or Wireshark.`,
 				if file == "" {
 					return fmt.Errorf("-w FILE: where to write the capture")
 				}
+				// Bad flags leave an existing file as it was.
+				if _, err := m.options(); err != nil {
+					return err
+				}
 				f, err := createCapture(file)
 				if err != nil {
 					return err

@@ -144,6 +144,26 @@ func TestCaptureFileMode(t *testing.T) {
 	}
 }
 
+// TestCaptureBadFlagsKeepFile: capture refuses bad filter flags before
+// it truncates the file it would write.
+func TestCaptureBadFlagsKeepFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.pcapng")
+	if err := os.WriteFile(file, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"capture", "no-such-node", "-w", file, "--count", "-1"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--count -1") {
+		t.Fatalf("capture --count -1: error %v, want one naming --count", err)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "old" {
+		t.Errorf("the existing file after a refused capture: %q, %v; want it untouched", b, err)
+	}
+}
+
 // TestIfNamerLooksUpOnce: an interface is looked up once however many
 // events name it (a lookup dumps every link of the namespace).
 func TestIfNamerLooksUpOnce(t *testing.T) {

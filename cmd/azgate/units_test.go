@@ -75,8 +75,8 @@ func parseUnit(t *testing.T, path string) unit {
 }
 
 // roleOf checks a unit's azgate command line and returns its role's command
-// and arguments. Flags must be the role's own, except --config and
-// --check-config while no role has them yet (another branch adds them).
+// and arguments. Flags must be the role's own (--config and --check-config
+// are: roleCommand).
 func roleOf(t *testing.T, u unit, line string) (string, []string) {
 	t.Helper()
 	args := strings.Fields(line)
@@ -88,32 +88,16 @@ func roleOf(t *testing.T, u unit, line string) (string, []string) {
 	if err != nil || c == root || c.Name() != args[1] || !c.Runnable() {
 		t.Fatalf("%s: %q: %q is not a role of the binary (found %q, %v)", u.path, line, args[1], c.Name(), err)
 	}
-	configKnown := c.Flags().Lookup("config") != nil
 	for _, a := range rest {
 		if !strings.HasPrefix(a, "--") {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if c.Flags().Lookup(name) != nil {
-			continue
+		if c.Flags().Lookup(name) == nil {
+			t.Errorf("%s: %q: azgate %s has no flag --%s", u.path, line, args[1], name)
 		}
-		if (name == "config" || name == "check-config") && !anyRoleHasConfig() {
-			continue
-		}
-		t.Errorf("%s: %q: azgate %s has no flag --%s (config flag known: %v)", u.path, line, args[1], name, configKnown)
 	}
 	return args[1], args[2:]
-}
-
-// anyRoleHasConfig: once one role has --config, every unit's must exist.
-func anyRoleHasConfig() bool {
-	root := newRoot()
-	for _, r := range unitRoles {
-		if c, _, err := root.Find([]string{r}); err == nil && c.Flags().Lookup("config") != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // notifySources are where each role's process tells systemd READY=1.

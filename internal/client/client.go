@@ -221,14 +221,8 @@ func (c *Client) list(ctx context.Context, kind string, items any) (int64, error
 
 // List returns every object of a kind, ordered by key.
 func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
-	if _, err := model.New(kind); err != nil {
-		return nil, err // names the unknown kind
-	}
-	var l api.List
-	if _, err := c.do(ctx, http.MethodGet, "/v1/"+kind, nil, &l); err != nil {
-		return nil, err
-	}
-	return model.DecodeList(kind, l.Items)
+	objs, _, err := c.ListPage(ctx, kind, ListQuery{})
+	return objs, err
 }
 
 // Get returns one object.
