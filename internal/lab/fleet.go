@@ -13,7 +13,6 @@ import (
 
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/netlab"
-	"github.com/azgate/azgate/internal/netns"
 )
 
 // EIPRxByEdge returns, by edge, how many packets from the Internet each
@@ -159,27 +158,24 @@ func (l *Lab) SetEdgeLinks(edge string, up bool) error {
 	if n == nil || n.Role != "edge" {
 		return fmt.Errorf("%q is not a lab edge", edge)
 	}
-	state := "down"
-	if up {
-		state = "up"
-	}
 	devs := []string{"ext0", "ul0"}
 	if _, ok := n.Addresses["dmz0"]; ok {
 		devs = append(devs, "dmz0")
-	}
-	for _, dev := range devs {
-		if out, err := netns.Command(n.Netns, "ip", "link", "set", dev, state).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: ip link set %s %s: %v: %s", edge, dev, state, err, out)
-		}
-	}
-	if !up {
-		return nil
 	}
 	nn, err := netlab.OpenNode(n.Netns)
 	if err != nil {
 		return err
 	}
 	defer nn.Close()
+	// All at once: the failover's clock starts at the first link, and a
+	// process spawn per link put ~100 ms between the first and the DMZ
+	// segment's on a loaded machine (a CI run's nat VIP "gap").
+	if err := nn.SetLinks(up, devs...); err != nil {
+		return fmt.Errorf("%s: %w", edge, err)
+	}
+	if !up {
+		return nil
+	}
 	for _, r := range l.Topo.routes {
 		if r.node == edge {
 			if err := nn.Route(r.dst, r.gw, r.dev); err != nil {
