@@ -85,3 +85,29 @@ func TestProbesMeasureAGap(t *testing.T) {
 		t.Errorf("dead target: losses from %v to %v", d.FirstLoss, d.LastLoss)
 	}
 }
+
+// TestProbedGapSkipsSenderStalls: a hole's gap counts the time the flows
+// were probed; a sender starved between two rounds counts four intervals
+// at most (a CI run's sender stalled 250 ms around one lost datagram and
+// the link-down failover read it as a 260 ms outage).
+func TestProbedGapSkipsSenderStalls(t *testing.T) {
+	ms := time.Millisecond
+	t0 := time.Unix(1000, 0)
+	p := &Probes{interval: 10 * ms}
+	for _, at := range []time.Duration{0, 10 * ms, 20 * ms, 270 * ms, 280 * ms, 292 * ms, 302 * ms} {
+		p.rounds = append(p.rounds, t0.Add(at))
+	}
+	for _, c := range []struct {
+		a, b uint64
+		want time.Duration
+	}{
+		{0, 2, 20 * ms},  // steady
+		{1, 4, 60 * ms},  // 10 + the 250 ms stall counted as 40 + 10
+		{4, 6, 22 * ms},  // a late tick counts whole
+		{5, 99, 10 * ms}, // past the last round sent: what was sent
+	} {
+		if got := p.probedGap(c.a, c.b); got != c.want {
+			t.Errorf("probedGap(%d, %d) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

@@ -222,6 +222,25 @@ type Probes struct {
 	flows    []*probeFlow
 	cancel   context.CancelFunc
 	send, rx sync.WaitGroup
+	// rounds[seq] is when round seq was sent (rounds[0]: the start), so
+	// that a hole's gap counts only the time the flow was probed: a
+	// sender starved by a loaded machine (250 ms seen in a run) must not
+	// pass for the gateway's outage.
+	mu     sync.Mutex
+	rounds []time.Time
+}
+
+// probedGap is the time from round a to round b during which the flows
+// were probed: each step between two rounds counts at most four
+// intervals (late ticks on a busy machine), never a sender's stall.
+func (p *Probes) probedGap(a, b uint64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var g time.Duration
+	for i := a; i < b && int(i+1) < len(p.rounds); i++ {
+		g += min(p.rounds[i+1].Sub(p.rounds[i]), 4*p.interval)
+	}
+	return g
 }
 
 type probeFlow struct {
@@ -253,6 +272,9 @@ type ProbeStats struct {
 	// Gap is the longest time, over the flows, between the send times of
 	// two datagrams answered with every datagram between them lost: how
 	// long the path of that flow was broken (to within one interval).
+	// Only probed time counts: a step between two sending rounds counts
+	// at most four intervals, so a sender the machine starved does not
+	// stretch a one-datagram loss into a long "gap".
 	Gap time.Duration `json:"gap_ns"`
 	// FlowsHit counts the flows that lost at least one datagram;
 	// Unrecovered those whose replies had stopped for good (none in the
@@ -309,7 +331,7 @@ func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (
 // source port) and starts sending.
 func startProbes(dial func(*net.UDPAddr) (*net.UDPConn, error), targets []string, flows int, interval time.Duration) (*Probes, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Probes{interval: interval, cancel: cancel}
+	p := &Probes{interval: interval, cancel: cancel, rounds: []time.Time{time.Now()}}
 	for _, t := range targets {
 		ua, err := net.ResolveUDPAddr("udp4", t)
 		if err != nil {
@@ -350,6 +372,9 @@ func (p *Probes) sender(ctx context.Context) {
 	buf := make([]byte, 16)
 	for seq := uint64(1); ; seq++ {
 		now := time.Now()
+		p.mu.Lock()
+		p.rounds = append(p.rounds, now)
+		p.mu.Unlock()
 		binary.BigEndian.PutUint64(buf, seq)
 		binary.BigEndian.PutUint64(buf[8:], uint64(now.UnixNano()))
 		for _, f := range p.flows {
@@ -398,7 +423,7 @@ func (p *Probes) receive(f *probeFlow) {
 		if seq > f.lastSeq {
 			if seq > f.lastSeq+1 {
 				f.holes++
-				if g := sent.Sub(f.lastSent); g > f.gap {
+				if g := p.probedGap(f.lastSeq, seq); g > f.gap {
 					f.gap = g
 				}
 				if f.firstLoss.IsZero() {
