@@ -399,6 +399,14 @@ func bitRate(bps uint64) string {
 	return fmt.Sprintf("%d bit/s", bps)
 }
 
+// plural writes n things.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
 func sortedNames[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -480,9 +488,9 @@ func picture(st *model.State, sets []SetView, agents map[string]*model.NodeStatu
 		if len(edges) > ne || s.Edges.More > 0 {
 			h += row
 		}
-		pic.Rects = append(pic.Rects, PicRect{X: x, Y: y, W: cw, H: h, Class: "set", Title: fmt.Sprintf("edge set %s (%s): %d routes announced", s.Name, s.Role, len(s.Announces.Items)+s.Announces.More)})
+		pic.Rects = append(pic.Rects, PicRect{X: x, Y: y, W: cw, H: h, Class: "set", Title: fmt.Sprintf("edge set %s (%s): %s announced", s.Name, s.Role, plural(len(s.Announces.Items)+s.Announces.More, "route"))})
 		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 18, Text: label("set " + s.Name), Bold: true})
-		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 34, Text: label(fmt.Sprintf("%s, %d routes", s.Role, len(s.Announces.Items)+s.Announces.More)), Small: true})
+		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 34, Text: label(s.Role + ", " + plural(len(s.Announces.Items)+s.Announces.More, "route")), Small: true})
 		for j, e := range edges[:ne] {
 			ey := y + 44 + j*row
 			pic.Rects = append(pic.Rects, PicRect{X: x + 8, Y: ey, W: cw - 16, H: row - 4, Class: e.Class, Title: fmt.Sprintf("edge %s (%s): %s", e.Name, e.Underlay, e.State)})
@@ -545,7 +553,7 @@ func picture(st *model.State, sets []SetView, agents map[string]*model.NodeStatu
 		}
 		pic.Rects = append(pic.Rects, PicRect{X: x, Y: y, W: cw, H: h, Class: "az", Title: title})
 		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 18, Text: label("AZ " + name), Bold: true})
-		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 34, Text: fmt.Sprintf("%d hosts", len(hosts)), Small: true})
+		pic.Texts = append(pic.Texts, PicText{X: x + 8, Y: y + 34, Text: plural(len(hosts), "host"), Small: true})
 		for j, hn := range hosts[:nh] {
 			hy := y + 44 + j*row
 			host := st.Hosts[hn]
@@ -557,8 +565,8 @@ func picture(st *model.State, sets []SetView, agents map[string]*model.NodeStatu
 				}
 			}
 			pic.Rects = append(pic.Rects, PicRect{X: x + 8, Y: hy, W: cw - 16, H: row - 4, Class: class,
-				Title: fmt.Sprintf("host %s (%s), %d guests: %s", hn, host.Underlay, len(host.Guests), state)})
-			pic.Texts = append(pic.Texts, PicText{X: x + 14, Y: hy + 16, Text: label(fmt.Sprintf("%s (%d guests)", hn, len(host.Guests))), Small: true})
+				Title: fmt.Sprintf("host %s (%s), %s: %s", hn, host.Underlay, plural(len(host.Guests), "guest"), state)})
+			pic.Texts = append(pic.Texts, PicText{X: x + 14, Y: hy + 16, Text: label(fmt.Sprintf("%s (%s)", hn, plural(len(host.Guests), "guest"))), Small: true})
 		}
 		if len(hosts) > nh {
 			pic.Texts = append(pic.Texts, PicText{X: x + 14, Y: y + 44 + nh*row + 14, Text: fmt.Sprintf("and %d more hosts", len(hosts)-nh), Small: true})

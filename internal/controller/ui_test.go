@@ -119,7 +119,7 @@ func TestStatusPageModel(t *testing.T) {
 	}
 	for title, class := range map[string]string{
 		"edge edge-a1 (198.18.0.1)": "ok", "edge edge-a2 (198.18.0.2)": "bad", "edge edge-d1 (198.18.0.5)": "unknown",
-		"host az1-h1 (198.18.1.1), 2 guests": "ok", "host az3-h1 (198.18.3.1), 0 guests": "unknown",
+		"host az1-h1 (198.18.1.1), 2 guests": "ok", "host az1-h2 (198.18.1.2), 1 guest": "unknown", "host az3-h1 (198.18.3.1), 0 guests": "unknown",
 		"AZ az1 in region r1": "az", "AZ az3 in region r1": "az",
 	} {
 		if rects[title] != class {
