@@ -152,7 +152,7 @@ svg line{stroke:#757575;stroke-width:2}
 rect.ok{fill:#c8e6c9;stroke:#2e7d32} rect.warn{fill:#ffe082;stroke:#ff8f00} rect.bad{fill:#ef9a9a;stroke:#c62828}
 rect.unknown{fill:#e0e0e0;stroke:#757575} rect.set{fill:#e3f2fd;stroke:#1565c0} rect.az{fill:#f3e5f5;stroke:#6a1b9a}
 rect.region{fill:#cfd8dc;stroke:#455a64}
-ul{margin:0;padding-left:18px} code{font-size:12px}
+ul{margin:0;padding-left:18px} code{font-size:12px} td:first-child{white-space:nowrap}
 </style></head><body>
 <h1>azgate region status</h1>
 <p class="meta">Revision {{.Revision}} &middot; {{.Store}} store &middot; controller {{.Version}} &middot; generated {{.Generated.Format "2006-01-02 15:04:05 MST"}} &middot; read-only; reload to refresh</p>
