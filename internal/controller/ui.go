@@ -123,6 +123,15 @@ func (c *Core) StatusPage(ctx context.Context) Page {
 		}
 		in.Nodes[n.Role] = append(in.Nodes[n.Role], n.Status)
 	}
+	// As /v1/status: objects in the store that fail validation.
+	if inv, n := c.store.Invalid(); n > 0 {
+		for _, o := range inv {
+			in.Errors = append(in.Errors, fmt.Sprintf("store: %s %q is invalid and ignored: %s", o.Kind, o.Key, o.Reason))
+		}
+		if n > len(inv) {
+			in.Errors = append(in.Errors, fmt.Sprintf("store: and %d more invalid objects", n-len(inv)))
+		}
+	}
 	v := c.view
 	v.mu.RLock()
 	defer v.mu.RUnlock()
