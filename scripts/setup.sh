@@ -40,6 +40,7 @@ declare -A need=(
 	[tshark]=tshark # azgate capture's test reads the pcapng it writes
 	[systemd-nspawn]=systemd-container # packaging's TestNspawnRegion boots the units in a container
 	[promtool]=prometheus # the metrics, alert-rule and dashboard tests (internal/promcheck)
+	[chromium-headless-shell]=chromium-headless-shell # the status page test screenshots /ui (internal/controller TestStatusPageChromium)
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -205,6 +205,11 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 		ctl = "running"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "controller %s, API %s, token %s\n", ctl, v.API, v.TokenFile)
+	if sock, ok := strings.CutPrefix(v.API, "unix://"); ok {
+		// The status page (docs/observability.md): a browser reaches no
+		// unix socket, curl does, with the token as a Basic password.
+		fmt.Fprintf(cmd.OutOrStdout(), "status page: curl -su lab:\"$(cat %s)\" --unix-socket %s http://lab/ui > status.html\n", v.TokenFile, sock)
+	}
 	for _, m := range v.Etcd {
 		st := "stopped"
 		if m.Running {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/azgate/azgate/internal/lab"
 )
 
 // TestLabAzgateFlag: --azgate names the binary the lab's roles run; a
@@ -50,5 +52,18 @@ func TestLabAzgateFlag(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("lab --help lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestLabStatusNamesStatusPage: lab status says how to fetch the
+// controller's status page through the API's unix socket.
+func TestLabStatusNamesStatusPage(t *testing.T) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	printLabStatus(root, lab.View{API: "unix:///var/lib/azgate-lab/api.sock", TokenFile: "/var/lib/azgate-lab/controller/token"})
+	want := `status page: curl -su lab:"$(cat /var/lib/azgate-lab/controller/token)" --unix-socket /var/lib/azgate-lab/api.sock http://lab/ui > status.html`
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("lab status:\n%s\nlacks %s", out.String(), want)
 	}
 }

@@ -23,7 +23,8 @@ import (
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // handler builds the API's routes: /healthz is open, /metrics too unless
-// Config.MetricsAuth, every /v1 route needs the bearer token.
+// Config.MetricsAuth, every /v1 route needs the bearer token, /ui (the
+// status page) the token as a bearer or as a Basic password.
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	// Every route goes through handle, so s.routes lists them all:
@@ -79,6 +80,9 @@ func (s *Server) handler() http.Handler {
 	v1("DELETE /v1/services/{key}/pools/{pool}/backends/{backend}", s.removeBackend)
 	v1("POST /v1/services/{key}/pools/{pool}/backends/{backend}/weight", s.setWeight)
 	v1("GET /v1/services/{key}/status", s.serviceStatus)
+	// The status page (ui.go): read-only, and the only routes that take
+	// HTTP Basic credentials.
+	handle("GET /ui", s.uiAuthorized(s.ui))
 	return s.instrument(mux)
 }
 
@@ -116,7 +120,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, timeout: s.cfg.WriteTimeout}
 		// The token is looked up once a request, here: authorized
 		// reads the identity from the context (whoami).
-		id := s.tokens.lookup(r.Header.Get("Authorization"))
+		// bearerOf: a /ui read may carry the token as a Basic password.
+		id := s.tokens.lookup(bearerOf(r))
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 		if id.role == RoleNone {
 			// A request without the token (/healthz, /metrics, a 401)

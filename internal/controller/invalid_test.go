@@ -12,7 +12,7 @@ import (
 
 // TestInvalidStoredObjects: an object written straight into etcd that
 // fails validation is left out of the controller's view (not served, not
-// counted) and named in /v1/status; a valid write of the key is served.
+// counted) and named in /v1/status and the status page; a valid write of the key is served.
 func TestInvalidStoredObjects(t *testing.T) {
 	s := startServer(t, Config{})
 	ctx := context.Background()
@@ -34,6 +34,9 @@ func TestInvalidStoredObjects(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(st.Errors, "\n"), `eips "198.51.100.99" is invalid and ignored: invalid: description: longer than 1024`) {
 		t.Errorf("status errors %q do not name the invalid EIP", st.Errors)
+	}
+	if p := s.StatusPage(ctx); !strings.Contains(strings.Join(p.Errors.Items, "\n"), `eips "198.51.100.99" is invalid and ignored`) {
+		t.Errorf("status page errors %q do not name the invalid EIP", p.Errors.Items)
 	}
 	if _, err := kv.Put(ctx, key, `{"address":"198.51.100.99"}`); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -53,7 +54,8 @@ func TestEveryRouteNeedsToken(t *testing.T) {
 
 // TestEveryRouteChecksRole calls every route the handler registered with
 // a read-only, an operator and an admin token from a tokens file: reads
-// are open to all three (the audit log to the admin only), writes refused (403, naming the role needed) to
+// are open to all three (the audit log to the admin only; the status
+// page also with the token as a Basic password, no other route), writes refused (403, naming the role needed) to
 // the read-only one and stored nothing, forced writes refused to the
 // operator.
 func TestEveryRouteChecksRole(t *testing.T) {
@@ -86,6 +88,19 @@ func TestEveryRouteChecksRole(t *testing.T) {
 				t.Errorf("%s %s as admin: HTTP %d: %s", method, path, r.code, r.body)
 			}
 			continue
+		}
+		// HTTP Basic credentials (the token as the password) open the
+		// status page, to the read-only role, and nothing else: cached
+		// by a browser, they must not authorize a write.
+		for _, tok := range []string{reader, boss} {
+			code := callBasic(t, s, method, path, tok)
+			if strings.HasPrefix(pattern, "GET /ui") {
+				if code != 200 {
+					t.Errorf("%s %s with Basic credentials of a %s token: HTTP %d, want 200", method, path, tok, code)
+				}
+			} else if code != 401 {
+				t.Errorf("%s %s with Basic credentials: HTTP %d, want 401", method, path, code)
+			}
 		}
 		if method == "GET" {
 			for _, tok := range []string{reader, ops, boss} {
@@ -124,4 +139,21 @@ func TestEveryRouteChecksRole(t *testing.T) {
 	if r := call(t, s, "DELETE", "/v1/azs/az-x?force=true", nil, boss); r.code != 200 && r.code != 204 {
 		t.Errorf("forced DELETE as admin: HTTP %d: %s", r.code, r.body)
 	}
+}
+
+// callBasic sends a request with tok as the password of HTTP Basic
+// credentials and returns the status code.
+func callBasic(t *testing.T, s *Server, method, path, tok string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.Addr()+path, strings.NewReader(`{"kind": "azs", "name": "az-x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("user", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
