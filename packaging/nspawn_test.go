@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -44,7 +45,8 @@ import (
 // stack would each find the other's underlay address local and
 // bpf_fib_lookup would not forward to it. A client namespace and a guest
 // namespace made by the test hang off the edge's Internet side and the
-// agent's guest link.
+// agent's guest link; the client's namespace is the upstream router too
+// (BIRD, when installed), which the edge and announce peer with.
 func TestNspawnRegion(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: booting a container (overlay, bpffs, systemd-nspawn) needs root")
@@ -82,6 +84,9 @@ func TestNspawnRegion(t *testing.T) {
 	}
 	m.sh(t, time.Minute, "dpkg -i /root/"+filepath.Base(deb))
 	n := wire(t, m)
+	// The client's namespace is the upstream router too, when BIRD is
+	// there: the edge's and announce's sessions.
+	bird := router(t, n, dir)
 
 	// Site data added to the shipped files (the rest stays as shipped:
 	// the defaults must start the roles); the controller's and gslb's
@@ -96,7 +101,7 @@ printf 'scope: az\nzone: az-a\nstore: redis://127.0.0.1:6379\nregion-store: redi
 for f in pathd prober; do install -o azgate -g azgate -m 0600 /dev/null /etc/azgate/$f.token; echo `+token+` >/etc/azgate/$f.token; done
 printf 'listen: 127.0.0.1:7090\nregion: region-a\ntoken-file: /etc/azgate/pathd.token\n' >>/etc/azgate/pathd.yaml
 printf 'node: edge-a1\nrelay: [relay-b=127.0.0.1:7090]\nreport-url: http://127.0.0.1:7090/v1/reports\ntoken-file: /etc/azgate/prober.token\nmetrics-listen: 127.0.0.1:9468\ninterval: 1s\n' >>/etc/azgate/prober.yaml
-printf 'vip: 192.0.2.53/32\nasn: 64512\nnext-hop: 203.0.113.1\npeer: [203.0.113.2:64500]\ncheck: [http://127.0.0.1:7090/healthz]\nstatus-listen: 127.0.0.1:9469\n' >>/etc/azgate/announce.yaml
+printf 'vip: 192.0.2.53/32\nasn: 64512\nnext-hop: `+announceAddr+`\nlocal-address: `+announceAddr+`\npeer: [`+clientAddr+`:64500]\ncheck: [http://127.0.0.1:7090/healthz]\nstatus-listen: 127.0.0.1:9469\n' >>/etc/azgate/announce.yaml
 # The agent in its own network namespace (see wire).
 mkdir -p /etc/systemd/system/azgate-agent.service.d
 printf '[Service]\nNetworkNamespacePath=/run/netns/`+agentNetns+`\n' >/etc/systemd/system/azgate-agent.service.d/netns.conf
@@ -107,6 +112,8 @@ systemctl daemon-reload`)
 	out := m.sh(t, 30*time.Second, `set -e
 azgate az create az-a
 azgate set create set-a --prefix 198.51.100.0/24 --edge name=edge-a1,underlay=198.18.0.1
+azgate set bgp set-a --asn 64501 --hold-time 9
+azgate set edge-bgp set-a edge-a1 --router-id `+edgeExt+` --next-hop `+edgeExt+` --peer address=`+clientAddr+`,asn=64500
 azgate host create host-a1 --az az-a --underlay 198.18.0.2 --guest name=g1,address=`+guestAddr+`,vsid=5001
 azgate eip create `+eip+`
 azgate eip bind `+eip+` --host host-a1 --guest g1
@@ -143,6 +150,34 @@ azgate dns zone create example.com --ns ns1.example.com --record "ns1 A 192.0.2.
 		}
 	})
 	t.Run("traffic", func(t *testing.T) { checkTraffic(t, m, n) })
+	t.Run("bgp", func(t *testing.T) {
+		if bird == "" {
+			t.Skip("skipped: no BIRD (/usr/sbin/bird, package bird2) for the upstream router")
+		}
+		// The router learns the set's prefix from the edge and the VIP
+		// from announce, each next hop the speaker's own address.
+		want := map[string]string{"edge": "198.51.100.0/24 via " + edgeExt, "ann": "192.0.2.53/32 via " + announceAddr}
+		deadline := time.Now().Add(60 * time.Second)
+		for proto, route := range want {
+			for {
+				out, err := exec.Command("birdc", "-s", bird, "show", "route", "protocol", proto).CombinedOutput()
+				if err == nil && regexp.MustCompile(regexp.QuoteMeta(strings.Fields(route)[0])+`\s+.*\n?\s*via `+regexp.QuoteMeta(strings.Fields(route)[2])).Match(out) {
+					break
+				}
+				if time.Now().After(deadline) {
+					p, _ := exec.Command("birdc", "-s", bird, "show", "protocols", "all").CombinedOutput()
+					t.Fatalf("BIRD: no route %s from %s: %v\n%s\n%s", route, proto, err, out, p)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		routes, _ := exec.Command("birdc", "-s", bird, "show", "route").CombinedOutput()
+		t.Logf("BIRD's routes:\n%s", routes)
+		out := m.sh(t, 10*time.Second, "curl -sSf http://127.0.0.1:9469/metrics")
+		if metricSum(out, "azgate_announce_bgp_session_established") < 1 {
+			t.Errorf("announce: no BGP session established in its metrics:\n%.1500s", out)
+		}
+	})
 	if t.Failed() {
 		return
 	}
@@ -155,8 +190,11 @@ const (
 	eip        = "198.51.100.10"
 	clientAddr = "203.0.113.10"
 	edgeExt    = "203.0.113.1"
-	guestAddr  = "198.19.21.1"
-	guestGW    = "198.19.21.0"
+	// announceAddr: announce's own address on the router's segment
+	// (ext0's second), so BIRD tells its session from the edge's.
+	announceAddr = "203.0.113.3"
+	guestAddr    = "198.19.21.1"
+	guestGW      = "198.19.21.0"
 	// guestMTU: a guest's packets fit the 1500-byte underlay after
 	// NVGRE (lab.GuestMTU).
 	guestMTU = 1500 - 42
@@ -233,6 +271,7 @@ func wire(t *testing.T, m *machine) *wired {
 	must(w.client.Addr("eth0", clientAddr+"/24"))
 	must(w.client.Route("default", edgeExt, "eth0"))
 	must(w.ctr.Addr("ext0", edgeExt+"/24"))
+	must(w.ctr.Addr("ext0", announceAddr+"/24"))
 	must(w.ctr.Addr("und0", "198.18.0.1/24"))
 	must(w.agent.Addr("und0p", "198.18.0.2/24"))
 	must(w.agent.Addr("gst0", guestGW+"/31"))
@@ -242,6 +281,61 @@ func wire(t *testing.T, m *machine) *wired {
 	must(w.ctr.Forwarding())
 	must(w.agent.Forwarding())
 	return w
+}
+
+// router starts BIRD in the client's namespace as the region's upstream
+// router: passive eBGP sessions with the edge (AS 64501) and announce (AS
+// 64512), everything learnt kept in BIRD (no kernel export: the client
+// reaches the EIP by its default route). It returns BIRD's control
+// socket, or "" without BIRD. BIRD is stopped, by its PID, at the
+// test's end.
+func router(t *testing.T, w *wired, dir string) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/sbin/bird"); err != nil {
+		return ""
+	}
+	conf, sock := filepath.Join(dir, "bird.conf"), filepath.Join(dir, "bird.ctl")
+	err := os.WriteFile(conf, []byte(`log stderr all;
+router id `+clientAddr+`;
+protocol device { scan time 10; }
+template bgp speaker {
+	local `+clientAddr+` as 64500;
+	passive on;
+	error wait time 1, 2;
+	ipv4 { import all; export none; };
+}
+protocol bgp edge from speaker { neighbor `+edgeExt+` as 64501; }
+protocol bgp ann from speaker { neighbor `+announceAddr+` as 64512; }
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "bird.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := w.client.Cmd("/usr/sbin/bird", "-f", "-c", conf, "-s", sock)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("bird: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "bird.log"))
+			t.Logf("bird's log:\n%.3000s", b)
+		}
+	})
+	return sock
 }
 
 // checkUnits asserts every role's unit active and running, never
@@ -431,6 +525,42 @@ nsenter --net=/run/netns/`+agentNetns+` curl -sS http://127.0.0.1:9465/metrics |
 		t.Errorf("edge-a1's encap_tx %v -> %v, decap_tx %v -> %v: want each up by %d at least", encap0, encap1, decap0, decap1, want)
 	}
 	t.Logf("%d echoes through edge-a1 and host-a1; edge encap_tx %v -> %v, decap_tx %v -> %v", got, encap0, encap1, decap0, decap1)
+
+	// TCP too: 256 KiB echoed over one connection, segments both ways
+	// translated and tunnelled (their checksums included).
+	var ln net.Listener
+	if err := w.guest.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", guestAddr+":7008")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	var tc net.Conn
+	if err := w.client.Do(func() (err error) {
+		tc, err = net.DialTimeout("tcp4", eip+":7008", 10*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("TCP to %s:7008: %v", eip, err)
+	}
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	sent := make([]byte, 256<<10)
+	rand.Read(sent)
+	go tc.Write(sent)
+	back := make([]byte, len(sent))
+	if _, err := io.ReadFull(tc, back); err != nil || !bytes.Equal(back, sent) {
+		t.Errorf("TCP echo from %s:7008: %v (the bytes differ: %v)", eip, err, err == nil)
+	}
 }
 
 // metricSum adds the values of a metric's series having every label
