@@ -46,7 +46,7 @@ func (f *announceFlags) add(c *cobra.Command) {
 	fl.DurationVar(&f.hold, "hold", 9*time.Second, "BGP hold time proposed to the router (whole seconds, at least 3 s): how long a dead server's route outlives it")
 	fl.DurationVar(&f.keepalive, "keepalive", 0, "BGP keepalive interval (0: a third of --hold)")
 	fl.DurationVar(&f.withdrawWait, "withdraw-wait", 5*time.Second, "on SIGTERM, how long to wait for the withdrawal to be sent")
-	fl.StringVar(&f.statusListen, "status-listen", "", "loopback address for GET /metrics and /status, e.g. 127.0.0.1:9465 (empty: off)")
+	fl.StringVar(&f.statusListen, "status-listen", "", "loopback address for GET /metrics and /status, e.g. 127.0.0.1:9469 (empty: off)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 

@@ -68,7 +68,7 @@ lease ends; SIGTERM hands over at once.`,
 		fl.DurationVar(&f.leaseTTL, "lease-ttl", store.DefaultOwnerTTL, "lease of the scope's ownership in etcd (whole seconds): a dead manager is replaced about this long after it stopped renewing")
 		fl.StringVar(&f.name, "name", "", "holder name in the ownership key (default HOSTNAME/PID)")
 		fl.StringVar(&f.etcd, "etcd-endpoints", defaultEtcd, "etcd endpoints, comma-separated (the controller's embedded etcd by default)")
-		fl.StringVar(&f.metricsListen, "metrics-listen", "", "Prometheus /metrics address, e.g. 127.0.0.1:9465 (default: off)")
+		fl.StringVar(&f.metricsListen, "metrics-listen", "", "Prometheus /metrics address, e.g. 127.0.0.1:9466 (default: off)")
 		fl.StringVar(&f.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\"")
 		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 		addEtcdAuthFlags(c, &f.etcdAuth)

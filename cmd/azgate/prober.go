@@ -57,7 +57,7 @@ measurements; the oldest are dropped and counted past that).`,
 		fl.StringVar(&f.tokenFile, "token-file", "", "file whose first line is pathd's report token (mode 0600 or stricter); required")
 		fl.IntVar(&f.maxQueue, "max-queue", prober.DefaultMaxQueue, "measurements kept while pathd is unreachable")
 		fl.DurationVar(&f.post, "post-timeout", prober.DefaultPostTimeout, "timeout of one POST to pathd")
-		fl.StringVar(&f.metricsListen, "metrics-listen", "", "Prometheus /metrics address, e.g. 127.0.0.1:9467 (default: off)")
+		fl.StringVar(&f.metricsListen, "metrics-listen", "", "Prometheus /metrics address, e.g. 127.0.0.1:9468 (default: off)")
 		fl.StringVar(&f.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\"")
 		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 		return c

@@ -40,7 +40,7 @@ func CheckLoopback(addr string) error {
 func checkLoopback(addr string) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
-		return ap, fmt.Errorf("status listener %q: want a loopback IP and port, e.g. 127.0.0.1:9465", addr)
+		return ap, fmt.Errorf("status listener %q: want a loopback IP and port, e.g. 127.0.0.1:9469", addr)
 	}
 	if !ap.Addr().IsLoopback() {
 		return ap, fmt.Errorf("status listener %q: must be a loopback address (127.0.0.0/8 or ::1)", addr)

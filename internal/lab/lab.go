@@ -308,15 +308,8 @@ func (l *Lab) buildNetwork() error {
 					return err
 				}
 			}
-			// XDP_TX and XDP_REDIRECT into a veth only deliver when the
-			// peer runs NAPI: GRO on (or an XDP program) turns it on.
-			// TX checksum offload off: a veth never computes offloaded
-			// checksums, so without this a kernel's TCP segment crosses
-			// the lab with a partial checksum, which XDP then forwards
-			// (and translates) as if it were final, as a real NIC's
-			// wire would never show it.
-			if out, err := e.n.Cmd("ethtool", "-K", e.dev, "gro", "on", "tx", "off").CombinedOutput(); err != nil {
-				return fmt.Errorf("%s/%s: ethtool -K gro on tx off: %v: %s", e.n.Name, e.dev, err, out)
+			if err := e.n.XDPReady(e.dev); err != nil {
+				return err
 			}
 		}
 	}

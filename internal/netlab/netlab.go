@@ -199,6 +199,20 @@ func Veth(a, b End, mtu int) error {
 	return nil
 }
 
+// XDPReady readies one end of a veth pair for XDP on either side, as a
+// real NIC behaves: XDP_TX and XDP_REDIRECT into a veth only deliver when
+// the peer runs NAPI, which GRO on (or an XDP program) turns on; TX
+// checksum offload off, because a veth never computes offloaded
+// checksums: without it a kernel's TCP segment crosses with a partial
+// checksum, which XDP then forwards (and translates) as if it were final,
+// as a real NIC's wire would never show it. It runs ethtool.
+func (n *Node) XDPReady(dev string) error {
+	if out, err := n.Cmd("ethtool", "-K", dev, "gro", "on", "tx", "off").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s/%s: ethtool -K gro on tx off: %v: %s", n.Name, dev, err, out)
+	}
+	return nil
+}
+
 // Addr adds an address (CIDR notation) to an interface.
 func (n *Node) Addr(dev, cidr string) error {
 	l, err := n.link(dev)

@@ -84,6 +84,40 @@ func Create(name string) error {
 	})
 }
 
+// Attach names an existing namespace, as `ip netns attach` does: nsfile
+// (/proc/PID/ns/net, or another mount of a namespace) is bind-mounted at
+// Path(name). Delete removes the name; the namespace lives on as long as
+// anything else holds it.
+func Attach(name, nsfile string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("netns: invalid name %q", name)
+	}
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	if err := ensureSharedDir(); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(nsfile, &st); err != nil {
+		return fmt.Errorf("netns %s: %w", name, err)
+	}
+	if st.Type != unix.NSFS_MAGIC {
+		return fmt.Errorf("netns %s: %s is not a namespace", name, nsfile)
+	}
+	path := Path(name)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", name, err)
+	}
+	f.Close()
+	if err := unix.Mount(nsfile, path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("netns %s: bind %s: %w", name, nsfile, err)
+	}
+	return nil
+}
+
 // ensureSharedDir makes Dir a mount point with shared propagation before a
 // namespace is mounted in it, as iproute2's `ip netns add` does. Otherwise
 // the first `ip netns add` anyone runs while our namespaces exist
