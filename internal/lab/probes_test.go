@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/binary"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -8,14 +9,17 @@ import (
 )
 
 // TestProbesMeasureAGap runs probe flows against a loopback UDP echo that
-// answers like the lab's servers ("NAME: " + datagram) and drops
-// everything for a while: every flow sees one hole as long as the outage,
-// counted by send times; a target that stops answering for good is
-// counted unrecovered, its gap at least the time since its last reply;
-// every reply is counted by the server that sent it.
+// answers like the lab's servers ("NAME: " + datagram) and drops rounds
+// 40 to 79 of every flow (by their sequence numbers, so the count does not
+// depend on how promptly a loaded machine runs the sender): every flow
+// sees one hole of 40 datagrams whose gap is the probed time between the
+// rounds around it; a target that stops answering for good is counted
+// unrecovered, its gap at least the time since its last reply; every
+// reply is counted by the server that sent it.
 func TestProbesMeasureAGap(t *testing.T) {
-	var dropping, dead atomic.Bool
-	echo := func(stop *atomic.Bool) string {
+	const holeFrom, holeTo = 40, 80 // rounds dropped: [holeFrom, holeTo)
+	var dead atomic.Bool
+	echo := func(drop func(seq uint64) bool) string {
 		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -28,7 +32,7 @@ func TestProbesMeasureAGap(t *testing.T) {
 				if err != nil {
 					return
 				}
-				if dropping.Load() || stop.Load() {
+				if n < 16 || drop(binary.BigEndian.Uint64(buf[:8])) {
 					continue
 				}
 				pc.WriteTo(append([]byte("srv: "), buf[:n]...), from)
@@ -36,18 +40,27 @@ func TestProbesMeasureAGap(t *testing.T) {
 		}()
 		return pc.LocalAddr().String()
 	}
-	var never atomic.Bool
-	gapTarget, deadTarget := echo(&never), echo(&dead)
+	gapTarget := echo(func(seq uint64) bool { return seq >= holeFrom && seq < holeTo })
+	deadTarget := echo(func(uint64) bool { return dead.Load() })
 	dial := func(ua *net.UDPAddr) (*net.UDPConn, error) { return net.DialUDP("udp4", nil, ua) }
-	p, err := startProbes(dial, []string{gapTarget, deadTarget}, 4, 5*time.Millisecond)
+	const interval = 5 * time.Millisecond
+	p, err := startProbes(dial, []string{gapTarget, deadTarget}, 4, interval)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	dropping.Store(true)
-	time.Sleep(200 * time.Millisecond)
-	dropping.Store(false)
-	time.Sleep(300 * time.Millisecond)
+	// Past the hole (120 rounds take 600 ms on an idle machine; wait for
+	// them however long a loaded one takes, bounded).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		p.mu.Lock()
+		n := len(p.rounds)
+		p.mu.Unlock()
+		if n > holeTo+40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sender sent %d rounds in 30 s", n)
+		}
+	}
 	dead.Store(true)
 	time.Sleep(1500 * time.Millisecond)
 	stats := p.Stop()
@@ -63,16 +76,14 @@ func TestProbesMeasureAGap(t *testing.T) {
 	if g.Flows != 4 || g.FlowsHit != 4 || g.Unrecovered != 0 {
 		t.Errorf("gap target: %d flows, %d hit, %d unrecovered; want 4, 4, 0", g.Flows, g.FlowsHit, g.Unrecovered)
 	}
-	// 200 ms of drops: a hole of about 200 ms in send times (one interval
-	// more at most, and the scheduling of a loaded machine).
-	if g.Gap < 180*time.Millisecond || g.Gap > 400*time.Millisecond {
-		t.Errorf("gap target: gap %v, want about 200ms", g.Gap)
+	// The hole runs from the last round answered before it to the first
+	// after it, counted in probed time; about 41 intervals when the
+	// sender kept its pace.
+	if want := p.probedGap(holeFrom-1, holeTo); g.Gap != want || want < 20*interval {
+		t.Errorf("gap target: gap %v, want %v (the probed time from round %d to %d)", g.Gap, want, holeFrom-1, holeTo)
 	}
-	// About 40 lost per flow (200 ms / 5 ms); as few as 16 when a loaded
-	// machine schedules each flow's sender every 10-12 ms (a CI dry run
-	// beside a saturating benchmark lost 23 per flow in a 240 ms hole).
-	if perFlow := g.Lost / 4; perFlow < 16 || perFlow > 80 {
-		t.Errorf("gap target: %d lost per flow, want about 40 (200ms / 5ms), at least 16", perFlow)
+	if g.Lost != 4*(holeTo-holeFrom) {
+		t.Errorf("gap target: %d lost, want %d (rounds %d to %d of 4 flows)", g.Lost, 4*(holeTo-holeFrom), holeFrom, holeTo-1)
 	}
 	// Every reply is counted by who sent it.
 	if a, ok := g.Servers["srv"]; len(g.Servers) != 1 || !ok || a.Replies != g.Sent-g.Lost || !a.Last.After(a.First) {
