@@ -287,14 +287,14 @@ func legend(format string, m map[string]string) string {
 
 // The charts.
 const (
-	chartH     = 220
+	chartH     = 150
 	chartPadL  = 64 // the y axis' labels
 	chartPadR  = 10
 	chartPadT  = 10
 	chartPadB  = 24 // the x axis' labels
 	colWidth   = 56 // SVG units per grid column (of 24)
 	maxDrawn   = 24 // series drawn per panel (the legend says how many more)
-	maxLegend  = 12
+	maxLegend  = 8
 	gridColumn = 24
 )
 
@@ -377,7 +377,9 @@ func drawChart(series []Series, start, end time.Time, step time.Duration, width 
 	c.Bottom = c.PadT + c.PlotH
 	c.Right = c.PadL + c.PlotW
 	lo, hi := math.Inf(1), math.Inf(-1)
-	drawn := series
+	// The largest first: the drawn and listed series are the busiest.
+	drawn := append([]Series(nil), series...)
+	sort.SliceStable(drawn, func(i, j int) bool { return drawn[i].Max() > drawn[j].Max() })
 	more := 0
 	if len(drawn) > maxDrawn {
 		more = len(drawn) - maxDrawn
