@@ -119,7 +119,7 @@ func TestDashboardQueries(t *testing.T) {
 		queries["rule "+string(rune('0'+i))] = m[1]
 	}
 	for where, q := range queries {
-		names := metricNames(q)
+		names := promcheck.QueryNames(q)
 		if len(names) == 0 {
 			t.Errorf("%s: %q names no azgate metric", where, q)
 		}
@@ -136,22 +136,11 @@ func TestDashboardQueries(t *testing.T) {
 	}
 }
 
-var (
-	stripRE  = regexp.MustCompile(`"[^"]*"|\{[^}]*\}|\[[^\]]*\]`)
-	metricRE = regexp.MustCompile(`\bazgate_[a-zA-Z0-9_:]*`)
-)
-
-// metricNames returns the azgate metric names a PromQL expression names:
-// identifiers outside strings, label matchers and range selectors.
-func metricNames(q string) []string {
-	return metricRE.FindAllString(stripRE.ReplaceAllString(q, " "), -1)
-}
-
 // TestMetricNames: the extraction keeps names and drops label values.
 func TestMetricNames(t *testing.T) {
-	got := metricNames(`sum by (x) (rate(azgate_a_total{node=~"azgate_not"}[5m])) / azgate_b and on() label_values(azgate_c, node)`)
+	got := promcheck.QueryNames(`sum by (x) (rate(azgate_a_total{node=~"azgate_not"}[5m])) / azgate_b and on() label_values(azgate_c, node)`)
 	if strings.Join(got, ",") != "azgate_a_total,azgate_b,azgate_c" {
-		t.Errorf("metricNames = %v", got)
+		t.Errorf("QueryNames = %v", got)
 	}
 }
 

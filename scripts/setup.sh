@@ -40,7 +40,8 @@ declare -A need=(
 	[tshark]=tshark # azgate capture's test reads the pcapng it writes
 	[systemd-nspawn]=systemd-container # packaging's TestNspawnRegion boots the units in a container
 	[promtool]=prometheus # the metrics, alert-rule and dashboard tests (internal/promcheck)
-	[chromium-headless-shell]=chromium-headless-shell # the status page test screenshots /ui (internal/controller TestStatusPageChromium)
+	[prometheus]=prometheus # azgate-lab lab prometheus: the lab's own Prometheus (docs/lab.md)
+	[chromium-headless-shell]=chromium-headless-shell # screenshots: the status page /ui (TestStatusPageChromium, TestStatusPageLab) and the lab's dashboard (TestLabDashboard)
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -194,6 +194,7 @@ through the proxy").`,
 		bridge.Flags().StringVar(&bridgeAddr, "addr", etcdproc.ProxyAddr, "TCP address in that namespace")
 		c.AddCommand(bridge)
 		c.AddCommand(labGSLBCommand(&cfg))
+		c.AddCommand(labPrometheusCommands(&cfg)...)
 		return c
 	})
 }

@@ -192,6 +192,14 @@ func (l *Lab) bwManagerArgs() []BWManager {
 // output in the lab's log directory) and records the PIDs.
 func (l *Lab) startBWManagers() error {
 	l.bw.Managers = l.bwManagerArgs()
+	for i := range l.bw.Managers {
+		m := &l.bw.Managers[i]
+		addr, err := bwMetricsAddr(m.Netns, i)
+		if err != nil {
+			return err
+		}
+		m.Args = append(m.Args, "--metrics-listen", addr)
+	}
 	var errs []error
 	for i := range l.bw.Managers {
 		if err := l.startBWManager(&l.bw.Managers[i]); err != nil {

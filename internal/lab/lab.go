@@ -535,7 +535,7 @@ func (l *Lab) startEdge(n *Node) error {
 	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.roleEtcdFlag(n),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
-		"--sync-listen", fmt.Sprintf(":%d", SyncPort))
+		"--sync-listen", fmt.Sprintf(":%d", SyncPort), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", EdgeMetricsPort))
 	return l.start(n, "edge", append(args, l.bwRoleArgs(n)...)...)
 }
 
@@ -544,7 +544,7 @@ func (l *Lab) startAgent(n *Node) error {
 		// No --local-allow: a guest reaches nothing of its host, not the
 		// host's listeners, not the other guests through the host's
 		// kernel, not the underlay behind it (TestGuestIsolation).
-		"--pin-dir", l.pinDir(n.Name)}, l.bwRoleArgs(n)...)...)
+		"--pin-dir", l.pinDir(n.Name), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", AgentMetricsPort)}, l.bwRoleArgs(n)...)...)
 }
 
 // StartServer starts the lab server of a guest or DMZ server.
@@ -682,6 +682,10 @@ func Down(cfg Config) error {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isAzgate(pid) {
 			killWait(pid, 10*time.Second)
 		}
+	}
+	// The lab's Prometheus and its metrics proxy, by PID.
+	if err := stopPrometheus(cfg.StateDir); err != nil {
+		errs = append(errs, err)
 	}
 	// The bandwidth stores outside the namespaces by PID, and their
 	// directories.

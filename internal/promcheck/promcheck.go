@@ -95,3 +95,14 @@ func Names(exposition []byte) []string {
 	sort.Strings(out)
 	return out
 }
+
+var (
+	stripRE  = regexp.MustCompile(`"[^"]*"|\{[^}]*\}|\[[^\]]*\]`)
+	metricRE = regexp.MustCompile(`\bazgate_[a-zA-Z0-9_:]*`)
+)
+
+// QueryNames returns the azgate metric names a PromQL expression names:
+// identifiers outside strings, label matchers and range selectors.
+func QueryNames(q string) []string {
+	return metricRE.FindAllString(stripRE.ReplaceAllString(q, " "), -1)
+}
