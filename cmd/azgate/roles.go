@@ -246,7 +246,7 @@ func (d *daemonFlags) check() (*slog.Logger, error) {
 // connect connects to etcd (waiting for it in the background) and says
 // where the node's pins are.
 func (d *daemonFlags) connect(log *slog.Logger) (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
-	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true}, "following it anyway")
+	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent}, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}

@@ -1085,7 +1085,7 @@ func (fe *fleetEdge) held() int {
 	if fe.proc != nil {
 		return fe.proc.load.EIPs
 	}
-	return len(fe.fake.Routes())
+	return fe.fake.RouteCount()
 }
 
 // fleetAwaited is what awaitEdges measured.

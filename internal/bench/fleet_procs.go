@@ -216,7 +216,7 @@ func (c fleetCond) holds(r *edge.Reconciler, fake *dataplane.FakeLB) (bool, stri
 		tb := r.Status(time.Time{}, nil).Tables[c.key]
 		return tb.Backends == c.n, tb.Checksum
 	}
-	return len(fake.Routes()) == c.n, ""
+	return fake.RouteCount() == c.n, ""
 }
 
 // fleetChild is what a child runs: a node's follow and its state.
@@ -453,8 +453,8 @@ func FleetAgentChildMain(ctx context.Context, args []string, in io.Reader, out i
 // when in ends or ctx does.
 func FleetAgentChild(ctx context.Context, endpoints []string, host string, jitter time.Duration, in io.Reader, out io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
-	// FreeAfterLoad as the agent role sets it (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true})
+	// FreeAfterLoad and LoadGCPercent as the agent role sets them (cmd/azgate).
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent})
 	if err != nil {
 		return err
 	}
@@ -490,8 +490,8 @@ func FleetEdgeChildMain(ctx context.Context, args []string, in io.Reader, out io
 // when in ends or ctx does. profile: see FleetOptions.EdgeProfile.
 func FleetEdgeChild(ctx context.Context, endpoints []string, name string, jitter time.Duration, profile string, in io.Reader, out io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
-	// FreeAfterLoad as the edge role sets it (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true})
+	// FreeAfterLoad and LoadGCPercent as the edge role sets them (cmd/azgate).
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent})
 	if err != nil {
 		return err
 	}
@@ -499,7 +499,7 @@ func FleetEdgeChild(ctx context.Context, endpoints []string, name string, jitter
 	fe := newFleetEdge(name, -1)
 	c := newFleetChild(name)
 	fe.r.OnApplied = c.applied
-	c.held = func() int { return len(fe.fake.Routes()) }
+	c.held = func() int { return fe.fake.RouteCount() }
 	c.holds = func(cond fleetCond) (bool, string) { return cond.holds(fe.r, fe.fake) }
 	c.seen = func(rev int64) int64 {
 		if fe.seenRev.Load() >= rev {

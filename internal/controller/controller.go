@@ -49,6 +49,7 @@ import (
 
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/etcdembed"
 )
 
 // Defaults.
@@ -113,7 +114,7 @@ type Config struct {
 	// EtcdEndpoints (the embedded etcd's socket needs none).
 	EtcdAuth store.ClientAuth
 	// TxnOps bounds the operations per etcd transaction: 0 means
-	// store.EmbeddedTxnOps for the embedded store and etcd's default (128)
+	// etcdembed.TxnOps for the embedded store and etcd's default (128)
 	// for an external one. It must not exceed the server's --max-txn-ops.
 	TxnOps int
 	// TokensFile is an optional file of named API tokens with roles
@@ -225,9 +226,9 @@ func (c Config) check() (Config, error) {
 	case c.TxnOps == 1:
 		return c, errors.New("etcd max txn ops 1: a transaction needs at least 2 operations (one is the commit marker)")
 	case c.TxnOps == 0 && len(c.EtcdEndpoints) == 0:
-		c.TxnOps = store.EmbeddedTxnOps
-	case c.TxnOps > store.EmbeddedTxnOps && len(c.EtcdEndpoints) == 0:
-		return c, fmt.Errorf("etcd max txn ops %d: the embedded etcd accepts at most %d", c.TxnOps, store.EmbeddedTxnOps)
+		c.TxnOps = etcdembed.TxnOps
+	case c.TxnOps > etcdembed.TxnOps && len(c.EtcdEndpoints) == 0:
+		return c, fmt.Errorf("etcd max txn ops %d: the embedded etcd accepts at most %d", c.TxnOps, etcdembed.TxnOps)
 	}
 	if c.MaxBodyBytes < 0 {
 		return c, fmt.Errorf("max body bytes %d: must be positive", c.MaxBodyBytes)
@@ -433,7 +434,7 @@ func (s *Core) openStore(ctx context.Context) error {
 		if s.cfg.EtcdListen != "" {
 			urls = append(urls, s.cfg.EtcdListen)
 		}
-		e, err := store.StartEmbeddedWithLog(s.cfg.DataDir, urls, s.log)
+		e, err := etcdembed.StartWithLog(s.cfg.DataDir, urls, s.log)
 		if err != nil {
 			return fmt.Errorf("controller: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/etcdembed"
 )
 
 // Core is the controller without its HTTP API: the view of the state, the
@@ -27,7 +28,7 @@ type Core struct {
 	cfg      Config
 	log      *slog.Logger
 	started  time.Time
-	embedded *store.Embedded
+	embedded *etcdembed.Server
 	store    *store.Store
 	view     *view
 	metrics  *metrics

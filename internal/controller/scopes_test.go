@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/etcdembed"
 )
 
 // openEmptyCore opens a Core on an embedded etcd in dir (a fresh one if
@@ -423,12 +424,12 @@ func metricValue(t testing.TB, c *Core, series string) float64 {
 // their primary keys only, with store.Commit, and no layout marker.
 func writeUnscoped(t testing.TB, dir string, doc *model.Document, after ...func(*store.Store)) {
 	t.Helper()
-	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	e, err := etcdembed.StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	st, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
+	st, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: etcdembed.TxnOps, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

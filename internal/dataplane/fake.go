@@ -143,6 +143,13 @@ func (f *FakeEdge) Route(a netip.Addr) (Route, bool, error) {
 	return r, ok, nil
 }
 
+// RouteCount is how many routes the fake holds (without Routes' copy).
+func (f *FakeEdge) RouteCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.RouteMap)
+}
+
 // Routes returns a copy of the routes.
 func (f *FakeEdge) Routes() map[netip.Addr]Route {
 	f.mu.Lock()

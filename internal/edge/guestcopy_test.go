@@ -65,7 +65,7 @@ func TestGuestCopyAfterSwap(t *testing.T) {
 		put(t, r, 2, eipB("198.51.100.8", "h1", "g1"))
 		putGC(t, r, 2, gc("h1", "198.18.11.1", "g1", "198.19.11.1", 5001))
 		r.Commit(2, false)
-		if _, ok := r.idx.byGuest[binding{"h1", "g2"}]; !ok {
+		if _, ok := r.idx.byGuest[binding{r.idx.id("h1"), r.idx.id("g2")}]; !ok {
 			lost++
 		}
 		r.Delete(model.KindHost, "h1", 3)

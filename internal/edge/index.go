@@ -10,8 +10,9 @@ import (
 
 // index is the part of the desired state an edge needs, kept small enough
 // for millions of EIPs: an IPv4 EIP costs a map entry of 4 bytes of key and
-// two interned strings (about 50 bytes with the map's overhead), where a
-// full model.State costs over 300.
+// the IDs of its interned host and guest names, 8 bytes (about 25 bytes
+// with the map's overhead; two strings were 32 bytes and ~80 with it),
+// and as much again in byGuest, where a full model.State costs over 300.
 type index struct {
 	// self is the edge's name: it builds the tables of the services its
 	// set serves only (lbServices). "" (tests of the plan alone): every
@@ -26,7 +27,7 @@ type index struct {
 	copied map[string]*hostEntry
 	// byGuest: the EIP bound to each guest, built at the first commit
 	// after the index holds a guest copy (ensureByGuest; nil before: an
-	// edge of whole hosts does not pay ~50 bytes per EIP for it). It is
+	// edge of whole hosts does not pay ~25 bytes per EIP for it). It is
 	// built between batches, when one EIP is bound to each guest: in
 	// the middle of one, a swap of two EIPs' guests holds two.
 	byGuest  map[binding][4]byte
@@ -34,7 +35,12 @@ type index struct {
 	eips     map[[4]byte]binding // bound EIPs only
 	services map[string]*model.Service
 	health   map[string]*model.Health
-	names    map[string]string // interned host and guest names
+	// ids and names: the interned host and guest names, by name and by
+	// ID (binding holds IDs: 8 bytes a binding rather than 32). Never
+	// shrunk, as the strings they replace were not: a region has few
+	// distinct names (guest names repeat from host to host).
+	ids   map[string]nameID
+	names []string
 	// What the BGP announcement needs beyond the sets and services
 	// (setplan): the EIPs pulled out into a dedicated set (few) and the
 	// quarantined addresses.
@@ -63,25 +69,39 @@ type guestInfo struct {
 	vsid uint32
 }
 
-type binding struct{ host, guest string }
+// binding is an EIP's host and guest, as the IDs of their interned
+// names (index.name).
+type binding struct{ host, guest nameID }
+
+// nameID is an interned name's index in index.names.
+type nameID uint32
 
 func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, copied: map[string]*hostEntry{},
 		sets: map[string]*model.EdgeSet{},
 		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
-		names: map[string]string{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
+		ids: map[string]nameID{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
 		limits: map[[4]byte]model.Limits{},
 		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
 		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{}}
 }
 
-func (x *index) intern(s string) string {
-	if v, ok := x.names[s]; ok {
+// intern is s as the index keeps it (one copy of each name).
+func (x *index) intern(s string) string { return x.names[x.id(s)] }
+
+// id is s's ID, interning s if it is new.
+func (x *index) id(s string) nameID {
+	if v, ok := x.ids[s]; ok {
 		return v
 	}
-	x.names[s] = s
-	return s
+	v := nameID(len(x.names))
+	x.ids[s] = v
+	x.names = append(x.names, s)
+	return v
 }
+
+// name is the name of ID v.
+func (x *index) name(v nameID) string { return x.names[v] }
 
 // change says what a stored change touched.
 type change struct {
@@ -128,7 +148,7 @@ func (x *index) put(kind, key string, o model.Object) change {
 		if o.Binding == nil {
 			delete(x.eips, k)
 		} else {
-			b := binding{x.intern(o.Binding.Host), x.intern(o.Binding.Guest)}
+			b := binding{x.id(o.Binding.Host), x.id(o.Binding.Guest)}
 			x.eips[k] = b
 			if x.byGuest != nil {
 				x.byGuest[b] = k
@@ -311,8 +331,8 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 	if !o.Guest.Address.Is4() {
 		return change{} // IPv4 data plane (validated IPv4 already)
 	}
-	name := x.intern(o.Host)
-	b := binding{name, x.intern(o.Guest.Name)}
+	b := binding{x.id(o.Host), x.id(o.Guest.Name)}
+	name := x.name(b.host)
 	c := change{lb: len(x.services) > 0 && x.backs(b), bw: len(x.bwOf) > 0}
 	e, ok := x.copied[name]
 	if !ok {
@@ -330,7 +350,7 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 			c.host = name
 		}
 	}
-	e.guest[b.guest] = guestInfo{addr: o.Guest.Address.As4(), vsid: o.Guest.VSID}
+	e.guest[x.name(b.guest)] = guestInfo{addr: o.Guest.Address.As4(), vsid: o.Guest.VSID}
 	x.boundEIP(b, &c)
 	return c
 }
@@ -340,7 +360,7 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 // bindings).
 func (x *index) boundEIP(b binding, c *change) {
 	if x.byGuest == nil {
-		c.host = b.host
+		c.host = x.name(b.host)
 		return
 	}
 	if k, ok := x.byGuest[b]; ok {
@@ -366,7 +386,7 @@ func (x *index) deleteGuest(key string) change {
 	if !ok {
 		return change{}
 	}
-	b := binding{host, guest}
+	b := binding{x.id(host), x.id(guest)}
 	c := change{lb: len(x.services) > 0 && x.backs(b), bw: len(x.bwOf) > 0}
 	if e, ok := x.copied[host]; ok {
 		delete(e.guest, guest)
@@ -384,7 +404,7 @@ func (x *index) backs(b binding) bool {
 	for _, v := range x.services {
 		for _, p := range v.Pools {
 			for _, be := range p.Backends {
-				if be.Host == b.host && be.Guest == b.guest {
+				if be.Host == x.name(b.host) && be.Guest == x.name(b.guest) {
 					return true
 				}
 			}
@@ -428,7 +448,7 @@ func (x *index) want(k [4]byte) (Want, bool) {
 	if !ok {
 		return Want{}, false
 	}
-	u, g, ok := x.lookup(b.host, b.guest)
+	u, g, ok := x.lookup(x.name(b.host), x.name(b.guest))
 	if !ok {
 		return Want{}, false
 	}
@@ -439,7 +459,7 @@ func (x *index) want(k [4]byte) (Want, bool) {
 // bindings, however many hosts changed.
 func (x *index) boundTo(hosts map[string]struct{}, out map[netip.Addr]struct{}) {
 	for k, b := range x.eips {
-		if _, ok := hosts[b.host]; ok {
+		if _, ok := hosts[x.name(b.host)]; ok {
 			out[netip.AddrFrom4(k)] = struct{}{}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -169,4 +170,14 @@ func probeTLS(endpoints []string, cfg *tls.Config) error {
 		}
 	}
 	return nil
+}
+
+// isLoopback tells whether host (an IP literal or "localhost") is a
+// loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

@@ -232,3 +232,9 @@ func TestPasswordFileMode(t *testing.T) {
 		t.Errorf("a directory as password file: %v", err)
 	}
 }
+
+func TestIsLoopback(t *testing.T) {
+	if !isLoopback("127.0.0.2") || !isLoopback("::1") || !isLoopback("localhost") || isLoopback("198.51.100.1") {
+		t.Error("isLoopback is wrong")
+	}
+}

@@ -367,7 +367,7 @@ func TestClusterUnreachableByOtherUsers(t *testing.T) {
 			}
 		}
 		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", m.PID))
-		for _, s := range listeningUnix(t, inodes) {
+		for _, s := range storetest.ListeningUnix(t, inodes) {
 			switch {
 			case strings.HasPrefix(s, "@"):
 				t.Errorf("etcd member %s listens on the abstract unix socket %q: reachable by every local user", m.Name, s)

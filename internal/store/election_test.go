@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/azgate/azgate/internal/store/etcdembed"
 	"github.com/azgate/azgate/internal/store/storetest"
 )
 
@@ -23,7 +24,7 @@ var testClaim = ClaimOptions{TTL: 2 * time.Second, Margin: 500 * time.Millisecon
 func embeddedURLs(t *testing.T) []string {
 	t.Helper()
 	dir := t.TempDir()
-	e, err := StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	e, err := etcdembed.StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

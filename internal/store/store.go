@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -85,6 +86,18 @@ type Store struct {
 	// collections. For a process following one share (edge, agent); a
 	// process of many followers would collect once per follower.
 	FreeAfterLoad bool
+	// LoadGCPercent, if above 0, is the garbage collector's percent
+	// (debug.SetGCPercent, GOGC) while a follower's full load runs; the
+	// previous one is restored after it. A load allocates several times
+	// the index it leaves (pages, decoding) while that index grows, and
+	// at the default 100 the heap may grow to twice what is live before
+	// each collection: the process's peak RSS. A lower percent collects
+	// more often during the load, for more of the load's CPU. Ignored
+	// when the environment sets GOGC (the operator's choice wins). For a
+	// process following one share (edge, agent), as FreeAfterLoad; loads
+	// that overlap share one lowering (the first sets it, the last
+	// restores it).
+	LoadGCPercent int
 	drawJitter    func(time.Duration) time.Duration // tests: nil is rand.N
 	// loadPageBytes is the page budget of full loads (0: LoadPageBytes;
 	// tests make it small).
@@ -103,10 +116,17 @@ type Options struct {
 	// Auth holds the TLS and user/password settings (none: plaintext,
 	// anonymous, as the embedded etcd's socket in its 0700 dir is).
 	Auth ClientAuth
-	// LoadJitter and FreeAfterLoad are the Store's (0, false: none).
+	// LoadJitter, FreeAfterLoad and LoadGCPercent are the Store's (0,
+	// false, 0: none).
 	LoadJitter    time.Duration
 	FreeAfterLoad bool
+	LoadGCPercent int
 }
+
+// NodeLoadGCPercent is the LoadGCPercent of the edge and agent roles
+// (and of the fleet bench's edge and agent children, which measure
+// them): docs/scale.md, "Memory of one edge and of an agent process".
+const NodeLoadGCPercent = 50
 
 // Check makes Connect's checks of o without connecting: the endpoints'
 // forms, the TLS files, the user's password file (a role's
@@ -168,7 +188,7 @@ func Connect(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: connect to %s: %w", strings.Join(o.Endpoints, ","), explain(err, o.Auth))
 	}
-	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc, LoadJitter: o.LoadJitter, FreeAfterLoad: o.FreeAfterLoad}, nil
+	return &Store{Client: cli, TxnOps: o.TxnOps, Log: o.Log, auth: o.Auth, tls: tc, LoadJitter: o.LoadJitter, FreeAfterLoad: o.FreeAfterLoad, LoadGCPercent: o.LoadGCPercent}, nil
 }
 
 // Close closes the client.
@@ -554,8 +574,12 @@ func (s *Store) follow(ctx context.Context, f feed, sink Sink) error {
 	backoff := 100 * time.Millisecond
 	var warned time.Time // the last ErrNoLayout warning
 	for s.jitter(ctx) {
+		// The GC percent is lowered for the load and the commit that
+		// applies it (an edge programs its maps then).
+		restore := s.lowerGC()
 		rev, err := s.load(ctx, f, sink)
 		if err != nil {
+			restore()
 			if ctx.Err() != nil {
 				break
 			}
@@ -575,6 +599,7 @@ func (s *Store) follow(ctx context.Context, f feed, sink Sink) error {
 		}
 		backoff = 100 * time.Millisecond
 		sink.Commit(rev, true)
+		restore()
 		if s.FreeAfterLoad {
 			debug.FreeOSMemory()
 		}
@@ -585,6 +610,35 @@ func (s *Store) follow(ctx context.Context, f feed, sink Sink) error {
 		s.Log.Warn("watch ended; reloading the whole state", "err", err)
 	}
 	return ctx.Err()
+}
+
+// loadGC is the lowering of the GC percent that the full loads running
+// in this process share (LoadGCPercent).
+var loadGC struct {
+	sync.Mutex
+	loads int // running
+	prev  int // the percent before the first of them
+}
+
+// lowerGC sets the GC percent to s.LoadGCPercent for a full load and
+// returns what puts it back (see LoadGCPercent).
+func (s *Store) lowerGC() (restore func()) {
+	if s.LoadGCPercent <= 0 || os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	loadGC.Lock()
+	defer loadGC.Unlock()
+	if loadGC.loads == 0 {
+		loadGC.prev = debug.SetGCPercent(s.LoadGCPercent)
+	}
+	loadGC.loads++
+	return func() {
+		loadGC.Lock()
+		defer loadGC.Unlock()
+		if loadGC.loads--; loadGC.loads == 0 {
+			debug.SetGCPercent(loadGC.prev)
+		}
+	}
 }
 
 // jitter waits a random duration in [0, LoadJitter), so that the nodes a

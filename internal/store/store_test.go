@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/store/etcdembed"
 	"github.com/azgate/azgate/internal/store/storetest"
 )
 
@@ -23,12 +24,12 @@ var quiet = slog.New(slog.DiscardHandler)
 func embedded(t *testing.T) *Store {
 	t.Helper()
 	dir := t.TempDir()
-	e, err := StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	e, err := etcdembed.StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	s, err := Connect(Options{Endpoints: e.ClientURLs, TxnOps: EmbeddedTxnOps, Log: quiet})
+	s, err := Connect(Options{Endpoints: e.ClientURLs, TxnOps: etcdembed.TxnOps, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

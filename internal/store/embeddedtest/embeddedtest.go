@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/etcdembed"
 )
 
 // Store starts an embedded etcd for the test and connects to it; both go
@@ -22,12 +23,12 @@ func Store(t testing.TB) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	e, err := store.StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	e, err := etcdembed.StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: store.EmbeddedTxnOps, Log: quiet})
+	s, err := store.Connect(store.Options{Endpoints: e.ClientURLs, TxnOps: etcdembed.TxnOps, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,4 +176,30 @@ func StartCluster(t testing.TB, n int) *etcdproc.Cluster {
 		os.RemoveAll(dir)
 	})
 	return c
+}
+
+// ListeningUnix returns the paths of the listening unix sockets with the
+// given inodes, from /proc/net/unix; abstract ones start with "@".
+func ListeningUnix(t *testing.T, inodes map[uint64]bool) []string {
+	t.Helper()
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header: Num RefCount Protocol Flags Type St Inode Path
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 8 {
+			continue // unnamed
+		}
+		ino, err := strconv.ParseUint(fs[6], 10, 64)
+		if err != nil || !inodes[ino] || fs[3] != "00010000" { // __SO_ACCEPTCON: listening
+			continue
+		}
+		out = append(out, fs[7])
+	}
+	return out
 }

@@ -1,13 +1,15 @@
-package store
+package etcdembed
 
 import (
-	"bufio"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/azgate/azgate/internal/store/storetest"
 )
 
 // socketInodes returns the inodes of this process's open sockets.
@@ -32,38 +34,12 @@ func socketInodes(t *testing.T) map[uint64]bool {
 	return out
 }
 
-// listeningUnix returns the paths of the listening unix sockets with the
-// given inodes, from /proc/net/unix; abstract ones start with "@".
-func listeningUnix(t *testing.T, inodes map[uint64]bool) []string {
-	t.Helper()
-	f, err := os.Open("/proc/net/unix")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header: Num RefCount Protocol Flags Type St Inode Path
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 8 {
-			continue // unnamed
-		}
-		ino, err := strconv.ParseUint(fs[6], 10, 64)
-		if err != nil || !inodes[ino] || fs[3] != "00010000" { // __SO_ACCEPTCON: listening
-			continue
-		}
-		out = append(out, fs[7])
-	}
-	return out
-}
-
 // TestEmbeddedUnreachableByOtherUsers starts the controller's embedded
 // etcd the way the controller does and, as user nobody, asks every
 // listening socket it opened for /version and /members: none may answer
 // (issue 7: a peer listener on an abstract socket let any local user
 // forge raft messages). The data directory is made 0755 beforehand and
-// its parent is world-searchable, so only the mode StartEmbedded enforces
+// its parent is world-searchable, so only the mode Start enforces
 // protects the sockets.
 func TestEmbeddedUnreachableByOtherUsers(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -87,7 +63,7 @@ func TestEmbeddedUnreachableByOtherUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := socketInodes(t)
-	e, err := StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
+	e, err := StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock")}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +74,7 @@ func TestEmbeddedUnreachableByOtherUsers(t *testing.T) {
 			opened[ino] = true
 		}
 	}
-	socks := listeningUnix(t, opened)
+	socks := storetest.ListeningUnix(t, opened)
 	if len(socks) == 0 {
 		t.Fatal("found no listening unix socket of the embedded etcd")
 	}
@@ -159,7 +135,7 @@ func TestEmbeddedClientURLs(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			dir := t.TempDir()
-			e, err := StartEmbeddedWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock"), tc.url}, quiet)
+			e, err := StartWithLog(dir, []string{"unix://" + filepath.Join(dir, "etcd.sock"), tc.url}, quiet)
 			if err == nil {
 				e.Close()
 				t.Fatalf("%s accepted", tc.url)
@@ -169,7 +145,6 @@ func TestEmbeddedClientURLs(t *testing.T) {
 			}
 		})
 	}
-	if !isLoopback("127.0.0.2") || !isLoopback("::1") || !isLoopback("localhost") || isLoopback("198.51.100.1") {
-		t.Error("isLoopback is wrong")
-	}
 }
+
+var quiet = slog.New(slog.DiscardHandler)

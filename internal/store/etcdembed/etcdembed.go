@@ -1,9 +1,13 @@
-package store
+// Package etcdembed runs the controller's embedded single-node etcd. It
+// is apart from internal/store so that what only follows the store (the
+// edge and agent roles, internal/store's importers) does not link etcd's
+// server, its raft and its package initialisers (TestNoEtcdServer in
+// internal/store).
+package etcdembed
 
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,31 +19,31 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// Embedded is a single-node etcd running inside the controller: the
+// Server is a single-node etcd running inside the controller: the
 // default store, so one binary is a whole working system.
-type Embedded struct {
+type Server struct {
 	etcd *embed.Etcd
 	// ClientURLs are where clients reach it.
 	ClientURLs []string
 	closing    *atomic.Bool // silences etcd's logs while it shuts down
 }
 
-// EmbeddedTxnOps is the transaction size the embedded server accepts.
-const EmbeddedTxnOps = 4096
+// TxnOps is the transaction size the embedded server accepts.
+const TxnOps = 4096
 
-// StartEmbedded starts etcd with its data in dir, serving clients on
+// Start starts etcd with its data in dir, serving clients on
 // clientURLs (unix:///path only: the embedded etcd has no authentication,
 // and a TCP port, even on loopback, would be open to every local user). dir is
 // made mode 0700, which is what keeps other local users from the sockets
 // inside it: the client socket belongs there, and the peer listener (a
 // single node has no peers, but etcd insists on one) is a filesystem
 // socket there too, so no TCP port and no abstract socket is opened.
-func StartEmbedded(dir string, clientURLs []string) (*Embedded, error) {
-	return StartEmbeddedWithLog(dir, clientURLs, slog.Default())
+func Start(dir string, clientURLs []string) (*Server, error) {
+	return StartWithLog(dir, clientURLs, slog.Default())
 }
 
-// StartEmbeddedWithLog is StartEmbedded with etcd's errors going to log.
-func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*Embedded, error) {
+// StartWithLog is Start with etcd's errors going to log.
+func StartWithLog(dir string, clientURLs []string, log *slog.Logger) (*Server, error) {
 	if len(clientURLs) == 0 {
 		return nil, fmt.Errorf("embedded etcd: no client URL")
 	}
@@ -102,7 +106,7 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "unix", Host: peer}}
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "unix", Path: peer}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.MaxTxnOps = EmbeddedTxnOps
+	cfg.MaxTxnOps = TxnOps
 	cfg.MaxRequestBytes = 32 << 20
 	cfg.QuotaBackendBytes = 8 << 30
 	cfg.AutoCompactionMode = "periodic"
@@ -120,21 +124,11 @@ func StartEmbeddedWithLog(dir string, clientURLs []string, log *slog.Logger) (*E
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: not ready after 60s")
 	}
-	return &Embedded{etcd: e, ClientURLs: slices.Clone(clientURLs), closing: closing}, nil
-}
-
-// isLoopback tells whether host (an IP literal or "localhost") is a
-// loopback address.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
+	return &Server{etcd: e, ClientURLs: slices.Clone(clientURLs), closing: closing}, nil
 }
 
 // Close stops the server.
-func (e *Embedded) Close() {
+func (e *Server) Close() {
 	e.closing.Store(true)
 	e.etcd.Close()
 	for _, s := range e.ClientURLs {
@@ -145,4 +139,4 @@ func (e *Embedded) Close() {
 }
 
 // Err reports a fatal server error.
-func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
+func (e *Server) Err() <-chan error { return e.etcd.Err() }
