@@ -41,7 +41,7 @@ declare -A need=(
 	[systemd-nspawn]=systemd-container # packaging's TestNspawnRegion boots the units in a container
 	[promtool]=prometheus # the metrics, alert-rule and dashboard tests (internal/promcheck)
 	[prometheus]=prometheus # azgate-lab lab prometheus: the lab's own Prometheus (docs/lab.md)
-	[chromium-headless-shell]=chromium-headless-shell # screenshots: the status page /ui (TestStatusPageChromium, TestStatusPageLab) and the lab's dashboard (TestLabDashboard)
+	[chromium-headless-shell]=chromium-headless-shell # screenshots: the status page /ui (TestStatusPageChromium) and the lab's dashboard and status page (TestLabDashboard)
 )
 missing=()
 for cmd in "${!need[@]}"; do

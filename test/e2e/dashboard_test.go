@@ -233,6 +233,10 @@ func TestLabDashboard(t *testing.T) {
 	}
 	t.Logf("dashboard: %s, screenshot: %s", htmlPath, pngPath)
 	checkScreenshot(t, pngPath)
+
+	// The status page of the same lab: its service with a backend down
+	// and its bandwidth package.
+	t.Run("status page", func(t *testing.T) { labStatusPage(t, l, chromium, "web", "az3-h2", "dash") })
 }
 
 // freeLoopback is a free 127.0.0.1 port.

@@ -16,29 +16,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/lab"
 	"github.com/azgate/azgate/internal/model"
 )
 
-// TestStatusPageLab loads the lab controller's status page (/ui) in
-// headless Chromium, as a person would, with the lab's token as the Basic
+// labStatusPage loads the lab controller's status page (/ui) in headless
+// Chromium (bin), as a person would, with the lab's token as the Basic
 // password, once the lab's edges announce and an EIP is quarantined: the
-// DOM Chromium built holds every set and edge of the lab and the
-// quarantined /32 the quarantine set took from the prefix set; the
-// screenshot is left in the artifact directory. The lab's API is a unix
-// socket: the test forwards a loopback port to it (a browser reaches no
-// socket), and fetches the page with the curl command `lab status` prints.
-func TestStatusPageLab(t *testing.T) {
-	var bin string
-	for _, name := range []string{"chromium-headless-shell", "chromium"} {
-		if p, err := exec.LookPath(name); err == nil {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		t.Skip("no chromium-headless-shell or chromium in PATH (scripts/setup.sh installs chromium-headless-shell)")
-	}
-	l := upLab(t)
+// DOM Chromium built holds every set and edge of the lab, the quarantined
+// /32 the quarantine set took from the prefix set and the caller's
+// wants (objects it made); the screenshot is left in the artifact
+// directory. The lab's API is a unix socket: the test forwards a loopback
+// port to it (a browser reaches no socket), and fetches the page with the
+// curl command `lab status` prints. TestLabDashboard runs it on its lab
+// (one lab for both: a lab takes ~2 minutes to come up in CI).
+func labStatusPage(t *testing.T, l *lab.Lab, bin string, wants ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := l.Client()
@@ -128,8 +120,8 @@ func TestStatusPageLab(t *testing.T) {
 		return stdout.Bytes()
 	}
 	dom := string(chrome("--dump-dom"))
-	for _, want := range []string{"prefix-ab", "dedicated", "quarantine", "edge-a1", "edge-a2", "edge-b1", "edge-b2", "edge-d1", "edge-q1",
-		"announcing", quarantined + "/32 → quarantine (quarantined)", "status page test", "<svg"} {
+	for _, want := range append([]string{"prefix-ab", "dedicated", "quarantine", "edge-a1", "edge-a2", "edge-b1", "edge-b2", "edge-d1", "edge-q1",
+		"announcing", quarantined + "/32 → quarantine (quarantined)", "status page test", "<svg"}, wants...) {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the lab's status page lacks %q", want)
 		}
@@ -153,7 +145,7 @@ func TestStatusPageLab(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "TestStatusPageLab.png")
+	out := filepath.Join(dir, "lab-status-page.png")
 	if err := os.WriteFile(out, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
