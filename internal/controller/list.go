@@ -103,6 +103,10 @@ func (c *Core) ListPage(kind string, o ListOptions) (items []model.Object, rev i
 // force.
 const maxDeleteUnforced = 100
 
+// maxDeleteErrors bounds the per-EIP errors a refused DeleteEIPs answers
+// with: the first ones, and how many more there were.
+const maxDeleteErrors = 20
+
 // DeleteEIPs deletes every EIP the filter selects (at least one field
 // set), all or nothing in one commit.
 func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, error) {
@@ -114,18 +118,25 @@ func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, er
 	rev, warns, err := c.writeW(ctx, func(t *txn) error {
 		objs = nil
 		var es model.Errors
+		failed := 0
 		for _, k := range t.st.Keys(model.KindEIP) {
 			if !f.match(t.st, t.st.EIPs[k]) {
 				continue
 			}
 			if err := t.delete(model.KindEIP, k); err != nil {
-				es = append(es, model.FieldError{Field: k, Msg: err.Error()})
+				if failed++; len(es) < maxDeleteErrors {
+					es = append(es, model.FieldError{Field: k, Msg: err.Error()})
+				}
 				continue
 			}
 			objs = append(objs, api.AppliedObject{Kind: model.KindEIP, Key: k, Action: api.Deleted})
 		}
-		if len(es) > 0 {
-			return &InvalidError{Fields: es, Msg: "nothing was deleted: " + summary(es)}
+		if failed > 0 {
+			msg := fmt.Sprintf("nothing was deleted: %d of the selected EIPs cannot be deleted: %s", failed, summary(es))
+			if failed > len(es) {
+				msg += fmt.Sprintf(" (the first %d listed; %d more not listed)", len(es), failed-len(es))
+			}
+			return &InvalidError{Fields: es, Msg: msg}
 		}
 		if len(objs) > maxDeleteUnforced {
 			t.refuse("the selection deletes %d EIPs, more than %d", len(objs), maxDeleteUnforced)
