@@ -34,11 +34,12 @@ func addGlobalFlags(root *cobra.Command) {
 
 // apiClient is a client of the controller chosen by the global flags.
 func apiClient() (*client.Client, error) {
-	url, token, err := client.Resolve(globals.api, globals.tokenFile)
+	url, token, from, err := client.ResolveFrom(globals.api, globals.tokenFile)
 	if err != nil {
 		return nil, err
 	}
 	c := client.New(url, token)
+	c.TokenFrom = from
 	c.Force, c.DryRun = globals.force, globals.dryRun
 	return c, nil
 }

@@ -28,6 +28,10 @@ type Client struct {
 	// Force and DryRun go with every write (force=true, dryRun=true):
 	// do what the controller's guards refuse; check, write nothing.
 	Force, DryRun bool
+	// TokenFrom says where the token was read from ("--token-file
+	// /x"): a 401 answer's error names it (the controller does not know
+	// it, and does not name any path of its own).
+	TokenFrom string
 }
 
 // transports holds one transport per base URL, shared by the clients of
@@ -80,6 +84,8 @@ type APIError struct {
 	// Force: the controller refused a change that needs force=true
 	// (--force) and says what it would do.
 	Force bool
+	// Hint is the client's own advice (a 401: where it read its token).
+	Hint string
 }
 
 // Error prints the message and, one per line, every field error the
@@ -92,6 +98,10 @@ func (e *APIError) Error() string {
 			b.WriteString("\n  ")
 			b.WriteString(f.Error())
 		}
+	}
+	if e.Hint != "" {
+		b.WriteString("\n  ")
+		b.WriteString(e.Hint)
 	}
 	return b.String()
 }
@@ -154,7 +164,12 @@ func (c *Client) doHeader(ctx context.Context, method, path string, hdr http.Hea
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return 0, resp.Header, readError(resp)
+		err := readError(resp)
+		if ae, ok := err.(*APIError); ok && resp.StatusCode == http.StatusUnauthorized && c.TokenFrom != "" {
+			ae.Hint = "the token sent was read from " + c.TokenFrom +
+				": point --token-file or $AZGATE_TOKEN_FILE at the token file of this controller (DATA_DIR/token)"
+		}
+		return 0, resp.Header, err
 	}
 	rev, _ := strconv.ParseInt(resp.Header.Get(api.RevisionHeader), 10, 64)
 	if out != nil {
