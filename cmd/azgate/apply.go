@@ -168,6 +168,8 @@ func addToDocument(d *model.Document, o model.Object) error {
 		d.FirewallRules = append(d.FirewallRules, *v)
 	case *model.BandwidthPackage:
 		d.BandwidthPackages = append(d.BandwidthPackages, *v)
+	case *model.DDoSPolicy:
+		d.DDoSPolicies = append(d.DDoSPolicies, *v)
 	case *model.DNSZone:
 		d.DNSZones = append(d.DNSZones, *v)
 	case *model.GSLBRecord:
