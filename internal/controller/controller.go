@@ -394,6 +394,8 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	go c.repairLoop(runCtx)
 	c.linger.done = make(chan struct{})
 	go c.lingerLoop(runCtx)
+	c.trimWake, c.trimmerDone = make(chan struct{}, 1), make(chan struct{})
+	go c.trimLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
 	c.ddos = newDDoSRunner(c, cfg.DDoS)
 	c.ddosDone = c.ddos.start(runCtx)
@@ -410,6 +412,9 @@ func (s *Core) close() {
 		}
 		if s.linger.done != nil {
 			<-s.linger.done
+		}
+		if s.trimmerDone != nil {
+			<-s.trimmerDone
 		}
 		if s.healthDone != nil {
 			<-s.healthDone

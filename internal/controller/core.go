@@ -39,6 +39,14 @@ type Core struct {
 	beforeCommit func(attempt int)
 	// audited counts the commits with an audit record (trimAudit).
 	audited atomic.Int64
+	// The audit trimmer (audit.go): woken by writes, it trims outside
+	// writeMu. trimAsked counts the wake-ups, trimDone the last one a
+	// finished trim covered; beforeTrim, if set (by tests), runs before
+	// each trim.
+	trimWake            chan struct{}
+	trimAsked, trimDone atomic.Int64
+	beforeTrim          func()
+	trimmerDone         chan struct{}
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
 	// copiesOK: the scope copies in the store are the state's, as far

@@ -589,7 +589,7 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 				s.health.poke()
 			}
 			if audited && s.audited.Add(1)%s.auditTrimEvery() == 0 {
-				s.trimAudit()
+				s.wakeTrimmer()
 			}
 			return rev, warnings, nil
 		}
