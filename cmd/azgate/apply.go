@@ -267,6 +267,7 @@ func applySummary(out io.Writer, res client.ApplyResult) error {
 		deleted = fmt.Sprintf(", %d deleted", res.Deleted)
 	}
 	_, err := fmt.Fprintf(out, "%s: %d created, %d updated, %d unchanged%s\n", what, res.Created, res.Updated, res.Unchanged, deleted)
+	printRefusals(out, res.Refusals)
 	return err
 }
 
@@ -287,6 +288,7 @@ func printDiff(out io.Writer, res client.ApplyResult) {
 			}
 		}
 	}
+	defer printRefusals(out, res.Refusals)
 	if res.Created+res.Updated+res.Deleted == 0 {
 		fmt.Fprintf(out, "no changes: %d objects unchanged (revision %d)\n", res.Unchanged, res.Revision)
 		return

@@ -52,6 +52,18 @@ func printWarnings(cmd *cobra.Command, ws []string) {
 	}
 }
 
+// printRefusals prints the guard refusals a dry run would hit: the write
+// itself needs --force.
+func printRefusals(w io.Writer, rs []string) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "refused without --force (the write would fail with these; nothing was written):\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  ! %s\n", r)
+	}
+}
+
 // printJSON prints v indented.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -93,11 +105,13 @@ func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) er
 			Object   any      `json:"object,omitempty"`
 			Warnings []string `json:"warnings,omitempty"`
 			DryRun   bool     `json:"dryRun,omitempty"`
-		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun})
+			Refusals []string `json:"refusals,omitempty"`
+		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun, res.Refusals})
 	}
 	printWarnings(cmd, res.Warnings)
 	if res.DryRun {
 		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s would be %s (dry run at revision %d: nothing was written)\n", what, res.Action, res.Revision)
+		printRefusals(cmd.OutOrStdout(), res.Refusals)
 		return err
 	}
 	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (revision %d)\n", what, res.Action, res.Revision)

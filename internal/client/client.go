@@ -210,6 +210,8 @@ type Result struct {
 	// nothing was written (Client.DryRun).
 	Warnings []string
 	DryRun   bool
+	// Refusals: a dry run's guard refusals (the write would need force).
+	Refusals []string
 }
 
 func (c *Client) write(ctx context.Context, method, path string, in any) (Result, error) {
@@ -217,7 +219,7 @@ func (c *Client) write(ctx context.Context, method, path string, in any) (Result
 	if _, err := c.do(ctx, method, path, in, &w); err != nil {
 		return Result{}, err
 	}
-	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, Warnings: w.Warnings, DryRun: w.DryRun}, nil
+	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, Warnings: w.Warnings, DryRun: w.DryRun, Refusals: w.Refusals}, nil
 }
 
 func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -84,6 +85,9 @@ type Written struct {
 	// DryRun: nothing was written (WriteOptions.DryRun); Action is what
 	// the write would have done at Revision.
 	DryRun bool
+	// Refusals: a dry run's guard refusals, which the write would hit
+	// without force (the dry run reports them with its plan).
+	Refusals []string
 }
 
 // Revision is the store revision the view reflects.
@@ -245,8 +249,8 @@ func (c *Core) Create(ctx context.Context, o model.Object) (Written, error) {
 		_, err := t.put(o)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: api.Created, Object: o, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: api.Created, Object: o, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -278,8 +282,8 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 		action, err = t.put(o)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -306,8 +310,8 @@ func (c *Core) Delete(ctx context.Context, kind, key string, m IfMatch) (Written
 		}
 		return nil
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: api.Deleted, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: api.Deleted, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -390,11 +394,11 @@ func (c *Core) Apply(ctx context.Context, doc *model.Document, opts ApplyOptions
 		}
 		return nil
 	})
-	dry := err == errDryRun
+	dry := errors.Is(err, errDryRun)
 	if err != nil && !dry {
 		return api.ApplyResult{}, err
 	}
-	res := api.ApplyResult{Revision: rev, Objects: objs, Warnings: warns, DryRun: dry}
+	res := api.ApplyResult{Revision: rev, Objects: objs, Warnings: warns, DryRun: dry, Refusals: refusalsOf(err)}
 	for _, o := range objs {
 		switch o.Action {
 		case api.Created:
@@ -505,8 +509,8 @@ func modify[P model.Object](c *Core, ctx context.Context, kind, key string, m If
 		action, err = t.put(cp)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -143,7 +144,7 @@ func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, er
 		}
 		return nil
 	})
-	dry := err == errDryRun
+	dry := errors.Is(err, errDryRun)
 	if err != nil && !dry {
 		return api.ApplyResult{}, err
 	}
@@ -153,5 +154,5 @@ func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, er
 	if !dry && len(objs) > 0 {
 		c.log.Info("deleted EIPs by selector", "deleted", len(objs), "rev", rev)
 	}
-	return api.ApplyResult{Revision: rev, Deleted: len(objs), Objects: objs, Warnings: warns, DryRun: dry}, nil
+	return api.ApplyResult{Revision: rev, Deleted: len(objs), Objects: objs, Warnings: warns, DryRun: dry, Refusals: refusalsOf(err)}, nil
 }
