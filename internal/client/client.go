@@ -434,6 +434,22 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	return &st, nil
 }
 
+// Export reads every object the users write as one document, at one
+// store revision (GET /v1/export), and that revision.
+func (c *Client) Export(ctx context.Context) (*model.Document, int64, error) {
+	var out struct {
+		Revision int64           `json:"revision"`
+		Document *model.Document `json:"document"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/export", nil, &out); err != nil {
+		return nil, 0, err
+	}
+	if out.Document == nil {
+		out.Document = &model.Document{}
+	}
+	return out.Document, out.Revision, nil
+}
+
 // DDoSEvents reads the DDoS detection's decisions after sequence number
 // since (0: all it keeps).
 func (c *Client) DDoSEvents(ctx context.Context, since uint64) (*api.DDoSEvents, error) {

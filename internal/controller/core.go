@@ -47,6 +47,9 @@ type Core struct {
 	trimWake            chan struct{}
 	trimAsked, trimDone atomic.Int64
 	beforeTrim          func()
+	// afterExportRead, if set (by tests), runs between Export's read of
+	// the view and its building of the document.
+	afterExportRead func()
 	trimmerDone         chan struct{}
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)

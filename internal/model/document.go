@@ -183,3 +183,34 @@ func (d *Document) Named() []string {
 	}
 	return out
 }
+
+// Add appends o to the list of its kind.
+func (d *Document) Add(o Object) error {
+	switch v := o.(type) {
+	case *AZ:
+		d.AZs = append(d.AZs, *v)
+	case *Host:
+		d.Hosts = append(d.Hosts, *v)
+	case *EdgeSet:
+		d.EdgeSets = append(d.EdgeSets, *v)
+	case *EIP:
+		d.EIPs = append(d.EIPs, *v)
+	case *Service:
+		d.Services = append(d.Services, *v)
+	case *Quarantine:
+		d.Quarantines = append(d.Quarantines, *v)
+	case *FirewallRule:
+		d.FirewallRules = append(d.FirewallRules, *v)
+	case *BandwidthPackage:
+		d.BandwidthPackages = append(d.BandwidthPackages, *v)
+	case *DDoSPolicy:
+		d.DDoSPolicies = append(d.DDoSPolicies, *v)
+	case *DNSZone:
+		d.DNSZones = append(d.DNSZones, *v)
+	case *GSLBRecord:
+		d.GSLBRecords = append(d.GSLBRecords, *v)
+	default:
+		return fmt.Errorf("export: %s objects have no place in a document", KindOf(o))
+	}
+	return nil
+}
