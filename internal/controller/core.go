@@ -50,7 +50,7 @@ type Core struct {
 	// afterExportRead, if set (by tests), runs between Export's read of
 	// the view and its building of the document.
 	afterExportRead func()
-	trimmerDone         chan struct{}
+	trimmerDone     chan struct{}
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
 	// copiesOK: the scope copies in the store are the state's, as far
