@@ -182,7 +182,13 @@ func listCommand(kind string, table func(io.Writer, []model.Object)) *cobra.Comm
 			if err != nil {
 				return err
 			}
-			objs, next, err := c.ListPage(cmd.Context(), kind, q)
+			var objs []model.Object
+			var next string
+			if q.Limit == 0 {
+				objs, err = c.ListAll(cmd.Context(), kind, q) // every page
+			} else {
+				objs, next, err = c.ListPage(cmd.Context(), kind, q)
+			}
 			if err != nil {
 				return err
 			}

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/controller"
 )
 
 // TestDDoSPolicyCLI: ddos policy set creates and then changes only the
@@ -62,5 +67,27 @@ func TestDDoSPolicyCLI(t *testing.T) {
 	must(t, s, "apply", "-f", f)
 	if out := must(t, s, "ddos", "policy", "get", "pop-a"); !strings.Contains(out, "synps: 700") {
 		t.Errorf("pop-a after apply of the export:\n%s", out)
+	}
+}
+
+// TestListFollowsPages: the controller cuts a list at its cap; `list`
+// without --limit follows the continue tokens to every object.
+func TestListFollowsPages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := controller.Start(ctx, controller.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", MaxListPage: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	out := must(t, s, "host", "list")
+	for _, h := range []string{"az1-h1", "az2-h1", "az2-h2"} {
+		if !strings.Contains(out, h) {
+			t.Errorf("host list (pages of 2) lacks %s:\n%s", h, out)
+		}
+	}
+	if out := must(t, s, "host", "list", "--limit", "5"); !strings.Contains(out, "(more: --continue az2-h1)") {
+		t.Errorf("host list --limit 5 (capped at 2):\n%s", out)
 	}
 }

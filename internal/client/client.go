@@ -224,22 +224,64 @@ func (c *Client) write(ctx context.Context, method, path string, in any) (Result
 
 func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }
 
-// list decodes GET /v1/KIND into items (a pointer to a slice).
+// list decodes GET /v1/KIND into items (a pointer to a slice), following
+// the continue tokens of the controller's pages (each page is at the
+// revision of its answer; the last one's is returned).
 func (c *Client) list(ctx context.Context, kind string, items any) (int64, error) {
-	var l api.List
-	if _, err := c.do(ctx, http.MethodGet, "/v1/"+kind, nil, &l); err != nil {
-		return 0, err
+	var all []json.RawMessage
+	var rev int64
+	cont := ""
+	for {
+		path := "/v1/" + kind
+		if cont != "" {
+			path += "?continue=" + url.QueryEscape(cont)
+		}
+		var l api.List
+		if _, err := c.do(ctx, http.MethodGet, path, nil, &l); err != nil {
+			return 0, err
+		}
+		var page []json.RawMessage
+		if err := json.Unmarshal(l.Items, &page); err != nil {
+			return 0, fmt.Errorf("decoding the %s: %w", kind, err)
+		}
+		all, rev = append(all, page...), l.Revision
+		if l.Continue == "" || l.Continue == cont {
+			break
+		}
+		cont = l.Continue
 	}
-	if err := json.Unmarshal(l.Items, items); err != nil {
+	if all == nil {
+		all = []json.RawMessage{}
+	}
+	b, _ := json.Marshal(all)
+	if err := json.Unmarshal(b, items); err != nil {
 		return 0, fmt.Errorf("decoding the %s: %w", kind, err)
 	}
-	return l.Revision, nil
+	return rev, nil
 }
 
-// List returns every object of a kind, ordered by key.
+// List returns every object of a kind, ordered by key, following the
+// controller's pages.
 func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
-	objs, _, err := c.ListPage(ctx, kind, ListQuery{})
-	return objs, err
+	return c.ListAll(ctx, kind, ListQuery{})
+}
+
+// ListAll is ListPage from q.Continue to the end: every page the
+// controller cuts the list into (docs/api.md, Paging), one request each.
+func (c *Client) ListAll(ctx context.Context, kind string, q ListQuery) ([]model.Object, error) {
+	q.Limit = 0
+	var all []model.Object
+	for {
+		objs, next, err := c.ListPage(ctx, kind, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, objs...)
+		if next == "" || next == q.Continue {
+			return all, nil
+		}
+		q.Continue = next
+	}
 }
 
 // Get returns one object.

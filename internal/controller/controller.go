@@ -121,6 +121,10 @@ type Config struct {
 	// It is read again when it changes (checked on each request): tokens
 	// rotate without a restart.
 	TokensFile string
+	// MaxListPage bounds the objects one GET /v1/KIND answers (0:
+	// DefaultMaxListPage): a list without a limit, or with a larger one,
+	// is cut there with a continue token.
+	MaxListPage int
 	// AuditKeep is how many audit records (audit.go) the store keeps, the
 	// newest (0: DefaultAuditKeep).
 	AuditKeep int
@@ -268,6 +272,12 @@ func (c Config) check() (Config, error) {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.MaxListPage == 0 {
+		c.MaxListPage = DefaultMaxListPage
+	}
+	if c.MaxListPage < 0 {
+		return c, fmt.Errorf("max list page %d: want a count, 1 or more", c.MaxListPage)
 	}
 	if c.AuditKeep == 0 {
 		c.AuditKeep = DefaultAuditKeep

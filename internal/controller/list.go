@@ -64,9 +64,17 @@ func after(kind, key, token string) bool {
 	return key > token
 }
 
+// DefaultMaxListPage is Config.MaxListPage's default: the most objects one
+// list answer holds (a page of EIPs is about 1.5 MB of JSON).
+const DefaultMaxListPage = 10_000
+
 // ListPage is List with paging and filters: the objects, the view's
-// revision and, when more follow, the key to continue after.
+// revision and, when more follow, the key to continue after. A limit of 0
+// or above Config.MaxListPage is Config.MaxListPage.
 func (c *Core) ListPage(kind string, o ListOptions) (items []model.Object, rev int64, next string, err error) {
+	if m := c.cfg.MaxListPage; m > 0 && (o.Limit == 0 || o.Limit > m) {
+		o.Limit = m
+	}
 	if !o.EIP.empty() && kind != model.KindEIP {
 		return nil, 0, "", &InvalidError{Msg: fmt.Sprintf("the set, host and prefix filters are for eips, not %s", kind)}
 	}
