@@ -47,10 +47,10 @@ type Core struct {
 	trimWake            chan struct{}
 	trimAsked, trimDone atomic.Int64
 	beforeTrim          func()
+	trimmerDone         chan struct{}
 	// afterExportRead, if set (by tests), runs between Export's read of
 	// the view and its building of the document.
 	afterExportRead func()
-	trimmerDone     chan struct{}
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
 	// copiesOK: the scope copies in the store are the state's, as far
