@@ -114,35 +114,30 @@ the apply result, each changed object with its changes.`,
 			Use:   "export",
 			Short: "Print every object of the region as one apply document (YAML; JSON with --json)",
 			Long: `Reads every object the users write (not the controller's health verdicts)
+at one store revision (GET /v1/export: a write meanwhile does not tear it)
 and prints them as one document that "azgate apply -f" takes back to no
 change: "azgate export > region.yaml; azgate diff -f region.yaml" shows
-nothing to do.`,
+nothing to do. The first line says the revision ("# azgate export at
+revision N"; with --json it goes to standard error).`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cl, err := apiClient()
 				if err != nil {
 					return err
 				}
-				doc := &model.Document{}
-				for _, kind := range model.UserKinds {
-					objs, err := cl.List(cmd.Context(), kind)
-					if err != nil {
-						return fmt.Errorf("reading the %s: %w", kind, err)
-					}
-					for _, o := range objs {
-						if err := addToDocument(doc, o); err != nil {
-							return err
-						}
-					}
+				doc, rev, err := cl.Export(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("reading the region: %w", err)
 				}
 				if globals.json {
+					fmt.Fprintf(cmd.ErrOrStderr(), "exported at revision %d\n", rev)
 					return printJSON(cmd.OutOrStdout(), doc)
 				}
 				b, err := yaml.Marshal(doc)
 				if err != nil {
 					return err
 				}
-				_, err = cmd.OutOrStdout().Write(b)
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "# azgate export at revision %d\n%s", rev, b)
 				return err
 			},
 		}
@@ -150,33 +145,7 @@ nothing to do.`,
 }
 
 // addToDocument appends o to the list of its kind.
-func addToDocument(d *model.Document, o model.Object) error {
-	switch v := o.(type) {
-	case *model.AZ:
-		d.AZs = append(d.AZs, *v)
-	case *model.Host:
-		d.Hosts = append(d.Hosts, *v)
-	case *model.EdgeSet:
-		d.EdgeSets = append(d.EdgeSets, *v)
-	case *model.EIP:
-		d.EIPs = append(d.EIPs, *v)
-	case *model.Service:
-		d.Services = append(d.Services, *v)
-	case *model.Quarantine:
-		d.Quarantines = append(d.Quarantines, *v)
-	case *model.FirewallRule:
-		d.FirewallRules = append(d.FirewallRules, *v)
-	case *model.BandwidthPackage:
-		d.BandwidthPackages = append(d.BandwidthPackages, *v)
-	case *model.DNSZone:
-		d.DNSZones = append(d.DNSZones, *v)
-	case *model.GSLBRecord:
-		d.GSLBRecords = append(d.GSLBRecords, *v)
-	default:
-		return fmt.Errorf("export: %s objects have no place in a document", model.KindOf(o))
-	}
-	return nil
-}
+func addToDocument(d *model.Document, o model.Object) error { return d.Add(o) }
 
 // applyFile parses a document and sends it, with progress on stderr when
 // it is a terminal.
@@ -265,6 +234,7 @@ func applySummary(out io.Writer, res client.ApplyResult) error {
 		deleted = fmt.Sprintf(", %d deleted", res.Deleted)
 	}
 	_, err := fmt.Fprintf(out, "%s: %d created, %d updated, %d unchanged%s\n", what, res.Created, res.Updated, res.Unchanged, deleted)
+	printRefusals(out, res.Refusals)
 	return err
 }
 
@@ -285,6 +255,7 @@ func printDiff(out io.Writer, res client.ApplyResult) {
 			}
 		}
 	}
+	defer printRefusals(out, res.Refusals)
 	if res.Created+res.Updated+res.Deleted == 0 {
 		fmt.Fprintf(out, "no changes: %d objects unchanged (revision %d)\n", res.Unchanged, res.Revision)
 		return

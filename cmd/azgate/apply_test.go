@@ -172,3 +172,28 @@ func TestListFilters(t *testing.T) {
 		t.Error("delete-matching without a selector: no error")
 	}
 }
+
+// TestDryRunRefusals: diff and --dry-run print the plan and the guard
+// refusals the change would hit, not the refusal alone.
+func TestDryRunRefusals(t *testing.T) {
+	s := startController(t)
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	f := filepath.Join(t.TempDir(), "doc.yaml")
+	doc := "eips: [{address: 198.51.100.8, description: used}]\nfirewallrules: [{name: office, action: allow, sources: [192.0.2.0/24]}]\n"
+	if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := must(t, s, "diff", "-f", f)
+	for _, want := range []string{"+ firewall rule office (created)", "~ EIP 198.51.100.8 (changed)", "refused without --force", "! firewall rule \"office\" is a global allow rule"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff does not say %q:\n%s", want, out)
+		}
+	}
+	out = must(t, s, "firewall", "add", "office", "--action", "allow", "--source", "192.0.2.0/24", "--dry-run")
+	if !strings.Contains(out, "would be created") || !strings.Contains(out, "global allow rule") {
+		t.Errorf("firewall add --dry-run:\n%s", out)
+	}
+	if _, err := azgate(t, s, "", "apply", "-f", f); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("the apply itself: %v, want the refusal", err)
+	}
+}

@@ -34,11 +34,12 @@ func addGlobalFlags(root *cobra.Command) {
 
 // apiClient is a client of the controller chosen by the global flags.
 func apiClient() (*client.Client, error) {
-	url, token, err := client.Resolve(globals.api, globals.tokenFile)
+	url, token, from, err := client.ResolveFrom(globals.api, globals.tokenFile)
 	if err != nil {
 		return nil, err
 	}
 	c := client.New(url, token)
+	c.TokenFrom = from
 	c.Force, c.DryRun = globals.force, globals.dryRun
 	return c, nil
 }
@@ -48,6 +49,18 @@ func apiClient() (*client.Client, error) {
 func printWarnings(cmd *cobra.Command, ws []string) {
 	for _, w := range ws {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
+}
+
+// printRefusals prints the guard refusals a dry run would hit: the write
+// itself needs --force.
+func printRefusals(w io.Writer, rs []string) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "refused without --force (the write would fail with these; nothing was written):\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  ! %s\n", r)
 	}
 }
 
@@ -92,11 +105,13 @@ func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) er
 			Object   any      `json:"object,omitempty"`
 			Warnings []string `json:"warnings,omitempty"`
 			DryRun   bool     `json:"dryRun,omitempty"`
-		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun})
+			Refusals []string `json:"refusals,omitempty"`
+		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun, res.Refusals})
 	}
 	printWarnings(cmd, res.Warnings)
 	if res.DryRun {
 		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s would be %s (dry run at revision %d: nothing was written)\n", what, res.Action, res.Revision)
+		printRefusals(cmd.OutOrStdout(), res.Refusals)
 		return err
 	}
 	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (revision %d)\n", what, res.Action, res.Revision)
@@ -167,7 +182,13 @@ func listCommand(kind string, table func(io.Writer, []model.Object)) *cobra.Comm
 			if err != nil {
 				return err
 			}
-			objs, next, err := c.ListPage(cmd.Context(), kind, q)
+			var objs []model.Object
+			var next string
+			if q.Limit == 0 {
+				objs, err = c.ListAll(cmd.Context(), kind, q) // every page
+			} else {
+				objs, next, err = c.ListPage(cmd.Context(), kind, q)
+			}
 			if err != nil {
 				return err
 			}

@@ -240,8 +240,16 @@ func TestCLIErrors(t *testing.T) {
 		root := newRoot()
 		root.SetOut(new(bytes.Buffer))
 		root.SetArgs([]string{"--api", s.URL(), "--token-file", f, "az", "list"})
-		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "wrong bearer token") {
-			t.Errorf("wrong token: %v", err)
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "wrong bearer token") ||
+			!strings.Contains(err.Error(), "the token sent was read from --token-file "+f) {
+			t.Errorf("wrong token: %v (want the server's message and where the CLI read the token)", err)
+		}
+		t.Setenv("AZGATE_TOKEN_FILE", f)
+		root = newRoot()
+		root.SetOut(new(bytes.Buffer))
+		root.SetArgs([]string{"--api", s.URL(), "az", "list"})
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "read from $AZGATE_TOKEN_FILE="+f) {
+			t.Errorf("wrong token from the environment: %v", err)
 		}
 	})
 }

@@ -75,6 +75,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "extra client socket of the embedded etcd, unix:///path (no TCP: it has no authentication)")
 		f.IntVar(&cfg.TxnOps, "etcd-max-txn-ops", 0, "operations per etcd transaction (default 4096 embedded, 128 external: the server's --max-txn-ops)")
 		f.StringVar(&cfg.TokensFile, "tokens-file", "", "file of named API tokens, one a line: NAME ROLE TOKEN or NAME ROLE sha256:HEX (role read-only, operator or admin; mode 0600); re-read when it changes")
+		f.IntVar(&cfg.MaxListPage, "max-list-page", controller.DefaultMaxListPage, "most objects one GET /v1/KIND answers; a list without a limit (or a larger one) is cut there with a continue token (docs/api.md)")
 		f.IntVar(&cfg.AuditKeep, "audit-keep", controller.DefaultAuditKeep, "audit records kept in etcd, the newest (azgate audit; docs/security.md)")
 		f.BoolVar(&cfg.MetricsAuth, "metrics-auth", false, "require the API token on GET /metrics too (default: /metrics is open, like /healthz)")
 		f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", controller.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 (the default fits a 1M-EIP document about 3 times)")

@@ -71,7 +71,7 @@ over the edges and the levels they were compared with.`,
 			},
 		}
 		rates.Flags().IntVar(&top, "top", 20, "at most this many addresses, the highest packet rates (1..10000)")
-		c.AddCommand(events, rates)
+		c.AddCommand(events, rates, ddosPolicyCommand())
 		return c
 	})
 }

@@ -53,6 +53,9 @@ type Write struct {
 	// DryRun: nothing was written (dryRun=true); Action is what the
 	// write would have done at Revision.
 	DryRun bool `json:"dryRun,omitempty"`
+	// Refusals (a dry run only): what the guards refuse without
+	// force=true; the write itself would get 409 with them.
+	Refusals []string `json:"refusals,omitempty"`
 }
 
 // Actions reported by writes and apply.
@@ -101,6 +104,9 @@ type ApplyResult struct {
 	// DryRun: nothing was written (dryRun=true); the result is what the
 	// apply would have done at Revision.
 	DryRun bool `json:"dryRun,omitempty"`
+	// Refusals (a dry run only): what the guards refuse without
+	// force=true; the apply itself would get 409 with them.
+	Refusals []string `json:"refusals,omitempty"`
 }
 
 // MaxDiffChanges bounds the field changes listed per object.

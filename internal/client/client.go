@@ -28,6 +28,10 @@ type Client struct {
 	// Force and DryRun go with every write (force=true, dryRun=true):
 	// do what the controller's guards refuse; check, write nothing.
 	Force, DryRun bool
+	// TokenFrom says where the token was read from ("--token-file
+	// /x"): a 401 answer's error names it (the controller does not know
+	// it, and does not name any path of its own).
+	TokenFrom string
 }
 
 // transports holds one transport per base URL, shared by the clients of
@@ -80,6 +84,8 @@ type APIError struct {
 	// Force: the controller refused a change that needs force=true
 	// (--force) and says what it would do.
 	Force bool
+	// Hint is the client's own advice (a 401: where it read its token).
+	Hint string
 }
 
 // Error prints the message and, one per line, every field error the
@@ -92,6 +98,10 @@ func (e *APIError) Error() string {
 			b.WriteString("\n  ")
 			b.WriteString(f.Error())
 		}
+	}
+	if e.Hint != "" {
+		b.WriteString("\n  ")
+		b.WriteString(e.Hint)
 	}
 	return b.String()
 }
@@ -154,7 +164,12 @@ func (c *Client) doHeader(ctx context.Context, method, path string, hdr http.Hea
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return 0, resp.Header, readError(resp)
+		err := readError(resp)
+		if ae, ok := err.(*APIError); ok && resp.StatusCode == http.StatusUnauthorized && c.TokenFrom != "" {
+			ae.Hint = "the token sent was read from " + c.TokenFrom +
+				": point --token-file or $AZGATE_TOKEN_FILE at the token file of this controller (DATA_DIR/token)"
+		}
+		return 0, resp.Header, err
 	}
 	rev, _ := strconv.ParseInt(resp.Header.Get(api.RevisionHeader), 10, 64)
 	if out != nil {
@@ -195,6 +210,8 @@ type Result struct {
 	// nothing was written (Client.DryRun).
 	Warnings []string
 	DryRun   bool
+	// Refusals: a dry run's guard refusals (the write would need force).
+	Refusals []string
 }
 
 func (c *Client) write(ctx context.Context, method, path string, in any) (Result, error) {
@@ -202,27 +219,69 @@ func (c *Client) write(ctx context.Context, method, path string, in any) (Result
 	if _, err := c.do(ctx, method, path, in, &w); err != nil {
 		return Result{}, err
 	}
-	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, Warnings: w.Warnings, DryRun: w.DryRun}, nil
+	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, Warnings: w.Warnings, DryRun: w.DryRun, Refusals: w.Refusals}, nil
 }
 
 func objectPath(kind, key string) string { return "/v1/" + kind + "/" + url.PathEscape(key) }
 
-// list decodes GET /v1/KIND into items (a pointer to a slice).
+// list decodes GET /v1/KIND into items (a pointer to a slice), following
+// the continue tokens of the controller's pages (each page is at the
+// revision of its answer; the last one's is returned).
 func (c *Client) list(ctx context.Context, kind string, items any) (int64, error) {
-	var l api.List
-	if _, err := c.do(ctx, http.MethodGet, "/v1/"+kind, nil, &l); err != nil {
-		return 0, err
+	var all []json.RawMessage
+	var rev int64
+	cont := ""
+	for {
+		path := "/v1/" + kind
+		if cont != "" {
+			path += "?continue=" + url.QueryEscape(cont)
+		}
+		var l api.List
+		if _, err := c.do(ctx, http.MethodGet, path, nil, &l); err != nil {
+			return 0, err
+		}
+		var page []json.RawMessage
+		if err := json.Unmarshal(l.Items, &page); err != nil {
+			return 0, fmt.Errorf("decoding the %s: %w", kind, err)
+		}
+		all, rev = append(all, page...), l.Revision
+		if l.Continue == "" || l.Continue == cont {
+			break
+		}
+		cont = l.Continue
 	}
-	if err := json.Unmarshal(l.Items, items); err != nil {
+	if all == nil {
+		all = []json.RawMessage{}
+	}
+	b, _ := json.Marshal(all)
+	if err := json.Unmarshal(b, items); err != nil {
 		return 0, fmt.Errorf("decoding the %s: %w", kind, err)
 	}
-	return l.Revision, nil
+	return rev, nil
 }
 
-// List returns every object of a kind, ordered by key.
+// List returns every object of a kind, ordered by key, following the
+// controller's pages.
 func (c *Client) List(ctx context.Context, kind string) ([]model.Object, error) {
-	objs, _, err := c.ListPage(ctx, kind, ListQuery{})
-	return objs, err
+	return c.ListAll(ctx, kind, ListQuery{})
+}
+
+// ListAll is ListPage from q.Continue to the end: every page the
+// controller cuts the list into (docs/api.md, Paging), one request each.
+func (c *Client) ListAll(ctx context.Context, kind string, q ListQuery) ([]model.Object, error) {
+	q.Limit = 0
+	var all []model.Object
+	for {
+		objs, next, err := c.ListPage(ctx, kind, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, objs...)
+		if next == "" || next == q.Continue {
+			return all, nil
+		}
+		q.Continue = next
+	}
 }
 
 // Get returns one object.
@@ -415,6 +474,22 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	return &st, nil
+}
+
+// Export reads every object the users write as one document, at one
+// store revision (GET /v1/export), and that revision.
+func (c *Client) Export(ctx context.Context) (*model.Document, int64, error) {
+	var out struct {
+		Revision int64           `json:"revision"`
+		Document *model.Document `json:"document"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/export", nil, &out); err != nil {
+		return nil, 0, err
+	}
+	if out.Document == nil {
+		out.Document = &model.Document{}
+	}
+	return out.Document, out.Revision, nil
 }
 
 // DDoSEvents reads the DDoS detection's decisions after sequence number

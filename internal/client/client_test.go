@@ -46,16 +46,18 @@ func TestResolve(t *testing.T) {
 		env                map[string]string // environment
 		defaultContext     string            // the file at the default context path
 		wantAPI, wantToken string
+		wantFrom           string
 		wantErr            string
 	}{
 		{name: "flags win", api: "http://10.0.0.1:1", tokenFile: flagTok,
 			env:     map[string]string{"AZGATE_API": "http://env:1", "AZGATE_TOKEN_FILE": envTok, "AZGATE_CONTEXT": labCtx},
-			wantAPI: "http://10.0.0.1:1", wantToken: "tok-flag"},
+			wantAPI: "http://10.0.0.1:1", wantToken: "tok-flag", wantFrom: "--token-file " + flagTok},
 		{name: "environment over context", env: map[string]string{"AZGATE_API": "http://env:1", "AZGATE_TOKEN_FILE": envTok, "AZGATE_CONTEXT": labCtx},
-			wantAPI: "http://env:1", wantToken: "tok-env"},
+			wantAPI: "http://env:1", wantToken: "tok-env", wantFrom: "$AZGATE_TOKEN_FILE=" + envTok},
 		{name: "each from its own source", api: "http://flag:1", env: map[string]string{"AZGATE_CONTEXT": labCtx},
 			wantAPI: "http://flag:1", wantToken: "tok-ctx"},
-		{name: "named context", env: map[string]string{"AZGATE_CONTEXT": labCtx}, wantAPI: "unix:///run/lab/api.sock", wantToken: "tok-ctx"},
+		{name: "named context", env: map[string]string{"AZGATE_CONTEXT": labCtx}, wantAPI: "unix:///run/lab/api.sock", wantToken: "tok-ctx",
+			wantFrom: ctxTok + " (the context file " + labCtx + ")"},
 		{name: "default context", defaultContext: labCtx, wantAPI: "unix:///run/lab/api.sock", wantToken: "tok-ctx"},
 		{name: "defaults", tokenFile: flagTok, defaultContext: missing, wantAPI: DefaultAPI, wantToken: "tok-flag"},
 		{name: "missing named context", env: map[string]string{"AZGATE_CONTEXT": missing}, wantErr: "context file"},
@@ -72,7 +74,7 @@ func TestResolve(t *testing.T) {
 				defaultContextFile = missing
 			}
 			t.Cleanup(func() { defaultContextFile = DefaultContextFile })
-			api, tok, err := Resolve(tc.api, tc.tokenFile)
+			api, tok, from, err := ResolveFrom(tc.api, tc.tokenFile)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
@@ -84,6 +86,9 @@ func TestResolve(t *testing.T) {
 			}
 			if api != tc.wantAPI || tok != tc.wantToken {
 				t.Errorf("got %q, %q; want %q, %q", api, tok, tc.wantAPI, tc.wantToken)
+			}
+			if tc.wantFrom != "" && from != tc.wantFrom {
+				t.Errorf("token from %q, want %q", from, tc.wantFrom)
 			}
 		})
 	}

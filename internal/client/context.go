@@ -80,12 +80,25 @@ func WriteContext(path string, c Context) error {
 // $AZGATE_TOKEN_FILE), the context file ($AZGATE_CONTEXT, else
 // /run/azgate/context.json when it exists), the default.
 func Resolve(apiFlag, tokenFileFlag string) (baseURL, token string, err error) {
+	baseURL, token, _, err = ResolveFrom(apiFlag, tokenFileFlag)
+	return baseURL, token, err
+}
+
+// ResolveFrom is Resolve, and also says where the token was read from:
+// "--token-file PATH", "$AZGATE_TOKEN_FILE=PATH", "PATH (the context file
+// CTX)" or "PATH (the default)" (for Client.TokenFrom).
+func ResolveFrom(apiFlag, tokenFileFlag string) (baseURL, token, tokenFrom string, err error) {
 	baseURL, tokenFile := apiFlag, tokenFileFlag
+	if tokenFile != "" {
+		tokenFrom = "--token-file " + tokenFile
+	}
 	if baseURL == "" {
 		baseURL = os.Getenv("AZGATE_API")
 	}
 	if tokenFile == "" {
-		tokenFile = os.Getenv("AZGATE_TOKEN_FILE")
+		if tokenFile = os.Getenv("AZGATE_TOKEN_FILE"); tokenFile != "" {
+			tokenFrom = "$AZGATE_TOKEN_FILE=" + tokenFile
+		}
 	}
 	if baseURL == "" || tokenFile == "" {
 		path, named := os.Getenv("AZGATE_CONTEXT"), true
@@ -98,13 +111,14 @@ func Resolve(apiFlag, tokenFileFlag string) (baseURL, token string, err error) {
 			if baseURL == "" {
 				baseURL = c.API
 			}
-			if tokenFile == "" {
+			if tokenFile == "" && c.TokenFile != "" {
 				tokenFile = c.TokenFile
+				tokenFrom = fmt.Sprintf("%s (the context file %s)", tokenFile, path)
 			}
 		case errors.Is(err, fs.ErrNotExist) && !named:
 			// No lab context: the defaults apply.
 		default:
-			return "", "", err
+			return "", "", "", err
 		}
 	}
 	if baseURL == "" {
@@ -112,20 +126,21 @@ func Resolve(apiFlag, tokenFileFlag string) (baseURL, token string, err error) {
 	}
 	if tokenFile == "" {
 		tokenFile = DefaultTokenFile
+		tokenFrom = tokenFile + " (the default)"
 	}
 	b, err := os.ReadFile(tokenFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", "", fmt.Errorf("token file %s does not exist: the controller writes its API token to DATA_DIR/%s on first start "+
+		return "", "", "", fmt.Errorf("token file %s does not exist: the controller writes its API token to DATA_DIR/%s on first start "+
 			"(`azgate controller --data-dir DATA_DIR`); point --token-file or $AZGATE_TOKEN_FILE at it", tokenFile, filepath.Base(DefaultTokenFile))
 	case errors.Is(err, fs.ErrPermission):
-		return "", "", fmt.Errorf("token file %s: permission denied: it is readable by the controller's user only (try sudo)", tokenFile)
+		return "", "", "", fmt.Errorf("token file %s: permission denied: it is readable by the controller's user only (try sudo)", tokenFile)
 	case err != nil:
-		return "", "", fmt.Errorf("token file: %w", err)
+		return "", "", "", fmt.Errorf("token file: %w", err)
 	}
 	token = strings.TrimSpace(string(b))
 	if token == "" {
-		return "", "", fmt.Errorf("token file %s is empty", tokenFile)
+		return "", "", "", fmt.Errorf("token file %s is empty", tokenFile)
 	}
-	return baseURL, token, nil
+	return baseURL, token, tokenFrom, nil
 }

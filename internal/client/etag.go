@@ -83,7 +83,7 @@ func (c *Client) writeIf(ctx context.Context, method, path string, rev int64, in
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, ETag: parseETag(h), Warnings: w.Warnings, DryRun: w.DryRun}, nil
+	return Result{Revision: w.Revision, Action: w.Action, Object: w.Object, ETag: parseETag(h), Warnings: w.Warnings, DryRun: w.DryRun, Refusals: w.Refusals}, nil
 }
 
 // EditAttempts bounds Edit's read-modify-write rounds.

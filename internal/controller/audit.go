@@ -62,12 +62,17 @@ func auditOp(a Actor, base int64, ops []store.Op) store.Op {
 	return store.Op{Raw: store.AuditKey(base), Value: b}
 }
 
-// trimAudit keeps the newest Config.AuditKeep records: run after every
-// auditTrimEvery audited commits (and so the log holds at most
-// AuditKeep+auditTrimEvery-1 records).
+// trimAudit keeps the newest Config.AuditKeep records: the trimmer runs
+// it after every auditTrimEvery audited commits, outside the write lock
+// (its three etcd round trips delay no write), so the log holds
+// AuditKeep+auditTrimEvery-1 records once the trimmer is done, and
+// briefly more by the writes committed while a trim runs.
 func (s *Core) trimAudit() {
 	if s.store == nil {
 		return
+	}
+	if s.beforeTrim != nil {
+		s.beforeTrim()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -75,6 +80,36 @@ func (s *Core) trimAudit() {
 		s.log.Warn("audit log: trimming failed", "err", err)
 	} else if n > 0 {
 		s.log.Debug("audit log trimmed", "deleted", n)
+	}
+}
+
+// wakeTrimmer asks the trimmer for a trim (several asks before it runs
+// make one trim). A Core without its loops trims at once.
+func (s *Core) wakeTrimmer() {
+	n := s.trimAsked.Add(1)
+	if s.trimWake == nil {
+		s.trimAudit()
+		s.trimDone.Store(n)
+		return
+	}
+	select {
+	case s.trimWake <- struct{}{}:
+	default: // a wake-up is pending: its trim covers this one
+	}
+}
+
+// trimLoop trims the audit log when woken, until ctx ends.
+func (s *Core) trimLoop(ctx context.Context) {
+	defer close(s.trimmerDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.trimWake:
+		}
+		n := s.trimAsked.Load()
+		s.trimAudit()
+		s.trimDone.Store(n)
 	}
 }
 

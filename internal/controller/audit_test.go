@@ -64,6 +64,7 @@ func TestAuditLog(t *testing.T) {
 	if r := call(t, s, "DELETE", "/v1/azs/az-9", nil); r.code != 200 {
 		t.Fatalf("delete: HTTP %d: %s", r.code, r.body)
 	}
+	waitTrimmed(t, s.Core)
 	all := page("?limit=1000")
 	if len(all.Items) != 4 || all.Continue != "" {
 		t.Fatalf("after 12 writes with AuditKeep 4: %d records (continue %q)", len(all.Items), all.Continue)
@@ -88,5 +89,54 @@ func TestAuditLog(t *testing.T) {
 		if r := call(t, s, "GET", "/v1/audit"+q, nil); r.code != 400 {
 			t.Errorf("GET /v1/audit%s: HTTP %d, want 400", q, r.code)
 		}
+	}
+}
+
+// waitTrimmed waits until the audit trimmer has done every trim asked.
+func waitTrimmed(t *testing.T, c *Core) {
+	t.Helper()
+	waitFor(t, func() bool { return c.trimDone.Load() == c.trimAsked.Load() })
+}
+
+// TestAuditTrimOutsideWriteLock: the audit trim runs in the background,
+// not under the write lock: while a trim is held up, writes still
+// commit; once it runs, the log is bounded again (AuditKeep +
+// auditTrimEvery - 1 records at most).
+func TestAuditTrimOutsideWriteLock(t *testing.T) {
+	s := startServer(t, Config{AuditKeep: 32}) // a trim every 2 audited writes
+	every := int(s.Core.auditTrimEvery())
+	if every != 2 {
+		t.Fatalf("auditTrimEvery %d, want 2", every)
+	}
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	s.Core.beforeTrim = func() {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		<-hold
+	}
+	create := func(i int) {
+		t.Helper()
+		if r := call(t, s, "POST", "/v1/azs", map[string]any{"name": fmt.Sprintf("az-%d", i)}); r.code != 201 {
+			t.Fatalf("create %d: HTTP %d: %s", i, r.code, r.body)
+		}
+	}
+	for i := range every {
+		create(i)
+	}
+	<-held // a trim has started and is held up
+	// Writes commit meanwhile: the trim holds no write lock. (Under the
+	// lock, the first of these would wait for the trim forever.)
+	for i := every; i < 100; i++ {
+		create(i)
+	}
+	close(hold)
+	waitTrimmed(t, s.Core)
+	var p api.AuditPage
+	call(t, s, "GET", "/v1/audit?limit=1000", nil).decode(t, &p)
+	recs := p.Items
+	if len(recs) > 32+every-1 || len(recs) < 32 {
+		t.Errorf("%d audit records after 100 writes with AuditKeep 32: want 32..%d", len(recs), 32+every-1)
 	}
 }

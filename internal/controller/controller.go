@@ -122,6 +122,10 @@ type Config struct {
 	// It is read again when it changes (checked on each request): tokens
 	// rotate without a restart.
 	TokensFile string
+	// MaxListPage bounds the objects one GET /v1/KIND answers (0:
+	// DefaultMaxListPage): a list without a limit, or with a larger one,
+	// is cut there with a continue token.
+	MaxListPage int
 	// AuditKeep is how many audit records (audit.go) the store keeps, the
 	// newest (0: DefaultAuditKeep).
 	AuditKeep int
@@ -270,6 +274,12 @@ func (c Config) check() (Config, error) {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.MaxListPage == 0 {
+		c.MaxListPage = DefaultMaxListPage
+	}
+	if c.MaxListPage < 0 {
+		return c, fmt.Errorf("max list page %d: want a count, 1 or more", c.MaxListPage)
+	}
 	if c.AuditKeep == 0 {
 		c.AuditKeep = DefaultAuditKeep
 	}
@@ -395,6 +405,8 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	go c.repairLoop(runCtx)
 	c.linger.done = make(chan struct{})
 	go c.lingerLoop(runCtx)
+	c.trimWake, c.trimmerDone = make(chan struct{}, 1), make(chan struct{})
+	go c.trimLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
 	c.ddos = newDDoSRunner(c, cfg.DDoS)
 	c.ddosDone = c.ddos.start(runCtx)
@@ -411,6 +423,9 @@ func (s *Core) close() {
 		}
 		if s.linger.done != nil {
 			<-s.linger.done
+		}
+		if s.trimmerDone != nil {
+			<-s.trimmerDone
 		}
 		if s.healthDone != nil {
 			<-s.healthDone

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -40,6 +41,17 @@ type Core struct {
 	beforeCommit func(attempt int)
 	// audited counts the commits with an audit record (trimAudit).
 	audited atomic.Int64
+	// The audit trimmer (audit.go): woken by writes, it trims outside
+	// writeMu. trimAsked counts the wake-ups, trimDone the last one a
+	// finished trim covered; beforeTrim, if set (by tests), runs before
+	// each trim.
+	trimWake            chan struct{}
+	trimAsked, trimDone atomic.Int64
+	beforeTrim          func()
+	trimmerDone         chan struct{}
+	// afterExportRead, if set (by tests), runs between Export's read of
+	// the view and its building of the document.
+	afterExportRead func()
 	// commitHook, if set (by tests), commits in place of store.Commit.
 	commitHook func(ctx context.Context, rev int64, ops []store.Op) (int64, error)
 	// copiesOK: the scope copies in the store are the state's, as far
@@ -77,6 +89,9 @@ type Written struct {
 	// DryRun: nothing was written (WriteOptions.DryRun); Action is what
 	// the write would have done at Revision.
 	DryRun bool
+	// Refusals: a dry run's guard refusals, which the write would hit
+	// without force (the dry run reports them with its plan).
+	Refusals []string
 }
 
 // Revision is the store revision the view reflects.
@@ -238,8 +253,8 @@ func (c *Core) Create(ctx context.Context, o model.Object) (Written, error) {
 		_, err := t.put(o)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: api.Created, Object: o, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: api.Created, Object: o, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -271,8 +286,8 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 		action, err = t.put(o)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: action, Object: o, ETag: orev, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -299,8 +314,8 @@ func (c *Core) Delete(ctx context.Context, kind, key string, m IfMatch) (Written
 		}
 		return nil
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: api.Deleted, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: api.Deleted, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err
@@ -383,11 +398,11 @@ func (c *Core) Apply(ctx context.Context, doc *model.Document, opts ApplyOptions
 		}
 		return nil
 	})
-	dry := err == errDryRun
+	dry := errors.Is(err, errDryRun)
 	if err != nil && !dry {
 		return api.ApplyResult{}, err
 	}
-	res := api.ApplyResult{Revision: rev, Objects: objs, Warnings: warns, DryRun: dry}
+	res := api.ApplyResult{Revision: rev, Objects: objs, Warnings: warns, DryRun: dry, Refusals: refusalsOf(err)}
 	for _, o := range objs {
 		switch o.Action {
 		case api.Created:
@@ -498,8 +513,8 @@ func modify[P model.Object](c *Core, ctx context.Context, kind, key string, m If
 		action, err = t.put(cp)
 		return invalid(kind, key, err)
 	})
-	if err == errDryRun {
-		return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns, DryRun: true}, nil
+	if errors.Is(err, errDryRun) {
+		return Written{Revision: rev, Action: action, Object: stored, ETag: orev, Warnings: warns, DryRun: true, Refusals: refusalsOf(err)}, nil
 	}
 	if err != nil {
 		return Written{}, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -250,6 +251,7 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 				continue
 			}
 			o := out[r.Address]
+			o.Set = policySet(st.DDoSPolicies, c)
 			o.PPS += r.PPS
 			o.BPS += r.BPS
 			o.SYN += r.SYNPS
@@ -258,6 +260,93 @@ func (d *ddosRunner) observations() (map[netip.Addr]ddos.Observation, uint64, in
 		}
 	}
 	return out, d.gen, edges
+}
+
+// policySet names the set policy that judges an address whose carriers
+// are c (setplan.Input.Carriers): the policy of the set serving it without
+// its quarantine (a dedicated set it is pulled out into, or its prefix
+// set), else the one of its prefix set; "" when neither has one (the
+// region policy and the flags judge it).
+func policySet(pols map[string]*model.DDoSPolicy, c [3]string) string {
+	for _, s := range c[1:] {
+		if s != "" && s != model.DDoSPolicyRegion && pols[s] != nil {
+			return s
+		}
+	}
+	return ""
+}
+
+// toRates turns a policy's thresholds into the detector's (0 inherits, -1
+// is off, as in ddos.Config).
+func toRates(t model.DDoSThresholds) ddos.Rates {
+	return ddos.Rates{PPS: float64(t.PPS), BPS: float64(t.BPS), SYN: float64(t.SYNPS)}
+}
+
+// policyConfig is the detector's configuration under the DDoS policies
+// (docs/ddos.md, "Policy"): base (the --ddos-* flags, checked) with the
+// region policy's fields over it, its addresses over --ddos-eip's entries,
+// and the set policies' thresholds. The policies passed their own
+// validation when written; what is checked here is the whole (every
+// threshold of the region off, between the flags and the policy).
+func policyConfig(base ddos.Config, pols map[string]*model.DDoSPolicy) (ddos.Config, error) {
+	c := base
+	c.Override = maps.Clone(base.Override)
+	if c.Override == nil {
+		c.Override = map[netip.Addr]ddos.Rates{}
+	}
+	c.SetThreshold = map[string]ddos.Rates{}
+	for name, p := range pols {
+		if name != model.DDoSPolicyRegion {
+			c.SetThreshold[name] = toRates(p.Thresholds)
+			continue
+		}
+		c.Threshold = toRates(p.Thresholds).Over(base.Threshold)
+		if p.BaselineFactor != 0 {
+			c.K = p.BaselineFactor
+		}
+		if p.BaselineWeight != 0 {
+			c.Alpha = p.BaselineWeight
+		}
+		if p.EnterRounds != 0 {
+			c.Enter = p.EnterRounds
+		}
+		if p.ReleaseFraction != 0 {
+			c.Release = p.ReleaseFraction
+		}
+		if p.Cooldown != 0 {
+			c.Cooldown = time.Duration(p.Cooldown)
+		}
+		for _, a := range p.Addresses {
+			c.Override[a.Address] = toRates(a.Thresholds)
+		}
+	}
+	return c.Check()
+}
+
+// policies returns the DDoS policies of the desired state (the objects
+// are never changed in place: a write replaces them).
+func (d *ddosRunner) policies() map[string]*model.DDoSPolicy {
+	v := d.s.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return maps.Clone(v.st.DDoSPolicies)
+}
+
+// reconfigure gives det the configuration of the policies pols when they
+// differ from last (by object): the policies apply from the next round,
+// without a restart and without losing what det learned. A whole the
+// detector refuses keeps the configuration it has, and is logged.
+func (d *ddosRunner) reconfigure(det *ddos.Detector, last, pols map[string]*model.DDoSPolicy) {
+	if maps.Equal(last, pols) {
+		return
+	}
+	cfg, err := policyConfig(d.cfg.Detector, pols)
+	if err != nil {
+		d.log.Warn("DDoS policies not applied: the detector keeps its settings", "err", err)
+		return
+	}
+	det.SetConfig(cfg)
+	d.log.Info("DDoS policies applied", "policies", len(pols), "pps", cfg.Threshold.PPS, "bps", cfg.Threshold.BPS, "synps", cfg.Threshold.SYN)
 }
 
 // campaign takes the DDoS scope and decides while it holds it; it
@@ -326,6 +415,8 @@ func (d *ddosRunner) waitNeeded(ctx context.Context) bool {
 // lost.
 func (d *ddosRunner) decide(ctx context.Context, cl *store.Claim) {
 	det := ddos.New(d.cfg.Detector)
+	pols := d.policies()
+	d.reconfigure(det, nil, pols)
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	var lastGen uint64
@@ -339,6 +430,9 @@ func (d *ddosRunner) decide(ctx context.Context, cl *store.Claim) {
 			if time.Now().After(cl.Deadline()) {
 				return
 			}
+			cur := d.policies()
+			d.reconfigure(det, pols, cur)
+			pols = cur
 			obs, gen, edges := d.observations()
 			fresh := gen != lastGen
 			lastGen = gen

@@ -46,6 +46,7 @@ var concurrentEdits = map[string]struct {
 		z := o.(*model.DNSZone)
 		z.Records = append(z.Records, model.ZoneRecord{Name: m, Type: "TXT", Value: m})
 	}},
+	model.KindDDoSPolicy: {"region", func(o model.Object, m string, _ int) { o.(*model.DDoSPolicy).Description += " " + m }},
 	model.KindGSLBRecord: {"w.example.com", func(o model.Object, m string, n int) {
 		r := o.(*model.GSLBRecord)
 		r.Targets = append(r.Targets, model.GSLBTarget{VIP: netip.MustParseAddr(fmt.Sprintf("198.51.100.%d", 100+n)), Region: m, Weight: 1})

@@ -21,6 +21,7 @@ type writeBody struct {
 	Object   model.Object `json:"object,omitempty"`
 	Warnings []string     `json:"warnings,omitempty"`
 	DryRun   bool         `json:"dryRun,omitempty"`
+	Refusals []string     `json:"refusals,omitempty"`
 }
 
 // answerWrite answers a write of one object with its ETag.
@@ -34,7 +35,7 @@ func answerWrite(w http.ResponseWriter, status int, wr Written) {
 	if wr.Object != nil {
 		o = model.Redacted(wr.Object) // secrets are write-only
 	}
-	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, o, wr.Warnings, wr.DryRun})
+	writeJSON(w, status, wr.Revision, writeBody{wr.Revision, wr.Action, o, wr.Warnings, wr.DryRun, wr.Refusals})
 }
 
 func (s *Server) list(kind string) handlerFunc {

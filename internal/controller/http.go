@@ -54,6 +54,7 @@ func (s *Server) handler() http.Handler {
 	v1("GET /v1/ddos/events", s.ddosEvents)
 	v1("GET /v1/ddos/rates", s.ddosRates)
 	v1("POST /v1/apply", s.apply)
+	v1("GET /v1/export", s.export)
 	for _, kind := range model.UserKinds {
 		v1("GET /v1/"+kind, s.list(kind))
 		v1("POST /v1/"+kind, s.create(kind))

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -63,9 +64,17 @@ func after(kind, key, token string) bool {
 	return key > token
 }
 
+// DefaultMaxListPage is Config.MaxListPage's default: the most objects one
+// list answer holds (a page of EIPs is about 1.5 MB of JSON).
+const DefaultMaxListPage = 10_000
+
 // ListPage is List with paging and filters: the objects, the view's
-// revision and, when more follow, the key to continue after.
+// revision and, when more follow, the key to continue after. A limit of 0
+// or above Config.MaxListPage is Config.MaxListPage.
 func (c *Core) ListPage(kind string, o ListOptions) (items []model.Object, rev int64, next string, err error) {
+	if m := c.cfg.MaxListPage; m > 0 && (o.Limit == 0 || o.Limit > m) {
+		o.Limit = m
+	}
 	if !o.EIP.empty() && kind != model.KindEIP {
 		return nil, 0, "", &InvalidError{Msg: fmt.Sprintf("the set, host and prefix filters are for eips, not %s", kind)}
 	}
@@ -103,6 +112,10 @@ func (c *Core) ListPage(kind string, o ListOptions) (items []model.Object, rev i
 // force.
 const maxDeleteUnforced = 100
 
+// maxDeleteErrors bounds the per-EIP errors a refused DeleteEIPs answers
+// with: the first ones, and how many more there were.
+const maxDeleteErrors = 20
+
 // DeleteEIPs deletes every EIP the filter selects (at least one field
 // set), all or nothing in one commit.
 func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, error) {
@@ -114,25 +127,32 @@ func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, er
 	rev, warns, err := c.writeW(ctx, func(t *txn) error {
 		objs = nil
 		var es model.Errors
+		failed := 0
 		for _, k := range t.st.Keys(model.KindEIP) {
 			if !f.match(t.st, t.st.EIPs[k]) {
 				continue
 			}
 			if err := t.delete(model.KindEIP, k); err != nil {
-				es = append(es, model.FieldError{Field: k, Msg: err.Error()})
+				if failed++; len(es) < maxDeleteErrors {
+					es = append(es, model.FieldError{Field: k, Msg: err.Error()})
+				}
 				continue
 			}
 			objs = append(objs, api.AppliedObject{Kind: model.KindEIP, Key: k, Action: api.Deleted})
 		}
-		if len(es) > 0 {
-			return &InvalidError{Fields: es, Msg: "nothing was deleted: " + summary(es)}
+		if failed > 0 {
+			msg := fmt.Sprintf("nothing was deleted: %d of the selected EIPs cannot be deleted: %s", failed, summary(es))
+			if failed > len(es) {
+				msg += fmt.Sprintf(" (the first %d listed; %d more not listed)", len(es), failed-len(es))
+			}
+			return &InvalidError{Fields: es, Msg: msg}
 		}
 		if len(objs) > maxDeleteUnforced {
 			t.refuse("the selection deletes %d EIPs, more than %d", len(objs), maxDeleteUnforced)
 		}
 		return nil
 	})
-	dry := err == errDryRun
+	dry := errors.Is(err, errDryRun)
 	if err != nil && !dry {
 		return api.ApplyResult{}, err
 	}
@@ -142,5 +162,5 @@ func (c *Core) DeleteEIPs(ctx context.Context, f EIPFilter) (api.ApplyResult, er
 	if !dry && len(objs) > 0 {
 		c.log.Info("deleted EIPs by selector", "deleted", len(objs), "rev", rev)
 	}
-	return api.ApplyResult{Revision: rev, Deleted: len(objs), Objects: objs, Warnings: warns, DryRun: dry}, nil
+	return api.ApplyResult{Revision: rev, Deleted: len(objs), Objects: objs, Warnings: warns, DryRun: dry, Refusals: refusalsOf(err)}, nil
 }

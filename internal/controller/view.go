@@ -468,6 +468,31 @@ func (t *txn) rollback() {
 // checked: nothing is committed.
 var errDryRun = errors.New("dry run: nothing was written")
 
+// dryRunRefused is errDryRun of a dry run that the guards refuse: the
+// write would fail with a ForceError; the dry run answers with its plan
+// and these refusals.
+type dryRunRefused struct{ refusals []string }
+
+func (e *dryRunRefused) Error() string {
+	return errDryRun.Error() + "; " + (&ForceError{Reasons: e.refusals}).Error()
+}
+
+func (e *dryRunRefused) Is(target error) bool { return target == errDryRun }
+
+// refusalsOf returns the refusals of a dry run's error (nil for none),
+// at most maxRefusals of them, then a line counting the others.
+func refusalsOf(err error) []string {
+	var d *dryRunRefused
+	if !errors.As(err, &d) {
+		return nil
+	}
+	rs := firstN(d.refusals, maxRefusals)
+	if len(d.refusals) > len(rs) {
+		rs = append(rs[:len(rs):len(rs)], fmt.Sprintf("and %d more", len(d.refusals)-len(rs)))
+	}
+	return rs
+}
+
 // Write retries after a conflict.
 const (
 	maxAttempts  = 5
@@ -516,7 +541,11 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 		if err == nil {
 			err = t.checkRefusals()
 		}
-		if err == nil && opts.DryRun {
+		var fe *ForceError
+		if opts.DryRun && errors.As(err, &fe) {
+			// A dry run shows the plan and what the guards refuse.
+			err = &dryRunRefused{refusals: fe.Reasons}
+		} else if err == nil && opts.DryRun {
 			err = errDryRun
 		}
 		if err != nil {
@@ -524,7 +553,7 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 			rev := v.rev
 			v.mu.Unlock()
 			v.applyMu.Unlock()
-			if err == errDryRun {
+			if errors.Is(err, errDryRun) {
 				return rev, t.warnings, err
 			}
 			return 0, nil, err
@@ -589,7 +618,7 @@ func (s *Core) writeW(ctx context.Context, plan func(t *txn) error) (int64, []st
 				s.health.poke()
 			}
 			if audited && s.audited.Add(1)%s.auditTrimEvery() == 0 {
-				s.trimAudit()
+				s.wakeTrimmer()
 			}
 			return rev, warnings, nil
 		}

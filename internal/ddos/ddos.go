@@ -34,6 +34,20 @@ type Rates struct {
 	PPS, BPS, SYN float64
 }
 
+// Over returns r with its zero fields taken from base.
+func (r Rates) Over(base Rates) Rates {
+	if r.PPS == 0 {
+		r.PPS = base.PPS
+	}
+	if r.BPS == 0 {
+		r.BPS = base.BPS
+	}
+	if r.SYN == 0 {
+		r.SYN = base.SYN
+	}
+	return r
+}
+
 func (r Rates) String() string {
 	return fmt.Sprintf("%.0f pps, %.0f bps, %.0f SYN/s", r.PPS, r.BPS, r.SYN)
 }
@@ -57,9 +71,13 @@ type Config struct {
 	// default (DefaultPPS, DefaultBPS, DefaultSYN); a negative one turns
 	// that rate's check off.
 	Threshold Rates
-	// Override holds per-address thresholds that replace Threshold
-	// (fields as in Threshold).
+	// Override holds per-address thresholds that replace the set's and
+	// Threshold (fields as in Threshold; a zero field inherits).
 	Override map[netip.Addr]Rates
+	// SetThreshold holds per-set thresholds that replace Threshold for
+	// the addresses observed with that Observation.Set (a zero field
+	// inherits Threshold's).
+	SetThreshold map[string]Rates
 	// K multiplies the baseline (0: DefaultK; at least 1).
 	K float64
 	// Alpha is the baseline's EWMA weight of one round (0: DefaultAlpha;
@@ -124,9 +142,13 @@ func (c Config) Check() (Config, error) {
 }
 
 // Observation is one address's rates in a round, summed over Edges edges.
+// Set names the SetThreshold entry that applies to the address (""
+// none); the detector remembers it for the rounds the address is not
+// observed.
 type Observation struct {
 	Rates
 	Edges int
+	Set   string
 }
 
 // Decision actions.
@@ -146,6 +168,7 @@ type Decision struct {
 }
 
 type state struct {
+	set         string // Observation.Set, last seen
 	base        Rates
 	learned     bool
 	above       int
@@ -170,6 +193,12 @@ func New(cfg Config) *Detector {
 // Config returns the detector's settings.
 func (d *Detector) Config() Config { return d.cfg }
 
+// SetConfig replaces the settings (they must have passed Check) and keeps
+// what the detector learned: baselines, rounds above, quarantines and
+// their cool-downs, which the new settings judge from the next round on
+// (a DDoS policy changed at run time).
+func (d *Detector) SetConfig(cfg Config) { d.cfg = cfg }
+
 // Tracked is how many addresses the detector keeps state for.
 func (d *Detector) Tracked() int { return len(d.eips) }
 
@@ -189,17 +218,11 @@ func (d *Detector) Forget(a netip.Addr) { delete(d.eips, a) }
 // or 0 when the rate is not checked.
 func (d *Detector) limit(a netip.Addr, s *state) Rates {
 	th := d.cfg.Threshold
+	if o, ok := d.cfg.SetThreshold[s.set]; ok && s.set != "" {
+		th = o.Over(th)
+	}
 	if o, ok := d.cfg.Override[a]; ok {
-		th = o
-		if th.PPS == 0 {
-			th.PPS = d.cfg.Threshold.PPS
-		}
-		if th.BPS == 0 {
-			th.BPS = d.cfg.Threshold.BPS
-		}
-		if th.SYN == 0 {
-			th.SYN = d.cfg.Threshold.SYN
-		}
+		th = o.Over(th)
 	}
 	one := func(t, b float64) float64 {
 		if t < 0 {
@@ -271,7 +294,10 @@ func (d *Detector) Step(now time.Time, obs map[netip.Addr]Observation, fresh boo
 		if by, q := quarantined[a]; q && by != "ddos" {
 			continue // an operator's: not ours to judge
 		}
-		o := obs[a]
+		o, seen := obs[a]
+		if seen && o.Set != s.set {
+			s.set = o.Set
+		}
 		lim := d.limit(a, s)
 		if s.quarantined {
 			if hot := over(o.Rates, lim, d.cfg.Release); len(hot) > 0 {
@@ -313,7 +339,7 @@ func (d *Detector) Step(now time.Time, obs map[netip.Addr]Observation, fresh boo
 		s.learned = true
 		// An address that went quiet and whose baseline no longer
 		// raises its trigger level above the thresholds is forgotten.
-		if _, seen := obs[a]; !seen && d.limit(a, s) == d.limit(a, &state{}) && s.base.PPS < 1 {
+		if !seen && d.limit(a, s) == d.limit(a, &state{set: s.set}) && s.base.PPS < 1 {
 			delete(d.eips, a)
 		}
 	}

@@ -221,3 +221,61 @@ func TestConfigCheck(t *testing.T) {
 		t.Errorf("defaults: %+v %v", c, err)
 	}
 }
+
+// TestSetThresholdsAndSetConfig: a set's thresholds replace the global
+// ones for the addresses observed with that set (a zero field inherits),
+// an address override beats both, and SetConfig changes the levels from
+// the next round while keeping the rounds above and the quarantines.
+func TestSetThresholdsAndSetConfig(t *testing.T) {
+	third := netip.MustParseAddr("198.51.100.9")
+	d := newDet(t, Config{Threshold: Rates{PPS: 10_000, BPS: -1, SYN: 1000}, Enter: 2, Cooldown: time.Minute, Alpha: 0.01,
+		SetThreshold: map[string]Rates{"busy": {PPS: 50_000}}, Override: map[netip.Addr]Rates{third: {PPS: 100_000}}})
+	q := map[netip.Addr]string{} // the quarantines the decisions made
+	step := func(at time.Duration, o map[netip.Addr]Observation) []string {
+		var got []string
+		for _, x := range d.Step(t0.Add(at), o, true, q) {
+			got = append(got, x.Action+" "+x.Addr.String()+" "+x.Reason)
+			if x.Action == Quarantine {
+				q[x.Addr] = "ddos"
+			}
+		}
+		return got
+	}
+	o := map[netip.Addr]Observation{
+		victim: {Rates: Rates{PPS: 20_000}, Edges: 1},              // global 10,000: above
+		other:  {Rates: Rates{PPS: 20_000}, Edges: 1, Set: "busy"}, // its set's 50,000: below
+		third:  {Rates: Rates{PPS: 20_000}, Edges: 1, Set: "busy"}, // its own 100,000: below
+	}
+	if got := step(0, o); len(got) != 0 {
+		t.Fatalf("round 1: %q", got)
+	}
+	got := step(250*time.Millisecond, o)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "quarantine 198.51.100.7 ") || !strings.Contains(got[0], "pps 20000 > 10000") {
+		t.Fatalf("round 2: %q, want 198.51.100.7 alone quarantined against the global 10,000", got)
+	}
+	// The SYN threshold left out of the set's entry is the global one.
+	if lim := d.limit(other, d.eips[other]); lim.SYN != 1000 || lim.PPS != 50_000 {
+		t.Errorf("limit of a set address %+v: want pps 50,000 (the set's), SYN 1,000 (inherited)", lim)
+	}
+
+	// At run time the set's threshold drops to 15,000: 198.51.100.8 is
+	// now above it; its round above (one, counting this) starts with the
+	// change, the quarantine of .7 stays.
+	c := d.Config()
+	c.SetThreshold = map[string]Rates{"busy": {PPS: 15_000}}
+	d.SetConfig(c)
+	if got := step(500*time.Millisecond, o); len(got) != 0 {
+		t.Fatalf("round 3: %q", got)
+	}
+	got = step(750*time.Millisecond, o)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "quarantine 198.51.100.8 ") || !strings.Contains(got[0], "pps 20000 > 15000") {
+		t.Fatalf("round 4: %q, want 198.51.100.8 quarantined against the new 15,000", got)
+	}
+	if d.eips[victim] == nil || !d.eips[victim].quarantined {
+		t.Error("SetConfig lost the quarantine state of 198.51.100.7")
+	}
+	// Quiet and unobserved, an address keeps the set it was seen with.
+	if lim := d.limit(other, d.eips[other]); lim.PPS != 15_000 {
+		t.Errorf("limit %+v after the change", lim)
+	}
+}

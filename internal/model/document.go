@@ -25,6 +25,8 @@ type Document struct {
 	FirewallRules []FirewallRule `json:"firewallrules,omitempty"`
 	// BandwidthPackages: bandwidth.go.
 	BandwidthPackages []BandwidthPackage `json:"bandwidthpackages,omitempty"`
+	// DDoSPolicies: ddospolicy.go.
+	DDoSPolicies []DDoSPolicy `json:"ddospolicies,omitempty"`
 	// DNSZones and GSLBRecords: dns.go.
 	DNSZones    []DNSZone    `json:"dnszones,omitempty"`
 	GSLBRecords []GSLBRecord `json:"gslbrecords,omitempty"`
@@ -110,6 +112,9 @@ func (d *Document) Placed() []PlacedObject {
 	for i := range d.BandwidthPackages {
 		out = append(out, PlacedObject{&d.BandwidthPackages[i], fmt.Sprintf("bandwidthpackages[%d]", i)})
 	}
+	for i := range d.DDoSPolicies {
+		out = append(out, PlacedObject{&d.DDoSPolicies[i], fmt.Sprintf("ddospolicies[%d]", i)})
+	}
 	for i := range d.DNSZones {
 		out = append(out, PlacedObject{&d.DNSZones[i], fmt.Sprintf("dnszones[%d]", i)})
 	}
@@ -146,6 +151,9 @@ func (d *Document) Objects() []Object {
 	for i := range d.BandwidthPackages {
 		out = append(out, &d.BandwidthPackages[i])
 	}
+	for i := range d.DDoSPolicies {
+		out = append(out, &d.DDoSPolicies[i])
+	}
 	for i := range d.DNSZones {
 		out = append(out, &d.DNSZones[i])
 	}
@@ -166,11 +174,43 @@ func (d *Document) Named() []string {
 	}{
 		{KindAZ, d.AZs != nil}, {KindHost, d.Hosts != nil}, {KindEdgeSet, d.EdgeSets != nil}, {KindEIP, d.EIPs != nil},
 		{KindService, d.Services != nil}, {KindQuarantine, d.Quarantines != nil}, {KindFirewallRule, d.FirewallRules != nil},
-		{KindBandwidthPackage, d.BandwidthPackages != nil}, {KindDNSZone, d.DNSZones != nil}, {KindGSLBRecord, d.GSLBRecords != nil},
+		{KindBandwidthPackage, d.BandwidthPackages != nil},
+		{KindDDoSPolicy, d.DDoSPolicies != nil}, {KindDNSZone, d.DNSZones != nil}, {KindGSLBRecord, d.GSLBRecords != nil},
 	} {
 		if k.named {
 			out = append(out, k.kind)
 		}
 	}
 	return out
+}
+
+// Add appends o to the list of its kind.
+func (d *Document) Add(o Object) error {
+	switch v := o.(type) {
+	case *AZ:
+		d.AZs = append(d.AZs, *v)
+	case *Host:
+		d.Hosts = append(d.Hosts, *v)
+	case *EdgeSet:
+		d.EdgeSets = append(d.EdgeSets, *v)
+	case *EIP:
+		d.EIPs = append(d.EIPs, *v)
+	case *Service:
+		d.Services = append(d.Services, *v)
+	case *Quarantine:
+		d.Quarantines = append(d.Quarantines, *v)
+	case *FirewallRule:
+		d.FirewallRules = append(d.FirewallRules, *v)
+	case *BandwidthPackage:
+		d.BandwidthPackages = append(d.BandwidthPackages, *v)
+	case *DDoSPolicy:
+		d.DDoSPolicies = append(d.DDoSPolicies, *v)
+	case *DNSZone:
+		d.DNSZones = append(d.DNSZones, *v)
+	case *GSLBRecord:
+		d.GSLBRecords = append(d.GSLBRecords, *v)
+	default:
+		return fmt.Errorf("export: %s objects have no place in a document", KindOf(o))
+	}
+	return nil
 }

@@ -72,6 +72,11 @@ var registry = []kindDef{
 		check: (*State).checkBandwidthPackage,
 		index: (*State).indexBandwidthPackage,
 	},
+	&kindOf[DDoSPolicy, *DDoSPolicy]{
+		name: KindDDoSPolicy, singular: "DDoS policy", user: true,
+		field: func(s *State) *map[string]*DDoSPolicy { return &s.DDoSPolicies },
+		check: (*State).checkDDoSPolicy,
+	},
 	&kindOf[DNSZone, *DNSZone]{
 		name: KindDNSZone, singular: "DNS zone", user: true,
 		field:       func(s *State) *map[string]*DNSZone { return &s.DNSZones },

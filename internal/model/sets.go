@@ -234,6 +234,9 @@ func (s *State) checkDeleteEdgeSet(o *EdgeSet) error {
 	if o.Role == RoleQuarantine && len(s.Quarantines) > 0 {
 		return &ConflictError{Msg: fmt.Sprintf("edge set %s is the quarantine set of %d quarantined address(es): release them first", o.Name, len(s.Quarantines))}
 	}
+	if err := s.checkDDoSPolicyRefs(o.Name); err != nil {
+		return err
+	}
 	return s.checkFirewallRefs("edge set "+o.Name, func(f *FirewallRule) bool { return f.Set == o.Name })
 }
 

@@ -23,6 +23,8 @@ type State struct {
 	FirewallRules map[string]*FirewallRule
 	// BandwidthPackages by name (bandwidth.go).
 	BandwidthPackages map[string]*BandwidthPackage
+	// DDoSPolicies by name: "region" or an edge set's (ddospolicy.go).
+	DDoSPolicies map[string]*DDoSPolicy
 	// DNSZones and GSLBRecords by name (dns.go).
 	DNSZones    map[string]*DNSZone
 	GSLBRecords map[string]*GSLBRecord
