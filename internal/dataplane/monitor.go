@@ -45,8 +45,13 @@ type MonitorConfig struct {
 	Burst uint32 // events at most in one go per CPU (0: Rate)
 }
 
-// DefaultMonitorRate is the per-CPU event rate when none is set.
-const DefaultMonitorRate = 1000
+// DefaultMonitorRate is the per-CPU event rate when none is set, and the
+// roles' --monitor-rate default; DefaultMonitorBurst their
+// --monitor-burst default.
+const (
+	DefaultMonitorRate  = 100
+	DefaultMonitorBurst = 100
+)
 
 // MaxMonitorRate bounds Rate and Burst: the bucket's arithmetic (tokens in
 // 1e-9 events, 10 s of refill at most) is exact far beyond it.
