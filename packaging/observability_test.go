@@ -65,7 +65,7 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, role := range []string{"edge", "agent"} {
-		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks),
+		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks, fakeDurations),
 			edge.BackendCollector(fakeBackends)), "")))
 	}
 	ctrl, gslb := startRoles(t)
@@ -153,6 +153,23 @@ func TestMetricNames(t *testing.T) {
 	if strings.Join(got, ",") != "azgate_a_total,azgate_b,azgate_c" {
 		t.Errorf("metricNames = %v", got)
 	}
+}
+
+// fakeDurations are an edge's probe-duration histograms: one pool, 3
+// probes ok, 3 failed (timed out at 1 s).
+func fakeDurations() []health.PoolDurations {
+	ok := make([]uint64, len(health.DurationBuckets))
+	failed := make([]uint64, len(health.DurationBuckets))
+	for i, le := range health.DurationBuckets {
+		if le >= 0.0025 {
+			ok[i] = 3
+		}
+		if le >= 1 {
+			failed[i] = 3
+		}
+	}
+	return []health.PoolDurations{{Service: "web", Pool: "main", OK: true, Buckets: ok, Count: 3, Sum: 0.006},
+		{Service: "web", Pool: "main", Buckets: failed, Count: 3, Sum: 3}}
 }
 
 // fakeChecks are an edge's health checks: one backend up, one down.
