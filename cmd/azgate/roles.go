@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 	"github.com/azgate/azgate/internal/store"
@@ -303,6 +304,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
 			}
+			roleMonitor = &monitor.Switch{}
+			cfg.MonitorSwitch = roleMonitor
 			if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 				return nil, err
 			}
@@ -445,6 +448,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
 			}
+			roleMonitor = &monitor.Switch{}
+			cfg.MonitorSwitch = roleMonitor
 			if err := cfg.Check(); err != nil {
 				return nil, err
 			}

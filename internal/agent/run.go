@@ -98,6 +98,7 @@ func openDataPlane(cfg Config, load dataplane.LoadOptions, s *stack) (*dataplane
 	if err := dp.SetMonitor(cfg.Monitor); err != nil {
 		return nil, err
 	}
+	cfg.MonitorSwitch.Attach(dp)
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return nil, err
 	}

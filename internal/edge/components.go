@@ -136,6 +136,7 @@ func (p *plane) Start(context.Context) error {
 	if err := dp.SetMonitor(cfg.Monitor); err != nil {
 		return err
 	}
+	cfg.MonitorSwitch.Attach(dp)
 	p.rec = NewReconciler(*cfg, dp)
 	return nil
 }

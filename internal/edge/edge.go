@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/fwplan"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -49,7 +50,10 @@ type Config struct {
 	ICMPTimeExceeded bool
 	// Monitor: what the program writes events for (`azgate monitor`,
 	// docs/observability.md).
-	Monitor        dataplane.MonitorConfig
+	Monitor dataplane.MonitorConfig
+	// MonitorSwitch, when set, is attached to the loaded data plane: the
+	// SIGHUP reload sets the monitor's mode through it.
+	MonitorSwitch  *monitor.Switch
 	StatusInterval time.Duration
 	// IfindexOf finds the interface holding an address (the underlay
 	// interface holds the edge's underlay address); nil: not checked.
