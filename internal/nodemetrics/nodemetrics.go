@@ -47,7 +47,7 @@ func Registry(role, node string, get func() model.NodeStatus, extra ...prometheu
 
 // ServeRegistry serves reg's metrics on addr (Handler, with the server's
 // timeouts and header bound) until ctx ends.
-func ServeRegistry(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
+func ServeRegistry(ctx context.Context, addr string, reg prometheus.Gatherer, token string, log *slog.Logger) {
 	srv := &http.Server{Addr: addr, Handler: Handler(reg, token), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() {
@@ -61,7 +61,7 @@ func ServeRegistry(ctx context.Context, addr string, reg *prometheus.Registry, t
 
 // Handler serves reg's metrics, requiring the bearer token when token is
 // not empty (compared in constant time).
-func Handler(reg *prometheus.Registry, token string) http.Handler {
+func Handler(reg prometheus.Gatherer, token string) http.Handler {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if token == "" {
 		return h
