@@ -538,7 +538,10 @@ func (s *statusPart) Start(ctx context.Context) error {
 	cfg := s.p.cfg
 	s.run(func() { store.PublishStatus(s.ctx, s.st, "edge", cfg.Name, cfg.StatusInterval, s.status, cfg.Log) })
 	if s.listen != "" {
-		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats, s.healthDurations), lbCollector{s.p.rec.BackendCounters})
+		occ := &occupancyWalker{walk: s.p.dp.ConnOccupancy, slots: s.p.rec.backendSlots}
+		s.run(func() { occ.run(s.ctx, OccupancyInterval) })
+		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats, s.healthDurations), lbCollector{s.p.rec.BackendCounters},
+			OccupancyCollector(occ.get))
 		s.run(func() { nodemetrics.ServeRegistry(s.ctx, s.listen, reg, cfg.MetricsToken, cfg.Log) })
 	}
 	return nil

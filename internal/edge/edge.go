@@ -737,35 +737,7 @@ func topEIPs(maps dataplane.EdgeMaps, n int) (map[string]model.EIPCounters, erro
 		}
 		return y.a.Less(x.a)
 	}
-	h := make([]eip, 0, min(n, len(routes)))
-	down := func(i int) {
-		for {
-			l, m := 2*i+1, i
-			if l < len(h) && less(h[l], h[m]) {
-				m = l
-			}
-			if l+1 < len(h) && less(h[l+1], h[m]) {
-				m = l + 1
-			}
-			if m == i {
-				return
-			}
-			h[i], h[m] = h[m], h[i]
-			i = m
-		}
-	}
-	for _, e := range routes {
-		switch {
-		case len(h) < n:
-			h = append(h, e)
-			for i := len(h) - 1; i > 0 && less(h[i], h[(i-1)/2]); i = (i - 1) / 2 {
-				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
-			}
-		case n > 0 && less(h[0], e):
-			h[0] = e
-			down(0)
-		}
-	}
+	h := topN(routes, n, less)
 	out := make(map[string]model.EIPCounters, len(h))
 	for _, e := range h {
 		out[e.a.String()] = model.EIPCounters(stats[e.slot])
