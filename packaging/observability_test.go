@@ -65,8 +65,8 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, role := range []string{"edge", "agent"} {
-		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks),
-			edge.BackendCollector(fakeBackends)), "")))
+		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks, fakeDurations),
+			edge.BackendCollector(fakeBackends), edge.OccupancyCollector(fakeOccupancy)), "")))
 	}
 	ctrl, gslb := startRoles(t)
 	add(promcheck.ScrapeURL(t, ctrl.URL()+"/metrics", ctrl.Token()))
@@ -144,11 +144,35 @@ func TestMetricNames(t *testing.T) {
 	}
 }
 
+// fakeDurations are an edge's probe-duration histograms: one pool, 3
+// probes ok, 3 failed (timed out at 1 s).
+func fakeDurations() []health.PoolDurations {
+	ok := make([]uint64, len(health.DurationBuckets))
+	failed := make([]uint64, len(health.DurationBuckets))
+	for i, le := range health.DurationBuckets {
+		if le >= 0.0025 {
+			ok[i] = 3
+		}
+		if le >= 1 {
+			failed[i] = 3
+		}
+	}
+	return []health.PoolDurations{{Service: "web", Pool: "main", OK: true, Buckets: ok, Count: 3, Sum: 0.006},
+		{Service: "web", Pool: "main", Buckets: failed, Count: 3, Sum: 3}}
+}
+
 // fakeChecks are an edge's health checks: one backend up, one down.
 func fakeChecks() []health.TargetStats {
 	return []health.TargetStats{
 		{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Known: true, Up: true, OK: 3, LastDuration: 2 * time.Millisecond},
 		{Service: "web", Pool: "main", Backend: "az1-h2/g1:80", Known: true, Up: false, Failed: 3, LastDuration: time.Second}}
+}
+
+// fakeOccupancy is an edge's last walk of its connection table.
+func fakeOccupancy() (*edge.Occupancy, uint64) {
+	return &edge.Occupancy{Total: 3, Capacity: 1024, Walk: time.Millisecond,
+		VIPs:     map[netip.Addr]uint32{netip.MustParseAddr("198.51.100.7"): 3},
+		Backends: []edge.BackendEntries{{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Entries: 3}}}, 0
 }
 
 // fakeBackends are an edge's load-balanced backends' counters.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/azgate/azgate/internal/announce"
 	"github.com/azgate/azgate/internal/bgp"
+	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/probe"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
@@ -214,6 +215,7 @@ by default) serves GET /metrics and /status on a loopback address only
 				return nil, fmt.Errorf("--status-listen: %w", err)
 			}
 			cfg.Log = log.With("role", "announce", "vip", cfg.VIP)
+			cfg.Node = nodemetrics.HostNode()
 			a, err := announce.New(cfg, bgp.New(cfg.Log))
 			if err != nil {
 				return nil, err

@@ -190,7 +190,7 @@ func runBwmgr(f bwmgrFlags, log *slog.Logger, token string) error {
 		go followPackages(ctx, st, rm, log)
 	}
 	if f.metricsListen != "" {
-		go nodemetrics.ServeRegistry(ctx, f.metricsListen, met.Registry, token, log)
+		go nodemetrics.ServeRegistry(ctx, f.metricsListen, nodemetrics.WithNode(met.Registry, nodemetrics.HostNode()), token, log)
 	}
 	err = bandwidth.Run(ctx, st, r, bandwidth.RunOptions{Key: bandwidth.ScopeKey(f.scope, f.zone), Holder: f.name,
 		Claim: store.ClaimOptions{TTL: f.leaseTTL}, Interval: f.interval, Log: log, Metrics: met})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/azgate/azgate/internal/controller"
 	"github.com/azgate/azgate/internal/ddos"
+	"github.com/azgate/azgate/internal/nodemetrics"
 )
 
 func init() {
@@ -38,6 +39,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 			if err != nil {
 				return nil, err
 			}
+			cfg.Node = nodemetrics.HostNode()
 			if etcd != "" {
 				cfg.EtcdEndpoints = strings.Split(etcd, ",")
 			}

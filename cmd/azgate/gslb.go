@@ -195,7 +195,7 @@ func runGSLB(f gslbFlags, log *slog.Logger, token string, chain geo.Chain, db *g
 	if f.metricsListen != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(g.Collector(db))
-		go nodemetrics.ServeRegistry(ctx, f.metricsListen, reg, token, log)
+		go nodemetrics.ServeRegistry(ctx, f.metricsListen, nodemetrics.WithNode(reg, f.name), token, log)
 	}
 	return g.Run(ctx)
 }

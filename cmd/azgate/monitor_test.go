@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/monitor"
 )
 
 // TestMonitorFlag: a bad --monitor or --monitor-rate stops an edge or an
@@ -186,4 +187,73 @@ func TestIfNamerLooksUpOnce(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("%d lookups for two interfaces, want 2", calls)
 	}
+}
+
+// TestReloadMonitor: SIGHUP's reload sets a running edge's monitor mode
+// from its config file: drops from a frame the program drops (run through
+// BPF_PROG_TEST_RUN) are written, then not once the file says off, then
+// again once it says trace, the rate and burst kept; --monitor on the
+// command line wins, and a bad mode leaves the running one.
+func TestReloadMonitor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: loading BPF programs needs root")
+	}
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SetMonitor(dataplane.MonitorConfig{Drops: true, Rate: 1000, Burst: 500}); err != nil {
+		t.Fatal(err)
+	}
+	old := roleMonitor
+	roleMonitor = &monitor.Switch{}
+	defer func() { roleMonitor = old }()
+	roleMonitor.Attach(e)
+	root := newRoot()
+	c, _, err := root.Find([]string{"edge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, o := c.Flags(), configOptions(c)
+	p := writeTemp(t, "edge.yaml", "name: e1\n", 0o644)
+	cut := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x81, 0x00, 0x00} // a VLAN tag cut off: dropped
+	// sent runs the frame and returns how many events were written for it.
+	sent := func() uint64 {
+		before, err := e.MonitorCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Program().Run(&ebpf.RunOptions{Data: cut, DataOut: make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+		after, err := e.MonitorCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after.Sent - before.Sent
+	}
+	step := func(file string, cli map[string]bool, mode string, events uint64) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte("name: e1\n"+file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		reload(p, fs, o, cli)
+		got, err := e.Monitor()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Mode() != mode || got.Rate != 1000 || got.Burst != 500 {
+			t.Errorf("file %q: monitor %+v, want %s at rate 1000, burst 500", file, got, mode)
+		}
+		if n := sent(); n != events {
+			t.Errorf("file %q: %d events for a drop, want %d", file, n, events)
+		}
+	}
+	step("", nil, "drops", 1) // no key: the default
+	step("monitor: off\n", nil, "off", 0)
+	step("monitor: loud\n", nil, "off", 0)    // refused: the running mode stays
+	step("monitor: trace\n", nil, "trace", 2) // the frame in, and its drop
+	step("monitor: off\n", map[string]bool{"monitor": true}, "trace", 2)
+	step("monitor: drops\n", nil, "drops", 1)
 }

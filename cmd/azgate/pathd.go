@@ -121,7 +121,7 @@ func (f pathdFlags) config() (pathd.Config, error) {
 			return cfg, fmt.Errorf("--metrics-token-file: %w", err)
 		}
 	}
-	cfg = pathd.Config{Region: f.region, Instance: f.instance, Token: tok, PeerTokens: peerToks, MetricsToken: metricsTok,
+	cfg = pathd.Config{Region: f.region, Instance: f.instance, Node: f.instance, Token: tok, PeerTokens: peerToks, MetricsToken: metricsTok,
 		Recompute: f.recompute, Expire: f.expire, Store: pathcomp.Config{ReportInterval: f.reportInterval}}
 	for _, p := range f.peers {
 		region, url, ok := strings.Cut(p, "=")

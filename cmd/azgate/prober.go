@@ -117,7 +117,7 @@ func runProber(f proberFlags, p *prober.Prober, log *slog.Logger, mtoken string,
 	ctx, cancel := signalContext()
 	defer cancel()
 	if f.metricsListen != "" {
-		go nodemetrics.ServeRegistry(ctx, f.metricsListen, prober.NewRegistry(p), mtoken, log)
+		go nodemetrics.ServeRegistry(ctx, f.metricsListen, nodemetrics.WithNode(prober.NewRegistry(p), f.node), mtoken, log)
 	}
 	log.Info("prober running", "node", f.node, "targets", targets, "report_url", f.reportURL)
 	sdnotify.Tell(log, sdnotify.Ready) // configured: probing starts now

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/roleconfig"
 )
 
@@ -76,10 +78,15 @@ func checkFailed(check bool, err error) error {
 // sets it again from the config file.
 var roleLevel = new(slog.LevelVar)
 
-// reloadOnHUP re-reads the config file's log-level on SIGHUP (unless
-// --log-level was given on the command line, which wins as at start).
-// Every other key takes effect at the next start (docs/config.md,
-// "Reload"). Without it SIGHUP would end the process.
+// roleMonitor is the running role's monitor switch (edge, agent: their
+// prepare sets it, the role attaches its data plane once loaded); SIGHUP
+// sets its mode from the config file's monitor key.
+var roleMonitor *monitor.Switch
+
+// reloadOnHUP re-reads the config file's log-level, and an edge's or an
+// agent's monitor, on SIGHUP (unless given on the command line, which
+// wins as at start). Every other key takes effect at the next start
+// (docs/config.md, "Reload"). Without it SIGHUP would end the process.
 func reloadOnHUP(path string, fs *pflag.FlagSet, o roleconfig.Options, cli map[string]bool) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -103,29 +110,54 @@ func reload(path string, fs *pflag.FlagSet, o roleconfig.Options, cli map[string
 		log.Info("SIGHUP: no --config file: nothing to reload")
 		return
 	}
-	level := "info" // the flag's default, when the file no longer sets it
-	if f := fs.Lookup("log-level"); f != nil {
-		level = f.DefValue
-	}
-	if cli["log-level"] {
-		log.Info("SIGHUP: --log-level was given on the command line and wins over the file; nothing to reload")
-		return
-	}
 	entries, err := roleconfig.Parse(path, fs, o)
 	if err != nil {
 		log.Error("SIGHUP: config file not reloaded; the running settings stay", "err", err)
 		return
 	}
-	for _, e := range entries {
-		if e.Key == "log-level" {
-			level = e.Values[0]
+	// Each key's value in the file, or its flag's default when the file
+	// no longer sets it.
+	value := func(key, def string) string {
+		if f := fs.Lookup(key); f != nil {
+			def = f.DefValue
 		}
+		for _, e := range entries {
+			if e.Key == key {
+				def = e.Values[0]
+			}
+		}
+		return def
 	}
+	level := value("log-level", "info")
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		log.Error("SIGHUP: config file not reloaded; the running settings stay", "err", fmt.Errorf("%s: log-level %q: want debug, info, warn or error", path, level))
 		return
 	}
-	roleLevel.Set(l)
-	log.Info("SIGHUP: reloaded log-level from the config file; other keys take effect at the next start", "file", path, "log-level", l.String())
+	var mode string
+	reloadMonitor := roleMonitor != nil && fs.Lookup("monitor") != nil && !cli["monitor"]
+	if reloadMonitor {
+		mode = value("monitor", "drops")
+		if _, err := dataplane.ParseMonitorMode(mode); err != nil {
+			log.Error("SIGHUP: config file not reloaded; the running settings stay", "err", fmt.Errorf("%s: %w", path, err))
+			return
+		}
+	}
+	if cli["log-level"] {
+		log.Info("SIGHUP: --log-level was given on the command line and wins over the file")
+	} else {
+		roleLevel.Set(l)
+		log.Info("SIGHUP: reloaded log-level from the config file; other keys take effect at the next start", "file", path, "log-level", l.String())
+	}
+	switch {
+	case reloadMonitor:
+		was, err := roleMonitor.SetMode(mode)
+		if err != nil {
+			log.Error("SIGHUP: monitor not changed", "monitor", mode, "err", err)
+			return
+		}
+		log.Info("SIGHUP: reloaded monitor from the config file", "file", path, "monitor", mode, "was", was)
+	case roleMonitor != nil && cli["monitor"]:
+		log.Info("SIGHUP: --monitor was given on the command line and wins over the file")
+	}
 }

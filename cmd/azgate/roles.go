@@ -22,6 +22,7 @@ import (
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/sdnotify"
 	"github.com/azgate/azgate/internal/secretfile"
 	"github.com/azgate/azgate/internal/store"
@@ -105,8 +106,8 @@ func (d *daemonFlags) add(c *cobra.Command) {
 	f.Uint32Var(&d.icmpRate, "icmp-rate", 100, "ICMP errors per second per CPU the data plane may send")
 	f.Uint32Var(&d.icmpBurst, "icmp-burst", 50, "ICMP error burst")
 	f.StringVar(&d.monitor, "monitor", "drops", "data-plane events for azgate monitor and azgate capture: off, drops (every drop) or trace (every frame in and every verdict too); rate limited per CPU by --monitor-rate")
-	f.Uint32Var(&d.monitorRate, "monitor-rate", 100, "monitor events a second per CPU at most (those over it are counted as lost)")
-	f.Uint32Var(&d.monitorBurst, "monitor-burst", 100, "monitor events at most in one burst per CPU (0: --monitor-rate; at least --monitor-rate / 100)")
+	f.Uint32Var(&d.monitorRate, "monitor-rate", dataplane.DefaultMonitorRate, "monitor events a second per CPU at most (those over it are counted as lost)")
+	f.Uint32Var(&d.monitorBurst, "monitor-burst", dataplane.DefaultMonitorBurst, "monitor events at most in one burst per CPU (0: --monitor-rate; at least --monitor-rate / 100)")
 	f.StringVar(&d.metricsListen, "metrics-listen", defaultEdgeMetrics, "Prometheus /metrics address (empty: off)")
 	f.StringVar(&d.metricsToken, "metrics-token-file", "", "file holding a token /metrics then requires as \"Authorization: Bearer TOKEN\" (default: none, /metrics is open)")
 	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -303,6 +304,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
 			}
+			roleMonitor = &monitor.Switch{}
+			cfg.MonitorSwitch = roleMonitor
 			if cfg.MetricsToken, err = df.readMetricsToken(); err != nil {
 				return nil, err
 			}
@@ -445,6 +448,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
 			}
+			roleMonitor = &monitor.Switch{}
+			cfg.MonitorSwitch = roleMonitor
 			if err := cfg.Check(); err != nil {
 				return nil, err
 			}

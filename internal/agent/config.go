@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/monitor"
 )
 
 // DefaultStatusInterval is how often the agent publishes its status.
@@ -24,9 +25,12 @@ type Config struct {
 	// Monitor: what the programs write events for (`azgate monitor`,
 	// docs/observability.md).
 	Monitor dataplane.MonitorConfig
-	Version string
-	Log     *slog.Logger
-	NoRetry bool // tests: no background retries
+	// MonitorSwitch, when set, is attached to the loaded data plane: the
+	// SIGHUP reload sets the monitor's mode through it.
+	MonitorSwitch *monitor.Switch
+	Version       string
+	Log           *slog.Logger
+	NoRetry       bool // tests: no background retries
 	// Status: where the agent's status goes.
 	Status StatusConfig
 	// Bandwidth: shared bandwidth reporting and enforcement (bandwidth.go).

@@ -14,6 +14,7 @@ import (
 	"github.com/azgate/azgate/internal/bwenforce"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/nexthop"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/placement"
@@ -62,7 +63,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if err := startAnnouncements(ctx, cfg.Log, st, rec, &s); err != nil {
 		return err // ctx ended: not a failure of the agent's
 	}
-	startReporter(ctx, cfg, st, rec, bw, &s)
+	startReporter(ctx, cfg, st, rec, dp, bw, &s)
 	return follow(ctx, cfg.Log, st, cfg.Name, rec)
 }
 
@@ -97,6 +98,7 @@ func openDataPlane(cfg Config, load dataplane.LoadOptions, s *stack) (*dataplane
 	if err := dp.SetMonitor(cfg.Monitor); err != nil {
 		return nil, err
 	}
+	cfg.MonitorSwitch.Attach(dp)
 	if err := dp.AttachUnderlay(cfg.Underlay); err != nil {
 		return nil, err
 	}
@@ -157,11 +159,16 @@ func startAnnouncements(ctx context.Context, log *slog.Logger, st store.Node, re
 
 // startReporter publishes the agent's status to the store and serves it
 // as metrics.
-func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconciler, bw *bwenforce.Host, s *stack) {
+func startReporter(ctx context.Context, cfg Config, st store.Node, rec *Reconciler, dp monitor.StatusSource, bw *bwenforce.Host, s *stack) {
 	started := time.Now().UTC()
 	status := func() model.NodeStatus {
 		ns := rec.Status(started, nil)
 		store.ReportInvalid(&ns, st.Invalid) // objects the store's Follow refused
+		if m, err := monitor.Status(dp); err == nil {
+			ns.Monitor = m
+		} else {
+			ns.Errors = append(ns.Errors, err.Error())
+		}
 		if bw != nil {
 			var errs []string
 			ns.Bandwidth, errs = bw.NodeStatus()

@@ -30,6 +30,9 @@ import (
 
 // Config is the announcer's configuration.
 type Config struct {
+	// Node labels every /metrics series (node; empty: none): the
+	// host's name by default (azgate announce).
+	Node string
 	// VIP is the cluster's address, announced as a /32.
 	VIP netip.Prefix
 	// BGP is the speaker's configuration (router ID, ASNs, peers, next

@@ -127,7 +127,7 @@ func TestAnnouncedNeedsSession(t *testing.T) {
 	nobody := freePort(t) // closed again: connections to it are refused
 	ap := netip.MustParseAddrPort(nobody)
 	lo := netip.MustParseAddr("127.0.0.1")
-	cfg := Config{VIP: netip.MustParsePrefix("198.18.77.1/32"), Checks: []probe.Target{check}, WithdrawWait: time.Second,
+	cfg := Config{VIP: netip.MustParsePrefix("198.18.77.1/32"), Checks: []probe.Target{check}, WithdrawWait: time.Second, Node: "a1",
 		Resync: 200 * time.Millisecond,
 		BGP: bgp.Config{RouterID: lo, ASN: 64600, NextHop: lo, LocalAddress: lo, HoldTime: 3 * time.Second,
 			Keepalive: time.Second, Peers: []bgp.Peer{{Address: ap.Addr(), Port: ap.Port(), ASN: 64601}}}}
@@ -153,9 +153,9 @@ func TestAnnouncedNeedsSession(t *testing.T) {
 	m := get(t, a, "/metrics")
 	promcheck.Lint(t, []byte(m))
 	for _, want := range []string{
-		`azgate_announce_announced{vip="198.18.77.1/32"} 0`,
-		`azgate_announce_wanted{vip="198.18.77.1/32"} 1`,
-		fmt.Sprintf(`azgate_announce_bgp_session_established{peer="%v"} 0`, ap.Addr()),
+		`azgate_announce_announced{node="a1",vip="198.18.77.1/32"} 0`,
+		`azgate_announce_wanted{node="a1",vip="198.18.77.1/32"} 1`,
+		fmt.Sprintf(`azgate_announce_bgp_session_established{node="a1",peer="%v"} 0`, ap.Addr()),
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q:\n%s", want, m)

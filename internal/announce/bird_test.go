@@ -23,6 +23,7 @@ import (
 
 	"github.com/azgate/azgate/internal/bgp"
 	"github.com/azgate/azgate/internal/bgp/birdtest"
+	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/probe"
 )
 
@@ -315,12 +316,14 @@ func TestAnnouncerECMP(t *testing.T) {
 	srv[0].status.Store(200)
 	r.WaitNextHops(t, vip, addrs, 5*time.Second)
 
-	// The real binary's status listener, on loopback.
+	// The real binary's status listener, on loopback: its series carry
+	// the host's name as node.
 	m2 := httpGet(t, "http://"+statusAddr+"/metrics")
+	node := nodemetrics.HostNode()
 	for _, want := range []string{
-		fmt.Sprintf(`azgate_announce_announced{vip="%v"} 1`, vip),
-		fmt.Sprintf(`azgate_announce_check_up{check="%s/healthz"} 1`, srv[1].hb.URL),
-		fmt.Sprintf(`azgate_announce_bgp_session_established{peer="%v"} 1`, routerAddr),
+		fmt.Sprintf(`azgate_announce_announced{node="%s",vip="%v"} 1`, node, vip),
+		fmt.Sprintf(`azgate_announce_check_up{check="%s/healthz",node="%s"} 1`, srv[1].hb.URL, node),
+		fmt.Sprintf(`azgate_announce_bgp_session_established{node="%s",peer="%v"} 1`, node, routerAddr),
 	} {
 		if !strings.Contains(m2, want) {
 			t.Errorf("azgate announce /metrics lack %q:\n%s", want, m2)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/azgate/azgate/internal/nodemetrics"
 )
 
 // ListenLoopback opens the status/metrics listener. addr must be a
@@ -68,7 +70,7 @@ func (a *Announcer) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{a})
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(nodemetrics.WithNode(reg, a.cfg.Node), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()

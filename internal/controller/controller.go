@@ -89,6 +89,9 @@ const (
 // Config of the controller. The zero value serves the API on
 // 127.0.0.1:7080 with an embedded etcd in /var/lib/azgate.
 type Config struct {
+	// Node labels every /metrics series (node; empty: none): the
+	// host's name by default (azgate controller).
+	Node string
 	// DataDir holds the token and, for the embedded store, etcd's data.
 	DataDir string
 	// Listen is the API's TCP address. Empty means DefaultListen, unless

@@ -16,6 +16,7 @@ import (
 
 	"github.com/azgate/azgate/internal/api"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/nodemetrics"
 )
 
 // handlerFunc is an API handler; an error it returns becomes the JSON
@@ -39,7 +40,7 @@ func (s *Server) handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	}))
-	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	metrics := promhttp.HandlerFor(nodemetrics.WithNode(s.metrics.reg, s.cfg.Node), promhttp.HandlerOpts{})
 	if s.cfg.MetricsAuth {
 		handle("GET /metrics", s.authorized(func(w http.ResponseWriter, r *http.Request) error {
 			metrics.ServeHTTP(w, r)

@@ -45,8 +45,13 @@ type MonitorConfig struct {
 	Burst uint32 // events at most in one go per CPU (0: Rate)
 }
 
-// DefaultMonitorRate is the per-CPU event rate when none is set.
-const DefaultMonitorRate = 1000
+// DefaultMonitorRate is the per-CPU event rate when none is set, and the
+// roles' --monitor-rate default; DefaultMonitorBurst their
+// --monitor-burst default.
+const (
+	DefaultMonitorRate  = 100
+	DefaultMonitorBurst = 100
+)
 
 // MaxMonitorRate bounds Rate and Burst: the bucket's arithmetic (tokens in
 // 1e-9 events, 10 s of refill at most) is exact far beyond it.
@@ -186,16 +191,27 @@ func KindName(k int) string {
 
 // Tuple is the 5-tuple of an event's frame, parsed from its first bytes
 // (Ethernet, up to two VLAN tags, IPv4, the ports of TCP/UDP or the type
-// and code of ICMP); OK false when they hold no IPv4 header.
+// and code of ICMP); OK false when they hold no IPv4 header. An NVGRE
+// frame (IPv4, GRE carrying Ethernet: a host's tunnel) has its outer
+// header here (Proto 47) and the guest's frame inside in Inner, with the
+// tunnel's VSID.
 type Tuple struct {
 	Src, Dst     netip.Addr
 	Proto        uint8
 	Sport, Dport uint16
 	OK           bool
+	VSID         uint32 // NVGRE's virtual subnet (Inner set only)
+	Inner        *Tuple // the NVGRE frame's inner IPv4 tuple (nil: none, or not in the bytes)
 }
 
-// ParseTuple parses the 5-tuple of a frame's first bytes.
-func ParseTuple(b []byte) Tuple {
+// ParseTuple parses the 5-tuple of a frame's first bytes, and the inner
+// one of an NVGRE frame.
+func ParseTuple(b []byte) Tuple { return parseTuple(b, true) }
+
+// greTEB is GRE's protocol type for Ethernet (NVGRE, RFC 7637).
+const greTEB = 0x6558
+
+func parseTuple(b []byte, inner bool) Tuple {
 	var t Tuple
 	off := 12
 	for tags := 0; ; tags++ {
@@ -230,9 +246,42 @@ func ParseTuple(b []byte) Tuple {
 			t.Dport = binary.BigEndian.Uint16(b[l4+2:])
 		case 1:
 			t.Sport, t.Dport = uint16(b[l4]), uint16(b[l4+1])
+		case 47:
+			if inner {
+				t.parseNVGRE(b[l4:])
+			}
 		}
 	}
 	return t
+}
+
+// parseNVGRE parses GRE carrying Ethernet with a key (NVGRE: the key's
+// high 24 bits are the VSID) and the inner frame's tuple (one level: a
+// tunnel inside the tunnel is not looked into).
+func (t *Tuple) parseNVGRE(g []byte) {
+	flags := binary.BigEndian.Uint16(g)
+	if flags&0x07 != 0 || binary.BigEndian.Uint16(g[2:]) != greTEB || flags&0x2000 == 0 {
+		return // GRE version 0 with a key, carrying Ethernet
+	}
+	off := 4
+	if flags&0x8000 != 0 { // checksum present
+		off += 4
+	}
+	if len(g) < off+4 {
+		return
+	}
+	vsid := binary.BigEndian.Uint32(g[off:]) >> 8
+	off += 4
+	if flags&0x1000 != 0 { // sequence number present
+		off += 4
+	}
+	if len(g) < off {
+		return
+	}
+	in := parseTuple(g[off:], false)
+	if in.OK {
+		t.VSID, t.Inner = vsid, &in
+	}
 }
 
 // MonitorReader reads the events of a node's pinned ring buffer. One
@@ -327,3 +376,65 @@ func (e *Edge) MonitorCounts() (MonitorCounts, error) { return readMonCounts(e.o
 
 // MonitorCounts reads the loaded agent's monitor counts.
 func (a *Agent) MonitorCounts() (MonitorCounts, error) { return readMonCounts(a.objs.MonState) }
+
+// Mode names the setting: off, drops or trace (the roles' --monitor).
+func (c MonitorConfig) Mode() string {
+	switch {
+	case c.Trace:
+		return "trace"
+	case c.Drops:
+		return "drops"
+	}
+	return "off"
+}
+
+// ParseMonitorMode returns the flags of a mode (off, drops, trace), Rate
+// and Burst unset.
+func ParseMonitorMode(mode string) (MonitorConfig, error) {
+	switch mode {
+	case "off":
+		return MonitorConfig{}, nil
+	case "drops":
+		return MonitorConfig{Drops: true}, nil
+	case "trace":
+		return MonitorConfig{Trace: true}, nil
+	}
+	return MonitorConfig{}, fmt.Errorf("monitor mode %q: want off, drops or trace", mode)
+}
+
+type monVarsGet interface {
+	Get(any) error
+}
+
+func getMonitor(flagsV, rateV, burstV monVarsGet) (MonitorConfig, error) {
+	var flags, rate, burst uint32
+	for _, v := range []struct {
+		v   monVarsGet
+		out *uint32
+	}{{flagsV, &flags}, {rateV, &rate}, {burstV, &burst}} {
+		if v.v == nil {
+			return MonitorConfig{}, errors.New("monitor: the program is not loaded")
+		}
+		if err := v.v.Get(v.out); err != nil {
+			return MonitorConfig{}, fmt.Errorf("monitor: %w", err)
+		}
+	}
+	return MonitorConfig{Drops: flags&monDrops != 0, Trace: flags&monTrace != 0, Rate: rate, Burst: burst}, nil
+}
+
+// Monitor reads what the edge program writes monitor events for (its
+// .bss: the last SetMonitor's, by this process or another).
+func (e *Edge) Monitor() (MonitorConfig, error) {
+	if e.objs.MonFlags == nil {
+		return getMonitor(nil, nil, nil)
+	}
+	return getMonitor(e.objs.MonFlags, e.objs.MonRate, e.objs.MonBurst)
+}
+
+// Monitor reads what the agent programs write monitor events for.
+func (a *Agent) Monitor() (MonitorConfig, error) {
+	if a.objs.MonFlags == nil {
+		return getMonitor(nil, nil, nil)
+	}
+	return getMonitor(a.objs.MonFlags, a.objs.MonRate, a.objs.MonBurst)
+}

@@ -225,6 +225,15 @@ func TestMonitorTrace(t *testing.T) {
 	if evs[0].Seq != evs[1].Seq {
 		t.Errorf("sequence numbers %d and %d differ", evs[0].Seq, evs[1].Seq)
 	}
+	// The encapsulated frame's tuple: its outer header (edge > host,
+	// GRE) and, inside, the guest's flow with the tunnel's VSID.
+	tu := ParseTuple(evs[1].Data)
+	if !tu.OK || tu.Proto != 47 || tu.Dst != addr(hostAddr) || tu.Inner == nil || tu.VSID != vsid {
+		t.Fatalf("out event's tuple %+v, want gre to %s vsid %d with an inner tuple", tu, hostAddr, vsid)
+	}
+	if in := *tu.Inner; in.Src != addr(client) || in.Dst != addr(eip) || in.Proto != 17 || in.Sport != 5353 || in.Dport != 53 || in.Inner != nil {
+		t.Errorf("inner tuple %+v, want udp %s:5353 > %s:53", in, client, eip)
+	}
 }
 
 // TestParseTupleThreeTags: after two VLAN tags the next two bytes must be

@@ -15,6 +15,7 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/nexthop"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/sdnotify"
@@ -135,6 +136,7 @@ func (p *plane) Start(context.Context) error {
 	if err := dp.SetMonitor(cfg.Monitor); err != nil {
 		return err
 	}
+	cfg.MonitorSwitch.Attach(dp)
 	p.rec = NewReconciler(*cfg, dp)
 	return nil
 }
@@ -536,7 +538,10 @@ func (s *statusPart) Start(ctx context.Context) error {
 	cfg := s.p.cfg
 	s.run(func() { store.PublishStatus(s.ctx, s.st, "edge", cfg.Name, cfg.StatusInterval, s.status, cfg.Log) })
 	if s.listen != "" {
-		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats), lbCollector{s.p.rec.BackendCounters})
+		occ := &occupancyWalker{walk: s.p.dp.ConnOccupancy, slots: s.p.rec.backendSlots}
+		s.run(func() { occ.run(s.ctx, OccupancyInterval) })
+		reg := nodemetrics.Registry("edge", cfg.Name, s.status, health.Collector(s.healthStats, s.healthDurations), lbCollector{s.p.rec.BackendCounters},
+			OccupancyCollector(occ.get))
 		s.run(func() { nodemetrics.ServeRegistry(s.ctx, s.listen, reg, cfg.MetricsToken, cfg.Log) })
 	}
 	return nil
@@ -550,6 +555,15 @@ func (s *statusPart) healthStats() []health.TargetStats {
 	return s.hc.hm.Stats()
 }
 
+// healthDurations are the edge's probe-duration histograms (none before
+// the checks start).
+func (s *statusPart) healthDurations() []health.PoolDurations {
+	if s.hc == nil || s.hc.hm == nil {
+		return nil
+	}
+	return s.hc.hm.Durations()
+}
+
 // status is the node status: the reconciler's, with each part's.
 func (s *statusPart) status() model.NodeStatus {
 	cfg, dp, rec := s.p.cfg, s.p.dp, s.p.rec
@@ -558,6 +572,11 @@ func (s *statusPart) status() model.NodeStatus {
 	// The names only (never the paths): the controller refuses a
 	// service naming a command that a live edge does not list.
 	ns.HealthCommands = cfg.HealthCommands.Names()
+	if m, err := monitor.Status(dp); err == nil {
+		ns.Monitor = m
+	} else {
+		ns.Errors = append(ns.Errors, err.Error())
+	}
 	ns.Errors = append(ns.Errors, s.hc.hm.Problems()...)
 	ns.BGP = s.bgp.ann.Status(s.ctx)
 	ns.ARP = s.arp.owner.Status()

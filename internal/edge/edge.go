@@ -20,6 +20,7 @@ import (
 	"github.com/azgate/azgate/internal/fwplan"
 	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/monitor"
 	"github.com/azgate/azgate/internal/store"
 )
 
@@ -49,7 +50,10 @@ type Config struct {
 	ICMPTimeExceeded bool
 	// Monitor: what the program writes events for (`azgate monitor`,
 	// docs/observability.md).
-	Monitor        dataplane.MonitorConfig
+	Monitor dataplane.MonitorConfig
+	// MonitorSwitch, when set, is attached to the loaded data plane: the
+	// SIGHUP reload sets the monitor's mode through it.
+	MonitorSwitch  *monitor.Switch
 	StatusInterval time.Duration
 	// IfindexOf finds the interface holding an address (the underlay
 	// interface holds the edge's underlay address); nil: not checked.
@@ -733,35 +737,7 @@ func topEIPs(maps dataplane.EdgeMaps, n int) (map[string]model.EIPCounters, erro
 		}
 		return y.a.Less(x.a)
 	}
-	h := make([]eip, 0, min(n, len(routes)))
-	down := func(i int) {
-		for {
-			l, m := 2*i+1, i
-			if l < len(h) && less(h[l], h[m]) {
-				m = l
-			}
-			if l+1 < len(h) && less(h[l+1], h[m]) {
-				m = l + 1
-			}
-			if m == i {
-				return
-			}
-			h[i], h[m] = h[m], h[i]
-			i = m
-		}
-	}
-	for _, e := range routes {
-		switch {
-		case len(h) < n:
-			h = append(h, e)
-			for i := len(h) - 1; i > 0 && less(h[i], h[(i-1)/2]); i = (i - 1) / 2 {
-				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
-			}
-		case n > 0 && less(h[0], e):
-			h[0] = e
-			down(0)
-		}
-	}
+	h := topN(routes, n, less)
 	out := make(map[string]model.EIPCounters, len(h))
 	for _, e := range h {
 		out[e.a.String()] = model.EIPCounters(stats[e.slot])

@@ -64,6 +64,11 @@ type Manager struct {
 	cmdSlots chan struct{}
 	// cmdWaits counts command runs that waited for a slot.
 	cmdWaits atomic.Int64
+	// durations are the probe durations per service pool and result
+	// (Durations), since the pool's first checked target: kept while
+	// the pool has a target checked, dropped with its last.
+	durMu     sync.Mutex
+	durations map[poolResult]*durationHist
 }
 
 // DefaultCommandConcurrency is how many health-check commands an edge runs
@@ -90,7 +95,7 @@ type targetStats struct {
 // then it stops its checkers and removes their verdicts.
 func NewManager(ctx context.Context, pub Publisher, log *slog.Logger) *Manager {
 	m := &Manager{pub: pub, log: log, ctx: ctx, runs: map[string]*checker{},
-		cmdSlots: make(chan struct{}, DefaultCommandConcurrency())}
+		cmdSlots: make(chan struct{}, DefaultCommandConcurrency()), durations: map[poolResult]*durationHist{}}
 	context.AfterFunc(ctx, func() { m.Update(nil) })
 	return m
 }
@@ -169,6 +174,7 @@ func (m *Manager) Update(targets []Target) {
 			m.pub.Remove(c.t)
 		}
 	}
+	m.dropDurations(want)
 	for id, t := range want {
 		if _, ok := m.runs[id]; ok {
 			continue
@@ -281,6 +287,7 @@ func (m *Manager) run(ctx context.Context, t Target, ts *targetStats) {
 			ts.fail++
 		}
 		ts.mu.Unlock()
+		m.observe(ctx, t, err == nil, took)
 		if err == nil {
 			okRun, badRun = okRun+1, 0
 		} else {

@@ -148,6 +148,13 @@ func (g *GSLBLab) Prober(ctx context.Context, r GSLBRegion) (ProberStats, error)
 		if err != nil {
 			continue
 		}
+		// The series' labels (node on every one) are dropped but the
+		// report address's.
+		name, labels, _ := strings.Cut(name, "{")
+		if _, rest, ok := strings.Cut(labels, `address="`); ok && name == "azgate_prober_report_address" {
+			a, _, _ := strings.Cut(rest, `"`)
+			name += `{address="` + a + `"}`
+		}
 		switch {
 		case name == "azgate_prober_measurements_total":
 			s.Measurements = v

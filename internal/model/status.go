@@ -82,6 +82,20 @@ type NodeStatus struct {
 	// GSLB is the gslb role's DNS server and target health (gslb nodes
 	// only; dns.go).
 	GSLB *GSLBStatus `json:"gslb,omitempty"`
+	// Monitor is the data plane's event monitor (edges and agents;
+	// docs/observability.md).
+	Monitor *MonitorStatus `json:"monitor,omitempty"`
+}
+
+// MonitorStatus is a node's data-plane monitor: its mode (off, drops,
+// trace) and its events summed over the CPUs since the programs were
+// loaded: written to the ring, refused by the per-CPU rate limit, and
+// refused by a full ring.
+type MonitorStatus struct {
+	Mode     string `json:"mode"`
+	Sent     uint64 `json:"sent"`
+	LostRate uint64 `json:"lost_rate"`
+	LostFull uint64 `json:"lost_full"`
 }
 
 // ARPStatus says whether an edge answers ARP for its set's VIPs (and its

@@ -85,7 +85,8 @@ func (f Filter) Match(ev *dataplane.MonitorEvent, t dataplane.Tuple) bool {
 		}
 		ok := false
 		for _, p := range f.Prefixes {
-			if p.Contains(t.Src) || p.Contains(t.Dst) {
+			if p.Contains(t.Src) || p.Contains(t.Dst) ||
+				t.Inner != nil && (p.Contains(t.Inner.Src) || p.Contains(t.Inner.Dst)) {
 				ok = true
 				break
 			}
@@ -112,10 +113,15 @@ func ProtoName(p uint8) string {
 	return fmt.Sprintf("proto-%d", p)
 }
 
-// TupleString prints a tuple ("-" when the frame holds no IPv4 header).
+// TupleString prints a tuple ("-" when the frame holds no IPv4 header);
+// an NVGRE frame's as its outer header, its VSID and its inner tuple
+// ("gre 192.0.2.10 > 192.0.2.1 vsid 7: tcp 198.18.0.5:40000 > 203.0.113.8:80").
 func TupleString(t dataplane.Tuple) string {
 	if !t.OK {
 		return "-"
+	}
+	if t.Inner != nil {
+		return fmt.Sprintf("gre %s > %s vsid %d: %s", t.Src, t.Dst, t.VSID, TupleString(*t.Inner))
 	}
 	switch t.Proto {
 	case 6, 17:

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -54,5 +55,65 @@ func TestLine(t *testing.T) {
 	want := "0.000000 cpu1 ext0 drop drop_ip_csum udp 203.0.113.10:1 > 198.51.100.7:2 len 58 | 02000000"
 	if got != want {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// nvgreFrame wraps inner (an Ethernet frame) in NVGRE from src to dst:
+// Ethernet, IPv4 (protocol 47), GRE with flags, protocol proto and, with
+// the key bit, the key vsid<<8.
+func nvgreFrame(src, dst string, flags, proto uint16, vsid uint32, inner []byte) []byte {
+	outer := udpFrame(src, dst, 0, 0)[:14+20]
+	outer[14+9] = 47
+	g := binary.BigEndian.AppendUint16(nil, flags)
+	g = binary.BigEndian.AppendUint16(g, proto)
+	if flags&0x2000 != 0 {
+		g = binary.BigEndian.AppendUint32(g, vsid<<8)
+	}
+	return append(append(outer, g...), inner...)
+}
+
+// TestNVGRETuple: an NVGRE frame's tuple holds the guest's inner flow and
+// the VSID; --addr matches the guest's address as well as the tunnel's;
+// a GRE frame that is not NVGRE (no key, not Ethernet), or whose inner
+// header is cut off, has the outer tuple only.
+func TestNVGRETuple(t *testing.T) {
+	guest := udpFrame("198.18.0.5", "203.0.113.8", 40000, 53)
+	frame := nvgreFrame("192.0.2.10", "192.0.2.1", 0x2000, 0x6558, 7, guest)
+	tu := dataplane.ParseTuple(frame)
+	if got, want := TupleString(tu), "gre 192.0.2.10 > 192.0.2.1 vsid 7: udp 198.18.0.5:40000 > 203.0.113.8:53"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	ev := dataplane.MonitorEvent{Kind: dataplane.MonDrop, Reason: "drop_fib", Data: frame}
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{{"198.18.0.5", true}, {"203.0.113.0/24", true}, {"192.0.2.10", true}, {"198.51.100.1", false}} {
+		p, err := ParsePrefixes([]string{c.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (Filter{Prefixes: p}).Match(&ev, tu); got != c.want {
+			t.Errorf("--addr %s: %v, want %v", c.addr, got, c.want)
+		}
+	}
+	// The first 128 bytes are all an event holds: the inner ports are at
+	// byte 84, well within.
+	if tu := dataplane.ParseTuple(frame[:dataplane.MonitorSnap]); tu.Inner == nil || tu.Inner.Dport != 53 {
+		t.Errorf("snapped frame: %+v, want the inner tuple", tu)
+	}
+	for name, f := range map[string][]byte{
+		"no key":          nvgreFrame("192.0.2.10", "192.0.2.1", 0, 0x6558, 0, guest),
+		"not Ethernet":    nvgreFrame("192.0.2.10", "192.0.2.1", 0x2000, 0x0800, 7, guest[14:]),
+		"inner cut off":   nvgreFrame("192.0.2.10", "192.0.2.1", 0x2000, 0x6558, 7, guest[:20]),
+		"GRE cut off":     nvgreFrame("192.0.2.10", "192.0.2.1", 0x2000, 0x6558, 7, nil)[:14+20+6],
+		"sequence number": nvgreFrame("192.0.2.10", "192.0.2.1", 0x3000, 0x6558, 7, append([]byte{0, 0, 0, 1}, guest...)),
+	} {
+		tu := dataplane.ParseTuple(f)
+		if !tu.OK || tu.Proto != 47 {
+			t.Errorf("%s: %+v, want the outer gre tuple", name, tu)
+		}
+		if wantInner := name == "sequence number"; (tu.Inner != nil) != wantInner {
+			t.Errorf("%s: inner %+v, want inner %v", name, tu.Inner, wantInner)
+		}
 	}
 }

@@ -47,7 +47,7 @@ func Registry(role, node string, get func() model.NodeStatus, extra ...prometheu
 
 // ServeRegistry serves reg's metrics on addr (Handler, with the server's
 // timeouts and header bound) until ctx ends.
-func ServeRegistry(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
+func ServeRegistry(ctx context.Context, addr string, reg prometheus.Gatherer, token string, log *slog.Logger) {
 	srv := &http.Server{Addr: addr, Handler: Handler(reg, token), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() {
@@ -61,7 +61,7 @@ func ServeRegistry(ctx context.Context, addr string, reg *prometheus.Registry, t
 
 // Handler serves reg's metrics, requiring the bearer token when token is
 // not empty (compared in constant time).
-func Handler(reg *prometheus.Registry, token string) http.Handler {
+func Handler(reg prometheus.Gatherer, token string) http.Handler {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if token == "" {
 		return h
@@ -114,6 +114,11 @@ var (
 	descSyncLag       = prometheus.NewDesc("azgate_sync_lag_seconds", "Connection sync lag, event to the peer's acknowledgement, over the recent samples, by statistic (p50, p99, max; not a summary: no count or sum).", []string{"role", "stat"}, nil)
 	descSyncPeer      = prometheus.NewDesc("azgate_sync_peer_connected", "1 while the edge's sync session to a member of its set is up.", []string{"role", "peer"}, nil)
 
+	// The data-plane monitor (docs/observability.md).
+	descMonEvents = prometheus.NewDesc("azgate_monitor_events_total", "Data-plane monitor events written to the ring buffer (azgate monitor, azgate capture), over the CPUs.", []string{"role"}, nil)
+	descMonLost   = prometheus.NewDesc("azgate_monitor_lost_events_total", "Data-plane monitor events not written, over the CPUs, by reason: rate_limit (over --monitor-rate per CPU), ring_full (no room left in the ring buffer).", []string{"role", "reason"}, nil)
+	descMonMode   = prometheus.NewDesc("azgate_monitor_mode", "1 for the data-plane monitor's current mode (off, drops, trace), 0 for the others.", []string{"role", "mode"}, nil)
+
 	// Shared bandwidth (nodes with --bw-store; docs/bandwidth.md).
 	descBWLimit    = prometheus.NewDesc("azgate_bandwidth_limit_bytes_per_second", "The bandwidth limit a packaged EIP has on this node (agents: egress, edges: ingress), in bytes a second (the package's bits a second / 8).", []string{"role", "eip"}, nil)
 	descBWDropB    = prometheus.NewDesc("azgate_bandwidth_dropped_bytes_total", "Bytes a packaged EIP's bandwidth limit dropped on this node, since the EIP took its stats slot.", []string{"role", "eip"}, nil)
@@ -129,7 +134,7 @@ func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
 		descAnnouncing, descFailing, descSession, descSessState, descAdvertised, descSyncReady, descSyncLag, descSyncPeer, descSyncEvents, descSyncSentBytes,
 		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents, descBWRate,
-		descTableChecksum, descTableBackends, descTableSize} {
+		descTableChecksum, descTableBackends, descTableSize, descMonEvents, descMonLost, descMonMode} {
 		ch <- d
 	}
 }
@@ -190,6 +195,14 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	if b := s.Bandwidth; b != nil {
 		c.bandwidth(ch, b)
 	}
+	if m := s.Monitor; m != nil {
+		ch <- prometheus.MustNewConstMetric(descMonEvents, prometheus.CounterValue, float64(m.Sent), c.role)
+		ch <- prometheus.MustNewConstMetric(descMonLost, prometheus.CounterValue, float64(m.LostRate), c.role, "rate_limit")
+		ch <- prometheus.MustNewConstMetric(descMonLost, prometheus.CounterValue, float64(m.LostFull), c.role, "ring_full")
+		for _, mode := range monitorModes {
+			ch <- prometheus.MustNewConstMetric(descMonMode, prometheus.GaugeValue, b01(m.Mode == mode), c.role, mode)
+		}
+	}
 	if b := s.BGP; b != nil {
 		ch <- prometheus.MustNewConstMetric(descAnnouncing, prometheus.GaugeValue, b01(b.Announcing), c.role)
 		ch <- prometheus.MustNewConstMetric(descAdvertised, prometheus.GaugeValue, float64(len(b.Advertised)), c.role)
@@ -231,6 +244,9 @@ func (c statusCollector) bandwidth(ch chan<- prometheus.Metric, b *model.Bandwid
 		ch <- prometheus.MustNewConstMetric(descBWEIPMode, prometheus.GaugeValue, b01(e.Mode == "static"), c.role, eip, "static")
 	}
 }
+
+// monitorModes are the monitor's modes (--monitor).
+var monitorModes = []string{"off", "drops", "trace"}
 
 // bgpStates are the session states of internal/bgp (sessionState).
 var bgpStates = []string{"idle", "connect", "active", "opensent", "openconfirm", "established", "unknown"}

@@ -101,6 +101,24 @@ func TestFirewallMetrics(t *testing.T) {
 	}
 }
 
+// TestMonitorMetrics: the monitor's events written and lost (by reason)
+// as counters, its mode as a 0/1 gauge per mode; none without a monitor.
+func TestMonitorMetrics(t *testing.T) {
+	got := gather(t, "edge", model.NodeStatus{Monitor: &model.MonitorStatus{Mode: "trace", Sent: 12, LostRate: 3, LostFull: 1}})
+	want := map[string]float64{"azgate_monitor_events_total": 12, "azgate_monitor_lost_events_total,rate_limit": 3,
+		"azgate_monitor_lost_events_total,ring_full": 1, "azgate_monitor_mode,trace": 1, "azgate_monitor_mode,drops": 0, "azgate_monitor_mode,off": 0}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	for k := range gather(t, "edge", model.NodeStatus{}) {
+		if strings.HasPrefix(k, "azgate_monitor_") {
+			t.Errorf("%s without a monitor", k)
+		}
+	}
+}
+
 // TestBandwidthMetrics: per-EIP limit, drops and mode, the node's mode,
 // the limits' age and its events.
 func TestBandwidthMetrics(t *testing.T) {

@@ -27,8 +27,26 @@ func fullStatus() model.NodeStatus {
 		Sync: &model.SyncStatus{Ready: true, LagP50MS: 1, LagP99MS: 2, LagMaxMS: 3, Peers: []model.SyncPeerStatus{{Name: "edge-b", Connected: true}}},
 		Bandwidth: &model.BandwidthStatus{Mode: "managed", LimitsAgeMS: 1500, Reports: 9,
 			EIPs: map[string]model.BandwidthEIP{"198.51.100.7": {Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2, Rate: &rate}}},
-		Tables: map[string]model.TableStatus{"web/main": {Checksum: "0123456789abcdef", Backends: 3, Healthy: 2, M: 65537}},
+		Tables:  map[string]model.TableStatus{"web/main": {Checksum: "0123456789abcdef", Backends: 3, Healthy: 2, M: 65537}},
+		Monitor: &model.MonitorStatus{Mode: "drops", Sent: 12, LostRate: 3, LostFull: 1},
 	}
+}
+
+// fakeDurations are an edge's probe-duration histograms: one pool, 3
+// probes ok, 3 failed (timed out at 1 s).
+func fakeDurations() []health.PoolDurations {
+	ok := make([]uint64, len(health.DurationBuckets))
+	failed := make([]uint64, len(health.DurationBuckets))
+	for i, le := range health.DurationBuckets {
+		if le >= 0.0025 {
+			ok[i] = 3
+		}
+		if le >= 1 {
+			failed[i] = 3
+		}
+	}
+	return []health.PoolDurations{{Service: "web", Pool: "main", OK: true, Buckets: ok, Count: 3, Sum: 0.006},
+		{Service: "web", Pool: "main", Buckets: failed, Count: 3, Sum: 3}}
 }
 
 // fakeChecks are an edge's health checks: one backend, up.
@@ -41,7 +59,7 @@ func fakeChecks() []health.TargetStats {
 func TestPromtool(t *testing.T) {
 	promcheck.Promtool(t)
 	for _, role := range []string{"edge", "agent"} {
-		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus, health.Collector(fakeChecks)), ""))
+		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus, health.Collector(fakeChecks, fakeDurations)), ""))
 		promcheck.Lint(t, body)
 		if want := `azgate_routes{node="` + role + `-1",role="` + role + `"} 3`; !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s (the node label)", want)

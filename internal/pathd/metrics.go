@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/azgate/azgate/internal/nodemetrics"
 )
 
 var (
@@ -106,5 +108,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 func (s *Server) metricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{s})
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(nodemetrics.WithNode(reg, s.cfg.Node), promhttp.HandlerOpts{})
 }

@@ -39,6 +39,9 @@ type Peer struct {
 type Config struct {
 	Region   string // this server's region (= its cluster; the hop store's key part)
 	Instance string // this server's name within the region
+	// Node labels every /metrics series (node; empty: none): the
+	// instance's name (azgate pathd).
+	Node string
 	// Token authenticates probers and queriers (POST /v1/reports, GET
 	// /v1/paths, and /metrics unless MetricsToken): required, at least
 	// MinToken bytes.
