@@ -152,6 +152,10 @@ func (l *Lab) NewMetricsProxy() *MetricsProxy {
 		MaxIdleConnsPerHost:   1,
 		IdleConnTimeout:       time.Minute,
 	}}
+	// A redirect is relayed, never followed: the proxy fetches /metrics
+	// of its targets and nothing else, whatever a target (or a process
+	// on a stopped target's loopback port) answers.
+	p.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return p
 }
 

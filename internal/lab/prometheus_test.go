@@ -219,3 +219,39 @@ func TestRenderDashboard(t *testing.T) {
 		t.Errorf("%d two-point polylines, want 1 (the EIP's series):\n%s", n, html)
 	}
 }
+
+// TestMetricsProxyNoRedirects: a target answering its /metrics with a
+// redirect (to another path of its own, or to another target) gets the
+// redirect relayed, not followed: the proxy fetches /metrics of the
+// listed targets and nothing else, whatever a target (or a process that
+// took a stopped target's loopback port) answers.
+func TestMetricsProxyNoRedirects(t *testing.T) {
+	var hits []string
+	tgt := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits = append(hits, r.URL.Path)
+		switch r.URL.Path {
+		case "/metrics":
+			http.Redirect(w, r, "/debug/secret", http.StatusFound)
+		default:
+			io.WriteString(w, "not-metrics-42\n")
+		}
+	}))
+	defer tgt.Close()
+	_, port, _ := net.SplitHostPort(tgt.Listener.Addr().String())
+	l := &Lab{Cfg: Config{Prefix: "azt-", StateDir: t.TempDir()}, Topo: Build("azt-", 1, 1, 1)}
+	l.bw.Managers = []BWManager{{Name: "m", Args: []string{"bwmgr", "--metrics-listen", tgt.Listener.Addr().String()}}}
+	srv := httptest.NewServer(l.NewMetricsProxy())
+	defer srv.Close()
+	pu, _ := url.Parse(srv.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get("http://bwmgr-m:" + port + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || strings.Contains(string(b), "not-metrics-42") || len(hits) != 1 {
+		t.Errorf("a redirecting target: HTTP %d %q, the target saw %q; want the redirect relayed and only /metrics fetched", resp.StatusCode, b, hits)
+	}
+}
