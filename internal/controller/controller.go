@@ -312,6 +312,10 @@ type Server struct {
 	// largeBody).
 	largeBodies  chan struct{}
 	largeWaiting atomic.Int64 // requests waiting for it
+	// exports holds the one slot of GET /v1/export (export.go), and
+	// exportWaiting counts the exports waiting for it.
+	exports       chan struct{}
+	exportWaiting atomic.Int64
 
 	tcp, unix net.Listener
 	conns     *connLimit // the TCP listener's
@@ -344,7 +348,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller config: %w", err)
 	}
-	s := &Server{largeBodies: make(chan struct{}, 1)}
+	s := &Server{largeBodies: make(chan struct{}, 1), exports: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			s.Close()

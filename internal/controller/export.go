@@ -35,7 +35,25 @@ func (c *Core) Export() (*model.Document, int64) {
 }
 
 // export serves GET /v1/export: {"revision": N, "document": {...}}.
+// Exports are served one at a time: each holds the whole region twice
+// (the document and its JSON, which the encoder buffers whole: tens of
+// MB for 100,000 EIPs), which --max-conns concurrent exports would
+// multiply, the very cost --max-list-page bounds for lists.
 func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
+	select {
+	case s.exports <- struct{}{}:
+	default:
+		s.exportWaiting.Add(1)
+		select {
+		case s.exports <- struct{}{}:
+			s.exportWaiting.Add(-1)
+		case <-r.Context().Done():
+			s.exportWaiting.Add(-1)
+			return &httpError{status: http.StatusServiceUnavailable,
+				msg: "gave up waiting for another export to finish (exports are served one at a time)"}
+		}
+	}
+	defer func() { <-s.exports }()
 	doc, rev := s.Core.Export()
 	writeJSON(w, http.StatusOK, rev, struct {
 		Revision int64           `json:"revision"`

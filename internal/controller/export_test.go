@@ -3,6 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/azgate/azgate/internal/model"
@@ -61,5 +65,50 @@ func TestExportHTTP(t *testing.T) {
 	doc, err := model.ParseDocument(out.Document)
 	if err != nil || len(doc.AZs) != 1 {
 		t.Errorf("exported document %s: %v", out.Document, err)
+	}
+}
+
+// TestExportOneAtATime: exports are served one at a time (each holds the
+// whole region, its document and its JSON: concurrent ones would
+// multiply that by --max-conns): a second export waits while the first
+// builds its document, and both answer once it is done.
+func TestExportOneAtATime(t *testing.T) {
+	s := startServer(t, Config{})
+	var inside atomic.Int32
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	s.Core.afterExportRead = func() {
+		inside.Add(1)
+		entered <- struct{}{}
+		<-release
+	}
+	codes := make(chan int, 2)
+	get := func() {
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/v1/export", nil)
+		req.Header.Set("Authorization", "Bearer "+s.Token())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}
+	go get()
+	<-entered
+	go get()
+	// The second export either waits for the slot (the bound) or builds
+	// its document beside the first (no bound).
+	for s.exportWaiting.Load() == 0 && inside.Load() < 2 {
+		runtime.Gosched()
+	}
+	if n := inside.Load(); n != 1 {
+		t.Errorf("%d exports built their documents at once, want 1", n)
+	}
+	close(release)
+	for range 2 {
+		if c := <-codes; c != http.StatusOK {
+			t.Errorf("an export answered HTTP %d", c)
+		}
 	}
 }
