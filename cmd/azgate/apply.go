@@ -54,7 +54,10 @@ would change, field by field.`,
 				}
 				out := cmd.OutOrStdout()
 				if globals.json {
-					return printJSON(out, res)
+					if err := printJSON(out, res); err != nil {
+						return err
+					}
+					return dryRunOutcome(res.Refusals)
 				}
 				printWarnings(cmd, res.Warnings)
 				if verbose || len(res.Objects) <= summaryAbove {
@@ -66,7 +69,10 @@ would change, field by field.`,
 				} else {
 					kindSummary(out, res.Objects)
 				}
-				return applySummary(out, res)
+				if err := applySummary(out, res); err != nil {
+					return err
+				}
+				return dryRunOutcome(res.Refusals)
 			},
 		}
 		c.Flags().StringVarP(&file, "file", "f", "", `document to apply ("-" for standard input)`)
@@ -86,7 +92,8 @@ would change, field by field.`,
 			Long: `Sends the document to the controller as a dry run (apply --dry-run) and
 prints every object that would be created, changed or deleted (with
 --prune), with the changed fields of each changed one, then a count of
-the unchanged ones. Exits 0 whether or not there are changes; with --json
+the unchanged ones. Exits 0 whether or not there are changes, 1 when the
+guards would refuse the write without --force; with --json
 the apply result, each changed object with its changes.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,11 +104,14 @@ the apply result, each changed object with its changes.`,
 				}
 				out := cmd.OutOrStdout()
 				if globals.json {
-					return printJSON(out, res)
+					if err := printJSON(out, res); err != nil {
+						return err
+					}
+					return dryRunOutcome(res.Refusals)
 				}
 				printWarnings(cmd, res.Warnings)
 				printDiff(out, res)
-				return nil
+				return dryRunOutcome(res.Refusals)
 			},
 		}
 		c.Flags().StringVarP(&file, "file", "f", "", `document to compare ("-" for standard input)`)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -183,16 +185,44 @@ func TestDryRunRefusals(t *testing.T) {
 	if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out := must(t, s, "diff", "-f", f)
+	// A dry run the guards would refuse prints the plan and the
+	// refusals, and fails (exit 1): a script gating on it must not take
+	// the change for a good one.
+	refused := func(args ...string) string {
+		t.Helper()
+		out, err := azgate(t, s, "", args...)
+		var rd *refusedDryRun
+		if !errors.As(err, &rd) || rd.n != 1 {
+			t.Errorf("azgate %s: %v, want the dry run refused (1 refusal)\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	out := refused("diff", "-f", f)
 	for _, want := range []string{"+ firewall rule office (created)", "~ EIP 198.51.100.8 (changed)", "refused without --force", "! firewall rule \"office\" is a global allow rule"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("diff does not say %q:\n%s", want, out)
 		}
 	}
-	out = must(t, s, "firewall", "add", "office", "--action", "allow", "--source", "192.0.2.0/24", "--dry-run")
+	out = refused("firewall", "add", "office", "--action", "allow", "--source", "192.0.2.0/24", "--dry-run")
 	if !strings.Contains(out, "would be created") || !strings.Contains(out, "global allow rule") {
 		t.Errorf("firewall add --dry-run:\n%s", out)
 	}
+	refused("apply", "-f", f, "--dry-run")
+	// Under --json: one JSON document (the answer, with its refusals) on
+	// stdout, exit 1.
+	var stdout, stderr bytes.Buffer
+	code := execute(newRoot(), []string{"--api", s.URL(), "--token-file", s.TokenFile(), "--json", "diff", "-f", f}, &stdout, &stderr)
+	var answer struct {
+		DryRun   bool     `json:"dryRun"`
+		Refusals []string `json:"refusals"`
+	}
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&answer); err != nil || code != exitError || len(answer.Refusals) != 1 || dec.More() {
+		t.Errorf("--json diff: exit %d, answer %+v (%v), more documents %v; stderr %q", code, answer, err, dec.More(), stderr.String())
+	}
+	globals.json = false
+	// Without refusals a dry run succeeds.
+	must(t, s, "firewall", "add", "office", "--action", "allow", "--source", "192.0.2.0/24", "--address", "198.51.100.8", "--dry-run")
 	if _, err := azgate(t, s, "", "apply", "-f", f); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("the apply itself: %v, want the refusal", err)
 	}

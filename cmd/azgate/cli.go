@@ -99,20 +99,25 @@ func row(tw *tabwriter.Writer, cells ...any) {
 // else one line.
 func writeResult(cmd *cobra.Command, what string, res client.Result, obj any) error {
 	if globals.json {
-		return printJSON(cmd.OutOrStdout(), struct {
+		if err := printJSON(cmd.OutOrStdout(), struct {
 			Revision int64    `json:"revision"`
 			Action   string   `json:"action"`
 			Object   any      `json:"object,omitempty"`
 			Warnings []string `json:"warnings,omitempty"`
 			DryRun   bool     `json:"dryRun,omitempty"`
 			Refusals []string `json:"refusals,omitempty"`
-		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun, res.Refusals})
+		}{res.Revision, res.Action, obj, res.Warnings, res.DryRun, res.Refusals}); err != nil {
+			return err
+		}
+		return dryRunOutcome(res.Refusals)
 	}
 	printWarnings(cmd, res.Warnings)
 	if res.DryRun {
-		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s would be %s (dry run at revision %d: nothing was written)\n", what, res.Action, res.Revision)
+		if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s would be %s (dry run at revision %d: nothing was written)\n", what, res.Action, res.Revision); err != nil {
+			return err
+		}
 		printRefusals(cmd.OutOrStdout(), res.Refusals)
-		return err
+		return dryRunOutcome(res.Refusals)
 	}
 	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (revision %d)\n", what, res.Action, res.Revision)
 	return err

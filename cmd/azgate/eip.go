@@ -90,7 +90,10 @@ func init() {
 				}
 				out := cmd.OutOrStdout()
 				if globals.json {
-					return printJSON(out, res)
+					if err := printJSON(out, res); err != nil {
+						return err
+					}
+					return dryRunOutcome(res.Refusals)
 				}
 				printWarnings(cmd, res.Warnings)
 				if len(res.Objects) <= summaryAbove {
@@ -102,7 +105,10 @@ func init() {
 						fmt.Fprintf(out, "EIP %s %s\n", o.Key, done)
 					}
 				}
-				return applySummary(out, res)
+				if err := applySummary(out, res); err != nil {
+					return err
+				}
+				return dryRunOutcome(res.Refusals)
 			},
 		}
 		df := deleteMatching.Flags()

@@ -21,6 +21,24 @@ const (
 	exitUsage = 2
 )
 
+// refusedDryRun: a dry run whose write the guards would refuse without
+// --force. The plan and the refusals are already printed (or in the
+// --json answer); the command exits 1 so that a script gating on
+// `--dry-run` or `diff` does not take a refused change for a good one.
+type refusedDryRun struct{ n int }
+
+func (e *refusedDryRun) Error() string {
+	return fmt.Sprintf("dry run: the write would be refused without --force (%d refusal(s), printed above)", e.n)
+}
+
+// dryRunOutcome is nil, or refusedDryRun when a dry run met refusals.
+func dryRunOutcome(refusals []string) error {
+	if len(refusals) == 0 {
+		return nil
+	}
+	return &refusedDryRun{len(refusals)}
+}
+
 // usageError is a command line azgate does not understand.
 type usageError struct{ msg string }
 
@@ -93,6 +111,10 @@ func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	code := exitError
 	if isUsage(cmd, err) {
 		code = exitUsage
+	}
+	var rd *refusedDryRun
+	if errors.As(err, &rd) && (globals.json || jsonRequested(args)) {
+		return code // the answer printed holds the refusals: one JSON document on stdout
 	}
 	if globals.json || jsonRequested(args) {
 		printJSON(stdout, errorBody(err, code))
