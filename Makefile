@@ -1,6 +1,7 @@
 # azgate. `make help` lists the targets.
 GO      ?= go
 BIN     := bin/azgate
+NODEBIN := bin/azgate-node
 LABBIN  := bin/azgate-lab
 PREFIX  ?= /usr/local
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -13,8 +14,8 @@ BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 .PHONY: help build install deb generate config-docs check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
-	@echo "build            build $(BIN) (shipped to the nodes) and $(LABBIN) (the lab and the benchmarks)"
-	@echo "install          install both in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate beside it)"
+	@echo "build            build $(BIN) (shipped), $(NODEBIN) (shipped: the edge and agent roles only) and $(LABBIN) (the lab and the benchmarks)"
+	@echo "install          install the three in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate and azgate-node beside it)"
 	@echo "deb              the Debian package in bin/ (dpkg-deb: binary, systemd units, man pages; DEB_VERSION=...)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
@@ -31,10 +32,16 @@ help:
 	@echo "fuzz-gslb        issue 11's fuzzers: DNS, GSLB objects, pathd, GeoIP (GSLBFUZZTIME=30s)"
 	@echo "fuzz-long        every XDP program at scale: FUZZ_PACKETS (default 10M) mutated and random frames, FUZZ_SEED to replay (as root)"
 
-build: $(BIN) $(LABBIN)
+build: $(BIN) $(NODEBIN) $(LABBIN)
 
 $(BIN): $(GO_SOURCES)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/azgate
+
+# The node roles (edge, agent) only: the same source built with the node
+# tag, without the controller, the etcd server, DNS and the CLI
+# (cmd/azgate/node.go); their units run it, and so does the lab.
+$(NODEBIN): $(GO_SOURCES)
+	$(GO) build -tags node -ldflags "-X main.version=$(VERSION)" -o $(NODEBIN) ./cmd/azgate
 
 # The lab and the benchmarks: apart, so that azgate links none of their
 # code (cmd/azgate's TestShippedDeps); the lab runs bin/azgate beside it.
@@ -43,7 +50,7 @@ $(LABBIN): $(GO_SOURCES)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN) $(LABBIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN) $(NODEBIN) $(LABBIN) $(DESTDIR)$(PREFIX)/bin/
 
 # The Debian package (docs/deploy.md): scripts/mkdeb.sh, from this
 # checkout; packaging/ holds the units and the maintainer scripts.

@@ -46,6 +46,13 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 	if v := r.run(t, "chroot /R /usr/bin/azgate --version"); !strings.Contains(v, "1.0.0") {
 		t.Errorf("installed azgate --version: %q, want 1.0.0", v)
 	}
+	// azgate-node, what the edge and agent units run (units.go).
+	if v := r.run(t, "chroot /R /usr/bin/azgate-node --version"); !strings.Contains(v, "azgate-node version 1.0.0") {
+		t.Errorf("installed azgate-node --version: %q, want 1.0.0", v)
+	}
+	if out := r.run(t, "zcat /R/usr/share/man/man1/azgate-node-edge.1.gz"); !strings.Contains(out, "--attach") {
+		t.Errorf("azgate-node-edge(1) does not document --attach:\n%.400s", out)
+	}
 	for _, role := range []string{"controller", "edge", "agent", "bwmgr", "gslb", "pathd", "prober", "announce"} {
 		r.run(t, "test -f /R/lib/systemd/system/azgate-"+role+".service")
 		r.run(t, "test -s /R/usr/share/man/man1/azgate-"+role+".1.gz")
@@ -77,7 +84,7 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 
 	// Remove keeps configuration and state; purge removes both.
 	r.run(t, "dpkg --root=/R --force-not-root -r azgate")
-	r.run(t, "test ! -e /R/usr/bin/azgate && test ! -e /R/lib/systemd/system/azgate-edge.service")
+	r.run(t, "test ! -e /R/usr/bin/azgate && test ! -e /R/usr/bin/azgate-node && test ! -e /R/lib/systemd/system/azgate-edge.service")
 	r.run(t, "test -f /R"+conffile+" && test -f /R/var/lib/azgate/token")
 	r.run(t, "dpkg --root=/R --force-not-root -P azgate")
 	r.run(t, "test ! -e /R/etc/azgate && test ! -e /R/var/lib/azgate && test ! -e /R/usr/share/man/man1/azgate.1.gz")

@@ -15,9 +15,25 @@ import (
 //go:embed systemd/*.service
 var units embed.FS
 
-// Binary and ConfigFile are the paths the units name: the installed
-// binary and a role's configuration file.
-const Binary = "/usr/bin/azgate"
+// Binary and NodeBinary are the installed binaries the units run: azgate
+// (every role, the CLI) and azgate-node (the node roles, NodeRoles, and
+// nothing else: it links no controller, etcd server or DNS, and an edge
+// or an agent keeps fewer file pages resident; docs/deploy.md).
+const (
+	Binary     = "/usr/bin/azgate"
+	NodeBinary = "/usr/bin/azgate-node"
+)
+
+// NodeRoles are the roles whose units run NodeBinary.
+var NodeRoles = []string{"edge", "agent"}
+
+// BinaryOf is the installed binary role's unit runs.
+func BinaryOf(role string) string {
+	if slices.Contains(NodeRoles, role) {
+		return NodeBinary
+	}
+	return Binary
+}
 
 // ConfigFile is the configuration file the unit of role reads.
 func ConfigFile(role string) string { return "/etc/azgate/" + role + ".yaml" }
@@ -32,13 +48,13 @@ func Unit(role string) ([]byte, error) {
 }
 
 // Command is how a unit runs its role: Check (the ExecStartPre that runs
-// Binary with --check-config) then Start (ExecStart), each an argv.
+// BinaryOf(role) with --check-config) then Start (ExecStart), each an argv.
 type Command struct {
 	Check, Start []string
 }
 
 // RoleCommand reads role's unit: its ExecStart, and the ExecStartPre that
-// checks the configuration. Both must run Binary with role's ConfigFile
+// checks the configuration. Both must run BinaryOf(role) with role's ConfigFile
 // (what With substitutes); anything else is an error, so a unit the
 // callers cannot follow is found, not half followed.
 func RoleCommand(role string) (Command, error) {
@@ -73,8 +89,8 @@ func parseCommand(role, text string) (Command, error) {
 		if len(argv) == 0 || strings.HasPrefix(argv[0], "+") {
 			continue // a privileged preparation (a directory), not the role
 		}
-		if argv[0] != Binary || len(argv) < 2 || argv[1] != role || !slices.Contains(argv, ConfigFile(role)) {
-			return Command{}, fmt.Errorf("%s=%s: want %s %s ... %s", at, v, Binary, role, ConfigFile(role))
+		if argv[0] != BinaryOf(role) || len(argv) < 2 || argv[1] != role || !slices.Contains(argv, ConfigFile(role)) {
+			return Command{}, fmt.Errorf("%s=%s: want %s %s ... %s", at, v, BinaryOf(role), role, ConfigFile(role))
 		}
 		switch {
 		case k == "ExecStart" && c.Start != nil:
@@ -95,14 +111,15 @@ func parseCommand(role, text string) (Command, error) {
 	return c, nil
 }
 
-// With is the command with binary for Binary and config for the role's
-// ConfigFile.
+// With is the command with binary for BinaryOf(role) and config for the
+// role's ConfigFile: the caller passes its own build of that binary
+// (azgate-node for NodeRoles).
 func (c Command) With(role, binary, config string) Command {
 	sub := func(argv []string) []string {
 		out := slices.Clone(argv)
 		for i, a := range out {
 			switch {
-			case i == 0 && a == Binary:
+			case i == 0 && a == BinaryOf(role):
 				out[i] = binary
 			case a == ConfigFile(role):
 				out[i] = config

@@ -24,20 +24,26 @@ func TestRoleCommand(t *testing.T) {
 		if want := []string{"/opt/x/azgate", r, "--config", "/run/lab/n1.yaml", "--check-config"}; !slices.Equal(got.Check, want) {
 			t.Errorf("%s: check %q, want %q", r, got.Check, want)
 		}
-		if c.Start[0] != Binary || !slices.Contains(c.Start, ConfigFile(r)) {
+		if c.Start[0] != BinaryOf(r) || !slices.Contains(c.Start, ConfigFile(r)) {
 			t.Errorf("%s: With changed the unit's command %q", r, c.Start)
 		}
 	}
 	if _, err := RoleCommand("nosuch"); err == nil {
 		t.Error("a role without a unit has a command")
 	}
+	// The node roles run azgate-node, the others azgate.
+	for r, want := range map[string]string{"edge": NodeBinary, "agent": NodeBinary, "controller": Binary, "gslb": Binary} {
+		if c, err := RoleCommand(r); err != nil || c.Start[0] != want || c.Check[0] != want {
+			t.Errorf("%s: unit runs %q and checks with %q (%v), want %s", r, c.Start, c.Check, err, want)
+		}
+	}
 }
 
 // TestRoleCommandRefuses: a unit whose command lines the callers cannot
 // follow is an error, not a half-followed command.
 func TestRoleCommandRefuses(t *testing.T) {
-	const check = "ExecStartPre=/usr/bin/azgate edge --config /etc/azgate/edge.yaml --check-config\n"
-	const start = "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml\n"
+	const check = "ExecStartPre=/usr/bin/azgate-node edge --config /etc/azgate/edge.yaml --check-config\n"
+	const start = "ExecStart=/usr/bin/azgate-node edge --config /etc/azgate/edge.yaml\n"
 	good := "[Unit]\nExecStart=/bin/false\n[Service]\nExecStartPre=+/usr/bin/install -d /x\n" + check + start
 	c, err := parseCommand("edge", good)
 	if err != nil || len(c.Start) != 4 || len(c.Check) != 5 {
@@ -47,12 +53,13 @@ func TestRoleCommandRefuses(t *testing.T) {
 		"no start":          "[Service]\n" + check,
 		"no check":          "[Service]\n" + start,
 		"start twice":       "[Service]\n" + check + start + start,
-		"another binary":    "[Service]\n" + check + "ExecStart=/usr/local/bin/azgate edge --config /etc/azgate/edge.yaml\n",
-		"another role":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate agent --config /etc/azgate/edge.yaml\n",
-		"another file":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/edge.yaml\n",
-		"a variable":        "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml $OPTS\n",
-		"a continuation":    "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml \\\n",
-		"unchecked pre-run": "[Service]\n" + check + start + "ExecStartPre=/usr/bin/azgate edge --config /etc/azgate/edge.yaml --help\n",
+		"another binary":    "[Service]\n" + check + "ExecStart=/usr/local/bin/azgate-node edge --config /etc/azgate/edge.yaml\n",
+		"the full binary":   "[Service]\n" + check + "ExecStart=/usr/bin/azgate edge --config /etc/azgate/edge.yaml\n",
+		"another role":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate-node agent --config /etc/azgate/edge.yaml\n",
+		"another file":      "[Service]\n" + check + "ExecStart=/usr/bin/azgate-node edge --config /etc/edge.yaml\n",
+		"a variable":        "[Service]\n" + check + "ExecStart=/usr/bin/azgate-node edge --config /etc/azgate/edge.yaml $OPTS\n",
+		"a continuation":    "[Service]\n" + check + "ExecStart=/usr/bin/azgate-node edge --config /etc/azgate/edge.yaml \\\n",
+		"unchecked pre-run": "[Service]\n" + check + start + "ExecStartPre=/usr/bin/azgate-node edge --config /etc/azgate/edge.yaml --help\n",
 	} {
 		if c, err := parseCommand("edge", text); err == nil {
 			t.Errorf("%s: %q, no error", name, c)

@@ -36,10 +36,15 @@ export GOFLAGS=${GOFLAGS:--buildvcs=false}
 # Built as `make build` builds it (the same flags: Go's build cache serves
 # both; -s -w only strip the symbol tables at link time).
 $GO build -ldflags "-s -w -X main.version=$DEB_VERSION" -o "$pkg/usr/bin/azgate" ./cmd/azgate
-# The man pages: from the same command tree, by a build with the mangen
-# tag (cmd/azgate/mangen.go); that build is not shipped.
+# azgate-node: the same source with the node tag, the edge and agent
+# roles only (their units run it: cmd/azgate/node.go, docs/deploy.md).
+$GO build -tags node -ldflags "-s -w -X main.version=$DEB_VERSION" -o "$pkg/usr/bin/azgate-node" ./cmd/azgate
+# The man pages: from the same command trees, by builds with the mangen
+# tag (cmd/azgate/mangen.go); those builds are not shipped.
 $GO build -tags mangen -ldflags "-X main.version=$DEB_VERSION" -o "$stage/azgate-mangen" ./cmd/azgate
 "$stage/azgate-mangen" gen-man "$stage/man1"
+$GO build -tags mangen,node -ldflags "-X main.version=$DEB_VERSION" -o "$stage/azgate-node-mangen" ./cmd/azgate
+"$stage/azgate-node-mangen" gen-man "$stage/man1"
 for f in "$stage"/man1/*.1; do
 	gzip -9n <"$f" >"$pkg/usr/share/man/man1/$(basename "$f").gz"
 done
@@ -69,7 +74,7 @@ install -m 0755 packaging/debian/postinst packaging/debian/prerm packaging/debia
 
 # cgo's resolver links libc dynamically (as `make build` does).
 depends="passwd"
-if ldd "$pkg/usr/bin/azgate" 2>/dev/null | grep -q 'libc\.so'; then
+if ldd "$pkg/usr/bin/azgate" "$pkg/usr/bin/azgate-node" 2>/dev/null | grep -q 'libc\.so'; then
 	depends="libc6, $depends"
 fi
 size=$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)

@@ -42,7 +42,7 @@ func newRoot() *cobra.Command {
 	}
 	f := root.PersistentFlags()
 	f.BoolVar(&globals.json, "json", false, "print JSON instead of tables")
-	f.StringVar(&globals.azgate, "azgate", "", "the azgate binary the lab's roles run as (default: azgate in azgate-lab's directory)")
+	f.StringVar(&globals.azgate, "azgate", "", "the azgate binary the lab's roles run as (default: azgate in azgate-lab's directory); the edges and agents run azgate-node beside it, as their units do")
 	for _, add := range commands {
 		root.AddCommand(add())
 	}

@@ -1,7 +1,8 @@
+//go:build !node
+
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -62,14 +63,6 @@ func printRefusals(w io.Writer, rs []string) {
 	for _, r := range rs {
 		fmt.Fprintf(w, "  ! %s\n", r)
 	}
-}
-
-// printJSON prints v indented.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }
 
 // newTable starts an aligned table; call Flush when done.

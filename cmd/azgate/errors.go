@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -120,7 +121,7 @@ func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 		printJSON(stdout, errorBody(err, code))
 		return code
 	}
-	fmt.Fprintln(stderr, "azgate:", err)
+	fmt.Fprintln(stderr, root.Name()+":", err)
 	return code
 }
 
@@ -204,4 +205,12 @@ func errorBody(err error, exit int) errorJSON {
 		}
 	}
 	return out
+}
+
+// printJSON prints v indented.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }

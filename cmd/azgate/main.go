@@ -21,8 +21,8 @@ func main() {
 // newRoot builds the command tree; tests run it in-process.
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "azgate",
-		Short:         "azgate: software edge gateway for multi-AZ clouds",
+		Use:           rootName,
+		Short:         rootShort,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,

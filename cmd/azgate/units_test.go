@@ -1,3 +1,5 @@
+//go:build !node
+
 package main
 
 import (
@@ -11,8 +13,12 @@ import (
 )
 
 // The systemd units of packaging/systemd (issue 20.1): one per role, each
-// starting `/usr/bin/azgate ROLE --config /etc/azgate/ROLE.yaml`.
+// starting `/usr/bin/azgate ROLE --config /etc/azgate/ROLE.yaml`, the
+// node roles (edge, agent) /usr/bin/azgate-node (node.go).
 const unitDir = "../../packaging/systemd"
+
+// nodeRoles are the roles of azgate-node (go build -tags node).
+var nodeRoles = []string{"edge", "agent"}
 
 // unitRoles are the roles a host runs as services.
 var unitRoles = []string{"controller", "edge", "agent", "bwmgr", "gslb", "pathd", "prober", "announce"}
@@ -80,8 +86,12 @@ func parseUnit(t *testing.T, path string) unit {
 func roleOf(t *testing.T, u unit, line string) (string, []string) {
 	t.Helper()
 	args := strings.Fields(line)
-	if len(args) < 2 || args[0] != "/usr/bin/azgate" {
-		t.Fatalf("%s: %q: want /usr/bin/azgate ROLE ...", u.path, line)
+	want := "/usr/bin/azgate"
+	if len(args) >= 2 && slices.Contains(nodeRoles, args[1]) {
+		want = "/usr/bin/azgate-node"
+	}
+	if len(args) < 2 || args[0] != want {
+		t.Fatalf("%s: %q: want %s ROLE ...", u.path, line, want)
 	}
 	root := newRoot()
 	c, rest, err := root.Find(args[1:])
@@ -169,7 +179,7 @@ func TestUnits(t *testing.T) {
 			checked = checked || r == role && slices.Equal(a, append(cfg, "--check-config"))
 		}
 		if !checked {
-			t.Errorf("%s: no ExecStartPre=/usr/bin/azgate %s %s --check-config", f, role, strings.Join(cfg, " "))
+			t.Errorf("%s: no ExecStartPre=/usr/bin/azgate[-node] %s %s --check-config", f, role, strings.Join(cfg, " "))
 		}
 		want := "exec"
 		if notifies(t, role) {
@@ -225,7 +235,7 @@ func commentsOf(text string) string {
 }
 
 // TestUnitsVerify runs systemd-analyze verify on the units with the built
-// binary at /usr/bin/azgate: a read-only overlay of /usr/bin in a mount
+// binaries at /usr/bin/azgate and /usr/bin/azgate-node: a read-only overlay of /usr/bin in a mount
 // namespace of the test's own (root), so the host's /usr/bin is untouched.
 func TestUnitsVerify(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -241,6 +251,9 @@ func TestUnitsVerify(t *testing.T) {
 	}
 	if out, err := exec.Command(goTool(), "build", "-o", filepath.Join(bin, "azgate"), ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(goTool(), "build", "-tags", "node", "-o", filepath.Join(bin, "azgate-node"), ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags node: %v\n%s", err, out)
 	}
 	units, _ := filepath.Glob(filepath.Join(unitDir, "*.service"))
 	abs := make([]string, len(units))

@@ -14,6 +14,11 @@ import (
 // lab, benchmark or test code (cmd/azgate's TestShippedDeps).
 const BinaryName = "azgate"
 
+// NodeBinaryName is the shipped binary of the node roles (edge, agent:
+// packaging.NodeRoles), which their units run: the lab runs them with it
+// too, found beside Binary (make build puts bin/azgate-node there).
+const NodeBinaryName = "azgate-node"
+
 // DefaultBinary is the azgate binary the lab runs when Config.Binary is
 // empty: azgate in the running executable's directory, where make build
 // (bin/) and make install put it beside azgate-lab.
@@ -25,7 +30,8 @@ func DefaultBinary() (string, error) {
 	return filepath.Join(filepath.Dir(exe), BinaryName), nil
 }
 
-// binaryDefaults fills in Binary and LabBinary. A path with a slash is
+// binaryDefaults fills in Binary, NodeBinary (beside Binary) and
+// LabBinary. A path with a slash is
 // made absolute (the roles start in other namespaces and directories); a
 // bare name is left for exec to look up in PATH.
 func (c *Config) binaryDefaults() error {
@@ -43,11 +49,17 @@ func (c *Config) binaryDefaults() error {
 		}
 		c.LabBinary = b
 	}
-	for _, p := range []*string{&c.Binary, &c.LabBinary} {
+	for _, p := range []*string{&c.Binary, &c.NodeBinary, &c.LabBinary} {
 		if strings.ContainsRune(*p, '/') {
 			if abs, err := filepath.Abs(*p); err == nil {
 				*p = abs
 			}
+		}
+	}
+	if c.NodeBinary == "" {
+		c.NodeBinary = NodeBinaryName
+		if strings.ContainsRune(c.Binary, '/') {
+			c.NodeBinary = filepath.Join(filepath.Dir(c.Binary), NodeBinaryName)
 		}
 	}
 	return nil
@@ -62,6 +74,9 @@ func (c Config) CheckBinaries() error {
 	}
 	if err := checkExecutable(c.Binary); err != nil {
 		return fmt.Errorf("the lab runs its roles with the azgate binary: %w (build it with make build, which puts bin/azgate beside bin/azgate-lab, or name it with --azgate PATH)", err)
+	}
+	if err := checkExecutable(c.NodeBinary); err != nil {
+		return fmt.Errorf("the lab runs its edges and agents with the azgate-node binary, as their units do: %w (build it with make build, which puts bin/azgate-node beside bin/azgate; it is looked for beside --azgate)", err)
 	}
 	if err := checkExecutable(c.LabBinary); err != nil {
 		return fmt.Errorf("the lab runs its servers with the azgate-lab binary: %w", err)

@@ -9,7 +9,8 @@ import (
 
 // TestCheckBinaries: the lab finds azgate beside the running executable
 // unless told otherwise, and refuses to start, naming the path and what to
-// do, when azgate or azgate-lab is missing or not executable.
+// do, when azgate, azgate-node (beside azgate unless told otherwise) or
+// azgate-lab is missing or not executable.
 func TestCheckBinaries(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -28,6 +29,9 @@ func TestCheckBinaries(t *testing.T) {
 	if err := os.WriteFile(azgate, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "azgate-node"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	plain := filepath.Join(dir, "plain")
 	if err := os.WriteFile(plain, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
@@ -42,14 +46,17 @@ func TestCheckBinaries(t *testing.T) {
 	if c.Binary != def || c.LabBinary != exe {
 		t.Errorf("defaults: Binary %q, LabBinary %q; want %q, %q", c.Binary, c.LabBinary, def, exe)
 	}
+	if want := filepath.Join(filepath.Dir(exe), "azgate-node"); c.NodeBinary != want {
+		t.Errorf("defaults: NodeBinary %q, want %q (beside Binary)", c.NodeBinary, want)
+	}
 	// A relative path is made absolute: the roles run elsewhere.
 	t.Chdir(dir)
 	c = Config{Binary: "./azgate", LabBinary: exe}
 	if err := c.binaryDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Binary != azgate {
-		t.Errorf("relative Binary became %q, want %q", c.Binary, azgate)
+	if c.Binary != azgate || c.NodeBinary != azgate+"-node" {
+		t.Errorf("relative Binary became %q, NodeBinary %q, want %q and %q", c.Binary, c.NodeBinary, azgate, azgate+"-node")
 	}
 
 	for _, tc := range []struct {
@@ -63,6 +70,7 @@ func TestCheckBinaries(t *testing.T) {
 		{"azgate not executable", Config{Binary: plain, LabBinary: exe}, []string{plain + ": not executable", "--azgate PATH"}},
 		{"azgate a directory", Config{Binary: dir, LabBinary: exe}, []string{dir + ": not a regular file"}},
 		{"azgate-lab missing", Config{Binary: azgate, LabBinary: missing}, []string{"servers with the azgate-lab binary", missing + ": no such file"}},
+		{"azgate-node missing", Config{Binary: azgate, NodeBinary: missing, LabBinary: exe}, []string{"edges and agents with the azgate-node binary", missing + ": no such file", "make build"}},
 	} {
 		err := tc.cfg.CheckBinaries()
 		if tc.want == nil {

@@ -33,6 +33,10 @@ type Config struct {
 	// edges, agents, ...); default: DefaultBinary, azgate beside the
 	// running executable.
 	Binary string
+	// NodeBinary is the shipped azgate-node binary the node roles run as
+	// (edges, agents: packaging.NodeRoles, as their units do); default:
+	// azgate-node beside Binary.
+	NodeBinary string
 	// LabBinary runs the lab's servers (azgate-lab lab serve); default:
 	// the running executable.
 	LabBinary     string

@@ -140,7 +140,11 @@ func (l *Lab) roleCommand(name string, args []string) (packaging.Command, error)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return packaging.Command{}, err
 	}
-	return c.With(args[0], l.Cfg.Binary, path), nil
+	bin := l.Cfg.Binary
+	if packaging.BinaryOf(args[0]) == packaging.NodeBinary {
+		bin = l.Cfg.NodeBinary
+	}
+	return c.With(args[0], bin, path), nil
 }
 
 // checkConfig runs a unit's --check-config command in namespace ns (""

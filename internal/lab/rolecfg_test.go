@@ -16,7 +16,7 @@ import (
 // the binary and the configuration file substituted, and the file holds
 // the settings.
 func TestRoleCommandIsTheUnits(t *testing.T) {
-	l := &Lab{Cfg: Config{StateDir: t.TempDir(), Binary: "/opt/lab/azgate"}}
+	l := &Lab{Cfg: Config{StateDir: t.TempDir(), Binary: "/opt/lab/azgate", NodeBinary: "/opt/lab/azgate-node"}}
 	for _, role := range []string{"controller", "edge", "agent", "bwmgr", "gslb", "pathd", "prober", "announce"} {
 		u, err := packaging.RoleCommand(role)
 		if err != nil {
@@ -27,10 +27,15 @@ func TestRoleCommandIsTheUnits(t *testing.T) {
 			t.Fatalf("%s: %v", role, err)
 		}
 		path := filepath.Join(l.Cfg.StateDir, "config", "n1-"+role+".yaml")
+		// The node roles run azgate-node, as their units do.
+		bin := l.Cfg.Binary
+		if role == "edge" || role == "agent" {
+			bin = l.Cfg.NodeBinary
+		}
 		sub := func(argv []string) []string {
 			out := slices.Clone(argv)
 			for i, a := range out {
-				out[i] = strings.NewReplacer(packaging.Binary, l.Cfg.Binary, packaging.ConfigFile(role), path).Replace(a)
+				out[i] = strings.NewReplacer(packaging.BinaryOf(role), bin, packaging.ConfigFile(role), path).Replace(a)
 			}
 			return out
 		}
@@ -40,7 +45,7 @@ func TestRoleCommandIsTheUnits(t *testing.T) {
 		if want := sub(u.Check); !slices.Equal(c.Check, want) {
 			t.Errorf("%s: lab checks with %q, the unit %q", role, c.Check, want)
 		}
-		if want := []string{l.Cfg.Binary, role, "--config", path}; !slices.Equal(c.Start, want) {
+		if want := []string{bin, role, "--config", path}; !slices.Equal(c.Start, want) {
 			t.Errorf("%s: lab starts %q, want %q", role, c.Start, want)
 		}
 		b, err := os.ReadFile(path)

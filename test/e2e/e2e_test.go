@@ -44,7 +44,7 @@ var (
 
 // labBinary skips t without root (the lab needs namespaces and XDP) and
 // returns the azgate binary the lab runs, built once for the package
-// together with azgate-lab (azgateLabBinary).
+// together with azgate-node beside it and azgate-lab (azgateLabBinary).
 func labBinary(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -56,8 +56,14 @@ func labBinary(t testing.TB) string {
 		}
 		binary = filepath.Join(buildDir, "azgate")
 		labBin = filepath.Join(buildDir, "azgate-lab")
-		for _, b := range []struct{ out, pkg string }{{binary, "../../cmd/azgate"}, {labBin, "../../cmd/azgate-lab"}} {
-			if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
+		// azgate-node beside azgate: the lab runs its edges and agents with
+		// it (lab.Config.NodeBinary's default), as their units do.
+		for _, b := range []struct{ out, tags, pkg string }{
+			{binary, "", "../../cmd/azgate"},
+			{filepath.Join(buildDir, "azgate-node"), "node", "../../cmd/azgate"},
+			{labBin, "", "../../cmd/azgate-lab"},
+		} {
+			if out, err := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, b.pkg).CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", filepath.Base(b.out), err, out)
 				return
 			}
