@@ -41,6 +41,9 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	if cfg.EIPMax != 0 {
 		load.AgentEIPMax = cfg.EIPMax // as edge.Run does: the Config is what sizes the maps
 	}
+	if off := dataplane.ForwardingOff([]string{cfg.Underlay}); len(off) > 0 {
+		cfg.Log.Warn(dataplane.ForwardingHint(off))
+	}
 	dp, err := openDataPlane(cfg, load, &s)
 	if err != nil {
 		return fail("data plane", err)

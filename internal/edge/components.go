@@ -127,6 +127,9 @@ func (p *plane) Start(context.Context) error {
 		}
 		cfg.LB.HZ = hz
 	}
+	if off := dataplane.ForwardingOff(cfg.Interfaces); len(off) > 0 {
+		cfg.Log.Warn(dataplane.ForwardingHint(off))
+	}
 	dp, err := dataplane.LoadEdge(p.load)
 	if err != nil {
 		return err
