@@ -67,14 +67,15 @@ func auditOp(a Actor, base int64, ops []store.Op) store.Op {
 // (its three etcd round trips delay no write), so the log holds
 // AuditKeep+auditTrimEvery-1 records once the trimmer is done, and
 // briefly more by the writes committed while a trim runs.
-func (s *Core) trimAudit() {
+func (s *Core) trimAudit(ctx context.Context) {
 	if s.store == nil {
 		return
 	}
 	if s.beforeTrim != nil {
 		s.beforeTrim()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The loop's context: a shutdown does not wait out a hung store.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if n, err := s.store.TrimAudit(ctx, s.cfg.AuditKeep); err != nil {
 		s.log.Warn("audit log: trimming failed", "err", err)
@@ -88,7 +89,7 @@ func (s *Core) trimAudit() {
 func (s *Core) wakeTrimmer() {
 	n := s.trimAsked.Add(1)
 	if s.trimWake == nil {
-		s.trimAudit()
+		s.trimAudit(context.Background())
 		s.trimDone.Store(n)
 		return
 	}
@@ -108,7 +109,7 @@ func (s *Core) trimLoop(ctx context.Context) {
 		case <-s.trimWake:
 		}
 		n := s.trimAsked.Load()
-		s.trimAudit()
+		s.trimAudit(ctx)
 		s.trimDone.Store(n)
 	}
 }
