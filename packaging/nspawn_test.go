@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -661,13 +662,26 @@ func boot(t *testing.T, dir string) *machine {
 		"--capability=CAP_BPF,CAP_PERFMON", "--system-call-filter=bpf",
 		"--bind="+bpffs+":/sys/fs/bpf", "-b", "systemd.firstboot=off")
 	m.nspwn.Stdout, m.nspwn.Stderr = logf, logf
-	m.nspwn.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := m.nspwn.Start(); err != nil {
+	// Pdeathsig: a test process killed midway (a `go test` stopped by
+	// hand) halts its container instead of leaving it running with its
+	// etcd, Redis and Prometheus. The signal follows the thread that
+	// started nspawn, so that thread stays locked and alive until the
+	// cleanup, never retired by the runtime while the test runs.
+	m.nspwn.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGTERM}
+	started, release := make(chan error, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		started <- m.nspwn.Start()
+		<-release // the thread ends with this goroutine, after the cleanup
+	}()
+	if err := <-started; err != nil {
+		close(release)
 		t.Fatalf("systemd-nspawn: %v", err)
 	}
 	done := make(chan struct{})
 	go func() { m.nspwn.Wait(); close(done) }()
 	t.Cleanup(func() {
+		defer close(release)
 		if t.Failed() && m.pid1 != 0 {
 			out, _ := m.run(20*time.Second, "systemctl --no-pager status 'azgate-*'; journalctl --no-pager -n 80 -u 'azgate-*'")
 			t.Logf("the container's azgate units:\n%s", out)
