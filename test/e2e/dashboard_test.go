@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,16 +48,7 @@ func TestLabDashboard(t *testing.T) {
 	if _, err := exec.LookPath("prometheus"); err != nil {
 		t.Skip("prometheus is not installed (Debian's prometheus; scripts/setup.sh installs it)")
 	}
-	chromium := ""
-	for _, c := range []string{"chromium-headless-shell", "chromium"} {
-		if p, err := exec.LookPath(c); err == nil {
-			chromium = p
-			break
-		}
-	}
-	if chromium == "" {
-		t.Skip("chromium-headless-shell is not installed (scripts/setup.sh installs it)")
-	}
+	chromium := chromiumOrSkip(t)
 	l := upLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -206,13 +198,7 @@ func TestLabDashboard(t *testing.T) {
 	}
 
 	// The rendered dashboard, screenshotted.
-	dir := os.Getenv("AZGATE_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = "/tmp/azgate-artifacts"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := artifactDir(t)
 	var page bytes.Buffer
 	if err := lab.RenderDashboard(&page, data); err != nil {
 		t.Fatal(err)
@@ -232,11 +218,35 @@ func TestLabDashboard(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", chromium, err, out)
 	}
 	t.Logf("dashboard: %s, screenshot: %s", htmlPath, pngPath)
-	checkScreenshot(t, pngPath)
+	checkScreenshot(t, pngPath, 1400, 2400)
 
 	// The status page of the same lab: its service with a backend down
 	// and its bandwidth package.
 	t.Run("status page", func(t *testing.T) { labStatusPage(t, l, chromium, "web", "az3-h2", "dash") })
+}
+
+// chromiumOrSkip is the headless Chromium the screenshots use, or skips
+// the test without one.
+func chromiumOrSkip(t *testing.T) string {
+	t.Helper()
+	for _, c := range []string{"chromium-headless-shell", "chromium"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	t.Skip("chromium-headless-shell is not installed (scripts/setup.sh installs it)")
+	return ""
+}
+
+// artifactDir is where the tests leave their screenshots:
+// $AZGATE_TEST_ARTIFACTS, else /tmp/azgate-artifacts.
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	dir := cmp.Or(os.Getenv("AZGATE_TEST_ARTIFACTS"), "/tmp/azgate-artifacts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // freeLoopback is a free 127.0.0.1 port.
@@ -305,7 +315,7 @@ func metricNamesIn(ctx context.Context, t *testing.T, base string) map[string]bo
 // checkScreenshot fails t unless the PNG decodes, has the window's size
 // and is not blank: most of it is not the page's background, and it has
 // the colours of text and chart lines.
-func checkScreenshot(t *testing.T, path string) {
+func checkScreenshot(t *testing.T, path string, w, h int) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -317,8 +327,8 @@ func checkScreenshot(t *testing.T, path string) {
 		t.Fatalf("%s: %v", path, err)
 	}
 	b := img.Bounds()
-	if b.Dx() != 1400 || b.Dy() != 2400 {
-		t.Errorf("%s: %dx%d, want 1400x2400", path, b.Dx(), b.Dy())
+	if b.Dx() != w || b.Dy() != h {
+		t.Errorf("%s: %dx%d, want %dx%d", path, b.Dx(), b.Dy(), w, h)
 	}
 	colours := map[[3]uint32]int{}
 	for y := b.Min.Y; y < b.Max.Y; y += 2 {

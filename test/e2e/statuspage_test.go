@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"image/png"
 	"io"
 	"net"
 	"net/netip"
@@ -135,19 +134,10 @@ func labStatusPage(t *testing.T, l *lab.Lab, bin string, wants ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img, err := png.Decode(bytes.NewReader(b)); err != nil || img.Bounds().Dx() != 1280 {
-		t.Fatalf("screenshot: %v", err)
-	}
-	dir := os.Getenv("AZGATE_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = "/tmp/azgate-artifacts"
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "lab-status-page.png")
+	out := filepath.Join(artifactDir(t), "lab-status-page.png")
 	if err := os.WriteFile(out, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	checkScreenshot(t, out, 1280, 1600)
 	t.Logf("screenshot of the lab's status page: %s", out)
 }
