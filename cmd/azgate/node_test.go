@@ -115,3 +115,44 @@ func goListDepsArgs(t *testing.T, args ...string) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// TestFleetNodeDeps: azgate-fleetnode (cmd/azgate-fleetnode), the fleet
+// bench's edge and agent processes, links the edge and agent roles' code
+// (internal/edge, internal/agent, the store's client, internal/dataplane
+// with its fakes) and, beyond the standard library, only packages
+// azgate-node links too, besides its own: its command, the children's
+// code (internal/bench/fleetnode) and etcdproc's /proc reader. None of
+// the controller, the etcd server, miekg/dns, the lab or the rest of
+// internal/bench: so its memory is a node's (docs/scale.md).
+func TestFleetNodeDeps(t *testing.T) {
+	deps := goListDeps(t, "../azgate-fleetnode")
+	node := goListDepsArgs(t, "-tags", "node", ".")
+	own := []string{module + "cmd/azgate-fleetnode", module + "internal/bench/fleetnode", module + "internal/store/etcdproc"}
+	for _, want := range []string{"internal/edge", "internal/agent", "internal/store", "internal/dataplane", "internal/bench/fleetnode"} {
+		if !slices.Contains(deps, module+want) {
+			t.Errorf("azgate-fleetnode does not link %s", want)
+		}
+	}
+	for _, d := range nodeViolations(deps) {
+		t.Errorf("azgate-fleetnode links %s", d)
+	}
+	for _, d := range deps {
+		std := !strings.Contains(strings.Split(d, "/")[0], ".")
+		if d == "testing" || strings.HasPrefix(d, "testing/") || !std && !slices.Contains(own, d) && !slices.Contains(node, d) {
+			t.Errorf("azgate-fleetnode links %s, which azgate-node does not", d)
+		}
+	}
+	// The check itself: azgate-lab, which ran the children before, links
+	// lab and benchmark packages that azgate-node does not.
+	var extra []string
+	for _, d := range goListDeps(t, "../azgate-lab") {
+		if strings.HasPrefix(d, module) && !slices.Contains(own, d) && !slices.Contains(node, d) {
+			extra = append(extra, d)
+		}
+	}
+	for _, want := range []string{module + "internal/lab", module + "internal/bench", module + "internal/controller"} {
+		if !slices.Contains(extra, want) {
+			t.Errorf("the check passes azgate-lab's %s (flagged: %v)", want, extra)
+		}
+	}
+}
