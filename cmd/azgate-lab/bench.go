@@ -238,7 +238,11 @@ func fleetCommand() *cobra.Command {
            peak); --restart then starts every edge, agent and agent
            process again at once with --restart-jitter and times until
            all serve the current revision. Prints each figure the issue
-           sets a target for next to it.
+           sets a target for next to it. The child processes run
+           azgate-fleetnode (beside azgate-lab, make build puts it there;
+           --fleetnode PATH): the node roles' code on the fakes, without
+           the lab's, so that their memory is a node's; each prints its
+           VmRSS, VmHWM, RssAnon and RssFile.
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,

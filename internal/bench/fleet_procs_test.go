@@ -207,3 +207,26 @@ func needEtcd(t *testing.T) {
 		t.Skip("no etcd binary and not root")
 	}
 }
+
+// TestFleetBinary: the bench refuses a missing or non-executable child
+// binary, naming it and how to build it, and runs an executable one by
+// its absolute path.
+func TestFleetBinary(t *testing.T) {
+	dir := t.TempDir()
+	plain := dir + "/plain"
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bin := range []string{dir + "/azgate-fleetnode", plain} {
+		if _, err := fleetBinary(bin); err == nil || !strings.Contains(err.Error(), bin) || !strings.Contains(err.Error(), "make build") || !strings.Contains(err.Error(), "--fleetnode PATH") {
+			t.Errorf("%s: %v", bin, err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fleetBinary(""); err != nil || got != exe {
+		t.Errorf("default (this test binary): %q, %v, want %q", got, err, exe)
+	}
+}
