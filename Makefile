@@ -50,11 +50,11 @@ $(LABBIN): $(GO_SOURCES)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LABBIN) ./cmd/azgate-lab
 
 # bench fleet's child processes (edges and agents on the data-plane fakes):
-# the node roles' code without the lab's, so that their memory is a node's
-# (cmd/azgate-fleetnode's TestFleetNodeDeps); azgate-lab runs the one
-# beside it. Not shipped.
+# azgate-node's code plus the two child commands (cmd/azgate/fleetnode.go),
+# without the lab's, so that their memory is a node binary's
+# (TestFleetNodeDeps); azgate-lab runs the one beside it. Not shipped.
 $(FLEETBIN): $(GO_SOURCES)
-	$(GO) build -o $(FLEETBIN) ./cmd/azgate-fleetnode
+	$(GO) build -tags node,fleetnode -ldflags "-X main.version=$(VERSION)" -o $(FLEETBIN) ./cmd/azgate
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin

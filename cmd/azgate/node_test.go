@@ -116,20 +116,20 @@ func goListDepsArgs(t *testing.T, args ...string) []string {
 	return strings.Fields(string(out))
 }
 
-// TestFleetNodeDeps: azgate-fleetnode (cmd/azgate-fleetnode), the fleet
-// bench's edge and agent processes, links the edge and agent roles' code
-// (internal/edge, internal/agent, the store's client, internal/dataplane
-// with its fakes) and, beyond the standard library, only packages
-// azgate-node links too, besides its own: its command, the children's
-// code (internal/bench/fleetnode) and etcdproc's /proc reader. None of
-// the controller, the etcd server, miekg/dns, the lab or the rest of
-// internal/bench: so its memory is a node's (docs/scale.md).
+// TestFleetNodeDeps: azgate-fleetnode (`go build -tags node,fleetnode`,
+// cmd/azgate/fleetnode.go), the fleet bench's edge and agent processes,
+// links what azgate-node links and, beyond the standard library, only
+// the children's code (internal/bench/fleetnode, with the data-plane
+// fakes of internal/dataplane) and etcdproc's /proc reader: none of the
+// controller, the etcd server, miekg/dns, the lab or the rest of
+// internal/bench. So its memory is that of a process of the node binary
+// (docs/scale.md, "The bench's children").
 func TestFleetNodeDeps(t *testing.T) {
-	deps := goListDeps(t, "../azgate-fleetnode")
+	deps := goListDepsArgs(t, "-tags", "node,fleetnode", ".")
 	node := goListDepsArgs(t, "-tags", "node", ".")
-	own := []string{module + "cmd/azgate-fleetnode", module + "internal/bench/fleetnode", module + "internal/store/etcdproc"}
-	for _, want := range []string{"internal/edge", "internal/agent", "internal/store", "internal/dataplane", "internal/bench/fleetnode"} {
-		if !slices.Contains(deps, module+want) {
+	own := []string{module + "internal/bench/fleetnode", module + "internal/store/etcdproc"}
+	for _, want := range append([]string{module + "internal/edge", module + "internal/agent", module + "internal/store", module + "internal/dataplane"}, own...) {
+		if !slices.Contains(deps, want) {
 			t.Errorf("azgate-fleetnode does not link %s", want)
 		}
 	}
@@ -140,6 +140,11 @@ func TestFleetNodeDeps(t *testing.T) {
 		std := !strings.Contains(strings.Split(d, "/")[0], ".")
 		if d == "testing" || strings.HasPrefix(d, "testing/") || !std && !slices.Contains(own, d) && !slices.Contains(node, d) {
 			t.Errorf("azgate-fleetnode links %s, which azgate-node does not", d)
+		}
+	}
+	for _, d := range node {
+		if !slices.Contains(deps, d) {
+			t.Errorf("azgate-fleetnode does not link azgate-node's %s", d)
 		}
 	}
 	// The check itself: azgate-lab, which ran the children before, links

@@ -1,6 +1,7 @@
 // Package fleetnode is the fleet bench's child processes (issue 19,
-// part 4: nodes as real processes), run by azgate-fleetnode
-// (cmd/azgate-fleetnode): `azgate-fleetnode fleet-agent` runs one agent
+// part 4: nodes as real processes), run by azgate-fleetnode (azgate-node
+// built with the fleetnode tag too: cmd/azgate/fleetnode.go):
+// `azgate-fleetnode fleet-agent` runs one agent
 // Reconciler on the data-plane fakes for one host, following its host's
 // share with the agent role's own follow (agent.Follow);
 // `azgate-fleetnode fleet-edge` runs one edge Reconciler on the fakes
@@ -36,8 +37,9 @@
 // The package links what the node roles link (internal/edge,
 // internal/agent, the store's client, internal/dataplane's fakes) and
 // none of the lab, the controller, the etcd server or the rest of
-// internal/bench, so that a child's memory is the node binary's
-// (azgate-node) plus the fakes' (cmd/azgate-fleetnode's TestFleetNodeDeps).
+// internal/bench, so that a child's memory is that of a process of the
+// node binary (azgate-node) plus the fakes' (cmd/azgate's
+// TestFleetNodeDeps).
 // The bench (internal/bench) starts the children and reads their events
 // with ParseEvent; the in-process edges and agents of the bench use the
 // same Tap, Seen, Links and NewEdgeReconciler.
@@ -72,7 +74,8 @@ import (
 )
 
 // BinaryName is the children's executable: make build puts
-// bin/azgate-fleetnode beside bin/azgate-lab.
+// bin/azgate-fleetnode (go build -tags node,fleetnode ./cmd/azgate)
+// beside bin/azgate-lab.
 const BinaryName = "azgate-fleetnode"
 
 // AgentArg is the command an agent child runs as
