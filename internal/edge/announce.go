@@ -343,28 +343,39 @@ func sameConfig(a, b bgp.Config) bool {
 
 // storeLoop renews the lease (the store's reachability probe) and keeps
 // the announce key as Step wants it. Each store call has its own timeout:
-// a store that hangs delays only this loop, never a withdrawal.
+// a store that hangs delays only this loop, never a withdrawal. Woken by
+// a key change (a withdrawal above all: the agents stop sending replies
+// here when the key goes), it writes at once, without renewing the lease
+// first: the write is the store's answer (a lost lease fails it), one
+// round trip instead of two (TestAnnounceKeyChangeSkipsRenewal).
 func (a *Announcer) storeLoop(ctx context.Context) {
 	var lease store.LeaseID
 	var wroteKey string
 	var wroteVal []byte
 	t := time.NewTicker(a.cfg.Renew)
 	defer t.Stop()
+	woken := false // by a key change, not the renewal tick
 	for {
 		op, cancel := context.WithTimeout(ctx, a.cfg.Renew*2)
 		var err error
-		if lease == 0 {
+		switch {
+		case lease == 0:
 			lease, err = a.leases.Grant(op, a.cfg.LeaseTTL)
 			if err != nil {
 				lease = 0
 			}
 			wroteKey, wroteVal = "", nil // keys of a lost lease are gone
-		} else if err = a.leases.KeepAliveOnce(op, lease); errors.Is(err, store.ErrLeaseNotFound) {
-			lease, wroteKey, wroteVal = 0, "", nil
+		case woken:
+		default:
+			if err = a.leases.KeepAliveOnce(op, lease); errors.Is(err, store.ErrLeaseNotFound) {
+				lease, wroteKey, wroteVal = 0, "", nil
+			}
 		}
 		if err == nil && lease != 0 {
 			a.mu.Lock()
-			a.lastStore = time.Now()
+			if !woken {
+				a.lastStore = time.Now()
+			}
 			key, val := a.key, a.keyVal
 			a.mu.Unlock()
 			if key != wroteKey || !bytes.Equal(val, wroteVal) {
@@ -382,6 +393,11 @@ func (a *Announcer) storeLoop(ctx context.Context) {
 					a.cfg.Log.Warn("announce key not written", "key", key, "err", err)
 				} else {
 					wroteKey, wroteVal = key, val
+					if woken {
+						a.mu.Lock()
+						a.lastStore = time.Now()
+						a.mu.Unlock()
+					}
 				}
 			}
 		}
@@ -397,7 +413,9 @@ func (a *Announcer) storeLoop(ctx context.Context) {
 			}
 			return
 		case <-t.C:
+			woken = false
 		case <-a.keyChanged:
+			woken = true
 		}
 	}
 }

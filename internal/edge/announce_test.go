@@ -79,12 +79,14 @@ func (f *fakeSpeaker) announced() []string {
 
 // fakeLeases is a store that can be cut off.
 type fakeLeases struct {
-	mu     sync.Mutex
-	down   atomic.Bool
-	next   store.LeaseID
-	leases map[store.LeaseID]bool
-	keys   map[string][]byte
-	owner  map[string]store.LeaseID
+	mu   sync.Mutex
+	down atomic.Bool
+	// hangRenewal: KeepAliveOnce waits for its context (a slow store).
+	hangRenewal atomic.Bool
+	next        store.LeaseID
+	leases      map[store.LeaseID]bool
+	keys        map[string][]byte
+	owner       map[string]store.LeaseID
 }
 
 var errDown = errors.New("store unreachable")
@@ -108,9 +110,13 @@ func (f *fakeLeases) KeepAlive(context.Context, store.LeaseID) (<-chan struct{},
 	return nil, errors.New("not used")
 }
 
-func (f *fakeLeases) KeepAliveOnce(_ context.Context, id store.LeaseID) error {
+func (f *fakeLeases) KeepAliveOnce(ctx context.Context, id store.LeaseID) error {
 	if f.down.Load() {
 		return errDown
+	}
+	if f.hangRenewal.Load() {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -322,6 +328,39 @@ func TestAnnouncerConditions(t *testing.T) {
 	if _, ok := leases.key(key); ok || len(spk.announced()) != 0 || spk.waited == 0 || spk.stopped == 0 {
 		t.Fatalf("after shutdown: key %v, announced %v, waited %d, stopped %d", ok, spk.announced(), spk.waited, spk.stopped)
 	}
+}
+
+// TestAnnounceKeyChangeSkipsRenewal: a withdrawal deletes the announce
+// key at once, without renewing the lease first (the agents stop sending
+// replies to the edge when the key goes: one store round trip, not two).
+// The renewal hangs here and the tick never comes: before, the deletion
+// waited behind it.
+func TestAnnounceKeyChangeSkipsRenewal(t *testing.T) {
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, dataplane.NewFakeEdge())
+	defer r.Stop()
+	leases := newFakeLeases()
+	var dpErr atomic.Pointer[error]
+	an := NewAnnouncer(AnnounceConfig{Name: "edge-a1", StoreGrace: time.Hour, Settle: time.Nanosecond,
+		Interval: 5 * time.Millisecond, Renew: time.Hour, Log: quiet}, &fakeSpeaker{}, leases, r.AnnouncePlan,
+		func() error {
+			if p := dpErr.Load(); p != nil {
+				return *p
+			}
+			return nil
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	an.Start(ctx)
+	load(t, r, 10, bgpRegion(false)...)
+	key := store.AnnounceKey("pop-a", "edge-a1")
+	waitFor(t, "the announce key", func() bool { _, ok := leases.key(key); return ok })
+	leases.hangRenewal.Store(true)
+	err := errors.New("interface ext0: link down (no carrier)")
+	dpErr.Store(&err)
+	waitFor(t, "the announce key deleted while a renewal would hang", func() bool { _, ok := leases.key(key); return !ok })
+	leases.hangRenewal.Store(false)
+	dpErr.Store(nil)
+	waitFor(t, "the announce key back", func() bool { _, ok := leases.key(key); return ok })
 }
 
 // Announcing again waits for the conditions to hold for Settle;

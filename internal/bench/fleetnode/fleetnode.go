@@ -140,12 +140,25 @@ func (s *Seen) At(rev int64) int64 {
 	return 0
 }
 
-// Tap is an edge's store.Sink: it notes when each watched batch arrives
-// (before the Reconciler decodes and applies it), so the drift splits
-// into delivery (etcd and the client) and the edge's own work.
+// Tap is an edge's store.Sink: it notes when each revision's first call
+// arrives (a change's Put or Delete, or the Commit of a revision that
+// brought none), before the Reconciler decodes, indexes and applies it,
+// so the drift splits into delivery (etcd and the client) and the edge's
+// own work. (Until 2026-12-07 it noted the Commit only, after the Puts'
+// decode and index: the edge's work was partly counted as delivery.)
 type Tap struct {
 	*edge.Reconciler
 	Seen *Seen
+}
+
+func (d Tap) Put(kind, key string, value []byte, rev int64) {
+	d.Seen.Note(rev)
+	d.Reconciler.Put(kind, key, value, rev)
+}
+
+func (d Tap) Delete(kind, key string, rev int64) {
+	d.Seen.Note(rev)
+	d.Reconciler.Delete(kind, key, rev)
 }
 
 func (d Tap) Commit(rev int64, resync bool) {
