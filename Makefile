@@ -3,6 +3,7 @@ GO      ?= go
 BIN     := bin/azgate
 NODEBIN := bin/azgate-node
 LABBIN  := bin/azgate-lab
+FLEETBIN := bin/azgate-fleetnode
 PREFIX  ?= /usr/local
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export PATH := /usr/local/go/bin:$(PATH)
@@ -14,8 +15,8 @@ BPF_SOURCES := $(wildcard bpf/*.c bpf/lib/*.h)
 .PHONY: help build install deb generate config-docs check-generated vet test demo demo-gslb lab-down bench bench-dataplane bench-lab bench-control bench-lb bench-fleet bench-compare bench-compare-rev fuzz fuzz-bwalloc fuzz-gslb fuzz-long clean
 
 help:
-	@echo "build            build $(BIN) (shipped), $(NODEBIN) (shipped: the edge and agent roles only) and $(LABBIN) (the lab and the benchmarks)"
-	@echo "install          install the three in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate and azgate-node beside it)"
+	@echo "build            build $(BIN) (shipped), $(NODEBIN) (shipped: the edge and agent roles only), $(LABBIN) (the lab and the benchmarks) and $(FLEETBIN) (bench fleet's edge and agent processes)"
+	@echo "install          install the four in $(DESTDIR)$(PREFIX)/bin (azgate-lab runs the azgate, azgate-node and azgate-fleetnode beside it)"
 	@echo "deb              the Debian package in bin/ (dpkg-deb: binary, systemd units, man pages; DEB_VERSION=...)"
 	@echo "generate         rebuild the BPF objects (clang) and their Go bindings"
 	@echo "check-generated  fail if the committed BPF objects differ from the sources"
@@ -32,7 +33,7 @@ help:
 	@echo "fuzz-gslb        issue 11's fuzzers: DNS, GSLB objects, pathd, GeoIP (GSLBFUZZTIME=30s)"
 	@echo "fuzz-long        every XDP program at scale: FUZZ_PACKETS (default 10M) mutated and random frames, FUZZ_SEED to replay (as root)"
 
-build: $(BIN) $(NODEBIN) $(LABBIN)
+build: $(BIN) $(NODEBIN) $(LABBIN) $(FLEETBIN)
 
 $(BIN): $(GO_SOURCES)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/azgate
@@ -48,9 +49,16 @@ $(NODEBIN): $(GO_SOURCES)
 $(LABBIN): $(GO_SOURCES)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LABBIN) ./cmd/azgate-lab
 
+# bench fleet's child processes (edges and agents on the data-plane fakes):
+# azgate-node's code plus the two child commands (cmd/azgate/fleetnode.go),
+# without the lab's, so that their memory is a node binary's
+# (TestFleetNodeDeps); azgate-lab runs the one beside it. Not shipped.
+$(FLEETBIN): $(GO_SOURCES)
+	$(GO) build -tags node,fleetnode -ldflags "-X main.version=$(VERSION)" -o $(FLEETBIN) ./cmd/azgate
+
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN) $(NODEBIN) $(LABBIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN) $(NODEBIN) $(LABBIN) $(FLEETBIN) $(DESTDIR)$(PREFIX)/bin/
 
 # The Debian package (docs/deploy.md): scripts/mkdeb.sh, from this
 # checkout; packaging/ holds the units and the maintainer scripts.

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/azgate/azgate/internal/bench"
+	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/lab"
 )
 
@@ -237,7 +238,11 @@ func fleetCommand() *cobra.Command {
            peak); --restart then starts every edge, agent and agent
            process again at once with --restart-jitter and times until
            all serve the current revision. Prints each figure the issue
-           sets a target for next to it.
+           sets a target for next to it. The child processes run
+           azgate-fleetnode (beside azgate-lab, make build puts it there;
+           --fleetnode PATH): the node roles' code on the fakes, without
+           the lab's, so that their memory is a node's; each prints its
+           VmRSS, VmHWM, RssAnon and RssFile.
 
   sync     connection sync between two edges' real maps over loopback
            TCP: entries/s per core, lag at --sync-rate new connections/s,
@@ -267,7 +272,7 @@ func fleetCommand() *cobra.Command {
 			if only == "" || only == "control" {
 				fo.Out = say
 				if cpuProfile != "" {
-					stop, err := bench.StartCPUProfile(cpuProfile)
+					stop, err := fleetnode.StartCPUProfile(cpuProfile)
 					if err != nil {
 						return err
 					}
@@ -317,22 +322,10 @@ func fleetCommand() *cobra.Command {
 	f.Flags().DurationVar(&fo.RestartJitter, "restart-jitter", bench.DefaultFleetRestartJitter, "control: the restart's load jitter (each node waits a random share of it before its full load, as --etcd-load-jitter)")
 	f.Flags().IntVar(&fo.Changes, "changes", 200, "control: EIP rebinds timed")
 	f.Flags().IntVar(&fo.ServiceChanges, "service-changes", 20, "control: service changes timed")
+	f.Flags().StringVar(&fo.Binary, "fleetnode", "", "control: the edge and agent processes' executable, azgate-fleetnode (the node roles' code on the data-plane fakes; default: beside azgate-lab, where make build puts it)")
 	f.Flags().StringVar(&fo.EdgeProfile, "rss-profile", "", "control: the one-edge child writes Go CPU (its load) and allocation profiles to this path + .cpu and .heap")
 	f.Flags().IntVar(&fo.RSSRuns, "rss-runs", 1, "control: run the one-edge child this many times on the same region; its figures are the medians")
 	f.Flags().IntVar(&fo.RSSEIPs, "rss-eips", bench.DefaultFleetRSSEIPs, "control: then one edge of set0 alone in a child process follows its set's share holding this many EIPs (the region grows until set0 holds them) and reports its RSS (0: skip)")
 
-	for _, c := range bench.FleetChildren {
-		f.AddCommand(&cobra.Command{
-			Use:                c.Arg,
-			Short:              c.Short,
-			Hidden:             true,
-			DisableFlagParsing: true, // c.Main parses them
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx, cancel := signalContext()
-				defer cancel()
-				return c.Main(ctx, args, cmd.InOrStdin(), cmd.OutOrStdout())
-			},
-		})
-	}
 	return f
 }

@@ -18,6 +18,7 @@ import (
 var labOnly = []string{
 	"internal/lab",
 	"internal/bench",
+	"internal/bench/fleetnode",
 	"internal/bwsim",
 	"internal/gslbbench",
 	"internal/netlab",

@@ -115,3 +115,49 @@ func goListDepsArgs(t *testing.T, args ...string) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// TestFleetNodeDeps: azgate-fleetnode (`go build -tags node,fleetnode`,
+// cmd/azgate/fleetnode.go), the fleet bench's edge and agent processes,
+// links what azgate-node links and, beyond the standard library, only
+// the children's code (internal/bench/fleetnode, with the data-plane
+// fakes of internal/dataplane) and etcdproc's /proc reader: none of the
+// controller, the etcd server, miekg/dns, the lab or the rest of
+// internal/bench. So its memory is that of a process of the node binary
+// (docs/scale.md, "The bench's children").
+func TestFleetNodeDeps(t *testing.T) {
+	deps := goListDepsArgs(t, "-tags", "node,fleetnode", ".")
+	node := goListDepsArgs(t, "-tags", "node", ".")
+	own := []string{module + "internal/bench/fleetnode", module + "internal/store/etcdproc"}
+	for _, want := range append([]string{module + "internal/edge", module + "internal/agent", module + "internal/store", module + "internal/dataplane"}, own...) {
+		if !slices.Contains(deps, want) {
+			t.Errorf("azgate-fleetnode does not link %s", want)
+		}
+	}
+	for _, d := range nodeViolations(deps) {
+		t.Errorf("azgate-fleetnode links %s", d)
+	}
+	for _, d := range deps {
+		std := !strings.Contains(strings.Split(d, "/")[0], ".")
+		if d == "testing" || strings.HasPrefix(d, "testing/") || !std && !slices.Contains(own, d) && !slices.Contains(node, d) {
+			t.Errorf("azgate-fleetnode links %s, which azgate-node does not", d)
+		}
+	}
+	for _, d := range node {
+		if !slices.Contains(deps, d) {
+			t.Errorf("azgate-fleetnode does not link azgate-node's %s", d)
+		}
+	}
+	// The check itself: azgate-lab, which ran the children before, links
+	// lab and benchmark packages that azgate-node does not.
+	var extra []string
+	for _, d := range goListDeps(t, "../azgate-lab") {
+		if strings.HasPrefix(d, module) && !slices.Contains(own, d) && !slices.Contains(node, d) {
+			extra = append(extra, d)
+		}
+	}
+	for _, want := range []string{module + "internal/lab", module + "internal/bench", module + "internal/controller"} {
+		if !slices.Contains(extra, want) {
+			t.Errorf("the check passes azgate-lab's %s (flagged: %v)", want, extra)
+		}
+	}
+}

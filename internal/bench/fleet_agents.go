@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/azgate/azgate/internal/agent"
+	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -20,19 +20,6 @@ import (
 // many each (every agent has its own load and watch of its host's share;
 // a real agent has a client of its own).
 const fleetAgentsPerClient = 25
-
-// fleetLinks are an agent's guest interfaces on no kernel: guest address
-// a is interface "v<low 16 bits>".
-type fleetLinks struct{}
-
-func (fleetLinks) GuestInterface(a netip.Addr) (string, int, error) {
-	b := a.As4()
-	n := int(b[2])<<8 | int(b[3])
-	return fmt.Sprintf("v%d", n), 100 + n, nil
-}
-func (fleetLinks) AttachGuest(string) error          { return nil }
-func (fleetLinks) DetachGuest(string) error          { return nil }
-func (fleetLinks) KeepResolved(string, []netip.Addr) {}
 
 type fleetAgent struct {
 	host      int
@@ -63,7 +50,7 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 		}
 	}()
 	say("starting %d agents (hosts h0..h%d, %d guests each, %d per etcd client), each following its host's share", o.Agents, o.Agents-1, fleetGuestsPerHost, fleetAgentsPerClient)
-	base := heapInUse()
+	base := fleetnode.HeapInUse()
 	agents := make([]*fleetAgent, o.Agents)
 	sem := make(chan struct{}, 8)
 	t0 := time.Now()
@@ -132,7 +119,7 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 			return nil, fmt.Errorf("fleet: agent h%d programmed %d EIPs after its load, want %d", fa.host, got, want)
 		}
 	}
-	heapMB := float64(heapInUse()-base) / 1e6 / float64(o.Agents)
+	heapMB := float64(fleetnode.HeapInUse()-base) / 1e6 / float64(o.Agents)
 	say("%d agents loaded their hosts in %.1f s (one agent's full load at most %.2f s; %.2f MB of Go heap per agent, fake maps included)", o.Agents, loadS, loadMax, heapMB)
 
 	// Drift: EIPs rebound to a guest of another agent's host.
@@ -222,7 +209,7 @@ func fleetAgentsRun(ctx context.Context, o FleetOptions, endpoints func(int) []s
 // applied revisions and its first load (as newFleetEdge does for an edge).
 func newFleetAgent(h int, log *slog.Logger) (*fleetAgent, error) {
 	fa := &fleetAgent{host: h, firstLoad: make(chan struct{})}
-	r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: fmt.Sprintf("h%d", h), Underlay: "ul0", Log: log}, dataplane.NewFakeAgent(), fleetLinks{})
+	r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: fmt.Sprintf("h%d", h), Underlay: "ul0", Log: log}, dataplane.NewFakeAgent(), fleetnode.Links{})
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,9 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/edge"
-	"github.com/azgate/azgate/internal/flowhash"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/placement"
 	"github.com/azgate/azgate/internal/store"
@@ -53,13 +52,13 @@ type FleetOptions struct {
 	// process on the fakes, each following its host's share; their loads
 	// and the drift of rebinds between their hosts are timed.
 	Agents int
-	// AgentProcs > 0: then that many agent child processes (`azgate-lab
-	// bench fleet fleet-agent`), one agent each for the hosts with the
+	// AgentProcs > 0: then that many agent child processes (`azgate-fleetnode
+	// fleet-agent`), one agent each for the hosts with the
 	// most EIPs, report their loads and their RSS at rest and at peak.
 	AgentProcs int
 	// EdgeProcs > 0: the first EdgeProcs edges (in set order: set0's,
-	// then set1's, ...) run each as a child process (`azgate-lab bench
-	// fleet fleet-edge`: an edge Reconciler on the fakes following its
+	// then set1's, ...) run each as a child process (`azgate-fleetnode
+	// fleet-edge`: an edge Reconciler on the fakes following its
 	// set's share with edge.FollowShare), the others in this process;
 	// drift, agreement and loads are timed alike, and each edge process
 	// reports its RSS at rest and at peak.
@@ -76,7 +75,10 @@ type FleetOptions struct {
 	// members (issue 19, part 2): the edges point at them, round-robin,
 	// one each; the writer and the one-edge child stay on the members.
 	Proxies int
-	Binary  string // azgate-lab, re-executed for the child processes: edges, agents, the one edge (default: this executable)
+	// Binary is the child processes' executable (edges, agents, the one
+	// edge): azgate-fleetnode, the node roles' code on the fakes
+	// (default: beside this executable, where make build puts it).
+	Binary string
 	// EdgeProfile: the one-edge child writes a Go CPU profile of its load
 	// to EdgeProfile+".cpu" and a heap profile after it to
 	// EdgeProfile+".heap" ("": none).
@@ -105,49 +107,14 @@ type fleetEdge struct {
 	st        *store.Store
 	fake      *dataplane.FakeLB
 	r         *edge.Reconciler
-	rev       atomic.Int64 // last applied revision
-	at        atomic.Int64 // unix ns when rev was first applied
-	seenRev   atomic.Int64 // last revision the watch delivered
-	seenAt    atomic.Int64 // unix ns when seenRev was delivered
+	rev       atomic.Int64   // last applied revision
+	at        atomic.Int64   // unix ns when rev was first applied
+	seen      fleetnode.Seen // the last revision the watch delivered and when
 	firstLoad chan struct{}
 	once      sync.Once
 	// proc: the edge is a child process (st, fake and r are nil; its
 	// load is proc.load).
 	proc *fleetProc
-}
-
-// deliveryTap is the edge's store.Sink: it notes when each revision's
-// first call arrives (a change's Put or Delete, or the Commit of a
-// revision that brought none), before the Reconciler decodes, indexes and
-// applies it, so the drift splits into delivery (etcd and the client)
-// and the edge's own work. (Until 2026-12-07 it noted the Commit only,
-// after the Puts' decode and index: the edge's work was partly counted
-// as delivery.)
-type deliveryTap struct {
-	*edge.Reconciler
-	fe *fleetEdge
-}
-
-func (d deliveryTap) seen(rev int64) {
-	if rev > d.fe.seenRev.Load() {
-		d.fe.seenAt.Store(time.Now().UnixNano())
-		d.fe.seenRev.Store(rev)
-	}
-}
-
-func (d deliveryTap) Put(kind, key string, value []byte, rev int64) {
-	d.seen(rev)
-	d.Reconciler.Put(kind, key, value, rev)
-}
-
-func (d deliveryTap) Delete(kind, key string, rev int64) {
-	d.seen(rev)
-	d.Reconciler.Delete(kind, key, rev)
-}
-
-func (d deliveryTap) Commit(rev int64, resync bool) {
-	d.seen(rev)
-	d.Reconciler.Commit(rev, resync)
 }
 
 // fleetUnits: the region's addresses are the 256 /18s of 100.64.0.0/10
@@ -468,6 +435,13 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
+	if o.EdgeProcs > 0 || o.AgentProcs > 0 || o.RSSEIPs > 0 {
+		bin, err := fleetBinary(o.Binary)
+		if err != nil {
+			return nil, err
+		}
+		o.Binary = bin
+	}
 	if o.Changes <= 0 {
 		o.Changes = 200
 	}
@@ -556,11 +530,11 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	n := o.edges()
 	inProc := n - o.EdgeProcs
 	say("starting %d edges (%d as child processes, %s %s; %d in this process; each its own client, following its set's share) and waiting for their first load",
-		n, o.EdgeProcs, o.binaryName(), FleetEdgeChildArg, inProc)
+		n, o.EdgeProcs, o.binaryName(), fleetnode.EdgeArg, inProc)
 	ectx, ecancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { ecancel(); wg.Wait() }()
-	base := heapInUse()
+	base := fleetnode.HeapInUse()
 	edges := make([]*fleetEdge, 0, n)
 	var specs []fleetChildSpec
 	for s := 0; s < o.Sets; s++ {
@@ -598,7 +572,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		fe.started = time.Now()
 		go func() {
 			defer wg.Done()
-			edge.FollowShare(ectx, fe.st, fe.name, deliveryTap{fe.r, fe}, quiet)
+			edge.FollowShare(ectx, fe.st, fe.name, fleetnode.Tap{Reconciler: fe.r, Seen: &fe.seen}, quiet)
 			fe.st.Close()
 		}()
 		go func() {
@@ -636,17 +610,17 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	}
 	var inProcMB float64
 	if inProc > 0 {
-		inProcMB = float64(heapInUse()-base) / 1e6 / float64(inProc)
+		inProcMB = float64(fleetnode.HeapInUse()-base) / 1e6 / float64(inProc)
 	}
 	say("%d edges loaded their sets' %d to %d EIPs in %.1f s (one edge's full load at most %.2f s, of an edge process %.2f s; %.1f MB of Go heap per edge in this process, fake maps included)",
 		n, slices.Min(setEIPs), slices.Max(setEIPs), loadS, edgeLoadMax, procLoadMax, inProcMB)
 	var procUsage fleetProcUsage
 	if len(ps) > 0 {
-		if procUsage, err = usageAtRest(ctx, ps); err != nil {
+		if procUsage, err = usageAtRest(ctx, ps, say); err != nil {
 			return nil, err
 		}
-		say("%d edge processes at rest: RSS p50 %.1f max %.1f MB (anonymous p50 %.1f max %.1f MB, file pages max %.1f MB), peak (VmHWM) max %.1f MB, after a forced GC max %.1f MB",
-			len(ps), percentile(procUsage.rss, 50), maxOf(procUsage.rss), percentile(procUsage.anon, 50), maxOf(procUsage.anon), maxOf(procUsage.file()), maxOf(procUsage.peak), maxOf(procUsage.rssGC))
+		say("%d edge processes (%s) at rest: VmRSS p50 %.1f max %.1f MB (RssAnon p50 %.1f max %.1f MB, RssFile max %.1f MB), VmHWM max %.1f MB, after a forced GC max %.1f MB",
+			len(ps), o.binaryName(), percentile(procUsage.rss, 50), maxOf(procUsage.rss), percentile(procUsage.anon, 50), maxOf(procUsage.anon), maxOf(procUsage.file), maxOf(procUsage.peak), maxOf(procUsage.rssGC))
 	}
 
 	usage := func() (cpu time.Duration, rss, peak float64) {
@@ -720,10 +694,10 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		}
 		calls = append(calls, float64(time.Since(t0))/1e6)
 		// Every edge holds the new route: bind -> programmed.
-		want := fleetCond{kind: "route", addr: e.Address, host: fleetUnderlay(to)}
-		aw, err := awaitEdges(ctx, bySet[fleetSetOf(i, o.Sets)], rev, t0, func(*fleetEdge) fleetCond { return want })
+		want := fleetnode.Cond{Kind: "route", Addr: e.Address, Host: fleetUnderlay(to)}
+		aw, err := awaitEdges(ctx, bySet[fleetSetOf(i, o.Sets)], rev, t0, func(*fleetEdge) fleetnode.Cond { return want })
 		if err != nil {
-			return nil, fmt.Errorf("fleet: rebind of %v to host %v at revision %d: %w", e.Address, want.host, rev, err)
+			return nil, fmt.Errorf("fleet: rebind of %v to host %v at revision %d: %w", e.Address, want.Host, rev, err)
 		}
 		early += aw.early
 		worst = append(worst, maxOf(aw.ds))
@@ -744,8 +718,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 	// Every edge followed the rebinds' revisions (a scope's revision
 	// follows every commit of the region); none outside the EIPs' sets
 	// holds one of them.
-	if _, err := awaitEdges(ctx, edges, region.rev, time.Now(), func(fe *fleetEdge) fleetCond {
-		return fleetCond{kind: "routes", n: setEIPs[fe.set]}
+	if _, err := awaitEdges(ctx, edges, region.rev, time.Now(), func(fe *fleetEdge) fleetnode.Cond {
+		return fleetnode.Cond{Kind: "routes", N: setEIPs[fe.set]}
 	}); err != nil {
 		return nil, fmt.Errorf("fleet: after the rebinds, every edge holds its set's EIPs: %w", err)
 	}
@@ -794,8 +768,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		if without >= 0 {
 			wantB = 7
 		}
-		aw, err := awaitEdges(ctx, edges, rev, t0, func(fe *fleetEdge) fleetCond {
-			return fleetCond{kind: "table", key: model.TableKey(fleetServiceName(fe.set), "web"), n: wantB}
+		aw, err := awaitEdges(ctx, edges, rev, t0, func(fe *fleetEdge) fleetnode.Cond {
+			return fleetnode.Cond{Kind: "table", Key: model.TableKey(fleetServiceName(fe.set), "web"), N: wantB}
 		})
 		if err != nil {
 			return nil, fmt.Errorf("fleet: service change at revision %d: tables of %d backends: %w", rev, wantB, err)
@@ -916,7 +890,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 		out = append(out,
 			Result{Suite: "fleet", Name: "edge_procs", Value: float64(len(ps)),
 				Note: fmt.Sprintf("edge child processes (%s %s): each one edge Reconciler on the fakes following its set's share with edge.FollowShare (the role's), its own etcd client; sets of %d to %d EIPs",
-					o.binaryName(), FleetEdgeChildArg, slices.Min(procSets), most)},
+					o.binaryName(), fleetnode.EdgeArg, slices.Min(procSets), most)},
 			Result{Suite: "fleet", Name: "edge_proc_load_max", Value: procLoadMax, Unit: "s", Target: "<= 2 s", Note: "the slowest edge process's full load, from its follow start to its first applied revision, 8 loading at once"},
 			Result{Suite: "fleet", Name: "edge_proc_rss_p50", Value: percentile(u.rss, 50), Unit: "MB", Note: "VmRSS at rest (2 s after every edge loaded), fake maps included"},
 			Result{Suite: "fleet", Name: "edge_proc_rss_max", Value: maxOf(u.rss), Unit: "MB", Target: "<= 64 MB",
@@ -924,7 +898,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			Result{Suite: "fleet", Name: "edge_proc_peak_rss_max", Value: maxOf(u.peak), Unit: "MB", Target: "<= 64 MB", Note: "VmHWM (its load included), the largest"},
 			Result{Suite: "fleet", Name: "edge_proc_rss_anon_p50", Value: percentile(u.anon, 50), Unit: "MB"},
 			Result{Suite: "fleet", Name: "edge_proc_rss_anon_max", Value: maxOf(u.anon), Unit: "MB", Note: "RssAnon at rest, the largest: the process's own memory"},
-			Result{Suite: "fleet", Name: "edge_proc_rss_file_max", Value: maxOf(u.file()), Unit: "MB", Note: "VmRSS less RssAnon at rest, the largest: file pages (the binary's text and data, shared by every process of it)"},
+			Result{Suite: "fleet", Name: "edge_proc_rss_file_max", Value: maxOf(u.file), Unit: "MB", Note: "RssFile at rest, the largest: file pages (the child binary's text and data, shared by every process of it)"},
 			Result{Suite: "fleet", Name: "edge_proc_rss_gc_max", Value: maxOf(u.rssGC), Unit: "MB", Note: "VmRSS after a forced GC and debug.FreeOSMemory, the largest"},
 		)
 	}
@@ -959,8 +933,8 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			say("one edge, %d EIPs in its set (%d in the region): RSS %.1f MB (anonymous %.1f, file %.1f; peak %.1f), of which the fake route map %.1f MB; load %.2f s (CPU %.2f s)",
-				rep.EIPs, total, rep.RSSMB, rep.AnonMB, rep.FileMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS, rep.LoadCPUS)
+			say("one edge (%s), %d EIPs in its set (%d in the region): VmRSS %.1f MB, after a forced GC %.1f MB (RssAnon %.1f, RssFile %.1f), VmHWM %.1f MB, of which the fake route map %.1f MB; load %.2f s (CPU %.2f s)",
+				o.binaryName(), rep.EIPs, total, rep.RawRSSMB, rep.RSSMB, rep.AnonMB, rep.FileMB, rep.PeakMB, rep.FakeMapsMB, rep.LoadS, rep.LoadCPUS)
 			reps = append(reps, rep)
 		}
 		rep := medianEdgeReport(reps)
@@ -981,7 +955,7 @@ func FleetControl(ctx context.Context, o FleetOptions) ([]Result, error) {
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_anon_minus_fake_%d_eips", rep.EIPs), Value: rep.AnonMB - rep.FakeMapsMB, Unit: "MB",
 				Note: "at rest: RssAnon (the process's own memory: Go heap, stacks, runtime) without the fake maps"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_rss_file_%d_eips", rep.EIPs), Value: rep.FileMB, Unit: "MB",
-				Note: "at rest: RssFile, the executable's pages mapped (shared page cache, reclaimable; azgate-lab's, an idle shipped azgate maps about as many)"},
+				Note: "at rest: RssFile, the child executable's pages mapped (shared page cache, reclaimable; azgate-fleetnode's: the node roles' code and the fakes, as azgate-node's, docs/scale.md)"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_cpu_%d_eips", rep.EIPs), Value: rep.LoadCPUS, Unit: "s",
 				Note: "the edge process's CPU (user + system) from its start to its load"},
 			Result{Suite: "fleet", Name: fmt.Sprintf("edge_load_%d_eips", rep.EIPs), Value: rep.LoadS, Unit: "s", Target: "<= 2 s",
@@ -1020,13 +994,6 @@ func maxOf(xs []float64) float64 {
 	return m
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
-}
-
 // fleetOneEdge runs one edge of set0 alone in a child process (the
 // edge child, with o.EdgeProfile) until it loaded its set's eips routes,
 // and reports its memory, the heap its fake maps held, and its load.
@@ -1045,7 +1012,7 @@ func fleetOneEdge(ctx context.Context, o FleetOptions, procs *fleetProcs, endpoi
 		return nil, err
 	}
 	// After the forced GC, as RSSMB: the file pages do not move with it.
-	rep.RSSMB, rep.PeakMB, rep.AnonMB, rep.FileMB = u.RSSGCMB, u.PeakMB, u.RSSGCMB-u.FileMB, u.FileMB
+	rep.RSSMB, rep.PeakMB, rep.AnonMB, rep.FileMB, rep.RawRSSMB = u.RSSGCMB, u.PeakMB, u.RSSGCMB-u.FileMB, u.FileMB, u.RSSMB
 	d, err := p.ask(ctx, "drop", 30*time.Second)
 	if err != nil {
 		return nil, err
@@ -1059,6 +1026,7 @@ type FleetEdgeReport struct {
 	EIPs       int
 	LoadS      float64
 	RSSMB      float64 // VmRSS after the load, a forced GC and debug.FreeOSMemory
+	RawRSSMB   float64 // VmRSS after the load, before the forced GC
 	PeakMB     float64 // VmHWM
 	FakeMapsMB float64 // the Go heap dropping the fake maps freed
 	// AnonMB and FileMB split RSSMB: RssFile (the executable's pages),
@@ -1078,6 +1046,7 @@ func medianEdgeReport(reps []*FleetEdgeReport) *FleetEdgeReport {
 	return &FleetEdgeReport{EIPs: reps[0].EIPs,
 		LoadS:      m(func(r *FleetEdgeReport) float64 { return r.LoadS }),
 		RSSMB:      m(func(r *FleetEdgeReport) float64 { return r.RSSMB }),
+		RawRSSMB:   m(func(r *FleetEdgeReport) float64 { return r.RawRSSMB }),
 		PeakMB:     m(func(r *FleetEdgeReport) float64 { return r.PeakMB }),
 		FakeMapsMB: m(func(r *FleetEdgeReport) float64 { return r.FakeMapsMB }),
 		AnonMB:     m(func(r *FleetEdgeReport) float64 { return r.AnonMB }),
@@ -1088,7 +1057,7 @@ func medianEdgeReport(reps []*FleetEdgeReport) *FleetEdgeReport {
 
 // edgeChildArgs are an edge child's arguments.
 func edgeChildArgs(endpoints []string, name string, jitter time.Duration, profile string) []string {
-	args := []string{"bench", "fleet", FleetEdgeChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--name", name, "--load-jitter", jitter.String()}
+	args := []string{fleetnode.EdgeArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--name", name, "--load-jitter", jitter.String()}
 	if profile != "" {
 		args = append(args, "--profile", profile)
 	}
@@ -1099,7 +1068,7 @@ func edgeChildArgs(endpoints []string, name string, jitter time.Duration, profil
 // revisions and its first load.
 func newFleetEdge(name string, set int) *fleetEdge {
 	fe := &fleetEdge{name: name, set: set, fake: dataplane.NewFakeLB(), firstLoad: make(chan struct{})}
-	fe.r = edge.NewReconciler(edge.Config{Name: name, Log: slog.New(slog.DiscardHandler), HashSeed: flowhash.DefaultHashSeed}, fe.fake)
+	fe.r = fleetnode.NewEdgeReconciler(name, fe.fake)
 	fe.r.OnApplied = func(rev int64) {
 		if rev > fe.rev.Load() {
 			fe.at.Store(time.Now().UnixNano())
@@ -1134,13 +1103,13 @@ type fleetAwaited struct {
 // reports a commit its marker named after at most store.markerWait (10 s
 // since eb0fe29, 1 s before) even if the change has not arrived; those
 // are counted as early.
-func awaitEdges(ctx context.Context, edges []*fleetEdge, rev int64, t0 time.Time, cond func(*fleetEdge) fleetCond) (fleetAwaited, error) {
+func awaitEdges(ctx context.Context, edges []*fleetEdge, rev int64, t0 time.Time, cond func(*fleetEdge) fleetnode.Cond) (fleetAwaited, error) {
 	n := len(edges)
 	aw := fleetAwaited{ds: make([]float64, n), sums: make([]string, n)}
 	ms := func(ns int64) float64 { return float64(ns-t0.UnixNano()) / 1e6 }
 	type answer struct {
 		i   int
-		ev  FleetNodeEvent
+		ev  fleetnode.Event
 		err error
 	}
 	answers := make(chan answer, n)
@@ -1163,10 +1132,10 @@ func awaitEdges(ctx context.Context, edges []*fleetEdge, rev int64, t0 time.Time
 			if fe.proc != nil || state[i] == 2 || fe.rev.Load() < rev {
 				continue
 			}
-			if state[i] == 0 && fe.seenRev.Load() >= rev {
-				aw.delivered = max(aw.delivered, ms(fe.seenAt.Load()))
+			if at := fe.seen.At(rev); state[i] == 0 && at > 0 {
+				aw.delivered = max(aw.delivered, ms(at))
 			}
-			ok, sum := cond(fe).holds(fe.r, fe.fake)
+			ok, sum := cond(fe).Holds(fe.r, fe.fake)
 			switch {
 			case ok && state[i] == 0:
 				aw.ds[i] = ms(fe.at.Load())
@@ -1218,24 +1187,4 @@ func awaitEdges(ctx context.Context, edges []*fleetEdge, rev int64, t0 time.Time
 		}
 	}
 	return aw, nil
-}
-
-// StartCPUProfile writes a Go CPU profile to path until stop is called
-// (stop may be called more than once).
-func StartCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		})
-	}, nil
 }

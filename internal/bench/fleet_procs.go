@@ -3,535 +3,58 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
-	"runtime/debug"
-	"runtime/pprof"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/azgate/azgate/internal/agent"
-	"github.com/azgate/azgate/internal/dataplane"
-	"github.com/azgate/azgate/internal/edge"
-	"github.com/azgate/azgate/internal/store"
-	"github.com/azgate/azgate/internal/store/etcdproc"
+	"github.com/azgate/azgate/internal/bench/fleetnode"
+	"github.com/azgate/azgate/internal/lab"
 )
 
-// The fleet's child processes (issue 19, part 4: nodes as real
-// processes): `azgate-lab bench fleet fleet-agent` runs one agent
-// Reconciler on the data-plane fakes for one host, following its host's
-// share with the agent role's own follow (agent.Follow); `azgate-lab
-// bench fleet fleet-edge` runs one edge Reconciler on the fakes
-// (dataplane.FakeLB), following its set's share with the edge role's own
-// follow (edge.FollowShare). Both read commands on stdin, one a line,
-// and exit at its end (so a child never outlives the bench's pipe), and
-// write events on stdout, a JSON object a line (FleetNodeEvent):
-//
-//	{"event":"loaded","name":"h0","rev":812,"at":1765...,"load_s":0.41,"eips":1000}
-//	{"event":"applied","name":"h0","rev":815,"at":1765...}
-//	{"event":"usage","name":"h0","rss_mb":54.2,"peak_mb":54.5,"rss_gc_mb":47.0,"anon_mb":23.1}
-//	{"event":"done","name":"s0-e1","rev":815,"at":1765...,"seen":1765...,"sum":"9f..."}
-//	{"event":"dropped","name":"s0-e0","fake_maps_mb":21.5}
-//
-// "at" is the wall clock (unix ns) when the revision was applied: the
-// bench and its children share this machine's clock. "eips" is what the
-// node then holds: an agent's programmed EIPs, an edge's routes.
-// Commands:
-//
-//	usage                            a usage event
-//	await REV route ADDR HOST        (edges) a done event once REV is applied
-//	await REV table KEY BACKENDS     and the route of ADDR leads to HOST, the
-//	await REV routes N               table KEY has BACKENDS, the edge holds N
-//	                                 routes (fleetCond)
-//	drop                             (edges) stop following, drop the fake
-//	                                 maps, a dropped event: the Go heap freed
-//
-// A done event's "at" is when REV was applied if the state then showed
-// the condition, else ("early": true) when the child first saw it;
-// "seen" is when the watch handed REV to the edge's sink, before its
-// decode and apply (deliveryTap).
+// The bench's child processes are azgate-fleetnode's (package
+// fleetnode: its doc has their protocol): the edge and agent roles' code
+// on the data-plane fakes, without the lab, the controller or the etcd
+// server azgate-lab links, so that their memory is a node's.
 
-// FleetAgentChildArg is the hidden command an agent child runs as
-// (`azgate-lab bench fleet fleet-agent`).
-const FleetAgentChildArg = "fleet-agent"
-
-// FleetEdgeChildArg is the hidden command an edge child runs as
-// (`azgate-lab bench fleet fleet-edge`).
-const FleetEdgeChildArg = "fleet-edge"
-
-// FleetChildren are the children's hidden commands (`azgate-lab bench
-// fleet ARG`) and what each runs: Main parses the flags after ARG.
-var FleetChildren = []struct {
-	Arg, Short string
-	Main       func(ctx context.Context, args []string, in io.Reader, out io.Writer) error
-}{
-	{FleetEdgeChildArg, "One edge on the fakes following its set's share; JSON events on stdout, commands on stdin (bench fleet's child)", FleetEdgeChildMain},
-	{FleetAgentChildArg, "One agent on the fakes following its host's share; JSON events on stdout, commands on stdin (bench fleet's child)", FleetAgentChildMain},
-}
-
-// FleetNodeEvent is a line a child writes.
-type FleetNodeEvent struct {
-	Event string `json:"event"` // loaded, applied, usage, done, dropped
-	Name  string `json:"name"`
-	Rev   int64  `json:"rev,omitempty"`
-	At    int64  `json:"at,omitempty"` // unix ns
-	// loaded: from the follow's start (its load jitter included) to the
-	// first applied revision, and the EIPs programmed then.
-	LoadS float64 `json:"load_s,omitempty"`
-	EIPs  int     `json:"eips,omitempty"`
-	// LoadCPUS: the process's CPU (user + system) from its start to
-	// the loaded event.
-	LoadCPUS float64 `json:"load_cpu_s,omitempty"`
-	// usage: VmRSS as it is, VmHWM, and VmRSS after a forced GC and
-	// debug.FreeOSMemory.
-	RSSMB   float64 `json:"rss_mb,omitempty"`
-	PeakMB  float64 `json:"peak_mb,omitempty"`
-	RSSGCMB float64 `json:"rss_gc_mb,omitempty"`
-	// RssAnon then: VmRSS less the file pages (the executable's text and
-	// data, shared by every process of the binary).
-	AnonMB float64 `json:"anon_mb,omitempty"`
-	// RssFile then: the executable's pages mapped (shared page cache,
-	// reclaimable).
-	FileMB float64 `json:"file_mb,omitempty"`
-	// done: when the watch delivered Rev (unix ns; 0: not seen), whether
-	// the state lagged the applied revision, and a table's checksum.
-	Seen  int64  `json:"seen,omitempty"`
-	Early bool   `json:"early,omitempty"`
-	Sum   string `json:"sum,omitempty"`
-	// dropped: the Go heap freed by dropping the fake maps.
-	FakeMapsMB float64 `json:"fake_maps_mb,omitempty"`
-}
-
-// rssAnonMB reads RssAnon from /proc/self/status.
-func rssAnonMB() (float64, error) { return procStatusMB("RssAnon:") }
-
-// procStatusMB reads a kB field of /proc/self/status ("RssFile:") in MB.
-func procStatusMB(field string) (float64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+// defaultFleetBinary is the children's executable when
+// FleetOptions.Binary is empty: azgate-fleetnode beside this executable,
+// where make build and make install put it beside azgate-lab (this
+// package's tests: the test binary, whose TestMain runs the children).
+var defaultFleetBinary = func() (string, error) {
+	exe, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			kb, err := strconv.ParseFloat(f[1], 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/self/status: no %s", strings.TrimSuffix(field, ":"))
+	return filepath.Join(filepath.Dir(exe), fleetnode.BinaryName), nil
 }
 
-// parseFleetNodeEvent reads one line of a child's stdout.
-func parseFleetNodeEvent(line []byte) (FleetNodeEvent, error) {
-	var ev FleetNodeEvent
-	d := json.NewDecoder(strings.NewReader(string(line)))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&ev); err != nil {
-		return ev, fmt.Errorf("child event %q: %w", line, err)
-	}
-	if d.More() {
-		return ev, fmt.Errorf("child event %q: more than one object", line)
-	}
-	switch ev.Event {
-	case "loaded", "applied", "done":
-		if ev.Rev <= 0 || ev.At <= 0 {
-			return ev, fmt.Errorf("child event %q: no revision or time", line)
-		}
-	case "usage":
-		if ev.RSSMB <= 0 || ev.PeakMB <= 0 {
-			return ev, fmt.Errorf("child event %q: no RSS", line)
-		}
-	case "dropped":
-	default:
-		return ev, fmt.Errorf("child event %q: unknown event %q", line, ev.Event)
-	}
-	return ev, nil
-}
-
-// fleetCond is what an await waits for on an edge (besides its revision).
-type fleetCond struct {
-	kind string     // route, table, routes
-	addr netip.Addr // route: the EIP
-	host netip.Addr // route: the underlay its route leads to
-	key  string     // table: model.TableKey
-	n    int        // table: backends; routes: routes held
-}
-
-func (c fleetCond) String() string {
-	switch c.kind {
-	case "route":
-		return fmt.Sprintf("route %v %v", c.addr, c.host)
-	case "table":
-		return fmt.Sprintf("table %s %d", c.key, c.n)
-	}
-	return fmt.Sprintf("routes %d", c.n)
-}
-
-// parseFleetCond reads the fields after "await REV".
-func parseFleetCond(f []string) (fleetCond, error) {
-	bad := fmt.Errorf("want route ADDR HOST, table KEY BACKENDS or routes N, got %q", strings.Join(f, " "))
-	if len(f) < 2 {
-		return fleetCond{}, bad
-	}
-	c := fleetCond{kind: f[0]}
-	var err error
-	switch {
-	case c.kind == "route" && len(f) == 3:
-		if c.addr, err = netip.ParseAddr(f[1]); err == nil {
-			c.host, err = netip.ParseAddr(f[2])
-		}
-	case c.kind == "table" && len(f) == 3:
-		c.key = f[1]
-		c.n, err = strconv.Atoi(f[2])
-	case c.kind == "routes" && len(f) == 2:
-		c.n, err = strconv.Atoi(f[1])
-	default:
-		return fleetCond{}, bad
-	}
-	if err != nil {
-		return fleetCond{}, fmt.Errorf("%w: %w", bad, err)
-	}
-	return c, nil
-}
-
-// holds says whether an edge's state shows c (and a table's checksum).
-func (c fleetCond) holds(r *edge.Reconciler, fake *dataplane.FakeLB) (bool, string) {
-	switch c.kind {
-	case "route":
-		rt, ok, _ := fake.Route(c.addr)
-		return ok && rt.Host == c.host, ""
-	case "table":
-		tb := r.Status(time.Time{}, nil).Tables[c.key]
-		return tb.Backends == c.n, tb.Checksum
-	}
-	return fake.RouteCount() == c.n, ""
-}
-
-// fleetChild is what a child runs: a node's follow and its state.
-type fleetChild struct {
-	name   string
-	follow func(ctx context.Context) // until ctx ends
-	held   func() int                // EIPs programmed, routes held
-	// Edges only (nil for agents): the state of an await, when the watch
-	// delivered a revision, and dropping the fake maps (after the follow
-	// stopped; the heap freed, MB).
-	holds  func(fleetCond) (bool, string)
-	seen   func(rev int64) int64
-	drop   func() float64
-	loaded func() error // after the first applied revision (nil: none)
-
-	rev, at atomic.Int64 // the last applied revision and when (unix ns)
-	poke    chan struct{}
-}
-
-// applied is the Reconciler's OnApplied (under its lock: it only notes
-// the revision; run writes it out).
-func (c *fleetChild) applied(v int64) {
-	if v > c.rev.Load() {
-		c.at.Store(time.Now().UnixNano())
-		c.rev.Store(v)
-	}
-	select {
-	case c.poke <- struct{}{}:
-	default:
-	}
-}
-
-func newFleetChild(name string) *fleetChild {
-	return &fleetChild{name: name, poke: make(chan struct{}, 1)}
-}
-
-// fleetAwait is an await command not yet answered.
-type fleetAwait struct {
-	rev     int64
-	cond    fleetCond
-	checked bool // checked once the revision was applied (and not done)
-}
-
-// run follows and serves the commands on in until in ends or ctx does.
-func (c *fleetChild) run(ctx context.Context, in io.Reader, out io.Writer) error {
-	emit := func(ev FleetNodeEvent) error {
-		ev.Name = c.name
-		b, _ := json.Marshal(ev)
-		_, err := out.Write(append(b, '\n'))
-		return err
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	followed := make(chan struct{})
-	started := time.Now()
-	go func() {
-		defer close(followed)
-		c.follow(fctx)
-	}()
-	stopFollow := func() {
-		cancel()
-		select {
-		case <-followed:
-		case <-time.After(10 * time.Second):
-		}
-	}
-	defer stopFollow()
-	cmds := make(chan string)
-	go func() {
-		defer close(cmds)
-		sc := bufio.NewScanner(in)
-		for sc.Scan() {
-			select {
-			case cmds <- strings.TrimSpace(sc.Text()):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	var pending []*fleetAwait
-	// check answers the awaits whose revision is applied and whose state
-	// shows their condition.
-	check := func() error {
+// fleetBinary is bin (default: defaultFleetBinary), made absolute, or
+// an error naming it and how to build it if it is not an executable.
+func fleetBinary(bin string) (string, error) {
+	if bin == "" {
 		var err error
-		pending = slices.DeleteFunc(pending, func(a *fleetAwait) bool {
-			if err != nil || c.rev.Load() < a.rev {
-				return false
-			}
-			at := c.at.Load()
-			ok, sum := c.holds(a.cond)
-			if !ok {
-				a.checked = true
-				return false
-			}
-			if a.checked {
-				at = time.Now().UnixNano()
-			}
-			err = emit(FleetNodeEvent{Event: "done", Rev: a.rev, At: at, Seen: c.seen(a.rev), Early: a.checked, Sum: sum})
-			return true
-		})
-		return err
-	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	var sent int64
-	for {
-		var ticks <-chan time.Time
-		if len(pending) > 0 {
-			ticks = tick.C // an early await is polled
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ticks:
-			if err := check(); err != nil {
-				return err
-			}
-		case line, ok := <-cmds:
-			if !ok {
-				return nil // the bench closed our stdin (or died)
-			}
-			f := strings.Fields(line)
-			switch {
-			case line == "usage":
-				ev, err := fleetUsage()
-				if err != nil {
-					return err
-				}
-				if err := emit(ev); err != nil {
-					return err
-				}
-			case len(f) >= 2 && f[0] == "await" && c.holds != nil:
-				rev, err := strconv.ParseInt(f[1], 10, 64)
-				if err != nil || rev <= 0 {
-					return fmt.Errorf("await: revision %q", f[1])
-				}
-				cond, err := parseFleetCond(f[2:])
-				if err != nil {
-					return fmt.Errorf("await: %w", err)
-				}
-				pending = append(pending, &fleetAwait{rev: rev, cond: cond})
-				if err := check(); err != nil {
-					return err
-				}
-			case line == "drop" && c.drop != nil:
-				stopFollow()
-				if err := emit(FleetNodeEvent{Event: "dropped", FakeMapsMB: c.drop()}); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("unknown command %q", line)
-			}
-		case <-c.poke:
-			v, t := c.rev.Load(), c.at.Load()
-			if v > sent {
-				ev := FleetNodeEvent{Event: "applied", Rev: v, At: t}
-				if sent == 0 {
-					ev.Event, ev.LoadS, ev.EIPs = "loaded", float64(t-started.UnixNano())/1e9, c.held()
-					if u, err := etcdproc.ProcUsage(os.Getpid()); err == nil {
-						ev.LoadCPUS = u.CPU.Seconds()
-					}
-					if c.loaded != nil {
-						if err := c.loaded(); err != nil {
-							return err
-						}
-					}
-				}
-				if err := emit(ev); err != nil {
-					return err
-				}
-				sent = v
-			}
-			if err := check(); err != nil {
-				return err
-			}
+		if bin, err = defaultFleetBinary(); err != nil {
+			return "", err
 		}
 	}
-}
-
-// fleetUsage is this process's usage event: VmRSS, VmHWM and RssAnon,
-// then VmRSS after a forced GC.
-func fleetUsage() (FleetNodeEvent, error) {
-	u, err := etcdproc.ProcUsage(os.Getpid())
-	if err != nil {
-		return FleetNodeEvent{}, err
+	if err := lab.CheckExecutable(bin); err != nil {
+		return "", fmt.Errorf("fleet: the edge and agent processes run %s (the node roles' code on the data-plane fakes): %w (build it with make build, which puts bin/%s beside bin/azgate-lab, or name it with --fleetnode PATH)", fleetnode.BinaryName, err, fleetnode.BinaryName)
 	}
-	anon, err := rssAnonMB()
-	if err != nil {
-		return FleetNodeEvent{}, err
-	}
-	file, err := procStatusMB("RssFile:")
-	if err != nil {
-		return FleetNodeEvent{}, err
-	}
-	runtime.GC()
-	debug.FreeOSMemory()
-	g, err := etcdproc.ProcUsage(os.Getpid())
-	if err != nil {
-		return FleetNodeEvent{}, err
-	}
-	return FleetNodeEvent{Event: "usage", RSSMB: u.RSSMB, PeakMB: u.PeakMB, RSSGCMB: g.RSSMB, AnonMB: anon, FileMB: file}, nil
-}
-
-// fleetChildFlags parses a child's flags: --etcd-endpoints, the node's
-// name flag, --load-jitter, and those extra adds.
-func fleetChildFlags(cmd, nameFlag string, args []string, extra func(*flag.FlagSet)) (endpoints []string, name string, jitter time.Duration, err error) {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	eps := fs.String("etcd-endpoints", "", "etcd client URLs, comma-separated")
-	n := fs.String(nameFlag, "", "the node this child is ("+nameFlag+")")
-	j := fs.Duration("load-jitter", 0, "store.Options.LoadJitter: wait a random share of it before each full load (as --etcd-load-jitter)")
-	if extra != nil {
-		extra(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, "", 0, err
-	}
-	if *eps == "" || *n == "" || fs.NArg() > 0 {
-		return nil, "", 0, fmt.Errorf("%s: want --etcd-endpoints and --%s, and no arguments", cmd, nameFlag)
-	}
-	return strings.Split(*eps, ","), *n, *j, nil
-}
-
-// FleetAgentChildMain parses the agent child's flags (args after the
-// command's name) and runs it.
-func FleetAgentChildMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
-	endpoints, host, jitter, err := fleetChildFlags(FleetAgentChildArg, "host", args, nil)
-	if err != nil {
-		return err
-	}
-	return FleetAgentChild(ctx, endpoints, host, jitter, in, out)
-}
-
-// FleetAgentChild is the agent child: see FleetAgentChildArg. It returns
-// when in ends or ctx does.
-func FleetAgentChild(ctx context.Context, endpoints []string, host string, jitter time.Duration, in io.Reader, out io.Writer) error {
-	quiet := slog.New(slog.DiscardHandler)
-	// FreeAfterLoad and LoadGCPercent as the agent role sets them (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	r, err := agent.NewReconciler(agent.Config{NoRetry: true, Name: host, Underlay: "ul0", Log: quiet}, dataplane.NewFakeAgent(), fleetLinks{})
-	if err != nil {
-		return err
-	}
-	c := newFleetChild(host)
-	r.OnApplied = c.applied
-	c.held = func() int { return len(r.Programmed()) }
-	c.follow = func(ctx context.Context) {
-		agent.Follow(ctx, quiet, st, host, r)
-		r.Stop()
-	}
-	return c.run(ctx, in, out)
-}
-
-// FleetEdgeChildMain parses the edge child's flags (args after the
-// command's name) and runs it.
-func FleetEdgeChildMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
-	var profile string
-	endpoints, name, jitter, err := fleetChildFlags(FleetEdgeChildArg, "name", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&profile, "profile", "", "write a Go CPU profile of the load to this path + .cpu and an allocation profile after it to + .heap")
-	})
-	if err != nil {
-		return err
-	}
-	return FleetEdgeChild(ctx, endpoints, name, jitter, profile, in, out)
-}
-
-// FleetEdgeChild is the edge child: see FleetEdgeChildArg. It returns
-// when in ends or ctx does. profile: see FleetOptions.EdgeProfile.
-func FleetEdgeChild(ctx context.Context, endpoints []string, name string, jitter time.Duration, profile string, in io.Reader, out io.Writer) error {
-	quiet := slog.New(slog.DiscardHandler)
-	// FreeAfterLoad and LoadGCPercent as the edge role sets them (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	fe := newFleetEdge(name, -1)
-	c := newFleetChild(name)
-	fe.r.OnApplied = c.applied
-	c.held = func() int { return fe.fake.RouteCount() }
-	c.holds = func(cond fleetCond) (bool, string) { return cond.holds(fe.r, fe.fake) }
-	c.seen = func(rev int64) int64 {
-		if fe.seenRev.Load() >= rev {
-			return fe.seenAt.Load()
-		}
-		return 0
-	}
-	c.follow = func(ctx context.Context) { edge.FollowShare(ctx, st, name, deliveryTap{fe.r, fe}, quiet) }
-	c.drop = func() float64 {
-		before := heapInUse()
-		fe.fake.RouteMap, fe.fake.Counters = map[netip.Addr]dataplane.Route{}, map[uint32]dataplane.Counters{}
-		return float64(before-heapInUse()) / (1 << 20)
-	}
-	if profile != "" {
-		stop, err := StartCPUProfile(profile + ".cpu")
-		if err != nil {
-			return err
-		}
-		defer stop()
-		c.loaded = func() error {
-			stop()
-			hf, err := os.Create(profile + ".heap")
-			if err != nil {
-				return err
-			}
-			defer hf.Close()
-			return pprof.Lookup("allocs").WriteTo(hf, 0)
+	if strings.ContainsRune(bin, '/') {
+		if abs, err := filepath.Abs(bin); err == nil {
+			bin = abs
 		}
 	}
-	err = c.run(ctx, in, out)
-	runtime.KeepAlive(fe.r)
-	return err
+	return bin, nil
 }
 
 // fleetProc is a child process of the bench: started and stopped by its
@@ -544,11 +67,11 @@ type fleetProc struct {
 	started time.Time
 
 	loaded  chan struct{} // closed at its loaded event
-	load    FleetNodeEvent
-	replies chan FleetNodeEvent // usage, done, dropped: answers to commands
-	rev, at atomic.Int64        // the last applied revision and when (unix ns)
-	done    chan struct{}       // its stdout ended and it was waited for
-	err     error               // why it ended (after done)
+	load    fleetnode.Event
+	replies chan fleetnode.Event // usage, done, dropped: answers to commands
+	rev, at atomic.Int64         // the last applied revision and when (unix ns)
+	done    chan struct{}        // its stdout ended and it was waited for
+	err     error                // why it ended (after done)
 }
 
 // tailBuffer keeps the last 4 kB written (a child's stderr).
@@ -583,12 +106,9 @@ type fleetProcs struct {
 // start runs bin args as child name.
 func (ps *fleetProcs) start(ctx context.Context, bin, name string, args ...string) (*fleetProc, error) {
 	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("fleet: child %s: no executable (fleetBinary)", name)
 	}
-	p := &fleetProc{name: name, loaded: make(chan struct{}), replies: make(chan FleetNodeEvent, 4), done: make(chan struct{})}
+	p := &fleetProc{name: name, loaded: make(chan struct{}), replies: make(chan fleetnode.Event, 4), done: make(chan struct{})}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { p.kill(); return nil }
@@ -618,7 +138,7 @@ func (ps *fleetProcs) start(ctx context.Context, bin, name string, args ...strin
 		sc.Buffer(nil, 1<<20)
 		var perr error
 		for sc.Scan() {
-			ev, err := parseFleetNodeEvent(sc.Bytes())
+			ev, err := fleetnode.ParseEvent(sc.Bytes())
 			if err != nil {
 				perr = err
 				p.kill()
@@ -634,7 +154,7 @@ func (ps *fleetProcs) start(ctx context.Context, bin, name string, args ...strin
 }
 
 // event records ev.
-func (p *fleetProc) event(ev FleetNodeEvent) {
+func (p *fleetProc) event(ev fleetnode.Event) {
 	switch ev.Event {
 	case "loaded", "applied":
 		if ev.Rev > p.rev.Load() {
@@ -679,9 +199,9 @@ func (p *fleetProc) waitLoaded(ctx context.Context, limit time.Duration) error {
 }
 
 // ask sends p the command cmd and waits up to limit for its answer.
-func (p *fleetProc) ask(ctx context.Context, cmd string, limit time.Duration) (FleetNodeEvent, error) {
+func (p *fleetProc) ask(ctx context.Context, cmd string, limit time.Duration) (fleetnode.Event, error) {
 	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-		return FleetNodeEvent{}, fmt.Errorf("fleet: child %s: %w", p.name, err)
+		return fleetnode.Event{}, fmt.Errorf("fleet: child %s: %w", p.name, err)
 	}
 	t := time.NewTimer(limit)
 	defer t.Stop()
@@ -689,16 +209,16 @@ func (p *fleetProc) ask(ctx context.Context, cmd string, limit time.Duration) (F
 	case ev := <-p.replies:
 		return ev, nil
 	case <-p.done:
-		return FleetNodeEvent{}, p.failed()
+		return fleetnode.Event{}, p.failed()
 	case <-t.C:
-		return FleetNodeEvent{}, fmt.Errorf("fleet: child %s (pid %d) did not answer %q in %v", p.name, p.cmd.Process.Pid, cmd, limit)
+		return fleetnode.Event{}, fmt.Errorf("fleet: child %s (pid %d) did not answer %q in %v", p.name, p.cmd.Process.Pid, cmd, limit)
 	case <-ctx.Done():
-		return FleetNodeEvent{}, ctx.Err()
+		return fleetnode.Event{}, ctx.Err()
 	}
 }
 
 // askUsage asks p for its memory.
-func (p *fleetProc) askUsage(ctx context.Context) (FleetNodeEvent, error) {
+func (p *fleetProc) askUsage(ctx context.Context) (fleetnode.Event, error) {
 	return p.ask(ctx, "usage", 30*time.Second)
 }
 
@@ -751,12 +271,13 @@ func (ps *fleetProcs) startLoaded(ctx context.Context, bin string, specs []fleet
 
 // fleetProcUsage is the memory of a group of children at rest.
 type fleetProcUsage struct {
-	rss, peak, rssGC, anon []float64
+	rss, peak, rssGC, anon, file []float64
 }
 
 // usageAtRest asks each of ps for its memory after 2 s of rest (the
-// bench writes nothing meanwhile).
-func usageAtRest(ctx context.Context, ps []*fleetProc) (fleetProcUsage, error) {
+// bench writes nothing meanwhile) and says each child's: VmRSS and
+// VmHWM, RssAnon and RssFile, VmRSS after a forced GC.
+func usageAtRest(ctx context.Context, ps []*fleetProc, say func(string, ...any)) (fleetProcUsage, error) {
 	var u fleetProcUsage
 	select {
 	case <-time.After(2 * time.Second):
@@ -768,18 +289,12 @@ func usageAtRest(ctx context.Context, ps []*fleetProc) (fleetProcUsage, error) {
 		if err != nil {
 			return u, err
 		}
-		u.rss, u.peak, u.rssGC, u.anon = append(u.rss, ev.RSSMB), append(u.peak, ev.PeakMB), append(u.rssGC, ev.RSSGCMB), append(u.anon, ev.AnonMB)
+		say("  %s (pid %d): VmRSS %.1f MB, VmHWM %.1f MB; RssAnon %.1f MB, RssFile %.1f MB; VmRSS after a forced GC %.1f MB",
+			p.name, p.cmd.Process.Pid, ev.RSSMB, ev.PeakMB, ev.AnonMB, ev.FileMB, ev.RSSGCMB)
+		u.rss, u.peak, u.rssGC = append(u.rss, ev.RSSMB), append(u.peak, ev.PeakMB), append(u.rssGC, ev.RSSGCMB)
+		u.anon, u.file = append(u.anon, ev.AnonMB), append(u.file, ev.FileMB)
 	}
 	return u, nil
-}
-
-// file is VmRSS less RssAnon of each: the file pages (the binary's).
-func (u fleetProcUsage) file() []float64 {
-	out := make([]float64, len(u.rss))
-	for i := range u.rss {
-		out[i] = u.rss[i] - u.anon[i]
-	}
-	return out
 }
 
 // kill ends p's process group (SIGKILL), unless p was waited for.

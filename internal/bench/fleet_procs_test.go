@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -20,14 +21,14 @@ import (
 )
 
 // TestMain runs the fleet's agent and edge children when the bench
-// re-executes this test binary as `bench fleet fleet-agent ...` or
-// `bench fleet fleet-edge ...` (FleetOptions.Binary defaults to the
-// running executable).
+// executes this test binary as `fleet-agent ...` or `fleet-edge ...`
+// (as it would azgate-fleetnode: defaultFleetBinary is this executable
+// here).
 func TestMain(m *testing.M) {
-	for _, c := range FleetChildren {
-		if len(os.Args) > 3 && os.Args[1] == "bench" && os.Args[2] == "fleet" && os.Args[3] == c.Arg {
+	for _, c := range fleetnode.Children {
+		if len(os.Args) > 1 && os.Args[1] == c.Arg {
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			err := c.Main(ctx, os.Args[4:], os.Stdin, os.Stdout)
+			err := fleetnode.Main(ctx, os.Args[1:], os.Stdin, os.Stdout)
 			cancel()
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -36,34 +37,8 @@ func TestMain(m *testing.M) {
 			os.Exit(0)
 		}
 	}
+	defaultFleetBinary = os.Executable
 	os.Exit(m.Run())
-}
-
-func TestParseFleetNodeEvent(t *testing.T) {
-	ev, err := parseFleetNodeEvent([]byte(`{"event":"loaded","name":"h0","rev":812,"at":1765000000000000000,"load_s":0.41,"eips":1000}`))
-	if err != nil || ev.Event != "loaded" || ev.Name != "h0" || ev.Rev != 812 || ev.EIPs != 1000 || ev.LoadS != 0.41 {
-		t.Errorf("%+v %v", ev, err)
-	}
-	ev, err = parseFleetNodeEvent([]byte(`{"event":"usage","name":"h0","rss_mb":21.3,"peak_mb":30.2,"rss_gc_mb":17,"anon_mb":9.5}`))
-	if err != nil || ev.RSSMB != 21.3 || ev.PeakMB != 30.2 || ev.RSSGCMB != 17 || ev.AnonMB != 9.5 {
-		t.Errorf("%+v %v", ev, err)
-	}
-	ev, err = parseFleetNodeEvent([]byte(`{"event":"done","name":"s0-e1","rev":815,"at":1765000000000000000,"seen":1764999999999000000,"early":true,"sum":"9f"}`))
-	if err != nil || ev.Seen != 1764999999999000000 || !ev.Early || ev.Sum != "9f" {
-		t.Errorf("%+v %v", ev, err)
-	}
-	if ev, err = parseFleetNodeEvent([]byte(`{"event":"dropped","name":"s0-e0","fake_maps_mb":21.5}`)); err != nil || ev.FakeMapsMB != 21.5 {
-		t.Errorf("%+v %v", ev, err)
-	}
-	for _, bad := range []string{
-		``, `not json`, `{"event":"done","name":"s0-e1","sum":"9f"}`, `{"event":"loaded","name":"h0"}`, `{"event":"applied","rev":3}`,
-		`{"event":"usage","name":"h0"}`, `{"event":"what","rev":1,"at":1}`,
-		`{"event":"applied","rev":3,"at":1,"extra":1}`, `{"event":"applied","rev":3,"at":1} {}`,
-	} {
-		if ev, err := parseFleetNodeEvent([]byte(bad)); err == nil {
-			t.Errorf("%q: parsed as %+v", bad, ev)
-		}
-	}
 }
 
 func TestFleetBusiestHosts(t *testing.T) {
@@ -74,24 +49,6 @@ func TestFleetBusiestHosts(t *testing.T) {
 	}
 	if got := fleetBusiestHosts(per, 2, 5); fmt.Sprint(got) != "[h0 h1]" {
 		t.Errorf("%v", got)
-	}
-}
-
-func TestParseFleetCond(t *testing.T) {
-	for in, want := range map[string]string{
-		"route 100.64.0.1 198.18.0.2": "route 100.64.0.1 198.18.0.2",
-		"table web0/web 7":            "table web0/web 7",
-		"routes 750":                  "routes 750",
-	} {
-		c, err := parseFleetCond(strings.Fields(in))
-		if err != nil || c.String() != want {
-			t.Errorf("%q: %v %v", in, c, err)
-		}
-	}
-	for _, bad := range []string{"", "route 100.64.0.1", "route x 198.18.0.2", "table web0/web", "table web0/web x", "routes", "routes 1 2", "what 1"} {
-		if c, err := parseFleetCond(strings.Fields(bad)); err == nil {
-			t.Errorf("%q: parsed as %v", bad, c)
-		}
 	}
 }
 
@@ -147,14 +104,14 @@ func TestFleetEdgeChild(t *testing.T) {
 	evR, evW := io.Pipe()
 	ended := make(chan error, 1)
 	go func() {
-		ended <- FleetEdgeChildMain(ctx, []string{"--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--name", "s1-e1"}, cmdR, evW)
+		ended <- fleetnode.EdgeMain(ctx, []string{"--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--name", "s1-e1"}, cmdR, evW)
 		evW.Close()
 	}()
 	events := bufio.NewScanner(evR)
-	next := func(want string) FleetNodeEvent {
+	next := func(want string) fleetnode.Event {
 		t.Helper()
 		for events.Scan() {
-			ev, err := parseFleetNodeEvent(events.Bytes())
+			ev, err := fleetnode.ParseEvent(events.Bytes())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +126,7 @@ func TestFleetEdgeChild(t *testing.T) {
 			}
 		}
 		t.Fatalf("events ended (%v) before a %s event: %v", events.Err(), want, <-ended)
-		return FleetNodeEvent{}
+		return fleetnode.Event{}
 	}
 	send := func(cmd string) {
 		t.Helper()
@@ -190,7 +147,7 @@ func TestFleetEdgeChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(fmt.Sprintf("await %d %v", rev, fleetCond{kind: "route", addr: e.Address, host: fleetUnderlay(1)}))
+	send(fmt.Sprintf("await %d %v", rev, fleetnode.Cond{Kind: "route", Addr: e.Address, Host: fleetUnderlay(1)}))
 	if ev := next("done"); ev.Rev != rev || ev.At <= 0 || ev.Seen <= 0 || ev.Seen > ev.At && !ev.Early {
 		t.Errorf("rebind: done %+v", ev)
 	}
@@ -213,7 +170,7 @@ func TestFleetEdgeChild(t *testing.T) {
 	key := model.TableKey(fleetServiceName(1), "web")
 	send(fmt.Sprintf("await %d table %s 7", rev, key))
 	done := next("done")
-	aw, err := awaitEdges(ctx, []*fleetEdge{fe}, rev, time.Now(), func(*fleetEdge) fleetCond { return fleetCond{kind: "table", key: key, n: 7} })
+	aw, err := awaitEdges(ctx, []*fleetEdge{fe}, rev, time.Now(), func(*fleetEdge) fleetnode.Cond { return fleetnode.Cond{Kind: "table", Key: key, N: 7} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,5 +205,28 @@ func needEtcd(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Skip("no etcd binary and not root")
+	}
+}
+
+// TestFleetBinary: the bench refuses a missing or non-executable child
+// binary, naming it and how to build it, and runs an executable one by
+// its absolute path.
+func TestFleetBinary(t *testing.T) {
+	dir := t.TempDir()
+	plain := dir + "/plain"
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bin := range []string{dir + "/azgate-fleetnode", plain} {
+		if _, err := fleetBinary(bin); err == nil || !strings.Contains(err.Error(), bin) || !strings.Contains(err.Error(), "make build") || !strings.Contains(err.Error(), "--fleetnode PATH") {
+			t.Errorf("%s: %v", bin, err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fleetBinary(""); err != nil || got != exe {
+		t.Errorf("default (this test binary): %q, %v, want %q", got, err, exe)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/agent"
+	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/edge"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
@@ -57,7 +58,7 @@ func fleetBusiestHosts(perHost map[string]int, hosts, n int) []string {
 
 // agentChildArgs are an agent child's arguments.
 func agentChildArgs(endpoints []string, host string, jitter time.Duration) []string {
-	return []string{"bench", "fleet", FleetAgentChildArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--host", host, "--load-jitter", jitter.String()}
+	return []string{fleetnode.AgentArg, "--etcd-endpoints", strings.Join(endpoints, ","), "--host", host, "--load-jitter", jitter.String()}
 }
 
 // fleetAgentProcsRun starts o.AgentProcs agent child processes for the
@@ -68,7 +69,7 @@ func fleetAgentProcsRun(ctx context.Context, o FleetOptions, endpoints func(int)
 	perHost := fleetPerHost(region)
 	names := fleetBusiestHosts(perHost, hosts, o.AgentProcs)
 	say("starting %d agent processes (%s %s, each an agent Reconciler on the fakes following its host's share), the hosts with the most EIPs (%d to %d), 8 loading at once",
-		len(names), o.binaryName(), FleetAgentChildArg, perHost[names[len(names)-1]], perHost[names[0]])
+		len(names), o.binaryName(), fleetnode.AgentArg, perHost[names[len(names)-1]], perHost[names[0]])
 	specs := make([]fleetChildSpec, len(names))
 	for i, h := range names {
 		specs[i] = fleetChildSpec{h, agentChildArgs(endpoints(i), h, 0)}
@@ -87,13 +88,13 @@ func fleetAgentProcsRun(ctx context.Context, o FleetOptions, endpoints func(int)
 		loads = append(loads, p.load.LoadS)
 		starts = append(starts, float64(p.load.At-p.started.UnixNano())/1e9)
 	}
-	u, err := usageAtRest(ctx, ps)
+	u, err := usageAtRest(ctx, ps, say)
 	if err != nil {
 		return nil, nil, err
 	}
-	rss, peak, rssGC, anon := u.rss, u.peak, u.rssGC, u.anon
-	say("%d agent processes loaded in %.1f s (a load from the follow start at most %.2f s, from exec %.2f s); RSS at rest p50 %.1f max %.1f MB (anonymous max %.1f MB), peak (VmHWM) max %.1f MB, after a forced GC max %.1f MB",
-		len(ps), allS, maxOf(loads), maxOf(starts), percentile(rss, 50), maxOf(rss), maxOf(anon), maxOf(peak), maxOf(rssGC))
+	rss, peak, rssGC, anon, file := u.rss, u.peak, u.rssGC, u.anon, u.file
+	say("%d agent processes loaded in %.1f s (a load from the follow start at most %.2f s, from exec %.2f s); VmRSS at rest p50 %.1f max %.1f MB (RssAnon max %.1f MB, RssFile max %.1f MB), VmHWM max %.1f MB, after a forced GC max %.1f MB",
+		len(ps), allS, maxOf(loads), maxOf(starts), percentile(rss, 50), maxOf(rss), maxOf(anon), maxOf(file), maxOf(peak), maxOf(rssGC))
 	if err := procs.stopAll(); err != nil {
 		return nil, nil, err
 	}
@@ -101,14 +102,16 @@ func fleetAgentProcsRun(ctx context.Context, o FleetOptions, endpoints func(int)
 	return []Result{
 		{Suite: "fleet", Name: "agent_procs", Value: float64(len(ps)),
 			Note: fmt.Sprintf("agent child processes (%s %s): each one agent Reconciler on the fakes following its host's share with agent.Follow (the role's), its own etcd client; hosts with the most EIPs (%d to %d of 1,000 guests)",
-				o.binaryName(), FleetAgentChildArg, perHost[names[len(names)-1]], most)},
+				o.binaryName(), fleetnode.AgentArg, perHost[names[len(names)-1]], most)},
 		{Suite: "fleet", Name: "agent_proc_load_max", Value: maxOf(loads), Unit: "s", Target: "<= 2 s", Note: "the slowest agent process's full load, from its follow start to its first applied revision, 8 loading at once"},
 		{Suite: "fleet", Name: "agent_proc_start_to_load_max", Value: maxOf(starts), Unit: "s", Note: "from the bench's exec of the child to its first applied revision (process start, client, load)"},
 		{Suite: "fleet", Name: "agent_rss_max", Value: maxOf(rss), Unit: "MB", Target: "<= 32 MB",
 			Note: fmt.Sprintf("VmRSS at rest (2 s after every agent process loaded), the largest; agents of hosts with up to %d EIPs, fake maps included", most)},
 		{Suite: "fleet", Name: "agent_peak_rss_max", Value: maxOf(peak), Unit: "MB", Target: "<= 32 MB", Note: "VmHWM (its load included), the largest"},
 		{Suite: "fleet", Name: "agent_rss_anon_max", Value: maxOf(anon), Unit: "MB",
-			Note: "RssAnon at rest, the largest: VmRSS less the executable's file pages (text and data, shared by every process of the binary; an idle azgate-lab process maps about 31 MB of them)"},
+			Note: "RssAnon at rest, the largest: the process's own memory (Go heap, stacks, runtime, fake maps)"},
+		{Suite: "fleet", Name: "agent_rss_file_max", Value: maxOf(file), Unit: "MB",
+			Note: fmt.Sprintf("RssFile at rest, the largest: the child executable's pages mapped (%s: the node roles' code and the fakes; shared page cache, reclaimable)", o.binaryName())},
 		{Suite: "fleet", Name: "agent_rss_gc_max", Value: maxOf(rssGC), Unit: "MB", Note: "VmRSS after a forced GC and debug.FreeOSMemory, the largest"},
 	}, names, nil
 }
@@ -118,7 +121,7 @@ func (o FleetOptions) binaryName() string {
 	if o.Binary != "" {
 		return o.Binary
 	}
-	return "azgate-lab bench fleet"
+	return fleetnode.BinaryName
 }
 
 // restartNode is a node of the restart: its last applied revision and

@@ -72,19 +72,21 @@ func (c Config) CheckBinaries() error {
 	if err := c.binaryDefaults(); err != nil {
 		return err
 	}
-	if err := checkExecutable(c.Binary); err != nil {
+	if err := CheckExecutable(c.Binary); err != nil {
 		return fmt.Errorf("the lab runs its roles with the azgate binary: %w (build it with make build, which puts bin/azgate beside bin/azgate-lab, or name it with --azgate PATH)", err)
 	}
-	if err := checkExecutable(c.NodeBinary); err != nil {
+	if err := CheckExecutable(c.NodeBinary); err != nil {
 		return fmt.Errorf("the lab runs its edges and agents with the azgate-node binary, as their units do: %w (build it with make build, which puts bin/azgate-node beside bin/azgate; it is looked for beside --azgate)", err)
 	}
-	if err := checkExecutable(c.LabBinary); err != nil {
+	if err := CheckExecutable(c.LabBinary); err != nil {
 		return fmt.Errorf("the lab runs its servers with the azgate-lab binary: %w", err)
 	}
 	return nil
 }
 
-func checkExecutable(path string) error {
+// CheckExecutable fails, naming path, if it is missing or not an
+// executable file (a bare name: not found in PATH).
+func CheckExecutable(path string) error {
 	if !strings.ContainsRune(path, '/') {
 		if _, err := exec.LookPath(path); err != nil {
 			return fmt.Errorf("%s: not found in PATH", path)
