@@ -498,7 +498,11 @@ type cur struct {
 // counter slots are kept), writes what differs in batches and deletes the
 // rest.
 func (r *Reconciler) sync() error {
-	have := make(map[[4]byte]cur, len(r.idx.eips))
+	// Sized for what the last commit programmed, not for what the index
+	// holds: at an edge's first full load the maps hold nothing (or
+	// what they kept over a restart), and a map for every EIP of its
+	// set would be ~2 MB more at the load's peak for nothing.
+	have := make(map[[4]byte]cur, r.routes)
 	r.slots.reset()
 	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
 		if a.Is4() && rt.Host.Is4() {

@@ -2,9 +2,16 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/azgate/azgate/internal/model"
 )
@@ -54,7 +61,7 @@ func TestLoadPagesOneRevision(t *testing.T) {
 	s.loadPageBytes = 2048
 	var pages []int
 	var wrote int64
-	s.onPage = func(keys int) {
+	s.onPage = func(_ string, keys, _ int) {
 		if keys > 0 {
 			pages = append(pages, keys)
 		}
@@ -102,4 +109,230 @@ func TestLoadPagesOneRevision(t *testing.T) {
 	if st.Len(model.KindEIP) != 249 || st.EIPs[objs[199].Key()].Description != "changed" {
 		t.Errorf("reloaded %d EIPs, %q", st.Len(model.KindEIP), st.EIPs[objs[199].Key()].Description)
 	}
+}
+
+// The page budget of a span follows its size (budget 0): 1/loadPages of
+// it, between LoadPageMinBytes and LoadPageBytes.
+func TestPageSizerFromSpan(t *testing.T) {
+	kv := &mvccpb.KeyValue{Key: make([]byte, 76), Value: make([]byte, 100)} // 200 bytes with the overhead
+	for _, c := range []struct {
+		total int64
+		want  int64
+	}{
+		{1000, LoadPageMinBytes / 200},                       // 200 kB: pages of the minimum
+		{200_000, 200_000 * 200 / loadPages / 200},           // 40 MB (an edge of a 100k-EIP set): 1/32 of it
+		{5_000_000, min(LoadPageBytes/200, int64(loadPage))}, // 1 GB: the most
+	} {
+		p := pageSizer{}
+		if got := p.limit(); got != firstPage {
+			t.Errorf("first page %d keys, want %d", got, firstPage)
+		}
+		p.total = c.total
+		p.add(kv)
+		if got := p.limit(); got != c.want {
+			t.Errorf("a span of %d keys of 200 bytes: pages of %d keys, want %d", c.total, got, c.want)
+		}
+	}
+}
+
+// A scope's full load is paged by its size: no page holds more than
+// about LoadPageMinBytes of a span of 3 MB (one Range of it would); its
+// largest page is counted on the copies, the span that grows with the
+// share. The load is the whole scope.
+func TestLoadPageBound(t *testing.T) {
+	s := embedded(t)
+	ctx := context.Background()
+	if err := s.MarkLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12_000
+	desc := string(make([]byte, 200))
+	objs := make([]model.Object, n)
+	for i := range objs {
+		objs[i] = &model.EIP{Address: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Description: strings.ReplaceAll(desc, "\x00", "d")}
+	}
+	ops := copyOps(t, "set/a", objs...)
+	for lo := 0; lo < len(ops); lo += 1000 {
+		commitNow(t, s, ops[lo:min(lo+1000, len(ops))])
+	}
+	f := sharing(s, quiet)
+	var mu sync.Mutex
+	var pages, largest, total int
+	f.onPage = func(prefix string, keys, bytes int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if prefix == ScopeRoot+"set/a/" && keys > 0 {
+			pages++
+			largest = max(largest, bytes)
+			total += bytes
+		}
+	}
+	rec := newScopeRec()
+	runFollower(t, func(ctx context.Context) error { return f.FollowScope(ctx, Scope{Name: "set/a"}, rec) })
+	rec.wait(t, "the scope loaded", func(r *scopeRec) bool { return len(r.resyncs) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got := len(rec.keys()); got != n {
+		t.Fatalf("loaded %d copies, want %d", got, n)
+	}
+	t.Logf("%d copies, %d bytes in %d pages, the largest %d bytes", n, total, pages, largest)
+	// The bound is 1 MiB, not LoadPageMinBytes: raising that is what
+	// this test is to catch.
+	const bound = 1 << 20
+	if total < 2*bound {
+		t.Fatalf("the span is %d bytes: too small to need pages", total)
+	}
+	// A page aims at the budget at the mean size of the keys before it:
+	// 5% over it for keys of one size is a page of another budget.
+	if largest > bound*105/100 || pages < total/bound {
+		t.Errorf("%d pages, the largest %d bytes: want pages of at most ~%d bytes", pages, largest, bound)
+	}
+}
+
+// An edge's or agent's full load (FollowScope) in many pages is one
+// revision's snapshot: writes that land between its pages, to the
+// copies and to a primary kind already read, are not in what it commits,
+// and its watch then delivers them, each once, from the load's revision
+// on.
+func TestScopeLoadPagesOneRevision(t *testing.T) {
+	s := embedded(t)
+	ctx := context.Background()
+	if err := s.MarkLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	objs := eips(250)
+	commitNow(t, s, copyOps(t, "set/a", objs...), put(t, &model.AZ{Name: "az1"}))
+	f := sharing(s, quiet)
+	f.loadPageBytes = 2048
+	var mu sync.Mutex
+	var copyPages int
+	var wrote int64
+	f.onPage = func(prefix string, keys, _ int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if prefix != ScopeRoot+"set/a/" || keys == 0 {
+			return
+		}
+		if copyPages++; copyPages != 2 {
+			return
+		}
+		// Between the copies' second and third pages: change a copy
+		// and delete another, both in later pages, and add an AZ (a
+		// span read already).
+		e := *objs[199].(*model.EIP)
+		e.Description = "changed"
+		ops := copyOps(t, "set/a", &e)
+		ops = append(ops, Op{Scope: "set/a", Kind: model.KindEIP, Key: objs[249].Key()})
+		ops = append(ops, put(t, &model.AZ{Name: "az2"})...)
+		rev, err := s.CommitRevision(ctx)
+		if err == nil {
+			rev, err = s.Commit(ctx, rev, ops)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		wrote = rev
+	}
+	rec := newScopeRec()
+	var loaded map[string]string
+	rec.onSync = func(n int) {
+		if n == 1 {
+			rec.mu.Lock()
+			loaded = maps.Clone(rec.state)
+			rec.mu.Unlock()
+		}
+	}
+	runFollower(t, func(ctx context.Context) error {
+		return f.FollowScope(ctx, Scope{Name: "set/a", Kinds: []string{model.KindAZ}}, rec)
+	})
+	rec.wait(t, "the write after the load watched", func(r *scopeRec) bool {
+		return len(r.resyncs) == 1 && slices.Contains(slices.Collect(maps.Keys(r.state)), model.KindAZ+"/az2")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if copyPages < 3 {
+		t.Fatalf("the copies came in %d pages: the write was not between pages", copyPages)
+	}
+	if rec.resyncs[0] >= wrote {
+		t.Errorf("the load's revision %d is not before the write between its pages (%d)", rec.resyncs[0], wrote)
+	}
+	k199, k249 := model.KindEIP+"/"+objs[199].Key(), model.KindEIP+"/"+objs[249].Key()
+	if len(loaded) != 251 || loaded[model.KindAZ+"/az2"] != "" || !strings.Contains(loaded[k199], `"199"`) || loaded[k249] == "" {
+		t.Errorf("the load committed %d objects (want 250 copies and az1), az2 %q, %s %q, %s %q: a write between pages leaked into it",
+			len(loaded), loaded[model.KindAZ+"/az2"], k199, loaded[k199], k249, loaded[k249])
+	}
+	want := []string{
+		fmt.Sprintf("put %s/az2 @%d", model.KindAZ, wrote),
+		fmt.Sprintf("put %s @%d", k199, wrote),
+		fmt.Sprintf("del %s @%d", k249, wrote),
+	}
+	slices.Sort(want)
+	if got := slices.Sorted(slices.Values(rec.watched)); !slices.Equal(got, want) {
+		t.Errorf("watched %v after the load, want %v", got, want)
+	}
+	if !strings.Contains(rec.state[k199], "changed") || rec.state[k249] != "" || len(rec.state) != 251 {
+		t.Errorf("after the watch: %d objects, %s %q, %s %q", len(rec.state), k199, rec.state[k199], k249, rec.state[k249])
+	}
+}
+
+// A scope's copies are read kind by kind (scanParts), and the ranges
+// between and around the kinds too: the load hands the sink every key of
+// the scope once, those under no kind and between kinds' prefixes
+// included, as one range of the scope would.
+func TestScopeLoadByKindKeepsEveryKey(t *testing.T) {
+	s := embedded(t)
+	ctx := context.Background()
+	if err := s.MarkLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prefix := ScopeRoot + "set/a/"
+	commitNow(t, s, copyOps(t, "set/a", eips(30)...), copyOps(t, "set/a", &model.AZ{Name: "az1"}))
+	for _, k := range []string{"aaa/x", model.KindEIP + "x/y", model.KindEIP + "0/z", "zzz/w", model.KindGuestCopy + "/h1/g1"} {
+		if _, err := s.Client.Put(ctx, prefix+k, "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := s.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, kv := range resp.Kvs {
+		_, kind, key, ok := ParseScopeKey(string(kv.Key))
+		if !ok {
+			t.Fatalf("key %s", kv.Key)
+		}
+		want = append(want, kind+"/"+key)
+	}
+	for _, budget := range []int{0, 256} { // pages sized by the ranges; a few keys a page
+		f := sharing(s, quiet)
+		f.loadPageBytes = budget
+		var got []string
+		f.onPage = func(string, int, int) {}
+		rec := newScopeRec()
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- f.FollowScope(ctx, Scope{Name: "set/a"}, sinkFunc{rec, func(kind, key string) { got = append(got, kind+"/"+key) }})
+		}()
+		rec.wait(t, "the scope loaded", func(r *scopeRec) bool { return len(r.resyncs) == 1 })
+		cancel()
+		<-done
+		if !slices.Equal(got, want) {
+			t.Errorf("budget %d: the load handed over %v, want %v (one range's keys, in order)", budget, got, want)
+		}
+	}
+}
+
+// sinkFunc passes a follow on to a Sink and calls put with each Put.
+type sinkFunc struct {
+	Sink
+	put func(kind, key string)
+}
+
+func (f sinkFunc) Put(kind, key string, value []byte, rev int64) {
+	f.put(kind, key)
+	f.Sink.Put(kind, key, value, rev)
 }

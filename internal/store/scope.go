@@ -46,11 +46,16 @@ func ParseScopeKey(k string) (scope, kind, key string, ok bool) {
 	if !ok {
 		return "", "", "", false
 	}
-	parts := strings.SplitN(rest, "/", 4)
-	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || parts[2] == "" || parts[3] == "" {
+	// Substrings of k, not strings.SplitN: a full load parses a key per
+	// object, and the split's slice and the joined scope were most of
+	// its garbage but for the values' decoding.
+	class, rest, ok1 := strings.Cut(rest, "/")
+	name, rest, ok2 := strings.Cut(rest, "/")
+	kind, key, ok3 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || !ok3 || class == "" || name == "" || kind == "" || key == "" {
 		return "", "", "", false
 	}
-	return parts[0] + "/" + parts[1], parts[2], parts[3], true
+	return k[len(ScopeRoot) : len(ScopeRoot)+len(class)+1+len(name)], kind, key, true
 }
 
 // opKey is the etcd key an Op writes.
@@ -99,7 +104,12 @@ func (sc Scope) feed() feed {
 		f.load = append(f.load, primary(k))
 	}
 	if sc.Name != "" {
-		f.load = append(f.load, span{ScopeRoot + sc.Name + "/", parseCopy, sc.Name})
+		prefix := ScopeRoot + sc.Name + "/"
+		parts := []string{prefix + model.KindGuestCopy + "/"}
+		for _, k := range model.Kinds {
+			parts = append(parts, prefix+k+"/")
+		}
+		f.load = append(f.load, span{prefix: prefix, parse: parseCopy, name: sc.Name, parts: parts})
 		f.layout = true
 	}
 	f.watch, f.marker = f.load, true

@@ -99,10 +99,12 @@ type Store struct {
 	// restores it).
 	LoadGCPercent int
 	drawJitter    func(time.Duration) time.Duration // tests: nil is rand.N
-	// loadPageBytes is the page budget of full loads (0: LoadPageBytes;
-	// tests make it small).
+	// loadPageBytes is the page budget of full loads (0: from the span,
+	// see LoadPageBytes; tests make it small).
 	loadPageBytes int
-	onPage        func(keys int) // tests: called with each page's size
+	// onPage (tests) is called with each page: the span's prefix, its
+	// keys, and their size as the page budget counts it.
+	onPage func(prefix string, keys, bytes int)
 
 	invalidOnce sync.Once
 	invalid     *Invalid // what Follow refused
@@ -258,14 +260,31 @@ func Encode(o model.Object) ([]byte, error) { return json.Marshal(o) }
 // EIPs took 7s to read, with 50,000 under one.
 const loadPage = 50000
 
-// LoadPageBytes is what a full load's page aims at, in keys and values:
-// the next page asks for as many keys as fit at the mean size of those
-// read so far (at most loadPage). A page is held whole three times while
-// it is read (gRPC's receive buffer, the decoded response, the objects
-// decoded from it), so it sets most of a follower's peak memory during a
-// load: 50,000 EIPs and their copies were ~12 MB a page. 4 MiB is ~20,000
-// EIPs, 10 pages for an edge of a 100k-EIP set.
+// LoadPageBytes is the most a full load's page aims at, in keys and
+// values: the next page asks for as many keys as fit at the mean size of
+// those read so far (at most loadPage). A page is held whole three times
+// while it is read (gRPC's receive buffer, the decoded response, the
+// objects decoded from it), so it sets much of a follower's peak memory
+// during a load.
+//
+// Pages are smaller for smaller spans (pageSizer): a span's pages aim at
+// 1/loadPages of its size, between LoadPageMinBytes and LoadPageBytes.
+// etcd 3.4 counts every key from a page's start to the span's end for
+// each page, so a span read in P pages costs about N*P/2 key visits:
+// P <= loadPages keeps that linear in N while the pages are above the
+// minimum, and a span large enough for LoadPageBytes pages (a million
+// EIPs of a controller's load) is read as before. An edge of a 100k-EIP
+// set reads its ~36 MB of copies in ~35 pages of 1 MiB (of 4 MiB
+// before: its peak RSS was ~10 MB higher; TestLoadPageBound).
 const LoadPageBytes = 4 << 20
+
+// LoadPageMinBytes is the least a page aims at (see LoadPageBytes): a
+// round trip per 1 MiB costs little next to decoding it.
+const LoadPageMinBytes = 1 << 20
+
+// loadPages is how many pages a span is read in at most while its pages
+// are between LoadPageMinBytes and LoadPageBytes.
+const loadPages = 32
 
 // kvOverhead is what a key-value costs beyond its key and value in a
 // page (its revisions and protobuf framing), for the page budget.
@@ -275,10 +294,13 @@ const kvOverhead = 24
 // the keys read so far: budget bytes at their mean size, between 1 and
 // loadPage keys. The first page, with no size known, is firstPage keys
 // (fewer if 256 bytes a key would exceed the budget): a range of 50 kB
-// hosts must not come as one page of budget/256 of them.
+// hosts must not come as one page of budget/256 of them. budget 0 sizes
+// the pages from the span (see LoadPageBytes): total is the count of
+// keys in it the first page's response gave.
 type pageSizer struct {
 	budget      int
 	keys, bytes int
+	total       int64
 }
 
 const firstPage = 100
@@ -289,10 +311,18 @@ func (p *pageSizer) add(kv *mvccpb.KeyValue) {
 }
 
 func (p *pageSizer) limit() int64 {
-	if p.keys == 0 {
-		return int64(min(max(p.budget/256, 1), firstPage))
+	budget := p.budget
+	if budget <= 0 {
+		budget = LoadPageBytes
+		if p.keys > 0 {
+			span := int64(p.bytes/p.keys) * p.total
+			budget = int(min(max(span/loadPages, LoadPageMinBytes), LoadPageBytes))
+		}
 	}
-	return int64(min(max(p.budget/max(p.bytes/p.keys, 1), 1), loadPage))
+	if p.keys == 0 {
+		return int64(min(max(budget/256, 1), firstPage))
+	}
+	return int64(min(max(budget/max(p.bytes/p.keys, 1), 1), loadPage))
 }
 
 // Load reads the whole state at one revision, page by page. Values that
@@ -320,10 +350,13 @@ type span struct {
 	// name is what a commit marker calls a transaction's writes under
 	// prefix: the kind of a primary span, the scope of a copy span.
 	name string
+	// parts, if any, are prefixes under prefix (a scope's kinds) that a
+	// full load reads as ranges of their own (scanParts).
+	parts []string
 }
 
 // primary is the span of one kind's primary keys.
-func primary(kind string) span { return span{Root + kind + "/", ParseKey, kind} }
+func primary(kind string) span { return span{prefix: Root + kind + "/", parse: ParseKey, name: kind} }
 
 // feed is what a follower reads: the spans of a full load, the spans it
 // then watches (every change of a loaded key must be in one of them, and
@@ -371,7 +404,7 @@ func (s *Store) load(ctx context.Context, f feed, sink Sink) (int64, error) {
 	}
 	sink.Reset()
 	for _, sp := range f.load {
-		err := s.scan(ctx, sp.prefix, rev, func(kv *mvccpb.KeyValue) {
+		err := s.scanParts(ctx, sp.prefix, sp.parts, rev, func(kv *mvccpb.KeyValue) {
 			if kind, key, ok := sp.parse(string(kv.Key)); ok {
 				sink.Put(kind, key, kv.Value, kv.ModRevision)
 			} else {
@@ -386,26 +419,60 @@ func (s *Store) load(ctx context.Context, f feed, sink Sink) (int64, error) {
 }
 
 // scan hands fn every key under prefix at revision rev, in pages of
-// about s.loadPageBytes (pageSizer). fn must not keep kv (it may keep
-// kv.Value): each one is dropped from its page once handed over, so that
-// what a page holds is freed as it is decoded.
+// about s.loadPageBytes (0: sized from the span, pageSizer). fn must not
+// keep kv (it may keep kv.Value): each one is dropped from its page once
+// handed over, so that what a page holds is freed as it is decoded.
 func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
+	return s.scanRange(ctx, prefix, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn)
+}
+
+// scanParts is scan with prefix's range cut at parts (prefixes under
+// it): each part, and each gap between them and around them, is read as
+// a range of its own, in key order, so every key under prefix is handed
+// to fn once, as scan would. etcd 3.4 counts (and lists) every key from
+// a page's start to its range's end for each page: a scope's copies read
+// as one range of 200,000 EIPs and guest copies in 35 pages cost it 3.5
+// million index entries, read kind by kind half as many, and a load of
+// more pages no longer costs it more than the 4 MiB pages did.
+func (s *Store) scanParts(ctx context.Context, prefix string, parts []string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
-	ps := pageSizer{budget: s.loadPageBytes}
-	if ps.budget <= 0 {
-		ps.budget = LoadPageBytes
+	bounds := []string{prefix, end}
+	for _, p := range parts {
+		if strings.HasPrefix(p, prefix) && p != prefix {
+			bounds = append(bounds, p, clientv3.GetPrefixRangeEnd(p))
+		}
 	}
-	for from := prefix; ; {
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	for i := 0; i+1 < len(bounds) && bounds[i] < end; i++ {
+		if err := s.scanRange(ctx, prefix, bounds[i], min(bounds[i+1], end), rev, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanRange is scan of the keys in [from, end), which lie under prefix.
+func (s *Store) scanRange(ctx context.Context, prefix, from, end string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
+	ps := pageSizer{budget: s.loadPageBytes}
+	for {
 		resp, err := s.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(ps.limit()), clientv3.WithRev(rev))
 		if err != nil {
 			return fmt.Errorf("store: load %s: %w", prefix, err)
 		}
 		if s.onPage != nil {
-			s.onPage(len(resp.Kvs))
+			b := 0
+			for _, kv := range resp.Kvs {
+				b += len(kv.Key) + len(kv.Value) + kvOverhead
+			}
+			s.onPage(prefix, len(resp.Kvs), b)
 		}
 		n := len(resp.Kvs)
 		if n == 0 {
 			return nil
+		}
+		if ps.keys == 0 {
+			ps.total = resp.Count // the range's keys at rev (the first page's from is its start)
 		}
 		from = string(resp.Kvs[n-1].Key) + "\x00"
 		for i, kv := range resp.Kvs {
