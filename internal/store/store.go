@@ -434,8 +434,19 @@ func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(kv *
 // as one range of 200,000 EIPs and guest copies in 35 pages cost it 3.5
 // million index entries, read kind by kind half as many, and a load of
 // more pages no longer costs it more than the 4 MiB pages did.
+//
+// The first page is of the whole range, and the cut ranges start after
+// it: a range that fits in one page (an agent's host scope, a small
+// set's) is one request, not one per part and gap (27 for a scope).
 func (s *Store) scanParts(ctx context.Context, prefix string, parts []string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
+	if len(parts) == 0 || end == "\x00" { // "\x00": no end (a prefix of 0xff bytes)
+		return s.scanRange(ctx, prefix, prefix, end, rev, fn)
+	}
+	from, err := s.scanPages(ctx, prefix, prefix, end, rev, 1, fn)
+	if err != nil || from == "" {
+		return err
+	}
 	bounds := []string{prefix, end}
 	for _, p := range parts {
 		if strings.HasPrefix(p, prefix) && p != prefix {
@@ -445,7 +456,11 @@ func (s *Store) scanParts(ctx context.Context, prefix string, parts []string, re
 	slices.Sort(bounds)
 	bounds = slices.Compact(bounds)
 	for i := 0; i+1 < len(bounds) && bounds[i] < end; i++ {
-		if err := s.scanRange(ctx, prefix, bounds[i], min(bounds[i+1], end), rev, fn); err != nil {
+		lo, hi := max(bounds[i], from), min(bounds[i+1], end)
+		if lo >= hi {
+			continue // read by the first page
+		}
+		if err := s.scanRange(ctx, prefix, lo, hi, rev, fn); err != nil {
 			return err
 		}
 	}
@@ -454,11 +469,19 @@ func (s *Store) scanParts(ctx context.Context, prefix string, parts []string, re
 
 // scanRange is scan of the keys in [from, end), which lie under prefix.
 func (s *Store) scanRange(ctx context.Context, prefix, from, end string, rev int64, fn func(kv *mvccpb.KeyValue)) error {
+	_, err := s.scanPages(ctx, prefix, from, end, rev, 0, fn)
+	return err
+}
+
+// scanPages is scanRange of at most pages pages (0: all of them): it
+// returns the key the next page would start at, "" once the range is
+// read to its end.
+func (s *Store) scanPages(ctx context.Context, prefix, from, end string, rev int64, pages int, fn func(kv *mvccpb.KeyValue)) (string, error) {
 	ps := pageSizer{budget: s.loadPageBytes}
-	for {
+	for page := 1; ; page++ {
 		resp, err := s.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(ps.limit()), clientv3.WithRev(rev))
 		if err != nil {
-			return fmt.Errorf("store: load %s: %w", prefix, err)
+			return "", fmt.Errorf("store: load %s: %w", prefix, err)
 		}
 		if s.onPage != nil {
 			b := 0
@@ -469,7 +492,7 @@ func (s *Store) scanRange(ctx context.Context, prefix, from, end string, rev int
 		}
 		n := len(resp.Kvs)
 		if n == 0 {
-			return nil
+			return "", nil
 		}
 		if ps.keys == 0 {
 			ps.total = resp.Count // the range's keys at rev (the first page's from is its start)
@@ -481,7 +504,10 @@ func (s *Store) scanRange(ctx context.Context, prefix, from, end string, rev int
 			resp.Kvs[i] = nil
 		}
 		if !resp.More {
-			return nil
+			return "", nil
+		}
+		if page == pages {
+			return from, nil
 		}
 	}
 }
