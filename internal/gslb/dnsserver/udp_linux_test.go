@@ -94,6 +94,16 @@ func TestUDPMatchesMiekgServer(t *testing.T) {
 	for i, q := range corpus {
 		want := exchangeRaw(t, cl, pc.LocalAddr(), q, 300*time.Millisecond)
 		got := exchangeRaw(t, cl, ours.UDPAddr(), q, 300*time.Millisecond)
+		// Silence is only silence if it lasts: a server not scheduled
+		// within 300 ms on a loaded machine (a full make test run saw
+		// miekg's answer missing) is asked again and given 5 s. Where both
+		// stay silent, 300 ms each is the wait.
+		if want == nil && got != nil {
+			want = exchangeRaw(t, cl, pc.LocalAddr(), q, 5*time.Second)
+		}
+		if got == nil && want != nil {
+			got = exchangeRaw(t, cl, ours.UDPAddr(), q, 5*time.Second)
+		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("query %d %x:\nours  %x\nmiekg %x", i, q, got, want)
 		}
