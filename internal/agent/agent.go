@@ -8,6 +8,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sort"
 	"sync"
@@ -72,7 +73,11 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		sets = append(sets, name)
 	}
 	sort.Strings(sets)
-	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{},
+	// An EIP is bound to one guest and a guest holds one EIP (the
+	// controller's check): the host's guests bound the EIPs it holds, so
+	// a full load does not grow the map step by step (its rehashes were
+	// most of what Desired allocated).
+	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: make(map[netip.Addr]Want, min(len(h.Guests), len(st.EIPs))),
 		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}}
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
@@ -387,9 +392,11 @@ func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePl
 // guest program to it. A guest whose interface cannot be found yet is
 // reported and retried.
 func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[string]bool) {
-	links := map[netip.Addr]guestLink{}
-	used := map[string]bool{}
-	var resolve []netip.Addr
+	// Sized for every guest (what they hold on a full load: grown step
+	// by step they allocated twice that).
+	links := make(map[netip.Addr]guestLink, len(want.Guests))
+	used := make(map[string]bool, len(want.Guests))
+	resolve := make([]netip.Addr, 0, len(want.Guests))
 	for _, g := range want.Guests {
 		ifname, ifindex, err := r.links.GuestInterface(g.Address)
 		if err != nil {
@@ -497,11 +504,15 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 func (r *Reconciler) Programmed() map[netip.Addr]dataplane.AgentEIP {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[netip.Addr]dataplane.AgentEIP{}
-	for a, e := range r.programmed {
-		out[a] = e
-	}
-	return out
+	return maps.Clone(r.programmed)
+}
+
+// ProgrammedCount is how many EIPs the maps hold (len(Programmed())
+// without the copy).
+func (r *Reconciler) ProgrammedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.programmed)
 }
 
 func sortedKeys(m map[string]bool) []string {

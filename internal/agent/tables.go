@@ -87,7 +87,7 @@ type planInput struct {
 func planTables(in planInput) tablePlan {
 	w := in.want
 	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
-		eips: map[netip.Addr]dataplane.AgentEIP{}, keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
+		eips: make(map[netip.Addr]dataplane.AgentEIP, len(w.EIPs)), keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
 		waiting: map[netip.Addr]string{}}
 	local, err := PlanLocal(in.cfg.LocalAllow)
 	if err == nil {
@@ -250,7 +250,9 @@ func wholeKey(v any) string { return fmt.Sprint(v) }
 // diffTables lists the writes from held (and the services read back,
 // nil: unknown, none written) to p.
 func diffTables(p *tablePlan, held heldTables, have []dataplane.AgentService, haveKnown bool) []op {
-	var ops []op
+	// Room for the puts of the EIPs not programmed yet (all of them on a
+	// first load: the slice no longer grows step by step) and a few more.
+	ops := make([]op, 0, max(len(p.eips)-len(held.programmed), 0)+8)
 	whole := func(k opKind, v any) {
 		if key, cur := wholeKey(v), held.whole; !hasKey(cur, k) || cur[k] != key {
 			ops = append(ops, op{kind: k, key: key, plan: p})
@@ -362,6 +364,19 @@ func sortedSvcs(m map[svcID]dataplane.AgentService) []svcID {
 // configuration write and the slots of sets gone are emptied only when
 // nothing failed (an EIP or service may still name them).
 func (r *Reconciler) applyOps(ops []op) {
+	if len(r.programmed) == 0 {
+		// A first load programs every EIP: the map is made for them at
+		// once, not grown (and rehashed) step by step.
+		n := 0
+		for _, o := range ops {
+			if o.kind == opPutEIP {
+				n++
+			}
+		}
+		if n > 0 {
+			r.programmed = make(map[netip.Addr]dataplane.AgentEIP, n)
+		}
+	}
 	for _, o := range ops {
 		if o.kind == opClearGroup && len(r.errs) > 0 {
 			return
