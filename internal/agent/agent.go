@@ -347,14 +347,13 @@ func (r *Reconciler) apply(rev int64) {
 // the rest of the tables (tables.go); interfaces no guest uses any more
 // are detached last.
 func (r *Reconciler) reconcile(want HostWant) {
-	base := r.plan(want, nil)
-	var first []op
-	for _, o := range diffTables(&base, r.held(), nil, false) {
-		if o.kind == opLocal || o.kind == opConfig {
-			first = append(first, o)
-		}
-	}
-	r.applyOps(first)
+	// The local rules and the configuration only (planned and compared
+	// without the EIPs' and services' tables: a whole plan and diff of
+	// them here was a full load's second copy of every EIP, for nothing).
+	base := r.planHead(want)
+	held := r.held()
+	first := appendWhole(nil, &base, held, opLocal, base.local)
+	r.applyOps(appendWhole(first, &base, held, opConfig, base.config))
 	// Nothing else is written, and no guest attached, until both are: a
 	// guest attached under a local table that failed to change (say, to
 	// the empty table of a refused overlap) would keep the old rules.
@@ -381,10 +380,21 @@ func (r *Reconciler) reconcile(want HostWant) {
 // plan computes what the maps should hold for want with the guests'
 // interfaces (tables.go), giving each new edge set a group slot.
 func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePlan {
-	live := PlanGroups(want.Sets, r.ann)
-	r.noteFallbacks(live)
-	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
-	return planTables(planInput{want: want, cfg: r.cfg, links: links, live: live, slots: r.groupSlot})
+	return r.planOf(planInput{want: want, links: links})
+}
+
+// planHead is plan's configuration, local rules, groups and problems
+// only (planInput.head): what reconcile writes first.
+func (r *Reconciler) planHead(want HostWant) tablePlan {
+	return r.planOf(planInput{want: want, head: true})
+}
+
+func (r *Reconciler) planOf(in planInput) tablePlan {
+	in.live = PlanGroups(in.want.Sets, r.ann)
+	r.noteFallbacks(in.live)
+	r.groupSlot = assignSlots(sortedNames(in.want.Sets), r.groupSlot)
+	in.cfg, in.slots = r.cfg, r.groupSlot
+	return planTables(in)
 }
 
 // attachGuests finds the interface of every guest of the host (bound or
