@@ -135,8 +135,8 @@ const NodeLoadGCPercent = 50
 // few MB, on which 50 let the load's garbage (decoded pages, the
 // reconciler's plan) add up to half of it again, while a collection
 // costs well under a millisecond; at 10 the process's peak RSS (VmHWM)
-// is ~1 MB lower for ~10 ms more CPU per load of a 1,000-EIP host
-// (docs/scale.md). GC CPU grows with what a load allocates over the
+// is ~1 MB lower, the load's CPU within its spread (docs/scale.md, "An
+// agent's peak"). GC CPU grows with what a load allocates over the
 // percent, so an edge's load of 100k EIPs keeps NodeLoadGCPercent.
 const AgentLoadGCPercent = 10
 
