@@ -245,9 +245,11 @@ func (d *daemonFlags) check() (*slog.Logger, error) {
 }
 
 // connect connects to etcd (waiting for it in the background) and says
-// where the node's pins are.
-func (d *daemonFlags) connect(log *slog.Logger) (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
-	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent}, "following it anyway")
+// where the node's pins are. loadGC is the store's LoadGCPercent
+// (store.NodeLoadGCPercent for an edge, store.AgentLoadGCPercent for an
+// agent).
+func (d *daemonFlags) connect(log *slog.Logger, loadGC int) (*slog.Logger, *store.Store, dataplane.LoadOptions, error) {
+	st, err := connectStoreWith(store.Options{Endpoints: strings.Split(d.etcd, ","), Log: log, Auth: d.etcdAuth, LoadJitter: d.loadJitter, FreeAfterLoad: true, LoadGCPercent: loadGC}, "following it anyway")
 	if err != nil {
 		return nil, nil, dataplane.LoadOptions{}, err
 	}
@@ -353,7 +355,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				return nil, err
 			}
 			return func() error {
-				log, st, load, err := df.connect(log)
+				log, st, load, err := df.connect(log, store.NodeLoadGCPercent)
 				if err != nil {
 					return err
 				}
@@ -461,7 +463,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				return nil, err
 			}
 			return func() error {
-				log, st, load, err := df.connect(log)
+				log, st, load, err := df.connect(log, store.AgentLoadGCPercent)
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sort"
 	"sync"
@@ -72,7 +73,11 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		sets = append(sets, name)
 	}
 	sort.Strings(sets)
-	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: map[netip.Addr]Want{},
+	// An EIP is bound to one guest and a guest holds one EIP (the
+	// controller's check): the host's guests bound the EIPs it holds, so
+	// a full load does not grow the map step by step (its rehashes were
+	// most of what Desired allocated).
+	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: make(map[netip.Addr]Want, min(len(h.Guests), len(st.EIPs))),
 		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}}
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
@@ -342,14 +347,13 @@ func (r *Reconciler) apply(rev int64) {
 // the rest of the tables (tables.go); interfaces no guest uses any more
 // are detached last.
 func (r *Reconciler) reconcile(want HostWant) {
-	base := r.plan(want, nil)
-	var first []op
-	for _, o := range diffTables(&base, r.held(), nil, false) {
-		if o.kind == opLocal || o.kind == opConfig {
-			first = append(first, o)
-		}
-	}
-	r.applyOps(first)
+	// The local rules and the configuration only (planned and compared
+	// without the EIPs' and services' tables: a whole plan and diff of
+	// them here was a full load's second copy of every EIP, for nothing).
+	base := r.planHead(want)
+	held := r.held()
+	first := appendWhole(nil, &base, held, opLocal, base.local)
+	r.applyOps(appendWhole(first, &base, held, opConfig, base.config))
 	// Nothing else is written, and no guest attached, until both are: a
 	// guest attached under a local table that failed to change (say, to
 	// the empty table of a refused overlap) would keep the old rules.
@@ -376,10 +380,21 @@ func (r *Reconciler) reconcile(want HostWant) {
 // plan computes what the maps should hold for want with the guests'
 // interfaces (tables.go), giving each new edge set a group slot.
 func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePlan {
-	live := PlanGroups(want.Sets, r.ann)
-	r.noteFallbacks(live)
-	r.groupSlot = assignSlots(sortedNames(want.Sets), r.groupSlot)
-	return planTables(planInput{want: want, cfg: r.cfg, links: links, live: live, slots: r.groupSlot})
+	return r.planOf(planInput{want: want, links: links})
+}
+
+// planHead is plan's configuration, local rules, groups and problems
+// only (planInput.head): what reconcile writes first.
+func (r *Reconciler) planHead(want HostWant) tablePlan {
+	return r.planOf(planInput{want: want, head: true})
+}
+
+func (r *Reconciler) planOf(in planInput) tablePlan {
+	in.live = PlanGroups(in.want.Sets, r.ann)
+	r.noteFallbacks(in.live)
+	r.groupSlot = assignSlots(sortedNames(in.want.Sets), r.groupSlot)
+	in.cfg, in.slots = r.cfg, r.groupSlot
+	return planTables(in)
 }
 
 // attachGuests finds the interface of every guest of the host (bound or
@@ -387,9 +402,11 @@ func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePl
 // guest program to it. A guest whose interface cannot be found yet is
 // reported and retried.
 func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[string]bool) {
-	links := map[netip.Addr]guestLink{}
-	used := map[string]bool{}
-	var resolve []netip.Addr
+	// Sized for every guest (what they hold on a full load: grown step
+	// by step they allocated twice that).
+	links := make(map[netip.Addr]guestLink, len(want.Guests))
+	used := make(map[string]bool, len(want.Guests))
+	resolve := make([]netip.Addr, 0, len(want.Guests))
 	for _, g := range want.Guests {
 		ifname, ifindex, err := r.links.GuestInterface(g.Address)
 		if err != nil {
@@ -497,11 +514,15 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 func (r *Reconciler) Programmed() map[netip.Addr]dataplane.AgentEIP {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[netip.Addr]dataplane.AgentEIP{}
-	for a, e := range r.programmed {
-		out[a] = e
-	}
-	return out
+	return maps.Clone(r.programmed)
+}
+
+// ProgrammedCount is how many EIPs the maps hold (len(Programmed())
+// without the copy).
+func (r *Reconciler) ProgrammedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.programmed)
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg Config, st store.Node, load dataplane.LoadOpti
 	}
 	s.push(rec.Stop) // before the data plane closes: no retry writes to it after
 	rec.adoptAttached(dp.Attached())
-	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", len(rec.Programmed()), "pins", load.PinDir)
+	cfg.Log.Info("agent data plane attached", "underlay", cfg.Underlay, "eips_kept", rec.ProgrammedCount(), "pins", load.PinDir)
 	bw, err := startBandwidth(ctx, cfg, rec, dp, &s)
 	if err != nil {
 		return fail("bandwidth", err)

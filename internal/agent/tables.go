@@ -79,15 +79,19 @@ type planInput struct {
 	want  HostWant
 	cfg   Config
 	links map[netip.Addr]guestLink // guests whose interface is found (and attached)
-	live  GroupPlan                // PlanGroups
-	slots map[string]uint16        // each set's slot (assignSlots), sets gone included
+	// head: only the configuration, the local rules, the groups and the
+	// problems (what reconcile writes first), not the EIPs' and
+	// services' tables.
+	head  bool
+	live  GroupPlan         // PlanGroups
+	slots map[string]uint16 // each set's slot (assignSlots), sets gone included
 }
 
 // planTables computes what the maps should hold.
 func planTables(in planInput) tablePlan {
 	w := in.want
 	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
-		eips: map[netip.Addr]dataplane.AgentEIP{}, keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
+		eips: make(map[netip.Addr]dataplane.AgentEIP, len(w.EIPs)), keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
 		waiting: map[netip.Addr]string{}}
 	local, err := PlanLocal(in.cfg.LocalAllow)
 	if err == nil {
@@ -126,6 +130,12 @@ func planTables(in planInput) tablePlan {
 		return slotOf(in.slots, reply, set)
 	}
 
+	if in.head {
+		for _, pr := range w.Problems {
+			p.problems = append(p.problems, fmt.Errorf("%s", pr))
+		}
+		return p
+	}
 	for addr, gl := range in.links {
 		p.ifaddrs = append(p.ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
 	}
@@ -247,15 +257,22 @@ type heldTables struct {
 // wholeKey is how a whole table's content is compared.
 func wholeKey(v any) string { return fmt.Sprint(v) }
 
+// appendWhole appends to ops the write of whole table k (v, from p) if
+// it differs from what held booked.
+func appendWhole(ops []op, p *tablePlan, held heldTables, k opKind, v any) []op {
+	if key, cur := wholeKey(v), held.whole; !hasKey(cur, k) || cur[k] != key {
+		ops = append(ops, op{kind: k, key: key, plan: p})
+	}
+	return ops
+}
+
 // diffTables lists the writes from held (and the services read back,
 // nil: unknown, none written) to p.
 func diffTables(p *tablePlan, held heldTables, have []dataplane.AgentService, haveKnown bool) []op {
-	var ops []op
-	whole := func(k opKind, v any) {
-		if key, cur := wholeKey(v), held.whole; !hasKey(cur, k) || cur[k] != key {
-			ops = append(ops, op{kind: k, key: key, plan: p})
-		}
-	}
+	// Room for the puts of the EIPs not programmed yet (all of them on a
+	// first load: the slice no longer grows step by step) and a few more.
+	ops := make([]op, 0, max(len(p.eips)-len(held.programmed), 0)+8)
+	whole := func(k opKind, v any) { ops = appendWhole(ops, p, held, k, v) }
 	whole(opLocal, p.local)
 	whole(opConfig, p.config)
 	slots := make([]uint16, 0, len(p.groups))
@@ -362,6 +379,19 @@ func sortedSvcs(m map[svcID]dataplane.AgentService) []svcID {
 // configuration write and the slots of sets gone are emptied only when
 // nothing failed (an EIP or service may still name them).
 func (r *Reconciler) applyOps(ops []op) {
+	if len(r.programmed) == 0 {
+		// A first load programs every EIP: the map is made for them at
+		// once, not grown (and rehashed) step by step.
+		n := 0
+		for _, o := range ops {
+			if o.kind == opPutEIP {
+				n++
+			}
+		}
+		if n > 0 {
+			r.programmed = make(map[netip.Addr]dataplane.AgentEIP, n)
+		}
+	}
 	for _, o := range ops {
 		if o.kind == opClearGroup && len(r.errs) > 0 {
 			return

@@ -125,10 +125,20 @@ type Options struct {
 	LoadGCPercent int
 }
 
-// NodeLoadGCPercent is the LoadGCPercent of the edge and agent roles
-// (and of the fleet bench's edge and agent children, which measure
-// them): docs/scale.md, "Memory of one edge and of an agent process".
+// NodeLoadGCPercent is the LoadGCPercent of the edge role (and of the
+// fleet bench's edge children, which measure it): docs/scale.md, "Memory
+// of one edge and of an agent process".
 const NodeLoadGCPercent = 50
+
+// AgentLoadGCPercent is the agent role's LoadGCPercent (and the fleet
+// bench's agent children's). An agent loads one host's share: a heap of a
+// few MB, on which 50 let the load's garbage (decoded pages, the
+// reconciler's plan) add up to half of it again, while a collection
+// costs well under a millisecond; at 10 the process's peak RSS (VmHWM)
+// is ~1 MB lower, the load's CPU within its spread (docs/scale.md, "An
+// agent's peak"). GC CPU grows with what a load allocates over the
+// percent, so an edge's load of 100k EIPs keeps NodeLoadGCPercent.
+const AgentLoadGCPercent = 10
 
 // Check makes Connect's checks of o without connecting: the endpoints'
 // forms, the TLS files, the user's password file (a role's

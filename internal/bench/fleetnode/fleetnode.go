@@ -579,7 +579,7 @@ func AgentMain(ctx context.Context, args []string, in io.Reader, out io.Writer) 
 func Agent(ctx context.Context, endpoints []string, host string, jitter time.Duration, in io.Reader, out io.Writer) error {
 	quiet := slog.New(slog.DiscardHandler)
 	// FreeAfterLoad and LoadGCPercent as the agent role sets them (cmd/azgate).
-	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.NodeLoadGCPercent})
+	st, err := store.Connect(store.Options{Endpoints: endpoints, Log: quiet, LoadJitter: jitter, FreeAfterLoad: true, LoadGCPercent: store.AgentLoadGCPercent})
 	if err != nil {
 		return err
 	}
@@ -590,7 +590,7 @@ func Agent(ctx context.Context, endpoints []string, host string, jitter time.Dur
 	}
 	c := newChild(host)
 	r.OnApplied = c.applied
-	c.held = func() int { return len(r.Programmed()) }
+	c.held = func() int { return r.ProgrammedCount() }
 	c.follow = func(ctx context.Context) {
 		agent.Follow(ctx, quiet, st, host, r)
 		r.Stop()
