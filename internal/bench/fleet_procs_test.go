@@ -61,41 +61,13 @@ func TestFleetBusiestHosts(t *testing.T) {
 // with; usage reports its memory, drop the heap its fake maps held, and
 // an unknown command ends it with an error.
 func TestFleetEdgeChild(t *testing.T) {
-	needEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := etcdproc.Start(etcdproc.Config{Dir: t.TempDir(), Members: 1, MaxTxnOps: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	admin, err := store.Connect(store.Options{Endpoints: cl.Endpoints(), TxnOps: 1024, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	cl, admin := oneMember(t, ctx)
 	const eips = 300
 	o := FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: eips}
-	objs := []model.Object{&model.AZ{Name: "az1"}}
-	for h := range fleetHosts(eips) {
-		objs = append(objs, fleetHost(h))
-	}
-	for _, s := range o.sets() {
-		objs = append(objs, s)
-	}
-	for s := range o.Sets {
-		objs = append(objs, fleetService(s, 8, -1))
-	}
-	for i := range eips {
-		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
-	}
 	var region fleetRegion
-	if _, err := region.writeAll(ctx, admin, objs); err != nil {
+	if _, err := region.writeAll(ctx, admin, fleetObjects(o, eips, true)); err != nil {
 		t.Fatal(err)
 	}
 	inSet := fleetInSet(eips, 1, o.Sets)
@@ -206,6 +178,50 @@ func needEtcd(t *testing.T) {
 		}
 		t.Skip("no etcd binary and not root")
 	}
+}
+
+// oneMember starts a 1-member etcd cluster (stopped at the test's end)
+// and returns it and a store on it once it has a leader.
+func oneMember(t *testing.T, ctx context.Context) (*etcdproc.Cluster, *store.Store) {
+	t.Helper()
+	needEtcd(t)
+	cl, err := etcdproc.Start(etcdproc.Config{Dir: t.TempDir(), Members: 1, MaxTxnOps: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Stop() })
+	admin, err := store.Connect(store.Options{Endpoints: cl.Endpoints(), TxnOps: 1024, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	return cl, admin
+}
+
+// fleetObjects is the fleet region of o's sets (each set's service when
+// services) with EIPs 0..eips-1 on their hosts.
+func fleetObjects(o FleetOptions, eips int, services bool) []model.Object {
+	objs := []model.Object{&model.AZ{Name: "az1"}}
+	for h := range fleetHosts(eips) {
+		objs = append(objs, fleetHost(h))
+	}
+	for _, s := range o.sets() {
+		objs = append(objs, s)
+	}
+	if services {
+		for s := range o.Sets {
+			objs = append(objs, fleetService(s, 8, -1))
+		}
+	}
+	for i := range eips {
+		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
+	}
+	return objs
 }
 
 // TestFleetBinary: the bench refuses a missing or non-executable child

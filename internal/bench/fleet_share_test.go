@@ -3,15 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/azgate/azgate/internal/bench/fleetnode"
 	"github.com/azgate/azgate/internal/model"
-	"github.com/azgate/azgate/internal/store"
-	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
 // TestEdgeProcessMemoryFollowsItsShare is issue 19's proof in processes:
@@ -24,7 +21,6 @@ import (
 // which holds them, must grow by at least 4 MB: the control that shows
 // the measure sees a node holding what is not its share.
 func TestEdgeProcessMemoryFollowsItsShare(t *testing.T) {
-	needEtcd(t)
 	const (
 		first  = 8000           // EIPs 0..first-1, half in each set (EIP i's set is i mod 2)
 		added  = 10 * first / 2 // to set1: ten times set0's
@@ -33,34 +29,10 @@ func TestEdgeProcessMemoryFollowsItsShare(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cl, err := etcdproc.Start(etcdproc.Config{Dir: t.TempDir(), Members: 1, MaxTxnOps: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	admin, err := store.Connect(store.Options{Endpoints: cl.Endpoints(), TxnOps: 1024, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	cl, admin := oneMember(t, ctx)
 	o := FleetOptions{Sets: 2, EdgesPerSet: 1, EIPs: first}
-	objs := []model.Object{&model.AZ{Name: "az1"}}
-	for h := range fleetHosts(first) {
-		objs = append(objs, fleetHost(h))
-	}
-	for _, s := range o.sets() {
-		objs = append(objs, s)
-	}
-	for i := range first {
-		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
-	}
 	var region fleetRegion
-	if _, err := region.writeAll(ctx, admin, objs); err != nil {
+	if _, err := region.writeAll(ctx, admin, fleetObjects(o, first, false)); err != nil {
 		t.Fatal(err)
 	}
 

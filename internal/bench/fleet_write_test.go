@@ -3,13 +3,10 @@ package bench
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/store"
-	"github.com/azgate/azgate/internal/store/etcdproc"
 )
 
 // TestFleetRegionWrite: the bench writes a change as the controller does,
@@ -17,36 +14,12 @@ import (
 // store's first; a commit it did not make in between makes that a
 // conflict, and the write then reads the current revision and goes in.
 func TestFleetRegionWrite(t *testing.T) {
-	needEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, err := etcdproc.Start(etcdproc.Config{Dir: t.TempDir(), Members: 1, MaxTxnOps: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	admin, err := store.Connect(store.Options{Endpoints: cl.Endpoints(), TxnOps: 1024, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	for deadline := time.Now().Add(30 * time.Second); admin.Ping(ctx) != nil; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	_, admin := oneMember(t, ctx)
 	const eips = 100
 	o := FleetOptions{Sets: 2, EdgesPerSet: 2, EIPs: eips}
-	objs := []model.Object{&model.AZ{Name: "az1"}}
-	for h := range fleetHosts(eips) {
-		objs = append(objs, fleetHost(h))
-	}
-	for _, s := range o.sets() {
-		objs = append(objs, s)
-	}
-	for i := range eips {
-		objs = append(objs, fleetEIP(i, i/fleetGuestsPerHost))
-	}
+	objs := fleetObjects(o, eips, false)
 	var region fleetRegion
 	if _, err := region.writeAll(ctx, admin, objs); err != nil {
 		t.Fatal(err)
