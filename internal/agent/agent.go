@@ -383,8 +383,8 @@ func (r *Reconciler) plan(want HostWant, links map[netip.Addr]guestLink) tablePl
 	return r.planOf(planInput{want: want, links: links})
 }
 
-// planHead is plan's configuration, local rules, groups and problems
-// only (planInput.head): what reconcile writes first.
+// planHead is plan's configuration and local rules only
+// (planInput.head): what reconcile writes first.
 func (r *Reconciler) planHead(want HostWant) tablePlan {
 	return r.planOf(planInput{want: want, head: true})
 }

@@ -79,9 +79,8 @@ type planInput struct {
 	want  HostWant
 	cfg   Config
 	links map[netip.Addr]guestLink // guests whose interface is found (and attached)
-	// head: only the configuration, the local rules, the groups and the
-	// problems (what reconcile writes first), not the EIPs' and
-	// services' tables.
+	// head: only the configuration and the local rules (what reconcile
+	// writes first), not the groups or the EIPs' and services' tables.
 	head  bool
 	live  GroupPlan         // PlanGroups
 	slots map[string]uint16 // each set's slot (assignSlots), sets gone included
@@ -90,8 +89,12 @@ type planInput struct {
 // planTables computes what the maps should hold.
 func planTables(in planInput) tablePlan {
 	w := in.want
+	eips := len(w.EIPs)
+	if in.head {
+		eips = 0 // a head plan holds no EIP
+	}
 	p := tablePlan{groups: map[uint16]dataplane.AgentGroup{}, stale: map[string]uint16{},
-		eips: make(map[netip.Addr]dataplane.AgentEIP, len(w.EIPs)), keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
+		eips: make(map[netip.Addr]dataplane.AgentEIP, eips), keep: map[netip.Addr]dataplane.AgentEIP{}, services: map[svcID]dataplane.AgentService{},
 		waiting: map[netip.Addr]string{}}
 	local, err := PlanLocal(in.cfg.LocalAllow)
 	if err == nil {
@@ -107,6 +110,9 @@ func planTables(in planInput) tablePlan {
 	p.local = local
 	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: w.Underlay, HashSeed: in.cfg.HashSeed,
 		Edges: w.Edges, ICMPRate: in.cfg.ICMPRate, ICMPBurst: in.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}
+	if in.head {
+		return p
+	}
 
 	for _, name := range sortedNames(w.Sets) {
 		slot := in.slots[name]
@@ -130,12 +136,6 @@ func planTables(in planInput) tablePlan {
 		return slotOf(in.slots, reply, set)
 	}
 
-	if in.head {
-		for _, pr := range w.Problems {
-			p.problems = append(p.problems, fmt.Errorf("%s", pr))
-		}
-		return p
-	}
 	for addr, gl := range in.links {
 		p.ifaddrs = append(p.ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
 	}
