@@ -284,8 +284,9 @@ const loadPage = 50000
 // P <= loadPages keeps that linear in N while the pages are above the
 // minimum, and a span large enough for LoadPageBytes pages (a million
 // EIPs of a controller's load) is read as before. An edge of a 100k-EIP
-// set reads its ~36 MB of copies in ~35 pages of 1 MiB (of 4 MiB
-// before: its peak RSS was ~10 MB higher; TestLoadPageBound).
+// set reads its ~36 MB of copies in pages of ~1 MiB (TestLoadPageBound)
+// where it read 4 MiB pages before (its peak RSS then ~9 MB higher in
+// the fleet bench: docs/scale.md, "Load pages sized by the span").
 const LoadPageBytes = 4 << 20
 
 // LoadPageMinBytes is the least a page aims at (see LoadPageBytes): a
