@@ -23,6 +23,7 @@ import (
 	"github.com/azgate/azgate/internal/gslb/dnsserver"
 	"github.com/azgate/azgate/internal/gslbrole"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/health/healthtest"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/nodemetrics"
 	"github.com/azgate/azgate/internal/promcheck"
@@ -65,7 +66,7 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, role := range []string{"edge", "agent"} {
-		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks, fakeDurations),
+		add(promcheck.Scrape(t, nodemetrics.Handler(nodemetrics.Registry(role, role+"-1", fakeStatus, health.Collector(fakeChecks, healthtest.Durations),
 			edge.BackendCollector(fakeBackends), edge.OccupancyCollector(fakeOccupancy)), "")))
 	}
 	ctrl, gslb := startRoles(t)
@@ -142,23 +143,6 @@ func TestMetricNames(t *testing.T) {
 	if strings.Join(got, ",") != "azgate_a_total,azgate_b,azgate_c" {
 		t.Errorf("QueryNames = %v", got)
 	}
-}
-
-// fakeDurations are an edge's probe-duration histograms: one pool, 3
-// probes ok, 3 failed (timed out at 1 s).
-func fakeDurations() []health.PoolDurations {
-	ok := make([]uint64, len(health.DurationBuckets))
-	failed := make([]uint64, len(health.DurationBuckets))
-	for i, le := range health.DurationBuckets {
-		if le >= 0.0025 {
-			ok[i] = 3
-		}
-		if le >= 1 {
-			failed[i] = 3
-		}
-	}
-	return []health.PoolDurations{{Service: "web", Pool: "main", OK: true, Buckets: ok, Count: 3, Sum: 0.006},
-		{Service: "web", Pool: "main", Buckets: failed, Count: 3, Sum: 3}}
 }
 
 // fakeChecks are an edge's health checks: one backend up, one down.

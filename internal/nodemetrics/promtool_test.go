@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/health/healthtest"
 	"github.com/azgate/azgate/internal/model"
 	"github.com/azgate/azgate/internal/promcheck"
 )
@@ -32,23 +33,6 @@ func fullStatus() model.NodeStatus {
 	}
 }
 
-// fakeDurations are an edge's probe-duration histograms: one pool, 3
-// probes ok, 3 failed (timed out at 1 s).
-func fakeDurations() []health.PoolDurations {
-	ok := make([]uint64, len(health.DurationBuckets))
-	failed := make([]uint64, len(health.DurationBuckets))
-	for i, le := range health.DurationBuckets {
-		if le >= 0.0025 {
-			ok[i] = 3
-		}
-		if le >= 1 {
-			failed[i] = 3
-		}
-	}
-	return []health.PoolDurations{{Service: "web", Pool: "main", OK: true, Buckets: ok, Count: 3, Sum: 0.006},
-		{Service: "web", Pool: "main", Buckets: failed, Count: 3, Sum: 3}}
-}
-
 // fakeChecks are an edge's health checks: one backend, up.
 func fakeChecks() []health.TargetStats {
 	return []health.TargetStats{{Service: "web", Pool: "main", Backend: "az1-h1/g1:80", Known: true, Up: true, OK: 3, LastDuration: 2 * time.Millisecond}}
@@ -59,7 +43,7 @@ func fakeChecks() []health.TargetStats {
 func TestPromtool(t *testing.T) {
 	promcheck.Promtool(t)
 	for _, role := range []string{"edge", "agent"} {
-		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus, health.Collector(fakeChecks, fakeDurations)), ""))
+		body := promcheck.Scrape(t, Handler(Registry(role, role+"-1", fullStatus, health.Collector(fakeChecks, healthtest.Durations)), ""))
 		promcheck.Lint(t, body)
 		if want := `azgate_routes{node="` + role + `-1",role="` + role + `"} 3`; !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s (the node label)", want)
