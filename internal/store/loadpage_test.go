@@ -204,18 +204,8 @@ func TestScopeLoadPagesOneRevision(t *testing.T) {
 	commitNow(t, s, copyOps(t, "set/a", objs...), put(t, &model.AZ{Name: "az1"}))
 	f := sharing(s, quiet)
 	f.loadPageBytes = 2048
-	var mu sync.Mutex
-	var copyPages int
 	var wrote int64
-	f.onPage = func(prefix string, keys, _ int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if prefix != ScopeRoot+"set/a/" || keys == 0 {
-			return
-		}
-		if copyPages++; copyPages != 2 {
-			return
-		}
+	hook := onCopyPage(f, 2, func() {
 		// Between the copies' second and third pages: change a copy
 		// and delete another, both in later pages, and add an AZ (a
 		// span read already).
@@ -232,7 +222,7 @@ func TestScopeLoadPagesOneRevision(t *testing.T) {
 			t.Error(err)
 		}
 		wrote = rev
-	}
+	})
 	rec := newScopeRec()
 	var loaded map[string]string
 	rec.onSync = func(n int) {
@@ -248,12 +238,12 @@ func TestScopeLoadPagesOneRevision(t *testing.T) {
 	rec.wait(t, "the write after the load watched", func(r *scopeRec) bool {
 		return len(r.resyncs) == 1 && slices.Contains(slices.Collect(maps.Keys(r.state)), model.KindAZ+"/az2")
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if copyPages < 3 {
-		t.Fatalf("the copies came in %d pages: the write was not between pages", copyPages)
+	if hook.pages < 3 {
+		t.Fatalf("the copies came in %d pages: the write was not between pages", hook.pages)
 	}
 	if rec.resyncs[0] >= wrote {
 		t.Errorf("the load's revision %d is not before the write between its pages (%d)", rec.resyncs[0], wrote)
@@ -386,36 +376,50 @@ func TestScopeLoadCompactedBetweenPages(t *testing.T) {
 	commitNow(t, s, copyOps(t, "set/a", objs...))
 	f := sharing(s, quiet)
 	f.loadPageBytes = 2048
-	var mu sync.Mutex
-	var copyPages int
 	var compacted int64
-	f.onPage = func(prefix string, keys, _ int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if prefix != ScopeRoot+"set/a/" || keys == 0 {
-			return
-		}
-		if copyPages++; copyPages != 2 {
-			return
-		}
+	hook := onCopyPage(f, 2, func() {
 		rev := commitNow(t, s, copyOps(t, "set/a", eip("198.51.100.200", "after")))
 		if _, err := s.Client.Compact(ctx, rev); err != nil {
 			t.Error(err)
 		}
 		compacted = rev
-	}
+	})
 	rec := newScopeRec()
 	runFollower(t, func(ctx context.Context) error { return f.FollowScope(ctx, Scope{Name: "set/a"}, rec) })
 	rec.wait(t, "the scope loaded", func(r *scopeRec) bool { return len(r.resyncs) == 1 })
-	mu.Lock()
-	defer mu.Unlock()
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if compacted == 0 {
-		t.Fatalf("the copies came in %d pages: no compaction between them", copyPages)
+		t.Fatalf("the copies came in %d pages: no compaction between them", hook.pages)
 	}
 	if rec.resets != 2 || rec.resyncs[0] < compacted || len(rec.state) != 101 || !strings.Contains(rec.state[model.KindEIP+"/198.51.100.200"], "after") {
 		t.Errorf("%d loads, the first committed at %d (compacted at %d) with %d copies: want the second load, at or after %d, with 101",
 			rec.resets, rec.resyncs[0], compacted, len(rec.state), compacted)
 	}
+}
+
+// copyPageHook counts the non-empty pages of set/a's copies in a
+// store's loads; pages, and what its fn wrote, are read under mu.
+type copyPageHook struct {
+	mu    sync.Mutex
+	pages int
+}
+
+// onCopyPage makes f call fn (under the hook's mu) after the n-th
+// non-empty page of set/a's copies, between that page and the next.
+func onCopyPage(f *Store, n int, fn func()) *copyPageHook {
+	h := &copyPageHook{}
+	f.onPage = func(prefix string, keys, _ int) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if prefix != ScopeRoot+"set/a/" || keys == 0 {
+			return
+		}
+		if h.pages++; h.pages == n {
+			fn()
+		}
+	}
+	return h
 }
