@@ -48,7 +48,14 @@ type NodeBGP struct {
 	// NextHop is the address upstream routers send the set's traffic to:
 	// this edge's Internet-side address.
 	NextHop netip.Addr `json:"nextHop"`
-	Peers   []BGPPeer  `json:"peers"`
+	// NextHop6 is the IPv6 next hop of the set's IPv6 routes: this edge's
+	// global IPv6 address on the routers' segment. Set, the speaker also
+	// negotiates IPv6 unicast (MP-BGP, RFC 4760) on its sessions (still
+	// over IPv4) and carries the set's IPv6 prefixes and IPv6 pull-outs
+	// there; unset, it carries IPv4 only. Required on every BGP edge of
+	// a set that owns IPv6 prefixes.
+	NextHop6 netip.Addr `json:"nextHop6,omitzero"`
+	Peers    []BGPPeer  `json:"peers"`
 }
 
 // BGPPeer is an upstream router the edge opens a session to. Edges only
@@ -111,6 +118,9 @@ func (n *NodeBGP) validate(es *Errors, f string, setHasBGP bool) {
 		es.add(f+".routerID", "an IPv4 address other than 0.0.0.0 is required")
 	}
 	checkUnicast4(es, f+".nextHop", n.NextHop)
+	if n.NextHop6.IsValid() {
+		checkUnicast6(es, f+".nextHop6", n.NextHop6)
+	}
 	if len(n.Peers) == 0 {
 		es.add(f+".peers", "at least one peer is required")
 	}
@@ -153,7 +163,7 @@ func (q *Quarantine) Key() string { return q.Address.String() }
 // Validate checks the quarantine on its own.
 func (q *Quarantine) Validate() Errors {
 	var es Errors
-	checkUnicast4(&es, "address", q.Address)
+	checkServed(&es, "address", "EIPs and VIPs", q.Address)
 	if len(q.Reason) > 1024 {
 		es.add("reason", "longer than 1024 characters")
 	}

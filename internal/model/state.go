@@ -252,13 +252,16 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 			if other, q, ok := s.announcedBy(e.BGP.NextHop, set.Name); ok {
 				es.add(f+".bgp.nextHop", "%v lies in %v announced by set %q", e.BGP.NextHop, q, other)
 			}
+			if other, q, ok := s.announcedBy(e.BGP.NextHop6, set.Name); ok {
+				es.add(f+".bgp.nextHop6", "%v lies in %v announced by set %q", e.BGP.NextHop6, q, other)
+			}
 		}
 	}
 	return es
 }
 
 // infraIn returns an underlay address of a host or an edge, or an edge's
-// BGP router ID or next hop, that p contains. set is the set being written:
+// BGP router ID or next hop (IPv4 or IPv6), that p contains. set is the set being written:
 // its edges count as they are in it, not as they are stored.
 func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool) {
 	for _, h := range s.Hosts {
@@ -286,6 +289,9 @@ func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool)
 			}
 			if p.Contains(e.BGP.NextHop) {
 				return e.BGP.NextHop, "the BGP next hop of " + who, true
+			}
+			if p.Contains(e.BGP.NextHop6) {
+				return e.BGP.NextHop6, "the BGP IPv6 next hop of " + who, true
 			}
 		}
 	}
