@@ -185,8 +185,9 @@ func (s *State) QuarantineSet() (*EdgeSet, bool) {
 	return nil, false
 }
 
-// checkPullOut: an EIP or a VIP is pulled out only into a dedicated set.
-func (s *State) checkPullOut(es *Errors, set string) {
+// checkPullOut: an EIP or a VIP is pulled out only into a dedicated set,
+// and an IPv6 one only into a set whose BGP edges have an IPv6 next hop.
+func (s *State) checkPullOut(es *Errors, set string, a netip.Addr) {
 	if set == "" {
 		return
 	}
@@ -196,7 +197,53 @@ func (s *State) checkPullOut(es *Errors, set string) {
 		es.add("set", "edge set %q does not exist", set)
 	case d.Role != RoleDedicated:
 		es.add("set", "edge set %q is not a dedicated set (role %q): only a dedicated set takes pulled-out addresses (quarantine through a quarantine object)", set, d.Role)
+	case a.Is6():
+		if e, ok := d.withoutNextHop6(); ok {
+			es.add("set", "edge %s of set %q has no bgp.nextHop6: the set's edges announce %v's /128 with their IPv6 next hop", e, set, a)
+		}
 	}
+}
+
+// withoutNextHop6 returns the first edge of the set that speaks BGP but
+// has no IPv6 next hop: it cannot announce an IPv6 route.
+func (s *EdgeSet) withoutNextHop6() (string, bool) {
+	for _, e := range s.Edges {
+		if e.BGP != nil && !e.BGP.NextHop6.IsValid() {
+			return e.Name, true
+		}
+	}
+	return "", false
+}
+
+// firstIPv6Served names an IPv6 address set announces as a /128 (an EIP
+// or VIP pulled out into a dedicated set, a quarantined address for the
+// quarantine set), if any. The model refuses IPv6 EIPs and VIPs for now:
+// this holds the rule for when it takes them.
+func (s *State) firstIPv6Served(set *EdgeSet) (netip.Addr, bool) {
+	var found netip.Addr
+	take := func(a netip.Addr) {
+		if a.Is6() && (!found.IsValid() || a.Less(found)) {
+			found = a
+		}
+	}
+	switch set.Role {
+	case RoleDedicated:
+		for _, e := range s.EIPs {
+			if e.Set == set.Name {
+				take(e.Address)
+			}
+		}
+		for _, v := range s.Services {
+			if v.Set == set.Name {
+				take(v.VIP)
+			}
+		}
+	case RoleQuarantine:
+		for _, q := range s.Quarantines {
+			take(q.Address)
+		}
+	}
+	return found, found.IsValid()
 }
 
 // pulledInto counts the EIPs and services pulled out into set and names
@@ -261,6 +308,11 @@ func (s *State) checkQuarantine(q, _ *Quarantine, _ bool) Errors {
 	_, vip := s.vips[q.Address]
 	if !eip && !vip {
 		es.add("address", "%v is neither an EIP nor a VIP", q.Address)
+	}
+	if qs, ok := s.QuarantineSet(); ok && q.Address.Is6() {
+		if e, ok := qs.withoutNextHop6(); ok {
+			es.add("address", "edge %s of the quarantine set %q has no bgp.nextHop6: the set's edges announce %v's /128 with their IPv6 next hop", e, qs.Name, q.Address)
+		}
 	}
 	return es
 }

@@ -238,6 +238,14 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 			es.add(f, "%v contains %v, %s", p, a, owner)
 		}
 	}
+	// A set announcing IPv6 /128s needs every BGP edge's IPv6 next hop.
+	if a, ok := s.firstIPv6Served(set); ok {
+		for i, e := range set.Edges {
+			if e.BGP != nil && !e.BGP.NextHop6.IsValid() {
+				es.add(fmt.Sprintf("edges[%d].bgp.nextHop6", i), "required: the set announces the IPv6 address %v", a)
+			}
+		}
+	}
 	// And the reverse: this set's edges' addresses may not lie in a prefix
 	// another set announces.
 	for i, e := range set.Edges {
@@ -361,7 +369,7 @@ func (s *State) checkEIP(e, _ *EIP, _ bool) Errors {
 	if !s.covered(e.Address) {
 		es.add("address", "%v is not inside a prefix of any edge set", e.Address)
 	}
-	s.checkPullOut(&es, e.Set)
+	s.checkPullOut(&es, e.Set, e.Address)
 	if svc, ok := s.vips[e.Address]; ok {
 		es.add("address", "%v is the VIP of service %s", e.Address, svc)
 	}
@@ -470,7 +478,7 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 // (encap: the agent's agent_flows), not by the backend.
 func (s *State) checkService(v, old *Service, had bool) Errors {
 	var es Errors
-	s.checkPullOut(&es, v.Set)
+	s.checkPullOut(&es, v.Set, v.VIP)
 	if had && old.VIP != v.VIP {
 		if _, ok := s.Quarantines[old.VIP.String()]; ok {
 			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)
