@@ -15,10 +15,11 @@
 //
 // IPv4 unicast is always carried. IPv6 unicast (MP-BGP, RFC 4760) is
 // carried too when the configuration has an IPv6 next hop (NextHop6):
-// the sessions, still over IPv4, then negotiate both families, and IPv6
-// prefixes (a set's IPv6 prefixes, /128 pull-outs) are announced with
-// that next hop in MP_REACH_NLRI. Without NextHop6 the sessions and what
-// they carry are exactly the IPv4-only ones.
+// every session then negotiates both families, whatever its transport,
+// and IPv6 prefixes (a set's IPv6 prefixes, /128 pull-outs) are
+// announced with that next hop in MP_REACH_NLRI. Without NextHop6 the
+// sessions and what they carry are exactly the IPv4-only ones. A peer's
+// address (the session's transport) may be IPv4 or IPv6.
 package bgp
 
 import (
@@ -70,6 +71,9 @@ type Config struct {
 	// LocalAddress, if set, is the source address of the sessions
 	// (several speakers on one host, or an edge with several addresses).
 	LocalAddress netip.Addr
+	// LocalAddress6, if set, is the source address of the sessions to
+	// IPv6 peers (LocalAddress is IPv4).
+	LocalAddress6 netip.Addr
 	// ConnectRetry is how long to wait between connection attempts to a
 	// peer that is down (zero: 2 s; GoBGP's default of 120 s would keep a
 	// restarted router without our routes for minutes).
@@ -114,12 +118,14 @@ func (c Config) Validate() error {
 	if !c.NextHop.Is4() {
 		return fmt.Errorf("bgp: next_hop %v: must be an IPv4 address", c.NextHop)
 	}
-	if c.NextHop6.IsValid() && (!c.NextHop6.Is6() || c.NextHop6.Is4In6() || c.NextHop6.Zone() != "" ||
-		c.NextHop6.IsUnspecified() || c.NextHop6.IsLoopback() || c.NextHop6.IsMulticast() || c.NextHop6.IsLinkLocalUnicast()) {
+	if c.NextHop6.IsValid() && !usable6(c.NextHop6) {
 		return fmt.Errorf("bgp: next_hop6 %v: must be a global IPv6 unicast address", c.NextHop6)
 	}
 	if c.LocalAddress.IsValid() && !c.LocalAddress.Is4() {
 		return fmt.Errorf("bgp: local address %v: must be IPv4", c.LocalAddress)
+	}
+	if c.LocalAddress6.IsValid() && !usable6(c.LocalAddress6) {
+		return fmt.Errorf("bgp: local address6 %v: must be a global IPv6 unicast address", c.LocalAddress6)
 	}
 	hold := c.HoldTime
 	if hold == 0 {
@@ -133,8 +139,8 @@ func (c Config) Validate() error {
 	}
 	seen := map[netip.Addr]bool{}
 	for i, p := range c.Peers {
-		if !p.Address.Is4() {
-			return fmt.Errorf("bgp: peers[%d].address %v: must be an IPv4 address", i, p.Address)
+		if !p.Address.Is4() && !usable6(p.Address) {
+			return fmt.Errorf("bgp: peers[%d].address %v: must be an IPv4 or a global IPv6 unicast address", i, p.Address)
 		}
 		if seen[p.Address] {
 			return fmt.Errorf("bgp: peers[%d].address %v: listed twice", i, p.Address)
@@ -148,6 +154,13 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// usable6 reports whether a is a global IPv6 unicast address (no zone,
+// not IPv4-mapped).
+func usable6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() &&
+		!a.IsMulticast() && !a.IsLinkLocalUnicast()
 }
 
 // SpeakerAPI is what an announcer needs of a BGP speaker: *Speaker, or
@@ -224,7 +237,7 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	// A session's families are fixed at OPEN: enabling or disabling IPv6
 	// resets it, as new timers do.
 	timersChanged := c.HoldTime != s.cfg.HoldTime || c.Keepalive != s.cfg.Keepalive ||
-		c.ConnectRetry != s.cfg.ConnectRetry || c.LocalAddress != s.cfg.LocalAddress ||
+		c.ConnectRetry != s.cfg.ConnectRetry || c.LocalAddress != s.cfg.LocalAddress || c.LocalAddress6 != s.cfg.LocalAddress6 ||
 		c.NextHop6.IsValid() != s.cfg.NextHop6.IsValid()
 	// applied is what GoBGP holds once done: a peer it refused is left
 	// out (and one it would not delete kept), so the next Configure tries
@@ -376,7 +389,11 @@ func (c Config) families() []*api.Family {
 
 func apiPeer(c Config, p Peer) *api.Peer {
 	tr := &api.Transport{RemotePort: uint32(p.Port)}
-	if c.LocalAddress.IsValid() {
+	if p.Address.Is6() {
+		if c.LocalAddress6.IsValid() {
+			tr.LocalAddress = c.LocalAddress6.String()
+		}
+	} else if c.LocalAddress.IsValid() {
 		tr.LocalAddress = c.LocalAddress.String()
 	}
 	var afs []*api.AfiSafi

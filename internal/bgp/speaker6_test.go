@@ -142,3 +142,36 @@ func TestIPv6NeedsNextHop6(t *testing.T) {
 	r.WaitNextHops(t, setPrefix6, nil, 15*time.Second)
 	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
 }
+
+// A session over IPv6 (the peer's address is the router's IPv6 one)
+// carries both families: the IPv4 prefix with the IPv4 next hop, the
+// IPv6 prefix with the IPv6 one.
+func TestIPv6Session(t *testing.T) {
+	r := birdtest.New(t, "r6s")
+	r.Link(t, "up0", "azgtbgp6s", netip.PrefixFrom(routerAddr, 24), netip.PrefixFrom(spkA, 24), netip.PrefixFrom(spkA6, 64))
+	r.AddAddrs(t, "up0", netip.PrefixFrom(routerAddr6, 64))
+	r.Start(t, birdtest.Config{ASN: routerASN, RouterID: routerAddr, HoldTime: 3, IPv6: true,
+		Peers: []birdtest.Peer{{Name: "edge_v6", Address: spkA6, ASN: edgeASN, Password: "md5-v6"}}})
+	c := config(spkA, "md5-v6")
+	c.Peers[0].Address = routerAddr6
+	c.LocalAddress6, c.NextHop6 = spkA6, spkA6
+	s := speaker(t, c)
+	ctx := context.Background()
+	r.WaitEstablished(t, "edge_v6", 15*time.Second)
+	if err := s.Announce(ctx, []netip.Prefix{setPrefix, setPrefix6}); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitNextHops(t, setPrefix6, []netip.Addr{spkA6}, 5*time.Second)
+	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 5*time.Second)
+	if st := s.Status(ctx); len(st.Sessions) != 1 || st.Sessions[0].Peer != routerAddr6.String() || st.Sessions[0].State != "established" {
+		t.Fatalf("status: %+v", st.Sessions)
+	}
+	if err := s.WithdrawAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitWithdrawn(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitNextHops(t, setPrefix6, nil, 3*time.Second)
+	r.WaitNextHops(t, setPrefix, nil, 3*time.Second)
+}

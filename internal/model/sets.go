@@ -59,7 +59,10 @@ type NodeBGP struct {
 }
 
 // BGPPeer is an upstream router the edge opens a session to. Edges only
-// dial out: they never accept BGP connections.
+// dial out: they never accept BGP connections. Its address, the
+// session's transport, is IPv4 or IPv6 (a global address: no zone); a
+// session carries IPv6 routes when the edge has a NextHop6, whatever its
+// transport.
 type BGPPeer struct {
 	Address netip.Addr `json:"address"`
 	ASN     uint32     `json:"asn"`
@@ -130,7 +133,11 @@ func (n *NodeBGP) validate(es *Errors, f string, setHasBGP bool) {
 	seen := map[netip.Addr]bool{}
 	for i, p := range n.Peers {
 		pf := fmt.Sprintf("%s.peers[%d]", f, i)
-		checkUnicast4(es, pf+".address", p.Address)
+		if p.Address.Is6() {
+			checkUnicast6(es, pf+".address", p.Address) // a session over IPv6
+		} else {
+			checkUnicast4(es, pf+".address", p.Address)
+		}
 		if seen[p.Address] {
 			es.add(pf+".address", "%v appears twice", p.Address)
 		}

@@ -105,6 +105,20 @@ func TestNextHop6(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.s.Validate(), tc.want) })
 	}
+	// A peer over IPv6: a global address.
+	for _, tc := range []struct {
+		name string
+		peer string
+		want []string
+	}{
+		{"IPv6 peer", "2001:db8:ff::1", nil},
+		{"link-local peer", "fe80::1", []string{"edges[0].bgp.peers[0].address~not a global unicast"}},
+		{"mapped peer", "::ffff:192.0.2.1", []string{"edges[0].bgp.peers[0].address~IPv4-mapped"}},
+	} {
+		s := set("2001:db8:ff::2", "2001:db8::/48")
+		s.Edges[0].BGP.Peers[0].Address = addr(tc.peer)
+		t.Run(tc.name, func(t *testing.T) { checkErrors(t, s.Validate(), tc.want) })
+	}
 }
 
 // Two sets' IPv6 prefixes may not overlap, nor contain another edge's
