@@ -93,6 +93,9 @@ func describeEdgeSet(w io.Writer, o model.Object) {
 		var rid, nh, peers string
 		if e.BGP != nil {
 			rid, nh = e.BGP.RouterID.String(), e.BGP.NextHop.String()
+			if e.BGP.NextHop6.IsValid() {
+				nh += "," + e.BGP.NextHop6.String()
+			}
 			var ps []string
 			for _, p := range e.BGP.Peers {
 				md5 := ""

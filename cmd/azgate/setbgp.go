@@ -66,16 +66,18 @@ func setBGPCommand() *cobra.Command {
 	return c
 }
 
-// edgeBGPCommand: azgate set edge-bgp SET EDGE --router-id A --next-hop A --peer address=A,asn=N[,port=P][,password-file=F].
+// edgeBGPCommand: azgate set edge-bgp SET EDGE --router-id A --next-hop A [--next-hop6 A6] --peer address=A,asn=N[,port=P][,password-file=F].
 func edgeBGPCommand() *cobra.Command {
-	var routerID, nextHop string
+	var routerID, nextHop, nextHop6 string
 	var peers []string
 	var clear bool
 	c := &cobra.Command{
-		Use:   "edge-bgp SET EDGE --router-id ADDR --next-hop ADDR --peer address=ADDR,asn=N[,port=P][,password-file=FILE] [--peer ...]",
+		Use:   "edge-bgp SET EDGE --router-id ADDR --next-hop ADDR [--next-hop6 ADDR6] --peer address=ADDR,asn=N[,port=P][,password-file=FILE] [--peer ...]",
 		Short: "Configure one edge's BGP speaker (its router ID, the next hop it announces, its peers)",
 		Long: "The MD5 password of a session is read from a file (password-file=FILE) so it never " +
-			"appears in a command line; it is stored with the set. --clear removes the edge's BGP.",
+			"appears in a command line; it is stored with the set. --next-hop6, the edge's global IPv6 " +
+			"address on the routers' segment, makes the sessions carry IPv6 unicast too (MP-BGP) and is " +
+			"required when the set owns IPv6 prefixes. --clear removes the edge's BGP.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var nb *model.NodeBGP
@@ -87,6 +89,11 @@ func edgeBGPCommand() *cobra.Command {
 				}
 				if nb.NextHop, err = parseAddr("--next-hop", nextHop); err != nil {
 					return err
+				}
+				if nextHop6 != "" {
+					if nb.NextHop6, err = parseAddr("--next-hop6", nextHop6); err != nil {
+						return err
+					}
 				}
 				for _, p := range peers {
 					kv, err := keyValues("peer", p, "address", "asn", "port", "password-file")
@@ -134,6 +141,7 @@ func edgeBGPCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&routerID, "router-id", "", "the speaker's router ID")
 	c.Flags().StringVar(&nextHop, "next-hop", "", "the next hop announced: the edge's Internet-side address")
+	c.Flags().StringVar(&nextHop6, "next-hop6", "", "the IPv6 next hop of the set's IPv6 routes (the edge's global IPv6 address on the routers' segment; enables IPv6 unicast on its sessions)")
 	c.Flags().StringArrayVar(&peers, "peer", nil, "a peer: address=ADDR,asn=N[,port=P][,password-file=FILE] (repeatable)")
 	c.Flags().BoolVar(&clear, "clear", false, "remove the edge's BGP configuration")
 	return c

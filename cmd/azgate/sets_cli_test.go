@@ -126,3 +126,38 @@ func storedPassword(t *testing.T, s *controller.Server, set string) string {
 	}
 	return es.Edges[0].BGP.Peers[0].Password
 }
+
+// TestCLISetsIPv6: a dual-stack prefix set through the CLI: its IPv6
+// prefix shown where the IPv4 one is, an edge's IPv6 next hop required
+// and shown, reserved IPv6 space refused with its RFC, IPv6 EIPs refused
+// as not supported yet.
+func TestCLISetsIPv6(t *testing.T) {
+	s := startController(t)
+	must(t, s, "apply", "-f", "testdata/region.yaml")
+	if out, err := azgate(t, s, "", "set", "create", "ula", "--prefix", "fd00:1::/48"); err == nil || !strings.Contains(out+err.Error(), "RFC 4193") {
+		t.Errorf("a ULA prefix: %v\n%s", err, out)
+	}
+	must(t, s, "set", "create", "pop-b", "--prefix", "203.0.113.0/24", "--prefix", "2001:db8:b::/48",
+		"--edge", "name=edge-b1,underlay=198.18.0.41", "--asn", "64512")
+	if out, err := azgate(t, s, "", "set", "edge-bgp", "pop-b", "edge-b1", "--router-id", "198.18.0.41", "--next-hop", "192.0.2.41",
+		"--peer", "address=192.0.2.1,asn=64501"); err == nil || !strings.Contains(out+err.Error(), "edges[0].bgp.nextHop6") {
+		t.Errorf("edge-bgp without --next-hop6 on a set with an IPv6 prefix: %v\n%s", err, out)
+	}
+	must(t, s, "set", "edge-bgp", "pop-b", "edge-b1", "--router-id", "198.18.0.41", "--next-hop", "192.0.2.41",
+		"--next-hop6", "2001:db8:ff::41", "--peer", "address=192.0.2.1,asn=64501")
+	out := must(t, s, "set", "get", "pop-b")
+	for _, w := range []string{"203.0.113.0/24,2001:db8:b::/48", "192.0.2.41,2001:db8:ff::41"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("set get pop-b: no %q in\n%s", w, out)
+		}
+	}
+	if out := must(t, s, "set", "list"); !strings.Contains(out, "203.0.113.0/24,2001:db8:b::/48") {
+		t.Errorf("set list:\n%s", out)
+	}
+	if out := must(t, s, "--json", "set", "get", "pop-b"); !strings.Contains(out, `"nextHop6": "2001:db8:ff::41"`) {
+		t.Errorf("set get --json:\n%s", out)
+	}
+	if out, err := azgate(t, s, "", "eip", "create", "2001:db8:b::7"); err == nil || !strings.Contains(out+err.Error(), "IPv6 EIPs are not supported yet") {
+		t.Errorf("an IPv6 EIP: %v\n%s", err, out)
+	}
+}

@@ -12,7 +12,14 @@
 //
 // Routes received from the routers are rejected on import (the edge is
 // not a transit: it never re-advertises what it hears), but counted.
-// Only IPv4 unicast is carried: the data plane is IPv4.
+//
+// IPv4 unicast is always carried. IPv6 unicast (MP-BGP, RFC 4760) is
+// carried too when the configuration has an IPv6 next hop (NextHop6):
+// every session then negotiates both families, whatever its transport,
+// and IPv6 prefixes (a set's IPv6 prefixes, /128 pull-outs) are
+// announced with that next hop in MP_REACH_NLRI. Without NextHop6 the
+// sessions and what they carry are exactly the IPv4-only ones. A peer's
+// address (the session's transport) may be IPv4 or IPv6.
 package bgp
 
 import (
@@ -56,9 +63,17 @@ type Config struct {
 	// NextHop is the address announced as the routes' next hop: the
 	// edge's address on the router's segment.
 	NextHop netip.Addr
+	// NextHop6, if set, is the next hop of the IPv6 routes (the edge's
+	// global IPv6 address on the router's segment), and enables IPv6
+	// unicast on every session. Unset: IPv4 unicast only, and IPv6
+	// prefixes cannot be announced.
+	NextHop6 netip.Addr
 	// LocalAddress, if set, is the source address of the sessions
 	// (several speakers on one host, or an edge with several addresses).
 	LocalAddress netip.Addr
+	// LocalAddress6, if set, is the source address of the sessions to
+	// IPv6 peers (LocalAddress is IPv4).
+	LocalAddress6 netip.Addr
 	// ConnectRetry is how long to wait between connection attempts to a
 	// peer that is down (zero: 2 s; GoBGP's default of 120 s would keep a
 	// restarted router without our routes for minutes).
@@ -103,8 +118,14 @@ func (c Config) Validate() error {
 	if !c.NextHop.Is4() {
 		return fmt.Errorf("bgp: next_hop %v: must be an IPv4 address", c.NextHop)
 	}
+	if c.NextHop6.IsValid() && !usable6(c.NextHop6) {
+		return fmt.Errorf("bgp: next_hop6 %v: must be a global IPv6 unicast address", c.NextHop6)
+	}
 	if c.LocalAddress.IsValid() && !c.LocalAddress.Is4() {
 		return fmt.Errorf("bgp: local address %v: must be IPv4", c.LocalAddress)
+	}
+	if c.LocalAddress6.IsValid() && !usable6(c.LocalAddress6) {
+		return fmt.Errorf("bgp: local address6 %v: must be a global IPv6 unicast address", c.LocalAddress6)
 	}
 	hold := c.HoldTime
 	if hold == 0 {
@@ -118,8 +139,8 @@ func (c Config) Validate() error {
 	}
 	seen := map[netip.Addr]bool{}
 	for i, p := range c.Peers {
-		if !p.Address.Is4() {
-			return fmt.Errorf("bgp: peers[%d].address %v: must be an IPv4 address", i, p.Address)
+		if !p.Address.Is4() && !usable6(p.Address) {
+			return fmt.Errorf("bgp: peers[%d].address %v: must be an IPv4 or a global IPv6 unicast address", i, p.Address)
 		}
 		if seen[p.Address] {
 			return fmt.Errorf("bgp: peers[%d].address %v: listed twice", i, p.Address)
@@ -133,6 +154,13 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// usable6 reports whether a is a global IPv6 unicast address (no zone,
+// not IPv4-mapped).
+func usable6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() &&
+		!a.IsMulticast() && !a.IsLinkLocalUnicast()
 }
 
 // SpeakerAPI is what an announcer needs of a BGP speaker: *Speaker, or
@@ -206,8 +234,11 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	for _, p := range s.cfg.Peers {
 		old[p.Address] = p
 	}
+	// A session's families are fixed at OPEN: enabling or disabling IPv6
+	// resets it, as new timers do.
 	timersChanged := c.HoldTime != s.cfg.HoldTime || c.Keepalive != s.cfg.Keepalive ||
-		c.ConnectRetry != s.cfg.ConnectRetry || c.LocalAddress != s.cfg.LocalAddress
+		c.ConnectRetry != s.cfg.ConnectRetry || c.LocalAddress != s.cfg.LocalAddress || c.LocalAddress6 != s.cfg.LocalAddress6 ||
+		c.NextHop6.IsValid() != s.cfg.NextHop6.IsValid()
 	// applied is what GoBGP holds once done: a peer it refused is left
 	// out (and one it would not delete kept), so the next Configure tries
 	// again instead of taking it as configured.
@@ -244,11 +275,28 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 		s.log.Info("bgp: peer removed", "peer", a)
 	}
 	nhChanged := c.NextHop != s.cfg.NextHop
+	nh6Changed := c.NextHop6 != s.cfg.NextHop6
+	if nh6Changed && !c.NextHop6.IsValid() {
+		// IPv6 off: take its paths out of the RIB (the sessions were
+		// reset without the family, so no peer holds them any more).
+		for p := range s.adv {
+			if !p.Addr().Is6() {
+				continue
+			}
+			path, err := s.path(p, true)
+			if err == nil {
+				err = s.srv.DeletePath(ctx, &api.DeletePathRequest{Family: v6unicast, Path: path})
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("bgp: withdraw %v: %w", p, err))
+			}
+		}
+	}
 	s.cfg = c
 	s.cfg.Peers = applied
-	if nhChanged {
-		// Re-adding a path with a new next hop replaces the old one.
-		for p := range s.adv {
+	// Re-adding a path with a new next hop replaces the old one.
+	for p := range s.adv {
+		if p.Addr().Is4() && nhChanged || p.Addr().Is6() && nh6Changed {
 			delete(s.adv, p)
 		}
 	}
@@ -318,12 +366,39 @@ func (s *Speaker) start(ctx context.Context, c Config) error {
 // rejectReceived is the import policy that drops the routers' routes.
 const rejectReceived = "azgate-reject-received"
 
-var v4unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+var (
+	v4unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	v6unicast = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+)
+
+// familyOf is the address family a prefix is carried in.
+func familyOf(p netip.Prefix) *api.Family {
+	if p.Addr().Is6() {
+		return v6unicast
+	}
+	return v4unicast
+}
+
+// families are the families the sessions negotiate.
+func (c Config) families() []*api.Family {
+	if c.NextHop6.IsValid() {
+		return []*api.Family{v4unicast, v6unicast}
+	}
+	return []*api.Family{v4unicast}
+}
 
 func apiPeer(c Config, p Peer) *api.Peer {
 	tr := &api.Transport{RemotePort: uint32(p.Port)}
-	if c.LocalAddress.IsValid() {
+	if p.Address.Is6() {
+		if c.LocalAddress6.IsValid() {
+			tr.LocalAddress = c.LocalAddress6.String()
+		}
+	} else if c.LocalAddress.IsValid() {
 		tr.LocalAddress = c.LocalAddress.String()
+	}
+	var afs []*api.AfiSafi
+	for _, f := range c.families() {
+		afs = append(afs, &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true}})
 	}
 	return &api.Peer{
 		Conf: &api.PeerConf{
@@ -339,18 +414,20 @@ func apiPeer(c Config, p Peer) *api.Peer {
 			IdleHoldTimeAfterReset: 1,
 		}},
 		Transport: tr,
-		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: v4unicast, Enabled: true}}},
+		AfiSafis:  afs,
 	}
 }
 
-// Announce sets the prefixes to advertise: the full set. Prefixes not in
-// it are withdrawn, new ones advertised. Before Configure it only
-// records the set.
+// Announce sets the prefixes to advertise: the full set, IPv4 and IPv6.
+// Prefixes not in it are withdrawn, new ones advertised. Before Configure
+// it only records the set. An IPv6 prefix needs the configuration's
+// NextHop6: without it, it is not advertised (the error says so) while
+// the others are.
 func (s *Speaker) Announce(ctx context.Context, prefixes []netip.Prefix) error {
 	want := map[netip.Prefix]bool{}
 	for _, p := range prefixes {
-		if !p.Addr().Is4() || !p.IsValid() {
-			return fmt.Errorf("bgp: announce %v: only IPv4 prefixes are carried", p)
+		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			return fmt.Errorf("bgp: announce %v: not an IPv4 or IPv6 prefix", p)
 		}
 		want[p.Masked()] = true
 	}
@@ -385,7 +462,7 @@ func (s *Speaker) sync(ctx context.Context) error {
 	for _, p := range gone {
 		path, err := s.path(p, true)
 		if err == nil {
-			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{Family: v4unicast, Path: path})
+			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{Family: familyOf(p), Path: path})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("bgp: withdraw %v: %w", p, err))
@@ -398,6 +475,10 @@ func (s *Speaker) sync(ctx context.Context) error {
 		if s.adv[p] {
 			continue
 		}
+		if p.Addr().Is6() && !s.cfg.NextHop6.IsValid() {
+			errs = append(errs, fmt.Errorf("bgp: advertise %v: no IPv6 next hop configured (the edge's bgp.nextHop6)", p))
+			continue
+		}
 		path, err := s.path(p, false)
 		if err == nil {
 			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{Path: path})
@@ -407,12 +488,30 @@ func (s *Speaker) sync(ctx context.Context) error {
 			continue
 		}
 		s.adv[p] = true
-		s.log.Info("bgp: advertised", "prefix", p, "next_hop", s.cfg.NextHop)
+		nh := s.cfg.NextHop
+		if p.Addr().Is6() {
+			nh = s.cfg.NextHop6
+		}
+		s.log.Info("bgp: advertised", "prefix", p, "next_hop", nh)
 	}
 	return errors.Join(errs...)
 }
 
 func (s *Speaker) path(p netip.Prefix, withdraw bool) (*api.Path, error) {
+	if p.Addr().Is6() {
+		// IPv6 NLRI travel in MP_REACH_NLRI, with their next hop
+		// (RFC 4760); a withdrawal names the NLRI alone.
+		nlri := bgp.NewIPv6AddrPrefix(uint8(p.Bits()), p.Addr().String())
+		nh := s.cfg.NextHop6
+		if !nh.IsValid() {
+			nh = netip.IPv6Unspecified()
+		}
+		attrs := []bgp.PathAttributeInterface{
+			bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
+			bgp.NewPathAttributeMpReachNLRI(nh.String(), []bgp.AddrPrefixInterface{nlri}),
+		}
+		return apiutil.NewPath(nlri, withdraw, attrs, time.Now())
+	}
 	nlri := bgp.NewIPAddrPrefix(uint8(p.Bits()), p.Addr().String())
 	attrs := []bgp.PathAttributeInterface{
 		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
@@ -514,18 +613,23 @@ func (s *Speaker) withdrawPending(ctx context.Context) ([]netip.Addr, error) {
 	return left, err
 }
 
-// staleOut reports whether the peer's adj-RIB-out still holds a prefix we
-// no longer advertise.
+// staleOut reports whether the peer's adj-RIB-out, in any family the
+// sessions carry, still holds a prefix we no longer advertise.
 func (s *Speaker) staleOut(ctx context.Context, peer netip.Addr) (bool, error) {
 	stale := false
-	err := s.srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_OUT, Name: peer.String(), Family: v4unicast},
-		func(d *api.Destination) {
-			p, err := netip.ParsePrefix(d.GetPrefix())
-			if err != nil || !s.adv[p] {
-				stale = true
-			}
-		})
-	return stale, err
+	for _, f := range s.cfg.families() {
+		err := s.srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_OUT, Name: peer.String(), Family: f},
+			func(d *api.Destination) {
+				p, err := netip.ParsePrefix(d.GetPrefix())
+				if err != nil || !s.adv[p] {
+					stale = true
+				}
+			})
+		if err != nil {
+			return stale, err
+		}
+	}
+	return stale, nil
 }
 
 // Status returns the sessions and the advertised prefixes (Announcing and

@@ -329,6 +329,13 @@ func TestValidate(t *testing.T) {
 		{"router id", func(c *Config) { c.RouterID = netip.Addr{} }, "router_id"},
 		{"asn", func(c *Config) { c.ASN = 0 }, "asn"},
 		{"next hop v6", func(c *Config) { c.NextHop = netip.MustParseAddr("2001:db8::1") }, "next_hop"},
+		{"next hop6", func(c *Config) { c.NextHop6 = netip.MustParseAddr("2001:db8:ff::2") }, ""},
+		{"next hop6 v4", func(c *Config) { c.NextHop6 = netip.MustParseAddr("192.0.2.9") }, "next_hop6"},
+		{"next hop6 mapped", func(c *Config) { c.NextHop6 = netip.MustParseAddr("::ffff:192.0.2.9") }, "next_hop6"},
+		{"next hop6 link-local", func(c *Config) { c.NextHop6 = netip.MustParseAddr("fe80::1") }, "next_hop6"},
+		{"peer v6", func(c *Config) { c.Peers[0].Address = netip.MustParseAddr("2001:db8:ff::1") }, ""},
+		{"peer link-local", func(c *Config) { c.Peers[0].Address = netip.MustParseAddr("fe80::1") }, "peers[0].address"},
+		{"local address6 v4", func(c *Config) { c.LocalAddress6 = netip.MustParseAddr("192.0.2.9") }, "local address6"},
 		{"hold short", func(c *Config) { c.HoldTime = 2 * time.Second }, "hold_time"},
 		{"hold fraction", func(c *Config) { c.HoldTime = 3500 * time.Millisecond }, "hold_time"},
 		{"keepalive >= hold", func(c *Config) { c.Keepalive = 3 * time.Second }, "keepalive"},
@@ -346,8 +353,8 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := New(quiet()).Announce(context.Background(), []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}); err == nil {
-		t.Fatal("an IPv6 prefix was accepted")
+	if err := New(quiet()).Announce(context.Background(), []netip.Prefix{netip.MustParsePrefix("::ffff:198.51.100.0/120")}); err == nil {
+		t.Fatal("an IPv4-mapped prefix was accepted")
 	}
 }
 

@@ -327,7 +327,7 @@ func (a *Announcer) configure(ctx context.Context, p Plan) {
 
 func speakerConfig(p Plan) bgp.Config {
 	hold, ka := p.SetBGP.Timers()
-	c := bgp.Config{RouterID: p.Node.BGP.RouterID, ASN: p.SetBGP.ASN, NextHop: p.Node.BGP.NextHop,
+	c := bgp.Config{RouterID: p.Node.BGP.RouterID, ASN: p.SetBGP.ASN, NextHop: p.Node.BGP.NextHop, NextHop6: p.Node.BGP.NextHop6,
 		HoldTime: time.Duration(hold) * time.Second, Keepalive: time.Duration(ka) * time.Second}
 	for _, q := range p.Node.BGP.Peers {
 		c.Peers = append(c.Peers, bgp.Peer{Address: q.Address, ASN: q.ASN, Password: q.Password, Port: q.Port})
@@ -336,7 +336,7 @@ func speakerConfig(p Plan) bgp.Config {
 }
 
 func sameConfig(a, b bgp.Config) bool {
-	return a.RouterID == b.RouterID && a.ASN == b.ASN && a.NextHop == b.NextHop && a.HoldTime == b.HoldTime &&
+	return a.RouterID == b.RouterID && a.ASN == b.ASN && a.NextHop == b.NextHop && a.NextHop6 == b.NextHop6 && a.HoldTime == b.HoldTime &&
 		a.Keepalive == b.Keepalive && a.LocalAddress == b.LocalAddress && a.ConnectRetry == b.ConnectRetry &&
 		slices.Equal(a.Peers, b.Peers)
 }

@@ -159,13 +159,17 @@ func ensureDiscard(prefixes []netip.Prefix) error {
 			return fmt.Errorf("unreachable %v: %w", p, err)
 		}
 	}
-	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: rtprotAzgate}, netlink.RT_FILTER_PROTOCOL)
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		if r.Dst != nil && !want[r.Dst.String()] {
-			h.RouteDel(&r)
+	// Both families: a set's IPv6 prefixes get their discard route too
+	// (IPv6 goes to the kernel until the edge has an IPv6 data path).
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.RouteListFiltered(family, &netlink.Route{Protocol: rtprotAzgate}, netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.Dst != nil && !want[r.Dst.String()] {
+				h.RouteDel(&r)
+			}
 		}
 	}
 	return nil

@@ -183,7 +183,7 @@ func (p *BandwidthPackage) Validate() Errors {
 	for i := range p.EIPs {
 		e := &p.EIPs[i]
 		f := fmt.Sprintf("eips[%d]", i)
-		checkUnicast4(&es, f+".address", e.Address)
+		checkServed(&es, f+".address", "EIPs", e.Address)
 		if e.Address.IsValid() {
 			if j, dup := seen[e.Address]; dup {
 				es.add(f+".address", "%v appears twice (eips[%d]): an EIP is listed once", e.Address, j)

@@ -199,7 +199,37 @@ func checkUnicast4(es *Errors, field string, a netip.Addr) {
 	}
 }
 
-// A SpecialRange is an RFC 6890 special-purpose IPv4 block.
+// checkUnicast6 checks an address is a usable IPv6 unicast address: not
+// IPv4-mapped, no zone, not unspecified, loopback, link-local or
+// multicast.
+func checkUnicast6(es *Errors, field string, a netip.Addr) {
+	switch {
+	case !a.IsValid():
+		es.add(field, "required")
+	case a.Is4():
+		es.add(field, "%v is an IPv4 address: an IPv6 address is required", a)
+	case a.Is4In6():
+		es.add(field, "%v is an IPv4-mapped address (::ffff:0:0/96, RFC 4291): not usable on the wire", a)
+	case a.Zone() != "":
+		es.add(field, "%v has a zone: a global address is required", a)
+	case a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast():
+		es.add(field, "%v is not a global unicast address", a)
+	}
+}
+
+// checkServed checks the address of an EIP or a VIP (what the edges
+// serve): IPv4 unicast. IPv6 ones get their own message: the model will
+// take them once the edge's IPv6 data path exists (issue 21).
+func checkServed(es *Errors, field, what string, a netip.Addr) {
+	if a.Is6() {
+		es.add(field, "%v: IPv6 %s are not supported yet (the edge has no IPv6 data path); use an IPv4 address", a, what)
+		return
+	}
+	checkUnicast4(es, field, a)
+}
+
+// A SpecialRange is an RFC 6890 special-purpose block (IPv4), or one of
+// the IANA IPv6 special-purpose registry's.
 type SpecialRange struct {
 	Prefix netip.Prefix
 	Name   string
@@ -221,9 +251,57 @@ var ReservedRanges = []SpecialRange{
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved and limited broadcast, RFC 1112 and RFC 919"},
 }
 
-// ReservedRange returns the first reserved range p overlaps.
+// ReservedRanges6 are the IPv6 blocks an edge set may not announce (the
+// IANA IPv6 special-purpose address registry, RFC 6890, and the
+// non-unicast space), in the order ReservedRange tries them: the first
+// one a prefix overlaps names the reason. Besides these, a set prefix
+// must lie in 2000::/3 (GlobalUnicast6), which excludes ULA and the
+// rest. Allowed, as the IPv4 table allows their IPv4 counterparts: the
+// documentation blocks 2001:db8::/32 (RFC 3849) and 3fff::/20 (RFC 9637),
+// which the lab and the tests use, and the benchmarking block
+// 2001:2::/48 (RFC 5180) although it lies inside 2001::/23.
+// docs/api.md has the same table.
+var ReservedRanges6 = []SpecialRange{
+	{netip.MustParsePrefix("::/128"), "unspecified address, RFC 4291"},
+	{netip.MustParsePrefix("::1/128"), "loopback, RFC 4291"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped addresses, RFC 4291"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "IPv4/IPv6 translation (NAT64 well-known prefix), RFC 6052"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use IPv4/IPv6 translation, RFC 8215"},
+	{netip.MustParsePrefix("100::/64"), "discard-only, RFC 6666"},
+	{netip.MustParsePrefix("2001::/23"), "IETF protocol assignments (Teredo, ORCHID, AMT...), RFC 2928"},
+	{netip.MustParsePrefix("2002::/16"), "6to4, RFC 3056"},
+	{netip.MustParsePrefix("fc00::/7"), "unique local addresses, RFC 4193"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local unicast, RFC 4291"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast, RFC 4291"},
+}
+
+// GlobalUnicast6 is the IPv6 global unicast space (RFC 4291, IANA): the
+// only IPv6 space an edge set announces.
+var GlobalUnicast6 = netip.MustParsePrefix("2000::/3")
+
+// benchmarking6 is allowed inside 2001::/23 (RFC 5180), as 198.18.0.0/15
+// is in IPv4.
+var benchmarking6 = netip.MustParsePrefix("2001:2::/48")
+
+// Bounds of an IPv6 set prefix: shorter than /16 is no real allocation;
+// longer than /64 splits a subnet (a single address is pulled out into a
+// dedicated set through the EIP's or the service's set instead).
+const (
+	MinPrefix6Bits = 16
+	MaxPrefix6Bits = 64
+)
+
+// ReservedRange returns the first reserved range p overlaps (of its
+// family's table).
 func ReservedRange(p netip.Prefix) (SpecialRange, bool) {
-	for _, r := range ReservedRanges {
+	table := ReservedRanges
+	if p.Addr().Is6() {
+		if benchmarking6.Bits() <= p.Bits() && benchmarking6.Contains(p.Addr()) {
+			return SpecialRange{}, false
+		}
+		table = ReservedRanges6
+	}
+	for _, r := range table {
 		if r.Prefix.Overlaps(p) {
 			return r, true
 		}
@@ -349,20 +427,30 @@ func (s *EdgeSet) Validate() Errors {
 	default:
 		es.add("role", "%q is not a set role (want %q for a prefix set, %q or %q)", s.Role, RolePrefix, RoleDedicated, RoleQuarantine)
 	}
+	first6 := -1 // the first IPv6 prefix
 	for i, p := range s.Prefixes {
 		f := fmt.Sprintf("prefixes[%d]", i)
+		if p.IsValid() && p.Addr().Is6() && first6 < 0 {
+			first6 = i
+		}
 		switch {
 		case !p.IsValid():
 			es.add(f, "invalid prefix")
-		case !p.Addr().Is4():
-			es.add(f, "%v: only IPv4 is supported for now", p)
+		case p.Addr().Is4In6():
+			es.add(f, "%v is IPv4-mapped (::ffff:0:0/96, RFC 4291): write the IPv4 prefix itself", p)
 		case p.Masked() != p:
 			es.add(f, "%v has host bits set (did you mean %v?)", p, p.Masked())
-		case p.Bits() < 8:
+		case p.Addr().Is4() && p.Bits() < 8:
 			es.add(f, "%v is shorter than /8", p)
+		case p.Addr().Is6() && p.Bits() < MinPrefix6Bits:
+			es.add(f, "%v is shorter than /%d", p, MinPrefix6Bits)
+		case p.Addr().Is6() && p.Bits() > MaxPrefix6Bits:
+			es.add(f, "%v is longer than /%d: an IPv6 set prefix is /%d to /%d (a single address is pulled out into a dedicated set through the EIP's or the service's set)", p, MaxPrefix6Bits, MinPrefix6Bits, MaxPrefix6Bits)
 		default:
 			if r, ok := ReservedRange(p); ok {
 				es.add(f, "%v overlaps %v (%s), which cannot be announced", p, r.Prefix, r.Name)
+			} else if p.Addr().Is6() && !GlobalUnicast6.Overlaps(p) {
+				es.add(f, "%v lies outside %v, the IPv6 global unicast space (RFC 4291): it cannot be announced", p, GlobalUnicast6)
 			}
 		}
 	}
@@ -382,6 +470,9 @@ func (s *EdgeSet) Validate() Errors {
 		addrs[e.Underlay] = true
 		if e.BGP != nil {
 			e.BGP.validate(&es, f+".bgp", s.BGP != nil)
+			if first6 >= 0 && !e.BGP.NextHop6.IsValid() {
+				es.add(f+".bgp.nextHop6", "required: the set owns IPv6 prefixes (prefixes[%d] %v), announced with each edge's IPv6 next hop", first6, s.Prefixes[first6])
+			}
 		}
 	}
 	if len(s.Edges) > MaxSetEdges {
@@ -406,7 +497,7 @@ func (s *EdgeSet) Contains(a netip.Addr) bool {
 // Validate checks the EIP on its own.
 func (e *EIP) Validate() Errors {
 	var es Errors
-	checkUnicast4(&es, "address", e.Address)
+	checkServed(&es, "address", "EIPs", e.Address)
 	if len(e.Description) > 1024 {
 		es.add("description", "longer than 1024 characters")
 	}

@@ -90,7 +90,7 @@ func TestValidateEdgeSet(t *testing.T) {
 		{"ok", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("edge-a1", "198.18.0.1")}}, nil},
 		{"no prefix", EdgeSet{Name: "pop-a"}, []string{"prefixes~at least one"}},
 		{"host bits", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.1/24")}}, []string{"prefixes[0]~did you mean 198.51.100.0/24"}},
-		{"IPv6", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("2001:db8::/32")}}, []string{"prefixes[0]~only IPv4"}},
+		{"IPv6", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("2001:db8::/32")}}, nil},
 		{"too short", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("0.0.0.0/0")}}, []string{"prefixes[0]~shorter than /8"}},
 		{"invalid prefix", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{{}}}, []string{"prefixes[0]~invalid"}},
 		{"reserved this network", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("0.0.0.0/8")}}, []string{"prefixes[0]~this network"}},
@@ -129,7 +129,7 @@ func TestValidateEIP(t *testing.T) {
 	}{
 		{"ok", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g1"}}, nil},
 		{"no address", EIP{}, []string{"address~required"}},
-		{"IPv6", EIP{Address: addr("2001:db8::7")}, []string{"address~only IPv4"}},
+		{"IPv6", EIP{Address: addr("2001:db8::7")}, []string{"address~IPv6 EIPs are not supported yet"}},
 		{"broadcast", EIP{Address: addr("255.255.255.255")}, []string{"address~not a unicast"}},
 		{"unspecified", EIP{Address: addr("0.0.0.0")}, []string{"address"}},
 		{"link local", EIP{Address: addr("169.254.1.1")}, []string{"address"}},

@@ -48,11 +48,21 @@ type NodeBGP struct {
 	// NextHop is the address upstream routers send the set's traffic to:
 	// this edge's Internet-side address.
 	NextHop netip.Addr `json:"nextHop"`
-	Peers   []BGPPeer  `json:"peers"`
+	// NextHop6 is the IPv6 next hop of the set's IPv6 routes: this edge's
+	// global IPv6 address on the routers' segment. Set, the speaker also
+	// negotiates IPv6 unicast (MP-BGP, RFC 4760) on its sessions (still
+	// over IPv4) and carries the set's IPv6 prefixes and IPv6 pull-outs
+	// there; unset, it carries IPv4 only. Required on every BGP edge of
+	// a set that owns IPv6 prefixes.
+	NextHop6 netip.Addr `json:"nextHop6,omitzero"`
+	Peers    []BGPPeer  `json:"peers"`
 }
 
 // BGPPeer is an upstream router the edge opens a session to. Edges only
-// dial out: they never accept BGP connections.
+// dial out: they never accept BGP connections. Its address, the
+// session's transport, is IPv4 or IPv6 (a global address: no zone); a
+// session carries IPv6 routes when the edge has a NextHop6, whatever its
+// transport.
 type BGPPeer struct {
 	Address netip.Addr `json:"address"`
 	ASN     uint32     `json:"asn"`
@@ -111,6 +121,9 @@ func (n *NodeBGP) validate(es *Errors, f string, setHasBGP bool) {
 		es.add(f+".routerID", "an IPv4 address other than 0.0.0.0 is required")
 	}
 	checkUnicast4(es, f+".nextHop", n.NextHop)
+	if n.NextHop6.IsValid() {
+		checkUnicast6(es, f+".nextHop6", n.NextHop6)
+	}
 	if len(n.Peers) == 0 {
 		es.add(f+".peers", "at least one peer is required")
 	}
@@ -120,7 +133,11 @@ func (n *NodeBGP) validate(es *Errors, f string, setHasBGP bool) {
 	seen := map[netip.Addr]bool{}
 	for i, p := range n.Peers {
 		pf := fmt.Sprintf("%s.peers[%d]", f, i)
-		checkUnicast4(es, pf+".address", p.Address)
+		if p.Address.Is6() {
+			checkUnicast6(es, pf+".address", p.Address) // a session over IPv6
+		} else {
+			checkUnicast4(es, pf+".address", p.Address)
+		}
 		if seen[p.Address] {
 			es.add(pf+".address", "%v appears twice", p.Address)
 		}
@@ -153,7 +170,7 @@ func (q *Quarantine) Key() string { return q.Address.String() }
 // Validate checks the quarantine on its own.
 func (q *Quarantine) Validate() Errors {
 	var es Errors
-	checkUnicast4(&es, "address", q.Address)
+	checkServed(&es, "address", "EIPs and VIPs", q.Address)
 	if len(q.Reason) > 1024 {
 		es.add("reason", "longer than 1024 characters")
 	}
@@ -175,8 +192,9 @@ func (s *State) QuarantineSet() (*EdgeSet, bool) {
 	return nil, false
 }
 
-// checkPullOut: an EIP or a VIP is pulled out only into a dedicated set.
-func (s *State) checkPullOut(es *Errors, set string) {
+// checkPullOut: an EIP or a VIP is pulled out only into a dedicated set,
+// and an IPv6 one only into a set whose BGP edges have an IPv6 next hop.
+func (s *State) checkPullOut(es *Errors, set string, a netip.Addr) {
 	if set == "" {
 		return
 	}
@@ -186,7 +204,53 @@ func (s *State) checkPullOut(es *Errors, set string) {
 		es.add("set", "edge set %q does not exist", set)
 	case d.Role != RoleDedicated:
 		es.add("set", "edge set %q is not a dedicated set (role %q): only a dedicated set takes pulled-out addresses (quarantine through a quarantine object)", set, d.Role)
+	case a.Is6():
+		if e, ok := d.withoutNextHop6(); ok {
+			es.add("set", "edge %s of set %q has no bgp.nextHop6: the set's edges announce %v's /128 with their IPv6 next hop", e, set, a)
+		}
 	}
+}
+
+// withoutNextHop6 returns the first edge of the set that speaks BGP but
+// has no IPv6 next hop: it cannot announce an IPv6 route.
+func (s *EdgeSet) withoutNextHop6() (string, bool) {
+	for _, e := range s.Edges {
+		if e.BGP != nil && !e.BGP.NextHop6.IsValid() {
+			return e.Name, true
+		}
+	}
+	return "", false
+}
+
+// firstIPv6Served names an IPv6 address set announces as a /128 (an EIP
+// or VIP pulled out into a dedicated set, a quarantined address for the
+// quarantine set), if any. The model refuses IPv6 EIPs and VIPs for now:
+// this holds the rule for when it takes them.
+func (s *State) firstIPv6Served(set *EdgeSet) (netip.Addr, bool) {
+	var found netip.Addr
+	take := func(a netip.Addr) {
+		if a.Is6() && (!found.IsValid() || a.Less(found)) {
+			found = a
+		}
+	}
+	switch set.Role {
+	case RoleDedicated:
+		for _, e := range s.EIPs {
+			if e.Set == set.Name {
+				take(e.Address)
+			}
+		}
+		for _, v := range s.Services {
+			if v.Set == set.Name {
+				take(v.VIP)
+			}
+		}
+	case RoleQuarantine:
+		for _, q := range s.Quarantines {
+			take(q.Address)
+		}
+	}
+	return found, found.IsValid()
 }
 
 // pulledInto counts the EIPs and services pulled out into set and names
@@ -251,6 +315,11 @@ func (s *State) checkQuarantine(q, _ *Quarantine, _ bool) Errors {
 	_, vip := s.vips[q.Address]
 	if !eip && !vip {
 		es.add("address", "%v is neither an EIP nor a VIP", q.Address)
+	}
+	if qs, ok := s.QuarantineSet(); ok && q.Address.Is6() {
+		if e, ok := qs.withoutNextHop6(); ok {
+			es.add("address", "edge %s of the quarantine set %q has no bgp.nextHop6: the set's edges announce %v's /128 with their IPv6 next hop", e, qs.Name, q.Address)
+		}
 	}
 	return es
 }

@@ -238,6 +238,14 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 			es.add(f, "%v contains %v, %s", p, a, owner)
 		}
 	}
+	// A set announcing IPv6 /128s needs every BGP edge's IPv6 next hop.
+	if a, ok := s.firstIPv6Served(set); ok {
+		for i, e := range set.Edges {
+			if e.BGP != nil && !e.BGP.NextHop6.IsValid() {
+				es.add(fmt.Sprintf("edges[%d].bgp.nextHop6", i), "required: the set announces the IPv6 address %v", a)
+			}
+		}
+	}
 	// And the reverse: this set's edges' addresses may not lie in a prefix
 	// another set announces.
 	for i, e := range set.Edges {
@@ -252,13 +260,16 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 			if other, q, ok := s.announcedBy(e.BGP.NextHop, set.Name); ok {
 				es.add(f+".bgp.nextHop", "%v lies in %v announced by set %q", e.BGP.NextHop, q, other)
 			}
+			if other, q, ok := s.announcedBy(e.BGP.NextHop6, set.Name); ok {
+				es.add(f+".bgp.nextHop6", "%v lies in %v announced by set %q", e.BGP.NextHop6, q, other)
+			}
 		}
 	}
 	return es
 }
 
 // infraIn returns an underlay address of a host or an edge, or an edge's
-// BGP router ID or next hop, that p contains. set is the set being written:
+// BGP router ID or next hop (IPv4 or IPv6), that p contains. set is the set being written:
 // its edges count as they are in it, not as they are stored.
 func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool) {
 	for _, h := range s.Hosts {
@@ -286,6 +297,9 @@ func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool)
 			}
 			if p.Contains(e.BGP.NextHop) {
 				return e.BGP.NextHop, "the BGP next hop of " + who, true
+			}
+			if p.Contains(e.BGP.NextHop6) {
+				return e.BGP.NextHop6, "the BGP IPv6 next hop of " + who, true
 			}
 		}
 	}
@@ -355,7 +369,7 @@ func (s *State) checkEIP(e, _ *EIP, _ bool) Errors {
 	if !s.covered(e.Address) {
 		es.add("address", "%v is not inside a prefix of any edge set", e.Address)
 	}
-	s.checkPullOut(&es, e.Set)
+	s.checkPullOut(&es, e.Set, e.Address)
 	if svc, ok := s.vips[e.Address]; ok {
 		es.add("address", "%v is the VIP of service %s", e.Address, svc)
 	}
@@ -464,7 +478,7 @@ func (s *State) eipsWhere(f func(*EIP) bool) (n int, lowest netip.Addr) {
 // (encap: the agent's agent_flows), not by the backend.
 func (s *State) checkService(v, old *Service, had bool) Errors {
 	var es Errors
-	s.checkPullOut(&es, v.Set)
+	s.checkPullOut(&es, v.Set, v.VIP)
 	if had && old.VIP != v.VIP {
 		if _, ok := s.Quarantines[old.VIP.String()]; ok {
 			es.add("vip", "the old VIP %v is quarantined: release it before changing the VIP", old.VIP)

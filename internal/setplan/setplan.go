@@ -2,7 +2,10 @@
 // edge announces: the prefix sets their prefixes, a dedicated set the /32
 // of every EIP and VIP pulled out into it, the quarantine set the /32 of
 // every quarantined address. Upstream, the longest prefix wins, so a /32
-// takes exactly its own address's traffic from the prefix set.
+// takes exactly its own address's traffic from the prefix set. It is
+// family-generic: a set's prefixes may be IPv4 or IPv6, and an IPv6
+// address is pulled out or quarantined as its /128 (the model does not
+// take IPv6 EIPs and VIPs yet).
 //
 // It is pure: the edge (what to announce), the agents (which set's members
 // to send replies to) and the CLI compute from the same Input.

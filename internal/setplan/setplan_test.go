@@ -105,3 +105,56 @@ func TestAnnouncements(t *testing.T) {
 		t.Errorf("returned EIP served by %s (%s), want pop-b by prefix", set, why)
 	}
 }
+
+// IPv6: a prefix set owns an IPv6 prefix beside its IPv4 one and
+// announces both; a /128 pull-out and a /128 quarantine (fed below the
+// model, which refuses IPv6 EIPs and VIPs until the edge has an IPv6 data
+// path) move exactly their address, as a /32 does.
+func TestAnnouncementsIPv6(t *testing.T) {
+	st := region(t)
+	a6 := *st.EdgeSets["pop-a"]
+	a6.Prefixes = ps("198.51.0.0/18", "2001:db8:a::/48")
+	if _, err := st.Put(&a6); err != nil {
+		t.Fatal(err)
+	}
+	in := FromState(st)
+	hot, quarantined := a("2001:db8:a::7"), a("2001:db8:a::9")
+	in.PulledOut[hot] = "hot"
+	in.Quarantined[quarantined] = true
+	want := func(edge string, w []netip.Prefix) {
+		t.Helper()
+		if got := in.Announcements(edge); !slices.Equal(got, w) {
+			t.Errorf("%s announces %v, want %v", edge, got, w)
+		}
+	}
+	want("a1", ps("198.51.0.0/18", "2001:db8:a::/48"))
+	want("b1", ps("198.51.100.0/24"))
+	want("d1", ps("198.51.100.8/32", "198.51.100.20/32", "2001:db8:a::7/128"))
+	want("q1", ps("2001:db8:a::9/128"))
+	for _, c := range []struct {
+		addr     netip.Addr
+		set, why string
+		route    netip.Prefix
+		carriers [3]string
+	}{
+		{a("2001:db8:a::5"), "pop-a", ByPrefix, p("2001:db8:a::/48"), [3]string{"pop-a", "pop-a", "pop-a"}},
+		{hot, "hot", ByPullOut, p("2001:db8:a::7/128"), [3]string{"hot", "hot", "pop-a"}},
+		{quarantined, "quar", ByQuarantine, p("2001:db8:a::9/128"), [3]string{"quar", "pop-a", "pop-a"}},
+		{a("2001:db8:b::1"), "", "", netip.Prefix{}, [3]string{}},
+	} {
+		if s, why, r := in.Serving(c.addr); s != c.set || why != c.why || r != c.route {
+			t.Errorf("Serving(%v) = %s, %s, %v; want %s, %s, %v", c.addr, s, why, r, c.set, c.why, c.route)
+		}
+		if got := in.Carriers(c.addr); got != c.carriers {
+			t.Errorf("Carriers(%v) = %v, want %v", c.addr, got, c.carriers)
+		}
+	}
+	// What the edges announce, as the agents read it back.
+	live := AnnouncingFrom(map[string]model.Announcement{
+		"a1": {Set: "pop-a", Edge: "a1", Prefixes: in.Announcements("a1")},
+		"d1": {Set: "hot", Edge: "d1", Prefixes: in.Announcements("d1")},
+	})
+	if !live.Covers("pop-a", "a1", a("2001:db8:a::5")) || !live.Covers("hot", "d1", hot) || live.Covers("hot", "d1", a("2001:db8:a::8")) {
+		t.Error("Covers: IPv6 routes not read back")
+	}
+}

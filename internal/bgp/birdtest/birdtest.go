@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/netlab"
 	"github.com/azgate/azgate/internal/netns"
@@ -132,6 +133,10 @@ type Config struct {
 	// (tests of a speaker that must reject what it learns); none: the
 	// router exports nothing.
 	Export []netip.Prefix
+	// IPv6 adds the IPv6 unicast channel to every session (MP-BGP over
+	// the IPv4 sessions) and installs the IPv6 routes learnt, merged
+	// into multipath routes, in the kernel as well.
+	IPv6 bool
 }
 
 // Router is BIRD in a namespace of its own.
@@ -199,14 +204,46 @@ func (r *Router) Link(t testing.TB, routerDev, localDev string, routerAddr netip
 		t.Fatal(err)
 	}
 	r.links = append(r.links, localDev)
-	if err := r.Node.Addr(routerDev, routerAddr.String()); err != nil {
+	if err := addAddr(r.Node, routerDev, routerAddr); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range localAddrs {
-		if err := self.Addr(localDev, a.String()); err != nil {
+		if err := addAddr(self, localDev, a); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// AddAddrs puts more addresses on the router's end of a link (its IPv6
+// address on a segment, say).
+func (r *Router) AddAddrs(t testing.TB, routerDev string, addrs ...netip.Prefix) {
+	t.Helper()
+	for _, a := range addrs {
+		if err := addAddr(r.Node, routerDev, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// addAddr adds an address; an IPv6 one without duplicate address
+// detection, so it is usable at once rather than tentative for a second.
+func addAddr(n *netlab.Node, dev string, p netip.Prefix) error {
+	if p.Addr().Is4() {
+		return n.Addr(dev, p.String())
+	}
+	l, err := n.Handle().LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", n.Name, dev, err)
+	}
+	a, err := netlink.ParseAddr(p.String())
+	if err != nil {
+		return err
+	}
+	a.Flags = unix.IFA_F_NODAD
+	if err := n.Handle().AddrAdd(l, a); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s/%s: add %v: %w", n.Name, dev, p, err)
+	}
+	return nil
 }
 
 // Start writes the configuration and starts BIRD in the namespace.
@@ -268,6 +305,9 @@ func (cfg Config) Render(logFile string) string {
 	fmt.Fprintf(&b, "router id %v;\n", cfg.RouterID)
 	b.WriteString("protocol device { scan time 1; }\n")
 	b.WriteString("protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n")
+	if cfg.IPv6 {
+		b.WriteString("protocol kernel { ipv6 { import none; export all; }; merge paths on; }\n")
+	}
 	export := "none"
 	if len(cfg.Export) > 0 {
 		b.WriteString("protocol static learnt_routes { ipv4;\n")
@@ -284,7 +324,11 @@ func (cfg Config) Render(logFile string) string {
 		if p.Password != "" {
 			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
 		}
-		fmt.Fprintf(&b, "\tipv4 { import all; export %s; };\n}\n", export)
+		fmt.Fprintf(&b, "\tipv4 { import all; export %s; };\n", export)
+		if cfg.IPv6 {
+			b.WriteString("\tipv6 { import all; export none; };\n")
+		}
+		b.WriteString("}\n")
 	}
 	return b.String()
 }
@@ -342,7 +386,11 @@ func (r *Router) NextHops(prefix netip.Prefix) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := r.Node.Handle().RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: ipn}, netlink.RT_FILTER_DST)
+	family := netlink.FAMILY_V4
+	if prefix.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	rs, err := r.Node.Handle().RouteListFiltered(family, &netlink.Route{Dst: ipn}, netlink.RT_FILTER_DST)
 	if err != nil {
 		return nil, fmt.Errorf("%s: routes: %w", r.Node.Name, err)
 	}
@@ -387,14 +435,26 @@ func (r *Router) WaitNextHops(t testing.TB, prefix netip.Prefix, want []netip.Ad
 	}
 }
 
-// IPRoute is `ip -4 route show` in the router, for failure messages.
+// IPRoute is `ip -4 route show` in the router (and `ip -6 route show`
+// with Config.IPv6), for failure messages.
 func (r *Router) IPRoute() string {
 	out, err := r.Node.Cmd("ip", "-4", "route", "show").CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("ip route: %v: %s", err, out)
 	}
+	if r.cfg.IPv6 {
+		out6, err := r.Node.Cmd("ip", "-6", "route", "show").CombinedOutput()
+		if err != nil {
+			return fmt.Sprintf("%sip -6 route: %v: %s", out, err, out6)
+		}
+		out = append(out, out6...)
+	}
 	return string(out)
 }
+
+// Routes is `birdc show route` (all tables), for failure messages and
+// checks of what BIRD learnt.
+func (r *Router) Routes() (string, error) { return r.birdc("show", "route", "all") }
 
 func (r *Router) daemonPID() (int, error) {
 	b, err := os.ReadFile(r.pid)
