@@ -4,6 +4,7 @@ package dnsserver
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -24,32 +25,7 @@ import (
 // database (us; Singapore, which has no v6 target) and no ECS is
 // answered.
 func TestIPv6ResolverOnWire(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a network namespace with 2001:db8:: resolver addresses")
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare: %v", err)
-			return
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		for _, a := range []string{"2001:db8:8000::53/128", "2001:db8:8100::53/128"} {
-			if err != nil {
-				break
-			}
-			p := netip.MustParsePrefix(a)
-			err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD})
-		}
-		if err != nil {
-			t.Errorf("lo: %v", err)
-			return
-		}
+	inV6Namespace(t, []string{"2001:db8:8000::53", "2001:db8:8100::53"}, func() {
 		h, _ := testHandler(t)
 		s := NewServer(ServerConfig{Addr: "[::1]:0"}, h)
 		if err := s.Start(); err != nil {
@@ -84,6 +60,90 @@ func TestIPv6ResolverOnWire(t *testing.T) {
 				}
 			}
 		}
+	})
+}
+
+// inV6Namespace runs fn on a thread of its own in a new network namespace
+// with lo up and addrs (/128, no duplicate address detection) on it; the
+// sockets fn opens are that namespace's. It skips the test without root.
+func inV6Namespace(t *testing.T, addrs []string, fn func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network namespace with 2001:db8:: addresses")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		for _, a := range addrs {
+			if err != nil {
+				break
+			}
+			ip := netip.MustParseAddr(a)
+			err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD})
+		}
+		if err != nil {
+			t.Errorf("lo: %v", err)
+			return
+		}
+		fn()
 	}()
 	<-done
+}
+
+// TestServerTCPPerNetIPv6: TestServerTCPPerNet for IPv6 sources, whose
+// source network is the /56: two connections from 2001:db8:0:100::/56
+// are served, a third from that /56 is closed at once and counted, and
+// one from 2001:db8:0:200::/56 is served.
+func TestServerTCPPerNetIPv6(t *testing.T) {
+	inV6Namespace(t, []string{"2001:db8:0:100::1", "2001:db8:0:100::2", "2001:db8:0:1ff::3", "2001:db8:0:200::1"}, func() {
+		h, _ := testHandler(t)
+		s := NewServer(ServerConfig{Addr: "[::1]:0", MaxTCPConns: 4, MaxTCPConnsPerNet: 2, IdleTimeout: 5 * time.Second}, h)
+		if err := s.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		defer s.Shutdown(context.Background())
+		ask := func(from string, id uint16) error {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+			c, err := d.Dial("tcp", s.TCPAddr().String())
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { c.Close() }) // held open: the slots stay taken
+			dc := &dns.Conn{Conn: c}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			if err := dc.WriteMsg(query("www.example.", dns.TypeAAAA, "", id)); err != nil {
+				return err
+			}
+			r, err := dc.ReadMsg()
+			if err == nil && len(r.Answer) != 1 {
+				err = fmt.Errorf("answer %v", r)
+			}
+			return err
+		}
+		for i, from := range []string{"2001:db8:0:100::1", "2001:db8:0:100::2"} {
+			if err := ask(from, uint16(i+1)); err != nil {
+				t.Errorf("connection %d from %s: %v", i, from, err)
+				return
+			}
+		}
+		if err := ask("2001:db8:0:1ff::3", 3); err == nil {
+			t.Error("a third connection from one /56 was served (MaxTCPConnsPerNet 2)")
+		}
+		if s.RejectedTCP() != 1 {
+			t.Errorf("RejectedTCP %d, want 1", s.RejectedTCP())
+		}
+		if err := ask("2001:db8:0:200::1", 4); err != nil {
+			t.Errorf("a connection from another /56 while the first holds 2 of 4: %v", err)
+		}
+	})
 }
