@@ -151,6 +151,10 @@ func TestProberTargetFlags(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("IPv6 relay: %v", err)
 	}
+	cfg.ReportFamily = "ipv6"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("--report-family ipv6: %v", err)
+	}
 	cfg.Targets = []prober.Target{{Name: "r1", Addr: "2001:db8::1:443"}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "in brackets") {
 		t.Errorf("unbracketed IPv6 relay: %v", err)

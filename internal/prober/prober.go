@@ -56,6 +56,11 @@ type Config struct {
 	// with a host name: the system resolver (no TTL; re-resolved every
 	// MinTTL).
 	DNS []string
+	// ReportFamily is the address family of the report host tried first:
+	// "ipv4" (or ""): A, then AAAA when the name has no A record; "ipv6":
+	// AAAA, then A (a prober with IPv6 only, reporting to a dual-stack
+	// pathd name).
+	ReportFamily string
 	// Token is sent as "Authorization: Bearer TOKEN".
 	Token string
 	// MaxQueue bounds the measurements waiting for pathd.
@@ -179,6 +184,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("report URL %q: %w", c.ReportURL, err)
 		}
 	}
+	switch c.ReportFamily {
+	case "", "ipv4", "ipv6":
+	default:
+		return fmt.Errorf("report family %q: want ipv4 or ipv6", c.ReportFamily)
+	}
 	for _, s := range c.DNS {
 		if _, err := netip.ParseAddrPort(s); err != nil {
 			return fmt.Errorf("DNS server %q: want IP:port (%v)", s, err)
@@ -250,7 +260,7 @@ func New(cfg Config) (*Prober, error) {
 		}
 	}
 	p := &Prober{cfg: cfg, url: u, host: u.Hostname(), port: port, kick: make(chan struct{}, 1)}
-	p.res = newResolver(p.host, cfg.DNS)
+	p.res = newResolver(p.host, cfg.DNS, cfg.ReportFamily == "ipv6")
 	return p, nil
 }
 
