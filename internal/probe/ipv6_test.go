@@ -41,9 +41,12 @@ func TestIPv6Targets(t *testing.T) {
 			c.Close()
 		}
 	}()
-	var hosts atomic.Value // string: the last HTTP request's Host
+	var hosts, hostSeen atomic.Value // string: the last HTTP request's Host, and one without a port
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hosts.Store(r.Host)
+		if !strings.Contains(r.Host, "]:") {
+			hostSeen.Store(r.Host)
+		}
 		if r.URL.Path != "/healthz" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -74,6 +77,11 @@ func TestIPv6Targets(t *testing.T) {
 		{Key: "https", Addr: loopback6, Spec: spec(HTTPS, port(secure.Listener.Addr().String()), "/healthz")},
 		{Key: "http-503", Addr: loopback6, Spec: spec(HTTP, port(plain.Listener.Addr().String()), "/")},
 	}
+	// Host given as an IPv6 literal: the Host header brackets it, the TLS
+	// server name is the address (the certificate's IP SAN).
+	hostSpec := spec(HTTPS, port(secure.Listener.Addr().String()), "/healthz")
+	hostSpec.Host = "::1"
+	targets = append(targets, Target{Key: "https-host-v6", Addr: loopback6, Spec: hostSpec})
 	for _, tg := range targets {
 		if err := tg.Validate(); err != nil {
 			t.Fatal(err)
@@ -83,7 +91,7 @@ func TestIPv6Targets(t *testing.T) {
 		t.Fatal(err)
 	}
 	runMonitor(t, m)
-	for _, k := range []string{"tcp", "http", "https"} {
+	for _, k := range []string{"tcp", "http", "https", "https-host-v6"} {
 		s := waitState(t, m, k, 5*time.Second, func(s State) bool { return s.Up })
 		if s.LastErr != "" {
 			t.Errorf("%s: up with error %q", k, s.LastErr)
@@ -93,13 +101,16 @@ func TestIPv6Targets(t *testing.T) {
 	if s.Up || s.LastErr != "HTTP 503" {
 		t.Errorf("http-503: %+v, want down with HTTP 503", s)
 	}
-	if h, _ := hosts.Load().(string); !strings.HasPrefix(h, "[::1]:") {
-		t.Errorf("HTTP Host header %q, want [::1]:PORT", h)
+	if h, _ := hosts.Load().(string); !strings.HasPrefix(h, "[::1]") {
+		t.Errorf("HTTP Host header %q, want [::1] or [::1]:PORT", h)
+	}
+	if h, _ := hostSeen.Load().(string); h != "[::1]" {
+		t.Errorf("Host header with Spec.Host ::1: %q, want [::1]", h)
 	}
 	if m.Up(loopback6) {
 		t.Error("Up(::1) with http-503 down")
 	}
-	m.Set(targets[:3])
+	m.Set(targets[:3]) // tcp, http, https: every ::1 target up
 	waitState(t, m, "tcp", 5*time.Second, func(s State) bool { return s.Up })
 	if !m.Up(loopback6) {
 		t.Fatal("Up(::1) false with every ::1 target up")
