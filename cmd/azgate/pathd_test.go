@@ -16,6 +16,7 @@ import (
 
 	"github.com/azgate/azgate/internal/bwstore/bwstoretest"
 	"github.com/azgate/azgate/internal/pathd"
+	"github.com/azgate/azgate/internal/prober"
 )
 
 func writeSecret(t *testing.T, dir, name, v string, mode os.FileMode) string {
@@ -136,5 +137,26 @@ func TestPathdCommand(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProberTargetFlags: --relay and --origin take NAME=IP:PORT with an
+// IPv6 address in brackets; the prober's own checks refuse the rest.
+func TestProberTargetFlags(t *testing.T) {
+	ts, err := parseTargets("relay", []string{"r1=[2001:db8::1]:443", "r2=192.0.2.1:443"}, false)
+	if err != nil || len(ts) != 2 || ts[0].Name != "r1" || ts[0].Addr != "[2001:db8::1]:443" {
+		t.Fatalf("parseTargets: %+v %v", ts, err)
+	}
+	cfg := prober.Config{Node: "edge-1", Targets: ts, ReportURL: "http://[2001:db8::70]:7090/v1/reports"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("IPv6 relay: %v", err)
+	}
+	cfg.ReportFamily = "ipv6"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("--report-family ipv6: %v", err)
+	}
+	cfg.Targets = []prober.Target{{Name: "r1", Addr: "2001:db8::1:443"}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "in brackets") {
+		t.Errorf("unbracketed IPv6 relay: %v", err)
 	}
 }

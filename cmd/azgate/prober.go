@@ -24,6 +24,7 @@ type proberFlags struct {
 	probes, maxQueue            int
 	reportURL, tokenFile        string
 	dns                         []string
+	reportFamily                string
 	metricsListen, metricsToken string
 	logLevel                    string
 }
@@ -49,13 +50,14 @@ measurements; the oldest are dropped and counted past that).`,
 		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareProber(f) })
 		fl := c.Flags()
 		fl.StringVar(&f.node, "node", "", "this edge's or relay's node name (the From of its reports); required")
-		fl.StringArrayVar(&f.relays, "relay", nil, "a relay to measure: NAME=IP:PORT (repeatable)")
-		fl.StringArrayVar(&f.origins, "origin", nil, "an origin to measure: NAME=IP:PORT (repeatable)")
+		fl.StringArrayVar(&f.relays, "relay", nil, "a relay to measure: NAME=IP:PORT, an IPv6 address in brackets (r1=[2001:db8::1]:443) (repeatable)")
+		fl.StringArrayVar(&f.origins, "origin", nil, "an origin to measure: NAME=IP:PORT, an IPv6 address in brackets (repeatable)")
 		fl.DurationVar(&f.interval, "interval", prober.DefaultInterval, "time between rounds (pathd counts a hop failed after 3 missed reports at its --report-interval)")
 		fl.IntVar(&f.probes, "probes", prober.DefaultProbes, "TCP connects per target per round")
 		fl.DurationVar(&f.timeout, "timeout", prober.DefaultTimeout, "timeout of one connect")
 		fl.StringVar(&f.reportURL, "report-url", "", "pathd's report endpoint, e.g. http://pathd.example:8080/v1/reports; required")
 		fl.StringArrayVar(&f.dns, "dns", nil, "DNS server IP:PORT the report host is resolved through (repeatable; default: the system resolver)")
+		fl.StringVar(&f.reportFamily, "report-family", "ipv4", "the report host's address family tried first: ipv4 (A, then AAAA when the name has none) or ipv6 (AAAA, then A: a prober with IPv6 only)")
 		fl.StringVar(&f.tokenFile, "token-file", "", "file whose first line is pathd's report token (mode 0600 or stricter); required")
 		fl.IntVar(&f.maxQueue, "max-queue", prober.DefaultMaxQueue, "measurements kept while pathd is unreachable")
 		fl.DurationVar(&f.post, "post-timeout", prober.DefaultPostTimeout, "timeout of one POST to pathd")
@@ -106,7 +108,7 @@ func prepareProber(f proberFlags) (func() error, error) {
 	}
 	p, err := prober.New(prober.Config{
 		Node: f.node, Targets: append(relays, origins...), Interval: f.interval, Probes: f.probes,
-		Timeout: f.timeout, ReportURL: f.reportURL, DNS: f.dns, Token: token, MaxQueue: f.maxQueue,
+		Timeout: f.timeout, ReportURL: f.reportURL, DNS: f.dns, ReportFamily: f.reportFamily, Token: token, MaxQueue: f.maxQueue,
 		PostTimeout: f.post, Log: log.With("node", f.node),
 	})
 	if err != nil {

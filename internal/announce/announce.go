@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,7 +90,8 @@ func (c Config) Validate() error {
 // ParseCheck turns a check URL into a probe target keyed by the URL:
 // tcp://ADDR:PORT, http://ADDR[:PORT]/PATH or https://ADDR[:PORT]/PATH.
 // ADDR is an IP address (a health check that depends on DNS fails with
-// it). base supplies the interval, timeout and thresholds.
+// it); an IPv6 one in brackets (http://[2001:db8::1]:8080/healthz),
+// without a zone, not IPv4-mapped. base supplies the interval, timeout and thresholds.
 func ParseCheck(s string, base probe.Spec) (probe.Target, error) {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -119,6 +121,12 @@ func ParseCheck(s string, base probe.Spec) (probe.Target, error) {
 	addr, err := netip.ParseAddr(u.Hostname())
 	if err != nil {
 		return probe.Target{}, fmt.Errorf("check %q: host %q: must be an IP address", s, u.Hostname())
+	}
+	if addr.Is6() && !strings.HasPrefix(u.Host, "[") {
+		// url.Parse reads tcp://2001:db8::1:80 as 2001:db8::1 port 80;
+		// RFC 3986 §3.2.2 wants the brackets, and so do we: the port of
+		// an unbracketed IPv6 address is a guess.
+		return probe.Target{}, fmt.Errorf("check %q: IPv6 address %q: write it in brackets, e.g. %s://[%s]:PORT", s, u.Host, u.Scheme, addr.WithZone(""))
 	}
 	if p := u.Port(); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)

@@ -33,6 +33,15 @@ func TestParseCheck(t *testing.T) {
 		{in: "http://redis.internal:80/", err: `host "redis.internal": must be an IP address`},
 		{in: "http://u:p@127.0.0.1/", err: "no user"},
 		{in: "http://127.0.0.1:0/", err: `port "0"`},
+		// IPv6: brackets, no zone, not IPv4-mapped.
+		{in: "http://[2001:db8::1]:8080/healthz", want: probe.Target{Key: "http://[2001:db8::1]:8080/healthz", Addr: netip.MustParseAddr("2001:db8::1"), Spec: probe.Spec{Kind: probe.HTTP, Port: 8080, Path: "/healthz", Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 3}}},
+		{in: "tcp://[2001:db8::53]:53", want: probe.Target{Key: "tcp://[2001:db8::53]:53", Addr: netip.MustParseAddr("2001:db8::53"), Spec: probe.Spec{Kind: probe.TCP, Port: 53, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 3}}},
+		{in: "tcp://2001:db8::1:80", err: "write it in brackets, e.g. tcp://[2001:db8::1]:PORT"},
+		{in: "http://2001:db8::1/", err: "invalid port"},
+		{in: "tcp://[2001:db8::1]", err: "a tcp check needs a port"},
+		{in: "http://[fe80::1%25eth0]:80/", err: "no IPv6 zone (%eth0)"},
+		{in: "tcp://[::ffff:192.0.2.1]:80", err: "write IPv4 as IPv4 (192.0.2.1)"},
+		{in: "http://[2001:db8::zz]/", err: "invalid host"},
 	} {
 		got, err := ParseCheck(tc.in, base)
 		if tc.err != "" {

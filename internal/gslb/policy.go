@@ -37,8 +37,15 @@ func LocateClient(loc geo.Locator, client netip.Addr) *ClientLoc {
 func LocateInto(c *ClientLoc, loc geo.Locator, client netip.Addr) {
 	l, ok := loc.Locate(client)
 	*c = ClientLoc{Location: l, Found: ok, Bits: client.BitLen()}
-	if l.Prefix.IsValid() && l.Prefix.Addr().BitLen() == client.BitLen() {
+	switch {
+	case !l.Prefix.IsValid():
+	case l.Prefix.Addr().BitLen() == client.BitLen():
 		c.Bits = l.Prefix.Bits()
+	case client.Is4In6() && l.Prefix.Addr().Is4():
+		// An IPv4-mapped client (ECS family 2 holding ::ffff:a.b.c.d)
+		// is located as IPv4 (geo's contract); its scope is the IPv4
+		// prefix inside ::ffff:0:0/96, in the option's own family.
+		c.Bits = 96 + l.Prefix.Bits()
 	}
 }
 

@@ -163,7 +163,9 @@ type roleRun struct {
 func startRole(t *testing.T, st store.Node, cfg Config) *roleRun {
 	t.Helper()
 	r := &roleRun{change: make(chan probe.State, 64)}
-	cfg.Server.Addr = "127.0.0.1:0"
+	if cfg.Server.Addr == "" {
+		cfg.Server.Addr = "127.0.0.1:0"
+	}
 	cfg.Log = quiet
 	cfg.Monitor.OnChange = func(s probe.State) { r.change <- s }
 	g, err := New(st, cfg)

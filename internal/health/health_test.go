@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,5 +201,71 @@ func TestManagerRemoves(t *testing.T) {
 	waitFor(t, func() bool { return len(pub.removals()) == 3 })
 	if m.Targets() != 0 {
 		t.Fatal("checkers left after the manager stopped")
+	}
+}
+
+// TestProbesIPv6: every check type reaches a backend at ::1 on real
+// listeners on [::1]: TCP connect, HTTP status (the request to
+// [::1]:PORT), a UDP reply, and a command given the address without
+// brackets.
+func TestProbesIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here (%v): the backends listen on [::1]", err)
+	}
+	var host atomic.Value
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host.Store(r.Host)
+		if r.URL.Path != "/healthz" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	httpAddr := addrOf(t, srv.Listener.Addr().String())
+	udp, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udp.WriteTo(buf[:n], from)
+		}
+	}()
+	l, _ := net.Listen("tcp6", "[::1]:0")
+	closed := addrOf(t, l.Addr().String())
+	l.Close()
+	cmds := testCommands(t, `addr-is-v6-lo=/bin/sh -c test${IFS}"$AZGATE_BACKEND_ADDR"${IFS}=${IFS}::1`)
+	for _, c := range []struct {
+		name string
+		addr netip.AddrPort
+		c    model.HealthCheck
+		up   bool
+	}{
+		{"tcp open", httpAddr, model.HealthCheck{Type: "tcp"}, true},
+		{"tcp refused", closed, model.HealthCheck{Type: "tcp"}, false},
+		{"http 200", httpAddr, model.HealthCheck{Type: "http", Path: "/healthz", Status: 200}, true},
+		{"http 503", httpAddr, model.HealthCheck{Type: "http", Path: "/", Status: 200}, false},
+		{"udp answers", addrOf(t, udp.LocalAddr().String()), model.HealthCheck{Type: "udp", Send: "ping"}, true},
+		{"command sees ::1", httpAddr, model.HealthCheck{Type: "command", Command: "addr-is-v6-lo"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := Probe(ctx, c.addr, c.c, cmds); (err == nil) != c.up {
+				t.Fatalf("probe of %v says %v, want up=%v", c.addr, err, c.up)
+			}
+		})
+	}
+	if h, _ := host.Load().(string); h != httpAddr.String() {
+		t.Errorf("HTTP Host %q, want %q", h, httpAddr)
 	}
 }

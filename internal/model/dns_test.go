@@ -32,6 +32,12 @@ func TestDNSValidate(t *testing.T) {
 	if es := gslbRecord().Validate(); len(es) > 0 {
 		t.Fatalf("valid record: %v", es)
 	}
+	// Dual-stack regions: one IPv4 and one IPv6 VIP per region.
+	ds := gslbRecord()
+	ds.Targets = append(ds.Targets, GSLBTarget{VIP: addr("2001:db8::10"), Region: "eu-west"}, GSLBTarget{VIP: addr("2001:db8::20"), Region: "us-east"})
+	if es := ds.Validate(); len(es) > 0 {
+		t.Fatalf("valid dual-stack record: %v", es)
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(z *DNSZone, r *GSLBRecord) Object
@@ -65,6 +71,20 @@ func TestDNSValidate(t *testing.T) {
 		{"duplicate vip", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[1].VIP = r.Targets[0].VIP; return r }, []string{"targets[1].vip~also targets[0]"}},
 		{"mapped vip", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].VIP = addr("::ffff:203.0.113.1"); return r }, []string{"targets[0].vip"}},
 		{"region twice per family", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[1].Region = "eu-west"; return r }, []string{"targets[1].region"}},
+		{"zoned v6 vip", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].VIP = addr("fe80::1%eth0"); return r }, []string{"targets[0].vip~not a unicast"}},
+		{"multicast v6 vip", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].VIP = addr("ff02::1"); return r }, []string{"targets[0].vip~not a unicast"}},
+		{"v6 twice in a region", func(_ *DNSZone, r *GSLBRecord) Object {
+			r.Targets = append(r.Targets, GSLBTarget{VIP: addr("2001:db8::10"), Region: "eu-west"}, GSLBTarget{VIP: addr("2001:db8::11"), Region: "eu-west"})
+			return r
+		}, []string{"targets[3].region~same family"}},
+		{"record AAAA value", func(z *DNSZone, _ *GSLBRecord) Object {
+			z.Records[0] = ZoneRecord{Name: "www", Type: "AAAA", Value: "fe80::1%eth0"}
+			return z
+		}, []string{"records[0].value~IPv6"}},
+		{"record AAAA mapped", func(z *DNSZone, _ *GSLBRecord) Object {
+			z.Records[0] = ZoneRecord{Name: "www", Type: "AAAA", Value: "::ffff:192.0.2.1"}
+			return z
+		}, []string{"records[0].value~IPv6"}},
 		{"bad region", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].Region = "eu west"; return r }, []string{"targets[0].region"}},
 		{"lat", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].Lat = 91; return r }, []string{"targets[0].lat"}},
 		{"lon", func(_ *DNSZone, r *GSLBRecord) Object { r.Targets[0].Lon = -181; return r }, []string{"targets[0].lon"}},

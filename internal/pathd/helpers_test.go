@@ -151,9 +151,15 @@ func startNode(t testing.TB, cfg Config) *node {
 // startRegions starts one server per region, each with the others as
 // peers (their listeners are opened first so the URLs are known).
 func startRegions(t testing.TB, regions ...string) []*node {
+	return startRegionsOn(t, "127.0.0.1", regions...)
+}
+
+// startRegionsOn is startRegions with the servers listening on host
+// ("::1": the peers' URLs are http://[::1]:PORT).
+func startRegionsOn(t testing.TB, host string, regions ...string) []*node {
 	var lns []net.Listener
 	for range regions {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,6 +44,9 @@ func (e *entry) do(ctx context.Context) error {
 	}
 	if s.Host != "" {
 		req.Host = s.Host
+		if a, err := netip.ParseAddr(s.Host); err == nil && a.Is6() {
+			req.Host = "[" + s.Host + "]" // RFC 9110 §7.2: an IPv6 literal in brackets
+		}
 	}
 	req.Header.Set("User-Agent", "azgate-probe")
 	resp, err := e.client.Do(req)

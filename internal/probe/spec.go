@@ -212,6 +212,14 @@ func (t Target) Validate() error {
 	if !t.Addr.IsValid() || t.Addr.IsUnspecified() || t.Addr.IsMulticast() {
 		return fmt.Errorf("probe target %q: addr %v: must be a unicast IP address", t.Key, t.Addr)
 	}
+	if t.Addr.Zone() != "" {
+		// A zone names an interface of this host: the verdict would not
+		// mean the same on another vantage point.
+		return fmt.Errorf("probe target %q: addr %v: no IPv6 zone (%%%s): give a global address", t.Key, t.Addr, t.Addr.Zone())
+	}
+	if t.Addr.Is4In6() {
+		return fmt.Errorf("probe target %q: addr %v: an IPv4-mapped IPv6 address: write IPv4 as IPv4 (%v)", t.Key, t.Addr, t.Addr.Unmap())
+	}
 	if err := t.Spec.Validate(); err != nil {
 		return fmt.Errorf("probe target %q: %w", t.Key, err)
 	}

@@ -82,6 +82,11 @@ func TestTargetValidate(t *testing.T) {
 		{"unspecified", Target{Key: "k", Addr: netip.MustParseAddr("0.0.0.0"), Spec: tcp}, "probe target \"k\": addr 0.0.0.0"},
 		{"multicast", Target{Key: "k", Addr: netip.MustParseAddr("224.0.0.1"), Spec: tcp}, "addr 224.0.0.1"},
 		{"bad spec", Target{Key: "eu-1", Addr: a, Spec: Spec{Kind: TCP, Port: 1, Rise: 500}}, "probe target \"eu-1\": probe rise 500"},
+		{"ipv6", Target{Key: "k", Addr: netip.MustParseAddr("2001:db8::1"), Spec: Spec{Kind: HTTP, Path: "/healthz"}}, ""},
+		{"ipv6 zone", Target{Key: "k", Addr: netip.MustParseAddr("fe80::1%eth0"), Spec: tcp}, "addr fe80::1%eth0: no IPv6 zone (%eth0)"},
+		{"ipv6 multicast", Target{Key: "k", Addr: netip.MustParseAddr("ff02::1"), Spec: tcp}, "addr ff02::1: must be a unicast"},
+		{"ipv6 unspecified", Target{Key: "k", Addr: netip.IPv6Unspecified(), Spec: tcp}, "addr ::: must be a unicast"},
+		{"ipv4-mapped", Target{Key: "k", Addr: netip.MustParseAddr("::ffff:192.0.2.1"), Spec: tcp}, "write IPv4 as IPv4 (192.0.2.1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.t.Validate()

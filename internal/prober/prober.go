@@ -31,7 +31,7 @@ import (
 // Target is one hop end the prober measures: a relay, or an origin.
 type Target struct {
 	Name   string // pathcomp node name
-	Addr   string // host:port to connect to (an IP: the prober resolves no target name)
+	Addr   string // IP:port to connect to, [IPv6]:port for IPv6 (the prober resolves no target name)
 	Origin bool
 }
 
@@ -56,6 +56,11 @@ type Config struct {
 	// with a host name: the system resolver (no TTL; re-resolved every
 	// MinTTL).
 	DNS []string
+	// ReportFamily is the address family of the report host tried first:
+	// "ipv4" (or ""): A, then AAAA when the name has no A record; "ipv6":
+	// AAAA, then A (a prober with IPv6 only, reporting to a dual-stack
+	// pathd name).
+	ReportFamily string
 	// Token is sent as "Authorization: Bearer TOKEN".
 	Token string
 	// MaxQueue bounds the measurements waiting for pathd.
@@ -140,8 +145,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("target %s: listed twice", t.Name)
 		}
 		seen[t.Name] = true
-		if _, err := netip.ParseAddrPort(t.Addr); err != nil {
-			return fmt.Errorf("target %s: address %q: want IP:port (%v)", t.Name, t.Addr, err)
+		ap, err := netip.ParseAddrPort(t.Addr)
+		if err != nil {
+			return fmt.Errorf("target %s: address %q: want IP:port, an IPv6 address in brackets ([2001:db8::1]:443) (%v)", t.Name, t.Addr, err)
+		}
+		if err := hopAddr(ap.Addr()); err != nil {
+			return fmt.Errorf("target %s: address %q: %w", t.Name, t.Addr, err)
 		}
 	}
 	if c.Interval < 100*time.Millisecond {
@@ -169,10 +178,36 @@ func (c Config) Validate() error {
 	if u.User != nil {
 		return fmt.Errorf("report URL %q: no user info (the token goes in --token-file)", c.ReportURL)
 	}
+	// (url.Parse refuses an http(s) URL with an unbracketed IPv6 host.)
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if err := hopAddr(a); err != nil {
+			return fmt.Errorf("report URL %q: %w", c.ReportURL, err)
+		}
+	}
+	switch c.ReportFamily {
+	case "", "ipv4", "ipv6":
+	default:
+		return fmt.Errorf("report family %q: want ipv4 or ipv6", c.ReportFamily)
+	}
 	for _, s := range c.DNS {
 		if _, err := netip.ParseAddrPort(s); err != nil {
 			return fmt.Errorf("DNS server %q: want IP:port (%v)", s, err)
 		}
+	}
+	return nil
+}
+
+// hopAddr checks an address the prober connects to: unicast, no IPv6
+// zone (it names an interface of this host, not a hop of the path graph
+// other nodes share), not IPv4-mapped (IPv4 is written as IPv4).
+func hopAddr(a netip.Addr) error {
+	switch {
+	case a.Zone() != "":
+		return fmt.Errorf("no IPv6 zone (%%%s): give a global address", a.Zone())
+	case a.Is4In6():
+		return fmt.Errorf("an IPv4-mapped IPv6 address: write IPv4 as IPv4 (%v)", a.Unmap())
+	case a.IsUnspecified() || a.IsMulticast():
+		return fmt.Errorf("%v is not a unicast address", a)
 	}
 	return nil
 }
@@ -225,7 +260,7 @@ func New(cfg Config) (*Prober, error) {
 		}
 	}
 	p := &Prober{cfg: cfg, url: u, host: u.Hostname(), port: port, kick: make(chan struct{}, 1)}
-	p.res = newResolver(p.host, cfg.DNS)
+	p.res = newResolver(p.host, cfg.DNS, cfg.ReportFamily == "ipv6")
 	return p, nil
 }
 

@@ -39,6 +39,11 @@ func TestValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
+	v6 := Config{Node: "edge-1", Targets: []Target{{Name: "r1", Addr: "[2001:db8::1]:443"}, {Name: "o1", Addr: "[2001:db8:1::80]:80", Origin: true}},
+		ReportURL: "http://[2001:db8::70]:7090/v1/reports", DNS: []string{"[2001:db8::53]:53"}}
+	if err := v6.Validate(); err != nil {
+		t.Fatalf("valid IPv6 config: %v", err)
+	}
 	for _, c := range []struct {
 		mod  func(*Config)
 		want string
@@ -49,6 +54,12 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Targets = append(c.Targets, c.Targets[0]) }, "listed twice"},
 		{func(c *Config) { c.Targets[0].Name = "edge-1" }, "own node"},
 		{func(c *Config) { c.Targets[0].Addr = "relay.example:80" }, "want IP:port"},
+		{func(c *Config) { c.Targets[0].Addr = "2001:db8::1:80" }, "an IPv6 address in brackets"},
+		{func(c *Config) { c.Targets[0].Addr = "[fe80::1%eth0]:80" }, "no IPv6 zone (%eth0)"},
+		{func(c *Config) { c.Targets[0].Addr = "[::ffff:192.0.2.1]:80" }, "write IPv4 as IPv4 (192.0.2.1)"},
+		{func(c *Config) { c.Targets[0].Addr = "[ff02::1]:80" }, "not a unicast"},
+		{func(c *Config) { c.ReportURL = "http://2001:db8::80:8080/v1/reports" }, `invalid port ":db8::80:8080"`},
+		{func(c *Config) { c.ReportURL = "http://[fe80::1%25eth0]:8080/v1/reports" }, "no IPv6 zone"},
 		{func(c *Config) { c.Interval = time.Millisecond }, "interval"},
 		{func(c *Config) { c.Probes = 101 }, "probes"},
 		{func(c *Config) { c.Timeout = time.Hour }, "timeout"},

@@ -20,14 +20,15 @@ type resolver struct {
 	host    string
 	servers []string
 	fixed   netip.Addr
+	v6First bool // AAAA before A (Config.ReportFamily "ipv6")
 
 	mu      sync.Mutex
 	addr    netip.Addr
 	expires time.Time
 }
 
-func newResolver(host string, servers []string) *resolver {
-	r := &resolver{host: host, servers: servers}
+func newResolver(host string, servers []string, v6First bool) *resolver {
+	r := &resolver{host: host, servers: servers, v6First: v6First}
 	if a, err := netip.ParseAddr(host); err == nil {
 		r.fixed = a
 	}
@@ -81,7 +82,8 @@ func (r *resolver) get(ctx context.Context) (addr netip.Addr, fresh bool, err er
 }
 
 // lookup asks each server in turn for the host's A records (AAAA when it
-// has none), retrying over TCP when an answer is truncated.
+// has none; the other way round with v6First), retrying over TCP when an
+// answer is truncated.
 func (r *resolver) lookup(ctx context.Context) (netip.Addr, time.Duration, error) {
 	if len(r.servers) == 0 {
 		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", r.host)
@@ -91,10 +93,19 @@ func (r *resolver) lookup(ctx context.Context) (netip.Addr, time.Duration, error
 		if len(ips) == 0 {
 			return netip.Addr{}, 0, fmt.Errorf("%s: no address", r.host)
 		}
+		for _, ip := range ips {
+			if ip = ip.Unmap(); ip.Is6() == r.v6First {
+				return ip, MinTTL, nil
+			}
+		}
 		return ips[0].Unmap(), MinTTL, nil
 	}
+	order := []uint16{dns.TypeA, dns.TypeAAAA}
+	if r.v6First {
+		order[0], order[1] = order[1], order[0]
+	}
 	var errs []error
-	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+	for _, qtype := range order {
 		for _, s := range r.servers {
 			a, ttl, err := r.ask(ctx, s, qtype)
 			if err == nil {

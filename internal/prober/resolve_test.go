@@ -74,7 +74,7 @@ func TestAnswerValidation(t *testing.T) {
 		{host: "loop.example", err: "no address"},
 		{host: "question.example", err: "another question"},
 	} {
-		a, ttl, err := newResolver(c.host, []string{server}).ask(ctx, server, dns.TypeA)
+		a, ttl, err := newResolver(c.host, []string{server}, false).ask(ctx, server, dns.TypeA)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: %v %v %v, want an error with %q", c.host, a, ttl, err, c.err)

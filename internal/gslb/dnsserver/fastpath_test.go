@@ -23,12 +23,14 @@ type fastFixture struct {
 
 func newFastFixture(t testing.TB) *fastFixture {
 	f := &fastFixture{srcs: []netip.Addr{
-		netip.MustParseAddr("198.18.2.1"),      // us
-		netip.MustParseAddr("198.18.1.77"),     // eu
-		netip.MustParseAddr("198.18.12.9"),     // London: coordinates only
-		netip.MustParseAddr("198.18.200.1"),    // unknown
-		netip.MustParseAddr("2001:db8:100::5"), // eu over IPv6
-		netip.MustParseAddr("2001:db8:ff::5"),  // unknown IPv6
+		netip.MustParseAddr("198.18.2.1"),         // us
+		netip.MustParseAddr("198.18.1.77"),        // eu
+		netip.MustParseAddr("198.18.12.9"),        // London: coordinates only
+		netip.MustParseAddr("198.18.200.1"),       // unknown
+		netip.MustParseAddr("2001:db8:100::5"),    // eu over IPv6
+		netip.MustParseAddr("2001:db8:ff::5"),     // unknown IPv6
+		netip.MustParseAddr("2001:db8:8000:1::5"), // us over IPv6, from the database (/48)
+		netip.MustParseAddr("2001:db8:8100::9"),   // Singapore over IPv6, coordinates only (/44)
 	}}
 	for _, down := range [][]netip.Addr{
 		nil, {vipEU}, {vipEU, vipUS}, {vipEU, vipUS, vipAP}, {vip6EU}, {vip6EU, vip6US},
@@ -101,7 +103,8 @@ func fastSeeds(t testing.TB) [][]byte {
 	r := rand.New(rand.NewPCG(1, 2))
 	var out [][]byte
 	addrs4 := []string{"198.18.1.0", "198.18.2.200", "198.18.12.9", "198.18.200.1", "198.18.5.5"}
-	addrs6 := []string{"2001:db8:100::1", "2001:db8:ff::1", "2001:db8:1ff:ffff::1"}
+	addrs6 := []string{"2001:db8:100::1", "2001:db8:ff::1", "2001:db8:1ff:ffff::1",
+		"2001:db8:8000:ffff::1", "2001:db8:810f::1", "::ffff:198.18.1.77", "::ffff:198.18.200.1"}
 	for i, name := range fastNames {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT} {
 			id := uint16(r.Uint32())
@@ -147,7 +150,8 @@ func TestFastPathDifferential(t *testing.T) {
 	if fastN < total/5 {
 		t.Errorf("fast path answered only %d of %d", fastN, total)
 	}
-	// Every prefix length of both families, each with and without host
+	// Every prefix length of both families (IPv6 clients of the prefix map
+	// and of the database, IPv4-mapped ones), each with and without host
 	// bits, for pathd A and AAAA, all health states.
 	for bits := 0; bits <= 128; bits++ {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
@@ -155,7 +159,9 @@ func TestFastPathDifferential(t *testing.T) {
 			if bits <= 32 {
 				ps = append(ps, netip.PrefixFrom(netip.MustParseAddr("198.18.1.255"), bits))
 			}
-			ps = append(ps, netip.PrefixFrom(netip.MustParseAddr("2001:db8:100:ffff:ffff::1"), bits))
+			ps = append(ps, netip.PrefixFrom(netip.MustParseAddr("2001:db8:100:ffff:ffff::1"), bits),
+				netip.PrefixFrom(netip.MustParseAddr("2001:db8:8000:ffff:ffff::1"), bits), // the database's IPv6 /48
+				netip.PrefixFrom(netip.MustParseAddr("::ffff:198.18.1.255"), bits))        // IPv4-mapped, family 2
 			for _, p := range ps {
 				q := wireQuery(t, "pathd.example.", qt, uint16(bits), true, true, ecsOf(p))
 				for hi := range f.hs {

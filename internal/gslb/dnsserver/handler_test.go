@@ -78,7 +78,9 @@ func testConfig() gslb.Config {
 // match, scope = the covering prefix narrowed past more specific entries,
 // and on a miss the uncovered range around the address) chained with a
 // real MaxMind-format database written by mmdbtest that holds a London
-// network with coordinates only (a prefix map always names a region).
+// network with coordinates only (a prefix map always names a region) and
+// two IPv6 networks: a New York /48 in region us and a Singapore /44 with
+// coordinates only (region ap has no IPv6 target).
 func testLocator(t testing.TB) *countingLocator {
 	t.Helper()
 	e := func(p, region string, lat, lon float64, coords bool) geo.PrefixEntry {
@@ -99,6 +101,21 @@ func testLocator(t testing.TB) *countingLocator {
 	london := mmdbtest.Record{"location": map[string]any{"latitude": 51.5, "longitude": -0.1}}
 	if err := w.Insert(netip.MustParsePrefix("198.18.12.0/24"), london); err != nil {
 		t.Fatal(err)
+	}
+	// IPv6 networks of the database (an IPv6 tree, as MaxMind's are):
+	// clients in them get the network's length as their scope, not /128.
+	// 2001:db8:8000::/33 is far from the prefix map's 2001:db8:100::/40,
+	// so the map's miss around them is shorter than these networks.
+	for _, n := range []struct {
+		p   string
+		rec mmdbtest.Record
+	}{
+		{"2001:db8:8000::/48", mmdbtest.City("us", "NA", "US", "New York", 5128581, 40.7, -74.0)},
+		{"2001:db8:8100::/44", mmdbtest.Record{"location": map[string]any{"latitude": 1.35, "longitude": 103.8}}}, // Singapore, coordinates only
+	} {
+		if err := w.Insert(netip.MustParsePrefix(n.p), n.rec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	path := filepath.Join(t.TempDir(), "london.mmdb")
 	if err := w.WriteFile(path); err != nil {
