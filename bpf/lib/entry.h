@@ -2,7 +2,8 @@
  * xdp_agent_underlay, xdp_agent_guest): Ethernet, its VLAN tags and
  * IPv4 parsed into one struct pkt, and the verdict, counted, for every
  * frame that goes no further: malformed (dropped under its reason, as
- * parse.h gives it), IPv6 and other non-IPv4 (passed to the kernel). */
+ * parse.h gives it), IPv6 (parsed and judged by ipv6_frame: dropped under
+ * its reason or passed to the kernel) and other non-IPv4 (passed). */
 #ifndef AZG_ENTRY_H
 #define AZG_ENTRY_H
 
@@ -20,7 +21,34 @@
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
-#define FRAME_F_DROP_IPV6 0x2 /* IPv6: dropped, counted as drop_local (else passed, pass_ipv6) */
+#define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6) */
+#define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
+
+/* Every IPv6 frame, parsed (parse_ipv6) and judged: the counter it goes
+ * under, pass_ipv6 for a valid packet (no IPv6 address is ours yet: the
+ * kernel's, with BGP, NDP and ICMPv6 to the node) or the drop reason: a
+ * malformed packet (parse_ipv6), a martian source (drop_ip6_martian) or,
+ * with FRAME_F_V6_OFF_LINK, a link-local source off its link
+ * (drop_ip6_off_link). A global (separately verified) function with the
+ * IPv6 packet (struct pkt6) in its own frame: the IPv4 paths' stack and
+ * states are as they were, and an IPv4 packet pays nothing for it. */
+__noinline __u32 ipv6_frame(struct xdp_md *ctx, __u32 l3_off, __u32 flags)
+{
+	if (!ctx)
+		return STAT_DROP_IP_TRUNC;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt6 p6;
+	p6.p.l3_off = OFF(l3_off);
+	int rc = parse_ipv6(data, data_end, &p6);
+	if (rc)
+		return rc;
+	if (ipv6_martian_src(&p6))
+		return STAT_DROP_IP6_MARTIAN;
+	if ((flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(&p6))
+		return STAT_DROP_IP6_OFF_LINK;
+	return STAT_PASS_IPV6;
+}
 
 /* Parses the frame (len bytes) from data into p. Returns FRAME_IPV4,
  * FRAME_ARP or the XDP action for the frame, already counted. flags is a
@@ -31,6 +59,9 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 	if (rc)
 		return count_drop(ctx, rc, len);
 	if (p->eth_proto == ETH_P_IPV6_) {
+		__u32 r = ipv6_frame(ctx, p->l3_off, flags);
+		if (r != STAT_PASS_IPV6)
+			return count_drop(ctx, r, len);
 		if (flags & FRAME_F_DROP_IPV6)
 			return count_drop(ctx, STAT_DROP_LOCAL, len);
 		return count_pass(ctx, STAT_PASS_IPV6, len);
