@@ -2,10 +2,13 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
+	"github.com/azgate/azgate/internal/dpfuzz"
 )
 
 // IPv6 frames built byte by byte: the hostile ones are what a serializer
@@ -236,4 +239,38 @@ func TestAgentIPv6(t *testing.T) {
 	}
 	gs = append(gs, v6Hostile(guest)...)
 	runFixtures(t, env, agentProg{a: a, guest: true}, a, onDev(dptest.GuestDev, gs))
+}
+
+// v6SeedFrames are the IPv6 fixtures' frames (valid first, then hostile,
+// then the off-link one) from srcMAC to dstMAC: seeds for the scale
+// fuzzers' mutator.
+func v6SeedFrames(srcMAC, dstMAC string) [][]byte {
+	eth := func(ip []byte) []byte { return eth6(srcMAC, dstMAC, false, ip) }
+	var out [][]byte
+	for _, f := range append(append(v6Valid(eth), v6Hostile(eth)...), offLink(eth)) {
+		out = append(out, f.in)
+	}
+	return out
+}
+
+// v6Only: a counter only IPv6 frames move.
+func v6Only(name string) bool { return name == "pass_ipv6" || strings.HasPrefix(name, "drop_ip6_") }
+
+// checkV6Counters holds the counters only IPv6 moves to the oracle: each
+// moved by exactly the inputs whose verdict names it (a valid frame the
+// program dropped, a hostile one it passed or counted under another
+// reason, all show here).
+func checkV6Counters(vs []dpfuzz.Verdict, delta map[string]uint64) error {
+	want := map[string]uint64{}
+	for _, v := range vs {
+		if v6Only(v.Counter) {
+			want[v.Counter]++
+		}
+	}
+	for _, name := range StatNames() {
+		if v6Only(name) && want[name] != delta[name] {
+			return fmt.Errorf("counter %s moved by %d, the oracle's IPv6 verdicts name it %d times (all: %v)", name, delta[name], want[name], want)
+		}
+	}
+	return nil
 }
