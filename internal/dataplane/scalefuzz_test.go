@@ -758,10 +758,10 @@ func scaleExtraEdgeSeeds(tb testing.TB) []scaleSeed {
 	binary.BigEndian.PutUint16(v6[18:], 8)
 	v6[20], v6[21] = 17, 64
 	ext(v6)
-	for _, b := range v6SeedFrames(dptest.RtrMAC, dptest.ExtMAC) {
+	for _, b := range v6SeedFrames(dptest.RtrMAC, dptest.ExtMAC, true) {
 		ext(b)
 	}
-	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC)[:4] {
+	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC, true)[:3] {
 		ul(b)
 	}
 	reply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, ttl: 63}
