@@ -127,7 +127,10 @@ func v6Valid(inet func(ip []byte) []byte) []fixture {
 		pass("ndp duplicate address detection from ::", ip6Hdr("::", "ff02::1:ff00:1", nhICMPv6, icmp6(135, 20))),
 		pass("ndp neighbour solicitation for unreachability detection, link-local to global", ip6Hdr("fe80::1", v6Dst, nhICMPv6, icmp6(135, 20))),
 		pass("ndp router advertisement to all nodes", ip6Hdr("fe80::1", "ff02::1", nhICMPv6, icmp6(134, 12))),
-		pass("mld report from :: to ff02::16", ip6Hdr("::", "ff02::16", nhICMPv6, icmp6(143, 4))),
+		// MLD carries a hop-by-hop header with the router alert option
+		// (RFC 3810 5): the :: exception looks at the upper layer.
+		pass("mld report from :: to ff02::16, after hop-by-hop router alert",
+			ip6Hdr("::", "ff02::16", nhHop, cat([]byte{nhICMPv6, 0, 5, 2, 0, 0, 1, 0}, icmp6(143, 4)))),
 		pass("tcp between link-local addresses (BGP on the link)", ip6Hdr("fe80::1", "fe80::2", nhTCP, tcp6(40000, 179, 0x02))),
 		pass("udp with trailing bytes after the payload", append(ip6Hdr(v6Client, v6Dst, nhUDP, udp6(1, 2, 0)), make([]byte, 10)...)),
 		pass("hop-by-hop, destination options, segment routing header, destination options, udp",
