@@ -723,7 +723,7 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	__u32 zero = 0;
 	int rc;
 
-	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP);
+	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP | FRAME_F_V6_OFF_LINK);
 	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
 	if (rc != FRAME_IPV4)

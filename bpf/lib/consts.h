@@ -255,6 +255,12 @@
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
 #define IPPROTO_GRE_ 47
+/* IPv6 next headers (RFC 8200): extension headers and ICMPv6. */
+#define IPPROTO_HOPOPTS_ 0
+#define IPPROTO_ROUTING_ 43
+#define IPPROTO_FRAGMENT_ 44
+#define IPPROTO_ICMPV6_ 58
+#define IPPROTO_DSTOPTS_ 60
 
 #define IP_DF_ 0x4000
 #define IP_MF_ 0x2000

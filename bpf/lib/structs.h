@@ -274,7 +274,7 @@ struct mon_state {
  * internal/dataplane (a test holds them together). */
 enum azg_stat {
 	STAT_PASS_NON_IP = 0,      /* not IPv4/IPv6: to the kernel */
-	STAT_PASS_IPV6,       /* IPv6: to the kernel (no IPv6 EIPs yet) */
+	STAT_PASS_IPV6,       /* valid IPv6: to the kernel (no IPv6 EIPs yet) */
 	STAT_PASS_NOT_OURS,   /* IPv4 not for an EIP / not NVGRE to us: to the kernel */
 	STAT_ENCAP_TX,        /* edge: Internet -> host encapsulated; agent: guest -> edge */
 	STAT_DECAP_TX,        /* edge: host -> Internet; agent: edge -> guest */
@@ -327,6 +327,17 @@ enum azg_stat {
 	STAT_PASS_LOCAL,      /* agent: a guest's packet an agent_local rule allows, to the host's kernel */
 	STAT_DROP_LOCAL,      /* agent: a guest's packet to a local prefix no rule of it allows, or to
 			       * its host's own addresses or the underlay (never encapsulated) */
+	STAT_DROP_IP6_EXT_LIMIT, /* IPv6: more extension headers than parse.h walks (IPV6_MAX_EXT),
+				  * or the upper-layer header past the first 255 bytes */
+	STAT_DROP_IP6_EXT_BAD, /* IPv6: malformed extension header chain (hop-by-hop not first,
+				* two fragment headers, a header beyond the payload) */
+	STAT_DROP_IP6_RH0,    /* IPv6: routing header type 0 (RFC 5095) */
+	STAT_DROP_IP6_TINY_FRAG, /* IPv6: a first fragment without the whole header chain and
+				  * upper-layer header (RFC 7112) */
+	STAT_DROP_IP6_MARTIAN, /* IPv6 source ::, ::1, multicast or IPv4-mapped (:: allowed for
+				* ICMPv6 to ff02::/16: DAD, MLD) */
+	STAT_DROP_IP6_OFF_LINK, /* edge: IPv6 link-local source to a destination neither link-local
+				 * nor multicast, not ICMPv6 (fe80::/10 off-link) */
 	STAT_MAX,
 };
 

@@ -128,7 +128,13 @@ const (
 	agentAzgStatSTAT_DROP_BW             agentAzgStat = 44
 	agentAzgStatSTAT_PASS_LOCAL          agentAzgStat = 45
 	agentAzgStatSTAT_DROP_LOCAL          agentAzgStat = 46
-	agentAzgStatSTAT_MAX                 agentAzgStat = 47
+	agentAzgStatSTAT_DROP_IP6EXT_LIMIT   agentAzgStat = 47
+	agentAzgStatSTAT_DROP_IP6EXT_BAD     agentAzgStat = 48
+	agentAzgStatSTAT_DROP_IP6RH0         agentAzgStat = 49
+	agentAzgStatSTAT_DROP_IP6TINY_FRAG   agentAzgStat = 50
+	agentAzgStatSTAT_DROP_IP6MARTIAN     agentAzgStat = 51
+	agentAzgStatSTAT_DROP_IP6OFF_LINK    agentAzgStat = 52
+	agentAzgStatSTAT_MAX                 agentAzgStat = 53
 )
 
 type agentEipBw struct {

@@ -74,7 +74,13 @@ const (
 	edgeAzgStatSTAT_DROP_BW             edgeAzgStat = 44
 	edgeAzgStatSTAT_PASS_LOCAL          edgeAzgStat = 45
 	edgeAzgStatSTAT_DROP_LOCAL          edgeAzgStat = 46
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 47
+	edgeAzgStatSTAT_DROP_IP6EXT_LIMIT   edgeAzgStat = 47
+	edgeAzgStatSTAT_DROP_IP6EXT_BAD     edgeAzgStat = 48
+	edgeAzgStatSTAT_DROP_IP6RH0         edgeAzgStat = 49
+	edgeAzgStatSTAT_DROP_IP6TINY_FRAG   edgeAzgStat = 50
+	edgeAzgStatSTAT_DROP_IP6MARTIAN     edgeAzgStat = 51
+	edgeAzgStatSTAT_DROP_IP6OFF_LINK    edgeAzgStat = 52
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 53
 )
 
 type edgeCtBucket struct {

@@ -343,6 +343,18 @@ func outcomeCoverage(dev, counter string) int {
 		n = 46
 	case "drop_local":
 		n = 47
+	case "drop_ip6_ext_limit":
+		n = 48
+	case "drop_ip6_ext_bad":
+		n = 49
+	case "drop_ip6_rh0":
+		n = 50
+	case "drop_ip6_tiny_frag":
+		n = 51
+	case "drop_ip6_martian":
+		n = 52
+	case "drop_ip6_off_link":
+		n = 53
 	}
 	if dev == dptest.UlDev {
 		switch {

@@ -190,8 +190,9 @@ func KindName(k int) string {
 }
 
 // Tuple is the 5-tuple of an event's frame, parsed from its first bytes
-// (Ethernet, up to two VLAN tags, IPv4, the ports of TCP/UDP or the type
-// and code of ICMP); OK false when they hold no IPv4 header. An NVGRE
+// (Ethernet, up to two VLAN tags, IPv4 or IPv6 and its extension headers,
+// the ports of TCP/UDP or the type and code of ICMP and ICMPv6); OK false
+// when they hold no IP header. An NVGRE
 // frame (IPv4, GRE carrying Ethernet: a host's tunnel) has its outer
 // header here (Proto 47) and the guest's frame inside in Inner, with the
 // tunnel's VSID.
@@ -201,7 +202,7 @@ type Tuple struct {
 	Sport, Dport uint16
 	OK           bool
 	VSID         uint32 // NVGRE's virtual subnet (Inner set only)
-	Inner        *Tuple // the NVGRE frame's inner IPv4 tuple (nil: none, or not in the bytes)
+	Inner        *Tuple // the NVGRE frame's inner tuple (nil: none, or not in the bytes)
 }
 
 // ParseTuple parses the 5-tuple of a frame's first bytes, and the inner
@@ -223,8 +224,12 @@ func parseTuple(b []byte, inner bool) Tuple {
 			off += 4
 			continue
 		}
+		if et == 0x86dd {
+			t.parseIPv6(b[off+2:])
+			return t
+		}
 		if et != 0x0800 {
-			return t // not IPv4, or a third tag (the data plane takes two)
+			return t // not IP, or a third tag (the data plane takes two)
 		}
 		off += 2
 		break
@@ -253,6 +258,49 @@ func parseTuple(b []byte, inner bool) Tuple {
 		}
 	}
 	return t
+}
+
+// parseIPv6 parses an IPv6 header and its extension headers (hop-by-hop,
+// routing, fragment, destination options: as far as the bytes go, at most
+// 8) to the upper-layer protocol: the ports of TCP/UDP, the type and code
+// of ICMPv6 (none in a later fragment or past the bytes).
+func (t *Tuple) parseIPv6(b []byte) {
+	if len(b) < 40 || b[0]>>4 != 6 {
+		return
+	}
+	t.Src = netip.AddrFrom16([16]byte(b[8:24]))
+	t.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+	t.OK = true
+	nh, off := b[6], 40
+	for range 8 {
+		if nh != 0 && nh != 43 && nh != 44 && nh != 60 {
+			break
+		}
+		if len(b) < off+8 {
+			t.Proto = nh
+			return
+		}
+		if nh == 44 {
+			if binary.BigEndian.Uint16(b[off+2:])>>3 != 0 {
+				t.Proto = b[off] // a later fragment: no ports
+				return
+			}
+			nh, off = b[off], off+8
+			continue
+		}
+		nh, off = b[off], off+(int(b[off+1])+1)*8
+	}
+	t.Proto = nh
+	if len(b) < off+4 {
+		return
+	}
+	switch nh {
+	case 6, 17:
+		t.Sport = binary.BigEndian.Uint16(b[off:])
+		t.Dport = binary.BigEndian.Uint16(b[off+2:])
+	case 58:
+		t.Sport, t.Dport = uint16(b[off]), uint16(b[off+1])
+	}
 }
 
 // parseNVGRE parses GRE carrying Ethernet with a key (NVGRE: the key's

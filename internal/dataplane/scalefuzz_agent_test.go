@@ -101,6 +101,9 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 		g(flow{src: dptest.GuestAddr, dst: client, proto: layers.IPProtocolICMPv4}),
 		{dptest.GuestDev, ethFrame(t, dptest.VMMAC, dptest.GuestMAC, icmpError(t, dptest.GuestAddr, client, 3, 3, 0, quote))},
 	}
+	for _, b := range v6SeedFrames(dptest.VMMAC, dptest.GuestMAC, true) {
+		seeds = append(seeds, scaleSeed{dptest.GuestDev, b})
+	}
 	f := newScaleAgentFuzzer("xdp_agent_guest", seed, seeds, []string{dptest.GuestDev})
 	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr)}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return host.JudgeAgent(dpfuzz.Guest, in) }
@@ -177,6 +180,9 @@ func TestScaleFuzzAgentUnderlay(t *testing.T) {
 	icmp := icmpError(t, "203.0.113.1", vipEncap, 3, 4, 1400, q)
 	seeds = append(seeds, scaleSeed{dptest.UlDev, nvgre(t, dptest.FabMAC, dptest.UlMAC, edgeA, dptest.UlAddr, vsid<<8, 0,
 		ethFrame(t, gwMAC, "02:01:c6:13:15:01", icmp))})
+	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC, true) {
+		seeds = append(seeds, scaleSeed{dptest.UlDev, b})
+	}
 	f := newScaleAgentFuzzer("xdp_agent_underlay", seed, seeds, []string{dptest.UlDev})
 	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr)}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return host.JudgeAgent(dpfuzz.Underlay, in) }

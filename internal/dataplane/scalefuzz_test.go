@@ -287,6 +287,9 @@ func (f *scaleFuzzer) run(t *testing.T, n int) error {
 				delta[name] = d
 			}
 		}
+		if err := checkV6Counters(verdicts[:k], delta); err != nil {
+			return fmt.Errorf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
+		}
 		if f.batch != nil {
 			if err := f.batch(batch, verdicts[:k], delta); err != nil {
 				return fmt.Errorf("%s: packets %d..%d (AZG_FUZZ_SEED=%d): %v", f.name, done, done+k-1, f.seed, err)
@@ -755,6 +758,12 @@ func scaleExtraEdgeSeeds(tb testing.TB) []scaleSeed {
 	binary.BigEndian.PutUint16(v6[18:], 8)
 	v6[20], v6[21] = 17, 64
 	ext(v6)
+	for _, b := range v6SeedFrames(dptest.RtrMAC, dptest.ExtMAC, true) {
+		ext(b)
+	}
+	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC, true)[:3] {
+		ul(b)
+	}
 	reply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, ttl: 63}
 	tun := nvgre(tb, dptest.FabMAC, dptest.UlMAC, hostAddr, dptest.UlAddr, vsid<<8|0x5a, 0, ethFrame(tb, "02:cc:00:00:00:02", gwMAC, reply.ip(tb)))
 	ul(tun)

@@ -63,6 +63,12 @@ var statNames = [...]string{
 	"drop_bw",
 	"pass_local",
 	"drop_local",
+	"drop_ip6_ext_limit",
+	"drop_ip6_ext_bad",
+	"drop_ip6_rh0",
+	"drop_ip6_tiny_frag",
+	"drop_ip6_martian",
+	"drop_ip6_off_link",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

@@ -7,8 +7,9 @@
 // describes.
 //
 // Nothing here imports the data plane: the oracle is a second reading of
-// the rules in docs/dataplane.md (RFC 791, RFC 1812, RFC 7637), not a copy
-// of the C code, so a bug in one is not silently shared by the other.
+// the rules in docs/dataplane.md (RFC 791, RFC 1812, RFC 7637; for IPv6
+// RFC 8200, RFC 5095, RFC 7112, RFC 4291: ipv6.go), not a copy of the C
+// code, so a bug in one is not silently shared by the other.
 package dpfuzz
 
 import (

@@ -43,9 +43,16 @@ func (m *Mutator) Random() []byte {
 		b[i] = byte(m.R.Uint32())
 	}
 	if m.R.IntN(2) == 0 {
-		binary.BigEndian.PutUint16(b[12:], []uint16{EtherIPv4, EtherIPv4, EtherVLAN, EtherARP, EtherIPv6}[m.R.IntN(5)])
+		et := []uint16{EtherIPv4, EtherIPv4, EtherVLAN, EtherARP, EtherIPv6}[m.R.IntN(5)]
+		binary.BigEndian.PutUint16(b[12:], et)
 		if m.R.IntN(2) == 0 && n >= 34 {
 			b[14] = 0x45
+			if et == EtherIPv6 {
+				b[14] = 0x60
+				if n >= 54 && m.R.IntN(2) == 0 {
+					fixUp6(b, 14)
+				}
+			}
 		}
 	}
 	return b
@@ -163,6 +170,11 @@ func putAddr(b []byte, at int, a netip.Addr) {
 
 // once applies one mutation.
 func (m *Mutator) once(b []byte, others [][]byte) []byte {
+	// IPv6: mostly its own mutations (the rest below are IPv4's but
+	// for the link's, truncation, padding and splicing).
+	if l, ok := ParseLink(b); ok && l.EtherType == EtherIPv6 && m.R.IntN(4) != 0 {
+		return m.once6(b, l.L3)
+	}
 	lay := findLayout(b)
 	// Half the time aim at the inner packet of NVGRE, if there is one.
 	if lay.inner >= 0 && m.R.IntN(2) == 0 {
@@ -176,7 +188,9 @@ func (m *Mutator) once(b []byte, others [][]byte) []byte {
 			lay = in
 		}
 	}
-	switch m.R.IntN(20) {
+	switch m.R.IntN(21) {
+	case 20: // the same upper layer in IPv6
+		b = m.asIPv6(b)
 	case 0, 1: // bit flips, mostly in the headers
 		for n := 1 + m.R.IntN(4); n > 0 && len(b) > 0; n-- {
 			i := m.R.IntN(min(len(b), 96))
@@ -338,6 +352,10 @@ func (m *Mutator) once(b []byte, others [][]byte) []byte {
 
 // corrupt breaks one length or checksum of a fixed-up frame.
 func (m *Mutator) corrupt(b []byte) []byte {
+	if l, ok := ParseLink(b); ok && l.EtherType == EtherIPv6 && len(b) >= l.L3+40 {
+		put16(b, l.L3+4, binary.BigEndian.Uint16(b[l.L3+4:])+uint16(1+m.R.IntN(8)))
+		return b
+	}
 	lay := findLayout(b)
 	if lay.l3 < 0 {
 		return b
@@ -420,6 +438,10 @@ func IPv4Packet(src, dst netip.Addr, proto, ttl uint8, frag uint16, payload []by
 // left) and the header checksums, inner first.
 func FixUp(b []byte, lengths bool) {
 	l, ok := ParseLink(b)
+	if ok && l.EtherType == EtherIPv6 && lengths {
+		fixUp6(b, l.L3)
+		return
+	}
 	if !ok || l.EtherType != EtherIPv4 || l.Tags > 2 {
 		return
 	}

@@ -90,6 +90,10 @@ type Verdict struct {
 	// VLAN is the input's VLAN tags as they were on the wire (empty when
 	// untagged): an ICMP error goes back with the same tags.
 	VLAN []byte
+	// Counter, when set, is the counter the input must move (the
+	// harness holds the counters only IPv6 moves, pass_ipv6 and
+	// drop_ip6_*, to the verdicts' count exactly).
+	Counter string
 	// Firewall is the Policy's decision, when the input reaches the
 	// firewall (FirewallRan): well formed, from the Internet side, to an
 	// EIP or VIP, not spoofed.
@@ -199,6 +203,9 @@ func (r *Region) JudgeEdge(side Side, b []byte) (v Verdict) {
 	}
 	switch l.EtherType {
 	case EtherIPv4:
+	case EtherIPv6:
+		// Every side: the link-local check is the edge's.
+		return judgeIPv6(b, l.L3, false, true)
 	case EtherARP:
 		v.NoForward = "ARP"
 		v.NoICMP = "ARP"
@@ -453,6 +460,10 @@ func (h *Host) JudgeAgent(side Side, b []byte) (v Verdict) {
 	}
 	if l.Tags > 2 {
 		return Verdict{Forbid: fmt.Sprintf("VLAN stack deeper than the agent parses: %d tags", l.Tags)}
+	}
+	if l.EtherType == EtherIPv6 {
+		// The host's own IPv6 on the underlay, a guest's dropped.
+		return judgeIPv6(b, l.L3, side == Guest, false)
 	}
 	if l.EtherType != EtherIPv4 {
 		return Verdict{Forbid: fmt.Sprintf("not IPv4: ethertype %#04x", l.EtherType)}

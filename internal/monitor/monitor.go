@@ -20,7 +20,7 @@ type Filter struct {
 	// or a prefix ending in "*": drop_spoof*); empty: any.
 	Reasons []string
 	// Prefixes: the source or the destination of the event's frame must
-	// be in one of them; empty: any (frames without IPv4 too).
+	// be in one of them; empty: any (frames without IP too).
 	Prefixes []netip.Prefix
 	// DropsOnly: drop events only (no trace events).
 	DropsOnly bool
@@ -109,11 +109,15 @@ func ProtoName(p uint8) string {
 		return "udp"
 	case 47:
 		return "gre"
+	case 58:
+		return "icmp6"
 	}
 	return fmt.Sprintf("proto-%d", p)
 }
 
-// TupleString prints a tuple ("-" when the frame holds no IPv4 header);
+// TupleString prints a tuple ("-" when the frame holds no IP header; an
+// IPv6 address with a port in brackets: "udp [2001:db8::1]:40000 >
+// [2001:db8::2]:53");
 // an NVGRE frame's as its outer header, its VSID and its inner tuple
 // ("gre 192.0.2.10 > 192.0.2.1 vsid 7: tcp 198.18.0.5:40000 > 203.0.113.8:80").
 func TupleString(t dataplane.Tuple) string {
@@ -125,9 +129,13 @@ func TupleString(t dataplane.Tuple) string {
 	}
 	switch t.Proto {
 	case 6, 17:
+		if t.Src.Is6() {
+			// [2001:db8::1]:40000, as net.JoinHostPort writes it.
+			return fmt.Sprintf("%s [%s]:%d > [%s]:%d", ProtoName(t.Proto), t.Src, t.Sport, t.Dst, t.Dport)
+		}
 		return fmt.Sprintf("%s %s:%d > %s:%d", ProtoName(t.Proto), t.Src, t.Sport, t.Dst, t.Dport)
-	case 1:
-		return fmt.Sprintf("icmp %s > %s type %d code %d", t.Src, t.Dst, t.Sport, t.Dport)
+	case 1, 58:
+		return fmt.Sprintf("%s %s > %s type %d code %d", ProtoName(t.Proto), t.Src, t.Dst, t.Sport, t.Dport)
 	}
 	return fmt.Sprintf("%s %s > %s", ProtoName(t.Proto), t.Src, t.Dst)
 }

@@ -117,3 +117,65 @@ func TestNVGRETuple(t *testing.T) {
 		}
 	}
 }
+
+// v6Frame is Ethernet (with tags 802.1Q tags), and IPv6 from src to dst,
+// first next header nh, then payload (extension headers and L4).
+func v6Frame(tags int, src, dst string, nh uint8, payload []byte) []byte {
+	f := []byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2}
+	for range tags {
+		f = append(f, 0x81, 0x00, 0x00, 0x07)
+	}
+	f = append(f, 0x86, 0xdd)
+	ip := make([]byte, 40)
+	ip[0], ip[6], ip[7] = 0x60, nh, 64
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(payload)))
+	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	return append(append(f, ip...), payload...)
+}
+
+// TestIPv6Tuple: an IPv6 frame's tuple has its addresses and, past the
+// extension headers, the ports of TCP/UDP or ICMPv6's type and code; a
+// later fragment has none; --addr matches IPv6 prefixes.
+func TestIPv6Tuple(t *testing.T) {
+	udp := []byte{0x9c, 0x40, 0, 53, 0, 8, 0, 0}
+	dstOpts := []byte{17, 0, 1, 4, 0, 0, 0, 0} // destination options (8 bytes), then UDP
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  string
+	}{
+		{"udp", v6Frame(0, "2001:db8:1::10", "2001:db8:2::1", 17, udp), "udp [2001:db8:1::10]:40000 > [2001:db8:2::1]:53"},
+		{"tagged, after destination options", v6Frame(2, "2001:db8:1::10", "2001:db8:2::1", 60, append(dstOpts, udp...)),
+			"udp [2001:db8:1::10]:40000 > [2001:db8:2::1]:53"},
+		{"tcp in a first fragment", v6Frame(0, "2001:db8:1::10", "2001:db8:2::1", 44, append([]byte{6, 0, 0, 1, 0, 0, 0, 9}, 0x9c, 0x40, 0x01, 0xbb)),
+			"tcp [2001:db8:1::10]:40000 > [2001:db8:2::1]:443"},
+		{"a later fragment", v6Frame(0, "2001:db8:1::10", "2001:db8:2::1", 44, append([]byte{6, 0, 0x05, 0xc8, 0, 0, 0, 9}, 0x9c, 0x40, 0x01, 0xbb)),
+			"tcp [2001:db8:1::10]:0 > [2001:db8:2::1]:0"},
+		{"ndp neighbour solicitation", v6Frame(0, "fe80::1", "ff02::1:ff00:1", 58, []byte{135, 0, 0, 0, 0, 0, 0, 0}),
+			"icmp6 fe80::1 > ff02::1:ff00:1 type 135 code 0"},
+		{"cut in the fixed header", v6Frame(0, "2001:db8:1::10", "2001:db8:2::1", 17, nil)[:14+39], "-"},
+	} {
+		if got := TupleString(dataplane.ParseTuple(c.frame)); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+	frame := v6Frame(0, "2001:db8:1::10", "2001:db8:2::1", 17, udp)
+	ev := dataplane.MonitorEvent{Kind: dataplane.MonDrop, Reason: "drop_ip6_rh0", Data: frame}
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{{"2001:db8:1::10", true}, {"2001:db8:2::/48", true}, {"2001:db8:3::/48", false}, {"192.0.2.1", false}} {
+		p, err := ParsePrefixes([]string{c.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (Filter{Prefixes: p, Reasons: []string{"drop_ip6*"}}).Match(&ev, dataplane.ParseTuple(frame)); got != c.want {
+			t.Errorf("--addr %s: %v, want %v", c.addr, got, c.want)
+		}
+	}
+	if got, want := Line(&ev, dataplane.ParseTuple(frame), "ext0", 0), "0.000000 cpu0 ext0 drop drop_ip6_rh0 udp [2001:db8:1::10]:40000 > [2001:db8:2::1]:53 len 0"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
