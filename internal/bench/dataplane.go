@@ -155,9 +155,12 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 // (one EIP), from this build or from the given object files.
 func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, err error) {
 	s = &side{name: name, progs: map[string]*ebpf.Program{}}
+	// The error returns below set s to nil: close what was opened
+	// through a copy, or the real error hides behind a nil dereference.
+	opened := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			opened.Close()
 		}
 	}()
 	var e *dataplane.Edge
