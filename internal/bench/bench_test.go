@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -176,5 +177,28 @@ func TestCompareTakesFastestOfEachBuild(t *testing.T) {
 	}
 	if rs[0].HasBefore {
 		t.Errorf("the floor row got a cut: %+v", rs[0])
+	}
+}
+
+// TestDataplaneSideSetupError: a setup that fails part way (an object file
+// that does not exist) returns its error, having closed what it opened;
+// it dereferenced a nil side in its cleanup before.
+func TestDataplaneSideSetupError(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, namespaces)")
+	}
+	env, err := dptest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	missing := filepath.Join(t.TempDir(), "no-such-edge.o")
+	s, err := dataplaneSide(env, "old", missing, missing)
+	if err == nil {
+		s.Close()
+		t.Fatal("dataplaneSide with a missing object: no error")
+	}
+	if !strings.Contains(err.Error(), "no-such-edge.o") {
+		t.Errorf("error %q does not name the missing object", err)
 	}
 }
