@@ -267,10 +267,13 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 		for dev, a := range n.Addresses {
 			addrs = append(addrs, dev+"="+a)
 		}
-		for dev, a := range n.Addresses6 {
-			addrs = append(addrs, dev+"="+a)
-		}
 		sort.Strings(addrs)
+		var addrs6 []string // after the IPv4 ones
+		for dev, a := range n.Addresses6 {
+			addrs6 = append(addrs6, dev+"="+a)
+		}
+		sort.Strings(addrs6)
+		addrs = append(addrs, addrs6...)
 		proc := "-"
 		if n.Process != nil {
 			proc = "stopped"

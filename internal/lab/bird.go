@@ -237,8 +237,8 @@ func inSetPrefixes(p netip.Prefix) bool {
 }
 
 // RouteLines are the router's routes to the set's prefixes and inside
-// them, one "PREFIX via EDGE, EDGE" a line, IPv4 first, then IPv6, each
-// family by prefix.
+// them, one "PREFIX via EDGE, EDGE" a line ("PREFIX on-link" for a route
+// without next hop), IPv4 first, then IPv6, each family by prefix.
 func RouteLines(rs map[netip.Prefix][]string) []string {
 	var ps []netip.Prefix
 	for p := range rs {
@@ -255,11 +255,13 @@ func RouteLines(rs map[netip.Prefix][]string) []string {
 	})
 	var out []string
 	for _, p := range ps {
-		via := "nothing"
-		if len(rs[p]) > 0 {
-			via = strings.Join(rs[p], ", ")
+		if len(rs[p]) == 0 {
+			// No next hop: rtr's own on-link route (the nat VIPs onto
+			// the DMZ segment, NATPinned).
+			out = append(out, fmt.Sprintf("%v on-link", p))
+			continue
 		}
-		out = append(out, fmt.Sprintf("%v via %s", p, via))
+		out = append(out, fmt.Sprintf("%v via %s", p, strings.Join(rs[p], ", ")))
 	}
 	return out
 }

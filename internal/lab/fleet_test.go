@@ -183,6 +183,7 @@ func TestSetRoutes(t *testing.T) {
 		{Dst: ipn(EIPPrefix6), MultiPath: []*netlink.NexthopInfo{{Gw: ip(EdgeExt6Of("edge-b1"))}, {Gw: ip(EdgeExt6Of("edge-a1"))}}},
 		{Dst: ipn("2001:db8:e1::8/128"), Gw: ip(EdgeExt6Of("edge-d1"))},
 		{Dst: ipn("198.51.100.9/32"), Gw: net.ParseIP("198.18.100.99")},
+		{Dst: ipn(NATPinned)},                                      // on-link
 		{Dst: ipn("2001:db8:100::/64")},                            // a link
 		{Dst: ipn("203.0.113.0/24")},                               // a link
 		{Dst: ipn("2001:db8::/32"), Gw: ip(EdgeExt6Of("edge-a1"))}, // shorter than the set's
@@ -194,6 +195,7 @@ func TestSetRoutes(t *testing.T) {
 		EIPPrefix6:           {"edge-a1", "edge-b1"},
 		"2001:db8:e1::8/128": {"edge-d1"},
 		"198.51.100.9/32":    {"198.18.100.99"},
+		NATPinned:            nil,
 	}
 	if len(got) != len(want) {
 		t.Errorf("routes %v, want %v", got, want)
@@ -207,6 +209,7 @@ func TestSetRoutes(t *testing.T) {
 	wantLines := []string{
 		"198.51.100.0/24 via edge-a1, edge-a2",
 		"198.51.100.9/32 via 198.18.100.99",
+		"198.51.100.30/31 on-link",
 		"2001:db8:e1::/48 via edge-a1, edge-b1",
 		"2001:db8:e1::8/128 via edge-d1",
 	}
