@@ -111,10 +111,10 @@ func TestFleetRoutes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The kernel here (6.18) gives up the connect on the answer to
-		// a retransmitted SYN (1 s), not on the first: 10 s is three
-		// SYNs. A retransmission gets a new flow label, so rtr may hash
-		// it to another member.
+		// In the runs here (kernel 6.18) the connect failed on the
+		// answer to the retransmitted SYN (1 s), not the first: 10 s is
+		// three SYNs. The retransmission may reach another member (the
+		// sender rethinks a socket's flow hash on retransmission).
 		t0 := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 		conn, err := lab.Dialer(l.Topo.Node("inet").Netns)(dctx, "tcp6", "[2001:db8:e1::7]:80")
