@@ -252,6 +252,14 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 			fmt.Fprintf(cmd.OutOrStdout(), "bandwidth manager %s (%s) %s\n", m.Name, scope, st)
 		}
 	}
+	// rtr's routes to the prefix set's prefixes, IPv4 and IPv6 (learnt
+	// over the same BGP sessions), one next hop per live edge.
+	if v.RoutesErr != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "rtr routes: %s\n", v.RoutesErr)
+	}
+	for _, line := range lab.RouteLines(v.Routes) {
+		fmt.Fprintf(cmd.OutOrStdout(), "rtr route %s\n", line)
+	}
 	fmt.Fprintln(cmd.OutOrStdout())
 	fmt.Fprintln(w, "NODE\tNAMESPACE\tROLE\tAZ\tADDRESSES\tPROCESS\tSTATUS")
 	for _, n := range v.Nodes {
@@ -260,6 +268,12 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 			addrs = append(addrs, dev+"="+a)
 		}
 		sort.Strings(addrs)
+		var addrs6 []string // after the IPv4 ones
+		for dev, a := range n.Addresses6 {
+			addrs6 = append(addrs6, dev+"="+a)
+		}
+		sort.Strings(addrs6)
+		addrs = append(addrs, addrs6...)
 		proc := "-"
 		if n.Process != nil {
 			proc = "stopped"

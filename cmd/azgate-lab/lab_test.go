@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,5 +66,32 @@ func TestLabStatusNamesStatusPage(t *testing.T) {
 	want := `status page: curl -su lab:"$(cat /var/lib/azgate-lab/controller/token)" --unix-socket /var/lib/azgate-lab/api.sock http://lab/ui > status.html`
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("lab status:\n%s\nlacks %s", out.String(), want)
+	}
+}
+
+// TestLabStatusShowsRoutes: lab status prints rtr's routes to the prefix
+// set's prefixes, IPv4 then IPv6, each with its edges, and the nodes'
+// IPv6 addresses beside their IPv4 ones.
+func TestLabStatusShowsRoutes(t *testing.T) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	n := &lab.Node{Name: "edge-a1", Role: "edge", Addresses: map[string]string{"ext0": "198.18.100.1/31"},
+		Addresses6: map[string]string{"ext0": "2001:db8:100::2/64"}}
+	printLabStatus(root, lab.View{
+		Routes: map[netip.Prefix][]string{
+			netip.MustParsePrefix(lab.EIPPrefix6): {"edge-a1", "edge-b1"},
+			netip.MustParsePrefix(lab.EIPPrefix):  {"edge-a1", "edge-a2", "edge-b1", "edge-b2"},
+		},
+		Nodes: []lab.NodeView{{Node: n}},
+	})
+	s := out.String()
+	v4 := strings.Index(s, "rtr route 198.51.100.0/24 via edge-a1, edge-a2, edge-b1, edge-b2\n")
+	v6 := strings.Index(s, "rtr route 2001:db8:e1::/48 via edge-a1, edge-b1\n")
+	if v4 < 0 || v6 < v4 {
+		t.Errorf("lab status lacks the IPv4 then the IPv6 route:\n%s", s)
+	}
+	if !strings.Contains(s, "ext0=198.18.100.1/31 ext0=2001:db8:100::2/64") {
+		t.Errorf("lab status lacks edge-a1's IPv6 address:\n%s", s)
 	}
 }

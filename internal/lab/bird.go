@@ -19,10 +19,11 @@ import (
 )
 
 // The upstream router runs BIRD 2 (Debian's bird2): one eBGP session per
-// edge, every route learnt installed in the kernel, equal routes merged
-// into one multipath route, and the kernel hashing flows over its next
-// hops by their L4 ports (fib_multipath_hash_policy=1), as an upstream
-// router spreads flows over an edge set.
+// edge, carrying IPv4 and, over MP-BGP, IPv6 unicast; every route learnt
+// installed in the kernel (both families), equal routes merged into one
+// multipath route, and the kernel hashing flows over its next hops by
+// their L4 ports (fib_multipath_hash_policy=1 for each family), as an
+// upstream router spreads flows over an edge set.
 
 func (l *Lab) birdConf() string { return filepath.Join(l.Cfg.StateDir, "bird.conf") }
 func (l *Lab) birdSock() string { return filepath.Join(l.Cfg.StateDir, "bird.ctl") }
@@ -41,9 +42,15 @@ router id 203.0.113.1;
 protocol device { scan time 10; }
 
 # Every BGP route goes to the kernel; equal routes from several edges are
-# merged into one multipath route (ECMP).
+# merged into one multipath route (ECMP). IPv4 and IPv6 alike.
 protocol kernel {
 	ipv4 { import none; export all; };
+	merge paths on;
+	scan time 10;
+}
+
+protocol kernel {
+	ipv6 { import none; export all; };
 	merge paths on;
 	scan time 10;
 }
@@ -56,6 +63,9 @@ template bgp edge {
 	error wait time 1, 2;
 	error forget time 10;
 	ipv4 { import all; export none; };
+	# IPv6 unicast on the same (IPv4) session: MP-BGP, the edge's
+	# nextHop6 as next hop.
+	ipv6 { import all; export none; };
 }
 `, RouterASN, HoldTime, Keepalive)
 	asn := map[string]uint32{PrefixSet: prefixSetASN, DedicatedSet: dedicatedASN, QuarantineSet: quarASN}
@@ -80,7 +90,8 @@ func (l *Lab) startRouter() error {
 	n := l.Topo.Node("rtr")
 	// L4 hashing; and no next hop on a link without carrier (Linux
 	// keeps using such next hops unless told, a router does not).
-	for k, v := range map[string]string{"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.conf.all.ignore_routes_with_linkdown": "1"} {
+	for k, v := range map[string]string{"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.conf.all.ignore_routes_with_linkdown": "1",
+		"net.ipv6.fib_multipath_hash_policy": "1", "net.ipv6.conf.all.ignore_routes_with_linkdown": "1"} {
 		if err := netns.Sysctl(n.Netns, k, v); err != nil {
 			return fmt.Errorf("rtr: %w", err)
 		}
@@ -149,38 +160,53 @@ func (l *Lab) SessionInfo(ctx context.Context, edge string) (string, error) {
 	return "", fmt.Errorf("birdc: no session %s in %q", birdName(edge), out)
 }
 
-// RouterRoutes returns the router's kernel routes to the EIP prefix and to
-// any longer prefix inside it, each with the edges it points to (sorted):
-// a multipath route lists several.
+// RouterRoutes returns the router's kernel routes, IPv4 and IPv6, to the
+// prefix set's prefixes (SetPrefixes) and to any longer prefix inside
+// them, each with the edges it points to (sorted): a multipath route lists
+// several. A next hop that is no edge's is listed by its address.
 func (l *Lab) RouterRoutes() (map[netip.Prefix][]string, error) {
 	n, err := netlab.OpenNode(l.Topo.Node("rtr").Netns)
 	if err != nil {
 		return nil, err
 	}
 	defer n.Close()
-	rs, err := n.Handle().RouteList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return nil, fmt.Errorf("rtr: list routes: %w", err)
+	var rs []netlink.Route
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		r, err := n.Handle().RouteList(nil, family)
+		if err != nil {
+			return nil, fmt.Errorf("rtr: list routes: %w", err)
+		}
+		rs = append(rs, r...)
 	}
+	return setRoutes(rs), nil
+}
+
+// setRoutes picks from a router's routes those to the set's prefixes or
+// inside them, and names each next hop by its edge.
+func setRoutes(rs []netlink.Route) map[netip.Prefix][]string {
 	byGw := map[netip.Addr]string{}
 	for k, e := range Edges {
 		byGw[edgeExt(k)] = e.Name
+		byGw[edgeExt6(k)] = e.Name
 	}
-	eipNet := netip.MustParsePrefix(EIPPrefix)
 	out := map[netip.Prefix][]string{}
 	for _, r := range rs {
 		if r.Dst == nil {
 			continue
 		}
-		a, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
 		bits, _ := r.Dst.Mask.Size()
-		p := netip.PrefixFrom(a, bits)
-		if !eipNet.Overlaps(p) || p.Bits() < eipNet.Bits() {
+		p := netip.PrefixFrom(a.Unmap(), bits)
+		if !inSetPrefixes(p) {
 			continue
 		}
 		var via []string
 		hop := func(gw net.IP) {
-			g, _ := netip.AddrFromSlice(gw.To4())
+			g, _ := netip.AddrFromSlice(gw)
+			g = g.Unmap()
 			if name, ok := byGw[g]; ok {
 				via = append(via, name)
 			} else {
@@ -196,7 +222,48 @@ func (l *Lab) RouterRoutes() (map[netip.Prefix][]string, error) {
 		sort.Strings(via)
 		out[p] = via
 	}
-	return out, nil
+	return out
+}
+
+// inSetPrefixes says whether p is one of the set's prefixes or lies
+// inside one.
+func inSetPrefixes(p netip.Prefix) bool {
+	for _, s := range SetPrefixes() {
+		if s.Overlaps(p) && p.Bits() >= s.Bits() {
+			return true
+		}
+	}
+	return false
+}
+
+// RouteLines are the router's routes to the set's prefixes and inside
+// them, one "PREFIX via EDGE, EDGE" a line ("PREFIX on-link" for a route
+// without next hop), IPv4 first, then IPv6, each family by prefix.
+func RouteLines(rs map[netip.Prefix][]string) []string {
+	var ps []netip.Prefix
+	for p := range rs {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Addr().Is4() != ps[j].Addr().Is4() {
+			return ps[i].Addr().Is4()
+		}
+		if c := ps[i].Addr().Compare(ps[j].Addr()); c != 0 {
+			return c < 0
+		}
+		return ps[i].Bits() < ps[j].Bits()
+	})
+	var out []string
+	for _, p := range ps {
+		if len(rs[p]) == 0 {
+			// No next hop: rtr's own on-link route (the nat VIPs onto
+			// the DMZ segment, NATPinned).
+			out = append(out, fmt.Sprintf("%v on-link", p))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%v via %s", p, strings.Join(rs[p], ", ")))
+	}
+	return out
 }
 
 // WaitRoute waits until the router's route to p points to exactly the

@@ -19,7 +19,7 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 	}
 	const eip = "198.51.100.8"
 	url := "http://" + eip + "/"
-	prefix := netip.MustParsePrefix(EIPPrefix)
+	prefix, prefix6 := netip.MustParsePrefix(EIPPrefix), netip.MustParsePrefix(EIPPrefix6)
 	all := EdgesOf(PrefixSet)
 
 	l.say("\n== 8. ECMP over the edge set %s (POP a: edge-a1, edge-a2; POP b: edge-b1, edge-b2)", PrefixSet)
@@ -29,7 +29,11 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 	if _, err := l.WaitRoute(ctx, prefix, all, 30*time.Second); err != nil {
 		return err
 	}
+	if _, err := l.WaitRoute(ctx, prefix6, all, 30*time.Second); err != nil {
+		return err
+	}
 	l.say("   rtr$ ip route  ->  %s", l.routeLine(prefix))
+	l.say("   rtr$ ip -6 route  ->  %s  (IPv6 over MP-BGP on the same sessions; no IPv6 data path on the edges yet: its traffic ends at their discard routes)", l.routeLine(prefix6))
 	if _, err := c.BindEIP(ctx, eip, "az1-h2", "g1"); err != nil {
 		return err
 	}
@@ -110,6 +114,10 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 	l.say("   the router dropped %s %v after the kill (hold time %d s; the kernel closed the dead process's BGP socket)",
 		victim, gone.Round(time.Millisecond), HoldTime)
 	l.say("   rtr$ ip route  ->  %s", l.routeLine(prefix))
+	if _, err := l.WaitRoute(ctx, prefix6, rest, 5*time.Second); err != nil {
+		return err
+	}
+	l.say("   rtr$ ip -6 route  ->  %s", l.routeLine(prefix6))
 	l.say("   %d requests, %d failed; UDP: %d sent, %d lost, longest gap %v",
 		len(samples), nfail, probes[0].Sent, probes[0].Lost, probes[0].Gap.Round(time.Millisecond))
 	if !probes[0].FirstLoss.IsZero() {
@@ -124,6 +132,9 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 	}
 	back, err := l.WaitRoute(ctx, prefix, all, 60*time.Second)
 	if err != nil {
+		return err
+	}
+	if _, err := l.WaitRoute(ctx, prefix6, all, 10*time.Second); err != nil {
 		return err
 	}
 	l.say("   %s restarted: announced again %v later", victim, back.Round(time.Millisecond))

@@ -267,8 +267,12 @@ func (l *Lab) up(ctx context.Context) error {
 	if err := l.waitSessions(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	if _, err := l.WaitRoute(ctx, netip.MustParsePrefix(EIPPrefix), EdgesOf(PrefixSet), 30*time.Second); err != nil {
-		return err
+	// Both families: the set's IPv6 prefix comes over MP-BGP on the
+	// same sessions.
+	for _, p := range SetPrefixes() {
+		if _, err := l.WaitRoute(ctx, p, EdgesOf(PrefixSet), 30*time.Second); err != nil {
+			return err
+		}
 	}
 	if l.Cfg.ContextFile != "" {
 		if err := client.WriteContext(l.Cfg.ContextFile, client.Context{API: l.API, TokenFile: l.tokenFile()}); err != nil {
@@ -297,6 +301,14 @@ func (l *Lab) buildNetwork() error {
 				return err
 			}
 		}
+		// The Internet side is dual-stack: set up before its links are
+		// made (they take the namespace's defaults); rtr and the edges
+		// forward IPv6 as they forward IPv4.
+		if len(n.Addresses6) > 0 {
+			if err := nn.IPv6(n.Role == "router" || n.Role == "edge"); err != nil {
+				return err
+			}
+		}
 	}
 	for _, lk := range l.Topo.links {
 		a, b := nodes[lk.a], nodes[lk.b]
@@ -315,6 +327,11 @@ func (l *Lab) buildNetwork() error {
 			if err := e.n.XDPReady(e.dev); err != nil {
 				return err
 			}
+		}
+	}
+	for _, a := range l.Topo.addrs6 {
+		if err := nodes[a.node].Addr(a.dev, a.cidr); err != nil {
+			return err
 		}
 	}
 	if err := l.bridges(nodes); err != nil {

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,8 +76,14 @@ type View struct {
 	// and the nodes pointed at each.
 	EtcdProxies []EtcdProxyView `json:"etcd_proxies,omitempty"`
 	// Bandwidth lists the shared-bandwidth stores and managers.
-	Bandwidth *BWView    `json:"bandwidth,omitempty"`
-	Nodes     []NodeView `json:"nodes"`
+	Bandwidth *BWView `json:"bandwidth,omitempty"`
+	// Routes are rtr's kernel routes to the prefix set's prefixes, IPv4
+	// and IPv6, and to any longer prefix inside them (a pulled-out or
+	// quarantined address's), each with the edges it points to
+	// (RouterRoutes); RoutesErr says why there are none to show.
+	Routes    map[netip.Prefix][]string `json:"router_routes,omitempty"`
+	RoutesErr string                    `json:"router_routes_error,omitempty"`
+	Nodes     []NodeView                `json:"nodes"`
 }
 
 // Status describes every node with its namespace, role, AZ, addresses and
@@ -91,6 +98,11 @@ func (l *Lab) Status(ctx context.Context) View {
 	v.Etcd = l.etcdView()
 	v.EtcdProxies = l.etcdProxyView()
 	v.Bandwidth = l.bwView(ctx)
+	if rs, err := l.RouterRoutes(); err != nil {
+		v.RoutesErr = err.Error()
+	} else {
+		v.Routes = rs
+	}
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
 		nv := NodeView{Node: n, EtcdEndpoint: l.ProxyOf(n.Name)}

@@ -3,8 +3,8 @@
 // embedded store, and drives scenarios (EIP drift between AZs, ECMP across
 // an edge set, pull-out, quarantine, edge failover).
 //
-//	                     inet            Internet client, 203.0.113.10
-//	                      |     atk      attacker, 192.0.2.66 (DDoS test)
+//	                     inet            Internet client, 203.0.113.10, 2001:db8:203::10
+//	                      |     atk      attacker, 192.0.2.66, 2001:db8:192::66 (DDoS test)
 //	                      |    /
 //	                     rtr             upstream router: BIRD 2, one eBGP session
 //	     _________________|___________   per edge, ECMP (merge paths, L4 hash)
@@ -26,8 +26,15 @@
 // (another tenant with the same address plan), told apart by their hosts
 // and VSIDs, as tenants' overlapping addresses are in a real cloud.
 //
+// The Internet side (inet, atk, rtr, the edges' ext0) is dual-stack: IPv6
+// addresses from 2001:db8::/32 (RFC 3849) beside the IPv4 ones, and the
+// prefix set owns EIPPrefix6 beside EIPPrefix, announced over MP-BGP on
+// the same sessions. The underlay, the DMZ and the guests are IPv4 only;
+// there is no IPv6 data path on the edges yet (IPv6 traffic to the set's
+// prefix ends at the edges' kernel discard routes).
+//
 // Everything is sealed: no link to the machine's interfaces, no default
-// route out; addresses come from RFC 5737 and RFC 2544 ranges.
+// route out; addresses come from RFC 5737, RFC 2544 and RFC 3849 ranges.
 package lab
 
 import (
@@ -45,7 +52,10 @@ type Node struct {
 	POP       string            `json:"pop,omitempty"`  // for edges
 	Set       string            `json:"set,omitempty"`  // for edges: their edge set
 	Addresses map[string]string `json:"addresses"`      // interface -> CIDR
-	Process   *Proc             `json:"process,omitempty"`
+	// Addresses6 are the interfaces' IPv6 addresses (the Internet side's
+	// nodes only), interface -> CIDR.
+	Addresses6 map[string]string `json:"addresses6,omitempty"`
+	Process    *Proc             `json:"process,omitempty"`
 }
 
 // Proc is a role or service process the lab started.
@@ -68,12 +78,18 @@ type route struct {
 	node, dst, gw, dev string
 }
 
+// addr6 is an IPv6 address on a node's interface.
+type addr6 struct {
+	node, dev, cidr string
+}
+
 // Topology is the lab's namespaces, links and routes.
 type Topology struct {
 	Prefix string
 	Nodes  []*Node
 	links  []link
-	routes []route
+	addrs6 []addr6
+	routes []route // IPv4 and IPv6
 }
 
 // Fixed lab addresses.
@@ -91,6 +107,28 @@ const (
 	AttackerGateway = "192.0.2.1"
 	GuestMTU        = 1500 - 42 // so a guest's packets fit the 1500-byte underlay after NVGRE
 )
+
+// The Internet side's IPv6 addresses (docs/lab.md, "IPv6"): from
+// 2001:db8::/32 only. The client's link 2001:db8:203::/64, the attacker's
+// 2001:db8:192::/64 (rtr ::1 on both), the k-th edge's link to rtr
+// 2001:db8:100:k::/64 (rtr ::1, the edge ::2, its nextHop6), and the n-th
+// prefix set's IPv6 prefix 2001:db8:eN::/48: the lab has one prefix set,
+// prefix-ab, with 2001:db8:e1::/48.
+const (
+	ClientNet6       = "2001:db8:203::/64"
+	ClientAddr6      = "2001:db8:203::10"
+	ClientGateway6   = "2001:db8:203::1"
+	AttackerNet6     = "2001:db8:192::/64"
+	AttackerAddr6    = "2001:db8:192::66"
+	AttackerGateway6 = "2001:db8:192::1"
+	EIPPrefix6       = "2001:db8:e1::/48"
+)
+
+// SetPrefixes are the prefixes of the lab's prefix set, IPv4 and IPv6:
+// the routes rtr learns from it.
+func SetPrefixes() []netip.Prefix {
+	return []netip.Prefix{netip.MustParsePrefix(EIPPrefix), netip.MustParsePrefix(EIPPrefix6)}
+}
 
 // EdgeHealth is edge-a1's health-check address (edge --health-source): its
 // checks of encap-mode backends leave from it through the tunnel.
@@ -194,6 +232,21 @@ func edgeExt(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 10
 func rtrSide(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 100, byte(2 * k)}) }
 func edgeHealth(k int) netip.Addr   { return netip.AddrFrom4([4]byte{198, 18, 255, byte(k + 1)}) }
 
+// IPv6 addresses of the k-th edge's Internet-side link: rtr ::1, the edge
+// ::2 in 2001:db8:100:k::/64.
+func edgeExt6(k int) netip.Addr { return link6(k, 2) }
+func rtrSide6(k int) netip.Addr { return link6(k, 1) }
+
+func link6(k, host int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0x01, 0x00, byte(k >> 8), byte(k), 15: byte(host)})
+}
+
+// EdgeExt6Of is an edge's Internet-side IPv6 address: its nextHop6.
+func EdgeExt6Of(name string) netip.Addr { return edgeExt6(edgeIndex(name)) }
+
+// RouterSide6Of is the router's IPv6 address on its link to an edge.
+func RouterSide6Of(name string) netip.Addr { return rtrSide6(edgeIndex(name)) }
+
 // EdgeUnderlayOf is an edge's underlay address.
 func EdgeUnderlayOf(name string) netip.Addr { return edgeUnderlay(edgeIndex(name)) }
 
@@ -255,17 +308,26 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	add("fab", "underlay", "", "")
 	t.link("inet", "eth0", ClientAddr+"/24", "rtr", "inet0", "203.0.113.1/24", 1500)
 	t.routes = append(t.routes, route{"inet", "default", "203.0.113.1", "eth0"})
+	t.addr6("inet", "eth0", ClientAddr6+"/64")
+	t.addr6("rtr", "inet0", ClientGateway6+"/64")
+	t.routes = append(t.routes, route{"inet", "::/0", ClientGateway6, "eth0"})
 	// The attacker: another Internet-side network, so a flood from it is
 	// told apart from the legitimate client's traffic (the DDoS test).
 	add(AttackerNode, "internet", "", "")
 	t.link(AttackerNode, "eth0", AttackerAddr+"/24", "rtr", "atk0", AttackerGateway+"/24", 1500)
 	t.routes = append(t.routes, route{AttackerNode, "default", AttackerGateway, "eth0"})
+	t.addr6(AttackerNode, "eth0", AttackerAddr6+"/64")
+	t.addr6("rtr", "atk0", AttackerGateway6+"/64")
+	t.routes = append(t.routes, route{AttackerNode, "::/0", AttackerGateway6, "eth0"})
 	for k, e := range Edges {
 		// Devices on rtr and fab are named after the edge.
 		t.link("rtr", e.Name, rtrSide(k).String()+"/31", e.Name, "ext0", edgeExt(k).String()+"/31", 1500)
 		t.link(e.Name, "ul0", edgeUnderlay(k).String()+"/31", "fab", e.Name, edgeUnderlay(k).Prev().String()+"/31", 1500)
+		t.addr6("rtr", e.Name, rtrSide6(k).String()+"/64")
+		t.addr6(e.Name, "ext0", edgeExt6(k).String()+"/64")
 		t.routes = append(t.routes,
 			route{e.Name, "default", rtrSide(k).String(), "ext0"},
+			route{e.Name, "::/0", rtrSide6(k).String(), "ext0"},
 			route{e.Name, "198.18.0.0/15", edgeUnderlay(k).Prev().String(), "ul0"},
 		)
 	}
@@ -331,6 +393,17 @@ func (t *Topology) link(a, aDev, aAddr, b, bDev, bAddr string, mtu int) {
 	if bAddr != "" {
 		t.Node(b).Addresses[bDev] = bAddr
 	}
+}
+
+// addr6 puts an IPv6 address (CIDR) on a node's interface; the link must
+// exist.
+func (t *Topology) addr6(node, dev, cidr string) {
+	t.addrs6 = append(t.addrs6, addr6{node, dev, cidr})
+	n := t.Node(node)
+	if n.Addresses6 == nil {
+		n.Addresses6 = map[string]string{}
+	}
+	n.Addresses6[dev] = cidr
 }
 
 // Node returns a node by name.

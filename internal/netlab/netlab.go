@@ -81,6 +81,25 @@ func (n *Node) Cmd(argv ...string) *exec.Cmd { return netns.Command(n.Name, argv
 // Sysctl sets a sysctl inside the node.
 func (n *Node) Sysctl(key, value string) error { return netns.Sysctl(n.Name, key, value) }
 
+// IPv6 readies a node's IPv6 before its interfaces are made: no
+// duplicate address detection (addresses usable at once), no router
+// advertisements taken, addresses kept when an interface goes down (as
+// IPv4's are: a link taken down and up again gets its routes back, not
+// its addresses), and with forward IPv6 forwarding on every interface.
+func (n *Node) IPv6(forward bool) error {
+	for _, k := range []string{"all", "default"} {
+		for _, kv := range [][2]string{{"accept_dad", "0"}, {"accept_ra", "0"}, {"keep_addr_on_down", "1"}} {
+			if err := n.Sysctl("net.ipv6.conf."+k+"."+kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+	}
+	if forward {
+		return n.Sysctl("net.ipv6.conf.all.forwarding", "1")
+	}
+	return nil
+}
+
 // Forwarding turns IPv4 forwarding on for every interface of the node.
 func (n *Node) Forwarding() error {
 	for _, k := range []string{"net.ipv4.ip_forward", "net.ipv4.conf.all.forwarding", "net.ipv4.conf.default.forwarding",
@@ -213,7 +232,9 @@ func (n *Node) XDPReady(dev string) error {
 	return nil
 }
 
-// Addr adds an address (CIDR notation) to an interface.
+// Addr adds an address (CIDR notation) to an interface; an IPv6 one
+// without duplicate address detection (nodad), so it is usable at once
+// rather than tentative for a second.
 func (n *Node) Addr(dev, cidr string) error {
 	l, err := n.link(dev)
 	if err != nil {
@@ -222,6 +243,9 @@ func (n *Node) Addr(dev, cidr string) error {
 	a, err := netlink.ParseAddr(cidr)
 	if err != nil {
 		return fmt.Errorf("%s: address %q: %w", n.Name, cidr, err)
+	}
+	if a.IP.To4() == nil {
+		a.Flags |= unix.IFA_F_NODAD
 	}
 	if err := n.h.AddrAdd(l, a); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%s/%s: add %s: %w", n.Name, dev, cidr, err)

@@ -2,32 +2,45 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/netlab"
 )
 
 // The fleet tests run against the lab's real router: BIRD 2 in rtr, one
 // eBGP session per edge (hold 3 s, keepalive 1 s, MD5 on POP b's), its
 // routes merged into one multipath kernel route.
 
-var eipNet = netip.MustParsePrefix(lab.EIPPrefix)
+var (
+	eipNet = netip.MustParsePrefix(lab.EIPPrefix)
+	// eipNet6 is the prefix set's IPv6 prefix, announced over MP-BGP on
+	// the same sessions (no IPv6 data path on the edges yet).
+	eipNet6 = netip.MustParsePrefix(lab.EIPPrefix6)
+)
 
 func without(edges []string, e string) []string {
 	return slices.DeleteFunc(slices.Clone(edges), func(x string) bool { return x == e })
 }
 
 // TestFleetRoutes: the router's kernel table holds one multipath route to
-// the EIP prefix with every healthy member of the prefix set; a
+// the EIP prefix with every healthy member of the prefix set, and one to
+// the set's IPv6 prefix (MP-BGP) with every member's nextHop6, where IPv6
+// traffic reaches a member's kernel (its discard route answers); a
 // pulled-out and a quarantined EIP's /32 appear via their sets' edges and
 // go; a member's routes are withdrawn on drain, on SIGTERM (before the
 // process ends), on SIGKILL, when it hangs (the hold timer) and when its
-// links go down, and come back when it does.
+// links go down, IPv6 route as IPv4, and come back when it does.
 func TestFleetRoutes(t *testing.T) {
 	l := upLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -36,17 +49,46 @@ func TestFleetRoutes(t *testing.T) {
 	hold := time.Duration(lab.HoldTime) * time.Second
 
 	t.Run("one multipath route with every member", func(t *testing.T) {
-		if _, err := l.WaitRoute(ctx, eipNet, all, 20*time.Second); err != nil {
-			t.Fatal(err)
+		for _, p := range []netip.Prefix{eipNet, eipNet6} {
+			if _, err := l.WaitRoute(ctx, p, all, 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
 		}
 		rs, err := l.RouterRoutes()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for p, via := range rs {
-			if p != eipNet && p != netip.MustParsePrefix(lab.NATPinned) {
+			if p != eipNet && p != eipNet6 && p != netip.MustParsePrefix(lab.NATPinned) {
 				t.Errorf("unexpected route %v via %v", p, via)
 			}
+		}
+		// The IPv6 next hops are the members' nextHop6: read by address
+		// here, not through RouterRoutes' naming.
+		n, err := netlab.OpenNode(l.Topo.Node("rtr").Netns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		_, dst, _ := net.ParseCIDR(lab.EIPPrefix6)
+		r6, err := n.Handle().RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hops []string
+		for _, r := range r6 {
+			for _, h := range r.MultiPath {
+				hops = append(hops, h.Gw.String())
+			}
+		}
+		var want []string
+		for _, e := range all {
+			want = append(want, lab.EdgeExt6Of(e).String())
+		}
+		slices.Sort(hops)
+		slices.Sort(want)
+		if !slices.Equal(hops, want) {
+			t.Errorf("rtr: %d routes to %v, next hops %v, want one multipath route via %v", len(r6), eipNet6, hops, want)
 		}
 		st, err := l.Sessions(ctx)
 		if err != nil {
@@ -57,6 +99,51 @@ func TestFleetRoutes(t *testing.T) {
 				t.Errorf("session with %s: %q", e.Name, st[e.Name])
 			}
 		}
+	})
+
+	// No IPv6 data path on the edges yet: a TCP SYN from the Internet to
+	// an address of the set's IPv6 prefix crosses rtr to a member, whose
+	// kernel's discard route answers ICMPv6 no route; rtr answers none
+	// itself (it has the route).
+	t.Run("IPv6 to the set's prefix reaches a member's kernel", func(t *testing.T) {
+		nodes := append([]string{"rtr"}, all...)
+		before, err := l.SNMP6(lab.ICMP6Counter, nodes...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// In the runs here (kernel 6.18) the connect failed on the
+		// answer to the retransmitted SYN (1 s), not the first: 10 s is
+		// three SYNs. The retransmission may reach another member (the
+		// sender rethinks a socket's flow hash on retransmission).
+		t0 := time.Now()
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := lab.Dialer(l.Topo.Node("inet").Netns)(dctx, "tcp6", "[2001:db8:e1::7]:80")
+		dcancel()
+		t.Logf("connect: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+		if err == nil {
+			conn.Close()
+		}
+		if !errors.Is(err, syscall.ENETUNREACH) {
+			t.Errorf("connect from inet to [2001:db8:e1::7]:80: %v, want network unreachable (ICMPv6 no route)", err)
+		}
+		after, err := l.SNMP6(lab.ICMP6Counter, nodes...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := map[string]uint64{}
+		var members uint64
+		for _, n := range nodes {
+			if d := after[n] - before[n]; d > 0 {
+				sent[n] = d
+				if n != "rtr" {
+					members += d
+				}
+			}
+		}
+		if members == 0 || sent["rtr"] != 0 {
+			t.Errorf("ICMPv6 unreachables sent: %v, want some by a member of %s and none by rtr", sent, lab.PrefixSet)
+		}
+		t.Logf("ICMPv6 unreachables sent: %v", sent)
 	})
 
 	c, err := l.Client()
@@ -135,8 +222,10 @@ func TestFleetRoutes(t *testing.T) {
 		{lab.CauseLinkDown, "edge-b2", hold + time.Second, 0},
 	} {
 		t.Run(fmt.Sprintf("%s withdraws %s", f.cause, f.edge), func(t *testing.T) {
-			if _, err := l.WaitRoute(ctx, eipNet, all, 30*time.Second); err != nil {
-				t.Fatal(err)
+			for _, p := range []netip.Prefix{eipNet, eipNet6} {
+				if _, err := l.WaitRoute(ctx, p, all, 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var pid int
 			if f.cause == lab.CauseSIGTERM {
@@ -155,6 +244,13 @@ func TestFleetRoutes(t *testing.T) {
 				if d < f.notBefore {
 					t.Errorf("%s: withdrawn after %v: sooner than the hold timer allows (hold %v)", f.cause, d, hold)
 				}
+			}
+			// The IPv6 route loses the same member: the session carries
+			// both families (a drain withdraws each).
+			if d6, err := l.WaitRoute(ctx, eipNet6, without(all, f.edge), 2*time.Second); err != nil {
+				t.Error(err)
+			} else {
+				t.Logf("%s: %s left the IPv6 route %v after the IPv4 one", f.cause, f.edge, d6)
 			}
 			if f.cause == lab.CauseHang {
 				info, err := l.SessionInfo(ctx, f.edge)
@@ -179,6 +275,11 @@ func TestFleetRoutes(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s back in the route %v after its return", f.edge, d)
+			d6, err := l.WaitRoute(ctx, eipNet6, all, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s back in the IPv6 route %v after the IPv4 one", f.edge, d6)
 		})
 	}
 }
