@@ -3,14 +3,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,16 +134,8 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 	if err := loopbackOnly(f.metricsListen, token); err != nil {
 		return nil, err
 	}
-	if len(f.listen) == 0 {
-		return nil, errors.New("--listen: at least one address")
-	}
-	for i, l := range f.listen {
-		if _, _, err := net.SplitHostPort(l); err != nil {
-			return nil, fmt.Errorf("--listen %q: %w", l, err)
-		}
-		if slices.Contains(f.listen[:i], l) {
-			return nil, fmt.Errorf("--listen %q: given twice", l)
-		}
+	if err := checkListens("--listen", f.listen); err != nil {
+		return nil, err
 	}
 	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
 		return nil, err

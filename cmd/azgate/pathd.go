@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -200,13 +199,8 @@ func preparePathd(f pathdFlags) (*slog.Logger, pathd.Config, error) {
 	if err != nil {
 		return nil, pathd.Config{}, err
 	}
-	for i, l := range f.listen {
-		if _, _, err := net.SplitHostPort(l); err != nil {
-			return nil, pathd.Config{}, fmt.Errorf("--listen %q: %w", l, err)
-		}
-		if slices.Contains(f.listen[:i], l) {
-			return nil, pathd.Config{}, fmt.Errorf("--listen %q: given twice", l)
-		}
+	if err := checkListens("--listen", f.listen); len(f.listen) > 0 && err != nil {
+		return nil, pathd.Config{}, err
 	}
 	cfg, err := f.config()
 	if err != nil {
