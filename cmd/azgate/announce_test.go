@@ -69,7 +69,7 @@ func TestAnnounceFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.VIP != netip.MustParsePrefix("192.0.2.200/32") || cfg.BGP.ASN != 64700 || cfg.BGP.RouterID != netip.MustParseAddr("198.18.250.11") ||
+	if len(cfg.VIPs) != 1 || cfg.VIPs[0] != netip.MustParsePrefix("192.0.2.200/32") || cfg.BGP.NextHop6.IsValid() || cfg.BGP.ASN != 64700 || cfg.BGP.RouterID != netip.MustParseAddr("198.18.250.11") ||
 		cfg.BGP.HoldTime != 9*time.Second || len(cfg.BGP.Peers) != 1 || cfg.BGP.Peers[0].ASN != 64512 || cfg.BGP.Peers[0].Port != 0 {
 		t.Fatalf("config: %+v", cfg)
 	}
@@ -98,19 +98,78 @@ func TestAnnounceFlags(t *testing.T) {
 		t.Fatalf("config: %+v", cfg.BGP)
 	}
 
+	// A dual-stack pair: one v4 and one v6 VIP, both next hops, an
+	// IPv4 and an IPv6 peer (in brackets, with and without an ASN).
+	args := append(announceArgs(map[string]string{"--peer": "[2001:db8:250::1]:64513"}),
+		"--vip", "2001:db8::53/128", "--next-hop6", "2001:db8:250::11", "--peer", "198.18.250.1", "--peer", "[2001:db8:250::2]",
+		"--local-address6", "2001:db8:250::11")
+	f, err = parseAnnounce(t, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = f.config(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.VIPs) != 2 || cfg.VIPs[0] != netip.MustParsePrefix("192.0.2.200/32") || cfg.VIPs[1] != netip.MustParsePrefix("2001:db8::53/128") ||
+		cfg.BGP.NextHop != netip.MustParseAddr("198.18.250.11") || cfg.BGP.NextHop6 != netip.MustParseAddr("2001:db8:250::11") ||
+		cfg.BGP.LocalAddress6 != netip.MustParseAddr("2001:db8:250::11") || len(cfg.BGP.Peers) != 3 ||
+		cfg.BGP.Peers[0].Address != netip.MustParseAddr("2001:db8:250::1") || cfg.BGP.Peers[0].ASN != 64513 ||
+		cfg.BGP.Peers[1].Address != netip.MustParseAddr("198.18.250.1") || cfg.BGP.Peers[1].ASN != 64700 ||
+		cfg.BGP.Peers[2].Address != netip.MustParseAddr("2001:db8:250::2") || cfg.BGP.Peers[2].ASN != 64700 {
+		t.Fatalf("dual-stack config: %+v", cfg)
+	}
+	f, _ = parseAnnounce(t, append(announceArgs(nil), "--vip", "192.0.2.200/32"))
+	if _, err := f.config(); err == nil || !strings.Contains(err.Error(), `--vip "192.0.2.200/32": given twice`) {
+		t.Errorf("a VIP given twice: %v", err)
+	}
+	// IPv6 only: the router ID is given; the speaker's IPv4 next hop,
+	// never announced, is the router ID.
+	f, _ = parseAnnounce(t, announceArgs(map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--next-hop6": "2001:db8:250::11",
+		"--router-id": "198.18.250.11", "--peer": "[2001:db8:250::1]:64512"}))
+	if cfg, err = f.config(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.VIPs) != 1 || cfg.VIPs[0] != netip.MustParsePrefix("2001:db8::53/128") || cfg.BGP.RouterID != netip.MustParseAddr("198.18.250.11") {
+		t.Fatalf("IPv6-only config: %+v", cfg)
+	}
+
 	for _, tc := range []struct {
 		repl map[string]string
 		err  string
 	}{
 		{map[string]string{"--vip": ""}, "--vip is required"},
-		{map[string]string{"--vip": "192.0.2.0/24"}, `--vip "192.0.2.0/24": want an IPv4 address or /32`},
-		{map[string]string{"--vip": "2001:db8::1"}, `--vip "2001:db8::1"`},
+		{map[string]string{"--vip": "192.0.2.0/24"}, `--vip "192.0.2.0/24": 192.0.2.0/24: an IPv4 VIP is a /32`},
+		{map[string]string{"--vip": "192.0.2.200/33"}, `--vip "192.0.2.200/33": invalid Prefix: not a prefix`},
+		{map[string]string{"--vip": "vip.example"}, `--vip "vip.example": "vip.example" is not an IP address`},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": ""}, "--next-hop6 is required with an IPv6 --vip"},
+		{map[string]string{"--vip": "2001:db8::53/64", "--next-hop6": "2001:db8:250::11"}, `--vip "2001:db8::53/64": 2001:db8::53/64: an IPv6 VIP is a /128`},
+		{map[string]string{"--vip": "::ffff:192.0.2.200"}, `--vip "::ffff:192.0.2.200": ::ffff:192.0.2.200/128: an IPv4-mapped IPv6 address: give the IPv4 address (192.0.2.200)`},
+		{map[string]string{"--vip": "fe80::53%eth0"}, `--vip "fe80::53%eth0": an address with a zone (%eth0)`},
+		{map[string]string{"--vip": "fe80::53", "--next-hop6": "2001:db8:250::11"}, `--vip "fe80::53": fe80::53/128: a link-local address`},
+		{map[string]string{"--vip": "ff02::1", "--next-hop6": "2001:db8:250::11"}, `--vip "ff02::1": ff02::1/128: not a global unicast address`},
+		{map[string]string{"--next-hop6": "2001:db8:250::11"}, "--next-hop6 2001:db8:250::11: no --vip is IPv6"},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop6": "2001:db8:250::11"}, "--next-hop 198.18.250.11: no --vip is IPv4"},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--next-hop6": "2001:db8:250::11"}, "--router-id is required without --next-hop"},
+		{map[string]string{"--next-hop": "2001:db8:250::11"}, `--next-hop "2001:db8:250::11": an IPv6 address: give it as --next-hop6`},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--router-id": "198.18.250.11", "--next-hop6": "198.18.250.11"}, `--next-hop6 "198.18.250.11": an IPv4 address: give it as --next-hop`},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--router-id": "198.18.250.11", "--next-hop6": "fe80::11"}, `--next-hop6 "fe80::11": a link-local address`},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--router-id": "198.18.250.11", "--next-hop6": "fe80::11%eth0"}, `--next-hop6 "fe80::11%eth0": an address with a zone`},
+		{map[string]string{"--vip": "2001:db8::53", "--next-hop": "", "--router-id": "198.18.250.11", "--next-hop6": "::ffff:198.18.250.11"}, `--next-hop6 "::ffff:198.18.250.11": an IPv4-mapped address`},
+		{map[string]string{"--next-hop": "::ffff:198.18.250.11"}, `--next-hop "::ffff:198.18.250.11": an IPv4-mapped IPv6 address`},
+		{map[string]string{"--router-id": "2001:db8::1"}, `--router-id "2001:db8::1": not an IPv4 address`},
+		{map[string]string{"--local-address": "2001:db8:250::11"}, `--local-address "2001:db8:250::11": an IPv6 address: give it as --local-address6`},
+		{map[string]string{"--local-address6": "198.18.250.11"}, `--local-address6 "198.18.250.11": an IPv4 address: give it as --local-address`},
+		{map[string]string{"--peer": "2001:db8:250::1:64512"}, `--peer "2001:db8:250::1:64512": an IPv6 address goes in brackets`},
+		{map[string]string{"--peer": "[2001:db8:250::1"}, `--peer "[2001:db8:250::1": want [IPv6 ADDR]`},
+		{map[string]string{"--peer": "[198.18.250.1]:64512"}, `--peer "[198.18.250.1]:64512": brackets are for IPv6 addresses`},
+		{map[string]string{"--peer": "[fe80::1]:64512"}, `--peer "[fe80::1]:64512": address --peer "fe80::1": a link-local address`},
+		{map[string]string{"--peer": "[2001:db8:250::1]x"}, `want [IPv6 ADDR] or [IPv6 ADDR]:ASN`},
 		{map[string]string{"--asn": ""}, "--asn is required"},
 		{map[string]string{"--next-hop": ""}, "--next-hop is required"},
-		{map[string]string{"--next-hop": "fe80::1"}, `--next-hop "fe80::1": not an IPv4 address`},
+		{map[string]string{"--next-hop": "fe80::1"}, `--next-hop "fe80::1": an IPv6 address: give it as --next-hop6`},
 		{map[string]string{"--router-id": "x"}, `--router-id "x"`},
 		{map[string]string{"--peer": ""}, "--peer is required"},
-		{map[string]string{"--peer": "router:64512"}, `--peer "router:64512": address "router"`},
+		{map[string]string{"--peer": "router:64512"}, `--peer "router:64512": address "router" is not an IP address`},
 		{map[string]string{"--peer": "198.18.250.1:0"}, `ASN "0"`},
 		{map[string]string{"--peer": "198.18.250.1:64512,port=0"}, `port "0" is not a port`},
 		{map[string]string{"--peer": "198.18.250.1:64512,color=red"}, `unknown key "color"`},

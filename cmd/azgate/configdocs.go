@@ -57,7 +57,7 @@ var siteData = map[string][]siteKey{
 		{"token-file", "/etc/azgate/prober.token", "pathd's report token (mode 0600)"},
 	},
 	"announce": {
-		{"vip", "192.0.2.53/32", "the cluster's VIP"},
+		{"vip", "[192.0.2.53/32]", "the cluster's VIPs (an IPv6 /128 too needs next-hop6)"},
 		{"asn", "64512", "the local AS number"},
 		{"next-hop", "192.0.2.11", "this server's address on the router's segment"},
 		{"peer", "[192.0.2.1:64500]", "the region's router(s)"},
@@ -186,6 +186,9 @@ func writeConfigReference(w io.Writer) {
 			if slices.Contains(configOptions(c).Joined, f.Name) {
 				kind = "string or list of strings"
 			}
+			if kind == "list of strings" && slices.Contains(configOptions(c).Single, f.Name) {
+				kind = "list of strings, or one string"
+			}
 			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", f.Name, kind, def, usage)
 		}
 	}
@@ -299,7 +302,9 @@ from them, so it lists what the roles read, with their defaults.
 - Values have the flag's type: strings, integers, ` + "`true`/`false`" + `; durations
   are strings (` + "`store-grace: 30s`" + `); a repeatable or comma-separated list flag
   takes a YAML list (` + "`attach: [eth0, eth1]`" + `). ` + "`etcd-endpoints`" + ` takes a
-  YAML list or one comma-separated string, as on the command line.
+  YAML list or one comma-separated string, as on the command line; ` + "`vip`" + `
+  (announce) and ` + "`listen`" + ` (gslb, pathd), once single values, take a list or
+  one string.
 - **A flag given on the command line wins over the file**, key by key (a list
   flag on the command line replaces the file's whole list).
 - Refused, each with the file, the line and the key, all at once: a key that

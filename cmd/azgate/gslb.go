@@ -29,7 +29,7 @@ import (
 // gslbFlags are `azgate gslb`'s settings (docs/gslb.md, "The role").
 type gslbFlags struct {
 	name, vantage               string
-	listen                      string
+	listen                      []string
 	geoipDB, prefixMap          string
 	geoipInterval               time.Duration
 	quorum                      int
@@ -50,7 +50,7 @@ func init() {
 			Use:   "gslb",
 			Short: "Run the GSLB's authoritative DNS server; manage GSLB records (record) and see target health (status)",
 			Long: `Without a subcommand, runs the gslb role (docs/gslb.md, "The role"): an
-authoritative DNS server on --listen (UDP and TCP) answering for the DNS
+authoritative DNS server on each --listen address (UDP and TCP) answering for the DNS
 zones and GSLB records of the desired state (azgate dns zone, azgate gslb
 record), following etcd. Clients are located by EDNS Client Subnet or the
 resolver's address in --geoip-db (a MaxMind-format file, reloaded when
@@ -72,7 +72,7 @@ operator's choice. /metrics is loopback-only unless --metrics-token-file.`,
 		fl := c.Flags()
 		fl.StringVar(&f.name, "name", "", "node name: its status key (default HOSTNAME)")
 		fl.StringVar(&f.vantage, "vantage", "", "vantage point name of this node's probe view (default --name)")
-		fl.StringVar(&f.listen, "listen", "127.0.0.1:5353", "DNS address, UDP and TCP (a public :53 is an explicit choice)")
+		fl.StringArrayVar(&f.listen, "listen", []string{"127.0.0.1:5353"}, "DNS address HOST:PORT, UDP and TCP (a public :53 is an explicit choice); repeatable, e.g. one IPv4 and one IPv6 service address, each with the same limits; [::]:53 is both families on every address")
 		fl.StringVar(&f.geoipDB, "geoip-db", "", "MaxMind-format database locating clients (azgate_region, else continent code; coordinates); reloaded when the file is replaced")
 		fl.DurationVar(&f.geoipInterval, "geoip-interval", 5*time.Second, "how often --geoip-db's file is checked for a change")
 		fl.StringVar(&f.prefixMap, "prefix-map", "", "file of \"PREFIX REGION [LAT LON]\" lines, asked before --geoip-db (docs/geo.md)")
@@ -134,8 +134,8 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 	if err := loopbackOnly(f.metricsListen, token); err != nil {
 		return nil, err
 	}
-	if _, _, err := net.SplitHostPort(f.listen); err != nil {
-		return nil, fmt.Errorf("--listen %q: %w", f.listen, err)
+	if err := checkListens("--listen", f.listen); err != nil {
+		return nil, err
 	}
 	if err := checkStore(f.etcd, f.etcdAuth, log); err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func prepareGSLB(f gslbFlags) (func() error, error) {
 // roleConfig is the gslb role's configuration from the flags.
 func (f gslbFlags) roleConfig(log *slog.Logger, loc geo.Locator) gslbrole.Config {
 	return gslbrole.Config{Name: f.name, Vantage: f.vantage, Version: version, Locator: loc, Quorum: f.quorum, RRL: f.rrl,
-		ViewEvery: f.viewInterval, Server: dnsserver.ServerConfig{Addr: f.listen, MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log}
+		ViewEvery: f.viewInterval, Listen: f.listen, Server: dnsserver.ServerConfig{MaxTCPConns: f.maxTCPConns, MaxTCPConnsPerNet: f.maxTCPPerNet, UDPSockets: f.udpSockets}, Log: log}
 }
 
 func runGSLB(f gslbFlags, log *slog.Logger, token string, chain geo.Chain, db *geo.DB) error {

@@ -24,7 +24,8 @@ import (
 
 // pathdFlags are `azgate pathd`'s settings (docs/pathd.md, "Flags").
 type pathdFlags struct {
-	listen, region, instance string
+	listen                   []string
+	region, instance         string
 	tokenFile                string
 	peerTokenFiles           []string // REGION=FILE
 	metricsTokenFile         string
@@ -56,7 +57,7 @@ every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 		}
 		roleCommand(c, func(*cobra.Command) (func() error, error) { return prepareRunPathd(f) })
 		fl := c.Flags()
-		fl.StringVar(&f.listen, "listen", "", "address of the API, e.g. 192.0.2.10:7090 (the server's address behind the cluster VIP); required")
+		fl.StringArrayVar(&f.listen, "listen", nil, "address of the API, HOST:PORT, e.g. 192.0.2.10:7090 (the server's address behind the cluster VIP); repeatable (an IPv4 and an IPv6 address, e.g. [2001:db8::10]:7090; [::]:7090 is both families on every address); required")
 		fl.StringVar(&f.region, "region", "", "this server's region (its cluster); required")
 		fl.StringVar(&f.instance, "instance", "", "this server's name within the region (default: the host name)")
 		fl.StringVar(&f.tokenFile, "token-file", "", "file holding the probers' bearer token (reports, paths, metrics; mode 0600 or stricter); required")
@@ -79,7 +80,7 @@ every --recompute and answers GET /v1/paths?edge=E&origin=O. GET
 // config turns the flags into pathd's Config (every check in one place).
 func (f pathdFlags) config() (pathd.Config, error) {
 	var cfg pathd.Config
-	if f.listen == "" || f.region == "" || f.tokenFile == "" {
+	if len(f.listen) == 0 || f.region == "" || f.tokenFile == "" {
 		return cfg, errors.New("--listen, --region and --token-file are required")
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
@@ -198,8 +199,8 @@ func preparePathd(f pathdFlags) (*slog.Logger, pathd.Config, error) {
 	if err != nil {
 		return nil, pathd.Config{}, err
 	}
-	if _, _, err := net.SplitHostPort(f.listen); f.listen != "" && err != nil {
-		return nil, pathd.Config{}, fmt.Errorf("--listen %q: %w", f.listen, err)
+	if err := checkListens("--listen", f.listen); len(f.listen) > 0 && err != nil {
+		return nil, pathd.Config{}, err
 	}
 	cfg, err := f.config()
 	if err != nil {
@@ -243,20 +244,43 @@ func runPrepared(ctx context.Context, f pathdFlags, log *slog.Logger, cfg pathd.
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+	var lns []net.Listener
+	for _, l := range f.listen {
+		ln, err := net.Listen("tcp", l)
+		if err != nil {
+			for _, o := range lns {
+				o.Close()
+			}
+			return fmt.Errorf("--listen: %w", err)
+		}
+		lns = append(lns, ln)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if listening != nil {
-		listening(ln.Addr().String())
+	for _, ln := range lns {
+		if listening != nil {
+			listening(ln.Addr().String())
+		}
+		cfg.Log.Info("pathd serving", "listen", ln.Addr().String(), "source", s.Source(), "peers", len(cfg.Peers), "tls", f.tlsCert != "")
 	}
-	cfg.Log.Info("pathd serving", "listen", ln.Addr().String(), "source", s.Source(), "peers", len(cfg.Peers), "tls", f.tlsCert != "")
 	sdnotify.Tell(cfg.Log, sdnotify.Ready) // configured, the API listening
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	err = s.Serve(ctx, ln, f.tlsCert, f.tlsKey)
+	// One HTTP server per listener, the same timeouts and limits on
+	// each; the first to fail stops them all.
+	errs := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() {
+			err := s.Serve(ctx, ln, f.tlsCert, f.tlsKey)
+			cancel()
+			errs <- err
+		}()
+	}
+	for range lns {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
 	cancel()
 	<-done
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -27,7 +27,7 @@ var roles = []string{"controller", "edge", "agent", "bwmgr", "gslb", "pathd", "p
 func configOptions(c *cobra.Command) roleconfig.Options {
 	skip := []string{"config", "check-config", "help"}
 	c.InheritedFlags().VisitAll(func(f *pflag.Flag) { skip = append(skip, f.Name) })
-	return roleconfig.Options{Skip: skip, Joined: []string{"etcd-endpoints"}}
+	return roleconfig.Options{Skip: skip, Joined: []string{"etcd-endpoints"}, Single: []string{"vip", "listen"}}
 }
 
 // prepareFunc does every check a role does before it starts (flags,

@@ -383,3 +383,37 @@ func TestRoleReloadsOnSIGHUP(t *testing.T) {
 		t.Fatalf("after SIGHUP and SIGTERM: %v", err)
 	}
 }
+
+// The flags that became repeatable take a list in a file, or one string
+// as the files written for the single value did: gslb's and pathd's
+// listen, announce's vip (a dual-stack pair).
+func TestConfigRepeatableListen(t *testing.T) {
+	tok := writeTemp(t, "tok", "0123456789abcdef0123456789abcdef\n", 0o600)
+	for _, tc := range []struct {
+		role, file, err string
+	}{
+		{"gslb", "listen: 127.0.0.1:5353\n", ""},
+		{"gslb", "listen: [127.0.0.1:5353, \"[::1]:5353\"]\n", ""},
+		{"gslb", "listen: [127.0.0.1:5353, 127.0.0.1:5353]\n", `--listen "127.0.0.1:5353": given twice`},
+		{"gslb", "listen: [127.0.0.1]\n", `--listen "127.0.0.1": address 127.0.0.1: missing port`},
+		{"pathd", "listen: 192.0.2.10:7090\nregion: r1\ntoken-file: " + tok + "\n", ""},
+		{"pathd", "listen: [192.0.2.10:7090, \"[2001:db8::10]:7090\"]\nregion: r1\ntoken-file: " + tok + "\n", ""},
+		{"pathd", "listen: [\"[::1]:7090\", \"[::1]:7090\"]\nregion: r1\ntoken-file: " + tok + "\n", `--listen "[::1]:7090": given twice`},
+		{"announce", "vip: 192.0.2.53/32\nasn: 64512\nnext-hop: 192.0.2.11\npeer: [192.0.2.1]\ncheck: [tcp://127.0.0.1:6379]\n", ""},
+		{"announce", "vip: [192.0.2.53/32, 2001:db8::53/128]\nasn: 64512\nnext-hop: 192.0.2.11\nnext-hop6: 2001:db8::11\npeer: [\"[2001:db8::1]:64500\"]\ncheck: [tcp://127.0.0.1:6379]\n", ""},
+		{"announce", "vip: [192.0.2.53/32, 2001:db8::53/128]\nasn: 64512\nnext-hop: 192.0.2.11\npeer: [192.0.2.1]\ncheck: [tcp://127.0.0.1:6379]\n", "--next-hop6 is required with an IPv6 --vip"},
+	} {
+		p := writeTemp(t, tc.role+".yaml", tc.file, 0o600)
+		args := []string{tc.role, "--config", p, "--check-config", "--log-level", "error"}
+		if tc.role == "gslb" {
+			args = append(args, "--etcd-endpoints", "http://127.0.0.1:1")
+		}
+		out, err := runAzgate(args...)
+		if tc.err == "" && (err != nil || out != "ok\n") {
+			t.Errorf("%s %q: %q, %v", tc.role, tc.file, out, err)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s %q: %v, want %q", tc.role, tc.file, err, tc.err)
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Package announce is the health-checked route announcer (issue 11 part
 // 3, docs/announce.md; the role Quagga plays in the design): it runs on
-// each server of a cluster and announces the cluster's VIP /32 over BGP to
-// the region's router while every local check passes, so the router's ECMP
-// spreads flows over the healthy servers only. It withdraws the route at
+// each server of a cluster and announces the cluster's VIPs (an IPv4 /32,
+// an IPv6 /128 over MP-BGP, or both: a dual-stack cluster's A and AAAA
+// addresses) over BGP to the region's router while every local check
+// passes, so the router's ECMP spreads flows over the healthy servers only. It withdraws the route at
 // the check that reaches a check's fall threshold, and on shutdown it
 // withdraws and waits until the withdrawal has been sent before the
 // process exits.
@@ -34,10 +35,13 @@ type Config struct {
 	// Node labels every /metrics series (node; empty: none): the
 	// host's name by default (azgate announce).
 	Node string
-	// VIP is the cluster's address, announced as a /32.
-	VIP netip.Prefix
+	// VIPs are the cluster's addresses, IPv4 /32s and IPv6 /128s,
+	// announced and withdrawn together (one set of checks decides for
+	// all: a dual-stack cluster's servers answer on both).
+	VIPs []netip.Prefix
 	// BGP is the speaker's configuration (router ID, ASNs, peers, next
-	// hop: this server's address on the router's segment).
+	// hops: this server's addresses on the router's segment; NextHop6
+	// is required for an IPv6 VIP and carries IPv6 unicast over MP-BGP).
 	BGP bgp.Config
 	// Checks must all be up for the VIP to be announced (the
 	// application's heartbeat, the Redis port, ...). Their states start
@@ -59,8 +63,21 @@ const (
 
 // Validate checks the configuration; errors name the field.
 func (c Config) Validate() error {
-	if !c.VIP.IsValid() || !c.VIP.Addr().Is4() || c.VIP.Bits() != 32 {
-		return fmt.Errorf("announce: vip %v: must be an IPv4 /32", c.VIP)
+	if len(c.VIPs) == 0 {
+		return errors.New("announce: vips: at least one")
+	}
+	seenVIP := map[netip.Prefix]bool{}
+	for _, v := range c.VIPs {
+		if err := CheckVIP(v); err != nil {
+			return fmt.Errorf("announce: vip %w", err)
+		}
+		if seenVIP[v] {
+			return fmt.Errorf("announce: vip %v: listed twice", v)
+		}
+		seenVIP[v] = true
+		if v.Addr().Is6() && !c.BGP.NextHop6.IsValid() {
+			return fmt.Errorf("announce: vip %v: an IPv6 VIP needs an IPv6 next hop (next_hop6)", v)
+		}
 	}
 	if err := c.BGP.Validate(); err != nil {
 		return fmt.Errorf("announce: %w", err)
@@ -83,6 +100,35 @@ func (c Config) Validate() error {
 	}
 	if c.WithdrawWait < 0 || c.Resync < 0 {
 		return fmt.Errorf("announce: withdraw wait %v and resync %v must not be negative", c.WithdrawWait, c.Resync)
+	}
+	return nil
+}
+
+// CheckVIP reports whether p can be a cluster VIP: an IPv4 /32 or a
+// global IPv6 unicast /128 (not IPv4-mapped, no zone, not link-local,
+// loopback, multicast or unspecified). The error starts with p.
+func CheckVIP(p netip.Prefix) error {
+	a := p.Addr()
+	switch {
+	case !p.IsValid():
+		return fmt.Errorf("%v: not a prefix", p)
+	case a.Is4():
+		if p.Bits() != 32 {
+			return fmt.Errorf("%v: an IPv4 VIP is a /32", p)
+		}
+		if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			return fmt.Errorf("%v: not a unicast address a router can forward to", p)
+		}
+	case a.Is4In6():
+		return fmt.Errorf("%v: an IPv4-mapped IPv6 address: give the IPv4 address (%v)", p, a.Unmap())
+	case a.Zone() != "":
+		return fmt.Errorf("%v: an address with a zone: a VIP is global", p)
+	case a.IsLinkLocalUnicast():
+		return fmt.Errorf("%v: a link-local address: a VIP is a global unicast address", p)
+	case a.IsUnspecified() || a.IsLoopback() || a.IsMulticast():
+		return fmt.Errorf("%v: not a global unicast address", p)
+	case p.Bits() != 128:
+		return fmt.Errorf("%v: an IPv6 VIP is a /128", p)
 	}
 	return nil
 }
@@ -144,7 +190,7 @@ func ParseCheck(s string, base probe.Spec) (probe.Target, error) {
 	return t, nil
 }
 
-// Announcer announces the VIP while every check passes.
+// Announcer announces the VIPs while every check passes.
 type Announcer struct {
 	cfg  Config
 	spk  bgp.SpeakerAPI
@@ -153,7 +199,7 @@ type Announcer struct {
 	kick chan struct{}
 
 	mu        sync.Mutex
-	announced bool   // the speaker holds the VIP
+	announced bool   // the speaker holds the VIPs
 	changes   uint64 // announce/withdraw transitions
 	lastErr   string // of the last Announce
 }
@@ -201,7 +247,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 		a.spk.Stop()
 		return err
 	}
-	a.log.Info("announce: started", "vip", a.cfg.VIP, "checks", len(a.cfg.Checks), "peers", len(a.cfg.BGP.Peers))
+	a.log.Info("announce: started", "vips", a.cfg.VIPs, "checks", len(a.cfg.Checks), "peers", len(a.cfg.BGP.Peers))
 	mctx, mcancel := context.WithCancel(context.Background())
 	mdone := make(chan struct{})
 	go func() {
@@ -241,7 +287,7 @@ func (a *Announcer) apply(ctx context.Context) {
 	want, down := a.healthy()
 	var err error
 	if want {
-		err = a.spk.Announce(ctx, []netip.Prefix{a.cfg.VIP})
+		err = a.spk.Announce(ctx, a.cfg.VIPs)
 	} else {
 		err = a.spk.Announce(ctx, nil)
 	}
@@ -249,7 +295,7 @@ func (a *Announcer) apply(ctx context.Context) {
 	defer a.mu.Unlock()
 	if err != nil {
 		if a.lastErr != err.Error() {
-			a.log.Warn("announce: speaker", "vip", a.cfg.VIP, "announce", want, "err", err)
+			a.log.Warn("announce: speaker", "vips", a.cfg.VIPs, "announce", want, "err", err)
 		}
 		a.lastErr = err.Error()
 		return
@@ -258,9 +304,9 @@ func (a *Announcer) apply(ctx context.Context) {
 	if want != a.announced {
 		a.changes++
 		if want {
-			a.log.Info("announce: every check passes: announcing", "vip", a.cfg.VIP)
+			a.log.Info("announce: every check passes: announcing", "vips", a.cfg.VIPs)
 		} else {
-			a.log.Warn("announce: checks failing: withdrawn", "vip", a.cfg.VIP, "down", down)
+			a.log.Warn("announce: checks failing: withdrawn", "vips", a.cfg.VIPs, "down", down)
 		}
 	}
 	a.announced = want
@@ -282,13 +328,13 @@ func (a *Announcer) shutdown() error {
 	a.announced = false
 	a.mu.Unlock()
 	a.spk.Stop()
-	a.log.Info("announce: withdrawn and stopped", "vip", a.cfg.VIP, "took", time.Since(start).Round(time.Millisecond))
+	a.log.Info("announce: withdrawn and stopped", "vips", a.cfg.VIPs, "took", time.Since(start).Round(time.Millisecond))
 	return errors.Join(errs...)
 }
 
 // Status is the announcer's state, as /status serves it.
 type Status struct {
-	VIP       string           `json:"vip"`
+	VIPs      []string         `json:"vips"`
 	Announced bool             `json:"announced"`
 	Changes   uint64           `json:"changes"`
 	LastError string           `json:"last_error,omitempty"`
@@ -310,8 +356,11 @@ type CheckStatus struct {
 // Status returns the announcer's state.
 func (a *Announcer) Status(ctx context.Context) Status {
 	a.mu.Lock()
-	st := Status{VIP: a.cfg.VIP.String(), Announced: a.announced, Changes: a.changes, LastError: a.lastErr, Checks: []CheckStatus{}}
+	st := Status{VIPs: []string{}, Announced: a.announced, Changes: a.changes, LastError: a.lastErr, Checks: []CheckStatus{}}
 	a.mu.Unlock()
+	for _, v := range a.cfg.VIPs {
+		st.VIPs = append(st.VIPs, v.String())
+	}
 	for _, s := range a.mon.States() {
 		st.Checks = append(st.Checks, CheckStatus{Check: s.Key, Up: s.Up, Since: s.Since, Checks: s.Checks,
 			Failures: s.Failures, LastErr: s.LastErr, LastRTT: s.LastRTT.Seconds()})
@@ -321,7 +370,7 @@ func (a *Announcer) Status(ctx context.Context) Status {
 	return st
 }
 
-// Announced reports whether the VIP is announced.
+// Announced reports whether the VIPs are announced.
 func (a *Announcer) Announced() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

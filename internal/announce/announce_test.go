@@ -62,19 +62,41 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := func() Config {
-		return Config{VIP: netip.MustParsePrefix("192.0.2.200/32"), Checks: []probe.Target{chk},
+		return Config{VIPs: []netip.Prefix{netip.MustParsePrefix("192.0.2.200/32")}, Checks: []probe.Target{chk},
 			BGP: bgp.Config{RouterID: netip.MustParseAddr("198.18.250.11"), ASN: 64700, NextHop: netip.MustParseAddr("198.18.250.11"),
 				Peers: []bgp.Peer{{Address: netip.MustParseAddr("198.18.250.1"), ASN: 64512}}}}
 	}
 	if err := good().Validate(); err != nil {
 		t.Fatal(err)
 	}
+	dual := good()
+	dual.VIPs = append(dual.VIPs, netip.MustParsePrefix("2001:db8::53/128"))
+	dual.BGP.NextHop6 = netip.MustParseAddr("2001:db8:250::11")
+	if err := dual.Validate(); err != nil {
+		t.Fatalf("a dual-stack pair: %v", err)
+	}
 	for _, tc := range []struct {
 		edit func(*Config)
 		err  string
 	}{
-		{func(c *Config) { c.VIP = netip.MustParsePrefix("192.0.2.0/24") }, "vip 192.0.2.0/24: must be an IPv4 /32"},
-		{func(c *Config) { c.VIP = netip.Prefix{} }, "vip invalid Prefix"},
+		{func(c *Config) { c.VIPs = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")} }, "vip 192.0.2.0/24: an IPv4 VIP is a /32"},
+		{func(c *Config) { c.VIPs = []netip.Prefix{{}} }, "vip invalid Prefix: not a prefix"},
+		{func(c *Config) { c.VIPs = nil }, "vips: at least one"},
+		{func(c *Config) { c.VIPs = append(c.VIPs, c.VIPs[0]) }, "vip 192.0.2.200/32: listed twice"},
+		{func(c *Config) { c.VIPs = append(c.VIPs, netip.MustParsePrefix("2001:db8::53/128")) }, "vip 2001:db8::53/128: an IPv6 VIP needs an IPv6 next hop (next_hop6)"},
+		{func(c *Config) {
+			c.BGP.NextHop6 = netip.MustParseAddr("2001:db8:250::11")
+			c.VIPs = append(c.VIPs, netip.MustParsePrefix("2001:db8::/64"))
+		}, "vip 2001:db8::/64: an IPv6 VIP is a /128"},
+		{func(c *Config) {
+			c.BGP.NextHop6 = netip.MustParseAddr("2001:db8:250::11")
+			c.VIPs = append(c.VIPs, netip.MustParsePrefix("::ffff:192.0.2.201/128"))
+		}, "vip ::ffff:192.0.2.201/128: an IPv4-mapped IPv6 address: give the IPv4 address (192.0.2.201)"},
+		{func(c *Config) {
+			c.BGP.NextHop6 = netip.MustParseAddr("2001:db8:250::11")
+			c.VIPs = append(c.VIPs, netip.MustParsePrefix("fe80::53/128"))
+		}, "vip fe80::53/128: a link-local address"},
+		{func(c *Config) { c.BGP.NextHop6 = netip.MustParseAddr("fe80::11") }, "next_hop6 fe80::11: must be a global IPv6 unicast address"},
 		{func(c *Config) { c.BGP.ASN = 0 }, "asn: must be set"},
 		{func(c *Config) { c.BGP.Peers = nil }, "peers: at least one"},
 		{func(c *Config) { c.Checks = nil }, "checks: at least one"},
@@ -136,7 +158,7 @@ func TestAnnouncedNeedsSession(t *testing.T) {
 	nobody := freePort(t) // closed again: connections to it are refused
 	ap := netip.MustParseAddrPort(nobody)
 	lo := netip.MustParseAddr("127.0.0.1")
-	cfg := Config{VIP: netip.MustParsePrefix("198.18.77.1/32"), Checks: []probe.Target{check}, WithdrawWait: time.Second, Node: "a1",
+	cfg := Config{VIPs: []netip.Prefix{netip.MustParsePrefix("198.18.77.1/32")}, Checks: []probe.Target{check}, WithdrawWait: time.Second, Node: "a1",
 		Resync: 200 * time.Millisecond,
 		BGP: bgp.Config{RouterID: lo, ASN: 64600, NextHop: lo, LocalAddress: lo, HoldTime: 3 * time.Second,
 			Keepalive: time.Second, Peers: []bgp.Peer{{Address: ap.Addr(), Port: ap.Port(), ASN: 64601}}}}

@@ -127,7 +127,7 @@ func (s *server) config(t *testing.T) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Config{VIP: vip, Checks: []probe.Target{hb, rd}, WithdrawWait: 3 * time.Second,
+	return Config{VIPs: []netip.Prefix{vip}, Checks: []probe.Target{hb, rd}, WithdrawWait: 3 * time.Second,
 		BGP: bgp.Config{RouterID: s.addr, ASN: clusterASN, NextHop: s.addr, LocalAddress: s.addr, HoldTime: hold,
 			Keepalive: time.Second, Peers: []bgp.Peer{{Address: routerAddr, ASN: routerASN}}}}
 }

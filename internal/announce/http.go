@@ -104,9 +104,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st := c.a.Status(ctx)
-	ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, b2f(st.PeersHave()), st.VIP)
-	ch <- prometheus.MustNewConstMetric(descWanted, prometheus.GaugeValue, b2f(st.Announced), st.VIP)
-	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Changes), st.VIP)
+	// The VIPs go together (one decision for all): one series each.
+	for _, v := range st.VIPs {
+		ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, b2f(st.PeersHave()), v)
+		ch <- prometheus.MustNewConstMetric(descWanted, prometheus.GaugeValue, b2f(st.Announced), v)
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Changes), v)
+	}
 	for _, k := range st.Checks {
 		ch <- prometheus.MustNewConstMetric(descCheckUp, prometheus.GaugeValue, b2f(k.Up), k.Check)
 		ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(k.Checks), k.Check)

@@ -77,7 +77,7 @@ func TestIPv6Checks(t *testing.T) {
 	}
 	lo := netip.MustParseAddr("127.0.0.1")
 	nobody := netip.MustParseAddrPort(freePort(t)) // no BGP session: Announced is what the checks want
-	cfg := Config{VIP: netip.MustParsePrefix("198.18.77.6/32"), Checks: checks, WithdrawWait: time.Second, Log: slog.New(slog.DiscardHandler),
+	cfg := Config{VIPs: []netip.Prefix{netip.MustParsePrefix("198.18.77.6/32")}, Checks: checks, WithdrawWait: time.Second, Log: slog.New(slog.DiscardHandler),
 		BGP: bgp.Config{RouterID: lo, ASN: 64600, NextHop: lo, LocalAddress: lo, HoldTime: 3 * time.Second,
 			Keepalive: time.Second, Peers: []bgp.Peer{{Address: nobody.Addr(), Port: nobody.Port(), ASN: 64601}}}}
 	a, err := New(cfg, bgp.New(cfg.Log))

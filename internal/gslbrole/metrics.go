@@ -51,12 +51,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAnswers, prometheus.CounterValue, float64(o.v), o.name)
 	}
 	if g.listen.Load() != nil {
-		ch <- prometheus.MustNewConstMetric(descTCPReject, prometheus.CounterValue, float64(g.Server.RejectedTCP()))
-		u := g.Server.UDPStats()
+		// Summed over the listeners (one per --listen address).
+		var rejected, fast, oversize, short, writeErrs uint64
+		for _, srv := range g.Servers {
+			rejected += srv.RejectedTCP()
+			u := srv.UDPStats()
+			fast, oversize, short, writeErrs = fast+u.Fast.Load(), oversize+u.Oversize.Load(), short+u.Short.Load(), writeErrs+u.WriteErrors.Load()
+		}
+		ch <- prometheus.MustNewConstMetric(descTCPReject, prometheus.CounterValue, float64(rejected))
 		for _, o := range []struct {
 			kind string
 			v    uint64
-		}{{"fast", u.Fast.Load()}, {"oversize", u.Oversize.Load()}, {"short", u.Short.Load()}, {"write_error", u.WriteErrors.Load()}} {
+		}{{"fast", fast}, {"oversize", oversize}, {"short", short}, {"write_error", writeErrs}} {
 			ch <- prometheus.MustNewConstMetric(descUDP, prometheus.CounterValue, float64(o.v), o.kind)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +54,12 @@ type Config struct {
 	Version string
 	// Server is the DNS listener (Addr "127.0.0.1:5353" by default).
 	Server dnsserver.ServerConfig
+	// Listen, if set, are the DNS addresses instead of Server.Addr (an
+	// authoritative server bound to its service addresses: one IPv4 and
+	// one IPv6, say). Each is served over UDP and TCP by a server of its
+	// own with Server's settings, its limits (MaxTCPConns, ...) and
+	// timeouts per listener; all share the handler and the rate limiter.
+	Listen []string
 	// Locator locates clients (nil: no location; nearest falls back to
 	// the failover order).
 	Locator geo.Locator
@@ -78,10 +85,11 @@ type GSLB struct {
 	st      store.Node
 	log     *slog.Logger
 	Handler *dnsserver.Handler
-	Server  *dnsserver.Server
+	Server  *dnsserver.Server   // the first of Servers
+	Servers []*dnsserver.Server // one per listen address
 	mon     *probe.Monitor
 	rl      *rateLimiter           // nil: no rate limit
-	listen  atomic.Pointer[string] // the UDP address, once serving
+	listen  atomic.Pointer[string] // the UDP addresses (comma-separated), once serving
 	started time.Time
 
 	// down holds the VIPs the answers treat as down (Health.Up reads it
@@ -177,19 +185,40 @@ func New(st store.Node, cfg Config) (*GSLB, error) {
 	if g.rl = newRateLimiter(cfg.RRL); g.rl != nil {
 		cfg.Server.Allow = g.rl.Allow
 	}
-	g.Server = dnsserver.NewServer(cfg.Server, g.Handler)
+	addrs := cfg.Listen
+	if len(addrs) == 0 {
+		addrs = []string{cfg.Server.Addr}
+	}
+	for i, a := range addrs {
+		if slices.Contains(addrs[:i], a) {
+			return nil, fmt.Errorf("gslb: listen %s: given twice", a)
+		}
+		sc := cfg.Server
+		sc.Addr = a
+		g.Servers = append(g.Servers, dnsserver.NewServer(sc, g.Handler))
+	}
+	g.Server = g.Servers[0]
 	return g, nil
 }
 
 // Run serves DNS and follows the store until ctx ends. It returns an error
 // only when the listeners cannot be opened.
 func (g *GSLB) Run(ctx context.Context) error {
-	if err := g.Server.Start(); err != nil {
-		return err
+	var addrs []string
+	for i, srv := range g.Servers {
+		if err := srv.Start(); err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			for _, s := range g.Servers[:i] {
+				s.Shutdown(sctx)
+			}
+			cancel()
+			return err
+		}
+		addrs = append(addrs, srv.UDPAddr().String())
+		g.log.Info("gslb: serving DNS", "udp", srv.UDPAddr(), "tcp", srv.TCPAddr(), "vantage", g.cfg.Vantage)
 	}
-	addr := g.Server.UDPAddr().String()
+	addr := strings.Join(addrs, ",")
 	g.listen.Store(&addr)
-	g.log.Info("gslb: serving DNS", "udp", g.Server.UDPAddr(), "tcp", g.Server.TCPAddr(), "vantage", g.cfg.Vantage)
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)
@@ -218,9 +247,12 @@ func (g *GSLB) Run(ctx context.Context) error {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	err := g.Server.Shutdown(sctx)
+	var errs []error
+	for _, srv := range g.Servers {
+		errs = append(errs, srv.Shutdown(sctx))
+	}
 	wg.Wait()
-	return err
+	return errors.Join(errs...)
 }
 
 // follow rebuilds the catalog and the targets on every change of the

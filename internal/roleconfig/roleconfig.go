@@ -7,7 +7,7 @@
 // The file is YAML: a mapping of flag names to values. Strings, numbers
 // and booleans are scalars of the flag's type (a duration is a string
 // such as "5s"); a flag that takes a list (repeatable, or
-// comma-separated) takes a YAML list. Unknown keys, keys given twice,
+// comma-separated) takes a YAML list (Options.Single: or one scalar). Unknown keys, keys given twice,
 // values of the wrong type and values the flag refuses are errors naming
 // the file, the line and the key; all of them are reported at once.
 package roleconfig
@@ -39,6 +39,11 @@ type Options struct {
 	// ("etcd-endpoints"): the file may give them a YAML list, joined
 	// with commas, or the string itself.
 	Joined []string
+	// Single names list flags (repeatable) that took one value once
+	// (gslb's and pathd's "listen", announce's "vip"): the file may give
+	// them a list or, as a file written for the single value does, one
+	// scalar, a list of one.
+	Single []string
 }
 
 // Keys are the flags a file may set, sorted.
@@ -142,7 +147,7 @@ func parse(path string, data []byte, fs *pflag.FlagSet, o Options) ([]Entry, err
 			errs = append(errs, errors.New(msg))
 			continue
 		}
-		e, err := entry(f, v, slices.Contains(o.Joined, name))
+		e, err := entry(f, v, slices.Contains(o.Joined, name), slices.Contains(o.Single, name))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: key %q: %w", at, name, err))
 			continue
@@ -180,7 +185,7 @@ var want = map[string]string{
 	"string":   "a string",
 }
 
-func entry(f *pflag.Flag, v *yaml.Node, joined bool) (Entry, error) {
+func entry(f *pflag.Flag, v *yaml.Node, joined, single bool) (Entry, error) {
 	k := kind(f.Value.Type())
 	if v.Kind == yaml.AliasNode {
 		return Entry{}, errors.New("YAML aliases are not taken: write the value")
@@ -197,6 +202,9 @@ func entry(f *pflag.Flag, v *yaml.Node, joined bool) (Entry, error) {
 			return Entry{}, errors.New("an empty list: give at least one item, or remove the key to keep the default")
 		}
 		return Entry{Values: []string{strings.Join(items, ",")}}, nil
+	}
+	if k == "list" && single && v.Kind == yaml.ScalarNode && (v.Tag == "!!str" || v.Tag == "!!int") {
+		return Entry{List: true, Values: []string{v.Value}}, nil
 	}
 	if k == "list" {
 		if v.Kind != yaml.SequenceNode {

@@ -214,3 +214,25 @@ func TestJoinedList(t *testing.T) {
 		t.Errorf("a list for name: %v", err)
 	}
 }
+
+// A Single list flag takes one scalar (a file written when the flag took
+// one value) or a list; other list flags still want a list.
+func TestSingleList(t *testing.T) {
+	o := Options{Skip: []string{"config"}, Single: []string{"health-command"}}
+	var s settings
+	if err := Load(writeFile(t, "health-command: /bin/true\n"), flagSet(&s), o); err != nil || !reflect.DeepEqual(s.health, []string{"/bin/true"}) {
+		t.Fatalf("a scalar: %q, %v", s.health, err)
+	}
+	s = settings{}
+	if err := Load(writeFile(t, "health-command: [/bin/true, /bin/false]\n"), flagSet(&s), o); err != nil || !reflect.DeepEqual(s.health, []string{"/bin/true", "/bin/false"}) {
+		t.Fatalf("a list: %q, %v", s.health, err)
+	}
+	for _, bad := range []string{"health-command: true\n", "health-command:\n", "health-command: {a: b}\n"} {
+		if err := Load(writeFile(t, bad), flagSet(&s), o); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if err := Load(writeFile(t, "attach: eth0\n"), flagSet(&s), o); err == nil || !strings.Contains(err.Error(), "want a list") {
+		t.Errorf("a scalar for attach (not Single): %v", err)
+	}
+}
