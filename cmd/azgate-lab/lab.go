@@ -306,6 +306,9 @@ func labGSLBCommand(cfg *lab.Config) *cobra.Command {
 servers each running the announcer and a Redis replica, the region's Redis
 primary, a gslb instance (one vantage point; authoritative for example.)
 and a prober that reports to pathd.example; a core router and two origins.
+The regions are dual-stack: each has an IPv4 and an IPv6 VIP (both
+announced by the same announcers, the IPv6 one over MP-BGP), the record
+answers A and AAAA per region, the gslb instances listen on both families.
 Its namespaces start with azgg- and its state is in /run/azgate-gslblab
 unless --prefix and --state-dir say otherwise.`,
 	}

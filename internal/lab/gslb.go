@@ -20,8 +20,12 @@ package lab
 //	     through the GSLB name pathd.example and reports every second
 //
 // Every address is from the benchmarking (198.18.0.0/15) and
-// documentation (192.0.2.0/24, 203.0.113.0/24) ranges; nothing links to
-// the machine's network.
+// documentation (192.0.2.0/24, 203.0.113.0/24, 2001:db8::/32) ranges;
+// nothing links to the machine's network. The regions are dual-stack
+// (issue 21): every link but the origins' has an IPv6 /64 beside its
+// IPv4 /31, each region a v6 VIP beside its v4 one (the same servers, the
+// same announcer, MP-BGP on the same session), the GSLB record a v4 and a
+// v6 target per region, the gslb instances listen on both families.
 
 import (
 	"context"
@@ -101,6 +105,48 @@ func RegionVIP(r GSLBRegion) netip.Addr {
 	return netip.AddrFrom4([4]byte{192, 0, 2, byte(10 * r.Index)})
 }
 
+// RegionVIP6 is the region's IPv6 VIP, 2001:db8:10::R0, served by the
+// same servers as RegionVIP.
+func RegionVIP6(r GSLBRegion) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:10::%d0", r.Index))
+}
+
+// The IPv6 side of the lab (docs/lab.md, "The GSLB lab"), 2001:db8::/32:
+// the k-th link of region R's segment is 2001:db8:18:R0k::/64 (router
+// ::1, node ::2; the region's segments are inside 2001:db8:18:R00::/56),
+// its router's link to core 2001:db8:18:c0R::/64 (core ::1, router ::2),
+// its prober's link 2001:db8:20R::/64 (router ::1, prober ::10) inside
+// the client network 2001:db8:20R::/48 the prefix map places in the
+// region.
+func segRouter6(r GSLBRegion, k int) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:18:%d%02d::1", r.Index, k))
+}
+func segNode6(r GSLBRegion, k int) netip.Addr { return segRouter6(r, k).Next() }
+func segNet6(r GSLBRegion) netip.Prefix {
+	return netip.MustParsePrefix(fmt.Sprintf("2001:db8:18:%d00::/56", r.Index))
+}
+func coreSide6(r GSLBRegion) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:18:c0%d::1", r.Index))
+}
+func rtrUp6(r GSLBRegion) netip.Addr { return coreSide6(r).Next() }
+
+// ProberAddr6 is a region's prober's IPv6 address.
+func ProberAddr6(r GSLBRegion) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:20%d::10", r.Index))
+}
+func proberGW6(r GSLBRegion) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:20%d::1", r.Index))
+}
+
+// ProberNet6 is a region's IPv6 client network, in the prefix map: an
+// ECS query from inside it is answered with scope 48.
+func ProberNet6(r GSLBRegion) netip.Prefix {
+	return netip.MustParsePrefix(fmt.Sprintf("2001:db8:20%d::/48", r.Index))
+}
+
+// DNSAddr6 is a region's gslb instance's IPv6 address.
+func DNSAddr6(r GSLBRegion) netip.Addr { return segNode6(r, segDNS) }
+
 // segRouter and segNode are the router's and the node's ends of the k-th
 // /31 of a region's segment, 198.18.R.2k/31.
 func segRouter(r GSLBRegion, k int) netip.Addr {
@@ -144,11 +190,17 @@ func BuildGSLB(prefix string) *Topology {
 		add(rtr, "router")
 		t.Node(rtr).AZ = r.Name
 		t.link("core", r.Name, coreSide(r).String()+"/31", rtr, "core", rtrUp(r).String()+"/31", 1500)
+		t.addr6("core", r.Name, coreSide6(r).String()+"/64")
+		t.addr6(rtr, "core", rtrUp6(r).String()+"/64")
 		t.routes = append(t.routes,
 			route{rtr, "default", coreSide(r).String(), "core"},
 			route{"core", fmt.Sprintf("198.18.%d.0/24", r.Index), rtrUp(r).String(), r.Name},
 			route{"core", proberNet(r).String(), rtrUp(r).String(), r.Name},
 			route{"core", RegionVIP(r).String() + "/32", rtrUp(r).String(), r.Name},
+			route{rtr, "::/0", coreSide6(r).String(), "core"},
+			route{"core", segNet6(r).String(), rtrUp6(r).String(), r.Name},
+			route{"core", ProberNet6(r).String(), rtrUp6(r).String(), r.Name},
+			route{"core", RegionVIP6(r).String() + "/128", rtrUp6(r).String(), r.Name},
 		)
 		seg := map[int]string{segDB: r.Name + "-db", segDNS: r.Name + "-dns", segRly: r.Name + "-rly"}
 		for k := 1; k <= GSLBServers; k++ {
@@ -158,14 +210,21 @@ func BuildGSLB(prefix string) *Topology {
 			n := seg[k]
 			add(n, "server")
 			t.Node(n).AZ = r.Name
-			t.link(rtr, strings.TrimPrefix(n, r.Name+"-"), segRouter(r, k).String()+"/31", n, "eth0", segNode(r, k).String()+"/31", 1500)
-			t.routes = append(t.routes, route{n, "default", segRouter(r, k).String(), "eth0"})
+			dev := strings.TrimPrefix(n, r.Name+"-")
+			t.link(rtr, dev, segRouter(r, k).String()+"/31", n, "eth0", segNode(r, k).String()+"/31", 1500)
+			t.addr6(rtr, dev, segRouter6(r, k).String()+"/64")
+			t.addr6(n, "eth0", segNode6(r, k).String()+"/64")
+			t.routes = append(t.routes, route{n, "default", segRouter(r, k).String(), "eth0"},
+				route{n, "::/0", segRouter6(r, k).String(), "eth0"})
 		}
 		prb := r.Name + "-prb"
 		add(prb, "internet")
 		t.Node(prb).AZ = r.Name
 		t.link(rtr, "prb", ProberAddr(r).Prev().String()+"/31", prb, "eth0", ProberAddr(r).String()+"/31", 1500)
-		t.routes = append(t.routes, route{prb, "default", ProberAddr(r).Prev().String(), "eth0"})
+		t.addr6(rtr, "prb", proberGW6(r).String()+"/64")
+		t.addr6(prb, "eth0", ProberAddr6(r).String()+"/64")
+		t.routes = append(t.routes, route{prb, "default", ProberAddr(r).Prev().String(), "eth0"},
+			route{prb, "::/0", proberGW6(r).String(), "eth0"})
 	}
 	for j := range GSLBOrigins {
 		o := GSLBOrigins[j]
@@ -332,10 +391,12 @@ func (g *GSLBLab) up(ctx context.Context) error {
 			return err
 		}
 	}
-	g.say("waiting for every region's VIP to be routed over its %d servers", GSLBServers)
+	g.say("waiting for every region's VIPs (IPv4 and IPv6) to be routed over its %d servers", GSLBServers)
 	for _, r := range GSLBRegions {
-		if _, err := g.WaitVIPHops(ctx, r, GSLBServers, 60*time.Second); err != nil {
-			return err
+		for _, vip := range []netip.Addr{RegionVIP(r), RegionVIP6(r)} {
+			if _, err := g.WaitHops(ctx, r, vip, GSLBServers, 60*time.Second); err != nil {
+				return err
+			}
 		}
 	}
 	g.say("starting a gslb instance per region (a vantage point each) and the probers")
@@ -345,7 +406,10 @@ func (g *GSLBLab) up(ctx context.Context) error {
 		}
 	}
 	for _, r := range GSLBRegions {
-		if err := g.waitAnswer(ctx, r, r, RegionVIP(r), 30*time.Second); err != nil {
+		if err := g.waitAnswer(ctx, r, r, DigA, RegionVIP(r), 30*time.Second); err != nil {
+			return err
+		}
+		if err := g.waitAnswer(ctx, r, r, DigAAAA6, RegionVIP6(r), 30*time.Second); err != nil {
 			return err
 		}
 	}
@@ -381,24 +445,29 @@ func (g *GSLBLab) writeSecrets() error {
 	pm.WriteString("# the GSLB lab's client networks (lab/gslb.go)\n")
 	for _, r := range GSLBRegions {
 		fmt.Fprintf(&pm, "%s %s %g %g\n", proberNet(r), r.Name, r.Lat, r.Lon)
+		fmt.Fprintf(&pm, "%s %s %g %g\n", ProberNet6(r), r.Name, r.Lat, r.Lon)
 	}
 	return os.WriteFile(filepath.Join(g.Cfg.StateDir, "prefix-map"), []byte(pm.String()), 0o600)
 }
 
 // GSLBDocument is the lab's DNS zone and its GSLB record: pathd.example,
-// nearest healthy region, each VIP probed over HTTP on /healthz.
+// nearest healthy region, a v4 and a v6 target per region (A answers
+// from the first, AAAA from the second, each with its own health), each
+// VIP probed over HTTP on /healthz in its own family.
 func GSLBDocument() *model.Document {
 	d := &model.Document{}
 	z := model.DNSZone{Name: GSLBZone, NS: []string{"ns1.example."}, TTL: 60}
 	for _, r := range GSLBRegions {
-		z.Records = append(z.Records, model.ZoneRecord{Name: "ns1", Type: "A", Value: DNSAddr(r).String()})
+		z.Records = append(z.Records, model.ZoneRecord{Name: "ns1", Type: "A", Value: DNSAddr(r).String()},
+			model.ZoneRecord{Name: "ns1", Type: "AAAA", Value: DNSAddr6(r).String()})
 	}
 	d.DNSZones = append(d.DNSZones, z)
 	rec := model.GSLBRecord{Name: GSLBName, Zone: GSLBZone, Policy: "nearest", TTL: 1,
 		Probe: &model.GSLBProbe{Kind: "http", Port: PathdPort, Path: "/healthz",
 			Interval: model.Duration(gslbProbeInterval), Timeout: model.Duration(400 * time.Millisecond), Rise: 2, Fall: gslbProbeFall}}
 	for _, r := range GSLBRegions {
-		rec.Targets = append(rec.Targets, model.GSLBTarget{VIP: RegionVIP(r), Region: r.Name, Weight: 1, Order: r.Index, Lat: r.Lat, Lon: r.Lon})
+		rec.Targets = append(rec.Targets, model.GSLBTarget{VIP: RegionVIP(r), Region: r.Name, Weight: 1, Order: r.Index, Lat: r.Lat, Lon: r.Lon},
+			model.GSLBTarget{VIP: RegionVIP6(r), Region: r.Name, Weight: 1, Order: r.Index, Lat: r.Lat, Lon: r.Lon})
 	}
 	d.GSLBRecords = append(d.GSLBRecords, rec)
 	return d
@@ -482,8 +551,8 @@ func cmdlineHas(pid int, words ...string) bool {
 }
 
 // GSLBBirdConfig is a region router's BIRD configuration: one passive
-// iBGP-free session (eBGP) per server, every route to the kernel, equal
-// routes merged (ECMP).
+// iBGP-free session (eBGP) per server carrying IPv4 and IPv6 unicast,
+// every route to the kernel, equal routes merged (ECMP).
 func GSLBBirdConfig(r GSLBRegion) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# azgate GSLB lab: region %s's router (generated by internal/lab/gslb.go)
@@ -498,6 +567,12 @@ protocol kernel {
 	scan time 10;
 }
 
+protocol kernel {
+	ipv6 { import none; export all; };
+	merge paths on;
+	scan time 10;
+}
+
 template bgp server {
 	local as %d;
 	passive on;
@@ -506,8 +581,11 @@ template bgp server {
 	error wait time 1, 2;
 	error forget time 10;
 	ipv4 { import where net = %v/32; export none; };
+	# the IPv6 VIP over MP-BGP on the same (IPv4) session, the server's
+	# IPv6 address on the segment as next hop
+	ipv6 { import where net = %v/128; export none; };
 }
-`, r.Name, rtrUp(r), gslbRouterASN+r.Index, gslbHold, RegionVIP(r))
+`, r.Name, rtrUp(r), gslbRouterASN+r.Index, gslbHold, RegionVIP(r), RegionVIP6(r))
 	for k := 1; k <= GSLBServers; k++ {
 		fmt.Fprintf(&b, "\nprotocol bgp s%d from server {\n\tlocal %v as %d;\n\tneighbor %v as %d;\n}\n",
 			k, segRouter(r, k), gslbRouterASN+r.Index, segNode(r, k), gslbServerASN+r.Index)
@@ -525,13 +603,16 @@ func (g *GSLBLab) birdFile(r GSLBRegion, ext string) string {
 // back to core) and starts BIRD.
 func (g *GSLBLab) startRegionRouter(r GSLBRegion) error {
 	n := g.Topo.Node(r.Name + "-rtr")
-	for k, v := range map[string]string{"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.conf.all.ignore_routes_with_linkdown": "1"} {
+	for k, v := range map[string]string{"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.conf.all.ignore_routes_with_linkdown": "1",
+		"net.ipv6.fib_multipath_hash_policy": "1", "net.ipv6.conf.all.ignore_routes_with_linkdown": "1"} {
 		if err := netns.Sysctl(n.Netns, k, v); err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
 	}
-	if out, err := netns.Command(n.Netns, "ip", "route", "add", "unreachable", RegionVIP(r).String()+"/32", "metric", "4000").CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: unreachable fallback for %v: %v: %s", n.Name, RegionVIP(r), err, out)
+	for _, p := range []netip.Prefix{netip.PrefixFrom(RegionVIP(r), 32), netip.PrefixFrom(RegionVIP6(r), 128)} {
+		if out, err := netns.Command(n.Netns, "ip", family(p.Addr()), "route", "add", "unreachable", p.String(), "metric", "4000").CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: unreachable fallback for %v: %v: %s", n.Name, p, err, out)
+		}
 	}
 	if err := os.WriteFile(g.birdFile(r, "conf"), []byte(GSLBBirdConfig(r)), 0o600); err != nil {
 		return err
@@ -578,11 +659,12 @@ func redisProc(dir string, pid int) *Proc {
 }
 
 // StartPathd starts pathd on server k of a region: on every address of
-// its namespace at PathdPort (the VIP routed to it, and its own), the
+// its namespace at PathdPort, both families (the VIPs routed to it, and
+// its own), the
 // region's primary, its local replica, the other regions as peers.
 func (g *GSLBLab) StartPathd(r GSLBRegion, k int) error {
 	node := ServerNode(r, k)
-	args := []string{"pathd", "--listen", fmt.Sprintf("0.0.0.0:%d", PathdPort),
+	args := []string{"pathd", "--listen", fmt.Sprintf("[::]:%d", PathdPort),
 		"--region", r.Name, "--instance", fmt.Sprintf("s%d", k),
 		"--token-file", g.secret("token"),
 		"--redis", "redis://" + netip.AddrPortFrom(segNode(r, segDB), 6379).String(),
@@ -594,32 +676,75 @@ func (g *GSLBLab) StartPathd(r GSLBRegion, k int) error {
 				"--peer-token-file", o.Name+"="+g.secret(peerSecret(r.Name, o.Name)))
 		}
 	}
-	// The VIP on lo: what the router sends to this server is local.
-	if out, err := netns.Command(g.Topo.Node(node).Netns, "ip", "addr", "replace", RegionVIP(r).String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: VIP on lo: %v: %s", node, err, out)
+	// The VIPs on lo: what the router sends to this server is local.
+	if err := g.VIPOnLo(r, k, RegionVIP(r), true); err != nil {
+		return err
+	}
+	if err := g.VIPOnLo(r, k, RegionVIP6(r), true); err != nil {
+		return err
 	}
 	return g.spawnRole(node, "pathd", args...)
 }
 
-// startAnnouncer starts the announcer of server k: the VIP to the
-// region's router while pathd's /healthz and the local Redis answer.
+// VIPOnLo puts a VIP on server k's lo (on) or takes it off: without it
+// the router still sends the VIP's packets there (the announcer does not
+// check it) but nothing answers them, so the GSLB's probes of it fail.
+func (g *GSLBLab) VIPOnLo(r GSLBRegion, k int, vip netip.Addr, on bool) error {
+	op := "replace"
+	if !on {
+		op = "del"
+	}
+	node := ServerNode(r, k)
+	if out, err := netns.Command(g.Topo.Node(node).Netns, "ip", family(vip), "addr", op, netip.PrefixFrom(vip, vip.BitLen()).String(), "dev", "lo").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: VIP %v on lo (%s): %v: %s", node, vip, op, err, out)
+	}
+	return nil
+}
+
+// family is ip's family flag for an address.
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "-4"
+	}
+	return "-6"
+}
+
+// startAnnouncer starts the announcer of server k: both VIPs to the
+// region's router (the v6 one over MP-BGP on the IPv4 session, its
+// IPv6 segment address as next hop) while pathd's /healthz and the local
+// Redis answer.
 func (g *GSLBLab) startAnnouncer(r GSLBRegion, k int) error {
 	return g.spawnRole(ServerNode(r, k), "announce", "announce",
-		"--vip", RegionVIP(r).String()+"/32", "--asn", strconv.Itoa(gslbServerASN+r.Index),
+		"--vip", RegionVIP(r).String()+"/32", "--vip", RegionVIP6(r).String()+"/128", "--asn", strconv.Itoa(gslbServerASN+r.Index),
 		"--peer", fmt.Sprintf("%v:%d", segRouter(r, k), gslbRouterASN+r.Index),
-		"--next-hop", segNode(r, k).String(), "--local-address", segNode(r, k).String(),
+		"--next-hop", segNode(r, k).String(), "--next-hop6", segNode6(r, k).String(), "--local-address", segNode(r, k).String(),
 		"--check", fmt.Sprintf("http://127.0.0.1:%d/healthz", PathdPort), "--check", "tcp://127.0.0.1:6379",
 		"--interval", "500ms", "--timeout", "400ms", "--rise", "2", "--fall", "2", "--hold", fmt.Sprintf("%ds", gslbHold))
 }
 
 // startGSLB starts a region's gslb instance: authoritative on its
-// address, port 53, its vantage point named after the region.
+// addresses (IPv4 and IPv6), port 53, its vantage point named after the
+// region.
 func (g *GSLBLab) startGSLB(r GSLBRegion) error {
 	return g.spawnRole(r.Name+"-dns", "gslb", "gslb", "--name", "dns-"+r.Name, "--vantage", r.Name,
-		"--listen", netip.AddrPortFrom(DNSAddr(r), 53).String(),
+		"--listen", netip.AddrPortFrom(DNSAddr(r), 53).String(), "--listen", netip.AddrPortFrom(DNSAddr6(r), 53).String(),
 		"--prefix-map", filepath.Join(g.Cfg.StateDir, "prefix-map"),
 		"--etcd-endpoints", g.etcdFlag(), "--view-interval", "500ms",
 		"--metrics-listen", "127.0.0.1:9467")
+}
+
+// ProberV6 says whether a region's prober reports over IPv6 (ap's: it
+// resolves pathd.example AAAA first, through the gslb instances' IPv6
+// addresses, and posts to the region's v6 VIP); the others use IPv4.
+func ProberV6(r GSLBRegion) bool { return r.Name == "ap" }
+
+// ReportVIP is the VIP a region's prober reports to while its region is
+// healthy, or, for another region's, while it reports there.
+func ReportVIP(prober, to GSLBRegion) netip.Addr {
+	if ProberV6(prober) {
+		return RegionVIP6(to)
+	}
+	return RegionVIP(to)
 }
 
 // startProber starts a region's prober: it measures every relay and
@@ -629,10 +754,15 @@ func (g *GSLBLab) startProber(r GSLBRegion) error {
 	args := []string{"prober", "--node", "edge-" + r.Name, "--interval", "1s", "--probes", "3", "--timeout", "500ms",
 		"--report-url", fmt.Sprintf("http://%s:%d/v1/reports", GSLBName, PathdPort),
 		"--token-file", g.secret("token"), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", proberMetricsPort)}
-	args = append(args, "--dns", netip.AddrPortFrom(DNSAddr(r), 53).String())
+	dnsAddr := DNSAddr
+	if ProberV6(r) {
+		dnsAddr = DNSAddr6
+		args = append(args, "--report-family", "ipv6")
+	}
+	args = append(args, "--dns", netip.AddrPortFrom(dnsAddr(r), 53).String())
 	for _, o := range GSLBRegions {
 		if o != r {
-			args = append(args, "--dns", netip.AddrPortFrom(DNSAddr(o), 53).String())
+			args = append(args, "--dns", netip.AddrPortFrom(dnsAddr(o), 53).String())
 		}
 	}
 	for _, o := range GSLBRegions {

@@ -19,8 +19,12 @@ import (
 // VIPHops returns the next hops of a region's VIP in its router's kernel
 // table (the servers BIRD learnt it from), sorted; none when only the
 // unreachable fallback is left.
-func (g *GSLBLab) VIPHops(r GSLBRegion) ([]netip.Addr, error) {
-	out, err := netns.Command(g.Topo.Node(r.Name+"-rtr").Netns, "ip", "-j", "route", "show", RegionVIP(r).String()+"/32").Output()
+func (g *GSLBLab) VIPHops(r GSLBRegion) ([]netip.Addr, error) { return g.Hops(r, RegionVIP(r)) }
+
+// Hops returns the next hops of one of a region's VIPs (IPv4 or IPv6) in
+// its router's kernel table, sorted.
+func (g *GSLBLab) Hops(r GSLBRegion, vip netip.Addr) ([]netip.Addr, error) {
+	out, err := netns.Command(g.Topo.Node(r.Name+"-rtr").Netns, "ip", family(vip), "-j", "route", "show", netip.PrefixFrom(vip, vip.BitLen()).String()).Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s-rtr: ip route: %w", r.Name, err)
 	}
@@ -56,16 +60,21 @@ func (g *GSLBLab) VIPHops(r GSLBRegion) ([]netip.Addr, error) {
 // WaitVIPHops waits until the region's VIP has n next hops and returns
 // how long that took.
 func (g *GSLBLab) WaitVIPHops(ctx context.Context, r GSLBRegion, n int, timeout time.Duration) (time.Duration, error) {
+	return g.WaitHops(ctx, r, RegionVIP(r), n, timeout)
+}
+
+// WaitHops waits until one of the region's VIPs has n next hops.
+func (g *GSLBLab) WaitHops(ctx context.Context, r GSLBRegion, vip netip.Addr, n int, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	var last []netip.Addr
 	for {
-		hops, err := g.VIPHops(r)
+		hops, err := g.Hops(r, vip)
 		if err == nil && len(hops) == n {
 			return time.Since(start), nil
 		}
 		last = hops
 		if time.Since(start) > timeout {
-			return 0, fmt.Errorf("%s: VIP %v has next hops %v after %v, want %d", r.Name, RegionVIP(r), last, timeout, n)
+			return 0, fmt.Errorf("%s: VIP %v has next hops %v after %v, want %d", r.Name, vip, last, timeout, n)
 		}
 		select {
 		case <-ctx.Done():
@@ -75,35 +84,107 @@ func (g *GSLBLab) WaitVIPHops(ctx context.Context, r GSLBRegion, n int, timeout 
 	}
 }
 
-// Resolve asks region via's gslb for pathd.example from region from's
-// prober namespace (so the answer is located by the prober's address),
-// with dig.
+// DigQuery is a question the lab asks a gslb instance for pathd.example:
+// its type (A or AAAA), the transport's family (IPv6: the instance's
+// IPv6 address, from the prober's), and an ECS source prefix ("" none).
+type DigQuery struct {
+	Type   string
+	V6     bool
+	Subnet string
+}
+
+// The questions of the demo: A over IPv4, AAAA over IPv6.
+var (
+	DigA     = DigQuery{Type: "A"}
+	DigAAAA6 = DigQuery{Type: "AAAA", V6: true}
+)
+
+func (q DigQuery) String() string {
+	s := q.Type + " over IPv4"
+	if q.V6 {
+		s = q.Type + " over IPv6"
+	}
+	if q.Subnet != "" {
+		s += " ECS " + q.Subnet
+	}
+	return s
+}
+
+// DigAnswer is the first address of a dig answer and, with ECS in the
+// query, the answer's ECS scope (-1 without ECS in the answer).
+type DigAnswer struct {
+	Addr  netip.Addr
+	Scope int
+}
+
+// Resolve asks region via's gslb for pathd.example A over IPv4 from
+// region from's prober namespace (so the answer is located by the
+// prober's address), with dig.
 func (g *GSLBLab) Resolve(ctx context.Context, from, via GSLBRegion) (netip.Addr, error) {
+	a, err := g.Dig(ctx, from, via, DigA)
+	return a.Addr, err
+}
+
+// Dig asks region via's gslb a question for pathd.example from region
+// from's prober namespace, with dig.
+func (g *GSLBLab) Dig(ctx context.Context, from, via GSLBRegion, q DigQuery) (DigAnswer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	cmd := netns.Command(g.Topo.Node(from.Name+"-prb").Netns, "dig", "+short", "+time=1", "+tries=1",
-		"@"+DNSAddr(via).String(), GSLBName, "A")
+	server := DNSAddr(via)
+	if q.V6 {
+		server = DNSAddr6(via)
+	}
+	args := []string{"dig", "+noall", "+answer", "+comments", "+time=1", "+tries=1", "+notcp", "@" + server.String(), GSLBName, q.Type}
+	if q.Subnet != "" {
+		args = append(args, "+subnet="+q.Subnet)
+	}
+	cmd := netns.Command(g.Topo.Node(from.Name+"-prb").Netns, args...)
 	out, err := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...).Output()
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("dig @%v %s from %s-prb: %w", DNSAddr(via), GSLBName, from.Name, err)
+		return DigAnswer{}, fmt.Errorf("dig @%v %s %s from %s-prb: %w", server, GSLBName, q.Type, from.Name, err)
 	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	a, err := netip.ParseAddr(line)
+	a, err := parseDig(string(out), q.Type)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("dig @%v %s from %s-prb: answer %q", DNSAddr(via), GSLBName, from.Name, out)
+		return DigAnswer{}, fmt.Errorf("dig @%v %s %s from %s-prb: %w", server, GSLBName, q.Type, from.Name, err)
 	}
 	return a, nil
 }
 
-func (g *GSLBLab) waitAnswer(ctx context.Context, from, via GSLBRegion, want netip.Addr, timeout time.Duration) error {
+// parseDig reads dig's +noall +answer +comments output: the first answer
+// of the type and the scope of the CLIENT-SUBNET line
+// ("; CLIENT-SUBNET: 2001:db8:201:ff00::/56/48").
+func parseDig(out, qtype string) (DigAnswer, error) {
+	a := DigAnswer{Scope: -1}
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "; CLIENT-SUBNET: "); ok {
+			i := strings.LastIndexByte(rest, '/')
+			if n, err := strconv.Atoi(strings.TrimSpace(rest[i+1:])); i >= 0 && err == nil {
+				a.Scope = n
+			}
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 5 && !strings.HasPrefix(line, ";") && f[3] == qtype && !a.Addr.IsValid() {
+			if ip, err := netip.ParseAddr(f[4]); err == nil {
+				a.Addr = ip
+			}
+		}
+	}
+	if !a.Addr.IsValid() {
+		return a, fmt.Errorf("no %s in the answer %q", qtype, out)
+	}
+	return a, nil
+}
+
+func (g *GSLBLab) waitAnswer(ctx context.Context, from, via GSLBRegion, q DigQuery, want netip.Addr, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		a, err := g.Resolve(ctx, from, via)
-		if err == nil && a == want {
+		a, err := g.Dig(ctx, from, via, q)
+		if err == nil && a.Addr == want {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s's gslb answers %s-prb %v (%v), want %v after %v", via.Name, from.Name, a, err, want, timeout)
+			return fmt.Errorf("%s's gslb answers %s-prb %s with %v (%v), want %v after %v", via.Name, from.Name, q, a.Addr, err, want, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -232,6 +313,13 @@ type GSLBDemoResult struct {
 	Lost float64
 	// Retried: POSTs eu-prb retried over both failures.
 	Retried float64
+	// V6Answer: from eu's v6 VIP taken off its servers (its probes
+	// failing, the v4 VIP untouched) to eu's gslb answering eu-prb's
+	// AAAA with us's v6 VIP.
+	V6Answer time.Duration
+	// ECSScope6: the scope of eu's gslb's answer to an AAAA query with
+	// an IPv6 ECS /56 inside eu's client network 2001:db8:201::/48.
+	ECSScope6 int
 }
 
 // DemoGSLB walks through the GSLB lab's scenario (docs/lab.md, "The GSLB
@@ -248,21 +336,81 @@ func (g *GSLBLab) DemoGSLB(ctx context.Context) (GSLBDemoResult, error) {
 
 func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	eu, us := GSLBRegions[0], GSLBRegions[1]
-	g.say("\n== 1. every prober resolves pathd.example to its own region and reports there")
+	g.say("\n== 1. every prober resolves pathd.example to its own region (A over IPv4, AAAA over IPv6) and reports there")
 	for _, r := range GSLBRegions {
-		a, err := g.Resolve(ctx, r, r)
+		a, err := g.Dig(ctx, r, r, DigA)
 		if err != nil {
 			return err
 		}
-		hops, _ := g.VIPHops(r)
-		_, s, err := g.WaitProber(ctx, r, RegionVIP(r), 10, 30*time.Second)
+		a6, err := g.Dig(ctx, r, r, DigAAAA6)
 		if err != nil {
 			return err
 		}
-		g.say("   %s-prb (%v): pathd.example is %v; %s-rtr spreads it over %d servers %v; %v reports sent", r.Name, ProberAddr(r), a, r.Name, len(hops), hops, s.Sent)
+		if a.Addr != RegionVIP(r) || a6.Addr != RegionVIP6(r) {
+			return fmt.Errorf("%s's gslb answers %s-prb A %v, AAAA %v; want %v, %v", r.Name, r.Name, a.Addr, a6.Addr, RegionVIP(r), RegionVIP6(r))
+		}
+		hops, _ := g.Hops(r, RegionVIP(r))
+		hops6, _ := g.Hops(r, RegionVIP6(r))
+		_, s, err := g.WaitProber(ctx, r, ReportVIP(r, r), 10, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		over := "IPv4"
+		if ProberV6(r) {
+			over = "IPv6"
+		}
+		g.say("   %s-prb (%v, %v): pathd.example A %v, AAAA %v", r.Name, ProberAddr(r), ProberAddr6(r), a.Addr, a6.Addr)
+		g.say("      %s-rtr spreads them over %d servers %v and %v; %v reports sent over %s", r.Name, len(hops), hops, hops6, s.Sent, over)
+	}
+	ecs := DigQuery{Type: "AAAA", V6: true, Subnet: "2001:db8:201:ff00::/56"}
+	a, err := g.Dig(ctx, us, eu, ecs)
+	if err != nil {
+		return err
+	}
+	res.ECSScope6 = a.Scope
+	g.say("   us-prb asks eu's gslb AAAA with IPv6 ECS %s (eu's client network 2001:db8:201::/48): %v, scope /%d", ecs.Subnet, a.Addr, a.Scope)
+	if a.Addr != RegionVIP6(eu) || a.Scope != ProberNet6(eu).Bits() {
+		return fmt.Errorf("AAAA with ECS %s answered %v scope %d, want %v scope %d", ecs.Subnet, a.Addr, a.Scope, RegionVIP6(eu), ProberNet6(eu).Bits())
 	}
 
-	g.say("\n== 2. eu-s1's pathd dies (SIGKILL): its announcer withdraws eu's VIP from eu-rtr; no report lost")
+	g.say("\n== 2. eu's IPv6 VIP fails its probes (taken off its servers' lo; the announcers keep it routed): AAAA moves to us, A stays in eu")
+	t0 := time.Now()
+	for k := 1; k <= GSLBServers; k++ {
+		if err := g.VIPOnLo(eu, k, RegionVIP6(eu), false); err != nil {
+			return err
+		}
+	}
+	if err := g.waitAnswer(ctx, eu, eu, DigAAAA6, RegionVIP6(us), 10*time.Second); err != nil {
+		return err
+	}
+	res.V6Answer = time.Since(t0)
+	a, err = g.Dig(ctx, eu, eu, DigA)
+	if err != nil {
+		return err
+	}
+	hops6, err := g.Hops(eu, RegionVIP6(eu))
+	if err != nil {
+		return err
+	}
+	g.say("   eu's gslb answers eu-prb AAAA %v after %v; A still %v; eu-rtr still routes %v over %v", RegionVIP6(us), res.V6Answer.Round(time.Millisecond), a.Addr, RegionVIP6(eu), hops6)
+	if a.Addr != RegionVIP(eu) {
+		return fmt.Errorf("eu's v6 VIP down moved A too: %v, want %v", a.Addr, RegionVIP(eu))
+	}
+	if len(hops6) != GSLBServers {
+		return fmt.Errorf("eu's v6 VIP has next hops %v while its probes fail, want the %d servers still announcing it", hops6, GSLBServers)
+	}
+	for k := 1; k <= GSLBServers; k++ {
+		if err := g.VIPOnLo(eu, k, RegionVIP6(eu), true); err != nil {
+			return err
+		}
+	}
+	t0 = time.Now()
+	if err := g.waitAnswer(ctx, eu, eu, DigAAAA6, RegionVIP6(eu), 10*time.Second); err != nil {
+		return err
+	}
+	g.say("   eu's v6 VIP back on lo: AAAA is eu's %v again %v later", RegionVIP6(eu), time.Since(t0).Round(100*time.Millisecond))
+
+	g.say("\n== 3. eu-s1's pathd dies (SIGKILL): its announcer withdraws eu's VIP from eu-rtr; no report lost")
 	before, err := g.Prober(ctx, eu)
 	if err != nil {
 		return err
@@ -296,12 +444,12 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	}
 	g.say("   eu-s1's pathd restarted: announced again %v later", took.Round(100*time.Millisecond))
 
-	g.say("\n== 3. the whole of eu dies (every pathd SIGKILLed): the GSLB moves eu's prober to us; no report lost")
+	g.say("\n== 4. the whole of eu dies (every pathd SIGKILLed): the GSLB moves eu's prober to us; no report lost")
 	before, err = g.Prober(ctx, eu)
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	for k := 1; k <= GSLBServers; k++ {
 		if err := g.Kill(fmt.Sprintf("eu-s%d/pathd", k), syscall.SIGKILL); err != nil {
 			return err
@@ -311,10 +459,13 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 		return err
 	}
 	withdrawn := time.Since(t0)
-	if err := g.waitAnswer(ctx, eu, eu, RegionVIP(us), 10*time.Second); err != nil {
+	if err := g.waitAnswer(ctx, eu, eu, DigA, RegionVIP(us), 10*time.Second); err != nil {
 		return err
 	}
 	answered := time.Since(t0)
+	if err := g.waitAnswer(ctx, eu, eu, DigAAAA6, RegionVIP6(us), 10*time.Second); err != nil {
+		return err
+	}
 	moved, s, err := g.WaitProber(ctx, eu, RegionVIP(us), before.Sent+1, 15*time.Second)
 	if err != nil {
 		return err
@@ -325,8 +476,8 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 	if err != nil {
 		return err
 	}
-	g.say("   eu's routes withdrawn after %v; the GSLB answers eu-prb with us's VIP %v after %v; eu-prb reports to us from %v after the kill",
-		withdrawn.Round(time.Millisecond), RegionVIP(us), answered.Round(time.Millisecond), moved.Round(time.Millisecond))
+	g.say("   eu's routes withdrawn after %v; the GSLB answers eu-prb with us's VIP %v after %v (AAAA: %v); eu-prb reports to us from %v after the kill",
+		withdrawn.Round(time.Millisecond), RegionVIP(us), answered.Round(time.Millisecond), RegionVIP6(us), moved.Round(time.Millisecond))
 	g.say("   eu-prb meanwhile: %v reports sent, %v POSTs retried, %v lost, %v queued now (address moves %v)", after.Sent-before.Sent, after.PostErrors-before.PostErrors, after.Lost()-before.Lost(), s.Queued, after.Moves)
 	res.Lost += after.Lost() - before.Lost()
 	res.Retried += after.PostErrors - before.PostErrors
@@ -334,7 +485,7 @@ func (g *GSLBLab) demoGSLB(ctx context.Context, res *GSLBDemoResult) error {
 		return fmt.Errorf("eu-prb lost %v reports while eu was down", after.Lost()-before.Lost())
 	}
 
-	g.say("\n== 4. eu comes back: its servers announce again and the GSLB sends eu-prb home")
+	g.say("\n== 5. eu comes back: its servers announce again and the GSLB sends eu-prb home")
 	t0 = time.Now()
 	for k := 1; k <= GSLBServers; k++ {
 		if err := g.StartPathd(eu, k); err != nil {

@@ -29,9 +29,10 @@ var listFlags = map[string][]string{
 	"controller": {"ddos-eip"},
 	"edge":       {"arp-iface", "attach", "health-command", "upgrade-allow-drop"},
 	"agent":      {"local-allow", "local-prefix", "upgrade-allow-drop"},
-	"pathd":      {"peer", "peer-token-file", "redis-replica"},
+	"gslb":       {"listen"},
+	"pathd":      {"listen", "peer", "peer-token-file", "redis-replica"},
 	"prober":     {"dns", "origin", "relay"},
-	"announce":   {"check", "peer"},
+	"announce":   {"check", "peer", "vip"},
 }
 
 var commaFlags = []string{"arp-iface", "attach", "local-prefix", "upgrade-allow-drop"}

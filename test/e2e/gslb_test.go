@@ -18,7 +18,12 @@ import (
 // withdraws it within the check's fall time (2 × 500 ms) and some
 // margin; every pathd of eu killed → the GSLB answers eu's prober with
 // us within the probes' fall time and margin, and the prober reports
-// there; no report lost through either.
+// there; no report lost through either. Dual-stack (issue 21): every
+// prober's AAAA query, over IPv6 to its region's gslb, answers the
+// region's v6 VIP (routed over the same servers by MP-BGP), ap's prober
+// reports over IPv6; an IPv6 ECS query gets the prefix map's /48 scope;
+// eu's v6 VIP failing its probes moves AAAA to us while A stays in eu;
+// eu dying moves both.
 func TestGSLBLab(t *testing.T) {
 	cfg := lab.Config{Prefix: "azeg-", StateDir: t.TempDir() + "/lab", Binary: labBinary(t), LabBinary: azgateLabBinary(t), Out: testWriter{t}}
 	lab.DownGSLB(cfg)
@@ -53,6 +58,12 @@ func TestGSLBLab(t *testing.T) {
 	}
 	if res.RegionAnswer > 3*time.Second {
 		t.Errorf("the GSLB moved eu's prober %v after eu died, want at most 3 s", res.RegionAnswer)
+	}
+	if res.V6Answer > 3*time.Second {
+		t.Errorf("the GSLB moved eu's AAAA %v after eu's v6 VIP failed, want at most 3 s", res.V6Answer)
+	}
+	if res.ECSScope6 != 48 {
+		t.Errorf("IPv6 ECS answer scope %d, want 48 (the prefix map's 2001:db8:201::/48)", res.ECSScope6)
 	}
 	if res.Lost != 0 {
 		t.Errorf("%v reports lost", res.Lost)
