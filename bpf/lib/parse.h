@@ -238,6 +238,26 @@ static __always_inline int ipv6_martian_src(const struct pkt6 *p)
 	return !(p->p.proto == IPPROTO_ICMPV6_ && (bpf_ntohl(p->daddr.a[0]) >> 16) == 0xff02);
 }
 
+/* Destinations no packet from a wire may have (RFC 4291): :: (2.5.2:
+ * never a destination), ::1 (2.5.3: "a packet received on an interface
+ * with a destination address of loopback must be dropped"), IPv4-mapped
+ * (::ffff:0:0/96, 2.5.5.2: never on the wire, as for the source) and
+ * multicast of scope 0 (2.7: reserved, "must be silently dropped") or 1
+ * (interface-local: loopback only, 2.7 and its erratum 3480). Link-local
+ * scope (ff02::/16: NDP, MLD) and wider are judged as before. */
+static __always_inline int ipv6_martian_dst(const struct pkt6 *p)
+{
+	__u32 a0 = bpf_ntohl(p->daddr.a[0]);
+	if ((a0 >> 24) == 0xff)
+		return ((a0 >> 16) & 0xf) <= 1; /* scope 0 or 1 */
+	if (a0 | p->daddr.a[1])
+		return 0;
+	__u32 a2 = bpf_ntohl(p->daddr.a[2]), a3 = bpf_ntohl(p->daddr.a[3]);
+	if (a2 == 0xffff)
+		return 1; /* IPv4-mapped */
+	return !a2 && a3 <= 1; /* :: or ::1 */
+}
+
 /* fe80::/10 */
 static __always_inline int ipv6_link_local(const struct ip_addr *a)
 {

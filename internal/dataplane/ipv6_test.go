@@ -140,6 +140,7 @@ func v6Valid(inet func(ip []byte) []byte) []fixture {
 		pass("first fragment with the whole udp header", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhUDP, 0, true), udp6(1, 2, 16)))),
 		pass("atomic fragment (offset 0, no more fragments)", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhTCP, 0, false), tcp6(1, 2, 0x10)))),
 		pass("non-first fragment (no L4 header)", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhTCP, 185, false), []byte{1, 2, 3}))),
+		pass("udp to a site-local group (multicast scope 5)", ip6Hdr(v6Client, "ff05::1:3", nhUDP, udp6(546, 547, 4))),
 		pass("esp ends the walk", ip6Hdr(v6Client, v6Dst, nhDst, cat(optHdr(nhESP, 1), make([]byte, 16)))),
 	}
 }
@@ -179,6 +180,12 @@ func v6Hostile(inet func(ip []byte) []byte) []fixture {
 		drop("source :: icmpv6 to a global address", ip6Hdr("::", v6Dst, nhICMPv6, icmp6(135, 20)), "drop_ip6_martian"),
 		drop("source multicast", ip6Hdr("ff02::1", v6Dst, nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
 		drop("source ipv4-mapped", ip6Hdr("::ffff:192.0.2.1", v6Dst, nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		// RFC 4291 2.5.2, 2.5.3, 2.7: destinations no wire carries.
+		drop("destination ::", ip6Hdr(v6Client, "::", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination ::1", ip6Hdr(v6Client, "::1", nhTCP, tcp6(40000, 22, 0x02)), "drop_ip6_martian"),
+		drop("destination ipv4-mapped", ip6Hdr(v6Client, "::ffff:192.0.2.1", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination multicast of reserved scope 0", ip6Hdr(v6Client, "ff00::1", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination interface-local multicast", ip6Hdr("fe80::1", "ff11::1", nhICMPv6, icmp6(128, 4)), "drop_ip6_martian"),
 	}
 }
 

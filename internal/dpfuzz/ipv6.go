@@ -179,10 +179,13 @@ var (
 	v6LinkLocal = netip.MustParsePrefix("fe80::/10")
 )
 
-// MartianV6 says why an IPv6 source never comes from a wire ("" if it
-// may): the unspecified address (but for DAD's neighbour solicitations
-// and MLD reports: ICMPv6 to a link-scope group, RFC 4861 7.2.2, RFC 3810
-// 5.2.13), loopback, multicast, IPv4-mapped (RFC 4291 2.5.5.2).
+// MartianV6 says why an IPv6 packet never comes from a wire ("" if it
+// may): a source that is the unspecified address (but for DAD's neighbour
+// solicitations and MLD reports: ICMPv6 to a link-scope group, RFC 4861
+// 7.2.2, RFC 3810 5.2.13), loopback, multicast, IPv4-mapped (RFC 4291
+// 2.5.5.2); a destination that is the unspecified address, loopback,
+// IPv4-mapped, or multicast of scope 0 (reserved) or 1 (interface-local)
+// (RFC 4291 2.5.2, 2.5.3, 2.7).
 func MartianV6(p IPv6) string {
 	src := p.Src()
 	switch {
@@ -197,6 +200,19 @@ func MartianV6(p IPv6) string {
 		return "multicast source"
 	case v6Mapped.Contains(src):
 		return "IPv4-mapped source"
+	}
+	dst := p.Dst()
+	switch {
+	case dst == netip.IPv6Unspecified():
+		return "destination :: (RFC 4291 2.5.2: never a destination)"
+	case dst == netip.IPv6Loopback():
+		return "destination ::1 (RFC 4291 2.5.3: dropped when received on an interface)"
+	case v6Mapped.Contains(dst):
+		return "IPv4-mapped destination"
+	case dst.IsMulticast() && dst.As16()[1]&0x0f == 0:
+		return "multicast destination of reserved scope 0 (RFC 4291 2.7: silently dropped)"
+	case dst.IsInterfaceLocalMulticast():
+		return "interface-local multicast destination (RFC 4291 2.7, erratum 3480: loopback only)"
 	}
 	return ""
 }
