@@ -290,8 +290,12 @@ static __always_inline int ipv6_off_link(const struct pkt6 *p)
  *   and upper-layer header (RFC 7112; TCP 20 bytes, UDP 8, ICMPv6 8);
  * - drop_l4_trunc: an unfragmented packet's TCP/UDP/ICMPv6 header cut short.
  * Later fragments (offset > 0) carry no L4 header: p->frag set, l4_ok 0.
- * ESP and AH end the walk as upper-layer protocols (their payload is
- * opaque), as do No Next Header and unknown protocols. */
+ * AH (RFC 4302) is walked as the extension header RFC 8200 4 lists it
+ * as (its length in 4-byte units, a multiple of 8 bytes: else
+ * drop_ip6_ext_bad), so a first fragment cannot end at an AH header and
+ * leave the upper-layer header to a later fragment (RFC 7112). ESP ends
+ * the walk as an upper-layer protocol (its payload is encrypted), as do
+ * No Next Header and unknown protocols. */
 static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
 {
 	struct pkt *p = &p6->p;
@@ -327,7 +331,8 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	/* A bounded loop, not unrolled: one copy of the walk. */
 #pragma clang loop unroll(disable)
 	for (int i = 0; i <= IPV6_MAX_EXT; i++) {
-		if (nh != IPPROTO_HOPOPTS_ && nh != IPPROTO_ROUTING_ && nh != IPPROTO_FRAGMENT_ && nh != IPPROTO_DSTOPTS_)
+		if (nh != IPPROTO_HOPOPTS_ && nh != IPPROTO_ROUTING_ && nh != IPPROTO_FRAGMENT_ && nh != IPPROTO_DSTOPTS_ &&
+		    nh != IPPROTO_AH_)
 			break;
 		if (i == IPV6_MAX_EXT)
 			return STAT_DROP_IP6_EXT_LIMIT;
@@ -357,6 +362,14 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 			/* The first (or an atomic, RFC 6946) fragment: the
 			 * whole chain and L4 header must follow in it. */
 			first_frag = (fo & 1);
+		} else if (nh == IPPROTO_AH_) {
+			/* RFC 4302 2.2: (length + 2) 4-byte units, a multiple
+			 * of 8 bytes in IPv6, and at least its 12 fixed bytes. */
+			if (h->hdrlen < 2 || (h->hdrlen & 1))
+				return STAT_DROP_IP6_EXT_BAD;
+			hlen = ((__u32)h->hdrlen + 2) * 4;
+			if (off + hlen > end)
+				return first_frag ? STAT_DROP_IP6_TINY_FRAG : STAT_DROP_IP6_EXT_BAD;
 		} else {
 			if (nh == IPPROTO_ROUTING_ && h->type == 0)
 				return STAT_DROP_IP6_RH0;
