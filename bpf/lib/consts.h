@@ -259,6 +259,7 @@
 #define IPPROTO_HOPOPTS_ 0
 #define IPPROTO_ROUTING_ 43
 #define IPPROTO_FRAGMENT_ 44
+#define IPPROTO_AH_ 51 /* walked as an extension header: its length is in 4-byte units (RFC 4302) */
 #define IPPROTO_ICMPV6_ 58
 #define IPPROTO_DSTOPTS_ 60
 

@@ -28,7 +28,8 @@
  * its XDP action. A valid packet is passed (pass_ipv6: no IPv6 address is
  * ours yet, so BGP, NDP and ICMPv6 to the node reach its kernel), or with
  * FRAME_F_DROP_IPV6 dropped (drop_local); else dropped under its reason:
- * malformed (parse_ipv6), a martian source (drop_ip6_martian) or, with
+ * malformed (parse_ipv6), a martian source or destination
+ * (drop_ip6_martian) or, with
  * FRAME_F_V6_OFF_LINK, a link-local source off its link
  * (drop_ip6_off_link). A global (separately verified) function with the
  * IPv6 packet (struct pkt6) in its own frame: the IPv4 paths' stack and
@@ -50,7 +51,7 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 	int rc = parse_eth(data, data_end, &p6.p);
 	if (!rc)
 		rc = parse_ipv6(data, data_end, &p6);
-	if (!rc && ipv6_martian_src(&p6))
+	if (!rc && (ipv6_martian_src(&p6) || ipv6_martian_dst(&p6)))
 		rc = STAT_DROP_IP6_MARTIAN;
 	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(&p6))
 		rc = STAT_DROP_IP6_OFF_LINK;

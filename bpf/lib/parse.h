@@ -238,6 +238,26 @@ static __always_inline int ipv6_martian_src(const struct pkt6 *p)
 	return !(p->p.proto == IPPROTO_ICMPV6_ && (bpf_ntohl(p->daddr.a[0]) >> 16) == 0xff02);
 }
 
+/* Destinations no packet from a wire may have (RFC 4291): :: (2.5.2:
+ * never a destination), ::1 (2.5.3: "a packet received on an interface
+ * with a destination address of loopback must be dropped"), IPv4-mapped
+ * (::ffff:0:0/96, 2.5.5.2: never on the wire, as for the source) and
+ * multicast of scope 0 (2.7: reserved, "must be silently dropped") or 1
+ * (interface-local: loopback only, 2.7 and its erratum 3480). Link-local
+ * scope (ff02::/16: NDP, MLD) and wider are judged as before. */
+static __always_inline int ipv6_martian_dst(const struct pkt6 *p)
+{
+	__u32 a0 = bpf_ntohl(p->daddr.a[0]);
+	if ((a0 >> 24) == 0xff)
+		return ((a0 >> 16) & 0xf) <= 1; /* scope 0 or 1 */
+	if (a0 | p->daddr.a[1])
+		return 0;
+	__u32 a2 = bpf_ntohl(p->daddr.a[2]), a3 = bpf_ntohl(p->daddr.a[3]);
+	if (a2 == 0xffff)
+		return 1; /* IPv4-mapped */
+	return !a2 && a3 <= 1; /* :: or ::1 */
+}
+
 /* fe80::/10 */
 static __always_inline int ipv6_link_local(const struct ip_addr *a)
 {
@@ -270,8 +290,12 @@ static __always_inline int ipv6_off_link(const struct pkt6 *p)
  *   and upper-layer header (RFC 7112; TCP 20 bytes, UDP 8, ICMPv6 8);
  * - drop_l4_trunc: an unfragmented packet's TCP/UDP/ICMPv6 header cut short.
  * Later fragments (offset > 0) carry no L4 header: p->frag set, l4_ok 0.
- * ESP and AH end the walk as upper-layer protocols (their payload is
- * opaque), as do No Next Header and unknown protocols. */
+ * AH (RFC 4302) is walked as the extension header RFC 8200 4 lists it
+ * as (its length in 4-byte units, a multiple of 8 bytes: else
+ * drop_ip6_ext_bad), so a first fragment cannot end at an AH header and
+ * leave the upper-layer header to a later fragment (RFC 7112). ESP ends
+ * the walk as an upper-layer protocol (its payload is encrypted), as do
+ * No Next Header and unknown protocols. */
 static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
 {
 	struct pkt *p = &p6->p;
@@ -307,7 +331,8 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	/* A bounded loop, not unrolled: one copy of the walk. */
 #pragma clang loop unroll(disable)
 	for (int i = 0; i <= IPV6_MAX_EXT; i++) {
-		if (nh != IPPROTO_HOPOPTS_ && nh != IPPROTO_ROUTING_ && nh != IPPROTO_FRAGMENT_ && nh != IPPROTO_DSTOPTS_)
+		if (nh != IPPROTO_HOPOPTS_ && nh != IPPROTO_ROUTING_ && nh != IPPROTO_FRAGMENT_ && nh != IPPROTO_DSTOPTS_ &&
+		    nh != IPPROTO_AH_)
 			break;
 		if (i == IPV6_MAX_EXT)
 			return STAT_DROP_IP6_EXT_LIMIT;
@@ -337,6 +362,14 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 			/* The first (or an atomic, RFC 6946) fragment: the
 			 * whole chain and L4 header must follow in it. */
 			first_frag = (fo & 1);
+		} else if (nh == IPPROTO_AH_) {
+			/* RFC 4302 2.2: (length + 2) 4-byte units, a multiple
+			 * of 8 bytes in IPv6, and at least its 12 fixed bytes. */
+			if (h->hdrlen < 2 || (h->hdrlen & 1))
+				return STAT_DROP_IP6_EXT_BAD;
+			hlen = ((__u32)h->hdrlen + 2) * 4;
+			if (off + hlen > end)
+				return first_frag ? STAT_DROP_IP6_TINY_FRAG : STAT_DROP_IP6_EXT_BAD;
 		} else {
 			if (nh == IPPROTO_ROUTING_ && h->type == 0)
 				return STAT_DROP_IP6_RH0;

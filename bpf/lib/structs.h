@@ -335,7 +335,8 @@ enum azg_stat {
 	STAT_DROP_IP6_TINY_FRAG, /* IPv6: a first fragment without the whole header chain and
 				  * upper-layer header (RFC 7112) */
 	STAT_DROP_IP6_MARTIAN, /* IPv6 source ::, ::1, multicast or IPv4-mapped (:: allowed for
-				* ICMPv6 to ff02::/16: DAD, MLD) */
+				* ICMPv6 to ff02::/16: DAD, MLD); destination ::, ::1,
+				* IPv4-mapped or multicast of scope 0 or 1 */
 	STAT_DROP_IP6_OFF_LINK, /* edge: IPv6 link-local source to a destination neither link-local
 				 * nor multicast, not ICMPv6 (fe80::/10 off-link) */
 	STAT_MAX,

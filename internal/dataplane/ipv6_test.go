@@ -22,6 +22,7 @@ const (
 	nhRoute  = 43
 	nhFrag   = 44
 	nhESP    = 50
+	nhAH     = 51
 	nhICMPv6 = 58
 	nhNone   = 59
 	nhDst    = 60
@@ -57,6 +58,15 @@ func optHdr(nh uint8, n int) []byte {
 	b := make([]byte, n*8)
 	b[0], b[1] = nh, uint8(n-1)
 	b[2], b[3] = 1, uint8(n*8-4) // PadN
+	return b
+}
+
+// ahHdr is an authentication header (RFC 4302) of 24 bytes: SPI,
+// sequence number, a 96-bit ICV; next header nh.
+func ahHdr(nh uint8) []byte {
+	b := make([]byte, 24)
+	b[0], b[1] = nh, 4 // (4+2) 32-bit words
+	b[7] = 1
 	return b
 }
 
@@ -140,6 +150,9 @@ func v6Valid(inet func(ip []byte) []byte) []fixture {
 		pass("first fragment with the whole udp header", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhUDP, 0, true), udp6(1, 2, 16)))),
 		pass("atomic fragment (offset 0, no more fragments)", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhTCP, 0, false), tcp6(1, 2, 0x10)))),
 		pass("non-first fragment (no L4 header)", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhTCP, 185, false), []byte{1, 2, 3}))),
+		pass("udp to a site-local group (multicast scope 5)", ip6Hdr(v6Client, "ff05::1:3", nhUDP, udp6(546, 547, 4))),
+		pass("authentication header, tcp", ip6Hdr(v6Client, v6Dst, nhAH, cat(ahHdr(nhTCP), tcp6(40000, 443, 0x02)))),
+		pass("first fragment with authentication header and the whole udp header", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhAH, 0, true), ahHdr(nhUDP), udp6(1, 2, 8)))),
 		pass("esp ends the walk", ip6Hdr(v6Client, v6Dst, nhDst, cat(optHdr(nhESP, 1), make([]byte, 16)))),
 	}
 }
@@ -170,6 +183,12 @@ func v6Hostile(inet func(ip []byte) []byte) []fixture {
 		drop("tiny first fragment: 12 bytes of tcp", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhTCP, 0, true), tcp6(1, 2, 0x02)[:12])), "drop_ip6_tiny_frag"),
 		drop("first fragment ending in the header chain", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhDst, 0, true), []byte{nhUDP, 1, 1, 4, 0, 0, 0, 0})), "drop_ip6_tiny_frag"),
 		drop("first fragment with 4 bytes of icmpv6", ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhICMPv6, 0, true), icmp6(128, 0))), "drop_ip6_tiny_frag"),
+		// RFC 8200 4 lists AH among the extension headers: the chain
+		// runs through it (RFC 7112).
+		drop("tiny first fragment: the tcp header after an authentication header in a later fragment",
+			ip6Hdr(v6Client, v6Dst, nhFrag, cat(fragHdr(nhAH, 0, true), ahHdr(nhTCP), tcp6(1, 2, 0x02)[:4])), "drop_ip6_tiny_frag"),
+		drop("authentication header of 12 bytes (not a multiple of 8)",
+			ip6Hdr(v6Client, v6Dst, nhAH, cat([]byte{nhUDP, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1}, make([]byte, 4), udp6(1, 2, 0))), "drop_ip6_ext_bad"),
 		drop("unfragmented tcp cut short", ip6Hdr(v6Client, v6Dst, nhTCP, tcp6(1, 2, 0x02)[:16]), "drop_l4_trunc"),
 		drop("version 4 in an ipv6 frame", badVersion, "drop_ip_bad"),
 		drop("payload length beyond the frame", payloadBeyond, "drop_ip_trunc"),
@@ -179,6 +198,12 @@ func v6Hostile(inet func(ip []byte) []byte) []fixture {
 		drop("source :: icmpv6 to a global address", ip6Hdr("::", v6Dst, nhICMPv6, icmp6(135, 20)), "drop_ip6_martian"),
 		drop("source multicast", ip6Hdr("ff02::1", v6Dst, nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
 		drop("source ipv4-mapped", ip6Hdr("::ffff:192.0.2.1", v6Dst, nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		// RFC 4291 2.5.2, 2.5.3, 2.7: destinations no wire carries.
+		drop("destination ::", ip6Hdr(v6Client, "::", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination ::1", ip6Hdr(v6Client, "::1", nhTCP, tcp6(40000, 22, 0x02)), "drop_ip6_martian"),
+		drop("destination ipv4-mapped", ip6Hdr(v6Client, "::ffff:192.0.2.1", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination multicast of reserved scope 0", ip6Hdr(v6Client, "ff00::1", nhUDP, udp6(1, 2, 0)), "drop_ip6_martian"),
+		drop("destination interface-local multicast", ip6Hdr("fe80::1", "ff11::1", nhICMPv6, icmp6(128, 4)), "drop_ip6_martian"),
 	}
 }
 

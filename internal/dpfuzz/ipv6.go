@@ -77,7 +77,9 @@ func v6err(counter, format string, a ...any) *V6Error {
 // MaxIPv6L4Off); then the upper-layer header within MaxIPv6L4Off and, for
 // TCP (20 bytes, data offset at least 5 and, unfragmented, inside the
 // payload), UDP (8) and ICMPv6 (8), complete (in a first fragment: a tiny
-// fragment). ESP, AH, No Next Header and anything else end the walk.
+// fragment). AH is walked as an extension header (RFC 8200 4, its length
+// per RFC 4302: a multiple of 8 bytes of at least 12, else
+// drop_ip6_ext_bad). ESP, No Next Header and anything else end the walk.
 func ParseIPv6(b []byte, off int) (IPv6, error) {
 	if off < 0 || len(b) < off+40 {
 		return IPv6{}, v6err("drop_ip_trunc", "IPv6 header at %d cut short (frame of %d bytes)", off, len(b))
@@ -92,7 +94,9 @@ func ParseIPv6(b []byte, off int) (IPv6, error) {
 	p := IPv6{Off: off, Pkt: b[off : off+40+plen]}
 	nh, at := b[off+6], 40 // at: offset in p.Pkt
 	first, seenFrag := false, false
-	for ; nh == ProtoHopOpts || nh == ProtoRouting || nh == ProtoFragment || nh == ProtoDstOpts; p.Exts++ {
+	// RFC 8200 4 lists AH (RFC 4302) among the extension headers: a
+	// first fragment's chain runs through it (RFC 7112).
+	for ; nh == ProtoHopOpts || nh == ProtoRouting || nh == ProtoFragment || nh == ProtoDstOpts || nh == ProtoAH; p.Exts++ {
 		if p.Exts == MaxIPv6Ext {
 			return p, v6err("drop_ip6_ext_limit", "more than %d extension headers", MaxIPv6Ext)
 		}
@@ -129,6 +133,17 @@ func ParseIPv6(b []byte, off int) (IPv6, error) {
 				return p, nil
 			}
 			first = p.MF // an atomic fragment (RFC 6946) is a whole packet
+		} else if nh == ProtoAH {
+			// RFC 4302 2.2: Payload Len is the header's length in
+			// 32-bit words minus 2; in IPv6 a multiple of 8 bytes,
+			// and at least the 12 bytes of its fixed fields.
+			size = (int(h[1]) + 2) * 4
+			if size%8 != 0 || size < 12 {
+				return p, v6err("drop_ip6_ext_bad", "authentication header of %d bytes (a multiple of 8 of at least 12 in IPv6)", size)
+			}
+			if at+size > len(p.Pkt) {
+				return p, short(fmt.Sprintf("authentication header of %d bytes at %d of a %d-byte packet", size, at, len(p.Pkt)))
+			}
 		} else {
 			if nh == ProtoRouting && h[2] == 0 {
 				return p, v6err("drop_ip6_rh0", "routing header type 0")
@@ -179,10 +194,13 @@ var (
 	v6LinkLocal = netip.MustParsePrefix("fe80::/10")
 )
 
-// MartianV6 says why an IPv6 source never comes from a wire ("" if it
-// may): the unspecified address (but for DAD's neighbour solicitations
-// and MLD reports: ICMPv6 to a link-scope group, RFC 4861 7.2.2, RFC 3810
-// 5.2.13), loopback, multicast, IPv4-mapped (RFC 4291 2.5.5.2).
+// MartianV6 says why an IPv6 packet never comes from a wire ("" if it
+// may): a source that is the unspecified address (but for DAD's neighbour
+// solicitations and MLD reports: ICMPv6 to a link-scope group, RFC 4861
+// 7.2.2, RFC 3810 5.2.13), loopback, multicast, IPv4-mapped (RFC 4291
+// 2.5.5.2); a destination that is the unspecified address, loopback,
+// IPv4-mapped, or multicast of scope 0 (reserved) or 1 (interface-local)
+// (RFC 4291 2.5.2, 2.5.3, 2.7).
 func MartianV6(p IPv6) string {
 	src := p.Src()
 	switch {
@@ -197,6 +215,19 @@ func MartianV6(p IPv6) string {
 		return "multicast source"
 	case v6Mapped.Contains(src):
 		return "IPv4-mapped source"
+	}
+	dst := p.Dst()
+	switch {
+	case dst == netip.IPv6Unspecified():
+		return "destination :: (RFC 4291 2.5.2: never a destination)"
+	case dst == netip.IPv6Loopback():
+		return "destination ::1 (RFC 4291 2.5.3: dropped when received on an interface)"
+	case v6Mapped.Contains(dst):
+		return "IPv4-mapped destination"
+	case dst.IsMulticast() && dst.As16()[1]&0x0f == 0:
+		return "multicast destination of reserved scope 0 (RFC 4291 2.7: silently dropped)"
+	case dst.IsInterfaceLocalMulticast():
+		return "interface-local multicast destination (RFC 4291 2.7, erratum 3480: loopback only)"
 	}
 	return ""
 }
@@ -291,7 +322,7 @@ func findV6(b []byte, l3 int) v6layout {
 	nhAt, at := l3+6, l3+40
 	for i := 0; i < 10; i++ {
 		nh := b[nhAt]
-		if nh != ProtoHopOpts && nh != ProtoRouting && nh != ProtoFragment && nh != ProtoDstOpts {
+		if nh != ProtoHopOpts && nh != ProtoRouting && nh != ProtoFragment && nh != ProtoDstOpts && nh != ProtoAH {
 			if at <= len(b) {
 				lay.l4, lay.proto = at, nh
 			}
@@ -301,13 +332,21 @@ func findV6(b []byte, l3 int) v6layout {
 			return lay
 		}
 		lay.ext, lay.nhAt = append(lay.ext, at), append(lay.nhAt, nhAt)
-		size := 8
-		if nh != ProtoFragment {
-			size = (int(b[at+1]) + 1) * 8
-		}
-		nhAt, at = at, at+size
+		nhAt, at = at, at+extSize(nh, b[at+1])
 	}
 	return lay
+}
+
+// extSize is the length of an extension header of type nh whose length
+// field is n.
+func extSize(nh, n uint8) int {
+	switch nh {
+	case ProtoFragment:
+		return 8
+	case ProtoAH:
+		return (int(n) + 2) * 4
+	}
+	return (int(n) + 1) * 8
 }
 
 // extHeader makes an extension header of type nh whose next header is
@@ -318,6 +357,13 @@ func (m *Mutator) extHeader(nh, next uint8) []byte {
 	case ProtoFragment:
 		w := []uint16{0x0001, 0x0000, 185 << 3, 185<<3 | 1, 1 << 3, uint16(m.R.Uint32())}[m.R.IntN(6)]
 		return []byte{next, 0, byte(w >> 8), byte(w), 0, 0, 0x12, 0x34}
+	case ProtoAH:
+		// SPI, sequence number and a 96-bit ICV: 24 bytes, or now
+		// and then a length IPv6 refuses.
+		h := make([]byte, 24)
+		h[0], h[1] = next, []byte{4, 4, 4, 0, 1, 3}[m.R.IntN(6)]
+		h[7] = 1
+		return h
 	case ProtoRouting:
 		typ := []byte{0, 2, 3, 4, byte(m.R.Uint32())}[m.R.IntN(5)]
 		n := 1 + m.R.IntN(2)
@@ -340,7 +386,7 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 	if len(b) < l3+40 {
 		return b
 	}
-	exts := []uint8{ProtoHopOpts, ProtoRouting, ProtoFragment, ProtoDstOpts}
+	exts := []uint8{ProtoHopOpts, ProtoRouting, ProtoFragment, ProtoDstOpts, ProtoAH}
 	switch m.R.IntN(12) {
 	case 0: // version
 		b[l3] = []byte{0x60, 0x40, 0x70, 0x00, 0x6f, byte(m.R.Uint32())}[m.R.IntN(6)]
@@ -389,10 +435,7 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 		if len(lay.ext) > 0 {
 			i := m.R.IntN(len(lay.ext))
 			at := lay.ext[i]
-			size := 8
-			if b[lay.nhAt[i]] != ProtoFragment {
-				size = (int(b[at+1]) + 1) * 8
-			}
+			size := extSize(b[lay.nhAt[i]], b[at+1])
 			if at+size <= len(b) {
 				b[lay.nhAt[i]] = b[at]
 				b = append(b[:at], b[at+size:]...)

@@ -23,6 +23,23 @@ func cat6(bs ...[]byte) []byte {
 	return o
 }
 
+// ah24 is an authentication header (RFC 4302) of 24 bytes (a 96-bit
+// ICV), next header nh.
+func ah24(nh uint8) []byte {
+	h := make([]byte, 24)
+	h[0], h[1] = nh, 4 // (4+2) 32-bit words
+	h[7] = 1           // SPI 1
+	return h
+}
+
+// ah12 is an authentication header without ICV: 12 bytes (length 1),
+// which IPv6 refuses (not a multiple of 8).
+func ah12(nh uint8) []byte {
+	h := ah24(nh)[:12]
+	h[1] = 1
+	return h
+}
+
 // TestJudgeIPv6: the oracle's reading of IPv6 frames, each class with
 // the counter it names, on the edge (the link-local check) and a host.
 func TestJudgeIPv6(t *testing.T) {
@@ -72,6 +89,20 @@ func TestJudgeIPv6(t *testing.T) {
 		{"source ipv4-mapped", IPv6Packet(a("::ffff:192.0.2.1"), dst, ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
 		{"source next to ipv4-mapped", IPv6Packet(a("::fffe:c000:201"), dst, ProtoUDP, udp8), "pass_ipv6", "pass_ipv6", "not IPv4"},
 		{"source multicast", IPv6Packet(a("ff0e::1"), dst, ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"ah, tcp", IPv6Packet(cl, dst, ProtoAH, cat6(ah24(ProtoTCP), tcp20)), "pass_ipv6", "pass_ipv6", "not IPv4"},
+		{"first fragment ending after ah (rfc 7112)", IPv6Packet(cl, dst, ProtoFragment, cat6(frag(ProtoAH, 0, true), ah24(ProtoTCP), tcp20[:4])), "drop_ip6_tiny_frag", "drop_ip6_tiny_frag", "malformed"},
+		{"first fragment ending in ah", IPv6Packet(cl, dst, ProtoFragment, cat6(frag(ProtoAH, 0, true), ah24(ProtoTCP)[:16])), "drop_ip6_tiny_frag", "drop_ip6_tiny_frag", "malformed"},
+		{"ah of 12 bytes (not a multiple of 8)", IPv6Packet(cl, dst, ProtoAH, cat6(ah12(ProtoUDP), []byte{0, 0, 0, 0}, udp8)), "drop_ip6_ext_bad", "drop_ip6_ext_bad", "malformed"},
+		{"unfragmented tcp cut short after ah", IPv6Packet(cl, dst, ProtoAH, cat6(ah24(ProtoTCP), tcp20[:8])), "drop_l4_trunc", "drop_l4_trunc", "malformed"},
+		{"destination ::", IPv6Packet(cl, a("::"), ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination ::1", IPv6Packet(cl, a("::1"), ProtoTCP, tcp20), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination ::2", IPv6Packet(cl, a("::2"), ProtoUDP, udp8), "pass_ipv6", "pass_ipv6", "not IPv4"},
+		{"destination ipv4-mapped", IPv6Packet(cl, a("::ffff:192.0.2.1"), ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination multicast scope 0", IPv6Packet(cl, a("ff00::1"), ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination multicast scope 0, flags set", IPv6Packet(cl, a("ff30::1"), ProtoUDP, udp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination interface-local multicast", IPv6Packet(a("fe80::1"), a("ff01::1"), ProtoICMPv6, icmp8), "drop_ip6_martian", "drop_ip6_martian", "martian"},
+		{"destination link-local multicast", IPv6Packet(a("fe80::1"), a("ff12::1"), ProtoUDP, udp8), "pass_ipv6", "pass_ipv6", "not IPv4"},
+		{"destination site-local multicast", IPv6Packet(cl, a("ff05::1:3"), ProtoUDP, udp8), "pass_ipv6", "pass_ipv6", "not IPv4"},
 		{"link-local tcp off-link", IPv6Packet(a("febf::1"), dst, ProtoTCP, tcp20), "drop_ip6_off_link", "pass_ipv6", "spoofed: link-local"},
 		{"next to link-local", IPv6Packet(a("fec0::1"), dst, ProtoTCP, tcp20), "pass_ipv6", "pass_ipv6", "not IPv4"},
 		{"link-local icmpv6 to global (NUD)", IPv6Packet(a("fe80::1"), dst, ProtoICMPv6, icmp8), "pass_ipv6", "pass_ipv6", "not IPv4"},

@@ -337,7 +337,7 @@ func speakerConfig(p Plan) bgp.Config {
 
 func sameConfig(a, b bgp.Config) bool {
 	return a.RouterID == b.RouterID && a.ASN == b.ASN && a.NextHop == b.NextHop && a.NextHop6 == b.NextHop6 && a.HoldTime == b.HoldTime &&
-		a.Keepalive == b.Keepalive && a.LocalAddress == b.LocalAddress && a.ConnectRetry == b.ConnectRetry &&
+		a.Keepalive == b.Keepalive && a.LocalAddress == b.LocalAddress && a.LocalAddress6 == b.LocalAddress6 && a.ConnectRetry == b.ConnectRetry &&
 		slices.Equal(a.Peers, b.Peers)
 }
 

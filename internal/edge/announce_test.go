@@ -450,3 +450,26 @@ func TestCommitOfNothingHeld(t *testing.T) {
 		t.Errorf("applied revision %d, OnApplied %v, applies %d; want 12, [10 11 12], %d", got, applied, r.Applies(), n+1)
 	}
 }
+
+// TestSameConfigFields: every field of bgp.Config that changes the
+// sessions makes two configurations differ, so the announcer reconfigures
+// the speaker (LocalAddress6, the source of sessions over IPv6, was
+// compared by nothing).
+func TestSameConfigFields(t *testing.T) {
+	base := bgp.Config{RouterID: netip.MustParseAddr("192.0.2.1"), ASN: 64512, NextHop: netip.MustParseAddr("192.0.2.1")}
+	if !sameConfig(base, base) {
+		t.Fatal("a configuration differs from itself")
+	}
+	for name, change := range map[string]func(*bgp.Config){
+		"NextHop6":      func(c *bgp.Config) { c.NextHop6 = netip.MustParseAddr("2001:db8::1") },
+		"LocalAddress":  func(c *bgp.Config) { c.LocalAddress = netip.MustParseAddr("192.0.2.2") },
+		"LocalAddress6": func(c *bgp.Config) { c.LocalAddress6 = netip.MustParseAddr("2001:db8::2") },
+		"ConnectRetry":  func(c *bgp.Config) { c.ConnectRetry = time.Second },
+	} {
+		c := base
+		change(&c)
+		if sameConfig(base, c) {
+			t.Errorf("%s changed: sameConfig still says the same", name)
+		}
+	}
+}
