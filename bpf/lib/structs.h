@@ -148,6 +148,12 @@ struct lpm4_key {
 	__be32 addr;
 };
 
+/* Key of an IPv6 LPM trie (edge_spoof_src6). */
+struct lpm6_key {
+	__u32 prefixlen;
+	struct ip_addr addr;
+};
+
 /* One rule of agent_local: protocol (0: any, then every port) and
  * destination ports lo..hi (host order; TCP and UDP only: another
  * protocol's rule names no ports, 0..0). */
@@ -274,7 +280,7 @@ struct mon_state {
  * internal/dataplane (a test holds them together). */
 enum azg_stat {
 	STAT_PASS_NON_IP = 0,      /* not IPv4/IPv6: to the kernel */
-	STAT_PASS_IPV6,       /* valid IPv6: to the kernel (no IPv6 EIPs yet) */
+	STAT_PASS_IPV6,       /* valid IPv6 not to an IPv6 EIP: to the kernel */
 	STAT_PASS_NOT_OURS,   /* IPv4 not for an EIP / not NVGRE to us: to the kernel */
 	STAT_ENCAP_TX,        /* edge: Internet -> host encapsulated; agent: guest -> edge */
 	STAT_DECAP_TX,        /* edge: host -> Internet; agent: edge -> guest */

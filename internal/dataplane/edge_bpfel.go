@@ -358,6 +358,12 @@ type edgeLpm4Key struct {
 	Addr      uint32
 }
 
+type edgeLpm6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      edgeIpAddr
+}
+
 type edgeMonState struct {
 	_        structs.HostLayout
 	Tokens   uint64
@@ -448,6 +454,7 @@ const (
 	edgeMapEdgeLimits    = "edge_limits"
 	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
+	edgeMapEdgeSpoofSrc6 = "edge_spoof_src6"
 	edgeMapEipBw         = "eip_bw"
 	edgeMapEipBwSlots    = "eip_bw_slots"
 	edgeMapEipCache      = "eip_cache"
@@ -553,6 +560,7 @@ type edgeMapSpecs struct {
 	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6 *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
@@ -632,6 +640,7 @@ type edgeMaps struct {
 	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6 *ebpf.Map `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
@@ -678,6 +687,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLimits,
 		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
+		m.EdgeSpoofSrc6,
 		m.EipBw,
 		m.EipBwSlots,
 		m.EipCache,
