@@ -136,6 +136,14 @@ struct {
 	__type(value, struct eip_centry);
 } eip_cache SEC(".maps");
 
+/* The same for IPv6 EIPs (edge.c eip_route6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EIP6_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct eip_centry6);
+} eip_cache6 SEC(".maps");
+
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

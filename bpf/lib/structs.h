@@ -47,6 +47,18 @@ struct eip_centry {
 	__u32 fw;         /* firewall scope and flags (FW_C_*, lib/fw.h) when copied */
 };
 
+/* Edge: a slot of the per-CPU IPv6 EIP route cache (edge.c, eip_route6),
+ * as struct eip_centry for IPv6 addresses. */
+struct eip_centry6 {
+	struct ip_addr addr; /* the IPv6 EIP */
+	__be32 host;         /* eip_route.host.a[0] */
+	__u32 vsid;
+	__u32 stats_idx;
+	__u8 flags;          /* eip_route.flags */
+	__u8 pad[3];
+	__u64 gen;           /* eip_route_gen + 1 when copied */
+};
+
 /* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet.
  * rx_syns: of rx, TCP SYNs without ACK (connection attempts), counted by the
  * edge only; the controller's DDoS detection reads their rate (docs/ddos.md).

@@ -176,6 +176,17 @@ type edgeEipCentry struct {
 	Fw       uint32
 }
 
+type edgeEipCentry6 struct {
+	_        structs.HostLayout
+	Addr     edgeIpAddr
+	Host     uint32
+	Vsid     uint32
+	StatsIdx uint32
+	Flags    uint8
+	Pad      [3]uint8
+	Gen      uint64
+}
+
 type edgeEipKey struct {
 	_      structs.HostLayout
 	Addr   edgeIpAddr
@@ -458,6 +469,7 @@ const (
 	edgeMapEipBw         = "eip_bw"
 	edgeMapEipBwSlots    = "eip_bw_slots"
 	edgeMapEipCache      = "eip_cache"
+	edgeMapEipCache6     = "eip_cache6"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
@@ -564,6 +576,7 @@ type edgeMapSpecs struct {
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipCache6     *ebpf.MapSpec `ebpf:"eip_cache6"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
@@ -644,6 +657,7 @@ type edgeMaps struct {
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
+	EipCache6     *ebpf.Map `ebpf:"eip_cache6"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
@@ -691,6 +705,7 @@ func (m *edgeMaps) Close() error {
 		m.EipBw,
 		m.EipBwSlots,
 		m.EipCache,
+		m.EipCache6,
 		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,

@@ -235,3 +235,31 @@ func TestEdgeIPv6Routes(t *testing.T) {
 		t.Errorf("after dropping the IPv6 prefixes: %v", sp)
 	}
 }
+
+// TestEdgeIPv6RouteCache: the per-CPU IPv6 route cache (eip_cache6)
+// serves a route only until the route changes: a packet after a move goes
+// to the new host, after a delete to the kernel, after a re-add to the
+// host again.
+func TestEdgeIPv6RouteCache(t *testing.T) {
+	b := newEdge6Bed(t)
+	ip := ip6Hdr(client6, eip6, nhUDP, udp6(1, 2, 0))
+	in := eth6(dptest.RtrMAC, dptest.ExtMAC, false, ip)
+	enc := func(name, host string, vsid uint32) fixture {
+		return fixture{name: name, dev: dptest.ExtDev, in: in, action: xdpRedirect, out: encap6Of(t, ip, host, vsid),
+			stats: map[string]uint64{"encap_tx": 1}}
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{enc("first packet", hostAddr, vsid), enc("cached", hostAddr, vsid)})
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eip6): {Host: addr(otherHost), VSID: 6000, StatsIdx: eip6Idx}}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{enc("after a move", otherHost, 6000)})
+	if err := b.edge.DeleteRoutes([]netipAddr{addr(eip6)}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{{name: "after a delete", dev: dptest.ExtDev, in: in, action: xdpPass,
+		stats: map[string]uint64{"pass_ipv6": 1}}})
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eip6): {Host: addr(hostAddr), VSID: vsid, StatsIdx: eip6Idx}}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{enc("after a re-add", hostAddr, vsid)})
+}
