@@ -59,6 +59,12 @@
 #define EIP_CACHE_SLOTS 16384
 #endif
 
+/* The IPv6 EIP route cache (edge.c eip_route6): slots per CPU, a power of
+ * two (40 bytes each: 160 KiB per CPU; IPv6 EIPs are few yet). */
+#ifndef EIP6_CACHE_SLOTS
+#define EIP6_CACHE_SLOTS 4096
+#endif
+
 /* Load balancer sizes. */
 #ifndef LB_LISTENERS_MAX
 #define LB_LISTENERS_MAX (1 << 18)

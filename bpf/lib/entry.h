@@ -55,6 +55,15 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 		rc = STAT_DROP_IP6_MARTIAN;
 	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(&p6))
 		rc = STAT_DROP_IP6_OFF_LINK;
+#ifdef AZG_IPV6_PATHS
+	/* The program's own IPv6 paths (edge.c: the IPv6 EIPs): an XDP
+	 * action, or a negative number for a packet that is none of theirs. */
+	if (!rc) {
+		int act = AZG_IPV6_PATHS(ctx, &p6);
+		if (act >= 0)
+			return act;
+	}
+#endif
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		rc = STAT_DROP_LOCAL;
 	if (rc)
@@ -71,9 +80,20 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 	if (rc)
 		return count_drop(ctx, rc, len);
 	/* (A global function's answer is any number to the verifier: bounded
-	 * here to the two it gives, never FRAME_IPV4.) */
-	if (p->eth_proto == ETH_P_IPV6_)
+	 * here to constants it gives, never FRAME_IPV4. With a program's own
+	 * IPv6 paths, AZG_IPV6_PATHS, TX and REDIRECT too.) */
+	if (p->eth_proto == ETH_P_IPV6_) {
+#ifdef AZG_IPV6_PATHS
+		int act = ipv6_frame(ctx, flags);
+		if (act == XDP_REDIRECT)
+			return XDP_REDIRECT;
+		if (act == XDP_TX)
+			return XDP_TX;
+		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
+#else
 		return ipv6_frame(ctx, flags) == XDP_PASS ? XDP_PASS : XDP_DROP;
+#endif
+	}
 	if ((flags & FRAME_F_ARP) && p->eth_proto == ETH_P_ARP_)
 		return FRAME_ARP;
 	if (p->eth_proto != ETH_P_IP_)

@@ -53,4 +53,14 @@ static __always_inline __u32 flow_hash4(__be32 saddr, __be32 daddr, __be32 ports
 	return jhash_3words(saddr, daddr, ports, seed ^ proto);
 }
 
+/* The IPv6 flow hash: each 16-byte address folded to one word by XOR of
+ * its four (as loaded, little-endian), then flow_hash4's mix
+ * (internal/flowhash Hash6). */
+static __always_inline __u32 flow_hash6(const __be32 *saddr, const __be32 *daddr, __be32 ports, __u8 proto,
+					__u32 seed)
+{
+	return jhash_3words(saddr[0] ^ saddr[1] ^ saddr[2] ^ saddr[3], daddr[0] ^ daddr[1] ^ daddr[2] ^ daddr[3], ports,
+			    seed ^ proto);
+}
+
 #endif

@@ -136,6 +136,14 @@ struct {
 	__type(value, struct eip_centry);
 } eip_cache SEC(".maps");
 
+/* The same for IPv6 EIPs (edge.c eip_route6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EIP6_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct eip_centry6);
+} eip_cache6 SEC(".maps");
+
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -317,6 +325,18 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_spoof_src SEC(".maps");
+
+/* The same for IPv6 sources (edge.c spoof6_class): the region's IPv6 set
+ * prefixes and EIPs (SPOOF_OWN). The IPv6 bogons are fixed in the
+ * program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SPOOF_PREFIX_MAX);
+	__type(key, struct lpm6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_spoof_src6 SEC(".maps");
 
 /* Firewall (lib/fw.h), written by the edge daemon from the plan
  * (internal/fwplan): the rules by (scope, source prefix), longest match. */

@@ -47,6 +47,18 @@ struct eip_centry {
 	__u32 fw;         /* firewall scope and flags (FW_C_*, lib/fw.h) when copied */
 };
 
+/* Edge: a slot of the per-CPU IPv6 EIP route cache (edge.c, eip_route6),
+ * as struct eip_centry for IPv6 addresses. */
+struct eip_centry6 {
+	struct ip_addr addr; /* the IPv6 EIP */
+	__be32 host;         /* eip_route.host.a[0] */
+	__u32 vsid;
+	__u32 stats_idx;
+	__u8 flags;          /* eip_route.flags */
+	__u8 pad[3];
+	__u64 gen;           /* eip_route_gen + 1 when copied */
+};
+
 /* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet.
  * rx_syns: of rx, TCP SYNs without ACK (connection attempts), counted by the
  * edge only; the controller's DDoS detection reads their rate (docs/ddos.md).
@@ -146,6 +158,12 @@ struct nh_entry {
 struct lpm4_key {
 	__u32 prefixlen;
 	__be32 addr;
+};
+
+/* Key of an IPv6 LPM trie (edge_spoof_src6). */
+struct lpm6_key {
+	__u32 prefixlen;
+	struct ip_addr addr;
 };
 
 /* One rule of agent_local: protocol (0: any, then every port) and
@@ -274,7 +292,7 @@ struct mon_state {
  * internal/dataplane (a test holds them together). */
 enum azg_stat {
 	STAT_PASS_NON_IP = 0,      /* not IPv4/IPv6: to the kernel */
-	STAT_PASS_IPV6,       /* valid IPv6: to the kernel (no IPv6 EIPs yet) */
+	STAT_PASS_IPV6,       /* valid IPv6 not to an IPv6 EIP: to the kernel */
 	STAT_PASS_NOT_OURS,   /* IPv4 not for an EIP / not NVGRE to us: to the kernel */
 	STAT_ENCAP_TX,        /* edge: Internet -> host encapsulated; agent: guest -> edge */
 	STAT_DECAP_TX,        /* edge: host -> Internet; agent: edge -> guest */

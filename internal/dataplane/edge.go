@@ -234,10 +234,29 @@ func (e *Edge) InvalidateNextHops() error {
 	return e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny)
 }
 
+// routeKeyOf is the route map's key of an EIP: IPv4 or IPv6 (the IPv6
+// EIP path, bpf/edge.c edge_ipv6). Only the edge's EIP routes take IPv6:
+// VIPs and the agent's maps go through keyOf, IPv4 only.
+func routeKeyOf(a netip.Addr) (edgeEipKey, error) {
+	if a.Is4In6() || a.Zone() != "" {
+		return edgeEipKey{}, fmt.Errorf("%v: an EIP is an IPv4 or a global IPv6 address, not IPv4-mapped or zoned", a)
+	}
+	ip, fam, err := addrTo(a)
+	if err != nil {
+		return edgeEipKey{}, err
+	}
+	return edgeEipKey{Addr: ip, Family: fam}, nil
+}
+
 func routeTo(r Route) (edgeEipRoute, error) {
 	h, fam, err := addrTo(r.Host)
 	if err != nil {
 		return edgeEipRoute{}, fmt.Errorf("route host: %w", err)
+	}
+	if fam != 2 {
+		// The program encapsulates over an IPv4 underlay only
+		// (host.a[0]), whatever the EIP's family.
+		return edgeEipRoute{}, fmt.Errorf("route host %v: the underlay is IPv4 only", r.Host)
 	}
 	if r.VSID > 0xFFFFFF {
 		return edgeEipRoute{}, fmt.Errorf("VSID %d does not fit 24 bits", r.VSID)
@@ -346,7 +365,7 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 		return nil
 	}
 	for a, r := range routes {
-		k, err := keyOf(a)
+		k, err := routeKeyOf(a)
 		if err != nil {
 			return err
 		}
@@ -372,7 +391,7 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 func (e *Edge) DeleteRoutes(addrs []netip.Addr) (err error) {
 	defer e.routesWritten(&err)
 	for _, a := range addrs {
-		k, err := keyOf(a)
+		k, err := routeKeyOf(a)
 		if err != nil {
 			return err
 		}
@@ -426,7 +445,7 @@ func (e *Edge) Routes() (map[netip.Addr]Route, error) {
 
 // Route reads one route.
 func (e *Edge) Route(a netip.Addr) (Route, bool, error) {
-	k, err := keyOf(a)
+	k, err := routeKeyOf(a)
 	if err != nil {
 		return Route{}, false, err
 	}
@@ -460,19 +479,26 @@ const (
 )
 
 // SetSpoofPrefixes replaces the source prefixes the edge drops from the
-// Internet side (edge_spoof_src): own are the region's set prefixes, EIPs
-// and VIPs, underlay the hosts' and edges' underlay addresses or prefixes.
-// A prefix in both is counted as underlay. The non-routable ranges are
-// fixed in the program and need no entry.
+// Internet side (edge_spoof_src, and edge_spoof_src6 for IPv6 prefixes):
+// own are the region's set prefixes, EIPs and VIPs, underlay the hosts'
+// and edges' underlay addresses or prefixes. A prefix in both is counted
+// as underlay. The non-routable ranges are fixed in the program and need
+// no entry.
 func (e *Edge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {
 	want := map[edgeLpm4Key]uint32{}
+	want6 := map[edgeLpm6Key]uint32{}
 	for _, l := range []struct {
 		ps    []netip.Prefix
 		class uint32
 	}{{own, SpoofOwn}, {underlay, SpoofUnderlay}} {
 		for _, p := range l.ps {
-			if !p.Addr().Is4() {
-				return fmt.Errorf("anti-spoofing prefix %v: only IPv4 is supported", p)
+			if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+				return fmt.Errorf("anti-spoofing prefix %v: not an IPv4 or IPv6 prefix", p)
+			}
+			if p.Addr().Is6() {
+				ip, _, _ := addrTo(p.Masked().Addr())
+				want6[edgeLpm6Key{Prefixlen: uint32(p.Bits()), Addr: ip}] = l.class
+				continue
 			}
 			b := p.Masked().Addr().As4()
 			want[edgeLpm4Key{Prefixlen: uint32(p.Bits()), Addr: binary.LittleEndian.Uint32(b[:])}] = l.class
@@ -481,12 +507,57 @@ func (e *Edge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {
 	if len(want) > int(e.objs.EdgeSpoofSrc.MaxEntries()) {
 		return fmt.Errorf("anti-spoofing prefixes: %d, the map holds %d", len(want), e.objs.EdgeSpoofSrc.MaxEntries())
 	}
+	m6 := e.objs.EdgeSpoofSrc6
+	if m6 == nil && len(want6) > 0 {
+		return fmt.Errorf("anti-spoofing prefixes: %d IPv6, this program has no IPv6 trie (edge_spoof_src6)", len(want6))
+	}
+	if m6 != nil && len(want6) > int(m6.MaxEntries()) {
+		return fmt.Errorf("anti-spoofing prefixes: %d IPv6, the map holds %d", len(want6), m6.MaxEntries())
+	}
 	for k, c := range want {
 		if err := e.objs.EdgeSpoofSrc.Update(k, c, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write anti-spoofing prefix %v/%d: %w", netip.AddrFrom4(le4(k.Addr)), k.Prefixlen, err)
 		}
 	}
-	return deleteStale[edgeLpm4Key, uint32](e.objs.EdgeSpoofSrc, func(k edgeLpm4Key) bool { _, ok := want[k]; return ok })
+	for k, c := range want6 {
+		if err := m6.Update(k, c, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write anti-spoofing prefix %v/%d: %w", addrFrom(k.Addr, 10), k.Prefixlen, err)
+		}
+	}
+	if err := deleteStale[edgeLpm4Key, uint32](e.objs.EdgeSpoofSrc, func(k edgeLpm4Key) bool { _, ok := want[k]; return ok }); err != nil {
+		return err
+	}
+	if m6 == nil {
+		return nil
+	}
+	return deleteStale[edgeLpm6Key, uint32](m6, func(k edgeLpm6Key) bool { _, ok := want6[k]; return ok })
+}
+
+// SpoofPrefixes reads the anti-spoofing tries back: every prefix with
+// its class (SpoofOwn, SpoofUnderlay), IPv4 and IPv6.
+func (e *Edge) SpoofPrefixes() (map[netip.Prefix]uint32, error) {
+	out := map[netip.Prefix]uint32{}
+	var k edgeLpm4Key
+	var c uint32
+	it := e.objs.EdgeSpoofSrc.Iterate()
+	for it.Next(&k, &c) {
+		out[netip.PrefixFrom(netip.AddrFrom4(le4(k.Addr)), int(k.Prefixlen))] = c
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list anti-spoofing prefixes: %w", err)
+	}
+	if e.objs.EdgeSpoofSrc6 == nil {
+		return out, nil
+	}
+	var k6 edgeLpm6Key
+	it = e.objs.EdgeSpoofSrc6.Iterate()
+	for it.Next(&k6, &c) {
+		out[netip.PrefixFrom(addrFrom(k6.Addr, 10), int(k6.Prefixlen))] = c
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list IPv6 anti-spoofing prefixes: %w", err)
+	}
+	return out, nil
 }
 
 func le4(v uint32) [4]byte {

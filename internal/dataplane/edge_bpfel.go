@@ -176,6 +176,17 @@ type edgeEipCentry struct {
 	Fw       uint32
 }
 
+type edgeEipCentry6 struct {
+	_        structs.HostLayout
+	Addr     edgeIpAddr
+	Host     uint32
+	Vsid     uint32
+	StatsIdx uint32
+	Flags    uint8
+	Pad      [3]uint8
+	Gen      uint64
+}
+
 type edgeEipKey struct {
 	_      structs.HostLayout
 	Addr   edgeIpAddr
@@ -358,6 +369,12 @@ type edgeLpm4Key struct {
 	Addr      uint32
 }
 
+type edgeLpm6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      edgeIpAddr
+}
+
 type edgeMonState struct {
 	_        structs.HostLayout
 	Tokens   uint64
@@ -448,9 +465,11 @@ const (
 	edgeMapEdgeLimits    = "edge_limits"
 	edgeMapEdgeRlSrc     = "edge_rl_src"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
+	edgeMapEdgeSpoofSrc6 = "edge_spoof_src6"
 	edgeMapEipBw         = "eip_bw"
 	edgeMapEipBwSlots    = "eip_bw_slots"
 	edgeMapEipCache      = "eip_cache"
+	edgeMapEipCache6     = "eip_cache6"
 	edgeMapEipRouteGen   = "eip_route_gen"
 	edgeMapEipRoutes     = "eip_routes"
 	edgeMapEipStats      = "eip_stats"
@@ -553,9 +572,11 @@ type edgeMapSpecs struct {
 	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6 *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipCache6     *ebpf.MapSpec `ebpf:"eip_cache6"`
 	EipRouteGen   *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
@@ -632,9 +653,11 @@ type edgeMaps struct {
 	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6 *ebpf.Map `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache      *ebpf.Map `ebpf:"eip_cache"`
+	EipCache6     *ebpf.Map `ebpf:"eip_cache6"`
 	EipRouteGen   *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes     *ebpf.Map `ebpf:"eip_routes"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
@@ -678,9 +701,11 @@ func (m *edgeMaps) Close() error {
 		m.EdgeLimits,
 		m.EdgeRlSrc,
 		m.EdgeSpoofSrc,
+		m.EdgeSpoofSrc6,
 		m.EipBw,
 		m.EipBwSlots,
 		m.EipCache,
+		m.EipCache6,
 		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,

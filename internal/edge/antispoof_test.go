@@ -12,10 +12,11 @@ import (
 // TestSpoofPrefixes: the edge programs every set's prefixes and every VIP
 // as its own, and every host's and edge's underlay address as the
 // underlay, so the data plane drops them as sources from the Internet
-// side; a change to the sets or hosts reprograms them.
+// side (an IPv6 set prefix in the IPv6 trie); a change to the sets or
+// hosts reprograms them.
 func TestSpoofPrefixes(t *testing.T) {
 	objs := append(region(),
-		&model.EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/25")},
+		&model.EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/25"), netip.MustParsePrefix("2001:db8:b::/48")},
 			Edges: []model.EdgeNode{{Name: "edge-b1", Underlay: a("198.18.0.2")}}},
 		&model.Service{Name: "web", VIP: a("192.0.2.80"), Mode: model.ModeNAT, TableSize: 101,
 			Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
@@ -32,7 +33,7 @@ func TestSpoofPrefixes(t *testing.T) {
 	if fake.writes != 1 {
 		t.Errorf("after an EIP change: prefixes written %d times, want 1", fake.writes)
 	}
-	if got, want := fmt.Sprint(fake.SpoofOwn), "[192.0.2.0/25 192.0.2.80/32 198.51.100.0/24]"; got != want {
+	if got, want := fmt.Sprint(fake.SpoofOwn), "[192.0.2.0/25 192.0.2.80/32 198.51.100.0/24 2001:db8:b::/48]"; got != want {
 		t.Errorf("own prefixes %s, want %s", got, want)
 	}
 	if got, want := fmt.Sprint(fake.SpoofUnderlay), "[198.18.0.1/32 198.18.0.2/32 198.18.11.1/32 198.18.21.1/32]"; got != want {

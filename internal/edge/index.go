@@ -478,29 +478,31 @@ func (x *index) edgeSetOf(name string) (*model.EdgeSet, model.EdgeNode, bool) {
 }
 
 // spoofPrefixes are the sources the edge refuses from the Internet side,
-// sorted: own, every set's prefixes and every service's VIP; underlay,
-// every host's and every edge's underlay address.
+// sorted: own, every set's prefixes (IPv4 and IPv6: the edge's IPv6 trie
+// takes the IPv6 ones) and every service's VIP; underlay, every host's
+// and every edge's underlay address. EIPs lie in their sets' prefixes.
 func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
+	host := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 	for _, set := range x.sets {
 		for _, p := range set.Prefixes {
-			if p.Addr().Is4() { // the table is IPv4 (IPv6 goes to the kernel)
+			if p.IsValid() {
 				own = append(own, p.Masked())
 			}
 		}
 		for _, e := range set.Edges {
-			if e.Underlay.Is4() {
-				underlay = append(underlay, netip.PrefixFrom(e.Underlay, 32))
+			if e.Underlay.IsValid() {
+				underlay = append(underlay, host(e.Underlay))
 			}
 		}
 	}
 	for _, svc := range x.services {
-		if svc.VIP.Is4() {
-			own = append(own, netip.PrefixFrom(svc.VIP, 32))
+		if svc.VIP.IsValid() {
+			own = append(own, host(svc.VIP))
 		}
 	}
 	x.underlays(func(u netip.Addr) {
-		if u.Is4() {
-			underlay = append(underlay, netip.PrefixFrom(u, 32))
+		if u.IsValid() {
+			underlay = append(underlay, host(u))
 		}
 	})
 	cmp := func(a, b netip.Prefix) int {

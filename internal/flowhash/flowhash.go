@@ -73,3 +73,20 @@ func Hash4(t Tuple, seed uint32) uint32 {
 
 // FlowID is the NVGRE FlowID (RFC 7637) of a tuple: the hash's low byte.
 func FlowID(t Tuple, seed uint32) uint8 { return uint8(Hash4(t, seed)) }
+
+// fold6 is an IPv6 address folded to one word as flow_hash6 does: the XOR
+// of its four words, each loaded little-endian.
+func fold6(a netip.Addr) uint32 {
+	b := a.As16()
+	return binary.LittleEndian.Uint32(b[0:]) ^ binary.LittleEndian.Uint32(b[4:]) ^
+		binary.LittleEndian.Uint32(b[8:]) ^ binary.LittleEndian.Uint32(b[12:])
+}
+
+// Hash6 is flow_hash6 (bpf/lib/hash.h) for an IPv6 tuple: Hash4's mix
+// of the addresses folded to a word each.
+func Hash6(t Tuple, seed uint32) uint32 {
+	return Jhash3(fold6(t.Src), fold6(t.Dst), PortsWord(t.SrcPort, t.DstPort), seed^uint32(t.Proto))
+}
+
+// FlowID6 is the NVGRE FlowID of an IPv6 tuple.
+func FlowID6(t Tuple, seed uint32) uint8 { return uint8(Hash6(t, seed)) }
