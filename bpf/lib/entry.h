@@ -24,6 +24,19 @@
 #define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6) */
 #define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
 
+#ifdef AZG_PROG_AGENT
+/* agent.c: a guest's valid IPv6 packet (xdp_agent_guest, whose flags
+ * hold FRAME_F_DROP_IPV6): neighbour discovery to the host's kernel, the
+ * packet of a guest with an IPv6 EIP translated and encapsulated, the rest
+ * dropped (drop_local). Returns its XDP action, counted. Called from the
+ * entry's frame, not ipv6_frame's: the stacks of three frames and fib4_miss
+ * would pass 512 bytes. */
+__noinline int agent_guest6(struct xdp_md *ctx);
+/* ipv6_frame's answer for a guest's valid IPv6 packet on the agent: not
+ * an XDP action, agent_guest6's to judge. */
+#define FRAME_GUEST6 0x100
+#endif
+
 /* Every IPv6 frame, parsed (parse_ipv6), judged and counted; returns
  * its XDP action. A valid packet is passed (pass_ipv6: no IPv6 address is
  * ours yet, so BGP, NDP and ICMPv6 to the node reach its kernel), or with
@@ -54,6 +67,10 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 		rc = STAT_DROP_IP6_MARTIAN;
 	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(&p6))
 		rc = STAT_DROP_IP6_OFF_LINK;
+#ifdef AZG_PROG_AGENT
+	if (!rc && (flags & FRAME_F_DROP_IPV6))
+		return FRAME_GUEST6;
+#endif
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		rc = STAT_DROP_LOCAL;
 	if (rc)
@@ -70,9 +87,19 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 	if (rc)
 		return count_drop(ctx, rc, len);
 	/* (A global function's answer is any number to the verifier: bounded
-	 * here to the two it gives, never FRAME_IPV4.) */
-	if (p->eth_proto == ETH_P_IPV6_)
+	 * here to the actions it gives, never FRAME_IPV4.) */
+	if (p->eth_proto == ETH_P_IPV6_) {
+#ifdef AZG_PROG_AGENT
+		rc = ipv6_frame(ctx, flags);
+		if ((flags & FRAME_F_DROP_IPV6) && rc == FRAME_GUEST6) {
+			rc = agent_guest6(ctx);
+			return (__u32)rc <= XDP_REDIRECT ? rc : XDP_DROP;
+		}
+		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
+#else
 		return ipv6_frame(ctx, flags) == XDP_PASS ? XDP_PASS : XDP_DROP;
+#endif
+	}
 	if ((flags & FRAME_F_ARP) && p->eth_proto == ETH_P_ARP_)
 		return FRAME_ARP;
 	if (p->eth_proto != ETH_P_IP_)

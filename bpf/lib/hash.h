@@ -7,7 +7,12 @@
  * 32-bit words exactly as they sit in the packet, loaded little-endian (as
  * BPF on x86 and arm64 loads them), ports is 0 for fragments and protocols
  * without ports, and jhash_3words is Bob Jenkins' lookup3 as in Linux
- * include/linux/jhash.h. */
+ * include/linux/jhash.h.
+ *
+ * For IPv6 (flow_hash6), each 16-byte address is folded to one word, the
+ * XOR of its four words as loaded, and hashed as flow_hash4 hashes:
+ *
+ *   flow_hash6 = jhash_3words(s0^s1^s2^s3, d0^d1^d2^d3, ports, seed ^ proto) */
 #ifndef AZG_HASH_H
 #define AZG_HASH_H
 
@@ -51,6 +56,17 @@ static __always_inline __u32 jhash_3words(__u32 a, __u32 b, __u32 c, __u32 initv
 static __always_inline __u32 flow_hash4(__be32 saddr, __be32 daddr, __be32 ports, __u8 proto, __u32 seed)
 {
 	return jhash_3words(saddr, daddr, ports, seed ^ proto);
+}
+
+/* IPv6 addresses as struct ip_addr's words (four __be32). */
+static __always_inline __u32 addr6_fold(const __be32 *a)
+{
+	return a[0] ^ a[1] ^ a[2] ^ a[3];
+}
+
+static __always_inline __u32 flow_hash6(const __be32 *saddr, const __be32 *daddr, __be32 ports, __u8 proto, __u32 seed)
+{
+	return jhash_3words(addr6_fold(saddr), addr6_fold(daddr), ports, seed ^ proto);
 }
 
 #endif

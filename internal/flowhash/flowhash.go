@@ -71,5 +71,21 @@ func Hash4(t Tuple, seed uint32) uint32 {
 	return Jhash3(word4(t.Src), word4(t.Dst), PortsWord(t.SrcPort, t.DstPort), seed^uint32(t.Proto))
 }
 
+// fold6 is an IPv6 address folded to one word as addr6_fold does (the
+// XOR of its four words as loaded).
+func fold6(a netip.Addr) uint32 {
+	b := a.As16()
+	var w uint32
+	for i := 0; i < 16; i += 4 {
+		w ^= binary.LittleEndian.Uint32(b[i:])
+	}
+	return w
+}
+
+// Hash6 is flow_hash6 for an IPv6 tuple (bpf/lib/hash.h).
+func Hash6(t Tuple, seed uint32) uint32 {
+	return Jhash3(fold6(t.Src), fold6(t.Dst), PortsWord(t.SrcPort, t.DstPort), seed^uint32(t.Proto))
+}
+
 // FlowID is the NVGRE FlowID (RFC 7637) of a tuple: the hash's low byte.
 func FlowID(t Tuple, seed uint32) uint8 { return uint8(Hash4(t, seed)) }
