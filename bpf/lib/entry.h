@@ -92,8 +92,14 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 #ifdef AZG_PROG_AGENT
 		rc = ipv6_frame(ctx, flags);
 		if ((flags & FRAME_F_DROP_IPV6) && rc == FRAME_GUEST6) {
+			/* (Constants, not rc: clang merged a "return rc" with
+			 * the IPv4 path's redirect tail, one more jump there.) */
 			rc = agent_guest6(ctx);
-			return (__u32)rc <= XDP_REDIRECT ? rc : XDP_DROP;
+			if (rc == XDP_REDIRECT)
+				return XDP_REDIRECT;
+			if (rc == XDP_TX)
+				return XDP_TX;
+			return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 		}
 		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 #else

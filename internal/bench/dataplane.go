@@ -18,6 +18,12 @@ const (
 	benchClient = "203.0.113.10"
 	benchEdge   = "198.18.1.1"
 	benchVSID   = 5001
+	// The agent's IPv6 EIP (NAT66) and its guest; the guest link's
+	// IPv6 route and neighbour are the bed's (dptest.Env.GuestIPv6).
+	benchEIP6     = "2001:db8:e1::7"
+	benchPriv6    = "2001:db8:f0::1"
+	benchClient6  = "2001:db8:1::10"
+	benchPriv6Net = "2001:db8:f0::/64"
 )
 
 // DataplaneOptions tune the suite.
@@ -62,6 +68,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		return nil, err
 	}
 	defer b.Close()
+	if err := env.GuestIPv6(benchPriv6, benchPriv6Net); err != nil {
+		return nil, err
+	}
 
 	cur, err := dataplaneSide(env, "", "", "")
 	if err != nil {
@@ -92,6 +101,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	toAgent := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
 		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
 	fromGuest := tcpFrame(dptest.VMMAC, dptest.GuestMAC, dptest.GuestAddr, benchClient, 80, 40000, size)
+	toAgent6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrame6("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient6, benchEIP6, 40000, 80, size))
+	fromGuest6 := tcpFrame6(dptest.VMMAC, dptest.GuestMAC, benchPriv6, benchClient6, 80, 40000, size)
 
 	// bench.c's, the same for both sides.
 	for _, sd := range sides {
@@ -107,6 +119,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		{name: "edge_drop (bad IP checksum)", prog: "edge", dev: dptest.ExtDev, frame: badCsum, action: actDrop},
 		{name: "agent_decap_dnat (edge to guest)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent, action: actRedirect, chain: true, moves: true},
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
+		{name: "agent_decap_dnat6 (edge to guest, IPv6 EIP)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent6, action: actRedirect, chain: true, moves: true, cur: true,
+			uncounted: "bpf_fib_lookup (AF_INET6, uncached) is not replayed", note: "its bpf_fib_lookup is uncached (IPv4 destinations only in the next-hop cache)"},
+		{name: "agent_snat_encap6 (guest to edge, IPv6 EIP)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest6, action: actRedirect, chain: true, moves: true, cur: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -215,6 +230,11 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	}
 	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
 		return nil, err
+	}
+	if agentFile == "" {
+		if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP6), Private: netip.MustParseAddr(benchPriv6), VSID: benchVSID, StatsIdx: 2, Ifindex: uint32(g1)}); err != nil {
+			return nil, err
+		}
 	}
 	s.edge = e
 	s.progs["edge"] = e.Program()

@@ -2,11 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
-	"net"
 	"testing"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -36,27 +32,7 @@ func newAgent6Bed(t *testing.T) (*dptest.Env, *Agent) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"net.ipv6.conf.all.forwarding", "net.ipv6.conf.default.forwarding"} {
-		if err := env.Node.Sysctl(k, "1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err = env.Node.Do(func() error {
-		h, err := netlink.NewHandle()
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		for _, dst := range []string{"2001:db8:f0::/64", "2001:db8:f1::/64"} {
-			_, n, _ := net.ParseCIDR(dst)
-			if err := h.RouteAdd(&netlink.Route{LinkIndex: g1, Dst: n}); err != nil {
-				return err
-			}
-		}
-		return h.NeighSet(&netlink.Neigh{LinkIndex: g1, Family: unix.AF_INET6, State: netlink.NUD_PERMANENT,
-			IP: net.ParseIP(priv6), HardwareAddr: mac(dptest.VMMAC)})
-	})
-	if err != nil {
+	if err := env.GuestIPv6(priv6, "2001:db8:f0::/64", "2001:db8:f1::/64"); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range []AgentEIP{
