@@ -21,7 +21,8 @@
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
-#define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6) */
+#define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6);
+				* on the agent: agent_guest6's (FRAME_GUEST6) */
 #define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
 
 #ifdef AZG_PROG_AGENT
@@ -40,7 +41,9 @@ __noinline int agent_guest6(struct xdp_md *ctx);
 /* Every IPv6 frame, parsed (parse_ipv6), judged and counted; returns
  * its XDP action. A valid packet is passed (pass_ipv6: no IPv6 address is
  * ours yet, so BGP, NDP and ICMPv6 to the node reach its kernel), or with
- * FRAME_F_DROP_IPV6 dropped (drop_local); else dropped under its reason:
+ * FRAME_F_DROP_IPV6 dropped (drop_local; on the agent answered
+ * FRAME_GUEST6, for parse_frame to give to agent_guest6); else dropped
+ * under its reason:
  * malformed (parse_ipv6), a martian source (drop_ip6_martian) or, with
  * FRAME_F_V6_OFF_LINK, a link-local source off its link
  * (drop_ip6_off_link). A global (separately verified) function with the
