@@ -80,4 +80,19 @@ static __always_inline __u16 csum_replace4_udp(__u16 check, __be32 from, __be32 
 	return check ? check : 0xffff;
 }
 
+/* RFC 1624 for a 16-byte field (an IPv6 address in a pseudo-header):
+ * from and to are four 32-bit words each, as loaded. */
+static __always_inline __u16 csum_replace16(__u16 check, const __be32 *from, const __be32 *to)
+{
+	__u32 sum = (__u16)~check;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		sum += (__u16)~(from[i] & 0xffff);
+		sum += (__u16)~(from[i] >> 16);
+		sum += to[i] & 0xffff;
+		sum += to[i] >> 16;
+	}
+	return ~csum_fold32(sum);
+}
+
 #endif

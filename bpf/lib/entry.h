@@ -21,15 +21,30 @@
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
-#define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6) */
+#define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6);
+				* on the agent: agent_guest6's (FRAME_GUEST6) */
 #define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
+
+#ifdef AZG_PROG_AGENT
+/* agent.c: a guest's valid IPv6 packet (xdp_agent_guest, whose flags
+ * hold FRAME_F_DROP_IPV6): neighbour discovery to the host's kernel, the
+ * packet of a guest with an IPv6 EIP translated and encapsulated, the rest
+ * dropped (drop_local). Returns its XDP action, counted. Called from the
+ * entry's frame, not ipv6_frame's: the stacks of three frames and fib4_miss
+ * would pass 512 bytes. */
+__noinline int agent_guest6(struct xdp_md *ctx);
+/* ipv6_frame's answer for a guest's valid IPv6 packet on the agent: not
+ * an XDP action, agent_guest6's to judge. */
+#define FRAME_GUEST6 0x100
+#endif
 
 /* Every IPv6 frame, parsed (parse_ipv6), judged and counted; returns
  * its XDP action. A valid packet is passed (pass_ipv6: no IPv6 address is
  * ours yet, so BGP, NDP and ICMPv6 to the node reach its kernel), or with
- * FRAME_F_DROP_IPV6 dropped (drop_local); else dropped under its reason:
- * malformed (parse_ipv6), a martian source or destination
- * (drop_ip6_martian) or, with
+ * FRAME_F_DROP_IPV6 dropped (drop_local; on the agent answered
+ * FRAME_GUEST6, for parse_frame to give to agent_guest6); else dropped
+ * under its reason: malformed (parse_ipv6), a martian source or
+ * destination (drop_ip6_martian) or, with
  * FRAME_F_V6_OFF_LINK, a link-local source off its link
  * (drop_ip6_off_link). A global (separately verified) function with the
  * IPv6 packet (struct pkt6) in its own frame: the IPv4 paths' stack and
@@ -64,6 +79,10 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 			return act;
 	}
 #endif
+#ifdef AZG_PROG_AGENT
+	if (!rc && (flags & FRAME_F_DROP_IPV6))
+		return FRAME_GUEST6;
+#endif
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		rc = STAT_DROP_LOCAL;
 	if (rc)
@@ -81,15 +100,29 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 		return count_drop(ctx, rc, len);
 	/* (A global function's answer is any number to the verifier: bounded
 	 * here to constants it gives, never FRAME_IPV4. With a program's own
-	 * IPv6 paths, AZG_IPV6_PATHS, TX and REDIRECT too.) */
+	 * IPv6 paths, AZG_IPV6_PATHS, or the agent's guest side, TX and
+	 * REDIRECT too.) */
 	if (p->eth_proto == ETH_P_IPV6_) {
-#ifdef AZG_IPV6_PATHS
+#if defined(AZG_IPV6_PATHS)
 		int act = ipv6_frame(ctx, flags);
 		if (act == XDP_REDIRECT)
 			return XDP_REDIRECT;
 		if (act == XDP_TX)
 			return XDP_TX;
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
+#elif defined(AZG_PROG_AGENT)
+		rc = ipv6_frame(ctx, flags);
+		if ((flags & FRAME_F_DROP_IPV6) && rc == FRAME_GUEST6) {
+			/* (Constants, not rc: clang merged a "return rc" with
+			 * the IPv4 path's redirect tail, one more jump there.) */
+			rc = agent_guest6(ctx);
+			if (rc == XDP_REDIRECT)
+				return XDP_REDIRECT;
+			if (rc == XDP_TX)
+				return XDP_TX;
+			return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
+		}
+		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 #else
 		return ipv6_frame(ctx, flags) == XDP_PASS ? XDP_PASS : XDP_DROP;
 #endif

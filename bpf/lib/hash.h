@@ -7,7 +7,12 @@
  * 32-bit words exactly as they sit in the packet, loaded little-endian (as
  * BPF on x86 and arm64 loads them), ports is 0 for fragments and protocols
  * without ports, and jhash_3words is Bob Jenkins' lookup3 as in Linux
- * include/linux/jhash.h. */
+ * include/linux/jhash.h.
+ *
+ * For IPv6 (flow_hash6), each 16-byte address is folded to one word, the
+ * XOR of its four words as loaded, and hashed as flow_hash4 hashes:
+ *
+ *   flow_hash6 = jhash_3words(s0^s1^s2^s3, d0^d1^d2^d3, ports, seed ^ proto) */
 #ifndef AZG_HASH_H
 #define AZG_HASH_H
 

@@ -604,6 +604,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_hc_guests SEC(".maps");
 
+/* ---- the IPv6 EIP paths (agent.c) ---- */
+/* Per-CPU room for agent_from_edge6 and agent_guest6: the IPv6 packet
+ * (struct pkt6, lib/parse.h, hence the value's definition in agent.c),
+ * a FIB request and MACs, off the 512-byte stack their callers' frames
+ * mostly fill. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agent_room6);
+} agent_scratch6 SEC(".maps");
+
 #endif /* AZG_PROG_AGENT */
 
 #if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)

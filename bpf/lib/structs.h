@@ -357,6 +357,8 @@ enum azg_stat {
 				* IPv4-mapped or multicast of scope 0 or 1 */
 	STAT_DROP_IP6_OFF_LINK, /* edge: IPv6 link-local source to a destination neither link-local
 				 * nor multicast, not ICMPv6 (fe80::/10 off-link) */
+	STAT_DROP_IP6_UDP_CSUM0, /* agent: IPv6 UDP with a zero checksum (RFC 8200 8.1: none is
+				  * not allowed; not computed over the payload here) */
 	STAT_MAX,
 };
 

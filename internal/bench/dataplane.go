@@ -13,13 +13,18 @@ import (
 
 // Addresses used by the data-plane suite (the dptest bed's).
 const (
-	benchEIP     = "198.51.100.7"
-	benchHost    = "198.18.21.1"
-	benchClient  = "203.0.113.10"
-	benchEdge    = "198.18.1.1"
-	benchVSID    = 5001
-	benchEIP6    = "2001:db8:e1::7"
-	benchClient6 = "2001:db8:c::10"
+	benchEIP    = "198.51.100.7"
+	benchHost   = "198.18.21.1"
+	benchClient = "203.0.113.10"
+	benchEdge   = "198.18.1.1"
+	benchVSID   = 5001
+	// The IPv6 EIP (the edge's route, the agent's NAT66) and its guest;
+	// the guest link's IPv6 route and neighbour are the bed's
+	// (dptest.Env.GuestIPv6).
+	benchEIP6     = "2001:db8:e1::7"
+	benchPriv6    = "2001:db8:f0::1"
+	benchClient6  = "2001:db8:c::10"
+	benchPriv6Net = "2001:db8:f0::/64"
 )
 
 // DataplaneOptions tune the suite.
@@ -64,6 +69,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		return nil, err
 	}
 	defer b.Close()
+	if err := env.GuestIPv6(benchPriv6, benchPriv6Net); err != nil {
+		return nil, err
+	}
 
 	cur, err := dataplaneSide(env, "", "", "")
 	if err != nil {
@@ -86,7 +94,7 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 
 	const size = 128
 	inetTCP := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIP, 40000, 80, size)
-	inetTCP6 := tcp6Frame(dptest.RtrMAC, dptest.ExtMAC, benchClient6, benchEIP6, 40000, 80, size)
+	inetTCP6 := tcpFrame6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, benchEIP6, 40000, 80, size)
 	notOurs := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, "198.51.100.99", 40000, 80, size)
 	badCsum := append([]byte(nil), inetTCP...)
 	badCsum[14+10] ^= 0xff
@@ -95,6 +103,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	toAgent := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
 		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
 	fromGuest := tcpFrame(dptest.VMMAC, dptest.GuestMAC, dptest.GuestAddr, benchClient, 80, 40000, size)
+	toAgent6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrame6("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient6, benchEIP6, 40000, 80, size))
+	fromGuest6 := tcpFrame6(dptest.VMMAC, dptest.GuestMAC, benchPriv6, benchClient6, 80, 40000, size)
 
 	// bench.c's, the same for both sides.
 	for _, sd := range sides {
@@ -105,13 +116,16 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		// figure is bare - restore_only + pass - adjust, as before.
 		{name: "bare_nvgre_encap (constant headers, no lookups)", prog: "bare_encap", dev: dptest.ExtDev, frame: inetTCP, action: actTX},
 		{name: "edge_encap (Internet to EIP, TCP)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP, action: actRedirect, chain: true, moves: true, target: "<= 4x"},
-		{name: "edge_encap6 (Internet to IPv6 EIP, TCP; IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP6, action: actRedirect, chain: true, moves: true, newOnly: true,
+		{name: "edge_encap6 (Internet to IPv6 EIP, TCP; IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP6, action: actRedirect, chain: true, moves: true, cur: true,
 			note: "this version only: the baseline has no IPv6 EIP path", target: "within 10 % of edge_encap above the floor"},
 		{name: "edge_decap (host to Internet)", prog: "edge", dev: dptest.UlDev, frame: fromHost, action: actRedirect, chain: true, moves: true},
 		{name: "edge_pass (not an EIP)", prog: "edge", dev: dptest.ExtDev, frame: notOurs, action: actPass},
 		{name: "edge_drop (bad IP checksum)", prog: "edge", dev: dptest.ExtDev, frame: badCsum, action: actDrop},
 		{name: "agent_decap_dnat (edge to guest)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent, action: actRedirect, chain: true, moves: true},
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
+		{name: "agent_decap_dnat6 (edge to guest, IPv6 EIP)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent6, action: actRedirect, chain: true, moves: true, cur: true,
+			uncounted: "bpf_fib_lookup (AF_INET6, uncached) is not replayed", note: "its bpf_fib_lookup is uncached (IPv4 destinations only in the next-hop cache)"},
+		{name: "agent_snat_encap6 (guest to edge, IPv6 EIP)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest6, action: actRedirect, chain: true, moves: true, cur: true},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -135,7 +149,7 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	if !o.NoMonitor && o.Only == "" && o.Soak == 0 {
 		var mc []nsCase
 		for _, c := range cases {
-			if c.prog == "edge" && !c.newOnly && (c.action == actDrop || c.dev == dptest.ExtDev && c.action == actRedirect) {
+			if c.prog == "edge" && !c.cur && (c.action == actDrop || c.dev == dptest.ExtDev && c.action == actRedirect) {
 				mc = append(mc, c)
 			}
 		}
@@ -226,6 +240,11 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	}
 	if err := a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}}); err != nil {
 		return nil, err
+	}
+	if agentFile == "" {
+		if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP6), Private: netip.MustParseAddr(benchPriv6), VSID: benchVSID, StatsIdx: 2, Ifindex: uint32(g1)}); err != nil {
+			return nil, err
+		}
 	}
 	s.edge = e
 	s.progs["edge"] = e.Program()

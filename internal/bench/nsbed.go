@@ -69,10 +69,12 @@ type nsCase struct {
 	after  func(s *side, runs uint64) error
 	note   string
 	target string
-	// newOnly: a path the baseline objects do not have (their program
-	// answers it otherwise): timed and counted on this version only (the
-	// side named ""), left out of the monitor's cost.
-	newOnly bool
+	// cur: timed and counted on this build's objects only (a path the
+	// baseline objects do not have, such as the agent's IPv6 EIPs).
+	cur bool
+	// uncounted, when set, is why the case has no instruction count
+	// (bpfemu cannot replay one of its helpers).
+	uncounted string
 }
 
 // XDP actions.
@@ -120,7 +122,7 @@ func (n *nsBed) calibrate(frame []byte) error {
 // timeCase times c once on side s, and for chained cases the chain into
 // xdp_pass with the same frame and variation.
 func (n *nsBed) timeCase(s *side, c nsCase) error {
-	if c.newOnly && s.name != "" {
+	if c.cur && s.name != "" {
 		return nil
 	}
 	prog := s.progs[c.prog]
@@ -283,7 +285,10 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 			return nil, err
 		}
 		for _, c := range cases {
-			for _, s := range sides {
+			for i, s := range sides {
+				if c.cur && i > 0 {
+					break
+				}
 				if err := n.timeCase(s, c); err != nil {
 					return nil, err
 				}
@@ -315,7 +320,7 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 	for _, c := range cases {
 		v := n.value(sides[0], c)
 		r := pp(Result{Name: c.name, Value: v, Baseline: "xdp_floor", BaselineValue: floor, Ratio: v / floor, Note: c.note, Target: c.target})
-		if len(sides) > 1 && !c.newOnly {
+		if len(sides) > 1 && !c.cur {
 			b := n.value(sides[1], c)
 			r.HasBefore, r.Before, r.BeforeAboveFloor = true, b, b-floor
 		}
@@ -331,9 +336,12 @@ func (n *nsBed) countCases(sides []*side, cases []nsCase) ([]Result, error) {
 	var out []Result
 	for _, c := range cases {
 		var counts []bpfemu.Count
-		for _, s := range sides {
+		for i, s := range sides {
+			if c.cur && i > 0 || c.uncounted != "" {
+				break
+			}
 			spec := s.specs[c.prog]
-			if spec == nil || c.newOnly && s.name != "" {
+			if spec == nil {
 				break
 			}
 			if c.before != nil {

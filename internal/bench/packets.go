@@ -33,8 +33,9 @@ func tcpFrame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []
 	return serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, tcp, gopacket.Payload(pay))
 }
 
-// tcp6Frame is an Ethernet/IPv6/TCP frame of exactly size bytes.
-func tcp6Frame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []byte {
+// tcpFrame6 is tcpFrame for IPv6 (hop limit 64): an Ethernet/IPv6/TCP
+// ACK of exactly size bytes.
+func tcpFrame6(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []byte {
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)}
 	tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: 1, Ack: 1, ACK: true, Window: 65535}
 	tcp.SetNetworkLayerForChecksum(ip)

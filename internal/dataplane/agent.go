@@ -317,13 +317,58 @@ func (a *Agent) SetLocalAllow(allow map[netip.Prefix][]LocalRule) error {
 	return deleteStale[agentLpm4Key, agentLocalAllow](a.objs.AgentLocal, func(k agentLpm4Key) bool { return want[k] })
 }
 
-// PutEIP adds or replaces an EIP hosted here (both directions).
+// agentKeyOf is keyOf for the agent's EIP and guest maps, which take
+// both families: an IPv6 EIP is translated 1:1 to its guest's private
+// IPv6 address (NAT66, bpf/agent.c).
+func agentKeyOf(a netip.Addr) (edgeEipKey, error) {
+	ip, fam, err := addrTo(a)
+	if err != nil {
+		return edgeEipKey{}, err
+	}
+	return edgeEipKey{Addr: ip, Family: fam}, nil
+}
+
+// agentAddrOK says what is wrong with an EIP's or a guest's address of
+// the agent ("" if nothing): an IPv6 one must be a unicast address a
+// router forwards (not ::, ::1, multicast, link-local, IPv4-mapped, nor
+// zoned).
+func agentAddrOK(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "no address"
+	case a.Is4():
+		return ""
+	case a.Zone() != "":
+		return "zoned"
+	case a.Is4In6():
+		return "IPv4-mapped"
+	case a.IsUnspecified(), a.IsLoopback(), a.IsMulticast(), a.IsLinkLocalUnicast():
+		return "not a routed unicast address"
+	}
+	return ""
+}
+
+// PutEIP adds or replaces an EIP hosted here (both directions). EIP and
+// Private are of one family: IPv4, or IPv6 (NAT66; such a guest serves
+// no VIP: Service is refused, the flow table is IPv4's).
 func (a *Agent) PutEIP(e AgentEIP) error {
-	ek, err := keyOf(e.EIP)
+	if why := agentAddrOK(e.EIP); why != "" {
+		return fmt.Errorf("EIP %v: %s", e.EIP, why)
+	}
+	if why := agentAddrOK(e.Private); why != "" {
+		return fmt.Errorf("EIP %v: private address %v: %s", e.EIP, e.Private, why)
+	}
+	if e.EIP.Is4() != e.Private.Is4() {
+		return fmt.Errorf("EIP %v: private address %v is of the other family (the agent translates IPv4 to IPv4, IPv6 to IPv6)", e.EIP, e.Private)
+	}
+	if e.EIP.Is6() && e.Service {
+		return fmt.Errorf("EIP %v: an IPv6 EIP's guest cannot be a service backend yet (the agent's flow table is IPv4)", e.EIP)
+	}
+	ek, err := agentKeyOf(e.EIP)
 	if err != nil {
 		return err
 	}
-	pk, err := keyOf(e.Private)
+	pk, err := agentKeyOf(e.Private)
 	if err != nil {
 		return fmt.Errorf("private address: %w", err)
 	}
@@ -374,7 +419,7 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 
 // DeleteEIP removes an EIP and its guest entry.
 func (a *Agent) DeleteEIP(eip netip.Addr) error {
-	ek, err := keyOf(eip)
+	ek, err := agentKeyOf(eip)
 	if err != nil {
 		return err
 	}
@@ -394,7 +439,7 @@ func (a *Agent) DeleteEIP(eip netip.Addr) error {
 // deleteGuestOf removes a guest's entry if it still names eip (another EIP
 // may have been bound to the guest since).
 func (a *Agent) deleteGuestOf(priv netip.Addr, eip edgeEipKey) error {
-	pk, err := keyOf(priv)
+	pk, err := agentKeyOf(priv)
 	if err != nil {
 		return err
 	}
@@ -442,7 +487,7 @@ func (a *Agent) EIPs() (map[netip.Addr]AgentEIP, error) {
 			Service:  v.Flags&agentFSvc != 0,
 			Group:    v.Group,
 		}
-		pk, _ := keyOf(e.Private)
+		pk, _ := agentKeyOf(e.Private)
 		var g agentAgentGuest
 		if err := a.objs.AgentGuests.Lookup(akey(pk), &g); err == nil {
 			e.Ifindex = g.Ifindex

@@ -78,6 +78,40 @@ type agentAgentGuest struct {
 	Group    uint16
 }
 
+type agentAgentRoom6 struct {
+	_  structs.HostLayout
+	P6 struct {
+		_ structs.HostLayout
+		P struct {
+			_        structs.HostLayout
+			L3Off    uint32
+			L4Off    uint32
+			EthProto uint16
+			IpLen    uint16
+			Frag     uint16
+			Proto    uint8
+			Ttl      uint8
+			Tos      uint8
+			Df       uint8
+			L4Ok     uint8
+			TcpFlags uint8
+			Saddr    uint32
+			Daddr    uint32
+			Ports    uint32
+		}
+		Saddr agentIpAddr
+		Daddr agentIpAddr
+	}
+	Fib      agentFibRoom
+	K        agentEipKey
+	Ours     [6]uint8
+	Peer     [6]uint8
+	Vsid     uint32
+	OuterEnd uint32
+	Idx      uint32
+	Rc       int32
+}
+
 type agentAzgStat uint32
 
 const (
@@ -134,7 +168,8 @@ const (
 	agentAzgStatSTAT_DROP_IP6TINY_FRAG   agentAzgStat = 50
 	agentAzgStatSTAT_DROP_IP6MARTIAN     agentAzgStat = 51
 	agentAzgStatSTAT_DROP_IP6OFF_LINK    agentAzgStat = 52
-	agentAzgStatSTAT_MAX                 agentAzgStat = 53
+	agentAzgStatSTAT_DROP_IP6UDP_CSUM0   agentAzgStat = 53
+	agentAzgStatSTAT_MAX                 agentAzgStat = 54
 )
 
 type agentEipBw struct {
@@ -287,6 +322,7 @@ const (
 	agentMapAgentHcGuests     = "agent_hc_guests"
 	agentMapAgentIfaddrs      = "agent_ifaddrs"
 	agentMapAgentLocal        = "agent_local"
+	agentMapAgentScratch6     = "agent_scratch6"
 	agentMapAgentSvc          = "agent_svc"
 	agentMapEipBw             = "eip_bw"
 	agentMapEipBwSlots        = "eip_bw_slots"
@@ -366,6 +402,7 @@ type agentMapSpecs struct {
 	AgentHcGuests *ebpf.MapSpec `ebpf:"agent_hc_guests"`
 	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
+	AgentScratch6 *ebpf.MapSpec `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
@@ -419,6 +456,7 @@ type agentMaps struct {
 	AgentHcGuests *ebpf.Map `ebpf:"agent_hc_guests"`
 	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
 	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
+	AgentScratch6 *ebpf.Map `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
@@ -443,6 +481,7 @@ func (m *agentMaps) Close() error {
 		m.AgentHcGuests,
 		m.AgentIfaddrs,
 		m.AgentLocal,
+		m.AgentScratch6,
 		m.AgentSvc,
 		m.EipBw,
 		m.EipBwSlots,

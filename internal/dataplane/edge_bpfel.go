@@ -80,7 +80,8 @@ const (
 	edgeAzgStatSTAT_DROP_IP6TINY_FRAG   edgeAzgStat = 50
 	edgeAzgStatSTAT_DROP_IP6MARTIAN     edgeAzgStat = 51
 	edgeAzgStatSTAT_DROP_IP6OFF_LINK    edgeAzgStat = 52
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 53
+	edgeAzgStatSTAT_DROP_IP6UDP_CSUM0   edgeAzgStat = 53
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 54
 )
 
 type edgeCtBucket struct {

@@ -355,6 +355,8 @@ func outcomeCoverage(dev, counter string) int {
 		n = 52
 	case "drop_ip6_off_link":
 		n = 53
+	case "drop_ip6_udp_csum0":
+		n = 54
 	}
 	if dev == dptest.UlDev {
 		switch {

@@ -69,6 +69,7 @@ var statNames = [...]string{
 	"drop_ip6_tiny_frag",
 	"drop_ip6_martian",
 	"drop_ip6_off_link",
+	"drop_ip6_udp_csum0",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

@@ -240,11 +240,26 @@ func OffLinkV6(p IPv6) bool {
 	return v6LinkLocal.Contains(p.Src()) && !v6LinkLocal.Contains(p.Dst()) && !v6Multicast.Contains(p.Dst()) && p.Proto != ProtoICMPv6
 }
 
+// NDPv6: the packet is neighbour discovery (RFC 4861): ICMPv6 router
+// solicitation or advertisement, neighbour solicitation or advertisement
+// (types 133 to 136), unfragmented, hop limit 255. The agent passes it
+// from a guest to the host's kernel, so that the guest resolves its
+// gateway.
+func NDPv6(p IPv6) bool {
+	if p.Proto != ProtoICMPv6 || p.FragOff != 0 || p.MF || p.HopLimit() != 255 || p.L4 >= len(p.Pkt) {
+		return false
+	}
+	t := p.Pkt[p.L4]
+	return t >= 133 && t <= 136
+}
+
 // judgeIPv6 reads an IPv6 frame (its network header at l3). No IPv6
 // address is a node's to forward yet: nothing may be transmitted, and the
 // verdict's Counter is the counter the frame must move. A valid packet
 // goes to the kernel ("not IPv4: ...", pass_ipv6) unless guest (a guest's
-// IPv6 is dropped, drop_local); offLink applies the link-local check
+// IPv6 is dropped, drop_local, but for neighbour discovery, NDPv6, which
+// goes to the host's kernel: the hosts the oracle knows have no IPv6 EIP,
+// whose guests' packets the agent translates); offLink applies the link-local check
 // (the edge's).
 func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
 	p, err := ParseIPv6(b, l3)
@@ -259,7 +274,10 @@ func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
 		return Verdict{Forbid: fmt.Sprintf("spoofed: link-local source %v off its link (to %v)", p.Src(), p.Dst()), Counter: "drop_ip6_off_link"}
 	}
 	if guest {
-		return Verdict{Forbid: "IPv6 from a guest: no IPv6 EIP yet", Counter: "drop_local"}
+		if NDPv6(p) {
+			return Verdict{Forbid: "not IPv4: neighbour discovery from a guest, for the host's kernel", Counter: "pass_ipv6"}
+		}
+		return Verdict{Forbid: "IPv6 from a guest without an IPv6 EIP", Counter: "drop_local"}
 	}
 	return Verdict{Forbid: "not IPv4: IPv6 for the kernel (no IPv6 address is forwarded yet)", Counter: "pass_ipv6"}
 }

@@ -146,3 +146,33 @@ func TestMutateIPv6(t *testing.T) {
 	}
 	t.Logf("%v", seen)
 }
+
+// TestJudgeIPv6GuestNDP: neighbour discovery from a guest (ICMPv6 133 to
+// 136, unfragmented, hop limit 255) is the host kernel's (pass_ipv6, "not
+// IPv4"); anything else a guest without an IPv6 EIP sends is drop_local.
+func TestJudgeIPv6GuestNDP(t *testing.T) {
+	a := netip.MustParseAddr
+	icmp := func(typ uint8) []byte { return []byte{typ, 0, 0, 0, 0, 0, 0, 0} }
+	hop := func(b []byte, h uint8) []byte { b[7] = h; return b }
+	frag := []byte{ProtoICMPv6, 0, 0, 1, 0, 0, 0, 1} // offset 0, more fragments
+	for _, c := range []struct {
+		name string
+		ip   []byte
+		want string
+	}{
+		{"neighbour solicitation", hop(IPv6Packet(a("fe80::5"), a("ff02::1:ff00:1"), ProtoICMPv6, icmp(135)), 255), "pass_ipv6"},
+		{"neighbour advertisement", hop(IPv6Packet(a("2001:db8:f0::5"), a("fe80::1"), ProtoICMPv6, icmp(136)), 255), "pass_ipv6"},
+		{"router solicitation", hop(IPv6Packet(a("fe80::5"), a("ff02::2"), ProtoICMPv6, icmp(133)), 255), "pass_ipv6"},
+		{"router advertisement", hop(IPv6Packet(a("fe80::5"), a("ff02::1"), ProtoICMPv6, icmp(134)), 255), "pass_ipv6"},
+		{"dad from ::", hop(IPv6Packet(a("::"), a("ff02::1:ff00:5"), ProtoICMPv6, icmp(135)), 255), "pass_ipv6"},
+		{"solicitation, hop limit 254", hop(IPv6Packet(a("fe80::5"), a("ff02::1:ff00:1"), ProtoICMPv6, icmp(135)), 254), "drop_local"},
+		{"redirect", hop(IPv6Packet(a("fe80::5"), a("fe80::1"), ProtoICMPv6, icmp(137)), 255), "drop_local"},
+		{"echo request", hop(IPv6Packet(a("fe80::5"), a("fe80::1"), ProtoICMPv6, icmp(128)), 255), "drop_local"},
+		{"fragmented solicitation", hop(IPv6Packet(a("fe80::5"), a("ff02::1:ff00:1"), ProtoFragment, cat6(frag, icmp(135))), 255), "drop_local"},
+	} {
+		v := (&Host{}).JudgeAgent(Guest, frame6(c.ip))
+		if v.Counter != c.want || strings.HasPrefix(v.Forbid, "not IPv4") != (c.want == "pass_ipv6") {
+			t.Errorf("%s: guest %q (%s), want %s", c.name, v.Counter, v.Forbid, c.want)
+		}
+	}
+}

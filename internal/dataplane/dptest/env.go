@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/netlab"
@@ -204,4 +205,42 @@ func MustMAC(s string) net.HardwareAddr {
 		panic(err)
 	}
 	return m
+}
+
+// GuestIPv6 gives the guest link IPv6 for the agent's IPv6 EIP path:
+// IPv6 forwarding on in the node, a route to each prefix through GuestDev
+// and a permanent neighbour for addr (the guest, VMMAC); an address of
+// another prefix stays unresolved (bpf_fib_lookup: no neighbour).
+func (e *Env) GuestIPv6(addr string, prefixes ...string) error {
+	for _, k := range []string{"net.ipv6.conf.all.forwarding", "net.ipv6.conf.default.forwarding"} {
+		if err := e.Node.Sysctl(k, "1"); err != nil {
+			return err
+		}
+	}
+	g, err := e.Node.Ifindex(GuestDev)
+	if err != nil {
+		return err
+	}
+	return e.Node.Do(func() error {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		for _, p := range prefixes {
+			_, n, err := net.ParseCIDR(p)
+			if err != nil {
+				return fmt.Errorf("guest IPv6 route %q: %w", p, err)
+			}
+			if err := h.RouteReplace(&netlink.Route{LinkIndex: g, Dst: n}); err != nil {
+				return fmt.Errorf("guest IPv6 route %s: %w", p, err)
+			}
+		}
+		ip := net.ParseIP(addr)
+		if ip == nil || ip.To4() != nil {
+			return fmt.Errorf("guest IPv6 address %q", addr)
+		}
+		return h.NeighSet(&netlink.Neigh{LinkIndex: g, Family: unix.AF_INET6, State: netlink.NUD_PERMANENT,
+			IP: ip, HardwareAddr: MustMAC(VMMAC)})
+	})
 }
