@@ -294,13 +294,19 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
 	struct icmphdr_ *ih = data + OFF(p->l4_off);
 	if ((void *)(ih + 1) > data_end)
 		return 0;
-	return ih->type >= 133 && ih->type <= 136;
+	/* Router solicitation, neighbour solicitation and advertisement; not
+	 * a router advertisement (134): a guest is never the host's router,
+	 * and a host that accepts RAs would take a default route, addresses
+	 * and a DNS server from its guest (RA guard, RFC 6105). */
+	return ih->type == 133 || ih->type == 135 || ih->type == 136;
 }
 
 /* entry.h's declaration says what it does (called by parse_frame for a
  * guest's valid IPv6 packet, which it parses again into the per-CPU
- * room). Neighbour discovery goes to the host's kernel (pass_ipv6)
- * whatever its source, so that a guest resolves its gateway (the kernel
+ * room). Neighbour discovery (router solicitations, neighbour
+ * solicitations and advertisements; a guest's router advertisement is
+ * dropped, drop_local) goes to the host's kernel (pass_ipv6) whatever its
+ * source, so that a guest resolves its gateway (the kernel
  * judges it; a neighbour entry belongs to the guest's own interface). The
  * rest must come from a guest with an IPv6 EIP (agent_guests, family 6;
  * none: drop_local, as every guest's IPv6 was) on its own interface

@@ -285,6 +285,8 @@ func TestAgentIPv6Guest(t *testing.T) {
 			in: ndp(136, agentPriv6, "fe80::1"), action: xdpPass, stats: map[string]uint64{"pass_ipv6": 1}},
 		{name: "ndp router solicitation", dev: dptest.GuestDev,
 			in: ndp(133, "fe80::5", "ff02::2"), action: xdpPass, stats: map[string]uint64{"pass_ipv6": 1}},
+		{name: "a guest's router advertisement never reaches the host (RA guard)", dev: dptest.GuestDev,
+			in: ndp(134, "fe80::5", "ff02::1"), action: xdpDrop, stats: map[string]uint64{"drop_local": 1}},
 		{name: "ndp with a hop limit below 255 is no neighbour discovery", dev: dptest.GuestDev,
 			in: fromGuest(ndpHop64), action: xdpDrop, stats: map[string]uint64{"drop_bad_dst": 1}},
 		{name: "a redirect (137) from a guest is not passed", dev: dptest.GuestDev,

@@ -240,17 +240,18 @@ func OffLinkV6(p IPv6) bool {
 	return v6LinkLocal.Contains(p.Src()) && !v6LinkLocal.Contains(p.Dst()) && !v6Multicast.Contains(p.Dst()) && p.Proto != ProtoICMPv6
 }
 
-// NDPv6: the packet is neighbour discovery (RFC 4861): ICMPv6 router
-// solicitation or advertisement, neighbour solicitation or advertisement
-// (types 133 to 136), unfragmented, hop limit 255. The agent passes it
-// from a guest to the host's kernel, so that the guest resolves its
-// gateway.
+// NDPv6: the packet is neighbour discovery a host takes from its guest
+// (RFC 4861): ICMPv6 router solicitation, neighbour solicitation or
+// advertisement (types 133, 135, 136), unfragmented, hop limit 255. The
+// agent passes it from a guest to the host's kernel, so that the guest
+// resolves its gateway. A router advertisement (134) is not among them: a
+// guest is never its host's router (RA guard, RFC 6105).
 func NDPv6(p IPv6) bool {
 	if p.Proto != ProtoICMPv6 || p.FragOff != 0 || p.MF || p.HopLimit() != 255 || p.L4 >= len(p.Pkt) {
 		return false
 	}
 	t := p.Pkt[p.L4]
-	return t >= 133 && t <= 136
+	return t == 133 || t == 135 || t == 136
 }
 
 // judgeIPv6 reads an IPv6 frame (its network header at l3). No IPv6

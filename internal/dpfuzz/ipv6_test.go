@@ -147,8 +147,8 @@ func TestMutateIPv6(t *testing.T) {
 	t.Logf("%v", seen)
 }
 
-// TestJudgeIPv6GuestNDP: neighbour discovery from a guest (ICMPv6 133 to
-// 136, unfragmented, hop limit 255) is the host kernel's (pass_ipv6, "not
+// TestJudgeIPv6GuestNDP: neighbour discovery from a guest (ICMPv6 133,
+// 135, 136, unfragmented, hop limit 255; not a router advertisement) is the host kernel's (pass_ipv6, "not
 // IPv4"); anything else a guest without an IPv6 EIP sends is drop_local.
 func TestJudgeIPv6GuestNDP(t *testing.T) {
 	a := netip.MustParseAddr
@@ -163,7 +163,7 @@ func TestJudgeIPv6GuestNDP(t *testing.T) {
 		{"neighbour solicitation", hop(IPv6Packet(a("fe80::5"), a("ff02::1:ff00:1"), ProtoICMPv6, icmp(135)), 255), "pass_ipv6"},
 		{"neighbour advertisement", hop(IPv6Packet(a("2001:db8:f0::5"), a("fe80::1"), ProtoICMPv6, icmp(136)), 255), "pass_ipv6"},
 		{"router solicitation", hop(IPv6Packet(a("fe80::5"), a("ff02::2"), ProtoICMPv6, icmp(133)), 255), "pass_ipv6"},
-		{"router advertisement", hop(IPv6Packet(a("fe80::5"), a("ff02::1"), ProtoICMPv6, icmp(134)), 255), "pass_ipv6"},
+		{"router advertisement (a guest is no router)", hop(IPv6Packet(a("fe80::5"), a("ff02::1"), ProtoICMPv6, icmp(134)), 255), "drop_local"},
 		{"dad from ::", hop(IPv6Packet(a("::"), a("ff02::1:ff00:5"), ProtoICMPv6, icmp(135)), 255), "pass_ipv6"},
 		{"solicitation, hop limit 254", hop(IPv6Packet(a("fe80::5"), a("ff02::1:ff00:1"), ProtoICMPv6, icmp(135)), 254), "drop_local"},
 		{"redirect", hop(IPv6Packet(a("fe80::5"), a("fe80::1"), ProtoICMPv6, icmp(137)), 255), "drop_local"},
