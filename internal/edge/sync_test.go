@@ -52,7 +52,11 @@ func TestRunSyncTwoEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := embeddedtest.Store(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The underlay addresses are loopback ones here, in 127.100.0.0/24:
+	// other tests' connections on 127.0.0.1 take ephemeral ports there, and
+	// one of them once took the port this test had picked (CI, stop 31).
+	loop := func(u netip.Addr) netip.Addr { b := u.As4(); return netip.AddrFrom4([4]byte{127, 100, 0, b[3]}) }
+	ln, err := net.Listen("tcp", "127.100.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +64,6 @@ func TestRunSyncTwoEdges(t *testing.T) {
 	ln.Close()
 	set := &model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
 		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1")}, {Name: "edge-a2", Underlay: a("198.18.0.2")}}}
-	// The underlay addresses are loopback ones here.
-	loop := func(u netip.Addr) netip.Addr { b := u.As4(); return netip.AddrFrom4([4]byte{127, 0, 0, b[3]}) }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	syncers := make([]atomic.Pointer[connsync.Syncer], 2)
@@ -94,7 +96,7 @@ func TestRunSyncTwoEdges(t *testing.T) {
 			if len(p1) == 1 && len(p2) == 1 && p1[0].Connected && p2[0].Connected {
 				var ns model.NodeStatus
 				syncStatus(s2, &ns)
-				if ns.Sync == nil || !ns.Sync.Ready || len(ns.Sync.Peers) != 1 || ns.Sync.Peers[0].Name != "edge-a1" || ns.Sync.Peers[0].Addr != netip.AddrPortFrom(a("127.0.0.1"), port).String() {
+				if ns.Sync == nil || !ns.Sync.Ready || len(ns.Sync.Peers) != 1 || ns.Sync.Peers[0].Name != "edge-a1" || ns.Sync.Peers[0].Addr != netip.AddrPortFrom(a("127.100.0.1"), port).String() {
 					t.Fatalf("status %+v", ns.Sync)
 				}
 				if _, ok := ns.Counters["sync_sessions"]; !ok {
