@@ -59,10 +59,10 @@ func init() {
 
 func guestCommand() *cobra.Command {
 	c := &cobra.Command{Use: "guest", Short: "Add or remove a host's guests"}
-	var name, address string
+	var name, address, address6 string
 	var vsid uint32
 	add := &cobra.Command{
-		Use:   "add HOST --name NAME --address ADDR --vsid VSID",
+		Use:   "add HOST --name NAME --address ADDR [--address6 ADDR6] --vsid VSID",
 		Short: "Add a guest to a host",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -70,6 +70,11 @@ func guestCommand() *cobra.Command {
 			var err error
 			if g.Address, err = parseAddr("--address", address); err != nil {
 				return err
+			}
+			if address6 != "" {
+				if g.Address6, err = parseAddr("--address6", address6); err != nil {
+					return err
+				}
 			}
 			cl, err := apiClient()
 			if err != nil {
@@ -84,6 +89,7 @@ func guestCommand() *cobra.Command {
 	}
 	add.Flags().StringVar(&name, "name", "", "guest name")
 	add.Flags().StringVar(&address, "address", "", "guest's private address")
+	add.Flags().StringVar(&address6, "address6", "", "guest's private IPv6 address (fd00::/8 or global unicast), what an IPv6 EIP bound to it is translated to")
 	add.Flags().Uint32Var(&vsid, "vsid", 0, fmt.Sprintf("virtual subnet ID (%d-%d)", model.VSIDMin, model.VSIDMax))
 	add.MarkFlagRequired("name")
 	add.MarkFlagRequired("address")
