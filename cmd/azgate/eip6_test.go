@@ -31,6 +31,15 @@ func TestCLIIPv6EIPRefused(t *testing.T) {
 			t.Errorf("host get az2-h2: no %q in\n%s", w, out)
 		}
 	}
+	must(t, s, "host", "create", "az1-h9", "--az", "az1", "--underlay", "198.18.1.9",
+		"--guest", "name=g1,address=198.19.9.1,address6=2001:db8:9::1,vsid=5009", "--guest", "name=g2,address=198.19.9.2,vsid=5009")
+	if out := must(t, s, "--json", "host", "get", "az1-h9"); !strings.Contains(out, `"address6": "2001:db8:9::1"`) || strings.Count(out, "address6") != 1 {
+		t.Errorf("host create --guest address6=:\n%s", out)
+	}
+	if out, err := azgate(t, s, "", "host", "create", "az1-h8", "--az", "az1", "--underlay", "198.18.1.8",
+		"--guest", "name=g1,address=198.19.8.1,address6=fc00::1,vsid=5008"); err == nil || !strings.Contains(out+err.Error(), "guests[0].address6: fc00::1 is neither a unique local address (fd00::/8, RFC 4193) nor a global unicast one") {
+		t.Errorf("a guest's fc00::/8 address: %v\n%s", err, out)
+	}
 	if out := must(t, s, "host", "get", "az1-h1"); strings.Contains(out, "ADDRESS6") {
 		t.Errorf("host get of an IPv4-only host shows ADDRESS6:\n%s", out)
 	}
