@@ -248,6 +248,11 @@ func keyValues(flag, value string, allowed ...string) (map[string]string, error)
 func parseAddr(what, s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
+		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+			if _, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+				return a, fmt.Errorf("%s %q is not an IP address: write an IPv6 address without brackets (%s)", what, s, s[1:len(s)-1])
+			}
+		}
 		return a, fmt.Errorf("%s %q is not an IP address", what, s)
 	}
 	return a, nil

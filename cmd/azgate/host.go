@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,7 +49,7 @@ func init() {
 		}
 		create.Flags().StringVar(&az, "az", "", "the host's AZ")
 		create.Flags().StringVar(&underlay, "underlay", "", "the host's underlay address (where the edge sends NVGRE)")
-		create.Flags().StringArrayVar(&guests, "guest", nil, "a guest: name=NAME,address=ADDR,vsid=VSID (repeatable)")
+		create.Flags().StringArrayVar(&guests, "guest", nil, "a guest: name=NAME,address=ADDR[,address6=ADDR6],vsid=VSID (repeatable; address6: its private IPv6 address, fd00::/8 or global unicast)")
 		create.MarkFlagRequired("az")
 		create.MarkFlagRequired("underlay")
 		c.AddCommand(create, guestCommand())
@@ -59,10 +60,10 @@ func init() {
 
 func guestCommand() *cobra.Command {
 	c := &cobra.Command{Use: "guest", Short: "Add or remove a host's guests"}
-	var name, address string
+	var name, address, address6 string
 	var vsid uint32
 	add := &cobra.Command{
-		Use:   "add HOST --name NAME --address ADDR --vsid VSID",
+		Use:   "add HOST --name NAME --address ADDR [--address6 ADDR6] --vsid VSID",
 		Short: "Add a guest to a host",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -70,6 +71,11 @@ func guestCommand() *cobra.Command {
 			var err error
 			if g.Address, err = parseAddr("--address", address); err != nil {
 				return err
+			}
+			if address6 != "" {
+				if g.Address6, err = parseAddr("--address6", address6); err != nil {
+					return err
+				}
 			}
 			cl, err := apiClient()
 			if err != nil {
@@ -84,6 +90,7 @@ func guestCommand() *cobra.Command {
 	}
 	add.Flags().StringVar(&name, "name", "", "guest name")
 	add.Flags().StringVar(&address, "address", "", "guest's private address")
+	add.Flags().StringVar(&address6, "address6", "", "guest's private IPv6 address (fd00::/8 or global unicast), what an IPv6 EIP bound to it is translated to")
 	add.Flags().Uint32Var(&vsid, "vsid", 0, fmt.Sprintf("virtual subnet ID (%d-%d)", model.VSIDMin, model.VSIDMax))
 	add.MarkFlagRequired("name")
 	add.MarkFlagRequired("address")
@@ -109,15 +116,21 @@ func guestCommand() *cobra.Command {
 	return c
 }
 
-// parseGuest parses --guest name=g1,address=198.19.21.1,vsid=5001.
+// parseGuest parses --guest name=g1,address=198.19.21.1,vsid=5001 (and
+// an optional address6=2001:db8::1).
 func parseGuest(v string) (model.Guest, error) {
-	kv, err := keyValues("guest", v, "name", "address", "vsid")
+	kv, err := keyValues("guest", v, "name", "address", "address6", "vsid")
 	if err != nil {
 		return model.Guest{}, err
 	}
 	g := model.Guest{Name: kv["name"]}
 	if g.Address, err = parseAddr(fmt.Sprintf("--guest %q: address", v), kv["address"]); err != nil {
 		return g, err
+	}
+	if a6, ok := kv["address6"]; ok {
+		if g.Address6, err = parseAddr(fmt.Sprintf("--guest %q: address6", v), a6); err != nil {
+			return g, err
+		}
 	}
 	n, err := strconv.ParseUint(kv["vsid"], 10, 32)
 	if err != nil {
@@ -139,9 +152,21 @@ func describeHost(w io.Writer, o model.Object) {
 		return
 	}
 	fmt.Fprintln(w, "guests:")
-	tw = newTable(w, "  NAME", "ADDRESS", "VSID")
+	if !slices.ContainsFunc(h.Guests, func(g model.Guest) bool { return g.Address6.IsValid() }) {
+		tw = newTable(w, "  NAME", "ADDRESS", "VSID")
+		for _, g := range h.Guests {
+			row(tw, "  "+g.Name, g.Address, g.VSID)
+		}
+		tw.Flush()
+		return
+	}
+	tw = newTable(w, "  NAME", "ADDRESS", "ADDRESS6", "VSID")
 	for _, g := range h.Guests {
-		row(tw, "  "+g.Name, g.Address, g.VSID)
+		a6 := "-"
+		if g.Address6.IsValid() {
+			a6 = g.Address6.String()
+		}
+		row(tw, "  "+g.Name, g.Address, a6, g.VSID)
 	}
 	tw.Flush()
 }

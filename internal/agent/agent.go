@@ -23,7 +23,10 @@ import (
 
 // Want is one EIP the host must serve.
 type Want struct {
-	EIP     netip.Addr
+	EIP netip.Addr
+	// Private is the guest's address the EIP is translated to, of the
+	// EIP's family: the guest's Address for an IPv4 EIP, its Address6 for
+	// an IPv6 one (NAT66).
 	Private netip.Addr
 	VSID    uint32
 	Guest   string
@@ -73,10 +76,11 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		sets = append(sets, name)
 	}
 	sort.Strings(sets)
-	// An EIP is bound to one guest and a guest holds one EIP (the
-	// controller's check): the host's guests bound the EIPs it holds, so
-	// a full load does not grow the map step by step (its rehashes were
-	// most of what Desired allocated).
+	// An EIP is bound to one guest and a guest holds one EIP of each
+	// family (the controller's check; few guests hold an IPv6 one): the
+	// host's guests bound the EIPs it holds, so a full load does not
+	// grow the map step by step (its rehashes were most of what Desired
+	// allocated).
 	w := HostWant{Underlay: h.Underlay, Guests: h.Guests, EIPs: make(map[netip.Addr]Want, min(len(h.Guests), len(st.EIPs))),
 		Sets: map[string][]model.EdgeNode{}, VIPSets: map[netip.Addr]string{}, VIPCovering: map[netip.Addr]string{}}
 	for _, name := range sets {
@@ -97,9 +101,19 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		if !ok {
 			continue
 		}
+		private := g.Address
+		if e.Address.Is6() {
+			// NAT66 to the guest's IPv6 address (the model requires one
+			// to bind an IPv6 EIP; a host written past that check loses
+			// the EIP, reported).
+			if private = g.Address6; !private.IsValid() {
+				w.Problems = append(w.Problems, fmt.Sprintf("EIP %v: guest %s has no IPv6 address (address6) to translate it to", e.Address, g.Name))
+				continue
+			}
+		}
 		set, _, _ := plan.Serving(e.Address)
 		covering, _, _ := prefixes.Serving(e.Address)
-		w.EIPs[e.Address] = Want{EIP: e.Address, Private: g.Address, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering}
+		w.EIPs[e.Address] = Want{EIP: e.Address, Private: private, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering}
 	}
 	// A backend is checked once per pool, whatever its listeners.
 	type checkKey struct{ svc, pool, backend string }
@@ -400,7 +414,9 @@ func (r *Reconciler) planOf(in planInput) tablePlan {
 // attachGuests finds the interface of every guest of the host (bound or
 // not: binding an EIP later then only writes maps) and attaches the
 // guest program to it. A guest whose interface cannot be found yet is
-// reported and retried.
+// reported and retried. The interface is found through the guest's IPv4
+// address; its IPv6 address (Guest.Address6), if any, is on the same
+// interface and maps to the same link (what an IPv6 EIP's entry names).
 func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[string]bool) {
 	// Sized for every guest (what they hold on a full load: grown step
 	// by step they allocated twice that).
@@ -422,6 +438,9 @@ func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[
 		}
 		used[ifname] = true
 		links[g.Address] = guestLink{ifname, ifindex}
+		if g.Address6.IsValid() {
+			links[g.Address6] = guestLink{ifname, ifindex}
+		}
 		resolve = append(resolve, g.Address)
 	}
 	r.links.KeepResolved("guests", resolve)

@@ -78,7 +78,7 @@ type guestLink struct {
 type planInput struct {
 	want  HostWant
 	cfg   Config
-	links map[netip.Addr]guestLink // guests whose interface is found (and attached)
+	links map[netip.Addr]guestLink // guests whose interface is found (and attached), by IPv4 and IPv6 address
 	// head: only the configuration and the local rules (what reconcile
 	// writes first), not the groups or the EIPs' and services' tables.
 	head  bool
@@ -137,6 +137,9 @@ func planTables(in planInput) tablePlan {
 	}
 
 	for addr, gl := range in.links {
+		if !addr.Is4() {
+			continue // agent_ifaddrs is IPv4's (the IPv6 guest path does not consult it)
+		}
 		p.ifaddrs = append(p.ifaddrs, dataplane.IfAddr{Ifindex: uint32(gl.ifindex), Addr: addr})
 	}
 	sort.Slice(p.ifaddrs, func(i, j int) bool { return p.ifaddrs[i].Addr.Less(p.ifaddrs[j].Addr) })

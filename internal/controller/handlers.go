@@ -96,9 +96,21 @@ func (s *Server) deleteEIPs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// pathKey is the object key in the path. An address (the key of an EIP
+// or a quarantine) is put in the form its object's Key writes: an IPv6
+// address has many spellings (2001:DB8:0::7 is 2001:db8::7), an IPv4
+// one a single one. A name never parses as an address (no ':' or '.').
+func pathKey(r *http.Request) string {
+	k := r.PathValue("key")
+	if a, err := netip.ParseAddr(k); err == nil && a.Zone() == "" {
+		return a.String()
+	}
+	return k
+}
+
 func (s *Server) get(kind string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		o, rev, orev, err := s.Core.Get(kind, r.PathValue("key"))
+		o, rev, orev, err := s.Core.Get(kind, pathKey(r))
 		if err != nil {
 			return err
 		}
@@ -168,7 +180,7 @@ func (s *Server) replace(kind string) handlerFunc {
 		if err != nil {
 			return err
 		}
-		wr, err := s.Core.Replace(r.Context(), r.PathValue("key"), m, o)
+		wr, err := s.Core.Replace(r.Context(), pathKey(r), m, o)
 		if err != nil {
 			return err
 		}
@@ -187,7 +199,7 @@ func (s *Server) remove(kind string) handlerFunc {
 		if err != nil {
 			return err
 		}
-		wr, err := s.Core.Delete(r.Context(), kind, r.PathValue("key"), m)
+		wr, err := s.Core.Delete(r.Context(), kind, pathKey(r), m)
 		if err != nil {
 			return err
 		}
@@ -203,7 +215,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request, call func(ctx cont
 	if err != nil {
 		return err
 	}
-	wr, err := call(r.Context(), r.PathValue("key"), m)
+	wr, err := call(r.Context(), pathKey(r), m)
 	if err != nil {
 		return err
 	}

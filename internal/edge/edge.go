@@ -270,6 +270,9 @@ func (r *Reconciler) note(c change) {
 	if c.eip.IsValid() {
 		r.pending[c.eip] = struct{}{}
 	}
+	if c.eip6.IsValid() {
+		r.pending[c.eip6] = struct{}{}
+	}
 }
 
 // Commit programs the maps. A failure keeps the data plane's previous
@@ -503,10 +506,16 @@ func (r *Reconciler) sync() error {
 	// what they kept over a restart), and a map for every EIP of its
 	// set would be ~2 MB more at the load's peak for nothing.
 	have := make(map[[4]byte]cur, r.routes)
+	have6 := map[[16]byte]cur{} // IPv6 EIPs' routes (their host is IPv4 too)
 	r.slots.reset()
 	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
-		if a.Is4() && rt.Host.Is4() {
+		switch {
+		case !rt.Host.Is4():
+		case a.Is4():
 			have[a.As4()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			r.slots.use(rt.StatsIdx)
+		case a.Is6():
+			have6[a.As16()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
 			r.slots.use(rt.StatsIdx)
 		}
 		return true
@@ -514,7 +523,7 @@ func (r *Reconciler) sync() error {
 	if err != nil {
 		return err
 	}
-	b := r.newBatch(len(r.idx.eips))
+	b := r.newBatch(len(r.idx.eips) + len(r.idx.eips6))
 	n := 0
 	for k := range r.idx.eips {
 		w, ok := r.idx.want(k)
@@ -533,8 +542,30 @@ func (r *Reconciler) sync() error {
 			return err
 		}
 	}
+	for k := range r.idx.eips6 {
+		w, ok := r.idx.want6(k)
+		if !ok {
+			continue
+		}
+		n++
+		c, had := have6[k]
+		if had {
+			delete(have6, k)
+			if c.host == w.Host.As4() && c.vsid == w.VSID {
+				continue
+			}
+		}
+		if err := b.put(netip.AddrFrom16(k), w, c.slot, had); err != nil {
+			return err
+		}
+	}
 	for k, c := range have {
 		if err := b.del(netip.AddrFrom4(k), c.slot); err != nil {
+			return err
+		}
+	}
+	for k, c := range have6 {
+		if err := b.del(netip.AddrFrom16(k), c.slot); err != nil {
 			return err
 		}
 	}
@@ -553,7 +584,7 @@ func (r *Reconciler) update() error {
 		if err != nil {
 			return err
 		}
-		w, ok := r.idx.want(a.As4())
+		w, ok := r.idx.wantAddr(a)
 		switch {
 		case !ok && had:
 			if err := b.del(a, c.StatsIdx); err != nil {
@@ -775,15 +806,20 @@ func (r *Reconciler) status(started time.Time, ifaces []string) (_ model.NodeSta
 	r.invalid.Into(&s)
 	if r.routes <= maxStatusEIPs {
 		s.EIPs = map[string]model.EIPCounters{}
-		for k := range r.idx.eips {
-			a := netip.AddrFrom4(k)
+		add := func(a netip.Addr) {
 			rt, ok, err := r.maps.Route(a)
 			if err != nil || !ok {
-				continue
+				return
 			}
 			if c, err := r.maps.EIPStats(rt.StatsIdx); err == nil {
 				s.EIPs[a.String()] = model.EIPCounters(c)
 			}
+		}
+		for k := range r.idx.eips {
+			add(netip.AddrFrom4(k))
+		}
+		for k := range r.idx.eips6 {
+			add(netip.AddrFrom16(k))
 		}
 	}
 	return s, r.routes > maxStatusEIPs

@@ -30,9 +30,14 @@ type index struct {
 	// edge of whole hosts does not pay ~25 bytes per EIP for it). It is
 	// built between batches, when one EIP is bound to each guest: in
 	// the middle of one, a swap of two EIPs' guests holds two.
-	byGuest  map[binding][4]byte
-	sets     map[string]*model.EdgeSet
-	eips     map[[4]byte]binding // bound EIPs only
+	byGuest map[binding][4]byte
+	sets    map[string]*model.EdgeSet
+	eips    map[[4]byte]binding // bound EIPs only
+	// eips6 and byGuest6: the same for IPv6 EIPs (a guest holds one EIP
+	// of each family). Their own maps keep an IPv4 EIP's entry as small
+	// as it was.
+	eips6    map[[16]byte]binding
+	byGuest6 map[binding][16]byte
 	services map[string]*model.Service
 	health   map[string]*model.Health
 	// ids and names: the interned host and guest names, by name and by
@@ -46,6 +51,9 @@ type index struct {
 	// quarantined addresses.
 	pulled      map[[4]byte]string
 	quarantined map[[4]byte]bool
+	// The same for IPv6 addresses.
+	pulled6      map[[16]byte]string
+	quarantined6 map[[16]byte]bool
 	// The EIPs with rate limits (few: most EIPs have none).
 	limits map[[4]byte]model.Limits
 	// fw: the firewall rules (firewall.go); fwAddrs counts the rules
@@ -79,8 +87,9 @@ type nameID uint32
 func newIndex() *index {
 	return &index{hosts: map[string]*hostEntry{}, copied: map[string]*hostEntry{},
 		sets: map[string]*model.EdgeSet{},
-		eips: map[[4]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
+		eips: map[[4]byte]binding{}, eips6: map[[16]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
 		ids: map[string]nameID{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
+		pulled6: map[[16]byte]string{}, quarantined6: map[[16]byte]bool{},
 		limits: map[[4]byte]model.Limits{},
 		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
 		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{}}
@@ -106,6 +115,9 @@ func (x *index) name(v nameID) string { return x.names[v] }
 // change says what a stored change touched.
 type change struct {
 	eip netip.Addr // one EIP (valid when set)
+	// eip6: a guest's IPv6 EIP, when the change is its guest's (eip is
+	// then its IPv4 one, if any).
+	eip6 netip.Addr
 	// host: the routes of this host's EIPs may change (its underlay or
 	// guests changed, it appeared or it went); underlay: its underlay
 	// address when the edge did not know it before (a new host, or one
@@ -123,8 +135,11 @@ type change struct {
 func (x *index) put(kind, key string, o model.Object) change {
 	switch o := o.(type) {
 	case *model.EIP:
+		if o.Address.Is6() {
+			return x.putEIP6(o)
+		}
 		if !o.Address.Is4() {
-			return change{} // IPv4 data plane
+			return change{}
 		}
 		k := o.Address.As4()
 		// The firewall sees an EIP only as routed or not and as pulled
@@ -191,6 +206,8 @@ func (x *index) put(kind, key string, o model.Object) change {
 	case *model.Quarantine:
 		if o.Address.Is4() {
 			x.quarantined[o.Address.As4()] = true
+		} else if o.Address.Is6() {
+			x.quarantined6[o.Address.As16()] = true
 		}
 		_, packaged := x.bwOf[o.Address]
 		// A quarantined VIP's tables move to the quarantine set's edges.
@@ -209,6 +226,9 @@ func (x *index) delete(kind, key string) change {
 	switch kind {
 	case model.KindEIP:
 		a, err := netip.ParseAddr(key)
+		if err == nil && a.Is6() && a.Zone() == "" {
+			return x.deleteEIP6(a)
+		}
 		if err != nil || !a.Is4() {
 			return change{}
 		}
@@ -238,6 +258,8 @@ func (x *index) delete(kind, key string) change {
 		a, err := netip.ParseAddr(key)
 		if err == nil && a.Is4() {
 			delete(x.quarantined, a.As4())
+		} else if err == nil && a.Is6() {
+			delete(x.quarantined6, a.As16())
 		}
 		_, packaged := x.bwOf[a]
 		return change{lb: err == nil && x.isVIP(a), fw: x.fwSets > 0, bw: packaged}
@@ -273,9 +295,13 @@ func (x *index) putPackage(key string, p *model.BandwidthPackage) {
 // setplan is the input of setplan (what each set announces) from the
 // index.
 func (x *index) setplan() setplan.Input {
-	in := setplan.Input{Sets: x.sets, PulledOut: make(map[netip.Addr]string, len(x.pulled)), Quarantined: make(map[netip.Addr]bool, len(x.quarantined))}
+	in := setplan.Input{Sets: x.sets, PulledOut: make(map[netip.Addr]string, len(x.pulled)+len(x.pulled6)),
+		Quarantined: make(map[netip.Addr]bool, len(x.quarantined)+len(x.quarantined6))}
 	for k, set := range x.pulled {
 		in.PulledOut[netip.AddrFrom4(k)] = set
+	}
+	for k, set := range x.pulled6 {
+		in.PulledOut[netip.AddrFrom16(k)] = set
 	}
 	for _, v := range x.services {
 		if v.Set != "" {
@@ -284,6 +310,9 @@ func (x *index) setplan() setplan.Input {
 	}
 	for k := range x.quarantined {
 		in.Quarantined[netip.AddrFrom4(k)] = true
+	}
+	for k := range x.quarantined6 {
+		in.Quarantined[netip.AddrFrom16(k)] = true
 	}
 	return in
 }
@@ -366,6 +395,9 @@ func (x *index) boundEIP(b binding, c *change) {
 	if k, ok := x.byGuest[b]; ok {
 		c.eip = netip.AddrFrom4(k)
 	}
+	if k, ok := x.byGuest6[b]; ok {
+		c.eip6 = netip.AddrFrom16(k)
+	}
 }
 
 // ensureByGuest builds byGuest once the index holds guest copies; the
@@ -377,6 +409,10 @@ func (x *index) ensureByGuest() {
 	x.byGuest = make(map[binding][4]byte, len(x.eips))
 	for k, b := range x.eips {
 		x.byGuest[b] = k
+	}
+	x.byGuest6 = make(map[binding][16]byte, len(x.eips6))
+	for k, b := range x.eips6 {
+		x.byGuest6[b] = k
 	}
 }
 
@@ -448,6 +484,30 @@ func (x *index) want(k [4]byte) (Want, bool) {
 	if !ok {
 		return Want{}, false
 	}
+	return x.wantOf(b)
+}
+
+// want6 is the route an IPv6 EIP must have, if any: to its guest's host
+// over the (IPv4) underlay with the guest's VSID, as for IPv4 (the
+// host's agent translates it to the guest's IPv6 address).
+func (x *index) want6(k [16]byte) (Want, bool) {
+	b, ok := x.eips6[k]
+	if !ok {
+		return Want{}, false
+	}
+	return x.wantOf(b)
+}
+
+// wantAddr is want or want6, by a's family.
+func (x *index) wantAddr(a netip.Addr) (Want, bool) {
+	if a.Is6() {
+		return x.want6(a.As16())
+	}
+	return x.want(a.As4())
+}
+
+// wantOf is the route to the guest of binding b.
+func (x *index) wantOf(b binding) (Want, bool) {
 	u, g, ok := x.lookup(x.name(b.host), x.name(b.guest))
 	if !ok {
 		return Want{}, false
@@ -461,6 +521,11 @@ func (x *index) boundTo(hosts map[string]struct{}, out map[netip.Addr]struct{}) 
 	for k, b := range x.eips {
 		if _, ok := hosts[x.name(b.host)]; ok {
 			out[netip.AddrFrom4(k)] = struct{}{}
+		}
+	}
+	for k, b := range x.eips6 {
+		if _, ok := hosts[x.name(b.host)]; ok {
+			out[netip.AddrFrom16(k)] = struct{}{}
 		}
 	}
 }
@@ -514,4 +579,40 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 	slices.SortFunc(own, cmp)
 	slices.SortFunc(underlay, cmp)
 	return slices.Compact(own), slices.Compact(underlay)
+}
+
+// putEIP6 records an IPv6 EIP: its binding, its pull-out. Rate limits,
+// the firewall and bandwidth packages are IPv4's for now (the model
+// refuses them for an IPv6 EIP), so only its route changes.
+func (x *index) putEIP6(o *model.EIP) change {
+	k := o.Address.As16()
+	if o.Set != "" {
+		x.pulled6[k] = x.intern(o.Set)
+	} else {
+		delete(x.pulled6, k)
+	}
+	if old, ok := x.eips6[k]; ok && x.byGuest6 != nil && x.byGuest6[old] == k {
+		delete(x.byGuest6, old)
+	}
+	if o.Binding == nil {
+		delete(x.eips6, k)
+	} else {
+		b := binding{x.id(o.Binding.Host), x.id(o.Binding.Guest)}
+		x.eips6[k] = b
+		if x.byGuest6 != nil {
+			x.byGuest6[b] = k
+		}
+	}
+	return change{eip: o.Address}
+}
+
+// deleteEIP6 forgets an IPv6 EIP.
+func (x *index) deleteEIP6(a netip.Addr) change {
+	k := a.As16()
+	if b, ok := x.eips6[k]; ok && x.byGuest6 != nil && x.byGuest6[b] == k {
+		delete(x.byGuest6, b)
+	}
+	delete(x.eips6, k)
+	delete(x.pulled6, k)
+	return change{eip: a}
 }

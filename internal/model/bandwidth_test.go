@@ -31,7 +31,7 @@ func TestBandwidthPackageValidate(t *testing.T) {
 		{"description", func(p *BandwidthPackage) { p.Description = strings.Repeat("x", 1025) }, "description", "longer than 1024"},
 		{"bad address", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("224.0.0.1") }, "eips[1].address", "not a unicast"},
 		{"no address", func(p *BandwidthPackage) { p.EIPs[1].Address = netip.Addr{} }, "eips[1].address", "required"},
-		{"ipv6", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("2001:db8::1") }, "eips[1].address", "IPv6 EIPs are not supported yet"},
+		{"ipv6", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("2001:db8::1") }, "eips[1].address", "bandwidth packages cannot hold IPv6 EIPs yet"},
 		{"twice", func(p *BandwidthPackage) { p.EIPs[1].Address = p.EIPs[0].Address }, "eips[1].address", "appears twice (eips[0])"},
 		{"min above max", func(p *BandwidthPackage) { p.EIPs[0].Min = 90_000_000 }, "eips[0].min", "90Mbit/s is above the EIP's max 80Mbit/s"},
 		{"tiny max", func(p *BandwidthPackage) { p.EIPs[1].Max = 10 }, "eips[1].max", "at least 1kbit/s"},

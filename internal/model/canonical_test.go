@@ -235,6 +235,20 @@ func TestHostValid(t *testing.T) {
 		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].VSID = VSIDMax + 1 },
 		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].VSID = VSIDMax },
 		func(h *Host) { h.Guests = nil },
+		// IPv6 addresses (Guest.Address6): valid, duplicated, refused.
+		func(h *Host) {
+			for i := range h.Guests {
+				h.Guests[i].Address6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i + 1), 14: byte((i + 1) >> 8)})
+			}
+		},
+		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].Address6 = netip.MustParseAddr("2001:db8::1") },
+		func(h *Host) {
+			h.Guests[0].Address6 = netip.MustParseAddr("2001:db8::1")
+			h.Guests[len(h.Guests)-1].Address6 = netip.MustParseAddr("2001:db8::1")
+		},
+		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].Address6 = netip.MustParseAddr("fe80::1") },
+		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].Address6 = netip.MustParseAddr("fc00::1") },
+		func(h *Host) { h.Guests[r.IntN(len(h.Guests))].Address6 = netip.MustParseAddr("198.51.100.1") },
 	}
 	for i := range 2000 {
 		h := benchHost(1 + r.IntN(40))

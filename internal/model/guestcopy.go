@@ -47,6 +47,9 @@ func (c *GuestCopy) Validate() Errors {
 	checkUnicast4(&es, "underlay", c.Underlay)
 	checkName(&es, "guest.name", c.Guest.Name)
 	checkUnicast4(&es, "guest.address", c.Guest.Address)
+	if c.Guest.Address6.IsValid() {
+		checkPrivate6(&es, "guest.address6", c.Guest.Address6)
+	}
 	if g := c.Guest; g.VSID < VSIDMin || g.VSID > VSIDMax {
 		es.add("guest.vsid", "%d is outside %d-%d (RFC 7637 reserves the rest)", g.VSID, VSIDMin, VSIDMax)
 	}

@@ -50,7 +50,15 @@ type AZ struct {
 type Guest struct {
 	Name    string     `json:"name"`
 	Address netip.Addr `json:"address"`
-	VSID    uint32     `json:"vsid"`
+	// Address6 is the guest's private IPv6 address, what the host's
+	// agent translates an IPv6 EIP bound to the guest to (NAT66, 1:1):
+	// a unique local address (fd00::/8, RFC 4193) or a global unicast
+	// one (2000::/3), unique on the host (checkPrivate6). Optional: a
+	// guest without one may hold an IPv4 EIP only. The IPv4 Address
+	// stays required (a guest is IPv4 or dual-stack; the agent finds the
+	// guest's interface through it).
+	Address6 netip.Addr `json:"address6,omitzero"`
+	VSID     uint32     `json:"vsid"`
 }
 
 // Host is an AZ host running the agent.
@@ -217,15 +225,85 @@ func checkUnicast6(es *Errors, field string, a netip.Addr) {
 	}
 }
 
-// checkServed checks the address of an EIP or a VIP (what the edges
-// serve): IPv4 unicast. IPv6 ones get their own message: the model will
-// take them once the edge's IPv6 data path exists (issue 21).
-func checkServed(es *Errors, field, what string, a netip.Addr) {
+// checkPublic6 checks an IPv6 address the edges serve (an EIP's, a
+// quarantined one's): global unicast (checkUnicast6), inside 2000::/3 and
+// outside the reserved blocks, as a set's IPv6 prefix must be (its /128
+// is announced when it is pulled out or quarantined). Whether a set's
+// prefix covers it is the state's check.
+func checkPublic6(es *Errors, field string, a netip.Addr) {
+	n := len(*es)
+	checkUnicast6(es, field, a)
+	if len(*es) > n {
+		return
+	}
+	p := netip.PrefixFrom(a, 128)
+	if r, ok := ReservedRange(p); ok {
+		es.add(field, "%v lies in %v (%s), which cannot be announced", a, r.Prefix, r.Name)
+	} else if !GlobalUnicast6.Contains(a) {
+		es.add(field, "%v lies outside %v, the IPv6 global unicast space (RFC 4291): it cannot be announced", a, GlobalUnicast6)
+	}
+}
+
+// checkEIPAddress checks an EIP's address on its own: IPv4 unicast, or an
+// IPv6 address the edges may serve (checkPublic6). The model's one
+// refusal of IPv6 EIPs while the data plane lacks parts of their path is
+// State.checkEIPWrite's.
+func checkEIPAddress(es *Errors, field string, a netip.Addr) {
 	if a.Is6() {
-		es.add(field, "%v: IPv6 %s are not supported yet (the edge has no IPv6 data path); use an IPv4 address", a, what)
+		checkPublic6(es, field, a)
 		return
 	}
 	checkUnicast4(es, field, a)
+}
+
+// checkVIP checks a service's VIP: IPv4 unicast. Services stay IPv4 (the
+// edge's load balancer and the agent's flow table have no IPv6 path).
+func checkVIP(es *Errors, field string, a netip.Addr) {
+	if a.Is6() {
+		es.add(field, "%v: IPv6 VIPs are not supported yet (services are IPv4 only: the load balancer has no IPv6 path); use an IPv4 address", a)
+		return
+	}
+	checkUnicast4(es, field, a)
+}
+
+// ula6 is the locally assigned half of the unique local addresses
+// (fd00::/8, RFC 4193 3.2): fc00::/8 has no assignment procedure.
+var ula6 = netip.MustParsePrefix("fd00::/8")
+
+// isPrivate6 reports whether checkPrivate6 finds nothing wrong with a.
+func isPrivate6(a netip.Addr) bool {
+	if !a.Is6() || a.Is4In6() || a.Zone() != "" {
+		return false
+	}
+	if ula6.Contains(a) {
+		return true
+	}
+	if !GlobalUnicast6.Contains(a) {
+		return false
+	}
+	_, reserved := ReservedRange(netip.PrefixFrom(a, 128))
+	return !reserved
+}
+
+// checkPrivate6 checks a guest's private IPv6 address (Guest.Address6):
+// a unique local address of fd00::/8 or a global unicast address
+// (2000::/3 outside the reserved blocks). Link-local, multicast, ::,
+// ::1, IPv4-mapped and zoned addresses are refused: the agent's NAT66
+// writes it into packets a router forwards.
+func checkPrivate6(es *Errors, field string, a netip.Addr) {
+	if isPrivate6(a) {
+		return
+	}
+	n := len(*es)
+	checkUnicast6(es, field, a)
+	if len(*es) > n {
+		return
+	}
+	if r, ok := ReservedRange(netip.PrefixFrom(a, 128)); ok && GlobalUnicast6.Contains(a) {
+		es.add(field, "%v lies in %v (%s): a guest's IPv6 address is a unique local (fd00::/8) or a global unicast one", a, r.Prefix, r.Name)
+		return
+	}
+	es.add(field, "%v is neither a unique local address (fd00::/8, RFC 4193) nor a global unicast one (2000::/3)", a)
 }
 
 // A SpecialRange is an RFC 6890 special-purpose block (IPv4), or one of
@@ -347,6 +425,7 @@ func (h *Host) valid() bool {
 		*sp = make([]uint64, 2*n)
 	}
 	names, addrs := (*sp)[:n], (*sp)[n:2*n]
+	var addrs6 []uint64 // the guests' IPv6 addresses, hashed (few hosts have any)
 	for i, g := range h.Guests {
 		if !isName(g.Name) || !isUnicast4(g.Address) || g.VSID < VSIDMin || g.VSID > VSIDMax {
 			return false
@@ -354,8 +433,14 @@ func (h *Host) valid() bool {
 		names[i] = maphash.String(nameSeed, g.Name)
 		b := g.Address.As4()
 		addrs[i] = uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+		if g.Address6.IsValid() {
+			if !isPrivate6(g.Address6) {
+				return false
+			}
+			addrs6 = append(addrs6, maphash.Comparable(nameSeed, g.Address6))
+		}
 	}
-	return !hasDup(names) && !hasDup(addrs)
+	return !hasDup(names) && !hasDup(addrs) && !hasDup(addrs6)
 }
 
 // hasDup sorts s and reports whether a value appears twice.
@@ -394,6 +479,13 @@ func (h *Host) validate() Errors {
 			es.add(f+".address", "%v is used by another guest on this host", g.Address)
 		}
 		addrs[g.Address] = true
+		if g.Address6.IsValid() {
+			checkPrivate6(&es, f+".address6", g.Address6)
+			if addrs[g.Address6] {
+				es.add(f+".address6", "%v is used by another guest on this host", g.Address6)
+			}
+			addrs[g.Address6] = true
+		}
 		if g.VSID < VSIDMin || g.VSID > VSIDMax {
 			es.add(f+".vsid", "%d is outside %d-%d (RFC 7637 reserves the rest)", g.VSID, VSIDMin, VSIDMax)
 		}
@@ -497,7 +589,7 @@ func (s *EdgeSet) Contains(a netip.Addr) bool {
 // Validate checks the EIP on its own.
 func (e *EIP) Validate() Errors {
 	var es Errors
-	checkServed(&es, "address", "EIPs", e.Address)
+	checkEIPAddress(&es, "address", e.Address)
 	if len(e.Description) > 1024 {
 		es.add("description", "longer than 1024 characters")
 	}
@@ -509,6 +601,9 @@ func (e *EIP) Validate() Errors {
 		checkName(&es, "set", e.Set)
 	}
 	e.Limits.validate(&es, "limits")
+	if e.Limits != nil && e.Address.Is6() {
+		es.add("limits", "rate limits of an IPv6 EIP are not supported yet (the edge's limits are keyed by IPv4 address)")
+	}
 	return es
 }
 

@@ -129,7 +129,23 @@ func TestValidateEIP(t *testing.T) {
 	}{
 		{"ok", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g1"}}, nil},
 		{"no address", EIP{}, []string{"address~required"}},
-		{"IPv6", EIP{Address: addr("2001:db8::7")}, []string{"address~IPv6 EIPs are not supported yet"}},
+		// IPv6: the address on its own (the state checks the set's
+		// prefix, the guest, and refuses IPv6 EIPs for now:
+		// TestIPv6EIPState).
+		{"IPv6", EIP{Address: addr("2001:db8::7"), Binding: &Binding{Host: "h1", Guest: "g1"}}, nil},
+		{"IPv6 benchmarking", EIP{Address: addr("2001:2::7")}, nil},
+		{"IPv6 mapped", EIP{Address: addr("::ffff:198.51.100.7")}, []string{"address~IPv4-mapped"}},
+		{"IPv6 zoned", EIP{Address: addr("2001:db8::7%eth0")}, []string{"address~has a zone"}},
+		{"IPv6 link-local", EIP{Address: addr("fe80::7")}, []string{"address~not a global unicast"}},
+		{"IPv6 multicast", EIP{Address: addr("ff0e::7")}, []string{"address~not a global unicast"}},
+		{"IPv6 loopback", EIP{Address: addr("::1")}, []string{"address~not a global unicast"}},
+		{"IPv6 unspecified", EIP{Address: addr("::")}, []string{"address~not a global unicast"}},
+		{"IPv6 ULA", EIP{Address: addr("fd00::7")}, []string{"address~lies in fc00::/7 (unique local addresses, RFC 4193), which cannot be announced"}},
+		{"IPv6 6to4", EIP{Address: addr("2002:c633:6407::1")}, []string{"address~lies in 2002::/16 (6to4"}},
+		{"IPv6 Teredo", EIP{Address: addr("2001::7")}, []string{"address~lies in 2001::/23"}},
+		{"IPv6 NAT64", EIP{Address: addr("64:ff9b::c633:6407")}, []string{"address~lies in 64:ff9b::/96"}},
+		{"IPv6 outside 2000::/3", EIP{Address: addr("4000::7")}, []string{"address~lies outside 2000::/3"}},
+		{"IPv6 limits", EIP{Address: addr("2001:db8::7"), Limits: &Limits{SourcePPS: 100}}, []string{"limits~rate limits of an IPv6 EIP are not supported yet"}},
 		{"broadcast", EIP{Address: addr("255.255.255.255")}, []string{"address~not a unicast"}},
 		{"unspecified", EIP{Address: addr("0.0.0.0")}, []string{"address"}},
 		{"link local", EIP{Address: addr("169.254.1.1")}, []string{"address"}},

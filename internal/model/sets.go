@@ -170,7 +170,9 @@ func (q *Quarantine) Key() string { return q.Address.String() }
 // Validate checks the quarantine on its own.
 func (q *Quarantine) Validate() Errors {
 	var es Errors
-	checkServed(&es, "address", "EIPs and VIPs", q.Address)
+	// An EIP's or a VIP's address (the state's check says which): VIPs
+	// are IPv4, an IPv6 address can only be an EIP's.
+	checkEIPAddress(&es, "address", q.Address)
 	if len(q.Reason) > 1024 {
 		es.add("reason", "longer than 1024 characters")
 	}
@@ -223,9 +225,8 @@ func (s *EdgeSet) withoutNextHop6() (string, bool) {
 }
 
 // firstIPv6Served names an IPv6 address set announces as a /128 (an EIP
-// or VIP pulled out into a dedicated set, a quarantined address for the
-// quarantine set), if any. The model refuses IPv6 EIPs and VIPs for now:
-// this holds the rule for when it takes them.
+// pulled out into a dedicated set, a quarantined address for the
+// quarantine set; VIPs are IPv4), if any.
 func (s *State) firstIPv6Served(set *EdgeSet) (netip.Addr, bool) {
 	var found netip.Addr
 	take := func(a netip.Addr) {

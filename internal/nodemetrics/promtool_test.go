@@ -19,7 +19,7 @@ func fullStatus() model.NodeStatus {
 		AppliedRevision: 42, Routes: 3,
 		Counters: map[string]model.Count{"encap_tx": {Packets: 10, Bytes: 1000}, "drop_ip_csum": {Packets: 1, Bytes: 60},
 			"sync_applied": {Packets: 4}, "sync_sent": {Packets: 5, Bytes: 700}},
-		EIPs:       map[string]model.EIPCounters{"198.51.100.7": {RxPackets: 5, TxPackets: 6}},
+		EIPs:       map[string]model.EIPCounters{"198.51.100.7": {RxPackets: 5, TxPackets: 6}, "2001:db8:a::7": {RxPackets: 8, TxPackets: 9}},
 		LimitDrops: map[string]model.LimitDrops{"198.51.100.8": {Source: 1, SYN: 2}},
 		Firewall:   map[string]model.Count{"block-ssh": {Packets: 7, Bytes: 420}},
 		Invalid:    []model.InvalidObject{{}},
@@ -55,6 +55,7 @@ func TestPromtool(t *testing.T) {
 			`azgate_lb_table_checksum{node="` + role + `-1",role="` + role + `",table="web/main"} 7.6310993685999e+13`, // 0x456789abcdef
 			`azgate_lb_table_backends{node="` + role + `-1",role="` + role + `",state="failed",table="web/main"} 1`,
 			`azgate_bandwidth_rate_bytes_per_second{eip="198.51.100.7",node="` + role + `-1",role="` + role + `"} 950000`,
+			`azgate_eip_packets_total{direction="rx",eip="2001:db8:a::7",node="` + role + `-1",role="` + role + `"} 8`, // an IPv6 EIP
 			`azgate_sync_events_total{event="applied",node="` + role + `-1",role="` + role + `"} 4`,
 			`azgate_sync_events_total{event="sent",node="` + role + `-1",role="` + role + `"} 5`,
 			`azgate_sync_sent_bytes_total{node="` + role + `-1",role="` + role + `"} 700`,

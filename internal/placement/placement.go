@@ -238,12 +238,16 @@ func (p *placer) service(v *model.Service) []string {
 }
 
 // guest returns the scopes of the copy of host h's guest g: the sets of
-// the EIP bound to it and of the services it backs; eipSets and svcSets
-// give the set scopes of an EIP and of a service by key.
+// the EIPs bound to it (an IPv4 and an IPv6 one at most, each with its
+// own sets) and of the services it backs; eipSets and svcSets give the
+// set scopes of an EIP and of a service by key.
 func (p *placer) guest(h, g string, eipSets, svcSets func(string) []string) []string {
 	var out []string
-	if key, ok := p.st.BoundEIP(h, g); ok {
-		out = append(out, eipSets(key)...)
+	v4, v6 := p.st.BoundEIPs(h, g)
+	for _, key := range [2]string{v4, v6} {
+		if key != "" {
+			out = append(out, eipSets(key)...)
+		}
 	}
 	for _, svc := range p.st.BackendOf(h, g) {
 		out = append(out, svcSets(svc)...)
@@ -582,7 +586,7 @@ func sortOps(ops []store.Op) {
 // the store are.
 func All(st *model.State) (Snapshot, error) {
 	n := st.Len(model.KindEIP) + st.Len(model.KindService) + st.Len(model.KindHealth) + st.Len(model.KindHost)
-	n += st.Len(model.KindEIP) // the guests bound (their copies)
+	n += st.Len(model.KindEIP) // the guests bound (their copies; fewer when a guest holds two)
 	snap := Snapshot{Scopes: make(map[Ref][]string, n), Values: make(map[Ref][]byte, n)}
 	err := each(st, func(r Ref, sc []string, b []byte) {
 		snap.Scopes[r], snap.Values[r] = sc, b
