@@ -351,7 +351,10 @@ func agentAddrOK(a netip.Addr) string {
 // PutEIP adds or replaces an EIP hosted here (both directions). EIP and
 // Private are of one family: IPv4, or IPv6 (NAT66; such a guest serves
 // no VIP: Service is refused, the flow table is IPv4's).
-func (a *Agent) PutEIP(e AgentEIP) error {
+// checkAgentEIP is what PutEIP refuses before it writes anything; the
+// fake agent refuses the same, so a reconciler test on the fake meets
+// the real program's errors.
+func checkAgentEIP(e AgentEIP) error {
 	if why := agentAddrOK(e.EIP); why != "" {
 		return fmt.Errorf("EIP %v: %s", e.EIP, why)
 	}
@@ -364,6 +367,28 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 	if e.EIP.Is6() && e.Service {
 		return fmt.Errorf("EIP %v: an IPv6 EIP's guest cannot be a service backend yet (the agent's flow table is IPv4)", e.EIP)
 	}
+	if e.VSID > 0xFFFFFF {
+		return fmt.Errorf("EIP %v: VSID %d does not fit 24 bits", e.EIP, e.VSID)
+	}
+	return nil
+}
+
+// checkIfAddrs refuses, before any write, a guest address agent_ifaddrs
+// cannot hold: its key is an IPv4 address (an IPv6 one was once written
+// as 0.0.0.0).
+func checkIfAddrs(want []IfAddr) error {
+	for _, w := range want {
+		if !w.Addr.Is4() {
+			return fmt.Errorf("guest address %v on ifindex %d: agent_ifaddrs holds IPv4 addresses only", w.Addr, w.Ifindex)
+		}
+	}
+	return nil
+}
+
+func (a *Agent) PutEIP(e AgentEIP) error {
+	if err := checkAgentEIP(e); err != nil {
+		return err
+	}
 	ek, err := agentKeyOf(e.EIP)
 	if err != nil {
 		return err
@@ -371,9 +396,6 @@ func (a *Agent) PutEIP(e AgentEIP) error {
 	pk, err := agentKeyOf(e.Private)
 	if err != nil {
 		return fmt.Errorf("private address: %w", err)
-	}
-	if e.VSID > 0xFFFFFF {
-		return fmt.Errorf("VSID %d does not fit 24 bits", e.VSID)
 	}
 	// If the EIP moved to another guest, drop the old guest's entry,
 	// unless it already belongs to another EIP.
@@ -461,6 +483,9 @@ type IfAddr struct {
 
 // SetIfAddrs replaces the addresses guest interfaces may send from.
 func (a *Agent) SetIfAddrs(want []IfAddr) error {
+	if err := checkIfAddrs(want); err != nil {
+		return err
+	}
 	keep := map[agentIfAddr]bool{}
 	for _, w := range want {
 		k := agentIfAddr{Ifindex: w.Ifindex, Addr: ip4word(w.Addr)}

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
@@ -341,5 +343,43 @@ func TestAgentIPv6EIPAPI(t *testing.T) {
 	}
 	if got, _ := a.EIPs(); len(got) != 2 {
 		t.Fatalf("a refused EIP was written: %v", got)
+	}
+	// agent_ifaddrs is keyed by IPv4 addresses: an IPv6 one is refused
+	// whole, before any write (it was once written as 0.0.0.0).
+	if err := a.SetIfAddrs([]IfAddr{{Ifindex: 7, Addr: addr("192.0.2.77")}, {Ifindex: 7, Addr: addr(agentPriv6)}}); err == nil || !strings.Contains(err.Error(), "IPv4 addresses only") {
+		t.Fatalf("SetIfAddrs with an IPv6 address: %v", err)
+	}
+	var one uint32
+	for _, w := range []netip.Addr{addr("192.0.2.77"), netip.IPv4Unspecified()} {
+		k := agentIfAddr{Ifindex: 7, Addr: ip4word(w)}
+		if err := a.objs.AgentIfaddrs.Lookup(&k, &one); err == nil {
+			t.Errorf("a refused SetIfAddrs wrote %v", w)
+		}
+	}
+}
+
+// TestFakeAgentRefusesAsReal: the fake agent refuses what the real one
+// refuses, so reconciler tests on the fake meet the same errors.
+func TestFakeAgentRefusesAsReal(t *testing.T) {
+	f := NewFakeAgent()
+	for _, bad := range []AgentEIP{
+		{EIP: addr(agentEIP6), Private: addr(dptest.GuestAddr)},
+		{EIP: addr(eip), Private: addr(agentPriv6)},
+		{EIP: addr(agentEIP6), Private: addr(agentPriv6), Service: true},
+		{EIP: addr("fe80::1"), Private: addr(agentPriv6)},
+		{EIP: addr(eip), Private: addr(dptest.GuestAddr), VSID: 1 << 24},
+	} {
+		if err := f.PutEIP(bad); err == nil {
+			t.Errorf("fake PutEIP(%v -> %v, service %v, vsid %d) accepted", bad.EIP, bad.Private, bad.Service, bad.VSID)
+		}
+	}
+	if got, _ := f.EIPs(); len(got) != 0 {
+		t.Fatalf("the fake wrote a refused EIP: %v", got)
+	}
+	if err := f.PutEIP(AgentEIP{EIP: addr(agentEIP6), Private: addr(agentPriv6), VSID: vsid}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetIfAddrs([]IfAddr{{Ifindex: 7, Addr: addr(agentPriv6)}}); err == nil {
+		t.Fatal("fake SetIfAddrs took an IPv6 address")
 	}
 }

@@ -309,6 +309,9 @@ func (f *FakeAgent) SetLocalAllow(p map[netip.Prefix][]LocalRule) error {
 }
 
 func (f *FakeAgent) PutEIP(e AgentEIP) error {
+	if err := checkAgentEIP(e); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.EIPMap[e.EIP] = e
@@ -588,6 +591,9 @@ func (f *FakeLBConfig) SetARP(ifindex int, mac net.HardwareAddr) error {
 }
 
 func (f *FakeAgent) SetIfAddrs(a []IfAddr) error {
+	if err := checkIfAddrs(a); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.IfAddrs = append([]IfAddr(nil), a...)
