@@ -558,9 +558,10 @@ static __always_inline int decap6_bad_dst(const struct ip_addr *a)
 	return a2 == 0xffff || (!a2 && a3 <= 1);
 }
 
-/* The value of edge_scratch6 (lib/maps.h): edge_decap6's packet, route
- * key and outer MACs, off the stack (beneath xdp_edge's frame, with
- * fib6_miss's and drop_counted's below it, its own must stay small). */
+/* The value of edge_scratch6 (lib/maps.h): edge_pull_failed's IPv6
+ * packet, route key and outer MACs, off the stack (beneath xdp_edge's
+ * frame, with fib6_miss's and drop_counted's below it, its own must stay
+ * small). */
 struct edge_room6 {
 	struct pkt6 p6;
 	struct eip_key k;
@@ -568,11 +569,14 @@ struct edge_room6 {
 	__u8 peer[ETH_ALEN_];
 };
 
-/* Host -> Internet for an IPv6 guest: NVGRE from a host whose inner frame
- * is IPv6 (nvgre_pull refused it, drop_inner_bad: it takes IPv4 only).
- * The outer headers are parsed again (edge_from_host checked them: GRE to
- * our underlay address, from the underlay interface, GRE header exact);
- * the inner frame must be IPv6 (else drop_inner_bad, as before), parse as
+/* edge_from_host's verdict on NVGRE nvgre_pull refused (reason, the frame
+ * len bytes, the outer headers o as edge_from_host parsed them): every
+ * reason but drop_inner_bad is counted as before; drop_inner_bad may be
+ * an IPv6 guest's packet (nvgre_pull takes IPv4 only): the host -> Internet
+ * path for IPv6 guests (docs/dataplane.md "IPv6 guests"; edge_decap6 in
+ * `bench dataplane`). edge_from_host checked the outer headers (GRE to our
+ * underlay address, from the underlay interface, GRE header exact); the
+ * inner frame must be IPv6 (else drop_inner_bad, as before), parse as
  * parse_ipv6 says, have a source that is no martian and lie inside the
  * outer packet (drop_inner_bad); a destination decap6_bad_dst refuses is
  * drop_bad_dst; the inner source must be an IPv6 EIP (not a VIP: there is
@@ -586,18 +590,19 @@ struct edge_room6 {
  * and the packet sent to the next hop (decap_tx), or, its neighbour
  * unresolved, handed to the kernel unchanged (decap_pass), which forwards
  * it and resolves the neighbour. The EIP's tx counters move as IPv4's do.
- * Returns the XDP action, counted. A global function with the packet in
- * its own frame, called only from edge_pull_failed: the IPv4 path's stack
- * and states are as they were. */
-__noinline int edge_decap6(struct xdp_md *ctx, const struct pkt *o)
+ * Returns the XDP action, counted. A global function called where
+ * edge_from_host counted the drop (the outer struct pkt by pointer: as
+ * values, the arguments changed the IPv4 code): the IPv4 paths' stack,
+ * states and instructions are as they were. */
+__noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, const struct pkt *o)
 {
 	if (!ctx || !o)
 		return XDP_ABORTED;
+	if (reason != STAT_DROP_INNER_BAD)
+		goto drop;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u64 len = data_end - data;
 	__u32 zero = 0;
-	__u32 reason = STAT_DROP_INNER_BAD;
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct bpf_fib_lookup *fib = fib_room();
@@ -692,20 +697,6 @@ __noinline int edge_decap6(struct xdp_md *ctx, const struct pkt *o)
 	return xmit(ctx, fib->ifindex);
 drop:
 	return count_drop(ctx, reason, len);
-}
-
-/* edge_from_host's verdict on NVGRE nvgre_pull refused (reason rc, the
- * frame len bytes): an inner IPv6 frame is edge_decap6's, the rest is
- * dropped under rc. A function of its own, called where edge_from_host
- * counted the drop (the same arguments): the IPv4 paths' instructions stay
- * as they were. */
-__noinline int edge_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len, const struct pkt *o)
-{
-	if (!ctx || !o)
-		return XDP_ABORTED;
-	if (rc != STAT_DROP_INNER_BAD)
-		return count_drop(ctx, rc, len);
-	return edge_decap6(ctx, o);
 }
 
 /* Host -> Internet: decapsulate NVGRE from an AZ host. */

@@ -154,7 +154,7 @@ struct {
 	__type(value, struct eip_centry6);
 } eip_cache6 SEC(".maps");
 
-/* Per-CPU room for edge_decap6 (host -> Internet for IPv6 guests): the
+/* Per-CPU room for edge_pull_failed (host -> Internet for IPv6 guests): the
  * inner IPv6 packet (struct pkt6, lib/parse.h, hence the value's
  * definition in edge.c), the route key and the outer MACs, off the stack
  * that xdp_edge's frame half fills. */

@@ -7,7 +7,8 @@ import (
 )
 
 // The edge's host -> Internet path for IPv6 guests (bpf/edge.c
-// edge_decap6): NVGRE from a host whose inner frame is IPv6.
+// edge_pull_failed; `bench dataplane`'s edge_decap6): NVGRE from a host
+// whose inner frame is IPv6.
 
 // newDecap6Bed is newEdge6Bed with IPv6 routing on both sides of the node
 // (dptest.Env.InternetIPv6).

@@ -120,7 +120,7 @@ func firstIPv4(ifname string) (netip.Addr, error) {
 
 // defaultGateways are the next hops of the default routes, IPv4 and IPv6
 // (every path of a multipath one): the edge sends most of its traffic
-// there (IPv6 guests' too, edge_decap6), so they stay resolved as well. A
+// there (IPv6 guests' too, edge.c edge_pull_failed), so they stay resolved as well. A
 // link-local IPv6 gateway (fe80::/10, the usual one) is zoned with its
 // interface's index: nexthop.RouteGet takes it as on-link there.
 func defaultGateways() []netip.Addr {
