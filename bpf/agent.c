@@ -167,9 +167,9 @@ struct agent_room6 {
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
-__noinline int agent_from_edge6(struct xdp_md *ctx)
+__noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 {
-	if (!ctx)
+	if (!ctx || !o)
 		return V6_VERDICT(XDP_ABORTED, STAT_DROP_INNER_BAD);
 	__u32 zero = 0;
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
@@ -179,17 +179,17 @@ __noinline int agent_from_edge6(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct pkt6 *in = &r->p6;
-	/* The outer headers again (agent_from_edge checked them): taken as
-	 * arguments, their values changed agent_from_edge's IPv4 code. */
-	if (parse_eth(data, data_end, &in->p) || parse_ipv4(data, data_end, &in->p))
-		goto drop;
-	r->outer_end = in->p.l3_off + in->p.ip_len;
-	struct gre_key_hdr *gre = data + OFF(in->p.l4_off);
-	struct ethhdr *ieth = data + OFF(in->p.l4_off + GRE_HLEN_KEY);
+	/* The outer headers as agent_from_edge parsed them (its struct pkt,
+	 * passed by pointer: its values as arguments changed agent_from_edge's
+	 * IPv4 code, the pointer does not). */
+	r->outer_end = o->l3_off + o->ip_len;
+	__u32 l4_off = o->l4_off;
+	struct gre_key_hdr *gre = data + OFF(l4_off);
+	struct ethhdr *ieth = data + OFF(l4_off + GRE_HLEN_KEY);
 	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
 		goto drop;
 	r->vsid = bpf_ntohl(gre->key) >> 8;
-	in->p.l3_off = OFF(in->p.l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
+	in->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
 	if (parse_ipv6(data, data_end, in) || ipv6_martian_src(in))
 		goto drop;
 	/* (Read the parsed fields from the room again: kept by clang they
@@ -210,18 +210,20 @@ __noinline int agent_from_edge6(struct xdp_md *ctx)
 	if (!e || e->vsid != r->vsid || e->family != AF_INET6_)
 		goto drop;
 	r->idx = e->stats_idx;
+	/* The private address, kept in the room (the key is read no more;
+	 * the EIP's entry may change under us): the FIB request cannot hold
+	 * it, the kernel writes a gateway's address there, and a cache hit
+	 * asks no request. */
+	k->addr = e->private_addr;
 
-	/* The guest's route (uncached: the cache, lib/fib.h, holds IPv4
-	 * destinations). */
+	/* The guest's route, through the IPv6 next-hop cache (lib/fib.h
+	 * fib6f, its miss inlined: this function calls none), bucket 0 as
+	 * the agent's IPv4 paths. */
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		goto drop;
 	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&r->fib;
-	__builtin_memset(fib, 0, sizeof(*fib));
-	fib->family = AF_INET6_;
-	fib->l4_protocol = in->p.proto;
-	fib->tot_len = in->p.ip_len;
-	fib->ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(fib->ipv6_src, &in->saddr, 16);
-	__builtin_memcpy(fib->ipv6_dst, &e->private_addr, 16);
-	r->rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	r->rc = fib6f(ctx, fib, cfg->nh_gen, &in->saddr, &k->addr, in->p.ip_len, in->p.proto, 0, 0, 0);
 	reason = STAT_DROP_TOO_BIG;
 	if (r->rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		goto drop;
@@ -229,11 +231,9 @@ __noinline int agent_from_edge6(struct xdp_md *ctx)
 	if (r->rc != BPF_FIB_LKUP_RET_SUCCESS && r->rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		goto drop;
 
-	/* (The private address from the FIB request: the EIP's entry may
-	 * change under us, the request is ours.) */
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	reason = nat6(data, data_end, in, 1, in->daddr.a, fib->ipv6_dst);
+	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
 	if (reason)
 		goto drop;
 	reason = STAT_DROP_INNER_BAD;
@@ -412,13 +412,13 @@ __noinline int agent_guest6(struct xdp_md *ctx)
  * laid agent_from_edge's IPv4 code out otherwise (11 instructions fewer on
  * its decap path, `bench dataplane`), and the IPv4 paths' instructions
  * stay as they were. */
-__noinline int agent_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len)
+__noinline int agent_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len, const struct pkt *o)
 {
-	if (!ctx)
+	if (!ctx || !o)
 		return XDP_ABORTED;
 	if (rc != STAT_DROP_INNER_BAD)
 		return count_drop(ctx, rc, len);
-	rc = agent_from_edge6(ctx);
+	rc = agent_from_edge6(ctx, o);
 	__u32 stat = rc >> 8, act = rc & 0xff;
 	if (act == XDP_PASS)
 		return count_pass(ctx, stat, len);
@@ -452,7 +452,7 @@ __noinline int agent_from_edge(struct xdp_md *ctx, struct pkt *o)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
 	if (rc)
-		return agent_pull_failed(ctx, rc, len);
+		return agent_pull_failed(ctx, rc, len, o);
 	/* The edge, a router hop, never sends TTL 0 (it drops TTL <= 1):
 	 * such a packet is forged or broken, and must not be delivered
 	 * (RFC 1122 3.2.1.7). Found by fuzzing (issue 9). */

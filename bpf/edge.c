@@ -541,6 +541,164 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 	return 1;
 }
 
+/* Destinations a guest's IPv6 never leaves the region for (drop_bad_dst):
+ * :: and ::1, multicast (ff00::/8), link-local (fe80::/10: the guest's
+ * link only), IPv4-mapped (::ffff:0:0/96, a socket's notation, never on
+ * a wire) and unique-local (fc00::/7, RFC 4193: never routed on the
+ * Internet, and the ULA networks an edge reaches are the region's own).
+ * What the FIB sends back into the underlay is refused after the lookup. */
+static __always_inline int decap6_bad_dst(const struct ip_addr *a)
+{
+	__u32 a0 = bpf_ntohl(a->a[0]);
+	if ((a0 >> 24) == 0xff || (a0 & 0xffc00000) == 0xfe800000 || (a0 & 0xfe000000) == 0xfc000000)
+		return 1;
+	if (a0 | a->a[1])
+		return 0;
+	__u32 a2 = bpf_ntohl(a->a[2]), a3 = bpf_ntohl(a->a[3]);
+	return a2 == 0xffff || (!a2 && a3 <= 1);
+}
+
+/* The value of edge_scratch6 (lib/maps.h): edge_pull_failed's IPv6
+ * packet, route key and outer MACs, off the stack (beneath xdp_edge's
+ * frame, with fib6_miss's and drop_counted's below it, its own must stay
+ * small). */
+struct edge_room6 {
+	struct pkt6 p6;
+	struct eip_key k;
+	__u8 ours[ETH_ALEN_];
+	__u8 peer[ETH_ALEN_];
+};
+
+/* edge_from_host's verdict on NVGRE nvgre_pull refused (reason, the frame
+ * len bytes, the outer headers o as edge_from_host parsed them): every
+ * reason but drop_inner_bad is counted as before; drop_inner_bad may be
+ * an IPv6 guest's packet (nvgre_pull takes IPv4 only): the host -> Internet
+ * path for IPv6 guests (docs/dataplane.md "IPv6 guests"; edge_decap6 in
+ * `bench dataplane`). edge_from_host checked the outer headers (GRE to our
+ * underlay address, from the underlay interface, GRE header exact); the
+ * inner frame must be IPv6 (else drop_inner_bad, as before), parse as
+ * parse_ipv6 says, have a source that is no martian and lie inside the
+ * outer packet (drop_inner_bad); a destination decap6_bad_dst refuses is
+ * drop_bad_dst; the inner source must be an IPv6 EIP (not a VIP: there is
+ * no IPv6 load balancing) whose route names the outer source as its host,
+ * with the tunnel's VSID (drop_spoof); a hop limit of 1 or 0 is drop_ttl
+ * (no ICMPv6 time exceeded yet). Then the IPv6 FIB (fib6f, through
+ * nh_cache6) from the underlay interface: too big for the route's MTU
+ * drop_too_big (no ICMPv6 packet too big yet), no route drop_fib, a next
+ * hop back into the underlay (the ingress or underlay interface)
+ * drop_bad_dst; the outer headers are removed, the hop limit decremented
+ * and the packet sent to the next hop (decap_tx), or, its neighbour
+ * unresolved, handed to the kernel unchanged (decap_pass), which forwards
+ * it and resolves the neighbour. The EIP's tx counters move as IPv4's do.
+ * Returns the XDP action, counted. A global function called where
+ * edge_from_host counted the drop (the outer struct pkt by pointer: as
+ * values, the arguments changed the IPv4 code): the IPv4 paths' stack,
+ * states and instructions are as they were. */
+__noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, const struct pkt *o)
+{
+	if (!ctx || !o)
+		return XDP_ABORTED;
+	if (reason != STAT_DROP_INNER_BAD)
+		goto drop;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct bpf_fib_lookup *fib = fib_room();
+	struct edge_room6 *room = bpf_map_lookup_elem(&edge_scratch6, &zero);
+	if (!cfg || !fib || !room)
+		return XDP_PASS;
+	struct pkt6 *p6 = &room->p6;
+	__be32 host = o->saddr;
+	__u32 outer_end = o->l3_off + o->ip_len;
+	__u32 l4_off = o->l4_off;
+	struct gre_key_hdr *gre = data + OFF(l4_off);
+	struct ethhdr *ieth = data + OFF(l4_off + GRE_HLEN_KEY);
+	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
+		goto drop;
+	__u32 vsid = bpf_ntohl(gre->key) >> 8;
+	p6->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
+	if (parse_ipv6(data, data_end, p6) || ipv6_martian_src(p6))
+		goto drop;
+	if (p6->p.l3_off + p6->p.ip_len > outer_end)
+		goto drop;
+	reason = STAT_DROP_BAD_DST;
+	if (decap6_bad_dst(&p6->daddr))
+		goto drop;
+
+	struct eip_key *k = &room->k;
+	k->addr = p6->saddr;
+	k->family = AF_INET6_;
+	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
+	reason = STAT_DROP_SPOOF;
+	if (!r || (r->flags & ROUTE_F_VIP) || r->family != AF_INET_ || r->host.a[0] != host || r->vsid != vsid)
+		goto drop;
+	__u32 idx = r->stats_idx;
+	reason = STAT_DROP_TTL;
+	if (p6->p.ttl <= 1)
+		goto drop;
+
+	struct ipv6hdr *ip6 = data + OFF(p6->p.l3_off);
+	reason = STAT_DROP_INNER_BAD;
+	if ((void *)(ip6 + 1) > data_end)
+		goto drop;
+	__be32 flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+	const __be32 *sa = p6->saddr.a, *da = p6->daddr.a;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, &p6->daddr, p6->p.ip_len, p6->p.proto, flowinfo, p6->p.ports,
+		       sa[0] ^ sa[1] ^ sa[2] ^ sa[3] ^ da[0] ^ da[1] ^ da[2] ^ da[3] ^ p6->p.ports ^ flowinfo);
+	reason = STAT_DROP_TOO_BIG;
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		goto drop;
+	reason = STAT_DROP_FIB;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		goto drop;
+	/* A guest must not reach the underlay through the edge (the lookup
+	 * names the egress interface with NO_NEIGH too). */
+	reason = STAT_DROP_BAD_DST;
+	if (fib->ifindex == ctx->ingress_ifindex || fib->ifindex == cfg->ul_ifindex)
+		goto drop;
+
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	ip6 = data + OFF(p6->p.l3_off);
+	struct ethhdr *oeth = data;
+	reason = STAT_DROP_INNER_BAD;
+	if ((void *)(oeth + 1) > data_end || (void *)(ip6 + 1) > data_end)
+		goto drop;
+	__builtin_memcpy(room->ours, oeth->h_dest, ETH_ALEN_);
+	__builtin_memcpy(room->peer, oeth->h_source, ETH_ALEN_);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		ip6->hop_limit--;
+	reason = STAT_DROP_HEADROOM;
+	if (nvgre_strip(ctx, &p6->p))
+		goto drop;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		goto drop;
+
+	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	if (es) {
+		es->tx_packets++;
+		es->tx_bytes += p6->p.ip_len;
+	}
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* Let the kernel forward this one and resolve the neighbour. */
+		__builtin_memcpy(eth->h_dest, room->ours, ETH_ALEN_);
+		__builtin_memcpy(eth->h_source, room->peer, ETH_ALEN_);
+		return count_pass(ctx, STAT_DECAP_PASS, len);
+	}
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	count_out(ctx, STAT_DECAP_TX, len);
+	return xmit(ctx, fib->ifindex);
+drop:
+	return count_drop(ctx, reason, len);
+}
+
 /* Host -> Internet: decapsulate NVGRE from an AZ host. */
 static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, const struct edge_config *cfg,
 					   struct bpf_fib_lookup *fibp, __u64 len)
@@ -556,8 +714,17 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	rc = nvgre_pull(data, data_end, o, &in, &vsid);
-	if (rc)
-		return count_drop(ctx, rc, len);
+	if (rc) {
+		/* (Constants, not rc: clang merged a "return rc" with the
+		 * IPv4 paths' redirect tail, one more jump on edge_decap's
+		 * path; entry.h does the same.) */
+		rc = edge_pull_failed(ctx, rc, len, o);
+		if (rc == XDP_REDIRECT)
+			return XDP_REDIRECT;
+		if (rc == XDP_TX)
+			return XDP_TX;
+		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
+	}
 	if (ipv4_martian(in.daddr))
 		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 

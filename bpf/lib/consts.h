@@ -49,6 +49,12 @@
 #define NH_CACHE_SLOTS 4096 /* a power of two */
 #endif
 #endif
+/* The IPv6 next-hop cache (nh_cache6, lib/fib.h fib6f): as many slots
+ * as the IPv4 one, of 56 bytes (edge: 16384 x 56 B = 896 KiB per CPU;
+ * agent: 4096, 224 KiB). */
+#ifndef NH6_CACHE_SLOTS
+#define NH6_CACHE_SLOTS NH_CACHE_SLOTS
+#endif
 /* 100 jiffies: at most 1 s whatever CONFIG_HZ (100 at least); jiffies
  * cost a memory read where a clock costs about 10 ns a packet. */
 #define NH_CACHE_TTL_JIFFIES 100

@@ -142,6 +142,111 @@ static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 	return fib4f(ctx, fib, gen, src, dst, tot_len, proto, tos, 0, 0);
 }
 
+/* ---- IPv6 (nh_cache6): the same cache for IPv6 destinations ---- */
+
+static __always_inline __u32 nh6_slot(const __be32 *dst, __u32 ifindex, __u32 bucket)
+{
+	/* The destination folded to a word, then nh_slot's hashing. */
+	__u32 d = dst[0] ^ dst[1] ^ dst[2] ^ dst[3];
+	return ((((d ^ (ifindex << 16)) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(NH6_CACHE_SLOTS))) + bucket) &
+	       (NH6_CACHE_SLOTS - 1);
+}
+
+/* fib4_miss for IPv6: asks the FIB for the request in fib (prepared by
+ * fib6f) with the smallest IPv6 length (the answer holds the route MTU),
+ * and stores a successful answer in the slot of (destination, ingress
+ * interface, bucket). Inlined where a global function's frame does not fit
+ * (the agent's agent_from_edge6, at the bottom of its stack); fib6_miss is
+ * the separately verified copy. */
+static __always_inline int fib6_fill(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __u32 bucket)
+{
+	__u32 in = ctx->ingress_ifindex;
+	bucket &= NH_BUCKETS - 1;
+	/* The slot is taken, and its destination written, before the lookup:
+	 * the kernel writes the gateway's address over ipv6_dst. The slot
+	 * stays unusable (expired) unless the lookup succeeds. */
+	__u32 slot = nh6_slot(fib->ipv6_dst, in, bucket);
+	struct nh_entry6 *e = bpf_map_lookup_elem(&nh_cache6, &slot);
+	if (e) {
+		__builtin_memcpy(&e->dst, fib->ipv6_dst, 16);
+		e->expires = 0;
+	}
+	fib->tot_len = 40;
+	fib->ifindex = in;
+	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc;
+	if (e) {
+		e->ifindex_in = in;
+		e->bucket = bucket;
+		__builtin_memcpy(e->smac, fib->smac, 6);
+		__builtin_memcpy(e->dmac, fib->dmac, 6);
+		e->ifindex = fib->ifindex;
+		e->mtu = fib->mtu_result;
+		e->gen = gen;
+		e->expires = bpf_jiffies64() + NH_CACHE_TTL_JIFFIES;
+	}
+	return rc;
+}
+
+#ifdef AZG_PROG_EDGE
+__noinline int fib6_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, __u32 bucket)
+{
+	if (!ctx || !fib)
+		return BPF_FIB_LKUP_RET_NOT_FWDED;
+	return fib6_fill(ctx, fib, gen, bucket);
+}
+#define FIB6_MISS fib6_miss
+#else
+#define FIB6_MISS fib6_fill
+#endif
+
+/* fib4f for IPv6: the flow (src, dst, proto, ports as on the wire,
+ * flowinfo the header's traffic class and flow label word, as the kernel's
+ * multipath hash reads it) looked up from the ingress interface (IPv6
+ * forwarding must be enabled on it) through nh_cache6, tot_len checked
+ * against the route MTU; fh, any hash of the flow, picks the bucket.
+ * Returns a BPF_FIB_LKUP_RET_* code; the result's MACs and egress ifindex
+ * are set (the egress ifindex with NO_NEIGH too), and on FRAG_NEEDED
+ * fib->mtu_result holds the MTU. */
+static __always_inline int fib6f(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 gen, const struct ip_addr *src,
+				 const struct ip_addr *dst, __u16 tot_len, __u8 proto, __be32 flowinfo, __be32 ports,
+				 __u32 fh)
+{
+	__u32 in = ctx->ingress_ifindex;
+	__u32 bucket = nh_bucket(fh);
+	__u32 slot = nh6_slot(dst->a, in, bucket);
+	struct nh_entry6 *e = bpf_map_lookup_elem(&nh_cache6, &slot);
+	__u32 mtu;
+
+	if (e && e->dst.a[0] == dst->a[0] && e->dst.a[1] == dst->a[1] && e->dst.a[2] == dst->a[2] &&
+	    e->dst.a[3] == dst->a[3] && e->ifindex_in == in && e->bucket == bucket && e->gen == gen &&
+	    bpf_jiffies64() < e->expires) {
+		__builtin_memcpy(fib->smac, e->smac, 6);
+		__builtin_memcpy(fib->dmac, e->dmac, 6);
+		fib->ifindex = e->ifindex;
+		mtu = e->mtu;
+	} else {
+		__builtin_memset(fib, 0, sizeof(*fib));
+		fib->family = AF_INET6_;
+		fib->flowinfo = flowinfo;
+		fib->l4_protocol = proto;
+		__builtin_memcpy(fib->ipv6_src, src, 16);
+		__builtin_memcpy(fib->ipv6_dst, dst, 16);
+		fib->sport = ports_sport(ports);
+		fib->dport = ports_dport(ports);
+		int rc = FIB6_MISS(ctx, fib, gen, bucket);
+		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+			return rc;
+		mtu = fib->mtu_result;
+	}
+	if (tot_len > mtu) {
+		fib->mtu_result = mtu;
+		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
+	}
+	return BPF_FIB_LKUP_RET_SUCCESS;
+}
+
 /* Drop reason for a failed lookup that is neither FRAG_NEEDED nor NO_NEIGH. */
 static __always_inline __u32 fib_reason(int rc)
 {

@@ -89,6 +89,16 @@ struct {
 	__type(value, struct nh_entry);
 } nh_cache SEC(".maps");
 
+/* The IPv6 next-hop cache (lib/fib.h fib6f): nh_cache for IPv6
+ * destinations, (destination, ingress interface, ECMP bucket) slot ->
+ * next hop, per CPU, invalidated by the same nh_gen and TTL. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NH6_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nh_entry6);
+} nh_cache6 SEC(".maps");
+
 /* Per-CPU room for a bpf_fib_lookup request, off the 512-byte stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -143,6 +153,17 @@ struct {
 	__type(key, __u32);
 	__type(value, struct eip_centry6);
 } eip_cache6 SEC(".maps");
+
+/* Per-CPU room for edge_pull_failed (host -> Internet for IPv6 guests): the
+ * inner IPv6 packet (struct pkt6, lib/parse.h, hence the value's
+ * definition in edge.c), the route key and the outer MACs, off the stack
+ * that xdp_edge's frame half fills. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct edge_room6);
+} edge_scratch6 SEC(".maps");
 
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {

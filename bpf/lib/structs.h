@@ -154,6 +154,21 @@ struct nh_entry {
 	__u64 expires;     /* jiffies */
 };
 
+/* The IPv6 next-hop cache's entry (nh_cache6, lib/fib.h fib6f): nh_entry
+ * with a 16-byte destination. */
+struct nh_entry6 {
+	struct ip_addr dst; /* what was looked up ... */
+	__u32 ifindex_in;   /* ... from which interface */
+	__u8 smac[6];
+	__u8 dmac[6];
+	__u32 ifindex;      /* egress */
+	__u32 mtu;          /* route MTU */
+	__u32 gen;          /* config nh_gen when cached */
+	__u8 bucket;        /* ... for which flow-hash bucket */
+	__u8 pad[3];
+	__u64 expires;      /* jiffies */
+};
+
 /* Key of an IPv4 LPM trie. */
 struct lpm4_key {
 	__u32 prefixlen;

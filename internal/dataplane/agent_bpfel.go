@@ -287,6 +287,20 @@ type agentNhEntry struct {
 	Expires   uint64
 }
 
+type agentNhEntry6 struct {
+	_         structs.HostLayout
+	Dst       agentIpAddr
+	IfindexIn uint32
+	Smac      [6]uint8
+	Dmac      [6]uint8
+	Ifindex   uint32
+	Mtu       uint32
+	Gen       uint32
+	Bucket    uint8
+	Pad       [3]uint8
+	Expires   uint64
+}
+
 type agentStatEntry struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -333,6 +347,7 @@ const (
 	agentMapMonEvents         = "mon_events"
 	agentMapMonState          = "mon_state"
 	agentMapNhCache           = "nh_cache"
+	agentMapNhCache6          = "nh_cache6"
 	agentMapStats             = "stats"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
 	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
@@ -413,6 +428,7 @@ type agentMapSpecs struct {
 	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
 	MonState      *ebpf.MapSpec `ebpf:"mon_state"`
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
+	NhCache6      *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
@@ -467,6 +483,7 @@ type agentMaps struct {
 	MonEvents     *ebpf.Map `ebpf:"mon_events"`
 	MonState      *ebpf.Map `ebpf:"mon_state"`
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
+	NhCache6      *ebpf.Map `ebpf:"nh_cache6"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
@@ -492,6 +509,7 @@ func (m *agentMaps) Close() error {
 		m.MonEvents,
 		m.MonState,
 		m.NhCache,
+		m.NhCache6,
 		m.Stats,
 	)
 }

@@ -144,6 +144,35 @@ type edgeEdgeConfig struct {
 	Pad       uint16
 }
 
+type edgeEdgeRoom6 struct {
+	_  structs.HostLayout
+	P6 struct {
+		_ structs.HostLayout
+		P struct {
+			_        structs.HostLayout
+			L3Off    uint32
+			L4Off    uint32
+			EthProto uint16
+			IpLen    uint16
+			Frag     uint16
+			Proto    uint8
+			Ttl      uint8
+			Tos      uint8
+			Df       uint8
+			L4Ok     uint8
+			TcpFlags uint8
+			Saddr    uint32
+			Daddr    uint32
+			Ports    uint32
+		}
+		Saddr edgeIpAddr
+		Daddr edgeIpAddr
+	}
+	K    edgeEipKey
+	Ours [6]uint8
+	Peer [6]uint8
+}
+
 type edgeEipBw struct {
 	_            structs.HostLayout
 	NsPerByteQ20 uint64
@@ -426,6 +455,20 @@ type edgeNhEntry struct {
 	Expires   uint64
 }
 
+type edgeNhEntry6 struct {
+	_         structs.HostLayout
+	Dst       edgeIpAddr
+	IfindexIn uint32
+	Smac      [6]uint8
+	Dmac      [6]uint8
+	Ifindex   uint32
+	Mtu       uint32
+	Gen       uint32
+	Bucket    uint8
+	Pad       [3]uint8
+	Expires   uint64
+}
+
 type edgeRlDst struct {
 	_        structs.HostLayout
 	SrcNs    uint64
@@ -465,6 +508,7 @@ const (
 	edgeMapEdgeCfg       = "edge_cfg"
 	edgeMapEdgeLimits    = "edge_limits"
 	edgeMapEdgeRlSrc     = "edge_rl_src"
+	edgeMapEdgeScratch6  = "edge_scratch6"
 	edgeMapEdgeSpoofSrc  = "edge_spoof_src"
 	edgeMapEdgeSpoofSrc6 = "edge_spoof_src6"
 	edgeMapEipBw         = "eip_bw"
@@ -500,6 +544,7 @@ const (
 	edgeMapMonEvents     = "mon_events"
 	edgeMapMonState      = "mon_state"
 	edgeMapNhCache       = "nh_cache"
+	edgeMapNhCache6      = "nh_cache6"
 	edgeMapStats         = "stats"
 	edgeProgTcEdgeHc     = "tc_edge_hc"
 	edgeProgXdpEdge      = "xdp_edge"
@@ -572,6 +617,7 @@ type edgeMapSpecs struct {
 	EdgeCfg       *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EdgeLimits    *ebpf.MapSpec `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.MapSpec `ebpf:"edge_rl_src"`
+	EdgeScratch6  *ebpf.MapSpec `ebpf:"edge_scratch6"`
 	EdgeSpoofSrc  *ebpf.MapSpec `ebpf:"edge_spoof_src"`
 	EdgeSpoofSrc6 *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
@@ -607,6 +653,7 @@ type edgeMapSpecs struct {
 	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
 	MonState      *ebpf.MapSpec `ebpf:"mon_state"`
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
+	NhCache6      *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
@@ -653,6 +700,7 @@ type edgeMaps struct {
 	EdgeCfg       *ebpf.Map `ebpf:"edge_cfg"`
 	EdgeLimits    *ebpf.Map `ebpf:"edge_limits"`
 	EdgeRlSrc     *ebpf.Map `ebpf:"edge_rl_src"`
+	EdgeScratch6  *ebpf.Map `ebpf:"edge_scratch6"`
 	EdgeSpoofSrc  *ebpf.Map `ebpf:"edge_spoof_src"`
 	EdgeSpoofSrc6 *ebpf.Map `ebpf:"edge_spoof_src6"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
@@ -688,6 +736,7 @@ type edgeMaps struct {
 	MonEvents     *ebpf.Map `ebpf:"mon_events"`
 	MonState      *ebpf.Map `ebpf:"mon_state"`
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
+	NhCache6      *ebpf.Map `ebpf:"nh_cache6"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
@@ -701,6 +750,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeCfg,
 		m.EdgeLimits,
 		m.EdgeRlSrc,
+		m.EdgeScratch6,
 		m.EdgeSpoofSrc,
 		m.EdgeSpoofSrc6,
 		m.EipBw,
@@ -736,6 +786,7 @@ func (m *edgeMaps) Close() error {
 		m.MonEvents,
 		m.MonState,
 		m.NhCache,
+		m.NhCache6,
 		m.Stats,
 	)
 }

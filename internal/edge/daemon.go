@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -117,22 +118,44 @@ func firstIPv4(ifname string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifname)
 }
 
-// defaultGateways are the next hops of the default routes: the edge sends
-// most of its traffic there, so they stay resolved as well.
+// defaultGateways are the next hops of the default routes, IPv4 and IPv6
+// (every path of a multipath one): the edge sends most of its traffic
+// there (IPv6 guests' too, edge.c edge_pull_failed), so they stay resolved as well. A
+// link-local IPv6 gateway (fe80::/10, the usual one) is zoned with its
+// interface's index: nexthop.RouteGet takes it as on-link there.
 func defaultGateways() []netip.Addr {
-	rs, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	rs, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil
 	}
 	var out []netip.Addr
+	add := func(ip net.IP, ifindex int) {
+		gw, ok := netip.AddrFromSlice(ip)
+		if !ok || ip == nil {
+			return
+		}
+		gw = gw.Unmap()
+		if gw.Is6() && gw.IsLinkLocalUnicast() && ifindex > 0 {
+			gw = gw.WithZone(strconv.Itoa(ifindex))
+		}
+		out = append(out, gw)
+	}
 	for _, r := range rs {
-		if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
-			if gw, ok := netip.AddrFromSlice(r.Gw); ok {
-				out = append(out, gw.Unmap())
-			}
+		if r.Dst != nil && !(r.Dst.IP.IsUnspecified() && isDefault(r.Dst)) {
+			continue
+		}
+		add(r.Gw, r.LinkIndex)
+		for _, p := range r.MultiPath {
+			add(p.Gw, p.LinkIndex)
 		}
 	}
 	return out
+}
+
+// isDefault tells a default route's destination (0.0.0.0/0, ::/0).
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
 }
 
 // rtprotAzgate marks the routes the edge installs (iproute2 shows it as

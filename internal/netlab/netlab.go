@@ -295,7 +295,7 @@ func (n *Node) Blackhole(dst string) error {
 	return n.h.RouteReplace(&netlink.Route{Dst: ipn, Type: unix.RTN_BLACKHOLE})
 }
 
-// Neigh installs a permanent neighbour entry.
+// Neigh installs a permanent neighbour entry (IPv4 or IPv6).
 func (n *Node) Neigh(dev, ip, mac string) error {
 	l, err := n.link(dev)
 	if err != nil {
@@ -305,6 +305,14 @@ func (n *Node) Neigh(dev, ip, mac string) error {
 	if err != nil {
 		return err
 	}
-	return n.h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-		IP: net.ParseIP(ip), HardwareAddr: m})
+	a := net.ParseIP(ip)
+	if a == nil {
+		return fmt.Errorf("%s: neighbour %q is not an address", n.Name, ip)
+	}
+	family := unix.AF_INET
+	if a.To4() == nil {
+		family = unix.AF_INET6
+	}
+	return n.h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family, State: netlink.NUD_PERMANENT,
+		IP: a, HardwareAddr: m})
 }

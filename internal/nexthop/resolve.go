@@ -175,7 +175,7 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 		return
 	}
 	defer h.Close()
-	kept := map[int]map[netip.Addr]bool{} // ifindex -> next hops managed or permanent
+	kept := map[famIf]map[netip.Addr]bool{} // (family, ifindex) -> next hops managed or permanent
 	var hops []hop
 	for _, a := range addrs {
 		ifindex, nh, err := RouteGet(h, a)
@@ -194,10 +194,11 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 	}
 	for _, x := range hops {
 		ifindex, nh := x.ifindex, x.nh
-		have, ok := kept[ifindex]
+		k := famIf{nh.Is6(), ifindex}
+		have, ok := kept[k]
 		if !ok {
-			have = managedNeighs(h, ifindex)
-			kept[ifindex] = have
+			have = managedNeighs(h, ifindex, nh.Is6())
+			kept[k] = have
 		}
 		if have[nh] {
 			continue
@@ -210,16 +211,36 @@ func (r *Resolver) ensure(addrs []netip.Addr) {
 	}
 }
 
+// famIf is an interface's neighbour table of one family.
+type famIf struct {
+	v6      bool
+	ifindex int
+}
+
 type pathHop struct {
 	LinkIndex int
 	gw        netip.Addr
 }
 
-// multipathHops lists the next hops of every IPv4 multipath route holding
-// one of addrs (a more specific route may still win for an address: then
-// a next hop is kept resolved for nothing, which costs an ARP entry).
+// multipathHops lists the next hops of every multipath route (IPv4 or
+// IPv6) holding one of addrs (a more specific route may still win for an
+// address: then a next hop is kept resolved for nothing, which costs a
+// neighbour entry). The routes of a family are listed only when addrs
+// hold an address of it.
 func multipathHops(h *netlink.Handle, addrs []netip.Addr) []pathHop {
-	rs, err := h.RouteList(nil, netlink.FAMILY_V4)
+	var out []pathHop
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		v6 := fam == netlink.FAMILY_V6
+		if !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return a.Unmap().Is6() == v6 }) {
+			continue
+		}
+		out = append(out, multipathHopsOf(h, fam, addrs)...)
+	}
+	return out
+}
+
+func multipathHopsOf(h *netlink.Handle, fam int, addrs []netip.Addr) []pathHop {
+	rs, err := h.RouteList(nil, fam)
 	if err != nil {
 		return nil
 	}
@@ -229,6 +250,9 @@ func multipathHops(h *netlink.Handle, addrs []netip.Addr) []pathHop {
 			continue
 		}
 		pfx := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if fam == netlink.FAMILY_V6 {
+			pfx = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
 		if r.Dst != nil {
 			a, ok := netip.AddrFromSlice(r.Dst.IP)
 			ones, _ := r.Dst.Mask.Size()
@@ -237,7 +261,7 @@ func multipathHops(h *netlink.Handle, addrs []netip.Addr) []pathHop {
 			}
 			pfx = netip.PrefixFrom(a.Unmap(), ones)
 		}
-		if !slices.ContainsFunc(addrs, pfx.Contains) {
+		if !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return pfx.Contains(a.WithZone("")) }) {
 			continue
 		}
 		for _, p := range r.MultiPath {
@@ -249,9 +273,15 @@ func multipathHops(h *netlink.Handle, addrs []netip.Addr) []pathHop {
 	return out
 }
 
-func managedNeighs(h *netlink.Handle, ifindex int) map[netip.Addr]bool {
+// managedNeighs lists the kept (managed or permanent) neighbour entries
+// of one family on ifindex.
+func managedNeighs(h *netlink.Handle, ifindex int, v6 bool) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
-	cur, err := h.NeighList(ifindex, unix.AF_INET)
+	fam := unix.AF_INET
+	if v6 {
+		fam = unix.AF_INET6
+	}
+	cur, err := h.NeighList(ifindex, fam)
 	if err != nil {
 		return out
 	}

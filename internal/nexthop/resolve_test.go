@@ -55,7 +55,7 @@ func TestResolverMultipath(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		managed = managedNeighs(h, l.Attrs().Index)
+		managed = managedNeighs(h, l.Attrs().Index, false)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func addLab(t *testing.T, prefix string) (*netlab.Node, func() map[netip.Addr]bo
 			if err != nil {
 				return err
 			}
-			m = managedNeighs(h, l.Attrs().Index)
+			m = managedNeighs(h, l.Attrs().Index, false)
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -241,5 +241,84 @@ func TestResolverAddDuringPass(t *testing.T) {
 	}
 	if got := r.groups["hosts"]; len(got) != len(hosts)+1 || !slices.Contains(got, h2) {
 		t.Errorf("group %v, want Keep's %d hosts and the one added after", got, len(hosts))
+	}
+}
+
+// TestResolverIPv6: IPv6 next hops are kept resolved as IPv4's are (the
+// edge's IPv6 return path and the agent's IPv6 guests look them up with
+// bpf_fib_lookup too): a routed address's gateway, an on-link address,
+// every path of a multipath route, a link-local gateway given with its
+// zone (the edge's IPv6 default gateway); a permanent entry is left as it
+// is.
+func TestResolverIPv6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: network namespaces need root")
+	}
+	n, err := netlab.NewNode("azgt-v6r-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Delete()
+	p, err := netlab.NewNode("azgt-v6r-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Delete()
+	if err := netlab.Veth(netlab.End{Node: n, Dev: "ul0", MAC: "02:bb:00:00:03:01"}, netlab.End{Node: p, Dev: "fab", MAC: "02:bb:00:00:03:02"}, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.IPv6(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Addr("ul0", "2001:db8:ff::1/64"); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{
+		{"ip", "-6", "route", "add", "2001:db8:a::/48", "via", "2001:db8:ff::fe", "dev", "ul0"},
+		{"ip", "-6", "route", "add", "2001:db8:b::/48", "nexthop", "via", "2001:db8:ff::fd", "dev", "ul0",
+			"nexthop", "via", "2001:db8:ff::fc", "dev", "ul0"},
+		{"ip", "-6", "route", "add", "2001:db8:c::/48", "via", "2001:db8:ff::fb", "dev", "ul0"},
+		{"ip", "-6", "neigh", "replace", "2001:db8:ff::fb", "lladdr", "02:bb:00:00:03:fb", "dev", "ul0", "nud", "permanent"},
+	} {
+		if out, err := n.Cmd(argv...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", argv, err, out)
+		}
+	}
+	r := NewResolver(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var managed map[netip.Addr]bool
+	var perm netlink.Neigh
+	if err := n.Do(func() error {
+		r.Keep("hosts", []netip.Addr{netip.MustParseAddr("2001:db8:a::7"), netip.MustParseAddr("2001:db8:b::7"),
+			netip.MustParseAddr("2001:db8:c::7"), netip.MustParseAddr("2001:db8:ff::5"), netip.MustParseAddr("fe80::1%ul0")})
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		l, err := h.LinkByName("ul0")
+		if err != nil {
+			return err
+		}
+		managed = managedNeighs(h, l.Attrs().Index, true)
+		ns, err := h.NeighList(l.Attrs().Index, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, x := range ns {
+			if x.IP.Equal(netip.MustParseAddr("2001:db8:ff::fb").AsSlice()) {
+				perm = x
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, nh := range []string{"2001:db8:ff::fe", "2001:db8:ff::fd", "2001:db8:ff::fc", "2001:db8:ff::5", "fe80::1"} {
+		if !managed[netip.MustParseAddr(nh)] {
+			t.Errorf("next hop %s not kept resolved: kept %v", nh, managed)
+		}
+	}
+	if perm.State&netlink.NUD_PERMANENT == 0 || perm.FlagsExt&netlink.NTF_EXT_MANAGED != 0 {
+		t.Errorf("the permanent neighbour 2001:db8:ff::fb was changed: state %#x flags_ext %#x", perm.State, perm.FlagsExt)
 	}
 }

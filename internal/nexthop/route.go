@@ -3,14 +3,28 @@ package nexthop
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // RouteGet resolves a destination: egress interface index and next hop
-// (the gateway, or dst itself when on-link).
+// (the gateway, or dst itself when on-link). A zoned address (an IPv6
+// link-local gateway, "fe80::1%eth0" or "fe80::1%3") is on-link on its
+// zone's interface: a route lookup of a link-local address alone would
+// pick any interface's fe80::/64.
 func RouteGet(h *netlink.Handle, dst netip.Addr) (ifindex int, nexthop netip.Addr, err error) {
+	if z := dst.Zone(); z != "" {
+		if i, err := strconv.Atoi(z); err == nil && i > 0 {
+			return i, dst.WithZone(""), nil
+		}
+		l, err := h.LinkByName(z)
+		if err != nil {
+			return 0, netip.Addr{}, fmt.Errorf("route to %v: interface %q: %w", dst, z, err)
+		}
+		return l.Attrs().Index, dst.WithZone(""), nil
+	}
 	rs, err := h.RouteGet(dst.AsSlice())
 	if err != nil {
 		return 0, netip.Addr{}, fmt.Errorf("route to %v: %w", dst, err)

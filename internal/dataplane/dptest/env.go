@@ -207,6 +207,61 @@ func MustMAC(s string) net.HardwareAddr {
 	return m
 }
 
+// The IPv6 side of the bed (Env.InternetIPv6): the Internet side's
+// segment with its router, an unresolved gateway, a blackhole, a route
+// with a small MTU, and the underlay's IPv6 with its router.
+const (
+	ExtAddr6     = "2001:db8:100::1"
+	RtrAddr6     = "2001:db8:100::ff"   // the upstream router (the IPv6 default route), resolved
+	DeadExtGW6   = "2001:db8:100::fe"   // on the Internet side, never resolved
+	NoNeighInet6 = "2001:db8:249::/48"  // via DeadExtGW6
+	HoleNet6     = "2001:db8:251::/48"  // blackhole
+	SmallMTUNet6 = "2001:db8:1280::/48" // via RtrAddr6 with MTU SmallMTU6 (locked: bpf_fib_lookup reads an IPv6 route's MTU only then)
+	SmallMTU6    = 1280
+	UlAddr6      = "2001:db8:ff::1"    // the underlay's IPv6 (on UlDev)
+	FabAddr6     = "2001:db8:ff::fe"   // the underlay router, resolved
+	DeadGW6      = "2001:db8:ff::fd"   // on the underlay, never resolved
+	NoNeighNet6  = "2001:db8:250::/48" // via DeadGW6 on the underlay
+)
+
+// InternetIPv6 gives the node IPv6 routing on both sides, for the edge's
+// IPv6 return path: IPv6 forwarding on, ExtAddr6/64 on ExtDev with the
+// default route via RtrAddr6 (neighbour RtrMAC), NoNeighInet6 via
+// DeadExtGW6, HoleNet6 a blackhole, SmallMTUNet6 via RtrAddr6 with MTU
+// SmallMTU6 (locked, "mtu lock": an IPv6 route's unlocked MTU metric is
+// not what the FIB lookup answers, the device's is); UlAddr6/64 on UlDev with FabAddr6 (FabMAC) resolved and
+// NoNeighNet6 via DeadGW6.
+func (e *Env) InternetIPv6() error {
+	n := e.Node
+	if err := n.IPv6(true); err != nil {
+		return err
+	}
+	steps := []func() error{
+		func() error { return n.Addr(ExtDev, ExtAddr6+"/64") },
+		func() error { return n.Addr(UlDev, UlAddr6+"/64") },
+		func() error { return n.Route("::/0", RtrAddr6, ExtDev) },
+		func() error { return n.Route(NoNeighInet6, DeadExtGW6, ExtDev) },
+		func() error { return n.Route(NoNeighNet6, DeadGW6, UlDev) },
+		func() error { return n.Blackhole(HoleNet6) },
+		func() error { return n.Neigh(ExtDev, RtrAddr6, RtrMAC) },
+		func() error { return n.Neigh(UlDev, FabAddr6, FabMAC) },
+		func() error {
+			ext, err := n.Ifindex(ExtDev)
+			if err != nil {
+				return err
+			}
+			_, dst, _ := net.ParseCIDR(SmallMTUNet6)
+			return n.Handle().RouteReplace(&netlink.Route{Dst: dst, Gw: net.ParseIP(RtrAddr6), LinkIndex: ext, MTU: SmallMTU6, MTULock: true})
+		},
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return fmt.Errorf("internet IPv6: %w", err)
+		}
+	}
+	return nil
+}
+
 // GuestIPv6 gives the guest link IPv6 for the agent's IPv6 EIP path:
 // IPv6 forwarding on in the node, a route to each prefix through GuestDev
 // and a permanent neighbour for addr (the guest, VMMAC); an address of
