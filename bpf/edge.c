@@ -748,7 +748,8 @@ __noinline __u32 spoof6_class(const struct pkt6 *p6)
 }
 
 /* What an eip_cache6 slot of IPv6 EIP a holds besides the route: its
- * flags (the route's flags, with ROUTE_F_RL_* when edge_limits6 has it;
+ * flags (the route's flags, with ROUTE_F_RL_* when edge_limits6 has it
+ * and ROUTE_F_BW when eip_bw6 has it;
  * bits 32-39) and its firewall scope and flags (fw_dest6; the low 32
  * bits). Global: called when a slot is filled, it adds no stack or
  * states to edge_ipv6. */
@@ -756,7 +757,10 @@ __noinline __u64 route6_extra(const struct ip_addr *a, __u32 flags)
 {
 	if (!a)
 		return (__u64)flags << 32;
-	return (__u64)rl_route_flags6(flags, a) << 32 | fw_dest6(a);
+	__u8 f = rl_route_flags6(flags, a);
+	if (bpf_map_lookup_elem(&eip_bw6, a))
+		f |= ROUTE_F_BW;
+	return (__u64)f << 32 | fw_dest6(a);
 }
 
 /* The route of an IPv6 EIP, through eip_cache6 (eip_route4's cache for
@@ -833,6 +837,9 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 			if (sc)
 				return count_drop(ctx, sc, len);
 		}
+		/* Last: only what would be forwarded spends the bandwidth. */
+		if ((r->flags & ROUTE_F_BW) && bw6_over(p6))
+			return count_drop(ctx, STAT_DROP_BW, len);
 	}
 	if (p->ttl <= 1)
 		return count_drop(ctx, STAT_DROP_TTL, len);

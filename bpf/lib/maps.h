@@ -548,6 +548,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hc_stats SEC(".maps");
 
+/* IPv6 EIP -> its bandwidth limit and bucket (struct eip_bw6; lib/bw.h
+ * bw6_over), Internet -> IPv6 EIP. Written by Go (SetEIPBandwidth); a new
+ * or removed entry bumps eip_route_gen (ROUTE_F_BW in eip_centry6). Not
+ * preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_BW_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct eip_bw6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw6 SEC(".maps");
+
 #endif /* AZG_PROG_EDGE */
 
 #ifdef AZG_PROG_AGENT

@@ -232,6 +232,16 @@ struct eip_bw_slot {
 	__u32 pad;
 };
 
+/* Edge: an IPv6 EIP's bandwidth limit with its bucket (eip_bw6, lib/bw.h
+ * bw6_over): keyed by the EIP itself, so no slot to check (b.addr unused);
+ * rate and burst as configured, read back by Go. */
+struct eip_bw6 {
+	struct eip_bw_slot b;
+	__u64 rate;
+	__u32 burst;
+	__u32 pad;
+};
+
 /* Edge: the rate limits of one EIP or VIP (edge_limits, lib/ratelimit.h),
  * as GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371):
  * a packet conforms while the bucket's theoretical arrival time (TAT) is

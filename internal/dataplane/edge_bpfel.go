@@ -153,6 +153,14 @@ type edgeEipBw struct {
 	Pad          uint32
 }
 
+type edgeEipBw6 struct {
+	_     structs.HostLayout
+	B     edgeEipBwSlot
+	Rate  uint64
+	Burst uint32
+	Pad   uint32
+}
+
 type edgeEipBwSlot struct {
 	_            structs.HostLayout
 	Tat          uint64
@@ -502,6 +510,7 @@ const (
 	edgeMapEdgeSpoofSrc   = "edge_spoof_src"
 	edgeMapEdgeSpoofSrc6  = "edge_spoof_src6"
 	edgeMapEipBw          = "eip_bw"
+	edgeMapEipBw6         = "eip_bw6"
 	edgeMapEipBwSlots     = "eip_bw_slots"
 	edgeMapEipCache       = "eip_cache"
 	edgeMapEipCache6      = "eip_cache6"
@@ -615,6 +624,7 @@ type edgeMapSpecs struct {
 	EdgeSpoofSrc   *ebpf.MapSpec `ebpf:"edge_spoof_src"`
 	EdgeSpoofSrc6  *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
 	EipBw          *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBw6         *ebpf.MapSpec `ebpf:"eip_bw6"`
 	EipBwSlots     *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache       *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipCache6      *ebpf.MapSpec `ebpf:"eip_cache6"`
@@ -702,6 +712,7 @@ type edgeMaps struct {
 	EdgeSpoofSrc   *ebpf.Map `ebpf:"edge_spoof_src"`
 	EdgeSpoofSrc6  *ebpf.Map `ebpf:"edge_spoof_src6"`
 	EipBw          *ebpf.Map `ebpf:"eip_bw"`
+	EipBw6         *ebpf.Map `ebpf:"eip_bw6"`
 	EipBwSlots     *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache       *ebpf.Map `ebpf:"eip_cache"`
 	EipCache6      *ebpf.Map `ebpf:"eip_cache6"`
@@ -756,6 +767,7 @@ func (m *edgeMaps) Close() error {
 		m.EdgeSpoofSrc,
 		m.EdgeSpoofSrc6,
 		m.EipBw,
+		m.EipBw6,
 		m.EipBwSlots,
 		m.EipCache,
 		m.EipCache6,

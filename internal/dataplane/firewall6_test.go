@@ -216,3 +216,69 @@ func TestEdgeIPv6SYNGuard(t *testing.T) {
 		t.Fatalf("limit counters %+v %v %v, want 1 SYN dropped", c, ok, err)
 	}
 }
+
+// TestEdgeIPv6Bandwidth: an IPv6 EIP's bandwidth limit (eip_bw6,
+// bw6_over), set after traffic (the route cache learns ROUTE_F_BW): at
+// the smallest rate (1 kB/s) and burst (1,500 bytes) the first 1,000-byte
+// packet passes and the next ones are dropped (drop_bw, counted in the
+// EIP's bucket); the limit reads back; another IPv6 EIP is untouched;
+// removed, packets pass again. (Ten packets in a row: the bucket refills
+// 1,000 bytes a second, so only a pause of seconds between two of them
+// would let a second one through; the test asserts at least one drop.)
+func TestEdgeIPv6Bandwidth(t *testing.T) {
+	b := newEdge6Bed(t)
+	inet := func(ip []byte) []byte { return eth6(dptest.RtrMAC, dptest.ExtMAC, false, ip) }
+	pkt := func(dst string) []byte { return inet(ip6Hdr(client6, dst, nhUDP, udp6(5000, 53, bwPkt-48))) }
+	pass := func(name, dst string) fixture {
+		return fixture{name: name, dev: dptest.ExtDev, in: pkt(dst), action: xdpRedirect, stats: map[string]uint64{"encap_tx": 1}}
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{pass("before the limit", eip6)})
+	if err := b.edge.SetEIPBandwidth(addr(eip6), MinBandwidthRate, MinBandwidthBurst); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.edge.EIPBandwidths()
+	if err != nil || got[addr(eip6)] != (Bandwidth{Rate: MinBandwidthRate, Burst: MinBandwidthBurst}) {
+		t.Fatalf("limits read back %v %v", got, err)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{pass("the first packet of the burst", eip6)})
+	var drops uint64
+	for i := range 10 {
+		before, err := b.edge.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, pkt(eip6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		act := res.Action
+		after, err := b.edge.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := after["drop_bw"].Packets - before["drop_bw"].Packets
+		if (act == xdpDrop) != (d == 1) || (act != xdpDrop && act != xdpRedirect) {
+			t.Fatalf("packet %d: action %d with %d drop_bw", i, act, d)
+		}
+		drops += d
+	}
+	if drops == 0 {
+		t.Fatal("ten 1,000-byte packets at 1 kB/s after the burst: none dropped")
+	}
+	c, ok, err := b.edge.EIPBandwidthDrops(addr(eip6))
+	if err != nil || !ok || c.Packets != drops || c.Bytes != drops*bwPkt {
+		t.Fatalf("bucket drops %+v %v %v, want %d packets of %d bytes", c, ok, err, drops, bwPkt)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{pass("another IPv6 EIP is untouched", eip6Own)})
+	if err := b.edge.SetEIPBandwidth(addr(eip6), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	var off []fixture
+	for range 3 {
+		off = append(off, pass("limit removed: forwarded", eip6))
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, off)
+	if got, _ := b.edge.EIPBandwidths(); len(got) != 0 {
+		t.Fatalf("limits left after removal: %v", got)
+	}
+}

@@ -220,7 +220,7 @@ func TestEIPMaxResizePinned(t *testing.T) {
 				migrated[m.Name] = true
 			}
 		}
-		want := edgeSized(o, map[string]uint32{edgeMapEdgeLimits: LimitsMax, edgeMapEdgeLimits6: LimitsMax, edgeMapEipBw: BandwidthMax})
+		want := edgeSized(o, map[string]uint32{edgeMapEdgeLimits: LimitsMax, edgeMapEdgeLimits6: LimitsMax, edgeMapEipBw: BandwidthMax, edgeMapEipBw6: BandwidthMax})
 		for name := range want {
 			if !migrated[name] {
 				t.Errorf("%+v: %s not migrated (%+v)", o, name, e.Upgrade().Maps)
