@@ -914,6 +914,22 @@ __noinline __u32 spoof6_class(const struct pkt6 *p6)
 	return *c == SPOOF_UNDERLAY ? STAT_DROP_SPOOF_UNDERLAY : STAT_DROP_SPOOF_OWN;
 }
 
+/* What an eip_cache6 slot of IPv6 EIP a holds besides the route: its
+ * flags (the route's flags, with ROUTE_F_RL_* when edge_limits6 has it
+ * and ROUTE_F_BW when eip_bw6 has it;
+ * bits 32-39) and its firewall scope and flags (fw_dest6; the low 32
+ * bits). Global: called when a slot is filled, it adds no stack or
+ * states to edge_ipv6. */
+__noinline __u64 route6_extra(const struct ip_addr *a, __u32 flags)
+{
+	if (!a)
+		return (__u64)flags << 32;
+	__u8 f = rl_route_flags6(flags, a);
+	if (bpf_map_lookup_elem(&eip_bw6, a))
+		f |= ROUTE_F_BW;
+	return (__u64)f << 32 | fw_dest6(a);
+}
+
 /* The route of an IPv6 EIP, through eip_cache6 (eip_route4's cache for
  * IPv6 destinations: the hash lookup of a 24-byte key cost this path about
  * 13 ns against the IPv4 path's cache hit); NULL when eip_routes has none. */
@@ -940,7 +956,9 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 	c->host = r->host.a[0];
 	c->vsid = r->vsid;
 	c->stats_idx = r->stats_idx;
-	c->flags = r->flags;
+	__u64 x = route6_extra(&p6->daddr, r->flags);
+	c->flags = x >> 32;
+	c->fw = (__u32)x;
 	c->gen = tag;
 	return c;
 }
@@ -974,9 +992,21 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	if (r->flags & ROUTE_F_VIP)
 		return count_drop(ctx, STAT_DROP_LB_NO_BACKEND, len);
 	if (ctx->ingress_ifindex != cfg->ul_ifindex) {
-		__u32 sc = spoof6_class(p6);
+		/* In edge_main's order: the firewall, anti-spoofing, the
+		 * rate limits. */
+		__u32 sc = r->fw ? fw6_check(ctx, p6, r) : 0;
+		if (!sc)
+			sc = spoof6_class(p6);
 		if (sc)
 			return count_drop(ctx, sc, len);
+		if (rl_applies(r->flags, p)) {
+			sc = rl6_check(p6);
+			if (sc)
+				return count_drop(ctx, sc, len);
+		}
+		/* Last: only what would be forwarded spends the bandwidth. */
+		if ((r->flags & ROUTE_F_BW) && bw6_over(p6))
+			return count_drop(ctx, STAT_DROP_BW, len);
 	}
 	if (p->ttl <= 1)
 		return count_drop(ctx, STAT_DROP_TTL, len);

@@ -37,6 +37,7 @@
 #include "consts.h"
 #include "structs.h"
 #include "maps.h"
+#include "parse.h"
 
 #ifndef BW_CAS_TRIES
 #define BW_CAS_TRIES 4
@@ -112,5 +113,29 @@ static __always_inline int bw_over(__u32 idx, __be32 eip, __u32 bytes)
 	__sync_fetch_and_add(&b->drop_bytes, bytes & 0xffff);
 	return 1;
 }
+
+#ifdef AZG_PROG_EDGE
+/* bw_over for an IPv6 EIP (edge, Internet -> IPv6 EIP), flagged
+ * ROUTE_F_BW: the bucket is the EIP's eip_bw6 entry, found by the
+ * destination (a hash lookup of 16 bytes where IPv4's slot is an array
+ * index: IPv6 EIPs have no bucket slot yet). 1 drops the packet (counted
+ * in the bucket; the caller counts drop_bw). Global: the IPv6 path has no
+ * stack left. */
+__noinline int bw6_over(const struct pkt6 *p6)
+{
+	if (!p6)
+		return 0;
+	struct eip_bw6 *v = bpf_map_lookup_elem(&eip_bw6, &p6->daddr);
+	if (!v)
+		return 0;
+	__u32 bytes = p6->p.ip_len;
+	__u64 cost = ((__u64)(bytes & 0xffff) * v->b.ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
+	if (bw_gcra(&v->b, bw_now(), cost))
+		return 0;
+	__sync_fetch_and_add(&v->b.drop_packets, 1);
+	__sync_fetch_and_add(&v->b.drop_bytes, bytes & 0xffff);
+	return 1;
+}
+#endif
 
 #endif

@@ -132,6 +132,11 @@
 #ifndef RL_SRC_MAX
 #define RL_SRC_MAX (1 << 17)
 #endif
+/* (source /64, IPv6 EIP) pairs of edge_rl_src6: half of IPv4's (an LRU,
+ * preallocated: 6 MiB), a /64 standing for a whole subnet of sources. */
+#ifndef RL_SRC6_MAX
+#define RL_SRC6_MAX (1 << 16)
+#endif
 /* Compare-and-swap attempts on a shared bucket before the packet is let
  * through uncharged (other CPUs won each round: they were charged). */
 #define RL_CAS_TRIES 4

@@ -216,4 +216,139 @@ static __always_inline int fw_drop(struct xdp_md *ctx, const struct pkt *p, __u3
 	return 0;
 }
 
+/* ---- IPv6 (docs/dataplane.md, "Firewall"): the same rules, scopes and
+ * counters; IPv6 sources in fw_rules6, IPv6 destinations in fw_dst6,
+ * verdicts in fw_vcache6. No Bloom filter in front of fw_rules6 (it
+ * holds IPv4 keys only): a cache miss walks the trie. Everything below
+ * runs in global functions, verified on their own: the IPv6 path
+ * (edge_ipv6) has no stack left, and the IPv4 path pays nothing. */
+
+/* The scope and flags of IPv6 destination addr, for eip_centry6.fw. */
+static __always_inline __u32 fw_dest6(const struct ip_addr *addr)
+{
+	__u32 zero = 0, fw = 0;
+	struct fw_dst *g = bpf_map_lookup_elem(&fw_global, &zero);
+	if (g)
+		fw = g->flags & (FW_C_GLOBAL | FW_C_PRIVATE);
+	struct fw_dst *d = bpf_map_lookup_elem(&fw_dst6, addr);
+	if (d)
+		fw |= (d->scope & FW_SCOPE_MASK) | (d->flags & FW_C_PRIVATE);
+	return fw;
+}
+
+/* fw_scan for an IPv6 source, its key in c->k (source set; the scope
+ * written here): the trie is searched with a key in map memory, the
+ * caller's stack being full. */
+static __always_inline __u32 fw_scan6(struct fw_vslot6 *c, __u32 scope, __u8 proto, __u32 port, __u32 *allow)
+{
+	c->k.prefixlen = 32 + 128;
+	c->k.scope = scope;
+	struct fw_entry *e = bpf_map_lookup_elem(&fw_rules6, &c->k);
+	if (!e)
+		return 0;
+	__u32 n = e->n;
+	for (int i = 0; i < FW_REFS; i++) {
+		if (i >= n)
+			break;
+		struct fw_ref *r = &e->r[i];
+		if (r->proto && r->proto != proto)
+			continue;
+		if (port > 0xffff ? (r->port_lo != 0 || r->port_hi != 0xffff) : (port < r->port_lo || port > r->port_hi))
+			continue;
+		if (r->action == FW_DENY)
+			return r->rule + 1;
+		if (!*allow)
+			*allow = r->rule + 1;
+	}
+	return 0;
+}
+
+/* fw_verdict for an IPv6 source, of cache slot c (its source, fw and pp
+ * as fw_drop's written): everything from c, so that only c, the allow
+ * rule and the caller's two values stay live across the trie lookups
+ * (the registers the calls keep; a spill is stack this path has not). */
+static __always_inline __u32 fw_verdict6(struct fw_vslot6 *c)
+{
+	__u32 allow = 0, deny = 0;
+	__u32 scope = c->fw & FW_SCOPE_MASK;
+	if (scope)
+		deny = fw_scan6(c, scope, c->pp >> 17, c->pp & 0x1ffff, &allow);
+	if (!deny && (c->fw & FW_C_GLOBAL))
+		deny = fw_scan6(c, 0, c->pp >> 17, c->pp & 0x1ffff, &allow);
+	if (deny)
+		return FW_V_DENY | ((deny - 1) & FW_V_RULE);
+	if (allow)
+		return FW_V_ALLOW | ((allow - 1) & FW_V_RULE);
+	if (c->fw & FW_C_PRIVATE)
+		return FW_V_PRIVATE;
+	return 0;
+}
+
+/* fw_drop for an IPv6 packet to an IPv6 EIP: the counter it is dropped
+ * under (drop_fw_deny, drop_fw_private; the caller counts it), or 0. The
+ * deciding rule's counter is counted here (deny, or the first allow rule
+ * that matched), as fw_drop counts it. r: the destination's route cache
+ * slot (r->fw not 0; r->gen as fw_drop's gen). A rule's protocol icmp
+ * matches ICMPv6 too (fw_ref.proto 1 stands for both). A port range
+ * matches TCP and UDP with ports: unfragmented or a first fragment
+ * (parse_ipv6 checked its L4 header is whole; the port is read here, as
+ * fw_drop does). Global and without calls: the chain xdp_edge ->
+ * ipv6_frame leaves it 32 bytes of stack, so the keys live in the
+ * verdict cache's slot, and what it reads from r and c is read again
+ * where it is needed rather than kept across a helper call. */
+__noinline __u32 fw6_check(struct xdp_md *ctx, const struct pkt6 *p6, const struct eip_centry6 *r)
+{
+	if (!p6 || !r)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	barrier_var(len); /* one register to keep, not data and data_end */
+	const struct pkt *p = &p6->p;
+	__u8 proto = p->proto;
+	__u32 port = 0x10000;
+	if ((proto == IPPROTO_TCP_ || proto == IPPROTO_UDP_) && p->l4_ok) {
+		if (!p->frag) {
+			port = bpf_ntohs(pkt_dport(p));
+		} else {
+			__be16 *dp = data + OFF(p->l4_off) + 2;
+			if ((void *)(dp + 1) <= data_end)
+				port = bpf_ntohs(*dp);
+		}
+	}
+	if (proto == IPPROTO_ICMPV6_)
+		proto = IPPROTO_ICMP_;
+	__u32 pp = ((__u32)proto << 17) | port;
+	barrier_var(pp); /* one register, not proto and port */
+	const __be32 *s = p6->saddr.a;
+	__u32 slot = ((s[0] ^ s[1] ^ s[2] ^ s[3]) * HASH_MUL_GOLDEN ^ r->fw * HASH_MUL_GOLDEN ^ pp * HASH_MUL_XX2) >>
+		     (32 - __builtin_ctz(FW_VCACHE_SLOTS));
+	struct fw_vslot6 *c = bpf_map_lookup_elem(&fw_vcache6, &slot);
+	if (!c)
+		return 0; /* an array's slot: not reached */
+	if (c->gen != r->gen || c->fw != r->fw || c->pp != pp || c->k.saddr.a[0] != s[0] ||
+	    c->k.saddr.a[1] != s[1] || c->k.saddr.a[2] != s[2] || c->k.saddr.a[3] != s[3]) {
+		/* A miss: the slot is rewritten whole, the verdict last. */
+		__builtin_memcpy(&c->k.saddr, s, 16);
+		c->gen = r->gen;
+		c->fw = r->fw;
+		c->pp = pp;
+		c->verdict = fw_verdict6(c);
+	}
+	__u32 v = c->verdict;
+	if (v & (FW_V_DENY | FW_V_ALLOW)) {
+		c->rule = v & FW_V_RULE;
+		struct fw_stats *st = bpf_map_lookup_elem(&fw_stats, &c->rule);
+		if (st) {
+			st->packets++;
+			st->bytes += len;
+		}
+	}
+	if (v & FW_V_DENY)
+		return STAT_DROP_FW_DENY;
+	if (v & FW_V_PRIVATE)
+		return STAT_DROP_FW_PRIVATE;
+	return 0;
+}
+
 #endif

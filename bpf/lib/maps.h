@@ -197,6 +197,34 @@ struct {
 	__type(value, __u64);
 } edge_rl_src SEC(".maps");
 
+/* The same for IPv6 EIPs (lib/ratelimit.h rl6_check): IPv6 EIP -> its
+ * limits, as edge_limits; not preallocated (until the model takes IPv6
+ * EIPs it stays empty, and 10 MiB preallocated for nothing would be). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RL_DST_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct rl_dst);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_limits6 SEC(".maps");
+
+/* (source /64, IPv6 EIP) -> the pair's bucket, as edge_rl_src. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RL_SRC6_MAX);
+	__type(key, struct rl_src6_key);
+	__type(value, __u64);
+} edge_rl_src6 SEC(".maps");
+
+/* rl6_check's scratch (struct rl6_scratch), one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rl6_scratch);
+} edge_rl6_scratch SEC(".maps");
+
 /* The edge's own addresses and settings (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -411,6 +439,38 @@ struct {
 	__type(value, struct fw_vslot);
 } fw_vcache SEC(".maps");
 
+/* Firewall for IPv6 sources and destinations (lib/fw.h fw6_drop): the
+ * rules by (scope, IPv6 source prefix), as fw_rules (the same scopes and
+ * entries, fw_stats shared: a rule with sources of both families counts
+ * in one slot). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, FW_ENTRIES_MAX);
+	__type(key, struct fw_key6);
+	__type(value, struct fw_entry);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_rules6 SEC(".maps");
+
+/* Firewall: the scope of each IPv6 EIP some set or address rule applies
+ * to (eip_centry6.fw), as fw_dst. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FW_DST_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct fw_dst);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} fw_dst6 SEC(".maps");
+
+/* Firewall: the per-CPU verdict cache of IPv6 sources (struct fw_vslot6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_VCACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fw_vslot6);
+} fw_vcache6 SEC(".maps");
+
 /* Firewall: packets and bytes each rule dropped (deny) or let through
  * (allow), by fw_ref.rule, per CPU. */
 struct {
@@ -508,6 +568,19 @@ struct {
 	__type(value, struct stat_entry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hc_stats SEC(".maps");
+
+/* IPv6 EIP -> its bandwidth limit and bucket (struct eip_bw6; lib/bw.h
+ * bw6_over), Internet -> IPv6 EIP. Written by Go (SetEIPBandwidth); a new
+ * or removed entry bumps eip_route_gen (ROUTE_F_BW in eip_centry6). Not
+ * preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_BW_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct eip_bw6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw6 SEC(".maps");
 
 #endif /* AZG_PROG_EDGE */
 

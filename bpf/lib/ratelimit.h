@@ -106,4 +106,63 @@ __noinline __u32 rl_check(const struct pkt *p)
 	return 0;
 }
 
+/* ---- IPv6 EIPs: the same limits in edge_limits6, per-source buckets in
+ * edge_rl_src6 keyed by the source's /64 (one host, or one attacker,
+ * holds a whole /64: keyed by the address, it would have 2^64 buckets
+ * and no limit at all). */
+
+/* rl_route_flags for an IPv6 EIP. */
+static __always_inline __u8 rl_route_flags6(__u8 flags, const struct ip_addr *addr)
+{
+	struct rl_dst *d = bpf_map_lookup_elem(&edge_limits6, addr);
+	if (d) {
+		if (d->src_ns)
+			flags |= ROUTE_F_RL_SRC;
+		if (d->syn_ns)
+			flags |= ROUTE_F_RL_SYN;
+	}
+	return flags;
+}
+
+/* rl_check for an IPv6 packet to an IPv6 EIP flagged ROUTE_F_LIMITS.
+ * Global (verified once, on its own). */
+__noinline __u32 rl6_check(const struct pkt6 *p6)
+{
+	if (!p6)
+		return 0;
+	const struct pkt *p = &p6->p;
+	struct rl_dst *d = bpf_map_lookup_elem(&edge_limits6, &p6->daddr);
+	if (!d)
+		return 0;
+	__u64 now = 0;
+	if (d->src_ns) {
+		/* The keys in per-CPU memory: the caller's stack is full. */
+		__u32 zero = 0;
+		struct rl6_scratch *x = bpf_map_lookup_elem(&edge_rl6_scratch, &zero);
+		if (!x)
+			return 0;
+		now = bpf_ktime_get_ns();
+		x->k.src64[0] = p6->saddr.a[0];
+		x->k.src64[1] = p6->saddr.a[1];
+		__builtin_memcpy(&x->k.dst, &p6->daddr, sizeof(x->k.dst));
+		__u64 *tat = bpf_map_lookup_elem(&edge_rl_src6, &x->k);
+		if (!tat) {
+			x->v = now + d->src_ns;
+			bpf_map_update_elem(&edge_rl_src6, &x->k, &x->v, BPF_NOEXIST);
+		} else if (!rl_gcra(tat, now, d->src_ns, d->src_tau)) {
+			__sync_fetch_and_add(&d->drop_src, 1);
+			return STAT_DROP_RL_SOURCE;
+		}
+	}
+	if (d->syn_ns && p->proto == IPPROTO_TCP_ && p->l4_ok && (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		if (!rl_gcra(&d->syn_tat, now, d->syn_ns, d->syn_tau)) {
+			__sync_fetch_and_add(&d->drop_syn, 1);
+			return STAT_DROP_RL_SYN;
+		}
+	}
+	return 0;
+}
+
 #endif

@@ -54,9 +54,11 @@ struct eip_centry6 {
 	__be32 host;         /* eip_route.host.a[0] */
 	__u32 vsid;
 	__u32 stats_idx;
-	__u8 flags;          /* eip_route.flags */
+	__u8 flags;          /* eip_route.flags, with ROUTE_F_RL_* (route6_extra) */
 	__u8 pad[3];
 	__u64 gen;           /* eip_route_gen + 1 when copied */
+	__u32 fw;            /* firewall scope and flags (FW_C_*, lib/fw.h fw_dest6) when copied */
+	__u32 pad2;
 };
 
 /* Per-EIP counters (per CPU). rx: Internet -> guest, tx: guest -> Internet.
@@ -245,6 +247,16 @@ struct eip_bw_slot {
 	__u32 pad;
 };
 
+/* Edge: an IPv6 EIP's bandwidth limit with its bucket (eip_bw6, lib/bw.h
+ * bw6_over): keyed by the EIP itself, so no slot to check (b.addr unused);
+ * rate and burst as configured, read back by Go. */
+struct eip_bw6 {
+	struct eip_bw_slot b;
+	__u64 rate;
+	__u32 burst;
+	__u32 pad;
+};
+
 /* Edge: the rate limits of one EIP or VIP (edge_limits, lib/ratelimit.h),
  * as GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371):
  * a packet conforms while the bucket's theoretical arrival time (TAT) is
@@ -269,6 +281,21 @@ struct rl_dst {
 struct rl_src_key {
 	__be32 src;
 	__be32 dst;
+};
+
+/* Edge: key of the per-source state of IPv6 sources (edge_rl_src6): the
+ * source's /64 (an attacker holds whole /64s: keyed by the address, one
+ * host would own 2^64 buckets) and the IPv6 EIP it sends to. */
+struct rl_src6_key {
+	__be32 src64[2];
+	struct ip_addr dst;
+};
+
+/* Edge: rl6_check's per-CPU scratch (edge_rl6_scratch): the key and
+ * value it passes to the map helpers (the IPv6 path has no stack left). */
+struct rl6_scratch {
+	struct rl_src6_key k;
+	__u64 v;
 };
 
 /* Traffic generator template (bench.c). */
@@ -422,6 +449,27 @@ struct fw_vslot {
 	__u32 fw;
 	__u32 pp;      /* protocol << 17 | port (0x10000: none) */
 	__u32 verdict; /* FW_V_* | rule */
+};
+
+/* Key of fw_rules6, the IPv6 sources' trie (struct fw_key for IPv6):
+ * prefixlen = 32 + source bits. */
+struct fw_key6 {
+	__u32 prefixlen;
+	__u32 scope;
+	struct ip_addr saddr;
+};
+
+/* A slot of the IPv6 verdict cache (fw_vcache6): struct fw_vslot with an
+ * IPv6 source, which k holds as fw_rules6's key (fw6_check searches the
+ * trie with it: no stack is left on that path), and rule, fw_stats's key
+ * of the verdict's rule. */
+struct fw_vslot6 {
+	__u64 gen;
+	struct fw_key6 k; /* k.saddr: the source; prefixlen and scope: the last search's */
+	__u32 fw;
+	__u32 pp;
+	__u32 verdict;
+	__u32 rule;
 };
 
 /* Per-rule counters (fw_stats, per CPU). */

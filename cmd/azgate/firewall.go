@@ -45,7 +45,7 @@ func init() {
 		}
 		f := add.Flags()
 		f.StringVar(&action, "action", "", "deny or allow")
-		f.StringSliceVar(&sources, "source", nil, "source IPv4 prefix (repeat or separate with commas; 0.0.0.0/0 is every source)")
+		f.StringSliceVar(&sources, "source", nil, "source IPv4 or IPv6 prefix or address (repeat or separate with commas; 0.0.0.0/0 is every IPv4 source, ::/0 every IPv6 one)")
 		f.StringVar(&address, "address", "", "destination: one EIP or VIP (by address)")
 		f.StringVar(&set, "set", "", "destination: every EIP and VIP an edge set serves")
 		f.StringVar(&proto, "protocol", "", "tcp, udp, icmp or any (default any)")
@@ -68,7 +68,7 @@ func firewallRule(name, action string, sources []string, set, address, proto, po
 		if err != nil {
 			a, aerr := netip.ParseAddr(strings.TrimSpace(s))
 			if aerr != nil {
-				return nil, fmt.Errorf("--source %q is not a prefix (A.B.C.D/N) or an address", s)
+				return nil, fmt.Errorf("--source %q is not a prefix (A.B.C.D/N, X:X::X/N) or an address", s)
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}

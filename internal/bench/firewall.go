@@ -35,7 +35,10 @@ func fwRules(prefix string, n int, dst netip.Addr) []*model.FirewallRule {
 // its allow list (two lookups, a matching entry, its counter written).
 // The first case empties the maps, the others fill them (300k entries:
 // 100k global, copies in the EIP's and the other's scopes) and switch
-// the destination's scope and the global flags.
+// the destination's scope and the global flags. The last two are the
+// IPv6 EIP's (edge_encap6, issue 21): no rule, and the twin of the
+// private IPv4 case (its allow rule in fw_rules6, the 100k global IPv4
+// rules loaded: a cache hit in fw_vcache6).
 func Firewall(o DataplaneOptions) ([]Result, error) {
 	if o.Repeat == 0 {
 		o.Repeat = 2_000_000
@@ -71,7 +74,12 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 		Sources: []netip.Prefix{netip.MustParsePrefix(benchClient + "/32")}, Address: eip}
 	deny := &model.FirewallRule{Name: "other", Action: model.FirewallDeny,
 		Sources: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}, Address: other}
-	p, err := fwplan.Build(fwplan.Input{Rules: append(rules, allow, deny), Dests: []netip.Addr{eip, other}})
+	// The IPv6 EIP's twin of allow (issue 21): its own scope, an entry
+	// in fw_rules6.
+	eip6 := netip.MustParseAddr(benchEIP6)
+	allow6 := &model.FirewallRule{Name: "allow-client6", Action: model.FirewallAllow,
+		Sources: []netip.Prefix{netip.MustParsePrefix(benchClient6 + "/128")}, Address: eip6}
+	p, err := fwplan.Build(fwplan.Input{Rules: append(rules, allow, deny, allow6), Dests: []netip.Addr{eip, other, eip6}})
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +97,7 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 	}
 	d.BloomAll = false // BloomOr holds the plan's bits and the copies'
 	d.Prune = false
-	empty := fwplan.Diff{GlobalDirty: true, DelDests: []netip.Addr{eip, other}}
+	empty := fwplan.Diff{GlobalDirty: true, DelDests: []netip.Addr{eip, other, eip6}}
 	for k := range d.PutEntries {
 		empty.DelEntries = append(empty.DelEntries, k)
 	}
@@ -131,7 +139,16 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 			return e.ApplyFirewall(d)
 		}
 	}
+	// set6 makes the IPv6 EIP private (its allow rule, the global flags
+	// as set's last case); the IPv4 cases leave its scope as it is.
+	set6 := func(*side) error {
+		if err := load(true); err != nil {
+			return err
+		}
+		return e.ApplyFirewall(fwplan.Diff{Global: p.Global, GlobalDirty: true, PutDests: map[netip.Addr]fwplan.Dest{eip6: p.Dests[eip6]}})
+	}
 	frame := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIP, 40000, 80, 128)
+	frame6 := tcpFrame6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, benchEIP6, 40000, 80, 128)
 	cases := []nsCase{
 		{name: "edge_encap, no firewall rule (empty maps)", prog: "edge", dev: dptest.ExtDev, frame: frame,
 			action: actRedirect, chain: true, moves: true, before: func(*side) error { return load(false) }},
@@ -143,6 +160,10 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 			action: actRedirect, chain: true, moves: true, before: set(eipScope.Scope, false, true)},
 		{name: "edge_encap, the same with the EIP private (client allowed, counted)", prog: "edge", dev: dptest.ExtDev, frame: frame,
 			action: actRedirect, chain: true, moves: true, before: set(eipScope.Scope, true, true)},
+		{name: "edge_encap6, no firewall rule (empty maps)", prog: "edge", dev: dptest.ExtDev, frame: frame6,
+			action: actRedirect, chain: true, moves: true, before: func(*side) error { return load(false) }},
+		{name: "edge_encap6, 100k global rules, the IPv6 EIP private (client allowed, counted)", prog: "edge", dev: dptest.ExtDev, frame: frame6,
+			action: actRedirect, chain: true, moves: true, before: set6, target: "within 10 % of its IPv4 twin above the floor"},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -150,19 +171,28 @@ func Firewall(o DataplaneOptions) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The first case is the baseline of the others: with no rule the
-	// firewall costs nothing but the flag test.
-	var none float64
+	// The first case is the baseline of the IPv4 ones, the IPv6 EIP's
+	// first of its own: with no rule the firewall costs nothing but the
+	// flag test.
+	var none, none6 float64
 	for i := range out {
-		if out[i].Name == cases[0].name {
+		switch out[i].Name {
+		case cases[0].name:
 			none = out[i].Value
+		case cases[5].name:
+			none6 = out[i].Value
 		}
 	}
 	for i := range out {
-		for _, c := range cases[1:] {
-			if out[i].Name == c.name {
-				out[i].Note = fmt.Sprintf("%+.1f ns against no rule in the same run", out[i].Value-none)
+		for j, c := range cases {
+			if out[i].Name != c.name || j == 0 || j == 5 {
+				continue
 			}
+			base := none
+			if j > 5 {
+				base = none6
+			}
+			out[i].Note = fmt.Sprintf("%+.1f ns against no rule in the same run", out[i].Value-base)
 		}
 	}
 	return out, nil

@@ -109,6 +109,11 @@ func checkBandwidth(eip netip.Addr, b Bandwidth) error {
 	if !eip.Is4() {
 		return fmt.Errorf("bandwidth of %v: only IPv4 EIPs are supported", eip)
 	}
+	return checkBandwidthRate(eip, b)
+}
+
+// checkBandwidthRate checks a limit's rate and burst.
+func checkBandwidthRate(eip netip.Addr, b Bandwidth) error {
 	if b.Rate < MinBandwidthRate || b.Rate > MaxBandwidthRate {
 		return fmt.Errorf("bandwidth of %v: rate %d bit/s: must be from %d to %d", eip, b.Rate, MinBandwidthRate, MaxBandwidthRate)
 	}
@@ -277,6 +282,9 @@ func (e *Edge) bwSlot(eip netip.Addr) (uint32, bool) {
 // written again.
 func (e *Edge) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) (err error) {
 	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	if eip.Is6() {
+		return e.setBandwidth6(eip, b)
+	}
 	slot, ok := e.bwSlot(eip)
 	if b.Rate == 0 {
 		if !eip.Is4() {
@@ -343,12 +351,94 @@ func (e *Edge) placeBandwidths(routes map[netip.Addr]Route) error {
 // (at most BandwidthMax entries) beats a lookup per route.
 const bwPlaceLookups = 1024
 
-// EIPBandwidths lists the edge's limits.
-func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return e.bw().list() }
+// setBandwidth6 sets (or, rate 0, removes) an IPv6 EIP's limit: its
+// eip_bw6 entry holds the bucket too (bw6_over), whose state and drop
+// counters carry over a new setting. A new or removed entry bumps the
+// route generation (ROUTE_F_BW in the IPv6 route cache).
+func (e *Edge) setBandwidth6(eip netip.Addr, b Bandwidth) error {
+	m := e.objs.EipBw6
+	if eip.Is4In6() || eip.Zone() != "" {
+		return fmt.Errorf("bandwidth of %v: not an IPv4 or IPv6 EIP", eip)
+	}
+	if m == nil {
+		if b.Rate == 0 {
+			return nil
+		}
+		return fmt.Errorf("bandwidth of %v: the loaded program has no eip_bw6 map", eip)
+	}
+	k, _, _ := addrTo(eip)
+	var old edgeEipBw6
+	exists := true
+	if err := m.Lookup(&k, &old); err != nil {
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("read bandwidth of %v: %w", eip, err)
+		}
+		exists = false
+	}
+	if b.Rate == 0 {
+		if !exists {
+			return nil
+		}
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete bandwidth of %v: %w", eip, err)
+		}
+		return e.bumpRouteGen()
+	}
+	if err := checkBandwidthRate(eip, b); err != nil {
+		return err
+	}
+	c := bwTo(b)
+	v := edgeEipBw6{B: edgeEipBwSlot{NsPerByteQ20: c.NsPerByteQ20, Tau: c.Tau}, Rate: c.Rate, Burst: c.Burst}
+	if exists {
+		if old.B.NsPerByteQ20 == v.B.NsPerByteQ20 && old.B.Tau == v.B.Tau && old.Rate == v.Rate && old.Burst == v.Burst {
+			return nil
+		}
+		v.B.Tat, v.B.DropPackets, v.B.DropBytes = old.B.Tat, old.B.DropPackets, old.B.DropBytes
+	}
+	if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write bandwidth of %v: %w", eip, err)
+	}
+	if exists {
+		return nil
+	}
+	return e.bumpRouteGen()
+}
+
+// EIPBandwidths lists the edge's limits, of both families.
+func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
+	out, err := e.bw().list()
+	if err != nil || e.objs.EipBw6 == nil {
+		return out, err
+	}
+	var k edgeIpAddr
+	var v edgeEipBw6
+	it := e.objs.EipBw6.Iterate()
+	for it.Next(&k, &v) {
+		out[addrFrom(k, 10)] = Bandwidth{Rate: v.Rate, Burst: v.Burst}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list IPv6 bandwidth limits: %w", err)
+	}
+	return out, nil
+}
 
 // EIPBandwidthDrops reads what eip's limit dropped on this edge, since the
-// EIP took its route's stats slot.
+// EIP took its route's stats slot (an IPv6 EIP: since its limit was set).
 func (e *Edge) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	if eip.Is6() {
+		if e.objs.EipBw6 == nil {
+			return BandwidthDrops{}, false, nil
+		}
+		k, _, _ := addrTo(eip)
+		var v edgeEipBw6
+		if err := e.objs.EipBw6.Lookup(&k, &v); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return BandwidthDrops{}, false, nil
+			}
+			return BandwidthDrops{}, false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
+		}
+		return BandwidthDrops{Packets: v.B.DropPackets, Bytes: v.B.DropBytes}, true, nil
+	}
 	slot, ok := e.bwSlot(eip)
 	return e.bw().drops(eip, slot, ok)
 }

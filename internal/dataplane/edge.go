@@ -40,8 +40,8 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 // it caps (an entry per EIP or VIP with a limit: never more than the EIPs
 // and VIPs an edge holds, 64k by default).
 var (
-	eipSized  = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst}
-	eipCapped = []string{edgeMapEdgeLimits, edgeMapEipBw}
+	eipSized  = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst, edgeMapFwDst6}
+	eipCapped = []string{edgeMapEdgeLimits, edgeMapEdgeLimits6, edgeMapEipBw, edgeMapEipBw6}
 	// backendSized are those LoadOptions.BackendMax sizes: an entry per
 	// backend slot (lb_backends, its counters lb_be_stats), per nat
 	// backend of one VIP and port (lb_nat_backends) and per

@@ -32,8 +32,8 @@ func (f *FakeEdge) PutLimits(a netip.Addr, l Limits) error {
 	if l.IsZero() {
 		return f.DeleteLimits(a)
 	}
-	if !a.Is4() {
-		return fmt.Errorf("limits of %v: only IPv4 is supported", a)
+	if !a.Is4() && (!a.Is6() || a.Is4In6() || a.Zone() != "") {
+		return fmt.Errorf("limits of %v: not an IPv4 or IPv6 address", a)
 	}
 	if _, err := limitsTo(l); err != nil {
 		return fmt.Errorf("limits of %v: %w", a, err)

@@ -31,7 +31,7 @@ const (
 
 func fwKeyTo(k fwplan.Key) (edgeFwKey, error) {
 	if !k.Source.Addr().Is4() {
-		return edgeFwKey{}, fmt.Errorf("firewall source %v: only IPv4", k.Source)
+		return edgeFwKey{}, fmt.Errorf("firewall source %v: not IPv4", k.Source)
 	}
 	if k.Scope > fwplan.ScopeMax {
 		return edgeFwKey{}, fmt.Errorf("firewall scope %d above %d", k.Scope, fwplan.ScopeMax)
@@ -42,6 +42,23 @@ func fwKeyTo(k fwplan.Key) (edgeFwKey, error) {
 
 func fwKeyFrom(k edgeFwKey) fwplan.Key {
 	return fwplan.Key{Scope: k.Scope, Source: netip.PrefixFrom(netip.AddrFrom4(le4(k.Saddr)), int(k.Prefixlen)-32)}
+}
+
+// fwKey6To is fwKeyTo for an IPv6 source (fw_rules6).
+func fwKey6To(k fwplan.Key) (edgeFwKey6, error) {
+	a := k.Source.Addr()
+	if !a.Is6() || a.Is4In6() || a.Zone() != "" {
+		return edgeFwKey6{}, fmt.Errorf("firewall source %v: not IPv6", k.Source)
+	}
+	if k.Scope > fwplan.ScopeMax {
+		return edgeFwKey6{}, fmt.Errorf("firewall scope %d above %d", k.Scope, fwplan.ScopeMax)
+	}
+	ip, _, _ := addrTo(k.Source.Masked().Addr())
+	return edgeFwKey6{Prefixlen: 32 + uint32(k.Source.Bits()), Scope: k.Scope, Saddr: ip}, nil
+}
+
+func fwKey6From(k edgeFwKey6) fwplan.Key {
+	return fwplan.Key{Scope: k.Scope, Source: netip.PrefixFrom(addrFrom(k.Saddr, 10), int(k.Prefixlen)-32)}
 }
 
 func fwEntryTo(e fwplan.Entry) edgeFwEntry {
@@ -67,10 +84,103 @@ func fwDestTo(d fwplan.Dest) edgeFwDst {
 
 func addr4Key(a netip.Addr) (uint32, error) {
 	if !a.Is4() {
-		return 0, fmt.Errorf("firewall destination %v: only IPv4", a)
+		return 0, fmt.Errorf("firewall destination %v: not IPv4", a)
 	}
 	b := a.As4()
 	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+// fw6 reports whether a key, or a destination, is of the IPv6 maps.
+func fw6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
+
+// needV6 fails when the program has no IPv6 firewall maps (an older
+// object) and something IPv6 is to be written.
+func (e *Edge) needV6(what string, a any) error {
+	if e.objs.FwRules6 == nil || e.objs.FwDst6 == nil {
+		return fmt.Errorf("firewall %s %v: this program has no IPv6 firewall (fw_rules6, fw_dst6)", what, a)
+	}
+	return nil
+}
+
+// putFwEntry writes one entry into the trie of its source's family.
+func (e *Edge) putFwEntry(k fwplan.Key, v fwplan.Entry) error {
+	mv := fwEntryTo(v)
+	if fw6(k.Source.Addr()) {
+		if err := e.needV6("source", k.Source); err != nil {
+			return err
+		}
+		mk, err := fwKey6To(k)
+		if err != nil {
+			return err
+		}
+		return e.objs.FwRules6.Update(&mk, &mv, ebpf.UpdateAny)
+	}
+	mk, err := fwKeyTo(k)
+	if err != nil {
+		return err
+	}
+	return e.objs.FwRules.Update(&mk, &mv, ebpf.UpdateAny)
+}
+
+func (e *Edge) delFwEntry(k fwplan.Key) error {
+	var err error
+	if fw6(k.Source.Addr()) {
+		if e.objs.FwRules6 == nil {
+			return nil
+		}
+		mk, kerr := fwKey6To(k)
+		if kerr != nil {
+			return kerr
+		}
+		err = e.objs.FwRules6.Delete(&mk)
+	} else {
+		mk, kerr := fwKeyTo(k)
+		if kerr != nil {
+			return kerr
+		}
+		err = e.objs.FwRules.Delete(&mk)
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *Edge) putFwDest(a netip.Addr, v fwplan.Dest) error {
+	mv := fwDestTo(v)
+	if fw6(a) {
+		if err := e.needV6("destination", a); err != nil {
+			return err
+		}
+		ip, _, _ := addrTo(a)
+		return e.objs.FwDst6.Update(&ip, &mv, ebpf.UpdateAny)
+	}
+	mk, err := addr4Key(a)
+	if err != nil {
+		return err
+	}
+	return e.objs.FwDst.Update(mk, &mv, ebpf.UpdateAny)
+}
+
+func (e *Edge) delFwDest(a netip.Addr) error {
+	var err error
+	if fw6(a) {
+		if e.objs.FwDst6 == nil {
+			return nil
+		}
+		ip, _, _ := addrTo(a)
+		err = e.objs.FwDst6.Delete(&ip)
+	} else {
+		mk, kerr := addr4Key(a)
+		if kerr != nil {
+			return kerr
+		}
+		err = e.objs.FwDst.Delete(mk)
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
 }
 
 // ApplyFirewall writes a firewall diff. The route cache copies each
@@ -100,22 +210,12 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 		}
 	}
 	for k, v := range d.PutEntries {
-		mk, err := fwKeyTo(k)
-		if err != nil {
-			return err
-		}
-		mv := fwEntryTo(v)
-		if err := e.objs.FwRules.Update(&mk, &mv, ebpf.UpdateAny); err != nil {
+		if err := e.putFwEntry(k, v); err != nil {
 			return fmt.Errorf("write firewall entry %d/%v: %w", k.Scope, k.Source, err)
 		}
 	}
 	for a, v := range d.PutDests {
-		mk, err := addr4Key(a)
-		if err != nil {
-			return err
-		}
-		mv := fwDestTo(v)
-		if err := e.objs.FwDst.Update(mk, &mv, ebpf.UpdateAny); err != nil {
+		if err := e.putFwDest(a, v); err != nil {
 			return fmt.Errorf("write firewall destination %v: %w", a, err)
 		}
 	}
@@ -126,20 +226,12 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 		}
 	}
 	for _, a := range d.DelDests {
-		mk, err := addr4Key(a)
-		if err != nil {
-			return err
-		}
-		if err := e.objs.FwDst.Delete(mk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := e.delFwDest(a); err != nil {
 			return fmt.Errorf("delete firewall destination %v: %w", a, err)
 		}
 	}
 	for _, k := range d.DelEntries {
-		mk, err := fwKeyTo(k)
-		if err != nil {
-			return err
-		}
-		if err := e.objs.FwRules.Delete(&mk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := e.delFwEntry(k); err != nil {
 			return fmt.Errorf("delete firewall entry %d/%v: %w", k.Scope, k.Source, err)
 		}
 	}
@@ -167,6 +259,22 @@ func (e *Edge) ApplyFirewall(d fwplan.Diff) (err error) {
 			return ok
 		}); err != nil {
 			return err
+		}
+		if e.objs.FwRules6 != nil {
+			if err := deleteStale[edgeFwKey6, edgeFwEntry](e.objs.FwRules6, func(k edgeFwKey6) bool {
+				_, ok := d.Want.Entries[fwKey6From(k)]
+				return ok
+			}); err != nil {
+				return err
+			}
+		}
+		if e.objs.FwDst6 != nil {
+			if err := deleteStale[edgeIpAddr, edgeFwDst](e.objs.FwDst6, func(k edgeIpAddr) bool {
+				_, ok := d.Want.Dests[addrFrom(k, 10)]
+				return ok
+			}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

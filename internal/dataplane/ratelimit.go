@@ -83,22 +83,40 @@ func limitsTo(l Limits) (edgeRlDst, error) {
 	return v, nil
 }
 
+// limitsMap is the map of a's family and a's key in it: edge_limits
+// (IPv4, a 32-bit word) or edge_limits6 (IPv6, struct ip_addr; the IPv6
+// EIPs' per-source buckets are keyed by the source's /64,
+// bpf/lib/ratelimit.h rl6_check).
+func (e *Edge) limitsMap(a netip.Addr) (*ebpf.Map, any, error) {
+	switch {
+	case a.Is4():
+		return e.objs.EdgeLimits, ip4word(a), nil
+	case a.Is6() && !a.Is4In6() && a.Zone() == "":
+		if e.objs.EdgeLimits6 == nil {
+			return nil, nil, fmt.Errorf("limits of %v: this program has no IPv6 limits (edge_limits6)", a)
+		}
+		ip, _, _ := addrTo(a)
+		return e.objs.EdgeLimits6, &ip, nil
+	}
+	return nil, nil, fmt.Errorf("limits of %v: not an IPv4 or IPv6 address", a)
+}
+
 // PutLimits writes an address's limits; the drop counters carry over, and
 // so does the SYN guard's state while its setting stays.
 func (e *Edge) PutLimits(a netip.Addr, l Limits) (err error) {
 	if l.IsZero() {
 		return e.DeleteLimits(a)
 	}
-	if !a.Is4() {
-		return fmt.Errorf("limits of %v: only IPv4 is supported", a)
+	m, k, err := e.limitsMap(a)
+	if err != nil {
+		return err
 	}
 	v, err := limitsTo(l)
 	if err != nil {
 		return fmt.Errorf("limits of %v: %w", a, err)
 	}
-	k := ip4word(a)
 	var old edgeRlDst
-	if err := e.objs.EdgeLimits.Lookup(k, &old); err == nil {
+	if err := m.Lookup(k, &old); err == nil {
 		if old.SrcNs == v.SrcNs && old.SrcTau == v.SrcTau && old.SynNs == v.SynNs && old.SynTau == v.SynTau &&
 			old.SrcPps == v.SrcPps && old.SrcBurst == v.SrcBurst && old.SynRate == v.SynRate && old.SynBurst == v.SynBurst {
 			return nil
@@ -109,7 +127,7 @@ func (e *Edge) PutLimits(a netip.Addr, l Limits) (err error) {
 		}
 	}
 	defer e.routesWritten(&err)
-	if err := e.objs.EdgeLimits.Update(k, &v, ebpf.UpdateAny); err != nil {
+	if err := m.Update(k, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write limits of %v: %w", a, err)
 	}
 	return nil
@@ -117,11 +135,11 @@ func (e *Edge) PutLimits(a netip.Addr, l Limits) (err error) {
 
 // DeleteLimits removes an address's limits (none: nothing to do).
 func (e *Edge) DeleteLimits(a netip.Addr) (err error) {
-	if !a.Is4() {
-		return nil
+	m, k, err := e.limitsMap(a)
+	if err != nil {
+		return nil // no such map, or no such address: no limits
 	}
-	k := ip4word(a)
-	if err := e.objs.EdgeLimits.Delete(k); err != nil {
+	if err := m.Delete(k); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
 		}
@@ -130,28 +148,43 @@ func (e *Edge) DeleteLimits(a netip.Addr) (err error) {
 	return e.bumpRouteGen()
 }
 
-// Limits lists the programmed limits.
+// Limits lists the programmed limits, of both families.
 func (e *Edge) Limits() (map[netip.Addr]Limits, error) {
 	out := map[netip.Addr]Limits{}
+	of := func(v edgeRlDst) Limits {
+		return Limits{SourcePPS: v.SrcPps, SourceBurst: v.SrcBurst, SYNRate: v.SynRate, SYNBurst: v.SynBurst}
+	}
 	var k uint32
 	var v edgeRlDst
 	it := e.objs.EdgeLimits.Iterate()
 	for it.Next(&k, &v) {
-		out[netip.AddrFrom4(le4(k))] = Limits{SourcePPS: v.SrcPps, SourceBurst: v.SrcBurst, SYNRate: v.SynRate, SYNBurst: v.SynBurst}
+		out[netip.AddrFrom4(le4(k))] = of(v)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list limits: %w", err)
+	}
+	if e.objs.EdgeLimits6 == nil {
+		return out, nil
+	}
+	var k6 edgeIpAddr
+	it = e.objs.EdgeLimits6.Iterate()
+	for it.Next(&k6, &v) {
+		out[addrFrom(k6, 10)] = of(v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list IPv6 limits: %w", err)
 	}
 	return out, nil
 }
 
 // LimitCounters reads what an address's limits dropped (false: no limits).
 func (e *Edge) LimitCounters(a netip.Addr) (LimitCounters, bool, error) {
-	if !a.Is4() {
+	m, k, err := e.limitsMap(a)
+	if err != nil {
 		return LimitCounters{}, false, nil
 	}
 	var v edgeRlDst
-	if err := e.objs.EdgeLimits.Lookup(ip4word(a), &v); err != nil {
+	if err := m.Lookup(k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return LimitCounters{}, false, nil
 		}

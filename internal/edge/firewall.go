@@ -71,8 +71,13 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 	}
 	in.Serves = func(name string, a netip.Addr) bool {
 		set, ok := x.sets[name]
-		if !ok || !a.Is4() {
+		if !ok {
 			return false
+		}
+		if !a.Is4() {
+			// An IPv6 EIP (issue 21): a prefix set's that covers it.
+			// The index holds no IPv6 pull-outs or quarantines yet.
+			return set.Role != model.RoleDedicated && set.Role != model.RoleQuarantine && set.Contains(a)
 		}
 		switch set.Role {
 		case model.RoleDedicated:

@@ -126,3 +126,33 @@ func TestFirewallReconcile(t *testing.T) {
 		t.Errorf("after deleting every rule: entries %v dests %v global %+v", fake.FW.FWEntries, fake.FW.FWDests, fake.FW.FWGlobal)
 	}
 }
+
+// TestFirewallReconcileIPv6: a rule with sources of both families is
+// planned into entries of both (one counter slot), and a prefix set's
+// rule reaches an IPv6 address its IPv6 prefix covers (Serves: the
+// planner's destinations take the IPv6 EIPs once the index holds them).
+func TestFirewallReconcileIPv6(t *testing.T) {
+	fake := dataplane.NewFakeEdge()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	v4, v6 := netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:bad::/48")
+	rule := &model.FirewallRule{Name: "dual", Action: model.FirewallDeny, Sources: []netip.Prefix{v4, v6}, Address: a("198.51.100.7")}
+	objs := region()
+	for _, o := range objs {
+		if s, ok := o.(*model.EdgeSet); ok && s.Name == "pop-a" {
+			s.Prefixes = append(s.Prefixes, netip.MustParsePrefix("2001:db8:e1::/48"))
+		}
+	}
+	load(t, r, 10, append(objs, rule)...)
+	d, ok := fake.FW.FWDests[a("198.51.100.7")]
+	if !ok || d.Scope == 0 {
+		t.Fatalf("destinations %v", fake.FW.FWDests)
+	}
+	e4, e6 := fake.FW.FWEntries[fwplan.Key{Scope: d.Scope, Source: v4}], fake.FW.FWEntries[fwplan.Key{Scope: d.Scope, Source: v6}]
+	if e4.N != 1 || e6.N != 1 || e4.Refs[0].Rule != e6.Refs[0].Rule {
+		t.Fatalf("entries %v: want the rule under both sources, one slot", fake.FW.FWEntries)
+	}
+	in := r.idx.fwInput(nil)
+	if !in.Serves("pop-a", a("2001:db8:e1::7")) || in.Serves("pop-a", a("2001:db8:e2::7")) {
+		t.Error("pop-a must serve the IPv6 addresses its IPv6 prefix covers, and only those")
+	}
+}

@@ -51,3 +51,28 @@ func TestRateMeter(t *testing.T) {
 		}
 	}
 }
+
+// TestRateMeterIPv6: the meter reads every route's slot, an IPv6 EIP's
+// too (the edge counts an IPv6 EIP's packets, bytes and SYNs in its
+// route's eip_stats slot, TestEdgeIPv6EIP): its rates are reported beside
+// the IPv4 ones, for the DDoS detection to read.
+func TestRateMeterIPv6(t *testing.T) {
+	f := dataplane.NewFakeEdge()
+	a4, a6 := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2001:db8:e1::7")
+	f.PutRoutes(map[netip.Addr]dataplane.Route{a4: {StatsIdx: 1}, a6: {StatsIdx: 2}})
+	m := newRateMeter(RateConfig{FloorPPS: 100, FloorBPS: 1e9, FloorSYN: 50, TopN: 10})
+	t0 := time.Unix(1000, 0)
+	if _, err := m.measure(f, t0); err != nil {
+		t.Fatal(err)
+	}
+	f.Counters[1] = dataplane.Counters{RxPackets: 200}
+	f.Counters[2] = dataplane.Counters{RxPackets: 1000, RxBytes: 80000, RxSyns: 1000}
+	rep, err := m.measure(f, t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rates) != 2 || rep.Rates[0].Address != a6 || rep.Rates[0].PPS != 1000 || rep.Rates[0].SYNPS != 1000 ||
+		rep.Rates[0].BPS != 640000 || rep.Rates[1].Address != a4 {
+		t.Fatalf("report %+v: want %v at 1000 pps, 640000 bps, 1000 SYN/s, then %v", rep.Rates, a6, a4)
+	}
+}

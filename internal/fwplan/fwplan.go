@@ -240,6 +240,9 @@ func Build(in Input) (*Plan, error) {
 	p.Bloom = make([]uint64, BloomWords)
 	var lens [33]bool
 	for k := range p.Entries {
+		if !k.Source.Addr().Is4() {
+			continue // fw_rules6 has no filter in front of it
+		}
 		b := bloomBitOf(k)
 		p.Bloom[b/64] |= 1 << (b % 64)
 		lens[k.Source.Bits()] = true
@@ -265,23 +268,25 @@ func (p *Plan) addEntries(scope uint32, rules []*model.FirewallRule) error {
 		return nil
 	}
 	at := map[netip.Prefix][]*model.FirewallRule{}
-	var lens [33]bool // the prefix lengths in use: ancestors are looked up at these only
+	// The prefix lengths in use, per family (IPv6 at 33 + bits):
+	// ancestors are looked up at these only.
+	var lens [33 + 129]bool
 	for _, r := range rules {
 		for _, s := range r.Sources {
 			s = s.Masked()
-			if !s.Addr().Is4() {
-				continue
+			if !s.IsValid() || s.Addr().Is4In6() || s.Addr().Zone() != "" {
+				continue // model.FirewallRule.Validate refuses them
 			}
 			if l := at[s]; len(l) == 0 || l[len(l)-1] != r {
 				at[s] = append(at[s], r)
 			}
-			lens[s.Bits()] = true
+			lens[lensIndex(s.Addr(), s.Bits())] = true
 		}
 	}
 	for pfx := range at {
 		var refs []*model.FirewallRule
 		for b := pfx.Bits(); b >= 0; b-- {
-			if !lens[b] {
+			if !lens[lensIndex(pfx.Addr(), b)] {
 				continue
 			}
 			anc, _ := pfx.Addr().Prefix(b)
@@ -314,6 +319,14 @@ func (p *Plan) addEntries(scope uint32, rules []*model.FirewallRule) error {
 		p.Entries[Key{Scope: scope, Source: pfx}] = e
 	}
 	return nil
+}
+
+// lensIndex: where addEntries notes a prefix length of a's family.
+func lensIndex(a netip.Addr, bits int) int {
+	if a.Is4() {
+		return bits
+	}
+	return 33 + bits
 }
 
 // Diff is what turns the maps from one plan into another.

@@ -226,3 +226,81 @@ func TestBloom(t *testing.T) {
 		}
 	}
 }
+
+// TestIPv6: IPv6 sources get entries of their own family (nested as IPv4
+// ones, the two families never mixed), one rule holding both families
+// keeps one counter slot, the Bloom filter and its lengths hold IPv4 keys
+// only, and a set rule reaches the set's IPv6 EIPs.
+func TestIPv6(t *testing.T) {
+	dual := rule("a-dual", model.FirewallDeny, "203.0.113.0/24", "2001:db8:bad::/48")
+	wide := rule("b-wide", model.FirewallAllow, "2001:db8::/32", "::/0")
+	dual.Set = "pop-a"
+	wide.Set = "pop-a"
+	in := Input{
+		Rules: []*model.FirewallRule{dual, wide},
+		Dests: []netip.Addr{ip("198.51.100.7"), ip("2001:db8:f::7"), ip("2001:db8:e::1")},
+		Serves: func(set string, a netip.Addr) bool {
+			return set == "pop-a" && (a == ip("198.51.100.7") || pfx("2001:db8:f::/48").Contains(a))
+		},
+	}
+	p, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]uint32{
+		"203.0.113.0/24":    {0},
+		"::/0":              {1},
+		"2001:db8::/32":     {1},
+		"2001:db8:bad::/48": {0, 1}, // the /32's and ::/0's allow pushed down
+	}
+	if len(p.Entries) != len(want) {
+		t.Fatalf("%d entries, want %d: %v", len(p.Entries), len(want), p.Entries)
+	}
+	for s, rules := range want {
+		e, ok := p.Entries[Key{1, pfx(s)}]
+		if !ok || e.N != len(rules) {
+			t.Fatalf("%s: %+v, want rules %v", s, e, rules)
+		}
+		for i, r := range rules {
+			if e.Refs[i].Rule != r {
+				t.Errorf("%s: ref %d is rule %d, want %d", s, i, e.Refs[i].Rule, r)
+			}
+		}
+	}
+	for _, a := range []string{"198.51.100.7", "2001:db8:f::7"} {
+		if d := p.Dests[ip(a)]; d.Scope != 1 || !d.Private {
+			t.Errorf("%s: %+v, want scope 1 with an allow list", a, d)
+		}
+	}
+	if _, ok := p.Dests[ip("2001:db8:e::1")]; ok {
+		t.Errorf("2001:db8:e::1 is outside the set: %+v", p.Dests)
+	}
+	if p.Global.NLens != 1 || p.Global.Lens[0] != 24 {
+		t.Errorf("Bloom lengths %d %v: want the IPv4 /24 only", p.Global.NLens, p.Global.Lens)
+	}
+	bits := 0
+	for _, w := range p.Bloom {
+		for ; w != 0; w &= w - 1 {
+			bits++
+		}
+	}
+	if bits != 1 {
+		t.Errorf("%d Bloom bits, want 1 (the one IPv4 key)", bits)
+	}
+	// Nine rules overlapping at an IPv6 source: refused, naming the source.
+	var many []*model.FirewallRule
+	for i := range MaxRefs + 1 {
+		many = append(many, rule("r"+strconv.Itoa(i), model.FirewallDeny, "2001:db8::/32"))
+	}
+	if _, err := Build(Input{Rules: many}); err == nil || !strings.Contains(err.Error(), "2001:db8::/32") {
+		t.Errorf("9 rules at one IPv6 source: %v", err)
+	}
+	// ... while 8 at an IPv6 source and 8 at an IPv4 one are two entries.
+	many = many[:MaxRefs]
+	for i := range MaxRefs {
+		many = append(many, rule("s"+strconv.Itoa(i), model.FirewallDeny, "0.0.0.0/0"))
+	}
+	if _, err := Build(Input{Rules: many}); err != nil {
+		t.Errorf("8 rules per family: %v", err)
+	}
+}

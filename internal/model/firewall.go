@@ -48,7 +48,9 @@ const (
 type FirewallRule struct {
 	Name   string `json:"name"`
 	Action string `json:"action"` // deny or allow
-	// Sources are IPv4 prefixes (0.0.0.0/0 is every source).
+	// Sources are IPv4 or IPv6 prefixes (0.0.0.0/0 is every IPv4 source,
+	// ::/0 every IPv6 one; a rule may hold both families). A source of
+	// one family never matches a packet of the other.
 	Sources []netip.Prefix `json:"sources"`
 	// The destination: Address (one EIP or VIP, by its address), or Set
 	// (every EIP and VIP that edge set serves: a prefix set's covered
@@ -108,7 +110,7 @@ func (f *FirewallRule) Validate() Errors {
 	}
 	switch {
 	case len(f.Sources) == 0:
-		es.add("sources", "at least one source prefix is required (0.0.0.0/0 for every source)")
+		es.add("sources", "at least one source prefix is required (0.0.0.0/0 and ::/0 for every source)")
 	case len(f.Sources) > MaxFirewallSources:
 		es.add("sources", "%d prefixes: a rule has at most %d", len(f.Sources), MaxFirewallSources)
 	}
@@ -118,8 +120,10 @@ func (f *FirewallRule) Validate() Errors {
 		switch {
 		case !p.IsValid():
 			es.add(pf, "invalid prefix")
-		case !p.Addr().Is4():
-			es.add(pf, "%v: only IPv4 is supported for now", p)
+		case p.Addr().Zone() != "":
+			es.add(pf, "%v has a zone: a global prefix is required", p)
+		case p.Addr().Is4In6():
+			es.add(pf, "%v is IPv4-mapped (::ffff:0:0/96, RFC 4291): no packet has such a source; write the IPv4 prefix", p)
 		case p.Masked() != p:
 			es.add(pf, "%v has host bits set (did you mean %v?)", p, p.Masked())
 		default:
@@ -136,7 +140,11 @@ func (f *FirewallRule) Validate() Errors {
 		}
 	}
 	if f.Address.IsValid() {
-		checkUnicast4(&es, "address", f.Address)
+		if f.Address.Is6() {
+			checkUnicast6(&es, "address", f.Address)
+		} else {
+			checkUnicast4(&es, "address", f.Address)
+		}
 	}
 	ports := f.Port != 0 || f.PortEnd != 0
 	switch f.Protocol {

@@ -19,7 +19,9 @@ func TestFirewallRuleValidate(t *testing.T) {
 		{"bad action", func(f *FirewallRule) { f.Action = "reject" }, "action", "want deny or allow"},
 		{"no sources", func(f *FirewallRule) { f.Sources = nil }, "sources", "at least one"},
 		{"host bits", func(f *FirewallRule) { f.Sources = []netip.Prefix{prefix("203.0.113.7/24")} }, "sources[0]", "host bits"},
-		{"ipv6", func(f *FirewallRule) { f.Sources = []netip.Prefix{prefix("2001:db8::/32")} }, "sources[0]", "only IPv4"},
+		{"ipv6 host bits", func(f *FirewallRule) { f.Sources = []netip.Prefix{prefix("2001:db8::1/64")} }, "sources[0]", "host bits"},
+		{"ipv4-mapped", func(f *FirewallRule) { f.Sources = []netip.Prefix{prefix("::ffff:203.0.113.0/120")} }, "sources[0]", "IPv4-mapped"},
+		{"ipv6 duplicate", func(f *FirewallRule) { f.Sources = []netip.Prefix{prefix("2001:db8::/32"), prefix("2001:db8::/32")} }, "sources[1]", "appears twice"},
 		{"duplicate", func(f *FirewallRule) { f.Sources = append(f.Sources, f.Sources[0]) }, "sources[1]", "appears twice"},
 		{"too many", func(f *FirewallRule) {
 			f.Sources = nil
@@ -29,6 +31,8 @@ func TestFirewallRuleValidate(t *testing.T) {
 		}, "sources", "at most"},
 		{"both destinations", func(f *FirewallRule) { f.Set, f.Address = "pop-a", addr("198.51.100.7") }, "address", "not both"},
 		{"bad address", func(f *FirewallRule) { f.Address = addr("224.0.0.1") }, "address", "not a unicast"},
+		{"bad ipv6 address", func(f *FirewallRule) { f.Address = addr("fe80::1") }, "address", "not a global unicast"},
+		{"mapped address", func(f *FirewallRule) { f.Address = addr("::ffff:198.51.100.7") }, "address", "IPv4-mapped"},
 		{"bad protocol", func(f *FirewallRule) { f.Protocol = "sctp" }, "protocol", "want tcp, udp, icmp or any"},
 		{"icmp ports", func(f *FirewallRule) { f.Protocol = ProtoICMP }, "port", "need protocol tcp or udp"},
 		{"any ports", func(f *FirewallRule) { f.Protocol = "" }, "port", "need protocol tcp or udp"},
@@ -44,6 +48,13 @@ func TestFirewallRuleValidate(t *testing.T) {
 	}
 	if es := ok.Validate(); len(es) > 0 {
 		t.Fatalf("valid rule: %v", es)
+	}
+	// Both families in one rule, an IPv6 destination, ::/0.
+	dual := ok
+	dual.Sources = []netip.Prefix{prefix("203.0.113.0/24"), prefix("2001:db8:1::/48"), prefix("::/0")}
+	dual.Address = addr("2001:db8:f::10")
+	if es := dual.Validate(); len(es) > 0 {
+		t.Fatalf("valid dual-stack rule: %v", es)
 	}
 	if lo, hi := (&FirewallRule{}).Ports(); lo != 0 || hi != 65535 {
 		t.Errorf("no ports: %d-%d, want every port", lo, hi)
