@@ -56,12 +56,18 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 		for k := range x.eips {
 			in.Dests = append(in.Dests, netip.AddrFrom4(k))
 		}
+		for k := range x.eips6 {
+			in.Dests = append(in.Dests, netip.AddrFrom16(k))
+		}
 		for a := range vips {
 			in.Dests = append(in.Dests, a)
 		}
 	} else {
 		for a := range x.fwAddrs {
-			if !a.Is4() {
+			if a.Is6() {
+				if _, eip := x.eips6[a.As16()]; eip {
+					in.Dests = append(in.Dests, a)
+				}
 				continue
 			}
 			if _, eip := x.eips[a.As4()]; eip || vips[a] != nil {
@@ -74,10 +80,15 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 		if !ok {
 			return false
 		}
-		if !a.Is4() {
-			// An IPv6 EIP (issue 21): a prefix set's that covers it.
-			// The index holds no IPv6 pull-outs or quarantines yet.
-			return set.Role != model.RoleDedicated && set.Role != model.RoleQuarantine && set.Contains(a)
+		if a.Is6() {
+			// An IPv6 EIP (issue 21; no IPv6 VIPs): as an IPv4 EIP.
+			switch set.Role {
+			case model.RoleDedicated:
+				return x.pulled6[a.As16()] == name
+			case model.RoleQuarantine:
+				return x.quarantined6[a.As16()]
+			}
+			return set.Contains(a)
 		}
 		switch set.Role {
 		case model.RoleDedicated:

@@ -156,3 +156,58 @@ func TestFirewallReconcileIPv6(t *testing.T) {
 		t.Error("pop-a must serve the IPv6 addresses its IPv6 prefix covers, and only those")
 	}
 }
+
+// TestFirewallIPv6EIPs: the firewall reaches IPv6 EIPs as it reaches
+// IPv4 ones: a rule naming one, its set's rules (a prefix set's, a
+// dedicated set's once pulled out into it), following its binding.
+func TestFirewallIPv6EIPs(t *testing.T) {
+	fake := dataplane.NewFakeEdge()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	bad := netip.MustParsePrefix("2001:db8:bad::/48")
+	own := &model.FirewallRule{Name: "v6-deny", Action: model.FirewallDeny, Sources: []netip.Prefix{bad}, Address: a("2001:db8:a::7")}
+	load(t, r, 10, append(region6(), own)...)
+	d, ok := fake.FW.FWDests[a("2001:db8:a::7")]
+	if !ok || d.Scope == 0 || d.Private {
+		t.Fatalf("destinations %v: want 2001:db8:a::7 with a scope of its own", fake.FW.FWDests)
+	}
+	if e := fake.FW.FWEntries[fwplan.Key{Scope: d.Scope, Source: bad}]; e.N != 1 || e.Refs[0].Action != fwplan.Deny {
+		t.Fatalf("entries %v", fake.FW.FWEntries)
+	}
+
+	// A prefix set's allow rule makes its IPv6 EIPs private too; the
+	// unbound one is no destination until it is bound.
+	allow := &model.FirewallRule{Name: "pop-a-allow", Action: model.FirewallAllow, Set: "pop-a", Sources: []netip.Prefix{netip.MustParsePrefix("2001:db8:5::/48")}}
+	watched(t, r, 11, allow)
+	for _, e := range []string{"198.51.100.7", "2001:db8:a::7"} {
+		if d, ok := fake.FW.FWDests[a(e)]; !ok || !d.Private {
+			t.Errorf("%s under pop-a's allow rule: %+v %v, want private", e, d, ok)
+		}
+	}
+	if _, ok := fake.FW.FWDests[a("2001:db8:a::8")]; ok {
+		t.Fatal("an unbound IPv6 EIP has a firewall scope")
+	}
+	watched(t, r, 12, eipB("2001:db8:a::8", "az2-h1", "g1"))
+	if d, ok := fake.FW.FWDests[a("2001:db8:a::8")]; !ok || !d.Private {
+		t.Fatalf("the newly bound IPv6 EIP of pop-a: %+v %v", d, ok)
+	}
+
+	// Pulled out into the dedicated set: that set's rules reach it, the
+	// prefix set's no longer.
+	in := r.idx.fwInput(nil)
+	if !in.Serves("pop-a", a("2001:db8:a::8")) || in.Serves("hot", a("2001:db8:a::8")) {
+		t.Fatal("before the pull-out: pop-a must serve 2001:db8:a::8, hot must not")
+	}
+	pulled := eipB("2001:db8:a::8", "az2-h1", "g1")
+	pulled.Set = "hot"
+	watched(t, r, 13, pulled)
+	in = r.idx.fwInput(nil)
+	if !in.Serves("hot", a("2001:db8:a::8")) || !in.Serves("pop-a", a("2001:db8:a::8")) {
+		t.Fatal("pulled out: hot must serve 2001:db8:a::8 (and pop-a's prefix still covers it: a pull-out moves traffic, not rules)")
+	}
+
+	// Unbound, it leaves the firewall's destinations.
+	watched(t, r, 14, &model.EIP{Address: a("2001:db8:a::8")})
+	if _, ok := fake.FW.FWDests[a("2001:db8:a::8")]; ok {
+		t.Fatal("an unbound IPv6 EIP kept its firewall scope")
+	}
+}

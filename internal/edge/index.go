@@ -581,11 +581,14 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 	return slices.Compact(own), slices.Compact(underlay)
 }
 
-// putEIP6 records an IPv6 EIP: its binding, its pull-out. Rate limits,
-// the firewall and bandwidth packages are IPv4's for now (the model
-// refuses them for an IPv6 EIP), so only its route changes.
+// putEIP6 records an IPv6 EIP: its binding, its pull-out. Rate limits
+// and bandwidth packages are IPv4's for now (the model refuses them for
+// an IPv6 EIP); the firewall sees it as IPv4's: routed or not, pulled
+// into a set or not.
 func (x *index) putEIP6(o *model.EIP) change {
 	k := o.Address.As16()
+	_, wasRouted := x.eips6[k]
+	wasPulled := x.pulled6[k]
 	if o.Set != "" {
 		x.pulled6[k] = x.intern(o.Set)
 	} else {
@@ -603,7 +606,9 @@ func (x *index) putEIP6(o *model.EIP) change {
 			x.byGuest6[b] = k
 		}
 	}
-	return change{eip: o.Address}
+	_, routed := x.eips6[k]
+	fw := (routed != wasRouted || x.pulled6[k] != wasPulled) && x.fwTouches(o.Address)
+	return change{eip: o.Address, fw: fw}
 }
 
 // deleteEIP6 forgets an IPv6 EIP.
@@ -614,5 +619,5 @@ func (x *index) deleteEIP6(a netip.Addr) change {
 	}
 	delete(x.eips6, k)
 	delete(x.pulled6, k)
-	return change{eip: a}
+	return change{eip: a, fw: x.fwTouches(a)}
 }
