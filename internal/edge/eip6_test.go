@@ -206,3 +206,40 @@ func TestIPv6EIPFailureRecovers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An IPv6 EIP's rate limits are programmed beside the IPv4 ones
+// (edge_limits6), follow a change and go with the limits or the EIP.
+func TestReconcileIPv6EIPLimits(t *testing.T) {
+	fake := dataplane.NewFakeEdge()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	objs := region6()
+	lim4 := eipB("198.51.100.7", "az1-h1", "g1")
+	lim4.Limits = &model.Limits{SourcePPS: 1000, SourceBurst: 100}
+	lim6 := eipB("2001:db8:a::7", "az1-h1", "g1")
+	lim6.Limits = &model.Limits{SourcePPS: 500, SourceBurst: 50, SYNRate: 200, SYNBurst: 20}
+	load(t, r, 10, append(objs, lim4, lim6)...)
+	got := fake.LimitMap[a("2001:db8:a::7")]
+	if want := (dataplane.Limits{SourcePPS: 500, SourceBurst: 50, SYNRate: 200, SYNBurst: 20}).Normal(); got != want {
+		t.Fatalf("IPv6 EIP limits %+v, want %+v (all: %v)", got, want, fake.LimitMap)
+	}
+	if _, ok := fake.LimitMap[a("198.51.100.7")]; !ok || len(fake.LimitMap) != 2 {
+		t.Fatalf("limits %v: want both EIPs'", fake.LimitMap)
+	}
+	lim6.Limits = &model.Limits{SourcePPS: 800, SourceBurst: 80}
+	watched(t, r, 11, lim6)
+	if got := fake.LimitMap[a("2001:db8:a::7")]; got.SourcePPS != 800 || got.SYNRate != 0 {
+		t.Fatalf("changed IPv6 limits %+v", got)
+	}
+	lim6.Limits = nil
+	watched(t, r, 12, lim6)
+	if _, ok := fake.LimitMap[a("2001:db8:a::7")]; ok {
+		t.Fatal("the IPv6 EIP's limits stayed after they were removed")
+	}
+	lim6.Limits = &model.Limits{SourcePPS: 800, SourceBurst: 80}
+	watched(t, r, 13, lim6)
+	r.Delete(model.KindEIP, "2001:db8:a::7", 14)
+	r.Commit(14, false)
+	if _, ok := fake.LimitMap[a("2001:db8:a::7")]; ok || len(fake.LimitMap) != 1 {
+		t.Fatalf("limits %v after the IPv6 EIP was deleted", fake.LimitMap)
+	}
+}

@@ -56,6 +56,8 @@ type index struct {
 	quarantined6 map[[16]byte]bool
 	// The EIPs with rate limits (few: most EIPs have none).
 	limits map[[4]byte]model.Limits
+	// limits6: the same for IPv6 EIPs (edge_limits6).
+	limits6 map[[16]byte]model.Limits
 	// fw: the firewall rules (firewall.go); fwAddrs counts the rules
 	// naming each address, fwSets the rules naming a set.
 	fw      map[string]*model.FirewallRule
@@ -90,8 +92,8 @@ func newIndex() *index {
 		eips: map[[4]byte]binding{}, eips6: map[[16]byte]binding{}, services: map[string]*model.Service{}, health: map[string]*model.Health{},
 		ids: map[string]nameID{}, pulled: map[[4]byte]string{}, quarantined: map[[4]byte]bool{},
 		pulled6: map[[16]byte]string{}, quarantined6: map[[16]byte]bool{},
-		limits: map[[4]byte]model.Limits{},
-		fw:     map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
+		limits: map[[4]byte]model.Limits{}, limits6: map[[16]byte]model.Limits{},
+		fw: map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
 		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{}}
 }
 
@@ -581,14 +583,19 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 	return slices.Compact(own), slices.Compact(underlay)
 }
 
-// putEIP6 records an IPv6 EIP: its binding, its pull-out. Rate limits
-// and bandwidth packages are IPv4's for now (the model refuses them for
-// an IPv6 EIP); the firewall sees it as IPv4's: routed or not, pulled
-// into a set or not.
+// putEIP6 records an IPv6 EIP: its binding, its pull-out, its rate
+// limits. Bandwidth packages are IPv4's for now (the model refuses an
+// IPv6 EIP in one); the firewall sees it as IPv4's: routed or not,
+// pulled into a set or not.
 func (x *index) putEIP6(o *model.EIP) change {
 	k := o.Address.As16()
 	_, wasRouted := x.eips6[k]
 	wasPulled := x.pulled6[k]
+	if o.Limits != nil {
+		x.limits6[k] = *o.Limits
+	} else {
+		delete(x.limits6, k)
+	}
 	if o.Set != "" {
 		x.pulled6[k] = x.intern(o.Set)
 	} else {
@@ -619,5 +626,6 @@ func (x *index) deleteEIP6(a netip.Addr) change {
 	}
 	delete(x.eips6, k)
 	delete(x.pulled6, k)
+	delete(x.limits6, k)
 	return change{eip: a, fw: x.fwTouches(a)}
 }

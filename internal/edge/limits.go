@@ -22,14 +22,20 @@ func limitsOf(l *model.Limits) dataplane.Limits {
 	return dataplane.Limits{SourcePPS: l.SourcePPS, SourceBurst: l.SourceBurst, SYNRate: l.SYNRate, SYNBurst: l.SYNBurst}.Normal()
 }
 
-// planLimits is what the table must hold: the limits of every EIP that
-// has some, then of every service VIP (a VIP's win should an EIP have the
-// same address, which validation of the state refuses). IPv4 only.
-func planLimits(eips map[[4]byte]model.Limits, services map[string]*model.Service) map[netip.Addr]dataplane.Limits {
-	want := make(map[netip.Addr]dataplane.Limits, len(eips))
+// planLimits is what the tables must hold: the limits of every EIP that
+// has some (IPv4 and IPv6: edge_limits, edge_limits6), then of every
+// service VIP (a VIP's win should an EIP have the same address, which
+// validation of the state refuses; VIPs are IPv4).
+func planLimits(eips map[[4]byte]model.Limits, eips6 map[[16]byte]model.Limits, services map[string]*model.Service) map[netip.Addr]dataplane.Limits {
+	want := make(map[netip.Addr]dataplane.Limits, len(eips)+len(eips6))
 	for k, l := range eips {
 		if dl := limitsOf(&l); !dl.IsZero() {
 			want[netip.AddrFrom4(k)] = dl
+		}
+	}
+	for k, l := range eips6 {
+		if dl := limitsOf(&l); !dl.IsZero() {
+			want[netip.AddrFrom16(k)] = dl
 		}
 	}
 	for _, s := range services {
@@ -66,7 +72,7 @@ func (r *Reconciler) syncLimits() error {
 	if !ok {
 		return nil
 	}
-	want := planLimits(r.idx.limits, r.idx.services)
+	want := planLimits(r.idx.limits, r.idx.limits6, r.idx.services)
 	if r.limits != nil && maps.Equal(want, r.limits) {
 		return nil
 	}

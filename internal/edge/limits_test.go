@@ -31,7 +31,7 @@ func TestPlanLimits(t *testing.T) {
 			map[string]*model.Service{"web": svc("web", "192.0.2.80", &model.Limits{SYNRate: 7})}, "map[192.0.2.80:{0 0 7 7}]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := fmt.Sprint(planLimits(tc.eips, tc.services)); got != tc.want {
+			if got := fmt.Sprint(planLimits(tc.eips, nil, tc.services)); got != tc.want {
 				t.Errorf("plan %s, want %s", got, tc.want)
 			}
 		})

@@ -601,9 +601,6 @@ func (e *EIP) Validate() Errors {
 		checkName(&es, "set", e.Set)
 	}
 	e.Limits.validate(&es, "limits")
-	if e.Limits != nil && e.Address.Is6() {
-		es.add("limits", "rate limits of an IPv6 EIP are not supported yet (the edge's limits are keyed by IPv4 address)")
-	}
 	return es
 }
 

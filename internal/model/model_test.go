@@ -145,7 +145,7 @@ func TestValidateEIP(t *testing.T) {
 		{"IPv6 Teredo", EIP{Address: addr("2001::7")}, []string{"address~lies in 2001::/23"}},
 		{"IPv6 NAT64", EIP{Address: addr("64:ff9b::c633:6407")}, []string{"address~lies in 64:ff9b::/96"}},
 		{"IPv6 outside 2000::/3", EIP{Address: addr("4000::7")}, []string{"address~lies outside 2000::/3"}},
-		{"IPv6 limits", EIP{Address: addr("2001:db8::7"), Limits: &Limits{SourcePPS: 100}}, []string{"limits~rate limits of an IPv6 EIP are not supported yet"}},
+		{"IPv6 limits", EIP{Address: addr("2001:db8::7"), Limits: &Limits{SourcePPS: 100}}, nil},
 		{"broadcast", EIP{Address: addr("255.255.255.255")}, []string{"address~not a unicast"}},
 		{"unspecified", EIP{Address: addr("0.0.0.0")}, []string{"address"}},
 		{"link local", EIP{Address: addr("169.254.1.1")}, []string{"address"}},
