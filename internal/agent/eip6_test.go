@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -94,6 +95,12 @@ func TestAgentIPv6EIP(t *testing.T) {
 		t.Fatalf("errors %v", r.errs)
 	}
 	checkFamilies(t, fake)
+	// Every guest's addresses of both families are kept resolved (the
+	// IPv6 EIP's packets go to its guest through bpf_fib_lookup, which
+	// only reads the neighbour table); g2 has no IPv6 address.
+	if got, want := fmt.Sprint(links.groups["guests"]), "[198.19.11.1 2001:db8:11::1 198.19.11.3]"; got != want {
+		t.Fatalf("guests kept resolved %s, want %s", got, want)
+	}
 	v4, v6 := fake.EIPMap[a("198.51.100.7")], fake.EIPMap[a("2001:db8:a::7")]
 	if v6.Private != a("2001:db8:11::1") || v6.VSID != 5111 || v6.Ifindex != 101 || v6.Service {
 		t.Fatalf("IPv6 EIP %+v", v6)
@@ -121,6 +128,9 @@ func TestAgentIPv6EIP(t *testing.T) {
 	put6(t, st, eip6("2001:db8:a::7", "az1-h1", "g2"))
 	r.Handle(st, 4, nil, false)
 	checkFamilies(t, fake)
+	if got, want := fmt.Sprint(links.groups["guests"]), "[198.19.11.1 2001:db8:11::1 198.19.11.3 2001:db8:11::3]"; got != want {
+		t.Fatalf("guests kept resolved %s, want %s", got, want)
+	}
 	if e := fake.EIPMap[a("2001:db8:a::7")]; e.Private != a("2001:db8:11::3") || e.VSID != 5112 || e.Ifindex != 102 || e.StatsIdx != v6.StatsIdx {
 		t.Fatalf("after the move within the host %+v (was %+v)", e, v6)
 	}
