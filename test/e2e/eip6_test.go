@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +20,10 @@ const eip6 = "2001:db8:e1::7"
 // requests (a new TCP connection every 2 ms) and must meet the bounds
 // TestEIPLifecycle sets an IPv4 drift. The guest's IPv4 EIP beside it
 // stays where it is, then makes the same move in the same lab: both
-// figures are logged side by side (issue 21 asks for the IPv4 loss; the
-// 1-in-1,000 of its "Done when" is met by neither family: see
-// docs/lab.md, "IPv6 EIPs in the lab").
+// figures are logged side by side, per 1,000 requests (issue 21's "Done
+// when" asks for at most 1 in 1,000, as IPv4; a drift breaks the
+// requests in flight in both families, and the IPv6 figure has been
+// above that: docs/lab.md, "IPv6 EIPs in the lab", has the runs).
 func TestEIP6Drift(t *testing.T) {
 	l := upLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -49,6 +51,11 @@ func TestEIP6Drift(t *testing.T) {
 			}
 			t.Fatal(err)
 		}
+	}
+
+	// `lab status` lists both EIPs with their binding.
+	if v := l.Status(ctx); v.EIPsErr != "" || !strings.Contains(strings.Join(lab.EIPLines(v.EIPs, lab.MaxEIPLines), "\n"), eip6+" (IPv6) -> az1-h1/g1") {
+		t.Errorf("lab status EIPs (%s): %q", v.EIPsErr, lab.EIPLines(v.EIPs, lab.MaxEIPLines))
 	}
 
 	// drift moves e from az1-h1/g1 to az3-h1/g1 under the stream and
