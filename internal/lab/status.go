@@ -107,13 +107,17 @@ func (l *Lab) Status(ctx context.Context) View {
 	} else {
 		v.Routes = rs
 	}
+	// Bounded as NodeStatuses is: a controller that hangs does not hang
+	// the status.
+	ectx, ecancel := context.WithTimeout(ctx, 5*time.Second)
 	if c, err := l.Client(); err != nil {
 		v.EIPsErr = err.Error()
-	} else if es, err := c.EIPs(ctx); err != nil {
+	} else if es, err := c.EIPs(ectx); err != nil {
 		v.EIPsErr = err.Error()
 	} else {
 		v.EIPs = es
 	}
+	ecancel()
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
 		nv := NodeView{Node: n, EtcdEndpoint: l.ProxyOf(n.Name)}
