@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/azgate/azgate/internal/lab"
+	"github.com/azgate/azgate/internal/netns"
 )
 
 // eip6 is one of the lab's IPv6 EIPs (lab.EIPs6, from 2001:db8:e1::/48).
@@ -52,6 +57,27 @@ func TestEIP6Drift(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// The agents keep their guests' IPv6 neighbours resolved (managed
+	// entries), bound or not: az3-h1's g1, where the EIP drifts to,
+	// before any packet reaches it.
+	t.Run("guests' IPv6 neighbours kept resolved", func(t *testing.T) {
+		g := lab.GuestAddr6(3, 1, 1)
+		var last string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			ok, desc, err := managedNeigh(l.Topo.Node("az3-h1").Netns, "g1", g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				return
+			}
+			last = desc
+			if time.Now().After(deadline) {
+				t.Fatalf("az3-h1/g1: no managed neighbour entry for %v within 10 s (%s)", g, last)
+			}
+		}
+	})
 
 	// `lab status` lists both EIPs with their binding.
 	if v := l.Status(ctx); v.EIPsErr != "" || !strings.Contains(strings.Join(lab.EIPLines(v.EIPs, lab.MaxEIPLines), "\n"), eip6+" (IPv6) -> az1-h1/g1") {
@@ -131,4 +157,38 @@ func TestEIP6Drift(t *testing.T) {
 			t.Fatalf("unbound IPv6 EIP answered %q", body)
 		}
 	})
+}
+
+// managedNeigh tells whether the namespace holds a managed
+// (NTF_EXT_MANAGED) neighbour entry for ip on dev, and describes what it
+// holds otherwise.
+func managedNeigh(ns, dev string, ip netip.Addr) (bool, string, error) {
+	var ok bool
+	var desc string
+	err := netns.Do(ns, func() error {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		link, err := h.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		neighs, err := h.NeighList(link.Attrs().Index, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, n := range neighs {
+			if a, _ := netip.AddrFromSlice(n.IP); a == ip {
+				ok = n.FlagsExt&netlink.NTF_EXT_MANAGED != 0
+				desc = fmt.Sprintf("state %#x, ext flags %#x", n.State, n.FlagsExt)
+			}
+		}
+		if desc == "" {
+			desc = "no entry"
+		}
+		return nil
+	})
+	return ok, desc, err
 }
