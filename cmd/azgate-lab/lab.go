@@ -260,6 +260,13 @@ func printLabStatus(cmd *cobra.Command, v lab.View) {
 	for _, line := range lab.RouteLines(v.Routes) {
 		fmt.Fprintf(cmd.OutOrStdout(), "rtr route %s\n", line)
 	}
+	// The EIPs, IPv4 then IPv6 (the guests are dual-stack).
+	if v.EIPsErr != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "eips: %s\n", v.EIPsErr)
+	}
+	for _, line := range lab.EIPLines(v.EIPs, lab.MaxEIPLines) {
+		fmt.Fprintf(cmd.OutOrStdout(), "eip %s\n", line)
+	}
 	fmt.Fprintln(cmd.OutOrStdout())
 	fmt.Fprintln(w, "NODE\tNAMESPACE\tROLE\tAZ\tADDRESSES\tPROCESS\tSTATUS")
 	for _, n := range v.Nodes {

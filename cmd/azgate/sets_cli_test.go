@@ -129,8 +129,8 @@ func storedPassword(t *testing.T, s *controller.Server, set string) string {
 
 // TestCLISetsIPv6: a dual-stack prefix set through the CLI: its IPv6
 // prefix shown where the IPv4 one is, an edge's IPv6 next hop required
-// and shown, reserved IPv6 space refused with its RFC, IPv6 EIPs refused
-// as not supported yet.
+// and shown, reserved IPv6 space refused with its RFC, an IPv6 EIP in the
+// IPv6 prefix taken.
 func TestCLISetsIPv6(t *testing.T) {
 	s := startController(t)
 	must(t, s, "apply", "-f", "testdata/region.yaml")
@@ -157,7 +157,5 @@ func TestCLISetsIPv6(t *testing.T) {
 	if out := must(t, s, "--json", "set", "get", "pop-b"); !strings.Contains(out, `"nextHop6": "2001:db8:ff::41"`) {
 		t.Errorf("set get --json:\n%s", out)
 	}
-	if out, err := azgate(t, s, "", "eip", "create", "2001:db8:b::7"); err == nil || !strings.Contains(out+err.Error(), "IPv6 EIPs are not supported yet") {
-		t.Errorf("an IPv6 EIP: %v\n%s", err, out)
-	}
+	must(t, s, "eip", "create", "2001:db8:b::7")
 }

@@ -422,7 +422,7 @@ func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[
 	// by step they allocated twice that).
 	links := make(map[netip.Addr]guestLink, len(want.Guests))
 	used := make(map[string]bool, len(want.Guests))
-	resolve := make([]netip.Addr, 0, len(want.Guests))
+	resolve := make([]netip.Addr, 0, 2*len(want.Guests))
 	for _, g := range want.Guests {
 		ifname, ifindex, err := r.links.GuestInterface(g.Address)
 		if err != nil {
@@ -438,10 +438,14 @@ func (r *Reconciler) attachGuests(want HostWant) (map[netip.Addr]guestLink, map[
 		}
 		used[ifname] = true
 		links[g.Address] = guestLink{ifname, ifindex}
+		resolve = append(resolve, g.Address)
 		if g.Address6.IsValid() {
 			links[g.Address6] = guestLink{ifname, ifindex}
+			// The guest's IPv6 neighbour too: an IPv6 EIP's inbound
+			// packets leave through bpf_fib_lookup toward it, which only
+			// reads the neighbour table.
+			resolve = append(resolve, g.Address6)
 		}
-		resolve = append(resolve, g.Address)
 	}
 	r.links.KeepResolved("guests", resolve)
 	return links, used

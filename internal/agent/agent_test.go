@@ -22,10 +22,11 @@ type fakeLinks struct {
 	attached map[string]bool
 	resolved map[netip.Addr]bool
 	missing  map[netip.Addr]bool
+	groups   map[string][]netip.Addr // each group's last set (KeepResolved)
 }
 
 func newFakeLinks() *fakeLinks {
-	return &fakeLinks{attached: map[string]bool{}, resolved: map[netip.Addr]bool{}, missing: map[netip.Addr]bool{}}
+	return &fakeLinks{attached: map[string]bool{}, resolved: map[netip.Addr]bool{}, missing: map[netip.Addr]bool{}, groups: map[string][]netip.Addr{}}
 }
 
 func (f *fakeLinks) GuestInterface(x netip.Addr) (string, int, error) {
@@ -37,7 +38,8 @@ func (f *fakeLinks) GuestInterface(x netip.Addr) (string, int, error) {
 }
 func (f *fakeLinks) AttachGuest(ifname string) error { f.attached[ifname] = true; return nil }
 func (f *fakeLinks) DetachGuest(ifname string) error { delete(f.attached, ifname); return nil }
-func (f *fakeLinks) KeepResolved(_ string, as []netip.Addr) {
+func (f *fakeLinks) KeepResolved(group string, as []netip.Addr) {
+	f.groups[group] = append([]netip.Addr(nil), as...)
 	for _, x := range as {
 		f.resolved[x] = true
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,8 +13,7 @@ import (
 
 // state6 is state with pop-a dual-stack, az1-h1/g1 and az1-h2/g1 with
 // private IPv6 addresses and az1-h1/g1 holding an IPv6 EIP beside its
-// IPv4 one. The model refuses IPv6 EIPs on a write for now: they are
-// Set, as the store's objects are loaded.
+// IPv4 one.
 func state6(t *testing.T) *model.State {
 	t.Helper()
 	st := state(t)
@@ -30,8 +30,15 @@ func state6(t *testing.T) *model.State {
 			t.Fatal(err)
 		}
 	}
-	st.Set(eip6("2001:db8:a::7", "az1-h1", "g1"))
+	put6(t, st, eip6("2001:db8:a::7", "az1-h1", "g1"))
 	return st
+}
+
+func put6(t *testing.T, st *model.State, e *model.EIP) {
+	t.Helper()
+	if _, err := st.Put(e); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func eip6(addr, host, guest string) *model.EIP {
@@ -88,6 +95,12 @@ func TestAgentIPv6EIP(t *testing.T) {
 		t.Fatalf("errors %v", r.errs)
 	}
 	checkFamilies(t, fake)
+	// Every guest's addresses of both families are kept resolved (the
+	// IPv6 EIP's packets go to its guest through bpf_fib_lookup, which
+	// only reads the neighbour table); g2 has no IPv6 address.
+	if got, want := fmt.Sprint(links.groups["guests"]), "[198.19.11.1 2001:db8:11::1 198.19.11.3]"; got != want {
+		t.Fatalf("guests kept resolved %s, want %s", got, want)
+	}
 	v4, v6 := fake.EIPMap[a("198.51.100.7")], fake.EIPMap[a("2001:db8:a::7")]
 	if v6.Private != a("2001:db8:11::1") || v6.VSID != 5111 || v6.Ifindex != 101 || v6.Service {
 		t.Fatalf("IPv6 EIP %+v", v6)
@@ -112,9 +125,12 @@ func TestAgentIPv6EIP(t *testing.T) {
 	if _, err := st.Put(&h1); err != nil {
 		t.Fatal(err)
 	}
-	st.Set(eip6("2001:db8:a::7", "az1-h1", "g2"))
+	put6(t, st, eip6("2001:db8:a::7", "az1-h1", "g2"))
 	r.Handle(st, 4, nil, false)
 	checkFamilies(t, fake)
+	if got, want := fmt.Sprint(links.groups["guests"]), "[198.19.11.1 2001:db8:11::1 198.19.11.3 2001:db8:11::3]"; got != want {
+		t.Fatalf("guests kept resolved %s, want %s", got, want)
+	}
 	if e := fake.EIPMap[a("2001:db8:a::7")]; e.Private != a("2001:db8:11::3") || e.VSID != 5112 || e.Ifindex != 102 || e.StatsIdx != v6.StatsIdx {
 		t.Fatalf("after the move within the host %+v (was %+v)", e, v6)
 	}
@@ -124,7 +140,7 @@ func TestAgentIPv6EIP(t *testing.T) {
 
 	// To another host (eip bind: the drift): it leaves this agent, the
 	// other host's agent programs it.
-	st.Set(eip6("2001:db8:a::7", "az1-h2", "g1"))
+	put6(t, st, eip6("2001:db8:a::7", "az1-h2", "g1"))
 	r.Handle(st, 5, nil, false)
 	if _, ok := fake.EIPMap[a("2001:db8:a::7")]; ok || len(fake.EIPMap) != 1 {
 		t.Fatalf("after the drift: %v", fake.EIPMap)
@@ -150,8 +166,8 @@ func TestAgentIPv6EIP(t *testing.T) {
 // (a store written past the model's check) is reported, not programmed.
 func TestDesiredIPv6EIP(t *testing.T) {
 	st := state6(t)
-	st.Set(&model.EIP{Address: a("2001:db8:a::7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}, Set: "hot"})
-	st.Set(eip6("2001:db8:a::8", "az1-h1", "g2")) // g2 has no address6
+	put6(t, st, &model.EIP{Address: a("2001:db8:a::7"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}, Set: "hot"})
+	st.Set(eip6("2001:db8:a::8", "az1-h1", "g2")) // g2 has no address6: past the model's check
 	w, err := Desired(st, "az1-h1")
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +192,7 @@ func TestAgentIPv6EIPWriteFailure(t *testing.T) {
 	faults := dataplane.NewFaults()
 	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, dataplane.NewFaultyAgent(fake, faults), newFakeLinks())
 	r.Handle(st, 3, nil, true)
-	st.Set(eip6("2001:db8:a::7", "az1-h2", "g1")) // leaves the host
+	put6(t, st, eip6("2001:db8:a::7", "az1-h2", "g1")) // leaves the host
 	faults.FailNth("DeleteEIP", 1)
 	r.Handle(st, 4, nil, false)
 	if len(r.errs) == 0 {
@@ -190,7 +206,7 @@ func TestAgentIPv6EIPWriteFailure(t *testing.T) {
 		t.Fatalf("not redone: %v %v", fake.EIPMap, r.errs)
 	}
 	// Back, its write failing once: redone by the next pass.
-	st.Set(eip6("2001:db8:a::7", "az1-h1", "g1"))
+	put6(t, st, eip6("2001:db8:a::7", "az1-h1", "g1"))
 	faults.FailNth("PutEIP", 1)
 	r.Handle(st, 6, nil, false)
 	if len(r.errs) == 0 {

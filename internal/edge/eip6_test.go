@@ -12,9 +12,7 @@ import (
 
 // region6 is a dual-stack region: pop-a owns an IPv6 prefix beside its
 // IPv4 one, each host's g1 has a private IPv6 address, and h1's g1 holds
-// one EIP of each family. (The model refuses IPv6 EIPs on a write for
-// now; the store's objects are what the edge reads, and they may hold
-// them.)
+// one EIP of each family.
 func region6() []model.Object {
 	g := func(a4, a6 string, vsid uint32) []model.Guest {
 		return []model.Guest{{Name: "g1", Address: a(a4), Address6: a(a6), VSID: vsid}}

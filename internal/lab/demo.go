@@ -40,7 +40,7 @@ type DriftReport struct {
 	Errors        []string      `json:"errors,omitempty"`
 }
 
-// Drift streams requests to eip from the Internet node, moves the EIP to
+// Drift streams requests to eip (IPv4 or IPv6) from the Internet node, moves the EIP to
 // toHost/toGuest with one API call halfway through and reports what the
 // stream saw.
 func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, after, interval time.Duration) (DriftReport, error) {
@@ -59,7 +59,8 @@ func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, af
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan []Sample, 1)
-	go func() { done <- l.Stream(sctx, "inet", "http://"+eip+"/", interval, time.Second) }()
+	url := EIPURL(eip)
+	go func() { done <- l.Stream(sctx, "inet", url, interval, time.Second) }()
 	select {
 	case <-ctx.Done():
 		return rep, ctx.Err()
@@ -112,6 +113,53 @@ func (l *Lab) Drift(ctx context.Context, eip, toHost, toGuest string, before, af
 	}
 	sort.Strings(rep.Errors)
 	return rep, nil
+}
+
+// demoEIP6 is the demo's IPv6 step: the lab's EIPs, an IPv6 EIP bound to
+// the dual-stack guest az1-h1/g1 (translated to its address6), reached
+// from the Internet client over IPv6, drifted to AZ 3 under a stream of
+// requests as step 2 drifts the IPv4 one, and unbound.
+func (l *Lab) demoEIP6(ctx context.Context, c *client.Client) error {
+	eip := EIPs6[0]
+	url := EIPURL(eip)
+	l.say("\n== 4b. an IPv6 EIP: bind %s to az1-h1/g1 (address6 %v; the edges encapsulate it over the IPv4 underlay, the agent translates it, NAT66)", eip, GuestAddr6(1, 1, 1))
+	if es, err := c.EIPs(ctx); err == nil {
+		l.say("   the lab's EIPs (azgate eip list):")
+		for _, line := range EIPLines(es, MaxEIPLines) {
+			l.say("     %s", line)
+		}
+	}
+	if _, err := c.BindEIP(ctx, eip, "az1-h1", "g1"); err != nil {
+		return err
+	}
+	body, err := l.WaitAnswer(ctx, url, "hello from az1-h1-g1", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	l.say("   inet$ curl -6 %s  ->  %q", url, body)
+	rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 2*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	l.say("   drift to az3-h1/g1 under a stream (one request every 2ms): %d requests, %d failed, the last started %v after the call returned; first answer from az3-h1-g1 %v after it",
+		rep.Requests, rep.Failed, rep.LastFailStart.Round(time.Millisecond), rep.FirstNew.Round(time.Millisecond))
+	for _, e := range rep.Errors {
+		l.say("   error: %s", e)
+	}
+	if _, err := c.UnbindEIP(ctx, eip); err != nil {
+		return err
+	}
+	l.say("   unbound (azgate eip unbind %s)", eip)
+	return nil
+}
+
+// EIPURL is the URL of the HTTP server behind an EIP, IPv4 or IPv6
+// (bracketed: http://[2001:db8:e1::7]/).
+func EIPURL(eip string) string {
+	if a, err := netip.ParseAddr(eip); err == nil && a.Is6() {
+		return "http://[" + a.String() + "]/"
+	}
+	return "http://" + eip + "/"
 }
 
 // Demo runs the README's scenario on a lab that is up.
@@ -178,6 +226,9 @@ func (l *Lab) Demo(ctx context.Context) error {
 			return fmt.Errorf("%s still answers 5s after unbind", eip)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := l.demoEIP6(ctx, c); err != nil {
+		return err
 	}
 	if err := l.demoServices(ctx); err != nil {
 		return err

@@ -128,14 +128,26 @@ func TestAddressLayout6(t *testing.T) {
 				t.Errorf("%s/%s: %q (%v), want an IPv6 /64 address in %v", n.Name, dev, cidr, err, doc)
 				continue
 			}
+			// az2-h1 and its guests reuse az1-h1's guest links'
+			// addresses (overlapping tenants, as for IPv4): the same
+			// address on the same device of the az1-h1 twin.
+			if shared := SharedGuestHosts[1]; n.Name == shared || n.Host == shared {
+				twin := SharedGuestHosts[0] + strings.TrimPrefix(n.Name, shared)
+				if other := seen[p.Addr()]; other != twin+"/"+dev {
+					t.Errorf("%v on %s/%s: want it on %s/%s only, found on %q", p.Addr(), n.Name, dev, twin, dev, other)
+				}
+				continue
+			}
 			if other, ok := seen[p.Addr()]; ok {
 				t.Errorf("%v on %s/%s and %s", p.Addr(), n.Name, dev, other)
 			}
 			seen[p.Addr()] = n.Name + "/" + dev
 		}
-		want := n.Role == "internet" || n.Role == "router" || n.Role == "edge"
+		// The Internet side and the guests (and the hosts' side of the
+		// guest links) are dual-stack; the underlay and the DMZ are not.
+		want := n.Role == "internet" || n.Role == "router" || n.Role == "edge" || n.Role == "host" || n.Role == "guest"
 		if got := len(n.Addresses6) > 0; got != want {
-			t.Errorf("%s (%s): IPv6 addresses %v, want some: %v (the Internet side only)", n.Name, n.Role, n.Addresses6, want)
+			t.Errorf("%s (%s): IPv6 addresses %v, want some: %v", n.Name, n.Role, n.Addresses6, want)
 		}
 	}
 	set6 := netip.MustParsePrefix(EIPPrefix6)

@@ -301,11 +301,13 @@ func (l *Lab) buildNetwork() error {
 				return err
 			}
 		}
-		// The Internet side is dual-stack: set up before its links are
-		// made (they take the namespace's defaults); rtr and the edges
-		// forward IPv6 as they forward IPv4.
+		// The Internet side and the guests are dual-stack: set up before
+		// their links are made (they take the namespace's defaults); rtr,
+		// the edges and the hosts forward IPv6 as they forward IPv4 (a
+		// host's kernel forwards what its agent passes while a guest's
+		// neighbour is unresolved).
 		if len(n.Addresses6) > 0 {
-			if err := nn.IPv6(n.Role == "router" || n.Role == "edge"); err != nil {
+			if err := nn.IPv6(n.Role == "router" || n.Role == "edge" || n.Role == "host"); err != nil {
 				return err
 			}
 		}
@@ -424,7 +426,8 @@ func (l *Lab) Region() *model.Document {
 		for i := 1; i <= l.Cfg.HostsPerAZ; i++ {
 			h := model.Host{Name: HostName(az, i), AZ: fmt.Sprintf("az%d", az), Underlay: HostUnderlay(az, i)}
 			for g := 1; g <= l.Cfg.GuestsPerHost; g++ {
-				h.Guests = append(h.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: GuestAddr(az, i, g), VSID: GuestVSID(az, i, g)})
+				h.Guests = append(h.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: GuestAddr(az, i, g),
+					Address6: GuestAddr6(az, i, g), VSID: GuestVSID(az, i, g)})
 			}
 			d.Hosts = append(d.Hosts, h)
 		}
@@ -432,6 +435,9 @@ func (l *Lab) Region() *model.Document {
 	d.EdgeSets = EdgeSets()
 	for i := 7; i <= 9; i++ {
 		d.EIPs = append(d.EIPs, model.EIP{Address: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})})
+	}
+	for _, a := range EIPs6 {
+		d.EIPs = append(d.EIPs, model.EIP{Address: netip.MustParseAddr(a)})
 	}
 	return d
 }
@@ -574,7 +580,13 @@ func (l *Lab) StartServer(name string) error {
 	if n == nil || (n.Role != "guest" && n.Role != "server") {
 		return fmt.Errorf("%q is not a guest or a server", name)
 	}
-	if err := l.startCmd(n, "serve", l.Cfg.LabBinary, "lab", "serve", "--name", n.Name); err != nil {
+	argv := []string{l.Cfg.LabBinary, "lab", "serve", "--name", n.Name}
+	if n.Role == "guest" {
+		// Dual-stack guests listen on both families (an empty host is
+		// a dual-stack socket).
+		argv = append(argv, "--http", fmt.Sprintf(":%d,:%d", ServePorts.HTTP, ServePorts.HTTPAlt), "--echo", fmt.Sprintf(":%d", ServePorts.Echo))
+	}
+	if err := l.startCmd(n, "serve", argv...); err != nil {
 		return err
 	}
 	return l.save()

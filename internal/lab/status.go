@@ -83,7 +83,11 @@ type View struct {
 	// (RouterRoutes); RoutesErr says why there are none to show.
 	Routes    map[netip.Prefix][]string `json:"router_routes,omitempty"`
 	RoutesErr string                    `json:"router_routes_error,omitempty"`
-	Nodes     []NodeView                `json:"nodes"`
+	// EIPs are the region's EIPs, IPv4 and IPv6, as the controller holds
+	// them (EIPsErr says why there are none to show).
+	EIPs    []model.EIP `json:"eips,omitempty"`
+	EIPsErr string      `json:"eips_error,omitempty"`
+	Nodes   []NodeView  `json:"nodes"`
 }
 
 // Status describes every node with its namespace, role, AZ, addresses and
@@ -103,6 +107,17 @@ func (l *Lab) Status(ctx context.Context) View {
 	} else {
 		v.Routes = rs
 	}
+	// Bounded as NodeStatuses is: a controller that hangs does not hang
+	// the status.
+	ectx, ecancel := context.WithTimeout(ctx, 5*time.Second)
+	if c, err := l.Client(); err != nil {
+		v.EIPsErr = err.Error()
+	} else if es, err := c.EIPs(ectx); err != nil {
+		v.EIPsErr = err.Error()
+	} else {
+		v.EIPs = es
+	}
+	ecancel()
 	st, _ := l.NodeStatuses(ctx)
 	for _, n := range l.Topo.Nodes {
 		nv := NodeView{Node: n, EtcdEndpoint: l.ProxyOf(n.Name)}
@@ -177,4 +192,52 @@ func (l *Lab) bwView(ctx context.Context) *BWView {
 		v.Managers = append(v.Managers, BWManagerView{BWManager: m, Running: isBWManager(m.PID, l.Cfg.StateDir), Active: holders[m.OwnerKey()] == m.Name})
 	}
 	return v
+}
+
+// MaxEIPLines is how many EIPs `lab status` lists by line (a fleet lab's
+// thousands are counted, not listed).
+const MaxEIPLines = 16
+
+// EIPLines describes the EIPs for `lab status`, one line each, the IPv4
+// ones first and then the IPv6 ones (each family in address order): the
+// address, the family, the guest it is bound to and its dedicated set.
+// Past max lines the rest are counted by family in one last line.
+func EIPLines(es []model.EIP, max int) []string {
+	es = append([]model.EIP(nil), es...)
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i].Address, es[j].Address
+		if a.Is4() != b.Is4() {
+			return a.Is4()
+		}
+		return a.Less(b)
+	})
+	var out []string
+	var more4, more6 int
+	for _, e := range es {
+		if len(out) >= max {
+			if e.Address.Is4() {
+				more4++
+			} else {
+				more6++
+			}
+			continue
+		}
+		fam := "IPv4"
+		if e.Address.Is6() {
+			fam = "IPv6"
+		}
+		bound := "unbound"
+		if e.Binding != nil {
+			bound = "-> " + e.Binding.Host + "/" + e.Binding.Guest
+		}
+		line := fmt.Sprintf("%s (%s) %s", e.Address, fam, bound)
+		if e.Set != "" {
+			line += ", set " + e.Set
+		}
+		out = append(out, line)
+	}
+	if more4+more6 > 0 {
+		out = append(out, fmt.Sprintf("... %d more (%d IPv4, %d IPv6)", more4+more6, more4, more6))
+	}
+	return out
 }

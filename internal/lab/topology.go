@@ -15,7 +15,7 @@
 //	                     fab             underlay router, 198.18.0.0/16
 //	    /   /  |  \   \   \    //	az1-h1 az1-h2 ... az3-h2   hosts running the agent (XDP on ul0 and
 //	   |  \                    guest links)
-//	  g1   g2                guests, 198.19.0.0/16 private addresses
+//	  g1   g2                guests, 198.19.0.0/16 and 2001:db8:f0::/48 private addresses
 //
 //	rtr, edge-a1..b2 (dmz0), dmz1..3: the DMZ segment (a bridge in dmzsw),
 //	where the prefix set's ARP owner answers for the nat VIPs and the
@@ -29,9 +29,11 @@
 // The Internet side (inet, atk, rtr, the edges' ext0) is dual-stack: IPv6
 // addresses from 2001:db8::/32 (RFC 3849) beside the IPv4 ones, and the
 // prefix set owns EIPPrefix6 beside EIPPrefix, announced over MP-BGP on
-// the same sessions. The underlay, the DMZ and the guests are IPv4 only;
-// there is no IPv6 data path on the edges yet (IPv6 traffic to the set's
-// prefix ends at the edges' kernel discard routes).
+// the same sessions. The guests are dual-stack too (GuestAddr6, their
+// address6): an IPv6 EIP from EIPPrefix6 is encapsulated to its guest's
+// host over the IPv4 underlay and translated there (NAT66). The underlay
+// and the DMZ are IPv4 only; IPv6 traffic to the set's prefix that no
+// IPv6 EIP takes ends at the edges' kernel discard routes.
 //
 // Everything is sealed: no link to the machine's interfaces, no default
 // route out; addresses come from RFC 5737, RFC 2544 and RFC 3849 ranges.
@@ -53,7 +55,7 @@ type Node struct {
 	Set       string            `json:"set,omitempty"`  // for edges: their edge set
 	Addresses map[string]string `json:"addresses"`      // interface -> CIDR
 	// Addresses6 are the interfaces' IPv6 addresses (the Internet side's
-	// nodes only), interface -> CIDR.
+	// nodes, the hosts' guest links and the guests), interface -> CIDR.
 	Addresses6 map[string]string `json:"addresses6,omitempty"`
 	Process    *Proc             `json:"process,omitempty"`
 }
@@ -123,6 +125,11 @@ const (
 	AttackerGateway6 = "2001:db8:192::1"
 	EIPPrefix6       = "2001:db8:e1::/48"
 )
+
+// EIPs6 are the lab's IPv6 EIPs (from EIPPrefix6), created unbound
+// beside the IPv4 ones (198.51.100.7-9); bound, one translates to its
+// guest's GuestAddr6.
+var EIPs6 = []string{"2001:db8:e1::7", "2001:db8:e1::8"}
 
 // SetPrefixes are the prefixes of the lab's prefix set, IPv4 and IPv6:
 // the routes rtr learns from it.
@@ -286,6 +293,22 @@ func GuestAddr(az, i, g int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 19, byte(guestNet(az, i)), byte(2*g - 1)})
 }
 
+// GuestAddr6 is the private IPv6 address (address6) of guest g (1-based)
+// on a host: 2001:db8:f0:NNGG::2 in the guest link's /64, NN the host's
+// guest net (guestNet, written in decimal digits: az1-h1's 11) and GG the
+// guest's number (hex), so az1-h1/g1 is 2001:db8:f0:1101::2; az2-h1's
+// guests reuse az1-h1's, as their IPv4 addresses do (SharedGuestHosts).
+func GuestAddr6(az, i, g int) netip.Addr { return guest6(az, i, g, 2) }
+
+// GuestGateway6 is the host's address on guest g's link, ::1 in the
+// guest's /64: the guest's IPv6 default gateway.
+func GuestGateway6(az, i, g int) netip.Addr { return guest6(az, i, g, 1) }
+
+func guest6(az, i, g, host int) netip.Addr {
+	n := guestNet(az, i)
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0xf0, byte(n/10<<4 | n%10), byte(g), 15: byte(host)})
+}
+
 // DMZAddr is the address of DMZ server i (1-based).
 func DMZAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 200, byte(2*i - 1)}) }
 
@@ -379,6 +402,13 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 				gw := fmt.Sprintf("198.19.%d.%d", guestNet(az, i), 2*g-2)
 				t.link(h, fmt.Sprintf("g%d", g), gw+"/31", gn, "eth0", GuestAddr(az, i, g).String()+"/31", GuestMTU)
 				t.routes = append(t.routes, route{gn, "default", gw, "eth0"})
+				// Dual-stack guests: a /64 per guest link, the host ::1
+				// (the guest's IPv6 gateway), the guest ::2 (its
+				// address6, what an IPv6 EIP translates to).
+				gw6 := GuestGateway6(az, i, g)
+				t.addr6(h, fmt.Sprintf("g%d", g), gw6.String()+"/64")
+				t.addr6(gn, "eth0", GuestAddr6(az, i, g).String()+"/64")
+				t.routes = append(t.routes, route{gn, "::/0", gw6.String(), "eth0"})
 			}
 		}
 	}

@@ -74,13 +74,11 @@ func region6(t *testing.T) *State {
 	return s
 }
 
-// An IPv6 EIP is checked in full against the state, then refused by the
-// one refusal (checkEIPWrite) while the data plane lacks parts of its
-// path; checkEIP alone holds the rules for when the model takes them.
+// An IPv6 EIP is checked in full against the state and written when it
+// passes (issue 21: the model takes IPv6 EIPs).
 func TestIPv6EIPState(t *testing.T) {
 	s := region6(t)
 	put := func(o Object) error { _, err := s.Put(o); return err }
-	refused := "IPv6 EIPs are not supported yet (the edge has no IPv6 data path); use an IPv4 address"
 	v6 := func(a string, host, guest string) *EIP {
 		e := &EIP{Address: addr(a)}
 		if host != "" {
@@ -102,36 +100,41 @@ func TestIPv6EIPState(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkErrors(t, s.checkEIP(tc.e, nil, false), tc.want)
-			// A write says the same, or, with nothing else wrong, the
-			// refusal: the state is unchanged.
-			err := put(tc.e)
+			// A write says the same, or stores the EIP; the test's
+			// writes are undone.
+			undo, err := s.Put(tc.e)
 			if len(tc.want) == 0 {
-				wantErr(t, err, "address", "2001:db8:a::7: "+refused)
-			} else {
-				f, text, _ := strings.Cut(tc.want[0], "~")
-				wantErr(t, err, f, text)
-				if strings.Contains(err.Error(), refused) {
-					t.Errorf("error %q adds the refusal to a real fault", err)
+				if err != nil {
+					t.Fatalf("a valid IPv6 EIP refused: %v", err)
 				}
+				if got := s.EIPs[tc.e.Key()]; got != tc.e {
+					t.Fatalf("stored %+v", got)
+				}
+				undo()
+				return
 			}
+			f, text, _ := strings.Cut(tc.want[0], "~")
+			wantErr(t, err, f, text)
 			if _, ok := s.EIPs[tc.e.Key()]; ok {
 				t.Fatalf("refused EIP %s stored", tc.e.Key())
 			}
 		})
 	}
 
-	// One EIP of each family per guest: a stored IPv6 EIP (Set: what
-	// the store holds loads without the write's checks) and an IPv4 one
+	// One EIP of each family per guest: an IPv6 EIP and an IPv4 one
 	// share h1/g1; a second IPv6 EIP is refused for its own reason.
-	s.Set(v6("2001:db8:a::7", "h1", "g1"))
+	if err := put(v6("2001:db8:a::7", "h1", "g1")); err != nil {
+		t.Fatal(err)
+	}
 	if v4, v6 := s.BoundEIPs("h1", "g1"); v4 != "198.51.100.7" || v6 != "2001:db8:a::7" {
 		t.Fatalf("BoundEIPs = %q, %q", v4, v6)
 	}
 	if e, ok := s.BoundEIP("h1", "g1"); !ok || e != "198.51.100.7" {
 		t.Fatalf("BoundEIP = %q %v, want the IPv4 one", e, ok)
 	}
-	checkErrors(t, s.checkEIP(v6("2001:db8:a::8", "h1", "g1"), nil, false),
-		[]string{"binding.guest~guest h1/g1 is already bound to EIP 2001:db8:a::7 (a guest holds one EIP of each family, IPv4 and IPv6)"})
+	wantErr(t, put(v6("2001:db8:a::8", "h1", "g1")), "binding.guest", "guest h1/g1 is already bound to EIP 2001:db8:a::7 (a guest holds one EIP of each family, IPv4 and IPv6)")
+	// Moved (eip bind) to g2, which has no IPv6 address: refused.
+	wantErr(t, put(v6("2001:db8:a::7", "h1", "g2")), "binding.guest", "guest h1/g2 has no IPv6 address (address6)")
 	checkErrors(t, s.checkEIP(v6("2001:db8:a::7", "h1", "g1"), nil, false), nil) // itself
 	// An IPv4 EIP moved to the guest holding an IPv6 one: only the IPv4
 	// binding counts.
@@ -163,9 +166,11 @@ func TestIPv6EIPState(t *testing.T) {
 	h = *s.Hosts["h1"]
 	h.Guests = h.Guests[1:]
 	wantErr(t, put(&h), "guests", `guest "g1" is bound to EIP 2001:db8:a::7: unbind it before removing the guest`)
-	s.Remove(KindEIP, "2001:db8:a::7")
+	if _, err := s.Delete(KindEIP, "2001:db8:a::7"); err != nil {
+		t.Fatal(err)
+	}
 	if _, v6 := s.BoundEIPs("h1", "g1"); v6 != "" {
-		t.Fatalf("removed IPv6 EIP still bound: %q", v6)
+		t.Fatalf("deleted IPv6 EIP still bound: %q", v6)
 	}
 	if err := put(&h); err != nil {
 		t.Fatal(err)

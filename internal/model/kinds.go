@@ -44,7 +44,7 @@ var registry = []kindDef{
 		name: KindEIP, singular: "EIP", user: true,
 		field:       func(s *State) *map[string]*EIP { return &s.EIPs },
 		less:        func(a, b *EIP) bool { return a.Address.Less(b.Address) },
-		check:       (*State).checkEIPWrite,
+		check:       (*State).checkEIP,
 		index:       (*State).indexEIP,
 		checkDelete: (*State).checkDeleteEIP,
 	},

@@ -245,9 +245,7 @@ func checkPublic6(es *Errors, field string, a netip.Addr) {
 }
 
 // checkEIPAddress checks an EIP's address on its own: IPv4 unicast, or an
-// IPv6 address the edges may serve (checkPublic6). The model's one
-// refusal of IPv6 EIPs while the data plane lacks parts of their path is
-// State.checkEIPWrite's.
+// IPv6 address the edges may serve (checkPublic6).
 func checkEIPAddress(es *Errors, field string, a netip.Addr) {
 	if a.Is6() {
 		checkPublic6(es, field, a)

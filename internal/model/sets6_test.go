@@ -145,10 +145,14 @@ func TestEdgeSetOverlap6(t *testing.T) {
 	if err := put(&EdgeSet{Name: "pop-b", Prefixes: []netip.Prefix{prefix("2001:db8:b::/48")}}); err != nil {
 		t.Fatal(err)
 	}
-	// IPv6 EIPs stay refused, with their reason; so is a quarantine of
-	// an IPv6 address (no IPv6 EIP exists, and VIPs are IPv4).
-	wantErr(t, put(&EIP{Address: addr("2001:db8:a::7")}), "address", "IPv6 EIPs are not supported yet")
-	wantErr(t, put(&Quarantine{Address: addr("2001:db8:a::7")}), "address", "2001:db8:a::7 is neither an EIP nor a VIP")
+	// An IPv6 EIP in the set's IPv6 prefix is taken; a quarantine of an
+	// IPv6 address names an IPv6 EIP (VIPs are IPv4) and needs the
+	// quarantine set.
+	if err := put(&EIP{Address: addr("2001:db8:a::7")}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, put(&Quarantine{Address: addr("2001:db8:a::8")}), "address", "2001:db8:a::8 is neither an EIP nor a VIP")
+	wantErr(t, put(&Quarantine{Address: addr("2001:db8:a::7")}), "address", "the region has no quarantine set")
 }
 
 // A document stored before IPv6 (no nextHop6, IPv4 prefixes) loads, and
@@ -191,8 +195,7 @@ func TestEdgeSetDocumentCompat(t *testing.T) {
 	}
 }
 
-// The rule held for IPv6 EIPs (refused by checkEIPWrite for now, so fed
-// below it here): a dedicated or quarantine set announces an IPv6
+// The rule held for IPv6 EIPs: a dedicated or quarantine set announces an IPv6
 // address's /128 only if each of its BGP edges has an IPv6 next hop.
 func TestIPv6HostRoutesNeedNextHop6(t *testing.T) {
 	s := region(t)

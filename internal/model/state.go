@@ -416,23 +416,6 @@ func (s *State) checkEIP(e, _ *EIP, _ bool) Errors {
 	return es
 }
 
-// checkEIPWrite is checkEIP with the model's one refusal of IPv6 EIPs
-// (issue 21): everything else about an IPv6 EIP is checked (its
-// address, the set prefix covering it, its guest's IPv6 address, one EIP
-// per guest and family), and an IPv6 EIP that passes all of it is
-// refused while the edge's return path and its IPv6 firewall and limits
-// are missing. Opening the model to IPv6 EIPs is removing this function
-// (the EIP kind's check is then checkEIP). Stored IPv6 EIPs load
-// (Validate takes them) and the nodes program them: only writes are
-// refused.
-func (s *State) checkEIPWrite(e, old *EIP, had bool) Errors {
-	es := s.checkEIP(e, old, had)
-	if len(es) == 0 && e.Address.Is6() {
-		es.add("address", "%v: IPv6 EIPs are not supported yet (the edge has no IPv6 data path); use an IPv4 address", e.Address)
-	}
-	return es
-}
-
 // indexEIP keeps the binding indexes.
 func (s *State) indexEIP(e *EIP, add bool) {
 	if add {

@@ -25,8 +25,7 @@ func region6(t *testing.T) *model.State {
 
 // An IPv6 EIP is placed as an IPv4 one: the carriers of its address (its
 // /48's set, its pull-out) and its host; a guest holding one EIP of each
-// family is copied to the sets of both. The model refuses IPv6 EIPs on a
-// write for now, so they are Set, as the store's objects are loaded.
+// family is copied to the sets of both.
 func TestIPv6EIPPlacement(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -50,7 +49,7 @@ func TestIPv6EIPPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := region6(t)
 			for _, o := range tc.objs {
-				st.Set(o)
+				mustPut(t, st, o)
 			}
 			if got := Of(st, tc.ref); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Of(%v) = %q, want %q", tc.ref, got, tc.want)
@@ -71,7 +70,7 @@ func TestIPv6EIPPlacement(t *testing.T) {
 // the old one leaves it but stays where its IPv4 EIP needs it.
 func TestIPv6EIPMove(t *testing.T) {
 	st := region6(t)
-	st.Set(eip("2001:db8:b::7", "", "h1/g1"))
+	mustPut(t, st, eip("2001:db8:b::7", "", "h1/g1"))
 	mustPut(t, st, eip("198.51.100.10", "", "h1/g1"))
 	have := allCopies(t, st)
 	changed := []Ref{{model.KindEIP, "2001:db8:b::7"}}
@@ -79,7 +78,7 @@ func TestIPv6EIPMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Set(eip("2001:db8:b::7", "", "h2/g1"))
+	mustPut(t, st, eip("2001:db8:b::7", "", "h2/g1"))
 	after, err := Take(st, changed, before)
 	if err != nil {
 		t.Fatal(err)

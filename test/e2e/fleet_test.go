@@ -101,10 +101,11 @@ func TestFleetRoutes(t *testing.T) {
 		}
 	})
 
-	// No IPv6 data path on the edges yet: a TCP SYN from the Internet to
-	// an address of the set's IPv6 prefix crosses rtr to a member, whose
-	// kernel's discard route answers ICMPv6 no route; rtr answers none
-	// itself (it has the route).
+	// An address of the set's IPv6 prefix that is no EIP (the lab's IPv6
+	// EIPs are 2001:db8:e1::7 and ::8, TestEIP6Drift): a TCP SYN from
+	// the Internet to it crosses rtr to a member, whose kernel's discard
+	// route answers ICMPv6 no route; rtr answers none itself (it has the
+	// route).
 	t.Run("IPv6 to the set's prefix reaches a member's kernel", func(t *testing.T) {
 		nodes := append([]string{"rtr"}, all...)
 		before, err := l.SNMP6(lab.ICMP6Counter, nodes...)
@@ -117,14 +118,14 @@ func TestFleetRoutes(t *testing.T) {
 		// sender rethinks a socket's flow hash on retransmission).
 		t0 := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err := lab.Dialer(l.Topo.Node("inet").Netns)(dctx, "tcp6", "[2001:db8:e1::7]:80")
+		conn, err := lab.Dialer(l.Topo.Node("inet").Netns)(dctx, "tcp6", "[2001:db8:e1::99]:80")
 		dcancel()
 		t.Logf("connect: %v after %v", err, time.Since(t0).Round(time.Millisecond))
 		if err == nil {
 			conn.Close()
 		}
 		if !errors.Is(err, syscall.ENETUNREACH) {
-			t.Errorf("connect from inet to [2001:db8:e1::7]:80: %v, want network unreachable (ICMPv6 no route)", err)
+			t.Errorf("connect from inet to [2001:db8:e1::99]:80: %v, want network unreachable (ICMPv6 no route)", err)
 		}
 		after, err := l.SNMP6(lab.ICMP6Counter, nodes...)
 		if err != nil {
