@@ -181,6 +181,8 @@ func TestEdgeICMPv6Errors(t *testing.T) {
 	fs := []fixture{
 		ttl("hop limit 1, udp", hop1),
 		ttl("hop limit 0, tcp syn", hop0tcp),
+		{name: "ethernet padding is not quoted", dev: dptest.ExtDev, in: append(inet(hop1), make([]byte, 6)...), action: xdpTX,
+			out: icmp6Want(t, link, hop1, 3, 0), check: icmp6SumOK(14), stats: map[string]uint64{"icmp_ttl_tx": 1}, eipSlot: slot},
 		ttl("odd length: the last byte in the checksum", odd),
 		ttl("length 2 mod 4", half),
 		ttl("longer than 1280 in all: quoted to 1232 bytes", long),
