@@ -963,14 +963,29 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 	return c;
 }
 
+/* An ICMPv6 error about p6 (icmp6_error, lib/icmp.h: what is ICMP6_WHAT)
+ * in place of the frame, counted: XDP_TX under icmp_ttl_tx or
+ * icmp_frag_tx (the IPv4 errors' counters, as their budgets are), or a
+ * drop under the reason icmp6_error gives (drop_icmp_limit over budget). */
+static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p6, __u32 what, __u64 len)
+{
+	int st = icmp6_error(ctx, p6, what);
+	if (st & ICMP6_SENT) {
+		count_out(ctx, st & 0xffff, len);
+		return XDP_TX;
+	}
+	return count_drop(ctx, st, len);
+}
+
 /* Internet -> an IPv6 EIP: encapsulated in NVGRE (over the IPv4 underlay)
  * to the host its route names, as edge_to_host does for IPv4: the same
  * key (VSID << 8 | FlowID, the FlowID from flow_hash6 of the 5-tuple),
  * inner MACs (destination 02:00 and the EIP's last four bytes, source the
  * edge's virtual router MAC), outer DF, TTL and TOS (the traffic class);
  * the hop limit decremented. An expired hop limit and a packet the
- * underlay's MTU cannot carry are dropped (drop_ttl, drop_too_big: the
- * ICMPv6 errors are not sent yet). A VIP route of an IPv6 address exists
+ * underlay's MTU cannot carry get ICMPv6 time exceeded and packet too
+ * big (icmp6_answer), or are dropped (drop_ttl, drop_too_big) when none
+ * is sent. A VIP route of an IPv6 address exists
  * in no plan (no IPv6 load balancing): dropped, drop_lb_no_backend.
  * Returns the XDP action, or -1 for an address that is no EIP (the
  * caller passes it to the kernel). Called from entry.h's ipv6_frame for
@@ -1009,7 +1024,8 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 			return count_drop(ctx, STAT_DROP_BW, len);
 	}
 	if (p->ttl <= 1)
-		return count_drop(ctx, STAT_DROP_TTL, len);
+		return icmp6_answer(ctx, p6,
+				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
 	struct bpf_fib_lookup *fib = fib_room();
 	if (!fib)
 		return -1;
@@ -1023,8 +1039,12 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	__u8 tos = p->tos;
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/* The largest inner packet the tunnel carries (icmp6_error
+		 * sends none below 1280). */
+		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
+		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
+	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(ctx, fib_reason(rc), len);
 

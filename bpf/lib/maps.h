@@ -234,6 +234,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg SEC(".maps");
 
+/* The edge's IPv6 settings (struct edge_config6, one entry): beside
+ * edge_cfg, whose entry keeps its size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct edge_config6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} edge_cfg6 SEC(".maps");
+
+/* icmp6_error's scratch (struct icmp6_room), one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct icmp6_room);
+} edge_icmp6_scratch SEC(".maps");
+
 /* ---- edge: services (lib/lb.h) ---- */
 
 /* (VIP, protocol, port) -> listener; port 0 is the any-port listener. */

@@ -298,6 +298,23 @@ struct rl6_scratch {
 	__u64 v;
 };
 
+/* Edge: the IPv6 settings beside edge_config (edge_cfg6, one entry; the
+ * IPv4 entry keeps its size). */
+struct edge_config6 {
+	struct ip_addr icmp_src; /* source of ICMPv6 errors sent to the Internet; :: sends none */
+};
+
+/* Edge: icmp6_error's per-CPU scratch (edge_icmp6_scratch): what it keeps
+ * across the helpers it calls (the IPv6 path has no stack left). */
+struct icmp6_room {
+	struct ip_addr src; /* the error's source (edge_config6.icmp_src) */
+	struct ip_addr dst; /* the offending packet's source */
+	__u32 l3;           /* link header length: 14, 18 or 22 */
+	__u32 quote;        /* bytes of the offending packet quoted */
+	__u32 mtu;          /* packet too big's MTU (0: time exceeded) */
+	__u32 kind;         /* ICMP_KIND_TTL or ICMP_KIND_FRAG: the budget */
+};
+
 /* Traffic generator template (bench.c). */
 struct gen_config {
 	__u8 tmpl[64];   /* Ethernet+IPv4+UDP header written over every frame */

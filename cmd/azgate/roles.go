@@ -264,7 +264,7 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource, healthSource, arpGateway, bwZone string
+		var icmpSource, icmpSource6, healthSource, arpGateway, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
 		var eipMax, ctMax, listenerMax, backendMax uint32
@@ -320,6 +320,13 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 					return nil, fmt.Errorf("--icmp-source: %w", err)
 				}
 				cfg.ICMPSource = a
+			}
+			if icmpSource6 != "" {
+				a, err := netip.ParseAddr(icmpSource6)
+				if err != nil {
+					return nil, fmt.Errorf("--icmp-source6: %w", err)
+				}
+				cfg.ICMPSource6 = a
 			}
 			if healthSource != "" {
 				a, err := netip.ParseAddr(healthSource)
@@ -382,6 +389,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		df.add(c)
 		c.Flags().StringSliceVar(&attach, "attach", nil, "interfaces to attach the edge program to (Internet side and underlay side)")
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
+		c.Flags().StringVar(&icmpSource6, "icmp-source6", "", "source address of ICMPv6 errors (time exceeded, packet too big) about packets to IPv6 EIPs: a global unicast IPv6 address of the edge the Internet routes to it (default: none, such packets are dropped and counted)")
 		c.Flags().StringVar(&healthSource, "health-source", "", "the edge's own health-check address (e.g. from 198.18.0.0/15; never an EIP or VIP): encap-mode backends are checked from it through the NVGRE tunnel (default: none, they are probed directly at their private addresses)")
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		icmpTTL.add(c, "icmp-ttl", "ICMP time exceeded")

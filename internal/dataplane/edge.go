@@ -191,6 +191,16 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 			return err
 		}
 	}
+	var v6 edgeEdgeConfig6
+	if c.ICMPSource6.IsValid() {
+		a := c.ICMPSource6
+		if !a.Is6() || a.Is4In6() || a.Zone() != "" || !a.IsGlobalUnicast() {
+			return fmt.Errorf("ICMPv6 source %v: not a global unicast IPv6 address", a)
+		}
+		if v6.IcmpSrc, _, err = addrTo(a); err != nil {
+			return err
+		}
+	}
 	v.HashSeed = c.HashSeed
 	if c.ICMPRate > MaxICMPRate {
 		return fmt.Errorf("ICMP rate %d/s: at most %d", c.ICMPRate, MaxICMPRate)
@@ -214,6 +224,14 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	defer e.cfgMu.Unlock()
 	if err := e.objs.EdgeCfg.Lookup(uint32(0), &old); err == nil {
 		v.NhGen = old.NhGen + 1 // a new config invalidates cached next hops
+	}
+	// (An older program, loaded by the upgrade tests, has no edge_cfg6.)
+	if e.objs.EdgeCfg6 != nil {
+		if err := e.objs.EdgeCfg6.Update(uint32(0), &v6, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write edge IPv6 config: %w", err)
+		}
+	} else if c.ICMPSource6.IsValid() {
+		return fmt.Errorf("ICMPv6 source %v: this edge program sends no ICMPv6 errors", c.ICMPSource6)
 	}
 	if err := e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write edge config: %w", err)

@@ -144,6 +144,11 @@ type edgeEdgeConfig struct {
 	Pad       uint16
 }
 
+type edgeEdgeConfig6 struct {
+	_       structs.HostLayout
+	IcmpSrc edgeIpAddr
+}
+
 type edgeEdgeRoom6 struct {
 	_  structs.HostLayout
 	P6 struct {
@@ -332,6 +337,16 @@ type edgeHcTarget struct {
 	Guest uint32
 	Vsid  uint32
 	Pad   uint32
+}
+
+type edgeIcmp6Room struct {
+	_     structs.HostLayout
+	Src   edgeIpAddr
+	Dst   edgeIpAddr
+	L3    uint32
+	Quote uint32
+	Mtu   uint32
+	Kind  uint32
 }
 
 type edgeIcmpBucket struct {
@@ -539,70 +554,72 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapArpAddrs       = "arp_addrs"
-	edgeMapArpIfaces      = "arp_ifaces"
-	edgeMapArpOwner       = "arp_owner"
-	edgeMapCtBuckets      = "ct_buckets"
-	edgeMapCtEvents       = "ct_events"
-	edgeMapEdgeCfg        = "edge_cfg"
-	edgeMapEdgeLimits     = "edge_limits"
-	edgeMapEdgeLimits6    = "edge_limits6"
-	edgeMapEdgeRl6Scratch = "edge_rl6_scratch"
-	edgeMapEdgeRlSrc      = "edge_rl_src"
-	edgeMapEdgeRlSrc6     = "edge_rl_src6"
-	edgeMapEdgeScratch6   = "edge_scratch6"
-	edgeMapEdgeSpoofSrc   = "edge_spoof_src"
-	edgeMapEdgeSpoofSrc6  = "edge_spoof_src6"
-	edgeMapEipBw          = "eip_bw"
-	edgeMapEipBw6         = "eip_bw6"
-	edgeMapEipBwSlots     = "eip_bw_slots"
-	edgeMapEipCache       = "eip_cache"
-	edgeMapEipCache6      = "eip_cache6"
-	edgeMapEipRouteGen    = "eip_route_gen"
-	edgeMapEipRoutes      = "eip_routes"
-	edgeMapEipStats       = "eip_stats"
-	edgeMapFibScratch     = "fib_scratch"
-	edgeMapFwBloom        = "fw_bloom"
-	edgeMapFwDst          = "fw_dst"
-	edgeMapFwDst6         = "fw_dst6"
-	edgeMapFwGlobal       = "fw_global"
-	edgeMapFwRules        = "fw_rules"
-	edgeMapFwRules6       = "fw_rules6"
-	edgeMapFwStats        = "fw_stats"
-	edgeMapFwVcache       = "fw_vcache"
-	edgeMapFwVcache6      = "fw_vcache6"
-	edgeMapHcMarks        = "hc_marks"
-	edgeMapHcPeers        = "hc_peers"
-	edgeMapHcStats        = "hc_stats"
-	edgeMapIcmpBudgets    = "icmp_budgets"
-	edgeMapIcmpKinds      = "icmp_kinds"
-	edgeMapLbBackends     = "lb_backends"
-	edgeMapLbBeStats      = "lb_be_stats"
-	edgeMapLbCfg          = "lb_cfg"
-	edgeMapLbConns        = "lb_conns"
-	edgeMapLbInfo         = "lb_info"
-	edgeMapLbListeners    = "lb_listeners"
-	edgeMapLbNatBackends  = "lb_nat_backends"
-	edgeMapLbNatConns     = "lb_nat_conns"
-	edgeMapLbRanges       = "lb_ranges"
-	edgeMapLbTableOwner   = "lb_table_owner"
-	edgeMapLbTables       = "lb_tables"
-	edgeMapMonEvents      = "mon_events"
-	edgeMapMonState       = "mon_state"
-	edgeMapNhCache        = "nh_cache"
-	edgeMapNhCache6       = "nh_cache6"
-	edgeMapStats          = "stats"
-	edgeProgTcEdgeHc      = "tc_edge_hc"
-	edgeProgXdpEdge       = "xdp_edge"
-	edgeVarBwClockBase    = "bw_clock_base"
-	edgeVarBwTickNs       = "bw_tick_ns"
-	edgeVarCtEventBtf     = "ct_event_btf"
-	edgeVarCtEventsLost   = "ct_events_lost"
-	edgeVarCtSyncOn       = "ct_sync_on"
-	edgeVarHcAddress      = "hc_address"
-	edgeVarMonBurst       = "mon_burst"
-	edgeVarMonFlags       = "mon_flags"
-	edgeVarMonRate        = "mon_rate"
+	edgeMapArpAddrs         = "arp_addrs"
+	edgeMapArpIfaces        = "arp_ifaces"
+	edgeMapArpOwner         = "arp_owner"
+	edgeMapCtBuckets        = "ct_buckets"
+	edgeMapCtEvents         = "ct_events"
+	edgeMapEdgeCfg          = "edge_cfg"
+	edgeMapEdgeCfg6         = "edge_cfg6"
+	edgeMapEdgeIcmp6Scratch = "edge_icmp6_scratch"
+	edgeMapEdgeLimits       = "edge_limits"
+	edgeMapEdgeLimits6      = "edge_limits6"
+	edgeMapEdgeRl6Scratch   = "edge_rl6_scratch"
+	edgeMapEdgeRlSrc        = "edge_rl_src"
+	edgeMapEdgeRlSrc6       = "edge_rl_src6"
+	edgeMapEdgeScratch6     = "edge_scratch6"
+	edgeMapEdgeSpoofSrc     = "edge_spoof_src"
+	edgeMapEdgeSpoofSrc6    = "edge_spoof_src6"
+	edgeMapEipBw            = "eip_bw"
+	edgeMapEipBw6           = "eip_bw6"
+	edgeMapEipBwSlots       = "eip_bw_slots"
+	edgeMapEipCache         = "eip_cache"
+	edgeMapEipCache6        = "eip_cache6"
+	edgeMapEipRouteGen      = "eip_route_gen"
+	edgeMapEipRoutes        = "eip_routes"
+	edgeMapEipStats         = "eip_stats"
+	edgeMapFibScratch       = "fib_scratch"
+	edgeMapFwBloom          = "fw_bloom"
+	edgeMapFwDst            = "fw_dst"
+	edgeMapFwDst6           = "fw_dst6"
+	edgeMapFwGlobal         = "fw_global"
+	edgeMapFwRules          = "fw_rules"
+	edgeMapFwRules6         = "fw_rules6"
+	edgeMapFwStats          = "fw_stats"
+	edgeMapFwVcache         = "fw_vcache"
+	edgeMapFwVcache6        = "fw_vcache6"
+	edgeMapHcMarks          = "hc_marks"
+	edgeMapHcPeers          = "hc_peers"
+	edgeMapHcStats          = "hc_stats"
+	edgeMapIcmpBudgets      = "icmp_budgets"
+	edgeMapIcmpKinds        = "icmp_kinds"
+	edgeMapLbBackends       = "lb_backends"
+	edgeMapLbBeStats        = "lb_be_stats"
+	edgeMapLbCfg            = "lb_cfg"
+	edgeMapLbConns          = "lb_conns"
+	edgeMapLbInfo           = "lb_info"
+	edgeMapLbListeners      = "lb_listeners"
+	edgeMapLbNatBackends    = "lb_nat_backends"
+	edgeMapLbNatConns       = "lb_nat_conns"
+	edgeMapLbRanges         = "lb_ranges"
+	edgeMapLbTableOwner     = "lb_table_owner"
+	edgeMapLbTables         = "lb_tables"
+	edgeMapMonEvents        = "mon_events"
+	edgeMapMonState         = "mon_state"
+	edgeMapNhCache          = "nh_cache"
+	edgeMapNhCache6         = "nh_cache6"
+	edgeMapStats            = "stats"
+	edgeProgTcEdgeHc        = "tc_edge_hc"
+	edgeProgXdpEdge         = "xdp_edge"
+	edgeVarBwClockBase      = "bw_clock_base"
+	edgeVarBwTickNs         = "bw_tick_ns"
+	edgeVarCtEventBtf       = "ct_event_btf"
+	edgeVarCtEventsLost     = "ct_events_lost"
+	edgeVarCtSyncOn         = "ct_sync_on"
+	edgeVarHcAddress        = "hc_address"
+	edgeVarMonBurst         = "mon_burst"
+	edgeVarMonFlags         = "mon_flags"
+	edgeVarMonRate          = "mon_rate"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -655,59 +672,61 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
-	ArpAddrs       *ebpf.MapSpec `ebpf:"arp_addrs"`
-	ArpIfaces      *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	ArpOwner       *ebpf.MapSpec `ebpf:"arp_owner"`
-	CtBuckets      *ebpf.MapSpec `ebpf:"ct_buckets"`
-	CtEvents       *ebpf.MapSpec `ebpf:"ct_events"`
-	EdgeCfg        *ebpf.MapSpec `ebpf:"edge_cfg"`
-	EdgeLimits     *ebpf.MapSpec `ebpf:"edge_limits"`
-	EdgeLimits6    *ebpf.MapSpec `ebpf:"edge_limits6"`
-	EdgeRl6Scratch *ebpf.MapSpec `ebpf:"edge_rl6_scratch"`
-	EdgeRlSrc      *ebpf.MapSpec `ebpf:"edge_rl_src"`
-	EdgeRlSrc6     *ebpf.MapSpec `ebpf:"edge_rl_src6"`
-	EdgeScratch6   *ebpf.MapSpec `ebpf:"edge_scratch6"`
-	EdgeSpoofSrc   *ebpf.MapSpec `ebpf:"edge_spoof_src"`
-	EdgeSpoofSrc6  *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
-	EipBw          *ebpf.MapSpec `ebpf:"eip_bw"`
-	EipBw6         *ebpf.MapSpec `ebpf:"eip_bw6"`
-	EipBwSlots     *ebpf.MapSpec `ebpf:"eip_bw_slots"`
-	EipCache       *ebpf.MapSpec `ebpf:"eip_cache"`
-	EipCache6      *ebpf.MapSpec `ebpf:"eip_cache6"`
-	EipRouteGen    *ebpf.MapSpec `ebpf:"eip_route_gen"`
-	EipRoutes      *ebpf.MapSpec `ebpf:"eip_routes"`
-	EipStats       *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch     *ebpf.MapSpec `ebpf:"fib_scratch"`
-	FwBloom        *ebpf.MapSpec `ebpf:"fw_bloom"`
-	FwDst          *ebpf.MapSpec `ebpf:"fw_dst"`
-	FwDst6         *ebpf.MapSpec `ebpf:"fw_dst6"`
-	FwGlobal       *ebpf.MapSpec `ebpf:"fw_global"`
-	FwRules        *ebpf.MapSpec `ebpf:"fw_rules"`
-	FwRules6       *ebpf.MapSpec `ebpf:"fw_rules6"`
-	FwStats        *ebpf.MapSpec `ebpf:"fw_stats"`
-	FwVcache       *ebpf.MapSpec `ebpf:"fw_vcache"`
-	FwVcache6      *ebpf.MapSpec `ebpf:"fw_vcache6"`
-	HcMarks        *ebpf.MapSpec `ebpf:"hc_marks"`
-	HcPeers        *ebpf.MapSpec `ebpf:"hc_peers"`
-	HcStats        *ebpf.MapSpec `ebpf:"hc_stats"`
-	IcmpBudgets    *ebpf.MapSpec `ebpf:"icmp_budgets"`
-	IcmpKinds      *ebpf.MapSpec `ebpf:"icmp_kinds"`
-	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
-	LbBeStats      *ebpf.MapSpec `ebpf:"lb_be_stats"`
-	LbCfg          *ebpf.MapSpec `ebpf:"lb_cfg"`
-	LbConns        *ebpf.MapSpec `ebpf:"lb_conns"`
-	LbInfo         *ebpf.MapSpec `ebpf:"lb_info"`
-	LbListeners    *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbNatBackends  *ebpf.MapSpec `ebpf:"lb_nat_backends"`
-	LbNatConns     *ebpf.MapSpec `ebpf:"lb_nat_conns"`
-	LbRanges       *ebpf.MapSpec `ebpf:"lb_ranges"`
-	LbTableOwner   *ebpf.MapSpec `ebpf:"lb_table_owner"`
-	LbTables       *ebpf.MapSpec `ebpf:"lb_tables"`
-	MonEvents      *ebpf.MapSpec `ebpf:"mon_events"`
-	MonState       *ebpf.MapSpec `ebpf:"mon_state"`
-	NhCache        *ebpf.MapSpec `ebpf:"nh_cache"`
-	NhCache6       *ebpf.MapSpec `ebpf:"nh_cache6"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	ArpAddrs         *ebpf.MapSpec `ebpf:"arp_addrs"`
+	ArpIfaces        *ebpf.MapSpec `ebpf:"arp_ifaces"`
+	ArpOwner         *ebpf.MapSpec `ebpf:"arp_owner"`
+	CtBuckets        *ebpf.MapSpec `ebpf:"ct_buckets"`
+	CtEvents         *ebpf.MapSpec `ebpf:"ct_events"`
+	EdgeCfg          *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EdgeCfg6         *ebpf.MapSpec `ebpf:"edge_cfg6"`
+	EdgeIcmp6Scratch *ebpf.MapSpec `ebpf:"edge_icmp6_scratch"`
+	EdgeLimits       *ebpf.MapSpec `ebpf:"edge_limits"`
+	EdgeLimits6      *ebpf.MapSpec `ebpf:"edge_limits6"`
+	EdgeRl6Scratch   *ebpf.MapSpec `ebpf:"edge_rl6_scratch"`
+	EdgeRlSrc        *ebpf.MapSpec `ebpf:"edge_rl_src"`
+	EdgeRlSrc6       *ebpf.MapSpec `ebpf:"edge_rl_src6"`
+	EdgeScratch6     *ebpf.MapSpec `ebpf:"edge_scratch6"`
+	EdgeSpoofSrc     *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6    *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
+	EipBw            *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBw6           *ebpf.MapSpec `ebpf:"eip_bw6"`
+	EipBwSlots       *ebpf.MapSpec `ebpf:"eip_bw_slots"`
+	EipCache         *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipCache6        *ebpf.MapSpec `ebpf:"eip_cache6"`
+	EipRouteGen      *ebpf.MapSpec `ebpf:"eip_route_gen"`
+	EipRoutes        *ebpf.MapSpec `ebpf:"eip_routes"`
+	EipStats         *ebpf.MapSpec `ebpf:"eip_stats"`
+	FibScratch       *ebpf.MapSpec `ebpf:"fib_scratch"`
+	FwBloom          *ebpf.MapSpec `ebpf:"fw_bloom"`
+	FwDst            *ebpf.MapSpec `ebpf:"fw_dst"`
+	FwDst6           *ebpf.MapSpec `ebpf:"fw_dst6"`
+	FwGlobal         *ebpf.MapSpec `ebpf:"fw_global"`
+	FwRules          *ebpf.MapSpec `ebpf:"fw_rules"`
+	FwRules6         *ebpf.MapSpec `ebpf:"fw_rules6"`
+	FwStats          *ebpf.MapSpec `ebpf:"fw_stats"`
+	FwVcache         *ebpf.MapSpec `ebpf:"fw_vcache"`
+	FwVcache6        *ebpf.MapSpec `ebpf:"fw_vcache6"`
+	HcMarks          *ebpf.MapSpec `ebpf:"hc_marks"`
+	HcPeers          *ebpf.MapSpec `ebpf:"hc_peers"`
+	HcStats          *ebpf.MapSpec `ebpf:"hc_stats"`
+	IcmpBudgets      *ebpf.MapSpec `ebpf:"icmp_budgets"`
+	IcmpKinds        *ebpf.MapSpec `ebpf:"icmp_kinds"`
+	LbBackends       *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbBeStats        *ebpf.MapSpec `ebpf:"lb_be_stats"`
+	LbCfg            *ebpf.MapSpec `ebpf:"lb_cfg"`
+	LbConns          *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbInfo           *ebpf.MapSpec `ebpf:"lb_info"`
+	LbListeners      *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbNatBackends    *ebpf.MapSpec `ebpf:"lb_nat_backends"`
+	LbNatConns       *ebpf.MapSpec `ebpf:"lb_nat_conns"`
+	LbRanges         *ebpf.MapSpec `ebpf:"lb_ranges"`
+	LbTableOwner     *ebpf.MapSpec `ebpf:"lb_table_owner"`
+	LbTables         *ebpf.MapSpec `ebpf:"lb_tables"`
+	MonEvents        *ebpf.MapSpec `ebpf:"mon_events"`
+	MonState         *ebpf.MapSpec `ebpf:"mon_state"`
+	NhCache          *ebpf.MapSpec `ebpf:"nh_cache"`
+	NhCache6         *ebpf.MapSpec `ebpf:"nh_cache6"`
+	Stats            *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -745,59 +764,61 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
-	ArpAddrs       *ebpf.Map `ebpf:"arp_addrs"`
-	ArpIfaces      *ebpf.Map `ebpf:"arp_ifaces"`
-	ArpOwner       *ebpf.Map `ebpf:"arp_owner"`
-	CtBuckets      *ebpf.Map `ebpf:"ct_buckets"`
-	CtEvents       *ebpf.Map `ebpf:"ct_events"`
-	EdgeCfg        *ebpf.Map `ebpf:"edge_cfg"`
-	EdgeLimits     *ebpf.Map `ebpf:"edge_limits"`
-	EdgeLimits6    *ebpf.Map `ebpf:"edge_limits6"`
-	EdgeRl6Scratch *ebpf.Map `ebpf:"edge_rl6_scratch"`
-	EdgeRlSrc      *ebpf.Map `ebpf:"edge_rl_src"`
-	EdgeRlSrc6     *ebpf.Map `ebpf:"edge_rl_src6"`
-	EdgeScratch6   *ebpf.Map `ebpf:"edge_scratch6"`
-	EdgeSpoofSrc   *ebpf.Map `ebpf:"edge_spoof_src"`
-	EdgeSpoofSrc6  *ebpf.Map `ebpf:"edge_spoof_src6"`
-	EipBw          *ebpf.Map `ebpf:"eip_bw"`
-	EipBw6         *ebpf.Map `ebpf:"eip_bw6"`
-	EipBwSlots     *ebpf.Map `ebpf:"eip_bw_slots"`
-	EipCache       *ebpf.Map `ebpf:"eip_cache"`
-	EipCache6      *ebpf.Map `ebpf:"eip_cache6"`
-	EipRouteGen    *ebpf.Map `ebpf:"eip_route_gen"`
-	EipRoutes      *ebpf.Map `ebpf:"eip_routes"`
-	EipStats       *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch     *ebpf.Map `ebpf:"fib_scratch"`
-	FwBloom        *ebpf.Map `ebpf:"fw_bloom"`
-	FwDst          *ebpf.Map `ebpf:"fw_dst"`
-	FwDst6         *ebpf.Map `ebpf:"fw_dst6"`
-	FwGlobal       *ebpf.Map `ebpf:"fw_global"`
-	FwRules        *ebpf.Map `ebpf:"fw_rules"`
-	FwRules6       *ebpf.Map `ebpf:"fw_rules6"`
-	FwStats        *ebpf.Map `ebpf:"fw_stats"`
-	FwVcache       *ebpf.Map `ebpf:"fw_vcache"`
-	FwVcache6      *ebpf.Map `ebpf:"fw_vcache6"`
-	HcMarks        *ebpf.Map `ebpf:"hc_marks"`
-	HcPeers        *ebpf.Map `ebpf:"hc_peers"`
-	HcStats        *ebpf.Map `ebpf:"hc_stats"`
-	IcmpBudgets    *ebpf.Map `ebpf:"icmp_budgets"`
-	IcmpKinds      *ebpf.Map `ebpf:"icmp_kinds"`
-	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
-	LbBeStats      *ebpf.Map `ebpf:"lb_be_stats"`
-	LbCfg          *ebpf.Map `ebpf:"lb_cfg"`
-	LbConns        *ebpf.Map `ebpf:"lb_conns"`
-	LbInfo         *ebpf.Map `ebpf:"lb_info"`
-	LbListeners    *ebpf.Map `ebpf:"lb_listeners"`
-	LbNatBackends  *ebpf.Map `ebpf:"lb_nat_backends"`
-	LbNatConns     *ebpf.Map `ebpf:"lb_nat_conns"`
-	LbRanges       *ebpf.Map `ebpf:"lb_ranges"`
-	LbTableOwner   *ebpf.Map `ebpf:"lb_table_owner"`
-	LbTables       *ebpf.Map `ebpf:"lb_tables"`
-	MonEvents      *ebpf.Map `ebpf:"mon_events"`
-	MonState       *ebpf.Map `ebpf:"mon_state"`
-	NhCache        *ebpf.Map `ebpf:"nh_cache"`
-	NhCache6       *ebpf.Map `ebpf:"nh_cache6"`
-	Stats          *ebpf.Map `ebpf:"stats"`
+	ArpAddrs         *ebpf.Map `ebpf:"arp_addrs"`
+	ArpIfaces        *ebpf.Map `ebpf:"arp_ifaces"`
+	ArpOwner         *ebpf.Map `ebpf:"arp_owner"`
+	CtBuckets        *ebpf.Map `ebpf:"ct_buckets"`
+	CtEvents         *ebpf.Map `ebpf:"ct_events"`
+	EdgeCfg          *ebpf.Map `ebpf:"edge_cfg"`
+	EdgeCfg6         *ebpf.Map `ebpf:"edge_cfg6"`
+	EdgeIcmp6Scratch *ebpf.Map `ebpf:"edge_icmp6_scratch"`
+	EdgeLimits       *ebpf.Map `ebpf:"edge_limits"`
+	EdgeLimits6      *ebpf.Map `ebpf:"edge_limits6"`
+	EdgeRl6Scratch   *ebpf.Map `ebpf:"edge_rl6_scratch"`
+	EdgeRlSrc        *ebpf.Map `ebpf:"edge_rl_src"`
+	EdgeRlSrc6       *ebpf.Map `ebpf:"edge_rl_src6"`
+	EdgeScratch6     *ebpf.Map `ebpf:"edge_scratch6"`
+	EdgeSpoofSrc     *ebpf.Map `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6    *ebpf.Map `ebpf:"edge_spoof_src6"`
+	EipBw            *ebpf.Map `ebpf:"eip_bw"`
+	EipBw6           *ebpf.Map `ebpf:"eip_bw6"`
+	EipBwSlots       *ebpf.Map `ebpf:"eip_bw_slots"`
+	EipCache         *ebpf.Map `ebpf:"eip_cache"`
+	EipCache6        *ebpf.Map `ebpf:"eip_cache6"`
+	EipRouteGen      *ebpf.Map `ebpf:"eip_route_gen"`
+	EipRoutes        *ebpf.Map `ebpf:"eip_routes"`
+	EipStats         *ebpf.Map `ebpf:"eip_stats"`
+	FibScratch       *ebpf.Map `ebpf:"fib_scratch"`
+	FwBloom          *ebpf.Map `ebpf:"fw_bloom"`
+	FwDst            *ebpf.Map `ebpf:"fw_dst"`
+	FwDst6           *ebpf.Map `ebpf:"fw_dst6"`
+	FwGlobal         *ebpf.Map `ebpf:"fw_global"`
+	FwRules          *ebpf.Map `ebpf:"fw_rules"`
+	FwRules6         *ebpf.Map `ebpf:"fw_rules6"`
+	FwStats          *ebpf.Map `ebpf:"fw_stats"`
+	FwVcache         *ebpf.Map `ebpf:"fw_vcache"`
+	FwVcache6        *ebpf.Map `ebpf:"fw_vcache6"`
+	HcMarks          *ebpf.Map `ebpf:"hc_marks"`
+	HcPeers          *ebpf.Map `ebpf:"hc_peers"`
+	HcStats          *ebpf.Map `ebpf:"hc_stats"`
+	IcmpBudgets      *ebpf.Map `ebpf:"icmp_budgets"`
+	IcmpKinds        *ebpf.Map `ebpf:"icmp_kinds"`
+	LbBackends       *ebpf.Map `ebpf:"lb_backends"`
+	LbBeStats        *ebpf.Map `ebpf:"lb_be_stats"`
+	LbCfg            *ebpf.Map `ebpf:"lb_cfg"`
+	LbConns          *ebpf.Map `ebpf:"lb_conns"`
+	LbInfo           *ebpf.Map `ebpf:"lb_info"`
+	LbListeners      *ebpf.Map `ebpf:"lb_listeners"`
+	LbNatBackends    *ebpf.Map `ebpf:"lb_nat_backends"`
+	LbNatConns       *ebpf.Map `ebpf:"lb_nat_conns"`
+	LbRanges         *ebpf.Map `ebpf:"lb_ranges"`
+	LbTableOwner     *ebpf.Map `ebpf:"lb_table_owner"`
+	LbTables         *ebpf.Map `ebpf:"lb_tables"`
+	MonEvents        *ebpf.Map `ebpf:"mon_events"`
+	MonState         *ebpf.Map `ebpf:"mon_state"`
+	NhCache          *ebpf.Map `ebpf:"nh_cache"`
+	NhCache6         *ebpf.Map `ebpf:"nh_cache6"`
+	Stats            *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -808,6 +829,8 @@ func (m *edgeMaps) Close() error {
 		m.CtBuckets,
 		m.CtEvents,
 		m.EdgeCfg,
+		m.EdgeCfg6,
+		m.EdgeIcmp6Scratch,
 		m.EdgeLimits,
 		m.EdgeLimits6,
 		m.EdgeRl6Scratch,

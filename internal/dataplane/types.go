@@ -118,9 +118,14 @@ type Route struct {
 type EdgeConfig struct {
 	Underlay   netip.Addr // decap destination, encap source
 	ICMPSource netip.Addr // source of ICMP errors sent to the Internet
-	HashSeed   uint32
-	ICMPRate   uint32 // errors per second per CPU; 0 sends none
-	ICMPBurst  uint32
+	// ICMPSource6 is the source of ICMPv6 errors (time exceeded, packet
+	// too big) sent to the Internet about packets to IPv6 EIPs: a global
+	// unicast IPv6 address of the edge. Unset, none are sent (the packets
+	// are dropped under drop_ttl and drop_too_big).
+	ICMPSource6 netip.Addr
+	HashSeed    uint32
+	ICMPRate    uint32 // errors per second per CPU; 0 sends none
+	ICMPBurst   uint32
 	// ICMPBudgets: kinds with a budget of their own; the others get
 	// ICMPRate and ICMPBurst (each kind its own bucket all the same).
 	ICMPBudgets      map[ICMPKind]ICMPBudget

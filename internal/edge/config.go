@@ -90,6 +90,9 @@ func (c Config) Check() error {
 	if c.ICMPSource.IsValid() && !c.ICMPSource.Is4() {
 		bad("--icmp-source %v: not an IPv4 address", c.ICMPSource)
 	}
+	if a := c.ICMPSource6; a.IsValid() && (!a.Is6() || a.Is4In6() || a.Zone() != "" || !a.IsGlobalUnicast()) {
+		bad("--icmp-source6 %v: not a global unicast IPv6 address", a)
+	}
 	if c.HealthSource.IsValid() && !c.HealthSource.Is4() {
 		bad("--health-source %v: not an IPv4 address", c.HealthSource)
 	}

@@ -49,6 +49,10 @@ func TestConfigCheck(t *testing.T) {
 		{"empty interface", func(c *Config) { c.Interfaces = []string{"eth0", ""} }, "empty interface name"},
 		{"interface twice", func(c *Config) { c.Interfaces = []string{"eth0", "eth1", "eth0"} }, "--attach eth0: given twice"},
 		{"IPv6 ICMP source", func(c *Config) { c.ICMPSource = netip.MustParseAddr("2001:db8::1") }, "--icmp-source"},
+		{"IPv4 ICMPv6 source", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("192.0.2.1") }, "--icmp-source6 192.0.2.1"},
+		{"link-local ICMPv6 source", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("fe80::1") }, "--icmp-source6 fe80::1"},
+		{"mapped ICMPv6 source", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("::ffff:192.0.2.1") }, "--icmp-source6 ::ffff:192.0.2.1"},
+		{"ICMPv6 source set", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("2001:db8::1") }, ""},
 		{"IPv6 health source", func(c *Config) { c.HealthSource = netip.MustParseAddr("2001:db8::1") }, "--health-source"},
 		{"negative status interval", func(c *Config) { c.StatusInterval = -time.Second }, "status interval"},
 		{"negative command concurrency", func(c *Config) { c.HealthCommandConcurrency = -1 }, "--health-command-concurrency -1"},
@@ -264,5 +268,23 @@ func TestComponentsStopInReverse(t *testing.T) {
 	r.Stop() // Run's deferred Stop is not reached, but a Stop after a failed Start stops nothing
 	if len(events) != len(want) {
 		t.Fatalf("Stop after a failed Start stopped again: %q", events[len(want):])
+	}
+}
+
+// TestICMPSource6Written: the edge's ICMPv6 source (--icmp-source6)
+// reaches the data plane's configuration with the IPv4 one; unset, it
+// stays unset (the program then sends no ICMPv6 errors).
+func TestICMPSource6Written(t *testing.T) {
+	for _, src := range []string{"2001:db8:100::1", ""} {
+		var want netip.Addr
+		if src != "" {
+			want = netip.MustParseAddr(src)
+		}
+		fake := dataplane.NewFakeEdge()
+		r := NewReconciler(Config{Name: "edge-a1", Log: quiet, ICMPSource: a("192.0.2.1"), ICMPSource6: want}, fake)
+		load(t, r, 10, region()...)
+		if got := fake.Config.ICMPSource6; got != want || fake.Config.ICMPSource != a("192.0.2.1") {
+			t.Errorf("ICMPv6 source %v (ICMP source %v), want %v (192.0.2.1)", got, fake.Config.ICMPSource, want)
+		}
 	}
 }

@@ -41,9 +41,13 @@ type Config struct {
 	MetricsToken string
 	Interfaces   []string // XDP is attached to each
 	ICMPSource   netip.Addr
-	HashSeed     uint32
-	ICMPRate     uint32
-	ICMPBurst    uint32
+	// ICMPSource6: the source of ICMPv6 errors about packets to IPv6
+	// EIPs (a global unicast IPv6 address of the edge); unset, none are
+	// sent.
+	ICMPSource6 netip.Addr
+	HashSeed    uint32
+	ICMPRate    uint32
+	ICMPBurst   uint32
 	// ICMPBudgets: kinds of ICMP error with a budget of their own (the
 	// others get ICMPRate and ICMPBurst, each kind its own bucket).
 	ICMPBudgets      map[dataplane.ICMPKind]dataplane.ICMPBudget
@@ -473,7 +477,7 @@ func (r *Reconciler) applyConfig() error {
 		}
 	}
 	err := r.maps.SetConfig(dataplane.EdgeConfig{
-		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, HashSeed: r.cfg.HashSeed,
+		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, ICMPSource6: r.cfg.ICMPSource6, HashSeed: r.cfg.HashSeed,
 		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPBudgets: r.cfg.ICMPBudgets,
 		ICMPTimeExceeded: r.cfg.ICMPTimeExceeded, GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
 	})
@@ -485,7 +489,8 @@ func (r *Reconciler) applyConfig() error {
 			return err
 		}
 	}
-	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource)
+	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource,
+		"icmp_source6", r.cfg.ICMPSource6)
 	r.underlay = me.Underlay
 	return nil
 }
