@@ -561,6 +561,9 @@ func (l *Lab) startEdge(n *Node) error {
 	}
 	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.roleEtcdFlag(n),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",
+		// ICMPv6 errors (time exceeded, packet too big) come from the
+		// edge's own Internet-side IPv6 address, as the IPv4 ones do.
+		"--icmp-source6", EdgeExt6Of(n.Name).String(),
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
 		"--sync-listen", fmt.Sprintf(":%d", SyncPort), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", EdgeMetricsPort))
 	return l.start(n, "edge", append(args, l.bwRoleArgs(n)...)...)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/lab"
 	"github.com/azgate/azgate/internal/netns"
@@ -126,6 +127,24 @@ func TestEIP6Drift(t *testing.T) {
 		return rep
 	}
 
+	// A packet reaching the edge with hop limit 1 (2 from inet, 1 past
+	// rtr) gets an ICMPv6 time exceeded from the edge's own address
+	// (--icmp-source6), quoting the packet.
+	t.Run("ICMPv6 time exceeded from the edge", func(t *testing.T) {
+		edges := map[netip.Addr]string{}
+		for _, e := range lab.EdgesOf(lab.PrefixSet) {
+			edges[lab.EdgeExt6Of(e)] = e
+		}
+		from, typ, code, quoted, err := hopLimitProbe(l.Topo.Node("inet").Netns, netip.MustParseAddr(eip6), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ != 3 || code != 0 || edges[from] == "" || quoted != netip.MustParseAddr(eip6) {
+			t.Fatalf("got ICMPv6 type %d code %d from %v quoting a packet to %v; want time exceeded (3/0) from one of the prefix set's edges %v quoting %s", typ, code, from, quoted, edges, eip6)
+		}
+		t.Logf("time exceeded from %s (%v)", edges[from], from)
+	})
+
 	t.Run("IPv6 drift under a stream of requests", func(t *testing.T) { drift(t, eip6) })
 
 	t.Run("the IPv4 EIP stayed", func(t *testing.T) {
@@ -191,4 +210,53 @@ func managedNeigh(ns, dev string, ip netip.Addr) (bool, string, error) {
 		return nil
 	})
 	return ok, desc, err
+}
+
+// hopLimitProbe sends one UDP datagram from namespace ns to dst with the
+// given hop limit and waits up to 3 s for the ICMPv6 error it draws: the
+// error's source, type, code and the destination of the packet it quotes.
+func hopLimitProbe(ns string, dst netip.Addr, hops int) (netip.Addr, int, int, netip.Addr, error) {
+	var raw, udp int
+	err := netns.Do(ns, func() error {
+		var err error
+		if raw, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6); err != nil {
+			return fmt.Errorf("raw ICMPv6 socket: %w", err)
+		}
+		if udp, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			unix.Close(raw)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return netip.Addr{}, 0, 0, netip.Addr{}, err
+	}
+	defer unix.Close(raw)
+	defer unix.Close(udp)
+	tv := unix.Timeval{Sec: 3}
+	if err := unix.SetsockoptTimeval(raw, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return netip.Addr{}, 0, 0, netip.Addr{}, err
+	}
+	if err := unix.SetsockoptInt(udp, unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, hops); err != nil {
+		return netip.Addr{}, 0, 0, netip.Addr{}, err
+	}
+	if err := unix.Sendto(udp, []byte("azgate hop limit probe"), 0, &unix.SockaddrInet6{Port: 33434, Addr: dst.As16()}); err != nil {
+		return netip.Addr{}, 0, 0, netip.Addr{}, fmt.Errorf("send: %w", err)
+	}
+	buf := make([]byte, 2048)
+	for range 16 { // other ICMPv6 (neighbour discovery) may come first
+		n, sa, err := unix.Recvfrom(raw, buf, 0)
+		if err != nil {
+			return netip.Addr{}, 0, 0, netip.Addr{}, fmt.Errorf("no ICMPv6 error within 3 s: %w", err)
+		}
+		// An ICMPv6 error: type < 128; the quoted IPv6 header from byte 8,
+		// its destination at 8+24.
+		if n < 8+40 || buf[0] >= 128 {
+			continue
+		}
+		from := netip.AddrFrom16(sa.(*unix.SockaddrInet6).Addr)
+		quoted := netip.AddrFrom16([16]byte(buf[8+24 : 8+40]))
+		return from, int(buf[0]), int(buf[1]), quoted, nil
+	}
+	return netip.Addr{}, 0, 0, netip.Addr{}, fmt.Errorf("no ICMPv6 error among 16 ICMPv6 messages")
 }
