@@ -10,8 +10,9 @@ import (
 // agent's real program (agent_guest6, bw6_over_eip): at the smallest rate
 // (1 kB/s) and burst (1,500 bytes) the first 1,000-byte packet passes and
 // the next ones are dropped (drop_bw, counted in the EIP's eip_bw6
-// bucket); the limit reads back; PutEIP of the EIP again keeps the
-// guest's flag; removed, packets pass again. (Ten packets in a row: the
+// bucket); the limit reads back; another guest's IPv6 EIP is untouched;
+// a new setting keeps the bucket's counters and PutEIP of the EIP again
+// the guest's flag; removed, packets pass again. (Ten packets in a row: the
 // bucket refills 1,000 bytes a second, so only a pause of seconds between
 // two of them would let a second one through; the test asserts drops.)
 func TestAgentIPv6Bandwidth(t *testing.T) {
@@ -71,6 +72,16 @@ func TestAgentIPv6Bandwidth(t *testing.T) {
 	if err != nil || !ok || c.Packets != drops || c.Bytes != drops*bwPkt {
 		t.Fatalf("bucket drops %+v %v %v, want %d packets of %d bytes", c, ok, err, drops, bwPkt)
 	}
+	// Another guest's IPv6 EIP has no limit: its packets pass.
+	other := ip6Hdr(agentPriv6NoNbr, v6Client, nhUDP, udp6(5000, 53, bwPkt-48))
+	setL4Csum6(other)
+	var others []fixture
+	for range 3 {
+		others = append(others, fixture{name: "another IPv6 EIP is untouched", dev: dptest.GuestDev,
+			in: eth6(dptest.VMMAC, dptest.GuestMAC, false, other), action: xdpRedirect,
+			stats: map[string]uint64{"encap_tx": 1}, eipSlot: ptr[uint32](agentIdx6b), eipTx: 1})
+	}
+	runFixtures(t, env, prog, a, others)
 
 	// A new setting keeps the bucket's state and counters; PutEIP keeps
 	// the guest's flag.
