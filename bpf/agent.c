@@ -315,8 +315,9 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
  * host, the edge the hop that decrements, as IPv4's TTL). Its source is
  * translated to the EIP and it goes in NVGRE to a member of the EIP's edge
  * group by the IPv6 flow hash (lib/hash.h), the outer IPv4 from the
- * agent's underlay address. Not yet for IPv6: --local-allow, service
- * flows, the EIP's bandwidth limit, ICMPv6 packet too big (a packet too
+ * agent's underlay address. The EIP's bandwidth limit (AGENT_F_BW:
+ * eip_bw6, bw6_over_eip) drops what is over it (drop_bw). Not yet for
+ * IPv6: --local-allow, service flows, ICMPv6 packet too big (a packet too
  * big for the tunnel is drop_too_big). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
@@ -352,6 +353,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	/* The EIP, kept in the room (the key's address is read no more). */
 	k->addr = g->eip;
 	__u32 vsid = g->vsid, idx = g->stats_idx, gi = g->group;
+	int bw = g->flags & AGENT_F_BW;
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
@@ -377,6 +379,9 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(ctx, fib_reason(rc), len);
+	/* The EIP's bandwidth limit, once the packet is sure to leave. */
+	if (bw && bw6_over_eip(&k->addr, ip_len))
+		return count_drop(ctx, STAT_DROP_BW, len);
 
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)

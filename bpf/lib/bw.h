@@ -114,6 +114,20 @@ static __always_inline int bw_over(__u32 idx, __be32 eip, __u32 bytes)
 	return 1;
 }
 
+#if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
+/* Charge bytes (an IP length) to an IPv6 EIP's bucket v: 1 if over its
+ * limit (the drop counted in the bucket), 0 if they conform. */
+static __always_inline int bw6_charge(struct eip_bw6 *v, __u32 bytes)
+{
+	__u64 cost = ((__u64)(bytes & 0xffff) * v->b.ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
+	if (bw_gcra(&v->b, bw_now(), cost))
+		return 0;
+	__sync_fetch_and_add(&v->b.drop_packets, 1);
+	__sync_fetch_and_add(&v->b.drop_bytes, bytes & 0xffff);
+	return 1;
+}
+#endif
+
 #ifdef AZG_PROG_EDGE
 /* bw_over for an IPv6 EIP (edge, Internet -> IPv6 EIP), flagged
  * ROUTE_F_BW: the bucket is the EIP's eip_bw6 entry, found by the
@@ -128,13 +142,25 @@ __noinline int bw6_over(const struct pkt6 *p6)
 	struct eip_bw6 *v = bpf_map_lookup_elem(&eip_bw6, &p6->daddr);
 	if (!v)
 		return 0;
-	__u32 bytes = p6->p.ip_len;
-	__u64 cost = ((__u64)(bytes & 0xffff) * v->b.ns_per_byte_q20 + ((1 << 20) - 1)) >> 20;
-	if (bw_gcra(&v->b, bw_now(), cost))
+	return bw6_charge(v, p6->p.ip_len);
+}
+#endif
+
+#ifdef AZG_PROG_AGENT
+/* bw_over for an IPv6 EIP on the agent (guest -> Internet from eip), for
+ * a guest flagged AGENT_F_BW: the bucket is the EIP's eip_bw6 entry (the
+ * agent's own map, as the edge's: keyed by the EIP, no stats slot). 1
+ * drops the packet (counted in the bucket; the caller counts drop_bw); no
+ * entry (the limit removed since the flag was read): 0. Global, so the
+ * IPv6 guest path's frame and the IPv4 paths stay as they were. */
+__noinline int bw6_over_eip(const struct ip_addr *eip, __u32 bytes)
+{
+	if (!eip)
 		return 0;
-	__sync_fetch_and_add(&v->b.drop_packets, 1);
-	__sync_fetch_and_add(&v->b.drop_bytes, bytes & 0xffff);
-	return 1;
+	struct eip_bw6 *v = bpf_map_lookup_elem(&eip_bw6, eip);
+	if (!v)
+		return 0;
+	return bw6_charge(v, bytes);
 }
 #endif
 

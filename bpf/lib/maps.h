@@ -728,6 +728,19 @@ struct {
 	__type(value, struct agent_room6);
 } agent_scratch6 SEC(".maps");
 
+/* Agent: IPv6 EIP -> its bandwidth limit and bucket (struct eip_bw6;
+ * lib/bw.h bw6_over_eip), guest -> Internet from an IPv6 EIP, as the
+ * edge's eip_bw6 on Internet -> IPv6 EIP. Written by Go (SetEIPBandwidth);
+ * the guest's agent_guests entry carries AGENT_F_BW. Not preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_BW_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct eip_bw6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_bw6 SEC(".maps");
+
 #endif /* AZG_PROG_AGENT */
 
 #if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)

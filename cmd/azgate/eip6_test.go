@@ -64,7 +64,7 @@ func TestCLIIPv6EIPRefused(t *testing.T) {
 		{[]string{"service", "create", "web6", "--vip", "2001:db8:b::80", "--mode", "nat", "--listener", "tcp:80=p", "--backend", "p=198.19.9.1:80"},
 			"IPv6 VIPs are not supported yet"},
 		{[]string{"bandwidth", "create", "shop6", "--capacity", "100M", "--eip", "2001:db8:b::7,max=10M"},
-			"bandwidth packages cannot hold IPv6 EIPs yet"},
+			"2001:db8:b::7 is not an EIP (create it first)"},
 	} {
 		out, err := azgate(t, s, "", tc.args...)
 		if err == nil || !strings.Contains(out+err.Error(), tc.want) {
@@ -145,6 +145,19 @@ func TestCLIIPv6EIP(t *testing.T) {
 	if out := must(t, s, "eip", "list", "--limit", "1", "--continue", "203.0.113.7"); !strings.Contains(out, "2001:db8:b::7") || strings.Contains(out, "2001:db8:b::8") {
 		t.Errorf("eip list --limit 1 --continue 203.0.113.7:\n%s", out)
 	}
+
+	// A bandwidth package holds it beside an IPv4 EIP (issue 21); while
+	// listed it is not deleted.
+	if out := must(t, s, "bandwidth", "create", "shop6", "--capacity", "100M", "--eip", "2001:db8:b::7,max=10M", "--eip", "203.0.113.7"); !strings.Contains(out, "shop6") {
+		t.Errorf("bandwidth create with an IPv6 EIP: %s", out)
+	}
+	if out := must(t, s, "--json", "bandwidth", "get", "shop6"); !strings.Contains(out, "2001:db8:b::7") {
+		t.Errorf("bandwidth get shop6:\n%s", out)
+	}
+	if out, err := azgate(t, s, "", "eip", "delete", "2001:db8:b::7"); err == nil || !strings.Contains(out+err.Error(), "belongs to bandwidth package shop6") {
+		t.Errorf("deleting an IPv6 EIP a package lists: %v\n%s", err, out)
+	}
+	must(t, s, "bandwidth", "delete", "shop6")
 
 	// Its guest keeps its address6 while it is bound.
 	if out, err := azgate(t, s, "", "host", "guest", "remove", "az2-h1", "g7"); err == nil || !strings.Contains(out+err.Error(), "unbind it first") {

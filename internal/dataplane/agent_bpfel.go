@@ -181,6 +181,14 @@ type agentEipBw struct {
 	Pad          uint32
 }
 
+type agentEipBw6 struct {
+	_     structs.HostLayout
+	B     agentEipBwSlot
+	Rate  uint64
+	Burst uint32
+	Pad   uint32
+}
+
 type agentEipBwSlot struct {
 	_            structs.HostLayout
 	Tat          uint64
@@ -339,6 +347,7 @@ const (
 	agentMapAgentScratch6     = "agent_scratch6"
 	agentMapAgentSvc          = "agent_svc"
 	agentMapEipBw             = "eip_bw"
+	agentMapEipBw6            = "eip_bw6"
 	agentMapEipBwSlots        = "eip_bw_slots"
 	agentMapEipStats          = "eip_stats"
 	agentMapFibScratch        = "fib_scratch"
@@ -420,6 +429,7 @@ type agentMapSpecs struct {
 	AgentScratch6 *ebpf.MapSpec `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBw6        *ebpf.MapSpec `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
 	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
@@ -475,6 +485,7 @@ type agentMaps struct {
 	AgentScratch6 *ebpf.Map `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
+	EipBw6        *ebpf.Map `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
 	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
@@ -501,6 +512,7 @@ func (m *agentMaps) Close() error {
 		m.AgentScratch6,
 		m.AgentSvc,
 		m.EipBw,
+		m.EipBw6,
 		m.EipBwSlots,
 		m.EipStats,
 		m.FibScratch,

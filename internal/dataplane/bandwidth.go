@@ -106,10 +106,16 @@ var errNoBandwidth = errors.New("the loaded program has no eip_bw map")
 
 // checkBandwidth validates a limit, naming the EIP and the field at fault.
 func checkBandwidth(eip netip.Addr, b Bandwidth) error {
-	if !eip.Is4() {
-		return fmt.Errorf("bandwidth of %v: only IPv4 EIPs are supported", eip)
+	if !bwAddrOK(eip) {
+		return fmt.Errorf("bandwidth of %v: not an IPv4 or IPv6 EIP", eip)
 	}
 	return checkBandwidthRate(eip, b)
+}
+
+// bwAddrOK: whether eip can have a limit (IPv4, or IPv6 neither
+// IPv4-mapped nor zoned).
+func bwAddrOK(eip netip.Addr) bool {
+	return eip.Is4() || eip.Is6() && !eip.Is4In6() && eip.Zone() == ""
 }
 
 // checkBandwidthRate checks a limit's rate and burst.
@@ -351,55 +357,111 @@ func (e *Edge) placeBandwidths(routes map[netip.Addr]Route) error {
 // (at most BandwidthMax entries) beats a lookup per route.
 const bwPlaceLookups = 1024
 
-// setBandwidth6 sets (or, rate 0, removes) an IPv6 EIP's limit: its
-// eip_bw6 entry holds the bucket too (bw6_over), whose state and drop
-// counters carry over a new setting. A new or removed entry bumps the
-// route generation (ROUTE_F_BW in the IPv6 route cache).
-func (e *Edge) setBandwidth6(eip netip.Addr, b Bandwidth) error {
-	m := e.objs.EipBw6
-	if eip.Is4In6() || eip.Zone() != "" {
-		return fmt.Errorf("bandwidth of %v: not an IPv4 or IPv6 EIP", eip)
+// bw6Table is one program's eip_bw6 (the edge's: Internet -> IPv6 EIP,
+// the agent's: guest -> Internet from an IPv6 EIP): IPv6 EIP -> its limit
+// and bucket (bw6_over, bw6_over_eip). Both programs' entries have the
+// layout of edgeEipBw6.
+type bw6Table struct{ m *ebpf.Map }
+
+// set sets (or, rate 0, removes) an IPv6 EIP's limit: its eip_bw6 entry
+// holds the bucket too, whose state and drop counters carry over a new
+// setting. flip: an entry was created or removed.
+func (t bw6Table) set(eip netip.Addr, b Bandwidth) (flip bool, err error) {
+	m := t.m
+	if !bwAddrOK(eip) {
+		return false, fmt.Errorf("bandwidth of %v: not an IPv4 or IPv6 EIP", eip)
 	}
 	if m == nil {
 		if b.Rate == 0 {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("bandwidth of %v: the loaded program has no eip_bw6 map", eip)
+		return false, fmt.Errorf("bandwidth of %v: the loaded program has no eip_bw6 map", eip)
 	}
 	k, _, _ := addrTo(eip)
 	var old edgeEipBw6
 	exists := true
 	if err := m.Lookup(&k, &old); err != nil {
 		if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("read bandwidth of %v: %w", eip, err)
+			return false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
 		}
 		exists = false
 	}
 	if b.Rate == 0 {
 		if !exists {
-			return nil
+			return false, nil
 		}
 		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete bandwidth of %v: %w", eip, err)
+			return false, fmt.Errorf("delete bandwidth of %v: %w", eip, err)
 		}
-		return e.bumpRouteGen()
+		return true, nil
 	}
 	if err := checkBandwidthRate(eip, b); err != nil {
-		return err
+		return false, err
 	}
 	c := bwTo(b)
 	v := edgeEipBw6{B: edgeEipBwSlot{NsPerByteQ20: c.NsPerByteQ20, Tau: c.Tau}, Rate: c.Rate, Burst: c.Burst}
 	if exists {
 		if old.B.NsPerByteQ20 == v.B.NsPerByteQ20 && old.B.Tau == v.B.Tau && old.Rate == v.Rate && old.Burst == v.Burst {
-			return nil
+			return false, nil
 		}
 		v.B.Tat, v.B.DropPackets, v.B.DropBytes = old.B.Tat, old.B.DropPackets, old.B.DropBytes
 	}
 	if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write bandwidth of %v: %w", eip, err)
+		return false, fmt.Errorf("write bandwidth of %v: %w", eip, err)
 	}
-	if exists {
+	return !exists, nil
+}
+
+// has reports whether eip has a limit here.
+func (t bw6Table) has(eip netip.Addr) bool {
+	if t.m == nil || !bwAddrOK(eip) || !eip.Is6() {
+		return false
+	}
+	k, _, _ := addrTo(eip)
+	var v edgeEipBw6
+	return t.m.Lookup(&k, &v) == nil
+}
+
+// list adds the limits to out.
+func (t bw6Table) list(out map[netip.Addr]Bandwidth) error {
+	if t.m == nil {
 		return nil
+	}
+	var k edgeIpAddr
+	var v edgeEipBw6
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		out[addrFrom(k, 10)] = Bandwidth{Rate: v.Rate, Burst: v.Burst}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list IPv6 bandwidth limits: %w", err)
+	}
+	return nil
+}
+
+// drops reads what eip's limit dropped since it was set (false: none).
+func (t bw6Table) drops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	if t.m == nil || !bwAddrOK(eip) {
+		return BandwidthDrops{}, false, nil
+	}
+	k, _, _ := addrTo(eip)
+	var v edgeEipBw6
+	if err := t.m.Lookup(&k, &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return BandwidthDrops{}, false, nil
+		}
+		return BandwidthDrops{}, false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
+	}
+	return BandwidthDrops{Packets: v.B.DropPackets, Bytes: v.B.DropBytes}, true, nil
+}
+
+// setBandwidth6 sets (or, rate 0, removes) an IPv6 EIP's limit. A new or
+// removed entry bumps the route generation (ROUTE_F_BW in the IPv6 route
+// cache).
+func (e *Edge) setBandwidth6(eip netip.Addr, b Bandwidth) error {
+	flip, err := bw6Table{e.objs.EipBw6}.set(eip, b)
+	if err != nil || !flip {
+		return err
 	}
 	return e.bumpRouteGen()
 }
@@ -407,17 +469,11 @@ func (e *Edge) setBandwidth6(eip netip.Addr, b Bandwidth) error {
 // EIPBandwidths lists the edge's limits, of both families.
 func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
 	out, err := e.bw().list()
-	if err != nil || e.objs.EipBw6 == nil {
-		return out, err
+	if err != nil {
+		return nil, err
 	}
-	var k edgeIpAddr
-	var v edgeEipBw6
-	it := e.objs.EipBw6.Iterate()
-	for it.Next(&k, &v) {
-		out[addrFrom(k, 10)] = Bandwidth{Rate: v.Rate, Burst: v.Burst}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list IPv6 bandwidth limits: %w", err)
+	if err := (bw6Table{e.objs.EipBw6}).list(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -426,18 +482,7 @@ func (e *Edge) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
 // EIP took its route's stats slot (an IPv6 EIP: since its limit was set).
 func (e *Edge) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
 	if eip.Is6() {
-		if e.objs.EipBw6 == nil {
-			return BandwidthDrops{}, false, nil
-		}
-		k, _, _ := addrTo(eip)
-		var v edgeEipBw6
-		if err := e.objs.EipBw6.Lookup(&k, &v); err != nil {
-			if errors.Is(err, ebpf.ErrKeyNotExist) {
-				return BandwidthDrops{}, false, nil
-			}
-			return BandwidthDrops{}, false, fmt.Errorf("read bandwidth of %v: %w", eip, err)
-		}
-		return BandwidthDrops{Packets: v.B.DropPackets, Bytes: v.B.DropBytes}, true, nil
+		return bw6Table{e.objs.EipBw6}.drops(eip)
 	}
 	slot, ok := e.bwSlot(eip)
 	return e.bw().drops(eip, slot, ok)
@@ -450,7 +495,7 @@ func (a *Agent) bw() bwTables { return bwTables{a.objs.EipBw, a.objs.EipBwSlots}
 
 // bwSlot is eip's stats slot here (false: the EIP is not bound here).
 func (a *Agent) bwSlot(eip netip.Addr) (uint32, bool) {
-	ek, err := keyOf(eip)
+	ek, err := agentKeyOf(eip)
 	if err != nil {
 		return 0, false
 	}
@@ -464,9 +509,13 @@ func (a *Agent) bwSlot(eip netip.Addr) (uint32, bool) {
 // SetEIPBandwidth sets the limit of guest -> Internet through eip. The
 // guest's entry carries the flag (set after the limit is written, cleared
 // before it is removed; PutEIP keeps it, and copies the limit into the
-// EIP's stats slot), so other guests pay nothing.
+// EIP's stats slot), so other guests pay nothing. An IPv6 EIP's limit and
+// bucket are its eip_bw6 entry (bw6_over_eip), no stats slot.
 func (a *Agent) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error {
 	b := Bandwidth{Rate: rate, Burst: burst}.Normal()
+	if eip.Is6() {
+		return a.setBandwidth6(eip, b)
+	}
 	slot, ok := a.bwSlot(eip)
 	if b.Rate == 0 {
 		if !eip.Is4() {
@@ -487,10 +536,29 @@ func (a *Agent) SetEIPBandwidth(eip netip.Addr, rate uint64, burst uint32) error
 	return a.flagGuest(eip, true)
 }
 
+// setBandwidth6 is SetEIPBandwidth for an IPv6 EIP.
+func (a *Agent) setBandwidth6(eip netip.Addr, b Bandwidth) error {
+	t := bw6Table{a.objs.EipBw6}
+	if b.Rate == 0 {
+		if !bwAddrOK(eip) {
+			return nil
+		}
+		if err := a.flagGuest(eip, false); err != nil {
+			return err
+		}
+		_, err := t.set(eip, b)
+		return err
+	}
+	if _, err := t.set(eip, b); err != nil {
+		return err
+	}
+	return a.flagGuest(eip, true)
+}
+
 // flagGuest sets or clears AGENT_F_BW on the guest eip is bound to (none
 // bound: nothing to do; PutEIP sets it when the EIP comes).
 func (a *Agent) flagGuest(eip netip.Addr, on bool) error {
-	ek, err := keyOf(eip)
+	ek, err := agentKeyOf(eip)
 	if err != nil {
 		return err
 	}
@@ -529,6 +597,9 @@ func (a *Agent) flagGuest(eip netip.Addr, on bool) error {
 // placeBandwidth copies eip's limit, if any, into stats slot slot (for
 // PutEIP, before it writes the guest's flag): whether it has one.
 func (a *Agent) placeBandwidth(eip netip.Addr, slot uint32) (bool, error) {
+	if eip.Is6() {
+		return bw6Table{a.objs.EipBw6}.has(eip), nil
+	}
 	m := a.bw()
 	v, ok := m.limit(eip)
 	if !ok {
@@ -537,12 +608,24 @@ func (a *Agent) placeBandwidth(eip netip.Addr, slot uint32) (bool, error) {
 	return true, m.place(eip, v, slot)
 }
 
-// EIPBandwidths lists the agent's limits.
-func (a *Agent) EIPBandwidths() (map[netip.Addr]Bandwidth, error) { return a.bw().list() }
+// EIPBandwidths lists the agent's limits, of both families.
+func (a *Agent) EIPBandwidths() (map[netip.Addr]Bandwidth, error) {
+	out, err := a.bw().list()
+	if err != nil {
+		return nil, err
+	}
+	if err := (bw6Table{a.objs.EipBw6}).list(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // EIPBandwidthDrops reads what eip's limit dropped on this host, since the
-// EIP took its stats slot.
+// EIP took its stats slot (an IPv6 EIP: since its limit was set).
 func (a *Agent) EIPBandwidthDrops(eip netip.Addr) (BandwidthDrops, bool, error) {
+	if eip.Is6() {
+		return bw6Table{a.objs.EipBw6}.drops(eip)
+	}
 	slot, ok := a.bwSlot(eip)
 	return a.bw().drops(eip, slot, ok)
 }

@@ -290,7 +290,9 @@ func TestBandwidthValidation(t *testing.T) {
 		rate  uint64
 		burst uint32
 	}{
-		{"2001:db8::1", 8e6, 0},
+		{"::ffff:198.51.100.1", 8e6, 0},
+		{"fe80::1%eth0", 8e6, 0},
+		{"2001:db8::1", MinBandwidthRate - 1, 0},
 		{eip, MinBandwidthRate - 1, 0},
 		{eip, MaxBandwidthRate + 1, 0},
 		{eip, 8e6, MinBandwidthBurst - 1},
@@ -313,6 +315,12 @@ func TestBandwidthValidation(t *testing.T) {
 	}
 	if got, _ := fb.EIPBandwidths(); len(got) != 1 {
 		t.Fatalf("a failed write changed the limits: %v", got)
+	}
+	if err := f.SetEIPBandwidth(addr("2001:db8::1"), 8e6, 0); err != nil {
+		t.Fatalf("an IPv6 EIP's limit: %v", err)
+	}
+	if got, _ := f.EIPBandwidths(); got[addr("2001:db8::1")] != (Bandwidth{Rate: 8e6, Burst: 100_000}) {
+		t.Fatalf("an IPv6 EIP's limit read back: %v", got)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 var compiledMax = map[string]int{
 	"xdp_edge":           10003,
 	"xdp_agent_underlay": 3173,
-	"xdp_agent_guest":    3625,
+	"xdp_agent_guest":    3744,
 }
 
 // TestCompiledProgramSize holds the committed objects' programs to

@@ -68,10 +68,7 @@ func (r *Reconciler) bandwidthView() (bwenforce.View, error) {
 	var addrs []netip.Addr
 	sets := map[netip.Addr][3]string{}
 	for a := range x.bwOf {
-		if !a.Is4() {
-			continue
-		}
-		if _, routed := x.want(a.As4()); !routed {
+		if _, routed := x.wantAddr(a); !routed {
 			continue
 		}
 		c := in.Carriers(a)

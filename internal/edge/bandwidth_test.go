@@ -142,3 +142,63 @@ func sameBW(x, y map[netip.Addr]dataplane.Bandwidth) bool {
 	}
 	return true
 }
+
+// TestEdgeBandwidthIPv6: an IPv6 EIP in a package gets its Internet ->
+// EIP limit as an IPv4 one does (issue 21): carried while routed, its
+// share of the static split, its ingress reported from its route's rx
+// counters, the limit pushed for it enforced; unbound, its limit goes.
+func TestEdgeBandwidthIPv6(t *testing.T) {
+	fake := dataplane.NewFakeEdge()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet}, fake)
+	mem := bwstore.NewMem(nil)
+	limits := &dataplane.FakeBandwidth{}
+	meter := newRateMeter(RateConfig{})
+	h, err := r.EnableBandwidth(BandwidthConfig{Store: mem, Zone: "pop", Interval: 50 * time.Millisecond}, meter, limits, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e4, e6 := a("198.51.100.7"), a("2001:db8:a::7")
+	load(t, r, 10, append(region6(), &model.BandwidthPackage{Name: "shop", Capacity: 120_000_000, EIPs: []model.PackageEIP{
+		{Address: e4}, {Address: e6}, {Address: a("2001:db8:a::8")}}})...)
+	h.Step(ctx)
+	// 120 Mbit/s over 3 EIPs: 40 Mbit/s each; 2001:db8:a::8 is unbound
+	// (no route: not carried).
+	want := map[netip.Addr]dataplane.Bandwidth{e4: {Rate: 40_000_000, Burst: 100_000}, e6: {Rate: 40_000_000, Burst: 100_000}}
+	if got, _ := limits.EIPBandwidths(); !sameBW(got, want) {
+		t.Fatalf("static split: %v, want %v", got, want)
+	}
+	time.Sleep(30 * time.Millisecond) // beyond the meter's freshness (interval/2)
+	h.Step(ctx)
+	slot := fake.Routes()[e6].StatsIdx
+	fake.Counters[slot] = dataplane.Counters{RxBytes: 500_000, RxPackets: 500}
+	time.Sleep(100 * time.Millisecond)
+	h.Step(ctx)
+	snap, err := mem.ReadReports(ctx, "pop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, rep := range snap.Reports {
+		if rep.EIP == e6 && rep.Dir == bwstore.Ingress && rep.BytesPerSec >= 500_000 {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Fatalf("reports %+v: want %v's ingress", snap.Reports, e6)
+	}
+	if err := mem.WriteLimits(ctx, "pop", "edge-a1", 10*time.Second, bwstore.Limits{Generation: 5, Limits: []bwstore.Limit{
+		{EIP: e6, Dir: bwstore.Ingress, RateBytes: 1_000_000, BurstBytes: 30_000},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	h.Step(ctx)
+	if got, _ := limits.EIPBandwidths(); got[e6] != (dataplane.Bandwidth{Rate: 8_000_000, Burst: 30_000}) {
+		t.Fatalf("managed: %v, want %v at 8 Mbit/s", got, e6)
+	}
+	watched(t, r, 11, &model.EIP{Address: e6})
+	h.Enforce()
+	if got, _ := limits.EIPBandwidths(); got[e6] != (dataplane.Bandwidth{}) {
+		t.Fatalf("after unbinding %v: %v, want no limit for it", e6, got)
+	}
+}

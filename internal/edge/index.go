@@ -615,7 +615,8 @@ func (x *index) putEIP6(o *model.EIP) change {
 	}
 	_, routed := x.eips6[k]
 	fw := (routed != wasRouted || x.pulled6[k] != wasPulled) && x.fwTouches(o.Address)
-	return change{eip: o.Address, fw: fw}
+	_, packaged := x.bwOf[o.Address]
+	return change{eip: o.Address, fw: fw, bw: packaged}
 }
 
 // deleteEIP6 forgets an IPv6 EIP.
@@ -627,5 +628,6 @@ func (x *index) deleteEIP6(a netip.Addr) change {
 	delete(x.eips6, k)
 	delete(x.pulled6, k)
 	delete(x.limits6, k)
-	return change{eip: a, fw: x.fwTouches(a)}
+	_, packaged := x.bwOf[a]
+	return change{eip: a, fw: x.fwTouches(a), bw: packaged}
 }

@@ -183,11 +183,7 @@ func (p *BandwidthPackage) Validate() Errors {
 	for i := range p.EIPs {
 		e := &p.EIPs[i]
 		f := fmt.Sprintf("eips[%d]", i)
-		if e.Address.Is6() {
-			es.add(f+".address", "%v: bandwidth packages cannot hold IPv6 EIPs yet (the data planes' bandwidth slots hold IPv4 addresses)", e.Address)
-		} else {
-			checkUnicast4(&es, f+".address", e.Address)
-		}
+		checkEIPAddress(&es, f+".address", e.Address)
 		if e.Address.IsValid() {
 			if j, dup := seen[e.Address]; dup {
 				es.add(f+".address", "%v appears twice (eips[%d]): an EIP is listed once", e.Address, j)

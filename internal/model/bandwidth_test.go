@@ -31,7 +31,9 @@ func TestBandwidthPackageValidate(t *testing.T) {
 		{"description", func(p *BandwidthPackage) { p.Description = strings.Repeat("x", 1025) }, "description", "longer than 1024"},
 		{"bad address", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("224.0.0.1") }, "eips[1].address", "not a unicast"},
 		{"no address", func(p *BandwidthPackage) { p.EIPs[1].Address = netip.Addr{} }, "eips[1].address", "required"},
-		{"ipv6", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("2001:db8::1") }, "eips[1].address", "bandwidth packages cannot hold IPv6 EIPs yet"},
+		{"ipv6 link-local", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("fe80::1") }, "eips[1].address", "not a global unicast address"},
+		{"ipv4-mapped", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("::ffff:198.51.100.8") }, "eips[1].address", "IPv4-mapped"},
+		{"ipv6 unique local", func(p *BandwidthPackage) { p.EIPs[1].Address = addr("fd00::1") }, "eips[1].address", "cannot be announced"},
 		{"twice", func(p *BandwidthPackage) { p.EIPs[1].Address = p.EIPs[0].Address }, "eips[1].address", "appears twice (eips[0])"},
 		{"min above max", func(p *BandwidthPackage) { p.EIPs[0].Min = 90_000_000 }, "eips[0].min", "90Mbit/s is above the EIP's max 80Mbit/s"},
 		{"tiny max", func(p *BandwidthPackage) { p.EIPs[1].Max = 10 }, "eips[1].max", "at least 1kbit/s"},
@@ -57,6 +59,11 @@ func TestBandwidthPackageValidate(t *testing.T) {
 	}
 	if es := ok.Validate(); len(es) > 0 {
 		t.Fatalf("valid package: %v", es)
+	}
+	dual := ok
+	dual.EIPs = append(append([]PackageEIP(nil), ok.EIPs...), PackageEIP{Address: addr("2001:db8:a::7"), Max: 10_000_000})
+	if es := dual.Validate(); len(es) > 0 {
+		t.Fatalf("a package with an IPv6 EIP: %v", es)
 	}
 	// Mins exactly at the capacity, no EIPs at all, a max above the
 	// capacity: all valid.
@@ -274,4 +281,33 @@ func FuzzParseBitRate(f *testing.F) {
 			t.Fatalf("%q = %d, formatted %q, read back %d, %v", s, v, FormatBitRate(v), back, err)
 		}
 	})
+}
+
+// TestBandwidthPackageIPv6: a package holds IPv6 EIPs beside IPv4 ones
+// (issue 21), checked against the state as IPv4's are: the EIP exists,
+// belongs to one package, is not deleted while listed.
+func TestBandwidthPackageIPv6(t *testing.T) {
+	s := region6(t)
+	put := func(o Object) error { _, err := s.Put(o); return err }
+	if err := put(&EIP{Address: addr("2001:db8:a::7"), Binding: &Binding{Host: "h1", Guest: "g1"}}); err != nil {
+		t.Fatal(err)
+	}
+	pkg := func(name string, eips ...string) *BandwidthPackage {
+		p := &BandwidthPackage{Name: name, Capacity: 100_000_000}
+		for _, a := range eips {
+			p.EIPs = append(p.EIPs, PackageEIP{Address: addr(a)})
+		}
+		return p
+	}
+	wantErr(t, put(pkg("a", "2001:db8:a::9")), "eips[0].address", "2001:db8:a::9 is not an EIP")
+	if err := put(pkg("a", "198.51.100.7", "2001:db8:a::7")); err != nil {
+		t.Fatalf("a package with an IPv6 EIP refused: %v", err)
+	}
+	if p, ok := s.PackageOf(addr("2001:db8:a::7")); !ok || p != "a" {
+		t.Fatalf("PackageOf(2001:db8:a::7) = %q, %v", p, ok)
+	}
+	wantErr(t, put(pkg("b", "2001:db8:a::7")), "eips[0].address", "EIP 2001:db8:a::7 already belongs to bandwidth package a")
+	if _, err := s.Delete(KindEIP, "2001:db8:a::7"); err == nil || !strings.Contains(err.Error(), "belongs to bandwidth package a") {
+		t.Fatalf("deleting an IPv6 EIP a package lists: %v", err)
+	}
 }

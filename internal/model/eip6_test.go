@@ -177,14 +177,13 @@ func TestIPv6EIPState(t *testing.T) {
 	}
 }
 
-// Services and bandwidth packages stay IPv4, each with its own reason.
-func TestIPv6VIPAndPackageRefused(t *testing.T) {
+// Services stay IPv4, with their reason (bandwidth packages take IPv6
+// EIPs: TestBandwidthPackageIPv6).
+func TestIPv6VIPRefused(t *testing.T) {
 	v := Service{VIP: addr("2001:db8:a::80")}
 	var es Errors
 	checkVIP(&es, "vip", v.VIP)
 	checkErrors(t, es, []string{"vip~2001:db8:a::80: IPv6 VIPs are not supported yet (services are IPv4 only"})
-	p := BandwidthPackage{Name: "shop", Capacity: 100_000_000, EIPs: []PackageEIP{{Address: addr("2001:db8:a::7")}}}
-	wantErr(t, p.Validate().Err(), "eips[0].address", "2001:db8:a::7: bandwidth packages cannot hold IPv6 EIPs yet")
 }
 
 // Documents stored before Address6 load and encode byte for byte (no
