@@ -115,7 +115,7 @@ func checkBandwidth(eip netip.Addr, b Bandwidth) error {
 // bwAddrOK: whether eip can have a limit (IPv4, or IPv6 neither
 // IPv4-mapped nor zoned).
 func bwAddrOK(eip netip.Addr) bool {
-	return eip.Is4() || eip.Is6() && !eip.Is4In6() && eip.Zone() == ""
+	return eip.Is4() || plain6(eip)
 }
 
 // checkBandwidthRate checks a limit's rate and burst.

@@ -194,7 +194,7 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	var v6 edgeEdgeConfig6
 	if c.ICMPSource6.IsValid() {
 		a := c.ICMPSource6
-		if !a.Is6() || a.Is4In6() || a.Zone() != "" || !a.IsGlobalUnicast() {
+		if !plain6(a) || !a.IsGlobalUnicast() {
 			return fmt.Errorf("ICMPv6 source %v: not a global unicast IPv6 address", a)
 		}
 		if v6.IcmpSrc, _, err = addrTo(a); err != nil {

@@ -32,7 +32,7 @@ func (f *FakeEdge) PutLimits(a netip.Addr, l Limits) error {
 	if l.IsZero() {
 		return f.DeleteLimits(a)
 	}
-	if !a.Is4() && (!a.Is6() || a.Is4In6() || a.Zone() != "") {
+	if !a.Is4() && !plain6(a) {
 		return fmt.Errorf("limits of %v: not an IPv4 or IPv6 address", a)
 	}
 	if _, err := limitsTo(l); err != nil {

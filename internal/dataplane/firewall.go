@@ -47,7 +47,7 @@ func fwKeyFrom(k edgeFwKey) fwplan.Key {
 // fwKey6To is fwKeyTo for an IPv6 source (fw_rules6).
 func fwKey6To(k fwplan.Key) (edgeFwKey6, error) {
 	a := k.Source.Addr()
-	if !a.Is6() || a.Is4In6() || a.Zone() != "" {
+	if !plain6(a) {
 		return edgeFwKey6{}, fmt.Errorf("firewall source %v: not IPv6", k.Source)
 	}
 	if k.Scope > fwplan.ScopeMax {

@@ -91,7 +91,7 @@ func (e *Edge) limitsMap(a netip.Addr) (*ebpf.Map, any, error) {
 	switch {
 	case a.Is4():
 		return e.objs.EdgeLimits, ip4word(a), nil
-	case a.Is6() && !a.Is4In6() && a.Zone() == "":
+	case plain6(a):
 		if e.objs.EdgeLimits6 == nil {
 			return nil, nil, fmt.Errorf("limits of %v: this program has no IPv6 limits (edge_limits6)", a)
 		}

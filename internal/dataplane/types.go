@@ -297,6 +297,11 @@ type AgentMaps interface {
 	Stats() (map[string]Count, error)
 }
 
+// plain6 reports whether a is an IPv6 address the IPv6 maps key (an
+// IPv6 EIP, firewall source or limited address): neither IPv4-mapped
+// (that is an IPv4 address, keyed by the IPv4 maps) nor zoned.
+func plain6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() && a.Zone() == "" }
+
 func addrTo(a netip.Addr) (edgeIpAddr, uint8, error) {
 	var out edgeIpAddr
 	switch {
