@@ -414,7 +414,7 @@ func (t bw6Table) set(eip netip.Addr, b Bandwidth) (flip bool, err error) {
 
 // has reports whether eip has a limit here.
 func (t bw6Table) has(eip netip.Addr) bool {
-	if t.m == nil || !bwAddrOK(eip) || !eip.Is6() {
+	if t.m == nil || !plain6(eip) {
 		return false
 	}
 	k, _, _ := addrTo(eip)

@@ -138,43 +138,12 @@ func (x *index) put(kind, key string, o model.Object) change {
 	switch o := o.(type) {
 	case *model.EIP:
 		if o.Address.Is6() {
-			return x.putEIP6(o)
+			return putEIPIn(x, x.maps6(), o.Address.As16(), o)
 		}
 		if !o.Address.Is4() {
 			return change{}
 		}
-		k := o.Address.As4()
-		// The firewall sees an EIP only as routed or not and as pulled
-		// into a set or not: a binding moved to another host or new rate
-		// limits leave its plan alone (no rebuild of every rule).
-		old, wasRouted := x.eips[k]
-		wasPulled := x.pulled[k]
-		if o.Set != "" {
-			x.pulled[k] = x.intern(o.Set)
-		} else {
-			delete(x.pulled, k)
-		}
-		if o.Limits != nil {
-			x.limits[k] = *o.Limits
-		} else {
-			delete(x.limits, k)
-		}
-		if wasRouted && x.byGuest != nil && x.byGuest[old] == k {
-			delete(x.byGuest, old)
-		}
-		if o.Binding == nil {
-			delete(x.eips, k)
-		} else {
-			b := binding{x.id(o.Binding.Host), x.id(o.Binding.Guest)}
-			x.eips[k] = b
-			if x.byGuest != nil {
-				x.byGuest[b] = k
-			}
-		}
-		_, routed := x.eips[k]
-		fw := (routed != wasRouted || x.pulled[k] != wasPulled) && x.fwTouches(o.Address)
-		_, packaged := x.bwOf[o.Address]
-		return change{eip: o.Address, fw: fw, bw: packaged}
+		return putEIPIn(x, x.maps4(), o.Address.As4(), o)
 	case *model.Host:
 		e := &hostEntry{underlay: o.Underlay, guest: make(map[string]guestInfo, len(o.Guests))}
 		for _, g := range o.Guests {
@@ -229,19 +198,12 @@ func (x *index) delete(kind, key string) change {
 	case model.KindEIP:
 		a, err := netip.ParseAddr(key)
 		if err == nil && a.Is6() && a.Zone() == "" {
-			return x.deleteEIP6(a)
+			return deleteEIPIn(x, x.maps6(), a.As16(), a)
 		}
 		if err != nil || !a.Is4() {
 			return change{}
 		}
-		if b, ok := x.eips[a.As4()]; ok && x.byGuest != nil && x.byGuest[b] == a.As4() {
-			delete(x.byGuest, b)
-		}
-		delete(x.eips, a.As4())
-		delete(x.pulled, a.As4())
-		delete(x.limits, a.As4())
-		_, packaged := x.bwOf[a]
-		return change{eip: a, fw: x.fwTouches(a), bw: packaged}
+		return deleteEIPIn(x, x.maps4(), a.As4(), a)
 	case model.KindHost:
 		delete(x.hosts, key)
 		return change{host: key, lb: len(x.services) > 0, spoof: true, bw: len(x.bwOf) > 0}
@@ -583,51 +545,67 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 	return slices.Compact(own), slices.Compact(underlay)
 }
 
-// putEIP6 records an IPv6 EIP: its binding, its pull-out, its rate
-// limits. Bandwidth packages are IPv4's for now (the model refuses an
-// IPv6 EIP in one); the firewall sees it as IPv4's: routed or not,
-// pulled into a set or not.
-func (x *index) putEIP6(o *model.EIP) change {
-	k := o.Address.As16()
-	_, wasRouted := x.eips6[k]
-	wasPulled := x.pulled6[k]
-	if o.Limits != nil {
-		x.limits6[k] = *o.Limits
-	} else {
-		delete(x.limits6, k)
-	}
+// eipMaps are the index's EIP maps of one family: IPv4 EIPs keyed by
+// their 4 bytes, IPv6 ones by their 16 (an IPv4 entry stays as small).
+type eipMaps[K comparable] struct {
+	eips    map[K]binding
+	pulled  map[K]string
+	limits  map[K]model.Limits
+	byGuest map[binding]K // nil until built
+}
+
+func (x *index) maps4() eipMaps[[4]byte] {
+	return eipMaps[[4]byte]{x.eips, x.pulled, x.limits, x.byGuest}
+}
+
+func (x *index) maps6() eipMaps[[16]byte] {
+	return eipMaps[[16]byte]{x.eips6, x.pulled6, x.limits6, x.byGuest6}
+}
+
+// putEIPIn records EIP o, keyed k in its family's maps m: its binding,
+// its pull-out, its rate limits. The firewall sees an EIP only as routed
+// or not and as pulled into a set or not: a binding moved to another
+// host or new rate limits leave its plan alone (no rebuild of every
+// rule).
+func putEIPIn[K comparable](x *index, m eipMaps[K], k K, o *model.EIP) change {
+	old, wasRouted := m.eips[k]
+	wasPulled := m.pulled[k]
 	if o.Set != "" {
-		x.pulled6[k] = x.intern(o.Set)
+		m.pulled[k] = x.intern(o.Set)
 	} else {
-		delete(x.pulled6, k)
+		delete(m.pulled, k)
 	}
-	if old, ok := x.eips6[k]; ok && x.byGuest6 != nil && x.byGuest6[old] == k {
-		delete(x.byGuest6, old)
+	if o.Limits != nil {
+		m.limits[k] = *o.Limits
+	} else {
+		delete(m.limits, k)
+	}
+	if wasRouted && m.byGuest != nil && m.byGuest[old] == k {
+		delete(m.byGuest, old)
 	}
 	if o.Binding == nil {
-		delete(x.eips6, k)
+		delete(m.eips, k)
 	} else {
 		b := binding{x.id(o.Binding.Host), x.id(o.Binding.Guest)}
-		x.eips6[k] = b
-		if x.byGuest6 != nil {
-			x.byGuest6[b] = k
+		m.eips[k] = b
+		if m.byGuest != nil {
+			m.byGuest[b] = k
 		}
 	}
-	_, routed := x.eips6[k]
-	fw := (routed != wasRouted || x.pulled6[k] != wasPulled) && x.fwTouches(o.Address)
+	_, routed := m.eips[k]
+	fw := (routed != wasRouted || m.pulled[k] != wasPulled) && x.fwTouches(o.Address)
 	_, packaged := x.bwOf[o.Address]
 	return change{eip: o.Address, fw: fw, bw: packaged}
 }
 
-// deleteEIP6 forgets an IPv6 EIP.
-func (x *index) deleteEIP6(a netip.Addr) change {
-	k := a.As16()
-	if b, ok := x.eips6[k]; ok && x.byGuest6 != nil && x.byGuest6[b] == k {
-		delete(x.byGuest6, b)
+// deleteEIPIn forgets EIP a, keyed k in its family's maps m.
+func deleteEIPIn[K comparable](x *index, m eipMaps[K], k K, a netip.Addr) change {
+	if b, ok := m.eips[k]; ok && m.byGuest != nil && m.byGuest[b] == k {
+		delete(m.byGuest, b)
 	}
-	delete(x.eips6, k)
-	delete(x.pulled6, k)
-	delete(x.limits6, k)
+	delete(m.eips, k)
+	delete(m.pulled, k)
+	delete(m.limits, k)
 	_, packaged := x.bwOf[a]
 	return change{eip: a, fw: x.fwTouches(a), bw: packaged}
 }
