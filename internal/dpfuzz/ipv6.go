@@ -254,15 +254,14 @@ func NDPv6(p IPv6) bool {
 	return t == 133 || t == 135 || t == 136
 }
 
-// judgeIPv6 reads an IPv6 frame (its network header at l3). No IPv6
-// address is a node's to forward yet: nothing may be transmitted, and the
-// verdict's Counter is the counter the frame must move. A valid packet
-// goes to the kernel ("not IPv4: ...", pass_ipv6) unless guest (a guest's
-// IPv6 is dropped, drop_local, but for neighbour discovery, NDPv6, which
-// goes to the host's kernel: the hosts the oracle knows have no IPv6 EIP,
-// whose guests' packets the agent translates); offLink applies the link-local check
-// (the edge's).
-func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
+// judgeIPv6 reads an IPv6 frame (its network header at l3) as every
+// program's parser does: a malformed or martian packet is dropped under
+// its counter (the verdict's Counter) and nothing may be transmitted for
+// it; offLink applies the link-local check (the edge's). A valid packet
+// gets Counter pass_ipv6 (the kernel's, "not IPv4: ...") here: the
+// callers then apply the IPv6 EIPs' paths (eip6.go: judgeEdge6,
+// judgeGuest6), which take some of them.
+func judgeIPv6(b []byte, l3 int, offLink bool) Verdict {
 	p, err := ParseIPv6(b, l3)
 	if err != nil {
 		e := err.(*V6Error)
@@ -274,13 +273,7 @@ func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
 	if offLink && OffLinkV6(p) {
 		return Verdict{Forbid: fmt.Sprintf("spoofed: link-local source %v off its link (to %v)", p.Src(), p.Dst()), Counter: "drop_ip6_off_link"}
 	}
-	if guest {
-		if NDPv6(p) {
-			return Verdict{Forbid: "not IPv4: neighbour discovery from a guest, for the host's kernel", Counter: "pass_ipv6"}
-		}
-		return Verdict{Forbid: "IPv6 from a guest without an IPv6 EIP", Counter: "drop_local"}
-	}
-	return Verdict{Forbid: "not IPv4: IPv6 for the kernel (no IPv6 address is forwarded yet)", Counter: "pass_ipv6"}
+	return Verdict{Forbid: "not IPv4: IPv6 for the kernel (to no IPv6 EIP)", Counter: "pass_ipv6"}
 }
 
 // IPv6Packet builds an IPv6 packet: the fixed header (hop limit 64) with
