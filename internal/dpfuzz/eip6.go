@@ -118,6 +118,7 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		// RFC 4291 2.5.6: a router must not forward it, whichever
 		// interface it came in on.
 		v.Forbid = fmt.Sprintf("link-local source %v to an IPv6 EIP from the %v side (RFC 4291 2.5.6: never forwarded)", p.Src(), side)
+		v.Counter = "drop_ip6_off_link"
 		return v
 	}
 	if p.HopLimit() <= 1 {
@@ -496,12 +497,14 @@ func (r *Region) checkEncap6(v Verdict, out []byte, ol Link, o IPv4) error {
 	if et := binary.BigEndian.Uint16(out[n.Inner+12:]); et != EtherIPv6 {
 		return fmt.Errorf("inner ethertype %#04x carrying IPv6", et)
 	}
-	in, err := ParseIPv6(out[:o.End()], n.Inner+ethHdrLen)
+	// The inner frame parsed as the frame it is (the walk's bound is
+	// from its start).
+	in, err := ParseIPv6(out[n.Inner:o.End()], ethHdrLen)
 	if err != nil {
 		return fmt.Errorf("inner: %v", err)
 	}
-	if in.End() != o.End() || o.End() != len(out) {
-		return fmt.Errorf("inner packet ends at %d, outer at %d, frame at %d", in.End(), o.End(), len(out))
+	if n.Inner+in.End() != o.End() || o.End() != len(out) {
+		return fmt.Errorf("inner packet ends at %d, outer at %d, frame at %d", n.Inner+in.End(), o.End(), len(out))
 	}
 	if tc := in.Pkt[0]<<4 | in.Pkt[1]>>4; o.Pkt[1] != tc {
 		return fmt.Errorf("outer TOS %#02x, the traffic class %#02x", o.Pkt[1], tc)

@@ -84,7 +84,7 @@ func TestJudgeEdgeIPv6EIP(t *testing.T) {
 		{"ULA from the underlay", "ul", udp6(a("fd00::1"), eip6a, 64), "", "", false, false},
 		{"link-local udp: off-link first", "inet", udp6(a("fe80::1"), eip6a, 64), "spoofed: link-local", "drop_ip6_off_link", false, false},
 		{"link-local icmpv6", "inet", icmp(a("fe80::1"), 128, 64), "spoofed: link-local", "drop_ip6_off_link", false, false},
-		{"link-local icmpv6 from the underlay", "ul", icmp(a("fe80::1"), 128, 64), "link-local source", "", false, false},
+		{"link-local icmpv6 from the underlay", "ul", icmp(a("fe80::1"), 128, 64), "link-local source", "drop_ip6_off_link", false, false},
 		{"icmpv6 not an ICMP rule's of the other family", "inet", icmp(client6a, 128, 64), "", "", false, false},
 		{"hop limit 1", "inet", udp6(client6a, eip6a, 1), "", "", true, false},
 		{"hop limit 0", "inet", udp6(client6a, eip6a, 0), "", "", true, false},

@@ -305,6 +305,9 @@ var v6Pool = []netip.Addr{
 }
 
 func (m *Mutator) addr6() netip.Addr {
+	if len(m.Addrs6) > 0 && m.R.IntN(2) == 0 {
+		return m.Addrs6[m.R.IntN(len(m.Addrs6))]
+	}
 	if m.R.IntN(8) == 0 {
 		var b [16]byte
 		for i := range b {
@@ -399,7 +402,7 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 		return b
 	}
 	exts := []uint8{ProtoHopOpts, ProtoRouting, ProtoFragment, ProtoDstOpts, ProtoAH}
-	switch m.R.IntN(12) {
+	switch m.R.IntN(14) {
 	case 0: // version
 		b[l3] = []byte{0x60, 0x40, 0x70, 0x00, 0x6f, byte(m.R.Uint32())}[m.R.IntN(6)]
 	case 1: // payload length
@@ -504,6 +507,16 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 		}
 		b[nhAt] = ProtoDstOpts
 		b = append(b[:l3+40], append(chain, b[lay.l4:]...)...)
+	case 12: // wrap the packet in NVGRE to the node (an IPv6 EIP's guest's packet from its host)
+		if l3 >= ethHdrLen && len(m.Keys) > 0 && m.Endpoint.IsValid() {
+			b = m.wrapNVGREAs(b[l3:], EtherIPv6)
+		}
+	case 13: // the UDP checksum 0 (RFC 8200 8.1: invalid in IPv6), or the hop limit a translation keeps
+		if lay.l4 >= 0 && lay.proto == ProtoUDP && lay.l4+8 <= len(b) && m.R.IntN(2) == 0 {
+			b[lay.l4+6], b[lay.l4+7] = 0, 0
+		} else {
+			b[l3+7] = []byte{0, 1, 255}[m.R.IntN(3)]
+		}
 	}
 	return b
 }
