@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
@@ -254,4 +256,32 @@ func scaleAgentUnderlay6Seeds(tb testing.TB) []scaleSeed {
 	ul(edgeA, vsid, pkt6{src: client6, dst: "2001:db8:e1::99", proto: nhTCP, sport: 1, dport: 22}.ip())
 	ul(hostAddr, vsid, pkt6{src: client6, dst: agentEIP6, proto: nhTCP, sport: 1, dport: 22}.ip())
 	return s
+}
+
+// The harness judges IPv6 EIPs' traffic: with a Policy denying an IPv6
+// client prefix that nothing enforces (no rule is programmed), the run
+// must fail on a transmitted denied IPv6 packet; with the real rules
+// programmed but an oracle lacking the IPv6 deny rule (the /64 inside
+// eip6Own's allowed /48), on its counters.
+func TestScaleFuzzEdgeCatchesIPv6Escapes(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "30000")
+	t.Run("unenforced deny", func(t *testing.T) {
+		err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+			return denySources{netip.MustParsePrefix("2001:db8:c::/48")}, nil
+		}})
+		if err == nil || !strings.Contains(err.Error(), "denied by the firewall") || !strings.Contains(err.Error(), "2001:db8:c::") {
+			t.Fatalf("a transmitted denied IPv6 packet went unnoticed: %.600v", err)
+		}
+	})
+	t.Run("miscount", func(t *testing.T) {
+		err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+			slots := programScaleFirewall(t, fb, scaleFWRules)
+			lacking := slices.DeleteFunc(slices.Clone(scaleFWRules), func(r scaleFWRule) bool { return r.name == "o6-deny-in" })
+			return scaleFWOracle(lacking, slots), slots
+		}})
+		if err == nil || !(strings.Contains(err.Error(), "drop_fw_") || strings.Contains(err.Error(), "firewall rule")) {
+			t.Fatalf("an IPv6 firewall miscount went unnoticed: %v", err)
+		}
+		t.Logf("caught, as it must be: %.300s", err)
+	})
 }
