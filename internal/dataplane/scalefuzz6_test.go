@@ -53,7 +53,7 @@ func scaleAddrs6() []netip.Addr {
 	for _, s := range []string{eip6, eip6NoNbr, eip6Hole, eip6Own, "2001:db8:e1::99", "2001:db8:e1::", client6, "2001:db8:c::66",
 		"2001:db8:c::67", "2001:db8:c:1::5", "2001:db8:c:2::5", "2001:db8:bad::1", "2001:db8:bae::1", "2001:db8:d::1",
 		dptest.UlAddr6, "2001:db8:ff:1::9", dptest.ExtAddr6, dptest.RtrAddr6, "fd00::1", "fc00::1", "fe80::1",
-		agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
+		"2001:db8:249::5", "2001:db8:251::5", agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
 		a = append(a, addr(s))
 	}
 	return a
@@ -130,6 +130,11 @@ func scaleEdge6Seeds(tb *testing.T) []scaleSeed {
 	ul(otherHost, vsid, pkt6{src: eip6, dst: client6, proto: nhTCP, sport: 80, dport: 40000}.ip())
 	ul(hostAddr, vsid, pkt6{src: eip6, dst: "fd00::1", proto: nhUDP, sport: 1, dport: 2}.ip())
 	ul(hostAddr, vsid, pkt6{src: eip6, dst: dptest.UlAddr6, proto: nhUDP, sport: 1, dport: 2}.ip())
+	// Behind an unresolved gateway (decap_pass: the inner frame to the
+	// kernel), a blackhole, a route of a small MTU.
+	ul(hostAddr, vsid, pkt6{src: eip6, dst: "2001:db8:249::5", proto: nhTCP, sport: 80, dport: 40000}.ip())
+	ul(hostAddr, vsid, pkt6{src: eip6, dst: "2001:db8:251::5", proto: nhUDP, sport: 1, dport: 2}.ip())
+	ul(hostAddr, vsid, ip6Hdr(eip6, "2001:db8:1280::5", nhUDP, udp6(1, 2, 1300)))
 	// An IPv6 packet to an IPv6 EIP arriving on the underlay, bare.
 	s = append(s, scaleSeed{dptest.UlDev, eth6(dptest.FabMAC, dptest.UlMAC, false, pkt6{src: client6, dst: eip6, proto: nhUDP, sport: 1, dport: 53}.ip())})
 	return s
