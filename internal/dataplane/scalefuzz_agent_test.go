@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/dpfuzz"
+	"github.com/azgate/azgate/internal/flowhash"
 )
 
 // scaleAgentBed is newAgentBed with the guest of FuzzAgentGuest: it has an
@@ -119,8 +121,11 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 			return err
 		}
 		if v.Out6 != nil {
-			// An IPv6 EIP's: the oracle checked the edge, VSID and
-			// translation.
+			// An IPv6 EIP's: the oracle checked the edge set, VSID and
+			// translation; the edge and FlowID are flow_hash6's.
+			if err := checkAgentEdge6(v, it.out); err != nil {
+				return err
+			}
 			f.results.outputs[kind+"6"]++
 			return nil
 		}
@@ -164,8 +169,8 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 	if err := f.run(t, n); err != nil {
 		t.Fatal(err)
 	}
-	if f.results.outputs[dpfuzz.OutEncap] == 0 {
-		t.Error("nothing tunnelled: the run checked nothing")
+	if f.results.outputs[dpfuzz.OutEncap] == 0 || f.results.outputs[dpfuzz.OutEncap+"6"] == 0 {
+		t.Error("nothing tunnelled (of one family): the run checked nothing")
 	}
 }
 
@@ -274,9 +279,31 @@ func TestScaleFuzzAgentUnderlay(t *testing.T) {
 		return !strings.HasPrefix(v.Forbid, "not IPv4") && !strings.HasPrefix(v.Forbid, "not NVGRE to this host") &&
 			!strings.HasPrefix(v.Forbid, "martian destination")
 	}
+	// The IPv6 EIPs' rx counters move by the packets delivered to their
+	// guests (or handed to the kernel translated), and by nothing else.
+	lastRx6 := agentEIPRx6(t, a)
+	f.batch = func(items []runItem, verdicts []dpfuzz.Verdict, _ map[string]uint64) error {
+		want := map[uint32]uint64{}
+		for i := range items {
+			if v, it := verdicts[i], &items[i]; v.Out6 != nil && it.act != xdpDrop && !bytes.Equal(it.in, it.out) {
+				want[agentIdx6Of(v.Fwd6.Dst())]++
+			}
+		}
+		now := agentEIPRx6(t, a)
+		for idx, n := range now {
+			if n-lastRx6[idx] != want[idx] {
+				return fmt.Errorf("IPv6 EIP slot %d's rx counter moved by %d for %d packets delivered to its guest", idx, n-lastRx6[idx], want[idx])
+			}
+		}
+		lastRx6 = now
+		return nil
+	}
 	f.runner = startBatchRunner(t, env, a.UnderlayProgram(), dptest.UlDev)
 	if err := f.run(t, n); err != nil {
 		t.Fatal(err)
+	}
+	if f.results.outputs["deliver6"] == 0 || f.results.outputs["deliver-pass6"] == 0 {
+		t.Error("nothing delivered to an IPv6 EIP's guest: the run checked no NAT66")
 	}
 	if f.results.outputs["forward"] == 0 {
 		t.Error("nothing delivered: the run checked nothing")
@@ -289,6 +316,40 @@ func agentIdx6Of(a netip.Addr) uint32 {
 		return agentIdx6b
 	}
 	return agentIdx6
+}
+
+// checkAgentEdge6: a guest's IPv6 packet goes to the edge flow_hash6
+// picks of the bed's two live edges, with the hash's low byte as FlowID
+// (docs: "Agent, IPv6 EIPs"), over the translated source and the upper
+// layer's ports (none for a fragment or ICMPv6).
+func checkAgentEdge6(v dpfuzz.Verdict, out []byte) error {
+	p := v.Fwd6
+	tuple := flowhash.Tuple{Src: v.Out6.Src, Dst: v.Out6.Dst, Proto: p.Proto}
+	if !p.MF {
+		tuple.SrcPort, tuple.DstPort = dpfuzz.Ports6(*p)
+	}
+	h := flowhash.Hash6(tuple, testSeed)
+	edge := []string{edgeA, edgeB}[h%2]
+	if got := netip.AddrFrom4([4]byte(out[30:34])); got != addr(edge) {
+		return fmt.Errorf("tunnelled to %v, flow_hash6 of %+v picks %s", got, tuple, edge)
+	}
+	if fid := binary.BigEndian.Uint32(out[38:]) & 0xff; fid != h&0xff {
+		return fmt.Errorf("FlowID %#02x, flow_hash6's low byte %#02x", fid, h&0xff)
+	}
+	return nil
+}
+
+// agentEIPRx6 reads the IPv6 EIPs' rx packets by slot.
+func agentEIPRx6(t *testing.T, a *Agent) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, i := range []uint32{agentIdx6, agentIdx6b} {
+		c, err := a.EIPStats(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[i] = c.RxPackets
+	}
+	return m
 }
 
 // agentEIPTx6 reads the IPv6 EIPs' tx packets by slot.
