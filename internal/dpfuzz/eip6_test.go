@@ -2,6 +2,7 @@ package dpfuzz
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -303,4 +304,52 @@ func TestJudgeAgentIPv6EIP(t *testing.T) {
 			t.Errorf("guest %s: out %+v", c.name, v.Out6)
 		}
 	}
+}
+
+// The mutator reaches every verdict of the IPv6 EIPs' paths from one
+// valid packet to an IPv6 EIP (Addrs6 aimed at the EIP and around it,
+// wrapping in NVGRE from the host, the inner packet mutated): encapsulated,
+// answered (hop limit), each anti-spoofing class, the return path
+// forwarded and refused.
+func TestMutateIPv6EIP(t *testing.T) {
+	a := netip.MustParseAddr
+	m := &Mutator{R: rand.New(rand.NewPCG(3, 4)), MaxFrame: 1600, Endpoint: edgeUl, TunnelSrcs: []netip.Addr{host1},
+		Keys: []uint32{5001 << 8}, Addrs6: []netip.Addr{eip6a, client6a, a("2001:db8:e1::55"), a("2001:db8:ff::1"), a("fd00::1"), a("fe80::1")}}
+	r := testRegion6()
+	seeds := [][]byte{frame6(udp6(client6a, eip6a, 64)), frame6(udp6(eip6a, client6a, 64))}
+	seen := map[string]int{}
+	for i := range 40000 {
+		in := m.Mutate(seeds[i%2], seeds)
+		side := Internet
+		if i%3 == 0 {
+			side = Underlay
+		}
+		v := r.JudgeEdge(side, in)
+		switch {
+		case v.Out6 != nil && v.Out6.Encap && v.NoForward == "":
+			seen["encap"]++
+		case v.Out6 != nil && v.Out6.Encap:
+			seen["hop limit"]++
+		case v.Out6 != nil:
+			seen["decap"]++
+		case v.Tunnel != nil && v.Forbid != "":
+			seen["return refused: "+reasonOf(v.Forbid)]++
+		case v.Counter != "":
+			seen[v.Counter]++
+		}
+	}
+	for _, c := range []string{"encap", "hop limit", "decap", "drop_spoof_own", "drop_spoof_underlay", "drop_spoof_bogon", "drop_ip6_off_link",
+		"return refused: spoofed", "return refused: inner packet", "return refused: malformed inner packet", "return refused: inner hop limit expired"} {
+		if seen[c] == 0 {
+			t.Errorf("no mutation reached %q (%v)", c, seen)
+		}
+	}
+	t.Logf("%v", seen)
+}
+
+func reasonOf(r string) string {
+	if i := strings.IndexByte(r, ':'); i > 0 {
+		return r[:i]
+	}
+	return r
 }
