@@ -1022,6 +1022,12 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		/* Last: only what would be forwarded spends the bandwidth. */
 		if ((r->flags & ROUTE_F_BW) && bw6_over(p6))
 			return count_drop(ctx, STAT_DROP_BW, len);
+	} else if ((bpf_ntohl(p6->saddr.a[0]) & 0xffc00000) == 0xfe800000) {
+		/* A link-local source is never forwarded (RFC 4291 2.5.6),
+		 * from the underlay either: ipv6_frame's off-link check lets
+		 * ICMPv6 through to the kernel, and spoof6_class is the
+		 * Internet side's (found by the scale fuzzer). */
+		return count_drop(ctx, STAT_DROP_IP6_OFF_LINK, len);
 	}
 	if (p->ttl <= 1)
 		return icmp6_answer(ctx, p6,

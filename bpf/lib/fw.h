@@ -289,7 +289,7 @@ static __always_inline __u32 fw_verdict6(struct fw_vslot6 *c)
  * deciding rule's counter is counted here (deny, or the first allow rule
  * that matched), as fw_drop counts it. r: the destination's route cache
  * slot (r->fw not 0; r->gen as fw_drop's gen). A rule's protocol icmp
- * matches ICMPv6 too (fw_ref.proto 1 stands for both). A port range
+ * matches ICMPv6 (fw_ref.proto 1 stands for both), and not next header 1. A port range
  * matches TCP and UDP with ports: unfragmented or a first fragment
  * (parse_ipv6 checked its L4 header is whole; the port is read here, as
  * fw_drop does). Global and without calls: the chain xdp_edge ->
@@ -316,8 +316,13 @@ __noinline __u32 fw6_check(struct xdp_md *ctx, const struct pkt6 *p6, const stru
 				port = bpf_ntohs(*dp);
 		}
 	}
+	/* ICMPv6 matches a rule's icmp; next header 1 (IPv4's ICMP, no
+	 * ICMP in IPv6) must not: it takes a number no rule names (found by
+	 * the scale fuzzer: an allow icmp admitted it). */
 	if (proto == IPPROTO_ICMPV6_)
 		proto = IPPROTO_ICMP_;
+	else if (proto == IPPROTO_ICMP_)
+		proto = 0xff;
 	__u32 pp = ((__u32)proto << 17) | port;
 	barrier_var(pp); /* one register, not proto and port */
 	const __be32 *s = p6->saddr.a;

@@ -418,7 +418,7 @@ func newFuzzEdgeBed(tb testing.TB) *fuzzEdgeBed {
 	}
 	tb.Cleanup(func() { e.Close() })
 	if err := e.SetConfig(EdgeConfig{
-		Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), HashSeed: testSeed,
+		Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6), HashSeed: testSeed,
 		ICMPRate: MaxICMPRate, ICMPBurst: 1 << 24, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
 		UnderlayIfindex: uint32(fuzzUlIfindex(tb, env)),
 	}); err != nil {

@@ -295,20 +295,30 @@ func v6SeedFrames(srcMAC, dstMAC string, few bool) [][]byte {
 // v6Only: a counter only IPv6 frames move.
 func v6Only(name string) bool { return name == "pass_ipv6" || strings.HasPrefix(name, "drop_ip6_") }
 
-// checkV6Counters holds the counters only IPv6 moves to the oracle: each
-// moved by exactly the inputs whose verdict names it (a valid frame the
-// program dropped, a hostile one it passed or counted under another
-// reason, all show here).
+// checkV6Counters holds the counters to the oracle's IPv6 verdicts: a
+// counter only IPv6 moves, exactly by the inputs whose verdict names it
+// (a valid frame the program dropped, a hostile one it passed or counted
+// under another reason, all show here), but for a CounterMaybe verdict,
+// which may be dropped first by a route lookup the oracle does not model;
+// a counter IPv4 moves too (drop_local, drop_bad_dst, drop_ttl of an IPv6
+// EIP's paths), by at least them.
 func checkV6Counters(vs []dpfuzz.Verdict, delta map[string]uint64) error {
-	want := map[string]uint64{}
+	want, maybe := map[string]uint64{}, map[string]uint64{}
 	for _, v := range vs {
-		if v6Only(v.Counter) {
+		switch {
+		case v.Counter == "":
+		case v.CounterMaybe:
+			maybe[v.Counter]++
+		default:
 			want[v.Counter]++
 		}
 	}
 	for _, name := range StatNames() {
-		if v6Only(name) && want[name] != delta[name] {
-			return fmt.Errorf("counter %s moved by %d, the oracle's IPv6 verdicts name it %d times (all: %v)", name, delta[name], want[name], want)
+		if v6Only(name) && (delta[name] < want[name] || delta[name] > want[name]+maybe[name]) {
+			return fmt.Errorf("counter %s moved by %d, the oracle's IPv6 verdicts name it %d times (and %d more maybe; all: %v)", name, delta[name], want[name], maybe[name], want)
+		}
+		if !v6Only(name) && delta[name] < want[name] {
+			return fmt.Errorf("counter %s moved by %d, fewer than the %d IPv6 inputs the oracle says it counts (all: %v)", name, delta[name], want[name], want)
 		}
 	}
 	return nil

@@ -162,6 +162,16 @@ func TestEdgeIPv6EIP(t *testing.T) {
 			in:     eth6(dptest.FabMAC, dptest.UlMAC, false, ip6Hdr("fd00::1", eip6, nhUDP, udp6(1, 2, 0))),
 			action: xdpTX, out: encap6Of(t, ip6Hdr("fd00::1", eip6, nhUDP, udp6(1, 2, 0)), hostAddr, vsid),
 			stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
+		// But a link-local source is never forwarded (RFC 4291 2.5.6),
+		// from any interface: ICMPv6, which ipv6_frame's off-link check
+		// leaves to the kernel, was encapsulated (found by the scale
+		// fuzzer's oracle).
+		{name: "from the underlay interface, a link-local source, icmpv6", dev: dptest.UlDev,
+			in:     eth6(dptest.FabMAC, dptest.UlMAC, false, ip6Hdr("fe80::66", eip6, nhICMPv6, icmp6(128, 4))),
+			action: xdpDrop, stats: map[string]uint64{"drop_ip6_off_link": 1}, eipSlot: slot},
+		{name: "from the underlay interface, a link-local source, udp", dev: dptest.UlDev,
+			in:     eth6(dptest.FabMAC, dptest.UlMAC, false, ip6Hdr("febf::66", eip6, nhUDP, udp6(1, 2, 0))),
+			action: xdpDrop, stats: map[string]uint64{"drop_ip6_off_link": 1}, eipSlot: slot},
 	}
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
 }

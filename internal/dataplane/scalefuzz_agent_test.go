@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/dpfuzz"
+	"github.com/azgate/azgate/internal/flowhash"
 )
 
 // scaleAgentBed is newAgentBed with the guest of FuzzAgentGuest: it has an
@@ -48,6 +50,7 @@ func scaleAgentBed(t *testing.T) (*dptest.Env, *Agent, *dpfuzz.Host) {
 		VIPs:      map[netip.Addr]uint32{addr(vipEncap): vsid},
 		PortAddrs: map[netip.Addr]bool{addr(dptest.GuestAddr): true, addr("198.19.21.99"): true},
 	}
+	scaleAgent6(t, env, a, host)
 	return env, a, host
 }
 
@@ -68,6 +71,7 @@ func newScaleAgentFuzzer(name string, seed uint64, seeds []scaleSeed, devs []str
 	f.mut.Keys = []uint32{vsid << 8, vsid<<8 | 0x33, 6000 << 8}
 	f.mut.TunnelSrcs = []netip.Addr{addr(edgeA), addr(edgeB), addr(hostAddr)}
 	f.mut.Endpoint = addr(dptest.UlAddr)
+	f.mut.Addrs6 = scaleAddrs6()
 	return f
 }
 
@@ -104,6 +108,7 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 	for _, b := range v6SeedFrames(dptest.VMMAC, dptest.GuestMAC, true) {
 		seeds = append(seeds, scaleSeed{dptest.GuestDev, b})
 	}
+	seeds = append(seeds, scaleAgentGuest6Seeds()...)
 	f := newScaleAgentFuzzer("xdp_agent_guest", seed, seeds, []string{dptest.GuestDev})
 	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr)}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return host.JudgeAgent(dpfuzz.Guest, in) }
@@ -115,6 +120,15 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		if v.Out6 != nil {
+			// An IPv6 EIP's: the oracle checked the edge set, VSID and
+			// translation; the edge and FlowID are flow_hash6's.
+			if err := checkAgentEdge6(v, it.out); err != nil {
+				return err
+			}
+			f.results.outputs[kind+"6"]++
+			return nil
+		}
 		if err := checkAgentGuestOut(it.in, it.act, it.out, flows); err != nil {
 			return err
 		}
@@ -124,29 +138,39 @@ func TestScaleFuzzAgentGuest(t *testing.T) {
 	f.stats = a.Stats
 	f.mustDrop = func(v dpfuzz.Verdict) bool { return !strings.HasPrefix(v.Forbid, "not IPv4") }
 	// The EIP's tx counter (what its tenant is billed for) moves by the
-	// packets tunnelled from the EIP, and by nothing else.
-	lastTx := agentEIPTx(t, a)
-	f.batch = func(items []runItem, _ []dpfuzz.Verdict, _ map[string]uint64) error {
+	// packets tunnelled from the EIP, and by nothing else; so do the
+	// IPv6 EIPs'.
+	lastTx, lastTx6 := agentEIPTx(t, a), agentEIPTx6(t, a)
+	f.batch = func(items []runItem, verdicts []dpfuzz.Verdict, _ map[string]uint64) error {
 		var want uint64
+		want6 := map[uint32]uint64{}
 		for i := range items {
 			it := &items[i]
 			if it.act == xdpRedirect && len(it.out) >= 56+20 && netip.AddrFrom4([4]byte(it.out[56+12:56+16])) == addr(eip) {
 				want++
 			}
+			if v := verdicts[i]; v.Out6 != nil && it.act == xdpRedirect {
+				want6[agentIdx6Of(v.Out6.Src)]++
+			}
 		}
-		now := agentEIPTx(t, a)
+		now, now6 := agentEIPTx(t, a), agentEIPTx6(t, a)
 		if now-lastTx != want {
 			return fmt.Errorf("the EIP's tx counter moved by %d for %d packets tunnelled from it", now-lastTx, want)
 		}
-		lastTx = now
+		for idx, n := range now6 {
+			if n-lastTx6[idx] != want6[idx] {
+				return fmt.Errorf("IPv6 EIP slot %d's tx counter moved by %d for %d packets tunnelled from it", idx, n-lastTx6[idx], want6[idx])
+			}
+		}
+		lastTx, lastTx6 = now, now6
 		return nil
 	}
 	f.runner = startBatchRunner(t, env, a.GuestProgram(), dptest.GuestDev)
 	if err := f.run(t, n); err != nil {
 		t.Fatal(err)
 	}
-	if f.results.outputs[dpfuzz.OutEncap] == 0 {
-		t.Error("nothing tunnelled: the run checked nothing")
+	if f.results.outputs[dpfuzz.OutEncap] == 0 || f.results.outputs[dpfuzz.OutEncap+"6"] == 0 {
+		t.Error("nothing tunnelled (of one family): the run checked nothing")
 	}
 }
 
@@ -183,10 +207,31 @@ func TestScaleFuzzAgentUnderlay(t *testing.T) {
 	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC, true) {
 		seeds = append(seeds, scaleSeed{dptest.UlDev, b})
 	}
+	seeds = append(seeds, scaleAgentUnderlay6Seeds(t)...)
 	f := newScaleAgentFuzzer("xdp_agent_underlay", seed, seeds, []string{dptest.UlDev})
 	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr)}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return host.JudgeAgent(dpfuzz.Underlay, in) }
 	f.check = func(it *runItem, v dpfuzz.Verdict) error {
+		if v.Out6 != nil {
+			// An IPv6 EIP's: translated to the guest's address6,
+			// delivered or handed to the kernel (neighbour unresolved).
+			if it.act == xdpPass {
+				if err := region.CheckPassed6(v, it.out); err != nil {
+					return err
+				}
+				f.results.outputs["deliver-pass6"]++
+				return nil
+			}
+			kind, err := region.CheckOutput(v, dpfuzz.HostHop, it.out)
+			if err != nil {
+				return err
+			}
+			if kind != dpfuzz.OutForward || it.act != xdpRedirect || egressOf(it.out) != dptest.GuestDev {
+				return fmt.Errorf("IPv6 %s from the tunnel by %s, not delivered to the guest", kind, egressOf(it.out))
+			}
+			f.results.outputs["deliver6"]++
+			return nil
+		}
 		var out []byte
 		kind := "deliver"
 		if it.act == xdpPass {
@@ -234,13 +279,90 @@ func TestScaleFuzzAgentUnderlay(t *testing.T) {
 		return !strings.HasPrefix(v.Forbid, "not IPv4") && !strings.HasPrefix(v.Forbid, "not NVGRE to this host") &&
 			!strings.HasPrefix(v.Forbid, "martian destination")
 	}
+	// The IPv6 EIPs' rx counters move by the packets delivered to their
+	// guests (or handed to the kernel translated), and by nothing else.
+	lastRx6 := agentEIPRx6(t, a)
+	f.batch = func(items []runItem, verdicts []dpfuzz.Verdict, _ map[string]uint64) error {
+		want := map[uint32]uint64{}
+		for i := range items {
+			if v, it := verdicts[i], &items[i]; v.Out6 != nil && it.act != xdpDrop && !bytes.Equal(it.in, it.out) {
+				want[agentIdx6Of(v.Fwd6.Dst())]++
+			}
+		}
+		now := agentEIPRx6(t, a)
+		for idx, n := range now {
+			if n-lastRx6[idx] != want[idx] {
+				return fmt.Errorf("IPv6 EIP slot %d's rx counter moved by %d for %d packets delivered to its guest", idx, n-lastRx6[idx], want[idx])
+			}
+		}
+		lastRx6 = now
+		return nil
+	}
 	f.runner = startBatchRunner(t, env, a.UnderlayProgram(), dptest.UlDev)
 	if err := f.run(t, n); err != nil {
 		t.Fatal(err)
 	}
+	if f.results.outputs["deliver6"] == 0 || f.results.outputs["deliver-pass6"] == 0 {
+		t.Error("nothing delivered to an IPv6 EIP's guest: the run checked no NAT66")
+	}
 	if f.results.outputs["forward"] == 0 {
 		t.Error("nothing delivered: the run checked nothing")
 	}
+}
+
+// agentIdx6Of is the counter slot of the bed's IPv6 EIP a (scaleAgent6).
+func agentIdx6Of(a netip.Addr) uint32 {
+	if a == addr(agentEip6NoNbr) {
+		return agentIdx6b
+	}
+	return agentIdx6
+}
+
+// checkAgentEdge6: a guest's IPv6 packet goes to the edge flow_hash6
+// picks of the bed's two live edges, with the hash's low byte as FlowID
+// (docs: "Agent, IPv6 EIPs"), over the translated source and the upper
+// layer's ports (none for a fragment or ICMPv6).
+func checkAgentEdge6(v dpfuzz.Verdict, out []byte) error {
+	p := v.Fwd6
+	tuple := flowhash.Tuple{Src: v.Out6.Src, Dst: v.Out6.Dst, Proto: p.Proto}
+	if !p.MF {
+		tuple.SrcPort, tuple.DstPort = dpfuzz.Ports6(*p)
+	}
+	h := flowhash.Hash6(tuple, testSeed)
+	edge := []string{edgeA, edgeB}[h%2]
+	if got := netip.AddrFrom4([4]byte(out[30:34])); got != addr(edge) {
+		return fmt.Errorf("tunnelled to %v, flow_hash6 of %+v picks %s", got, tuple, edge)
+	}
+	if fid := binary.BigEndian.Uint32(out[38:]) & 0xff; fid != h&0xff {
+		return fmt.Errorf("FlowID %#02x, flow_hash6's low byte %#02x", fid, h&0xff)
+	}
+	return nil
+}
+
+// agentEIPRx6 reads the IPv6 EIPs' rx packets by slot.
+func agentEIPRx6(t *testing.T, a *Agent) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, i := range []uint32{agentIdx6, agentIdx6b} {
+		c, err := a.EIPStats(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[i] = c.RxPackets
+	}
+	return m
+}
+
+// agentEIPTx6 reads the IPv6 EIPs' tx packets by slot.
+func agentEIPTx6(t *testing.T, a *Agent) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, i := range []uint32{agentIdx6, agentIdx6b} {
+		c, err := a.EIPStats(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[i] = c.TxPackets
+	}
+	return m
 }
 
 func agentEIPTx(t *testing.T, a *Agent) uint64 {

@@ -367,10 +367,10 @@ func (f *scaleFuzzer) fail(t *testing.T, i int, it *runItem, v dpfuzz.Verdict, e
 // hosts, the nat backends; 198.19.249.0/24 stays outside: a client behind
 // an unresolved next hop on the Internet side).
 var (
-	scaleOwn      = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+	scaleOwn      = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix(eip6Prefix)}
 	scaleUnderlay = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("198.18.21.0/24"),
 		netip.MustParsePrefix("198.18.31.0/24"), netip.MustParsePrefix("198.19.100.0/24"),
-		netip.MustParsePrefix("198.19.250.0/24"), netip.MustParsePrefix("198.19.251.0/24")}
+		netip.MustParsePrefix("198.19.250.0/24"), netip.MustParsePrefix("198.19.251.0/24"), netip.MustParsePrefix("2001:db8:ff::/48")}
 )
 
 // scaleAddrs are the addresses the mutator tries: the bed's own, clients,
@@ -431,7 +431,7 @@ type scaleFWRule struct {
 }
 
 // The scale bed's edge set for set rules: the addresses it serves.
-var scaleFWSet = []string{eip, vipNAT}
+var scaleFWSet = []string{eip, vipNAT, eip6}
 
 // scaleFWRules: global denies (nested: a tcp port range from a /16, a
 // /32); a set's udp deny; a private EIP (eipOther: an allow list of
@@ -443,7 +443,8 @@ var scaleFWSet = []string{eip, vipNAT}
 var scaleFWRules = []scaleFWRule{
 	{name: "g-deny-bench-tcp", deny: true, srcs: []string{"198.19.0.0/16"}, proto: model.ProtoTCP, lo: 6000, hi: 6999,
 		comment: "a port range from a /16 holding the underlay's 198.19.100.0/24 (spoofed first) and clients"},
-	{name: "g-deny-host", deny: true, srcs: []string{"203.0.113.66/32", "10.0.0.0/8"}, comment: "a /32 and a bogon /8"},
+	{name: "g-deny-host", deny: true, srcs: []string{"203.0.113.66/32", "10.0.0.0/8", "2001:db8:c::66/128"}, comment: "a /32, a bogon /8, an IPv6 /128: both families"},
+	{name: "g6-deny-net", deny: true, srcs: []string{"2001:db8:bad::/48"}, comment: "IPv6 only"},
 	{name: "g-deny-icmp", deny: true, srcs: []string{"192.0.2.128/25"}, proto: model.ProtoICMP},
 	{name: "s-deny-udp", deny: true, dst: "set", srcs: []string{"192.0.2.0/24"}, proto: model.ProtoUDP, lo: 5000, hi: 5353},
 	{name: "o-allow-web", dst: eipOther, srcs: []string{"203.0.0.0/16"}, proto: model.ProtoTCP, lo: 80, hi: 443},
@@ -457,6 +458,10 @@ var scaleFWRules = []scaleFWRule{
 	{name: "e-allow-net", dst: vipEncap, srcs: []string{"203.0.113.0/24"}},
 	{name: "e-allow-bench-udp", dst: vipEncap, srcs: []string{"198.19.249.0/24"}, proto: model.ProtoUDP},
 	{name: "e-deny-mdns", deny: true, dst: vipEncap, srcs: []string{"203.0.113.0/28"}, proto: model.ProtoUDP, lo: 5353},
+	{name: "o6-allow-web", dst: eip6Own, srcs: []string{"2001:db8:c::/48"}, proto: model.ProtoTCP, lo: 80, hi: 443, comment: "a private IPv6 EIP"},
+	{name: "o6-deny-in", deny: true, dst: eip6Own, srcs: []string{"2001:db8:c:1::/64"}, comment: "deny /64 inside an allowed /48"},
+	{name: "o6-allow-icmp", dst: eip6Own, srcs: []string{"::/0"}, proto: model.ProtoICMP, comment: "icmp is ICMPv6 for an IPv6 packet"},
+	{name: "o6-allow-v4", dst: eip6Own, srcs: []string{"203.0.113.0/24"}, comment: "IPv4 sources only: no IPv6 source"},
 }
 
 // scaleFWPrefixes are the rules' source prefixes, for the mutator.
@@ -464,7 +469,9 @@ func scaleFWPrefixes() []netip.Prefix {
 	var ps []netip.Prefix
 	for _, r := range scaleFWRules {
 		for _, s := range r.srcs {
-			ps = append(ps, netip.MustParsePrefix(s))
+			if p := netip.MustParsePrefix(s); p.Addr().Is4() { // IPv6 ones: scaleAddrs6
+				ps = append(ps, p)
+			}
 		}
 	}
 	return ps
@@ -606,10 +613,11 @@ func TestScaleFuzzEdgeCatchesFirewallMiscount(t *testing.T) {
 func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	n, seed := scaleFuzzPlan(t, 0.6)
 	fb := newFuzzEdgeBed(t)
+	scaleEdge6(t, fb)
 	if err := fb.edge.SetSpoofPrefixes(scaleOwn, scaleUnderlay); err != nil {
 		t.Fatal(err)
 	}
-	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr),
+	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
 		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, Own: scaleOwn, UnderlayNets: scaleUnderlay}
 	for a, r := range fb.routes {
 		region.EIPs[a] = dpfuzz.Binding{Host: r.Host, VSID: r.VSID}
@@ -623,6 +631,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 		seeds = append(seeds, scaleSeed{s.dev, s.frame})
 	}
 	seeds = append(seeds, scaleExtraEdgeSeeds(t)...)
+	seeds = append(seeds, scaleEdge6Seeds(t)...)
 	if fwSlots != nil {
 		seeds = append(seeds, scaleFWSeeds(t)...)
 	}
@@ -632,12 +641,17 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	f.mut.Keys = []uint32{vsid << 8, vsid<<8 | 0x21, 6000 << 8, 6000<<8 | 0x7f, 5002 << 8}
 	f.mut.TunnelSrcs = []netip.Addr{addr(hostAddr), addr(otherHost), addr("198.19.250.9"), addr(dptest.FabAddr)}
 	f.mut.Endpoint = addr(dptest.UlAddr)
+	f.mut.Addrs6 = scaleAddrs6()
 	if fwSlots != nil {
 		f.mut.Prefixes = scaleFWPrefixes()
 	}
 	f.judge = func(dev string, in []byte) dpfuzz.Verdict { return region.JudgeEdge(edgeSide(dev), in) }
 	f.check = func(it *runItem, v dpfuzz.Verdict) error {
-		kind, err := edgeOutput(fb, region, it, v)
+		out := edgeOutput
+		if v.IP6 != nil || v.Out6 != nil {
+			out = edgeOutput6
+		}
+		kind, err := out(fb, region, it, v)
 		if err == nil {
 			f.results.outputs[kind]++
 		}
@@ -880,7 +894,14 @@ func edgeBatchCheck(t *testing.T, fb *fuzzEdgeBed, region *dpfuzz.Region, fwSlot
 			}
 			it := &items[i]
 			switch {
-			case it.act == xdpDrop || v.Forbid != "" || v.Fwd == nil:
+			case it.act == xdpDrop || v.Forbid != "":
+			case v.Out6 != nil:
+				if v.Tunnel != nil && !bytes.Equal(it.in, it.out) {
+					tx++ // an IPv6 EIP's guest's packet, decap_tx or decap_pass
+				} else if isEncap6(v, it) {
+					rx++ // encapsulated to an IPv6 EIP's host
+				}
+			case v.Fwd == nil:
 			case v.Tunnel != nil && !bytes.Equal(it.in, it.out):
 				if _, ok := region.EIPs[v.Fwd.Src()]; ok {
 					tx++ // decap_tx or decap_pass from an EIP

@@ -42,8 +42,16 @@ func (r *FWRule) matches(f Flow) bool {
 	if !r.applies(f.Dst) {
 		return false
 	}
-	if r.Proto != 0 && r.Proto != f.Proto {
-		return false
+	if r.Proto != 0 {
+		// A rule's icmp matches ICMPv6 (next header 58) in an IPv6
+		// packet, and only it (docs: "Firewall, IPv6").
+		want := r.Proto
+		if f.Src.Is6() && want == ProtoICMP {
+			want = ProtoICMPv6
+		}
+		if want != f.Proto {
+			return false
+		}
 	}
 	if r.PortLo != 0 || r.PortHi != 0xffff {
 		if f.Fragment || (f.Proto != ProtoTCP && f.Proto != ProtoUDP) || f.DPort < r.PortLo || f.DPort > r.PortHi {

@@ -254,15 +254,14 @@ func NDPv6(p IPv6) bool {
 	return t == 133 || t == 135 || t == 136
 }
 
-// judgeIPv6 reads an IPv6 frame (its network header at l3). No IPv6
-// address is a node's to forward yet: nothing may be transmitted, and the
-// verdict's Counter is the counter the frame must move. A valid packet
-// goes to the kernel ("not IPv4: ...", pass_ipv6) unless guest (a guest's
-// IPv6 is dropped, drop_local, but for neighbour discovery, NDPv6, which
-// goes to the host's kernel: the hosts the oracle knows have no IPv6 EIP,
-// whose guests' packets the agent translates); offLink applies the link-local check
-// (the edge's).
-func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
+// judgeIPv6 reads an IPv6 frame (its network header at l3) as every
+// program's parser does: a malformed or martian packet is dropped under
+// its counter (the verdict's Counter) and nothing may be transmitted for
+// it; offLink applies the link-local check (the edge's). A valid packet
+// gets Counter pass_ipv6 (the kernel's, "not IPv4: ...") here: the
+// callers then apply the IPv6 EIPs' paths (eip6.go: judgeEdge6,
+// judgeGuest6), which take some of them.
+func judgeIPv6(b []byte, l3 int, offLink bool) Verdict {
 	p, err := ParseIPv6(b, l3)
 	if err != nil {
 		e := err.(*V6Error)
@@ -274,13 +273,7 @@ func judgeIPv6(b []byte, l3 int, guest, offLink bool) Verdict {
 	if offLink && OffLinkV6(p) {
 		return Verdict{Forbid: fmt.Sprintf("spoofed: link-local source %v off its link (to %v)", p.Src(), p.Dst()), Counter: "drop_ip6_off_link"}
 	}
-	if guest {
-		if NDPv6(p) {
-			return Verdict{Forbid: "not IPv4: neighbour discovery from a guest, for the host's kernel", Counter: "pass_ipv6"}
-		}
-		return Verdict{Forbid: "IPv6 from a guest without an IPv6 EIP", Counter: "drop_local"}
-	}
-	return Verdict{Forbid: "not IPv4: IPv6 for the kernel (no IPv6 address is forwarded yet)", Counter: "pass_ipv6"}
+	return Verdict{Forbid: "not IPv4: IPv6 for the kernel (to no IPv6 EIP)", Counter: "pass_ipv6"}
 }
 
 // IPv6Packet builds an IPv6 packet: the fixed header (hop limit 64) with
@@ -312,6 +305,9 @@ var v6Pool = []netip.Addr{
 }
 
 func (m *Mutator) addr6() netip.Addr {
+	if len(m.Addrs6) > 0 && m.R.IntN(2) == 0 {
+		return m.Addrs6[m.R.IntN(len(m.Addrs6))]
+	}
 	if m.R.IntN(8) == 0 {
 		var b [16]byte
 		for i := range b {
@@ -406,7 +402,7 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 		return b
 	}
 	exts := []uint8{ProtoHopOpts, ProtoRouting, ProtoFragment, ProtoDstOpts, ProtoAH}
-	switch m.R.IntN(12) {
+	switch m.R.IntN(14) {
 	case 0: // version
 		b[l3] = []byte{0x60, 0x40, 0x70, 0x00, 0x6f, byte(m.R.Uint32())}[m.R.IntN(6)]
 	case 1: // payload length
@@ -511,6 +507,16 @@ func (m *Mutator) once6(b []byte, l3 int) []byte {
 		}
 		b[nhAt] = ProtoDstOpts
 		b = append(b[:l3+40], append(chain, b[lay.l4:]...)...)
+	case 12: // wrap the packet in NVGRE to the node (an IPv6 EIP's guest's packet from its host)
+		if l3 >= ethHdrLen && len(m.Keys) > 0 && m.Endpoint.IsValid() {
+			b = m.wrapNVGREAs(b[l3:], EtherIPv6)
+		}
+	case 13: // the UDP checksum 0 (RFC 8200 8.1: invalid in IPv6), or the hop limit a translation keeps
+		if lay.l4 >= 0 && lay.proto == ProtoUDP && lay.l4+8 <= len(b) && m.R.IntN(2) == 0 {
+			b[lay.l4+6], b[lay.l4+7] = 0, 0
+		} else {
+			b[l3+7] = []byte{0, 1, 255}[m.R.IntN(3)]
+		}
 	}
 	return b
 }

@@ -17,7 +17,10 @@ type Mutator struct {
 	R *rand.Rand
 	// Addrs are addresses worth trying as sources and destinations:
 	// the node's EIPs, VIPs, clients, backends, hosts, bogons, martians.
-	Addrs []netip.Addr
+	// Addrs6 are IPv6 ones (IPv6 EIPs, clients, guests, the region's
+	// prefixes), tried half the time beside the classes of v6Pool.
+	Addrs  []netip.Addr
+	Addrs6 []netip.Addr
 	// Prefixes worth trying addresses in and just outside of (a
 	// firewall's source prefixes): a quarter of the addresses tried.
 	Prefixes []netip.Prefix
@@ -176,6 +179,11 @@ func (m *Mutator) once(b []byte, others [][]byte) []byte {
 		return m.once6(b, l.L3)
 	}
 	lay := findLayout(b)
+	// NVGRE carrying IPv6: half the time one of IPv6's mutations of the
+	// inner packet.
+	if lay.inner >= 0 && len(b) >= lay.inner+ethHdrLen+40 && binary.BigEndian.Uint16(b[lay.inner+12:]) == EtherIPv6 && m.R.IntN(2) == 0 {
+		return m.once6(b, lay.inner+ethHdrLen)
+	}
 	// Half the time aim at the inner packet of NVGRE, if there is one.
 	if lay.inner >= 0 && m.R.IntN(2) == 0 {
 		in := findLayout(b[lay.inner:])
@@ -378,6 +386,12 @@ func (m *Mutator) corrupt(b []byte) []byte {
 // wrapNVGRE makes an NVGRE frame to the node carrying ip, from one of the
 // tunnel sources (or any address), with one of the keys.
 func (m *Mutator) wrapNVGRE(ip []byte) []byte {
+	return m.wrapNVGREAs(ip, EtherIPv4)
+}
+
+// wrapNVGREAs is wrapNVGRE with the inner frame's ethertype (IPv6's for
+// an IPv6 packet).
+func (m *Mutator) wrapNVGREAs(ip []byte, et uint16) []byte {
 	src := m.addr()
 	if len(m.TunnelSrcs) > 0 && m.R.IntN(4) != 0 {
 		src = m.TunnelSrcs[m.R.IntN(len(m.TunnelSrcs))]
@@ -386,8 +400,8 @@ func (m *Mutator) wrapNVGRE(ip []byte) []byte {
 	if len(m.Keys) > 0 && m.R.IntN(4) != 0 {
 		key = m.Keys[m.R.IntN(len(m.Keys))]
 	}
-	inner := append([]byte{2, 1, 0, 0, 0, 1, 2, 0xcc, 0, 0, 0, 2, 8, 0}, ip...)
-	if m.R.IntN(2) == 0 {
+	inner := append([]byte{2, 1, 0, 0, 0, 1, 2, 0xcc, 0, 0, 0, 2, byte(et >> 8), byte(et)}, ip...)
+	if et == EtherIPv4 && m.R.IntN(2) == 0 {
 		// The agent's guest MAC for a service: 02:01 + the inner
 		// destination.
 		if len(ip) >= 20 {
@@ -470,6 +484,9 @@ func FixUp(b []byte, lengths bool) {
 		in := l3 + hl + nvgreExtra
 		if hl >= 20 && len(b) >= in+20 && binary.BigEndian.Uint16(b[in-2:]) == EtherIPv4 {
 			fix(in, end)
+		}
+		if hl >= 20 && lengths && len(b) >= in+40 && binary.BigEndian.Uint16(b[in-2:]) == EtherIPv6 {
+			fixUp6(b, in)
 		}
 	}
 	fix(l3, len(b))
