@@ -63,10 +63,11 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		}
 	}
 	if o.ConnMax > 0 {
-		want[edgeMapLbConns], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax
+		want[edgeMapLbConns], want[edgeMapLbConns6], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax, o.ConnMax
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
+		want[edgeMapLbListeners6] = min(o.ListenerMax, def[edgeMapLbListeners6])
 	}
 	if o.BackendMax > 0 {
 		for _, n := range backendSized {
