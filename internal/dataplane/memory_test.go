@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -50,6 +51,10 @@ func wantEntries(t *testing.T, what string, have map[string]*ebpf.Map, want map[
 	}
 }
 
+// lbListeners6Max is LB_LISTENERS6_MAX (bpf/lib/consts.h), lb_listeners6's
+// compiled capacity.
+const lbListeners6Max = 1 << 16
+
 // edgeSized is what each sized edge map holds when loaded with o (the
 // capped ones at most their default).
 func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
@@ -67,7 +72,7 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
-		want[edgeMapLbListeners6] = min(o.ListenerMax, def[edgeMapLbListeners6])
+		want[edgeMapLbListeners6] = min(o.ListenerMax, cmp.Or(def[edgeMapLbListeners6], lbListeners6Max))
 	}
 	if o.BackendMax > 0 {
 		for _, n := range backendSized {
