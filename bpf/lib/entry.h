@@ -110,17 +110,23 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 	if (p->eth_proto == ETH_P_IPV6_) {
 #if defined(AZG_IPV6_PATHS)
 		int act = ipv6_frame(ctx, flags);
-#ifdef AZG_IPV6_VIP
-		/* A packet the program's IPv6 paths hand on to its IPv6 VIP
-		 * path, from this frame: under ipv6_frame's, its stack would
-		 * pass 512 bytes (edge.c lb6_ingress). */
-		if (act >= FRAME_VIP6)
-			act = AZG_IPV6_VIP(ctx, act & 0xffff);
-#endif
 		if (act == XDP_REDIRECT)
 			return XDP_REDIRECT;
 		if (act == XDP_TX)
 			return XDP_TX;
+#ifdef AZG_IPV6_VIP
+		/* A packet the program's IPv6 paths hand on to its IPv6 VIP
+		 * path, from this frame: under ipv6_frame's, its stack would
+		 * pass 512 bytes (edge.c lb6_ingress). After the IPv6 EIP
+		 * path's answers: it pays no compare for it. */
+		if (act >= FRAME_VIP6) {
+			act = AZG_IPV6_VIP(ctx, act & 0xffff);
+			if (act == XDP_REDIRECT)
+				return XDP_REDIRECT;
+			if (act == XDP_TX)
+				return XDP_TX;
+		}
+#endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)
 		rc = ipv6_frame(ctx, flags);
