@@ -1,11 +1,15 @@
 package dataplane
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/azgate/azgate/internal/bpfemu"
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/flowhash"
 )
@@ -327,4 +331,88 @@ func containsAddr(as []netip.Addr, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// TestEdgeIPv6VIPInstructions replays an established flow's packet to the
+// IPv6 VIP, the same flow's reply from its host and an established flow
+// to an IPv4 encap VIP through the compiled xdp_edge (internal/bpfemu, as
+// `bench dataplane`'s insns rows do), checks each replay ends as the
+// kernel's run of the same frame does, and logs the instructions each
+// executes (-v): the figures docs/dataplane.md gives.
+func TestEdgeIPv6VIPInstructions(t *testing.T) {
+	b := newVIP6Bed(t)
+	e := b.edge
+	if err := e.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PutVIP(addr(vipEncap)); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := ProgramSpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench, err := LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bench.Close()
+	inet := func(ip []byte) []byte { return eth6(dptest.RtrMAC, dptest.ExtMAC, false, ip) }
+	syn4, ack4 := tcpTo(vipEncap, 443, "syn"), tcpTo(vipEncap, 443, "ack")
+	for _, c := range []struct {
+		name      string
+		dev       string
+		first, in []byte
+		action    uint32
+	}{
+		{"IPv4 encap VIP, established", dptest.ExtDev, syn4.frame(t, dptest.RtrMAC, dptest.ExtMAC), ack4.frame(t, dptest.RtrMAC, dptest.ExtMAC), xdpRedirect},
+		{"IPv6 VIP, established", dptest.ExtDev, inet(ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 443, 0x02))),
+			inet(ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 443, 0x10))), xdpRedirect},
+		{"IPv6 VIP, reply from its host", dptest.UlDev, nil,
+			fromHost6(t, hostAddr, vsid<<8, ip6Hdr(vip6s, client6, nhTCP, tcp6(443, 40000, 0x10))), xdpRedirect},
+	} {
+		for _, f := range [][]byte{c.first, c.in} { // the flow made, the next hop's cache filled
+			if f == nil {
+				continue
+			}
+			if _, err := b.env.Run(e.Program(), c.dev, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		idx, err := b.env.Node.Ifindex(c.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := bench.Jiffies()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := bpfemu.Replay(specs["xdp_edge"], bpfemu.Env{Maps: e.Maps(), CPU: firstCPU(), Ifindex: uint32(idx), Jiffies: j}, c.in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want, err := b.env.Run(e.Program(), c.dev, c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.Action != c.action || got.Action != want.Action || !bytes.Equal(got.Out, want.Out) {
+			t.Fatalf("%s: replay action %d (%d bytes), kernel %d (%d bytes), want %d", c.name, got.Action, len(got.Out), want.Action, len(want.Out), c.action)
+		}
+		t.Logf("%s: %s", c.name, got)
+	}
+}
+
+// firstCPU is the first CPU the test may run on: dptest.Env.Run pins its
+// runs there, so the per-CPU caches the replay reads are that CPU's.
+func firstCPU() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0
+	}
+	for c := 0; c < 1024; c++ {
+		if set.IsSet(c) {
+			return c
+		}
+	}
+	return 0
 }
