@@ -7,6 +7,7 @@ import (
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/fwplan"
+	"github.com/azgate/azgate/internal/health"
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -17,19 +18,23 @@ func web6() *model.Service {
 	return &model.Service{Name: "web6", VIP: a("2001:db8:a::80"), Mode: model.ModeEncap,
 		Limits:    &model.Limits{SourcePPS: 100, SourceBurst: 200},
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 443, Pool: "web"}, {Protocol: "tcp", Port: 8000, PortEnd: 8002, Pool: "web"}},
-		Pools:     []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}, {Host: "az2-h1", Guest: "g1"}}}}}
+		Pools: []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}, {Host: "az2-h1", Guest: "g1"}},
+			Health: &model.HealthCheck{Type: "tcp"}}}}
 }
 
 // TestServicesIPv6VIP: the edge reconciler programs an IPv6 VIP's service
 // as an IPv4 one's (issue 21): its VIP mark, its listeners keyed by the
 // IPv6 VIP, a table over its encap backends (host underlay, the guest's
 // IPv4 address and VSID, as contract.md asks), its rate limits, its /128
-// in the anti-spoofing sources, a firewall rule naming it; a restarted
+// in the anti-spoofing sources, a firewall rule naming it, health checks
+// to the guests' IPv4 addresses through the tunnel; a restarted
 // reconciler adopts what the data plane holds; the service's deletion
 // removes it all.
 func TestServicesIPv6VIP(t *testing.T) {
 	fake := dataplane.NewFakeLB()
 	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	var checks []health.Target
+	r.OnTargets = func(ts []health.Target) { checks = ts }
 	bad := netip.MustParsePrefix("2001:db8:bad::/48")
 	rule := &model.FirewallRule{Name: "v6-deny", Action: model.FirewallDeny, Sources: []netip.Prefix{bad}, Address: a("2001:db8:a::80")}
 	load(t, r, 10, append(region6(), web6(), rule)...)
@@ -68,6 +73,16 @@ func TestServicesIPv6VIP(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Fatalf("the table names %d hosts, want 2", len(seen))
+	}
+	// Health checks as for an IPv4 VIP: through the tunnel, to the
+	// guest's IPv4 address (contract.md).
+	if len(checks) != 2 {
+		t.Fatalf("health targets %+v", checks)
+	}
+	for _, c := range checks {
+		if g := c.Addr.Addr(); (g != a("198.19.11.1") && g != a("198.19.21.1")) || c.Addr.Port() != 443 || c.Tunnel == nil {
+			t.Fatalf("health target %+v: want a guest's IPv4 address, port 443, through the tunnel", c)
+		}
 	}
 	if l := fake.LimitMap[vip]; l.SourcePPS != 100 {
 		t.Fatalf("limits %v: want the VIP's", fake.LimitMap)
