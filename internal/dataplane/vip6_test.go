@@ -218,6 +218,10 @@ func TestEdgeIPv6VIPConnTable(t *testing.T) {
 	if v4 != 0 || v6 != 2 {
 		t.Fatalf("%d IPv4 and %d IPv6 entries, want 0 and 2", v4, v6)
 	}
+	occ, err := b.edge.ConnOccupancy()
+	if err != nil || occ.Total != 0 || occ.Total6 != 2 || occ.ByVIP[addr(vip6s)] != 2 || occ.ByBackend[b.idx["h"]] != 2 || occ.Capacity6 == 0 {
+		t.Fatalf("occupancy %+v %v: want the two IPv6 entries, both on h", occ, err)
+	}
 	if got := b.outerDst(t, flow(40002, rst)); got != otherHost {
 		t.Fatalf("RST went to %s", got)
 	}
