@@ -5,7 +5,7 @@
  *
  * Lookup order for a packet from the Internet, most specific first:
  * (VIP, protocol, port) then (VIP, protocol, any port): a load-balanced
- * service (lib/lb.h); the destination /32: an EIP, encapsulated in NVGRE to
+ * service (lib/lb.h; an IPv6 VIP's in lb6_ingress, encap mode only); the destination /32: an EIP, encapsulated in NVGRE to
  * the AZ host it is bound to; a reply of a nat-mode connection (or an ICMP
  * error about one): translated back to its VIP; else the kernel,
  * untouched.
@@ -749,9 +749,10 @@ struct edge_room6 {
  * inner frame must be IPv6 (else drop_inner_bad, as before), parse as
  * parse_ipv6 says, have a source that is no martian and lie inside the
  * outer packet (drop_inner_bad); a destination decap6_bad_dst refuses is
- * drop_bad_dst; the inner source must be an IPv6 EIP (not a VIP: there is
- * no IPv6 load balancing) whose route names the outer source as its host,
- * with the tunnel's VSID (drop_spoof); a hop limit of 1 or 0 is drop_ttl
+ * drop_bad_dst; the inner source must be an IPv6 EIP whose route names
+ * the outer source as its host, with the tunnel's VSID, or an IPv6 VIP
+ * whose flow a guest of that host serves in that VSID (lb6_reply_ok;
+ * counted as lb_reply_tx) (drop_spoof); a hop limit of 1 or 0 is drop_ttl
  * (no ICMPv6 time exceeded yet). Then the IPv6 FIB (fib6f, through
  * nh_cache6) from the underlay interface: too big for the route's MTU
  * drop_too_big (no ICMPv6 packet too big yet), no route drop_fib, a next
@@ -1155,9 +1156,10 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
  * the hop limit decremented. An expired hop limit and a packet the
  * underlay's MTU cannot carry get ICMPv6 time exceeded and packet too
  * big (icmp6_answer), or are dropped (drop_ttl, drop_too_big) when none
- * is sent. A VIP route of an IPv6 address exists
- * in no plan (no IPv6 load balancing): dropped, drop_lb_no_backend.
- * Returns the XDP action, or -1 for an address that is no EIP (the
+ * is sent. An IPv6 VIP (a route flagged ROUTE_F_VIP) gets the same
+ * firewall, anti-spoofing and limits, then is handed to lb6_ingress
+ * (FRAME_VIP6 | its listener generation, the packet in lb6_scratch).
+ * Returns the XDP action, FRAME_VIP6 | lgen, or -1 for an address that is no EIP (the
  * caller passes it to the kernel). Called from entry.h's ipv6_frame for
  * every valid IPv6 packet, so no IPv4 path pays for it. */
 static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
