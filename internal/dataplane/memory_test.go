@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/azgate/azgate/internal/lbplan"
 )
 
 // The sizing of an edge of a 100k-EIP set (the fleet bench's: one
@@ -51,10 +53,6 @@ func wantEntries(t *testing.T, what string, have map[string]*ebpf.Map, want map[
 	}
 }
 
-// lbListeners6Max is LB_LISTENERS6_MAX (bpf/lib/consts.h), lb_listeners6's
-// compiled capacity.
-const lbListeners6Max = 1 << 16
-
 // edgeSized is what each sized edge map holds when loaded with o (the
 // capped ones at most their default).
 func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
@@ -72,7 +70,7 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
-		want[edgeMapLbListeners6] = min(o.ListenerMax, cmp.Or(def[edgeMapLbListeners6], lbListeners6Max))
+		want[edgeMapLbListeners6] = min(o.ListenerMax, cmp.Or(def[edgeMapLbListeners6], lbplan.Listeners6Max))
 	}
 	if o.BackendMax > 0 {
 		for _, n := range backendSized {

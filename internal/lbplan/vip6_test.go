@@ -1,6 +1,7 @@
 package lbplan
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/azgate/azgate/internal/flowhash"
@@ -35,5 +36,34 @@ func TestBuildIPv6VIP(t *testing.T) {
 	}
 	if ch.Slot != uint64(ch.Hash)%model.DefaultTableSize || ch.Listener.String() != "tcp:443" {
 		t.Fatalf("choice %+v", ch)
+	}
+}
+
+// TestBuildIPv6VIPCapacity: IPv6 VIPs' single-port listeners count against
+// their own map (lb_listeners6: Listeners6Max, and at most the edge's
+// --listener-max), IPv4 VIPs' against lb_listeners': a service that
+// would overflow its family's map is left out and reported, the other
+// family's are not.
+func TestBuildIPv6VIPCapacity(t *testing.T) {
+	svc := func(name, vip string, ports ...uint16) *model.Service {
+		v := &model.Service{Name: name, VIP: a(vip), Mode: model.ModeEncap,
+			Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}}}}}
+		for _, port := range ports {
+			v.Listeners = append(v.Listeners, model.Listener{Protocol: "tcp", Port: port, Pool: "p"})
+		}
+		return v
+	}
+	svcs := map[string]*model.Service{
+		"a6": svc("a6", "2001:db8:a::1", 1, 2),
+		"b6": svc("b6", "2001:db8:a::2", 1, 2),
+		"c4": svc("c4", "198.51.100.1", 1, 2, 3),
+	}
+	p := Build(Input{Services: svcs, Hosts: hosts(), ListenersMax: 3})
+	if _, ok := p.Services["b6"]; ok || len(p.Services) != 2 || len(p.Problems) != 1 ||
+		!strings.Contains(p.Problems[0].String(), "would take the edge to 4 of an IPv6 VIP, the data plane holds 3") {
+		t.Fatalf("services %v, problems %q: want b6 left out, a6 and c4 programmed", p.Services, p.Problems)
+	}
+	if Listeners6Max >= ListenersMax {
+		t.Fatalf("Listeners6Max %d is not below ListenersMax %d", Listeners6Max, ListenersMax)
 	}
 }
