@@ -1,13 +1,16 @@
 package edge
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"slices"
 	"testing"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/fwplan"
 	"github.com/azgate/azgate/internal/health"
+	"github.com/azgate/azgate/internal/lbplan"
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -124,5 +127,79 @@ func TestServicesIPv6VIP(t *testing.T) {
 	}
 	if _, ok := fake.LimitMap[vip]; ok {
 		t.Fatal("limits of a deleted service kept")
+	}
+}
+
+// TestLBIPv6VIPOnKernelMaps: the reconciler programs an IPv6 VIP's
+// service beside an IPv4 one into a loaded edge's real maps
+// (lb_listeners6, lb_ranges6, the VIP's route) through failures injected
+// into 8% of the writes, converges, and prunes the IPv6 VIP's listeners
+// and VIP when its service changes and goes; a restarted reconciler
+// adopts what the maps hold.
+func TestLBIPv6VIPOnKernelMaps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF objects needs root")
+	}
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{EIPMax: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	faults := dataplane.NewFaults()
+	faults.FailRandomly(5, 0.08)
+	web4 := &model.Service{Name: "web4", VIP: a("198.51.100.20"), Mode: model.ModeEncap, TableSize: 307,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools:     []model.Pool{{Name: "web", Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}}}}}
+	v6 := web6()
+	v6.TableSize = 307
+	v6.Listeners = append(v6.Listeners, model.Listener{Protocol: "udp", Pool: "web"})
+	converge := func(step string, s *lbState, objs ...model.Object) *lbplan.Plan {
+		t.Helper()
+		x := newIndex()
+		for _, o := range append(region6(), objs...) {
+			x.put(model.KindOf(o), o.Key(), o)
+		}
+		p := planOf(x, 7)
+		for try := 0; ; try++ {
+			if _, err = s.sync(x); err == nil {
+				break
+			}
+			if !errors.Is(err, dataplane.ErrInjected) || try == 100 {
+				t.Fatalf("%s: %v", step, err)
+			}
+		}
+		v, err := kernelView(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkConverged(v, p); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return p
+	}
+	s := newLBState(dataplane.NewFaultyLB(e, faults), 7)
+	p := converge("both services", s, web4, v6)
+	if !p.VIPs[a("2001:db8:a::80")] || len(p.Listeners) != 4 {
+		t.Fatalf("plan VIPs %v listeners %v", p.VIPs, p.Listeners)
+	}
+	exact, sets, ranges, err := e.ListenerEntries()
+	if err != nil || exact != 2 || sets != 2 || ranges != 1 {
+		t.Fatalf("entries %d exact, %d sets, %d ranges, %v: want 2 (tcp:80, tcp:443), 2 (the IPv6 VIP's tcp and udp), 1", exact, sets, ranges, err)
+	}
+	// A restart adopts; the IPv6 VIP loses its range and udp listeners.
+	s = newLBState(dataplane.NewFaultyLB(e, faults), 7)
+	v6b := web6()
+	v6b.TableSize = 307
+	v6b.Listeners = v6b.Listeners[:1]
+	converge("narrowed", s, web4, v6b)
+	if exact, sets, _, err := e.ListenerEntries(); err != nil || exact != 2 || sets != 0 {
+		t.Fatalf("after narrowing: %d exact, %d range sets, %v", exact, sets, err)
+	}
+	converge("IPv6 service gone", s, web4)
+	if vips, err := e.VIPs(); err != nil || len(vips) != 1 || vips[0] != a("198.51.100.20") {
+		t.Fatalf("VIPs %v %v: want the IPv4 one only", vips, err)
+	}
+	if faults.Injected == 0 {
+		t.Fatal("no failure was injected")
 	}
 }
