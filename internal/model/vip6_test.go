@@ -118,3 +118,45 @@ func TestIPv6VIPState(t *testing.T) {
 		t.Fatalf("address6 of a guest no IPv6 VIP uses: %v", err)
 	}
 }
+
+// An IPv6 VIP is pulled out (the service's set) and quarantined as an
+// IPv6 EIP is: the set's BGP edges need their IPv6 next hop, and then
+// the /128 is theirs to announce (a set announcing it keeps its
+// nextHop6).
+func TestIPv6VIPPullOutQuarantine(t *testing.T) {
+	s := region6(t)
+	put := func(o Object) error { _, err := s.Put(o); return err }
+	nb := func(nh6 string) *NodeBGP {
+		n := &NodeBGP{RouterID: addr("192.0.2.2"), NextHop: addr("192.0.2.2"), Peers: []BGPPeer{{Address: addr("192.0.2.1"), ASN: 64501}}}
+		if nh6 != "" {
+			n.NextHop6 = addr(nh6)
+		}
+		return n
+	}
+	set := func(name, role, nh6 string) *EdgeSet {
+		return &EdgeSet{Name: name, Role: role, BGP: &SetBGP{ASN: 64500},
+			Edges: []EdgeNode{{Name: "edge-" + name, Underlay: addr("198.18.0." + map[string]string{"hot": "9", "quar": "10"}[name]), BGP: nb(nh6)}}}
+	}
+	for _, o := range []Object{set("hot", RoleDedicated, ""), set("quar", RoleQuarantine, "")} {
+		if err := put(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := web6()
+	v.Set = "hot"
+	wantErr(t, put(v), "set", `edge edge-hot of set "hot" has no bgp.nextHop6: the set's edges announce 2001:db8:a::80's /128`)
+	if err := put(set("hot", RoleDedicated, "2001:db8:ff::9")); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(v); err != nil {
+		t.Fatalf("an IPv6 VIP pulled out into a set with IPv6 next hops: %v", err)
+	}
+	wantErr(t, put(set("hot", RoleDedicated, "")), "edges[0].bgp.nextHop6", "announces the IPv6 address 2001:db8:a::80")
+	wantErr(t, put(&Quarantine{Address: v.VIP}), "address", `edge edge-quar of the quarantine set "quar" has no bgp.nextHop6`)
+	if err := put(set("quar", RoleQuarantine, "2001:db8:ff::10")); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(&Quarantine{Address: v.VIP}); err != nil {
+		t.Fatalf("quarantine of an IPv6 VIP: %v", err)
+	}
+}
