@@ -5,7 +5,7 @@
  *
  * Lookup order for a packet from the Internet, most specific first:
  * (VIP, protocol, port) then (VIP, protocol, any port): a load-balanced
- * service (lib/lb.h); the destination /32: an EIP, encapsulated in NVGRE to
+ * service (lib/lb.h; an IPv6 VIP's in lb6_ingress, encap mode only); the destination /32: an EIP, encapsulated in NVGRE to
  * the AZ host it is bound to; a reply of a nat-mode connection (or an ICMP
  * error about one): translated back to its VIP; else the kernel,
  * untouched.
@@ -35,6 +35,10 @@
  * under xdp_edge's (the three and the deepest call fit the 512 bytes). */
 static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
 #define AZG_IPV6_PATHS edge_ipv6
+/* The IPv6 VIPs' load balancer (defined below), called from xdp_edge's
+ * frame with the packet edge_ipv6 left in lb6_scratch. */
+__noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
+#define AZG_IPV6_VIP lb6_ingress
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -541,6 +545,172 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 	return 1;
 }
 
+/* The value of lb6_scratch (lib/maps.h): the IPv6 VIP paths' keys and
+ * the packet edge_ipv6 hands to lb6_ingress. */
+struct lb6_room {
+	struct lb6_keys keys;
+	struct pkt6 p6;
+	__u32 host; /* lb6_reply_ok's arguments, kept here: its frame */
+	__u32 vsid; /* is under edge_pull_failed's */
+	__u32 fin;
+	__u32 idx;
+};
+
+/* An ICMPv6 error about p6 (icmp6_error, lib/icmp.h: what is ICMP6_WHAT)
+ * in place of the frame, counted: XDP_TX under icmp_ttl_tx or
+ * icmp_frag_tx (the IPv4 errors' counters, as their budgets are), or a
+ * drop under the reason icmp6_error gives (drop_icmp_limit over budget). */
+static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p6, __u32 what, __u64 len)
+{
+	int st = icmp6_error(ctx, p6, what);
+	if (st & ICMP6_SENT) {
+		count_out(ctx, st & 0xffff, len);
+		return XDP_TX;
+	}
+	return count_drop(ctx, st, len);
+}
+
+/* Internet -> an IPv6 VIP (issue 21): the load balancer for IPv6 flows,
+ * lb_ingress's encap path, for the packet edge_ipv6 checked (firewall,
+ * anti-spoofing, limits) and left in lb6_scratch, lgen the VIP's listener
+ * generation. The listener (VIP, protocol, port: exact, then ranges, then
+ * any port) and the connection in lb_conns6 (lb_decide6), the backend from
+ * the shared Maglev tables and slots; a flow without a listener
+ * drop_lb_no_port, without a usable backend drop_lb_no_backend (a nat
+ * backend too: an IPv6 VIP is encap only). The packet is encapsulated as
+ * edge_ipv6 encapsulates an IPv6 EIP's (outer IPv4 to the backend's host,
+ * key VSID << 8 | the flow's FlowID, outer TOS the traffic class, hop
+ * limit decremented), the inner destination MAC SVC_MAC0, SVC_MAC1 and the
+ * guest's IPv4 private address as for an IPv4 VIP, inner ethertype IPv6:
+ * lb_encap_tx and the backend's lb_be_stats. An expired hop limit and a
+ * packet too big for the tunnel get ICMPv6 time exceeded and packet too
+ * big as on the IPv6 EIP path (icmp6_answer). ICMPv6 to a VIP (errors
+ * about its flows included: not yet followed to their backend) has no
+ * listener: drop_lb_no_port. A global function called from xdp_edge's
+ * frame (entry.h, FRAME_VIP6): under ipv6_frame's, the three frames would
+ * pass 512 bytes. */
+__noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
+{
+	if (!ctx)
+		return XDP_ABORTED;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	__u32 zero = 0;
+	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	if (!lbc || !cfg || !rm)
+		return XDP_PASS;
+	struct pkt6 *p6 = &rm->p6;
+	struct lb6_keys *ks = &rm->keys;
+	__builtin_memcpy(&ks->k.src, &p6->saddr, 16);
+	__builtin_memcpy(&ks->k.dst, &p6->daddr, 16);
+	ks->k.sport = pkt_sport(&p6->p);
+	ks->k.dport = pkt_dport(&p6->p);
+	ks->k.proto = p6->p.proto;
+	ks->k.pad[0] = ks->k.pad[1] = ks->k.pad[2] = 0;
+	__u32 idx = 0;
+	__u8 fid = 0;
+	int nolst;
+	struct lb_backend *be = lb_decide6(lbc, ks, p6->p.tcp_flags, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
+	if (!be)
+		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
+	if (be->mode != LB_MODE_ENCAP)
+		return count_drop(ctx, STAT_DROP_LB_NO_BACKEND, len);
+	if (p6->p.ttl <= 1)
+		return icmp6_answer(ctx, p6,
+				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!fib)
+		return XDP_PASS;
+	__be32 host = be->addr;
+	__be32 guest = be->guest;
+	__u32 key = (be->vsid << 8) | fid;
+	__be32 ul = cfg->underlay.a[0];
+	__u16 ip_len = p6->p.ip_len;
+	__u32 l3_off = p6->p.l3_off;
+	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/* The largest inner packet the tunnel carries (icmp6_error
+		 * sends none below 1280). */
+		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
+		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(ctx, fib_reason(rc), len);
+	struct ipv6hdr *ip6 = data + OFF(l3_off);
+	if ((void *)(ip6 + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+	ip6->hop_limit--;
+	if (nvgre_to(ctx, l3_off, ip_len, p6->p.tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *ieth = data + ETH_HLEN_ + sizeof(struct iphdr) + GRE_HLEN_KEY;
+	if ((void *)(ieth + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	ieth->h_dest[0] = SVC_MAC0;
+	ieth->h_dest[1] = SVC_MAC1;
+	__builtin_memcpy(&ieth->h_dest[2], &guest, 4);
+	ieth->h_proto = bpf_htons(ETH_P_IPV6_);
+	lb_count(&lb_be_stats, idx, ip_len, 0);
+	count_out(ctx, STAT_LB_ENCAP_TX, len);
+	return xmit(ctx, fib->ifindex);
+}
+
+/* lb_reply_ok for an IPv6 packet (VIP -> client) a host sent in NVGRE:
+ * whether the connection (lb_conns6), or else the VIP's table, gives its
+ * flow to an encap backend on that host in that VSID. Global: called from
+ * edge_pull_failed, which has no stack to spare; the key is in
+ * lb6_scratch. */
+__noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
+{
+	__u32 zero = 0;
+	struct lb6_room *room = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	if (!in || !room)
+		return 0;
+	struct lb6_keys *rm = &room->keys;
+	__builtin_memcpy(&rm->k.src, &in->daddr, 16);
+	__builtin_memcpy(&rm->k.dst, &in->saddr, 16);
+	rm->k.sport = pkt_dport(&in->p);
+	rm->k.dport = pkt_sport(&in->p);
+	rm->k.proto = in->p.proto;
+	rm->k.pad[0] = rm->k.pad[1] = rm->k.pad[2] = 0;
+	room->host = host;
+	room->vsid = vsid;
+	room->fin = in->p.tcp_flags & (TCP_FIN_ | TCP_RST_);
+	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns6, &rm->k);
+	struct lb_backend *be = NULL;
+	if (e) {
+		struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
+		room->idx = e->backend;
+		be = bpf_map_lookup_elem(&lb_backends, &room->idx);
+		if (!lbc || (be && (be->gen != e->gen || (be->flags & LB_BE_DOWN) ||
+				    (__u32)((__u32)bpf_jiffies64() - e->last) > ct_timeout(lbc, e->state))))
+			be = NULL; /* stale: the table decides, as for requests */
+	}
+	if (!be) {
+		e = NULL;
+		struct lb_listener *l = lb_listener_for6(rm);
+		struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+		if (!l || !cfg)
+			return 0;
+		long bi = lb_pick(l, flow_hash6(rm->k.src.a, rm->k.dst.a, ports_of(rm->k.sport, rm->k.dport), rm->k.proto,
+						cfg->hash_seed));
+		if (bi < 0)
+			return 0;
+		room->idx = bi;
+		be = bpf_map_lookup_elem(&lb_backends, &room->idx);
+	}
+	if (!be || be->mode != LB_MODE_ENCAP || be->addr != room->host || be->vsid != room->vsid)
+		return 0;
+	/* Only a genuine reply may move the connection's state. */
+	if (e && room->fin)
+		e->state = CT_FIN;
+	return 1;
+}
+
 /* Destinations a guest's IPv6 never leaves the region for (drop_bad_dst):
  * :: and ::1, multicast (ff00::/8), link-local (fe80::/10: the guest's
  * link only), IPv4-mapped (::ffff:0:0/96, a socket's notation, never on
@@ -579,9 +749,10 @@ struct edge_room6 {
  * inner frame must be IPv6 (else drop_inner_bad, as before), parse as
  * parse_ipv6 says, have a source that is no martian and lie inside the
  * outer packet (drop_inner_bad); a destination decap6_bad_dst refuses is
- * drop_bad_dst; the inner source must be an IPv6 EIP (not a VIP: there is
- * no IPv6 load balancing) whose route names the outer source as its host,
- * with the tunnel's VSID (drop_spoof); a hop limit of 1 or 0 is drop_ttl
+ * drop_bad_dst; the inner source must be an IPv6 EIP whose route names
+ * the outer source as its host, with the tunnel's VSID, or an IPv6 VIP
+ * whose flow a guest of that host serves in that VSID (lb6_reply_ok;
+ * counted as lb_reply_tx) (drop_spoof); a hop limit of 1 or 0 is drop_ttl
  * (no ICMPv6 time exceeded yet). Then the IPv6 FIB (fib6f, through
  * nh_cache6) from the underlay interface: too big for the route's MTU
  * drop_too_big (no ICMPv6 packet too big yet), no route drop_fib, a next
@@ -633,9 +804,20 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
 	reason = STAT_DROP_SPOOF;
-	if (!r || (r->flags & ROUTE_F_VIP) || r->family != AF_INET_ || r->host.a[0] != host || r->vsid != vsid)
+	if (!r)
 		goto drop;
+	/* An IPv6 VIP's reply: from a host whose guest serves its flow (the
+	 * IPv4 VIPs' rule, lb6_reply_ok); counted as lb_reply_tx, no EIP's
+	 * counters. */
+	__u32 out = STAT_DECAP_TX;
 	__u32 idx = r->stats_idx;
+	if (r->flags & ROUTE_F_VIP) {
+		if (!lb6_reply_ok(p6, host, vsid))
+			goto drop;
+		out = STAT_LB_REPLY_TX;
+	} else if (r->family != AF_INET_ || r->host.a[0] != host || r->vsid != vsid) {
+		goto drop;
+	}
 	reason = STAT_DROP_TTL;
 	if (p6->p.ttl <= 1)
 		goto drop;
@@ -680,10 +862,12 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	if ((void *)(eth + 1) > data_end)
 		goto drop;
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
-	if (es) {
-		es->tx_packets++;
-		es->tx_bytes += p6->p.ip_len;
+	if (out == STAT_DECAP_TX) {
+		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+		if (es) {
+			es->tx_packets++;
+			es->tx_bytes += p6->p.ip_len;
+		}
 	}
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* Let the kernel forward this one and resolve the neighbour. */
@@ -693,7 +877,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	}
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
-	count_out(ctx, STAT_DECAP_TX, len);
+	count_out(ctx, out, len);
 	return xmit(ctx, fib->ifindex);
 drop:
 	return count_drop(ctx, reason, len);
@@ -956,25 +1140,12 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 	c->host = r->host.a[0];
 	c->vsid = r->vsid;
 	c->stats_idx = r->stats_idx;
+	c->lgen = r->lgen;
 	__u64 x = route6_extra(&p6->daddr, r->flags);
 	c->flags = x >> 32;
 	c->fw = (__u32)x;
 	c->gen = tag;
 	return c;
-}
-
-/* An ICMPv6 error about p6 (icmp6_error, lib/icmp.h: what is ICMP6_WHAT)
- * in place of the frame, counted: XDP_TX under icmp_ttl_tx or
- * icmp_frag_tx (the IPv4 errors' counters, as their budgets are), or a
- * drop under the reason icmp6_error gives (drop_icmp_limit over budget). */
-static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p6, __u32 what, __u64 len)
-{
-	int st = icmp6_error(ctx, p6, what);
-	if (st & ICMP6_SENT) {
-		count_out(ctx, st & 0xffff, len);
-		return XDP_TX;
-	}
-	return count_drop(ctx, st, len);
 }
 
 /* Internet -> an IPv6 EIP: encapsulated in NVGRE (over the IPv4 underlay)
@@ -985,9 +1156,10 @@ static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p
  * the hop limit decremented. An expired hop limit and a packet the
  * underlay's MTU cannot carry get ICMPv6 time exceeded and packet too
  * big (icmp6_answer), or are dropped (drop_ttl, drop_too_big) when none
- * is sent. A VIP route of an IPv6 address exists
- * in no plan (no IPv6 load balancing): dropped, drop_lb_no_backend.
- * Returns the XDP action, or -1 for an address that is no EIP (the
+ * is sent. An IPv6 VIP (a route flagged ROUTE_F_VIP) gets the same
+ * firewall, anti-spoofing and limits, then is handed to lb6_ingress
+ * (FRAME_VIP6 | its listener generation, the packet in lb6_scratch).
+ * Returns the XDP action, FRAME_VIP6 | lgen, or -1 for an address that is no EIP (the
  * caller passes it to the kernel). Called from entry.h's ipv6_frame for
  * every valid IPv6 packet, so no IPv4 path pays for it. */
 static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
@@ -1004,8 +1176,6 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
 		return -1;
-	if (r->flags & ROUTE_F_VIP)
-		return count_drop(ctx, STAT_DROP_LB_NO_BACKEND, len);
 	if (ctx->ingress_ifindex != cfg->ul_ifindex) {
 		/* In edge_main's order: the firewall, anti-spoofing, the
 		 * rate limits. */
@@ -1028,6 +1198,15 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		 * ICMPv6 through to the kernel, and spoof6_class is the
 		 * Internet side's (found by the scale fuzzer). */
 		return count_drop(ctx, STAT_DROP_IP6_OFF_LINK, len);
+	}
+	if (r->flags & ROUTE_F_VIP) {
+		/* An IPv6 VIP: lb6_ingress, from xdp_edge's frame, takes the
+		 * packet from lb6_scratch. */
+		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+		if (!rm)
+			return -1;
+		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		return FRAME_VIP6 | r->lgen;
 	}
 	if (p->ttl <= 1)
 		return icmp6_answer(ctx, p6,

@@ -81,6 +81,9 @@
 #ifndef LB_BACKENDS_MAX
 #define LB_BACKENDS_MAX 65536
 #endif
+#ifndef LB_LISTENERS6_MAX
+#define LB_LISTENERS6_MAX (1 << 16)
+#endif
 #ifndef CT_MAX
 #define CT_MAX (1 << 20)
 #endif

@@ -19,6 +19,11 @@
 #define FRAME_IPV4 (-1) /* p holds a valid IPv4 packet: go on */
 #define FRAME_ARP (-2)  /* an ARP frame (with FRAME_F_ARP only): p->l3_off is set */
 
+/* ipv6_frame's answer (from AZG_IPV6_PATHS) for a packet to an IPv6 VIP,
+ * with the VIP's listener generation in the low 16 bits: not an XDP
+ * action, AZG_IPV6_VIP's to judge (edge.c). */
+#define FRAME_VIP6 0x10000
+
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
 #define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6);
@@ -109,6 +114,19 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 			return XDP_REDIRECT;
 		if (act == XDP_TX)
 			return XDP_TX;
+#ifdef AZG_IPV6_VIP
+		/* A packet the program's IPv6 paths hand on to its IPv6 VIP
+		 * path, from this frame: under ipv6_frame's, its stack would
+		 * pass 512 bytes (edge.c lb6_ingress). After the IPv6 EIP
+		 * path's answers: it pays no compare for it. */
+		if (act >= FRAME_VIP6) {
+			act = AZG_IPV6_VIP(ctx, act & 0xffff);
+			if (act == XDP_REDIRECT)
+				return XDP_REDIRECT;
+			if (act == XDP_TX)
+				return XDP_TX;
+		}
+#endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)
 		rc = ipv6_frame(ctx, flags);

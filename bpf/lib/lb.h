@@ -330,4 +330,108 @@ static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, s
 	return be;
 }
 
+
+/* lb_listener_for for an IPv6 flow: the listener of rm->k's VIP, protocol
+ * and port, found in lb_listeners6 then lb_ranges6 (the exact port, the
+ * ranges, the any-port listener, as for IPv4). The keys are built in rm
+ * (per-CPU scratch), not on the stack. */
+static __always_inline struct lb_listener *lb_listener_for6(struct lb6_keys *rm)
+{
+	__builtin_memcpy(&rm->lk.vip, &rm->k.dst, 16);
+	rm->lk.port = rm->k.dport;
+	rm->lk.proto = rm->k.proto;
+	rm->lk.pad = 0;
+	struct lb_listener *l = bpf_map_lookup_elem(&lb_listeners6, &rm->lk);
+	if (l)
+		return l;
+	__builtin_memcpy(&rm->rk.vip, &rm->k.dst, 16);
+	rm->rk.proto = rm->k.proto;
+	rm->rk.pad[0] = rm->rk.pad[1] = rm->rk.pad[2] = 0;
+	struct lb_ranges *rs = bpf_map_lookup_elem(&lb_ranges6, &rm->rk);
+	if (!rs)
+		return NULL;
+	if (rm->k.dport) {
+		int i = lb_range_find(rs, bpf_ntohs(rm->k.dport));
+		if (i >= 0)
+			return &rs->r[i & (LB_RANGES_MAX - 1)].l;
+	}
+	return rs->has_any ? &rs->any : NULL;
+}
+
+/* lb_decide for an IPv6 flow (the key rm->k, client -> VIP): the same
+ * connection-table logic in lb_conns6 (the entry, its timeouts and states,
+ * the insert cap, the listener generation lgen, the backend's generation),
+ * the flow hash flow_hash6. Not yet: connection sync of IPv6 entries (no
+ * ct_emit) and nat mode (an IPv6 VIP is encap only). */
+static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, struct lb6_keys *rm, __u8 tcp_flags,
+						     __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid, int *nolst)
+{
+	__u8 proto = rm->k.proto;
+	__u32 now = (__u32)bpf_jiffies64();
+	int syn = proto == IPPROTO_TCP_ && (tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
+	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns6, &rm->k);
+	struct lb_listener *l = NULL;
+	struct lb_backend *be = NULL;
+	int live = 0;
+
+	*nolst = 0;
+	if (e) {
+		__u32 i = e->backend;
+		be = bpf_map_lookup_elem(&lb_backends, &i);
+		live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
+		       (__u32)(now - e->last) <= ct_timeout(c, e->state);
+		if (live && !syn && e->lgen != lgen) {
+			l = lb_listener_for6(rm);
+			if (!l) {
+				*nolst = 1;
+				return NULL;
+			}
+			e->lgen = lgen;
+		}
+		if (live && !syn) {
+			if (e->last != now)
+				e->last = now;
+			__u8 st = ct_next(e->state, proto, tcp_flags);
+			if (st != e->state)
+				e->state = st;
+			*idx = i;
+			*fid = e->fid;
+			return be;
+		}
+	}
+	if (!l)
+		l = lb_listener_for6(rm);
+	if (!l) {
+		*nolst = 1;
+		return NULL;
+	}
+	if (e)
+		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
+	else
+		info_inc(LBI_CT_MISS);
+
+	__u32 hash = flow_hash6(rm->k.src.a, rm->k.dst.a, ports_of(rm->k.sport, rm->k.dport), proto, seed);
+	*fid = (__u8)hash;
+	long pick = lb_pick(l, hash);
+	if (pick < 0)
+		return NULL;
+	__u32 i = pick;
+	be = bpf_map_lookup_elem(&lb_backends, &i);
+	if (!be)
+		return NULL;
+	*idx = i;
+	if ((proto == IPPROTO_TCP_ && (tcp_flags & TCP_RST_)) || (be->flags & LB_BE_DOWN))
+		return be;
+	if (!e && !ct_insert_allowed(c, now)) {
+		info_inc(LBI_CT_INSERT_LIMITED);
+		return be;
+	}
+	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)hash,
+			     .state = ct_next(0, proto, tcp_flags), .lgen = lgen};
+	bpf_map_update_elem(&lb_conns6, &rm->k, &n, BPF_ANY);
+	info_inc(LBI_CT_INSERT);
+	lb_count(&lb_be_stats, i, 0, 1);
+	return be;
+}
+
 #endif

@@ -327,6 +327,47 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_conns SEC(".maps");
 
+/* IPv6 VIPs (issue 21): lb_listeners, lb_ranges and lb_conns keyed by
+ * 16-byte addresses (struct lb_key6, lb_rkey6, ct_key6); the tables,
+ * backends, counters and settings are the IPv4 VIPs'. The connection
+ * table is sized by the daemon as lb_conns is; the listener map holds a
+ * quarter of lb_listeners' entries by default (IPv6 VIPs are new). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_LISTENERS6_MAX);
+	__type(key, struct lb_key6);
+	__type(value, struct lb_listener);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_listeners6 SEC(".maps");
+
+/* (IPv6 VIP, protocol) -> its range and any-port listeners (lb_ranges). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_RANGE_SETS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lb_rkey6);
+	__type(value, struct lb_ranges);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_ranges6 SEC(".maps");
+
+/* IPv6 flows' connection table (lb_conns; sized by the daemon as it is). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_MAX);
+	__type(key, struct ct_key6);
+	__type(value, struct ct_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_conns6 SEC(".maps");
+
+/* Per-CPU room of the IPv6 VIP paths (struct lb6_room, defined in edge.c:
+ * it holds a struct pkt6, lib/parse.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb6_room);
+} lb6_scratch SEC(".maps");
+
 /* The load balancer's settings: timeouts in jiffies, insert cap, nat flag (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -55,7 +55,8 @@ struct eip_centry6 {
 	__u32 vsid;
 	__u32 stats_idx;
 	__u8 flags;          /* eip_route.flags, with ROUTE_F_RL_* (route6_extra) */
-	__u8 pad[3];
+	__u8 pad;
+	__u16 lgen;          /* eip_route.lgen (an IPv6 VIP's listener generation) */
 	__u64 gen;           /* eip_route_gen + 1 when copied */
 	__u32 fw;            /* firewall scope and flags (FW_C_*, lib/fw.h fw_dest6) when copied */
 	__u32 pad2;
@@ -556,6 +557,44 @@ struct ct_key {
 	__be16 dport;
 	__u8 proto;
 	__u8 pad[3];
+};
+
+/* IPv6 VIPs (issue 21): the listener, range-set and connection keys of
+ * struct lb_key, lb_rkey and ct_key with 16-byte addresses, in maps of
+ * their own (lb_listeners6, lb_ranges6, lb_conns6), so the IPv4 keys stay
+ * as small as they were. The values (struct lb_listener, lb_ranges,
+ * ct_entry), the Maglev tables and the backend slots are shared. */
+struct lb_key6 {
+	struct ip_addr vip;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct lb_rkey6 {
+	struct ip_addr vip;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* A 40-byte key and the 12-byte struct ct_entry: 52 bytes of key and
+ * value an IPv6 flow, where an IPv4 one has 16 + 12 = 28. */
+struct ct_key6 {
+	struct ip_addr src; /* the client */
+	struct ip_addr dst; /* the VIP */
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* The IPv6 VIP paths' keys (in lb6_scratch's struct lb6_room, edge.c):
+ * the flow's connection key and the listener keys built from it, off the
+ * stack that xdp_edge already fills. */
+struct lb6_keys {
+	struct ct_key6 k;
+	struct lb_key6 lk;
+	struct lb_rkey6 rk;
 };
 
 /* Connection table entry (client -> VIP flows): the backend the flow was

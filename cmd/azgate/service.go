@@ -688,7 +688,8 @@ func serviceLookupCommand() *cobra.Command {
 	return c
 }
 
-// parseFlow parses PROTO:SRC:SPORT-DST:DPORT (IPv4).
+// parseFlow parses PROTO:SRC:SPORT-DST:DPORT: IPv4, or IPv6 in brackets
+// ([2001:db8::1]:80; an IPv6 VIP's flow), both of one family.
 func parseFlow(s string) (flowhash.Tuple, string, error) {
 	bad := func(why string) (flowhash.Tuple, string, error) {
 		return flowhash.Tuple{}, "", fmt.Errorf("--flow %q: %s (want PROTO:SRC:SPORT-DST:DPORT, e.g. tcp:203.0.113.10:40000-198.51.100.20:80)", s, why)
@@ -711,13 +712,17 @@ func parseFlow(s string) (flowhash.Tuple, string, error) {
 	if !ok {
 		return bad("no '-' between source and destination")
 	}
+	plain := func(a netip.Addr) bool { return a.Is4() || (a.Is6() && !a.Is4In6() && a.Zone() == "") }
 	sa, err := netip.ParseAddrPort(src)
-	if err != nil || !sa.Addr().Is4() {
-		return bad(fmt.Sprintf("source %q is not IPv4:PORT", src))
+	if err != nil || !plain(sa.Addr()) {
+		return bad(fmt.Sprintf("source %q is not IPv4:PORT or [IPv6]:PORT", src))
 	}
 	da, err := netip.ParseAddrPort(dst)
-	if err != nil || !da.Addr().Is4() {
-		return bad(fmt.Sprintf("destination %q is not IPv4:PORT", dst))
+	if err != nil || !plain(da.Addr()) {
+		return bad(fmt.Sprintf("destination %q is not IPv4:PORT or [IPv6]:PORT", dst))
+	}
+	if sa.Addr().Is4() != da.Addr().Is4() {
+		return bad("the source and the destination are of different families")
 	}
 	return flowhash.Tuple{Src: sa.Addr(), Dst: da.Addr(), SrcPort: sa.Port(), DstPort: da.Port(), Proto: num}, proto, nil
 }

@@ -52,6 +52,7 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{"lbplan.BackendsMax", lbplan.BackendsMax, "LB_BACKENDS_MAX"},
 		{"lbplan.TablesMax", lbplan.TablesMax, "LB_TABLES_MAX"},
 		{"lbplan.ListenersMax", lbplan.ListenersMax, "LB_LISTENERS_MAX"},
+		{"lbplan.Listeners6Max", lbplan.Listeners6Max, "LB_LISTENERS6_MAX"},
 		{"lbplan.RangesMax", lbplan.RangesMax, "LB_RANGES_MAX"},
 		{"lbplan.RangeSetsMax", lbplan.RangeSetsMax, "LB_RANGE_SETS_MAX"},
 		{"lbplan.NATBackendsMax", lbplan.NATBackendsMax, "LB_NAT_BACKENDS_MAX"},

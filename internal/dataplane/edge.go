@@ -73,7 +73,13 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	}
 	size(edgeMapLbConns, o.ConnMax)
 	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
+	size(edgeMapLbConns6, o.ConnMax)   // IPv6 flows: sized as the IPv4 table
 	size(edgeMapLbListeners, o.ListenerMax)
+	// IPv6 VIPs' exact-port listeners: LB_LISTENERS6_MAX (a quarter of
+	// lb_listeners'), never more than ListenerMax.
+	if m := spec.Maps[edgeMapLbListeners6]; m != nil && o.ListenerMax > 0 && o.ListenerMax < m.MaxEntries {
+		m.MaxEntries = o.ListenerMax
+	}
 	for _, n := range backendSized {
 		size(n, o.BackendMax)
 	}

@@ -130,6 +130,16 @@ type edgeCtKey struct {
 	Pad   [3]uint8
 }
 
+type edgeCtKey6 struct {
+	_     structs.HostLayout
+	Src   edgeIpAddr
+	Dst   edgeIpAddr
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
 type edgeEdgeConfig struct {
 	_         structs.HostLayout
 	Underlay  edgeIpAddr
@@ -226,7 +236,8 @@ type edgeEipCentry6 struct {
 	Vsid     uint32
 	StatsIdx uint32
 	Flags    uint8
-	Pad      [3]uint8
+	Pad      uint8
+	Lgen     uint16
 	Gen      uint64
 	Fw       uint32
 	Pad2     uint32
@@ -366,6 +377,42 @@ type edgeIpAddr struct {
 	A [4]uint32
 }
 
+type edgeLb6Room struct {
+	_    structs.HostLayout
+	Keys struct {
+		_  structs.HostLayout
+		K  edgeCtKey6
+		Lk edgeLbKey6
+		Rk edgeLbRkey6
+	}
+	P6 struct {
+		_ structs.HostLayout
+		P struct {
+			_        structs.HostLayout
+			L3Off    uint32
+			L4Off    uint32
+			EthProto uint16
+			IpLen    uint16
+			Frag     uint16
+			Proto    uint8
+			Ttl      uint8
+			Tos      uint8
+			Df       uint8
+			L4Ok     uint8
+			TcpFlags uint8
+			Saddr    uint32
+			Daddr    uint32
+			Ports    uint32
+		}
+		Saddr edgeIpAddr
+		Daddr edgeIpAddr
+	}
+	Host uint32
+	Vsid uint32
+	Fin  uint32
+	Idx  uint32
+}
+
 type edgeLbBackend struct {
 	_     structs.HostLayout
 	Addr  uint32
@@ -407,6 +454,14 @@ type edgeLbKey struct {
 	Pad   uint8
 }
 
+type edgeLbKey6 struct {
+	_     structs.HostLayout
+	Vip   edgeIpAddr
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type edgeLbListener struct {
 	_     structs.HostLayout
 	Table uint32
@@ -431,6 +486,13 @@ type edgeLbRanges struct {
 type edgeLbRkey struct {
 	_     structs.HostLayout
 	Vip   uint32
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type edgeLbRkey6 struct {
+	_     structs.HostLayout
+	Vip   edgeIpAddr
 	Proto uint8
 	Pad   [3]uint8
 }
@@ -593,15 +655,19 @@ const (
 	edgeMapHcStats          = "hc_stats"
 	edgeMapIcmpBudgets      = "icmp_budgets"
 	edgeMapIcmpKinds        = "icmp_kinds"
+	edgeMapLb6Scratch       = "lb6_scratch"
 	edgeMapLbBackends       = "lb_backends"
 	edgeMapLbBeStats        = "lb_be_stats"
 	edgeMapLbCfg            = "lb_cfg"
 	edgeMapLbConns          = "lb_conns"
+	edgeMapLbConns6         = "lb_conns6"
 	edgeMapLbInfo           = "lb_info"
 	edgeMapLbListeners      = "lb_listeners"
+	edgeMapLbListeners6     = "lb_listeners6"
 	edgeMapLbNatBackends    = "lb_nat_backends"
 	edgeMapLbNatConns       = "lb_nat_conns"
 	edgeMapLbRanges         = "lb_ranges"
+	edgeMapLbRanges6        = "lb_ranges6"
 	edgeMapLbTableOwner     = "lb_table_owner"
 	edgeMapLbTables         = "lb_tables"
 	edgeMapMonEvents        = "mon_events"
@@ -711,15 +777,19 @@ type edgeMapSpecs struct {
 	HcStats          *ebpf.MapSpec `ebpf:"hc_stats"`
 	IcmpBudgets      *ebpf.MapSpec `ebpf:"icmp_budgets"`
 	IcmpKinds        *ebpf.MapSpec `ebpf:"icmp_kinds"`
+	Lb6Scratch       *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	LbBackends       *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbBeStats        *ebpf.MapSpec `ebpf:"lb_be_stats"`
 	LbCfg            *ebpf.MapSpec `ebpf:"lb_cfg"`
 	LbConns          *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbConns6         *ebpf.MapSpec `ebpf:"lb_conns6"`
 	LbInfo           *ebpf.MapSpec `ebpf:"lb_info"`
 	LbListeners      *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbListeners6     *ebpf.MapSpec `ebpf:"lb_listeners6"`
 	LbNatBackends    *ebpf.MapSpec `ebpf:"lb_nat_backends"`
 	LbNatConns       *ebpf.MapSpec `ebpf:"lb_nat_conns"`
 	LbRanges         *ebpf.MapSpec `ebpf:"lb_ranges"`
+	LbRanges6        *ebpf.MapSpec `ebpf:"lb_ranges6"`
 	LbTableOwner     *ebpf.MapSpec `ebpf:"lb_table_owner"`
 	LbTables         *ebpf.MapSpec `ebpf:"lb_tables"`
 	MonEvents        *ebpf.MapSpec `ebpf:"mon_events"`
@@ -803,15 +873,19 @@ type edgeMaps struct {
 	HcStats          *ebpf.Map `ebpf:"hc_stats"`
 	IcmpBudgets      *ebpf.Map `ebpf:"icmp_budgets"`
 	IcmpKinds        *ebpf.Map `ebpf:"icmp_kinds"`
+	Lb6Scratch       *ebpf.Map `ebpf:"lb6_scratch"`
 	LbBackends       *ebpf.Map `ebpf:"lb_backends"`
 	LbBeStats        *ebpf.Map `ebpf:"lb_be_stats"`
 	LbCfg            *ebpf.Map `ebpf:"lb_cfg"`
 	LbConns          *ebpf.Map `ebpf:"lb_conns"`
+	LbConns6         *ebpf.Map `ebpf:"lb_conns6"`
 	LbInfo           *ebpf.Map `ebpf:"lb_info"`
 	LbListeners      *ebpf.Map `ebpf:"lb_listeners"`
+	LbListeners6     *ebpf.Map `ebpf:"lb_listeners6"`
 	LbNatBackends    *ebpf.Map `ebpf:"lb_nat_backends"`
 	LbNatConns       *ebpf.Map `ebpf:"lb_nat_conns"`
 	LbRanges         *ebpf.Map `ebpf:"lb_ranges"`
+	LbRanges6        *ebpf.Map `ebpf:"lb_ranges6"`
 	LbTableOwner     *ebpf.Map `ebpf:"lb_table_owner"`
 	LbTables         *ebpf.Map `ebpf:"lb_tables"`
 	MonEvents        *ebpf.Map `ebpf:"mon_events"`
@@ -862,15 +936,19 @@ func (m *edgeMaps) Close() error {
 		m.HcStats,
 		m.IcmpBudgets,
 		m.IcmpKinds,
+		m.Lb6Scratch,
 		m.LbBackends,
 		m.LbBeStats,
 		m.LbCfg,
 		m.LbConns,
+		m.LbConns6,
 		m.LbInfo,
 		m.LbListeners,
+		m.LbListeners6,
 		m.LbNatBackends,
 		m.LbNatConns,
 		m.LbRanges,
+		m.LbRanges6,
 		m.LbTableOwner,
 		m.LbTables,
 		m.MonEvents,

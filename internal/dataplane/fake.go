@@ -442,7 +442,12 @@ type FakeVIPs struct {
 	VIPSet map[netip.Addr]bool
 }
 
+// PutVIP refuses what the real one refuses (vipKeyOf): a VIP is IPv4 or a
+// plain IPv6 address.
 func (f *FakeVIPs) PutVIP(a netip.Addr) error {
+	if _, err := vipKeyOf(a); err != nil {
+		return fmt.Errorf("VIP: %w", err)
+	}
 	f.vmu.Lock()
 	defer f.vmu.Unlock()
 	f.VIPSet[a] = true
@@ -470,7 +475,12 @@ type FakeListeners struct {
 	ListenerM map[Listener]ListenerValue
 }
 
+// PutListener refuses what the real one refuses (lmapsOf): a listener of
+// an IPv4 or a plain IPv6 VIP.
 func (f *FakeListeners) PutListener(l Listener, v ListenerValue) error {
+	if !l.VIP.Is4() && !plain6(l.VIP) {
+		return fmt.Errorf("listener %v: a VIP is an IPv4 or a global IPv6 address", l.VIP)
+	}
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	f.ListenerM[l] = v

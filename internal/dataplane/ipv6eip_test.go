@@ -146,7 +146,7 @@ func TestEdgeIPv6EIP(t *testing.T) {
 		drop("unique-local source fc00::", inet(ip6Hdr("fc00::1", eip6, nhUDP, udp6(1, 2, 0))), "drop_spoof_bogon"),
 		drop("link-local source, tcp", inet(ip6Hdr("fe80::66", eip6, nhTCP, tcp6(1, 2, 0x02))), "drop_ip6_off_link"),
 		drop("link-local source, icmpv6 too", inet(ip6Hdr("fe80::66", eip6, nhICMPv6, icmp6(128, 4))), "drop_ip6_off_link"),
-		drop("ipv6 vip route: no ipv6 load balancing", inet(ip6Hdr(client6, vip6, nhTCP, tcp6(1, 443, 0x02))), "drop_lb_no_backend"),
+		drop("ipv6 vip route without listeners", inet(ip6Hdr(client6, vip6, nhTCP, tcp6(1, 443, 0x02))), "drop_lb_no_port"),
 		{name: "host behind an unresolved gateway", dev: dptest.ExtDev, in: inet(ip6Hdr(client6, eip6NoNbr, nhUDP, udp6(1, 2, 0))),
 			action: xdpDrop, stats: map[string]uint64{"drop_no_neigh": 1}},
 		{name: "host behind a blackhole", dev: dptest.ExtDev, in: inet(ip6Hdr(client6, eip6Hole, nhUDP, udp6(1, 2, 0))),

@@ -193,7 +193,7 @@ func (e *Edge) SetLBConfig(c LBConfig) error {
 // data plane's one lookup on a destination tells VIPs, EIPs and the rest
 // apart.
 func (e *Edge) PutVIP(a netip.Addr) (err error) {
-	k, err := keyOf(a)
+	k, err := vipKeyOf(a)
 	if err != nil {
 		return fmt.Errorf("VIP: %w", err)
 	}
@@ -225,7 +225,7 @@ func (e *Edge) PutVIP(a netip.Addr) (err error) {
 // lb_decide in bpf/lib/lb.h). A VIP without a route mark has nothing to
 // bump.
 func (e *Edge) listenerNarrowed(l Listener) (err error) {
-	k, err := keyOf(l.VIP)
+	k, err := vipKeyOf(l.VIP)
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
 	}
@@ -246,7 +246,7 @@ func (e *Edge) listenerNarrowed(l Listener) (err error) {
 // DeleteVIP removes a VIP mark (never an EIP's route).
 func (e *Edge) DeleteVIP(a netip.Addr) (err error) {
 	defer e.routesWritten(&err)
-	k, err := keyOf(a)
+	k, err := vipKeyOf(a)
 	if err != nil {
 		return err
 	}
@@ -273,8 +273,44 @@ func (e *Edge) VIPs() ([]netip.Addr, error) {
 	return out, err
 }
 
+// vipKeyOf is the route map's key of a VIP: IPv4, or IPv6 (issue 21: the
+// IPv6 VIP path, bpf/edge.c lb6_ingress), neither IPv4-mapped nor zoned.
+func vipKeyOf(a netip.Addr) (edgeEipKey, error) {
+	if !a.Is4() && !plain6(a) {
+		return edgeEipKey{}, fmt.Errorf("%v: a VIP is an IPv4 or a global IPv6 address, not IPv4-mapped or zoned", a)
+	}
+	return routeKeyOf(a)
+}
+
 func lkey(l Listener) edgeLbKey {
 	return edgeLbKey{Vip: ip4word(l.VIP), Port: be16(l.Port), Proto: l.Proto}
+}
+
+func ip6addr(a netip.Addr) edgeIpAddr {
+	ip, _, _ := addrTo(a)
+	return ip
+}
+
+// lmaps is where a listener of l's VIP family lives: the exact-port map
+// and its key for l, the range-set map and the key of l's (VIP,
+// protocol). IPv6 VIPs have maps of their own (lb_listeners6, lb_ranges6:
+// 16-byte VIPs), so the IPv4 keys stay as small as they were.
+type lmaps struct {
+	exact, ranges *ebpf.Map
+	k, rk         any
+}
+
+func (e *Edge) lmapsOf(l Listener) (lmaps, error) {
+	switch {
+	case l.VIP.Is4():
+		k, rk := lkey(l), edgeLbRkey{Vip: ip4word(l.VIP), Proto: l.Proto}
+		return lmaps{e.objs.LbListeners, e.objs.LbRanges, &k, &rk}, nil
+	case plain6(l.VIP):
+		ip := ip6addr(l.VIP)
+		k, rk := edgeLbKey6{Vip: ip, Port: be16(l.Port), Proto: l.Proto}, edgeLbRkey6{Vip: ip, Proto: l.Proto}
+		return lmaps{e.objs.LbListeners6, e.objs.LbRanges6, &k, &rk}, nil
+	}
+	return lmaps{}, fmt.Errorf("listener %v: a VIP is an IPv4 or a global IPv6 address", l.VIP)
 }
 
 // PutListener programs a listener: one port in the exact-port map; a
@@ -283,11 +319,14 @@ func lkey(l Listener) edgeLbKey {
 // replaces the ranges it overlaps: they are what a changed listener had
 // before (the reconciler removes what is gone after adding what is new).
 func (e *Edge) PutListener(l Listener, v ListenerValue) error {
-	if l.Port != 0 && !l.IsRange() {
-		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
-		return e.objs.LbListeners.Update(&k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
+	m, err := e.lmapsOf(l)
+	if err != nil {
+		return err
 	}
-	rk, set, err := e.rangeSet(l)
+	if l.Port != 0 && !l.IsRange() {
+		return m.exact.Update(m.k, &edgeLbListener{Table: v.Table}, ebpf.UpdateAny)
+	}
+	set, err := e.rangeSet(l, m)
 	if err != nil {
 		return err
 	}
@@ -309,23 +348,22 @@ func (e *Edge) PutListener(l Listener, v ListenerValue) error {
 		slices.SortFunc(keep, func(a, b edgeLbRange) int { return int(a.Lo) - int(b.Lo) })
 		set.N = uint32(copy(set.R[:], keep))
 		clear(set.R[set.N:])
-		if err := e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny); err != nil || !narrowed {
+		if err := m.ranges.Update(m.rk, &set, ebpf.UpdateAny); err != nil || !narrowed {
 			return err
 		}
 		// Ranges it overlapped are gone (the new one may be narrower).
 		return e.listenerNarrowed(l)
 	}
-	return e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+	return m.ranges.Update(m.rk, &set, ebpf.UpdateAny)
 }
 
 // rangeSet reads the range set of l's (VIP, protocol) (empty if none).
-func (e *Edge) rangeSet(l Listener) (edgeLbRkey, edgeLbRanges, error) {
-	rk := edgeLbRkey{Vip: ip4word(l.VIP), Proto: l.Proto}
+func (e *Edge) rangeSet(l Listener, m lmaps) (edgeLbRanges, error) {
 	var set edgeLbRanges
-	if err := e.objs.LbRanges.Lookup(&rk, &set); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return rk, set, fmt.Errorf("listener %v proto %d: read its ranges: %w", l.VIP, l.Proto, err)
+	if err := m.ranges.Lookup(m.rk, &set); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return set, fmt.Errorf("listener %v proto %d: read its ranges: %w", l.VIP, l.Proto, err)
 	}
-	return rk, set, nil
+	return set, nil
 }
 
 // DeleteListener removes a listener, then bumps its VIP's listener
@@ -338,15 +376,18 @@ func (e *Edge) DeleteListener(l Listener) error {
 }
 
 func (e *Edge) deleteListener(l Listener) error {
+	m, err := e.lmapsOf(l)
+	if err != nil {
+		return err
+	}
 	if l.Port != 0 && !l.IsRange() {
-		k := lkey(Listener{VIP: l.VIP, Proto: l.Proto, Port: l.Port})
-		err := e.objs.LbListeners.Delete(&k)
+		err := m.exact.Delete(m.k)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
 		}
 		return err
 	}
-	rk, set, err := e.rangeSet(l)
+	set, err := e.rangeSet(l, m)
 	if err != nil {
 		return err
 	}
@@ -363,9 +404,9 @@ func (e *Edge) deleteListener(l Listener) error {
 		clear(set.R[set.N:])
 	}
 	if set.N == 0 && set.HasAny == 0 {
-		err = e.objs.LbRanges.Delete(&rk)
+		err = m.ranges.Delete(m.rk)
 	} else {
-		err = e.objs.LbRanges.Update(&rk, &set, ebpf.UpdateAny)
+		err = m.ranges.Update(m.rk, &set, ebpf.UpdateAny)
 	}
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
@@ -389,14 +430,35 @@ func (e *Edge) Listeners() (map[Listener]ListenerValue, error) {
 	rit := e.objs.LbRanges.Iterate()
 	for rit.Next(&rk, &set) {
 		vip := wordIP4(rk.Vip)
-		if set.HasAny != 0 {
-			out[Listener{VIP: vip, Proto: rk.Proto}] = ListenerValue{Table: set.Any.Table}
-		}
-		for _, r := range set.R[:min(int(set.N), len(set.R))] {
-			out[Listener{VIP: vip, Proto: rk.Proto, Port: r.Lo, Last: r.Hi}] = ListenerValue{Table: r.L.Table}
-		}
+		rangesInto(out, vip, rk.Proto, &set)
 	}
-	return out, rit.Err()
+	if err := rit.Err(); err != nil {
+		return nil, err
+	}
+	var k6 edgeLbKey6
+	it6 := e.objs.LbListeners6.Iterate()
+	for it6.Next(&k6, &v) {
+		out[Listener{VIP: addrFrom(k6.Vip, 10), Proto: k6.Proto, Port: be16(k6.Port)}] = ListenerValue{Table: v.Table}
+	}
+	if err := it6.Err(); err != nil {
+		return nil, err
+	}
+	var rk6 edgeLbRkey6
+	rit6 := e.objs.LbRanges6.Iterate()
+	for rit6.Next(&rk6, &set) {
+		rangesInto(out, addrFrom(rk6.Vip, 10), rk6.Proto, &set)
+	}
+	return out, rit6.Err()
+}
+
+// rangesInto adds a (VIP, protocol)'s range set to out.
+func rangesInto(out map[Listener]ListenerValue, vip netip.Addr, proto uint8, set *edgeLbRanges) {
+	if set.HasAny != 0 {
+		out[Listener{VIP: vip, Proto: proto}] = ListenerValue{Table: set.Any.Table}
+	}
+	for _, r := range set.R[:min(int(set.N), len(set.R))] {
+		out[Listener{VIP: vip, Proto: proto, Port: r.Lo, Last: r.Hi}] = ListenerValue{Table: r.L.Table}
+	}
 }
 
 // ListenerEntries counts the entries of the exact-port listener map and of the
@@ -411,6 +473,14 @@ func (e *Edge) ListenerEntries() (exact, rangeSets, ranges int, err error) {
 	if err := it.Err(); err != nil {
 		return 0, 0, 0, err
 	}
+	var k6 edgeLbKey6
+	it6 := e.objs.LbListeners6.Iterate()
+	for it6.Next(&k6, &v) {
+		exact++
+	}
+	if err := it6.Err(); err != nil {
+		return 0, 0, 0, err
+	}
 	var rk edgeLbRkey
 	var set edgeLbRanges
 	rit := e.objs.LbRanges.Iterate()
@@ -418,7 +488,16 @@ func (e *Edge) ListenerEntries() (exact, rangeSets, ranges int, err error) {
 		rangeSets++
 		ranges += int(set.N)
 	}
-	return exact, rangeSets, ranges, rit.Err()
+	if err := rit.Err(); err != nil {
+		return 0, 0, 0, err
+	}
+	var rk6 edgeLbRkey6
+	rit6 := e.objs.LbRanges6.Iterate()
+	for rit6.Next(&rk6, &set) {
+		rangeSets++
+		ranges += int(set.N)
+	}
+	return exact, rangeSets, ranges, rit6.Err()
 }
 
 // SetTable builds a new inner array map holding entries and swaps it into
@@ -658,8 +737,34 @@ type Conn struct {
 	State        uint8
 }
 
-// Conns walks the connection table.
+// Conns walks the connection tables: IPv4 flows (lb_conns), then IPv6
+// flows (lb_conns6).
 func (e *Edge) Conns(f func(Conn) bool) error {
+	more := true
+	if err := e.conns4(func(c Conn) bool { more = f(c); return more }); err != nil || !more {
+		return err
+	}
+	keys := make([]edgeCtKey6, 1024)
+	vals := make([]edgeCtEntry, 1024)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.LbConns6.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			k, v := keys[i], vals[i]
+			if !f(Conn{Src: addrFrom(k.Src, 10), Dst: addrFrom(k.Dst, 10), Sport: be16(k.Sport), Dport: be16(k.Dport), Proto: k.Proto, Backend: uint32(v.Backend), State: v.State}) {
+				return nil
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (e *Edge) conns4(f func(Conn) bool) error {
 	keys := make([]edgeCtKey, 4096)
 	vals := make([]edgeCtEntry, 4096)
 	var cursor ebpf.MapBatchCursor

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/azgate/azgate/internal/lbplan"
 )
 
 // The sizing of an edge of a 100k-EIP set (the fleet bench's: one
@@ -63,10 +66,11 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		}
 	}
 	if o.ConnMax > 0 {
-		want[edgeMapLbConns], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax
+		want[edgeMapLbConns], want[edgeMapLbConns6], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax, o.ConnMax
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
+		want[edgeMapLbListeners6] = min(o.ListenerMax, cmp.Or(def[edgeMapLbListeners6], lbplan.Listeners6Max))
 	}
 	if o.BackendMax > 0 {
 		for _, n := range backendSized {

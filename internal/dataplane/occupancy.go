@@ -12,9 +12,12 @@ import (
 // (the entry's destination address) and by backend slot, with the
 // total and the table's capacity.
 type ConnOccupancy struct {
-	Total, Capacity uint32
-	ByVIP           map[netip.Addr]uint32
-	ByBackend       map[uint32]uint32 // backend slot (Conn.Backend)
+	Total, Capacity uint32 // the IPv4 flows' table (lb_conns)
+	// Total6 and Capacity6: the IPv6 VIPs' flows' table (lb_conns6),
+	// whose entries ByVIP and ByBackend count too.
+	Total6, Capacity6 uint32
+	ByVIP             map[netip.Addr]uint32
+	ByBackend         map[uint32]uint32 // backend slot (Conn.Backend)
 }
 
 // occBatch is the entries one BatchLookup reads: 4096 keys and values of
@@ -53,6 +56,25 @@ func (e *Edge) ConnOccupancy() (ConnOccupancy, error) {
 	}
 	for d, n := range byDst {
 		o.ByVIP[wordIP4(d)] = n
+	}
+	// The IPv6 VIPs' table (far smaller buffers: 40-byte keys).
+	o.Capacity6 = e.objs.LbConns6.MaxEntries()
+	keys6 := make([]edgeCtKey6, occBatch/4)
+	vals6 := make([]edgeCtEntry, occBatch/4)
+	var cursor6 ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.LbConns6.BatchLookup(&cursor6, keys6, vals6, nil)
+		for i := 0; i < n; i++ {
+			o.ByVIP[addrFrom(keys6[i].Dst, 10)]++
+			byBackend[vals6[i].Backend]++
+		}
+		o.Total6 += uint32(n)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return o, fmt.Errorf("IPv6 connection table walk: %w", err)
+		}
+		if err != nil {
+			break
+		}
 	}
 	for b, n := range byBackend {
 		if n > 0 {

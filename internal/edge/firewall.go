@@ -48,8 +48,8 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 	}
 	vips := map[netip.Addr]*model.Service{}
 	for _, v := range x.services {
-		if v.VIP.Is4() {
-			vips[v.VIP] = v
+		if v.VIP.IsValid() {
+			vips[v.VIP] = v // IPv4 and IPv6 VIPs (issue 21)
 		}
 	}
 	if x.fwSets > 0 {
@@ -64,13 +64,17 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 		}
 	} else {
 		for a := range x.fwAddrs {
+			if vips[a] != nil {
+				in.Dests = append(in.Dests, a)
+				continue
+			}
 			if a.Is6() {
 				if _, eip := x.eips6[a.As16()]; eip {
 					in.Dests = append(in.Dests, a)
 				}
 				continue
 			}
-			if _, eip := x.eips[a.As4()]; eip || vips[a] != nil {
+			if _, eip := x.eips[a.As4()]; eip {
 				in.Dests = append(in.Dests, a)
 			}
 		}
@@ -81,9 +85,12 @@ func (x *index) fwInput(slots map[string]uint32) fwplan.Input {
 			return false
 		}
 		if a.Is6() {
-			// An IPv6 EIP (issue 21; no IPv6 VIPs): as an IPv4 EIP.
+			// An IPv6 EIP or VIP (issue 21): as an IPv4 one.
 			switch set.Role {
 			case model.RoleDedicated:
+				if v := vips[a]; v != nil {
+					return v.Set == name
+				}
 				return x.pulled6[a.As16()] == name
 			case model.RoleQuarantine:
 				return x.quarantined6[a.As16()]

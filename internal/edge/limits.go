@@ -25,7 +25,7 @@ func limitsOf(l *model.Limits) dataplane.Limits {
 // planLimits is what the tables must hold: the limits of every EIP that
 // has some (IPv4 and IPv6: edge_limits, edge_limits6), then of every
 // service VIP (a VIP's win should an EIP have the same address, which
-// validation of the state refuses; VIPs are IPv4).
+// validation of the state refuses; IPv6 VIPs' go to edge_limits6).
 func planLimits(eips map[[4]byte]model.Limits, eips6 map[[16]byte]model.Limits, services map[string]*model.Service) map[netip.Addr]dataplane.Limits {
 	want := make(map[netip.Addr]dataplane.Limits, len(eips)+len(eips6))
 	for k, l := range eips {
@@ -39,7 +39,7 @@ func planLimits(eips map[[4]byte]model.Limits, eips6 map[[16]byte]model.Limits, 
 		}
 	}
 	for _, s := range services {
-		if dl := limitsOf(s.Limits); !dl.IsZero() && s.VIP.Is4() {
+		if dl := limitsOf(s.Limits); !dl.IsZero() && s.VIP.IsValid() {
 			want[s.VIP] = dl
 		}
 	}

@@ -17,7 +17,7 @@ var ErrNoListener = errors.New("no listener: the edge passes such packets to its
 type Choice struct {
 	Listener Listener
 	Pool     *Pool
-	Hash     uint32 // flowhash.Hash4 with the plan's seed
+	Hash     uint32 // flowhash.Hash4 (an IPv6 VIP's flow: Hash6) with the plan's seed
 	Slot     uint64 // Hash % M
 	Backend  Backend
 	// FirstChoice is the slot's backend before failures were applied,
@@ -39,7 +39,12 @@ func (p *Plan) Lookup(t flowhash.Tuple) (*Choice, error) {
 	if pl == nil {
 		return nil, fmt.Errorf("listener %+v names pool %q, which the plan does not have", l, p.Listeners[l])
 	}
-	hash := flowhash.Hash4(t, p.Seed)
+	var hash uint32
+	if t.Dst.Is6() {
+		hash = flowhash.Hash6(t, p.Seed) // flow_hash6, as the edge's lb_decide6
+	} else {
+		hash = flowhash.Hash4(t, p.Seed)
+	}
 	c := &Choice{Listener: l, Pool: pl, Hash: hash, Slot: uint64(hash) % pl.M}
 	b, ok := pl.Table.Lookup(hash)
 	if !ok {

@@ -36,6 +36,11 @@ const (
 	// (LB_LISTENERS_MAX): a service that would overflow it is left out and
 	// reported, the others are programmed.
 	ListenersMax = 1 << 18
+	// Listeners6Max is the size of the IPv6 VIPs' single-port listener
+	// map (LB_LISTENERS6_MAX; lb_listeners6, beside lb_listeners): IPv6
+	// VIPs' entries count against it (and --listener-max), IPv4 VIPs'
+	// against ListenersMax.
+	Listeners6Max = 1 << 16
 	// RangesMax is how many port ranges one (VIP, protocol) may have
 	// (LB_RANGES_MAX); model.MaxRanges bounds one service the same way.
 	RangesMax = model.MaxRanges
@@ -315,8 +320,9 @@ func Build(in Input) *Plan {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	exact := 0 // single-port listener entries
+	exact, exact6 := 0, 0 // single-port listener entries, IPv4 and IPv6 VIPs' (maps of their own)
 	listenersMax, backendsMax := capped(in.ListenersMax, ListenersMax), capped(in.BackendsMax, BackendsMax)
+	listeners6Max := min(listenersMax, Listeners6Max)
 	backends := 0
 	for _, name := range names {
 		svc := in.Services[name]
@@ -328,7 +334,13 @@ func Build(in Input) *Plan {
 				n++
 			}
 		}
-		if exact+n > listenersMax {
+		if svc.VIP.Is6() {
+			if exact6+n > listeners6Max {
+				p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
+					Detail: fmt.Sprintf("its %d listener entries would take the edge to %d of an IPv6 VIP, the data plane holds %d", n, exact6+n, listeners6Max)})
+				continue
+			}
+		} else if exact+n > listenersMax {
 			p.Problems = append(p.Problems, Problem{Kind: ProblemCapacity, Service: name,
 				Detail: fmt.Sprintf("its %d listener entries would take the edge to %d, the data plane holds %d", n, exact+n, listenersMax)})
 			continue
@@ -352,7 +364,11 @@ func Build(in Input) *Plan {
 				Detail: fmt.Sprintf("its %d backends would take the edge to %d backend slots, the data plane holds %d", nb, backends+nb, backendsMax)})
 			continue
 		}
-		exact += n
+		if svc.VIP.Is6() {
+			exact6 += n
+		} else {
+			exact += n
+		}
 		backends += nb
 		for l, id := range listeners {
 			p.Listeners[l] = id

@@ -177,15 +177,6 @@ func TestIPv6EIPState(t *testing.T) {
 	}
 }
 
-// Services stay IPv4, with their reason (bandwidth packages take IPv6
-// EIPs: TestBandwidthPackageIPv6).
-func TestIPv6VIPRefused(t *testing.T) {
-	v := Service{VIP: addr("2001:db8:a::80")}
-	var es Errors
-	checkVIP(&es, "vip", v.VIP)
-	checkErrors(t, es, []string{"vip~2001:db8:a::80: IPv6 VIPs are not supported yet (services are IPv4 only"})
-}
-
 // Documents stored before Address6 load and encode byte for byte (no
 // address6 key); a dual-stack guest's does too, through both the
 // canonical and the full decoding.

@@ -254,14 +254,23 @@ func checkEIPAddress(es *Errors, field string, a netip.Addr) {
 	checkUnicast4(es, field, a)
 }
 
-// checkVIP checks a service's VIP: IPv4 unicast. Services stay IPv4 (the
-// edge's load balancer and the agent's flow table have no IPv6 path).
+// checkVIP checks a service's VIP: IPv4 unicast, or an IPv6 address the
+// edges may serve (checkPublic6, as an IPv6 EIP) in mode encap only: the
+// edge's nat path is IPv4 only (checkVIPMode).
 func checkVIP(es *Errors, field string, a netip.Addr) {
 	if a.Is6() {
-		es.add(field, "%v: IPv6 VIPs are not supported yet (services are IPv4 only: the load balancer has no IPv6 path); use an IPv4 address", a)
+		checkPublic6(es, field, a)
 		return
 	}
 	checkUnicast4(es, field, a)
+}
+
+// checkVIPMode refuses an IPv6 VIP in mode nat with its own reason (the
+// edge translates IPv4 only); mode encap carries it (docs/services.md).
+func checkVIPMode(es *Errors, field string, a netip.Addr, mode string) {
+	if a.Is6() && mode == ModeNAT {
+		es.add(field, "%v: IPv6 nat VIPs are not supported yet (the edge's nat translation is IPv4 only): use mode encap, or an IPv4 VIP", a)
+	}
 }
 
 // ula6 is the locally assigned half of the unique local addresses

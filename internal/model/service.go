@@ -445,6 +445,7 @@ func (s *Service) validate() Errors {
 	default:
 		es.add("mode", "%q: want encap or nat", s.Mode)
 	}
+	checkVIPMode(&es, "vip", s.VIP, s.Mode)
 	if len(s.Description) > 1024 {
 		es.add("description", "longer than 1024 characters")
 	}

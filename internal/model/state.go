@@ -182,6 +182,11 @@ func (s *State) checkHost(h, old *Host, had bool) Errors {
 				if eip, bound := s.bound6[guestRef{h.Name, g.Name}]; bound && !now.Address6.IsValid() {
 					es.add("guests", "guest %q is bound to the IPv6 EIP %s, translated to its address6: unbind it before removing the guest's address6", g.Name, eip)
 				}
+				if !now.Address6.IsValid() {
+					if svc, ok := s.v6ServiceOfGuest(h.Name, g.Name); ok {
+						es.add("guests", "guest %q is a backend of service %s, whose IPv6 VIP is translated to its address6: remove it from the pools before removing the guest's address6", g.Name, svc)
+					}
+				}
 				continue
 			}
 			if eip, bound := s.BoundEIP(h.Name, g.Name); bound {
@@ -534,8 +539,10 @@ func (s *State) checkService(v, old *Service, had bool) Errors {
 				h, ok := s.Hosts[b.Host]
 				if !ok {
 					es.add(f+".host", "host %q does not exist", b.Host)
-				} else if _, ok := h.Guest(b.Guest); !ok {
+				} else if g, ok := h.Guest(b.Guest); !ok {
 					es.add(f+".guest", "host %q has no guest %q", b.Host, b.Guest)
+				} else if v.VIP.Is6() && !g.Address6.IsValid() {
+					es.add(f+".guest", "guest %s/%s has no IPv6 address (address6) to translate the IPv6 VIP %v to: set the guest's address6 in host %s", b.Host, b.Guest, v.VIP, b.Host)
 				}
 			}
 		}
@@ -586,6 +593,17 @@ func (s *State) ServiceOfVIP(a netip.Addr) (string, bool) {
 // backends.
 func (s *State) BackendOf(host, guest string) []string {
 	return sortedKeys(s.backendOf[guestRef{host, guest}])
+}
+
+// v6ServiceOfGuest returns the first (by name) service with an IPv6 VIP
+// that has a guest among its backends.
+func (s *State) v6ServiceOfGuest(host, guest string) (string, bool) {
+	for _, name := range sortedKeys(s.backendOf[guestRef{host, guest}]) {
+		if v, ok := s.Services[name]; ok && v.VIP.Is6() {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // serviceOfGuest returns the first (by name) service a guest is a backend
