@@ -6,7 +6,8 @@
  * for an EIP hosted here is decapsulated, its destination translated 1:1
  * from the EIP to the guest's private address, and delivered to the guest;
  * NVGRE for a VIP goes to the backend guest the edge chose, and the flow is
- * recorded in agent_flows (lib/agentflow.h).
+ * recorded in agent_flows (lib/agentflow.h); an IPv6 VIP's in
+ * agent_flows6, its backend named by its IPv4 address as an IPv4 VIP's.
  * xdp_agent_guest, on the host side of each guest interface: a guest's
  * packet to the outside is translated by its flow entry (back to the VIP
  * or EIP it came in through) or, with none, to the guest's EIP, and is
@@ -85,8 +86,11 @@ static __always_inline struct svc_entry *svc_lookup(void *data, void *data_end, 
 
 /* IPv6 EIPs (NAT66, 1:1): the guest's private IPv6 address <-> its IPv6
  * EIP, over the IPv4 underlay (the inner Ethernet frame's ethertype is
- * 0x86DD). Global (separately verified) functions, reached only by IPv6:
- * the IPv4 paths' stack and verifier states are as they were. */
+ * 0x86DD); and IPv6 VIPs (encap mode): the VIP and port <-> the backend
+ * guest's IPv6 address and backend port, each flow recorded in
+ * agent_flows6 for its replies. Global (separately verified) functions,
+ * reached only by IPv6: the IPv4 paths' stack and verifier states are as
+ * they were. */
 
 /* Rewrites the source (dst 0) or destination (dst 1) address of the IPv6
  * packet p6 describes to *to, its old value *from, and the upper-layer
@@ -149,19 +153,130 @@ struct agent_room6 {
 	__u32 outer_end;
 	__u32 idx;
 	__s32 rc;
+	/* IPv6 VIPs: the service key, the flow's key and entry (noted on
+	 * the way in, looked up on the way out), and what the packet is
+	 * translated by. */
+	struct svc6_key sk;
+	struct agent_flow6_key fk;
+	struct agent_flow6 fv;
+	__u32 len;
+	__be16 bport; /* the backend port (0: kept) */
+	__u8 note;    /* NOTE6_* */
+	__u8 svc;     /* the inner destination MAC names a service backend (SVC_MAC) */
+	__u32 hash;   /* agent_guest6: the flow hash */
 };
+
+/* What agent_from_edge6 records in agent_flows6 (lib/agentflow.h's rules
+ * for agent_flows). */
+#define NOTE6_NONE 0 /* an IPv6 EIP whose guest serves no IPv6 VIP */
+#define NOTE6_EIP 1  /* an IPv6 EIP whose guest serves an IPv6 VIP too: a SYN takes a VIP flow's entry over */
+#define NOTE6_SVC 2  /* an IPv6 VIP: its first packet writes the entry */
+/* agent_guest6's note: the packet leaves through the guest's IPv6 EIP
+ * (its counters), and the EIP has a bandwidth limit. */
+#define GUEST6_EIP 1
+#define GUEST6_BW 2
+
+/* Rewrites the source (dst 0) or destination (dst 1) port of the TCP or
+ * UDP packet p6 describes to to, and its checksum (nat6 has refused a
+ * zero UDP one; a computed zero is sent as 0xffff). Returns 0 or the drop
+ * reason. */
+static __always_inline int nat6_port(void *data, void *data_end, const struct pkt6 *p6, int dst, __be16 to)
+{
+	if (!p6->p.l4_ok || p6->p.frag)
+		return 0;
+	if (p6->p.proto != IPPROTO_TCP_ && p6->p.proto != IPPROTO_UDP_)
+		return 0;
+	__be16 *ports = data + OFF(p6->p.l4_off);
+	if ((void *)(ports + 2) > data_end)
+		return STAT_DROP_L4_TRUNC;
+	__u32 coff = p6->p.proto == IPPROTO_TCP_ ? 16 : 6;
+	__sum16 *c = data + OFF(p6->p.l4_off) + (coff & 0x1f);
+	if ((void *)(c + 1) > data_end)
+		return STAT_DROP_L4_TRUNC;
+	__be16 from = dst ? ports[1] : ports[0];
+	if (dst)
+		ports[1] = to;
+	else
+		ports[0] = to;
+	__u16 check = csum_replace2(*c, from, to);
+	if (p6->p.proto == IPPROTO_UDP_ && check == 0)
+		check = 0xffff;
+	*c = check;
+	return 0;
+}
+
+/* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
+static __always_inline int flow6_same(const struct agent_flow6 *a, const struct agent_flow6 *b)
+{
+	return a->pub.a[0] == b->pub.a[0] && a->pub.a[1] == b->pub.a[1] && a->pub.a[2] == b->pub.a[2] &&
+	       a->pub.a[3] == b->pub.a[3] && a->pport == b->pport && a->edge == b->edge && a->vsid == b->vsid &&
+	       a->ifindex == b->ifindex && a->gen == b->gen && a->group == b->group;
+}
+
+/* flow_note_in (lib/agentflow.h) for agent_flows6, inlined in
+ * agent_from_edge6 (which calls no function) over its room: the key is
+ * the reply's 5-tuple (the guest's address k.addr, the backend port
+ * r->bport or the packet's), the entry r->fv (its group and interface
+ * already set) completed from the packet in and the edge. Returns 1 when
+ * it wrote. */
+static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt6 *in, __be32 edge)
+{
+	struct agent_flow6_key *fk = &r->fk;
+	struct agent_flow6 *fv = &r->fv;
+	__u32 gi = fv->group;
+	__u16 gen = 0;
+	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+	if (grp)
+		gen = grp->gen;
+	int tcp = in->p.proto == IPPROTO_TCP_;
+	int syn = tcp && (in->p.tcp_flags & 0x12) == 0x02;
+	__be16 dport = pkt_dport(&in->p);
+	fk->guest = r->k.addr;
+	fk->remote = in->saddr;
+	fk->gport = r->bport ? r->bport : dport;
+	fk->rport = pkt_sport(&in->p);
+	fk->proto = in->p.proto;
+	fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+	fv->pub = in->daddr;
+	fv->edge = edge;
+	fv->pport = dport;
+	fv->gen = gen;
+	fv->vsid = r->vsid;
+	fv->pad = 0;
+	struct agent_flow6 *cur = bpf_map_lookup_elem(&agent_flows6, fk);
+	if (cur) {
+		if (flow6_same(cur, fv))
+			return 0;
+		/* Another public address: only a new connection takes the
+		 * 5-tuple over (a forged packet must not flip the replies). */
+		if ((cur->pub.a[0] != fv->pub.a[0] || cur->pub.a[1] != fv->pub.a[1] || cur->pub.a[2] != fv->pub.a[2] ||
+		     cur->pub.a[3] != fv->pub.a[3] || cur->pport != fv->pport) &&
+		    !syn)
+			return 0;
+		__builtin_memcpy(cur, fv, sizeof(*cur));
+		return 1;
+	}
+	if (r->note != NOTE6_SVC || (tcp && !syn))
+		return 0;
+	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
+}
 
 /* NVGRE from an edge (already checked: agent_edge_set) that nvgre_pull
  * refused as drop_inner_bad: the outer headers parsed again, an inner
  * frame that is not IPv6 drop_inner_bad; the IPv6 packet parsed (any fault,
  * a martian source included, is drop_inner_bad, as nvgre_pull says for
  * IPv4), a hop limit of 0 dropped (drop_ttl), the destination looked up
- * as an IPv6 EIP (none, or another VSID: drop_unknown), translated to
- * the guest's private IPv6 address and delivered as the IPv4 path
- * delivers (the FIB's next hop, to the kernel while its neighbour is
- * unresolved). No flow entry is written: agent_flows is for services,
- * IPv4 only (an IPv6 EIP's guest serves no VIP: the Go API refuses).
- * Returns V6_VERDICT(the XDP action, the counter its caller,
+ * as an IPv6 EIP, else as an IPv6 VIP (agent_svc6: the VIP, the backend
+ * guest's IPv4 address from the inner destination MAC, SVC_MAC + the
+ * address, the destination port or any; none, or another VSID:
+ * drop_unknown), translated to the guest's private IPv6 address (and a
+ * VIP's backend port) and delivered as the IPv4 path delivers (the FIB's
+ * next hop, to the kernel while its neighbour is unresolved). A VIP's
+ * flow is recorded in agent_flows6 (flow6_note_in: a TCP SYN or any UDP
+ * packet writes its entry, flow_new), as is an IPv6 EIP's SYN to a guest
+ * that also serves an IPv6 VIP (AGENT_F_SVC), which takes a VIP flow's
+ * entry on its 5-tuple over; a VIP's packet moves no EIP counter. ICMPv6
+ * errors about a VIP flow are not taken yet (drop_unknown). Returns V6_VERDICT(the XDP action, the counter its caller,
  * agent_pull_failed, moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
@@ -189,6 +304,9 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
 		goto drop;
 	r->vsid = bpf_ntohl(gre->key) >> 8;
+	r->len = (long)data_end - (long)data;
+	r->svc = ieth->h_dest[0] == SVC_MAC0 && ieth->h_dest[1] == SVC_MAC1;
+	__builtin_memcpy(&r->sk.guest, &ieth->h_dest[2], 4);
 	in->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
 	if (parse_ipv6(data, data_end, in) || ipv6_martian_src(in))
 		goto drop;
@@ -207,14 +325,45 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, k);
 	reason = STAT_DROP_UNKNOWN;
-	if (!e || e->vsid != r->vsid || e->family != AF_INET6_)
-		goto drop;
-	r->idx = e->stats_idx;
-	/* The private address, kept in the room (the key is read no more;
-	 * the EIP's entry may change under us): the FIB request cannot hold
-	 * it, the kernel writes a gateway's address there, and a cache hit
-	 * asks no request. */
-	k->addr = e->private_addr;
+	struct agent_flow6 *fv = &r->fv;
+	fv->ifindex = 0;
+	if (e) {
+		if (e->vsid != r->vsid || e->family != AF_INET6_)
+			goto drop;
+		r->idx = e->stats_idx;
+		r->note = (e->flags & AGENT_F_SVC) ? NOTE6_EIP : NOTE6_NONE;
+		fv->group = e->group;
+		r->bport = 0;
+		/* The private address, kept in the room (the key is read no
+		 * more; the EIP's entry may change under us): the FIB request
+		 * cannot hold it, the kernel writes a gateway's address there,
+		 * and a cache hit asks no request. */
+		k->addr = e->private_addr;
+	} else {
+		/* An IPv6 VIP: the backend guest the edge chose is in the inner
+		 * destination MAC (SVC_MAC + its IPv4 address), the port the
+		 * packet's destination port (vport 0: a service on every port),
+		 * as svc_lookup for IPv4 VIPs. */
+		struct svc6_key *sk = &r->sk;
+		if (!r->svc)
+			goto drop;
+		sk->vip = in->daddr;
+		sk->proto = in->p.proto;
+		sk->pad = 0;
+		sk->vport = pkt_dport(&in->p);
+		struct svc6_entry *se = bpf_map_lookup_elem(&agent_svc6, sk);
+		if (!se) {
+			sk->vport = 0;
+			se = bpf_map_lookup_elem(&agent_svc6, sk);
+		}
+		if (!se || se->vsid != r->vsid)
+			goto drop;
+		r->note = NOTE6_SVC;
+		r->bport = se->bport;
+		fv->group = se->group;
+		fv->ifindex = se->ifindex;
+		k->addr = se->guest6;
+	}
 
 	/* The guest's route, through the IPv6 next-hop cache (lib/fib.h
 	 * fib6f, its miss inlined: this function calls none), bucket 0 as
@@ -231,11 +380,27 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if (r->rc != BPF_FIB_LKUP_RET_SUCCESS && r->rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		goto drop;
 
+	/* The flow's replies must leave from where it came in: an IPv6 VIP
+	 * flow is recorded in agent_flows6, an IPv6 EIP flow of a guest that
+	 * also serves an IPv6 VIP takes over the entry of an earlier VIP flow
+	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in). */
+	if (r->note != NOTE6_NONE && flow_ported(&in->p)) {
+		if (r->note == NOTE6_EIP && r->rc == BPF_FIB_LKUP_RET_SUCCESS)
+			fv->ifindex = fib->ifindex;
+		if (flow6_note_in(r, in, o->saddr))
+			stat_add(STAT_FLOW_NEW, r->len);
+	}
+
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
 	if (reason)
 		goto drop;
+	if (r->bport) {
+		reason = nat6_port(data, data_end, in, 1, r->bport);
+		if (reason)
+			goto drop;
+	}
 	reason = STAT_DROP_INNER_BAD;
 
 	struct ethhdr *oeth = data;
@@ -252,7 +417,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if ((void *)(eth + 1) > data_end)
 		goto drop;
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &r->idx);
+	struct eip_stats *es = r->note == NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
 	if (es) {
 		es->rx_packets++;
 		es->rx_bytes += in->p.ip_len;
@@ -308,16 +473,22 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
  * dropped, drop_local) goes to the host's kernel (pass_ipv6) whatever its
  * source, so that a guest resolves its gateway (the kernel
  * judges it; a neighbour entry belongs to the guest's own interface). The
- * rest must come from a guest with an IPv6 EIP (agent_guests, family 6;
- * none: drop_local, as every guest's IPv6 was) on its own interface
- * (drop_spoof), to a destination a router forwards to (drop_bad_dst) with
+ * rest must be the reply of a flow through an IPv6 VIP (agent_flows6, by
+ * its 5-tuple: for a guest without an IPv6 EIP, or one whose entry says
+ * AGENT_F_SVC) or come from a guest with an IPv6 EIP (agent_guests,
+ * family 6; neither: drop_local, as every guest's IPv6 was), on its own
+ * interface (the EIP's entry names it, else the flow's: drop_spoof), to a
+ * destination a router forwards to (drop_bad_dst) with
  * a hop limit above 0 (drop_ttl; left as it is otherwise: the agent is a
- * host, the edge the hop that decrements, as IPv4's TTL). Its source is
- * translated to the EIP and it goes in NVGRE to a member of the EIP's edge
- * group by the IPv6 flow hash (lib/hash.h), the outer IPv4 from the
- * agent's underlay address. The EIP's bandwidth limit (AGENT_F_BW:
+ * host, the edge the hop that decrements, as IPv4's TTL). A flow's reply
+ * is translated back to its VIP and port and goes in NVGRE to the edge
+ * the flow came from while no member left the VIP's edge group since
+ * (else by the flow hash); the rest's source is translated to the EIP and
+ * it goes in NVGRE to a member of the EIP's edge group by the IPv6 flow
+ * hash (lib/hash.h), the outer IPv4 from the agent's underlay address. The EIP's bandwidth limit (AGENT_F_BW:
  * eip_bw6, bw6_over_eip) drops what is over it (drop_bw). Not yet for
- * IPv6: --local-allow, service flows, ICMPv6 packet too big (a packet too
+ * IPv6: --local-allow, ICMPv6 errors quoting a VIP flow (they leave by the
+ * EIP, or drop_local), ICMPv6 packet too big (a packet too
  * big for the tunnel is drop_too_big). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
@@ -342,32 +513,90 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, k);
-	if (!g || g->family != AF_INET6_)
+	if (g && g->family != AF_INET6_)
+		g = NULL;
+	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
+	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
+	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
+	 * SYN without ACK opens a connection of the guest's own. */
+	struct agent_flow6 *f = NULL;
+	if ((!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
+	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
+		struct agent_flow6_key *fk = &r->fk;
+		fk->guest = p6->saddr;
+		fk->remote = p6->daddr;
+		fk->gport = pkt_sport(&p6->p);
+		fk->rport = pkt_dport(&p6->p);
+		fk->proto = p6->p.proto;
+		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+		f = bpf_map_lookup_elem(&agent_flows6, fk);
+	}
+	if (!g && !f)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
-	if (g->ifindex != ctx->ingress_ifindex)
+	/* A guest sends from its own interface: the one its IPv6 EIP's
+	 * entry names, else the one its flow's does (a service's, written
+	 * by the agent daemon). */
+	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	if (guest6_bad_dst(&p6->daddr))
 		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 	if (p6->p.ttl == 0)
 		return count_drop(ctx, STAT_DROP_TTL, len);
-	/* The EIP, kept in the room (the key's address is read no more). */
-	k->addr = g->eip;
-	__u32 vsid = g->vsid, idx = g->stats_idx, gi = g->group;
-	int bw = g->flags & AGENT_F_BW;
+	/* The public address, the flow's or the EIP, kept in the room (the
+	 * key's address is read no more); a service reply's source port goes
+	 * back to the VIP's port. */
+	/* (What is read after the FIB lookup is kept in the room: this
+	 * frame, beneath xdp_agent_guest's and above bw6_over_eip's, has no
+	 * bytes to spare.) */
+	__be16 gport = pkt_sport(&p6->p);
+	__u32 gi;
+	__be32 edge = 0;
+	__u16 gen = 0;
+	r->bport = 0;
+	r->idx = 0;
+	r->note = 0;
+	if (f) {
+		k->addr = f->pub;
+		r->vsid = f->vsid;
+		gi = f->group;
+		edge = f->edge;
+		gen = f->gen;
+		if (f->pport != gport)
+			r->bport = f->pport;
+	} else {
+		k->addr = g->eip;
+		r->vsid = g->vsid;
+		gi = g->group;
+	}
+	/* The EIP's counters and bandwidth limit: a reply through the EIP,
+	 * not through a VIP. */
+	if (g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] && g->eip.a[2] == k->addr.a[2] &&
+	    g->eip.a[3] == k->addr.a[3]) {
+		r->idx = g->stats_idx;
+		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
+	}
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	__u32 hash = flow_hash6(k->addr.a, p6->daddr.a, p6->p.ports, p6->p.proto, cfg->hash_seed);
+	__be32 ports = r->bport ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
+	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
 	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
 	if (!grp)
 		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	__u32 n = grp->n;
-	if (n == 0 || n > EDGE_SET_MAX)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	__u32 slot = hash % n;
-	barrier_var(slot);
-	__be32 to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	/* Back to the edge the flow came from while no member has left the
+	 * group since, by the flow hash otherwise (as IPv4's). */
+	__be32 to;
+	if (edge && gen == grp->gen) {
+		to = edge;
+	} else {
+		__u32 n = grp->n;
+		if (n == 0 || n > EDGE_SET_MAX)
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+		__u32 slot = r->hash % n;
+		barrier_var(slot);
+		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	}
 	if (!to)
 		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 
@@ -380,18 +609,23 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(ctx, fib_reason(rc), len);
 	/* The EIP's bandwidth limit, once the packet is sure to leave. */
-	if (bw && bw6_over_eip(&k->addr, ip_len))
+	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
 		return count_drop(ctx, STAT_DROP_BW, len);
 
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
+	if (r->bport) {
+		rc = nat6_port(data, data_end, p6, 0, r->bport);
+		if (rc)
+			return count_drop(ctx, rc, len);
+	}
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	__builtin_memcpy(r->peer, eth->h_source, ETH_ALEN_);
-	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
-		     r->peer))
+	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
+		     cfg->gw_mac, r->peer))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	/* nvgre_push writes an IPv4 inner ethertype. */
 	data = (void *)(long)ctx->data;
@@ -401,7 +635,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	*ieth_proto = bpf_htons(ETH_P_IPV6_);
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	struct eip_stats *es = (r->note & GUEST6_EIP) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
 	if (es) {
 		es->tx_packets++;
 		es->tx_bytes += ip_len;
