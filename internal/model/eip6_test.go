@@ -177,13 +177,20 @@ func TestIPv6EIPState(t *testing.T) {
 	}
 }
 
-// Services stay IPv4, with their reason (bandwidth packages take IPv6
-// EIPs: TestBandwidthPackageIPv6).
+// An IPv6 VIP is taken in encap mode, refused in nat mode with its
+// reason.
 func TestIPv6VIPRefused(t *testing.T) {
-	v := Service{VIP: addr("2001:db8:a::80")}
 	var es Errors
-	checkVIP(&es, "vip", v.VIP)
-	checkErrors(t, es, []string{"vip~2001:db8:a::80: IPv6 VIPs are not supported yet (services are IPv4 only"})
+	checkVIP(&es, "vip", addr("2001:db8:a::80"), ModeNAT)
+	checkErrors(t, es, []string{"vip~2001:db8:a::80: IPv6 nat VIPs are not supported yet"})
+	es = Errors{}
+	checkVIP(&es, "vip", addr("2001:db8:a::80"), ModeEncap)
+	checkErrors(t, es, nil)
+	es = Errors{}
+	checkVIP(&es, "vip", addr("fe80::1"), ModeEncap)
+	if len(es) == 0 {
+		t.Fatal("a link-local IPv6 VIP was taken")
+	}
 }
 
 // Documents stored before Address6 load and encode byte for byte (no

@@ -254,11 +254,19 @@ func checkEIPAddress(es *Errors, field string, a netip.Addr) {
 	checkUnicast4(es, field, a)
 }
 
-// checkVIP checks a service's VIP: IPv4 unicast. Services stay IPv4 (the
-// edge's load balancer and the agent's flow table have no IPv6 path).
-func checkVIP(es *Errors, field string, a netip.Addr) {
+// checkVIP checks a service's VIP: IPv4 unicast, or in encap mode an
+// IPv6 address the edges may serve (checkPublic6). An IPv6 VIP in nat
+// mode is refused: the edge's nat path is IPv4 only. (The agent's branch
+// relaxes the refusal only as far as its tests need: the edge's model
+// change, with the VIP's prefix set and the backends' address6, is the
+// one to keep.)
+func checkVIP(es *Errors, field string, a netip.Addr, mode string) {
 	if a.Is6() {
-		es.add(field, "%v: IPv6 VIPs are not supported yet (services are IPv4 only: the load balancer has no IPv6 path); use an IPv4 address", a)
+		if mode == ModeNAT {
+			es.add(field, "%v: IPv6 nat VIPs are not supported yet (the edge's nat path is IPv4 only); use mode encap or an IPv4 address", a)
+			return
+		}
+		checkPublic6(es, field, a)
 		return
 	}
 	checkUnicast4(es, field, a)

@@ -433,7 +433,7 @@ func (s *Service) Validate() Errors {
 func (s *Service) validate() Errors {
 	var es Errors
 	checkName(&es, "name", s.Name)
-	checkVIP(&es, "vip", s.VIP)
+	checkVIP(&es, "vip", s.VIP, s.Mode)
 	if s.Set != "" {
 		checkName(&es, "set", s.Set)
 	}

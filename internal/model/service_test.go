@@ -64,7 +64,7 @@ func TestValidateService(t *testing.T) {
 		{"ok", func(s *Service) {}, nil},
 		{"no name, bad vip, bad mode", func(s *Service) { s.Name, s.VIP, s.Mode = "", addr("224.0.0.1"), "dsr" },
 			[]string{"name~required", "vip~not a unicast", "mode~want encap or nat"}},
-		{"IPv6 vip", func(s *Service) { s.VIP = addr("2001:db8::1") }, []string{"vip~IPv6 VIPs are not supported yet"}},
+		{"IPv6 encap vip", func(s *Service) { s.VIP = addr("2001:db8::1") }, nil},
 		{"no mode", func(s *Service) { s.Mode = "" }, []string{"mode~required"}},
 		{"long description", func(s *Service) { s.Description = strings.Repeat("x", 1025) }, []string{"description"}},
 		// Table size.
