@@ -53,7 +53,9 @@ func agentCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	size(agentMapAgentFlows, o.AgentFlowMax)
 	// The IPv6 flow table: a quarter of the IPv4 one's (AGENT_FLOW6_MAX
 	// against AGENT_FLOW_MAX), its entries twice the size.
-	size(agentMapAgentFlows6, o.AgentFlowMax/4)
+	if o.AgentFlowMax > 0 {
+		size(agentMapAgentFlows6, max(o.AgentFlowMax/4, 1))
+	}
 	for _, n := range agentEIPSized {
 		size(n, o.AgentEIPMax)
 	}
