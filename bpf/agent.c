@@ -159,10 +159,9 @@ struct agent_room6 {
 	struct svc6_key sk;
 	struct agent_flow6_key fk;
 	struct agent_flow6 fv;
-	__u32 len;
 	__be16 bport; /* the backend port (0: kept) */
-	__u8 note;    /* NOTE6_* */
-	__u8 svc;     /* the inner destination MAC names a service backend (SVC_MAC) */
+	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
+	__u8 pad;
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
 
@@ -304,9 +303,6 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
 		goto drop;
 	r->vsid = bpf_ntohl(gre->key) >> 8;
-	r->len = (long)data_end - (long)data;
-	r->svc = ieth->h_dest[0] == SVC_MAC0 && ieth->h_dest[1] == SVC_MAC1;
-	__builtin_memcpy(&r->sk.guest, &ieth->h_dest[2], 4);
 	in->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
 	if (parse_ipv6(data, data_end, in) || ipv6_martian_src(in))
 		goto drop;
@@ -326,13 +322,16 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, k);
 	reason = STAT_DROP_UNKNOWN;
 	struct agent_flow6 *fv = &r->fv;
-	fv->ifindex = 0;
 	if (e) {
 		if (e->vsid != r->vsid || e->family != AF_INET6_)
 			goto drop;
 		r->idx = e->stats_idx;
-		r->note = (e->flags & AGENT_F_SVC) ? NOTE6_EIP : NOTE6_NONE;
-		fv->group = e->group;
+		r->note = NOTE6_NONE;
+		if (e->flags & AGENT_F_SVC) {
+			r->note = NOTE6_EIP;
+			fv->group = e->group;
+			fv->ifindex = 0;
+		}
 		r->bport = 0;
 		/* The private address, kept in the room (the key is read no
 		 * more; the EIP's entry may change under us): the FIB request
@@ -345,8 +344,10 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		 * packet's destination port (vport 0: a service on every port),
 		 * as svc_lookup for IPv4 VIPs. */
 		struct svc6_key *sk = &r->sk;
-		if (!r->svc)
+		struct ethhdr *ieth = data + OFF(in->p.l3_off - ETH_HLEN_);
+		if ((void *)(ieth + 1) > data_end || ieth->h_dest[0] != SVC_MAC0 || ieth->h_dest[1] != SVC_MAC1)
 			goto drop;
+		__builtin_memcpy(&sk->guest, &ieth->h_dest[2], 4);
 		sk->vip = in->daddr;
 		sk->proto = in->p.proto;
 		sk->pad = 0;
@@ -388,7 +389,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		if (r->note == NOTE6_EIP && r->rc == BPF_FIB_LKUP_RET_SUCCESS)
 			fv->ifindex = fib->ifindex;
 		if (flow6_note_in(r, in, o->saddr))
-			stat_add(STAT_FLOW_NEW, r->len);
+			stat_add(STAT_FLOW_NEW, (long)ctx->data_end - (long)ctx->data);
 	}
 
 	data = (void *)(long)ctx->data;
@@ -555,6 +556,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	r->bport = 0;
 	r->idx = 0;
 	r->note = 0;
+	int via_eip = 1;
 	if (f) {
 		k->addr = f->pub;
 		r->vsid = f->vsid;
@@ -563,15 +565,16 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		gen = f->gen;
 		if (f->pport != gport)
 			r->bport = f->pport;
+		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
+			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
 	} else {
 		k->addr = g->eip;
 		r->vsid = g->vsid;
 		gi = g->group;
 	}
-	/* The EIP's counters and bandwidth limit: a reply through the EIP,
-	 * not through a VIP. */
-	if (g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] && g->eip.a[2] == k->addr.a[2] &&
-	    g->eip.a[3] == k->addr.a[3]) {
+	/* The EIP's counters and bandwidth limit: a packet through the EIP,
+	 * not a reply through a VIP. */
+	if (via_eip && g) {
 		r->idx = g->stats_idx;
 		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
 	}

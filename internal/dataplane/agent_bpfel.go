@@ -135,11 +135,11 @@ type agentAgentRoom6 struct {
 	Sk       agentSvc6Key
 	Fk       agentAgentFlow6Key
 	Fv       agentAgentFlow6
-	Len      uint32
 	Bport    uint16
 	Note     uint8
-	Svc      uint8
+	Pad      uint8
 	Hash     uint32
+	_        [4]byte
 }
 
 type agentAzgStat uint32
