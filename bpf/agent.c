@@ -275,8 +275,9 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
  * packet writes its entry, flow_new), as is an IPv6 EIP's SYN to a guest
  * that also serves an IPv6 VIP (AGENT_F_SVC), which takes a VIP flow's
  * entry on its 5-tuple over; a VIP's packet moves no EIP counter. ICMPv6
- * errors about a VIP flow are not taken yet (drop_unknown). Returns V6_VERDICT(the XDP action, the counter its caller,
- * agent_pull_failed, moves): it calls no function of its own
+ * errors about a VIP flow are not taken yet (drop_unknown). Returns
+ * V6_VERDICT(the XDP action, the counter its caller, agent_pull_failed,
+ * moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
@@ -486,11 +487,12 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
  * the flow came from while no member left the VIP's edge group since
  * (else by the flow hash); the rest's source is translated to the EIP and
  * it goes in NVGRE to a member of the EIP's edge group by the IPv6 flow
- * hash (lib/hash.h), the outer IPv4 from the agent's underlay address. The EIP's bandwidth limit (AGENT_F_BW:
- * eip_bw6, bw6_over_eip) drops what is over it (drop_bw). Not yet for
- * IPv6: --local-allow, ICMPv6 errors quoting a VIP flow (they leave by the
- * EIP, or drop_local), ICMPv6 packet too big (a packet too
- * big for the tunnel is drop_too_big). */
+ * hash (lib/hash.h), the outer IPv4 from the agent's underlay address.
+ * The EIP's bandwidth limit (AGENT_F_BW: eip_bw6, bw6_over_eip) drops
+ * what goes through the EIP over it (drop_bw). Not yet for IPv6:
+ * --local-allow, ICMPv6 errors quoting a VIP flow (they leave by the
+ * EIP, or drop_local), ICMPv6 packet too big (a packet too big for the
+ * tunnel is drop_too_big). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
 	if (!ctx)
@@ -545,10 +547,9 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		return count_drop(ctx, STAT_DROP_TTL, len);
 	/* The public address, the flow's or the EIP, kept in the room (the
 	 * key's address is read no more); a service reply's source port goes
-	 * back to the VIP's port. */
-	/* (What is read after the FIB lookup is kept in the room: this
-	 * frame, beneath xdp_agent_guest's and above bw6_over_eip's, has no
-	 * bytes to spare.) */
+	 * back to the VIP's port. (What is read after the FIB lookup is kept
+	 * in the room too: this frame, beneath xdp_agent_guest's and above
+	 * bw6_over_eip's, has no bytes to spare.) */
 	__be16 gport = pkt_sport(&p6->p);
 	__u32 gi;
 	__be32 edge = 0;
