@@ -162,6 +162,7 @@ struct agent_room6 {
 	__be16 bport; /* the backend port (0: kept) */
 	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
 	__u8 pad;
+	__u32 qoff;   /* agent_from_edge6: its quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
 
@@ -170,6 +171,7 @@ struct agent_room6 {
 #define NOTE6_NONE 0 /* an IPv6 EIP whose guest serves no IPv6 VIP */
 #define NOTE6_EIP 1  /* an IPv6 EIP whose guest serves an IPv6 VIP too: a SYN takes a VIP flow's entry over */
 #define NOTE6_SVC 2  /* an IPv6 VIP: its first packet writes the entry */
+#define NOTE6_QUOTE 3 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
 /* agent_guest6's note: the packet leaves through the guest's IPv6 EIP
  * (its counters), and the EIP has a bandwidth limit. */
 #define GUEST6_EIP 1
@@ -202,6 +204,27 @@ static __always_inline int nat6_port(void *data, void *data_end, const struct pk
 		check = 0xffff;
 	*c = check;
 	return 0;
+}
+
+/* An ICMPv6 error (types 1-4, RFC 4443 2.1) of the IPv6 packet p6
+ * describes: the offset of the packet it quotes (its IPv6 header, then
+ * at least the four bytes of ports within the packet, not the frame's
+ * padding), 0 when it is none (not an error, a later fragment, a quote
+ * too short or past the parser's offsets). */
+static __always_inline __u32 icmp6_quote_off(void *data, void *data_end, const struct pkt6 *p6)
+{
+	if (p6->p.proto != IPPROTO_ICMPV6_ || !p6->p.l4_ok || p6->p.frag)
+		return 0;
+	__u32 qoff = p6->p.l4_off + 8;
+	if (qoff + 44 > IPV6_L4_OFF_MAX || qoff + 44 > p6->p.l3_off + p6->p.ip_len)
+		return 0;
+	__u8 *ih = data + OFF(p6->p.l4_off);
+	if ((void *)(ih + 1) > data_end || ih[0] == 0 || ih[0] > 4)
+		return 0;
+	__be16 *qp = data + OFF(qoff + 40);
+	if ((void *)(qp + 2) > data_end)
+		return 0;
+	return qoff;
 }
 
 /* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
@@ -274,14 +297,19 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
  * flow is recorded in agent_flows6 (flow6_note_in: a TCP SYN or any UDP
  * packet writes its entry, flow_new), as is an IPv6 EIP's SYN to a guest
  * that also serves an IPv6 VIP (AGENT_F_SVC), which takes a VIP flow's
- * entry on its 5-tuple over; a VIP's packet moves no EIP counter. ICMPv6
- * errors about a VIP flow are not taken yet (drop_unknown). Returns
+ * entry on its 5-tuple over; a VIP's packet moves no EIP counter. An
+ * ICMPv6 error about a VIP flow (its quote a TCP or UDP packet from the
+ * VIP: the service is the quote's port) is delivered with its quote
+ * translated (V6_QUOTE: agent_quote6, after the strip). Returns
  * V6_VERDICT(the XDP action, the counter its caller, agent_pull_failed,
  * moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
+/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
+ * flow whose quote agent_quote6 must translate. */
+#define V6_QUOTE (1 << 30)
 __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 {
 	if (!ctx || !o)
@@ -353,6 +381,25 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		sk->proto = in->p.proto;
 		sk->pad = 0;
 		sk->vport = pkt_dport(&in->p);
+		/* An ICMPv6 error about a VIP flow quotes the VIP's packet to
+		 * the client: the service is the quote's protocol and source
+		 * port, and the quote must be from the VIP. */
+		r->note = NOTE6_SVC;
+		if (in->p.proto == IPPROTO_ICMPV6_) {
+			r->qoff = icmp6_quote_off(data, data_end, in);
+			struct ipv6hdr *q = data + OFF(r->qoff);
+			__be16 *qp = data + OFF(r->qoff + 40);
+			if (!r->qoff || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+				goto drop;
+			if (q->nexthdr != IPPROTO_TCP_ && q->nexthdr != IPPROTO_UDP_)
+				goto drop;
+			if (q->saddr.in6_u.u6_addr32[0] != in->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != in->daddr.a[1] ||
+			    q->saddr.in6_u.u6_addr32[2] != in->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != in->daddr.a[3])
+				goto drop;
+			sk->proto = q->nexthdr;
+			sk->vport = qp[0];
+			r->note = NOTE6_QUOTE;
+		}
 		struct svc6_entry *se = bpf_map_lookup_elem(&agent_svc6, sk);
 		if (!se) {
 			sk->vport = 0;
@@ -360,7 +407,6 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		}
 		if (!se || se->vsid != r->vsid)
 			goto drop;
-		r->note = NOTE6_SVC;
 		r->bport = se->bport;
 		fv->group = se->group;
 		fv->ifindex = se->ifindex;
@@ -398,7 +444,10 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
 	if (reason)
 		goto drop;
-	if (r->bport) {
+	/* An ICMPv6 error's quote is translated once the frame is stripped
+	 * (agent_quote6: its room, this frame has no bytes left); a port is
+	 * a TCP or UDP packet's. */
+	if (r->bport && r->note != NOTE6_QUOTE) {
 		reason = nat6_port(data, data_end, in, 1, r->bport);
 		if (reason)
 			goto drop;
@@ -419,7 +468,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if ((void *)(eth + 1) > data_end)
 		goto drop;
 
-	struct eip_stats *es = r->note == NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
+	struct eip_stats *es = r->note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
 	if (es) {
 		es->rx_packets++;
 		es->rx_bytes += in->p.ip_len;
@@ -427,13 +476,54 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		__builtin_memcpy(eth->h_dest, r->ours, ETH_ALEN_);
 		__builtin_memcpy(eth->h_source, r->peer, ETH_ALEN_);
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
 	}
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
+}
+
+/* The quote of an ICMPv6 error about an IPv6 VIP flow that
+ * agent_from_edge6 delivered (V6_QUOTE; its room says where the quote
+ * was, the VIP and the guest's address, the backend port), in the
+ * stripped frame (the inner Ethernet header at 0): the quoted source
+ * address goes from the VIP to the guest's, the quoted source port to the
+ * backend port (0: kept), the ICMPv6 checksum (which covers the quote)
+ * follows; the quoted upper-layer checksum is left alone, as IPv4's
+ * nat_icmp_quote leaves it (quotes are usually truncated; hosts match an
+ * error by addresses and ports). A global function of its own, called by
+ * agent_pull_failed beside agent_from_edge6: that frame has no bytes
+ * left. Returns 0 or the drop reason. */
+__noinline int agent_quote6(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return STAT_DROP_INNER_BAD;
+	__u32 zero = 0;
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!r)
+		return STAT_DROP_INNER_BAD;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 shift = r->p6.p.l3_off - ETH_HLEN_;
+	__u32 l4 = r->p6.p.l4_off - shift, qoff = r->qoff - shift;
+	if (r->p6.p.l3_off < ETH_HLEN_ || l4 > IPV6_L4_OFF_MAX || qoff + 44 > IPV6_L4_OFF_MAX)
+		return STAT_DROP_INNER_BAD;
+	__sum16 *c = data + OFF(l4 + 2);
+	struct ipv6hdr *q = data + OFF(qoff);
+	__be16 *qp = data + OFF(qoff + 40);
+	if ((void *)(c + 1) > data_end || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+		return STAT_DROP_INNER_BAD;
+	__u16 check = csum_replace16(*c, r->p6.daddr.a, r->k.addr.a);
+	__builtin_memcpy(&q->saddr, r->k.addr.a, 16);
+	__be16 bport = r->bport;
+	if (bport && qp[0] != bport) {
+		check = csum_replace2(check, qp[0], bport);
+		qp[0] = bport;
+	}
+	*c = check;
+	return 0;
 }
 
 /* Destinations a guest's IPv6 never leaves for (drop_bad_dst; the parser
@@ -662,6 +752,12 @@ __noinline int agent_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len, const 
 	if (rc != STAT_DROP_INNER_BAD)
 		return count_drop(ctx, rc, len);
 	rc = agent_from_edge6(ctx, o);
+	if (rc & V6_QUOTE) {
+		rc &= ~V6_QUOTE;
+		__u32 bad = agent_quote6(ctx);
+		if (bad)
+			return count_drop(ctx, bad, len);
+	}
 	__u32 stat = rc >> 8, act = rc & 0xff;
 	if (act == XDP_PASS)
 		return count_pass(ctx, stat, len);

@@ -385,3 +385,71 @@ func TestAgentIPv6VIPMutated(t *testing.T) {
 		t.Fatalf("too few mutants went through (%v): the test checks nothing", redirected)
 	}
 }
+
+// TestAgentIPv6VIPICMPv6: an ICMPv6 error about a VIP flow (from a router
+// on the way to the client) reaches the backend the edge chose with its
+// quote translated as the guest sent the packet: the quoted source from
+// the VIP to the guest's address, the quoted source port to the backend
+// port, the ICMPv6 checksum following (the quoted TCP/UDP checksum left
+// alone, as on IPv4). What is not an error about a VIP flow is
+// drop_unknown.
+func TestAgentIPv6VIPICMPv6(t *testing.T) {
+	env, a, _ := newAgentSvc6Bed(t)
+	key := uint32(vsid<<8 | svc6KeyLow)
+	const router = "2001:db8:ff::1"
+	icmpErr := func(typ, code uint8, quote []byte, dst string) []byte {
+		body := make([]byte, 8, 8+len(quote))
+		body[0], body[1] = typ, code
+		if typ == 2 {
+			binary.BigEndian.PutUint32(body[4:], 1280)
+		}
+		b := ip6Hdr(router, dst, nhICMPv6, append(body, quote...))
+		b[7] = 61
+		setL4Csum6(b)
+		return b
+	}
+	fromEdge := func(mac string, ip []byte) []byte {
+		return nvgre(t, dptest.FabMAC, dptest.UlMAC, edgeA, dptest.UlAddr, key, 0, eth6(gwMAC, mac, false, ip))
+	}
+	toGuest := func(ip []byte) []byte { return eth6(dptest.GuestMAC, dptest.VMMAC, false, ip) }
+	// asSent is the quote as the guest sent the packet: its address and
+	// port, the quoted checksum as the client saw it.
+	asSent := func(q []byte, priv string, port uint16) []byte {
+		q = bytes.Clone(q)
+		p := addr(priv).As16()
+		copy(q[8:24], p[:])
+		if port != 0 {
+			binary.BigEndian.PutUint16(q[40:], port)
+		}
+		return q
+	}
+	reply443 := pkt6{src: svc6VIP, dst: v6Client, proto: nhTCP, sport: 443, dport: 40001, hop: 60, tcpFlags: 0x12}.ip()
+	reply80 := pkt6{src: svc6VIP, dst: v6Client, proto: nhTCP, sport: 80, dport: 40000, hop: 60, tcpFlags: 0x10}.ip()[:48]
+	replyB := pkt6{src: svc6VIP, dst: v6Client, proto: nhUDP, sport: 7777, dport: 5000, hop: 60}.ip()
+	notVIP := pkt6{src: agentEIP6, dst: v6Client, proto: nhTCP, sport: 443, dport: 40001, hop: 60, tcpFlags: 0x12}.ip()
+	port22 := pkt6{src: svc6VIP, dst: v6Client, proto: nhTCP, sport: 22, dport: 40001, hop: 60, tcpFlags: 0x12}.ip()
+	echoQuote := pkt6{src: svc6VIP, dst: v6Client, proto: nhICMPv6, icmpType: 129, hop: 60}.ip()
+	guestCheck := func(t *testing.T, out []byte) { checkL4Csum6(t, out, 14) }
+	runFixtures(t, env, agentProg{a: a}, a, []fixture{
+		{name: "port unreachable about VIP port 443: to backend port 8443", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, reply443, svc6VIP)),
+			action: xdpRedirect, out: toGuest(icmpErr(1, 4, asSent(reply443, agentPriv6, 8443), agentPriv6)), check: guestCheck,
+			stats: map[string]uint64{"decap_tx": 1}},
+		{name: "packet too big about VIP port 80, a quote of 8 bytes past the header", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(2, 0, reply80, svc6VIP)),
+			action: xdpRedirect, out: toGuest(icmpErr(2, 0, asSent(reply80, agentPriv6, 0), agentPriv6)), check: guestCheck,
+			stats: map[string]uint64{"decap_tx": 1}},
+		{name: "time exceeded about a udp flow to any port, guest B", dev: dptest.UlDev, in: fromEdge(svc6MACB, icmpErr(3, 0, replyB, svc6VIP)),
+			action: xdpRedirect, out: toGuest(icmpErr(3, 0, asSent(replyB, svc6Priv6B, 0), svc6Priv6B)), check: guestCheck,
+			stats: map[string]uint64{"decap_tx": 1}},
+		{name: "a quote not from the VIP", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, notVIP, svc6VIP)),
+			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a quote of a port the VIP does not serve", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, port22, svc6VIP)),
+			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a quote without its ports", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, reply443[:42], svc6VIP)),
+			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "a quote of an ICMPv6 packet", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, echoQuote, svc6VIP)),
+			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "an echo request to the VIP is no error", dev: dptest.UlDev,
+			in:     fromEdge(svc6MACA, pkt6{src: v6Client, dst: svc6VIP, proto: nhICMPv6, hop: 61}.ip()),
+			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+	})
+}

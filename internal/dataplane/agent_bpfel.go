@@ -138,8 +138,8 @@ type agentAgentRoom6 struct {
 	Bport    uint16
 	Note     uint8
 	Pad      uint8
+	Qoff     uint32
 	Hash     uint32
-	_        [4]byte
 }
 
 type agentAzgStat uint32
