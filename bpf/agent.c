@@ -161,8 +161,8 @@ struct agent_room6 {
 	struct agent_flow6 fv;
 	__be16 bport; /* the backend port (0: kept) */
 	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
-	__u8 pad;
-	__u32 qoff;   /* agent_from_edge6: its quote's offset (icmp6_quote_off) */
+	__u8 quoted;  /* agent_guest6: an ICMPv6 error looked up by the flow it quotes */
+	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
 
@@ -225,6 +225,12 @@ static __always_inline __u32 icmp6_quote_off(void *data, void *data_end, const s
 	if ((void *)(qp + 2) > data_end)
 		return 0;
 	return qoff;
+}
+
+/* Whether two IPv6 addresses are the same. */
+static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
 }
 
 /* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
@@ -485,18 +491,22 @@ drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
 
-/* The quote of an ICMPv6 error about an IPv6 VIP flow that
- * agent_from_edge6 delivered (V6_QUOTE; its room says where the quote
- * was, the VIP and the guest's address, the backend port), in the
- * stripped frame (the inner Ethernet header at 0): the quoted source
- * address goes from the VIP to the guest's, the quoted source port to the
- * backend port (0: kept), the ICMPv6 checksum (which covers the quote)
- * follows; the quoted upper-layer checksum is left alone, as IPv4's
- * nat_icmp_quote leaves it (quotes are usually truncated; hosts match an
- * error by addresses and ports). A global function of its own, called by
- * agent_pull_failed beside agent_from_edge6: that frame has no bytes
- * left. Returns 0 or the drop reason. */
-__noinline int agent_quote6(struct xdp_md *ctx)
+/* The quote of an ICMPv6 error about an IPv6 VIP flow (its room says
+ * where the quote is, r->qoff, the guest's address and the public one,
+ * the port): out 0, one agent_from_edge6 delivered (V6_QUOTE), in the
+ * stripped frame (the inner Ethernet header at 0): the quoted source goes
+ * from the VIP (r->p6.daddr) to the guest's address (r->k.addr), the
+ * quoted source port to the backend port r->bport (0: kept); out 1, one
+ * the guest sends (agent_guest6, the frame as it came): the quoted
+ * destination from the guest's address (r->p6.saddr) to the VIP
+ * (r->k.addr), the quoted destination port to the VIP port r->bport (0:
+ * kept). The ICMPv6 checksum (which covers the quote) follows; the quoted
+ * upper-layer checksum is left alone, as IPv4's nat_icmp_quote leaves it
+ * (quotes are usually truncated; hosts match an error by addresses and
+ * ports). A global function of its own: agent_from_edge6's frame has no
+ * bytes left (agent_pull_failed calls it beside it). Returns 0 or the
+ * drop reason. */
+__noinline int agent_quote6(struct xdp_md *ctx, __u32 out)
 {
 	if (!ctx)
 		return STAT_DROP_INNER_BAD;
@@ -506,7 +516,7 @@ __noinline int agent_quote6(struct xdp_md *ctx)
 		return STAT_DROP_INNER_BAD;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 shift = r->p6.p.l3_off - ETH_HLEN_;
+	__u32 shift = out ? 0 : r->p6.p.l3_off - ETH_HLEN_;
 	__u32 l4 = r->p6.p.l4_off - shift, qoff = r->qoff - shift;
 	if (r->p6.p.l3_off < ETH_HLEN_ || l4 > IPV6_L4_OFF_MAX || qoff + 44 > IPV6_L4_OFF_MAX)
 		return STAT_DROP_INNER_BAD;
@@ -515,12 +525,22 @@ __noinline int agent_quote6(struct xdp_md *ctx)
 	__be16 *qp = data + OFF(qoff + 40);
 	if ((void *)(c + 1) > data_end || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
 		return STAT_DROP_INNER_BAD;
-	__u16 check = csum_replace16(*c, r->p6.daddr.a, r->k.addr.a);
-	__builtin_memcpy(&q->saddr, r->k.addr.a, 16);
 	__be16 bport = r->bport;
-	if (bport && qp[0] != bport) {
-		check = csum_replace2(check, qp[0], bport);
-		qp[0] = bport;
+	__u16 check;
+	if (out) {
+		check = csum_replace16(*c, r->p6.saddr.a, r->k.addr.a);
+		__builtin_memcpy(&q->daddr, r->k.addr.a, 16);
+		if (bport && qp[1] != bport) {
+			check = csum_replace2(check, qp[1], bport);
+			qp[1] = bport;
+		}
+	} else {
+		check = csum_replace16(*c, r->p6.daddr.a, r->k.addr.a);
+		__builtin_memcpy(&q->saddr, r->k.addr.a, 16);
+		if (bport && qp[0] != bport) {
+			check = csum_replace2(check, qp[0], bport);
+			qp[0] = bport;
+		}
 	}
 	*c = check;
 	return 0;
@@ -580,9 +600,11 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
  * hash (lib/hash.h), the outer IPv4 from the agent's underlay address.
  * The EIP's bandwidth limit (AGENT_F_BW: eip_bw6, bw6_over_eip) drops
  * what goes through the EIP over it (drop_bw). Not yet for IPv6:
- * --local-allow, ICMPv6 errors quoting a VIP flow (they leave by the
- * EIP, or drop_local), ICMPv6 packet too big (a packet too big for the
- * tunnel is drop_too_big). */
+ * --local-allow, ICMPv6 packet too big (a packet too big for the tunnel
+ * is drop_too_big). An ICMPv6 error the guest sends about a VIP flow goes
+ * by the flow it quotes (a TCP or UDP packet from the error's destination
+ * to the guest), its quote translated back to the VIP and VIP port
+ * (agent_quote6). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
 	if (!ctx)
@@ -613,9 +635,10 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
 	 * SYN without ACK opens a connection of the guest's own. */
 	struct agent_flow6 *f = NULL;
+	struct agent_flow6_key *fk = &r->fk;
+	r->quoted = 0;
 	if ((!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
 	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
-		struct agent_flow6_key *fk = &r->fk;
 		fk->guest = p6->saddr;
 		fk->remote = p6->daddr;
 		fk->gport = pkt_sport(&p6->p);
@@ -623,6 +646,24 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		fk->proto = p6->p.proto;
 		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
 		f = bpf_map_lookup_elem(&agent_flows6, fk);
+	} else if (!g || (g->flags & AGENT_F_SVC)) {
+		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
+		 * from the error's destination to the guest (its source). */
+		r->qoff = icmp6_quote_off(data, data_end, p6);
+		struct ipv6hdr *q = data + OFF(r->qoff);
+		__be16 *qp = data + OFF(r->qoff + 40);
+		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
+		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
+		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
+			fk->guest = p6->saddr;
+			fk->remote = p6->daddr;
+			fk->gport = qp[1];
+			fk->rport = qp[0];
+			fk->proto = q->nexthdr;
+			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+			f = bpf_map_lookup_elem(&agent_flows6, fk);
+			r->quoted = 1;
+		}
 	}
 	if (!g && !f)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
@@ -640,7 +681,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	 * back to the VIP's port. (What is read after the FIB lookup is kept
 	 * in the room too: this frame, beneath xdp_agent_guest's and above
 	 * bw6_over_eip's, has no bytes to spare.) */
-	__be16 gport = pkt_sport(&p6->p);
+	__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
 	__u32 gi;
 	__be32 edge = 0;
 	__u16 gen = 0;
@@ -673,7 +714,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	__be32 ports = r->bport ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
+	__be32 ports = r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
 	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
 	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
 	if (!grp)
@@ -709,7 +750,13 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
-	if (r->bport) {
+	if (f && r->quoted) {
+		rc = agent_quote6(ctx, 1);
+		if (rc)
+			return count_drop(ctx, rc, len);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	} else if (r->bport) {
 		rc = nat6_port(data, data_end, p6, 0, r->bport);
 		if (rc)
 			return count_drop(ctx, rc, len);
@@ -754,7 +801,7 @@ __noinline int agent_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len, const 
 	rc = agent_from_edge6(ctx, o);
 	if (rc & V6_QUOTE) {
 		rc &= ~V6_QUOTE;
-		__u32 bad = agent_quote6(ctx);
+		__u32 bad = agent_quote6(ctx, 0);
 		if (bad)
 			return count_drop(ctx, bad, len);
 	}

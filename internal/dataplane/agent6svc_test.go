@@ -392,7 +392,8 @@ func TestAgentIPv6VIPMutated(t *testing.T) {
 // the VIP to the guest's address, the quoted source port to the backend
 // port, the ICMPv6 checksum following (the quoted TCP/UDP checksum left
 // alone, as on IPv4). What is not an error about a VIP flow is
-// drop_unknown.
+// drop_unknown. A guest's error about a VIP flow leaves by that flow, its
+// quote translated back to the VIP and VIP port.
 func TestAgentIPv6VIPICMPv6(t *testing.T) {
 	env, a, _ := newAgentSvc6Bed(t)
 	key := uint32(vsid<<8 | svc6KeyLow)
@@ -451,5 +452,67 @@ func TestAgentIPv6VIPICMPv6(t *testing.T) {
 		{name: "an echo request to the VIP is no error", dev: dptest.UlDev,
 			in:     fromEdge(svc6MACA, pkt6{src: v6Client, dst: svc6VIP, proto: nhICMPv6, hop: 61}.ip()),
 			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+	})
+
+	// The guests' errors about a VIP flow go by the flow they quote: the
+	// source and the quoted destination back to the VIP and VIP port, to
+	// the flow's edge. Flows: client:40001 -> A port 8443 (VIP port 443)
+	// from edge A, client:5000 -> B port 7777 from edge B.
+	for _, f := range [][]byte{
+		svc6FromEdge(t, edgeA, svc6MACA, key, pkt6{src: v6Client, dst: svc6VIP, proto: nhTCP, sport: 40001, dport: 443, hop: 61}),
+		svc6FromEdge(t, edgeB, svc6MACB, key, pkt6{src: v6Client, dst: svc6VIP, proto: nhUDP, sport: 5000, dport: 7777, hop: 61}),
+	} {
+		if res, err := env.Run(a.UnderlayProgram(), dptest.UlDev, f); err != nil || res.Action != xdpRedirect {
+			t.Fatalf("a VIP flow's first packet: action %d %v", res.Action, err)
+		}
+	}
+	guestErr := func(src string, typ, code uint8, quote []byte) []byte {
+		body := make([]byte, 8, 8+len(quote))
+		body[0], body[1] = typ, code
+		b := ip6Hdr(src, v6Client, nhICMPv6, append(body, quote...))
+		setL4Csum6(b)
+		return b
+	}
+	// asReceived is the quote of the client's packet as the client sent
+	// it: to the VIP and VIP port.
+	asReceived := func(q []byte, port uint16) []byte {
+		q = bytes.Clone(q)
+		v := addr(svc6VIP).As16()
+		copy(q[24:40], v[:])
+		if port != 0 {
+			binary.BigEndian.PutUint16(q[42:], port)
+		}
+		return q
+	}
+	encap := func(ip []byte, edge string) []byte {
+		src := netip.AddrFrom16([16]byte(ip[8:24]))
+		h := flowhash.Hash6(flowhash.Tuple{Src: src, Dst: addr(v6Client), Proto: nhICMPv6}, testSeed)
+		if edge == "" {
+			edge = []string{edgeA, edgeB}[h%2]
+		}
+		return nvgre(t, dptest.UlMAC, dptest.FabMAC, dptest.UlAddr, edge, vsid<<8|h&0xff, 0, eth6(dptest.VMMAC, gwMAC, false, ip))
+	}
+	fromGuest := func(ip []byte) []byte { return eth6(dptest.VMMAC, dptest.GuestMAC, false, ip) }
+	toB := pkt6{src: v6Client, dst: svc6Priv6B, proto: nhUDP, sport: 5000, dport: 7777, hop: 60}.ip()
+	toA := pkt6{src: v6Client, dst: agentPriv6, proto: nhTCP, sport: 40001, dport: 8443, hop: 60, tcpFlags: 0x10}.ip()[:48]
+	toAOther := pkt6{src: v6Client, dst: agentPriv6, proto: nhUDP, sport: 6000, dport: 53, hop: 60}.ip()
+	toBOther := pkt6{src: v6Client, dst: svc6Priv6B, proto: nhUDP, sport: 5999, dport: 7777, hop: 60}.ip()
+	tunCheck := func(t *testing.T, out []byte) { checkL4Csum6(t, out, 14+20+8+14) }
+	runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
+		{name: "guest B's port unreachable about its VIP flow leaves as the VIP, to the flow's edge", dev: dptest.GuestDev,
+			in: fromGuest(guestErr(svc6Priv6B, 1, 4, toB)), action: xdpRedirect,
+			out: encap(guestErr(svc6VIP, 1, 4, asReceived(toB, 0)), edgeB), check: tunCheck, stats: map[string]uint64{"encap_tx": 1}},
+		{name: "guest A's error about its VIP flow: the quoted port back to 443", dev: dptest.GuestDev,
+			in: fromGuest(guestErr(agentPriv6, 2, 0, toA)), action: xdpRedirect,
+			out: encap(guestErr(svc6VIP, 2, 0, asReceived(toA, 443)), edgeA), check: tunCheck, stats: map[string]uint64{"encap_tx": 1},
+			eipSlot: ptr[uint32](agentIdx6)},
+		{name: "guest A's error about no VIP flow leaves by its IPv6 EIP, its quote as it was", dev: dptest.GuestDev,
+			in: fromGuest(guestErr(agentPriv6, 1, 4, toAOther)), action: xdpRedirect,
+			out: encap(guestErr(agentEIP6, 1, 4, toAOther), ""), stats: map[string]uint64{"encap_tx": 1},
+			eipSlot: ptr[uint32](agentIdx6), eipTx: 1},
+		{name: "guest B's error about no flow opens nothing", dev: dptest.GuestDev,
+			in: fromGuest(guestErr(svc6Priv6B, 1, 4, toBOther)), action: xdpDrop, stats: map[string]uint64{"drop_local": 1}},
+		{name: "guest B's error about its flow from another interface", dev: dptest.UlDev,
+			in: fromGuest(guestErr(svc6Priv6B, 1, 4, toB)), action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 	})
 }

@@ -137,7 +137,7 @@ type agentAgentRoom6 struct {
 	Fv       agentAgentFlow6
 	Bport    uint16
 	Note     uint8
-	Pad      uint8
+	Quoted   uint8
 	Qoff     uint32
 	Hash     uint32
 }
