@@ -6,7 +6,8 @@
  * for an EIP hosted here is decapsulated, its destination translated 1:1
  * from the EIP to the guest's private address, and delivered to the guest;
  * NVGRE for a VIP goes to the backend guest the edge chose, and the flow is
- * recorded in agent_flows (lib/agentflow.h).
+ * recorded in agent_flows (lib/agentflow.h); an IPv6 VIP's in
+ * agent_flows6, its backend named by its IPv4 address as an IPv4 VIP's.
  * xdp_agent_guest, on the host side of each guest interface: a guest's
  * packet to the outside is translated by its flow entry (back to the VIP
  * or EIP it came in through) or, with none, to the guest's EIP, and is
@@ -85,8 +86,11 @@ static __always_inline struct svc_entry *svc_lookup(void *data, void *data_end, 
 
 /* IPv6 EIPs (NAT66, 1:1): the guest's private IPv6 address <-> its IPv6
  * EIP, over the IPv4 underlay (the inner Ethernet frame's ethertype is
- * 0x86DD). Global (separately verified) functions, reached only by IPv6:
- * the IPv4 paths' stack and verifier states are as they were. */
+ * 0x86DD); and IPv6 VIPs (encap mode): the VIP and port <-> the backend
+ * guest's IPv6 address and backend port, each flow recorded in
+ * agent_flows6 for its replies. Global (separately verified) functions,
+ * reached only by IPv6: the IPv4 paths' stack and verifier states are as
+ * they were. */
 
 /* Rewrites the source (dst 0) or destination (dst 1) address of the IPv6
  * packet p6 describes to *to, its old value *from, and the upper-layer
@@ -149,24 +153,169 @@ struct agent_room6 {
 	__u32 outer_end;
 	__u32 idx;
 	__s32 rc;
+	/* IPv6 VIPs: the service key, the flow's key and entry (noted on
+	 * the way in, looked up on the way out), and what the packet is
+	 * translated by. */
+	struct svc6_key sk;
+	struct agent_flow6_key fk;
+	struct agent_flow6 fv;
+	__be16 bport; /* the backend port (0: kept) */
+	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
+	__u8 quoted;  /* agent_guest6: an ICMPv6 error looked up by the flow it quotes */
+	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
+	__u32 hash;   /* agent_guest6: the flow hash */
 };
+
+/* What agent_from_edge6 records in agent_flows6 (lib/agentflow.h's rules
+ * for agent_flows). */
+#define NOTE6_NONE 0 /* an IPv6 EIP whose guest serves no IPv6 VIP */
+#define NOTE6_EIP 1  /* an IPv6 EIP whose guest serves an IPv6 VIP too: a SYN takes a VIP flow's entry over */
+#define NOTE6_SVC 2  /* an IPv6 VIP: its first packet writes the entry */
+#define NOTE6_QUOTE 3 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
+/* agent_guest6's note: the packet leaves through the guest's IPv6 EIP
+ * (its counters), and the EIP has a bandwidth limit. */
+#define GUEST6_EIP 1
+#define GUEST6_BW 2
+
+/* Rewrites the source (dst 0) or destination (dst 1) port of the TCP or
+ * UDP packet p6 describes to to, and its checksum (nat6 has refused a
+ * zero UDP one; a computed zero is sent as 0xffff). Returns 0 or the drop
+ * reason. */
+static __always_inline int nat6_port(void *data, void *data_end, const struct pkt6 *p6, int dst, __be16 to)
+{
+	if (!p6->p.l4_ok || p6->p.frag)
+		return 0;
+	if (p6->p.proto != IPPROTO_TCP_ && p6->p.proto != IPPROTO_UDP_)
+		return 0;
+	__be16 *ports = data + OFF(p6->p.l4_off);
+	if ((void *)(ports + 2) > data_end)
+		return STAT_DROP_L4_TRUNC;
+	__u32 coff = p6->p.proto == IPPROTO_TCP_ ? 16 : 6;
+	__sum16 *c = data + OFF(p6->p.l4_off) + (coff & 0x1f);
+	if ((void *)(c + 1) > data_end)
+		return STAT_DROP_L4_TRUNC;
+	__be16 from = dst ? ports[1] : ports[0];
+	if (dst)
+		ports[1] = to;
+	else
+		ports[0] = to;
+	__u16 check = csum_replace2(*c, from, to);
+	if (p6->p.proto == IPPROTO_UDP_ && check == 0)
+		check = 0xffff;
+	*c = check;
+	return 0;
+}
+
+/* An ICMPv6 error (types 1-4, RFC 4443 2.1) of the IPv6 packet p6
+ * describes: the offset of the packet it quotes (its IPv6 header, then
+ * at least the four bytes of ports within the packet, not the frame's
+ * padding), 0 when it is none (not an error, a later fragment, a quote
+ * too short or past the parser's offsets). */
+static __always_inline __u32 icmp6_quote_off(void *data, void *data_end, const struct pkt6 *p6)
+{
+	if (p6->p.proto != IPPROTO_ICMPV6_ || !p6->p.l4_ok || p6->p.frag)
+		return 0;
+	__u32 qoff = p6->p.l4_off + 8;
+	if (qoff + 44 > IPV6_L4_OFF_MAX || qoff + 44 > p6->p.l3_off + p6->p.ip_len)
+		return 0;
+	__u8 *ih = data + OFF(p6->p.l4_off);
+	if ((void *)(ih + 1) > data_end || ih[0] == 0 || ih[0] > 4)
+		return 0;
+	__be16 *qp = data + OFF(qoff + 40);
+	if ((void *)(qp + 2) > data_end)
+		return 0;
+	return qoff;
+}
+
+/* Whether two IPv6 addresses are the same. */
+static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
+static __always_inline int flow6_same(const struct agent_flow6 *a, const struct agent_flow6 *b)
+{
+	return a->pub.a[0] == b->pub.a[0] && a->pub.a[1] == b->pub.a[1] && a->pub.a[2] == b->pub.a[2] &&
+	       a->pub.a[3] == b->pub.a[3] && a->pport == b->pport && a->edge == b->edge && a->vsid == b->vsid &&
+	       a->ifindex == b->ifindex && a->gen == b->gen && a->group == b->group;
+}
+
+/* flow_note_in (lib/agentflow.h) for agent_flows6, inlined in
+ * agent_from_edge6 (which calls no function) over its room: the key is
+ * the reply's 5-tuple (the guest's address k.addr, the backend port
+ * r->bport or the packet's), the entry r->fv (its group and interface
+ * already set) completed from the packet in and the edge. Returns 1 when
+ * it wrote. */
+static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt6 *in, __be32 edge)
+{
+	struct agent_flow6_key *fk = &r->fk;
+	struct agent_flow6 *fv = &r->fv;
+	__u32 gi = fv->group;
+	__u16 gen = 0;
+	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+	if (grp)
+		gen = grp->gen;
+	int tcp = in->p.proto == IPPROTO_TCP_;
+	int syn = tcp && (in->p.tcp_flags & 0x12) == 0x02;
+	__be16 dport = pkt_dport(&in->p);
+	fk->guest = r->k.addr;
+	fk->remote = in->saddr;
+	fk->gport = r->bport ? r->bport : dport;
+	fk->rport = pkt_sport(&in->p);
+	fk->proto = in->p.proto;
+	fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+	fv->pub = in->daddr;
+	fv->edge = edge;
+	fv->pport = dport;
+	fv->gen = gen;
+	fv->vsid = r->vsid;
+	fv->pad = 0;
+	struct agent_flow6 *cur = bpf_map_lookup_elem(&agent_flows6, fk);
+	if (cur) {
+		if (flow6_same(cur, fv))
+			return 0;
+		/* Another public address: only a new connection takes the
+		 * 5-tuple over (a forged packet must not flip the replies). */
+		if ((cur->pub.a[0] != fv->pub.a[0] || cur->pub.a[1] != fv->pub.a[1] || cur->pub.a[2] != fv->pub.a[2] ||
+		     cur->pub.a[3] != fv->pub.a[3] || cur->pport != fv->pport) &&
+		    !syn)
+			return 0;
+		__builtin_memcpy(cur, fv, sizeof(*cur));
+		return 1;
+	}
+	if (r->note != NOTE6_SVC || (tcp && !syn))
+		return 0;
+	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
+}
 
 /* NVGRE from an edge (already checked: agent_edge_set) that nvgre_pull
  * refused as drop_inner_bad: the outer headers parsed again, an inner
  * frame that is not IPv6 drop_inner_bad; the IPv6 packet parsed (any fault,
  * a martian source included, is drop_inner_bad, as nvgre_pull says for
  * IPv4), a hop limit of 0 dropped (drop_ttl), the destination looked up
- * as an IPv6 EIP (none, or another VSID: drop_unknown), translated to
- * the guest's private IPv6 address and delivered as the IPv4 path
- * delivers (the FIB's next hop, to the kernel while its neighbour is
- * unresolved). No flow entry is written: agent_flows is for services,
- * IPv4 only (an IPv6 EIP's guest serves no VIP: the Go API refuses).
- * Returns V6_VERDICT(the XDP action, the counter its caller,
- * agent_pull_failed, moves): it calls no function of its own
+ * as an IPv6 EIP, else as an IPv6 VIP (agent_svc6: the VIP, the backend
+ * guest's IPv4 address from the inner destination MAC, SVC_MAC + the
+ * address, the destination port or any; none, or another VSID:
+ * drop_unknown), translated to the guest's private IPv6 address (and a
+ * VIP's backend port) and delivered as the IPv4 path delivers (the FIB's
+ * next hop, to the kernel while its neighbour is unresolved). A VIP's
+ * flow is recorded in agent_flows6 (flow6_note_in: a TCP SYN or any UDP
+ * packet writes its entry, flow_new), as is an IPv6 EIP's SYN to a guest
+ * that also serves an IPv6 VIP (AGENT_F_SVC), which takes a VIP flow's
+ * entry on its 5-tuple over; a VIP's packet moves no EIP counter. An
+ * ICMPv6 error about a VIP flow (its quote a TCP or UDP packet from the
+ * VIP: the service is the quote's port) is delivered with its quote
+ * translated (V6_QUOTE: agent_quote6, after the strip). Returns
+ * V6_VERDICT(the XDP action, the counter its caller, agent_pull_failed,
+ * moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
+/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
+ * flow whose quote agent_quote6 must translate. */
+#define V6_QUOTE (1 << 30)
 __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 {
 	if (!ctx || !o)
@@ -207,14 +356,68 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, k);
 	reason = STAT_DROP_UNKNOWN;
-	if (!e || e->vsid != r->vsid || e->family != AF_INET6_)
-		goto drop;
-	r->idx = e->stats_idx;
-	/* The private address, kept in the room (the key is read no more;
-	 * the EIP's entry may change under us): the FIB request cannot hold
-	 * it, the kernel writes a gateway's address there, and a cache hit
-	 * asks no request. */
-	k->addr = e->private_addr;
+	struct agent_flow6 *fv = &r->fv;
+	if (e) {
+		if (e->vsid != r->vsid || e->family != AF_INET6_)
+			goto drop;
+		r->idx = e->stats_idx;
+		r->note = NOTE6_NONE;
+		if (e->flags & AGENT_F_SVC) {
+			r->note = NOTE6_EIP;
+			fv->group = e->group;
+			fv->ifindex = 0;
+		}
+		r->bport = 0;
+		/* The private address, kept in the room (the key is read no
+		 * more; the EIP's entry may change under us): the FIB request
+		 * cannot hold it, the kernel writes a gateway's address there,
+		 * and a cache hit asks no request. */
+		k->addr = e->private_addr;
+	} else {
+		/* An IPv6 VIP: the backend guest the edge chose is in the inner
+		 * destination MAC (SVC_MAC + its IPv4 address), the port the
+		 * packet's destination port (vport 0: a service on every port),
+		 * as svc_lookup for IPv4 VIPs. */
+		struct svc6_key *sk = &r->sk;
+		struct ethhdr *ieth = data + OFF(in->p.l3_off - ETH_HLEN_);
+		if ((void *)(ieth + 1) > data_end || ieth->h_dest[0] != SVC_MAC0 || ieth->h_dest[1] != SVC_MAC1)
+			goto drop;
+		__builtin_memcpy(&sk->guest, &ieth->h_dest[2], 4);
+		sk->vip = in->daddr;
+		sk->proto = in->p.proto;
+		sk->pad = 0;
+		sk->vport = pkt_dport(&in->p);
+		/* An ICMPv6 error about a VIP flow quotes the VIP's packet to
+		 * the client: the service is the quote's protocol and source
+		 * port, and the quote must be from the VIP. */
+		r->note = NOTE6_SVC;
+		if (in->p.proto == IPPROTO_ICMPV6_) {
+			r->qoff = icmp6_quote_off(data, data_end, in);
+			struct ipv6hdr *q = data + OFF(r->qoff);
+			__be16 *qp = data + OFF(r->qoff + 40);
+			if (!r->qoff || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+				goto drop;
+			if (q->nexthdr != IPPROTO_TCP_ && q->nexthdr != IPPROTO_UDP_)
+				goto drop;
+			if (q->saddr.in6_u.u6_addr32[0] != in->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != in->daddr.a[1] ||
+			    q->saddr.in6_u.u6_addr32[2] != in->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != in->daddr.a[3])
+				goto drop;
+			sk->proto = q->nexthdr;
+			sk->vport = qp[0];
+			r->note = NOTE6_QUOTE;
+		}
+		struct svc6_entry *se = bpf_map_lookup_elem(&agent_svc6, sk);
+		if (!se) {
+			sk->vport = 0;
+			se = bpf_map_lookup_elem(&agent_svc6, sk);
+		}
+		if (!se || se->vsid != r->vsid)
+			goto drop;
+		r->bport = se->bport;
+		fv->group = se->group;
+		fv->ifindex = se->ifindex;
+		k->addr = se->guest6;
+	}
 
 	/* The guest's route, through the IPv6 next-hop cache (lib/fib.h
 	 * fib6f, its miss inlined: this function calls none), bucket 0 as
@@ -231,11 +434,30 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if (r->rc != BPF_FIB_LKUP_RET_SUCCESS && r->rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		goto drop;
 
+	/* The flow's replies must leave from where it came in: an IPv6 VIP
+	 * flow is recorded in agent_flows6, an IPv6 EIP flow of a guest that
+	 * also serves an IPv6 VIP takes over the entry of an earlier VIP flow
+	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in). */
+	if (r->note != NOTE6_NONE && flow_ported(&in->p)) {
+		if (r->note == NOTE6_EIP && r->rc == BPF_FIB_LKUP_RET_SUCCESS)
+			fv->ifindex = fib->ifindex;
+		if (flow6_note_in(r, in, o->saddr))
+			stat_add(STAT_FLOW_NEW, (long)ctx->data_end - (long)ctx->data);
+	}
+
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
 	if (reason)
 		goto drop;
+	/* An ICMPv6 error's quote is translated once the frame is stripped
+	 * (agent_quote6: its room, this frame has no bytes left); a port is
+	 * a TCP or UDP packet's. */
+	if (r->bport && r->note != NOTE6_QUOTE) {
+		reason = nat6_port(data, data_end, in, 1, r->bport);
+		if (reason)
+			goto drop;
+	}
 	reason = STAT_DROP_INNER_BAD;
 
 	struct ethhdr *oeth = data;
@@ -252,7 +474,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if ((void *)(eth + 1) > data_end)
 		goto drop;
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &r->idx);
+	struct eip_stats *es = r->note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
 	if (es) {
 		es->rx_packets++;
 		es->rx_bytes += in->p.ip_len;
@@ -260,13 +482,68 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		__builtin_memcpy(eth->h_dest, r->ours, ETH_ALEN_);
 		__builtin_memcpy(eth->h_source, r->peer, ETH_ALEN_);
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
 	}
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
+}
+
+/* The quote of an ICMPv6 error about an IPv6 VIP flow (its room says
+ * where the quote is, r->qoff, the guest's address and the public one,
+ * the port): out 0, one agent_from_edge6 delivered (V6_QUOTE), in the
+ * stripped frame (the inner Ethernet header at 0): the quoted source goes
+ * from the VIP (r->p6.daddr) to the guest's address (r->k.addr), the
+ * quoted source port to the backend port r->bport (0: kept); out 1, one
+ * the guest sends (agent_guest6, the frame as it came): the quoted
+ * destination from the guest's address (r->p6.saddr) to the VIP
+ * (r->k.addr), the quoted destination port to the VIP port r->bport (0:
+ * kept). The ICMPv6 checksum (which covers the quote) follows; the quoted
+ * upper-layer checksum is left alone, as IPv4's nat_icmp_quote leaves it
+ * (quotes are usually truncated; hosts match an error by addresses and
+ * ports). A global function of its own: agent_from_edge6's frame has no
+ * bytes left (agent_pull_failed calls it beside it). Returns 0 or the
+ * drop reason. */
+__noinline int agent_quote6(struct xdp_md *ctx, __u32 out)
+{
+	if (!ctx)
+		return STAT_DROP_INNER_BAD;
+	__u32 zero = 0;
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!r)
+		return STAT_DROP_INNER_BAD;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 shift = out ? 0 : r->p6.p.l3_off - ETH_HLEN_;
+	__u32 l4 = r->p6.p.l4_off - shift, qoff = r->qoff - shift;
+	if (r->p6.p.l3_off < ETH_HLEN_ || l4 > IPV6_L4_OFF_MAX || qoff + 44 > IPV6_L4_OFF_MAX)
+		return STAT_DROP_INNER_BAD;
+	__sum16 *c = data + OFF(l4 + 2);
+	struct ipv6hdr *q = data + OFF(qoff);
+	__be16 *qp = data + OFF(qoff + 40);
+	if ((void *)(c + 1) > data_end || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+		return STAT_DROP_INNER_BAD;
+	__be16 bport = r->bport;
+	__u16 check;
+	if (out) {
+		check = csum_replace16(*c, r->p6.saddr.a, r->k.addr.a);
+		__builtin_memcpy(&q->daddr, r->k.addr.a, 16);
+		if (bport && qp[1] != bport) {
+			check = csum_replace2(check, qp[1], bport);
+			qp[1] = bport;
+		}
+	} else {
+		check = csum_replace16(*c, r->p6.daddr.a, r->k.addr.a);
+		__builtin_memcpy(&q->saddr, r->k.addr.a, 16);
+		if (bport && qp[0] != bport) {
+			check = csum_replace2(check, qp[0], bport);
+			qp[0] = bport;
+		}
+	}
+	*c = check;
+	return 0;
 }
 
 /* Destinations a guest's IPv6 never leaves for (drop_bad_dst; the parser
@@ -308,17 +585,26 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
  * dropped, drop_local) goes to the host's kernel (pass_ipv6) whatever its
  * source, so that a guest resolves its gateway (the kernel
  * judges it; a neighbour entry belongs to the guest's own interface). The
- * rest must come from a guest with an IPv6 EIP (agent_guests, family 6;
- * none: drop_local, as every guest's IPv6 was) on its own interface
- * (drop_spoof), to a destination a router forwards to (drop_bad_dst) with
+ * rest must be the reply of a flow through an IPv6 VIP (agent_flows6, by
+ * its 5-tuple: for a guest without an IPv6 EIP, or one whose entry says
+ * AGENT_F_SVC) or come from a guest with an IPv6 EIP (agent_guests,
+ * family 6; neither: drop_local, as every guest's IPv6 was), on its own
+ * interface (the EIP's entry names it, else the flow's: drop_spoof), to a
+ * destination a router forwards to (drop_bad_dst) with
  * a hop limit above 0 (drop_ttl; left as it is otherwise: the agent is a
- * host, the edge the hop that decrements, as IPv4's TTL). Its source is
- * translated to the EIP and it goes in NVGRE to a member of the EIP's edge
- * group by the IPv6 flow hash (lib/hash.h), the outer IPv4 from the
- * agent's underlay address. The EIP's bandwidth limit (AGENT_F_BW:
- * eip_bw6, bw6_over_eip) drops what is over it (drop_bw). Not yet for
- * IPv6: --local-allow, service flows, ICMPv6 packet too big (a packet too
- * big for the tunnel is drop_too_big). */
+ * host, the edge the hop that decrements, as IPv4's TTL). A flow's reply
+ * is translated back to its VIP and port and goes in NVGRE to the edge
+ * the flow came from while no member left the VIP's edge group since
+ * (else by the flow hash); the rest's source is translated to the EIP and
+ * it goes in NVGRE to a member of the EIP's edge group by the IPv6 flow
+ * hash (lib/hash.h), the outer IPv4 from the agent's underlay address.
+ * The EIP's bandwidth limit (AGENT_F_BW: eip_bw6, bw6_over_eip) drops
+ * what goes through the EIP over it (drop_bw). Not yet for IPv6:
+ * --local-allow, ICMPv6 packet too big (a packet too big for the tunnel
+ * is drop_too_big). An ICMPv6 error the guest sends about a VIP flow goes
+ * by the flow it quotes (a TCP or UDP packet from the error's destination
+ * to the guest), its quote translated back to the VIP and VIP port
+ * (agent_quote6). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
 	if (!ctx)
@@ -342,32 +628,110 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, k);
-	if (!g || g->family != AF_INET6_)
+	if (g && g->family != AF_INET6_)
+		g = NULL;
+	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
+	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
+	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
+	 * SYN without ACK opens a connection of the guest's own. */
+	struct agent_flow6 *f = NULL;
+	struct agent_flow6_key *fk = &r->fk;
+	r->quoted = 0;
+	if ((!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
+	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
+		fk->guest = p6->saddr;
+		fk->remote = p6->daddr;
+		fk->gport = pkt_sport(&p6->p);
+		fk->rport = pkt_dport(&p6->p);
+		fk->proto = p6->p.proto;
+		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+		f = bpf_map_lookup_elem(&agent_flows6, fk);
+	} else if (!g || (g->flags & AGENT_F_SVC)) {
+		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
+		 * from the error's destination to the guest (its source). */
+		r->qoff = icmp6_quote_off(data, data_end, p6);
+		struct ipv6hdr *q = data + OFF(r->qoff);
+		__be16 *qp = data + OFF(r->qoff + 40);
+		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
+		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
+		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
+			fk->guest = p6->saddr;
+			fk->remote = p6->daddr;
+			fk->gport = qp[1];
+			fk->rport = qp[0];
+			fk->proto = q->nexthdr;
+			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+			f = bpf_map_lookup_elem(&agent_flows6, fk);
+			r->quoted = 1;
+		}
+	}
+	if (!g && !f)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
-	if (g->ifindex != ctx->ingress_ifindex)
+	/* A guest sends from its own interface: the one its IPv6 EIP's
+	 * entry names, else the one its flow's does (a service's, written
+	 * by the agent daemon). */
+	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	if (guest6_bad_dst(&p6->daddr))
 		return count_drop(ctx, STAT_DROP_BAD_DST, len);
 	if (p6->p.ttl == 0)
 		return count_drop(ctx, STAT_DROP_TTL, len);
-	/* The EIP, kept in the room (the key's address is read no more). */
-	k->addr = g->eip;
-	__u32 vsid = g->vsid, idx = g->stats_idx, gi = g->group;
-	int bw = g->flags & AGENT_F_BW;
+	/* The public address, the flow's or the EIP, kept in the room (the
+	 * key's address is read no more); a service reply's source port goes
+	 * back to the VIP's port. (What is read after the FIB lookup is kept
+	 * in the room too: this frame, beneath xdp_agent_guest's and above
+	 * bw6_over_eip's, has no bytes to spare.) */
+	__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
+	__u32 gi;
+	__be32 edge = 0;
+	__u16 gen = 0;
+	r->bport = 0;
+	r->idx = 0;
+	r->note = 0;
+	int via_eip = 1;
+	if (f) {
+		k->addr = f->pub;
+		r->vsid = f->vsid;
+		gi = f->group;
+		edge = f->edge;
+		gen = f->gen;
+		if (f->pport != gport)
+			r->bport = f->pport;
+		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
+			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
+	} else {
+		k->addr = g->eip;
+		r->vsid = g->vsid;
+		gi = g->group;
+	}
+	/* The EIP's counters and bandwidth limit: a packet through the EIP,
+	 * not a reply through a VIP. */
+	if (via_eip && g) {
+		r->idx = g->stats_idx;
+		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
+	}
 
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
-	__u32 hash = flow_hash6(k->addr.a, p6->daddr.a, p6->p.ports, p6->p.proto, cfg->hash_seed);
+	__be32 ports = r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
+	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
 	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
 	if (!grp)
 		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	__u32 n = grp->n;
-	if (n == 0 || n > EDGE_SET_MAX)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	__u32 slot = hash % n;
-	barrier_var(slot);
-	__be32 to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	/* Back to the edge the flow came from while no member has left the
+	 * group since, by the flow hash otherwise (as IPv4's). */
+	__be32 to;
+	if (edge && gen == grp->gen) {
+		to = edge;
+	} else {
+		__u32 n = grp->n;
+		if (n == 0 || n > EDGE_SET_MAX)
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+		__u32 slot = r->hash % n;
+		barrier_var(slot);
+		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	}
 	if (!to)
 		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 
@@ -380,18 +744,29 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(ctx, fib_reason(rc), len);
 	/* The EIP's bandwidth limit, once the packet is sure to leave. */
-	if (bw && bw6_over_eip(&k->addr, ip_len))
+	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
 		return count_drop(ctx, STAT_DROP_BW, len);
 
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
+	if (f && r->quoted) {
+		rc = agent_quote6(ctx, 1);
+		if (rc)
+			return count_drop(ctx, rc, len);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	} else if (r->bport) {
+		rc = nat6_port(data, data_end, p6, 0, r->bport);
+		if (rc)
+			return count_drop(ctx, rc, len);
+	}
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	__builtin_memcpy(r->peer, eth->h_source, ETH_ALEN_);
-	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
-		     r->peer))
+	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
+		     cfg->gw_mac, r->peer))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	/* nvgre_push writes an IPv4 inner ethertype. */
 	data = (void *)(long)ctx->data;
@@ -401,7 +776,7 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	*ieth_proto = bpf_htons(ETH_P_IPV6_);
 
-	struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
+	struct eip_stats *es = (r->note & GUEST6_EIP) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
 	if (es) {
 		es->tx_packets++;
 		es->tx_bytes += ip_len;
@@ -424,6 +799,12 @@ __noinline int agent_pull_failed(struct xdp_md *ctx, __u32 rc, __u64 len, const 
 	if (rc != STAT_DROP_INNER_BAD)
 		return count_drop(ctx, rc, len);
 	rc = agent_from_edge6(ctx, o);
+	if (rc & V6_QUOTE) {
+		rc &= ~V6_QUOTE;
+		__u32 bad = agent_quote6(ctx, 0);
+		if (bad)
+			return count_drop(ctx, bad, len);
+	}
 	__u32 stat = rc >> 8, act = rc & 0xff;
 	if (act == XDP_PASS)
 		return count_pass(ctx, stat, len);

@@ -27,6 +27,10 @@
  *   - xdp_agent_guest translates a reply by its own entry first, and an
  *     ICMP error the guest sends by the entry of the flow it quotes.
  *
+ * Flows through an IPv6 VIP follow the same rules in a table of their own,
+ * agent_flows6 (16-byte addresses; agent.c, flow6_note_in and
+ * agent_guest6), so agent_flows' IPv4 entries stay as small.
+ *
  * The hot path writes nothing when nothing changed: an entry is compared
  * before it is written (Katran and Cilium update their tables only when
  * needed), and the LRU's own bookkeeping on lookup keeps live flows from

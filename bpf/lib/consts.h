@@ -110,6 +110,7 @@
 #define AGENT_GUEST_MAX 65536
 #define AGENT_IFADDR_MAX 65536
 #define AGENT_SVC_MAX 65536
+#define AGENT_SVC6_MAX 16384 /* agent_svc6: services with an IPv6 VIP */
 
 /* Bytes of a frame the benchmarks restore before each run
  * (lib/benchmode.h). */
@@ -345,9 +346,18 @@
 #ifndef AGENT_FLOW_MAX
 #define AGENT_FLOW_MAX (1 << 20)
 #endif
+/* The IPv6 flow table (agent_flows6): flows through an IPv6 VIP (and IPv6
+ * EIP flows that replaced one), with 16-byte addresses (76-byte entries
+ * against agent_flows' 36): a quarter of AGENT_FLOW_MAX, and a quarter of
+ * what the loader gives agent_flows. */
+#ifndef AGENT_FLOW6_MAX
+#define AGENT_FLOW6_MAX (1 << 18)
+#endif
 
 /* agent_eip.flags, agent_guest.flags: the guest is an encap-mode service
- * backend as well, so its replies are looked up in agent_flows. */
+ * backend as well, so its replies are looked up in agent_flows (an IPv4
+ * EIP's guest behind an IPv4 VIP) or agent_flows6 (an IPv6 EIP's guest
+ * behind an IPv6 VIP). */
 #define AGENT_F_SVC 0x1
 /* agent_guest.flags: the guest's EIP has a bandwidth limit (eip_bw, lib/bw.h). */
 #define AGENT_F_BW 0x2

@@ -745,6 +745,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_flows SEC(".maps");
 
+/* Service backends on this host behind an IPv6 VIP: (VIP, guest's IPv4
+ * address, port) -> the guest's IPv6 address and backend port (agent.c,
+ * agent_from_edge6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_SVC6_MAX);
+	__type(key, struct svc6_key);
+	__type(value, struct svc6_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_svc6 SEC(".maps");
+
+/* Flows that came in through an IPv6 VIP: reply 5-tuple -> public side,
+ * as agent_flows (lib/agentflow.h's rules), with 16-byte addresses: a map
+ * of its own, so agent_flows' IPv4 entries stay as small. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, AGENT_FLOW6_MAX);
+	__type(key, struct agent_flow6_key);
+	__type(value, struct agent_flow6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_flows6 SEC(".maps");
+
 /* ---- health checks from the edges (lib/agenthc.h) ---- */
 /* The health-checked ports of this host's encap-mode backends: (private
  * address, port, protocol) -> the guest's VSID. Written by the agent daemon

@@ -744,6 +744,51 @@ struct agent_flow {
 	__u16 pad;
 };
 
+/* Agent: a service backend guest on this host behind an IPv6 VIP (encap
+ * mode), by (VIP, guest, port): the guest is named by its IPv4 private
+ * address, as the edge names it in the inner destination MAC (SVC_MAC0,
+ * SVC_MAC1 + the address: the backend slots are shared with IPv4 VIPs).
+ * agent_svc6; svc_key's IPv4 entries stay as small. */
+struct svc6_key {
+	struct ip_addr vip;
+	__be32 guest;
+	__be16 vport; /* 0: any port */
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc6_entry {
+	struct ip_addr guest6; /* the guest's IPv6 address (address6) the VIP is translated to */
+	__be16 bport;          /* 0: keep the port */
+	__u16 group;           /* agent_groups index: the edges of the set that serves the VIP */
+	__u32 vsid;
+	__u32 ifindex;         /* host-side interface of the guest: its flows' replies must come from it */
+};
+
+/* Agent IPv6 flow table key (agent_flows6): agent_flow_key with 16-byte
+ * addresses, a flow as the guest's replies carry it. */
+struct agent_flow6_key {
+	struct ip_addr guest;
+	struct ip_addr remote;
+	__be16 gport;
+	__be16 rport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* Agent IPv6 flow table entry: struct agent_flow with a 16-byte public
+ * address (the IPv6 VIP or EIP the flow came in through). */
+struct agent_flow6 {
+	struct ip_addr pub; /* the IPv6 VIP or EIP the flow was sent to */
+	__be32 edge;        /* underlay address of the edge that sent it */
+	__be16 pport;       /* the public port it was sent to */
+	__u16 gen;          /* the group's generation when edge was learnt */
+	__u32 vsid;         /* the guest's VSID */
+	__u32 ifindex;      /* host-side interface of the guest (0: unknown) */
+	__u16 group;        /* agent_groups index of the set serving pub */
+	__u16 pad;
+};
+
 /* Informational counters (not outcomes): see enum lb_info. */
 enum lb_info {
 	LBI_CT_MISS = 0,

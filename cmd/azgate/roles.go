@@ -502,7 +502,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringSliceVar(&oldLocal, "local-prefix", nil, "gone: use --local-allow")
 		_ = c.Flags().MarkHidden("local-prefix")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP of the host's guests: EIPs, counters, bandwidth limits and buckets (0: 65536, also the most; a new size is migrated on start; docs/scale.md)")
-		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; a new size is migrated on start, flows kept: docs/upgrades.md)")
+		c.Flags().Uint32Var(&flowMax, "flow-table-size", 0, "capacity of the flow table that sends each reply back through the VIP or EIP its flow came in by (default 1048576; the IPv6 VIPs' flow table takes a quarter of it; a new size is migrated on start, flows kept: docs/upgrades.md)")
 		return c
 	})
 	register(func() *cobra.Command {

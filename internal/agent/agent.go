@@ -141,6 +141,15 @@ func Desired(st *model.State, host string) (HostWant, error) {
 					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s: no guest %q on this host", name, b.Key(), b.Guest))
 					continue
 				}
+				if svc.VIP.Is6() && !g.Address6.IsValid() {
+					// The model requires one behind an IPv6 VIP: a store
+					// written past that check loses the backend here,
+					// reported (the edge still names the guest: its
+					// packets are dropped, drop_unknown).
+					w.Problems = append(w.Problems, fmt.Sprintf("service %s: backend %s: guest %s has no IPv6 address (address6) for IPv6 VIP %v",
+						name, b.Key(), g.Name, svc.VIP))
+					continue
+				}
 				if pool.Health != nil && !seen[checkKey{name, pool.Name, b.Key()}] {
 					seen[checkKey{name, pool.Name, b.Key()}] = true
 					port, proto := lbplan.CheckPort(svc, pool, b), lbplan.CheckProto(pool.Health)
@@ -159,19 +168,31 @@ func Desired(st *model.State, host string) (HostWant, error) {
 					w.VIPSets[svc.VIP], _, _ = plan.Serving(svc.VIP)
 					w.VIPCovering[svc.VIP], _, _ = prefixes.Serving(svc.VIP)
 				}
+				// An IPv6 VIP's backend is named by its IPv4 address (the
+				// edge's inner MAC) and translated to its address6.
+				var guest6 netip.Addr
+				if svc.VIP.Is6() {
+					guest6 = g.Address6
+				}
 				for _, p := range ports {
 					w.Services = append(w.Services, dataplane.AgentService{VIP: svc.VIP, Guest: g.Address, Proto: proto,
-						VPort: p, BPort: b.Port, VSID: g.VSID})
+						VPort: p, BPort: b.Port, VSID: g.VSID, Guest6: guest6})
 				}
 			}
 		}
 	}
 	// A guest's replies are translated by their flow entries, so the
 	// same port may serve its EIP and any number of VIPs; the EIP's entry
-	// says whether the flow table needs a look.
+	// says whether the flow table of its family needs a look (an IPv4
+	// EIP's guest behind an IPv4 VIP, an IPv6 EIP's, keyed by address6,
+	// behind an IPv6 VIP).
 	backends := map[netip.Addr]bool{}
 	for _, s := range w.Services {
-		backends[s.Guest] = true
+		if s.VIP.Is6() {
+			backends[s.Guest6] = true
+		} else {
+			backends[s.Guest] = true
+		}
 	}
 	for a, e := range w.EIPs {
 		if backends[e.Private] {

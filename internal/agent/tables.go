@@ -166,8 +166,13 @@ func planTables(in planInput) tablePlan {
 		p.problems = append(p.problems, fmt.Errorf("%s", pr))
 	}
 	for _, s := range w.Services {
-		if _, ok := in.links[s.Guest]; !ok {
+		gl, ok := in.links[s.Guest]
+		if !ok {
 			continue // reported
+		}
+		if s.VIP.Is6() {
+			// The guest's interface: its flows' replies must come from it.
+			s.Ifindex = uint32(gl.ifindex)
 		}
 		s.Group = groupOf(s.VIP, w.VIPSets[s.VIP], w.VIPCovering[s.VIP])
 		p.services[idOf(s)] = s

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -50,6 +51,11 @@ func agentCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 		}
 	}
 	size(agentMapAgentFlows, o.AgentFlowMax)
+	// The IPv6 flow table: a quarter of the IPv4 one's (AGENT_FLOW6_MAX
+	// against AGENT_FLOW_MAX), its entries twice the size.
+	if o.AgentFlowMax > 0 {
+		size(agentMapAgentFlows6, max(o.AgentFlowMax/4, 1))
+	}
 	for _, n := range agentEIPSized {
 		size(n, o.AgentEIPMax)
 	}
@@ -349,8 +355,9 @@ func agentAddrOK(a netip.Addr) string {
 }
 
 // PutEIP adds or replaces an EIP hosted here (both directions). EIP and
-// Private are of one family: IPv4, or IPv6 (NAT66; such a guest serves
-// no VIP: Service is refused, the flow table is IPv4's).
+// Private are of one family: IPv4, or IPv6 (NAT66). Service: the guest
+// serves a VIP of the EIP's family too (its replies are looked up in
+// agent_flows, agent_flows6 for an IPv6 EIP, before the EIP).
 // checkAgentEIP is what PutEIP refuses before it writes anything; the
 // fake agent refuses the same, so a reconciler test on the fake meets
 // the real program's errors.
@@ -363,9 +370,6 @@ func checkAgentEIP(e AgentEIP) error {
 	}
 	if e.EIP.Is4() != e.Private.Is4() {
 		return fmt.Errorf("EIP %v: private address %v is of the other family (the agent translates IPv4 to IPv4, IPv6 to IPv6)", e.EIP, e.Private)
-	}
-	if e.EIP.Is6() && e.Service {
-		return fmt.Errorf("EIP %v: an IPv6 EIP's guest cannot be a service backend yet (the agent's flow table is IPv4)", e.EIP)
 	}
 	if e.VSID > 0xFFFFFF {
 		return fmt.Errorf("EIP %v: VSID %d does not fit 24 bits", e.EIP, e.VSID)
@@ -548,6 +552,12 @@ const agentFSvc = 0x1
 // (protocol, port; 0 any) that the edge sends to guest is translated to
 // the guest's backend port. Its replies need no entry: each flow is
 // recorded in agent_flows as it comes in and translated back by it.
+//
+// An IPv6 VIP (encap mode) goes to agent_svc6: Guest is still the
+// guest's IPv4 address (the edge names the backend by it, in the inner
+// destination MAC), and the packet is translated to Guest6, the guest's
+// IPv6 address (its address6), its flows recorded in agent_flows6; the
+// replies must come from Ifindex, the guest's interface.
 type AgentService struct {
 	VIP   netip.Addr
 	Guest netip.Addr
@@ -558,19 +568,71 @@ type AgentService struct {
 	// Group is the agent_groups slot of the edge set that serves the
 	// VIP: the flows' replies go to that set's live members.
 	Group uint16
+	// An IPv6 VIP's only (zero for an IPv4 VIP): the guest's IPv6
+	// address and its host-side interface.
+	Guest6  netip.Addr
+	Ifindex uint32
+}
+
+// checkAgentService is what PutService refuses before it writes
+// anything (the fake agent refuses the same).
+func checkAgentService(s AgentService) error {
+	name := fmt.Sprintf("service %v -> %v", s.VIP, s.Guest)
+	if !s.Guest.Is4() {
+		return fmt.Errorf("%s: the guest must be named by its IPv4 address", name)
+	}
+	if s.Group == AgentGroupPin {
+		return fmt.Errorf("%s: edge group %d is reserved", name, s.Group)
+	}
+	if s.VSID > 0xFFFFFF {
+		return fmt.Errorf("%s: VSID %d does not fit 24 bits", name, s.VSID)
+	}
+	switch {
+	case s.VIP.Is4():
+		if s.Guest6.IsValid() || s.Ifindex != 0 {
+			return fmt.Errorf("%s: an IPv4 VIP takes no guest IPv6 address nor interface", name)
+		}
+	case plain6(s.VIP):
+		if why := agentAddrOK(s.VIP); why != "" {
+			return fmt.Errorf("%s: VIP: %s", name, why)
+		}
+		if !s.Guest6.Is6() {
+			return fmt.Errorf("%s: an IPv6 VIP needs the guest's IPv6 address (address6)", name)
+		}
+		if why := agentAddrOK(s.Guest6); why != "" || !plain6(s.Guest6) {
+			return fmt.Errorf("%s: guest IPv6 address %v: %s", name, s.Guest6, cmp.Or(why, "IPv4-mapped"))
+		}
+		if s.Ifindex == 0 {
+			return fmt.Errorf("%s: an IPv6 VIP needs the guest's interface (its replies' anti-spoofing)", name)
+		}
+	default:
+		return fmt.Errorf("%s: VIP: not an IPv4 or IPv6 address", name)
+	}
+	return nil
 }
 
 func svcKey(s AgentService) agentSvcKey {
 	return agentSvcKey{Vip: ip4word(s.VIP), Guest: ip4word(s.Guest), Vport: be16(s.VPort), Proto: s.Proto}
 }
 
+func svc6Key(s AgentService) agentSvc6Key {
+	v, _, _ := addrTo(s.VIP)
+	return agentSvc6Key{Vip: agentIpAddr(v), Guest: ip4word(s.Guest), Vport: be16(s.VPort), Proto: s.Proto}
+}
+
 // PutService programs a service backend guest.
 func (a *Agent) PutService(s AgentService) error {
-	if !s.VIP.Is4() || !s.Guest.Is4() {
-		return fmt.Errorf("service %v -> %v: only IPv4", s.VIP, s.Guest)
+	if err := checkAgentService(s); err != nil {
+		return err
 	}
-	if s.Group == AgentGroupPin {
-		return fmt.Errorf("service %v -> %v: edge group %d is reserved", s.VIP, s.Guest, s.Group)
+	if s.VIP.Is6() {
+		k := svc6Key(s)
+		g6, _, _ := addrTo(s.Guest6)
+		v := agentSvc6Entry{Guest6: agentIpAddr(g6), Bport: be16(s.BPort), Group: s.Group, Vsid: s.VSID, Ifindex: s.Ifindex}
+		if err := a.objs.AgentSvc6.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("service %v port %d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
+		}
+		return nil
 	}
 	k := svcKey(s)
 	if err := a.objs.AgentSvc.Update(&k, &agentSvcEntry{Bport: be16(s.BPort), Vsid: s.VSID, Group: s.Group}, ebpf.UpdateAny); err != nil {
@@ -582,14 +644,22 @@ func (a *Agent) PutService(s AgentService) error {
 // DeleteService removes a service backend guest. Its flows' entries stay
 // until the LRU evicts them: their replies still leave from the VIP.
 func (a *Agent) DeleteService(s AgentService) error {
-	k := svcKey(s)
-	if err := a.objs.AgentSvc.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete service %v:%d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
+	var err error
+	if s.VIP.Is6() {
+		k := svc6Key(s)
+		err = a.objs.AgentSvc6.Delete(&k)
+	} else {
+		k := svcKey(s)
+		err = a.objs.AgentSvc.Delete(&k)
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete service %v port %d -> %v: %w", s.VIP, s.VPort, s.Guest, err)
 	}
 	return nil
 }
 
-// Services lists the programmed service backends.
+// Services lists the programmed service backends, IPv4 VIPs' and IPv6
+// VIPs'.
 func (a *Agent) Services() ([]AgentService, error) {
 	var out []AgentService
 	var k agentSvcKey
@@ -598,7 +668,17 @@ func (a *Agent) Services() ([]AgentService, error) {
 	for it.Next(&k, &v) {
 		out = append(out, AgentService{VIP: wordIP4(k.Vip), Guest: wordIP4(k.Guest), Proto: k.Proto, VPort: be16(k.Vport), BPort: be16(v.Bport), VSID: v.Vsid, Group: v.Group})
 	}
-	return out, it.Err()
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	var k6 agentSvc6Key
+	var v6 agentSvc6Entry
+	it6 := a.objs.AgentSvc6.Iterate()
+	for it6.Next(&k6, &v6) {
+		out = append(out, AgentService{VIP: addrFrom(edgeIpAddr(k6.Vip), 10), Guest: wordIP4(k6.Guest), Proto: k6.Proto, VPort: be16(k6.Vport),
+			BPort: be16(v6.Bport), VSID: v6.Vsid, Group: v6.Group, Guest6: addrFrom(edgeIpAddr(v6.Guest6), 10), Ifindex: v6.Ifindex})
+	}
+	return out, it6.Err()
 }
 
 // AgentFlow is one entry of the agent's flow table: a flow that came in
@@ -615,14 +695,16 @@ type AgentFlow struct {
 	Gen           uint16 // the group's generation when Edge was learnt
 }
 
-// Flows lists up to max entries of the flow table (0: all), for status
-// and tests.
+// Flows lists up to max entries of the flow tables (0: all), IPv4
+// flows' (agent_flows) then IPv6 flows' (agent_flows6), for status and
+// tests.
 func (a *Agent) Flows(max int) ([]AgentFlow, error) {
 	var out []AgentFlow
+	full := func() bool { return max > 0 && len(out) >= max }
 	var k agentAgentFlowKey
 	var v agentAgentFlow
 	it := a.objs.AgentFlows.Iterate()
-	for it.Next(&k, &v) {
+	for !full() && it.Next(&k, &v) {
 		out = append(out, AgentFlow{
 			Guest:  netip.AddrPortFrom(wordIP4(k.Guest), be16(k.Gport)),
 			Remote: netip.AddrPortFrom(wordIP4(k.Remote), be16(k.Rport)),
@@ -630,15 +712,30 @@ func (a *Agent) Flows(max int) ([]AgentFlow, error) {
 			Public: netip.AddrPortFrom(wordIP4(v.Pub), be16(v.Pport)),
 			Edge:   wordIP4(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex, Group: v.Group, Gen: v.Gen,
 		})
-		if max > 0 && len(out) >= max {
-			break
-		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list agent flows: %w", err)
 	}
+	var k6 agentAgentFlow6Key
+	var v6 agentAgentFlow6
+	it6 := a.objs.AgentFlows6.Iterate()
+	for !full() && it6.Next(&k6, &v6) {
+		out = append(out, AgentFlow{
+			Guest:  netip.AddrPortFrom(addrFrom(edgeIpAddr(k6.Guest), 10), be16(k6.Gport)),
+			Remote: netip.AddrPortFrom(addrFrom(edgeIpAddr(k6.Remote), 10), be16(k6.Rport)),
+			Proto:  k6.Proto,
+			Public: netip.AddrPortFrom(addrFrom(edgeIpAddr(v6.Pub), 10), be16(v6.Pport)),
+			Edge:   wordIP4(v6.Edge), VSID: v6.Vsid, Ifindex: v6.Ifindex, Group: v6.Group, Gen: v6.Gen,
+		})
+	}
+	if err := it6.Err(); err != nil {
+		return nil, fmt.Errorf("list agent IPv6 flows: %w", err)
+	}
 	return out, nil
 }
 
-// FlowCapacity is the size of the flow table.
+// FlowCapacity is the size of the IPv4 flow table (agent_flows).
 func (a *Agent) FlowCapacity() uint32 { return a.objs.AgentFlows.MaxEntries() }
+
+// Flow6Capacity is the size of the IPv6 flow table (agent_flows6).
+func (a *Agent) Flow6Capacity() uint32 { return a.objs.AgentFlows6.MaxEntries() }

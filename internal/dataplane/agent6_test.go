@@ -60,6 +60,7 @@ type pkt6 struct {
 	fragOff      uint16
 	icmpType     uint8
 	zeroUDPCsum  bool
+	tcpFlags     uint8 // 0: SYN
 }
 
 // ip is the packet's bytes, its upper-layer checksum computed in full.
@@ -71,7 +72,11 @@ func (p pkt6) ip() []byte {
 		l4 = cat(fragHdr(p.proto, p.fragOff, false), []byte("later fragment: no header"))
 		nh = nhFrag
 	case p.proto == nhTCP:
-		l4 = cat(tcp6(p.sport, p.dport, 0x02), []byte("azgate"))
+		fl := p.tcpFlags
+		if fl == 0 {
+			fl = 0x02
+		}
+		l4 = cat(tcp6(p.sport, p.dport, fl), []byte("azgate"))
 	case p.proto == nhUDP:
 		l4 = udp6(p.sport, p.dport, 12)
 		copy(l4[8:], "azgate udp6!")
@@ -332,7 +337,6 @@ func TestAgentIPv6EIPAPI(t *testing.T) {
 	for _, bad := range []AgentEIP{
 		{EIP: addr(agentEIP6), Private: addr(dptest.GuestAddr)},
 		{EIP: addr(eip), Private: addr(agentPriv6)},
-		{EIP: addr(agentEIP6), Private: addr(agentPriv6), Service: true},
 		{EIP: addr("fe80::1"), Private: addr(agentPriv6)},
 		{EIP: addr(agentEIP6), Private: addr("ff02::1")},
 		{EIP: addr("::ffff:198.51.100.1"), Private: addr(agentPriv6)},
@@ -365,7 +369,6 @@ func TestFakeAgentRefusesAsReal(t *testing.T) {
 	for _, bad := range []AgentEIP{
 		{EIP: addr(agentEIP6), Private: addr(dptest.GuestAddr)},
 		{EIP: addr(eip), Private: addr(agentPriv6)},
-		{EIP: addr(agentEIP6), Private: addr(agentPriv6), Service: true},
 		{EIP: addr("fe80::1"), Private: addr(agentPriv6)},
 		{EIP: addr(eip), Private: addr(dptest.GuestAddr), VSID: 1 << 24},
 	} {

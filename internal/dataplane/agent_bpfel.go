@@ -48,6 +48,28 @@ type agentAgentFlow struct {
 	Pad     uint16
 }
 
+type agentAgentFlow6 struct {
+	_       structs.HostLayout
+	Pub     agentIpAddr
+	Edge    uint32
+	Pport   uint16
+	Gen     uint16
+	Vsid    uint32
+	Ifindex uint32
+	Group   uint16
+	Pad     uint16
+}
+
+type agentAgentFlow6Key struct {
+	_      structs.HostLayout
+	Guest  agentIpAddr
+	Remote agentIpAddr
+	Gport  uint16
+	Rport  uint16
+	Proto  uint8
+	Pad    [3]uint8
+}
+
 type agentAgentFlowKey struct {
 	_      structs.HostLayout
 	Guest  uint32
@@ -110,6 +132,14 @@ type agentAgentRoom6 struct {
 	OuterEnd uint32
 	Idx      uint32
 	Rc       int32
+	Sk       agentSvc6Key
+	Fk       agentAgentFlow6Key
+	Fv       agentAgentFlow6
+	Bport    uint16
+	Note     uint8
+	Quoted   uint8
+	Qoff     uint32
+	Hash     uint32
 }
 
 type agentAzgStat uint32
@@ -315,6 +345,24 @@ type agentStatEntry struct {
 	Bytes   uint64
 }
 
+type agentSvc6Entry struct {
+	_       structs.HostLayout
+	Guest6  agentIpAddr
+	Bport   uint16
+	Group   uint16
+	Vsid    uint32
+	Ifindex uint32
+}
+
+type agentSvc6Key struct {
+	_     structs.HostLayout
+	Vip   agentIpAddr
+	Guest uint32
+	Vport uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type agentSvcEntry struct {
 	_     structs.HostLayout
 	Bport uint16
@@ -339,6 +387,7 @@ const (
 	agentMapAgentEdgeSet      = "agent_edge_set"
 	agentMapAgentEips         = "agent_eips"
 	agentMapAgentFlows        = "agent_flows"
+	agentMapAgentFlows6       = "agent_flows6"
 	agentMapAgentGroups       = "agent_groups"
 	agentMapAgentGuests       = "agent_guests"
 	agentMapAgentHcGuests     = "agent_hc_guests"
@@ -346,6 +395,7 @@ const (
 	agentMapAgentLocal        = "agent_local"
 	agentMapAgentScratch6     = "agent_scratch6"
 	agentMapAgentSvc          = "agent_svc"
+	agentMapAgentSvc6         = "agent_svc6"
 	agentMapEipBw             = "eip_bw"
 	agentMapEipBw6            = "eip_bw6"
 	agentMapEipBwSlots        = "eip_bw_slots"
@@ -421,6 +471,7 @@ type agentMapSpecs struct {
 	AgentEdgeSet  *ebpf.MapSpec `ebpf:"agent_edge_set"`
 	AgentEips     *ebpf.MapSpec `ebpf:"agent_eips"`
 	AgentFlows    *ebpf.MapSpec `ebpf:"agent_flows"`
+	AgentFlows6   *ebpf.MapSpec `ebpf:"agent_flows6"`
 	AgentGroups   *ebpf.MapSpec `ebpf:"agent_groups"`
 	AgentGuests   *ebpf.MapSpec `ebpf:"agent_guests"`
 	AgentHcGuests *ebpf.MapSpec `ebpf:"agent_hc_guests"`
@@ -428,6 +479,7 @@ type agentMapSpecs struct {
 	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
 	AgentScratch6 *ebpf.MapSpec `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
+	AgentSvc6     *ebpf.MapSpec `ebpf:"agent_svc6"`
 	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
 	EipBw6        *ebpf.MapSpec `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
@@ -477,6 +529,7 @@ type agentMaps struct {
 	AgentEdgeSet  *ebpf.Map `ebpf:"agent_edge_set"`
 	AgentEips     *ebpf.Map `ebpf:"agent_eips"`
 	AgentFlows    *ebpf.Map `ebpf:"agent_flows"`
+	AgentFlows6   *ebpf.Map `ebpf:"agent_flows6"`
 	AgentGroups   *ebpf.Map `ebpf:"agent_groups"`
 	AgentGuests   *ebpf.Map `ebpf:"agent_guests"`
 	AgentHcGuests *ebpf.Map `ebpf:"agent_hc_guests"`
@@ -484,6 +537,7 @@ type agentMaps struct {
 	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
 	AgentScratch6 *ebpf.Map `ebpf:"agent_scratch6"`
 	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
+	AgentSvc6     *ebpf.Map `ebpf:"agent_svc6"`
 	EipBw         *ebpf.Map `ebpf:"eip_bw"`
 	EipBw6        *ebpf.Map `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
@@ -504,6 +558,7 @@ func (m *agentMaps) Close() error {
 		m.AgentEdgeSet,
 		m.AgentEips,
 		m.AgentFlows,
+		m.AgentFlows6,
 		m.AgentGroups,
 		m.AgentGuests,
 		m.AgentHcGuests,
@@ -511,6 +566,7 @@ func (m *agentMaps) Close() error {
 		m.AgentLocal,
 		m.AgentScratch6,
 		m.AgentSvc,
+		m.AgentSvc6,
 		m.EipBw,
 		m.EipBw6,
 		m.EipBwSlots,

@@ -144,6 +144,8 @@ func TestCapacitiesMatchC(t *testing.T) {
 		{agent, "agent", "agent_edge_set", "EDGE_MAX", 0},
 		{agent, "agent", "agent_local", "LOCAL_PREFIX_MAX", 0},
 		{agent, "agent", "agent_flows", "AGENT_FLOW_MAX", 0},
+		{agent, "agent", "agent_flows6", "AGENT_FLOW6_MAX", 0},
+		{agent, "agent", "agent_svc6", "AGENT_SVC6_MAX", 0},
 		{agent, "agent", "stats", "", uint64(len(statNames))},
 		{agent, "agent", "nh_cache", "", 4096},
 	} {

@@ -351,8 +351,12 @@ func (f *FakeAgent) EIPStats(idx uint32) (Counters, error) {
 func (f *FakeAgent) Stats() (map[string]Count, error) { return map[string]Count{}, nil }
 
 // PutService adds or replaces the entry of the data plane's key (VIP,
-// guest, protocol, port), as agent_svc does.
+// guest, protocol, port), as agent_svc and agent_svc6 do, and refuses
+// what the real one refuses (checkAgentService).
 func (f *FakeAgent) PutService(s AgentService) error {
+	if err := checkAgentService(s); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deleteService(s)
@@ -369,7 +373,7 @@ func (f *FakeAgent) DeleteService(s AgentService) error {
 
 func (f *FakeAgent) deleteService(s AgentService) {
 	for o := range f.Svc {
-		if svcKey(o) == svcKey(s) {
+		if o.VIP == s.VIP && o.Guest == s.Guest && o.Proto == s.Proto && o.VPort == s.VPort {
 			delete(f.Svc, o)
 		}
 	}

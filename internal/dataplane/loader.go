@@ -81,7 +81,8 @@ type LoadOptions struct {
 	// eip_bw_slots, eip_bw; AGENT_EIP_MAX, 64k entries, by default).
 	AgentEIPMax uint32
 	// AgentFlowMax overrides the capacity of the agent's flow table
-	// (AGENT_FLOW_MAX, 1M entries, by default).
+	// (AGENT_FLOW_MAX, 1M entries, by default), and gives its IPv6 flow
+	// table (agent_flows6, AGENT_FLOW6_MAX: 256k) a quarter of it.
 	AgentFlowMax uint32
 	// AllowDrop names pinned maps of ClassRequired an upgrade may start
 	// empty when they cannot be migrated ("all": any); without it such an

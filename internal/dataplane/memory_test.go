@@ -154,7 +154,7 @@ func TestAgentMapMemory(t *testing.T) {
 			}
 			return mem
 		}
-		want := map[string]uint32{agentMapAgentFlows: o.AgentFlowMax}
+		want := map[string]uint32{agentMapAgentFlows: o.AgentFlowMax, agentMapAgentFlows6: o.AgentFlowMax / 4}
 		for _, n := range agentEIPSized {
 			want[n] = o.AgentEIPMax
 		}

@@ -100,6 +100,8 @@ var mapClasses = map[string]MapClass{
 	// The agent's VIP flows: without them replies leave with the guest's
 	// own address.
 	"agent_flows": ClassRequired,
+	// The same for flows through an IPv6 VIP.
+	"agent_flows6": ClassRequired,
 }
 
 // dropTogether: maps that only make sense with each other; when one starts
