@@ -246,8 +246,9 @@ func (l *Lab) Demo(ctx context.Context) error {
 
 // Lab services of the demo.
 const (
-	DemoVIP    = "198.51.100.20" // encap: 80 -> pool web, 443 -> pool tls
-	DemoNATVIP = "198.51.100.30" // nat: 80 -> the DMZ servers
+	DemoVIP    = "198.51.100.20"   // encap: 80 -> pool web, 443 -> pool tls
+	DemoVIP6   = "2001:db8:e1::20" // encap, IPv6: the same pools (from EIPPrefix6)
+	DemoNATVIP = "198.51.100.30"   // nat: 80 -> the DMZ servers
 )
 
 func (l *Lab) demoServices(ctx context.Context) error {
@@ -280,6 +281,21 @@ func (l *Lab) demoServices(ctx context.Context) error {
 		l.say("   10 new connections to %s: %s", url, l.spread(ctx, url, 10))
 	}
 
+	svc6 := &model.Service{Name: "web6", VIP: netip.MustParseAddr(DemoVIP6), Mode: model.ModeEncap, Listeners: svc.Listeners, Pools: svc.Pools}
+	l.say("\n== 5b. the same pools behind an IPv6 VIP %s: the edges tunnel it over the IPv4 underlay to the same backend slots, the agents translate it to the guests' address6", DemoVIP6)
+	l.say("   azgate service create web6 --vip %s --mode encap --listener tcp:80=web --listener tcp:443=tls ...", DemoVIP6)
+	if _, err := c.PutService(ctx, svc6); err != nil {
+		return err
+	}
+	if err := l.waitTables(ctx, c, "web6", 20*time.Second); err != nil {
+		return err
+	}
+	url6 := "http://[" + DemoVIP6 + "]/"
+	if _, err := l.WaitAnswer(ctx, url6, "", 10*time.Second); err != nil {
+		return err
+	}
+	l.say("   10 new connections to %s: %s", url6, l.spread(ctx, url6, 10))
+
 	l.say("\n== 6. a backend fails: stop the server of az2-h1-g1")
 	if err := l.StopServer("az2-h1-g1"); err != nil {
 		return err
@@ -291,6 +307,10 @@ func (l *Lab) demoServices(ctx context.Context) error {
 	l.say("   marked down by the edge's health checks and programmed %v later (the table repoints only its slots)", time.Since(t0).Round(100*time.Millisecond))
 	l.say("   (the checks travel the NVGRE tunnel from %s: az1-h1-g1 has the same private address %v and stays up)", EdgeHealth, GuestAddr(1, 1, 1))
 	l.say("   10 new connections to http://%s/: %s", DemoVIP, l.spread(ctx, "http://"+DemoVIP+"/", 10))
+	if err := l.waitHealth(ctx, c, "web6", "web", "az2-h1/g1", true, 20*time.Second); err != nil {
+		return err
+	}
+	l.say("   and to %s (web6's own checks): %s", url6, l.spread(ctx, url6, 10))
 	if err := l.StartServer("az2-h1-g1"); err != nil {
 		return err
 	}

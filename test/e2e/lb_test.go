@@ -21,6 +21,10 @@ const (
 	vipWeb  = "198.51.100.20" // encap: 80 -> web (g1 guests), 443 -> tls (g2 guests), 7000 -> echo
 	vipDMZ  = "198.51.100.30" // nat: 80 -> the DMZ servers, udp 5353 -> nothing listening
 	vipDMZ2 = "198.51.100.31" // nat: 8080 -> the same DMZ servers' port 80
+	// encap, IPv6 (issue 21): 80 -> web (g1 guests of the h1 hosts), 443
+	// -> tls (g2 guests of the h2 hosts), 7000 -> echo (g1 of every
+	// host), as vipWeb; from the prefix set's IPv6 prefix (lab.EIPPrefix6)
+	vipWeb6 = "2001:db8:e1::20"
 )
 
 func encapBackends(guest string, hosts ...string) []model.Backend {
@@ -65,7 +69,12 @@ func services(t *testing.T, ctx context.Context, c *client.Client) {
 	}
 	nat2 := &model.Service{Name: "dmz2", VIP: netip.MustParseAddr(vipDMZ2), Mode: model.ModeNAT,
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 8080, Pool: "web"}}, Pools: []model.Pool{{Name: "web", Backends: dmz80}}}
-	for _, s := range []*model.Service{web, nat, nat2} {
+	// The same pools behind an IPv6 VIP: the edges tunnel it over the
+	// IPv4 underlay to the same backend slots, the agents translate it to
+	// the guests' address6.
+	web6 := &model.Service{Name: "web6", VIP: netip.MustParseAddr(vipWeb6), Mode: model.ModeEncap,
+		Listeners: web.Listeners, Pools: web.Pools}
+	for _, s := range []*model.Service{web, nat, nat2, web6} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -308,6 +317,109 @@ func TestServices(t *testing.T) {
 			t.Error("none of 100 new connections reached the added backend")
 		}
 	})
+
+	// The IPv6 VIP (issue 21) passes what the IPv4 one does: port
+	// dispatch, long-lived connections of which a failure breaks only its
+	// own, new connections away from the failed backend. Last: the
+	// subtests above stopped az2-h1-g1's server, which web6's own health
+	// checks must have taken out of its echo pool too.
+	t.Run("IPv6 VIP: port dispatch, long-lived connections, a failure breaks only its own", func(t *testing.T) {
+		base := "http://[" + vipWeb6 + "]"
+		waitServing(t, ctx, l, base+"/")
+		got80 := answers(t, ctx, l, base+"/", 60)
+		got443 := answers(t, ctx, l, base+":443/", 60)
+		t.Logf("port 80: %v; port 443: %v", got80, got443)
+		for body := range got80 {
+			if !strings.HasSuffix(body, "-g1") || strings.Contains(body, "-h2-") {
+				t.Errorf("port 80 answered by %q, not the web pool (the h1 hosts' g1)", body)
+			}
+		}
+		for body := range got443 {
+			if !strings.HasSuffix(body, "-g2:443") || strings.Contains(body, "-h1-") {
+				t.Errorf("port 443 answered by %q, not the tls pool (the h2 hosts' g2)", body)
+			}
+		}
+		if len(got80) < 2 || len(got443) < 2 {
+			t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
+		}
+
+		healthy := waitHealthy(t, ctx, c, "web6", "echo", len(allHosts)-1)
+		const n = 300
+		conns := openEcho(t, ctx, l, "["+vipWeb6+"]:7000", n)
+		defer func() {
+			for _, cn := range conns {
+				cn.c.Close()
+			}
+		}()
+		per := map[string]int{}
+		for _, cn := range conns {
+			per[cn.backend]++
+		}
+		t.Logf("%d connections over the IPv6 VIP: %v", n, per)
+		if per["az2-h1-g1"] > 0 {
+			t.Errorf("%d connections reached az2-h1-g1, whose server is stopped", per["az2-h1-g1"])
+		}
+		if len(per) != healthy {
+			t.Fatalf("connections reached %d backends, %d are healthy", len(per), healthy)
+		}
+		victim := "az3-h2-g1"
+		if err := l.StopServer(victim); err != nil {
+			t.Fatal(err)
+		}
+		alive, dead := probe(conns)
+		var wrong []string
+		for b, k := range dead {
+			if b != victim {
+				wrong = append(wrong, fmt.Sprintf("%s: %d", b, k))
+			}
+		}
+		t.Logf("after stopping %s: %d connections broke (it had %d), %d alive", victim, dead[victim], per[victim], alive)
+		if len(wrong) > 0 {
+			t.Fatalf("connections of healthy backends broke: %v", wrong)
+		}
+		if dead[victim] != per[victim] {
+			t.Fatalf("%d of %s's %d connections broke", dead[victim], victim, per[victim])
+		}
+		waitDownN(t, ctx, c, "web6", "echo", "az3-h2/g1", healthy-1)
+		fresh := openEcho(t, ctx, l, "["+vipWeb6+"]:7000", 60)
+		for _, cn := range fresh {
+			if cn.backend == victim {
+				t.Errorf("a new connection reached the failed %s", victim)
+			}
+			cn.c.Close()
+		}
+		survivors := conns[:0]
+		for _, cn := range conns {
+			if cn.backend != victim {
+				survivors = append(survivors, cn)
+			}
+		}
+		if alive, dead := probe(survivors); alive != len(survivors) {
+			t.Fatalf("after the table dropped %s: %d of %d survivors alive, broken %v", victim, alive, len(survivors), dead)
+		}
+	})
+}
+
+// waitHealthy waits until every edge programs svc/pool's table with want
+// healthy backends, and returns it.
+func waitHealthy(t *testing.T, ctx context.Context, c *client.Client, svc, pool string, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last := -1
+	for time.Now().Before(deadline) {
+		if st, err := c.ServiceStatus(ctx, svc); err == nil {
+			for _, p := range st.Pools {
+				if p.Name == pool && p.Agree && len(p.Tables) > 0 {
+					if last = p.Tables[0].Healthy; last == want {
+						return want
+					}
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s/%s: %d healthy backends programmed, want %d", svc, pool, last, want)
+	return 0
 }
 
 // waitServing waits until url answers 20 new connections in a row: the
@@ -410,13 +522,30 @@ func probe(conns []*echoConn) (alive int, dead map[string]int) {
 
 func waitDown(t *testing.T, ctx context.Context, c *client.Client, svc, pool, key string) {
 	t.Helper()
+	st, err := c.ServiceStatus(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Pools {
+		if p.Name == pool && len(p.Tables) > 0 {
+			waitDownN(t, ctx, c, svc, pool, key, p.Tables[0].Backends-1)
+			return
+		}
+	}
+	t.Fatalf("%s has no pool %s with a table", svc, pool)
+}
+
+// waitDownN waits until key is marked down in svc/pool and every edge
+// programs its table with healthy backends.
+func waitDownN(t *testing.T, ctx context.Context, c *client.Client, svc, pool, key string, healthy int) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		st, err := c.ServiceStatus(ctx, svc)
 		if err == nil && st.Health != nil && st.Health.IsDown(pool, key) {
 			for _, p := range st.Pools {
-				// the edge's table counts one backend fewer healthy
-				if p.Name == pool && p.Agree && len(p.Tables) > 0 && p.Tables[0].Healthy == p.Tables[0].Backends-1 {
+				// the edges' tables count healthy backends
+				if p.Name == pool && p.Agree && len(p.Tables) > 0 && p.Tables[0].Healthy == healthy {
 					return
 				}
 			}
