@@ -320,10 +320,15 @@ func TestServices(t *testing.T) {
 
 	// The IPv6 VIP (issue 21) passes what the IPv4 one does: port
 	// dispatch, long-lived connections of which a failure breaks only its
-	// own, new connections away from the failed backend. Last: the
-	// subtests above stopped az2-h1-g1's server, which web6's own health
-	// checks must have taken out of its echo pool too.
+	// own, new connections away from the failed backend.
 	t.Run("IPv6 VIP: port dispatch, long-lived connections, a failure breaks only its own", func(t *testing.T) {
+		// The subtest above stopped az2-h1-g1's server, which the web
+		// pool (no health check) still holds: start it again (stopped
+		// first, in case that subtest did not get so far).
+		l.StopServer("az2-h1-g1")
+		if err := l.StartServer("az2-h1-g1"); err != nil {
+			t.Fatal(err)
+		}
 		base := "http://[" + vipWeb6 + "]"
 		waitServing(t, ctx, l, base+"/")
 		got80 := answers(t, ctx, l, base+"/", 60)
@@ -343,7 +348,7 @@ func TestServices(t *testing.T) {
 			t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
 		}
 
-		healthy := waitHealthy(t, ctx, c, "web6", "echo", len(allHosts)-1)
+		healthy := waitHealthy(t, ctx, c, "web6", "echo", len(allHosts))
 		const n = 300
 		conns := openEcho(t, ctx, l, "["+vipWeb6+"]:7000", n)
 		defer func() {
@@ -356,9 +361,6 @@ func TestServices(t *testing.T) {
 			per[cn.backend]++
 		}
 		t.Logf("%d connections over the IPv6 VIP: %v", n, per)
-		if per["az2-h1-g1"] > 0 {
-			t.Errorf("%d connections reached az2-h1-g1, whose server is stopped", per["az2-h1-g1"])
-		}
 		if len(per) != healthy {
 			t.Fatalf("connections reached %d backends, %d are healthy", len(per), healthy)
 		}
