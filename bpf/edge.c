@@ -1314,6 +1314,12 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 		/* Last: only what would be forwarded spends the EIP's bandwidth. */
 		if ((r->flags & ROUTE_F_BW) && bw_over(r->stats_idx, p.daddr, p.ip_len))
 			return count_drop(ctx, STAT_DROP_BW, len);
+	} else if (r && (bpf_ntohl(p.saddr) & 0xffff0000) == 0xa9fe0000) {
+		/* A link-local source (169.254/16) is never forwarded (RFC
+		 * 3927 7), from the underlay either: spoof_class, which
+		 * counts it a bogon, is the Internet side's. The IPv4 twin of
+		 * edge_ipv6's link-local check (found by the scale fuzzer). */
+		return count_drop(ctx, STAT_DROP_IP_MARTIAN, len);
 	}
 	fib = fib_room();
 	if (!fib)

@@ -71,6 +71,11 @@ func TestEdgeAntiSpoof(t *testing.T) {
 			action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
 		{name: "an underlay source to an EIP from the underlay side is not checked", dev: dptest.UlDev, in: to(hostAddr, eip),
 			action: xdpTX, stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipRx: 1},
+		// But a link-local source is never forwarded (RFC 3927 7), from
+		// the underlay either (it was encapsulated: the scale fuzzer's
+		// IPv6 twin found it).
+		{name: "a link-local source to an EIP from the underlay side", dev: dptest.UlDev, in: to("169.254.1.1", eip),
+			action: xdpDrop, stats: map[string]uint64{"drop_ip_martian": 1}, eipSlot: slot},
 	}
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
 

@@ -123,6 +123,14 @@ func (v Verdict) String() string {
 	return "may be forwarded"
 }
 
+var linkLocal4 = netip.MustParsePrefix("169.254.0.0/16")
+
+// isPublic reports whether a is one of the region's EIPs or VIPs.
+func (r *Region) isPublic(a netip.Addr) bool {
+	_, eip := r.EIPs[a]
+	return eip || r.VIPs[a]
+}
+
 // inRegion returns the class of an Internet-side source to an EIP or VIP
 // that must be dropped as spoofed, or "".
 func (r *Region) spoofClass(p IPv4) string {
@@ -248,6 +256,11 @@ func (r *Region) JudgeEdge(side Side, b []byte) (v Verdict) {
 				v.Forbid = c
 				return v
 			}
+		} else if r.isPublic(p.Dst()) && linkLocal4.Contains(p.Src()) {
+			// RFC 3927 7: a router forwards no link-local source,
+			// whichever side it came from.
+			v.Forbid = "link-local source " + p.Src().String() + " from the underlay (RFC 3927 7)"
+			return v
 		}
 		return v
 	}
