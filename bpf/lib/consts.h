@@ -87,6 +87,11 @@
 #ifndef CT_MAX
 #define CT_MAX (1 << 20)
 #endif
+/* IPv6 VIPs' flows (lb_conns6): a quarter of the IPv4 table by default,
+ * its entry being twice as large (--ct-size6). */
+#ifndef CT6_MAX
+#define CT6_MAX (CT_MAX / 4)
+#endif
 /* nat backends (address, port, protocol) of exactly one VIP and port: the
  * reply path's stateless fallback (lb_nat_backends). */
 #define LB_NAT_BACKENDS_MAX 65536

@@ -350,10 +350,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_ranges6 SEC(".maps");
 
-/* IPv6 flows' connection table (lb_conns; sized by the daemon as it is). */
+/* IPv6 flows' connection table (lb_conns' IPv6 twin; CT6_MAX by default,
+ * sized by the daemon: --ct-size6). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, CT_MAX);
+	__uint(max_entries, CT6_MAX);
 	__type(key, struct ct_key6);
 	__type(value, struct ct_entry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

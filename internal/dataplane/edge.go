@@ -73,7 +73,7 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	}
 	size(edgeMapLbConns, o.ConnMax)
 	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
-	size(edgeMapLbConns6, o.ConnMax)   // IPv6 flows: sized as the IPv4 table
+	size(edgeMapLbConns6, conns6(o))
 	size(edgeMapLbListeners, o.ListenerMax)
 	// IPv6 VIPs' exact-port listeners: LB_LISTENERS6_MAX (a quarter of
 	// lb_listeners'), never more than ListenerMax.
@@ -83,6 +83,18 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	for _, n := range backendSized {
 		size(n, o.BackendMax)
 	}
+}
+
+// conns6 is the capacity LoadOptions give lb_conns6: ConnMax6, else a
+// quarter of ConnMax (at least 1), else 0 (the compiled CT6_MAX).
+func conns6(o LoadOptions) uint32 {
+	if o.ConnMax6 > 0 {
+		return o.ConnMax6
+	}
+	if o.ConnMax > 0 {
+		return max(o.ConnMax/4, 1)
+	}
+	return 0
 }
 
 // loadEdgeSpec loads an edge object (this version's, or an earlier

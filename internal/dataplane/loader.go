@@ -68,6 +68,10 @@ type LoadOptions struct {
 	// ConnMax overrides the capacity of the edge's connection tables
 	// (lb_conns, lb_nat_conns; CT_MAX, 1M entries, by default).
 	ConnMax uint32
+	// ConnMax6 overrides the capacity of the IPv6 VIPs' connection table
+	// (lb_conns6); 0: a quarter of ConnMax, or CT6_MAX (256k entries)
+	// without it.
+	ConnMax6 uint32
 	// ListenerMax overrides the capacity of the edge's single-port
 	// listener map (lb_listeners; LB_LISTENERS_MAX, 256k entries, by
 	// default).

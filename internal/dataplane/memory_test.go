@@ -66,7 +66,10 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		}
 	}
 	if o.ConnMax > 0 {
-		want[edgeMapLbConns], want[edgeMapLbConns6], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax, o.ConnMax
+		want[edgeMapLbConns], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax
+	}
+	if c6 := conns6(o); c6 > 0 {
+		want[edgeMapLbConns6] = c6
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
@@ -101,7 +104,7 @@ func TestMapMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.EIPMax == 0 && o.ConnMax == 0 && o.ListenerMax == 0 && o.BackendMax == 0 {
+		if o.EIPMax == 0 && o.ConnMax == 0 && o.ConnMax6 == 0 && o.ListenerMax == 0 && o.BackendMax == 0 {
 			for n, m := range e.Maps() {
 				entries[n] = m.MaxEntries()
 			}
@@ -116,6 +119,12 @@ func TestMapMemory(t *testing.T) {
 	td, ts := logMapMemory(t, entries, def, small)
 	if ts*4 >= td {
 		t.Errorf("maps at the 100k sizing take %d bytes, not under a quarter of the default's %d", ts, td)
+	}
+	// --ct-size6 sizes lb_conns6 alone, whatever --ct-size says.
+	load(LoadOptions{ConnMax6: 4096})
+	load(LoadOptions{ConnMax: 65536, ConnMax6: 131072})
+	if entries[edgeMapLbConns6]*4 != entries[edgeMapLbConns] {
+		t.Errorf("lb_conns6 holds %d entries by default, not a quarter of lb_conns' %d", entries[edgeMapLbConns6], entries[edgeMapLbConns])
 	}
 	// Below 64k EIPs, --eip-max caps the limits' maps too.
 	tiny := LoadOptions{EIPMax: 8192}

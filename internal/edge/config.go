@@ -119,7 +119,7 @@ func (c Config) Check() error {
 	for _, s := range []struct {
 		flag     string
 		v, limit uint32
-	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault},
+	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault}, {"--ct-size6", c.ConnMax6, dataplane.ConnMaxDefault},
 		{"--listener-max", c.ListenerMax, dataplane.ListenerMaxDefault}, {"--backend-max", c.BackendMax, dataplane.BackendMaxDefault}} {
 		if s.v > s.limit {
 			bad("%s %d: above the compiled capacity %d, the most an edge holds (0: %d)", s.flag, s.v, s.limit, s.limit)

@@ -42,6 +42,9 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if cfg.ConnMax != 0 {
 		load.ConnMax = cfg.ConnMax
 	}
+	if cfg.ConnMax6 != 0 {
+		load.ConnMax6 = cfg.ConnMax6
+	}
 	if cfg.ListenerMax != 0 {
 		load.ListenerMax = cfg.ListenerMax
 	}

@@ -73,6 +73,9 @@ type Config struct {
 	// ceiling (dataplane.EIPMaxDefault, ConnMaxDefault,
 	// ListenerMaxDefault, BackendMaxDefault).
 	EIPMax, ConnMax, ListenerMax, BackendMax uint32
+	// ConnMax6 sizes the IPv6 VIPs' connection table (lb_conns6); 0: a
+	// quarter of ConnMax (dataplane.LoadOptions.ConnMax6).
+	ConnMax6 uint32
 	// FollowShare makes the edge load and watch only its set's share of
 	// the store (FollowShare, docs/scale.md "Scopes") instead of the
 	// whole region; `azgate edge` sets it unless --follow-share=false.
