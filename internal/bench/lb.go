@@ -29,6 +29,9 @@ const (
 	lbVIP     = "198.51.100.20"
 	lbVIPEnc  = "198.51.100.21"
 	lbBackend = "198.19.100.1"
+	// The IPv6 VIP (encap, tcp:443 -> the encap VIP's guest; this build
+	// only: the baseline objects may have no IPv6 VIP maps).
+	lbVIP6 = "2001:db8:e1::21"
 )
 
 // LB measures Maglev's properties, the load balancer's per-packet costs
@@ -125,6 +128,11 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		return nil, err
 	}
 	defer b.Close()
+	// The IPv6 VIP's replies route to the Internet side's IPv6 default
+	// gateway (dptest.Env.InternetIPv6).
+	if err := env.InternetIPv6(); err != nil {
+		return nil, err
+	}
 	now, err := b.Jiffies()
 	if err != nil {
 		return nil, err
@@ -162,6 +170,13 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	newSyn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIP, 1024, 80, size, "syn")
 	reply := tcpFrameFlags(dptest.FabMAC, dptest.UlMAC, lbBackend, benchClient, 8080, 40000, size, "ack")
 	encAck := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, size, "ack")
+	encAck6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, size, "ack")
+	// The backend guest's answer, NVGRE from its host (the encap VIP's
+	// backend: benchHost, benchVSID), to go to the Internet.
+	encReply := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrameFlags("02:cc:00:00:00:02", "02:00:00:00:00:fe", lbVIPEnc, benchClient, 443, 40000, size, "ack"))
+	encReply6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrameFlags6("02:cc:00:00:00:02", "02:00:00:00:00:fe", lbVIP6, benchClient6, 443, 40000, size, "ack"))
 
 	// After a new-flow timing: every run must have inserted its flow
 	// (or, capped, none may have); the entries go again, so every timing
@@ -211,6 +226,13 @@ func lbPackets(o LBOptions) ([]Result, error) {
 			}, note: "as lb_new_flow_nat with an insert rate of 1/s: every run past the first is forwarded by the Maglev table without an entry"},
 		{name: "lb_nat_reply (SNAT back to the VIP)", prog: "edge", dev: dptest.UlDev, frame: reply, action: actRedirect, chain: true},
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
+		{name: "lb_ct_hit_encap6 (IPv6 VIP, established flow in lb_conns6, NVGRE over the IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: encAck6,
+			action: actRedirect, chain: true, moves: true, cur: true, twin: "lb_ct_hit_encap (established flow, NVGRE)",
+			note: "this version only: the baseline may have no IPv6 VIP"},
+		{name: "lb_encap_reply (encap VIP's backend to the Internet, from its host)", prog: "edge", dev: dptest.UlDev, frame: encReply, action: actRedirect, chain: true, moves: true},
+		{name: "lb_encap_reply6 (IPv6 VIP's backend to the Internet, checked against lb_conns6)", prog: "edge", dev: dptest.UlDev, frame: encReply6,
+			action: actRedirect, chain: true, moves: true, cur: true, twin: "lb_encap_reply (encap VIP's backend to the Internet, from its host)",
+			note: "this version only: the baseline may have no IPv6 VIP"},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -269,10 +291,21 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64, hz uint32) (s *s
 	}
 	// The established flows, inserted by the program (after the fill,
 	// which could otherwise overwrite them).
-	for _, f := range [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, 128, "syn"),
-		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, 128, "syn")} {
-		if _, err := env.Run(e.Program(), dptest.ExtDev, f); err != nil {
+	syns := [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, 128, "syn"),
+		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, 128, "syn")}
+	if edgeFile == "" {
+		if err := setupLB6(e); err != nil {
 			return nil, err
+		}
+		syns = append(syns, tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, 128, "syn"))
+	}
+	for _, f := range syns {
+		r, err := env.Run(e.Program(), dptest.ExtDev, f)
+		if err != nil {
+			return nil, err
+		}
+		if r.Action != actRedirect {
+			return nil, fmt.Errorf("the timed flows' SYN: action %d, want %d (redirect)", r.Action, actRedirect)
 		}
 	}
 	n, err := e.ConnCount()
@@ -344,6 +377,16 @@ func setupLB(e *dataplane.Edge, n int, hz uint32) error {
 	}
 	return e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIPEnc), Proto: dataplane.ProtoTCP, Port: 443},
 		dataplane.ListenerValue{Table: 1})
+}
+
+// setupLB6 programs the IPv6 VIP lbVIP6 (tcp:443 -> setupLB's encap
+// table 1, its one guest), after setupLB.
+func setupLB6(e *dataplane.Edge) error {
+	v := netip.MustParseAddr(lbVIP6)
+	if err := e.PutListener(dataplane.Listener{VIP: v, Proto: dataplane.ProtoTCP, Port: 443}, dataplane.ListenerValue{Table: 1}); err != nil {
+		return err
+	}
+	return e.PutVIP(v)
 }
 
 // bigConnTable loads an edge with an n-entry connection table, fills it,
