@@ -245,6 +245,7 @@ func TestPerPacketSuitesIPv6Rows(t *testing.T) {
 		{"dataplane", "agent_snat66_vip_encap ", ""},
 		{"lb", "lb_ct_hit_encap6 ", "lb_ct_hit_encap "},
 		{"lb", "lb_encap_reply6 ", "lb_encap_reply "},
+		{"lb", "lb_new_flow_encap6 ", "lb_new_flow_encap "},
 	} {
 		r, ok := find(c.suite, c.path)
 		if !ok || !r.PerPacket || r.Value <= 0 {
