@@ -143,6 +143,76 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 	}
 }
 
+// TestChainVaryGivesDistinctFlows6 is TestChainVaryGivesDistinctFlows for
+// SYNs to an IPv6 VIP: xdp_chain rewrites the IPv6 client (its TCP
+// checksum still valid: the edge would drop it) and every run inserts its
+// own entry in lb_conns6, the entries DeleteVaryConns6 names.
+func TestChainVaryGivesDistinctFlows6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, namespaces)")
+	}
+	env, err := dptest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), HashSeed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := setupLB(e, 10, hz); err != nil {
+		t.Fatal(err)
+	}
+	if err := setupLB6(e); err != nil {
+		t.Fatal(err)
+	}
+	syn := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, lbNewClient6, lbVIP6, 1024, 443, 128, "syn")
+	if err := b.SetBenchFrame(syn); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetChainTarget(e.Program()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetVary(true); err != nil {
+		t.Fatal(err)
+	}
+	defer b.SetVary(false)
+	const runs = 3000
+	if _, err := timeProg(env, b.Chain(), dptest.ExtDev, syn, runs, actRedirect); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.VaryRuns(); err != nil || got != runs {
+		t.Fatalf("chain counted %d runs (%v), want %d", got, err, runs)
+	}
+	n, err := e.ConnCount6()
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := e.DeleteVaryConns6(netip.MustParseAddr(lbNewClient6), netip.MustParseAddr(lbVIP6), 443, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != runs || del != runs {
+		t.Errorf("%d runs left %d IPv6 entries, %d of them the runs' flows; want %d distinct new flows", runs, n, del, runs)
+	}
+	if n, err := e.ConnCount(); err != nil || n != 0 {
+		t.Errorf("the IPv4 table holds %d entries (%v), want none", n, err)
+	}
+}
+
 // TestCompareTakesFastestOfEachBuild: compare reads what Report writes,
 // keeps the fastest run of each build per path, and cuts only paths.
 func TestCompareTakesFastestOfEachBuild(t *testing.T) {
