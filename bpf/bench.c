@@ -267,7 +267,9 @@ struct {
  * checksums updated incrementally) from the per-CPU run counter
  * bench_vary_seq, so each run is a flow no earlier run had: n gives the
  * client (n & 0xff) and the port 1024 + (n >> 8) % 64512, 16.5 million
- * distinct flows. */
+ * distinct flows. A TCP/IPv6 frame (no extension header) the same: the
+ * last byte of its source address and its source port, the TCP checksum
+ * updated (IPv6 has no header checksum). */
 struct bench_vary {
 	__u32 on;
 	__u32 pad;
@@ -299,6 +301,25 @@ static __always_inline int bench_vary(struct xdp_md *ctx)
 	__u32 n = (__u32)(*seq)++;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__be16 *proto = data + 12;
+	if ((void *)(proto + 1) > data_end)
+		return -1;
+	if (*proto == bpf_htons(ETH_P_IPV6_)) {
+		__u8 *ip6 = data + ETH_HLEN_;
+		if ((void *)(ip6 + 40) > data_end || ip6[6] != IPPROTO_TCP_)
+			return -1;
+		struct tcphdr *th6 = (void *)(ip6 + 40);
+		if ((void *)(th6 + 1) > data_end)
+			return -1;
+		__be16 *sa6 = (__be16 *)(ip6 + 8 + 14); /* the source's last 16 bits */
+		__be16 old_lo = *sa6, old_port = th6->source;
+		__be16 new_lo = (old_lo & bpf_htons(0xff00)) | bpf_htons(n & 0xff);
+		__be16 new_port = bpf_htons(1024 + (n >> 8) % 64512);
+		*sa6 = new_lo;
+		th6->source = new_port;
+		th6->check = csum_replace2(csum_replace2(th6->check, old_lo, new_lo), old_port, new_port);
+		return 0;
+	}
 	struct iphdr *iph = data + ETH_HLEN_;
 	if ((void *)(iph + 1) > data_end || iph->ihl != 5 || iph->protocol != IPPROTO_TCP_)
 		return -1;

@@ -143,6 +143,76 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 	}
 }
 
+// TestChainVaryGivesDistinctFlows6 is TestChainVaryGivesDistinctFlows for
+// SYNs to an IPv6 VIP: xdp_chain rewrites the IPv6 client (its TCP
+// checksum still valid: the edge would drop it) and every run inserts its
+// own entry in lb_conns6, the entries DeleteVaryConns6 names.
+func TestChainVaryGivesDistinctFlows6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, namespaces)")
+	}
+	env, err := dptest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	b, err := dataplane.LoadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	hz, err := b.MeasureHZ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), HashSeed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := setupLB(e, 10, hz); err != nil {
+		t.Fatal(err)
+	}
+	if err := setupLB6(e); err != nil {
+		t.Fatal(err)
+	}
+	syn := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, lbNewClient6, lbVIP6, 1024, 443, 128, "syn")
+	if err := b.SetBenchFrame(syn); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetChainTarget(e.Program()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetVary(true); err != nil {
+		t.Fatal(err)
+	}
+	defer b.SetVary(false)
+	const runs = 3000
+	if _, err := timeProg(env, b.Chain(), dptest.ExtDev, syn, runs, actRedirect); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.VaryRuns(); err != nil || got != runs {
+		t.Fatalf("chain counted %d runs (%v), want %d", got, err, runs)
+	}
+	n, err := e.ConnCount6()
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := e.DeleteVaryConns6(netip.MustParseAddr(lbNewClient6), netip.MustParseAddr(lbVIP6), 443, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != runs || del != runs {
+		t.Errorf("%d runs left %d IPv6 entries, %d of them the runs' flows; want %d distinct new flows", runs, n, del, runs)
+	}
+	if n, err := e.ConnCount(); err != nil || n != 0 {
+		t.Errorf("the IPv4 table holds %d entries (%v), want none", n, err)
+	}
+}
+
 // TestCompareTakesFastestOfEachBuild: compare reads what Report writes,
 // keeps the fastest run of each build per path, and cuts only paths.
 func TestCompareTakesFastestOfEachBuild(t *testing.T) {
@@ -200,5 +270,81 @@ func TestDataplaneSideSetupError(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "no-such-edge.o") {
 		t.Errorf("error %q does not name the missing object", err)
+	}
+}
+
+// TestPerPacketSuitesIPv6Rows runs bench dataplane and bench lb once,
+// briefly (the figures mean nothing at this repeat), so a broken row fails
+// here: every path must take its intended action through the real
+// programs and its replayed instructions must match the kernel's run (the
+// suites check both), and the IPv6 rows must come out with their
+// instruction counts and, where they have an IPv4 twin, the comparison of
+// the two costs above the floor.
+func TestPerPacketSuitesIPv6Rows(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, namespaces)")
+	}
+	dp, err := Dataplane(DataplaneOptions{Repeat: 2000, Rounds: 1, NoMonitor: true})
+	if err != nil {
+		t.Fatalf("bench dataplane: %v", err)
+	}
+	lb, err := LB(LBOptions{Repeat: 2000, Rounds: 1})
+	if err != nil {
+		t.Fatalf("bench lb: %v", err)
+	}
+	rows := map[string]Result{}
+	for _, r := range append(dp, lb...) {
+		rows[r.Suite+"/"+r.Name] = r
+	}
+	find := func(suite, prefix string) (Result, bool) {
+		for k, r := range rows {
+			if strings.HasPrefix(k, suite+"/"+prefix) {
+				return r, true
+			}
+		}
+		return Result{}, false
+	}
+	for _, c := range []struct {
+		suite, path, twin string // path and twin: name prefixes
+	}{
+		{"dataplane", "edge_encap6 ", "edge_encap "},
+		{"dataplane", "edge_decap6 ", "edge_decap "},
+		{"dataplane", "agent_decap_dnat6 ", "agent_decap_dnat "},
+		{"dataplane", "agent_snat_encap6 ", "agent_snat_encap "},
+		{"dataplane", "agent_decap_dnat66_vip ", ""},
+		{"dataplane", "agent_snat66_vip_encap ", ""},
+		{"lb", "lb_ct_hit_encap6 ", "lb_ct_hit_encap "},
+		{"lb", "lb_encap_reply6 ", "lb_encap_reply "},
+		{"lb", "lb_new_flow_encap6 ", "lb_new_flow_encap "},
+	} {
+		r, ok := find(c.suite, c.path)
+		if !ok || !r.PerPacket || r.Value <= 0 {
+			t.Errorf("%s: no timed row %q (%+v)", c.suite, c.path, r)
+			continue
+		}
+		n, ok := find(c.suite, "insns "+c.path)
+		if !ok || n.Value < 100 {
+			t.Errorf("%s: no instruction count for %q (%+v)", c.suite, c.path, n)
+		}
+		if c.twin == "" {
+			continue
+		}
+		tw, ok := find(c.suite, c.twin)
+		v, ok2 := find(c.suite, "v6_vs_v4 "+c.path)
+		if !ok || !ok2 {
+			t.Errorf("%s: %q has no twin row %q or no comparison row", c.suite, c.path, c.twin)
+			continue
+		}
+		if v.Value != r.AboveFloor || v.BaselineValue != tw.AboveFloor || v.Baseline != tw.Name || v.Ratio != ratio(r.AboveFloor, tw.AboveFloor) {
+			t.Errorf("%s: comparison %+v does not compare %q (%.2f above the floor) with %q (%.2f)", c.suite, v, r.Name, r.AboveFloor, tw.Name, tw.AboveFloor)
+		}
+	}
+	// The new-flow rows must still have emptied the connection table of
+	// their entries (their after hooks fail the suite otherwise) and the
+	// IPv4 rows still be there beside the IPv6 ones.
+	for _, p := range []string{"lb_new_flow_nat ", "lb_ct_hit_nat ", "lb_nat_reply "} {
+		if _, ok := find("lb", p); !ok {
+			t.Errorf("lb: no row %q", p)
+		}
 	}
 }

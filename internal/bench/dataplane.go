@@ -25,6 +25,14 @@ const (
 	benchPriv6    = "2001:db8:f0::1"
 	benchClient6  = "2001:db8:c::10"
 	benchPriv6Net = "2001:db8:f0::/64"
+	// The IPv6 VIP the agent serves (tcp:443 -> port 8443 of a guest
+	// with no IPv6 EIP: its replies go by agent_flows6 alone), the guest
+	// named by its IPv4 address in the edge's inner destination MAC
+	// (02:01 + the address).
+	benchVIP6       = "2001:db8:e2::80"
+	benchSvcGuest   = "198.19.21.8"
+	benchSvcGuest6  = "2001:db8:f0::8"
+	benchSvcGuestMC = "02:01:c6:13:15:08"
 )
 
 // DataplaneOptions tune the suite.
@@ -77,6 +85,10 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	if err := env.InternetIPv6(); err != nil {
 		return nil, err
 	}
+	// The IPv6 VIP's backend guest: a neighbour on the guest link.
+	if err := env.GuestIPv6(benchSvcGuest6); err != nil {
+		return nil, err
+	}
 
 	cur, err := dataplaneSide(env, "", "", "")
 	if err != nil {
@@ -113,6 +125,10 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	toAgent6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
 		tcpFrame6("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient6, benchEIP6, 40000, 80, size))
 	fromGuest6 := tcpFrame6(dptest.VMMAC, dptest.GuestMAC, benchPriv6, benchClient6, 80, 40000, size)
+	// An established flow to the IPv6 VIP (dataplaneSide's SYN recorded it
+	// in agent_flows6), and the guest's answer on it.
+	toAgentSvc6 := svc6FromEdge(benchVIP6, "ack", size)
+	fromSvcGuest6 := tcpFrameFlags6(dptest.VMMAC, dptest.GuestMAC, benchSvcGuest6, benchClient6, 8443, 40000, size, "ack")
 
 	// bench.c's, the same for both sides.
 	for _, sd := range sides {
@@ -124,17 +140,27 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		{name: "bare_nvgre_encap (constant headers, no lookups)", prog: "bare_encap", dev: dptest.ExtDev, frame: inetTCP, action: actTX},
 		{name: "edge_encap (Internet to EIP, TCP)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP, action: actRedirect, chain: true, moves: true, target: "<= 4x"},
 		{name: "edge_encap6 (Internet to IPv6 EIP, TCP; IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: inetTCP6, action: actRedirect, chain: true, moves: true, cur: true,
-			note: "this version only: the baseline has no IPv6 EIP path", target: "within 10 % of edge_encap above the floor"},
+			note: "this version only: the baseline has no IPv6 EIP path", target: "within 10 % of edge_encap above the floor",
+			twin: "edge_encap (Internet to EIP, TCP)"},
 		{name: "edge_decap (host to Internet)", prog: "edge", dev: dptest.UlDev, frame: fromHost, action: actRedirect, chain: true, moves: true},
 		{name: "edge_decap6 (host to Internet, IPv6 guest; IPv4 underlay)", prog: "edge", dev: dptest.UlDev, frame: fromHost6, action: actRedirect, chain: true, moves: true, cur: true,
-			note: "this version only: the baseline has no IPv6 return path", target: "within 10 % of edge_decap above the floor"},
+			note: "this version only: the baseline has no IPv6 return path", target: "within 10 % of edge_decap above the floor",
+			twin: "edge_decap (host to Internet)"},
 		{name: "edge_pass (not an EIP)", prog: "edge", dev: dptest.ExtDev, frame: notOurs, action: actPass},
 		{name: "edge_drop (bad IP checksum)", prog: "edge", dev: dptest.ExtDev, frame: badCsum, action: actDrop},
 		{name: "agent_decap_dnat (edge to guest)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent, action: actRedirect, chain: true, moves: true},
 		{name: "agent_snat_encap (guest to edge)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true},
 		{name: "agent_decap_dnat6 (edge to guest, IPv6 EIP)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgent6, action: actRedirect, chain: true, moves: true, cur: true,
-			note: "its next hop through the IPv6 next-hop cache (nh_cache6)", target: "within 10 % of agent_decap_dnat above the floor"},
-		{name: "agent_snat_encap6 (guest to edge, IPv6 EIP)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest6, action: actRedirect, chain: true, moves: true, cur: true},
+			note: "its next hop through the IPv6 next-hop cache (nh_cache6)", target: "within 10 % of agent_decap_dnat above the floor",
+			twin: "agent_decap_dnat (edge to guest)"},
+		{name: "agent_snat_encap6 (guest to edge, IPv6 EIP)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromGuest6, action: actRedirect, chain: true, moves: true, cur: true,
+			twin: "agent_snat_encap (guest to edge)"},
+		{name: "agent_decap_dnat66_vip (edge to guest, IPv6 VIP: agent_svc6, flow in agent_flows6)", prog: "agent_underlay", dev: dptest.UlDev, frame: toAgentSvc6,
+			action: actRedirect, chain: true, moves: true, cur: true,
+			note: "an established flow (its SYN recorded it before the timings): agent_svc6 and the flow found, nothing written; this version only"},
+		{name: "agent_snat66_vip_encap (guest to edge, IPv6 VIP reply by agent_flows6)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromSvcGuest6,
+			action: actRedirect, chain: true, moves: true, cur: true,
+			note: "a guest with no IPv6 EIP: the reply goes by its flow alone, back to the VIP's port 443 and the edge the flow came from; this version only"},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -254,6 +280,20 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 		if err := a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP6), Private: netip.MustParseAddr(benchPriv6), VSID: benchVSID, StatsIdx: 2, Ifindex: uint32(g1)}); err != nil {
 			return nil, err
 		}
+		// The IPv6 VIP (the baseline objects may have no agent_svc6):
+		// tcp:443 -> benchSvcGuest6:8443, its flow's SYN through the
+		// program so the timed packets find it in agent_flows6.
+		if err := a.PutService(dataplane.AgentService{VIP: netip.MustParseAddr(benchVIP6), Guest: netip.MustParseAddr(benchSvcGuest),
+			Guest6: netip.MustParseAddr(benchSvcGuest6), Ifindex: uint32(g1), Proto: dataplane.ProtoTCP, VPort: 443, BPort: 8443, VSID: benchVSID}); err != nil {
+			return nil, err
+		}
+		r, err := env.Run(a.UnderlayProgram(), dptest.UlDev, svc6FromEdge(benchVIP6, "syn", 128))
+		if err != nil {
+			return nil, err
+		}
+		if r.Action != actRedirect {
+			return nil, fmt.Errorf("the IPv6 VIP flow's SYN to the agent: action %d, want %d (redirect)", r.Action, actRedirect)
+		}
 	}
 	s.edge = e
 	s.progs["edge"] = e.Program()
@@ -264,6 +304,15 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// svc6FromEdge is a TCP packet (flags "syn" or "ack") from benchClient6
+// port 40000 to vip port 443, as an edge sends it to the agent for the
+// backend benchSvcGuest: NVGRE from benchEdge, inner destination MAC
+// 02:01 + the guest's IPv4 address.
+func svc6FromEdge(vip, flags string, size int) []byte {
+	return nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|0x21,
+		tcpFrameFlags6("02:00:00:00:00:fe", benchSvcGuestMC, benchClient6, vip, 40000, 443, size, flags))
 }
 
 // timeProg runs prog repeat times on frame as if it arrived on dev of the

@@ -29,6 +29,9 @@ const (
 	lbVIP     = "198.51.100.20"
 	lbVIPEnc  = "198.51.100.21"
 	lbBackend = "198.19.100.1"
+	// The IPv6 VIP (encap, tcp:443 -> the encap VIP's guest; this build
+	// only: the baseline objects may have no IPv6 VIP maps).
+	lbVIP6 = "2001:db8:e1::21"
 )
 
 // LB measures Maglev's properties, the load balancer's per-packet costs
@@ -110,6 +113,9 @@ const (
 	// Runs per new-flow timing: the table grows to lbConnFill + this,
 	// well inside its capacity, so the LRU evicts nothing meanwhile.
 	lbNewFlowRuns = 500_000
+	// The IPv6 new-flow case's clients (the last byte and the port vary
+	// as lbNewClient's), none among FillConns6's (2001:db8:fe::/64).
+	lbNewClient6 = "2001:db8:c1::1"
 )
 
 // lbPackets times the load balancer's paths in repeat mode, with the same
@@ -125,6 +131,11 @@ func lbPackets(o LBOptions) ([]Result, error) {
 		return nil, err
 	}
 	defer b.Close()
+	// The IPv6 VIP's replies route to the Internet side's IPv6 default
+	// gateway (dptest.Env.InternetIPv6).
+	if err := env.InternetIPv6(); err != nil {
+		return nil, err
+	}
 	now, err := b.Jiffies()
 	if err != nil {
 		return nil, err
@@ -162,6 +173,15 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	newSyn := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIP, 1024, 80, size, "syn")
 	reply := tcpFrameFlags(dptest.FabMAC, dptest.UlMAC, lbBackend, benchClient, 8080, 40000, size, "ack")
 	encAck := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, size, "ack")
+	newSynEnc := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIPEnc, 1024, 443, size, "syn")
+	newSyn6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, lbNewClient6, lbVIP6, 1024, 443, size, "syn")
+	encAck6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, size, "ack")
+	// The backend guest's answer, NVGRE from its host (the encap VIP's
+	// backend: benchHost, benchVSID), to go to the Internet.
+	encReply := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrameFlags("02:cc:00:00:00:02", "02:00:00:00:00:fe", lbVIPEnc, benchClient, 443, 40000, size, "ack"))
+	encReply6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7,
+		tcpFrameFlags6("02:cc:00:00:00:02", "02:00:00:00:00:fe", lbVIP6, benchClient6, 443, 40000, size, "ack"))
 
 	// After a new-flow timing: every run must have inserted its flow
 	// (or, capped, none may have); the entries go again, so every timing
@@ -170,12 +190,16 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	// token a second, so a timing of several seconds may insert one entry
 	// per second it ran, besides the burst of one.
 	var capSince time.Time
-	cleanup := func(wantInserted bool) func(s *side, runs uint64) error {
+	cleanupFor := func(client, vip string, vport uint16, wantInserted bool) func(s *side, runs uint64) error {
 		return func(s *side, runs uint64) error {
 			if runs >= dataplane.VaryFlows {
 				return fmt.Errorf("%d runs: more than the %d distinct flows the chain gives", runs, dataplane.VaryFlows)
 			}
-			n, err := s.edge.DeleteVaryConns(netip.MustParseAddr(lbNewClient), netip.MustParseAddr(lbVIP), 80, uint32(runs))
+			del := s.edge.DeleteVaryConns
+			if netip.MustParseAddr(vip).Is6() {
+				del = s.edge.DeleteVaryConns6
+			}
+			n, err := del(netip.MustParseAddr(client), netip.MustParseAddr(vip), vport, uint32(runs))
 			if err != nil {
 				return err
 			}
@@ -188,6 +212,9 @@ func lbPackets(o LBOptions) ([]Result, error) {
 			}
 			return nil
 		}
+	}
+	cleanup := func(wantInserted bool) func(s *side, runs uint64) error {
+		return cleanupFor(lbNewClient, lbVIP, 80, wantInserted)
 	}
 	capOn := func(on bool) func(s *side) error {
 		return func(s *side) error {
@@ -211,6 +238,20 @@ func lbPackets(o LBOptions) ([]Result, error) {
 			}, note: "as lb_new_flow_nat with an insert rate of 1/s: every run past the first is forwarded by the Maglev table without an entry"},
 		{name: "lb_nat_reply (SNAT back to the VIP)", prog: "edge", dev: dptest.UlDev, frame: reply, action: actRedirect, chain: true},
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
+		{name: "lb_ct_hit_encap6 (IPv6 VIP, established flow in lb_conns6, NVGRE over the IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: encAck6,
+			action: actRedirect, chain: true, moves: true, cur: true, twin: "lb_ct_hit_encap (established flow, NVGRE)",
+			note: "this version only: the baseline may have no IPv6 VIP"},
+		{name: "lb_new_flow_encap (encap VIP: miss in a 1M-entry table, Maglev, insert, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: newSynEnc, action: actRedirect,
+			chain: true, moves: true, vary: true, repeat: lbNewFlowRuns, before: capOn(false), after: cleanupFor(lbNewClient, lbVIPEnc, 443, true),
+			note: "as lb_new_flow_nat, to the encap VIP (tcp:443, one guest): the IPv6 new-flow row's twin"},
+		{name: "lb_new_flow_encap6 (IPv6 VIP: miss in a 1M-entry lb_conns6, Maglev, insert, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: newSyn6, action: actRedirect,
+			chain: true, moves: true, vary: true, repeat: lbNewFlowRuns, before: capOn(false), after: cleanupFor(lbNewClient6, lbVIP6, 443, true), cur: true,
+			twin: "lb_new_flow_encap (encap VIP: miss in a 1M-entry table, Maglev, insert, NVGRE)",
+			note: fmt.Sprintf("a SYN of a distinct IPv6 client every run (xdp_chain), none in lb_conns6, which holds %d flows filled from user space (FillConns6), capacity %d; %d runs per timing, whose entries are deleted after it; this version only", lbConnFill, lbConnMax, lbNewFlowRuns)},
+		{name: "lb_encap_reply (encap VIP's backend to the Internet, from its host)", prog: "edge", dev: dptest.UlDev, frame: encReply, action: actRedirect, chain: true, moves: true},
+		{name: "lb_encap_reply6 (IPv6 VIP's backend to the Internet, checked against lb_conns6)", prog: "edge", dev: dptest.UlDev, frame: encReply6,
+			action: actRedirect, chain: true, moves: true, cur: true, twin: "lb_encap_reply (encap VIP's backend to the Internet, from its host)",
+			note: "this version only: the baseline may have no IPv6 VIP"},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -269,10 +310,33 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64, hz uint32) (s *s
 	}
 	// The established flows, inserted by the program (after the fill,
 	// which could otherwise overwrite them).
-	for _, f := range [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, 128, "syn"),
-		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, 128, "syn")} {
-		if _, err := env.Run(e.Program(), dptest.ExtDev, f); err != nil {
+	syns := [][]byte{tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIP, 40000, 80, 128, "syn"),
+		tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, benchClient, lbVIPEnc, 40000, 443, 128, "syn")}
+	if edgeFile == "" {
+		if err := setupLB6(e); err != nil {
 			return nil, err
+		}
+		syns = append(syns, tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, 128, "syn"))
+		// The IPv6 table as full as the IPv4 one, so the new-flow row
+		// misses in a table of the same size.
+		if err := e.FillConns6(lbConnFill, netip.MustParseAddr(lbVIP6), 443, 100, now); err != nil {
+			return nil, err
+		}
+		n, err := e.ConnCount6()
+		if err != nil {
+			return nil, err
+		}
+		if n < lbConnFill {
+			return nil, fmt.Errorf("IPv6 connection table holds %d entries after the fill, want %d", n, lbConnFill)
+		}
+	}
+	for _, f := range syns {
+		r, err := env.Run(e.Program(), dptest.ExtDev, f)
+		if err != nil {
+			return nil, err
+		}
+		if r.Action != actRedirect {
+			return nil, fmt.Errorf("the timed flows' SYN: action %d, want %d (redirect)", r.Action, actRedirect)
 		}
 	}
 	n, err := e.ConnCount()
@@ -344,6 +408,16 @@ func setupLB(e *dataplane.Edge, n int, hz uint32) error {
 	}
 	return e.PutListener(dataplane.Listener{VIP: netip.MustParseAddr(lbVIPEnc), Proto: dataplane.ProtoTCP, Port: 443},
 		dataplane.ListenerValue{Table: 1})
+}
+
+// setupLB6 programs the IPv6 VIP lbVIP6 (tcp:443 -> setupLB's encap
+// table 1, its one guest), after setupLB.
+func setupLB6(e *dataplane.Edge) error {
+	v := netip.MustParseAddr(lbVIP6)
+	if err := e.PutListener(dataplane.Listener{VIP: v, Proto: dataplane.ProtoTCP, Port: 443}, dataplane.ListenerValue{Table: 1}); err != nil {
+		return err
+	}
+	return e.PutVIP(v)
 }
 
 // bigConnTable loads an edge with an n-entry connection table, fills it,

@@ -75,6 +75,10 @@ type nsCase struct {
 	// uncounted, when set, is why the case has no instruction count
 	// (bpfemu cannot replay one of its helpers).
 	uncounted string
+	// twin names the IPv4 case an IPv6 case mirrors: a row after the
+	// case's compares their costs above the floor (issue 21: IPv6 within
+	// 10 % of IPv4), when both were timed.
+	twin string
 }
 
 // XDP actions.
@@ -317,6 +321,10 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 		{Suite: suite, Name: "call_return (one call and return of a BPF function)", Value: (n.min("calls4") - pass) / 4, Unit: "ns",
 			Note: "(xdp_calls4 - xdp_pass) / 4; every helper call of a path pays it once more"},
 	}
+	timed := map[string]nsCase{}
+	for _, c := range cases {
+		timed[c.name] = c
+	}
 	for _, c := range cases {
 		v := n.value(sides[0], c)
 		r := pp(Result{Name: c.name, Value: v, Baseline: "xdp_floor", BaselineValue: floor, Ratio: v / floor, Note: c.note, Target: c.target})
@@ -325,8 +333,19 @@ func (n *nsBed) run(suite string, rounds int, sides []*side, cases []nsCase) ([]
 			r.HasBefore, r.Before, r.BeforeAboveFloor = true, b, b-floor
 		}
 		out = append(out, r)
+		if t, ok := timed[c.twin]; ok && c.twin != "" {
+			out = append(out, twinResult(suite, c, r.AboveFloor, n.value(sides[0], t)-floor))
+		}
 	}
 	return append(out, counts...), nil
+}
+
+// twinResult compares an IPv6 case's cost above the floor (v6) with its
+// IPv4 twin's (v4), both of this build: Ratio = v6 / v4.
+func twinResult(suite string, c nsCase, v6, v4 float64) Result {
+	return Result{Suite: suite, Name: "v6_vs_v4 " + c.name, Value: v6, Unit: "ns above the floor",
+		Baseline: c.twin, BaselineValue: v4, Ratio: ratio(v6, v4), Target: "<= 1.10 (IPv6 within 10 % of IPv4 above the floor)",
+		Note: fmt.Sprintf("%+.0f %% against %s above the floor", 100*(ratio(v6, v4)-1), c.twin)}
 }
 
 // countCases replays each case's program once on its frame (bpfemu.Replay)

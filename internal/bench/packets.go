@@ -76,3 +76,13 @@ func tcpFrameFlags(srcMAC, dstMAC, src, dst string, sport, dport uint16, size in
 	pay := make([]byte, max(size-14-20-20, 0))
 	return serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv4}, ip, tcp, gopacket.Payload(pay))
 }
+
+// tcpFrameFlags6 is tcpFrameFlags for IPv6 (hop limit 64).
+func tcpFrameFlags6(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int, flags string) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: 1, Window: 65535,
+		SYN: flags == "syn", ACK: flags == "ack", RST: flags == "rst"}
+	tcp.SetNetworkLayerForChecksum(ip)
+	pay := make([]byte, max(size-14-40-20, 0))
+	return serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv6}, ip, tcp, gopacket.Payload(pay))
+}

@@ -213,11 +213,93 @@ func (b *Bench) VaryRuns() (uint64, error) {
 const VaryFlows = 256 * 64512
 
 // VaryFlow is the client of run n of xdp_chain for a frame from base: the
-// last byte of the address and the source port (bpf/bench.c).
+// last byte of the address and the source port (bpf/bench.c), for an
+// IPv4 or an IPv6 base.
 func VaryFlow(base netip.Addr, n uint32) (netip.Addr, uint16) {
+	port := uint16(1024 + (n>>8)%64512)
+	if base.Is6() {
+		a := base.As16()
+		a[15] = byte(n)
+		return netip.AddrFrom16(a), port
+	}
 	a := base.As4()
 	a[3] = byte(n)
-	return netip.AddrFrom4(a), uint16(1024 + (n>>8)%64512)
+	return netip.AddrFrom4(a), port
+}
+
+// ct6Key is lb_conns6's key of a TCP or UDP flow.
+func ct6Key(src, dst netip.Addr, sport, dport uint16, proto uint8) edgeCtKey6 {
+	s, _, _ := addrTo(src)
+	d, _, _ := addrTo(dst)
+	return edgeCtKey6{Src: s, Dst: d, Sport: be16(sport), Dport: be16(dport), Proto: proto}
+}
+
+// DeleteVaryConns6 is DeleteVaryConns for IPv6 flows (lb_conns6).
+func (e *Edge) DeleteVaryConns6(base, vip netip.Addr, vport uint16, n uint32) (int, error) {
+	if !base.Is6() || !vip.Is6() {
+		return 0, fmt.Errorf("DeleteVaryConns6: %v -> %v: not IPv6", base, vip)
+	}
+	deleted := 0
+	for i := uint32(0); i < n; i++ {
+		c, p := VaryFlow(base, i)
+		k := ct6Key(c, vip, p, vport, ProtoTCP)
+		if err := e.objs.LbConns6.Delete(&k); err == nil {
+			deleted++
+		}
+	}
+	return deleted, nil
+}
+
+// FillFlow6 is the client side of the i-th flow FillConns6 writes:
+// clients from 2001:db8:fe::/64 (the last two bytes i / 60000), ports
+// from 1024.
+func FillFlow6(i uint32) (netip.Addr, uint16) {
+	a := netip.MustParseAddr("2001:db8:fe::").As16()
+	binary.BigEndian.PutUint16(a[14:], uint16(i/60000))
+	return netip.AddrFrom16(a), uint16(1024 + i%60000)
+}
+
+// FillConns6 is FillConns for an IPv6 VIP (lb_conns6): n established
+// flows (FillFlow6) to vip:vport, all going to backend (an IPv6 VIP's
+// backends are encap ones).
+func (e *Edge) FillConns6(n uint32, vip netip.Addr, vport uint16, backend uint16, now uint64) error {
+	if !vip.Is6() {
+		return fmt.Errorf("FillConns6: VIP %v is not IPv6", vip)
+	}
+	const chunk = 65536
+	keys := make([]edgeCtKey6, 0, chunk)
+	vals := make([]edgeCtEntry, 0, chunk)
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		_, err := e.objs.LbConns6.BatchUpdate(keys, vals, nil)
+		keys, vals = keys[:0], vals[:0]
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		c, p := FillFlow6(i)
+		keys = append(keys, ct6Key(c, vip, p, vport, ProtoTCP))
+		vals = append(vals, edgeCtEntry{Backend: backend, Last: uint32(now), Gen: 1, State: 2})
+		if len(keys) == chunk {
+			if err := flush(); err != nil {
+				return fmt.Errorf("fill IPv6 connection table: %w", err)
+			}
+		}
+	}
+	return flush()
+}
+
+// ConnCount6 counts lb_conns6's entries (a full walk).
+func (e *Edge) ConnCount6() (int, error) {
+	var k edgeCtKey6
+	var v edgeCtEntry
+	n := 0
+	it := e.objs.LbConns6.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
 }
 
 // DeleteVaryConns removes the connection entries runs 0..n-1 of
@@ -266,10 +348,21 @@ func (e *Edge) ConnCount() (int, error) {
 }
 
 // DeleteFlowOf removes the connection entry of the flow an Ethernet +
-// option-less IPv4 + TCP/UDP frame belongs to, if there is one.
+// option-less IPv4 (lb_conns) or extension-less IPv6 (lb_conns6) +
+// TCP/UDP frame belongs to, if there is one.
 func (e *Edge) DeleteFlowOf(frame []byte) error {
+	if len(frame) >= 58 && frame[14]>>4 == 6 {
+		// IPv6 without extension headers: lb_conns6.
+		src, _ := netip.AddrFromSlice(frame[22:38])
+		dst, _ := netip.AddrFromSlice(frame[38:54])
+		k := ct6Key(src, dst, binary.BigEndian.Uint16(frame[54:56]), binary.BigEndian.Uint16(frame[56:58]), frame[20])
+		if err := e.objs.LbConns6.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		return nil
+	}
 	if len(frame) < 38 || frame[14]>>4 != 4 || frame[14]&0xf != 5 {
-		return fmt.Errorf("not an option-less IPv4 frame")
+		return fmt.Errorf("not an option-less IPv4 or extension-less IPv6 frame")
 	}
 	k := edgeCtKey{
 		Src: binary.LittleEndian.Uint32(frame[26:30]), Dst: binary.LittleEndian.Uint32(frame[30:34]),
