@@ -419,6 +419,9 @@ func (s *Syncer) readEvents(ctx context.Context) {
 			continue
 		}
 		s.m.Events.Add(1)
+		if ev.Key.V6 {
+			continue // IPv6 VIPs' entries: not on the wire yet
+		}
 		owner, ok := s.be.owner(uint32(ev.Backend), ev.Gen)
 		if !ok {
 			s.m.Unmapped.Add(1) // its slot was given to another backend since
@@ -461,6 +464,9 @@ func (s *Syncer) walk(kind uint8, maxAge time.Duration, f func(*batch) error) (i
 	err := s.cfg.Table.DumpConns(s.cfg.BatchMax, func(es []dataplane.ConnEntry) error {
 		for i := range es {
 			c := &es[i]
+			if c.Key.V6 {
+				continue // IPv6 VIPs' entries: not on the wire yet
+			}
 			be, ok := bySlot[uint32(c.Backend)]
 			if !ok || be.Gen != c.Gen || be.Owner == 0 {
 				continue // a slot given to another backend: the entry is dead here too
