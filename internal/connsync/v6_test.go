@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -244,5 +245,93 @@ func TestEntry6RoundTrip(t *testing.T) {
 	encodeEntry(b4[:], &w)
 	if !bytes.Equal(b4[:4], client.AsSlice()) {
 		t.Fatalf("IPv4 entry starts %x, want the client %v", b4[:4], client)
+	}
+}
+
+// TestIPv6ToOldServer: rolling upgrade, the other direction. A current
+// member dials a peer of the release before IPv6 entries (a server by
+// hand: version 1 hello, no features ping, frames 1 to 5 only). It asks
+// for its copy and streams its events; the IPv4 entries arrive, the
+// IPv6 ones are never sent (no frame type 6 reaches the old peer, which
+// would end the session on it) and are counted.
+func TestIPv6ToOldServer(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	c.mu.Lock()
+	c.members["b"] = &member{name: "b"}
+	c.mu.Unlock()
+	c.addrs.Store("b", netip.MustParseAddrPort(ln.Addr().String()))
+	got := make(chan byte, 64)
+	srvErr := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			srvErr <- err
+			return
+		}
+		defer conn.Close()
+		sess, err := serverHandshake(conn, "b", c.secret, 2*time.Second)
+		if err != nil {
+			srvErr <- err
+			return
+		}
+		ack := make([]byte, 1+8+4+4)
+		ack[0] = frameAck
+		for {
+			body, err := sess.readFrame(3 * time.Second)
+			if err != nil {
+				srvErr <- err
+				return
+			}
+			got <- body[0]
+			switch body[0] {
+			case frameDumpReq: // an empty copy from a ready peer
+				end := make([]byte, 10)
+				end[0], end[9] = frameDumpEnd, 1
+				if err := sess.writeFrame(end); err != nil {
+					srvErr <- err
+					return
+				}
+			case frameBatch:
+				copy(ack[1:9], body[1:9])
+				if err := sess.writeFrame(ack); err != nil {
+					srvErr <- err
+					return
+				}
+			case framePing:
+			default: // what the old release does: end the session
+				srvErr <- fmt.Errorf("frame type %d", body[0])
+				return
+			}
+		}
+	}()
+	c.start(a, c.secret)
+	waitFor(t, "a ready with b's copy", 5*time.Second, a.s.Ready)
+	a.ev.ch <- dataplane.ConnEvent{Key: key6(5000), Backend: 3, Gen: 2, Last: uint32(clock.Jiffies()), State: dataplane.ConnSYN, Kind: dataplane.ConnEventNew}
+	a.emit(5001, ownerEncap, dataplane.ConnEventNew, dataplane.ConnSYN, 0)
+	waitFor(t, "the IPv4 entry sent and the IPv6 one left out", 5*time.Second, func() bool {
+		m := a.s.Status().Metrics
+		return m.Sent == 1 && m.Unsupported == 1
+	})
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-srvErr:
+		t.Fatalf("the old peer's session ended: %v", err)
+	default:
+	}
+	var types []byte
+	for len(got) > 0 {
+		types = append(types, <-got)
+	}
+	if !bytes.Contains(types, []byte{frameBatch}) || bytes.Contains(types, []byte{frameBatch6}) {
+		t.Fatalf("the old peer got frame types %v: want a batch and no IPv6 batch", types)
+	}
+	if m := a.s.Status().Metrics; m.Sent6 != 0 || m.Events6 != 1 {
+		t.Fatalf("a's metrics %+v", m)
 	}
 }
