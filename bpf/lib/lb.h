@@ -132,6 +132,32 @@ __noinline int ct_emit(const struct ct_key *k, const struct ct_entry *e, __u32 k
  * builds it in ring memory). */
 const struct ct_event ct_event_btf __attribute__((unused));
 
+/* ct_emit for an IPv6 VIP's entry (lb_conns6): a struct ct_event6 in the
+ * same ring (the reader tells it by its length), the same rules. A global
+ * function of its own, so the IPv4 path's code is unchanged. */
+__noinline int ct_emit6(const struct ct_key6 *k, const struct ct_entry *e, __u32 kind)
+{
+	if (!k || !e)
+		return 0;
+	struct ct_event6 *ev = bpf_ringbuf_reserve(&ct_events, sizeof(*ev), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&ct_events_lost, 1);
+		return 0;
+	}
+	ev->key = *k;
+	ev->backend = e->backend;
+	ev->gen = e->gen;
+	ev->last = e->last;
+	ev->state = e->state;
+	ev->fid = e->fid;
+	ev->kind = kind;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+const struct ct_event6 ct_event6_btf __attribute__((unused));
+
 /* The flow the load balancer decides on (client -> VIP). */
 struct lb_flow {
 	__be32 client;
@@ -361,8 +387,8 @@ static __always_inline struct lb_listener *lb_listener_for6(struct lb6_keys *rm)
 /* lb_decide for an IPv6 flow (the key rm->k, client -> VIP): the same
  * connection-table logic in lb_conns6 (the entry, its timeouts and states,
  * the insert cap, the listener generation lgen, the backend's generation),
- * the flow hash flow_hash6. Not yet: connection sync of IPv6 entries (no
- * ct_emit) and nat mode (an IPv6 VIP is encap only). */
+ * the flow hash flow_hash6, connection sync (ct_emit6 into the same ring).
+ * Not yet: nat mode (an IPv6 VIP is encap only). */
 static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, struct lb6_keys *rm, __u8 tcp_flags,
 						     __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid, int *nolst)
 {
@@ -392,8 +418,11 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 			if (e->last != now)
 				e->last = now;
 			__u8 st = ct_next(e->state, proto, tcp_flags);
-			if (st != e->state)
+			if (st != e->state) {
 				e->state = st;
+				if (ct_sync_on)
+					ct_emit6(&rm->k, e, CT_EV_STATE);
+			}
 			*idx = i;
 			*fid = e->fid;
 			return be;
@@ -429,6 +458,8 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)hash,
 			     .state = ct_next(0, proto, tcp_flags), .lgen = lgen};
 	bpf_map_update_elem(&lb_conns6, &rm->k, &n, BPF_ANY);
+	if (ct_sync_on)
+		ct_emit6(&rm->k, &n, CT_EV_NEW);
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);
 	return be;

@@ -658,6 +658,21 @@ struct ct_event {
 	__u8 pad;
 };
 
+/* Connection sync of an IPv6 VIP's entry (lb_conns6; lib/lb.h ct_emit6):
+ * struct ct_event with the 40-byte key, 52 bytes. It shares the ring
+ * ct_events with the IPv4 records, which stay 28 bytes: the reader tells
+ * the two apart by the record's length. */
+struct ct_event6 {
+	struct ct_key6 key;
+	__u16 backend; /* ct_entry.backend */
+	__u16 gen;     /* ct_entry.gen */
+	__u32 last;    /* jiffies (low 32 bits) of the event */
+	__u8 state;    /* CT_* */
+	__u8 fid;      /* the entry's FlowID */
+	__u8 kind;     /* CT_EV_* */
+	__u8 pad;
+};
+
 /* Service settings, one entry. Timeouts in jiffies. */
 struct lb_config {
 	__u32 hz;            /* jiffies per second */

@@ -133,6 +133,7 @@ func (c *Config) defaults() {
 // queue.
 type batch struct {
 	n     int
+	v6    bool      // IPv6 VIPs' entries (frameBatch6, entry6Size each)
 	buf   []byte    // n entries
 	first time.Time // when its oldest event happened (lag)
 }
@@ -380,17 +381,30 @@ func (s *Syncer) enqueue(b *batch) {
 }
 
 // readEvents is the ring buffer's reader: it never blocks on the network.
+// IPv4 and IPv6 entries go in batches of their own (frameBatch,
+// frameBatch6), each closed at BatchMax entries or BatchDelay after its
+// first event.
 func (s *Syncer) readEvents(ctx context.Context) {
 	ev := dataplane.ConnEvent{}
-	b := &batch{buf: make([]byte, 0, s.cfg.BatchMax*entrySize)}
-	var deadline time.Time
-	flush := func() {
-		if b.n == 0 {
+	newBatch := func(v6 bool) *batch {
+		if v6 {
+			return &batch{v6: true, buf: make([]byte, 0, s.cfg.BatchMax*entry6Size)}
+		}
+		return &batch{buf: make([]byte, 0, s.cfg.BatchMax*entrySize)}
+	}
+	open := [2]*batch{newBatch(false), newBatch(true)}
+	var deadline time.Time // the earlier open batch's
+	flushOne := func(i int) {
+		if open[i].n == 0 {
 			return
 		}
-		s.enqueue(b)
+		s.enqueue(open[i])
 		s.m.Batches.Add(1)
-		b = &batch{buf: make([]byte, 0, s.cfg.BatchMax*entrySize)}
+		open[i] = newBatch(i == 1)
+	}
+	flush := func() {
+		flushOne(0)
+		flushOne(1)
 		deadline = time.Time{}
 	}
 	hz := uint64(s.cfg.Clock.HZ())
@@ -419,6 +433,12 @@ func (s *Syncer) readEvents(ctx context.Context) {
 			continue
 		}
 		s.m.Events.Add(1)
+		fam := 0
+		if ev.Key.V6 {
+			fam = 1
+			s.m.Events6.Add(1)
+		}
+		b := open[fam]
 		owner, ok := s.be.owner(uint32(ev.Backend), ev.Gen)
 		if !ok {
 			s.m.Unmapped.Add(1) // its slot was given to another backend since
@@ -433,19 +453,38 @@ func (s *Syncer) readEvents(ctx context.Context) {
 			ageJ = 0 // an event "from the future": the clock's rounding
 		}
 		ageMS := ageJ * 1000 / hz
-		e = entry{src: ev.Key.Src, dst: ev.Key.Dst, sport: ev.Key.Sport, dport: ev.Key.Dport, proto: ev.Key.Proto,
-			kind: ev.Kind, state: ev.State, fid: ev.FID, owner: owner, ageMS: uint32(min(ageMS, 1<<31))}
+		e = entryOf(&ev.Key)
+		e.kind, e.state, e.fid, e.owner, e.ageMS = ev.Kind, ev.State, ev.FID, owner, uint32(min(ageMS, 1<<31))
 		if b.n == 0 {
 			b.first = nowT.Add(-time.Duration(ageMS) * time.Millisecond)
-			deadline = nowT.Add(s.cfg.BatchDelay)
+			if d := nowT.Add(s.cfg.BatchDelay); deadline.IsZero() || d.Before(deadline) {
+				deadline = d
+			}
 		}
-		b.buf = b.buf[:len(b.buf)+entrySize]
-		encodeEntry(b.buf[len(b.buf)-entrySize:], &e)
-		b.n++
-		if b.n >= s.cfg.BatchMax || (stale == 0 && time.Now().After(deadline)) {
+		b.put(&e)
+		if b.n >= s.cfg.BatchMax {
+			flushOne(fam)
+		}
+		if stale == 0 && !deadline.IsZero() && time.Now().After(deadline) {
 			flush()
 		}
 	}
+}
+
+// entryOf is an entry with key k's flow (the rest zero).
+func entryOf(k *dataplane.ConnKey) entry {
+	if k.V6 {
+		return entry{v6: true, src6: k.Src6, dst6: k.Dst6, sport: k.Sport, dport: k.Dport, proto: k.Proto}
+	}
+	return entry{src: k.Src, dst: k.Dst, sport: k.Sport, dport: k.Dport, proto: k.Proto}
+}
+
+// key is the entry's connection-table key.
+func (e *entry) key() dataplane.ConnKey {
+	if e.v6 {
+		return dataplane.ConnKey{V6: true, Src6: e.src6, Dst6: e.dst6, Sport: e.sport, Dport: e.dport, Proto: e.proto}
+	}
+	return dataplane.ConnKey{Src: e.src, Dst: e.dst, Sport: e.sport, Dport: e.dport, Proto: e.proto}
 }
 
 // walk reads the local table and encodes its entries as kind, skipping
@@ -456,11 +495,19 @@ func (s *Syncer) walk(kind uint8, maxAge time.Duration, f func(*batch) error) (i
 	maxJ := uint64(maxAge.Seconds() * float64(hz))
 	now := uint32(s.cfg.Clock.Jiffies())
 	total := 0
-	b := &batch{buf: make([]byte, 0, s.cfg.BatchMax*entrySize), first: time.Now()}
+	b := &batch{buf: make([]byte, 0, s.cfg.BatchMax*entry6Size), first: time.Now()}
 	var e entry
 	err := s.cfg.Table.DumpConns(s.cfg.BatchMax, func(es []dataplane.ConnEntry) error {
 		for i := range es {
 			c := &es[i]
+			if c.Key.V6 != b.v6 { // DumpConns: one family per chunk, IPv4 first
+				if b.n > 0 {
+					if err := f(b); err != nil {
+						return err
+					}
+				}
+				b = &batch{v6: c.Key.V6, buf: make([]byte, 0, s.cfg.BatchMax*entry6Size), first: time.Now()}
+			}
 			be, ok := bySlot[uint32(c.Backend)]
 			if !ok || be.Gen != c.Gen || be.Owner == 0 {
 				continue // a slot given to another backend: the entry is dead here too
@@ -472,17 +519,15 @@ func (s *Syncer) walk(kind uint8, maxAge time.Duration, f func(*batch) error) (i
 			if ageJ > maxJ {
 				continue
 			}
-			e = entry{src: c.Key.Src, dst: c.Key.Dst, sport: c.Key.Sport, dport: c.Key.Dport, proto: c.Key.Proto,
-				kind: kind, state: c.State, fid: c.FID, owner: be.Owner, ageMS: uint32(ageJ * 1000 / hz)}
-			b.buf = b.buf[:len(b.buf)+entrySize]
-			encodeEntry(b.buf[len(b.buf)-entrySize:], &e)
-			b.n++
+			e = entryOf(&c.Key)
+			e.kind, e.state, e.fid, e.owner, e.ageMS = kind, c.State, c.FID, be.Owner, uint32(ageJ*1000/hz)
+			b.put(&e)
 			total++
 			if b.n >= s.cfg.BatchMax {
 				if err := f(b); err != nil {
 					return err
 				}
-				b = &batch{buf: make([]byte, 0, s.cfg.BatchMax*entrySize), first: time.Now()}
+				b = &batch{v6: b.v6, buf: make([]byte, 0, s.cfg.BatchMax*entry6Size), first: time.Now()}
 			}
 		}
 		return nil
@@ -531,14 +576,20 @@ func (s *Syncer) refresh(ctx context.Context) error {
 	return err
 }
 
-// apply translates received entries to this edge and writes them.
-func (s *Syncer) apply(entries []byte, buf []dataplane.SyncedConn) (applied, unmapped int, err error) {
+// apply translates received entries (of frameBatch, or frameBatch6 if
+// v6) to this edge and writes them.
+func (s *Syncer) apply(entries []byte, v6 bool, buf []dataplane.SyncedConn) (applied, unmapped int, err error) {
 	now := uint32(s.cfg.Clock.Jiffies())
 	hz := uint64(s.cfg.Clock.HZ())
 	buf = buf[:0]
 	var e entry
-	for off := 0; off+entrySize <= len(entries); off += entrySize {
-		if decodeEntry(entries[off:off+entrySize], &e) != nil {
+	size, decode := entrySize, decodeEntry
+	if v6 {
+		size, decode = entry6Size, decodeEntry6
+		s.m.Received6.Add(uint64(len(entries) / size))
+	}
+	for off := 0; off+size <= len(entries); off += size {
+		if decode(entries[off:off+size], &e) != nil {
 			s.m.MalformedEntries.Add(1)
 			continue
 		}
@@ -559,9 +610,12 @@ func (s *Syncer) translate(e *entry, now uint32, hz uint64) (dataplane.SyncedCon
 	if !ok {
 		return dataplane.SyncedConn{}, false
 	}
-	c := dataplane.SyncedConn{Key: dataplane.ConnKey{Src: e.src, Dst: e.dst, Sport: e.sport, Dport: e.dport, Proto: e.proto},
+	c := dataplane.SyncedConn{Key: e.key(),
 		Backend: uint16(idx), Gen: be.Gen, Last: now - uint32(uint64(e.ageMS)*hz/1000), State: e.state, FID: e.fid}
 	if be.Mode == dataplane.ModeNAT {
+		if e.v6 {
+			return dataplane.SyncedConn{}, false // an IPv6 VIP is encap only: not this backend
+		}
 		c.NAT = true
 		c.BAddr = dataplane.AddrWord(be.Addr)
 		c.BPort = e.dport // the backend has no port of its own: the VIP's

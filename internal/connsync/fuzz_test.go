@@ -18,6 +18,7 @@ func FuzzFrames(f *testing.F) {
 	f.Add(batchFrame(1, wireEntry(1, 5)))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{frameBatch, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0})
+	f.Add([]byte{frameBatch6, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		readHello(bytes.NewReader(b), false)
 		readHello(bytes.NewReader(b), true)
@@ -34,12 +35,26 @@ func FuzzFrames(f *testing.F) {
 
 		if seq, entries, err := parseBatch(b); err == nil {
 			_ = seq
-			if len(entries)%entrySize != 0 {
-				t.Fatalf("batch parsed with %d bytes of entries", len(entries))
+			size, decode := entrySize, decodeEntry
+			if b[0] == frameBatch6 {
+				size, decode = entry6Size, decodeEntry6
+			}
+			if len(entries)%size != 0 {
+				t.Fatalf("batch of type %d parsed with %d bytes of entries", b[0], len(entries))
 			}
 			var e entry
-			for off := 0; off < len(entries); off += entrySize {
-				decodeEntry(entries[off:off+entrySize], &e)
+			for off := 0; off < len(entries); off += size {
+				decode(entries[off:off+size], &e)
+			}
+		}
+		if len(b) >= entry6Size {
+			var e entry
+			if decodeEntry6(b[:entry6Size], &e) == nil {
+				var out [entry6Size]byte
+				encodeEntry6(out[:], &e)
+				if !bytes.Equal(out[:], b[:entry6Size]) {
+					t.Fatalf("IPv6 entry does not round-trip: %x -> %x", b[:entry6Size], out)
+				}
 			}
 		}
 		if len(b) >= entrySize {

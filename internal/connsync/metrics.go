@@ -27,6 +27,11 @@ type Metrics struct {
 	Refreshed        atomic.Uint64 // entries sent again by the periodic refresh
 	CaughtUp         atomic.Uint64 // entries sent again to a peer whose queue had dropped batches
 	Refused          atomic.Uint64 // connections closed at once: MaxSessions were being served
+	// IPv6 VIPs' entries (lb_conns6), also counted in the totals above.
+	Events6     atomic.Uint64 // read from the ring buffer
+	Sent6       atomic.Uint64 // written to peers (each peer counts)
+	Received6   atomic.Uint64 // received from peers
+	Unsupported atomic.Uint64 // not sent: the peer's release does not take IPv6 entries (it announced no featV6)
 }
 
 // MetricsSnapshot is Metrics read at one time.
@@ -34,6 +39,7 @@ type MetricsSnapshot struct {
 	Events, Batches, Sent, SentBytes, Received, Applied, Unmapped, QueueDrops uint64
 	Malformed, MalformedEntries, AuthFailures, ApplyErrors, Sessions          uint64
 	DumpSent, DumpReceived, Refreshed, Refused, CaughtUp                      uint64
+	Events6, Sent6, Received6, Unsupported                                    uint64
 }
 
 // Snapshot reads the counters.
@@ -43,7 +49,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		Malformed: m.Malformed.Load(), MalformedEntries: m.MalformedEntries.Load(), AuthFailures: m.AuthFailures.Load(),
 		ApplyErrors: m.ApplyErrors.Load(), Sessions: m.Sessions.Load(), DumpSent: m.DumpSent.Load(),
 		DumpReceived: m.DumpReceived.Load(), Refreshed: m.Refreshed.Load(), Refused: m.Refused.Load(),
-		CaughtUp: m.CaughtUp.Load()}
+		CaughtUp: m.CaughtUp.Load(), Events6: m.Events6.Load(), Sent6: m.Sent6.Load(), Received6: m.Received6.Load(),
+		Unsupported: m.Unsupported.Load()}
 }
 
 // Counters names the counters for the node status (sync_*).
@@ -54,7 +61,8 @@ func (m MetricsSnapshot) Counters() map[string]uint64 {
 		"sync_drop_queue_full": m.QueueDrops, "sync_drop_malformed": m.Malformed, "sync_drop_malformed_entries": m.MalformedEntries,
 		"sync_auth_failures": m.AuthFailures, "sync_apply_errors": m.ApplyErrors, "sync_sessions": m.Sessions,
 		"sync_dump_sent": m.DumpSent, "sync_dump_received": m.DumpReceived, "sync_refreshed": m.Refreshed, "sync_refused": m.Refused,
-		"sync_caught_up": m.CaughtUp,
+		"sync_caught_up": m.CaughtUp, "sync_events6": m.Events6, "sync_sent6": m.Sent6, "sync_received6": m.Received6,
+		"sync_drop_unsupported": m.Unsupported,
 	}
 }
 

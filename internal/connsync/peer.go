@@ -133,6 +133,11 @@ func (l *peerLink) session(ctx context.Context) error {
 
 	l.peerState.Store(peerUnknown)
 	defer l.peerState.Store(peerUnknown)
+	// This release's features first: before the dump request, so the
+	// peer knows whether it may send this member IPv6 entries.
+	if err := sess.writeFrame(featuresFrame); err != nil {
+		return err
+	}
 	pull := &dumpPull{l: l}
 	if err := pull.request(sess); err != nil {
 		return err
@@ -145,8 +150,7 @@ func (l *peerLink) session(ctx context.Context) error {
 	// What the window holds when the session ends is the next one's to
 	// send first (l.resend holds those not yet resent).
 	defer func() { l.resend = append(win.take(), l.resend...) }()
-	ls := &linkSession{l: l, sess: sess, win: win, pull: pull}
-	ls.hdr[0] = frameBatch
+	ls := &linkSession{l: l, sess: sess, win: win, pull: pull, featKnown: make(chan struct{})}
 
 	// On return: the reader is told to stop, the connection closed (its
 	// read fails at once), and the reader waited for, so nothing writes
@@ -351,12 +355,34 @@ type linkSession struct {
 	pull *dumpPull
 	seq  uint64
 	hdr  [batchHeader]byte
+	// The peer's features, known from its first frame (a current release
+	// sends its features ping first; an older one sends none).
+	featKnown chan struct{}
+	peerV6    atomic.Bool
+}
+
+// v6OK reports whether the peer takes IPv6 entries, waiting (at most the
+// I/O timeout) for its first frame if it has not come yet.
+func (ls *linkSession) v6OK() bool {
+	select {
+	case <-ls.featKnown:
+	case <-time.After(ls.l.s.cfg.IOTimeout):
+	}
+	return ls.peerV6.Load()
 }
 
 // send numbers b and writes it; it is in the window before it is on the
 // wire (the acknowledgement may come at once).
 func (ls *linkSession) send(b *batch) error {
 	s := ls.l.s
+	ls.hdr[0] = frameBatch
+	if b.v6 {
+		if !ls.v6OK() {
+			s.m.Unsupported.Add(uint64(b.n))
+			return nil
+		}
+		ls.hdr[0] = frameBatch6
+	}
 	ls.seq++
 	binary.LittleEndian.PutUint64(ls.hdr[1:], ls.seq)
 	binary.LittleEndian.PutUint16(ls.hdr[9:], uint16(b.n))
@@ -365,6 +391,9 @@ func (ls *linkSession) send(b *batch) error {
 		return err
 	}
 	s.m.Sent.Add(uint64(b.n))
+	if b.v6 {
+		s.m.Sent6.Add(uint64(b.n))
+	}
 	s.m.SentBytes.Add(uint64(4 + batchHeader + len(b.buf) + macSize))
 	return nil
 }
@@ -466,10 +495,16 @@ func (ls *linkSession) stream(ctx context.Context, rerr <-chan error) error {
 // closed: acknowledgements, and the batches and end of a full copy.
 func (ls *linkSession) read(done <-chan struct{}) error {
 	buf := make([]dataplane.SyncedConn, 0, ls.l.s.cfg.BatchMax)
+	first := true
 	for {
 		body, err := ls.sess.readFrame(ls.l.s.cfg.IOTimeout)
 		if err != nil {
 			return err
+		}
+		if first {
+			first = false
+			ls.peerV6.Store(body[0] == framePing && pingFeatures(body)&featV6 != 0)
+			close(ls.featKnown)
 		}
 		if err := ls.handle(body, buf); err != nil {
 			return err
@@ -491,15 +526,18 @@ func (ls *linkSession) handle(body []byte, buf []dataplane.SyncedConn) error {
 			return fmt.Errorf("%w ack: %d bytes", errMalformed, len(body))
 		}
 		ls.win.ack(binary.LittleEndian.Uint64(body[1:]), time.Now())
-	case frameBatch:
+	case frameBatch, frameBatch6:
 		_, entries, err := parseBatch(body)
 		if err != nil {
 			return err
 		}
 		n := len(entries) / entrySize
+		if body[0] == frameBatch6 {
+			n = len(entries) / entry6Size
+		}
 		s.m.Received.Add(uint64(n))
 		s.m.DumpReceived.Add(uint64(n))
-		if _, _, err := s.apply(entries, buf); err != nil {
+		if _, _, err := s.apply(entries, body[0] == frameBatch6, buf); err != nil {
 			return err
 		}
 	case frameDumpEnd:
@@ -595,6 +633,12 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 		defer wmu.Unlock()
 		return sess.writeFrame(body...)
 	}
+	// This release's features first (the peer sends IPv6 entries only
+	// after seeing featV6); the peer's come before its dump request.
+	if err := write(featuresFrame); err != nil {
+		return err
+	}
+	var peerV6 atomic.Bool
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -622,13 +666,18 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 			return err
 		}
 		switch body[0] {
-		case frameBatch:
+		case frameBatch, frameBatch6:
 			seq, entries, err := parseBatch(body)
 			if err != nil {
 				return err
 			}
-			s.m.Received.Add(uint64(len(entries) / entrySize))
-			applied, unmapped, err := s.apply(entries, buf)
+			v6 := body[0] == frameBatch6
+			if v6 {
+				s.m.Received.Add(uint64(len(entries) / entry6Size))
+			} else {
+				s.m.Received.Add(uint64(len(entries) / entrySize))
+			}
+			applied, unmapped, err := s.apply(entries, v6, buf)
 			if err != nil {
 				return err
 			}
@@ -648,8 +697,19 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 				defer dumping.Store(false)
 				ready := s.ready.Load() // before the walk: what it sends is all it had then
 				var hdr [batchHeader]byte
-				hdr[0] = frameBatch
+				v6 := peerV6.Load()
+				skipped := 0
 				n, err := s.walk(kindDump, s.cfg.MaxAge, func(b *batch) error {
+					hdr[0] = frameBatch
+					if b.v6 {
+						if !v6 {
+							s.m.Unsupported.Add(uint64(b.n))
+							skipped += b.n
+							return nil
+						}
+						hdr[0] = frameBatch6
+						s.m.Sent6.Add(uint64(b.n))
+					}
 					binary.LittleEndian.PutUint16(hdr[9:], uint16(b.n))
 					s.m.DumpSent.Add(uint64(b.n))
 					return write(hdr[:], b.buf)
@@ -661,7 +721,7 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 				}
 				end := make([]byte, 10)
 				end[0] = frameDumpEnd
-				binary.LittleEndian.PutUint64(end[1:], uint64(n))
+				binary.LittleEndian.PutUint64(end[1:], uint64(n-skipped))
 				if ready {
 					end[9] = 1
 				}
@@ -671,6 +731,9 @@ func (s *Syncer) serve(ctx context.Context, c net.Conn) error {
 				s.cfg.Log.Info("connection sync: full copy sent", "peer", sess.peer, "entries", n)
 			}()
 		case framePing:
+			if f := pingFeatures(body); f != 0 {
+				peerV6.Store(f&featV6 != 0)
+			}
 		default:
 			return fmt.Errorf("%w frame type %d from %s", errMalformed, body[0], sess.peer)
 		}

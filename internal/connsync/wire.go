@@ -36,8 +36,9 @@ const (
 	maxName      = 255
 	maxBody      = 1 << 20
 	entrySize    = 28 // one entry on the wire (encodeEntry)
+	entry6Size   = 52 // one IPv6 VIP's entry (frameBatch6)
 	batchHeader  = 1 + 8 + 2
-	maxBatchWire = (maxBody - batchHeader) / entrySize
+	maxBatchWire = (maxBody - batchHeader) / entry6Size // either family's batch fits a frame
 )
 
 // Frame types (the body's first byte).
@@ -47,7 +48,29 @@ const (
 	frameDumpReq = 3 // send me your whole table
 	frameDumpEnd = 4 // the dump is complete: entries u64
 	framePing    = 5 // keeps an idle session's reads within their timeout
+	frameBatch6  = 6 // as frameBatch, entries of entry6Size: only to a peer that announced featV6
 )
+
+// Features a member announces in a ping sent first on every session
+// (framePing, 'F', bits): a release before them ignores a ping's body,
+// so the hello and version 1 stay as they were (a rolling upgrade), and a
+// member sends frameBatch6 only to a peer that announced featV6 (an old
+// one would end the session on the unknown frame type).
+const (
+	featMark = 'F'
+	featV6   = 1 // takes frameBatch6 (IPv6 VIPs' entries, lb_conns6)
+)
+
+// featuresFrame is the ping that announces this release's features.
+var featuresFrame = []byte{framePing, featMark, featV6}
+
+// pingFeatures reads the features of a ping body (0: none announced).
+func pingFeatures(body []byte) byte {
+	if len(body) >= 3 && body[1] == featMark {
+		return body[2]
+	}
+	return 0
+}
 
 // Entry kinds on the wire: the data plane's (dataplane.ConnEventNew,
 // ConnEventState) and the two the daemon adds.
@@ -63,7 +86,9 @@ const (
 // gives every backend slot, the same on every edge: FNV-1a of
 // "service/pool/key"), the time an age.
 type entry struct {
-	src, dst     uint32 // raw words, as dataplane.ConnKey
+	v6           bool      // an IPv6 VIP's entry: src6, dst6 (entry6Size on the wire)
+	src6, dst6   [4]uint32 // raw words, as dataplane.ConnKey
+	src, dst     uint32    // raw words, as dataplane.ConnKey
 	sport, dport uint16
 	proto        uint8
 	kind         uint8
@@ -84,10 +109,57 @@ func encodeEntry(b []byte, e *entry) {
 	le.PutUint32(b[24:], e.ageMS)
 }
 
+// encodeEntry6 writes an IPv6 entry: client (16), VIP (16), ports, then
+// the same 16 bytes as an IPv4 entry's tail.
+func encodeEntry6(b []byte, e *entry) {
+	le := binary.LittleEndian
+	for i := range 4 {
+		le.PutUint32(b[4*i:], e.src6[i])
+		le.PutUint32(b[16+4*i:], e.dst6[i])
+	}
+	le.PutUint16(b[32:], e.sport)
+	le.PutUint16(b[34:], e.dport)
+	b[36], b[37], b[38], b[39] = e.proto, e.kind, e.state, e.fid
+	le.PutUint64(b[40:], e.owner)
+	le.PutUint32(b[48:], e.ageMS)
+}
+
+func decodeEntry6(b []byte, e *entry) error {
+	le := binary.LittleEndian
+	e.v6, e.src, e.dst = true, 0, 0
+	var zs, zd uint32
+	for i := range 4 {
+		e.src6[i], e.dst6[i] = le.Uint32(b[4*i:]), le.Uint32(b[16+4*i:])
+		zs |= e.src6[i]
+		zd |= e.dst6[i]
+	}
+	e.sport, e.dport = le.Uint16(b[32:]), le.Uint16(b[34:])
+	e.proto, e.kind, e.state, e.fid = b[36], b[37], b[38], b[39]
+	e.owner = le.Uint64(b[40:])
+	e.ageMS = le.Uint32(b[48:])
+	if e.kind < kindNew || e.kind > kindDump || e.state < 1 || e.state > 4 || e.owner == 0 || zs == 0 || zd == 0 {
+		return errMalformed
+	}
+	return nil
+}
+
+// put appends e to the batch (its family's encoding).
+func (b *batch) put(e *entry) {
+	if e.v6 {
+		b.buf = b.buf[:len(b.buf)+entry6Size]
+		encodeEntry6(b.buf[len(b.buf)-entry6Size:], e)
+	} else {
+		b.buf = b.buf[:len(b.buf)+entrySize]
+		encodeEntry(b.buf[len(b.buf)-entrySize:], e)
+	}
+	b.n++
+}
+
 var errMalformed = errors.New("malformed")
 
 func decodeEntry(b []byte, e *entry) error {
 	le := binary.LittleEndian
+	e.v6, e.src6, e.dst6 = false, [4]uint32{}, [4]uint32{}
 	e.src, e.dst = le.Uint32(b[0:]), le.Uint32(b[4:])
 	e.sport, e.dport = le.Uint16(b[8:]), le.Uint16(b[10:])
 	e.proto, e.kind, e.state, e.fid = b[12], b[13], b[14], b[15]
@@ -99,15 +171,20 @@ func decodeEntry(b []byte, e *entry) error {
 	return nil
 }
 
-// parseBatch checks a batch body and returns its sequence and entries.
+// parseBatch checks a batch body (frameBatch or frameBatch6) and returns
+// its sequence and entries.
 func parseBatch(body []byte) (seq uint64, entries []byte, err error) {
-	if len(body) < batchHeader || body[0] != frameBatch {
+	if len(body) < batchHeader || (body[0] != frameBatch && body[0] != frameBatch6) {
 		return 0, nil, fmt.Errorf("%w batch: %d bytes", errMalformed, len(body))
+	}
+	size := entrySize
+	if body[0] == frameBatch6 {
+		size = entry6Size
 	}
 	seq = binary.LittleEndian.Uint64(body[1:])
 	n := int(binary.LittleEndian.Uint16(body[9:]))
 	entries = body[batchHeader:]
-	if len(entries) != n*entrySize {
+	if len(entries) != n*size {
 		return 0, nil, fmt.Errorf("%w batch: %d entries in %d bytes", errMalformed, n, len(entries))
 	}
 	return seq, entries, nil

@@ -34,21 +34,46 @@ const (
 
 // ConnKey is a connection-table key as the data plane stores it: the
 // addresses and ports are the raw words of the map (network byte order in
-// memory), so keys travel and compare without conversion.
+// memory), so keys travel and compare without conversion. An IPv4 flow's
+// key (lb_conns) has Src and Dst; an IPv6 VIP's flow (lb_conns6, issue
+// 21) has V6 set and its addresses in Src6 and Dst6 (Src and Dst zero).
 type ConnKey struct {
 	Src, Dst     uint32
 	Sport, Dport uint16
 	Proto        uint8
+	V6           bool
+	Src6, Dst6   [4]uint32 // raw words of the 16-byte addresses (struct ip_addr)
 }
 
-// MakeConnKey builds a key from addresses and host-order ports.
+// MakeConnKey builds a key from addresses and host-order ports (both of
+// one family).
 func MakeConnKey(src, dst netip.Addr, sport, dport uint16, proto uint8) ConnKey {
+	if src.Is6() && !src.Is4In6() {
+		s, _, _ := addrTo(src)
+		d, _, _ := addrTo(dst)
+		return ConnKey{V6: true, Src6: s.A, Dst6: d.A, Sport: be16(sport), Dport: be16(dport), Proto: proto}
+	}
 	return ConnKey{Src: ip4word(src), Dst: ip4word(dst), Sport: be16(sport), Dport: be16(dport), Proto: proto}
 }
 
 // Addrs returns the key's client and VIP with host-order ports.
 func (k ConnKey) Addrs() (src, dst netip.AddrPort) {
+	if k.V6 {
+		return netip.AddrPortFrom(addrFrom(edgeIpAddr{A: k.Src6}, 10), be16(k.Sport)),
+			netip.AddrPortFrom(addrFrom(edgeIpAddr{A: k.Dst6}, 10), be16(k.Dport))
+	}
 	return netip.AddrPortFrom(wordIP4(k.Src), be16(k.Sport)), netip.AddrPortFrom(wordIP4(k.Dst), be16(k.Dport))
+}
+
+func (k *ConnKey) ct6() edgeCtKey6 {
+	var c edgeCtKey6
+	c.Src.A, c.Dst.A = k.Src6, k.Dst6
+	c.Sport, c.Dport, c.Proto = k.Sport, k.Dport, k.Proto
+	return c
+}
+
+func connKey6(c *edgeCtKey6) ConnKey {
+	return ConnKey{V6: true, Src6: c.Src.A, Dst6: c.Dst.A, Sport: c.Sport, Dport: c.Dport, Proto: c.Proto}
 }
 
 func (k ConnKey) String() string {
@@ -71,16 +96,31 @@ type ConnEvent struct {
 // adds an 8-byte header and rounds to 8: 40 bytes a record).
 const ConnEventSize = 28
 
+// ConnEvent6Size is an IPv6 VIP's record (struct ct_event6, ct_emit6): the
+// 40-byte key, then the same 12 bytes; 64 bytes in the ring. The two share
+// the ring and are told apart by their length.
+const ConnEvent6Size = 52
+
 func decodeConnEvent(b []byte, ev *ConnEvent) error {
-	if len(b) < ConnEventSize {
-		return fmt.Errorf("connection event: %d bytes, want %d", len(b), ConnEventSize)
-	}
 	le := binary.LittleEndian
-	ev.Key = ConnKey{Src: le.Uint32(b[0:]), Dst: le.Uint32(b[4:]), Sport: le.Uint16(b[8:]), Dport: le.Uint16(b[10:]), Proto: b[12]}
-	ev.Backend = le.Uint16(b[16:])
-	ev.Gen = le.Uint16(b[18:])
-	ev.Last = le.Uint32(b[20:])
-	ev.State, ev.FID, ev.Kind = b[24], b[25], b[26]
+	switch len(b) {
+	case ConnEventSize:
+		ev.Key = ConnKey{Src: le.Uint32(b[0:]), Dst: le.Uint32(b[4:]), Sport: le.Uint16(b[8:]), Dport: le.Uint16(b[10:]), Proto: b[12]}
+		b = b[16:]
+	case ConnEvent6Size:
+		ev.Key = ConnKey{V6: true, Sport: le.Uint16(b[32:]), Dport: le.Uint16(b[34:]), Proto: b[36]}
+		for i := range 4 {
+			ev.Key.Src6[i] = le.Uint32(b[4*i:])
+			ev.Key.Dst6[i] = le.Uint32(b[16+4*i:])
+		}
+		b = b[40:]
+	default:
+		return fmt.Errorf("connection event: %d bytes, want %d or %d", len(b), ConnEventSize, ConnEvent6Size)
+	}
+	ev.Backend = le.Uint16(b[0:])
+	ev.Gen = le.Uint16(b[2:])
+	ev.Last = le.Uint32(b[4:])
+	ev.State, ev.FID, ev.Kind = b[8], b[9], b[10]
 	return nil
 }
 
@@ -174,6 +214,8 @@ type connBufs struct {
 	vals  []edgeCtEntry
 	nkeys []edgeNatRkey
 	nvals []edgeNatRentry
+	keys6 []edgeCtKey6
+	vals6 []edgeCtEntry
 }
 
 // ApplyConns writes entries received from a peer (last writer wins: a
@@ -190,8 +232,18 @@ func (e *Edge) ApplyConns(cs []SyncedConn) error {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
 	b.keys, b.vals, b.nkeys, b.nvals = b.keys[:0], b.vals[:0], b.nkeys[:0], b.nvals[:0]
+	b.keys6, b.vals6 = b.keys6[:0], b.vals6[:0]
 	for i := range cs {
 		c := &cs[i]
+		if c.Key.V6 {
+			// An IPv6 VIP is encap only (no reverse entry).
+			if c.NAT {
+				return fmt.Errorf("apply synced connection %v: an IPv6 VIP has no nat mode", c.Key)
+			}
+			b.keys6 = append(b.keys6, c.Key.ct6())
+			b.vals6 = append(b.vals6, edgeCtEntry{Backend: c.Backend, Gen: c.Gen, State: c.State, Fid: c.FID, Last: c.Last})
+			continue
+		}
 		k := edgeCtKey{Src: c.Key.Src, Dst: c.Key.Dst, Sport: c.Key.Sport, Dport: c.Key.Dport, Proto: c.Key.Proto}
 		b.keys = append(b.keys, k)
 		b.vals = append(b.vals, edgeCtEntry{Backend: c.Backend, Gen: c.Gen, State: c.State, Fid: c.FID, Last: c.Last})
@@ -207,8 +259,15 @@ func (e *Edge) ApplyConns(cs []SyncedConn) error {
 			return fmt.Errorf("apply synced nat reverse entries: %w", err)
 		}
 	}
-	if _, err := e.objs.LbConns.BatchUpdate(b.keys, b.vals, nil); err != nil {
-		return fmt.Errorf("apply synced connection entries: %w", err)
+	if len(b.keys) > 0 {
+		if _, err := e.objs.LbConns.BatchUpdate(b.keys, b.vals, nil); err != nil {
+			return fmt.Errorf("apply synced connection entries: %w", err)
+		}
+	}
+	if len(b.keys6) > 0 {
+		if _, err := e.objs.LbConns6.BatchUpdate(b.keys6, b.vals6, nil); err != nil {
+			return fmt.Errorf("apply synced IPv6 connection entries: %w", err)
+		}
 	}
 	return nil
 }
@@ -222,11 +281,44 @@ type ConnEntry struct {
 	State, FID uint8
 }
 
-// DumpConns walks the connection table in chunks of up to chunk entries
-// (BPF batch lookups), calling f with each chunk (reused: copy what you
-// keep). A table that changes meanwhile may show an entry twice or not at
-// all, as any walk of a live hash map.
+// DumpConns walks the connection tables (lb_conns, then lb_conns6) in
+// chunks of up to chunk entries (BPF batch lookups), calling f with each
+// chunk (reused: copy what you keep; a chunk holds one family). A table
+// that changes meanwhile may show an entry twice or not at all, as any
+// walk of a live hash map.
 func (e *Edge) DumpConns(chunk int, f func([]ConnEntry) error) error {
+	if chunk <= 0 {
+		chunk = 4096
+	}
+	if err := e.dumpConns4(chunk, f); err != nil {
+		return err
+	}
+	keys := make([]edgeCtKey6, chunk)
+	vals := make([]edgeCtEntry, chunk)
+	out := make([]ConnEntry, 0, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := e.objs.LbConns6.BatchLookup(&cursor, keys, vals, nil)
+		out = out[:0]
+		for i := 0; i < n; i++ {
+			v := vals[i]
+			out = append(out, ConnEntry{Key: connKey6(&keys[i]), Backend: v.Backend, Gen: v.Gen, Last: v.Last, State: v.State, FID: v.Fid})
+		}
+		if len(out) > 0 {
+			if ferr := f(out); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dump IPv6 connection table: %w", err)
+		}
+	}
+}
+
+func (e *Edge) dumpConns4(chunk int, f func([]ConnEntry) error) error {
 	if chunk <= 0 {
 		chunk = 4096
 	}
@@ -259,6 +351,13 @@ func (e *Edge) DumpConns(chunk int, f func([]ConnEntry) error) error {
 // LookupConn reads one entry (tests, `azgate` diagnostics).
 func (e *Edge) LookupConn(k ConnKey) (ConnEntry, error) {
 	var v edgeCtEntry
+	if k.V6 {
+		k6 := k.ct6()
+		if err := e.objs.LbConns6.Lookup(&k6, &v); err != nil {
+			return ConnEntry{}, err
+		}
+		return ConnEntry{Key: k, Backend: v.Backend, Gen: v.Gen, Last: v.Last, State: v.State, FID: v.Fid}, nil
+	}
 	if err := e.objs.LbConns.Lookup(&edgeCtKey{Src: k.Src, Dst: k.Dst, Sport: k.Sport, Dport: k.Dport, Proto: k.Proto}, &v); err != nil {
 		return ConnEntry{}, err
 	}

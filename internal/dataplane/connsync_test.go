@@ -194,3 +194,103 @@ func TestApplyConns(t *testing.T) {
 		t.Fatalf("dump: %d entries, want 2", n)
 	}
 }
+
+// TestConnEvents6: an IPv6 VIP's flow (lb6_ingress, ct_emit6) writes its
+// events into the same ring as 52-byte records: an insert one with the
+// lb_conns6 entry's key, slot, generation, jiffies; a state change one;
+// hits none; nothing while sync is off.
+func TestConnEvents6(t *testing.T) {
+	b := newVIP6Bed(t)
+	r, err := b.edge.OpenConnEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const syn, ack = 0x02, 0x10
+	flow := func(sport uint16, flags uint8, payload ...byte) []byte {
+		return ip6Hdr(client6, vip6s, nhTCP, append(tcp6(sport, 443, flags), payload...))
+	}
+	if got := b.outerDst(t, flow(41000, syn)); got != hostAddr {
+		t.Fatalf("sync off: SYN went to %s", got)
+	}
+	if evs := readEvents(t, r); len(evs) != 0 {
+		t.Fatalf("sync off: %d events, want none", len(evs))
+	}
+	if err := b.edge.SetConnSync(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.outerDst(t, flow(41001, syn)); got != hostAddr {
+		t.Fatalf("SYN went to %s", got)
+	}
+	key := MakeConnKey(addr(client6), addr(vip6s), 41001, 443, ProtoTCP)
+	v, err := b.edge.LookupConn(key)
+	if err != nil {
+		t.Fatalf("no lb_conns6 entry after the SYN: %v", err)
+	}
+	evs := readEvents(t, r)
+	want := ConnEvent{Key: key, Backend: uint16(b.idx["g"]), Gen: 1, Last: v.Last, State: ConnSYN, FID: v.FID, Kind: ConnEventNew}
+	if len(evs) != 1 || evs[0] != want {
+		t.Fatalf("insert: events %+v, want [%+v]", evs, want)
+	}
+	if s, d := evs[0].Key.Addrs(); s != netip.MustParseAddrPort("["+client6+"]:41001") || d != netip.MustParseAddrPort("["+vip6s+"]:443") {
+		t.Fatalf("event key %v -> %v", s, d)
+	}
+	b.outerDst(t, flow(41001, ack)) // SYN -> EST
+	evs = readEvents(t, r)
+	if len(evs) != 1 || evs[0].Kind != ConnEventState || evs[0].State != ConnEST || evs[0].Key != key || evs[0].Backend != want.Backend {
+		t.Fatalf("state change: events %+v, want one EST event for the flow", evs)
+	}
+	for i := 0; i < 5; i++ {
+		b.outerDst(t, flow(41001, ack, 'x'))
+	}
+	if evs := readEvents(t, r); len(evs) != 0 {
+		t.Fatalf("hits: %d events, want none: %+v", len(evs), evs)
+	}
+	if lost, err := b.edge.ConnEventsLost(); err != nil || lost != 0 {
+		t.Fatalf("lost %d (%v), want 0", lost, err)
+	}
+}
+
+// TestApplyConns6: an IPv6 entry written with ApplyConns lands in
+// lb_conns6 and serves its flow against the VIP's table (h where the
+// table says g); DumpConns returns it; a nat IPv6 entry is refused.
+func TestApplyConns6(t *testing.T) {
+	b := newVIP6Bed(t)
+	const ack = 0x10
+	flow := func(sport uint16) []byte { return ip6Hdr(client6, vip6s, nhTCP, tcp6(sport, 443, ack)) }
+	if got := b.outerDst(t, flow(42000)); got != hostAddr {
+		t.Fatalf("without an entry the flow went to %s, want the table's %s", got, hostAddr)
+	}
+	// Last seen "now": the probe flow's fresh entry tells the jiffies.
+	probe, err := b.edge.LookupConn(MakeConnKey(addr(client6), addr(vip6s), 42000, 443, ProtoTCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := probe.Last
+	key := MakeConnKey(addr(client6), addr(vip6s), 42001, 443, ProtoTCP)
+	if err := b.edge.ApplyConns([]SyncedConn{{Key: key, Backend: uint16(b.idx["h"]), Gen: 1, Last: now, State: ConnEST, FID: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.outerDst(t, flow(42001)); got != otherHost {
+		t.Fatalf("the synced flow went to %s, want its entry's %s", got, otherHost)
+	}
+	var dumped []ConnEntry
+	if err := b.edge.DumpConns(2, func(es []ConnEntry) error { dumped = append(dumped, es...); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	if len(dumped) != 2 {
+		t.Fatalf("dump: %d entries, want the probe's and the synced one", len(dumped))
+	}
+	for _, e := range dumped {
+		if e.Key == key && e.Backend == uint16(b.idx["h"]) && e.State == ConnEST {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("dump %+v: no IPv6 entry for %v on h", dumped, key)
+	}
+	if err := b.edge.ApplyConns([]SyncedConn{{Key: key, Backend: uint16(b.idx["n"]), Gen: 1, Last: now, State: ConnEST, NAT: true}}); err == nil {
+		t.Fatal("a nat IPv6 entry was accepted")
+	}
+}

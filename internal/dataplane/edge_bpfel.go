@@ -120,6 +120,32 @@ type edgeCtEvent struct {
 	Pad     uint8
 }
 
+type edgeCtEvent6 struct {
+	_   structs.HostLayout
+	Key struct {
+		_   structs.HostLayout
+		Src struct {
+			_ structs.HostLayout
+			A [4]uint32
+		}
+		Dst struct {
+			_ structs.HostLayout
+			A [4]uint32
+		}
+		Sport uint16
+		Dport uint16
+		Proto uint8
+		Pad   [3]uint8
+	}
+	Backend uint16
+	Gen     uint16
+	Last    uint32
+	State   uint8
+	Fid     uint8
+	Kind    uint8
+	Pad     uint8
+}
+
 type edgeCtKey struct {
 	_     structs.HostLayout
 	Src   uint32
@@ -679,6 +705,7 @@ const (
 	edgeProgXdpEdge         = "xdp_edge"
 	edgeVarBwClockBase      = "bw_clock_base"
 	edgeVarBwTickNs         = "bw_tick_ns"
+	edgeVarCtEvent6Btf      = "ct_event6_btf"
 	edgeVarCtEventBtf       = "ct_event_btf"
 	edgeVarCtEventsLost     = "ct_events_lost"
 	edgeVarCtSyncOn         = "ct_sync_on"
@@ -805,6 +832,7 @@ type edgeMapSpecs struct {
 type edgeVariableSpecs struct {
 	BwClockBase  *ebpf.VariableSpec `ebpf:"bw_clock_base"`
 	BwTickNs     *ebpf.VariableSpec `ebpf:"bw_tick_ns"`
+	CtEvent6Btf  *ebpf.VariableSpec `ebpf:"ct_event6_btf"`
 	CtEventBtf   *ebpf.VariableSpec `ebpf:"ct_event_btf"`
 	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
@@ -965,6 +993,7 @@ func (m *edgeMaps) Close() error {
 type edgeVariables struct {
 	BwClockBase  *ebpf.Variable `ebpf:"bw_clock_base"`
 	BwTickNs     *ebpf.Variable `ebpf:"bw_tick_ns"`
+	CtEvent6Btf  *ebpf.Variable `ebpf:"ct_event6_btf"`
 	CtEventBtf   *ebpf.Variable `ebpf:"ct_event_btf"`
 	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`
