@@ -266,11 +266,13 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 	return r, nil
 }
 
-// Fleet services for failover measurements: an encap service and a nat
-// service with a TCP and a UDP echo listener each.
+// Fleet services for failover measurements: an encap service, the same
+// behind an IPv6 VIP, and a nat service with a TCP and a UDP echo
+// listener each.
 const (
-	FleetVIP    = "198.51.100.50" // encap: tcp/udp 7000 -> g1 of az1-h1, az2-h1, az3-h1
-	FleetNATVIP = "198.51.100.31" // nat: tcp/udp 7000 -> dmz1..3
+	FleetVIP    = "198.51.100.50"   // encap: tcp/udp 7000 -> g1 of az1-h1, az2-h1, az3-h1
+	FleetVIP6   = "2001:db8:e1::50" // encap, IPv6: the same backends (their address6)
+	FleetNATVIP = "198.51.100.31"   // nat: tcp/udp 7000 -> dmz1..3
 )
 
 // PutFleetServices creates the failover measurements' services.
@@ -289,6 +291,7 @@ func (l *Lab) PutFleetServices(ctx context.Context) error {
 	}
 	for _, s := range []*model.Service{
 		{Name: "fleet", VIP: netip.MustParseAddr(FleetVIP), Mode: model.ModeEncap, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: guests}}},
+		{Name: "fleet6", VIP: netip.MustParseAddr(FleetVIP6), Mode: model.ModeEncap, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: guests}}},
 		{Name: "fleet-nat", VIP: netip.MustParseAddr(FleetNATVIP), Mode: model.ModeNAT, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: dmz}}},
 	} {
 		if _, err := c.PutService(ctx, s); err != nil {

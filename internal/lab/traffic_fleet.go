@@ -68,7 +68,7 @@ func (l *Lab) OpenConns(ctx context.Context, targets []string, perTarget int, in
 				defer func() { <-sem }()
 				dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 				defer dcancel()
-				c, err := dial(dctx, "tcp4", t)
+				c, err := dial(dctx, "tcp", t) // either family: the target's
 				if err == nil {
 					c.SetReadDeadline(time.Now().Add(5 * time.Second))
 					var name string
@@ -311,7 +311,7 @@ func (l *Lab) StartProbes(targets []string, flows int, interval time.Duration) (
 		var c *net.UDPConn
 		err := netns.Do(ns, func() error {
 			var err error
-			if c, err = net.DialUDP("udp4", nil, ua); err != nil {
+			if c, err = net.DialUDP("udp", nil, ua); err != nil { // the target's family
 				return err
 			}
 			// Replies come back 100 a second per flow: the default
@@ -333,7 +333,7 @@ func startProbes(dial func(*net.UDPAddr) (*net.UDPConn, error), targets []string
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Probes{interval: interval, cancel: cancel, rounds: []time.Time{time.Now()}}
 	for _, t := range targets {
-		ua, err := net.ResolveUDPAddr("udp4", t)
+		ua, err := net.ResolveUDPAddr("udp", t)
 		if err != nil {
 			cancel()
 			return nil, err
