@@ -289,6 +289,68 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
 	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
 }
 
+/* agent_from_edge6's verdict: V6_VERDICT(the XDP action, the counter its
+ * caller moves). */
+#define V6_VERDICT(action, stat) ((stat) << 8 | (action))
+/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
+ * flow whose quote agent_quote6 must translate. */
+#define V6_QUOTE (1 << 30)
+
+/* agent_from_edge6's delivery once its route is known: the destination
+ * (and a VIP's backend port) translated, the frame stripped to the inner
+ * one and sent. Inlined twice with note a constant for an IPv6 EIP whose
+ * guest serves no IPv6 VIP (NOTE6_NONE: no VIP check left on its path)
+ * and r->note for the rest. */
+static __always_inline int from_edge6_deliver(struct xdp_md *ctx, struct agent_room6 *r, struct pkt6 *in,
+					      struct bpf_fib_lookup *fib, __u8 note)
+{
+	struct eip_key *k = &r->k;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
+	if (reason)
+		goto drop;
+	/* An ICMPv6 error's quote is translated once the frame is stripped
+	 * (agent_quote6: its room, this frame has no bytes left); a port is
+	 * a TCP or UDP packet's. */
+	if (note >= NOTE6_SVC && r->bport && note != NOTE6_QUOTE) {
+		reason = nat6_port(data, data_end, in, 1, r->bport);
+		if (reason)
+			goto drop;
+	}
+	reason = STAT_DROP_INNER_BAD;
+
+	struct ethhdr *oeth = data;
+	if ((void *)(oeth + 1) > data_end)
+		goto drop;
+	__builtin_memcpy(r->ours, oeth->h_dest, ETH_ALEN_);
+	__builtin_memcpy(r->peer, oeth->h_source, ETH_ALEN_);
+	reason = STAT_DROP_HEADROOM;
+	if (nvgre_strip(ctx, &in->p))
+		goto drop;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		goto drop;
+
+	struct eip_stats *es = note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
+	if (es) {
+		es->rx_packets++;
+		es->rx_bytes += in->p.ip_len;
+	}
+	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		__builtin_memcpy(eth->h_dest, r->ours, ETH_ALEN_);
+		__builtin_memcpy(eth->h_source, r->peer, ETH_ALEN_);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	}
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+drop:
+	return V6_VERDICT(XDP_DROP, reason);
+}
+
 /* NVGRE from an edge (already checked: agent_edge_set) that nvgre_pull
  * refused as drop_inner_bad: the outer headers parsed again, an inner
  * frame that is not IPv6 drop_inner_bad; the IPv6 packet parsed (any fault,
@@ -312,10 +374,6 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
-#define V6_VERDICT(action, stat) ((stat) << 8 | (action))
-/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
- * flow whose quote agent_quote6 must translate. */
-#define V6_QUOTE (1 << 30)
 __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 {
 	if (!ctx || !o)
@@ -364,10 +422,10 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		r->note = NOTE6_NONE;
 		if (e->flags & AGENT_F_SVC) {
 			r->note = NOTE6_EIP;
+			r->bport = 0;
 			fv->group = e->group;
 			fv->ifindex = 0;
 		}
-		r->bport = 0;
 		/* The private address, kept in the room (the key is read no
 		 * more; the EIP's entry may change under us): the FIB request
 		 * cannot hold it, the kernel writes a gateway's address there,
@@ -437,56 +495,19 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	/* The flow's replies must leave from where it came in: an IPv6 VIP
 	 * flow is recorded in agent_flows6, an IPv6 EIP flow of a guest that
 	 * also serves an IPv6 VIP takes over the entry of an earlier VIP flow
-	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in). */
-	if (r->note != NOTE6_NONE && flow_ported(&in->p)) {
+	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in); an IPv6
+	 * EIP whose guest serves no IPv6 VIP records nothing, and its
+	 * delivery (note a constant) has no VIP check left. */
+	if (r->note == NOTE6_NONE)
+		return from_edge6_deliver(ctx, r, in, fib, NOTE6_NONE);
+	if (flow_ported(&in->p)) {
 		if (r->note == NOTE6_EIP && r->rc == BPF_FIB_LKUP_RET_SUCCESS)
 			fv->ifindex = fib->ifindex;
 		if (flow6_note_in(r, in, o->saddr))
 			stat_add(STAT_FLOW_NEW, (long)ctx->data_end - (long)ctx->data);
 	}
 
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
-	if (reason)
-		goto drop;
-	/* An ICMPv6 error's quote is translated once the frame is stripped
-	 * (agent_quote6: its room, this frame has no bytes left); a port is
-	 * a TCP or UDP packet's. */
-	if (r->bport && r->note != NOTE6_QUOTE) {
-		reason = nat6_port(data, data_end, in, 1, r->bport);
-		if (reason)
-			goto drop;
-	}
-	reason = STAT_DROP_INNER_BAD;
-
-	struct ethhdr *oeth = data;
-	if ((void *)(oeth + 1) > data_end)
-		goto drop;
-	__builtin_memcpy(r->ours, oeth->h_dest, ETH_ALEN_);
-	__builtin_memcpy(r->peer, oeth->h_source, ETH_ALEN_);
-	reason = STAT_DROP_HEADROOM;
-	if (nvgre_strip(ctx, &in->p))
-		goto drop;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
-		goto drop;
-
-	struct eip_stats *es = r->note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
-	if (es) {
-		es->rx_packets++;
-		es->rx_bytes += in->p.ip_len;
-	}
-	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		__builtin_memcpy(eth->h_dest, r->ours, ETH_ALEN_);
-		__builtin_memcpy(eth->h_source, r->peer, ETH_ALEN_);
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
-	}
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	return from_edge6_deliver(ctx, r, in, fib, r->note);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
