@@ -599,6 +599,175 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
 	return ih->type == 133 || ih->type == 135 || ih->type == 136;
 }
 
+/* agent_guest6 once the guest's IPv6 EIP entry g (NULL: none) is known:
+ * the rest of what agent_guest6's comment says. Inlined twice: plain (a
+ * constant 1) for a guest with an IPv6 EIP that serves no IPv6 VIP, which
+ * has no flow to look up, else 0. */
+static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r, struct agent_guest *g, __u64 len,
+				       const int plain)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct pkt6 *p6 = &r->p6;
+	struct eip_key *k = &r->k;
+	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
+	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
+	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
+	 * SYN without ACK opens a connection of the guest's own. */
+	struct agent_flow6 *f = NULL;
+	struct agent_flow6_key *fk = &r->fk;
+	if (!plain)
+		r->quoted = 0;
+	if (!plain && (!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
+	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
+		fk->guest = p6->saddr;
+		fk->remote = p6->daddr;
+		fk->gport = pkt_sport(&p6->p);
+		fk->rport = pkt_dport(&p6->p);
+		fk->proto = p6->p.proto;
+		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+		f = bpf_map_lookup_elem(&agent_flows6, fk);
+	} else if (!plain && (!g || (g->flags & AGENT_F_SVC))) {
+		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
+		 * from the error's destination to the guest (its source). */
+		r->qoff = icmp6_quote_off(data, data_end, p6);
+		struct ipv6hdr *q = data + OFF(r->qoff);
+		__be16 *qp = data + OFF(r->qoff + 40);
+		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
+		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
+		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
+			fk->guest = p6->saddr;
+			fk->remote = p6->daddr;
+			fk->gport = qp[1];
+			fk->rport = qp[0];
+			fk->proto = q->nexthdr;
+			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+			f = bpf_map_lookup_elem(&agent_flows6, fk);
+			r->quoted = 1;
+		}
+	}
+	if (!g && !f)
+		return count_drop(ctx, STAT_DROP_LOCAL, len);
+	/* A guest sends from its own interface: the one its IPv6 EIP's
+	 * entry names, else the one its flow's does (a service's, written
+	 * by the agent daemon). */
+	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	if (guest6_bad_dst(&p6->daddr))
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
+	if (p6->p.ttl == 0)
+		return count_drop(ctx, STAT_DROP_TTL, len);
+	/* The public address, the flow's or the EIP, kept in the room (the
+	 * key's address is read no more); a service reply's source port goes
+	 * back to the VIP's port. (What is read after the FIB lookup is kept
+	 * in the room too: this frame, beneath xdp_agent_guest's and above
+	 * bw6_over_eip's, has no bytes to spare.) */
+	__u32 gi;
+	__be32 edge = 0;
+	__u16 gen = 0;
+	if (!plain)
+		r->bport = 0;
+	r->idx = 0;
+	r->note = 0;
+	int via_eip = 1;
+	if (f) {
+		__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
+		k->addr = f->pub;
+		r->vsid = f->vsid;
+		gi = f->group;
+		edge = f->edge;
+		gen = f->gen;
+		if (f->pport != gport)
+			r->bport = f->pport;
+		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
+			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
+	} else {
+		k->addr = g->eip;
+		r->vsid = g->vsid;
+		gi = g->group;
+	}
+	/* The EIP's counters and bandwidth limit: a packet through the EIP,
+	 * not a reply through a VIP. */
+	if (via_eip && g) {
+		r->idx = g->stats_idx;
+		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
+	}
+
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	__be32 ports = !plain && r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
+	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
+	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+	if (!grp)
+		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+	/* Back to the edge the flow came from while no member has left the
+	 * group since, by the flow hash otherwise (as IPv4's). */
+	__be32 to;
+	if (edge && gen == grp->gen) {
+		to = edge;
+	} else {
+		__u32 n = grp->n;
+		if (n == 0 || n > EDGE_SET_MAX)
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+		__u32 slot = r->hash % n;
+		barrier_var(slot);
+		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	}
+	if (!to)
+		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&r->fib;
+	__be32 underlay = cfg->underlay.a[0];
+	__u16 ip_len = p6->p.ip_len;
+	int rc = fib4c(ctx, fib, cfg->nh_gen, underlay, to, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(ctx, fib_reason(rc), len);
+	/* The EIP's bandwidth limit, once the packet is sure to leave. */
+	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
+		return count_drop(ctx, STAT_DROP_BW, len);
+
+	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
+	if (rc)
+		return count_drop(ctx, rc, len);
+	if (f && r->quoted) {
+		rc = agent_quote6(ctx, 1);
+		if (rc)
+			return count_drop(ctx, rc, len);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	} else if (!plain && r->bport) {
+		rc = nat6_port(data, data_end, p6, 0, r->bport);
+		if (rc)
+			return count_drop(ctx, rc, len);
+	}
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
+	__builtin_memcpy(r->peer, eth->h_source, ETH_ALEN_);
+	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
+		     cfg->gw_mac, r->peer))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	/* nvgre_push writes an IPv4 inner ethertype. */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
+	if ((void *)(ieth_proto + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	*ieth_proto = bpf_htons(ETH_P_IPV6_);
+
+	struct eip_stats *es = (plain || (r->note & GUEST6_EIP)) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
+	if (es) {
+		es->tx_packets++;
+		es->tx_bytes += ip_len;
+	}
+	count_out(ctx, STAT_ENCAP_TX, len);
+	return xmit(ctx, fib->ifindex);
+}
+
 /* entry.h's declaration says what it does (called by parse_frame for a
  * guest's valid IPv6 packet, which it parses again into the per-CPU
  * room). Neighbour discovery (router solicitations, neighbour
@@ -651,159 +820,12 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, k);
 	if (g && g->family != AF_INET6_)
 		g = NULL;
-	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
-	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
-	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
-	 * SYN without ACK opens a connection of the guest's own. */
-	struct agent_flow6 *f = NULL;
-	struct agent_flow6_key *fk = &r->fk;
-	r->quoted = 0;
-	if ((!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
-	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
-		fk->guest = p6->saddr;
-		fk->remote = p6->daddr;
-		fk->gport = pkt_sport(&p6->p);
-		fk->rport = pkt_dport(&p6->p);
-		fk->proto = p6->p.proto;
-		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
-		f = bpf_map_lookup_elem(&agent_flows6, fk);
-	} else if (!g || (g->flags & AGENT_F_SVC)) {
-		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
-		 * from the error's destination to the guest (its source). */
-		r->qoff = icmp6_quote_off(data, data_end, p6);
-		struct ipv6hdr *q = data + OFF(r->qoff);
-		__be16 *qp = data + OFF(r->qoff + 40);
-		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
-		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
-		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
-			fk->guest = p6->saddr;
-			fk->remote = p6->daddr;
-			fk->gport = qp[1];
-			fk->rport = qp[0];
-			fk->proto = q->nexthdr;
-			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
-			f = bpf_map_lookup_elem(&agent_flows6, fk);
-			r->quoted = 1;
-		}
-	}
-	if (!g && !f)
-		return count_drop(ctx, STAT_DROP_LOCAL, len);
-	/* A guest sends from its own interface: the one its IPv6 EIP's
-	 * entry names, else the one its flow's does (a service's, written
-	 * by the agent daemon). */
-	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
-		return count_drop(ctx, STAT_DROP_SPOOF, len);
-	if (guest6_bad_dst(&p6->daddr))
-		return count_drop(ctx, STAT_DROP_BAD_DST, len);
-	if (p6->p.ttl == 0)
-		return count_drop(ctx, STAT_DROP_TTL, len);
-	/* The public address, the flow's or the EIP, kept in the room (the
-	 * key's address is read no more); a service reply's source port goes
-	 * back to the VIP's port. (What is read after the FIB lookup is kept
-	 * in the room too: this frame, beneath xdp_agent_guest's and above
-	 * bw6_over_eip's, has no bytes to spare.) */
-	__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
-	__u32 gi;
-	__be32 edge = 0;
-	__u16 gen = 0;
-	r->bport = 0;
-	r->idx = 0;
-	r->note = 0;
-	int via_eip = 1;
-	if (f) {
-		k->addr = f->pub;
-		r->vsid = f->vsid;
-		gi = f->group;
-		edge = f->edge;
-		gen = f->gen;
-		if (f->pport != gport)
-			r->bport = f->pport;
-		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
-			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
-	} else {
-		k->addr = g->eip;
-		r->vsid = g->vsid;
-		gi = g->group;
-	}
-	/* The EIP's counters and bandwidth limit: a packet through the EIP,
-	 * not a reply through a VIP. */
-	if (via_eip && g) {
-		r->idx = g->stats_idx;
-		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
-	}
-
-	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
-	if (!cfg)
-		return XDP_PASS;
-	__be32 ports = r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
-	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
-	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
-	if (!grp)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	/* Back to the edge the flow came from while no member has left the
-	 * group since, by the flow hash otherwise (as IPv4's). */
-	__be32 to;
-	if (edge && gen == grp->gen) {
-		to = edge;
-	} else {
-		__u32 n = grp->n;
-		if (n == 0 || n > EDGE_SET_MAX)
-			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-		__u32 slot = r->hash % n;
-		barrier_var(slot);
-		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
-	}
-	if (!to)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-
-	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&r->fib;
-	__be32 underlay = cfg->underlay.a[0];
-	__u16 ip_len = p6->p.ip_len;
-	int rc = fib4c(ctx, fib, cfg->nh_gen, underlay, to, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return count_drop(ctx, fib_reason(rc), len);
-	/* The EIP's bandwidth limit, once the packet is sure to leave. */
-	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
-		return count_drop(ctx, STAT_DROP_BW, len);
-
-	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
-	if (rc)
-		return count_drop(ctx, rc, len);
-	if (f && r->quoted) {
-		rc = agent_quote6(ctx, 1);
-		if (rc)
-			return count_drop(ctx, rc, len);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-	} else if (r->bport) {
-		rc = nat6_port(data, data_end, p6, 0, r->bport);
-		if (rc)
-			return count_drop(ctx, rc, len);
-	}
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
-	__builtin_memcpy(r->peer, eth->h_source, ETH_ALEN_);
-	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
-		     cfg->gw_mac, r->peer))
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	/* nvgre_push writes an IPv4 inner ethertype. */
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
-	if ((void *)(ieth_proto + 1) > data_end)
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	*ieth_proto = bpf_htons(ETH_P_IPV6_);
-
-	struct eip_stats *es = (r->note & GUEST6_EIP) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
-	if (es) {
-		es->tx_packets++;
-		es->tx_bytes += ip_len;
-	}
-	count_out(ctx, STAT_ENCAP_TX, len);
-	return xmit(ctx, fib->ifindex);
+	/* An IPv6 EIP whose guest serves no IPv6 VIP (the common case) goes
+	 * through a copy of the rest with plain a constant: no flow lookup,
+	 * no VIP check left on its path. */
+	if (g && !(g->flags & AGENT_F_SVC))
+		return guest6_send(ctx, r, g, len, 1);
+	return guest6_send(ctx, r, g, len, 0);
 }
 
 /* agent_from_edge's verdict on NVGRE nvgre_pull refused (reason rc,
