@@ -165,6 +165,8 @@ struct agent_room6 {
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
+_Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
+	       "mac2_copy copies ours and peer as one 12-byte pair");
 
 /* What agent_from_edge6 records in agent_flows6 (lib/agentflow.h's rules
  * for agent_flows). */
@@ -289,6 +291,84 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
 	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
 }
 
+/* MAC copies of the IPv6 functions in word loads and stores (a 6-byte
+ * __builtin_memcpy of unknown alignment is 12 byte-wise instructions): the
+ * packet and the room (a map value) are where the verifier checks no
+ * alignment, and the x86-64 and arm64 JITs load unaligned words. mac2_copy
+ * copies a destination and source MAC pair (12 bytes). */
+static __always_inline void mac_copy(void *dst, const void *src)
+{
+	*(__u32 *)dst = *(const __u32 *)src;
+	*(__u16 *)(dst + 4) = *(const __u16 *)(src + 4);
+}
+
+static __always_inline void mac2_copy(void *dst, const void *src)
+{
+	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
+	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
+	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
+}
+
+/* agent_from_edge6's verdict: V6_VERDICT(the XDP action, the counter its
+ * caller moves). */
+#define V6_VERDICT(action, stat) ((stat) << 8 | (action))
+/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
+ * flow whose quote agent_quote6 must translate. */
+#define V6_QUOTE (1 << 30)
+
+/* agent_from_edge6's delivery once its route is known: the destination
+ * (and a VIP's backend port) translated, the frame stripped to the inner
+ * one and sent. Inlined twice with note a constant for an IPv6 EIP whose
+ * guest serves no IPv6 VIP (NOTE6_NONE: no VIP check left on its path)
+ * and r->note for the rest. */
+static __always_inline int from_edge6_deliver(struct xdp_md *ctx, struct agent_room6 *r, struct pkt6 *in,
+					      struct bpf_fib_lookup *fib, __u8 note)
+{
+	struct eip_key *k = &r->k;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
+	if (reason)
+		goto drop;
+	/* An ICMPv6 error's quote is translated once the frame is stripped
+	 * (agent_quote6: its room, this frame has no bytes left); a port is
+	 * a TCP or UDP packet's. */
+	if (note >= NOTE6_SVC && r->bport && note != NOTE6_QUOTE) {
+		reason = nat6_port(data, data_end, in, 1, r->bport);
+		if (reason)
+			goto drop;
+	}
+	reason = STAT_DROP_INNER_BAD;
+
+	struct ethhdr *oeth = data;
+	if ((void *)(oeth + 1) > data_end)
+		goto drop;
+	mac2_copy(r->ours, oeth->h_dest); /* and r->peer, oeth->h_source */
+	reason = STAT_DROP_HEADROOM;
+	if (nvgre_strip(ctx, &in->p))
+		goto drop;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		goto drop;
+
+	struct eip_stats *es = note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
+	if (es) {
+		es->rx_packets++;
+		es->rx_bytes += in->p.ip_len;
+	}
+	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		mac2_copy(eth->h_dest, r->ours); /* and h_source, r->peer */
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	}
+	mac_copy(eth->h_dest, fib->dmac);
+	mac_copy(eth->h_source, fib->smac);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+drop:
+	return V6_VERDICT(XDP_DROP, reason);
+}
+
 /* NVGRE from an edge (already checked: agent_edge_set) that nvgre_pull
  * refused as drop_inner_bad: the outer headers parsed again, an inner
  * frame that is not IPv6 drop_inner_bad; the IPv6 packet parsed (any fault,
@@ -312,10 +392,6 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
  * agent_from_edge's and agent_pull_failed's, would pass 512 bytes; its
  * own frame must stay within 96 bytes. */
-#define V6_VERDICT(action, stat) ((stat) << 8 | (action))
-/* With the verdict: the delivered frame is an ICMPv6 error about a VIP
- * flow whose quote agent_quote6 must translate. */
-#define V6_QUOTE (1 << 30)
 __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 {
 	if (!ctx || !o)
@@ -364,10 +440,10 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		r->note = NOTE6_NONE;
 		if (e->flags & AGENT_F_SVC) {
 			r->note = NOTE6_EIP;
+			r->bport = 0;
 			fv->group = e->group;
 			fv->ifindex = 0;
 		}
-		r->bport = 0;
 		/* The private address, kept in the room (the key is read no
 		 * more; the EIP's entry may change under us): the FIB request
 		 * cannot hold it, the kernel writes a gateway's address there,
@@ -437,56 +513,19 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	/* The flow's replies must leave from where it came in: an IPv6 VIP
 	 * flow is recorded in agent_flows6, an IPv6 EIP flow of a guest that
 	 * also serves an IPv6 VIP takes over the entry of an earlier VIP flow
-	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in). */
-	if (r->note != NOTE6_NONE && flow_ported(&in->p)) {
+	 * on its 5-tuple (lib/agentflow.h's rules, flow_note_in); an IPv6
+	 * EIP whose guest serves no IPv6 VIP records nothing, and its
+	 * delivery (note a constant) has no VIP check left. */
+	if (r->note == NOTE6_NONE)
+		return from_edge6_deliver(ctx, r, in, fib, NOTE6_NONE);
+	if (flow_ported(&in->p)) {
 		if (r->note == NOTE6_EIP && r->rc == BPF_FIB_LKUP_RET_SUCCESS)
 			fv->ifindex = fib->ifindex;
 		if (flow6_note_in(r, in, o->saddr))
 			stat_add(STAT_FLOW_NEW, (long)ctx->data_end - (long)ctx->data);
 	}
 
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	reason = nat6(data, data_end, in, 1, in->daddr.a, k->addr.a);
-	if (reason)
-		goto drop;
-	/* An ICMPv6 error's quote is translated once the frame is stripped
-	 * (agent_quote6: its room, this frame has no bytes left); a port is
-	 * a TCP or UDP packet's. */
-	if (r->bport && r->note != NOTE6_QUOTE) {
-		reason = nat6_port(data, data_end, in, 1, r->bport);
-		if (reason)
-			goto drop;
-	}
-	reason = STAT_DROP_INNER_BAD;
-
-	struct ethhdr *oeth = data;
-	if ((void *)(oeth + 1) > data_end)
-		goto drop;
-	__builtin_memcpy(r->ours, oeth->h_dest, ETH_ALEN_);
-	__builtin_memcpy(r->peer, oeth->h_source, ETH_ALEN_);
-	reason = STAT_DROP_HEADROOM;
-	if (nvgre_strip(ctx, &in->p))
-		goto drop;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
-		goto drop;
-
-	struct eip_stats *es = r->note >= NOTE6_SVC ? NULL : bpf_map_lookup_elem(&eip_stats, &r->idx);
-	if (es) {
-		es->rx_packets++;
-		es->rx_bytes += in->p.ip_len;
-	}
-	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		__builtin_memcpy(eth->h_dest, r->ours, ETH_ALEN_);
-		__builtin_memcpy(eth->h_source, r->peer, ETH_ALEN_);
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
-	}
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (r->note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	return from_edge6_deliver(ctx, r, in, fib, r->note);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
@@ -578,6 +617,175 @@ static __always_inline int ipv6_ndp(void *data, void *data_end, const struct pkt
 	return ih->type == 133 || ih->type == 135 || ih->type == 136;
 }
 
+/* agent_guest6 once the guest's IPv6 EIP entry g (NULL: none) is known:
+ * the rest of what agent_guest6's comment says. Inlined twice: plain (a
+ * constant 1) for a guest with an IPv6 EIP that serves no IPv6 VIP, which
+ * has no flow to look up, else 0. */
+static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r, struct agent_guest *g, __u64 len,
+				       const int plain)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct pkt6 *p6 = &r->p6;
+	struct eip_key *k = &r->k;
+	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
+	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
+	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
+	 * SYN without ACK opens a connection of the guest's own. */
+	struct agent_flow6 *f = NULL;
+	struct agent_flow6_key *fk = &r->fk;
+	if (!plain)
+		r->quoted = 0;
+	if (!plain && (!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
+	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
+		fk->guest = p6->saddr;
+		fk->remote = p6->daddr;
+		fk->gport = pkt_sport(&p6->p);
+		fk->rport = pkt_dport(&p6->p);
+		fk->proto = p6->p.proto;
+		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+		f = bpf_map_lookup_elem(&agent_flows6, fk);
+	} else if (!plain && (!g || (g->flags & AGENT_F_SVC))) {
+		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
+		 * from the error's destination to the guest (its source). */
+		r->qoff = icmp6_quote_off(data, data_end, p6);
+		struct ipv6hdr *q = data + OFF(r->qoff);
+		__be16 *qp = data + OFF(r->qoff + 40);
+		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
+		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
+		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
+			fk->guest = p6->saddr;
+			fk->remote = p6->daddr;
+			fk->gport = qp[1];
+			fk->rport = qp[0];
+			fk->proto = q->nexthdr;
+			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+			f = bpf_map_lookup_elem(&agent_flows6, fk);
+			r->quoted = 1;
+		}
+	}
+	if (!g && !f)
+		return count_drop(ctx, STAT_DROP_LOCAL, len);
+	/* A guest sends from its own interface: the one its IPv6 EIP's
+	 * entry names, else the one its flow's does (a service's, written
+	 * by the agent daemon). */
+	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	if (guest6_bad_dst(&p6->daddr))
+		return count_drop(ctx, STAT_DROP_BAD_DST, len);
+	if (p6->p.ttl == 0)
+		return count_drop(ctx, STAT_DROP_TTL, len);
+	/* The public address, the flow's or the EIP, kept in the room (the
+	 * key's address is read no more); a service reply's source port goes
+	 * back to the VIP's port. (What is read after the FIB lookup is kept
+	 * in the room too: this frame, beneath xdp_agent_guest's and above
+	 * bw6_over_eip's, has no bytes to spare.) */
+	__u32 gi;
+	__be32 edge = 0;
+	__u16 gen = 0;
+	if (!plain)
+		r->bport = 0;
+	r->idx = 0;
+	r->note = 0;
+	int via_eip = 1;
+	if (f) {
+		__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
+		k->addr = f->pub;
+		r->vsid = f->vsid;
+		gi = f->group;
+		edge = f->edge;
+		gen = f->gen;
+		if (f->pport != gport)
+			r->bport = f->pport;
+		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
+			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
+	} else {
+		k->addr = g->eip;
+		r->vsid = g->vsid;
+		gi = g->group;
+	}
+	/* The EIP's counters and bandwidth limit: a packet through the EIP,
+	 * not a reply through a VIP. */
+	if (via_eip && g) {
+		r->idx = g->stats_idx;
+		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
+	}
+
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	__be32 ports = !plain && r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
+	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
+	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
+	if (!grp)
+		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+	/* Back to the edge the flow came from while no member has left the
+	 * group since, by the flow hash otherwise (as IPv4's). */
+	__be32 to;
+	if (edge && gen == grp->gen) {
+		to = edge;
+	} else {
+		__u32 n = grp->n;
+		if (n == 0 || n > EDGE_SET_MAX)
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+		__u32 slot = r->hash % n;
+		barrier_var(slot);
+		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
+	}
+	if (!to)
+		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&r->fib;
+	__be32 underlay = cfg->underlay.a[0];
+	__u16 ip_len = p6->p.ip_len;
+	int rc = fib4c(ctx, fib, cfg->nh_gen, underlay, to, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(ctx, fib_reason(rc), len);
+	/* The EIP's bandwidth limit, once the packet is sure to leave. */
+	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
+		return count_drop(ctx, STAT_DROP_BW, len);
+
+	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
+	if (rc)
+		return count_drop(ctx, rc, len);
+	if (f && r->quoted) {
+		rc = agent_quote6(ctx, 1);
+		if (rc)
+			return count_drop(ctx, rc, len);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	} else if (!plain && r->bport) {
+		rc = nat6_port(data, data_end, p6, 0, r->bport);
+		if (rc)
+			return count_drop(ctx, rc, len);
+	}
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
+	mac_copy(r->peer, eth->h_source);
+	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
+		     cfg->gw_mac, r->peer))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	/* nvgre_push writes an IPv4 inner ethertype. */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
+	if ((void *)(ieth_proto + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	*ieth_proto = bpf_htons(ETH_P_IPV6_);
+
+	struct eip_stats *es = (plain || (r->note & GUEST6_EIP)) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
+	if (es) {
+		es->tx_packets++;
+		es->tx_bytes += ip_len;
+	}
+	count_out(ctx, STAT_ENCAP_TX, len);
+	return xmit(ctx, fib->ifindex);
+}
+
 /* entry.h's declaration says what it does (called by parse_frame for a
  * guest's valid IPv6 packet, which it parses again into the per-CPU
  * room). Neighbour discovery (router solicitations, neighbour
@@ -630,159 +838,12 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	struct agent_guest *g = bpf_map_lookup_elem(&agent_guests, k);
 	if (g && g->family != AF_INET6_)
 		g = NULL;
-	/* A reply of a flow through an IPv6 VIP (or an IPv6 EIP flow that
-	 * took a VIP flow's entry over): by its own 5-tuple, for a guest
-	 * without an IPv6 EIP or one that serves an IPv6 VIP (AGENT_F_SVC). A
-	 * SYN without ACK opens a connection of the guest's own. */
-	struct agent_flow6 *f = NULL;
-	struct agent_flow6_key *fk = &r->fk;
-	r->quoted = 0;
-	if ((!g || (g->flags & AGENT_F_SVC)) && flow_ported(&p6->p) &&
-	    !(p6->p.proto == IPPROTO_TCP_ && (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_)) {
-		fk->guest = p6->saddr;
-		fk->remote = p6->daddr;
-		fk->gport = pkt_sport(&p6->p);
-		fk->rport = pkt_dport(&p6->p);
-		fk->proto = p6->p.proto;
-		fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
-		f = bpf_map_lookup_elem(&agent_flows6, fk);
-	} else if (!g || (g->flags & AGENT_F_SVC)) {
-		/* An ICMPv6 error by the flow it quotes: a TCP or UDP packet
-		 * from the error's destination to the guest (its source). */
-		r->qoff = icmp6_quote_off(data, data_end, p6);
-		struct ipv6hdr *q = data + OFF(r->qoff);
-		__be16 *qp = data + OFF(r->qoff + 40);
-		if (r->qoff && (void *)(q + 1) <= data_end && (void *)(qp + 2) <= data_end &&
-		    (q->nexthdr == IPPROTO_TCP_ || q->nexthdr == IPPROTO_UDP_) &&
-		    addr6_eq(q->daddr.in6_u.u6_addr32, p6->saddr.a) && addr6_eq(q->saddr.in6_u.u6_addr32, p6->daddr.a)) {
-			fk->guest = p6->saddr;
-			fk->remote = p6->daddr;
-			fk->gport = qp[1];
-			fk->rport = qp[0];
-			fk->proto = q->nexthdr;
-			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
-			f = bpf_map_lookup_elem(&agent_flows6, fk);
-			r->quoted = 1;
-		}
-	}
-	if (!g && !f)
-		return count_drop(ctx, STAT_DROP_LOCAL, len);
-	/* A guest sends from its own interface: the one its IPv6 EIP's
-	 * entry names, else the one its flow's does (a service's, written
-	 * by the agent daemon). */
-	if ((g ? g->ifindex : f->ifindex) != ctx->ingress_ifindex)
-		return count_drop(ctx, STAT_DROP_SPOOF, len);
-	if (guest6_bad_dst(&p6->daddr))
-		return count_drop(ctx, STAT_DROP_BAD_DST, len);
-	if (p6->p.ttl == 0)
-		return count_drop(ctx, STAT_DROP_TTL, len);
-	/* The public address, the flow's or the EIP, kept in the room (the
-	 * key's address is read no more); a service reply's source port goes
-	 * back to the VIP's port. (What is read after the FIB lookup is kept
-	 * in the room too: this frame, beneath xdp_agent_guest's and above
-	 * bw6_over_eip's, has no bytes to spare.) */
-	__be16 gport = r->quoted ? fk->gport : pkt_sport(&p6->p);
-	__u32 gi;
-	__be32 edge = 0;
-	__u16 gen = 0;
-	r->bport = 0;
-	r->idx = 0;
-	r->note = 0;
-	int via_eip = 1;
-	if (f) {
-		k->addr = f->pub;
-		r->vsid = f->vsid;
-		gi = f->group;
-		edge = f->edge;
-		gen = f->gen;
-		if (f->pport != gport)
-			r->bport = f->pport;
-		via_eip = g && g->eip.a[0] == k->addr.a[0] && g->eip.a[1] == k->addr.a[1] &&
-			  g->eip.a[2] == k->addr.a[2] && g->eip.a[3] == k->addr.a[3];
-	} else {
-		k->addr = g->eip;
-		r->vsid = g->vsid;
-		gi = g->group;
-	}
-	/* The EIP's counters and bandwidth limit: a packet through the EIP,
-	 * not a reply through a VIP. */
-	if (via_eip && g) {
-		r->idx = g->stats_idx;
-		r->note = GUEST6_EIP | ((g->flags & AGENT_F_BW) ? GUEST6_BW : 0);
-	}
-
-	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
-	if (!cfg)
-		return XDP_PASS;
-	__be32 ports = r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
-	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
-	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
-	if (!grp)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-	/* Back to the edge the flow came from while no member has left the
-	 * group since, by the flow hash otherwise (as IPv4's). */
-	__be32 to;
-	if (edge && gen == grp->gen) {
-		to = edge;
-	} else {
-		__u32 n = grp->n;
-		if (n == 0 || n > EDGE_SET_MAX)
-			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-		__u32 slot = r->hash % n;
-		barrier_var(slot);
-		to = grp->edges[slot & (EDGE_SET_MAX - 1)];
-	}
-	if (!to)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
-
-	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&r->fib;
-	__be32 underlay = cfg->underlay.a[0];
-	__u16 ip_len = p6->p.ip_len;
-	int rc = fib4c(ctx, fib, cfg->nh_gen, underlay, to, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return count_drop(ctx, fib_reason(rc), len);
-	/* The EIP's bandwidth limit, once the packet is sure to leave. */
-	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
-		return count_drop(ctx, STAT_DROP_BW, len);
-
-	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
-	if (rc)
-		return count_drop(ctx, rc, len);
-	if (f && r->quoted) {
-		rc = agent_quote6(ctx, 1);
-		if (rc)
-			return count_drop(ctx, rc, len);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-	} else if (r->bport) {
-		rc = nat6_port(data, data_end, p6, 0, r->bport);
-		if (rc)
-			return count_drop(ctx, rc, len);
-	}
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
-	__builtin_memcpy(r->peer, eth->h_source, ETH_ALEN_);
-	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
-		     cfg->gw_mac, r->peer))
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	/* nvgre_push writes an IPv4 inner ethertype. */
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
-	if ((void *)(ieth_proto + 1) > data_end)
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	*ieth_proto = bpf_htons(ETH_P_IPV6_);
-
-	struct eip_stats *es = (r->note & GUEST6_EIP) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
-	if (es) {
-		es->tx_packets++;
-		es->tx_bytes += ip_len;
-	}
-	count_out(ctx, STAT_ENCAP_TX, len);
-	return xmit(ctx, fib->ifindex);
+	/* An IPv6 EIP whose guest serves no IPv6 VIP (the common case) goes
+	 * through a copy of the rest with plain a constant: no flow lookup,
+	 * no VIP check left on its path. */
+	if (g && !(g->flags & AGENT_F_SVC))
+		return guest6_send(ctx, r, g, len, 1);
+	return guest6_send(ctx, r, g, len, 0);
 }
 
 /* agent_from_edge's verdict on NVGRE nvgre_pull refused (reason rc,
