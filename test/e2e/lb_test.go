@@ -524,21 +524,13 @@ func probe(conns []*echoConn) (alive int, dead map[string]int) {
 
 func waitDown(t *testing.T, ctx context.Context, c *client.Client, svc, pool, key string) {
 	t.Helper()
-	st, err := c.ServiceStatus(ctx, svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range st.Pools {
-		if p.Name == pool && len(p.Tables) > 0 {
-			waitDownN(t, ctx, c, svc, pool, key, p.Tables[0].Backends-1)
-			return
-		}
-	}
-	t.Fatalf("%s has no pool %s with a table", svc, pool)
+	waitDownN(t, ctx, c, svc, pool, key, -1)
 }
 
 // waitDownN waits until key is marked down in svc/pool and every edge
-// programs its table with healthy backends.
+// programs its table with healthy backends (-1: one fewer than the table
+// has, read at each poll: right after a change the edges' first tables
+// may not hold every backend yet).
 func waitDownN(t *testing.T, ctx context.Context, c *client.Client, svc, pool, key string, healthy int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -546,8 +538,14 @@ func waitDownN(t *testing.T, ctx context.Context, c *client.Client, svc, pool, k
 		st, err := c.ServiceStatus(ctx, svc)
 		if err == nil && st.Health != nil && st.Health.IsDown(pool, key) {
 			for _, p := range st.Pools {
-				// the edges' tables count healthy backends
-				if p.Name == pool && p.Agree && len(p.Tables) > 0 && p.Tables[0].Healthy == healthy {
+				if p.Name != pool || !p.Agree || len(p.Tables) == 0 {
+					continue
+				}
+				want := healthy
+				if want < 0 {
+					want = p.Tables[0].Backends - 1
+				}
+				if p.Tables[0].Healthy == want {
 					return
 				}
 			}
