@@ -106,24 +106,7 @@ func TestServices(t *testing.T) {
 	services(t, ctx, c)
 	waitServing(t, ctx, l, "http://"+vipWeb+"/")
 
-	t.Run("port dispatch 80 and 443", func(t *testing.T) {
-		got80 := answers(t, ctx, l, "http://"+vipWeb+"/", 60)
-		got443 := answers(t, ctx, l, "http://"+vipWeb+":443/", 60)
-		t.Logf("port 80: %v; port 443: %v", got80, got443)
-		for body := range got80 {
-			if !strings.HasSuffix(body, "-g1") || strings.Contains(body, "-h2-") {
-				t.Errorf("port 80 answered by %q, not the web pool (the h1 hosts' g1)", body)
-			}
-		}
-		for body := range got443 {
-			if !strings.HasSuffix(body, "-g2:443") || strings.Contains(body, "-h1-") {
-				t.Errorf("port 443 answered by %q, not the tls pool (the h2 hosts' g2)", body)
-			}
-		}
-		if len(got80) < 2 || len(got443) < 2 {
-			t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
-		}
-	})
+	t.Run("port dispatch 80 and 443", func(t *testing.T) { checkDispatch(t, ctx, l, "http://"+vipWeb) })
 
 	t.Run("nat mode with plain backends", func(t *testing.T) {
 		waitServing(t, ctx, l, "http://"+vipDMZ+"/")
@@ -255,44 +238,7 @@ func TestServices(t *testing.T) {
 		if len(per) != len(allHosts) {
 			t.Fatalf("connections reached %d of %d backends", len(per), len(allHosts))
 		}
-		victim := "az2-h1-g1"
-		if err := l.StopServer(victim); err != nil {
-			t.Fatal(err)
-		}
-		alive, dead := probe(conns)
-		var wrong []string
-		for b, k := range dead {
-			if b != victim {
-				wrong = append(wrong, fmt.Sprintf("%s: %d", b, k))
-			}
-		}
-		t.Logf("after stopping %s: %d connections broke (it had %d), %d alive", victim, dead[victim], per[victim], alive)
-		if len(wrong) > 0 {
-			t.Fatalf("connections of healthy backends broke: %v", wrong)
-		}
-		if dead[victim] != per[victim] {
-			t.Fatalf("%d of %s's %d connections broke", dead[victim], victim, per[victim])
-		}
-		waitDown(t, ctx, c, "web", "echo", "az2-h1/g1")
-		// New connections avoid the failed backend.
-		fresh := openEcho(t, ctx, l, vipWeb+":7000", 60)
-		for _, cn := range fresh {
-			if cn.backend == victim {
-				t.Errorf("a new connection reached the failed %s", victim)
-			}
-			cn.c.Close()
-		}
-
-		survivors := conns[:0]
-		for _, cn := range conns {
-			if cn.backend != victim {
-				survivors = append(survivors, cn)
-			}
-		}
-		// The table without the failed backend moved no healthy flow.
-		if alive, dead := probe(survivors); alive != len(survivors) {
-			t.Fatalf("after the table dropped %s: %d of %d survivors alive, broken %v", victim, alive, len(survivors), dead)
-		}
+		survivors := failBackend(t, ctx, l, c, "web", vipWeb+":7000", conns, per, "az2-h1/g1", -1)
 
 		// A planned change: a seventh backend joins. No established
 		// connection breaks (they keep their backend through the
@@ -302,12 +248,12 @@ func TestServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitChecksumChange(t, ctx, c, "web", "echo", before)
-		alive, dead = probe(survivors)
+		alive, dead := probe(survivors)
 		t.Logf("after adding az1-h1/g2: %d alive, broken %v", alive, dead)
 		if alive != len(survivors) {
 			t.Fatalf("%d of %d established connections broke when a backend was added", len(survivors)-alive, len(survivors))
 		}
-		fresh = openEcho(t, ctx, l, vipWeb+":7000", 100)
+		fresh := openEcho(t, ctx, l, vipWeb+":7000", 100)
 		reached := false
 		for _, cn := range fresh {
 			reached = reached || cn.backend == "az1-h1-g2"
@@ -331,22 +277,7 @@ func TestServices(t *testing.T) {
 		}
 		base := "http://[" + vipWeb6 + "]"
 		waitServing(t, ctx, l, base+"/")
-		got80 := answers(t, ctx, l, base+"/", 60)
-		got443 := answers(t, ctx, l, base+":443/", 60)
-		t.Logf("port 80: %v; port 443: %v", got80, got443)
-		for body := range got80 {
-			if !strings.HasSuffix(body, "-g1") || strings.Contains(body, "-h2-") {
-				t.Errorf("port 80 answered by %q, not the web pool (the h1 hosts' g1)", body)
-			}
-		}
-		for body := range got443 {
-			if !strings.HasSuffix(body, "-g2:443") || strings.Contains(body, "-h1-") {
-				t.Errorf("port 443 answered by %q, not the tls pool (the h2 hosts' g2)", body)
-			}
-		}
-		if len(got80) < 2 || len(got443) < 2 {
-			t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
-		}
+		checkDispatch(t, ctx, l, base)
 
 		healthy := waitHealthy(t, ctx, c, "web6", "echo", len(allHosts))
 		const n = 300
@@ -364,42 +295,79 @@ func TestServices(t *testing.T) {
 		if len(per) != healthy {
 			t.Fatalf("connections reached %d backends, %d are healthy", len(per), healthy)
 		}
-		victim := "az3-h2-g1"
-		if err := l.StopServer(victim); err != nil {
-			t.Fatal(err)
-		}
-		alive, dead := probe(conns)
-		var wrong []string
-		for b, k := range dead {
-			if b != victim {
-				wrong = append(wrong, fmt.Sprintf("%s: %d", b, k))
-			}
-		}
-		t.Logf("after stopping %s: %d connections broke (it had %d), %d alive", victim, dead[victim], per[victim], alive)
-		if len(wrong) > 0 {
-			t.Fatalf("connections of healthy backends broke: %v", wrong)
-		}
-		if dead[victim] != per[victim] {
-			t.Fatalf("%d of %s's %d connections broke", dead[victim], victim, per[victim])
-		}
-		waitDownN(t, ctx, c, "web6", "echo", "az3-h2/g1", healthy-1)
-		fresh := openEcho(t, ctx, l, "["+vipWeb6+"]:7000", 60)
-		for _, cn := range fresh {
-			if cn.backend == victim {
-				t.Errorf("a new connection reached the failed %s", victim)
-			}
-			cn.c.Close()
-		}
-		survivors := conns[:0]
-		for _, cn := range conns {
-			if cn.backend != victim {
-				survivors = append(survivors, cn)
-			}
-		}
-		if alive, dead := probe(survivors); alive != len(survivors) {
-			t.Fatalf("after the table dropped %s: %d of %d survivors alive, broken %v", victim, alive, len(survivors), dead)
-		}
+		failBackend(t, ctx, l, c, "web6", "["+vipWeb6+"]:7000", conns, per, "az3-h2/g1", healthy-1)
 	})
+}
+
+// checkDispatch checks web's port dispatch at base (http://VIP): 60 new
+// connections to port 80 reach the web pool (the h1 hosts' g1), 60 to
+// port 443 the tls pool (the h2 hosts' g2), each spread.
+func checkDispatch(t *testing.T, ctx context.Context, l *lab.Lab, base string) {
+	t.Helper()
+	got80 := answers(t, ctx, l, base+"/", 60)
+	got443 := answers(t, ctx, l, base+":443/", 60)
+	t.Logf("port 80: %v; port 443: %v", got80, got443)
+	for body := range got80 {
+		if !strings.HasSuffix(body, "-g1") || strings.Contains(body, "-h2-") {
+			t.Errorf("port 80 answered by %q, not the web pool (the h1 hosts' g1)", body)
+		}
+	}
+	for body := range got443 {
+		if !strings.HasSuffix(body, "-g2:443") || strings.Contains(body, "-h1-") {
+			t.Errorf("port 443 answered by %q, not the tls pool (the h2 hosts' g2)", body)
+		}
+	}
+	if len(got80) < 2 || len(got443) < 2 {
+		t.Errorf("60 new connections reached %d and %d backends: not spread", len(got80), len(got443))
+	}
+}
+
+// failBackend stops the server of key (host/guest) behind svc's echo
+// pool, whose echo connections conns (per: by backend) run to addr:
+// exactly the victim's connections break, the edges program the pool
+// with healthy backends (-1: one fewer than its table has), new
+// connections avoid the victim, and the others' connections survive
+// the table without it. It returns those.
+func failBackend(t *testing.T, ctx context.Context, l *lab.Lab, c *client.Client, svc, addr string, conns []*echoConn, per map[string]int, key string, healthy int) []*echoConn {
+	t.Helper()
+	victim := strings.ReplaceAll(key, "/", "-")
+	if err := l.StopServer(victim); err != nil {
+		t.Fatal(err)
+	}
+	alive, dead := probe(conns)
+	var wrong []string
+	for b, k := range dead {
+		if b != victim {
+			wrong = append(wrong, fmt.Sprintf("%s: %d", b, k))
+		}
+	}
+	t.Logf("after stopping %s: %d connections broke (it had %d), %d alive", victim, dead[victim], per[victim], alive)
+	if len(wrong) > 0 {
+		t.Fatalf("connections of healthy backends broke: %v", wrong)
+	}
+	if dead[victim] != per[victim] {
+		t.Fatalf("%d of %s's %d connections broke", dead[victim], victim, per[victim])
+	}
+	waitDownN(t, ctx, c, svc, "echo", key, healthy)
+	// New connections avoid the failed backend.
+	fresh := openEcho(t, ctx, l, addr, 60)
+	for _, cn := range fresh {
+		if cn.backend == victim {
+			t.Errorf("a new connection reached the failed %s", victim)
+		}
+		cn.c.Close()
+	}
+	survivors := conns[:0:0]
+	for _, cn := range conns {
+		if cn.backend != victim {
+			survivors = append(survivors, cn)
+		}
+	}
+	// The table without the failed backend moved no healthy flow.
+	if alive, dead := probe(survivors); alive != len(survivors) {
+		t.Fatalf("after the table dropped %s: %d of %d survivors alive, broken %v", victim, alive, len(survivors), dead)
+	}
+	return survivors
 }
 
 // waitHealthy waits until every edge programs svc/pool's table with want
