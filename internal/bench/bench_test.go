@@ -74,11 +74,11 @@ func TestJSONKeepsZeroRatioAndFloorFields(t *testing.T) {
 	}
 }
 
-// TestChainVaryGivesDistinctFlows runs xdp_chain into the edge on SYNs to
-// a nat VIP: every run must insert its own connection entry (distinct
-// clients, checksums still valid: the edge drops bad IP checksums), and
-// an insert cap of 1/s must stop all but one.
-func TestChainVaryGivesDistinctFlows(t *testing.T) {
+// chainBed is the TestChainVary tests' bed: the test namespace, the bench
+// program, the jiffies rate and an edge with a 64k-entry connection
+// table, closed when the test ends.
+func chainBed(t *testing.T) (*dptest.Env, *dataplane.Bench, uint32, *dataplane.Edge) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (BPF, namespaces)")
 	}
@@ -86,12 +86,12 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
+	t.Cleanup(func() { env.Close() })
 	b, err := dataplane.LoadBench()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
 	hz, err := b.MeasureHZ()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,16 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { e.Close() })
+	return env, b, hz, e
+}
+
+// TestChainVaryGivesDistinctFlows runs xdp_chain into the edge on SYNs to
+// a nat VIP: every run must insert its own connection entry (distinct
+// clients, checksums still valid: the edge drops bad IP checksums), and
+// an insert cap of 1/s must stop all but one.
+func TestChainVaryGivesDistinctFlows(t *testing.T) {
+	env, b, hz, e := chainBed(t)
 	if err := setupLB(e, 10, hz); err != nil {
 		t.Fatal(err)
 	}
@@ -148,28 +157,7 @@ func TestChainVaryGivesDistinctFlows(t *testing.T) {
 // checksum still valid: the edge would drop it) and every run inserts its
 // own entry in lb_conns6, the entries DeleteVaryConns6 names.
 func TestChainVaryGivesDistinctFlows6(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (BPF, namespaces)")
-	}
-	env, err := dptest.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	b, err := dataplane.LoadBench()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	hz, err := b.MeasureHZ()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := dataplane.LoadEdge(dataplane.LoadOptions{ConnMax: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	env, b, hz, e := chainBed(t)
 	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), HashSeed: 1}); err != nil {
 		t.Fatal(err)
 	}
