@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"sync"
+	"time"
 )
 
 // decodeCanonical is DecodeStored's fast path. It decodes data into a fresh
@@ -145,6 +146,8 @@ var canonPool = sync.Pool{New: func() any {
 // MarshalJSON writes a JSON string and nothing else.
 var canonicalMarshalers = map[reflect.Type]bool{
 	reflect.TypeFor[Duration](): true,
+	// time.Time writes an RFC 3339 string (EIP.Previous.Until).
+	reflect.TypeFor[time.Time](): true,
 }
 
 var (

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Kinds of objects, also the path segment of their API and store keys.
@@ -111,6 +112,32 @@ type EIP struct {
 	Set string `json:"set,omitempty"`
 	// Limits are the EIP's rate limits at the edges (nil: none).
 	Limits *Limits `json:"limits,omitempty"`
+	// Previous is the binding a bind moved the EIP from, while the
+	// connections open at the move drain there (nil: none; set by the
+	// controller's bind, cleared when Until passes).
+	Previous *PreviousBinding `json:"previous,omitempty"`
+}
+
+// PreviousBinding is where an EIP was bound before a bind moved it
+// (docs/eip.md, "Drift"). Until Until the old host's agent keeps
+// translating the EIP to the old guest, and the edges send it the
+// packets of the connections that were open at the move (a TCP segment
+// other than a SYN of a flow the edge did not see start after the move)
+// and accept its replies. Underlay and VSID are the old host's underlay
+// address and the old guest's VSID at the move (the edges need nothing
+// else of the old guest, so its copy does not stay in their sets).
+type PreviousBinding struct {
+	Host     string     `json:"host"`
+	Guest    string     `json:"guest"`
+	Underlay netip.Addr `json:"underlay"`
+	VSID     uint32     `json:"vsid"`
+	Until    time.Time  `json:"until"`
+}
+
+// Active says whether the previous binding still drains at now (nil:
+// no).
+func (p *PreviousBinding) Active(now time.Time) bool {
+	return p != nil && now.Before(p.Until)
 }
 
 // Name returns the object's key within its kind.
@@ -608,6 +635,20 @@ func (e *EIP) Validate() Errors {
 		checkName(&es, "set", e.Set)
 	}
 	e.Limits.validate(&es, "limits")
+	if p := e.Previous; p != nil {
+		checkName(&es, "previous.host", p.Host)
+		checkName(&es, "previous.guest", p.Guest)
+		checkUnicast4(&es, "previous.underlay", p.Underlay)
+		if p.VSID < VSIDMin || p.VSID > VSIDMax {
+			es.add("previous.vsid", "%d is outside %d-%d (RFC 7637 reserves the rest)", p.VSID, VSIDMin, VSIDMax)
+		}
+		if p.Until.IsZero() {
+			es.add("previous.until", "missing")
+		}
+		if b := e.Binding; b != nil && b.Host == p.Host && b.Guest == p.Guest {
+			es.add("previous", "names the binding itself (%s/%s)", p.Host, p.Guest)
+		}
+	}
 	return es
 }
 

@@ -7,7 +7,8 @@
 //
 // What goes where (docs/scale.md "Scopes"):
 //   - an EIP: every set among setplan's Carriers of its address, and the
-//     host it is bound to;
+//     host it is bound to and, while it drains there after a move
+//     (EIP.Previous), the host it was bound to;
 //   - a service: the Carriers of its VIP, and every host with a backend;
 //   - a service's Health: the Carriers of its service's VIP;
 //   - a host: its own scope only;
@@ -135,6 +136,7 @@ type placer struct {
 type eipScopes struct {
 	carriers [3]string
 	host     string
+	previous string // the host of e.Previous: its agent drains the EIP
 }
 
 func newPlacer(st *model.State) *placer {
@@ -203,6 +205,9 @@ func (p *placer) eip(key string, e *model.EIP) []string {
 	if e.Binding != nil {
 		k.host = e.Binding.Host
 	}
+	if e.Previous != nil && e.Previous.Host != k.host {
+		k.previous = e.Previous.Host
+	}
 	if p.shared != nil {
 		if s, ok := p.shared[k]; ok {
 			return s
@@ -211,6 +216,9 @@ func (p *placer) eip(key string, e *model.EIP) []string {
 	out := p.appendSets(make([]string, 0, 4), k.carriers)
 	if k.host != "" {
 		out = append(out, p.hostScope(k.host))
+	}
+	if k.previous != "" {
+		out = append(out, p.hostScope(k.previous))
 	}
 	out = sortScopes(out)
 	if p.shared != nil {
