@@ -90,6 +90,7 @@ address; --listen "" with --listen-unix serves the unix socket alone.`,
 		f.DurationVar(&cfg.WriteTimeout, "write-timeout", controller.DefaultWriteTimeout, "time to send an answer, from when it starts")
 		f.DurationVar(&cfg.IdleTimeout, "idle-timeout", controller.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 		f.DurationVar(&cfg.MoveGrace, "move-grace", controller.DefaultMoveGrace, "how long an object that leaves an edge set's scope (a release from a pull-out or a quarantine, a prefix moved) stays copied there, so that the set's edges keep routing it while its route is withdrawn upstream (0: off; docs/scale.md, Scopes)")
+		f.DurationVar(&cfg.DriftGrace, "drift-grace", controller.DefaultDriftGrace, "how long the connections open when a bind moves an EIP to another host keep reaching the old guest (the old host's agent keeps translating, the edges send it their segments; 0: off, a move breaks them; docs/eip.md, Drift)")
 		f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 		dd := &cfg.DDoS.Detector
 		f.BoolVar(&ddosOn, "ddos", true, "DDoS detection: quarantine EIPs whose summed rates (reported by the edges) exceed their trigger level, release them after the cool-down (docs/ddos.md); one controller of a region acts")

@@ -82,6 +82,11 @@ const (
 	// routers upstream. MaxMoveGrace bounds the setting.
 	DefaultMoveGrace = 10 * time.Second
 	MaxMoveGrace     = 10 * time.Minute
+	// DefaultDriftGrace is how long the command line's controller lets
+	// the connections open at an EIP's move drain on its previous host
+	// (--drift-grace, drain.go). MaxDriftGrace bounds the setting.
+	DefaultDriftGrace = 10 * time.Second
+	MaxDriftGrace     = 10 * time.Minute
 	// TokenFile is the token's file name inside the data directory.
 	TokenFile = "token"
 )
@@ -174,6 +179,12 @@ type Config struct {
 	// (the copy goes with the write that moves the object). The command
 	// line's default is DefaultMoveGrace; at most MaxMoveGrace.
 	MoveGrace time.Duration
+	// DriftGrace is how long a bind that moves an EIP to another host
+	// lets the connections open at the move drain on the old host
+	// (model.EIP.Previous; drain.go, docs/eip.md "Drift"). 0: off (a
+	// drift breaks what is in flight). The command line's default is
+	// DefaultDriftGrace; at most MaxDriftGrace.
+	DriftGrace time.Duration
 }
 
 // check turns the user's config into the one the controller runs with,
@@ -273,6 +284,9 @@ func (c Config) check() (Config, error) {
 	}
 	if c.MoveGrace < 0 || c.MoveGrace > MaxMoveGrace {
 		return c, fmt.Errorf("move grace %v: must be between 0 (off) and %v", c.MoveGrace, MaxMoveGrace)
+	}
+	if c.DriftGrace < 0 || c.DriftGrace > MaxDriftGrace {
+		return c, fmt.Errorf("drift grace %v: must be between 0 (off) and %v", c.DriftGrace, MaxDriftGrace)
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -412,6 +426,8 @@ func open(ctx context.Context, cfg Config) (_ *Core, err error) {
 	go c.repairLoop(runCtx)
 	c.linger.done = make(chan struct{})
 	go c.lingerLoop(runCtx)
+	c.drainWake, c.drainDone = make(chan struct{}, 1), make(chan struct{})
+	go c.drainLoop(runCtx)
 	c.trimWake, c.trimmerDone = make(chan struct{}, 1), make(chan struct{})
 	go c.trimLoop(runCtx)
 	c.healthDone = c.health.start(runCtx)
@@ -430,6 +446,9 @@ func (s *Core) close() {
 		}
 		if s.linger.done != nil {
 			<-s.linger.done
+		}
+		if s.drainDone != nil {
+			<-s.drainDone
 		}
 		if s.trimmerDone != nil {
 			<-s.trimmerDone

@@ -65,6 +65,10 @@ type Core struct {
 	// graces.
 	linger *lingerState
 	now    func() time.Time
+	// drainWake wakes the loop that clears ended drift drains
+	// (drain.go); drainDone is closed when it returns.
+	drainWake chan struct{}
+	drainDone chan struct{}
 
 	reloadMu sync.Mutex
 	reload   context.CancelFunc // ends the current Follow, which then reloads
@@ -556,16 +560,23 @@ func cloneService(v *model.Service) *model.Service { return v.Clone() }
 
 // Bind binds EIP key to a guest.
 func (c *Core) Bind(ctx context.Context, key string, m IfMatch, b model.Binding) (Written, error) {
-	return modify(c, ctx, model.KindEIP, key, m, cloneEIP, func(_ *model.State, e *model.EIP) error {
+	now := c.clock()
+	w, err := modify(c, ctx, model.KindEIP, key, m, cloneEIP, func(st *model.State, e *model.EIP) error {
+		e.Previous = previousOf(st, e, b, c.cfg.DriftGrace, now)
 		e.Binding = &b
 		return nil
 	})
+	if err == nil && !w.DryRun {
+		c.pokeDrain()
+	}
+	return w, err
 }
 
 // Unbind unbinds EIP key.
 func (c *Core) Unbind(ctx context.Context, key string, m IfMatch) (Written, error) {
 	return modify(c, ctx, model.KindEIP, key, m, cloneEIP, func(_ *model.State, e *model.EIP) error {
 		e.Binding = nil
+		e.Previous = nil // nothing to drain to: the edges no longer route it
 		return nil
 	})
 }

@@ -645,8 +645,11 @@ func (e *EIP) Validate() Errors {
 		if p.Until.IsZero() {
 			es.add("previous.until", "missing")
 		}
-		if b := e.Binding; b != nil && b.Host == p.Host && b.Guest == p.Guest {
-			es.add("previous", "names the binding itself (%s/%s)", p.Host, p.Guest)
+		switch b := e.Binding; {
+		case b == nil:
+			es.add("previous", "set without a binding (an EIP drains from its previous host only to its current one)")
+		case b.Host == p.Host:
+			es.add("previous.host", "%s is the binding's host too (a move within a host does not drain)", p.Host)
 		}
 	}
 	return es

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
@@ -152,6 +153,15 @@ func TestValidateEIP(t *testing.T) {
 		{"empty binding", EIP{Address: addr("198.51.100.7"), Binding: &Binding{}}, []string{"binding.host~required", "binding.guest~required"}},
 		{"bad binding names", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "H", Guest: "g_1"}}, []string{"binding.host", "binding.guest"}},
 		{"long description", EIP{Address: addr("198.51.100.7"), Description: strings.Repeat("é", 600)}, []string{"description"}},
+		{"draining", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
+			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("198.18.1.1"), VSID: 5001, Until: time.Unix(1, 0)}}, nil},
+		{"previous without a binding", EIP{Address: addr("198.51.100.7"),
+			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("198.18.1.1"), VSID: 5001, Until: time.Unix(1, 0)}}, []string{"previous~set without a binding"}},
+		{"previous on the binding's host", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h1", Guest: "g2"},
+			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("198.18.1.1"), VSID: 5001, Until: time.Unix(1, 0)}}, []string{"previous.host~is the binding's host too"}},
+		{"bad previous", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
+			Previous: &PreviousBinding{Host: "H", Guest: "", Underlay: addr("2001:db8::1"), VSID: 7}},
+			[]string{"previous.host", "previous.guest~required", "previous.underlay~only IPv4", "previous.vsid~outside", "previous.until~missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.e.Validate(), tc.want) })
 	}

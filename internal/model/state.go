@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"time"
 )
 
 type guestRef struct{ host, guest string }
@@ -42,6 +43,7 @@ type State struct {
 	// are that guest (inner maps are never empty).
 	backendOf map[guestRef]map[string]int
 	bwOf      map[netip.Addr]string // EIP -> bandwidth package listing it
+	draining  map[string]time.Time  // EIP with a Previous -> its Until
 }
 
 // NewState returns an empty state.
@@ -49,6 +51,7 @@ func NewState() *State {
 	s := &State{
 		bound: map[guestRef]string{}, bound6: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
 		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{}, bwOf: map[netip.Addr]string{},
+		draining: map[string]time.Time{},
 	}
 	for _, k := range registry {
 		k.initState(s)
@@ -63,6 +66,7 @@ func (s *State) Clone() *State {
 	c := &State{
 		bound: maps.Clone(s.bound), bound6: maps.Clone(s.bound6), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
 		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)), bwOf: maps.Clone(s.bwOf),
+		draining: maps.Clone(s.draining),
 	}
 	for _, k := range registry {
 		k.cloneInto(c, s)
@@ -117,6 +121,11 @@ func (s *State) BoundEIPs(host, guest string) (v4, v6 string) {
 	g := guestRef{host, guest}
 	return s.bound[g], s.bound6[g]
 }
+
+// Draining returns the EIPs that have a Previous binding, by key, with
+// its Until (a copy; few: the EIPs moved within the controller's drift
+// grace, and those whose clearing write has not come yet).
+func (s *State) Draining() map[string]time.Time { return maps.Clone(s.draining) }
 
 // boundOf is the index of the EIPs of a's family bound to guests.
 func (s *State) boundOf(a netip.Addr) map[guestRef]string {
@@ -431,6 +440,9 @@ func (s *State) indexEIP(e *EIP, add bool) {
 }
 
 func (s *State) bindIndex(e *EIP) {
+	if e != nil && e.Previous != nil {
+		s.draining[e.Key()] = e.Previous.Until
+	}
 	if e == nil || e.Binding == nil {
 		return
 	}
@@ -439,6 +451,9 @@ func (s *State) bindIndex(e *EIP) {
 }
 
 func (s *State) unbindIndex(e *EIP) {
+	if e != nil && e.Previous != nil {
+		delete(s.draining, e.Key())
+	}
 	if e == nil || e.Binding == nil {
 		return
 	}
