@@ -1,0 +1,363 @@
+package agent
+
+import (
+	"bytes"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/model"
+)
+
+// t0 is the drain tests' fake wall clock at the start (never compared
+// with the kernel's).
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeClock is a Config.Now the test moves by hand.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+// fakeTimers records the drain timers a reconciler arms instead of
+// arming them: the test fires them by hand.
+type fakeTimers struct {
+	armed []*fakeTimer
+}
+
+type fakeTimer struct {
+	after   time.Duration
+	fire    func()
+	stopped bool
+}
+
+func (t *fakeTimer) Stop() bool { was := !t.stopped; t.stopped = true; return was }
+
+// expire is the timer going off: no longer pending, its callback run.
+func (t *fakeTimer) expire() { t.stopped = true; t.fire() }
+
+func (f *fakeTimers) afterFunc(d time.Duration, fn func()) stopper {
+	t := &fakeTimer{after: d, fire: fn}
+	f.armed = append(f.armed, t)
+	return t
+}
+
+// pending is the one timer armed and not stopped (nil: none).
+func (f *fakeTimers) pending(t *testing.T) *fakeTimer {
+	t.Helper()
+	var p *fakeTimer
+	for _, x := range f.armed {
+		if !x.stopped {
+			if p != nil {
+				t.Fatalf("two drain timers pending: %+v and %+v", p, x)
+			}
+			p = x
+		}
+	}
+	return p
+}
+
+// drainReconciler is a reconciler of az1-h1 on fake maps with a fake
+// clock and fake timers.
+func drainReconciler(t *testing.T, maps dataplane.AgentMaps, clock *fakeClock, log *slog.Logger) (*Reconciler, *fakeTimers) {
+	t.Helper()
+	if log == nil {
+		log = quiet
+	}
+	r, err := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: log, Now: clock.Now}, maps, newFakeLinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	timers := &fakeTimers{}
+	r.afterFunc = timers.afterFunc
+	return r, timers
+}
+
+// moved is eip bound to host/guest, moved there from az1-h1's guest
+// prev (underlay and VSID as the controller's bind sets them), draining
+// until until.
+func moved(addr, host, guest, prev string, vsid uint32, until time.Time) *model.EIP {
+	return &model.EIP{Address: a(addr), Binding: &model.Binding{Host: host, Guest: guest},
+		Previous: &model.PreviousBinding{Host: "az1-h1", Guest: prev, Underlay: a("198.18.11.1"), VSID: vsid, Until: until}}
+}
+
+// freeH2 frees az1-h2's guest g1 of state's EIP 198.51.100.8 and gives
+// az1-h2 a guest g2: room to move EIPs there.
+func freeH2(t *testing.T, st *model.State) *model.State {
+	t.Helper()
+	put(t, st, &model.EIP{Address: a("198.51.100.8")})
+	h2 := *st.Hosts["az1-h2"]
+	h2.Guests = append(append([]model.Guest(nil), h2.Guests...), model.Guest{Name: "g2", Address: a("198.19.12.3"), VSID: 5122})
+	put(t, st, &h2)
+	return st
+}
+
+// putValid puts o into st through the model's validation (what the agent
+// reads from the store has passed it).
+func putValid(t *testing.T, st *model.State, o model.Object) {
+	t.Helper()
+	if es := o.Validate(); len(es) != 0 {
+		t.Fatalf("%v: %v", o, es)
+	}
+	put(t, st, o)
+}
+
+// An EIP of each family moved from az1-h1/g1 to az1-h2 stays programmed
+// on az1-h1 as it was (the same entry, counter slot and all: no write)
+// while its previous binding is active; the drain timer is armed for the
+// end; fired early (a wall clock slewed) it changes nothing and arms
+// the rest; fired at the end, both entries go, as an unbind would, and
+// their counter slots are freed; no timer is left.
+func TestAgentDrain(t *testing.T) {
+	st := freeH2(t, state6(t))
+	clock := &fakeClock{now: t0}
+	fake := dataplane.NewFakeAgent()
+	rec := &recordingAgent{FakeAgent: fake, writes: map[netip.Addr][]uint16{}}
+	r, timers := drainReconciler(t, rec, clock, nil)
+	r.Handle(st, 3, nil, true)
+	v4, v6 := a("198.51.100.7"), a("2001:db8:a::7")
+	before := fake.EIPMap
+	before = map[netip.Addr]dataplane.AgentEIP{v4: before[v4], v6: before[v6]}
+	if before[v4].Private != a("198.19.11.1") || before[v6].Private != a("2001:db8:11::1") {
+		t.Fatalf("bound: %+v", fake.EIPMap)
+	}
+	if p := timers.pending(t); p != nil {
+		t.Fatalf("a drain timer with no drain: %+v", p)
+	}
+	writes := len(rec.writes[v4]) + len(rec.writes[v6])
+
+	until := t0.Add(10 * time.Second)
+	putValid(t, st, moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, until))
+	putValid(t, st, moved("2001:db8:a::7", "az1-h2", "g1", "g1", 5111, until))
+	clock.now = t0.Add(time.Second)
+	r.Handle(st, 4, nil, false)
+	if len(r.errs) != 0 {
+		t.Fatalf("errors %v", r.errs)
+	}
+	checkFamilies(t, fake)
+	for _, x := range []netip.Addr{v4, v6} {
+		if got := fake.EIPMap[x]; got != before[x] {
+			t.Fatalf("draining %v: %+v, was %+v", x, got, before[x])
+		}
+	}
+	if n := len(rec.writes[v4]) + len(rec.writes[v6]); n != writes {
+		t.Fatalf("the drain wrote the EIPs again: %v", rec.writes)
+	}
+	if s := r.Status(t0, nil); s.Routes != 2 || len(s.EIPs) != 2 {
+		t.Fatalf("status while draining: routes %d EIPs %v", s.Routes, s.EIPs)
+	}
+	p := timers.pending(t)
+	if p == nil || p.after != 9*time.Second {
+		t.Fatalf("drain timer %+v, want one in 9s (until %v, now %v)", p, until, clock.now)
+	}
+	// The other host's agent holds the live binding meanwhile.
+	fake2 := dataplane.NewFakeAgent()
+	r2, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h2", Underlay: "ul0", Log: quiet, Now: clock.Now}, fake2, newFakeLinks())
+	r2.Handle(st, 4, nil, true)
+	if e := fake2.EIPMap[v4]; e.Private != a("198.19.12.1") || fake2.EIPMap[v6].Private != a("2001:db8:12::1") {
+		t.Fatalf("az1-h2: %+v", fake2.EIPMap)
+	}
+
+	clock.now = until.Add(-time.Millisecond)
+	p.expire()
+	if len(fake.EIPMap) != 2 {
+		t.Fatalf("a timer fired early removed the drain: %v", fake.EIPMap)
+	}
+	p2 := timers.pending(t)
+	if p2 == nil || p2 == p || p2.after != time.Millisecond {
+		t.Fatalf("after an early fire: %+v, want a new timer in 1ms", p2)
+	}
+	p.fire() // the fired timer's callback again (a late duplicate): nothing
+	if timers.pending(t) != p2 {
+		t.Fatal("a stale timer callback replaced the pending timer")
+	}
+
+	clock.now = until
+	p2.expire()
+	if len(fake.EIPMap) != 0 {
+		t.Fatalf("after the drain's end: %v", fake.EIPMap)
+	}
+	if p := timers.pending(t); p != nil {
+		t.Fatalf("a drain timer left after the last drain: %+v", p)
+	}
+	if err := checkCounterSlots(r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.free) != 2 {
+		t.Fatalf("free counter slots %v, want the drains' two", r.free)
+	}
+	if s := r.Status(t0, nil); s.Routes != 0 {
+		t.Fatalf("status routes %d after the drain", s.Routes)
+	}
+	// The controller's write that clears Previous: nothing changes.
+	put(t, st, &model.EIP{Address: v4, Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}})
+	r.Handle(st, 5, nil, false)
+	if len(fake.EIPMap) != 0 || len(r.errs) != 0 || timers.pending(t) != nil {
+		t.Fatalf("after the clearing write: %v %v", fake.EIPMap, r.errs)
+	}
+}
+
+// A state read after the drain's end (the clearing write late) programs
+// nothing and arms no timer; Stop stops a pending drain timer.
+func TestAgentDrainEndedOrStopped(t *testing.T) {
+	st := freeH2(t, state(t))
+	putValid(t, st, moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, t0))
+	clock := &fakeClock{now: t0}
+	fake := dataplane.NewFakeAgent()
+	r, timers := drainReconciler(t, fake, clock, nil)
+	r.Handle(st, 3, nil, true)
+	if len(fake.EIPMap) != 0 || timers.pending(t) != nil {
+		t.Fatalf("an ended drain: %v, timer %+v", fake.EIPMap, timers.pending(t))
+	}
+	clock.now = t0.Add(-time.Second)
+	r.Handle(st, 4, nil, false)
+	p := timers.pending(t)
+	if len(fake.EIPMap) != 1 || p == nil || p.after != time.Second {
+		t.Fatalf("active drain: %v, timer %+v", fake.EIPMap, p)
+	}
+	r.Stop()
+	if !p.stopped {
+		t.Fatal("Stop left the drain timer pending")
+	}
+	clock.now = t0
+	p.fire() // a callback already on its way when Stop ran
+	if len(fake.EIPMap) != 1 {
+		t.Fatalf("a stopped reconciler wrote the maps: %v", fake.EIPMap)
+	}
+}
+
+// nextDrainEnd is the earliest Until after now among the drains (an
+// Until equal to now has ended).
+func TestNextDrainEnd(t *testing.T) {
+	w := HostWant{Drains: map[netip.Addr]Want{
+		a("198.51.100.1"):  {Until: t0.Add(3 * time.Second)},
+		a("198.51.100.2"):  {Until: t0.Add(time.Second)},
+		a("2001:db8:a::1"): {Until: t0.Add(5 * time.Second)},
+	}}
+	for _, c := range []struct {
+		now  time.Duration
+		want time.Duration // -1: none
+	}{
+		{-time.Hour, time.Second}, {0, time.Second}, {time.Second, 3 * time.Second}, {2 * time.Second, 3 * time.Second},
+		{3 * time.Second, 5 * time.Second}, {5 * time.Second, -1}, {time.Hour, -1},
+	} {
+		at, ok := nextDrainEnd(w, t0.Add(c.now))
+		if c.want < 0 {
+			if ok {
+				t.Errorf("now +%v: %v, want none", c.now, at)
+			}
+			continue
+		}
+		if !ok || !at.Equal(t0.Add(c.want)) {
+			t.Errorf("now +%v: %v %v, want %v", c.now, at, ok, t0.Add(c.want))
+		}
+	}
+	if _, ok := nextDrainEnd(HostWant{}, t0); ok {
+		t.Error("no drain: an end")
+	}
+}
+
+// What Desired makes of EIP copies in az1-h1's scope that are bound
+// elsewhere.
+func TestDesiredDrains(t *testing.T) {
+	until := t0.Add(10 * time.Second)
+	for _, c := range []struct {
+		name    string
+		eips    []*model.EIP
+		drains  map[string]string // EIP -> private address
+		eips1   []string          // az1-h1's live EIPs
+		skipped string            // in DrainsSkipped ("": none)
+	}{
+		{name: "IPv4 drain beside the guest's live IPv6 EIP", eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, until)},
+			drains: map[string]string{"198.51.100.7": "198.19.11.1"}, eips1: []string{"2001:db8:a::7"}},
+		{name: "IPv6 drain beside the guest's live IPv4 EIP", eips: []*model.EIP{moved("2001:db8:a::7", "az1-h2", "g1", "g1", 5111, until)},
+			drains: map[string]string{"2001:db8:a::7": "2001:db8:11::1"}, eips1: []string{"198.51.100.7"}},
+		{name: "a live binding of the family wins",
+			eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, until),
+				{Address: a("198.51.100.9"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}}},
+			eips1: []string{"198.51.100.9", "2001:db8:a::7"}, skipped: "EIP 198.51.100.7: not drained on guest g1: the guest holds EIP 198.51.100.9 (a live binding wins)"},
+		{name: "the latest move wins",
+			eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g2", 5112, until),
+				moved("198.51.100.9", "az1-h2", "g2", "g2", 5112, until.Add(time.Second))},
+			drains: map[string]string{"198.51.100.9": "198.19.11.3"}, eips1: []string{"2001:db8:a::7"},
+			skipped: "EIP 198.51.100.7: not drained on guest g2: EIP 198.51.100.9 moved from it later and drains there"},
+		{name: "previous guest gone", eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g9", 5111, until)},
+			eips1: []string{"2001:db8:a::7"}, skipped: "EIP 198.51.100.7: not drained: its previous guest g9 is not on this host"},
+		{name: "previous guest without address6", eips: []*model.EIP{moved("2001:db8:a::7", "az1-h2", "g1", "g2", 5112, until)},
+			eips1: []string{"198.51.100.7"}, skipped: "EIP 2001:db8:a::7: not drained: its previous guest g2 has no IPv6 address (address6)"},
+		{name: "previous binding on another host", eips1: []string{"2001:db8:a::7"},
+			eips: []*model.EIP{{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h2", Guest: "g1"},
+				Previous: &model.PreviousBinding{Host: "az1-h3", Guest: "g1", Underlay: a("198.18.13.1"), VSID: 5131, Until: until}}}},
+		{name: "bound elsewhere without previous", eips1: []string{"2001:db8:a::7"},
+			eips: []*model.EIP{{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}}}},
+		{name: "unbound with previous (the controller never writes it)", eips1: []string{"2001:db8:a::7"},
+			eips: []*model.EIP{{Address: a("198.51.100.7"),
+				Previous: &model.PreviousBinding{Host: "az1-h1", Guest: "g1", Underlay: a("198.18.11.1"), VSID: 5111, Until: until}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := freeH2(t, state6(t))
+			for _, e := range c.eips {
+				putValid(t, st, e)
+			}
+			w, err := Desired(st, "az1-h1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(w.Drains) != len(c.drains) {
+				t.Fatalf("drains %+v, want %v", w.Drains, c.drains)
+			}
+			for addr, private := range c.drains {
+				d, ok := w.Drains[a(addr)]
+				e := st.EIPs[addr]
+				if !ok || d.Private != a(private) || !d.Until.Equal(e.Previous.Until) || d.Guest != e.Previous.Guest ||
+					d.Set != "pop-a" || d.Covering != "pop-a" || d.VSID != e.Previous.VSID {
+					t.Fatalf("drain %s: %+v", addr, d)
+				}
+			}
+			var live []string
+			for _, x := range sortedAddrs(w.EIPs) {
+				live = append(live, x.String())
+			}
+			if strings.Join(live, " ") != strings.Join(c.eips1, " ") {
+				t.Fatalf("live EIPs %v, want %v", live, c.eips1)
+			}
+			if got := strings.Join(w.DrainsSkipped, "\n"); got != c.skipped {
+				t.Fatalf("skipped %q, want %q", got, c.skipped)
+			}
+			if len(w.Problems) != 0 {
+				t.Fatalf("problems %v", w.Problems)
+			}
+		})
+	}
+}
+
+// A guest draining an EIP that takes a live EIP of the same family: the
+// live one wins at once (the drain's entry goes, the live one is
+// written), said once in the log however often the state is read.
+func TestAgentDrainLiveWins(t *testing.T) {
+	st := freeH2(t, state(t))
+	clock := &fakeClock{now: t0}
+	var logged bytes.Buffer
+	fake := dataplane.NewFakeAgent()
+	r, _ := drainReconciler(t, fake, clock, slog.New(slog.NewTextHandler(&logged, nil)))
+	putValid(t, st, moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, t0.Add(10*time.Second)))
+	r.Handle(st, 3, nil, true)
+	if e := fake.EIPMap[a("198.51.100.7")]; e.Private != a("198.19.11.1") {
+		t.Fatalf("drain: %+v", fake.EIPMap)
+	}
+	putValid(t, st, &model.EIP{Address: a("198.51.100.9"), Binding: &model.Binding{Host: "az1-h1", Guest: "g1"}})
+	for rev := int64(4); rev < 7; rev++ {
+		r.Handle(st, rev, nil, false)
+	}
+	if _, ok := fake.EIPMap[a("198.51.100.7")]; ok || fake.EIPMap[a("198.51.100.9")].Private != a("198.19.11.1") || len(fake.EIPMap) != 1 {
+		t.Fatalf("live EIP beside the drain: %+v", fake.EIPMap)
+	}
+	if n := strings.Count(logged.String(), "a live binding wins"); n != 1 {
+		t.Fatalf("the skipped drain logged %d times:\n%s", n, logged.String())
+	}
+	if n := strings.Count(logged.String(), "drained on its previous guest here"); n != 1 {
+		t.Fatalf("the drain logged %d times:\n%s", n, logged.String())
+	}
+}
