@@ -3,12 +3,19 @@ package agent
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
 	"github.com/azgate/azgate/internal/dataplane"
+	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/model"
 )
 
@@ -360,4 +367,156 @@ func TestAgentDrainLiveWins(t *testing.T) {
 	if n := strings.Count(logged.String(), "drained on its previous guest here"); n != 1 {
 		t.Fatalf("the drain logged %d times:\n%s", n, logged.String())
 	}
+}
+
+// TestAgentDrainDataPlane: the drain on the real agent data plane
+// (BPF_PROG_TEST_RUN). While the EIP, moved from the bed's guest to
+// another host, drains here, an edge's NVGRE for it comes out to the
+// guest and the guest's reply comes out to the edge byte for byte as
+// they did while it was bound here (the translation of the guest's
+// address, its SNAT); at the drain's end (the timer, fake clock) both
+// are dropped under their counters, drop_unknown and drop_no_eip.
+func TestAgentDrainDataPlane(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF, network namespaces)")
+	}
+	env, err := dptest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	dp, err := dataplane.LoadAgent(dataplane.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	g1, err := env.Node.Ifindex(dptest.GuestDev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vsid = 5000
+	eip := a("198.51.100.7")
+	st := model.NewState()
+	for _, o := range []model.Object{
+		&model.AZ{Name: "az1"},
+		&model.Host{Name: "h1", AZ: "az1", Underlay: a(dptest.UlAddr), Guests: []model.Guest{{Name: "g1", Address: a(dptest.GuestAddr), VSID: vsid}}},
+		&model.Host{Name: "h2", AZ: "az1", Underlay: a("198.18.12.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.12.1"), VSID: 5121}}},
+		&model.EdgeSet{Name: "pop", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+			Edges: []model.EdgeNode{{Name: "e1", Underlay: a("198.18.1.1")}}},
+		&model.EIP{Address: eip, Binding: &model.Binding{Host: "h1", Guest: "g1"}},
+	} {
+		putValid(t, st, o)
+	}
+	clock := &fakeClock{now: t0}
+	r, err := NewReconciler(Config{NoRetry: true, Name: "h1", Underlay: dptest.UlDev, Log: quiet, Now: clock.Now}, dp, bedLinks{ifindex: g1, env: env, dp: dp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timers := &fakeTimers{}
+	r.afterFunc = timers.afterFunc
+
+	// An edge's NVGRE for the EIP (UDP 203.0.113.50:1000 -> EIP:53) and
+	// the guest's frame it becomes; the guest's reply (guestFrame).
+	in := func(dst string) []gopacket.SerializableLayer {
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 63, Id: 7, Protocol: layers.IPProtocolUDP,
+			SrcIP: net.ParseIP("203.0.113.50").To4(), DstIP: net.ParseIP(dst).To4()}
+		udp := &layers.UDP{SrcPort: 1000, DstPort: 53}
+		udp.SetNetworkLayerForChecksum(ip)
+		return []gopacket.SerializableLayer{ip, udp, gopacket.Payload("query")}
+	}
+	ser := func(ls ...gopacket.SerializableLayer) []byte {
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), buf.Bytes()...)
+	}
+	// eth puts an IPv4 packet behind an Ethernet header (without the
+	// padding to 60 bytes gopacket's Ethernet layer adds).
+	eth := func(src, dst string, ip []byte) []byte {
+		return append(append(append(append([]byte(nil), dptest.MustMAC(dst)...), dptest.MustMAC(src)...), 0x08, 0x00), ip...)
+	}
+	inner := eth("02:00:00:00:00:fe", "02:00:c6:33:64:07", ser(in(eip.String())...))
+	fromEdge := ser(&layers.Ethernet{SrcMAC: dptest.MustMAC(dptest.FabMAC), DstMAC: dptest.MustMAC(dptest.UlMAC), EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE,
+			SrcIP: net.ParseIP("198.18.1.1").To4(), DstIP: net.ParseIP(dptest.UlAddr).To4()},
+		&layers.GRE{KeyPresent: true, Protocol: layers.EthernetTypeTransparentEthernetBridging, Key: vsid<<8 | 0x33},
+		gopacket.Payload(inner))
+	toGuest := eth(dptest.GuestMAC, dptest.VMMAC, ser(in(dptest.GuestAddr)...))
+	reply := guestFrame(t, 40001)
+
+	const xdpDrop, xdpRedirect = 1, 4
+	counter := func(name string) uint64 {
+		t.Helper()
+		c, err := dp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c[name].Packets
+	}
+	// run sends frame through prog and returns its output, checking the
+	// action (and, for a drop, the counter that must count it).
+	run := func(what string, prog *ebpf.Program, dev string, frame []byte, action uint32, drop string) []byte {
+		t.Helper()
+		var before uint64
+		if drop != "" {
+			before = counter(drop)
+		}
+		res, err := env.Run(prog, dev, frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Action != action {
+			c, _ := dp.Stats()
+			t.Fatalf("%s: XDP action %d, want %d (counters %v)", what, res.Action, action, nonZero(c))
+		}
+		if drop != "" && counter(drop) != before+1 {
+			t.Fatalf("%s: dropped, but not counted in %s", what, drop)
+		}
+		return append([]byte(nil), res.Out...)
+	}
+
+	r.Handle(st, 1, nil, true)
+	if errs := r.Status(t0, nil).Errors; len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	if got := run("bound: from the edge", dp.UnderlayProgram(), dptest.UlDev, fromEdge, xdpRedirect, ""); !bytes.Equal(got, toGuest) {
+		t.Fatalf("bound: to the guest\n got %x\nwant %x", got, toGuest)
+	}
+	boundReply := run("bound: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpRedirect, "")
+	if p := gopacket.NewPacket(boundReply, layers.LayerTypeEthernet, gopacket.Default); p.Layer(layers.LayerTypeGRE) == nil ||
+		p.Layer(layers.LayerTypeIPv4).(*layers.IPv4).DstIP.String() != "198.18.1.1" {
+		t.Fatalf("bound: the guest's reply is not NVGRE to the edge: %v", p)
+	}
+
+	// Moved to h2: drained here for 10 s.
+	putValid(t, st, &model.EIP{Address: eip, Binding: &model.Binding{Host: "h2", Guest: "g1"},
+		Previous: &model.PreviousBinding{Host: "h1", Guest: "g1", Underlay: a(dptest.UlAddr), VSID: vsid, Until: t0.Add(10 * time.Second)}})
+	clock.now = t0.Add(time.Second)
+	r.Handle(st, 2, nil, false)
+	if errs := r.Status(t0, nil).Errors; len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	if got := run("draining: from the edge", dp.UnderlayProgram(), dptest.UlDev, fromEdge, xdpRedirect, ""); !bytes.Equal(got, toGuest) {
+		t.Fatalf("draining: to the guest\n got %x\nwant %x", got, toGuest)
+	}
+	if got := run("draining: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpRedirect, ""); !bytes.Equal(got, boundReply) {
+		t.Fatalf("draining: the guest's reply\n got %x\nwant %x (bound)", got, boundReply)
+	}
+
+	// The drain's end: the timer re-plans, the EIP goes.
+	p := timers.pending(t)
+	if p == nil || p.after != 9*time.Second {
+		t.Fatalf("drain timer %+v, want one in 9s", p)
+	}
+	clock.now = t0.Add(10 * time.Second)
+	p.expire()
+	if errs := r.Status(t0, nil).Errors; len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+	if es, err := dp.EIPs(); err != nil || len(es) != 0 {
+		t.Fatalf("after the drain: EIPs %v %v", es, err)
+	}
+	run("drained: from the edge", dp.UnderlayProgram(), dptest.UlDev, fromEdge, xdpDrop, "drop_unknown")
+	run("drained: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpDrop, "drop_no_eip")
 }
