@@ -229,8 +229,9 @@ func Desired(st *model.State, host string) (HostWant, error) {
 
 // planDrains fills w.Drains from the EIPs whose previous binding names
 // this host (h), w.EIPs being complete: each is translated to its
-// previous guest, unless that guest is gone, lacks the address of the
-// EIP's family, holds a live EIP of that family (the live binding
+// previous guest, unless that guest is gone or not the one the EIP left
+// (another VSID than Previous.VSID), lacks the address of the EIP's
+// family, holds a live EIP of that family (the live binding
 // wins), or another drain of that family moved later (the latest move
 // wins: its Until is the latest; the lower address on a tie). Whether a
 // drain is still active is the plan's question (planTables), as time
@@ -262,6 +263,12 @@ func (w *HostWant) planDrains(h *model.Host, drains []*model.EIP, plan, prefixes
 		g, ok := h.Guest(p.Guest)
 		if !ok {
 			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained: its previous guest %s is not on this host", e.Address, p.Guest))
+			continue
+		}
+		if g.VSID != p.VSID {
+			// Not the guest the EIP left (re-created since, maybe for
+			// another tenant): the edges' packets carry the old VSID.
+			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained: its previous guest %s has VSID %d now, %d at the move", e.Address, g.Name, g.VSID, p.VSID))
 			continue
 		}
 		private, v6 := g.Address, e.Address.Is6()

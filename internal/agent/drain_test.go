@@ -292,6 +292,8 @@ func TestDesiredDrains(t *testing.T) {
 			skipped: "EIP 198.51.100.7: not drained on guest g2: EIP 198.51.100.9 moved from it later and drains there"},
 		{name: "previous guest gone", eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g9", 5111, until)},
 			eips1: []string{"2001:db8:a::7"}, skipped: "EIP 198.51.100.7: not drained: its previous guest g9 is not on this host"},
+		{name: "previous guest of another VSID now (re-created)", eips: []*model.EIP{moved("198.51.100.7", "az1-h2", "g1", "g1", 5999, until)},
+			eips1: []string{"2001:db8:a::7"}, skipped: "EIP 198.51.100.7: not drained: its previous guest g1 has VSID 5111 now, 5999 at the move"},
 		{name: "previous guest without address6", eips: []*model.EIP{moved("2001:db8:a::7", "az1-h2", "g1", "g2", 5112, until)},
 			eips1: []string{"198.51.100.7"}, skipped: "EIP 2001:db8:a::7: not drained: its previous guest g2 has no IPv6 address (address6)"},
 		{name: "previous binding on another host", eips1: []string{"2001:db8:a::7"},
