@@ -377,8 +377,14 @@ func TestAgentDrainLiveWins(t *testing.T) {
 // guest and the guest's reply comes out to the edge byte for byte as
 // they did while it was bound here (the translation of the guest's
 // address, its SNAT); at the drain's end (the timer, fake clock) both
-// are dropped under their counters, drop_unknown and drop_no_eip.
-func TestAgentDrainDataPlane(t *testing.T) {
+// are dropped under their counters: drop_unknown, and drop_no_eip
+// (IPv4) or drop_local (IPv6: a guest's IPv6 without an IPv6 EIP).
+func TestAgentDrainDataPlane(t *testing.T) { drainDataPlane(t, false) }
+
+// TestAgentDrainDataPlaneIPv6 is its IPv6 twin (NAT66).
+func TestAgentDrainDataPlaneIPv6(t *testing.T) { drainDataPlane(t, true) }
+
+func drainDataPlane(t *testing.T, v6 bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (BPF, network namespaces)")
 	}
@@ -396,14 +402,22 @@ func TestAgentDrainDataPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const vsid = 5000
-	eip := a("198.51.100.7")
+	const vsid, guest6 = 5000, "2001:db8:f0::5"
+	eip, private, client, noEIP := a("198.51.100.7"), a(dptest.GuestAddr), a("203.0.113.50"), "drop_no_eip"
+	if v6 {
+		if err := env.GuestIPv6(guest6, "2001:db8:f0::/64"); err != nil {
+			t.Fatal(err)
+		}
+		eip, private, client, noEIP = a("2001:db8:e1::7"), a(guest6), a("2001:db8:c1::50"), "drop_local"
+	}
 	st := model.NewState()
 	for _, o := range []model.Object{
 		&model.AZ{Name: "az1"},
-		&model.Host{Name: "h1", AZ: "az1", Underlay: a(dptest.UlAddr), Guests: []model.Guest{{Name: "g1", Address: a(dptest.GuestAddr), VSID: vsid}}},
-		&model.Host{Name: "h2", AZ: "az1", Underlay: a("198.18.12.1"), Guests: []model.Guest{{Name: "g1", Address: a("198.19.12.1"), VSID: 5121}}},
-		&model.EdgeSet{Name: "pop", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		&model.Host{Name: "h1", AZ: "az1", Underlay: a(dptest.UlAddr), Guests: []model.Guest{
+			{Name: "g1", Address: a(dptest.GuestAddr), Address6: a(guest6), VSID: vsid}}},
+		&model.Host{Name: "h2", AZ: "az1", Underlay: a("198.18.12.1"), Guests: []model.Guest{
+			{Name: "g1", Address: a("198.19.12.1"), Address6: a("2001:db8:f2::1"), VSID: 5121}}},
+		&model.EdgeSet{Name: "pop", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:e1::/48")},
 			Edges: []model.EdgeNode{{Name: "e1", Underlay: a("198.18.1.1")}}},
 		&model.EIP{Address: eip, Binding: &model.Binding{Host: "h1", Guest: "g1"}},
 	} {
@@ -417,35 +431,48 @@ func TestAgentDrainDataPlane(t *testing.T) {
 	timers := &fakeTimers{}
 	r.afterFunc = timers.afterFunc
 
-	// An edge's NVGRE for the EIP (UDP 203.0.113.50:1000 -> EIP:53) and
-	// the guest's frame it becomes; the guest's reply (guestFrame).
-	in := func(dst string) []gopacket.SerializableLayer {
-		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 63, Id: 7, Protocol: layers.IPProtocolUDP,
-			SrcIP: net.ParseIP("203.0.113.50").To4(), DstIP: net.ParseIP(dst).To4()}
-		udp := &layers.UDP{SrcPort: 1000, DstPort: 53}
-		udp.SetNetworkLayerForChecksum(ip)
-		return []gopacket.SerializableLayer{ip, udp, gopacket.Payload("query")}
-	}
-	ser := func(ls ...gopacket.SerializableLayer) []byte {
+	// ip is a UDP packet from src:sport to dst:dport of the family.
+	ip := func(src, dst netip.Addr, sport, dport uint16, ttl uint8) []byte {
+		udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+		var l3 gopacket.SerializableLayer
+		if v6 {
+			h := &layers.IPv6{Version: 6, HopLimit: ttl, NextHeader: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+			udp.SetNetworkLayerForChecksum(h)
+			l3 = h
+		} else {
+			h := &layers.IPv4{Version: 4, IHL: 5, TTL: ttl, Id: 7, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+			udp.SetNetworkLayerForChecksum(h)
+			l3 = h
+		}
 		buf := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, l3, udp, gopacket.Payload("drain")); err != nil {
 			t.Fatal(err)
 		}
 		return append([]byte(nil), buf.Bytes()...)
 	}
-	// eth puts an IPv4 packet behind an Ethernet header (without the
-	// padding to 60 bytes gopacket's Ethernet layer adds).
+	// eth puts a packet behind an Ethernet header (without the padding to
+	// 60 bytes gopacket's Ethernet layer adds).
 	eth := func(src, dst string, ip []byte) []byte {
-		return append(append(append(append([]byte(nil), dptest.MustMAC(dst)...), dptest.MustMAC(src)...), 0x08, 0x00), ip...)
+		ty := []byte{0x08, 0x00}
+		if ip[0]>>4 == 6 {
+			ty = []byte{0x86, 0xdd}
+		}
+		return append(append(append(append([]byte(nil), dptest.MustMAC(dst)...), dptest.MustMAC(src)...), ty...), ip...)
 	}
-	inner := eth("02:00:00:00:00:fe", "02:00:c6:33:64:07", ser(in(eip.String())...))
-	fromEdge := ser(&layers.Ethernet{SrcMAC: dptest.MustMAC(dptest.FabMAC), DstMAC: dptest.MustMAC(dptest.UlMAC), EthernetType: layers.EthernetTypeIPv4},
-		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE,
-			SrcIP: net.ParseIP("198.18.1.1").To4(), DstIP: net.ParseIP(dptest.UlAddr).To4()},
+	outer := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolGRE,
+		SrcIP: net.ParseIP("198.18.1.1").To4(), DstIP: net.ParseIP(dptest.UlAddr).To4()}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		&layers.Ethernet{SrcMAC: dptest.MustMAC(dptest.FabMAC), DstMAC: dptest.MustMAC(dptest.UlMAC), EthernetType: layers.EthernetTypeIPv4}, outer,
 		&layers.GRE{KeyPresent: true, Protocol: layers.EthernetTypeTransparentEthernetBridging, Key: vsid<<8 | 0x33},
-		gopacket.Payload(inner))
-	toGuest := eth(dptest.GuestMAC, dptest.VMMAC, ser(in(dptest.GuestAddr)...))
-	reply := guestFrame(t, 40001)
+		gopacket.Payload(eth("02:00:00:00:00:fe", "02:00:c6:33:64:07", ip(client, eip, 1000, 53, 63)))); err != nil {
+		t.Fatal(err)
+	}
+	// An edge's NVGRE for the EIP, the guest's frame it becomes, and a
+	// reply of the guest.
+	fromEdge := append([]byte(nil), buf.Bytes()...)
+	toGuest := eth(dptest.GuestMAC, dptest.VMMAC, ip(client, private, 1000, 53, 63))
+	reply := eth(dptest.VMMAC, dptest.GuestMAC, ip(private, client, 53, 1000, 64))
 
 	const xdpDrop, xdpRedirect = 1, 4
 	counter := func(name string) uint64 {
@@ -486,9 +513,10 @@ func TestAgentDrainDataPlane(t *testing.T) {
 		t.Fatalf("bound: to the guest\n got %x\nwant %x", got, toGuest)
 	}
 	boundReply := run("bound: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpRedirect, "")
-	if p := gopacket.NewPacket(boundReply, layers.LayerTypeEthernet, gopacket.Default); p.Layer(layers.LayerTypeGRE) == nil ||
-		p.Layer(layers.LayerTypeIPv4).(*layers.IPv4).DstIP.String() != "198.18.1.1" {
-		t.Fatalf("bound: the guest's reply is not NVGRE to the edge: %v", p)
+	p := gopacket.NewPacket(boundReply, layers.LayerTypeEthernet, gopacket.Default)
+	if o, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); o == nil || o.Protocol != layers.IPProtocolGRE || o.DstIP.String() != "198.18.1.1" ||
+		!bytes.Contains(boundReply, eip.AsSlice()) || bytes.Contains(boundReply, private.AsSlice()) {
+		t.Fatalf("bound: the guest's reply is not NVGRE to the edge from the EIP: %v", p)
 	}
 
 	// Moved to h2: drained here for 10 s.
@@ -507,12 +535,12 @@ func TestAgentDrainDataPlane(t *testing.T) {
 	}
 
 	// The drain's end: the timer re-plans, the EIP goes.
-	p := timers.pending(t)
-	if p == nil || p.after != 9*time.Second {
-		t.Fatalf("drain timer %+v, want one in 9s", p)
+	tm := timers.pending(t)
+	if tm == nil || tm.after != 9*time.Second {
+		t.Fatalf("drain timer %+v, want one in 9s", tm)
 	}
 	clock.now = t0.Add(10 * time.Second)
-	p.expire()
+	tm.expire()
 	if errs := r.Status(t0, nil).Errors; len(errs) != 0 {
 		t.Fatalf("errors %v", errs)
 	}
@@ -520,5 +548,5 @@ func TestAgentDrainDataPlane(t *testing.T) {
 		t.Fatalf("after the drain: EIPs %v %v", es, err)
 	}
 	run("drained: from the edge", dp.UnderlayProgram(), dptest.UlDev, fromEdge, xdpDrop, "drop_unknown")
-	run("drained: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpDrop, "drop_no_eip")
+	run("drained: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpDrop, noEIP)
 }
