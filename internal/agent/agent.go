@@ -683,12 +683,16 @@ func (r *Reconciler) drainEnded(gen uint64) {
 	}
 }
 
-// noteDrains logs each drain of want and each drain left out once (the
-// same again only after it went away).
+// noteDrains logs each active drain of want and each drain left out once
+// (the same again only after it went away).
 func (r *Reconciler) noteDrains(want HostWant) {
 	seen := make(map[string]bool, len(want.Drains)+len(want.DrainsSkipped))
+	now := r.now()
 	for _, a := range sortedAddrs(want.Drains) {
 		d := want.Drains[a]
+		if !now.Before(d.Until) {
+			continue // ended already (the clearing write not read yet)
+		}
 		k := fmt.Sprintf("drain %v %s %v", a, d.Guest, d.Until)
 		seen[k] = true
 		if !r.drainNoted[k] {

@@ -212,17 +212,24 @@ func TestAgentDrainEndedOrStopped(t *testing.T) {
 	st := freeH2(t, state(t))
 	putValid(t, st, moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, t0))
 	clock := &fakeClock{now: t0}
+	var logged bytes.Buffer
 	fake := dataplane.NewFakeAgent()
-	r, timers := drainReconciler(t, fake, clock, nil)
+	r, timers := drainReconciler(t, fake, clock, slog.New(slog.NewTextHandler(&logged, nil)))
 	r.Handle(st, 3, nil, true)
 	if len(fake.EIPMap) != 0 || timers.pending(t) != nil {
 		t.Fatalf("an ended drain: %v, timer %+v", fake.EIPMap, timers.pending(t))
+	}
+	if strings.Contains(logged.String(), "drained on its previous guest") {
+		t.Fatalf("an ended drain logged as draining:\n%s", logged.String())
 	}
 	clock.now = t0.Add(-time.Second)
 	r.Handle(st, 4, nil, false)
 	p := timers.pending(t)
 	if len(fake.EIPMap) != 1 || p == nil || p.after != time.Second {
 		t.Fatalf("active drain: %v, timer %+v", fake.EIPMap, p)
+	}
+	if n := strings.Count(logged.String(), "drained on its previous guest"); n != 1 {
+		t.Fatalf("the active drain logged %d times:\n%s", n, logged.String())
 	}
 	r.Stop()
 	if !p.stopped {
