@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,6 +18,10 @@ import (
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/model"
+	"github.com/azgate/azgate/internal/placement"
+	"github.com/azgate/azgate/internal/placement/placementtest"
+	"github.com/azgate/azgate/internal/store"
+	"github.com/azgate/azgate/internal/store/embeddedtest"
 )
 
 // t0 is the drain tests' fake wall clock at the start (never compared
@@ -556,4 +561,117 @@ func drainDataPlane(t *testing.T, v6 bool) {
 	}
 	run("drained: from the edge", dp.UnderlayProgram(), dptest.UlDev, fromEdge, xdpDrop, "drop_unknown")
 	run("drained: the guest's reply", dp.GuestProgram(), dptest.GuestDev, reply, xdpDrop, noEIP)
+}
+
+// TestAgentDrainThroughStore: through a real store and the placement, the
+// moved EIP's copy reaches the old host's agent, which drains it; the
+// controller's write that clears Previous takes the copy out of the old
+// host's scope, and the agent removes the drain before its Until; a copy
+// whose Previous fails the model's validation (a multicast underlay,
+// written straight into etcd) is not programmed and is listed in the
+// status.
+func TestAgentDrainThroughStore(t *testing.T) {
+	s := embeddedtest.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := freeH2(t, state(t))
+	var objs []model.Object
+	for _, k := range model.Kinds {
+		for _, key := range st.Keys(k) {
+			o, _ := st.Get(k, key)
+			objs = append(objs, o)
+		}
+	}
+	if _, err := placementtest.Put(ctx, s, objs...); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{now: t0}
+	fake := dataplane.NewFakeAgent()
+	r, timers := drainReconciler(t, fake, clock, nil)
+	type step struct {
+		rev int64
+		ack chan struct{}
+	}
+	steps := make(chan step)
+	go s.FollowScopeState(ctx, placement.AgentScope("az1-h1"), func(st *model.State, rev int64, evs []store.Event, resync bool) {
+		r.Handle(st, rev, evs, resync)
+		ack := make(chan struct{})
+		select {
+		case steps <- step{rev, ack}:
+			<-ack
+		case <-ctx.Done():
+		}
+	})
+	// at runs check once the agent handled revision rev (the maps are
+	// not written meanwhile).
+	at := func(rev int64, check func()) {
+		t.Helper()
+		for {
+			select {
+			case s := <-steps:
+				if s.rev >= rev {
+					check()
+					close(s.ack)
+					return
+				}
+				close(s.ack)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("revision %d not handled in 30s", rev)
+			}
+		}
+	}
+	v4 := a("198.51.100.7")
+	var slot uint32
+	rev, err := placementtest.Put(ctx, s, &model.EIP{Address: a("198.51.100.9")}) // a revision to wait for
+	if err != nil {
+		t.Fatal(err)
+	}
+	at(rev, func() {
+		if e, ok := fake.EIPMap[v4]; !ok || e.Private != a("198.19.11.1") {
+			t.Errorf("bound: %v", fake.EIPMap)
+		}
+		slot = fake.EIPMap[v4].StatsIdx
+	})
+	if rev, err = placementtest.Put(ctx, s, moved("198.51.100.7", "az1-h2", "g1", "g1", 5111, t0.Add(10*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	clock.now = t0.Add(time.Second)
+	at(rev, func() {
+		if e, ok := fake.EIPMap[v4]; !ok || e.Private != a("198.19.11.1") || e.StatsIdx != slot {
+			t.Errorf("draining: %v", fake.EIPMap)
+		}
+		if timers.pending(t) == nil {
+			t.Error("no drain timer")
+		}
+	})
+	// Straight into etcd at the primary key and the copy in az1-h1's
+	// scope (no commit marker: checked with the next write's revision):
+	// an EIP moved from g2 whose previous underlay is a multicast
+	// address (all else would drain it).
+	bad := `{"address":"198.51.100.9","binding":{"host":"az1-h2","guest":"g2"},"previous":{"host":"az1-h1","guest":"g2","underlay":"224.0.0.1","vsid":5112,"until":"2030-01-02T03:04:15Z"}}`
+	for _, k := range []string{store.Key(model.KindEIP, "198.51.100.9"), store.ScopeKey(placement.HostScope("az1-h1"), model.KindEIP, "198.51.100.9")} {
+		if _, err := s.Client.Put(ctx, k, bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The clearing write, before Until: the copy leaves az1-h1's scope.
+	if rev, err = placementtest.Put(ctx, s, &model.EIP{Address: v4, Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}}); err != nil {
+		t.Fatal(err)
+	}
+	at(rev, func() {
+		if e, ok := fake.EIPMap[a("198.51.100.9")]; ok {
+			t.Errorf("an EIP whose previous binding is invalid is programmed: %+v", e)
+		}
+		ns := r.Status(t0, nil)
+		store.ReportInvalid(&ns, s.Invalid)
+		if ns.InvalidTotal != 1 || !strings.Contains(ns.Invalid[0].Reason, "previous.underlay") {
+			t.Errorf("status lists %+v", ns.Invalid)
+		}
+		if e, ok := fake.EIPMap[v4]; ok {
+			t.Errorf("after the clearing write: %+v", e)
+		}
+		if p := timers.pending(t); p != nil {
+			t.Errorf("a drain timer left: %+v", p)
+		}
+	})
 }
