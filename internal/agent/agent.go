@@ -41,6 +41,9 @@ type Want struct {
 	// quarantine Set announces its /32 (not yet, or not any more), and
 	// where its replies go meanwhile (GroupPlan.ReplySet).
 	Covering string
+	// Until: a drain's end (HostWant.Drains: EIP.Previous.Until); zero
+	// for a live binding.
+	Until time.Time
 }
 
 // HostWant is everything an agent must program for its host.
@@ -56,6 +59,16 @@ type HostWant struct {
 	VIPCovering map[netip.Addr]string
 	Guests      []model.Guest
 	EIPs        map[netip.Addr]Want // EIPs bound to guests of this host
+	// Drains are the EIPs a bind moved from a guest of this host to
+	// another host (EIP.Previous names this host): translated to that
+	// guest as if still bound there while the connections open at the
+	// move drain, until Want.Until (the plan leaves out those whose
+	// Until has passed; the reconciler re-plans then by itself). None
+	// shares a guest and family with an EIP of EIPs (a live binding
+	// wins) or with another drain (the latest move wins).
+	Drains map[netip.Addr]Want
+	// DrainsSkipped says why each drain left out was (logged once).
+	DrainsSkipped []string
 	// Services are the encap-mode service backends among the guests.
 	Services []dataplane.AgentService
 	// Checked are the ports the edges health-check encap-mode backends
@@ -93,8 +106,16 @@ func Desired(st *model.State, host string) (HostWant, error) {
 	}
 	plan := setplan.FromState(st)
 	prefixes := setplan.Input{Sets: st.EdgeSets} // without pull-outs and quarantines
+	var drains []*model.EIP
 	for _, e := range st.EIPs {
 		if e.Binding == nil || e.Binding.Host != host {
+			// In this host's scope but bound elsewhere: drained here if
+			// its previous binding names this host (an EIP unbound
+			// since is not: the controller never leaves it so), else
+			// not programmed.
+			if e.Binding != nil && e.Previous != nil && e.Previous.Host == host {
+				drains = append(drains, e)
+			}
 			continue
 		}
 		g, ok := h.Guest(e.Binding.Guest)
@@ -115,6 +136,7 @@ func Desired(st *model.State, host string) (HostWant, error) {
 		covering, _, _ := prefixes.Serving(e.Address)
 		w.EIPs[e.Address] = Want{EIP: e.Address, Private: private, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering}
 	}
+	w.planDrains(h, drains, plan, prefixes)
 	// A backend is checked once per pool, whatever its listeners.
 	type checkKey struct{ svc, pool, backend string }
 	seen := map[checkKey]bool{}
@@ -194,13 +216,82 @@ func Desired(st *model.State, host string) (HostWant, error) {
 			backends[s.Guest] = true
 		}
 	}
-	for a, e := range w.EIPs {
-		if backends[e.Private] {
-			e.Service = true
-			w.EIPs[a] = e
+	for _, m := range []map[netip.Addr]Want{w.EIPs, w.Drains} {
+		for a, e := range m {
+			if backends[e.Private] {
+				e.Service = true
+				m[a] = e
+			}
 		}
 	}
 	return w, nil
+}
+
+// planDrains fills w.Drains from the EIPs whose previous binding names
+// this host (h), w.EIPs being complete: each is translated to its
+// previous guest, unless that guest is gone or not the one the EIP left
+// (another VSID than Previous.VSID), lacks the address of the EIP's
+// family, holds a live EIP of that family (the live binding
+// wins), or another drain of that family moved later (the latest move
+// wins: its Until is the latest; the lower address on a tie). Whether a
+// drain is still active is the plan's question (planTables), as time
+// passes with no change of the state.
+func (w *HostWant) planDrains(h *model.Host, drains []*model.EIP, plan, prefixes setplan.Input) {
+	if len(drains) == 0 {
+		return
+	}
+	w.Drains = make(map[netip.Addr]Want, len(drains))
+	type slot struct {
+		guest string
+		v6    bool
+	}
+	live := make(map[slot]netip.Addr, len(w.EIPs))
+	for a, e := range w.EIPs {
+		live[slot{e.Guest, a.Is6()}] = a
+	}
+	// The latest move first, so that it takes its guest's family.
+	sort.Slice(drains, func(i, j int) bool {
+		ui, uj := drains[i].Previous.Until, drains[j].Previous.Until
+		if !ui.Equal(uj) {
+			return ui.After(uj)
+		}
+		return drains[i].Address.Less(drains[j].Address)
+	})
+	taken := make(map[slot]netip.Addr, len(drains))
+	for _, e := range drains {
+		p := e.Previous
+		g, ok := h.Guest(p.Guest)
+		if !ok {
+			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained: its previous guest %s is not on this host", e.Address, p.Guest))
+			continue
+		}
+		if g.VSID != p.VSID {
+			// Not the guest the EIP left (re-created since, maybe for
+			// another tenant): the edges' packets carry the old VSID.
+			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained: its previous guest %s has VSID %d now, %d at the move", e.Address, g.Name, g.VSID, p.VSID))
+			continue
+		}
+		private, v6 := g.Address, e.Address.Is6()
+		if v6 {
+			if private = g.Address6; !private.IsValid() {
+				w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained: its previous guest %s has no IPv6 address (address6)", e.Address, g.Name))
+				continue
+			}
+		}
+		k := slot{g.Name, v6}
+		if other, ok := live[k]; ok {
+			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained on guest %s: the guest holds EIP %v (a live binding wins)", e.Address, g.Name, other))
+			continue
+		}
+		if other, ok := taken[k]; ok {
+			w.DrainsSkipped = append(w.DrainsSkipped, fmt.Sprintf("EIP %v: not drained on guest %s: EIP %v moved from it later and drains there", e.Address, g.Name, other))
+			continue
+		}
+		taken[k] = e.Address
+		set, _, _ := plan.Serving(e.Address)
+		covering, _, _ := prefixes.Serving(e.Address)
+		w.Drains[e.Address] = Want{EIP: e.Address, Private: private, VSID: g.VSID, Guest: g.Name, Set: set, Covering: covering, Until: p.Until}
+	}
 }
 
 func sortedNames[V any](m map[string]V) []string {
@@ -259,7 +350,22 @@ type Reconciler struct {
 	waiting     map[netip.Addr]string // addresses waiting for their set's announcement (GroupPlan.ReplySet)
 
 	bw *bwState // shared bandwidth (bandwidth.go); nil: off
+
+	// Drains (HostWant.Drains): the clock (Config.Now), the timer that
+	// re-plans at the earliest end of an active drain (drainAt), its
+	// generation (a callback of a timer replaced since does nothing),
+	// how timers are made (tests record them), and the drains and
+	// skipped drains already logged.
+	now        func() time.Time
+	afterFunc  func(time.Duration, func()) stopper
+	drainTimer stopper
+	drainAt    time.Time
+	drainGen   uint64
+	drainNoted map[string]bool
 }
+
+// stopper is a pending timer.
+type stopper interface{ Stop() bool }
 
 // NewReconciler adopts what the maps already hold.
 func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconciler, error) {
@@ -273,7 +379,11 @@ func NewReconciler(cfg Config, maps dataplane.AgentMaps, links Links) (*Reconcil
 	r := &Reconciler{cfg: cfg, maps: maps, links: links, log: cfg.Log, programmed: cur, dirty: map[netip.Addr]bool{},
 		whole: map[opKind]string{}, guestIfs: map[string]bool{},
 		groupSlot: map[string]uint16{}, groups: map[uint16]dataplane.AgentGroup{}, fallback: map[string]bool{},
-		waiting: map[netip.Addr]string{}}
+		waiting: map[netip.Addr]string{}, now: cfg.Now, drainNoted: map[string]bool{},
+		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
+	if r.now == nil {
+		r.now = time.Now
+	}
 	// The groups a previous run left: each set keeps its slot, so the
 	// EIPs' and flows' entries stay right meanwhile.
 	gs, err := maps.Groups()
@@ -339,6 +449,7 @@ func (r *Reconciler) Handle(st *model.State, rev int64, _ []store.Event, _ bool)
 		return
 	}
 	r.want, r.wantRev, r.backoff, r.stateErr = &want, rev, 0, ""
+	r.noteDrains(want)
 	r.apply(rev)
 	r.updateBandwidth(st, want)
 }
@@ -382,6 +493,7 @@ func (r *Reconciler) apply(rev int64) {
 // the rest of the tables (tables.go); interfaces no guest uses any more
 // are detached last.
 func (r *Reconciler) reconcile(want HostWant) {
+	defer r.armDrain(want)
 	// The local rules and the configuration only (planned and compared
 	// without the EIPs' and services' tables: a whole plan and diff of
 	// them here was a full load's second copy of every EIP, for nothing).
@@ -428,7 +540,7 @@ func (r *Reconciler) planOf(in planInput) tablePlan {
 	in.live = PlanGroups(in.want.Sets, r.ann)
 	r.noteFallbacks(in.live)
 	r.groupSlot = assignSlots(sortedNames(in.want.Sets), r.groupSlot)
-	in.cfg, in.slots = r.cfg, r.groupSlot
+	in.cfg, in.slots, in.now = r.cfg, r.groupSlot, r.now()
 	return planTables(in)
 }
 
@@ -514,6 +626,86 @@ func (r *Reconciler) Stop() {
 		r.retry.Stop()
 		r.retry = nil
 	}
+	if r.drainTimer != nil {
+		r.drainTimer.Stop()
+		r.drainTimer = nil
+	}
+}
+
+// nextDrainEnd is the earliest Until among want's drains still active at
+// now (false: none is): when the plan changes with no change of the state.
+func nextDrainEnd(want HostWant, now time.Time) (time.Time, bool) {
+	var at time.Time
+	for _, d := range want.Drains {
+		if now.Before(d.Until) && (at.IsZero() || d.Until.Before(at)) {
+			at = d.Until
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// armDrain sets the drain timer (reconcile, under r.mu) to re-plan at the
+// earliest end of want's active drains: the controller's write that
+// clears EIP.Previous may come late or never. A timer for another time
+// is replaced; none is left when no drain is active.
+func (r *Reconciler) armDrain(want HostWant) {
+	now := r.now()
+	at, ok := nextDrainEnd(want, now)
+	if r.drainTimer != nil && ok && at.Equal(r.drainAt) {
+		return
+	}
+	if r.drainTimer != nil {
+		r.drainTimer.Stop()
+		r.drainTimer = nil
+	}
+	r.drainGen++
+	if !ok || r.stopped {
+		return
+	}
+	gen := r.drainGen
+	r.drainAt = at
+	r.drainTimer = r.afterFunc(at.Sub(now), func() { r.drainEnded(gen) })
+}
+
+// drainEnded is the drain timer's: the current want planned again, at
+// the time now (the drains ended leave the maps, as an unbind would).
+func (r *Reconciler) drainEnded(gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.drainGen || r.stopped || r.want == nil {
+		return // replaced or stopped meanwhile
+	}
+	r.drainTimer = nil
+	kept := r.resetErrs()
+	r.reconcile(*r.want)
+	if len(r.errs) > kept {
+		r.scheduleRetry(r.wantRev)
+	}
+}
+
+// noteDrains logs each active drain of want and each drain left out once
+// (the same again only after it went away).
+func (r *Reconciler) noteDrains(want HostWant) {
+	seen := make(map[string]bool, len(want.Drains)+len(want.DrainsSkipped))
+	now := r.now()
+	for _, a := range sortedAddrs(want.Drains) {
+		d := want.Drains[a]
+		if !now.Before(d.Until) {
+			continue // ended already (the clearing write not read yet)
+		}
+		k := fmt.Sprintf("drain %v %s %v", a, d.Guest, d.Until)
+		seen[k] = true
+		if !r.drainNoted[k] {
+			r.log.Info("EIP moved to another host: drained on its previous guest here", "eip", a, "guest", d.Guest, "until", d.Until)
+		}
+	}
+	for _, why := range want.DrainsSkipped {
+		seen[why] = true
+		if !r.drainNoted[why] {
+			r.log.Info(why)
+		}
+	}
+	r.drainNoted = seen
 }
 
 // resetErrs starts a pass's errors: a desired state that could not be

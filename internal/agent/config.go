@@ -39,6 +39,9 @@ type Config struct {
 	// host's guests (dataplane.LoadOptions.AgentEIPMax, --eip-max); 0: the
 	// compiled default, also the ceiling (dataplane.AgentEIPMaxDefault).
 	EIPMax uint32
+	// Now is the clock a drain's end (EIP.Previous.Until, a wall-clock
+	// time) is compared with; nil: time.Now. Tests inject theirs.
+	Now func() time.Time
 }
 
 // StatusConfig is where the agent's status goes: the store (every

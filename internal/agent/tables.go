@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
 )
@@ -84,12 +85,15 @@ type planInput struct {
 	head  bool
 	live  GroupPlan         // PlanGroups
 	slots map[string]uint16 // each set's slot (assignSlots), sets gone included
+	// now: the drains of want whose Until is not after now are left out
+	// (removed, as an unbind would).
+	now time.Time
 }
 
 // planTables computes what the maps should hold.
 func planTables(in planInput) tablePlan {
 	w := in.want
-	eips := len(w.EIPs)
+	eips := len(w.EIPs) + len(w.Drains)
 	if in.head {
 		eips = 0 // a head plan holds no EIP
 	}
@@ -151,16 +155,27 @@ func planTables(in planInput) tablePlan {
 			p.checked = append(p.checked, c)
 		}
 	}
-	for a, e := range w.EIPs {
+	addEIP := func(a netip.Addr, e Want) {
 		gl, ok := in.links[e.Private]
 		if !ok {
 			// Its guest's interface is not found: reported, and an entry
 			// already programmed for this guest is kept (diffTables).
 			p.keep[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID}
-			continue
+			return
 		}
 		p.eips[a] = dataplane.AgentEIP{EIP: a, Private: e.Private, VSID: e.VSID, Ifindex: uint32(gl.ifindex), Service: e.Service,
 			Group: groupOf(a, e.Set, e.Covering)}
+	}
+	for a, e := range w.EIPs {
+		addEIP(a, e)
+	}
+	// A drain is programmed as the binding it was (the same entry: an EIP
+	// that was bound here keeps its counter slot) while it is active.
+	for a, e := range w.Drains {
+		if _, live := w.EIPs[a]; live || !in.now.Before(e.Until) {
+			continue
+		}
+		addEIP(a, e)
 	}
 	for _, pr := range w.Problems {
 		p.problems = append(p.problems, fmt.Errorf("%s", pr))
