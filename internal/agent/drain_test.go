@@ -313,9 +313,6 @@ func TestDesiredDrains(t *testing.T) {
 				Previous: &model.PreviousBinding{Host: "az1-h3", Guest: "g1", Underlay: a("198.18.13.1"), VSID: 5131, Until: until}}}},
 		{name: "bound elsewhere without previous", eips1: []string{"2001:db8:a::7"},
 			eips: []*model.EIP{{Address: a("198.51.100.7"), Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}}}},
-		{name: "unbound with previous (the controller never writes it)", eips1: []string{"2001:db8:a::7"},
-			eips: []*model.EIP{{Address: a("198.51.100.7"),
-				Previous: &model.PreviousBinding{Host: "az1-h1", Guest: "g1", Underlay: a("198.18.11.1"), VSID: 5111, Until: until}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := freeH2(t, state6(t))
