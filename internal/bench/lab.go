@@ -180,7 +180,7 @@ func (t *labBed) labRound(r int, f *labFamily) error {
 	if f.v6 {
 		fam, sfx = "IPv6", "6"
 	}
-	pps, err := t.measureChecked(f.toEIP, "edge_xdp_eip_encap"+sfx, f.wantEdge.check)
+	pps, err := t.measureChecked(f.toEIP, "edge_xdp_eip_encap"+sfx, f.wantEdge)
 	if err != nil {
 		return fmt.Errorf("edge XDP, %s: %w", fam, err)
 	}
@@ -189,7 +189,7 @@ func (t *labBed) labRound(r int, f *labFamily) error {
 
 	// Baseline: the edge program off ext0, the kernel forwards.
 	if err := t.withoutEdge(func() (err error) {
-		pps, err = t.measureChecked(f.toKernel, "kernel_forwarding"+sfx, f.wantKernel.check)
+		pps, err = t.measureChecked(f.toKernel, "kernel_forwarding"+sfx, f.wantKernel)
 		return err
 	}); err != nil {
 		return fmt.Errorf("kernel forwarding, %s: %w", fam, err)
@@ -201,7 +201,7 @@ func (t *labBed) labRound(r int, f *labFamily) error {
 	if err := t.edge.Do(func() error { return dataplane.AttachPinned(t.b.Fwd(), "ext0", t.edgePin) }); err != nil {
 		return err
 	}
-	pps, err = t.measureChecked(f.toEIP, "xdp_fwd"+sfx, f.wantFwd.check)
+	pps, err = t.measureChecked(f.toEIP, "xdp_fwd"+sfx, f.wantFwd)
 	if rerr := t.reattachEdge(); rerr != nil && err == nil {
 		err = rerr
 	}

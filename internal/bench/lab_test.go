@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"os"
@@ -76,6 +77,22 @@ func TestLabFrameCheck(t *testing.T) {
 		} else if err != nil {
 			t.Logf("%s: %v", c.name, err)
 		}
+		if labForeign(c.frame) {
+			t.Errorf("%s: taken for the lab's own traffic: a frame of it would be set aside, not failed", c.name)
+		}
+	}
+	// What a run's sink caught once instead of the generator's first
+	// frame: the edge's connection sync (TCP to port 7946 of another
+	// edge): set aside, not failed.
+	sync, err := hex.DecodeString("aaba240cab76c61b12011fd9080045000059555c400040065918c6120001c61200051f0a8f7b0a8de1276070a48f80180040562600000101080a14a85d5883d0ee7d0100000005c20043cc3a687ab3cd93e19d4b5dcaebe268217541bb31baf0cb8a42c33a400a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !labForeign(sync) || edge.check(sync, len(sync)) == nil {
+		t.Errorf("a connection-sync frame is not taken for the lab's own traffic")
+	}
+	if !labForeign(udpFrame6(tUL, tFab, "2001:db8:203::11", "2001:db8:e1::7", 1030, 9, 78)) {
+		t.Errorf("UDP to port 9 from another source than the lab's client is not taken for other traffic")
 	}
 }
 
