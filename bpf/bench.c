@@ -3,10 +3,12 @@
 /* bench.c: programs for measuring, not for forwarding.
  * xdp_floor: swap MACs and XDP_TX, the cheapest useful XDP program: the
  *   floor every data-plane cost is reported against.
- * xdp_sink: count and drop, to measure what a path delivers (ARP passes).
+ * xdp_sink: count and drop, to measure what a path delivers (ARP passes);
+ *   on request it copies the next frame it counts into sink_cap.
  * xdp_gen: traffic generator for BPF_PROG_TEST_RUN live-frames mode: writes
  *   the header template over every frame (live-frame pages come back as the
- *   forwarding path left them) and cycles the source port over N flows. */
+ *   forwarding path left them) and cycles the source port over N flows
+ *   (IPv4 or IPv6: the template says where its UDP header is). */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -40,6 +42,24 @@ struct {
 	__type(value, __u64);
 } gen_seq SEC(".maps");
 
+/* sink_cap: user space sets want; xdp_sink then copies the next frame it
+ * counts (its first SINK_CAP_LEN bytes, and its length) and clears want,
+ * so the lab suite can check that what a measurement counts is what it
+ * means to measure. */
+#define SINK_CAP_LEN 128
+struct sink_cap {
+	__u32 want;
+	__u32 len;
+	__u8 data[SINK_CAP_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sink_cap);
+} sink_cap SEC(".maps");
+
 SEC("xdp")
 int xdp_floor(struct xdp_md *ctx)
 {
@@ -72,6 +92,15 @@ int xdp_sink(struct xdp_md *ctx)
 		s->packets++;
 		s->bytes += ctx->data_end - ctx->data;
 	}
+	struct sink_cap *cap = bpf_map_lookup_elem(&sink_cap, &zero);
+	if (cap && cap->want) {
+		__u64 len = data_end - data;
+		__u64 n = len < SINK_CAP_LEN ? len : SINK_CAP_LEN;
+		if (n > 0 && !bpf_xdp_load_bytes(ctx, 0, cap->data, n)) {
+			cap->len = len;
+			cap->want = 0;
+		}
+	}
 	return XDP_DROP;
 }
 
@@ -102,10 +131,25 @@ int xdp_gen(struct xdp_md *ctx)
 		dst[i] = src[i];
 	__u32 flows = c->flows ? c->flows : 1;
 	__u32 n = (*seq)++ % flows;
-	struct udphdr *uh = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
+	__u32 off = c->udp_off ? c->udp_off : sizeof(struct ethhdr) + sizeof(struct iphdr);
+	if (off > 64 - sizeof(struct udphdr))
+		return XDP_DROP;
+	struct udphdr *uh = data + off;
 	if ((void *)(uh + 1) > data_end)
 		return XDP_DROP;
-	uh->source = bpf_htons(c->sport_base + (__u16)n);
+	__be16 from = uh->source, to = bpf_htons(c->sport_base + (__u16)n);
+	uh->source = to;
+	/* A template with a UDP checksum (IPv6 needs one, RFC 8200 8.1)
+	 * keeps it valid: RFC 1624's update, a computed 0 sent as 0xffff. */
+	if (uh->check) {
+		__u32 sum = (__u16)~uh->check;
+		sum += (__u16)~from;
+		sum += to;
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		__u16 check = ~sum;
+		uh->check = check ? check : 0xffff;
+	}
 	return XDP_TX;
 }
 

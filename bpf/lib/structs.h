@@ -318,11 +318,12 @@ struct icmp6_room {
 
 /* Traffic generator template (bench.c). */
 struct gen_config {
-	__u8 tmpl[64];   /* Ethernet+IPv4+UDP header written over every frame */
+	__u8 tmpl[64];   /* Ethernet+IP+UDP header written over every frame */
 	__u32 tmpl_len;
 	__u32 flows;     /* source ports cycle over this many flows */
 	__u16 sport_base;
-	__u16 pad;
+	__u16 udp_off;   /* the UDP header's offset: 0 is 34 (Ethernet+IPv4),
+			  * 54 for Ethernet+IPv6 */
 };
 
 /* A monitor event (lib/monitor.h), fixed size, in mon_events. */

@@ -85,7 +85,7 @@ The suites that build a lab run the azgate binary for its roles
 		var lo bench.LabOptions
 		l := &cobra.Command{
 			Use:   "lab",
-			Short: "Packets/s one edge forwards Internet -> underlay (live-frames generator) next to kernel forwarding",
+			Short: "Packets/s one edge forwards Internet -> underlay to an IPv4 and an IPv6 EIP (live-frames generator) next to kernel forwarding of each family",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, cancel := signalContext()

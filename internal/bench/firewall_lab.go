@@ -47,7 +47,7 @@ func FirewallLab(ctx context.Context, o LabOptions) ([]Result, error) {
 	}
 	t.say("%d firewall rules stored and programmed in %v", len(doc.FirewallRules), time.Since(t0).Round(time.Millisecond))
 
-	frame, err := t.udpToEdge(lab.ClientAddr, eip)
+	frame, err := t.udpToEdge(lab.ClientAddr, eip, 64)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 
 	"github.com/azgate/azgate/internal/client"
 	"github.com/azgate/azgate/internal/dataplane"
@@ -41,6 +47,7 @@ func openLabBed(ctx context.Context, o LabOptions, dur time.Duration, flows uint
 		o.Flows = flows
 	}
 	t := &labBed{o: o, say: o.Out, cfg: benchLab(o.Binary)}
+	t.cfg.LabBinary = o.LabBinary
 	if t.say == nil {
 		t.say = func(string, ...any) {}
 	}
@@ -97,9 +104,10 @@ func (t *labBed) Close() {
 	t.closers = nil
 }
 
-// udpToEdge is a 64-byte UDP frame from the upstream router to the edge's
-// Internet interface.
-func (t *labBed) udpToEdge(src, dst string) ([]byte, error) {
+// udpToEdge is a UDP frame of size bytes from the upstream router to the
+// edge's Internet interface, src to dst (IPv4 or IPv6), source port 1024
+// (the generator's first flow), destination port 9.
+func (t *labBed) udpToEdge(src, dst string, size int) ([]byte, error) {
 	smac, err := t.rtr.MAC("edge-a1")
 	if err != nil {
 		return nil, err
@@ -108,7 +116,10 @@ func (t *labBed) udpToEdge(src, dst string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return udpFrame(smac.String(), dmac.String(), src, dst, 1024, 9, 64), nil
+	if netip.MustParseAddr(src).Is6() {
+		return udpFrame6(smac.String(), dmac.String(), src, dst, 1024, 9, size), nil
+	}
+	return udpFrame(smac.String(), dmac.String(), src, dst, 1024, 9, size), nil
 }
 
 // measure runs the generator with frame (flows cycling over o.Flows
@@ -117,6 +128,54 @@ func (t *labBed) udpToEdge(src, dst string) ([]byte, error) {
 // counted.
 func (t *labBed) measure(frame []byte) (float64, error) {
 	return t.measureCounted(frame, t.sinkPackets)
+}
+
+// measureChecked is measure, and the first frame of the generator's
+// packets the sink counts in the timed run must be want (an error names
+// row): a measurement that counts frames of another path is an error,
+// not a figure. The sink also counts the lab's own traffic on the link
+// (the edges' connection sync, ...: a few packets a second against
+// millions); a frame of it, caught instead, is set aside and the sink
+// asked again over a short untimed run, up to 5 times. o.Captured, if
+// set, gets the frame checked.
+func (t *labBed) measureChecked(frame []byte, row string, want labFrameWant) (float64, error) {
+	pps, err := t.measureRun(frame, t.sinkPackets, t.b.CaptureNext)
+	if err != nil {
+		return 0, err
+	}
+	for try := 0; ; try++ {
+		f, n, err := t.b.Captured()
+		if err != nil {
+			return 0, err
+		}
+		if f == nil {
+			return 0, fmt.Errorf("%s: the sink copied no frame of the measurement", row)
+		}
+		if labForeign(f) {
+			if try == 5 {
+				return 0, fmt.Errorf("%s: the sink caught no frame of the generator's packets in 6 tries (the last: %d bytes: %x)", row, n, f)
+			}
+			if err := t.b.CaptureNext(); err != nil {
+				return 0, err
+			}
+			g, err := NewGenerator(t.b, t.rtr, "edge-a1", frame, t.o.Flows, 1024)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := g.Run(10 * time.Millisecond); err != nil {
+				return 0, err
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err := want.check(f, n); err != nil {
+			return 0, fmt.Errorf("%s: the sink counted another path's frames: %w (%d bytes: %x)", row, err, n, f)
+		}
+		if t.o.Captured != nil {
+			t.o.Captured(row, f)
+		}
+		return pps, nil
+	}
 }
 
 // sinkPackets is the packets the XDP sink counted.
@@ -129,6 +188,12 @@ func (t *labBed) sinkPackets() (uint64, error) {
 // 200 ms warm-up and returns what count grew by per second. A path that
 // moves nothing during the warm-up is an error, not a measurement of 0.
 func (t *labBed) measureCounted(frame []byte, count func() (uint64, error)) (float64, error) {
+	return t.measureRun(frame, count, nil)
+}
+
+// measureRun is measureCounted calling armed, if not nil, between the
+// warm-up and the timed run.
+func (t *labBed) measureRun(frame []byte, count func() (uint64, error), armed func() error) (float64, error) {
 	g, err := NewGenerator(t.b, t.rtr, "edge-a1", frame, t.o.Flows, 1024)
 	if err != nil {
 		return 0, err
@@ -147,6 +212,11 @@ func (t *labBed) measureCounted(frame []byte, count func() (uint64, error)) (flo
 	if mid == before {
 		return 0, errors.New("the counter did not move during the warm-up: the path is not the measured one (does it forward?)")
 	}
+	if armed != nil {
+		if err := armed(); err != nil {
+			return 0, err
+		}
+	}
 	t0 := time.Now()
 	if _, err := g.Run(t.o.Duration); err != nil {
 		return 0, err
@@ -158,6 +228,162 @@ func (t *labBed) measureCounted(frame []byte, count func() (uint64, error)) (flo
 		return 0, err
 	}
 	return float64(after-mid) / el.Seconds(), nil
+}
+
+// labFrameWant is what a frame the sink counts in a lab measurement must
+// be: from the edge's underlay interface to the underlay router's side
+// (srcMAC, dstMAC), carrying the generator's UDP packet (size bytes as
+// sent, src to dst, port 9 from one of the flows' source ports, its UDP
+// checksum valid over IPv6) with TTL or hop limit hops; with nvgreTo
+// valid, inside NVGRE (outer IPv4 to that host, GRE key present,
+// transparent Ethernet bridging), 42 bytes more.
+type labFrameWant struct {
+	srcMAC, dstMAC net.HardwareAddr
+	nvgreTo        netip.Addr
+	src, dst       netip.Addr
+	hops           uint8
+	size           int
+	flows          uint32
+}
+
+// check holds frame (the first bytes of one of length bytes) to w.
+func (w labFrameWant) check(frame []byte, length int) error {
+	want := w.size
+	if w.nvgreTo.IsValid() {
+		want += 42
+	}
+	if length != want || len(frame) != min(length, 128) {
+		return fmt.Errorf("a %d-byte frame (%d copied), want %d bytes", length, len(frame), want)
+	}
+	pkt := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	if el := pkt.ErrorLayer(); el != nil {
+		return fmt.Errorf("does not decode: %v", el.Error())
+	}
+	ls := pkt.Layers()
+	next := func(lt gopacket.LayerType) (gopacket.Layer, error) {
+		if len(ls) == 0 || ls[0].LayerType() != lt {
+			return nil, fmt.Errorf("no %v where expected (layers %v)", lt, layerTypes(pkt.Layers()))
+		}
+		l := ls[0]
+		ls = ls[1:]
+		return l, nil
+	}
+	l, err := next(layers.LayerTypeEthernet)
+	if err != nil {
+		return err
+	}
+	if eth := l.(*layers.Ethernet); !bytes.Equal(eth.SrcMAC, w.srcMAC) || !bytes.Equal(eth.DstMAC, w.dstMAC) {
+		return fmt.Errorf("Ethernet %v -> %v, want %v -> %v", eth.SrcMAC, eth.DstMAC, w.srcMAC, w.dstMAC)
+	}
+	if w.nvgreTo.IsValid() {
+		if l, err = next(layers.LayerTypeIPv4); err != nil {
+			return err
+		}
+		if ip := l.(*layers.IPv4); ip.Protocol != layers.IPProtocolGRE || !ip.DstIP.Equal(w.nvgreTo.AsSlice()) {
+			return fmt.Errorf("outer IPv4 protocol %v to %v, want GRE to %v", ip.Protocol, ip.DstIP, w.nvgreTo)
+		}
+		if l, err = next(layers.LayerTypeGRE); err != nil {
+			return err
+		}
+		if gre := l.(*layers.GRE); !gre.KeyPresent || gre.Protocol != layers.EthernetTypeTransparentEthernetBridging {
+			return fmt.Errorf("GRE key present %v, protocol %v: not NVGRE", gre.KeyPresent, gre.Protocol)
+		}
+		if _, err = next(layers.LayerTypeEthernet); err != nil {
+			return err
+		}
+	}
+	var udp *layers.UDP
+	if w.src.Is6() {
+		if l, err = next(layers.LayerTypeIPv6); err != nil {
+			return err
+		}
+		ip := l.(*layers.IPv6)
+		if !ip.SrcIP.Equal(w.src.AsSlice()) || !ip.DstIP.Equal(w.dst.AsSlice()) || ip.HopLimit != w.hops || ip.NextHeader != layers.IPProtocolUDP {
+			return fmt.Errorf("IPv6 %v -> %v hop limit %d next header %v, want %v -> %v hop limit %d UDP", ip.SrcIP, ip.DstIP, ip.HopLimit, ip.NextHeader, w.src, w.dst, w.hops)
+		}
+		if l, err = next(layers.LayerTypeUDP); err != nil {
+			return err
+		}
+		udp = l.(*layers.UDP)
+		if !udp6ChecksumOK(w.src, w.dst, ip.Payload) {
+			return fmt.Errorf("UDP checksum %#04x is not the datagram's", udp.Checksum)
+		}
+	} else {
+		if l, err = next(layers.LayerTypeIPv4); err != nil {
+			return err
+		}
+		ip := l.(*layers.IPv4)
+		if !ip.SrcIP.Equal(w.src.AsSlice()) || !ip.DstIP.Equal(w.dst.AsSlice()) || ip.TTL != w.hops || ip.Protocol != layers.IPProtocolUDP {
+			return fmt.Errorf("IPv4 %v -> %v TTL %d protocol %v, want %v -> %v TTL %d UDP", ip.SrcIP, ip.DstIP, ip.TTL, ip.Protocol, w.src, w.dst, w.hops)
+		}
+		if l, err = next(layers.LayerTypeUDP); err != nil {
+			return err
+		}
+		udp = l.(*layers.UDP)
+	}
+	if sp := uint32(udp.SrcPort); udp.DstPort != 9 || sp < 1024 || sp >= 1024+w.flows {
+		return fmt.Errorf("UDP %d -> %d, want one of the %d flows' ports from 1024 -> 9", udp.SrcPort, udp.DstPort, w.flows)
+	}
+	return nil
+}
+
+// labForeign: frame carries no generator's packet (no UDP to port 9 from
+// the lab's client, IPv4 or IPv6, at any depth): the lab's own traffic.
+// A frame that does not decode is not foreign: its check fails.
+func labForeign(frame []byte) bool {
+	pkt := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	if pkt.ErrorLayer() != nil {
+		return false
+	}
+	var src net.IP
+	for _, l := range pkt.Layers() {
+		switch l := l.(type) {
+		case *layers.IPv4:
+			src = l.SrcIP
+		case *layers.IPv6:
+			src = l.SrcIP
+		case *layers.UDP:
+			if l.DstPort == 9 && (src.Equal(net.ParseIP(lab.ClientAddr)) || src.Equal(net.ParseIP(lab.ClientAddr6))) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func layerTypes(ls []gopacket.Layer) []gopacket.LayerType {
+	var ts []gopacket.LayerType
+	for _, l := range ls {
+		ts = append(ts, l.LayerType())
+	}
+	return ts
+}
+
+// udp6ChecksumOK: the UDP datagram dg (header and payload) from src to
+// dst has a valid checksum (nonzero; the one's complement sum over the
+// pseudo-header and the datagram comes to all ones).
+func udp6ChecksumOK(src, dst netip.Addr, dg []byte) bool {
+	if len(dg) < 8 || dg[6] == 0 && dg[7] == 0 {
+		return false
+	}
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	s, d := src.As16(), dst.As16()
+	add(s[:])
+	add(d[:])
+	sum += uint32(len(dg)) + 17
+	add(dg)
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return sum == 0xffff
 }
 
 // withoutEdge runs f with the edge program off the edge's Internet

@@ -55,7 +55,7 @@ func LBLab(ctx context.Context, o LabOptions) ([]Result, error) {
 	if err := t.attachSink(); err != nil {
 		return nil, err
 	}
-	frame, err := t.udpToEdge(lab.ClientAddr, vip)
+	frame, err := t.udpToEdge(lab.ClientAddr, vip, 64)
 	if err != nil {
 		return nil, err
 	}

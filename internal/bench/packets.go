@@ -56,6 +56,21 @@ func udpFrame(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []
 	return b
 }
 
+// udpFrame6 is udpFrame for IPv6 (hop limit 64), with its UDP checksum,
+// which IPv6 requires (RFC 8200 8.1; a computed 0 sent as 0xffff): the
+// generator keeps it valid as it changes the source port.
+func udpFrame6(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)}
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	udp.SetNetworkLayerForChecksum(ip)
+	pay := make([]byte, max(size-14-40-8, 0))
+	b := serialize(&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv6}, ip, udp, gopacket.Payload(pay))
+	if b[14+40+6] == 0 && b[14+40+7] == 0 {
+		b[14+40+6], b[14+40+7] = 0xff, 0xff
+	}
+	return b
+}
+
 // nvgreFrame wraps an inner frame in outer Ethernet/IPv4/GRE.
 func nvgreFrame(srcMAC, dstMAC, src, dst string, key uint32, inner []byte) []byte {
 	return serialize(

@@ -59,18 +59,81 @@ func (b *Bench) SinkCount() (Count, error) {
 }
 
 // SetGen writes the generator template: every frame gets tmpl (at most 64
-// bytes, UDP checksum zero) and a source port cycling over flows from
-// sportBase.
+// bytes: Ethernet, then IPv4 without options or IPv6 without extension
+// headers, then UDP with source port sportBase) and a source port cycling
+// over flows from sportBase. A template with a UDP checksum (IPv6's is
+// mandatory) gets it updated for each port; a zero one (IPv4's "none")
+// stays zero.
 func (b *Bench) SetGen(tmpl []byte, flows uint32, sportBase uint16) error {
 	if len(tmpl) > 64 {
 		return fmt.Errorf("generator template is %d bytes, at most 64", len(tmpl))
+	}
+	off, err := genUDPOffset(tmpl)
+	if err != nil {
+		return err
+	}
+	if got := binary.BigEndian.Uint16(tmpl[off:]); got != sportBase {
+		return fmt.Errorf("generator template's UDP source port is %d, not the first flow's %d", got, sportBase)
 	}
 	var c benchGenConfig
 	copy(c.Tmpl[:], tmpl)
 	c.TmplLen = uint32(len(tmpl))
 	c.Flows = flows
 	c.SportBase = sportBase
+	c.UdpOff = uint16(off)
 	return b.objs.GenCfg.Update(uint32(0), &c, ebpf.UpdateAny)
+}
+
+// genUDPOffset is where the UDP header of a generator template starts:
+// after an Ethernet and an IPv4 header without options (34) or an IPv6
+// header without extension headers (54), whose whole UDP header the
+// template must hold.
+func genUDPOffset(tmpl []byte) (int, error) {
+	if len(tmpl) < 14 {
+		return 0, fmt.Errorf("generator template is %d bytes, shorter than an Ethernet header", len(tmpl))
+	}
+	var off int
+	switch et := binary.BigEndian.Uint16(tmpl[12:]); et {
+	case 0x0800:
+		if len(tmpl) < 34 || tmpl[14] != 0x45 || tmpl[14+9] != 17 {
+			return 0, errors.New("generator template: not IPv4 without options carrying UDP")
+		}
+		off = 34
+	case 0x86dd:
+		if len(tmpl) < 54 || tmpl[14]>>4 != 6 || tmpl[14+6] != 17 {
+			return 0, errors.New("generator template: not IPv6 carrying UDP (no extension headers)")
+		}
+		off = 54
+	default:
+		return 0, fmt.Errorf("generator template: ethertype %#04x, not IPv4 or IPv6", et)
+	}
+	if len(tmpl) < off+8 {
+		return 0, fmt.Errorf("generator template is %d bytes, its UDP header ends at %d", len(tmpl), off+8)
+	}
+	return off, nil
+}
+
+// CaptureNext asks the sink to copy the next frame it counts (its first
+// 128 bytes); Captured returns it.
+func (b *Bench) CaptureNext() error {
+	var c benchSinkCap
+	c.Want = 1
+	return b.objs.SinkCap.Update(uint32(0), &c, ebpf.UpdateAny)
+}
+
+// Captured is the frame the sink copied since CaptureNext (at most its
+// first 128 bytes) and its whole length, or nil if it has counted none
+// since.
+func (b *Bench) Captured() (frame []byte, length int, err error) {
+	var c benchSinkCap
+	if err := b.objs.SinkCap.Lookup(uint32(0), &c); err != nil {
+		return nil, 0, err
+	}
+	if c.Want != 0 || c.Len == 0 {
+		return nil, 0, nil
+	}
+	n := min(int(c.Len), len(c.Data))
+	return append([]byte(nil), c.Data[:n]...), int(c.Len), nil
 }
 
 // FlowHash runs flow_hash4 in the kernel (for tests of internal/flowhash).

@@ -39,7 +39,14 @@ type benchGenConfig struct {
 	TmplLen   uint32
 	Flows     uint32
 	SportBase uint16
-	Pad       uint16
+	UdpOff    uint16
+}
+
+type benchSinkCap struct {
+	_    structs.HostLayout
+	Want uint32
+	Len  uint32
+	Data [128]uint8
 }
 
 type benchStatEntry struct {
@@ -60,6 +67,7 @@ const (
 	benchMapGenCfg        = "gen_cfg"
 	benchMapGenSeq        = "gen_seq"
 	benchMapHashSeed      = "hash_seed"
+	benchMapSinkCap       = "sink_cap"
 	benchMapSinkCount     = "sink_count"
 	benchProgXdpAdjust2   = "xdp_adjust2"
 	benchProgXdpBareEncap = "xdp_bare_encap"
@@ -143,6 +151,7 @@ type benchMapSpecs struct {
 	GenCfg       *ebpf.MapSpec `ebpf:"gen_cfg"`
 	GenSeq       *ebpf.MapSpec `ebpf:"gen_seq"`
 	HashSeed     *ebpf.MapSpec `ebpf:"hash_seed"`
+	SinkCap      *ebpf.MapSpec `ebpf:"sink_cap"`
 	SinkCount    *ebpf.MapSpec `ebpf:"sink_count"`
 }
 
@@ -180,6 +189,7 @@ type benchMaps struct {
 	GenCfg       *ebpf.Map `ebpf:"gen_cfg"`
 	GenSeq       *ebpf.Map `ebpf:"gen_seq"`
 	HashSeed     *ebpf.Map `ebpf:"hash_seed"`
+	SinkCap      *ebpf.Map `ebpf:"sink_cap"`
 	SinkCount    *ebpf.Map `ebpf:"sink_count"`
 }
 
@@ -193,6 +203,7 @@ func (m *benchMaps) Close() error {
 		m.GenCfg,
 		m.GenSeq,
 		m.HashSeed,
+		m.SinkCap,
 		m.SinkCount,
 	)
 }
