@@ -121,8 +121,8 @@ func TestMapMemory(t *testing.T) {
 	def := load(LoadOptions{})
 	small := load(LoadOptions{EIPMax: smallEIPMax, ConnMax: smallConnMax, ListenerMax: smallListenerMax, BackendMax: smallBackendMax,
 		DriftFlows: smallDriftFlows})
-	t.Logf("%d CPUs; per map: default entries, bytes; bytes at EIPMax %d ConnMax %d ListenerMax %d BackendMax %d",
-		runtime.NumCPU(), smallEIPMax, smallConnMax, smallListenerMax, smallBackendMax)
+	t.Logf("%d CPUs; per map: default entries, bytes; bytes at EIPMax %d ConnMax %d ListenerMax %d BackendMax %d DriftFlows %d",
+		runtime.NumCPU(), smallEIPMax, smallConnMax, smallListenerMax, smallBackendMax, smallDriftFlows)
 	td, ts := logMapMemory(t, entries, def, small)
 	if ts*4 >= td {
 		t.Errorf("maps at the 100k sizing take %d bytes, not under a quarter of the default's %d", ts, td)
