@@ -333,18 +333,17 @@ __noinline int drift_out6(const struct pkt6 *p6, __be32 host, __u32 vsid, __u64 
 static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 					 struct bpf_fib_lookup *fib, const struct eip_centry *r, __u64 len)
 {
+	__u8 imac[ETH_ALEN_] = {0x02, 0x00};
+	__builtin_memcpy(&imac[2], &p->daddr, 4);
+	__u32 key = (r->vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
 	__be32 host = r->host;
-	__u32 vsid = r->vsid;
 	if (r->flags & ROUTE_F_DRIFT) {
 		__u64 pv = drift4(p, len);
 		if (pv) {
 			host = (__be32)pv;
-			vsid = pv >> 32;
+			key = (pv >> 32) << 8 | (key & 0xff);
 		}
 	}
-	__u8 imac[ETH_ALEN_] = {0x02, 0x00};
-	__builtin_memcpy(&imac[2], &p->daddr, 4);
-	__u32 key = (vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
 	__u32 idx = r->stats_idx;
 	__u16 ip_len = p->ip_len;
 	/* tcp_flags is 0 for anything but TCP (parse.h). */
@@ -972,16 +971,22 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	 * counters. */
 	__u32 out = STAT_DECAP_TX;
 	__u32 idx = r->stats_idx;
-	if (r->flags & ROUTE_F_VIP) {
-		if (!lb6_reply_ok(p6, host, vsid))
+	if (r->flags & (ROUTE_F_VIP | ROUTE_F_DRIFT)) {
+		if (r->flags & ROUTE_F_VIP) {
+			if (!lb6_reply_ok(p6, host, vsid))
+				goto drop;
+			out = STAT_LB_REPLY_TX;
+		} else if (r->family != AF_INET_) {
 			goto drop;
-		out = STAT_LB_REPLY_TX;
-	} else if (r->family != AF_INET_ ||
-		   ((r->host.a[0] != host || r->vsid != vsid) && !((r->flags & ROUTE_F_DRIFT) && drift_from(k, host, vsid)))) {
-		/* (A drifting EIP's previous host may send its replies.) */
+		} else if (r->host.a[0] == host && r->vsid == vsid) {
+			drift_out6(p6, host, vsid, len);
+		} else if (!drift_from(k, host, vsid)) {
+			/* (A drifting EIP's previous host may send its
+			 * replies.) */
+			goto drop;
+		}
+	} else if (r->family != AF_INET_ || r->host.a[0] != host || r->vsid != vsid) {
 		goto drop;
-	} else if (r->flags & ROUTE_F_DRIFT) {
-		drift_out6(p6, host, vsid, len);
 	}
 	reason = STAT_DROP_TTL;
 	if (p6->p.ttl <= 1)
@@ -1385,17 +1390,16 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	struct bpf_fib_lookup *fib = fib_room();
 	if (!fib)
 		return -1;
+	__u32 key = (r->vsid << 8) | (flow_hash6(p6->saddr.a, p6->daddr.a, p->ports, p->proto, cfg->hash_seed) & 0xff);
 	__be32 host = r->host;
-	__u32 vsid = r->vsid;
 	if (r->flags & ROUTE_F_DRIFT) {
 		__u64 pv = drift6(p6, len);
 		if (pv) {
 			host = (__be32)pv;
-			vsid = pv >> 32;
+			key = (pv >> 32) << 8 | (key & 0xff);
 		}
 	}
 	__u32 idx = r->stats_idx;
-	__u32 key = (vsid << 8) | (flow_hash6(p6->saddr.a, p6->daddr.a, p->ports, p->proto, cfg->hash_seed) & 0xff);
 	__u32 fid = key & 0xff;
 	__be32 ul = cfg->underlay.a[0];
 	__u16 ip_len = p->ip_len;
