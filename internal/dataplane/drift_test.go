@@ -52,6 +52,32 @@ func TestDriftRoute(t *testing.T) {
 	if r := all[addr(eip)]; r.Drifts() || r.PrevVSID != 0 {
 		t.Errorf("route of %s without a previous binding reads %+v", eip, r)
 	}
+	// eip_prev holds the drifting routes' previous bindings only: a route
+	// written without one, or deleted, takes its entry away.
+	prevs := func() int {
+		n := 0
+		var k edgeEipKey
+		var v edgeEipPrev
+		for it := b.edge.objs.EipPrev.Iterate(); it.Next(&k, &v); {
+			n++
+		}
+		return n
+	}
+	if n := prevs(); n != 2 {
+		t.Errorf("eip_prev holds %d entries, want 2", n)
+	}
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eipDrift): {Host: addr(hostAddr), VSID: vsid, StatsIdx: driftIdx}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.edge.DeleteRoutes([]netipAddr{addr(eipDrift6)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := prevs(); n != 0 {
+		t.Errorf("eip_prev holds %d entries after the drift ended, want 0", n)
+	}
+	if got, _, _ := b.edge.Route(addr(eipDrift)); got.Drifts() {
+		t.Errorf("route after the drift: %+v", got)
+	}
 	for name, r := range map[string]Route{
 		"IPv6 previous host":         {Host: addr(hostAddr), VSID: 1, PrevHost: addr("2001:db8::1"), PrevVSID: 1},
 		"previous VSID over 24 bits": {Host: addr(hostAddr), VSID: 1, PrevHost: addr(prevHostUl), PrevVSID: 1 << 24},

@@ -79,7 +79,9 @@ func (r *Reconciler) now() time.Time {
 func (r *Reconciler) withDrift(a netip.Addr, w Want, now time.Time) Want {
 	p, ok := r.idx.prev[a]
 	if !ok {
-		delete(r.driftSeen, a)
+		if len(r.driftSeen) > 0 {
+			delete(r.driftSeen, a)
+		}
 		return w
 	}
 	s, ok := r.driftSeen[a]
