@@ -227,3 +227,61 @@ func TestDriftFixtures6(t *testing.T) {
 	}
 	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, fixtures)
 }
+
+// TestDriftFlowsFull: drift_flows is an LRU (--drift-flows): with 8
+// entries, of 64 SYNs' flows recorded (drift_flow_new, or drift_flow_fail
+// where the kernel found no entry to reuse: the SYN still goes live), the
+// first is evicted, and its ACK goes to the previous host; the last one's
+// goes live.
+func TestDriftFlowsFull(t *testing.T) {
+	b := newEdgeBedWith(t, LoadOptions{EIPMax: 1024, DriftFlows: 8})
+	if err := b.edge.PutRoutes(map[netipAddr]Route{
+		addr(eipDrift): {Host: addr(hostAddr), VSID: vsid, StatsIdx: driftIdx, PrevHost: addr(prevHostUl), PrevVSID: prevVSID},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.edge.objs.DriftFlows.MaxEntries(); n != 8 {
+		t.Fatalf("drift_flows holds %d entries, want 8", n)
+	}
+	tcp := func(sport uint16, syn bool) flow {
+		return flow{src: client, dst: eipDrift, proto: layers.IPProtocolTCP, sport: sport, dport: 443, syn: syn, df: true}
+	}
+	send := func(f flow) []byte {
+		t.Helper()
+		res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, f.frame(t, dptest.RtrMAC, dptest.ExtMAC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Action != xdpRedirect {
+			t.Fatalf("action %s, want redirect", actionNames[res.Action])
+		}
+		return res.Out
+	}
+	before, err := b.edge.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flows = 64
+	for i := range flows {
+		f := tcp(uint16(41000+i), true)
+		if d := diffBytes(encapOf(t, f, hostAddr, vsid), send(f)); d != "" {
+			t.Fatalf("SYN %d not sent live: %s", i, d)
+		}
+	}
+	after, err := b.edge.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := after["drift_flow_new"].Packets - before["drift_flow_new"].Packets
+	fail := after["drift_flow_fail"].Packets - before["drift_flow_fail"].Packets
+	if rec+fail != flows || rec == 0 {
+		t.Errorf("%d SYNs: %d flows recorded, %d refused", flows, rec, fail)
+	}
+	t.Logf("%d SYNs into 8 entries: %d recorded, %d refused", flows, rec, fail)
+	if d := diffBytes(encapOf(t, tcp(41000, false), prevHostUl, prevVSID), send(tcp(41000, false))); d != "" {
+		t.Errorf("the evicted flow's ACK not sent to the previous host: %s", d)
+	}
+	if d := diffBytes(encapOf(t, tcp(41000+flows-1, false), hostAddr, vsid), send(tcp(41000+flows-1, false))); d != "" {
+		t.Errorf("the last flow's ACK not sent live: %s", d)
+	}
+}
