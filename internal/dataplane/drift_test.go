@@ -140,6 +140,8 @@ func TestDriftFixtures(t *testing.T) {
 		live("udp: live", flow{src: client, dst: eipDrift, proto: layers.IPProtocolUDP, sport: 5353, dport: 53}, none()),
 		live("icmp echo: live", flow{src: client, dst: eipDrift, proto: layers.IPProtocolICMPv4}, none()),
 		prev("a later segment of the open flow: still previous", tcp(40001, false, false)),
+		prev("a TCP later fragment (no ports, never recorded): previous",
+			flow{src: client, dst: eipDrift, proto: layers.IPProtocolTCP, fragOff: 9, payload: make([]byte, 40)}),
 		{name: "reply from the previous host is decapsulated", dev: dptest.UlDev, in: fromHost(prevHostUl, prevVSID<<8|0x5a, reply),
 			action: xdpRedirect, out: decap(reply), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "reply from the live host is decapsulated", dev: dptest.UlDev, in: fromHost(hostAddr, vsid<<8|0x5a, reply),
