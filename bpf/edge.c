@@ -177,19 +177,179 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	return xmit(ctx, fibp->ifindex);
 }
 
-/* Internet -> host: encapsulate toward the EIP's host. */
+/* Make-before-break drift (docs/dataplane.md "EIP drift"): for a packet
+ * from the Internet to an EIP whose route is flagged ROUTE_F_DRIFT (the
+ * keys in rm: the route's, the flow's), where it goes: 0 for the live
+ * binding (the route's host and vsid), else the previous binding,
+ * prev_host | prev_vsid << 32. A TCP SYN without ACK goes live and its
+ * flow is recorded in drift_flows (drift_flow_new; drift_flow_fail if
+ * the map refuses it: the SYN still goes live); any other TCP segment
+ * goes live if its flow was recorded for the live host, else to the
+ * previous binding (drift_prev_tx): the connections open at the move
+ * stay where they are. UDP, ICMP and the rest go live. The route is read
+ * from eip_routes (the caches hold no previous binding: only this path
+ * reads one, from eip_prev). */
+static __always_inline __u64 drift_pick(struct drift_room *rm, __u8 tcp_flags, __u64 len)
+{
+	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &rm->ek);
+	if (!r || !(r->flags & ROUTE_F_DRIFT) || rm->k.proto != IPPROTO_TCP_)
+		return 0;
+	struct eip_prev *pv = bpf_map_lookup_elem(&eip_prev, &rm->ek);
+	if (!pv)
+		return 0;
+	__be32 live = r->host.a[0];
+	__be32 *v = bpf_map_lookup_elem(&drift_flows, &rm->k);
+	if (v && *v == live)
+		return 0;
+	if ((tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_) {
+		if (bpf_map_update_elem(&drift_flows, &rm->k, &live, BPF_ANY))
+			stat_add(STAT_DRIFT_FLOW_FAIL, len);
+		else
+			stat_add(STAT_DRIFT_FLOW_NEW, len);
+		return 0;
+	}
+	stat_add(STAT_DRIFT_PREV_TX, len);
+	return (__u64)pv->vsid << 32 | pv->host;
+}
+
+/* Whether a drifting EIP's previous binding (eip_prev) is host and vsid:
+ * the host the EIP moved from may send its packets (the replies of the
+ * connections open at the move). */
+static __always_inline int drift_from(const struct eip_key *k, __be32 host, __u32 vsid)
+{
+	struct eip_prev *pv = bpf_map_lookup_elem(&eip_prev, k);
+	return pv && pv->host == host && pv->vsid == vsid;
+}
+
+/* drift_from for an IPv4 EIP. Global, with scalars: edge_from_host calls
+ * it for a drifting route only, and its own stack stays as it was. */
+__noinline int drift_from4(__be32 eip, __be32 host, __u32 vsid)
+{
+	struct eip_key k;
+	eip_key4(&k, eip);
+	return drift_from(&k, host, vsid);
+}
+
+/* drift_pick for an IPv4 packet p to an EIP, len the frame's length.
+ * Global: only a drifting route's packets call it, and its keys are in
+ * drift_scratch, off edge_to_host's stack. */
+__noinline __u64 drift4(const struct pkt *p, __u64 len)
+{
+	__u32 zero = 0;
+	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	if (!p || !rm)
+		return 0;
+	eip_key4(&rm->ek, p->daddr);
+	__builtin_memset(&rm->k, 0, sizeof(rm->k));
+	rm->k.eip.a[0] = p->daddr;
+	rm->k.client.a[0] = p->saddr;
+	rm->k.ports = p->ports;
+	rm->k.family = AF_INET_;
+	rm->k.proto = p->proto;
+	return drift_pick(rm, p->tcp_flags, len);
+}
+
+/* drift_pick for an IPv6 packet p6 to an IPv6 EIP. */
+__noinline __u64 drift6(const struct pkt6 *p6, __u64 len)
+{
+	__u32 zero = 0;
+	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	if (!p6 || !rm)
+		return 0;
+	__builtin_memset(&rm->ek, 0, sizeof(rm->ek));
+	rm->ek.addr = p6->daddr;
+	rm->ek.family = AF_INET6_;
+	rm->k.eip = p6->daddr;
+	rm->k.client = p6->saddr;
+	rm->k.ports = p6->p.ports;
+	rm->k.family = AF_INET6_;
+	rm->k.proto = p6->p.proto;
+	rm->k.pad[0] = rm->k.pad[1] = 0;
+	return drift_pick(rm, p6->p.tcp_flags, len);
+}
+
+/* The other way (host -> Internet): a TCP SYN without ACK that a
+ * drifting EIP's live host sent (a connection its guest opens, whose
+ * SYN-ACK and later segments come back to the EIP) records its flow as
+ * the Internet side's SYN does, keyed the Internet side's way (rm->k
+ * with the client's address and ports, filled by the callers). */
+static __always_inline void drift_out(struct drift_room *rm, __be32 host, __u32 vsid, __u8 tcp_flags, __u64 len)
+{
+	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &rm->ek);
+	if (!r || !(r->flags & ROUTE_F_DRIFT) || rm->k.proto != IPPROTO_TCP_ ||
+	    (tcp_flags & (TCP_SYN_ | TCP_ACK_)) != TCP_SYN_ || r->host.a[0] != host || r->vsid != vsid)
+		return;
+	__be32 live = host;
+	if (bpf_map_update_elem(&drift_flows, &rm->k, &live, BPF_ANY))
+		stat_add(STAT_DRIFT_FLOW_FAIL, len);
+	else
+		stat_add(STAT_DRIFT_FLOW_NEW, len);
+}
+
+/* drift_out for an IPv4 packet from eip to client (ports as on the
+ * wire), hv the sending host | its VSID << 32, pf the protocol | the TCP
+ * flags << 8 | the frame's length << 16. Scalars: a pointer to edge_from_host's
+ * packet would keep it on xdp_edge's stack (32 bytes more, past the 512
+ * of the deepest call chain). */
+__noinline int drift_out4(__be32 eip, __be32 client, __be32 ports, __u64 hv, __u64 pf)
+{
+	__u32 zero = 0;
+	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	if (!rm)
+		return 0;
+	eip_key4(&rm->ek, eip);
+	__builtin_memset(&rm->k, 0, sizeof(rm->k));
+	rm->k.eip.a[0] = eip;
+	rm->k.client.a[0] = client;
+	rm->k.ports = ports_of(ports_dport(ports), ports_sport(ports));
+	rm->k.family = AF_INET_;
+	rm->k.proto = pf & 0xff;
+	drift_out(rm, (__u32)hv, hv >> 32, (pf >> 8) & 0xff, pf >> 16);
+	return 0;
+}
+
+/* drift_out for an IPv6 packet p6 from host. */
+__noinline int drift_out6(const struct pkt6 *p6, __be32 host, __u32 vsid, __u64 len)
+{
+	__u32 zero = 0;
+	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	if (!p6 || !rm)
+		return 0;
+	__builtin_memset(&rm->ek, 0, sizeof(rm->ek));
+	rm->ek.addr = p6->saddr;
+	rm->ek.family = AF_INET6_;
+	rm->k.eip = p6->saddr;
+	rm->k.client = p6->daddr;
+	rm->k.ports = ports_of(pkt_dport(&p6->p), pkt_sport(&p6->p));
+	rm->k.family = AF_INET6_;
+	rm->k.proto = p6->p.proto;
+	rm->k.pad[0] = rm->k.pad[1] = 0;
+	drift_out(rm, host, vsid, p6->p.tcp_flags, len);
+	return 0;
+}
+
+/* Internet -> host: encapsulate toward the EIP's host (or, for a
+ * drifting EIP's flow open at the move, its previous host: drift4). */
 static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 					 struct bpf_fib_lookup *fib, const struct eip_centry *r, __u64 len)
 {
 	__u8 imac[ETH_ALEN_] = {0x02, 0x00};
 	__builtin_memcpy(&imac[2], &p->daddr, 4);
 	__u32 key = (r->vsid << 8) | (flow_hash4(p->saddr, p->daddr, p->ports, p->proto, cfg->hash_seed) & 0xff);
+	__be32 host = r->host;
+	if (r->flags & ROUTE_F_DRIFT) {
+		__u64 pv = drift4(p, len);
+		if (pv) {
+			host = (__be32)pv;
+			key = (pv >> 32) << 8 | (key & 0xff);
+		}
+	}
 	__u32 idx = r->stats_idx;
 	__u16 ip_len = p->ip_len;
 	/* tcp_flags is 0 for anything but TCP (parse.h). */
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	int sent;
-	int act = tunnel(ctx, p, cfg, fib, r->host, key, imac, STAT_ENCAP_TX, len, &sent);
+	int act = tunnel(ctx, p, cfg, fib, host, key, imac, STAT_ENCAP_TX, len, &sent);
 	if (sent) {
 		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
 		if (es) {
@@ -811,10 +971,20 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	 * counters. */
 	__u32 out = STAT_DECAP_TX;
 	__u32 idx = r->stats_idx;
-	if (r->flags & ROUTE_F_VIP) {
-		if (!lb6_reply_ok(p6, host, vsid))
+	if (r->flags & (ROUTE_F_VIP | ROUTE_F_DRIFT)) {
+		if (r->flags & ROUTE_F_VIP) {
+			if (!lb6_reply_ok(p6, host, vsid))
+				goto drop;
+			out = STAT_LB_REPLY_TX;
+		} else if (r->family != AF_INET_) {
 			goto drop;
-		out = STAT_LB_REPLY_TX;
+		} else if (r->host.a[0] == host && r->vsid == vsid) {
+			drift_out6(p6, host, vsid, len);
+		} else if (!drift_from(k, host, vsid)) {
+			/* (A drifting EIP's previous host may send its
+			 * replies.) */
+			goto drop;
+		}
 	} else if (r->family != AF_INET_ || r->host.a[0] != host || r->vsid != vsid) {
 		goto drop;
 	}
@@ -931,9 +1101,15 @@ static __always_inline int edge_from_host(struct xdp_md *ctx, struct pkt *o, con
 		out_stat = STAT_LB_REPLY_TX;
 		r = NULL;
 	} else {
-		if (r->host.a[0] != o->saddr || r->vsid != vsid)
+		/* The host the route names, or a drifting EIP's previous
+		 * host (its connections open at the move: drift_pick). */
+		if ((r->host.a[0] != o->saddr || r->vsid != vsid) &&
+		    !((r->flags & ROUTE_F_DRIFT) && drift_from4(in.saddr, o->saddr, vsid)))
 			return count_drop(ctx, STAT_DROP_SPOOF, len);
 		idx = r->stats_idx;
+		if (r->flags & ROUTE_F_DRIFT)
+			drift_out4(in.saddr, in.daddr, in.ports, o->saddr | (__u64)vsid << 32,
+				   in.proto | (__u32)in.tcp_flags << 8 | len << 16);
 	}
 	if (in.ttl <= 1)
 		return count_drop(ctx, STAT_DROP_TTL, len);
@@ -1214,9 +1390,16 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	struct bpf_fib_lookup *fib = fib_room();
 	if (!fib)
 		return -1;
-	__be32 host = r->host;
-	__u32 idx = r->stats_idx;
 	__u32 key = (r->vsid << 8) | (flow_hash6(p6->saddr.a, p6->daddr.a, p->ports, p->proto, cfg->hash_seed) & 0xff);
+	__be32 host = r->host;
+	if (r->flags & ROUTE_F_DRIFT) {
+		__u64 pv = drift6(p6, len);
+		if (pv) {
+			host = (__be32)pv;
+			key = (pv >> 32) << 8 | (key & 0xff);
+		}
+	}
+	__u32 idx = r->stats_idx;
 	__u32 fid = key & 0xff;
 	__be32 ul = cfg->underlay.a[0];
 	__u16 ip_len = p->ip_len;

@@ -169,6 +169,22 @@
 /* eip_route.flags: the address is a service VIP, not an EIP (one lookup
  * on the destination serves both, and everything else pays just one). */
 #define ROUTE_F_VIP 0x1
+/* eip_route.flags: an EIP that drifts (make-before-break, edge.c
+ * drift_pick): host/vsid are the live binding, its eip_prev entry the
+ * previous one, which keeps the TCP flows open at the move and may send
+ * their replies. */
+#define ROUTE_F_DRIFT 0x2
+
+/* eip_prev's capacity: the EIPs drifting at once, 16k (a move of every
+ * guest of 16 hosts of 1,000 within one drift grace); --eip-max caps it. */
+#ifndef EIP_PREV_MAX
+#define EIP_PREV_MAX 16384
+#endif
+
+/* drift_flows' default size (--drift-flows sets it at load). */
+#ifndef DRIFT_FLOWS_MAX
+#define DRIFT_FLOWS_MAX 65536
+#endif
 
 #define LB_MODE_ENCAP 1
 #define LB_MODE_NAT 2

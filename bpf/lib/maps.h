@@ -165,6 +165,37 @@ struct {
 	__type(value, struct edge_room6);
 } edge_scratch6 SEC(".maps");
 
+/* Drifting EIPs' TCP flows whose SYN went to the live binding (struct
+ * drift_key -> the live host's underlay address then; edge.c
+ * drift_pick), both families; least recently used evicted: an evicted
+ * flow's next segments go to the previous binding. Sized by --drift-flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DRIFT_FLOWS_MAX);
+	__type(key, struct drift_key);
+	__type(value, __be32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} drift_flows SEC(".maps");
+
+/* A drifting EIP (ROUTE_F_DRIFT) -> its previous binding. Written by the
+ * edge daemon before the route's flag, removed after it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EIP_PREV_MAX);
+	__type(key, struct eip_key);
+	__type(value, struct eip_prev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} eip_prev SEC(".maps");
+
+/* Per-CPU room for drift_pick's and drift_out's keys, off the stack
+ * (struct drift_room). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct drift_room);
+} drift_scratch SEC(".maps");
+
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -32,6 +32,37 @@ struct eip_route {
 			      * lb_decide); 0 for an EIP */
 };
 
+/* Edge: a drifting EIP's previous binding (eip_prev; its route is
+ * flagged ROUTE_F_DRIFT): the host it was bound to before its move and
+ * its guest's VSID there (make-before-break drift, edge.c drift_pick). In
+ * a map of its own, read on the drift path only: eip_routes' entries stay
+ * as small. */
+struct eip_prev {
+	__be32 host; /* underlay IPv4 address */
+	__u32 vsid;
+};
+
+/* Edge: a TCP flow to an EIP that drifts (ROUTE_F_DRIFT), recorded when
+ * its SYN went to the live binding (edge.c drift_pick): key of
+ * drift_flows, for IPv4 and IPv6 EIPs (IPv4 uses a[0]). The value is the
+ * live host's underlay address (__be32) at the SYN: a flow recorded for
+ * another live host (an earlier drift) counts as not recorded. */
+struct drift_key {
+	struct ip_addr eip;
+	struct ip_addr client;
+	__be32 ports;  /* client port, EIP port, as on the wire */
+	__u8 family;   /* AF_INET or AF_INET6 */
+	__u8 proto;
+	__u8 pad[2];
+};
+
+/* Edge: the value of drift_scratch, per-CPU room for edge.c's drift
+ * functions: a flow's key and its EIP's route key. */
+struct drift_room {
+	struct drift_key k;
+	struct eip_key ek;
+};
+
 /* Edge: a slot of the per-CPU EIP route cache (edge.c, eip_route4): an
  * IPv4 route copied out of eip_routes, valid while gen equals the route
  * generation + 1 (eip_route_gen; a zeroed slot never matches). */
@@ -420,6 +451,13 @@ enum azg_stat {
 				 * nor multicast, not ICMPv6 (fe80::/10 off-link) */
 	STAT_DROP_IP6_UDP_CSUM0, /* agent: IPv6 UDP with a zero checksum (RFC 8200 8.1: none is
 				  * not allowed; not computed over the payload here) */
+	STAT_DRIFT_PREV_TX,   /* edge: to a drifting EIP (ROUTE_F_DRIFT), a TCP segment of a flow not
+			       * recorded (not SYN): steered to the previous binding (counted with
+			       * encap_tx when sent) */
+	STAT_DRIFT_FLOW_NEW,  /* edge: to a drifting EIP, a SYN's flow recorded in drift_flows */
+	STAT_DRIFT_FLOW_FAIL, /* edge: to a drifting EIP, drift_flows refused a SYN's flow (not
+			       * dropped: the SYN goes to the live binding; its flow's next
+			       * segments go to the previous one) */
 	STAT_MAX,
 };
 

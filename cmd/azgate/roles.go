@@ -267,7 +267,8 @@ func init() {
 		var icmpSource, icmpSource6, healthSource, arpGateway, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
-		var eipMax, ctMax, ctMax6, listenerMax, backendMax uint32
+		var eipMax, ctMax, ctMax6, listenerMax, backendMax, driftFlows uint32
+		var driftDelay time.Duration
 		var followShare bool
 		var arpIfaces, healthCmds []string
 		var cfgARP edge.ARPConfig
@@ -302,7 +303,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			cfg := edge.Config{Name: df.name, Interfaces: attach, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 				ICMPBurst: df.icmpBurst, ICMPTimeExceeded: !noTTL, Version: version, LB: lb, HealthCommands: cmds,
 				HealthCommandConcurrency: healthCmdConc, StoreGrace: storeGrace, AnnounceSettle: settle,
-				EIPMax: eipMax, ConnMax: ctMax, ConnMax6: ctMax6, ListenerMax: listenerMax, BackendMax: backendMax, FollowShare: followShare}
+				EIPMax: eipMax, ConnMax: ctMax, ConnMax6: ctMax6, ListenerMax: listenerMax, BackendMax: backendMax, FollowShare: followShare,
+				DriftFlows: driftFlows, DriftDelay: driftDelay}
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
 			}
@@ -397,6 +399,8 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes; below 65536 also of the rate and bandwidth limits (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax6, "ct-size6", 0, "capacity of the IPv6 VIPs' connection table, whose entries are twice as large (0: a quarter of --ct-size, 262144 by default; at most 1048576; docs/scale.md)")
+		c.Flags().Uint32Var(&driftFlows, "drift-flows", 0, "capacity of the drifting EIPs' flow table: TCP flows to an EIP moved to another host that started after the move (0: 65536; at most 1048576; docs/scale.md, docs/dataplane.md \"EIP drift\")")
+		c.Flags().DurationVar(&driftDelay, "drift-delay", edge.DefaultDriftDelay, "make-before-break: for this long after the edge first sees an EIP moved to another host, every packet to the EIP still goes to the previous host, giving the new host's agent time to program it (0: none; at most 5s)")
 		c.Flags().BoolVar(&followShare, "follow-share", true, "load and watch only this edge's set's share of the store; false: the whole region, as before issue 19 (docs/scale.md \"Scopes\")")
 		c.Flags().Uint32Var(&listenerMax, "listener-max", 0, "capacity of the single-port service listeners (VIP, protocol, port); services that would take the edge over it are left out and reported, the same on every edge of a set with the same value (0: 262144, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&backendMax, "backend-max", 0, "capacity of the maps with an entry per service backend: backend slots and their counters, the nat reply fallback, health-check marks; services that would take the edge over it are left out and reported, as for --listener-max (0: 65536, also the most; docs/scale.md)")

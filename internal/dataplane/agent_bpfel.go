@@ -199,7 +199,10 @@ const (
 	agentAzgStatSTAT_DROP_IP6MARTIAN     agentAzgStat = 51
 	agentAzgStatSTAT_DROP_IP6OFF_LINK    agentAzgStat = 52
 	agentAzgStatSTAT_DROP_IP6UDP_CSUM0   agentAzgStat = 53
-	agentAzgStatSTAT_MAX                 agentAzgStat = 54
+	agentAzgStatSTAT_DRIFT_PREV_TX       agentAzgStat = 54
+	agentAzgStatSTAT_DRIFT_FLOW_NEW      agentAzgStat = 55
+	agentAzgStatSTAT_DRIFT_FLOW_FAIL     agentAzgStat = 56
+	agentAzgStatSTAT_MAX                 agentAzgStat = 57
 )
 
 type agentEipBw struct {

@@ -22,6 +22,8 @@ type Edge struct {
 	syncMu   sync.Mutex
 	syncBufs connBufs
 	upgrade  UpgradeReport
+	prevMu   sync.Mutex
+	prevs    map[edgeEipKey]struct{} // eip_prev's keys (prevKeys)
 }
 
 var _ EdgeMaps = (*Edge)(nil)
@@ -38,7 +40,8 @@ func LoadEdge(o LoadOptions) (*Edge, error) {
 
 // eipSized are the edge maps LoadOptions.EIPMax sizes; eipCapped those
 // it caps (an entry per EIP or VIP with a limit: never more than the EIPs
-// and VIPs an edge holds, 64k by default).
+// and VIPs an edge holds, 64k by default). It caps eip_prev too (an entry
+// per drifting EIP, 16k by default).
 var (
 	eipSized  = []string{edgeMapEipRoutes, edgeMapEipStats, edgeMapEipBwSlots, edgeMapFwDst, edgeMapFwDst6}
 	eipCapped = []string{edgeMapEdgeLimits, edgeMapEdgeLimits6, edgeMapEipBw, edgeMapEipBw6}
@@ -71,9 +74,13 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 			}
 		}
 	}
+	if m := spec.Maps[edgeMapEipPrev]; m != nil && o.EIPMax > 0 && o.EIPMax < m.MaxEntries {
+		m.MaxEntries = o.EIPMax
+	}
 	size(edgeMapLbConns, o.ConnMax)
 	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
 	size(edgeMapLbConns6, conns6(o))
+	size(edgeMapDriftFlows, o.DriftFlows)
 	size(edgeMapLbListeners, o.ListenerMax)
 	// IPv6 VIPs' exact-port listeners: LB_LISTENERS6_MAX (a quarter of
 	// lb_listeners'), never more than ListenerMax.
@@ -297,7 +304,92 @@ func routeTo(r Route) (edgeEipRoute, error) {
 	if r.VSID > 0xFFFFFF {
 		return edgeEipRoute{}, fmt.Errorf("VSID %d does not fit 24 bits", r.VSID)
 	}
-	return edgeEipRoute{Host: h, Vsid: r.VSID, StatsIdx: r.StatsIdx, Family: fam}, nil
+	v := edgeEipRoute{Host: h, Vsid: r.VSID, StatsIdx: r.StatsIdx, Family: fam}
+	if r.Drifts() {
+		if !r.PrevHost.Is4() {
+			return edgeEipRoute{}, fmt.Errorf("route previous host %v: the underlay is IPv4 only", r.PrevHost)
+		}
+		if r.PrevVSID > 0xFFFFFF {
+			return edgeEipRoute{}, fmt.Errorf("previous VSID %d does not fit 24 bits", r.PrevVSID)
+		}
+		v.Flags |= routeDrift
+	} else if r.PrevVSID != 0 {
+		return edgeEipRoute{}, fmt.Errorf("previous VSID %d without a previous host", r.PrevVSID)
+	}
+	return v, nil
+}
+
+// prevTo is eip_prev's entry of a drifting route r (routeTo checked it).
+func prevTo(r Route) edgeEipPrev {
+	b := r.PrevHost.As4()
+	return edgeEipPrev{Host: binary.LittleEndian.Uint32(b[:]), Vsid: r.PrevVSID}
+}
+
+// routeOf is the Route of an EIP's entry of eip_routes, p its entry of
+// eip_prev when it drifts.
+func routeOf(v edgeEipRoute, p *edgeEipPrev) Route {
+	r := Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}
+	if v.Flags&routeDrift != 0 && p != nil {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], p.Host)
+		r.PrevHost = netip.AddrFrom4(b)
+		r.PrevVSID = p.Vsid
+	}
+	return r
+}
+
+// prevOf reads the eip_prev entry of a route flagged ROUTE_F_DRIFT (nil:
+// none).
+func (e *Edge) prevOf(k *edgeEipKey, v *edgeEipRoute) (*edgeEipPrev, error) {
+	if v.Flags&routeDrift == 0 || e.objs.EipPrev == nil {
+		return nil, nil
+	}
+	var p edgeEipPrev
+	if err := e.objs.EipPrev.Lookup(k, &p); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read previous binding: %w", err)
+	}
+	return &p, nil
+}
+
+// prevKeys are the keys eip_prev holds (read from the map at first use):
+// PutRoutes and DeleteRoutes remove the entries of routes that no longer
+// drift. Under prevMu.
+func (e *Edge) prevKeys() (map[edgeEipKey]struct{}, error) {
+	if e.prevs != nil {
+		return e.prevs, nil
+	}
+	e.prevs = map[edgeEipKey]struct{}{}
+	if e.objs.EipPrev == nil {
+		return e.prevs, nil
+	}
+	var k edgeEipKey
+	var v edgeEipPrev
+	it := e.objs.EipPrev.Iterate()
+	for it.Next(&k, &v) {
+		e.prevs[k] = struct{}{}
+	}
+	if err := it.Err(); err != nil {
+		e.prevs = nil
+		return nil, fmt.Errorf("list previous bindings: %w", err)
+	}
+	return e.prevs, nil
+}
+
+// dropPrevs deletes the eip_prev entries of keys (those it has).
+func (e *Edge) dropPrevs(prevs map[edgeEipKey]struct{}, keys []edgeEipKey) error {
+	for i := range keys {
+		if _, ok := prevs[keys[i]]; !ok {
+			continue
+		}
+		if err := e.objs.EipPrev.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete previous binding: %w", err)
+		}
+		delete(prevs, keys[i])
+	}
+	return nil
 }
 
 // batchSize bounds one BPF_MAP_UPDATE_BATCH call.
@@ -376,9 +468,38 @@ func (e *Edge) routesWritten(err *error) {
 	}
 }
 
-// PutRoutes adds or replaces routes, in batches.
+// PutRoutes adds or replaces routes, in batches. A drifting route's
+// previous binding (eip_prev) is written before the route that flags it,
+// and removed after the route that no longer does.
 func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 	defer e.routesWritten(&err)
+	e.prevMu.Lock()
+	defer e.prevMu.Unlock()
+	prevs, err := e.prevKeys()
+	if err != nil {
+		return err
+	}
+	var undrift []edgeEipKey // routes written without a previous binding that had one
+	for a, r := range routes {
+		if !r.Drifts() {
+			continue
+		}
+		if e.objs.EipPrev == nil {
+			return fmt.Errorf("route for %v: this data plane has no previous bindings (eip_prev)", a)
+		}
+		k, err := routeKeyOf(a)
+		if err != nil {
+			return err
+		}
+		if _, err := routeTo(r); err != nil {
+			return fmt.Errorf("route for %v: %w", a, err)
+		}
+		p := prevTo(r)
+		if err := e.objs.EipPrev.Update(&k, &p, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write previous binding of %v: %w", a, err)
+		}
+		prevs[k] = struct{}{}
+	}
 	keys := make([]edgeEipKey, 0, min(len(routes), batchSize))
 	vals := make([]edgeEipRoute, 0, cap(keys))
 	flush := func() error {
@@ -411,6 +532,9 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 		}
 		keys = append(keys, k)
 		vals = append(vals, v)
+		if _, ok := prevs[k]; ok && !r.Drifts() {
+			undrift = append(undrift, k)
+		}
 		if len(keys) == batchSize {
 			if err := flush(); err != nil {
 				return err
@@ -418,6 +542,9 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 		}
 	}
 	if err := flush(); err != nil {
+		return err
+	}
+	if err := e.dropPrevs(prevs, undrift); err != nil {
 		return err
 	}
 	return e.placeBandwidths(routes)
@@ -434,12 +561,24 @@ func (e *Edge) DeleteRoutes(addrs []netip.Addr) (err error) {
 		if err := e.objs.EipRoutes.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete route %v: %w", a, err)
 		}
+		e.prevMu.Lock()
+		prevs, err := e.prevKeys()
+		if err == nil {
+			err = e.dropPrevs(prevs, []edgeEipKey{k})
+		}
+		e.prevMu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // routeVIP is ROUTE_F_VIP: a VIP's mark in the route map.
 const routeVIP = 1
+
+// routeDrift is ROUTE_F_DRIFT: the route carries a previous binding.
+const routeDrift = 2
 
 // rangeRaw walks the route map in batches.
 func (e *Edge) rangeRaw(f func(edgeEipKey, edgeEipRoute) bool) error {
@@ -464,12 +603,19 @@ func (e *Edge) rangeRaw(f func(edgeEipKey, edgeEipRoute) bool) error {
 
 // RangeRoutes walks the EIP routes (VIP marks are skipped).
 func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
-	return e.rangeRaw(func(k edgeEipKey, v edgeEipRoute) bool {
+	var perr error
+	err := e.rangeRaw(func(k edgeEipKey, v edgeEipRoute) bool {
 		if v.Flags&routeVIP != 0 {
 			return true
 		}
-		return f(addrFrom(k.Addr, k.Family), Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx})
+		p, err := e.prevOf(&k, &v)
+		if err != nil {
+			perr = err
+			return false
+		}
+		return f(addrFrom(k.Addr, k.Family), routeOf(v, p))
 	})
+	return errors.Join(err, perr)
 }
 
 // Routes lists every route in the map (for tests and small tables).
@@ -495,7 +641,11 @@ func (e *Edge) Route(a netip.Addr) (Route, bool, error) {
 	if v.Flags&routeVIP != 0 {
 		return Route{}, false, nil // a VIP, not an EIP
 	}
-	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
+	p, err := e.prevOf(&k, &v)
+	if err != nil {
+		return Route{}, false, err
+	}
+	return routeOf(v, p), true, nil
 }
 
 func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.EipStats, idx) }

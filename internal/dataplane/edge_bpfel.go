@@ -81,7 +81,10 @@ const (
 	edgeAzgStatSTAT_DROP_IP6MARTIAN     edgeAzgStat = 51
 	edgeAzgStatSTAT_DROP_IP6OFF_LINK    edgeAzgStat = 52
 	edgeAzgStatSTAT_DROP_IP6UDP_CSUM0   edgeAzgStat = 53
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 54
+	edgeAzgStatSTAT_DRIFT_PREV_TX       edgeAzgStat = 54
+	edgeAzgStatSTAT_DRIFT_FLOW_NEW      edgeAzgStat = 55
+	edgeAzgStatSTAT_DRIFT_FLOW_FAIL     edgeAzgStat = 56
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 57
 )
 
 type edgeCtBucket struct {
@@ -164,6 +167,22 @@ type edgeCtKey6 struct {
 	Dport uint16
 	Proto uint8
 	Pad   [3]uint8
+}
+
+type edgeDriftKey struct {
+	_      structs.HostLayout
+	Eip    edgeIpAddr
+	Client edgeIpAddr
+	Ports  uint32
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+}
+
+type edgeDriftRoom struct {
+	_  structs.HostLayout
+	K  edgeDriftKey
+	Ek edgeEipKey
 }
 
 type edgeEdgeConfig struct {
@@ -274,6 +293,12 @@ type edgeEipKey struct {
 	Addr   edgeIpAddr
 	Family uint8
 	Pad    [3]uint8
+}
+
+type edgeEipPrev struct {
+	_    structs.HostLayout
+	Host uint32
+	Vsid uint32
 }
 
 type edgeEipRoute struct {
@@ -647,6 +672,8 @@ const (
 	edgeMapArpOwner         = "arp_owner"
 	edgeMapCtBuckets        = "ct_buckets"
 	edgeMapCtEvents         = "ct_events"
+	edgeMapDriftFlows       = "drift_flows"
+	edgeMapDriftScratch     = "drift_scratch"
 	edgeMapEdgeCfg          = "edge_cfg"
 	edgeMapEdgeCfg6         = "edge_cfg6"
 	edgeMapEdgeIcmp6Scratch = "edge_icmp6_scratch"
@@ -663,6 +690,7 @@ const (
 	edgeMapEipBwSlots       = "eip_bw_slots"
 	edgeMapEipCache         = "eip_cache"
 	edgeMapEipCache6        = "eip_cache6"
+	edgeMapEipPrev          = "eip_prev"
 	edgeMapEipRouteGen      = "eip_route_gen"
 	edgeMapEipRoutes        = "eip_routes"
 	edgeMapEipStats         = "eip_stats"
@@ -770,6 +798,8 @@ type edgeMapSpecs struct {
 	ArpOwner         *ebpf.MapSpec `ebpf:"arp_owner"`
 	CtBuckets        *ebpf.MapSpec `ebpf:"ct_buckets"`
 	CtEvents         *ebpf.MapSpec `ebpf:"ct_events"`
+	DriftFlows       *ebpf.MapSpec `ebpf:"drift_flows"`
+	DriftScratch     *ebpf.MapSpec `ebpf:"drift_scratch"`
 	EdgeCfg          *ebpf.MapSpec `ebpf:"edge_cfg"`
 	EdgeCfg6         *ebpf.MapSpec `ebpf:"edge_cfg6"`
 	EdgeIcmp6Scratch *ebpf.MapSpec `ebpf:"edge_icmp6_scratch"`
@@ -786,6 +816,7 @@ type edgeMapSpecs struct {
 	EipBwSlots       *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipCache         *ebpf.MapSpec `ebpf:"eip_cache"`
 	EipCache6        *ebpf.MapSpec `ebpf:"eip_cache6"`
+	EipPrev          *ebpf.MapSpec `ebpf:"eip_prev"`
 	EipRouteGen      *ebpf.MapSpec `ebpf:"eip_route_gen"`
 	EipRoutes        *ebpf.MapSpec `ebpf:"eip_routes"`
 	EipStats         *ebpf.MapSpec `ebpf:"eip_stats"`
@@ -867,6 +898,8 @@ type edgeMaps struct {
 	ArpOwner         *ebpf.Map `ebpf:"arp_owner"`
 	CtBuckets        *ebpf.Map `ebpf:"ct_buckets"`
 	CtEvents         *ebpf.Map `ebpf:"ct_events"`
+	DriftFlows       *ebpf.Map `ebpf:"drift_flows"`
+	DriftScratch     *ebpf.Map `ebpf:"drift_scratch"`
 	EdgeCfg          *ebpf.Map `ebpf:"edge_cfg"`
 	EdgeCfg6         *ebpf.Map `ebpf:"edge_cfg6"`
 	EdgeIcmp6Scratch *ebpf.Map `ebpf:"edge_icmp6_scratch"`
@@ -883,6 +916,7 @@ type edgeMaps struct {
 	EipBwSlots       *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipCache         *ebpf.Map `ebpf:"eip_cache"`
 	EipCache6        *ebpf.Map `ebpf:"eip_cache6"`
+	EipPrev          *ebpf.Map `ebpf:"eip_prev"`
 	EipRouteGen      *ebpf.Map `ebpf:"eip_route_gen"`
 	EipRoutes        *ebpf.Map `ebpf:"eip_routes"`
 	EipStats         *ebpf.Map `ebpf:"eip_stats"`
@@ -930,6 +964,8 @@ func (m *edgeMaps) Close() error {
 		m.ArpOwner,
 		m.CtBuckets,
 		m.CtEvents,
+		m.DriftFlows,
+		m.DriftScratch,
 		m.EdgeCfg,
 		m.EdgeCfg6,
 		m.EdgeIcmp6Scratch,
@@ -946,6 +982,7 @@ func (m *edgeMaps) Close() error {
 		m.EipBwSlots,
 		m.EipCache,
 		m.EipCache6,
+		m.EipPrev,
 		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,

@@ -30,7 +30,10 @@ type edgeBed struct {
 	edge *Edge
 }
 
-func newEdgeBed(t testing.TB) *edgeBed {
+func newEdgeBed(t testing.TB) *edgeBed { return newEdgeBedWith(t, LoadOptions{EIPMax: 1024}) }
+
+// newEdgeBedWith is newEdgeBed with the program loaded with o.
+func newEdgeBedWith(t testing.TB, o LoadOptions) *edgeBed {
 	t.Helper()
 	requireRoot(t)
 	env, err := dptest.New()
@@ -38,7 +41,7 @@ func newEdgeBed(t testing.TB) *edgeBed {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Close)
-	e, err := LoadEdge(LoadOptions{EIPMax: 1024})
+	e, err := LoadEdge(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,10 @@ func (f *FakeEdge) PutRoutes(rs map[netip.Addr]Route) error {
 		if _, ok := f.RouteMap[a]; !ok && f.Capacity > 0 && len(f.RouteMap) >= f.Capacity {
 			return fmt.Errorf("route map full (%d)", f.Capacity)
 		}
+		// A previous binding as the real map takes it (routeTo).
+		if r.Drifts() && (!r.PrevHost.Is4() || r.PrevVSID > 0xFFFFFF) || !r.Drifts() && r.PrevVSID != 0 {
+			return fmt.Errorf("route for %v: previous binding %v VSID %d refused", a, r.PrevHost, r.PrevVSID)
+		}
 		f.RouteMap[a] = r
 	}
 	return nil

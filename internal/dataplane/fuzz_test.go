@@ -357,6 +357,12 @@ func outcomeCoverage(dev, counter string) int {
 		n = 53
 	case "drop_ip6_udp_csum0":
 		n = 54
+	case "drift_prev_tx": // beside encap_tx, to a drifting EIP (none in the fuzz bed)
+		n = 55
+	case "drift_flow_new":
+		n = 56
+	case "drift_flow_fail":
+		n = 57
 	}
 	if dev == dptest.UlDev {
 		switch {

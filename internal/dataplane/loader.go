@@ -49,6 +49,11 @@ const (
 	ListenerMaxDefault = lbplan.ListenersMax
 	BackendMaxDefault  = lbplan.BackendsMax
 	AgentEIPMaxDefault = 1 << 16
+	// DriftFlowsDefault is drift_flows' compiled capacity
+	// (DRIFT_FLOWS_MAX): LoadOptions.DriftFlows 0; DriftFlowsMax the
+	// most the edge's configuration accepts (--drift-flows).
+	DriftFlowsDefault = 1 << 16
+	DriftFlowsMax     = 1 << 20
 )
 
 // LoadOptions controls how a data plane is loaded.
@@ -72,6 +77,9 @@ type LoadOptions struct {
 	// (lb_conns6); 0: a quarter of ConnMax, or CT6_MAX (256k entries)
 	// without it.
 	ConnMax6 uint32
+	// DriftFlows overrides the capacity of the drifting EIPs' flow table
+	// (drift_flows, an LRU; DRIFT_FLOWS_MAX, 64k entries, by default).
+	DriftFlows uint32
 	// ListenerMax overrides the capacity of the edge's single-port
 	// listener map (lb_listeners; LB_LISTENERS_MAX, 256k entries, by
 	// default).
@@ -323,7 +331,7 @@ func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
 		}
 		return Route{}, false, err
 	}
-	return Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}, true, nil
+	return routeOf(v, nil), true, nil // (without a drifting route's previous binding)
 }
 
 // deleteStale deletes every entry of m whose key keep rejects: the second

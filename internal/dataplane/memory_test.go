@@ -15,16 +15,18 @@ import (
 )
 
 // The sizing of an edge of a 100k-EIP set (the fleet bench's: one
-// service) with a 256k-entry connection table, and of an agent of a host
-// of 1,000 guests with an EIP each (docs/scale.md, "Map memory per edge
-// and per agent").
+// service) with a 256k-entry connection table and a 16k-entry drift flow
+// table, and of an agent of a host of 1,000 guests with an EIP each
+// (docs/scale.md, "Map memory per edge and per agent").
 const (
 	smallEIPMax      = 128 << 10
 	smallConnMax     = 256 << 10
 	smallListenerMax = 4 << 10
 	smallBackendMax  = 1 << 10
+	smallDriftFlows  = 16 << 10
 	smallAgentEIPMax = 2 << 10
 	smallAgentFlows  = 256 << 10
+	eipPrevMax       = 16 << 10 // EIP_PREV_MAX
 )
 
 // logMapMemory logs each map's default entries and bytes at the default
@@ -64,12 +66,16 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		for _, n := range eipCapped {
 			want[n] = min(o.EIPMax, def[n])
 		}
+		want[edgeMapEipPrev] = min(o.EIPMax, cmp.Or(def[edgeMapEipPrev], eipPrevMax))
 	}
 	if o.ConnMax > 0 {
 		want[edgeMapLbConns], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax
 	}
 	if c6 := conns6(o); c6 > 0 {
 		want[edgeMapLbConns6] = c6
+	}
+	if o.DriftFlows > 0 {
+		want[edgeMapDriftFlows] = o.DriftFlows
 	}
 	if o.ListenerMax > 0 {
 		want[edgeMapLbListeners] = o.ListenerMax
@@ -104,7 +110,7 @@ func TestMapMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.EIPMax == 0 && o.ConnMax == 0 && o.ConnMax6 == 0 && o.ListenerMax == 0 && o.BackendMax == 0 {
+		if o.EIPMax == 0 && o.ConnMax == 0 && o.ConnMax6 == 0 && o.DriftFlows == 0 && o.ListenerMax == 0 && o.BackendMax == 0 {
 			for n, m := range e.Maps() {
 				entries[n] = m.MaxEntries()
 			}
@@ -113,9 +119,10 @@ func TestMapMemory(t *testing.T) {
 		return mem
 	}
 	def := load(LoadOptions{})
-	small := load(LoadOptions{EIPMax: smallEIPMax, ConnMax: smallConnMax, ListenerMax: smallListenerMax, BackendMax: smallBackendMax})
-	t.Logf("%d CPUs; per map: default entries, bytes; bytes at EIPMax %d ConnMax %d ListenerMax %d BackendMax %d",
-		runtime.NumCPU(), smallEIPMax, smallConnMax, smallListenerMax, smallBackendMax)
+	small := load(LoadOptions{EIPMax: smallEIPMax, ConnMax: smallConnMax, ListenerMax: smallListenerMax, BackendMax: smallBackendMax,
+		DriftFlows: smallDriftFlows})
+	t.Logf("%d CPUs; per map: default entries, bytes; bytes at EIPMax %d ConnMax %d ListenerMax %d BackendMax %d DriftFlows %d",
+		runtime.NumCPU(), smallEIPMax, smallConnMax, smallListenerMax, smallBackendMax, smallDriftFlows)
 	td, ts := logMapMemory(t, entries, def, small)
 	if ts*4 >= td {
 		t.Errorf("maps at the 100k sizing take %d bytes, not under a quarter of the default's %d", ts, td)
@@ -123,6 +130,11 @@ func TestMapMemory(t *testing.T) {
 	// --ct-size6 sizes lb_conns6 alone, whatever --ct-size says.
 	load(LoadOptions{ConnMax6: 4096})
 	load(LoadOptions{ConnMax: 65536, ConnMax6: 131072})
+	// --drift-flows sizes drift_flows (64k entries by default).
+	load(LoadOptions{DriftFlows: 4096})
+	if entries[edgeMapDriftFlows] != 65536 {
+		t.Errorf("drift_flows holds %d entries by default, not 65536", entries[edgeMapDriftFlows])
+	}
 	if entries[edgeMapLbConns6]*4 != entries[edgeMapLbConns] {
 		t.Errorf("lb_conns6 holds %d entries by default, not a quarter of lb_conns' %d", entries[edgeMapLbConns6], entries[edgeMapLbConns])
 	}

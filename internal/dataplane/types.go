@@ -70,6 +70,9 @@ var statNames = [...]string{
 	"drop_ip6_martian",
 	"drop_ip6_off_link",
 	"drop_ip6_udp_csum0",
+	"drift_prev_tx",
+	"drift_flow_new",
+	"drift_flow_fail",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per
@@ -112,7 +115,18 @@ type Route struct {
 	Host     netip.Addr // underlay address of the AZ host
 	VSID     uint32
 	StatsIdx uint32
+	// PrevHost and PrevVSID: the binding a drifting EIP moved from
+	// (make-before-break, docs/dataplane.md "EIP drift"), or the zero
+	// Addr and 0. With PrevHost set (IPv4, as Host), the route is
+	// flagged ROUTE_F_DRIFT: new TCP flows (and UDP, ICMP...) go to Host,
+	// the TCP flows open at the move to PrevHost, and both hosts may
+	// send the EIP's packets.
+	PrevHost netip.Addr
+	PrevVSID uint32
 }
+
+// Drifts says whether r carries a previous binding (ROUTE_F_DRIFT).
+func (r Route) Drifts() bool { return r.PrevHost.IsValid() }
 
 // EdgeConfig is the edge program's configuration.
 type EdgeConfig struct {

@@ -94,6 +94,9 @@ var mapClasses = map[string]MapClass{
 	"lb_info":     ClassCounters,
 	"hc_stats":    ClassCounters,
 	"lb_conns":    ClassConnections,
+	// A drifting EIP's flows recorded at their SYN: without them their
+	// next segments go to the previous binding until the drift ends.
+	"drift_flows": ClassConnections,
 	// A nat connection's reply tuple -> its VIP and port: without it the
 	// replies of a backend serving two VIPs or ports leave untranslated.
 	"lb_nat_conns": ClassRequired,

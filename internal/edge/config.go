@@ -120,10 +120,14 @@ func (c Config) Check() error {
 		flag     string
 		v, limit uint32
 	}{{"--eip-max", c.EIPMax, dataplane.EIPMaxDefault}, {"--ct-size", c.ConnMax, dataplane.ConnMaxDefault}, {"--ct-size6", c.ConnMax6, dataplane.ConnMaxDefault},
-		{"--listener-max", c.ListenerMax, dataplane.ListenerMaxDefault}, {"--backend-max", c.BackendMax, dataplane.BackendMaxDefault}} {
+		{"--listener-max", c.ListenerMax, dataplane.ListenerMaxDefault}, {"--backend-max", c.BackendMax, dataplane.BackendMaxDefault},
+		{"--drift-flows", c.DriftFlows, dataplane.DriftFlowsMax}} {
 		if s.v > s.limit {
 			bad("%s %d: above the compiled capacity %d, the most an edge holds (0: %d)", s.flag, s.v, s.limit, s.limit)
 		}
+	}
+	if c.DriftDelay < 0 || c.DriftDelay > MaxDriftDelay {
+		bad("--drift-delay %v: must be between 0 (none) and %v", c.DriftDelay, MaxDriftDelay)
 	}
 	if c.Rates.FloorPPS < 0 || c.Rates.FloorBPS < 0 || c.Rates.FloorSYN < 0 || c.Rates.TopN < 0 {
 		bad("--rate-floor-pps, --rate-floor-bps, --rate-floor-syn and --rate-top must be positive")

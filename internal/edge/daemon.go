@@ -45,6 +45,9 @@ func Run(ctx context.Context, cfg Config, st Store, load dataplane.LoadOptions, 
 	if cfg.ConnMax6 != 0 {
 		load.ConnMax6 = cfg.ConnMax6
 	}
+	if cfg.DriftFlows != 0 {
+		load.DriftFlows = cfg.DriftFlows
+	}
 	if cfg.ListenerMax != 0 {
 		load.ListenerMax = cfg.ListenerMax
 	}

@@ -32,6 +32,10 @@ var GatewayMAC = dataplane.GatewayMAC
 type Want struct {
 	Host netip.Addr
 	VSID uint32
+	// PrevHost and PrevVSID: a drifting EIP's previous binding
+	// (drift.go; invalid and 0: none).
+	PrevHost netip.Addr
+	PrevVSID uint32
 }
 
 // Config of an edge daemon.
@@ -76,6 +80,23 @@ type Config struct {
 	// ConnMax6 sizes the IPv6 VIPs' connection table (lb_conns6); 0: a
 	// quarter of ConnMax (dataplane.LoadOptions.ConnMax6).
 	ConnMax6 uint32
+	// DriftFlows sizes the drifting EIPs' flow table (drift_flows,
+	// docs/dataplane.md "EIP drift"; 0: dataplane.DriftFlowsDefault, at
+	// most dataplane.DriftFlowsMax).
+	DriftFlows uint32
+	// DriftDelay: for this long after the edge first sees an EIP's
+	// previous binding (model.EIP.Previous), the EIP's route stays
+	// entirely on it (make-before-break: the new host's agent gets that
+	// long to program the EIP); then new flows go to the new binding
+	// (drift.go). Unlike most fields, 0 means none: `azgate edge`'s
+	// --drift-delay defaults to DefaultDriftDelay. At most MaxDriftDelay.
+	DriftDelay time.Duration
+	// Now is the clock of the drift plan (nil: time.Now): a Previous is
+	// active until its Until by it (wall clock), DriftDelay runs from
+	// the first sight by it (monotonic, when it has a reading).
+	Now func() time.Time
+	// AfterFunc schedules the drift plan's wake-ups (nil: time.AfterFunc).
+	AfterFunc func(time.Duration, func()) Stopper
 	// FollowShare makes the edge load and watch only its set's share of
 	// the store (FollowShare, docs/scale.md "Scopes") instead of the
 	// whole region; `azgate edge` sets it unless --follow-share=false.
@@ -162,6 +183,11 @@ type Reconciler struct {
 	backoff    time.Duration
 	stopped    bool
 	bw         *bwState // shared bandwidth (bandwidth.go); nil: off
+	// The drift plan (drift.go): when each EIP's previous binding was
+	// first seen, and the wake-up at the next change of a plan.
+	driftSeen  map[netip.Addr]driftSeen
+	driftTimer Stopper
+	driftWake  time.Time
 	// OnApplied is called after each successful commit, under the lock
 	// (Applies tells the commits that programmed something from those of
 	// nothing the edge holds).
@@ -196,7 +222,7 @@ func NewReconciler(cfg Config, maps dataplane.EdgeMaps) *Reconciler {
 		cfg.Log = slog.Default()
 	}
 	r := &Reconciler{cfg: cfg, maps: maps, log: cfg.Log, idx: newIndex(), pending: map[netip.Addr]struct{}{},
-		hostsDirty: map[string]struct{}{}, full: true,
+		hostsDirty: map[string]struct{}{}, full: true, driftSeen: map[netip.Addr]driftSeen{},
 		invalid: &store.Invalid{Log: cfg.Log}, syncErr: errNoCommit}
 	r.idx.self = cfg.Name
 	if lbm, ok := maps.(dataplane.LBMaps); ok {
@@ -373,6 +399,7 @@ func (r *Reconciler) commit() {
 			ok = false
 		}
 	}
+	r.scheduleDrift()
 	if !ok {
 		r.syncErr = fmt.Errorf("the last commit failed: %s", strings.Join(r.errs, "; "))
 		r.publishPlan()
@@ -428,6 +455,10 @@ func (r *Reconciler) Stop() {
 	if r.retry != nil {
 		r.retry.Stop()
 		r.retry = nil
+	}
+	if r.driftTimer != nil {
+		r.driftTimer.Stop()
+		r.driftTimer = nil
 	}
 }
 
@@ -515,8 +546,14 @@ func (r *Reconciler) sync() error {
 	// set would be ~2 MB more at the load's peak for nothing.
 	have := make(map[[4]byte]cur, r.routes)
 	have6 := map[[16]byte]cur{} // IPv6 EIPs' routes (their host is IPv4 too)
+	// The programmed routes with a previous binding (few), which cur
+	// leaves out.
+	drifting := map[netip.Addr]dataplane.Route{}
 	r.slots.reset()
 	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
+		if rt.Drifts() {
+			drifting[a] = rt
+		}
 		switch {
 		case !rt.Host.Is4():
 		case a.Is4():
@@ -533,6 +570,20 @@ func (r *Reconciler) sync() error {
 	}
 	b := r.newBatch(len(r.idx.eips) + len(r.idx.eips6))
 	n := 0
+	now := r.now()
+	// same says whether EIP a's programmed route c (and its previous
+	// binding, if any, in drifting) is w, which it completes with the
+	// drift plan.
+	same := func(a netip.Addr, c cur, had bool, w *Want) bool {
+		if len(r.idx.prev) > 0 {
+			*w = r.withDrift(a, *w, now)
+		}
+		if !had || c.host != w.Host.As4() || c.vsid != w.VSID {
+			return false
+		}
+		d := drifting[a]
+		return d.PrevHost == w.PrevHost && d.PrevVSID == w.PrevVSID
+	}
 	for k := range r.idx.eips {
 		w, ok := r.idx.want(k)
 		if !ok {
@@ -542,9 +593,9 @@ func (r *Reconciler) sync() error {
 		c, had := have[k]
 		if had {
 			delete(have, k) // what stays in have is deleted below
-			if c.host == w.Host.As4() && c.vsid == w.VSID {
-				continue
-			}
+		}
+		if (had || len(r.idx.prev) > 0) && same(netip.AddrFrom4(k), c, had, &w) {
+			continue
 		}
 		if err := b.put(netip.AddrFrom4(k), w, c.slot, had); err != nil {
 			return err
@@ -559,9 +610,9 @@ func (r *Reconciler) sync() error {
 		c, had := have6[k]
 		if had {
 			delete(have6, k)
-			if c.host == w.Host.As4() && c.vsid == w.VSID {
-				continue
-			}
+		}
+		if (had || len(r.idx.prev) > 0) && same(netip.AddrFrom16(k), c, had, &w) {
+			continue
 		}
 		if err := b.put(netip.AddrFrom16(k), w, c.slot, had); err != nil {
 			return err
@@ -587,19 +638,25 @@ func (r *Reconciler) sync() error {
 // update programs the EIPs changed since the last commit.
 func (r *Reconciler) update() error {
 	b := r.newBatch(len(r.pending))
+	now := r.now()
 	for a := range r.pending {
 		c, had, err := r.maps.Route(a)
 		if err != nil {
 			return err
 		}
 		w, ok := r.idx.wantAddr(a)
+		if ok {
+			w = r.withDrift(a, w, now)
+		} else {
+			delete(r.driftSeen, a)
+		}
 		switch {
 		case !ok && had:
 			if err := b.del(a, c.StatsIdx); err != nil {
 				return err
 			}
 			r.routes--
-		case ok && had && c.Host == w.Host && c.VSID == w.VSID:
+		case ok && had && routeIs(c, w):
 		case ok:
 			if err := b.put(a, w, c.StatsIdx, had); err != nil {
 				return err
@@ -638,7 +695,7 @@ func (b *batch) put(a netip.Addr, w Want, slot uint32, had bool) error {
 			return err
 		}
 	}
-	b.puts[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: slot}
+	b.puts[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: slot, PrevHost: w.PrevHost, PrevVSID: w.PrevVSID}
 	if len(b.puts) >= batchMax {
 		return b.flush()
 	}

@@ -67,6 +67,10 @@ type index struct {
 	// their EIPs.
 	packages map[string]*model.BandwidthPackage
 	bwOf     map[netip.Addr]string
+	// prev: the previous binding of each bound EIP that has one (few: a
+	// bind to another host sets it for the controller's drift grace;
+	// drift.go).
+	prev map[netip.Addr]model.PreviousBinding
 }
 
 type hostEntry struct {
@@ -94,7 +98,8 @@ func newIndex() *index {
 		pulled6: map[[16]byte]string{}, quarantined6: map[[16]byte]bool{},
 		limits: map[[4]byte]model.Limits{}, limits6: map[[16]byte]model.Limits{},
 		fw: map[string]*model.FirewallRule{}, fwAddrs: map[netip.Addr]int{},
-		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{}}
+		packages: map[string]*model.BandwidthPackage{}, bwOf: map[netip.Addr]string{},
+		prev: map[netip.Addr]model.PreviousBinding{}}
 }
 
 // intern is s as the index keeps it (one copy of each name).
@@ -592,6 +597,11 @@ func putEIPIn[K comparable](x *index, m eipMaps[K], k K, o *model.EIP) change {
 			m.byGuest[b] = k
 		}
 	}
+	if o.Binding != nil && o.Previous != nil {
+		x.prev[o.Address] = *o.Previous
+	} else {
+		delete(x.prev, o.Address)
+	}
 	_, routed := m.eips[k]
 	fw := (routed != wasRouted || m.pulled[k] != wasPulled) && x.fwTouches(o.Address)
 	_, packaged := x.bwOf[o.Address]
@@ -606,6 +616,7 @@ func deleteEIPIn[K comparable](x *index, m eipMaps[K], k K, a netip.Addr) change
 	delete(m.eips, k)
 	delete(m.pulled, k)
 	delete(m.limits, k)
+	delete(x.prev, a)
 	_, packaged := x.bwOf[a]
 	return change{eip: a, fw: x.fwTouches(a), bw: packaged}
 }
