@@ -186,16 +186,22 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
  * the map refuses it: the SYN still goes live); any other TCP segment
  * goes live if its flow was recorded for the live host, else to the
  * previous binding (drift_prev_tx): the connections open at the move
- * stay where they are. UDP, ICMP and the rest go live. The route is read
+ * stay where they are. UDP, ICMP and the rest go live. With PREV_F_ALL
+ * (the make-before-break delay) every packet goes to the previous
+ * binding and no flow is recorded. The route is read
  * from eip_routes (the caches hold no previous binding: only this path
  * reads one, from eip_prev). */
 static __always_inline __u64 drift_pick(struct drift_room *rm, __u8 tcp_flags, __u64 len)
 {
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, &rm->ek);
-	if (!r || !(r->flags & ROUTE_F_DRIFT) || rm->k.proto != IPPROTO_TCP_)
+	if (!r || !(r->flags & ROUTE_F_DRIFT))
 		return 0;
 	struct eip_prev *pv = bpf_map_lookup_elem(&eip_prev, &rm->ek);
 	if (!pv)
+		return 0;
+	if (pv->flags & PREV_F_ALL)
+		goto prev;
+	if (rm->k.proto != IPPROTO_TCP_)
 		return 0;
 	__be32 live = r->host.a[0];
 	__be32 *v = bpf_map_lookup_elem(&drift_flows, &rm->k);
@@ -208,6 +214,7 @@ static __always_inline __u64 drift_pick(struct drift_room *rm, __u8 tcp_flags, _
 			stat_add(STAT_DRIFT_FLOW_NEW, len);
 		return 0;
 	}
+prev:
 	stat_add(STAT_DRIFT_PREV_TX, len);
 	return (__u64)pv->vsid << 32 | pv->host;
 }

@@ -174,6 +174,11 @@
  * previous one, which keeps the TCP flows open at the move and may send
  * their replies. */
 #define ROUTE_F_DRIFT 0x2
+/* eip_prev.flags: every packet from the Internet goes to the previous
+ * binding (the make-before-break delay: the live host's agent may not hold
+ * the EIP yet), while replies are taken from both hosts (another edge may
+ * already send new flows to the live one). */
+#define PREV_F_ALL 0x1
 
 /* eip_prev's capacity: the EIPs drifting at once, 16k (a move of every
  * guest of 16 hosts of 1,000 within one drift grace); --eip-max caps it. */

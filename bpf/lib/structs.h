@@ -40,6 +40,7 @@ struct eip_route {
 struct eip_prev {
 	__be32 host; /* underlay IPv4 address */
 	__u32 vsid;
+	__u32 flags; /* PREV_F_* */
 };
 
 /* Edge: a TCP flow to an EIP that drifts (ROUTE_F_DRIFT), recorded when

@@ -82,6 +82,7 @@ func TestDriftRoute(t *testing.T) {
 		"IPv6 previous host":         {Host: addr(hostAddr), VSID: 1, PrevHost: addr("2001:db8::1"), PrevVSID: 1},
 		"previous VSID over 24 bits": {Host: addr(hostAddr), VSID: 1, PrevHost: addr(prevHostUl), PrevVSID: 1 << 24},
 		"previous VSID without host": {Host: addr(hostAddr), VSID: 1, PrevVSID: 1},
+		"all to no previous host":    {Host: addr(hostAddr), VSID: 1, PrevAll: true},
 	} {
 		if err := b.edge.PutRoutes(map[netipAddr]Route{addr("198.51.100.21"): r}); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -131,7 +132,34 @@ func TestDriftFixtures(t *testing.T) {
 	plainReply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, ttl: 63}
 	plainAck := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40009, dport: 80}
 
+	// The make-before-break delay (PrevAll, PREV_F_ALL): every packet
+	// to the previous binding, no flow recorded, replies taken from both
+	// hosts (another edge may already send new flows to the live one).
+	holding := Route{Host: addr(hostAddr), VSID: vsid, StatsIdx: driftIdx, PrevHost: addr(prevHostUl), PrevVSID: prevVSID, PrevAll: true}
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eipDrift): holding}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := b.edge.Route(addr(eipDrift)); err != nil || got != holding {
+		t.Fatalf("delay route reads %+v (%v), want %+v", got, err, holding)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		prev("delay: syn to the previous binding, not recorded", tcp(40100, true, false)),
+		prev("delay: its ack too", tcp(40100, false, false)),
+		prev("delay: udp to the previous binding", flow{src: client, dst: eipDrift, proto: layers.IPProtocolUDP, sport: 5353, dport: 53}),
+		prev("delay: icmp echo to the previous binding", flow{src: client, dst: eipDrift, proto: layers.IPProtocolICMPv4}),
+		{name: "delay: reply from the previous host is decapsulated", dev: dptest.UlDev, in: fromHost(prevHostUl, prevVSID<<8|0x5a, reply),
+			action: xdpRedirect, out: decap(reply), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipTx: 1},
+		{name: "delay: reply from the live host is decapsulated", dev: dptest.UlDev, in: fromHost(hostAddr, vsid<<8|0x5a, reply),
+			action: xdpRedirect, out: decap(reply), stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipTx: 1},
+		{name: "delay: a third host is spoof", dev: dptest.UlDev, in: fromHost("198.18.41.1", prevVSID<<8|0x5a, reply),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}, eipSlot: slot},
+	})
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eipDrift): {Host: addr(hostAddr), VSID: vsid, StatsIdx: driftIdx, PrevHost: addr(prevHostUl), PrevVSID: prevVSID}}); err != nil {
+		t.Fatal(err)
+	}
+
 	fixtures := []fixture{
+		prev("after the delay: a flow begun in it stays on the previous host", tcp(40100, false, false)),
 		prev("ack of a flow open at the move: previous host and VSID", tcp(40001, false, false)),
 		live("syn: live host, flow recorded", tcp(40002, true, false), map[string]uint64{"drift_flow_new": 1}),
 		live("ack of the recorded flow: live", tcp(40002, false, false), none()),

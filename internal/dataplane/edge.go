@@ -313,8 +313,8 @@ func routeTo(r Route) (edgeEipRoute, error) {
 			return edgeEipRoute{}, fmt.Errorf("previous VSID %d does not fit 24 bits", r.PrevVSID)
 		}
 		v.Flags |= routeDrift
-	} else if r.PrevVSID != 0 {
-		return edgeEipRoute{}, fmt.Errorf("previous VSID %d without a previous host", r.PrevVSID)
+	} else if r.PrevVSID != 0 || r.PrevAll {
+		return edgeEipRoute{}, fmt.Errorf("previous VSID %d (all: %v) without a previous host", r.PrevVSID, r.PrevAll)
 	}
 	return v, nil
 }
@@ -322,7 +322,11 @@ func routeTo(r Route) (edgeEipRoute, error) {
 // prevTo is eip_prev's entry of a drifting route r (routeTo checked it).
 func prevTo(r Route) edgeEipPrev {
 	b := r.PrevHost.As4()
-	return edgeEipPrev{Host: binary.LittleEndian.Uint32(b[:]), Vsid: r.PrevVSID}
+	p := edgeEipPrev{Host: binary.LittleEndian.Uint32(b[:]), Vsid: r.PrevVSID}
+	if r.PrevAll {
+		p.Flags |= prevAll
+	}
+	return p
 }
 
 // routeOf is the Route of an EIP's entry of eip_routes, p its entry of
@@ -334,6 +338,7 @@ func routeOf(v edgeEipRoute, p *edgeEipPrev) Route {
 		binary.LittleEndian.PutUint32(b[:], p.Host)
 		r.PrevHost = netip.AddrFrom4(b)
 		r.PrevVSID = p.Vsid
+		r.PrevAll = p.Flags&prevAll != 0
 	}
 	return r
 }
@@ -579,6 +584,9 @@ const routeVIP = 1
 
 // routeDrift is ROUTE_F_DRIFT: the route carries a previous binding.
 const routeDrift = 2
+
+// prevAll is PREV_F_ALL (bpf/lib/consts.h), eip_prev.flags.
+const prevAll = 1
 
 // rangeRaw walks the route map in batches.
 func (e *Edge) rangeRaw(f func(edgeEipKey, edgeEipRoute) bool) error {

@@ -296,9 +296,10 @@ type edgeEipKey struct {
 }
 
 type edgeEipPrev struct {
-	_    structs.HostLayout
-	Host uint32
-	Vsid uint32
+	_     structs.HostLayout
+	Host  uint32
+	Vsid  uint32
+	Flags uint32
 }
 
 type edgeEipRoute struct {

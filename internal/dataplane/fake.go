@@ -114,7 +114,7 @@ func (f *FakeEdge) PutRoutes(rs map[netip.Addr]Route) error {
 			return fmt.Errorf("route map full (%d)", f.Capacity)
 		}
 		// A previous binding as the real map takes it (routeTo).
-		if r.Drifts() && (!r.PrevHost.Is4() || r.PrevVSID > 0xFFFFFF) || !r.Drifts() && r.PrevVSID != 0 {
+		if r.Drifts() && (!r.PrevHost.Is4() || r.PrevVSID > 0xFFFFFF) || !r.Drifts() && (r.PrevVSID != 0 || r.PrevAll) {
 			return fmt.Errorf("route for %v: previous binding %v VSID %d refused", a, r.PrevHost, r.PrevVSID)
 		}
 		f.RouteMap[a] = r

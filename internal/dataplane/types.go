@@ -123,6 +123,11 @@ type Route struct {
 	// send the EIP's packets.
 	PrevHost netip.Addr
 	PrevVSID uint32
+	// PrevAll (with PrevHost): every packet from the Internet goes to
+	// PrevHost, replies are taken from both hosts (the make-before-break
+	// delay: Host's agent may not hold the EIP yet, while another edge may
+	// already send it new flows; PREV_F_ALL).
+	PrevAll bool
 }
 
 // Drifts says whether r carries a previous binding (ROUTE_F_DRIFT).

@@ -14,9 +14,11 @@ import (
 // by the plan below, a pure function of the EIP's live binding, its
 // Previous, when this edge first saw that Previous and now:
 //
-//   - for Config.DriftDelay after the first sight, the previous binding
-//     alone (every packet to A, as before the move): B's agent gets that
-//     long to program the EIP;
+//   - for Config.DriftDelay after the first sight, every packet to the
+//     previous binding (A, as before the move) while replies are taken
+//     from both hosts (PrevAll): B's agent gets that long to program the
+//     EIP, and B's replies to the new flows another edge, further on,
+//     already sends it pass here;
 //   - then the live binding with the previous one (dataplane.Route's
 //     PrevHost, PrevVSID: the program sends new flows to B and the TCP
 //     flows open at the move to A, and takes replies from both);
@@ -47,10 +49,8 @@ func driftPlan(w Want, p *model.PreviousBinding, seen, now time.Time, delay time
 	if !p.Active(now) || !p.Underlay.Is4() || p.VSID > 0xFFFFFF || (p.Underlay == w.Host && p.VSID == w.VSID) {
 		return w
 	}
-	if now.Sub(seen) < delay {
-		return Want{Host: p.Underlay, VSID: p.VSID}
-	}
 	w.PrevHost, w.PrevVSID = p.Underlay, p.VSID
+	w.PrevAll = now.Sub(seen) < delay
 	return w
 }
 
@@ -100,7 +100,7 @@ func samePrev(a, b model.PreviousBinding) bool {
 
 // routeIs says whether the programmed route c is w.
 func routeIs(c dataplane.Route, w Want) bool {
-	return c.Host == w.Host && c.VSID == w.VSID && c.PrevHost == w.PrevHost && c.PrevVSID == w.PrevVSID
+	return c.Host == w.Host && c.VSID == w.VSID && c.PrevHost == w.PrevHost && c.PrevVSID == w.PrevVSID && c.PrevAll == w.PrevAll
 }
 
 // scheduleDrift sets the wake-up timer for the next change of a drift

@@ -67,6 +67,8 @@ var (
 	eipD6  = a("2001:db8:e1::7")
 	grace  = 10 * time.Second
 	before = dataplane.Route{Host: h1, VSID: 5001}
+	// holding: the delay's route, every packet to h1, replies from both.
+	holding = dataplane.Route{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001, PrevAll: true}
 )
 
 // driftRegion is region() with an IPv6 EIP bound like the IPv4 one.
@@ -110,8 +112,8 @@ func checkRoutes(t *testing.T, step string, fake *dataplane.FakeEdge, slots map[
 }
 
 // TestReconcileDrift: a bind that moves an EIP (IPv4 and IPv6) to another
-// host keeps the route on the previous binding alone for --drift-delay
-// after the edge saw the move, then routes to the live binding with the
+// host sends every packet to the previous binding (replies taken from
+// both) for --drift-delay after the edge saw the move, then routes to the live binding with the
 // previous one, then, when Until passes, to the live binding alone, each
 // step by the reconciler's own timer (the injected clock), the counter
 // slot kept; the controller's late clearing write changes nothing.
@@ -127,7 +129,7 @@ func TestReconcileDrift(t *testing.T) {
 
 	clk.now = t0.Add(time.Second) // the controller's write reaches the edge a second after the move
 	watched(t, r, 11, moved(eipD, t0), moved(eipD6, t0))
-	checkRoutes(t, "delay", fake, slots, before)
+	checkRoutes(t, "delay", fake, slots, holding)
 	if w := r.DriftWake(); !w.Equal(clk.now.Add(200 * time.Millisecond)) {
 		t.Errorf("wake-up at %v, want the delay's end", w)
 	}
@@ -208,16 +210,16 @@ func TestReconcileDriftCases(t *testing.T) {
 		defer r.Stop()
 		objs := append(driftRegion(), moved(eipD, t0))
 		load(t, r, 10, objs...)
-		if got := fake.Routes()[eipD]; got != (dataplane.Route{Host: h1, VSID: 5001, StatsIdx: got.StatsIdx}) {
+		if got := fake.Routes()[eipD]; got != (dataplane.Route{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001, PrevAll: true, StatsIdx: got.StatsIdx}) {
 			t.Fatalf("delay: %+v", got)
 		}
 		clk.now = clk.now.Add(150 * time.Millisecond)
 		load(t, r, 11, objs...) // a reconnection's full load: the first sight stays
-		if got := fake.Routes()[eipD]; got.Host != h1 || got.Drifts() {
+		if got := fake.Routes()[eipD]; got.Host != h2 || got.PrevHost != h1 || !got.PrevAll {
 			t.Fatalf("delay after the resync: %+v", got)
 		}
 		clk.fire(t, t0.Add(200*time.Millisecond))
-		if got := fake.Routes()[eipD]; got.Host != h2 || got.PrevHost != h1 {
+		if got := fake.Routes()[eipD]; got.Host != h2 || got.PrevHost != h1 || got.PrevAll {
 			t.Fatalf("drift: %+v", got)
 		}
 		// It moves back to az1-h1 from az2-h1: a new Previous, seen now.
@@ -225,11 +227,11 @@ func TestReconcileDriftCases(t *testing.T) {
 			Previous: &model.PreviousBinding{Host: "az2-h1", Guest: "g1", Underlay: h2, VSID: 6001, Until: clk.now.Add(grace)}}
 		clk.now = clk.now.Add(time.Second)
 		watched(t, r, 12, back)
-		if got := fake.Routes()[eipD]; got.Host != h2 || got.VSID != 6001 || got.Drifts() {
+		if got := fake.Routes()[eipD]; got.Host != h1 || got.PrevHost != h2 || got.PrevVSID != 6001 || !got.PrevAll {
 			t.Fatalf("second move's delay: %+v", got)
 		}
 		clk.fire(t, clk.now.Add(200*time.Millisecond))
-		if got := fake.Routes()[eipD]; got.Host != h1 || got.PrevHost != h2 || got.PrevVSID != 6001 {
+		if got := fake.Routes()[eipD]; got.Host != h1 || got.PrevHost != h2 || got.PrevVSID != 6001 || got.PrevAll {
 			t.Fatalf("second move's drift: %+v", got)
 		}
 	})
@@ -264,8 +266,8 @@ func TestDriftPlan(t *testing.T) {
 		want Want
 		next time.Time
 	}{
-		{"first sight", t0, Want{Host: h1, VSID: 5001}, t0.Add(d)},
-		{"just before the delay ends", t0.Add(d - 1), Want{Host: h1, VSID: 5001}, t0.Add(d)},
+		{"first sight", t0, Want{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001, PrevAll: true}, t0.Add(d)},
+		{"just before the delay ends", t0.Add(d - 1), Want{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001, PrevAll: true}, t0.Add(d)},
 		{"the delay's end", t0.Add(d), Want{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001}, t0.Add(grace)},
 		{"just before Until", t0.Add(grace - 1), Want{Host: h2, VSID: 6001, PrevHost: h1, PrevVSID: 5001}, t0.Add(grace)},
 		{"Until", t0.Add(grace), w, time.Time{}},

@@ -36,6 +36,7 @@ type Want struct {
 	// (drift.go; invalid and 0: none).
 	PrevHost netip.Addr
 	PrevVSID uint32
+	PrevAll  bool // every packet to PrevHost (the delay; dataplane.Route)
 }
 
 // Config of an edge daemon.
@@ -582,7 +583,7 @@ func (r *Reconciler) sync() error {
 			return false
 		}
 		d := drifting[a]
-		return d.PrevHost == w.PrevHost && d.PrevVSID == w.PrevVSID
+		return d.PrevHost == w.PrevHost && d.PrevVSID == w.PrevVSID && d.PrevAll == w.PrevAll
 	}
 	for k := range r.idx.eips {
 		w, ok := r.idx.want(k)
@@ -695,7 +696,7 @@ func (b *batch) put(a netip.Addr, w Want, slot uint32, had bool) error {
 			return err
 		}
 	}
-	b.puts[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: slot, PrevHost: w.PrevHost, PrevVSID: w.PrevVSID}
+	b.puts[a] = dataplane.Route{Host: w.Host, VSID: w.VSID, StatsIdx: slot, PrevHost: w.PrevHost, PrevVSID: w.PrevVSID, PrevAll: w.PrevAll}
 	if len(b.puts) >= batchMax {
 		return b.flush()
 	}
