@@ -613,7 +613,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__u32 idx = 0;
 	__u8 fid = 0;
 	int nolst;
-	struct lb_backend *be = lb_decide6(lbc, ks, p6->p.tcp_flags, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
+	struct lb_backend *be = lb_decide6(lbc, ks, p6->p.tcp_flags, 0, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
 	if (!be)
 		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
 	if (be->mode != LB_MODE_ENCAP)
