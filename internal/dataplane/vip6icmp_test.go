@@ -8,6 +8,19 @@ import (
 	"github.com/azgate/azgate/internal/flowhash"
 )
 
+// vip6ICMPErr is an ICMPv6 error of type typ and code from a router on
+// the client's side to vip6s quoting quote (packet too big: MTU 1280).
+func vip6ICMPErr(typ, code uint8, quote []byte) []byte {
+	body := make([]byte, 8, 8+len(quote))
+	body[0], body[1] = typ, code
+	if typ == 2 {
+		binary.BigEndian.PutUint32(body[4:], 1280)
+	}
+	ip := ip6Hdr("2001:db8:99::1", vip6s, nhICMPv6, append(body, quote...))
+	setL4Csum6(ip)
+	return ip
+}
+
 // TestEdgeIPv6VIPICMPv6Errors: an ICMPv6 error (types 1-4) from the
 // Internet about an IPv6 VIP's flow follows the flow, as an IPv4 VIP's
 // ICMP errors do: the quote (a TCP or UDP packet from the VIP, its ports
@@ -23,17 +36,7 @@ import (
 func TestEdgeIPv6VIPICMPv6Errors(t *testing.T) {
 	b := newVIP6Bed(t)
 	inet := func(ip []byte) []byte { return eth6(dptest.RtrMAC, dptest.ExtMAC, false, ip) }
-	const router = "2001:db8:99::1"
-	icmpErr := func(typ, code uint8, quote []byte) []byte {
-		body := make([]byte, 8, 8+len(quote))
-		body[0], body[1] = typ, code
-		if typ == 2 {
-			binary.BigEndian.PutUint32(body[4:], 1280)
-		}
-		ip := ip6Hdr(router, vip6s, nhICMPv6, append(body, quote...))
-		setL4Csum6(ip)
-		return ip
-	}
+	icmpErr := vip6ICMPErr
 	tuple := func(proto uint8, cport, vport uint16) flowhash.Tuple {
 		return flowhash.Tuple{Src: addr(client6), Dst: addr(vip6s), Proto: proto, SrcPort: cport, DstPort: vport}
 	}
@@ -95,4 +98,49 @@ func TestEdgeIPv6VIPICMPv6Errors(t *testing.T) {
 	if _, v6 := b.conns(t); v6 != 2 {
 		t.Fatalf("errors wrote entries: %d IPv6 entries, want 2", v6)
 	}
+}
+
+// TestEdgeIPv6VIPICMPv6ErrorToAgent: the frame the edge sends for an
+// ICMPv6 error about an IPv6 VIP's flow is one the agent takes: through
+// the real agent program (its service for the VIP's port 443 on the
+// edge's backend guest, backend port 8443), the error reaches the guest
+// with its quote translated as the guest sent the packet (agent_quote6:
+// the quoted source the guest's address, the quoted source port 8443, the
+// destination the guest's, the ICMPv6 checksum following).
+func TestEdgeIPv6VIPICMPv6ErrorToAgent(t *testing.T) {
+	b := newVIP6Bed(t)
+	if got := b.outerDst(t, ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 443, 0x02))); got != hostAddr {
+		t.Fatalf("SYN went to %s, want %s", got, hostAddr)
+	}
+	quote := ip6Hdr(vip6s, client6, nhTCP, tcp6(443, 40000, 0x12))
+	res, err := b.env.Run(b.edge.Program(), dptest.ExtDev, eth6(dptest.RtrMAC, dptest.ExtMAC, false, vip6ICMPErr(2, 0, quote)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const outer = 14 + 20 + 8 // Ethernet, IPv4, GRE with its key
+	if res.Action != xdpRedirect || len(res.Out) < outer+14+40+8+len(quote) {
+		t.Fatalf("edge: action %d, %d bytes", res.Action, len(res.Out))
+	}
+	key := binary.BigEndian.Uint32(res.Out[14+20+4:])
+	inner := res.Out[outer:]
+
+	env, a, g1 := newAgentSvc6Bed(t)
+	if err := a.PutService(AgentService{VIP: addr(vip6s), Guest: addr(guest6G), Guest6: addr(agentPriv6), Ifindex: g1,
+		Proto: ProtoTCP, VPort: 443, BPort: 8443, VSID: vsid}); err != nil {
+		t.Fatal(err)
+	}
+	// What the guest must get: the error as the edge sent it (hop limit
+	// included), to the guest, its quote as the guest sent the packet.
+	want := append([]byte(nil), inner[14:]...)
+	priv := addr(agentPriv6).As16()
+	copy(want[24:40], priv[:])
+	copy(want[48+8:48+24], priv[:])
+	binary.BigEndian.PutUint16(want[48+40:], 8443)
+	setL4Csum6(want)
+	runFixtures(t, env, agentProg{a: a}, a, []fixture{{
+		name: "the edge's frame, from edge A", dev: dptest.UlDev,
+		in:     nvgre(t, dptest.FabMAC, dptest.UlMAC, edgeA, dptest.UlAddr, key, 0, inner),
+		action: xdpRedirect, out: eth6(dptest.GuestMAC, dptest.VMMAC, false, want),
+		check: func(t *testing.T, out []byte) { checkL4Csum6(t, out, 14) }, stats: map[string]uint64{"decap_tx": 1},
+	}})
 }
