@@ -190,7 +190,6 @@ struct lb_flow {
 	__u8 tcp_flags;
 	__u8 icmp;     /* an ICMP error about the flow, found through its quote */
 	__u8 pad;
-	__u32 hash;
 };
 
 /* The range of rs holding port hp (host order): its index, or -1. A
