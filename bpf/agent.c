@@ -208,27 +208,6 @@ static __always_inline int nat6_port(void *data, void *data_end, const struct pk
 	return 0;
 }
 
-/* An ICMPv6 error (types 1-4, RFC 4443 2.1) of the IPv6 packet p6
- * describes: the offset of the packet it quotes (its IPv6 header, then
- * at least the four bytes of ports within the packet, not the frame's
- * padding), 0 when it is none (not an error, a later fragment, a quote
- * too short or past the parser's offsets). */
-static __always_inline __u32 icmp6_quote_off(void *data, void *data_end, const struct pkt6 *p6)
-{
-	if (p6->p.proto != IPPROTO_ICMPV6_ || !p6->p.l4_ok || p6->p.frag)
-		return 0;
-	__u32 qoff = p6->p.l4_off + 8;
-	if (qoff + 44 > IPV6_L4_OFF_MAX || qoff + 44 > p6->p.l3_off + p6->p.ip_len)
-		return 0;
-	__u8 *ih = data + OFF(p6->p.l4_off);
-	if ((void *)(ih + 1) > data_end || ih[0] == 0 || ih[0] > 4)
-		return 0;
-	__be16 *qp = data + OFF(qoff + 40);
-	if ((void *)(qp + 2) > data_end)
-		return 0;
-	return qoff;
-}
-
 /* Whether two IPv6 addresses are the same. */
 static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
 {

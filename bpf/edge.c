@@ -466,7 +466,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 	__u32 idx;
 	__u8 fid = 0;
 	int nolst;
-	struct lb_backend *bp = lb_decide(lbc, &f, lgen, cfg->hash_seed, !f.icmp, &idx, &fid, &nolst);
+	struct lb_backend *bp = lb_decide(lbc, &f, lgen, cfg->hash_seed, &idx, &fid, &nolst);
 	if (!bp)
 		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
 	__u16 ip_len = p->ip_len;
@@ -737,6 +737,39 @@ static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p
 	return count_drop(ctx, st, len);
 }
 
+/* An ICMPv6 error (types 1-4) about a flow to an IPv6 VIP quotes VIP ->
+ * client: a TCP or UDP packet from the VIP, its ports within the packet
+ * (icmp6_quote_off). Writes that flow, the quote reversed (client -> VIP),
+ * to lb6_scratch's key for lb6_ingress, and returns 1; 0 for ICMPv6 that
+ * is no such error. Global (verified on its own): lb6_ingress's packets
+ * to a port pay one branch for it. */
+__noinline int lb6_icmp_key(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct lb6_room *rm = ctx ? bpf_map_lookup_elem(&lb6_scratch, &zero) : NULL;
+	if (!rm)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	const struct pkt6 *p6 = &rm->p6;
+	struct ct_key6 *k = &rm->keys.k;
+	__u32 qoff = icmp6_quote_off(data, data_end, p6);
+	struct ipv6hdr *q = data + OFF(qoff);
+	__be16 *qp = data + OFF(qoff + 40);
+	if (!qoff || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+		return 0;
+	if (q->nexthdr != IPPROTO_TCP_ && q->nexthdr != IPPROTO_UDP_)
+		return 0;
+	if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
+	    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
+		return 0;
+	__builtin_memcpy(&k->src, &q->daddr, 16);
+	k->sport = qp[1];
+	k->dport = qp[0];
+	k->proto = q->nexthdr;
+	return 1;
+}
+
 /* Internet -> an IPv6 VIP (issue 21): the load balancer for IPv6 flows,
  * lb_ingress's encap path, for the packet edge_ipv6 checked (firewall,
  * anti-spoofing, limits) and left in lb6_scratch, lgen the VIP's listener
@@ -751,8 +784,14 @@ static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p
  * guest's IPv4 private address as for an IPv4 VIP, inner ethertype IPv6:
  * lb_encap_tx and the backend's lb_be_stats. An expired hop limit and a
  * packet too big for the tunnel get ICMPv6 time exceeded and packet too
- * big as on the IPv6 EIP path (icmp6_answer). ICMPv6 to a VIP (errors
- * about its flows included: not yet followed to their backend) has no
+ * big as on the IPv6 EIP path (icmp6_answer). An ICMPv6 error (types
+ * 1-4) about a flow of the VIP follows the flow, as lb_ingress steers an
+ * IPv4 VIP's ICMP errors: the flow is its quote reversed (lb6_icmp_key),
+ * its entry or else the VIP's table gives the backend (no entry is made,
+ * no state moved), and the error is encapsulated as the flow's packets
+ * are (the flow's FlowID), counted under lb_icmp_tx; the agent translates
+ * the quote (agent_quote6). Other ICMPv6 to a VIP, and an error whose
+ * quote is no TCP or UDP packet from the VIP with its ports, has no
  * listener: drop_lb_no_port. A global function called from xdp_edge's
  * frame (entry.h, FRAME_VIP6): under ipv6_frame's, the three frames would
  * pass 512 bytes. */
@@ -777,10 +816,17 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	ks->k.dport = pkt_dport(&p6->p);
 	ks->k.proto = p6->p.proto;
 	ks->k.pad[0] = ks->k.pad[1] = ks->k.pad[2] = 0;
+	__u32 pflags = p6->p.tcp_flags;
+	if (p6->p.proto == IPPROTO_ICMPV6_) {
+		if (!lb6_icmp_key(ctx))
+			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
+		pflags = LB_PF_ICMP;
+	}
 	__u32 idx = 0;
 	__u8 fid = 0;
 	int nolst;
-	struct lb_backend *be = lb_decide6(lbc, ks, p6->p.tcp_flags, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
+	struct lb_backend *be =
+		lb_decide6(lbc, ks, pflags, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
 	if (!be)
 		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
 	if (be->mode != LB_MODE_ENCAP)
@@ -822,7 +868,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__builtin_memcpy(&ieth->h_dest[2], &guest, 4);
 	ieth->h_proto = bpf_htons(ETH_P_IPV6_);
 	lb_count(&lb_be_stats, idx, ip_len, 0);
-	count_out(ctx, STAT_LB_ENCAP_TX, len);
+	count_out(ctx, (pflags & LB_PF_ICMP) ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX, len);
 	return xmit(ctx, fib->ifindex);
 }
 

@@ -95,67 +95,89 @@ static __always_inline int ct_insert_allowed(const struct lb_config *c, __u32 no
 	return 1;
 }
 
+/* The families the load balancer's bodies (ct_emit_af, lb_decide_af) are
+ * specialised for: always-inline functions called with one of these as a
+ * constant, so each caller's copy keeps only its family's code. */
+#define LB_AF4 4
+#define LB_AF6 6
+
+/* lb_decide_af's pflags: the packet's TCP flags (the low byte) and
+ * LB_PF_ICMP for an ICMP error about the flow (found through its quote:
+ * it moves no TCP state and makes no entry). One argument, one register
+ * across the body's helper calls. */
+#define LB_PF_ICMP 0x100
+
+/* struct ct_event and ct_event6 are their key then the same 12 bytes:
+ * ct_emit_af writes the key with the key's size and the rest at that
+ * offset. */
+struct ct_event_tail {
+	__u16 backend;
+	__u16 gen;
+	__u32 last;
+	__u8 state;
+	__u8 fid;
+	__u8 kind;
+	__u8 pad;
+};
+_Static_assert(sizeof(struct ct_event) == sizeof(struct ct_key) + sizeof(struct ct_event_tail), "ct_event layout");
+_Static_assert(__builtin_offsetof(struct ct_event, backend) == sizeof(struct ct_key), "ct_event layout");
+_Static_assert(sizeof(struct ct_event6) == sizeof(struct ct_key6) + sizeof(struct ct_event_tail), "ct_event6 layout");
+_Static_assert(__builtin_offsetof(struct ct_event6, backend) == sizeof(struct ct_key6), "ct_event6 layout");
+
 /* Connection sync: tells the edge's peers about an entry made (k, e; kind
- * CT_EV_NEW) or whose TCP state changed (CT_EV_STATE), as a ct_event in
- * ct_events read by internal/connsync. Called only then, never on a plain
- * hit, and only while sync runs (ct_sync_on). A global (separately
- * verified) function: inlined, its helper calls made lb_ingress spill one
- * more register, and lb_ingress's frame may not grow (xdp_edge, lb_ingress
- * and the 32 bytes the verifier counts for any frame below them take the
- * 512 bytes). The record is built in ring memory, not on the stack; it
- * reads the key and the entry after the reserve, so nothing is kept
- * across the call. A full ring drops the event and counts it
- * (ct_events_lost, maps.h): the peers' copy of that entry waits for the
- * periodic refresh (docs/connsync.md). */
+ * CT_EV_NEW) or whose TCP state changed (CT_EV_STATE), as a ct_event
+ * (LB_AF4: k a struct ct_key, lb_conns) or ct_event6 (LB_AF6: a struct
+ * ct_key6, lb_conns6; 52 bytes against 28, which is how the reader tells
+ * them apart) in ct_events read by internal/connsync. Called only then,
+ * never on a plain hit, and only while sync runs (ct_sync_on), through
+ * ct_emit or ct_emit6: global (separately verified) functions, one per
+ * family, as the ring's record size must be a constant. Inlined, its
+ * helper calls made lb_ingress spill one more register, and lb_ingress's
+ * frame may not grow (xdp_edge, lb_ingress and the 32 bytes the verifier
+ * counts for any frame below them take the 512 bytes). The record is
+ * built in ring memory, not on the stack; it reads the key and the entry
+ * after the reserve, so nothing is kept across the call. A full ring
+ * drops the event and counts it (ct_events_lost, maps.h): the peers' copy
+ * of that entry waits for the periodic refresh (docs/connsync.md). */
+static __always_inline int ct_emit_af(const int af, const void *k, const struct ct_entry *e, __u32 kind)
+{
+	const __u32 ks = af == LB_AF6 ? sizeof(struct ct_key6) : sizeof(struct ct_key);
+	if (!k || !e)
+		return 0;
+	void *ev = bpf_ringbuf_reserve(&ct_events, ks + sizeof(struct ct_event_tail), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&ct_events_lost, 1);
+		return 0;
+	}
+	if (af == LB_AF6)
+		*(struct ct_key6 *)ev = *(const struct ct_key6 *)k;
+	else
+		*(struct ct_key *)ev = *(const struct ct_key *)k;
+	struct ct_event_tail *t = ev + ks;
+	t->backend = e->backend;
+	t->gen = e->gen;
+	t->last = e->last;
+	t->state = e->state;
+	t->fid = e->fid;
+	t->kind = kind;
+	t->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
 __noinline int ct_emit(const struct ct_key *k, const struct ct_entry *e, __u32 kind)
 {
-	if (!k || !e)
-		return 0;
-	struct ct_event *ev = bpf_ringbuf_reserve(&ct_events, sizeof(*ev), 0);
-	if (!ev) {
-		__sync_fetch_and_add(&ct_events_lost, 1);
-		return 0;
-	}
-	ev->key = *k;
-	ev->backend = e->backend;
-	ev->gen = e->gen;
-	ev->last = e->last;
-	ev->state = e->state;
-	ev->fid = e->fid;
-	ev->kind = kind;
-	ev->pad = 0;
-	bpf_ringbuf_submit(ev, 0);
-	return 0;
+	return ct_emit_af(LB_AF4, k, e, kind);
 }
 
-/* Keeps struct ct_event in the object's BTF for bpf2go (the program only
- * builds it in ring memory). */
-const struct ct_event ct_event_btf __attribute__((unused));
-
-/* ct_emit for an IPv6 VIP's entry (lb_conns6): a struct ct_event6 in the
- * same ring (the reader tells it by its length), the same rules. A global
- * function of its own, so the IPv4 path's code is unchanged. */
 __noinline int ct_emit6(const struct ct_key6 *k, const struct ct_entry *e, __u32 kind)
 {
-	if (!k || !e)
-		return 0;
-	struct ct_event6 *ev = bpf_ringbuf_reserve(&ct_events, sizeof(*ev), 0);
-	if (!ev) {
-		__sync_fetch_and_add(&ct_events_lost, 1);
-		return 0;
-	}
-	ev->key = *k;
-	ev->backend = e->backend;
-	ev->gen = e->gen;
-	ev->last = e->last;
-	ev->state = e->state;
-	ev->fid = e->fid;
-	ev->kind = kind;
-	ev->pad = 0;
-	bpf_ringbuf_submit(ev, 0);
-	return 0;
+	return ct_emit_af(LB_AF6, k, e, kind);
 }
 
+/* Keep struct ct_event and ct_event6 in the object's BTF for bpf2go (the
+ * program only builds them in ring memory). */
+const struct ct_event ct_event_btf __attribute__((unused));
 const struct ct_event6 ct_event6_btf __attribute__((unused));
 
 /* The flow the load balancer decides on (client -> VIP). */
@@ -168,7 +190,6 @@ struct lb_flow {
 	__u8 tcp_flags;
 	__u8 icmp;     /* an ICMP error about the flow, found through its quote */
 	__u8 pad;
-	__u32 hash;
 };
 
 /* The range of rs holding port hp (host order): its index, or -1. A
@@ -247,116 +268,6 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
 	return *be;
 }
 
-/* Decides the backend of a flow through the connection table, creating
- * or refreshing the entry, and returns it (NULL: no usable backend; *nolst
- * set: the flow's port has no listener) with its index in *idx and the
- * flow's FlowID (the flow hash's low byte, as EIP traffic gets) in *fid.
- * insert=0 never creates an entry (RST and ICMP errors do not either). The
- * flow hash is only computed on a miss: a hit reads the FlowID the entry
- * kept.
- *
- * The listener is looked up only when needed: a live entry made under the
- * VIP's current listener generation lgen (eip_route.lgen, bumped by the
- * daemon after it removes or narrows a listener of the VIP) needs none, its
- * port was listened when the generation began and still is. Any other
- * entry is used only if the listener is still there (as before), and then
- * takes the current generation. A hit costs one hash lookup (lb_conns)
- * where it cost two. */
-static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, struct lb_flow *f, __u16 lgen,
-						    __u32 seed, int insert, __u32 *idx, __u8 *fid, int *nolst)
-{
-	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
-	__u32 now = (__u32)bpf_jiffies64();
-	int syn = f->proto == IPPROTO_TCP_ && (f->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
-	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns, &k);
-	struct lb_listener *l = NULL;
-	struct lb_backend *be = NULL;
-	int live = 0;
-
-	*nolst = 0;
-	if (e) {
-		__u32 i = e->backend;
-		be = bpf_map_lookup_elem(&lb_backends, &i);
-		live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
-		       (__u32)(now - e->last) <= ct_timeout(c, e->state);
-		if (live && !syn && e->lgen != lgen) {
-			l = lb_listener_for(f->vip, f->proto, f->vport);
-			if (!l) {
-				*nolst = 1;
-				return NULL;
-			}
-			e->lgen = lgen;
-		}
-		if (live && !syn) {
-			/* Write only what changed: the entry's cache line stays
-			 * clean for the many packets of a jiffy. */
-			if (e->last != now)
-				e->last = now;
-			if (!f->icmp) {
-				__u8 st = ct_next(e->state, f->proto, f->tcp_flags);
-				if (st != e->state) {
-					e->state = st;
-					if (ct_sync_on)
-						ct_emit(&k, e, CT_EV_STATE);
-				}
-			}
-			*idx = i;
-			*fid = e->fid;
-			return be;
-		}
-	}
-	if (!l)
-		l = lb_listener_for(f->vip, f->proto, f->vport);
-	if (!l) {
-		*nolst = 1;
-		return NULL;
-	}
-	if (e)
-		info_inc(syn && live ? LBI_SYN_REPICK : LBI_CT_STALE);
-	else
-		info_inc(LBI_CT_MISS);
-
-	__be32 ports = ports_of(f->cport, f->vport);
-	f->hash = flow_hash4(f->client, f->vip, ports, f->proto, seed);
-	*fid = (__u8)f->hash;
-	long pick = lb_pick(l, f->hash);
-	if (pick < 0)
-		return NULL;
-	__u32 i = pick;
-	be = bpf_map_lookup_elem(&lb_backends, &i);
-	if (!be)
-		return NULL;
-	*idx = i;
-	/* No entry: when told not to (ICMP errors), for a RST, and for a
-	 * backend that is down (every backend of the pool is: the packet
-	 * goes to one anyway, but no state is written for it per packet). */
-	if (!insert || (f->proto == IPPROTO_TCP_ && (f->tcp_flags & TCP_RST_)) || (be->flags & LB_BE_DOWN))
-		return be;
-	/* A SYN replacing an existing entry does not grow the table: it needs
-	 * no token, and must not leave the old entry to catch the rest of the
-	 * new connection. */
-	if (!e && !ct_insert_allowed(c, now)) {
-		info_inc(LBI_CT_INSERT_LIMITED);
-		return be;
-	}
-	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)f->hash,
-			     .state = ct_next(0, f->proto, f->tcp_flags), .lgen = lgen};
-	bpf_map_update_elem(&lb_conns, &k, &n, BPF_ANY);
-	if (ct_sync_on)
-		ct_emit(&k, &n, CT_EV_NEW);
-	if (be->mode == LB_MODE_NAT) {
-		/* The reply tuple after DNAT, back to the VIP's. */
-		struct nat_rkey rk = {.baddr = be->addr, .caddr = f->client, .bport = be->port ? be->port : f->vport,
-				      .cport = f->cport, .proto = f->proto};
-		struct nat_rentry rv = {.vip = f->vip, .vport = f->vport};
-		bpf_map_update_elem(&lb_nat_conns, &rk, &rv, BPF_ANY);
-	}
-	info_inc(LBI_CT_INSERT);
-	lb_count(&lb_be_stats, i, 0, 1);
-	return be;
-}
-
-
 /* lb_listener_for for an IPv6 flow: the listener of rm->k's VIP, protocol
  * and port, found in lb_listeners6 then lb_ranges6 (the exact port, the
  * ranges, the any-port listener, as for IPv4). The keys are built in rm
@@ -384,18 +295,72 @@ static __always_inline struct lb_listener *lb_listener_for6(struct lb6_keys *rm)
 	return rs->has_any ? &rs->any : NULL;
 }
 
-/* lb_decide for an IPv6 flow (the key rm->k, client -> VIP): the same
- * connection-table logic in lb_conns6 (the entry, its timeouts and states,
- * the insert cap, the listener generation lgen, the backend's generation),
- * the flow hash flow_hash6, connection sync (ct_emit6 into the same ring).
- * Not yet: nat mode (an IPv6 VIP is encap only). */
-static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, struct lb6_keys *rm, __u8 tcp_flags,
-						     __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid, int *nolst)
+/* The listener of connection key k's VIP, protocol and port (LB_AF4: a
+ * struct ct_key; LB_AF6: the k of a struct lb6_keys, whose listener keys
+ * are built beside it). */
+_Static_assert(__builtin_offsetof(struct lb6_keys, k) == 0, "lb6_keys: k first");
+static __always_inline struct lb_listener *lb_listener_af(const int af, void *k)
 {
-	__u8 proto = rm->k.proto;
+	if (af == LB_AF6)
+		return lb_listener_for6((struct lb6_keys *)k);
+	const struct ct_key *k4 = k;
+	return lb_listener_for(k4->dst, k4->proto, k4->dport);
+}
+
+/* The flow hash of connection key k (flow_hash4, flow_hash6). */
+static __always_inline __u32 lb_hash_af(const int af, const void *k, __u32 seed)
+{
+	if (af == LB_AF6) {
+		const struct ct_key6 *k6 = k;
+		return flow_hash6(k6->src.a, k6->dst.a, ports_of(k6->sport, k6->dport), k6->proto, seed);
+	}
+	const struct ct_key *k4 = k;
+	return flow_hash4(k4->src, k4->dst, ports_of(k4->sport, k4->dport), k4->proto, seed);
+}
+
+static __always_inline void ct_emit_for(const int af, const void *k, const struct ct_entry *e, __u32 kind)
+{
+	if (af == LB_AF6)
+		ct_emit6(k, e, kind);
+	else
+		ct_emit(k, e, kind);
+}
+
+/* Decides the backend of a flow through the connection table, creating
+ * or refreshing the entry, and returns it (NULL: no usable backend; *nolst
+ * set: the flow's port has no listener) with its index in *idx and the
+ * flow's FlowID (the flow hash's low byte, as EIP traffic gets) in *fid.
+ * One body for both families, specialised by the constant af: LB_AF4
+ * (k a struct ct_key, client -> VIP, in lb_conns, the hash flow_hash4,
+ * events ct_emit) or LB_AF6 (k the k of a struct lb6_keys in per-CPU
+ * scratch, lb_conns6, flow_hash6, ct_emit6). proto is k's protocol,
+ * pflags the packet's TCP flags and LB_PF_ICMP for an ICMP error about
+ * the flow (found through its quote), which creates no entry (a RST does
+ * not either) and moves no TCP state: its TCP flags are none (the parser
+ * gives a packet that is no TCP none), and ct_next leaves any entry's
+ * state (never 0) as it is under none, so the hit path needs no test of
+ * its own (one cost IPv4's established flow seven instructions). The flow
+ * hash is only computed on a miss: a hit reads the FlowID the entry kept.
+ *
+ * The listener is looked up only when needed: a live entry made under the
+ * VIP's current listener generation lgen (eip_route.lgen, bumped by the
+ * daemon after it removes or narrows a listener of the VIP) needs none, its
+ * port was listened when the generation began and still is. Any other
+ * entry is used only if the listener is still there (as before), and then
+ * takes the current generation. A hit costs one hash lookup (lb_conns)
+ * where it cost two.
+ *
+ * Not yet: nat mode for IPv6 (an IPv6 VIP is encap only: no reverse
+ * entry is made for LB_AF6). */
+static __always_inline struct lb_backend *lb_decide_af(const int af, const struct lb_config *c, void *k, __u8 proto,
+						       __u32 pflags, __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid,
+						       int *nolst)
+{
+	__u8 tcp_flags = (__u8)pflags;
+	void *conns = af == LB_AF6 ? (void *)&lb_conns6 : (void *)&lb_conns;
 	__u32 now = (__u32)bpf_jiffies64();
 	int syn = proto == IPPROTO_TCP_ && (tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
-	struct ct_entry *e = bpf_map_lookup_elem(&lb_conns6, &rm->k);
+	struct ct_entry *e = bpf_map_lookup_elem(conns, k);
 	struct lb_listener *l = NULL;
 	struct lb_backend *be = NULL;
 	int live = 0;
@@ -407,7 +372,7 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 		live = be && be->gen == e->gen && !(be->flags & LB_BE_DOWN) &&
 		       (__u32)(now - e->last) <= ct_timeout(c, e->state);
 		if (live && !syn && e->lgen != lgen) {
-			l = lb_listener_for6(rm);
+			l = lb_listener_af(af, k);
 			if (!l) {
 				*nolst = 1;
 				return NULL;
@@ -415,13 +380,15 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 			e->lgen = lgen;
 		}
 		if (live && !syn) {
+			/* Write only what changed: the entry's cache line stays
+			 * clean for the many packets of a jiffy. */
 			if (e->last != now)
 				e->last = now;
 			__u8 st = ct_next(e->state, proto, tcp_flags);
 			if (st != e->state) {
 				e->state = st;
 				if (ct_sync_on)
-					ct_emit6(&rm->k, e, CT_EV_STATE);
+					ct_emit_for(af, k, e, CT_EV_STATE);
 			}
 			*idx = i;
 			*fid = e->fid;
@@ -429,7 +396,7 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 		}
 	}
 	if (!l)
-		l = lb_listener_for6(rm);
+		l = lb_listener_af(af, k);
 	if (!l) {
 		*nolst = 1;
 		return NULL;
@@ -439,7 +406,7 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 	else
 		info_inc(LBI_CT_MISS);
 
-	__u32 hash = flow_hash6(rm->k.src.a, rm->k.dst.a, ports_of(rm->k.sport, rm->k.dport), proto, seed);
+	__u32 hash = lb_hash_af(af, k, seed);
 	*fid = (__u8)hash;
 	long pick = lb_pick(l, hash);
 	if (pick < 0)
@@ -449,20 +416,50 @@ static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, 
 	if (!be)
 		return NULL;
 	*idx = i;
-	if ((proto == IPPROTO_TCP_ && (tcp_flags & TCP_RST_)) || (be->flags & LB_BE_DOWN))
+	/* No entry: when told not to (ICMP errors), for a RST, and for a
+	 * backend that is down (every backend of the pool is: the packet
+	 * goes to one anyway, but no state is written for it per packet). */
+	if ((pflags & LB_PF_ICMP) || (proto == IPPROTO_TCP_ && (tcp_flags & TCP_RST_)) || (be->flags & LB_BE_DOWN))
 		return be;
+	/* A SYN replacing an existing entry does not grow the table: it needs
+	 * no token, and must not leave the old entry to catch the rest of the
+	 * new connection. */
 	if (!e && !ct_insert_allowed(c, now)) {
 		info_inc(LBI_CT_INSERT_LIMITED);
 		return be;
 	}
 	struct ct_entry n = {.backend = i, .gen = be->gen, .last = now, .fid = (__u8)hash,
 			     .state = ct_next(0, proto, tcp_flags), .lgen = lgen};
-	bpf_map_update_elem(&lb_conns6, &rm->k, &n, BPF_ANY);
+	bpf_map_update_elem(conns, k, &n, BPF_ANY);
 	if (ct_sync_on)
-		ct_emit6(&rm->k, &n, CT_EV_NEW);
+		ct_emit_for(af, k, &n, CT_EV_NEW);
+	if (af == LB_AF4 && be->mode == LB_MODE_NAT) {
+		/* The reply tuple after DNAT, back to the VIP's. */
+		const struct ct_key *k4 = k;
+		struct nat_rkey rk = {.baddr = be->addr, .caddr = k4->src, .bport = be->port ? be->port : k4->dport,
+				      .cport = k4->sport, .proto = proto};
+		struct nat_rentry rv = {.vip = k4->dst, .vport = k4->dport};
+		bpf_map_update_elem(&lb_nat_conns, &rk, &rv, BPF_ANY);
+	}
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);
 	return be;
+}
+
+/* lb_decide_af for an IPv4 flow f (its key built on the stack). */
+static __always_inline struct lb_backend *lb_decide(const struct lb_config *c, struct lb_flow *f, __u16 lgen,
+						    __u32 seed, __u32 *idx, __u8 *fid, int *nolst)
+{
+	struct ct_key k = {.src = f->client, .dst = f->vip, .sport = f->cport, .dport = f->vport, .proto = f->proto};
+	return lb_decide_af(LB_AF4, c, &k, f->proto, f->tcp_flags | (f->icmp ? LB_PF_ICMP : 0), lgen, seed, idx, fid,
+			    nolst);
+}
+
+/* lb_decide_af for an IPv6 flow, its key in rm->k (client -> VIP). */
+static __always_inline struct lb_backend *lb_decide6(const struct lb_config *c, struct lb6_keys *rm, __u32 pflags,
+						     __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid, int *nolst)
+{
+	return lb_decide_af(LB_AF6, c, &rm->k, rm->k.proto, pflags, lgen, seed, idx, fid, nolst);
 }
 
 #endif

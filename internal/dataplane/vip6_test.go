@@ -79,7 +79,15 @@ func vip6Encap(t *testing.T, ip []byte, host, guest string, vs uint32) []byte {
 	if ip[6] == nhTCP || ip[6] == nhUDP {
 		tuple.SrcPort, tuple.DstPort = binary.BigEndian.Uint16(ip[40:]), binary.BigEndian.Uint16(ip[42:])
 	}
-	key := vs<<8 | uint32(flowhash.FlowID6(tuple, testSeed))
+	return vip6EncapFlow(t, ip, tuple, host, guest, vs)
+}
+
+// vip6EncapFlow is vip6Encap for a packet of the flow ft (client -> VIP):
+// the key's FlowID is ft's (an ICMPv6 error about the flow gets the
+// flow's).
+func vip6EncapFlow(t *testing.T, ip []byte, ft flowhash.Tuple, host, guest string, vs uint32) []byte {
+	t.Helper()
+	key := vs<<8 | uint32(flowhash.FlowID6(ft, testSeed))
 	g := addr(guest).As4()
 	innerDst := "02:01:" + hex2(g[0]) + ":" + hex2(g[1]) + ":" + hex2(g[2]) + ":" + hex2(g[3])
 	in := append([]byte(nil), ip...)
