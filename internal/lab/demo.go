@@ -189,6 +189,7 @@ func (l *Lab) Demo(ctx context.Context) error {
 		rep.Requests, rep.Failed, rep.FailureWindow.Round(time.Millisecond), rep.LastFailStart.Round(time.Millisecond))
 	l.say("   bind call took %v; first answer from az3-h1-g1 %v after it returned; %d answers from the old guest after the call",
 		rep.BindCall.Round(time.Millisecond), rep.FirstNew.Round(time.Millisecond), rep.OldAfterMove)
+	l.say("   (make-before-break, docs/eip.md: each edge sends every packet to the old guest for its --drift-delay, then new connections to az3-h1/g1 and the open ones' segments to az1-h1/g1, whose agent drains the EIP for the controller's --drift-grace)")
 	for _, e := range rep.Errors {
 		l.say("   error: %s", e)
 	}
