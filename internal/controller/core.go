@@ -254,7 +254,7 @@ func (c *Core) Create(ctx context.Context, o model.Object) (Written, error) {
 		if _, ok := t.st.Get(kind, key); ok {
 			return &ConflictError{Msg: fmt.Sprintf("%s %q already exists (PUT /v1/%s/%s replaces it)", model.Singular(kind), key, kind, key)}
 		}
-		_, err := t.put(o)
+		_, err := t.putRequest(o)
 		return invalid(kind, key, err)
 	})
 	if errors.Is(err, errDryRun) {
@@ -287,7 +287,7 @@ func (c *Core) Replace(ctx context.Context, key string, m IfMatch, o model.Objec
 			return err
 		}
 		orev = t.revs.Get(kind, key)
-		action, err = t.put(o)
+		action, err = t.putRequest(o)
 		return invalid(kind, key, err)
 	})
 	if errors.Is(err, errDryRun) {
@@ -380,7 +380,7 @@ func (c *Core) Apply(ctx context.Context, doc *model.Document, opts ApplyOptions
 			if opts.Diff {
 				old, _ = t.st.Get(kind, p.Obj.Key())
 			}
-			action, err := t.put(p.Obj)
+			action, err := t.putRequest(p.Obj)
 			if err != nil {
 				es = append(es, placeErrors(p.Place, err)...)
 				continue

@@ -58,6 +58,22 @@ func previousOf(st *model.State, e *model.EIP, b model.Binding, grace time.Durat
 	return &model.PreviousBinding{Host: old.Host, Guest: old.Guest, Underlay: h.Underlay, VSID: g.VSID, Until: now.Add(grace).UTC()}
 }
 
+// putRequest puts an object a client wrote whole (create, replace,
+// apply). An EIP's previous binding is the controller's own, written by
+// its bind alone: whatever the request says, the stored one is kept while
+// the binding stays as stored, and none otherwise. Taken from a request,
+// it would have the edges send the EIP's TCP segments to any underlay
+// address and accept that address's packets as the EIP's until any time.
+func (t *txn) putRequest(o model.Object) (string, error) {
+	if e, ok := o.(*model.EIP); ok {
+		e.Previous = nil
+		if old, ok := t.st.EIPs[e.Key()]; ok && old.Previous != nil && old.Binding != nil && e.Binding != nil && *old.Binding == *e.Binding {
+			e.Previous = old.Previous
+		}
+	}
+	return t.put(o)
+}
+
 // pokeDrain wakes the drain loop (a bind may have started a drain).
 func (s *Core) pokeDrain() {
 	if s.drainWake == nil {

@@ -165,3 +165,66 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestRequestCannotSetPrevious: a client's create, replace or apply
+// cannot write an EIP's previous binding (it would route the EIP's TCP
+// segments to any underlay address and accept that address's packets
+// until any time): the stored one is kept while the binding stays, and
+// none is taken otherwise.
+func TestRequestCannotSetPrevious(t *testing.T) {
+	c, _ := openCoreWith(t, "", Config{DriftGrace: driftTestGrace})
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c.now = clk.now
+	ctx := context.Background()
+	if _, err := c.Apply(ctx, scopeRegion(), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forged := &model.PreviousBinding{Host: "h9", Guest: "g2", Underlay: netip.MustParseAddr("198.18.0.1"), VSID: 5002, Until: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	eipWith := func(addr, host, guest string) *model.EIP {
+		return &model.EIP{Address: netip.MustParseAddr(addr), Binding: &model.Binding{Host: host, Guest: guest}, Previous: forged}
+	}
+
+	// Replace: no stored drain, none taken.
+	if _, err := c.Replace(ctx, "198.51.100.7", IfMatch{}, eipWith("198.51.100.7", "h1", "g1")); err != nil {
+		t.Fatal(err)
+	}
+	if p := eipPrevious(t, c, "198.51.100.7"); p != nil {
+		t.Fatalf("replace took the request's previous binding %+v", p)
+	}
+	// Create of a new EIP: none taken.
+	if _, err := c.Create(ctx, eipWith("198.51.100.9", "h3", "g4")); err != nil {
+		t.Fatal(err)
+	}
+	if p := eipPrevious(t, c, "198.51.100.9"); p != nil {
+		t.Fatalf("create took the request's previous binding %+v", p)
+	}
+	// A drain runs: a replace keeping the binding keeps the stored one,
+	// an apply moving the EIP ends it, neither takes the request's.
+	bind(t, c, "198.51.100.7", "h2", "g3")
+	stored := eipPrevious(t, c, "198.51.100.7")
+	if stored == nil {
+		t.Fatal("the bind recorded no previous binding")
+	}
+	if _, err := c.Replace(ctx, "198.51.100.7", IfMatch{}, eipWith("198.51.100.7", "h2", "g3")); err != nil {
+		t.Fatal(err)
+	}
+	if p := eipPrevious(t, c, "198.51.100.7"); p == nil || *p != *stored {
+		t.Fatalf("replace with the binding kept: previous %+v, want the stored %+v", p, stored)
+	}
+	doc := &model.Document{EIPs: []model.EIP{*eipWith("198.51.100.7", "h3", "g4")}}
+	doc.EIPs[0].Previous = &model.PreviousBinding{Host: "h1", Guest: "g1", Underlay: netip.MustParseAddr("198.18.0.1"), VSID: 5001, Until: forged.Until}
+	if _, err := c.Apply(ctx, doc, ApplyOptions{}); err == nil {
+		// h3/g4 holds .8: the apply is refused whole; move .9 away first.
+		t.Fatal("apply binding a guest that holds another EIP was accepted")
+	}
+	if _, err := c.Unbind(ctx, "198.51.100.9", IfMatch{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(ctx, doc, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := eipPrevious(t, c, "198.51.100.7"); p != nil {
+		t.Fatalf("apply moving the EIP: previous %+v, want none", p)
+	}
+	checkCopies(t, c, "after the requests")
+}
