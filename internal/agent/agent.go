@@ -732,6 +732,14 @@ func (r *Reconciler) Status(started time.Time, ifaces []string) model.NodeStatus
 	all := append([]string{r.cfg.Underlay}, sortedKeys(r.guestIfs)...)
 	s := model.NodeStatus{Role: "agent", Name: r.cfg.Name, Version: r.cfg.Version, Started: started, Updated: time.Now().UTC(),
 		AppliedRevision: r.rev, Interfaces: all, Routes: len(r.programmed), Errors: r.errs, EIPs: map[string]model.EIPCounters{}}
+	if r.want != nil {
+		now := r.now()
+		for _, d := range r.want.Drains {
+			if now.Before(d.Until) {
+				s.Draining++
+			}
+		}
+	}
 	if c, err := r.maps.Stats(); err == nil {
 		s.Counters = map[string]model.Count{}
 		for k, v := range c {

@@ -157,8 +157,8 @@ func TestAgentDrain(t *testing.T) {
 	if n := len(rec.writes[v4]) + len(rec.writes[v6]); n != writes {
 		t.Fatalf("the drain wrote the EIPs again: %v", rec.writes)
 	}
-	if s := r.Status(t0, nil); s.Routes != 2 || len(s.EIPs) != 2 {
-		t.Fatalf("status while draining: routes %d EIPs %v", s.Routes, s.EIPs)
+	if s := r.Status(t0, nil); s.Routes != 2 || len(s.EIPs) != 2 || s.Draining != 2 {
+		t.Fatalf("status while draining: routes %d EIPs %v draining %d", s.Routes, s.EIPs, s.Draining)
 	}
 	p := timers.pending(t)
 	if p == nil || p.after != 9*time.Second {
@@ -200,8 +200,8 @@ func TestAgentDrain(t *testing.T) {
 	if len(r.free) != 2 {
 		t.Fatalf("free counter slots %v, want the drains' two", r.free)
 	}
-	if s := r.Status(t0, nil); s.Routes != 0 {
-		t.Fatalf("status routes %d after the drain", s.Routes)
+	if s := r.Status(t0, nil); s.Routes != 0 || s.Draining != 0 {
+		t.Fatalf("status routes %d draining %d after the drain", s.Routes, s.Draining)
 	}
 	// The controller's write that clears Previous: nothing changes.
 	put(t, st, &model.EIP{Address: v4, Binding: &model.Binding{Host: "az1-h2", Guest: "g1"}})

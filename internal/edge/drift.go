@@ -165,3 +165,18 @@ func (r *Reconciler) DriftWake() time.Time {
 	}
 	return r.driftWake
 }
+
+// draining counts the EIPs of the index whose previous binding is still
+// in force at now (NodeStatus.Draining): their routes name the previous
+// host (all packets during the delay, then the flows open before the
+// move), and only until the previous binding's Until, as the data plane's
+// own entries (under r.mu).
+func (r *Reconciler) draining(now time.Time) int {
+	n := 0
+	for _, p := range r.idx.prev {
+		if now.Before(p.Until) {
+			n++
+		}
+	}
+	return n
+}

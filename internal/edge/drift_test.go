@@ -130,6 +130,9 @@ func TestReconcileDrift(t *testing.T) {
 	clk.now = t0.Add(time.Second) // the controller's write reaches the edge a second after the move
 	watched(t, r, 11, moved(eipD, t0), moved(eipD6, t0))
 	checkRoutes(t, "delay", fake, slots, holding)
+	if n := r.Status(t0, nil).Draining; n != 2 {
+		t.Errorf("status: %d EIPs draining, want 2", n)
+	}
 	if w := r.DriftWake(); !w.Equal(clk.now.Add(200 * time.Millisecond)) {
 		t.Errorf("wake-up at %v, want the delay's end", w)
 	}
@@ -151,6 +154,9 @@ func TestReconcileDrift(t *testing.T) {
 
 	clk.fire(t, t0.Add(grace))
 	checkRoutes(t, "after Until", fake, slots, dataplane.Route{Host: h2, VSID: 6001})
+	if n := r.Status(t0, nil).Draining; n != 0 {
+		t.Errorf("status after Until: %d EIPs draining, want 0", n)
+	}
 	if len(clk.pending()) != 0 || !r.DriftWake().IsZero() {
 		t.Errorf("a wake-up after the drift: %v", r.DriftWake())
 	}

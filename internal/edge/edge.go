@@ -856,6 +856,7 @@ func (r *Reconciler) status(started time.Time, ifaces []string) (_ model.NodeSta
 	if r.fwErr != "" {
 		s.Errors = append(s.Errors, r.fwErr)
 	}
+	s.Draining = r.draining(r.now())
 	s.Firewall = r.firewallStatus()
 	if c, err := r.maps.Stats(); err == nil {
 		s.Counters = map[string]model.Count{}

@@ -30,16 +30,21 @@ type LimitDrops struct {
 // /azgate/status/ROLE/NAME (with a lease: it vanishes when the daemon is
 // gone for longer than the lease TTL; the data plane may still forward).
 type NodeStatus struct {
-	Role            string                 `json:"role"` // "edge" or "agent"
-	Name            string                 `json:"name"`
-	Version         string                 `json:"version"`
-	Started         time.Time              `json:"started"`
-	Updated         time.Time              `json:"updated"`
-	AppliedRevision int64                  `json:"applied_revision"` // store revision the maps reflect
-	Interfaces      []string               `json:"interfaces"`       // where XDP is attached
-	Routes          int                    `json:"routes"`           // EIP routes (edge) or hosted EIPs (agent)
-	Counters        map[string]Count       `json:"counters"`         // per-reason data-plane counters
-	EIPs            map[string]EIPCounters `json:"eips,omitempty"`   // per-EIP counters (bound EIPs)
+	Role            string    `json:"role"` // "edge" or "agent"
+	Name            string    `json:"name"`
+	Version         string    `json:"version"`
+	Started         time.Time `json:"started"`
+	Updated         time.Time `json:"updated"`
+	AppliedRevision int64     `json:"applied_revision"` // store revision the maps reflect
+	Interfaces      []string  `json:"interfaces"`       // where XDP is attached
+	Routes          int       `json:"routes"`           // EIP routes (edge) or hosted EIPs (agent)
+	// Draining counts the EIPs moved to another host whose previous
+	// binding is still in force here (EIP.Previous, docs/eip.md): on an
+	// edge, the routes that still name the previous host; on an agent,
+	// the EIPs it still translates for their previous guest.
+	Draining int                    `json:"draining,omitempty"`
+	Counters map[string]Count       `json:"counters"`       // per-reason data-plane counters
+	EIPs     map[string]EIPCounters `json:"eips,omitempty"` // per-EIP counters (bound EIPs)
 	// LimitDrops are what each EIP's or VIP's rate limits dropped on
 	// this edge, by address (addresses with limits only; edges only).
 	LimitDrops map[string]LimitDrops `json:"limit_drops,omitempty"`

@@ -86,6 +86,7 @@ var (
 	descPackets   = prometheus.NewDesc("azgate_dataplane_packets_total", "Packets by data-plane outcome (connection sync's events: azgate_sync_events_total).", []string{"role", "outcome"}, nil)
 	descBytes     = prometheus.NewDesc("azgate_dataplane_bytes_total", "Bytes by data-plane outcome.", []string{"role", "outcome"}, nil)
 	descRoutes    = prometheus.NewDesc("azgate_routes", "EIP routes (edge) or hosted EIPs (agent) programmed.", []string{"role"}, nil)
+	descDraining  = prometheus.NewDesc("azgate_eips_draining", "EIPs moved to another host whose previous binding is still in force here (edge: routes naming the previous host; agent: EIPs still translated for their previous guest).", []string{"role"}, nil)
 	descRev       = prometheus.NewDesc("azgate_applied_revision", "Store revision the data plane reflects.", []string{"role"}, nil)
 	descEIP       = prometheus.NewDesc("azgate_eip_packets_total", "Packets per EIP and direction (an edge with more than 4,096 routes exports the 4,096 EIPs with the most bytes).", []string{"role", "eip", "direction"}, nil)
 	descLimit     = prometheus.NewDesc("azgate_limit_dropped_packets_total", "Packets an EIP's or VIP's rate limits dropped, by reason (source: over a source's rate; syn: the SYN guard).", []string{"role", "address", "reason"}, nil)
@@ -131,7 +132,7 @@ var (
 )
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRoutes, descDraining, descRev, descEIP, descLimit, descInvalid, descFWPackets, descFWBytes,
 		descAnnouncing, descFailing, descSession, descSessState, descAdvertised, descSyncReady, descSyncLag, descSyncPeer, descSyncEvents, descSyncSentBytes,
 		descBWLimit, descBWDropB, descBWDropP, descBWEIPMode, descBWManaged, descBWLimitAge, descBWEvents, descBWRate,
 		descTableChecksum, descTableBackends, descTableSize, descMonEvents, descMonLost, descMonMode} {
@@ -153,6 +154,7 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v.Bytes), c.role, k)
 	}
 	ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(s.Routes), c.role)
+	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(s.Draining), c.role)
 	ch <- prometheus.MustNewConstMetric(descRev, prometheus.GaugeValue, float64(s.AppliedRevision), c.role)
 	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.GaugeValue, float64(len(s.Invalid)), c.role)
 	if y := s.Sync; y != nil {

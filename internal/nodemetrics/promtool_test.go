@@ -28,8 +28,9 @@ func fullStatus() model.NodeStatus {
 		Sync: &model.SyncStatus{Ready: true, LagP50MS: 1, LagP99MS: 2, LagMaxMS: 3, Peers: []model.SyncPeerStatus{{Name: "edge-b", Connected: true}}},
 		Bandwidth: &model.BandwidthStatus{Mode: "managed", LimitsAgeMS: 1500, Reports: 9,
 			EIPs: map[string]model.BandwidthEIP{"198.51.100.7": {Mode: "managed", Limit: 8_000_000, DroppedBytes: 3000, DroppedPackets: 2, Rate: &rate}}},
-		Tables:  map[string]model.TableStatus{"web/main": {Checksum: "0123456789abcdef", Backends: 3, Healthy: 2, M: 65537}},
-		Monitor: &model.MonitorStatus{Mode: "drops", Sent: 12, LostRate: 3, LostFull: 1},
+		Tables:   map[string]model.TableStatus{"web/main": {Checksum: "0123456789abcdef", Backends: 3, Healthy: 2, M: 65537}},
+		Monitor:  &model.MonitorStatus{Mode: "drops", Sent: 12, LostRate: 3, LostFull: 1},
+		Draining: 2,
 	}
 }
 
@@ -56,6 +57,7 @@ func TestPromtool(t *testing.T) {
 			`azgate_lb_table_backends{node="` + role + `-1",role="` + role + `",state="failed",table="web/main"} 1`,
 			`azgate_bandwidth_rate_bytes_per_second{eip="198.51.100.7",node="` + role + `-1",role="` + role + `"} 950000`,
 			`azgate_eip_packets_total{direction="rx",eip="2001:db8:a::7",node="` + role + `-1",role="` + role + `"} 8`, // an IPv6 EIP
+			`azgate_eips_draining{node="` + role + `-1",role="` + role + `"} 2`,
 			`azgate_sync_events_total{event="applied",node="` + role + `-1",role="` + role + `"} 4`,
 			`azgate_sync_events_total{event="sent",node="` + role + `-1",role="` + role + `"} 5`,
 			`azgate_sync_sent_bytes_total{node="` + role + `-1",role="` + role + `"} 700`,
