@@ -352,7 +352,12 @@ func (l *Lab) buildNetwork() error {
 func (l *Lab) bridges(nodes map[string]*netlab.Node) error {
 	for _, sw := range l.Topo.NodesByRole("switch") {
 		h := nodes[sw.Name].Handle()
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+		// No multicast snooping: with no MLD querier on the segment a
+		// snooping bridge may stop flooding the solicited-node multicast
+		// that IPv6 neighbour solicitations are sent to (NDP for the
+		// DMZ's IPv6 nat VIPs), where IPv4's broadcast ARP always floods.
+		snoop := false
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}, MulticastSnooping: &snoop}
 		if err := h.LinkAdd(br); err != nil {
 			return fmt.Errorf("%s: add bridge: %w", sw.Name, err)
 		}
@@ -584,9 +589,9 @@ func (l *Lab) StartServer(name string) error {
 		return fmt.Errorf("%q is not a guest or a server", name)
 	}
 	argv := []string{l.Cfg.LabBinary, "lab", "serve", "--name", n.Name}
-	if n.Role == "guest" {
-		// Dual-stack guests listen on both families (an empty host is
-		// a dual-stack socket).
+	if len(n.Addresses6) > 0 {
+		// Dual-stack guests and DMZ servers listen on both families (an
+		// empty host is a dual-stack socket).
 		argv = append(argv, "--http", fmt.Sprintf(":%d,:%d", ServePorts.HTTP, ServePorts.HTTPAlt), "--echo", fmt.Sprintf(":%d", ServePorts.Echo))
 	}
 	if err := l.startCmd(n, "serve", argv...); err != nil {

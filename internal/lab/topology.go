@@ -31,8 +31,9 @@
 // prefix set owns EIPPrefix6 beside EIPPrefix, announced over MP-BGP on
 // the same sessions. The guests are dual-stack too (GuestAddr6, their
 // address6): an IPv6 EIP from EIPPrefix6 is encapsulated to its guest's
-// host over the IPv4 underlay and translated there (NAT66). The underlay
-// and the DMZ are IPv4 only; IPv6 traffic to the set's prefix that no
+// host over the IPv4 underlay and translated there (NAT66). The DMZ is
+// dual-stack (DMZNet6: IPv6 nat VIPs, NATPinned6); the underlay is IPv4
+// only; IPv6 traffic to the set's prefix that no
 // IPv6 EIP takes ends at the edges' kernel discard routes.
 //
 // Everything is sealed: no link to the machine's interfaces, no default
@@ -171,6 +172,11 @@ const (
 // them, instead of spreading them by ECMP (docs/lab.md, "The DMZ").
 const NATPinned = "198.51.100.30/31"
 
+// NATPinned6 are the lab's IPv6 nat VIPs (from EIPPrefix6), pinned onto
+// the DMZ segment as NATPinned are: the prefix set's NDP owner answers
+// for them there.
+const NATPinned6 = "2001:db8:e1::30/127"
+
 // The DMZ segment, 198.19.200.0/24: servers .1, .3, .5 (DMZAddr), the
 // prefix set's members .101 and up (dmz0), fab .252, the router .253, and the
 // servers' gateway .254, answered by the set's ARP owner (edge
@@ -182,6 +188,28 @@ const (
 )
 
 func edgeDMZ(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 200, byte(101 + k)}) }
+
+// The DMZ segment is dual-stack: 2001:db8:200::/64 (RFC 3849), servers
+// ::1, ::3, ::5 (DMZAddr6), the prefix set's members ::1:0 and up
+// (dmz0), the router ::fd (a /128, as its IPv4 /32) and the servers'
+// IPv6 gateway ::fe, answered by the set's NDP owner (edge
+// --arp-gateway6). fab has no IPv6 leg there: the underlay is IPv4, so
+// only the prefix set's members (on the segment) reach the servers over
+// IPv6.
+const (
+	DMZNet6     = "2001:db8:200::/64"
+	DMZGateway6 = "2001:db8:200::fe"
+	RouterDMZ6  = "2001:db8:200::fd"
+)
+
+// DMZAddr6 is the IPv6 address of DMZ server i (1-based).
+func DMZAddr6(i int) netip.Addr { return dmz6(0, byte(2*i-1)) }
+
+func edgeDMZ6(k int) netip.Addr { return dmz6(1, byte(k)) }
+
+func dmz6(hi, lo byte) netip.Addr {
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0x02, 0x00, 13: hi, 15: lo})
+}
 
 // SyncPort is the port of the edges' connection sync (--sync-listen), on
 // their underlay addresses: the members of a set copy each other's
@@ -371,6 +399,8 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	add("dmzsw", "switch", "", "")
 	t.link("rtr", "dmz", RouterDMZ+"/32", "dmzsw", "rtr", "", 1500)
 	t.routes = append(t.routes, route{"rtr", NATPinned, "", "dmz"})
+	t.addr6("rtr", "dmz", RouterDMZ6+"/128")
+	t.routes = append(t.routes, route{"rtr", NATPinned6, "", "dmz"})
 	// fab has a leg on the segment too: edges off it (the dedicated and
 	// quarantine sets') reach the DMZ servers through the underlay, for
 	// health checks and for a nat VIP pulled out to them.
@@ -378,6 +408,7 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 	for k, e := range Edges {
 		if e.Set == PrefixSet {
 			t.link(e.Name, "dmz0", edgeDMZ(k).String()+"/24", "dmzsw", e.Name, "", 1500)
+			t.addr6(e.Name, "dmz0", edgeDMZ6(k).String()+"/64")
 		}
 	}
 	for i := 1; i <= DMZServers; i++ {
@@ -386,6 +417,8 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 		t.link("dmzsw", name, "", name, "eth0", DMZAddr(i).String()+"/24", 1500)
 		t.routes = append(t.routes, route{name, "default", DMZGateway, "eth0"},
 			route{name, "198.18.0.0/15", FabDMZ, "eth0"})
+		t.addr6(name, "eth0", DMZAddr6(i).String()+"/64")
+		t.routes = append(t.routes, route{name, "::/0", DMZGateway6, "eth0"})
 	}
 	for az := 1; az <= azs; az++ {
 		for i := 1; i <= hostsPerAZ; i++ {

@@ -132,6 +132,15 @@ func TestIsolation(t *testing.T) {
 			if err := tcpFrom(ctx, l, "inet", to); err == nil {
 				t.Errorf("the Internet client reached dmz%d at its private address %s, around the edges", i, to)
 			}
+			// IPv6: the server answers there (an edge on the segment
+			// connects), the Internet does not reach it.
+			to6 := netip.AddrPortFrom(lab.DMZAddr6(i), 80).String()
+			if err := tcpFrom(ctx, l, "edge-a1", to6); err != nil {
+				t.Errorf("edge-a1 (on the DMZ segment) cannot reach dmz%d at %s: %v (the check below proves nothing)", i, to6, err)
+			}
+			if err := tcpFrom(ctx, l, "inet", to6); err == nil {
+				t.Errorf("the Internet client reached dmz%d at its private IPv6 address %s, around the edges", i, to6)
+			}
 		}
 	})
 }
