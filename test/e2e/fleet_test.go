@@ -37,8 +37,9 @@ func without(edges []string, e string) []string {
 // the EIP prefix with every healthy member of the prefix set, and one to
 // the set's IPv6 prefix (MP-BGP) with every member's nextHop6, where IPv6
 // traffic reaches a member's kernel (its discard route answers); a
-// pulled-out and a quarantined EIP's /32 appear via their sets' edges and
-// go; a member's routes are withdrawn on drain, on SIGTERM (before the
+// pulled-out and a quarantined EIP's /32, and an IPv6 EIP's /128 (MP-BGP),
+// appear via their sets' edges and go, and a pulled-out EIP of either
+// family answers through the dedicated edge only; a member's routes are withdrawn on drain, on SIGTERM (before the
 // process ends), on SIGKILL, when it hangs (the hold timer) and when its
 // links go down, IPv6 route as IPv4, and come back when it does.
 func TestFleetRoutes(t *testing.T) {
@@ -59,7 +60,7 @@ func TestFleetRoutes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for p, via := range rs {
-			if p != eipNet && p != eipNet6 && p != netip.MustParsePrefix(lab.NATPinned) {
+			if p != eipNet && p != eipNet6 && p != netip.MustParsePrefix(lab.NATPinned) && p != netip.MustParsePrefix(lab.NATPinned6) {
 				t.Errorf("unexpected route %v via %v", p, via)
 			}
 		}
@@ -152,15 +153,21 @@ func TestFleetRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	const pulled, quarantined = "198.51.100.8", "198.51.100.9"
-	t.Run("pull-out and quarantine /32s appear and go", func(t *testing.T) {
+	// IPv6: an IPv6 EIP pulled out and an IPv6 address quarantined are
+	// announced as /128s over MP-BGP by their sets' edges.
+	const pulled6, quarantined6 = "2001:db8:e1::8", "2001:db8:e1::7"
+	t.Run("pull-out and quarantine /32s and /128s appear and go", func(t *testing.T) {
 		for _, m := range []struct {
 			eip, set string
 			on, off  func() error
 		}{
 			{pulled, lab.DedicatedSet, func() error { return l.PullOut(ctx, pulled, lab.DedicatedSet) }, func() error { return l.PullOut(ctx, pulled, "") }},
 			{quarantined, lab.QuarantineSet, func() error { return l.Quarantine(ctx, quarantined, true) }, func() error { return l.Quarantine(ctx, quarantined, false) }},
+			{pulled6, lab.DedicatedSet, func() error { return l.PullOut(ctx, pulled6, lab.DedicatedSet) }, func() error { return l.PullOut(ctx, pulled6, "") }},
+			{quarantined6, lab.QuarantineSet, func() error { return l.Quarantine(ctx, quarantined6, true) }, func() error { return l.Quarantine(ctx, quarantined6, false) }},
 		} {
-			p := netip.PrefixFrom(netip.MustParseAddr(m.eip), 32)
+			a := netip.MustParseAddr(m.eip)
+			p := netip.PrefixFrom(a, a.BitLen())
 			t0 := time.Now()
 			if err := m.on(); err != nil {
 				t.Fatal(err)
@@ -170,7 +177,11 @@ func TestFleetRoutes(t *testing.T) {
 			}
 			t.Logf("%v via %v %v after the call began", p, lab.EdgesOf(m.set), time.Since(t0))
 			// The prefix route is untouched.
-			if _, err := l.WaitRoute(ctx, eipNet, all, 0); err != nil {
+			covering := eipNet
+			if a.Is6() {
+				covering = eipNet6
+			}
+			if _, err := l.WaitRoute(ctx, covering, all, 0); err != nil {
 				t.Error(err)
 			}
 			t0 = time.Now()
@@ -201,6 +212,30 @@ func TestFleetRoutes(t *testing.T) {
 			t.Errorf("pulled-out EIP: %d of 20 requests failed, packets by edge %v (want edge-d1 only)", failed, spread)
 		}
 		if err := l.PullOut(ctx, pulled, ""); err != nil {
+			t.Fatal(err)
+		}
+		// The IPv6 EIP the same way: bound, pulled out, it answers
+		// through the dedicated edge only.
+		if _, err := c.BindEIP(ctx, pulled6, "az1-h1", "g2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.PullOut(ctx, pulled6, lab.DedicatedSet); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.WaitRoute(ctx, netip.PrefixFrom(netip.MustParseAddr(pulled6), 128), lab.EdgesOf(lab.DedicatedSet), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		spread, failed, err = l.SpreadByEdge(ctx, pulled6, "http://["+pulled6+"]/", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if failed > 0 || len(spread) != 1 || spread["edge-d1"] == 0 {
+			t.Errorf("pulled-out IPv6 EIP: %d of 20 requests failed, packets by edge %v (want edge-d1 only)", failed, spread)
+		}
+		if err := l.PullOut(ctx, pulled6, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.UnbindEIP(ctx, pulled6); err != nil {
 			t.Fatal(err)
 		}
 	})
