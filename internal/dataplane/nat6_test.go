@@ -253,6 +253,8 @@ func TestEdgeNAT6Fallback(t *testing.T) {
 			out: out(synack(40020), 8443), stats: map[string]uint64{"lb_reply_tx": 1}},
 		{name: "a forged SYN-ACK from the Internet side", dev: dptest.ExtDev, in: inet6(synack(40012).ip()), action: xdpDrop,
 			stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "the backend's SYN-ACK to the edge's own address (a health check's): untranslated, to the kernel", dev: dptest.UlDev,
+			in: ul6(synack(40014).withDst(dptest.UlAddr6).ip()), action: xdpPass, stats: map[string]uint64{"pass_not_ours": 1}},
 	})
 	info, err := e.LBInfoCounters()
 	if err != nil {
