@@ -95,6 +95,10 @@ func (b Backend) Key() string {
 	k := b.Address.String()
 	if b.Host != "" {
 		k = b.Host + "/" + b.Guest
+	} else if b.Port != 0 && b.Address.Is6() {
+		// An IPv6 nat backend's address in brackets before its port:
+		// 2001:db8::1:8080 would name another address.
+		k = "[" + k + "]"
 	}
 	if b.Port != 0 {
 		k += fmt.Sprintf(":%d", b.Port)

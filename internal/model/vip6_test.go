@@ -206,3 +206,27 @@ func TestValidateNAT6Backends(t *testing.T) {
 		})
 	}
 }
+
+// An IPv6 nat backend's key writes its address in brackets before a port
+// (2001:db8:be::1:8080 is another address, with no port): the keys of
+// the two backends differ, and a pool may hold both.
+func TestBackendKey6(t *testing.T) {
+	for _, tc := range []struct {
+		b    Backend
+		want string
+	}{
+		{Backend{Address: netip.MustParseAddr("2001:db8:be::1"), Port: 8080}, "[2001:db8:be::1]:8080"},
+		{Backend{Address: netip.MustParseAddr("2001:db8:be::1:8080")}, "2001:db8:be::1:8080"},
+		{Backend{Address: netip.MustParseAddr("198.19.1.1"), Port: 8080}, "198.19.1.1:8080"},
+		{Backend{Host: "h1", Guest: "g1", Port: 8443}, "h1/g1:8443"},
+	} {
+		if got := tc.b.Key(); got != tc.want {
+			t.Errorf("Key of %+v = %q, want %q", tc.b, got, tc.want)
+		}
+	}
+	v := web6()
+	toNAT6(v)
+	v.Pools[0].Backends = []Backend{{Address: netip.MustParseAddr("2001:db8:be::1"), Port: 8080},
+		{Address: netip.MustParseAddr("2001:db8:be::1:8080")}}
+	checkErrors(t, v.Validate(), nil)
+}
