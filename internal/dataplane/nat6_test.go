@@ -117,9 +117,10 @@ func (b *lbBed) natConns6(t *testing.T) map[netip.AddrPort]NATConn {
 // the hop limit decremented, counted lb_nat_tx, and installs its reverse
 // entry in lb_nat_conns6; the backend's replies leave from the VIP and
 // port (lb_reply_tx), a reply from the wrong side is dropped (drop_spoof),
-// a backend's FIN marks the connection's entry. A UDP datagram with a zero
-// checksum, an expired hop limit, an IPv4 backend and a backend with no
-// neighbour yet (translated, to the kernel) are counted under theirs.
+// a backend's FIN marks the connection's entry; a VLAN-tagged frame leaves
+// untagged. A UDP datagram with a zero checksum (either way), an expired
+// hop limit, an IPv4 backend and a backend with no neighbour yet
+// (translated, to the kernel) are counted under theirs.
 func TestEdgeNAT6(t *testing.T) {
 	b := newNAT6Bed(t)
 	e := b.edge
@@ -149,6 +150,8 @@ func TestEdgeNAT6(t *testing.T) {
 		{name: "no neighbour for the backend: translated, to the kernel", dev: dptest.ExtDev, in: inet6(nn.ip()), action: xdpPass,
 			out: inet6(nnOut.ip()), stats: map[string]uint64{"lb_nat_pass": 1}},
 		{name: "hop limit 1", dev: dptest.ExtDev, in: inet6(hop1.ip()), action: xdpDrop, stats: map[string]uint64{"drop_ttl": 1}},
+		{name: "a VLAN-tagged frame: leaves untagged", dev: dptest.ExtDev, in: eth6(dptest.RtrMAC, dptest.ExtMAC, true, syn.ip()),
+			action: xdpRedirect, out: toBackend6(synOut.ip()), stats: map[string]uint64{"lb_nat_tx": 1}},
 		{name: "an IPv4 nat backend has no IPv6 address", dev: dptest.ExtDev, in: inet6(v4.ip()), action: xdpDrop,
 			stats: map[string]uint64{"drop_lb_no_backend": 1}},
 	})
@@ -157,10 +160,11 @@ func TestEdgeNAT6(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As for IPv4 (lb_count): each entry's insert counts a packet and a
-	// connection (the SYN's and the hop-limit-1 SYN's: the decision comes
-	// before the route), a packet sent its packet and bytes.
-	if after.Packets-before.Packets != 3 || after.Conns-before.Conns != 2 || after.Bytes-before.Bytes != uint64(len(syn.ip())) {
-		t.Errorf("backend a6 counters %+v -> %+v: want +3 packets, +2 connections, +%d bytes", before, after, len(syn.ip()))
+	// connection (the SYN's, the hop-limit-1 SYN's: the decision comes
+	// before the route, and the tagged SYN's, which replaces the first),
+	// a packet sent its packet and bytes (the two SYNs sent).
+	if after.Packets-before.Packets != 5 || after.Conns-before.Conns != 3 || after.Bytes-before.Bytes != 2*uint64(len(syn.ip())) {
+		t.Errorf("backend a6 counters %+v -> %+v: want +5 packets, +3 connections, +%d bytes", before, after, 2*len(syn.ip()))
 	}
 	conns := b.natConns6(t)
 	want := NATConn{Backend: netip.MustParseAddrPort("[" + beA6 + "]:8080"), Client: netip.MustParseAddrPort("[" + client6 + "]:40000"),
@@ -176,6 +180,8 @@ func TestEdgeNAT6(t *testing.T) {
 	replyOut := reply.withSrc(vipN6)
 	replyOut.sport = 80
 	udpReply := pkt6{src: beA6, dst: client6, proto: nhUDP, sport: 53, dport: 5353}
+	udpReply0 := udpReply
+	udpReply0.zeroUDPCsum = true
 	fin := reply
 	fin.tcpFlags = tcpFINACK
 	finOut := replyOut
@@ -191,6 +197,8 @@ func TestEdgeNAT6(t *testing.T) {
 			stats: map[string]uint64{"drop_spoof": 1}},
 		{name: "the backend's packet of no connection: not ours", dev: dptest.UlDev, in: ul6(noEntry.ip()), action: xdpPass,
 			stats: map[string]uint64{"pass_ipv6": 1}},
+		{name: "a udp reply with a zero checksum: invalid in IPv6", dev: dptest.UlDev, in: ul6(udpReply0.ip()), action: xdpDrop,
+			stats: map[string]uint64{"drop_ip6_udp_csum0": 1}},
 		{name: "the backend's FIN: translated", dev: dptest.UlDev, in: ul6(fin.ip()), action: xdpRedirect,
 			out: toClient6(finOut.ip()), stats: map[string]uint64{"lb_reply_tx": 1}},
 	})
