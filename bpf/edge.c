@@ -36,9 +36,12 @@
 static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
 #define AZG_IPV6_PATHS edge_ipv6
 /* The IPv6 VIPs' load balancer (defined below), called from xdp_edge's
- * frame with the packet edge_ipv6 left in lb6_scratch. */
-__noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
-#define AZG_IPV6_VIP lb6_ingress
+ * frame with the packet edge_ipv6 left in lb6_scratch: lb6_ingress, its
+ * nat half lb6_nat_in and the nat replies' lb6_nat_reverse, each global
+ * and called from that frame (lb6_entry, inlined there): the stack of
+ * xdp_edge's frame and lb6_ingress's leaves no room for another. */
+static __always_inline int lb6_entry(struct xdp_md *ctx, __u32 arg);
+#define AZG_IPV6_VIP lb6_entry
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -720,8 +723,14 @@ struct lb6_room {
 	__u32 host; /* lb6_reply_ok's arguments, kept here: its frame */
 	__u32 vsid; /* is under edge_pull_failed's */
 	__u32 fin;
-	__u32 idx;
+	__u32 idx;       /* and lb6_nat_in's: the backend's slot, */
+	__u32 nat_bport; /* its port (0: the listener's), */
+	__u32 nat_fp;    /* the flow's FlowID | LB_PF_ICMP */
 };
+
+/* lb6_ingress's answer for a flow given to a nat backend: not an XDP
+ * action, lb6_entry calls lb6_nat_in (the backend in lb6_scratch). */
+#define LB6_NAT_IN 0x100
 
 /* An ICMPv6 error about p6 (icmp6_error, lib/icmp.h: what is ICMP6_WHAT)
  * in place of the frame, counted: XDP_TX under icmp_ttl_tx or
@@ -768,6 +777,110 @@ __noinline int lb6_icmp_key(struct xdp_md *ctx)
 	k->dport = qp[0];
 	k->proto = q->nexthdr;
 	return 1;
+}
+
+/* The second half of routing a translated IPv6 packet (route_finish's
+ * twin): the VLAN tags dropped, the hop limit decremented, the next hop's
+ * MACs, transmit, counted under stat. */
+static __always_inline int route6_finish(struct xdp_md *ctx, const struct pkt *p, struct bpf_fib_lookup *fib,
+					 __u32 stat, __u64 len)
+{
+	__u32 tags = OFF(p->l3_off) - sizeof(struct ethhdr);
+	if (tags && bpf_xdp_adjust_head(ctx, (int)tags))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	if ((void *)(ip6 + 1) > data_end)
+		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+	ip6->hop_limit--;
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	eth->h_proto = bpf_htons(ETH_P_IPV6_);
+	count_out(ctx, stat, len);
+	return xmit(ctx, fib->ifindex);
+}
+
+/* The drop reason of a failed nat6 or lb_nat6_quote. */
+static __always_inline __u32 lb_nat6_reason(int rc)
+{
+	return rc == LB_NAT6_UDP_CSUM0 ? STAT_DROP_IP6_UDP_CSUM0 : STAT_DROP_L4_TRUNC;
+}
+
+/* Internet -> an IPv6 VIP, nat mode (lb6_ingress's LB6_NAT_IN: its nat
+ * backend in lb6_scratch, the slot idx, its port nat_bport, 0: the
+ * listener's, nat_fp the flow's FlowID | LB_PF_ICMP for an ICMPv6 error
+ * about the flow): DNAT66 to the backend's address
+ * (its slot's, lb6_nat_addr) and port, routed by the FIB (AF_INET6) as lb_ingress
+ * routes an IPv4 nat flow: an address of our own drop_fib, an expired hop
+ * limit and a packet too big for the route answered with ICMPv6 (or
+ * dropped) as on the encap path, no neighbour yet: translated and passed
+ * to the kernel (lb_nat_pass); else sent under lb_nat_tx (an ICMPv6 error:
+ * lb_icmp_tx, its quote's source and port translated too). A UDP datagram
+ * with a zero checksum (invalid in IPv6) is dropped, drop_ip6_udp_csum0.
+ * The connection's reverse entry (lb_nat_conns6) was made by lb_decide6.
+ * Global, called from xdp_edge's frame (lb6_entry). */
+__noinline int lb6_nat_in(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return XDP_ABORTED;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	__u32 zero = 0;
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	if (!cfg || !rm)
+		return XDP_PASS;
+	__u32 idx = rm->idx;
+	__u32 bport = rm->nat_bport;
+	__u32 fp = rm->nat_fp;
+	struct nat_rentry6 *bs = lb6_nat_addr(&rm->keys, idx);
+	if (!bs)
+		return count_drop(ctx, STAT_DROP_LB_NO_BACKEND, len);
+	const struct ip_addr *ba = &bs->vip;
+	const struct pkt6 *p6 = &rm->p6;
+	struct ct_key6 *k = &rm->keys.k;
+	int icmp = fp & LB_PF_ICMP;
+	__be16 vport = k->dport;
+	__be16 bp = bport ? (__be16)bport : vport;
+	__u32 qoff = 0;
+	if (icmp) {
+		qoff = icmp6_quote_off(data, data_end, p6);
+		if (!qoff)
+			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
+	}
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!fib)
+		return XDP_PASS;
+	__u16 ip_len = p6->p.ip_len;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, ba, ip_len, p6->p.proto, 0,
+		       icmp ? 0 : ports_of(k->sport, bp), fp & 0xff);
+	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)
+		return count_drop(ctx, STAT_DROP_FIB, len); /* a backend address of our own */
+	if (p6->p.ttl <= 1)
+		return icmp6_answer(ctx, p6,
+				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, fib->mtu_result), len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return count_drop(ctx, fib_reason(rc), len);
+	int nr = lb_nat6(data, data_end, p6, 1, ba);
+	if (!nr && icmp)
+		nr = lb_nat6_quote(data, data_end, p6, qoff, 0, &p6->daddr, ba, vport, bp);
+	else if (!nr && bp != vport && nat4_port(data, data_end, &p6->p, 1, bp))
+		nr = -1;
+	if (nr)
+		return count_drop(ctx, lb_nat6_reason(nr), len);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		count_pass(ctx, STAT_LB_NAT_PASS, len);
+		return XDP_PASS;
+	}
+	int act = route6_finish(ctx, &p6->p, fib, icmp ? STAT_LB_ICMP_TX : STAT_LB_NAT_TX, len);
+	if (act == XDP_TX || act == XDP_REDIRECT)
+		lb_count(&lb_be_stats, idx, ip_len, 0);
+	return act;
 }
 
 /* Internet -> an IPv6 VIP (issue 21): the load balancer for IPv6 flows,
@@ -829,6 +942,12 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 		lb_decide6(lbc, ks, pflags, (__u16)lgen, cfg->hash_seed, &idx, &fid, &nolst);
 	if (!be)
 		return count_drop(ctx, nolst ? STAT_DROP_LB_NO_PORT : STAT_DROP_LB_NO_BACKEND, len);
+	if (be->mode == LB_MODE_NAT) {
+		rm->idx = idx;
+		rm->nat_bport = be->port;
+		rm->nat_fp = (pflags & LB_PF_ICMP) | fid;
+		return LB6_NAT_IN;
+	}
 	if (be->mode != LB_MODE_ENCAP)
 		return count_drop(ctx, STAT_DROP_LB_NO_BACKEND, len);
 	if (p6->p.ttl <= 1)
@@ -922,6 +1041,179 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
 	if (e && room->fin)
 		e->state = CT_FIN;
 	return 1;
+}
+
+/* lb_nat_reverse for IPv6 (issue 21): a reply of an IPv6 VIP's nat
+ * connection, or an ICMPv6 error about one (from its backend or a router
+ * between the edge and it), p6 the packet ipv6_frame parsed (to no IPv6
+ * EIP or VIP). SNAT66 back to the VIP and port of the connection's entry
+ * (lb_nat_conns6); without one, a SYN-ACK from a backend the plan gives
+ * one VIP and port (lb_nat_backends6) is translated by it, counted
+ * nat_reply_stateless, and its entry learnt (after the anti-spoofing
+ * check, as nat_reply_learn does). Only from the side the backend is on
+ * (the route to the sender leaves by the interface the reply came in
+ * on): else drop_spoof. To the edge itself (ROUTE_LOCAL): passed, not
+ * ours. The route to the client as lb6_nat_in's (hop limit, too big, no
+ * neighbour), sent under lb_reply_tx. A backend's FIN or RST marks the
+ * connection's entry (lb_conns6) CT_FIN. Anything else is not ours:
+ * passed as ipv6_frame passes it (pass_ipv6). Returns the XDP action,
+ * counted. Global, the packet and keys in lb6_scratch, called from
+ * xdp_edge's frame as lb6_ingress is (FRAME_NAT6: under ipv6_frame's
+ * frame the stack passes 512 bytes); lb6_nat_rev is its body. */
+static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, const struct edge_config *cfg,
+				       __u64 len)
+{
+	const struct pkt6 *p6 = &rm->p6;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct nat_rkey6 *k = &rm->keys.nk;
+	__be32 ports = p6->p.ports;
+	__u32 qoff = 0;
+	if (p6->p.proto == IPPROTO_ICMPV6_) {
+		qoff = icmp6_quote_off(data, data_end, p6);
+		struct ipv6hdr *q = data + OFF(qoff);
+		__be16 *qp = data + OFF(qoff + 40);
+		if (!qoff || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+			return NAT_NOT_OURS;
+		if (q->nexthdr != IPPROTO_TCP_ && q->nexthdr != IPPROTO_UDP_)
+			return NAT_NOT_OURS;
+		/* The quote is what the backend got (client -> backend), and
+		 * the error goes to that client. */
+		if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
+		    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
+			return NAT_NOT_OURS;
+		__builtin_memcpy(&k->baddr, &q->daddr, 16);
+		__builtin_memcpy(&k->caddr, &q->saddr, 16);
+		k->bport = qp[1];
+		k->cport = qp[0];
+		k->proto = q->nexthdr;
+	} else {
+		if (p6->p.frag && (p6->p.proto == IPPROTO_TCP_ || p6->p.proto == IPPROTO_UDP_)) {
+			/* A first fragment: the parser leaves its ports out. */
+			__be32 *pp = data + OFF(p6->p.l4_off);
+			if ((void *)(pp + 1) > data_end)
+				return NAT_NOT_OURS;
+			ports = *pp;
+		}
+		__builtin_memcpy(&k->baddr, &p6->saddr, 16);
+		__builtin_memcpy(&k->caddr, &p6->daddr, 16);
+		k->bport = ports_sport(ports);
+		k->cport = ports_dport(ports);
+		k->proto = p6->p.proto;
+	}
+	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+	int fb = 0;
+	struct nat_rentry6 *r = bpf_map_lookup_elem(&lb_nat_conns6, k);
+	if (!r) {
+		/* Only a SYN-ACK, as for IPv4. */
+		if (qoff || p6->p.frag || p6->p.proto != IPPROTO_TCP_ ||
+		    (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) != (TCP_SYN_ | TCP_ACK_))
+			return NAT_NOT_OURS;
+		struct nat_bkey6 *bk = &rm->keys.nb;
+		__builtin_memcpy(&bk->baddr, &k->baddr, 16);
+		bk->bport = k->bport;
+		bk->proto = k->proto;
+		bk->pad = 0;
+		r = bpf_map_lookup_elem(&lb_nat_backends6, bk);
+		if (!r)
+			return NAT_NOT_OURS;
+		fb = 1;
+	}
+	struct nat_rentry6 *v = &rm->keys.nv;
+	__builtin_memcpy(v, r, sizeof(*v));
+
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!fib)
+		return XDP_PASS;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->daddr, &p6->saddr, 40, p6->p.proto, 0, 0, 0);
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	__u16 ip_len = p6->p.ip_len;
+	rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, &p6->daddr, ip_len, p6->p.proto, 0,
+		   qoff ? 0 : ports_with_sport(ports, v->vport), p6->saddr.a[3] ^ p6->daddr.a[3] ^ ports);
+	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED) {
+		/* To the edge itself: not a reply to translate. */
+		count_pass(ctx, STAT_PASS_NOT_OURS, len);
+		return XDP_PASS;
+	}
+	if (p6->p.ttl <= 1)
+		return icmp6_answer(ctx, p6,
+				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, fib->mtu_result), len);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return count_drop(ctx, fib_reason(rc), len);
+	if (p6->p.proto == IPPROTO_UDP_) {
+		struct udphdr *uh = data + OFF(p6->p.l4_off);
+		if ((void *)(uh + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
+		if (!uh->check)
+			return count_drop(ctx, STAT_DROP_IP6_UDP_CSUM0, len);
+	}
+	if (fb) {
+		info_inc(LBI_NAT_REPLY_STATELESS);
+		bpf_map_update_elem(&lb_nat_conns6, k, v, BPF_NOEXIST);
+	}
+	int nr = 0;
+	if (qoff) {
+		/* From the backend: its address leaves as the VIP's; from a
+		 * router on the way: only the quote is the connection's. */
+		if (p6->saddr.a[0] == k->baddr.a[0] && p6->saddr.a[1] == k->baddr.a[1] &&
+		    p6->saddr.a[2] == k->baddr.a[2] && p6->saddr.a[3] == k->baddr.a[3])
+			nr = lb_nat6(data, data_end, p6, 0, &v->vip);
+		if (!nr)
+			nr = lb_nat6_quote(data, data_end, p6, qoff, 1, &k->baddr, &v->vip, k->bport, v->vport);
+	} else {
+		nr = lb_nat6(data, data_end, p6, 0, &v->vip);
+		if (!nr && k->bport != v->vport && nat4_port(data, data_end, &p6->p, 0, v->vport))
+			nr = -1;
+		if (!nr && (p6->p.tcp_flags & (TCP_FIN_ | TCP_RST_))) {
+			/* The backend ends the connection: so does its entry. */
+			struct ct_key6 *fk = &rm->keys.k;
+			__builtin_memcpy(&fk->src, &k->caddr, 16);
+			__builtin_memcpy(&fk->dst, &v->vip, 16);
+			fk->sport = k->cport;
+			fk->dport = v->vport;
+			fk->proto = k->proto;
+			fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+			struct ct_entry *e = bpf_map_lookup_elem(&lb_conns6, fk);
+			if (e)
+				e->state = CT_FIN;
+		}
+	}
+	if (nr)
+		return count_drop(ctx, lb_nat6_reason(nr), len);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		count_pass(ctx, STAT_LB_NAT_PASS, len);
+		return XDP_PASS;
+	}
+	return route6_finish(ctx, &p6->p, fib, STAT_LB_REPLY_TX, len);
+}
+
+__noinline int lb6_nat_reverse(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	if (!ctx)
+		return XDP_ABORTED;
+	__u64 len = ctx->data_end - ctx->data;
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
+	if (act == NAT_NOT_OURS)
+		return count_pass(ctx, STAT_PASS_IPV6, len);
+	return act;
+}
+
+/* AZG_IPV6_VIP (entry.h), in xdp_edge's frame: arg is edge_ipv6's answer
+ * without FRAME_VIP6, the VIP's listener generation or FRAME_NAT6. */
+static __always_inline int lb6_entry(struct xdp_md *ctx, __u32 arg)
+{
+	if (arg & FRAME_NAT6)
+		return lb6_nat_reverse(ctx);
+	int act = lb6_ingress(ctx, arg);
+	if (act == LB6_NAT_IN)
+		return lb6_nat_in(ctx);
+	return act;
 }
 
 /* Destinations a guest's IPv6 never leaves the region for (drop_bad_dst):
@@ -1400,8 +1692,16 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	struct pkt *p = &p6->p;
 
 	struct eip_centry6 *r = eip_route6(p6);
-	if (!r)
-		return -1;
+	if (!r) {
+		/* Maybe a reply of an IPv6 VIP's nat connection: for
+		 * lb6_nat_reverse, from xdp_edge's frame (FRAME_NAT6). */
+		struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
+		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+		if (!lbc || !(lbc->flags & LB_CFG_NAT) || !p->l4_ok || !rm)
+			return -1;
+		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		return FRAME_VIP6 | FRAME_NAT6;
+	}
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
 		return -1;

@@ -23,6 +23,9 @@
  * with the VIP's listener generation in the low 16 bits: not an XDP
  * action, AZG_IPV6_VIP's to judge (edge.c). */
 #define FRAME_VIP6 0x10000
+/* With FRAME_VIP6 (edge.c): a packet to no IPv6 EIP or VIP while nat mode
+ * is on, for the IPv6 VIP path's reply half (lb6_nat_reverse). */
+#define FRAME_NAT6 0x20000
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
@@ -120,7 +123,7 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 		 * pass 512 bytes (edge.c lb6_ingress). After the IPv6 EIP
 		 * path's answers: it pays no compare for it. */
 		if (act >= FRAME_VIP6) {
-			act = AZG_IPV6_VIP(ctx, act & 0xffff);
+			act = AZG_IPV6_VIP(ctx, act & (FRAME_NAT6 | 0xffff));
 			if (act == XDP_REDIRECT)
 				return XDP_REDIRECT;
 			if (act == XDP_TX)

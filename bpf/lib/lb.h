@@ -326,6 +326,20 @@ static __always_inline void ct_emit_for(const int af, const void *k, const struc
 		ct_emit(k, e, kind);
 }
 
+/* The IPv6 address of nat backend slot i (in the value's vip): its
+ * record in lb_nat_backends6 (NAT6_SLOT_PROTO), the key built in ks's
+ * scratch. NULL when the slot has none. */
+static __always_inline struct nat_rentry6 *lb6_nat_addr(struct lb6_keys *ks, __u32 i)
+{
+	struct nat_bkey6 *nb = &ks->nb;
+	nb->baddr.a[0] = nb->baddr.a[1] = nb->baddr.a[2] = 0;
+	nb->baddr.a[3] = i;
+	nb->bport = 0;
+	nb->proto = NAT6_SLOT_PROTO;
+	nb->pad = 0;
+	return bpf_map_lookup_elem(&lb_nat_backends6, nb);
+}
+
 /* Decides the backend of a flow through the connection table, creating
  * or refreshing the entry, and returns it (NULL: no usable backend; *nolst
  * set: the flow's port has no listener) with its index in *idx and the
@@ -350,8 +364,9 @@ static __always_inline void ct_emit_for(const int af, const void *k, const struc
  * takes the current generation. A hit costs one hash lookup (lb_conns)
  * where it cost two.
  *
- * Not yet: nat mode for IPv6 (an IPv6 VIP is encap only: no reverse
- * entry is made for LB_AF6). */
+ * A new entry of a nat backend installs the connection's reverse entry:
+ * lb_nat_conns (LB_AF4) or lb_nat_conns6 (LB_AF6, the backend's address
+ * from lb6_nat_addr, the keys in the scratch beside k). */
 static __always_inline struct lb_backend *lb_decide_af(const int af, const struct lb_config *c, void *k, __u8 proto,
 						       __u32 pflags, __u16 lgen, __u32 seed, __u32 *idx, __u8 *fid,
 						       int *nolst)
@@ -440,6 +455,26 @@ static __always_inline struct lb_backend *lb_decide_af(const int af, const struc
 				      .cport = k4->sport, .proto = proto};
 		struct nat_rentry rv = {.vip = k4->dst, .vport = k4->dport};
 		bpf_map_update_elem(&lb_nat_conns, &rk, &rv, BPF_ANY);
+	}
+	if (af == LB_AF6 && be->mode == LB_MODE_NAT) {
+		/* The same for an IPv6 flow (lb_nat_conns6), its keys built
+		 * in the scratch beside k: the backend's address is its
+		 * slot's (lb6_nat_addr; none: no entry, lb6_nat_in drops the
+		 * packet). */
+		struct lb6_keys *ks = k;
+		struct nat_rentry6 *ba = lb6_nat_addr(ks, i);
+		if (ba) {
+			__builtin_memcpy(&ks->nk.baddr, &ba->vip, 16);
+			__builtin_memcpy(&ks->nk.caddr, &ks->k.src, 16);
+			ks->nk.bport = be->port ? be->port : ks->k.dport;
+			ks->nk.cport = ks->k.sport;
+			ks->nk.proto = proto;
+			ks->nk.pad[0] = ks->nk.pad[1] = ks->nk.pad[2] = 0;
+			__builtin_memcpy(&ks->nv.vip, &ks->k.dst, 16);
+			ks->nv.vport = ks->k.dport;
+			ks->nv.pad = 0;
+			bpf_map_update_elem(&lb_nat_conns6, &ks->nk, &ks->nv, BPF_ANY);
+		}
 	}
 	info_inc(LBI_CT_INSERT);
 	lb_count(&lb_be_stats, i, 0, 1);

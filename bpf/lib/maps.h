@@ -453,6 +453,34 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_nat_backends SEC(".maps");
 
+/* nat mode for IPv6 VIPs, stateful: lb_nat_conns' IPv6 twin, each IPv6
+ * nat connection's reply tuple -> its VIP and port (sized by the daemon
+ * as lb_conns6 is). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT6_MAX);
+	__type(key, struct nat_rkey6);
+	__type(value, struct nat_rentry6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_nat_conns6 SEC(".maps");
+
+/* nat mode for IPv6 VIPs, stateless fallback: lb_nat_backends' IPv6 twin
+ * (the plan's backends of one VIP and port). lb_backends' addr holds
+ * IPv4 only: an IPv6 nat backend slot's address is here too, under its
+ * slot's key (NAT6_SLOT_PROTO, no nat backend's protocol; the address in
+ * the value's vip; lib/lb.h lb6_nat_addr), not in a map of its own:
+ * xdp_edge uses the 64 maps the kernel allows a program. Hence twice
+ * LB_NAT_BACKENDS_MAX entries (sized by the daemon: twice --backend-max),
+ * allocated as used. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * LB_NAT_BACKENDS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nat_bkey6);
+	__type(value, struct nat_rentry6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_nat_backends6 SEC(".maps");
+
 /* Ingress anti-spoofing: source prefixes never taken from the Internet
  * side (the region's set prefixes, EIPs and VIPs: SPOOF_OWN; the underlay:
  * SPOOF_UNDERLAY), written by the edge daemon. The non-routable ranges are

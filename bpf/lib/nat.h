@@ -7,6 +7,7 @@
 
 #include <linux/bpf.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
@@ -177,6 +178,91 @@ static __always_inline int icmp_quoted_flow(void *l4, void *data_end, __u32 room
 	*proto = q->protocol;
 	*sport = pp[0];
 	*dport = pp[1];
+	return 0;
+}
+
+/* ---- IPv6 (nat mode for IPv6 VIPs): no IP header checksum; the TCP,
+ * UDP and ICMPv6 checksums cover the pseudo-header's addresses. ---- */
+
+/* lb_nat6's answer for an IPv6 UDP datagram with a zero checksum (RFC 8200
+ * 8.1: not allowed; it is not computed over the payload here). */
+#define LB_NAT6_UDP_CSUM0 (-2)
+
+/* Updates the L4 checksum at l4 (TCP, UDP, ICMPv6) for a pseudo-header
+ * address change from -> to (four words each, as loaded). Returns 0, -1
+ * when the header is out of bounds, LB_NAT6_UDP_CSUM0. */
+static __always_inline int lb_nat6_csum(void *l4, void *data_end, __u8 proto, const __be32 *from, const __be32 *to)
+{
+	if (proto == IPPROTO_TCP_) {
+		struct tcphdr *th = l4;
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		th->check = csum_replace16(th->check, from, to);
+	} else if (proto == IPPROTO_UDP_) {
+		struct udphdr *uh = l4;
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		if (!uh->check)
+			return LB_NAT6_UDP_CSUM0;
+		__u16 c = csum_replace16(uh->check, from, to);
+		uh->check = c ? c : 0xffff;
+	} else if (proto == IPPROTO_ICMPV6_) {
+		struct icmphdr_ *ih = l4;
+		if ((void *)(ih + 1) > data_end)
+			return -1;
+		ih->checksum = csum_replace16(ih->checksum, from, to);
+	}
+	return 0;
+}
+
+/* Rewrites the destination (dst=1) or source (dst=0) address of the IPv6
+ * packet p6 to `to` (agent.c's nat6 for the edge's nat mode), fixing the L4 checksum (a later fragment has none to
+ * fix). The old address is p6's (the parser's copy, not the packet's).
+ * Returns 0, -1 (bounds) or LB_NAT6_UDP_CSUM0, before writing anything. */
+static __always_inline int lb_nat6(void *data, void *data_end, const struct pkt6 *p6, int dst, const struct ip_addr *to)
+{
+	struct ipv6hdr *ip6 = data + OFF(p6->p.l3_off);
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	if (p6->p.l4_ok) {
+		int rc = lb_nat6_csum(data + OFF(p6->p.l4_off), data_end, p6->p.proto, dst ? p6->daddr.a : p6->saddr.a,
+				      to->a);
+		if (rc)
+			return rc;
+	}
+	if (dst)
+		__builtin_memcpy(&ip6->daddr, to, 16);
+	else
+		__builtin_memcpy(&ip6->saddr, to, 16);
+	return 0;
+}
+
+/* In the ICMPv6 error at l4 of p6 whose quote is at qoff (icmp6_quote_off),
+ * rewrites the quoted packet's address `which` (0: source, 1: destination)
+ * from -> to and, when fport != tport, its port `which` fport -> tport,
+ * fixing the ICMPv6 checksum (the quote's own L4 checksum is left, as
+ * nat_icmp_quote leaves it). A quote not about this flow is left alone.
+ * Returns 0 or -1 (bounds). */
+static __always_inline int lb_nat6_quote(void *data, void *data_end, const struct pkt6 *p6, __u32 qoff, int which,
+					   const struct ip_addr *from, const struct ip_addr *to, __be16 fport,
+					   __be16 tport)
+{
+	struct icmphdr_ *ih = data + OFF(p6->p.l4_off);
+	struct ipv6hdr *q = data + OFF(qoff);
+	__be16 *qp = data + OFF(qoff + 40);
+	if ((void *)(ih + 1) > data_end || (void *)(q + 1) > data_end || (void *)(qp + 2) > data_end)
+		return -1;
+	__be32 *a = which ? q->daddr.in6_u.u6_addr32 : q->saddr.in6_u.u6_addr32;
+	if (a[0] != from->a[0] || a[1] != from->a[1] || a[2] != from->a[2] || a[3] != from->a[3])
+		return 0;
+	__u16 c = csum_replace16(ih->checksum, from->a, to->a);
+	__builtin_memcpy(a, to, 16);
+	__be16 *pp = &qp[which ? 1 : 0];
+	if (fport != tport && *pp == fport) {
+		*pp = tport;
+		c = csum_replace2(c, fport, tport);
+	}
+	ih->checksum = c;
 	return 0;
 }
 

@@ -628,6 +628,37 @@ struct ct_key6 {
 	__u8 pad[3];
 };
 
+/* nat mode for IPv6 VIPs (issue 21): struct nat_rkey, nat_bkey and
+ * nat_rentry with 16-byte addresses, in maps of their own
+ * (lb_nat_conns6, lb_nat_backends6), so the IPv4 entries stay as small
+ * as they were: 40 + 20 bytes a connection's reverse entry. */
+struct nat_rkey6 {
+	struct ip_addr baddr; /* the backend */
+	struct ip_addr caddr; /* the client */
+	__be16 bport;
+	__be16 cport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct nat_bkey6 {
+	struct ip_addr baddr;
+	__be16 bport;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* nat_bkey6's protocol in lb_nat_backends6's key of a backend slot's
+ * address (baddr's last word the slot index in host order, the rest and
+ * the port 0; the value's vip is the address). */
+#define NAT6_SLOT_PROTO 0
+
+struct nat_rentry6 {
+	struct ip_addr vip;
+	__be16 vport;
+	__u16 pad;
+};
+
 /* The IPv6 VIP paths' keys (in lb6_scratch's struct lb6_room, edge.c):
  * the flow's connection key and the listener keys built from it, off the
  * stack that xdp_edge already fills. */
@@ -635,6 +666,9 @@ struct lb6_keys {
 	struct ct_key6 k;
 	struct lb_key6 lk;
 	struct lb_rkey6 rk;
+	struct nat_rkey6 nk;   /* nat: the reply tuple (lb_nat_conns6) */
+	struct nat_bkey6 nb;   /* nat: the fallback's key (lb_nat_backends6) */
+	struct nat_rentry6 nv; /* nat: the VIP and port a reply leaves with */
 };
 
 /* Connection table entry (client -> VIP flows): the backend the flow was

@@ -62,7 +62,7 @@ func TestCLIIPv6EIPRefused(t *testing.T) {
 		// A key in the path is read in its canonical spelling.
 		{[]string{"eip", "get", "2001:DB8:b:0::7"}, `EIP "2001:db8:b::7" not found`},
 		{[]string{"service", "create", "web6", "--vip", "2001:db8:b::80", "--mode", "nat", "--listener", "tcp:80=p", "--backend", "p=198.19.9.1:80"},
-			"IPv6 nat VIPs are not supported yet"},
+			"pools[0].backends[0].address: 198.19.9.1 is IPv4 and the VIP 2001:db8:b::80 IPv6: a nat backend's address is of its VIP's family"},
 		{[]string{"bandwidth", "create", "shop6", "--capacity", "100M", "--eip", "2001:db8:b::7,max=10M"},
 			"2001:db8:b::7 is not an EIP (create it first)"},
 	} {

@@ -124,7 +124,7 @@ func serviceCreateCommand() *cobra.Command {
 	f.Uint32Var(&tableSize, "table-size", 0, "Maglev table size per pool: a prime of at least 100 x the largest pool's backends and at most 8 x that (or 8 x 65537), within the set's table budget (default 65537)")
 	f.StringArrayVar(&listeners, "listener", nil, "PROTO:PORTS=POOL: tcp:80=web, tcp:8000-8100=web, udp:any=dns (repeatable)")
 	f.StringArrayVar(&pools, "pool", nil, "declare a pool (pools named by --listener, --backend and --health are declared too)")
-	f.StringArrayVar(&backends, "backend", nil, "POOL=BACKEND: web=HOST/GUEST[:PORT][@WEIGHT] (encap) or web=ADDR[:PORT][@WEIGHT] (nat) (repeatable)")
+	f.StringArrayVar(&backends, "backend", nil, "POOL=BACKEND: web=HOST/GUEST[:PORT][@WEIGHT] (encap) or web=ADDR[:PORT][@WEIGHT] (nat; an IPv6 ADDR with a port in brackets, [2001:db8::1]:8080) (repeatable)")
 	f.StringArrayVar(&checks, "health", nil, "POOL=TYPE[:ARG][,KEY=VALUE...]: web=http:/healthz,interval=2s; tls=tcp; dns=udp:ping; x=command:NAME (a command the edges list with --health-command)")
 	f.BoolVar(&replace, "replace", false, "replace the service if it exists (PUT) instead of failing")
 	create.MarkFlagRequired("vip")
@@ -170,7 +170,9 @@ func parsePort(s string) (uint16, error) {
 	return uint16(n), err
 }
 
-// parseBackend parses HOST/GUEST[:PORT][@WEIGHT] or ADDR[:PORT][@WEIGHT].
+// parseBackend parses HOST/GUEST[:PORT][@WEIGHT] or ADDR[:PORT][@WEIGHT]
+// (an IPv6 ADDR bare, or in brackets before a port: [ADDR]:PORT, as
+// model.Backend.Key writes it).
 func parseBackend(s string) (model.Backend, error) {
 	var b model.Backend
 	spec := s
@@ -184,6 +186,21 @@ func parseBackend(s string) (model.Backend, error) {
 		spec = spec[:at]
 	}
 	target, port, hasPort := strings.Cut(spec, ":")
+	switch {
+	case strings.HasPrefix(spec, "["):
+		// An IPv6 nat backend with a port: [ADDRESS]:PORT.
+		end := strings.Index(spec, "]")
+		if end < 0 || (end+1 < len(spec) && spec[end+1] != ':') {
+			return b, fmt.Errorf("%q: want [IPV6]:PORT", spec)
+		}
+		target, port, hasPort = spec[1:end], "", end+1 < len(spec)
+		if hasPort {
+			port = spec[end+2:]
+		}
+	case strings.Count(spec, ":") > 1:
+		// A bare IPv6 address (its colons are no port).
+		target, hasPort = spec, false
+	}
 	if hasPort {
 		p, err := parsePort(port)
 		if err != nil {

@@ -304,6 +304,9 @@ func TestPerPacketSuitesIPv6Rows(t *testing.T) {
 		{"lb", "lb_ct_hit_encap6 ", "lb_ct_hit_encap "},
 		{"lb", "lb_encap_reply6 ", "lb_encap_reply "},
 		{"lb", "lb_new_flow_encap6 ", "lb_new_flow_encap "},
+		{"lb", "lb_ct_hit_nat6 ", "lb_ct_hit_nat "},
+		{"lb", "lb_new_flow_nat6 ", "lb_new_flow_nat "},
+		{"lb", "lb_nat_reply6 ", "lb_nat_reply "},
 	} {
 		r, ok := find(c.suite, c.path)
 		if !ok || !r.PerPacket || r.Value <= 0 {

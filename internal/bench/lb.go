@@ -32,6 +32,12 @@ const (
 	// The IPv6 VIP (encap, tcp:443 -> the encap VIP's guest; this build
 	// only: the baseline objects may have no IPv6 VIP maps).
 	lbVIP6 = "2001:db8:e1::21"
+	// The IPv6 nat VIP (tcp:80 -> lbBackend6:8080; this build only) and
+	// its backend, routed through the underlay router.
+	lbVIP6N     = "2001:db8:e1::20"
+	lbBackend6  = "2001:db8:be::1"
+	lbBackNet6  = "2001:db8:be::/48"
+	lbNAT6Table = 2
 )
 
 // LB measures Maglev's properties, the load balancer's per-packet costs
@@ -136,6 +142,10 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	if err := env.InternetIPv6(); err != nil {
 		return nil, err
 	}
+	// The IPv6 nat VIP's backend, behind the underlay's IPv6 router.
+	if err := env.Node.Route(lbBackNet6, dptest.FabAddr6, dptest.UlDev); err != nil {
+		return nil, err
+	}
 	now, err := b.Jiffies()
 	if err != nil {
 		return nil, err
@@ -176,6 +186,9 @@ func lbPackets(o LBOptions) ([]Result, error) {
 	newSynEnc := tcpFrameFlags(dptest.RtrMAC, dptest.ExtMAC, lbNewClient, lbVIPEnc, 1024, 443, size, "syn")
 	newSyn6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, lbNewClient6, lbVIP6, 1024, 443, size, "syn")
 	encAck6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, size, "ack")
+	natAck6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6N, 40000, 80, size, "ack")
+	newSynNAT6 := tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, lbNewClient6, lbVIP6N, 1024, 80, size, "syn")
+	reply6 := tcpFrameFlags6(dptest.FabMAC, dptest.UlMAC, lbBackend6, benchClient6, 8080, 40000, size, "ack")
 	// The backend guest's answer, NVGRE from its host (the encap VIP's
 	// backend: benchHost, benchVSID), to go to the Internet.
 	encReply := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7,
@@ -237,6 +250,16 @@ func lbPackets(o LBOptions) ([]Result, error) {
 				return capOn(false)(s)
 			}, note: "as lb_new_flow_nat with an insert rate of 1/s: every run past the first is forwarded by the Maglev table without an entry"},
 		{name: "lb_nat_reply (SNAT back to the VIP)", prog: "edge", dev: dptest.UlDev, frame: reply, action: actRedirect, chain: true},
+		{name: "lb_ct_hit_nat6 (IPv6 VIP, established flow in lb_conns6, DNAT66)", prog: "edge", dev: dptest.ExtDev, frame: natAck6,
+			action: actRedirect, chain: true, cur: true, twin: "lb_ct_hit_nat (established flow, DNAT)",
+			note: "this version only: the baseline may have no IPv6 nat VIP"},
+		{name: "lb_new_flow_nat6 (IPv6 VIP: miss in a 1M-entry lb_conns6, Maglev, insert, DNAT66)", prog: "edge", dev: dptest.ExtDev,
+			frame: newSynNAT6, action: actRedirect, chain: true, vary: true, repeat: lbNewFlowRuns, before: capOn(false),
+			after: cleanupFor(lbNewClient6, lbVIP6N, 80, true), cur: true,
+			twin: "lb_new_flow_nat (miss in a 1M-entry table, Maglev, insert)",
+			note: "as lb_new_flow_encap6, to the IPv6 nat VIP (tcp:80, one backend): its reverse entry in lb_nat_conns6 too; this version only"},
+		{name: "lb_nat_reply6 (SNAT66 back to the IPv6 VIP)", prog: "edge", dev: dptest.UlDev, frame: reply6, action: actRedirect, chain: true,
+			cur: true, twin: "lb_nat_reply (SNAT back to the VIP)", note: "this version only: the baseline may have no IPv6 nat VIP"},
 		{name: "lb_ct_hit_encap (established flow, NVGRE)", prog: "edge", dev: dptest.ExtDev, frame: encAck, action: actRedirect, chain: true, moves: true},
 		{name: "lb_ct_hit_encap6 (IPv6 VIP, established flow in lb_conns6, NVGRE over the IPv4 underlay)", prog: "edge", dev: dptest.ExtDev, frame: encAck6,
 			action: actRedirect, chain: true, moves: true, cur: true, twin: "lb_ct_hit_encap (established flow, NVGRE)",
@@ -319,7 +342,8 @@ func lbSide(env *dptest.Env, name, edgeFile string, now uint64, hz uint32) (s *s
 		if err := setupLB6(e); err != nil {
 			return nil, err
 		}
-		syns = append(syns, tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, 128, "syn"))
+		syns = append(syns, tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6, 40000, 443, 128, "syn"),
+			tcpFrameFlags6(dptest.RtrMAC, dptest.ExtMAC, benchClient6, lbVIP6N, 40000, 80, 128, "syn"))
 		// The IPv6 table as full as the IPv4 one, so the new-flow row
 		// misses in a table of the same size.
 		if err := e.FillConns6(lbConnFill, netip.MustParseAddr(lbVIP6), 443, 100, now); err != nil {
@@ -414,13 +438,39 @@ func setupLB(e *dataplane.Edge, n int, hz uint32) error {
 }
 
 // setupLB6 programs the IPv6 VIP lbVIP6 (tcp:443 -> setupLB's encap
-// table 1, its one guest), after setupLB.
+// table 1, its one guest) and the IPv6 nat VIP lbVIP6N (tcp:80 -> table
+// lbNAT6Table, one nat backend lbBackend6:8080 in the slot after
+// setupLB's 100 nat backends and guest), after setupLB.
 func setupLB6(e *dataplane.Edge) error {
 	v := netip.MustParseAddr(lbVIP6)
 	if err := e.PutListener(dataplane.Listener{VIP: v, Proto: dataplane.ProtoTCP, Port: 443}, dataplane.ListenerValue{Table: 1}); err != nil {
 		return err
 	}
-	return e.PutVIP(v)
+	if err := e.PutVIP(v); err != nil {
+		return err
+	}
+	const slot = 101
+	be := netip.MustParseAddr(lbBackend6)
+	if err := e.SetBackend(slot, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: be, Port: 8080, Gen: 1}); err != nil {
+		return err
+	}
+	one := make([]uint32, 307)
+	for i := range one {
+		one[i] = slot
+	}
+	if err := e.SetTable(lbNAT6Table, one); err != nil {
+		return err
+	}
+	n := netip.MustParseAddr(lbVIP6N)
+	if err := e.PutListener(dataplane.Listener{VIP: n, Proto: dataplane.ProtoTCP, Port: 80}, dataplane.ListenerValue{Table: lbNAT6Table}); err != nil {
+		return err
+	}
+	// The reverse entry the reply row measures.
+	if err := e.PutNATConn(dataplane.NATConn{Backend: netip.AddrPortFrom(be, 8080), Client: netip.MustParseAddrPort("[" + benchClient6 + "]:40000"),
+		VIP: netip.AddrPortFrom(n, 80), Proto: dataplane.ProtoTCP}); err != nil {
+		return err
+	}
+	return e.PutVIP(n)
 }
 
 // bigConnTable loads an edge with an n-entry connection table, fills it,

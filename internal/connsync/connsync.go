@@ -613,11 +613,21 @@ func (s *Syncer) translate(e *entry, now uint32, hz uint64) (dataplane.SyncedCon
 	c := dataplane.SyncedConn{Key: e.key(),
 		Backend: uint16(idx), Gen: be.Gen, Last: now - uint32(uint64(e.ageMS)*hz/1000), State: e.state, FID: e.fid}
 	if be.Mode == dataplane.ModeNAT {
-		if e.v6 {
-			return dataplane.SyncedConn{}, false // an IPv6 VIP is encap only: not this backend
-		}
 		c.NAT = true
-		c.BAddr = dataplane.AddrWord(be.Addr)
+		if e.v6 {
+			// An IPv6 VIP's nat backend: its reverse entry in
+			// lb_nat_conns6. A backend of the other family is not
+			// this entry's (the model refuses one).
+			w, ok := dataplane.AddrWords6(be.Addr)
+			if !ok {
+				return dataplane.SyncedConn{}, false
+			}
+			c.BAddr6 = w
+		} else if !be.Addr.Is4() {
+			return dataplane.SyncedConn{}, false
+		} else {
+			c.BAddr = dataplane.AddrWord(be.Addr)
+		}
 		c.BPort = e.dport // the backend has no port of its own: the VIP's
 		if be.Port != 0 {
 			c.BPort = dataplane.PortWord(be.Port)

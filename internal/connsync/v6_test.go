@@ -335,3 +335,48 @@ func TestIPv6ToOldServer(t *testing.T) {
 		t.Fatalf("a's metrics %+v", m)
 	}
 }
+
+// TestIPv6NATInsertTranslated: an IPv6 VIP's nat connection (issue 21)
+// syncs as an IPv4 one does: the entry A's data plane reports appears on
+// B in B's slot and generation of the same IPv6 nat backend, with the
+// reverse entry (lb_nat_conns6) rebuilt from the backend's IPv6 address
+// and port, so B translates the backend's replies to the VIP and port.
+func TestIPv6NATInsertTranslated(t *testing.T) {
+	const ownerNAT6 = uint64(0x9999_aaaa_bbbb_cccc)
+	be6 := netip.MustParseAddr("2001:db8:be::1")
+	c := newCluster(t)
+	a := c.add("a", 0, 1)
+	b := c.add("b", 10, 7)
+	for _, m := range []*member{a, b} {
+		slot, gen := m.slots[ownerNAT]+5, m.gens[ownerNAT]+2
+		if err := m.edge.SetBackend(slot, dataplane.LBBackend{Mode: dataplane.ModeNAT, Addr: be6, Port: 8080, Gen: gen, Owner: ownerNAT6}); err != nil {
+			t.Fatal(err)
+		}
+		m.slots[ownerNAT6], m.gens[ownerNAT6] = slot, gen
+	}
+	c.start(a, c.secret)
+	c.start(b, c.secret)
+	waitFor(t, "both ready", 5*time.Second, func() bool { return a.s.Ready() && b.s.Ready() })
+	waitFor(t, "a connected to b", 5*time.Second, func() bool {
+		ps := a.s.Status().Peers
+		return len(ps) == 1 && ps[0].Connected
+	})
+	a.ev.ch <- dataplane.ConnEvent{Key: key6(4000), Backend: uint16(a.slots[ownerNAT6]), Gen: a.gens[ownerNAT6],
+		Last: uint32(clock.Jiffies()), State: dataplane.ConnSYN, FID: 0x21, Kind: dataplane.ConnEventNew}
+	var got dataplane.ConnEntry
+	waitFor(t, "the IPv6 nat entry on b", 3*time.Second, func() bool {
+		var err error
+		got, err = b.edge.LookupConn(key6(4000))
+		return err == nil
+	})
+	if got.Backend != uint16(b.slots[ownerNAT6]) || got.Gen != b.gens[ownerNAT6] || got.State != dataplane.ConnSYN {
+		t.Fatalf("b's entry %+v: want b's slot %d generation %d, SYN", got, b.slots[ownerNAT6], b.gens[ownerNAT6])
+	}
+	v, err := b.edge.LookupNATConn(netip.AddrPortFrom(be6, 8080), netip.AddrPortFrom(client6, 4000), dataplane.ProtoTCP)
+	if err != nil || v != netip.AddrPortFrom(vip6, 443) {
+		t.Fatalf("IPv6 nat reverse entry on b: %v %v, want [%v]:443", v, err, vip6)
+	}
+	if bm := b.s.Status().Metrics; bm.Unmapped != 0 {
+		t.Fatalf("b's metrics %+v: none unmapped", bm)
+	}
+}

@@ -204,18 +204,21 @@ type SyncedConn struct {
 	Last       uint32
 	State, FID uint8
 	NAT        bool
-	BAddr      uint32 // raw word, as ConnKey
-	BPort      uint16 // raw (network order), as ConnKey
+	BAddr      uint32    // raw word, as ConnKey
+	BAddr6     [4]uint32 // an IPv6 VIP's (Key.V6) nat backend: raw words, as ConnKey's Src6
+	BPort      uint16    // raw (network order), as ConnKey
 }
 
 // connBufs are ApplyConns' batch buffers (one caller at a time per buffer set).
 type connBufs struct {
-	keys  []edgeCtKey
-	vals  []edgeCtEntry
-	nkeys []edgeNatRkey
-	nvals []edgeNatRentry
-	keys6 []edgeCtKey6
-	vals6 []edgeCtEntry
+	keys   []edgeCtKey
+	vals   []edgeCtEntry
+	nkeys  []edgeNatRkey
+	nvals  []edgeNatRentry
+	keys6  []edgeCtKey6
+	vals6  []edgeCtEntry
+	nkeys6 []edgeNatRkey6
+	nvals6 []edgeNatRentry6
 }
 
 // ApplyConns writes entries received from a peer (last writer wins: a
@@ -232,13 +235,14 @@ func (e *Edge) ApplyConns(cs []SyncedConn) error {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
 	b.keys, b.vals, b.nkeys, b.nvals = b.keys[:0], b.vals[:0], b.nkeys[:0], b.nvals[:0]
-	b.keys6, b.vals6 = b.keys6[:0], b.vals6[:0]
+	b.keys6, b.vals6, b.nkeys6, b.nvals6 = b.keys6[:0], b.vals6[:0], b.nkeys6[:0], b.nvals6[:0]
 	for i := range cs {
 		c := &cs[i]
 		if c.Key.V6 {
-			// An IPv6 VIP is encap only (no reverse entry).
 			if c.NAT {
-				return fmt.Errorf("apply synced connection %v: an IPv6 VIP has no nat mode", c.Key)
+				b.nkeys6 = append(b.nkeys6, edgeNatRkey6{Baddr: edgeIpAddr{A: c.BAddr6}, Caddr: edgeIpAddr{A: c.Key.Src6},
+					Bport: c.BPort, Cport: c.Key.Sport, Proto: c.Key.Proto})
+				b.nvals6 = append(b.nvals6, edgeNatRentry6{Vip: edgeIpAddr{A: c.Key.Dst6}, Vport: c.Key.Dport})
 			}
 			b.keys6 = append(b.keys6, c.Key.ct6())
 			b.vals6 = append(b.vals6, edgeCtEntry{Backend: c.Backend, Gen: c.Gen, State: c.State, Fid: c.FID, Last: c.Last})
@@ -262,6 +266,14 @@ func (e *Edge) ApplyConns(cs []SyncedConn) error {
 	if len(b.keys) > 0 {
 		if _, err := e.objs.LbConns.BatchUpdate(b.keys, b.vals, nil); err != nil {
 			return fmt.Errorf("apply synced connection entries: %w", err)
+		}
+	}
+	if len(b.nkeys6) > 0 {
+		if e.objs.LbNatConns6 == nil {
+			return errors.New("apply synced IPv6 nat reverse entries: these objects have none")
+		}
+		if _, err := e.objs.LbNatConns6.BatchUpdate(b.nkeys6, b.nvals6, nil); err != nil {
+			return fmt.Errorf("apply synced IPv6 nat reverse entries: %w", err)
 		}
 	}
 	if len(b.keys6) > 0 {
@@ -364,8 +376,17 @@ func (e *Edge) LookupConn(k ConnKey) (ConnEntry, error) {
 	return ConnEntry{Key: k, Backend: v.Backend, Gen: v.Gen, Last: v.Last, State: v.State, FID: v.Fid}, nil
 }
 
-// LookupNATConn reads the reverse entry of replies from backend to client.
+// LookupNATConn reads the reverse entry of replies from backend to client
+// (lb_nat_conns, or lb_nat_conns6 for IPv6 addresses).
 func (e *Edge) LookupNATConn(backend, client netip.AddrPort, proto uint8) (netip.AddrPort, error) {
+	if natFamily(backend.Addr(), client.Addr()) == 6 && e.objs.LbNatConns6 != nil {
+		k, _ := natConnKV6(NATConn{Backend: backend, Client: client, Proto: proto})
+		var v edgeNatRentry6
+		if err := e.objs.LbNatConns6.Lookup(&k, &v); err != nil {
+			return netip.AddrPort{}, err
+		}
+		return netip.AddrPortFrom(addrFrom(v.Vip, 10), be16(v.Vport)), nil
+	}
 	k := edgeNatRkey{Baddr: ip4word(backend.Addr()), Caddr: ip4word(client.Addr()), Bport: be16(backend.Port()), Cport: be16(client.Port()), Proto: proto}
 	var v edgeNatRentry
 	if err := e.objs.LbNatConns.Lookup(&k, &v); err != nil {
@@ -376,6 +397,15 @@ func (e *Edge) LookupNATConn(backend, client netip.AddrPort, proto uint8) (netip
 
 // AddrWord is an IPv4 address as the maps store it (ConnKey's words).
 func AddrWord(a netip.Addr) uint32 { return ip4word(a) }
+
+// AddrWords6 is an IPv6 address as the maps store it (ConnKey's Src6
+// words); false for any other address.
+func AddrWords6(a netip.Addr) ([4]uint32, bool) {
+	if !plain6(a) {
+		return [4]uint32{}, false
+	}
+	return ip6addr(a).A, true
+}
 
 // PortWord is a host-order port as the maps store it (network order).
 func PortWord(p uint16) uint16 { return be16(p) }

@@ -290,7 +290,47 @@ func TestApplyConns6(t *testing.T) {
 	if !found {
 		t.Fatalf("dump %+v: no IPv6 entry for %v on h", dumped, key)
 	}
-	if err := b.edge.ApplyConns([]SyncedConn{{Key: key, Backend: uint16(b.idx["n"]), Gen: 1, Last: now, State: ConnEST, NAT: true}}); err == nil {
-		t.Fatal("a nat IPv6 entry was accepted")
+}
+
+// TestApplyConnsNAT6: a synced IPv6 nat connection (issue 21) writes its
+// entry and its reverse entry (lb_nat_conns6): the client's next segment
+// goes to the entry's backend, DNATed, and the backend's reply (an ACK:
+// not the fallback's SYN-ACK) leaves SNATed from the VIP and port.
+func TestApplyConnsNAT6(t *testing.T) {
+	b := newNAT6Bed(t)
+	e := b.edge
+	probe := pkt6{src: client6, dst: vipN6, proto: nhTCP, sport: 42000, dport: 80, tcpFlags: tcpSYN}
+	runFixtures(t, b.env, edgeProg{e}, e, []fixture{
+		{name: "a probe flow: tells the jiffies", dev: dptest.ExtDev, in: inet6(probe.ip()), action: xdpRedirect,
+			stats: map[string]uint64{"lb_nat_tx": 1}},
+	})
+	pe, err := e.LookupConn(MakeConnKey(addr(client6), addr(vipN6), 42000, 80, ProtoTCP))
+	if err != nil {
+		t.Fatal(err)
 	}
+	w, ok := AddrWords6(addr(beA6))
+	if !ok {
+		t.Fatal("AddrWords6 refused an IPv6 address")
+	}
+	key := MakeConnKey(addr(client6), addr(vipN6), 42001, 80, ProtoTCP)
+	if err := e.ApplyConns([]SyncedConn{{Key: key, Backend: uint16(b.idx["a6"]), Gen: 1, Last: pe.Last, State: ConnEST, FID: 9,
+		NAT: true, BAddr6: w, BPort: be16(8080)}}); err != nil {
+		t.Fatal(err)
+	}
+	vip, err := e.LookupNATConn(netip.MustParseAddrPort("["+beA6+"]:8080"), netip.MustParseAddrPort("["+client6+"]:42001"), ProtoTCP)
+	if err != nil || vip != netip.MustParseAddrPort("["+vipN6+"]:80") {
+		t.Fatalf("reverse entry %v (%v), want [%s]:80", vip, err, vipN6)
+	}
+	ack := pkt6{src: client6, dst: vipN6, proto: nhTCP, sport: 42001, dport: 80, tcpFlags: tcpACK}
+	ackOut := ack.withDst(beA6)
+	ackOut.dport = 8080
+	reply := pkt6{src: beA6, dst: client6, proto: nhTCP, sport: 8080, dport: 42001, tcpFlags: tcpACK}
+	replyOut := reply.withSrc(vipN6)
+	replyOut.sport = 80
+	runFixtures(t, b.env, edgeProg{e}, e, []fixture{
+		{name: "the synced flow's ACK: DNAT66 to beA6:8080", dev: dptest.ExtDev, in: inet6(ack.ip()), action: xdpRedirect,
+			out: toBackend6(ackOut.ip()), stats: map[string]uint64{"lb_nat_tx": 1}},
+		{name: "the backend's ACK: SNAT66 by the synced reverse entry", dev: dptest.UlDev, in: ul6(reply.ip()), action: xdpRedirect,
+			out: toClient6(replyOut.ip()), stats: map[string]uint64{"lb_reply_tx": 1}},
+	})
 }

@@ -80,6 +80,7 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	size(edgeMapLbConns, o.ConnMax)
 	size(edgeMapLbNatConns, o.ConnMax) // a reverse entry per nat connection
 	size(edgeMapLbConns6, conns6(o))
+	size(edgeMapLbNatConns6, conns6(o)) // a reverse entry per IPv6 nat connection
 	size(edgeMapDriftFlows, o.DriftFlows)
 	size(edgeMapLbListeners, o.ListenerMax)
 	// IPv6 VIPs' exact-port listeners: LB_LISTENERS6_MAX (a quarter of
@@ -89,6 +90,11 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	}
 	for _, n := range backendSized {
 		size(n, o.BackendMax)
+	}
+	// lb_nat_backends6: an IPv6 nat backend of one VIP and port, and an
+	// IPv6 nat backend slot's address (bpf/lib/maps.h): twice BackendMax.
+	if o.BackendMax > 0 {
+		size(edgeMapLbNatBackends6, 2*o.BackendMax)
 	}
 }
 

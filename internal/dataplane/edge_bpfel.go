@@ -436,6 +436,9 @@ type edgeLb6Room struct {
 		K  edgeCtKey6
 		Lk edgeLbKey6
 		Rk edgeLbRkey6
+		Nk edgeNatRkey6
+		Nb edgeNatBkey6
+		Nv edgeNatRentry6
 	}
 	P6 struct {
 		_ structs.HostLayout
@@ -459,10 +462,12 @@ type edgeLb6Room struct {
 		Saddr edgeIpAddr
 		Daddr edgeIpAddr
 	}
-	Host uint32
-	Vsid uint32
-	Fin  uint32
-	Idx  uint32
+	Host     uint32
+	Vsid     uint32
+	Fin      uint32
+	Idx      uint32
+	NatBport uint32
+	NatFp    uint32
 }
 
 type edgeLbBackend struct {
@@ -579,9 +584,24 @@ type edgeNatBkey struct {
 	Pad   uint8
 }
 
+type edgeNatBkey6 struct {
+	_     structs.HostLayout
+	Baddr edgeIpAddr
+	Bport uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type edgeNatRentry struct {
 	_     structs.HostLayout
 	Vip   uint32
+	Vport uint16
+	Pad   uint16
+}
+
+type edgeNatRentry6 struct {
+	_     structs.HostLayout
+	Vip   edgeIpAddr
 	Vport uint16
 	Pad   uint16
 }
@@ -590,6 +610,16 @@ type edgeNatRkey struct {
 	_     structs.HostLayout
 	Baddr uint32
 	Caddr uint32
+	Bport uint16
+	Cport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type edgeNatRkey6 struct {
+	_     structs.HostLayout
+	Baddr edgeIpAddr
+	Caddr edgeIpAddr
 	Bport uint16
 	Cport uint16
 	Proto uint8
@@ -720,7 +750,9 @@ const (
 	edgeMapLbListeners      = "lb_listeners"
 	edgeMapLbListeners6     = "lb_listeners6"
 	edgeMapLbNatBackends    = "lb_nat_backends"
+	edgeMapLbNatBackends6   = "lb_nat_backends6"
 	edgeMapLbNatConns       = "lb_nat_conns"
+	edgeMapLbNatConns6      = "lb_nat_conns6"
 	edgeMapLbRanges         = "lb_ranges"
 	edgeMapLbRanges6        = "lb_ranges6"
 	edgeMapLbTableOwner     = "lb_table_owner"
@@ -846,7 +878,9 @@ type edgeMapSpecs struct {
 	LbListeners      *ebpf.MapSpec `ebpf:"lb_listeners"`
 	LbListeners6     *ebpf.MapSpec `ebpf:"lb_listeners6"`
 	LbNatBackends    *ebpf.MapSpec `ebpf:"lb_nat_backends"`
+	LbNatBackends6   *ebpf.MapSpec `ebpf:"lb_nat_backends6"`
 	LbNatConns       *ebpf.MapSpec `ebpf:"lb_nat_conns"`
+	LbNatConns6      *ebpf.MapSpec `ebpf:"lb_nat_conns6"`
 	LbRanges         *ebpf.MapSpec `ebpf:"lb_ranges"`
 	LbRanges6        *ebpf.MapSpec `ebpf:"lb_ranges6"`
 	LbTableOwner     *ebpf.MapSpec `ebpf:"lb_table_owner"`
@@ -946,7 +980,9 @@ type edgeMaps struct {
 	LbListeners      *ebpf.Map `ebpf:"lb_listeners"`
 	LbListeners6     *ebpf.Map `ebpf:"lb_listeners6"`
 	LbNatBackends    *ebpf.Map `ebpf:"lb_nat_backends"`
+	LbNatBackends6   *ebpf.Map `ebpf:"lb_nat_backends6"`
 	LbNatConns       *ebpf.Map `ebpf:"lb_nat_conns"`
+	LbNatConns6      *ebpf.Map `ebpf:"lb_nat_conns6"`
 	LbRanges         *ebpf.Map `ebpf:"lb_ranges"`
 	LbRanges6        *ebpf.Map `ebpf:"lb_ranges6"`
 	LbTableOwner     *ebpf.Map `ebpf:"lb_table_owner"`
@@ -1012,7 +1048,9 @@ func (m *edgeMaps) Close() error {
 		m.LbListeners,
 		m.LbListeners6,
 		m.LbNatBackends,
+		m.LbNatBackends6,
 		m.LbNatConns,
+		m.LbNatConns6,
 		m.LbRanges,
 		m.LbRanges6,
 		m.LbTableOwner,

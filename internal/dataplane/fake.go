@@ -422,7 +422,15 @@ type FakeNATBackends struct {
 	NATM map[NATBackend]netip.AddrPort
 }
 
+// PutNATBackend refuses what the real map refuses: a protocol neither TCP
+// nor UDP, a VIP of another family than the backend's.
 func (f *FakeNATBackends) PutNATBackend(b NATBackend, vip netip.AddrPort) error {
+	if b.Proto != ProtoTCP && b.Proto != ProtoUDP {
+		return fmt.Errorf("nat backend %v port %d: protocol %d is neither TCP nor UDP", b.Addr, b.Port, b.Proto)
+	}
+	if natFamily(b.Addr, vip.Addr()) == 0 {
+		return fmt.Errorf("nat backend %v port %d: VIP %v is not of the backend's family", b.Addr, b.Port, vip)
+	}
 	f.nmu.Lock()
 	defer f.nmu.Unlock()
 	f.NATM[b] = vip

@@ -556,12 +556,57 @@ func (e *Edge) Table(slot uint32) ([]uint32, error) {
 	return out[:n], nil
 }
 
+// SetBackend writes backend slot idx. An IPv6 nat backend's address,
+// which lb_backends' 4-byte addr cannot hold, is written first under its
+// slot's key in lb_nat_backends6 (natSlotKey6; the data plane's
+// lb6_nat_addr), and taken away when the slot holds anything else: a
+// slot never points at an address it no longer has.
 func (e *Edge) SetBackend(idx uint32, b LBBackend) error {
 	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen, Mode: b.Mode, Owner: b.Owner}
 	if b.Down {
 		v.Flags |= 1
 	}
+	sk := natSlotKey6(idx)
+	m6 := e.objs.LbNatBackends6 // nil in an earlier release's objects
+	switch {
+	case b.Mode == ModeNAT && plain6(b.Addr) && m6 == nil:
+		return fmt.Errorf("backend slot %d: %v: these objects have no IPv6 nat backends", idx, b.Addr)
+	case b.Mode == ModeNAT && plain6(b.Addr):
+		if err := m6.Update(&sk, &edgeNatRentry6{Vip: ip6addr(b.Addr)}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("backend slot %d: its IPv6 address: %w", idx, err)
+		}
+	case m6 != nil:
+		if err := m6.Delete(&sk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("backend slot %d: its old IPv6 address: %w", idx, err)
+		}
+	}
 	return e.objs.LbBackends.Update(idx, &v, ebpf.UpdateAny)
+}
+
+// natSlotKey6 is lb_nat_backends6's key of backend slot idx's IPv6
+// address (bpf/lib/lb.h lb6_nat_addr: the address's last word the slot
+// index, in host order, the rest, the port and the protocol 0).
+func natSlotKey6(idx uint32) edgeNatBkey6 {
+	var k edgeNatBkey6
+	k.Baddr.A[3] = idx
+	return k
+}
+
+// backendOf is the LBBackend of slot idx's value v (an IPv6 nat
+// backend's address from lb_nat_backends6).
+func (e *Edge) backendOf(idx uint32, v *edgeLbBackend) LBBackend {
+	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
+	if v.Guest != 0 {
+		b.Guest = wordIP4(v.Guest)
+	}
+	if v.Mode == ModeNAT && v.Addr == 0 && e.objs.LbNatBackends6 != nil {
+		sk := natSlotKey6(idx)
+		var a edgeNatRentry6
+		if e.objs.LbNatBackends6.Lookup(&sk, &a) == nil {
+			b.Addr = addrFrom(a.Vip, 10)
+		}
+	}
+	return b
 }
 
 func (e *Edge) Backend(idx uint32) (LBBackend, error) {
@@ -569,11 +614,7 @@ func (e *Edge) Backend(idx uint32) (LBBackend, error) {
 	if err := e.objs.LbBackends.Lookup(idx, &v); err != nil {
 		return LBBackend{}, err
 	}
-	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
-	if v.Guest != 0 {
-		b.Guest = wordIP4(v.Guest)
-	}
-	return b, nil
+	return e.backendOf(idx, &v), nil
 }
 
 func (e *Edge) Backends() (map[uint32]LBBackend, error) {
@@ -588,11 +629,7 @@ func (e *Edge) Backends() (map[uint32]LBBackend, error) {
 			if v.Owner == 0 {
 				continue
 			}
-			b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
-			if v.Guest != 0 {
-				b.Guest = wordIP4(v.Guest)
-			}
-			out[keys[i]] = b
+			out[keys[i]] = e.backendOf(keys[i], &v)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return out, nil
@@ -621,34 +658,101 @@ func (e *Edge) TableOwners() (map[uint32]uint64, error) {
 }
 
 // PutNATConn writes a nat connection's reverse entry, as the data plane
-// does on a connection's first packet (tests, benchmarks).
+// does on a connection's first packet (tests, benchmarks): in
+// lb_nat_conns, or lb_nat_conns6 for an IPv6 connection (all three
+// addresses of one family).
 func (e *Edge) PutNATConn(c NATConn) error {
-	k := edgeNatRkey{Baddr: ip4word(c.Backend.Addr()), Caddr: ip4word(c.Client.Addr()), Bport: be16(c.Backend.Port()),
-		Cport: be16(c.Client.Port()), Proto: c.Proto}
-	return e.objs.LbNatConns.Update(&k, &edgeNatRentry{Vip: ip4word(c.VIP.Addr()), Vport: be16(c.VIP.Port())}, ebpf.UpdateAny)
+	switch natFamily(c.Backend.Addr(), c.Client.Addr(), c.VIP.Addr()) {
+	case 4:
+		k := edgeNatRkey{Baddr: ip4word(c.Backend.Addr()), Caddr: ip4word(c.Client.Addr()), Bport: be16(c.Backend.Port()),
+			Cport: be16(c.Client.Port()), Proto: c.Proto}
+		return e.objs.LbNatConns.Update(&k, &edgeNatRentry{Vip: ip4word(c.VIP.Addr()), Vport: be16(c.VIP.Port())}, ebpf.UpdateAny)
+	case 6:
+		if e.objs.LbNatConns6 == nil {
+			return errors.New("these objects have no IPv6 nat connections")
+		}
+		k, v := natConnKV6(c)
+		return e.objs.LbNatConns6.Update(&k, &v, ebpf.UpdateAny)
+	}
+	return fmt.Errorf("nat connection %v -> %v (VIP %v): the addresses are not of one family", c.Backend, c.Client, c.VIP)
+}
+
+// natFamily is 4 or 6 when every address is a plain one of that family
+// (IPv4; IPv6 neither IPv4-mapped nor zoned), else 0.
+func natFamily(as ...netip.Addr) int {
+	f := 0
+	for _, a := range as {
+		g := 0
+		switch {
+		case a.Is4():
+			g = 4
+		case plain6(a):
+			g = 6
+		}
+		if g == 0 || (f != 0 && g != f) {
+			return 0
+		}
+		f = g
+	}
+	return f
+}
+
+func natConnKV6(c NATConn) (edgeNatRkey6, edgeNatRentry6) {
+	return edgeNatRkey6{Baddr: ip6addr(c.Backend.Addr()), Caddr: ip6addr(c.Client.Addr()), Bport: be16(c.Backend.Port()),
+			Cport: be16(c.Client.Port()), Proto: c.Proto},
+		edgeNatRentry6{Vip: ip6addr(c.VIP.Addr()), Vport: be16(c.VIP.Port())}
 }
 
 func natBkey(b NATBackend) edgeNatBkey {
 	return edgeNatBkey{Baddr: ip4word(b.Addr), Bport: be16(b.Port), Proto: b.Proto}
 }
 
+func natBkey6(b NATBackend) edgeNatBkey6 {
+	return edgeNatBkey6{Baddr: ip6addr(b.Addr), Bport: be16(b.Port), Proto: b.Proto}
+}
+
+// PutNATBackend writes a nat backend of one VIP and port to the reply
+// path's stateless fallback: lb_nat_backends for IPv4, lb_nat_backends6
+// for IPv6 (the backend's and VIP's families must match; the protocol is
+// TCP or UDP: protocol 0 keys are the slots' addresses there).
 func (e *Edge) PutNATBackend(b NATBackend, vip netip.AddrPort) error {
-	if !b.Addr.Is4() || !vip.Addr().Is4() {
-		return fmt.Errorf("nat backend %v port %d: IPv4 only (VIP %v)", b.Addr, b.Port, vip)
+	if b.Proto != ProtoTCP && b.Proto != ProtoUDP {
+		return fmt.Errorf("nat backend %v port %d: protocol %d is neither TCP nor UDP", b.Addr, b.Port, b.Proto)
 	}
-	k := natBkey(b)
-	return e.objs.LbNatBackends.Update(&k, &edgeNatRentry{Vip: ip4word(vip.Addr()), Vport: be16(vip.Port())}, ebpf.UpdateAny)
+	switch natFamily(b.Addr, vip.Addr()) {
+	case 4:
+		k := natBkey(b)
+		return e.objs.LbNatBackends.Update(&k, &edgeNatRentry{Vip: ip4word(vip.Addr()), Vport: be16(vip.Port())}, ebpf.UpdateAny)
+	case 6:
+		if e.objs.LbNatBackends6 == nil {
+			return fmt.Errorf("nat backend %v: these objects have no IPv6 nat backends", b.Addr)
+		}
+		k := natBkey6(b)
+		return e.objs.LbNatBackends6.Update(&k, &edgeNatRentry6{Vip: ip6addr(vip.Addr()), Vport: be16(vip.Port())}, ebpf.UpdateAny)
+	}
+	return fmt.Errorf("nat backend %v port %d: VIP %v is not of the backend's family", b.Addr, b.Port, vip)
 }
 
 func (e *Edge) DeleteNATBackend(b NATBackend) error {
-	k := natBkey(b)
-	err := e.objs.LbNatBackends.Delete(&k)
+	var err error
+	switch {
+	case b.Addr.Is4():
+		k := natBkey(b)
+		err = e.objs.LbNatBackends.Delete(&k)
+	case plain6(b.Addr) && b.Proto != 0 && e.objs.LbNatBackends6 != nil:
+		k := natBkey6(b)
+		err = e.objs.LbNatBackends6.Delete(&k)
+	default:
+		return nil
+	}
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}
 	return err
 }
 
+// NATBackends lists both families' fallback entries (not the IPv6 slot
+// addresses lb_nat_backends6 also holds).
 func (e *Edge) NATBackends() (map[NATBackend]netip.AddrPort, error) {
 	out := map[NATBackend]netip.AddrPort{}
 	var k edgeNatBkey
@@ -657,10 +761,24 @@ func (e *Edge) NATBackends() (map[NATBackend]netip.AddrPort, error) {
 	for it.Next(&k, &v) {
 		out[NATBackend{Addr: wordIP4(k.Baddr), Port: be16(k.Bport), Proto: k.Proto}] = netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport))
 	}
+	if err := it.Err(); err != nil || e.objs.LbNatBackends6 == nil {
+		return out, err
+	}
+	var k6 edgeNatBkey6
+	var v6 edgeNatRentry6
+	it = e.objs.LbNatBackends6.Iterate()
+	for it.Next(&k6, &v6) {
+		if k6.Proto == 0 {
+			continue // a slot's address
+		}
+		out[NATBackend{Addr: addrFrom(k6.Baddr, 10), Port: be16(k6.Bport), Proto: k6.Proto}] =
+			netip.AddrPortFrom(addrFrom(v6.Vip, 10), be16(v6.Vport))
+	}
 	return out, it.Err()
 }
 
-// NATConns walks the nat reverse entries.
+// NATConns walks the nat reverse entries, IPv4 (lb_nat_conns) then IPv6
+// (lb_nat_conns6).
 func (e *Edge) NATConns(f func(NATConn) bool) error {
 	var k edgeNatRkey
 	var v edgeNatRentry
@@ -668,6 +786,20 @@ func (e *Edge) NATConns(f func(NATConn) bool) error {
 	for it.Next(&k, &v) {
 		c := NATConn{Backend: netip.AddrPortFrom(wordIP4(k.Baddr), be16(k.Bport)), Client: netip.AddrPortFrom(wordIP4(k.Caddr), be16(k.Cport)),
 			VIP: netip.AddrPortFrom(wordIP4(v.Vip), be16(v.Vport)), Proto: k.Proto}
+		if !f(c) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil || e.objs.LbNatConns6 == nil {
+		return err
+	}
+	var k6 edgeNatRkey6
+	var v6 edgeNatRentry6
+	it = e.objs.LbNatConns6.Iterate()
+	for it.Next(&k6, &v6) {
+		c := NATConn{Backend: netip.AddrPortFrom(addrFrom(k6.Baddr, 10), be16(k6.Bport)),
+			Client: netip.AddrPortFrom(addrFrom(k6.Caddr, 10), be16(k6.Cport)),
+			VIP:    netip.AddrPortFrom(addrFrom(v6.Vip, 10), be16(v6.Vport)), Proto: k6.Proto}
 		if !f(c) {
 			return nil
 		}

@@ -72,7 +72,7 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		want[edgeMapLbConns], want[edgeMapLbNatConns] = o.ConnMax, o.ConnMax
 	}
 	if c6 := conns6(o); c6 > 0 {
-		want[edgeMapLbConns6] = c6
+		want[edgeMapLbConns6], want[edgeMapLbNatConns6] = c6, c6
 	}
 	if o.DriftFlows > 0 {
 		want[edgeMapDriftFlows] = o.DriftFlows
@@ -85,6 +85,7 @@ func edgeSized(o LoadOptions, def map[string]uint32) map[string]uint32 {
 		for _, n := range backendSized {
 			want[n] = o.BackendMax
 		}
+		want[edgeMapLbNatBackends6] = 2 * o.BackendMax // the fallback's IPv6 keys and the slots' addresses
 	}
 	return want
 }
@@ -137,6 +138,10 @@ func TestMapMemory(t *testing.T) {
 	}
 	if entries[edgeMapLbConns6]*4 != entries[edgeMapLbConns] {
 		t.Errorf("lb_conns6 holds %d entries by default, not a quarter of lb_conns' %d", entries[edgeMapLbConns6], entries[edgeMapLbConns])
+	}
+	if entries[edgeMapLbNatConns6] != entries[edgeMapLbConns6] || entries[edgeMapLbNatBackends6] != 2*entries[edgeMapLbNatBackends] {
+		t.Errorf("lb_nat_conns6 holds %d entries, lb_nat_backends6 %d by default: want lb_conns6's %d and twice lb_nat_backends' %d",
+			entries[edgeMapLbNatConns6], entries[edgeMapLbNatBackends6], entries[edgeMapLbConns6], entries[edgeMapLbNatBackends])
 	}
 	// Below 64k EIPs, --eip-max caps the limits' maps too.
 	tiny := LoadOptions{EIPMax: 8192}

@@ -100,6 +100,8 @@ var mapClasses = map[string]MapClass{
 	// A nat connection's reply tuple -> its VIP and port: without it the
 	// replies of a backend serving two VIPs or ports leave untranslated.
 	"lb_nat_conns": ClassRequired,
+	// The same for IPv6 VIPs' nat connections.
+	"lb_nat_conns6": ClassRequired,
 	// The agent's VIP flows: without them replies leave with the guest's
 	// own address.
 	"agent_flows": ClassRequired,

@@ -148,7 +148,7 @@ func TestEdgeIPv6VIP(t *testing.T) {
 		drop("tcp 8101: past the range", ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 8101, 0x02)), "drop_lb_no_port"),
 		drop("icmpv6 echo: no listener", ip6Hdr(client6, vip6s, nhICMPv6, icmp6(128, 12)), "drop_lb_no_port"),
 		drop("a listener whose table is empty", ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 9000, 0x02)), "drop_lb_no_backend"),
-		drop("a nat backend: an IPv6 VIP is encap only", ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 9001, 0x02)), "drop_lb_no_backend"),
+		drop("a nat backend without an IPv6 address (IPv4 beA)", ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 9001, 0x02)), "drop_lb_no_backend"),
 		drop("source in the region's prefix", ip6Hdr("2001:db8:e1:ffff::1", vip6s, nhTCP, tcp6(1, 443, 0x02)), "drop_spoof_own"),
 		drop("unique-local source", ip6Hdr("fd12:3456::1", vip6s, nhTCP, tcp6(1, 443, 0x02)), "drop_spoof_bogon"),
 		drop("the VIP itself as source", ip6Hdr(vip6s, vip6s, nhTCP, tcp6(1, 443, 0x02)), "drop_spoof_own"),

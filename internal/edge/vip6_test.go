@@ -203,3 +203,62 @@ func TestLBIPv6VIPOnKernelMaps(t *testing.T) {
 		t.Fatal("no failure was injected")
 	}
 }
+
+// TestServicesIPv6NAT: the reconciler programs an IPv6 VIP in mode nat
+// (issue 21): nat mode on, the VIP's listener, a table over its nat
+// backends (their IPv6 addresses and ports, mode nat), the fallback's
+// IPv6 key, health checks to the backends' IPv6 addresses directly (no
+// tunnel); the service's deletion removes it.
+func TestServicesIPv6NAT(t *testing.T) {
+	fake := dataplane.NewFakeLB()
+	r := NewReconciler(Config{Name: "edge-a1", Log: quiet, HashSeed: 7}, fake)
+	var checks []health.Target
+	r.OnTargets = func(ts []health.Target) { checks = ts }
+	svc := &model.Service{Name: "dmz6", VIP: a("2001:db8:a::86"), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "p"}},
+		Pools: []model.Pool{{Name: "p", Backends: []model.Backend{{Address: a("2001:db8:be::1"), Port: 8080}, {Address: a("fd00:be::2"), Port: 8080}},
+			Health: &model.HealthCheck{Type: "tcp"}}}}
+	load(t, r, 10, append(region6(), svc)...)
+	if len(r.errs) != 0 {
+		t.Fatalf("errors %v", r.errs)
+	}
+	vip := a("2001:db8:a::86")
+	if !fake.VIPSet[vip] || !fake.LB.NAT {
+		t.Fatalf("VIPs %v, nat mode %v: want %v, on", fake.VIPSet, fake.LB.NAT, vip)
+	}
+	l, ok := fake.ListenerM[dataplane.Listener{VIP: vip, Proto: dataplane.ProtoTCP, Port: 80}]
+	if !ok {
+		t.Fatalf("listeners %v", fake.ListenerM)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, idx := range fake.Tables[l.Table] {
+		b := fake.BackendM[idx]
+		if b.Mode != dataplane.ModeNAT || b.Port != 8080 || !b.Addr.Is6() {
+			t.Fatalf("backend %+v: want an IPv6 nat backend on 8080", b)
+		}
+		seen[b.Addr] = true
+	}
+	if len(seen) != 2 || !seen[a("2001:db8:be::1")] || !seen[a("fd00:be::2")] {
+		t.Fatalf("the table names %v", seen)
+	}
+	fb, _ := fake.NATBackends()
+	if fb[dataplane.NATBackend{Addr: a("2001:db8:be::1"), Port: 8080, Proto: dataplane.ProtoTCP}] != netip.MustParseAddrPort("[2001:db8:a::86]:80") {
+		t.Fatalf("fallback %v", fb)
+	}
+	if len(checks) != 2 {
+		t.Fatalf("health targets %+v", checks)
+	}
+	for _, c := range checks {
+		if !seen[c.Addr.Addr()] || c.Addr.Port() != 8080 || c.Tunnel != nil {
+			t.Fatalf("health target %+v: want a backend's IPv6 address, port 8080, directly", c)
+		}
+	}
+	r.Delete(model.KindService, "dmz6", 11)
+	r.Commit(11, false)
+	if fake.VIPSet[vip] || len(fake.ListenerM) != 0 {
+		t.Fatalf("after delete: VIPs %v listeners %v", fake.VIPSet, fake.ListenerM)
+	}
+	if fb, _ := fake.NATBackends(); len(fb) != 0 {
+		t.Fatalf("fallback after delete %v", fb)
+	}
+}

@@ -269,3 +269,67 @@ func TestProbesIPv6(t *testing.T) {
 		t.Errorf("HTTP Host %q, want %q", h, httpAddr)
 	}
 }
+
+// TestDirectProbeIPv6: an IPv6 nat backend (issue 21) is checked as the
+// manager checks any target without a tunnel (Target.dial, directly):
+// "tcp" and "udp" to an IPv6 address on [::1] reach real listeners, and
+// a closed port and a silent UDP port are down.
+func TestDirectProbeIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here (%v): the backend listens on [::1]", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	udp, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udp.WriteTo(buf[:n], from)
+		}
+	}()
+	silent, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	l, _ := net.Listen("tcp6", "[::1]:0")
+	closed := addrOf(t, l.Addr().String())
+	l.Close()
+	for _, c := range []struct {
+		name string
+		addr netip.AddrPort
+		typ  string
+		up   bool
+	}{
+		{"tcp open", addrOf(t, ln.Addr().String()), "tcp", true},
+		{"tcp refused", closed, "tcp", false},
+		{"udp answers", addrOf(t, udp.LocalAddr().String()), "udp", true},
+		{"udp silent", addrOf(t, silent.LocalAddr().String()), "udp", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			tg := Target{Service: "web6", Pool: "p", Backend: c.addr.String(), Addr: c.addr, Check: model.HealthCheck{Type: c.typ}}
+			if err := ProbeWith(ctx, tg.dial, tg.Addr, tg.Check, nil); (err == nil) != c.up {
+				t.Fatalf("probe of %v says %v, want up=%v", c.addr, err, c.up)
+			}
+		})
+	}
+}

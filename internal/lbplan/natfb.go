@@ -9,7 +9,9 @@ import (
 )
 
 // NATBackendsMax is the size of the reply path's stateless fallback map
-// (LB_NAT_BACKENDS_MAX, lb_nat_backends).
+// (LB_NAT_BACKENDS_MAX, lb_nat_backends), per family: IPv6 backends'
+// keys are in lb_nat_backends6, which holds as many (and the IPv6 nat
+// backend slots' addresses beside them).
 const NATBackendsMax = 65536
 
 // NATBackend is a nat-mode backend as its replies leave it: address, port
@@ -41,7 +43,8 @@ type NATBackend struct {
 // A key of two VIPs or two ports is ambiguous too. Ambiguous keys are
 // left out (the reply waits for the synced entry, as before), and so are
 // keys over limit (NATBackendsMax, or the edge's --backend-max: in key
-// order); left is how many.
+// order, per family); left is how many. IPv6 VIPs' nat backends give
+// keys by the same rule (an IPv6 backend, lb_nat_backends6).
 func natBackends(p *Plan, limit int) (map[NATBackend]netip.AddrPort, int) {
 	type ap struct {
 		addr  netip.Addr
@@ -58,7 +61,10 @@ func natBackends(p *Plan, limit int) (map[NATBackend]netip.AddrPort, int) {
 		}
 		for _, b := range pl.Backends {
 			t := b.Target
-			if t.Mode != ModeNAT || !t.Addr.Is4() {
+			// A backend of the VIP's family (model.Validate refuses
+			// another): IPv4 keys in lb_nat_backends, IPv6 keys in
+			// lb_nat_backends6.
+			if t.Mode != ModeNAT || !t.Addr.IsValid() || t.Addr.Is4() != l.VIP.Is4() {
 				continue
 			}
 			switch {
@@ -95,12 +101,18 @@ func natBackends(p *Plan, limit int) (map[NATBackend]netip.AddrPort, int) {
 	slices.SortFunc(keep, func(a, b NATBackend) int {
 		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
 	})
-	if len(keep) > limit {
-		left += len(keep) - limit
-		keep = keep[:limit]
-	}
 	out := make(map[NATBackend]netip.AddrPort, len(keep))
+	n4, n6 := 0, 0 // each family's map holds limit keys
 	for _, k := range keep {
+		n := &n4
+		if k.Addr.Is6() {
+			n = &n6
+		}
+		if *n == limit {
+			left++
+			continue
+		}
+		*n++
 		for v := range cand[k] {
 			out[k] = v
 		}

@@ -1,6 +1,7 @@
 package lbplan
 
 import (
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -68,5 +69,60 @@ func TestNATBackends(t *testing.T) {
 	if p := Build(Input{Services: services(), Hosts: hosts(), Seed: 7}); len(p.NATBackends) != 2 ||
 		p.NATBackends[NATBackend{Addr: a("198.19.200.3"), Port: 8443, Proto: 6}] != ap("198.51.100.30:443") {
 		t.Errorf("fallback %v", p.NATBackends)
+	}
+}
+
+// TestNATBackends6: IPv6 VIPs' nat backends (issue 21) get fallback keys
+// by the same rule (lb_nat_backends6), beside the IPv4 ones; the limit
+// holds per family (each map holds it), the left-out count is shared; a
+// health-checked IPv6 nat backend is checked at its IPv6 address.
+func TestNATBackends6(t *testing.T) {
+	be := func(addr string, port uint16) model.Backend { return model.Backend{Address: a(addr), Port: port} }
+	nat := func(name, vip string, port uint16, bs ...model.Backend) *model.Service {
+		return &model.Service{Name: name, VIP: a(vip), Mode: model.ModeNAT, TableSize: 211,
+			Listeners: []model.Listener{{Protocol: "tcp", Port: port, Pool: "p"}},
+			Pools:     []model.Pool{{Name: "p", Backends: bs, Health: &model.HealthCheck{Type: "tcp"}}}}
+	}
+	svcs := map[string]*model.Service{
+		"v4":  nat("v4", "198.51.100.1", 80, be("198.19.1.1", 8080), be("198.19.1.2", 8080)),
+		"v6":  nat("v6", "2001:db8:e1::1", 80, be("2001:db8:be::1", 8080), be("2001:db8:be::2", 0)),
+		"v6b": nat("v6b", "2001:db8:e1::2", 443, be("2001:db8:be::1", 8080)),
+	}
+	ap := netip.MustParseAddrPort
+	k := func(addr string, port uint16) NATBackend { return NATBackend{Addr: a(addr), Port: port, Proto: 6} }
+	p := Build(Input{Services: svcs, Seed: 7})
+	if len(p.Problems) != 0 {
+		t.Fatalf("problems %q", p.Problems)
+	}
+	want := map[NATBackend]netip.AddrPort{
+		k("198.19.1.1", 8080):   ap("198.51.100.1:80"),
+		k("198.19.1.2", 8080):   ap("198.51.100.1:80"),
+		k("2001:db8:be::2", 80): ap("[2001:db8:e1::1]:80"),
+	}
+	if !maps.Equal(p.NATBackends, want) || p.NATLeftOut != 1 {
+		t.Errorf("fallback %v, left out %d; want %v, 1 (2001:db8:be::1:8080 serves two VIPs)", p.NATBackends, p.NATLeftOut, want)
+	}
+	// A limit of 1 per family: one key of each kept, the rest left out.
+	fb, left := natBackends(p, 1)
+	n4, n6 := 0, 0
+	for bk := range fb {
+		if bk.Addr.Is6() {
+			n6++
+		} else {
+			n4++
+		}
+	}
+	if n4 != 1 || n6 != 1 || left != 2 {
+		t.Errorf("limit 1: fallback %v, left out %d; want one key of each family, 2 left out", fb, left)
+	}
+	p = Build(Input{Services: svcs, Seed: 7})
+	found := false
+	for _, c := range p.Checks {
+		if c.Service == "v6" && c.Backend == be("2001:db8:be::1", 8080).Key() {
+			found = c.Addr == ap("[2001:db8:be::1]:8080") && !c.Underlay.IsValid()
+		}
+	}
+	if !found {
+		t.Errorf("checks %+v: want v6's 2001:db8:be::1 checked directly at [2001:db8:be::1]:8080", p.Checks)
 	}
 }

@@ -282,8 +282,8 @@ func checkEIPAddress(es *Errors, field string, a netip.Addr) {
 }
 
 // checkVIP checks a service's VIP: IPv4 unicast, or an IPv6 address the
-// edges may serve (checkPublic6, as an IPv6 EIP) in mode encap only: the
-// edge's nat path is IPv4 only (checkVIPMode).
+// edges may serve (checkPublic6, as an IPv6 EIP), in mode encap or nat
+// (a nat VIP's backends are of its family: Service.validate).
 func checkVIP(es *Errors, field string, a netip.Addr) {
 	if a.Is6() {
 		checkPublic6(es, field, a)
@@ -292,12 +292,23 @@ func checkVIP(es *Errors, field string, a netip.Addr) {
 	checkUnicast4(es, field, a)
 }
 
-// checkVIPMode refuses an IPv6 VIP in mode nat with its own reason (the
-// edge translates IPv4 only); mode encap carries it (docs/services.md).
-func checkVIPMode(es *Errors, field string, a netip.Addr, mode string) {
-	if a.Is6() && mode == ModeNAT {
-		es.add(field, "%v: IPv6 nat VIPs are not supported yet (the edge's nat translation is IPv4 only): use mode encap, or an IPv4 VIP", a)
+// checkNATBackend6 checks the address of an IPv6 VIP's nat backend: one
+// the edge routes to, as checkPrivate6 takes a guest's (a unique local
+// address of fd00::/8, or global unicast outside the reserved blocks).
+func checkNATBackend6(es *Errors, field string, a netip.Addr) {
+	if isPrivate6(a) {
+		return
 	}
+	n := len(*es)
+	checkUnicast6(es, field, a)
+	if len(*es) > n {
+		return
+	}
+	if r, ok := ReservedRange(netip.PrefixFrom(a, 128)); ok && GlobalUnicast6.Contains(a) {
+		es.add(field, "%v lies in %v (%s): a nat backend's IPv6 address is a unique local (fd00::/8) or a global unicast one", a, r.Prefix, r.Name)
+		return
+	}
+	es.add(field, "%v is neither a unique local address (fd00::/8, RFC 4193) nor a global unicast one (2000::/3)", a)
 }
 
 // ula6 is the locally assigned half of the unique local addresses

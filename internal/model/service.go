@@ -95,6 +95,10 @@ func (b Backend) Key() string {
 	k := b.Address.String()
 	if b.Host != "" {
 		k = b.Host + "/" + b.Guest
+	} else if b.Port != 0 && b.Address.Is6() {
+		// An IPv6 nat backend's address in brackets before its port:
+		// 2001:db8::1:8080 would name another address.
+		k = "[" + k + "]"
 	}
 	if b.Port != 0 {
 		k += fmt.Sprintf(":%d", b.Port)
@@ -445,7 +449,6 @@ func (s *Service) validate() Errors {
 	default:
 		es.add("mode", "%q: want encap or nat", s.Mode)
 	}
-	checkVIPMode(&es, "vip", s.VIP, s.Mode)
 	if len(s.Description) > 1024 {
 		es.add("description", "longer than 1024 characters")
 	}
@@ -600,7 +603,17 @@ func (s *Service) validateBackends(es *Errors, f string, p *Pool) {
 				es.add(bf+".address", "an encap backend is a guest (host and guest), not an address")
 			}
 		case ModeNAT:
-			checkUnicast4(es, bf+".address", b.Address)
+			// The edge translates within one family (DNAT44, DNAT66).
+			switch {
+			case s.VIP.Is6() && b.Address.Is4():
+				es.add(bf+".address", "%v is IPv4 and the VIP %v IPv6: a nat backend's address is of its VIP's family", b.Address, s.VIP)
+			case s.VIP.Is4() && b.Address.Is6():
+				es.add(bf+".address", "%v is IPv6 and the VIP %v IPv4: a nat backend's address is of its VIP's family", b.Address, s.VIP)
+			case s.VIP.Is6():
+				checkNATBackend6(es, bf+".address", b.Address)
+			default:
+				checkUnicast4(es, bf+".address", b.Address)
+			}
 			if b.Host != "" {
 				es.add(bf+".host", "a nat backend is an address; host and guest are for encap services")
 			} else if b.Guest != "" {

@@ -65,7 +65,10 @@ func TestValidateService(t *testing.T) {
 		{"no name, bad vip, bad mode", func(s *Service) { s.Name, s.VIP, s.Mode = "", addr("224.0.0.1"), "dsr" },
 			[]string{"name~required", "vip~not a unicast", "mode~want encap or nat"}},
 		{"IPv6 vip", func(s *Service) { s.VIP = addr("2001:db8::1") }, nil},
-		{"IPv6 nat vip", func(s *Service) { toNAT(s); s.VIP = addr("2001:db8::1") }, []string{"vip~2001:db8::1: IPv6 nat VIPs are not supported yet"}},
+		{"IPv6 nat vip, IPv6 backends", func(s *Service) { toNAT6(s); s.VIP = addr("2001:db8::1") }, nil},
+		{"IPv6 nat vip, IPv4 backends", func(s *Service) { toNAT(s); s.VIP = addr("2001:db8::1") }, []string{
+			"pools[0].backends[0].address~198.19.201.1 is IPv4", "pools[0].backends[1].address~198.19.201.2 is IPv4",
+			"pools[1].backends[0].address~198.19.201.3 is IPv4", "pools[2].backends[0].address~198.19.201.4 is IPv4"}},
 		{"no mode", func(s *Service) { s.Mode = "" }, []string{"mode~required"}},
 		{"long description", func(s *Service) { s.Description = strings.Repeat("x", 1025) }, []string{"description"}},
 		// Table size.

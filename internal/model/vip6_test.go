@@ -15,8 +15,21 @@ func web6() *Service {
 	}
 }
 
-// A service's VIP may be IPv6 in mode encap (issue 21): the address rules
-// of an IPv6 EIP; mode nat refuses it with its own reason.
+// toNAT6 makes s a nat service whose backends are IPv6 (2001:db8:be::n).
+func toNAT6(s *Service) {
+	toNAT(s)
+	n := 0
+	for i := range s.Pools {
+		for j := range s.Pools[i].Backends {
+			n++
+			s.Pools[i].Backends[j].Address = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0xbe, 15: byte(n)})
+		}
+	}
+}
+
+// A service's VIP may be IPv6 in mode encap or nat (issue 21): the address
+// rules of an IPv6 EIP. A nat backend's address is of its VIP's family
+// (the edge translates IPv6 to IPv6), refused under its own field.
 func TestValidateIPv6VIP(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -25,7 +38,8 @@ func TestValidateIPv6VIP(t *testing.T) {
 		want []string
 	}{
 		{"encap", "2001:db8:a::80", false, nil},
-		{"nat", "2001:db8:a::80", true, []string{"vip~2001:db8:a::80: IPv6 nat VIPs are not supported yet"}},
+		{"nat, IPv4 backends", "2001:db8:a::80", true, []string{
+			"pools[0].backends[0].address~198.19.201.1 is IPv4 and the VIP 2001:db8:a::80 IPv6: a nat backend's address is of its VIP's family"}},
 		{"unique local", "fd00::80", false, []string{"vip~fd00::80 lies in fc00::/7"}},
 		{"outside 2000::/3", "4000::80", false, []string{"vip~outside 2000::/3"}},
 		{"reserved", "2001::80", false, []string{"vip~cannot be announced"}},
@@ -65,7 +79,8 @@ func TestIPv6VIPState(t *testing.T) {
 		{"backend without address6", func(v *Service) {
 			v.Pools[0].Backends = append(v.Pools[0].Backends, Backend{Host: "h1", Guest: "g2", Port: 8443})
 		}, "pools[0].backends[1].guest", "guest h1/g2 has no IPv6 address (address6) to translate the IPv6 VIP 2001:db8:a::80 to"},
-		{"nat", func(v *Service) { toNAT(v) }, "vip", "IPv6 nat VIPs are not supported yet"},
+		{"nat", toNAT6, "", ""},
+		{"nat, an IPv4 backend", func(v *Service) { toNAT(v) }, "pools[0].backends[0].address", "198.19.201.1 is IPv4 and the VIP 2001:db8:a::80 IPv6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := web6()
@@ -159,4 +174,59 @@ func TestIPv6VIPPullOutQuarantine(t *testing.T) {
 	if err := put(&Quarantine{Address: v.VIP}); err != nil {
 		t.Fatalf("quarantine of an IPv6 VIP: %v", err)
 	}
+}
+
+// An IPv6 nat VIP's backends: IPv6 addresses the edge routes to (unique
+// local or global unicast outside the reserved blocks), each refused under
+// its own field; an IPv4 VIP's nat backend may not be IPv6.
+func TestValidateNAT6Backends(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vip  string
+		be   string
+		want []string
+	}{
+		{"global", "2001:db8:a::80", "2001:db8:be::1", nil},
+		{"unique local", "2001:db8:a::80", "fd12:3456::1", nil},
+		{"link-local", "2001:db8:a::80", "fe80::1", []string{"pools[0].backends[0].address~fe80::1"}},
+		{"loopback", "2001:db8:a::80", "::1", []string{"pools[0].backends[0].address~::1"}},
+		{"multicast", "2001:db8:a::80", "ff02::1", []string{"pools[0].backends[0].address~ff02::1"}},
+		{"IPv4-mapped", "2001:db8:a::80", "::ffff:198.51.100.1", []string{"pools[0].backends[0].address"}},
+		{"IPv4 backend of an IPv6 VIP", "2001:db8:a::80", "198.51.100.1", []string{
+			"pools[0].backends[0].address~198.51.100.1 is IPv4 and the VIP 2001:db8:a::80 IPv6: a nat backend's address is of its VIP's family"}},
+		{"IPv6 backend of an IPv4 VIP", "198.51.100.20", "2001:db8:be::1", []string{
+			"pools[0].backends[0].address~2001:db8:be::1 is IPv6 and the VIP 198.51.100.20 IPv4: a nat backend's address is of its VIP's family"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := web6()
+			toNAT(v)
+			v.VIP = addr(tc.vip)
+			v.Pools[0].Backends[0].Address = netip.MustParseAddr(tc.be)
+			checkErrors(t, v.Validate(), tc.want)
+		})
+	}
+}
+
+// An IPv6 nat backend's key writes its address in brackets before a port
+// (2001:db8:be::1:8080 is another address, with no port): the keys of
+// the two backends differ, and a pool may hold both.
+func TestBackendKey6(t *testing.T) {
+	for _, tc := range []struct {
+		b    Backend
+		want string
+	}{
+		{Backend{Address: netip.MustParseAddr("2001:db8:be::1"), Port: 8080}, "[2001:db8:be::1]:8080"},
+		{Backend{Address: netip.MustParseAddr("2001:db8:be::1:8080")}, "2001:db8:be::1:8080"},
+		{Backend{Address: netip.MustParseAddr("198.19.1.1"), Port: 8080}, "198.19.1.1:8080"},
+		{Backend{Host: "h1", Guest: "g1", Port: 8443}, "h1/g1:8443"},
+	} {
+		if got := tc.b.Key(); got != tc.want {
+			t.Errorf("Key of %+v = %q, want %q", tc.b, got, tc.want)
+		}
+	}
+	v := web6()
+	toNAT6(v)
+	v.Pools[0].Backends = []Backend{{Address: netip.MustParseAddr("2001:db8:be::1"), Port: 8080},
+		{Address: netip.MustParseAddr("2001:db8:be::1:8080")}}
+	checkErrors(t, v.Validate(), nil)
 }
