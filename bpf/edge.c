@@ -36,7 +36,7 @@
 static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
 #define AZG_IPV6_PATHS edge_ipv6
 /* The IPv6 VIPs' load balancer (defined below), called from xdp_edge's
- * frame with the packet edge_ipv6 left in lb6_scratch: lb6_ingress, its
+ * frame with the packet edge_ipv6 left in edge_rooms.lb6: lb6_ingress, its
  * nat half lb6_nat_in and the nat replies' lb6_nat_reverse, each global
  * and called from that frame (lb6_entry, inlined there): the stack of
  * xdp_edge's frame and lb6_ingress's leaves no room for another. */
@@ -242,11 +242,10 @@ __noinline int drift_from4(__be32 eip, __be32 host, __u32 vsid)
 
 /* drift_pick for an IPv4 packet p to an EIP, len the frame's length.
  * Global: only a drifting route's packets call it, and its keys are in
- * drift_scratch, off edge_to_host's stack. */
+ * edge_rooms.drift, off edge_to_host's stack. */
 __noinline __u64 drift4(const struct pkt *p, __u64 len)
 {
-	__u32 zero = 0;
-	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	struct drift_room *rm = EDGE_ROOM(drift);
 	if (!p || !rm)
 		return 0;
 	eip_key4(&rm->ek, p->daddr);
@@ -262,8 +261,7 @@ __noinline __u64 drift4(const struct pkt *p, __u64 len)
 /* drift_pick for an IPv6 packet p6 to an IPv6 EIP. */
 __noinline __u64 drift6(const struct pkt6 *p6, __u64 len)
 {
-	__u32 zero = 0;
-	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	struct drift_room *rm = EDGE_ROOM(drift);
 	if (!p6 || !rm)
 		return 0;
 	__builtin_memset(&rm->ek, 0, sizeof(rm->ek));
@@ -303,8 +301,7 @@ static __always_inline void drift_out(struct drift_room *rm, __be32 host, __u32 
  * of the deepest call chain). */
 __noinline int drift_out4(__be32 eip, __be32 client, __be32 ports, __u64 hv, __u64 pf)
 {
-	__u32 zero = 0;
-	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	struct drift_room *rm = EDGE_ROOM(drift);
 	if (!rm)
 		return 0;
 	eip_key4(&rm->ek, eip);
@@ -321,8 +318,7 @@ __noinline int drift_out4(__be32 eip, __be32 client, __be32 ports, __u64 hv, __u
 /* drift_out for an IPv6 packet p6 from host. */
 __noinline int drift_out6(const struct pkt6 *p6, __be32 host, __u32 vsid, __u64 len)
 {
-	__u32 zero = 0;
-	struct drift_room *rm = bpf_map_lookup_elem(&drift_scratch, &zero);
+	struct drift_room *rm = EDGE_ROOM(drift);
 	if (!p6 || !rm)
 		return 0;
 	__builtin_memset(&rm->ek, 0, sizeof(rm->ek));
@@ -715,21 +711,8 @@ static __always_inline int lb_reply_ok(const struct pkt *in, __be32 host, __u32 
 	return 1;
 }
 
-/* The value of lb6_scratch (lib/maps.h): the IPv6 VIP paths' keys and
- * the packet edge_ipv6 hands to lb6_ingress. */
-struct lb6_room {
-	struct lb6_keys keys;
-	struct pkt6 p6;
-	__u32 host; /* lb6_reply_ok's arguments, kept here: its frame */
-	__u32 vsid; /* is under edge_pull_failed's */
-	__u32 fin;
-	__u32 idx;       /* and lb6_nat_in's: the backend's slot, */
-	__u32 nat_bport; /* its port (0: the listener's), */
-	__u32 nat_fp;    /* the flow's FlowID | LB_PF_ICMP */
-};
-
 /* lb6_ingress's answer for a flow given to a nat backend: not an XDP
- * action, lb6_entry calls lb6_nat_in (the backend in lb6_scratch). */
+ * action, lb6_entry calls lb6_nat_in (the backend in edge_rooms.lb6). */
 #define LB6_NAT_IN 0x100
 
 /* An ICMPv6 error about p6 (icmp6_error, lib/icmp.h: what is ICMP6_WHAT)
@@ -749,13 +732,12 @@ static __always_inline int icmp6_answer(struct xdp_md *ctx, const struct pkt6 *p
 /* An ICMPv6 error (types 1-4) about a flow to an IPv6 VIP quotes VIP ->
  * client: a TCP or UDP packet from the VIP, its ports within the packet
  * (icmp6_quote_off). Writes that flow, the quote reversed (client -> VIP),
- * to lb6_scratch's key for lb6_ingress, and returns 1; 0 for ICMPv6 that
+ * to edge_rooms.lb6's key for lb6_ingress, and returns 1; 0 for ICMPv6 that
  * is no such error. Global (verified on its own): lb6_ingress's packets
  * to a port pay one branch for it. */
 __noinline int lb6_icmp_key(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct lb6_room *rm = ctx ? bpf_map_lookup_elem(&lb6_scratch, &zero) : NULL;
+	struct lb6_room *rm = ctx ? EDGE_ROOM(lb6) : NULL;
 	if (!rm)
 		return 0;
 	void *data = (void *)(long)ctx->data;
@@ -809,7 +791,7 @@ static __always_inline __u32 lb_nat6_reason(int rc)
 }
 
 /* Internet -> an IPv6 VIP, nat mode (lb6_ingress's LB6_NAT_IN: its nat
- * backend in lb6_scratch, the slot idx, its port nat_bport, 0: the
+ * backend in edge_rooms.lb6, the slot idx, its port nat_bport, 0: the
  * listener's, nat_fp the flow's FlowID | LB_PF_ICMP for an ICMPv6 error
  * about the flow): DNAT66 to the backend's address
  * (its slot's, lb6_nat_addr) and port, routed by the FIB (AF_INET6) as lb_ingress
@@ -830,7 +812,7 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 	__u64 len = data_end - data;
 	__u32 zero = 0;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	struct lb6_room *rm = EDGE_ROOM(lb6);
 	if (!cfg || !rm)
 		return XDP_PASS;
 	__u32 idx = rm->idx;
@@ -885,7 +867,7 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 
 /* Internet -> an IPv6 VIP (issue 21): the load balancer for IPv6 flows,
  * lb_ingress's encap path, for the packet edge_ipv6 checked (firewall,
- * anti-spoofing, limits) and left in lb6_scratch, lgen the VIP's listener
+ * anti-spoofing, limits) and left in edge_rooms.lb6, lgen the VIP's listener
  * generation. The listener (VIP, protocol, port: exact, then ranges, then
  * any port) and the connection in lb_conns6 (lb_decide6), the backend from
  * the shared Maglev tables and slots; a flow without a listener
@@ -918,7 +900,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__u32 zero = 0;
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	struct lb6_room *rm = EDGE_ROOM(lb6);
 	if (!lbc || !cfg || !rm)
 		return XDP_PASS;
 	struct pkt6 *p6 = &rm->p6;
@@ -995,11 +977,11 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
  * whether the connection (lb_conns6), or else the VIP's table, gives its
  * flow to an encap backend on that host in that VSID. Global: called from
  * edge_pull_failed, which has no stack to spare; the key is in
- * lb6_scratch. */
+ * edge_rooms.lb6. */
 __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
 {
 	__u32 zero = 0;
-	struct lb6_room *room = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	struct lb6_room *room = EDGE_ROOM(lb6);
 	if (!in || !room)
 		return 0;
 	struct lb6_keys *rm = &room->keys;
@@ -1057,7 +1039,7 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
  * neighbour), sent under lb_reply_tx. A backend's FIN or RST marks the
  * connection's entry (lb_conns6) CT_FIN. Anything else is not ours:
  * passed as ipv6_frame passes it (pass_ipv6). Returns the XDP action,
- * counted. Global, the packet and keys in lb6_scratch, called from
+ * counted. Global, the packet and keys in edge_rooms.lb6, called from
  * xdp_edge's frame as lb6_ingress is (FRAME_NAT6: under ipv6_frame's
  * frame the stack passes 512 bytes); lb6_nat_rev is its body. */
 static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, const struct edge_config *cfg,
@@ -1197,7 +1179,7 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	__u64 len = ctx->data_end - ctx->data;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+	struct lb6_room *rm = EDGE_ROOM(lb6);
 	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
 	if (act == NAT_NOT_OURS)
 		return count_pass(ctx, STAT_PASS_IPV6, len);
@@ -1232,17 +1214,6 @@ static __always_inline int decap6_bad_dst(const struct ip_addr *a)
 	__u32 a2 = bpf_ntohl(a->a[2]), a3 = bpf_ntohl(a->a[3]);
 	return a2 == 0xffff || (!a2 && a3 <= 1);
 }
-
-/* The value of edge_scratch6 (lib/maps.h): edge_pull_failed's IPv6
- * packet, route key and outer MACs, off the stack (beneath xdp_edge's
- * frame, with fib6_miss's and drop_counted's below it, its own must stay
- * small). */
-struct edge_room6 {
-	struct pkt6 p6;
-	struct eip_key k;
-	__u8 ours[ETH_ALEN_];
-	__u8 peer[ETH_ALEN_];
-};
 
 /* edge_from_host's verdict on NVGRE nvgre_pull refused (reason, the frame
  * len bytes, the outer headers o as edge_from_host parsed them): every
@@ -1282,7 +1253,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct bpf_fib_lookup *fib = fib_room();
-	struct edge_room6 *room = bpf_map_lookup_elem(&edge_scratch6, &zero);
+	struct edge_room6 *room = EDGE_ROOM(e6);
 	if (!cfg || !fib || !room)
 		return XDP_PASS;
 	struct pkt6 *p6 = &room->p6;
@@ -1679,7 +1650,7 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
  * big (icmp6_answer), or are dropped (drop_ttl, drop_too_big) when none
  * is sent. An IPv6 VIP (a route flagged ROUTE_F_VIP) gets the same
  * firewall, anti-spoofing and limits, then is handed to lb6_ingress
- * (FRAME_VIP6 | its listener generation, the packet in lb6_scratch).
+ * (FRAME_VIP6 | its listener generation, the packet in edge_rooms.lb6).
  * Returns the XDP action, FRAME_VIP6 | lgen, or -1 for an address that is no EIP (the
  * caller passes it to the kernel). Called from entry.h's ipv6_frame for
  * every valid IPv6 packet, so no IPv4 path pays for it. */
@@ -1696,7 +1667,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		/* Maybe a reply of an IPv6 VIP's nat connection: for
 		 * lb6_nat_reverse, from xdp_edge's frame (FRAME_NAT6). */
 		struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
-		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!lbc || !(lbc->flags & LB_CFG_NAT) || !p->l4_ok || !rm)
 			return -1;
 		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
@@ -1730,8 +1701,8 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	}
 	if (r->flags & ROUTE_F_VIP) {
 		/* An IPv6 VIP: lb6_ingress, from xdp_edge's frame, takes the
-		 * packet from lb6_scratch. */
-		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+		 * packet from edge_rooms.lb6. */
+		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!rm)
 			return -1;
 		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));

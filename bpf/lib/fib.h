@@ -33,11 +33,14 @@
 #include "maps.h"
 
 
+#ifdef AZG_PROG_EDGE
+/* A bpf_fib_lookup request in this CPU's room (lib/maps.h edge_rooms),
+ * off the stack. */
 static __always_inline struct bpf_fib_lookup *fib_room(void)
 {
-	__u32 zero = 0;
-	return (struct bpf_fib_lookup *)bpf_map_lookup_elem(&fib_scratch, &zero);
+	return (struct bpf_fib_lookup *)EDGE_ROOM(fib);
 }
+#endif
 
 /* Buckets of a destination in the cache (a power of two). */
 #ifndef NH_BUCKETS

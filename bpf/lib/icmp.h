@@ -272,7 +272,7 @@ static __always_inline int icmp6_may_answer(void *data, void *data_end, const st
  * MTU below 1280 (an underlay that cannot carry IPv6's minimum: a packet
  * too big the sender may not act on, RFC 8200 5), a frame that could not
  * be rebuilt. A global function called by edge_ipv6, whose frame and
- * ipv6_frame's leave it 32 bytes: its state lives in edge_icmp6_scratch,
+ * ipv6_frame's leave it 32 bytes: its state lives in edge_rooms.icmp6,
  * and it calls nothing with a stack of its own (the caller counts). */
 __noinline int icmp6_error(struct xdp_md *ctx, const struct pkt6 *p6, __u32 what)
 {
@@ -281,7 +281,7 @@ __noinline int icmp6_error(struct xdp_md *ctx, const struct pkt6 *p6, __u32 what
 	/* The scratch entry first: what the rest needs is kept there (only
 	 * ctx, rm and p6, until it is copied, cross the helpers). */
 	__u32 zero = 0;
-	struct icmp6_room *rm = bpf_map_lookup_elem(&edge_icmp6_scratch, &zero);
+	struct icmp6_room *rm = EDGE_ROOM(icmp6);
 	if (!rm)
 		return STAT_DROP_TTL;
 	rm->kind = (what >> 16) & 0xff;

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include "consts.h"
 #include "structs.h"
+#include "parse.h" /* struct pkt6, in the edge's per-CPU rooms */
 
 #if defined(AZG_PROG_EDGE) && defined(AZG_PROG_AGENT)
 #error "define one of AZG_PROG_EDGE and AZG_PROG_AGENT"
@@ -99,17 +100,64 @@ struct {
 	__type(value, struct nh_entry6);
 } nh_cache6 SEC(".maps");
 
-/* Per-CPU room for a bpf_fib_lookup request, off the 512-byte stack. */
+#endif
+
+#ifdef AZG_PROG_EDGE
+
+/* ---- edge: per-CPU rooms, off the 512-byte stack ---- */
+
+/* The IPv6 VIP paths' keys and the packet edge_ipv6 hands to lb6_ingress
+ * (edge.c). */
+struct lb6_room {
+	struct lb6_keys keys;
+	struct pkt6 p6;
+	__u32 host; /* lb6_reply_ok's arguments, kept here: its frame */
+	__u32 vsid; /* is under edge_pull_failed's */
+	__u32 fin;
+	__u32 idx;       /* and lb6_nat_in's: the backend's slot, */
+	__u32 nat_bport; /* its port (0: the listener's), */
+	__u32 nat_fp;    /* the flow's FlowID | LB_PF_ICMP */
+};
+
+/* edge_pull_failed's IPv6 packet, route key and outer MACs (host ->
+ * Internet for IPv6 guests; beneath xdp_edge's frame, with fib6_miss's
+ * and drop_counted's below it, its own must stay small). */
+struct edge_room6 {
+	struct pkt6 p6;
+	struct eip_key k;
+	__u8 ours[ETH_ALEN_];
+	__u8 peer[ETH_ALEN_];
+};
+
+/* Every per-CPU room of the edge, one field each, in one map: the kernel
+ * takes at most 64 maps a program (MAX_USED_MAPS), and xdp_edge is near
+ * it; the rooms are disjoint, so a path that holds two (lb6_ingress's
+ * lb6 and fib_room's fib) never sees one overwrite the other. */
+struct edge_rooms {
+	struct fib_room fib;     /* a bpf_fib_lookup request (lib/fib.h fib_room) */
+	struct drift_room drift; /* drift_pick's and drift_out's keys */
+	struct rl6_scratch rl6;  /* rl6_check's keys (lib/ratelimit.h) */
+	struct icmp6_room icmp6; /* icmp6_error's state (lib/icmp.h) */
+	struct lb6_room lb6;     /* the IPv6 VIP paths */
+	struct edge_room6 e6;    /* edge_pull_failed */
+};
+
+/* The edge's per-CPU rooms (struct edge_rooms, one entry): read through
+ * EDGE_ROOM. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct fib_room);
-} fib_scratch SEC(".maps");
+	__type(value, struct edge_rooms);
+} edge_rooms SEC(".maps");
 
-#endif
-
-#ifdef AZG_PROG_EDGE
+/* EDGE_ROOM(f): this CPU's room f of edge_rooms, or NULL. */
+#define EDGE_ROOM(f)                                                        \
+	({                                                                  \
+		__u32 room_zero_ = 0;                                       \
+		struct edge_rooms *rooms_ = bpf_map_lookup_elem(&edge_rooms, &room_zero_); \
+		rooms_ ? &rooms_->f : NULL;                                 \
+	})
 
 /* ---- edge: EIPs (edge.c) ---- */
 
@@ -154,17 +202,6 @@ struct {
 	__type(value, struct eip_centry6);
 } eip_cache6 SEC(".maps");
 
-/* Per-CPU room for edge_pull_failed (host -> Internet for IPv6 guests): the
- * inner IPv6 packet (struct pkt6, lib/parse.h, hence the value's
- * definition in edge.c), the route key and the outer MACs, off the stack
- * that xdp_edge's frame half fills. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct edge_room6);
-} edge_scratch6 SEC(".maps");
-
 /* Drifting EIPs' TCP flows whose SYN went to the live binding (struct
  * drift_key -> the live host's underlay address then; edge.c
  * drift_pick), both families; least recently used evicted: an evicted
@@ -186,15 +223,6 @@ struct {
 	__type(value, struct eip_prev);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } eip_prev SEC(".maps");
-
-/* Per-CPU room for drift_pick's and drift_out's keys, off the stack
- * (struct drift_room). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct drift_room);
-} drift_scratch SEC(".maps");
 
 /* Per-EIP packet and byte counters, indexed by eip_route.stats_idx. */
 struct {
@@ -248,14 +276,6 @@ struct {
 	__type(value, __u64);
 } edge_rl_src6 SEC(".maps");
 
-/* rl6_check's scratch (struct rl6_scratch), one per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rl6_scratch);
-} edge_rl6_scratch SEC(".maps");
-
 /* The edge's own addresses and settings (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -274,14 +294,6 @@ struct {
 	__type(value, struct edge_config6);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg6 SEC(".maps");
-
-/* icmp6_error's scratch (struct icmp6_room), one per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct icmp6_room);
-} edge_icmp6_scratch SEC(".maps");
 
 /* ---- edge: services (lib/lb.h) ---- */
 
@@ -390,15 +402,6 @@ struct {
 	__type(value, struct ct_entry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_conns6 SEC(".maps");
-
-/* Per-CPU room of the IPv6 VIP paths (struct lb6_room, defined in edge.c:
- * it holds a struct pkt6, lib/parse.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lb6_room);
-} lb6_scratch SEC(".maps");
 
 /* The load balancer's settings: timeouts in jiffies, insert cap, nat flag (one entry). */
 struct {

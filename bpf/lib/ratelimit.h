@@ -137,8 +137,7 @@ __noinline __u32 rl6_check(const struct pkt6 *p6)
 	__u64 now = 0;
 	if (d->src_ns) {
 		/* The keys in per-CPU memory: the caller's stack is full. */
-		__u32 zero = 0;
-		struct rl6_scratch *x = bpf_map_lookup_elem(&edge_rl6_scratch, &zero);
+		struct rl6_scratch *x = EDGE_ROOM(rl6);
 		if (!x)
 			return 0;
 		now = bpf_ktime_get_ns();

@@ -57,7 +57,7 @@ struct drift_key {
 	__u8 pad[2];
 };
 
-/* Edge: the value of drift_scratch, per-CPU room for edge.c's drift
+/* Edge: edge_rooms.drift, per-CPU room for edge.c's drift
  * functions: a flow's key and its EIP's route key. */
 struct drift_room {
 	struct drift_key k;
@@ -324,7 +324,7 @@ struct rl_src6_key {
 	struct ip_addr dst;
 };
 
-/* Edge: rl6_check's per-CPU scratch (edge_rl6_scratch): the key and
+/* Edge: rl6_check's per-CPU scratch (edge_rooms.rl6): the key and
  * value it passes to the map helpers (the IPv6 path has no stack left). */
 struct rl6_scratch {
 	struct rl_src6_key k;
@@ -337,7 +337,7 @@ struct edge_config6 {
 	struct ip_addr icmp_src; /* source of ICMPv6 errors sent to the Internet; :: sends none */
 };
 
-/* Edge: icmp6_error's per-CPU scratch (edge_icmp6_scratch): what it keeps
+/* Edge: icmp6_error's per-CPU scratch (edge_rooms.icmp6): what it keeps
  * across the helpers it calls (the IPv6 path has no stack left). */
 struct icmp6_room {
 	struct ip_addr src; /* the error's source (edge_config6.icmp_src) */
@@ -659,7 +659,7 @@ struct nat_rentry6 {
 	__u16 pad;
 };
 
-/* The IPv6 VIP paths' keys (in lb6_scratch's struct lb6_room, edge.c):
+/* The IPv6 VIP paths' keys (in edge_rooms.lb6, struct lb6_room, lib/maps.h):
  * the flow's connection key and the listener keys built from it, off the
  * stack that xdp_edge already fills. */
 struct lb6_keys {

@@ -124,7 +124,10 @@ type agentAgentRoom6 struct {
 		Saddr agentIpAddr
 		Daddr agentIpAddr
 	}
-	Fib      agentFibRoom
+	Fib struct {
+		_ structs.HostLayout
+		B [8]uint64
+	}
 	K        agentEipKey
 	Ours     [6]uint8
 	Peer     [6]uint8
@@ -247,11 +250,6 @@ type agentEipStats struct {
 	TxPackets uint64
 	TxBytes   uint64
 	RxSyns    uint64
-}
-
-type agentFibRoom struct {
-	_ structs.HostLayout
-	B [8]uint64
 }
 
 type agentHcGuestKey struct {
@@ -403,7 +401,6 @@ const (
 	agentMapEipBw6            = "eip_bw6"
 	agentMapEipBwSlots        = "eip_bw_slots"
 	agentMapEipStats          = "eip_stats"
-	agentMapFibScratch        = "fib_scratch"
 	agentMapIcmpBudgets       = "icmp_budgets"
 	agentMapIcmpKinds         = "icmp_kinds"
 	agentMapMonEvents         = "mon_events"
@@ -487,7 +484,6 @@ type agentMapSpecs struct {
 	EipBw6        *ebpf.MapSpec `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch    *ebpf.MapSpec `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
 	IcmpKinds     *ebpf.MapSpec `ebpf:"icmp_kinds"`
 	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
@@ -545,7 +541,6 @@ type agentMaps struct {
 	EipBw6        *ebpf.Map `ebpf:"eip_bw6"`
 	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
 	EipStats      *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch    *ebpf.Map `ebpf:"fib_scratch"`
 	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
 	IcmpKinds     *ebpf.Map `ebpf:"icmp_kinds"`
 	MonEvents     *ebpf.Map `ebpf:"mon_events"`
@@ -574,7 +569,6 @@ func (m *agentMaps) Close() error {
 		m.EipBw6,
 		m.EipBwSlots,
 		m.EipStats,
-		m.FibScratch,
 		m.IcmpBudgets,
 		m.IcmpKinds,
 		m.MonEvents,

@@ -179,12 +179,6 @@ type edgeDriftKey struct {
 	Pad    [2]uint8
 }
 
-type edgeDriftRoom struct {
-	_  structs.HostLayout
-	K  edgeDriftKey
-	Ek edgeEipKey
-}
-
 type edgeEdgeConfig struct {
 	_         structs.HostLayout
 	Underlay  edgeIpAddr
@@ -204,33 +198,100 @@ type edgeEdgeConfig6 struct {
 	IcmpSrc edgeIpAddr
 }
 
-type edgeEdgeRoom6 struct {
-	_  structs.HostLayout
-	P6 struct {
+type edgeEdgeRooms struct {
+	_   structs.HostLayout
+	Fib struct {
 		_ structs.HostLayout
-		P struct {
-			_        structs.HostLayout
-			L3Off    uint32
-			L4Off    uint32
-			EthProto uint16
-			IpLen    uint16
-			Frag     uint16
-			Proto    uint8
-			Ttl      uint8
-			Tos      uint8
-			Df       uint8
-			L4Ok     uint8
-			TcpFlags uint8
-			Saddr    uint32
-			Daddr    uint32
-			Ports    uint32
-		}
-		Saddr edgeIpAddr
-		Daddr edgeIpAddr
+		B [8]uint64
 	}
-	K    edgeEipKey
-	Ours [6]uint8
-	Peer [6]uint8
+	Drift struct {
+		_  structs.HostLayout
+		K  edgeDriftKey
+		Ek edgeEipKey
+	}
+	_   [4]byte
+	Rl6 struct {
+		_ structs.HostLayout
+		K edgeRlSrc6Key
+		V uint64
+	}
+	Icmp6 struct {
+		_     structs.HostLayout
+		Src   edgeIpAddr
+		Dst   edgeIpAddr
+		L3    uint32
+		Quote uint32
+		Mtu   uint32
+		Kind  uint32
+	}
+	Lb6 struct {
+		_    structs.HostLayout
+		Keys struct {
+			_  structs.HostLayout
+			K  edgeCtKey6
+			Lk edgeLbKey6
+			Rk edgeLbRkey6
+			Nk edgeNatRkey6
+			Nb edgeNatBkey6
+			Nv edgeNatRentry6
+		}
+		P6 struct {
+			_ structs.HostLayout
+			P struct {
+				_        structs.HostLayout
+				L3Off    uint32
+				L4Off    uint32
+				EthProto uint16
+				IpLen    uint16
+				Frag     uint16
+				Proto    uint8
+				Ttl      uint8
+				Tos      uint8
+				Df       uint8
+				L4Ok     uint8
+				TcpFlags uint8
+				Saddr    uint32
+				Daddr    uint32
+				Ports    uint32
+			}
+			Saddr edgeIpAddr
+			Daddr edgeIpAddr
+		}
+		Host     uint32
+		Vsid     uint32
+		Fin      uint32
+		Idx      uint32
+		NatBport uint32
+		NatFp    uint32
+	}
+	E6 struct {
+		_  structs.HostLayout
+		P6 struct {
+			_ structs.HostLayout
+			P struct {
+				_        structs.HostLayout
+				L3Off    uint32
+				L4Off    uint32
+				EthProto uint16
+				IpLen    uint16
+				Frag     uint16
+				Proto    uint8
+				Ttl      uint8
+				Tos      uint8
+				Df       uint8
+				L4Ok     uint8
+				TcpFlags uint8
+				Saddr    uint32
+				Daddr    uint32
+				Ports    uint32
+			}
+			Saddr edgeIpAddr
+			Daddr edgeIpAddr
+		}
+		K    edgeEipKey
+		Ours [6]uint8
+		Peer [6]uint8
+	}
 }
 
 type edgeEipBw struct {
@@ -321,11 +382,6 @@ type edgeEipStats struct {
 	RxSyns    uint64
 }
 
-type edgeFibRoom struct {
-	_ structs.HostLayout
-	B [8]uint64
-}
-
 type edgeFwDst struct {
 	_     structs.HostLayout
 	Scope uint32
@@ -402,16 +458,6 @@ type edgeHcTarget struct {
 	Pad   uint32
 }
 
-type edgeIcmp6Room struct {
-	_     structs.HostLayout
-	Src   edgeIpAddr
-	Dst   edgeIpAddr
-	L3    uint32
-	Quote uint32
-	Mtu   uint32
-	Kind  uint32
-}
-
 type edgeIcmpBucket struct {
 	_      structs.HostLayout
 	Tokens uint64
@@ -427,47 +473,6 @@ type edgeIcmpKindCfg struct {
 type edgeIpAddr struct {
 	_ structs.HostLayout
 	A [4]uint32
-}
-
-type edgeLb6Room struct {
-	_    structs.HostLayout
-	Keys struct {
-		_  structs.HostLayout
-		K  edgeCtKey6
-		Lk edgeLbKey6
-		Rk edgeLbRkey6
-		Nk edgeNatRkey6
-		Nb edgeNatBkey6
-		Nv edgeNatRentry6
-	}
-	P6 struct {
-		_ structs.HostLayout
-		P struct {
-			_        structs.HostLayout
-			L3Off    uint32
-			L4Off    uint32
-			EthProto uint16
-			IpLen    uint16
-			Frag     uint16
-			Proto    uint8
-			Ttl      uint8
-			Tos      uint8
-			Df       uint8
-			L4Ok     uint8
-			TcpFlags uint8
-			Saddr    uint32
-			Daddr    uint32
-			Ports    uint32
-		}
-		Saddr edgeIpAddr
-		Daddr edgeIpAddr
-	}
-	Host     uint32
-	Vsid     uint32
-	Fin      uint32
-	Idx      uint32
-	NatBport uint32
-	NatFp    uint32
 }
 
 type edgeLbBackend struct {
@@ -655,12 +660,6 @@ type edgeNhEntry6 struct {
 	Expires   uint64
 }
 
-type edgeRl6Scratch struct {
-	_ structs.HostLayout
-	K edgeRlSrc6Key
-	V uint64
-}
-
 type edgeRlDst struct {
 	_        structs.HostLayout
 	SrcNs    uint64
@@ -698,82 +697,77 @@ type edgeStatEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	edgeMapArpAddrs         = "arp_addrs"
-	edgeMapArpIfaces        = "arp_ifaces"
-	edgeMapArpOwner         = "arp_owner"
-	edgeMapCtBuckets        = "ct_buckets"
-	edgeMapCtEvents         = "ct_events"
-	edgeMapDriftFlows       = "drift_flows"
-	edgeMapDriftScratch     = "drift_scratch"
-	edgeMapEdgeCfg          = "edge_cfg"
-	edgeMapEdgeCfg6         = "edge_cfg6"
-	edgeMapEdgeIcmp6Scratch = "edge_icmp6_scratch"
-	edgeMapEdgeLimits       = "edge_limits"
-	edgeMapEdgeLimits6      = "edge_limits6"
-	edgeMapEdgeRl6Scratch   = "edge_rl6_scratch"
-	edgeMapEdgeRlSrc        = "edge_rl_src"
-	edgeMapEdgeRlSrc6       = "edge_rl_src6"
-	edgeMapEdgeScratch6     = "edge_scratch6"
-	edgeMapEdgeSpoofSrc     = "edge_spoof_src"
-	edgeMapEdgeSpoofSrc6    = "edge_spoof_src6"
-	edgeMapEipBw            = "eip_bw"
-	edgeMapEipBw6           = "eip_bw6"
-	edgeMapEipBwSlots       = "eip_bw_slots"
-	edgeMapEipCache         = "eip_cache"
-	edgeMapEipCache6        = "eip_cache6"
-	edgeMapEipPrev          = "eip_prev"
-	edgeMapEipRouteGen      = "eip_route_gen"
-	edgeMapEipRoutes        = "eip_routes"
-	edgeMapEipStats         = "eip_stats"
-	edgeMapFibScratch       = "fib_scratch"
-	edgeMapFwBloom          = "fw_bloom"
-	edgeMapFwDst            = "fw_dst"
-	edgeMapFwDst6           = "fw_dst6"
-	edgeMapFwGlobal         = "fw_global"
-	edgeMapFwRules          = "fw_rules"
-	edgeMapFwRules6         = "fw_rules6"
-	edgeMapFwStats          = "fw_stats"
-	edgeMapFwVcache         = "fw_vcache"
-	edgeMapFwVcache6        = "fw_vcache6"
-	edgeMapHcMarks          = "hc_marks"
-	edgeMapHcPeers          = "hc_peers"
-	edgeMapHcStats          = "hc_stats"
-	edgeMapIcmpBudgets      = "icmp_budgets"
-	edgeMapIcmpKinds        = "icmp_kinds"
-	edgeMapLb6Scratch       = "lb6_scratch"
-	edgeMapLbBackends       = "lb_backends"
-	edgeMapLbBeStats        = "lb_be_stats"
-	edgeMapLbCfg            = "lb_cfg"
-	edgeMapLbConns          = "lb_conns"
-	edgeMapLbConns6         = "lb_conns6"
-	edgeMapLbInfo           = "lb_info"
-	edgeMapLbListeners      = "lb_listeners"
-	edgeMapLbListeners6     = "lb_listeners6"
-	edgeMapLbNatBackends    = "lb_nat_backends"
-	edgeMapLbNatBackends6   = "lb_nat_backends6"
-	edgeMapLbNatConns       = "lb_nat_conns"
-	edgeMapLbNatConns6      = "lb_nat_conns6"
-	edgeMapLbRanges         = "lb_ranges"
-	edgeMapLbRanges6        = "lb_ranges6"
-	edgeMapLbTableOwner     = "lb_table_owner"
-	edgeMapLbTables         = "lb_tables"
-	edgeMapMonEvents        = "mon_events"
-	edgeMapMonState         = "mon_state"
-	edgeMapNhCache          = "nh_cache"
-	edgeMapNhCache6         = "nh_cache6"
-	edgeMapStats            = "stats"
-	edgeProgTcEdgeHc        = "tc_edge_hc"
-	edgeProgXdpEdge         = "xdp_edge"
-	edgeVarBwClockBase      = "bw_clock_base"
-	edgeVarBwTickNs         = "bw_tick_ns"
-	edgeVarCtEvent6Btf      = "ct_event6_btf"
-	edgeVarCtEventBtf       = "ct_event_btf"
-	edgeVarCtEventsLost     = "ct_events_lost"
-	edgeVarCtSyncOn         = "ct_sync_on"
-	edgeVarHcAddress        = "hc_address"
-	edgeVarMonBurst         = "mon_burst"
-	edgeVarMonFlags         = "mon_flags"
-	edgeVarMonRate          = "mon_rate"
+	edgeMapArpAddrs       = "arp_addrs"
+	edgeMapArpIfaces      = "arp_ifaces"
+	edgeMapArpOwner       = "arp_owner"
+	edgeMapCtBuckets      = "ct_buckets"
+	edgeMapCtEvents       = "ct_events"
+	edgeMapDriftFlows     = "drift_flows"
+	edgeMapEdgeCfg        = "edge_cfg"
+	edgeMapEdgeCfg6       = "edge_cfg6"
+	edgeMapEdgeLimits     = "edge_limits"
+	edgeMapEdgeLimits6    = "edge_limits6"
+	edgeMapEdgeRlSrc      = "edge_rl_src"
+	edgeMapEdgeRlSrc6     = "edge_rl_src6"
+	edgeMapEdgeRooms      = "edge_rooms"
+	edgeMapEdgeSpoofSrc   = "edge_spoof_src"
+	edgeMapEdgeSpoofSrc6  = "edge_spoof_src6"
+	edgeMapEipBw          = "eip_bw"
+	edgeMapEipBw6         = "eip_bw6"
+	edgeMapEipBwSlots     = "eip_bw_slots"
+	edgeMapEipCache       = "eip_cache"
+	edgeMapEipCache6      = "eip_cache6"
+	edgeMapEipPrev        = "eip_prev"
+	edgeMapEipRouteGen    = "eip_route_gen"
+	edgeMapEipRoutes      = "eip_routes"
+	edgeMapEipStats       = "eip_stats"
+	edgeMapFwBloom        = "fw_bloom"
+	edgeMapFwDst          = "fw_dst"
+	edgeMapFwDst6         = "fw_dst6"
+	edgeMapFwGlobal       = "fw_global"
+	edgeMapFwRules        = "fw_rules"
+	edgeMapFwRules6       = "fw_rules6"
+	edgeMapFwStats        = "fw_stats"
+	edgeMapFwVcache       = "fw_vcache"
+	edgeMapFwVcache6      = "fw_vcache6"
+	edgeMapHcMarks        = "hc_marks"
+	edgeMapHcPeers        = "hc_peers"
+	edgeMapHcStats        = "hc_stats"
+	edgeMapIcmpBudgets    = "icmp_budgets"
+	edgeMapIcmpKinds      = "icmp_kinds"
+	edgeMapLbBackends     = "lb_backends"
+	edgeMapLbBeStats      = "lb_be_stats"
+	edgeMapLbCfg          = "lb_cfg"
+	edgeMapLbConns        = "lb_conns"
+	edgeMapLbConns6       = "lb_conns6"
+	edgeMapLbInfo         = "lb_info"
+	edgeMapLbListeners    = "lb_listeners"
+	edgeMapLbListeners6   = "lb_listeners6"
+	edgeMapLbNatBackends  = "lb_nat_backends"
+	edgeMapLbNatBackends6 = "lb_nat_backends6"
+	edgeMapLbNatConns     = "lb_nat_conns"
+	edgeMapLbNatConns6    = "lb_nat_conns6"
+	edgeMapLbRanges       = "lb_ranges"
+	edgeMapLbRanges6      = "lb_ranges6"
+	edgeMapLbTableOwner   = "lb_table_owner"
+	edgeMapLbTables       = "lb_tables"
+	edgeMapMonEvents      = "mon_events"
+	edgeMapMonState       = "mon_state"
+	edgeMapNhCache        = "nh_cache"
+	edgeMapNhCache6       = "nh_cache6"
+	edgeMapStats          = "stats"
+	edgeProgTcEdgeHc      = "tc_edge_hc"
+	edgeProgXdpEdge       = "xdp_edge"
+	edgeVarBwClockBase    = "bw_clock_base"
+	edgeVarBwTickNs       = "bw_tick_ns"
+	edgeVarCtEvent6Btf    = "ct_event6_btf"
+	edgeVarCtEventBtf     = "ct_event_btf"
+	edgeVarCtEventsLost   = "ct_events_lost"
+	edgeVarCtSyncOn       = "ct_sync_on"
+	edgeVarHcAddress      = "hc_address"
+	edgeVarMonBurst       = "mon_burst"
+	edgeVarMonFlags       = "mon_flags"
+	edgeVarMonRate        = "mon_rate"
 )
 
 // loadEdge returns the embedded CollectionSpec for edge.
@@ -826,70 +820,65 @@ type edgeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
-	ArpAddrs         *ebpf.MapSpec `ebpf:"arp_addrs"`
-	ArpIfaces        *ebpf.MapSpec `ebpf:"arp_ifaces"`
-	ArpOwner         *ebpf.MapSpec `ebpf:"arp_owner"`
-	CtBuckets        *ebpf.MapSpec `ebpf:"ct_buckets"`
-	CtEvents         *ebpf.MapSpec `ebpf:"ct_events"`
-	DriftFlows       *ebpf.MapSpec `ebpf:"drift_flows"`
-	DriftScratch     *ebpf.MapSpec `ebpf:"drift_scratch"`
-	EdgeCfg          *ebpf.MapSpec `ebpf:"edge_cfg"`
-	EdgeCfg6         *ebpf.MapSpec `ebpf:"edge_cfg6"`
-	EdgeIcmp6Scratch *ebpf.MapSpec `ebpf:"edge_icmp6_scratch"`
-	EdgeLimits       *ebpf.MapSpec `ebpf:"edge_limits"`
-	EdgeLimits6      *ebpf.MapSpec `ebpf:"edge_limits6"`
-	EdgeRl6Scratch   *ebpf.MapSpec `ebpf:"edge_rl6_scratch"`
-	EdgeRlSrc        *ebpf.MapSpec `ebpf:"edge_rl_src"`
-	EdgeRlSrc6       *ebpf.MapSpec `ebpf:"edge_rl_src6"`
-	EdgeScratch6     *ebpf.MapSpec `ebpf:"edge_scratch6"`
-	EdgeSpoofSrc     *ebpf.MapSpec `ebpf:"edge_spoof_src"`
-	EdgeSpoofSrc6    *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
-	EipBw            *ebpf.MapSpec `ebpf:"eip_bw"`
-	EipBw6           *ebpf.MapSpec `ebpf:"eip_bw6"`
-	EipBwSlots       *ebpf.MapSpec `ebpf:"eip_bw_slots"`
-	EipCache         *ebpf.MapSpec `ebpf:"eip_cache"`
-	EipCache6        *ebpf.MapSpec `ebpf:"eip_cache6"`
-	EipPrev          *ebpf.MapSpec `ebpf:"eip_prev"`
-	EipRouteGen      *ebpf.MapSpec `ebpf:"eip_route_gen"`
-	EipRoutes        *ebpf.MapSpec `ebpf:"eip_routes"`
-	EipStats         *ebpf.MapSpec `ebpf:"eip_stats"`
-	FibScratch       *ebpf.MapSpec `ebpf:"fib_scratch"`
-	FwBloom          *ebpf.MapSpec `ebpf:"fw_bloom"`
-	FwDst            *ebpf.MapSpec `ebpf:"fw_dst"`
-	FwDst6           *ebpf.MapSpec `ebpf:"fw_dst6"`
-	FwGlobal         *ebpf.MapSpec `ebpf:"fw_global"`
-	FwRules          *ebpf.MapSpec `ebpf:"fw_rules"`
-	FwRules6         *ebpf.MapSpec `ebpf:"fw_rules6"`
-	FwStats          *ebpf.MapSpec `ebpf:"fw_stats"`
-	FwVcache         *ebpf.MapSpec `ebpf:"fw_vcache"`
-	FwVcache6        *ebpf.MapSpec `ebpf:"fw_vcache6"`
-	HcMarks          *ebpf.MapSpec `ebpf:"hc_marks"`
-	HcPeers          *ebpf.MapSpec `ebpf:"hc_peers"`
-	HcStats          *ebpf.MapSpec `ebpf:"hc_stats"`
-	IcmpBudgets      *ebpf.MapSpec `ebpf:"icmp_budgets"`
-	IcmpKinds        *ebpf.MapSpec `ebpf:"icmp_kinds"`
-	Lb6Scratch       *ebpf.MapSpec `ebpf:"lb6_scratch"`
-	LbBackends       *ebpf.MapSpec `ebpf:"lb_backends"`
-	LbBeStats        *ebpf.MapSpec `ebpf:"lb_be_stats"`
-	LbCfg            *ebpf.MapSpec `ebpf:"lb_cfg"`
-	LbConns          *ebpf.MapSpec `ebpf:"lb_conns"`
-	LbConns6         *ebpf.MapSpec `ebpf:"lb_conns6"`
-	LbInfo           *ebpf.MapSpec `ebpf:"lb_info"`
-	LbListeners      *ebpf.MapSpec `ebpf:"lb_listeners"`
-	LbListeners6     *ebpf.MapSpec `ebpf:"lb_listeners6"`
-	LbNatBackends    *ebpf.MapSpec `ebpf:"lb_nat_backends"`
-	LbNatBackends6   *ebpf.MapSpec `ebpf:"lb_nat_backends6"`
-	LbNatConns       *ebpf.MapSpec `ebpf:"lb_nat_conns"`
-	LbNatConns6      *ebpf.MapSpec `ebpf:"lb_nat_conns6"`
-	LbRanges         *ebpf.MapSpec `ebpf:"lb_ranges"`
-	LbRanges6        *ebpf.MapSpec `ebpf:"lb_ranges6"`
-	LbTableOwner     *ebpf.MapSpec `ebpf:"lb_table_owner"`
-	LbTables         *ebpf.MapSpec `ebpf:"lb_tables"`
-	MonEvents        *ebpf.MapSpec `ebpf:"mon_events"`
-	MonState         *ebpf.MapSpec `ebpf:"mon_state"`
-	NhCache          *ebpf.MapSpec `ebpf:"nh_cache"`
-	NhCache6         *ebpf.MapSpec `ebpf:"nh_cache6"`
-	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	ArpAddrs       *ebpf.MapSpec `ebpf:"arp_addrs"`
+	ArpIfaces      *ebpf.MapSpec `ebpf:"arp_ifaces"`
+	ArpOwner       *ebpf.MapSpec `ebpf:"arp_owner"`
+	CtBuckets      *ebpf.MapSpec `ebpf:"ct_buckets"`
+	CtEvents       *ebpf.MapSpec `ebpf:"ct_events"`
+	DriftFlows     *ebpf.MapSpec `ebpf:"drift_flows"`
+	EdgeCfg        *ebpf.MapSpec `ebpf:"edge_cfg"`
+	EdgeCfg6       *ebpf.MapSpec `ebpf:"edge_cfg6"`
+	EdgeLimits     *ebpf.MapSpec `ebpf:"edge_limits"`
+	EdgeLimits6    *ebpf.MapSpec `ebpf:"edge_limits6"`
+	EdgeRlSrc      *ebpf.MapSpec `ebpf:"edge_rl_src"`
+	EdgeRlSrc6     *ebpf.MapSpec `ebpf:"edge_rl_src6"`
+	EdgeRooms      *ebpf.MapSpec `ebpf:"edge_rooms"`
+	EdgeSpoofSrc   *ebpf.MapSpec `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6  *ebpf.MapSpec `ebpf:"edge_spoof_src6"`
+	EipBw          *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBw6         *ebpf.MapSpec `ebpf:"eip_bw6"`
+	EipBwSlots     *ebpf.MapSpec `ebpf:"eip_bw_slots"`
+	EipCache       *ebpf.MapSpec `ebpf:"eip_cache"`
+	EipCache6      *ebpf.MapSpec `ebpf:"eip_cache6"`
+	EipPrev        *ebpf.MapSpec `ebpf:"eip_prev"`
+	EipRouteGen    *ebpf.MapSpec `ebpf:"eip_route_gen"`
+	EipRoutes      *ebpf.MapSpec `ebpf:"eip_routes"`
+	EipStats       *ebpf.MapSpec `ebpf:"eip_stats"`
+	FwBloom        *ebpf.MapSpec `ebpf:"fw_bloom"`
+	FwDst          *ebpf.MapSpec `ebpf:"fw_dst"`
+	FwDst6         *ebpf.MapSpec `ebpf:"fw_dst6"`
+	FwGlobal       *ebpf.MapSpec `ebpf:"fw_global"`
+	FwRules        *ebpf.MapSpec `ebpf:"fw_rules"`
+	FwRules6       *ebpf.MapSpec `ebpf:"fw_rules6"`
+	FwStats        *ebpf.MapSpec `ebpf:"fw_stats"`
+	FwVcache       *ebpf.MapSpec `ebpf:"fw_vcache"`
+	FwVcache6      *ebpf.MapSpec `ebpf:"fw_vcache6"`
+	HcMarks        *ebpf.MapSpec `ebpf:"hc_marks"`
+	HcPeers        *ebpf.MapSpec `ebpf:"hc_peers"`
+	HcStats        *ebpf.MapSpec `ebpf:"hc_stats"`
+	IcmpBudgets    *ebpf.MapSpec `ebpf:"icmp_budgets"`
+	IcmpKinds      *ebpf.MapSpec `ebpf:"icmp_kinds"`
+	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbBeStats      *ebpf.MapSpec `ebpf:"lb_be_stats"`
+	LbCfg          *ebpf.MapSpec `ebpf:"lb_cfg"`
+	LbConns        *ebpf.MapSpec `ebpf:"lb_conns"`
+	LbConns6       *ebpf.MapSpec `ebpf:"lb_conns6"`
+	LbInfo         *ebpf.MapSpec `ebpf:"lb_info"`
+	LbListeners    *ebpf.MapSpec `ebpf:"lb_listeners"`
+	LbListeners6   *ebpf.MapSpec `ebpf:"lb_listeners6"`
+	LbNatBackends  *ebpf.MapSpec `ebpf:"lb_nat_backends"`
+	LbNatBackends6 *ebpf.MapSpec `ebpf:"lb_nat_backends6"`
+	LbNatConns     *ebpf.MapSpec `ebpf:"lb_nat_conns"`
+	LbNatConns6    *ebpf.MapSpec `ebpf:"lb_nat_conns6"`
+	LbRanges       *ebpf.MapSpec `ebpf:"lb_ranges"`
+	LbRanges6      *ebpf.MapSpec `ebpf:"lb_ranges6"`
+	LbTableOwner   *ebpf.MapSpec `ebpf:"lb_table_owner"`
+	LbTables       *ebpf.MapSpec `ebpf:"lb_tables"`
+	MonEvents      *ebpf.MapSpec `ebpf:"mon_events"`
+	MonState       *ebpf.MapSpec `ebpf:"mon_state"`
+	NhCache        *ebpf.MapSpec `ebpf:"nh_cache"`
+	NhCache6       *ebpf.MapSpec `ebpf:"nh_cache6"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -928,70 +917,65 @@ func (o *edgeObjects) Close() error {
 //
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
-	ArpAddrs         *ebpf.Map `ebpf:"arp_addrs"`
-	ArpIfaces        *ebpf.Map `ebpf:"arp_ifaces"`
-	ArpOwner         *ebpf.Map `ebpf:"arp_owner"`
-	CtBuckets        *ebpf.Map `ebpf:"ct_buckets"`
-	CtEvents         *ebpf.Map `ebpf:"ct_events"`
-	DriftFlows       *ebpf.Map `ebpf:"drift_flows"`
-	DriftScratch     *ebpf.Map `ebpf:"drift_scratch"`
-	EdgeCfg          *ebpf.Map `ebpf:"edge_cfg"`
-	EdgeCfg6         *ebpf.Map `ebpf:"edge_cfg6"`
-	EdgeIcmp6Scratch *ebpf.Map `ebpf:"edge_icmp6_scratch"`
-	EdgeLimits       *ebpf.Map `ebpf:"edge_limits"`
-	EdgeLimits6      *ebpf.Map `ebpf:"edge_limits6"`
-	EdgeRl6Scratch   *ebpf.Map `ebpf:"edge_rl6_scratch"`
-	EdgeRlSrc        *ebpf.Map `ebpf:"edge_rl_src"`
-	EdgeRlSrc6       *ebpf.Map `ebpf:"edge_rl_src6"`
-	EdgeScratch6     *ebpf.Map `ebpf:"edge_scratch6"`
-	EdgeSpoofSrc     *ebpf.Map `ebpf:"edge_spoof_src"`
-	EdgeSpoofSrc6    *ebpf.Map `ebpf:"edge_spoof_src6"`
-	EipBw            *ebpf.Map `ebpf:"eip_bw"`
-	EipBw6           *ebpf.Map `ebpf:"eip_bw6"`
-	EipBwSlots       *ebpf.Map `ebpf:"eip_bw_slots"`
-	EipCache         *ebpf.Map `ebpf:"eip_cache"`
-	EipCache6        *ebpf.Map `ebpf:"eip_cache6"`
-	EipPrev          *ebpf.Map `ebpf:"eip_prev"`
-	EipRouteGen      *ebpf.Map `ebpf:"eip_route_gen"`
-	EipRoutes        *ebpf.Map `ebpf:"eip_routes"`
-	EipStats         *ebpf.Map `ebpf:"eip_stats"`
-	FibScratch       *ebpf.Map `ebpf:"fib_scratch"`
-	FwBloom          *ebpf.Map `ebpf:"fw_bloom"`
-	FwDst            *ebpf.Map `ebpf:"fw_dst"`
-	FwDst6           *ebpf.Map `ebpf:"fw_dst6"`
-	FwGlobal         *ebpf.Map `ebpf:"fw_global"`
-	FwRules          *ebpf.Map `ebpf:"fw_rules"`
-	FwRules6         *ebpf.Map `ebpf:"fw_rules6"`
-	FwStats          *ebpf.Map `ebpf:"fw_stats"`
-	FwVcache         *ebpf.Map `ebpf:"fw_vcache"`
-	FwVcache6        *ebpf.Map `ebpf:"fw_vcache6"`
-	HcMarks          *ebpf.Map `ebpf:"hc_marks"`
-	HcPeers          *ebpf.Map `ebpf:"hc_peers"`
-	HcStats          *ebpf.Map `ebpf:"hc_stats"`
-	IcmpBudgets      *ebpf.Map `ebpf:"icmp_budgets"`
-	IcmpKinds        *ebpf.Map `ebpf:"icmp_kinds"`
-	Lb6Scratch       *ebpf.Map `ebpf:"lb6_scratch"`
-	LbBackends       *ebpf.Map `ebpf:"lb_backends"`
-	LbBeStats        *ebpf.Map `ebpf:"lb_be_stats"`
-	LbCfg            *ebpf.Map `ebpf:"lb_cfg"`
-	LbConns          *ebpf.Map `ebpf:"lb_conns"`
-	LbConns6         *ebpf.Map `ebpf:"lb_conns6"`
-	LbInfo           *ebpf.Map `ebpf:"lb_info"`
-	LbListeners      *ebpf.Map `ebpf:"lb_listeners"`
-	LbListeners6     *ebpf.Map `ebpf:"lb_listeners6"`
-	LbNatBackends    *ebpf.Map `ebpf:"lb_nat_backends"`
-	LbNatBackends6   *ebpf.Map `ebpf:"lb_nat_backends6"`
-	LbNatConns       *ebpf.Map `ebpf:"lb_nat_conns"`
-	LbNatConns6      *ebpf.Map `ebpf:"lb_nat_conns6"`
-	LbRanges         *ebpf.Map `ebpf:"lb_ranges"`
-	LbRanges6        *ebpf.Map `ebpf:"lb_ranges6"`
-	LbTableOwner     *ebpf.Map `ebpf:"lb_table_owner"`
-	LbTables         *ebpf.Map `ebpf:"lb_tables"`
-	MonEvents        *ebpf.Map `ebpf:"mon_events"`
-	MonState         *ebpf.Map `ebpf:"mon_state"`
-	NhCache          *ebpf.Map `ebpf:"nh_cache"`
-	NhCache6         *ebpf.Map `ebpf:"nh_cache6"`
-	Stats            *ebpf.Map `ebpf:"stats"`
+	ArpAddrs       *ebpf.Map `ebpf:"arp_addrs"`
+	ArpIfaces      *ebpf.Map `ebpf:"arp_ifaces"`
+	ArpOwner       *ebpf.Map `ebpf:"arp_owner"`
+	CtBuckets      *ebpf.Map `ebpf:"ct_buckets"`
+	CtEvents       *ebpf.Map `ebpf:"ct_events"`
+	DriftFlows     *ebpf.Map `ebpf:"drift_flows"`
+	EdgeCfg        *ebpf.Map `ebpf:"edge_cfg"`
+	EdgeCfg6       *ebpf.Map `ebpf:"edge_cfg6"`
+	EdgeLimits     *ebpf.Map `ebpf:"edge_limits"`
+	EdgeLimits6    *ebpf.Map `ebpf:"edge_limits6"`
+	EdgeRlSrc      *ebpf.Map `ebpf:"edge_rl_src"`
+	EdgeRlSrc6     *ebpf.Map `ebpf:"edge_rl_src6"`
+	EdgeRooms      *ebpf.Map `ebpf:"edge_rooms"`
+	EdgeSpoofSrc   *ebpf.Map `ebpf:"edge_spoof_src"`
+	EdgeSpoofSrc6  *ebpf.Map `ebpf:"edge_spoof_src6"`
+	EipBw          *ebpf.Map `ebpf:"eip_bw"`
+	EipBw6         *ebpf.Map `ebpf:"eip_bw6"`
+	EipBwSlots     *ebpf.Map `ebpf:"eip_bw_slots"`
+	EipCache       *ebpf.Map `ebpf:"eip_cache"`
+	EipCache6      *ebpf.Map `ebpf:"eip_cache6"`
+	EipPrev        *ebpf.Map `ebpf:"eip_prev"`
+	EipRouteGen    *ebpf.Map `ebpf:"eip_route_gen"`
+	EipRoutes      *ebpf.Map `ebpf:"eip_routes"`
+	EipStats       *ebpf.Map `ebpf:"eip_stats"`
+	FwBloom        *ebpf.Map `ebpf:"fw_bloom"`
+	FwDst          *ebpf.Map `ebpf:"fw_dst"`
+	FwDst6         *ebpf.Map `ebpf:"fw_dst6"`
+	FwGlobal       *ebpf.Map `ebpf:"fw_global"`
+	FwRules        *ebpf.Map `ebpf:"fw_rules"`
+	FwRules6       *ebpf.Map `ebpf:"fw_rules6"`
+	FwStats        *ebpf.Map `ebpf:"fw_stats"`
+	FwVcache       *ebpf.Map `ebpf:"fw_vcache"`
+	FwVcache6      *ebpf.Map `ebpf:"fw_vcache6"`
+	HcMarks        *ebpf.Map `ebpf:"hc_marks"`
+	HcPeers        *ebpf.Map `ebpf:"hc_peers"`
+	HcStats        *ebpf.Map `ebpf:"hc_stats"`
+	IcmpBudgets    *ebpf.Map `ebpf:"icmp_budgets"`
+	IcmpKinds      *ebpf.Map `ebpf:"icmp_kinds"`
+	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
+	LbBeStats      *ebpf.Map `ebpf:"lb_be_stats"`
+	LbCfg          *ebpf.Map `ebpf:"lb_cfg"`
+	LbConns        *ebpf.Map `ebpf:"lb_conns"`
+	LbConns6       *ebpf.Map `ebpf:"lb_conns6"`
+	LbInfo         *ebpf.Map `ebpf:"lb_info"`
+	LbListeners    *ebpf.Map `ebpf:"lb_listeners"`
+	LbListeners6   *ebpf.Map `ebpf:"lb_listeners6"`
+	LbNatBackends  *ebpf.Map `ebpf:"lb_nat_backends"`
+	LbNatBackends6 *ebpf.Map `ebpf:"lb_nat_backends6"`
+	LbNatConns     *ebpf.Map `ebpf:"lb_nat_conns"`
+	LbNatConns6    *ebpf.Map `ebpf:"lb_nat_conns6"`
+	LbRanges       *ebpf.Map `ebpf:"lb_ranges"`
+	LbRanges6      *ebpf.Map `ebpf:"lb_ranges6"`
+	LbTableOwner   *ebpf.Map `ebpf:"lb_table_owner"`
+	LbTables       *ebpf.Map `ebpf:"lb_tables"`
+	MonEvents      *ebpf.Map `ebpf:"mon_events"`
+	MonState       *ebpf.Map `ebpf:"mon_state"`
+	NhCache        *ebpf.Map `ebpf:"nh_cache"`
+	NhCache6       *ebpf.Map `ebpf:"nh_cache6"`
+	Stats          *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -1002,16 +986,13 @@ func (m *edgeMaps) Close() error {
 		m.CtBuckets,
 		m.CtEvents,
 		m.DriftFlows,
-		m.DriftScratch,
 		m.EdgeCfg,
 		m.EdgeCfg6,
-		m.EdgeIcmp6Scratch,
 		m.EdgeLimits,
 		m.EdgeLimits6,
-		m.EdgeRl6Scratch,
 		m.EdgeRlSrc,
 		m.EdgeRlSrc6,
-		m.EdgeScratch6,
+		m.EdgeRooms,
 		m.EdgeSpoofSrc,
 		m.EdgeSpoofSrc6,
 		m.EipBw,
@@ -1023,7 +1004,6 @@ func (m *edgeMaps) Close() error {
 		m.EipRouteGen,
 		m.EipRoutes,
 		m.EipStats,
-		m.FibScratch,
 		m.FwBloom,
 		m.FwDst,
 		m.FwDst6,
@@ -1038,7 +1018,6 @@ func (m *edgeMaps) Close() error {
 		m.HcStats,
 		m.IcmpBudgets,
 		m.IcmpKinds,
-		m.Lb6Scratch,
 		m.LbBackends,
 		m.LbBeStats,
 		m.LbCfg,
