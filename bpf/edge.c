@@ -39,6 +39,9 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
  * frame with the packet edge_ipv6 left in lb6_scratch. */
 __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
 #define AZG_IPV6_VIP lb6_ingress
+/* Neighbor solicitations (lib/ndp.h), answered from xdp_edge's frame. */
+__noinline int ndp_answer(struct xdp_md *ctx);
+#define AZG_IPV6_NDP ndp_answer
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -49,6 +52,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
 #include "lib/ratelimit.h" /* per-source and SYN rate limits */
 #include "lib/fw.h" /* the firewall */
 #include "lib/bw.h" /* per-EIP bandwidth limits */
+#include "lib/ndp.h" /* neighbor discovery for the IPv6 VIPs */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -1399,6 +1403,14 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	__u32 zero = 0;
 	struct pkt *p = &p6->p;
 
+	/* A neighbor solicitation: ndp_answer's, from xdp_edge's frame
+	 * (FRAME_NDP): answered for an IPv6 VIP by the ARP owner on its ARP
+	 * interfaces, else passed to the kernel, never forwarded. */
+	if (p->proto == IPPROTO_ICMPV6_) {
+		__u8 *t = data + OFF(p->l4_off);
+		if ((void *)(t + 1) <= data_end && *t == ICMP6_NS_)
+			return FRAME_NDP;
+	}
 	struct eip_centry6 *r = eip_route6(p6);
 	if (!r)
 		return -1;

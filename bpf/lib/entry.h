@@ -23,6 +23,11 @@
  * with the VIP's listener generation in the low 16 bits: not an XDP
  * action, AZG_IPV6_VIP's to judge (edge.c). */
 #define FRAME_VIP6 0x10000
+/* ipv6_frame's answer (from AZG_IPV6_PATHS) for an ICMPv6 neighbor
+ * solicitation: AZG_IPV6_NDP's to answer or pass (edge.c, lib/ndp.h),
+ * from the entry's frame (under ipv6_frame's, its stack would pass 512
+ * bytes). Below FRAME_VIP6, above any XDP action. */
+#define FRAME_NDP 0x8000
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
@@ -123,6 +128,13 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 			act = AZG_IPV6_VIP(ctx, act & 0xffff);
 			if (act == XDP_REDIRECT)
 				return XDP_REDIRECT;
+			if (act == XDP_TX)
+				return XDP_TX;
+		}
+#endif
+#ifdef AZG_IPV6_NDP
+		if (act == FRAME_NDP) {
+			act = AZG_IPV6_NDP(ctx);
 			if (act == XDP_TX)
 				return XDP_TX;
 		}

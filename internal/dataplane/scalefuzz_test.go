@@ -717,6 +717,7 @@ func edgeOutput(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.Ve
 		"lb_reply_tx": fb.checkLBReply(in, out),
 		"lb_icmp_tx":  fb.checkLBICMP(in, out),
 		"arp_reply":   fb.checkARP(it.dev, in, out),
+		"ndp_reply":   fb.checkNDP(it.dev, in, out),
 	}
 	var matched []string
 	var why strings.Builder
@@ -732,7 +733,7 @@ func edgeOutput(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.Ve
 	}
 	egress := it.dev
 	switch matched[0] {
-	case "icmp", "arp_reply":
+	case "icmp", "arp_reply", "ndp_reply":
 	case "encap_tx":
 		egress = dptest.UlDev
 	default:
