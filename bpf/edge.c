@@ -1403,15 +1403,18 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	__u32 zero = 0;
 	struct pkt *p = &p6->p;
 
-	/* A neighbor solicitation: ndp_answer's, from xdp_edge's frame
-	 * (FRAME_NDP): answered for an IPv6 VIP by the ARP owner on its ARP
-	 * interfaces, else passed to the kernel, never forwarded. */
-	if (p->proto == IPPROTO_ICMPV6_) {
+	struct eip_centry6 *r = eip_route6(p6);
+	/* A neighbor solicitation (to a solicited-node group, no route; or
+	 * to an IPv6 VIP, before its firewall and anti-spoofing, which would
+	 * drop a router's from its link-local address): ndp_answer's, from
+	 * xdp_edge's frame (FRAME_NDP): answered by the ARP owner on its ARP
+	 * interfaces, else passed to the kernel, never load balanced. One to
+	 * an IPv6 EIP is forwarded as any packet: its path pays one test. */
+	if (p->proto == IPPROTO_ICMPV6_ && (!r || (r->flags & ROUTE_F_VIP))) {
 		__u8 *t = data + OFF(p->l4_off);
 		if ((void *)(t + 1) <= data_end && *t == ICMP6_NS_)
 			return FRAME_NDP;
 	}
-	struct eip_centry6 *r = eip_route6(p6);
 	if (!r)
 		return -1;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);

@@ -61,10 +61,11 @@ static __always_inline __u16 ndp_fold(__u64 sum)
 }
 
 /* Answers an ICMPv6 neighbor solicitation (a valid IPv6 packet whose
- * ICMPv6 type is 135: edge.c edge_ipv6's FRAME_NDP) arriving untagged,
- * without extension headers, on an ARP interface while this edge owns its
- * ARP scope. Returns the XDP action, counted. A solicitation is never
- * forwarded: what it does not answer it passes to the kernel (pass_ipv6):
+ * ICMPv6 type is 135, to no IPv6 EIP or to an IPv6 VIP: edge.c
+ * edge_ipv6's FRAME_NDP) arriving untagged, without extension headers, on
+ * an ARP interface while this edge owns its ARP scope. Returns the XDP
+ * action, counted. What it does not answer it passes to the kernel
+ * (pass_ipv6), never to the load balancer:
  * on another interface, not the owner or past the deadline, a tagged
  * frame or one with extension headers, a valid solicitation for another
  * target or to a destination neither the target nor its solicited-node

@@ -100,10 +100,11 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		return v
 	}
 	p, _ := ParseIPv6(b, l.L3)
-	if p.Proto == ProtoICMPv6 && p.FragOff == 0 && p.L4 < len(p.Pkt) && p.Pkt[p.L4] == 135 {
-		// A neighbor solicitation is never forwarded, to an EIP either
-		// (RFC 4861 7.1.1: a forwarded one would arrive with a hop limit
-		// under 255): on an ARP interface of the ARP owner, answered or
+	_, eip := r.EIPs[p.Dst()]
+	if p.Proto == ProtoICMPv6 && p.FragOff == 0 && p.L4 < len(p.Pkt) && p.Pkt[p.L4] == 135 && (!eip || r.VIPs[p.Dst()]) {
+		// A neighbor solicitation to anything but an IPv6 EIP (which
+		// forwards it as any packet) is never forwarded nor load
+		// balanced: on an ARP interface of the ARP owner, answered or
 		// dropped under a drop_ndp_* reason (docs: "NDP"; TestNDPAnswer
 		// holds those byte for byte), else the kernel's: pass_ipv6, or
 		// not.
