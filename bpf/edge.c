@@ -42,6 +42,9 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
  * xdp_edge's frame and lb6_ingress's leaves no room for another. */
 static __always_inline int lb6_entry(struct xdp_md *ctx, __u32 arg);
 #define AZG_IPV6_VIP lb6_entry
+/* Neighbor solicitations (lib/ndp.h), answered from xdp_edge's frame. */
+__noinline int ndp_answer(struct xdp_md *ctx);
+#define AZG_IPV6_NDP ndp_answer
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -52,6 +55,7 @@ static __always_inline int lb6_entry(struct xdp_md *ctx, __u32 arg);
 #include "lib/ratelimit.h" /* per-source and SYN rate limits */
 #include "lib/fw.h" /* the firewall */
 #include "lib/bw.h" /* per-EIP bandwidth limits */
+#include "lib/ndp.h" /* neighbor discovery for the IPv6 VIPs */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -1663,6 +1667,17 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	struct pkt *p = &p6->p;
 
 	struct eip_centry6 *r = eip_route6(p6);
+	/* A neighbor solicitation (to a solicited-node group, no route; or
+	 * to an IPv6 VIP, before its firewall and anti-spoofing, which would
+	 * drop a router's from its link-local address): ndp_answer's, from
+	 * xdp_edge's frame (FRAME_NDP): answered by the ARP owner on its ARP
+	 * interfaces, else passed to the kernel, never load balanced. One to
+	 * an IPv6 EIP is forwarded as any packet: its path pays one test. */
+	if (p->proto == IPPROTO_ICMPV6_ && (!r || (r->flags & ROUTE_F_VIP))) {
+		__u8 *t = data + OFF(p->l4_off);
+		if ((void *)(t + 1) <= data_end && *t == ICMP6_NS_)
+			return FRAME_NDP;
+	}
 	if (!r) {
 		/* Maybe a reply of an IPv6 VIP's nat connection: for
 		 * lb6_nat_reverse, from xdp_edge's frame (FRAME_NAT6). */

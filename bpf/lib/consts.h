@@ -105,8 +105,15 @@
 #define LB_TABLE_DEFAULT_M 65537
 /* Interfaces on which the edge answers ARP for its VIPs. */
 #define ARP_IFACES_MAX 64
-/* Addresses answered on them besides the VIPs (a set's gateway). */
+/* Addresses answered on them besides the VIPs (a set's gateway), per
+ * family (arp_addrs, arp_addrs6). */
 #define ARP_ADDRS_MAX 16
+/* The longest neighbor solicitation (ICMPv6 message) the edge validates
+ * and answers (lib/ndp.h): longer ones are dropped (drop_ndp_bad). */
+#define NDP_NS_MAX 512
+/* ... and the most options it walks in one (a solicitation carries one or
+ * two, SEND's five, RFC 3971): more are dropped too. */
+#define NDP_OPTS_MAX 6
 
 /* Agent sizes, per host: EIPs hosted (and their counters), guests with an
  * EIP, (interface, address) pairs guests may send from, service backends
@@ -330,6 +337,21 @@
 #define ARP_PLEN_IPV4 4
 #define ARPOP_REQUEST_ 1
 #define ARPOP_REPLY_ 2
+
+/* Neighbor discovery (RFC 4861 4.3, 4.4, 4.6.1): ICMPv6 types, the fixed
+ * lengths of a solicitation and of an advertisement with a target
+ * link-layer address option, the options' types and the advertisement's
+ * flags (the first byte of its reserved word). */
+#define ICMP6_NS_ 135
+#define ICMP6_NA_ 136
+#define NDP_NS_LEN 24
+#define NDP_NA_LEN 32
+#define NDP_HOP_LIMIT 255
+#define NDP_OPT_SLLA 1
+#define NDP_OPT_TLLA 2
+#define NA_F_ROUTER 0x80
+#define NA_F_SOLICITED 0x40
+#define NA_F_OVERRIDE 0x20
 
 /* Multiplicative hashing of slots in the per-CPU caches (eip_cache,
  * nh_cache, fw_vcache) and of the firewall's Bloom filter: the 32-bit

@@ -26,6 +26,11 @@
 /* With FRAME_VIP6 (edge.c): a packet to no IPv6 EIP or VIP while nat mode
  * is on, for the IPv6 VIP path's reply half (lb6_nat_reverse). */
 #define FRAME_NAT6 0x20000
+/* ipv6_frame's answer (from AZG_IPV6_PATHS) for an ICMPv6 neighbor
+ * solicitation: AZG_IPV6_NDP's to answer or pass (edge.c, lib/ndp.h),
+ * from the entry's frame (under ipv6_frame's, its stack would pass 512
+ * bytes). Below FRAME_VIP6, above any XDP action. */
+#define FRAME_NDP 0x8000
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
@@ -126,6 +131,13 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 			act = AZG_IPV6_VIP(ctx, act & (FRAME_NAT6 | 0xffff));
 			if (act == XDP_REDIRECT)
 				return XDP_REDIRECT;
+			if (act == XDP_TX)
+				return XDP_TX;
+		}
+#endif
+#ifdef AZG_IPV6_NDP
+		if (act == FRAME_NDP) {
+			act = AZG_IPV6_NDP(ctx);
 			if (act == XDP_TX)
 				return XDP_TX;
 		}

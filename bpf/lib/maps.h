@@ -654,6 +654,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } arp_addrs SEC(".maps");
 
+/* The IPv6 addresses the owner answers neighbor solicitations for besides
+ * the IPv6 VIPs (the gateway6 of nat-mode servers; lib/ndp.h); value: the
+ * advertisement's flags besides S and O (NA_F_ROUTER for a gateway). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ARP_ADDRS_MAX);
+	__type(key, struct ip_addr);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} arp_addrs6 SEC(".maps");
+
 /* Informational counters by enum lb_info, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -459,6 +459,17 @@ enum azg_stat {
 	STAT_DRIFT_FLOW_FAIL, /* edge: to a drifting EIP, drift_flows refused a SYN's flow (not
 			       * dropped: the SYN goes to the live binding; its flow's next
 			       * segments go to the previous one) */
+	STAT_NDP_REPLY,       /* edge: neighbor advertisement for an IPv6 VIP or arp_addrs6 address
+			       * (lib/ndp.h; the IPv6 twin of arp_reply) */
+	STAT_DROP_NDP_HOP_LIMIT, /* edge, ARP owner: a neighbor solicitation on an ARP interface
+				  * with a hop limit other than 255 (RFC 4861 7.1.1) */
+	STAT_DROP_NDP_SHORT,  /* edge, ARP owner: a neighbor solicitation under 24 bytes */
+	STAT_DROP_NDP_CSUM,   /* edge, ARP owner: a neighbor solicitation with a bad ICMPv6 checksum */
+	STAT_DROP_NDP_TARGET, /* edge, ARP owner: a neighbor solicitation for a multicast target */
+	STAT_DROP_NDP_BAD,    /* edge, ARP owner: a neighbor solicitation otherwise invalid (code
+			       * not 0, over NDP_NS_MAX bytes, over NDP_OPTS_MAX options, an option
+			       * of length 0 or past the end, from :: with a source link-layer address option or not to
+			       * a solicited-node group) */
 	STAT_MAX,
 };
 

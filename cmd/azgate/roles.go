@@ -264,7 +264,7 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource, icmpSource6, healthSource, arpGateway, bwZone string
+		var icmpSource, icmpSource6, healthSource, arpGateway, arpGateway6, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
 		var eipMax, ctMax, ctMax6, listenerMax, backendMax, driftFlows uint32
@@ -354,6 +354,13 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				cfg.ARP.Gateway = a
 			}
+			if arpGateway6 != "" {
+				a, err := netip.ParseAddr(arpGateway6)
+				if err != nil {
+					return nil, fmt.Errorf("--arp-gateway6 %q: not an IPv6 address", arpGateway6)
+				}
+				cfg.ARP.Gateway6 = a
+			}
 			check := cfg
 			check.Sync = syncCfg
 			if err := check.CheckFlags(); err != nil {
@@ -416,6 +423,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringSliceVar(&arpIfaces, "arp-iface", nil, "--attach interfaces on a segment shared with clients or servers: the one member of the edge set that owns the set's ARP (elected through the store) answers ARP there for the VIPs and announces them with gratuitous ARP on takeover")
 		c.Flags().StringVar(&cfgARP.Scope, "arp-scope", "", "name of the ARP ownership the edge campaigns for (default: its edge set's name); edges of several sets on one segment must share one")
 		c.Flags().StringVar(&arpGateway, "arp-gateway", "", "an address the ARP owner also answers for on the --arp-iface segments: the default gateway of nat-mode servers there, so their replies go through the owner")
+		c.Flags().StringVar(&arpGateway6, "arp-gateway6", "", "an IPv6 address (global or link-local) the ARP owner also answers neighbor solicitations for, as a router, on the --arp-iface segments: the IPv6 default gateway of nat-mode servers there (the IPv6 VIPs are answered whatever it is)")
 		c.Flags().DurationVar(&cfgARP.TTL, "arp-lease-ttl", store.DefaultOwnerTTL, "lease of the ARP ownership in the store (whole seconds): a dead owner is replaced about this long after it stopped renewing")
 		c.Flags().DurationVar(&cfgARP.Margin, "arp-lease-margin", store.DefaultOwnerMargin, "the ARP owner stops answering this long before its lease could expire in the store (covers clock-rate differences and its time to stop)")
 		c.Flags().DurationVar(&storeGrace, "store-grace", edge.DefaultStoreGrace, "how long the edge keeps announcing its BGP routes without reaching the store (it keeps forwarding regardless; 0: the default)")

@@ -103,6 +103,8 @@ func printStatus(w io.Writer, st *client.Status, now time.Time) {
 func arpLine(a *model.ARPStatus, now time.Time) string {
 	on := strings.Join(a.Interfaces, ",")
 	switch {
+	case a.Owner && len(a.IPv6) > 0:
+		return fmt.Sprintf("ARP owner of %s on %s for %s (NDP too, for %d IPv6 addresses)", a.Scope, on, ago(now, a.Since), len(a.IPv6))
 	case a.Owner:
 		return fmt.Sprintf("ARP owner of %s on %s for %s", a.Scope, on, ago(now, a.Since))
 	case a.Scope == "":

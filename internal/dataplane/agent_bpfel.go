@@ -205,7 +205,13 @@ const (
 	agentAzgStatSTAT_DRIFT_PREV_TX       agentAzgStat = 54
 	agentAzgStatSTAT_DRIFT_FLOW_NEW      agentAzgStat = 55
 	agentAzgStatSTAT_DRIFT_FLOW_FAIL     agentAzgStat = 56
-	agentAzgStatSTAT_MAX                 agentAzgStat = 57
+	agentAzgStatSTAT_NDP_REPLY           agentAzgStat = 57
+	agentAzgStatSTAT_DROP_NDP_HOP_LIMIT  agentAzgStat = 58
+	agentAzgStatSTAT_DROP_NDP_SHORT      agentAzgStat = 59
+	agentAzgStatSTAT_DROP_NDP_CSUM       agentAzgStat = 60
+	agentAzgStatSTAT_DROP_NDP_TARGET     agentAzgStat = 61
+	agentAzgStatSTAT_DROP_NDP_BAD        agentAzgStat = 62
+	agentAzgStatSTAT_MAX                 agentAzgStat = 63
 )
 
 type agentEipBw struct {

@@ -17,7 +17,9 @@ import (
 // (issue 8, part 6): the interfaces it answers on (SetARP), until when it
 // may answer (SetARPOwner: the deadline of its claim, enforced by the
 // program itself, so an owner whose daemon dies stops answering on time),
-// and the addresses it answers for besides the VIPs (SetARPAddrs).
+// and the addresses it answers for besides the VIPs (SetARPAddrs). The
+// same interfaces and deadline govern the answers to IPv6 neighbor
+// solicitations for the IPv6 VIPs (bpf/lib/ndp.h): one election.
 type ARPMap interface {
 	// SetARP answers on ifindex with mac (nil: not on ifindex).
 	SetARP(ifindex int, mac net.HardwareAddr) error
@@ -29,14 +31,16 @@ type ARPMap interface {
 	SetARPOwner(until time.Time) error
 	// ARPOwner reads the deadline back (zero: not answering).
 	ARPOwner() (time.Time, error)
-	// SetARPAddrs replaces the extra addresses (IPv4 only, at most
-	// ARPAddrsMax).
+	// SetARPAddrs replaces the extra addresses: IPv4 ones are answered
+	// ARP, IPv6 ones neighbor solicitations (as a router: they are
+	// gateways); at most ARPAddrsMax of each family (CheckARPAddrs).
 	SetARPAddrs(addrs []netip.Addr) error
 }
 
 var _ ARPMap = (*Edge)(nil)
 
-// ARPAddrsMax is the capacity of arp_addrs (ARP_ADDRS_MAX in consts.h).
+// ARPAddrsMax is the capacity of arp_addrs and of arp_addrs6
+// (ARP_ADDRS_MAX in consts.h).
 const ARPAddrsMax = 16
 
 // monoNow reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
@@ -98,35 +102,77 @@ func (e *Edge) ARPOwner() (time.Time, error) {
 }
 
 func (e *Edge) SetARPAddrs(addrs []netip.Addr) error {
-	want := map[uint32]bool{}
+	if err := CheckARPAddrs(addrs); err != nil {
+		return err
+	}
+	want4 := map[uint32]bool{}
+	want6 := map[edgeIpAddr]bool{}
 	for _, a := range addrs {
-		if !a.Is4() {
-			return fmt.Errorf("arp_addrs: %v is not IPv4", a)
+		if a.Is4() {
+			want4[ip4word(a)] = true
+		} else {
+			want6[ip6addr(a)] = true
 		}
-		want[ip4word(a)] = true
 	}
-	if len(want) > ARPAddrsMax {
-		return fmt.Errorf("arp_addrs: %d addresses, at most %d", len(want), ARPAddrsMax)
+	if err := syncARPAddrs(e.objs.ArpAddrs, "arp_addrs", want4, 1); err != nil {
+		return err
 	}
-	var k, v uint32
-	var stale []uint32
-	it := e.objs.ArpAddrs.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
+	return syncARPAddrs(e.objs.ArpAddrs6, "arp_addrs6", want6, naFlagRouter)
+}
+
+// naFlagRouter is NA_F_ROUTER (consts.h): the extra IPv6 addresses are
+// gateways, advertised with the Router flag (RFC 4861 4.4: a host that
+// saw it clear would take the address off its default router list).
+const naFlagRouter = 0x80
+
+// CheckARPAddrs checks the extra addresses SetARPAddrs takes: unicast
+// IPv4, or unicast IPv6 (global or link-local: an IPv6 default gateway
+// is often fe80::1), at most ARPAddrsMax of each family.
+func CheckARPAddrs(addrs []netip.Addr) error {
+	n4, n6 := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	for _, a := range addrs {
+		switch {
+		case !a.IsValid() || a.Zone() != "":
+			return fmt.Errorf("arp_addrs: %v is not an address without a zone", a)
+		case a.Is4In6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || (a.Is4() && a.As4()[0] == 0):
+			return fmt.Errorf("arp_addrs: %v is not a unicast address", a)
+		case a.Is4():
+			n4[a] = true
+		default:
+			n6[a] = true
+		}
+	}
+	if len(n4) > ARPAddrsMax || len(n6) > ARPAddrsMax {
+		return fmt.Errorf("arp_addrs: %d IPv4 and %d IPv6 addresses, at most %d of each", len(n4), len(n6), ARPAddrsMax)
+	}
+	return nil
+}
+
+// syncARPAddrs makes m (arp_addrs or arp_addrs6) hold the keys of want,
+// each with value v.
+func syncARPAddrs[K comparable](m *ebpf.Map, name string, want map[K]bool, v uint32) error {
+	var k K
+	var cur uint32
+	var stale []K
+	it := m.Iterate()
+	for it.Next(&k, &cur) {
+		if !want[k] || cur != v {
 			stale = append(stale, k)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("arp_addrs: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	for _, k := range stale {
-		if err := e.objs.ArpAddrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("arp_addrs: %w", err)
+		if !want[k] {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 	}
 	for k := range want {
-		if err := e.objs.ArpAddrs.Update(k, uint32(1), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("arp_addrs: %w", err)
+		if err := m.Update(k, v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil
@@ -180,6 +226,9 @@ func (f *FakeARP) ARPOwner() (time.Time, error) {
 }
 
 func (f *FakeARP) SetARPAddrs(addrs []netip.Addr) error {
+	if err := CheckARPAddrs(addrs); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Addrs = slices.Clone(addrs)

@@ -72,8 +72,8 @@ func TestARPOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	runFixtures(t, b.env, edgeProg{e}, e, []fixture{passed("a removed gateway address", gw)})
-	if err := e.SetARPAddrs([]netip.Addr{netip.MustParseAddr("2001:db8::1")}); err == nil {
-		t.Error("an IPv6 extra address was accepted")
+	if err := e.SetARPAddrs([]netip.Addr{netip.MustParseAddr("ff02::1")}); err == nil {
+		t.Error("a multicast extra address was accepted")
 	}
 	// The interfaces answered on are listed, and removed one by one.
 	ext := mustIfindex(t, b.env, dptest.ExtDev)

@@ -84,7 +84,13 @@ const (
 	edgeAzgStatSTAT_DRIFT_PREV_TX       edgeAzgStat = 54
 	edgeAzgStatSTAT_DRIFT_FLOW_NEW      edgeAzgStat = 55
 	edgeAzgStatSTAT_DRIFT_FLOW_FAIL     edgeAzgStat = 56
-	edgeAzgStatSTAT_MAX                 edgeAzgStat = 57
+	edgeAzgStatSTAT_NDP_REPLY           edgeAzgStat = 57
+	edgeAzgStatSTAT_DROP_NDP_HOP_LIMIT  edgeAzgStat = 58
+	edgeAzgStatSTAT_DROP_NDP_SHORT      edgeAzgStat = 59
+	edgeAzgStatSTAT_DROP_NDP_CSUM       edgeAzgStat = 60
+	edgeAzgStatSTAT_DROP_NDP_TARGET     edgeAzgStat = 61
+	edgeAzgStatSTAT_DROP_NDP_BAD        edgeAzgStat = 62
+	edgeAzgStatSTAT_MAX                 edgeAzgStat = 63
 )
 
 type edgeCtBucket struct {
@@ -698,6 +704,7 @@ type edgeStatEntry struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	edgeMapArpAddrs       = "arp_addrs"
+	edgeMapArpAddrs6      = "arp_addrs6"
 	edgeMapArpIfaces      = "arp_ifaces"
 	edgeMapArpOwner       = "arp_owner"
 	edgeMapCtBuckets      = "ct_buckets"
@@ -821,6 +828,7 @@ type edgeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type edgeMapSpecs struct {
 	ArpAddrs       *ebpf.MapSpec `ebpf:"arp_addrs"`
+	ArpAddrs6      *ebpf.MapSpec `ebpf:"arp_addrs6"`
 	ArpIfaces      *ebpf.MapSpec `ebpf:"arp_ifaces"`
 	ArpOwner       *ebpf.MapSpec `ebpf:"arp_owner"`
 	CtBuckets      *ebpf.MapSpec `ebpf:"ct_buckets"`
@@ -918,6 +926,7 @@ func (o *edgeObjects) Close() error {
 // It can be passed to loadEdgeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type edgeMaps struct {
 	ArpAddrs       *ebpf.Map `ebpf:"arp_addrs"`
+	ArpAddrs6      *ebpf.Map `ebpf:"arp_addrs6"`
 	ArpIfaces      *ebpf.Map `ebpf:"arp_ifaces"`
 	ArpOwner       *ebpf.Map `ebpf:"arp_owner"`
 	CtBuckets      *ebpf.Map `ebpf:"ct_buckets"`
@@ -981,6 +990,7 @@ type edgeMaps struct {
 func (m *edgeMaps) Close() error {
 	return _EdgeClose(
 		m.ArpAddrs,
+		m.ArpAddrs6,
 		m.ArpIfaces,
 		m.ArpOwner,
 		m.CtBuckets,

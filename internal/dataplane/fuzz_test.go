@@ -363,6 +363,18 @@ func outcomeCoverage(dev, counter string) int {
 		n = 56
 	case "drift_flow_fail":
 		n = 57
+	case "ndp_reply":
+		n = 58
+	case "drop_ndp_hop_limit":
+		n = 59
+	case "drop_ndp_short":
+		n = 60
+	case "drop_ndp_csum":
+		n = 61
+	case "drop_ndp_target":
+		n = 62
+	case "drop_ndp_bad":
+		n = 63
 	}
 	if dev == dptest.UlDev {
 		switch {
@@ -834,6 +846,7 @@ func (fb *fuzzEdgeBed) check(t *testing.T, dev string, in []byte) (string, []byt
 			"lb_reply_tx": fb.checkLBReply(in, res.Out),
 			"lb_icmp_tx":  fb.checkLBICMP(in, res.Out),
 			"arp_reply":   fb.checkARP(dev, in, res.Out),
+			"ndp_reply":   fb.checkNDP(dev, in, res.Out),
 		}
 		var matched []string
 		for k, e := range errs {
@@ -872,8 +885,8 @@ func (fb *fuzzEdgeBed) check(t *testing.T, dev string, in []byte) (string, []byt
 func (fb *fuzzEdgeBed) checkAction(dev, counter string, action uint32, out []byte) error {
 	var egress string
 	switch counter {
-	case "icmp_ttl_tx", "icmp_frag_tx", "arp_reply":
-		egress = dev // errors and ARP replies go back where the packet came from
+	case "icmp_ttl_tx", "icmp_frag_tx", "arp_reply", "ndp_reply":
+		egress = dev // errors, ARP replies and advertisements go back where the packet came from
 	case "encap_tx":
 		egress = dptest.UlDev // every route host is behind the underlay
 	default:
@@ -1798,6 +1811,26 @@ func (fb *fuzzEdgeBed) checkARP(dev string, in, out []byte) error {
 	copy(want[38:42], in[28:32])
 	if !bytes.Equal(out, want) {
 		return fmt.Errorf("ARP reply differs: %s", diffBytes(want, out))
+	}
+	return nil
+}
+
+// checkNDP holds a transmitted frame to the neighbor advertisement that
+// answers the input, an untagged neighbor solicitation for one of the
+// bed's VIPs on ext0 (ndpAnswerFor), byte for byte.
+func (fb *fuzzEdgeBed) checkNDP(dev string, in, out []byte) error {
+	want, target, err := ndpAnswerFor(in, mac(dptest.ExtMAC), 0)
+	if err != nil {
+		return err
+	}
+	if !fb.lb.vips[target] {
+		return fmt.Errorf("neighbor solicitation for %v, not a VIP", target)
+	}
+	if dev != dptest.ExtDev {
+		return fmt.Errorf("neighbor solicitation answered on %s", dev)
+	}
+	if !bytes.Equal(out, want) {
+		return fmt.Errorf("neighbor advertisement differs: %s", diffBytes(want, out))
 	}
 	return nil
 }

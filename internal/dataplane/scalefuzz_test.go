@@ -717,6 +717,7 @@ func edgeOutput(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.Ve
 		"lb_reply_tx": fb.checkLBReply(in, out),
 		"lb_icmp_tx":  fb.checkLBICMP(in, out),
 		"arp_reply":   fb.checkARP(it.dev, in, out),
+		"ndp_reply":   fb.checkNDP(it.dev, in, out),
 	}
 	var matched []string
 	var why strings.Builder
@@ -732,7 +733,7 @@ func edgeOutput(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.Ve
 	}
 	egress := it.dev
 	switch matched[0] {
-	case "icmp", "arp_reply":
+	case "icmp", "arp_reply", "ndp_reply":
 	case "encap_tx":
 		egress = dptest.UlDev
 	default:
@@ -778,6 +779,14 @@ func scaleExtraEdgeSeeds(tb testing.TB) []scaleSeed {
 	for _, b := range v6SeedFrames(dptest.FabMAC, dptest.UlMAC, true)[:3] {
 		ul(b)
 	}
+	// Neighbor solicitations as a router sends them (hop limit 255,
+	// checksummed) on the ARP owner's interface, for the mutator to take
+	// through lib/ndp.h's validation: to an IPv6 EIP's solicited-node
+	// group, unicast to it (forwarded as any packet), and DAD's.
+	slla := ndpOpt(1, mac(dptest.RtrMAC))
+	ext(nsFrame(ndpPeerLL, "ff02::1:ff00:7", "33:33:ff:00:00:07", nsMsg(eip6, slla)))
+	ext(nsFrame(client6, eip6, dptest.ExtMAC, nsMsg(eip6, slla)))
+	ext(nsFrame("::", "ff02::1:ff00:7", "33:33:ff:00:00:07", nsMsg(eip6, []byte(ndpNonce))))
 	reply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, ttl: 63}
 	tun := nvgre(tb, dptest.FabMAC, dptest.UlMAC, hostAddr, dptest.UlAddr, vsid<<8|0x5a, 0, ethFrame(tb, "02:cc:00:00:00:02", gwMAC, reply.ip(tb)))
 	ul(tun)

@@ -73,6 +73,12 @@ var statNames = [...]string{
 	"drift_prev_tx",
 	"drift_flow_new",
 	"drift_flow_fail",
+	"ndp_reply",
+	"drop_ndp_hop_limit",
+	"drop_ndp_short",
+	"drop_ndp_csum",
+	"drop_ndp_target",
+	"drop_ndp_bad",
 }
 
 // MaxICMPRate bounds the configurable ICMP error rate (per second per

@@ -100,6 +100,21 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		return v
 	}
 	p, _ := ParseIPv6(b, l.L3)
+	_, eip := r.EIPs[p.Dst()]
+	if p.Proto == ProtoICMPv6 && p.FragOff == 0 && p.L4 < len(p.Pkt) && p.Pkt[p.L4] == 135 && (!eip || r.VIPs[p.Dst()]) {
+		// A neighbor solicitation to anything but an IPv6 EIP (which
+		// forwards it as any packet) is never forwarded nor load
+		// balanced: on an ARP interface of the ARP owner, answered or
+		// dropped under a drop_ndp_* reason (docs: "NDP"; TestNDPAnswer
+		// holds those byte for byte), else the kernel's: pass_ipv6, or
+		// not.
+		v = Verdict{NoForward: "a neighbor solicitation", NoICMP: "a neighbor solicitation (link-local: never expires here)",
+			Counter: "pass_ipv6", CounterMaybe: true, VLAN: b[12 : l.L3-2]}
+		if l.Tags == 0 && p.Exts == 0 && len(p.Pkt) >= 40+24 {
+			v.NSRequest, v.NSFor, v.NS = true, netip.AddrFrom16([16]byte(p.Pkt[48:64])), &p
+		}
+		return v
+	}
 	bnd, ok := r.EIPs[p.Dst()]
 	if !ok || !p.Dst().Is6() {
 		return v
@@ -402,6 +417,9 @@ func (r *Region) checkOutput6(v Verdict, out []byte, ol Link) (string, error) {
 	if o.Proto == ProtoICMPv6 && o.FragOff == 0 && !o.MF && o.L4 < len(o.Pkt) && o.Pkt[o.L4] < 128 && v.IP6 != nil && o.Dst() == v.IP6.Src() {
 		return OutICMP, r.checkICMP6(v, o, out, ol)
 	}
+	if v.NSRequest {
+		return OutNA, checkNA(v, o, out)
+	}
 	if v.NoForward != "" || v.Fwd6 == nil || v.Out6 == nil {
 		return "", fmt.Errorf("IPv6 forwarded, but the input may not be: %s", v.NoForward)
 	}
@@ -532,4 +550,49 @@ func (r *Region) CheckPassed6(v Verdict, out []byte) error {
 		return fmt.Errorf("%d bytes after the IPv6 packet handed to the kernel", len(out)-o.End())
 	}
 	return checkFwd6(v, o, false)
+}
+
+// allNodes is ff02::1 (RFC 4291 2.7.1).
+var allNodes = netip.MustParseAddr("ff02::1")
+
+// checkNA holds a neighbor advertisement o to RFC 4861 4.4 and 7.2.4 as
+// an answer to the verdict's solicitation: untagged, 86 bytes, from the
+// target, hop limit 255, no extension header, code 0, the checksum right,
+// Solicited set and to the solicitation's source (its Ethernet source),
+// or for duplicate address detection (from ::) clear and to all-nodes;
+// the target the one asked for, a target link-layer address option with
+// the frame's source MAC (the harness's checker holds the frame byte for
+// byte: fuzz_test.go checkNDP).
+func checkNA(v Verdict, o IPv6, out []byte) error {
+	if o.Proto != ProtoICMPv6 || o.L4 >= len(o.Pkt) || o.Pkt[o.L4] != 136 {
+		return errors.New("a solicitation answered with other than a neighbor advertisement")
+	}
+	if len(out) != 14+40+32 || o.Off != 14 || o.Exts != 0 || len(o.Pkt) != 40+32 {
+		return fmt.Errorf("neighbor advertisement of %d bytes (IPv6 at %d, %d extension headers): want 86, untagged, none", len(out), o.Off, o.Exts)
+	}
+	na := o.Pkt[40:]
+	dad := v.NS.Src().IsUnspecified()
+	flags := byte(0x60)
+	wantDst := v.NS.Src()
+	if dad {
+		flags, wantDst = 0x20, allNodes
+	}
+	switch {
+	case o.HopLimit() != 255:
+		return fmt.Errorf("hop limit %d: want 255", o.HopLimit())
+	case o.Src() != v.NSFor || netip.AddrFrom16([16]byte(na[8:24])) != v.NSFor:
+		return fmt.Errorf("advertisement from %v for %v: the solicitation asked for %v", o.Src(), netip.AddrFrom16([16]byte(na[8:24])), v.NSFor)
+	case o.Dst() != wantDst:
+		return fmt.Errorf("advertisement to %v: want %v", o.Dst(), wantDst)
+	case na[1] != 0 || na[4]&0x7f != flags || !bytes.Equal(na[5:8], []byte{0, 0, 0}):
+		return fmt.Errorf("code %d, flags %#02x: want 0 and %#02x (and Router or not)", na[1], na[4], flags)
+	case !bytes.Equal(na[24:26], []byte{2, 1}) || !bytes.Equal(na[26:32], out[6:12]):
+		return errors.New("no target link-layer address option with the frame's source MAC")
+	case !CheckSum6(o):
+		return errors.New("ICMPv6 checksum wrong")
+	}
+	if dad && !bytes.Equal(out[0:6], []byte{0x33, 0x33, 0, 0, 0, 1}) {
+		return fmt.Errorf("to MAC %x: want all-nodes' 33:33:00:00:00:01", out[0:6])
+	}
+	return nil
 }

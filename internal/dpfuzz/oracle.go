@@ -81,6 +81,13 @@ type Verdict struct {
 	// ARP frame an answer may be sent for); ARPFor is the address asked.
 	ARPRequest bool
 	ARPFor     netip.Addr
+	// NSRequest: an untagged ICMPv6 neighbor solicitation without
+	// extension headers (the only one the edge may answer, with a
+	// neighbor advertisement: bpf/lib/ndp.h); NSFor its target and NS
+	// the solicitation.
+	NSRequest bool
+	NSFor     netip.Addr
+	NS        *IPv6
 	// IP is the input's (outer) IPv4 packet; Fwd the packet that would be
 	// forwarded: IP, or the inner one of NVGRE to the node.
 	IP, Fwd *IPv4
@@ -328,6 +335,7 @@ const (
 	OutEncap   = "encap"     // NVGRE carrying the packet
 	OutICMP    = "icmp"      // an ICMP error about the packet
 	OutARP     = "arp-reply" // an ARP reply
+	OutNA      = "ndp-reply" // a neighbor advertisement answering a solicitation
 )
 
 // Hop says how a transmitted packet's TTL relates to the input's: a router

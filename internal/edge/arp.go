@@ -35,6 +35,11 @@ type ARPConfig struct {
 	// default gateway of nat-mode servers on the segment, so that their
 	// replies go through the member that owns the segment.
 	Gateway netip.Addr
+	// Gateway6, if valid, is the IPv6 default gateway of nat-mode
+	// servers on the segment (--arp-gateway6; global or link-local),
+	// whose neighbor solicitations the owner answers beside the IPv6
+	// VIPs', as a router (bpf/lib/ndp.h).
+	Gateway6 netip.Addr
 	// TTL and Margin of the ownership claim (0: store.DefaultOwnerTTL and
 	// store.DefaultOwnerMargin).
 	TTL, Margin time.Duration
@@ -45,13 +50,16 @@ type ARPConfig struct {
 var AnnounceInterval = 2 * time.Second
 
 // arpOwner makes the data plane answer ARP for the set's VIPs (and the
-// gateway) on the ARP interfaces only while this edge owns its set's ARP
-// scope in the store (store.Claim): with several members of a set on one
-// segment, exactly one answers. The data plane enforces the claim's
+// gateway), and IPv6 neighbor solicitations for its IPv6 VIPs (and the
+// gateway6), on the ARP interfaces only while this edge owns its set's
+// ARP scope in the store (store.Claim): with several members of a set on
+// one segment, exactly one answers, for both families (one election, one
+// deadline). The data plane enforces the claim's
 // deadline itself (dataplane.ARPMap.SetARPOwner), so an owner whose
 // daemon dies or freezes stops answering before another member can take
-// over. A new owner announces every address with a gratuitous ARP so the
-// segment's caches move at once. There is no preemption: a returning
+// over. A new owner announces every address with a gratuitous ARP (an
+// IPv6 one with an unsolicited neighbor advertisement) so the segment's
+// caches move at once. There is no preemption: a returning
 // member waits until the owner gives up or fails. A drained member, or
 // one no longer in a set, gives ownership up.
 type arpOwner struct {
@@ -61,7 +69,8 @@ type arpOwner struct {
 	el     store.Elector
 	ifaces []*net.Interface
 	log    *slog.Logger
-	// send is the gratuitous ARP sender (tests capture it).
+	// send announces ip on ifc: a gratuitous ARP, or for IPv6 an
+	// unsolicited neighbor advertisement (tests capture it).
 	send func(ifc *net.Interface, ip netip.Addr) error
 
 	mu        sync.Mutex
@@ -76,13 +85,11 @@ type arpOwner struct {
 }
 
 func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConfig, attached []string, log *slog.Logger) (*arpOwner, error) {
-	a := &arpOwner{cfg: cfg, name: name, dp: dp, el: el, log: log, send: gratuitousARP, changed: make(chan struct{}, 1),
+	a := &arpOwner{cfg: cfg, name: name, dp: dp, el: el, log: log, changed: make(chan struct{}, 1),
 		carrier: make(chan struct{}, 1), announced: map[netip.Addr]bool{}}
-	if cfg.Gateway.IsValid() && !cfg.Gateway.Is4() {
-		return nil, fmt.Errorf("--arp-gateway %v: not an IPv4 address", cfg.Gateway)
-	}
-	if cfg.Gateway.IsValid() && len(cfg.Ifaces) == 0 {
-		return nil, errors.New("--arp-gateway needs --arp-iface")
+	a.send = a.announceOn
+	if err := cfg.checkGateways(); err != nil {
+		return nil, err
 	}
 	o, err := store.ClaimOptions{TTL: cfg.TTL, Margin: cfg.Margin}.Check()
 	if err != nil {
@@ -98,8 +105,11 @@ func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConf
 	if cfg.Gateway.IsValid() {
 		extra = append(extra, cfg.Gateway)
 	}
+	if cfg.Gateway6.IsValid() {
+		extra = append(extra, cfg.Gateway6)
+	}
 	if err := dp.SetARPAddrs(extra); err != nil {
-		return nil, fmt.Errorf("--arp-gateway: %w", err)
+		return nil, fmt.Errorf("--arp-gateway, --arp-gateway6: %w", err)
 	}
 	stale, err := dp.ARPIfaces()
 	if err != nil {
@@ -126,7 +136,44 @@ func newARPOwner(dp dataplane.ARPMap, el store.Elector, name string, cfg ARPConf
 		}
 	}
 	a.status.Since = time.Now().UTC()
+	a.status.IPv6 = a.ipv6Answered(nil)
 	return a, nil
+}
+
+// checkGateways checks --arp-gateway (IPv4) and --arp-gateway6 (unicast
+// IPv6, global or link-local): each needs --arp-iface.
+func (c ARPConfig) checkGateways() error {
+	if c.Gateway.IsValid() && !c.Gateway.Is4() {
+		return fmt.Errorf("--arp-gateway %v: not an IPv4 address (an IPv6 gateway is --arp-gateway6)", c.Gateway)
+	}
+	if c.Gateway.IsValid() && len(c.Ifaces) == 0 {
+		return errors.New("--arp-gateway needs --arp-iface")
+	}
+	if g := c.Gateway6; g.IsValid() {
+		if !g.Is6() || g.Is4In6() || dataplane.CheckARPAddrs([]netip.Addr{g}) != nil {
+			return fmt.Errorf("--arp-gateway6 %v: not a unicast IPv6 address", g)
+		}
+		if len(c.Ifaces) == 0 {
+			return errors.New("--arp-gateway6 needs --arp-iface")
+		}
+	}
+	return nil
+}
+
+// ipv6Answered lists the IPv6 addresses answered while the owner: the
+// IPv6 VIPs among vips, and the gateway6.
+func (a *arpOwner) ipv6Answered(vips []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, v := range vips {
+		if v.Is6() {
+			out = append(out, v)
+		}
+	}
+	if a.cfg.Gateway6.IsValid() {
+		out = append(out, a.cfg.Gateway6)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // update hands over the edge's scope ("": not a member, or drained) and
@@ -137,6 +184,7 @@ func (a *arpOwner) update(scope string, vips []netip.Addr) {
 	}
 	a.mu.Lock()
 	a.scope, a.vips = scope, vips
+	a.status.IPv6 = a.ipv6Answered(vips)
 	a.mu.Unlock()
 	select {
 	case a.changed <- struct{}{}:
@@ -154,6 +202,7 @@ func (a *arpOwner) Status() *model.ARPStatus {
 	defer a.mu.Unlock()
 	s := a.status
 	s.Interfaces = slices.Clone(s.Interfaces)
+	s.IPv6 = slices.Clone(s.IPv6)
 	return &s
 }
 
@@ -396,19 +445,23 @@ func (a *arpOwner) release(cl *store.Claim) {
 	}
 }
 
-// announce sends a gratuitous ARP for each address not announced since
-// this edge became the owner: every VIP and the gateway.
+// announce sends a gratuitous ARP (IPv4) or an unsolicited neighbor
+// advertisement (IPv6) for each address not announced since this edge
+// became the owner: every VIP, the gateway and the gateway6.
 func (a *arpOwner) announce() {
 	a.mu.Lock()
 	addrs := slices.Clone(a.vips)
 	if a.cfg.Gateway.IsValid() {
 		addrs = append(addrs, a.cfg.Gateway)
 	}
+	if a.cfg.Gateway6.IsValid() {
+		addrs = append(addrs, a.cfg.Gateway6)
+	}
 	var todo []netip.Addr
 	want := map[netip.Addr]bool{}
 	for _, v := range addrs {
 		want[v] = true
-		if a.announced[v] || !v.Is4() || !a.active {
+		if a.announced[v] || !a.active {
 			continue
 		}
 		todo = append(todo, v)
@@ -423,22 +476,82 @@ func (a *arpOwner) announce() {
 	for _, v := range todo {
 		for _, ifc := range a.ifaces {
 			if err := a.send(ifc, v); err != nil {
-				a.log.Warn("gratuitous ARP failed", "addr", v, "iface", ifc.Name, "err", err)
+				a.log.Warn("announcement failed (gratuitous ARP, unsolicited NA)", "addr", v, "iface", ifc.Name, "err", err)
 			} else {
-				a.log.Debug("gratuitous ARP sent", "addr", v, "iface", ifc.Name)
+				a.log.Debug("announcement sent (gratuitous ARP, unsolicited NA)", "addr", v, "iface", ifc.Name)
 			}
 		}
 	}
 }
 
-// gratuitousARP broadcasts an ARP reply for ip from the interface's MAC
-// (RFC 5227 section 3 announcement form).
-func gratuitousARP(ifc *net.Interface, ip netip.Addr) error {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
+// announceOn is the real send: a gratuitous ARP for an IPv4 address, an
+// unsolicited neighbor advertisement for an IPv6 one (as a router for the
+// gateway6).
+func (a *arpOwner) announceOn(ifc *net.Interface, ip netip.Addr) error {
+	if ip.Is4() {
+		return gratuitousARP(ifc, ip)
+	}
+	return sendFrame(ifc, unix.ETH_P_IPV6, unsolicitedNA(ifc.HardwareAddr, ip, ip == a.cfg.Gateway6))
+}
+
+// unsolicitedNA is the neighbor advertisement a new owner sends for ip
+// (RFC 4861 7.2.6): from mac and ip to all-nodes ff02::1 (MAC
+// 33:33:00:00:00:01), hop limit 255, Solicited clear, Override set (the
+// caches that hold another member's MAC take ours), Router set for a
+// gateway (a host that saw it clear would drop the address from its
+// default routers, 7.2.5), a target link-layer address option with mac.
+// Sent twice, AnnounceInterval apart, like the gratuitous ARPs.
+func unsolicitedNA(mac net.HardwareAddr, ip netip.Addr, router bool) []byte {
+	f := make([]byte, 14+40+32)
+	copy(f[0:6], []byte{0x33, 0x33, 0, 0, 0, 1})
+	copy(f[6:12], mac)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IPV6)
+	ip6 := f[14:]
+	ip6[0] = 0x60
+	binary.BigEndian.PutUint16(ip6[4:], 32)
+	ip6[6], ip6[7] = unix.IPPROTO_ICMPV6, 255
+	src, dst := ip.As16(), netip.IPv6LinkLocalAllNodes().As16()
+	copy(ip6[8:24], src[:])
+	copy(ip6[24:40], dst[:])
+	na := ip6[40:]
+	na[0] = 136  // neighbor advertisement
+	na[4] = 0x20 // Override
+	if router {
+		na[4] |= 0x80
+	}
+	copy(na[8:24], src[:])
+	na[24], na[25] = 2, 1 // target link-layer address, 8 bytes
+	copy(na[26:32], mac)
+	var sum uint32
+	for i := 8; i < 40; i += 2 { // the pseudo-header: addresses, length, next header
+		sum += uint32(binary.BigEndian.Uint16(ip6[i:]))
+	}
+	sum += 32 + unix.IPPROTO_ICMPV6
+	for i := 0; i < len(na); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(na[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(na[2:], ^uint16(sum))
+	return f
+}
+
+// sendFrame sends the Ethernet frame f (of ethertype proto) on ifc.
+func sendFrame(ifc *net.Interface, proto uint16, f []byte) error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(proto)))
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	sa := &unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifc.Index, Halen: 6}
+	copy(sa.Addr[:], f[0:6])
+	return unix.Sendto(fd, f, 0, sa)
+}
+
+// gratuitousARP broadcasts an ARP reply for ip from the interface's MAC
+// (RFC 5227 section 3 announcement form).
+func gratuitousARP(ifc *net.Interface, ip netip.Addr) error {
 	frame := make([]byte, 42)
 	copy(frame[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	copy(frame[6:12], ifc.HardwareAddr)
@@ -453,9 +566,7 @@ func gratuitousARP(ifc *net.Interface, ip netip.Addr) error {
 	copy(a[14:18], b[:])
 	copy(a[18:24], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	copy(a[24:28], b[:])
-	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index, Halen: 6}
-	copy(sa.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	return unix.Sendto(fd, frame, 0, sa)
+	return sendFrame(ifc, unix.ETH_P_ARP, frame)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -154,11 +154,8 @@ func (c Config) Check() error {
 
 // check validates the ARP settings against the --attach interfaces.
 func (c ARPConfig) check(attached []string) error {
-	if c.Gateway.IsValid() && !c.Gateway.Is4() {
-		return fmt.Errorf("--arp-gateway %v: not an IPv4 address", c.Gateway)
-	}
-	if c.Gateway.IsValid() && len(c.Ifaces) == 0 {
-		return errors.New("--arp-gateway needs --arp-iface")
+	if err := c.checkGateways(); err != nil {
+		return err
 	}
 	for _, n := range c.Ifaces {
 		if !slices.Contains(attached, n) {

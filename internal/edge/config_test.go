@@ -81,7 +81,23 @@ func TestConfigCheck(t *testing.T) {
 		{"ARP gateway without interface", func(c *Config) { c.ARP.Gateway = netip.MustParseAddr("10.0.0.1") }, "--arp-gateway needs --arp-iface"},
 		{"IPv6 ARP gateway", func(c *Config) {
 			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway: netip.MustParseAddr("2001:db8::1")}
-		}, "--arp-gateway 2001:db8::1"},
+		}, "--arp-gateway 2001:db8::1: not an IPv4 address (an IPv6 gateway is --arp-gateway6)"},
+		{"IPv6 gateway, link-local", func(c *Config) {
+			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway6: netip.MustParseAddr("fe80::1"), TTL: 5 * time.Second, Margin: time.Second}
+		}, ""},
+		{"IPv6 gateway, global", func(c *Config) {
+			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway6: netip.MustParseAddr("2001:db8::1"), TTL: 5 * time.Second, Margin: time.Second}
+		}, ""},
+		{"IPv6 gateway without interface", func(c *Config) { c.ARP.Gateway6 = netip.MustParseAddr("2001:db8::1") }, "--arp-gateway6 needs --arp-iface"},
+		{"IPv4 address as the IPv6 gateway", func(c *Config) {
+			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway6: netip.MustParseAddr("10.0.0.1")}
+		}, "--arp-gateway6 10.0.0.1: not a unicast IPv6 address"},
+		{"mapped address as the IPv6 gateway", func(c *Config) {
+			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway6: netip.MustParseAddr("::ffff:10.0.0.1")}
+		}, "--arp-gateway6 ::ffff:10.0.0.1: not a unicast IPv6 address"},
+		{"multicast IPv6 gateway", func(c *Config) {
+			c.ARP = ARPConfig{Ifaces: []string{"eth0"}, Gateway6: netip.MustParseAddr("ff02::2")}
+		}, "--arp-gateway6 ff02::2: not a unicast IPv6 address"},
 		{"ARP lease under a second", func(c *Config) { c.ARP.TTL = 500 * time.Millisecond }, "--arp-lease-ttl"},
 		{"ARP margin over the lease", func(c *Config) { c.ARP.TTL, c.ARP.Margin = 2*time.Second, 3*time.Second }, "--arp-lease-margin"},
 		{"sync without a store", func(c *Config) { c.Sync.Port = 7946 }, "connection sync needs a store"},

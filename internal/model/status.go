@@ -1,6 +1,9 @@
 package model
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Count is a packet and byte count.
 type Count struct {
@@ -113,6 +116,10 @@ type ARPStatus struct {
 	// Since is when Scope or Owner last changed.
 	Since      time.Time `json:"since"`
 	Interfaces []string  `json:"interfaces"`
+	// IPv6 are the IPv6 addresses whose neighbor solicitations the edge
+	// answers on Interfaces while Owner (under the same ownership as
+	// ARP): the set's IPv6 VIPs and the --arp-gateway6.
+	IPv6 []netip.Addr `json:"ipv6,omitempty"`
 }
 
 // SyncStatus is an edge's connection sync (docs/connsync.md).
