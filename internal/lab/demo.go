@@ -250,6 +250,9 @@ const (
 	DemoVIP    = "198.51.100.20"   // encap: 80 -> pool web, 443 -> pool tls
 	DemoVIP6   = "2001:db8:e1::20" // encap, IPv6: the same pools (from EIPPrefix6)
 	DemoNATVIP = "198.51.100.30"   // nat: 80 -> the DMZ servers
+	// DemoNATVIP6 is the IPv6 nat VIP (NATPinned6): 80 -> the DMZ
+	// servers' IPv6 addresses.
+	DemoNATVIP6 = "2001:db8:e1::30"
 )
 
 func (l *Lab) demoServices(ctx context.Context) error {
@@ -335,6 +338,23 @@ func (l *Lab) demoServices(ctx context.Context) error {
 		return err
 	}
 	l.say("   10 new connections to %s: %s", url, l.spread(ctx, url, 10))
+
+	var dmz6 []model.Backend
+	for i := 1; i <= DMZServers; i++ {
+		dmz6 = append(dmz6, model.Backend{Address: DMZAddr6(i)})
+	}
+	nat6 := &model.Service{Name: "dmz6", VIP: netip.MustParseAddr(DemoNATVIP6), Mode: model.ModeNAT,
+		Listeners: nat.Listeners, Pools: []model.Pool{{Name: "web", Backends: dmz6}}}
+	l.say("\n== 7b. nat mode over IPv6: VIP %s -> the same servers' IPv6 addresses (DNAT66 in, SNAT66 back); the set's NDP owner answers for the VIP and the servers' gateway %s", DemoNATVIP6, DMZGateway6)
+	l.say("   azgate service create dmz6 --vip %s --mode nat --listener tcp:80=web --backend web=%v ...", DemoNATVIP6, DMZAddr6(1))
+	if _, err := c.PutService(ctx, nat6); err != nil {
+		return err
+	}
+	url6 = "http://[" + DemoNATVIP6 + "]/"
+	if _, err := l.WaitAnswer(ctx, url6, "", 10*time.Second); err != nil {
+		return err
+	}
+	l.say("   10 new connections to %s: %s", url6, l.spread(ctx, url6, 10))
 	return nil
 }
 

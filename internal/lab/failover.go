@@ -267,12 +267,13 @@ func (l *Lab) MeasureFailover(ctx context.Context, o FailoverOptions) (Failover,
 }
 
 // Fleet services for failover measurements: an encap service, the same
-// behind an IPv6 VIP, and a nat service with a TCP and a UDP echo
-// listener each.
+// behind an IPv6 VIP, and a nat service, IPv4 and IPv6, with a TCP and a
+// UDP echo listener each.
 const (
-	FleetVIP    = "198.51.100.50"   // encap: tcp/udp 7000 -> g1 of az1-h1, az2-h1, az3-h1
-	FleetVIP6   = "2001:db8:e1::50" // encap, IPv6: the same backends (their address6)
-	FleetNATVIP = "198.51.100.31"   // nat: tcp/udp 7000 -> dmz1..3
+	FleetVIP     = "198.51.100.50"   // encap: tcp/udp 7000 -> g1 of az1-h1, az2-h1, az3-h1
+	FleetVIP6    = "2001:db8:e1::50" // encap, IPv6: the same backends (their address6)
+	FleetNATVIP  = "198.51.100.31"   // nat: tcp/udp 7000 -> dmz1..3
+	FleetNATVIP6 = "2001:db8:e1::31" // nat, IPv6: the same servers (their IPv6 addresses)
 )
 
 // PutFleetServices creates the failover measurements' services.
@@ -286,13 +287,16 @@ func (l *Lab) PutFleetServices(ctx context.Context) error {
 	for az := 1; az <= l.Cfg.AZs; az++ {
 		guests = append(guests, model.Backend{Host: HostName(az, 1), Guest: "g1"})
 	}
+	var dmz6 []model.Backend
 	for i := 1; i <= DMZServers; i++ {
 		dmz = append(dmz, model.Backend{Address: DMZAddr(i)})
+		dmz6 = append(dmz6, model.Backend{Address: DMZAddr6(i)})
 	}
 	for _, s := range []*model.Service{
 		{Name: "fleet", VIP: netip.MustParseAddr(FleetVIP), Mode: model.ModeEncap, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: guests}}},
 		{Name: "fleet6", VIP: netip.MustParseAddr(FleetVIP6), Mode: model.ModeEncap, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: guests}}},
 		{Name: "fleet-nat", VIP: netip.MustParseAddr(FleetNATVIP), Mode: model.ModeNAT, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: dmz}}},
+		{Name: "fleet-nat6", VIP: netip.MustParseAddr(FleetNATVIP6), Mode: model.ModeNAT, Listeners: ls, Pools: []model.Pool{{Name: "echo", Backends: dmz6}}},
 	} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)

@@ -562,7 +562,7 @@ func (l *Lab) startEdge(n *Node) error {
 	if n.Set == PrefixSet {
 		// On the DMZ segment: one member answers ARP for the VIPs and
 		// the servers' gateway.
-		attach = []string{"--attach", "ext0,ul0,dmz0", "--arp-iface", "dmz0", "--arp-gateway", DMZGateway}
+		attach = []string{"--attach", "ext0,ul0,dmz0", "--arp-iface", "dmz0", "--arp-gateway", DMZGateway, "--arp-gateway6", DMZGateway6}
 	}
 	args := append(append([]string{"edge", "--name", n.Name}, attach...), "--etcd-endpoints", l.roleEtcdFlag(n),
 		"--pin-dir", l.pinDir(n.Name), "--icmp-rate", "1000", "--icmp-burst", "100",

@@ -341,7 +341,7 @@ func TestFleetFailover(t *testing.T) {
 	}
 	// The IPv6 VIP's connections too (issue 21): their entries are synced
 	// to the set's other members as the IPv4 ones.
-	targets := []string{eip + ":7000", lab.FleetVIP + ":7000", "[" + lab.FleetVIP6 + "]:7000", lab.FleetNATVIP + ":7000"}
+	targets := []string{eip + ":7000", lab.FleetVIP + ":7000", "[" + lab.FleetVIP6 + "]:7000", lab.FleetNATVIP + ":7000", "[" + lab.FleetNATVIP6 + "]:7000"}
 	if _, err := l.WaitAnswer(ctx, "http://"+eip+"/", "hello from az2-h1-g2", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestFleetFailover(t *testing.T) {
 			t.Errorf("%d probe datagrams lost while the server was stopped %v (the lab's own loss: the echo socket's buffer)", r[0].Lost, stall)
 		}
 	})
-	probes := []string{eip + ":7000", lab.FleetVIP + ":7000", "[" + lab.FleetVIP6 + "]:7000", lab.FleetNATVIP + ":7000"}
+	probes := []string{eip + ":7000", lab.FleetVIP + ":7000", "[" + lab.FleetVIP6 + "]:7000", lab.FleetNATVIP + ":7000", "[" + lab.FleetNATVIP6 + "]:7000"}
 	hold := time.Duration(lab.HoldTime) * time.Second
 	for _, f := range []struct {
 		cause, edge string

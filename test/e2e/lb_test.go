@@ -25,6 +25,7 @@ const (
 	// -> tls (g2 guests of the h2 hosts), 7000 -> echo (g1 of every
 	// host), as vipWeb; from the prefix set's IPv6 prefix (lab.EIPPrefix6)
 	vipWeb6 = "2001:db8:e1::20"
+	vipDMZ6 = "2001:db8:e1::30" // nat, IPv6: 80 -> the DMZ servers' IPv6 addresses (lab.NATPinned6)
 )
 
 func encapBackends(guest string, hosts ...string) []model.Backend {
@@ -74,7 +75,17 @@ func services(t *testing.T, ctx context.Context, c *client.Client) {
 	// the guests' address6.
 	web6 := &model.Service{Name: "web6", VIP: netip.MustParseAddr(vipWeb6), Mode: model.ModeEncap,
 		Listeners: web.Listeners, Pools: web.Pools}
-	for _, s := range []*model.Service{web, nat, nat2, web6} {
+	// The DMZ servers behind an IPv6 nat VIP: DNAT66 to their IPv6
+	// addresses, health-checked there, the set's NDP owner answering for
+	// the VIP and the servers' IPv6 gateway.
+	var dmz6 []model.Backend
+	for i := 1; i <= lab.DMZServers; i++ {
+		dmz6 = append(dmz6, model.Backend{Address: lab.DMZAddr6(i)})
+	}
+	nat6 := &model.Service{Name: "dmz6", VIP: netip.MustParseAddr(vipDMZ6), Mode: model.ModeNAT,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools: []model.Pool{{Name: "web", Backends: dmz6, Health: nat.Pools[0].Health}}}
+	for _, s := range []*model.Service{web, nat, nat2, web6, nat6} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -108,42 +119,8 @@ func TestServices(t *testing.T) {
 
 	t.Run("port dispatch 80 and 443", func(t *testing.T) { checkDispatch(t, ctx, l, "http://"+vipWeb) })
 
-	t.Run("nat mode with plain backends", func(t *testing.T) {
-		waitServing(t, ctx, l, "http://"+vipDMZ+"/")
-		got := answers(t, ctx, l, "http://"+vipDMZ+"/", 60)
-		t.Logf("nat VIP: %v", got)
-		for body := range got {
-			if !strings.HasPrefix(body, "hello from dmz") {
-				t.Errorf("nat VIP answered by %q", body)
-			}
-		}
-		if len(got) < 2 {
-			t.Errorf("60 new connections reached %d DMZ servers", len(got))
-		}
-		// Every edge's checks see every DMZ server up.
-		var last string
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			st, err := c.ServiceStatus(ctx, "dmz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ok := st.Health == nil && len(st.Pools) == 1 && len(st.Pools[0].Backends) == lab.DMZServers
-			last = fmt.Sprintf("health %v", st.Health)
-			for _, b := range st.Pools[0].Backends {
-				ok = ok && b.DownVotes == 0 && b.UpVotes == len(st.Pools[0].Tables) && b.UpVotes > 0
-				last += fmt.Sprintf("; %s up %d down %d of %d edges", b.Key, b.UpVotes, b.DownVotes, len(st.Pools[0].Tables))
-			}
-			if ok {
-				t.Logf("health-checked nat backends: %s", last)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nat backends not all seen up by every edge within 15 s: %s", last)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	})
+	t.Run("nat mode with plain backends", func(t *testing.T) { natPlain(t, ctx, l, c, "dmz", "http://"+vipDMZ+"/") })
+	t.Run("IPv6 nat mode with plain backends", func(t *testing.T) { natPlain(t, ctx, l, c, "dmz6", "http://["+vipDMZ6+"]/") })
 
 	t.Run("nat is stateful: two VIPs on one backend port, own connections, ICMP errors", func(t *testing.T) {
 		// One backend:port (each DMZ server's :80) serves vipDMZ:80 and
@@ -553,4 +530,44 @@ func waitChecksumChange(t *testing.T, ctx context.Context, c *client.Client, svc
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("the table of %s/%s did not change", svc, pool)
+}
+
+// natPlain: a nat VIP's new connections reach more than one DMZ server,
+// and every edge's health checks see every DMZ server up.
+func natPlain(t *testing.T, ctx context.Context, l *lab.Lab, c *client.Client, svc, url string) {
+	waitServing(t, ctx, l, url)
+	got := answers(t, ctx, l, url, 60)
+	t.Logf("nat VIP %s: %v", url, got)
+
+	for body := range got {
+		if !strings.HasPrefix(body, "hello from dmz") {
+			t.Errorf("nat VIP %s answered by %q", url, body)
+		}
+	}
+	if len(got) < 2 {
+		t.Errorf("60 new connections reached %d DMZ servers", len(got))
+	}
+	// Every edge's checks see every DMZ server up.
+	var last string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := c.ServiceStatus(ctx, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := st.Health == nil && len(st.Pools) == 1 && len(st.Pools[0].Backends) == lab.DMZServers
+		last = fmt.Sprintf("health %v", st.Health)
+		for _, b := range st.Pools[0].Backends {
+			ok = ok && b.DownVotes == 0 && b.UpVotes == len(st.Pools[0].Tables) && b.UpVotes > 0
+			last += fmt.Sprintf("; %s up %d down %d of %d edges", b.Key, b.UpVotes, b.DownVotes, len(st.Pools[0].Tables))
+		}
+		if ok {
+			t.Logf("health-checked nat backends: %s", last)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nat backends not all seen up by every edge within 15 s: %s", last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
