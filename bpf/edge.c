@@ -39,6 +39,11 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6);
  * frame with the packet edge_ipv6 left in lb6_scratch. */
 __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
 #define AZG_IPV6_VIP lb6_ingress
+/* The tunnel over the IPv6 underlay (defined below), called from
+ * xdp_edge's frame with the request its path left in ul6_scratch
+ * (ul6_ask). */
+__noinline int tunnel6(struct xdp_md *ctx);
+#define AZG_IPV6_UL6 tunnel6
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -93,6 +98,18 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
  * would overflow the 512-byte stack of that path. */
 #define ICMP_DEFER 0x40000000
 
+/* ul6_ask's im argument: the inner destination MAC in its low 48 bits
+ * (in memory order), UL6_INNER6 for an IPv6 inner packet, the counter
+ * of a sent packet from bit 56. */
+#define UL6_INNER6 (1ULL << 48)
+
+/* What a path answers for a packet to a host with an IPv6 underlay
+ * address (UL6_HOST) once ul6_ask holds its request: not an XDP action.
+ * Above ICMP_DEFER's answers, so icmp_send, which every IPv4 path's
+ * answer goes through, sees it behind the compare that lets the sent
+ * packets by: the IPv4 hosts' packets pay nothing for it. */
+#define UL6_DEFER 0x50000000
+
 /* Answers an expired TTL, as a router hop must. */
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
 {
@@ -117,6 +134,12 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 {
 	if (act < ICMP_DEFER)
 		return act;
+	if (act == UL6_DEFER) {
+		/* A host with an IPv6 underlay address (ul6_ask). */
+		act = tunnel6(ctx);
+		if (act < ICMP_DEFER)
+			return act;
+	}
 	int rc;
 	if (((act >> 16) & 0xff) == ICMP_KIND_TTL) {
 		rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_TTL, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0), cfg->icmp_src.a[0]);
@@ -135,17 +158,49 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 	return count_drop(ctx, rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
 }
 
+/* The tunnel to a host with an IPv6 underlay address, asked for: the
+ * packet p (its offset, length, TOS, DF and TCP flags) to the host named
+ * host with key, inner MAC and counter in im, idx the slot to count it in
+ * once sent (eip_stats for encap_tx, lb_be_stats for lb_*_tx), written to
+ * ul6_scratch for tunnel6, which the path's answer (UL6_DEFER, the IPv6
+ * paths' FRAME_UL6) gets called from xdp_edge's frame: tunnel6's stack
+ * does not fit under lb_ingress's or ipv6_frame's. Returns UL6_DEFER (or
+ * XDP_ABORTED without its room). Global, with scalars: the IPv4 paths'
+ * registers and stack stay as they were. */
+__noinline int ul6_ask(const struct pkt *p, __u32 host, __u32 key, __u64 im, __u32 idx)
+{
+	__u32 zero = 0;
+	struct ul6_req *rq = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	if (!p || !rq)
+		return XDP_ABORTED;
+	rq->im = im;
+	rq->host = host;
+	rq->key = key;
+	rq->idx = idx;
+	rq->ip_len = p->ip_len;
+	rq->l3_off = p->l3_off;
+	rq->tos = p->tos;
+	rq->df = p->df;
+	rq->syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
+	return UL6_DEFER;
+}
+
 /* Encapsulates the IPv4 packet p in NVGRE toward host with key, inner
  * destination MAC imac. Returns an XDP action; *sent is set when the
  * packet was transmitted. */
 static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 				  struct bpf_fib_lookup *fibp, __be32 host, __u32 key, const __u8 *imac, __u32 stat,
-				  __u64 len, int *sent)
+				  __u32 idx, __u64 len, int *sent)
 {
 	__be32 ul = cfg->underlay.a[0];
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
+	if (UL6_HOST(host)) {
+		__u64 im = 0;
+		__builtin_memcpy(&im, imac, ETH_ALEN_);
+		return ul6_ask(p, host, key, im | (__u64)stat << 56, idx);
+	}
 	/* The FlowID stands for the flow's ports in the lookup, so ECMP
 	 * spreads one host's tunnels (with the L4 multipath hash policy) as
 	 * the underlay's routers do by the key. */
@@ -356,7 +411,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 	/* tcp_flags is 0 for anything but TCP (parse.h). */
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	int sent;
-	int act = tunnel(ctx, p, cfg, fib, host, key, imac, STAT_ENCAP_TX, len, &sent);
+	int act = tunnel(ctx, p, cfg, fib, host, key, imac, STAT_ENCAP_TX, idx, len, &sent);
 	if (sent) {
 		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
 		if (es) {
@@ -484,7 +539,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		/* FlowID: the flow hash's low byte, as for EIPs (the entry
 		 * keeps it, so a hit computes no hash); an ICMP error about
 		 * the flow gets the flow's. */
-		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, len, &sent);
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, idx, len, &sent);
 		if (sent)
 			lb_count(&lb_be_stats, idx, ip_len, 0);
 		return act;
@@ -843,6 +898,16 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__be32 ul = cfg->underlay.a[0];
 	__u16 ip_len = p6->p.ip_len;
 	__u32 l3_off = p6->p.l3_off;
+	if (UL6_HOST(host)) {
+		/* Inner MAC SVC_MAC0, SVC_MAC1 and the guest's address; the
+		 * packet is in lb6_scratch already. */
+		if (ul6_ask(&p6->p, host, key,
+			    SVC_MAC0 | SVC_MAC1 << 8 | (__u64)guest << 16 | UL6_INNER6 |
+				    (__u64)((pflags & LB_PF_ICMP) ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX) << 56,
+			    idx) != UL6_DEFER)
+			return XDP_ABORTED;
+		return FRAME_UL6;
+	}
 	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* The largest inner packet the tunnel carries (icmp6_error
@@ -1459,6 +1524,18 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	__u32 l3_off = p->l3_off;
 	__u8 tos = p->tos;
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
+	if (UL6_HOST(host)) {
+		/* Inner MAC 02:00 and the EIP's last four bytes; the packet
+		 * where tunnel6 finds it (an ICMPv6 error quotes it). */
+		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+		if (!rm)
+			return -1;
+		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
+			    idx) != UL6_DEFER)
+			return XDP_ABORTED;
+		return FRAME_UL6;
+	}
 	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* The largest inner packet the tunnel carries (icmp6_error
@@ -1496,6 +1573,92 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		es->rx_syns += syn;
 	}
 	count_out(ctx, STAT_ENCAP_TX, len);
+	return xmit(ctx, fib->ifindex);
+}
+
+/* The tunnel to a host with an IPv6 underlay address that a path asked
+ * for (ul6_ask, the request in ul6_scratch; an IPv6 inner packet also in
+ * lb6_scratch): the packet in NVGRE over IPv6 from the edge's IPv6
+ * underlay address (edge_config6.underlay) to the host's (ul6_hosts), the
+ * GRE key the request's, the flow label the key's low 20 bits (the
+ * FlowID and the VSID's low 12 bits: the flow hash spreads a host's
+ * tunnels over ECMP paths as the IPv4 tunnels' ports do, RFC 6438), the
+ * outer traffic class the inner TOS, hop limit OUTER_TTL; the inner TTL
+ * or hop limit decremented (the path checked it); counted under the
+ * request's counter and slot. No IPv6 underlay address or host address:
+ * drop_fib. A packet the tunnel cannot carry (the route's MTU less
+ * NVGRE6_OVERHEAD, 20 bytes less than over IPv4): an IPv4 one gets
+ * too_big's answer (ICMP_DEFER | ICMP_KIND_FRAG << 16 | MTU for
+ * icmp_send, drop_too_big without DF), an IPv6 one icmp6_answer's.
+ * Global, called from xdp_edge's frame (icmp_send, parse_frame). */
+__noinline int tunnel6(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	if (!ctx)
+		return XDP_ABORTED;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct ul6_req *rq = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct edge_config6 *c6 = bpf_map_lookup_elem(&edge_cfg6, &zero);
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!rq || !cfg || !c6 || !fib)
+		return XDP_ABORTED;
+	__u32 idx = bpf_ntohl(rq->host);
+	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, &idx);
+	if (!dst || !(dst->a[0] | dst->a[1] | dst->a[2] | dst->a[3]) ||
+	    !(c6->underlay.a[0] | c6->underlay.a[1] | c6->underlay.a[2] | c6->underlay.a[3]))
+		return count_drop(ctx, STAT_DROP_FIB, len);
+	__u32 key = rq->key;
+	__u32 fid = key & 0xff;
+	__u16 ip_len = rq->ip_len;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &c6->underlay, dst, ip_len + NVGRE6_OVERHEAD, IPPROTO_GRE_,
+		       bpf_htonl(key & 0xfffff), bpf_htons(fid), fid);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		__u32 mtu = fib->mtu_result > NVGRE6_OVERHEAD ? (fib->mtu_result - NVGRE6_OVERHEAD) & 0xffff : 0;
+		if (rq->im & UL6_INNER6) {
+			struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+			if (!rm)
+				return XDP_ABORTED;
+			return icmp6_answer(ctx, &rm->p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
+		}
+		if (!rq->df)
+			return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+		return ICMP_DEFER | (ICMP_KIND_FRAG << 16) | (mtu > 68 ? mtu : 68);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(ctx, fib_reason(rc), len);
+	__u32 l3_off = rq->l3_off;
+	__be16 eproto = bpf_htons(ETH_P_IP_);
+	if (rq->im & UL6_INNER6) {
+		struct ipv6hdr *ip6 = data + OFF(l3_off);
+		if ((void *)(ip6 + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+		ip6->hop_limit--;
+		eproto = bpf_htons(ETH_P_IPV6_);
+	} else {
+		struct iphdr *iph = data + OFF(l3_off);
+		if ((void *)(iph + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+		ipv4_dec_ttl(iph);
+	}
+	if (nvgre6_push(ctx, OFF(l3_off), ip_len, fib->dmac, fib->smac, &c6->underlay, dst, key, rq->tos,
+			key & 0xfffff, (const __u8 *)&rq->im, cfg->gw_mac, eproto))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	__u32 stat = (rq->im >> 56) & 0xff;
+	__u32 slot = rq->idx;
+	if (stat == STAT_ENCAP_TX) {
+		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &slot);
+		if (es) {
+			es->rx_packets++;
+			es->rx_bytes += ip_len;
+			es->rx_syns += rq->syn;
+		}
+	} else {
+		lb_count(&lb_be_stats, slot, ip_len, 0);
+	}
+	count_out(ctx, stat, len);
 	return xmit(ctx, fib->ifindex);
 }
 

@@ -23,6 +23,10 @@
  * with the VIP's listener generation in the low 16 bits: not an XDP
  * action, AZG_IPV6_VIP's to judge (edge.c). */
 #define FRAME_VIP6 0x10000
+/* ipv6_frame's (or AZG_IPV6_VIP's) answer for a packet to a host with an
+ * IPv6 underlay address (edge.c ul6_ask): AZG_IPV6_UL6's to send, from
+ * the entry's frame. Above every FRAME_VIP6 | lgen. */
+#define FRAME_UL6 0x20000
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
@@ -120,7 +124,16 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 		 * pass 512 bytes (edge.c lb6_ingress). After the IPv6 EIP
 		 * path's answers: it pays no compare for it. */
 		if (act >= FRAME_VIP6) {
+#ifdef AZG_IPV6_UL6
+			/* Either path's packet to a host with an IPv6
+			 * underlay address: its tunnel from this frame too. */
+			if (act < FRAME_UL6)
+				act = AZG_IPV6_VIP(ctx, act & 0xffff);
+			if (act == FRAME_UL6)
+				act = AZG_IPV6_UL6(ctx);
+#else
 			act = AZG_IPV6_VIP(ctx, act & 0xffff);
+#endif
 			if (act == XDP_REDIRECT)
 				return XDP_REDIRECT;
 			if (act == XDP_TX)

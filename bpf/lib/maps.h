@@ -275,6 +275,37 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg6 SEC(".maps");
 
+/* The hosts with an IPv6 underlay address, by index (1 to
+ * UL6_HOSTS_MAX - 1; 0 is none): a route or backend names such a host as
+ * the IPv4 address 0.0.0.0/8 + index (UL6_HOST, consts.h), the
+ * encapsulation reads its address here (edge.c tunnel6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, UL6_HOSTS_MAX);
+	__type(key, __u32);
+	__type(value, struct ip_addr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ul6_hosts SEC(".maps");
+
+/* The reverse of ul6_hosts: a host's IPv6 underlay address -> its name
+ * (the __be32 0.0.0.0/8 + index), for NVGRE over IPv6 from a host: the
+ * outer source must be here (edge.c edge_from_host6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, UL6_HOSTS_MAX);
+	__type(key, struct ip_addr);
+	__type(value, __be32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ul6_index SEC(".maps");
+
+/* ul6_ask's request for tunnel6 (struct ul6_req), one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ul6_req);
+} ul6_scratch SEC(".maps");
+
 /* icmp6_error's scratch (struct icmp6_room), one per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -335,6 +335,25 @@ struct rl6_scratch {
  * IPv4 entry keeps its size). */
 struct edge_config6 {
 	struct ip_addr icmp_src; /* source of ICMPv6 errors sent to the Internet; :: sends none */
+	struct ip_addr underlay; /* IPv6 underlay address: the outer source toward the
+				  * hosts with an IPv6 underlay, NVGRE over IPv6 taken
+				  * to it; :: none (an IPv6 host's packets dropped) */
+};
+
+/* Edge: a tunnel over the IPv6 underlay a path asked for (edge.c
+ * ul6_ask), for tunnel6 to build from xdp_edge's frame (ul6_scratch, one
+ * per CPU). */
+struct ul6_req {
+	__u64 im;      /* inner destination MAC | UL6_INNER6 | counter << 56 */
+	__be32 host;   /* the host's name (UL6_HOST) */
+	__u32 key;     /* GRE key: VSID << 8 | FlowID */
+	__u32 idx;     /* the slot counting it: eip_stats (encap_tx) or lb_be_stats */
+	__u16 ip_len;  /* the inner packet's length */
+	__u8 l3_off;   /* its offset in the frame */
+	__u8 tos;
+	__u8 df;
+	__u8 syn;      /* a TCP SYN without ACK (eip_stats.rx_syns) */
+	__u8 pad[2];
 };
 
 /* Edge: icmp6_error's per-CPU scratch (edge_icmp6_scratch): what it keeps

@@ -200,8 +200,9 @@ type edgeEdgeConfig struct {
 }
 
 type edgeEdgeConfig6 struct {
-	_       structs.HostLayout
-	IcmpSrc edgeIpAddr
+	_        structs.HostLayout
+	IcmpSrc  edgeIpAddr
+	Underlay edgeIpAddr
 }
 
 type edgeEdgeRoom6 struct {
@@ -664,6 +665,21 @@ type edgeStatEntry struct {
 	Bytes   uint64
 }
 
+type edgeUl6Req struct {
+	_     structs.HostLayout
+	Im    uint64
+	Host  uint32
+	Key   uint32
+	Idx   uint32
+	IpLen uint16
+	L3Off uint8
+	Tos   uint8
+	Df    uint8
+	Syn   uint8
+	Pad   [2]uint8
+	_     [4]byte
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -730,6 +746,9 @@ const (
 	edgeMapNhCache          = "nh_cache"
 	edgeMapNhCache6         = "nh_cache6"
 	edgeMapStats            = "stats"
+	edgeMapUl6Hosts         = "ul6_hosts"
+	edgeMapUl6Index         = "ul6_index"
+	edgeMapUl6Scratch       = "ul6_scratch"
 	edgeProgTcEdgeHc        = "tc_edge_hc"
 	edgeProgXdpEdge         = "xdp_edge"
 	edgeVarBwClockBase      = "bw_clock_base"
@@ -856,6 +875,9 @@ type edgeMapSpecs struct {
 	NhCache          *ebpf.MapSpec `ebpf:"nh_cache"`
 	NhCache6         *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	Ul6Hosts         *ebpf.MapSpec `ebpf:"ul6_hosts"`
+	Ul6Index         *ebpf.MapSpec `ebpf:"ul6_index"`
+	Ul6Scratch       *ebpf.MapSpec `ebpf:"ul6_scratch"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -956,6 +978,9 @@ type edgeMaps struct {
 	NhCache          *ebpf.Map `ebpf:"nh_cache"`
 	NhCache6         *ebpf.Map `ebpf:"nh_cache6"`
 	Stats            *ebpf.Map `ebpf:"stats"`
+	Ul6Hosts         *ebpf.Map `ebpf:"ul6_hosts"`
+	Ul6Index         *ebpf.Map `ebpf:"ul6_index"`
+	Ul6Scratch       *ebpf.Map `ebpf:"ul6_scratch"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -1022,6 +1047,9 @@ func (m *edgeMaps) Close() error {
 		m.NhCache,
 		m.NhCache6,
 		m.Stats,
+		m.Ul6Hosts,
+		m.Ul6Index,
+		m.Ul6Scratch,
 	)
 }
 

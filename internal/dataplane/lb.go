@@ -558,6 +558,15 @@ func (e *Edge) Table(slot uint32) ([]uint32, error) {
 
 func (e *Edge) SetBackend(idx uint32, b LBBackend) error {
 	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen, Mode: b.Mode, Owner: b.Owner}
+	if b.Mode == ModeEncap && b.Addr.IsValid() {
+		// An encap backend's host by its map word: an IPv6 underlay
+		// address by its name in ul6_hosts (ul6.go).
+		w, err := e.hostWord(b.Addr)
+		if err != nil {
+			return fmt.Errorf("backend %d: %w", idx, err)
+		}
+		v.Addr = w
+	}
 	if b.Down {
 		v.Flags |= 1
 	}
@@ -569,7 +578,7 @@ func (e *Edge) Backend(idx uint32) (LBBackend, error) {
 	if err := e.objs.LbBackends.Lookup(idx, &v); err != nil {
 		return LBBackend{}, err
 	}
-	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
+	b := LBBackend{Addr: e.hostAddr(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
 	if v.Guest != 0 {
 		b.Guest = wordIP4(v.Guest)
 	}
@@ -588,7 +597,7 @@ func (e *Edge) Backends() (map[uint32]LBBackend, error) {
 			if v.Owner == 0 {
 				continue
 			}
-			b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
+			b := LBBackend{Addr: e.hostAddr(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
 			if v.Guest != 0 {
 				b.Guest = wordIP4(v.Guest)
 			}

@@ -1,0 +1,210 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
+
+	"github.com/azgate/azgate/internal/dataplane/dptest"
+	"github.com/azgate/azgate/internal/flowhash"
+)
+
+// The IPv6 underlay (issue 21): hosts whose underlay address is IPv6,
+// named in the edge's 4-byte host fields by their ul6_hosts index (ul6.go).
+const (
+	host6       = "2001:db8:f0::21" // a host on the IPv6 underlay, via the underlay router
+	host6Small  = "2001:db8:f1::21" // one behind a route with MTU ul6MTU
+	host6Net    = "2001:db8:f0::/48"
+	host6Small0 = "2001:db8:f1::/48"
+	ul6MTU      = 1400
+)
+
+// newUl6Bed is newVIP6Bed with the node's IPv6 underlay routes to host6
+// (MTU 1500) and host6Small (ul6MTU, locked), the edge's IPv6 underlay
+// address dptest.UlAddr6; the IPv4 EIP eip and the IPv6 EIP eip6 bound
+// to host6, eipOther and eip6Own to host6Small; backend g (the IPv6 VIP's
+// tcp 443, and the IPv4 VIP vipEncap's tcp 443 through table 0) on host6.
+func newUl6Bed(t *testing.T) *vip6Bed {
+	b := newVIP6Bed(t)
+	n := b.env.Node
+	ul := mustIfindex(t, b.env, dptest.UlDev)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(n.Route(host6Net, dptest.FabAddr6, dptest.UlDev))
+	_, dst, _ := net.ParseCIDR(host6Small0)
+	must(n.Handle().RouteReplace(&netlink.Route{Dst: dst, Gw: net.ParseIP(dptest.FabAddr6), LinkIndex: ul, MTU: ul6MTU, MTULock: true}))
+	must(b.edge.SetConfig(EdgeConfig{
+		Underlay: addr(dptest.UlAddr), Underlay6: addr(dptest.UlAddr6), ICMPSource: addr(dptest.ExtAddr), HashSeed: testSeed,
+		ICMPRate: 1000, ICMPBurst: 1000, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC), UnderlayIfindex: uint32(ul),
+	}))
+	must(b.edge.PutRoutes(map[netipAddr]Route{
+		addr(eip):      {Host: addr(host6), VSID: vsid, StatsIdx: eipIdx},
+		addr(eip6):     {Host: addr(host6), VSID: vsid, StatsIdx: eip6Idx},
+		addr(eipOther): {Host: addr(host6Small), VSID: 6000, StatsIdx: 10},
+		addr(eip6Own):  {Host: addr(host6Small), VSID: 6000, StatsIdx: 14},
+	}))
+	must(b.edge.SetBackend(b.idx["g"], LBBackend{Mode: ModeEncap, Addr: addr(host6), Guest: addr(guest6G), VSID: vsid, Gen: 2}))
+	must(b.edge.PutVIP(addr(vipEncap)))
+	must(b.edge.PutListener(Listener{VIP: addr(vipEncap), Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 0}))
+	return b
+}
+
+// nvgreOver6 is the frame the edge must send over the IPv6 underlay: the
+// outer Ethernet to the underlay router, outer IPv6 (traffic class tc,
+// flow label the key's low 20 bits, payload length GRE + inner frame,
+// next header 47, hop limit 64) from src to dst, GRE with the key bit and
+// key, then inner (an Ethernet frame). Written byte by byte, not through
+// a library: the reference for the program's header.
+func nvgreOver6(srcMAC, dstMAC, src, dst string, key uint32, tc uint8, inner []byte) []byte {
+	b := append([]byte(nil), mac(dstMAC)...)
+	b = append(b, mac(srcMAC)...)
+	b = append(b, 0x86, 0xdd)
+	label := key & 0xfffff
+	b = append(b, 0x60|tc>>4, tc<<4|byte(label>>16), byte(label>>8), byte(label))
+	b = binary.BigEndian.AppendUint16(b, uint16(8+len(inner)))
+	b = append(b, 47, 64)
+	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
+	b = append(b, s[:]...)
+	b = append(b, d[:]...)
+	b = append(b, 0x20, 0x00, 0x65, 0x58)
+	b = binary.BigEndian.AppendUint32(b, key)
+	return append(b, inner...)
+}
+
+// encapUl6 is encapOf over the IPv6 underlay to host.
+func encapUl6(t *testing.T, f flow, host string, vsid uint32) []byte {
+	in := f.ip(t)
+	tuple := flowhash.Tuple{Src: addr(f.src), Dst: addr(f.dst), Proto: uint8(f.proto)}
+	if !f.mf && f.fragOff == 0 && (f.proto == layers.IPProtocolTCP || f.proto == layers.IPProtocolUDP) {
+		tuple.SrcPort, tuple.DstPort = f.sport, f.dport
+	}
+	key := vsid<<8 | uint32(flowhash.FlowID(tuple, testSeed))
+	d := addr(f.dst).As4()
+	innerDst := "02:00:" + hex2(d[0]) + ":" + hex2(d[1]) + ":" + hex2(d[2]) + ":" + hex2(d[3])
+	return nvgreOver6(dptest.UlMAC, dptest.FabMAC, dptest.UlAddr6, host, key, f.tos, ethFrame(t, gwMAC, innerDst, decTTL(in)))
+}
+
+// encap6Ul6 is encap6Of over the IPv6 underlay: ip an IPv6 packet to an
+// IPv6 EIP (innerPre "02:00", the EIP's last four bytes) or to an IPv6
+// VIP (innerPre "02:01" and guest's address).
+func encap6Ul6(t *testing.T, ip []byte, host string, vs uint32, guest string) []byte {
+	src, _ := netip.AddrFromSlice(ip[8:24])
+	dst, _ := netip.AddrFromSlice(ip[24:40])
+	tuple := flowhash.Tuple{Src: src, Dst: dst, Proto: ip[6]}
+	if ip[6] == nhTCP || ip[6] == nhUDP {
+		tuple.SrcPort, tuple.DstPort = binary.BigEndian.Uint16(ip[40:]), binary.BigEndian.Uint16(ip[42:])
+	}
+	key := vs<<8 | uint32(flowhash.FlowID6(tuple, testSeed))
+	var innerDst string
+	if guest == "" {
+		d := dst.As16()
+		innerDst = "02:00:" + hex2(d[12]) + ":" + hex2(d[13]) + ":" + hex2(d[14]) + ":" + hex2(d[15])
+	} else {
+		g := addr(guest).As4()
+		innerDst = "02:01:" + hex2(g[0]) + ":" + hex2(g[1]) + ":" + hex2(g[2]) + ":" + hex2(g[3])
+	}
+	in := append([]byte(nil), ip...)
+	in[7]--
+	tc := ip[0]<<4 | ip[1]>>4
+	return nvgreOver6(dptest.UlMAC, dptest.FabMAC, dptest.UlAddr6, host, key, tc, eth6(gwMAC, innerDst, false, in))
+}
+
+// TestEdgeUl6Encap: packets from the Internet to an IPv4 EIP, an IPv6
+// EIP, an IPv4 VIP and an IPv6 VIP whose host's underlay address is IPv6
+// leave in NVGRE over IPv6, byte for byte (nvgreOver6), counted as over
+// IPv4 (encap_tx, lb_encap_tx, the EIP's rx counters); the tunnel's MTU
+// is the route's less 62 bytes (20 more than over IPv4): an IPv4 packet
+// with DF that does not fit gets fragmentation needed with that MTU,
+// without DF drop_too_big; an IPv6 one drop_too_big (this bed sends no
+// ICMPv6).
+func TestEdgeUl6Encap(t *testing.T) {
+	b := newUl6Bed(t)
+	fromInet := func(f flow) []byte { return f.frame(t, dptest.RtrMAC, dptest.ExtMAC) }
+	inet6 := func(ip []byte) []byte { return eth6(dptest.RtrMAC, dptest.ExtMAC, false, ip) }
+	one := ptr[uint64](1)
+
+	syn := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40000, dport: 80, syn: true, df: true, tos: 0x10}
+	udp := flow{src: client, dst: eip, proto: layers.IPProtocolUDP, sport: 5353, dport: 53}
+	fits := flow{src: client, dst: eip, proto: layers.IPProtocolUDP, sport: 1, dport: 2, df: true, payload: make([]byte, 1500-62-28)}
+	big := fits
+	big.payload = make([]byte, 1500-62-28+1)
+	fitsSmall := flow{src: client, dst: eipOther, proto: layers.IPProtocolUDP, sport: 1, dport: 2, df: true, payload: make([]byte, ul6MTU-62-28)}
+	bigSmall := fitsSmall
+	bigSmall.payload = make([]byte, ul6MTU-62-28+1)
+	bigSmallNoDF := bigSmall
+	bigSmallNoDF.df = false
+	vipSyn := flow{src: client, dst: vipEncap, proto: layers.IPProtocolTCP, sport: 40001, dport: 443, syn: true, df: true}
+
+	syn6 := withTC(ip6Hdr(client6, eip6, nhTCP, tcp6(40000, 443, 0x02)), 0x28)
+	fits6 := ip6Hdr(client6, eip6Own, nhUDP, udp6(1, 2, ul6MTU-62-48))
+	big6 := ip6Hdr(client6, eip6Own, nhUDP, udp6(1, 2, ul6MTU-62-48+1))
+	vip6Syn := withTC(ip6Hdr(client6, vip6s, nhTCP, tcp6(40000, 443, 0x02)), 0x28)
+
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "IPv4 EIP, TCP SYN: NVGRE over IPv6, TOS to the traffic class", dev: dptest.ExtDev, in: fromInet(syn), action: xdpRedirect,
+			out: encapUl6(t, syn, host6, vsid), stats: map[string]uint64{"encap_tx": 1}, eipSlot: ptr[uint32](eipIdx),
+			eipRx: 1, eipSyn: one},
+		{name: "IPv4 EIP, UDP", dev: dptest.ExtDev, in: fromInet(udp), action: xdpRedirect,
+			out: encapUl6(t, udp, host6, vsid), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "IPv4 EIP: the largest packet (MTU 1500 less 62)", dev: dptest.ExtDev, in: fromInet(fits), action: xdpRedirect,
+			out: encapUl6(t, fits, host6, vsid), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "IPv4 EIP: one byte more, DF: fragmentation needed, MTU 1438", dev: dptest.ExtDev, in: fromInet(big), action: xdpTX,
+			stats: map[string]uint64{"icmp_frag_tx": 1}, check: icmpCheck(big, 3, 4, 1500-62)},
+		{name: "IPv4 EIP, host behind MTU 1400: the largest packet", dev: dptest.ExtDev, in: fromInet(fitsSmall), action: xdpRedirect,
+			out: encapUl6(t, fitsSmall, host6Small, 6000), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "IPv4 EIP, host behind MTU 1400: one byte more, DF: MTU 1338", dev: dptest.ExtDev, in: fromInet(bigSmall), action: xdpTX,
+			stats: map[string]uint64{"icmp_frag_tx": 1}, check: icmpCheck(bigSmall, 3, 4, ul6MTU-62)},
+		{name: "IPv4 EIP, host behind MTU 1400: one byte more, no DF: drop_too_big", dev: dptest.ExtDev, in: fromInet(bigSmallNoDF),
+			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
+		{name: "IPv4 VIP, encap backend on an IPv6 host", dev: dptest.ExtDev, in: fromInet(vipSyn), action: xdpRedirect,
+			check: func(t *testing.T, out []byte) {
+				// The key's FlowID is the connection table's (lb_decide):
+				// the frame is compared with the key the frame carries.
+				if len(out) < 14+40+8 {
+					t.Fatalf("frame of %d bytes", len(out))
+				}
+				key := binary.BigEndian.Uint32(out[14+40+4:])
+				if key>>8 != vsid {
+					t.Fatalf("key %#x: VSID %d, want %d", key, key>>8, vsid)
+				}
+				g := addr(guest6G).As4()
+				inner := ethFrame(t, gwMAC, "02:01:"+hex2(g[0])+":"+hex2(g[1])+":"+hex2(g[2])+":"+hex2(g[3]), decTTL(vipSyn.ip(t)))
+				want := nvgreOver6(dptest.UlMAC, dptest.FabMAC, dptest.UlAddr6, host6, key, 0, inner)
+				if d := diffBytes(want, out); d != "" {
+					t.Fatalf("output differs: %s", d)
+				}
+			},
+			stats: map[string]uint64{"lb_encap_tx": 1}},
+		{name: "IPv6 EIP, TCP SYN", dev: dptest.ExtDev, in: inet6(syn6), action: xdpRedirect,
+			out: encap6Ul6(t, syn6, host6, vsid, ""), stats: map[string]uint64{"encap_tx": 1}, eipSlot: ptr[uint32](eip6Idx),
+			eipRx: 1, eipSyn: one},
+		{name: "IPv6 EIP, host behind MTU 1400: the largest packet", dev: dptest.ExtDev, in: inet6(fits6), action: xdpRedirect,
+			out: encap6Ul6(t, fits6, host6Small, 6000, ""), stats: map[string]uint64{"encap_tx": 1}},
+		{name: "IPv6 EIP, host behind MTU 1400: one byte more: drop_too_big", dev: dptest.ExtDev, in: inet6(big6), action: xdpDrop,
+			stats: map[string]uint64{"drop_too_big": 1}},
+		{name: "IPv6 VIP, backend on an IPv6 host", dev: dptest.ExtDev, in: inet6(vip6Syn), action: xdpRedirect,
+			out: encap6Ul6(t, vip6Syn, host6, vsid, guest6G), stats: map[string]uint64{"lb_encap_tx": 1}},
+	})
+
+	// The routes and backends read back with the hosts' IPv6 addresses.
+	r, ok, err := b.edge.Route(addr(eip))
+	if err != nil || !ok || r.Host != addr(host6) {
+		t.Fatalf("route of %s read back %+v %v %v, want host %s", eip, r, ok, err, host6)
+	}
+	be, err := b.edge.Backend(b.idx["g"])
+	if err != nil || be.Addr != addr(host6) {
+		t.Fatalf("backend g read back %+v %v, want host %s", be, err, host6)
+	}
+	names, err := b.edge.Ul6Hosts()
+	if err != nil || len(names) != 2 || names[1] != addr(host6) && names[2] != addr(host6) {
+		t.Fatalf("IPv6 hosts' names %v %v: want host6 and host6Small", names, err)
+	}
+}
