@@ -44,6 +44,10 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen);
  * (ul6_ask). */
 __noinline int tunnel6(struct xdp_md *ctx);
 #define AZG_IPV6_UL6 tunnel6
+/* NVGRE over IPv6 from a host: its outer headers, which edge_ipv6 left
+ * in ul6_scratch, into the entry's struct pkt (defined below). */
+static __always_inline int ul6_outer(struct pkt *p);
+#define AZG_UL6_OUTER ul6_outer
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -170,9 +174,10 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 __noinline int ul6_ask(const struct pkt *p, __u32 host, __u32 key, __u64 im, __u32 idx)
 {
 	__u32 zero = 0;
-	struct ul6_req *rq = bpf_map_lookup_elem(&ul6_scratch, &zero);
-	if (!p || !rq)
+	struct ul6_room *ur = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	if (!p || !ur)
 		return XDP_ABORTED;
+	struct ul6_req *rq = &ur->req;
 	rq->im = im;
 	rq->host = host;
 	rq->key = key;
@@ -1442,6 +1447,66 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 	return c;
 }
 
+/* GRE over IPv6 to no IPv6 EIP (edge_ipv6): NVGRE from a host with an
+ * IPv6 underlay address when it is to the edge's IPv6 underlay address
+ * (else -1: the kernel's). It must come from the underlay interface
+ * (drop_spoof, as over IPv4) and from a host's address (ul6_hosts: its
+ * name, else drop_spoof): its outer headers go to ul6_scratch as
+ * edge_from_host reads an IPv4 outer header's, the name as the source,
+ * and the answer FRAME_NVGRE6_IN hands the frame to edge_from_host
+ * (lib/entry.h, edge_main), whose checks are the IPv4 outer's: the GRE
+ * header exact and no fragment (drop_gre_bad), the inner frame
+ * (drop_inner_bad; an IPv6 guest's through edge_pull_failed), the inner
+ * source an EIP or VIP of that host and VSID (drop_spoof). */
+static __always_inline int ul6_from_host(struct xdp_md *ctx, const struct pkt6 *p6, __u64 len)
+{
+	__u32 zero = 0;
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct edge_config6 *c6 = bpf_map_lookup_elem(&edge_cfg6, &zero);
+	struct ul6_room *ur = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	if (!cfg || !c6 || !ur)
+		return -1;
+	struct ul6_outer *o = &ur->out;
+	if (!(c6->underlay.a[0] | c6->underlay.a[1] | c6->underlay.a[2] | c6->underlay.a[3]) ||
+	    p6->daddr.a[0] != c6->underlay.a[0] || p6->daddr.a[1] != c6->underlay.a[1] ||
+	    p6->daddr.a[2] != c6->underlay.a[2] || p6->daddr.a[3] != c6->underlay.a[3])
+		return -1;
+	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	struct ip_addr *name = bpf_map_lookup_elem(&ul6_hosts, &p6->saddr);
+	if (!name || !UL6_HOST(name->a[0]) || !name->a[0])
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	o->host = name->a[0];
+	o->daddr = cfg->underlay.a[0];
+	o->l3_off = p6->p.l3_off;
+	o->l4_off = p6->p.l4_off;
+	o->ip_len = p6->p.ip_len;
+	o->frag = p6->p.frag;
+	return FRAME_NVGRE6_IN;
+}
+
+/* entry.h's AZG_UL6_OUTER: p as edge_from_host reads NVGRE's outer
+ * headers, from ul6_from_host's. Returns 0 without them. */
+static __always_inline int ul6_outer(struct pkt *p)
+{
+	__u32 zero = 0;
+	struct ul6_room *ur = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	if (!ur)
+		return 0;
+	struct ul6_outer *o = &ur->out;
+	p->l3_off = o->l3_off;
+	p->l4_off = o->l4_off;
+	p->ip_len = o->ip_len;
+	p->frag = o->frag;
+	p->proto = IPPROTO_GRE_;
+	p->saddr = o->host;
+	p->daddr = o->daddr;
+	p->ports = 0;
+	p->l4_ok = 0;
+	p->tcp_flags = 0;
+	return 1;
+}
+
 /* Internet -> an IPv6 EIP: encapsulated in NVGRE (over the IPv4 underlay)
  * to the host its route names, as edge_to_host does for IPv4: the same
  * key (VSID << 8 | FlowID, the FlowID from flow_hash6 of the 5-tuple),
@@ -1466,7 +1531,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 
 	struct eip_centry6 *r = eip_route6(p6);
 	if (!r)
-		return -1;
+		return p->proto == IPPROTO_GRE_ ? ul6_from_host(ctx, p6, len) : -1;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
 		return -1;
@@ -1599,14 +1664,17 @@ __noinline int tunnel6(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 len = data_end - data;
-	struct ul6_req *rq = bpf_map_lookup_elem(&ul6_scratch, &zero);
+	struct ul6_room *ur = bpf_map_lookup_elem(&ul6_scratch, &zero);
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct edge_config6 *c6 = bpf_map_lookup_elem(&edge_cfg6, &zero);
 	struct bpf_fib_lookup *fib = fib_room();
-	if (!rq || !cfg || !c6 || !fib)
+	if (!ur || !cfg || !c6 || !fib)
 		return XDP_ABORTED;
-	__u32 idx = bpf_ntohl(rq->host);
-	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, &idx);
+	struct ul6_req *rq = &ur->req;
+	struct ip_addr *hk = &ur->key;
+	hk->a[0] = rq->host;
+	hk->a[1] = hk->a[2] = hk->a[3] = 0;
+	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, hk);
 	if (!dst || !(dst->a[0] | dst->a[1] | dst->a[2] | dst->a[3]) ||
 	    !(c6->underlay.a[0] | c6->underlay.a[1] | c6->underlay.a[2] | c6->underlay.a[3]))
 		return count_drop(ctx, STAT_DROP_FIB, len);
@@ -1674,16 +1742,26 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP | FRAME_F_V6_OFF_LINK);
 	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
-	if (rc != FRAME_IPV4)
-		return rc;
+	struct edge_config *cfg;
+	struct bpf_fib_lookup *fib;
+	if (rc != FRAME_IPV4) {
+		if (rc != FRAME_NVGRE6)
+			return rc;
+		/* NVGRE over IPv6 from a host (ul6_from_host): p holds its
+		 * outer headers as an IPv4 outer header's. */
+		cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+		if (!cfg)
+			return XDP_PASS;
+		goto from_host;
+	}
 
-	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
 	/* The scratch lookup comes after the anti-spoofing call: a value live
 	 * across it would be spilled, and the stack is at its limit. */
-	struct bpf_fib_lookup *fib;
 	if (nvgre_for_us(&p, &cfg->underlay.a[0])) {
+from_host:
 		fib = fib_room();
 		if (!fib)
 			return XDP_PASS;

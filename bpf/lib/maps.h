@@ -275,35 +275,30 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg6 SEC(".maps");
 
-/* The hosts with an IPv6 underlay address, by index (1 to
- * UL6_HOSTS_MAX - 1; 0 is none): a route or backend names such a host as
- * the IPv4 address 0.0.0.0/8 + index (UL6_HOST, consts.h), the
- * encapsulation reads its address here (edge.c tunnel6). */
+/* The hosts with an IPv6 underlay address, both ways in one map (a
+ * program holds 64 maps at most): a host's name (the IPv4 address
+ * 0.0.0.0/8 + its index i, 1 to UL6_HOSTS_MAX - 1, in a[0], a[1..3]
+ * zero) -> its IPv6 address, read by the encapsulation (edge.c tunnel6);
+ * its address -> its name in a[0], for the NVGRE it sends (edge.c
+ * ul6_from_host). The keys never collide: a name is in ::/8, which holds
+ * no host's address (global unicast). A route or backend names such a
+ * host by its name (UL6_HOST, consts.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, UL6_HOSTS_MAX);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * UL6_HOSTS_MAX);
+	__type(key, struct ip_addr);
 	__type(value, struct ip_addr);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } ul6_hosts SEC(".maps");
 
-/* The reverse of ul6_hosts: a host's IPv6 underlay address -> its name
- * (the __be32 0.0.0.0/8 + index), for NVGRE over IPv6 from a host: the
- * outer source must be here (edge.c edge_from_host6). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, UL6_HOSTS_MAX);
-	__type(key, struct ip_addr);
-	__type(value, __be32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} ul6_index SEC(".maps");
-
-/* ul6_ask's request for tunnel6 (struct ul6_req), one per CPU. */
+/* The IPv6 underlay's per-CPU room (struct ul6_room): ul6_ask's request
+ * for tunnel6, ul6_from_host's outer headers for edge_from_host. (One
+ * map: a program holds 64 at most.) */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct ul6_req);
+	__type(value, struct ul6_room);
 } ul6_scratch SEC(".maps");
 
 /* icmp6_error's scratch (struct icmp6_room), one per CPU. */

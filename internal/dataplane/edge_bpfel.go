@@ -665,19 +665,33 @@ type edgeStatEntry struct {
 	Bytes   uint64
 }
 
-type edgeUl6Req struct {
-	_     structs.HostLayout
-	Im    uint64
-	Host  uint32
-	Key   uint32
-	Idx   uint32
-	IpLen uint16
-	L3Off uint8
-	Tos   uint8
-	Df    uint8
-	Syn   uint8
-	Pad   [2]uint8
-	_     [4]byte
+type edgeUl6Room struct {
+	_   structs.HostLayout
+	Req struct {
+		_     structs.HostLayout
+		Im    uint64
+		Host  uint32
+		Key   uint32
+		Idx   uint32
+		IpLen uint16
+		L3Off uint8
+		Tos   uint8
+		Df    uint8
+		Syn   uint8
+		Pad   [2]uint8
+		_     [4]byte
+	}
+	Out struct {
+		_     structs.HostLayout
+		L3Off uint32
+		L4Off uint32
+		IpLen uint16
+		Frag  uint16
+		Host  uint32
+		Daddr uint32
+	}
+	Key edgeIpAddr
+	_   [4]byte
 }
 
 // Names of all BPF objects in the ELF.
@@ -747,7 +761,6 @@ const (
 	edgeMapNhCache6         = "nh_cache6"
 	edgeMapStats            = "stats"
 	edgeMapUl6Hosts         = "ul6_hosts"
-	edgeMapUl6Index         = "ul6_index"
 	edgeMapUl6Scratch       = "ul6_scratch"
 	edgeProgTcEdgeHc        = "tc_edge_hc"
 	edgeProgXdpEdge         = "xdp_edge"
@@ -876,7 +889,6 @@ type edgeMapSpecs struct {
 	NhCache6         *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
 	Ul6Hosts         *ebpf.MapSpec `ebpf:"ul6_hosts"`
-	Ul6Index         *ebpf.MapSpec `ebpf:"ul6_index"`
 	Ul6Scratch       *ebpf.MapSpec `ebpf:"ul6_scratch"`
 }
 
@@ -979,7 +991,6 @@ type edgeMaps struct {
 	NhCache6         *ebpf.Map `ebpf:"nh_cache6"`
 	Stats            *ebpf.Map `ebpf:"stats"`
 	Ul6Hosts         *ebpf.Map `ebpf:"ul6_hosts"`
-	Ul6Index         *ebpf.Map `ebpf:"ul6_index"`
 	Ul6Scratch       *ebpf.Map `ebpf:"ul6_scratch"`
 }
 
@@ -1048,7 +1059,6 @@ func (m *edgeMaps) Close() error {
 		m.NhCache6,
 		m.Stats,
 		m.Ul6Hosts,
-		m.Ul6Index,
 		m.Ul6Scratch,
 	)
 }

@@ -13,16 +13,16 @@ import (
 // host by its IPv4 underlay address in a 4-byte field (eip_routes'
 // host.a[0] and its caches, eip_prev, drift_flows, lb_backend.addr); a
 // host with an IPv6 underlay address is named there by the IPv4 address
-// 0.0.0.0/8 + i, i its index in ul6_hosts (which holds its address, for
-// the encapsulation) and ul6_index (address -> name, for the NVGRE it
-// sends). 0.0.0.0/8 is never a host's underlay address (the model refuses
-// it), so the IPv4 entries keep their size and meaning.
+// 0.0.0.0/8 + i, its name, which ul6_hosts maps both ways: name (in a[0])
+// -> address, for the encapsulation, and address -> name, for the NVGRE
+// it sends. 0.0.0.0/8 is never a host's underlay address (the model
+// refuses it), so the IPv4 entries keep their size and meaning.
 
-// Ul6HostsMax is UL6_HOSTS_MAX: ul6_hosts' slots, of which index 0 is
-// never used (0.0.0.0 means no host).
+// Ul6HostsMax is UL6_HOSTS_MAX: the names (index 0 is never one:
+// 0.0.0.0 means no host); ul6_hosts holds two entries a host.
 const Ul6HostsMax = 16384
 
-// ul6Names is the edge's side of ul6_hosts and ul6_index: the names it
+// ul6Names is the edge's side of ul6_hosts: the names it
 // gave, read back from the maps on first use (a restarted daemon keeps
 // the names the pinned routes hold). A name is never given to another
 // address while the maps live: an address that comes back gets its old
@@ -61,33 +61,35 @@ func (e *Edge) ul6Load() error {
 		return nil
 	}
 	n.byAddr, n.byIdx, n.next = map[netip.Addr]uint32{}, map[uint32]netip.Addr{}, 1
-	if e.objs.Ul6Index == nil {
+	if e.objs.Ul6Hosts == nil {
 		n.loaded = true
 		return nil
 	}
-	var k edgeIpAddr
-	var w uint32
-	it := e.objs.Ul6Index.Iterate()
-	for it.Next(&k, &w) {
-		a := addrFrom(k, 10)
-		i := ul6Index(w)
+	var k, v edgeIpAddr
+	it := e.objs.Ul6Hosts.Iterate()
+	for it.Next(&k, &v) {
+		if !isUl6Name(k.A[0]) || k.A[1]|k.A[2]|k.A[3] != 0 {
+			continue // an address -> name entry: its name's is read
+		}
+		a := addrFrom(v, 10)
+		i := ul6Index(k.A[0])
 		n.byAddr[a], n.byIdx[i] = i, a
 		n.next = max(n.next, i+1)
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("read ul6_index: %w", err)
+		return fmt.Errorf("read ul6_hosts: %w", err)
 	}
 	n.loaded = true
 	return nil
 }
 
-// ul6Name is the map word naming the IPv6 host a, given (written to
-// ul6_hosts, then ul6_index) on first use.
+// ul6Name is the map word naming the IPv6 host a, given on first use
+// (ul6_hosts: name -> address, then address -> name).
 func (e *Edge) ul6Name(a netip.Addr) (uint32, error) {
 	if !validUl6(a) {
 		return 0, fmt.Errorf("underlay %v: not a global unicast IPv6 address", a)
 	}
-	if e.objs.Ul6Hosts == nil || e.objs.Ul6Index == nil {
+	if e.objs.Ul6Hosts == nil {
 		return 0, fmt.Errorf("underlay %v: this edge program has no IPv6 underlay (ul6_hosts)", a)
 	}
 	e.ul6.mu.Lock()
@@ -104,12 +106,14 @@ func (e *Edge) ul6Name(a netip.Addr) (uint32, error) {
 	}
 	i := n.next
 	v, _, _ := addrTo(a)
-	if err := e.objs.Ul6Hosts.Update(i, &v, ebpf.UpdateAny); err != nil {
+	var k edgeIpAddr
+	w := ul6Word(i)
+	k.A[0] = w
+	if err := e.objs.Ul6Hosts.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		return 0, fmt.Errorf("write ul6_hosts: %w", err)
 	}
-	w := ul6Word(i)
-	if err := e.objs.Ul6Index.Update(&v, w, ebpf.UpdateAny); err != nil {
-		return 0, fmt.Errorf("write ul6_index: %w", err)
+	if err := e.objs.Ul6Hosts.Update(&v, &k, ebpf.UpdateAny); err != nil {
+		return 0, fmt.Errorf("write ul6_hosts: %w", err)
 	}
 	n.next++
 	n.byAddr[a], n.byIdx[i] = i, a
@@ -143,8 +147,9 @@ func (e *Edge) hostAddr(w uint32) netip.Addr {
 		return a
 	}
 	// Another daemon's name since our load: read the slot.
-	var v edgeIpAddr
-	if e.objs.Ul6Hosts == nil || e.objs.Ul6Hosts.Lookup(ul6Index(w), &v) != nil {
+	var k, v edgeIpAddr
+	k.A[0] = w
+	if e.objs.Ul6Hosts == nil || e.objs.Ul6Hosts.Lookup(&k, &v) != nil {
 		return netip.Addr{}
 	}
 	a := addrFrom(v, 10)
@@ -181,8 +186,9 @@ func pinnedHostOf(pinDir string) func(uint32) netip.Addr {
 			return netip.Addr{}
 		}
 		defer m.Close()
-		var v edgeIpAddr
-		if m.Lookup(ul6Index(w), &v) != nil {
+		var k, v edgeIpAddr
+		k.A[0] = w
+		if m.Lookup(&k, &v) != nil {
 			return netip.Addr{}
 		}
 		if a := addrFrom(v, 10); validUl6(a) {

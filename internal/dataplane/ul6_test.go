@@ -208,3 +208,63 @@ func TestEdgeUl6Encap(t *testing.T) {
 		t.Fatalf("IPv6 hosts' names %v %v: want host6 and host6Small", names, err)
 	}
 }
+
+// fromHostUl6 is NVGRE over IPv6 as a host with an IPv6 underlay address
+// sends it to the edge: from src to the edge's dptest.UlAddr6, with key
+// and the inner frame inner.
+func fromHostUl6(src string, key uint32, inner []byte) []byte {
+	b := nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, key, 0, inner)
+	b[14+1], b[14+2], b[14+3] = 0, 0, 0 // no flow label
+	return b
+}
+
+// TestEdgeUl6Decap: NVGRE over IPv6 from a host with an IPv6 underlay
+// address is taken as over IPv4: an IPv4 EIP's and an IPv6 EIP's replies
+// from the host their routes name are decapsulated and forwarded byte
+// for byte (decap_tx, the EIP's tx counters); from another host, from an
+// address no host has (a spoofed outer source), from the Internet side,
+// with the wrong VSID: drop_spoof; a truncated outer packet drop_ip_trunc,
+// a truncated or wrong GRE header drop_gre_bad, a truncated inner frame
+// drop_inner_bad; GRE to another IPv6 address is the kernel's.
+func TestEdgeUl6Decap(t *testing.T) {
+	b := newUl6Bed(t)
+	key := uint32(vsid<<8 | 0x5a)
+	reply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40000, ttl: 63}
+	inner := ethFrame(t, "02:cc:00:00:00:02", gwMAC, reply.ip(t))
+	want := ethFrame(t, dptest.ExtMAC, dptest.RtrMAC, decTTL(reply.ip(t)))
+	reply6 := ip6Hdr(eip6, client6, nhTCP, tcp6(443, 40000, 0x12))
+	inner6 := eth6(guestMAC6, gwMAC, false, reply6)
+
+	good := fromHostUl6(host6, key, inner)
+	outerTrunc := append([]byte(nil), good...)
+	binary.BigEndian.PutUint16(outerTrunc[14+4:], uint16(len(good)-14-40+1)) // one byte beyond the frame
+	greTrunc := fromHostUl6(host6, key, nil)[:14+40+4]
+	binary.BigEndian.PutUint16(greTrunc[14+4:], 4)
+	greBad := fromHostUl6(host6, key, inner)
+	greBad[14+40] |= 0x80 // checksum-present bit
+	innerTrunc := fromHostUl6(host6, key, inner[:14+10])
+	notOurs := append([]byte(nil), good...)
+	copy(notOurs[14+24:14+40], addr("2001:db8:ff::77").AsSlice())
+
+	slot := ptr[uint32](eipIdx)
+	drop := func(name, dev string, in []byte, counter string) fixture {
+		return fixture{name: name, dev: dev, in: in, action: xdpDrop, stats: map[string]uint64{counter: 1}, eipSlot: slot}
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "IPv4 EIP's reply from its host", dev: dptest.UlDev, in: good, action: xdpRedirect, out: want,
+			stats: map[string]uint64{"decap_tx": 1}, eipSlot: slot, eipTx: 1},
+		{name: "IPv6 EIP's reply from its host", dev: dptest.UlDev, in: fromHostUl6(host6, key, inner6), action: xdpRedirect,
+			out: decap6Out(reply6), stats: map[string]uint64{"decap_tx": 1}, eipSlot: ptr[uint32](eip6Idx), eipTx: 1},
+		drop("IPv4 EIP's packet from another host", dptest.UlDev, fromHostUl6(host6Small, key, inner), "drop_spoof"),
+		drop("IPv6 EIP's packet from another host", dptest.UlDev, fromHostUl6(host6Small, key, inner6), "drop_spoof"),
+		drop("outer source no host has (spoofed)", dptest.UlDev, fromHostUl6("2001:db8:f0::99", key, inner), "drop_spoof"),
+		drop("wrong VSID", dptest.UlDev, fromHostUl6(host6, 6000<<8, inner), "drop_spoof"),
+		drop("from the Internet side", dptest.ExtDev, good, "drop_spoof"),
+		drop("outer payload length beyond the frame", dptest.UlDev, outerTrunc, "drop_ip_trunc"),
+		drop("GRE header cut short", dptest.UlDev, greTrunc, "drop_gre_bad"),
+		drop("GRE with the checksum bit", dptest.UlDev, greBad, "drop_gre_bad"),
+		drop("inner frame cut short", dptest.UlDev, innerTrunc, "drop_inner_bad"),
+		{name: "GRE to another IPv6 address: the kernel's", dev: dptest.UlDev, in: notOurs, action: xdpPass,
+			stats: map[string]uint64{"pass_ipv6": 1}},
+	})
+}
