@@ -201,11 +201,6 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	*sent = 0;
 	if (p->ttl <= 1)
 		return ttl_expired(ctx, p, cfg, len);
-	if (UL6_HOST(host)) {
-		__u64 im = 0;
-		__builtin_memcpy(&im, imac, ETH_ALEN_);
-		return ul6_ask(p, host, key, im | (__u64)stat << 56, idx);
-	}
 	/* The FlowID stands for the flow's ports in the lookup, so ECMP
 	 * spreads one host's tunnels (with the L4 multipath hash policy) as
 	 * the underlay's routers do by the key. */
@@ -215,8 +210,17 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
 			       len);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* A host of the IPv6 underlay (fib4_miss answers
+			 * for its name): the IPv4 hosts' packets pay
+			 * nothing for it. */
+			__u64 im = 0;
+			__builtin_memcpy(&im, imac, ETH_ALEN_);
+			return ul6_ask(p, host, key, im | (__u64)stat << 56, idx);
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -903,16 +907,6 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__be32 ul = cfg->underlay.a[0];
 	__u16 ip_len = p6->p.ip_len;
 	__u32 l3_off = p6->p.l3_off;
-	if (UL6_HOST(host)) {
-		/* Inner MAC SVC_MAC0, SVC_MAC1 and the guest's address; the
-		 * packet is in lb6_scratch already. */
-		if (ul6_ask(&p6->p, host, key,
-			    SVC_MAC0 | SVC_MAC1 << 8 | (__u64)guest << 16 | UL6_INNER6 |
-				    (__u64)((pflags & LB_PF_ICMP) ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX) << 56,
-			    idx) != UL6_DEFER)
-			return XDP_ABORTED;
-		return FRAME_UL6;
-	}
 	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* The largest inner packet the tunnel carries (icmp6_error
@@ -920,8 +914,19 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
 		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
 	}
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* Inner MAC SVC_MAC0, SVC_MAC1 and the guest's address; the
+			 * packet is in lb6_scratch already. */
+			if (ul6_ask(&p6->p, host, key,
+				    SVC_MAC0 | SVC_MAC1 << 8 | (__u64)guest << 16 | UL6_INNER6 |
+					    (__u64)((pflags & LB_PF_ICMP) ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX) << 56,
+				    idx) != UL6_DEFER)
+				return XDP_ABORTED;
+			return FRAME_UL6;
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 	struct ipv6hdr *ip6 = data + OFF(l3_off);
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
@@ -1473,6 +1478,10 @@ static __always_inline int ul6_from_host(struct xdp_md *ctx, const struct pkt6 *
 		return -1;
 	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	/* edge_main takes it as NVGRE to the IPv4 underlay address: an
+	 * edge without one takes no NVGRE over IPv6 either (drop_fib). */
+	if (!cfg->underlay.a[0])
+		return count_drop(ctx, STAT_DROP_FIB, len);
 	struct ip_addr *name = bpf_map_lookup_elem(&ul6_hosts, &p6->saddr);
 	if (!name || !UL6_HOST(name->a[0]) || !name->a[0])
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
@@ -1589,18 +1598,6 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	__u32 l3_off = p->l3_off;
 	__u8 tos = p->tos;
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
-	if (UL6_HOST(host)) {
-		/* Inner MAC 02:00 and the EIP's last four bytes; the packet
-		 * where tunnel6 finds it (an ICMPv6 error quotes it). */
-		struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
-		if (!rm)
-			return -1;
-		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
-		if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
-			    idx) != UL6_DEFER)
-			return XDP_ABORTED;
-		return FRAME_UL6;
-	}
 	int rc = fib4f(ctx, fib, cfg->nh_gen, ul, host, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0, bpf_htons(fid), fid);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* The largest inner packet the tunnel carries (icmp6_error
@@ -1608,8 +1605,21 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
 		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
 	}
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* Inner MAC 02:00 and the EIP's last four bytes; the packet
+			 * where tunnel6 finds it (an ICMPv6 error quotes it). */
+			struct lb6_room *rm = bpf_map_lookup_elem(&lb6_scratch, &zero);
+			if (!rm)
+				return -1;
+			__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+			if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
+				    idx) != UL6_DEFER)
+				return XDP_ABORTED;
+			return FRAME_UL6;
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 
 	struct ipv6hdr *ip6 = data + OFF(l3_off);
 	if ((void *)(ip6 + 1) > data_end)
@@ -1742,26 +1752,18 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP | FRAME_F_V6_OFF_LINK);
 	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
-	struct edge_config *cfg;
-	struct bpf_fib_lookup *fib;
-	if (rc != FRAME_IPV4) {
-		if (rc != FRAME_NVGRE6)
-			return rc;
-		/* NVGRE over IPv6 from a host (ul6_from_host): p holds its
-		 * outer headers as an IPv4 outer header's. */
-		cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-		if (!cfg)
-			return XDP_PASS;
-		goto from_host;
-	}
+	/* (NVGRE over IPv6 from a host is FRAME_IPV4 too, p holding its
+	 * outer headers as an IPv4 outer header's: ul6_from_host.) */
+	if (rc != FRAME_IPV4)
+		return rc;
 
-	cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
 	/* The scratch lookup comes after the anti-spoofing call: a value live
 	 * across it would be spilled, and the stack is at its limit. */
+	struct bpf_fib_lookup *fib;
 	if (nvgre_for_us(&p, &cfg->underlay.a[0])) {
-from_host:
 		fib = fib_room();
 		if (!fib)
 			return XDP_PASS;

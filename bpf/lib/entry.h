@@ -18,10 +18,6 @@
 /* parse_frame's answers besides an XDP action (never negative). */
 #define FRAME_IPV4 (-1) /* p holds a valid IPv4 packet: go on */
 #define FRAME_ARP (-2)  /* an ARP frame (with FRAME_F_ARP only): p->l3_off is set */
-/* parse_frame's answer for NVGRE over IPv6 from a host (edge.c,
- * AZG_UL6_OUTER): p holds the outer headers as an IPv4 outer header's
- * would be, the host's name (UL6_HOST) as the source. */
-#define FRAME_NVGRE6 (-3)
 /* ipv6_frame's answer (from AZG_IPV6_PATHS) for NVGRE over IPv6 from a
  * host, the outer headers in the program's scratch: not an XDP action. */
 #define FRAME_NVGRE6_IN 0x400
@@ -148,8 +144,12 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 		}
 #endif
 #ifdef AZG_UL6_OUTER
+		/* NVGRE over IPv6 from a host: FRAME_IPV4 with p holding
+		 * its outer headers as an IPv4 outer header's would be
+		 * (GRE to the program's IPv4 underlay address), the host's
+		 * name (UL6_HOST) as the source. */
 		if (act == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
-			return FRAME_NVGRE6;
+			return FRAME_IPV4;
 #endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)

@@ -259,7 +259,18 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	}
 	// (An older program, loaded by the upgrade tests, has no edge_cfg6.)
 	if e.objs.EdgeCfg6 != nil {
-		if err := e.objs.EdgeCfg6.Update(uint32(0), &v6, ebpf.UpdateAny); err != nil {
+		var err error
+		if e.objs.EdgeCfg6.ValueSize() == 16 {
+			// An older program's entry (baseline objects): the
+			// ICMPv6 source alone, no IPv6 underlay.
+			if c.Underlay6.IsValid() {
+				return fmt.Errorf("IPv6 underlay %v: this edge program has none", c.Underlay6)
+			}
+			err = e.objs.EdgeCfg6.Update(uint32(0), &v6.IcmpSrc, ebpf.UpdateAny)
+		} else {
+			err = e.objs.EdgeCfg6.Update(uint32(0), &v6, ebpf.UpdateAny)
+		}
+		if err != nil {
 			return fmt.Errorf("write edge IPv6 config: %w", err)
 		}
 	} else if c.ICMPSource6.IsValid() || c.Underlay6.IsValid() {

@@ -124,7 +124,7 @@ func encap6Ul6(t *testing.T, ip []byte, host string, vs uint32, guest string) []
 // is the route's less 62 bytes (20 more than over IPv4): an IPv4 packet
 // with DF that does not fit gets fragmentation needed with that MTU,
 // without DF drop_too_big; an IPv6 one drop_too_big (this bed sends no
-// ICMPv6).
+// ICMPv6). Without the edge's IPv6 underlay address: drop_fib.
 func TestEdgeUl6Encap(t *testing.T) {
 	b := newUl6Bed(t)
 	fromInet := func(f flow) []byte { return f.frame(t, dptest.RtrMAC, dptest.ExtMAC) }
@@ -192,6 +192,22 @@ func TestEdgeUl6Encap(t *testing.T) {
 			stats: map[string]uint64{"drop_too_big": 1}},
 		{name: "IPv6 VIP, backend on an IPv6 host", dev: dptest.ExtDev, in: inet6(vip6Syn), action: xdpRedirect,
 			out: encap6Ul6(t, vip6Syn, host6, vsid, guest6G), stats: map[string]uint64{"lb_encap_tx": 1}},
+	})
+
+	// Without an IPv6 underlay address the edge cannot reach the host:
+	// drop_fib, IPv4 and IPv6 EIPs alike.
+	ul := mustIfindex(t, b.env, dptest.UlDev)
+	if err := b.edge.SetConfig(EdgeConfig{
+		Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), HashSeed: testSeed,
+		ICMPRate: 1000, ICMPBurst: 1000, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC), UnderlayIfindex: uint32(ul),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "no IPv6 underlay address: IPv4 EIP", dev: dptest.ExtDev, in: fromInet(udp), action: xdpDrop,
+			stats: map[string]uint64{"drop_fib": 1}},
+		{name: "no IPv6 underlay address: IPv6 EIP", dev: dptest.ExtDev, in: inet6(syn6), action: xdpDrop,
+			stats: map[string]uint64{"drop_fib": 1}},
 	})
 
 	// The routes and backends read back with the hosts' IPv6 addresses.
