@@ -288,6 +288,7 @@ struct {
 	__uint(max_entries, 2 * UL6_HOSTS_MAX);
 	__type(key, struct ip_addr);
 	__type(value, struct ip_addr);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* an IPv4 underlay holds none */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } ul6_hosts SEC(".maps");
 
