@@ -284,3 +284,38 @@ func TestEdgeUl6Decap(t *testing.T) {
 			stats: map[string]uint64{"pass_ipv6": 1}},
 	})
 }
+
+// TestEdgeUl6Drift: a drifting EIP whose previous binding is on a host of
+// the IPv6 underlay and whose live one is on an IPv4 host (a move across
+// families): a TCP segment of a flow not recorded goes to the previous
+// host over IPv6 (drift_prev_tx), a SYN to the live host over IPv4, and
+// the previous host's replies over IPv6 are accepted (decap_tx), byte for
+// byte; the route reads back with both hosts.
+func TestEdgeUl6Drift(t *testing.T) {
+	b := newUl6Bed(t)
+	const prevVSID = 7001
+	r := Route{Host: addr(hostAddr), VSID: vsid, StatsIdx: eipIdx, PrevHost: addr(host6), PrevVSID: prevVSID}
+	if err := b.edge.PutRoutes(map[netipAddr]Route{addr(eip): r}); err != nil {
+		t.Fatal(err)
+	}
+	fromInet := func(f flow) []byte { return f.frame(t, dptest.RtrMAC, dptest.ExtMAC) }
+	ack := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40100, dport: 80, ack: true, df: true}
+	syn := flow{src: client, dst: eip, proto: layers.IPProtocolTCP, sport: 40101, dport: 80, syn: true, df: true}
+	reply := flow{src: eip, dst: client, proto: layers.IPProtocolTCP, sport: 80, dport: 40100, ack: true, ttl: 63}
+	inner := ethFrame(t, "02:cc:00:00:00:02", gwMAC, reply.ip(t))
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "segment of a flow open at the move: the previous host, over IPv6", dev: dptest.ExtDev, in: fromInet(ack),
+			action: xdpRedirect, out: encapUl6(t, ack, host6, prevVSID), stats: map[string]uint64{"encap_tx": 1, "drift_prev_tx": 1}},
+		{name: "SYN: the live host, over IPv4", dev: dptest.ExtDev, in: fromInet(syn), action: xdpRedirect,
+			out: encapOf(t, syn, hostAddr, vsid), stats: map[string]uint64{"encap_tx": 1, "drift_flow_new": 1}},
+		{name: "the previous host's reply over IPv6", dev: dptest.UlDev, in: fromHostUl6(host6, prevVSID<<8|0x11, inner),
+			action: xdpRedirect, out: ethFrame(t, dptest.ExtMAC, dptest.RtrMAC, decTTL(reply.ip(t))),
+			stats: map[string]uint64{"decap_tx": 1}},
+		{name: "another IPv6 host's reply: drop_spoof", dev: dptest.UlDev, in: fromHostUl6(host6Small, prevVSID<<8|0x11, inner),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+	})
+	got, ok, err := b.edge.Route(addr(eip))
+	if err != nil || !ok || got != r {
+		t.Fatalf("route read back %+v %v %v, want %+v", got, ok, err, r)
+	}
+}
