@@ -563,6 +563,10 @@ type FakeBackends struct {
 }
 
 func (f *FakeBackends) SetBackend(idx uint32, b LBBackend) error {
+	// An encap backend's host as the real map takes it (Edge.hostWord).
+	if b.Mode == ModeEncap && (b.Addr.Is6() && !validUl6(b.Addr) || b.Addr.Is4() && isUl6Name(ip4word(b.Addr))) {
+		return fmt.Errorf("backend %d: host %v refused", idx, b.Addr)
+	}
 	f.bmu.Lock()
 	defer f.bmu.Unlock()
 	f.BackendM[idx] = b

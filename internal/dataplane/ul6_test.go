@@ -319,3 +319,30 @@ func TestEdgeUl6Drift(t *testing.T) {
 		t.Fatalf("route read back %+v %v %v, want %+v", got, ok, err, r)
 	}
 }
+
+// TestUl6HostsRefused: the real edge and the fake refuse the same hosts
+// (one that is no global unicast IPv6 address, one in 0.0.0.0/8, which
+// names the IPv6 underlay's hosts), for routes and encap backends alike,
+// and take a global unicast IPv6 host.
+func TestUl6HostsRefused(t *testing.T) {
+	b := newEdgeBed(t)
+	fake := NewFakeEdge()
+	fakeBE := &FakeBackends{BackendM: map[uint32]LBBackend{}}
+	for _, tc := range []struct {
+		host string
+		ok   bool
+	}{{"fe80::1", false}, {"ff02::1", false}, {"::1", false}, {"0.0.0.5", false}, {"2001:db8:f0::21", true}, {"fd00::21", true}} {
+		r := map[netipAddr]Route{addr(eip): {Host: addr(tc.host), VSID: vsid, StatsIdx: eipIdx}}
+		be := LBBackend{Mode: ModeEncap, Addr: addr(tc.host), Guest: addr("198.19.21.1"), VSID: vsid, Gen: 1}
+		for name, err := range map[string]error{
+			"edge route":   b.edge.PutRoutes(r),
+			"fake route":   fake.PutRoutes(r),
+			"edge backend": b.edge.SetBackend(9, be),
+			"fake backend": fakeBE.SetBackend(9, be),
+		} {
+			if (err == nil) != tc.ok {
+				t.Errorf("%s on %s: %v, want accepted %v", name, tc.host, err, tc.ok)
+			}
+		}
+	}
+}
