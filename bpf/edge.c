@@ -45,6 +45,15 @@ static __always_inline int lb6_entry(struct xdp_md *ctx, __u32 arg);
 /* Neighbor solicitations (lib/ndp.h), answered from xdp_edge's frame. */
 __noinline int ndp_answer(struct xdp_md *ctx);
 #define AZG_IPV6_NDP ndp_answer
+/* The tunnel over the IPv6 underlay (defined below), called from
+ * xdp_edge's frame with the request its path left in edge_rooms.ul6
+ * (ul6_ask). */
+__noinline int tunnel6(struct xdp_md *ctx);
+#define AZG_IPV6_UL6 tunnel6
+/* NVGRE over IPv6 from a host: its outer headers, which edge_ipv6 left
+ * in edge_rooms.ul6, into the entry's struct pkt (defined below). */
+static __always_inline int ul6_outer(struct pkt *p);
+#define AZG_UL6_OUTER ul6_outer
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -100,6 +109,18 @@ static __always_inline struct eip_centry *eip_route4(__be32 addr)
  * would overflow the 512-byte stack of that path. */
 #define ICMP_DEFER 0x40000000
 
+/* ul6_ask's im argument: the inner destination MAC in its low 48 bits
+ * (in memory order), UL6_INNER6 for an IPv6 inner packet, the counter
+ * of a sent packet from bit 56. */
+#define UL6_INNER6 (1ULL << 48)
+
+/* What a path answers for a packet to a host with an IPv6 underlay
+ * address (UL6_HOST) once ul6_ask holds its request: not an XDP action.
+ * Above ICMP_DEFER's answers, so icmp_send, which every IPv4 path's
+ * answer goes through, sees it behind the compare that lets the sent
+ * packets by: the IPv4 hosts' packets pay nothing for it. */
+#define UL6_DEFER 0x50000000
+
 /* Answers an expired TTL, as a router hop must. */
 static __always_inline int ttl_expired(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg, __u64 len)
 {
@@ -124,6 +145,12 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 {
 	if (act < ICMP_DEFER)
 		return act;
+	if (act == UL6_DEFER) {
+		/* A host with an IPv6 underlay address (ul6_ask). */
+		act = tunnel6(ctx);
+		if (act < ICMP_DEFER)
+			return act;
+	}
 	int rc;
 	if (((act >> 16) & 0xff) == ICMP_KIND_TTL) {
 		rc = icmp4_error(ctx, p, ICMP_WHAT(ICMP_KIND_TTL, ICMP_TIME_EXCEEDED_, ICMP_EXC_TTL_, 0), cfg->icmp_src.a[0]);
@@ -142,12 +169,39 @@ static __always_inline int icmp_send(struct xdp_md *ctx, struct pkt *p, const st
 	return count_drop(ctx, rc == ICMP_LIMITED ? STAT_DROP_ICMP_LIMIT : STAT_DROP_TOO_BIG, len);
 }
 
+/* The tunnel to a host with an IPv6 underlay address, asked for: the
+ * packet p (its offset, length, TOS, DF and TCP flags) to the host named
+ * host with key, inner MAC and counter in im, idx the slot to count it in
+ * once sent (eip_stats for encap_tx, lb_be_stats for lb_*_tx), written to
+ * edge_rooms.ul6 for tunnel6, which the path's answer (UL6_DEFER, the IPv6
+ * paths' FRAME_UL6) gets called from xdp_edge's frame: tunnel6's stack
+ * does not fit under lb_ingress's or ipv6_frame's. Returns UL6_DEFER (or
+ * XDP_ABORTED without its room). Global, with scalars: the IPv4 paths'
+ * registers and stack stay as they were. */
+__noinline int ul6_ask(const struct pkt *p, __u32 host, __u32 key, __u64 im, __u32 idx)
+{
+	struct ul6_room *ur = EDGE_ROOM(ul6);
+	if (!p || !ur)
+		return XDP_ABORTED;
+	struct ul6_req *rq = &ur->req;
+	rq->im = im;
+	rq->host = host;
+	rq->key = key;
+	rq->idx = idx;
+	rq->ip_len = p->ip_len;
+	rq->l3_off = p->l3_off;
+	rq->tos = p->tos;
+	rq->df = p->df;
+	rq->syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
+	return UL6_DEFER;
+}
+
 /* Encapsulates the IPv4 packet p in NVGRE toward host with key, inner
  * destination MAC imac. Returns an XDP action; *sent is set when the
  * packet was transmitted. */
 static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struct edge_config *cfg,
 				  struct bpf_fib_lookup *fibp, __be32 host, __u32 key, const __u8 *imac, __u32 stat,
-				  __u64 len, int *sent)
+				  __u32 idx, __u64 len, int *sent)
 {
 	__be32 ul = cfg->underlay.a[0];
 	*sent = 0;
@@ -162,8 +216,17 @@ static __always_inline int tunnel(struct xdp_md *ctx, struct pkt *p, const struc
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return too_big(ctx, p, cfg, fibp->mtu_result > NVGRE_OVERHEAD + 68 ? fibp->mtu_result - NVGRE_OVERHEAD : 68,
 			       len);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* A host of the IPv6 underlay (fib4_miss answers
+			 * for its name): the IPv4 hosts' packets pay
+			 * nothing for it. */
+			__u64 im = 0;
+			__builtin_memcpy(&im, imac, ETH_ALEN_);
+			return ul6_ask(p, host, key, im | (__u64)stat << 56, idx);
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -359,7 +422,7 @@ static __always_inline int edge_to_host(struct xdp_md *ctx, struct pkt *p, const
 	/* tcp_flags is 0 for anything but TCP (parse.h). */
 	__u8 syn = (p->tcp_flags & (TCP_SYN_ | TCP_ACK_)) == TCP_SYN_;
 	int sent;
-	int act = tunnel(ctx, p, cfg, fib, host, key, imac, STAT_ENCAP_TX, len, &sent);
+	int act = tunnel(ctx, p, cfg, fib, host, key, imac, STAT_ENCAP_TX, idx, len, &sent);
 	if (sent) {
 		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &idx);
 		if (es) {
@@ -487,7 +550,7 @@ __noinline int lb_ingress(struct xdp_md *ctx, struct pkt *p, struct bpf_fib_look
 		/* FlowID: the flow hash's low byte, as for EIPs (the entry
 		 * keeps it, so a hit computes no hash); an ICMP error about
 		 * the flow gets the flow's. */
-		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, len, &sent);
+		act = tunnel(ctx, p, cfg, fib, baddr, (bp->vsid << 8) | fid, imac, stat, idx, len, &sent);
 		if (sent)
 			lb_count(&lb_be_stats, idx, ip_len, 0);
 		return act;
@@ -955,8 +1018,19 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
 		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
 	}
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* Inner MAC SVC_MAC0, SVC_MAC1 and the guest's address; the
+			 * packet is in edge_rooms.lb6 already. */
+			if (ul6_ask(&p6->p, host, key,
+				    SVC_MAC0 | SVC_MAC1 << 8 | (__u64)guest << 16 | UL6_INNER6 |
+					    (__u64)((pflags & LB_PF_ICMP) ? STAT_LB_ICMP_TX : STAT_LB_ENCAP_TX) << 56,
+				    idx) != UL6_DEFER)
+				return XDP_ABORTED;
+			return FRAME_UL6;
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 	struct ipv6hdr *ip6 = data + OFF(l3_off);
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
@@ -1644,6 +1718,69 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 	return c;
 }
 
+/* GRE over IPv6 to no IPv6 EIP (edge_ipv6): NVGRE from a host with an
+ * IPv6 underlay address when it is to the edge's IPv6 underlay address
+ * (else -1: the kernel's). It must come from the underlay interface
+ * (drop_spoof, as over IPv4) and from a host's address (ul6_hosts: its
+ * name, else drop_spoof): its outer headers go to edge_rooms.ul6 as
+ * edge_from_host reads an IPv4 outer header's, the name as the source,
+ * and the answer FRAME_NVGRE6_IN hands the frame to edge_from_host
+ * (lib/entry.h, edge_main), whose checks are the IPv4 outer's: the GRE
+ * header exact and no fragment (drop_gre_bad), the inner frame
+ * (drop_inner_bad; an IPv6 guest's through edge_pull_failed), the inner
+ * source an EIP or VIP of that host and VSID (drop_spoof). */
+static __always_inline int ul6_from_host(struct xdp_md *ctx, const struct pkt6 *p6, __u64 len)
+{
+	__u32 zero = 0;
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct edge_config6 *c6 = bpf_map_lookup_elem(&edge_cfg6, &zero);
+	struct ul6_room *ur = EDGE_ROOM(ul6);
+	if (!cfg || !c6 || !ur)
+		return -1;
+	struct ul6_outer *o = &ur->out;
+	if (!(c6->underlay.a[0] | c6->underlay.a[1] | c6->underlay.a[2] | c6->underlay.a[3]) ||
+	    p6->daddr.a[0] != c6->underlay.a[0] || p6->daddr.a[1] != c6->underlay.a[1] ||
+	    p6->daddr.a[2] != c6->underlay.a[2] || p6->daddr.a[3] != c6->underlay.a[3])
+		return -1;
+	if (cfg->ul_ifindex && ctx->ingress_ifindex != cfg->ul_ifindex)
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	/* edge_main takes it as NVGRE to the IPv4 underlay address: an
+	 * edge without one takes no NVGRE over IPv6 either (drop_fib). */
+	if (!cfg->underlay.a[0])
+		return count_drop(ctx, STAT_DROP_FIB, len);
+	struct ip_addr *name = bpf_map_lookup_elem(&ul6_hosts, &p6->saddr);
+	if (!name || !UL6_HOST(name->a[0]) || !name->a[0])
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	o->host = name->a[0];
+	o->daddr = cfg->underlay.a[0];
+	o->l3_off = p6->p.l3_off;
+	o->l4_off = p6->p.l4_off;
+	o->ip_len = p6->p.ip_len;
+	o->frag = p6->p.frag;
+	return FRAME_NVGRE6_IN;
+}
+
+/* entry.h's AZG_UL6_OUTER: p as edge_from_host reads NVGRE's outer
+ * headers, from ul6_from_host's. Returns 0 without them. */
+static __always_inline int ul6_outer(struct pkt *p)
+{
+	struct ul6_room *ur = EDGE_ROOM(ul6);
+	if (!ur)
+		return 0;
+	struct ul6_outer *o = &ur->out;
+	p->l3_off = o->l3_off;
+	p->l4_off = o->l4_off;
+	p->ip_len = o->ip_len;
+	p->frag = o->frag;
+	p->proto = IPPROTO_GRE_;
+	p->saddr = o->host;
+	p->daddr = o->daddr;
+	p->ports = 0;
+	p->l4_ok = 0;
+	p->tcp_flags = 0;
+	return 1;
+}
+
 /* Internet -> an IPv6 EIP: encapsulated in NVGRE (over the IPv4 underlay)
  * to the host its route names, as edge_to_host does for IPv4: the same
  * key (VSID << 8 | FlowID, the FlowID from flow_hash6 of the 5-tuple),
@@ -1679,6 +1816,9 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 			return FRAME_NDP;
 	}
 	if (!r) {
+		/* NVGRE over IPv6 from a host with an IPv6 underlay address. */
+		if (p->proto == IPPROTO_GRE_)
+			return ul6_from_host(ctx, p6, len);
 		/* Maybe a reply of an IPv6 VIP's nat connection: for
 		 * lb6_nat_reverse, from xdp_edge's frame (FRAME_NAT6). */
 		struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
@@ -1752,8 +1892,21 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
 		return icmp6_answer(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
 	}
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == FIB_RET_UL6) {
+			/* Inner MAC 02:00 and the EIP's last four bytes; the packet
+			 * where tunnel6 finds it (an ICMPv6 error quotes it). */
+			struct lb6_room *rm = EDGE_ROOM(lb6);
+			if (!rm)
+				return -1;
+			__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+			if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
+				    idx) != UL6_DEFER)
+				return XDP_ABORTED;
+			return FRAME_UL6;
+		}
 		return count_drop(ctx, fib_reason(rc), len);
+	}
 
 	struct ipv6hdr *ip6 = data + OFF(l3_off);
 	if ((void *)(ip6 + 1) > data_end)
@@ -1785,6 +1938,95 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	return xmit(ctx, fib->ifindex);
 }
 
+/* The tunnel to a host with an IPv6 underlay address that a path asked
+ * for (ul6_ask, the request in edge_rooms.ul6; an IPv6 inner packet also in
+ * edge_rooms.lb6): the packet in NVGRE over IPv6 from the edge's IPv6
+ * underlay address (edge_config6.underlay) to the host's (ul6_hosts), the
+ * GRE key the request's, the flow label the key's low 20 bits (the
+ * FlowID and the VSID's low 12 bits: the flow hash spreads a host's
+ * tunnels over ECMP paths as the IPv4 tunnels' ports do, RFC 6438), the
+ * outer traffic class the inner TOS, hop limit OUTER_TTL; the inner TTL
+ * or hop limit decremented (the path checked it); counted under the
+ * request's counter and slot. No IPv6 underlay address or host address:
+ * drop_fib. A packet the tunnel cannot carry (the route's MTU less
+ * NVGRE6_OVERHEAD, 20 bytes less than over IPv4): an IPv4 one gets
+ * too_big's answer (ICMP_DEFER | ICMP_KIND_FRAG << 16 | MTU for
+ * icmp_send, drop_too_big without DF), an IPv6 one icmp6_answer's.
+ * Global, called from xdp_edge's frame (icmp_send, parse_frame). */
+__noinline int tunnel6(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	if (!ctx)
+		return XDP_ABORTED;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct ul6_room *ur = EDGE_ROOM(ul6);
+	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
+	struct edge_config6 *c6 = bpf_map_lookup_elem(&edge_cfg6, &zero);
+	struct bpf_fib_lookup *fib = fib_room();
+	if (!ur || !cfg || !c6 || !fib)
+		return XDP_ABORTED;
+	struct ul6_req *rq = &ur->req;
+	struct ip_addr *hk = &ur->key;
+	hk->a[0] = rq->host;
+	hk->a[1] = hk->a[2] = hk->a[3] = 0;
+	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, hk);
+	if (!dst || !(dst->a[0] | dst->a[1] | dst->a[2] | dst->a[3]) ||
+	    !(c6->underlay.a[0] | c6->underlay.a[1] | c6->underlay.a[2] | c6->underlay.a[3]))
+		return count_drop(ctx, STAT_DROP_FIB, len);
+	__u32 key = rq->key;
+	__u32 fid = key & 0xff;
+	__u16 ip_len = rq->ip_len;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &c6->underlay, dst, ip_len + NVGRE6_OVERHEAD, IPPROTO_GRE_,
+		       bpf_htonl(key & 0xfffff), bpf_htons(fid), fid);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		__u32 mtu = fib->mtu_result > NVGRE6_OVERHEAD ? (fib->mtu_result - NVGRE6_OVERHEAD) & 0xffff : 0;
+		if (rq->im & UL6_INNER6) {
+			struct lb6_room *rm = EDGE_ROOM(lb6);
+			if (!rm)
+				return XDP_ABORTED;
+			return icmp6_answer(ctx, &rm->p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu), len);
+		}
+		if (!rq->df)
+			return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+		return ICMP_DEFER | (ICMP_KIND_FRAG << 16) | (mtu > 68 ? mtu : 68);
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return count_drop(ctx, fib_reason(rc), len);
+	__u32 l3_off = rq->l3_off;
+	__be16 eproto = bpf_htons(ETH_P_IP_);
+	if (rq->im & UL6_INNER6) {
+		struct ipv6hdr *ip6 = data + OFF(l3_off);
+		if ((void *)(ip6 + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+		ip6->hop_limit--;
+		eproto = bpf_htons(ETH_P_IPV6_);
+	} else {
+		struct iphdr *iph = data + OFF(l3_off);
+		if ((void *)(iph + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
+		ipv4_dec_ttl(iph);
+	}
+	if (nvgre6_push(ctx, OFF(l3_off), ip_len, fib->dmac, fib->smac, &c6->underlay, dst, key, rq->tos,
+			key & 0xfffff, (const __u8 *)&rq->im, cfg->gw_mac, eproto))
+		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	__u32 stat = (rq->im >> 56) & 0xff;
+	__u32 slot = rq->idx;
+	if (stat == STAT_ENCAP_TX) {
+		struct eip_stats *es = bpf_map_lookup_elem(&eip_stats, &slot);
+		if (es) {
+			es->rx_packets++;
+			es->rx_bytes += ip_len;
+			es->rx_syns += rq->syn;
+		}
+	} else {
+		lb_count(&lb_be_stats, slot, ip_len, 0);
+	}
+	count_out(ctx, stat, len);
+	return xmit(ctx, fib->ifindex);
+}
+
 static __always_inline int edge_main(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -1797,6 +2039,8 @@ static __always_inline int edge_main(struct xdp_md *ctx)
 	rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_ARP | FRAME_F_V6_OFF_LINK);
 	if (rc == FRAME_ARP)
 		return arp_reply(ctx, &p, len);
+	/* (NVGRE over IPv6 from a host is FRAME_IPV4 too, p holding its
+	 * outer headers as an IPv4 outer header's: ul6_from_host.) */
 	if (rc != FRAME_IPV4)
 		return rc;
 

@@ -372,6 +372,19 @@
 #define NVGRE_OVERHEAD 42
 /* Full header stack written in front of the inner IP header. */
 #define NVGRE_STACK_LEN (ETH_HLEN_ + 20 + GRE_HLEN_KEY + ETH_HLEN_)
+/* The same over an IPv6 underlay: outer IPv6 (40) + GRE with key (8) +
+ * inner Ethernet (14), 20 bytes more than over IPv4. */
+#define NVGRE6_OVERHEAD 62
+#define NVGRE6_STACK_LEN (ETH_HLEN_ + 40 + GRE_HLEN_KEY + ETH_HLEN_)
+
+/* Hosts with an IPv6 underlay address (edge: ul6_hosts). Where
+ * a map names a host by its IPv4 underlay address (a __be32: eip_route's
+ * a[0], eip_centry, eip_prev, drift_flows, lb_backend), an IPv6 host is
+ * named by its index i as the address 0.0.0.0/8 + i
+ * (UL6_HOST: the first octet 0, never a host's IPv4 underlay address), so
+ * the IPv4 entries keep their size and an IPv4 host pays one compare. */
+#define UL6_HOSTS_MAX 16384
+#define UL6_HOST(h) (((h) & bpf_htonl(0xff000000)) == 0)
 
 #define OUTER_TTL 64
 #define ICMP_TTL 64

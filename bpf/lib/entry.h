@@ -18,6 +18,9 @@
 /* parse_frame's answers besides an XDP action (never negative). */
 #define FRAME_IPV4 (-1) /* p holds a valid IPv4 packet: go on */
 #define FRAME_ARP (-2)  /* an ARP frame (with FRAME_F_ARP only): p->l3_off is set */
+/* ipv6_frame's answer (from AZG_IPV6_PATHS) for NVGRE over IPv6 from a
+ * host, the outer headers in the program's scratch: not an XDP action. */
+#define FRAME_NVGRE6_IN 0x400
 
 /* ipv6_frame's answer (from AZG_IPV6_PATHS) for a packet to an IPv6 VIP,
  * with the VIP's listener generation in the low 16 bits: not an XDP
@@ -31,6 +34,10 @@
  * from the entry's frame (under ipv6_frame's, its stack would pass 512
  * bytes). Below FRAME_VIP6, above any XDP action. */
 #define FRAME_NDP 0x8000
+/* ipv6_frame's (or AZG_IPV6_VIP's) answer for a packet to a host with an
+ * IPv6 underlay address (edge.c ul6_ask): AZG_IPV6_UL6's to send, from
+ * the entry's frame. Above every FRAME_VIP6 | FRAME_NAT6 | lgen. */
+#define FRAME_UL6 0x40000
 
 /* What a program does with frames that are not IPv4. */
 #define FRAME_F_ARP 0x1       /* ARP: FRAME_ARP, the caller answers (else passed as non-IP) */
@@ -128,7 +135,16 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 		 * pass 512 bytes (edge.c lb6_ingress). After the IPv6 EIP
 		 * path's answers: it pays no compare for it. */
 		if (act >= FRAME_VIP6) {
+#ifdef AZG_IPV6_UL6
+			/* Either path's packet to a host with an IPv6
+			 * underlay address: its tunnel from this frame too. */
+			if (act < FRAME_UL6)
+				act = AZG_IPV6_VIP(ctx, act & (FRAME_NAT6 | 0xffff));
+			if (act == FRAME_UL6)
+				act = AZG_IPV6_UL6(ctx);
+#else
 			act = AZG_IPV6_VIP(ctx, act & (FRAME_NAT6 | 0xffff));
+#endif
 			if (act == XDP_REDIRECT)
 				return XDP_REDIRECT;
 			if (act == XDP_TX)
@@ -141,6 +157,14 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 			if (act == XDP_TX)
 				return XDP_TX;
 		}
+#endif
+#ifdef AZG_UL6_OUTER
+		/* NVGRE over IPv6 from a host: FRAME_IPV4 with p holding
+		 * its outer headers as an IPv4 outer header's would be
+		 * (GRE to the program's IPv4 underlay address), the host's
+		 * name (UL6_HOST) as the source. */
+		if (act == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
+			return FRAME_IPV4;
 #endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)

@@ -62,6 +62,11 @@ static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex, __u32 bucket)
 	       (NH_CACHE_SLOTS - 1);
 }
 
+/* fib4_miss's (and so fib4f's) answer for a destination that names a
+ * host of the IPv6 underlay (UL6_HOST, consts.h): no lookup is made, and
+ * for any other caller it is a failed one (fib_reason: drop_fib). */
+#define FIB_RET_UL6 0x100
+
 /* The cache miss: asks the FIB for the request in fib (prepared by fib4c)
  * with the smallest length, so the answer holds the route MTU whatever
  * this packet's size, and stores a successful answer in the slot. A
@@ -72,6 +77,12 @@ __noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 g
 	if (!ctx || !fib)
 		return BPF_FIB_LKUP_RET_NOT_FWDED;
 	__be32 dst = fib->ipv4_dst;
+#ifdef AZG_PROG_EDGE
+	/* A host of the IPv6 underlay, by its name: never cached, so a
+	 * tunnel's path tests for it only when the lookup failed. */
+	if (dst && UL6_HOST(dst))
+		return FIB_RET_UL6;
+#endif
 	__u32 in = ctx->ingress_ifindex;
 	fib->tot_len = 68;
 	fib->ifindex = in;

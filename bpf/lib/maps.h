@@ -140,6 +140,8 @@ struct edge_rooms {
 	struct icmp6_room icmp6; /* icmp6_error's state (lib/icmp.h) */
 	struct lb6_room lb6;     /* the IPv6 VIP paths */
 	struct edge_room6 e6;    /* edge_pull_failed */
+	struct ul6_room ul6;     /* the IPv6 underlay: ul6_ask's request for
+				  * tunnel6, ul6_from_host's outer headers */
 };
 
 /* The edge's per-CPU rooms (struct edge_rooms, one entry): read through
@@ -294,6 +296,23 @@ struct {
 	__type(value, struct edge_config6);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg6 SEC(".maps");
+
+/* The hosts with an IPv6 underlay address, both ways in one map (a
+ * program holds 64 maps at most): a host's name (the IPv4 address
+ * 0.0.0.0/8 + its index i, 1 to UL6_HOSTS_MAX - 1, in a[0], a[1..3]
+ * zero) -> its IPv6 address, read by the encapsulation (edge.c tunnel6);
+ * its address -> its name in a[0], for the NVGRE it sends (edge.c
+ * ul6_from_host). The keys never collide: a name is in ::/8, which holds
+ * no host's address (global unicast). A route or backend names such a
+ * host by its name (UL6_HOST, consts.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * UL6_HOSTS_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct ip_addr);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* an IPv4 underlay holds none */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ul6_hosts SEC(".maps");
 
 /* ---- edge: services (lib/lb.h) ---- */
 

@@ -87,6 +87,57 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 	return 0;
 }
 
+/* nvgre_push over an IPv6 underlay: the outer header is IPv6 (next
+ * header GRE, hop limit OUTER_TTL, traffic class tos, flow label label:
+ * the underlay's routers spread a host's tunnels by it, RFC 6438), from
+ * *saddr to *daddr, in front of the packet at l3_off (ip_len bytes, IPv4
+ * or IPv6: the inner ethertype is eproto, network order). Returns 0, or
+ * -1 when the frame cannot be resized. */
+static __always_inline int nvgre6_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len, const __u8 *odst,
+				       const __u8 *osrc, const struct ip_addr *saddr, const struct ip_addr *daddr,
+				       __u32 key, __u8 tos, __u32 label, const __u8 *imac, const __u8 *gw,
+				       __be16 eproto)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	int have = data_end - data;
+	int want = (int)l3_off + ip_len;
+
+	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
+		return -1;
+	if (bpf_xdp_adjust_head(ctx, (int)l3_off - NVGRE6_STACK_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + NVGRE6_STACK_LEN > data_end)
+		return -1;
+
+	struct ethhdr *oeth = data;
+	__be32 *oip = data + ETH_HLEN_;
+	struct gre_key_hdr *gre = data + ETH_HLEN_ + 40;
+	struct ethhdr *ieth = data + ETH_HLEN_ + 40 + GRE_HLEN_KEY;
+
+	__builtin_memcpy(oeth->h_dest, odst, ETH_ALEN_);
+	__builtin_memcpy(oeth->h_source, osrc, ETH_ALEN_);
+	oeth->h_proto = bpf_htons(ETH_P_IPV6_);
+
+	/* version, traffic class, flow label; payload length, next header,
+	 * hop limit; the addresses. */
+	oip[0] = bpf_htonl(6 << 28 | (__u32)tos << 20 | (label & 0xfffff));
+	oip[1] = bpf_htonl((__u32)(ip_len + NVGRE6_OVERHEAD - 40) << 16 | IPPROTO_GRE_ << 8 | OUTER_TTL);
+	__builtin_memcpy(&oip[2], saddr, 16);
+	__builtin_memcpy(&oip[6], daddr, 16);
+
+	gre->flags = bpf_htons(GRE_FLAG_K);
+	gre->proto = bpf_htons(GRE_PROTO_TEB);
+	gre->key = bpf_htonl(key);
+
+	__builtin_memcpy(ieth->h_dest, imac, ETH_ALEN_);
+	__builtin_memcpy(ieth->h_source, gw, ETH_ALEN_);
+	ieth->h_proto = eproto;
+	return 0;
+}
+
 /* Encapsulates the IPv4 packet at l3_off (ip_len bytes) toward daddr
  * from saddr, with key and outer TOS tos: the outer frame to the next hop
  * fib resolved (its MACs), the inner one from isrc to idst (neither in the

@@ -335,6 +335,45 @@ struct rl6_scratch {
  * IPv4 entry keeps its size). */
 struct edge_config6 {
 	struct ip_addr icmp_src; /* source of ICMPv6 errors sent to the Internet; :: sends none */
+	struct ip_addr underlay; /* IPv6 underlay address: the outer source toward the
+				  * hosts with an IPv6 underlay, NVGRE over IPv6 taken
+				  * to it; :: none (an IPv6 host's packets dropped) */
+};
+
+/* Edge: a tunnel over the IPv6 underlay a path asked for (edge.c
+ * ul6_ask), for tunnel6 to build from xdp_edge's frame (in edge_rooms.ul6). */
+struct ul6_req {
+	__u64 im;      /* inner destination MAC | UL6_INNER6 | counter << 56 */
+	__be32 host;   /* the host's name (UL6_HOST) */
+	__u32 key;     /* GRE key: VSID << 8 | FlowID */
+	__u32 idx;     /* the slot counting it: eip_stats (encap_tx) or lb_be_stats */
+	__u16 ip_len;  /* the inner packet's length */
+	__u8 l3_off;   /* its offset in the frame */
+	__u8 tos;
+	__u8 df;
+	__u8 syn;      /* a TCP SYN without ACK (eip_stats.rx_syns) */
+	__u8 pad[2];
+};
+
+/* Edge: the outer headers of NVGRE over IPv6 from a host (edge.c
+ * ul6_from_host), as edge_from_host reads an IPv4 outer header's: the
+ * frame's offsets and the host's name (UL6_HOST) in place of the outer
+ * source (in edge_rooms.ul6; lib/entry.h copies it into the entry's struct
+ * pkt). */
+struct ul6_outer {
+	__u32 l3_off;  /* the outer IPv6 header */
+	__u32 l4_off;  /* the GRE header */
+	__u16 ip_len;  /* the outer packet's length, its header included */
+	__u16 frag;    /* a fragment header's offset and MF (never reassembled) */
+	__be32 host;   /* the sending host's name: ul6_hosts' of the outer source */
+	__be32 daddr;  /* the edge's IPv4 underlay address (0: none) */
+};
+
+/* Edge: the IPv6 underlay's per-CPU room (edge_rooms.ul6). */
+struct ul6_room {
+	struct ul6_req req;
+	struct ul6_outer out;
+	struct ip_addr key; /* tunnel6's key of ul6_hosts (a host's name) */
 };
 
 /* Edge: icmp6_error's per-CPU scratch (edge_rooms.icmp6): what it keeps

@@ -21,6 +21,12 @@ const (
 	// The IPv6 EIP (the edge's route, the agent's NAT66) and its guest;
 	// the guest link's IPv6 route and neighbour are the bed's
 	// (dptest.Env.GuestIPv6).
+	// An EIP on a host of the IPv6 underlay (this version only: the
+	// edge's route names it in ul6_hosts), routed via the underlay's
+	// IPv6 router (dptest.FabAddr6).
+	benchEIPul6   = "198.51.100.8"
+	benchHost6    = "2001:db8:fa::21"
+	benchHost6Net = "2001:db8:fa::/48"
 	benchEIP6     = "2001:db8:e1::7"
 	benchPriv6    = "2001:db8:f0::1"
 	benchClient6  = "2001:db8:c::10"
@@ -85,6 +91,10 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	if err := env.InternetIPv6(); err != nil {
 		return nil, err
 	}
+	// The IPv6 underlay's host, through the underlay router.
+	if err := env.Node.Route(benchHost6Net, dptest.FabAddr6, dptest.UlDev); err != nil {
+		return nil, err
+	}
 	// The IPv6 VIP's backend guest: a neighbour on the guest link.
 	if err := env.GuestIPv6(benchSvcGuest6); err != nil {
 		return nil, err
@@ -119,6 +129,9 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	fromHost := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7, reply)
 	reply6 := tcpFrame6("02:cc:00:00:00:02", "02:00:00:00:00:fe", benchEIP6, benchClient6, 80, 40000, size)
 	fromHost6 := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchHost, dptest.UlAddr, benchVSID<<8|7, reply6)
+	inetTCPul6 := tcpFrame(dptest.RtrMAC, dptest.ExtMAC, benchClient, benchEIPul6, 40000, 80, size)
+	fromHostUl6 := nvgre6Frame(dptest.FabMAC, dptest.UlMAC, benchHost6, dptest.UlAddr6, benchVSID<<8|7,
+		tcpFrame("02:cc:00:00:00:02", "02:00:00:00:00:fe", benchEIPul6, benchClient, 80, 40000, size))
 	toAgent := nvgreFrame(dptest.FabMAC, dptest.UlMAC, benchEdge, dptest.UlAddr, benchVSID<<8|7,
 		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
 	fromGuest := tcpFrame(dptest.VMMAC, dptest.GuestMAC, dptest.GuestAddr, benchClient, 80, 40000, size)
@@ -145,6 +158,12 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		{name: "edge_decap (host to Internet)", prog: "edge", dev: dptest.UlDev, frame: fromHost, action: actRedirect, chain: true, moves: true},
 		{name: "edge_decap6 (host to Internet, IPv6 guest; IPv4 underlay)", prog: "edge", dev: dptest.UlDev, frame: fromHost6, action: actRedirect, chain: true, moves: true, cur: true,
 			note: "this version only: the baseline has no IPv6 return path", target: "within 10 % of edge_decap above the floor",
+			twin: "edge_decap (host to Internet)"},
+		{name: "edge_encap_ul6 (Internet to EIP, TCP; IPv6 underlay)", prog: "edge", dev: dptest.ExtDev, frame: inetTCPul6, action: actRedirect, chain: true, moves: true, cur: true,
+			note: "the host named in ul6_hosts: the IPv4 FIB miss (fib4_miss answers FIB_RET_UL6), then tunnel6 from xdp_edge's frame, nh_cache6; this version only",
+			twin: "edge_encap (Internet to EIP, TCP)"},
+		{name: "edge_decap_ul6 (host to Internet; NVGRE over IPv6)", prog: "edge", dev: dptest.UlDev, frame: fromHostUl6, action: actRedirect, chain: true, moves: true, cur: true,
+			note: "the outer source's name from ul6_hosts, then edge_from_host as over IPv4; this version only",
 			twin: "edge_decap (host to Internet)"},
 		{name: "edge_pass (not an EIP)", prog: "edge", dev: dptest.ExtDev, frame: notOurs, action: actPass},
 		{name: "edge_drop (bad IP checksum)", prog: "edge", dev: dptest.ExtDev, frame: badCsum, action: actDrop},
@@ -242,8 +261,12 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 		missing = append(missing, m2...)
 		defer guardMissing(missing, &err)
 	}
-	if err := e.SetConfig(dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), ICMPSource: netip.MustParseAddr(dptest.ExtAddr),
-		HashSeed: 1, ICMPRate: 1000, ICMPBurst: 100, ICMPTimeExceeded: true, GatewayMAC: dptest.MustMAC("02:00:00:00:00:fe")}); err != nil {
+	ecfg := dataplane.EdgeConfig{Underlay: netip.MustParseAddr(dptest.UlAddr), ICMPSource: netip.MustParseAddr(dptest.ExtAddr),
+		HashSeed: 1, ICMPRate: 1000, ICMPBurst: 100, ICMPTimeExceeded: true, GatewayMAC: dptest.MustMAC("02:00:00:00:00:fe")}
+	if edgeFile == "" {
+		ecfg.Underlay6 = netip.MustParseAddr(dptest.UlAddr6)
+	}
+	if err := e.SetConfig(ecfg); err != nil {
 		return nil, err
 	}
 	// A full-size route table, so lookups hit a populated hash.
@@ -256,6 +279,9 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	// The IPv6 EIP (edge_encap6; the baseline's program passes IPv6
 	// before any route lookup, so the entry costs it nothing).
 	routes[netip.MustParseAddr(benchEIP6)] = dataplane.Route{Host: netip.MustParseAddr(benchHost), VSID: benchVSID, StatsIdx: 100_001}
+	if edgeFile == "" {
+		routes[netip.MustParseAddr(benchEIPul6)] = dataplane.Route{Host: netip.MustParseAddr(benchHost6), VSID: benchVSID, StatsIdx: 100_002}
+	}
 	if err := e.PutRoutes(routes); err != nil {
 		return nil, err
 	}

@@ -81,6 +81,16 @@ func nvgreFrame(srcMAC, dstMAC, src, dst string, key uint32, inner []byte) []byt
 		gopacket.Payload(inner))
 }
 
+// nvgre6Frame wraps an inner frame in outer Ethernet/IPv6/GRE (hop
+// limit 64, no flow label).
+func nvgre6Frame(srcMAC, dstMAC, src, dst string, key uint32, inner []byte) []byte {
+	return serialize(
+		&layers.Ethernet{SrcMAC: mustMAC(srcMAC), DstMAC: mustMAC(dstMAC), EthernetType: layers.EthernetTypeIPv6},
+		&layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolGRE, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)},
+		&layers.GRE{KeyPresent: true, Protocol: layers.EthernetTypeTransparentEthernetBridging, Key: key},
+		gopacket.Payload(inner))
+}
+
 // tcpFrameFlags is tcpFrame with "syn", "ack" or "rst".
 func tcpFrameFlags(srcMAC, dstMAC, src, dst string, sport, dport uint16, size int, flags string) []byte {
 	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, Flags: layers.IPv4DontFragment,

@@ -79,7 +79,8 @@ func TestDriftRoute(t *testing.T) {
 		t.Errorf("route after the drift: %+v", got)
 	}
 	for name, r := range map[string]Route{
-		"IPv6 previous host":         {Host: addr(hostAddr), VSID: 1, PrevHost: addr("2001:db8::1"), PrevVSID: 1},
+		"link-local previous host":   {Host: addr(hostAddr), VSID: 1, PrevHost: addr("fe80::1"), PrevVSID: 1},
+		"previous host in 0.0.0.0/8": {Host: addr(hostAddr), VSID: 1, PrevHost: addr("0.0.0.5"), PrevVSID: 1},
 		"previous VSID over 24 bits": {Host: addr(hostAddr), VSID: 1, PrevHost: addr(prevHostUl), PrevVSID: 1 << 24},
 		"previous VSID without host": {Host: addr(hostAddr), VSID: 1, PrevVSID: 1},
 		"all to no previous host":    {Host: addr(hostAddr), VSID: 1, PrevAll: true},

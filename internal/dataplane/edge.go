@@ -24,6 +24,7 @@ type Edge struct {
 	upgrade  UpgradeReport
 	prevMu   sync.Mutex
 	prevs    map[edgeEipKey]struct{} // eip_prev's keys (prevKeys)
+	ul6      ul6Names                // the IPv6 underlay hosts' names (ul6.go)
 }
 
 var _ EdgeMaps = (*Edge)(nil)
@@ -232,6 +233,12 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 			return err
 		}
 	}
+	if c.Underlay6.IsValid() {
+		if !validUl6(c.Underlay6) {
+			return fmt.Errorf("IPv6 underlay %v: not a global unicast IPv6 address", c.Underlay6)
+		}
+		v6.Underlay, _, _ = addrTo(c.Underlay6)
+	}
 	v.HashSeed = c.HashSeed
 	if c.ICMPRate > MaxICMPRate {
 		return fmt.Errorf("ICMP rate %d/s: at most %d", c.ICMPRate, MaxICMPRate)
@@ -258,11 +265,22 @@ func (e *Edge) SetConfig(c EdgeConfig) error {
 	}
 	// (An older program, loaded by the upgrade tests, has no edge_cfg6.)
 	if e.objs.EdgeCfg6 != nil {
-		if err := e.objs.EdgeCfg6.Update(uint32(0), &v6, ebpf.UpdateAny); err != nil {
+		var err error
+		if e.objs.EdgeCfg6.ValueSize() == 16 {
+			// An older program's entry (baseline objects): the
+			// ICMPv6 source alone, no IPv6 underlay.
+			if c.Underlay6.IsValid() {
+				return fmt.Errorf("IPv6 underlay %v: this edge program has none", c.Underlay6)
+			}
+			err = e.objs.EdgeCfg6.Update(uint32(0), &v6.IcmpSrc, ebpf.UpdateAny)
+		} else {
+			err = e.objs.EdgeCfg6.Update(uint32(0), &v6, ebpf.UpdateAny)
+		}
+		if err != nil {
 			return fmt.Errorf("write edge IPv6 config: %w", err)
 		}
-	} else if c.ICMPSource6.IsValid() {
-		return fmt.Errorf("ICMPv6 source %v: this edge program sends no ICMPv6 errors", c.ICMPSource6)
+	} else if c.ICMPSource6.IsValid() || c.Underlay6.IsValid() {
+		return fmt.Errorf("ICMPv6 source %v, IPv6 underlay %v: this edge program has no IPv6 settings", c.ICMPSource6, c.Underlay6)
 	}
 	if err := e.objs.EdgeCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write edge config: %w", err)
@@ -297,23 +315,29 @@ func routeKeyOf(a netip.Addr) (edgeEipKey, error) {
 	return edgeEipKey{Addr: ip, Family: fam}, nil
 }
 
-func routeTo(r Route) (edgeEipRoute, error) {
-	h, fam, err := addrTo(r.Host)
+// routeTo is the eip_routes entry of r, hosts named by hostWord (an IPv6
+// host by its name in ul6_hosts: UL6_HOST, ul6.go).
+func (e *Edge) routeTo(r Route) (edgeEipRoute, error) {
+	if !r.Host.IsValid() {
+		return edgeEipRoute{}, fmt.Errorf("route host: invalid address %v", r.Host)
+	}
+	w, err := e.hostWord(r.Host)
 	if err != nil {
 		return edgeEipRoute{}, fmt.Errorf("route host: %w", err)
-	}
-	if fam != 2 {
-		// The program encapsulates over an IPv4 underlay only
-		// (host.a[0]), whatever the EIP's family.
-		return edgeEipRoute{}, fmt.Errorf("route host %v: the underlay is IPv4 only", r.Host)
 	}
 	if r.VSID > 0xFFFFFF {
 		return edgeEipRoute{}, fmt.Errorf("VSID %d does not fit 24 bits", r.VSID)
 	}
-	v := edgeEipRoute{Host: h, Vsid: r.VSID, StatsIdx: r.StatsIdx, Family: fam}
+	// The program reads host.a[0] (family AF_INET), whatever the EIP's
+	// family: an IPv6 host's name there.
+	v := edgeEipRoute{Vsid: r.VSID, StatsIdx: r.StatsIdx, Family: 2}
+	v.Host.A[0] = w
 	if r.Drifts() {
-		if !r.PrevHost.Is4() {
-			return edgeEipRoute{}, fmt.Errorf("route previous host %v: the underlay is IPv4 only", r.PrevHost)
+		if !r.PrevHost.Is4() && !r.PrevHost.Is6() {
+			return edgeEipRoute{}, fmt.Errorf("route previous host: invalid address %v", r.PrevHost)
+		}
+		if _, err := e.hostWord(r.PrevHost); err != nil {
+			return edgeEipRoute{}, fmt.Errorf("route previous host: %w", err)
 		}
 		if r.PrevVSID > 0xFFFFFF {
 			return edgeEipRoute{}, fmt.Errorf("previous VSID %d does not fit 24 bits", r.PrevVSID)
@@ -325,24 +349,30 @@ func routeTo(r Route) (edgeEipRoute, error) {
 	return v, nil
 }
 
-// prevTo is eip_prev's entry of a drifting route r (routeTo checked it).
-func prevTo(r Route) edgeEipPrev {
-	b := r.PrevHost.As4()
-	p := edgeEipPrev{Host: binary.LittleEndian.Uint32(b[:]), Vsid: r.PrevVSID}
+// prevTo is eip_prev's entry of a drifting route r (routeTo checked it
+// and named its previous host).
+func (e *Edge) prevTo(r Route) (edgeEipPrev, error) {
+	w, err := e.hostWord(r.PrevHost)
+	if err != nil {
+		return edgeEipPrev{}, err
+	}
+	p := edgeEipPrev{Host: w, Vsid: r.PrevVSID}
 	if r.PrevAll {
 		p.Flags |= prevAll
 	}
-	return p
+	return p, nil
 }
 
 // routeOf is the Route of an EIP's entry of eip_routes, p its entry of
-// eip_prev when it drifts.
-func routeOf(v edgeEipRoute, p *edgeEipPrev) Route {
+// eip_prev when it drifts, hostOf the address a host word names
+// (Edge.hostAddr).
+func routeOf(v edgeEipRoute, p *edgeEipPrev, hostOf func(uint32) netip.Addr) Route {
 	r := Route{Host: addrFrom(v.Host, v.Family), VSID: v.Vsid, StatsIdx: v.StatsIdx}
+	if v.Family == 2 {
+		r.Host = hostOf(v.Host.A[0])
+	}
 	if v.Flags&routeDrift != 0 && p != nil {
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], p.Host)
-		r.PrevHost = netip.AddrFrom4(b)
+		r.PrevHost = hostOf(p.Host)
 		r.PrevVSID = p.Vsid
 		r.PrevAll = p.Flags&prevAll != 0
 	}
@@ -502,10 +532,13 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 		if err != nil {
 			return err
 		}
-		if _, err := routeTo(r); err != nil {
+		if _, err := e.routeTo(r); err != nil {
 			return fmt.Errorf("route for %v: %w", a, err)
 		}
-		p := prevTo(r)
+		p, err := e.prevTo(r)
+		if err != nil {
+			return fmt.Errorf("route for %v: %w", a, err)
+		}
 		if err := e.objs.EipPrev.Update(&k, &p, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write previous binding of %v: %w", a, err)
 		}
@@ -537,7 +570,7 @@ func (e *Edge) PutRoutes(routes map[netip.Addr]Route) (err error) {
 		if err != nil {
 			return err
 		}
-		v, err := routeTo(r)
+		v, err := e.routeTo(r)
 		if err != nil {
 			return fmt.Errorf("route for %v: %w", a, err)
 		}
@@ -627,7 +660,7 @@ func (e *Edge) RangeRoutes(f func(netip.Addr, Route) bool) error {
 			perr = err
 			return false
 		}
-		return f(addrFrom(k.Addr, k.Family), routeOf(v, p))
+		return f(addrFrom(k.Addr, k.Family), routeOf(v, p, e.hostAddr))
 	})
 	return errors.Join(err, perr)
 }
@@ -659,7 +692,7 @@ func (e *Edge) Route(a netip.Addr) (Route, bool, error) {
 	if err != nil {
 		return Route{}, false, err
 	}
-	return routeOf(v, p), true, nil
+	return routeOf(v, p, e.hostAddr), true, nil
 }
 
 func (e *Edge) ResetEIPStats(idx uint32) error { return resetEIPStats(e.objs.EipStats, idx) }

@@ -200,8 +200,9 @@ type edgeEdgeConfig struct {
 }
 
 type edgeEdgeConfig6 struct {
-	_       structs.HostLayout
-	IcmpSrc edgeIpAddr
+	_        structs.HostLayout
+	IcmpSrc  edgeIpAddr
+	Underlay edgeIpAddr
 }
 
 type edgeEdgeRooms struct {
@@ -297,6 +298,34 @@ type edgeEdgeRooms struct {
 		K    edgeEipKey
 		Ours [6]uint8
 		Peer [6]uint8
+	}
+	Ul6 struct {
+		_   structs.HostLayout
+		Req struct {
+			_     structs.HostLayout
+			Im    uint64
+			Host  uint32
+			Key   uint32
+			Idx   uint32
+			IpLen uint16
+			L3Off uint8
+			Tos   uint8
+			Df    uint8
+			Syn   uint8
+			Pad   [2]uint8
+			_     [4]byte
+		}
+		Out struct {
+			_     structs.HostLayout
+			L3Off uint32
+			L4Off uint32
+			IpLen uint16
+			Frag  uint16
+			Host  uint32
+			Daddr uint32
+		}
+		Key edgeIpAddr
+		_   [4]byte
 	}
 }
 
@@ -763,6 +792,7 @@ const (
 	edgeMapNhCache        = "nh_cache"
 	edgeMapNhCache6       = "nh_cache6"
 	edgeMapStats          = "stats"
+	edgeMapUl6Hosts       = "ul6_hosts"
 	edgeProgTcEdgeHc      = "tc_edge_hc"
 	edgeProgXdpEdge       = "xdp_edge"
 	edgeVarBwClockBase    = "bw_clock_base"
@@ -887,6 +917,7 @@ type edgeMapSpecs struct {
 	NhCache        *ebpf.MapSpec `ebpf:"nh_cache"`
 	NhCache6       *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	Ul6Hosts       *ebpf.MapSpec `ebpf:"ul6_hosts"`
 }
 
 // edgeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -985,6 +1016,7 @@ type edgeMaps struct {
 	NhCache        *ebpf.Map `ebpf:"nh_cache"`
 	NhCache6       *ebpf.Map `ebpf:"nh_cache6"`
 	Stats          *ebpf.Map `ebpf:"stats"`
+	Ul6Hosts       *ebpf.Map `ebpf:"ul6_hosts"`
 }
 
 func (m *edgeMaps) Close() error {
@@ -1049,6 +1081,7 @@ func (m *edgeMaps) Close() error {
 		m.NhCache,
 		m.NhCache6,
 		m.Stats,
+		m.Ul6Hosts,
 	)
 }
 

@@ -114,7 +114,10 @@ func (f *FakeEdge) PutRoutes(rs map[netip.Addr]Route) error {
 			return fmt.Errorf("route map full (%d)", f.Capacity)
 		}
 		// A previous binding as the real map takes it (routeTo).
-		if r.Drifts() && (!r.PrevHost.Is4() || r.PrevVSID > 0xFFFFFF) || !r.Drifts() && (r.PrevVSID != 0 || r.PrevAll) {
+		if r.Host.Is6() && !validUl6(r.Host) || r.Host.Is4() && isUl6Name(ip4word(r.Host)) {
+			return fmt.Errorf("route for %v: host %v refused", a, r.Host)
+		}
+		if r.Drifts() && (!r.PrevHost.Is4() && !validUl6(r.PrevHost) || r.PrevVSID > 0xFFFFFF) || !r.Drifts() && (r.PrevVSID != 0 || r.PrevAll) {
 			return fmt.Errorf("route for %v: previous binding %v VSID %d refused", a, r.PrevHost, r.PrevVSID)
 		}
 		f.RouteMap[a] = r
@@ -568,6 +571,10 @@ type FakeBackends struct {
 }
 
 func (f *FakeBackends) SetBackend(idx uint32, b LBBackend) error {
+	// An encap backend's host as the real map takes it (Edge.hostWord).
+	if b.Mode == ModeEncap && (b.Addr.Is6() && !validUl6(b.Addr) || b.Addr.Is4() && isUl6Name(ip4word(b.Addr))) {
+		return fmt.Errorf("backend %d: host %v refused", idx, b.Addr)
+	}
 	f.bmu.Lock()
 	defer f.bmu.Unlock()
 	f.BackendM[idx] = b

@@ -57,7 +57,7 @@ func TestRouteCacheFollowsRouteWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, err := routeTo(Route{Host: addr(otherHost), VSID: 6000, StatsIdx: eipIdx})
+	moved, err := b.edge.routeTo(Route{Host: addr(otherHost), VSID: 6000, StatsIdx: eipIdx})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,8 @@ func TestEdgeIPv6Routes(t *testing.T) {
 		a netipAddr
 		r Route
 	}{
-		{addr(eip6), Route{Host: addr("2001:db8:ff::1"), VSID: 1}},
+		{addr(eip6), Route{Host: addr("fe80::1"), VSID: 1}}, // an IPv6 host's underlay is global unicast
+		{addr(eip6), Route{Host: addr("0.0.0.5"), VSID: 1}}, // 0.0.0.0/8 names the IPv6 hosts (ul6.go)
 		{addr("::ffff:198.51.100.7"), r},
 		{addr("fe80::1%eth0"), r},
 	} {

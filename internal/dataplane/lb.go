@@ -563,6 +563,15 @@ func (e *Edge) Table(slot uint32) ([]uint32, error) {
 // slot never points at an address it no longer has.
 func (e *Edge) SetBackend(idx uint32, b LBBackend) error {
 	v := edgeLbBackend{Addr: ip4word(b.Addr), Guest: ip4word(b.Guest), Vsid: b.VSID, Port: be16(b.Port), Gen: b.Gen, Mode: b.Mode, Owner: b.Owner}
+	if b.Mode == ModeEncap && b.Addr.IsValid() {
+		// An encap backend's host by its map word: an IPv6 underlay
+		// address by its name in ul6_hosts (ul6.go).
+		w, err := e.hostWord(b.Addr)
+		if err != nil {
+			return fmt.Errorf("backend %d: %w", idx, err)
+		}
+		v.Addr = w
+	}
 	if b.Down {
 		v.Flags |= 1
 	}
@@ -595,7 +604,7 @@ func natSlotKey6(idx uint32) edgeNatBkey6 {
 // backendOf is the LBBackend of slot idx's value v (an IPv6 nat
 // backend's address from lb_nat_backends6).
 func (e *Edge) backendOf(idx uint32, v *edgeLbBackend) LBBackend {
-	b := LBBackend{Addr: wordIP4(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
+	b := LBBackend{Addr: e.hostAddr(v.Addr), VSID: v.Vsid, Port: be16(v.Port), Gen: v.Gen, Down: v.Flags&1 != 0, Mode: v.Mode, Owner: v.Owner}
 	if v.Guest != 0 {
 		b.Guest = wordIP4(v.Guest)
 	}

@@ -331,7 +331,7 @@ func PinnedRoute(pinDir string, a netip.Addr) (Route, bool, error) {
 		}
 		return Route{}, false, err
 	}
-	return routeOf(v, nil), true, nil // (without a drifting route's previous binding)
+	return routeOf(v, nil, pinnedHostOf(pinDir)), true, nil // (without a drifting route's previous binding)
 }
 
 // deleteStale deletes every entry of m whose key keep rejects: the second

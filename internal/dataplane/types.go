@@ -148,9 +148,15 @@ type EdgeConfig struct {
 	// unicast IPv6 address of the edge. Unset, none are sent (the packets
 	// are dropped under drop_ttl and drop_too_big).
 	ICMPSource6 netip.Addr
-	HashSeed    uint32
-	ICMPRate    uint32 // errors per second per CPU; 0 sends none
-	ICMPBurst   uint32
+	// Underlay6 is the edge's IPv6 underlay address: the outer source of
+	// the NVGRE it sends to hosts with an IPv6 underlay address, and the
+	// destination of the NVGRE over IPv6 it takes from them. Unset, a
+	// route or backend on such a host is refused by nothing here, but
+	// its packets are dropped (drop_fib).
+	Underlay6 netip.Addr
+	HashSeed  uint32
+	ICMPRate  uint32 // errors per second per CPU; 0 sends none
+	ICMPBurst uint32
 	// ICMPBudgets: kinds with a budget of their own; the others get
 	// ICMPRate and ICMPBurst (each kind its own bucket all the same).
 	ICMPBudgets      map[ICMPKind]ICMPBudget

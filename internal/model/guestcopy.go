@@ -44,7 +44,7 @@ func (c *GuestCopy) Key() string { return GuestCopyKey(c.Host, c.Guest.Name) }
 func (c *GuestCopy) Validate() Errors {
 	var es Errors
 	checkName(&es, "host", c.Host)
-	checkUnicast4(&es, "underlay", c.Underlay)
+	checkUnderlay(&es, "underlay", c.Underlay)
 	checkName(&es, "guest.name", c.Guest.Name)
 	checkUnicast4(&es, "guest.address", c.Guest.Address)
 	if c.Guest.Address6.IsValid() {

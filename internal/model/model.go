@@ -234,6 +234,26 @@ func checkUnicast4(es *Errors, field string, a netip.Addr) {
 	}
 }
 
+// isUnderlay says whether a may be a host's or edge's underlay address:
+// an IPv4 unicast address outside 0.0.0.0/8 ("this network", RFC 1122,
+// never a source; the edges' data plane names the IPv6 underlay's hosts
+// there, docs/dataplane.md "The IPv6 underlay").
+func isUnderlay(a netip.Addr) bool { return isUnicast4(a) && a.As4()[0] != 0 }
+
+// checkUnderlay checks a host's or edge's underlay address (isUnderlay).
+// IPv6 is refused with what is missing: the edges' data plane takes an
+// IPv6 underlay, the agents' does not yet (issue 21).
+func checkUnderlay(es *Errors, field string, a netip.Addr) {
+	switch {
+	case a.Is6() && !a.Is4In6():
+		es.add(field, "%v: an IPv6 underlay is not supported yet (the edges' data plane carries NVGRE over IPv6, the agents' does not)", a)
+	case isUnicast4(a) && a.As4()[0] == 0:
+		es.add(field, "%v is in 0.0.0.0/8 (this network), never an underlay address", a)
+	default:
+		checkUnicast4(es, field, a)
+	}
+}
+
 // checkUnicast6 checks an address is a usable IPv6 unicast address: not
 // IPv4-mapped, no zone, not unspecified, loopback, link-local or
 // multicast.
@@ -460,7 +480,7 @@ func (h *Host) Validate() Errors {
 // host (two names of one hash): validate then decides. TestHostValid
 // holds valid() to imply len(validate()) == 0.
 func (h *Host) valid() bool {
-	if !isName(h.Name) || !isName(h.AZ) || !isUnicast4(h.Underlay) {
+	if !isName(h.Name) || !isName(h.AZ) || !isUnderlay(h.Underlay) {
 		return false
 	}
 	n := len(h.Guests)
@@ -509,7 +529,7 @@ func (h *Host) validate() Errors {
 	var es Errors
 	checkName(&es, "name", h.Name)
 	checkName(&es, "az", h.AZ)
-	checkUnicast4(&es, "underlay", h.Underlay)
+	checkUnderlay(&es, "underlay", h.Underlay)
 	names := map[string]bool{}
 	addrs := map[netip.Addr]bool{}
 	for i, g := range h.Guests {
@@ -600,7 +620,7 @@ func (s *EdgeSet) Validate() Errors {
 			es.add(f+".name", "edge %q appears twice", e.Name)
 		}
 		names[e.Name] = true
-		checkUnicast4(&es, f+".underlay", e.Underlay)
+		checkUnderlay(&es, f+".underlay", e.Underlay)
 		if addrs[e.Underlay] {
 			es.add(f+".underlay", "%v is used by another edge of this set", e.Underlay)
 		}
@@ -649,7 +669,7 @@ func (e *EIP) Validate() Errors {
 	if p := e.Previous; p != nil {
 		checkName(&es, "previous.host", p.Host)
 		checkName(&es, "previous.guest", p.Guest)
-		checkUnicast4(&es, "previous.underlay", p.Underlay)
+		checkUnderlay(&es, "previous.underlay", p.Underlay)
 		if p.VSID < VSIDMin || p.VSID > VSIDMax {
 			es.add("previous.vsid", "%d is outside %d-%d (RFC 7637 reserves the rest)", p.VSID, VSIDMin, VSIDMax)
 		}

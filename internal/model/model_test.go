@@ -63,7 +63,8 @@ func TestValidateHost(t *testing.T) {
 	}{
 		{"ok", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 5001)}}, nil},
 		{"nothing", Host{}, []string{"name~required", "az~required", "underlay~required"}},
-		{"IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1")}, []string{"underlay~only IPv4"}},
+		{"IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1")}, []string{"underlay~the agents' does not"}},
+		{"underlay in 0.0.0.0/8", Host{Name: "h1", AZ: "az1", Underlay: addr("0.0.0.5")}, []string{"underlay~0.0.0.0/8"}},
 		{"loopback underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("127.0.0.1")}, []string{"underlay~not a unicast"}},
 		{"multicast underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("224.0.0.5")}, []string{"underlay~not a unicast"}},
 		{"class E underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("240.0.0.1")}, []string{"underlay~240.0.0.0/4"}},
@@ -116,6 +117,8 @@ func TestValidateEdgeSet(t *testing.T) {
 			[]string{"edges[1].name~appears twice"}},
 		{"underlay twice", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("e1", "198.18.0.1"), e("e2", "198.18.0.1")}},
 			[]string{"edges[1].underlay~another edge"}},
+		{"edge with an IPv6 underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("2001:db8:ff::1")}}}, []string{"edges[0].underlay~IPv6 underlay is not supported yet"}},
+		{"edge underlay in 0.0.0.0/8", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("0.1.2.3")}}}, []string{"edges[0].underlay~0.0.0.0/8"}},
 		{"edge without underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1"}}}, []string{"edges[0].underlay~required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.s.Validate(), tc.want) })
@@ -161,7 +164,7 @@ func TestValidateEIP(t *testing.T) {
 			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("198.18.1.1"), VSID: 5001, Until: time.Unix(1, 0)}}, []string{"previous.host~is the binding's host too"}},
 		{"bad previous", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
 			Previous: &PreviousBinding{Host: "H", Guest: "", Underlay: addr("2001:db8::1"), VSID: 7}},
-			[]string{"previous.host", "previous.guest~required", "previous.underlay~only IPv4", "previous.vsid~outside", "previous.until~missing"}},
+			[]string{"previous.host", "previous.guest~required", "previous.underlay~IPv6 underlay is not supported yet", "previous.vsid~outside", "previous.until~missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.e.Validate(), tc.want) })
 	}
