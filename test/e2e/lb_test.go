@@ -84,7 +84,7 @@ func services(t *testing.T, ctx context.Context, c *client.Client) {
 	}
 	nat6 := &model.Service{Name: "dmz6", VIP: netip.MustParseAddr(vipDMZ6), Mode: model.ModeNAT,
 		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
-		Pools: []model.Pool{{Name: "web", Backends: dmz6, Health: nat.Pools[0].Health}}}
+		Pools:     []model.Pool{{Name: "web", Backends: dmz6, Health: nat.Pools[0].Health}}}
 	for _, s := range []*model.Service{web, nat, nat2, web6, nat6} {
 		if _, err := c.PutService(ctx, s); err != nil {
 			t.Fatal(err)
