@@ -349,7 +349,7 @@ func TestFleetFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const perTarget = 334 // 1,336 connections
+	const perTarget = 334 // 1,670 connections (5 targets)
 	var conns *lab.Conns
 	deadline := time.Now().Add(30 * time.Second)
 	for {
