@@ -161,7 +161,9 @@ struct agent_room6 {
 	struct agent_flow6 fv;
 	__be16 bport; /* the backend port (0: kept) */
 	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
-	__u8 quoted;  /* agent_guest6: an ICMPv6 error looked up by the flow it quotes */
+	__u8 quoted;  /* agent_guest6: an ICMPv6 error whose quote agent_quote6 translates (a VIP flow's,
+		       * looked up by the flow it quotes, or an IPv6 EIP's); agent_from_edge6: an IPv6
+		       * EIP's (eip6_quoted) */
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
@@ -212,6 +214,36 @@ static __always_inline int nat6_port(void *data, void *data_end, const struct pk
 static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
 {
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* Whether the packet p6 describes is an ICMPv6 error (RFC 4443 types 1-4:
+ * destination unreachable, packet too big, time exceeded, parameter
+ * problem) about an IPv6 EIP's flow, whose quote the agent translates as
+ * IPv4's nat4 translates an EIP's (nat_icmp_quote): out 0, from the
+ * Internet, a quote from the error's destination (the EIP); out 1, from
+ * the guest, a quote to the error's source (the guest's address).
+ * Returns 1 (r->qoff says where the quote is, r->bport is 0: agent_quote6
+ * translates the address alone), 0 (no error, a later fragment, or a
+ * quote about another address: left alone, as nat_icmp_quote leaves it)
+ * or -1: an error whose quote is truncated, shorter than its IPv6 header
+ * and 4 bytes past it within the packet (icmp6_quote_off; IPv4's caller
+ * drops a quote without its header). */
+static __always_inline int eip6_quoted(void *data, void *data_end, struct agent_room6 *r, const struct pkt6 *p6,
+				       const int out)
+{
+	if (p6->p.proto != IPPROTO_ICMPV6_ || !p6->p.l4_ok || p6->p.frag)
+		return 0;
+	__u8 *ih = data + OFF(p6->p.l4_off);
+	if ((void *)(ih + 1) > data_end || ih[0] == 0 || ih[0] > 4)
+		return 0;
+	r->qoff = icmp6_quote_off(data, data_end, p6);
+	struct ipv6hdr *q = data + OFF(r->qoff);
+	if (!r->qoff || (void *)(q + 1) > data_end)
+		return -1;
+	if (!addr6_eq(out ? q->daddr.in6_u.u6_addr32 : q->saddr.in6_u.u6_addr32, out ? p6->saddr.a : p6->daddr.a))
+		return 0;
+	r->bport = 0;
+	return 1;
 }
 
 /* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
@@ -293,7 +325,7 @@ static __always_inline void mac2_copy(void *dst, const void *src)
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
 /* With the verdict: the delivered frame is an ICMPv6 error about a VIP
  * flow whose quote agent_quote6 must translate. */
-#define V6_QUOTE (1 << 30)
+#define V6_QUOTE (1 << 30) /* (or about an IPv6 EIP's flow: r->quoted) */
 
 /* agent_from_edge6's delivery once its route is known: the destination
  * (and a VIP's backend port) translated, the frame stripped to the inner
@@ -339,11 +371,11 @@ static __always_inline int from_edge6_deliver(struct xdp_md *ctx, struct agent_r
 	}
 	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		mac2_copy(eth->h_dest, r->ours); /* and h_source, r->peer */
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE || r->quoted ? V6_QUOTE : 0);
 	}
 	mac_copy(eth->h_dest, fib->dmac);
 	mac_copy(eth->h_source, fib->smac);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE || r->quoted ? V6_QUOTE : 0);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
@@ -409,6 +441,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	k->addr = in->daddr;
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+	r->quoted = 0;
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, k);
 	reason = STAT_DROP_UNKNOWN;
 	struct agent_flow6 *fv = &r->fv;
@@ -417,6 +450,15 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 			goto drop;
 		r->idx = e->stats_idx;
 		r->note = NOTE6_NONE;
+		/* An ICMPv6 error about the EIP's flow: its quote from the EIP
+		 * is translated too (V6_QUOTE: agent_quote6 after the strip),
+		 * one about another address delivered as it is, one with a
+		 * truncated quote drop_inner_bad (IPv4's nat4 and its caller). */
+		int qt = eip6_quoted(data, data_end, r, in, 0);
+		reason = STAT_DROP_INNER_BAD;
+		if (qt < 0)
+			goto drop;
+		r->quoted = qt;
 		if (e->flags & AGENT_F_SVC) {
 			r->note = NOTE6_EIP;
 			r->bport = 0;
@@ -727,10 +769,20 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
 		return count_drop(ctx, STAT_DROP_BW, len);
 
+	/* A packet through the IPv6 EIP (no flow): an ICMPv6 error about the
+	 * EIP's flow has its quote to the guest's address translated to the
+	 * EIP too (agent_quote6), one about another address leaves as it is,
+	 * one with a truncated quote is drop_l4_trunc (IPv4's nat4). */
+	if (!f) {
+		rc = eip6_quoted(data, data_end, r, p6, 1);
+		if (rc < 0)
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
+		r->quoted = rc;
+	}
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
-	if (f && r->quoted) {
+	if (r->quoted) {
 		rc = agent_quote6(ctx, 1);
 		if (rc)
 			return count_drop(ctx, rc, len);
