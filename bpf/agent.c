@@ -162,8 +162,7 @@ struct agent_room6 {
 	__be16 bport; /* the backend port (0: kept) */
 	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
 	__u8 quoted;  /* agent_guest6: an ICMPv6 error whose quote agent_quote6 translates (a VIP flow's,
-		       * looked up by the flow it quotes, or an IPv6 EIP's); agent_from_edge6: an IPv6
-		       * EIP's (eip6_quoted) */
+		       * looked up by the flow it quotes, or an IPv6 EIP's: eip6_quoted) */
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
@@ -174,8 +173,12 @@ _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offseto
  * for agent_flows). */
 #define NOTE6_NONE 0 /* an IPv6 EIP whose guest serves no IPv6 VIP */
 #define NOTE6_EIP 1  /* an IPv6 EIP whose guest serves an IPv6 VIP too: a SYN takes a VIP flow's entry over */
-#define NOTE6_SVC 2  /* an IPv6 VIP: its first packet writes the entry */
-#define NOTE6_QUOTE 3 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
+#define NOTE6_EIP_QUOTE 2 /* an ICMPv6 error about an IPv6 EIP's flow (eip6_quoted): its quote translated */
+#define NOTE6_SVC 4  /* an IPv6 VIP: its first packet writes the entry */
+#define NOTE6_QUOTE 6 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
+/* In a note: the quote of the ICMPv6 error is translated (V6_QUOTE); an
+ * IPv6 EIP's notes are below NOTE6_SVC, a VIP's from it. */
+#define NOTE6_F_QUOTE 2
 /* agent_guest6's note: the packet leaves through the guest's IPv6 EIP
  * (its counters), and the EIP has a bandwidth limit. */
 #define GUEST6_EIP 1
@@ -325,7 +328,7 @@ static __always_inline void mac2_copy(void *dst, const void *src)
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
 /* With the verdict: the delivered frame is an ICMPv6 error about a VIP
  * flow whose quote agent_quote6 must translate. */
-#define V6_QUOTE (1 << 30) /* (or about an IPv6 EIP's flow: r->quoted) */
+#define V6_QUOTE (1 << 30) /* (or about an IPv6 EIP's flow: NOTE6_F_QUOTE) */
 
 /* agent_from_edge6's delivery once its route is known: the destination
  * (and a VIP's backend port) translated, the frame stripped to the inner
@@ -371,11 +374,11 @@ static __always_inline int from_edge6_deliver(struct xdp_md *ctx, struct agent_r
 	}
 	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		mac2_copy(eth->h_dest, r->ours); /* and h_source, r->peer */
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE || r->quoted ? V6_QUOTE : 0);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | ((note & NOTE6_F_QUOTE) ? V6_QUOTE : 0);
 	}
 	mac_copy(eth->h_dest, fib->dmac);
 	mac_copy(eth->h_source, fib->smac);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE || r->quoted ? V6_QUOTE : 0);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | ((note & NOTE6_F_QUOTE) ? V6_QUOTE : 0);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
@@ -441,7 +444,6 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 	k->addr = in->daddr;
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
-	r->quoted = 0;
 	struct agent_eip *e = bpf_map_lookup_elem(&agent_eips, k);
 	reason = STAT_DROP_UNKNOWN;
 	struct agent_flow6 *fv = &r->fv;
@@ -450,20 +452,27 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 			goto drop;
 		r->idx = e->stats_idx;
 		r->note = NOTE6_NONE;
-		/* An ICMPv6 error about the EIP's flow: its quote from the EIP
-		 * is translated too (V6_QUOTE: agent_quote6 after the strip),
-		 * one about another address delivered as it is, one with a
-		 * truncated quote drop_inner_bad (IPv4's nat4 and its caller). */
-		int qt = eip6_quoted(data, data_end, r, in, 0);
-		reason = STAT_DROP_INNER_BAD;
-		if (qt < 0)
-			goto drop;
-		r->quoted = qt;
 		if (e->flags & AGENT_F_SVC) {
 			r->note = NOTE6_EIP;
 			r->bport = 0;
 			fv->group = e->group;
 			fv->ifindex = 0;
+		}
+		/* An ICMPv6 error about the EIP's flow: its quote from the EIP
+		 * is translated too (NOTE6_EIP_QUOTE, V6_QUOTE: agent_quote6
+		 * after the strip, as a VIP's), one about another address
+		 * delivered as it is, one with a truncated quote drop_inner_bad
+		 * (IPv4's nat4 and its caller). Not a flow's packet: no entry. */
+		if (in->p.proto == IPPROTO_ICMPV6_) {
+			/* (The frame's bounds read again: kept live from the
+			 * top, they cost the IPv4 EIP-sized path spills.) */
+			int qt = eip6_quoted((void *)(long)ctx->data, (void *)(long)ctx->data_end, r, in, 0);
+			if (qt < 0) {
+				reason = STAT_DROP_INNER_BAD;
+				goto drop;
+			}
+			if (qt)
+				r->note = NOTE6_EIP_QUOTE;
 		}
 		/* The private address, kept in the room (the key is read no
 		 * more; the EIP's entry may change under us): the FIB request
@@ -769,20 +778,26 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	if ((r->note & GUEST6_BW) && bw6_over_eip(&k->addr, ip_len))
 		return count_drop(ctx, STAT_DROP_BW, len);
 
-	/* A packet through the IPv6 EIP (no flow): an ICMPv6 error about the
-	 * EIP's flow has its quote to the guest's address translated to the
-	 * EIP too (agent_quote6), one about another address leaves as it is,
-	 * one with a truncated quote is drop_l4_trunc (IPv4's nat4). */
-	if (!f) {
-		rc = eip6_quoted(data, data_end, r, p6, 1);
-		if (rc < 0)
-			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
-		r->quoted = rc;
-	}
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
-	if (r->quoted) {
+	/* A packet through the IPv6 EIP (no flow): an ICMPv6 error about the
+	 * EIP's flow has its quote to the guest's address translated to the
+	 * EIP too (agent_quote6), one about another address leaves as it is,
+	 * one with a truncated quote is drop_l4_trunc (IPv4's nat4). (nat6
+	 * changed the outer header alone: the quote is as it came.) */
+	if (!f && p6->p.proto == IPPROTO_ICMPV6_) {
+		rc = eip6_quoted(data, data_end, r, p6, 1);
+		if (rc < 0)
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
+		if (rc) {
+			rc = agent_quote6(ctx, 1);
+			if (rc)
+				return count_drop(ctx, rc, len);
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+		}
+	} else if (!plain && r->quoted) {
 		rc = agent_quote6(ctx, 1);
 		if (rc)
 			return count_drop(ctx, rc, len);
