@@ -400,7 +400,10 @@ drop:
  * entry on its 5-tuple over; a VIP's packet moves no EIP counter. An
  * ICMPv6 error about a VIP flow (its quote a TCP or UDP packet from the
  * VIP: the service is the quote's port) is delivered with its quote
- * translated (V6_QUOTE: agent_quote6, after the strip). Returns
+ * translated (V6_QUOTE: agent_quote6, after the strip), as is an ICMPv6
+ * error to an IPv6 EIP whose quote is from the EIP (NOTE6_EIP_QUOTE,
+ * eip6_quoted: its quoted source becomes the guest's address; a truncated
+ * quote drop_inner_bad). Returns
  * V6_VERDICT(the XDP action, the counter its caller, agent_pull_failed,
  * moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
@@ -560,7 +563,8 @@ drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
 
-/* The quote of an ICMPv6 error about an IPv6 VIP flow (its room says
+/* The quote of an ICMPv6 error about an IPv6 VIP flow, or an IPv6 EIP's
+ * flow (eip6_quoted: the EIP in the VIP's place, r->bport 0; its room says
  * where the quote is, r->qoff, the guest's address and the public one,
  * the port): out 0, one agent_from_edge6 delivered (V6_QUOTE), in the
  * stripped frame (the inner Ethernet header at 0): the quoted source goes
@@ -858,7 +862,9 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
  * is drop_too_big). An ICMPv6 error the guest sends about a VIP flow goes
  * by the flow it quotes (a TCP or UDP packet from the error's destination
  * to the guest), its quote translated back to the VIP and VIP port
- * (agent_quote6). */
+ * (agent_quote6); one through the IPv6 EIP has a quote to the guest's
+ * address translated to the EIP (eip6_quoted, agent_quote6; a truncated
+ * quote drop_l4_trunc). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
 	if (!ctx)
