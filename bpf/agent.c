@@ -468,7 +468,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		 * (IPv4's nat4 and its caller). Not a flow's packet: no entry. */
 		if (in->p.proto == IPPROTO_ICMPV6_) {
 			/* (The frame's bounds read again: kept live from the
-			 * top, they cost the IPv4 EIP-sized path spills.) */
+			 * top, they cost every IPv6 EIP packet spills.) */
 			int qt = eip6_quoted((void *)(long)ctx->data, (void *)(long)ctx->data_end, r, in, 0);
 			if (qt < 0) {
 				reason = STAT_DROP_INNER_BAD;
