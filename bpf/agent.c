@@ -161,7 +161,8 @@ struct agent_room6 {
 	struct agent_flow6 fv;
 	__be16 bport; /* the backend port (0: kept) */
 	__u8 note;    /* NOTE6_*; agent_guest6: GUEST6_* */
-	__u8 quoted;  /* agent_guest6: an ICMPv6 error looked up by the flow it quotes */
+	__u8 quoted;  /* agent_guest6: an ICMPv6 error whose quote agent_quote6 translates (a VIP flow's,
+		       * looked up by the flow it quotes, or an IPv6 EIP's: eip6_quoted) */
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
@@ -172,8 +173,12 @@ _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offseto
  * for agent_flows). */
 #define NOTE6_NONE 0 /* an IPv6 EIP whose guest serves no IPv6 VIP */
 #define NOTE6_EIP 1  /* an IPv6 EIP whose guest serves an IPv6 VIP too: a SYN takes a VIP flow's entry over */
-#define NOTE6_SVC 2  /* an IPv6 VIP: its first packet writes the entry */
-#define NOTE6_QUOTE 3 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
+#define NOTE6_EIP_QUOTE 2 /* an ICMPv6 error about an IPv6 EIP's flow (eip6_quoted): its quote translated */
+#define NOTE6_SVC 4  /* an IPv6 VIP: its first packet writes the entry */
+#define NOTE6_QUOTE 6 /* an ICMPv6 error about an IPv6 VIP flow: no entry, its quote translated (agent_quote6) */
+/* In a note: the quote of the ICMPv6 error is translated (V6_QUOTE); an
+ * IPv6 EIP's notes are below NOTE6_SVC, a VIP's from it. */
+#define NOTE6_F_QUOTE 2
 /* agent_guest6's note: the packet leaves through the guest's IPv6 EIP
  * (its counters), and the EIP has a bandwidth limit. */
 #define GUEST6_EIP 1
@@ -212,6 +217,36 @@ static __always_inline int nat6_port(void *data, void *data_end, const struct pk
 static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
 {
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* Whether the packet p6 describes is an ICMPv6 error (RFC 4443 types 1-4:
+ * destination unreachable, packet too big, time exceeded, parameter
+ * problem) about an IPv6 EIP's flow, whose quote the agent translates as
+ * IPv4's nat4 translates an EIP's (nat_icmp_quote): out 0, from the
+ * Internet, a quote from the error's destination (the EIP); out 1, from
+ * the guest, a quote to the error's source (the guest's address).
+ * Returns 1 (r->qoff says where the quote is, r->bport is 0: agent_quote6
+ * translates the address alone), 0 (no error, a later fragment, or a
+ * quote about another address: left alone, as nat_icmp_quote leaves it)
+ * or -1: an error whose quote is truncated, shorter than its IPv6 header
+ * and 4 bytes past it within the packet (icmp6_quote_off; IPv4's caller
+ * drops a quote without its header). */
+static __always_inline int eip6_quoted(void *data, void *data_end, struct agent_room6 *r, const struct pkt6 *p6,
+				       const int out)
+{
+	if (p6->p.proto != IPPROTO_ICMPV6_ || !p6->p.l4_ok || p6->p.frag)
+		return 0;
+	__u8 *ih = data + OFF(p6->p.l4_off);
+	if ((void *)(ih + 1) > data_end || ih[0] == 0 || ih[0] > 4)
+		return 0;
+	r->qoff = icmp6_quote_off(data, data_end, p6);
+	struct ipv6hdr *q = data + OFF(r->qoff);
+	if (!r->qoff || (void *)(q + 1) > data_end)
+		return -1;
+	if (!addr6_eq(out ? q->daddr.in6_u.u6_addr32 : q->saddr.in6_u.u6_addr32, out ? p6->saddr.a : p6->daddr.a))
+		return 0;
+	r->bport = 0;
+	return 1;
 }
 
 /* Whether two IPv6 flow entries say the same (flow_same's IPv6 twin). */
@@ -293,7 +328,7 @@ static __always_inline void mac2_copy(void *dst, const void *src)
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))
 /* With the verdict: the delivered frame is an ICMPv6 error about a VIP
  * flow whose quote agent_quote6 must translate. */
-#define V6_QUOTE (1 << 30)
+#define V6_QUOTE (1 << 30) /* (or about an IPv6 EIP's flow: NOTE6_F_QUOTE) */
 
 /* agent_from_edge6's delivery once its route is known: the destination
  * (and a VIP's backend port) translated, the frame stripped to the inner
@@ -339,11 +374,11 @@ static __always_inline int from_edge6_deliver(struct xdp_md *ctx, struct agent_r
 	}
 	if (r->rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		mac2_copy(eth->h_dest, r->ours); /* and h_source, r->peer */
-		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+		return V6_VERDICT(XDP_PASS, STAT_DECAP_PASS) | ((note & NOTE6_F_QUOTE) ? V6_QUOTE : 0);
 	}
 	mac_copy(eth->h_dest, fib->dmac);
 	mac_copy(eth->h_source, fib->smac);
-	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | (note == NOTE6_QUOTE ? V6_QUOTE : 0);
+	return V6_VERDICT(xmit(ctx, fib->ifindex), STAT_DECAP_TX) | ((note & NOTE6_F_QUOTE) ? V6_QUOTE : 0);
 drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
@@ -365,7 +400,10 @@ drop:
  * entry on its 5-tuple over; a VIP's packet moves no EIP counter. An
  * ICMPv6 error about a VIP flow (its quote a TCP or UDP packet from the
  * VIP: the service is the quote's port) is delivered with its quote
- * translated (V6_QUOTE: agent_quote6, after the strip). Returns
+ * translated (V6_QUOTE: agent_quote6, after the strip), as is an ICMPv6
+ * error to an IPv6 EIP whose quote is from the EIP (NOTE6_EIP_QUOTE,
+ * eip6_quoted: its quoted source becomes the guest's address; a truncated
+ * quote drop_inner_bad). Returns
  * V6_VERDICT(the XDP action, the counter its caller, agent_pull_failed,
  * moves): it calls no function of its own
  * (drop_counted, mon_emit), whose frames, beneath xdp_agent_underlay's,
@@ -422,6 +460,22 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 			r->bport = 0;
 			fv->group = e->group;
 			fv->ifindex = 0;
+		}
+		/* An ICMPv6 error about the EIP's flow: its quote from the EIP
+		 * is translated too (NOTE6_EIP_QUOTE, V6_QUOTE: agent_quote6
+		 * after the strip, as a VIP's), one about another address
+		 * delivered as it is, one with a truncated quote drop_inner_bad
+		 * (IPv4's nat4 and its caller). Not a flow's packet: no entry. */
+		if (in->p.proto == IPPROTO_ICMPV6_) {
+			/* (The frame's bounds read again: kept live from the
+			 * top, they cost every IPv6 EIP packet spills.) */
+			int qt = eip6_quoted((void *)(long)ctx->data, (void *)(long)ctx->data_end, r, in, 0);
+			if (qt < 0) {
+				reason = STAT_DROP_INNER_BAD;
+				goto drop;
+			}
+			if (qt)
+				r->note = NOTE6_EIP_QUOTE;
 		}
 		/* The private address, kept in the room (the key is read no
 		 * more; the EIP's entry may change under us): the FIB request
@@ -509,7 +563,8 @@ drop:
 	return V6_VERDICT(XDP_DROP, reason);
 }
 
-/* The quote of an ICMPv6 error about an IPv6 VIP flow (its room says
+/* The quote of an ICMPv6 error about an IPv6 VIP flow, or an IPv6 EIP's
+ * flow (eip6_quoted: the EIP in the VIP's place, r->bport 0; its room says
  * where the quote is, r->qoff, the guest's address and the public one,
  * the port): out 0, one agent_from_edge6 delivered (V6_QUOTE), in the
  * stripped frame (the inner Ethernet header at 0): the quoted source goes
@@ -730,7 +785,23 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	rc = nat6(data, data_end, p6, 0, p6->saddr.a, k->addr.a);
 	if (rc)
 		return count_drop(ctx, rc, len);
-	if (f && r->quoted) {
+	/* A packet through the IPv6 EIP (no flow): an ICMPv6 error about the
+	 * EIP's flow has its quote to the guest's address translated to the
+	 * EIP too (agent_quote6), one about another address leaves as it is,
+	 * one with a truncated quote is drop_l4_trunc (IPv4's nat4). (nat6
+	 * changed the outer header alone: the quote is as it came.) */
+	if (!f && p6->p.proto == IPPROTO_ICMPV6_) {
+		rc = eip6_quoted(data, data_end, r, p6, 1);
+		if (rc < 0)
+			return count_drop(ctx, STAT_DROP_L4_TRUNC, len);
+		if (rc) {
+			rc = agent_quote6(ctx, 1);
+			if (rc)
+				return count_drop(ctx, rc, len);
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+		}
+	} else if (!plain && r->quoted) {
 		rc = agent_quote6(ctx, 1);
 		if (rc)
 			return count_drop(ctx, rc, len);
@@ -791,7 +862,9 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
  * is drop_too_big). An ICMPv6 error the guest sends about a VIP flow goes
  * by the flow it quotes (a TCP or UDP packet from the error's destination
  * to the guest), its quote translated back to the VIP and VIP port
- * (agent_quote6). */
+ * (agent_quote6); one through the IPv6 EIP has a quote to the guest's
+ * address translated to the EIP (eip6_quoted, agent_quote6; a truncated
+ * quote drop_l4_trunc). */
 __noinline int agent_guest6(struct xdp_md *ctx)
 {
 	if (!ctx)

@@ -430,6 +430,7 @@ func TestAgentIPv6VIPICMPv6(t *testing.T) {
 	notVIP := pkt6{src: agentEIP6, dst: v6Client, proto: nhTCP, sport: 443, dport: 40001, hop: 60, tcpFlags: 0x12}.ip()
 	port22 := pkt6{src: svc6VIP, dst: v6Client, proto: nhTCP, sport: 22, dport: 40001, hop: 60, tcpFlags: 0x12}.ip()
 	echoQuote := pkt6{src: svc6VIP, dst: v6Client, proto: nhICMPv6, icmpType: 129, hop: 60}.ip()
+	eipOut := pkt6{src: agentEIP6, dst: v6Client, proto: nhTCP, sport: 22, dport: 40002, hop: 60, tcpFlags: 0x10}.ip()
 	guestCheck := func(t *testing.T, out []byte) { checkL4Csum6(t, out, 14) }
 	runFixtures(t, env, agentProg{a: a}, a, []fixture{
 		{name: "port unreachable about VIP port 443: to backend port 8443", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, reply443, svc6VIP)),
@@ -449,6 +450,12 @@ func TestAgentIPv6VIPICMPv6(t *testing.T) {
 			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
 		{name: "a quote of an ICMPv6 packet", dev: dptest.UlDev, in: fromEdge(svc6MACA, icmpErr(1, 4, echoQuote, svc6VIP)),
 			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
+		{name: "guest A's IPv6 EIP (a service's too): an error about its EIP flow has the quote's source the guest's", dev: dptest.UlDev,
+			in:     fromEdge(svc6EIPMAC, icmpErr(2, 0, eipOut, agentEIP6)),
+			action: xdpRedirect, out: toGuest(icmp6ErrWant(t, router, agentPriv6, 61, 2, 0, 1280, quoteAddr(eipOut, false, agentPriv6))),
+			check: guestCheck, stats: map[string]uint64{"decap_tx": 1}, eipSlot: ptr[uint32](agentIdx6), eipRx: 1},
+		{name: "guest A's IPv6 EIP: a truncated quote", dev: dptest.UlDev, in: fromEdge(svc6EIPMAC, icmpErr(2, 0, eipOut[:40], agentEIP6)),
+			action: xdpDrop, stats: map[string]uint64{"drop_inner_bad": 1}},
 		{name: "an echo request to the VIP is no error", dev: dptest.UlDev,
 			in:     fromEdge(svc6MACA, pkt6{src: v6Client, dst: svc6VIP, proto: nhICMPv6, hop: 61}.ip()),
 			action: xdpDrop, stats: map[string]uint64{"drop_unknown": 1}},
@@ -506,9 +513,9 @@ func TestAgentIPv6VIPICMPv6(t *testing.T) {
 			in: fromGuest(guestErr(agentPriv6, 2, 0, toA)), action: xdpRedirect,
 			out: encap(guestErr(svc6VIP, 2, 0, asReceived(toA, 443)), edgeA), check: tunCheck, stats: map[string]uint64{"encap_tx": 1},
 			eipSlot: ptr[uint32](agentIdx6)},
-		{name: "guest A's error about no VIP flow leaves by its IPv6 EIP, its quote as it was", dev: dptest.GuestDev,
+		{name: "guest A's error about no VIP flow leaves by its IPv6 EIP, the quote's destination the EIP", dev: dptest.GuestDev,
 			in: fromGuest(guestErr(agentPriv6, 1, 4, toAOther)), action: xdpRedirect,
-			out: encap(guestErr(agentEIP6, 1, 4, toAOther), ""), stats: map[string]uint64{"encap_tx": 1},
+			out: encap(guestErr(agentEIP6, 1, 4, quoteAddr(toAOther, true, agentEIP6)), ""), check: tunCheck, stats: map[string]uint64{"encap_tx": 1},
 			eipSlot: ptr[uint32](agentIdx6), eipTx: 1},
 		{name: "guest B's error about no flow opens nothing", dev: dptest.GuestDev,
 			in: fromGuest(guestErr(svc6Priv6B, 1, 4, toBOther)), action: xdpDrop, stats: map[string]uint64{"drop_local": 1}},
