@@ -94,6 +94,10 @@ var mapClasses = map[string]MapClass{
 	"lb_info":     ClassCounters,
 	"hc_stats":    ClassCounters,
 	"lb_conns":    ClassConnections,
+	// The IPv6 VIPs' connection table: the same as lb_conns (was
+	// ClassConfig by omission: the same outcome, an empty table, but a
+	// connection table is no configuration the reconciler rewrites).
+	"lb_conns6": ClassConnections,
 	// A drifting EIP's flows recorded at their SYN: without them their
 	// next segments go to the previous binding until the drift ends.
 	"drift_flows": ClassConnections,
