@@ -405,7 +405,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		icmpFrag.add(c, "icmp-frag", "ICMP fragmentation needed (path MTU discovery)")
 		c.Flags().Uint32Var(&eipMax, "eip-max", 0, "capacity of the maps with an entry per EIP or VIP: routes, counters, bandwidth buckets, firewall scopes; below 65536 also of the rate and bandwidth limits (0: 1048576, also the most; docs/scale.md)")
 		c.Flags().Uint32Var(&ctMax, "ct-size", 0, "capacity of the connection tables (0: 1048576, also the most; docs/scale.md)")
-		c.Flags().Uint32Var(&ctMax6, "ct-size6", 0, "capacity of the IPv6 VIPs' connection table, whose entries are twice as large (0: a quarter of --ct-size, 262144 by default; at most 1048576; docs/scale.md)")
+		c.Flags().Uint32Var(&ctMax6, "ct-size6", 0, "capacity of the IPv6 VIPs' connection table and of their nat reverse table (lb_conns6, lb_nat_conns6), whose entries are larger (0: a quarter of --ct-size, 262144 by default; at most 1048576; docs/scale.md)")
 		c.Flags().Uint32Var(&driftFlows, "drift-flows", 0, "capacity of the drifting EIPs' flow table: TCP flows to an EIP moved to another host that started after the move (0: 65536; at most 1048576; docs/scale.md, docs/dataplane.md \"EIP drift\")")
 		c.Flags().DurationVar(&driftDelay, "drift-delay", edge.DefaultDriftDelay, "make-before-break: for this long after the edge first sees an EIP moved to another host, every packet to the EIP still goes to the previous host, giving the new host's agent time to program it (0: none; at most 5s)")
 		c.Flags().BoolVar(&followShare, "follow-share", true, "load and watch only this edge's set's share of the store; false: the whole region, as before issue 19 (docs/scale.md \"Scopes\")")
