@@ -35,11 +35,11 @@ struct nvgre_spec {
 	__u8 tos;
 };
 
-/* Replaces everything in front of the IPv4 packet at l3_off (ip_len bytes)
- * with a full NVGRE header stack, dropping Ethernet padding behind the
- * packet. Returns 0, or -1 when the frame cannot be resized. */
-static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
-				      const struct nvgre_spec *s)
+/* Makes room for a header stack of stack bytes in front of the packet at
+ * l3_off (ip_len bytes), dropping Ethernet padding behind the packet:
+ * nvgre_push's and nvgre6_push's resize. Returns 0 with ctx->data ..
+ * ctx->data + stack writable, or -1 when the frame cannot be resized. */
+static __always_inline int nvgre_room(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len, int stack)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -48,12 +48,24 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 
 	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
 		return -1;
-	if (bpf_xdp_adjust_head(ctx, (int)l3_off - NVGRE_STACK_LEN))
+	if (bpf_xdp_adjust_head(ctx, (int)l3_off - stack))
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if (data + NVGRE_STACK_LEN > data_end)
+	if (data + stack > data_end)
 		return -1;
+	return 0;
+}
+
+/* Replaces everything in front of the IPv4 packet at l3_off (ip_len bytes)
+ * with a full NVGRE header stack, dropping Ethernet padding behind the
+ * packet. Returns 0, or -1 when the frame cannot be resized. */
+static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
+				      const struct nvgre_spec *s)
+{
+	if (nvgre_room(ctx, l3_off, ip_len, NVGRE_STACK_LEN))
+		return -1;
+	void *data = (void *)(long)ctx->data;
 
 	struct ethhdr *oeth = data;
 	struct iphdr *oip = data + ETH_HLEN_;
@@ -98,19 +110,9 @@ static __always_inline int nvgre6_push(struct xdp_md *ctx, __u32 l3_off, __u16 i
 				       __u32 key, __u8 tos, __u32 label, const __u8 *imac, const __u8 *gw,
 				       __be16 eproto)
 {
+	if (nvgre_room(ctx, l3_off, ip_len, NVGRE6_STACK_LEN))
+		return -1;
 	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	int have = data_end - data;
-	int want = (int)l3_off + ip_len;
-
-	if (have > want && bpf_xdp_adjust_tail(ctx, want - have))
-		return -1;
-	if (bpf_xdp_adjust_head(ctx, (int)l3_off - NVGRE6_STACK_LEN))
-		return -1;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (data + NVGRE6_STACK_LEN > data_end)
-		return -1;
 
 	struct ethhdr *oeth = data;
 	__be32 *oip = data + ETH_HLEN_;
