@@ -56,6 +56,7 @@ var seq atomic.Uint32
 // ul0 (to the underlay router, 198.18.0.0/15 and a guest link g1, all at
 // MTU 1500; forwarding on.
 func New() (*Env, error) {
+	sweepOnce.Do(sweepDead)
 	id := seq.Add(1)
 	base := fmt.Sprintf("azgt-%d-%d", os.Getpid()%100000, id)
 	node, err := netlab.NewNode(base + "n")
