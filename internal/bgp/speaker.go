@@ -192,6 +192,10 @@ type Speaker struct {
 	// last withdrawn, the count of UPDATE messages sent to it before:
 	// WaitWithdrawn waits for a later one (the withdrawal on the wire).
 	pending map[netip.Addr]uint64
+	// stale are paths still in the RIB that a withdrawal failed to take
+	// out while nothing else names them (IPv6 turned off): sync retries
+	// them until the RIB lets them go.
+	stale map[netip.Prefix]bool
 }
 
 // New returns a speaker that does nothing until Configure.
@@ -199,7 +203,8 @@ func New(log *slog.Logger) *Speaker {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Speaker{log: log, want: map[netip.Prefix]bool{}, adv: map[netip.Prefix]bool{}, pending: map[netip.Addr]uint64{}}
+	return &Speaker{log: log, want: map[netip.Prefix]bool{}, adv: map[netip.Prefix]bool{}, pending: map[netip.Addr]uint64{},
+		stale: map[netip.Prefix]bool{}}
 }
 
 // Configure applies a configuration. The first call starts the server.
@@ -222,6 +227,7 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 		s.started = false
 		s.adv = map[netip.Prefix]bool{}
 		s.pending = map[netip.Addr]uint64{}
+		s.stale = map[netip.Prefix]bool{}
 		s.cfg = Config{}
 	}
 	if !s.started {
@@ -288,6 +294,9 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 				err = s.srv.DeletePath(ctx, &api.DeletePathRequest{Family: v6unicast, Path: path})
 			}
 			if err != nil {
+				// Forgotten here (IPv6 is off) but still in the RIB:
+				// sync retries it.
+				s.stale[p] = true
 				errs = append(errs, fmt.Errorf("bgp: withdraw %v: %w", p, err))
 			}
 		}
@@ -448,6 +457,18 @@ func (s *Speaker) sync(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	for p := range s.stale {
+		path, err := s.path(p, true)
+		if err == nil {
+			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{Family: familyOf(p), Path: path})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bgp: withdraw %v (left in the RIB): %w", p, err))
+			continue
+		}
+		delete(s.stale, p)
+		s.log.Info("bgp: withdrawn (left in the RIB before)", "prefix", p)
+	}
 	var gone []netip.Prefix
 	for p := range s.adv {
 		if !s.want[p] {

@@ -141,6 +141,42 @@ func TestIPv6NeedsNextHop6(t *testing.T) {
 	}
 	r.WaitNextHops(t, setPrefix6, nil, 15*time.Second)
 	r.WaitNextHops(t, setPrefix, []netip.Addr{spkA}, 15*time.Second)
+	if rib := rib6(t, s); len(rib) != 0 {
+		t.Fatalf("IPv6 off, the global RIB still holds %v", rib)
+	}
+
+	// A path whose withdrawal failed when IPv6 went off stays in the RIB
+	// with nothing naming it: the next sync takes it out.
+	path, err := s.path(setPrefix6, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.srv.AddPath(ctx, &api.AddPathRequest{Path: path}); err != nil {
+		t.Fatal(err)
+	}
+	if rib := rib6(t, s); len(rib) != 1 {
+		t.Fatalf("the injected path is not in the RIB: %v", rib)
+	}
+	s.mu.Lock()
+	s.stale[setPrefix6] = true
+	s.mu.Unlock()
+	if err := s.Announce(ctx, []netip.Prefix{setPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	if rib := rib6(t, s); len(rib) != 0 {
+		t.Fatalf("a stale IPv6 path was not retried: the global RIB holds %v", rib)
+	}
+}
+
+// rib6 lists the IPv6 prefixes of s's global RIB.
+func rib6(t *testing.T, s *Speaker) []string {
+	t.Helper()
+	var rib []string
+	if err := s.srv.ListPath(context.Background(), &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: v6unicast},
+		func(d *api.Destination) { rib = append(rib, d.GetPrefix()) }); err != nil {
+		t.Fatal(err)
+	}
+	return rib
 }
 
 // A session over IPv6 (the peer's address is the router's IPv6 one)
