@@ -351,15 +351,22 @@ func (s *Syncer) setPeers(ctx context.Context, peers []Peer) {
 			want[p.Name] = p
 		}
 	}
+	moved := map[string]*peerLink{}
 	for name, l := range s.peers {
 		if w, ok := want[name]; !ok || w.Addr != l.peer.Addr {
 			l.stop()
 			delete(s.peers, name)
+			if ok {
+				moved[name] = l
+			}
 		}
 	}
 	for name, p := range want {
 		if _, ok := s.peers[name]; !ok {
 			l := newPeerLink(s, p)
+			if old := moved[name]; old != nil {
+				l.takeQueue(old)
+			}
 			s.peers[name] = l
 			s.links.Add(1)
 			go func() { defer s.links.Done(); l.run(ctx) }()

@@ -68,6 +68,31 @@ func newPeerLink(s *Syncer, p Peer) *peerLink {
 
 func (l *peerLink) stop() { l.stopOnce.Do(func() { close(l.stopCh) }) }
 
+// takeQueue, for a peer whose address changed (a new link replaces the
+// stopped old one), drops what the old link still queued, counted as
+// queue drops, and has the new link catch the peer up on every entry used
+// since the oldest of them (or since the old link's own first drop), as
+// after a full queue. Batches the old link sent and the peer did not
+// acknowledge are not among them: the old link's goroutine owns those.
+func (l *peerLink) takeQueue(old *peerLink) {
+	since := old.dropped.Load()
+	for {
+		select {
+		case b := <-old.q:
+			l.s.m.QueueDrops.Add(uint64(b.n))
+			if t := b.first.UnixNano(); since == 0 || t < since {
+				since = t
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if since != 0 {
+		l.dropped.Store(since)
+	}
+}
+
 func (l *peerLink) status() PeerStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()

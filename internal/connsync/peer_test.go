@@ -3,6 +3,7 @@ package connsync
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -65,5 +66,36 @@ func TestAckWindow(t *testing.T) {
 	}
 	if err := w.waitRoom(cctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("waitRoom after cancel: %v", err)
+	}
+}
+
+// A peer whose address changes gets a new link: what the old link still
+// queued is counted as dropped (sync_drop_queue_full), and the new link
+// catches the peer up from the oldest of those batches, as after a full
+// queue; a peer removed for good takes its queue with it.
+func TestPeerMovedKeepsDrops(t *testing.T) {
+	s := &Syncer{cfg: Config{Name: "e1", QueueBatches: 4}, peers: map[string]*peerLink{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the links' goroutines end at once: nothing reads the queues
+	a1, a2 := netip.MustParseAddrPort("192.0.2.1:7946"), netip.MustParseAddrPort("192.0.2.2:7946")
+	s.setPeers(ctx, []Peer{{Name: "e2", Addr: a1}})
+	s.links.Wait()
+	t0 := time.Now().Add(-time.Minute)
+	s.enqueue(&batch{n: 3, first: t0.Add(time.Second)})
+	s.enqueue(&batch{n: 5, first: t0})
+	s.setPeers(ctx, []Peer{{Name: "e2", Addr: a2}})
+	s.links.Wait()
+	if got := s.m.QueueDrops.Load(); got != 8 {
+		t.Fatalf("queue drops %d after the move, want the 8 queued entries", got)
+	}
+	l := s.peers["e2"]
+	if l == nil || l.peer.Addr != a2 || l.dropped.Load() != t0.UnixNano() {
+		t.Fatalf("new link %+v: want address %v, catching up from the oldest batch (%v)", l, a2, t0)
+	}
+	s.enqueue(&batch{n: 2, first: time.Now()})
+	s.setPeers(ctx, nil)
+	s.links.Wait()
+	if got := s.m.QueueDrops.Load(); got != 8 || len(s.peers) != 0 {
+		t.Fatalf("queue drops %d, peers %d after removing the peer: want 8 and none", got, len(s.peers))
 	}
 }
