@@ -1259,8 +1259,12 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct lb6_room *rm = EDGE_ROOM(lb6);
 	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
-	if (act == NAT_NOT_OURS)
+	if (act == NAT_NOT_OURS) {
+		/* (Nothing else to HC6 outside the tunnel, lib/hc.h.) */
+		if (rm && hc6_direct(ctx, &rm->p6.daddr, len) >= 0)
+			return XDP_DROP;
 		return count_pass(ctx, STAT_PASS_IPV6, len);
+	}
 	return act;
 }
 
@@ -1358,8 +1362,13 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
 	reason = STAT_DROP_SPOOF;
-	if (!r)
+	if (!r) {
+		/* Not from an IPv6 EIP or VIP: a guest's answer to this
+		 * edge's IPv6 health check (lib/hc.h hc6_reply), or spoofed. */
+		if (hc6_is(&p6->daddr))
+			return hc6_reply(ctx, host, vsid);
 		goto drop;
+	}
 	/* An IPv6 VIP's reply: from a host whose guest serves its flow (the
 	 * IPv4 VIPs' rule, lb6_reply_ok); counted as lb_reply_tx, no EIP's
 	 * counters. */
@@ -1824,7 +1833,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!lbc || !(lbc->flags & LB_CFG_NAT) || !p->l4_ok || !rm)
-			return -1;
+			return hc6_direct(ctx, &p6->daddr, len);
 		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
 		return FRAME_VIP6 | FRAME_NAT6;
 	}

@@ -35,4 +35,20 @@ static __always_inline int hc_guest_ok(const struct pkt *in, __u32 vsid)
 	return v && *v == vsid;
 }
 
+/* The same for an IPv6 probe (agent_from_edge6's packet in, on vsid):
+ * TCP or UDP (unfragmented) to a checked port of a guest's IPv6 address
+ * (agent_hc_guests6, k its key's room). Returns the entry (the guest's
+ * VSID and interface), or NULL. */
+static __always_inline struct hc_guest6 *hc6_guest(const struct pkt6 *in, __u32 vsid, struct hc_guest6_key *k)
+{
+	if (!flow_ported(&in->p))
+		return NULL;
+	k->guest = in->daddr;
+	k->port = pkt_dport(&in->p);
+	k->proto = in->p.proto;
+	k->pad = 0;
+	struct hc_guest6 *v = bpf_map_lookup_elem(&agent_hc_guests6, k);
+	return v && v->vsid == vsid ? v : NULL;
+}
+
 #endif
