@@ -723,9 +723,10 @@ struct {
  * IPv6 guests (struct hc_peer). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HC_MARKS_MAX);
+	__uint(max_entries, HC_PEERS_MAX);
 	__type(key, struct hc_peer);
 	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* allocated as used: few backends are checked */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hc_peers SEC(".maps");
 
