@@ -226,7 +226,7 @@ __noinline int hc6_sock_ok(struct xdp_md *ctx)
 /* hc_reply for IPv6 guests: NVGRE from host (the outer source or an IPv6
  * host's name, already taken from the underlay interface only) on vsid
  * whose inner IPv6 packet (parsed in edge_rooms.e6.p6 by edge_pull_failed)
- * is to HC6. From a checked (host, VSID, guest6) (hc_peers), TCP or UDP
+ * is from no IPv6 EIP or VIP: not to HC6, drop_spoof. From a checked (host, VSID, guest6) (hc_peers), TCP or UDP
  * without extension headers or fragments, to a probe socket
  * (hc6_sock_ok): up to the kernel without the outer headers, addressed to
  * the MAC the outer frame was sent to; anything else dropped (drop_spoof;
@@ -241,6 +241,8 @@ __noinline int hc6_reply(struct xdp_md *ctx, __be32 host, __u32 vsid)
 	if (!room)
 		return XDP_ABORTED;
 	struct pkt6 *p6 = &room->p6;
+	if (!hc6_is(&p6->daddr))
+		return count_drop(ctx, STAT_DROP_SPOOF, len); /* an unknown inner source, spoofed */
 	struct hc_peer *k = &room->hk;
 	k->host = host;
 	k->vsid = vsid;
@@ -280,15 +282,17 @@ __noinline int hc6_reply(struct xdp_md *ctx, __be32 host, __u32 vsid)
 	return count_pass(ctx, STAT_PASS_HC_REPLY, len);
 }
 
-/* A packet to HC6 outside the tunnel (edge_ipv6, lb6_nat_reverse: an IPv6
- * packet to no EIP or VIP): dropped (drop_spoof, hc_drop_direct), else -1
- * (the caller's to pass). */
-static __always_inline int hc6_direct(struct xdp_md *ctx, const struct ip_addr *daddr, __u64 len)
+/* An IPv6 packet p6 (len bytes) to no EIP or VIP (entry.h's
+ * AZG_IPV6_NOT_OURS, before pass_ipv6; lb6_nat_reverse, for what is no
+ * nat reply) to HC6, outside the tunnel: counted (hc_drop_direct), and
+ * its drop reason returned (drop_spoof), else 0. Inlined where the
+ * packet would be passed: the paths before it keep their code. */
+static __always_inline __u32 hc6_direct(const struct pkt6 *p6, __u64 len)
 {
-	if (!hc6_is(daddr))
-		return -1;
+	if (!hc6_is(&p6->daddr))
+		return 0;
 	hc_count(HC_STAT_DROP_DIRECT, len);
-	return count_drop(ctx, STAT_DROP_SPOOF, len);
+	return STAT_DROP_SPOOF;
 }
 
 /* The NVGRE headers tc_edge_hc writes in front of the inner packet, over

@@ -459,3 +459,25 @@ func entries(t *testing.T, m *ebpf.Map) int {
 	}
 	return n
 }
+
+// With nat mode on, an IPv6 packet to no EIP or VIP goes to the nat
+// replies' path first (lb6_nat_reverse): one to HC6 that is no nat reply
+// is dropped there (drop_spoof, hc_drop_direct), any other passed as
+// before.
+func TestHealthDirect6NAT(t *testing.T) {
+	b := newNAT6Bed(t)
+	if err := b.edge.SetHealthAddress6(addr(hc6Addr)); err != nil {
+		t.Fatal(err)
+	}
+	direct := ip6Hdr(v6Client, hc6Addr, nhTCP, tcp6(80, 40123, 0x12))
+	other := ip6Hdr(v6Client, "2001:db8:ffff::9", nhTCP, tcp6(80, 40123, 0x12))
+	runFixtures(t, b.env, edgeProg{b.edge}, b.edge, []fixture{
+		{name: "to HC6 from the Internet side, nat mode on", dev: dptest.ExtDev, in: eth6(dptest.RtrMAC, dptest.ExtMAC, false, direct),
+			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
+		{name: "to another address, nat mode on", dev: dptest.ExtDev, in: eth6(dptest.RtrMAC, dptest.ExtMAC, false, other),
+			action: xdpPass, stats: map[string]uint64{"pass_ipv6": 1}},
+	})
+	if n := hcStat(t, b.edge, "hc_drop_direct"); n != 1 {
+		t.Errorf("hc_drop_direct %d, want 1", n)
+	}
+}
