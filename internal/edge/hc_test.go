@@ -2,6 +2,7 @@ package edge
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"testing"
@@ -150,5 +151,40 @@ func TestHCTunnelAssign6(t *testing.T) {
 	out = newHCTunnel(f, netip.Addr{}, src6, slog.New(slog.DiscardHandler)).assign([]health.Target{v4, v6})
 	if out[0].Tunnel != nil || out[1].Tunnel == nil || out[1].Tunnel.Source != src6 || len(f.targets) != 1 {
 		t.Errorf("only --health-source6: %+v %+v, %d marks", out[0].Tunnel, out[1].Tunnel, len(f.targets))
+	}
+}
+
+// The edge's plan names an IPv6 encap VIP's backend guest's IPv6 address
+// (from the host, or its guest copy) in its check (Addr6), which the
+// reconciler's targets carry as Tunnel.Guest6; an IPv4 VIP's check has
+// none.
+func TestPlanChecksGuest6(t *testing.T) {
+	x := newIndex()
+	h := &model.Host{Name: "az1-h1", AZ: "az1", Underlay: netip.MustParseAddr("198.18.11.1"), Guests: []model.Guest{
+		{Name: "g1", Address: netip.MustParseAddr("198.19.11.1"), Address6: netip.MustParseAddr("2001:db8:11::1"), VSID: 5111}}}
+	x.put(model.KindHost, h.Key(), h)
+	c := &model.GuestCopy{Host: "az2-h1", Underlay: netip.MustParseAddr("198.18.21.1"),
+		Guest: model.Guest{Name: "g1", Address: netip.MustParseAddr("198.19.21.1"), Address6: netip.MustParseAddr("2001:db8:21::1"), VSID: 5211}}
+	x.put(model.KindGuestCopy, model.GuestCopyKey(c.Host, c.Guest.Name), c)
+	pool := []model.Pool{{Name: "web", Health: &model.HealthCheck{Type: "tcp"},
+		Backends: []model.Backend{{Host: "az1-h1", Guest: "g1"}, {Host: "az2-h1", Guest: "g1"}}}}
+	for _, s := range []*model.Service{
+		{Name: "web6", VIP: netip.MustParseAddr("2001:db8:e1::20"), Mode: model.ModeEncap, Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: pool},
+		{Name: "web4", VIP: netip.MustParseAddr("198.51.100.20"), Mode: model.ModeEncap, Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: pool},
+	} {
+		x.put(model.KindService, s.Key(), s)
+	}
+	got := map[string]netip.AddrPort{}
+	for _, ch := range planOf(x, 7).Checks {
+		got[ch.Service+" "+ch.Backend] = ch.Addr6
+	}
+	want := map[string]netip.AddrPort{
+		"web6 az1-h1/g1": netip.MustParseAddrPort("[2001:db8:11::1]:80"),
+		"web6 az2-h1/g1": netip.MustParseAddrPort("[2001:db8:21::1]:80"),
+		"web4 az1-h1/g1": {},
+		"web4 az2-h1/g1": {},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("checks' Addr6 %v, want %v", got, want)
 	}
 }
