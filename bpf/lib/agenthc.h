@@ -14,7 +14,12 @@
  * the guest's answer goes back in NVGRE to the edge that sent the probe.
  * NVGRE is only taken from the edges (agent_edge_set) as for every other
  * path. The inner source is not checked: the edges' health-check
- * addresses are not in the store (docs/dataplane.md, Known limits). */
+ * addresses are not in the store (docs/dataplane.md, Known limits).
+ *
+ * An IPv6 probe (issue 21: an IPv6 VIP's backend checked at its guest's
+ * IPv6 address from the edge's --health-source6) is taken the same way
+ * by agent_from_edge6 (hc6_guest, agent_hc_guests6) and recorded in
+ * agent_flows6, pinned to the probing edge. */
 #ifndef AZG_AGENTHC_H
 #define AZG_AGENTHC_H
 

@@ -31,6 +31,12 @@
  *     an ICMP error only makes a probe fail sooner than its timeout).
  *     Anything else to HC (another inner destination never gets here; a
  *     plain packet to HC, an unknown peer) is dropped and counted.
+ *
+ * IPv6 guests (issue 21) are checked the same way from the edge's IPv6
+ * health-check address (HC6, hc_address6, edge --health-source6): marks
+ * in hc_marks6, the answers by hc6_reply (from edge_pull_failed, which
+ * parses an inner IPv6 packet) and hc6_sock_ok, peers in hc_peers with
+ * the IPv4 guests', anything else to HC6 dropped (hc6_direct).
  */
 #ifndef AZG_HC_H
 #define AZG_HC_H
