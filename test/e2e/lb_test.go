@@ -284,7 +284,8 @@ func TestServices(t *testing.T) {
 		if err := l.StartServer("az3-h2-g1"); err != nil {
 			t.Fatal(err)
 		}
-		waitHealthy(t, ctx, c, "web", "echo", len(allHosts))
+		// web's echo pool has a seventh backend (az1-h1/g2, added above).
+		web4 := waitHealthy(t, ctx, c, "web", "echo", len(allHosts)+1)
 		waitHealthy(t, ctx, c, "web6", "echo", len(allHosts))
 		const guest, table = "az1-h2-g1", "azghc6test"
 		nft := func(args ...string) {
@@ -303,11 +304,19 @@ func TestServices(t *testing.T) {
 		nft("add", "rule", "ip6", table, "in", "tcp", "dport", "7000", "drop")
 		defer nft("delete", "table", "ip6", table)
 		waitHealthy(t, ctx, c, "web6", "echo", len(allHosts)-1)
-		// Its IPv4 check still passes, a few intervals later.
-		time.Sleep(time.Second)
-		waitHealthy(t, ctx, c, "web", "echo", len(allHosts))
-		if got := answers(t, ctx, l, "http://"+vipWeb+"/", 1); len(got) != 1 {
-			t.Errorf("the IPv4 VIP answers %v", got)
+		// Its IPv4 check still passes, several intervals later: the
+		// IPv4 VIP's pool keeps all its backends.
+		for i := 0; i < 6; i++ {
+			time.Sleep(250 * time.Millisecond)
+			st, err := c.ServiceStatus(ctx, "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range st.Pools {
+				if p.Name == "echo" && len(p.Tables) > 0 && p.Tables[0].Healthy != web4 {
+					t.Fatalf("web/echo: %d healthy backends, want %d: the IPv4 check failed too", p.Tables[0].Healthy, web4)
+				}
+			}
 		}
 		nft("delete", "table", "ip6", table)
 		nft("add", "table", "ip6", table) // (for the deferred delete)
