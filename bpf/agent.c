@@ -165,6 +165,7 @@ struct agent_room6 {
 		       * looked up by the flow it quotes, or an IPv6 EIP's: eip6_quoted) */
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
+	struct hc_guest6_key hk; /* agent_from_edge6: an edge's IPv6 health check (lib/agenthc.h) */
 };
 _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
 	       "mac2_copy copies ours and peer as one 12-byte pair");
@@ -489,8 +490,26 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		 * as svc_lookup for IPv4 VIPs. */
 		struct svc6_key *sk = &r->sk;
 		struct ethhdr *ieth = data + OFF(in->p.l3_off - ETH_HLEN_);
-		if ((void *)(ieth + 1) > data_end || ieth->h_dest[0] != SVC_MAC0 || ieth->h_dest[1] != SVC_MAC1)
+		if ((void *)(ieth + 1) > data_end)
 			goto drop;
+		if (ieth->h_dest[0] != SVC_MAC0 || ieth->h_dest[1] != SVC_MAC1) {
+			/* Not a VIP's: an edge's health check of a guest's
+			 * own IPv6 address (lib/agenthc.h), or nothing. It goes
+			 * as an IPv6 VIP's packet would, the guest's address in
+			 * the VIP's place: delivered untranslated (no backend
+			 * port), its flow recorded (a SYN or any UDP packet
+			 * writes the entry) pinned to the edge that sent it
+			 * (AGENT_GROUP_PIN), from the guest's interface. */
+			struct hc_guest6 *hg = hc6_guest(in, r->vsid, &r->hk);
+			if (!hg)
+				goto drop;
+			r->note = NOTE6_SVC;
+			r->bport = 0;
+			fv->group = AGENT_GROUP_PIN;
+			fv->ifindex = hg->ifindex;
+			k->addr = in->daddr;
+			goto routed;
+		}
 		__builtin_memcpy(&sk->guest, &ieth->h_dest[2], 4);
 		sk->vip = in->daddr;
 		sk->proto = in->p.proto;
@@ -527,6 +546,7 @@ __noinline int agent_from_edge6(struct xdp_md *ctx, const struct pkt *o)
 		fv->ifindex = se->ifindex;
 		k->addr = se->guest6;
 	}
+routed:;
 
 	/* The guest's route, through the IPv6 next-hop cache (lib/fib.h
 	 * fib6f, its miss inlined: this function calls none), bucket 0 as
@@ -752,12 +772,16 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	__be32 ports = !plain && r->bport && !r->quoted ? ports_with_sport(p6->p.ports, r->bport) : p6->p.ports;
 	r->hash = flow_hash6(k->addr.a, p6->daddr.a, ports, p6->p.proto, cfg->hash_seed);
 	struct agent_group *grp = bpf_map_lookup_elem(&agent_groups, &gi);
-	if (!grp)
-		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 	/* Back to the edge the flow came from while no member has left the
-	 * group since, by the flow hash otherwise (as IPv4's). */
+	 * group since, by the flow hash otherwise (as IPv4's). A health
+	 * check's answer (AGENT_GROUP_PIN: no group, the lookup misses) goes
+	 * back to the edge that checked, whatever (lib/agenthc.h). */
 	__be32 to;
-	if (edge && gen == grp->gen) {
+	if (!grp) {
+		if (gi != AGENT_GROUP_PIN)
+			return count_drop(ctx, STAT_DROP_NO_EDGE, len);
+		to = edge;
+	} else if (edge && gen == grp->gen) {
 		to = edge;
 	} else {
 		__u32 n = grp->n;

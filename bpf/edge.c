@@ -54,6 +54,10 @@ __noinline int tunnel6(struct xdp_md *ctx);
  * in edge_rooms.ul6, into the entry's struct pkt (defined below). */
 static __always_inline int ul6_outer(struct pkt *p);
 #define AZG_UL6_OUTER ul6_outer
+/* An IPv6 packet to no EIP or VIP that is to the IPv6 health-check
+ * address (lib/hc.h hc6_direct): drop_spoof. */
+static __always_inline __u32 hc6_direct(const struct pkt6 *p6, __u64 len);
+#define AZG_IPV6_NOT_OURS hc6_direct
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -1259,8 +1263,15 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct lb6_room *rm = EDGE_ROOM(lb6);
 	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
-	if (act == NAT_NOT_OURS)
+	if (act == NAT_NOT_OURS) {
+		/* Nothing else to HC6 outside the tunnel (lib/hc.h; the room
+		 * looked up again: kept across lb6_nat_rev, it cost the
+		 * replies' path registers). */
+		struct lb6_room *r6 = EDGE_ROOM(lb6);
+		if (r6 && hc6_direct(&r6->p6, len))
+			return count_drop(ctx, STAT_DROP_SPOOF, len);
 		return count_pass(ctx, STAT_PASS_IPV6, len);
+	}
 	return act;
 }
 
@@ -1358,8 +1369,10 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
 	reason = STAT_DROP_SPOOF;
+	/* Not from an IPv6 EIP or VIP: a guest's answer to this edge's IPv6
+	 * health check (lib/hc.h hc6_reply), or spoofed (drop_spoof). */
 	if (!r)
-		goto drop;
+		return hc6_reply(ctx, host, vsid);
 	/* An IPv6 VIP's reply: from a host whose guest serves its flow (the
 	 * IPv4 VIPs' rule, lb6_reply_ok); counted as lb_reply_tx, no EIP's
 	 * counters. */

@@ -426,6 +426,9 @@
 /* Health checks through the tunnel: marks (backends checked) per edge,
  * guests per host (lib/hc.h, lib/agenthc.h). */
 #define HC_MARKS_MAX 65536
+/* hc_peers: a backend guest may be checked at its IPv4 and its IPv6
+ * address (an IPv4 and an IPv6 VIP's pools). */
+#define HC_PEERS_MAX 131072 /* twice HC_MARKS_MAX */
 #define AGENT_HC_GUEST_MAX 65536
 
 #endif

@@ -99,6 +99,14 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 			return act;
 	}
 #endif
+#ifdef AZG_IPV6_NOT_OURS
+	/* A valid packet none of the program's IPv6 paths took: the
+	 * program's word on it before the kernel's (edge.c: nothing to its
+	 * IPv6 health-check address outside the tunnel), 0 or a drop
+	 * reason. */
+	if (!rc)
+		rc = AZG_IPV6_NOT_OURS(&p6, len);
+#endif
 #ifdef AZG_PROG_AGENT
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		return FRAME_GUEST6;

@@ -127,6 +127,11 @@ struct edge_room6 {
 	struct eip_key k;
 	__u8 ours[ETH_ALEN_];
 	__u8 peer[ETH_ALEN_];
+	/* hc6_reply (lib/hc.h): the hc_peers key and the socket lookup's
+	 * tuple (struct bpf_sock_tuple's ipv6 half, which bpf2go cannot
+	 * type as a union). */
+	struct hc_peer hk;
+	struct hc6_tuple tup;
 };
 
 /* Every per-CPU room of the edge, one field each, in one map: the kernel
@@ -703,12 +708,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hc_marks SEC(".maps");
 
-/* (host, guest, VSID) -> 1: the backends replies may come from. */
+/* mark -> an IPv6 guest's backend (struct hc_target6), written with
+ * hc_marks; read by tc_edge_hc only. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HC_MARKS_MAX);
+	__type(key, __u32);
+	__type(value, struct hc_target6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hc_marks6 SEC(".maps");
+
+/* (host, VSID, guest) -> 1: the backends replies may come from, IPv4 and
+ * IPv6 guests (struct hc_peer). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HC_PEERS_MAX);
 	__type(key, struct hc_peer);
 	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* allocated as used: few backends are checked */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hc_peers SEC(".maps");
 
@@ -871,6 +889,17 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } agent_hc_guests SEC(".maps");
+
+/* The same for the IPv6 addresses of this host's backends of IPv6 VIPs:
+ * (address6, port, protocol) -> the guest's VSID and interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGENT_HC_GUEST_MAX);
+	__type(key, struct hc_guest6_key);
+	__type(value, struct hc_guest6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} agent_hc_guests6 SEC(".maps");
 
 /* ---- the IPv6 EIP paths (agent.c) ---- */
 /* Per-CPU room for agent_from_edge6 and agent_guest6: the IPv6 packet

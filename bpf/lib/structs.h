@@ -965,11 +965,32 @@ struct hc_target {
 	__u32 pad;
 };
 
-/* A backend a reply to HC may come from (the reverse of hc_marks). */
+/* What an IPv6 guest's health-check mark stands for (hc_marks6): the
+ * backend to reach at its IPv6 address (a map of its own: hc_marks'
+ * IPv4 entries stay 16 bytes). */
+struct hc_target6 {
+	__be32 host;          /* the host's underlay address or IPv6 name (UL6_HOST) */
+	__u32 vsid;           /* the guest's VSID */
+	struct ip_addr guest; /* the guest's private IPv6 address */
+};
+
+/* A backend a reply to HC or HC6 may come from (the reverse of hc_marks
+ * and hc_marks6): one map for both families (xdp_edge holds the 64 maps
+ * the kernel allows a program), an IPv4 guest in guest.a[0], the rest 0
+ * (no IPv6 guest address is in ::/96: the edge daemon refuses one). */
 struct hc_peer {
 	__be32 host;
-	__be32 guest;
 	__u32 vsid;
+	struct ip_addr guest;
+};
+
+/* hc6_reply's socket lookup tuple: struct bpf_sock_tuple's ipv6 member,
+ * in the edge's room (edge_room6.tup). */
+struct hc6_tuple {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
 };
 
 /* Outcomes of the health-check path, per CPU (hc_stats). Keep in step with
@@ -996,6 +1017,22 @@ struct hc_guest_key {
 	__be16 port;
 	__u8 proto;
 	__u8 pad;
+};
+
+/* Agent: the same for an IPv6 guest's address (agent_hc_guests6). */
+struct hc_guest6_key {
+	struct ip_addr guest;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* agent_hc_guests6's value: the guest's VSID and its interface (an IPv6
+ * flow's entry names the guest's interface, which its replies must come
+ * from: struct agent_flow6's ifindex). */
+struct hc_guest6 {
+	__u32 vsid;
+	__u32 ifindex;
 };
 
 #endif

@@ -264,7 +264,7 @@ func init() {
 	register(func() *cobra.Command {
 		var df daemonFlags
 		var attach []string
-		var icmpSource, icmpSource6, healthSource, arpGateway, arpGateway6, bwZone string
+		var icmpSource, icmpSource6, healthSource, healthSource6, arpGateway, arpGateway6, bwZone string
 		var noTTL bool
 		var icmpTTL, icmpFrag icmpBudgetFlags
 		var eipMax, ctMax, ctMax6, listenerMax, backendMax, driftFlows uint32
@@ -337,6 +337,13 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 				}
 				cfg.HealthSource = a
 			}
+			if healthSource6 != "" {
+				a, err := netip.ParseAddr(healthSource6)
+				if err != nil {
+					return nil, fmt.Errorf("--health-source6 %q: not an IPv6 address", healthSource6)
+				}
+				cfg.HealthSource6 = a
+			}
 			if syncListen != "" {
 				p, err := strconv.ParseUint(strings.TrimPrefix(syncListen, ":"), 10, 16)
 				if err != nil || p == 0 {
@@ -399,6 +406,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		c.Flags().StringSliceVar(&attach, "attach", nil, "interfaces to attach the edge program to (Internet side and underlay side)")
 		c.Flags().StringVar(&icmpSource, "icmp-source", "", "source address of ICMP errors (default: the first IPv4 address of the first --attach interface)")
 		c.Flags().StringVar(&icmpSource6, "icmp-source6", "", "source address of ICMPv6 errors (time exceeded, packet too big) about packets to IPv6 EIPs: a global unicast IPv6 address of the edge the Internet routes to it (default: none, such packets are dropped and counted)")
+		c.Flags().StringVar(&healthSource6, "health-source6", "", "the edge's own IPv6 health-check address (global unicast, e.g. from 2001:db8::/32 in a lab; never an EIP or VIP): the backends of IPv6 encap VIPs are checked from it through the NVGRE tunnel at their guests' IPv6 addresses (default: none, at their IPv4 addresses)")
 		c.Flags().StringVar(&healthSource, "health-source", "", "the edge's own health-check address (e.g. from 198.18.0.0/15; never an EIP or VIP): encap-mode backends are checked from it through the NVGRE tunnel (default: none, they are probed directly at their private addresses)")
 		c.Flags().BoolVar(&noTTL, "no-icmp-ttl", false, "count and drop expired TTLs instead of answering with ICMP time exceeded")
 		icmpTTL.add(c, "icmp-ttl", "ICMP time exceeded")

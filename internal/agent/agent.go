@@ -177,6 +177,13 @@ func Desired(st *model.State, host string) (HostWant, error) {
 					port, proto := lbplan.CheckPort(svc, pool, b), lbplan.CheckProto(pool.Health)
 					if port != 0 && proto != 0 {
 						w.Checked = append(w.Checked, dataplane.HealthGuest{Guest: g.Address, VSID: g.VSID, Proto: proto, Port: port})
+						if svc.VIP.Is6() {
+							// An edge with an IPv6 health-check address
+							// checks an IPv6 VIP's backend at its IPv6
+							// address (agent_hc_guests6), one without at
+							// its IPv4 one.
+							w.Checked = append(w.Checked, dataplane.HealthGuest{Guest: g.Address6, VSID: g.VSID, Proto: proto, Port: port})
+						}
 					}
 				}
 				ports := []uint16{0}

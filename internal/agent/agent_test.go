@@ -295,6 +295,34 @@ func TestAgentHealthGuests(t *testing.T) {
 	}
 }
 
+// An IPv6 VIP's checked backend is reachable through the tunnel at its
+// IPv4 address (an edge without --health-source6 checks it there) and at
+// its IPv6 one (agent_hc_guests6, with its interface), on the checked port
+// only.
+func TestAgentHealthGuests6(t *testing.T) {
+	st := state(t)
+	h := *st.Hosts["az1-h1"]
+	h.Guests = append([]model.Guest(nil), h.Guests...)
+	h.Guests[0].Address6 = a("2001:db8:11::1")
+	if _, err := st.Put(&h); err != nil {
+		t.Fatal(err)
+	}
+	st.Set(&model.Service{Name: "web6", VIP: a("2001:db8:e2::80"), Mode: model.ModeEncap,
+		Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}},
+		Pools: []model.Pool{{Name: "web", Health: &model.HealthCheck{Type: model.CheckHTTP},
+			Backends: []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 8080}}}}})
+	fake := dataplane.NewFakeAgent()
+	r, _ := NewReconciler(Config{NoRetry: true, Name: "az1-h1", Underlay: "ul0", Log: quiet}, fake, newFakeLinks())
+	r.Handle(st, 1, nil, true)
+	want := []dataplane.HealthGuest{
+		{Guest: a("198.19.11.1"), VSID: 5111, Proto: dataplane.ProtoTCP, Port: 8080},
+		{Guest: a("2001:db8:11::1"), VSID: 5111, Proto: dataplane.ProtoTCP, Port: 8080, Ifindex: 101},
+	}
+	if fmt.Sprint(fake.HealthGuests) != fmt.Sprint(want) {
+		t.Fatalf("health guests %+v, want %+v", fake.HealthGuests, want)
+	}
+}
+
 // TestReconcilerStopEndsRetries: after Stop no retry is pending or
 // scheduled, so none writes to a data plane Run then closes.
 func TestReconcilerStopEndsRetries(t *testing.T) {

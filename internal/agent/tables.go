@@ -151,7 +151,11 @@ func planTables(in planInput) tablePlan {
 	// edge's health check may reach through the tunnel, and nothing else
 	// (bpf/lib/agenthc.h).
 	for _, c := range w.Checked {
-		if _, ok := in.links[c.Guest]; ok {
+		if gl, ok := in.links[c.Guest]; ok {
+			if c.Guest.Is6() {
+				// Its answers must come from its interface (the flow's).
+				c.Ifindex = uint32(gl.ifindex)
+			}
 			p.checked = append(p.checked, c)
 		}
 	}

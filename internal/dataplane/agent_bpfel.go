@@ -143,6 +143,8 @@ type agentAgentRoom6 struct {
 	Quoted   uint8
 	Qoff     uint32
 	Hash     uint32
+	Hk       agentHcGuest6Key
+	_        [4]byte
 }
 
 type agentAzgStat uint32
@@ -256,6 +258,20 @@ type agentEipStats struct {
 	TxPackets uint64
 	TxBytes   uint64
 	RxSyns    uint64
+}
+
+type agentHcGuest6 struct {
+	_       structs.HostLayout
+	Vsid    uint32
+	Ifindex uint32
+}
+
+type agentHcGuest6Key struct {
+	_     structs.HostLayout
+	Guest agentIpAddr
+	Port  uint16
+	Proto uint8
+	Pad   uint8
 }
 
 type agentHcGuestKey struct {
@@ -398,6 +414,7 @@ const (
 	agentMapAgentGroups       = "agent_groups"
 	agentMapAgentGuests       = "agent_guests"
 	agentMapAgentHcGuests     = "agent_hc_guests"
+	agentMapAgentHcGuests6    = "agent_hc_guests6"
 	agentMapAgentIfaddrs      = "agent_ifaddrs"
 	agentMapAgentLocal        = "agent_local"
 	agentMapAgentScratch6     = "agent_scratch6"
@@ -473,30 +490,31 @@ type agentProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentMapSpecs struct {
-	AgentCfg      *ebpf.MapSpec `ebpf:"agent_cfg"`
-	AgentEdgeSet  *ebpf.MapSpec `ebpf:"agent_edge_set"`
-	AgentEips     *ebpf.MapSpec `ebpf:"agent_eips"`
-	AgentFlows    *ebpf.MapSpec `ebpf:"agent_flows"`
-	AgentFlows6   *ebpf.MapSpec `ebpf:"agent_flows6"`
-	AgentGroups   *ebpf.MapSpec `ebpf:"agent_groups"`
-	AgentGuests   *ebpf.MapSpec `ebpf:"agent_guests"`
-	AgentHcGuests *ebpf.MapSpec `ebpf:"agent_hc_guests"`
-	AgentIfaddrs  *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
-	AgentLocal    *ebpf.MapSpec `ebpf:"agent_local"`
-	AgentScratch6 *ebpf.MapSpec `ebpf:"agent_scratch6"`
-	AgentSvc      *ebpf.MapSpec `ebpf:"agent_svc"`
-	AgentSvc6     *ebpf.MapSpec `ebpf:"agent_svc6"`
-	EipBw         *ebpf.MapSpec `ebpf:"eip_bw"`
-	EipBw6        *ebpf.MapSpec `ebpf:"eip_bw6"`
-	EipBwSlots    *ebpf.MapSpec `ebpf:"eip_bw_slots"`
-	EipStats      *ebpf.MapSpec `ebpf:"eip_stats"`
-	IcmpBudgets   *ebpf.MapSpec `ebpf:"icmp_budgets"`
-	IcmpKinds     *ebpf.MapSpec `ebpf:"icmp_kinds"`
-	MonEvents     *ebpf.MapSpec `ebpf:"mon_events"`
-	MonState      *ebpf.MapSpec `ebpf:"mon_state"`
-	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
-	NhCache6      *ebpf.MapSpec `ebpf:"nh_cache6"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	AgentCfg       *ebpf.MapSpec `ebpf:"agent_cfg"`
+	AgentEdgeSet   *ebpf.MapSpec `ebpf:"agent_edge_set"`
+	AgentEips      *ebpf.MapSpec `ebpf:"agent_eips"`
+	AgentFlows     *ebpf.MapSpec `ebpf:"agent_flows"`
+	AgentFlows6    *ebpf.MapSpec `ebpf:"agent_flows6"`
+	AgentGroups    *ebpf.MapSpec `ebpf:"agent_groups"`
+	AgentGuests    *ebpf.MapSpec `ebpf:"agent_guests"`
+	AgentHcGuests  *ebpf.MapSpec `ebpf:"agent_hc_guests"`
+	AgentHcGuests6 *ebpf.MapSpec `ebpf:"agent_hc_guests6"`
+	AgentIfaddrs   *ebpf.MapSpec `ebpf:"agent_ifaddrs"`
+	AgentLocal     *ebpf.MapSpec `ebpf:"agent_local"`
+	AgentScratch6  *ebpf.MapSpec `ebpf:"agent_scratch6"`
+	AgentSvc       *ebpf.MapSpec `ebpf:"agent_svc"`
+	AgentSvc6      *ebpf.MapSpec `ebpf:"agent_svc6"`
+	EipBw          *ebpf.MapSpec `ebpf:"eip_bw"`
+	EipBw6         *ebpf.MapSpec `ebpf:"eip_bw6"`
+	EipBwSlots     *ebpf.MapSpec `ebpf:"eip_bw_slots"`
+	EipStats       *ebpf.MapSpec `ebpf:"eip_stats"`
+	IcmpBudgets    *ebpf.MapSpec `ebpf:"icmp_budgets"`
+	IcmpKinds      *ebpf.MapSpec `ebpf:"icmp_kinds"`
+	MonEvents      *ebpf.MapSpec `ebpf:"mon_events"`
+	MonState       *ebpf.MapSpec `ebpf:"mon_state"`
+	NhCache        *ebpf.MapSpec `ebpf:"nh_cache"`
+	NhCache6       *ebpf.MapSpec `ebpf:"nh_cache6"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // agentVariableSpecs contains global variables before they are loaded into the kernel.
@@ -530,30 +548,31 @@ func (o *agentObjects) Close() error {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentMaps struct {
-	AgentCfg      *ebpf.Map `ebpf:"agent_cfg"`
-	AgentEdgeSet  *ebpf.Map `ebpf:"agent_edge_set"`
-	AgentEips     *ebpf.Map `ebpf:"agent_eips"`
-	AgentFlows    *ebpf.Map `ebpf:"agent_flows"`
-	AgentFlows6   *ebpf.Map `ebpf:"agent_flows6"`
-	AgentGroups   *ebpf.Map `ebpf:"agent_groups"`
-	AgentGuests   *ebpf.Map `ebpf:"agent_guests"`
-	AgentHcGuests *ebpf.Map `ebpf:"agent_hc_guests"`
-	AgentIfaddrs  *ebpf.Map `ebpf:"agent_ifaddrs"`
-	AgentLocal    *ebpf.Map `ebpf:"agent_local"`
-	AgentScratch6 *ebpf.Map `ebpf:"agent_scratch6"`
-	AgentSvc      *ebpf.Map `ebpf:"agent_svc"`
-	AgentSvc6     *ebpf.Map `ebpf:"agent_svc6"`
-	EipBw         *ebpf.Map `ebpf:"eip_bw"`
-	EipBw6        *ebpf.Map `ebpf:"eip_bw6"`
-	EipBwSlots    *ebpf.Map `ebpf:"eip_bw_slots"`
-	EipStats      *ebpf.Map `ebpf:"eip_stats"`
-	IcmpBudgets   *ebpf.Map `ebpf:"icmp_budgets"`
-	IcmpKinds     *ebpf.Map `ebpf:"icmp_kinds"`
-	MonEvents     *ebpf.Map `ebpf:"mon_events"`
-	MonState      *ebpf.Map `ebpf:"mon_state"`
-	NhCache       *ebpf.Map `ebpf:"nh_cache"`
-	NhCache6      *ebpf.Map `ebpf:"nh_cache6"`
-	Stats         *ebpf.Map `ebpf:"stats"`
+	AgentCfg       *ebpf.Map `ebpf:"agent_cfg"`
+	AgentEdgeSet   *ebpf.Map `ebpf:"agent_edge_set"`
+	AgentEips      *ebpf.Map `ebpf:"agent_eips"`
+	AgentFlows     *ebpf.Map `ebpf:"agent_flows"`
+	AgentFlows6    *ebpf.Map `ebpf:"agent_flows6"`
+	AgentGroups    *ebpf.Map `ebpf:"agent_groups"`
+	AgentGuests    *ebpf.Map `ebpf:"agent_guests"`
+	AgentHcGuests  *ebpf.Map `ebpf:"agent_hc_guests"`
+	AgentHcGuests6 *ebpf.Map `ebpf:"agent_hc_guests6"`
+	AgentIfaddrs   *ebpf.Map `ebpf:"agent_ifaddrs"`
+	AgentLocal     *ebpf.Map `ebpf:"agent_local"`
+	AgentScratch6  *ebpf.Map `ebpf:"agent_scratch6"`
+	AgentSvc       *ebpf.Map `ebpf:"agent_svc"`
+	AgentSvc6      *ebpf.Map `ebpf:"agent_svc6"`
+	EipBw          *ebpf.Map `ebpf:"eip_bw"`
+	EipBw6         *ebpf.Map `ebpf:"eip_bw6"`
+	EipBwSlots     *ebpf.Map `ebpf:"eip_bw_slots"`
+	EipStats       *ebpf.Map `ebpf:"eip_stats"`
+	IcmpBudgets    *ebpf.Map `ebpf:"icmp_budgets"`
+	IcmpKinds      *ebpf.Map `ebpf:"icmp_kinds"`
+	MonEvents      *ebpf.Map `ebpf:"mon_events"`
+	MonState       *ebpf.Map `ebpf:"mon_state"`
+	NhCache        *ebpf.Map `ebpf:"nh_cache"`
+	NhCache6       *ebpf.Map `ebpf:"nh_cache6"`
+	Stats          *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *agentMaps) Close() error {
@@ -566,6 +585,7 @@ func (m *agentMaps) Close() error {
 		m.AgentGroups,
 		m.AgentGuests,
 		m.AgentHcGuests,
+		m.AgentHcGuests6,
 		m.AgentIfaddrs,
 		m.AgentLocal,
 		m.AgentScratch6,

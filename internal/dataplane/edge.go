@@ -49,8 +49,9 @@ var (
 	// backendSized are those LoadOptions.BackendMax sizes: an entry per
 	// backend slot (lb_backends, its counters lb_be_stats), per nat
 	// backend of one VIP and port (lb_nat_backends) and per
-	// health-checked backend (hc_marks, hc_peers).
-	backendSized = []string{edgeMapLbBackends, edgeMapLbBeStats, edgeMapLbNatBackends, edgeMapHcMarks, edgeMapHcPeers}
+	// health-checked backend (hc_marks, hc_marks6; hc_peers twice that,
+	// below).
+	backendSized = []string{edgeMapLbBackends, edgeMapLbBeStats, edgeMapLbNatBackends, edgeMapHcMarks, edgeMapHcMarks6}
 )
 
 // edgeCapacities applies o's capacity overrides to spec. An earlier
@@ -96,6 +97,8 @@ func edgeCapacities(spec *ebpf.CollectionSpec, o LoadOptions) {
 	// IPv6 nat backend slot's address (bpf/lib/maps.h): twice BackendMax.
 	if o.BackendMax > 0 {
 		size(edgeMapLbNatBackends6, 2*o.BackendMax)
+		// hc_peers: a guest checked at its IPv4 and its IPv6 address.
+		size(edgeMapHcPeers, 2*o.BackendMax)
 	}
 }
 

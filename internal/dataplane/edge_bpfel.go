@@ -298,7 +298,16 @@ type edgeEdgeRooms struct {
 		K    edgeEipKey
 		Ours [6]uint8
 		Peer [6]uint8
+		Hk   edgeHcPeer
+		Tup  struct {
+			_     structs.HostLayout
+			Saddr [4]uint32
+			Daddr [4]uint32
+			Sport uint16
+			Dport uint16
+		}
 	}
+	_   [4]byte
 	Ul6 struct {
 		_   structs.HostLayout
 		Req struct {
@@ -481,8 +490,8 @@ type edgeFwVslot6 struct {
 type edgeHcPeer struct {
 	_     structs.HostLayout
 	Host  uint32
-	Guest uint32
 	Vsid  uint32
+	Guest edgeIpAddr
 }
 
 type edgeHcTarget struct {
@@ -491,6 +500,13 @@ type edgeHcTarget struct {
 	Guest uint32
 	Vsid  uint32
 	Pad   uint32
+}
+
+type edgeHcTarget6 struct {
+	_     structs.HostLayout
+	Host  uint32
+	Vsid  uint32
+	Guest edgeIpAddr
 }
 
 type edgeIcmpBucket struct {
@@ -767,6 +783,7 @@ const (
 	edgeMapFwVcache       = "fw_vcache"
 	edgeMapFwVcache6      = "fw_vcache6"
 	edgeMapHcMarks        = "hc_marks"
+	edgeMapHcMarks6       = "hc_marks6"
 	edgeMapHcPeers        = "hc_peers"
 	edgeMapHcStats        = "hc_stats"
 	edgeMapIcmpBudgets    = "icmp_budgets"
@@ -802,6 +819,7 @@ const (
 	edgeVarCtEventsLost   = "ct_events_lost"
 	edgeVarCtSyncOn       = "ct_sync_on"
 	edgeVarHcAddress      = "hc_address"
+	edgeVarHcAddress6     = "hc_address6"
 	edgeVarMonBurst       = "mon_burst"
 	edgeVarMonFlags       = "mon_flags"
 	edgeVarMonRate        = "mon_rate"
@@ -892,6 +910,7 @@ type edgeMapSpecs struct {
 	FwVcache       *ebpf.MapSpec `ebpf:"fw_vcache"`
 	FwVcache6      *ebpf.MapSpec `ebpf:"fw_vcache6"`
 	HcMarks        *ebpf.MapSpec `ebpf:"hc_marks"`
+	HcMarks6       *ebpf.MapSpec `ebpf:"hc_marks6"`
 	HcPeers        *ebpf.MapSpec `ebpf:"hc_peers"`
 	HcStats        *ebpf.MapSpec `ebpf:"hc_stats"`
 	IcmpBudgets    *ebpf.MapSpec `ebpf:"icmp_budgets"`
@@ -931,6 +950,7 @@ type edgeVariableSpecs struct {
 	CtEventsLost *ebpf.VariableSpec `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.VariableSpec `ebpf:"ct_sync_on"`
 	HcAddress    *ebpf.VariableSpec `ebpf:"hc_address"`
+	HcAddress6   *ebpf.VariableSpec `ebpf:"hc_address6"`
 	MonBurst     *ebpf.VariableSpec `ebpf:"mon_burst"`
 	MonFlags     *ebpf.VariableSpec `ebpf:"mon_flags"`
 	MonRate      *ebpf.VariableSpec `ebpf:"mon_rate"`
@@ -991,6 +1011,7 @@ type edgeMaps struct {
 	FwVcache       *ebpf.Map `ebpf:"fw_vcache"`
 	FwVcache6      *ebpf.Map `ebpf:"fw_vcache6"`
 	HcMarks        *ebpf.Map `ebpf:"hc_marks"`
+	HcMarks6       *ebpf.Map `ebpf:"hc_marks6"`
 	HcPeers        *ebpf.Map `ebpf:"hc_peers"`
 	HcStats        *ebpf.Map `ebpf:"hc_stats"`
 	IcmpBudgets    *ebpf.Map `ebpf:"icmp_budgets"`
@@ -1056,6 +1077,7 @@ func (m *edgeMaps) Close() error {
 		m.FwVcache,
 		m.FwVcache6,
 		m.HcMarks,
+		m.HcMarks6,
 		m.HcPeers,
 		m.HcStats,
 		m.IcmpBudgets,
@@ -1096,6 +1118,7 @@ type edgeVariables struct {
 	CtEventsLost *ebpf.Variable `ebpf:"ct_events_lost"`
 	CtSyncOn     *ebpf.Variable `ebpf:"ct_sync_on"`
 	HcAddress    *ebpf.Variable `ebpf:"hc_address"`
+	HcAddress6   *ebpf.Variable `ebpf:"hc_address6"`
 	MonBurst     *ebpf.Variable `ebpf:"mon_burst"`
 	MonFlags     *ebpf.Variable `ebpf:"mon_flags"`
 	MonRate      *ebpf.Variable `ebpf:"mon_rate"`

@@ -288,8 +288,14 @@ func (f *FakeAgent) Groups() (map[uint16]AgentGroup, error) {
 var _ AgentMaps = (*FakeAgent)(nil)
 var _ HealthGuests = (*FakeAgent)(nil)
 
-// SetHealthGuests records the checked ports.
+// SetHealthGuests records the checked ports, refusing what the agent
+// refuses.
 func (f *FakeAgent) SetHealthGuests(g []HealthGuest) error {
+	for _, x := range g {
+		if err := checkHealthGuest(x); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.HealthGuests = append([]HealthGuest(nil), g...)

@@ -19,8 +19,8 @@ import (
 // HealthTarget is what a health-check mark stands for: an encap-mode
 // backend, reached in NVGRE to its host.
 type HealthTarget struct {
-	Host  netip.Addr // the host's underlay address
-	Guest netip.Addr // the guest's private address
+	Host  netip.Addr // the host's underlay address (IPv4, or IPv6: a host of the IPv6 underlay)
+	Guest netip.Addr // the guest's private address: IPv4 (hc_marks), or its IPv6 address (hc_marks6)
 	VSID  uint32
 }
 
@@ -31,6 +31,9 @@ type HealthMaps interface {
 	// SetHealthAddress sets the health-check address (the invalid Addr:
 	// tunnel checks off).
 	SetHealthAddress(netip.Addr) error
+	// SetHealthAddress6 sets the IPv6 health-check address, the source
+	// of the checks of IPv6 guests (the invalid Addr: none).
+	SetHealthAddress6(netip.Addr) error
 	// SetHealthTargets replaces the marks and the backends replies may
 	// come from.
 	SetHealthTargets(map[uint32]HealthTarget) error
@@ -70,19 +73,75 @@ func (e *Edge) SetHealthAddress(a netip.Addr) error {
 	return nil
 }
 
-// SetHealthTargets replaces hc_marks with targets and hc_peers with their
-// (host, guest, VSID).
+// SetHealthAddress6 writes the IPv6 health-check address (HC6) into the
+// loaded programs, as SetHealthAddress. It must be a global unicast
+// address outside fc00::/7 (the edge drops NVGRE whose inner destination
+// is unique-local before it looks at HC6).
+func (e *Edge) SetHealthAddress6(a netip.Addr) error {
+	var w edgeIpAddr
+	if a.IsValid() {
+		if err := checkHealthSource6(a); err != nil {
+			return err
+		}
+		w, _, _ = addrTo(a)
+	}
+	if err := e.objs.HcAddress6.Set(w); err != nil {
+		return fmt.Errorf("set the IPv6 health-check address %v: %w", a, err)
+	}
+	return nil
+}
+
+// checkHealthSource6 says what is wrong with a as the IPv6 health-check
+// address, or nil.
+func checkHealthSource6(a netip.Addr) error {
+	if !plain6(a) || !a.IsGlobalUnicast() || a.IsPrivate() {
+		return fmt.Errorf("IPv6 health-check address %v: want a global unicast IPv6 address (not IPv4-mapped, not in fc00::/7)", a)
+	}
+	return nil
+}
+
+// healthGuest6OK says whether a may be an IPv6 guest's address in
+// hc_peers, whose IPv4 guests have the last 12 bytes zero: none in ::/96.
+func healthGuest6OK(a netip.Addr) bool {
+	if !plain6(a) {
+		return false
+	}
+	b := a.As16()
+	for _, x := range b[:12] {
+		if x != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// SetHealthTargets replaces hc_marks (IPv4 guests) and hc_marks6 (IPv6
+// guests) with targets and hc_peers with their (host, VSID, guest). A
+// host of the IPv6 underlay is named as the routes name it (ul6_hosts).
 func (e *Edge) SetHealthTargets(targets map[uint32]HealthTarget) error {
 	peers := map[edgeHcPeer]bool{}
 	for mark, t := range targets {
-		if !t.Host.Is4() || !t.Guest.Is4() {
-			return fmt.Errorf("health target of mark %#x: host %v and guest %v must be IPv4", mark, t.Host, t.Guest)
+		host, err := e.hostWord(t.Host)
+		if err != nil || host == 0 {
+			return fmt.Errorf("health target of mark %#x: host %v: %v", mark, t.Host, err)
 		}
-		v := edgeHcTarget{Host: ip4word(t.Host), Guest: ip4word(t.Guest), Vsid: t.VSID}
-		if err := e.objs.HcMarks.Update(mark, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("health target of mark %#x (%v on %v): %w", mark, t.Guest, t.Host, err)
+		p := edgeHcPeer{Host: host, Vsid: t.VSID}
+		switch {
+		case t.Guest.Is4():
+			v := edgeHcTarget{Host: host, Guest: ip4word(t.Guest), Vsid: t.VSID}
+			if err := e.objs.HcMarks.Update(mark, &v, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("health target of mark %#x (%v on %v): %w", mark, t.Guest, t.Host, err)
+			}
+			p.Guest.A[0] = v.Guest
+		case healthGuest6OK(t.Guest) && e.objs.HcMarks6 != nil:
+			p.Guest, _, _ = addrTo(t.Guest)
+			v := edgeHcTarget6{Host: host, Vsid: t.VSID, Guest: p.Guest}
+			if err := e.objs.HcMarks6.Update(mark, &v, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("health target of mark %#x (%v on %v): %w", mark, t.Guest, t.Host, err)
+			}
+		default:
+			return fmt.Errorf("health target of mark %#x: guest %v: want an IPv4 address or an IPv6 one outside ::/96", mark, t.Guest)
 		}
-		p := edgeHcPeer{Host: v.Host, Guest: v.Guest, Vsid: t.VSID}
 		if !peers[p] {
 			peers[p] = true
 			if err := e.objs.HcPeers.Update(&p, uint32(1), ebpf.UpdateAny); err != nil {
@@ -90,8 +149,16 @@ func (e *Edge) SetHealthTargets(targets map[uint32]HealthTarget) error {
 			}
 		}
 	}
-	if err := deleteStale[uint32, edgeHcTarget](e.objs.HcMarks, func(m uint32) bool { _, ok := targets[m]; return ok }); err != nil {
+	keep := func(m uint32) bool { _, ok := targets[m]; return ok }
+	keep4 := func(m uint32) bool { return keep(m) && targets[m].Guest.Is4() }
+	keep6 := func(m uint32) bool { return keep(m) && !targets[m].Guest.Is4() }
+	if err := deleteStale[uint32, edgeHcTarget](e.objs.HcMarks, keep4); err != nil {
 		return err
+	}
+	if e.objs.HcMarks6 != nil {
+		if err := deleteStale[uint32, edgeHcTarget6](e.objs.HcMarks6, keep6); err != nil {
+			return err
+		}
 	}
 	return deleteStale[edgeHcPeer, uint32](e.objs.HcPeers, func(p edgeHcPeer) bool { return peers[p] })
 }
@@ -150,13 +217,17 @@ func (e *Edge) AttachHealth(ifname string) error {
 }
 
 // HealthGuest is a port an edge's health check reaches a guest of the
-// host on through the tunnel: the guest's private address, its VSID, the
-// checked port and protocol (ProtoTCP or ProtoUDP).
+// host on through the tunnel: the guest's private address (IPv4, or its
+// IPv6 address, agent_hc_guests6), its VSID, the checked port and
+// protocol (ProtoTCP or ProtoUDP).
 type HealthGuest struct {
 	Guest netip.Addr
 	VSID  uint32
 	Proto uint8
 	Port  uint16
+	// Ifindex: an IPv6 guest's host-side interface (its answers must come
+	// from it, as an IPv6 VIP flow's); 0 for an IPv4 guest.
+	Ifindex uint32
 }
 
 // HealthGuests is what the agent's side of tunnel health checks needs (the
@@ -171,18 +242,42 @@ type HealthGuests interface {
 
 var _ HealthGuests = (*Agent)(nil)
 
-// SetHealthGuests replaces agent_hc_guests.
+// checkHealthGuest is what SetHealthGuests refuses (the fake agent
+// refuses the same).
+func checkHealthGuest(g HealthGuest) error {
+	if !g.Guest.Is4() && !plain6(g.Guest) {
+		return fmt.Errorf("health-check guest %v: want an IPv4 or IPv6 address", g.Guest)
+	}
+	if g.Proto != ProtoTCP && g.Proto != ProtoUDP {
+		return fmt.Errorf("health-check guest %v port %d: protocol %d, want TCP or UDP", g.Guest, g.Port, g.Proto)
+	}
+	if g.Port == 0 {
+		return fmt.Errorf("health-check guest %v: port 0", g.Guest)
+	}
+	if g.Guest.Is6() && g.Ifindex == 0 {
+		return fmt.Errorf("health-check guest %v port %d: an IPv6 guest needs its interface (ifindex)", g.Guest, g.Port)
+	}
+	return nil
+}
+
+// SetHealthGuests replaces agent_hc_guests (IPv4 guests) and
+// agent_hc_guests6 (IPv6 guests).
 func (a *Agent) SetHealthGuests(guests []HealthGuest) error {
 	keep := map[agentHcGuestKey]bool{}
+	keep6 := map[agentHcGuest6Key]bool{}
 	for _, g := range guests {
-		if !g.Guest.Is4() {
-			return fmt.Errorf("health-check guest %v: IPv4 only", g.Guest)
+		if err := checkHealthGuest(g); err != nil {
+			return err
 		}
-		if g.Proto != ProtoTCP && g.Proto != ProtoUDP {
-			return fmt.Errorf("health-check guest %v port %d: protocol %d, want TCP or UDP", g.Guest, g.Port, g.Proto)
-		}
-		if g.Port == 0 {
-			return fmt.Errorf("health-check guest %v: port 0", g.Guest)
+		if g.Guest.Is6() {
+			ip, _, _ := addrTo(g.Guest)
+			k := agentHcGuest6Key{Guest: agentIpAddr(ip), Port: be16(g.Port), Proto: g.Proto}
+			keep6[k] = true
+			v := agentHcGuest6{Vsid: g.VSID, Ifindex: g.Ifindex}
+			if err := a.objs.AgentHcGuests6.Update(&k, &v, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("health-check guest %v port %d/%d (VSID %d): %w", g.Guest, g.Port, g.Proto, g.VSID, err)
+			}
+			continue
 		}
 		k := agentHcGuestKey{Guest: ip4word(g.Guest), Port: be16(g.Port), Proto: g.Proto}
 		keep[k] = true
@@ -190,5 +285,8 @@ func (a *Agent) SetHealthGuests(guests []HealthGuest) error {
 			return fmt.Errorf("health-check guest %v port %d/%d (VSID %d): %w", g.Guest, g.Port, g.Proto, g.VSID, err)
 		}
 	}
-	return deleteStale[agentHcGuestKey, uint32](a.objs.AgentHcGuests, func(k agentHcGuestKey) bool { return keep[k] })
+	if err := deleteStale[agentHcGuestKey, uint32](a.objs.AgentHcGuests, func(k agentHcGuestKey) bool { return keep[k] }); err != nil {
+		return err
+	}
+	return deleteStale[agentHcGuest6Key, agentHcGuest6](a.objs.AgentHcGuests6, func(k agentHcGuest6Key) bool { return keep6[k] })
 }

@@ -57,6 +57,10 @@ var mapMeaning = map[string]uint32{
 	// 2: the value is a struct local_allow (rules), where a __u32 1
 	// meant "to the kernel, anything"; config: the agent rewrites it.
 	"agent_local": 2,
+	// 2: the key is (host, VSID, guest as a 16-byte address), IPv4 and
+	// IPv6 guests (it was host, guest, VSID, IPv4 only); config: the edge
+	// rewrites it with its health-check targets.
+	"hc_peers": 2,
 }
 
 // MapClass says what an upgrade does with a pinned map it cannot migrate

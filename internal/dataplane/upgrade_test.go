@@ -576,7 +576,10 @@ func TestUpgradeEdgeUnderTraffic(t *testing.T) {
 		// Counters may restart (a counter struct reordered); anything
 		// else dropped on the way from the previous release is a bug
 		// (or a change that needs a conversion in docs/upgrades.md).
-		if m.Action == ActionDrop && m.Class != ClassCounters {
+		// hc_peers changed key (issue 21: IPv6 guests' health checks):
+		// it starts empty and the daemon rewrites it with its targets
+		// (the checks' answers are dropped until then).
+		if m.Action == ActionDrop && m.Class != ClassCounters && m.Name != "hc_peers" {
 			t.Errorf("map %s (%s) dropped in an upgrade from the previous release: %s", m.Name, m.Class, m.Why)
 		}
 	}

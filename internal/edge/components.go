@@ -178,19 +178,26 @@ func (h *healthChecks) Start(ctx context.Context) error {
 	if err := dp.SetHealthAddress(cfg.HealthSource); err != nil {
 		return err
 	}
-	if cfg.HealthSource.IsValid() {
-		if err := setupHealthDevice(cfg.HealthSource, cfg.Interfaces, log); err != nil {
+	if err := dp.SetHealthAddress6(cfg.HealthSource6); err != nil {
+		return err
+	}
+	if cfg.HealthSource.IsValid() || cfg.HealthSource6.IsValid() {
+		if err := setupHealthDevice(cfg.HealthSource, cfg.HealthSource6, cfg.Interfaces, log); err != nil {
 			return err
 		}
 		if err := dp.AttachHealth(HCDevice); err != nil {
 			return err
 		}
 		rec.OnUnderlay = underlayRPFilter(log)
-		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "device", HCDevice)
-	} else {
+		log.Info("encap-mode health checks travel the tunnel", "source", cfg.HealthSource, "source6", cfg.HealthSource6, "device", HCDevice)
+	}
+	if !cfg.HealthSource.IsValid() {
 		log.Warn("no --health-source: encap-mode backends are probed directly at their private addresses, not through the tunnel")
 	}
-	hct := newHCTunnel(dp, cfg.HealthSource, log)
+	if !cfg.HealthSource6.IsValid() {
+		log.Info("no --health-source6: the backends of IPv6 encap VIPs are checked at their guests' IPv4 addresses, not their IPv6 ones")
+	}
+	hct := newHCTunnel(dp, cfg.HealthSource, cfg.HealthSource6, log)
 	hm := h.hm
 	rec.OnTargets = func(ts []health.Target) { hm.Update(hct.assign(ts)) }
 	return nil
@@ -449,6 +456,7 @@ func (a *afterApply) follow(ctx context.Context, applied <-chan struct{}) {
 			a.bgp.ann.Kick()
 			a.routing.nb.Keep("hosts", append(rec.Hosts(), defaultGateways()...))
 			warnHealthSource(log, cfg.HealthSource, rec.Prefixes())
+			warnHealthSource(log, cfg.HealthSource6, rec.Prefixes())
 			a.arp.owner.update(rec.ARPScope(), rec.VIPs())
 			if err := ensureDiscard(rec.Prefixes()); err != nil {
 				log.Warn("cannot install discard routes for the set's prefixes", "err", err)

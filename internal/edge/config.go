@@ -96,6 +96,9 @@ func (c Config) Check() error {
 	if c.HealthSource.IsValid() && !c.HealthSource.Is4() {
 		bad("--health-source %v: not an IPv4 address", c.HealthSource)
 	}
+	if a := c.HealthSource6; a.IsValid() && (!a.Is6() || a.Is4In6() || a.Zone() != "" || !a.IsGlobalUnicast() || a.IsPrivate()) {
+		bad("--health-source6 %v: not a global unicast IPv6 address outside fc00::/7", a)
+	}
 	if c.StatusInterval < 0 {
 		bad("status interval %v: must be positive", c.StatusInterval)
 	}

@@ -35,6 +35,7 @@ func TestConfigCheck(t *testing.T) {
 		{"everything set", func(c *Config) {
 			c.ICMPSource = netip.MustParseAddr("192.0.2.1")
 			c.HealthSource = netip.MustParseAddr("198.18.0.9")
+			c.HealthSource6 = netip.MustParseAddr("2001:db8:ffff::9")
 			c.StoreGrace, c.AnnounceSettle, c.StatusInterval = time.Minute, time.Second, time.Second
 			c.HealthCommandConcurrency = 4
 			c.LB = dataplane.LBConfig{SYN: time.Second, Established: time.Hour, FIN: time.Second, UDP: time.Second}
@@ -54,6 +55,9 @@ func TestConfigCheck(t *testing.T) {
 		{"mapped ICMPv6 source", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("::ffff:192.0.2.1") }, "--icmp-source6 ::ffff:192.0.2.1"},
 		{"ICMPv6 source set", func(c *Config) { c.ICMPSource6 = netip.MustParseAddr("2001:db8::1") }, ""},
 		{"IPv6 health source", func(c *Config) { c.HealthSource = netip.MustParseAddr("2001:db8::1") }, "--health-source"},
+		{"IPv4 health source6", func(c *Config) { c.HealthSource6 = netip.MustParseAddr("198.18.0.9") }, "--health-source6"},
+		{"unique-local health source6", func(c *Config) { c.HealthSource6 = netip.MustParseAddr("fd00::9") }, "--health-source6"},
+		{"link-local health source6", func(c *Config) { c.HealthSource6 = netip.MustParseAddr("fe80::9") }, "--health-source6"},
 		{"negative status interval", func(c *Config) { c.StatusInterval = -time.Second }, "status interval"},
 		{"negative command concurrency", func(c *Config) { c.HealthCommandConcurrency = -1 }, "--health-command-concurrency -1"},
 		{"negative store grace", func(c *Config) { c.StoreGrace = -time.Second }, "--store-grace -1s"},

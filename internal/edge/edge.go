@@ -131,6 +131,10 @@ type Config struct {
 	// backends are checked from it through the tunnel (hc.go). Invalid:
 	// they are probed directly at their private addresses.
 	HealthSource netip.Addr
+	// HealthSource6 is the edge's IPv6 health-check address: the backends
+	// of IPv6 encap VIPs are checked from it through the tunnel at their
+	// guests' IPv6 addresses. Invalid: at their IPv4 addresses.
+	HealthSource6 netip.Addr
 	// ARP is the ARP answering on shared segments (arp.go).
 	ARP ARPConfig
 	// Rates: the per-EIP rate reports for DDoS detection (rates.go).

@@ -47,12 +47,13 @@ const (
 )
 
 // setupHealthDevice creates (or adopts) the health-check device, puts the
-// health-check address on it and routes the address's traffic to it; the
-// device's MTU leaves room for NVGRE on the smallest of ifaces (the
-// interfaces the edge is attached to). The reverse-path filter is left
-// alone here: only the underlay interface's is loosened, once the edge
-// knows it (underlayRPFilter).
-func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error {
+// health-check addresses on it (src IPv4, src6 IPv6; an invalid one is
+// not set up) and routes each address's traffic to it; the device's MTU
+// leaves room for NVGRE on the smallest of ifaces (the interfaces the edge
+// is attached to). The reverse-path filter is left alone here: only the
+// underlay interface's is loosened, once the edge knows it
+// (underlayRPFilter).
+func setupHealthDevice(src, src6 netip.Addr, ifaces []string, log *slog.Logger) error {
 	mtu := 1500
 	for _, name := range ifaces {
 		l, err := netlink.LinkByName(name)
@@ -62,6 +63,9 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 		mtu = min(mtu, l.Attrs().MTU)
 	}
 	mtu -= 42 // NVGRE
+	if src6.IsValid() {
+		mtu -= 20 // NVGRE over the IPv6 underlay (62 bytes), to a host of it
+	}
 	dev, err := netlink.LinkByName(HCDevice)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -81,6 +85,17 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 		// carries checks (the tc program would count them as drops).
 		_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1"), 0o644)
 	}
+	if src6.IsValid() {
+		// IPv6 on the device for HC6 alone: no link-local address, no
+		// router solicitations, no DAD (the address is added nodad;
+		// NOARP covers neighbour discovery, as ARP for IPv4).
+		for _, kv := range [][2]string{{"addr_gen_mode", "1"}, {"router_solicitations", "0"}, {"accept_dad", "0"},
+			{"accept_ra", "0"}, {"disable_ipv6", "0"}} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+HCDevice+"/"+kv[0], []byte(kv[1]), 0o644); err != nil {
+				return fmt.Errorf("health-check device %s: IPv6 %s: %w", HCDevice, kv[0], err)
+			}
+		}
+	}
 	if err := netlink.LinkSetMTU(dev, mtu); err != nil {
 		return fmt.Errorf("health-check device %s: MTU %d: %w", HCDevice, mtu, err)
 	}
@@ -95,16 +110,47 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 	if err := netlink.LinkSetUp(dev); err != nil {
 		return fmt.Errorf("health-check device %s: %w", HCDevice, err)
 	}
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if src.IsValid() {
+		if err := hcRoute(dev, src, unix.AF_INET, 32, "0.0.0.0/0"); err != nil {
+			return err
+		}
+	} else if err := hcRules(unix.AF_INET, netip.Addr{}, 0); err != nil {
+		return err
+	}
+	if src6.IsValid() {
+		return hcRoute(dev, src6, unix.AF_INET6, 128, "::/0")
+	}
+	return hcRules(unix.AF_INET6, netip.Addr{}, 0)
+}
+
+// hcRoute puts the health-check address src (of family, bits its host
+// prefix) on dev, routes everything from it there (all: the family's
+// default, in HCTable) and keeps the rule "from src lookup HCTable"
+// (hcRules). An IPv6 address is added without DAD.
+func hcRoute(dev netlink.Link, src netip.Addr, family, bits int, all string) error {
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
+	if family == unix.AF_INET6 {
+		a.Flags = unix.IFA_F_NODAD
+	}
 	if err := netlink.AddrReplace(dev, a); err != nil {
 		return fmt.Errorf("health-check address %v on %s: %w", src, HCDevice, err)
 	}
-	_, all, _ := net.ParseCIDR("0.0.0.0/0")
-	r := &netlink.Route{LinkIndex: dev.Attrs().Index, Dst: all, Table: HCTable, Scope: netlink.SCOPE_LINK, Src: src.AsSlice()}
-	if err := netlink.RouteReplace(r); err != nil {
-		return fmt.Errorf("health-check route (table %d via %s): %w", HCTable, HCDevice, err)
+	_, dst, _ := net.ParseCIDR(all)
+	r := &netlink.Route{LinkIndex: dev.Attrs().Index, Dst: dst, Table: HCTable, Scope: netlink.SCOPE_LINK, Src: src.AsSlice()}
+	if family == unix.AF_INET6 {
+		r.Scope = netlink.SCOPE_UNIVERSE
 	}
-	rules, err := netlink.RuleList(unix.AF_INET)
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("health-check route (table %d via %s, %v): %w", HCTable, HCDevice, src, err)
+	}
+	return hcRules(family, src, bits)
+}
+
+// hcRules keeps one rule of family in HCTable: "from src lookup HCTable"
+// (the invalid src: none), removing any other (another health-check
+// address's).
+func hcRules(family int, src netip.Addr, bits int) error {
+	rules, err := netlink.RuleList(family)
 	if err != nil {
 		return fmt.Errorf("list routing rules: %w", err)
 	}
@@ -113,22 +159,23 @@ func setupHealthDevice(src netip.Addr, ifaces []string, log *slog.Logger) error 
 		if ru.Table != HCTable {
 			continue
 		}
-		if ru.Src != nil && ru.Src.IP.Equal(src.AsSlice()) && ru.Priority == hcRulePref {
+		if src.IsValid() && ru.Src != nil && ru.Src.IP.Equal(src.AsSlice()) && ru.Priority == hcRulePref {
 			have = true
 			continue
 		}
 		rr := ru
 		netlink.RuleDel(&rr) // another health-check address's
 	}
-	if !have {
-		ru := netlink.NewRule()
-		ru.Family = unix.AF_INET
-		ru.Src = &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(32, 32)}
-		ru.Table = HCTable
-		ru.Priority = hcRulePref
-		if err := netlink.RuleAdd(ru); err != nil {
-			return fmt.Errorf("health-check rule (from %v lookup %d): %w", src, HCTable, err)
-		}
+	if have || !src.IsValid() {
+		return nil
+	}
+	ru := netlink.NewRule()
+	ru.Family = family
+	ru.Src = &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(bits, bits)}
+	ru.Table = HCTable
+	ru.Priority = hcRulePref
+	if err := netlink.RuleAdd(ru); err != nil {
+		return fmt.Errorf("health-check rule (from %v lookup %d): %w", src, HCTable, err)
 	}
 	return nil
 }
@@ -195,6 +242,7 @@ func looseRPFilter(ifname string, log *slog.Logger) (changed bool, err error) {
 type hcTunnel struct {
 	maps dataplane.HealthMaps // nil: tunnel checks off
 	src  netip.Addr
+	src6 netip.Addr // the IPv6 health-check address (invalid: none)
 	log  *slog.Logger
 
 	mu    sync.Mutex
@@ -202,15 +250,17 @@ type hcTunnel struct {
 	next  uint32
 }
 
-func newHCTunnel(maps dataplane.HealthMaps, src netip.Addr, log *slog.Logger) *hcTunnel {
-	return &hcTunnel{maps: maps, src: src, log: log, marks: map[dataplane.HealthTarget]uint32{}}
+func newHCTunnel(maps dataplane.HealthMaps, src, src6 netip.Addr, log *slog.Logger) *hcTunnel {
+	return &hcTunnel{maps: maps, src: src, src6: src6, log: log, marks: map[dataplane.HealthTarget]uint32{}}
 }
 
 // assign fills in the tunnel of each encap-mode target (its mark and the
-// health-check address) and programs the marks. Without a health-check
-// address the targets are probed directly, as before tunnel checks (the
-// guest's private address must then be routed to the edge, which real
-// clouds do not do).
+// health-check address) and programs the marks. An IPv6 VIP's backend
+// (Tunnel.Guest6 set) is checked at its guest's IPv6 address from the
+// IPv6 health-check address when the edge has one, else at its IPv4
+// address as any other. Without a health-check address the targets are
+// probed directly, as before tunnel checks (the guest's private address
+// must then be routed to the edge, which real clouds do not do).
 func (h *hcTunnel) assign(ts []health.Target) []health.Target {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -222,7 +272,12 @@ func (h *hcTunnel) assign(ts []health.Target) []health.Target {
 			out = append(out, t)
 			continue
 		}
-		if h.maps == nil || !h.src.IsValid() {
+		src := h.src
+		if g6 := t.Tunnel.Guest6; g6.Is6() && h.src6.IsValid() {
+			src = h.src6
+			t.Addr = netip.AddrPortFrom(g6, t.Addr.Port())
+		}
+		if h.maps == nil || !src.IsValid() {
 			t.Tunnel = nil
 			out = append(out, t)
 			continue
@@ -240,7 +295,7 @@ func (h *hcTunnel) assign(ts []health.Target) []health.Target {
 		used[ht] = true
 		want[m] = ht
 		tu := *t.Tunnel
-		tu.Mark, tu.Source = m, h.src
+		tu.Mark, tu.Source = m, src
 		t.Tunnel = &tu
 		out = append(out, t)
 	}
@@ -249,7 +304,7 @@ func (h *hcTunnel) assign(ts []health.Target) []health.Target {
 			delete(h.marks, ht)
 		}
 	}
-	if h.maps != nil && h.src.IsValid() {
+	if h.maps != nil && (h.src.IsValid() || h.src6.IsValid()) {
 		if err := h.maps.SetHealthTargets(want); err != nil {
 			h.log.Warn("health-check marks not programmed", "err", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane"
 	"github.com/azgate/azgate/internal/model"
@@ -63,9 +64,15 @@ func TestRPFilterOnlyUnderlay(t *testing.T) {
 		if err := addr(ul, "198.18.0.1"); err != nil {
 			return err
 		}
-		if err := setupHealthDevice(a("198.18.255.1"), []string{"ext0", "ul0"}, quiet); err != nil {
+		if err := setupHealthDevice(a("198.18.255.1"), a("2001:db8:ffff::1"), []string{"ext0", "ul0"}, quiet); err != nil {
 			return err
 		}
+		checkHealthDevice6(t, "2001:db8:ffff::1")
+		// Set up again (a restart) with another IPv6 address: one rule.
+		if err := setupHealthDevice(a("198.18.255.1"), a("2001:db8:ffff::2"), []string{"ext0", "ul0"}, quiet); err != nil {
+			return err
+		}
+		checkHealthDevice6(t, "2001:db8:ffff::2")
 		if got := rp("ext0") + rp("ul0"); got != "11" {
 			t.Errorf("after the health device's setup: rp_filter ext0, ul0 = %s, want 1, 1 (nothing loose before the underlay is known)", got)
 		}
@@ -93,5 +100,57 @@ func TestRPFilterOnlyUnderlay(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkHealthDevice6 checks the IPv6 half of the health-check device's
+// setup for address src6: on the device, usable at once (no DAD: not
+// tentative), no link-local address beside it; "from src6 lookup
+// HCTable" the only IPv6 rule of the table, whose default route is the
+// device.
+func checkHealthDevice6(t *testing.T, src6 string) {
+	t.Helper()
+	dev, err := netlink.LinkByName(HCDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := netlink.AddrList(dev, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := false
+	for _, ad := range addrs {
+		switch {
+		case ad.IP.Equal(net.ParseIP(src6)):
+			have = true
+			if ad.Flags&unix.IFA_F_TENTATIVE != 0 {
+				t.Errorf("%s on %s is tentative (DAD)", src6, HCDevice)
+			}
+		case ad.IP.IsLinkLocalUnicast():
+			t.Errorf("%s has a link-local address %v", HCDevice, ad.IP)
+		}
+	}
+	if !have {
+		t.Errorf("%s not on %s: %v", src6, HCDevice, addrs)
+	}
+	rules, err := netlink.RuleList(netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for _, ru := range rules {
+		if ru.Table == HCTable {
+			ours = append(ours, fmt.Sprint(ru.Src))
+		}
+	}
+	if len(ours) != 1 || ours[0] != src6+"/128" {
+		t.Errorf("IPv6 rules of table %d: %v, want only from %s/128", HCTable, ours, src6)
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: HCTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routes) == 0 || routes[0].LinkIndex != dev.Attrs().Index || (routes[0].Dst != nil && routes[0].Dst.String() != "::/0") {
+		t.Errorf("IPv6 routes of table %d: %+v, want the default via %s", HCTable, routes, HCDevice)
 	}
 }

@@ -76,6 +76,21 @@ type index struct {
 type hostEntry struct {
 	underlay netip.Addr
 	guest    map[string]guestInfo // by guest name
+	// guest6: the IPv6 addresses (address6) of the guests that have one,
+	// by guest name (nil: none): an IPv6 VIP's backends are checked there.
+	guest6 map[string][16]byte
+}
+
+// setGuest6 records (or forgets) guest name's IPv6 address.
+func (e *hostEntry) setGuest6(name string, a netip.Addr) {
+	if !a.Is6() || a.Is4In6() {
+		delete(e.guest6, name)
+		return
+	}
+	if e.guest6 == nil {
+		e.guest6 = map[string][16]byte{}
+	}
+	e.guest6[name] = a.As16()
 }
 
 type guestInfo struct {
@@ -154,6 +169,7 @@ func (x *index) put(kind, key string, o model.Object) change {
 		for _, g := range o.Guests {
 			if g.Address.Is4() {
 				e.guest[x.intern(g.Name)] = guestInfo{addr: g.Address.As4(), vsid: g.VSID}
+				e.setGuest6(x.intern(g.Name), g.Address6)
 			}
 		}
 		name := x.intern(o.Name)
@@ -349,6 +365,7 @@ func (x *index) putGuest(o *model.GuestCopy) change {
 		}
 	}
 	e.guest[x.name(b.guest)] = guestInfo{addr: o.Guest.Address.As4(), vsid: o.Guest.VSID}
+	e.setGuest6(x.name(b.guest), o.Guest.Address6)
 	x.boundEIP(b, &c)
 	return c
 }
@@ -434,6 +451,22 @@ func (x *index) lookup(host, guest string) (netip.Addr, guestInfo, bool) {
 		}
 	}
 	return netip.Addr{}, guestInfo{}, false
+}
+
+// guest6Of is the IPv6 address of guest on host, as lookup finds the
+// guest (the invalid Addr: none).
+func (x *index) guest6Of(host, guest string) netip.Addr {
+	for _, m := range []map[string]*hostEntry{x.copied, x.hosts} {
+		if h, ok := m[host]; ok {
+			if _, ok := h.guest[guest]; ok {
+				if a, ok := h.guest6[guest]; ok {
+					return netip.AddrFrom16(a)
+				}
+				return netip.Addr{}
+			}
+		}
+	}
+	return netip.Addr{}
 }
 
 // underlays calls f with the underlay address of every host the edge

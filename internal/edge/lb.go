@@ -197,7 +197,7 @@ func (r resolver) Place(host, guest string) (lbplan.Placement, error) {
 		}
 		return lbplan.Placement{}, lbplan.ErrNoHost
 	}
-	return lbplan.Placement{Underlay: u, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid}, nil
+	return lbplan.Placement{Underlay: u, Guest: netip.AddrFrom4(g.addr), VSID: g.vsid, Guest6: r.x.guest6Of(host, guest)}, nil
 }
 
 // planOf computes the index's plan at the compiled capacities (memo: the
@@ -269,7 +269,7 @@ func (s *lbState) sync(x *index) ([]string, error) {
 	for _, c := range p.Checks {
 		t := health.Target{Service: c.Service, Pool: c.Pool, Backend: c.Backend, Addr: c.Addr, Check: c.Check}
 		if c.Mode == model.ModeEncap {
-			t.Tunnel = &health.Tunnel{Host: c.Underlay, VSID: c.VSID} // through its host (hc.go)
+			t.Tunnel = &health.Tunnel{Host: c.Underlay, VSID: c.VSID, Guest6: c.Addr6.Addr()} // through its host (hc.go)
 		}
 		s.targets = append(s.targets, t)
 	}

@@ -24,6 +24,10 @@ type Tunnel struct {
 	VSID   uint32     // the guest's VSID
 	Mark   uint32     // the socket's SO_MARK (set by the edge)
 	Source netip.Addr // the edge's health-check address (set by the edge)
+	// Guest6: an IPv6 VIP's backend, the guest's IPv6 address, which an
+	// edge with an IPv6 health-check address checks (the edge then sets
+	// Source to that address and the target's Addr to this one).
+	Guest6 netip.Addr
 }
 
 func sameTunnel(a, b *Tunnel) bool {
@@ -39,9 +43,9 @@ func (t Target) dial(ctx context.Context, network, address string) (net.Conn, er
 	var d net.Dialer
 	if tu := t.Tunnel; tu != nil && tu.Source.IsValid() {
 		switch network {
-		case "tcp", "tcp4":
+		case "tcp", "tcp4", "tcp6":
 			d.LocalAddr = &net.TCPAddr{IP: tu.Source.AsSlice()}
-		case "udp", "udp4":
+		case "udp", "udp4", "udp6":
 			d.LocalAddr = &net.UDPAddr{IP: tu.Source.AsSlice()}
 		default:
 			return nil, fmt.Errorf("health check of %s through the tunnel: network %s not supported", t.id(), network)

@@ -91,3 +91,49 @@ func TestTunnelDial(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// An IPv6 probe through the tunnel (an IPv6 VIP's backend checked from
+// the edge's IPv6 health-check address) is bound and marked the same way.
+func TestTunnelDial6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: SO_MARK needs CAP_NET_ADMIN (run as root)")
+	}
+	const mark = 0xa2700043
+	src := netip.MustParseAddr("::1")
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer ln.Close()
+	pc, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	tg := Target{Service: "s", Pool: "p", Backend: "b", Tunnel: &Tunnel{Mark: mark, Source: src}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range []struct{ network, addr string }{{"tcp", ln.Addr().String()}, {"tcp6", ln.Addr().String()},
+		{"udp", pc.LocalAddr().String()}, {"udp6", pc.LocalAddr().String()}} {
+		conn, err := tg.dial(ctx, c.network, c.addr)
+		if err != nil {
+			t.Fatalf("%s: %v", c.network, err)
+		}
+		sc, err := conn.(interface {
+			SyscallConn() (syscall.RawConn, error)
+		}).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		var gerr error
+		sc.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK) })
+		if gerr != nil || uint32(got) != mark {
+			t.Errorf("%s: SO_MARK %#x (%v), want %#x", c.network, uint32(got), gerr, mark)
+		}
+		if la, _ := netip.ParseAddrPort(conn.LocalAddr().String()); la.Addr() != src {
+			t.Errorf("%s: bound to %v, want %v", c.network, la, src)
+		}
+		conn.Close()
+	}
+}

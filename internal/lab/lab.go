@@ -570,6 +570,7 @@ func (l *Lab) startEdge(n *Node) error {
 		// edge's own Internet-side IPv6 address, as the IPv4 ones do.
 		"--icmp-source6", EdgeExt6Of(n.Name).String(),
 		"--health-command", HealthCommand+"="+script, "--health-source", edgeHealth(edgeIndex(n.Name)).String(),
+		"--health-source6", edgeHealth6(edgeIndex(n.Name)).String(),
 		"--sync-listen", fmt.Sprintf(":%d", SyncPort), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", EdgeMetricsPort))
 	return l.start(n, "edge", append(args, l.bwRoleArgs(n)...)...)
 }

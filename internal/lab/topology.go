@@ -142,6 +142,11 @@ func SetPrefixes() []netip.Prefix {
 // checks of encap-mode backends leave from it through the tunnel.
 const EdgeHealth = "198.18.255.1"
 
+// EdgeHealth6 is edge-a1's IPv6 health-check address (edge
+// --health-source6): its checks of the backends of IPv6 encap VIPs leave
+// from it through the tunnel to the guests' IPv6 addresses.
+const EdgeHealth6 = "2001:db8:ffff::1"
+
 // The lab's edge sets.
 const (
 	// PrefixSet announces EIPPrefix from both POPs: one set spanning POP
@@ -266,6 +271,12 @@ func edgeUnderlay(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 0,
 func edgeExt(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 100, byte(2*k + 1)}) }
 func rtrSide(k int) netip.Addr      { return netip.AddrFrom4([4]byte{198, 18, 100, byte(2 * k)}) }
 func edgeHealth(k int) netip.Addr   { return netip.AddrFrom4([4]byte{198, 18, 255, byte(k + 1)}) }
+
+// edgeHealth6 is the k-th edge's IPv6 health-check address (edge
+// --health-source6): 2001:db8:ffff::k+1 (edge-a1's EdgeHealth6).
+func edgeHealth6(k int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff, 15: byte(k + 1)})
+}
 
 // IPv6 addresses of the k-th edge's Internet-side link: rtr ::1, the edge
 // ::2 in 2001:db8:100:k::/64.

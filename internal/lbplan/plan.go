@@ -133,7 +133,11 @@ type Check struct {
 	// Underlay and VSID: the guest's host and virtual subnet (encap).
 	Underlay netip.Addr
 	VSID     uint32
-	Check    model.HealthCheck
+	// Addr6: an IPv6 VIP's encap backend, its guest's IPv6 address on
+	// the same port (the edge checks it there from its IPv6 health-check
+	// address, else at Addr).
+	Addr6 netip.AddrPort
+	Check model.HealthCheck
 }
 
 // Plan is what an edge programs for the services.
@@ -173,6 +177,9 @@ type Placement struct {
 	Underlay netip.Addr // the host's underlay address
 	Guest    netip.Addr // the guest's private address
 	VSID     uint32
+	// Guest6 is the guest's IPv6 address (its address6), if it has one:
+	// an IPv6 VIP's health checks reach the backend there.
+	Guest6 netip.Addr
 }
 
 // Resolver places encap backends (host/guest names) on the underlay.
@@ -206,7 +213,7 @@ func (h Hosts) Place(host, guest string) (Placement, error) {
 	}
 	for _, g := range x.Guests {
 		if g.Name == guest && g.Address.Is4() {
-			return Placement{Underlay: x.Underlay, Guest: g.Address, VSID: g.VSID}, nil
+			return Placement{Underlay: x.Underlay, Guest: g.Address, VSID: g.VSID, Guest6: g.Address6}, nil
 		}
 	}
 	return Placement{}, ErrNoGuest
@@ -380,7 +387,7 @@ func Build(in Input) *Plan {
 			p.NAT = true
 		}
 		for _, pl := range pools {
-			ch, err := checks(svc, pl)
+			ch, err := checks(svc, pl, in.Hosts)
 			if err != nil {
 				p.Problems = append(p.Problems, Problem{Kind: ProblemCheck, Service: name, Pool: pl.Name, Detail: err.Error()})
 			}
@@ -515,8 +522,9 @@ func CheckProto(h *model.HealthCheck) uint8 {
 	return 0
 }
 
-// checks lists the health-check targets of a pool with a check.
-func checks(svc *model.Service, pl *Pool) ([]Check, error) {
+// checks lists the health-check targets of a pool with a check (hosts:
+// an IPv6 VIP's encap backends' IPv6 addresses).
+func checks(svc *model.Service, pl *Pool, hosts Resolver) ([]Check, error) {
 	pool, _ := svc.Pool(pl.Name)
 	if pool == nil || pool.Health == nil {
 		return nil, nil
@@ -538,6 +546,11 @@ func checks(svc *model.Service, pl *Pool) ([]Check, error) {
 				continue // unresolvable: reported by buildService
 			}
 			c.Addr, c.Underlay, c.VSID = netip.AddrPortFrom(t.Guest, port), t.Addr, t.VSID
+			if svc.VIP.Is6() && hosts != nil {
+				if pl, err := hosts.Place(b.Host, b.Guest); err == nil && pl.Guest6.Is6() {
+					c.Addr6 = netip.AddrPortFrom(pl.Guest6, port)
+				}
+			}
 		} else {
 			c.Addr = netip.AddrPortFrom(b.Address, port)
 		}

@@ -319,3 +319,34 @@ func BenchmarkBuildMemo(b *testing.B) {
 		Build(Input{Services: svcs, Seed: 7, Tables: memo})
 	}
 }
+
+// An IPv6 encap VIP's checks carry the backend guest's IPv6 address on
+// the check's port (Addr6) beside its IPv4 one; an IPv4 VIP's do not, nor
+// does a guest without an IPv6 address.
+func TestChecksAddr6(t *testing.T) {
+	hs := NewHosts([]model.Host{
+		{Name: "az1-h1", Underlay: a("198.18.11.1"), Guests: []model.Guest{
+			{Name: "g1", Address: a("198.19.11.1"), Address6: a("2001:db8:11::1"), VSID: 5001},
+			{Name: "g2", Address: a("198.19.11.3"), VSID: 5002}}},
+	})
+	pool := []model.Pool{{Name: "web", Health: &model.HealthCheck{Type: "tcp"},
+		Backends: []model.Backend{{Host: "az1-h1", Guest: "g1", Port: 8080}, {Host: "az1-h1", Guest: "g2"}}}}
+	svcs := map[string]*model.Service{
+		"web6": {Name: "web6", VIP: a("2001:db8:e2::80"), Mode: model.ModeEncap, Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: pool},
+		"web4": {Name: "web4", VIP: a("198.51.100.20"), Mode: model.ModeEncap, Listeners: []model.Listener{{Protocol: "tcp", Port: 80, Pool: "web"}}, Pools: pool},
+	}
+	p := Build(Input{Services: svcs, Hosts: hs, Seed: 7})
+	got := map[string]netip.AddrPort{}
+	for _, c := range p.Checks {
+		got[c.Service+" "+c.Backend] = c.Addr6
+	}
+	want := map[string]netip.AddrPort{
+		"web6 az1-h1/g1:8080": netip.MustParseAddrPort("[2001:db8:11::1]:8080"),
+		"web6 az1-h1/g2":      {},
+		"web4 az1-h1/g1:8080": {},
+		"web4 az1-h1/g2":      {},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("checks' Addr6 %v, want %v", got, want)
+	}
+}

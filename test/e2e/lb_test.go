@@ -274,6 +274,54 @@ func TestServices(t *testing.T) {
 		}
 		failBackend(t, ctx, l, c, "web6", "["+vipWeb6+"]:7000", conns, per, "az3-h2/g1", healthy-1)
 	})
+
+	// The IPv6 VIP's backends are checked at their IPv6 addresses (the
+	// lab's edges have --health-source6): a guest whose IPv6 service is
+	// down (its IPv6 port 7000 filtered in its own namespace) goes down in
+	// web6's echo pool while its IPv4 service keeps it up in web's.
+	t.Run("IPv6 VIP: a backend's IPv6 service is what its check sees", func(t *testing.T) {
+		l.StopServer("az3-h2-g1") // the subtest above's victim, back
+		if err := l.StartServer("az3-h2-g1"); err != nil {
+			t.Fatal(err)
+		}
+		// web's echo pool has a seventh backend (az1-h1/g2, added above).
+		web4 := waitHealthy(t, ctx, c, "web", "echo", len(allHosts)+1)
+		waitHealthy(t, ctx, c, "web6", "echo", len(allHosts))
+		const guest, table = "az1-h2-g1", "azghc6test"
+		nft := func(args ...string) {
+			t.Helper()
+			cmd := l.Exec(guest, append([]string{"nft"}, args...))
+			if cmd == nil {
+				t.Fatalf("no node %s", guest)
+			}
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nft %v in %s: %v: %s", args, guest, err, out)
+			}
+		}
+		nft("add", "table", "ip6", table)
+		nft("add", "chain", "ip6", table, "in", "{", "type", "filter", "hook", "input", "priority", "0", ";", "}")
+		nft("add", "rule", "ip6", table, "in", "tcp", "dport", "7000", "drop")
+		defer nft("delete", "table", "ip6", table)
+		waitHealthy(t, ctx, c, "web6", "echo", len(allHosts)-1)
+		// Its IPv4 check still passes, several intervals later: the
+		// IPv4 VIP's pool keeps all its backends.
+		for i := 0; i < 6; i++ {
+			time.Sleep(250 * time.Millisecond)
+			st, err := c.ServiceStatus(ctx, "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range st.Pools {
+				if p.Name == "echo" && len(p.Tables) > 0 && p.Tables[0].Healthy != web4 {
+					t.Fatalf("web/echo: %d healthy backends, want %d: the IPv4 check failed too", p.Tables[0].Healthy, web4)
+				}
+			}
+		}
+		nft("delete", "table", "ip6", table)
+		nft("add", "table", "ip6", table) // (for the deferred delete)
+		waitHealthy(t, ctx, c, "web6", "echo", len(allHosts))
+	})
 }
 
 // checkDispatch checks web's port dispatch at base (http://VIP): 60 new
