@@ -92,10 +92,10 @@ type Topology struct {
 	// Underlay is the underlay's family (UnderlayIPv4, UnderlayIPv6 or
 	// UnderlayMixed; lab up --underlay).
 	Underlay string
-	Nodes  []*Node
-	links  []link
-	addrs6 []addr6
-	routes []route // IPv4 and IPv6
+	Nodes    []*Node
+	links    []link
+	addrs6   []addr6
+	routes   []route // IPv4 and IPv6
 }
 
 // Fixed lab addresses.
