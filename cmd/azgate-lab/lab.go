@@ -64,7 +64,14 @@ controller, the bandwidth managers and the GSLB stay on the members. A proxy
 listens on TCP only, so each runs in a network namespace of its own on
 127.0.0.1:23790 and is reached through a unix socket in STATE_DIR/etcd
 (mode 0700: root only), like the members (docs/scale.md, "Watch fan-out
-through the proxy").`,
+through the proxy").
+
+With --underlay ipv6 every host's underlay is IPv6 (2001:db8:18:NN::2, no IPv4
+address there): the edges keep their IPv4 underlay address (BGP, the
+connection sync) and add an IPv6 one (their underlay6, 2001:db8:18:1KK::2),
+and every tunnel to a host runs over IPv6. With --underlay mixed only the
+hosts of even AZs are on IPv6. IPv6 underlay links have an MTU of 1,520, so
+the guests' packets fit the 20 bytes longer outer header.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				cfg.Out = cmd.OutOrStdout()
@@ -77,6 +84,7 @@ through the proxy").`,
 		}
 		etcdMembersFlag := func(c *cobra.Command) {
 			c.Flags().IntVar(&cfg.EtcdMembers, "etcd-members", 0, "run the store on this many etcd-server processes (3 for a cluster that survives one member's loss; 0: the controller's embedded etcd)")
+			c.Flags().StringVar(&cfg.Underlay, "underlay", lab.UnderlayIPv4, "the underlay's family: ipv4; ipv6 (every host's tunnels over IPv6, the edges dual-stack on the underlay); mixed (the hosts of even AZs on IPv6, the others on IPv4)")
 			c.Flags().IntVar(&cfg.EtcdProxies, "etcd-proxies", 0, "with --etcd-members: run this many etcd gRPC proxies (0-16) and point the edges and agents at them, round-robin")
 		}
 		etcdMembersFlag(up)

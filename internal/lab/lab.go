@@ -58,6 +58,9 @@ type Config struct {
 	// controller and the other roles stay on the members. At most
 	// etcdproc.MaxProxies.
 	EtcdProxies int
+	// Underlay is the underlay's family: UnderlayIPv4 (default),
+	// UnderlayIPv6 or UnderlayMixed (lab up --underlay; topology.go).
+	Underlay string
 	// ControllerArgs are added to the controller's command line (a
 	// test's short DDoS thresholds and cool-down, say).
 	ControllerArgs []string
@@ -78,6 +81,11 @@ const (
 func (c *Config) Validate() error {
 	if c.EtcdMembers < 0 {
 		return fmt.Errorf("--etcd-members %d: want 0 (the embedded etcd) or more", c.EtcdMembers)
+	}
+	if c.Underlay != "" {
+		if err := ValidUnderlay(c.Underlay); err != nil {
+			return err
+		}
 	}
 	if c.EtcdProxies < 0 || c.EtcdProxies > etcdproc.MaxProxies {
 		return fmt.Errorf("--etcd-proxies %d: want 0 to %d", c.EtcdProxies, etcdproc.MaxProxies)
@@ -111,6 +119,9 @@ func (c *Config) defaults() error {
 	}
 	if c.GuestsPerHost == 0 {
 		c.GuestsPerHost = 2
+	}
+	if c.Underlay == "" {
+		c.Underlay = UnderlayIPv4
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
@@ -166,7 +177,7 @@ func Up(ctx context.Context, cfg Config) (*Lab, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab needs root (network namespaces, XDP)")
 	}
-	l := &Lab{Cfg: cfg, Topo: Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)}
+	l := &Lab{Cfg: cfg, Topo: BuildUnderlay(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost, cfg.Underlay)}
 	l.API = "unix://" + l.apiSock()
 	if existing, _ := netns.List(cfg.Prefix); len(existing) > 0 {
 		return nil, fmt.Errorf("a lab with prefix %q is already up (%d namespaces): run `azgate-lab lab down` first", cfg.Prefix, len(existing))
@@ -305,9 +316,10 @@ func (l *Lab) buildNetwork() error {
 		// their links are made (they take the namespace's defaults); rtr,
 		// the edges and the hosts forward IPv6 as they forward IPv4 (a
 		// host's kernel forwards what its agent passes while a guest's
-		// neighbour is unresolved).
+		// neighbour is unresolved), and so does fab where the underlay
+		// is IPv6 (lab up --underlay).
 		if len(n.Addresses6) > 0 {
-			if err := nn.IPv6(n.Role == "router" || n.Role == "edge" || n.Role == "host"); err != nil {
+			if err := nn.IPv6(n.Role == "router" || n.Role == "edge" || n.Role == "host" || n.Role == "underlay"); err != nil {
 				return err
 			}
 		}
@@ -423,13 +435,21 @@ func (l *Lab) attachPass(nodes map[string]*netlab.Node) error {
 	return nil
 }
 
+// underlay is the lab's underlay family (Config.Underlay, IPv4 if unset).
+func (l *Lab) underlay() string {
+	if l.Cfg.Underlay == "" {
+		return UnderlayIPv4
+	}
+	return l.Cfg.Underlay
+}
+
 // Region is the declarative description of the lab region.
 func (l *Lab) Region() *model.Document {
 	d := &model.Document{}
 	for az := 1; az <= l.Cfg.AZs; az++ {
 		d.AZs = append(d.AZs, model.AZ{Name: fmt.Sprintf("az%d", az), Region: "lab"})
 		for i := 1; i <= l.Cfg.HostsPerAZ; i++ {
-			h := model.Host{Name: HostName(az, i), AZ: fmt.Sprintf("az%d", az), Underlay: HostUnderlay(az, i)}
+			h := model.Host{Name: HostName(az, i), AZ: fmt.Sprintf("az%d", az), Underlay: HostUnderlayIn(l.underlay(), az, i)}
 			for g := 1; g <= l.Cfg.GuestsPerHost; g++ {
 				h.Guests = append(h.Guests, model.Guest{Name: fmt.Sprintf("g%d", g), Address: GuestAddr(az, i, g),
 					Address6: GuestAddr6(az, i, g), VSID: GuestVSID(az, i, g)})
@@ -438,6 +458,14 @@ func (l *Lab) Region() *model.Document {
 		}
 	}
 	d.EdgeSets = EdgeSets()
+	if l.underlay() != UnderlayIPv4 {
+		for i := range d.EdgeSets {
+			for j := range d.EdgeSets[i].Edges {
+				e := &d.EdgeSets[i].Edges[j]
+				e.Underlay6 = EdgeUnderlay6Of(e.Name)
+			}
+		}
+	}
 	for i := 7; i <= 9; i++ {
 		d.EIPs = append(d.EIPs, model.EIP{Address: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})})
 	}
@@ -690,11 +718,12 @@ func Open(cfg Config) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no lab is up (reading %s: %w); run `azgate-lab lab up`", l.stateFile(), err)
 	}
-	l.Topo = Build(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost)
 	var nodes []*Node
 	if err := json.Unmarshal(b, &nodes); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.stateFile(), err)
 	}
+	l.Cfg.Underlay = savedUnderlay(nodes)
+	l.Topo = BuildUnderlay(cfg.Prefix, cfg.AZs, cfg.HostsPerAZ, cfg.GuestsPerHost, l.Cfg.Underlay)
 	for _, n := range nodes {
 		if t := l.Topo.Node(n.Name); t != nil {
 			t.Process = n.Process
@@ -702,6 +731,28 @@ func Open(cfg Config) (*Lab, error) {
 	}
 	l.loadBW()
 	return l, nil
+}
+
+// savedUnderlay is the underlay family of a lab from its saved nodes: the
+// hosts with an IPv6 underlay address have one on ul0.
+func savedUnderlay(nodes []*Node) string {
+	hosts, v6 := 0, 0
+	for _, n := range nodes {
+		if n.Role != "host" {
+			continue
+		}
+		hosts++
+		if n.Addresses6["ul0"] != "" {
+			v6++
+		}
+	}
+	switch {
+	case v6 == 0:
+		return UnderlayIPv4
+	case v6 == hosts:
+		return UnderlayIPv6
+	}
+	return UnderlayMixed
 }
 
 // Down removes every namespace, link, pinned program and process of the

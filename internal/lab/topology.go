@@ -89,10 +89,13 @@ type addr6 struct {
 // Topology is the lab's namespaces, links and routes.
 type Topology struct {
 	Prefix string
-	Nodes  []*Node
-	links  []link
-	addrs6 []addr6
-	routes []route // IPv4 and IPv6
+	// Underlay is the underlay's family (UnderlayIPv4, UnderlayIPv6 or
+	// UnderlayMixed; lab up --underlay).
+	Underlay string
+	Nodes    []*Node
+	links    []link
+	addrs6   []addr6
+	routes   []route // IPv4 and IPv6
 }
 
 // Fixed lab addresses.
@@ -303,6 +306,69 @@ func EdgeExtOf(name string) netip.Addr { return edgeExt(edgeIndex(name)) }
 // BGP peer.
 func RouterSideOf(name string) netip.Addr { return rtrSide(edgeIndex(name)) }
 
+// The lab's underlay families (lab up --underlay): IPv4 (the default),
+// IPv6 (every host's underlay is IPv6; the edges keep their IPv4 underlay
+// address for BGP and the control plane and add an IPv6 one, their
+// underlay6), or mixed (the hosts of even AZs on IPv6, the others on
+// IPv4: an EIP moving from az1 to az2 changes its tunnel's outer family).
+const (
+	UnderlayIPv4  = "ipv4"
+	UnderlayIPv6  = "ipv6"
+	UnderlayMixed = "mixed"
+)
+
+// Underlay6MTU is the MTU of an IPv6 underlay link: 20 bytes more than
+// the IPv4 underlay's 1500, the IPv6 outer header's extra length, so a
+// guest's GuestMTU packets fit the tunnel over either family.
+const Underlay6MTU = 1500 + 20
+
+// ValidUnderlay checks a --underlay value.
+func ValidUnderlay(u string) error {
+	switch u {
+	case UnderlayIPv4, UnderlayIPv6, UnderlayMixed:
+		return nil
+	}
+	return fmt.Errorf("--underlay %q: want %s, %s or %s", u, UnderlayIPv4, UnderlayIPv6, UnderlayMixed)
+}
+
+// HostOnIPv6 says whether the i-th host of an AZ has an IPv6 underlay in
+// a lab of underlay u.
+func HostOnIPv6(u string, az, i int) bool {
+	return u == UnderlayIPv6 || (u == UnderlayMixed && az%2 == 0)
+}
+
+// HostUnderlay6 is a host's IPv6 underlay address, 2001:db8:18:NN::2 in
+// its link's /64 to fab (::1), NN the host's net in decimal digits (az1-h1:
+// 2001:db8:18:11::2).
+func HostUnderlay6(az, i int) netip.Addr { return underlay6(0, hostNet(az, i), 2) }
+
+func hostFab6(az, i int) netip.Addr { return underlay6(0, hostNet(az, i), 1) }
+
+// edgeUnderlay6 is the k-th edge's IPv6 underlay address,
+// 2001:db8:18:1KK::2 in its link's /64 to fab (::1).
+func edgeUnderlay6(k int) netip.Addr { return underlay6(1, k, 2) }
+
+func edgeFab6(k int) netip.Addr { return underlay6(1, k, 1) }
+
+func underlay6(hi, n, host int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0x18, byte(hi), byte(n/10<<4 | n%10), 15: byte(host)})
+}
+
+// Underlay6Net holds the lab's IPv6 underlay addresses.
+const Underlay6Net = "2001:db8:18::/48"
+
+// EdgeUnderlay6Of is an edge's IPv6 underlay address (its underlay6 in a
+// lab whose underlay is not IPv4).
+func EdgeUnderlay6Of(name string) netip.Addr { return edgeUnderlay6(edgeIndex(name)) }
+
+// HostUnderlayIn is a host's underlay address in a lab of underlay u.
+func HostUnderlayIn(u string, az, i int) netip.Addr {
+	if HostOnIPv6(u, az, i) {
+		return HostUnderlay6(az, i)
+	}
+	return HostUnderlay(az, i)
+}
+
 // HostName names the i-th host (1-based) of an AZ.
 func HostName(az, i int) string { return fmt.Sprintf("az%d-h%d", az, i) }
 
@@ -357,7 +423,14 @@ func GuestVSID(az, i, g int) uint32 { return uint32(5000 + 100*az + 10*i + g) }
 // Build returns the topology for azs AZs of hostsPerAZ hosts with
 // guestsPerHost guests each.
 func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
-	t := &Topology{Prefix: prefix}
+	return BuildUnderlay(prefix, azs, hostsPerAZ, guestsPerHost, UnderlayIPv4)
+}
+
+// BuildUnderlay is Build with an underlay family (UnderlayIPv4, UnderlayIPv6
+// or UnderlayMixed).
+func BuildUnderlay(prefix string, azs, hostsPerAZ, guestsPerHost int, underlay string) *Topology {
+	t := &Topology{Prefix: prefix, Underlay: underlay}
+	v6 := underlay != UnderlayIPv4
 	add := func(name, role, az, host string) {
 		t.Nodes = append(t.Nodes, &Node{Name: name, Netns: prefix + name, Role: role, AZ: az, Host: host, Addresses: map[string]string{}})
 	}
@@ -392,6 +465,14 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 			route{e.Name, "::/0", rtrSide6(k).String(), "ext0"},
 			route{e.Name, "198.18.0.0/15", edgeUnderlay(k).Prev().String(), "ul0"},
 		)
+		if v6 {
+			// The edges are dual-stack on the underlay: IPv4 for BGP, the
+			// connection sync and the IPv4 hosts, IPv6 for the IPv6 hosts.
+			t.addr6(e.Name, "ul0", edgeUnderlay6(k).String()+"/64")
+			t.addr6("fab", e.Name, edgeFab6(k).String()+"/64")
+			t.routes = append(t.routes, route{e.Name, Underlay6Net, edgeFab6(k).String(), "ul0"})
+			t.links[len(t.links)-1].mtu = Underlay6MTU
+		}
 	}
 	// The DMZ: a shared segment (a bridge in dmzsw) with the router, the
 	// prefix set's members (dmz0) and plain servers for nat-mode
@@ -436,10 +517,19 @@ func Build(prefix string, azs, hostsPerAZ, guestsPerHost int) *Topology {
 			h := HostName(az, i)
 			n := hostNet(az, i)
 			add(h, "host", fmt.Sprintf("az%d", az), "")
-			t.link("fab", h, fmt.Sprintf("198.18.%d.0/31", n), h, "ul0", fmt.Sprintf("198.18.%d.1/31", n), 1500)
 			// No route to the guests on the underlay: they are reached
 			// through the tunnels only (health checks too).
-			t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"})
+			if HostOnIPv6(underlay, az, i) {
+				// An IPv6-underlay host has no IPv4 address there: nothing
+				// of its tunnels can fall back to IPv4.
+				t.link("fab", h, "", h, "ul0", "", Underlay6MTU)
+				t.addr6("fab", h, hostFab6(az, i).String()+"/64")
+				t.addr6(h, "ul0", HostUnderlay6(az, i).String()+"/64")
+				t.routes = append(t.routes, route{h, "::/0", hostFab6(az, i).String(), "ul0"})
+			} else {
+				t.link("fab", h, fmt.Sprintf("198.18.%d.0/31", n), h, "ul0", fmt.Sprintf("198.18.%d.1/31", n), 1500)
+				t.routes = append(t.routes, route{h, "default", fmt.Sprintf("198.18.%d.0", n), "ul0"})
+			}
 			for g := 1; g <= guestsPerHost; g++ {
 				gn := fmt.Sprintf("%s-g%d", h, g)
 				add(gn, "guest", fmt.Sprintf("az%d", az), h)

@@ -112,3 +112,75 @@ func TestEIPLines(t *testing.T) {
 		t.Fatalf("limited: %q", got)
 	}
 }
+
+// lab up --underlay mixed: az2's hosts are on the IPv6 underlay only (no
+// IPv4 address on ul0, an IPv6 default route via fab, a 1,520-byte link),
+// the others on IPv4 only, and every edge is dual-stack on the underlay;
+// savedUnderlay gives the family back from the saved nodes.
+func TestTopologyUnderlay6(t *testing.T) {
+	if err := ValidUnderlay("ipv5"); err == nil || !strings.Contains(err.Error(), "--underlay \"ipv5\"") {
+		t.Fatalf("ValidUnderlay(ipv5) = %v", err)
+	}
+	topo := BuildUnderlay("x-", 3, 2, 2, UnderlayMixed)
+	net6 := netip.MustParsePrefix(Underlay6Net)
+	seen := map[netip.Addr]string{}
+	mtu := map[string]int{}
+	for _, lk := range topo.links {
+		if lk.a == "fab" {
+			mtu[lk.b] = lk.mtu
+		}
+		if lk.b == "fab" {
+			mtu[lk.a] = lk.mtu
+		}
+	}
+	for _, n := range append(topo.NodesByRole("host"), topo.NodesByRole("edge")...) {
+		want6 := n.Role == "edge" || n.AZ == "az2"
+		p6, err := netip.ParsePrefix(n.Addresses6["ul0"])
+		if want6 != (err == nil) {
+			t.Fatalf("%s: ul0 IPv6 %q, want one: %v", n.Name, n.Addresses6["ul0"], want6)
+		}
+		if want6 {
+			if !net6.Contains(p6.Addr()) || seen[p6.Addr()] != "" {
+				t.Fatalf("%s: ul0 %v (outside %s or also %s's)", n.Name, p6, net6, seen[p6.Addr()])
+			}
+			seen[p6.Addr()] = n.Name
+			if mtu[n.Name] != Underlay6MTU {
+				t.Fatalf("%s: underlay MTU %d, want %d", n.Name, mtu[n.Name], Underlay6MTU)
+			}
+		}
+		if has4 := n.Addresses["ul0"] != ""; has4 != (n.Role == "edge" || n.AZ != "az2") {
+			t.Fatalf("%s: ul0 IPv4 %q", n.Name, n.Addresses["ul0"])
+		}
+	}
+	if HostUnderlayIn(UnderlayMixed, 2, 1) != HostUnderlay6(2, 1) || HostUnderlayIn(UnderlayMixed, 1, 1) != HostUnderlay(1, 1) ||
+		HostUnderlay6(2, 1).String() != "2001:db8:18:21::2" || EdgeUnderlay6Of(Edges[0].Name).String() != "2001:db8:18:100::2" {
+		t.Fatalf("addresses: %v %v %v", HostUnderlayIn(UnderlayMixed, 2, 1), HostUnderlay6(2, 1), EdgeUnderlay6Of(Edges[0].Name))
+	}
+	for u, want := range map[string]string{UnderlayIPv4: UnderlayIPv4, UnderlayIPv6: UnderlayIPv6, UnderlayMixed: UnderlayMixed} {
+		if got := savedUnderlay(BuildUnderlay("x-", 3, 2, 2, u).Nodes); got != want {
+			t.Fatalf("savedUnderlay of a %s lab: %s", u, got)
+		}
+	}
+	// The region the controller takes: az2's hosts name their IPv6
+	// underlay, every edge its underlay6.
+	l := &Lab{Cfg: Config{AZs: 3, HostsPerAZ: 2, GuestsPerHost: 2, Underlay: UnderlayMixed}, Topo: topo}
+	d := l.Region()
+	for _, h := range d.Hosts {
+		if h.Underlay.Is6() != (h.AZ == "az2") {
+			t.Fatalf("host %s underlay %v", h.Name, h.Underlay)
+		}
+	}
+	for _, s := range d.EdgeSets {
+		for _, e := range s.Edges {
+			if e.Underlay6 != EdgeUnderlay6Of(e.Name) {
+				t.Fatalf("edge %s underlay6 %v", e.Name, e.Underlay6)
+			}
+		}
+	}
+	st := model.NewState()
+	for _, o := range d.Objects() {
+		if _, err := st.Put(o); err != nil {
+			t.Fatalf("the mixed lab's region is refused: %T %s: %v", o, o.Key(), err)
+		}
+	}
+}

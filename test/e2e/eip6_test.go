@@ -87,41 +87,7 @@ func TestEIP6Drift(t *testing.T) {
 
 	// drift moves e from az1-h1/g1 to az3-h1/g1 under the stream and
 	// checks what TestEIPLifecycle checks of an IPv4 drift.
-	drift := func(t *testing.T, e string) lab.DriftReport {
-		before := l.SnapshotDrops()
-		rep, err := l.Drift(ctx, e, "az3-h1", "g1", 2*time.Second, 3*time.Second, 2*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("drift %s az1-h1/g1 -> az3-h1/g1: %d requests, %d failed (%.2f per 1,000; started within %v, the last %v after the bind returned), bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
-			e, rep.Requests, rep.Failed, 1000*float64(rep.Failed)/float64(max(rep.Requests, 1)), rep.FailureWindow, rep.LastFailStart, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
-		for _, x := range rep.Errors {
-			t.Logf("  %s", x)
-		}
-		// Where the failed requests' packets went.
-		for _, d := range lab.DropsBetween(before, l.SnapshotDrops()) {
-			t.Logf("  drop %s", d)
-		}
-		if rep.NewAnswers == 0 {
-			t.Fatal("no request reached the new guest")
-		}
-		if rep.Requests < 1000 {
-			t.Fatalf("only %d requests in 5s: the stream itself is broken", rep.Requests)
-		}
-		if rep.FirstNew > time.Second {
-			t.Errorf("traffic followed the EIP only after %v", rep.FirstNew)
-		}
-		if rep.LastOld > time.Second {
-			t.Errorf("the old guest still answered a request started %v after the move", rep.LastOld)
-		}
-		// Issue 21's bound, as TestEIPLifecycle's for IPv4: at most 1
-		// in 1,000 requests fails (the drift is make-before-break:
-		// docs/eip.md), and none started once the move has propagated.
-		if rep.Failed*1000 > rep.Requests || rep.LastFailStart > 300*time.Millisecond {
-			t.Errorf("%d of %d requests failed (more than 1 in 1,000), the last started %v after the move", rep.Failed, rep.Requests, rep.LastFailStart)
-		}
-		return rep
-	}
+	drift := func(t *testing.T, e string) { checkDrift(t, ctx, l, e, "az1-h1/g1", "az3-h1", "g1") }
 
 	// A packet reaching the edge with hop limit 1 (2 from inet, 1 past
 	// rtr) gets an ICMPv6 time exceeded from the edge's own address
@@ -172,6 +138,47 @@ func TestEIP6Drift(t *testing.T) {
 			t.Fatalf("unbound IPv6 EIP answered %q", body)
 		}
 	})
+}
+
+// checkDrift moves e from its guest (from, for the log) to toHost/toGuest
+// under a stream of requests (a new TCP connection every 2 ms) and checks
+// what TestEIPLifecycle checks of an IPv4 drift, with issue 21's bound: at
+// most 1 in 1,000 requests fails.
+func checkDrift(t *testing.T, ctx context.Context, l *lab.Lab, e, from, toHost, toGuest string) lab.DriftReport {
+	t.Helper()
+	before := l.SnapshotDrops()
+	rep, err := l.Drift(ctx, e, toHost, toGuest, 2*time.Second, 3*time.Second, 2*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("drift %s %s -> %s/%s: %d requests, %d failed (%.2f per 1,000; started within %v, the last %v after the bind returned), bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
+		e, from, toHost, toGuest, rep.Requests, rep.Failed, 1000*float64(rep.Failed)/float64(max(rep.Requests, 1)), rep.FailureWindow, rep.LastFailStart, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
+	for _, x := range rep.Errors {
+		t.Logf("  %s", x)
+	}
+	// Where the failed requests' packets went.
+	for _, d := range lab.DropsBetween(before, l.SnapshotDrops()) {
+		t.Logf("  drop %s", d)
+	}
+	if rep.NewAnswers == 0 {
+		t.Fatal("no request reached the new guest")
+	}
+	if rep.Requests < 1000 {
+		t.Fatalf("only %d requests in 5s: the stream itself is broken", rep.Requests)
+	}
+	if rep.FirstNew > time.Second {
+		t.Errorf("traffic followed the EIP only after %v", rep.FirstNew)
+	}
+	if rep.LastOld > time.Second {
+		t.Errorf("the old guest still answered a request started %v after the move", rep.LastOld)
+	}
+	// Issue 21's bound, as TestEIPLifecycle's for IPv4: at most 1 in
+	// 1,000 requests fails (the drift is make-before-break: docs/eip.md),
+	// and none started once the move has propagated.
+	if rep.Failed*1000 > rep.Requests || rep.LastFailStart > 300*time.Millisecond {
+		t.Errorf("%d of %d requests failed (more than 1 in 1,000), the last started %v after the move", rep.Failed, rep.Requests, rep.LastFailStart)
+	}
+	return rep
 }
 
 // managedNeigh tells whether the namespace holds a managed
