@@ -44,6 +44,8 @@
 #define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6);
 				* on the agent: agent_guest6's (FRAME_GUEST6) */
 #define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
+#define FRAME_F_UL6 0x8 /* agent, underlay side: NVGRE over IPv6 to the agent's IPv6 underlay
+			* address is AZG_AGENT_UL6_IN's (FRAME_NVGRE6_IN, p its outer headers) */
 
 #ifdef AZG_PROG_AGENT
 /* agent.c: a guest's valid IPv6 packet (xdp_agent_guest, whose flags
@@ -102,6 +104,16 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 #ifdef AZG_PROG_AGENT
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		return FRAME_GUEST6;
+#ifdef AZG_AGENT_UL6_IN
+	/* NVGRE over IPv6 from an edge (agent.c agent_ul6_in): an XDP
+	 * action, FRAME_NVGRE6_IN, or a negative number for a packet not to
+	 * the agent's IPv6 underlay address (the kernel's). */
+	if (!rc && (flags & FRAME_F_UL6) && p6.p.proto == IPPROTO_GRE_) {
+		int act = AZG_AGENT_UL6_IN(ctx, &p6, len);
+		if (act >= 0)
+			return act;
+	}
+#endif
 #endif
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		rc = STAT_DROP_LOCAL;
@@ -179,6 +191,13 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 				return XDP_TX;
 			return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 		}
+#ifdef AZG_UL6_OUTER
+		/* NVGRE over IPv6 from an edge: p holds its outer headers as
+		 * an IPv4 outer header's would be, the edge's name (UL6_HOST)
+		 * as the source; the caller's to take (agent_from_edge). */
+		if ((flags & FRAME_F_UL6) && rc == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
+			return FRAME_NVGRE6_IN;
+#endif
 		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 #else
 		return ipv6_frame(ctx, flags) == XDP_PASS ? XDP_PASS : XDP_DROP;

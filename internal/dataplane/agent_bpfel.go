@@ -24,6 +24,7 @@ type agentAgentConfig struct {
 	NhGen     uint32
 	GwMac     [6]uint8
 	Pad       uint16
+	Underlay6 agentIpAddr
 }
 
 type agentAgentEip struct {
@@ -143,6 +144,18 @@ type agentAgentRoom6 struct {
 	Quoted   uint8
 	Qoff     uint32
 	Hash     uint32
+	Ulo      struct {
+		_     structs.HostLayout
+		L3Off uint32
+		L4Off uint32
+		IpLen uint16
+		Frag  uint16
+		Host  uint32
+		Daddr uint32
+	}
+	Ul6key agentIpAddr
+	Ul6mac [6]uint8
+	_      [6]byte
 }
 
 type agentAzgStat uint32
@@ -414,6 +427,7 @@ const (
 	agentMapNhCache           = "nh_cache"
 	agentMapNhCache6          = "nh_cache6"
 	agentMapStats             = "stats"
+	agentMapUl6Hosts          = "ul6_hosts"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
 	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
 	agentVarBwClockBase       = "bw_clock_base"
@@ -497,6 +511,7 @@ type agentMapSpecs struct {
 	NhCache       *ebpf.MapSpec `ebpf:"nh_cache"`
 	NhCache6      *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	Ul6Hosts      *ebpf.MapSpec `ebpf:"ul6_hosts"`
 }
 
 // agentVariableSpecs contains global variables before they are loaded into the kernel.
@@ -554,6 +569,7 @@ type agentMaps struct {
 	NhCache       *ebpf.Map `ebpf:"nh_cache"`
 	NhCache6      *ebpf.Map `ebpf:"nh_cache6"`
 	Stats         *ebpf.Map `ebpf:"stats"`
+	Ul6Hosts      *ebpf.Map `ebpf:"ul6_hosts"`
 }
 
 func (m *agentMaps) Close() error {
@@ -582,6 +598,7 @@ func (m *agentMaps) Close() error {
 		m.NhCache,
 		m.NhCache6,
 		m.Stats,
+		m.Ul6Hosts,
 	)
 }
 

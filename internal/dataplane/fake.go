@@ -249,8 +249,8 @@ type FakeAgent struct {
 
 // SetGroup writes a group slot, its generation as the data plane's.
 func (f *FakeAgent) SetGroup(idx uint16, g AgentGroup) error {
-	if len(g.Members) > MaxGroupMembers {
-		return fmt.Errorf("edge group %d: %d members, at most %d", idx, len(g.Members), MaxGroupMembers)
+	if err := checkAgentGroup(idx, g); err != nil {
+		return err
 	}
 	f.mu.Lock()
 	if f.GroupMap == nil {
@@ -302,6 +302,9 @@ func NewFakeAgent() *FakeAgent {
 }
 
 func (f *FakeAgent) SetConfig(c AgentConfig) error {
+	if err := checkAgentConfig(c); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Config = c

@@ -64,10 +64,16 @@ func newUl6Bed(t *testing.T) *vip6Bed {
 // key, then inner (an Ethernet frame). Written byte by byte, not through
 // a library: the reference for the program's header.
 func nvgreOver6(srcMAC, dstMAC, src, dst string, key uint32, tc uint8, inner []byte) []byte {
+	return nvgreOver6L(srcMAC, dstMAC, src, dst, key, tc, key&0xfffff, inner)
+}
+
+// nvgreOver6L is nvgreOver6 with the flow label label (the agent's: the
+// flow hash's low 20 bits).
+func nvgreOver6L(srcMAC, dstMAC, src, dst string, key uint32, tc uint8, label uint32, inner []byte) []byte {
 	b := append([]byte(nil), mac(dstMAC)...)
 	b = append(b, mac(srcMAC)...)
 	b = append(b, 0x86, 0xdd)
-	label := key & 0xfffff
+	label &= 0xfffff
 	b = append(b, 0x60|tc>>4, tc<<4|byte(label>>16), byte(label>>8), byte(label))
 	b = binary.BigEndian.AppendUint16(b, uint16(8+len(inner)))
 	b = append(b, 47, 64)
