@@ -1391,7 +1391,9 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	if (rc == FIB_RET_UL6)
 		rc = agent_fib6(ctx, &fib, to, p.ip_len + NVGRE_OVERHEAD, hash);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		if (!p.df)
+		/* (No ICMP source: a host of the IPv6 underlay has no IPv4
+		 * address to send one from.) */
+		if (!p.df || !cfg->icmp_src.a[0])
 			return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
 		rc = icmp4_error(ctx, &p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu),

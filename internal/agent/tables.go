@@ -112,7 +112,14 @@ func planTables(in planInput) tablePlan {
 		local = map[netip.Prefix][]dataplane.LocalRule{}
 	}
 	p.local = local
-	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: w.Underlay, HashSeed: in.cfg.HashSeed,
+	// The source of ICMP errors to IPv4 guests: the IPv4 underlay
+	// address; a host of the IPv6 underlay has none (its IPv4 guests'
+	// packets too big for the tunnel are dropped, drop_too_big).
+	icmpSrc := w.Underlay
+	if !icmpSrc.Is4() {
+		icmpSrc = netip.Addr{}
+	}
+	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: icmpSrc, HashSeed: in.cfg.HashSeed,
 		Edges: w.Edges, ICMPRate: in.cfg.ICMPRate, ICMPBurst: in.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}
 	if in.head {
 		return p

@@ -224,6 +224,17 @@ func TestAgentUl6Encap(t *testing.T) {
 			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
 	})
 
+	// With no ICMP source (a host of the IPv6 underlay has no IPv4
+	// address): dropped, no error sent.
+	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), HashSeed: testSeed,
+		Edges: []netip.Addr{addr(edge6A), addr(edge6B), addr(edge6Small)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}); err != nil {
+		t.Fatal(err)
+	}
+	runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
+		{name: "too big with no ICMP source", dev: dptest.GuestDev, in: fromGuest(big),
+			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
+	})
+
 	// An edge gone from every set: its name collected, NVGRE from it
 	// refused, the group's member with no address left drop_fib.
 	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,

@@ -14,7 +14,7 @@ import (
 var compiledMax = map[string]int{
 	"xdp_edge":           16069,
 	"xdp_agent_underlay": 4138,
-	"xdp_agent_guest":    5801,
+	"xdp_agent_guest":    5802,
 }
 
 // TestCompiledProgramSize holds the committed objects' programs to

@@ -160,6 +160,7 @@ type Reconciler struct {
 	routes     int // routes programmed
 	rev        int64
 	underlay   netip.Addr
+	underlay6  netip.Addr                      // the edge's IPv6 underlay address (EdgeConfig.Underlay6)
 	prefixes   []netip.Prefix                  // the edge set's prefixes
 	spoofOwn   []netip.Prefix                  // the anti-spoofing prefixes as programmed (spoofSet: valid)
 	spoofUL    []netip.Prefix                  // (underlay class)
@@ -501,7 +502,7 @@ func (r *Reconciler) applyConfig() error {
 		return fmt.Errorf("edge %q is not a member of any edge set: add it to one (azgate set create ... --edge name=%s,underlay=ADDR)", r.cfg.Name, r.cfg.Name)
 	}
 	r.prefixes = append(r.prefixes[:0], set.Prefixes...)
-	if me.Underlay == r.underlay {
+	if me.Underlay == r.underlay && me.Underlay6 == r.underlay6 {
 		return nil
 	}
 	var ul uint32
@@ -512,7 +513,7 @@ func (r *Reconciler) applyConfig() error {
 		}
 	}
 	err := r.maps.SetConfig(dataplane.EdgeConfig{
-		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, ICMPSource6: r.cfg.ICMPSource6, HashSeed: r.cfg.HashSeed,
+		Underlay: me.Underlay, Underlay6: me.Underlay6, ICMPSource: r.cfg.ICMPSource, ICMPSource6: r.cfg.ICMPSource6, HashSeed: r.cfg.HashSeed,
 		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPBudgets: r.cfg.ICMPBudgets,
 		ICMPTimeExceeded: r.cfg.ICMPTimeExceeded, GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
 	})
@@ -524,15 +525,15 @@ func (r *Reconciler) applyConfig() error {
 			return err
 		}
 	}
-	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource,
+	r.log.Info("edge configured", "underlay", me.Underlay, "underlay6", me.Underlay6, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource,
 		"icmp_source6", r.cfg.ICMPSource6)
-	r.underlay = me.Underlay
+	r.underlay, r.underlay6 = me.Underlay, me.Underlay6
 	return nil
 }
 
 // cur is a programmed route, compactly.
 type cur struct {
-	host [4]byte
+	host [4]byte // an IPv4 host (zero for one of the IPv6 underlay: sync's hosts6)
 	vsid uint32
 	slot uint32
 }
@@ -550,18 +551,29 @@ func (r *Reconciler) sync() error {
 	// The programmed routes with a previous binding (few), which cur
 	// leaves out.
 	drifting := map[netip.Addr]dataplane.Route{}
+	// The routes whose host is of the IPv6 underlay (few), its address:
+	// cur's host is zero for them.
+	hosts6 := map[netip.Addr]netip.Addr{}
 	r.slots.reset()
 	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
 		if rt.Drifts() {
 			drifting[a] = rt
 		}
+		var host [4]byte
 		switch {
-		case !rt.Host.Is4():
+		case rt.Host.Is4():
+			host = rt.Host.As4()
+		case rt.Host.Is6():
+			hosts6[a] = rt.Host
+		default:
+			return true
+		}
+		switch {
 		case a.Is4():
-			have[a.As4()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			have[a.As4()] = cur{host: host, vsid: rt.VSID, slot: rt.StatsIdx}
 			r.slots.use(rt.StatsIdx)
 		case a.Is6():
-			have6[a.As16()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			have6[a.As16()] = cur{host: host, vsid: rt.VSID, slot: rt.StatsIdx}
 			r.slots.use(rt.StatsIdx)
 		}
 		return true
@@ -579,7 +591,14 @@ func (r *Reconciler) sync() error {
 		if len(r.idx.prev) > 0 {
 			*w = r.withDrift(a, *w, now)
 		}
-		if !had || c.host != w.Host.As4() || c.vsid != w.VSID {
+		if !had || c.vsid != w.VSID {
+			return false
+		}
+		if h6, ok := hosts6[a]; ok || !w.Host.Is4() {
+			if h6 != w.Host {
+				return false
+			}
+		} else if c.host != w.Host.As4() {
 			return false
 		}
 		d := drifting[a]
