@@ -255,3 +255,34 @@ func TestAgentUl6Encap(t *testing.T) {
 			action: xdpDrop, stats: map[string]uint64{"drop_spoof": 1}},
 	})
 }
+
+// TestAgentUl6HealthAnswer: an edge's health check over the IPv6
+// underlay reaches the checked guest untranslated, and the guest's answer
+// goes back to that edge (its name, pinned in the flow) over IPv6, byte
+// for byte.
+func TestAgentUl6HealthAnswer(t *testing.T) {
+	env, a := newAgentUl6Bed(t)
+	if err := a.PutEIP(AgentEIP{EIP: addr(eip), Private: addr(hcGuest), VSID: vsid, StatsIdx: agentIdx,
+		Ifindex: uint32(mustIfindex(t, env, dptest.GuestDev)), Service: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetHealthGuests([]HealthGuest{{Guest: addr(hcGuest), VSID: vsid, Proto: ProtoTCP, Port: 80}}); err != nil {
+		t.Fatal(err)
+	}
+	probe := flow{src: hcAddr, dst: hcGuest, proto: layers.IPProtocolTCP, sport: 40123, dport: 80, syn: true}
+	synack := flow{src: hcGuest, dst: hcAddr, proto: layers.IPProtocolTCP, sport: 80, dport: 40123}
+	g := addr(hcGuest).As4()
+	innerDst := "02:00:" + hex2(g[0]) + ":" + hex2(g[1]) + ":" + hex2(g[2]) + ":" + hex2(g[3])
+	h := flowhash.Hash4(flowhash.Tuple{Src: addr(hcGuest), Dst: addr(hcAddr), Proto: 6, SrcPort: 80, DstPort: 40123}, testSeed)
+	// The edge the hash would not pick: the answer follows the probe.
+	from := []string{edge6B, edge6A}[h%2]
+	runFixtures(t, env, agentProg{a: a}, a, []fixture{
+		{name: "a probe over IPv6 is delivered as it is", dev: dptest.UlDev, in: fromEdge6(from, vsid<<8|7, ethFrame(t, gwMAC, innerDst, probe.ip(t))),
+			action: xdpRedirect, out: ethFrame(t, dptest.GuestMAC, dptest.VMMAC, probe.ip(t)), stats: map[string]uint64{"decap_tx": 1, "flow_new": 1}},
+	})
+	runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
+		{name: "its answer goes back to the probing edge over IPv6, untranslated", dev: dptest.GuestDev,
+			in: synack.frame(t, dptest.VMMAC, dptest.GuestMAC), action: xdpRedirect,
+			out: encapUl6Agent(from, h, 0, 0x0800, synack.ip(t)), stats: map[string]uint64{"encap_tx": 1}},
+	})
+}
