@@ -35,7 +35,7 @@
  * in entry.h's ipv6_frame (agent_ul6_in), its outer headers then copied
  * into xdp_agent_underlay's struct pkt (agent_ul6_outer) as an IPv4 outer
  * header's, for agent_from_edge. */
-static __always_inline int agent_ul6_in(struct xdp_md *ctx, const struct pkt6 *p6, __u64 len);
+__noinline int agent_ul6_in(struct xdp_md *ctx);
 #define AZG_AGENT_UL6_IN agent_ul6_in
 static __always_inline int agent_ul6_outer(struct pkt *p);
 #define AZG_UL6_OUTER agent_ul6_outer
@@ -190,22 +190,35 @@ _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offseto
  * in ul6_hosts (0.0.0.0/8 + an index, UL6_HOST), as the edge names its
  * IPv6 hosts: the IPv4 entries keep their size and meaning. */
 
-/* entry.h's AZG_AGENT_UL6_IN, from ipv6_frame for a valid IPv6 packet
- * (martians dropped) of next header GRE on the underlay side: not to the
- * agent's IPv6 underlay address (agent_config.underlay6; :: none): -1, the
- * kernel's. Else it must come from an edge's IPv6 address (ul6_hosts: its
- * name, else drop_spoof) with no extension header between the outer IPv6
- * header and GRE (drop_gre_bad: a tunnel's packet carries none; a fragment
- * header is one); its outer headers go to the room for agent_ul6_outer and
- * the answer is FRAME_NVGRE6_IN: agent_from_edge takes it as NVGRE over
- * IPv4 from the edge's name (agent_edge_set, then the GRE header, the
- * inner frame, VSID and guest, under the IPv4 outer's counters). */
-static __always_inline int agent_ul6_in(struct xdp_md *ctx, const struct pkt6 *p6, __u64 len)
+/* entry.h's AZG_AGENT_UL6_IN, from parse_frame for every IPv6 frame on
+ * the underlay side (FRAME_F_UL6), before ipv6_frame: the packet parsed
+ * into the room (ipv6_frame, whose frame the guest side's IPv6 shares,
+ * stays as it was). A packet that is not GRE to the agent's IPv6 underlay
+ * address (agent_config.underlay6; :: none), malformed or martian: -1,
+ * ipv6_frame's to judge and count as before (the kernel's, or the
+ * parser's drop). Else it must come from an edge's IPv6 address
+ * (ul6_hosts: its name, else drop_spoof) with no extension header between
+ * the outer IPv6 header and GRE (drop_gre_bad: a tunnel's packet carries
+ * none, a fragment header included): XDP_DROP, counted. Its outer headers
+ * go to the room for agent_ul6_outer and the answer is FRAME_NVGRE6_IN:
+ * agent_from_edge takes it as NVGRE over IPv4 from the edge's name
+ * (agent_edge_set, then the GRE header, the inner frame, VSID and guest,
+ * under the IPv4 outer's counters). */
+__noinline int agent_ul6_in(struct xdp_md *ctx)
 {
+	if (!ctx)
+		return -1;
 	__u32 zero = 0;
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
 	if (!cfg || !r)
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct pkt6 *p6 = &r->p6;
+	if (parse_eth(data, data_end, &p6->p) || p6->p.eth_proto != ETH_P_IPV6_ || parse_ipv6(data, data_end, p6) ||
+	    ipv6_martian_src(p6) || ipv6_martian_dst(p6) || p6->p.proto != IPPROTO_GRE_)
 		return -1;
 	if (!(cfg->underlay6.a[0] | cfg->underlay6.a[1] | cfg->underlay6.a[2] | cfg->underlay6.a[3]) ||
 	    p6->daddr.a[0] != cfg->underlay6.a[0] || p6->daddr.a[1] != cfg->underlay6.a[1] ||

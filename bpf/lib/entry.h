@@ -104,16 +104,6 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 #ifdef AZG_PROG_AGENT
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		return FRAME_GUEST6;
-#ifdef AZG_AGENT_UL6_IN
-	/* NVGRE over IPv6 from an edge (agent.c agent_ul6_in): an XDP
-	 * action, FRAME_NVGRE6_IN, or a negative number for a packet not to
-	 * the agent's IPv6 underlay address (the kernel's). */
-	if (!rc && (flags & FRAME_F_UL6) && p6.p.proto == IPPROTO_GRE_) {
-		int act = AZG_AGENT_UL6_IN(ctx, &p6, len);
-		if (act >= 0)
-			return act;
-	}
-#endif
 #endif
 	if (!rc && (flags & FRAME_F_DROP_IPV6))
 		rc = STAT_DROP_LOCAL;
@@ -180,6 +170,21 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 #endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)
+#if defined(AZG_AGENT_UL6_IN) && defined(AZG_UL6_OUTER)
+		/* NVGRE over IPv6 from an edge (agent.c agent_ul6_in, which
+		 * parses the packet in its room: ipv6_frame, which the guest
+		 * side's IPv6 shares, stays as it was): p its outer headers as
+		 * an IPv4 outer header's would be, the edge's name (UL6_HOST)
+		 * as the source, for the caller (agent_from_edge); a drop it
+		 * counted; anything else ipv6_frame's, as before. */
+		if (flags & FRAME_F_UL6) {
+			rc = AZG_AGENT_UL6_IN(ctx);
+			if (rc == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
+				return FRAME_NVGRE6_IN;
+			if (rc == XDP_DROP)
+				return XDP_DROP;
+		}
+#endif
 		rc = ipv6_frame(ctx, flags);
 		if ((flags & FRAME_F_DROP_IPV6) && rc == FRAME_GUEST6) {
 			/* (Constants, not rc: clang merged a "return rc" with
@@ -191,13 +196,6 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 				return XDP_TX;
 			return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 		}
-#ifdef AZG_UL6_OUTER
-		/* NVGRE over IPv6 from an edge: p holds its outer headers as
-		 * an IPv4 outer header's would be, the edge's name (UL6_HOST)
-		 * as the source; the caller's to take (agent_from_edge). */
-		if ((flags & FRAME_F_UL6) && rc == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
-			return FRAME_NVGRE6_IN;
-#endif
 		return rc == XDP_PASS ? XDP_PASS : XDP_DROP;
 #else
 		return ipv6_frame(ctx, flags) == XDP_PASS ? XDP_PASS : XDP_DROP;
