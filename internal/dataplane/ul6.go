@@ -252,6 +252,13 @@ func (e *Edge) hostAddr(w uint32) netip.Addr {
 	return e.names().addr(w)
 }
 
+// ForgetUl6Hosts collects the names of the IPv6 hosts keep refuses (the
+// edge reconciler's, once no route, previous binding or backend names
+// them): a full table refused the next host before.
+func (e *Edge) ForgetUl6Hosts(keep func(netip.Addr) bool) error { return e.names().forget(keep) }
+
+var _ Ul6HostMaps = (*Edge)(nil)
+
 // Ul6Hosts lists the IPv6 underlay hosts' names the edge gave (index ->
 // address), for tests and diagnostics.
 func (e *Edge) Ul6Hosts() (map[uint32]netip.Addr, error) {

@@ -352,3 +352,60 @@ func TestUl6HostsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeUl6Forget: the names of IPv6 hosts nothing names any more are
+// collected (both entries of ul6_hosts deleted); a host that comes back
+// gets a fresh name, a collected index is given again only when no fresh
+// one is left.
+func TestEdgeUl6Forget(t *testing.T) {
+	requireRoot(t)
+	e, err := LoadEdge(LoadOptions{EIPMax: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	put := func(eip, host string) {
+		t.Helper()
+		if err := e.PutRoutes(map[netipAddr]Route{addr(eip): {Host: addr(host), VSID: vsid, StatsIdx: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := func() int {
+		n := 0
+		var k, v edgeIpAddr
+		for it := e.objs.Ul6Hosts.Iterate(); it.Next(&k, &v); {
+			n++
+		}
+		return n
+	}
+	put(eip, host6)
+	put(eipOther, host6Small)
+	if n := entries(); n != 4 {
+		t.Fatalf("ul6_hosts holds %d entries, want 4 (two hosts both ways)", n)
+	}
+	if err := e.DeleteRoutes([]netipAddr{addr(eipOther)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ForgetUl6Hosts(func(a netipAddr) bool { return a == addr(host6) }); err != nil {
+		t.Fatal(err)
+	}
+	names, err := e.Ul6Hosts()
+	if err != nil || len(names) != 1 || names[1] != addr(host6) {
+		t.Fatalf("names %v %v, want host6's alone (index 1)", names, err)
+	}
+	if n := entries(); n != 2 {
+		t.Fatalf("ul6_hosts holds %d entries after the collection, want 2", n)
+	}
+	// host6 still routes by its name; host6Small comes back with index 3.
+	if r, ok, err := e.Route(addr(eip)); err != nil || !ok || r.Host != addr(host6) {
+		t.Fatalf("route of %s: %+v %v %v", eip, r, ok, err)
+	}
+	put(eipOther, host6Small)
+	names, _ = e.Ul6Hosts()
+	if names[3] != addr(host6Small) || len(names) != 2 {
+		t.Fatalf("names %v, want host6Small at the fresh index 3", names)
+	}
+	if r, ok, err := e.Route(addr(eipOther)); err != nil || !ok || r.Host != addr(host6Small) {
+		t.Fatalf("route of %s: %+v %v %v", eipOther, r, ok, err)
+	}
+}

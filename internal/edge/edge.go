@@ -348,6 +348,9 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 func (r *Reconciler) commit() {
 	r.errs = nil
 	ok := true
+	// A host or previous binding may have gone: the IPv6 underlay's
+	// names are collected once everything is programmed (forgetUl6).
+	collect := r.full || len(r.hostsDirty) > 0
 	if len(r.hostsDirty) > 0 {
 		if !r.full {
 			r.idx.boundTo(r.hostsDirty, r.pending)
@@ -408,6 +411,12 @@ func (r *Reconciler) commit() {
 		r.scheduleRetry()
 		return
 	}
+	if collect {
+		// Not a failure of the commit: the names stay, as before.
+		if err := r.forgetUl6(); err != nil {
+			r.log.Warn("the IPv6 underlay's unused host names not collected", "err", err)
+		}
+	}
 	if lbSynced || r.syncErr != nil {
 		r.syncErr = r.verify()
 	}
@@ -422,6 +431,23 @@ func (r *Reconciler) commit() {
 	if r.OnApplied != nil {
 		r.OnApplied(r.rev)
 	}
+}
+
+// forgetUl6 collects the names the data plane gave the IPv6 underlay's
+// hosts (dataplane.Ul6HostMaps) that no host, guest copy or previous
+// binding of the index has any more: what the commit programmed (routes,
+// previous bindings, backends) names none of them.
+func (r *Reconciler) forgetUl6() error {
+	um, ok := r.maps.(dataplane.Ul6HostMaps)
+	if !ok {
+		return nil
+	}
+	keep := map[netip.Addr]bool{}
+	r.idx.underlays(func(u netip.Addr) { keep[u] = true })
+	for _, p := range r.idx.prev {
+		keep[p.Underlay] = true
+	}
+	return um.ForgetUl6Hosts(func(a netip.Addr) bool { return keep[a] })
 }
 
 // Applies counts the commits that applied a change or a full load: a
