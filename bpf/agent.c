@@ -213,6 +213,9 @@ __noinline int agent_ul6_in(struct xdp_md *ctx)
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
 	if (!cfg || !r)
 		return -1;
+	/* A host of the IPv4 underlay: nothing parsed twice. */
+	if (!(cfg->underlay6.a[0] | cfg->underlay6.a[1] | cfg->underlay6.a[2] | cfg->underlay6.a[3]))
+		return -1;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 len = data_end - data;
@@ -220,8 +223,7 @@ __noinline int agent_ul6_in(struct xdp_md *ctx)
 	if (parse_eth(data, data_end, &p6->p) || p6->p.eth_proto != ETH_P_IPV6_ || parse_ipv6(data, data_end, p6) ||
 	    ipv6_martian_src(p6) || ipv6_martian_dst(p6) || p6->p.proto != IPPROTO_GRE_)
 		return -1;
-	if (!(cfg->underlay6.a[0] | cfg->underlay6.a[1] | cfg->underlay6.a[2] | cfg->underlay6.a[3]) ||
-	    p6->daddr.a[0] != cfg->underlay6.a[0] || p6->daddr.a[1] != cfg->underlay6.a[1] ||
+	if (p6->daddr.a[0] != cfg->underlay6.a[0] || p6->daddr.a[1] != cfg->underlay6.a[1] ||
 	    p6->daddr.a[2] != cfg->underlay6.a[2] || p6->daddr.a[3] != cfg->underlay6.a[3])
 		return -1;
 	struct ip_addr *name = bpf_map_lookup_elem(&ul6_hosts, &p6->saddr);

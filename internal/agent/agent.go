@@ -103,14 +103,24 @@ func Desired(st *model.State, host string) (HostWant, error) {
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
 		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
-		for i, e := range es {
+		if h.Underlay.Is6() {
 			// A host of the IPv6 underlay reaches its edges at their
-			// underlay6 (the model requires one of every edge then):
-			// the copies' Underlay is the address the host uses.
-			if h.Underlay.Is6() {
-				es[i].Underlay = e.Underlay6
+			// underlay6: the copies' Underlay is the address the host
+			// uses. The model requires one of every edge then; an edge
+			// written past that check is left out, reported.
+			kept := es[:0]
+			for _, e := range es {
+				if !e.Underlay6.IsValid() {
+					w.Problems = append(w.Problems, fmt.Sprintf("edge %s/%s has no underlay6: this host of the IPv6 underlay cannot reach it", name, e.Name))
+					continue
+				}
+				e.Underlay = e.Underlay6
+				kept = append(kept, e)
 			}
-			w.Edges = append(w.Edges, es[i].Underlay)
+			es = kept
+		}
+		for _, e := range es {
+			w.Edges = append(w.Edges, e.Underlay)
 		}
 		w.Sets[name] = es
 	}

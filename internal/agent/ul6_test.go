@@ -67,6 +67,19 @@ func TestAgentUl6(t *testing.T) {
 		t.Errorf("EIP %+v, want it programmed as over IPv4", e)
 	}
 
+	// An edge written past the model's check, with no underlay6: left
+	// out of the IPv6 host's plan, reported.
+	st.EdgeSets["pop-a"] = &model.EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		Edges: []model.EdgeNode{{Name: "edge-a1", Underlay: a("198.18.0.1")}}}
+	w, err := Desired(st, "az1-h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(w.Edges) != fmt.Sprint(want[1:]) || len(w.Sets["pop-a"]) != 0 || len(w.Problems) != 1 ||
+		w.Problems[0] != "edge pop-a/edge-a1 has no underlay6: this host of the IPv6 underlay cannot reach it" {
+		t.Fatalf("edges %v, pop-a %v, problems %q", w.Edges, w.Sets["pop-a"], w.Problems)
+	}
+
 	// The IPv4 host beside it: the edges' IPv4 addresses.
 	fake, _ = run("az1-h2")
 	if fake.Config.Underlay != a("198.18.12.1") || fake.Config.ICMPSource != a("198.18.12.1") {
