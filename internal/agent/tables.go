@@ -450,6 +450,13 @@ func (r *Reconciler) write(o op) error {
 			if err = r.maps.SetConfig(o.plan.config); err == nil {
 				r.links.KeepResolved("edges", o.plan.config.Edges)
 				r.log.Info("agent configured", "underlay", o.plan.config.Underlay, "edges", o.plan.config.Edges)
+				if o.plan.config.Underlay.Is6() {
+					// The IPv6 underlay's outer lookups need IPv6
+					// forwarding on the underlay and guest interfaces.
+					if off := dataplane.Forwarding6Off(append([]string{r.cfg.Underlay}, sortedKeys(r.guestIfs)...)); len(off) > 0 {
+						r.log.Warn(dataplane.Forwarding6Hint(off))
+					}
+				}
 			}
 		case opIfAddrs:
 			err = r.maps.SetIfAddrs(o.plan.ifaddrs)
