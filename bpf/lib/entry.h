@@ -182,7 +182,7 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 			if (rc == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
 				return FRAME_NVGRE6_IN;
 			if (rc == XDP_DROP)
-				return XDP_DROP;
+				return rc; /* (counted by it) */
 		}
 #endif
 		rc = ipv6_frame(ctx, flags);
