@@ -31,6 +31,14 @@
 #include "lib/parse.h"
 #include "lib/hash.h"
 #include "lib/stats.h"
+/* NVGRE over IPv6 from an edge (the IPv6 underlay; defined below): judged
+ * in entry.h's ipv6_frame (agent_ul6_in), its outer headers then copied
+ * into xdp_agent_underlay's struct pkt (agent_ul6_outer) as an IPv4 outer
+ * header's, for agent_from_edge. */
+__noinline int agent_ul6_in(struct xdp_md *ctx);
+#define AZG_AGENT_UL6_IN agent_ul6_in
+static __always_inline int agent_ul6_outer(struct pkt *p);
+#define AZG_UL6_OUTER agent_ul6_outer
 #include "lib/entry.h"
 #include "lib/nvgre.h"
 #include "lib/icmp.h"
@@ -166,9 +174,172 @@ struct agent_room6 {
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 	struct hc_guest6_key hk; /* agent_from_edge6: an edge's IPv6 health check (lib/agenthc.h) */
+	/* NVGRE over IPv6 from an edge: its outer headers (agent_ul6_in,
+	 * for agent_ul6_outer), the edge's name as the source. */
+	struct ul6_outer ulo;
+	/* agent_fib6's and agent_push6's key of ul6_hosts (an edge's name)
+	 * and the guest's MAC: off their frames, beneath agent_guest6's. */
+	struct ip_addr ul6key;
+	__u8 ul6mac[ETH_ALEN_];
 };
 _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
 	       "mac2_copy copies ours and peer as one 12-byte pair");
+
+/* The IPv6 underlay (issue 21). An edge the agent reaches over IPv6 is
+ * named, in every 4-byte field that names an edge (agent_edge_set,
+ * agent_groups' edges, agent_flows' and agent_flows6' edge), by its name
+ * in ul6_hosts (0.0.0.0/8 + an index, UL6_HOST), as the edge names its
+ * IPv6 hosts: the IPv4 entries keep their size and meaning. */
+
+/* entry.h's AZG_AGENT_UL6_IN, from parse_frame for every IPv6 frame on
+ * the underlay side (FRAME_F_UL6), before ipv6_frame: the packet parsed
+ * into the room (ipv6_frame, whose frame the guest side's IPv6 shares,
+ * stays as it was). A packet that is not GRE to the agent's IPv6 underlay
+ * address (agent_config.underlay6; :: none), malformed or martian: -1,
+ * ipv6_frame's to judge and count as before (the kernel's, or the
+ * parser's drop). Else it must come from an edge's IPv6 address
+ * (ul6_hosts: its name, else drop_spoof) with no extension header between
+ * the outer IPv6 header and GRE (drop_gre_bad: a tunnel's packet carries
+ * none, a fragment header included): XDP_DROP, counted. Its outer headers
+ * go to the room for agent_ul6_outer and the answer is FRAME_NVGRE6_IN:
+ * agent_from_edge takes it as NVGRE over IPv4 from the edge's name
+ * (agent_edge_set, then the GRE header, the inner frame, VSID and guest,
+ * under the IPv4 outer's counters). */
+__noinline int agent_ul6_in(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return -1;
+	__u32 zero = 0;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!cfg || !r)
+		return -1;
+	/* A host of the IPv4 underlay: nothing parsed twice. */
+	if (!(cfg->underlay6.a[0] | cfg->underlay6.a[1] | cfg->underlay6.a[2] | cfg->underlay6.a[3]))
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
+	struct pkt6 *p6 = &r->p6;
+	if (parse_eth(data, data_end, &p6->p) || p6->p.eth_proto != ETH_P_IPV6_ || parse_ipv6(data, data_end, p6) ||
+	    ipv6_martian_src(p6) || ipv6_martian_dst(p6) || p6->p.proto != IPPROTO_GRE_)
+		return -1;
+	if (p6->daddr.a[0] != cfg->underlay6.a[0] || p6->daddr.a[1] != cfg->underlay6.a[1] ||
+	    p6->daddr.a[2] != cfg->underlay6.a[2] || p6->daddr.a[3] != cfg->underlay6.a[3])
+		return -1;
+	struct ip_addr *name = bpf_map_lookup_elem(&ul6_hosts, &p6->saddr);
+	if (!name || !UL6_HOST(name->a[0]) || !name->a[0])
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
+	if (p6->p.l4_off != p6->p.l3_off + 40)
+		return count_drop(ctx, STAT_DROP_GRE_BAD, len);
+	struct ul6_outer *o = &r->ulo;
+	o->host = name->a[0];
+	o->daddr = 0;
+	o->l3_off = p6->p.l3_off;
+	o->l4_off = p6->p.l4_off;
+	o->ip_len = p6->p.ip_len;
+	o->frag = p6->p.frag;
+	return FRAME_NVGRE6_IN;
+}
+
+/* entry.h's AZG_UL6_OUTER: p as agent_from_edge reads NVGRE's outer
+ * headers, from agent_ul6_in's. Returns 0 without them. */
+static __always_inline int agent_ul6_outer(struct pkt *p)
+{
+	__u32 zero = 0;
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!r)
+		return 0;
+	struct ul6_outer *o = &r->ulo;
+	p->l3_off = o->l3_off;
+	p->l4_off = o->l4_off;
+	p->ip_len = o->ip_len;
+	p->frag = o->frag;
+	p->proto = IPPROTO_GRE_;
+	p->saddr = o->host;
+	p->daddr = o->daddr;
+	p->ports = 0;
+	p->l4_ok = 0;
+	p->tcp_flags = 0;
+	return 1;
+}
+
+/* The route to the edge named to (UL6_HOST: fib4c's FIB_RET_UL6) over
+ * the IPv6 underlay, as fib4c's to an IPv4 edge: from the agent's IPv6
+ * underlay address to the edge's (ul6_hosts), through nh_cache6, the
+ * flow label (the flow hash's low 20 bits) as the kernel's multipath hash
+ * reads it, tot_len the IPv4 tunnel's length (the inner packet and
+ * NVGRE_OVERHEAD) checked with the 20 bytes more the IPv6 outer costs. On
+ * FRAG_NEEDED fib->mtu_result is the route's MTU less those 20 bytes, so
+ * the caller's one formula (less NVGRE_OVERHEAD) gives the inner packet's
+ * MTU over either family. No IPv6 underlay address or no address for the
+ * name: BPF_FIB_LKUP_RET_NOT_FWDED (drop_fib). Global: its callers'
+ * frames have no bytes to spare. */
+__noinline int agent_fib6(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __be32 to, __u32 tot_len, __u32 hash)
+{
+	if (!ctx || !fib)
+		return BPF_FIB_LKUP_RET_NOT_FWDED;
+	__u32 zero = 0;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!cfg || !r)
+		return BPF_FIB_LKUP_RET_NOT_FWDED;
+	struct ip_addr *k = &r->ul6key;
+	k->a[0] = to;
+	k->a[1] = k->a[2] = k->a[3] = 0;
+	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, k);
+	if (!dst || !(dst->a[0] | dst->a[1] | dst->a[2] | dst->a[3]) ||
+	    !(cfg->underlay6.a[0] | cfg->underlay6.a[1] | cfg->underlay6.a[2] | cfg->underlay6.a[3]))
+		return BPF_FIB_LKUP_RET_NOT_FWDED;
+	int rc = fib6f(ctx, fib, cfg->nh_gen, &cfg->underlay6, dst, (tot_len + NVGRE6_OVERHEAD - NVGRE_OVERHEAD) & 0xffff,
+		       IPPROTO_GRE_, bpf_htonl(hash & 0xfffff), 0, hash);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		fib->mtu_result = fib->mtu_result > NVGRE6_OVERHEAD - NVGRE_OVERHEAD
+					  ? fib->mtu_result - (NVGRE6_OVERHEAD - NVGRE_OVERHEAD)
+					  : 0;
+	return rc;
+}
+
+/* AGENT_PUSH6's packing of agent_push6's arguments (five at most). */
+#define AGENT_PUSH6_PKT(l3_off, ip_len, tos, eproto)                                                     \
+	((__u64)(l3_off) | (__u64)(ip_len) << 16 | (__u64)(tos) << 32 | (__u64)(eproto) << 48)
+#define AGENT_PUSH6_KEY(key, hash) ((__u64)(key) | (__u64)((hash) & 0xfffff) << 32)
+
+/* nvgre_to over the IPv6 underlay, to the edge named to, once agent_fib6
+ * resolved fib: the packet (pkt: AGENT_PUSH6_PKT of its offset, length,
+ * TOS and inner ethertype, network order) in NVGRE over IPv6 from the
+ * agent's IPv6 underlay address to the edge's (lib/nvgre.h nvgre6_push:
+ * hop limit OUTER_TTL, traffic class the TOS), the GRE key and flow label
+ * AGENT_PUSH6_KEY's, the inner frame from the guest's MAC (the frame's
+ * source) to the gateway MAC. Returns 0, or the drop reason (the name gone
+ * since agent_fib6: drop_fib; the frame not resized: drop_headroom). */
+__noinline int agent_push6(struct xdp_md *ctx, const struct bpf_fib_lookup *fib, __be32 to, __u64 pkt, __u64 kl)
+{
+	if (!ctx || !fib)
+		return STAT_DROP_FIB;
+	__u32 zero = 0;
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!cfg || !r)
+		return STAT_DROP_FIB;
+	struct ip_addr *k = &r->ul6key;
+	k->a[0] = to;
+	k->a[1] = k->a[2] = k->a[3] = 0;
+	struct ip_addr *dst = bpf_map_lookup_elem(&ul6_hosts, k);
+	if (!dst)
+		return STAT_DROP_FIB;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return STAT_DROP_ETH_TRUNC;
+	/* The guest's MAC is the frame's: kept aside, the push moves it. */
+	__builtin_memcpy(r->ul6mac, eth->h_source, ETH_ALEN_);
+	if (nvgre6_push(ctx, pkt & 0xff, (pkt >> 16) & 0xffff, fib->dmac, fib->smac, &cfg->underlay6, dst, (__u32)kl,
+			(pkt >> 32) & 0xff, kl >> 32, cfg->gw_mac, r->ul6mac, (pkt >> 48) & 0xffff))
+		return STAT_DROP_HEADROOM;
+	return 0;
+}
 
 /* What agent_from_edge6 records in agent_flows6 (lib/agentflow.h's rules
  * for agent_flows). */
@@ -184,6 +355,9 @@ _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offseto
  * (its counters), and the EIP has a bandwidth limit. */
 #define GUEST6_EIP 1
 #define GUEST6_BW 2
+/* and it goes to an edge of the IPv6 underlay (agent_fib6 resolved the
+ * name it left in the room's ul6key). */
+#define GUEST6_UL6 4
 
 /* Rewrites the source (dst 0) or destination (dst 1) port of the TCP or
  * UDP packet p6 describes to to, and its checksum (nat6 has refused a
@@ -798,6 +972,11 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	__be32 underlay = cfg->underlay.a[0];
 	__u16 ip_len = p6->p.ip_len;
 	int rc = fib4c(ctx, fib, cfg->nh_gen, underlay, to, ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	/* An edge of the IPv6 underlay (its name): agent_fib6's route. */
+	if (rc == FIB_RET_UL6) {
+		rc = agent_fib6(ctx, fib, to, ip_len + NVGRE_OVERHEAD, r->hash);
+		r->note |= GUEST6_UL6;
+	}
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
@@ -840,16 +1019,23 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	if ((void *)(eth + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_ETH_TRUNC, len);
 	mac_copy(r->peer, eth->h_source);
-	if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
-		     cfg->gw_mac, r->peer))
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	/* nvgre_push writes an IPv4 inner ethertype. */
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
-	if ((void *)(ieth_proto + 1) > data_end)
-		return count_drop(ctx, STAT_DROP_HEADROOM, len);
-	*ieth_proto = bpf_htons(ETH_P_IPV6_);
+	if (r->note & GUEST6_UL6) {
+		rc = agent_push6(ctx, fib, r->ul6key.a[0], AGENT_PUSH6_PKT(p6->p.l3_off, ip_len, p6->p.tos, bpf_htons(ETH_P_IPV6_)),
+				 AGENT_PUSH6_KEY((r->vsid << 8) | (r->hash & 0xff), r->hash));
+		if (rc)
+			return count_drop(ctx, rc, len);
+	} else {
+		if (nvgre_to(ctx, p6->p.l3_off, ip_len, p6->p.tos, fib, underlay, to, (r->vsid << 8) | (r->hash & 0xff),
+			     cfg->gw_mac, r->peer))
+			return count_drop(ctx, STAT_DROP_HEADROOM, len);
+		/* nvgre_push writes an IPv4 inner ethertype. */
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		__be16 *ieth_proto = data + NVGRE_STACK_LEN - 2;
+		if ((void *)(ieth_proto + 1) > data_end)
+			return count_drop(ctx, STAT_DROP_HEADROOM, len);
+		*ieth_proto = bpf_htons(ETH_P_IPV6_);
+	}
 
 	struct eip_stats *es = (plain || (r->note & GUEST6_EIP)) ? bpf_map_lookup_elem(&eip_stats, &r->idx) : NULL;
 	if (es) {
@@ -1079,9 +1265,14 @@ static __always_inline int agent_underlay_main(struct xdp_md *ctx)
 	struct pkt p;
 	__u32 zero = 0;
 
-	int rc = parse_frame(ctx, data, data_end, &p, len, 0);
-	if (rc != FRAME_IPV4)
+	int rc = parse_frame(ctx, data, data_end, &p, len, FRAME_F_UL6);
+	if (rc != FRAME_IPV4) {
+		/* NVGRE over IPv6 from an edge: p its outer headers, the
+		 * edge's name the source (agent_ul6_in). */
+		if (rc == FRAME_NVGRE6_IN)
+			return agent_from_edge(ctx, &p);
 		return rc;
+	}
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS;
@@ -1234,8 +1425,14 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 		return count_drop(ctx, STAT_DROP_NO_EDGE, len);
 
 	rc = fib4c(ctx, &fib, cfg->nh_gen, cfg->underlay.a[0], to, p.ip_len + NVGRE_OVERHEAD, IPPROTO_GRE_, 0);
+	/* An edge of the IPv6 underlay (its name: fib4_miss answers for it):
+	 * its route over IPv6, the MTU as the IPv4 tunnel's would be. */
+	if (rc == FIB_RET_UL6)
+		rc = agent_fib6(ctx, &fib, to, p.ip_len + NVGRE_OVERHEAD, hash);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-		if (!p.df)
+		/* (No ICMP source: a host of the IPv6 underlay has no IPv4
+		 * address to send one from.) */
+		if (!p.df || !cfg->icmp_src.a[0])
 			return count_drop(ctx, STAT_DROP_TOO_BIG, len);
 		__u16 mtu = fib.mtu_result > NVGRE_OVERHEAD + 68 ? fib.mtu_result - NVGRE_OVERHEAD : 68;
 		rc = icmp4_error(ctx, &p, ICMP_WHAT(ICMP_KIND_FRAG, ICMP_DEST_UNREACH_, ICMP_FRAG_NEEDED_, mtu),
@@ -1268,9 +1465,15 @@ static __always_inline int agent_guest_main(struct xdp_md *ctx)
 	__u8 guest_mac[ETH_ALEN_];
 	__builtin_memcpy(guest_mac, eth->h_source, ETH_ALEN_);
 	__u16 ip_len = p.ip_len;
-	if (nvgre_to(ctx, p.l3_off, ip_len, p.tos, &fib, cfg->underlay.a[0], to, (vsid << 8) | (hash & 0xff), cfg->gw_mac,
-		     guest_mac))
+	if (UL6_HOST(to)) {
+		rc = agent_push6(ctx, &fib, to, AGENT_PUSH6_PKT(p.l3_off, ip_len, p.tos, bpf_htons(ETH_P_IP_)),
+				 AGENT_PUSH6_KEY((vsid << 8) | (hash & 0xff), hash));
+		if (rc)
+			return count_drop(ctx, rc, len);
+	} else if (nvgre_to(ctx, p.l3_off, ip_len, p.tos, &fib, cfg->underlay.a[0], to, (vsid << 8) | (hash & 0xff),
+			    cfg->gw_mac, guest_mac)) {
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
+	}
 
 	struct eip_stats *es = count_eip ? bpf_map_lookup_elem(&eip_stats, &idx) : NULL;
 	if (es) {

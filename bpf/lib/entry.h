@@ -44,6 +44,8 @@
 #define FRAME_F_DROP_IPV6 0x2 /* valid IPv6: dropped, counted as drop_local (else passed, pass_ipv6);
 				* on the agent: agent_guest6's (FRAME_GUEST6) */
 #define FRAME_F_V6_OFF_LINK 0x4 /* IPv6 from a link-local source off its link: drop_ip6_off_link */
+#define FRAME_F_UL6 0x8 /* agent, underlay side: NVGRE over IPv6 to the agent's IPv6 underlay
+			* address is AZG_AGENT_UL6_IN's (FRAME_NVGRE6_IN, p its outer headers) */
 
 #ifdef AZG_PROG_AGENT
 /* agent.c: a guest's valid IPv6 packet (xdp_agent_guest, whose flags
@@ -176,6 +178,21 @@ static __always_inline int parse_frame(struct xdp_md *ctx, void *data, void *dat
 #endif
 		return act == XDP_PASS ? XDP_PASS : XDP_DROP;
 #elif defined(AZG_PROG_AGENT)
+#if defined(AZG_AGENT_UL6_IN) && defined(AZG_UL6_OUTER)
+		/* NVGRE over IPv6 from an edge (agent.c agent_ul6_in, which
+		 * parses the packet in its room: ipv6_frame, which the guest
+		 * side's IPv6 shares, stays as it was): p its outer headers as
+		 * an IPv4 outer header's would be, the edge's name (UL6_HOST)
+		 * as the source, for the caller (agent_from_edge); a drop it
+		 * counted; anything else ipv6_frame's, as before. */
+		if (flags & FRAME_F_UL6) {
+			rc = AZG_AGENT_UL6_IN(ctx);
+			if (rc == FRAME_NVGRE6_IN && AZG_UL6_OUTER(p))
+				return FRAME_NVGRE6_IN;
+			if (rc == XDP_DROP)
+				return rc; /* (counted by it) */
+		}
+#endif
 		rc = ipv6_frame(ctx, flags);
 		if ((flags & FRAME_F_DROP_IPV6) && rc == FRAME_GUEST6) {
 			/* (Constants, not rc: clang merged a "return rc" with

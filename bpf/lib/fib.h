@@ -63,7 +63,7 @@ static __always_inline __u32 nh_slot(__be32 dst, __u32 ifindex, __u32 bucket)
 }
 
 /* fib4_miss's (and so fib4f's) answer for a destination that names a
- * host of the IPv6 underlay (UL6_HOST, consts.h): no lookup is made, and
+ * host (on the agent, an edge) of the IPv6 underlay (UL6_HOST, consts.h): no lookup is made, and
  * for any other caller it is a failed one (fib_reason: drop_fib). */
 #define FIB_RET_UL6 0x100
 
@@ -77,9 +77,10 @@ __noinline int fib4_miss(struct xdp_md *ctx, struct bpf_fib_lookup *fib, __u32 g
 	if (!ctx || !fib)
 		return BPF_FIB_LKUP_RET_NOT_FWDED;
 	__be32 dst = fib->ipv4_dst;
-#ifdef AZG_PROG_EDGE
-	/* A host of the IPv6 underlay, by its name: never cached, so a
-	 * tunnel's path tests for it only when the lookup failed. */
+#if defined(AZG_PROG_EDGE) || defined(AZG_PROG_AGENT)
+	/* A host (on the agent: an edge) of the IPv6 underlay, by its name:
+	 * never cached, so a tunnel's path tests for it only when the lookup
+	 * failed. */
 	if (dst && UL6_HOST(dst))
 		return FIB_RET_UL6;
 #endif

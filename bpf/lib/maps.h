@@ -90,6 +90,27 @@ struct {
 	__type(value, struct nh_entry);
 } nh_cache SEC(".maps");
 
+/* The IPv6 underlay's names, both ways in one map (a program holds 64
+ * maps at most). On the edge, the hosts with an IPv6 underlay address; on
+ * the agent, the edges it reaches over an IPv6 underlay (their underlay6).
+ * A peer's name (the IPv4 address 0.0.0.0/8 + its index i, 1 to
+ * UL6_HOSTS_MAX - 1, in a[0], a[1..3] zero) -> its IPv6 address, read by
+ * the encapsulation (edge.c tunnel6, agent.c agent_push6); its address ->
+ * its name in a[0], for the NVGRE it sends (edge.c ul6_from_host, agent.c
+ * agent_ul6_in). The keys never collide: a name is in ::/8, which holds
+ * no peer's address (global unicast). A map field of 4 bytes that names a
+ * peer (an edge's route or backend host, the agent's edge set, groups and
+ * flows' edge) holds its name (UL6_HOST, consts.h), so the IPv4 entries
+ * keep their size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * UL6_HOSTS_MAX);
+	__type(key, struct ip_addr);
+	__type(value, struct ip_addr);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* an IPv4 underlay holds none */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ul6_hosts SEC(".maps");
+
 /* The IPv6 next-hop cache (lib/fib.h fib6f): nh_cache for IPv6
  * destinations, (destination, ingress interface, ECMP bucket) slot ->
  * next hop, per CPU, invalidated by the same nh_gen and TTL. */
@@ -302,22 +323,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } edge_cfg6 SEC(".maps");
 
-/* The hosts with an IPv6 underlay address, both ways in one map (a
- * program holds 64 maps at most): a host's name (the IPv4 address
- * 0.0.0.0/8 + its index i, 1 to UL6_HOSTS_MAX - 1, in a[0], a[1..3]
- * zero) -> its IPv6 address, read by the encapsulation (edge.c tunnel6);
- * its address -> its name in a[0], for the NVGRE it sends (edge.c
- * ul6_from_host). The keys never collide: a name is in ::/8, which holds
- * no host's address (global unicast). A route or backend names such a
- * host by its name (UL6_HOST, consts.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2 * UL6_HOSTS_MAX);
-	__type(key, struct ip_addr);
-	__type(value, struct ip_addr);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* an IPv4 underlay holds none */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} ul6_hosts SEC(".maps");
 
 /* ---- edge: services (lib/lb.h) ---- */
 

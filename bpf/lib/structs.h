@@ -159,6 +159,11 @@ struct agent_config {
 	__u32 nh_gen; /* bumped on routing changes: invalidates nh_cache */
 	__u8 gw_mac[6];
 	__u16 pad;
+	/* An IPv6 underlay (:: none; grown at the end, the IPv4 fields keep
+	 * their place): NVGRE over IPv6 is taken to it from the edges
+	 * ul6_hosts names (agent.c agent_ul6_in), and is the outer source
+	 * toward them (agent_push6). */
+	struct ip_addr underlay6;
 };
 
 /* Agent: the live members of one edge set, which the replies of the
@@ -170,7 +175,8 @@ struct agent_group {
 				     * changes set): a flow keeps its edge only
 				     * while its generation is the group's */
 	__u16 pad;
-	__be32 edges[EDGE_SET_MAX]; /* underlay addresses, in a stable order */
+	__be32 edges[EDGE_SET_MAX]; /* underlay addresses (an IPv6 one by its name,
+				     * ul6_hosts), in a stable order */
 	__u8 set[SET_NAME_LEN];     /* the set's name, NUL-padded (the daemon
 				     * adopts its slots by it after a restart) */
 };
@@ -873,7 +879,7 @@ struct agent_flow_key {
  * replies (see bpf/lib/agentflow.h). */
 struct agent_flow {
 	__be32 pub;       /* the EIP or VIP the flow was sent to */
-	__be32 edge;      /* underlay address of the edge that sent it */
+	__be32 edge;      /* underlay address of the edge that sent it (an IPv6 one: its name, ul6_hosts) */
 	__be16 pport;     /* the public port it was sent to */
 	__u16 gen;        /* the group's generation when edge was learnt */
 	__u32 vsid;       /* the guest's VSID */
@@ -919,7 +925,7 @@ struct agent_flow6_key {
  * address (the IPv6 VIP or EIP the flow came in through). */
 struct agent_flow6 {
 	struct ip_addr pub; /* the IPv6 VIP or EIP the flow was sent to */
-	__be32 edge;        /* underlay address of the edge that sent it */
+	__be32 edge;        /* underlay address of the edge that sent it (an IPv6 one: its name) */
 	__be16 pport;       /* the public port it was sent to */
 	__u16 gen;          /* the group's generation when edge was learnt */
 	__u32 vsid;         /* the guest's VSID */

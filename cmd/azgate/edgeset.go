@@ -37,13 +37,18 @@ func init() {
 					s.Prefixes = append(s.Prefixes, pp)
 				}
 				for _, e := range edges {
-					kv, err := keyValues("edge", e, "name", "underlay")
+					kv, err := keyValues("edge", e, "name", "underlay", "underlay6")
 					if err != nil {
 						return err
 					}
 					n := model.EdgeNode{Name: kv["name"]}
 					if n.Underlay, err = parseAddr(fmt.Sprintf("--edge %q: underlay", e), kv["underlay"]); err != nil {
 						return err
+					}
+					if u6, ok := kv["underlay6"]; ok {
+						if n.Underlay6, err = parseAddr(fmt.Sprintf("--edge %q: underlay6", e), u6); err != nil {
+							return err
+						}
 					}
 					s.Edges = append(s.Edges, n)
 				}
@@ -59,7 +64,7 @@ func init() {
 			},
 		}
 		create.Flags().StringArrayVar(&prefixes, "prefix", nil, "a prefix the set announces (repeatable; prefix sets only)")
-		create.Flags().StringArrayVar(&edges, "edge", nil, "an edge: name=NAME,underlay=ADDR (repeatable)")
+		create.Flags().StringArrayVar(&edges, "edge", nil, "an edge: name=NAME,underlay=ADDR[,underlay6=ADDR6] (repeatable; underlay6, its IPv6 underlay address, is required of every edge once a host's underlay is IPv6)")
 		create.Flags().StringVar(&role, "role", "", "dedicated (takes pulled-out EIPs and VIPs) or quarantine (the region's one quarantine set); empty: a prefix set")
 		bgpFlags(create, &sb)
 		c.AddCommand(create, setBGPCommand(), edgeBGPCommand())
@@ -106,7 +111,11 @@ func describeEdgeSet(w io.Writer, o model.Object) {
 			}
 			peers = strings.Join(ps, ",")
 		}
-		row(tw, "  "+e.Name, e.Underlay, state, rid, nh, peers)
+		ul := e.Underlay.String()
+		if e.Underlay6.IsValid() {
+			ul += "," + e.Underlay6.String()
+		}
+		row(tw, "  "+e.Name, ul, state, rid, nh, peers)
 	}
 	tw.Flush()
 }

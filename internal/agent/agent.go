@@ -48,10 +48,14 @@ type Want struct {
 
 // HostWant is everything an agent must program for its host.
 type HostWant struct {
+	// Underlay is the host's underlay address, IPv4 or IPv6: a host of
+	// the IPv6 underlay reaches its edges over IPv6, at their underlay6.
 	Underlay netip.Addr
-	Edges    []netip.Addr // every edge of every set, in a stable order
+	Edges    []netip.Addr // every edge of every set (the address the host reaches it at), in a stable order
 	// Sets: every edge set's members in name order, from which the edge
-	// groups are made (Groups, with the announcements).
+	// groups are made (Groups, with the announcements); each member's
+	// Underlay is the address the host reaches it at (its underlay6 for
+	// a host of the IPv6 underlay).
 	Sets map[string][]model.EdgeNode
 	// VIPSets: the edge set that serves each VIP of Services ("": none);
 	// VIPCovering: the prefix set that covers it (see Want.Covering).
@@ -99,6 +103,22 @@ func Desired(st *model.State, host string) (HostWant, error) {
 	for _, name := range sets {
 		es := append([]model.EdgeNode(nil), st.EdgeSets[name].Edges...)
 		sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
+		if h.Underlay.Is6() {
+			// A host of the IPv6 underlay reaches its edges at their
+			// underlay6: the copies' Underlay is the address the host
+			// uses. The model requires one of every edge then; an edge
+			// written past that check is left out, reported.
+			kept := es[:0]
+			for _, e := range es {
+				if !e.Underlay6.IsValid() {
+					w.Problems = append(w.Problems, fmt.Sprintf("edge %s/%s has no underlay6: this host of the IPv6 underlay cannot reach it", name, e.Name))
+					continue
+				}
+				e.Underlay = e.Underlay6
+				kept = append(kept, e)
+			}
+			es = kept
+		}
 		for _, e := range es {
 			w.Edges = append(w.Edges, e.Underlay)
 		}

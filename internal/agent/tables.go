@@ -112,7 +112,14 @@ func planTables(in planInput) tablePlan {
 		local = map[netip.Prefix][]dataplane.LocalRule{}
 	}
 	p.local = local
-	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: w.Underlay, HashSeed: in.cfg.HashSeed,
+	// The source of ICMP errors to IPv4 guests: the IPv4 underlay
+	// address; a host of the IPv6 underlay has none (its IPv4 guests'
+	// packets too big for the tunnel are dropped, drop_too_big).
+	icmpSrc := w.Underlay
+	if !icmpSrc.Is4() {
+		icmpSrc = netip.Addr{}
+	}
+	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: icmpSrc, HashSeed: in.cfg.HashSeed,
 		Edges: w.Edges, ICMPRate: in.cfg.ICMPRate, ICMPBurst: in.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}
 	if in.head {
 		return p
@@ -447,6 +454,13 @@ func (r *Reconciler) write(o op) error {
 			if err = r.maps.SetConfig(o.plan.config); err == nil {
 				r.links.KeepResolved("edges", o.plan.config.Edges)
 				r.log.Info("agent configured", "underlay", o.plan.config.Underlay, "edges", o.plan.config.Edges)
+				if o.plan.config.Underlay.Is6() {
+					// The IPv6 underlay's outer lookups need IPv6
+					// forwarding on the underlay and guest interfaces.
+					if off := dataplane.Forwarding6Off(append([]string{r.cfg.Underlay}, sortedKeys(r.guestIfs)...)); len(off) > 0 {
+						r.log.Warn(dataplane.Forwarding6Hint(off))
+					}
+				}
 			}
 		case opIfAddrs:
 			err = r.maps.SetIfAddrs(o.plan.ifaddrs)

@@ -27,6 +27,10 @@ const (
 	benchEIPul6   = "198.51.100.8"
 	benchHost6    = "2001:db8:fa::21"
 	benchHost6Net = "2001:db8:fa::/48"
+	// The edge a host of the IPv6 underlay reaches (the agent's ul6 rows:
+	// its second agent, of underlay dptest.UlAddr6), through the route
+	// to benchHost6Net.
+	benchEdge6    = "2001:db8:fa::e1"
 	benchEIP6     = "2001:db8:e1::7"
 	benchPriv6    = "2001:db8:f0::1"
 	benchClient6  = "2001:db8:c::10"
@@ -143,6 +147,12 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 	toAgentSvc6 := svc6FromEdge(benchVIP6, "ack", size)
 	fromSvcGuest6 := tcpFrameFlags6(dptest.VMMAC, dptest.GuestMAC, benchSvcGuest6, benchClient6, 8443, 40000, size, "ack")
 
+	// The agent of a host of the IPv6 underlay (dataplaneSide's second
+	// agent): the IPv4 EIP's packet from benchEdge6 in NVGRE over IPv6,
+	// and the guest's answer to it.
+	toAgentUl6 := nvgre6Frame(dptest.FabMAC, dptest.UlMAC, benchEdge6, dptest.UlAddr6, benchVSID<<8|7,
+		tcpFrame("02:00:00:00:00:fe", "02:00:c6:33:64:07", benchClient, benchEIP, 40000, 80, size))
+
 	// bench.c's, the same for both sides.
 	for _, sd := range sides {
 		sd.progs["bare_encap"] = b.BareEncap()
@@ -180,6 +190,12 @@ func Dataplane(o DataplaneOptions) (out []Result, err error) {
 		{name: "agent_snat66_vip_encap (guest to edge, IPv6 VIP reply by agent_flows6)", prog: "agent_guest", dev: dptest.GuestDev, frame: fromSvcGuest6,
 			action: actRedirect, chain: true, moves: true, cur: true,
 			note: "a guest with no IPv6 EIP: the reply goes by its flow alone, back to the VIP's port 443 and the edge the flow came from; this version only"},
+		{name: "agent_decap_ul6 (edge to guest; NVGRE over IPv6)", prog: "agent_underlay_ul6", dev: dptest.UlDev, frame: toAgentUl6, action: actRedirect, chain: true, moves: true, cur: true,
+			note: "a host of the IPv6 underlay: agent_ul6_in parses the outer IPv6 and names the edge (ul6_hosts), then agent_from_edge as over IPv4; this version only",
+			twin: "agent_decap_dnat (edge to guest)"},
+		{name: "agent_encap_ul6 (guest to edge; NVGRE over IPv6)", prog: "agent_guest_ul6", dev: dptest.GuestDev, frame: fromGuest, action: actRedirect, chain: true, moves: true, cur: true,
+			note: "the edge's name: the IPv4 FIB miss (FIB_RET_UL6), agent_fib6 (ul6_hosts, nh_cache6), agent_push6; this version only",
+			twin: "agent_snat_encap (guest to edge)"},
 	}
 	n := newNSBed(env, b, o.Repeat)
 	n.only, n.soak, n.lines = o.Only, o.Soak, o.JITLines
@@ -326,10 +342,52 @@ func dataplaneSide(env *dptest.Env, name, edgeFile, agentFile string) (s *side, 
 	s.progs["agent_underlay"] = a.UnderlayProgram()
 	s.progs["agent_guest"] = a.GuestProgram()
 	s.maps = map[string]map[string]*ebpf.Map{"edge": e.Maps(), "agent_underlay": a.Maps(), "agent_guest": a.Maps()}
+	if agentFile == "" {
+		// A second agent, of a host of the IPv6 underlay (the ul6 rows).
+		a6, err := ul6Agent(g1)
+		if err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, a6.Close)
+		s.progs["agent_underlay_ul6"] = a6.UnderlayProgram()
+		s.progs["agent_guest_ul6"] = a6.GuestProgram()
+		s.maps["agent_underlay_ul6"], s.maps["agent_guest_ul6"] = a6.Maps(), a6.Maps()
+	}
 	if s.specs, err = progSpecs(edgeFile, agentFile); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ul6Agent is an agent of a host of the IPv6 underlay (dptest.UlAddr6):
+// its one edge benchEdge6 (named in its ul6_hosts), the IPv4 EIP benchEIP
+// to the guest on ifindex g1.
+func ul6Agent(g1 int) (*dataplane.Agent, error) {
+	a, err := dataplane.LoadAgent(dataplane.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	edge := netip.MustParseAddr(benchEdge6)
+	for _, f := range []func() error{
+		func() error {
+			return a.SetConfig(dataplane.AgentConfig{Underlay: netip.MustParseAddr(dptest.UlAddr6), HashSeed: 1, Edges: []netip.Addr{edge},
+				ICMPRate: 1000, ICMPBurst: 100})
+		},
+		func() error { return a.SetGroup(0, dataplane.AgentGroup{Members: []netip.Addr{edge}}) },
+		func() error {
+			return a.PutEIP(dataplane.AgentEIP{EIP: netip.MustParseAddr(benchEIP), Private: netip.MustParseAddr(dptest.GuestAddr), VSID: benchVSID,
+				StatsIdx: 1, Ifindex: uint32(g1)})
+		},
+		func() error {
+			return a.SetIfAddrs([]dataplane.IfAddr{{Ifindex: uint32(g1), Addr: netip.MustParseAddr(dptest.GuestAddr)}})
+		},
+	} {
+		if err := f(); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("the IPv6 underlay's agent: %w", err)
+		}
+	}
+	return a, nil
 }
 
 // svc6FromEdge is a TCP packet (flags "syn" or "ack") from benchClient6
@@ -379,7 +437,8 @@ func progSpecs(edgeFile, agentFile string) (map[string]*ebpf.ProgramSpec, error)
 		}
 	}
 	out := map[string]*ebpf.ProgramSpec{}
-	for key, name := range map[string]string{"edge": "xdp_edge", "agent_underlay": "xdp_agent_underlay", "agent_guest": "xdp_agent_guest"} {
+	for key, name := range map[string]string{"edge": "xdp_edge", "agent_underlay": "xdp_agent_underlay", "agent_guest": "xdp_agent_guest",
+		"agent_underlay_ul6": "xdp_agent_underlay", "agent_guest_ul6": "xdp_agent_guest"} {
 		if p := all[name]; p != nil {
 			out[key] = p
 		}

@@ -22,6 +22,28 @@ type Agent struct {
 	links   map[string]link.Link
 	cfgMu   sync.Mutex // the config entry is read, modified and written
 	upgrade UpgradeReport
+	ul6Once sync.Once
+	ul6     ul6Names // the IPv6 underlay edges' names (ul6.go; names())
+}
+
+// names is the agent's ul6Names over its ul6_hosts: the edges it reaches
+// over an IPv6 underlay, named in agent_edge_set, agent_groups and the
+// flows' edge as the edge names its IPv6 hosts.
+func (a *Agent) names() *ul6Names {
+	a.ul6Once.Do(func() { a.ul6.m, a.ul6.peer = a.objs.Ul6Hosts, "edge" })
+	return &a.ul6
+}
+
+// edgeKey is agent_edge_set's key of edge e: its IPv4 underlay address,
+// or an IPv6 one's name (ul6_hosts).
+func (a *Agent) edgeKey(e netip.Addr) (edgeEipKey, error) {
+	w, err := a.names().word(e)
+	if err != nil {
+		return edgeEipKey{}, err
+	}
+	var k edgeEipKey
+	k.Addr.A[0], k.Family = w, 2
+	return k, nil
 }
 
 var _ AgentMaps = (*Agent)(nil)
@@ -134,19 +156,79 @@ func (a *Agent) Close() error {
 	return a.objs.Close()
 }
 
+// checkEdgeAddr says what is wrong with an edge's underlay address as the
+// agent names it ("" if nothing): an IPv4 address outside 0.0.0.0/8 (the
+// names), or an IPv6 one an underlay takes (validUl6).
+func checkEdgeAddr(e netip.Addr) string {
+	switch {
+	case e.Is4():
+		if w := ip4word(e); w == 0 || isUl6Name(w) {
+			return "0.0.0.0/8 is no edge's address"
+		}
+		return ""
+	case validUl6(e):
+		return ""
+	}
+	return "not an IPv4 or global unicast IPv6 address"
+}
+
+// checkAgentConfig is what SetConfig refuses before it writes anything
+// (the fake agent refuses the same): an IPv6 underlay address that is no
+// global unicast one, an edge address checkEdgeAddr refuses.
+func checkAgentConfig(c AgentConfig) error {
+	if c.Underlay.IsValid() && !c.Underlay.Is4() && !validUl6(c.Underlay) {
+		return fmt.Errorf("underlay %v: not a global unicast IPv6 address", c.Underlay)
+	}
+	for _, e := range c.Edges {
+		if why := checkEdgeAddr(e); why != "" {
+			return fmt.Errorf("edge %v: %s", e, why)
+		}
+	}
+	return nil
+}
+
+// checkAgentGroup is what SetGroup refuses before it writes anything
+// (the fake agent refuses the same).
+func checkAgentGroup(idx uint16, g AgentGroup) error {
+	if len(g.Members) > MaxGroupMembers {
+		return fmt.Errorf("edge group %d (set %q): %d members, at most %d", idx, g.Set, len(g.Members), MaxGroupMembers)
+	}
+	for _, m := range g.Members {
+		if why := checkEdgeAddr(m); why != "" {
+			return fmt.Errorf("edge group %d (set %q): member %v: %s", idx, g.Set, m, why)
+		}
+	}
+	return nil
+}
+
 // SetConfig writes the configuration and the set of edges NVGRE is
 // accepted from (every edge of every set).
 func (a *Agent) SetConfig(c AgentConfig) error {
+	if err := checkAgentConfig(c); err != nil {
+		return err
+	}
 	if len(c.Edges) > int(a.objs.AgentEdgeSet.MaxEntries()) {
 		return fmt.Errorf("%d edges: the agent data plane holds at most %d", len(c.Edges), a.objs.AgentEdgeSet.MaxEntries())
 	}
 	var v agentAgentConfig
-	if c.Underlay.IsValid() {
+	switch {
+	case c.Underlay.Is4():
 		u, _, err := addrTo(c.Underlay)
 		if err != nil {
 			return err
 		}
 		v.Underlay = agentIpAddr(u)
+	case c.Underlay.IsValid():
+		// An IPv6 underlay: NVGRE over IPv6 taken to it, the outer
+		// source toward the edges (named in ul6_hosts).
+		if !validUl6(c.Underlay) {
+			return fmt.Errorf("underlay %v: not a global unicast IPv6 address", c.Underlay)
+		}
+		if a.objs.Ul6Hosts == nil {
+			return fmt.Errorf("underlay %v: this agent program has no IPv6 underlay", c.Underlay)
+		}
+		u, _, _ := addrTo(c.Underlay)
+		v.Underlay6 = agentIpAddr(u)
 	}
 	if c.ICMPSource.IsValid() {
 		s, _, err := addrTo(c.ICMPSource)
@@ -173,12 +255,14 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 	// New edges are accepted before the config is published, gone ones
 	// refused after.
 	want := map[edgeEipKey]bool{}
+	want6 := map[netip.Addr]bool{}
 	for _, e := range c.Edges {
-		k, err := keyOf(e)
+		k, err := a.edgeKey(e)
 		if err != nil {
 			return fmt.Errorf("edge %v: %w", e, err)
 		}
 		want[k] = true
+		want6[e] = true
 		if err := a.objs.AgentEdgeSet.Update(akey(k), uint32(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write edge set: %w", err)
 		}
@@ -186,14 +270,59 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 	var old agentAgentConfig
 	a.cfgMu.Lock()
 	defer a.cfgMu.Unlock()
-	if err := a.objs.AgentCfg.Lookup(uint32(0), &old); err == nil {
+	if err := a.readCfg(&old); err == nil {
 		v.NhGen = old.NhGen + 1
 	}
-	if err := a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+	if err := a.writeCfg(&v); err != nil {
 		return fmt.Errorf("write agent config: %w", err)
 	}
-	return deleteStale[agentEipKey, uint32](a.objs.AgentEdgeSet, func(k agentEipKey) bool { return want[ekey(k)] })
+	if err := deleteStale[agentEipKey, uint32](a.objs.AgentEdgeSet, func(k agentEipKey) bool { return want[ekey(k)] }); err != nil {
+		return err
+	}
+	// The names of edges gone from every set are collected (after the
+	// edge set refuses them).
+	return a.names().forget(func(e netip.Addr) bool { return want6[e] })
 }
+
+// readCfg and writeCfg read and write agent_cfg's entry, of an earlier
+// release's program too (the upgrade tests' and the bench's baseline
+// objects): its entry ends before underlay6, which it has none of.
+func (a *Agent) readCfg(v *agentAgentConfig) error {
+	size := int(a.objs.AgentCfg.ValueSize())
+	if size == binary.Size(v) {
+		return a.objs.AgentCfg.Lookup(uint32(0), v)
+	}
+	b := make([]byte, binary.Size(v))
+	if size > len(b) {
+		return fmt.Errorf("agent_cfg: a value of %d bytes, more than this version's %d", size, len(b))
+	}
+	if err := a.objs.AgentCfg.Lookup(uint32(0), b[:size]); err != nil {
+		return err
+	}
+	return binary.Read(bytes.NewReader(b), binary.LittleEndian, v)
+}
+
+func (a *Agent) writeCfg(v *agentAgentConfig) error {
+	size := int(a.objs.AgentCfg.ValueSize())
+	if size == binary.Size(v) {
+		return a.objs.AgentCfg.Update(uint32(0), v, ebpf.UpdateAny)
+	}
+	if v.Underlay6 != (agentIpAddr{}) {
+		return fmt.Errorf("this agent program has no IPv6 underlay")
+	}
+	var buf bytes.Buffer
+	if err := binary.Write(&buf, binary.LittleEndian, v); err != nil {
+		return err
+	}
+	if size > buf.Len() {
+		return fmt.Errorf("agent_cfg: a value of %d bytes, more than this version's %d", size, buf.Len())
+	}
+	return a.objs.AgentCfg.Update(uint32(0), buf.Bytes()[:size], ebpf.UpdateAny)
+}
+
+// Ul6Edges lists the names the agent gave the edges of its IPv6 underlay
+// (index -> address), for tests and diagnostics.
+func (a *Agent) Ul6Edges() (map[uint32]netip.Addr, error) { return a.names().list() }
 
 // GroupGen is the generation a group slot takes when g replaces old: the
 // same while every member of old stays and the set is the same (a flow
@@ -221,18 +350,20 @@ func (a *Agent) SetGroup(idx uint16, g AgentGroup) error {
 	if uint32(idx) >= a.objs.AgentGroups.MaxEntries() {
 		return fmt.Errorf("edge group %d (set %q): the agent data plane holds %d groups", idx, g.Set, a.objs.AgentGroups.MaxEntries())
 	}
-	if len(g.Members) > MaxGroupMembers {
-		return fmt.Errorf("edge group %d (set %q): %d members, at most %d", idx, g.Set, len(g.Members), MaxGroupMembers)
+	if err := checkAgentGroup(idx, g); err != nil {
+		return err
 	}
 	var v agentAgentGroup
 	if len(g.Set) >= len(v.Set) {
 		return fmt.Errorf("edge group %d: set name %q longer than %d bytes", idx, g.Set, len(v.Set)-1)
 	}
 	for i, m := range g.Members {
-		if !m.Is4() {
-			return fmt.Errorf("edge group %d (set %q): member %v: only IPv4 underlay addresses", idx, g.Set, m)
+		// An IPv6 underlay address by its name (ul6_hosts).
+		w, err := a.names().word(m)
+		if err != nil {
+			return fmt.Errorf("edge group %d (set %q): member %v: %w", idx, g.Set, m, err)
 		}
-		v.Edges[i] = ip4word(m)
+		v.Edges[i] = w
 	}
 	v.N = uint32(len(g.Members))
 	copy(v.Set[:], g.Set)
@@ -242,14 +373,14 @@ func (a *Agent) SetGroup(idx uint16, g AgentGroup) error {
 	if err := a.objs.AgentGroups.Lookup(uint32(idx), &old); err != nil {
 		return fmt.Errorf("read edge group %d: %w", idx, err)
 	}
-	v.Gen = GroupGen(groupFrom(&old), g)
+	v.Gen = GroupGen(a.groupFrom(&old), g)
 	if err := a.objs.AgentGroups.Update(uint32(idx), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write edge group %d (set %q): %w", idx, g.Set, err)
 	}
 	return nil
 }
 
-func groupFrom(v *agentAgentGroup) AgentGroup {
+func (a *Agent) groupFrom(v *agentAgentGroup) AgentGroup {
 	g := AgentGroup{Gen: v.Gen}
 	if i := bytes.IndexByte(v.Set[:], 0); i >= 0 {
 		g.Set = string(v.Set[:i])
@@ -257,7 +388,7 @@ func groupFrom(v *agentAgentGroup) AgentGroup {
 		g.Set = string(v.Set[:])
 	}
 	for i := uint32(0); i < v.N && i < MaxGroupMembers; i++ {
-		g.Members = append(g.Members, wordIP4(v.Edges[i]))
+		g.Members = append(g.Members, a.names().addr(v.Edges[i]))
 	}
 	return g
 }
@@ -270,7 +401,7 @@ func (a *Agent) Groups() (map[uint16]AgentGroup, error) {
 	var v agentAgentGroup
 	it := a.objs.AgentGroups.Iterate()
 	for it.Next(&k, &v) {
-		if g := groupFrom(&v); g.Set != "" || len(g.Members) > 0 {
+		if g := a.groupFrom(&v); g.Set != "" || len(g.Members) > 0 {
 			out[uint16(k)] = g
 		}
 	}
@@ -286,11 +417,11 @@ func (a *Agent) InvalidateNextHops() error {
 	a.cfgMu.Lock()
 	defer a.cfgMu.Unlock()
 	var v agentAgentConfig
-	if err := a.objs.AgentCfg.Lookup(uint32(0), &v); err != nil {
+	if err := a.readCfg(&v); err != nil {
 		return err
 	}
 	v.NhGen++
-	return a.objs.AgentCfg.Update(uint32(0), &v, ebpf.UpdateAny)
+	return a.writeCfg(&v)
 }
 
 // SetLocalAllow replaces agent_local: each prefix with its rules (what
@@ -710,7 +841,7 @@ func (a *Agent) Flows(max int) ([]AgentFlow, error) {
 			Remote: netip.AddrPortFrom(wordIP4(k.Remote), be16(k.Rport)),
 			Proto:  k.Proto,
 			Public: netip.AddrPortFrom(wordIP4(v.Pub), be16(v.Pport)),
-			Edge:   wordIP4(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex, Group: v.Group, Gen: v.Gen,
+			Edge:   a.names().addr(v.Edge), VSID: v.Vsid, Ifindex: v.Ifindex, Group: v.Group, Gen: v.Gen,
 		})
 	}
 	if err := it.Err(); err != nil {
@@ -725,7 +856,7 @@ func (a *Agent) Flows(max int) ([]AgentFlow, error) {
 			Remote: netip.AddrPortFrom(addrFrom(edgeIpAddr(k6.Remote), 10), be16(k6.Rport)),
 			Proto:  k6.Proto,
 			Public: netip.AddrPortFrom(addrFrom(edgeIpAddr(v6.Pub), 10), be16(v6.Pport)),
-			Edge:   wordIP4(v6.Edge), VSID: v6.Vsid, Ifindex: v6.Ifindex, Group: v6.Group, Gen: v6.Gen,
+			Edge:   a.names().addr(v6.Edge), VSID: v6.Vsid, Ifindex: v6.Ifindex, Group: v6.Group, Gen: v6.Gen,
 		})
 	}
 	if err := it6.Err(); err != nil {

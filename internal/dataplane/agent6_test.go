@@ -385,4 +385,28 @@ func TestFakeAgentRefusesAsReal(t *testing.T) {
 	if err := f.SetIfAddrs([]IfAddr{{Ifindex: 7, Addr: addr(agentPriv6)}}); err == nil {
 		t.Fatal("fake SetIfAddrs took an IPv6 address")
 	}
+	// The IPv6 underlay: an edge's or the agent's address an underlay
+	// cannot take, and an edge's name as an address.
+	for _, bad := range []AgentConfig{
+		{Underlay: addr("fe80::1")},
+		{Underlay: addr("::ffff:198.18.0.1")},
+		{Underlay: addr(dptest.UlAddr6), Edges: []netip.Addr{addr("ff02::1")}},
+		{Underlay: addr(dptest.UlAddr6), Edges: []netip.Addr{addr("::1")}},
+		{Underlay: addr(dptest.UlAddr), Edges: []netip.Addr{addr("0.0.0.7")}},
+	} {
+		if err := f.SetConfig(bad); err == nil {
+			t.Errorf("fake SetConfig(underlay %v, edges %v) accepted", bad.Underlay, bad.Edges)
+		}
+	}
+	for _, bad := range [][]netip.Addr{{addr("fe80::1")}, {addr("0.0.0.7")}} {
+		if err := f.SetGroup(1, AgentGroup{Set: "s", Members: bad}); err == nil {
+			t.Errorf("fake SetGroup(%v) accepted", bad)
+		}
+	}
+	if err := f.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), Edges: []netip.Addr{addr(edge6A), addr(edgeA)}}); err != nil {
+		t.Errorf("fake SetConfig over an IPv6 underlay: %v", err)
+	}
+	if err := f.SetGroup(1, AgentGroup{Set: "s", Members: []netip.Addr{addr(edge6A)}}); err != nil {
+		t.Errorf("fake SetGroup with an IPv6 edge: %v", err)
+	}
 }

@@ -24,6 +24,7 @@ type agentAgentConfig struct {
 	NhGen     uint32
 	GwMac     [6]uint8
 	Pad       uint16
+	Underlay6 agentIpAddr
 }
 
 type agentAgentEip struct {
@@ -144,7 +145,18 @@ type agentAgentRoom6 struct {
 	Qoff     uint32
 	Hash     uint32
 	Hk       agentHcGuest6Key
-	_        [4]byte
+	Ulo      struct {
+		_     structs.HostLayout
+		L3Off uint32
+		L4Off uint32
+		IpLen uint16
+		Frag  uint16
+		Host  uint32
+		Daddr uint32
+	}
+	Ul6key agentIpAddr
+	Ul6mac [6]uint8
+	_      [2]byte
 }
 
 type agentAzgStat uint32
@@ -431,6 +443,7 @@ const (
 	agentMapNhCache           = "nh_cache"
 	agentMapNhCache6          = "nh_cache6"
 	agentMapStats             = "stats"
+	agentMapUl6Hosts          = "ul6_hosts"
 	agentProgXdpAgentGuest    = "xdp_agent_guest"
 	agentProgXdpAgentUnderlay = "xdp_agent_underlay"
 	agentVarBwClockBase       = "bw_clock_base"
@@ -515,6 +528,7 @@ type agentMapSpecs struct {
 	NhCache        *ebpf.MapSpec `ebpf:"nh_cache"`
 	NhCache6       *ebpf.MapSpec `ebpf:"nh_cache6"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	Ul6Hosts       *ebpf.MapSpec `ebpf:"ul6_hosts"`
 }
 
 // agentVariableSpecs contains global variables before they are loaded into the kernel.
@@ -573,6 +587,7 @@ type agentMaps struct {
 	NhCache        *ebpf.Map `ebpf:"nh_cache"`
 	NhCache6       *ebpf.Map `ebpf:"nh_cache6"`
 	Stats          *ebpf.Map `ebpf:"stats"`
+	Ul6Hosts       *ebpf.Map `ebpf:"ul6_hosts"`
 }
 
 func (m *agentMaps) Close() error {
@@ -602,6 +617,7 @@ func (m *agentMaps) Close() error {
 		m.NhCache,
 		m.NhCache6,
 		m.Stats,
+		m.Ul6Hosts,
 	)
 }
 

@@ -24,7 +24,8 @@ type Edge struct {
 	upgrade  UpgradeReport
 	prevMu   sync.Mutex
 	prevs    map[edgeEipKey]struct{} // eip_prev's keys (prevKeys)
-	ul6      ul6Names                // the IPv6 underlay hosts' names (ul6.go)
+	ul6Once  sync.Once
+	ul6      ul6Names // the IPv6 underlay hosts' names (ul6.go; names())
 }
 
 var _ EdgeMaps = (*Edge)(nil)

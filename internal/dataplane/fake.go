@@ -25,6 +25,10 @@ type FakeEdge struct {
 	LimitMap map[netip.Addr]Limits
 	// FW holds the firewall maps (firewall.go).
 	FW FakeFirewall
+	// Ul6Keep is the last ForgetUl6Hosts' keep; Ul6Forgets counts the
+	// calls.
+	Ul6Keep    func(netip.Addr) bool
+	Ul6Forgets int
 }
 
 // PutLimits records an address's limits (a zero Limits deletes them).
@@ -92,7 +96,18 @@ func (f *FakeEdge) SetSpoofPrefixes(own, underlay []netip.Prefix) error {
 	return nil
 }
 
+// ForgetUl6Hosts records keep (the fake names no host: Ul6Keep is for
+// tests to ask).
+func (f *FakeEdge) ForgetUl6Hosts(keep func(netip.Addr) bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Ul6Keep = keep
+	f.Ul6Forgets++
+	return nil
+}
+
 var _ EdgeMaps = (*FakeEdge)(nil)
+var _ Ul6HostMaps = (*FakeEdge)(nil)
 
 // NewFakeEdge returns an empty fake.
 func NewFakeEdge() *FakeEdge {
@@ -249,8 +264,8 @@ type FakeAgent struct {
 
 // SetGroup writes a group slot, its generation as the data plane's.
 func (f *FakeAgent) SetGroup(idx uint16, g AgentGroup) error {
-	if len(g.Members) > MaxGroupMembers {
-		return fmt.Errorf("edge group %d: %d members, at most %d", idx, len(g.Members), MaxGroupMembers)
+	if err := checkAgentGroup(idx, g); err != nil {
+		return err
 	}
 	f.mu.Lock()
 	if f.GroupMap == nil {
@@ -308,6 +323,9 @@ func NewFakeAgent() *FakeAgent {
 }
 
 func (f *FakeAgent) SetConfig(c AgentConfig) error {
+	if err := checkAgentConfig(c); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Config = c

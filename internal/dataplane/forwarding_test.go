@@ -56,4 +56,26 @@ func TestForwardingOff(t *testing.T) {
 			t.Errorf("hint %q does not say %q", h, want)
 		}
 	}
+	// IPv6 (an IPv6 underlay), read apart from IPv4's (now on).
+	check6 := func(value string, want []string) {
+		t.Helper()
+		if err := netns.Sysctl(a.Name, "net.ipv6.conf.fw0.forwarding", value); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if err := a.Do(func() error {
+			got = Forwarding6Off([]string{"fw0", "nosuch0", "..", ""})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ipv6 forwarding=%s: Forwarding6Off = %v, want %v", value, got, want)
+		}
+	}
+	check6("0", []string{"fw0"})
+	check6("1", nil)
+	if h := Forwarding6Hint([]string{"fw0"}); !strings.Contains(h, "net.ipv6.conf.all.forwarding=1") || !strings.Contains(h, "fw0") {
+		t.Errorf("IPv6 hint %q", h)
+	}
 }

@@ -251,6 +251,14 @@ type SpoofMaps interface {
 	SetSpoofPrefixes(own, underlay []netip.Prefix) error
 }
 
+// Ul6HostMaps is the edge's table of the IPv6 underlay's host names
+// (ul6_hosts; the Edge and the FakeEdge implement it).
+type Ul6HostMaps interface {
+	// ForgetUl6Hosts collects the names of the IPv6 hosts keep refuses
+	// (ul6.go forget): nothing the edge programs may still name them.
+	ForgetUl6Hosts(keep func(netip.Addr) bool) error
+}
+
 // LocalRule is one rule of a local prefix: what a guest may send to it,
 // through its host's kernel. Proto 0 is any protocol (every port); ports
 // Lo..Hi are TCP's or UDP's destination port, 0..0 for another protocol.

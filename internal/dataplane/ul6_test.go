@@ -64,10 +64,16 @@ func newUl6Bed(t *testing.T) *vip6Bed {
 // key, then inner (an Ethernet frame). Written byte by byte, not through
 // a library: the reference for the program's header.
 func nvgreOver6(srcMAC, dstMAC, src, dst string, key uint32, tc uint8, inner []byte) []byte {
+	return nvgreOver6L(srcMAC, dstMAC, src, dst, key, tc, key&0xfffff, inner)
+}
+
+// nvgreOver6L is nvgreOver6 with the flow label label (the agent's: the
+// flow hash's low 20 bits).
+func nvgreOver6L(srcMAC, dstMAC, src, dst string, key uint32, tc uint8, label uint32, inner []byte) []byte {
 	b := append([]byte(nil), mac(dstMAC)...)
 	b = append(b, mac(srcMAC)...)
 	b = append(b, 0x86, 0xdd)
-	label := key & 0xfffff
+	label &= 0xfffff
 	b = append(b, 0x60|tc>>4, tc<<4|byte(label>>16), byte(label>>8), byte(label))
 	b = binary.BigEndian.AppendUint16(b, uint16(8+len(inner)))
 	b = append(b, 47, 64)
@@ -344,5 +350,62 @@ func TestUl6HostsRefused(t *testing.T) {
 				t.Errorf("%s on %s: %v, want accepted %v", name, tc.host, err, tc.ok)
 			}
 		}
+	}
+}
+
+// TestEdgeUl6Forget: the names of IPv6 hosts nothing names any more are
+// collected (both entries of ul6_hosts deleted); a host that comes back
+// gets a fresh name, a collected index is given again only when no fresh
+// one is left.
+func TestEdgeUl6Forget(t *testing.T) {
+	requireRoot(t)
+	e, err := LoadEdge(LoadOptions{EIPMax: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	put := func(eip, host string) {
+		t.Helper()
+		if err := e.PutRoutes(map[netipAddr]Route{addr(eip): {Host: addr(host), VSID: vsid, StatsIdx: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := func() int {
+		n := 0
+		var k, v edgeIpAddr
+		for it := e.objs.Ul6Hosts.Iterate(); it.Next(&k, &v); {
+			n++
+		}
+		return n
+	}
+	put(eip, host6)
+	put(eipOther, host6Small)
+	if n := entries(); n != 4 {
+		t.Fatalf("ul6_hosts holds %d entries, want 4 (two hosts both ways)", n)
+	}
+	if err := e.DeleteRoutes([]netipAddr{addr(eipOther)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ForgetUl6Hosts(func(a netipAddr) bool { return a == addr(host6) }); err != nil {
+		t.Fatal(err)
+	}
+	names, err := e.Ul6Hosts()
+	if err != nil || len(names) != 1 || names[1] != addr(host6) {
+		t.Fatalf("names %v %v, want host6's alone (index 1)", names, err)
+	}
+	if n := entries(); n != 2 {
+		t.Fatalf("ul6_hosts holds %d entries after the collection, want 2", n)
+	}
+	// host6 still routes by its name; host6Small comes back with index 3.
+	if r, ok, err := e.Route(addr(eip)); err != nil || !ok || r.Host != addr(host6) {
+		t.Fatalf("route of %s: %+v %v %v", eip, r, ok, err)
+	}
+	put(eipOther, host6Small)
+	names, _ = e.Ul6Hosts()
+	if names[3] != addr(host6Small) || len(names) != 2 {
+		t.Fatalf("names %v, want host6Small at the fresh index 3", names)
+	}
+	if r, ok, err := e.Route(addr(eipOther)); err != nil || !ok || r.Host != addr(host6Small) {
+		t.Fatalf("route of %s: %+v %v %v", eipOther, r, ok, err)
 	}
 }

@@ -46,7 +46,7 @@ type driftSeen struct {
 // driftPlan is the route of an EIP whose live route is w and whose
 // previous binding is p, first seen at seen, at now with delay.
 func driftPlan(w Want, p *model.PreviousBinding, seen, now time.Time, delay time.Duration) Want {
-	if !p.Active(now) || !p.Underlay.Is4() || p.VSID > 0xFFFFFF || (p.Underlay == w.Host && p.VSID == w.VSID) {
+	if !p.Active(now) || !p.Underlay.IsValid() || p.VSID > 0xFFFFFF || (p.Underlay == w.Host && p.VSID == w.VSID) {
 		return w
 	}
 	w.PrevHost, w.PrevVSID = p.Underlay, p.VSID

@@ -292,4 +292,13 @@ func TestDriftPlan(t *testing.T) {
 	if got := driftPlan(w, nil, t0, t0, d); got != w {
 		t.Errorf("no Previous: %+v", got)
 	}
+	// A previous host of the IPv6 underlay (issue 21): the edges drift to
+	// it as to an IPv4 one (its route names it by its ul6_hosts name).
+	p6 := &model.PreviousBinding{Underlay: netip.MustParseAddr("2001:db8:f0::21"), VSID: 5001, Until: t0.Add(grace)}
+	if got := driftPlan(w, p6, t0, t0.Add(d), d); got != (Want{Host: h2, VSID: 6001, PrevHost: p6.Underlay, PrevVSID: 5001}) {
+		t.Errorf("IPv6 previous host: plan %+v", got)
+	}
+	if got := driftPlan(w, &model.PreviousBinding{VSID: 5001, Until: t0.Add(grace)}, t0, t0, d); got != w {
+		t.Errorf("no previous underlay: %+v", got)
+	}
 }

@@ -164,6 +164,7 @@ type Reconciler struct {
 	routes     int // routes programmed
 	rev        int64
 	underlay   netip.Addr
+	underlay6  netip.Addr                      // the edge's IPv6 underlay address (EdgeConfig.Underlay6)
 	prefixes   []netip.Prefix                  // the edge set's prefixes
 	spoofOwn   []netip.Prefix                  // the anti-spoofing prefixes as programmed (spoofSet: valid)
 	spoofUL    []netip.Prefix                  // (underlay class)
@@ -351,6 +352,9 @@ func (r *Reconciler) Commit(rev int64, resync bool) {
 func (r *Reconciler) commit() {
 	r.errs = nil
 	ok := true
+	// A host or previous binding may have gone: the IPv6 underlay's
+	// names are collected once everything is programmed (forgetUl6).
+	collect := r.full || len(r.hostsDirty) > 0
 	if len(r.hostsDirty) > 0 {
 		if !r.full {
 			r.idx.boundTo(r.hostsDirty, r.pending)
@@ -411,6 +415,12 @@ func (r *Reconciler) commit() {
 		r.scheduleRetry()
 		return
 	}
+	if collect {
+		// Not a failure of the commit: the names stay, as before.
+		if err := r.forgetUl6(); err != nil {
+			r.log.Warn("the IPv6 underlay's unused host names not collected", "err", err)
+		}
+	}
 	if lbSynced || r.syncErr != nil {
 		r.syncErr = r.verify()
 	}
@@ -425,6 +435,23 @@ func (r *Reconciler) commit() {
 	if r.OnApplied != nil {
 		r.OnApplied(r.rev)
 	}
+}
+
+// forgetUl6 collects the names the data plane gave the IPv6 underlay's
+// hosts (dataplane.Ul6HostMaps) that no host, guest copy or previous
+// binding of the index has any more: what the commit programmed (routes,
+// previous bindings, backends) names none of them.
+func (r *Reconciler) forgetUl6() error {
+	um, ok := r.maps.(dataplane.Ul6HostMaps)
+	if !ok {
+		return nil
+	}
+	keep := map[netip.Addr]bool{}
+	r.idx.underlays(func(u netip.Addr) { keep[u] = true })
+	for _, p := range r.idx.prev {
+		keep[p.Underlay] = true
+	}
+	return um.ForgetUl6Hosts(func(a netip.Addr) bool { return keep[a] })
 }
 
 // Applies counts the commits that applied a change or a full load: a
@@ -505,7 +532,7 @@ func (r *Reconciler) applyConfig() error {
 		return fmt.Errorf("edge %q is not a member of any edge set: add it to one (azgate set create ... --edge name=%s,underlay=ADDR)", r.cfg.Name, r.cfg.Name)
 	}
 	r.prefixes = append(r.prefixes[:0], set.Prefixes...)
-	if me.Underlay == r.underlay {
+	if me.Underlay == r.underlay && me.Underlay6 == r.underlay6 {
 		return nil
 	}
 	var ul uint32
@@ -516,7 +543,7 @@ func (r *Reconciler) applyConfig() error {
 		}
 	}
 	err := r.maps.SetConfig(dataplane.EdgeConfig{
-		Underlay: me.Underlay, ICMPSource: r.cfg.ICMPSource, ICMPSource6: r.cfg.ICMPSource6, HashSeed: r.cfg.HashSeed,
+		Underlay: me.Underlay, Underlay6: me.Underlay6, ICMPSource: r.cfg.ICMPSource, ICMPSource6: r.cfg.ICMPSource6, HashSeed: r.cfg.HashSeed,
 		ICMPRate: r.cfg.ICMPRate, ICMPBurst: r.cfg.ICMPBurst, ICMPBudgets: r.cfg.ICMPBudgets,
 		ICMPTimeExceeded: r.cfg.ICMPTimeExceeded, GatewayMAC: GatewayMAC, UnderlayIfindex: ul,
 	})
@@ -528,15 +555,15 @@ func (r *Reconciler) applyConfig() error {
 			return err
 		}
 	}
-	r.log.Info("edge configured", "underlay", me.Underlay, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource,
+	r.log.Info("edge configured", "underlay", me.Underlay, "underlay6", me.Underlay6, "underlay_ifindex", ul, "icmp_source", r.cfg.ICMPSource,
 		"icmp_source6", r.cfg.ICMPSource6)
-	r.underlay = me.Underlay
+	r.underlay, r.underlay6 = me.Underlay, me.Underlay6
 	return nil
 }
 
 // cur is a programmed route, compactly.
 type cur struct {
-	host [4]byte
+	host [4]byte // an IPv4 host (zero for one of the IPv6 underlay: sync's hosts6)
 	vsid uint32
 	slot uint32
 }
@@ -554,18 +581,29 @@ func (r *Reconciler) sync() error {
 	// The programmed routes with a previous binding (few), which cur
 	// leaves out.
 	drifting := map[netip.Addr]dataplane.Route{}
+	// The routes whose host is of the IPv6 underlay (few), its address:
+	// cur's host is zero for them.
+	hosts6 := map[netip.Addr]netip.Addr{}
 	r.slots.reset()
 	err := r.maps.RangeRoutes(func(a netip.Addr, rt dataplane.Route) bool {
 		if rt.Drifts() {
 			drifting[a] = rt
 		}
+		var host [4]byte
 		switch {
-		case !rt.Host.Is4():
+		case rt.Host.Is4():
+			host = rt.Host.As4()
+		case rt.Host.Is6():
+			hosts6[a] = rt.Host
+		default:
+			return true
+		}
+		switch {
 		case a.Is4():
-			have[a.As4()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			have[a.As4()] = cur{host: host, vsid: rt.VSID, slot: rt.StatsIdx}
 			r.slots.use(rt.StatsIdx)
 		case a.Is6():
-			have6[a.As16()] = cur{host: rt.Host.As4(), vsid: rt.VSID, slot: rt.StatsIdx}
+			have6[a.As16()] = cur{host: host, vsid: rt.VSID, slot: rt.StatsIdx}
 			r.slots.use(rt.StatsIdx)
 		}
 		return true
@@ -583,7 +621,14 @@ func (r *Reconciler) sync() error {
 		if len(r.idx.prev) > 0 {
 			*w = r.withDrift(a, *w, now)
 		}
-		if !had || c.host != w.Host.As4() || c.vsid != w.VSID {
+		if !had || c.vsid != w.VSID {
+			return false
+		}
+		if h6, ok := hosts6[a]; ok || !w.Host.Is4() {
+			if h6 != w.Host {
+				return false
+			}
+		} else if c.host != w.Host.As4() {
 			return false
 		}
 		d := drifting[a]

@@ -560,6 +560,9 @@ func (x *index) spoofPrefixes() (own, underlay []netip.Prefix) {
 			if e.Underlay.IsValid() {
 				underlay = append(underlay, host(e.Underlay))
 			}
+			if e.Underlay6.IsValid() {
+				underlay = append(underlay, host(e.Underlay6))
+			}
 		}
 	}
 	for _, svc := range x.services {

@@ -64,16 +64,26 @@ type Guest struct {
 
 // Host is an AZ host running the agent.
 type Host struct {
-	Name     string     `json:"name"`
-	AZ       string     `json:"az"`
+	Name string `json:"name"`
+	AZ   string `json:"az"`
+	// Underlay is the host's underlay address, IPv4 or IPv6 (issue 21:
+	// NVGRE to the host over an IPv6 underlay; every edge then needs its
+	// underlay6, State's check).
 	Underlay netip.Addr `json:"underlay"`
 	Guests   []Guest    `json:"guests,omitempty"`
 }
 
 // EdgeNode is one edge of an edge set.
 type EdgeNode struct {
-	Name     string     `json:"name"`
+	Name string `json:"name"`
+	// Underlay is the edge's IPv4 underlay address (required: BGP, the
+	// hosts of the IPv4 underlay and the edges' connection sync use it).
 	Underlay netip.Addr `json:"underlay"`
+	// Underlay6 is its IPv6 underlay address, where the hosts of the
+	// IPv6 underlay send their NVGRE and the source of the edge's NVGRE
+	// to them: required of every edge once a host's underlay is IPv6
+	// (State's check), optional otherwise.
+	Underlay6 netip.Addr `json:"underlay6,omitzero"`
 	// Drained: the edge withdraws its routes (upstream ECMP stops sending
 	// to it) but keeps forwarding what still arrives (azgate edge drain).
 	Drained bool `json:"drained,omitempty"`
@@ -234,23 +244,58 @@ func checkUnicast4(es *Errors, field string, a netip.Addr) {
 	}
 }
 
-// isUnderlay says whether a may be a host's or edge's underlay address:
+// isUnderlay says whether a may be an edge's (IPv4) underlay address:
 // an IPv4 unicast address outside 0.0.0.0/8 ("this network", RFC 1122,
-// never a source; the edges' data plane names the IPv6 underlay's hosts
-// there, docs/dataplane.md "The IPv6 underlay").
+// never a source; the data planes name the IPv6 underlay's hosts and
+// edges there, docs/dataplane.md "The IPv6 underlay").
 func isUnderlay(a netip.Addr) bool { return isUnicast4(a) && a.As4()[0] != 0 }
 
-// checkUnderlay checks a host's or edge's underlay address (isUnderlay).
-// IPv6 is refused with what is missing: the edges' data plane takes an
-// IPv6 underlay, the agents' does not yet (issue 21).
+// isUnderlay6 says whether a may be an IPv6 underlay address: a global
+// unicast address (unique local fc00::/7 and 2001:db8::/32 included), not
+// IPv4-mapped, no zone.
+func isUnderlay6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.Zone() == "" && a.IsGlobalUnicast()
+}
+
+// isHostUnderlay says whether a may be a host's underlay address: an
+// IPv4 one (isUnderlay) or an IPv6 one (isUnderlay6).
+func isHostUnderlay(a netip.Addr) bool { return isUnderlay(a) || isUnderlay6(a) }
+
+// checkUnderlay checks a host's underlay address, IPv4 (checkUnderlay4)
+// or IPv6 (checkUnderlay6).
 func checkUnderlay(es *Errors, field string, a netip.Addr) {
+	if a.Is6() && !a.Is4In6() {
+		checkUnderlay6(es, field, a)
+		return
+	}
+	checkUnderlay4(es, field, a)
+}
+
+// checkUnderlay4 checks an IPv4 underlay address (isUnderlay): an edge's
+// underlay is one, its IPv6 underlay address is underlay6.
+func checkUnderlay4(es *Errors, field string, a netip.Addr) {
 	switch {
 	case a.Is6() && !a.Is4In6():
-		es.add(field, "%v: an IPv6 underlay is not supported yet (the edges' data plane carries NVGRE over IPv6, the agents' does not)", a)
+		es.add(field, "%v: an edge's underlay is IPv4 (BGP and the hosts of the IPv4 underlay use it): its IPv6 underlay address is underlay6", a)
 	case isUnicast4(a) && a.As4()[0] == 0:
 		es.add(field, "%v is in 0.0.0.0/8 (this network), never an underlay address", a)
 	default:
 		checkUnicast4(es, field, a)
+	}
+}
+
+// checkUnderlay6 checks an IPv6 underlay address (isUnderlay6): global
+// unicast or unique local, never unspecified, loopback, link-local,
+// multicast or IPv4-mapped.
+func checkUnderlay6(es *Errors, field string, a netip.Addr) {
+	var sub Errors
+	checkUnicast6(&sub, field, a)
+	if len(sub) > 0 {
+		*es = append(*es, sub...)
+		return
+	}
+	if !isUnderlay6(a) {
+		es.add(field, "%v is not a global unicast IPv6 address", a)
 	}
 }
 
@@ -480,7 +525,7 @@ func (h *Host) Validate() Errors {
 // host (two names of one hash): validate then decides. TestHostValid
 // holds valid() to imply len(validate()) == 0.
 func (h *Host) valid() bool {
-	if !isName(h.Name) || !isName(h.AZ) || !isUnderlay(h.Underlay) {
+	if !isName(h.Name) || !isName(h.AZ) || !isHostUnderlay(h.Underlay) {
 		return false
 	}
 	n := len(h.Guests)
@@ -620,11 +665,18 @@ func (s *EdgeSet) Validate() Errors {
 			es.add(f+".name", "edge %q appears twice", e.Name)
 		}
 		names[e.Name] = true
-		checkUnderlay(&es, f+".underlay", e.Underlay)
+		checkUnderlay4(&es, f+".underlay", e.Underlay)
 		if addrs[e.Underlay] {
 			es.add(f+".underlay", "%v is used by another edge of this set", e.Underlay)
 		}
 		addrs[e.Underlay] = true
+		if e.Underlay6.IsValid() {
+			checkUnderlay6(&es, f+".underlay6", e.Underlay6)
+			if addrs[e.Underlay6] {
+				es.add(f+".underlay6", "%v is used by another edge of this set", e.Underlay6)
+			}
+			addrs[e.Underlay6] = true
+		}
 		if e.BGP != nil {
 			e.BGP.validate(&es, f+".bgp", s.BGP != nil)
 			if first6 >= 0 && !e.BGP.NextHop6.IsValid() {

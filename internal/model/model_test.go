@@ -63,7 +63,14 @@ func TestValidateHost(t *testing.T) {
 	}{
 		{"ok", Host{Name: "h1", AZ: "az1", Underlay: addr("198.18.1.1"), Guests: []Guest{g("g1", "198.19.1.1", 5001)}}, nil},
 		{"nothing", Host{}, []string{"name~required", "az~required", "underlay~required"}},
-		{"IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1")}, []string{"underlay~the agents' does not"}},
+		{"IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1")}, nil},
+		{"unique local IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("fd00:1::1")}, nil},
+		{"unspecified IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("::")}, []string{"underlay~not a global unicast"}},
+		{"loopback IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("::1")}, []string{"underlay~not a global unicast"}},
+		{"link-local IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("fe80::1")}, []string{"underlay~not a global unicast"}},
+		{"multicast IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("ff05::1")}, []string{"underlay~not a global unicast"}},
+		{"v4-mapped underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("::ffff:198.18.1.1")}, []string{"underlay"}},
+		{"zoned IPv6 underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("2001:db8::1%eth0")}, []string{"underlay~zone"}},
 		{"underlay in 0.0.0.0/8", Host{Name: "h1", AZ: "az1", Underlay: addr("0.0.0.5")}, []string{"underlay~0.0.0.0/8"}},
 		{"loopback underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("127.0.0.1")}, []string{"underlay~not a unicast"}},
 		{"multicast underlay", Host{Name: "h1", AZ: "az1", Underlay: addr("224.0.0.5")}, []string{"underlay~not a unicast"}},
@@ -117,7 +124,14 @@ func TestValidateEdgeSet(t *testing.T) {
 			[]string{"edges[1].name~appears twice"}},
 		{"underlay twice", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{e("e1", "198.18.0.1"), e("e2", "198.18.0.1")}},
 			[]string{"edges[1].underlay~another edge"}},
-		{"edge with an IPv6 underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("2001:db8:ff::1")}}}, []string{"edges[0].underlay~IPv6 underlay is not supported yet"}},
+		{"edge with an IPv6 underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("2001:db8:ff::1")}}}, []string{"edges[0].underlay~its IPv6 underlay address is underlay6"}},
+		{"edge with an underlay6", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("198.18.0.1"), Underlay6: addr("2001:db8:ff::1")}}}, nil},
+		{"underlay6 IPv4", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("198.18.0.1"), Underlay6: addr("198.18.0.2")}}}, []string{"edges[0].underlay6~IPv6 address is required"}},
+		{"underlay6 link-local", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("198.18.0.1"), Underlay6: addr("fe80::1")}}}, []string{"edges[0].underlay6~not a global unicast"}},
+		{"underlay6 v4-mapped", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("198.18.0.1"), Underlay6: addr("::ffff:198.18.0.2")}}}, []string{"edges[0].underlay6~IPv4-mapped"}},
+		{"underlay6 twice", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{
+			{Name: "e1", Underlay: addr("198.18.0.1"), Underlay6: addr("2001:db8:ff::1")}, {Name: "e2", Underlay: addr("198.18.0.2"), Underlay6: addr("2001:db8:ff::1")}}},
+			[]string{"edges[1].underlay6~another edge"}},
 		{"edge underlay in 0.0.0.0/8", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1", Underlay: addr("0.1.2.3")}}}, []string{"edges[0].underlay~0.0.0.0/8"}},
 		{"edge without underlay", EdgeSet{Name: "pop-a", Prefixes: []netip.Prefix{prefix("198.51.100.0/24")}, Edges: []EdgeNode{{Name: "e1"}}}, []string{"edges[0].underlay~required"}},
 	} {
@@ -164,7 +178,11 @@ func TestValidateEIP(t *testing.T) {
 			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("198.18.1.1"), VSID: 5001, Until: time.Unix(1, 0)}}, []string{"previous.host~is the binding's host too"}},
 		{"bad previous", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
 			Previous: &PreviousBinding{Host: "H", Guest: "", Underlay: addr("2001:db8::1"), VSID: 7}},
-			[]string{"previous.host", "previous.guest~required", "previous.underlay~IPv6 underlay is not supported yet", "previous.vsid~outside", "previous.until~missing"}},
+			[]string{"previous.host", "previous.guest~required", "previous.vsid~outside", "previous.until~missing"}},
+		{"previous on an IPv6 underlay", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
+			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("2001:db8:f0::21"), VSID: 5001, Until: time.Unix(1, 0)}}, nil},
+		{"previous underlay link-local", EIP{Address: addr("198.51.100.7"), Binding: &Binding{Host: "h2", Guest: "g1"},
+			Previous: &PreviousBinding{Host: "h1", Guest: "g1", Underlay: addr("fe80::1"), VSID: 5001, Until: time.Unix(1, 0)}}, []string{"previous.underlay~not a global unicast"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.e.Validate(), tc.want) })
 	}

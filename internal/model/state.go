@@ -36,7 +36,8 @@ type State struct {
 	bound     map[guestRef]string   // guest -> IPv4 EIP bound to it
 	bound6    map[guestRef]string   // guest -> IPv6 EIP bound to it
 	hostEIPs  map[string]int        // host -> number of EIPs bound to it
-	underlays map[netip.Addr]string // underlay address -> owner ("host X", "edge S/E")
+	underlays map[netip.Addr]string // underlay address (an edge's underlay6 too) -> owner ("host X", "edge S/E")
+	ul6Hosts  map[string]bool       // hosts whose underlay is IPv6
 	edges     map[string]string     // edge name -> set
 	vips      map[netip.Addr]string // VIP -> service
 	// backendOf: guest -> service -> how many of the service's backends
@@ -49,7 +50,7 @@ type State struct {
 // NewState returns an empty state.
 func NewState() *State {
 	s := &State{
-		bound: map[guestRef]string{}, bound6: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, edges: map[string]string{},
+		bound: map[guestRef]string{}, bound6: map[guestRef]string{}, hostEIPs: map[string]int{}, underlays: map[netip.Addr]string{}, ul6Hosts: map[string]bool{}, edges: map[string]string{},
 		vips: map[netip.Addr]string{}, backendOf: map[guestRef]map[string]int{}, bwOf: map[netip.Addr]string{},
 		draining: map[string]time.Time{},
 	}
@@ -64,7 +65,7 @@ func NewState() *State {
 // maps, so either copy can change without affecting the other.
 func (s *State) Clone() *State {
 	c := &State{
-		bound: maps.Clone(s.bound), bound6: maps.Clone(s.bound6), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), edges: maps.Clone(s.edges),
+		bound: maps.Clone(s.bound), bound6: maps.Clone(s.bound6), hostEIPs: maps.Clone(s.hostEIPs), underlays: maps.Clone(s.underlays), ul6Hosts: maps.Clone(s.ul6Hosts), edges: maps.Clone(s.edges),
 		vips: maps.Clone(s.vips), backendOf: make(map[guestRef]map[string]int, len(s.backendOf)), bwOf: maps.Clone(s.bwOf),
 		draining: maps.Clone(s.draining),
 	}
@@ -185,6 +186,13 @@ func (s *State) checkHost(h, old *Host, had bool) Errors {
 	if set, q, ok := s.announcedBy(h.Underlay, ""); ok {
 		es.add("underlay", "%v lies in %v announced by set %q", h.Underlay, q, set)
 	}
+	// A host of the IPv6 underlay is reached by every edge (any set's
+	// addresses may be bound to its guests): each needs its underlay6.
+	if h.Underlay.Is6() {
+		if set, e, ok := s.edgeWithoutUnderlay6(); ok {
+			es.add("underlay", "%v is an IPv6 underlay address: every edge needs an underlay6 to reach the host, and edge %s/%s has none", h.Underlay, set, e)
+		}
+	}
 	if had {
 		for _, g := range old.Guests {
 			if now, still := h.Guest(g.Name); still {
@@ -209,13 +217,38 @@ func (s *State) checkHost(h, old *Host, had bool) Errors {
 	return es
 }
 
-// indexHost keeps the underlay index.
+// indexHost keeps the underlay index and the hosts of the IPv6 underlay.
 func (s *State) indexHost(h *Host, add bool) {
 	if add {
 		s.underlays[h.Underlay] = "host " + h.Name
+		if h.Underlay.Is6() {
+			s.ul6Hosts[h.Name] = true
+		}
 	} else {
 		delete(s.underlays, h.Underlay)
+		delete(s.ul6Hosts, h.Name)
 	}
+}
+
+// edgeWithoutUnderlay6 is the first edge (by set and edge name) with no
+// underlay6.
+func (s *State) edgeWithoutUnderlay6() (set, edge string, ok bool) {
+	for _, name := range sortedKeys(s.EdgeSets) {
+		for _, e := range s.EdgeSets[name].Edges {
+			if !e.Underlay6.IsValid() {
+				return name, e.Name, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// anUl6Host is a host of the IPv6 underlay (the first by name).
+func (s *State) anUl6Host() (string, bool) {
+	if len(s.ul6Hosts) == 0 {
+		return "", false
+	}
+	return sortedKeys(s.ul6Hosts)[0], true
 }
 
 func (s *State) checkDeleteAZ(a *AZ) error {
@@ -249,6 +282,13 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 		}
 		if owner, ok := s.underlays[e.Underlay]; ok && owner != "edge "+set.Name+"/"+e.Name {
 			es.add(fmt.Sprintf("edges[%d].underlay", i), "%v is already the underlay address of %s", e.Underlay, owner)
+		}
+		if e.Underlay6.IsValid() {
+			if owner, ok := s.underlays[e.Underlay6]; ok && owner != "edge "+set.Name+"/"+e.Name {
+				es.add(fmt.Sprintf("edges[%d].underlay6", i), "%v is already the underlay address of %s", e.Underlay6, owner)
+			}
+		} else if h, ok := s.anUl6Host(); ok {
+			es.add(fmt.Sprintf("edges[%d].underlay6", i), "required: host %s has an IPv6 underlay address (%v), which every edge reaches over IPv6", h, s.Hosts[h].Underlay)
 		}
 	}
 	// Prefixes of two sets may not overlap: a /32 is pulled out through
@@ -290,6 +330,9 @@ func (s *State) checkEdgeSet(set, old *EdgeSet, had bool) Errors {
 		if other, q, ok := s.announcedBy(e.Underlay, set.Name); ok {
 			es.add(f+".underlay", "%v lies in %v announced by set %q", e.Underlay, q, other)
 		}
+		if other, q, ok := s.announcedBy(e.Underlay6, set.Name); ok {
+			es.add(f+".underlay6", "%v lies in %v announced by set %q", e.Underlay6, q, other)
+		}
 		if e.BGP != nil {
 			if other, q, ok := s.announcedBy(e.BGP.RouterID, set.Name); ok {
 				es.add(f+".bgp.routerID", "%v lies in %v announced by set %q", e.BGP.RouterID, q, other)
@@ -325,6 +368,9 @@ func (s *State) infraIn(p netip.Prefix, set *EdgeSet) (netip.Addr, string, bool)
 			who := "edge " + o.Name + "/" + e.Name
 			if p.Contains(e.Underlay) {
 				return e.Underlay, "the underlay address of " + who, true
+			}
+			if p.Contains(e.Underlay6) {
+				return e.Underlay6, "the IPv6 underlay address of " + who, true
 			}
 			if e.BGP == nil {
 				continue
@@ -391,9 +437,15 @@ func (s *State) indexEdges(set *EdgeSet, add bool) {
 		if add {
 			s.edges[e.Name] = set.Name
 			s.underlays[e.Underlay] = "edge " + set.Name + "/" + e.Name
+			if e.Underlay6.IsValid() {
+				s.underlays[e.Underlay6] = "edge " + set.Name + "/" + e.Name
+			}
 		} else {
 			delete(s.edges, e.Name)
 			delete(s.underlays, e.Underlay)
+			if e.Underlay6.IsValid() {
+				delete(s.underlays, e.Underlay6)
+			}
 		}
 	}
 }
