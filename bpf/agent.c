@@ -166,6 +166,7 @@ struct agent_room6 {
 	__u32 qoff;   /* an ICMPv6 error's quote's offset (icmp6_quote_off) */
 	__u32 hash;   /* agent_guest6: the flow hash */
 };
+_Static_assert(__builtin_offsetof(struct agent_room6, p6) == 0, "ipv6_frame (lib/entry.h) parses into the room's p6");
 _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
 	       "mac2_copy copies ours and peer as one 12-byte pair");
 
@@ -837,7 +838,7 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 }
 
 /* entry.h's declaration says what it does (called by parse_frame for a
- * guest's valid IPv6 packet, which it parses again into the per-CPU
+ * guest's valid IPv6 packet, which ipv6_frame parsed into the per-CPU
  * room). Neighbour discovery (router solicitations, neighbour
  * solicitations and advertisements; a guest's router advertisement is
  * dropped, drop_local) goes to the host's kernel (pass_ipv6) whatever its
@@ -876,10 +877,8 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
 	if (!r)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
+	/* ipv6_frame parsed it into the room and found it valid. */
 	struct pkt6 *p6 = &r->p6;
-	/* ipv6_frame found it valid. */
-	if (parse_eth(data, data_end, &p6->p) || parse_ipv6(data, data_end, p6))
-		return count_drop(ctx, STAT_DROP_LOCAL, len);
 
 	if (ipv6_ndp(data, data_end, &p6->p))
 		return count_pass(ctx, STAT_PASS_IPV6, len);
