@@ -13,6 +13,28 @@ struct ip_addr {
 	__be32 a[4];
 };
 
+/* IPv6 addresses read as two 8-byte words (issue 21: half the loads and
+ * compares of four 4-byte ones). Only in map values and the packet: the
+ * verifier refuses an 8-byte access to the stack that is not 8-byte
+ * aligned, and a struct ip_addr is aligned to 4. may_alias: the same
+ * bytes are read as a[] elsewhere. */
+typedef __u64 __attribute__((__may_alias__)) addr_w64;
+
+/* a and b (16 bytes each) equal */
+static __always_inline int ip6w_eq(const void *a, const void *b)
+{
+	const addr_w64 *x = a, *y = b;
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]));
+}
+
+/* a[0] ^ a[1] ^ a[2] ^ a[3] */
+static __always_inline __u32 ip6w_xor(const void *a)
+{
+	const addr_w64 *x = a;
+	__u64 w = x[0] ^ x[1];
+	return (__u32)w ^ (__u32)(w >> 32);
+}
+
 /* Key of the EIP route map (edge) and of the agent's EIP and guest maps. */
 struct eip_key {
 	struct ip_addr addr;
