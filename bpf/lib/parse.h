@@ -315,15 +315,17 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	__builtin_memcpy(&p6->saddr, &ip6->saddr, 16);
 	__builtin_memcpy(&p6->daddr, &ip6->daddr, 16);
 	p->ip_len = sizeof(*ip6) + plen;
-	p->ttl = ip6->hop_limit;
-	p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
-	p->df = 1; /* routers never fragment IPv6 */
 	p->frag = 0;
-	p->ports = 0;
+	p->ttl = ip6->hop_limit;
+	/* The traffic class: the first 16 bits are version, class and
+	 * the flow label's top 4. */
+	p->tos = (__u8)(bpf_ntohs(*(__be16 *)ip6) >> 4);
+	p->df = 1; /* routers never fragment IPv6 */
 	p->l4_ok = 0;
 	p->tcp_flags = 0;
 	p->saddr = 0;
 	p->daddr = 0;
+	p->ports = 0;
 
 	__u8 nh = ip6->nexthdr;
 	__u32 off = l3 + sizeof(*ip6);
