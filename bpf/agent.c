@@ -306,24 +306,6 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
 	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
 }
 
-/* MAC copies of the IPv6 functions in word loads and stores (a 6-byte
- * __builtin_memcpy of unknown alignment is 12 byte-wise instructions): the
- * packet and the room (a map value) are where the verifier checks no
- * alignment, and the x86-64 and arm64 JITs load unaligned words. mac2_copy
- * copies a destination and source MAC pair (12 bytes). */
-static __always_inline void mac_copy(void *dst, const void *src)
-{
-	*(__u32 *)dst = *(const __u32 *)src;
-	*(__u16 *)(dst + 4) = *(const __u16 *)(src + 4);
-}
-
-static __always_inline void mac2_copy(void *dst, const void *src)
-{
-	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
-	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
-	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
-}
-
 /* agent_from_edge6's verdict: V6_VERDICT(the XDP action, the counter its
  * caller moves). */
 #define V6_VERDICT(action, stat) ((stat) << 8 | (action))

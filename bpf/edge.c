@@ -1330,21 +1330,25 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	__u32 zero = 0;
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct bpf_fib_lookup *fib = fib_room();
-	struct edge_room6 *room = EDGE_ROOM(e6);
-	if (!cfg || !fib || !room)
+	/* The fib and e6 rooms from one lookup of edge_rooms. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!cfg || !rooms)
 		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
+	struct edge_room6 *room = &rooms->e6;
 	struct pkt6 *p6 = &room->p6;
 	__be32 host = o->saddr;
 	__u32 outer_end = o->l3_off + o->ip_len;
 	__u32 l4_off = o->l4_off;
+	/* (The inner Ethernet header from the GRE header's pointer: one
+	 * bounds check covers both.) */
 	struct gre_key_hdr *gre = data + OFF(l4_off);
-	struct ethhdr *ieth = data + OFF(l4_off + GRE_HLEN_KEY);
-	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
+	struct ethhdr *ieth = (void *)(gre + 1);
+	if ((void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
 		goto drop;
 	__u32 vsid = bpf_ntohl(gre->key) >> 8;
 	p6->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
-	if (parse_ipv6(data, data_end, p6) || ipv6_martian_src(p6))
+	if (parse_ipv6_room(data, data_end, p6) || ipv6_martian_src(p6))
 		goto drop;
 	if (p6->p.l3_off + p6->p.ip_len > outer_end)
 		goto drop;
@@ -1353,7 +1357,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 		goto drop;
 
 	struct eip_key *k = &room->k;
-	k->addr = p6->saddr;
+	ip6w_copy(&k->addr, &p6->saddr);
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
@@ -1391,9 +1395,8 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	if ((void *)(ip6 + 1) > data_end)
 		goto drop;
 	__be32 flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-	const __be32 *sa = p6->saddr.a, *da = p6->daddr.a;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, &p6->daddr, p6->p.ip_len, p6->p.proto, flowinfo, p6->p.ports,
-		       sa[0] ^ sa[1] ^ sa[2] ^ sa[3] ^ da[0] ^ da[1] ^ da[2] ^ da[3] ^ p6->p.ports ^ flowinfo);
+		       ip6w_xor2(&p6->saddr, &p6->daddr) ^ p6->p.ports ^ flowinfo);
 	reason = STAT_DROP_TOO_BIG;
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		goto drop;
@@ -1413,8 +1416,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	reason = STAT_DROP_INNER_BAD;
 	if ((void *)(oeth + 1) > data_end || (void *)(ip6 + 1) > data_end)
 		goto drop;
-	__builtin_memcpy(room->ours, oeth->h_dest, ETH_ALEN_);
-	__builtin_memcpy(room->peer, oeth->h_source, ETH_ALEN_);
+	mac2_copy(room->ours, oeth->h_dest); /* and room->peer, oeth->h_source */
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		ip6->hop_limit--;
 	reason = STAT_DROP_HEADROOM;
@@ -1435,12 +1437,11 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	}
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* Let the kernel forward this one and resolve the neighbour. */
-		__builtin_memcpy(eth->h_dest, room->ours, ETH_ALEN_);
-		__builtin_memcpy(eth->h_source, room->peer, ETH_ALEN_);
+		mac2_copy(eth->h_dest, room->ours); /* and h_source, room->peer */
 		return count_pass(ctx, STAT_DECAP_PASS, len);
 	}
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	mac_copy(eth->h_dest, fib->dmac);
+	mac_copy(eth->h_source, fib->smac);
 	count_out(ctx, out, len);
 	return xmit(ctx, fib->ifindex);
 drop:

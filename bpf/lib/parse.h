@@ -296,7 +296,7 @@ static __always_inline int ipv6_off_link(const struct pkt6 *p)
  * leave the upper-layer header to a later fragment (RFC 7112). ESP ends
  * the walk as an upper-layer protocol (its payload is encrypted), as do
  * No Next Header and unknown protocols. */
-static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
+static __always_inline int parse_ipv6_at(void *data, void *data_end, struct pkt6 *p6, int room)
 {
 	struct pkt *p = &p6->p;
 	__u32 l3 = OFF(p->l3_off);
@@ -312,8 +312,17 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	/* The packet's end, relative to data; at most a frame's length. */
 	__u32 end = l3 + sizeof(*ip6) + plen;
 
-	__builtin_memcpy(&p6->saddr, &ip6->saddr, 16);
-	__builtin_memcpy(&p6->daddr, &ip6->daddr, 16);
+	if (room) {
+		/* In 8-byte words (a map value: no alignment checked), read
+		 * back from p6 where used (kept in registers, the words split
+		 * where 4-byte ones are used, they filled the stack). */
+		ip6w_copy(&p6->saddr, &ip6->saddr);
+		ip6w_copy(&p6->daddr, &ip6->daddr);
+		asm volatile("" ::: "memory");
+	} else {
+		__builtin_memcpy(&p6->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(&p6->daddr, &ip6->daddr, 16);
+	}
 	p->ip_len = sizeof(*ip6) + plen;
 	p->frag = 0;
 	p->ttl = ip6->hop_limit;
@@ -423,6 +432,19 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	}
 	p->l4_ok = 1;
 	return 0;
+}
+
+/* parse_ipv6 into a struct pkt6 anywhere (the stack: 4-byte aligned). */
+static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
+{
+	return parse_ipv6_at(data, data_end, p6, 0);
+}
+
+/* parse_ipv6 into a struct pkt6 in a map value (a per-CPU room): its
+ * addresses copied in 8-byte words. */
+static __always_inline int parse_ipv6_room(void *data, void *data_end, struct pkt6 *p6)
+{
+	return parse_ipv6_at(data, data_end, p6, 1);
 }
 
 /* Decrements the TTL of a forwarded IPv4 packet, updating the checksum the
