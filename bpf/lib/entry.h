@@ -79,23 +79,24 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 	 * one argument fewer keeps the IPv4 prologue's registers as they
 	 * were). */
 	__u64 len = data_end - data;
-	struct pkt6 frame6, *p6 = &frame6;
 #ifdef AZG_PROG_AGENT
-	/* The agent's guest side: parsed into the per-CPU room agent_guest6
-	 * reads it from (agent_scratch6, its struct pkt6 first), once. */
-	if (flags & FRAME_F_DROP_IPV6) {
-		__u32 zero = 0;
-		p6 = bpf_map_lookup_elem(&agent_scratch6, &zero);
-		if (!p6)
-			return count_drop(ctx, STAT_DROP_LOCAL, len);
-	}
+	/* The agent's: parsed into the per-CPU room (agent_scratch6, its
+	 * struct pkt6 first) where agent_guest6 reads it, once. */
+	__u32 zero = 0;
+	struct pkt6 *p6 = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!p6)
+		return count_drop(ctx, STAT_DROP_LOCAL, len);
+#define IPV6_FRAME_PARSE parse_ipv6_room
+#else
+	struct pkt6 frame6, *p6 = &frame6;
+#define IPV6_FRAME_PARSE parse_ipv6
 #endif
 	/* The Ethernet header and its tags again, here: with the offset an
 	 * argument, clang allocated the IPv4 prologue's registers otherwise
 	 * (one more instruction on its drop path). */
 	int rc = parse_eth(data, data_end, &p6->p);
 	if (!rc)
-		rc = parse_ipv6(data, data_end, p6);
+		rc = IPV6_FRAME_PARSE(data, data_end, p6);
 	if (!rc && (ipv6_martian_src(p6) || ipv6_martian_dst(p6)))
 		rc = STAT_DROP_IP6_MARTIAN;
 	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(p6))
