@@ -821,7 +821,7 @@ __noinline int lb6_icmp_key(struct xdp_md *ctx)
 	if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
 	    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
 		return 0;
-	__builtin_memcpy(&k->src, &q->daddr, 16);
+	ip6w_copy(&k->src, &q->daddr);
 	k->sport = qp[1];
 	k->dport = qp[0];
 	k->proto = q->nexthdr;
@@ -972,8 +972,8 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 		return XDP_PASS;
 	struct pkt6 *p6 = &rm->p6;
 	struct lb6_keys *ks = &rm->keys;
-	__builtin_memcpy(&ks->k.src, &p6->saddr, 16);
-	__builtin_memcpy(&ks->k.dst, &p6->daddr, 16);
+	ip6w_copy(&ks->k.src, &p6->saddr);
+	ip6w_copy(&ks->k.dst, &p6->daddr);
 	ks->k.sport = pkt_sport(&p6->p);
 	ks->k.dport = pkt_dport(&p6->p);
 	ks->k.proto = p6->p.proto;
@@ -1063,8 +1063,8 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
 	if (!in || !room)
 		return 0;
 	struct lb6_keys *rm = &room->keys;
-	__builtin_memcpy(&rm->k.src, &in->daddr, 16);
-	__builtin_memcpy(&rm->k.dst, &in->saddr, 16);
+	ip6w_copy(&rm->k.src, &in->daddr);
+	ip6w_copy(&rm->k.dst, &in->saddr);
 	rm->k.sport = pkt_dport(&in->p);
 	rm->k.dport = pkt_sport(&in->p);
 	rm->k.proto = in->p.proto;
@@ -1142,8 +1142,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
 		    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
 			return NAT_NOT_OURS;
-		__builtin_memcpy(&k->baddr, &q->daddr, 16);
-		__builtin_memcpy(&k->caddr, &q->saddr, 16);
+		ip6w_copy(&k->baddr, &q->daddr);
+		ip6w_copy(&k->caddr, &q->saddr);
 		k->bport = qp[1];
 		k->cport = qp[0];
 		k->proto = q->nexthdr;
@@ -1155,8 +1155,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 				return NAT_NOT_OURS;
 			ports = *pp;
 		}
-		__builtin_memcpy(&k->baddr, &p6->saddr, 16);
-		__builtin_memcpy(&k->caddr, &p6->daddr, 16);
+		ip6w_copy(&k->baddr, &p6->saddr);
+		ip6w_copy(&k->caddr, &p6->daddr);
 		k->bport = ports_sport(ports);
 		k->cport = ports_dport(ports);
 		k->proto = p6->p.proto;
@@ -1170,7 +1170,7 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		    (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) != (TCP_SYN_ | TCP_ACK_))
 			return NAT_NOT_OURS;
 		struct nat_bkey6 *bk = &rm->keys.nb;
-		__builtin_memcpy(&bk->baddr, &k->baddr, 16);
+		ip6w_copy(&bk->baddr, &k->baddr);
 		bk->bport = k->bport;
 		bk->proto = k->proto;
 		bk->pad = 0;
@@ -1230,8 +1230,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		if (!nr && (p6->p.tcp_flags & (TCP_FIN_ | TCP_RST_))) {
 			/* The backend ends the connection: so does its entry. */
 			struct ct_key6 *fk = &rm->keys.k;
-			__builtin_memcpy(&fk->src, &k->caddr, 16);
-			__builtin_memcpy(&fk->dst, &v->vip, 16);
+			ip6w_copy(&fk->src, &k->caddr);
+			ip6w_copy(&fk->dst, &v->vip);
 			fk->sport = k->cport;
 			fk->dport = v->vport;
 			fk->proto = k->proto;
