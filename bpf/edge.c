@@ -879,9 +879,11 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 	__u64 len = data_end - data;
 	__u32 zero = 0;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	if (!cfg || !rm)
+	/* The lb6 and fib rooms from one lookup. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!cfg || !rooms)
 		return XDP_PASS;
+	struct lb6_room *rm = &rooms->lb6;
 	__u32 idx = rm->idx;
 	__u32 bport = rm->nat_bport;
 	__u32 fp = rm->nat_fp;
@@ -900,9 +902,7 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 		if (!qoff)
 			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
 	}
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	__u16 ip_len = p6->p.ip_len;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, ba, ip_len, p6->p.proto, 0,
 		       icmp ? 0 : ports_of(k->sport, bp), fp & 0xff);
@@ -967,9 +967,11 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__u32 zero = 0;
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	if (!lbc || !cfg || !rm)
+	/* The lb6 and fib rooms from one lookup. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!lbc || !cfg || !rooms)
 		return XDP_PASS;
+	struct lb6_room *rm = &rooms->lb6;
 	struct pkt6 *p6 = &rm->p6;
 	struct lb6_keys *ks = &rm->keys;
 	ip6w_copy(&ks->k.src, &p6->saddr);
@@ -1002,9 +1004,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	if (p6->p.ttl <= 1)
 		return icmp6_answer(ctx, p6,
 				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	__be32 host = be->addr;
 	__be32 guest = be->guest;
 	__u32 key = (be->vsid << 8) | fid;
@@ -1120,9 +1120,10 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
  * counted. Global, the packet and keys in edge_rooms.lb6, called from
  * xdp_edge's frame as lb6_ingress is (FRAME_NAT6: under ipv6_frame's
  * frame the stack passes 512 bytes); lb6_nat_rev is its body. */
-static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, const struct edge_config *cfg,
+static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct edge_rooms *rooms, const struct edge_config *cfg,
 				       __u64 len)
 {
+	struct lb6_room *rm = &rooms->lb6;
 	const struct pkt6 *p6 = &rm->p6;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -1182,9 +1183,7 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 	struct nat_rentry6 *v = &rm->keys.nv;
 	__builtin_memcpy(v, r, sizeof(*v));
 
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->daddr, &p6->saddr, 40, p6->p.proto, 0, 0, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
@@ -1257,8 +1256,8 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	__u64 len = ctx->data_end - ctx->data;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	int act = cfg && rooms ? lb6_nat_rev(ctx, rooms, cfg, len) : NAT_NOT_OURS;
 	if (act == NAT_NOT_OURS)
 		return count_pass(ctx, STAT_PASS_IPV6, len);
 	return act;
