@@ -844,8 +844,8 @@ static __always_inline int route6_finish(struct xdp_md *ctx, const struct pkt *p
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ip6->hop_limit--;
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	mac_copy(eth->h_dest, fib->dmac);
+	mac_copy(eth->h_source, fib->smac);
 	eth->h_proto = bpf_htons(ETH_P_IPV6_);
 	count_out(ctx, stat, len);
 	return xmit(ctx, fib->ifindex);
