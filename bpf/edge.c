@@ -1035,7 +1035,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ip6->hop_limit--;
-	if (nvgre_to(ctx, l3_off, ip_len, p6->p.tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
+	if (nvgre_to_w(ctx, l3_off, ip_len, p6->p.tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -1916,7 +1916,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	/* The inner destination MAC and ethertype are written after the
 	 * push (nvgre_push writes IPv4's): no copy of either on the stack,
 	 * which this path shares with ipv6_frame's and xdp_edge's. */
-	if (nvgre_to(ctx, l3_off, ip_len, tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
+	if (nvgre_to_w(ctx, l3_off, ip_len, tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
