@@ -1825,7 +1825,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!lbc || !(lbc->flags & LB_CFG_NAT) || !p->l4_ok || !rm)
 			return -1;
-		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		pkt6_copy(&rm->p6, p6);
 		return FRAME_VIP6 | FRAME_NAT6;
 	}
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
@@ -1860,7 +1860,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!rm)
 			return -1;
-		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		pkt6_copy(&rm->p6, p6);
 		return FRAME_VIP6 | r->lgen;
 	}
 	if (p->ttl <= 1)
@@ -1899,7 +1899,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 			struct lb6_room *rm = EDGE_ROOM(lb6);
 			if (!rm)
 				return -1;
-			__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+			pkt6_copy(&rm->p6, p6);
 			if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
 				    idx) != UL6_DEFER)
 				return XDP_ABORTED;

@@ -88,7 +88,10 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
 #define IPV6_FRAME_PARSE parse_ipv6_room
 #else
-	struct pkt6 frame6, *p6 = &frame6;
+	/* 8-byte aligned: copied in 8-byte words into the IPv6 paths'
+	 * rooms (pkt6_copy; the verifier refuses unaligned 8-byte stack
+	 * accesses). */
+	struct pkt6 frame6 __attribute__((aligned(8))), *p6 = &frame6;
 #define IPV6_FRAME_PARSE parse_ipv6
 #endif
 	/* The Ethernet header and its tags again, here: with the offset an

@@ -434,6 +434,17 @@ static __always_inline int parse_ipv6_at(void *data, void *data_end, struct pkt6
 	return 0;
 }
 
+/* A struct pkt6 copied in 8-byte words: dst in a map value, src there or
+ * 8-byte aligned on the stack (ipv6_frame's). */
+static __always_inline void pkt6_copy(struct pkt6 *dst, const struct pkt6 *src)
+{
+	addr_w64 *d = (addr_w64 *)dst;
+	const addr_w64 *s = (const addr_w64 *)src;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*dst) / 8); i++)
+		d[i] = s[i];
+}
+
 /* parse_ipv6 into a struct pkt6 anywhere (the stack: 4-byte aligned). */
 static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
 {
