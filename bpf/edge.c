@@ -1695,11 +1695,12 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 		return NULL;
 	__u64 tag = *gp + 1;
 	const __be32 *a = p6->daddr.a;
-	__u32 slot = ((a[0] ^ a[1] ^ a[2] ^ a[3]) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(EIP6_CACHE_SLOTS));
+	/* (In 8-byte words: p6 is ipv6_frame's, 8-byte aligned.) */
+	__u32 slot = (ip6w_xor(a) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(EIP6_CACHE_SLOTS));
 	struct eip_centry6 *c = bpf_map_lookup_elem(&eip_cache6, &slot);
 	if (!c)
 		return NULL;
-	if (c->gen == tag && c->addr.a[0] == a[0] && c->addr.a[1] == a[1] && c->addr.a[2] == a[2] && c->addr.a[3] == a[3])
+	if (c->gen == tag && ip6w_eq(&c->addr, a))
 		return c;
 	struct eip_key k = {.family = AF_INET6_};
 	__builtin_memcpy(&k.addr, a, 16);
