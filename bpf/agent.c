@@ -182,6 +182,7 @@ struct agent_room6 {
 	struct ip_addr ul6key;
 	__u8 ul6mac[ETH_ALEN_];
 };
+_Static_assert(__builtin_offsetof(struct agent_room6, p6) == 0, "ipv6_frame (lib/entry.h) parses into the room's p6");
 _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
 	       "mac2_copy copies ours and peer as one 12-byte pair");
 
@@ -478,24 +479,6 @@ static __always_inline int flow6_note_in(struct agent_room6 *r, const struct pkt
 	if (r->note != NOTE6_SVC || (tcp && !syn))
 		return 0;
 	return bpf_map_update_elem(&agent_flows6, fk, fv, BPF_ANY) == 0;
-}
-
-/* MAC copies of the IPv6 functions in word loads and stores (a 6-byte
- * __builtin_memcpy of unknown alignment is 12 byte-wise instructions): the
- * packet and the room (a map value) are where the verifier checks no
- * alignment, and the x86-64 and arm64 JITs load unaligned words. mac2_copy
- * copies a destination and source MAC pair (12 bytes). */
-static __always_inline void mac_copy(void *dst, const void *src)
-{
-	*(__u32 *)dst = *(const __u32 *)src;
-	*(__u16 *)(dst + 4) = *(const __u16 *)(src + 4);
-}
-
-static __always_inline void mac2_copy(void *dst, const void *src)
-{
-	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
-	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
-	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
 }
 
 /* agent_from_edge6's verdict: V6_VERDICT(the XDP action, the counter its
@@ -1047,7 +1030,7 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 }
 
 /* entry.h's declaration says what it does (called by parse_frame for a
- * guest's valid IPv6 packet, which it parses again into the per-CPU
+ * guest's valid IPv6 packet, which ipv6_frame parsed into the per-CPU
  * room). Neighbour discovery (router solicitations, neighbour
  * solicitations and advertisements; a guest's router advertisement is
  * dropped, drop_local) goes to the host's kernel (pass_ipv6) whatever its
@@ -1086,10 +1069,8 @@ __noinline int agent_guest6(struct xdp_md *ctx)
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
 	if (!r)
 		return count_drop(ctx, STAT_DROP_LOCAL, len);
+	/* ipv6_frame parsed it into the room and found it valid. */
 	struct pkt6 *p6 = &r->p6;
-	/* ipv6_frame found it valid. */
-	if (parse_eth(data, data_end, &p6->p) || parse_ipv6(data, data_end, p6))
-		return count_drop(ctx, STAT_DROP_LOCAL, len);
 
 	if (ipv6_ndp(data, data_end, &p6->p))
 		return count_pass(ctx, STAT_PASS_IPV6, len);

@@ -825,7 +825,7 @@ __noinline int lb6_icmp_key(struct xdp_md *ctx)
 	if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
 	    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
 		return 0;
-	__builtin_memcpy(&k->src, &q->daddr, 16);
+	ip6w_copy(&k->src, &q->daddr);
 	k->sport = qp[1];
 	k->dport = qp[0];
 	k->proto = q->nexthdr;
@@ -848,8 +848,8 @@ static __always_inline int route6_finish(struct xdp_md *ctx, const struct pkt *p
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ip6->hop_limit--;
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	mac_copy(eth->h_dest, fib->dmac);
+	mac_copy(eth->h_source, fib->smac);
 	eth->h_proto = bpf_htons(ETH_P_IPV6_);
 	count_out(ctx, stat, len);
 	return xmit(ctx, fib->ifindex);
@@ -883,9 +883,11 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 	__u64 len = data_end - data;
 	__u32 zero = 0;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	if (!cfg || !rm)
+	/* The lb6 and fib rooms from one lookup. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!cfg || !rooms)
 		return XDP_PASS;
+	struct lb6_room *rm = &rooms->lb6;
 	__u32 idx = rm->idx;
 	__u32 bport = rm->nat_bport;
 	__u32 fp = rm->nat_fp;
@@ -904,9 +906,7 @@ __noinline int lb6_nat_in(struct xdp_md *ctx)
 		if (!qoff)
 			return count_drop(ctx, STAT_DROP_LB_NO_PORT, len);
 	}
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	__u16 ip_len = p6->p.ip_len;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, ba, ip_len, p6->p.proto, 0,
 		       icmp ? 0 : ports_of(k->sport, bp), fp & 0xff);
@@ -971,13 +971,15 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	__u32 zero = 0;
 	struct lb_config *lbc = bpf_map_lookup_elem(&lb_cfg, &zero);
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	if (!lbc || !cfg || !rm)
+	/* The lb6 and fib rooms from one lookup. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!lbc || !cfg || !rooms)
 		return XDP_PASS;
+	struct lb6_room *rm = &rooms->lb6;
 	struct pkt6 *p6 = &rm->p6;
 	struct lb6_keys *ks = &rm->keys;
-	__builtin_memcpy(&ks->k.src, &p6->saddr, 16);
-	__builtin_memcpy(&ks->k.dst, &p6->daddr, 16);
+	ip6w_copy(&ks->k.src, &p6->saddr);
+	ip6w_copy(&ks->k.dst, &p6->daddr);
 	ks->k.sport = pkt_sport(&p6->p);
 	ks->k.dport = pkt_dport(&p6->p);
 	ks->k.proto = p6->p.proto;
@@ -1006,9 +1008,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	if (p6->p.ttl <= 1)
 		return icmp6_answer(ctx, p6,
 				    ICMP6_WHAT(ICMP_KIND_TTL, 0) | ((cfg->flags & CFG_F_ICMP_TTL) ? ICMP6_F_TTL_ON : 0), len);
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	__be32 host = be->addr;
 	__be32 guest = be->guest;
 	__u32 key = (be->vsid << 8) | fid;
@@ -1039,7 +1039,7 @@ __noinline int lb6_ingress(struct xdp_md *ctx, __u32 lgen)
 	if ((void *)(ip6 + 1) > data_end)
 		return count_drop(ctx, STAT_DROP_IP_TRUNC, len);
 	ip6->hop_limit--;
-	if (nvgre_to(ctx, l3_off, ip_len, p6->p.tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
+	if (nvgre_to_w(ctx, l3_off, ip_len, p6->p.tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -1067,8 +1067,8 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
 	if (!in || !room)
 		return 0;
 	struct lb6_keys *rm = &room->keys;
-	__builtin_memcpy(&rm->k.src, &in->daddr, 16);
-	__builtin_memcpy(&rm->k.dst, &in->saddr, 16);
+	ip6w_copy(&rm->k.src, &in->daddr);
+	ip6w_copy(&rm->k.dst, &in->saddr);
 	rm->k.sport = pkt_dport(&in->p);
 	rm->k.dport = pkt_sport(&in->p);
 	rm->k.proto = in->p.proto;
@@ -1124,9 +1124,10 @@ __noinline int lb6_reply_ok(const struct pkt6 *in, __u32 host, __u32 vsid)
  * counted. Global, the packet and keys in edge_rooms.lb6, called from
  * xdp_edge's frame as lb6_ingress is (FRAME_NAT6: under ipv6_frame's
  * frame the stack passes 512 bytes); lb6_nat_rev is its body. */
-static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, const struct edge_config *cfg,
+static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct edge_rooms *rooms, const struct edge_config *cfg,
 				       __u64 len)
 {
+	struct lb6_room *rm = &rooms->lb6;
 	const struct pkt6 *p6 = &rm->p6;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -1146,8 +1147,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		if (q->saddr.in6_u.u6_addr32[0] != p6->daddr.a[0] || q->saddr.in6_u.u6_addr32[1] != p6->daddr.a[1] ||
 		    q->saddr.in6_u.u6_addr32[2] != p6->daddr.a[2] || q->saddr.in6_u.u6_addr32[3] != p6->daddr.a[3])
 			return NAT_NOT_OURS;
-		__builtin_memcpy(&k->baddr, &q->daddr, 16);
-		__builtin_memcpy(&k->caddr, &q->saddr, 16);
+		ip6w_copy(&k->baddr, &q->daddr);
+		ip6w_copy(&k->caddr, &q->saddr);
 		k->bport = qp[1];
 		k->cport = qp[0];
 		k->proto = q->nexthdr;
@@ -1159,8 +1160,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 				return NAT_NOT_OURS;
 			ports = *pp;
 		}
-		__builtin_memcpy(&k->baddr, &p6->saddr, 16);
-		__builtin_memcpy(&k->caddr, &p6->daddr, 16);
+		ip6w_copy(&k->baddr, &p6->saddr);
+		ip6w_copy(&k->caddr, &p6->daddr);
 		k->bport = ports_sport(ports);
 		k->cport = ports_dport(ports);
 		k->proto = p6->p.proto;
@@ -1174,7 +1175,7 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		    (p6->p.tcp_flags & (TCP_SYN_ | TCP_ACK_)) != (TCP_SYN_ | TCP_ACK_))
 			return NAT_NOT_OURS;
 		struct nat_bkey6 *bk = &rm->keys.nb;
-		__builtin_memcpy(&bk->baddr, &k->baddr, 16);
+		ip6w_copy(&bk->baddr, &k->baddr);
 		bk->bport = k->bport;
 		bk->proto = k->proto;
 		bk->pad = 0;
@@ -1186,9 +1187,7 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 	struct nat_rentry6 *v = &rm->keys.nv;
 	__builtin_memcpy(v, r, sizeof(*v));
 
-	struct bpf_fib_lookup *fib = fib_room();
-	if (!fib)
-		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->daddr, &p6->saddr, 40, p6->p.proto, 0, 0, 0);
 	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || fib->ifindex != ctx->ingress_ifindex)
 		return count_drop(ctx, STAT_DROP_SPOOF, len);
@@ -1234,8 +1233,8 @@ static __always_inline int lb6_nat_rev(struct xdp_md *ctx, struct lb6_room *rm, 
 		if (!nr && (p6->p.tcp_flags & (TCP_FIN_ | TCP_RST_))) {
 			/* The backend ends the connection: so does its entry. */
 			struct ct_key6 *fk = &rm->keys.k;
-			__builtin_memcpy(&fk->src, &k->caddr, 16);
-			__builtin_memcpy(&fk->dst, &v->vip, 16);
+			ip6w_copy(&fk->src, &k->caddr);
+			ip6w_copy(&fk->dst, &v->vip);
 			fk->sport = k->cport;
 			fk->dport = v->vport;
 			fk->proto = k->proto;
@@ -1261,8 +1260,8 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	__u64 len = ctx->data_end - ctx->data;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct lb6_room *rm = EDGE_ROOM(lb6);
-	int act = cfg && rm ? lb6_nat_rev(ctx, rm, cfg, len) : NAT_NOT_OURS;
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	int act = cfg && rooms ? lb6_nat_rev(ctx, rooms, cfg, len) : NAT_NOT_OURS;
 	if (act == NAT_NOT_OURS) {
 		/* Nothing else to HC6 outside the tunnel (lib/hc.h; the room
 		 * looked up again: kept across lb6_nat_rev, it cost the
@@ -1341,21 +1340,25 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	__u32 zero = 0;
 
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
-	struct bpf_fib_lookup *fib = fib_room();
-	struct edge_room6 *room = EDGE_ROOM(e6);
-	if (!cfg || !fib || !room)
+	/* The fib and e6 rooms from one lookup of edge_rooms. */
+	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	if (!cfg || !rooms)
 		return XDP_PASS;
+	struct bpf_fib_lookup *fib = (struct bpf_fib_lookup *)&rooms->fib;
+	struct edge_room6 *room = &rooms->e6;
 	struct pkt6 *p6 = &room->p6;
 	__be32 host = o->saddr;
 	__u32 outer_end = o->l3_off + o->ip_len;
 	__u32 l4_off = o->l4_off;
+	/* (The inner Ethernet header from the GRE header's pointer: one
+	 * bounds check covers both.) */
 	struct gre_key_hdr *gre = data + OFF(l4_off);
-	struct ethhdr *ieth = data + OFF(l4_off + GRE_HLEN_KEY);
-	if ((void *)(gre + 1) > data_end || (void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
+	struct ethhdr *ieth = (void *)(gre + 1);
+	if ((void *)(ieth + 1) > data_end || ieth->h_proto != bpf_htons(ETH_P_IPV6_))
 		goto drop;
 	__u32 vsid = bpf_ntohl(gre->key) >> 8;
 	p6->p.l3_off = OFF(l4_off + GRE_HLEN_KEY) + ETH_HLEN_;
-	if (parse_ipv6(data, data_end, p6) || ipv6_martian_src(p6))
+	if (parse_ipv6_room(data, data_end, p6) || ipv6_martian_src(p6))
 		goto drop;
 	if (p6->p.l3_off + p6->p.ip_len > outer_end)
 		goto drop;
@@ -1364,7 +1367,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 		goto drop;
 
 	struct eip_key *k = &room->k;
-	k->addr = p6->saddr;
+	ip6w_copy(&k->addr, &p6->saddr);
 	k->family = AF_INET6_;
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	struct eip_route *r = bpf_map_lookup_elem(&eip_routes, k);
@@ -1404,9 +1407,8 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	if ((void *)(ip6 + 1) > data_end)
 		goto drop;
 	__be32 flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
-	const __be32 *sa = p6->saddr.a, *da = p6->daddr.a;
 	int rc = fib6f(ctx, fib, cfg->nh_gen, &p6->saddr, &p6->daddr, p6->p.ip_len, p6->p.proto, flowinfo, p6->p.ports,
-		       sa[0] ^ sa[1] ^ sa[2] ^ sa[3] ^ da[0] ^ da[1] ^ da[2] ^ da[3] ^ p6->p.ports ^ flowinfo);
+		       ip6w_xor2(&p6->saddr, &p6->daddr) ^ p6->p.ports ^ flowinfo);
 	reason = STAT_DROP_TOO_BIG;
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		goto drop;
@@ -1426,8 +1428,7 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	reason = STAT_DROP_INNER_BAD;
 	if ((void *)(oeth + 1) > data_end || (void *)(ip6 + 1) > data_end)
 		goto drop;
-	__builtin_memcpy(room->ours, oeth->h_dest, ETH_ALEN_);
-	__builtin_memcpy(room->peer, oeth->h_source, ETH_ALEN_);
+	mac2_copy(room->ours, oeth->h_dest); /* and room->peer, oeth->h_source */
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		ip6->hop_limit--;
 	reason = STAT_DROP_HEADROOM;
@@ -1448,12 +1449,11 @@ __noinline int edge_pull_failed(struct xdp_md *ctx, __u32 reason, __u64 len, con
 	}
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* Let the kernel forward this one and resolve the neighbour. */
-		__builtin_memcpy(eth->h_dest, room->ours, ETH_ALEN_);
-		__builtin_memcpy(eth->h_source, room->peer, ETH_ALEN_);
+		mac2_copy(eth->h_dest, room->ours); /* and h_source, room->peer */
 		return count_pass(ctx, STAT_DECAP_PASS, len);
 	}
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN_);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN_);
+	mac_copy(eth->h_dest, fib->dmac);
+	mac_copy(eth->h_source, fib->smac);
 	count_out(ctx, out, len);
 	return xmit(ctx, fib->ifindex);
 drop:
@@ -1708,11 +1708,12 @@ static __always_inline struct eip_centry6 *eip_route6(const struct pkt6 *p6)
 		return NULL;
 	__u64 tag = *gp + 1;
 	const __be32 *a = p6->daddr.a;
-	__u32 slot = ((a[0] ^ a[1] ^ a[2] ^ a[3]) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(EIP6_CACHE_SLOTS));
+	/* (In 8-byte words: p6 is ipv6_frame's, 8-byte aligned.) */
+	__u32 slot = (ip6w_xor(a) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(EIP6_CACHE_SLOTS));
 	struct eip_centry6 *c = bpf_map_lookup_elem(&eip_cache6, &slot);
 	if (!c)
 		return NULL;
-	if (c->gen == tag && c->addr.a[0] == a[0] && c->addr.a[1] == a[1] && c->addr.a[2] == a[2] && c->addr.a[3] == a[3])
+	if (c->gen == tag && ip6w_eq(&c->addr, a))
 		return c;
 	struct eip_key k = {.family = AF_INET6_};
 	__builtin_memcpy(&k.addr, a, 16);
@@ -1838,7 +1839,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!lbc || !(lbc->flags & LB_CFG_NAT) || !p->l4_ok || !rm)
 			return -1;
-		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		pkt6_copy(&rm->p6, p6);
 		return FRAME_VIP6 | FRAME_NAT6;
 	}
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
@@ -1873,7 +1874,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 		struct lb6_room *rm = EDGE_ROOM(lb6);
 		if (!rm)
 			return -1;
-		__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+		pkt6_copy(&rm->p6, p6);
 		return FRAME_VIP6 | r->lgen;
 	}
 	if (p->ttl <= 1)
@@ -1912,7 +1913,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 			struct lb6_room *rm = EDGE_ROOM(lb6);
 			if (!rm)
 				return -1;
-			__builtin_memcpy(&rm->p6, p6, sizeof(*p6));
+			pkt6_copy(&rm->p6, p6);
 			if (ul6_ask(p, host, key, 0x02 | (__u64)p6->daddr.a[3] << 16 | UL6_INNER6 | (__u64)STAT_ENCAP_TX << 56,
 				    idx) != UL6_DEFER)
 				return XDP_ABORTED;
@@ -1929,7 +1930,7 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	/* The inner destination MAC and ethertype are written after the
 	 * push (nvgre_push writes IPv4's): no copy of either on the stack,
 	 * which this path shares with ipv6_frame's and xdp_edge's. */
-	if (nvgre_to(ctx, l3_off, ip_len, tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
+	if (nvgre_to_w(ctx, l3_off, ip_len, tos, fib, ul, host, key, cfg->gw_mac, cfg->gw_mac))
 		return count_drop(ctx, STAT_DROP_HEADROOM, len);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

@@ -87,11 +87,14 @@ static __always_inline __u16 csum_replace4_udp(__u16 check, __be32 from, __be32 
  * [1, 0xffff] once folded), a third of the instructions. */
 static __always_inline __u16 csum_replace16(__u16 check, const __be32 *from, const __be32 *to)
 {
-	__u64 sum = (__u16)~check;
+	/* The sum of the four ~from[i] is 4 * 0xffffffff minus the sum of
+	 * the from[i]: the same integer, without a complement and a
+	 * truncation a word. */
+	__u64 sum = (__u64)(__u16)~check + 4 * 0xffffffffULL;
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
-		sum += (__u32)~from[i];
 		sum += to[i];
+		sum -= from[i];
 	}
 	/* At most 0xffff + 8 * 0xffffffff: two folds fit 32 bits. */
 	sum = (sum & 0xffffffff) + (sum >> 32);

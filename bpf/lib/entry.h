@@ -81,22 +81,36 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 	 * one argument fewer keeps the IPv4 prologue's registers as they
 	 * were). */
 	__u64 len = data_end - data;
-	struct pkt6 p6;
+#ifdef AZG_PROG_AGENT
+	/* The agent's: parsed into the per-CPU room (agent_scratch6, its
+	 * struct pkt6 first) where agent_guest6 reads it, once. */
+	__u32 zero = 0;
+	struct pkt6 *p6 = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	if (!p6)
+		return count_drop(ctx, STAT_DROP_LOCAL, len);
+#define IPV6_FRAME_PARSE parse_ipv6_room
+#else
+	/* 8-byte aligned: copied in 8-byte words into the IPv6 paths'
+	 * rooms (pkt6_copy; the verifier refuses unaligned 8-byte stack
+	 * accesses). */
+	struct pkt6 frame6 __attribute__((aligned(8))), *p6 = &frame6;
+#define IPV6_FRAME_PARSE parse_ipv6
+#endif
 	/* The Ethernet header and its tags again, here: with the offset an
 	 * argument, clang allocated the IPv4 prologue's registers otherwise
 	 * (one more instruction on its drop path). */
-	int rc = parse_eth(data, data_end, &p6.p);
+	int rc = parse_eth(data, data_end, &p6->p);
 	if (!rc)
-		rc = parse_ipv6(data, data_end, &p6);
-	if (!rc && (ipv6_martian_src(&p6) || ipv6_martian_dst(&p6)))
+		rc = IPV6_FRAME_PARSE(data, data_end, p6);
+	if (!rc && (ipv6_martian_src(p6) || ipv6_martian_dst(p6)))
 		rc = STAT_DROP_IP6_MARTIAN;
-	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(&p6))
+	if (!rc && (flags & FRAME_F_V6_OFF_LINK) && ipv6_off_link(p6))
 		rc = STAT_DROP_IP6_OFF_LINK;
 #ifdef AZG_IPV6_PATHS
 	/* The program's own IPv6 paths (edge.c: the IPv6 EIPs): an XDP
 	 * action, or a negative number for a packet that is none of theirs. */
 	if (!rc) {
-		int act = AZG_IPV6_PATHS(ctx, &p6);
+		int act = AZG_IPV6_PATHS(ctx, p6);
 		if (act >= 0)
 			return act;
 	}
@@ -107,7 +121,7 @@ __noinline int ipv6_frame(struct xdp_md *ctx, __u32 flags)
 	 * IPv6 health-check address outside the tunnel), 0 or a drop
 	 * reason. */
 	if (!rc)
-		rc = AZG_IPV6_NOT_OURS(&p6, len);
+		rc = AZG_IPV6_NOT_OURS(p6, len);
 #endif
 #ifdef AZG_PROG_AGENT
 	if (!rc && (flags & FRAME_F_DROP_IPV6))

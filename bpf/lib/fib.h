@@ -162,7 +162,7 @@ static __always_inline int fib4c(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 static __always_inline __u32 nh6_slot(const __be32 *dst, __u32 ifindex, __u32 bucket)
 {
 	/* The destination folded to a word, then nh_slot's hashing. */
-	__u32 d = dst[0] ^ dst[1] ^ dst[2] ^ dst[3];
+	__u32 d = ip6w_xor(dst);
 	return ((((d ^ (ifindex << 16)) * HASH_MUL_GOLDEN) >> (32 - __builtin_ctz(NH6_CACHE_SLOTS))) + bucket) &
 	       (NH6_CACHE_SLOTS - 1);
 }
@@ -234,8 +234,7 @@ static __always_inline int fib6f(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
 	struct nh_entry6 *e = bpf_map_lookup_elem(&nh_cache6, &slot);
 	__u32 mtu;
 
-	if (e && e->dst.a[0] == dst->a[0] && e->dst.a[1] == dst->a[1] && e->dst.a[2] == dst->a[2] &&
-	    e->dst.a[3] == dst->a[3] && e->ifindex_in == in && e->bucket == bucket && e->gen == gen &&
+	if (e && ip6w_eq(&e->dst, dst) && e->ifindex_in == in && e->bucket == bucket && e->gen == gen &&
 	    bpf_jiffies64() < e->expires) {
 		__builtin_memcpy(fib->smac, e->smac, 6);
 		__builtin_memcpy(fib->dmac, e->dmac, 6);

@@ -274,14 +274,14 @@ static __always_inline long lb_pick(const struct lb_listener *l, __u32 hash)
  * (per-CPU scratch), not on the stack. */
 static __always_inline struct lb_listener *lb_listener_for6(struct lb6_keys *rm)
 {
-	__builtin_memcpy(&rm->lk.vip, &rm->k.dst, 16);
+	ip6w_copy(&rm->lk.vip, &rm->k.dst);
 	rm->lk.port = rm->k.dport;
 	rm->lk.proto = rm->k.proto;
 	rm->lk.pad = 0;
 	struct lb_listener *l = bpf_map_lookup_elem(&lb_listeners6, &rm->lk);
 	if (l)
 		return l;
-	__builtin_memcpy(&rm->rk.vip, &rm->k.dst, 16);
+	ip6w_copy(&rm->rk.vip, &rm->k.dst);
 	rm->rk.proto = rm->k.proto;
 	rm->rk.pad[0] = rm->rk.pad[1] = rm->rk.pad[2] = 0;
 	struct lb_ranges *rs = bpf_map_lookup_elem(&lb_ranges6, &rm->rk);
@@ -464,13 +464,13 @@ static __always_inline struct lb_backend *lb_decide_af(const int af, const struc
 		struct lb6_keys *ks = k;
 		struct nat_rentry6 *ba = lb6_nat_addr(ks, i);
 		if (ba) {
-			__builtin_memcpy(&ks->nk.baddr, &ba->vip, 16);
-			__builtin_memcpy(&ks->nk.caddr, &ks->k.src, 16);
+			ip6w_copy(&ks->nk.baddr, &ba->vip);
+			ip6w_copy(&ks->nk.caddr, &ks->k.src);
 			ks->nk.bport = be->port ? be->port : ks->k.dport;
 			ks->nk.cport = ks->k.sport;
 			ks->nk.proto = proto;
 			ks->nk.pad[0] = ks->nk.pad[1] = ks->nk.pad[2] = 0;
-			__builtin_memcpy(&ks->nv.vip, &ks->k.dst, 16);
+			ip6w_copy(&ks->nv.vip, &ks->k.dst);
 			ks->nv.vport = ks->k.dport;
 			ks->nv.pad = 0;
 			bpf_map_update_elem(&lb_nat_conns6, &ks->nk, &ks->nv, BPF_ANY);

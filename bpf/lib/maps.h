@@ -154,6 +154,8 @@ struct edge_room6 {
 	struct hc_peer hk;
 	struct hc6_tuple tup;
 };
+_Static_assert(__builtin_offsetof(struct edge_room6, peer) == __builtin_offsetof(struct edge_room6, ours) + ETH_ALEN_,
+	       "mac2_copy copies ours and peer as one 12-byte pair");
 
 /* Every per-CPU room of the edge, one field each, in one map: the kernel
  * takes at most 64 maps a program (MAX_USED_MAPS), and xdp_edge is near

@@ -60,8 +60,8 @@ static __always_inline int nvgre_room(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 /* Replaces everything in front of the IPv4 packet at l3_off (ip_len bytes)
  * with a full NVGRE header stack, dropping Ethernet padding behind the
  * packet. Returns 0, or -1 when the frame cannot be resized. */
-static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
-				      const struct nvgre_spec *s)
+static __always_inline int nvgre_push_at(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
+					 const struct nvgre_spec *s, int words)
 {
 	if (nvgre_room(ctx, l3_off, ip_len, NVGRE_STACK_LEN))
 		return -1;
@@ -72,8 +72,13 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 	struct gre_key_hdr *gre = data + ETH_HLEN_ + sizeof(struct iphdr);
 	struct ethhdr *ieth = data + ETH_HLEN_ + sizeof(struct iphdr) + GRE_HLEN_KEY;
 
-	__builtin_memcpy(oeth->h_dest, s->odst, ETH_ALEN_);
-	__builtin_memcpy(oeth->h_source, s->osrc, ETH_ALEN_);
+	if (words) {
+		mac_copy(oeth->h_dest, s->odst);
+		mac_copy(oeth->h_source, s->osrc);
+	} else {
+		__builtin_memcpy(oeth->h_dest, s->odst, ETH_ALEN_);
+		__builtin_memcpy(oeth->h_source, s->osrc, ETH_ALEN_);
+	}
 	oeth->h_proto = bpf_htons(ETH_P_IP_);
 
 	oip->version = 4;
@@ -93,10 +98,21 @@ static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip
 	gre->proto = bpf_htons(GRE_PROTO_TEB);
 	gre->key = bpf_htonl(s->key);
 
-	__builtin_memcpy(ieth->h_dest, s->idst, ETH_ALEN_);
-	__builtin_memcpy(ieth->h_source, s->isrc, ETH_ALEN_);
+	if (words) {
+		mac_copy(ieth->h_dest, s->idst);
+		mac_copy(ieth->h_source, s->isrc);
+	} else {
+		__builtin_memcpy(ieth->h_dest, s->idst, ETH_ALEN_);
+		__builtin_memcpy(ieth->h_source, s->isrc, ETH_ALEN_);
+	}
 	ieth->h_proto = bpf_htons(ETH_P_IP_);
 	return 0;
+}
+
+static __always_inline int nvgre_push(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len,
+				      const struct nvgre_spec *s)
+{
+	return nvgre_push_at(ctx, l3_off, ip_len, s, 0);
 }
 
 /* nvgre_push over an IPv6 underlay: the outer header is IPv6 (next
@@ -151,6 +167,18 @@ static __always_inline int nvgre_to(struct xdp_md *ctx, __u32 l3_off, __u16 ip_l
 	struct nvgre_spec s = {.odst = fib->dmac, .osrc = fib->smac, .idst = idst, .isrc = isrc,
 			       .saddr = saddr, .daddr = daddr, .key = key, .tos = tos};
 	return nvgre_push(ctx, l3_off, ip_len, &s);
+}
+
+/* nvgre_to with the MACs in word copies (mac_copy): every MAC in a map
+ * value (fib in a per-CPU room, the inner ones in the config), none on
+ * the stack. The IPv6 EIPs' and VIPs' encapsulation on the edge. */
+static __always_inline int nvgre_to_w(struct xdp_md *ctx, __u32 l3_off, __u16 ip_len, __u8 tos,
+				      const struct bpf_fib_lookup *fib, __be32 saddr, __be32 daddr, __u32 key,
+				      const __u8 *idst, const __u8 *isrc)
+{
+	struct nvgre_spec s = {.odst = fib->dmac, .osrc = fib->smac, .idst = idst, .isrc = isrc,
+			       .saddr = saddr, .daddr = daddr, .key = key, .tos = tos};
+	return nvgre_push_at(ctx, l3_off, ip_len, &s, 1);
 }
 
 /* Whether the parsed IPv4 packet p is GRE to this node's underlay

@@ -296,7 +296,7 @@ static __always_inline int ipv6_off_link(const struct pkt6 *p)
  * leave the upper-layer header to a later fragment (RFC 7112). ESP ends
  * the walk as an upper-layer protocol (its payload is encrypted), as do
  * No Next Header and unknown protocols. */
-static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
+static __always_inline int parse_ipv6_at(void *data, void *data_end, struct pkt6 *p6, int room)
 {
 	struct pkt *p = &p6->p;
 	__u32 l3 = OFF(p->l3_off);
@@ -312,18 +312,29 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	/* The packet's end, relative to data; at most a frame's length. */
 	__u32 end = l3 + sizeof(*ip6) + plen;
 
-	__builtin_memcpy(&p6->saddr, &ip6->saddr, 16);
-	__builtin_memcpy(&p6->daddr, &ip6->daddr, 16);
+	if (room) {
+		/* In 8-byte words (a map value: no alignment checked), read
+		 * back from p6 where used (kept in registers, the words split
+		 * where 4-byte ones are used, they filled the stack). */
+		ip6w_copy(&p6->saddr, &ip6->saddr);
+		ip6w_copy(&p6->daddr, &ip6->daddr);
+		asm volatile("" ::: "memory");
+	} else {
+		__builtin_memcpy(&p6->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(&p6->daddr, &ip6->daddr, 16);
+	}
 	p->ip_len = sizeof(*ip6) + plen;
-	p->ttl = ip6->hop_limit;
-	p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
-	p->df = 1; /* routers never fragment IPv6 */
 	p->frag = 0;
-	p->ports = 0;
+	p->ttl = ip6->hop_limit;
+	/* The traffic class: the first 16 bits are version, class and
+	 * the flow label's top 4. */
+	p->tos = (__u8)(bpf_ntohs(*(__be16 *)ip6) >> 4);
+	p->df = 1; /* routers never fragment IPv6 */
 	p->l4_ok = 0;
 	p->tcp_flags = 0;
 	p->saddr = 0;
 	p->daddr = 0;
+	p->ports = 0;
 
 	__u8 nh = ip6->nexthdr;
 	__u32 off = l3 + sizeof(*ip6);
@@ -421,6 +432,30 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p
 	}
 	p->l4_ok = 1;
 	return 0;
+}
+
+/* A struct pkt6 copied in 8-byte words: dst in a map value, src there or
+ * 8-byte aligned on the stack (ipv6_frame's). */
+static __always_inline void pkt6_copy(struct pkt6 *dst, const struct pkt6 *src)
+{
+	addr_w64 *d = (addr_w64 *)dst;
+	const addr_w64 *s = (const addr_w64 *)src;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*dst) / 8); i++)
+		d[i] = s[i];
+}
+
+/* parse_ipv6 into a struct pkt6 anywhere (the stack: 4-byte aligned). */
+static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt6 *p6)
+{
+	return parse_ipv6_at(data, data_end, p6, 0);
+}
+
+/* parse_ipv6 into a struct pkt6 in a map value (a per-CPU room): its
+ * addresses copied in 8-byte words. */
+static __always_inline int parse_ipv6_room(void *data, void *data_end, struct pkt6 *p6)
+{
+	return parse_ipv6_at(data, data_end, p6, 1);
 }
 
 /* Decrements the TTL of a forwarded IPv4 packet, updating the checksum the

@@ -13,6 +13,60 @@ struct ip_addr {
 	__be32 a[4];
 };
 
+/* IPv6 addresses read as two 8-byte words (issue 21: half the loads and
+ * compares of four 4-byte ones). Only in map values and the packet: the
+ * verifier refuses an 8-byte access to the stack that is not 8-byte
+ * aligned, and a struct ip_addr is aligned to 4. may_alias: the same
+ * bytes are read as a[] elsewhere. */
+typedef __u64 __attribute__((__may_alias__)) addr_w64;
+
+/* a and b (16 bytes each) equal */
+static __always_inline int ip6w_eq(const void *a, const void *b)
+{
+	const addr_w64 *x = a, *y = b;
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]));
+}
+
+static __always_inline void ip6w_copy(void *dst, const void *src)
+{
+	((addr_w64 *)dst)[0] = ((const addr_w64 *)src)[0];
+	((addr_w64 *)dst)[1] = ((const addr_w64 *)src)[1];
+}
+
+/* a[0] ^ a[1] ^ a[2] ^ a[3] ^ b[0] ^ b[1] ^ b[2] ^ b[3] */
+static __always_inline __u32 ip6w_xor2(const void *a, const void *b)
+{
+	const addr_w64 *x = a, *y = b;
+	__u64 w = x[0] ^ x[1] ^ y[0] ^ y[1];
+	return (__u32)w ^ (__u32)(w >> 32);
+}
+
+/* MAC copies of the IPv6 paths in word loads and stores (a 6-byte
+ * __builtin_memcpy of unknown alignment is 12 byte-wise instructions): the
+ * packet and the room (a map value) are where the verifier checks no
+ * alignment, and the x86-64 and arm64 JITs load unaligned words. mac2_copy
+ * copies a destination and source MAC pair (12 bytes). */
+static __always_inline void mac_copy(void *dst, const void *src)
+{
+	*(__u32 *)dst = *(const __u32 *)src;
+	*(__u16 *)(dst + 4) = *(const __u16 *)(src + 4);
+}
+
+static __always_inline void mac2_copy(void *dst, const void *src)
+{
+	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
+	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
+	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
+}
+
+/* a[0] ^ a[1] ^ a[2] ^ a[3] */
+static __always_inline __u32 ip6w_xor(const void *a)
+{
+	const addr_w64 *x = a;
+	__u64 w = x[0] ^ x[1];
+	return (__u32)w ^ (__u32)(w >> 32);
+}
+
 /* Key of the EIP route map (edge) and of the agent's EIP and guest maps. */
 struct eip_key {
 	struct ip_addr addr;

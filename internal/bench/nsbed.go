@@ -387,7 +387,20 @@ func (n *nsBed) countCases(sides []*side, cases []nsCase) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			got, err := bpfemu.Replay(spec, bpfemu.Env{Maps: s.maps[c.prog], CPU: firstCPU(), Ifindex: uint32(idx), Jiffies: jiffies}, c.frame)
+			got, err := bpfemu.Replay(spec, bpfemu.Env{Maps: s.maps[c.prog], CPU: firstCPU(), Ifindex: uint32(idx), Jiffies: jiffies, Lines: os.Getenv("AZGATE_INSNS_LINES") != ""}, c.frame)
+			if dir := os.Getenv("AZGATE_INSNS_LINES"); dir != "" && err == nil {
+				// Where the path's instructions are (BENCHMARKS.md):
+				// one file per path and side, "count function:
+				// file:line source" a line.
+				var b strings.Builder
+				for k, v := range got.Lines {
+					fmt.Fprintf(&b, "%5d %s\n", v, k)
+				}
+				name := strings.Fields(c.name)[0] + "." + strings.Fields(sideName(s))[0]
+				if werr := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); werr != nil {
+					return nil, werr
+				}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("instruction count of %s (%s): %w", c.name, sideName(s), err)
 			}

@@ -9,11 +9,13 @@ package bpfemu
 import (
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +39,7 @@ type Count struct {
 	Subprog int            // BPF-to-BPF calls
 	Action  uint32
 	Out     []byte
+	Lines   map[string]int // with Env.Lines: instructions by function and source line
 }
 
 func (c Count) String() string {
@@ -64,6 +67,7 @@ type Env struct {
 	CPU     int                  // per-CPU maps are read at this CPU
 	Ifindex uint32               // ctx->ingress_ifindex
 	Jiffies uint64               // what bpf_jiffies64 returns
+	Lines   bool                 // count instructions by function and source line (Count.Lines)
 }
 
 type region struct {
@@ -108,6 +112,20 @@ func Replay(spec *ebpf.ProgramSpec, env Env, pkt []byte) (Count, error) {
 		}
 	}
 	byRaw[raw[len(insns)]] = len(insns)
+	var where []string
+	if env.Lines {
+		where = make([]string, len(insns))
+		fn, line := "", ""
+		for i, ins := range insns {
+			if f := btf.FuncMetadata(&insns[i]); f != nil {
+				fn = f.Name
+			}
+			if l, ok := ins.Source().(*btf.Line); ok {
+				line = fmt.Sprintf("%s:%d %s", filepath.Base(l.FileName()), l.LineNumber(), strings.TrimSpace(l.Line()))
+			}
+			where[i] = fn + ": " + line
+		}
+	}
 
 	p := &region{name: "packet", buf: make([]byte, pktSize)}
 	copy(p.buf[pktHeadroom:], pkt)
@@ -292,6 +310,12 @@ func Replay(spec *ebpf.ProgramSpec, env Env, pkt []byte) (Count, error) {
 		}
 		ins := insns[pc]
 		c.Insns++
+		if where != nil {
+			if c.Lines == nil {
+				c.Lines = map[string]int{}
+			}
+			c.Lines[where[pc]]++
+		}
 		op := ins.OpCode
 		dst, src := &fr.regs[ins.Dst], fr.regs[ins.Src]
 		next := pc + 1
