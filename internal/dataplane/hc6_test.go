@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -403,6 +405,21 @@ func hc6Sockets(t *testing.T, env *dptest.Env) {
 	}
 	if err := env.Node.Handle().LinkSetUp(lo); err != nil {
 		t.Fatal(err)
+	}
+	// An IPv6 address's local route comes with its DAD's completion, on
+	// the kernel's workqueue even without DAD (IFA_F_NODAD): on a loaded
+	// machine a socket bound at once can find no route yet (connect:
+	// network is unreachable). Wait for both, bounded.
+	for _, a := range []string{hc6Addr, hc6Guest} {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			rs, err := env.Node.Handle().RouteGet(net.ParseIP(a))
+			if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s on lo: no local route after 5 s (%v, %v)", a, rs, err)
+			}
+		}
 	}
 	var closers []io.Closer
 	t.Cleanup(func() {
