@@ -220,8 +220,10 @@ func TestAgentUl6Encap(t *testing.T) {
 			stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "one byte more gets fragmentation needed with the IPv6 tunnel's MTU", dev: dptest.GuestDev, in: fromGuest(big),
 			action: xdpTX, check: guestICMPCheck(big, ul6MTU-62), stats: map[string]uint64{"icmp_frag_tx": 1}, eipSlot: slot},
-		{name: "an IPv6 guest's packet too big for the tunnel", dev: dptest.GuestDev, in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big6),
-			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
+		{name: "an IPv6 guest's packet too big for the tunnel gets packet too big from the IPv6 underlay address", dev: dptest.GuestDev,
+			in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big6), action: xdpTX,
+			out:   icmp6WantFrom(t, dptest.UlAddr6, eth6(dptest.VMMAC, dptest.GuestMAC, false, nil)[:14], big6, 2, ul6MTU-62),
+			check: icmp6SumOK(14), stats: map[string]uint64{"icmp_frag_tx": 1}},
 	})
 
 	// With no ICMP source (a host of the IPv6 underlay has no IPv4
