@@ -189,10 +189,11 @@ _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offseto
 	       "mac2_copy copies ours and peer as one 12-byte pair");
 
 /* The agent's ICMPv6 errors (lib/icmp6.h): packet too big to an IPv6
- * guest, kept in agent_scratch6.icmp6, from the host's IPv6 underlay
- * address as IPv4's fragmentation needed comes from its IPv4 underlay
- * address (agent_config.icmp_src); a host of the IPv4 underlay has none
- * (::): its IPv6 guests' packets too big for the tunnel are
+ * guest, kept in agent_scratch6.icmp6, from agent_config.icmp_src6 (the
+ * daemon writes --icmp-source6 there, else the host's IPv6 underlay
+ * address, as IPv4's fragmentation needed comes from its IPv4 underlay
+ * address); :: (a host of the IPv4 underlay without --icmp-source6)
+ * sends none: its IPv6 guests' packets too big for the tunnel are
  * drop_too_big. */
 static __always_inline struct icmp6_room *icmp6_room_get(void)
 {
@@ -204,7 +205,7 @@ static __always_inline struct icmp6_room *icmp6_room_get(void)
 static __always_inline const struct ip_addr *icmp6_src_get(const __u32 *zero)
 {
 	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, zero);
-	return cfg ? &cfg->underlay6 : NULL;
+	return cfg ? &cfg->icmp_src6 : NULL;
 }
 #include "lib/icmp6.h"
 
@@ -1003,8 +1004,8 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* Packet too big (RFC 8201), the MTU the inner packet has over
 		 * the tunnel (either outer family: agent_fib6 took the IPv6
-		 * outer's 20 bytes more off), from the host's IPv6 underlay
-		 * address; without one, or an MTU below 1280, drop_too_big. */
+		 * outer's 20 bytes more off), from agent_config.icmp_src6;
+		 * without one, or an MTU below 1280, drop_too_big. */
 		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
 		rc = icmp6_error(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu > 0xffff ? 0xffff : mtu));
 		if (rc & ICMP6_SENT) {
@@ -1103,8 +1104,9 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
  * The EIP's bandwidth limit (AGENT_F_BW: eip_bw6, bw6_over_eip) drops
  * what goes through the EIP over it (drop_bw). A packet too big for the
  * tunnel is answered with an ICMPv6 packet too big (icmp6_error,
- * lib/icmp6.h: from the host's IPv6 underlay address, within
- * ICMP_KIND_FRAG's budget; no such address: drop_too_big). Not yet for
+ * lib/icmp6.h: from agent_config.icmp_src6, --icmp-source6 or the
+ * host's IPv6 underlay address, within ICMP_KIND_FRAG's budget; none:
+ * drop_too_big). Not yet for
  * IPv6: --local-allow. An ICMPv6 error the guest sends about a VIP flow
  * goes by the flow it quotes (a TCP or UDP packet from the error's
  * destination to the guest), its quote translated back to the VIP and VIP port

@@ -8,8 +8,8 @@
  *     icmp6_error (the edge's edge_rooms.icmp6, the agent's
  *     agent_scratch6.icmp6), or NULL;
  *   const struct ip_addr *icmp6_src_get(const __u32 *zero): the errors'
- *     source (the edge's edge_config6.icmp_src, the agent's IPv6
- *     underlay address), or NULL; :: sends none (zero is icmp6_error's
+ *     source (the edge's edge_config6.icmp_src, the agent's
+ *     agent_config.icmp_src6), or NULL; :: sends none (zero is icmp6_error's
  *     key 0: one stack slot for both lookups, the edge's code as it was).
  */
 #ifndef AZG_ICMP6_H

@@ -16,8 +16,12 @@ import (
 // byte (gopacket's checksum the reference, verified by RFC 4443 2.3 too),
 // within ICMP_KIND_FRAG's budget (over it drop_icmp_limit); an ICMPv6
 // error too big is not answered (RFC 4443 2.4(e): drop_too_big). On a
-// host of the IPv4 underlay (no IPv6 address to send from) it stays
-// drop_too_big.
+// host of the IPv4 underlay it stays drop_too_big unless an ICMPv6
+// source is configured (AgentConfig.ICMPSource6, --icmp-source6), then
+// answered over the IPv4 outer's MTU.
+// agentICMP6Src is an agent's --icmp-source6.
+const agentICMP6Src = "2001:db8:f9::1"
+
 func TestAgentIPv6PacketTooBig(t *testing.T) {
 	t.Run("IPv4 underlay: no source", func(t *testing.T) {
 		env, a := newAgent6Bed(t)
@@ -31,6 +35,18 @@ func TestAgentIPv6PacketTooBig(t *testing.T) {
 				action: xdpRedirect, stats: map[string]uint64{"encap_tx": 1}, eipSlot: ptr[uint32](agentIdx6), eipTx: 1},
 			{name: "one byte more is drop_too_big", dev: dptest.GuestDev, in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big),
 				action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1, "icmp_frag_tx": 0}},
+		})
+		// With an ICMPv6 source (--icmp-source6): packet too big over
+		// the IPv4 outer's MTU, from it.
+		if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), ICMPSource6: addr(agentICMP6Src),
+			HashSeed: testSeed, Edges: []netip.Addr{addr(edgeA), addr(edgeB)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}); err != nil {
+			t.Fatal(err)
+		}
+		link := eth6(dptest.VMMAC, dptest.GuestMAC, false, nil)
+		runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
+			{name: "with an ICMPv6 source one byte more gets packet too big", dev: dptest.GuestDev, in: append(append([]byte(nil), link...), big...),
+				action: xdpTX, out: icmp6WantFrom(t, agentICMP6Src, link, big, 2, 1458), check: icmp6SumOK(14),
+				stats: map[string]uint64{"icmp_frag_tx": 1, "drop_too_big": 0}},
 		})
 	})
 
@@ -68,7 +84,7 @@ func TestAgentIPv6PacketTooBig(t *testing.T) {
 		})
 
 		// The budget: one error, then drop_icmp_limit.
-		if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
+		if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), ICMPSource: addr(dptest.UlAddr), ICMPSource6: addr(dptest.UlAddr6), HashSeed: testSeed,
 			Edges: []netip.Addr{addr(edge6A), addr(edge6B), addr(edge6Small)}, ICMPRate: 1, ICMPBurst: 1, GatewayMAC: mac(gwMAC)}); err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,7 @@ type agentAgentConfig struct {
 	GwMac     [6]uint8
 	Pad       uint16
 	Underlay6 agentIpAddr
+	IcmpSrc6  agentIpAddr
 }
 
 type agentAgentEip struct {
