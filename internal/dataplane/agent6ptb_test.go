@@ -2,8 +2,11 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 )
@@ -47,6 +50,29 @@ func TestAgentIPv6PacketTooBig(t *testing.T) {
 			{name: "with an ICMPv6 source one byte more gets packet too big", dev: dptest.GuestDev, in: append(append([]byte(nil), link...), big...),
 				action: xdpTX, out: icmp6WantFrom(t, agentICMP6Src, link, big, 2, 1458), check: icmp6SumOK(14),
 				stats: map[string]uint64{"icmp_frag_tx": 1, "drop_too_big": 0}},
+		})
+	})
+
+	t.Run("IPv4 underlay below IPv6's minimum MTU", func(t *testing.T) {
+		// The routes to both edges with MTU 1300 (locked): 1258 bytes of
+		// inner packet, below 1280; a packet too big the guest may not
+		// act on is not sent (RFC 8200 5), the packet is drop_too_big.
+		env, a := newAgent6Bed(t)
+		for _, e := range []string{edgeA, edgeB} {
+			if err := env.Node.Handle().RouteReplace(&netlink.Route{Dst: &net.IPNet{IP: net.ParseIP(e).To4(), Mask: net.CIDRMask(32, 32)},
+				Gw: net.ParseIP(dptest.FabAddr), LinkIndex: mustIfindex(t, env, dptest.UlDev), MTU: 1300, MTULock: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr), ICMPSource: addr(dptest.UlAddr), ICMPSource6: addr(agentICMP6Src),
+			HashSeed: testSeed, Edges: []netip.Addr{addr(edgeA), addr(edgeB)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}); err != nil {
+			t.Fatal(err)
+		}
+		big := ip6Hdr(agentPriv6, v6Client, nhUDP, udp6(1, 2, 1258-48+1))
+		setL4Csum6(big)
+		runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
+			{name: "too big for an underlay below 1280 is drop_too_big", dev: dptest.GuestDev, in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big),
+				action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1, "icmp_frag_tx": 0}},
 		})
 	})
 
