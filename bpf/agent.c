@@ -181,10 +181,34 @@ struct agent_room6 {
 	 * and the guest's MAC: off their frames, beneath agent_guest6's. */
 	struct ip_addr ul6key;
 	__u8 ul6mac[ETH_ALEN_];
+	/* icmp6_error's (lib/icmp6.h): an IPv6 guest's packet too big for
+	 * the tunnel, answered by agent_guest6. */
+	struct icmp6_room icmp6;
 };
 _Static_assert(__builtin_offsetof(struct agent_room6, p6) == 0, "ipv6_frame (lib/entry.h) parses into the room's p6");
 _Static_assert(__builtin_offsetof(struct agent_room6, peer) == __builtin_offsetof(struct agent_room6, ours) + ETH_ALEN_,
 	       "mac2_copy copies ours and peer as one 12-byte pair");
+
+/* The agent's ICMPv6 errors (lib/icmp6.h): packet too big to an IPv6
+ * guest, kept in agent_scratch6.icmp6, from agent_config.icmp_src6 (the
+ * daemon writes --icmp-source6 there, else the host's IPv6 underlay
+ * address, as IPv4's fragmentation needed comes from its IPv4 underlay
+ * address); :: (a host of the IPv4 underlay without --icmp-source6)
+ * sends none: its IPv6 guests' packets too big for the tunnel are
+ * drop_too_big. */
+static __always_inline struct icmp6_room *icmp6_room_get(void)
+{
+	__u32 zero = 0;
+	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
+	return r ? &r->icmp6 : NULL;
+}
+
+static __always_inline const struct ip_addr *icmp6_src_get(const __u32 *zero)
+{
+	struct agent_config *cfg = bpf_map_lookup_elem(&agent_cfg, zero);
+	return cfg ? &cfg->icmp_src6 : NULL;
+}
+#include "lib/icmp6.h"
 
 /* The IPv6 underlay (issue 21). An edge the agent reaches over IPv6 is
  * named, in every 4-byte field that names an edge (agent_edge_set,
@@ -960,8 +984,19 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
 		rc = agent_fib6(ctx, fib, to, ip_len + NVGRE_OVERHEAD, r->hash);
 		r->note |= GUEST6_UL6;
 	}
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return count_drop(ctx, STAT_DROP_TOO_BIG, len);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/* Packet too big (RFC 8201), the MTU the inner packet has over
+		 * the tunnel (either outer family: agent_fib6 took the IPv6
+		 * outer's 20 bytes more off), from agent_config.icmp_src6;
+		 * without one, or an MTU below 1280, drop_too_big. */
+		__u32 mtu = fib->mtu_result > NVGRE_OVERHEAD ? fib->mtu_result - NVGRE_OVERHEAD : 0;
+		rc = icmp6_error(ctx, p6, ICMP6_WHAT(ICMP_KIND_FRAG, mtu > 0xffff ? 0xffff : mtu));
+		if (rc & ICMP6_SENT) {
+			count_out(ctx, rc & 0xffff, len);
+			return XDP_TX;
+		}
+		return count_drop(ctx, rc, len);
+	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return count_drop(ctx, fib_reason(rc), len);
 	/* The EIP's bandwidth limit, once the packet is sure to leave. */
@@ -1050,11 +1085,14 @@ static __always_inline int guest6_send(struct xdp_md *ctx, struct agent_room6 *r
  * it goes in NVGRE to a member of the EIP's edge group by the IPv6 flow
  * hash (lib/hash.h), the outer IPv4 from the agent's underlay address.
  * The EIP's bandwidth limit (AGENT_F_BW: eip_bw6, bw6_over_eip) drops
- * what goes through the EIP over it (drop_bw). Not yet for IPv6:
- * --local-allow, ICMPv6 packet too big (a packet too big for the tunnel
- * is drop_too_big). An ICMPv6 error the guest sends about a VIP flow goes
- * by the flow it quotes (a TCP or UDP packet from the error's destination
- * to the guest), its quote translated back to the VIP and VIP port
+ * what goes through the EIP over it (drop_bw). A packet too big for the
+ * tunnel is answered with an ICMPv6 packet too big (icmp6_error,
+ * lib/icmp6.h: from agent_config.icmp_src6, --icmp-source6 or the
+ * host's IPv6 underlay address, within ICMP_KIND_FRAG's budget; none:
+ * drop_too_big). Not yet for
+ * IPv6: --local-allow. An ICMPv6 error the guest sends about a VIP flow
+ * goes by the flow it quotes (a TCP or UDP packet from the error's
+ * destination to the guest), its quote translated back to the VIP and VIP port
  * (agent_quote6); one through the IPv6 EIP has a quote to the guest's
  * address translated to the EIP (eip6_quoted, agent_quote6; a truncated
  * quote drop_l4_trunc). */

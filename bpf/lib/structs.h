@@ -218,6 +218,10 @@ struct agent_config {
 	 * ul6_hosts names (agent.c agent_ul6_in), and is the outer source
 	 * toward them (agent_push6). */
 	struct ip_addr underlay6;
+	/* The source of ICMPv6 errors sent to guests (packet too big for
+	 * the tunnel, lib/icmp6.h; :: sends none): --icmp-source6, else the
+	 * IPv6 underlay address. Grown at the end as underlay6. */
+	struct ip_addr icmp_src6;
 };
 
 /* Agent: the live members of one edge set, which the replies of the

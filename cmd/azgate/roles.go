@@ -450,7 +450,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 	})
 	register(func() *cobra.Command {
 		var df daemonFlags
-		var underlay string
+		var underlay, icmpSource6 string
 		var local, oldLocal []string
 		var flowMax, eipMax uint32
 		c := &cobra.Command{
@@ -475,6 +475,13 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 			}
 			cfg := agent.Config{Name: df.name, Underlay: underlay, HashSeed: df.hashSeed, ICMPRate: df.icmpRate,
 				ICMPBurst: df.icmpBurst, Version: version, LocalAllow: allow, Status: agent.StatusConfig{MetricsListen: df.metricsListen}, EIPMax: eipMax}
+			if icmpSource6 != "" {
+				a, err := netip.ParseAddr(icmpSource6)
+				if err != nil {
+					return nil, fmt.Errorf("--icmp-source6 %q: not an IPv6 address", icmpSource6)
+				}
+				cfg.ICMPSource6 = a
+			}
 			var err error
 			if cfg.Monitor, err = df.monitorConfig(); err != nil {
 				return nil, err
@@ -519,6 +526,7 @@ waits until every peer was sent the withdrawal, then stops (docs/bgp.md).`,
 		agentMetrics := c.Flags().Lookup("metrics-listen")
 		agentMetrics.DefValue, df.metricsListen = defaultAgentMetrics, defaultAgentMetrics
 		c.Flags().StringVar(&underlay, "underlay-if", "", "the host's underlay interface")
+		c.Flags().StringVar(&icmpSource6, "icmp-source6", "", "source address of the ICMPv6 packets too big sent to IPv6 guests whose packets do not fit the tunnel: a global unicast IPv6 address of the host (default: the host's IPv6 underlay address; a host of the IPv4 underlay sends none, such packets are dropped and counted, drop_too_big)")
 		c.Flags().StringArrayVar(&local, "local-allow", nil, "what guests may send to the host's kernel, PREFIX[:PROTO[:PORT[-PORT]]] (PROTO tcp, udp with a port; icmp, any or a number), repeatable; the rest of the prefix is dropped, and without a prefix a guest reaches nothing of its host (default: none; docs/roles.md)")
 		c.Flags().StringSliceVar(&oldLocal, "local-prefix", nil, "gone: use --local-allow")
 		_ = c.Flags().MarkHidden("local-prefix")

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/azgate/azgate/internal/dataplane"
@@ -22,6 +23,10 @@ type Config struct {
 	HashSeed   uint32
 	ICMPRate   uint32
 	ICMPBurst  uint32
+	// ICMPSource6: the source of the ICMPv6 packets too big sent to IPv6
+	// guests (--icmp-source6); not valid: the host's IPv6 underlay
+	// address, and a host of the IPv4 underlay sends none.
+	ICMPSource6 netip.Addr
 	// Monitor: what the programs write events for (`azgate monitor`,
 	// docs/observability.md).
 	Monitor dataplane.MonitorConfig
@@ -65,6 +70,9 @@ func (c *Config) Check() error {
 	}
 	if c.ICMPRate > dataplane.MaxICMPRate {
 		return fmt.Errorf("agent: --icmp-rate %d: at most %d", c.ICMPRate, dataplane.MaxICMPRate)
+	}
+	if a := c.ICMPSource6; a.IsValid() && (!a.Is6() || a.Is4In6() || a.Zone() != "" || !a.IsGlobalUnicast()) {
+		return fmt.Errorf("agent: --icmp-source6 %v: not a global unicast IPv6 address", a)
 	}
 	if c.EIPMax > dataplane.AgentEIPMaxDefault {
 		return fmt.Errorf("agent: --eip-max %d: above the compiled capacity %d, the most an agent holds (0: %d)", c.EIPMax, dataplane.AgentEIPMaxDefault, dataplane.AgentEIPMaxDefault)

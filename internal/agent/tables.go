@@ -119,7 +119,14 @@ func planTables(in planInput) tablePlan {
 	if !icmpSrc.Is4() {
 		icmpSrc = netip.Addr{}
 	}
-	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: icmpSrc, HashSeed: in.cfg.HashSeed,
+	// Of ICMPv6 errors to IPv6 guests (packet too big for the tunnel):
+	// --icmp-source6, else the IPv6 underlay address; a host of the IPv4
+	// underlay without --icmp-source6 sends none (drop_too_big).
+	icmpSrc6 := in.cfg.ICMPSource6
+	if !icmpSrc6.IsValid() && w.Underlay.Is6() {
+		icmpSrc6 = w.Underlay
+	}
+	p.config = dataplane.AgentConfig{Underlay: w.Underlay, ICMPSource: icmpSrc, ICMPSource6: icmpSrc6, HashSeed: in.cfg.HashSeed,
 		Edges: w.Edges, ICMPRate: in.cfg.ICMPRate, ICMPBurst: in.cfg.ICMPBurst, GatewayMAC: dataplane.GatewayMAC}
 	if in.head {
 		return p

@@ -42,8 +42,9 @@ func TestAgentUl6(t *testing.T) {
 	}
 
 	fake, links := run("az1-h1")
-	if fake.Config.Underlay != a("2001:db8:f0::11") || fake.Config.ICMPSource.IsValid() {
-		t.Fatalf("underlay %v, ICMP source %v: want the IPv6 underlay address and none", fake.Config.Underlay, fake.Config.ICMPSource)
+	if fake.Config.Underlay != a("2001:db8:f0::11") || fake.Config.ICMPSource.IsValid() || fake.Config.ICMPSource6 != a("2001:db8:f0::11") {
+		t.Fatalf("underlay %v, ICMP source %v, ICMPv6 source %v: want the IPv6 underlay address, none, the IPv6 underlay address",
+			fake.Config.Underlay, fake.Config.ICMPSource, fake.Config.ICMPSource6)
 	}
 	want := []netip.Addr{a("2001:db8:ff::1"), a("2001:db8:ff::3"), a("2001:db8:ff::5")}
 	if fmt.Sprint(fake.Config.Edges) != fmt.Sprint(want) {
@@ -82,8 +83,20 @@ func TestAgentUl6(t *testing.T) {
 
 	// The IPv4 host beside it: the edges' IPv4 addresses.
 	fake, _ = run("az1-h2")
-	if fake.Config.Underlay != a("198.18.12.1") || fake.Config.ICMPSource != a("198.18.12.1") {
-		t.Fatalf("IPv4 host: underlay %v, ICMP source %v", fake.Config.Underlay, fake.Config.ICMPSource)
+	if fake.Config.Underlay != a("198.18.12.1") || fake.Config.ICMPSource != a("198.18.12.1") || fake.Config.ICMPSource6.IsValid() {
+		t.Fatalf("IPv4 host: underlay %v, ICMP source %v, ICMPv6 source %v (want none)", fake.Config.Underlay, fake.Config.ICMPSource, fake.Config.ICMPSource6)
+	}
+	// With --icmp-source6: that address, on either underlay.
+	for _, host := range []string{"az1-h1", "az1-h2"} {
+		fake := dataplane.NewFakeAgent()
+		r, err := NewReconciler(Config{NoRetry: true, Name: host, Underlay: "ul0", Log: quiet, ICMPSource6: a("2001:db8:f0::99")}, fake, newFakeLinks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Handle(st, 3, nil, true)
+		if fake.Config.ICMPSource6 != a("2001:db8:f0::99") {
+			t.Errorf("%s with --icmp-source6: ICMPv6 source %v", host, fake.Config.ICMPSource6)
+		}
 	}
 	if want4 := []netip.Addr{a("198.18.0.1"), a("198.18.0.3"), a("198.18.0.5")}; fmt.Sprint(fake.Config.Edges) != fmt.Sprint(want4) {
 		t.Fatalf("IPv4 host: edges %v, want %v", fake.Config.Edges, want4)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -179,6 +180,9 @@ func checkAgentConfig(c AgentConfig) error {
 	if c.Underlay.IsValid() && !c.Underlay.Is4() && !validUl6(c.Underlay) {
 		return fmt.Errorf("underlay %v: not a global unicast IPv6 address", c.Underlay)
 	}
+	if c.ICMPSource6.IsValid() && !validUl6(c.ICMPSource6) {
+		return fmt.Errorf("ICMPv6 source %v: not a global unicast IPv6 address", c.ICMPSource6)
+	}
 	for _, e := range c.Edges {
 		if why := checkEdgeAddr(e); why != "" {
 			return fmt.Errorf("edge %v: %s", e, why)
@@ -237,6 +241,10 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 		}
 		v.IcmpSrc = agentIpAddr(s)
 	}
+	if c.ICMPSource6.IsValid() {
+		s, _, _ := addrTo(c.ICMPSource6)
+		v.IcmpSrc6 = agentIpAddr(s)
+	}
 	v.HashSeed = c.HashSeed
 	// Unread by this program (icmp_kinds holds the budgets, and
 	// icmpBudgets bounds the rate), still written: the previous release's
@@ -286,7 +294,8 @@ func (a *Agent) SetConfig(c AgentConfig) error {
 
 // readCfg and writeCfg read and write agent_cfg's entry, of an earlier
 // release's program too (the upgrade tests' and the bench's baseline
-// objects): its entry ends before underlay6, which it has none of.
+// objects): its entry ends before icmp_src6, or before underlay6, which
+// it then has none of.
 func (a *Agent) readCfg(v *agentAgentConfig) error {
 	size := int(a.objs.AgentCfg.ValueSize())
 	if size == binary.Size(v) {
@@ -307,9 +316,11 @@ func (a *Agent) writeCfg(v *agentAgentConfig) error {
 	if size == binary.Size(v) {
 		return a.objs.AgentCfg.Update(uint32(0), v, ebpf.UpdateAny)
 	}
-	if v.Underlay6 != (agentIpAddr{}) {
+	if v.Underlay6 != (agentIpAddr{}) && size < int(unsafe.Offsetof(v.Underlay6))+binary.Size(v.Underlay6) {
 		return fmt.Errorf("this agent program has no IPv6 underlay")
 	}
+	// (An earlier program's entry without icmp_src6 is written without
+	// it: that program sends no ICMPv6 packet too big.)
 	var buf bytes.Buffer
 	if err := binary.Write(&buf, binary.LittleEndian, v); err != nil {
 		return err

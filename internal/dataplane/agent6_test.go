@@ -393,6 +393,8 @@ func TestFakeAgentRefusesAsReal(t *testing.T) {
 		{Underlay: addr(dptest.UlAddr6), Edges: []netip.Addr{addr("ff02::1")}},
 		{Underlay: addr(dptest.UlAddr6), Edges: []netip.Addr{addr("::1")}},
 		{Underlay: addr(dptest.UlAddr), Edges: []netip.Addr{addr("0.0.0.7")}},
+		{Underlay: addr(dptest.UlAddr), ICMPSource6: addr("fe80::1")},
+		{Underlay: addr(dptest.UlAddr), ICMPSource6: addr("::ffff:198.18.0.1")},
 	} {
 		if err := f.SetConfig(bad); err == nil {
 			t.Errorf("fake SetConfig(underlay %v, edges %v) accepted", bad.Underlay, bad.Edges)

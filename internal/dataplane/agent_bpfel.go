@@ -25,6 +25,7 @@ type agentAgentConfig struct {
 	GwMac     [6]uint8
 	Pad       uint16
 	Underlay6 agentIpAddr
+	IcmpSrc6  agentIpAddr
 }
 
 type agentAgentEip struct {
@@ -157,6 +158,15 @@ type agentAgentRoom6 struct {
 	Ul6key agentIpAddr
 	Ul6mac [6]uint8
 	_      [2]byte
+	Icmp6  struct {
+		_     structs.HostLayout
+		Src   agentIpAddr
+		Dst   agentIpAddr
+		L3    uint32
+		Quote uint32
+		Mtu   uint32
+		Kind  uint32
+	}
 }
 
 type agentAzgStat uint32

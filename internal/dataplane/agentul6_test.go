@@ -30,7 +30,9 @@ const (
 
 // newAgentUl6Bed is newAgent6Bed on an IPv6 underlay: the agent's
 // underlay address dptest.UlAddr6 (no IPv4 one), its edges edge6A and
-// edge6B (group 0) and edge6Small, routed through the underlay router.
+// edge6B (group 0) and edge6Small, routed through the underlay router;
+// its ICMPv6 errors from its underlay address (as the agent role
+// defaults it).
 func newAgentUl6Bed(t *testing.T) (*dptest.Env, *Agent) {
 	t.Helper()
 	env, a := newAgent6Bed(t)
@@ -46,7 +48,7 @@ func newAgentUl6Bed(t *testing.T) (*dptest.Env, *Agent) {
 	_, dst, _ := net.ParseCIDR(edge6Small0)
 	must(n.Handle().RouteReplace(&netlink.Route{Dst: dst, Gw: net.ParseIP(dptest.FabAddr6), LinkIndex: mustIfindex(t, env, dptest.UlDev),
 		MTU: ul6MTU, MTULock: true}))
-	must(a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), ICMPSource: addr(dptest.UlAddr), HashSeed: testSeed,
+	must(a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), ICMPSource: addr(dptest.UlAddr), ICMPSource6: addr(dptest.UlAddr6), HashSeed: testSeed,
 		Edges: []netip.Addr{addr(edge6A), addr(edge6B), addr(edge6Small)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}))
 	must(a.SetGroup(0, AgentGroup{Members: []netip.Addr{addr(edge6A), addr(edge6B)}}))
 	return env, a
@@ -220,12 +222,14 @@ func TestAgentUl6Encap(t *testing.T) {
 			stats: map[string]uint64{"encap_tx": 1}, eipSlot: slot, eipTx: 1},
 		{name: "one byte more gets fragmentation needed with the IPv6 tunnel's MTU", dev: dptest.GuestDev, in: fromGuest(big),
 			action: xdpTX, check: guestICMPCheck(big, ul6MTU-62), stats: map[string]uint64{"icmp_frag_tx": 1}, eipSlot: slot},
-		{name: "an IPv6 guest's packet too big for the tunnel", dev: dptest.GuestDev, in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big6),
-			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
+		{name: "an IPv6 guest's packet too big for the tunnel gets packet too big from the IPv6 underlay address", dev: dptest.GuestDev,
+			in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big6), action: xdpTX,
+			out:   icmp6WantFrom(t, dptest.UlAddr6, eth6(dptest.VMMAC, dptest.GuestMAC, false, nil)[:14], big6, 2, ul6MTU-62),
+			check: icmp6SumOK(14), stats: map[string]uint64{"icmp_frag_tx": 1}},
 	})
 
 	// With no ICMP source (a host of the IPv6 underlay has no IPv4
-	// address): dropped, no error sent.
+	// address) nor ICMPv6 source: dropped, no error sent.
 	if err := a.SetConfig(AgentConfig{Underlay: addr(dptest.UlAddr6), HashSeed: testSeed,
 		Edges: []netip.Addr{addr(edge6A), addr(edge6B), addr(edge6Small)}, ICMPRate: 1000, ICMPBurst: 1000, GatewayMAC: mac(gwMAC)}); err != nil {
 		t.Fatal(err)
@@ -233,6 +237,8 @@ func TestAgentUl6Encap(t *testing.T) {
 	runFixtures(t, env, agentProg{a: a, guest: true}, a, []fixture{
 		{name: "too big with no ICMP source", dev: dptest.GuestDev, in: fromGuest(big),
 			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1}},
+		{name: "an IPv6 guest's too big with no ICMPv6 source", dev: dptest.GuestDev, in: eth6(dptest.VMMAC, dptest.GuestMAC, false, big6),
+			action: xdpDrop, stats: map[string]uint64{"drop_too_big": 1, "icmp_frag_tx": 0}},
 	})
 
 	// An edge gone from every set: its name collected, NVGRE from it

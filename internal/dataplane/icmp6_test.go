@@ -66,10 +66,17 @@ func newICMP6Bed(t *testing.T, budgets map[ICMPKind]ICMPBudget, ttlOn bool) *edg
 // whose checksum is the reference.
 func icmp6Want(t *testing.T, link []byte, ip []byte, typ uint8, mtu uint32) []byte {
 	t.Helper()
+	return icmp6WantFrom(t, icmp6Src, link, ip, typ, mtu)
+}
+
+// icmp6WantFrom is icmp6Want from the source src (the agent's: its IPv6
+// underlay address).
+func icmp6WantFrom(t *testing.T, src6 string, link []byte, ip []byte, typ uint8, mtu uint32) []byte {
+	t.Helper()
 	quote := ip[:min(len(ip), 1280-48)]
 	src, _ := netip.AddrFromSlice(ip[8:24])
 	ip6 := &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolICMPv6, HopLimit: 64,
-		SrcIP: net.ParseIP(icmp6Src), DstIP: net.IP(src.AsSlice())}
+		SrcIP: net.ParseIP(src6), DstIP: net.IP(src.AsSlice())}
 	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
 	if err := ic.SetNetworkLayerForChecksum(ip6); err != nil {
 		t.Fatal(err)

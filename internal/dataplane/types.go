@@ -211,7 +211,11 @@ const AgentGroupPin = 0xffff
 type AgentConfig struct {
 	Underlay   netip.Addr
 	ICMPSource netip.Addr
-	HashSeed   uint32
+	// ICMPSource6: the source of the ICMPv6 errors sent to IPv6 guests
+	// (packet too big for the tunnel); not valid: none are sent, such
+	// packets are drop_too_big. A global unicast IPv6 address.
+	ICMPSource6 netip.Addr
+	HashSeed    uint32
 	// Edges: every edge of every set, live or not; NVGRE is only
 	// accepted from them. Where replies go is the groups' business
 	// (SetGroup).
