@@ -407,6 +407,9 @@ type scaleEdgeOptions struct {
 	configure func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32)
 	// expectFailure: see scaleFuzzer.
 	expectFailure bool
+	// vip6, if set, changes what the oracle knows of the IPv6 VIPs (a
+	// deliberately wrong oracle).
+	vip6 func(map[netip.Addr]dpfuzz.VIP6)
 }
 
 // TestScaleFuzzEdge fuzzes xdp_edge with the services of FuzzEdge's bed,
@@ -618,7 +621,10 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 		t.Fatal(err)
 	}
 	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
-		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, Own: scaleOwn, UnderlayNets: scaleUnderlay}
+		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, VIP6s: scaleVIP6Oracle(), Own: scaleOwn, UnderlayNets: scaleUnderlay}
+	if o.vip6 != nil {
+		o.vip6(region.VIP6s)
+	}
 	for a, r := range fb.routes {
 		region.EIPs[a] = dpfuzz.Binding{Host: r.Host, VSID: r.VSID}
 	}

@@ -59,6 +59,9 @@ type Region struct {
 	// Internet-side destinations).
 	EIPs map[netip.Addr]Binding
 	VIPs map[netip.Addr]bool
+	// VIP6s are the IPv6 VIPs (each in VIPs too) and what may come out
+	// for their packets (vip6.go).
+	VIP6s map[netip.Addr]VIP6
 	// Own are the region's set prefixes, EIPs and VIPs; UnderlayNets the
 	// hosts' and edges' underlay prefixes (docs/dataplane.md, ingress
 	// anti-spoofing).
@@ -107,6 +110,10 @@ type Verdict struct {
 	// own reason (drop_fib, drop_too_big, ...): Counter or that one.
 	Counter      string
 	CounterMaybe bool
+	// CounterOr, with CounterMaybe: another counter the input may move
+	// instead (a nat backend's packet: the kernel's pass_ipv6, or a
+	// reply's drop when its connection is known: vip6.go).
+	CounterOr string
 	// IP6 is the input's IPv6 packet when the frame is IPv6 and
 	// forwarded or answered by the node (an IPv6 EIP's path); Fwd6 the
 	// IPv6 packet that would be forwarded (IP6, or the inner one of
