@@ -129,7 +129,10 @@ func (r *Region) judgeNATReply6(side Side, b []byte, l Link, p IPv6, vip *VIP6, 
 		w.Forbid = "not IPv4: a nat backend's UDP with checksum 0 (dropped if a reply, else the kernel's)"
 		return w
 	}
-	if d := noForwardDst6(p.Dst(), true); d != "" {
+	// The client a reply goes to got through the VIP path: from the
+	// underlay side a unique-local one may (anti-spoofing is the
+	// Internet side's), so only what no router forwards is refused.
+	if d := noForwardDst6(p.Dst(), false); d != "" {
 		w.Forbid = fmt.Sprintf("not IPv4: a nat backend's packet to %v, %s", p.Dst(), d)
 		return w
 	}
