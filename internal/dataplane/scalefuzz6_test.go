@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/gopacket/layers"
+
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/dpfuzz"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -43,6 +45,44 @@ func scaleEdge6(t *testing.T, fb *fuzzEdgeBed) {
 	}
 	fb.routes = routes
 	scaleVIP6(t, fb)
+	// The edge's IPv6 underlay address (newFuzzEdgeBed's config with
+	// Underlay6): NVGRE over IPv6 to it from no host it names is
+	// drop_spoof.
+	if err := fb.edge.SetConfig(EdgeConfig{
+		Underlay: addr(dptest.UlAddr), Underlay6: addr(dptest.UlAddr6), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
+		HashSeed: testSeed, ICMPRate: MaxICMPRate, ICMPBurst: 1 << 24, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
+		UnderlayIfindex: uint32(fuzzUlIfindex(t, fb.env)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ul6Stranger is an address of the IPv6 underlay's prefix that names no
+// host; ul6StrangerEIP an IPv4 EIP the escape test binds to it.
+const (
+	ul6Stranger    = "2001:db8:ff:1::9"
+	ul6StrangerEIP = "203.0.113.77"
+)
+
+// scaleUl6Seeds: NVGRE over IPv6 to the edge's IPv6 underlay address
+// from addresses that name no host (an IPv4 and an IPv6 EIP's packets,
+// a VIP's reply), from the underlay and the Internet side, and GRE over
+// IPv6 to another address.
+func scaleUl6Seeds(tb *testing.T) []scaleSeed {
+	var s []scaleSeed
+	in4 := func(src string) []byte {
+		return ethFrame(tb, guestMAC6, gwMAC, flow{src: src, dst: "203.0.113.9", proto: layers.IPProtocolTCP, sport: 80, dport: 40000}.ip(tb))
+	}
+	in6 := eth6(guestMAC6, gwMAC, false, pkt6{src: eip6, dst: client6, proto: nhUDP, sport: 53, dport: 40000}.ip())
+	for _, src := range []string{ul6Stranger, dptest.FabAddr6, "2001:db8:ff::5"} {
+		for _, dev := range []string{dptest.UlDev, dptest.ExtDev} {
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in4(ul6StrangerEIP))})
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in4(eip))})
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in6)})
+		}
+	}
+	s = append(s, scaleSeed{dptest.UlDev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, ul6Stranger, "2001:db8:ff::77", vsid<<8|0x21, 0, in4(eip))})
+	return s
 }
 
 // The edge bed's IPv6 VIPs (vip6_test.go's and nat6_test.go's, beside the
@@ -99,7 +139,7 @@ func scaleAddrs6() []netip.Addr {
 	for _, s := range []string{eip6, eip6NoNbr, eip6Hole, eip6Own, "2001:db8:e1::99", "2001:db8:e1::", client6, "2001:db8:c::66",
 		"2001:db8:c::67", "2001:db8:c:1::5", "2001:db8:c:2::5", "2001:db8:bad::1", "2001:db8:bae::1", "2001:db8:d::1",
 		dptest.UlAddr6, "2001:db8:ff:1::9", dptest.ExtAddr6, dptest.RtrAddr6, "fd00::1", "fc00::1", "fe80::1",
-		"2001:db8:249::5", "2001:db8:251::5", vip6s, vipN6, beA6, "2001:db8:be::2", agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
+		"2001:db8:249::5", "2001:db8:251::5", ul6Stranger, vip6s, vipN6, beA6, "2001:db8:be::2", agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
 		a = append(a, addr(s))
 	}
 	return a
@@ -439,4 +479,22 @@ func TestScaleFuzzEdgeCatchesIPv6VIPEscapes(t *testing.T) {
 			t.Logf("caught, as it must be: %.300s", err)
 		})
 	}
+}
+
+// The harness holds NVGRE over IPv6 to the edge: with ul6Stranger named
+// a host (an EIP bound to it, as PutRoutes names an IPv6 host) while the
+// oracle knows no host of the IPv6 underlay, the edge decapsulates the
+// seeds' packets from it, and the run must fail on them.
+func TestScaleFuzzEdgeCatchesUl6Escapes(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "30000")
+	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+		if err := fb.edge.PutRoutes(map[netipAddr]Route{addr(ul6StrangerEIP): {Host: addr(ul6Stranger), VSID: vsid, StatsIdx: 20}}); err != nil {
+			t.Fatal(err)
+		}
+		return nil, nil
+	}})
+	if err == nil || !strings.Contains(err.Error(), "NVGRE over IPv6 to the edge from no host") {
+		t.Fatalf("NVGRE over IPv6 from an unknown host decapsulated, unnoticed: %.600v", err)
+	}
+	t.Logf("caught, as it must be: %.300s", err)
 }

@@ -620,7 +620,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	if err := fb.edge.SetSpoofPrefixes(scaleOwn, scaleUnderlay); err != nil {
 		t.Fatal(err)
 	}
-	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
+	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), NVGREEndpoint6: addr(dptest.UlAddr6), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
 		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, VIP6s: scaleVIP6Oracle(), Own: scaleOwn, UnderlayNets: scaleUnderlay}
 	if o.vip6 != nil {
 		o.vip6(region.VIP6s)
@@ -638,6 +638,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	}
 	seeds = append(seeds, scaleExtraEdgeSeeds(t)...)
 	seeds = append(seeds, scaleEdge6Seeds(t)...)
+	seeds = append(seeds, scaleUl6Seeds(t)...)
 	if fwSlots != nil {
 		seeds = append(seeds, scaleFWSeeds(t)...)
 	}

@@ -128,6 +128,15 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 	if vip, ok := r.vip6Of(p.Dst()); ok {
 		return r.judgeVIP6(side, b, l, p, vip)
 	}
+	if _, eip := r.EIPs[p.Dst()]; !eip && p.Proto == ProtoGRE && r.NVGREEndpoint6.IsValid() && p.Dst() == r.NVGREEndpoint6 {
+		// NVGRE over IPv6 to the edge (docs: "The IPv6 underlay",
+		// Decapsulation): only from the underlay interface and a
+		// host's IPv6 address, else drop_spoof. The oracle knows no
+		// host of the IPv6 underlay (decapsulation from one is the
+		// fixtures', TestEdgeUl6Decap): nothing may come out.
+		return Verdict{Forbid: fmt.Sprintf("NVGRE over IPv6 to the edge from no host of the IPv6 underlay: %v on the %v side", p.Src(), side),
+			Counter: "drop_spoof"}
+	}
 	bnd, ok := r.EIPs[p.Dst()]
 	if !ok || !p.Dst().Is6() {
 		if vip, ok := r.natVIP6Of(p.Src()); ok && !r.isPublic(p.Dst()) {

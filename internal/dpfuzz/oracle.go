@@ -50,8 +50,11 @@ type Policy interface {
 // Region is what the oracle knows of the node under test and its region:
 // the same facts the harness writes into the program's maps.
 type Region struct {
-	// NVGREEndpoint is the underlay address NVGRE is taken at.
-	NVGREEndpoint netip.Addr
+	// NVGREEndpoint is the underlay address NVGRE is taken at;
+	// NVGREEndpoint6 the IPv6 one (the edge's underlay6; not valid:
+	// none). The oracle knows no host of the IPv6 underlay: NVGRE over
+	// IPv6 to NVGREEndpoint6 is from an unknown source (eip6.go).
+	NVGREEndpoint, NVGREEndpoint6 netip.Addr
 	// ICMPSource is the source of the ICMP errors the node sends;
 	// ICMPSource6 of its ICMPv6 errors (not valid: it sends none).
 	ICMPSource, ICMPSource6 netip.Addr

@@ -126,3 +126,27 @@ func TestJudgeEdgeIPv6VIP(t *testing.T) {
 		t.Errorf("a nat backend's address from the Internet side: %+v", vi)
 	}
 }
+
+// NVGRE over IPv6 to the edge's underlay6 is from no host the oracle
+// knows, from either side: never transmitted, drop_spoof; GRE over IPv6
+// to another address is the kernel's.
+func TestJudgeEdgeUl6Unknown(t *testing.T) {
+	r := testRegion6()
+	ul6 := netip.MustParseAddr("2001:db8:ff::1")
+	gre := []byte{0x20, 0, 0x65, 0x58, 0, 0x13, 0x89, 0x21}
+	pkt := func(dst netip.Addr) []byte {
+		return frame6(IPv6Packet(netip.MustParseAddr("2001:db8:ff:1::9"), dst, ProtoGRE, append(gre, udp6(eip6a, client6a, 64)...)))
+	}
+	if v := r.JudgeEdge(Underlay, pkt(ul6)); v.Counter != "pass_ipv6" {
+		t.Errorf("no underlay6 configured: %+v", v)
+	}
+	r.NVGREEndpoint6 = ul6
+	for _, side := range []Side{Underlay, Internet} {
+		if v := r.JudgeEdge(side, pkt(ul6)); !strings.HasPrefix(v.Forbid, "NVGRE over IPv6 to the edge from no host") || v.Counter != "drop_spoof" {
+			t.Errorf("%v side: %+v", side, v)
+		}
+	}
+	if v := r.JudgeEdge(Underlay, pkt(netip.MustParseAddr("2001:db8:ff::2"))); v.Counter != "pass_ipv6" {
+		t.Errorf("GRE over IPv6 to another address: %+v", v)
+	}
+}
