@@ -309,6 +309,9 @@ func checkV6Counters(vs []dpfuzz.Verdict, delta map[string]uint64) error {
 		case v.Counter == "":
 		case v.CounterMaybe:
 			maybe[v.Counter]++
+			if v.CounterOr != "" {
+				maybe[v.CounterOr]++
+			}
 		default:
 			want[v.Counter]++
 		}

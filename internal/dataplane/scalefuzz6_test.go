@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/gopacket/layers"
+
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/dpfuzz"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -42,6 +44,90 @@ func scaleEdge6(t *testing.T, fb *fuzzEdgeBed) {
 		t.Fatal(err)
 	}
 	fb.routes = routes
+	scaleVIP6(t, fb)
+	// The edge's IPv6 underlay address (newFuzzEdgeBed's config with
+	// Underlay6): NVGRE over IPv6 to it from no host it names is
+	// drop_spoof.
+	if err := fb.edge.SetConfig(EdgeConfig{
+		Underlay: addr(dptest.UlAddr), Underlay6: addr(dptest.UlAddr6), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
+		HashSeed: testSeed, ICMPRate: MaxICMPRate, ICMPBurst: 1 << 24, ICMPTimeExceeded: true, GatewayMAC: mac(gwMAC),
+		UnderlayIfindex: uint32(fuzzUlIfindex(t, fb.env)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ul6Stranger is an address of the IPv6 underlay's prefix that names no
+// host; ul6StrangerEIP an IPv4 EIP the escape test binds to it.
+const (
+	ul6Stranger    = "2001:db8:ff:1::9"
+	ul6StrangerEIP = "203.0.113.77"
+)
+
+// scaleUl6Seeds: NVGRE over IPv6 to the edge's IPv6 underlay address
+// from addresses that name no host (an IPv4 and an IPv6 EIP's packets,
+// a VIP's reply), from the underlay and the Internet side, and GRE over
+// IPv6 to another address.
+func scaleUl6Seeds(tb *testing.T) []scaleSeed {
+	var s []scaleSeed
+	in4 := func(src string) []byte {
+		return ethFrame(tb, guestMAC6, gwMAC, flow{src: src, dst: "203.0.113.9", proto: layers.IPProtocolTCP, sport: 80, dport: 40000}.ip(tb))
+	}
+	in6 := eth6(guestMAC6, gwMAC, false, pkt6{src: eip6, dst: client6, proto: nhUDP, sport: 53, dport: 40000}.ip())
+	for _, src := range []string{ul6Stranger, dptest.FabAddr6, "2001:db8:ff::5"} {
+		for _, dev := range []string{dptest.UlDev, dptest.ExtDev} {
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in4(ul6StrangerEIP))})
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in4(eip))})
+			s = append(s, scaleSeed{dev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, src, dptest.UlAddr6, vsid<<8|0x21, 0, in6)})
+		}
+	}
+	s = append(s, scaleSeed{dptest.UlDev, nvgreOver6(dptest.FabMAC, dptest.UlMAC, ul6Stranger, "2001:db8:ff::77", vsid<<8|0x21, 0, in4(eip))})
+	return s
+}
+
+// The edge bed's IPv6 VIPs (vip6_test.go's and nat6_test.go's, beside the
+// bed's IPv4 services): vip6s in mode encap (tcp 443 to backend g on
+// hostAddr, udp any port to h on otherHost in VSID 6000, tcp 9000 to an
+// empty table slot), vipN6 in mode nat (tcp 80 to beA6:8080, udp any
+// port to beA6 on the listener's port), beA6 routed by the underlay's
+// router. scaleVIP6Oracle is what the oracle knows of them.
+func scaleVIP6(t *testing.T, fb *fuzzEdgeBed) {
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(fb.env.Node.Route(beNet6, dptest.FabAddr6, dptest.UlDev))
+	b := &lbBed{edgeBed: fb.edgeBed, idx: map[string]uint32{"g": 3, "h6": 5, "a6": 6, "p6": 7}}
+	e := fb.edge
+	must(e.SetBackend(5, LBBackend{Mode: ModeEncap, Addr: addr(otherHost), Guest: addr(guest6H), VSID: vsidH, Gen: 1}))
+	must(e.SetBackend(6, LBBackend{Mode: ModeNAT, Addr: addr(beA6), Port: 8080, Gen: 1}))
+	must(e.SetBackend(7, LBBackend{Mode: ModeNAT, Addr: addr(beA6), Gen: 1}))
+	b.table(t, 4, "h6")
+	b.table(t, 5, "a6")
+	b.table(t, 6, "p6")
+	v, n := addr(vip6s), addr(vipN6)
+	must(e.PutListener(Listener{VIP: v, Proto: ProtoTCP, Port: 443}, ListenerValue{Table: 2}))
+	must(e.PutListener(Listener{VIP: v, Proto: ProtoUDP}, ListenerValue{Table: 4}))
+	must(e.PutListener(Listener{VIP: v, Proto: ProtoTCP, Port: 9000}, ListenerValue{Table: 9}))
+	must(e.PutListener(Listener{VIP: n, Proto: ProtoTCP, Port: 80}, ListenerValue{Table: 5}))
+	must(e.PutListener(Listener{VIP: n, Proto: ProtoUDP}, ListenerValue{Table: 6}))
+	must(e.PutVIP(v))
+	must(e.PutVIP(n))
+	lb, err := loadLBModel(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb.lb = lb
+}
+
+// scaleVIP6Oracle: the IPv6 VIPs' backends as the bed writes them.
+func scaleVIP6Oracle() map[netip.Addr]dpfuzz.VIP6 {
+	return map[netip.Addr]dpfuzz.VIP6{
+		addr(vip6s): {Encap: []dpfuzz.Binding{{Host: addr(hostAddr), VSID: vsid}, {Host: addr(otherHost), VSID: vsidH}}},
+		addr(vipN6): {NAT: []dpfuzz.NATBackend6{{Addr: addr(beA6), Port: 8080}, {Addr: addr(beA6)}}},
+	}
 }
 
 // scaleAddrs6 are the IPv6 addresses the mutator tries: the IPv6 EIPs,
@@ -53,7 +139,7 @@ func scaleAddrs6() []netip.Addr {
 	for _, s := range []string{eip6, eip6NoNbr, eip6Hole, eip6Own, "2001:db8:e1::99", "2001:db8:e1::", client6, "2001:db8:c::66",
 		"2001:db8:c::67", "2001:db8:c:1::5", "2001:db8:c:2::5", "2001:db8:bad::1", "2001:db8:bae::1", "2001:db8:d::1",
 		dptest.UlAddr6, "2001:db8:ff:1::9", dptest.ExtAddr6, dptest.RtrAddr6, "fd00::1", "fc00::1", "fe80::1",
-		"2001:db8:249::5", "2001:db8:251::5", agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
+		"2001:db8:249::5", "2001:db8:251::5", ul6Stranger, vip6s, vipN6, beA6, "2001:db8:be::2", agentEIP6, agentEip6NoNbr, agentPriv6, agentPriv6NoNbr, agentPriv6NoEIP} {
 		a = append(a, addr(s))
 	}
 	return a
@@ -135,6 +221,35 @@ func scaleEdge6Seeds(tb *testing.T) []scaleSeed {
 	ul(hostAddr, vsid, pkt6{src: eip6, dst: "2001:db8:249::5", proto: nhTCP, sport: 80, dport: 40000}.ip())
 	ul(hostAddr, vsid, pkt6{src: eip6, dst: "2001:db8:251::5", proto: nhUDP, sport: 1, dport: 2}.ip())
 	ul(hostAddr, vsid, ip6Hdr(eip6, "2001:db8:1280::5", nhUDP, udp6(1, 2, 1300)))
+	// The IPv6 VIPs: to each listener, to no listener, to an empty
+	// table slot, ICMPv6 that is no error, an expired hop limit,
+	// fragments, an extension header, the spoofed classes, a
+	// link-local source; a nat backend's replies (from the underlay,
+	// the Internet side's forged), a zero UDP checksum.
+	for _, src := range []string{client6, "2001:db8:c::66", "2001:db8:c:1::5"} {
+		ext(pkt6{src: src, dst: vip6s, proto: nhTCP, sport: 40000, dport: 443}.ip())
+		ext(pkt6{src: src, dst: vip6s, proto: nhUDP, sport: 40000, dport: 53}.ip())
+		ext(pkt6{src: src, dst: vipN6, proto: nhTCP, sport: 40000, dport: 80}.ip())
+		ext(pkt6{src: src, dst: vipN6, proto: nhUDP, sport: 40000, dport: 5353}.ip())
+	}
+	for _, dst := range []string{vip6s, vipN6} {
+		ext(pkt6{src: client6, dst: dst, proto: nhTCP, sport: 1, dport: 9000}.ip())
+		ext(pkt6{src: client6, dst: dst, proto: nhTCP, sport: 1, dport: 22}.ip())
+		ext(pkt6{src: client6, dst: dst, proto: nhICMPv6}.ip())
+		ext(pkt6{src: client6, dst: dst, proto: nhUDP, sport: 1, dport: 53, hop: 1}.ip())
+		ext(pkt6{src: client6, dst: dst, proto: nhUDP, fragOff: 185}.ip())
+		ext(ip6With(pkt6{src: client6, dst: dst, proto: nhUDP, sport: 1, dport: 53}, optHdr(0, 1)))
+		ext(ip6With(pkt6{src: client6, dst: dst, proto: nhTCP, sport: 1, dport: 80}, fragHdr(0, 0, true)))
+		ext(pkt6{src: client6, dst: dst, proto: nhUDP, sport: 1, dport: 53, zeroUDPCsum: true}.ip())
+		for _, src := range []string{dst, "2001:db8:e1::99", "2001:db8:ff::5", "fd00::1", "fe80::1"} {
+			ext(pkt6{src: src, dst: dst, proto: nhTCP, sport: 40000, dport: 443}.ip())
+		}
+	}
+	for _, sport := range []uint16{8080, 5353} {
+		s = append(s, scaleSeed{dptest.UlDev, eth6(dptest.FabMAC, dptest.UlMAC, false, pkt6{src: beA6, dst: client6, proto: nhTCP, sport: sport, dport: 40000}.ip())})
+		s = append(s, scaleSeed{dptest.UlDev, eth6(dptest.FabMAC, dptest.UlMAC, false, pkt6{src: beA6, dst: client6, proto: nhUDP, sport: sport, dport: 40000}.ip())})
+		ext(pkt6{src: beA6, dst: client6, proto: nhUDP, sport: sport, dport: 40000}.ip())
+	}
 	// An IPv6 packet to an IPv6 EIP arriving on the underlay, bare.
 	s = append(s, scaleSeed{dptest.UlDev, eth6(dptest.FabMAC, dptest.UlMAC, false, pkt6{src: client6, dst: eip6, proto: nhUDP, sport: 1, dport: 53}.ip())})
 	return s
@@ -151,6 +266,9 @@ func edgeOutput6(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.V
 		if err := region.CheckPassed6(v, it.out); err != nil {
 			return "", err
 		}
+		if v.Out6 != nil && v.Out6.VIP != nil {
+			return "vip6-pass-changed", nil
+		}
 		return "pass-changed6", nil
 	}
 	kind, err := region.CheckOutput(v, dpfuzz.RouterHop, it.out)
@@ -162,6 +280,12 @@ func edgeOutput6(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.V
 	case dpfuzz.OutEncap:
 		egress = dptest.UlDev
 		p := v.Fwd6
+		if v.Out6.VIP != nil {
+			if err := vip6EncapCheck(fb, p, it.out); err != nil {
+				return kind, err
+			}
+			break
+		}
 		tuple := flowhash.Tuple{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto}
 		if !p.MF { // a fragment of a datagram hashes without ports, as all of them must go one way
 			tuple.SrcPort, tuple.DstPort = dpfuzz.Ports6(*p)
@@ -184,10 +308,45 @@ func edgeOutput6(fb *fuzzEdgeBed, region *dpfuzz.Region, it *runItem, v dpfuzz.V
 	if it.act != want {
 		return kind, fmt.Errorf("IPv6 %s from %s leaving by %s must be %s", kind, it.dev, egress, actionNames[want])
 	}
+	switch {
+	case v.Out6 != nil && v.Out6.Reply:
+		return "vip6-reply-" + kind, nil
+	case v.Out6 != nil && v.Out6.VIP != nil:
+		return "vip6-" + kind, nil
+	}
 	return kind + "6", nil
 }
 
-// isEncap6: out is NVGRE the edge built for an IPv6 input.
+// vip6EncapCheck holds NVGRE the edge built for an IPv6 VIP's packet p
+// (the oracle checked the host, VSID and packet) to the contract with the
+// agent: the inner destination MAC 02:01 and the IPv4 address of a guest
+// of an encap backend on that host in that VSID, and, for TCP and UDP
+// unfragmented, the FlowID flowhash.FlowID6 of the 5-tuple (an ICMPv6
+// error's is its flow's; a fragment's its flow entry's).
+func vip6EncapCheck(fb *fuzzEdgeBed, p *dpfuzz.IPv6, out []byte) error {
+	host := netip.AddrFrom4([4]byte(out[14+16 : 14+20]))
+	key := binary.BigEndian.Uint32(out[14+20+4:])
+	var macs []string
+	for _, be := range fb.lb.backends {
+		if be.Mode == ModeEncap && be.Addr == host && be.VSID == key>>8 {
+			g := be.Guest.As4()
+			macs = append(macs, fmt.Sprintf("02:01:%02x:%02x:%02x:%02x", g[0], g[1], g[2], g[3]))
+		}
+	}
+	if m := fmtMAC(out[14+20+8 : 14+20+14]); !slices.Contains(macs, m) {
+		return fmt.Errorf("IPv6 VIP's packet with inner destination MAC %s to %v VSID %d: the backends' guests there are %v", m, host, key>>8, macs)
+	}
+	if (p.Proto == dpfuzz.ProtoTCP || p.Proto == dpfuzz.ProtoUDP) && p.FragOff == 0 && !p.MF {
+		tuple := flowhash.Tuple{Src: p.Src(), Dst: p.Dst(), Proto: p.Proto}
+		tuple.SrcPort, tuple.DstPort = dpfuzz.Ports6(*p)
+		if want := uint32(flowhash.FlowID6(tuple, fb.seed)); key&0xff != want {
+			return fmt.Errorf("IPv6 VIP's FlowID %#02x, flowhash.FlowID6 of %+v is %#02x", key&0xff, tuple, want)
+		}
+	}
+	return nil
+}
+
+// isEncap6: out is NVGRE the edge built for an IPv6 EIP's input.
 func isEncap6(v dpfuzz.Verdict, it *runItem) bool {
 	return v.Out6 != nil && v.Out6.Encap && (it.act == xdpTX || it.act == xdpRedirect) && len(it.out) >= 14+20 &&
 		binary.BigEndian.Uint16(it.out[12:]) == 0x0800 && it.out[14+9] == 47
@@ -289,4 +448,53 @@ func TestScaleFuzzEdgeCatchesIPv6Escapes(t *testing.T) {
 		}
 		t.Logf("caught, as it must be: %.300s", err)
 	})
+}
+
+// The harness judges the IPv6 VIPs' outputs: an oracle that knows one
+// encap backend fewer than the edge has (the udp listener's, on
+// otherHost) must fail the run on NVGRE to that host, and one whose nat
+// backend has another port on the translated destination port; a
+// deliberately wrong verdict stands for a wrong program.
+func TestScaleFuzzEdgeCatchesIPv6VIPEscapes(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "30000")
+	for _, c := range []struct {
+		name, want string
+		vip6       func(map[netip.Addr]dpfuzz.VIP6)
+	}{
+		{"encap to a host the VIP has no backend on", "no encap backend of the VIP", func(m map[netip.Addr]dpfuzz.VIP6) {
+			m[addr(vip6s)] = dpfuzz.VIP6{Encap: []dpfuzz.Binding{{Host: addr(hostAddr), VSID: vsid}}}
+		}},
+		{"DNAT66 to a port the VIP's backend has not", "no nat backend of the VIP", func(m map[netip.Addr]dpfuzz.VIP6) {
+			m[addr(vipN6)] = dpfuzz.VIP6{NAT: []dpfuzz.NATBackend6{{Addr: addr(beA6), Port: 8081}, {Addr: addr(beA6)}}}
+		}},
+		{"DNAT66 where only encap may come out", "no nat backend", func(m map[netip.Addr]dpfuzz.VIP6) {
+			m[addr(vipN6)] = dpfuzz.VIP6{Encap: []dpfuzz.Binding{{Host: addr(hostAddr), VSID: vsid}}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, vip6: c.vip6})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("a wrong IPv6 VIP output went unnoticed: %.600v", err)
+			}
+			t.Logf("caught, as it must be: %.300s", err)
+		})
+	}
+}
+
+// The harness holds NVGRE over IPv6 to the edge: with ul6Stranger named
+// a host (an EIP bound to it, as PutRoutes names an IPv6 host) while the
+// oracle knows no host of the IPv6 underlay, the edge decapsulates the
+// seeds' packets from it, and the run must fail on them.
+func TestScaleFuzzEdgeCatchesUl6Escapes(t *testing.T) {
+	t.Setenv("AZG_FUZZ_PACKETS", "30000")
+	err := scaleFuzzEdge(t, scaleEdgeOptions{expectFailure: true, configure: func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32) {
+		if err := fb.edge.PutRoutes(map[netipAddr]Route{addr(ul6StrangerEIP): {Host: addr(ul6Stranger), VSID: vsid, StatsIdx: 20}}); err != nil {
+			t.Fatal(err)
+		}
+		return nil, nil
+	}})
+	if err == nil || !strings.Contains(err.Error(), "NVGRE over IPv6 to the edge from no host") {
+		t.Fatalf("NVGRE over IPv6 from an unknown host decapsulated, unnoticed: %.600v", err)
+	}
+	t.Logf("caught, as it must be: %.300s", err)
 }

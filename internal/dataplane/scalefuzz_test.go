@@ -407,6 +407,9 @@ type scaleEdgeOptions struct {
 	configure func(t *testing.T, fb *fuzzEdgeBed) (dpfuzz.Policy, map[string]uint32)
 	// expectFailure: see scaleFuzzer.
 	expectFailure bool
+	// vip6, if set, changes what the oracle knows of the IPv6 VIPs (a
+	// deliberately wrong oracle).
+	vip6 func(map[netip.Addr]dpfuzz.VIP6)
 }
 
 // TestScaleFuzzEdge fuzzes xdp_edge with the services of FuzzEdge's bed,
@@ -617,8 +620,11 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	if err := fb.edge.SetSpoofPrefixes(scaleOwn, scaleUnderlay); err != nil {
 		t.Fatal(err)
 	}
-	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
-		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, Own: scaleOwn, UnderlayNets: scaleUnderlay}
+	region := &dpfuzz.Region{NVGREEndpoint: addr(dptest.UlAddr), NVGREEndpoint6: addr(dptest.UlAddr6), ICMPSource: addr(dptest.ExtAddr), ICMPSource6: addr(dptest.ExtAddr6),
+		EIPs: map[netip.Addr]dpfuzz.Binding{}, VIPs: fb.lb.vips, VIP6s: scaleVIP6Oracle(), Own: scaleOwn, UnderlayNets: scaleUnderlay}
+	if o.vip6 != nil {
+		o.vip6(region.VIP6s)
+	}
 	for a, r := range fb.routes {
 		region.EIPs[a] = dpfuzz.Binding{Host: r.Host, VSID: r.VSID}
 	}
@@ -632,6 +638,7 @@ func scaleFuzzEdge(t *testing.T, o scaleEdgeOptions) error {
 	}
 	seeds = append(seeds, scaleExtraEdgeSeeds(t)...)
 	seeds = append(seeds, scaleEdge6Seeds(t)...)
+	seeds = append(seeds, scaleUl6Seeds(t)...)
 	if fwSlots != nil {
 		seeds = append(seeds, scaleFWSeeds(t)...)
 	}

@@ -29,6 +29,16 @@ type Out6 struct {
 	VSID     uint32
 	Src, Dst netip.Addr
 	HopDec   bool
+	// VIP: an IPv6 VIP's packet (vip6.go), which may leave as VIP
+	// allows (Encap, Host and Edges unused); Reply: a nat backend's
+	// packet, which may leave translated from one of its VIPs.
+	VIP   *VIP6
+	Reply bool
+	// SPort, DPort: the ports a translation writes (0: kept), Quote: an
+	// ICMPv6 error's quote may be translated (the checker sets them from
+	// what the VIP allows).
+	SPort, DPort uint16
+	Quote        bool
 }
 
 var (
@@ -115,8 +125,23 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		}
 		return v
 	}
+	if vip, ok := r.vip6Of(p.Dst()); ok {
+		return r.judgeVIP6(side, b, l, p, vip)
+	}
+	if _, eip := r.EIPs[p.Dst()]; !eip && p.Proto == ProtoGRE && r.NVGREEndpoint6.IsValid() && p.Dst() == r.NVGREEndpoint6 {
+		// NVGRE over IPv6 to the edge (docs: "The IPv6 underlay",
+		// Decapsulation): only from the underlay interface and a
+		// host's IPv6 address, else drop_spoof. The oracle knows no
+		// host of the IPv6 underlay (decapsulation from one is the
+		// fixtures', TestEdgeUl6Decap): nothing may come out.
+		return Verdict{Forbid: fmt.Sprintf("NVGRE over IPv6 to the edge from no host of the IPv6 underlay: %v on the %v side", p.Src(), side),
+			Counter: "drop_spoof"}
+	}
 	bnd, ok := r.EIPs[p.Dst()]
 	if !ok || !p.Dst().Is6() {
+		if vip, ok := r.natVIP6Of(p.Src()); ok && !r.isPublic(p.Dst()) {
+			return r.judgeNATReply6(side, b, l, p, vip, v)
+		}
 		return v
 	}
 	v = Verdict{IP6: &p, Fwd6: &p, VLAN: b[12 : l.L3-2], Trailer: b[p.End():]}
@@ -139,16 +164,7 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 	if p.HopLimit() <= 1 {
 		v.NoForward = fmt.Sprintf("hop limit expired: %d", p.HopLimit())
 	}
-	switch {
-	case !r.ICMPSource6.IsValid():
-		v.NoICMP = "no ICMPv6 source configured"
-	case len(b) > 0 && b[0]&1 != 0:
-		v.NoICMP = "a link-layer multicast or broadcast frame (RFC 4443 2.4(e))"
-	case p.Proto == ProtoICMPv6 && p.FragOff != 0:
-		v.NoICMP = "a later fragment of ICMPv6 (perhaps an error's)"
-	case p.Proto == ProtoICMPv6 && p.L4 < len(p.Pkt) && (p.Pkt[p.L4] < 128 || p.Pkt[p.L4] == 137):
-		v.NoICMP = fmt.Sprintf("an ICMPv6 error or redirect (type %d, RFC 4443 2.4(e))", p.Pkt[p.L4])
-	}
+	r.noICMP6(&v, b, p)
 	v.Out6 = &Out6{Encap: true, Host: bnd.Host, VSID: bnd.VSID, Src: p.Src(), Dst: p.Dst(), HopDec: true}
 	return v
 }
@@ -364,6 +380,22 @@ func checkFwd6(v Verdict, o IPv6, hopDec bool) error {
 	copy(want[8:24], w.Src.AsSlice())
 	copy(want[24:40], w.Dst.AsSlice())
 	translated := w.Src != in.Src() || w.Dst != in.Dst()
+	if in.FragOff == 0 && (in.Proto == ProtoTCP || in.Proto == ProtoUDP) && in.L4+4 <= len(want) {
+		if w.SPort != 0 {
+			binary.BigEndian.PutUint16(want[in.L4:], w.SPort)
+			translated = true
+		}
+		if w.DPort != 0 {
+			binary.BigEndian.PutUint16(want[in.L4+2:], w.DPort)
+			translated = true
+		}
+	}
+	if w.Quote && in.L4+8 <= len(want) {
+		// An ICMPv6 error's quote translated with its flow (the
+		// checksum covers it: the sum holds it still).
+		copy(want[in.L4+8:], o.Pkt[in.L4+8:])
+		translated = true
+	}
 	if translated && in.FragOff == 0 {
 		// The checksum field may differ: the sum must not.
 		if c := csumOff6(*in); c >= 0 && c+2 <= len(want) {
@@ -429,6 +461,14 @@ func (r *Region) checkOutput6(v Verdict, out []byte, ol Link) (string, error) {
 	if ol.Tags > 0 {
 		return OutForward, errors.New("IPv6 forwarded with VLAN tags")
 	}
+	if v.Out6.VIP != nil {
+		// Translated in place: the input's Ethernet padding kept (as
+		// an IPv4 packet forwarded without a tunnel keeps it).
+		if !bytes.Equal(out[o.End():], v.Trailer) {
+			return OutForward, fmt.Errorf("%d bytes after the translated IPv6 packet, not the input's padding", len(out)-o.End())
+		}
+		return OutForward, r.checkVIP6Bare(v, o, true)
+	}
 	if o.End() != len(out) {
 		return OutForward, fmt.Errorf("%d bytes after the forwarded IPv6 packet", len(out)-o.End())
 	}
@@ -487,7 +527,8 @@ func (r *Region) checkICMP6(v Verdict, o IPv6, out []byte, ol Link) error {
 // IPv6, the packet ending the outer one and the frame.
 func (r *Region) checkEncap6(v Verdict, out []byte, ol Link, o IPv4) error {
 	w := v.Out6
-	if v.NoForward != "" || v.Fwd6 == nil || w == nil || !w.Encap {
+	vipEncap := w != nil && w.VIP != nil && !w.Reply && len(w.VIP.Encap) > 0
+	if v.NoForward != "" || v.Fwd6 == nil || w == nil || !(w.Encap || vipEncap) {
 		return fmt.Errorf("NVGRE transmitted, but the input may not be forwarded so: %s", v.NoForward)
 	}
 	if ol.Tags > 0 {
@@ -496,10 +537,12 @@ func (r *Region) checkEncap6(v Verdict, out []byte, ol Link, o IPv4) error {
 	if o.Src() != r.NVGREEndpoint || o.Proto() != ProtoGRE {
 		return fmt.Errorf("outer %v: want GRE from %v", o, r.NVGREEndpoint)
 	}
-	if w.Host.IsValid() && o.Dst() != w.Host {
+	switch {
+	case vipEncap:
+		// Checked with the VSID below.
+	case w.Host.IsValid() && o.Dst() != w.Host:
 		return fmt.Errorf("encapsulated to %v, the EIP's host is %v", o.Dst(), w.Host)
-	}
-	if !w.Host.IsValid() && !w.Edges[o.Dst()] {
+	case !w.Host.IsValid() && !w.Edges[o.Dst()]:
 		return fmt.Errorf("encapsulated to %v, no edge of the host", o.Dst())
 	}
 	if !o.DF() || o.Fragmented() || o.TTL() == 0 || o.HL != 20 {
@@ -509,7 +552,10 @@ func (r *Region) checkEncap6(v Verdict, out []byte, ol Link, o IPv4) error {
 	if err != nil {
 		return err
 	}
-	if n.VSID() != w.VSID {
+	if vipEncap && !vipEncapOK(w.VIP, o.Dst(), n.VSID()) {
+		return fmt.Errorf("IPv6 VIP %v's packet encapsulated to %v VSID %d: no encap backend of the VIP (%v)", v.Fwd6.Dst(), o.Dst(), n.VSID(), w.VIP.Encap)
+	}
+	if !vipEncap && n.VSID() != w.VSID {
 		return fmt.Errorf("VSID %d, the EIP's is %d", n.VSID(), w.VSID)
 	}
 	if et := binary.BigEndian.Uint16(out[n.Inner+12:]); et != EtherIPv6 {
@@ -548,6 +594,10 @@ func (r *Region) CheckPassed6(v Verdict, out []byte) error {
 	}
 	if o.End() != len(out) {
 		return fmt.Errorf("%d bytes after the IPv6 packet handed to the kernel", len(out)-o.End())
+	}
+	if v.Out6.VIP != nil {
+		// lb_nat_pass: translated, the next hop unresolved.
+		return r.checkVIP6Bare(v, o, false)
 	}
 	return checkFwd6(v, o, false)
 }

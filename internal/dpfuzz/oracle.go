@@ -50,8 +50,11 @@ type Policy interface {
 // Region is what the oracle knows of the node under test and its region:
 // the same facts the harness writes into the program's maps.
 type Region struct {
-	// NVGREEndpoint is the underlay address NVGRE is taken at.
-	NVGREEndpoint netip.Addr
+	// NVGREEndpoint is the underlay address NVGRE is taken at;
+	// NVGREEndpoint6 the IPv6 one (the edge's underlay6; not valid:
+	// none). The oracle knows no host of the IPv6 underlay: NVGRE over
+	// IPv6 to NVGREEndpoint6 is from an unknown source (eip6.go).
+	NVGREEndpoint, NVGREEndpoint6 netip.Addr
 	// ICMPSource is the source of the ICMP errors the node sends;
 	// ICMPSource6 of its ICMPv6 errors (not valid: it sends none).
 	ICMPSource, ICMPSource6 netip.Addr
@@ -59,6 +62,9 @@ type Region struct {
 	// Internet-side destinations).
 	EIPs map[netip.Addr]Binding
 	VIPs map[netip.Addr]bool
+	// VIP6s are the IPv6 VIPs (each in VIPs too) and what may come out
+	// for their packets (vip6.go).
+	VIP6s map[netip.Addr]VIP6
 	// Own are the region's set prefixes, EIPs and VIPs; UnderlayNets the
 	// hosts' and edges' underlay prefixes (docs/dataplane.md, ingress
 	// anti-spoofing).
@@ -107,6 +113,10 @@ type Verdict struct {
 	// own reason (drop_fib, drop_too_big, ...): Counter or that one.
 	Counter      string
 	CounterMaybe bool
+	// CounterOr, with CounterMaybe: another counter the input may move
+	// instead (a nat backend's packet: the kernel's pass_ipv6, or a
+	// reply's drop when its connection is known: vip6.go).
+	CounterOr string
 	// IP6 is the input's IPv6 packet when the frame is IPv6 and
 	// forwarded or answered by the node (an IPv6 EIP's path); Fwd6 the
 	// IPv6 packet that would be forwarded (IP6, or the inner one of
