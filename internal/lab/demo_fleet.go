@@ -33,7 +33,7 @@ func (l *Lab) demoFleet(ctx context.Context) error {
 		return err
 	}
 	l.say("   rtr$ ip route  ->  %s", l.routeLine(prefix))
-	l.say("   rtr$ ip -6 route  ->  %s  (IPv6 over MP-BGP on the same sessions; no IPv6 data path on the edges yet: its traffic ends at their discard routes)", l.routeLine(prefix6))
+	l.say("   rtr$ ip -6 route  ->  %s  (IPv6 over MP-BGP on the same sessions; an address of the prefix no IPv6 EIP or VIP takes ends at their discard routes)", l.routeLine(prefix6))
 	if _, err := c.BindEIP(ctx, eip, "az1-h2", "g1"); err != nil {
 		return err
 	}

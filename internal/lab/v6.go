@@ -13,8 +13,8 @@ import (
 
 // ICMP6Counter is the kernel's count of ICMPv6 destination-unreachable
 // messages sent (/proc/net/snmp6): what an edge's kernel sends for IPv6
-// traffic to its set's prefix, which ends at the discard route (there is
-// no IPv6 data path on the edges yet).
+// traffic to an address of its set's prefix that no IPv6 EIP or VIP
+// takes, which ends at the discard route.
 const ICMP6Counter = "Icmp6OutDestUnreachs"
 
 // SNMP6 reads a counter of the kernel's IPv6 statistics in each named

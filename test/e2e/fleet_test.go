@@ -25,7 +25,7 @@ import (
 var (
 	eipNet = netip.MustParsePrefix(lab.EIPPrefix)
 	// eipNet6 is the prefix set's IPv6 prefix, announced over MP-BGP on
-	// the same sessions (no IPv6 data path on the edges yet).
+	// the same sessions.
 	eipNet6 = netip.MustParsePrefix(lab.EIPPrefix6)
 )
 
