@@ -554,6 +554,12 @@ func TestFleetMovesUnderTraffic(t *testing.T) {
 	if _, err := l.WaitRoute(ctx, eipNet, prefixEdges, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The router has every member's route; the agents learn the same
+	// announcements through the store and rewrite their edge groups a
+	// moment later, member by member. A run that began probing right
+	// then lost one datagram, before any move (02:00 UTC 2026-12-08,
+	// a loaded machine): the moves are measured on a settled region.
+	time.Sleep(2 * time.Second)
 	p32 := netip.PrefixFrom(netip.MustParseAddr(addr), 32)
 	probe := func(o lab.MoveOptions) lab.MoveOptions {
 		o.EIP, o.ProbeTargets, o.Flows, o.Interval = addr, []string{addr + ":7000"}, 32, 10*time.Millisecond
