@@ -1261,16 +1261,14 @@ __noinline int lb6_nat_reverse(struct xdp_md *ctx)
 	__u64 len = ctx->data_end - ctx->data;
 	struct edge_config *cfg = bpf_map_lookup_elem(&edge_cfg, &zero);
 	struct edge_rooms *rooms = bpf_map_lookup_elem(&edge_rooms, &zero);
+	/* Nothing to HC6 outside the tunnel (lib/hc.h), first: lb6_nat_rev
+	 * passes a packet to a local address up to the kernel itself (a
+	 * nat backend's stateless SYN-ACK to HC6 went up so). */
+	if (rooms && hc6_direct(&rooms->lb6.p6, len))
+		return count_drop(ctx, STAT_DROP_SPOOF, len);
 	int act = cfg && rooms ? lb6_nat_rev(ctx, rooms, cfg, len) : NAT_NOT_OURS;
-	if (act == NAT_NOT_OURS) {
-		/* Nothing else to HC6 outside the tunnel (lib/hc.h; the room
-		 * looked up again: kept across lb6_nat_rev, it cost the
-		 * replies' path registers). */
-		struct lb6_room *r6 = EDGE_ROOM(lb6);
-		if (r6 && hc6_direct(&r6->p6, len))
-			return count_drop(ctx, STAT_DROP_SPOOF, len);
+	if (act == NAT_NOT_OURS)
 		return count_pass(ctx, STAT_PASS_IPV6, len);
-	}
 	return act;
 }
 
@@ -1825,8 +1823,12 @@ static __always_inline int edge_ipv6(struct xdp_md *ctx, struct pkt6 *p6)
 	 * interfaces, else passed to the kernel, never load balanced. One to
 	 * an IPv6 EIP is forwarded as any packet: its path pays one test. A
  * later fragment's first byte is no ICMPv6 type: not one (the scale
- * fuzzer found one to an IPv6 VIP passed before its firewall). */
-	if (p->proto == IPPROTO_ICMPV6_ && !(p->frag & IP_OFFMASK_) && (!r || (r->flags & ROUTE_F_VIP))) {
+ * fuzzer found one to an IPv6 VIP passed before its firewall); nor is a
+ * fragment, a packet with extension headers or one to HC6 (a review
+ * found those passed to the kernel past the VIP's firewall and
+ * hc6_direct): they take the paths of any packet. */
+	if (p->proto == IPPROTO_ICMPV6_ && !p->frag && p->l4_off == p->l3_off + sizeof(struct ipv6hdr) &&
+	    (!r || (r->flags & ROUTE_F_VIP)) && !hc6_is(&p6->daddr)) {
 		__u8 *t = data + OFF(p->l4_off);
 		if ((void *)(t + 1) <= data_end && *t == ICMP6_NS_)
 			return FRAME_NDP;

@@ -111,7 +111,7 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 	}
 	p, _ := ParseIPv6(b, l.L3)
 	_, eip := r.EIPs[p.Dst()]
-	if p.Proto == ProtoICMPv6 && p.FragOff == 0 && p.L4 < len(p.Pkt) && p.Pkt[p.L4] == 135 && (!eip || r.VIPs[p.Dst()]) {
+	if p.Proto == ProtoICMPv6 && p.FragOff == 0 && !p.MF && p.Exts == 0 && p.L4 < len(p.Pkt) && p.Pkt[p.L4] == 135 && (!eip || r.VIPs[p.Dst()]) {
 		// A neighbor solicitation to anything but an IPv6 EIP (which
 		// forwards it as any packet) is never forwarded nor load
 		// balanced: on an ARP interface of the ARP owner, answered or
