@@ -180,33 +180,7 @@ func TestEIPLifecycle(t *testing.T) {
 	}
 
 	t.Run("drift under a stream of requests", func(t *testing.T) {
-		rep, err := l.Drift(ctx, eip, "az3-h1", "g1", 2*time.Second, 3*time.Second, 2*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("drift az1-h1/g1 -> az3-h1/g1: %d requests, %d failed (started within %v, the last %v after the bind returned), bind call %v, first new answer %v after it, %d old answers after it (last started %v after)",
-			rep.Requests, rep.Failed, rep.FailureWindow, rep.LastFailStart, rep.BindCall, rep.FirstNew, rep.OldAfterMove, rep.LastOld)
-		for _, e := range rep.Errors {
-			t.Logf("  %s", e)
-		}
-		if rep.NewAnswers == 0 {
-			t.Fatal("no request reached the new guest")
-		}
-		if rep.Requests < 1000 {
-			t.Fatalf("only %d requests in 5s: the stream itself is broken", rep.Requests)
-		}
-		if rep.FirstNew > time.Second {
-			t.Errorf("traffic followed the EIP only after %v", rep.FirstNew)
-		}
-		if rep.LastOld > time.Second {
-			t.Errorf("the old guest still answered a request started %v after the move", rep.LastOld)
-		}
-		// The drift is make-before-break (docs/eip.md): at most 1 in
-		// 1,000 requests fails, and none started once the move has
-		// propagated.
-		if rep.Failed*1000 > rep.Requests || rep.LastFailStart > 300*time.Millisecond {
-			t.Errorf("%d of %d requests failed (more than 1 in 1,000), the last started %v after the move", rep.Failed, rep.Requests, rep.LastFailStart)
-		}
+		checkDrift(t, ctx, l, eip, "az1-h1/g1", "az3-h1", "g1")
 	})
 
 	t.Run("too big with DF gets fragmentation needed", func(t *testing.T) {
