@@ -2,15 +2,11 @@ package dataplane
 
 import (
 	"encoding/binary"
-	"io"
-	"net"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
-	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -392,75 +388,7 @@ func TestAgentHealthCheck6(t *testing.T) {
 // UDP probe from [HC6]:40124 connected to its port 7000 (both addresses
 // local on lo), and services of the edge's own on the wildcard address:
 // a TCP listener on port 22 and a UDP socket on port 161.
-func hc6Sockets(t *testing.T, env *dptest.Env) {
-	t.Helper()
-	for _, a := range []string{hc6Addr + "/128", hc6Guest + "/128"} {
-		if err := env.Node.Addr("lo", a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lo, err := env.Node.Handle().LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Node.Handle().LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	// An IPv6 address's local route comes with its DAD's completion, on
-	// the kernel's workqueue even without DAD (IFA_F_NODAD): on a loaded
-	// machine a socket bound at once can find no route yet (connect:
-	// network is unreachable). Wait for both, bounded.
-	for _, a := range []string{hc6Addr, hc6Guest} {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			rs, err := env.Node.Handle().RouteGet(net.ParseIP(a))
-			if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s on lo: no local route after 5 s (%v, %v)", a, rs, err)
-			}
-		}
-	}
-	var closers []io.Closer
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	})
-	hc, guest := net.ParseIP(hc6Addr), net.ParseIP(hc6Guest)
-	err = env.Node.Do(func() error {
-		web, err := net.Listen("tcp6", "["+hc6Guest+"]:80")
-		if err != nil {
-			return err
-		}
-		closers = append(closers, web)
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: hc, Port: 40123}}
-		c, err := d.Dial("tcp6", "["+hc6Guest+"]:80")
-		if err != nil {
-			return err
-		}
-		closers = append(closers, c)
-		u, err := net.DialUDP("udp6", &net.UDPAddr{IP: hc, Port: 40124}, &net.UDPAddr{IP: guest, Port: 7000})
-		if err != nil {
-			return err
-		}
-		closers = append(closers, u)
-		ssh, err := net.Listen("tcp6", "[::]:22")
-		if err != nil {
-			return err
-		}
-		closers = append(closers, ssh)
-		snmp, err := net.ListenPacket("udp6", "[::]:161")
-		if err != nil {
-			return err
-		}
-		closers = append(closers, snmp)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("IPv6 health-check sockets: %v", err)
-	}
-}
+func hc6Sockets(t *testing.T, env *dptest.Env) { probeSockets(t, env, hc6Addr, hc6Guest) }
 
 // entries counts a map's entries.
 func entries(t *testing.T, m *ebpf.Map) int {

@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"github.com/azgate/azgate/internal/dataplane/dptest"
 	"github.com/azgate/azgate/internal/flowhash"
@@ -324,9 +326,17 @@ func TestAgentHealthCheck(t *testing.T) {
 // (both addresses local on lo, so the connection is real), and services of
 // the edge's own on the health-check address: a TCP listener on port 22
 // and a UDP socket on the wildcard address port 161.
-func hcSockets(t *testing.T, env *dptest.Env) {
+func hcSockets(t *testing.T, env *dptest.Env) { probeSockets(t, env, hcAddr, hcGuest) }
+
+// probeSockets is hcSockets for either family: from health-check address
+// hc to guest, both put on lo.
+func probeSockets(t *testing.T, env *dptest.Env, hc, guest string) {
 	t.Helper()
-	for _, a := range []string{hcAddr + "/32", hcGuest + "/32"} {
+	v, host, bits, any := "4", netip.MustParseAddr(hc), "/32", "0.0.0.0"
+	if host.Is6() {
+		v, bits, any = "6", "/128", "::"
+	}
+	for _, a := range []string{hc + bits, guest + bits} {
 		if err := env.Node.Addr("lo", a); err != nil {
 			t.Fatal(err)
 		}
@@ -338,35 +348,52 @@ func hcSockets(t *testing.T, env *dptest.Env) {
 	if err := env.Node.Handle().LinkSetUp(lo); err != nil {
 		t.Fatal(err)
 	}
+	// An IPv6 address's local route comes with its DAD's completion, on
+	// the kernel's workqueue even without DAD (IFA_F_NODAD): on a loaded
+	// machine a socket bound at once can find no route yet (connect:
+	// network is unreachable). Wait for both, bounded (IPv4's are there
+	// at once).
+	for _, a := range []string{hc, guest} {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			rs, err := env.Node.Handle().RouteGet(net.ParseIP(a))
+			if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s on lo: no local route after 5 s (%v, %v)", a, rs, err)
+			}
+		}
+	}
 	var closers []io.Closer
 	t.Cleanup(func() {
 		for _, c := range closers {
 			c.Close()
 		}
 	})
+	hcIP, guestIP := net.ParseIP(hc), net.ParseIP(guest)
 	err = env.Node.Do(func() error {
-		web, err := net.Listen("tcp4", hcGuest+":80")
+		web, err := net.Listen("tcp"+v, net.JoinHostPort(guest, "80"))
 		if err != nil {
 			return err
 		}
 		closers = append(closers, web)
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(hcAddr), Port: 40123}}
-		c, err := d.Dial("tcp4", hcGuest+":80")
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: hcIP, Port: 40123}}
+		c, err := d.Dial("tcp"+v, net.JoinHostPort(guest, "80"))
 		if err != nil {
 			return err
 		}
 		closers = append(closers, c)
-		u, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(hcAddr), Port: 40124}, &net.UDPAddr{IP: net.ParseIP(hcGuest), Port: 7000})
+		u, err := net.DialUDP("udp"+v, &net.UDPAddr{IP: hcIP, Port: 40124}, &net.UDPAddr{IP: guestIP, Port: 7000})
 		if err != nil {
 			return err
 		}
 		closers = append(closers, u)
-		ssh, err := net.Listen("tcp4", "0.0.0.0:22")
+		ssh, err := net.Listen("tcp"+v, net.JoinHostPort(any, "22"))
 		if err != nil {
 			return err
 		}
 		closers = append(closers, ssh)
-		snmp, err := net.ListenPacket("udp4", "0.0.0.0:161")
+		snmp, err := net.ListenPacket("udp"+v, net.JoinHostPort(any, "161"))
 		if err != nil {
 			return err
 		}
@@ -374,6 +401,6 @@ func hcSockets(t *testing.T, env *dptest.Env) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("health-check sockets: %v", err)
+		t.Fatalf("IPv%s health-check sockets: %v", v, err)
 	}
 }
