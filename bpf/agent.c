@@ -275,17 +275,7 @@ static __always_inline int agent_ul6_outer(struct pkt *p)
 	struct agent_room6 *r = bpf_map_lookup_elem(&agent_scratch6, &zero);
 	if (!r)
 		return 0;
-	struct ul6_outer *o = &r->ulo;
-	p->l3_off = o->l3_off;
-	p->l4_off = o->l4_off;
-	p->ip_len = o->ip_len;
-	p->frag = o->frag;
-	p->proto = IPPROTO_GRE_;
-	p->saddr = o->host;
-	p->daddr = o->daddr;
-	p->ports = 0;
-	p->l4_ok = 0;
-	p->tcp_flags = 0;
+	ul6_outer_pkt(p, &r->ulo);
 	return 1;
 }
 

@@ -1779,17 +1779,7 @@ static __always_inline int ul6_outer(struct pkt *p)
 	struct ul6_room *ur = EDGE_ROOM(ul6);
 	if (!ur)
 		return 0;
-	struct ul6_outer *o = &ur->out;
-	p->l3_off = o->l3_off;
-	p->l4_off = o->l4_off;
-	p->ip_len = o->ip_len;
-	p->frag = o->frag;
-	p->proto = IPPROTO_GRE_;
-	p->saddr = o->host;
-	p->daddr = o->daddr;
-	p->ports = 0;
-	p->l4_ok = 0;
-	p->tcp_flags = 0;
+	ul6_outer_pkt(p, &ur->out);
 	return 1;
 }
 

@@ -237,4 +237,21 @@ static __always_inline int nvgre_strip(struct xdp_md *ctx, const struct pkt *in)
 	return 0;
 }
 
+/* entry.h's AZG_UL6_OUTER, both programs: p as their IPv4 NVGRE path
+ * reads the outer headers, from the ones their IPv6 underlay's parse left
+ * in o (the edge's ul6_from_host, the agent's agent_ul6_in). */
+static __always_inline void ul6_outer_pkt(struct pkt *p, const struct ul6_outer *o)
+{
+	p->l3_off = o->l3_off;
+	p->l4_off = o->l4_off;
+	p->ip_len = o->ip_len;
+	p->frag = o->frag;
+	p->proto = IPPROTO_GRE_;
+	p->saddr = o->host;
+	p->daddr = o->daddr;
+	p->ports = 0;
+	p->l4_ok = 0;
+	p->tcp_flags = 0;
+}
+
 #endif
