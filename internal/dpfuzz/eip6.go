@@ -144,7 +144,24 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		}
 		return v
 	}
-	v = Verdict{IP6: &p, Fwd6: &p, VLAN: b[12 : l.L3-2], Trailer: b[p.End():]}
+	if v = r.inbound6(side, b, l, p, "an IPv6 EIP"); v.Forbid != "" {
+		return v
+	}
+	if p.HopLimit() <= 1 {
+		v.NoForward = fmt.Sprintf("hop limit expired: %d", p.HopLimit())
+	}
+	r.noICMP6(&v, b, p)
+	v.Out6 = &Out6{Encap: true, Host: bnd.Host, VSID: bnd.VSID, Src: p.Src(), Dst: p.Dst(), HopDec: true}
+	return v
+}
+
+// inbound6 is the verdict on a valid packet p to one of the region's
+// IPv6 addresses (what: an IPv6 EIP or VIP) before its own outputs: from
+// the Internet side the firewall, then anti-spoofing; from any side a
+// link-local source is never forwarded (RFC 4291 2.5.6: a router must
+// not, whichever interface it came in on). v.Forbid says if it stops.
+func (r *Region) inbound6(side Side, b []byte, l Link, p IPv6, what string) Verdict {
+	v := Verdict{IP6: &p, Fwd6: &p, VLAN: b[12 : l.L3-2], Trailer: b[p.End():]}
 	if side == Internet {
 		if r.firewall6(&v, p); v.Forbid != "" {
 			return v
@@ -155,17 +172,9 @@ func (r *Region) judgeEdge6(side Side, b []byte, l Link) Verdict {
 		}
 	}
 	if v6LinkLocal.Contains(p.Src()) {
-		// RFC 4291 2.5.6: a router must not forward it, whichever
-		// interface it came in on.
-		v.Forbid = fmt.Sprintf("link-local source %v to an IPv6 EIP from the %v side (RFC 4291 2.5.6: never forwarded)", p.Src(), side)
+		v.Forbid = fmt.Sprintf("link-local source %v to %s from the %v side (RFC 4291 2.5.6: never forwarded)", p.Src(), what, side)
 		v.Counter = "drop_ip6_off_link"
-		return v
 	}
-	if p.HopLimit() <= 1 {
-		v.NoForward = fmt.Sprintf("hop limit expired: %d", p.HopLimit())
-	}
-	r.noICMP6(&v, b, p)
-	v.Out6 = &Out6{Encap: true, Host: bnd.Host, VSID: bnd.VSID, Src: p.Src(), Dst: p.Dst(), HopDec: true}
 	return v
 }
 

@@ -74,19 +74,8 @@ func (r *Region) noICMP6(v *Verdict, b []byte, p IPv6) {
 // judgeVIP6 reads a valid IPv6 packet p to the IPv6 VIP vip: the IPv6
 // EIP's discipline (judgeEdge6), then the VIP's outputs.
 func (r *Region) judgeVIP6(side Side, b []byte, l Link, p IPv6, vip *VIP6) Verdict {
-	v := Verdict{IP6: &p, Fwd6: &p, VLAN: b[12 : l.L3-2], Trailer: b[p.End():]}
-	if side == Internet {
-		if r.firewall6(&v, p); v.Forbid != "" {
-			return v
-		}
-		if c, counter := r.spoofClass6(p); c != "" {
-			v.Forbid, v.Counter = c, counter
-			return v
-		}
-	}
-	if v6LinkLocal.Contains(p.Src()) {
-		v.Forbid = fmt.Sprintf("link-local source %v to an IPv6 VIP from the %v side (RFC 4291 2.5.6: never forwarded)", p.Src(), side)
-		v.Counter = "drop_ip6_off_link"
+	v := r.inbound6(side, b, l, p, "an IPv6 VIP")
+	if v.Forbid != "" {
 		return v
 	}
 	if udpCsum0(p) && len(vip.NAT) > 0 && p.HopLimit() > 1 {
